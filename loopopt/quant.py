@@ -1,0 +1,411 @@
+"""Quantization: the spec of a quantized op, calibration helpers and exact references.
+
+Conventions are those of ONNX ``QuantizeLinear``/``DequantizeLinear``/``QLinearConv``
+(and PyTorch's quantized conv): ``real = scale * (q - zero_point)``, quantization
+``q = saturate(round_half_to_even(x / scale) + zero_point)`` in float32.
+
+The references here define the contract of DESIGN.md "Quantization": integer
+accumulators are exact (computed in int64, checked to fit int32) and requantized
+outputs are specified operation by operation so that generated C kernels can
+match them bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .reference import conv2d_reference, matmul_reference
+
+ACTIVATIONS = ("uint8", "int8")
+OUTPUTS = ("float32", "uint8", "int8")
+WEIGHT_DTYPE = np.dtype(np.int8)
+
+IntPair = int | tuple[int, int]
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How an op is quantized.
+
+    ``activation``: ``"uint8"`` (asymmetric, zero-point 0..255) or ``"int8"``
+    (symmetric, zero-point 0). Weights are int8, per output channel if
+    ``per_channel``, with zero-points 0 if ``weight_symmetric``. ``output``:
+    dequantized ``"float32"`` or requantized ``"uint8"``/``"int8"``.
+    """
+
+    activation: str = "uint8"
+    per_channel: bool = True
+    weight_symmetric: bool = True
+    output: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"QuantSpec: activation={self.activation!r} is not supported; "
+                             f"allowed: {', '.join(map(repr, ACTIVATIONS))}")
+        if self.output not in OUTPUTS:
+            raise ValueError(f"QuantSpec: output={self.output!r} is not supported; "
+                             f"allowed: {', '.join(map(repr, OUTPUTS))}")
+        for name in ("per_channel", "weight_symmetric"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"QuantSpec: {name}={value!r} must be a bool (True or False)")
+
+    @property
+    def activation_dtype(self) -> np.dtype:
+        """Storage dtype of the quantized activations."""
+        return np.dtype(self.activation)
+
+    @property
+    def requantized(self) -> bool:
+        """True if the output is requantized to uint8/int8 (False: dequantized float32)."""
+        return self.output != "float32"
+
+    @property
+    def bias_dtype(self) -> np.dtype:
+        """int32 (scale ``sx * sw[k]``) for a requantized output, float32 otherwise."""
+        return np.dtype(np.int32 if self.requantized else np.float32)
+
+
+def _qrange(dtype: np.dtype | str) -> tuple[int, int]:
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def _channel_shape(ndim: int, axis: int | None, channels: int) -> tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector along ``axis`` of an ``ndim`` array."""
+    if axis is None:
+        return ()
+    shape = [1] * ndim
+    shape[axis] = channels
+    return tuple(shape)
+
+
+def _norm_axis(axis: int | None, ndim: int) -> int | None:
+    if axis is None:
+        return None
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis={axis} is out of range for an array with {ndim} dimensions")
+    return axis % ndim
+
+
+def quantize_linear(array: Any, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
+    """ONNX ``QuantizeLinear``: ``saturate(rint(float32(x) / scale) + zero_point)``.
+
+    The storage dtype is the dtype of ``zero_point`` (uint8 or int8). With ``axis``,
+    ``scale`` and ``zero_point`` are 1-D and apply along that axis of ``array``.
+    """
+    x = np.asarray(array, dtype=np.float32)
+    zp = np.asarray(zero_point)
+    if zp.dtype not in (np.uint8, np.int8):
+        raise TypeError(f"zero_point dtype {zp.dtype} must be uint8 or int8")
+    axis = _norm_axis(axis, x.ndim)
+    shape = _channel_shape(x.ndim, axis, np.size(scale))
+    s = np.asarray(scale, dtype=np.float32).reshape(shape)
+    q = np.rint(x / s) + zp.astype(np.float32).reshape(shape)
+    lo, hi = _qrange(zp.dtype)
+    return np.clip(q, lo, hi).astype(zp.dtype)
+
+
+def quantize(array: Any, dtype: str, axis: int | None = None,
+             symmetric: bool | None = None) -> tuple[np.ndarray, Any, Any]:
+    """Min/max calibration then ``quantize_linear``: returns ``(q, scale, zero_point)``.
+
+    ``dtype`` is ``"uint8"`` (default asymmetric) or ``"int8"`` (default symmetric).
+    Per tensor if ``axis`` is None (scalar ``np.float32`` scale, scalar zero-point),
+    else per channel along ``axis`` (1-D scale and zero-point). The range always
+    includes 0, so real zero is exactly representable.
+
+    * asymmetric (ONNX ``DynamicQuantizeLinear``): ``rmin = min(0, min x)``,
+      ``rmax = max(0, max x)``, ``scale = (rmax - rmin) / (qmax - qmin)``,
+      ``zero_point = saturate(rint(qmin - rmin / scale))``.
+    * symmetric (ONNX Runtime quantization tool, range [-127, 127]):
+      ``scale = max|x| / 127``, ``zero_point = 0`` for int8 and 128 for uint8.
+      (PyTorch's default observer uses ``max|x| / 127.5``; any positive scale is
+      accepted by the kernels, so parameters can be brought across either way.)
+
+    A channel that is all zero gets ``scale = 1``, never 0. Scales are computed in
+    float32 as ONNX does.
+    """
+    if dtype not in ACTIVATIONS:
+        raise ValueError(f"quantize: dtype={dtype!r} is not supported; allowed: 'uint8', 'int8'")
+    x = np.asarray(array, dtype=np.float32)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("quantize: array contains non-finite values (nan or inf)")
+    if x.size == 0:
+        raise ValueError("quantize: array is empty")
+    if symmetric is None:
+        symmetric = dtype == "int8"
+    axis = _norm_axis(axis, x.ndim)
+    reduce_axes = tuple(i for i in range(x.ndim) if i != axis)
+    rmin = np.minimum(x.min(axis=reduce_axes), np.float32(0))
+    rmax = np.maximum(x.max(axis=reduce_axes), np.float32(0))
+    qmin, qmax = _qrange(dtype)
+    if symmetric:
+        scale = np.maximum(-rmin, rmax) / np.float32(127)
+        zp = np.full(scale.shape, 0 if dtype == "int8" else 128, dtype=np.float32)
+    else:
+        scale = (rmax - rmin) / np.float32(qmax - qmin)
+    scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
+    if not symmetric:
+        zp = np.clip(np.rint(np.float32(qmin) - rmin / scale), qmin, qmax)
+    zero_point = zp.astype(dtype)
+    q = quantize_linear(x, scale, zero_point, axis)
+    if axis is None:
+        return q, np.float32(scale), zero_point[()]
+    return q, scale, zero_point
+
+
+def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
+    """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale`` (per channel along ``axis``)."""
+    q = np.asarray(q)
+    axis = _norm_axis(axis, q.ndim)
+    shape = _channel_shape(q.ndim, axis, np.size(scale))
+    s = np.asarray(scale, dtype=np.float32).reshape(shape)
+    zp = np.asarray(zero_point, dtype=np.int32).reshape(shape)
+    return (q.astype(np.int32) - zp).astype(np.float32) * s
+
+
+@dataclass(frozen=True, eq=False)
+class QuantParams:
+    """Validated, normalized quantization parameters of one kernel call.
+
+    Weight parameters are always arrays of length K (broadcast when per tensor).
+    ``y_scale``/``y_zero_point`` are None for a float32 output; ``bias`` is None
+    when no bias was given, else a length-K array of ``spec.bias_dtype``.
+    """
+
+    x_scale: np.float32
+    x_zero_point: np.int32
+    w_scale: np.ndarray
+    w_zero_point: np.ndarray
+    y_scale: np.float32 | None = None
+    y_zero_point: np.int32 | None = None
+    bias: np.ndarray | None = None
+
+
+def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
+    """float32 array of shape (size,) (or () if size is None) with finite positive values."""
+    arr = np.asarray(value)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must be a real number or array of them, got dtype {arr.dtype}")
+    arr = _check_shape(name, arr.astype(np.float32), size)
+    bad = ~(np.isfinite(arr) & (arr > 0))
+    if np.any(bad):
+        raise ValueError(f"{name}={float(arr[bad].flat[0])} is invalid: scales must be finite and > 0 "
+                         f"(as float32)")
+    return arr
+
+
+def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
+                      must_be_zero: str | None = None) -> np.ndarray:
+    """int32 array of shape (size,) (or ()) with values in the range of ``dtype``."""
+    arr = np.asarray(value)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer or integer array, got dtype {arr.dtype}")
+    arr = _check_shape(name, arr.astype(np.int64), size)
+    lo, hi = _qrange(dtype)
+    bad = (arr < lo) | (arr > hi)
+    if np.any(bad):
+        raise ValueError(f"{name}={int(arr[bad].flat[0])} is out of range for {dtype} "
+                         f"(allowed {lo}..{hi})")
+    if must_be_zero is not None and np.any(arr != 0):
+        raise ValueError(f"{name}={int(arr[arr != 0].flat[0])} must be 0: {must_be_zero}")
+    return arr.astype(np.int32)
+
+
+def _check_shape(name: str, arr: np.ndarray, size: int | None) -> np.ndarray:
+    if size is None:
+        if arr.size != 1:
+            raise ValueError(f"{name} has shape {arr.shape}; a per-tensor parameter must be a scalar")
+        return arr.reshape(())
+    if arr.shape != (size,):
+        raise ValueError(f"{name} has shape {arr.shape}; a per-channel parameter must have "
+                         f"shape ({size},), one value per output channel")
+    return arr
+
+
+def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_point: Any,
+                       w_scale: Any, w_zero_point: Any, y_scale: Any = None,
+                       y_zero_point: Any = None, *, xq: np.ndarray | None = None,
+                       wq: np.ndarray | None = None, bias: Any = None) -> QuantParams:
+    """Validate the parameters of a quantized kernel call against ``spec``.
+
+    ``k_channels`` is the number of output channels K (matmul: columns N). Optional
+    ``xq``/``wq``/``bias`` are checked too: ``xq`` must have the activation dtype,
+    ``wq`` int8, ``bias`` length K of an integer dtype fitting int32 (requantized
+    output) or a floating dtype (float output).
+    Raises ValueError for bad values/shapes/combinations, TypeError for bad dtypes.
+    """
+    if xq is not None and np.asarray(xq).dtype != spec.activation_dtype:
+        raise TypeError(f"input dtype {np.asarray(xq).dtype} does not match "
+                        f"QuantSpec(activation={spec.activation!r}): expected {spec.activation}")
+    if wq is not None and np.asarray(wq).dtype != WEIGHT_DTYPE:
+        raise TypeError(f"weight dtype {np.asarray(wq).dtype} does not match the spec: "
+                        f"quantized weights must be int8")
+    w_size = k_channels if spec.per_channel else None
+    sx = _check_scale("x_scale", x_scale, None)
+    zx = _check_zero_point("x_zero_point", x_zero_point, None, spec.activation,
+                           "int8 activations are symmetric" if spec.activation == "int8" else None)
+    sw = _check_scale("w_scale", w_scale, w_size)
+    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, "int8",
+                           "QuantSpec(weight_symmetric=True)" if spec.weight_symmetric else None)
+    sy = zy = None
+    if spec.requantized:
+        if y_scale is None or y_zero_point is None:
+            raise ValueError(f"output={spec.output!r} is requantized: y_scale and y_zero_point "
+                             f"are required (got y_scale={y_scale!r}, y_zero_point={y_zero_point!r})")
+        sy = np.float32(_check_scale("y_scale", y_scale, None))
+        zy = np.int32(_check_zero_point("y_zero_point", y_zero_point, None, spec.output))
+    elif y_scale is not None or y_zero_point is not None:
+        raise ValueError(f"output='float32' is dequantized: y_scale={y_scale!r} and "
+                         f"y_zero_point={y_zero_point!r} must not be given")
+    return QuantParams(x_scale=np.float32(sx), x_zero_point=np.int32(zx),
+                       w_scale=np.broadcast_to(sw, (k_channels,)).copy(),
+                       w_zero_point=np.broadcast_to(zw, (k_channels,)).copy(),
+                       y_scale=sy, y_zero_point=zy,
+                       bias=None if bias is None else _check_bias(spec, bias, k_channels))
+
+
+def _check_bias(spec: QuantSpec, bias: Any, k_channels: int) -> np.ndarray:
+    b = np.asarray(bias)
+    if spec.requantized:
+        if not np.issubdtype(b.dtype, np.integer):
+            raise TypeError(f"bias dtype {b.dtype} does not match output={spec.output!r}: a "
+                            f"requantized output takes an int32 bias (scale x_scale * w_scale)")
+        lo, hi = _qrange(np.int32)
+        if b.size and (b.min() < lo or b.max() > hi):
+            raise ValueError(f"bias values {b.min()}..{b.max()} do not fit int32")
+    elif not np.issubdtype(b.dtype, np.floating):
+        raise TypeError(f"bias dtype {b.dtype} does not match output='float32': "
+                        f"a dequantized output takes a float32 bias")
+    if b.shape != (k_channels,):
+        raise ValueError(f"bias has shape {b.shape}; expected ({k_channels},)")
+    return b.astype(spec.bias_dtype)
+
+
+def _to_int32(acc: np.ndarray, what: str) -> np.ndarray:
+    lo, hi = _qrange(np.int32)
+    if acc.size and (acc.min() < lo or acc.max() > hi):
+        raise OverflowError(f"{what} range {acc.min()}..{acc.max()} does not fit int32")
+    return acc.astype(np.int32)
+
+
+def _pair(v: IntPair) -> tuple[int, int]:
+    return (v, v) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
+
+
+def qconv2d_accumulators(xq: np.ndarray, wq: np.ndarray, x_zero_point: Any, w_zero_point: Any,
+                         stride: IntPair = 1, padding: IntPair = 0, dilation: IntPair = 1,
+                         groups: int = 1) -> np.ndarray:
+    """Exact int32 ``acc[N,K,OH,OW] = sum((x - zx) * (w - zw[k]))`` of a quantized conv2d.
+
+    ``xq[N,C,H,W]``, ``wq[K,C/groups,KH,KW]``; ``w_zero_point`` scalar or length K.
+    Padding contributes 0 (padded x equals zx). Raises OverflowError if a sum does
+    not fit int32.
+    """
+    k = wq.shape[0]
+    xs = np.asarray(xq, dtype=np.int64) - np.int64(x_zero_point)
+    zw = np.broadcast_to(np.asarray(w_zero_point, dtype=np.int64).reshape(-1), (k,))
+    ws = np.asarray(wq, dtype=np.int64) - zw[:, None, None, None]
+    acc = conv2d_reference(xs, ws, None, stride=_pair(stride), padding=_pair(padding),
+                           dilation=_pair(dilation), groups=groups, acc_dtype=np.int64)
+    return _to_int32(acc, "conv2d accumulator")
+
+
+def qmatmul_accumulators(aq: np.ndarray, bq: np.ndarray, a_zero_point: Any,
+                         b_zero_point: Any) -> np.ndarray:
+    """Exact int32 ``acc[i,j] = sum_k (a[i,k] - za) * (b[k,j] - zb[j])``.
+
+    ``b_zero_point`` is a scalar or has one value per output column j.
+    """
+    n = bq.shape[1]
+    a = np.asarray(aq, dtype=np.int64) - np.int64(a_zero_point)
+    zb = np.broadcast_to(np.asarray(b_zero_point, dtype=np.int64).reshape(-1), (n,))
+    b = np.asarray(bq, dtype=np.int64) - zb[None, :]
+    return _to_int32(matmul_reference(a, b, acc_dtype=np.int64), "matmul accumulator")
+
+
+def dequantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, bias_f32: Any = None,
+                      axis: int = 1) -> np.ndarray:
+    """Float32 ``acc * sx * sw[k] (+ bias[k])``, channel k along ``axis``.
+
+    ``axis`` is 1 for conv (NCHW), -1 for matmul. Computed in float64 and rounded
+    to float32 once: kernels match it within float32 rounding, not bit for bit.
+    """
+    acc = np.asarray(acc)
+    axis = _norm_axis(axis, acc.ndim)
+    shape = _channel_shape(acc.ndim, axis, acc.shape[axis])
+    sw = np.broadcast_to(np.asarray(w_scale, dtype=np.float64).reshape(-1), (acc.shape[axis],))
+    y = acc.astype(np.float64) * (np.float64(x_scale) * sw.reshape(shape))
+    if bias_f32 is not None:
+        y = y + np.asarray(bias_f32, dtype=np.float32).astype(np.float64).reshape(shape)
+    return y.astype(np.float32)
+
+
+def requant_multiplier(x_scale: Any, w_scale: Any, y_scale: Any) -> np.ndarray:
+    """``m[k] = float32((float64(sx) * float64(sw[k])) / float64(sy))``, a float32 array.
+
+    The scales are first taken as float32 (their stored type). Raises ValueError if
+    some ``m[k]`` is not a finite normal float32 (kernels may flush denormals).
+    """
+    sx, sw, sy = (np.asarray(s, dtype=np.float32).astype(np.float64)
+                  for s in (x_scale, w_scale, y_scale))
+    m = np.atleast_1d((sx * sw) / sy).astype(np.float32)
+    bad = ~(np.isfinite(m) & (m >= np.finfo(np.float32).tiny))
+    if np.any(bad):
+        raise ValueError(f"requantization multiplier x_scale*w_scale/y_scale={float(m[bad][0])} "
+                         f"is not a finite normal positive float32")
+    return m
+
+
+def requantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, y_scale: Any,
+                      y_zero_point: Any, out_dtype: str, bias_i32: Any = None,
+                      axis: int = 1) -> np.ndarray:
+    """Requantize int32 accumulators to ``out_dtype`` (uint8/int8), channel k along ``axis``.
+
+    Exactly, in this order (generated kernels must match bit for bit):
+
+    1. ``a = acc + bias[k]`` in int32 (OverflowError if the sum leaves int32);
+    2. ``m[k] = requant_multiplier(x_scale, w_scale, y_scale)`` (float32);
+    3. ``p = float32(a) * m[k]``: int32 -> float32 rounds to nearest even, then one
+       float32 multiply (no fused multiply-add);
+    4. ``r = rint(p)``: round half to even;
+    5. ``q = clamp(r + zy, qmin, qmax)`` exactly (saturating even beyond int32;
+       equivalently clamp ``p`` to ``[qmin - zy, qmax - zy]`` in float32 before rounding).
+    """
+    acc = np.asarray(acc)
+    if acc.dtype != np.int32:
+        raise TypeError(f"accumulators must be int32, got {acc.dtype}")
+    axis = _norm_axis(axis, acc.ndim)
+    k = acc.shape[axis]
+    shape = _channel_shape(acc.ndim, axis, k)
+    a = acc.astype(np.int64)
+    if bias_i32 is not None:
+        a = a + np.asarray(bias_i32, dtype=np.int64).reshape(shape)
+    a = _to_int32(a, "accumulator + bias")
+    m = np.broadcast_to(requant_multiplier(x_scale, w_scale, y_scale), (k,)).reshape(shape)
+    p = a.astype(np.float32) * m
+    r = np.rint(p).astype(np.float64) + np.float64(int(y_zero_point))
+    lo, hi = _qrange(out_dtype)
+    return np.clip(r, lo, hi).astype(out_dtype)
+
+
+def quant_error(reference_f32: np.ndarray, approx: np.ndarray) -> dict[str, float]:
+    """Error of ``approx`` against ``reference_f32``: ``max_abs``, ``rel_l2``, ``sqnr_db``.
+
+    ``rel_l2 = ||approx - ref|| / ||ref||``, ``sqnr_db = 10 log10(sum ref^2 / sum err^2)``
+    (inf when the error is zero), computed in float64.
+    """
+    ref = np.asarray(reference_f32, dtype=np.float64)
+    app = np.asarray(approx, dtype=np.float64)
+    if ref.shape != app.shape:
+        raise ValueError(f"quant_error: shapes differ: reference {ref.shape}, approx {app.shape}")
+    err = app - ref
+    signal, noise = float(np.sum(ref * ref)), float(np.sum(err * err))
+    with np.errstate(divide="ignore"):
+        rel = np.sqrt(noise / signal) if signal else (0.0 if noise == 0 else np.inf)
+        sqnr = 10 * np.log10(signal / noise) if noise else np.inf
+    return {"max_abs": float(np.max(np.abs(err), initial=0.0)), "rel_l2": float(rel),
+            "sqnr_db": float(sqnr)}
