@@ -158,7 +158,7 @@ def quantize(array: Any, dtype: str, axis: int | None = None,
 
 
 def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
-    """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale`` (per channel along ``axis``)."""
+    """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale``, per channel along ``axis``."""
     q = np.asarray(q)
     axis = _norm_axis(axis, q.ndim)
     shape = _channel_shape(q.ndim, axis, np.size(scale))
@@ -193,8 +193,8 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
     arr = _check_shape(name, arr.astype(np.float32), size)
     bad = ~(np.isfinite(arr) & (arr > 0))
     if np.any(bad):
-        raise ValueError(f"{name}={float(arr[bad].flat[0])} is invalid: scales must be finite and > 0 "
-                         f"(as float32)")
+        raise ValueError(f"{name}={float(arr[bad].flat[0])} is invalid: "
+                         f"scales must be finite and > 0 (as float32)")
     return arr
 
 
@@ -218,7 +218,8 @@ def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
 def _check_shape(name: str, arr: np.ndarray, size: int | None) -> np.ndarray:
     if size is None:
         if arr.size != 1:
-            raise ValueError(f"{name} has shape {arr.shape}; a per-tensor parameter must be a scalar")
+            raise ValueError(f"{name} has shape {arr.shape}; "
+                             f"a per-tensor parameter must be a scalar")
         return arr.reshape(())
     if arr.shape != (size,):
         raise ValueError(f"{name} has shape {arr.shape}; a per-channel parameter must have "
@@ -254,8 +255,8 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_po
     sy = zy = None
     if spec.requantized:
         if y_scale is None or y_zero_point is None:
-            raise ValueError(f"output={spec.output!r} is requantized: y_scale and y_zero_point "
-                             f"are required (got y_scale={y_scale!r}, y_zero_point={y_zero_point!r})")
+            raise ValueError(f"output={spec.output!r} is requantized: y_scale and y_zero_point are "
+                             f"required (got y_scale={y_scale!r}, y_zero_point={y_zero_point!r})")
         sy = np.float32(_check_scale("y_scale", y_scale, None))
         zy = np.int32(_check_zero_point("y_zero_point", y_zero_point, None, spec.output))
     elif y_scale is not None or y_zero_point is not None:

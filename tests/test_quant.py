@@ -100,7 +100,8 @@ arrays = st.integers(1, 4).flatmap(lambda nd: st.tuples(
        st.booleans())
 def test_roundtrip_error_at_most_half_scale(params, dtype, symmetric, per_channel):
     shape, seed, magnitude, offset = params
-    x = ((np.random.default_rng(seed).standard_normal(shape) + offset) * magnitude).astype(np.float32)
+    x = np.random.default_rng(seed).standard_normal(shape) + offset
+    x = (x * magnitude).astype(np.float32)
     axis = len(shape) - 1 if per_channel else None
     q, scale, zp = quantize(x, dtype, axis=axis, symmetric=symmetric)
     assert q.dtype == np.dtype(dtype) and q.shape == x.shape
@@ -171,7 +172,8 @@ def test_check_params_normalizes():
     (I8Q, (3, 1.0, 0, [1, 1, 1], 0, 1.0, 0), {}, ValueError, r"w_scale has shape \(3,\).*scalar"),
     (U8F, (3, 1.0, 0, [1, 1, 1], [0, 2, 0]), {}, ValueError,
      r"w_zero_point=2 must be 0: QuantSpec\(weight_symmetric=True\)"),
-    (I8Q, (3, 1.0, 0, 1.0, 128, 1.0, 0), {}, ValueError, r"w_zero_point=128 is out of range for int8"),
+    (I8Q, (3, 1.0, 0, 1.0, 128, 1.0, 0), {}, ValueError,
+     r"w_zero_point=128 is out of range for int8"),
     (I8Q, (3, 1.0, 0, 1.0, 0), {}, ValueError, r"y_scale and y_zero_point are required"),
     (I8Q, (3, 1.0, 0, 1.0, 0, 1.0), {}, ValueError, r"y_zero_point=None"),
     (I8Q, (3, 1.0, 0, 1.0, 0, 0.0, 0), {}, ValueError, r"y_scale=.*0\.0"),
