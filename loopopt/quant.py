@@ -158,7 +158,7 @@ def quantize(array: Any, dtype: str, axis: int | None = None,
 
 
 def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
-    """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale``, per channel along ``axis``."""
+    """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale`` (per channel: ``axis``)."""
     q = np.asarray(q)
     axis = _norm_axis(axis, q.ndim)
     shape = _channel_shape(q.ndim, axis, np.size(scale))
