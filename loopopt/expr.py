@@ -1,0 +1,222 @@
+"""Quasi-affine integer expressions over loop variables.
+
+One small AST serves every consumer: isl strings (domains, access maps, schedule
+maps), C code (kernels, trace generators) and numpy evaluation. Division is floor
+division of a non-negative numerator by a positive constant, which is where C's
+``/`` and ``%`` agree with isl's ``floor`` and ``mod``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+import numpy as np
+
+ExprLike = Union["Expr", int]
+
+
+class Expr:
+    """Base class: supports ``+``, ``-``, ``*`` by an int, ``//`` and ``%`` by an int."""
+
+    def __add__(self, other: ExprLike) -> Expr:
+        other = lift(other)
+        if isinstance(other, Const) and other.value == 0:
+            return self
+        if isinstance(self, Const) and self.value == 0:
+            return other
+        return Add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: ExprLike) -> Expr:
+        return self + lift(other) * -1
+
+    def __rsub__(self, other: ExprLike) -> Expr:
+        return lift(other) + self * -1
+
+    def __mul__(self, factor: int) -> Expr:
+        if factor == 1:
+            return self
+        if factor == 0:
+            return Const(0)
+        if isinstance(self, Const):
+            return Const(self.value * factor)
+        return Mul(self, int(factor))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, divisor: int) -> Expr:
+        return self if divisor == 1 else FloorDiv(self, int(divisor))
+
+    def __mod__(self, divisor: int) -> Expr:
+        return Const(0) if divisor == 1 else Mod(self, int(divisor))
+
+    def variables(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    def to_c(self) -> str:
+        raise NotImplementedError
+
+    def to_isl(self) -> str:
+        raise NotImplementedError
+
+    def evaluate(self, env: Mapping[str, object]):
+        """Value for integer (or numpy integer array) bindings of the variables."""
+        raise NotImplementedError
+
+    def substitute(self, bindings: Mapping[str, Expr]) -> Expr:
+        raise NotImplementedError
+
+
+def lift(value: ExprLike) -> Expr:
+    """An int becomes a ``Const``; an ``Expr`` stays."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return Const(int(value))
+    raise TypeError(f"expected an integer expression, got {value!r}")
+
+
+@dataclass(frozen=True, eq=True)
+class Const(Expr):
+    value: int
+
+    def variables(self) -> frozenset[str]:
+        return frozenset()
+
+    def to_c(self) -> str:
+        return str(self.value)
+
+    to_isl = to_c
+
+    def evaluate(self, env):
+        return self.value
+
+    def substitute(self, bindings):
+        return self
+
+
+@dataclass(frozen=True, eq=True)
+class Var(Expr):
+    name: str
+
+    def variables(self) -> frozenset[str]:
+        return frozenset([self.name])
+
+    def to_c(self) -> str:
+        return self.name
+
+    to_isl = to_c
+
+    def evaluate(self, env):
+        return env[self.name]
+
+    def substitute(self, bindings):
+        return bindings.get(self.name, self)
+
+
+@dataclass(frozen=True, eq=True)
+class Add(Expr):
+    left: Expr
+    right: Expr
+
+    def variables(self):
+        return self.left.variables() | self.right.variables()
+
+    def to_c(self):
+        right = self.right
+        if isinstance(right, Mul) and right.factor < 0:
+            return f"({self.left.to_c()} - {(right.expr * -right.factor).to_c()})"
+        return f"({self.left.to_c()} + {right.to_c()})"
+
+    def to_isl(self):
+        return f"({self.left.to_isl()} + {self.right.to_isl()})"
+
+    def evaluate(self, env):
+        return self.left.evaluate(env) + self.right.evaluate(env)
+
+    def substitute(self, bindings):
+        return self.left.substitute(bindings) + self.right.substitute(bindings)
+
+
+@dataclass(frozen=True, eq=True)
+class Mul(Expr):
+    expr: Expr
+    factor: int
+
+    def variables(self):
+        return self.expr.variables()
+
+    def to_c(self):
+        return f"{self.factor}*{self.expr.to_c()}"
+
+    def to_isl(self):
+        return f"{self.factor}*{self.expr.to_isl()}"
+
+    def evaluate(self, env):
+        return self.expr.evaluate(env) * self.factor
+
+    def substitute(self, bindings):
+        return self.expr.substitute(bindings) * self.factor
+
+
+@dataclass(frozen=True, eq=True)
+class FloorDiv(Expr):
+    expr: Expr
+    divisor: int
+
+    def variables(self):
+        return self.expr.variables()
+
+    def to_c(self):
+        return f"({self.expr.to_c()} / {self.divisor})"
+
+    def to_isl(self):
+        return f"floor(({self.expr.to_isl()})/{self.divisor})"
+
+    def evaluate(self, env):
+        return self.expr.evaluate(env) // self.divisor
+
+    def substitute(self, bindings):
+        return self.expr.substitute(bindings) // self.divisor
+
+
+@dataclass(frozen=True, eq=True)
+class Mod(Expr):
+    expr: Expr
+    divisor: int
+
+    def variables(self):
+        return self.expr.variables()
+
+    def to_c(self):
+        return f"({self.expr.to_c()} % {self.divisor})"
+
+    def to_isl(self):
+        return f"(({self.expr.to_isl()}) mod {self.divisor})"
+
+    def evaluate(self, env):
+        return self.expr.evaluate(env) % self.divisor
+
+    def substitute(self, bindings):
+        return self.expr.substitute(bindings) % self.divisor
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The constraint ``lower <= expr < upper``."""
+
+    expr: Expr
+    lower: int
+    upper: int
+
+    def to_c(self) -> str:
+        text = self.expr.to_c()
+        return f"{self.lower} <= {text} && {text} < {self.upper}"
+
+    def to_isl(self) -> str:
+        return f"{self.lower} <= {self.expr.to_isl()} < {self.upper}"
+
+    def evaluate(self, env):
+        value = self.expr.evaluate(env)
+        return (value >= self.lower) & (value < self.upper)

@@ -1,0 +1,116 @@
+"""Storage layouts of tensors, named with oneDNN format tags.
+
+A tag lists a tensor's dimension letters from outermost to innermost. An upper-case
+letter is a whole dimension (or its outer part when the dimension is blocked); a
+number followed by the lower-case letter is an inner block of that dimension:
+``NCHW16c`` stores ``C`` as ``C/16`` outer blocks with 16 channels innermost.
+A blocked dimension is padded with zeros up to a multiple of its block.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .expr import Expr
+
+_TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parsed format tag for a tensor with logical dimension letters ``letters``."""
+
+    tag: str
+    letters: str                      # logical order, e.g. "NCHW" or "OIHW"
+    order: tuple[tuple[str, int], ...]  # storage dims: (letter, block) outer->inner; block 0 = whole/outer
+
+    @staticmethod
+    def parse(tag: str, letters: str, tensor: str = "tensor") -> "Layout":
+        """Parse ``tag`` for a tensor whose logical dims are ``letters``; ValueError if malformed."""
+        pos, order, blocks = 0, [], {}
+        for match in _TOKEN.finditer(tag):
+            if match.start() != pos:
+                break
+            pos = match.end()
+            if match.group(3):
+                order.append((match.group(3), 0))
+            else:
+                letter, size = match.group(2).upper(), int(match.group(1))
+                if size < 1 or letter in blocks:
+                    raise ValueError(f"layout {tag!r} of {tensor}: bad block {match.group(0)!r}")
+                blocks[letter] = size
+                order.append((letter, size))
+        outer = [letter for letter, block in order if block == 0]
+        if pos != len(tag) or sorted(outer) != sorted(letters) or any(b not in outer for b in blocks):
+            raise ValueError(
+                f"layout {tag!r} is not a valid format tag for {tensor} with dims {letters}: "
+                f"use a permutation of {letters!r} optionally followed by blocks such as "
+                f"'16{letters[1].lower()}' (e.g. {_examples(letters)})")
+        return Layout(tag, letters, tuple(order))
+
+    def block(self, letter: str) -> int:
+        """Inner block size of ``letter`` (1 when not blocked)."""
+        return next((b for l, b in self.order if l == letter and b), 1)
+
+    def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the storage array for a tensor of logical ``shape``."""
+        extent = dict(zip(self.letters, shape))
+        return tuple(b if b else -(-extent[l] // self.block(l)) for l, b in self.order)
+
+    def strides(self, shape: tuple[int, ...]) -> list[int]:
+        """Element strides of the storage dims, outer to inner."""
+        dims = self.storage_shape(shape)
+        strides, acc = [], 1
+        for size in reversed(dims):
+            strides.append(acc)
+            acc *= size
+        return strides[::-1]
+
+    def offset(self, index: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+        """Element offset in storage of the logical ``index`` (an Expr per logical dim)."""
+        by_letter = dict(zip(self.letters, index))
+        total: Expr | int = 0
+        for (letter, block), stride in zip(self.order, self.strides(shape)):
+            size = self.block(letter)
+            part = by_letter[letter] % block if block else by_letter[letter] // size
+            total = part * stride + total
+        return total
+
+    def to_storage(self, array: np.ndarray) -> np.ndarray:
+        """Copy a logical-layout array into this layout (blocked dims zero-padded)."""
+        padded_shape = [(-(-n // self.block(l))) * self.block(l) for l, n in zip(self.letters, array.shape)]
+        padded = np.zeros(padded_shape, dtype=array.dtype)
+        padded[tuple(slice(0, n) for n in array.shape)] = array
+        split_shape, split_axes = [], {}
+        for letter, n in zip(self.letters, padded_shape):
+            size = self.block(letter)
+            split_axes[(letter, 0)] = len(split_shape)
+            split_shape.append(n // size)
+            if size > 1:
+                split_axes[(letter, size)] = len(split_shape)
+                split_shape.append(size)
+        perm = [split_axes[(l, b)] for l, b in self.order if (l, b) in split_axes]
+        return np.ascontiguousarray(padded.reshape(split_shape).transpose(perm))
+
+    def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Inverse of ``to_storage``: the logical array of ``shape``."""
+        split_axes, storage_pos = [], {key: i for i, key in enumerate(self.order)}
+        padded_shape = []
+        for letter, n in zip(self.letters, shape):
+            size = self.block(letter)
+            split_axes.append(storage_pos[(letter, 0)])
+            if size > 1:
+                split_axes.append(storage_pos[(letter, size)])
+            padded_shape.append(-(-n // size) * size)
+        logical = stored.transpose(split_axes).reshape(padded_shape)
+        return np.ascontiguousarray(logical[tuple(slice(0, n) for n in shape)])
+
+
+def _examples(letters: str) -> str:
+    if letters == "NCHW":
+        return "NCHW, NHWC, NCHW16c"
+    if letters == "OIHW":
+        return "OIHW, HWIO, OHWI, OIHW16i16o"
+    return ", ".join([letters, letters[::-1]])

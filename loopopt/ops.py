@@ -1,0 +1,321 @@
+"""Operations as polyhedral objects: iteration domain, accesses, dependences, reference.
+
+An op is one reduction statement ``out[...] += in0[...] * in1[...]`` over a box of
+named dimensions, minus the instances excluded by ``guards`` (the padding taps of a
+convolution). Its accesses are quasi-affine expressions of the dimensions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Optional
+
+import islpy as isl
+import numpy as np
+
+from .expr import Bound, Expr, Var
+from .reference import conv2d_reference, matmul_reference
+
+if TYPE_CHECKING:
+    from .quant import QuantSpec
+
+STATEMENT = "S"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor of an op: its logical shape, dimension letters and role."""
+
+    name: str
+    shape: tuple[int, ...]
+    letters: str
+    role: str            # "input", "output" or "bias"
+    default_layout: str
+
+
+class Op:
+    """Common polyhedral view of a reduction op; subclasses fill in the specifics."""
+
+    dims: tuple[tuple[str, int], ...]
+    reduction_dims: frozenset[str]
+    inputs: tuple[str, str]
+    output: str
+    quant: Optional["QuantSpec"]
+
+    # --- provided by subclasses ------------------------------------------------
+    def tensor(self, name: str) -> TensorInfo:
+        raise NotImplementedError
+
+    def index(self, name: str) -> tuple[Expr, ...]:
+        """The logical index of tensor ``name`` accessed by the statement."""
+        raise NotImplementedError
+
+    @property
+    def guards(self) -> tuple[Bound, ...]:
+        """Constraints beyond the box that define the domain (padding taps excluded)."""
+        return ()
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return self.inputs + (self.output,)
+
+    # --- polyhedral view -----------------------------------------------------------
+    @property
+    def dim_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.dims)
+
+    def extent(self, dim: str) -> int:
+        return dict(self.dims)[dim]
+
+    def domain_constraints(self) -> list[str]:
+        """isl constraints of the domain over the dim names."""
+        box = [f"0 <= {name} < {extent}" for name, extent in self.dims]
+        return box + [guard.to_isl() for guard in self.guards]
+
+    @cached_property
+    def domain(self) -> isl.Set:
+        """The iteration domain ``{ S[dims] : box and guards }``."""
+        names = ", ".join(self.dim_names)
+        return isl.Set(f"{{ {STATEMENT}[{names}] : {' and '.join(self.domain_constraints())} }}")
+
+    @cached_property
+    def access_maps(self) -> dict[str, isl.Map]:
+        """One isl map per tensor from the domain to the tensor's logical index space."""
+        names = ", ".join(self.dim_names)
+        maps = {}
+        for tensor in self.tensors:
+            index = ", ".join(e.to_isl() for e in self.index(tensor))
+            maps[tensor] = isl.Map(f"{{ {STATEMENT}[{names}] -> {tensor}[{index}] }}").intersect_domain(self.domain)
+        return maps
+
+    @cached_property
+    def original_schedule(self) -> isl.Map:
+        """The naive order: the identity over the dims in their declared order."""
+        names = ", ".join(self.dim_names)
+        return isl.Map(f"{{ {STATEMENT}[{names}] -> [{names}] }}").intersect_domain(self.domain)
+
+    @cached_property
+    def dependences(self) -> dict[str, isl.Map]:
+        """Dependences from isl's dataflow analysis, keyed ``flow`` (write -> read),
+        ``output`` (write -> write) and ``anti`` (read -> write), each ``S[x] -> S[y]``.
+
+        Each comes from the accumulation into the output, i.e. it is the order of
+        the reduction, which reassociation may change.
+        """
+        out = isl.UnionMap.from_map(self.access_maps[self.output])
+        return {"flow": self._dataflow(sink=out, source=out, must=True),
+                "output": self._dataflow(sink=out, source=out, must=True),
+                "anti": self._dataflow(sink=out, source=out, must=False)}
+
+    def _dataflow(self, sink: isl.UnionMap, source: isl.UnionMap, must: bool) -> isl.Map:
+        info = isl.UnionAccessInfo.from_sink(sink)
+        info = info.set_must_source(source) if must else info.set_may_source(source)
+        flow = info.set_schedule_map(isl.UnionMap.from_map(self.original_schedule)).compute_flow()
+        deps = flow.get_must_dependence() if must else flow.get_may_dependence()
+        space = isl.Map.from_domain_and_range(self.domain, self.domain).get_space()
+        result = isl.Map.empty(space)
+        for piece in _maps(deps):
+            result = result.union(piece)
+        return result.coalesce()
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations (2 per multiply-accumulate instance), bias excluded."""
+        return 2 * self.macs
+
+    @cached_property
+    def macs(self) -> int:
+        """Number of statement instances (multiply-accumulates), padding taps excluded."""
+        return _count(self.domain)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random logical-layout inputs for testing and timing."""
+        raise NotImplementedError
+
+    def reference(self, *arrays: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _count(domain: isl.Set) -> int:
+    card = domain.card()
+    text = card.to_str()
+    return int(text.strip("{} ").split()[0]) if "{" in text else int(text)
+
+
+def _maps(union: isl.UnionMap) -> list[isl.Map]:
+    maps: list[isl.Map] = []
+    union.foreach_map(maps.append)
+    return maps
+
+
+def _pair(value, what: str) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value), int(value)
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+        return int(value[0]), int(value[1])
+    raise TypeError(f"{what} must be an int or a pair of ints, got {value!r}")
+
+
+def _positive(value, what: str) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class Conv2d(Op):
+    """2D convolution with PyTorch's semantics: ``O[n,k,oh,ow] += I[n,c',ih,iw] * W[k,c,kh,kw]``.
+
+    ``c`` runs over the input channels of ``k``'s group, ``c' = (k // (K/groups)) * (C/groups) + c``,
+    ``ih = oh*stride_h - pad_h + kh*dil_h`` and likewise ``iw``.
+    """
+
+    inputs = ("I", "W")
+    output = "O"
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, batch: int = 1,
+                 height: int = 56, width: int = 56, dtype: str = "float32",
+                 quant: Optional["QuantSpec"] = None):
+        self.in_channels = _positive(in_channels, "in_channels")
+        self.out_channels = _positive(out_channels, "out_channels")
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.padding = _pair(padding, "padding")
+        self.dilation = _pair(dilation, "dilation")
+        self.groups = _positive(groups, "groups")
+        self.batch = _positive(batch, "batch")
+        self.height = _positive(height, "height")
+        self.width = _positive(width, "width")
+        for what, pair, low in (("kernel_size", self.kernel_size, 1), ("stride", self.stride, 1),
+                                ("dilation", self.dilation, 1), ("padding", self.padding, 0)):
+            if min(pair) < low:
+                raise ValueError(f"{what} must be >= {low}, got {pair}")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {bias!r}")
+        self.bias = bias
+        for what, channels in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
+            if channels % self.groups:
+                raise ValueError(f"{what}={channels} is not divisible by groups={self.groups}")
+        if quant is None and dtype != "float32":
+            raise ValueError(f"dtype {dtype!r} is not supported: allowed 'float32' "
+                             f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
+        self.dtype = dtype
+        self.quant = quant
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self.padding, self.dilation
+        span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+        if span_h > self.height + 2 * ph or span_w > self.width + 2 * pw:
+            raise ValueError(
+                f"kernel_size={self.kernel_size} with dilation={self.dilation} spans {span_h}x{span_w}, "
+                f"larger than the padded input {self.height + 2 * ph}x{self.width + 2 * pw}")
+        self.out_height = (self.height + 2 * ph - span_h) // sh + 1
+        self.out_width = (self.width + 2 * pw - span_w) // sw + 1
+        cg = self.in_channels // self.groups
+        self.dims = (("n", self.batch), ("k", self.out_channels), ("oh", self.out_height),
+                     ("ow", self.out_width), ("c", cg), ("kh", kh), ("kw", kw))
+        self.reduction_dims = frozenset({"c", "kh", "kw"})
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {name}={value}" for name, value, default in (
+            ("stride", self.stride, (1, 1)), ("padding", self.padding, (0, 0)),
+            ("dilation", self.dilation, (1, 1)), ("groups", self.groups, 1)) if value != default)
+        q = f", quant={self.quant}" if self.quant else ""
+        return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}, "
+                f"bias={self.bias}, batch={self.batch}, height={self.height}, width={self.width}{q})")
+
+    def tensor(self, name: str) -> TensorInfo:
+        kh, kw = self.kernel_size
+        infos = {
+            "I": TensorInfo("I", (self.batch, self.in_channels, self.height, self.width), "NCHW", "input", "NCHW"),
+            "W": TensorInfo("W", (self.out_channels, self.in_channels // self.groups, kh, kw), "OIHW", "input", "OIHW"),
+            "O": TensorInfo("O", (self.batch, self.out_channels, self.out_height, self.out_width), "NCHW", "output", "NCHW"),
+            "B": TensorInfo("B", (self.out_channels,), "C", "bias", "C"),
+        }
+        if name not in infos:
+            raise ValueError(f"Conv2d has no tensor {name!r}: its tensors are I, W, O, B")
+        return infos[name]
+
+    def input_hw(self) -> tuple[Expr, Expr]:
+        v = {name: Var(name) for name in self.dim_names}
+        (sh, sw), (ph, pw), (dh, dw) = self.stride, self.padding, self.dilation
+        return v["oh"] * sh + v["kh"] * dh - ph, v["ow"] * sw + v["kw"] * dw - pw
+
+    def index(self, name: str) -> tuple[Expr, ...]:
+        v = {n: Var(n) for n in self.dim_names}
+        kg, cg = self.out_channels // self.groups, self.in_channels // self.groups
+        if name == "I":
+            channel = v["c"] if self.groups == 1 else (v["k"] // kg) * cg + v["c"]
+            return (v["n"], channel) + self.input_hw()
+        if name == "W":
+            return v["k"], v["c"], v["kh"], v["kw"]
+        if name == "O":
+            return v["n"], v["k"], v["oh"], v["ow"]
+        raise ValueError(f"Conv2d has no accessed tensor {name!r}: I, W, O")
+
+    @property
+    def guards(self) -> tuple[Bound, ...]:
+        ih, iw = self.input_hw()
+        guards = []
+        if self.padding[0]:
+            guards.append(Bound(ih, 0, self.height))
+        if self.padding[1]:
+            guards.append(Bound(iw, 0, self.width))
+        return tuple(guards)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        arrays = {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("I", "W")}
+        if self.bias:
+            arrays["B"] = rng.standard_normal(self.out_channels).astype(np.float32)
+        return arrays
+
+    def reference(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """float64 reference output ``O[N,K,OH,OW]``."""
+        return conv2d_reference(x, w, b, stride=self.stride, padding=self.padding,
+                                dilation=self.dilation, groups=self.groups)
+
+
+class Matmul(Op):
+    """Matrix multiply ``C[i,j] += A[i,k] * B[k,j]`` with A of shape (m, k), B (k, n)."""
+
+    inputs = ("A", "B")
+    output = "C"
+    bias = False
+
+    def __init__(self, m: int, n: int, k: int, dtype: str = "float32",
+                 quant: Optional["QuantSpec"] = None):
+        self.m, self.n, self.k = (_positive(v, name) for v, name in ((m, "m"), (n, "n"), (k, "k")))
+        if quant is None and dtype != "float32":
+            raise ValueError(f"dtype {dtype!r} is not supported: allowed 'float32' "
+                             f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
+        self.dtype = dtype
+        self.quant = quant
+        self.dims = (("i", self.m), ("j", self.n), ("k", self.k))
+        self.reduction_dims = frozenset({"k"})
+
+    def __repr__(self) -> str:
+        q = f", quant={self.quant}" if self.quant else ""
+        return f"Matmul(m={self.m}, n={self.n}, k={self.k}{q})"
+
+    def tensor(self, name: str) -> TensorInfo:
+        infos = {"A": TensorInfo("A", (self.m, self.k), "MK", "input", "MK"),
+                 "B": TensorInfo("B", (self.k, self.n), "KN", "input", "KN"),
+                 "C": TensorInfo("C", (self.m, self.n), "MN", "output", "MN")}
+        if name not in infos:
+            raise ValueError(f"Matmul has no tensor {name!r}: its tensors are A, B, C")
+        return infos[name]
+
+    def index(self, name: str) -> tuple[Expr, ...]:
+        i, j, k = Var("i"), Var("j"), Var("k")
+        table = {"A": (i, k), "B": (k, j), "C": (i, j)}
+        if name not in table:
+            raise ValueError(f"Matmul has no tensor {name!r}: its tensors are A, B, C")
+        return table[name]
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("A", "B")}
+
+    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """float64 reference ``C = A @ B``."""
+        return matmul_reference(a, b)

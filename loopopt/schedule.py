@@ -1,0 +1,382 @@
+"""Schedules: immutable loop-nest transformations of an op.
+
+Every primitive returns a new ``Schedule``. A schedule is the ordered list of its
+loops (each a leaf of the split/fuse tree over the op's dims), the relations that
+tie loops back to the op's dims, per-loop annotations, storage layouts and the
+steps that built it. Legality is decided from the op's isl dependences.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional
+
+import islpy as isl
+
+from .expr import Bound, Expr, Var
+from .layout import Layout
+from .ops import STATEMENT, Op
+
+if TYPE_CHECKING:
+    from .build import Kernel
+
+
+class ScheduleError(ValueError):
+    """A schedule request that names something wrong (a loop, a factor, a tensor)."""
+
+
+class IllegalScheduleError(ScheduleError):
+    """A schedule request that would violate a dependence of the op."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of the nest: name, trip count and annotations."""
+
+    name: str
+    extent: int
+    vectorized: bool = False
+    parallel: bool = False
+    unroll: int = 0              # 0: not unrolled; n: unroll by n (the full extent when n >= extent)
+
+
+@dataclass(frozen=True)
+class Split:
+    """``parent = outer * factor + inner`` with ``inner < factor``."""
+
+    parent: str
+    outer: str
+    inner: str
+    factor: int
+    parent_extent: int
+
+
+@dataclass(frozen=True)
+class Fuse:
+    """``outer = fused // inner_extent`` and ``inner = fused % inner_extent``."""
+
+    outer: str
+    inner: str
+    fused: str
+    inner_extent: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One primitive application, kept to print and to save a schedule."""
+
+    primitive: str
+    args: tuple = ()
+    kwargs: tuple = ()
+
+    def __str__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
+        return f"{self.primitive}({', '.join(parts)})"
+
+
+def _check_factor(factor: Any, what: str) -> int:
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ScheduleError(f"{what}: factor must be an integer >= 1, got {factor!r}")
+    return factor
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A loop schedule of ``op``. ``Schedule(op)`` is the naive nest in the op's dim order.
+
+    ``reassociate`` (default True) allows reordering the floating-point reduction;
+    with False any change of the summation order is refused as illegal.
+    """
+
+    op: Op
+    loops: tuple[Loop, ...] = ()
+    relations: tuple[Split | Fuse, ...] = ()
+    layouts: tuple[tuple[str, str], ...] = ()
+    steps: tuple[Step, ...] = ()
+    reassociate: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.op, Op):
+            raise TypeError(f"Schedule needs an op (lo.Conv2d or lo.Matmul), got {type(self.op).__name__}")
+        if not self.loops:
+            object.__setattr__(self, "loops", tuple(Loop(n, e) for n, e in self.op.dims))
+        if not self.layouts:
+            object.__setattr__(self, "layouts", tuple(
+                (t, self.op.tensor(t).default_layout) for t in self.op.tensors))
+
+    # --- naming ---------------------------------------------------------------
+    @property
+    def loop_names(self) -> tuple[str, ...]:
+        return tuple(loop.name for loop in self.loops)
+
+    def loop(self, name: str, primitive: str = "schedule") -> Loop:
+        """The loop called ``name``; a ScheduleError naming the loops otherwise."""
+        for loop in self.loops:
+            if loop.name == name:
+                return loop
+        close = difflib.get_close_matches(str(name), self.loop_names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ScheduleError(f"{primitive}: there is no loop named {name!r}{hint}; "
+                            f"the loops are {', '.join(self.loop_names)}")
+
+    def position(self, name: str) -> int:
+        return self.loop_names.index(name)
+
+    @property
+    def vector_loop(self) -> Optional[Loop]:
+        return next((loop for loop in self.loops if loop.vectorized), None)
+
+    @property
+    def parallel_loop(self) -> Optional[Loop]:
+        return next((loop for loop in self.loops if loop.parallel), None)
+
+    def layout_of(self, tensor: str) -> Layout:
+        tag = dict(self.layouts)[tensor]
+        info = self.op.tensor(tensor)
+        return Layout.parse(tag, info.letters, tensor)
+
+    # --- the tree from loops back to dims ----------------------------------------
+    def value(self, name: str) -> Expr:
+        """Expression of a dim or intermediate loop in terms of the current loops."""
+        if name in self.loop_names:
+            return Var(name)
+        for rel in self.relations:
+            if isinstance(rel, Split) and rel.parent == name:
+                return self.value(rel.outer) * rel.factor + self.value(rel.inner)
+            if isinstance(rel, Fuse) and name in (rel.outer, rel.inner):
+                fused = self.value(rel.fused)
+                return fused // rel.inner_extent if name == rel.outer else fused % rel.inner_extent
+        raise ScheduleError(f"internal: {name!r} is not derived from any loop")
+
+    @cached_property
+    def dim_values(self) -> dict[str, Expr]:
+        """Each op dim as an expression of the loops."""
+        return {dim: self.value(dim) for dim in self.op.dim_names}
+
+    @cached_property
+    def guards(self) -> tuple[Bound, ...]:
+        """Constraints the loops' box needs to match the domain: partial blocks, then the op's."""
+        partial = tuple(Bound(self.value(r.parent), 0, r.parent_extent) for r in self.relations
+                        if isinstance(r, Split) and r.parent_extent % r.factor)
+        op_guards = tuple(Bound(g.expr.substitute(self.dim_values), g.lower, g.upper) for g in self.op.guards)
+        return partial + op_guards
+
+    def index(self, tensor: str) -> tuple[Expr, ...]:
+        """The logical index of ``tensor`` in terms of the loops."""
+        return tuple(e.substitute(self.dim_values) for e in self.op.index(tensor))
+
+    def offset(self, tensor: str) -> Expr:
+        """Storage offset (elements) of ``tensor``'s accessed element, in terms of the loops."""
+        return self.layout_of(tensor).offset(self.index(tensor), self.op.tensor(tensor).shape)
+
+    # --- isl -----------------------------------------------------------------------
+    @cached_property
+    def isl_map(self) -> isl.Map:
+        """The schedule map ``S[dims] -> [loops]`` restricted to the op's domain."""
+        dims = ", ".join(self.op.dim_names)
+        loops = ", ".join(self.loop_names)
+        constraints = [f"0 <= {l.name} < {l.extent}" for l in self.loops]
+        constraints += [f"{d} = {v.to_isl()}" for d, v in self.dim_values.items()]
+        text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
+        return isl.Map(text).intersect_domain(self.op.domain)
+
+    def _scheduled_dependences(self) -> isl.Map:
+        deps = self.op.dependences["flow"]
+        return deps.apply_domain(self.isl_map).apply_range(self.isl_map)
+
+    def _iteration(self, point_map: isl.Map) -> tuple[str, str]:
+        """A concrete (source, sink) pair of iterations of a scheduled dependence map."""
+        pair = point_map.sample()
+        src = self.isl_map.reverse().intersect_domain(pair.domain()).range()
+        dst = self.isl_map.reverse().intersect_domain(pair.range()).range()
+        return _point(src.sample_point(), self.op.dim_names), _point(dst.sample_point(), self.op.dim_names)
+
+    def reduction_order_violation(self) -> Optional[tuple[str, str]]:
+        """A pair (earlier, later) of the reduction that this schedule runs in the opposite order."""
+        scheduled = self._scheduled_dependences()
+        backwards = scheduled.intersect(isl.Map.lex_ge(scheduled.get_space().domain()))
+        return None if backwards.is_empty() else self._iteration(backwards)
+
+    def carried_dependence(self, name: str) -> Optional[tuple[str, str]]:
+        """A dependent pair of iterations whose order is decided by loop ``name`` (a race if parallel)."""
+        pos = self.position(name)
+        scheduled = self._scheduled_dependences()
+        space = scheduled.get_space()
+        carried = isl.Map.lex_lt_first(space, pos + 1).subtract(isl.Map.lex_lt_first(space, pos))
+        hits = scheduled.intersect(carried)
+        return None if hits.is_empty() else self._iteration(hits)
+
+    # --- internal constructor ---------------------------------------------------------
+    def _with(self, step: Step, **changes) -> "Schedule":
+        new = replace(self, steps=self.steps + (step,), **changes)
+        new._validate(step)
+        return new
+
+    def _validate(self, step: Step) -> None:
+        vec = self.vector_loop
+        if vec is not None and self.loops[-1].name != vec.name:
+            raise ScheduleError(f"{step}: the vectorized loop {vec.name!r} must stay innermost "
+                                f"(innermost would be {self.loops[-1].name!r})")
+        if self.op.quant is not None or not self.op.dtype.startswith("float"):
+            return
+        if not self.reassociate:
+            violation = self.reduction_order_violation()
+            if violation:
+                raise IllegalScheduleError(
+                    f"{step} violates the flow dependence of the reduction into "
+                    f"{self.op.output}: iteration {violation[0]} must run before {violation[1]} "
+                    f"but would run after it (pass reassociate=True to allow reordering the sum)")
+        for loop in self.loops:
+            if loop.vectorized and not self.reassociate:
+                pair = self.carried_dependence(loop.name)
+                if pair:
+                    raise IllegalScheduleError(
+                        f"{step}: vectorizing {loop.name!r} splits the reduction into "
+                        f"{self.op.output} across lanes ({pair[0]} -> {pair[1]}), which reassociates "
+                        f"the sum; pass reassociate=True to allow it")
+
+    # --- primitives ---------------------------------------------------------------------
+    def split(self, loop: str, factor: int) -> "Schedule":
+        """Split ``loop`` into ``loop_o`` (outer) and ``loop_i`` (inner, extent ``factor``)."""
+        step = Step("split", (loop, factor))
+        loops, relations = self._split(step, self.loops, self.relations, loop, factor)
+        return self._with(step, loops=loops, relations=relations)
+
+    def tile(self, **factors: int) -> "Schedule":
+        """Split each named loop; ``_o`` loops stay in place, ``_i`` loops go innermost in the given order."""
+        step = Step("tile", (), tuple(factors.items()))
+        if not factors:
+            raise ScheduleError("tile: give at least one loop=factor, e.g. tile(ow=8, k=16)")
+        loops, relations = self.loops, self.relations
+        for name, factor in factors.items():
+            loops, relations = self._split(step, loops, relations, name, factor)
+        inner = [f"{name}_i" for name in factors]
+        by_name = {l.name: l for l in loops}
+        order = [l for l in loops if l.name not in inner] + [by_name[n] for n in inner]
+        return self._with(step, loops=tuple(order), relations=relations)
+
+    def _split(self, step: Step, loops: tuple[Loop, ...], relations: tuple, name: str, factor: int):
+        names = [l.name for l in loops]
+        if name not in names:
+            replace(self, loops=loops).loop(name, str(step))
+        factor = _check_factor(factor, str(step))
+        pos = names.index(name)
+        target = loops[pos]
+        if target.vectorized:
+            raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
+        outer, inner = f"{name}_o", f"{name}_i"
+        replace(self, loops=loops, relations=relations)._check_new_names(step, outer, inner)
+        new_loops = (Loop(outer, -(-target.extent // factor), parallel=target.parallel),
+                     Loop(inner, factor, unroll=target.unroll))
+        return (loops[:pos] + new_loops + loops[pos + 1:],
+                relations + (Split(name, outer, inner, factor, target.extent),))
+
+    def reorder(self, *names: str) -> "Schedule":
+        """Permute the named loops among the positions they occupy now."""
+        step = Step("reorder", names)
+        if len(names) < 2:
+            raise ScheduleError(f"{step}: name at least two loops to reorder")
+        for name in names:
+            self.loop(name, str(step))
+        if len(set(names)) != len(names):
+            raise ScheduleError(f"{step}: a loop is named twice")
+        slots = sorted(self.position(n) for n in names)
+        loops = list(self.loops)
+        for slot, name in zip(slots, names):
+            loops[slot] = self.loop(name)
+        return self._with(step, loops=tuple(loops))
+
+    def fuse(self, outer: str, inner: str, name: Optional[str] = None) -> "Schedule":
+        """Fuse ``outer`` and the loop directly inside it into one loop (default name ``outer_inner``)."""
+        step = Step("fuse", (outer, inner) + ((name,) if name else ()))
+        a, b = self.loop(outer, str(step)), self.loop(inner, str(step))
+        pos = self.position(outer)
+        if self.position(inner) != pos + 1:
+            raise ScheduleError(f"{step}: {inner!r} must be directly inside {outer!r} "
+                                f"(the order is {', '.join(self.loop_names)})")
+        if a.vectorized or b.vectorized:
+            raise ScheduleError(f"{step}: cannot fuse a vectorized loop")
+        fused = name or f"{outer}_{inner}"
+        self._check_new_names(step, fused)
+        loops = self.loops[:pos] + (Loop(fused, a.extent * b.extent, parallel=a.parallel),) + self.loops[pos + 2:]
+        return self._with(step, loops=loops, relations=self.relations + (Fuse(outer, inner, fused, b.extent),))
+
+    def vectorize(self, loop: str) -> "Schedule":
+        """Run the innermost loop ``loop`` in SIMD lanes (masked tail; gathers where strided)."""
+        step = Step("vectorize", (loop,))
+        self.loop(loop, str(step))
+        if self.loops[-1].name != loop:
+            raise ScheduleError(f"{step}: only the innermost loop can be vectorized; {loop!r} is not "
+                                f"innermost (the innermost is {self.loops[-1].name!r}); reorder first")
+        if self.vector_loop is not None and self.vector_loop.name != loop:
+            raise ScheduleError(f"{step}: {self.vector_loop.name!r} is already vectorized")
+        return self._annotate(step, loop, vectorized=True)
+
+    def unroll(self, loop: str, factor: Optional[int] = None) -> "Schedule":
+        """Unroll ``loop`` fully (default) or by ``factor``."""
+        step = Step("unroll", (loop,) + ((factor,) if factor is not None else ()))
+        target = self.loop(loop, str(step))
+        factor = target.extent if factor is None else _check_factor(factor, str(step))
+        return self._annotate(step, loop, unroll=factor)
+
+    def parallel(self, loop: str) -> "Schedule":
+        """Run ``loop``'s iterations on threads (OpenMP); refused if it carries a dependence."""
+        step = Step("parallel", (loop,))
+        self.loop(loop, str(step))
+        current = self.parallel_loop
+        if current is not None and current.name != loop:
+            raise ScheduleError(f"{step}: {current.name!r} is already parallel; fuse loops to "
+                                f"parallelize over more than one")
+        race = self.carried_dependence(loop)
+        if race:
+            raise IllegalScheduleError(
+                f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
+                f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
+                f"running them on different threads would race")
+        return self._annotate(step, loop, parallel=True)
+
+    def layout(self, tensor: str, tag: str) -> "Schedule":
+        """Store ``tensor`` in the layout of oneDNN format ``tag`` (e.g. NHWC, NCHW16c, OIHW16i16o)."""
+        step = Step("layout", (tensor, tag))
+        if tensor not in self.op.tensors:
+            raise ScheduleError(f"{step}: {self.op.__class__.__name__} has no tensor {tensor!r} "
+                                f"with a layout; choose one of {', '.join(self.op.tensors)}")
+        if not isinstance(tag, str):
+            raise ScheduleError(f"{step}: the layout must be a format tag string")
+        try:
+            Layout.parse(tag, self.op.tensor(tensor).letters, tensor)
+        except ValueError as err:
+            raise ScheduleError(f"{step}: {err}") from None
+        layouts = tuple((t, tag if t == tensor else old) for t, old in self.layouts)
+        return self._with(step, layouts=layouts)
+
+    def _annotate(self, step: Step, name: str, **annotations) -> "Schedule":
+        loops = tuple(replace(l, **annotations) if l.name == name else l for l in self.loops)
+        return self._with(step, loops=loops)
+
+    def _check_new_names(self, step: Step, *names: str) -> None:
+        taken = set(self.loop_names) | set(self.op.dim_names) | {
+            n for r in self.relations for n in (getattr(r, "parent", None), getattr(r, "fused", None))}
+        for name in names:
+            if name in taken:
+                raise ScheduleError(f"{step}: the new loop name {name!r} is already used")
+
+    # --- outputs -------------------------------------------------------------------------
+    def compile(self, isa: str = "auto") -> "Kernel":
+        """Generate, build (cached) and load the C kernel of this schedule."""
+        from .build import compile_schedule
+        return compile_schedule(self, isa)
+
+    def pseudocode(self, isa: Optional[str] = None) -> str:
+        """The loop nest as readable pseudo-code (with vector access kinds for ``isa``)."""
+        from .codegen.pseudocode import render
+        return render(self, isa)
+
+    def __str__(self) -> str:
+        return self.pseudocode()
+
+
+def _point(point: isl.Point, names: tuple[str, ...]) -> str:
+    values = [point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(names))]
+    return f"{STATEMENT}[{', '.join(f'{n}={v}' for n, v in zip(names, values))}]"
