@@ -127,6 +127,8 @@ class Add(Expr):
         right = self.right
         if isinstance(right, Mul) and right.factor < 0:
             return f"({self.left.to_c()} - {(right.expr * -right.factor).to_c()})"
+        if isinstance(right, Const) and right.value < 0:
+            return f"({self.left.to_c()} - {-right.value})"
         return f"({self.left.to_c()} + {right.to_c()})"
 
     def to_isl(self):

@@ -75,7 +75,7 @@ class Layout:
         for (letter, block), stride in zip(self.order, self.strides(shape)):
             size = self.block(letter)
             part = by_letter[letter] % block if block else by_letter[letter] // size
-            total = part * stride + total
+            total = total + part * stride
         return total
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:

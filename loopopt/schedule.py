@@ -155,12 +155,16 @@ class Schedule:
         return {dim: self.value(dim) for dim in self.op.dim_names}
 
     @cached_property
+    def partial_guards(self) -> tuple[Bound, ...]:
+        """``parent < extent`` for every split whose factor does not divide its loop."""
+        return tuple(Bound(self.value(r.parent), 0, r.parent_extent) for r in self.relations
+                     if isinstance(r, Split) and r.parent_extent % r.factor)
+
+    @cached_property
     def guards(self) -> tuple[Bound, ...]:
         """Constraints the loops' box needs to match the domain: partial blocks, then the op's."""
-        partial = tuple(Bound(self.value(r.parent), 0, r.parent_extent) for r in self.relations
-                        if isinstance(r, Split) and r.parent_extent % r.factor)
         op_guards = tuple(Bound(g.expr.substitute(self.dim_values), g.lower, g.upper) for g in self.op.guards)
-        return partial + op_guards
+        return self.partial_guards + op_guards
 
     def index(self, tensor: str) -> tuple[Expr, ...]:
         """The logical index of ``tensor`` in terms of the loops."""

@@ -1,0 +1,132 @@
+"""From a Schedule to a callable Kernel: ISA choice, code generation, cffi build, numpy calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .cbuild import compile_c
+from .codegen import ISAS, Generated, generate
+from .codegen.emit import KERNEL_NAME
+from .schedule import Schedule
+
+ISA_PREFERENCE = ("avx512", "avx2", "scalar")
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of this machine (from /proc/cpuinfo; empty if unreadable)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def available_isas() -> tuple[str, ...]:
+    """ISAs this CPU can run, best first (``scalar`` always)."""
+    return tuple(name for name in ISA_PREFERENCE if set(ISAS[name].cpu_flags) <= cpu_flags())
+
+
+def resolve_isa(isa: str) -> str:
+    """``auto`` becomes the best available ISA; an unknown or unsupported one is a ValueError."""
+    if isa == "auto":
+        return available_isas()[0]
+    if isa not in ISAS:
+        raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
+    if isa not in available_isas():
+        missing = sorted(set(ISAS[isa].cpu_flags) - cpu_flags())
+        raise ValueError(f"isa {isa!r} needs CPU features {', '.join(missing)} that this CPU lacks; "
+                         f"available: {', '.join(available_isas())}")
+    return isa
+
+
+@dataclass
+class Buffers:
+    """Storage-layout arrays of one call, ready for the C function."""
+
+    arrays: dict[str, np.ndarray]
+    pointers: tuple
+
+
+class Kernel:
+    """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
+
+    def __init__(self, schedule: Schedule, generated: Generated, module):
+        self.schedule = schedule
+        self.op = schedule.op
+        self.generated = generated
+        self.isa = generated.isa.name
+        self.source = generated.source
+        self._ffi = module.ffi
+        self._function = getattr(module.lib, KERNEL_NAME)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.isa} for {self.op!r}, {len(self.schedule.steps)} schedule steps>"
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of storage-layout copies the kernel works on (inputs, weights, output)."""
+        return sum(int(np.prod(self.schedule.layout_of(t).storage_shape(self.op.tensor(t).shape))) * 4
+                   for t in self.op.tensors)
+
+    def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{name} must be a numpy array, got {type(array).__name__}")
+        if array.dtype != np.float32:
+            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes float32 "
+                            f"(convert with {name}.astype(np.float32))")
+        if array.shape != shape:
+            raise ValueError(f"{name} has shape {array.shape}; {self.op!r} expects {shape}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{name} is not C-contiguous; pass np.ascontiguousarray({name})")
+        return array
+
+    def prepare(self, *arrays: np.ndarray) -> Buffers:
+        """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
+        args = self.generated.arguments
+        wanted = args[:-1]
+        given = list(arrays)
+        if "B" in wanted and len(given) == len(wanted) - 1:
+            raise ValueError(f"{self.op!r} has a bias: call kernel(x, w, b)")
+        if len(given) == len(wanted) + 1 and given[-1] is None:
+            given.pop()
+        if len(given) != len(wanted):
+            raise ValueError(f"kernel takes {len(wanted)} arrays ({', '.join(wanted)}), got {len(given)}")
+        storage: dict[str, np.ndarray] = {}
+        for tensor, array in zip(wanted, given):
+            info = self.op.tensor(tensor)
+            self._check(tensor, array, info.shape)
+            storage[tensor] = array if tensor == "B" else self.schedule.layout_of(tensor).to_storage(array)
+        out = self.op.output
+        storage[out] = np.zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
+                                dtype=np.float32)
+        pointers = tuple(self._ffi.cast("float *", self._ffi.from_buffer(storage[t])) for t in args)
+        return Buffers(storage, pointers)
+
+    def run(self, buffers: Buffers) -> None:
+        """Execute the kernel on prepared buffers (the timed part)."""
+        self._function(*buffers.pointers)
+
+    def output(self, buffers: Buffers) -> np.ndarray:
+        """The output of the last run, in the op's logical layout."""
+        out = self.op.output
+        return self.schedule.layout_of(out).from_storage(buffers.arrays[out], self.op.tensor(out).shape)
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        buffers = self.prepare(*arrays)
+        self.run(buffers)
+        return self.output(buffers)
+
+
+def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
+    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
+    isa_name = resolve_isa(isa)
+    generated = generate(schedule, ISAS[isa_name])
+    openmp = ("-fopenmp",) if generated.openmp else ()
+    module = compile_c(generated.source, generated.cdef, ISAS[isa_name].compile_flags + openmp, openmp)
+    return Kernel(schedule, generated, module)

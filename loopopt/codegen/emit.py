@@ -1,0 +1,251 @@
+"""Emit the C source of a schedule for one ISA.
+
+The nest is written loop by loop in schedule order. Each op dim is defined as a
+``const int`` at the shallowest loop where all the loops it depends on are open,
+and each guard (padding tap, partial block) skips the iteration there. The
+vectorized innermost loop becomes SIMD code whose loads/stores follow the access
+kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import Bound, Expr, Var
+from ..schedule import Schedule
+from .isa import Isa
+from .vector import AccessKind, classify
+
+KERNEL_NAME = "lo_kernel"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """The C source of a kernel, its cffi declaration, argument tensors and access kinds."""
+
+    source: str
+    cdef: str
+    arguments: tuple[str, ...]
+    isa: Isa
+    access_kinds: dict[str, AccessKind]
+    openmp: bool
+
+
+def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
+    """Tensor arguments of the kernel function, in order: inputs, bias (if any), output."""
+    op = schedule.op
+    return op.inputs + (("B",) if getattr(op, "bias", False) else ()) + (op.output,)
+
+
+def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
+    """Access kind per tensor along the vectorized loop (empty when nothing is vectorized)."""
+    if schedule.vector_loop is None or not isa.vectorizes:
+        return {}
+    return {t: classify(schedule, t, isa.lanes) for t in schedule.op.tensors}
+
+
+def generate(schedule: Schedule, isa: Isa) -> Generated:
+    """The complete C translation unit of ``schedule`` for ``isa``."""
+    args = kernel_arguments(schedule)
+    kinds = vector_access_kinds(schedule, isa)
+    out = schedule.op.output
+    params = ", ".join(f"{'' if t == out else 'const '}float *restrict {t}" for t in args)
+    signature = f"void {KERNEL_NAME}({params})"
+    body = _Emitter(schedule, isa, kinds).function_body()
+    source = "\n".join([_header(schedule, isa, kinds), isa.prelude, "#include <stddef.h>", "",
+                        f"{signature}\n{{", body, "}", ""])
+    cdef = signature.replace("restrict ", "") + ";"
+    return Generated(source, cdef, args, isa, kinds, schedule.parallel_loop is not None)
+
+
+def _header(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]) -> str:
+    lines = [f"/* loopopt kernel for {schedule.op!r}", f" * isa: {isa.name} ({isa.lanes} lane(s) of float32)"]
+    lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
+    lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
+    lines.append(" * loops: " + ", ".join(f"{l.name}[{l.extent}]" for l in schedule.loops))
+    if kinds:
+        lines.append(f" * vector loop {schedule.vector_loop.name}: " +
+                     ", ".join(f"{t} {k}" for t, k in kinds.items()))
+    return "\n".join(lines) + "\n */"
+
+
+class _Emitter:
+    def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]):
+        self.s, self.isa, self.kinds = schedule, isa, kinds
+        self.op = schedule.op
+        self.position = {name: i for i, name in enumerate(schedule.loop_names)}
+        self.vector = schedule.vector_loop if kinds else None
+        self.dim_depth = {d: self._depth(v) for d, v in schedule.dim_values.items()}
+        self.lines: list[str] = []
+
+    # --- placement ---------------------------------------------------------------------
+    def _depth(self, expr: Expr) -> int:
+        """Index of the innermost loop among the loop variables of ``expr`` (-1 if none)."""
+        return max((self.position[v] for v in expr.variables() if v in self.position), default=-1)
+
+    def _guard_depth(self, guard: Bound, over_dims: bool) -> int:
+        if over_dims:
+            return max((self.dim_depth[d] for d in guard.expr.variables()), default=-1)
+        return self._depth(guard.expr)
+
+    def _guards_at(self, depth: int) -> list[Bound]:
+        partial = [g for g in self.s.partial_guards if self._guard_depth(g, False) == depth]
+        return partial + [g for g in self.op.guards if self._guard_depth(g, True) == depth]
+
+    def _defs_at(self, depth: int) -> list[str]:
+        return [f"const int {d} = {v.to_c()};" for d, v in self.s.dim_values.items()
+                if self.dim_depth[d] == depth and v != Var(d)]
+
+    def offset(self, tensor: str) -> str:
+        layout = self.s.layout_of(tensor)
+        return layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()
+
+    def ref(self, tensor: str) -> str:
+        return f"{tensor}[{self.offset(tensor)}]"
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * (depth + 1) + text)
+
+    # --- the function ------------------------------------------------------------------
+    def function_body(self) -> str:
+        self._emit_constants()
+        self._emit_output_init()
+        self.emit(0, "/* the reduction nest */")
+        for line in self._defs_at(-1):
+            self.emit(0, line)
+        self._emit_loop(0, 0)
+        return "\n".join(self.lines)
+
+    def _emit_constants(self) -> None:
+        for tensor, kind in self.kinds.items():
+            if kind.kind == "strided":
+                self.emit(0, f"const {self.isa.index_type} lo_stride_{tensor} = "
+                             f"{self.isa.stride_index(s=str(kind.stride))};")
+
+    def _emit_output_init(self) -> None:
+        """Set the output to the bias (or zero) over its logical index space."""
+        out = self.op.output
+        info = self.op.tensor(out)
+        names = [f"lo_{letter.lower()}" for letter in info.letters]
+        offset = self.s.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
+        value = f"B[{names[1]}]" if "B" in kernel_arguments(self.s) else "0.0f"
+        self.emit(0, f"/* {out} = {'bias' if value != '0.0f' else '0'} */")
+        if self.s.parallel_loop is not None:
+            self.emit(0, "#pragma omp parallel for schedule(static)")
+        for depth, (name, size) in enumerate(zip(names, info.shape)):
+            self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
+        self.emit(len(names), f"{out}[{offset}] = {value};")
+
+    def _emit_loop(self, depth: int, indent: int) -> None:
+        loop = self.s.loops[depth]
+        if self.vector is not None and loop.name == self.vector.name:
+            self._emit_vector_loop(depth, indent)
+            return
+        if loop.parallel:
+            self.emit(indent, "#pragma omp parallel for schedule(static)")
+        if loop.unroll:
+            self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
+        self.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; ++{loop.name}) {{")
+        for line in self._defs_at(depth):
+            self.emit(indent + 1, line)
+        for guard in self._guards_at(depth):
+            self.emit(indent + 1, f"if (!({guard.to_c()})) continue;")
+        if depth + 1 == len(self.s.loops):
+            a, b = self.op.inputs
+            self.emit(indent + 1, f"{self.ref(self.op.output)} += {self.ref(a)} * {self.ref(b)};")
+        else:
+            self._emit_loop(depth + 1, indent + 1)
+        self.emit(indent, "}")
+
+    # --- the SIMD loop -------------------------------------------------------------------
+    def _emit_vector_loop(self, depth: int, indent: int) -> None:
+        isa, loop, out = self.isa, self.vector, self.op.output
+        lanes_guards = self._guards_at(depth)
+        gathered = [t for t, k in self.kinds.items() if k.kind == "gather"]
+        masked = bool(lanes_guards) or loop.extent % isa.lanes != 0
+        reduce = self.kinds[out].kind == "broadcast"
+        v = loop.name
+        self.emit(indent, f"/* vector loop {v}: {isa.lanes} lanes; " +
+                  ", ".join(f"{t} {k}" for t, k in self.kinds.items()) + " */")
+        self.emit(indent, "{")
+        inner = indent + 1
+        if reduce:
+            self.emit(inner, f"{isa.vector_type} lo_acc = {isa.zero()};")
+        if loop.unroll:
+            self.emit(inner, f"#pragma GCC unroll {min(loop.unroll, -(-loop.extent // isa.lanes))}")
+        self.emit(inner, f"for (int {v} = 0; {v} < {loop.extent}; {v} += {isa.lanes}) {{")
+        body = inner + 1
+        for line in self._defs_at(depth):
+            self.emit(body, line)
+        mask = self._emit_mask(body, lanes_guards, gathered, masked)
+        a, b = self.op.inputs
+        self.emit(body, f"const {isa.vector_type} lo_a = {self._load(a, mask)};")
+        self.emit(body, f"const {isa.vector_type} lo_b = {self._load(b, mask)};")
+        self._emit_update(body, out, mask, reduce)
+        self.emit(inner, "}")
+        if reduce:
+            self.emit(inner, f"{self.ref(out)} += {isa.hsum(v='lo_acc')};")
+        self.emit(indent, "}")
+
+    def _emit_mask(self, depth: int, guards: list[Bound], gathered: list[str], masked: bool) -> str | None:
+        """Declare the lane mask (None when every lane is always valid) and gather indices."""
+        isa, v, extent = self.isa, self.vector.name, self.vector.extent
+        if not guards and not gathered:
+            if not masked:
+                return None
+            self.emit(depth, f"const {isa.mask_type} lo_mask = "
+                             f"{isa.mask_count(n=f'({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})')};")
+            return "lo_mask"
+        self.emit(depth, f"unsigned lo_bits = 0u; const int lo_v0 = {v};")
+        for tensor in gathered:
+            self.emit(depth, f"int lo_idx_{tensor}[{isa.lanes}];")
+        self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) {{")
+        self.emit(depth + 1, f"const int {v} = lo_v0 + lo_j;")
+        for line in self._defs_at(self.position[v]):
+            self.emit(depth + 1, line)
+        for tensor in gathered:
+            self.emit(depth + 1, f"lo_idx_{tensor}[lo_j] = {self.offset(tensor)};")
+        conditions = [f"{v} < {extent}"] + [f"({g.to_c()})" for g in guards]
+        self.emit(depth + 1, f"if ({' && '.join(conditions)}) lo_bits |= 1u << lo_j;")
+        self.emit(depth, "}")
+        if not masked:
+            return None
+        self.emit(depth, f"const {isa.mask_type} lo_mask = {isa.mask_bits(s='lo_bits')};")
+        return "lo_mask"
+
+    def _load(self, tensor: str, mask: str | None) -> str:
+        isa, kind = self.isa, self.kinds[tensor]
+        if kind.kind == "broadcast":
+            return isa.broadcast(s=self.ref(tensor))
+        pointer = f"&{self.ref(tensor)}"
+        if kind.kind == "contiguous":
+            return isa.load_mask(p=pointer, m=mask) if mask else isa.load(p=pointer)
+        index = (f"lo_stride_{tensor}" if kind.kind == "strided"
+                 else isa.index_load(p=f"lo_idx_{tensor}"))
+        base = pointer if kind.kind == "strided" else tensor
+        return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
+
+    def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool) -> None:
+        isa, kind = self.isa, self.kinds[out]
+        vt = isa.vector_type
+        if reduce:
+            update = (isa.fma_mask(a="lo_a", b="lo_b", c="lo_acc", m=mask) if mask
+                      else isa.fma(a="lo_a", b="lo_b", c="lo_acc"))
+            self.emit(depth, f"lo_acc = {update};")
+            return
+        if kind.kind == "gather":
+            # Lanes may name the same element: add them one at a time, in lane order.
+            self.emit(depth, f"float lo_prod[{isa.lanes}];")
+            self.emit(depth, isa.store(p="lo_prod", v=isa.fma(a="lo_a", b="lo_b", c=isa.zero())) + ";")
+            valid = "(lo_bits >> lo_j) & 1u" if mask else "1"
+            self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) "
+                             f"if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
+            return
+        self.emit(depth, f"{vt} lo_o = {self._load(out, mask)};")
+        self.emit(depth, f"lo_o = {isa.fma(a='lo_a', b='lo_b', c='lo_o')};")
+        pointer = f"&{self.ref(out)}"
+        if kind.kind == "contiguous":
+            store = isa.store_mask(p=pointer, m=mask, v="lo_o") if mask else isa.store(p=pointer, v="lo_o")
+        else:
+            store = isa.scatter_mask(p=pointer, m=mask or isa.mask_count(n=str(isa.lanes)),
+                                     idx=f"lo_stride_{out}", v="lo_o")
+        self.emit(depth, f"{store};")

@@ -1,0 +1,64 @@
+"""How each tensor access behaves along the vectorized loop, decided with isl.
+
+For a vector of ``lanes`` consecutive iterations of the innermost loop ``v``, an
+access is ``broadcast`` (same element in every lane), ``contiguous`` (lane j at
+offset base + j), ``strided`` (base + j*s) or ``gather`` (anything else: per-lane
+offsets). A kind is chosen only if isl proves it for every pair of neighbouring
+lanes of every vector in the loop box, so the fast forms are always correct.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import islpy as isl
+
+from ..expr import Const, Var
+from ..schedule import Schedule
+
+
+@dataclass(frozen=True)
+class AccessKind:
+    """``kind`` in broadcast/contiguous/strided/gather; ``stride`` in elements for strided."""
+
+    kind: str
+    stride: int = 0
+
+    def __str__(self) -> str:
+        return f"strided({self.stride})" if self.kind == "strided" else self.kind
+
+
+def classify(schedule: Schedule, tensor: str, lanes: int) -> AccessKind:
+    """The vector access kind of ``tensor`` along the schedule's vectorized loop."""
+    return _classify(schedule, tensor, lanes)
+
+
+@lru_cache(maxsize=4096)
+def _classify(schedule: Schedule, tensor: str, lanes: int) -> AccessKind:
+    vec = schedule.vector_loop
+    if vec is None:
+        raise ValueError("the schedule has no vectorized loop")
+    offset = schedule.offset(tensor)
+    if vec.name not in offset.variables():
+        return AccessKind("broadcast")
+    if vec.extent == 1 or lanes == 1:
+        return AccessKind("contiguous")
+    zero = {loop.name: 0 for loop in schedule.loops}
+    step = offset.evaluate({**zero, vec.name: 1}) - offset.evaluate(zero)
+    if _holds_everywhere(schedule, offset, lanes, step):
+        if step == 0:
+            return AccessKind("broadcast")
+        return AccessKind("contiguous") if step == 1 else AccessKind("strided", step)
+    return AccessKind("gather")
+
+
+def _holds_everywhere(schedule: Schedule, offset, lanes: int, step: int) -> bool:
+    """True iff offset(v+1) - offset(v) == step for neighbouring lanes of every vector."""
+    vec = schedule.vector_loop
+    nxt = offset.substitute({vec.name: Var(vec.name) + Const(1)})
+    names = ", ".join(loop.name for loop in schedule.loops)
+    box = " and ".join(f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops)
+    neighbours = f"{vec.name} + 1 < {vec.extent} and ({vec.name} mod {lanes}) < {lanes - 1}"
+    text = (f"{{ [{names}] : {box} and {neighbours} and "
+            f"({nxt.to_isl()}) - ({offset.to_isl()}) != {step} }}")
+    return isl.Set(text).is_empty()
