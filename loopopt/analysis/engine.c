@@ -36,18 +36,27 @@ static inline void stack_visit(stack_state *s, int tensor, long long item) {
     long long prev = s->last[item];
     if (prev == s->now && prev > 0) { hist[0]++; return; }  /* touched just before: nothing moves */
     if (s->now == s->cap) { compact(s); prev = s->last[item]; }
-    long long t = ++s->now;
+    long long t = s->now + 1;
     if (prev > 0) {
-        long long before = 0;                        /* marks at times <= prev */
-        for (long long i = prev; i > 0; i -= i & -i) before += s->tree[i];
-        hist[s->seen - before]++;
-        for (long long i = prev; i <= s->cap; i += i & -i) s->tree[i]--;
+        /* marks in (prev, now], and moving prev's mark to t: both walks stop where the
+           two Fenwick paths meet, so the cost grows with log(t - prev), not log(cap) */
+        long long distance = 0, i = s->now, j = prev;
+        while (i != j) {
+            if (i > j) { distance += s->tree[i]; i -= i & -i; }
+            else { distance -= s->tree[j]; j -= j & -j; }
+        }
+        hist[distance]++;
+        for (i = prev, j = t; i != j;) {      /* cap is a power of two: the paths meet by cap */
+            if (i < j) { s->tree[i]--; i += i & -i; }
+            else { s->tree[j]++; j += j & -j; }
+        }
         s->owner[prev] = -1;
     } else {
         hist[s->nitems]++;                           /* cold */
         s->seen++;
+        for (long long i = t; i <= s->cap; i += i & -i) s->tree[i]++;
     }
-    for (long long i = t; i <= s->cap; i += i & -i) s->tree[i]++;
+    s->now = t;
     s->last[item] = t;
     s->owner[t] = item;
 }

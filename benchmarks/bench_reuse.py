@@ -1,0 +1,92 @@
+"""Benchmark of the reuse-distance analyzer on the full ResNet-50 conv2_x layer.
+
+Run ``python benchmarks/bench_reuse.py`` (add ``--write`` to record the table in the
+"Reuse-distance analyzer" section of docs/benchmarks.md). Each case runs in its own
+process so that its peak resident memory is its own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Reuse-distance analyzer"
+CASES = {"naive": (), "tiled": (("tile", {"ow": 8, "k": 16}),)}
+
+
+def conv2_x_schedule(case: str):
+    from loopopt.ops import Conv2d
+    from loopopt.schedule import Schedule
+    schedule = Schedule(Conv2d(64, 64, 3, padding=1, height=56, width=56))
+    for primitive, kwargs in CASES[case]:
+        schedule = getattr(schedule, primitive)(**kwargs)
+    return schedule
+
+
+def run_case(case: str, granularity: str) -> dict:
+    """Time one analysis (after a warm-up build of its C engine) and report peak memory."""
+    from loopopt.analysis import reuse
+    from loopopt.analysis.items import item_space
+    from loopopt.analysis.trace import trace_module
+    schedule = conv2_x_schedule(case)
+    trace_module(schedule, item_space(schedule, granularity))       # compile outside the timing
+    start = time.perf_counter()
+    profile = reuse(schedule, granularity, engine="trace")
+    seconds = time.perf_counter() - start
+    return {"case": case, "granularity": granularity, "engine": "trace", "seconds": round(seconds, 2),
+            "accesses": profile.accesses, "L1_misses": profile.misses(512 if granularity == "line" else 8192),
+            "peak_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def table(rows: list[dict]) -> str:
+    head = "| schedule | granularity | engine | time (s) | accesses | misses, 32 KiB fully assoc. LRU | peak RSS (MiB) |"
+    lines = [head, "|" + "---|" * 7]
+    lines += [f"| {r['case']} | {r['granularity']} | {r['engine']} | {r['seconds']} | {r['accesses']:,} | "
+              f"{r['L1_misses']:,} | {r['peak_MiB']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_section(text: str) -> None:
+    """Replace (or append) only this benchmark's section of docs/benchmarks.md."""
+    DOC.parent.mkdir(exist_ok=True)
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = f"{SECTION}\n\n{text}\n\n"
+    doc = pattern.sub(lambda _: block, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + block
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--granularity", default="line", help=argparse.SUPPRESS)
+    parser.add_argument("--write", action="store_true", help="record the results in docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case, args.granularity)))
+        return
+    rows = []
+    for case in CASES:
+        for granularity in ("line", "element"):
+            out = subprocess.run([sys.executable, __file__, "--case", case, "--granularity", granularity],
+                                 capture_output=True, text=True, check=True, cwd=ROOT).stdout
+            rows.append(json.loads(out.splitlines()[-1]))
+            print(rows[-1], flush=True)
+    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), trace engine, on {platform.processor() or platform.machine()} "
+            f"({platform.system()}), produced by `python benchmarks/bench_reuse.py --write`; time excludes the "
+            f"one-off C build.\n\n{table(rows)}")
+    print(text)
+    if args.write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()
