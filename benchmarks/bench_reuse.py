@@ -33,7 +33,7 @@ def conv2_x_schedule(case: str):
 
 def run_case(case: str, granularity: str) -> dict:
     """Time one analysis (after a warm-up build of its C engine) and report peak memory."""
-    from loopopt.analysis import reuse
+    from loopopt.analysis import Machine, reuse, simulate_caches
     from loopopt.analysis.items import item_space
     from loopopt.analysis.trace import trace_module
     schedule = conv2_x_schedule(case)
@@ -41,16 +41,25 @@ def run_case(case: str, granularity: str) -> dict:
     start = time.perf_counter()
     profile = reuse(schedule, granularity, engine="trace")
     seconds = time.perf_counter() - start
-    return {"case": case, "granularity": granularity, "engine": "trace", "seconds": round(seconds, 2),
-            "accesses": profile.accesses, "L1_misses": profile.misses(512 if granularity == "line" else 8192),
-            "peak_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    l1 = Machine.detect().caches[0]
+    row = {"case": case, "granularity": granularity, "engine": "trace", "seconds": round(seconds, 2),
+           "accesses": profile.accesses, "L1_misses": profile.misses(l1.capacity_items(profile))}
+    if granularity == "line":
+        start = time.perf_counter()
+        row["L1_set_assoc"] = int(simulate_caches(schedule, [(l1.sets, l1.ways)])[0].sum())
+        row["sim_seconds"] = round(time.perf_counter() - start, 2)
+    row["peak_MiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
 
 
 def table(rows: list[dict]) -> str:
-    head = "| schedule | granularity | engine | time (s) | accesses | misses, 32 KiB fully assoc. LRU | peak RSS (MiB) |"
-    lines = [head, "|" + "---|" * 7]
+    head = ("| schedule | granularity | engine | time (s) | accesses | L1 misses, fully assoc. LRU | "
+            "L1 misses, set-assoc. LRU (simulation time) | peak RSS (MiB) |")
+    lines = [head, "|" + "---|" * 8]
     lines += [f"| {r['case']} | {r['granularity']} | {r['engine']} | {r['seconds']} | {r['accesses']:,} | "
-              f"{r['L1_misses']:,} | {r['peak_MiB']} |" for r in rows]
+              f"{r['L1_misses']:,} | "
+              + (f"{r['L1_set_assoc']:,} ({r['sim_seconds']} s)" if "sim_seconds" in r else "-")
+              + f" | {r['peak_MiB']} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -73,6 +82,8 @@ def main() -> None:
     if args.case:
         print(json.dumps(run_case(args.case, args.granularity)))
         return
+    from loopopt.analysis import Machine
+    l1 = Machine.detect().caches[0]
     rows = []
     for case in CASES:
         for granularity in ("line", "element"):
@@ -81,8 +92,10 @@ def main() -> None:
             rows.append(json.loads(out.splitlines()[-1]))
             print(rows[-1], flush=True)
     text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), trace engine, on {platform.processor() or platform.machine()} "
-            f"({platform.system()}), produced by `python benchmarks/bench_reuse.py --write`; time excludes the "
-            f"one-off C build.\n\n{table(rows)}")
+            f"({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
+            f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build. The tiled "
+            f"schedule is `tile(ow=8, k=16)`. The analytical (isl/barvinok) engine is not implemented "
+            f"yet.\n\n{table(rows)}")
     print(text)
     if args.write:
         write_section(text)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from loopopt.analysis import Machine, CacheLevel, reuse, reuse_distances, simulate_caches
+from loopopt.analysis import CacheLevel, Machine, comparison_row, reuse, reuse_distances, simulate_caches
 from loopopt.analysis.items import item_space
 from loopopt.ops import Conv2d, Matmul
 from loopopt.schedule import Schedule, ScheduleError
@@ -132,6 +132,9 @@ def test_hierarchy_sanity():
     capacities, ratios = profile.miss_ratio_curve()
     assert np.all(np.diff(ratios) <= 0) and ratios[-1] == profile.cold() / profile.accesses
     assert Machine.detect().caches
+    row = comparison_row(profile, machine=machine, set_associative=True)
+    assert row["accesses"] == profile.accesses and row["dram_bytes"] == h.dram_bytes
+    assert row["L1_conflict_misses"] == h.levels[1].conflict_misses and "time_s" not in row
 
 
 def test_quantized_element_sizes():

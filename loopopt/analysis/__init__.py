@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..schedule import Schedule
-from .hierarchy import ENERGY_PJ, CacheLevel, Hierarchy, LevelTraffic, Machine, predict
+from .hierarchy import ENERGY_PJ, CacheLevel, Hierarchy, LevelTraffic, Machine, comparison_row, predict
 from .items import item_space
 from .profile import ReuseProfile
 from .setassoc import simulate_caches
@@ -28,4 +28,4 @@ def reuse(schedule: Schedule, granularity: str = "element", line_size: int = 64,
 
 
 __all__ = ["reuse", "ReuseProfile", "reuse_distances", "Machine", "CacheLevel", "Hierarchy", "LevelTraffic",
-           "predict", "ENERGY_PJ", "simulate_caches", "TRACE_ACCESS_LIMIT"]
+           "predict", "comparison_row", "ENERGY_PJ", "simulate_caches", "TRACE_ACCESS_LIMIT"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .items import element_bytes
 from .profile import ReuseProfile, check_capacity
 
 ENERGY_PJ = {"registers": 1.0, "L1": 20.0, "L2": 100.0, "L3": 200.0, "DRAM": 1950.0,
@@ -137,7 +138,6 @@ class Hierarchy:
 def _delivered_bytes(profile: ReuseProfile, capacity: Optional[int]) -> int:
     """Bytes delivered by the level that serves the accesses with distance >= ``capacity``
     (every access when None): lines at line granularity, elements otherwise."""
-    from .items import element_bytes
     total = 0
     for t in profile.tensors:
         count = profile.accesses_of(t) if capacity is None else profile.misses(capacity, t)
@@ -166,10 +166,26 @@ def predict(profile: ReuseProfile, machine: Optional[Machine] = None, energy: Op
         misses = profile.misses(cap)
         delivered = _delivered_bytes(profile, served_by_previous)
         result.append(LevelTraffic(level.name, cap, accesses, misses, delivered,
-                                   delivered / 8 * table.get(level.name, table["L3"]),
+                                   delivered / 8 * table.get(level.name, table["L3"]),  # L4+ priced as L3
                                    simulated.get(level.name)))
         accesses, served_by_previous = misses, cap
     dram = _delivered_bytes(profile, served_by_previous)
     result.append(LevelTraffic("DRAM", None, accesses, 0, dram, dram / 8 * table["DRAM"]))
     mac = "mac_int8" if profile.schedule.op.quant is not None else "mac_float32"
     return Hierarchy(tuple(result), profile.schedule.op.macs * table[mac])
+
+
+def comparison_row(profile: ReuseProfile, timing=None, machine: Optional[Machine] = None,
+                   set_associative: bool = False) -> dict:
+    """One schedule's row of a comparison table: time, GFLOP/s and % of peak from ``timing``
+    (a ``lo.measure`` Timing, optional), accesses, misses per level, DRAM bytes and energy."""
+    hierarchy = profile.hierarchy(machine, set_associative=set_associative)
+    row = {} if timing is None else {"time_s": timing.median, "gflops": timing.gflops,
+                                     "percent_of_peak": timing.percent_of_peak}
+    row["accesses"] = profile.accesses
+    row.update({f"{level.name}_misses": level.misses for level in hierarchy.levels[:-1]})
+    row.update({f"{level.name}_conflict_misses": level.conflict_misses for level in hierarchy.levels
+                if level.conflict_misses is not None})
+    row["dram_bytes"] = hierarchy.dram_bytes
+    row["energy_uj"] = hierarchy.energy_pj / 1e6
+    return row
