@@ -69,9 +69,12 @@ def schedules(draw):
         tags = {"I": ["NCHW", "NHWC", "NCHW2c"], "W": ["OIHW", "HWIO", "OIHW2i2o"], "O": ["NCHW", "NHWC", "NCHW4c"]}
     s = Schedule(op)
     for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["split", "reorder", "layout"]))
+        kind = draw(st.sampled_from(["split", "tile", "reorder", "layout"]))
         try:
-            if kind == "split":
+            if kind == "tile":
+                loops = draw(st.lists(st.sampled_from(s.loop_names), min_size=1, max_size=2, unique=True))
+                s = s.tile(**{name: draw(st.integers(1, 3)) for name in loops})
+            elif kind == "split":
                 s = s.split(draw(st.sampled_from(s.loop_names)), draw(st.integers(1, 3)))
             elif kind == "reorder":
                 names = draw(st.permutations(s.loop_names))
@@ -84,7 +87,7 @@ def schedules(draw):
     return s
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schedules(), st.sampled_from([("element", 64), ("line", 16), ("line", 64)]))
 def test_engine_matches_brute_force(schedule, granularity_line):
     granularity, line_size = granularity_line
@@ -103,7 +106,7 @@ def test_engine_matches_brute_force(schedule, granularity_line):
         assert profile.misses(capacity) == sum(d >= capacity for d in expected)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(schedules(), st.sampled_from([(1, 4), (2, 2), (4, 1), (3, 2)]))
 def test_caches_match_simulator(schedule, geometry):
     sets, ways = geometry
