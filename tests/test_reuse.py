@@ -163,5 +163,7 @@ def test_bad_capacity_and_huge_layer():
     for bad in (0, -3):
         with pytest.raises(ValueError, match=f"capacity_lines={bad}"):
             profile.misses(bad)
+    with pytest.raises(ValueError, match="ways=0"):
+        simulate_caches(Schedule(Matmul(2, 2, 2)), [(4, 0)])
     with pytest.raises(ValueError, match="limit"):
         reuse(Schedule(Conv2d(512, 512, 3, padding=1, batch=8, height=56, width=56)))

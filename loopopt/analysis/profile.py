@@ -14,11 +14,11 @@ from .items import ItemSpace
 def check_capacity(capacity: int, what: str = "capacity_lines") -> int:
     """ValueError naming the value unless ``capacity`` is a positive integer."""
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-        raise ValueError(f"{what}={capacity!r} is not allowed: a cache holds a positive integer number of lines")
+        raise ValueError(f"{what}={capacity!r} is not allowed: it must be a positive integer")
     return int(capacity)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ReuseProfile:
     """Histograms of reuse distances per tensor of ``schedule``'s trace.
 

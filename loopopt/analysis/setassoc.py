@@ -5,6 +5,7 @@ import numpy as np
 
 from ..schedule import Schedule
 from .items import item_space
+from .profile import check_capacity
 from .stack import check_trace_size
 from .trace import trace_module
 
@@ -15,8 +16,8 @@ def simulate_caches(schedule: Schedule, geometries: list[tuple[int, int]], line_
     Line ``x`` maps to set ``x % sets``; tensors start on 64-byte boundaries from address 0.
     """
     for sets, ways in geometries:
-        if min(sets, ways) <= 0:
-            raise ValueError(f"cache geometry sets={sets}, ways={ways} is not allowed: both must be positive")
+        check_capacity(sets, "sets")
+        check_capacity(ways, "ways")
     check_trace_size(schedule)
     space = item_space(schedule, "line", line_size)
     module = trace_module(schedule, space)
