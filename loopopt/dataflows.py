@@ -1,0 +1,163 @@
+"""Dataflow presets: functions ``(op, **knobs) -> Schedule`` built only from Schedule primitives.
+
+A dataflow (Sze et al., Eyeriss taxonomy) is a loop order plus the operand that stays in
+the innermost storage. On a CPU the innermost storage is the vector registers and L1:
+the operand whose index does not change across the innermost loops is reused from there.
+Tile factors are clamped to the loop extents, so every preset applies to any Conv2d
+(odd sizes, groups, depthwise) and, where meaningful, to a Matmul.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .ops import Conv2d, Matmul, Op
+from .schedule import Schedule
+
+LANES = 16
+CHANNELS_LAST = (("I", "NHWC"), ("W", "HWIO"), ("O", "NHWC"))
+
+
+def _fit(schedule: Schedule, loop: str, factor: int) -> int:
+    """``factor`` clamped to 1..extent of ``loop``."""
+    return max(1, min(int(factor), schedule.loop(loop).extent))
+
+
+def _tile(schedule: Schedule, **factors: int) -> Schedule:
+    return schedule.tile(**{name: _fit(schedule, name, f) for name, f in factors.items()})
+
+
+def _channels_last(schedule: Schedule) -> Schedule:
+    for tensor, tag in CHANNELS_LAST:
+        schedule = schedule.layout(tensor, tag)
+    return schedule
+
+
+def _conv_only(op: Op, preset: str) -> Conv2d:
+    if not isinstance(op, Conv2d):
+        raise ValueError(f"{preset} applies to a Conv2d only, got {op!r}")
+    return op
+
+
+def naive(op: Op) -> Schedule:
+    """The textbook nest ``n, k, oh, ow, c, kh, kw`` (Matmul: ``i, j, k``), scalar.
+
+    Only the output element stays innermost (one accumulator over the reduction); the
+    input window and the weights stream with the largest strides of the default layouts.
+    """
+    return Schedule(op)
+
+
+def interchanged(op: Op) -> Schedule:
+    """Loop interchange: the output column (Matmul: ``j``) runs innermost, vectorized.
+
+    Conv2d order ``n, k, c, kh, kw, oh, ow``: one weight stays in a register (broadcast)
+    while unit-stride rows of input and output stream through L1, as in the course's
+    interchange example. Matmul order ``i, k, j``: ``A[i,k]`` stays in a register.
+    """
+    schedule = Schedule(op)
+    if isinstance(op, Matmul):
+        return schedule.reorder("k", "j").vectorize("j")
+    return schedule.reorder("c", "kh", "kw", "oh", "ow").vectorize("ow")
+
+
+def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 64) -> Schedule:
+    """Loop tiling for L1: blocks of output channels, input channels and output columns.
+
+    Conv2d order ``n, k_o, oh, ow_o, c_o, kh, kw, k_i, c_i, ow_i``: a ``k x c`` block of
+    weights and a ``c x ow`` strip of input are reused from L1 across the block; the
+    output columns ``ow_i`` are the vector lanes. Matmul: ``i_o, j_o, k_o, i_i, k_i, j_i``
+    with tiles ``i x k`` of A and ``k x j`` of B held in L1.
+    """
+    schedule = Schedule(op)
+    if isinstance(op, Matmul):
+        return _tile(schedule, i=i, k=k, j=j).vectorize("j_i")
+    return _tile(schedule, k=k, c=c, ow=ow).vectorize("ow_i")
+
+
+def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: int = 8) -> Schedule:
+    """Output stationary: an ``ow x k`` block of outputs stays in vector registers.
+
+    Order ``n, k_o, oh, ow_o, c, kh, kw, ow_i, k_i`` in channels-last layouts: the whole
+    reduction ``c, kh, kw`` runs around the register block, so each output is loaded and
+    stored once per block while inputs are broadcast and weights stream from L1.
+    Matmul: an ``i x j`` block of C in registers over the full ``k`` loop.
+    """
+    schedule = Schedule(op)
+    if isinstance(op, Matmul):
+        return _tile(schedule, i=i, j=j).vectorize("j_i")
+    schedule = _tile(schedule, ow=ow, k=k)
+    return _channels_last(schedule.vectorize("k_i"))
+
+
+def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
+    """Weight stationary: a vector of weights stays in a register while all outputs pass.
+
+    Order ``k_o, c, kh, kw, n, oh, ow, k_i`` in channels-last layouts: the weights
+    ``W[k_o-block, c, kh, kw]`` do not change over the ``n, oh, ow`` sweep, so each weight
+    is fetched once; partial sums of the outputs are re-read and re-written for every
+    ``(c, kh, kw)``. Matmul: ``j_o, k, i, j_i`` keeps a vector of B in a register.
+    """
+    schedule = Schedule(op)
+    if isinstance(op, Matmul):
+        schedule = _tile(schedule, j=j)
+        return schedule.reorder("j_o", "k", "i").vectorize("j_i")
+    schedule = _tile(schedule, k=k)
+    schedule = schedule.reorder("k_o", "c", "kh", "kw", "n", "oh", "ow")
+    return _channels_last(schedule.vectorize("k_i"))
+
+
+def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
+    """Input stationary: one input element stays in a register (broadcast) across all output channels.
+
+    Order ``n, c, oh, ow, kh, kw, k_o, k_i`` in channels-last layouts: the input element
+    ``I[n, c, ih, iw]`` is fixed over the innermost ``k`` loops and reused by every
+    output channel of its group (depthwise convolutions have only one, so no reuse).
+    Matmul: ``i, k, j_o, j_i`` keeps ``A[i,k]`` in a register across the row of B.
+    """
+    schedule = Schedule(op)
+    if isinstance(op, Matmul):
+        schedule = _tile(schedule, j=j).reorder("k", "j_o")
+        return schedule.vectorize("j_i")
+    schedule = _tile(schedule, k=k)
+    schedule = schedule.reorder("n", "c", "oh", "ow", "kh", "kw", "k_o")
+    return _channels_last(schedule.vectorize("k_i"))
+
+
+def _gemm_view(op: Conv2d) -> Schedule:
+    """Conv2d as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``, ``r = (c, kh, kw)``."""
+    schedule = Schedule(op).reorder("n", "oh", "ow", "k")
+    schedule = schedule.fuse("n", "oh", "n_oh").fuse("n_oh", "ow", "m")
+    return schedule.fuse("c", "kh", "c_kh").fuse("c_kh", "kw", "r")
+
+
+def implicit_gemm(op: Op, m: int = 8, k: int = LANES) -> Schedule:
+    """Implicit GEMM (iGEMM): the conv as a GEMM with M = N*OH*OW, N = K, K = C*KH*KW.
+
+    The loops ``n, oh, ow`` fuse into ``m`` and ``c, kh, kw`` into ``r``; the GEMM is
+    register-blocked as ``m_o, k_o, r, m_i, k_i`` in channels-last layouts, so an
+    ``m x k`` block of outputs stays in registers (output stationary at the GEMM level)
+    and the im2col row is read straight from the input, never materialized.
+    Matmul: the same register-blocked GEMM over ``i, j, k``.
+    """
+    if isinstance(op, Matmul):
+        return output_stationary(op, i=m, j=k)
+    schedule = _tile(_gemm_view(_conv_only(op, "implicit_gemm")), m=m, k=k)
+    return _channels_last(schedule.vectorize("k_i"))
+
+
+def im2col(op: Op, m: int = 64) -> Schedule:
+    """im2col + GEMM (Caffe's lowering) in the order the GEMM on the im2col matrix runs.
+
+    The schedule system has no materialized buffers, so the ``(C*KH*KW) x (N*OH*OW)``
+    im2col matrix is not copied: this is the loop order of ``O[k, m] += W[k, r] * col[r, m]``
+    (``k, r, m_o, m_i`` in the default NCHW/OIHW layouts) over the im2col index space,
+    reading ``col[r, m]`` from the input through the im2col index. The weight
+    ``W[k, r]`` stays in a register while a row of ``m`` outputs streams (vector lanes).
+    """
+    schedule = _gemm_view(_conv_only(op, "im2col")).reorder("k", "r", "m")
+    return _tile(schedule, m=m).vectorize("m_i")
+
+
+PRESETS: dict[str, Callable[..., Schedule]] = {
+    f.__name__: f for f in (naive, interchanged, tiled, output_stationary, weight_stationary,
+                            input_stationary, implicit_gemm, im2col)}

@@ -1,0 +1,168 @@
+"""Named schedules as TOML files: load (replay the steps on an op) and save.
+
+A file holds a ``name``, a ``description`` and one ``[[step]]`` table per primitive,
+whose single key is the primitive and whose value its arguments::
+
+    name = "output_stationary"
+    description = "an ow x k block of outputs stays in registers"
+
+    [[step]]
+    tile = { ow = 8, k = 16 }       # a table: keyword arguments
+
+    [[step]]
+    reorder = ["k_o", "c"]          # a list: positional arguments
+
+    [[step]]
+    vectorize = "k_i"               # a scalar: the one argument
+
+A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
+a file written for one layer applies to any op with the same loop names.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .ops import Op
+from .schedule import Schedule, ScheduleError, Step
+
+PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout")
+SUFFIX = ".toml"
+
+
+class ScheduleFileError(ValueError):
+    """A schedule file that cannot be read or does not fit the op (names file, line and step)."""
+
+
+def schedule_dirs() -> list[Path]:
+    """Where named schedules are looked up: ``$LOOPOPT_SCHEDULES``, the source tree's
+    ``schedules/``, then the installed data directory ``<prefix>/share/loopopt/schedules``."""
+    dirs = [Path(p) for p in os.environ.get("LOOPOPT_SCHEDULES", "").split(os.pathsep) if p]
+    dirs += [Path(__file__).resolve().parent.parent / "schedules",
+             Path(sys.prefix) / "share" / "loopopt" / "schedules"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def list_schedules() -> list[str]:
+    """Names of the stored schedules (first directory wins)."""
+    return sorted({p.stem for d in schedule_dirs() for p in d.glob(f"*{SUFFIX}")})
+
+
+def find_schedule(name_or_path: str | os.PathLike) -> Path:
+    """The file of a schedule name or path; unknown names suggest the closest."""
+    text = str(name_or_path)
+    if text.endswith(SUFFIX) or os.sep in text:
+        path = Path(text)
+        if not path.is_file():
+            raise ScheduleFileError(f"schedule file {text} does not exist")
+        return path
+    for directory in schedule_dirs():
+        if (directory / f"{text}{SUFFIX}").is_file():
+            return directory / f"{text}{SUFFIX}"
+    known = list_schedules()
+    close = difflib.get_close_matches(text, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ScheduleFileError(f"unknown schedule {text!r}{hint} (known: {', '.join(known)})")
+
+
+def read_schedule_file(path: Path) -> tuple[dict[str, Any], list[int]]:
+    """The parsed TOML document and the line number of each ``[[step]]`` header."""
+    try:
+        text = path.read_text()
+        document = tomllib.loads(text)
+    except OSError as err:
+        raise ScheduleFileError(f"{path}: cannot read: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ScheduleFileError(f"{path}: malformed TOML: {err}") from None
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*step\s*\]\]", line)]
+    return document, lines
+
+
+def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
+    """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``."""
+    path = find_schedule(name_or_path)
+    document, lines = read_schedule_file(path)
+    steps = document.get("step", [])
+    if not isinstance(steps, list):
+        raise ScheduleFileError(f"{path}: 'step' must be an array of tables ([[step]])")
+    schedule = Schedule(op)
+    for number, (line, entry) in enumerate(zip(lines, steps), 1):
+        where = f"{path}:{line}: step {number}"
+        try:
+            schedule = apply_step(schedule, entry)
+        except (ScheduleError, TypeError) as err:
+            raise ScheduleFileError(f"{where}: {err}") from None
+    return schedule
+
+
+def apply_step(schedule: Schedule, entry: Any) -> Schedule:
+    """Apply one ``[[step]]`` table to ``schedule``."""
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise ScheduleError(f"a step must have exactly one key, the primitive ({', '.join(PRIMITIVES)}), "
+                            f"got {entry!r}")
+    (primitive, value), = entry.items()
+    if primitive not in PRIMITIVES:
+        close = difflib.get_close_matches(primitive, PRIMITIVES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ScheduleError(f"unknown primitive {primitive!r}{hint}; use one of {', '.join(PRIMITIVES)}")
+    if primitive in ("split", "tile"):
+        value = _clamped(schedule, primitive, value)
+    method = getattr(schedule, primitive)
+    if isinstance(value, dict):
+        return method(**value)
+    return method(*value) if isinstance(value, list) else method(value)
+
+
+def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
+    """Factors of a split/tile clamped to the extents of their loops in ``schedule``."""
+    def fit(loop: Any, factor: Any) -> Any:
+        if isinstance(factor, int) and not isinstance(factor, bool) and factor > 1:
+            return min(factor, schedule.loop(loop, primitive).extent)
+        return factor
+    if isinstance(value, dict):
+        return {loop: fit(loop, factor) for loop, factor in value.items()}
+    if isinstance(value, list) and len(value) == 2:
+        return [value[0], fit(*value)]
+    return value
+
+
+def to_toml(schedule: Schedule, name: str = "schedule", description: str = "") -> str:
+    """The TOML text of ``schedule``'s steps; ``load_schedule`` on it rebuilds the schedule."""
+    lines = [f"name = {_value(name)}", f"description = {_value(description)}"]
+    for step in schedule.steps:
+        lines += ["", "[[step]]", f"{step.primitive} = {_value(_step_value(step))}"]
+    return "\n".join(lines) + "\n"
+
+
+def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", description: str = "") -> Path:
+    """Write ``schedule`` to ``path`` as TOML (name defaults to the file's stem)."""
+    path = Path(path)
+    path.write_text(to_toml(schedule, name or path.stem, description))
+    return path
+
+
+def _step_value(step: Step) -> Any:
+    if step.kwargs:
+        return dict(step.kwargs)
+    return step.args[0] if len(step.args) == 1 else list(step.args)
+
+
+def _value(value: Any) -> str:
+    """A TOML literal of a str, int, list or dict of those."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {value!r} to TOML")
