@@ -91,7 +91,8 @@ class Kernel:
         args = self.generated.arguments
         wanted = args[:-1]
         given = list(arrays)
-        if "B" in wanted and len(given) == len(wanted) - 1:
+        has_bias = getattr(self.op, "bias", False)
+        if has_bias and len(given) == len(wanted) - 1:
             raise ValueError(f"{self.op!r} has a bias: call kernel(x, w, b)")
         if len(given) == len(wanted) + 1 and given[-1] is None:
             given.pop()
@@ -101,7 +102,8 @@ class Kernel:
         for tensor, array in zip(wanted, given):
             info = self.op.tensor(tensor)
             self._check(tensor, array, info.shape)
-            storage[tensor] = array if tensor == "B" else self.schedule.layout_of(tensor).to_storage(array)
+            is_bias = has_bias and tensor == "B"
+            storage[tensor] = array if is_bias else self.schedule.layout_of(tensor).to_storage(array)
         out = self.op.output
         storage[out] = np.zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                 dtype=np.float32)

@@ -127,7 +127,7 @@ class _Emitter:
         info = self.op.tensor(out)
         names = [f"lo_{letter.lower()}" for letter in info.letters]
         offset = self.s.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
-        value = f"B[{names[1]}]" if "B" in kernel_arguments(self.s) else "0.0f"
+        value = f"B[{names[1]}]" if getattr(self.op, "bias", False) else "0.0f"
         self.emit(0, f"/* {out} = {'bias' if value != '0.0f' else '0'} */")
         if self.s.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
@@ -142,7 +142,7 @@ class _Emitter:
             return
         if loop.parallel:
             self.emit(indent, "#pragma omp parallel for schedule(static)")
-        if loop.unroll:
+        if loop.unroll and not loop.parallel:  # both pragmas must directly precede the loop
             self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
         self.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; ++{loop.name}) {{")
         for line in self._defs_at(depth):

@@ -1,0 +1,44 @@
+"""A schedule as readable loop-nest pseudo-code."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..schedule import Schedule
+from .emit import vector_access_kinds
+from .isa import ISAS
+
+
+def render(schedule: Schedule, isa: Optional[str] = None) -> str:
+    """The loop nest of ``schedule``: loops with extents and annotations, dim definitions,
+    guards, the statement, and notes (vector access kinds for ``isa``, reassociation)."""
+    from ..build import resolve_isa
+    op = schedule.op
+    lines = [f"# {op!r}"]
+    lines += [f"# {step}" for step in schedule.steps]
+    lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
+    indent = ""
+    for loop in schedule.loops:
+        notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
+                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else [])
+        suffix = f"    # {', '.join(notes)}" if notes else ""
+        lines.append(f"{indent}for {loop.name} in 0..{loop.extent}:{suffix}")
+        indent += "  "
+    defs = [f"{d} = {v.to_c()}" for d, v in schedule.dim_values.items() if v.to_c() != d]
+    if defs:
+        lines.append(f"{indent}# {', '.join(defs)}")
+    if schedule.guards:
+        lines.append(f"{indent}if " + " and ".join(g.to_c().replace("&&", "and") for g in schedule.guards) + ":")
+        indent += "  "
+    a, b = op.inputs
+    index = {t: ", ".join(e.to_c() for e in op.index(t)) for t in op.tensors}
+    lines.append(f"{indent}{op.output}[{index[op.output]}] += {a}[{index[a]}] * {b}[{index[b]}]")
+    if schedule.vector_loop is not None:
+        target = ISAS[resolve_isa(isa or "auto")]
+        kinds = vector_access_kinds(schedule, target)
+        text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"
+        lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} ({target.lanes} lanes): {text}")
+    violation = schedule.reduction_order_violation() if op.quant is None else None
+    if violation:
+        lines.append(f"# note: reassociates the floating-point sum into {op.output} "
+                     f"(e.g. {violation[1]} now runs before {violation[0]})")
+    return "\n".join(lines)

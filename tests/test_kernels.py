@@ -1,0 +1,68 @@
+"""Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import loopopt as lo
+from loopopt.measure import tolerance
+from strategies import conv_ops, schedules
+
+ISAS = lo.available_isas()
+
+
+def check(schedule: lo.Schedule, isa: str) -> None:
+    op = schedule.op
+    inputs = op.random_inputs(seed=1)
+    args = [inputs[t] for t in op.inputs] + ([inputs["B"]] if getattr(op, "bias", False) else [])
+    result = schedule.compile(isa)(*args)
+    expected = op.reference(*args)
+    assert result.shape == expected.shape
+    error = np.abs(result - expected)
+    assert np.all(error <= tolerance(op, inputs)), (schedule.pseudocode(isa), float(error.max()))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_random_conv_schedules(isa, data):
+    op = data.draw(conv_ops())
+    check(data.draw(schedules(op)), isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
+def test_random_matmul_schedules(isa, data, m, n, k):
+    op = lo.Matmul(m, n, k)
+    check(data.draw(schedules(op)), isa)
+
+
+CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, height=7, width=9)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("build", [
+    lambda s: s.tile(ow=8, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i"),
+    lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(k=16).vectorize("k_i"),
+    lambda s: s.layout("I", "NCHW16c").layout("O", "NCHW16c").layout("W", "OIHW16i16o")
+                .tile(ow=4, k=16).unroll("ow_i").vectorize("k_i").parallel("oh"),
+    lambda s: s.split("ow", 16).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i"),
+    lambda s: s.vectorize("kw"),                                   # reduction across lanes
+    lambda s: s.fuse("oh", "ow").reorder("c", "kh", "kw", "oh_ow").vectorize("oh_ow"),  # strided input
+    lambda s: s.reorder("kh", "kw", "c").fuse("kw", "c").vectorize("kw_c"),  # gathered weights
+], ids=["tiled", "nhwc", "blocked-parallel", "ow-vector", "reduction-vector", "fused", "gather"])
+def test_named_schedules(isa, build):
+    check(build(lo.Schedule(lo.Conv2d(**CONV))), isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_strided_dilated_grouped(isa):
+    op = lo.Conv2d(6, 9, (3, 2), stride=(2, 3), padding=(2, 1), dilation=(2, 1), groups=3, batch=3, height=11, width=10)
+    check(lo.Schedule(op).tile(k=2, ow=3).vectorize("ow_i"), isa)
+    check(lo.Schedule(op).reorder("kw", "k").vectorize("k"), isa)
+
+
+def test_depthwise_blocked():
+    op = lo.Conv2d(20, 20, 3, padding=1, groups=20, height=6, width=5)
+    for isa in ISAS:
+        check(lo.Schedule(op).layout("I", "NCHW16c").layout("O", "NCHW16c").reorder("kw", "k").vectorize("k"), isa)
