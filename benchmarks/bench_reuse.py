@@ -91,8 +91,8 @@ def main() -> None:
                                  capture_output=True, text=True, check=True, cwd=ROOT).stdout
             rows.append(json.loads(out.splitlines()[-1]))
             print(rows[-1], flush=True)
-    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), trace engine, on {platform.processor() or platform.machine()} "
-            f"({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
+    cpu = platform.processor() or platform.machine()
+    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), trace engine, on {cpu} ({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
             f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build. The tiled "
             f"schedule is `tile(ow=8, k=16)`. The analytical (isl/barvinok) engine is not implemented "
             f"yet.\n\n{table(rows)}")
