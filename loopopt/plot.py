@@ -56,7 +56,7 @@ def draw_runtime(ax, cmp: "Comparison") -> None:
     ax.bar(names, values, yerr=errors, capsize=3, color=[colour(i) for i in range(len(names))])
     ax.axhline(cmp.peak, color="black", linestyle="--", linewidth=1, label=f"peak {cmp.peak:.0f} GFLOP/s")
     for i, r in enumerate(cmp.rows):
-        ax.text(i, r.gflops, f"{r.median_ms:.1f} ms", ha="center", va="bottom", fontsize=7)
+        ax.text(i, r.gflops, f"{r.median_ms:.3g} ms", ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("throughput (GFLOP/s)")
     ax.set_title("measured speed (bars: IQR)")
     ax.tick_params(axis="x", rotation=30)

@@ -1,0 +1,217 @@
+"""The ``loopopt`` command: compare, show, reuse, layers, report.
+
+User mistakes (unknown layer or schedule, malformed schedule file, unwritable path)
+print one line ``loopopt: error: ...`` and exit with status 2, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """A mistake of the user, reported in one line with exit status 2."""
+
+
+def _op(args: argparse.Namespace):
+    from .layers import get_layer
+    from .ops import Matmul
+    if args.matmul:
+        try:
+            m, n, k = (int(v) for v in args.matmul.split(","))
+        except ValueError:
+            raise UsageError(f"--matmul wants M,N,K (three integers), got {args.matmul!r}") from None
+        return Matmul(m, n, k)
+    return get_layer(args.layer, batch=args.batch)
+
+
+def _schedule(name: str, op):
+    """A preset name, a stored schedule name or a TOML path, applied to ``op``."""
+    from .schedule_file import load_schedule
+    return load_schedule(name, op)
+
+
+def _writable(path: Optional[str]) -> Optional[Path]:
+    """``path`` if its directory exists and is writable (checked before any long run)."""
+    if path is None:
+        return None
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or target.is_dir():
+        raise UsageError(f"cannot write {path}: {'is a directory' if target.is_dir() else 'directory missing or not writable'}")
+    return target
+
+
+def _print(args: argparse.Namespace, data, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+
+
+def _comparison(args: argparse.Namespace):
+    from .compare import compare
+    op = _op(args)
+    names = [n.strip() for n in args.schedules.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--schedules is empty")
+    schedules = [_schedule(name, op) for name in names]
+    labels = [Path(n).stem for n in names]
+    return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    plot, csv_path = _writable(args.plot), _writable(args.csv)
+    cmp = _comparison(args)
+    if plot:
+        cmp.plot(plot)
+    if csv_path:
+        cmp.to_csv(csv_path)
+    _print(args, cmp.to_dict(), str(cmp) + (f"\nplot written to {plot}" if plot else ""))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    schedule = _schedule(args.schedule, _op(args))
+    loops = [{"name": l.name, "extent": l.extent, "vectorized": l.vectorized, "parallel": l.parallel,
+              "unroll": l.unroll} for l in schedule.loops]
+    data = {"op": repr(schedule.op), "steps": [str(s) for s in schedule.steps], "loops": loops,
+            "layouts": dict(schedule.layouts), "pseudocode": schedule.pseudocode()}
+    text = f"{schedule.op!r}\nsteps: {', '.join(data['steps']) or '(naive)'}\n\n{data['pseudocode']}"
+    if not args.no_source:
+        kernel = schedule.compile(args.isa)
+        data["isa"], data["source"] = kernel.isa, kernel.source
+        text += f"\n\n/* generated C ({kernel.isa}) */\n{kernel.source}"
+    _print(args, data, text)
+    return 0
+
+
+def cmd_reuse(args: argparse.Namespace) -> int:
+    from .analysis import Machine, reuse
+    schedule = _schedule(args.schedule, _op(args))
+    profile = reuse(schedule, granularity=args.granularity)
+    machine = Machine.detect()
+    hierarchy = profile.hierarchy(machine, set_associative=False)
+    data = {"op": repr(schedule.op), "granularity": args.granularity,
+            "tensors": {t: {"accesses": profile.accesses_of(t), "cold": profile.cold(t),
+                            "median_distance": profile.median_distance(t),
+                            "misses": {c.name: profile.misses(c.capacity_items(profile), t) for c in machine.caches}}
+                        for t in profile.tensors},
+            "levels": [{"name": lv.name, "accesses": lv.accesses, "misses": lv.misses, "bytes": lv.bytes,
+                        "energy_pj": lv.energy_pj} for lv in hierarchy.levels],
+            "energy_pj": hierarchy.energy_pj}
+    _print(args, data, f"{profile.summary(machine)}\n\n{hierarchy.table()}")
+    return 0
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    from .layers import LAYERS
+    specs = [s for s in LAYERS.values() if args.filter in s.name]
+    rows = [{"name": s.name, "C": s.in_channels, "K": s.out_channels, "kernel": s.kernel_size, "HW": s.size,
+             "stride": s.stride, "padding": s.padding, "groups": s.groups, "kind": s.kind,
+             "GFLOP": round(s.conv().flops / 1e9, 3)} for s in specs]
+    head = f"{'name':<32} {'C':>5} {'K':>5} {'kernel':>6} {'HxW':>7} {'stride':>6} {'groups':>6} {'kind':>9} {'GFLOP':>7}"
+    lines = [head] + [f"{r['name']:<32} {r['C']:>5} {r['K']:>5} {r['kernel']:>6} {r['HW']:>7} {r['stride']:>6} "
+                      f"{r['groups']:>6} {r['kind']:>9} {r['GFLOP']:>7}" for r in rows]
+    _print(args, rows, "\n".join(lines))
+    return 0
+
+
+def _figures(cmp) -> list[tuple[str, bytes]]:
+    """(caption, PNG bytes) of every plot of ``cmp``."""
+    from . import plot
+    makers = [("runtime", plot.plot_runtime)]
+    if cmp.profiles:
+        makers += [("roofline", plot.plot_roofline), ("miss-ratio curves", plot.plot_miss_ratio),
+                   ("reuse-distance histograms", plot.plot_histograms), ("traffic per level", plot.plot_traffic),
+                   ("energy per level", plot.plot_energy), ("DRAM traffic vs time", plot.plot_dram_vs_time)]
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for caption, maker in makers:
+            figures.append((caption, maker(cmp, Path(tmp) / "figure.png").read_bytes()))
+    return figures
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    output = _writable(args.output)
+    cmp = _comparison(args)
+    figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
+    if output.suffix.lower() in (".html", ".htm"):
+        body = "".join(f"<h2>{html.escape(c)}</h2><img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>"
+                       for c, b in figures)
+        text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
+                f"<h1>loopopt report</h1>{cmp._repr_html_()}{body}</body></html>")
+    else:
+        body = "".join(f"\n## {c}\n\n![{c}](data:image/png;base64,{b})\n" for c, b in figures)
+        text = f"# loopopt report\n\n```\n{cmp}\n```\n{body}"
+    output.write_text(text)
+    _print(args, {"report": str(output), **cmp.to_dict()}, f"{cmp}\nreport written to {output}")
+    return 0
+
+
+def _op_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--layer", default="resnet50.conv2_x", help="layer name (see `loopopt layers`)")
+    group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
+    parser.add_argument("--batch", type=int, default=1, help="batch size of the layer (default 1)")
+    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
+
+
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    _op_arguments(parser)
+    parser.add_argument("--schedules", default=DEFAULT_SCHEDULES,
+                        help=f"comma-separated schedule names or TOML paths (default {DEFAULT_SCHEDULES})")
+    parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parser() -> argparse.ArgumentParser:
+    json_flag = argparse.ArgumentParser(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="machine-readable output")
+    main_parser = argparse.ArgumentParser(prog="loopopt", description="Explore loop schedules of conv2d/matmul.")
+    sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("compare", parents=[json_flag], help="time and analyse schedules side by side")
+    _compare_arguments(p)
+    p.add_argument("--plot", help="write the comparison dashboard (PNG) here")
+    p.add_argument("--csv", help="write the table as CSV here")
+    p.set_defaults(run=cmd_compare)
+    p = sub.add_parser("show", parents=[json_flag], help="print a schedule's loop nest and generated C")
+    _op_arguments(p)
+    p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
+    p.add_argument("--no-source", action="store_true", help="only the loop nest, no C")
+    p.set_defaults(run=cmd_show)
+    p = sub.add_parser("reuse", parents=[json_flag], help="reuse-distance report of a schedule")
+    _op_arguments(p)
+    p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
+    p.add_argument("--granularity", default="line", choices=("line", "element"))
+    p.set_defaults(run=cmd_reuse)
+    p = sub.add_parser("layers", parents=[json_flag], help="catalog of real layer shapes")
+    p.add_argument("--filter", default="", help="only names containing this text (e.g. resnet50)")
+    p.set_defaults(run=cmd_layers)
+    p = sub.add_parser("report", parents=[json_flag], help="Markdown or HTML report with embedded plots")
+    _compare_arguments(p)
+    p.add_argument("--output", "-o", default="report.md", help="report file (.md or .html)")
+    p.set_defaults(run=cmd_report)
+    return main_parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``loopopt`` command; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, ValueError, OSError) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"loopopt: error: {message}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
