@@ -1,0 +1,63 @@
+"""Kernels at the numpy boundary: validation, ISA choice, cache, compiler errors, measure."""
+import numpy as np
+import pytest
+
+import loopopt as lo
+from loopopt.build import resolve_isa
+
+OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return lo.Schedule(OP).compile("scalar")
+
+
+def test_bad_arrays(kernel):
+    x, w, b = (OP.random_inputs()[t] for t in "IWB")
+    with pytest.raises(TypeError, match="I has dtype float64; this kernel takes float32"):
+        kernel(x.astype(np.float64), w, b)
+    with pytest.raises(ValueError, match=r"W has shape \(5, 3, 3\); .* expects \(5, 3, 3, 3\)"):
+        kernel(x, w[..., 0], b)
+    with pytest.raises(ValueError, match="I is not C-contiguous"):
+        kernel(np.asfortranarray(x), w, b)
+    with pytest.raises(ValueError, match="has a bias"):
+        kernel(x, w)
+    with pytest.raises(TypeError, match="must be a numpy array"):
+        kernel(x.tolist(), w, b)
+
+
+def test_isa_errors():
+    with pytest.raises(ValueError, match="unknown isa 'neon'"):
+        resolve_isa("neon")
+    assert resolve_isa("auto") == lo.available_isas()[0]
+    assert "scalar" in lo.available_isas()
+
+
+def test_missing_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", "no-such-compiler-xyz")
+    monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(tmp_path))
+    with pytest.raises(lo.BuildError, match="no C compiler found: 'no-such-compiler-xyz'"):
+        lo.Schedule(OP).split("ow", 3).compile("scalar")
+
+
+def test_cache_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(tmp_path))
+    lo.Schedule(OP).split("ow", 2).compile("scalar")
+    built = list(tmp_path.glob("*.so"))
+    assert len(built) == 1
+    lo.Schedule(OP).split("ow", 2).compile("scalar")
+    assert list(tmp_path.glob("*.so")) == built
+
+
+def test_source_is_commented_with_the_schedule():
+    source = lo.Schedule(OP).tile(k=4).vectorize("k_i").compile().source
+    assert "step 1: tile(k=4)" in source and "vector loop k_i" in source
+
+
+def test_measure_reports_verified_timing(kernel):
+    timing = lo.measure(kernel, repeats=3)
+    assert timing.verified and timing.repeats == 3
+    assert timing.min <= timing.median and timing.gflops > 0 and 0 < timing.percent_of_peak
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        lo.measure(kernel, repeats=0)

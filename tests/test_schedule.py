@@ -1,0 +1,93 @@
+"""Schedule primitives: names, semantics of split/tile/reorder, legality, errors."""
+import pytest
+
+import loopopt as lo
+
+OP = lo.Conv2d(8, 32, 3, padding=1, height=10, width=12)
+
+
+def test_default_order_and_split_names():
+    s = lo.Schedule(OP)
+    assert s.loop_names == ("n", "k", "oh", "ow", "c", "kh", "kw")
+    s = s.split("ow", 5)
+    assert s.loop_names == ("n", "k", "oh", "ow_o", "ow_i", "c", "kh", "kw")
+    assert [l.extent for l in s.loops if l.name.startswith("ow")] == [3, 5]
+    assert [g.to_c() for g in s.partial_guards] == ["0 <= (5*ow_o + ow_i) && (5*ow_o + ow_i) < 12"]
+
+
+def test_tile_keeps_outer_in_place_and_inner_innermost_in_given_order():
+    s = lo.Schedule(OP).tile(ow=8, k=16)
+    assert s.loop_names == ("n", "k_o", "oh", "ow_o", "c", "kh", "kw", "ow_i", "k_i")
+
+
+def test_reorder_permutes_among_occupied_positions():
+    s = lo.Schedule(OP).reorder("kw", "n")
+    assert s.loop_names == ("kw", "k", "oh", "ow", "c", "kh", "n")
+
+
+def test_schedule_is_immutable():
+    s = lo.Schedule(OP)
+    s.split("k", 4)
+    assert s.loop_names[1] == "k"
+
+
+def test_isl_map_is_a_bijection_onto_the_domain():
+    s = lo.Schedule(OP).tile(ow=5, k=16).fuse("n", "k_o")
+    assert s.isl_map.is_injective()
+    assert s.isl_map.domain().is_equal(OP.domain)
+
+
+def test_reassociation_is_noted_and_strict_mode_refuses():
+    s = lo.Schedule(OP).reorder("kh", "c")
+    assert "reassociates" in s.pseudocode("scalar")
+    with pytest.raises(lo.IllegalScheduleError, match=r"violates the flow dependence.*S\[n=.*must run before"):
+        lo.Schedule(OP, reassociate=False).reorder("kh", "c")
+    # moving a reduction loop outward without changing the summation order stays legal
+    lo.Schedule(OP, reassociate=False).reorder("c", "oh")
+
+
+def test_parallel_over_reduction_is_a_race():
+    with pytest.raises(lo.IllegalScheduleError, match=r"parallel\('c'\).*race"):
+        lo.Schedule(OP).parallel("c")
+    assert lo.Schedule(OP).parallel("oh").parallel_loop.name == "oh"
+
+
+def test_vectorizing_a_reduction_needs_reassociation():
+    lo.Schedule(OP).vectorize("kw")
+    with pytest.raises(lo.IllegalScheduleError, match="reassociates"):
+        lo.Schedule(OP, reassociate=False).vectorize("kw")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.split("q", 4), r"no loop named 'q'"),
+    (lambda s: s.split("ohh", 4), r"did you mean 'oh'"),
+    (lambda s: s.split("k", 0), r"factor must be an integer >= 1, got 0"),
+    (lambda s: s.split("k", 2.5), r"factor must be an integer >= 1, got 2.5"),
+    (lambda s: s.tile(), r"give at least one"),
+    (lambda s: s.reorder("k"), r"at least two"),
+    (lambda s: s.reorder("k", "k"), r"named twice"),
+    (lambda s: s.vectorize("c"), r"only the innermost loop can be vectorized; 'c' is not innermost"),
+    (lambda s: s.vectorize("kw").reorder("kw", "c"), r"must stay innermost"),
+    (lambda s: s.fuse("k", "ow"), r"'ow' must be directly inside 'k'"),
+    (lambda s: s.unroll("kw", 0), r"factor must be"),
+    (lambda s: s.parallel("oh").parallel("ow"), r"already parallel"),
+    (lambda s: s.layout("X", "NCHW"), r"no tensor 'X'"),
+    (lambda s: s.layout("I", "NCHX"), r"not a valid format tag for I"),
+    (lambda s: s.layout("W", "NCHW"), r"not a valid format tag for W with dims OIHW"),
+])
+def test_bad_requests_name_the_problem(call, message):
+    with pytest.raises(lo.ScheduleError, match=message):
+        call(lo.Schedule(OP))
+
+
+def test_schedule_needs_an_op():
+    with pytest.raises(TypeError, match="needs an op"):
+        lo.Schedule("conv")
+
+
+def test_pseudocode_shows_loops_definitions_and_vector_kinds():
+    s = lo.Schedule(OP).layout("O", "NHWC").layout("W", "HWIO").tile(k=16).vectorize("k_i")
+    text = s.pseudocode("avx512")
+    assert "for k_i in 0..16:    # vectorized" in text
+    assert "k = (16*k_o + k_i)" in text
+    assert "I broadcast, W contiguous, O contiguous" in text
