@@ -1,5 +1,4 @@
 /* Trace visitors; the loop nest of the schedule replaces the NEST marker twice. */
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct { long long nitems; long long cap; long long now; long long seen;
