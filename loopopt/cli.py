@@ -36,9 +36,10 @@ def _op(args: argparse.Namespace):
 
 
 def _schedule(name: str, op):
-    """A preset name, a stored schedule name or a TOML path, applied to ``op``."""
+    """A dataflow preset (any op, also Matmul), a stored schedule name or a TOML path, applied to ``op``."""
+    from .dataflows import PRESETS
     from .schedule_file import load_schedule
-    return load_schedule(name, op)
+    return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
 
 
 def _writable(path: Optional[str]) -> Optional[Path]:

@@ -1,0 +1,40 @@
+"""compare(): verified rows, table, HTML, CSV and JSON exports."""
+import json
+
+import pytest
+
+import loopopt as lo
+from loopopt import dataflows
+from loopopt.compare import compare
+
+NAMES = ["naive", "output_stationary", "weight_stationary"]
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    op = lo.Conv2d(4, 8, 3, padding=1, height=6, width=6)
+    return compare(op, [dataflows.PRESETS[n](op) for n in NAMES], NAMES, progress=False, budget=0.05)
+
+
+def test_rows_verified_and_analysed(comparison):
+    assert [r.name for r in comparison.rows] == NAMES
+    for row in comparison.rows:
+        assert row.verified and row.gflops > 0 and row.dram_bytes > 0 and row.energy_uj > 0
+        assert set(row.misses) >= {"registers", "L1", "DRAM"}
+
+
+def test_exports(comparison, tmp_path):
+    text = str(comparison)
+    assert all(n in text for n in NAMES) and "GFLOP/s" in text
+    assert "<table>" in comparison._repr_html_()
+    assert json.loads(comparison.to_json())["rows"][1]["name"] == "output_stationary"
+    lines = comparison.to_csv(tmp_path / "c.csv").read_text().splitlines()
+    assert len(lines) == 1 + len(NAMES) and lines[0].startswith("name,")
+
+
+def test_without_reuse_and_mismatched_names():
+    op = lo.Matmul(8, 16, 8)
+    cmp = compare(op, [dataflows.output_stationary(op)], ["os"], reuse=False, progress=False, budget=0.02)
+    assert cmp.rows[0].dram_bytes is None and not cmp.profiles
+    with pytest.raises(ValueError, match="names"):
+        compare(op, [lo.Schedule(op)], ["a", "b"], progress=False)

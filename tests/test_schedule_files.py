@@ -1,0 +1,56 @@
+"""Schedule files: every stored schedule loads, round-trips, and bad files name file, line and step."""
+import pytest
+
+import loopopt as lo
+from loopopt import dataflows
+from loopopt.schedule_file import (ScheduleFileError, list_schedules, load_schedule, save_schedule,
+                                   to_toml)
+
+OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
+
+
+@pytest.mark.parametrize("name", list_schedules())
+def test_stored_schedules_apply_to_small_op(name):
+    schedule = load_schedule(name, OP)
+    assert schedule.op is OP
+
+
+@pytest.mark.parametrize("name", list(dataflows.PRESETS))
+def test_preset_files_match_functions(name):
+    op = lo.Conv2d(64, 64, 3, padding=1)
+    assert load_schedule(name, op).steps == dataflows.PRESETS[name](op).steps
+
+
+def test_round_trip(tmp_path):
+    s = (lo.Schedule(OP).split("ow", 4).fuse("oh", "ow_o", "rows").reorder("c", "kh", "kw", "ow_i")
+         .unroll("kw").layout("I", "NCHW16c").vectorize("ow_i"))
+    path = save_schedule(s, tmp_path / "mine.toml", description='say "hi"\nthere')
+    again = load_schedule(path, OP)
+    assert again.steps == s.steps and again.loops == s.loops and again.layouts == s.layouts
+    assert to_toml(again, "mine", 'say "hi"\nthere') == path.read_text()
+
+
+def test_unknown_name_suggests_closest():
+    with pytest.raises(ScheduleFileError, match="did you mean 'output_stationary'"):
+        load_schedule("output_stationry", OP)
+
+
+def test_malformed_toml(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("name = \n")
+    with pytest.raises(ScheduleFileError, match="bad.toml: malformed TOML"):
+        load_schedule(path, OP)
+
+
+def test_step_error_names_file_line_and_step(tmp_path):
+    path = tmp_path / "wrong.toml"
+    path.write_text('name = "wrong"\n\n[[step]]\nsplit = ["ow", 2]\n\n[[step]]\nvectorize = "ow_i"\n')
+    with pytest.raises(ScheduleFileError, match=r"wrong.toml:6: step 2: vectorize\(.ow_i.\): only the innermost"):
+        load_schedule(path, OP)
+
+
+def test_unknown_primitive(tmp_path):
+    path = tmp_path / "typo.toml"
+    path.write_text('[[step]]\nvectorise = "ow"\n')
+    with pytest.raises(ScheduleFileError, match=r"typo.toml:1: step 1: .*did you mean 'vectorize'"):
+        load_schedule(path, OP)
