@@ -48,8 +48,10 @@ def _writable(path: Optional[str]) -> Optional[Path]:
         return None
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir() or not os.access(parent, os.W_OK) or target.is_dir():
-        raise UsageError(f"cannot write {path}: {'is a directory' if target.is_dir() else 'directory missing or not writable'}")
+    if target.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {path}: its directory is missing or not writable")
     return target
 
 
@@ -118,9 +120,10 @@ def cmd_layers(args: argparse.Namespace) -> int:
     rows = [{"name": s.name, "C": s.in_channels, "K": s.out_channels, "kernel": s.kernel_size, "HW": s.size,
              "stride": s.stride, "padding": s.padding, "groups": s.groups, "kind": s.kind,
              "GFLOP": round(s.conv().flops / 1e9, 3)} for s in specs]
-    head = f"{'name':<32} {'C':>5} {'K':>5} {'kernel':>6} {'HxW':>7} {'stride':>6} {'groups':>6} {'kind':>9} {'GFLOP':>7}"
-    lines = [head] + [f"{r['name']:<32} {r['C']:>5} {r['K']:>5} {r['kernel']:>6} {r['HW']:>7} {r['stride']:>6} "
-                      f"{r['groups']:>6} {r['kind']:>9} {r['GFLOP']:>7}" for r in rows]
+    line = "{name:<32} {C:>5} {K:>5} {kernel:>6} {HW:>5} {stride:>6} {groups:>6} {kind:>9} {GFLOP:>7}".format
+    header = dict(name="name", C="C", K="K", kernel="kernel", HW="HxW", stride="stride", groups="groups",
+                  kind="kind", GFLOP="GFLOP")
+    lines = [line(**header)] + [line(**r) for r in rows]
     _print(args, rows, "\n".join(lines))
     return 0
 
