@@ -156,6 +156,7 @@ def draw_histogram(ax, cmp: "Comparison", tensor: str) -> None:
         values = np.array([cold_bin if d == math.inf else d + 1 for d in hist], dtype=float)
         ax.hist(values, bins=np.append(edges, cold_bin * 2), weights=list(hist.values()), histtype="step",
                 color=colour(i), label=name, linewidth=1.5)
+    ax.text(cold_bin * 1.4, 0.5, "cold", transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("reuse distance + 1 (64-byte lines; rightmost bin: cold)")
