@@ -3,16 +3,22 @@
 Build an op (``Conv2d``, ``Matmul``), transform its ``Schedule``, compile it to a
 SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``.
 """
-from .analysis import ReuseProfile, reuse
+from . import dataflows
+from .analysis import Machine, ReuseProfile, reuse, reuse_distances
 from .build import Kernel, available_isas
 from .cbuild import BuildError
+from .compare import Comparison, compare
+from .layers import get_layer, list_layers
 from .measure import Timing, measure, peak_gflops
 from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
+from .schedule_file import ScheduleFileError, load_schedule, save_schedule, to_toml
 
 __all__ = [
     "Conv2d", "Matmul", "Schedule", "ScheduleError", "IllegalScheduleError", "Kernel", "BuildError",
-    "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile",
+    "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances", "Machine",
+    "dataflows", "compare", "Comparison", "get_layer", "list_layers",
+    "load_schedule", "save_schedule", "to_toml", "ScheduleFileError",
     "QuantSpec", "quantize", "dequantize", "quant_error",
 ]
