@@ -107,6 +107,17 @@ class Op:
                 "output": self._dataflow(sink=out, source=out, must=True),
                 "anti": self._dataflow(sink=out, source=out, must=False)}
 
+    @cached_property
+    def conflicts(self) -> isl.Map:
+        """Pairs of distinct instances that update the same output element, in either order.
+
+        A loop that separates any such pair cannot run in parallel, even when the
+        reduction may be reassociated.
+        """
+        out = self.access_maps[self.output]
+        same = out.apply_range(out.reverse())
+        return same.subtract(isl.Map.identity(same.get_space()))
+
     def _dataflow(self, sink: isl.UnionMap, source: isl.UnionMap, must: bool) -> isl.Map:
         info = isl.UnionAccessInfo.from_sink(sink)
         info = info.set_must_source(source) if must else info.set_may_source(source)

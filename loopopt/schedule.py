@@ -185,9 +185,8 @@ class Schedule:
         text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
         return isl.Map(text).intersect_domain(self.op.domain)
 
-    def _scheduled_dependences(self) -> isl.Map:
-        deps = self.op.dependences["flow"]
-        return deps.apply_domain(self.isl_map).apply_range(self.isl_map)
+    def _scheduled(self, pairs: isl.Map) -> isl.Map:
+        return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
 
     def _iteration(self, point_map: isl.Map) -> tuple[str, str]:
         """A concrete (source, sink) pair of iterations of a scheduled dependence map."""
@@ -198,14 +197,15 @@ class Schedule:
 
     def reduction_order_violation(self) -> Optional[tuple[str, str]]:
         """A pair (earlier, later) of the reduction that this schedule runs in the opposite order."""
-        scheduled = self._scheduled_dependences()
+        scheduled = self._scheduled(self.op.dependences["flow"])
         backwards = scheduled.intersect(isl.Map.lex_ge(scheduled.get_space().domain()))
         return None if backwards.is_empty() else self._iteration(backwards)
 
     def carried_dependence(self, name: str) -> Optional[tuple[str, str]]:
-        """A dependent pair of iterations whose order is decided by loop ``name`` (a race if parallel)."""
+        """A pair of iterations updating the same output element whose order is decided by
+        loop ``name`` (a race if that loop ran in parallel)."""
         pos = self.position(name)
-        scheduled = self._scheduled_dependences()
+        scheduled = self._scheduled(self.op.conflicts)
         space = scheduled.get_space()
         carried = isl.Map.lex_lt_first(space, pos + 1).subtract(isl.Map.lex_lt_first(space, pos))
         hits = scheduled.intersect(carried)

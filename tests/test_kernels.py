@@ -66,3 +66,10 @@ def test_depthwise_blocked():
     op = lo.Conv2d(20, 20, 3, padding=1, groups=20, height=6, width=5)
     for isa in ISAS:
         check(lo.Schedule(op).layout("I", "NCHW16c").layout("O", "NCHW16c").reorder("kw", "k").vectorize("k"), isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_output_constant_across_lanes_but_written_with_the_vector_loop(isa):
+    # C's offset i + j mentions i_j_k, yet isl proves it constant over the 2 lanes
+    s = lo.Schedule(lo.Matmul(1, 1, 2)).fuse("i", "j").fuse("i_j", "k").vectorize("i_j_k")
+    check(s, isa)

@@ -91,3 +91,10 @@ def test_pseudocode_shows_loops_definitions_and_vector_kinds():
     assert "for k_i in 0..16:    # vectorized" in text
     assert "k = (16*k_o + k_i)" in text
     assert "I broadcast, W contiguous, O contiguous" in text
+
+
+def test_parallel_checks_every_conflict_not_only_immediate_dependences():
+    # after the interchange, no immediate dependence is carried by k_o, yet k and k+4 share C[i, j]
+    s = lo.Schedule(lo.Matmul(3, 4, 19)).split("k", 4).reorder("k_i", "k_o")
+    with pytest.raises(lo.IllegalScheduleError, match=r"parallel\('k_o'\).*race"):
+        s.parallel("k_o")

@@ -160,10 +160,16 @@ class _Emitter:
     def _emit_vector_loop(self, depth: int, indent: int) -> None:
         isa, loop, out = self.isa, self.vector, self.op.output
         lanes_guards = self._guards_at(depth)
-        gathered = [t for t, k in self.kinds.items() if k.kind == "gather"]
-        masked = bool(lanes_guards) or loop.extent % isa.lanes != 0
-        reduce = self.kinds[out].kind == "broadcast"
         v = loop.name
+        # Accumulate across lanes only when the output element is syntactically outside the
+        # vector loop; an output that isl proves constant but is written in terms of the
+        # vector variable goes through the per-lane path.
+        reduce = self.kinds[out].kind == "broadcast" and v not in self.s.offset(out).variables()
+        lane_wise = {t for t, k in self.kinds.items() if k.kind == "gather"}
+        if self.kinds[out].kind == "broadcast" and not reduce:
+            lane_wise.add(out)
+        gathered = [t for t in self.kinds if t in lane_wise]
+        masked = bool(lanes_guards) or loop.extent % isa.lanes != 0
         self.emit(indent, f"/* vector loop {v}: {isa.lanes} lanes; " +
                   ", ".join(f"{t} {k}" for t, k in self.kinds.items()) + " */")
         self.emit(indent, "{")
@@ -180,7 +186,7 @@ class _Emitter:
         a, b = self.op.inputs
         self.emit(body, f"const {isa.vector_type} lo_a = {self._load(a, mask)};")
         self.emit(body, f"const {isa.vector_type} lo_b = {self._load(b, mask)};")
-        self._emit_update(body, out, mask, reduce)
+        self._emit_update(body, out, mask, reduce, out in lane_wise)
         self.emit(inner, "}")
         if reduce:
             self.emit(inner, f"{self.ref(out)} += {isa.hsum(v='lo_acc')};")
@@ -224,7 +230,7 @@ class _Emitter:
         base = pointer if kind.kind == "strided" else tensor
         return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
 
-    def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool) -> None:
+    def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool, lane_wise: bool) -> None:
         isa, kind = self.isa, self.kinds[out]
         vt = isa.vector_type
         if reduce:
@@ -232,7 +238,7 @@ class _Emitter:
                       else isa.fma(a="lo_a", b="lo_b", c="lo_acc"))
             self.emit(depth, f"lo_acc = {update};")
             return
-        if kind.kind == "gather":
+        if lane_wise:
             # Lanes may name the same element: add them one at a time, in lane order.
             self.emit(depth, f"float lo_prod[{isa.lanes}];")
             self.emit(depth, isa.store(p="lo_prod", v=isa.fma(a="lo_a", b="lo_b", c=isa.zero())) + ";")
