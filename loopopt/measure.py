@@ -1,6 +1,7 @@
 """Timing of kernels and this machine's measured peak."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -130,5 +131,4 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
 def _threads(kernel: Kernel) -> int:
     if kernel.schedule.parallel_loop is None:
         return 1
-    import os
     return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
