@@ -127,6 +127,9 @@ class Kernel:
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
+    if schedule.op.quant is not None:
+        raise ValueError(f"{schedule.op!r} is quantized; code generation covers float32 ops only so far "
+                         f"(the exact integer reference is loopopt.quant.qconv2d_accumulators)")
     isa_name = resolve_isa(isa)
     generated = generate(schedule, ISAS[isa_name])
     openmp = ("-fopenmp",) if generated.openmp else ()

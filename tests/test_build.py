@@ -61,3 +61,9 @@ def test_measure_reports_verified_timing(kernel):
     assert timing.min <= timing.median and timing.gflops > 0 and 0 < timing.percent_of_peak
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         lo.measure(kernel, repeats=0)
+
+
+def test_quantized_ops_are_refused_instead_of_compiled_as_float():
+    qop = lo.Conv2d(3, 5, 3, height=6, width=7, quant=lo.QuantSpec(activation="uint8"))
+    with pytest.raises(ValueError, match="is quantized; code generation covers float32 ops only"):
+        lo.Schedule(qop).compile()
