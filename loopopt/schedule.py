@@ -244,37 +244,34 @@ class Schedule:
     def split(self, loop: str, factor: int) -> "Schedule":
         """Split ``loop`` into ``loop_o`` (outer) and ``loop_i`` (inner, extent ``factor``)."""
         step = Step("split", (loop, factor))
-        loops, relations = self._split(step, self.loops, self.relations, loop, factor)
-        return self._with(step, loops=loops, relations=relations)
+        split = self._split(step, loop, factor)
+        return self._with(step, loops=split.loops, relations=split.relations)
 
     def tile(self, **factors: int) -> "Schedule":
         """Split each named loop; ``_o`` loops stay in place, ``_i`` loops go innermost in the given order."""
         step = Step("tile", (), tuple(factors.items()))
         if not factors:
             raise ScheduleError("tile: give at least one loop=factor, e.g. tile(ow=8, k=16)")
-        loops, relations = self.loops, self.relations
+        split = self
         for name, factor in factors.items():
-            loops, relations = self._split(step, loops, relations, name, factor)
+            split = split._split(step, name, factor)
         inner = [f"{name}_i" for name in factors]
-        by_name = {l.name: l for l in loops}
-        order = [l for l in loops if l.name not in inner] + [by_name[n] for n in inner]
-        return self._with(step, loops=tuple(order), relations=relations)
+        order = [l for l in split.loops if l.name not in inner] + [split.loop(n) for n in inner]
+        return self._with(step, loops=tuple(order), relations=split.relations)
 
-    def _split(self, step: Step, loops: tuple[Loop, ...], relations: tuple, name: str, factor: int):
-        names = [l.name for l in loops]
-        if name not in names:
-            replace(self, loops=loops).loop(name, str(step))
+    def _split(self, step: Step, name: str, factor: int) -> "Schedule":
+        """The split of ``name`` as an unvalidated intermediate (no step recorded)."""
+        target = self.loop(name, str(step))
         factor = _check_factor(factor, str(step))
-        pos = names.index(name)
-        target = loops[pos]
         if target.vectorized:
             raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
         outer, inner = f"{name}_o", f"{name}_i"
-        replace(self, loops=loops, relations=relations)._check_new_names(step, outer, inner)
+        self._check_new_names(step, outer, inner)
+        pos = self.position(name)
         new_loops = (Loop(outer, -(-target.extent // factor), parallel=target.parallel),
                      Loop(inner, factor, unroll=target.unroll))
-        return (loops[:pos] + new_loops + loops[pos + 1:],
-                relations + (Split(name, outer, inner, factor, target.extent),))
+        return replace(self, loops=self.loops[:pos] + new_loops + self.loops[pos + 1:],
+                       relations=self.relations + (Split(name, outer, inner, factor, target.extent),))
 
     def reorder(self, *names: str) -> "Schedule":
         """Permute the named loops among the positions they occupy now."""

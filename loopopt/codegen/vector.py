@@ -28,13 +28,9 @@ class AccessKind:
         return f"strided({self.stride})" if self.kind == "strided" else self.kind
 
 
+@lru_cache(maxsize=4096)
 def classify(schedule: Schedule, tensor: str, lanes: int) -> AccessKind:
     """The vector access kind of ``tensor`` along the schedule's vectorized loop."""
-    return _classify(schedule, tensor, lanes)
-
-
-@lru_cache(maxsize=4096)
-def _classify(schedule: Schedule, tensor: str, lanes: int) -> AccessKind:
     vec = schedule.vector_loop
     if vec is None:
         raise ValueError("the schedule has no vectorized loop")
