@@ -8,6 +8,7 @@ import numpy as np
 
 from .cbuild import compile_c
 from .codegen import ISAS, Generated, generate
+from .codegen.isa import INT_ISAS
 from .codegen.emit import KERNEL_NAME
 from .schedule import Schedule
 
@@ -30,6 +31,11 @@ def cpu_flags() -> frozenset[str]:
 def available_isas() -> tuple[str, ...]:
     """ISAs this CPU can run, best first (``scalar`` always)."""
     return tuple(name for name in ISA_PREFERENCE if set(ISAS[name].cpu_flags) <= cpu_flags())
+
+
+def available_int_isas() -> tuple[str, ...]:
+    """ISAs this CPU can run integer (quantized) kernels on, best first (AVX-512 needs VNNI)."""
+    return tuple(name for name in ISA_PREFERENCE if set(INT_ISAS[name].cpu_flags) <= cpu_flags())
 
 
 def resolve_isa(isa: str) -> str:

@@ -145,3 +145,139 @@ SCALAR = Isa(name="scalar", lanes=1, vector_type="float", mask_type="unsigned", 
              cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512, AVX2, SCALAR)}
+
+
+# --- integer tables (quantized kernels) ------------------------------------------------------
+# The same operation names as the float tables, meaning int32 lanes (wrapping arithmetic), plus
+# byte loads widened to int32 and the 4-way u8 x s8 dot product of vpdpbusd. Masks and index
+# vectors are shared with the float table of the same ISA.
+
+INT_MEANINGS = {
+    "zero": "every lane 0",
+    "load": "lane j = ((int32 *)p)[j] (p may be any byte address)",
+    "load_mask": "lane j = ((int32 *)p)[j] if mask bit j else 0",
+    "store": "((int32 *)p)[j] = v lane j",
+    "store_mask": "((int32 *)p)[j] = v lane j where mask bit j (others untouched)",
+    "broadcast": "every lane = (int32) s",
+    "fma": "lane j = c_j + a_j * b_j (int32, wrapping)",
+    "fma_mask": "lane j = c_j + a_j * b_j where mask bit j, else c_j",
+    "sub": "lane j = a_j - b_j (int32, wrapping)",
+    "gather": "lane j = ((int32 *)p)[idx_j]",
+    "gather_mask": "lane j = ((int32 *)p)[idx_j] where mask bit j, else 0",
+    "scatter_mask": "((int32 *)p)[idx_j] = v_j where mask bit j, lanes in order (distinct indices)",
+    "hsum": "sum of the lanes (int32, wrapping)",
+    "load_u8": "lane j = ((uint8 *)p)[j]",
+    "load_s8": "lane j = ((int8 *)p)[j]",
+    "load_u8_mask": "lane j = ((uint8 *)p)[j] where mask bit j, else 0 (may read 3 bytes past a lane)",
+    "load_s8_mask": "lane j = ((int8 *)p)[j] where mask bit j, else 0 (may read 3 bytes past a lane)",
+    "gather_b": "lane j = the int32 at byte address (char *)p + idx_j (reads 4 bytes)",
+    "gather_b_mask": "lane j = the int32 at byte address (char *)p + idx_j where mask bit j, else 0",
+    "extend_u8": "lane j = low byte of v_j as uint8",
+    "extend_s8": "lane j = low byte of v_j as int8",
+    "flip": "every byte b of v becomes b ^ 0x80 (int8 x + 128 as uint8)",
+    "dot": "lane j = c_j + sum over q < 4 of uint8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
+    "dot_mask": "dot where mask bit j, else c_j",
+    "to_float": "lane j = (float32) v_j, rounded to nearest even",
+}
+SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
+
+
+def _int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
+    shared = {name: floats.ops[name] for name in SHARED_OPS}
+    return shared | {name: Instr(text, INT_MEANINGS[name]) for name, text in templates.items()}
+
+
+AVX512_INT = Isa(
+    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    cpu_flags=("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
+    compile_flags=AVX512.compile_flags + ("-mavx512vnni",),
+    prelude=AVX512.prelude,
+    ops=_int_table(
+        AVX512,
+        zero="_mm512_setzero_si512()",
+        load="_mm512_loadu_si512((const void *)({p}))",
+        load_mask="_mm512_maskz_loadu_epi32({m}, (const void *)({p}))",
+        store="_mm512_storeu_si512((void *)({p}), {v})",
+        store_mask="_mm512_mask_storeu_epi32((void *)({p}), {m}, {v})",
+        broadcast="_mm512_set1_epi32((int)({s}))",
+        fma="_mm512_add_epi32({c}, _mm512_mullo_epi32({a}, {b}))",
+        fma_mask="_mm512_mask_add_epi32({c}, {m}, {c}, _mm512_mullo_epi32({a}, {b}))",
+        sub="_mm512_sub_epi32({a}, {b})",
+        gather="_mm512_i32gather_epi32({idx}, (const void *)({p}), 4)",
+        gather_mask="_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, (const void *)({p}), 4)",
+        scatter_mask="_mm512_mask_i32scatter_epi32((void *)({p}), {m}, {idx}, {v}, 4)",
+        hsum="_mm512_reduce_add_epi32({v})",
+        load_u8="_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)({p})))",
+        load_s8="_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)({p})))",
+        load_u8_mask="_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8({m}, (const void *)({p})))",
+        load_s8_mask="_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8({m}, (const void *)({p})))",
+        gather_b="_mm512_i32gather_epi32({idx}, (const void *)({p}), 1)",
+        gather_b_mask="_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, (const void *)({p}), 1)",
+        extend_u8="_mm512_and_si512({v}, _mm512_set1_epi32(255))",
+        extend_s8="_mm512_srai_epi32(_mm512_slli_epi32({v}, 24), 24)",
+        flip="_mm512_xor_si512({v}, _mm512_set1_epi32((int)0x80808080u))",
+        dot="_mm512_dpbusd_epi32({c}, {a}, {b})",
+        dot_mask="_mm512_mask_dpbusd_epi32({c}, {m}, {a}, {b})",
+        to_float="_mm512_cvtepi32_ps({v})",
+    ),
+)
+
+AVX2_INT = Isa(
+    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags,
+    prelude=AVX2.prelude + """/* u8 x s8 -> s32 dot of 4 without saturation: widen each byte to 16 bits, then vpmaddwd. */
+static inline __m256i lo_avx2_dpbusd(__m256i c, __m256i a, __m256i b) {
+    const __m256i even = _mm256_set1_epi16(0x00ff);
+    const __m256i a_even = _mm256_and_si256(a, even), a_odd = _mm256_srli_epi16(a, 8);
+    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), b_odd = _mm256_srai_epi16(b, 8);
+    return _mm256_add_epi32(c, _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd)));
+}
+static inline int lo_avx2_hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+/* AVX2 has no scatter: store the masked int32 lanes one by one, in lane order. */
+static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m256i v) {
+    int m[8], i[8], x[8];
+    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)i, idx); _mm256_storeu_si256((__m256i *)x, v);
+    for (int j = 0; j < 8; ++j) if (m[j]) ((int *)p)[i[j]] = x[j];
+}
+""",
+    ops=_int_table(
+        AVX2,
+        zero="_mm256_setzero_si256()",
+        load="_mm256_loadu_si256((const __m256i *)(const void *)({p}))",
+        load_mask="_mm256_maskload_epi32((const int *)(const void *)({p}), {m})",
+        store="_mm256_storeu_si256((__m256i *)(void *)({p}), {v})",
+        store_mask="_mm256_maskstore_epi32((int *)(void *)({p}), {m}, {v})",
+        broadcast="_mm256_set1_epi32((int)({s}))",
+        fma="_mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b}))",
+        fma_mask="_mm256_blendv_epi8({c}, _mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b})), {m})",
+        sub="_mm256_sub_epi32({a}, {b})",
+        gather="_mm256_i32gather_epi32((const int *)(const void *)({p}), {idx}, 4)",
+        gather_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), {idx}, {m}, 4)",
+        scatter_mask="lo_avx2_scatter_epi32((void *)({p}), {m}, {idx}, {v})",
+        hsum="lo_avx2_hsum_epi32({v})",
+        load_u8="_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)({p})))",
+        load_s8="_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)({p})))",
+        load_u8_mask="_mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), "
+                     "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), _mm256_set1_epi32(255))",
+        load_s8_mask="_mm256_srai_epi32(_mm256_slli_epi32(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
+                     "(const int *)(const void *)({p}), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), 24), 24)",
+        gather_b="_mm256_i32gather_epi32((const int *)(const void *)({p}), {idx}, 1)",
+        gather_b_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), {idx}, {m}, 1)",
+        extend_u8="_mm256_and_si256({v}, _mm256_set1_epi32(255))",
+        extend_s8="_mm256_srai_epi32(_mm256_slli_epi32({v}, 24), 24)",
+        flip="_mm256_xor_si256({v}, _mm256_set1_epi32((int)0x80808080u))",
+        dot="lo_avx2_dpbusd({c}, {a}, {b})",
+        dot_mask="_mm256_blendv_epi8({c}, lo_avx2_dpbusd({c}, {a}, {b}), {m})",
+        to_float="_mm256_cvtepi32_ps({v})",
+    ),
+)
+
+SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned", index_type="int",
+                 cpu_flags=(), compile_flags=(), prelude="", ops={})
+
+INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}

@@ -1,0 +1,133 @@
+"""Each integer instruction-table entry does, lane by lane, what its recorded meaning says."""
+import numpy as np
+import pytest
+
+from loopopt.build import available_int_isas
+from loopopt.cbuild import compile_c
+from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, SHARED_OPS
+
+VECTOR_ISAS = [name for name in available_int_isas() if INT_ISAS[name].vectorizes]
+
+# One probe per entry; each writes its result vector (as int32 lanes) to out + k * lanes.
+PROBES = {
+    "zero": "{zero}",
+    "load": "{load_p}",
+    "load_mask": "{load_mask}",
+    "broadcast": "{broadcast}",
+    "fma": "{fma}",
+    "fma_mask": "{fma_mask}",
+    "sub": "{sub}",
+    "gather": "{gather}",
+    "gather_mask": "{gather_mask}",
+    "load_u8": "{load_u8}",
+    "load_s8": "{load_s8}",
+    "load_u8_mask": "{load_u8_mask}",
+    "load_s8_mask": "{load_s8_mask}",
+    "gather_b": "{gather_b}",
+    "gather_b_mask": "{gather_b_mask}",
+    "extend_u8": "{extend_u8}",
+    "extend_s8": "{extend_s8}",
+    "flip": "{flip}",
+    "dot": "{dot}",
+    "dot_mask": "{dot_mask}",
+}
+
+HARNESS = """{prelude}
+void probe(const int *x, const int *y, const unsigned char *bytes, const int *idx, unsigned bits,
+           int *out, int *scattered, int *sums, float *floats)
+{{
+    const {mt} m = {mask_bits};
+    const {it} index = {index_load};
+    const {vt} a = {load_a}, b = {load_b}, c = {load_c};
+{stores}
+    {store_mask};
+    sums[0] = {hsum};
+    {scatter};
+    {store_float};
+}}
+"""
+
+
+def build(isa_name):
+    isa = INT_ISAS[isa_name]
+    n = isa.lanes
+    ops = dict(
+        zero=isa.zero(), load_p=isa.load(p="x + 1"), load_mask=isa.load_mask(p="x + 1", m="m"),
+        broadcast=isa.broadcast(s="x[2]"), fma=isa.fma(a="a", b="b", c="c"),
+        fma_mask=isa.fma_mask(a="a", b="b", c="c", m="m"), sub=isa.sub(a="a", b="b"),
+        gather=isa.gather(p="x", idx="index"), gather_mask=isa.gather_mask(p="x", idx="index", m="m"),
+        load_u8=isa.load_u8(p="bytes + 3"), load_s8=isa.load_s8(p="bytes + 3"),
+        load_u8_mask=isa.load_u8_mask(p="bytes + 3", m="m"), load_s8_mask=isa.load_s8_mask(p="bytes + 3", m="m"),
+        gather_b=isa.gather_b(p="bytes", idx="index"), gather_b_mask=isa.gather_b_mask(p="bytes", idx="index", m="m"),
+        extend_u8=isa.extend_u8(v="a"), extend_s8=isa.extend_s8(v="a"), flip=isa.flip(v="a"),
+        dot=isa.dot(a="a", b="b", c="c"), dot_mask=isa.dot_mask(a="a", b="b", c="c", m="m"),
+    )
+    stores = "\n".join(f"    {isa.store(p=f'out + {k} * {n}', v=PROBES[name].format(**ops))};"
+                       for k, name in enumerate(PROBES))
+    source = HARNESS.format(
+        prelude=isa.prelude, vt=isa.vector_type, mt=isa.mask_type, it=isa.index_type,
+        mask_bits=isa.mask_bits(s="bits"), index_load=isa.index_load(p="idx"),
+        load_a=isa.load(p="x"), load_b=isa.load(p="y"), load_c=isa.load(p="y + 1"), stores=stores,
+        store_mask=isa.store_mask(p=f"out + {len(PROBES)} * {n}", m="m", v="a"),
+        hsum=isa.hsum(v="a"), scatter=isa.scatter_mask(p="scattered", m="m", idx="index", v="a"),
+        store_float=f"{{ float t[{n}]; " + (
+            "_mm512_storeu_ps(t, " if n == 16 else "_mm256_storeu_ps(t, ") +
+        isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}")
+    cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, int *, "
+            "int *, float *);")
+    return compile_c(source, cdef, isa.compile_flags)
+
+
+def test_every_int_instruction_has_a_meaning():
+    for isa in INT_ISAS.values():
+        assert set(isa.ops) <= set(INT_MEANINGS) | set(SHARED_OPS)
+    for name in VECTOR_ISAS:
+        assert set(INT_ISAS[name].ops) == set(INT_MEANINGS) | set(SHARED_OPS), name
+        assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float"} == set(INT_MEANINGS)
+
+
+@pytest.mark.parametrize("isa_name", VECTOR_ISAS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
+    n = INT_ISAS[isa_name].lanes
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 4 * n, dtype=np.int64).astype(np.int32)
+    x[:n] = rng.integers(-2**20, 2**20, n)            # a: small enough to convert to float exactly
+    y = rng.integers(-2**31, 2**31, n + 1, dtype=np.int64).astype(np.int32)
+    raw = rng.integers(0, 256, 8 * n, dtype=np.int64).astype(np.uint8)
+    idx = rng.permutation(4 * n)[:n].astype(np.int32)
+    bits = int(rng.integers(0, 2 ** n))
+    out = np.full((len(PROBES) + 1) * n, -7, dtype=np.int32)
+    scattered = np.zeros(4 * n, dtype=np.int32)
+    sums = np.zeros(1, dtype=np.int32)
+    floats = np.zeros(n, dtype=np.float32)
+    module = build(isa_name)
+    ffi = module.ffi
+    ptr = lambda arr, t: ffi.cast(t, ffi.from_buffer(arr))
+    module.lib.probe(ptr(x, "int *"), ptr(y, "int *"), ptr(raw, "unsigned char *"), ptr(idx, "int *"), bits,
+                     ptr(out, "int *"), ptr(scattered, "int *"), ptr(sums, "int *"), ptr(floats, "float *"))
+    mask = np.array([(bits >> j) & 1 for j in range(n)], dtype=bool)
+    a, b, c = x[:n].astype(np.int64), y[:n].astype(np.int64), y[1:n + 1].astype(np.int64)
+    wrap = lambda v: np.asarray(v, dtype=np.int64).astype(np.uint32).astype(np.int32)
+    word = lambda offsets: raw.view(np.uint8)[offsets[:, None] + np.arange(4)].copy().view("<i4")[:, 0]
+    au8 = a.astype(np.int32).view(np.uint8).reshape(n, 4).astype(np.int64)
+    bs8 = b.astype(np.int32).view(np.int8).reshape(n, 4).astype(np.int64)
+    dot = wrap(c + (au8 * bs8).sum(axis=1))
+    expected = {
+        "zero": np.zeros(n), "load": x[1:n + 1], "load_mask": np.where(mask, x[1:n + 1], 0),
+        "broadcast": np.full(n, x[2]), "fma": wrap(c + a * b), "fma_mask": np.where(mask, wrap(c + a * b), c),
+        "sub": wrap(a - b), "gather": x[idx], "gather_mask": np.where(mask, x[idx], 0),
+        "load_u8": raw[3:3 + n], "load_s8": raw[3:3 + n].view(np.int8),
+        "load_u8_mask": np.where(mask, raw[3:3 + n], 0), "load_s8_mask": np.where(mask, raw[3:3 + n].view(np.int8), 0),
+        "gather_b": word(idx), "gather_b_mask": np.where(mask, word(idx), 0),
+        "extend_u8": a & 255, "extend_s8": a.astype(np.int8), "flip": wrap(a ^ 0x80808080),
+        "dot": dot, "dot_mask": np.where(mask, dot, c),
+    }
+    for k, name in enumerate(PROBES):
+        assert np.array_equal(out[k * n:(k + 1) * n], wrap(expected[name])), name
+    assert np.array_equal(out[len(PROBES) * n:], np.where(mask, x[:n], -7)), "store_mask"
+    assert sums[0] == wrap(a.sum()), "hsum"
+    expected_scatter = np.zeros(4 * n, dtype=np.int32)
+    expected_scatter[idx[mask]] = x[:n][mask]
+    assert np.array_equal(scattered, expected_scatter), "scatter_mask"
+    assert np.array_equal(floats, x[:n].astype(np.float32)), "to_float"
