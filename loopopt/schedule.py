@@ -30,6 +30,10 @@ class IllegalScheduleError(ScheduleError):
     """A schedule request that would violate a dependence of the op."""
 
 
+COMPENSATIONS = ("packed", "kernel")      # Schedule.compensation choices (quantized ops)
+ARITHMETICS = ("integer", "dequantize")   # Schedule.arithmetic choices (quantized ops)
+
+
 @dataclass(frozen=True)
 class Loop:
     """One loop of the nest: name, trip count and annotations."""
@@ -75,6 +79,9 @@ class Step:
         return f"{self.primitive}({', '.join(parts)})"
 
 
+MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into accumulators
+
+
 def _check_factor(factor: Any, what: str) -> int:
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ScheduleError(f"{what}: factor must be an integer >= 1, got {factor!r}")
@@ -95,6 +102,9 @@ class Schedule:
     layouts: tuple[tuple[str, str], ...] = ()
     steps: tuple[Step, ...] = ()
     reassociate: bool = True
+    register_block_at: Optional[str] = None
+    compensation_mode: str = "packed"     # quantized ops: where zero-point compensation is computed
+    arithmetic_mode: str = "integer"      # quantized ops: integer accumulation or dequantize-on-the-fly
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -222,6 +232,8 @@ class Schedule:
         if vec is not None and self.loops[-1].name != vec.name:
             raise ScheduleError(f"{step}: the vectorized loop {vec.name!r} must stay innermost "
                                 f"(innermost would be {self.loops[-1].name!r})")
+        if self.register_block_at is not None:
+            self._check_register_block(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
             return
         if not self.reassociate:
@@ -351,6 +363,114 @@ class Schedule:
             raise ScheduleError(f"{step}: {err}") from None
         layouts = tuple((t, tag if t == tensor else old) for t, old in self.layouts)
         return self._with(step, layouts=layouts)
+
+    def register_block(self, at: str) -> "Schedule":
+        """Keep the block of outputs updated inside loop ``at`` in registers across it.
+
+        From ``at`` inward the reduction loops (the output does not depend on them) come
+        first and the block loops (it does) innermost. The block loops are unrolled
+        completely, one accumulator per output vector, loaded (or set to the bias when the
+        block sees the whole reduction) before ``at`` and stored after it; loads shared by
+        unrolled copies are issued once. The vectorized loop is either a block loop or the
+        innermost reduction loop (then each accumulator sums lanes, added up when stored).
+        """
+        step = Step("register_block", (at,))
+        self.loop(at, str(step))
+        return self._with(step, register_block_at=at)
+
+    def block_loops(self) -> tuple[list[str], list[str]]:
+        """(reduction loops, block loops) from the register block's ``at`` inward."""
+        start = self.position(self.register_block_at)
+        varying = self.offset(self.op.output).variables()
+        inner = self.loops[start:]
+        return ([l.name for l in inner if l.name not in varying],
+                [l.name for l in inner if l.name in varying])
+
+    def _check_register_block(self, step: Step) -> None:
+        at = self.register_block_at
+        if at not in self.loop_names:
+            raise ScheduleError(f"{step}: the register block is at loop {at!r}, which no longer exists "
+                                f"(split or fuse it before register_block)")
+        start = self.position(at)
+        if any(loop.parallel for loop in self.loops[start:]):
+            raise ScheduleError(f"{step}: the parallel loop {self.parallel_loop.name!r} lies inside the "
+                                f"register block at {at!r}; parallelize a loop outside it")
+        reduction, block = self.block_loops()
+        scalar_reduction = [n for n in reduction if not self.loop(n).vectorized]
+        if block and scalar_reduction and self.position(scalar_reduction[-1]) > self.position(block[0]):
+            raise ScheduleError(
+                f"{step}: the reduction loop {scalar_reduction[-1]!r} lies inside the block loop "
+                f"{block[0]!r}; from {at!r} inward the reduction loops must come first and the block "
+                f"loops ({', '.join(block)}) innermost (reorder first)")
+        aliased = self._block_aliasing(block)
+        if aliased:
+            raise ScheduleError(
+                f"{step}: two iterations of the block loops ({', '.join(block)}) update the same "
+                f"output element ({aliased}); a block loop must move the output at every step, so a "
+                f"loop that mixes output positions with the reduction (e.g. a fused i_j_k) cannot be "
+                f"in a register block")
+        count = 1
+        for name in block:
+            count *= self.loop(name).extent
+        if count > MAX_BLOCK_ELEMENTS:
+            raise ScheduleError(f"{step}: the register block holds {count} output elements "
+                                f"({' x '.join(f'{n}[{self.loop(n).extent}]' for n in block)}); at most "
+                                f"{MAX_BLOCK_ELEMENTS} are unrolled into accumulators")
+
+    def compensation(self, where: str) -> "Schedule":
+        """Where a quantized kernel's zero-point compensation terms are computed.
+
+        ``"packed"`` (default): the weight-side terms (per output channel, and per border
+        class of output positions whose set of valid taps differs) are computed when the
+        weights are packed, outside the timed run. ``"kernel"``: the kernel computes them
+        from the weights on every run. Activation sums (needed by asymmetric weights) are
+        always computed in the kernel.
+        """
+        step = Step("compensation", (where,))
+        self._check_quant_choice(step, where, COMPENSATIONS)
+        return self._with(step, compensation_mode=where)
+
+    def arithmetic(self, kind: str) -> "Schedule":
+        """How a quantized op accumulates: ``"integer"`` (default: exact int32, products of the
+        stored integers, VNNI where the schedule allows) or ``"dequantize"`` (the naive
+        design: weights and activations converted to float32 inside the loop, summed in float;
+        float32 output only)."""
+        step = Step("arithmetic", (kind,))
+        self._check_quant_choice(step, kind, ARITHMETICS)
+        if kind == "dequantize" and self.op.quant.requantized:
+            raise ScheduleError(f"{step}: dequantize-on-the-fly accumulates in float and produces a "
+                                f"float32 output; this op's output is {self.op.quant.output!r} "
+                                f"(use QuantSpec(output='float32'))")
+        return self._with(step, arithmetic_mode=kind)
+
+    def _check_quant_choice(self, step: Step, value: Any, allowed: tuple[str, ...]) -> None:
+        if self.op.quant is None:
+            raise ScheduleError(f"{step}: the op is not quantized (pass quant=lo.QuantSpec(...) to it)")
+        if value not in allowed:
+            raise ScheduleError(f"{step}: {value!r} is not a choice; allowed: {', '.join(map(repr, allowed))}")
+
+    def _block_aliasing(self, block: list[str]) -> Optional[str]:
+        """A pair of distinct block positions with the same output element (None if injective)."""
+        if not block:
+            return None
+        names = list(self.loop_names)
+        primed = {n: Var(n + "_2") for n in block}
+        offset = self.offset(self.op.output)
+        box = [f"0 <= {l.name} < {l.extent}" for l in self.loops] + [g.to_isl() for g in self.guards]
+        box += [f"0 <= {n}_2 < {self.loop(n).extent}" for n in block]
+        box += [Bound(g.expr.substitute(primed), g.lower, g.upper).to_isl() for g in self.guards]
+        differ = " or ".join(f"{n} != {n}_2" for n in block)
+        text = (f"{{ [{', '.join(names + [n + '_2' for n in block])}] : {' and '.join(box)} and "
+                f"({differ}) and {offset.to_isl()} = {offset.substitute(primed).to_isl()} }}")
+        witness = isl.Set(text)
+        if witness.is_empty():
+            return None
+        point = witness.sample_point()
+        values = [point.get_coordinate_val(isl.dim_type.set, names.index(n)).to_python() for n in block]
+        twins = [point.get_coordinate_val(isl.dim_type.set, len(names) + i).to_python()
+                 for i in range(len(block))]
+        return (", ".join(f"{n}={v}" for n, v in zip(block, values)) + " and " +
+                ", ".join(f"{n}={v}" for n, v in zip(block, twins)))
 
     def _annotate(self, step: Step, name: str, **annotations) -> "Schedule":
         loops = tuple(replace(l, **annotations) if l.name == name else l for l in self.loops)

@@ -31,7 +31,8 @@ from typing import Any
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
 
-PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout")
+PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout", "register_block",
+              "compensation", "arithmetic")
 SUFFIX = ".toml"
 
 

@@ -2,6 +2,7 @@
 from hypothesis import strategies as st
 
 import loopopt as lo
+from loopopt.codegen import ISAS, generate
 
 
 @st.composite
@@ -26,9 +27,24 @@ ACT_LAYOUTS = ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"]
 W_LAYOUTS = ["OIHW", "HWIO", "OHWI", "OIHW4i4o", "OIHW16i16o"]
 
 
+def register_block_sites(schedule, isa=None):
+    """Loops at which ``schedule.register_block`` is accepted (and generates code on ``isa``)."""
+    sites = []
+    for name in schedule.loop_names:
+        try:
+            blocked = schedule.register_block(name)
+            if isa is not None:
+                generate(blocked, ISAS[isa])
+        except lo.ScheduleError:
+            continue
+        sites.append(name)
+    return sites
+
+
 @st.composite
-def schedules(draw, op):
-    """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize."""
+def schedules(draw, op, isa=None):
+    """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize,
+    register blocks (only where they generate code on ``isa``)."""
     s = lo.Schedule(op)
     for _ in range(draw(st.integers(0, 3))):
         action = draw(st.sampled_from(["split", "tile", "reorder", "fuse"]))
@@ -56,4 +72,8 @@ def schedules(draw, op):
             s = s.parallel(draw(st.sampled_from(candidates)))
     if draw(st.integers(0, 3)):
         s = s.vectorize(s.loop_names[-1])
+    if draw(st.booleans()):
+        sites = register_block_sites(s, isa)
+        if sites:
+            s = s.register_block(draw(st.sampled_from(sites)))
     return s

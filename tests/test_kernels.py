@@ -26,7 +26,7 @@ def check(schedule: lo.Schedule, isa: str) -> None:
 @given(data=st.data())
 def test_random_conv_schedules(isa, data):
     op = data.draw(conv_ops())
-    check(data.draw(schedules(op)), isa)
+    check(data.draw(schedules(op, isa)), isa)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -34,7 +34,7 @@ def test_random_conv_schedules(isa, data):
 @given(data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
 def test_random_matmul_schedules(isa, data, m, n, k):
     op = lo.Matmul(m, n, k)
-    check(data.draw(schedules(op)), isa)
+    check(data.draw(schedules(op, isa)), isa)
 
 
 CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, height=7, width=9)
@@ -50,7 +50,16 @@ CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, h
     lambda s: s.vectorize("kw"),                                   # reduction across lanes
     lambda s: s.fuse("oh", "ow").reorder("c", "kh", "kw", "oh_ow").vectorize("oh_ow"),  # strided input
     lambda s: s.reorder("kh", "kw", "c").fuse("kw", "c").vectorize("kw_c"),  # gathered weights
-], ids=["tiled", "nhwc", "blocked-parallel", "ow-vector", "reduction-vector", "fused", "gather"])
+    lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
+                .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i").register_block("c"),
+    lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i")
+                .register_block("kh").parallel("k_o"),                  # incomplete block: O loaded
+    lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i")
+                .register_block("c"),                                  # lane guards from padding
+    lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
+                .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o"),  # lanes reduce
+], ids=["tiled", "nhwc", "blocked-parallel", "ow-vector", "reduction-vector", "fused", "gather",
+        "register-block", "register-block-partial", "register-block-lanes", "register-block-reduce"])
 def test_named_schedules(isa, build):
     check(build(lo.Schedule(lo.Conv2d(**CONV))), isa)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
+from .block import RegisterBlock
 from .isa import Isa
 from .vector import AccessKind, classify
 
@@ -76,6 +77,7 @@ class _Emitter:
         self.vector = schedule.vector_loop if kinds else None
         self.dim_depth = {d: self._depth(v) for d, v in schedule.dim_values.items()}
         self.lines: list[str] = []
+        self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
 
     # --- placement ---------------------------------------------------------------------
     def _depth(self, expr: Expr) -> int:
@@ -108,7 +110,8 @@ class _Emitter:
     # --- the function ------------------------------------------------------------------
     def function_body(self) -> str:
         self._emit_constants()
-        self._emit_output_init()
+        if self.block is None or not self.block.initialises_output:
+            self._emit_output_init()
         self.emit(0, "/* the reduction nest */")
         for line in self._defs_at(-1):
             self.emit(0, line)
@@ -135,7 +138,19 @@ class _Emitter:
             self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
         self.emit(len(names), f"{out}[{offset}] = {value};")
 
-    def _emit_loop(self, depth: int, indent: int) -> None:
+    def _emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
+        """Loop ``depth`` and everything inside it (a register block takes over at its loop)."""
+        block = self.block
+        if block is not None and depth == block.start and not inside_block:
+            block.emit(indent)
+            return
+        if block is not None and depth == block.body_depth:
+            block.emit_body(indent)
+            return
+        if depth == len(self.s.loops):
+            a, b = self.op.inputs
+            self.emit(indent, f"{self.ref(self.op.output)} += {self.ref(a)} * {self.ref(b)};")
+            return
         loop = self.s.loops[depth]
         if self.vector is not None and loop.name == self.vector.name:
             self._emit_vector_loop(depth, indent)
@@ -149,11 +164,7 @@ class _Emitter:
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):
             self.emit(indent + 1, f"if (!({guard.to_c()})) continue;")
-        if depth + 1 == len(self.s.loops):
-            a, b = self.op.inputs
-            self.emit(indent + 1, f"{self.ref(self.op.output)} += {self.ref(a)} * {self.ref(b)};")
-        else:
-            self._emit_loop(depth + 1, indent + 1)
+        self._emit_loop(depth + 1, indent + 1, inside_block)
         self.emit(indent, "}")
 
     # --- the SIMD loop -------------------------------------------------------------------

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import islpy as isl
 
-from ..expr import Const, Var
+from ..expr import Const, Expr, Var
 from ..schedule import Schedule
 
 
@@ -28,13 +28,17 @@ class AccessKind:
         return f"strided({self.stride})" if self.kind == "strided" else self.kind
 
 
-@lru_cache(maxsize=4096)
 def classify(schedule: Schedule, tensor: str, lanes: int) -> AccessKind:
     """The vector access kind of ``tensor`` along the schedule's vectorized loop."""
+    return classify_offset(schedule, schedule.offset(tensor), lanes)
+
+
+@lru_cache(maxsize=4096)
+def classify_offset(schedule: Schedule, offset: Expr, lanes: int) -> AccessKind:
+    """The vector access kind of a storage ``offset`` (over the loops) along the vectorized loop."""
     vec = schedule.vector_loop
     if vec is None:
         raise ValueError("the schedule has no vectorized loop")
-    offset = schedule.offset(tensor)
     if vec.name not in offset.variables():
         return AccessKind("broadcast")
     if vec.extent == 1 or lanes == 1:

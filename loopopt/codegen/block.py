@@ -1,0 +1,332 @@
+"""Register blocks: the outputs of ``Schedule.register_block(at)`` kept in accumulators.
+
+From loop ``at`` inward a schedule has reduction loops, then block loops (the output
+depends on them). The block loops are unrolled completely: every combination of their
+values (a vectorized block loop counts by vectors) is one accumulator. Accumulators are
+set before ``at`` (to the bias when the block sees the whole reduction, else loaded from
+the output) and stored after it; in between only the operands are loaded, each distinct
+load once per reduction iteration. A vectorized reduction loop innermost becomes a chunk
+loop inside the block whose lanes are summed when the accumulator is stored.
+
+Guards are placed by what they depend on: guards of outer or reduction loops skip
+iterations as in the plain nest; guards of block loops only decide whether an
+accumulator exists (checked once per block); guards of both are checked per update. A
+load is guarded only by the guards isl says it needs to stay inside its tensor.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import islpy as isl
+
+from ..expr import Bound, Const, Expr, Var
+from ..schedule import Schedule, ScheduleError
+from .vector import classify_offset
+
+if TYPE_CHECKING:
+    from .emit import _Emitter
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """One unrolled block position: constant values of the block loops."""
+
+    name: str
+    bindings: dict[str, Expr]
+    valid_lanes: int            # lanes inside the vector loop's extent (all lanes if not vectorized)
+    vector: str | None          # the vectorized block loop (bound to its vector's first lane)
+
+    def guard(self, guard: Bound) -> Bound:
+        """``guard`` at this position; the vectorized loop stays a variable (one value per lane)."""
+        scalars = {n: v for n, v in self.bindings.items() if n != self.vector}
+        return Bound(guard.expr.substitute(scalars), guard.lower, guard.upper)
+
+
+@dataclass
+class _Guards:
+    """One accumulator's guards split by where they are checked."""
+
+    store: list[str]            # scalar, block loops only: checked once per block
+    store_lanes: list[Bound]    # lane-varying, block loops only
+    update: list[str]           # scalar, involve reduction loops: checked per update
+    update_lanes: list[Bound]   # lane-varying, involve reduction loops
+
+
+@lru_cache(maxsize=1024)
+def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
+    """Indices into ``schedule.guards`` that keep ``tensor``'s index inside its shape.
+
+    Greedy: drop each guard in turn if isl proves every access in the loop box that
+    satisfies the remaining guards is in bounds.
+    """
+    names = ", ".join(loop.name for loop in schedule.loops)
+    box = [f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops]
+    index = schedule.index(tensor)
+    shape = schedule.op.tensor(tensor).shape
+    outside = " or ".join(f"({e.to_isl()}) < 0 or ({e.to_isl()}) >= {n}" for e, n in zip(index, shape))
+    kept = set(range(len(schedule.guards)))
+    for i in range(len(schedule.guards)):
+        trial = kept - {i}
+        constraints = box + [schedule.guards[j].to_isl() for j in sorted(trial)]
+        text = f"{{ [{names}] : {' and '.join(constraints)} and ({outside}) }}"
+        if isl.Set(text).is_empty():
+            kept = trial
+    return frozenset(kept)
+
+
+class RegisterBlock:
+    """Emits the block of ``emitter``'s schedule (its ``at`` loop and everything inside)."""
+
+    def __init__(self, emitter: "_Emitter"):
+        self.em = em = emitter
+        s = em.s
+        self.start = s.position(s.register_block_at)
+        reduction, block = s.block_loops()
+        declared = s.vector_loop.name if s.vector_loop is not None else None
+        self.lanes = em.isa.lanes if em.vector is not None else 1
+        self.vector = em.vector.name if em.vector is not None else None
+        self.chunk_loop = declared if declared in reduction else None
+        self.block = block
+        self.reduction = [n for n in reduction if n != self.chunk_loop]
+        first = block[0] if block else self.chunk_loop
+        self.body_depth = s.position(first) if first else len(s.loops)
+        out = s.op.output
+        self.out_varying = s.offset(out).variables()
+        self.complete = all(loop.name in self.out_varying for loop in s.loops[:self.start])
+        self.bias = getattr(s.op, "bias", False)
+        self._check_kinds()
+        self.initialises_output = self.complete and self._bias_loadable()
+        self.accumulators = self._accumulators()
+        self.guards = [(i, g, em._depth(g.expr)) for i, g in enumerate(s.guards)]
+        self.inner_vars = set(self.reduction) | ({self.chunk_loop} if self.chunk_loop else set())
+        self.loads_output = not self.initialises_output and self.chunk_loop is None
+        self.loads: dict[tuple, str] = {}
+        self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
+
+    # --- structure ---------------------------------------------------------------------
+    def _check_kinds(self) -> None:
+        kinds, out = self.em.kinds, self.em.op.output
+        if not kinds:
+            return
+        if self.chunk_loop is None and kinds[out].kind not in ("contiguous", "strided"):
+            raise ScheduleError(f"register_block: {out} is {kinds[out]} along the vector loop "
+                                f"{self.vector!r} on {self.em.isa.name}; a register block needs it "
+                                f"contiguous or strided (choose a layout where it is)")
+        for tensor in self.em.op.inputs:
+            if kinds[tensor].kind == "gather":
+                raise ScheduleError(f"register_block: {tensor} needs a gather along the vector loop "
+                                    f"{self.vector!r} on {self.em.isa.name}; a register block loads "
+                                    f"operands as broadcasts, contiguous or strided vectors")
+
+    def _bias_value(self) -> Expr:
+        return self.em.s.index(self.em.op.output)[1]
+
+    def _bias_loadable(self) -> bool:
+        """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""
+        if not self.bias or self.vector is None or self.chunk_loop is not None:
+            return True
+        kind = classify_offset(self.em.s, self._bias_value(), self.lanes).kind
+        return kind in ("broadcast", "contiguous")
+
+    def _accumulators(self) -> list[Accumulator]:
+        s = self.em.s
+        ranges = []
+        for name in self.block:
+            extent = s.loop(name).extent
+            step = self.lanes if name == self.vector else 1
+            ranges.append([(name, value, min(step, extent - value)) for value in range(0, extent, step)])
+        accs = []
+        for number, combo in enumerate(itertools.product(*ranges)):
+            bindings = {name: Const(value) for name, value, _ in combo}
+            valid = min([lanes for name, _, lanes in combo if name == self.vector], default=self.lanes)
+            accs.append(Accumulator(f"lo_acc{number}", bindings, valid, self.vector))
+        return accs
+
+    # --- guards and masks ----------------------------------------------------------------
+    def _split_guards(self, acc: Accumulator) -> _Guards:
+        split = _Guards([], [], [], [])
+        for _, guard, depth in self.guards:
+            if depth < self.body_depth:
+                continue            # checked by the loops outside the block body
+            bound = acc.guard(guard)
+            names = bound.expr.variables()
+            lane = self.vector is not None and self.vector in names
+            inner = bool(names & self.inner_vars)
+            target = ((split.update_lanes if lane else split.update) if inner
+                      else (split.store_lanes if lane else split.store))
+            target.append(bound if lane else f"({bound.to_c()})")
+        return split
+
+    def _lane_bits(self, indent: int, name: str, base: str, bounds: list[Bound]) -> None:
+        """``unsigned name``: bit j set iff every bound holds with the vector loop at ``base + j``."""
+        em, v = self.em, self.vector
+        em.emit(indent, f"unsigned {name} = 0u;")
+        em.emit(indent, f"for (int lo_j = 0, lo_v0 = {base}; lo_j < {self.lanes}; ++lo_j) {{")
+        em.emit(indent + 1, f"const int {v} = lo_v0 + lo_j;")
+        em.emit(indent + 1, f"if ({' && '.join(f'({b.to_c()})' for b in bounds)}) {name} |= 1u << lo_j;")
+        em.emit(indent, "}")
+
+    def _base(self, acc: Accumulator) -> str:
+        return acc.bindings[self.vector].to_c() if self.vector in acc.bindings else self.vector
+
+    # --- emission ------------------------------------------------------------------------
+    def emit(self, indent: int) -> None:
+        """The block: accumulators set, the reduction loops with the updates, accumulators stored."""
+        em = self.em
+        reduction = ", ".join(self.reduction + ([self.chunk_loop] if self.chunk_loop else [])) or "nothing"
+        em.emit(indent, f"{{ /* register block at {em.s.register_block_at}: {len(self.accumulators)} "
+                        f"accumulator(s) over {', '.join(self.block) or 'one element'}, "
+                        f"kept across {reduction} */")
+        inner = indent + 1
+        guards = {acc.name: self._split_guards(acc) for acc in self.accumulators}
+        for acc in self.accumulators:
+            self._emit_setup(inner, acc, guards[acc.name])
+        em._emit_loop(self.start, inner, inside_block=True)
+        for acc in self.accumulators:
+            self._emit_store(inner, acc)
+        em.emit(indent, "}")
+
+    def _vector_type(self) -> str:
+        return self.em.isa.vector_type if self.vector else "float"
+
+    def _zero(self) -> str:
+        return self.em.isa.zero() if self.vector else "0.0f"
+
+    def _emit_setup(self, indent: int, acc: Accumulator, guards: _Guards) -> None:
+        """Declare the accumulator's existence test, lane mask and initial value."""
+        em, isa = self.em, self.em.isa
+        if guards.store:
+            em.emit(indent, f"const int {acc.name}_ok = {' && '.join(guards.store)};")
+        bits = []
+        if self.vector and self.chunk_loop is None:
+            if guards.store_lanes:
+                self._lane_bits(indent, f"{acc.name}_live", self._base(acc), guards.store_lanes)
+                bits.append(f"{acc.name}_live")
+            if acc.valid_lanes < self.lanes:
+                bits.append(f"((1u << {acc.valid_lanes}) - 1u)")
+        mask = None
+        if bits:
+            mask = f"{acc.name}_mask"
+            em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits))};")
+        em.emit(indent, f"{self._vector_type()} {acc.name} = {self._initial(acc, mask)};")
+        if self.loads_output:
+            load = self._vector_access(em.op.output, acc, mask)
+            em.emit(indent, f"if ({acc.name}_ok) {acc.name} = {load};" if guards.store
+                    else f"{acc.name} = {load};")
+        self.setup[acc.name] = (bits, mask, guards)
+
+    def _initial(self, acc: Accumulator, mask: str | None) -> str:
+        """The accumulator's value before the reduction: the bias (complete blocks) or zero."""
+        if not (self.initialises_output and self.bias) or self.chunk_loop is not None:
+            return self._zero()
+        offset = self._bias_value().substitute(acc.bindings)
+        if not self.vector:
+            return f"B[{offset.to_c()}]"
+        kind = classify_offset(self.em.s, self._bias_value(), self.lanes).kind
+        if kind == "broadcast":
+            return self.em.isa.broadcast(s=f"B[{offset.to_c()}]")
+        pointer = f"&B[{offset.to_c()}]"
+        return self.em.isa.load_mask(p=pointer, m=mask) if mask else self.em.isa.load(p=pointer)
+
+    def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None) -> str:
+        """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop)."""
+        em = self.em
+        offset = em.s.offset(tensor).substitute(acc.bindings).to_c()
+        if not self.vector:
+            return f"{tensor}[{offset}]"
+        kind = em.kinds[tensor]
+        if kind.kind == "broadcast":
+            return em.isa.broadcast(s=f"{tensor}[{offset}]")
+        pointer = f"&{tensor}[{offset}]"
+        if kind.kind == "contiguous":
+            return em.isa.load_mask(p=pointer, m=mask) if mask else em.isa.load(p=pointer)
+        index = f"lo_stride_{tensor}"
+        return (em.isa.gather_mask(p=pointer, idx=index, m=mask) if mask
+                else em.isa.gather(p=pointer, idx=index))
+
+    def emit_body(self, indent: int) -> None:
+        """One reduction iteration: operand loads (each once) and every accumulator's update."""
+        em = self.em
+        self.loads = {}
+        chunk_bits = None
+        if self.chunk_loop:
+            loop = em.s.loop(self.chunk_loop)
+            em.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; "
+                            f"{loop.name} += {self.lanes}) {{")
+            indent += 1
+            if self.vector and loop.extent % self.lanes:
+                left = f"({loop.extent} - {loop.name})"
+                chunk_bits = f"({left} < {self.lanes} ? (1u << {left}) - 1u : ~0u)"
+        for acc in self.accumulators:
+            self._emit_update(indent, acc, chunk_bits)
+        if self.chunk_loop:
+            em.emit(indent - 1, "}")
+
+    def _emit_update(self, indent: int, acc: Accumulator, chunk_bits: str | None) -> None:
+        em, isa = self.em, self.em.isa
+        bits, mask, guards = self.setup[acc.name]
+        bits = bits + ([chunk_bits] if chunk_bits else [])
+        if guards.update_lanes:
+            self._lane_bits(indent, f"{acc.name}_bits", self._base(acc), guards.update_lanes)
+            bits.append(f"{acc.name}_bits")
+        if len(bits) > len(self.setup[acc.name][0]):
+            mask = f"{acc.name}_now"
+            em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits))};")
+        a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
+        conditions = ([f"{acc.name}_ok"] if guards.store else []) + guards.update
+        if not self.vector:
+            update = f"{acc.name} += {a} * {b};"
+        elif mask:
+            update = f"{acc.name} = {isa.fma_mask(a=a, b=b, c=acc.name, m=mask)};"
+        else:
+            update = f"{acc.name} = {isa.fma(a=a, b=b, c=acc.name)};"
+        em.emit(indent, f"if ({' && '.join(conditions)}) {update}" if conditions else update)
+
+    def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
+        """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load."""
+        em = self.em
+        needed = needed_guards(em.s, tensor)
+        protect = []
+        for i, guard, depth in self.guards:
+            if i in needed and depth >= self.body_depth:
+                bound = acc.guard(guard)
+                if self.vector is not None and self.vector in bound.expr.variables():
+                    if em.kinds[tensor].kind == "broadcast":
+                        raise ScheduleError(f"register_block: the broadcast of {tensor} needs a guard "
+                                            f"that varies across the lanes of {self.vector!r}")
+                    continue            # covered by the lane mask
+                protect.append(f"({bound.to_c()})")
+        varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
+        load = self._vector_access(tensor, acc, mask if varying else None)
+        key = (load, tuple(protect))
+        if key not in self.loads:
+            name = f"lo_{tensor}{len(self.loads)}"
+            self.loads[key] = name
+            value = f"({' && '.join(protect)}) ? {load} : {self._zero()}" if protect else load
+            em.emit(indent, f"const {self._vector_type()} {name} = {value};")
+        return self.loads[key]
+
+    def _emit_store(self, indent: int, acc: Accumulator) -> None:
+        em, isa, out = self.em, self.em.isa, self.em.op.output
+        _, mask, guards = self.setup[acc.name]
+        offset = em.s.offset(out).substitute(acc.bindings).to_c()
+        if self.chunk_loop:
+            total = isa.hsum(v=acc.name) if self.vector else acc.name
+            if self.initialises_output:
+                bias = f"B[{self._bias_value().substitute(acc.bindings).to_c()}] + " if self.bias else ""
+                store = f"{out}[{offset}] = {bias}{total};"
+            else:
+                store = f"{out}[{offset}] += {total};"
+        elif not self.vector:
+            store = f"{out}[{offset}] = {acc.name};"
+        elif em.kinds[out].kind == "strided":
+            store = isa.scatter_mask(p=f"&{out}[{offset}]", m=mask or isa.mask_count(n=str(self.lanes)),
+                                     idx=f"lo_stride_{out}", v=acc.name) + ";"
+        else:
+            pointer = f"&{out}[{offset}]"
+            store = (isa.store_mask(p=pointer, m=mask, v=acc.name) if mask
+                     else isa.store(p=pointer, v=acc.name)) + ";"
+        em.emit(indent, f"if ({acc.name}_ok) {store}" if guards.store else store)
