@@ -1,6 +1,7 @@
 """From a Schedule to a callable Kernel: ISA choice, code generation, cffi build, numpy calls."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -9,7 +10,7 @@ import numpy as np
 from .cbuild import compile_c
 from .codegen import ISAS, Generated, generate
 from .codegen.isa import INT_ISAS
-from .codegen.emit import KERNEL_NAME
+from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .schedule import Schedule
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
@@ -70,6 +71,21 @@ class Kernel:
         self.source = generated.source
         self._ffi = module.ffi
         self._function = getattr(module.lib, KERNEL_NAME)
+        self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
+        self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+                        if generated.openmp else 1)
+
+    def set_threads(self, n: int) -> None:
+        """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {n!r}")
+        if self._set_threads is None:
+            if n > 1:
+                raise ValueError(f"this kernel has no parallel loop, so it runs on one thread; "
+                                 f"add .parallel(<loop>) to the schedule to use {n}")
+            return
+        self._set_threads(n)
+        self.threads = n
 
     def __repr__(self) -> str:
         return f"<Kernel {self.isa} for {self.op!r}, {len(self.schedule.steps)} schedule steps>"

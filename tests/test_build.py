@@ -67,3 +67,19 @@ def test_quantized_ops_are_refused_instead_of_compiled_as_float():
     qop = lo.Conv2d(3, 5, 3, height=6, width=7, quant=lo.QuantSpec(activation="uint8"))
     with pytest.raises(ValueError, match="is quantized; code generation covers float32 ops only"):
         lo.Schedule(qop).compile()
+
+
+def test_set_threads_runs_the_parallel_loop_on_that_many_threads():
+    op = lo.Conv2d(3, 8, 3, padding=1, height=6, width=7)
+    kernel = lo.Schedule(op).parallel("k").compile()
+    x, w, b = (op.random_inputs(0)[t] for t in ("I", "W", "B"))
+    for threads in (1, 2):
+        kernel.set_threads(threads)
+        assert kernel.threads == threads
+        np.testing.assert_allclose(kernel(x, w, b), op.reference(x, w, b), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="integer >= 1"):
+        kernel.set_threads(0)
+    serial = lo.Schedule(op).compile()
+    serial.set_threads(1)
+    with pytest.raises(ValueError, match="no parallel loop"):
+        serial.set_threads(2)

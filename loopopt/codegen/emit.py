@@ -17,6 +17,14 @@ from .isa import Isa
 from .vector import AccessKind, classify
 
 KERNEL_NAME = "lo_kernel"
+THREADS_NAME = "lo_set_threads"
+THREADS_SOURCE = f"#include <omp.h>\nvoid {THREADS_NAME}(int n) {{ omp_set_num_threads(n); }}\n"
+THREADS_CDEF = f"void {THREADS_NAME}(int n);"
+
+
+def with_threads(source: str, cdef: str, openmp: bool) -> tuple[str, str]:
+    """Source and cdef plus the OpenMP thread-count setter when the kernel is parallel."""
+    return (source + THREADS_SOURCE, cdef + "\n" + THREADS_CDEF) if openmp else (source, cdef)
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,9 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
     body = _Emitter(schedule, isa, kinds).function_body()
     source = "\n".join([_header(schedule, isa, kinds), isa.prelude, "#include <stddef.h>", "",
                         f"{signature}\n{{", body, "}", ""])
-    cdef = signature.replace("restrict ", "") + ";"
-    return Generated(source, cdef, args, isa, kinds, schedule.parallel_loop is not None)
+    openmp = schedule.parallel_loop is not None
+    source, cdef = with_threads(source, signature.replace("restrict ", "") + ";", openmp)
+    return Generated(source, cdef, args, isa, kinds, openmp)
 
 
 def _header(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]) -> str:
