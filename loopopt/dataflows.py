@@ -78,15 +78,15 @@ def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: in
     """Output stationary: an ``ow x k`` block of outputs stays in vector registers.
 
     Order ``n, k_o, oh, ow_o, c, kh, kw, ow_i, k_i`` in channels-last layouts: the whole
-    reduction ``c, kh, kw`` runs around the register block, so each output is loaded and
-    stored once per block while inputs are broadcast and weights stream from L1.
+    reduction ``c, kh, kw`` runs around the register block (``register_block("c")``), so
+    each output is set and stored once while inputs are broadcast and weights stream from L1.
     Matmul: an ``i x j`` block of C in registers over the full ``k`` loop.
     """
     schedule = Schedule(op)
     if isinstance(op, Matmul):
-        return _tile(schedule, i=i, j=j).vectorize("j_i")
+        return _tile(schedule, i=i, j=j).vectorize("j_i").register_block("k")
     schedule = _tile(schedule, ow=ow, k=k)
-    return _channels_last(schedule.vectorize("k_i"))
+    return _channels_last(schedule.vectorize("k_i")).register_block("c")
 
 
 def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
@@ -142,7 +142,7 @@ def implicit_gemm(op: Op, m: int = 8, k: int = LANES) -> Schedule:
     if isinstance(op, Matmul):
         return output_stationary(op, i=m, j=k)
     schedule = _tile(_gemm_view(_conv_only(op, "implicit_gemm")), m=m, k=k)
-    return _channels_last(schedule.vectorize("k_i"))
+    return _channels_last(schedule.vectorize("k_i")).register_block("r")
 
 
 def im2col(op: Op, m: int = 64) -> Schedule:
