@@ -66,8 +66,9 @@ def _comparison(args: argparse.Namespace):
     if not names:
         raise UsageError("--schedules is empty")
     schedules = [_schedule(name, op) for name in names]
-    labels = [Path(n).stem for n in names]
-    return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet)
+    labels = [Path(n).name.removesuffix(".toml") for n in names]
+    return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet,
+                   threads=args.threads)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -160,11 +161,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _op_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--layer", default="resnet50.conv2_x", help="layer name (see `loopopt layers`)")
     group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
-    parser.add_argument("--batch", type=int, default=1, help="batch size of the layer (default 1)")
+    parser.add_argument("--batch", type=_positive, default=1, help="batch size of the layer (default 1)")
     parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
 
 
@@ -172,6 +184,8 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     _op_arguments(parser)
     parser.add_argument("--schedules", default=DEFAULT_SCHEDULES,
                         help=f"comma-separated schedule names or TOML paths (default {DEFAULT_SCHEDULES})")
+    parser.add_argument("--threads", type=_positive, default=1,
+                        help="threads for schedules with a parallel loop (default 1)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -127,8 +127,12 @@ def _analysis():
 
 
 def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]] = None, isa: str = "auto",
-            reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET) -> Comparison:
-    """Compile, verify, measure and (with ``reuse``) analyse each schedule of ``op``."""
+            reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
+            threads: int = 1) -> Comparison:
+    """Compile, verify, measure and (with ``reuse``) analyse each schedule of ``op``.
+
+    Schedules with a parallel loop run on ``threads`` threads (default 1, so every row
+    is one core's work and % of peak compares like with like)."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
@@ -144,6 +148,7 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
         done = index * (2 if analysis else 1)
         bar.update(done, f"{name}: compile + measure")
         kernel = schedule.compile(isa)
+        kernel.set_threads(threads if schedule.parallel_loop is not None else 1)
         row = _row(name, kernel.isa, measure(kernel, budget=budget))
         if analysis:
             bar.update(done + 1, f"{name}: reuse analysis")

@@ -68,3 +68,14 @@ def test_usage_error_from_argparse(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", "--isa", "sse9"])
     assert exit_info.value.code == 2
+
+
+def test_threads_and_dotted_schedule_names(capsys):
+    code = main(["compare", "--layer", "mobilenetv2.block3.depthwise", "--schedules",
+                 "naive,mobilenetv2.block3.depthwise", "--threads", "2", "--no-reuse", "--quiet"])
+    assert code == 0
+    assert "mobilenetv2.block3.depthwise" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--matmul", "8,16,8", "--threads", "0", "--quiet"])
+    assert exit_info.value.code == 2
+    assert "must be an integer >= 1, got '0'" in capsys.readouterr().err
