@@ -31,20 +31,22 @@ def conv2_x_schedule(case: str):
     return schedule
 
 
-def run_case(case: str, granularity: str) -> dict:
+def run_case(case: str, granularity: str, engine: str = "trace") -> dict:
     """Time one analysis (after a warm-up build of its C engine) and report peak memory."""
     from loopopt.analysis import Machine, reuse, simulate_caches
+    from loopopt.analysis.analytical import region_module
     from loopopt.analysis.items import item_space
     from loopopt.analysis.trace import trace_module
     schedule = conv2_x_schedule(case)
-    trace_module(schedule, item_space(schedule, granularity))       # compile outside the timing
+    build = region_module if engine == "analytical" else trace_module
+    build(schedule, item_space(schedule, granularity))              # compile outside the timing
     start = time.perf_counter()
-    profile = reuse(schedule, granularity, engine="trace")
+    profile = reuse(schedule, granularity, engine=engine)
     seconds = time.perf_counter() - start
     l1 = Machine.detect().caches[0]
-    row = {"case": case, "granularity": granularity, "engine": "trace", "seconds": round(seconds, 2),
+    row = {"case": case, "granularity": granularity, "engine": engine, "seconds": round(seconds, 2),
            "accesses": profile.accesses, "L1_misses": profile.misses(l1.capacity_items(profile))}
-    if granularity == "line":
+    if granularity == "line" and engine == "trace":
         start = time.perf_counter()
         row["L1_set_assoc"] = int(simulate_caches(schedule, [(l1.sets, l1.ways)])[0].sum())
         row["sim_seconds"] = round(time.perf_counter() - start, 2)
@@ -73,29 +75,44 @@ def write_section(text: str) -> None:
     DOC.write_text(doc)
 
 
+def check_engines_agree(rows: list[dict]) -> None:
+    """Both engines' rows of a case and granularity must report the same figures."""
+    for row in rows:
+        twin = next(r for r in rows if (r["case"], r["granularity"]) == (row["case"], row["granularity"])
+                    and r["engine"] == "trace")
+        if (row["accesses"], row["L1_misses"]) != (twin["accesses"], twin["L1_misses"]):
+            raise SystemExit(f"engines disagree on {row['case']} {row['granularity']}: {row} vs {twin}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--granularity", default="line", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", default="trace", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="record the results in docs/benchmarks.md")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.granularity)))
+        print(json.dumps(run_case(args.case, args.granularity, args.engine)))
         return
     from loopopt.analysis import Machine
     l1 = Machine.detect().caches[0]
     rows = []
     for case in CASES:
         for granularity in ("line", "element"):
-            out = subprocess.run([sys.executable, __file__, "--case", case, "--granularity", granularity],
-                                 capture_output=True, text=True, check=True, cwd=ROOT).stdout
-            rows.append(json.loads(out.splitlines()[-1]))
-            print(rows[-1], flush=True)
+            for engine in ("trace", "analytical"):
+                out = subprocess.run([sys.executable, __file__, "--case", case, "--granularity", granularity,
+                                      "--engine", engine], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+                rows.append(json.loads(out.splitlines()[-1]))
+                print(rows[-1], flush=True)
+    check_engines_agree(rows)
     cpu = platform.processor() or platform.machine()
-    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), trace engine, on {cpu} ({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
-            f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build. The tiled "
-            f"schedule is `tile(ow=8, k=16)`. The analytical (isl/barvinok) engine is not implemented "
-            f"yet.\n\n{table(rows)}")
+    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), on {cpu} ({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
+            f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build (the "
+            f"analytical engine's isl analysis is included). The tiled schedule is `tile(ow=8, k=16)`. "
+            f"The analytical engine proves with isl which blocks of the trace repeat and simulates "
+            f"only representative ones; its histograms equal the trace engine's exactly (checked "
+            f"here on every row: same accesses and L1 misses, and in the tests on whole histograms)."
+            f"\n\n{table(rows)}")
     print(text)
     if args.write:
         write_section(text)

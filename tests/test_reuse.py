@@ -152,7 +152,6 @@ def test_quantized_element_sizes():
     ({"granularity": "line", "line_size": 48}, "line_size=48"),
     ({"granularity": "line", "line_size": 2}, "line_size=2"),
     ({"engine": "magic"}, "engine='magic'"),
-    ({"engine": "analytical"}, "engine='analytical' is not implemented"),
 ])
 def test_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
