@@ -1,4 +1,4 @@
-"""A catalog of real convolution layers: ResNet-50, MobileNetV2 and VGG-16 (224x224 inputs).
+"""A catalog of real convolution layers: ResNet-50, MobileNetV1/V2 and VGG-16 (224x224 inputs).
 
 Names are ``<network>.<layer>``; ``resnet50.conv2_x`` is the 3x3 convolution of ResNet-50's
 second stage (C=K=64 at 56x56, padding 1) and its other convolutions are
@@ -54,6 +54,23 @@ def _resnet50() -> list[LayerSpec]:
     return specs
 
 
+MOBILENET_V1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                       (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+
+
+def _mobilenet_v1() -> list[LayerSpec]:
+    """Depthwise-separable blocks: depthwise 3x3 (stride of the block) then pointwise 1x1."""
+    specs = [LayerSpec("mobilenetv1.conv1", 3, 32, 3, 224, 2, 1)]
+    size, inputs = 112, 32
+    for number, (out, stride) in enumerate(MOBILENET_V1_BLOCKS, 1):
+        name = f"mobilenetv1.block{number}"
+        specs.append(LayerSpec(f"{name}.depthwise", inputs, inputs, 3, size, stride, 1, groups=inputs))
+        size //= stride
+        specs.append(LayerSpec(f"{name}.pointwise", inputs, out, 1, size))
+        inputs = out
+    return specs
+
+
 MOBILENET_V2_BLOCKS = ((1, 16, 1), (6, 24, 2), (6, 32, 2), (6, 64, 2), (6, 96, 1), (6, 160, 2), (6, 320, 1))
 
 
@@ -84,7 +101,8 @@ def _vgg16() -> list[LayerSpec]:
     return specs
 
 
-LAYERS: dict[str, LayerSpec] = {spec.name: spec for spec in _resnet50() + _mobilenet_v2() + _vgg16()}
+LAYERS: dict[str, LayerSpec] = {spec.name: spec for spec in
+                             _resnet50() + _mobilenet_v1() + _mobilenet_v2() + _vgg16()}
 
 
 def list_layers() -> list[str]:

@@ -13,7 +13,8 @@ LAYER_SCHEDULES = [name for name in list_schedules() if name in lo.list_layers()
 
 def test_the_benchmarked_layers_have_stored_schedules():
     for layer in ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
-                  "resnet50.conv1", "mobilenetv2.block2.depthwise", "mobilenetv2.block2.project"):
+                  "resnet50.conv1", "mobilenetv1.block3.depthwise", "mobilenetv2.block2.depthwise",
+                  "mobilenetv2.block2.project"):
         assert layer in LAYER_SCHEDULES
 
 
