@@ -17,9 +17,15 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     lines += [f"# {step}" for step in schedule.steps]
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     indent = ""
+    blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
         notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
                  if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else [])
+        if loop.name == schedule.register_block_at:
+            notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "
+                         f"kept in registers from here")
+        elif loop.name in blocked[1]:
+            notes.append("block loop (unrolled into accumulators)")
         suffix = f"    # {', '.join(notes)}" if notes else ""
         lines.append(f"{indent}for {loop.name} in 0..{loop.extent}:{suffix}")
         indent += "  "
