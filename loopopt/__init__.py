@@ -3,7 +3,8 @@
 Build an op (``Conv2d``, ``Matmul``), transform its ``Schedule``, compile it to a
 SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``.
 """
-from . import dataflows
+from . import accuracy, dataflows, schedule_file
+from .accuracy import AccuracyReport, quant_accuracy
 from .analysis import Machine, ReuseProfile, reuse, reuse_distances
 from .build import Kernel, available_isas
 from .cbuild import BuildError
@@ -20,5 +21,5 @@ __all__ = [
     "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances", "Machine",
     "dataflows", "compare", "Comparison", "get_layer", "list_layers",
     "load_schedule", "save_schedule", "to_toml", "ScheduleFileError",
-    "QuantSpec", "quantize", "dequantize", "quant_error",
+    "QuantSpec", "quantize", "dequantize", "quant_error", "quant_accuracy", "AccuracyReport",
 ]

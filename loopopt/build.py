@@ -14,6 +14,7 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .schedule import Schedule
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv")
 
 
 @lru_cache(maxsize=1)
@@ -39,16 +40,19 @@ def available_int_isas() -> tuple[str, ...]:
     return tuple(name for name in ISA_PREFERENCE if set(INT_ISAS[name].cpu_flags) <= cpu_flags())
 
 
-def resolve_isa(isa: str) -> str:
-    """``auto`` becomes the best available ISA; an unknown or unsupported one is a ValueError."""
+def resolve_isa(isa: str, integer: bool = False) -> str:
+    """``auto`` becomes the best available ISA; an unknown or unsupported one is a ValueError.
+
+    ``integer``: for a quantized kernel (the integer tables, e.g. AVX-512 needs VNNI)."""
+    tables, available = (INT_ISAS, available_int_isas()) if integer else (ISAS, available_isas())
     if isa == "auto":
-        return available_isas()[0]
-    if isa not in ISAS:
+        return available[0]
+    if isa not in tables:
         raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
-    if isa not in available_isas():
-        missing = sorted(set(ISAS[isa].cpu_flags) - cpu_flags())
-        raise ValueError(f"isa {isa!r} needs CPU features {', '.join(missing)} that this CPU lacks; "
-                         f"available: {', '.join(available_isas())}")
+    if isa not in available:
+        missing = sorted(set(tables[isa].cpu_flags) - cpu_flags())
+        raise ValueError(f"isa {isa!r} needs CPU features {', '.join(missing)} that this CPU lacks"
+                         f"{' for integer kernels' if integer else ''}; available: {', '.join(available)}")
     return isa
 
 
@@ -108,18 +112,25 @@ class Kernel:
             raise ValueError(f"{name} is not C-contiguous; pass np.ascontiguousarray({name})")
         return array
 
-    def prepare(self, *arrays: np.ndarray) -> Buffers:
-        """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
-        args = self.generated.arguments
-        wanted = args[:-1]
+    def _given(self, arrays: tuple) -> list:
+        """The call's arrays, one per input argument (a trailing None bias dropped); ValueError if
+        their number is wrong."""
+        wanted = self.generated.arguments[:-1]
         given = list(arrays)
-        has_bias = getattr(self.op, "bias", False)
-        if has_bias and len(given) == len(wanted) - 1:
+        if getattr(self.op, "bias", False) and len(given) == len(wanted) - 1:
             raise ValueError(f"{self.op!r} has a bias: call kernel(x, w, b)")
         if len(given) == len(wanted) + 1 and given[-1] is None:
             given.pop()
         if len(given) != len(wanted):
             raise ValueError(f"kernel takes {len(wanted)} arrays ({', '.join(wanted)}), got {len(given)}")
+        return given
+
+    def prepare(self, *arrays: np.ndarray) -> Buffers:
+        """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
+        args = self.generated.arguments
+        wanted = args[:-1]
+        given = self._given(arrays)
+        has_bias = getattr(self.op, "bias", False)
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(wanted, given):
             info = self.op.tensor(tensor)
@@ -149,11 +160,15 @@ class Kernel:
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
-    if schedule.op.quant is not None:
-        raise ValueError(f"{schedule.op!r} is quantized; code generation covers float32 ops only so far "
-                         f"(the exact integer reference is loopopt.quant.qconv2d_accumulators)")
-    isa_name = resolve_isa(isa)
+    quantized = schedule.op.quant is not None
+    isa_name = resolve_isa(isa, integer=quantized)
     generated = generate(schedule, ISAS[isa_name])
     openmp = ("-fopenmp",) if generated.openmp else ()
-    module = compile_c(generated.source, generated.cdef, ISAS[isa_name].compile_flags + openmp, openmp)
+    # quantized kernels: the integer table's flags; float32 products without contraction (requantization
+    # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
+    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else ISAS[isa_name].compile_flags
+    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    if quantized:
+        from .qkernel import QuantizedKernel
+        return QuantizedKernel(schedule, generated, module, generated.plan)
     return Kernel(schedule, generated, module)

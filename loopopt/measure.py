@@ -1,16 +1,19 @@
 """Timing of kernels and this machine's measured peak."""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from .build import Kernel, available_isas
+from .build import Kernel, available_int_isas, available_isas
 from .cbuild import compile_c
 from .codegen import ISAS
+from .codegen.isa import INT_ISAS
+from .codegen.quantized import DOT
+from .qkernel import random_call, reference_output
+from .qkernel import tolerance as quant_tolerance
 
 
 @dataclass(frozen=True)
@@ -27,16 +30,17 @@ class Timing:
     verified: bool
     max_error: float
     times: tuple[float, ...] = field(repr=False, default=())
+    unit: str = "GFLOP/s"      # quantized kernels: GOP/s (2 integer ops per multiply-accumulate)
 
     def __str__(self) -> str:
         check = "verified" if self.verified else "NOT verified"
         return (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
-                f"n={self.repeats}), {self.gflops:.2f} GFLOP/s = {self.percent_of_peak:.1f}% of "
-                f"{self.peak_gflops:.1f} GFLOP/s peak, {check}")
+                f"n={self.repeats}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% of "
+                f"{self.peak_gflops:.1f} {self.unit} peak, {check}")
 
 
 _PEAK_SOURCE = """{prelude}
-/* {chains} independent FMA chains so both FMA pipes stay busy. */
+/* {chains} independent multiply-add chains so both vector pipes stay busy. */
 float lo_peak(long iterations)
 {{
     {vt} acc[{chains}];
@@ -44,7 +48,7 @@ float lo_peak(long iterations)
     for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
     for (long it = 0; it < iterations; ++it) {{
 #pragma GCC unroll {chains}
-        for (int i = 0; i < {chains}; ++i) acc[i] = {fma};
+        for (int i = 0; i < {chains}; ++i) acc[i] = {update};
     }}
     {vt} total = {zero};
     for (int i = 0; i < {chains}; ++i) total = {add};
@@ -52,27 +56,42 @@ float lo_peak(long iterations)
 }}
 """
 
+# per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
+_PEAK_KINDS = {
+    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"), lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
+    "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
+             lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
+}
+
 
 @lru_cache(maxsize=None)
-def peak_gflops(isa: str = "auto") -> float:
-    """Measured single-thread fp32 peak (GFLOP/s) of ``isa`` on this machine (FMA throughput)."""
-    name = available_isas()[0] if isa == "auto" else isa
-    table = ISAS[name]
+def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
+    """Measured single-thread peak (G ops/s) of ``isa`` on this machine.
+
+    ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
+    u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
+    sequence), 8 ops (4 multiply-adds) per int32 lane.
+    """
+    if dtype not in _PEAK_KINDS:
+        raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; allowed: 'float32', 'int8'")
+    tables, available, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
+    name = available()[0] if isa == "auto" else isa
+    table = tables[name]
     if not table.vectorizes:  # scalar kernels are still measured against the machine's SIMD peak
-        table = ISAS[available_isas()[0]]
+        table = tables[available()[0]]
     if not table.vectorizes:  # no SIMD at all: the scalar multiply-add rate is the peak
         return _scalar_peak()
     chains = 12
     source = _PEAK_SOURCE.format(
         prelude=table.prelude, chains=chains, vt=table.vector_type,
-        bcast_a=table.broadcast(s="0.999f"), bcast_b=table.broadcast(s="1e-3f"), zero=table.zero(),
-        fma=table.fma(a="a", b="acc[i]", c="b"), add=table.fma(a="acc[i]", b=table.broadcast(s="1.0f"), c="total"),
+        bcast_a=table.broadcast(s=value_a), bcast_b=table.broadcast(s=value_b), zero=table.zero(),
+        update=update(table), add=table.fma(a="acc[i]", b=table.broadcast(s=one), c="total"),
         hsum=table.hsum(v="total"))
     module = compile_c(source, "float lo_peak(long iterations);", table.compile_flags)
-    iterations = 2_000_000
-    best = min(_timed(module.lib.lo_peak, iterations) for _ in range(5))
-    flops = iterations * chains * table.lanes * 2
-    return flops / best / 1e9
+    # many short runs: the fastest one is the least disturbed by other processes on a busy machine
+    iterations = 400_000
+    best = min(_timed(module.lib.lo_peak, iterations) for _ in range(40))
+    return iterations * chains * table.lanes * ops / best / 1e9
 
 
 def _scalar_peak() -> float:
@@ -100,15 +119,30 @@ def _call_arguments(kernel: Kernel, inputs: dict[str, np.ndarray]) -> list[np.nd
     return [inputs[t] for t in kernel.generated.arguments[:-1]]
 
 
+def _call(kernel: Kernel, seed: int) -> tuple[list[np.ndarray], dict]:
+    """Random arrays and keyword parameters of one call (quantized: calibrated parameters)."""
+    if kernel.op.quant is not None:
+        return random_call(kernel.op, seed)
+    return _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
+
+
 def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
-    """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error)."""
+    """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error).
+
+    Quantized kernels are checked against quant.py's exact reference: requantized outputs
+    bit for bit, float32 outputs within float32 rounding (``qkernel.tolerance``).
+    """
     op = kernel.op
-    inputs = op.random_inputs(seed)
-    args = _call_arguments(kernel, inputs)
-    result = kernel(*args)
-    expected = op.reference(*args)
-    error = np.abs(result - expected)
-    return bool(np.all(error <= tolerance(op, inputs))), float(error.max())
+    args, params = _call(kernel, seed)
+    result = kernel(*args, **params)
+    if op.quant is None:
+        expected, bound = op.reference(*args), tolerance(op, op.random_inputs(seed))
+    else:
+        expected = reference_output(op, args, params)
+        bound = (np.zeros(expected.shape) if op.quant.requantized else
+                 quant_tolerance(op, args, params, kernel.schedule.arithmetic_mode == "dequantize"))
+    error = np.abs(result.astype(np.float64) - expected.astype(np.float64))
+    return bool(np.all(error <= bound)), float(error.max(initial=0.0))
 
 
 def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
@@ -117,8 +151,8 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
     if repeats is not None and repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     op = kernel.op
-    inputs = op.random_inputs(seed)
-    buffers = kernel.prepare(*_call_arguments(kernel, inputs))
+    args, params = _call(kernel, seed)
+    buffers = kernel.prepare(*args, **params)
     first = _timed(kernel.run, buffers)
     for _ in range(max(0, warmup - 1)):
         kernel.run(buffers)
@@ -128,12 +162,8 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
     median = float(np.median(times))
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
-    peak = peak_gflops(kernel.isa) * (_threads(kernel))
+    dtype = "float32" if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
+    peak = peak_gflops(kernel.isa, dtype) * kernel.threads
     return Timing(median, float(times.min()), float(q75 - q25), count, gflops, 100 * gflops / peak, peak,
-                  ok, error, tuple(times.tolist()))
+                  ok, error, tuple(times.tolist()), "GFLOP/s" if op.quant is None else "GOP/s")
 
-
-def _threads(kernel: Kernel) -> int:
-    if kernel.schedule.parallel_loop is None:
-        return 1
-    return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))

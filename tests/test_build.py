@@ -63,12 +63,6 @@ def test_measure_reports_verified_timing(kernel):
         lo.measure(kernel, repeats=0)
 
 
-def test_quantized_ops_are_refused_instead_of_compiled_as_float():
-    qop = lo.Conv2d(3, 5, 3, height=6, width=7, quant=lo.QuantSpec(activation="uint8"))
-    with pytest.raises(ValueError, match="is quantized; code generation covers float32 ops only"):
-        lo.Schedule(qop).compile()
-
-
 def test_set_threads_runs_the_parallel_loop_on_that_many_threads():
     op = lo.Conv2d(3, 8, 3, padding=1, height=6, width=7)
     kernel = lo.Schedule(op).parallel("k").compile()

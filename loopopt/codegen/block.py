@@ -24,6 +24,7 @@ import islpy as isl
 
 from ..expr import Bound, Const, Expr, Var
 from ..schedule import Schedule, ScheduleError
+from .arith import load
 from .vector import classify_offset
 
 if TYPE_CHECKING:
@@ -95,8 +96,9 @@ class RegisterBlock:
         self.body_depth = s.position(first) if first else len(s.loops)
         out = s.op.output
         self.out_varying = s.offset(out).variables()
-        self.complete = all(loop.name in self.out_varying for loop in s.loops[:self.start])
-        self.bias = getattr(s.op, "bias", False)
+        summed = {v for d in s.op.reduction_dims for v in s.dim_values[d].variables()}
+        self.complete = not any(loop.name in summed for loop in s.loops[:self.start])
+        self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
         self._check_kinds()
         self.initialises_output = self.complete and self._bias_loadable()
         self.accumulators = self._accumulators()
@@ -115,11 +117,6 @@ class RegisterBlock:
             raise ScheduleError(f"register_block: {out} is {kinds[out]} along the vector loop "
                                 f"{self.vector!r} on {self.em.isa.name}; a register block needs it "
                                 f"contiguous or strided (choose a layout where it is)")
-        for tensor in self.em.op.inputs:
-            if kinds[tensor].kind == "gather":
-                raise ScheduleError(f"register_block: {tensor} needs a gather along the vector loop "
-                                    f"{self.vector!r} on {self.em.isa.name}; a register block loads "
-                                    f"operands as broadcasts, contiguous or strided vectors")
 
     def _bias_value(self) -> Expr:
         return self.em.s.index(self.em.op.output)[1]
@@ -190,10 +187,10 @@ class RegisterBlock:
         em.emit(indent, "}")
 
     def _vector_type(self) -> str:
-        return self.em.isa.vector_type if self.vector else "float"
+        return self.em.arith.vector_type(bool(self.vector))
 
     def _zero(self) -> str:
-        return self.em.isa.zero() if self.vector else "0.0f"
+        return self.em.arith.zero(bool(self.vector))
 
     def _emit_setup(self, indent: int, acc: Accumulator, guards: _Guards) -> None:
         """Declare the accumulator's existence test, lane mask and initial value."""
@@ -231,21 +228,25 @@ class RegisterBlock:
         pointer = f"&B[{offset.to_c()}]"
         return self.em.isa.load_mask(p=pointer, m=mask) if mask else self.em.isa.load(p=pointer)
 
-    def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None) -> str:
-        """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop)."""
+    def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None, indent: int = 0) -> str:
+        """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
+        first writes its lane offsets to an index array at ``indent``."""
         em = self.em
-        offset = em.s.offset(tensor).substitute(acc.bindings).to_c()
+        ref = f"{tensor}[{em.s.offset(tensor).substitute(acc.bindings).to_c()}]"
         if not self.vector:
-            return f"{tensor}[{offset}]"
-        kind = em.kinds[tensor]
-        if kind.kind == "broadcast":
-            return em.isa.broadcast(s=f"{tensor}[{offset}]")
-        pointer = f"&{tensor}[{offset}]"
-        if kind.kind == "contiguous":
-            return em.isa.load_mask(p=pointer, m=mask) if mask else em.isa.load(p=pointer)
-        index = f"lo_stride_{tensor}"
-        return (em.isa.gather_mask(p=pointer, idx=index, m=mask) if mask
-                else em.isa.gather(p=pointer, idx=index))
+            return ref
+        kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
+        if kind.kind == "gather":
+            lanes_offset = em.s.offset(tensor).substitute(
+                {n: v for n, v in acc.bindings.items() if n != self.vector}).to_c()
+            array = f"lo_index{len(self.loads)}"
+            em.emit(indent, f"int {array}[{self.lanes}];")
+            em.emit(indent, f"for (int lo_j = 0, lo_v0 = {self._base(acc)}; lo_j < {self.lanes}; ++lo_j) {{ "
+                            f"const int {self.vector} = lo_v0 + lo_j; {array}[lo_j] = {lanes_offset}; }}")
+            base, index = tensor, em.isa.index_load(p=array)
+        if tensor in em.op.inputs:
+            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings)
+        return load(em.isa, kind.kind, ref, base, index, mask)
 
     def emit_body(self, indent: int) -> None:
         """One reduction iteration: operand loads (each once) and every accumulator's update."""
@@ -278,11 +279,9 @@ class RegisterBlock:
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
         conditions = ([f"{acc.name}_ok"] if guards.store else []) + guards.update
         if not self.vector:
-            update = f"{acc.name} += {a} * {b};"
-        elif mask:
-            update = f"{acc.name} = {isa.fma_mask(a=a, b=b, c=acc.name, m=mask)};"
+            update = f"{acc.name} += {em.arith.product(a, b, acc.bindings)};"
         else:
-            update = f"{acc.name} = {isa.fma(a=a, b=b, c=acc.name)};"
+            update = f"{acc.name} = {em.arith.update(a, b, acc.name, mask)};"
         em.emit(indent, f"if ({' && '.join(conditions)}) {update}" if conditions else update)
 
     def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
@@ -300,14 +299,24 @@ class RegisterBlock:
                     continue            # covered by the lane mask
                 protect.append(f"({bound.to_c()})")
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
+        if varying and em.kinds[tensor].kind == "gather":
+            key = (tensor, em.s.offset(tensor).substitute(acc.bindings).to_c(), mask, tuple(protect))
+            if key not in self.loads:
+                self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, mask, indent),
+                                                  protect, tensor)
+            return self.loads[key]
         load = self._vector_access(tensor, acc, mask if varying else None)
         key = (load, tuple(protect))
         if key not in self.loads:
-            name = f"lo_{tensor}{len(self.loads)}"
-            self.loads[key] = name
-            value = f"({' && '.join(protect)}) ? {load} : {self._zero()}" if protect else load
-            em.emit(indent, f"const {self._vector_type()} {name} = {value};")
+            self.loads[key] = self._emit_load(indent, load, protect, tensor)
         return self.loads[key]
+
+    def _emit_load(self, indent: int, load: str, protect: list[str], tensor: str) -> str:
+        """Declare ``load`` (zero where a protecting guard fails) and return its name."""
+        name = f"lo_{tensor}{len(self.loads)}"
+        value = f"({' && '.join(protect)}) ? {load} : {self._zero()}" if protect else load
+        self.em.emit(indent, f"const {self._vector_type()} {name} = {value};")
+        return name
 
     def _emit_store(self, indent: int, acc: Accumulator) -> None:
         em, isa, out = self.em, self.em.isa, self.em.op.output

@@ -9,9 +9,12 @@ kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
+from . import quantized
+from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
 from .vector import AccessKind, classify
@@ -37,6 +40,7 @@ class Generated:
     isa: Isa
     access_kinds: dict[str, AccessKind]
     openmp: bool
+    plan: Optional[quantized.QuantPlan] = None     # quantized ops: what the kernel computes
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -54,21 +58,32 @@ def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
 
 def generate(schedule: Schedule, isa: Isa) -> Generated:
     """The complete C translation unit of ``schedule`` for ``isa``."""
+    plan = quantized.plan(schedule, isa.lanes) if schedule.op.quant is not None else None
+    arith = arithmetic(schedule, isa.name, plan)
+    isa = arith.acc
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
-    params = ", ".join(f"{'' if t == out else 'const '}float *restrict {t}" for t in args)
-    signature = f"void {KERNEL_NAME}({params})"
-    body = _Emitter(schedule, isa, kinds).function_body()
-    source = "\n".join([_header(schedule, isa, kinds), isa.prelude, "#include <stddef.h>", "",
+    types = {t: quantized.tensor_type(schedule, plan, t) if plan else "float" for t in args}
+    params = [f"{'' if t == out else 'const '}{types[t]} *restrict {t}" for t in args]
+    params += quantized.parameters(schedule, plan) if plan else []
+    signature = f"void {KERNEL_NAME}({', '.join(params)})"
+    body = _Emitter(schedule, isa, kinds, arith).function_body()
+    tables = quantized.static_tables(schedule, plan) if plan else ""
+    source = "\n".join([_header(schedule, arith, kinds), isa.prelude, "#include <stddef.h>", tables, "",
                         f"{signature}\n{{", body, "}", ""])
     openmp = schedule.parallel_loop is not None
     source, cdef = with_threads(source, signature.replace("restrict ", "") + ";", openmp)
-    return Generated(source, cdef, args, isa, kinds, openmp)
+    return Generated(source, cdef, args, isa, kinds, openmp, plan)
 
 
-def _header(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]) -> str:
-    lines = [f"/* loopopt kernel for {schedule.op!r}", f" * isa: {isa.name} ({isa.lanes} lane(s) of float32)"]
+def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind]) -> str:
+    isa = arith.acc
+    lines = [f"/* loopopt kernel for {schedule.op!r}",
+             f" * isa: {isa.name} ({isa.lanes} lane(s) of {arith.scalar_type}32), arithmetic: {arith.name}"]
+    if arith.plan is not None and arith.plan.dot_loop:
+        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by each "
+                     f"dot instruction (u8 x s8 -> s32)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     lines.append(" * loops: " + ", ".join(f"{l.name}[{l.extent}]" for l in schedule.loops))
@@ -79,8 +94,8 @@ def _header(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]) -> str:
 
 
 class _Emitter:
-    def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind]):
-        self.s, self.isa, self.kinds = schedule, isa, kinds
+    def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind], arith: Arithmetic):
+        self.s, self.isa, self.kinds, self.arith = schedule, isa, kinds, arith
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
@@ -121,10 +136,17 @@ class _Emitter:
         self._emit_constants()
         if self.block is None or not self.block.initialises_output:
             self._emit_output_init()
-        self.emit(0, "/* the reduction nest */")
-        for line in self._defs_at(-1):
+        plan = self.arith.plan
+        for line in quantized.prologue(self.s, plan) if plan else []:
             self.emit(0, line)
-        self._emit_loop(0, 0)
+        self.emit(0, "/* the reduction nest */")
+        self.emit(0, "{")
+        for line in self._defs_at(-1):
+            self.emit(1, line)
+        self._emit_loop(0, 1)
+        self.emit(0, "}")
+        for line in quantized.epilogue(self.s, plan) if plan else []:
+            self.emit(0, line)
         return "\n".join(self.lines)
 
     def _emit_constants(self) -> None:
@@ -139,8 +161,9 @@ class _Emitter:
         info = self.op.tensor(out)
         names = [f"lo_{letter.lower()}" for letter in info.letters]
         offset = self.s.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
-        value = f"B[{names[1]}]" if getattr(self.op, "bias", False) else "0.0f"
-        self.emit(0, f"/* {out} = {'bias' if value != '0.0f' else '0'} */")
+        zero = self.arith.zero(vectorized=False)
+        value = f"B[{names[1]}]" if getattr(self.op, "bias", False) and self.arith.bias_in_nest else zero
+        self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
         if self.s.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
         for depth, (name, size) in enumerate(zip(names, info.shape)):
@@ -158,9 +181,12 @@ class _Emitter:
             return
         if depth == len(self.s.loops):
             a, b = self.op.inputs
-            self.emit(indent, f"{self.ref(self.op.output)} += {self.ref(a)} * {self.ref(b)};")
+            self.emit(indent, f"{self.ref(self.op.output)} += {self.arith.product(self.ref(a), self.ref(b))};")
             return
         loop = self.s.loops[depth]
+        if self.arith.plan is not None and loop.name == self.arith.plan.dot_loop:
+            self._emit_dot_loop(depth, indent, inside_block)
+            return
         if self.vector is not None and loop.name == self.vector.name:
             self._emit_vector_loop(depth, indent)
             return
@@ -174,6 +200,20 @@ class _Emitter:
         for guard in self._guards_at(depth):
             self.emit(indent + 1, f"if (!({guard.to_c()})) continue;")
         self._emit_loop(depth + 1, indent + 1, inside_block)
+        self.emit(indent, "}")
+
+    def _emit_dot_loop(self, depth: int, indent: int, inside_block: bool) -> None:
+        """The dot loop runs once, at its first iteration: each dot instruction consumes all of it."""
+        loop = self.s.loops[depth]
+        guards = self._guards_at(depth)
+        self.emit(indent, f"{{ const int {loop.name} = 0;   /* {loop.extent} iterations per dot instruction */")
+        for line in self._defs_at(depth):
+            self.emit(indent + 1, line)
+        for guard in guards:
+            self.emit(indent + 1, f"if ({guard.to_c()}) {{")
+        self._emit_loop(depth + 1, indent + 1, inside_block)
+        for _ in guards:
+            self.emit(indent + 1, "}")
         self.emit(indent, "}")
 
     # --- the SIMD loop -------------------------------------------------------------------
@@ -239,35 +279,32 @@ class _Emitter:
         return "lo_mask"
 
     def _load(self, tensor: str, mask: str | None) -> str:
-        isa, kind = self.isa, self.kinds[tensor]
-        if kind.kind == "broadcast":
-            return isa.broadcast(s=self.ref(tensor))
-        pointer = f"&{self.ref(tensor)}"
-        if kind.kind == "contiguous":
-            return isa.load_mask(p=pointer, m=mask) if mask else isa.load(p=pointer)
+        """A vector of ``tensor``: operands through the arithmetic, the output as accumulators."""
+        isa, kind, ref = self.isa, self.kinds[tensor], self.ref(tensor)
         index = (f"lo_stride_{tensor}" if kind.kind == "strided"
                  else isa.index_load(p=f"lo_idx_{tensor}"))
-        base = pointer if kind.kind == "strided" else tensor
-        return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
+        base = f"&{ref}" if kind.kind == "strided" else tensor
+        if tensor in self.op.inputs:
+            return self.arith.operand(tensor, kind, ref, base, index, mask)
+        return load(isa, kind.kind, ref, base, index, mask)
 
     def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool, lane_wise: bool) -> None:
         isa, kind = self.isa, self.kinds[out]
         vt = isa.vector_type
+        arith = self.arith
         if reduce:
-            update = (isa.fma_mask(a="lo_a", b="lo_b", c="lo_acc", m=mask) if mask
-                      else isa.fma(a="lo_a", b="lo_b", c="lo_acc"))
-            self.emit(depth, f"lo_acc = {update};")
+            self.emit(depth, f"lo_acc = {arith.update('lo_a', 'lo_b', 'lo_acc', mask)};")
             return
         if lane_wise:
             # Lanes may name the same element: add them one at a time, in lane order.
-            self.emit(depth, f"float lo_prod[{isa.lanes}];")
-            self.emit(depth, isa.store(p="lo_prod", v=isa.fma(a="lo_a", b="lo_b", c=isa.zero())) + ";")
+            self.emit(depth, f"{arith.scalar_type} lo_prod[{isa.lanes}];")
+            self.emit(depth, isa.store(p="lo_prod", v=arith.update("lo_a", "lo_b", isa.zero(), None)) + ";")
             valid = "(lo_bits >> lo_j) & 1u" if mask else "1"
             self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) "
                              f"if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
             return
         self.emit(depth, f"{vt} lo_o = {self._load(out, mask)};")
-        self.emit(depth, f"lo_o = {isa.fma(a='lo_a', b='lo_b', c='lo_o')};")
+        self.emit(depth, f"lo_o = {arith.update('lo_a', 'lo_b', 'lo_o', None)};")
         pointer = f"&{self.ref(out)}"
         if kind.kind == "contiguous":
             store = isa.store_mask(p=pointer, m=mask, v="lo_o") if mask else isa.store(p=pointer, v="lo_o")

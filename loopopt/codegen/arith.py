@@ -1,0 +1,149 @@
+"""The arithmetic of a kernel's statement: element types, operand loads and the update.
+
+One ``Arithmetic`` per kernel tells the emitter (plain nest and register blocks alike)
+how to load an operand for a vector access kind and how to fold two operands into an
+accumulator:
+
+* ``float``: float32 operands, ``fma``;
+* ``integer``: stored bytes widened to int32 lanes, ``c + a * b`` (exact, wrapping);
+* ``dot``: 4 bytes per lane (the dot loop of ``quantized.find_dot_loop``), ``vpdpbusd``
+  (u8 activations x s8 weights; int8 activations are shifted by ``flip``);
+* ``dequantize``: bytes widened, zero-point subtracted, converted to float32 and scaled
+  inside the loop (``(x - zx) * sx`` and ``(w - zw[k]) * sw[k]``), then ``fma``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..schedule import Schedule, ScheduleError
+from .isa import INT_ISAS, ISAS, Isa
+from .quantized import DOT, QuantPlan
+from .vector import AccessKind, classify_offset
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """How the statement's products are formed (see the module docstring)."""
+
+    name: str                         # float, integer, dot, dequantize
+    acc: Isa                          # table of the accumulator (and output) lanes
+    schedule: Schedule
+    plan: Optional[QuantPlan] = None
+
+    @property
+    def ints(self) -> Isa:
+        return INT_ISAS[self.acc.name]
+
+    @property
+    def scalar_type(self) -> str:
+        return "int" if self.name in ("integer", "dot") else "float"
+
+    @property
+    def bias_in_nest(self) -> bool:
+        """The accumulators start from the bias (integer kernels add it in the epilogue)."""
+        return self.name in ("float", "dequantize")
+
+    def vector_type(self, vectorized: bool = True) -> str:
+        return self.acc.vector_type if vectorized else self.scalar_type
+
+    def zero(self, vectorized: bool = True) -> str:
+        return self.acc.zero() if vectorized else ("0" if self.scalar_type == "int" else "0.0f")
+
+    # --- scalar code ----------------------------------------------------------------------
+    def product(self, a_ref: str, b_ref: str, bindings: Optional[dict] = None) -> str:
+        """The scalar product of two operand references (``bindings``: loops fixed to constants)."""
+        if self.name != "dequantize":
+            return f"{a_ref} * {b_ref}"
+        ch = self.channel(bindings)
+        return (f"((float)({a_ref} - lo_zx) * lo_xscale) * "
+                f"((float)({b_ref} - lo_zw[{ch}]) * lo_wscale[{ch}])")
+
+    def channel(self, bindings: Optional[dict] = None) -> str:
+        """The output channel (per-channel parameters are indexed by it) in terms of the loops."""
+        return self.schedule.index(self.schedule.op.output)[1].substitute(bindings or {}).to_c()
+
+    # --- vector code ----------------------------------------------------------------------
+    def operand(self, tensor: str, access: AccessKind, ref: str, base: str, index: str,
+                mask: str | None, bindings: Optional[dict] = None) -> str:
+        """A vector of ``tensor`` along the vector loop. ``ref`` is the C element at lane 0,
+        ``base``/``index`` the pointer and index vector a gather uses, ``mask`` the lanes."""
+        kind = access.kind
+        if self.name == "float":
+            return load(self.acc, kind, ref, base, index, mask)
+        ints = self.ints
+        activation = tensor == self.schedule.op.inputs[0]
+        if self.name == "dot":
+            if kind == "broadcast":
+                value = ints.broadcast(s=f"*(const int *)(const void *)&{ref}")
+            elif kind == "strided" and access.stride == DOT:
+                value = ints.load_mask(p=f"&{ref}", m=mask) if mask else ints.load(p=f"&{ref}")
+            else:
+                if kind == "contiguous":
+                    base, index = f"&{ref}", ints.stride_index(s="1")
+                value = (ints.gather_b_mask(p=base, idx=index, m=mask) if mask
+                         else ints.gather_b(p=base, idx=index))
+            return ints.flip(v=value) if activation and self.plan.shift else value
+        signed = "s8" if not activation or self.plan.activation_type == "int8_t" else "u8"
+        if kind == "broadcast":
+            value = ints.broadcast(s=ref)
+        elif kind == "contiguous":
+            value = (getattr(ints, f"load_{signed}_mask")(p=f"&{ref}", m=mask) if mask
+                     else getattr(ints, f"load_{signed}")(p=f"&{ref}"))
+        else:
+            raw = ints.gather_b_mask(p=base, idx=index, m=mask) if mask else ints.gather_b(p=base, idx=index)
+            value = getattr(ints, f"extend_{signed}")(v=raw)
+        if self.name == "integer":
+            return value
+        return self._dequantized(value, activation, mask, bindings)
+
+    def _dequantized(self, value: str, activation: bool, mask: str | None, bindings: Optional[dict]) -> str:
+        acc, ints = self.acc, self.ints
+        if activation:
+            zero, scale = ints.broadcast(s="lo_zx"), acc.broadcast(s="lo_xscale")
+        else:
+            zero, scale = self.channel_vectors(mask, bindings)
+        return acc.fma(a=ints.to_float(v=ints.sub(a=value, b=zero)), b=scale, c=acc.zero())
+
+    def channel_vectors(self, mask: str | None, bindings: Optional[dict]) -> tuple[str, str]:
+        """The weight zero-point (int32) and scale (float32) vectors of the lanes' channels."""
+        s, acc, ints = self.schedule, self.acc, self.ints
+        value = s.index(s.op.output)[1]
+        kind = classify_offset(s, value, acc.lanes)
+        ch = self.channel(bindings)
+        if kind.kind == "broadcast":
+            return ints.broadcast(s=f"lo_zw[{ch}]"), acc.broadcast(s=f"lo_wscale[{ch}]")
+        if kind.kind == "contiguous":
+            return ints.load(p=f"&lo_zw[{ch}]"), acc.load(p=f"&lo_wscale[{ch}]")
+        if kind.kind == "strided":
+            idx, m = acc.stride_index(s=str(kind.stride)), mask or acc.mask_count(n=str(acc.lanes))
+            return (ints.gather_mask(p=f"&lo_zw[{ch}]", idx=idx, m=m),
+                    acc.gather_mask(p=f"&lo_wscale[{ch}]", idx=idx, m=m))
+        raise ScheduleError(f"arithmetic('dequantize'): the output channel varies irregularly along the "
+                            f"vector loop {s.vector_loop.name!r}; vectorize a loop along which it is "
+                            f"constant, contiguous or strided")
+
+    def update(self, a: str, b: str, c: str, mask: str | None) -> str:
+        """``c`` plus the product of operand vectors ``a`` (activations) and ``b`` (weights)."""
+        table = self.ints if self.name in ("integer", "dot") else self.acc
+        if self.name == "dot":
+            return table.dot_mask(a=a, b=b, c=c, m=mask) if mask else table.dot(a=a, b=b, c=c)
+        return table.fma_mask(a=a, b=b, c=c, m=mask) if mask else table.fma(a=a, b=b, c=c)
+
+
+def load(isa: Isa, kind: str, ref: str, base: str, index: str, mask: str | None) -> str:
+    """A vector of ``isa``'s lane type: broadcast, contiguous load or gather (masked if ``mask``)."""
+    if kind == "broadcast":
+        return isa.broadcast(s=ref)
+    if kind == "contiguous":
+        return isa.load_mask(p=f"&{ref}", m=mask) if mask else isa.load(p=f"&{ref}")
+    return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
+
+
+def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan]) -> Arithmetic:
+    """The arithmetic of ``schedule`` on ``isa_name``."""
+    if plan is None:
+        return Arithmetic("float", ISAS[isa_name], schedule)
+    if plan.arithmetic == "dequantize":
+        return Arithmetic("dequantize", ISAS[isa_name], schedule, plan)
+    return Arithmetic("dot" if plan.dot_loop else "integer", INT_ISAS[isa_name], schedule, plan)

@@ -1,0 +1,339 @@
+"""Quantized kernels: the integer plan of a schedule and the C around its reduction nest.
+
+With integer arithmetic the reduction nest accumulates the raw products of the stored
+integers, ``P = sum x' * w`` over the valid taps, into an int32 workspace laid out like
+the output (``O``); ``x' = x + shift`` where ``shift`` is 128 when int8 activations feed
+the u8 x s8 dot instruction (``x ^ 0x80``), else 0. The exact accumulator of DESIGN.md,
+``acc = sum (x - zx) * (w - zw[k])``, is then
+
+    acc = P - zx' * T[k](p) - zw[k] * S(p),     zx' = zx + shift,
+
+with ``T[k](p) = sum (w - zw[k])`` and ``S(p) = sum x'`` over the taps valid at output
+position ``p`` (padding taps do not exist, so both depend on ``p`` near the borders).
+``T`` only takes as many values per channel as there are classes of output rows and
+columns with different valid taps, so it is a table ``[K, row classes, column classes]``
+computed when the weights are packed (``compensation("packed")``) or by the kernel
+(``compensation("kernel")``); ``S`` is computed by the kernel (only for asymmetric
+weights). The epilogue pass then applies ``T``, ``S``, the bias and the scales, and
+writes the float32 or requantized output ``Y`` in the output's layout.
+
+With ``arithmetic("dequantize")`` the nest converts every operand to float32 and
+accumulates in float straight into the float output: no workspace and no epilogue.
+
+VNNI. ``vpdpbusd`` adds, in each int32 lane, the products of 4 consecutive u8 bytes of
+one operand with 4 consecutive s8 bytes of the other. A schedule selects it with a
+reduction loop of extent 4 (e.g. ``split("c", 4)`` and its ``c_i``) that is the innermost
+reduction loop, with only output loops between it and the vectorized loop, along which
+both inputs are unit-stride in storage (activations NHWC or NCHW4c-like, weights with 4
+input channels innermost, e.g. ``OIHW16o4i``). That loop is not emitted; each vector
+instruction consumes its 4 iterations. Without such a loop (or on the scalar target) the
+products are widened to int32 and multiply-added lane by lane.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import islpy as isl
+import numpy as np
+
+from ..expr import Bound, Const, Var
+from ..ops import Conv2d
+from ..schedule import Schedule
+
+DOT = 4   # bytes per lane consumed by one dot instruction
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """What a quantized kernel computes and how."""
+
+    arithmetic: str              # "integer" or "dequantize"
+    compensation: str            # "packed" or "kernel"
+    dot_loop: str | None         # reduction loop consumed by the dot instruction
+    shift: int                   # added to activations before the products (int8 on the dot: 128)
+    activation_sums: bool        # asymmetric weights need S(p)
+    activation_type: str         # C types
+    output_type: str
+    bias_type: str
+
+    @property
+    def integer(self) -> bool:
+        return self.arithmetic == "integer"
+
+
+def plan(schedule: Schedule, lanes: int) -> QuantPlan:
+    """The plan of ``schedule`` on a target with ``lanes`` int32 lanes (1: scalar)."""
+    spec = schedule.op.quant
+    integer = schedule.arithmetic_mode == "integer"
+    dot = find_dot_loop(schedule, lanes) if integer else None
+    return QuantPlan(
+        arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
+        shift=128 if dot and spec.activation == "int8" else 0,
+        activation_sums=integer and not spec.weight_symmetric,
+        activation_type="uint8_t" if spec.activation == "uint8" else "int8_t",
+        output_type={"float32": "float", "uint8": "uint8_t", "int8": "int8_t"}[spec.output],
+        bias_type="int32_t" if spec.requantized else "float")
+
+
+def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
+    """The reduction loop the dot instruction consumes (module docstring), or None."""
+    vec = schedule.vector_loop
+    op = schedule.op
+    if vec is None or lanes == 1:
+        return None
+    out_vars = schedule.offset(op.output).variables()
+    if vec.name not in out_vars:
+        return None
+    inside = schedule.loops[:-1]
+    reductions = [i for i, loop in enumerate(inside) if loop.name not in out_vars]
+    if not reductions:
+        return None
+    loop = inside[reductions[-1]]
+    if loop.extent != DOT or loop.unroll or loop.parallel:
+        return None
+    if not all(_unit_stride(schedule, t, loop.name) for t in op.inputs):
+        return None
+    return loop.name if _guards_allow_groups(schedule, loop.name) else None
+
+
+@lru_cache(maxsize=1024)
+def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
+    """True iff ``tensor``'s storage offset grows by exactly 1 along loop ``name`` everywhere."""
+    offset = schedule.offset(tensor)
+    nxt = offset.substitute({name: Var(name) + Const(1)})
+    names = ", ".join(loop.name for loop in schedule.loops)
+    box = " and ".join(f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops)
+    text = (f"{{ [{names}] : {box} and {name} + 1 < {DOT} and "
+            f"({nxt.to_isl()}) - ({offset.to_isl()}) != 1 }}")
+    return isl.Set(text).is_empty()
+
+
+def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
+    """A group of 4 runs whole: no padding guard may depend on the loop; a partial block of
+    it is fine only where the weights are zero-padded beyond it (a blocked layout)."""
+    if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
+        return False
+    for guard in schedule.partial_guards:
+        if name in guard.expr.variables():
+            weights = schedule.op.inputs[1]
+            layout = schedule.layout_of(weights)
+            letter = "I" if isinstance(schedule.op, Conv2d) else "K"
+            parent = next((r.parent for r in schedule.relations if getattr(r, "inner", None) == name), None)
+            if parent != ("c" if letter == "I" else "k") or layout.block(letter) % DOT:
+                return False
+    return True
+
+
+# --- output-position classes of the weight compensation ----------------------------------------
+
+@dataclass(frozen=True)
+class Borders:
+    """Output rows/columns grouped by which filter rows/columns are valid there."""
+
+    row_class: tuple[int, ...]             # per output row
+    row_valid: tuple[tuple[int, ...], ...]  # per class: 1 per valid filter row
+    col_class: tuple[int, ...]
+    col_valid: tuple[tuple[int, ...], ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.row_valid), len(self.col_valid)
+
+
+def _classes(out: int, taps: int, stride: int, pad: int, dil: int, size: int):
+    valid = [tuple(int(0 <= o * stride - pad + t * dil < size) for t in range(taps)) for o in range(out)]
+    distinct = sorted(set(valid), key=valid.index)
+    return tuple(distinct.index(v) for v in valid), tuple(distinct)
+
+
+@lru_cache(maxsize=256)
+def borders(op) -> Borders:
+    """The border classes of a conv (a matmul has one class)."""
+    if not isinstance(op, Conv2d):
+        return Borders((0,), ((1,),), (0,), ((1,),))
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = op.kernel_size, op.stride, op.padding, op.dilation
+    rows = _classes(op.out_height, kh, sh, ph, dh, op.height)
+    cols = _classes(op.out_width, kw, sw, pw, dw, op.width)
+    return Borders(rows[0], rows[1], cols[0], cols[1])
+
+
+def weight_compensation(op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
+    """``T[k, row class, column class] = sum (w - zw[k])`` over the valid taps (int32, flat).
+
+    ``wq`` in the op's logical layout (conv ``[K, C/g, KH, KW]``, matmul ``[K, N]``).
+    """
+    b = borders(op)
+    w = np.asarray(wq, dtype=np.int64)
+    if not isinstance(op, Conv2d):
+        return (w - np.asarray(zw, dtype=np.int64)[None, :]).sum(axis=0).astype(np.int32)
+    taps = (w - np.asarray(zw, dtype=np.int64)[:, None, None, None]).sum(axis=1)   # [K, KH, KW]
+    table = np.einsum("kab,ra,cb->krc", taps, np.array(b.row_valid), np.array(b.col_valid))
+    return table.astype(np.int32).reshape(-1)
+
+
+# --- C around the nest ---------------------------------------------------------------------------
+
+def parameters(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """The C parameters after the tensors (inputs, bias, ``O``)."""
+    if not qp.integer:
+        return ["const int32_t *restrict lo_zw", "const float *restrict lo_wscale", "float lo_xscale",
+                "int lo_zx"]
+    return [f"{qp.output_type} *restrict Y", "const int32_t *restrict lo_zw", "const float *restrict lo_mult",
+            "int32_t *restrict lo_comp", "int32_t *restrict lo_xsum", "int lo_zx", "int lo_zy"]
+
+
+def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
+    """The C element type of a kernel tensor argument."""
+    op = schedule.op
+    if tensor == op.inputs[0]:
+        return qp.activation_type
+    if tensor == op.inputs[1]:
+        return "int8_t"
+    if tensor == "B":
+        return qp.bias_type
+    return "int32_t" if qp.integer else "float"
+
+
+def _storage_offset(schedule: Schedule, tensor: str, index) -> str:
+    info = schedule.op.tensor(tensor)
+    return schedule.layout_of(tensor).offset(tuple(index), info.shape).to_c()
+
+
+def _omp(schedule: Schedule) -> list[str]:
+    return ["#pragma omp parallel for schedule(static)"] if schedule.parallel_loop is not None else []
+
+
+def _tables(op) -> list[str]:
+    """The border classes as static C arrays."""
+    b = borders(op)
+    flat = lambda rows: ", ".join(str(v) for row in rows for v in row)
+    return [f"static const int lo_hclass[{len(b.row_class)}] = {{{', '.join(map(str, b.row_class))}}};",
+            f"static const int lo_wclass[{len(b.col_class)}] = {{{', '.join(map(str, b.col_class))}}};",
+            f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = {{{flat(b.row_valid)}}};",
+            f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = {{{flat(b.col_valid)}}};"]
+
+
+def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
+    """File-scope C (before the kernel function)."""
+    return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op) if qp.integer else [])) + "\n"
+
+
+def _conv_vars(op: Conv2d):
+    (sh, sw), (ph, pw), (dh, dw) = op.stride, op.padding, op.dilation
+    ih = Var("oh") * sh + Var("kh") * dh - ph
+    iw = Var("ow") * sw + Var("kw") * dw - pw
+    return ih, iw
+
+
+def _tap_sum(indent: str, op: Conv2d, rows_ok: str, cols_ok: str, term: str) -> list[str]:
+    """``s += term`` over the taps ``kh, kw, c`` whose rows and columns are valid."""
+    (kh, kw), cg = op.kernel_size, op.in_channels // op.groups
+    return [f"{indent}int s = 0;",
+            f"{indent}for (int kh = 0; kh < {kh}; ++kh) if ({rows_ok})",
+            f"{indent}    for (int kw = 0; kw < {kw}; ++kw) if ({cols_ok})",
+            f"{indent}        for (int c = 0; c < {cg}; ++c) s += {term};"]
+
+
+def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """C statements before the nest: compensation computed in the kernel, activation sums."""
+    if not qp.integer:
+        return []
+    op = schedule.op
+    lines: list[str] = []
+    a, w = op.inputs
+    conv = isinstance(op, Conv2d)
+    if qp.compensation == "kernel":
+        lines.append("/* weight compensation T[k][row class][column class] = sum (w - zw[k]) over valid taps */")
+        lines += _omp(schedule)
+        if conv:
+            kh, kw = op.kernel_size
+            rc, cc = borders(op).shape
+            woff = _storage_offset(schedule, w, (Var("k"), Var("c"), Var("kh"), Var("kw")))
+            lines += [f"for (int k = 0; k < {op.out_channels}; ++k)",
+                      f"    for (int rc = 0; rc < {rc}; ++rc)",
+                      f"        for (int cc = 0; cc < {cc}; ++cc) {{"]
+            lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {kh} + kh]", f"lo_wvalid[cc * {kw} + kw]",
+                              f"{w}[{woff}] - lo_zw[k]")
+            lines += [f"            lo_comp[(k * {rc} + rc) * {cc} + cc] = s;", "        }"]
+        else:
+            woff = _storage_offset(schedule, w, (Var("k"), Var("j")))
+            lines += [f"for (int j = 0; j < {op.n}; ++j) {{", "    int s = 0;",
+                      f"    for (int k = 0; k < {op.k}; ++k) s += {w}[{woff}] - lo_zw[j];",
+                      "    lo_comp[j] = s;", "}"]
+    if qp.activation_sums:
+        shift = f" + {qp.shift}" if qp.shift else ""
+        lines.append("/* activation sums S over the valid taps of each output position (asymmetric weights) */")
+        lines += _omp(schedule)
+        if conv:
+            cg, g = op.in_channels // op.groups, op.groups
+            ih, iw = _conv_vars(op)
+            xoff = _storage_offset(schedule, a, (Var("n"), Var("g") * cg + Var("c"), ih, iw))
+            lines += [f"for (int n = 0; n < {op.batch}; ++n)",
+                      f"    for (int g = 0; g < {g}; ++g)",
+                      f"        for (int oh = 0; oh < {op.out_height}; ++oh)",
+                      f"            for (int ow = 0; ow < {op.out_width}; ++ow) {{"]
+            lines += _tap_sum(" " * 16, op, Bound(ih, 0, op.height).to_c(), Bound(iw, 0, op.width).to_c(),
+                              f"{a}[{xoff}]{shift}")
+            lines += [f"                lo_xsum[((n * {g} + g) * {op.out_height} + oh) * {op.out_width} + ow] = s;",
+                      "            }"]
+        else:
+            xoff = _storage_offset(schedule, a, (Var("i"), Var("k")))
+            lines += [f"for (int i = 0; i < {op.m}; ++i) {{", "    int s = 0;",
+                      f"    for (int k = 0; k < {op.k}; ++k) s += {a}[{xoff}]{shift};",
+                      "    lo_xsum[i] = s;", "}"]
+    return lines
+
+
+def _positions(op) -> tuple[str, str, str]:
+    """(channel variable, compensation table index, activation-sum index) over logical output names."""
+    if isinstance(op, Conv2d):
+        rc, cc = borders(op).shape
+        kg = op.out_channels // op.groups
+        return ("lo_c", f"(lo_c * {rc} + lo_hclass[lo_h]) * {cc} + lo_wclass[lo_w]",
+                f"((lo_n * {op.groups} + lo_c / {kg}) * {op.out_height} + lo_h) * {op.out_width} + lo_w")
+    return "lo_n", "lo_n", "lo_m"
+
+
+def output_loops(schedule: Schedule) -> tuple[list[str], str]:
+    """Loops over the output's logical index (``lo_<letter>`` variables) and its storage offset."""
+    op = schedule.op
+    info = op.tensor(op.output)
+    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
+    loops = [f"for (int {name} = 0; {name} < {size}; ++{name})" for name, size in zip(names, info.shape)]
+    return loops, offset
+
+
+def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """C pass from the int32 workspace ``O`` to the output ``Y`` (integer arithmetic only)."""
+    if not qp.integer:
+        return []
+    op, spec = schedule.op, schedule.op.quant
+    channel, comp, xsum = _positions(op)
+    loops, offset = output_loops(schedule)
+    body = [f"int lo_a = {op.output}[{offset}];",
+            f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
+    if qp.activation_sums:
+        body.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
+    has_bias = getattr(op, "bias", False)
+    if spec.requantized:
+        info = np.iinfo(spec.output)
+        if has_bias:
+            body.append(f"lo_a += B[{channel}];")
+        body += [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
+                 f"lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
+                 f"Y[{offset}] = ({qp.output_type})((int)lo_p + lo_zy);"]
+        head = [f"const float lo_low = (float)({int(info.min)} - lo_zy), lo_high = (float)({int(info.max)} - lo_zy);"]
+    else:
+        bias = f" + B[{channel}]" if has_bias else ""
+        body.append(f"Y[{offset}] = (float)lo_a * lo_mult[{channel}]{bias};")
+        head = []
+    lines = ["/* epilogue: compensation, bias, scale" + (", requantization" if spec.requantized else "") + " */",
+             "{"] + ["    " + h for h in head]
+    lines += ["    " + p for p in _omp(schedule)]
+    for depth, loop in enumerate(loops):
+        lines.append("    " * (depth + 1) + loop + (" {" if depth == len(loops) - 1 else ""))
+    lines += ["    " * (len(loops) + 1) + line for line in body]
+    lines += ["    " * len(loops) + "}", "}"]
+    return lines

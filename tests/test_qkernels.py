@@ -1,0 +1,225 @@
+"""Quantized kernels agree with quant.py's exact reference on every integer ISA here plus scalar.
+
+Raw int32 products are checked exactly, requantized outputs bit for bit, float32 outputs
+within float32 rounding; dequantize-on-the-fly within the float summation bound.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import loopopt as lo
+from loopopt.build import available_int_isas
+from loopopt.qkernel import random_call, reference_output, tolerance
+from loopopt.reference import conv2d_reference, matmul_reference
+from strategies import conv_ops, schedules
+
+ISAS = available_int_isas()
+SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(["uint8", "int8"]), per_channel=st.booleans(),
+                  weight_symmetric=st.booleans(), output=st.sampled_from(["float32", "uint8", "int8"]))
+
+
+def raw_products(kernel, args):
+    """What the nest must accumulate: sum of x' * w over the valid taps (x' = x + shift), wrapped to int32."""
+    op, shift = kernel.op, kernel.plan.shift
+    x = args[0].astype(np.int64) + shift
+    w = args[1].astype(np.int64)
+    if isinstance(op, lo.Conv2d):
+        p = conv2d_reference(x, w, None, stride=op.stride, padding=op.padding, dilation=op.dilation,
+                             groups=op.groups, acc_dtype=np.int64)
+    else:
+        p = matmul_reference(x, w, acc_dtype=np.int64)
+    return p.astype(np.uint32).astype(np.int32)
+
+
+def check(schedule, isa, seed=1):
+    op = schedule.op
+    kernel = schedule.compile(isa)
+    args, params = random_call(op, seed)
+    buffers = kernel.prepare(*args, **params)
+    kernel.run(buffers)
+    result = kernel.output(buffers)
+    expected = reference_output(op, args, params)
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    where = (schedule.pseudocode(), isa)
+    if kernel.plan.integer:
+        assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args)), where
+    if op.quant.requantized:
+        assert np.array_equal(result, expected), (where, np.abs(result.astype(int) - expected).max())
+    else:
+        bound = tolerance(op, args, params, schedule.arithmetic_mode == "dequantize")
+        assert np.all(np.abs(result - expected) <= bound), (where, float(np.abs(result - expected).max()))
+    return kernel
+
+
+def quantized(op, spec):
+    return lo.accuracy.quantized_op(op, spec)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_random_quantized_conv_schedules(isa, data):
+    op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
+    s = data.draw(schedules(op, isa))
+    if data.draw(st.booleans()):
+        s = s.compensation("kernel")
+    if not op.quant.requantized and data.draw(st.integers(0, 3)) == 0:
+        s = s.arithmetic("dequantize")
+    check(s, isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 19))
+def test_random_quantized_matmul_schedules(isa, data, m, n, k):
+    op = lo.Matmul(m, n, k, quant=data.draw(SPECS))
+    check(data.draw(schedules(op, isa)), isa)
+
+
+def vnni_conv(s):
+    """The VNNI form: NHWC activations, 4 input channels innermost in the weights, c split by 4."""
+    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o4i").split("c", 4).tile(ow=3, k=16)
+            .reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i"))
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("spec, build", [
+    (lo.QuantSpec("uint8", True, True, "uint8"), lambda s: vnni_conv(s).vectorize("k_i")),
+    (lo.QuantSpec("int8", True, False, "float32"),              # block sees the whole reduction: bias in epilogue
+     lambda s: vnni_conv(s).vectorize("k_i").register_block("c_o")),
+    (lo.QuantSpec("uint8", False, False, "int8"),
+     lambda s: vnni_conv(s).vectorize("k_i").register_block("kh").compensation("kernel")),
+    (lo.QuantSpec("int8", False, True, "uint8"), lambda s: vnni_conv(s).vectorize("k_i").parallel("oh")),
+], ids=["u8-pc-sym-dot", "s8-pc-asym-block", "u8-pt-asym-block-kernel-comp", "s8-pt-sym-parallel"])
+def test_dot_schedules(isa, spec, build):
+    # c = 6 is not a multiple of 4: the blocked weights are zero-padded; padding, stride and groups
+    op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=spec)
+    kernel = check(build(lo.Schedule(op)), isa)
+    assert kernel.plan.dot_loop == "c_i" and "dot instruction" in kernel.source
+    assert (kernel.plan.shift == 128) == (spec.activation == "int8")
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+def test_dot_matmul(isa):
+    op = lo.Matmul(7, 35, 22, quant=lo.QuantSpec("int8", True, False, "int8"))
+    s = lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o").vectorize("j_i")
+    assert check(s, isa).plan.dot_loop == "k_i"
+
+
+def test_no_dot_where_the_groups_are_not_contiguous():
+    op = lo.Conv2d(8, 16, 3, padding=1, height=5, width=5, quant=lo.QuantSpec())
+    s = lo.Schedule(op).split("c", 4).tile(k=16).reorder("kh", "kw", "c_i").vectorize("k_i")   # NCHW, OIHW
+    kernel = check(s, ISAS[0])
+    assert kernel.plan.dot_loop is None
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_depthwise_and_strided(isa):
+    spec = lo.QuantSpec("uint8", True, False, "uint8")
+    op = lo.Conv2d(6, 6, 3, stride=2, padding=2, dilation=2, groups=6, batch=3, height=9, width=8, quant=spec)
+    check(lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").reorder("kw", "k").vectorize("k"), isa)
+    check(lo.Schedule(op).split("ow", 4).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i"), isa)
+
+
+# --- the call ----------------------------------------------------------------------------------------
+
+OP = lo.Conv2d(4, 6, 3, padding=1, height=5, width=5, quant=lo.QuantSpec("uint8", True, False, "uint8"))
+
+
+@pytest.fixture(scope="module")
+def call():
+    kernel = lo.Schedule(OP).compile("scalar")
+    args, params = random_call(OP, 0)
+    return kernel, args, params
+
+
+@pytest.mark.parametrize("change, exc, match", [
+    (dict(x_scale=0.0), ValueError, r"x_scale=0.0 is invalid: scales must be finite and > 0"),
+    (dict(w_scale=np.array([1, 1, 1, np.nan, 1, 1], np.float32)), ValueError, r"w_scale=nan is invalid"),
+    (dict(w_scale=np.ones(5, np.float32)), ValueError, r"w_scale has shape \(5,\).*one value per output channel"),
+    (dict(x_zero_point=300), ValueError, r"x_zero_point=300 is out of range for uint8"),
+    (dict(w_zero_point=np.full(6, -129)), ValueError, r"w_zero_point=-129 is out of range for int8"),
+    (dict(y_scale=-1.0), ValueError, r"y_scale=-1.0 is invalid"),
+    (dict(y_zero_point=None), ValueError, r"y_scale and y_zero_point are required"),
+    (dict(x_scale=None), ValueError, r"pass x_scale"),
+    (dict(x_scales=1.0), TypeError, r"unknown quantization parameter\(s\) x_scales"),
+    (dict(x_zero_point=1.5), TypeError, r"x_zero_point must be an integer"),
+])
+def test_bad_parameters(call, change, exc, match):
+    kernel, args, params = call
+    with pytest.raises(exc, match=match):
+        kernel(*args, **{**params, **change})
+
+
+def test_bad_arrays(call):
+    kernel, (x, w, b), params = call
+    with pytest.raises(TypeError, match="input dtype int8 does not match QuantSpec\\(activation='uint8'\\)"):
+        kernel(x.view(np.int8), w, b, **params)
+    with pytest.raises(TypeError, match="quantized weights must be int8"):
+        kernel(x, w.astype(np.int16), b, **params)
+    with pytest.raises(TypeError, match="bias dtype float32 does not match output='uint8'"):
+        kernel(x, w, b.astype(np.float32), **params)
+    with pytest.raises(ValueError, match=r"I has shape \(4, 5, 5\)"):
+        kernel(x[0], w, b, **params)
+    with pytest.raises(ValueError, match="has a bias"):
+        kernel(x, w, **params)
+    with pytest.raises(TypeError, match="must be a numpy array"):
+        kernel(x.tolist(), w, b, **params)
+
+
+def test_float_output_refuses_output_parameters():
+    op = lo.Conv2d(4, 6, 3, height=5, width=5, bias=False, quant=lo.QuantSpec(output="float32"))
+    args, params = random_call(op, 0)
+    with pytest.raises(ValueError, match="must not be given"):
+        lo.Schedule(op).compile("scalar")(*args, **params, y_scale=1.0, y_zero_point=0)
+
+
+def test_onnx_names_and_per_tensor_scalars():
+    """The DESIGN.md example: per-tensor activations, per-channel symmetric weights, float32 output."""
+    qop = lo.Conv2d(8, 8, 3, padding=1, batch=1, height=6, width=6,
+                    quant=lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="float32"))
+    x, w, b = (qop.random_inputs(3)[t] for t in "IWB")
+    xq, x_scale, x_zero_point = lo.quantize(x, "uint8")
+    wq, w_scale, w_zero_point = lo.quantize(w, "int8", axis=0, symmetric=True)
+    y = lo.Schedule(qop).compile()(xq, wq, b, x_scale=x_scale, x_zero_point=x_zero_point,
+                                   w_scale=w_scale, w_zero_point=w_zero_point)
+    assert y.dtype == np.float32 and lo.quant_error(qop.reference(x, w, b), y)["sqnr_db"] > 25
+
+
+# --- schedule choices, measure, accuracy ------------------------------------------------------------
+
+def test_schedule_choices_are_validated():
+    float_op = lo.Conv2d(4, 6, 3, height=5, width=5)
+    with pytest.raises(lo.ScheduleError, match="not quantized"):
+        lo.Schedule(float_op).compensation("kernel")
+    with pytest.raises(lo.ScheduleError, match="'later' is not a choice; allowed: 'packed', 'kernel'"):
+        lo.Schedule(OP).compensation("later")
+    with pytest.raises(lo.ScheduleError, match="dequantize-on-the-fly .* float32 output"):
+        lo.Schedule(OP).arithmetic("dequantize")
+    s = lo.Schedule(OP).compensation("kernel").arithmetic("integer")
+    assert (s.compensation_mode, s.arithmetic_mode) == ("kernel", "integer")
+    again = lo.schedule_file.load_schedule(lo.save_schedule(s, "/tmp/lo_quant_choices.toml"), OP)
+    assert (again.compensation_mode, again.arithmetic_mode) == ("kernel", "integer")
+
+
+def test_measure_quantized_kernels():
+    op = lo.Conv2d(16, 16, 3, padding=1, height=8, width=8, quant=lo.QuantSpec("uint8", True, True, "int8"))
+    t = lo.measure(vnni_conv(lo.Schedule(op)).vectorize("k_i").compile(), repeats=3)
+    assert t.verified and t.unit == "GOP/s" and t.max_error == 0 and "GOP/s" in str(t)
+    assert t.peak_gflops == pytest.approx(lo.peak_gflops(ISAS[0], "int8"))
+    slow = lo.measure(lo.Schedule(lo.accuracy.quantized_op(op, lo.QuantSpec())).arithmetic("dequantize").compile(),
+                      repeats=3)
+    assert slow.verified
+    with pytest.raises(ValueError, match="dtype='int4' is not supported"):
+        lo.peak_gflops("auto", "int4")
+
+
+def test_quant_accuracy_report():
+    op = lo.Conv2d(8, 8, 3, padding=1, height=6, width=6)
+    report = lo.quant_accuracy(op, timing=False, schedule=lambda q: lo.Schedule(q).tile(k=8).vectorize("k_i"))
+    assert [r.choice for r in report.rows] == ["per-tensor symmetric", "per-tensor asymmetric",
+                                               "per-channel symmetric", "per-channel asymmetric"]
+    assert all(r.sqnr_db > 20 and r.max_abs > 0 for r in report.rows)
+    assert "SQNR dB" in str(report) and len(report.to_dict()["rows"]) == 4
+    timed = lo.quant_accuracy(lo.Matmul(8, 16, 8), timing=True, budget=0.01)
+    assert all(r.verified and r.gops > 0 for r in timed.rows)
