@@ -159,7 +159,7 @@ def borders(op) -> Borders:
 
 
 def weight_compensation(op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
-    """``T[k, row class, column class] = sum (w - zw[k])`` over the valid taps (int32, flat).
+    """``T[row class, column class, k] = sum (w - zw[k])`` over the valid taps (int32, flat).
 
     ``wq`` in the op's logical layout (conv ``[K, C/g, KH, KW]``, matmul ``[K, N]``).
     """
@@ -168,7 +168,7 @@ def weight_compensation(op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     if not isinstance(op, Conv2d):
         return (w - np.asarray(zw, dtype=np.int64)[None, :]).sum(axis=0).astype(np.int32)
     taps = (w - np.asarray(zw, dtype=np.int64)[:, None, None, None]).sum(axis=1)   # [K, KH, KW]
-    table = np.einsum("kab,ra,cb->krc", taps, np.array(b.row_valid), np.array(b.col_valid))
+    table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
     return table.astype(np.int32).reshape(-1)
 
 
@@ -244,7 +244,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     a, w = op.inputs
     conv = isinstance(op, Conv2d)
     if qp.compensation == "kernel":
-        lines.append("/* weight compensation T[k][row class][column class] = sum (w - zw[k]) over valid taps */")
+        lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) over valid taps */")
         lines += _omp(schedule)
         if conv:
             kh, kw = op.kernel_size
@@ -255,7 +255,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
                       f"        for (int cc = 0; cc < {cc}; ++cc) {{"]
             lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {kh} + kh]", f"lo_wvalid[cc * {kw} + kw]",
                               f"{w}[{woff}] - lo_zw[k]")
-            lines += [f"            lo_comp[(k * {rc} + rc) * {cc} + cc] = s;", "        }"]
+            lines += [f"            lo_comp[(rc * {cc} + cc) * {op.out_channels} + k] = s;", "        }"]
         else:
             woff = _storage_offset(schedule, w, (Var("k"), Var("j")))
             lines += [f"for (int j = 0; j < {op.n}; ++j) {{", "    int s = 0;",
@@ -290,19 +290,32 @@ def _positions(op) -> tuple[str, str, str]:
     if isinstance(op, Conv2d):
         rc, cc = borders(op).shape
         kg = op.out_channels // op.groups
-        return ("lo_c", f"(lo_c * {rc} + lo_hclass[lo_h]) * {cc} + lo_wclass[lo_w]",
+        return ("lo_c", f"(lo_hclass[lo_h] * {cc} + lo_wclass[lo_w]) * {op.out_channels} + lo_c",
                 f"((lo_n * {op.groups} + lo_c / {kg}) * {op.out_height} + lo_h) * {op.out_width} + lo_w")
     return "lo_n", "lo_n", "lo_m"
 
 
-def output_loops(schedule: Schedule) -> tuple[list[str], str]:
-    """Loops over the output's logical index (``lo_<letter>`` variables) and its storage offset."""
+def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
+    """Loops over the output in its storage order (the innermost contiguous, so the compiler
+    vectorizes the pass), the statements defining the logical index ``lo_<letter>`` (and
+    skipping a blocked dimension's padding), and the storage offset."""
     op = schedule.op
     info = op.tensor(op.output)
+    layout = schedule.layout_of(op.output)
+    extent = dict(zip(info.letters, info.shape))
+    loops, defs = [], []
+    for letter, block in layout.order:
+        name, size = f"lo_{letter.lower()}", layout.block(letter)
+        if size == 1:
+            loops.append(f"for (int {name} = 0; {name} < {extent[letter]}; ++{name})")
+        elif block:
+            loops.append(f"for (int {name}_i = 0; {name}_i < {size}; ++{name}_i)")
+            defs += [f"const int {name} = {name}_o * {size} + {name}_i;",
+                     f"if ({name} >= {extent[letter]}) continue;"]
+        else:
+            loops.append(f"for (int {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
     names = [f"lo_{letter.lower()}" for letter in info.letters]
-    offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
-    loops = [f"for (int {name} = 0; {name} < {size}; ++{name})" for name, size in zip(names, info.shape)]
-    return loops, offset
+    return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
 def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
@@ -311,8 +324,8 @@ def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         return []
     op, spec = schedule.op, schedule.op.quant
     channel, comp, xsum = _positions(op)
-    loops, offset = output_loops(schedule)
-    body = [f"int lo_a = {op.output}[{offset}];",
+    loops, defs, offset = output_loops(schedule)
+    body = defs + [f"int lo_a = {op.output}[{offset}];",
             f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
         body.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
