@@ -386,6 +386,12 @@ class Schedule:
         return ([l.name for l in inner if l.name not in varying],
                 [l.name for l in inner if l.name in varying])
 
+    def block_sees_whole_reduction(self) -> bool:
+        """True iff the register block holds complete sums: no loop outside it runs over a
+        reduction dim (so its accumulators start from the bias and hold final values)."""
+        summed = {v for d in self.op.reduction_dims for v in self.dim_values[d].variables()}
+        return not any(loop.name in summed for loop in self.loops[:self.position(self.register_block_at)])
+
     def _check_register_block(self, step: Step) -> None:
         at = self.register_block_at
         if at not in self.loop_names:

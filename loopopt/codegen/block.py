@@ -25,6 +25,7 @@ import islpy as isl
 from ..expr import Bound, Const, Expr, Var
 from ..schedule import Schedule, ScheduleError
 from .arith import load
+from .quantized import epilogue_statements
 from .vector import classify_offset
 
 if TYPE_CHECKING:
@@ -96,8 +97,7 @@ class RegisterBlock:
         self.body_depth = s.position(first) if first else len(s.loops)
         out = s.op.output
         self.out_varying = s.offset(out).variables()
-        summed = {v for d in s.op.reduction_dims for v in s.dim_values[d].variables()}
-        self.complete = not any(loop.name in summed for loop in s.loops[:self.start])
+        self.complete = s.block_sees_whole_reduction()
         self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
         self._check_kinds()
         self.initialises_output = self.complete and self._bias_loadable()
@@ -320,6 +320,10 @@ class RegisterBlock:
 
     def _emit_store(self, indent: int, acc: Accumulator) -> None:
         em, isa, out = self.em, self.em.isa, self.em.op.output
+        plan = em.arith.plan
+        if plan is not None and plan.fused_epilogue:
+            self._emit_epilogue(indent, acc)
+            return
         _, mask, guards = self.setup[acc.name]
         offset = em.s.offset(out).substitute(acc.bindings).to_c()
         if self.chunk_loop:
@@ -339,3 +343,35 @@ class RegisterBlock:
             store = (isa.store_mask(p=pointer, m=mask, v=acc.name) if mask
                      else isa.store(p=pointer, v=acc.name)) + ";"
         em.emit(indent, f"if ({acc.name}_ok) {store}" if guards.store else store)
+
+    def _emit_epilogue(self, indent: int, acc: Accumulator) -> None:
+        """Quantized kernels: the block holds final sums, so the epilogue (compensation, bias,
+        scale or requantization) runs on them and writes the output ``Y``; lane by lane from a
+        stack copy of a vector accumulator."""
+        em = self.em
+        bits, _, guards = self.setup[acc.name]
+        index = em.s.index(em.op.output)
+        em.emit(indent, f"if ({acc.name}_ok) {{" if guards.store else "{")
+        inner = indent + 1
+        if self.vector and self.chunk_loop is None:
+            lane = {self.vector: Var("lo_lane")}
+            outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
+            index = [e.substitute(outer).substitute(lane) for e in index]
+            em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}];")
+            em.emit(inner, em.isa.store(p="lo_t", v=acc.name) + ";")
+            if bits:
+                em.emit(inner, f"const unsigned lo_live = {' & '.join(bits)};")
+            em.emit(inner, f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{")
+            if bits:
+                em.emit(inner + 1, "if (!((lo_live >> lo_j) & 1u)) continue;")
+            em.emit(inner + 1, f"const int lo_lane = {self._base(acc)} + lo_j;")
+            value, body = "lo_t[lo_j]", inner + 1
+        else:
+            index = [e.substitute(acc.bindings) for e in index]
+            value = em.isa.hsum(v=acc.name) if self.vector else acc.name
+            body = inner
+        for line in epilogue_statements(em.s, em.arith.plan, value, index):
+            em.emit(body, line)
+        if body > inner:
+            em.emit(inner, "}")
+        em.emit(indent, "}")

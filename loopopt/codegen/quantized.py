@@ -53,6 +53,7 @@ class QuantPlan:
     dot_loop: str | None         # reduction loop consumed by the dot instruction
     shift: int                   # added to activations before the products (int8 on the dot: 128)
     activation_sums: bool        # asymmetric weights need S(p)
+    fused_epilogue: bool         # a register block holding final sums applies the epilogue at its store
     activation_type: str         # C types
     output_type: str
     bias_type: str
@@ -71,6 +72,8 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
         shift=128 if dot and spec.activation == "int8" else 0,
         activation_sums=integer and not spec.weight_symmetric,
+        fused_epilogue=(integer and schedule.register_block_at is not None
+                        and schedule.block_sees_whole_reduction()),
         activation_type="uint8_t" if spec.activation == "uint8" else "int8_t",
         output_type={"float32": "float", "uint8": "uint8_t", "int8": "int8_t"}[spec.output],
         bias_type="int32_t" if spec.requantized else "float")
@@ -241,6 +244,10 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         return []
     op = schedule.op
     lines: list[str] = []
+    if op.quant.requantized:
+        info = np.iinfo(op.quant.output)
+        lines.append(f"const float lo_low = (float)({int(info.min)} - lo_zy), "
+                     f"lo_high = (float)({int(info.max)} - lo_zy);   /* clamp of the requantized value */")
     a, w = op.inputs
     conv = isinstance(op, Conv2d)
     if qp.compensation == "kernel":
@@ -318,33 +325,42 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
-def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
-    """C pass from the int32 workspace ``O`` to the output ``Y`` (integer arithmetic only)."""
-    if not qp.integer:
-        return []
+def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None) -> list[str]:
+    """C statements turning the int32 products ``value`` of one output element into ``Y``.
+
+    The element is named by ``lo_<letter>`` variables of the output's logical dims; given
+    ``index`` (expressions over the loops) they are defined here first.
+    """
     op, spec = schedule.op, schedule.op.quant
+    info = op.tensor(op.output)
+    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    lines = [f"const int {n} = {e.to_c()};" for n, e in zip(names, index)] if index is not None else []
+    offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
     channel, comp, xsum = _positions(op)
-    loops, defs, offset = output_loops(schedule)
-    body = defs + [f"int lo_a = {op.output}[{offset}];",
-            f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
+    lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
-        body.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
+        lines.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
     has_bias = getattr(op, "bias", False)
     if spec.requantized:
-        info = np.iinfo(spec.output)
         if has_bias:
-            body.append(f"lo_a += B[{channel}];")
-        body += [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
-                 f"lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
-                 f"Y[{offset}] = ({qp.output_type})((int)lo_p + lo_zy);"]
-        head = [f"const float lo_low = (float)({int(info.min)} - lo_zy), lo_high = (float)({int(info.max)} - lo_zy);"]
-    else:
-        bias = f" + B[{channel}]" if has_bias else ""
-        body.append(f"Y[{offset}] = (float)lo_a * lo_mult[{channel}]{bias};")
-        head = []
-    lines = ["/* epilogue: compensation, bias, scale" + (", requantization" if spec.requantized else "") + " */",
-             "{"] + ["    " + h for h in head]
-    lines += ["    " + p for p in _omp(schedule)]
+            lines.append(f"lo_a += B[{channel}];")
+        return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
+                        "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
+                        f"Y[{offset}] = ({qp.output_type})((int)lo_p + lo_zy);"]
+    bias = f" + B[{channel}]" if has_bias else ""
+    return lines + [f"Y[{offset}] = (float)lo_a * lo_mult[{channel}]{bias};"]
+
+
+def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """C pass from the int32 workspace ``O`` to the output ``Y`` (integer arithmetic whose
+    epilogue is not fused into a register block's store)."""
+    if not qp.integer or qp.fused_epilogue:
+        return []
+    op = schedule.op
+    loops, defs, offset = output_loops(schedule)
+    body = defs + epilogue_statements(schedule, qp, f"{op.output}[{offset}]")
+    lines = ["/* epilogue: compensation, bias, scale" + (", requantization" if op.quant.requantized else "")
+             + ", in the output's storage order */", "{"] + ["    " + p for p in _omp(schedule)]
     for depth, loop in enumerate(loops):
         lines.append("    " * (depth + 1) + loop + (" {" if depth == len(loops) - 1 else ""))
     lines += ["    " * (len(loops) + 1) + line for line in body]
