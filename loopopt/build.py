@@ -14,7 +14,7 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .schedule import Schedule
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
-QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv")
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
 
 
 @lru_cache(maxsize=1)

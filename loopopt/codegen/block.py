@@ -25,7 +25,7 @@ import islpy as isl
 from ..expr import Bound, Const, Expr, Var
 from ..schedule import Schedule, ScheduleError
 from .arith import load
-from .quantized import epilogue_statements
+from .quantized import SIMD_PRAGMA, epilogue_statements
 from .vector import classify_offset
 
 if TYPE_CHECKING:
@@ -346,32 +346,42 @@ class RegisterBlock:
 
     def _emit_epilogue(self, indent: int, acc: Accumulator) -> None:
         """Quantized kernels: the block holds final sums, so the epilogue (compensation, bias,
-        scale or requantization) runs on them and writes the output ``Y``; lane by lane from a
-        stack copy of a vector accumulator."""
-        em = self.em
+        scale or requantization) runs on them and writes the output ``Y``. A vector accumulator
+        goes through stack arrays: its lanes' results are computed in one vectorizable loop,
+        then copied to ``Y`` (one copy where the lanes are contiguous and all live)."""
+        em, plan = self.em, self.em.arith.plan
         bits, _, guards = self.setup[acc.name]
         index = em.s.index(em.op.output)
         em.emit(indent, f"if ({acc.name}_ok) {{" if guards.store else "{")
         inner = indent + 1
-        if self.vector and self.chunk_loop is None:
-            lane = {self.vector: Var("lo_lane")}
-            outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
-            index = [e.substitute(outer).substitute(lane) for e in index]
-            em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}];")
-            em.emit(inner, em.isa.store(p="lo_t", v=acc.name) + ";")
-            if bits:
-                em.emit(inner, f"const unsigned lo_live = {' & '.join(bits)};")
-            em.emit(inner, f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{")
-            if bits:
-                em.emit(inner + 1, "if (!((lo_live >> lo_j) & 1u)) continue;")
-            em.emit(inner + 1, f"const int lo_lane = {self._base(acc)} + lo_j;")
-            value, body = "lo_t[lo_j]", inner + 1
-        else:
-            index = [e.substitute(acc.bindings) for e in index]
+        if not (self.vector and self.chunk_loop is None):
             value = em.isa.hsum(v=acc.name) if self.vector else acc.name
-            body = inner
-        for line in epilogue_statements(em.s, em.arith.plan, value, index):
-            em.emit(body, line)
-        if body > inner:
+            for line in epilogue_statements(em.s, plan, value, [e.substitute(acc.bindings) for e in index]):
+                em.emit(inner, line)
+            em.emit(indent, "}")
+            return
+        lane = {self.vector: Var("lo_lane")}
+        outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
+        index = [e.substitute(outer).substitute(lane) for e in index]
+        lanes = f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{"
+        first = f"const int lo_lane = {self._base(acc)} + lo_j;"
+        em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}]; {plan.output_type} lo_r[{self.lanes}];")
+        em.emit(inner, em.isa.store(p="lo_t", v=acc.name) + ";")
+        em.emit(inner, SIMD_PRAGMA)
+        em.emit(inner, lanes)
+        em.emit(inner + 1, first)
+        for line in epilogue_statements(em.s, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]"):
+            em.emit(inner + 1, line)
+        em.emit(inner, "}")
+        offset = em.s.offset(em.op.output).substitute(outer).substitute(lane)
+        if not bits and em.kinds[em.op.output].kind == "contiguous":
+            start = offset.substitute({"lo_lane": acc.bindings.get(self.vector, Var(self.vector))})
+            em.emit(inner, f"__builtin_memcpy(&Y[{start.to_c()}], lo_r, sizeof(lo_r[0]) * {acc.valid_lanes});")
+        else:
+            em.emit(inner, lanes)
+            if bits:
+                em.emit(inner + 1, f"if (!((({' & '.join(bits)}) >> lo_j) & 1u)) continue;")
+            em.emit(inner + 1, first)
+            em.emit(inner + 1, f"Y[{offset.to_c()}] = lo_r[lo_j];")
             em.emit(inner, "}")
         em.emit(indent, "}")

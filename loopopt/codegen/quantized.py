@@ -42,6 +42,9 @@ from ..ops import Conv2d
 from ..schedule import Schedule
 
 DOT = 4   # bytes per lane consumed by one dot instruction
+# Epilogue loops store bytes (which may alias anything) from pointers that OpenMP outlining strips of
+# ``restrict``: tell the compiler the lanes are independent so it still vectorizes them.
+SIMD_PRAGMA = "#pragma omp simd"
 
 
 @dataclass(frozen=True)
@@ -325,8 +328,10 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
-def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None) -> list[str]:
-    """C statements turning the int32 products ``value`` of one output element into ``Y``.
+def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
+                        target: str | None = None) -> list[str]:
+    """C statements turning the int32 products ``value`` of one output element into its
+    output value, stored to ``target`` (default: the element of ``Y``).
 
     The element is named by ``lo_<letter>`` variables of the output's logical dims; given
     ``index`` (expressions over the loops) they are defined here first.
@@ -336,6 +341,7 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     names = [f"lo_{letter.lower()}" for letter in info.letters]
     lines = [f"const int {n} = {e.to_c()};" for n, e in zip(names, index)] if index is not None else []
     offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
+    target = target or f"Y[{offset}]"
     channel, comp, xsum = _positions(op)
     lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
@@ -346,9 +352,9 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
             lines.append(f"lo_a += B[{channel}];")
         return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
                         "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
-                        f"Y[{offset}] = ({qp.output_type})((int)lo_p + lo_zy);"]
+                        f"{target} = ({qp.output_type})((int)lo_p + lo_zy);"]
     bias = f" + B[{channel}]" if has_bias else ""
-    return lines + [f"Y[{offset}] = (float)lo_a * lo_mult[{channel}]{bias};"]
+    return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 
 
 def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
@@ -362,6 +368,8 @@ def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     lines = ["/* epilogue: compensation, bias, scale" + (", requantization" if op.quant.requantized else "")
              + ", in the output's storage order */", "{"] + ["    " + p for p in _omp(schedule)]
     for depth, loop in enumerate(loops):
+        if depth == len(loops) - 1:
+            lines.append("    " * (depth + 1) + SIMD_PRAGMA)
         lines.append("    " * (depth + 1) + loop + (" {" if depth == len(loops) - 1 else ""))
     lines += ["    " * (len(loops) + 1) + line for line in body]
     lines += ["    " * len(loops) + "}", "}"]
