@@ -386,11 +386,15 @@ class Schedule:
         return ([l.name for l in inner if l.name not in varying],
                 [l.name for l in inner if l.name in varying])
 
-    def block_sees_whole_reduction(self) -> bool:
-        """True iff the register block holds complete sums: no loop outside it runs over a
-        reduction dim (so its accumulators start from the bias and hold final values)."""
+    def block_holds_final_outputs(self) -> bool:
+        """True iff the register block writes every output's final value: no loop outside it
+        runs over a reduction dim (its accumulators start from the bias and end as complete
+        sums) and no op guard outside it skips an output (one whose taps are all padding)."""
+        outside = set(self.loop_names[:self.position(self.register_block_at)])
         summed = {v for d in self.op.reduction_dims for v in self.dim_values[d].variables()}
-        return not any(loop.name in summed for loop in self.loops[:self.position(self.register_block_at)])
+        op_guards = self.guards[len(self.partial_guards):]
+        skipping = any(g.expr.variables() <= outside for g in op_guards)
+        return not (summed & outside) and not skipping
 
     def _check_register_block(self, step: Step) -> None:
         at = self.register_block_at

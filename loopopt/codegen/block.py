@@ -97,7 +97,7 @@ class RegisterBlock:
         self.body_depth = s.position(first) if first else len(s.loops)
         out = s.op.output
         self.out_varying = s.offset(out).variables()
-        self.complete = s.block_sees_whole_reduction()
+        self.complete = s.block_holds_final_outputs()
         self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
         self._check_kinds()
         self.initialises_output = self.complete and self._bias_loadable()

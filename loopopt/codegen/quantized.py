@@ -76,7 +76,7 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         shift=128 if dot and spec.activation == "int8" else 0,
         activation_sums=integer and not spec.weight_symmetric,
         fused_epilogue=(integer and schedule.register_block_at is not None
-                        and schedule.block_sees_whole_reduction()),
+                        and schedule.block_holds_final_outputs()),
         activation_type="uint8_t" if spec.activation == "uint8" else "int8_t",
         output_type={"float32": "float", "uint8": "uint8_t", "int8": "int8_t"}[spec.output],
         bias_type="int32_t" if spec.requantized else "float")
