@@ -94,8 +94,10 @@ def vnni_conv(s):
 def test_dot_schedules(isa, spec, build):
     # c = 6 is not a multiple of 4: the blocked weights are zero-padded; padding, stride and groups
     op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=spec)
-    kernel = check(build(lo.Schedule(op)), isa)
+    schedule = build(lo.Schedule(op))
+    kernel = check(schedule, isa)
     assert kernel.plan.dot_loop == "c_i" and "dot instruction" in kernel.source
+    assert "c_i in 0..4:    # dot loop" in schedule.pseudocode(isa)
     assert (kernel.plan.shift == 128) == (spec.activation == "int8")
 
 

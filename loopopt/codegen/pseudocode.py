@@ -6,6 +6,7 @@ from typing import Optional
 from ..schedule import Schedule
 from .emit import vector_access_kinds
 from .isa import ISAS
+from .quantized import plan as quant_plan
 
 
 def render(schedule: Schedule, isa: Optional[str] = None) -> str:
@@ -16,6 +17,9 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     lines = [f"# {op!r}"]
     lines += [f"# {step}" for step in schedule.steps]
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
+    quantized = op.quant is not None
+    target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
+    plan = quant_plan(schedule, target.lanes) if quantized else None
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
@@ -26,6 +30,8 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
                          f"kept in registers from here")
         elif loop.name in blocked[1]:
             notes.append("block loop (unrolled into accumulators)")
+        if plan is not None and loop.name == plan.dot_loop:
+            notes.append(f"dot loop: each u8 x s8 dot instruction consumes its {loop.extent} iterations")
         suffix = f"    # {', '.join(notes)}" if notes else ""
         lines.append(f"{indent}for {loop.name} in 0..{loop.extent}:{suffix}")
         indent += "  "
@@ -38,8 +44,12 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     a, b = op.inputs
     index = {t: ", ".join(e.to_c() for e in op.index(t)) for t in op.tensors}
     lines.append(f"{indent}{op.output}[{index[op.output]}] += {a}[{index[a]}] * {b}[{index[b]}]")
+    if plan is not None:
+        epilogue = ("none (float accumulation)" if not plan.integer else
+                    "at the register block's store" if plan.fused_epilogue else "a pass over the int32 accumulators")
+        lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, compensation {plan.compensation}, "
+                     f"epilogue {epilogue}")
     if schedule.vector_loop is not None:
-        target = ISAS[resolve_isa(isa or "auto")]
         kinds = vector_access_kinds(schedule, target)
         text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"
         lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} ({target.lanes} lanes): {text}")
