@@ -49,6 +49,11 @@ class Comparison:
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = ""):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
 
+    @property
+    def unit(self) -> str:
+        """GFLOP/s, or GOP/s for a quantized op (integer operations, 2 per multiply-accumulate)."""
+        return "GFLOP/s" if self.op.quant is None else "GOP/s"
+
     def _cells(self, row: Row) -> list[str]:
         cells = []
         for _, attr, fmt in COLUMNS:
@@ -65,7 +70,7 @@ class Comparison:
         lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
                  for row in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        head = f"{self.op!r}: {self.op.flops / 1e6:.1f} MFLOP, peak {self.peak:.1f} GFLOP/s"
+        head = f"{self.op!r}: {self.op.flops / 1e6:.1f} M{self.unit[1:-2]}, peak {self.peak:.1f} {self.unit}"
         return "\n".join([head] + lines + ([self.note] if self.note else []))
 
     def _repr_html_(self) -> str:
@@ -73,7 +78,7 @@ class Comparison:
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                        for r in self.rows)
         note = f"<p>{html.escape(self.note)}</p>" if self.note else ""
-        return (f"<p>{html.escape(repr(self.op))}, peak {self.peak:.1f} GFLOP/s</p>"
+        return (f"<p>{html.escape(repr(self.op))}, peak {self.peak:.1f} {self.unit}</p>"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,7 +162,8 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
         rows.append(row)
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
-    return Comparison(op, rows, profiles, peak_gflops(resolved), note)
+    # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
+    return Comparison(op, rows, profiles, peak_gflops(resolved, "float32" if op.quant is None else "int8"), note)
 
 
 def _row(name: str, isa: str, timing: Timing) -> Row:

@@ -225,3 +225,11 @@ def test_quant_accuracy_report():
     assert "SQNR dB" in str(report) and len(report.to_dict()["rows"]) == 4
     timed = lo.quant_accuracy(lo.Matmul(8, 16, 8), timing=True, budget=0.01)
     assert all(r.verified and r.gops > 0 for r in timed.rows)
+
+
+def test_compare_reports_quantized_ops_in_gops():
+    qop = lo.Conv2d(8, 16, 3, padding=1, height=6, width=6, quant=lo.QuantSpec("int8", False, False, "int8"))
+    cmp = lo.compare(qop, [lo.Schedule(qop), lo.load_schedule("resnet50.conv2_x.int8", qop)], reuse=False,
+                     progress=False, budget=0.01)
+    assert all(row.verified for row in cmp.rows) and "GOP/s" in str(cmp).splitlines()[0]
+    assert cmp.peak == pytest.approx(lo.peak_gflops(cmp.rows[0].isa, "int8"))
