@@ -68,7 +68,7 @@ class QuantizedKernel(Kernel):
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
         """Validate, pack into the schedule's layouts, precompute per-channel terms."""
-        op, spec, plan = self.op, self.op.quant, self.plan
+        op, plan = self.op, self.plan
         args = self.generated.arguments
         given = self._given(arrays)
         has_bias = getattr(op, "bias", False)

@@ -115,6 +115,30 @@ def test_no_dot_where_the_groups_are_not_contiguous():
     assert kernel.plan.dot_loop is None
 
 
+CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, height=7, width=9)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("spec, build", [
+    (lo.QuantSpec("uint8", True, False, "uint8"),        # complete block, lanes along k: fused epilogue
+     lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
+                .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i").register_block("c")),
+    (lo.QuantSpec("int8", False, True, "float32"),       # incomplete block: int32 workspace and epilogue pass
+     lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i")
+                .register_block("kh").parallel("k_o")),
+    (lo.QuantSpec("uint8", True, True, "int8"),          # lanes along ow with padding guards
+     lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i").register_block("c")),
+    (lo.QuantSpec("int8", True, False, "uint8"),         # lanes reduce: summed when stored
+     lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
+                .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o")),
+    (lo.QuantSpec("uint8", False, False, "float32"),     # dequantize-on-the-fly in a register block
+     lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i").register_block("c")
+                .arithmetic("dequantize")),
+], ids=["fused-k", "workspace", "fused-ow", "lanes-reduce", "dequantize"])
+def test_register_blocks(isa, spec, build):
+    check(build(lo.Schedule(lo.Conv2d(**CONV, quant=spec))), isa)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_depthwise_and_strided(isa):
     spec = lo.QuantSpec("uint8", True, False, "uint8")
