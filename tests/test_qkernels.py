@@ -108,6 +108,14 @@ def test_dot_matmul(isa):
     assert check(s, isa).plan.dot_loop == "k_i"
 
 
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+def test_dot_on_three_channels(isa):
+    """conv1's stored schedule splits c by 4; loading clamps it to c = 3, still a dot loop (zero-padded weights)."""
+    op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=11, width=10, quant=lo.QuantSpec("int8", True, False, "uint8"))
+    kernel = check(lo.load_schedule("resnet50.conv1.int8", op), isa)
+    assert kernel.plan.dot_loop == "c_i" and kernel.plan.shift == 128
+
+
 def test_no_dot_where_the_groups_are_not_contiguous():
     op = lo.Conv2d(8, 16, 3, padding=1, height=5, width=5, quant=lo.QuantSpec())
     s = lo.Schedule(op).split("c", 4).tile(k=16).reorder("kh", "kw", "c_i").vectorize("k_i")   # NCHW, OIHW

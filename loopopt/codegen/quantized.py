@@ -96,7 +96,9 @@ def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
     if not reductions:
         return None
     loop = inside[reductions[-1]]
-    if loop.extent != DOT or loop.unroll or loop.parallel:
+    if loop.extent > DOT or loop.unroll or loop.parallel:
+        return None
+    if loop.extent < DOT and not _covers_padded_channels(schedule, loop.name):
         return None
     if not all(_unit_stride(schedule, t, loop.name) for t in op.inputs):
         return None
@@ -115,20 +117,34 @@ def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
     return isl.Set(text).is_empty()
 
 
+def _split_of(schedule: Schedule, name: str):
+    return next((r for r in schedule.relations if getattr(r, "inner", None) == name), None)
+
+
+def _weights_padded(schedule: Schedule, name: str) -> bool:
+    """Loop ``name`` is the inner part of a split of the input channels (matmul: ``k``) and
+    the weights' layout blocks them by a multiple of 4, so a group reads zeros past the end."""
+    conv = isinstance(schedule.op, Conv2d)
+    split = _split_of(schedule, name)
+    layout = schedule.layout_of(schedule.op.inputs[1])
+    return (split is not None and split.parent == ("c" if conv else "k")
+            and layout.block("I" if conv else "K") % DOT == 0)
+
+
+def _covers_padded_channels(schedule: Schedule, name: str) -> bool:
+    """A loop shorter than 4 (a split clamped to a dimension of fewer than 4 channels) is a
+    dot loop when it spans the whole dimension and the weights are zero-padded to 4."""
+    split = _split_of(schedule, name)
+    return _weights_padded(schedule, name) and split.parent_extent <= split.factor
+
+
 def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
     """A group of 4 runs whole: no padding guard may depend on the loop; a partial block of
     it is fine only where the weights are zero-padded beyond it (a blocked layout)."""
     if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
         return False
-    for guard in schedule.partial_guards:
-        if name in guard.expr.variables():
-            weights = schedule.op.inputs[1]
-            layout = schedule.layout_of(weights)
-            letter = "I" if isinstance(schedule.op, Conv2d) else "K"
-            parent = next((r.parent for r in schedule.relations if getattr(r, "inner", None) == name), None)
-            if parent != ("c" if letter == "I" else "k") or layout.block(letter) % DOT:
-                return False
-    return True
+    partial = any(name in guard.expr.variables() for guard in schedule.partial_guards)
+    return not partial or _weights_padded(schedule, name)
 
 
 # --- output-position classes of the weight compensation ----------------------------------------
