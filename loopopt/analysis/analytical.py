@@ -5,8 +5,10 @@ fixed), the next loop ``L`` inside it, and call L's iterations blocks ``0 .. E-1
 With isl the engine proves, for a period ``p``, which pairs of blocks ``c`` and
 ``c + p`` are translates: the guards select the same inner iterations and each
 tensor's item moves by one constant (a whole number of lines at line granularity).
-isl also bounds the lookback ``R``: the largest ``b - c`` where ``c`` is the last
-block before ``b`` to touch an item that block ``b`` touches. The distance of an
+isl also bounds the lookback ``R``: an item of block ``b`` touched before was last
+touched in blocks ``b-R .. b-1`` (per tensor, the largest ``b - c`` of two blocks
+that share an item, or ``p`` for a tensor that stays put: block ``b`` then touches
+the items of block ``b - p``). The distance of an
 access depends only on the trace since the previous access to its item, so when
 blocks ``b-p-R .. b`` are translates of blocks ``b-2p-R .. b-p``, block ``b`` has
 exactly the histogram of block ``b - p``.
@@ -50,6 +52,14 @@ TOUCH_COST = 0.15
 #: a loop of at most this extent whose blocks do not repeat is still split into its blocks when
 #: that is less work (deeper loops may repeat)
 PLAIN_SPLIT = 4
+#: isl operations allowed for the analysis of one loop (about a second)
+ISL_OPERATIONS = 400_000
+#: isl names of the block index, an item and a placeholder loop (loops are not named so)
+_B, _X, _NONE = "block__", "item__", "none__"
+#: stop trying periods once at most this fraction of the blocks are representatives
+GOOD_ENOUGH = 1 / 8
+#: representative blocks cost this much besides their accesses (numpy set-up, in simulated accesses)
+BLOCK_OVERHEAD = 20_000
 #: periods tried for the repetition of a loop's blocks
 PERIODS = tuple(range(1, 17)) + (32, 64)
 
@@ -150,7 +160,8 @@ class Analyzer:
         self.loops = schedule.loops
         self.n = space.size
         self.simulated = 0        # accesses run through the stack engine
-        self.touched = 0          # accesses run through the touch pass
+        self.touched = 0          # accesses run through the touch and first passes
+        self.blocks = 0           # representative blocks run after others
         self.plan: list[Repetition] = []
         self._repetitions: dict[tuple[int, ...], Optional[Repetition]] = {}
         self._plans: dict = {}
@@ -173,9 +184,26 @@ class Analyzer:
         or None if isl finds none."""
         if prefix not in self._repetitions:
             canonical = self._canonical(prefix)
-            self._repetitions[prefix] = (self._repetition(prefix) if canonical == prefix
+            self._repetitions[prefix] = (self._bounded(prefix) if canonical == prefix
                                          else self.repetition(canonical))
         return self._repetitions[prefix]
+
+    def _bounded(self, prefix: tuple[int, ...]) -> Optional[Repetition]:
+        """``_repetition`` within ``ISL_OPERATIONS`` of isl work: beyond, no repetition is proved
+        (nested divisions can make isl's projections explode)."""
+        context = isl.DEFAULT_CONTEXT
+        on_error = context.get_on_error()
+        context.set_max_operations(ISL_OPERATIONS)
+        context.set_on_error(isl.on_error.CONTINUE)
+        context.reset_operations()
+        try:
+            return self._repetition(prefix)
+        except isl.Error:
+            return None
+        finally:
+            context.set_max_operations(0)
+            context.set_on_error(on_error)
+            context.reset_operations()
 
     def _canonical(self, fixed: tuple[int, ...]) -> tuple[int, ...]:
         """The earliest block that isl proved block ``fixed`` a translate of (itself if none):
@@ -190,19 +218,25 @@ class Analyzer:
     def _repetition(self, prefix: tuple[int, ...]) -> Optional[Repetition]:
         j = len(prefix)
         extent = self.loops[j].extent
-        inner = ", ".join([l.name for l in self.loops[j + 1:]] + ["dummy"])
-        box = " and ".join([f"0 <= {l.name} < {l.extent}" for l in self.loops[j + 1:]] + ["dummy = 0"])
+        inner = ", ".join([l.name for l in self.loops[j + 1:]] + [_NONE])     # never empty
+        box = " and ".join([f"0 <= {l.name} < {l.extent}" for l in self.loops[j + 1:]] + [f"{_NONE} = 0"])
         zero = {l.name: Const(v) for l, v in zip(self.loops, prefix)}
-        at_b = dict(zero, **{self.loops[j].name: Var("b")})
+        at_b = dict(zero, **{self.loops[j].name: Var(_B)})
+        best: Optional[Repetition] = None
         for p in (p for p in PERIODS if p < extent):
-            at_bp = dict(zero, **{self.loops[j].name: Var("b") + p})
+            at_bp = dict(zero, **{self.loops[j].name: Var(_B) + p})
             good = self._same_guards(inner, box, extent, p, at_b, at_bp)
             lookback = 0
             for t in self.space.tensors:
                 if not good.any():
                     break
-                good &= self._translated(t, inner, box, extent, p, at_b, at_bp)
-                lookback = max(lookback, self._lookback(t, inner, box, extent, at_b))
+                moved, still = self._translated(t, inner, box, extent, p, at_b, at_bp)
+                good &= moved
+                bound = self._pairs_lookback(t, inner, box, extent, at_b)
+                bound = min(bound, p) if still else bound
+                if bound > 1:
+                    bound = min(bound, self._last_lookback(t, inner, box, extent, at_b))
+                lookback = max(lookback, bound)
             if not good.any():
                 continue
             rep = list(range(extent))
@@ -210,9 +244,12 @@ class Analyzer:
                 first = b - p - lookback
                 if first >= 0 and good[first:b - p + 1].all():
                     rep[b] = rep[b - p]
-            if len(set(rep)) < extent:
-                return Repetition(j, p, lookback, tuple(rep), tuple(bool(g) for g in good))
-        return None
+            found = Repetition(j, p, lookback, tuple(rep), tuple(bool(g) for g in good))
+            if best is None or len(found.representatives) < len(best.representatives):
+                best = found
+            if len(best.representatives) <= max(GOOD_ENOUGH * extent, 2 * p + lookback + 4):
+                break
+        return best if best is not None and len(best.representatives) < extent else None
 
     def _same_guards(self, inner, box, extent, p, at_b, at_bp) -> np.ndarray:
         """``good[c]``: blocks c and c + p select the same inner iterations."""
@@ -220,42 +257,60 @@ class Analyzer:
         good[:extent - p] = True
         if not self.schedule.guards:
             return good
-        sets = [isl.Set(f"{{ [b, {inner}] : 0 <= b < {extent - p} and {box} and {self._guards(at)} }}")
+        sets = [isl.Set(f"{{ [{_B}, {inner}] : 0 <= {_B} < {extent - p} and {box} and {self._guards(at)} }}")
                 for at in (at_b, at_bp)]
         differ = sets[0].subtract(sets[1]).union(sets[1].subtract(sets[0]))
         for b in _values(differ.project_out(isl.dim_type.set, 1, differ.dim(isl.dim_type.set) - 1)):
             good[b] = False
         return good
 
-    def _translated(self, t, inner, box, extent, p, at_b, at_bp) -> np.ndarray:
+    def _translated(self, t, inner, box, extent, p, at_b, at_bp) -> tuple[np.ndarray, bool]:
         """Where block c + p touches the items of ``t`` that block c touches moved by one constant
-        (the commonest such constant over c)."""
+        (the commonest such constant over c), and whether that constant is 0."""
         moved = np.zeros(extent, bool)
-        diff = isl.Map(f"{{ [b] -> [d] : exists ({inner} : 0 <= b < {extent - p} and {box} and "
-                       f"{self._guards(at_b)} and d = {self._item(t, at_bp)} - {self._item(t, at_b)}) }}")
+        diff = isl.Map(f"{{ [{_B}] -> [{_X}] : exists ({inner} : 0 <= {_B} < {extent - p} and {box} and "
+                       f"{self._guards(at_b)} and {_X} = {self._item(t, at_bp)} - {self._item(t, at_b)}) }}")
         constant = diff.lexmin().intersect(diff.lexmax())
         by_shift: dict[int, list[int]] = {}
         for b, d in _pairs(constant):
             by_shift.setdefault(d, []).append(b)
-        if by_shift:
-            moved[max(by_shift.values(), key=len)] = True
-        return moved
+        if not by_shift:
+            return moved, False
+        shift = max(by_shift, key=lambda d: len(by_shift[d]))
+        moved[by_shift[shift]] = True
+        return moved, shift == 0
 
-    def _lookback(self, t, inner, box, extent, at_b) -> int:
-        """Largest ``b - c`` where c is the last block before b to touch an item of ``t`` that
-        block b touches (0 if no block touches an item of an earlier one)."""
+    def _pairs_lookback(self, t, inner, box, extent, at_b) -> int:
+        """Largest ``b - c`` over blocks c < b of the loop that touch a common item of ``t``."""
         key = (t.name, inner, box, extent, tuple(sorted((k, str(v)) for k, v in at_b.items())))
         if key not in self._lookbacks:
-            items = isl.Map(f"{{ [b] -> [x] : exists ({inner} : 0 <= b < {extent} and {box} and "
-                            f"{self._guards(at_b)} and x = {self._item(t, at_b)}) }}")
-            pairs = items.apply_range(items.reverse()).intersect(isl.Map("{ [b] -> [c] : c < b }")).deltas()
-            if pairs.is_empty() or max(_values(pairs.lexmin().neg())) <= 1:    # any two blocks: b - c
-                self._lookbacks[key] = 0 if pairs.is_empty() else 1
-                return self._lookbacks[key]
-            earlier = items.range_map().apply_range(items.reverse())
-            earlier = earlier.intersect(isl.Map("{ [[b] -> [x]] -> [c] : c < b }"))
-            gaps = earlier.lexmax().wrap().apply(isl.Map("{ [[[b] -> [x]] -> [c]] -> [b - c] }"))
-            self._lookbacks[key] = 0 if gaps.is_empty() else max(_values(gaps.lexmax()))
+            items = isl.Map(f"{{ [{_B}] -> [{_X}] : exists ({inner} : 0 <= {_B} < {extent} and {box} and "
+                            f"{self._guards(at_b)} and {_X} = {self._item(t, at_b)}) }}")
+            gaps = items.apply_range(items.reverse()).intersect(isl.Map("{ [b] -> [c] : c < b }")).deltas()
+            self._lookbacks[key] = 0 if gaps.is_empty() else -min(_values(gaps.lexmin()))   # gaps: c - b
+        return self._lookbacks[key]
+
+    def _last_lookback(self, t, inner, box, extent, at_b) -> int:
+        """Largest ``b - c`` where c is the last block before b to touch an item of ``t`` that block
+        b touches: tighter than ``_pairs_lookback`` but a harder problem for isl, so it gets
+        ``ISL_OPERATIONS // 4`` operations and is infinite when they do not suffice."""
+        key = ("last", t.name, inner, box, extent, tuple(sorted((k, str(v)) for k, v in at_b.items())))
+        if key not in self._lookbacks:
+            context = isl.DEFAULT_CONTEXT
+            context.set_max_operations(ISL_OPERATIONS // 4)
+            context.reset_operations()
+            try:
+                items = isl.Map(f"{{ [{_B}] -> [{_X}] : exists ({inner} : 0 <= {_B} < {extent} and {box} and "
+                                f"{self._guards(at_b)} and {_X} = {self._item(t, at_b)}) }}")
+                earlier = items.range_map().apply_range(items.reverse())
+                earlier = earlier.intersect(isl.Map("{ [[b] -> [x]] -> [c] : c < b }")).lexmax()
+                gaps = earlier.wrap().apply(isl.Map("{ [[[b] -> [x]] -> [c]] -> [b - c] }"))
+                self._lookbacks[key] = 0 if gaps.is_empty() else max(_values(gaps.lexmax()))
+            except isl.Error:
+                self._lookbacks[key] = extent
+            finally:
+                context.set_max_operations(ISL_OPERATIONS)
+                context.reset_operations()
         return self._lookbacks[key]
 
     # --- running the C passes over sub-boxes -----------------------------------------------------
@@ -339,7 +394,7 @@ class Analyzer:
                 if repetition is not None:
                     reps = repetition.representatives
                     work = self.cost(prefix + (0,)) + TOUCH_COST * self._accesses(prefix, 0, reps[-1])
-                    work += sum(self.cost(prefix + (b,), True) for b in reps[1:])
+                    work += sum(self.cost(prefix + (b,), True) + BLOCK_OVERHEAD for b in reps[1:])
                     work += TOUCH_COST * simulate if context else 0
                     if work < simulate:
                         best = (work, repetition)
@@ -366,6 +421,7 @@ class Analyzer:
         hists = {0: self.local(prefix + (0,))}
         times, done = np.zeros(self.n, np.int64), 0
         for b in repetition.representatives[1:]:
+            self.blocks += 1
             hists[b] = self.in_context(prefix + (b,), self._times("touch_run", prefix, done, b, times))
             done = b
         copies = Counter(repetition.rep)
@@ -399,19 +455,32 @@ def _bound_isl(bound, bindings: dict) -> str:
     return f"{bound.lower} <= {bound.expr.substitute(bindings).to_isl()} < {bound.upper}"
 
 
+def _points(s: isl.Set) -> list[tuple[int, ...]]:
+    """The integer points of a set; isl.Error if isl could not list them all (e.g. out of quota)."""
+    out: list[tuple[int, ...]] = []
+    failures: list[Exception] = []
+
+    def visit(point: isl.Point) -> None:
+        try:
+            out.append(tuple(point.get_coordinate_val(isl.dim_type.set, i).to_python()
+                             for i in range(s.dim(isl.dim_type.set))))
+        except Exception as err:        # islpy would only warn about an error in a callback
+            failures.append(err)
+
+    s.foreach_point(visit)
+    if failures:
+        raise isl.Error(f"listing the points of a set failed: {failures[0]}")
+    return out
+
+
 def _values(s: isl.Set) -> list[int]:
     """The integer points of a one-dimensional set."""
-    out: list[int] = []
-    s.foreach_point(lambda point: out.append(point.get_coordinate_val(isl.dim_type.set, 0).to_python()))
-    return out
+    return [point[0] for point in _points(s)]
 
 
 def _pairs(m: isl.Map) -> list[tuple[int, int]]:
     """The (input, output) pairs of a map between one-dimensional spaces."""
-    out: list[tuple[int, int]] = []
-    m.wrap().foreach_point(lambda point: out.append(tuple(
-        point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(2))))
-    return out
+    return _points(m.wrap())
 
 
 def analytical_histograms(schedule: Schedule, space: ItemSpace, analyzer: Optional[Analyzer] = None) -> np.ndarray:
