@@ -95,12 +95,9 @@ class RegisterBlock:
         self.reduction = [n for n in reduction if n != self.chunk_loop]
         first = block[0] if block else self.chunk_loop
         self.body_depth = s.position(first) if first else len(s.loops)
-        out = s.op.output
-        self.out_varying = s.offset(out).variables()
-        self.complete = s.block_holds_final_outputs()
         self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
         self._check_kinds()
-        self.initialises_output = self.complete and self._bias_loadable()
+        self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
         self.accumulators = self._accumulators()
         self.guards = [(i, g, em._depth(g.expr)) for i, g in enumerate(s.guards)]
         self.inner_vars = set(self.reduction) | ({self.chunk_loop} if self.chunk_loop else set())
