@@ -102,6 +102,27 @@ def time_calls(run, options: Options) -> tuple[float, float]:
     return float(np.median(times)), min(times)
 
 
+def cpu_seconds() -> tuple[float, float, float] | None:
+    """(wall clock, busy CPU seconds of the whole machine, CPU seconds of this process), or None
+    where /proc/stat cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]                        # idle + iowait
+    return time.perf_counter(), (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), time.process_time()
+
+
+def others_share(start: tuple[float, float, float] | None) -> float | None:
+    """Share (0..1) of the machine's CPU time that other processes used since ``start``."""
+    end = cpu_seconds()
+    if start is None or end is None:
+        return None
+    wall, busy, mine = (b - a for a, b in zip(start, end))
+    return max(0.0, (busy - mine) / (wall * (os.cpu_count() or 1)))
+
+
 def first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"
@@ -274,7 +295,7 @@ def layers_table(ops: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def machine_text(isa: str, load: float) -> str:
+def machine_text(isa: str, others: float | None) -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "unknown CPU")
     from loopopt.build import cpu_flags
@@ -284,9 +305,10 @@ def machine_text(isa: str, load: float) -> str:
     return (f"Machine: {model}, {os.cpu_count()} cores, "
             f"ISA `{isa}` (AVX-512 VNNI: {'yes' if vnni else 'no'}); measured one-core peaks: fp32 "
             f"{lo.peak_gflops(isa):.1f} GFLOP/s (the package's FMA loop), int8 {peak8_text}. "
-            f"Load average (1 min) at the start and the end of the run: {load:.2f}, {os.getloadavg()[0]:.2f}; "
-            f"other work on the machine makes the timings noisy, the 2-thread ones most (OpenMP threads "
-            f"that spin at a barrier while the other core is taken can turn a 1 ms call into 16-32 ms).")
+            f"Other processes used {_fmt(None if others is None else 100 * others, '.0f')}% of the machine's "
+            f"CPU time during the run (/proc/stat less this process); such work makes the timings noisy, the "
+            f"2-thread ones most (OpenMP threads that spin at a barrier while the other core is taken can "
+            f"turn a 1 ms call into 16-32 ms).")
 
 
 def versions_text() -> str:
@@ -299,13 +321,14 @@ def versions_text() -> str:
     return ", ".join(found)
 
 
-def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: Options, load: float) -> str:
+def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: Options,
+           others: float | None) -> str:
     isa = lo.available_isas()[0]
     budget = f"{options.repeats} runs" if options.repeats else f"as many runs as fit in {options.budget} s (3 to 200)"
     best = [r for r in rows if r.precision == "fp32" and not r.peer]
     parts = [
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n```\n{command}\n```\n",
-        f"{machine_text(isa, load)} Peers: {versions_text()}. Batch 1, all in one process.",
+        f"{machine_text(isa, others)} Peers: {versions_text()}. Batch 1, all in one process.",
         f"Each case: warm-up calls, then the median of {budget}, each call timed alone with "
         f"`time.perf_counter` (loopopt through `lo.measure` on prepared buffers; the peers' calls include "
         f"their framework overhead and output allocation). Every output is checked against the float64 "
@@ -397,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     args, options = parse_args(argv)
     command = " ".join(["python benchmarks/bench_layers.py"] + (sys.argv[1:] if argv is None else argv))
     warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-    load = os.getloadavg()[0]
+    cpu_start = cpu_seconds()
     ops, rows, naive = {}, [], []
     for layer in args.layers:
         start = time.perf_counter()
@@ -410,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
             timed = f"{row.median * 1e3:9.3f} ms" if row.median is not None else "        -   "
             print(f"  {row.precision} {row.threads}T {row.implementation:28} {timed}  {row.note}",
                   file=sys.stderr, flush=True)
-    text = report(command, ops, rows, naive, options, load)
+    text = report(command, ops, rows, naive, options, others_share(cpu_start))
     print(f"{SECTION}\n\n{text}")
     if args.write:
         write_section(text)
