@@ -20,7 +20,7 @@ access to each item is cold), and then those first accesses get their true
 distances: the items above ``x`` in the LRU stack before the block, which a pass
 that only records last access times gives, plus the items the block touched
 before, minus those counted twice (a Fenwick tree over stack ranks in the order
-the block first touches its items, which a second such pass gives). Blocks too
+the block first touches its items, which the block's own passes record as well). Blocks too
 small for isl to pay off, or without repetition, run through the trace engine's
 stack code from the exact LRU stack before them. Nothing is approximated, so the
 engine applies to every schedule; its work grows with the representative blocks,
@@ -66,16 +66,28 @@ PERIODS = tuple(range(1, 17)) + (32, 64)
 REGION_CDEF = CDEF + """
 void set_bounds(long long *lo, long long *hi, int n);
 void touch_run(stack_state *s);
-void first_run(stack_state *s);
+void both_run(stack_state *s);
 void first_distances(long long count, long long *items, long long *rank, long long m, int *tree,
                      long long *out);
 """
 REGION_C = """
-/* Last (touch) or first (first) access time of every item: the LRU stack before a
-   block, the order in which a block first touches its items. */
+/* The last access time of every item (touch), or both the last and the first one (both):
+   the LRU stack before a block, the order in which a block first touches its items. */
 static inline void touch_visit(stack_state *s, int tensor, long long item) { s->last[item] = ++s->now; }
-static inline void first_visit(stack_state *s, int tensor, long long item) {
-    if (!s->last[item]) s->last[item] = ++s->now;
+
+/* both at once: last access times in last, first ones in owner */
+static inline void both_visit(stack_state *s, int tensor, long long item) {
+    long long now = ++s->now;
+    s->last[item] = now;
+    if (!s->owner[item]) s->owner[item] = now;
+}
+
+void both_run(stack_state *outer) {
+    stack_state copy = *outer, *state = &copy;
+#define VISIT both_visit
+/*NEST*/
+#undef VISIT
+    outer->now = copy.now;
 }
 
 void set_bounds(long long *lo, long long *hi, int n) {
@@ -85,14 +97,6 @@ void set_bounds(long long *lo, long long *hi, int n) {
 void touch_run(stack_state *outer) {
     stack_state copy = *outer, *state = &copy;
 #define VISIT touch_visit
-/*NEST*/
-#undef VISIT
-    outer->now = copy.now;
-}
-
-void first_run(stack_state *outer) {
-    stack_state copy = *outer, *state = &copy;
-#define VISIT first_visit
 /*NEST*/
 #undef VISIT
     outer->now = copy.now;
@@ -361,16 +365,17 @@ class Analyzer:
         getattr(self.module.lib, function)(state)
         return state.now
 
-    def _times(self, function: str, fixed: tuple[int, ...], lo: int, hi: int,
-               times: Optional[np.ndarray] = None) -> np.ndarray:
-        """Items in the order of their last (``touch_run``) or first (``first_run``) access over
-        blocks ``lo .. hi-1`` of loop ``len(fixed)``, continuing ``times`` (access times, updated)
-        if given."""
-        times = np.zeros(self.n, np.int64) if times is None else times
+    def _times(self, fixed: tuple[int, ...], lo: int, hi: int, times: np.ndarray,
+               firsts: Optional[np.ndarray] = None) -> np.ndarray:
+        """Items in the order of their last access after blocks ``lo .. hi-1`` of loop ``len(fixed)``,
+        continuing ``times`` (last access times, updated) and, if given, ``firsts`` (first ones)."""
         self.touched += self._bounds(fixed, lo, hi)
-        self._run(function, {"now": int(times.max(initial=0))}, last=times)
-        seen = np.flatnonzero(times)
-        return seen[np.argsort(times[seen])]
+        now = {"now": int(times.max(initial=0))}
+        if firsts is None:
+            self._run("touch_run", now, last=times)
+        else:
+            self._run("both_run", now, last=times, owner=firsts)
+        return _order(times)
 
     # --- the recursion -----------------------------------------------------------------------------
     def histograms(self) -> np.ndarray:
@@ -393,9 +398,9 @@ class Analyzer:
                     repetition = Repetition(j, 0, 0, tuple(range(self.loops[j].extent)))
                 if repetition is not None:
                     reps = repetition.representatives
-                    work = self.cost(prefix + (0,)) + TOUCH_COST * self._accesses(prefix, 0, reps[-1])
+                    touched = simulate if context else self._accesses(prefix, 0, reps[-1])
+                    work = self.cost(prefix + (0,)) + TOUCH_COST * touched
                     work += sum(self.cost(prefix + (b,), True) + BLOCK_OVERHEAD for b in reps[1:])
-                    work += TOUCH_COST * simulate if context else 0
                     if work < simulate:
                         best = (work, repetition)
             self._plans[key] = best
@@ -416,14 +421,19 @@ class Analyzer:
             return self._stack(np.zeros(0, np.int64), accesses)
         return self._repeated(prefix, repetition)
 
-    def _repeated(self, prefix: tuple[int, ...], repetition: Repetition) -> np.ndarray:
+    def _repeated(self, prefix: tuple[int, ...], repetition: Repetition,
+                  firsts: Optional[np.ndarray] = None) -> np.ndarray:
+        """Histograms of the blocks of loop ``len(prefix)`` from its representatives; with ``firsts``,
+        also the first access time of every item over all the blocks."""
         self.plan.append(repetition)
         hists = {0: self.local(prefix + (0,))}
         times, done = np.zeros(self.n, np.int64), 0
         for b in repetition.representatives[1:]:
             self.blocks += 1
-            hists[b] = self.in_context(prefix + (b,), self._times("touch_run", prefix, done, b, times))
+            hists[b] = self.in_context(prefix + (b,), self._times(prefix, done, b, times, firsts))
             done = b
+        if firsts is not None:
+            self._times(prefix, done, len(repetition.rep), times, firsts)
         copies = Counter(repetition.rep)
         return sum(hists[r] * copies[r] for r in hists)
 
@@ -434,8 +444,9 @@ class Analyzer:
             accesses = self._bounds(fixed)
             self.simulated += accesses
             return self._stack(order, accesses)
-        hist = self._repeated(prefix, repetition)
-        first = self._times("first_run", fixed[:-1], fixed[-1], fixed[-1] + 1)
+        firsts = np.zeros(self.n, np.int64)
+        hist = self._repeated(prefix, repetition, firsts)
+        first = _order(firsts)
         rank = np.zeros(self.n, np.int64)
         rank[order] = np.arange(1, len(order) + 1)
         distances = np.empty(len(first), np.int64)
@@ -453,6 +464,12 @@ class Analyzer:
 
 def _bound_isl(bound, bindings: dict) -> str:
     return f"{bound.lower} <= {bound.expr.substitute(bindings).to_isl()} < {bound.upper}"
+
+
+def _order(times: np.ndarray) -> np.ndarray:
+    """The items with a nonzero time, by increasing time."""
+    seen = np.flatnonzero(times)
+    return seen[np.argsort(times[seen])]
 
 
 def _points(s: isl.Set) -> list[tuple[int, ...]]:
