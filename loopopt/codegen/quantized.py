@@ -316,7 +316,9 @@ def _positions(op) -> tuple[str, str, str]:
     if isinstance(op, Conv2d):
         rc, cc = borders(op).shape
         kg = op.out_channels // op.groups
-        return ("lo_c", f"(lo_hclass[lo_h] * {cc} + lo_wclass[lo_w]) * {op.out_channels} + lo_c",
+        # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
+        # consecutive in lo_c, and the compiler would emulate a gather in every vectorized epilogue
+        return ("lo_c", f"(ptrdiff_t)(lo_hclass[lo_h] * {cc} + lo_wclass[lo_w]) * {op.out_channels} + lo_c",
                 f"((lo_n * {op.groups} + lo_c / {kg}) * {op.out_height} + lo_h) * {op.out_width} + lo_w")
     return "lo_n", "lo_n", "lo_m"
 
