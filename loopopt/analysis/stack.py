@@ -40,8 +40,8 @@ def check_trace_size(schedule: Schedule, limit: int = TRACE_ACCESS_LIMIT) -> int
     if accesses > limit:
         raise ValueError(f"the trace of {schedule.op!r} has {accesses:.3g} accesses, more than the trace "
                          f"engine's limit of {limit:.3g} (TRACE_ACCESS_LIMIT): it would take minutes; "
-                         f"analyze a smaller layer (fewer channels, batch 1); the analytical engine, "
-                         f"which has no such limit, is not implemented yet")
+                         f"use engine='analytical' (it runs only the blocks of the trace that do not "
+                         f"repeat) or analyze a smaller layer (fewer channels, batch 1)")
     return accesses
 
 
