@@ -7,6 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .buffers import aligned_copy, aligned_zeros
 from .cbuild import compile_c
 from .codegen import ISAS, Generated, generate
 from .codegen.isa import INT_ISAS
@@ -136,10 +137,10 @@ class Kernel:
             info = self.op.tensor(tensor)
             self._check(tensor, array, info.shape)
             is_bias = has_bias and tensor == "B"
-            storage[tensor] = array if is_bias else self.schedule.layout_of(tensor).to_storage(array)
+            storage[tensor] = aligned_copy(array) if is_bias else self.schedule.layout_of(tensor).to_storage(array)
         out = self.op.output
-        storage[out] = np.zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
-                                dtype=np.float32)
+        storage[out] = aligned_zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
+                                     np.float32)
         pointers = tuple(self._ffi.cast("float *", self._ffi.from_buffer(storage[t])) for t in args)
         return Buffers(storage, pointers)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .buffers import aligned_copy
+
 from .expr import Expr
 
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
@@ -92,7 +94,7 @@ class Layout:
                 split_axes[(letter, size)] = len(split_shape)
                 split_shape.append(size)
         perm = [split_axes[(l, b)] for l, b in self.order if (l, b) in split_axes]
-        return np.ascontiguousarray(padded.reshape(split_shape).transpose(perm))
+        return aligned_copy(padded.reshape(split_shape).transpose(perm))
 
     def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Inverse of ``to_storage``: the logical array of ``shape``."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .buffers import aligned_copy, aligned_zeros
 from .build import Buffers, Kernel
 from .codegen.quantized import QuantPlan, parameters, tensor_type, weight_compensation, borders
 from .ops import Conv2d
@@ -26,12 +27,6 @@ def channels(op) -> int:
     return op.out_channels if isinstance(op, Conv2d) else op.n
 
 
-def _padded(array: np.ndarray) -> np.ndarray:
-    """A copy of ``array`` followed by ``PAD_BYTES`` zero bytes (returned as a view of the data)."""
-    flat = np.zeros(array.nbytes + PAD_BYTES, dtype=np.uint8)
-    view = flat[:array.nbytes].view(array.dtype).reshape(array.shape)
-    view[...] = array
-    return view
 
 
 class QuantizedKernel(Kernel):
@@ -81,11 +76,11 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            storage[tensor] = _padded(self.schedule.layout_of(tensor).to_storage(array))
+            storage[tensor] = aligned_copy(self.schedule.layout_of(tensor).to_storage(array), PAD_BYTES)
         if has_bias:
             storage["B"] = qp.bias
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
-        storage[op.output] = np.zeros(out_shape, dtype=np.int32 if plan.integer else np.float32)
+        storage[op.output] = aligned_zeros(out_shape, np.int32 if plan.integer else np.float32)
         values = self._parameter_values(qp, given[1], out_shape)
         storage.update({k: v for k, v in values.items() if isinstance(v, np.ndarray)})
         cast = lambda t, a: self._ffi.cast(f"{t} *", self._ffi.from_buffer(a))
@@ -102,8 +97,8 @@ class QuantizedKernel(Kernel):
         k = channels(op)
         if not plan.integer:
             # the vector loop may load a whole vector of per-channel parameters past the last channel
-            return {"lo_zw": _padded(qp.w_zero_point.astype(np.int32)),
-                    "lo_wscale": _padded(qp.w_scale.astype(np.float32)),
+            return {"lo_zw": aligned_copy(qp.w_zero_point.astype(np.int32), PAD_BYTES),
+                    "lo_wscale": aligned_copy(qp.w_scale.astype(np.float32), PAD_BYTES),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if spec.requantized:
             mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
