@@ -11,6 +11,7 @@ import loopopt as lo
 from loopopt.build import available_int_isas
 from loopopt.qkernel import random_call, reference_output, tolerance
 from loopopt.reference import conv2d_reference, matmul_reference
+from loopopt.schedule_file import list_schedules
 from strategies import conv_ops, schedules
 
 ISAS = available_int_isas()
@@ -265,3 +266,33 @@ def test_compare_reports_quantized_ops_in_gops():
                      progress=False, budget=0.01)
     assert all(row.verified for row in cmp.rows) and "GOP/s" in str(cmp).splitlines()[0]
     assert cmp.peak == pytest.approx(lo.peak_gflops(cmp.rows[0].isa, "int8"))
+
+
+# --- the stored int8 schedules (schedules/<layer>.int8.toml, benchmarks/tune_layers.py --int8) ---------
+
+INT8_SCHEDULES = sorted(name for name in list_schedules()
+                        if name.endswith(".int8") and name.removesuffix(".int8") in lo.list_layers())
+BENCHMARK_SPEC = lo.QuantSpec("uint8", per_channel=True, weight_symmetric=True, output="uint8")
+
+
+def test_every_stored_layer_schedule_has_an_int8_one():
+    fp32 = {name for name in list_schedules() if name in lo.list_layers()}
+    assert fp32 <= {name.removesuffix(".int8") for name in INT8_SCHEDULES}
+
+
+@pytest.mark.parametrize("name", INT8_SCHEDULES)
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])   # scalar: on the small convs below
+def test_int8_schedule_on_its_layer(name, isa):
+    op = quantized(lo.get_layer(name.removesuffix(".int8")), BENCHMARK_SPEC)
+    schedule = lo.load_schedule(name, op)
+    kernel = check(schedule, isa)
+    assert schedule.register_block_at is not None and kernel.plan.fused_epilogue
+    assert (kernel.plan.dot_loop is not None) == (op.groups == 1)      # VNNI except on depthwise layers
+
+
+@pytest.mark.parametrize("name", INT8_SCHEDULES)
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_int8_schedule_applies_to_any_quantized_conv(name, data):
+    op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
+    check(lo.load_schedule(name, op), data.draw(st.sampled_from(ISAS)))
