@@ -14,12 +14,12 @@ from .measure import Timing, measure, peak_gflops
 from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
-from .schedule_file import ScheduleFileError, load_schedule, save_schedule, to_toml
+from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 
 __all__ = [
     "Conv2d", "Matmul", "Schedule", "ScheduleError", "IllegalScheduleError", "Kernel", "BuildError",
     "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances", "Machine",
     "dataflows", "compare", "Comparison", "get_layer", "list_layers",
-    "load_schedule", "save_schedule", "to_toml", "ScheduleFileError",
+    "load_schedule", "save_schedule", "to_toml", "list_schedules", "ScheduleFileError",
     "QuantSpec", "quantize", "dequantize", "quant_error", "quant_accuracy", "AccuracyReport",
 ]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import Optional
 
 from .ops import Conv2d
+from .quant import QuantSpec
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,10 @@ class LayerSpec:
     padding: int = 0
     groups: int = 1
 
-    def conv(self, batch: int = 1) -> Conv2d:
+    def conv(self, batch: int = 1, quant: Optional[QuantSpec] = None) -> Conv2d:
         return Conv2d(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
-                      padding=self.padding, groups=self.groups, batch=batch, height=self.size, width=self.size)
+                      padding=self.padding, groups=self.groups, batch=batch, height=self.size, width=self.size,
+                      quant=quant)
 
     @property
     def kind(self) -> str:
@@ -119,6 +122,6 @@ def layer_spec(name: str) -> LayerSpec:
     return LAYERS[name]
 
 
-def get_layer(name: str, batch: int = 1) -> Conv2d:
-    """The Conv2d of layer ``name`` with ``batch`` images."""
-    return layer_spec(name).conv(batch)
+def get_layer(name: str, batch: int = 1, quant: Optional[QuantSpec] = None) -> Conv2d:
+    """The Conv2d of layer ``name`` with ``batch`` images (quantized as ``quant`` describes, if given)."""
+    return layer_spec(name).conv(batch, quant)

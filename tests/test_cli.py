@@ -79,3 +79,11 @@ def test_threads_and_dotted_schedule_names(capsys):
         main(["compare", "--matmul", "8,16,8", "--threads", "0", "--quiet"])
     assert exit_info.value.code == 2
     assert "must be an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_quantized_catalog_layer():
+    import loopopt as lo
+    spec = lo.QuantSpec(output="uint8")
+    op = lo.get_layer("resnet50.conv2_x", quant=spec)
+    assert op.quant == spec and op.out_channels == 64
+    assert "resnet50.conv2_x" in lo.list_schedules()
