@@ -112,7 +112,8 @@ def candidate(op: lo.Conv2d, ow: int, k: int, structure: Structure, compensation
     for loop in structure.unrolled:
         s = s.unroll(loop)
     s = s.register_block(structure.reduction[0])
-    return s.compensation(compensation) if compensation else s
+    # packed is the default: no step, so the file also applies to float ops
+    return s.compensation(compensation) if compensation not in (None, "packed") else s
 
 
 def parallel_rows(schedule: lo.Schedule) -> lo.Schedule:
