@@ -22,8 +22,8 @@ fused into the block's store; the weight compensation is computed when the weigh
 Each candidate is compiled, verified and timed on one thread; the fastest (by minimum time,
 the figure least disturbed by other processes) is re-measured. fp32 winners get
 ``parallel("oh")`` for multi-threaded runs; int8 winners get the output rows moved outermost
-and split over threads only where that variant is no slower on one thread (``PARALLEL_COST``;
-an OpenMP loop nested inside ``k_o`` measured 2-20% slower). With ``--write`` the winner is
+and split over threads only where that variant is no slower on one thread (within 2%,
+``--parallel-cost``; an OpenMP loop nested inside ``k_o`` measured 2-20% slower). With ``--write`` the winner is
 saved as ``schedules/<layer>.toml`` (int8: ``schedules/<layer>.int8.toml``).
 """
 from __future__ import annotations
@@ -160,17 +160,19 @@ def search(layer: str, mode: Mode, budget: float) -> tuple[float, tuple, lo.Sche
     return seconds, params, schedule
 
 
-def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule,
-                 budget: float) -> tuple[lo.Schedule, str]:
+def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, budget: float,
+                 cost: float = PARALLEL_COST) -> tuple[lo.Schedule, str]:
     """The schedule to store and what it says about threads. fp32: ``parallel("oh")``; int8: the
-    output rows outermost and parallel if that costs nothing on one thread, else no parallel loop."""
+    output rows outermost and parallel if that is at most ``cost`` times slower on one thread, else
+    no parallel loop."""
     if mode.name == "fp32":
         return schedule.parallel("oh"), "output rows split over threads"
     variant = parallel_rows(schedule)
     parallel = min(minimum(variant, budget, layer) for _ in range(REMEASURE))
     print(f"  {layer:32s} output rows outermost and parallel: min {parallel * 1e3:8.3f} ms", flush=True)
-    if parallel <= PARALLEL_COST * seconds:
-        return variant, "output rows outermost, split over threads (no cost on one thread)"
+    if parallel <= cost * seconds:
+        extra = f"{100 * (parallel / seconds - 1):.0f}% slower" if parallel > PARALLEL_COST * seconds else "no cost"
+        return variant, f"output rows outermost, split over threads ({extra} on one thread)"
     return schedule, (f"no parallel loop (output rows outermost and split over threads measured "
                       f"{100 * (parallel / seconds - 1):.0f}% slower on one thread)")
 
@@ -205,6 +207,9 @@ def main() -> None:
     parser.add_argument("--compensation", default="packed",
                         help="int8: comma-separated Schedule.compensation choices to search (packed, kernel)")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per candidate")
+    parser.add_argument("--parallel-cost", type=float, default=PARALLEL_COST,
+                        help="int8: keep the parallel variant if its one-thread minimum is at most this "
+                             f"many times the serial one (default {PARALLEL_COST})")
     parser.add_argument("--write", action="store_true",
                         help="save the winners to schedules/<layer>.toml (--int8: <layer>.int8.toml)")
     args = parser.parse_args()
@@ -216,7 +221,7 @@ def main() -> None:
         raise SystemExit(f"the {mode.name} search targets AVX-512{' VNNI' if args.int8 else ''}, which this CPU lacks")
     for layer in [name for name in args.layers.split(",") if name]:
         seconds, params, schedule = search(layer, mode, args.budget)
-        schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget)
+        schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget, args.parallel_cost)
         print(f"best {layer} {mode.name}: ow={params[0]} k={params[1]} {params[2]}, {seconds * 1e3:.3f} ms, "
               f"{mode.rate(mode.op(layer), seconds)}; {threads}", flush=True)
         if args.write:
