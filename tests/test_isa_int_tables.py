@@ -34,7 +34,7 @@ PROBES = {
 
 HARNESS = """{prelude}
 void probe(const int *x, const int *y, const unsigned char *bytes, const int *idx, unsigned bits,
-           int *out, int *scattered, int *sums, float *floats)
+           int *out, int *scattered, int *sums, float *floats, unsigned char *narrowed)
 {{
     const {mt} m = {mask_bits};
     const {it} index = {index_load};
@@ -44,6 +44,8 @@ void probe(const int *x, const int *y, const unsigned char *bytes, const int *id
     sums[0] = {hsum};
     {scatter};
     {store_float};
+    {store_narrow};
+    {store_narrow_mask};
 }}
 """
 
@@ -72,9 +74,11 @@ def build(isa_name):
         hsum=isa.hsum(v="a"), scatter=isa.scatter_mask(p="scattered", m="m", idx="index", v="a"),
         store_float=f"{{ float t[{n}]; " + (
             "_mm512_storeu_ps(t, " if n == 16 else "_mm256_storeu_ps(t, ") +
-        isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}")
+        isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}",
+        store_narrow=isa.store_narrow(p="narrowed", v="a"),
+        store_narrow_mask=isa.store_narrow_mask(p=f"narrowed + {n}", m="m", v="a"))
     cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, int *, "
-            "int *, float *);")
+            "int *, float *, unsigned char *);")
     return compile_c(source, cdef, isa.compile_flags)
 
 
@@ -83,7 +87,8 @@ def test_every_int_instruction_has_a_meaning():
         assert set(isa.ops) <= set(INT_MEANINGS) | set(SHARED_OPS)
     for name in VECTOR_ISAS:
         assert set(INT_ISAS[name].ops) == set(INT_MEANINGS) | set(SHARED_OPS), name
-        assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float"} == set(INT_MEANINGS)
+        assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float", "store_narrow",
+                              "store_narrow_mask"} == set(INT_MEANINGS)
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)
@@ -101,11 +106,13 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     scattered = np.zeros(4 * n, dtype=np.int32)
     sums = np.zeros(1, dtype=np.int32)
     floats = np.zeros(n, dtype=np.float32)
+    narrowed = np.full(2 * n, 0xAB, dtype=np.uint8)
     module = build(isa_name)
     ffi = module.ffi
     ptr = lambda arr, t: ffi.cast(t, ffi.from_buffer(arr))
     module.lib.probe(ptr(x, "int *"), ptr(y, "int *"), ptr(raw, "unsigned char *"), ptr(idx, "int *"), bits,
-                     ptr(out, "int *"), ptr(scattered, "int *"), ptr(sums, "int *"), ptr(floats, "float *"))
+                     ptr(out, "int *"), ptr(scattered, "int *"), ptr(sums, "int *"), ptr(floats, "float *"),
+                     ptr(narrowed, "unsigned char *"))
     mask = np.array([(bits >> j) & 1 for j in range(n)], dtype=bool)
     a, b, c = x[:n].astype(np.int64), y[:n].astype(np.int64), y[1:n + 1].astype(np.int64)
     wrap = lambda v: np.asarray(v, dtype=np.int64).astype(np.uint32).astype(np.int32)
@@ -131,3 +138,6 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     expected_scatter[idx[mask]] = x[:n][mask]
     assert np.array_equal(scattered, expected_scatter), "scatter_mask"
     assert np.array_equal(floats, x[:n].astype(np.float32)), "to_float"
+    low = x[:n].astype(np.uint8)                                  # the low byte of each lane
+    assert np.array_equal(narrowed[:n], low), "store_narrow"
+    assert np.array_equal(narrowed[n:], np.where(mask, low, 0xAB)), "store_narrow_mask"

@@ -341,11 +341,21 @@ class RegisterBlock:
                      else isa.store(p=pointer, v=acc.name)) + ";"
         em.emit(indent, f"if ({acc.name}_ok) {store}" if guards.store else store)
 
+    def _narrowed(self, pointer: str, valid: int) -> str:
+        """Store the int lanes of ``lo_r`` (the first ``valid``) as bytes at ``pointer``."""
+        isa = self.em.isa
+        value = isa.load(p="lo_r")
+        if valid == self.lanes:
+            return isa.store_narrow(p=pointer, v=value)
+        return isa.store_narrow_mask(p=pointer, m=isa.mask_count(n=str(valid)), v=value)
+
     def _emit_epilogue(self, indent: int, acc: Accumulator) -> None:
         """Quantized kernels: the block holds final sums, so the epilogue (compensation, bias,
         scale or requantization) runs on them and writes the output ``Y``. A vector accumulator
         goes through stack arrays: its lanes' results are computed in one vectorizable loop,
-        then copied to ``Y`` (one copy where the lanes are contiguous and all live)."""
+        then copied to ``Y`` (one copy where the lanes are contiguous and all live). A requantized
+        output is computed in int lanes (so the loop has no byte type and is vectorized at the full
+        int32 width) and narrowed to bytes when stored (the table's ``store_narrow``)."""
         em, plan = self.em, self.em.arith.plan
         bits, _, guards = self.setup[acc.name]
         index = em.s.index(em.op.output)
@@ -362,23 +372,27 @@ class RegisterBlock:
         index = [e.substitute(outer).substitute(lane) for e in index]
         lanes = f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{"
         first = f"const int lo_lane = {self._base(acc)} + lo_j;"
-        em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}]; {plan.output_type} lo_r[{self.lanes}];")
+        whole = not bits and em.kinds[em.op.output].kind == "contiguous"
+        narrow = em.op.quant.requantized          # int lanes, narrowed to bytes when stored
+        result = em.arith.scalar_type if narrow else plan.output_type
+        em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}]; {result} lo_r[{self.lanes}];")
         em.emit(inner, em.isa.store(p="lo_t", v=acc.name) + ";")
         em.emit(inner, SIMD_PRAGMA)
         em.emit(inner, lanes)
         em.emit(inner + 1, first)
-        for line in epilogue_statements(em.s, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]"):
+        for line in epilogue_statements(em.s, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]", narrow=not narrow):
             em.emit(inner + 1, line)
         em.emit(inner, "}")
         offset = em.s.offset(em.op.output).substitute(outer).substitute(lane)
-        if not bits and em.kinds[em.op.output].kind == "contiguous":
-            start = offset.substitute({"lo_lane": acc.bindings.get(self.vector, Var(self.vector))})
-            em.emit(inner, f"__builtin_memcpy(&Y[{start.to_c()}], lo_r, sizeof(lo_r[0]) * {acc.valid_lanes});")
+        if whole:
+            start = offset.substitute({"lo_lane": acc.bindings.get(self.vector, Var(self.vector))}).to_c()
+            em.emit(inner, self._narrowed(f"&Y[{start}]", acc.valid_lanes) + ";" if narrow else
+                    f"__builtin_memcpy(&Y[{start}], lo_r, sizeof(lo_r[0]) * {acc.valid_lanes});")
         else:
             em.emit(inner, lanes)
             if bits:
                 em.emit(inner + 1, f"if (!((({' & '.join(bits)}) >> lo_j) & 1u)) continue;")
             em.emit(inner + 1, first)
-            em.emit(inner + 1, f"Y[{offset.to_c()}] = lo_r[lo_j];")
+            em.emit(inner + 1, f"Y[{offset.to_c()}] = ({plan.output_type})lo_r[lo_j];")
             em.emit(inner, "}")
         em.emit(indent, "}")

@@ -178,6 +178,8 @@ INT_MEANINGS = {
     "dot": "lane j = c_j + sum over q < 4 of uint8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
     "dot_mask": "dot where mask bit j, else c_j",
     "to_float": "lane j = (float32) v_j, rounded to nearest even",
+    "store_narrow": "((uint8 *)p)[j] = low byte of v lane j",
+    "store_narrow_mask": "((uint8 *)p)[j] = low byte of v lane j where mask bit j (others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
 
@@ -219,6 +221,8 @@ AVX512_INT = Isa(
         dot="_mm512_dpbusd_epi32({c}, {a}, {b})",
         dot_mask="_mm512_mask_dpbusd_epi32({c}, {m}, {a}, {b})",
         to_float="_mm512_cvtepi32_ps({v})",
+        store_narrow="_mm_storeu_si128((__m128i *)({p}), _mm512_cvtepi32_epi8({v}))",
+        store_narrow_mask="_mm512_mask_cvtepi32_storeu_epi8((void *)({p}), {m}, {v})",
     ),
 )
 
@@ -237,6 +241,18 @@ static inline int lo_avx2_hsum_epi32(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return _mm_cvtsi128_si32(s);
+}
+/* The low byte of each int32 lane to 8 consecutive bytes (vpshufb within halves, then vpermd). */
+static inline void lo_avx2_store_narrow(void *p, __m256i v) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(t));
+}
+static inline void lo_avx2_store_narrow_mask(void *p, __m256i mask, __m256i v) {
+    int m[8], x[8];
+    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)x, v);
+    for (int j = 0; j < 8; ++j) if (m[j]) ((unsigned char *)p)[j] = (unsigned char)x[j];
 }
 /* AVX2 has no scatter: store the masked int32 lanes one by one, in lane order. */
 static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m256i v) {
@@ -274,6 +290,8 @@ static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m
         dot="lo_avx2_dpbusd({c}, {a}, {b})",
         dot_mask="_mm256_blendv_epi8({c}, lo_avx2_dpbusd({c}, {a}, {b}), {m})",
         to_float="_mm256_cvtepi32_ps({v})",
+        store_narrow="lo_avx2_store_narrow((void *)({p}), {v})",
+        store_narrow_mask="lo_avx2_store_narrow_mask((void *)({p}), {m}, {v})",
     ),
 )
 

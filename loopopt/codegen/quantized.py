@@ -347,9 +347,11 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
 
 
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
-                        target: str | None = None) -> list[str]:
+                        target: str | None = None, narrow: bool = True) -> list[str]:
     """C statements turning the int32 products ``value`` of one output element into its
-    output value, stored to ``target`` (default: the element of ``Y``).
+    output value, stored to ``target`` (default: the element of ``Y``). With ``narrow=False``
+    a requantized value is stored as an int (already in the output type's range) for the caller
+    to narrow: a loop without byte types is vectorized at the full int32 width.
 
     The element is named by ``lo_<letter>`` variables of the output's logical dims; given
     ``index`` (expressions over the loops) they are defined here first.
@@ -370,7 +372,8 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
             lines.append(f"lo_a += B[{channel}];")
         return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
                         "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
-                        f"{target} = ({qp.output_type})((int)lo_p + lo_zy);"]
+                        f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
+                        else f"{target} = (int)lo_p + lo_zy;"]
     bias = f" + B[{channel}]" if has_bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 
