@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +228,11 @@ def main() -> None:
         if args.write:
             path = ROOT / "schedules" / f"{layer}{mode.suffix}.toml"
             lo.save_schedule(schedule, path, description=describe(layer, mode, params, seconds, threads))
+            if params[2] in mode.structures and mode.structures[params[2]].dot:
+                # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
+                # again (the same kernel), and on other convs the file still selects the dot instruction
+                text = path.read_text()
+                path.write_text(re.sub(r'split = \["c", [123]\]', f'split = ["c", {DOT}]', text))
 
 
 if __name__ == "__main__":
