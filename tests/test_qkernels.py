@@ -148,6 +148,17 @@ def test_register_blocks(isa, spec, build):
     check(build(lo.Schedule(lo.Conv2d(**CONV, quant=spec))), isa)
 
 
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+def test_fused_epilogue_dead_lanes_past_the_last_column(isa):
+    """Lanes along ow, 56 columns in tiles of 16: the last vector's dead lanes (columns 56..63) run
+    the epilogue too (not stored); their border-class lookups stay inside the tables (no crash)."""
+    op = lo.Conv2d(8, 12, 1, height=3, width=56, quant=lo.QuantSpec("uint8", True, True, "uint8"))
+    s = (lo.Schedule(op).layout("I", "NCHW4c").layout("W", "OHWI").layout("O", "NCHW").split("c", 4)
+         .tile(k=12, ow=16).reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i").vectorize("ow_i")
+         .register_block("c_o"))
+    assert check(s, isa).plan.fused_epilogue
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_depthwise_and_strided(isa):
     spec = lo.QuantSpec("uint8", True, False, "uint8")
