@@ -77,3 +77,17 @@ def test_set_threads_runs_the_parallel_loop_on_that_many_threads():
     serial.set_threads(1)
     with pytest.raises(ValueError, match="no parallel loop"):
         serial.set_threads(2)
+
+
+@pytest.mark.parametrize("build, ranged", [
+    (lambda s: s.parallel("k"), True),                       # only n (extent 1) outside: one range per thread
+    (lambda s: s.reorder("oh", "k").parallel("k"), False),   # oh outside: omp parallel for inside it
+])
+def test_parallel_loop_as_thread_ranges_or_omp_for(build, ranged):
+    op = lo.Conv2d(2, 3, 3, padding=1, batch=1, height=5, width=4)   # k has 3 iterations for 2 threads
+    kernel = build(lo.Schedule(op)).compile()
+    assert ("lo_nest(" in kernel.source) == ranged
+    x, w, b = (op.random_inputs(1)[t] for t in ("I", "W", "B"))
+    for threads in (1, 2):
+        kernel.set_threads(threads)
+        np.testing.assert_allclose(kernel(x, w, b), op.reference(x, w, b), rtol=1e-4, atol=1e-4)

@@ -20,6 +20,7 @@ from .isa import Isa
 from .vector import AccessKind, classify
 
 KERNEL_NAME = "lo_kernel"
+NEST_NAME = "lo_nest"
 THREADS_NAME = "lo_set_threads"
 THREADS_SOURCE = f"#include <omp.h>\nvoid {THREADS_NAME}(int n) {{ omp_set_num_threads(n); }}\n"
 THREADS_CDEF = f"void {THREADS_NAME}(int n);"
@@ -68,11 +69,14 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
     params = [f"{'' if t == out else 'const '}{types[t]} *restrict {t}" for t in args]
     params += quantized.parameters(schedule, plan) if plan else []
     signature = f"void {KERNEL_NAME}({', '.join(params)})"
-    body = _Emitter(schedule, isa, kinds, arith).function_body()
+    emitter = _Emitter(schedule, isa, kinds, arith)
+    nest = emitter.nest_function(params)
+    body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
-    source = "\n".join([_header(schedule, arith, kinds), isa.prelude, "#include <stddef.h>", tables, "",
-                        f"{signature}\n{{", body, "}", ""])
     openmp = schedule.parallel_loop is not None
+    source = "\n".join([_header(schedule, arith, kinds), isa.prelude, "#include <stddef.h>",
+                        "#include <omp.h>" if openmp else "", tables, nest, "",
+                        f"{signature}\n{{", body, "}", ""])
     source, cdef = with_threads(source, signature.replace("restrict ", "") + ";", openmp)
     return Generated(source, cdef, args, isa, kinds, openmp, plan)
 
@@ -102,6 +106,12 @@ class _Emitter:
         self.dim_depth = {d: self._depth(v) for d, v in schedule.dim_values.items()}
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
+        # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
+        # one per thread, each through one call of a separate nest function. Unlike a loop
+        # outlined by ``omp parallel for``, that function is optimized like a serial kernel
+        # (restrict arguments, register allocation of its own).
+        par = schedule.parallel_loop
+        self.ranged = par is not None and all(l.extent == 1 for l in schedule.loops[:schedule.position(par.name)])
 
     # --- placement ---------------------------------------------------------------------
     def _depth(self, expr: Expr) -> int:
@@ -139,17 +149,49 @@ class _Emitter:
         plan = self.arith.plan
         for line in quantized.prologue(self.s, plan) if plan else []:
             self.emit(0, line)
+        if self.ranged:
+            self._emit_ranged_call()
+        else:
+            self._emit_nest()
+        for line in quantized.epilogue(self.s, plan) if plan else []:
+            self.emit(0, line)
+        return "\n".join(self.lines)
+
+    def _emit_nest(self) -> None:
         self.emit(0, "/* the reduction nest */")
         self.emit(0, "{")
         for line in self._defs_at(-1):
             self.emit(1, line)
         self._emit_loop(0, 1)
         self.emit(0, "}")
-        for line in quantized.epilogue(self.s, plan) if plan else []:
-            self.emit(0, line)
-        return "\n".join(self.lines)
+
+    def _emit_ranged_call(self) -> None:
+        """Split the parallel loop into one contiguous range per thread (as ``schedule(static)``)."""
+        loop = self.s.parallel_loop
+        self.emit(0, f"/* the reduction nest: {loop.name} split into one range per thread */")
+        self.emit(0, "#pragma omp parallel")
+        self.emit(0, "{")
+        self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
+        self.emit(1, f"const int lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
+        self.emit(1, "const int lo_begin = lo_thread * lo_chunk;")
+        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
+        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({', '.join(self._argument_names)}, lo_begin, lo_end);")
+        self.emit(0, "}")
+
+    def nest_function(self, params: list[str]) -> str:
+        """The C function running the nest over a range of the parallel loop ("" unless ranged)."""
+        if not self.ranged:
+            return ""
+        self._argument_names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
+        outer, self.lines = self.lines, []
+        self._emit_constants()
+        self._emit_nest()
+        body, self.lines = "\n".join(self.lines), outer
+        return f"static void {NEST_NAME}({', '.join(params)}, int lo_begin, int lo_end)\n{{\n{body}\n}}"
 
     def _emit_constants(self) -> None:
+        for line in quantized.constants(self.s, self.arith.plan) if self.arith.plan else []:
+            self.emit(0, line)
         for tensor, kind in self.kinds.items():
             if kind.kind == "strided":
                 self.emit(0, f"const {self.isa.index_type} lo_stride_{tensor} = "
@@ -190,11 +232,12 @@ class _Emitter:
         if self.vector is not None and loop.name == self.vector.name:
             self._emit_vector_loop(depth, indent)
             return
-        if loop.parallel:
+        begin, end = ("lo_begin", "lo_end") if loop.parallel and self.ranged else ("0", str(loop.extent))
+        if loop.parallel and not self.ranged:
             self.emit(indent, "#pragma omp parallel for schedule(static)")
         if loop.unroll and not loop.parallel:  # both pragmas must directly precede the loop
             self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
-        self.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; ++{loop.name}) {{")
+        self.emit(indent, f"for (int {loop.name} = {begin}; {loop.name} < {end}; ++{loop.name}) {{")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):

@@ -260,16 +260,21 @@ def _tap_sum(indent: str, op: Conv2d, rows_ok: str, cols_ok: str, term: str) -> 
             f"{indent}        for (int c = 0; c < {cg}; ++c) s += {term};"]
 
 
+def constants(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """C constants of every function that runs the epilogue: the clamp of a requantized value."""
+    if not (qp.integer and schedule.op.quant.requantized):
+        return []
+    info = np.iinfo(schedule.op.quant.output)
+    return [f"const float lo_low = (float)({int(info.min)} - lo_zy), "
+            f"lo_high = (float)({int(info.max)} - lo_zy);   /* clamp of the requantized value */"]
+
+
 def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     """C statements before the nest: compensation computed in the kernel, activation sums."""
     if not qp.integer:
         return []
     op = schedule.op
     lines: list[str] = []
-    if op.quant.requantized:
-        info = np.iinfo(op.quant.output)
-        lines.append(f"const float lo_low = (float)({int(info.min)} - lo_zy), "
-                     f"lo_high = (float)({int(info.max)} - lo_zy);   /* clamp of the requantized value */")
     a, w = op.inputs
     conv = isinstance(op, Conv2d)
     if qp.compensation == "kernel":
