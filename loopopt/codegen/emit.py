@@ -108,8 +108,8 @@ class _Emitter:
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
         # one per thread, each through one call of a separate nest function. Unlike a loop
-        # outlined by ``omp parallel for``, that function is optimized like a serial kernel
-        # (restrict arguments, register allocation of its own).
+        # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like
+        # a serial kernel (restrict arguments, register allocation of its own).
         par = schedule.parallel_loop
         self.ranged = par is not None and all(l.extent == 1 for l in schedule.loops[:schedule.position(par.name)])
 
@@ -187,7 +187,9 @@ class _Emitter:
         self._emit_constants()
         self._emit_nest()
         body, self.lines = "\n".join(self.lines), outer
-        return f"static void {NEST_NAME}({', '.join(params)}, int lo_begin, int lo_end)\n{{\n{body}\n}}"
+        # noinline: inlined into the omp-outlined region it would be optimized like one again
+        return (f"static __attribute__((noinline)) void {NEST_NAME}({', '.join(params)}, int lo_begin, int lo_end)"
+                f"\n{{\n{body}\n}}")
 
     def _emit_constants(self) -> None:
         for line in quantized.constants(self.s, self.arith.plan) if self.arith.plan else []:
