@@ -76,7 +76,7 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            storage[tensor] = aligned_copy(self.schedule.layout_of(tensor).to_storage(array), PAD_BYTES)
+            storage[tensor] = self.schedule.layout_of(tensor).to_storage(array, PAD_BYTES)
         if has_bias:
             storage["B"] = qp.bias
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)

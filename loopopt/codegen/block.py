@@ -96,6 +96,8 @@ class RegisterBlock:
         first = block[0] if block else self.chunk_loop
         self.body_depth = s.position(first) if first else len(s.loops)
         self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
+        self.bias_kind = (classify_offset(s, self._bias_value(), self.lanes).kind
+                          if self.bias and self.vector is not None else "broadcast")
         self._check_kinds()
         self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
         self.accumulators = self._accumulators()
@@ -120,10 +122,7 @@ class RegisterBlock:
 
     def _bias_loadable(self) -> bool:
         """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""
-        if not self.bias or self.vector is None or self.chunk_loop is not None:
-            return True
-        kind = classify_offset(self.em.s, self._bias_value(), self.lanes).kind
-        return kind in ("broadcast", "contiguous")
+        return self.chunk_loop is not None or self.bias_kind in ("broadcast", "contiguous")
 
     def _accumulators(self) -> list[Accumulator]:
         s = self.em.s
@@ -216,14 +215,8 @@ class RegisterBlock:
         """The accumulator's value before the reduction: the bias (complete blocks) or zero."""
         if not (self.initialises_output and self.bias) or self.chunk_loop is not None:
             return self._zero()
-        offset = self._bias_value().substitute(acc.bindings)
-        if not self.vector:
-            return f"B[{offset.to_c()}]"
-        kind = classify_offset(self.em.s, self._bias_value(), self.lanes).kind
-        if kind == "broadcast":
-            return self.em.isa.broadcast(s=f"B[{offset.to_c()}]")
-        pointer = f"&B[{offset.to_c()}]"
-        return self.em.isa.load_mask(p=pointer, m=mask) if mask else self.em.isa.load(p=pointer)
+        ref = f"B[{self._bias_value().substitute(acc.bindings).to_c()}]"
+        return load(self.em.isa, self.bias_kind, ref, f"&{ref}", "", mask) if self.vector else ref
 
     def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None, indent: int = 0) -> str:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
@@ -266,13 +259,13 @@ class RegisterBlock:
     def _emit_update(self, indent: int, acc: Accumulator, chunk_bits: str | None) -> None:
         em, isa = self.em, self.em.isa
         bits, mask, guards = self.setup[acc.name]
-        bits = bits + ([chunk_bits] if chunk_bits else [])
+        extra = [chunk_bits] if chunk_bits else []          # lanes that vary per iteration
         if guards.update_lanes:
             self._lane_bits(indent, f"{acc.name}_bits", self._base(acc), guards.update_lanes)
-            bits.append(f"{acc.name}_bits")
-        if len(bits) > len(self.setup[acc.name][0]):
+            extra.append(f"{acc.name}_bits")
+        if extra:
             mask = f"{acc.name}_now"
-            em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits))};")
+            em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
         conditions = ([f"{acc.name}_ok"] if guards.store else []) + guards.update
         if not self.vector:
@@ -296,16 +289,13 @@ class RegisterBlock:
                     continue            # covered by the lane mask
                 protect.append(f"({bound.to_c()})")
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
-        if varying and em.kinds[tensor].kind == "gather":
-            key = (tensor, em.s.offset(tensor).substitute(acc.bindings).to_c(), mask, tuple(protect))
-            if key not in self.loads:
-                self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, mask, indent),
-                                                  protect, tensor)
-            return self.loads[key]
-        load = self._vector_access(tensor, acc, mask if varying else None)
-        key = (load, tuple(protect))
+        lanes = mask if varying else None
+        # one load per distinct element (and lanes, and guards); a gather's index array is
+        # written only with the load that first needs it
+        key = (tensor, em.s.offset(tensor).substitute(acc.bindings).to_c(), lanes, tuple(protect))
         if key not in self.loads:
-            self.loads[key] = self._emit_load(indent, load, protect, tensor)
+            self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, lanes, indent),
+                                              protect, tensor)
         return self.loads[key]
 
     def _emit_load(self, indent: int, load: str, protect: list[str], tensor: str) -> str:
