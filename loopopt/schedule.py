@@ -170,6 +170,24 @@ class Schedule:
         return tuple(Bound(self.value(r.parent), 0, r.parent_extent) for r in self.relations
                      if isinstance(r, Split) and r.parent_extent % r.factor)
 
+    def dims_of(self, name: str) -> frozenset[str]:
+        """The op dims a loop (or intermediate split/fused name) is derived from."""
+        if name in self.op.dim_names:
+            return frozenset([name])
+        for rel in self.relations:
+            if isinstance(rel, Split) and name in (rel.outer, rel.inner):
+                return self.dims_of(rel.parent)
+            if isinstance(rel, Fuse) and name == rel.fused:
+                return self.dims_of(rel.outer) | self.dims_of(rel.inner)
+        raise ScheduleError(f"internal: {name!r} is not derived from any dim")
+
+    @cached_property
+    def guard_dims(self) -> tuple[frozenset[str], ...]:
+        """The op dims each of ``guards`` constrains, in the same order."""
+        partial = tuple(self.dims_of(r.parent) for r in self.relations
+                        if isinstance(r, Split) and r.parent_extent % r.factor)
+        return partial + tuple(frozenset(g.expr.variables()) for g in self.op.guards)
+
     @cached_property
     def guards(self) -> tuple[Bound, ...]:
         """Constraints the loops' box needs to match the domain: partial blocks, then the op's."""
@@ -392,8 +410,8 @@ class Schedule:
         sums) and no op guard outside it skips an output (one whose taps are all padding)."""
         outside = set(self.loop_names[:self.position(self.register_block_at)])
         summed = {v for d in self.op.reduction_dims for v in self.dim_values[d].variables()}
-        op_guards = self.guards[len(self.partial_guards):]
-        skipping = any(g.expr.variables() <= outside for g in op_guards)
+        skipping = any(g.expr.variables() <= outside and dims & self.op.reduction_dims
+                       for g, dims in zip(self.guards, self.guard_dims))
         return not (summed & outside) and not skipping
 
     def _check_register_block(self, step: Step) -> None:

@@ -90,3 +90,12 @@ def test_register_block_of_outputs_without_any_valid_tap(isa):
     # those outputs are the bias alone
     op = lo.Conv2d(1, 1, kernel_size=1, padding=(0, 1), height=1, width=1)
     check(lo.Schedule(op).fuse("kh", "kw").register_block("c"), isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_register_block_with_a_padding_guard_on_a_fused_block_loop(isa):
+    # kw (a reduction dim) is fused with n_i into the block loop kw_n_i: the padding guard
+    # of ow only skips updates; ow=0 and ow=2 still exist and hold the bias
+    op = lo.Conv2d(1, 1, kernel_size=1, padding=(0, 1), height=1, width=1)
+    check(lo.Schedule(op).tile(n=2).fuse("kw", "n_i").register_block("c"), isa)
+

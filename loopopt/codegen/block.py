@@ -10,8 +10,9 @@ loop inside the block whose lanes are summed when the accumulator is stored.
 
 Guards are placed by what they depend on: guards of outer or reduction loops skip
 iterations as in the plain nest; guards of block loops only decide whether an
-accumulator exists (checked once per block); guards of both are checked per update. A
-load is guarded only by the guards isl says it needs to stay inside its tensor.
+accumulator exists (checked once per block), unless they constrain a reduction dim
+(padding taps); the others are checked per update. A load is guarded only by the guards
+isl says it needs to stay inside its tensor.
 """
 from __future__ import annotations
 
@@ -102,6 +103,9 @@ class RegisterBlock:
         self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
         self.accumulators = self._accumulators()
         self.guards = [(i, g, em._depth(g.expr)) for i, g in enumerate(s.guards)]
+        # a guard on a reduction dim (padding taps) only skips updates, even where its loop
+        # variables are all block loops (a reduction dim fused into a block loop)
+        self.skips_updates = {i for i, dims in enumerate(s.guard_dims) if dims & s.op.reduction_dims}
         self.inner_vars = set(self.reduction) | ({self.chunk_loop} if self.chunk_loop else set())
         self.loads_output = not self.initialises_output and self.chunk_loop is None
         self.loads: dict[tuple, str] = {}
@@ -141,13 +145,13 @@ class RegisterBlock:
     # --- guards and masks ----------------------------------------------------------------
     def _split_guards(self, acc: Accumulator) -> _Guards:
         split = _Guards([], [], [], [])
-        for _, guard, depth in self.guards:
+        for i, guard, depth in self.guards:
             if depth < self.body_depth:
                 continue            # checked by the loops outside the block body
             bound = acc.guard(guard)
             names = bound.expr.variables()
             lane = self.vector is not None and self.vector in names
-            inner = bool(names & self.inner_vars)
+            inner = bool(names & self.inner_vars) or i in self.skips_updates
             target = ((split.update_lanes if lane else split.update) if inner
                       else (split.store_lanes if lane else split.store))
             target.append(bound if lane else f"({bound.to_c()})")
