@@ -1,0 +1,72 @@
+"""A fixed corpus of (schedule, ISA) pairs whose generated C is hashed, so that a refactor of
+codegen can prove it left every kernel byte-identical (tests/test_generated_c.py)."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import loopopt as lo
+from loopopt.analysis.analytical import region_nest
+from loopopt.analysis.items import item_space
+from loopopt.analysis.trace import nest_c
+from loopopt.codegen import ISAS, generate
+from loopopt.schedule_file import list_schedules
+
+CODEGEN_ISAS = ("avx512", "avx2", "scalar")
+QUANT_SPECS = (lo.QuantSpec("uint8", True, True, "float32"), lo.QuantSpec("int8", True, False, "uint8"),
+               lo.QuantSpec("uint8", False, False, "int8"))
+SMALL_CONVS = (
+    ("conv", dict(in_channels=6, out_channels=10, kernel_size=3, padding=1, height=9, width=11)),
+    ("strided", dict(in_channels=5, out_channels=7, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0),
+                     dilation=(1, 2), batch=2, height=10, width=9)),
+    ("grouped", dict(in_channels=6, out_channels=9, kernel_size=3, groups=3, padding=1, height=7, width=8,
+                     bias=False)),
+    ("depthwise", dict(in_channels=20, out_channels=20, kernel_size=3, groups=20, padding=1, height=9, width=13)),
+)
+
+
+def _ops(name: str) -> Iterator[tuple[str, object]]:
+    layer, _, suffix = name.partition(".int8")
+    if layer in lo.list_layers():
+        yield layer, lo.get_layer(layer, quant=lo.QuantSpec() if name.endswith(".int8") else None)
+        return
+    for label, kwargs in SMALL_CONVS:
+        yield label, lo.Conv2d(**kwargs)
+        for i, spec in enumerate(QUANT_SPECS):
+            yield f"{label}.q{i}", lo.Conv2d(**kwargs, quant=spec)
+    yield "conv2_x", lo.get_layer("resnet50.conv2_x")
+    yield "matmul", lo.Matmul(33, 47, 29)
+    yield "matmul.q1", lo.Matmul(33, 47, 29, quant=QUANT_SPECS[1])
+
+
+def corpus() -> Iterator[tuple[str, lo.Schedule]]:
+    """Every stored schedule on the ops it is meant for (layer schedules: their layer; presets:
+    small odd convs, float and quantized, a layer and a matmul), where it applies."""
+    for name in list_schedules():
+        for label, op in _ops(name):
+            try:
+                yield f"{name}@{label}", lo.load_schedule(name, op)
+            except (lo.ScheduleError, lo.ScheduleFileError, ValueError):
+                continue
+
+
+def hashes() -> dict[str, str]:
+    """sha256 of the generated source and cdef of every corpus entry on every ISA (or the error), and of
+    the reuse engines' trace nests (float ops)."""
+    result = {}
+    for key, schedule in corpus():
+        for isa in CODEGEN_ISAS:
+            try:
+                generated = generate(schedule, ISAS[isa])
+                text = generated.source + "\0" + generated.cdef
+            except lo.ScheduleError as err:
+                text = f"error: {err}"
+            result[f"{key}/{isa}"] = _sha(text)
+        if schedule.op.quant is None:
+            space = item_space(schedule, "line", 64)
+            result[f"{key}/trace"] = _sha(nest_c(schedule, space) + "\0" + region_nest(schedule, space))
+    return result
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
