@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import loopopt as lo
+from loopopt.codegen.isa import available_int_isas
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
@@ -217,7 +218,7 @@ def main() -> None:
     mode = MODES["int8" if args.int8 else "fp32"]
     if args.int8:
         mode = dataclasses.replace(mode, compensations=tuple(args.compensation.split(",")))
-    isas = lo.build.available_int_isas() if args.int8 else lo.available_isas()
+    isas = available_int_isas() if args.int8 else lo.available_isas()
     if "avx512" not in isas:
         raise SystemExit(f"the {mode.name} search targets AVX-512{' VNNI' if args.int8 else ''}, which this CPU lacks")
     for layer in [name for name in args.layers.split(",") if name]:

@@ -6,7 +6,8 @@ SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``.
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
 from .analysis import Machine, ReuseProfile, reuse, reuse_distances
-from .build import Kernel, available_isas
+from .codegen.isa import available_isas
+from .kernel import Kernel
 from .cbuild import BuildError
 from .compare import Comparison, compare
 from .layers import get_layer, list_layers

@@ -13,23 +13,12 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from .ops import Conv2d, Matmul, Op
+from .ops import Op
 from .quant import QuantSpec, quant_error, quantize
 from .schedule import Schedule
 
 CHOICES = ((False, True), (False, False), (True, True), (True, False))   # (per_channel, weight_symmetric)
 ScheduleChoice = Union[None, str, Callable[[Op], Schedule]]
-
-
-def quantized_op(op: Op, spec: QuantSpec) -> Op:
-    """The same op shape with quantization ``spec``."""
-    if isinstance(op, Conv2d):
-        return Conv2d(op.in_channels, op.out_channels, op.kernel_size, stride=op.stride, padding=op.padding,
-                      dilation=op.dilation, groups=op.groups, bias=op.bias, batch=op.batch,
-                      height=op.height, width=op.width, quant=spec)
-    if isinstance(op, Matmul):
-        return Matmul(op.m, op.n, op.k, quant=spec)
-    raise TypeError(f"quant_accuracy needs a Conv2d or Matmul, got {type(op).__name__}")
 
 
 @dataclass
@@ -90,15 +79,15 @@ def quant_accuracy(op: Op, x: Optional[np.ndarray] = None, w: Optional[np.ndarra
     inputs = op.random_inputs(seed)
     x = inputs[op.inputs[0]] if x is None else np.asarray(x, dtype=np.float32)
     w = inputs[op.inputs[1]] if w is None else np.asarray(w, dtype=np.float32)
-    if getattr(op, "bias", False):
-        b = inputs["B"] if b is None else np.asarray(b, dtype=np.float32)
+    if op.bias:
+        b = inputs[op.bias_tensor] if b is None else np.asarray(b, dtype=np.float32)
     reference = op.reference(x, w, *([b] if b is not None else [])).astype(np.float32)
     rows = []
     for per_channel, symmetric in CHOICES:
         spec = QuantSpec(activation=activation, per_channel=per_channel, weight_symmetric=symmetric)
-        qop = quantized_op(op, spec)
+        qop = op.with_quant(spec)
         xq, sx, zx = quantize(x, activation)
-        axis = (0 if isinstance(op, Conv2d) else 1) if per_channel else None
+        axis = op.weight_channel_axis if per_channel else None
         wq, sw, zw = quantize(w, "int8", axis=axis, symmetric=symmetric)
         if schedule is None:
             s = Schedule(qop)

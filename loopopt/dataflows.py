@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .ops import Conv2d, Matmul, Op
+from .ops import Op
 from .schedule import Schedule
 
 LANES = 16
@@ -32,8 +32,13 @@ def _channels_last(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def _conv_only(op: Op, preset: str) -> Conv2d:
-    if not isinstance(op, Conv2d):
+def _gemm(op: Op) -> bool:
+    """An op without sliding windows (a Matmul): the presets take their GEMM form ``i, j, k``."""
+    return not op.windows
+
+
+def _conv_only(op: Op, preset: str) -> Op:
+    if _gemm(op):
         raise ValueError(f"{preset} applies to a Conv2d only, got {op!r}")
     return op
 
@@ -55,7 +60,7 @@ def interchanged(op: Op) -> Schedule:
     interchange example. Matmul order ``i, k, j``: ``A[i,k]`` stays in a register.
     """
     schedule = Schedule(op)
-    if isinstance(op, Matmul):
+    if _gemm(op):
         return schedule.reorder("k", "j").vectorize("j")
     return schedule.reorder("c", "kh", "kw", "oh", "ow").vectorize("ow")
 
@@ -69,7 +74,7 @@ def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 
     with tiles ``i x k`` of A and ``k x j`` of B held in L1.
     """
     schedule = Schedule(op)
-    if isinstance(op, Matmul):
+    if _gemm(op):
         return _tile(schedule, i=i, k=k, j=j).vectorize("j_i")
     return _tile(schedule, k=k, c=c, ow=ow).vectorize("ow_i")
 
@@ -83,7 +88,7 @@ def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: in
     Matmul: an ``i x j`` block of C in registers over the full ``k`` loop.
     """
     schedule = Schedule(op)
-    if isinstance(op, Matmul):
+    if _gemm(op):
         return _tile(schedule, i=i, j=j).vectorize("j_i").register_block("k")
     schedule = _tile(schedule, ow=ow, k=k)
     return _channels_last(schedule.vectorize("k_i")).register_block("c")
@@ -98,7 +103,7 @@ def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     ``(c, kh, kw)``. Matmul: ``j_o, k, i, j_i`` keeps a vector of B in a register.
     """
     schedule = Schedule(op)
-    if isinstance(op, Matmul):
+    if _gemm(op):
         schedule = _tile(schedule, j=j)
         return schedule.reorder("j_o", "k", "i").vectorize("j_i")
     schedule = _tile(schedule, k=k)
@@ -115,7 +120,7 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     Matmul: ``i, k, j_o, j_i`` keeps ``A[i,k]`` in a register across the row of B.
     """
     schedule = Schedule(op)
-    if isinstance(op, Matmul):
+    if _gemm(op):
         schedule = _tile(schedule, j=j).reorder("k", "j_o")
         return schedule.vectorize("j_i")
     schedule = _tile(schedule, k=k)
@@ -123,7 +128,7 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     return _channels_last(schedule.vectorize("k_i"))
 
 
-def _gemm_view(op: Conv2d) -> Schedule:
+def _gemm_view(op: Op) -> Schedule:
     """Conv2d as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``, ``r = (c, kh, kw)``."""
     schedule = Schedule(op).reorder("n", "oh", "ow", "k")
     schedule = schedule.fuse("n", "oh", "n_oh").fuse("n_oh", "ow", "m")
@@ -139,7 +144,7 @@ def implicit_gemm(op: Op, m: int = 8, k: int = LANES) -> Schedule:
     and the im2col row is read straight from the input, never materialized.
     Matmul: the same register-blocked GEMM over ``i, j, k``.
     """
-    if isinstance(op, Matmul):
+    if _gemm(op):
         return output_stationary(op, i=m, j=k)
     schedule = _tile(_gemm_view(_conv_only(op, "implicit_gemm")), m=m, k=k)
     return _channels_last(schedule.vectorize("k_i")).register_block("r")

@@ -7,13 +7,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from .build import Kernel, available_int_isas, available_isas
 from .cbuild import compile_c
-from .codegen import ISAS
-from .codegen.isa import INT_ISAS
+from .codegen.isa import INT_ISAS, ISAS, available_int_isas, available_isas
 from .codegen.quantized import DOT
-from .qkernel import random_call, reference_output
-from .qkernel import tolerance as quant_tolerance
+from .kernel import Kernel
+from .quant_reference import random_call, reference_output
+from .quant_reference import tolerance as quant_tolerance
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
     """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error).
 
     Quantized kernels are checked against quant.py's exact reference: requantized outputs
-    bit for bit, float32 outputs within float32 rounding (``qkernel.tolerance``).
+    bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
     """
     op = kernel.op
     args, params = _call(kernel, seed)

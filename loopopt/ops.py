@@ -14,12 +14,34 @@ import islpy as isl
 import numpy as np
 
 from .expr import Bound, Expr, Var
+from .quant import qconv2d_accumulators, qmatmul_accumulators
 from .reference import conv2d_reference, matmul_reference
 
 if TYPE_CHECKING:
     from .quant import QuantSpec
 
 STATEMENT = "S"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One sliding-window axis of an op: dim ``tap_dim`` runs over ``taps`` filter positions of an
+    input of ``size``, dim ``out_dim`` over ``out`` output positions (input position
+    ``out_dim * stride - pad + tap_dim * dilation``)."""
+
+    out_dim: str
+    tap_dim: str
+    out: int
+    taps: int
+    stride: int
+    pad: int
+    dilation: int
+    size: int
+
+    @property
+    def input_index(self) -> Expr:
+        """The input position read at output ``out_dim`` and tap ``tap_dim``."""
+        return Var(self.out_dim) * self.stride + Var(self.tap_dim) * self.dilation - self.pad
 
 
 @dataclass(frozen=True)
@@ -34,13 +56,26 @@ class TensorInfo:
 
 
 class Op:
-    """Common polyhedral view of a reduction op; subclasses fill in the specifics."""
+    """Common polyhedral view of a reduction op; subclasses fill in the specifics.
+
+    Besides the polyhedral view an op describes the roles of its dims and tensors, so that
+    codegen, quantization and analysis never ask which class an op is: its output channels
+    (``channels``, ``channel_dim``, the axes that carry them), the reduction dim that runs
+    over input channels, its sliding windows, groups and bias.
+    """
 
     dims: tuple[tuple[str, int], ...]
     reduction_dims: frozenset[str]
     inputs: tuple[str, str]
     output: str
     quant: Optional["QuantSpec"]
+    bias: bool = False
+    groups: int = 1
+    channel_dim: str                 # the dim of the output channels (per-channel parameters)
+    reduction_channel_dim: str       # the reduction dim over input channels (a VNNI dot group)
+    weight_channel_axis: int         # axis of the output channels in the weights (inputs[1])
+    output_channel_axis: int         # axis of the output channels in the output
+    BIAS = "B"
 
     # --- provided by subclasses ------------------------------------------------
     def tensor(self, name: str) -> TensorInfo:
@@ -58,6 +93,39 @@ class Op:
     @property
     def tensors(self) -> tuple[str, ...]:
         return self.inputs + (self.output,)
+
+    @property
+    def bias_tensor(self) -> Optional[str]:
+        """The name of the bias tensor (one value per output channel), or None without bias."""
+        return self.BIAS if self.bias else None
+
+    @property
+    def call_tensors(self) -> tuple[str, ...]:
+        """The tensors a call passes, in order: inputs, then the bias if the op has one."""
+        return self.inputs + ((self.BIAS,) if self.bias else ())
+
+    @property
+    def channels(self) -> int:
+        """Number of output channels: the length of the bias and of per-channel parameters."""
+        return self.extent(self.channel_dim)
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        """The sliding-window axes (a convolution's rows and columns); () for a GEMM."""
+        return ()
+
+    @property
+    def output_positions(self) -> int:
+        """Output positions per output channel, times the groups: one activation sum each."""
+        return int(np.prod(self.tensor(self.output).shape)) // self.channels * self.groups
+
+    def with_quant(self, quant: Optional["QuantSpec"]) -> "Op":
+        """The same op shape, quantized as ``quant`` describes (None: float32)."""
+        raise NotImplementedError
+
+    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
+        """The exact int32 accumulators ``sum (x - zx) * (w - zw[channel])`` of quantized inputs."""
+        raise NotImplementedError
 
     # --- polyhedral view -----------------------------------------------------------
     @property
@@ -183,6 +251,10 @@ class Conv2d(Op):
 
     inputs = ("I", "W")
     output = "O"
+    channel_dim = "k"
+    reduction_channel_dim = "c"
+    weight_channel_axis = 0
+    output_channel_axis = 1
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, batch: int = 1,
@@ -246,10 +318,24 @@ class Conv2d(Op):
             raise ValueError(f"Conv2d has no tensor {name!r}: its tensors are I, W, O, B")
         return infos[name]
 
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        return tuple(Window(*fields) for fields in zip(
+            ("oh", "ow"), ("kh", "kw"), (self.out_height, self.out_width), self.kernel_size, self.stride,
+            self.padding, self.dilation, (self.height, self.width)))
+
+    def with_quant(self, quant: Optional["QuantSpec"]) -> "Conv2d":
+        return Conv2d(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
+                      padding=self.padding, dilation=self.dilation, groups=self.groups, bias=self.bias,
+                      batch=self.batch, height=self.height, width=self.width, quant=quant)
+
+    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
+        return qconv2d_accumulators(xq, wq, x_zero_point, w_zero_point, self.stride, self.padding,
+                                    self.dilation, self.groups)
+
     def input_hw(self) -> tuple[Expr, Expr]:
-        v = {name: Var(name) for name in self.dim_names}
-        (sh, sw), (ph, pw), (dh, dw) = self.stride, self.padding, self.dilation
-        return v["oh"] * sh + v["kh"] * dh - ph, v["ow"] * sw + v["kw"] * dw - pw
+        rows, cols = self.windows
+        return rows.input_index, cols.input_index
 
     def index(self, name: str) -> tuple[Expr, ...]:
         v = {n: Var(n) for n in self.dim_names}
@@ -291,7 +377,10 @@ class Matmul(Op):
 
     inputs = ("A", "B")
     output = "C"
-    bias = False
+    channel_dim = "j"
+    reduction_channel_dim = "k"
+    weight_channel_axis = 1
+    output_channel_axis = 1
 
     def __init__(self, m: int, n: int, k: int, dtype: str = "float32",
                  quant: Optional["QuantSpec"] = None):
@@ -322,6 +411,12 @@ class Matmul(Op):
         if name not in table:
             raise ValueError(f"Matmul has no tensor {name!r}: its tensors are A, B, C")
         return table[name]
+
+    def with_quant(self, quant: Optional["QuantSpec"]) -> "Matmul":
+        return Matmul(self.m, self.n, self.k, quant=quant)
+
+    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
+        return qmatmul_accumulators(xq, wq, x_zero_point, w_zero_point)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)

@@ -19,7 +19,7 @@ from .layout import Layout
 from .ops import STATEMENT, Op
 
 if TYPE_CHECKING:
-    from .build import Kernel
+    from .kernel import Kernel
 
 
 class ScheduleError(ValueError):
@@ -513,8 +513,10 @@ class Schedule:
 
     # --- outputs -------------------------------------------------------------------------
     def compile(self, isa: str = "auto") -> "Kernel":
-        """Generate, build (cached) and load the C kernel of this schedule."""
-        from .build import compile_schedule
+        """Generate, build (cached) and load the C kernel of this schedule.
+
+        A lazy facade: the kernel layer sits above the schedule, so it is imported here."""
+        from .kernel import compile_schedule
         return compile_schedule(self, isa)
 
     def pseudocode(self, isa: Optional[str] = None) -> str:

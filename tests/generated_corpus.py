@@ -41,13 +41,19 @@ def _ops(name: str) -> Iterator[tuple[str, object]]:
 
 def corpus() -> Iterator[tuple[str, lo.Schedule]]:
     """Every stored schedule on the ops it is meant for (layer schedules: their layer; presets:
-    small odd convs, float and quantized, a layer and a matmul), where it applies."""
+    small odd convs, float and quantized, a layer and a matmul), where it applies; quantized ones
+    also with the compensation computed in the kernel and, for float outputs, dequantized."""
     for name in list_schedules():
         for label, op in _ops(name):
             try:
-                yield f"{name}@{label}", lo.load_schedule(name, op)
+                schedule = lo.load_schedule(name, op)
             except (lo.ScheduleError, lo.ScheduleFileError, ValueError):
                 continue
+            yield f"{name}@{label}", schedule
+            if op.quant is not None:
+                yield f"{name}@{label}.kernel", schedule.compensation("kernel")
+                if not op.quant.requantized:
+                    yield f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
 
 
 def hashes() -> dict[str, str]:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import loopopt as lo
-from loopopt.build import resolve_isa
+from loopopt.codegen.isa import resolve_isa
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
 

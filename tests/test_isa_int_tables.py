@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from loopopt.build import available_int_isas
+from loopopt.codegen.isa import available_int_isas
 from loopopt.cbuild import compile_c
 from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, SHARED_OPS
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from loopopt.build import available_isas
+from loopopt.codegen.isa import available_isas
 from loopopt.cbuild import compile_c
 from loopopt.codegen.isa import ISAS, MEANINGS
 

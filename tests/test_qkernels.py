@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import loopopt as lo
-from loopopt.build import available_int_isas
-from loopopt.qkernel import random_call, reference_output, tolerance
+from loopopt.codegen.isa import available_int_isas
+from loopopt.quant_reference import random_call, reference_output, tolerance
 from loopopt.reference import conv2d_reference, matmul_reference
 from loopopt.schedule_file import list_schedules
 from strategies import conv_ops, schedules
@@ -53,7 +53,7 @@ def check(schedule, isa, seed=1):
 
 
 def quantized(op, spec):
-    return lo.accuracy.quantized_op(op, spec)
+    return op.with_quant(spec)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -253,7 +253,7 @@ def test_measure_quantized_kernels():
     t = lo.measure(vnni_conv(lo.Schedule(op)).vectorize("k_i").compile(), repeats=3)
     assert t.verified and t.unit == "GOP/s" and t.max_error == 0 and "GOP/s" in str(t)
     assert t.peak_gflops == pytest.approx(lo.peak_gflops(ISAS[0], "int8"))
-    slow = lo.measure(lo.Schedule(lo.accuracy.quantized_op(op, lo.QuantSpec())).arithmetic("dequantize").compile(),
+    slow = lo.measure(lo.Schedule(op.with_quant(lo.QuantSpec())).arithmetic("dequantize").compile(),
                       repeats=3)
     assert slow.verified
     with pytest.raises(ValueError, match="dtype='int4' is not supported"):

@@ -61,7 +61,8 @@ class Arithmetic:
 
     def channel(self, bindings: Optional[dict] = None) -> str:
         """The output channel (per-channel parameters are indexed by it) in terms of the loops."""
-        return self.schedule.index(self.schedule.op.output)[1].substitute(bindings or {}).to_c()
+        op = self.schedule.op
+        return self.schedule.index(op.output)[op.output_channel_axis].substitute(bindings or {}).to_c()
 
     # --- vector code ----------------------------------------------------------------------
     def operand(self, tensor: str, access: AccessKind, ref: str, base: str, index: str,
@@ -108,7 +109,7 @@ class Arithmetic:
     def channel_vectors(self, mask: str | None, bindings: Optional[dict]) -> tuple[str, str]:
         """The weight zero-point (int32) and scale (float32) vectors of the lanes' channels."""
         s, acc, ints = self.schedule, self.acc, self.ints
-        value = s.index(s.op.output)[1]
+        value = s.index(s.op.output)[s.op.output_channel_axis]
         kind = classify_offset(s, value, acc.lanes)
         ch = self.channel(bindings)
         if kind.kind == "broadcast":

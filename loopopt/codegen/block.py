@@ -96,7 +96,7 @@ class RegisterBlock:
         self.reduction = [n for n in reduction if n != self.chunk_loop]
         first = block[0] if block else self.chunk_loop
         self.body_depth = s.position(first) if first else len(s.loops)
-        self.bias = getattr(s.op, "bias", False) and em.arith.bias_in_nest
+        self.bias = s.op.bias and em.arith.bias_in_nest
         self.bias_kind = (classify_offset(s, self._bias_value(), self.lanes).kind
                           if self.bias and self.vector is not None else "broadcast")
         self._check_kinds()
@@ -122,7 +122,9 @@ class RegisterBlock:
                                 f"contiguous or strided (choose a layout where it is)")
 
     def _bias_value(self) -> Expr:
-        return self.em.s.index(self.em.op.output)[1]
+        """The output channel (the bias element) in terms of the loops."""
+        op = self.em.op
+        return self.em.s.index(op.output)[op.output_channel_axis]
 
     def _bias_loadable(self) -> bool:
         """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""
@@ -219,7 +221,7 @@ class RegisterBlock:
         """The accumulator's value before the reduction: the bias (complete blocks) or zero."""
         if not (self.initialises_output and self.bias) or self.chunk_loop is not None:
             return self._zero()
-        ref = f"B[{self._bias_value().substitute(acc.bindings).to_c()}]"
+        ref = f"{self.em.op.bias_tensor}[{self._bias_value().substitute(acc.bindings).to_c()}]"
         return load(self.em.isa, self.bias_kind, ref, f"&{ref}", "", mask) if self.vector else ref
 
     def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None, indent: int = 0) -> str:
@@ -320,7 +322,7 @@ class RegisterBlock:
         if self.chunk_loop:
             total = isa.hsum(v=acc.name) if self.vector else acc.name
             if self.initialises_output:
-                bias = f"B[{self._bias_value().substitute(acc.bindings).to_c()}] + " if self.bias else ""
+                bias = f"{self.em.op.bias_tensor}[{self._bias_value().substitute(acc.bindings).to_c()}] + " if self.bias else ""
                 store = f"{out}[{offset}] = {bias}{total};"
             else:
                 store = f"{out}[{offset}] += {total};"

@@ -17,6 +17,7 @@ from . import quantized
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
+from .params import KernelParam, signature
 from .vector import AccessKind, classify
 
 KERNEL_NAME = "lo_kernel"
@@ -37,7 +38,8 @@ class Generated:
 
     source: str
     cdef: str
-    arguments: tuple[str, ...]
+    arguments: tuple[str, ...]                   # tensor names: inputs, bias (if any), output
+    params: tuple[KernelParam, ...]              # every C parameter, tensors first
     isa: Isa
     access_kinds: dict[str, AccessKind]
     openmp: bool
@@ -46,8 +48,7 @@ class Generated:
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
     """Tensor arguments of the kernel function, in order: inputs, bias (if any), output."""
-    op = schedule.op
-    return op.inputs + (("B",) if getattr(op, "bias", False) else ()) + (op.output,)
+    return schedule.op.call_tensors + (schedule.op.output,)
 
 
 def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
@@ -65,20 +66,18 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
-    types = {t: quantized.tensor_type(schedule, plan, t) if plan else "float" for t in args}
-    params = [f"{'' if t == out else 'const '}{types[t]} *restrict {t}" for t in args]
-    params += quantized.parameters(schedule, plan) if plan else []
-    signature = f"void {KERNEL_NAME}({', '.join(params)})"
-    emitter = _Emitter(schedule, isa, kinds, arith)
-    nest = emitter.nest_function(params)
+    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float", const=t != out)
+                   for t in args) + (quantized.parameters(plan) if plan else ())
+    emitter = _Emitter(schedule, isa, kinds, arith, params)
+    nest = emitter.nest_function()
     body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), isa.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
-                        f"{signature}\n{{", body, "}", ""])
-    source, cdef = with_threads(source, signature.replace("restrict ", "") + ";", openmp)
-    return Generated(source, cdef, args, isa, kinds, openmp, plan)
+                        f"{signature(KERNEL_NAME, params)}\n{{", body, "}", ""])
+    source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
+    return Generated(source, cdef, args, params, isa, kinds, openmp, plan)
 
 
 def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind]) -> str:
@@ -98,8 +97,9 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
 
 
 class _Emitter:
-    def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind], arith: Arithmetic):
-        self.s, self.isa, self.kinds, self.arith = schedule, isa, kinds, arith
+    def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind], arith: Arithmetic,
+                 params: tuple[KernelParam, ...]):
+        self.s, self.isa, self.kinds, self.arith, self.params = schedule, isa, kinds, arith, params
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
@@ -175,20 +175,20 @@ class _Emitter:
         self.emit(1, f"const int lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
         self.emit(1, "const int lo_begin = lo_thread * lo_chunk;")
         self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
-        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({', '.join(self._argument_names)}, lo_begin, lo_end);")
+        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({', '.join(p.name for p in self.params)}, lo_begin, lo_end);")
         self.emit(0, "}")
 
-    def nest_function(self, params: list[str]) -> str:
+    def nest_function(self) -> str:
         """The C function running the nest over a range of the parallel loop ("" unless ranged)."""
         if not self.ranged:
             return ""
-        self._argument_names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
         outer, self.lines = self.lines, []
         self._emit_constants()
         self._emit_nest()
         body, self.lines = "\n".join(self.lines), outer
         # noinline: inlined into the omp-outlined region it would be optimized like one again
-        return (f"static __attribute__((noinline)) void {NEST_NAME}({', '.join(params)}, int lo_begin, int lo_end)"
+        declarations = ", ".join(p.declaration() for p in self.params)
+        return (f"static __attribute__((noinline)) void {NEST_NAME}({declarations}, int lo_begin, int lo_end)"
                 f"\n{{\n{body}\n}}")
 
     def _emit_constants(self) -> None:
@@ -206,7 +206,8 @@ class _Emitter:
         names = [f"lo_{letter.lower()}" for letter in info.letters]
         offset = self.s.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
         zero = self.arith.zero(vectorized=False)
-        value = f"B[{names[1]}]" if getattr(self.op, "bias", False) and self.arith.bias_in_nest else zero
+        channel = names[self.op.output_channel_axis]
+        value = f"{self.op.bias_tensor}[{channel}]" if self.op.bias and self.arith.bias_in_nest else zero
         self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
         if self.s.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")

@@ -3,12 +3,15 @@
 The emitter only ever asks a table for an operation by name; a new ISA is a new
 table. Templates use ``{p}`` (pointer), ``{m}`` (lane mask), ``{v}``/``{a}``/``{b}``/``{c}``
 (vectors), ``{s}`` (scalar), ``{idx}`` (index vector), ``{n}`` (lane count).
-Each ``Op`` entry records the scalar semantics it implements so tests can check
-every template against it lane by lane.
+Each ``Instr`` entry records the scalar semantics it implements so tests can check
+every template against it lane by lane. ``ISAS`` holds the float32 tables, ``INT_ISAS``
+the integer (quantized) ones; ``available_isas`` / ``resolve_isa`` choose among them by
+this CPU's flags.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -299,3 +302,47 @@ SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned"
                  cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
+
+
+# --- selection: which tables this CPU runs ----------------------------------------------------
+
+ISA_PREFERENCE = ("avx512", "avx2", "scalar")
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of this machine (from /proc/cpuinfo; empty if unreadable)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def available_isas() -> tuple[str, ...]:
+    """ISAs this CPU can run, best first (``scalar`` always)."""
+    return tuple(name for name in ISA_PREFERENCE if set(ISAS[name].cpu_flags) <= cpu_flags())
+
+
+def available_int_isas() -> tuple[str, ...]:
+    """ISAs this CPU can run integer (quantized) kernels on, best first (AVX-512 needs VNNI)."""
+    return tuple(name for name in ISA_PREFERENCE if set(INT_ISAS[name].cpu_flags) <= cpu_flags())
+
+
+def resolve_isa(isa: str, integer: bool = False) -> str:
+    """``auto`` becomes the best available ISA; an unknown or unsupported one is a ValueError.
+
+    ``integer``: for a quantized kernel (the integer tables, e.g. AVX-512 needs VNNI)."""
+    tables, available = (INT_ISAS, available_int_isas()) if integer else (ISAS, available_isas())
+    if isa == "auto":
+        return available[0]
+    if isa not in tables:
+        raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
+    if isa not in available:
+        missing = sorted(set(tables[isa].cpu_flags) - cpu_flags())
+        raise ValueError(f"isa {isa!r} needs CPU features {', '.join(missing)} that this CPU lacks"
+                         f"{' for integer kernels' if integer else ''}; available: {', '.join(available)}")
+    return isa

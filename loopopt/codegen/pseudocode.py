@@ -5,14 +5,13 @@ from typing import Optional
 
 from ..schedule import Schedule
 from .emit import vector_access_kinds
-from .isa import ISAS
+from .isa import ISAS, resolve_isa
 from .quantized import plan as quant_plan
 
 
 def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     """The loop nest of ``schedule``: loops with extents and annotations, dim definitions,
     guards, the statement, and notes (vector access kinds for ``isa``, reassociation)."""
-    from ..build import resolve_isa
     op = schedule.op
     lines = [f"# {op!r}"]
     lines += [f"# {step}" for step in schedule.steps]

@@ -38,8 +38,9 @@ import islpy as isl
 import numpy as np
 
 from ..expr import Bound, Const, Var
-from ..ops import Conv2d
+from ..ops import Op, Window
 from ..schedule import Schedule
+from .params import KernelParam, scalar
 
 DOT = 4   # bytes per lane consumed by one dot instruction
 # Epilogue loops store bytes (which may alias anything) from pointers that OpenMP outlining strips of
@@ -121,14 +122,21 @@ def _split_of(schedule: Schedule, name: str):
     return next((r for r in schedule.relations if getattr(r, "inner", None) == name), None)
 
 
+def _weight_letter(op: Op, dim: str) -> str:
+    """The weights' layout letter of the axis that op dim ``dim`` indexes."""
+    weights = op.inputs[1]
+    return op.tensor(weights).letters[op.index(weights).index(Var(dim))]
+
+
 def _weights_padded(schedule: Schedule, name: str) -> bool:
-    """Loop ``name`` is the inner part of a split of the input channels (matmul: ``k``) and
-    the weights' layout blocks them by a multiple of 4, so a group reads zeros past the end."""
-    conv = isinstance(schedule.op, Conv2d)
+    """Loop ``name`` is the inner part of a split of the input channels (the op's
+    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of 4, so a
+    group reads zeros past the end."""
+    op = schedule.op
     split = _split_of(schedule, name)
-    layout = schedule.layout_of(schedule.op.inputs[1])
-    return (split is not None and split.parent == ("c" if conv else "k")
-            and layout.block("I" if conv else "K") % DOT == 0)
+    layout = schedule.layout_of(op.inputs[1])
+    return (split is not None and split.parent == op.reduction_channel_dim
+            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % DOT == 0)
 
 
 def _covers_padded_channels(schedule: Schedule, name: str) -> bool:
@@ -163,46 +171,56 @@ class Borders:
         return len(self.row_valid), len(self.col_valid)
 
 
-def _classes(out: int, taps: int, stride: int, pad: int, dil: int, size: int):
-    valid = [tuple(int(0 <= o * stride - pad + t * dil < size) for t in range(taps)) for o in range(out)]
+NO_WINDOW = Window("", "", out=1, taps=1, stride=1, pad=0, dilation=1, size=1)   # one class, one valid tap
+
+
+def _classes(w: Window):
+    valid = [tuple(int(0 <= o * w.stride - w.pad + t * w.dilation < w.size) for t in range(w.taps))
+             for o in range(w.out)]
     distinct = sorted(set(valid), key=valid.index)
     return tuple(distinct.index(v) for v in valid), tuple(distinct)
 
 
+def _row_col_windows(op: Op) -> tuple[Window, Window]:
+    windows = op.windows + (NO_WINDOW,) * (2 - len(op.windows))
+    if len(windows) != 2:
+        raise NotImplementedError(f"quantized kernels support ops with at most 2 window axes; {op!r} has "
+                                  f"{len(op.windows)}")
+    return windows[0], windows[1]
+
+
 @lru_cache(maxsize=256)
-def borders(op) -> Borders:
-    """The border classes of a conv (a matmul has one class)."""
-    if not isinstance(op, Conv2d):
-        return Borders((0,), ((1,),), (0,), ((1,),))
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = op.kernel_size, op.stride, op.padding, op.dilation
-    rows = _classes(op.out_height, kh, sh, ph, dh, op.height)
-    cols = _classes(op.out_width, kw, sw, pw, dw, op.width)
+def borders(op: Op) -> Borders:
+    """The border classes of the op's row and column windows (a GEMM has one class)."""
+    rows, cols = (_classes(w) for w in _row_col_windows(op))
     return Borders(rows[0], rows[1], cols[0], cols[1])
 
 
-def weight_compensation(op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
+def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     """``T[row class, column class, k] = sum (w - zw[k])`` over the valid taps (int32, flat).
 
-    ``wq`` in the op's logical layout (conv ``[K, C/g, KH, KW]``, matmul ``[K, N]``).
+    ``wq`` in the op's logical layout: output channels on ``op.weight_channel_axis``, then
+    the input channels and the window taps (conv ``[K, C/g, KH, KW]``, matmul ``[K, N]``).
     """
     b = borders(op)
-    w = np.asarray(wq, dtype=np.int64)
-    if not isinstance(op, Conv2d):
-        return (w - np.asarray(zw, dtype=np.int64)[None, :]).sum(axis=0).astype(np.int32)
-    taps = (w - np.asarray(zw, dtype=np.int64)[:, None, None, None]).sum(axis=1)   # [K, KH, KW]
+    w = np.moveaxis(np.asarray(wq, dtype=np.int64), op.weight_channel_axis, 0)
+    zero = np.asarray(zw, dtype=np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
+    rows, cols = _row_col_windows(op)
+    taps = (w - zero).sum(axis=1).reshape(-1, rows.taps, cols.taps)
     table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
     return table.astype(np.int32).reshape(-1)
 
 
 # --- C around the nest ---------------------------------------------------------------------------
 
-def parameters(schedule: Schedule, qp: QuantPlan) -> list[str]:
+def parameters(qp: QuantPlan) -> tuple[KernelParam, ...]:
     """The C parameters after the tensors (inputs, bias, ``O``)."""
     if not qp.integer:
-        return ["const int32_t *restrict lo_zw", "const float *restrict lo_wscale", "float lo_xscale",
-                "int lo_zx"]
-    return [f"{qp.output_type} *restrict Y", "const int32_t *restrict lo_zw", "const float *restrict lo_mult",
-            "int32_t *restrict lo_comp", "int32_t *restrict lo_xsum", "int lo_zx", "int lo_zy"]
+        return (KernelParam("lo_zw", "int32_t", const=True), KernelParam("lo_wscale", "float", const=True),
+                scalar("lo_xscale", "float"), scalar("lo_zx", "int"))
+    return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True),
+            KernelParam("lo_mult", "float", const=True), KernelParam("lo_comp", "int32_t"),
+            KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"), scalar("lo_zy", "int"))
 
 
 def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
@@ -212,7 +230,7 @@ def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
         return qp.activation_type
     if tensor == op.inputs[1]:
         return "int8_t"
-    if tensor == "B":
+    if tensor == op.bias_tensor:
         return qp.bias_type
     return "int32_t" if qp.integer else "float"
 
@@ -244,20 +262,22 @@ def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
     return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op) if qp.integer else [])) + "\n"
 
 
-def _conv_vars(op: Conv2d):
-    (sh, sw), (ph, pw), (dh, dw) = op.stride, op.padding, op.dilation
-    ih = Var("oh") * sh + Var("kh") * dh - ph
-    iw = Var("ow") * sw + Var("kw") * dw - pw
-    return ih, iw
-
-
-def _tap_sum(indent: str, op: Conv2d, rows_ok: str, cols_ok: str, term: str) -> list[str]:
-    """``s += term`` over the taps ``kh, kw, c`` whose rows and columns are valid."""
-    (kh, kw), cg = op.kernel_size, op.in_channels // op.groups
+def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str) -> list[str]:
+    """``s += term`` over the taps (row tap, column tap, input channel) whose rows and columns
+    are valid."""
+    rows, cols = op.windows
+    c = op.reduction_channel_dim
     return [f"{indent}int s = 0;",
-            f"{indent}for (int kh = 0; kh < {kh}; ++kh) if ({rows_ok})",
-            f"{indent}    for (int kw = 0; kw < {kw}; ++kw) if ({cols_ok})",
-            f"{indent}        for (int c = 0; c < {cg}; ++c) s += {term};"]
+            f"{indent}for (int {rows.tap_dim} = 0; {rows.tap_dim} < {rows.taps}; ++{rows.tap_dim}) if ({rows_ok})",
+            f"{indent}    for (int {cols.tap_dim} = 0; {cols.tap_dim} < {cols.taps}; ++{cols.tap_dim}) if ({cols_ok})",
+            f"{indent}        for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {term};"]
+
+
+def _batch_dim(op: Op) -> str:
+    """The output dim that is neither the channel nor a window's output (conv ``n``, matmul ``i``)."""
+    windowed = {w.out_dim for w in op.windows}
+    dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
+    return next(d for d in dims if d != op.channel_dim and d not in windowed)
 
 
 def constants(schedule: Schedule, qp: QuantPlan) -> list[str]:
@@ -276,59 +296,67 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     op = schedule.op
     lines: list[str] = []
     a, w = op.inputs
-    conv = isinstance(op, Conv2d)
+    k, c = op.channel_dim, op.reduction_channel_dim
     if qp.compensation == "kernel":
         lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) over valid taps */")
         lines += _omp(schedule)
-        if conv:
-            kh, kw = op.kernel_size
+        woff = _storage_offset(schedule, w, op.index(w))
+        if op.windows:
+            rows, cols = op.windows
             rc, cc = borders(op).shape
-            woff = _storage_offset(schedule, w, (Var("k"), Var("c"), Var("kh"), Var("kw")))
-            lines += [f"for (int k = 0; k < {op.out_channels}; ++k)",
+            lines += [f"for (int {k} = 0; {k} < {op.channels}; ++{k})",
                       f"    for (int rc = 0; rc < {rc}; ++rc)",
                       f"        for (int cc = 0; cc < {cc}; ++cc) {{"]
-            lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {kh} + kh]", f"lo_wvalid[cc * {kw} + kw]",
-                              f"{w}[{woff}] - lo_zw[k]")
-            lines += [f"            lo_comp[(rc * {cc} + cc) * {op.out_channels} + k] = s;", "        }"]
+            lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {rows.taps} + {rows.tap_dim}]",
+                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{w}[{woff}] - lo_zw[{k}]")
+            lines += [f"            lo_comp[(rc * {cc} + cc) * {op.channels} + {k}] = s;", "        }"]
         else:
-            woff = _storage_offset(schedule, w, (Var("k"), Var("j")))
-            lines += [f"for (int j = 0; j < {op.n}; ++j) {{", "    int s = 0;",
-                      f"    for (int k = 0; k < {op.k}; ++k) s += {w}[{woff}] - lo_zw[j];",
-                      "    lo_comp[j] = s;", "}"]
+            lines += [f"for (int {k} = 0; {k} < {op.channels}; ++{k}) {{", "    int s = 0;",
+                      f"    for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {w}[{woff}] - lo_zw[{k}];",
+                      f"    lo_comp[{k}] = s;", "}"]
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
         lines.append("/* activation sums S over the valid taps of each output position (asymmetric weights) */")
         lines += _omp(schedule)
-        if conv:
-            cg, g = op.in_channels // op.groups, op.groups
-            ih, iw = _conv_vars(op)
-            xoff = _storage_offset(schedule, a, (Var("n"), Var("g") * cg + Var("c"), ih, iw))
-            lines += [f"for (int n = 0; n < {op.batch}; ++n)",
+        n = _batch_dim(op)
+        if op.windows:
+            # windowed ops take activations [batch, channel, one axis per window]
+            rows, cols = op.windows
+            g = op.groups
+            channel = Var("g") * op.extent(c) + Var(c)
+            xoff = _storage_offset(schedule, a, (Var(n), channel, rows.input_index, cols.input_index))
+            lines += [f"for (int {n} = 0; {n} < {op.extent(n)}; ++{n})",
                       f"    for (int g = 0; g < {g}; ++g)",
-                      f"        for (int oh = 0; oh < {op.out_height}; ++oh)",
-                      f"            for (int ow = 0; ow < {op.out_width}; ++ow) {{"]
-            lines += _tap_sum(" " * 16, op, Bound(ih, 0, op.height).to_c(), Bound(iw, 0, op.width).to_c(),
-                              f"{a}[{xoff}]{shift}")
-            lines += [f"                lo_xsum[((n * {g} + g) * {op.out_height} + oh) * {op.out_width} + ow] = s;",
-                      "            }"]
+                      f"        for (int {rows.out_dim} = 0; {rows.out_dim} < {rows.out}; ++{rows.out_dim})",
+                      f"            for (int {cols.out_dim} = 0; {cols.out_dim} < {cols.out}; ++{cols.out_dim}) {{"]
+            lines += _tap_sum(" " * 16, op, Bound(rows.input_index, 0, rows.size).to_c(),
+                              Bound(cols.input_index, 0, cols.size).to_c(), f"{a}[{xoff}]{shift}")
+            lines += [f"                lo_xsum[(({n} * {g} + g) * {rows.out} + {rows.out_dim}) * {cols.out} "
+                      f"+ {cols.out_dim}] = s;", "            }"]
         else:
-            xoff = _storage_offset(schedule, a, (Var("i"), Var("k")))
-            lines += [f"for (int i = 0; i < {op.m}; ++i) {{", "    int s = 0;",
-                      f"    for (int k = 0; k < {op.k}; ++k) s += {a}[{xoff}]{shift};",
-                      "    lo_xsum[i] = s;", "}"]
+            xoff = _storage_offset(schedule, a, op.index(a))
+            lines += [f"for (int {n} = 0; {n} < {op.extent(n)}; ++{n}) {{", "    int s = 0;",
+                      f"    for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {a}[{xoff}]{shift};",
+                      f"    lo_xsum[{n}] = s;", "}"]
     return lines
 
 
-def _positions(op) -> tuple[str, str, str]:
+def _positions(op: Op) -> tuple[str, str, str]:
     """(channel variable, compensation table index, activation-sum index) over logical output names."""
-    if isinstance(op, Conv2d):
-        rc, cc = borders(op).shape
-        kg = op.out_channels // op.groups
-        # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
-        # consecutive in lo_c, and the compiler would emulate a gather in every vectorized epilogue
-        return ("lo_c", f"(ptrdiff_t)(lo_hclass[lo_h] * {cc} + lo_wclass[lo_w]) * {op.out_channels} + lo_c",
-                f"((lo_n * {op.groups} + lo_c / {kg}) * {op.out_height} + lo_h) * {op.out_width} + lo_w")
-    return "lo_n", "lo_n", "lo_m"
+    info = op.tensor(op.output)
+    dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
+    name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
+    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(_batch_dim(op))
+    if not op.windows:
+        return channel, channel, n
+    rows, cols = op.windows
+    h, w = name(rows.out_dim), name(cols.out_dim)
+    rc, cc = borders(op).shape
+    kg = op.channels // op.groups
+    # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
+    # consecutive in the channel, and the compiler would emulate a gather in every vectorized epilogue
+    return (channel, f"(ptrdiff_t)(lo_hclass[{h}] * {cc} + lo_wclass[{w}]) * {op.channels} + {channel}",
+            f"(({n} * {op.groups} + {channel} / {kg}) * {rows.out} + {h}) * {cols.out} + {w}")
 
 
 def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
@@ -374,15 +402,14 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
         lines.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
-    has_bias = getattr(op, "bias", False)
     if spec.requantized:
-        if has_bias:
-            lines.append(f"lo_a += B[{channel}];")
+        if op.bias:
+            lines.append(f"lo_a += {op.bias_tensor}[{channel}];")
         return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
                         "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
                         f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
                         else f"{target} = (int)lo_p + lo_zy;"]
-    bias = f" + B[{channel}]" if has_bias else ""
+    bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 
 

@@ -1,0 +1,248 @@
+"""Compiled kernels: from a Schedule to a callable on numpy arrays (float32 and quantized).
+
+``compile_schedule`` generates the C of a schedule for an ISA, builds it through the
+cache and wraps it in a ``Kernel`` (float ops) or a ``QuantizedKernel`` (quantized ops,
+called with ONNX ``QLinearConv`` parameter names). A call is split into ``prepare``
+(validate, pack into the schedule's storage layouts, precompute per-channel terms),
+``run`` (the timed part) and ``output`` (back to the logical layout). Every C parameter
+is bound by the name codegen gave it (``Generated.params``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .buffers import aligned_copy, aligned_zeros
+from .cbuild import compile_c
+from .codegen import Generated, generate
+from .codegen.emit import KERNEL_NAME, THREADS_NAME
+from .codegen.isa import INT_ISAS, ISAS, resolve_isa
+from .codegen.quantized import QuantPlan, borders, weight_compensation
+from .quant import QuantParams, check_quant_params, requant_multiplier
+from .schedule import Schedule
+
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
+PAD_BYTES = 64    # readable bytes after every packed array (dot groups and byte gathers read ahead)
+PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
+
+
+@dataclass
+class Buffers:
+    """Storage-layout arrays of one call, ready for the C function."""
+
+    arrays: dict[str, np.ndarray]
+    pointers: tuple
+
+
+class Kernel:
+    """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
+
+    def __init__(self, schedule: Schedule, generated: Generated, module):
+        self.schedule = schedule
+        self.op = schedule.op
+        self.generated = generated
+        self.isa = generated.isa.name
+        self.source = generated.source
+        self._ffi = module.ffi
+        self._function = getattr(module.lib, KERNEL_NAME)
+        self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
+        self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+                        if generated.openmp else 1)
+
+    def set_threads(self, n: int) -> None:
+        """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {n!r}")
+        if self._set_threads is None:
+            if n > 1:
+                raise ValueError(f"this kernel has no parallel loop, so it runs on one thread; "
+                                 f"add .parallel(<loop>) to the schedule to use {n}")
+            return
+        self._set_threads(n)
+        self.threads = n
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.isa} for {self.op!r}, {len(self.schedule.steps)} schedule steps>"
+
+    def _storage_size(self, tensor: str) -> int:
+        return int(np.prod(self.schedule.layout_of(tensor).storage_shape(self.op.tensor(tensor).shape)))
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of storage-layout copies the kernel works on (inputs, weights, output)."""
+        return sum(self._storage_size(t) * 4 for t in self.op.tensors)
+
+    def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{name} must be a numpy array, got {type(array).__name__}")
+        if array.dtype != np.float32:
+            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes float32 "
+                            f"(convert with {name}.astype(np.float32))")
+        if array.shape != shape:
+            raise ValueError(f"{name} has shape {array.shape}; {self.op!r} expects {shape}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{name} is not C-contiguous; pass np.ascontiguousarray({name})")
+        return array
+
+    def _given(self, arrays: tuple) -> list:
+        """The call's arrays, one per input argument (a trailing None bias dropped); ValueError if
+        their number is wrong."""
+        wanted = self.generated.arguments[:-1]
+        given = list(arrays)
+        if self.op.bias and len(given) == len(wanted) - 1:
+            raise ValueError(f"{self.op!r} has a bias: call kernel(x, w, b)")
+        if len(given) == len(wanted) + 1 and given[-1] is None:
+            given.pop()
+        if len(given) != len(wanted):
+            raise ValueError(f"kernel takes {len(wanted)} arrays ({', '.join(wanted)}), got {len(given)}")
+        return given
+
+    def _bind(self, values: dict[str, Any]) -> tuple:
+        """The C arguments, each parameter's value looked up by its name (arrays as pointers)."""
+        cast = lambda ctype, array: self._ffi.cast(f"{ctype} *", self._ffi.from_buffer(array))
+        return tuple(cast(p.ctype, values[p.name]) if p.pointer else values[p.name]
+                     for p in self.generated.params)
+
+    def prepare(self, *arrays: np.ndarray) -> Buffers:
+        """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
+        given = self._given(arrays)
+        storage: dict[str, np.ndarray] = {}
+        for tensor, array in zip(self.generated.arguments[:-1], given):
+            self._check(tensor, array, self.op.tensor(tensor).shape)
+            is_bias = self.op.bias and tensor == self.op.bias_tensor
+            storage[tensor] = aligned_copy(array) if is_bias else self.schedule.layout_of(tensor).to_storage(array)
+        out = self.op.output
+        storage[out] = aligned_zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
+                                     np.float32)
+        return Buffers(storage, self._bind(storage))
+
+    def run(self, buffers: Buffers) -> None:
+        """Execute the kernel on prepared buffers (the timed part)."""
+        self._function(*buffers.pointers)
+
+    def _logical(self, stored: np.ndarray) -> np.ndarray:
+        out = self.op.output
+        return self.schedule.layout_of(out).from_storage(stored, self.op.tensor(out).shape)
+
+    def output(self, buffers: Buffers) -> np.ndarray:
+        """The output of the last run, in the op's logical layout."""
+        return self._logical(buffers.arrays[self.op.output])
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        buffers = self.prepare(*arrays)
+        self.run(buffers)
+        return self.output(buffers)
+
+
+class QuantizedKernel(Kernel):
+    """A compiled schedule of a quantized op (integer or dequantize-on-the-fly arithmetic).
+
+    ``kernel(xq, wq, b, x_scale=, x_zero_point=, w_scale=, w_zero_point=, y_scale=, y_zero_point=)``
+    (``y_*`` only for a requantized output). ``prepare`` validates the parameters with
+    ``quant.check_quant_params``, packs the arrays into the schedule's layouts and computes
+    the per-channel terms (multipliers, and the weight compensation table when the schedule
+    says ``compensation("packed")``) outside the timed ``run``.
+    """
+
+    def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
+        super().__init__(schedule, generated, module)
+        self.plan = plan
+
+    @property
+    def workspace_bytes(self) -> int:
+        op = self.op
+        out = self._storage_size(op.output) * (4 + (np.dtype(op.quant.output).itemsize if self.plan.integer else 0))
+        return sum(self._storage_size(t) for t in op.inputs) + out
+
+    def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
+        """Validated parameters of one call (ValueError/TypeError naming the bad value)."""
+        unknown = sorted(set(params) - set(PARAM_NAMES))
+        if unknown:
+            raise TypeError(f"unknown quantization parameter(s) {', '.join(unknown)}; "
+                            f"the names are {', '.join(PARAM_NAMES)} (as in ONNX QLinearConv)")
+        missing = [n for n in PARAM_NAMES[:4] if params.get(n) is None]
+        if missing:
+            raise ValueError(f"{self.op!r} is quantized: pass {', '.join(missing)} "
+                             f"(kernel(x, w, b, x_scale=..., x_zero_point=..., w_scale=..., w_zero_point=...))")
+        bias = arrays[2] if len(arrays) > 2 else None
+        qp = check_quant_params(self.op.quant, self.op.channels, *(params.get(n) for n in PARAM_NAMES),
+                                xq=arrays[0] if arrays else None, wq=arrays[1] if len(arrays) > 1 else None,
+                                bias=bias)
+        if qp.y_scale is not None:
+            requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
+        return qp
+
+    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+        """Validate, pack into the schedule's layouts, precompute per-channel terms."""
+        op, plan = self.op, self.plan
+        given = self._given(arrays)
+        for tensor, array in zip(self.generated.arguments, given):
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"{tensor} must be a numpy array, got {type(array).__name__}")
+        qp = self.check_params(tuple(given), params)
+        values: dict[str, Any] = {}
+        for tensor, array in zip(op.inputs, given):
+            shape = op.tensor(tensor).shape
+            if array.shape != shape:
+                raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
+            values[tensor] = self.schedule.layout_of(tensor).to_storage(array, PAD_BYTES)
+        if op.bias:
+            values[op.bias_tensor] = qp.bias
+        out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
+        values[op.output] = aligned_zeros(out_shape, np.int32 if plan.integer else np.float32)
+        values.update(self._parameter_values(qp, given[1], out_shape))
+        storage = {name: value for name, value in values.items() if isinstance(value, np.ndarray)}
+        return Buffers(storage, self._bind(values))
+
+    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
+        op, spec, plan = self.op, self.op.quant, self.plan
+        k = op.channels
+        if not plan.integer:
+            # the vector loop may load a whole vector of per-channel parameters past the last channel
+            return {"lo_zw": aligned_copy(qp.w_zero_point.astype(np.int32), PAD_BYTES),
+                    "lo_wscale": aligned_copy(qp.w_scale.astype(np.float32), PAD_BYTES),
+                    "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
+        if spec.requantized:
+            mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
+        else:
+            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
+        rc, cc = borders(op).shape
+        if plan.compensation == "packed":
+            comp = weight_compensation(op, wq, qp.w_zero_point)
+        else:
+            comp = np.zeros(k * rc * cc, dtype=np.int32)
+        xsum = np.zeros(op.output_positions if plan.activation_sums else 1, dtype=np.int32)
+        return {"Y": np.zeros(out_shape, dtype=spec.output), "lo_zw": qp.w_zero_point.astype(np.int32),
+                "lo_mult": np.ascontiguousarray(mult, dtype=np.float32), "lo_comp": comp, "lo_xsum": xsum,
+                "lo_zx": int(qp.x_zero_point), "lo_zy": int(qp.y_zero_point or 0)}
+
+    def output(self, buffers: Buffers) -> np.ndarray:
+        """The output of the last run in the op's logical layout (float32 or uint8/int8)."""
+        return self._logical(buffers.arrays["Y" if self.plan.integer else self.op.output])
+
+    def accumulators(self, buffers: Buffers) -> np.ndarray:
+        """The raw int32 products ``P`` of the last run (before compensation), logical layout."""
+        return self._logical(buffers.arrays[self.op.output])
+
+    def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
+        buffers = self.prepare(*arrays, **params)
+        self.run(buffers)
+        return self.output(buffers)
+
+
+def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
+    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
+    quantized = schedule.op.quant is not None
+    isa_name = resolve_isa(isa, integer=quantized)
+    generated = generate(schedule, ISAS[isa_name])
+    openmp = ("-fopenmp",) if generated.openmp else ()
+    # quantized kernels: the integer table's flags; float32 products without contraction (requantization
+    # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
+    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else ISAS[isa_name].compile_flags
+    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    if quantized:
+        return QuantizedKernel(schedule, generated, module, generated.plan)
+    return Kernel(schedule, generated, module)

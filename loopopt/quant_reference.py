@@ -1,0 +1,74 @@
+"""Inputs and exact references of quantized kernel calls, for verification and timing.
+
+``random_call`` makes the quantized arrays and calibrated parameters of one call;
+``reference_output`` is quant.py's exact output for them (requantized bit for bit, or
+dequantized float32) and ``tolerance`` the bound a float32 output must meet.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ops import Op
+from .quant import dequantize, dequantize_output, quantize, requantize_output
+
+
+def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Quantized arrays ``[xq, wq(, b)]`` and the call's parameters, calibrated from
+    ``op.random_inputs(seed)`` with ``quant.quantize`` as the op's QuantSpec says."""
+    spec = op.quant
+    floats = op.random_inputs(seed)
+    x, w = (floats[t] for t in op.inputs)
+    xq, sx, zx = quantize(x, spec.activation)
+    axis = op.weight_channel_axis if spec.per_channel else None
+    wq, sw, zw = quantize(w, "int8", axis=axis, symmetric=spec.weight_symmetric)
+    params: dict[str, Any] = dict(x_scale=sx, x_zero_point=zx, w_scale=sw, w_zero_point=zw)
+    arrays = [xq, wq]
+    acc = op.integer_accumulators(xq, wq, zx, zw)
+    if op.bias:
+        b = floats[op.bias_tensor]
+        if spec.requantized:
+            scale = np.float64(sx) * np.broadcast_to(np.asarray(sw, np.float64), (op.channels,))
+            arrays.append(np.rint(b / scale).astype(np.int32))
+        else:
+            arrays.append(b)
+    if spec.requantized:
+        y = _dequantized(op, acc, params, arrays[2] if len(arrays) > 2 else None)
+        _, params["y_scale"], params["y_zero_point"] = quantize(y, spec.output)
+    return arrays, params
+
+
+def _dequantized(op: Op, acc: np.ndarray, params: dict[str, Any], bias) -> np.ndarray:
+    scale = np.float64(params["x_scale"]) * np.asarray(params["w_scale"], np.float64)
+    b = None if bias is None else (bias if op.quant.output == "float32" else
+                                   np.asarray(bias, np.float64) * np.broadcast_to(scale, (op.channels,)))
+    return dequantize_output(acc, params["x_scale"], params["w_scale"], b, axis=op.output_channel_axis)
+
+
+def reference_output(op: Op, arrays: list[np.ndarray], params: dict[str, Any]) -> np.ndarray:
+    """The exact output of quant.py for a call: requantized bit for bit, or dequantized float32."""
+    acc = op.integer_accumulators(arrays[0], arrays[1], params["x_zero_point"], params["w_zero_point"])
+    bias = arrays[2] if len(arrays) > 2 else None
+    if op.quant.requantized:
+        return requantize_output(acc, params["x_scale"], params["w_scale"], params["y_scale"],
+                                 params["y_zero_point"], op.quant.output, bias, axis=op.output_channel_axis)
+    return _dequantized(op, acc, params, bias)
+
+
+def tolerance(op: Op, arrays: list[np.ndarray], params: dict[str, Any], dequantize_in_loop: bool) -> np.ndarray:
+    """Elementwise bound of a float32 output: a few float32 roundings of each term (integer
+    accumulation), or the float summation bound of ``measure.tolerance`` (dequantize-on-the-fly)."""
+    eps = np.finfo(np.float32).eps
+    per_channel = np.ndim(params["w_scale"])
+    xd = np.abs(dequantize(arrays[0], params["x_scale"], params["x_zero_point"]))
+    wd = np.abs(dequantize(arrays[1], params["w_scale"], params["w_zero_point"],
+                           axis=op.weight_channel_axis if per_channel else None))
+    magnitude = op.reference(xd, wd)
+    bias = 0.0
+    if len(arrays) > 2:
+        shape = [1] * magnitude.ndim
+        shape[op.output_channel_axis] = -1
+        bias = np.abs(arrays[2]).astype(np.float64).reshape(shape)
+    reduction = max(1, op.macs // max(1, int(np.prod(op.tensor(op.output).shape)))) if dequantize_in_loop else 1
+    return (2 * reduction + 4) * eps * (magnitude + bias) + 1e-30
