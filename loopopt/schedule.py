@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
 
@@ -30,8 +31,15 @@ class IllegalScheduleError(ScheduleError):
     """A schedule request that would violate a dependence of the op."""
 
 
-COMPENSATIONS = ("packed", "kernel")      # Schedule.compensation choices (quantized ops)
-ARITHMETICS = ("integer", "dequantize")   # Schedule.arithmetic choices (quantized ops)
+Compensation = Literal["packed", "kernel"]        # Schedule.compensation choices (quantized ops)
+QuantArithmetic = Literal["integer", "dequantize"]  # Schedule.arithmetic choices (quantized ops)
+COMPENSATIONS: tuple[Compensation, ...] = get_args(Compensation)
+ARITHMETICS: tuple[QuantArithmetic, ...] = get_args(QuantArithmetic)
+
+
+def box_constraints(loops: "Iterable[Loop]", suffix: str = "") -> list[str]:
+    """isl constraints ``0 <= name < extent`` of ``loops`` (names with ``suffix`` appended)."""
+    return [f"0 <= {loop.name}{suffix} < {loop.extent}" for loop in loops]
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,8 @@ class Schedule:
     steps: tuple[Step, ...] = ()
     reassociate: bool = True
     register_block_at: Optional[str] = None
-    compensation_mode: str = "packed"     # quantized ops: where zero-point compensation is computed
-    arithmetic_mode: str = "integer"      # quantized ops: integer accumulation or dequantize-on-the-fly
+    compensation_mode: Compensation = "packed"    # quantized ops: where zero-point compensation is computed
+    arithmetic_mode: QuantArithmetic = "integer"     # quantized ops: integer accumulation or dequantize-on-the-fly
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -208,10 +216,15 @@ class Schedule:
         """The schedule map ``S[dims] -> [loops]`` restricted to the op's domain."""
         dims = ", ".join(self.op.dim_names)
         loops = ", ".join(self.loop_names)
-        constraints = [f"0 <= {l.name} < {l.extent}" for l in self.loops]
-        constraints += [f"{d} = {v.to_isl()}" for d, v in self.dim_values.items()]
+        constraints = box_constraints(self.loops) + [f"{d} = {v.to_isl()}" for d, v in self.dim_values.items()]
         text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
         return isl.Map(text).intersect_domain(self.op.domain)
+
+    def iterations(self, *conditions: str) -> isl.Set:
+        """The set ``{ [loops] : every loop in its box and every condition }`` over the loop
+        variables (isl constraint texts; guards are not implied: pass them as conditions)."""
+        names = ", ".join(self.loop_names)
+        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops) + list(conditions))} }}")
 
     def _scheduled(self, pairs: isl.Map) -> isl.Map:
         return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
@@ -484,8 +497,8 @@ class Schedule:
         names = list(self.loop_names)
         primed = {n: Var(n + "_2") for n in block}
         offset = self.offset(self.op.output)
-        box = [f"0 <= {l.name} < {l.extent}" for l in self.loops] + [g.to_isl() for g in self.guards]
-        box += [f"0 <= {n}_2 < {self.loop(n).extent}" for n in block]
+        box = box_constraints(self.loops) + [g.to_isl() for g in self.guards]
+        box += box_constraints((self.loop(n) for n in block), suffix="_2")
         box += [Bound(g.expr.substitute(primed), g.lower, g.upper).to_isl() for g in self.guards]
         differ = " or ".join(f"{n} != {n}_2" for n in block)
         text = (f"{{ [{', '.join(names + [n + '_2' for n in block])}] : {' and '.join(box)} and "

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..cbuild import compile_c
 from ..expr import Const, Var
-from ..schedule import Schedule
+from ..schedule import Schedule, box_constraints
 from .items import ItemSpace, TensorItems
 from .stack import TRACE_ACCESS_LIMIT
 from .trace import CDEF, ENGINE_C, nest_c
@@ -123,13 +123,7 @@ void first_distances(long long count, long long *items, long long *rank, long lo
 
 def region_nest(schedule: Schedule, space: ItemSpace) -> str:
     """The trace engine's nest with each loop running over ``LO[i] .. HI[i]`` (a sub-box)."""
-    nest = nest_c(schedule, space)
-    for i, loop in enumerate(schedule.loops):
-        header = f"for (long long {loop.name} = 0; {loop.name} < {loop.extent}; {loop.name}++)"
-        if header not in nest:
-            raise RuntimeError(f"internal: the trace nest has no header {header!r}")
-        nest = nest.replace(header, f"for (long long {loop.name} = LO[{i}]; {loop.name} < HI[{i}]; {loop.name}++)")
-    return nest
+    return nest_c(schedule, space, [(f"LO[{i}]", f"HI[{i}]") for i in range(len(schedule.loops))])
 
 
 def region_module(schedule: Schedule, space: ItemSpace):
@@ -223,7 +217,7 @@ class Analyzer:
         j = len(prefix)
         extent = self.loops[j].extent
         inner = ", ".join([l.name for l in self.loops[j + 1:]] + [_NONE])     # never empty
-        box = " and ".join([f"0 <= {l.name} < {l.extent}" for l in self.loops[j + 1:]] + [f"{_NONE} = 0"])
+        box = " and ".join(box_constraints(self.loops[j + 1:]) + [f"{_NONE} = 0"])
         zero = {l.name: Const(v) for l, v in zip(self.loops, prefix)}
         at_b = dict(zero, **{self.loops[j].name: Var(_B)})
         best: Optional[Repetition] = None
@@ -357,7 +351,8 @@ class Analyzer:
         self._run("stack_run", {"cap": cap, "now": m, "seen": m}, last=last, owner=owner, tree=tree, hist=hist)
         return hist
 
-    def _run(self, function: str, fields: dict, **arrays: np.ndarray) -> None:
+    def _run(self, function: str, fields: dict, **arrays: np.ndarray) -> int:
+        """Run engine pass ``function`` over the bounded sub-box; the state's clock after it."""
         ffi = self.module.ffi
         state = ffi.new("stack_state *", dict(fields, nitems=self.n))
         for name, array in arrays.items():

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .items import element_bytes
-from .profile import ReuseProfile, check_capacity
+from .items import check_capacity, element_bytes
+from .setassoc import simulate_caches
+
+if TYPE_CHECKING:
+    from .profile import ReuseProfile
 
 ENERGY_PJ = {"registers": 1.0, "L1": 20.0, "L2": 100.0, "L3": 200.0, "DRAM": 1950.0,
              "mac_float32": 4.6, "mac_int8": 0.3}
@@ -156,7 +159,6 @@ def predict(profile: ReuseProfile, machine: Optional[Machine] = None, energy: Op
     levels = (CacheLevel("registers", machine.register_bytes, 1),) + machine.caches
     simulated = {}
     if set_associative and profile.granularity == "line":
-        from .setassoc import simulate_caches
         l12 = [c for c in machine.caches[:2] if c.line_size == profile.line_size]
         misses = simulate_caches(profile.schedule, [(c.sets, c.ways) for c in l12], profile.line_size)
         simulated = {c.name: int(row.sum()) for c, row in zip(l12, misses)}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..schedule import Schedule
 
 GRANULARITIES = ("element", "line")
@@ -81,3 +83,11 @@ def item_space(schedule: Schedule, granularity: str = "element", line_size: int 
                                        line_size.bit_length() - 1))
         base += tensors[-1].count
     return ItemSpace(granularity, line_size, tuple(tensors))
+
+
+def check_capacity(capacity: int, what: str = "capacity_lines") -> int:
+    """ValueError naming the value unless ``capacity`` (a count of items, sets or ways) is a
+    positive integer."""
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+        raise ValueError(f"{what}={capacity!r} is not allowed: it must be a positive integer")
+    return int(capacity)

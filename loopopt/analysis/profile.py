@@ -8,14 +8,7 @@ from typing import Optional
 import numpy as np
 
 from ..schedule import Schedule
-from .items import ItemSpace
-
-
-def check_capacity(capacity: int, what: str = "capacity_lines") -> int:
-    """ValueError naming the value unless ``capacity`` is a positive integer."""
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-        raise ValueError(f"{what}={capacity!r} is not allowed: it must be a positive integer")
-    return int(capacity)
+from .items import ItemSpace, check_capacity
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,7 +90,10 @@ class ReuseProfile:
         return math.inf if index == len(row) - 1 else float(index)
 
     def hierarchy(self, machine=None, energy=None, set_associative: bool = True):
-        """Predicted traffic and energy per memory level (see ``hierarchy.predict``)."""
+        """Predicted traffic and energy per memory level (see ``hierarchy.predict``).
+
+        ``hierarchy`` and ``summary`` are lazy facades: the hierarchy model sits above the
+        profile it reads, so it is imported here."""
         from .hierarchy import predict
         return predict(self, machine, energy, set_associative)
 

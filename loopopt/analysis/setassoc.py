@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import Schedule
-from .items import item_space
-from .profile import check_capacity
+from .items import check_capacity, item_space
 from .stack import check_trace_size
 from .trace import trace_module
 

@@ -8,7 +8,9 @@ set-associative caches) live in ``engine.c``; nothing else is materialized.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 from ..cbuild import compile_c
 from ..schedule import Schedule
@@ -28,11 +30,16 @@ void sa_run(sa_state *s);
 ACCESS_ORDER = (0, 1, 2, 2)
 
 
-def nest_c(schedule: Schedule, space: ItemSpace) -> str:
-    """The C body that walks the trace, calling ``VISIT(state, tensor_position, item)``."""
+def nest_c(schedule: Schedule, space: ItemSpace, bounds: Optional[Sequence[tuple[str, str]]] = None) -> str:
+    """The C body that walks the trace, calling ``VISIT(state, tensor_position, item)``.
+
+    ``bounds``: per loop, the C expressions of its first and past-the-end values (default:
+    ``0`` and its extent, the whole nest)."""
+    if bounds is None:
+        bounds = [("0", str(loop.extent)) for loop in schedule.loops]
     lines, indent = [], "    "
-    for loop in schedule.loops:
-        lines.append(f"{indent}for (long long {loop.name} = 0; {loop.name} < {loop.extent}; {loop.name}++)")
+    for loop, (begin, end) in zip(schedule.loops, bounds, strict=True):
+        lines.append(f"{indent}for (long long {loop.name} = {begin}; {loop.name} < {end}; {loop.name}++)")
         indent += "  "
     guard = " && ".join(f"({g.to_c()})" for g in schedule.guards) or "1"
     lines.append(f"{indent}if ({guard}) {{")

@@ -14,7 +14,7 @@ accumulator:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
 from .isa import INT_ISAS, ISAS, Isa
@@ -22,11 +22,14 @@ from .quantized import DOT, QuantPlan
 from .vector import AccessKind, classify_offset
 
 
+ArithmeticName = Literal["float", "integer", "dot", "dequantize"]
+
+
 @dataclass(frozen=True)
 class Arithmetic:
     """How the statement's products are formed (see the module docstring)."""
 
-    name: str                         # float, integer, dot, dequantize
+    name: ArithmeticName
     acc: Isa                          # table of the accumulator (and output) lanes
     schedule: Schedule
     plan: Optional[QuantPlan] = None

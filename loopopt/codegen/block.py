@@ -19,18 +19,35 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
-
-import islpy as isl
+from typing import Optional, Protocol
 
 from ..expr import Bound, Const, Expr, Var
-from ..schedule import Schedule, ScheduleError
-from .arith import load
+from ..ops import Op
+from ..schedule import Loop, Schedule, ScheduleError
+from .arith import Arithmetic, load
+from .isa import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
-from .vector import classify_offset
+from .vector import AccessKind, classify_offset
 
-if TYPE_CHECKING:
-    from .emit import _Emitter
+
+class NestEmitter(Protocol):
+    """What a register block needs from the emitter of the nest around it."""
+
+    schedule: Schedule
+    op: Op
+    isa: Isa
+    kinds: dict[str, AccessKind]      # vector access kind per tensor (empty when not vectorized)
+    arith: Arithmetic
+    vector: Optional[Loop]            # the vectorized loop, if the target vectorizes it
+
+    def emit(self, indent: int, text: str) -> None:
+        """Append one line of C at ``indent``."""
+
+    def emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
+        """Emit loop ``depth`` of the schedule and everything inside it."""
+
+    def loop_depth(self, expr: Expr) -> int:
+        """Index of the innermost loop among the loop variables of ``expr`` (-1 if none)."""
 
 
 @dataclass(frozen=True)
@@ -65,17 +82,13 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
     Greedy: drop each guard in turn if isl proves every access in the loop box that
     satisfies the remaining guards is in bounds.
     """
-    names = ", ".join(loop.name for loop in schedule.loops)
-    box = [f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops]
     index = schedule.index(tensor)
     shape = schedule.op.tensor(tensor).shape
     outside = " or ".join(f"({e.to_isl()}) < 0 or ({e.to_isl()}) >= {n}" for e, n in zip(index, shape))
     kept = set(range(len(schedule.guards)))
     for i in range(len(schedule.guards)):
         trial = kept - {i}
-        constraints = box + [schedule.guards[j].to_isl() for j in sorted(trial)]
-        text = f"{{ [{names}] : {' and '.join(constraints)} and ({outside}) }}"
-        if isl.Set(text).is_empty():
+        if schedule.iterations(*(schedule.guards[j].to_isl() for j in sorted(trial)), f"({outside})").is_empty():
             kept = trial
     return frozenset(kept)
 
@@ -83,9 +96,9 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
 class RegisterBlock:
     """Emits the block of ``emitter``'s schedule (its ``at`` loop and everything inside)."""
 
-    def __init__(self, emitter: "_Emitter"):
+    def __init__(self, emitter: NestEmitter):
         self.em = em = emitter
-        s = em.s
+        s = em.schedule
         self.start = s.position(s.register_block_at)
         reduction, block = s.block_loops()
         declared = s.vector_loop.name if s.vector_loop is not None else None
@@ -102,7 +115,7 @@ class RegisterBlock:
         self._check_kinds()
         self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
         self.accumulators = self._accumulators()
-        self.guards = [(i, g, em._depth(g.expr)) for i, g in enumerate(s.guards)]
+        self.guards = [(i, g, em.loop_depth(g.expr)) for i, g in enumerate(s.guards)]
         # a guard on a reduction dim (padding taps) only skips updates, even where its loop
         # variables are all block loops (a reduction dim fused into a block loop)
         self.skips_updates = {i for i, dims in enumerate(s.guard_dims) if dims & s.op.reduction_dims}
@@ -124,14 +137,14 @@ class RegisterBlock:
     def _bias_value(self) -> Expr:
         """The output channel (the bias element) in terms of the loops."""
         op = self.em.op
-        return self.em.s.index(op.output)[op.output_channel_axis]
+        return self.em.schedule.index(op.output)[op.output_channel_axis]
 
     def _bias_loadable(self) -> bool:
         """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""
         return self.chunk_loop is not None or self.bias_kind in ("broadcast", "contiguous")
 
     def _accumulators(self) -> list[Accumulator]:
-        s = self.em.s
+        s = self.em.schedule
         ranges = []
         for name in self.block:
             extent = s.loop(name).extent
@@ -176,14 +189,14 @@ class RegisterBlock:
         """The block: accumulators set, the reduction loops with the updates, accumulators stored."""
         em = self.em
         reduction = ", ".join(self.reduction + ([self.chunk_loop] if self.chunk_loop else [])) or "nothing"
-        em.emit(indent, f"{{ /* register block at {em.s.register_block_at}: {len(self.accumulators)} "
+        em.emit(indent, f"{{ /* register block at {em.schedule.register_block_at}: {len(self.accumulators)} "
                         f"accumulator(s) over {', '.join(self.block) or 'one element'}, "
                         f"kept across {reduction} */")
         inner = indent + 1
         guards = {acc.name: self._split_guards(acc) for acc in self.accumulators}
         for acc in self.accumulators:
             self._emit_setup(inner, acc, guards[acc.name])
-        em._emit_loop(self.start, inner, inside_block=True)
+        em.emit_loop(self.start, inner, inside_block=True)
         for acc in self.accumulators:
             self._emit_store(inner, acc)
         em.emit(indent, "}")
@@ -228,12 +241,12 @@ class RegisterBlock:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
-        ref = f"{tensor}[{em.s.offset(tensor).substitute(acc.bindings).to_c()}]"
+        ref = f"{tensor}[{em.schedule.offset(tensor).substitute(acc.bindings).to_c()}]"
         if not self.vector:
             return ref
         kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
         if kind.kind == "gather":
-            lanes_offset = em.s.offset(tensor).substitute(
+            lanes_offset = em.schedule.offset(tensor).substitute(
                 {n: v for n, v in acc.bindings.items() if n != self.vector}).to_c()
             array = f"lo_index{len(self.loads)}"
             em.emit(indent, f"int {array}[{self.lanes}];")
@@ -250,7 +263,7 @@ class RegisterBlock:
         self.loads = {}
         chunk_bits = None
         if self.chunk_loop:
-            loop = em.s.loop(self.chunk_loop)
+            loop = em.schedule.loop(self.chunk_loop)
             em.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; "
                             f"{loop.name} += {self.lanes}) {{")
             indent += 1
@@ -283,7 +296,7 @@ class RegisterBlock:
     def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
         """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load."""
         em = self.em
-        needed = needed_guards(em.s, tensor)
+        needed = needed_guards(em.schedule, tensor)
         protect = []
         for i, guard, depth in self.guards:
             if i in needed and depth >= self.body_depth:
@@ -298,7 +311,7 @@ class RegisterBlock:
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is
         # written only with the load that first needs it
-        key = (tensor, em.s.offset(tensor).substitute(acc.bindings).to_c(), lanes, tuple(protect))
+        key = (tensor, em.schedule.offset(tensor).substitute(acc.bindings).to_c(), lanes, tuple(protect))
         if key not in self.loads:
             self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, lanes, indent),
                                               protect, tensor)
@@ -318,7 +331,7 @@ class RegisterBlock:
             self._emit_epilogue(indent, acc)
             return
         _, mask, guards = self.setup[acc.name]
-        offset = em.s.offset(out).substitute(acc.bindings).to_c()
+        offset = em.schedule.offset(out).substitute(acc.bindings).to_c()
         if self.chunk_loop:
             total = isa.hsum(v=acc.name) if self.vector else acc.name
             if self.initialises_output:
@@ -354,12 +367,12 @@ class RegisterBlock:
         int32 width) and narrowed to bytes when stored (the table's ``store_narrow``)."""
         em, plan = self.em, self.em.arith.plan
         bits, _, guards = self.setup[acc.name]
-        index = em.s.index(em.op.output)
+        index = em.schedule.index(em.op.output)
         em.emit(indent, f"if ({acc.name}_ok) {{" if guards.store else "{")
         inner = indent + 1
         if not (self.vector and self.chunk_loop is None):
             value = em.isa.hsum(v=acc.name) if self.vector else acc.name
-            for line in epilogue_statements(em.s, plan, value, [e.substitute(acc.bindings) for e in index]):
+            for line in epilogue_statements(em.schedule, plan, value, [e.substitute(acc.bindings) for e in index]):
                 em.emit(inner, line)
             em.emit(indent, "}")
             return
@@ -376,10 +389,10 @@ class RegisterBlock:
         em.emit(inner, SIMD_PRAGMA)
         em.emit(inner, lanes)
         em.emit(inner + 1, first)
-        for line in epilogue_statements(em.s, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]", narrow=not narrow):
+        for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]", narrow=not narrow):
             em.emit(inner + 1, line)
         em.emit(inner, "}")
-        offset = em.s.offset(em.op.output).substitute(outer).substitute(lane)
+        offset = em.schedule.offset(em.op.output).substitute(outer).substitute(lane)
         if whole:
             start = offset.substitute({"lo_lane": acc.bindings.get(self.vector, Var(self.vector))}).to_c()
             em.emit(inner, self._narrowed(f"&Y[{start}]", acc.valid_lanes) + ";" if narrow else

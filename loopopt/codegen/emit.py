@@ -97,13 +97,15 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
 
 
 class _Emitter:
+    """Writes the kernel body and the ranged nest function of one schedule (a ``NestEmitter``)."""
+
     def __init__(self, schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind], arith: Arithmetic,
                  params: tuple[KernelParam, ...]):
-        self.s, self.isa, self.kinds, self.arith, self.params = schedule, isa, kinds, arith, params
+        self.schedule, self.isa, self.kinds, self.arith, self.params = schedule, isa, kinds, arith, params
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
-        self.dim_depth = {d: self._depth(v) for d, v in schedule.dim_values.items()}
+        self.dim_depth = {d: self.loop_depth(v) for d, v in schedule.dim_values.items()}
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
@@ -114,25 +116,25 @@ class _Emitter:
         self.ranged = par is not None and all(l.extent == 1 for l in schedule.loops[:schedule.position(par.name)])
 
     # --- placement ---------------------------------------------------------------------
-    def _depth(self, expr: Expr) -> int:
+    def loop_depth(self, expr: Expr) -> int:
         """Index of the innermost loop among the loop variables of ``expr`` (-1 if none)."""
         return max((self.position[v] for v in expr.variables() if v in self.position), default=-1)
 
     def _guard_depth(self, guard: Bound, over_dims: bool) -> int:
         if over_dims:
             return max((self.dim_depth[d] for d in guard.expr.variables()), default=-1)
-        return self._depth(guard.expr)
+        return self.loop_depth(guard.expr)
 
     def _guards_at(self, depth: int) -> list[Bound]:
-        partial = [g for g in self.s.partial_guards if self._guard_depth(g, False) == depth]
+        partial = [g for g in self.schedule.partial_guards if self._guard_depth(g, False) == depth]
         return partial + [g for g in self.op.guards if self._guard_depth(g, True) == depth]
 
     def _defs_at(self, depth: int) -> list[str]:
-        return [f"const int {d} = {v.to_c()};" for d, v in self.s.dim_values.items()
+        return [f"const int {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
                 if self.dim_depth[d] == depth and v != Var(d)]
 
     def offset(self, tensor: str) -> str:
-        layout = self.s.layout_of(tensor)
+        layout = self.schedule.layout_of(tensor)
         return layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()
 
     def ref(self, tensor: str) -> str:
@@ -147,13 +149,13 @@ class _Emitter:
         if self.block is None or not self.block.initialises_output:
             self._emit_output_init()
         plan = self.arith.plan
-        for line in quantized.prologue(self.s, plan) if plan else []:
+        for line in quantized.prologue(self.schedule, plan) if plan else []:
             self.emit(0, line)
         if self.ranged:
             self._emit_ranged_call()
         else:
             self._emit_nest()
-        for line in quantized.epilogue(self.s, plan) if plan else []:
+        for line in quantized.epilogue(self.schedule, plan) if plan else []:
             self.emit(0, line)
         return "\n".join(self.lines)
 
@@ -162,12 +164,12 @@ class _Emitter:
         self.emit(0, "{")
         for line in self._defs_at(-1):
             self.emit(1, line)
-        self._emit_loop(0, 1)
+        self.emit_loop(0, 1)
         self.emit(0, "}")
 
     def _emit_ranged_call(self) -> None:
         """Split the parallel loop into one contiguous range per thread (as ``schedule(static)``)."""
-        loop = self.s.parallel_loop
+        loop = self.schedule.parallel_loop
         self.emit(0, f"/* the reduction nest: {loop.name} split into one range per thread */")
         self.emit(0, "#pragma omp parallel")
         self.emit(0, "{")
@@ -192,7 +194,7 @@ class _Emitter:
                 f"\n{{\n{body}\n}}")
 
     def _emit_constants(self) -> None:
-        for line in quantized.constants(self.s, self.arith.plan) if self.arith.plan else []:
+        for line in quantized.constants(self.schedule, self.arith.plan) if self.arith.plan else []:
             self.emit(0, line)
         for tensor, kind in self.kinds.items():
             if kind.kind == "strided":
@@ -204,18 +206,18 @@ class _Emitter:
         out = self.op.output
         info = self.op.tensor(out)
         names = [f"lo_{letter.lower()}" for letter in info.letters]
-        offset = self.s.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
+        offset = self.schedule.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
         zero = self.arith.zero(vectorized=False)
         channel = names[self.op.output_channel_axis]
         value = f"{self.op.bias_tensor}[{channel}]" if self.op.bias and self.arith.bias_in_nest else zero
         self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
-        if self.s.parallel_loop is not None:
+        if self.schedule.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
         for depth, (name, size) in enumerate(zip(names, info.shape)):
             self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
         self.emit(len(names), f"{out}[{offset}] = {value};")
 
-    def _emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
+    def emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
         """Loop ``depth`` and everything inside it (a register block takes over at its loop)."""
         block = self.block
         if block is not None and depth == block.start and not inside_block:
@@ -224,11 +226,11 @@ class _Emitter:
         if block is not None and depth == block.body_depth:
             block.emit_body(indent)
             return
-        if depth == len(self.s.loops):
+        if depth == len(self.schedule.loops):
             a, b = self.op.inputs
             self.emit(indent, f"{self.ref(self.op.output)} += {self.arith.product(self.ref(a), self.ref(b))};")
             return
-        loop = self.s.loops[depth]
+        loop = self.schedule.loops[depth]
         if self.arith.plan is not None and loop.name == self.arith.plan.dot_loop:
             self._emit_dot_loop(depth, indent, inside_block)
             return
@@ -245,19 +247,19 @@ class _Emitter:
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):
             self.emit(indent + 1, f"if (!({guard.to_c()})) continue;")
-        self._emit_loop(depth + 1, indent + 1, inside_block)
+        self.emit_loop(depth + 1, indent + 1, inside_block)
         self.emit(indent, "}")
 
     def _emit_dot_loop(self, depth: int, indent: int, inside_block: bool) -> None:
         """The dot loop runs once, at its first iteration: each dot instruction consumes all of it."""
-        loop = self.s.loops[depth]
+        loop = self.schedule.loops[depth]
         guards = self._guards_at(depth)
         self.emit(indent, f"{{ const int {loop.name} = 0;   /* {loop.extent} iterations per dot instruction */")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in guards:
             self.emit(indent + 1, f"if ({guard.to_c()}) {{")
-        self._emit_loop(depth + 1, indent + 1, inside_block)
+        self.emit_loop(depth + 1, indent + 1, inside_block)
         for _ in guards:
             self.emit(indent + 1, "}")
         self.emit(indent, "}")
@@ -270,7 +272,7 @@ class _Emitter:
         # Accumulate across lanes only when the output element is syntactically outside the
         # vector loop; an output that isl proves constant but is written in terms of the
         # vector variable goes through the per-lane path.
-        reduce = self.kinds[out].kind == "broadcast" and v not in self.s.offset(out).variables()
+        reduce = self.kinds[out].kind == "broadcast" and v not in self.schedule.offset(out).variables()
         lane_wise = {t for t, k in self.kinds.items() if k.kind == "gather"}
         if self.kinds[out].kind == "broadcast" and not reduce:
             lane_wise.add(out)

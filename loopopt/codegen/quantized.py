@@ -34,13 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import islpy as isl
 import numpy as np
 
-from ..expr import Bound, Const, Var
+from ..expr import Bound, Var
 from ..ops import Op, Window
-from ..schedule import Schedule
+from ..schedule import Compensation, QuantArithmetic, Schedule
 from .params import KernelParam, scalar
+from .vector import proves_step
 
 DOT = 4   # bytes per lane consumed by one dot instruction
 # Epilogue loops store bytes (which may alias anything) from pointers that OpenMP outlining strips of
@@ -52,8 +52,8 @@ SIMD_PRAGMA = "#pragma omp simd"
 class QuantPlan:
     """What a quantized kernel computes and how."""
 
-    arithmetic: str              # "integer" or "dequantize"
-    compensation: str            # "packed" or "kernel"
+    arithmetic: QuantArithmetic
+    compensation: Compensation
     dot_loop: str | None         # reduction loop consumed by the dot instruction
     shift: int                   # added to activations before the products (int8 on the dot: 128)
     activation_sums: bool        # asymmetric weights need S(p)
@@ -109,13 +109,7 @@ def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
 @lru_cache(maxsize=1024)
 def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
     """True iff ``tensor``'s storage offset grows by exactly 1 along loop ``name`` everywhere."""
-    offset = schedule.offset(tensor)
-    nxt = offset.substitute({name: Var(name) + Const(1)})
-    names = ", ".join(loop.name for loop in schedule.loops)
-    box = " and ".join(f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops)
-    text = (f"{{ [{names}] : {box} and {name} + 1 < {DOT} and "
-            f"({nxt.to_isl()}) - ({offset.to_isl()}) != 1 }}")
-    return isl.Set(text).is_empty()
+    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {DOT}")
 
 
 def _split_of(schedule: Schedule, name: str):

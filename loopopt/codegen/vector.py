@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-
-import islpy as isl
+from typing import Literal
 
 from ..expr import Const, Expr, Var
 from ..schedule import Schedule
+
+
+AccessKindName = Literal["broadcast", "contiguous", "strided", "gather"]
 
 
 @dataclass(frozen=True)
 class AccessKind:
     """``kind`` in broadcast/contiguous/strided/gather; ``stride`` in elements for strided."""
 
-    kind: str
+    kind: AccessKindName
     stride: int = 0
 
     def __str__(self) -> str:
@@ -52,13 +54,15 @@ def classify_offset(schedule: Schedule, offset: Expr, lanes: int) -> AccessKind:
     return AccessKind("gather")
 
 
-def _holds_everywhere(schedule: Schedule, offset, lanes: int, step: int) -> bool:
+def _holds_everywhere(schedule: Schedule, offset: Expr, lanes: int, step: int) -> bool:
     """True iff offset(v+1) - offset(v) == step for neighbouring lanes of every vector."""
     vec = schedule.vector_loop
-    nxt = offset.substitute({vec.name: Var(vec.name) + Const(1)})
-    names = ", ".join(loop.name for loop in schedule.loops)
-    box = " and ".join(f"0 <= {loop.name} < {loop.extent}" for loop in schedule.loops)
     neighbours = f"{vec.name} + 1 < {vec.extent} and ({vec.name} mod {lanes}) < {lanes - 1}"
-    text = (f"{{ [{names}] : {box} and {neighbours} and "
-            f"({nxt.to_isl()}) - ({offset.to_isl()}) != {step} }}")
-    return isl.Set(text).is_empty()
+    return proves_step(schedule, offset, vec.name, step, neighbours)
+
+
+def proves_step(schedule: Schedule, offset: Expr, loop: str, step: int, where: str) -> bool:
+    """True iff isl proves ``offset(loop + 1) - offset(loop) == step`` at every iteration of the
+    loop box where the isl constraint ``where`` holds."""
+    nxt = offset.substitute({loop: Var(loop) + Const(1)})
+    return schedule.iterations(where, f"({nxt.to_isl()}) - ({offset.to_isl()}) != {step}").is_empty()

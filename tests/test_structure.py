@@ -1,0 +1,40 @@
+"""The tree keeps its shape: import layers (import-linter contracts in pyproject.toml) and no
+code outside ops.py asking which class an op is."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OP_CLASSES = {"Op", "Conv2d", "Matmul"}
+
+
+def _run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_import_layers_are_kept():
+    pytest.importorskip("importlinter")
+    result = _run("-c", "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _op_class_checks(path: Path) -> list[str]:
+    """``isinstance(x, <op class>)`` calls in one file, as ``path:line``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            names = {getattr(k, "id", getattr(k, "attr", None)) for k in kinds}
+            if names & OP_CLASSES:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_ops_describe_themselves():
+    sources = [p for d in ("loopopt", "benchmarks") for p in (ROOT / d).rglob("*.py") if p.name != "ops.py"]
+    checks = [hit for path in sources for hit in _op_class_checks(path)]
+    # the one allowed: Schedule checks that it was given an op at all
+    assert [hit.split(":")[0] for hit in checks] == ["loopopt/schedule.py"], checks
