@@ -1,37 +1,70 @@
 """Compile C source through cffi into an on-disk cache and load it.
 
 The cache key is a hash of the source, the cdef, the compiler's identity and the
-flags. Builds happen in a private temporary directory and are published with an
-atomic rename, so two processes compiling the same kernel at once both succeed.
-The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``).
+flags. An entry is the shared object ``_loopopt_<key><ext>`` and its record
+``<that>.sha256`` (SHA-256 and size of the shared object). A build runs in a private
+``build-*`` folder (locked while it runs), then publishes the shared object and after it
+the record, each with an atomic rename, so two processes compiling the same kernel at
+once both succeed. An entry is loaded only if its record matches it; otherwise (a build
+killed before its record, a truncated or corrupt file, which would crash the process
+when loaded) it is rebuilt. Build folders left by killed builds (unlocked and older than
+``STALE_BUILD_SECONDS``) are removed by the next build.
+
+The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
+cannot be created or written raises CacheError naming it.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from functools import lru_cache
+import time
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import cffi
 
 BASE_FLAGS = ("-O3", "-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
+CACHE_ENV = "LOOPOPT_CACHE_DIR"
+ENTRY_PREFIX = "_loopopt_"          # every file of the cache: shared objects, records, failed sources
+RECORD_SUFFIX = ".sha256"
+BUILD_PREFIX = "build-"
+STALE_BUILD_SECONDS = 600
+_BUILD_FOLDER = re.compile(rf"{BUILD_PREFIX}[a-z0-9_]{{8}}")   # the names tempfile.mkdtemp gives
 
 
 class BuildError(RuntimeError):
     """The C compiler is missing or rejected generated code."""
 
 
+class CacheError(BuildError):
+    """The kernel cache directory cannot be created or written."""
+
+
 def cache_dir() -> Path:
-    """Where compiled modules are kept (``$LOOPOPT_CACHE_DIR`` overrides the default)."""
-    path = Path(os.environ.get("LOOPOPT_CACHE_DIR") or Path.home() / ".cache" / "loopopt")
-    path.mkdir(parents=True, exist_ok=True)
+    """Where compiled modules are kept (``$LOOPOPT_CACHE_DIR`` overrides the default), created if
+    missing; CacheError if it cannot be created or written."""
+    configured = os.environ.get(CACHE_ENV)
+    path = Path(configured) if configured else Path.home() / ".cache" / "loopopt"
+    origin = (f"set by {CACHE_ENV}; point {CACHE_ENV} at a writable directory" if configured
+              else f"the default; set {CACHE_ENV} to a writable directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CacheError(f"kernel cache {path} ({origin}) is not a directory") from None
+    except OSError as err:
+        raise CacheError(f"kernel cache {path} ({origin}) cannot be created: {err.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CacheError(f"kernel cache {path} ({origin}) is not writable")
     return path
 
 
@@ -44,10 +77,10 @@ def compiler() -> str:
     return cc
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiler_identity(cc: str) -> str:
     try:
-        return subprocess.run(cc.split() + ["--version"], capture_output=True, text=True,
+        return subprocess.run(cc.split() + ["--version"], capture_output=True, text=True, check=False,
                               timeout=30).stdout.splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired) as err:
         raise BuildError(f"the C compiler {cc!r} did not answer --version: {err}") from None
@@ -67,10 +100,9 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: t
                                     " ".join(link_flags), sys.version]).encode()).hexdigest()[:24]
     if key in _loaded:
         return _loaded[key]
-    name = f"_loopopt_{key}"
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    target = cache_dir() / f"{name}{suffix}"
-    if not target.exists():
+    name = f"{ENTRY_PREFIX}{key}"
+    target = cache_dir() / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    if not _trusted(target):
         _build(name, source, cdef, all_flags, tuple(link_flags), target, cc)
     spec = importlib.util.spec_from_file_location(name, target)
     module = importlib.util.module_from_spec(spec)
@@ -79,25 +111,137 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: t
     return module
 
 
+def _record_of(entry: Path) -> Path:
+    return entry.with_name(entry.name + RECORD_SUFFIX)
+
+
+def _describe(path: Path) -> str:
+    """The record line of ``path``: its SHA-256 and size."""
+    data = path.read_bytes()
+    return f"{hashlib.sha256(data).hexdigest()} {len(data)}\n"
+
+
+def _trusted(entry: Path) -> bool:
+    """Whether ``entry`` is a complete published shared object: its record exists and matches it."""
+    try:
+        record = _record_of(entry).read_text()
+        size = int(record.split()[1])
+        return entry.stat().st_size == size and _describe(entry) == record
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags: tuple[str, ...],
            target: Path, cc: str) -> None:
+    """Compile in a locked private folder, then publish the shared object and its record."""
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     ffi.set_source(name, source, extra_compile_args=list(flags), extra_link_args=list(link_flags))
-    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
-        env_cc = os.environ.get("CC")
-        os.environ["CC"] = cc
+    remove_stale_builds(target.parent)
+    folder = Path(tempfile.mkdtemp(prefix=BUILD_PREFIX, dir=target.parent))
+    lock = os.open(folder, os.O_RDONLY)
+    env_cc = os.environ.get("CC")
+    os.environ["CC"] = cc
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the process dies: unlocked means abandoned
         try:
-            built = ffi.compile(tmpdir=tmp, verbose=False)
-        except Exception as err:  # distutils/setuptools raise several unrelated types
-            generated = Path(tmp) / f"{name}.c"
+            built = Path(ffi.compile(tmpdir=str(folder), verbose=False))
+        except Exception as err:  # noqa: BLE001 -- distutils/setuptools raise several unrelated types
+            failed = target.with_suffix(".failed.c")
+            generated = folder / f"{name}.c"
             if generated.exists():
-                shutil.copy(generated, target.with_suffix(".failed.c"))
+                shutil.copy(generated, failed)
             raise BuildError(f"compiling {name} failed ({type(err).__name__}: {err}); the source is in "
-                             f"{target.with_suffix('.failed.c')}") from None
-        finally:
-            if env_cc is None:
-                os.environ.pop("CC", None)
-            else:
-                os.environ["CC"] = env_cc
+                             f"{failed}") from None
+        record = folder / "record"
+        record.write_text(_describe(built))
         os.replace(built, target)
+        os.replace(record, _record_of(target))
+    finally:
+        if env_cc is None:
+            os.environ.pop("CC", None)
+        else:
+            os.environ["CC"] = env_cc
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(lock)
+
+
+def _build_folders(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if _BUILD_FOLDER.fullmatch(p.name) and p.is_dir()]
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What the kernel cache holds (``cache_info``) or what was removed from it."""
+
+    path: Path
+    entries: int        # compiled kernels (shared objects)
+    bytes: int          # loopopt's files and build folders in the directory
+    builds: int         # build folders: running builds, or leftovers of killed ones
+    failed: int         # sources of failed compiles (*.failed.c)
+
+    def __str__(self) -> str:
+        return (f"{self.path}: {self.entries} kernels, {self.bytes / 1e6:.2f} MB, "
+                f"{self.builds} build folders, {self.failed} failed sources")
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file or of the files under a folder (0 if it vanished meanwhile)."""
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _entry_files(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.startswith(ENTRY_PREFIX) and p.is_file()]
+
+
+def _summary(directory: Path, files: list[Path], folders: list[Path]) -> CacheInfo:
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return CacheInfo(directory, sum(f.name.endswith(suffix) for f in files),
+                     sum(_size(p) for p in files + folders), len(folders),
+                     sum(f.name.endswith(".failed.c") for f in files))
+
+
+def remove_stale_builds(directory: Path, older_than: float = STALE_BUILD_SECONDS) -> CacheInfo:
+    """Remove the build folders in ``directory`` that no running build holds and that were last
+    modified more than ``older_than`` seconds ago; returns what was removed."""
+    removed = []
+    for folder in _build_folders(directory):
+        try:
+            if time.time() - folder.stat().st_mtime < older_than:
+                continue
+            lock = os.open(folder, os.O_RDONLY)
+        except OSError:          # removed meanwhile by another process
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            removed.append((folder, _size(folder)))
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:          # a running build holds it (or the file system has no locks)
+            pass
+        finally:
+            os.close(lock)
+    return CacheInfo(directory, 0, sum(size for _, size in removed), len(removed), 0)
+
+
+def cache_info() -> CacheInfo:
+    """The cache's path, number of kernels, size, build folders and failed sources."""
+    directory = cache_dir()
+    return _summary(directory, _entry_files(directory), _build_folders(directory))
+
+
+def clear_cache() -> CacheInfo:
+    """Remove every kernel, record, failed source and build folder not held by a running build;
+    returns what was removed. Kernels already loaded by running processes keep working."""
+    directory = cache_dir()
+    # records first: a clear interrupted midway leaves kernels without a record, which are rebuilt
+    files = sorted(_entry_files(directory), key=lambda p: not p.name.endswith(RECORD_SUFFIX))
+    removed = _summary(directory, files, [])
+    for path in files:
+        path.unlink(missing_ok=True)
+    builds = remove_stale_builds(directory, older_than=0)
+    return CacheInfo(directory, removed.entries, removed.bytes + builds.bytes, builds.builds, removed.failed)

@@ -1,38 +1,142 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, cache.
 
-User mistakes (unknown layer or schedule, malformed schedule file, unwritable path)
-print one line ``loopopt: error: ...`` and exit with status 2, without a traceback.
+User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
+unwritable path or cache) print one line ``loopopt: error: ...`` and exit with status 2,
+without a traceback. A reader that closes the output early (``loopopt layers | head -1``)
+ends the command quietly with status 141, as a command killed by SIGPIPE.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
+import difflib
 import html
 import json
 import os
+import signal
 import sys
 import tempfile
+from collections.abc import Sequence
+from importlib import metadata
+from itertools import takewhile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING
+
+from .cbuild import BuildError
+
+if TYPE_CHECKING:
+    from .ops import Conv2d
 
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
 USAGE_ERROR = 2
+BROKEN_PIPE = 128 + signal.SIGPIPE
+REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
+CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
+CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
+EXAMPLES = {
+    "layers": ["loopopt layers --filter mobilenetv2"],
+    "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x --plot out.png",
+                "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
+                "loopopt compare --matmul 256,256,512 --json"],
+    "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
+    "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
+    "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
+    "cache": ["loopopt cache info", "loopopt cache clear"],
+}
 
 
 class UsageError(Exception):
     """A mistake of the user, reported in one line with exit status 2."""
 
 
+def package_version() -> str:
+    """loopopt's version from the installed package's metadata."""
+    try:
+        return metadata.version("loopopt")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _spec_pair(text: str, field: str, low: int) -> tuple[int, int]:
+    """``N`` or ``NxM`` (integers >= ``low``) of the --conv field ``field``."""
+    parts = text.split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(parts) > 2 or not values or min(values) < low:
+        raise UsageError(f"--conv field {field} must be N or NxM with integers >= {low}, got {text!r} "
+                         f"(syntax: {CONV_SYNTAX})")
+    return values[0], values[-1]
+
+
+def _spec_int(text: str, field: str) -> int:
+    """A positive integer of the --conv field ``field``."""
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--conv field {field} must be a positive integer, got {text!r} (syntax: {CONV_SYNTAX})")
+    return int(text)
+
+
+def _spec_option(key: str, value: str) -> bool | int | tuple[int, int]:
+    """The Conv2d argument of the --conv option ``key=value``."""
+    if key == "bias":
+        if value not in ("0", "1"):
+            raise UsageError(f"--conv field bias must be 0 or 1, got {value!r}")
+        return value == "1"
+    if key == "groups":
+        return _spec_int(value, "groups")
+    return _spec_pair(value, key, low=0 if key == "padding" else 1)
+
+
+def parse_conv(spec: str, batch: int = 1) -> Conv2d:
+    """The Conv2d of a --conv spec ``C,K,KH[xKW],H[xW]`` followed by optional ``key=value`` fields
+    (``stride``, ``padding``, ``dilation``: ``N`` or ``NxM``; ``groups``; ``bias=0|1``), e.g.
+    ``64,64,3,56,padding=1``; UsageError naming the bad field and what it allows."""
+    from .ops import Conv2d
+    fields = [f.strip() for f in spec.split(",")]
+    leading = list(takewhile(lambda f: "=" not in f, fields))
+    if len(leading) != 4:
+        raise UsageError(f"--conv wants {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1): C, K, kernel and input "
+                         f"size come first, got {len(leading)} such fields in {spec!r}")
+    options: dict[str, object] = {}
+    for field in fields[4:]:
+        key, equals, value = field.partition("=")
+        if not equals:
+            raise UsageError(f"--conv field {field!r} comes after key=value fields; C, K, kernel and input "
+                             f"size come first ({CONV_SYNTAX})")
+        if key not in CONV_OPTIONS:
+            close = [o for o in CONV_OPTIONS if key and o.startswith(key)] or difflib.get_close_matches(
+                key, CONV_OPTIONS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            batch_hint = " (the batch size is given with --batch)" if key == "batch" else ""
+            raise UsageError(f"--conv has no field {key!r}: {hint}allowed: {', '.join(CONV_OPTIONS)}{batch_hint}")
+        if key in options:
+            raise UsageError(f"--conv field {key!r} is given twice")
+        options[key] = _spec_option(key, value)
+    channels = (_spec_int(leading[0], "C (input channels)"), _spec_int(leading[1], "K (output channels)"))
+    kernel = _spec_pair(leading[2], "KH[xKW] (kernel size)", low=1)
+    height, width = _spec_pair(leading[3], "H[xW] (input size)", low=1)
+    try:
+        return Conv2d(*channels, kernel, batch=batch, height=height, width=width, **options)
+    except ValueError as err:
+        raise UsageError(f"--conv {spec}: {err}") from None
+
+
 def _op(args: argparse.Namespace):
     from .layers import get_layer
     from .ops import Matmul
     if args.matmul:
+        if args.batch is not None:
+            raise UsageError("--batch applies to --layer and --conv, not to --matmul")
         try:
             m, n, k = (int(v) for v in args.matmul.split(","))
         except ValueError:
             raise UsageError(f"--matmul wants M,N,K (three integers), got {args.matmul!r}") from None
         return Matmul(m, n, k)
-    return get_layer(args.layer, batch=args.batch)
+    if args.conv:
+        return parse_conv(args.conv, batch=args.batch or 1)
+    return get_layer(args.layer, batch=args.batch or 1)
 
 
 def _schedule(name: str, op):
@@ -42,7 +146,7 @@ def _schedule(name: str, op):
     return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
 
 
-def _writable(path: Optional[str]) -> Optional[Path]:
+def _writable(path: str | None) -> Path | None:
     """``path`` if its directory exists and is writable (checked before any long run)."""
     if path is None:
         return None
@@ -122,8 +226,8 @@ def cmd_layers(args: argparse.Namespace) -> int:
              "stride": s.stride, "padding": s.padding, "groups": s.groups, "kind": s.kind,
              "GFLOP": round(s.conv().flops / 1e9, 3)} for s in specs]
     line = "{name:<32} {C:>5} {K:>5} {kernel:>6} {HW:>5} {stride:>6} {groups:>6} {kind:>9} {GFLOP:>7}".format
-    header = dict(name="name", C="C", K="K", kernel="kernel", HW="HxW", stride="stride", groups="groups",
-                  kind="kind", GFLOP="GFLOP")
+    header = {"name": "name", "C": "C", "K": "K", "kernel": "kernel", "HW": "HxW", "stride": "stride",
+              "groups": "groups", "kind": "kind", "GFLOP": "GFLOP"}
     lines = [line(**header)] + [line(**r) for r in rows]
     _print(args, rows, "\n".join(lines))
     return 0
@@ -146,9 +250,13 @@ def _figures(cmp) -> list[tuple[str, bytes]]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     output = _writable(args.output)
+    if output.suffix.lower() not in REPORT_SUFFIXES:
+        allowed = ", ".join(f"{suffix} ({kind})" for suffix, kind in REPORT_SUFFIXES.items())
+        raise UsageError(f"cannot write a report to {output}: its suffix must be one of {allowed}, got "
+                         f"{output.suffix or 'none'} (for a PDF, print the HTML report from a browser)")
     cmp = _comparison(args)
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
-    if output.suffix.lower() in (".html", ".htm"):
+    if REPORT_SUFFIXES[output.suffix.lower()] == "HTML":
         body = "".join(f"<h2>{html.escape(c)}</h2><img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>"
                        for c, b in figures)
         text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
@@ -158,6 +266,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = f"# loopopt report\n\n```\n{cmp}\n```\n{body}"
     output.write_text(text)
     _print(args, {"report": str(output), **cmp.to_dict()}, f"{cmp}\nreport written to {output}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cbuild import cache_info, clear_cache
+    info = clear_cache() if args.action == "clear" else cache_info()
+    data = {"action": args.action, **dataclasses.asdict(info)}
+    _print(args, data, f"removed from {info}" if args.action == "clear" else str(info))
     return 0
 
 
@@ -175,8 +291,9 @@ def _positive(text: str) -> int:
 def _op_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--layer", default="resnet50.conv2_x", help="layer name (see `loopopt layers`)")
+    group.add_argument("--conv", metavar="SPEC", help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
     group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
-    parser.add_argument("--batch", type=_positive, default=1, help="batch size of the layer (default 1)")
+    parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
     parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
 
 
@@ -190,45 +307,75 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _examples(*commands: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for c in commands for line in EXAMPLES[c])
+
+
 def parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``loopopt`` command."""
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="machine-readable output")
-    main_parser = argparse.ArgumentParser(prog="loopopt", description="Explore loop schedules of conv2d/matmul.")
+    main_parser = argparse.ArgumentParser(prog="loopopt", description="Explore loop schedules of conv2d/matmul.",
+                                          epilog=_examples(*EXAMPLES),
+                                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    main_parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("compare", parents=[json_flag], help="time and analyse schedules side by side")
+
+    def add(name: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[json_flag], help=description, description=description,
+                              epilog=_examples(name), formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = add("compare", "time and analyse schedules side by side")
     _compare_arguments(p)
     p.add_argument("--plot", help="write the comparison dashboard (PNG) here")
     p.add_argument("--csv", help="write the table as CSV here")
     p.set_defaults(run=cmd_compare)
-    p = sub.add_parser("show", parents=[json_flag], help="print a schedule's loop nest and generated C")
+    p = add("show", "print a schedule's loop nest and generated C")
     _op_arguments(p)
     p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
     p.add_argument("--no-source", action="store_true", help="only the loop nest, no C")
     p.set_defaults(run=cmd_show)
-    p = sub.add_parser("reuse", parents=[json_flag], help="reuse-distance report of a schedule")
+    p = add("reuse", "reuse-distance report of a schedule")
     _op_arguments(p)
     p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
     p.add_argument("--granularity", default="line", choices=("line", "element"))
     p.set_defaults(run=cmd_reuse)
-    p = sub.add_parser("layers", parents=[json_flag], help="catalog of real layer shapes")
+    p = add("layers", "catalog of real layer shapes")
     p.add_argument("--filter", default="", help="only names containing this text (e.g. resnet50)")
     p.set_defaults(run=cmd_layers)
-    p = sub.add_parser("report", parents=[json_flag], help="Markdown or HTML report with embedded plots")
+    p = add("report", "Markdown or HTML report with embedded plots")
     _compare_arguments(p)
-    p.add_argument("--output", "-o", default="report.md", help="report file (.md or .html)")
+    p.add_argument("--output", "-o", default="report.md", help="report file (.md, .html or .htm)")
     p.set_defaults(run=cmd_report)
+    p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): its size, or clear it")
+    p.add_argument("action", choices=("info", "clear"), help="info: path, kernels, size; clear: remove them")
+    p.set_defaults(run=cmd_cache)
     return main_parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the ``loopopt`` command; returns the exit status."""
+def _run(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, ValueError, OSError) as err:
+    except BrokenPipeError:
+        raise
+    except (UsageError, ValueError, OSError, BuildError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``loopopt`` command; returns the exit status."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()       # a closed pipe shows here, not as a warning at interpreter exit
+    except BrokenPipeError:
+        # the reader went away: what is left to print goes nowhere, and the command ends quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":

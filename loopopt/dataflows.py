@@ -8,7 +8,8 @@ Tile factors are clamped to the loop extents, so every preset applies to any Con
 """
 from __future__ import annotations
 
-from typing import Callable
+import difflib
+from collections.abc import Callable
 
 from .ops import Op
 from .schedule import Schedule
@@ -163,6 +164,21 @@ def im2col(op: Op, m: int = 64) -> Schedule:
     return _tile(schedule, m=m).vectorize("m_i")
 
 
-PRESETS: dict[str, Callable[..., Schedule]] = {
-    f.__name__: f for f in (naive, interchanged, tiled, output_stationary, weight_stationary,
-                            input_stationary, implicit_gemm, im2col)}
+class UnknownPresetError(KeyError):
+    """A preset name that ``PRESETS`` does not have; the message names the closest and all known ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Presets(dict[str, Callable[..., Schedule]]):
+    """A dict of presets by name whose missing names raise UnknownPresetError with a suggestion."""
+
+    def __missing__(self, name: str) -> Callable[..., Schedule]:
+        close = difflib.get_close_matches(str(name), self, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownPresetError(f"unknown dataflow preset {name!r}{hint} (known: {', '.join(self)})")
+
+
+PRESETS = Presets({f.__name__: f for f in (naive, interchanged, tiled, output_stationary, weight_stationary,
+                                           input_stationary, implicit_gemm, im2col)})

@@ -147,6 +147,9 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
 def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
             verify_output: bool = True, seed: int = 0) -> Timing:
     """Time ``kernel`` on prepared buffers: warm-up, then ``repeats`` runs (default: fit ``budget`` s)."""
+    if not isinstance(kernel, Kernel):
+        hint = "; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile") else ""
+        raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
     if repeats is not None and repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     op = kernel.op

@@ -15,6 +15,8 @@ whose single key is the primitive and whose value its arguments::
     [[step]]
     vectorize = "k_i"               # a scalar: the one argument
 
+A file without ``[[step]]`` tables is refused (an empty or truncated file is not silently
+the naive schedule); a schedule with no steps on purpose says ``step = []``.
 A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
 """
@@ -24,9 +26,10 @@ import difflib
 import os
 import re
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
@@ -88,7 +91,10 @@ def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
     """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``."""
     path = find_schedule(name_or_path)
     document, lines = read_schedule_file(path)
-    steps = document.get("step", [])
+    if "step" not in document:
+        raise ScheduleFileError(f"{path}: no [[step]] tables; a schedule with no steps (the naive loop nest) "
+                                f"must say so with 'step = []'")
+    steps = document["step"]
     if not isinstance(steps, list):
         raise ScheduleFileError(f"{path}: 'step' must be an array of tables ([[step]])")
     schedule = Schedule(op)
@@ -135,6 +141,8 @@ def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
 def to_toml(schedule: Schedule, name: str = "schedule", description: str = "") -> str:
     """The TOML text of ``schedule``'s steps; ``load_schedule`` on it rebuilds the schedule."""
     lines = [f"name = {_value(name)}", f"description = {_value(description)}"]
+    if not schedule.steps:
+        lines.append("step = []")
     for step in schedule.steps:
         lines += ["", "[[step]]", f"{step.primitive} = {_value(_step_value(step))}"]
     return "\n".join(lines) + "\n"

@@ -91,3 +91,11 @@ def test_parallel_loop_as_thread_ranges_or_omp_for(build, ranged):
     for threads in (1, 2):
         kernel.set_threads(threads)
         np.testing.assert_allclose(kernel(x, w, b), op.reference(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_measure_of_a_schedule_says_to_compile_it_first():
+    with pytest.raises(TypeError, match=r"measure takes a compiled Kernel, got a Schedule; call \.compile\(\) "
+                                        r"first"):
+        lo.measure(lo.Schedule(OP))
+    with pytest.raises(TypeError, match="measure takes a compiled Kernel, got a str$"):
+        lo.measure("tiled")

@@ -1,9 +1,16 @@
 """The loopopt command: output, --json, and exit status 2 with one line for user mistakes."""
 import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
-from loopopt.cli import main
+from loopopt.cli import main, parse_conv
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = ["--matmul", "8,16,8"]
 
@@ -51,9 +58,13 @@ def test_report(capsys, tmp_path):
     (["show", *SMALL, "--schedule", "tiledd"], "did you mean 'tiled'"),
     (["compare", *SMALL, "--plot", "/no/such/dir/x.png"], "cannot write /no/such/dir/x.png"),
     (["show", "--matmul", "8,x"], "--matmul wants M,N,K"),
+    (["show", *SMALL, "--batch", "2"], "--batch applies to --layer and --conv, not to --matmul"),
+    (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of .md (Markdown), "
+                                         ".html (HTML), .htm (HTML), got .pdf")),
+    (["report", *SMALL, "-o", "report"], "got none"),
 ])
 def test_user_errors_exit_2(capsys, argv, message):
-    status, out, err = run(capsys, *argv)
+    status, _, err = run(capsys, *argv)
     assert status == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
@@ -87,3 +98,81 @@ def test_quantized_catalog_layer():
     op = lo.get_layer("resnet50.conv2_x", quant=spec)
     assert op.quant == spec and op.out_channels == 64
     assert "resnet50.conv2_x" in lo.list_schedules()
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("64,64,3,56,padding=1", {"in_channels": 64, "out_channels": 64, "kernel_size": (3, 3), "stride": (1, 1),
+                              "padding": (1, 1), "dilation": (1, 1), "groups": 1, "bias": True,
+                              "height": 56, "width": 56}),
+    (" 8, 4, 3x1, 20x10, stride=2x1, padding=1x0, dilation=2, groups=4, bias=0",
+     {"in_channels": 8, "out_channels": 4, "kernel_size": (3, 1), "stride": (2, 1), "padding": (1, 0),
+      "dilation": (2, 2), "groups": 4, "bias": False, "height": 20, "width": 10}),
+])
+def test_conv_spec(spec, expected):
+    op = parse_conv(spec, batch=3)
+    assert {name: getattr(op, name) for name in expected} == expected and op.batch == 3
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("64,64,3", ("--conv wants C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1] "
+                 "(e.g. 64,64,3,56,padding=1): C, K, kernel and input size come first, got 3 such fields")),
+    ("64,64,padding=1,3,56", "got 2 such fields"),
+    ("64,64,3,56,stride=2,7", "--conv field '7' comes after key=value fields"),
+    ("0,64,3,56", "--conv field C (input channels) must be a positive integer, got '0'"),
+    ("64,6.5,3,56", "--conv field K (output channels) must be a positive integer, got '6.5'"),
+    ("64,64,3x,56", "--conv field KH[xKW] (kernel size) must be N or NxM with integers >= 1, got '3x'"),
+    ("64,64,3,56x56x3", "--conv field H[xW] (input size) must be N or NxM with integers >= 1, got '56x56x3'"),
+    ("64,64,3,56,padding=-1", "--conv field padding must be N or NxM with integers >= 0, got '-1'"),
+    ("64,64,3,56,stride=0", "--conv field stride must be N or NxM with integers >= 1, got '0'"),
+    ("64,64,3,56,groups=two", "--conv field groups must be a positive integer, got 'two'"),
+    ("64,64,3,56,bias=yes", "--conv field bias must be 0 or 1, got 'yes'"),
+    ("64,64,3,56,pad=1", ("--conv has no field 'pad': did you mean 'padding'? allowed: stride, padding, "
+                          "dilation, groups, bias")),
+    ("64,64,3,56,batch=2", "(the batch size is given with --batch)"),
+    ("64,64,3,56,padding=1,padding=2", "--conv field 'padding' is given twice"),
+    ("64,64,3,56,groups=3", "--conv 64,64,3,56,groups=3: in_channels=64 is not divisible by groups=3"),
+    ("64,64,9,5", "spans 9x9, larger than the padded input 5x5"),
+])
+def test_conv_spec_errors(capsys, spec, message):
+    status, _, err = run(capsys, "show", "--conv", spec, "--no-source")
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_conv_spec_wherever_a_layer_is_accepted(capsys):
+    conv = ["--conv", "4,6,3,7x5,stride=2,padding=1,groups=2", "--batch", "2"]
+    status, out, _ = run(capsys, "compare", *conv, "--schedules", "naive,tiled", "--json", "--quiet", "--no-reuse")
+    data = json.loads(out)
+    assert status == 0 and "groups=2" in data["op"] and "batch=2" in data["op"]
+    assert [r["verified"] for r in data["rows"]] == [True, True]
+    status, out, _ = run(capsys, "show", *conv, "--no-source", "--json")
+    assert status == 0 and json.loads(out)["op"] == data["op"]
+    status, out, _ = run(capsys, "reuse", *conv, "--json")
+    assert status == 0 and set(json.loads(out)["tensors"]) == {"I", "W", "O"}
+    with pytest.raises(SystemExit):
+        main(["show", "--conv", "4,6,3,7", "--layer", "resnet50.conv2_x"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_version_and_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"loopopt {metadata.version('loopopt')}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "examples:\n  loopopt layers" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["show", "--help"])
+    out = capsys.readouterr().out
+    assert "--conv SPEC" in out and "examples:\n  loopopt show --conv" in out
+
+
+@pytest.mark.parametrize("argv", [["layers"], ["layers", "--json"]])
+def test_closed_pipe_ends_quietly(argv):
+    reader, writer = os.pipe()
+    os.close(reader)                     # the reader is gone before the first line, as after `| head -0`
+    try:
+        done = subprocess.run([sys.executable, "-m", "loopopt.cli", *argv], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -55,3 +55,11 @@ def test_stationary_operand_stays_innermost(name, stationary):
     profile = reuse(dataflows.PRESETS[name](op))
     ratio = {t: profile.misses(256, t) / profile.accesses_of(t) for t in ("I", "W", "O")}
     assert min(ratio, key=ratio.get) == stationary, ratio
+
+
+def test_unknown_preset_names_the_closest_and_the_known_ones():
+    with pytest.raises(KeyError, match=r"unknown dataflow preset 'output_stationry'; did you mean "
+                                       r"'output_stationary'\? \(known: naive, interchanged, .*, im2col\)"):
+        dataflows.PRESETS["output_stationry"]
+    assert isinstance(dataflows.PRESETS, dict) and dataflows.PRESETS.get("typo") is None
+    assert "tiled" in dataflows.PRESETS and dataflows.PRESETS["tiled"] is dataflows.tiled

@@ -3,8 +3,7 @@ import pytest
 
 import loopopt as lo
 from loopopt import dataflows
-from loopopt.schedule_file import (ScheduleFileError, list_schedules, load_schedule, save_schedule,
-                                   to_toml)
+from loopopt.schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 
 OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
 
@@ -54,3 +53,18 @@ def test_unknown_primitive(tmp_path):
     path.write_text('[[step]]\nvectorise = "ow"\n')
     with pytest.raises(ScheduleFileError, match=r"typo.toml:1: step 1: .*did you mean 'vectorize'"):
         load_schedule(path, OP)
+
+
+@pytest.mark.parametrize("text", ["", 'name = "mine"\ndescription = "steps lost"\n'])
+def test_file_without_steps_is_refused(tmp_path, text):
+    path = tmp_path / "empty.toml"
+    path.write_text(text)
+    with pytest.raises(ScheduleFileError, match=r"empty.toml: no \[\[step\]\] tables; .* must say so with "
+                                                 r"'step = \[\]'"):
+        load_schedule(path, OP)
+
+
+def test_no_steps_on_purpose_is_the_naive_schedule(tmp_path):
+    assert load_schedule("naive", OP).steps == ()
+    path = save_schedule(lo.Schedule(OP), tmp_path / "plain.toml")
+    assert "step = []" in path.read_text() and load_schedule(path, OP).steps == ()

@@ -1,0 +1,189 @@
+"""The kernel cache: unusable directories, corrupt entries rebuilt, killed builds cleaned, info and clear."""
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopopt import cbuild
+from loopopt.cbuild import CacheError, cache_info, clear_cache, compile_c
+from loopopt.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CDEF = "int lo_value(void);"
+
+
+def source(value: int) -> str:
+    return f"int lo_value(void) {{ return {value}; }}"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache directory of this test only."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(path))
+    return path
+
+
+def python(code: str, cache: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter on ``cache`` (a crash there fails the test, not the session)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache), **env}
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def load(value: int, cache: Path) -> subprocess.CompletedProcess:
+    return python(f"from loopopt.cbuild import compile_c\n"
+                  f"print(compile_c({source(value)!r}, {CDEF!r}).lib.lo_value())", cache)
+
+
+def entry(cache: Path) -> Path:
+    (so,) = [p for p in cache.iterdir() if p.name.endswith(".so")]
+    return so
+
+
+def test_cache_dir_that_is_a_file_or_under_one(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(blocker))
+    with pytest.raises(CacheError, match=f"kernel cache {blocker} .*LOOPOPT_CACHE_DIR.* is not a directory"):
+        compile_c(source(1), CDEF)
+    monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(blocker / "sub"))
+    with pytest.raises(CacheError, match=f"kernel cache {blocker / 'sub'} .*cannot be created: Not a directory"):
+        cbuild.cache_dir()
+
+
+def unprivileged(command: list[str]) -> list[str]:
+    """``command`` run without the right to write a directory it may not write (root included)."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: no way to make a directory unwritable")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", *command]
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "loopopt.cli", "show", "--matmul", "4,4,4"],
+    ["-c", f"from loopopt.cbuild import compile_c; compile_c({source(2)!r}, {CDEF!r})"],
+])
+def test_read_only_cache_dir(tmp_path, command):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(read_only)}
+    done = subprocess.run(unprivileged([sys.executable, *command]), env=environment, capture_output=True, check=False,
+                          text=True, timeout=120)
+    message = (f"kernel cache {read_only} (set by LOOPOPT_CACHE_DIR; point LOOPOPT_CACHE_DIR at a writable "
+               f"directory) is not writable")
+    assert done.returncode != 0 and message in done.stderr and "PermissionError" not in done.stderr
+    if command[0] == "-m":      # the command: one line, status 2
+        assert done.returncode == 2 and done.stderr.strip() == f"loopopt: error: {message}"
+    assert list(read_only.iterdir()) == []
+
+
+def truncate(so: Path) -> None:
+    os.truncate(so, so.stat().st_size // 2)
+
+
+def flip_bytes(so: Path) -> None:
+    data = bytearray(so.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    so.write_bytes(bytes(data))
+
+
+def drop_record(so: Path) -> None:          # a build killed between publishing the .so and its record
+    so.with_name(so.name + ".sha256").unlink()
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_bytes, drop_record])
+def test_damaged_entry_is_rebuilt_before_it_is_loaded(cache, damage):
+    first = load(3, cache)
+    assert first.returncode == 0 and first.stdout == "3\n"
+    so = entry(cache)
+    good = so.read_bytes()
+    damage(so)
+    again = load(3, cache)
+    assert again.returncode == 0 and again.stdout == "3\n", again.stderr
+    rebuilt = entry(cache)
+    assert rebuilt.stat().st_size == len(good)
+    assert cbuild._trusted(rebuilt)
+
+
+def test_concurrent_compiles_of_one_kernel_all_succeed(cache):
+    code = f"from loopopt.cbuild import compile_c\nprint(compile_c({source(4)!r}, {CDEF!r}).lib.lo_value())"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache)}
+    runs = [subprocess.Popen([sys.executable, "-c", code], env=environment, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0] and [out for out, _ in results] == ["4\n"] * 3
+    assert cbuild._trusted(entry(cache)) and cache_info().builds == 0
+
+
+def old(path: Path) -> None:
+    then = time.time() - 2 * cbuild.STALE_BUILD_SECONDS
+    os.utime(path, (then, then))
+
+
+def test_folder_of_a_killed_build_is_cleaned(cache, tmp_path):
+    slow_cc = tmp_path / "slow-cc"
+    slow_cc.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo slow-cc 1.0; exit 0; fi\nsleep 60\n')
+    slow_cc.chmod(0o755)
+    code = f"from loopopt.cbuild import compile_c; compile_c({source(5)!r}, {CDEF!r})"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache), "CC": str(slow_cc)}
+    build = subprocess.Popen([sys.executable, "-c", code], env=environment, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (cache.is_dir() and cbuild._build_folders(cache)) and time.time() < deadline:
+            time.sleep(0.05)
+        (killed,) = cbuild._build_folders(cache)
+    finally:
+        os.killpg(build.pid, signal.SIGKILL)       # the build and its compiler, as a kill -9 of the job
+        build.wait()
+    old(killed)
+    young = cache / "build-young123"
+    young.mkdir()                                  # may be a build that has not locked its folder yet
+    running = cache / "build-running1"
+    running.mkdir()
+    old(running)
+    held = os.open(running, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)           # a build still running in another process
+        assert compile_c(source(6), CDEF).lib.lo_value() == 6
+        assert sorted(cbuild._build_folders(cache)) == [running, young]
+    finally:
+        os.close(held)
+    assert len(list(cache.glob("*.so"))) == len(list(cache.glob("*.sha256"))) == 1   # only the finished build
+
+
+def test_info_and_clear(cache, capsys):
+    for value in (7, 8):
+        compile_c(source(value), CDEF)
+    with pytest.raises(cbuild.BuildError, match="failed.c"):
+        compile_c("int lo_value(void) { return }", CDEF)
+    leftover = cache / "build-leftover"
+    (leftover / "sub").mkdir(parents=True)
+    (leftover / "sub" / "half.o").write_bytes(b"x" * 1000)
+    mine = cache / "notes.txt"                     # not loopopt's: a cache dir pointed at a shared folder
+    mine.write_text("keep me")
+    info = cache_info()
+    assert (info.path, info.entries, info.builds, info.failed) == (cache, 2, 1, 1)
+    files = [p for p in cache.iterdir() if p.name.startswith("_loopopt_")]
+    assert info.bytes == sum(p.stat().st_size for p in files) + 1000
+    assert main(["cache", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"action": "info", "path": str(cache), "entries": 2,
+                                                   "bytes": info.bytes, "builds": 1, "failed": 1}
+    assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"removed from {cache}: 2 kernels") and "1 build folders, 1 failed sources" in out
+    assert sorted(cache.iterdir()) == [mine]
+    assert (cache_info().entries, cache_info().bytes) == (0, 0)
+    assert clear_cache().entries == 0
