@@ -100,13 +100,15 @@ def main() -> None:
     for case in CASES:
         for granularity in ("line", "element"):
             for engine in ("trace", "analytical"):
-                out = subprocess.run([sys.executable, __file__, "--case", case, "--granularity", granularity,
-                                      "--engine", engine], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+                command = [sys.executable, __file__, "--case", case, "--granularity", granularity,
+                           "--engine", engine]
+                out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
                 rows.append(json.loads(out.splitlines()[-1]))
                 print(rows[-1], flush=True)
     check_engines_agree(rows)
     cpu = platform.processor() or platform.machine()
-    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), on {cpu} ({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
+    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), on {cpu} ({platform.system()}, "
+            f"L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
             f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build (the "
             f"analytical engine's isl analysis is included). The tiled schedule is `tile(ow=8, k=16)`. "
             f"The analytical engine proves with isl which blocks of the trace repeat and simulates "

@@ -174,8 +174,8 @@ def _ort_session(data: LayerData, threads: int, node_type: str, inputs: list[tup
                             group=op.groups)
     x_info = helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(feed.dtype), feed.shape)
     y_info = helper.make_tensor_value_info("y", out_type, data.reference.shape)
-    graph = helper.make_graph([node], f"{node_type}_layer", [x_info], [y_info],
-                              initializer=[numpy_helper.from_array(np.asarray(a), name) for name, a in inputs])
+    initializer = [numpy_helper.from_array(np.asarray(a), name) for name, a in inputs]
+    graph = helper.make_graph([node], f"{node_type}_layer", [x_info], [y_info], initializer=initializer)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = min(model.ir_version, 8)   # opset 17's IR, accepted by older runtimes too
     onnx.checker.check_model(model)

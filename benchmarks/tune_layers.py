@@ -23,8 +23,8 @@ Each candidate is compiled, verified and timed on one thread; the fastest (by mi
 the figure least disturbed by other processes) is re-measured. fp32 winners get
 ``parallel("oh")`` for multi-threaded runs; int8 winners get the output rows moved outermost
 and split over threads only where that variant is no slower on one thread (within 2%,
-``--parallel-cost``; an OpenMP loop nested inside ``k_o`` measured 2-20% slower). With ``--write`` the winner is
-saved as ``schedules/<layer>.toml`` (int8: ``schedules/<layer>.int8.toml``).
+``--parallel-cost``; an OpenMP loop nested inside ``k_o`` measured 2-20% slower). With ``--write``
+the winner is saved as ``schedules/<layer>.toml`` (int8: ``schedules/<layer>.int8.toml``).
 """
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ class Mode:
 
 
 MODES = {
-    "fp32": Mode("fp32", {"dense": Structure(("k_o", "oh", "ow_o"), ("kh", "kw", "c")), "depthwise": DEPTHWISE}),
+    "fp32": Mode("fp32", {"dense": Structure(("k_o", "oh", "ow_o"), ("kh", "kw", "c")),
+                          "depthwise": DEPTHWISE}),
     "int8": Mode("int8", {"dot": Structure(("k_o", "oh", "ow_o"), ("c_o", "kh", "kw", "c_i"), **VNNI),
                           "dot-taps": Structure(("k_o", "oh", "ow_o"), ("kh", "kw", "c_o", "c_i"), **VNNI),
                           "depthwise": dataclasses.replace(DEPTHWISE, depthwise=True)},
@@ -104,7 +105,8 @@ MODES = {
 }
 
 
-def candidate(op: lo.Conv2d, ow: int, k: int, structure: Structure, compensation: str | None = None) -> lo.Schedule:
+def candidate(op: lo.Conv2d, ow: int, k: int, structure: Structure,
+              compensation: str | None = None) -> lo.Schedule:
     """The register-blocked channels-last schedule of ``op`` with an ``ow x k`` output block."""
     s = lo.Schedule(op).layout("I", "NHWC").layout("W", structure.weights).layout("O", "NHWC")
     if structure.dot:
@@ -173,7 +175,8 @@ def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, 
     parallel = min(minimum(variant, budget, layer) for _ in range(REMEASURE))
     print(f"  {layer:32s} output rows outermost and parallel: min {parallel * 1e3:8.3f} ms", flush=True)
     if parallel <= cost * seconds:
-        extra = f"{100 * (parallel / seconds - 1):.0f}% slower" if parallel > PARALLEL_COST * seconds else "no cost"
+        slower = parallel > PARALLEL_COST * seconds
+        extra = f"{100 * (parallel / seconds - 1):.0f}% slower" if slower else "no cost"
         return variant, f"output rows outermost, split over threads ({extra} on one thread)"
     return schedule, (f"no parallel loop (output rows outermost and split over threads measured "
                       f"{100 * (parallel / seconds - 1):.0f}% slower on one thread)")
@@ -220,7 +223,8 @@ def main() -> None:
         mode = dataclasses.replace(mode, compensations=tuple(args.compensation.split(",")))
     isas = available_int_isas() if args.int8 else lo.available_isas()
     if "avx512" not in isas:
-        raise SystemExit(f"the {mode.name} search targets AVX-512{' VNNI' if args.int8 else ''}, which this CPU lacks")
+        target = "AVX-512 VNNI" if args.int8 else "AVX-512"
+        raise SystemExit(f"the {mode.name} search targets {target}, which this CPU lacks")
     for layer in [name for name in args.layers.split(",") if name]:
         seconds, params, schedule = search(layer, mode, args.budget)
         schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget, args.parallel_cost)

@@ -46,10 +46,11 @@ class AccuracyReport:
 
     def __str__(self) -> str:
         head = ("choice", "max abs", "rel L2", "SQNR dB", "median ms", "GOP/s", "% int8 peak", "ok")
-        fmt = lambda v, f: "-" if v is None else (("yes" if v else "NO") if isinstance(v, bool) else f.format(v))
-        table = [head] + [(r.choice, fmt(r.max_abs, "{:.3g}"), fmt(r.rel_l2, "{:.3g}"), fmt(r.sqnr_db, "{:.1f}"),
-                           fmt(r.median_ms, "{:.3f}"), fmt(r.gops, "{:.2f}"), fmt(r.percent_of_peak, "{:.1f}"),
-                           fmt(r.verified, "{}")) for r in self.rows]
+        fmt = lambda v, f: ("-" if v is None else ("yes" if v else "NO") if isinstance(v, bool)
+                            else f.format(v))
+        table = [head] + [(r.choice, fmt(r.max_abs, "{:.3g}"), fmt(r.rel_l2, "{:.3g}"),
+                           fmt(r.sqnr_db, "{:.1f}"), fmt(r.median_ms, "{:.3f}"), fmt(r.gops, "{:.2f}"),
+                           fmt(r.percent_of_peak, "{:.1f}"), fmt(r.verified, "{}")) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
                  for row in table]

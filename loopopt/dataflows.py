@@ -130,7 +130,8 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
 
 
 def _gemm_view(op: Op) -> Schedule:
-    """Conv2d as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``, ``r = (c, kh, kw)``."""
+    """Conv2d as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``,
+    ``r = (c, kh, kw)``."""
     schedule = Schedule(op).reorder("n", "oh", "ow", "k")
     schedule = schedule.fuse("n", "oh", "n_oh").fuse("n_oh", "ow", "m")
     return schedule.fuse("c", "kh", "c_kh").fuse("c_kh", "kw", "r")

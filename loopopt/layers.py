@@ -30,8 +30,8 @@ class LayerSpec:
 
     def conv(self, batch: int = 1, quant: Optional[QuantSpec] = None) -> Conv2d:
         return Conv2d(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
-                      padding=self.padding, groups=self.groups, batch=batch, height=self.size, width=self.size,
-                      quant=quant)
+                      padding=self.padding, groups=self.groups, batch=batch, height=self.size,
+                      width=self.size, quant=quant)
 
     @property
     def kind(self) -> str:

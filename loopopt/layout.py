@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buffers import aligned_copy
-
 from .expr import Expr
 
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
@@ -54,12 +53,12 @@ class Layout:
 
     def block(self, letter: str) -> int:
         """Inner block size of ``letter`` (1 when not blocked)."""
-        return next((b for l, b in self.order if l == letter and b), 1)
+        return next((b for name, b in self.order if name == letter and b), 1)
 
     def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the storage array for a tensor of logical ``shape``."""
         extent = dict(zip(self.letters, shape))
-        return tuple(b if b else -(-extent[l] // self.block(l)) for l, b in self.order)
+        return tuple(b if b else -(-extent[name] // self.block(name)) for name, b in self.order)
 
     def strides(self, shape: tuple[int, ...]) -> list[int]:
         """Element strides of the storage dims, outer to inner."""
@@ -83,7 +82,8 @@ class Layout:
     def to_storage(self, array: np.ndarray, tail_bytes: int = 0) -> np.ndarray:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes."""
-        padded_shape = [(-(-n // self.block(l))) * self.block(l) for l, n in zip(self.letters, array.shape)]
+        padded_shape = [-(-n // self.block(name)) * self.block(name)
+                        for name, n in zip(self.letters, array.shape)]
         padded = np.zeros(padded_shape, dtype=array.dtype)
         padded[tuple(slice(0, n) for n in array.shape)] = array
         split_shape, split_axes = [], {}
@@ -94,7 +94,7 @@ class Layout:
             if size > 1:
                 split_axes[(letter, size)] = len(split_shape)
                 split_shape.append(size)
-        perm = [split_axes[(l, b)] for l, b in self.order if (l, b) in split_axes]
+        perm = [split_axes[(name, b)] for name, b in self.order if (name, b) in split_axes]
         return aligned_copy(padded.reshape(split_shape).transpose(perm), tail_bytes)
 
     def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -56,7 +56,8 @@ def reference_output(op: Op, arrays: list[np.ndarray], params: dict[str, Any]) -
     return _dequantized(op, acc, params, bias)
 
 
-def tolerance(op: Op, arrays: list[np.ndarray], params: dict[str, Any], dequantize_in_loop: bool) -> np.ndarray:
+def tolerance(op: Op, arrays: list[np.ndarray], params: dict[str, Any],
+              dequantize_in_loop: bool) -> np.ndarray:
     """Elementwise bound of a float32 output: a few float32 roundings of each term (integer
     accumulation), or the float summation bound of ``measure.tolerance`` (dequantize-on-the-fly)."""
     eps = np.finfo(np.float32).eps
@@ -70,5 +71,6 @@ def tolerance(op: Op, arrays: list[np.ndarray], params: dict[str, Any], dequanti
         shape = [1] * magnitude.ndim
         shape[op.output_channel_axis] = -1
         bias = np.abs(arrays[2]).astype(np.float64).reshape(shape)
-    reduction = max(1, op.macs // max(1, int(np.prod(op.tensor(op.output).shape)))) if dequantize_in_loop else 1
+    outputs = max(1, int(np.prod(op.tensor(op.output).shape)))
+    reduction = max(1, op.macs // outputs) if dequantize_in_loop else 1
     return (2 * reduction + 4) * eps * (magnitude + bias) + 1e-30

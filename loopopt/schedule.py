@@ -8,9 +8,9 @@ steps that built it. Legality is decided from the op's isl dependences.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
@@ -111,8 +111,8 @@ class Schedule:
     steps: tuple[Step, ...] = ()
     reassociate: bool = True
     register_block_at: Optional[str] = None
-    compensation_mode: Compensation = "packed"    # quantized ops: where zero-point compensation is computed
-    arithmetic_mode: QuantArithmetic = "integer"     # quantized ops: integer accumulation or dequantize-on-the-fly
+    compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
+    arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -216,7 +216,8 @@ class Schedule:
         """The schedule map ``S[dims] -> [loops]`` restricted to the op's domain."""
         dims = ", ".join(self.op.dim_names)
         loops = ", ".join(self.loop_names)
-        constraints = box_constraints(self.loops) + [f"{d} = {v.to_isl()}" for d, v in self.dim_values.items()]
+        constraints = box_constraints(self.loops)
+        constraints += [f"{d} = {v.to_isl()}" for d, v in self.dim_values.items()]
         text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
         return isl.Map(text).intersect_domain(self.op.domain)
 
@@ -299,7 +300,7 @@ class Schedule:
         for name, factor in factors.items():
             split = split._split(step, name, factor)
         inner = [f"{name}_i" for name in factors]
-        order = [l for l in split.loops if l.name not in inner] + [split.loop(n) for n in inner]
+        order = [loop for loop in split.loops if loop.name not in inner] + [split.loop(n) for n in inner]
         return self._with(step, loops=tuple(order), relations=split.relations)
 
     def _split(self, step: Step, name: str, factor: int) -> "Schedule":
@@ -343,8 +344,10 @@ class Schedule:
             raise ScheduleError(f"{step}: cannot fuse a vectorized loop")
         fused = name or f"{outer}_{inner}"
         self._check_new_names(step, fused)
-        loops = self.loops[:pos] + (Loop(fused, a.extent * b.extent, parallel=a.parallel),) + self.loops[pos + 2:]
-        return self._with(step, loops=loops, relations=self.relations + (Fuse(outer, inner, fused, b.extent),))
+        merged = Loop(fused, a.extent * b.extent, parallel=a.parallel)
+        loops = self.loops[:pos] + (merged,) + self.loops[pos + 2:]
+        relations = self.relations + (Fuse(outer, inner, fused, b.extent),)
+        return self._with(step, loops=loops, relations=relations)
 
     def vectorize(self, loop: str) -> "Schedule":
         """Run the innermost loop ``loop`` in SIMD lanes (masked tail; gathers where strided)."""
@@ -414,8 +417,8 @@ class Schedule:
         start = self.position(self.register_block_at)
         varying = self.offset(self.op.output).variables()
         inner = self.loops[start:]
-        return ([l.name for l in inner if l.name not in varying],
-                [l.name for l in inner if l.name in varying])
+        return ([loop.name for loop in inner if loop.name not in varying],
+                [loop.name for loop in inner if loop.name in varying])
 
     def block_holds_final_outputs(self) -> bool:
         """True iff the register block writes every output's final value: no loop outside it
@@ -488,7 +491,8 @@ class Schedule:
         if self.op.quant is None:
             raise ScheduleError(f"{step}: the op is not quantized (pass quant=lo.QuantSpec(...) to it)")
         if value not in allowed:
-            raise ScheduleError(f"{step}: {value!r} is not a choice; allowed: {', '.join(map(repr, allowed))}")
+            choices = ", ".join(map(repr, allowed))
+            raise ScheduleError(f"{step}: {value!r} is not a choice; allowed: {choices}")
 
     def _block_aliasing(self, block: list[str]) -> Optional[str]:
         """A pair of distinct block positions with the same output element (None if injective)."""
@@ -514,7 +518,7 @@ class Schedule:
                 ", ".join(f"{n}={v}" for n, v in zip(block, twins)))
 
     def _annotate(self, step: Step, name: str, **annotations) -> "Schedule":
-        loops = tuple(replace(l, **annotations) if l.name == name else l for l in self.loops)
+        loops = tuple(replace(loop, **annotations) if loop.name == name else loop for loop in self.loops)
         return self._with(step, loops=loops)
 
     def _check_new_names(self, step: Step, *names: str) -> None:

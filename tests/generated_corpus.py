@@ -21,7 +21,8 @@ SMALL_CONVS = (
                      dilation=(1, 2), batch=2, height=10, width=9)),
     ("grouped", dict(in_channels=6, out_channels=9, kernel_size=3, groups=3, padding=1, height=7, width=8,
                      bias=False)),
-    ("depthwise", dict(in_channels=20, out_channels=20, kernel_size=3, groups=20, padding=1, height=9, width=13)),
+    ("depthwise", dict(in_channels=20, out_channels=20, kernel_size=3, groups=20, padding=1, height=9,
+                       width=13)),
 )
 
 

@@ -25,7 +25,8 @@ def _op_class_checks(path: Path) -> list[str]:
     """``isinstance(x, <op class>)`` calls in one file, as ``path:line``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+        is_call = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+        if is_call and len(node.args) == 2:
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
             names = {getattr(k, "id", getattr(k, "attr", None)) for k in kinds}
             if names & OP_CLASSES:
