@@ -1,4 +1,4 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, machine.
 
 User mistakes (unknown layer or schedule, malformed schedule file, unwritable path)
 print one line ``loopopt: error: ...`` and exit with status 2, without a traceback.
@@ -56,6 +56,9 @@ def _writable(path: Optional[str]) -> Optional[Path]:
 
 
 def _print(args: argparse.Namespace, data, text: str) -> None:
+    if args.json and isinstance(data, dict) and "provenance" not in data:
+        from .machine import provenance
+        data = {**data, "provenance": provenance(isa=data.get("isa"))}
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
@@ -161,6 +164,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_machine(args: argparse.Namespace) -> int:
+    from .machine import machine_profile, provenance
+    profile = machine_profile(remeasure=args.remeasure)
+    _print(args, {**profile.to_dict(), "provenance": provenance()}, str(profile))
+    return 0
+
+
+def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
+    """The ``machine`` subcommand: this machine's profile (peaks, bandwidths, caches)."""
+    p = sub.add_parser("machine", parents=[json_flag],
+                       help="this machine's measured profile: peaks per ISA, bandwidth per memory level, caches",
+                       description="Show this machine's profile (measured once, then read from the cache): "
+                                   "one core's fp32/int8 peak per ISA, read bandwidth per memory level, cache "
+                                   "sizes. Every %% of peak and roofline uses it. Example: loopopt machine --json")
+    p.add_argument("--remeasure", action="store_true",
+                   help="measure again (on a quiet machine) and replace the cached profile")
+    p.set_defaults(run=cmd_machine)
+
+
 def _positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -217,6 +239,7 @@ def parser() -> argparse.ArgumentParser:
     _compare_arguments(p)
     p.add_argument("--output", "-o", default="report.md", help="report file (.md or .html)")
     p.set_defaults(run=cmd_report)
+    _machine_parser(sub, json_flag)
     return main_parser
 
 
