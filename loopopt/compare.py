@@ -99,7 +99,9 @@ class Comparison:
         lines = []
         ranking = " < ".join(self.ranking())
         if self.noisy:
-            reasons = list(dict.fromkeys(r.noise for r in self.rows if r.noisy))
+            # the other processes' share is one figure for all rows; a spread is each row's own
+            reasons = dict.fromkeys(reason if reason.startswith("other processes") else f"{r.name}: {reason}"
+                                    for r in self.rows if r.noisy for reason in r.noise.split("; "))
             lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median ({ranking}) may "
                          f"not hold; re-run on a quiet machine")
         elif len(self.rows) > 1:

@@ -138,8 +138,13 @@ def test_timing_and_table_flag_noise():
             Row("b", "avx2", 1.0, 0.9, 0.5, 5, 2.0, 2.0, True, 0.0, True, "IQR 50% of the median (limit 10%)")]
     table = Comparison(OP, rows, {}, 100.0, rounds=5)
     text = str(table)
-    assert "NOISY" in text.splitlines()[5] and "WARNING: noisy timings (IQR 50% of the median" in text
+    assert "NOISY" in text.splitlines()[5] and "WARNING: noisy timings (b: IQR 50% of the median" in text
     assert "ranking by median (b < a) may not hold" in text and table.ranking() == ["b", "a"]
-    rows[1].noisy, rows[1].noise = False, ""
+    rows[0].noisy, rows[0].noise = True, "other processes used 60% of the CPU (limit 25%)"
+    rows[1].noise = "IQR 50% of the median (limit 10%); other processes used 60% of the CPU (limit 25%)"
+    assert ("(other processes used 60% of the CPU (limit 25%); b: IQR 50% of the median (limit 10%)): the ranking"
+            in str(table))
+    for row in rows:
+        row.noisy, row.noise = False, ""
     assert "ranking by interleaved median: b < a" in str(table) and "WARNING" not in str(table)
     assert KERNEL_ONLY in str(table).splitlines()[1]
