@@ -101,8 +101,12 @@ def _sysfs_cache(index: Path) -> tuple[int, int, int, int, int]:
         return (index / name).read_text().strip()
     size = read("size")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+    try:
+        shared = _cpu_count(read("shared_cpu_list"))
+    except OSError:            # not every kernel reports it: count the cache as private
+        shared = 1
     return (int(read("level")), int(size.rstrip("KMG")) * scale, int(read("ways_of_associativity")),
-            int(read("coherency_line_size")), _cpu_count(read("shared_cpu_list")))
+            int(read("coherency_line_size")), shared)
 
 
 def _cpu_count(cpu_list: str) -> int:

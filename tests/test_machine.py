@@ -82,6 +82,10 @@ def test_os_caches_from_sysfs(tmp_path):
             (index / file).write_text(value + "\n")
     assert os_caches(tmp_path) == (Cache("L1", 48 << 10, 12, 64, 1), Cache("L2", 2 << 20, 16, 64, 2),
                                    Cache("L3", 32 << 20, 16, 64, 5))
+    (tmp_path / "index0" / "shared_cpu_list").unlink()
+    assert os_caches(tmp_path)[0] == Cache("L1", 48 << 10, 12, 64, 1)
+    (tmp_path / "index2" / "shared_cpu_list").unlink()
+    assert os_caches(tmp_path)[1] == Cache("L2", 2 << 20, 16, 64, 1)
     assert os_caches(tmp_path / "missing") == ()
 
 
