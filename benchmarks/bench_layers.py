@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import FP32_PEERS, INT8_PEERS, LayerData, PeerUnavailable  # noqa: E402
+from peers import FP32_PEERS, INT8_PEERS, LayerData, PeerUnavailable
 
-import loopopt as lo  # noqa: E402
-from loopopt.schedule_file import list_schedules  # noqa: E402
+import loopopt as lo
+from loopopt.machine import cpu_seconds, others_share
+from loopopt.schedule_file import list_schedules
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -42,7 +43,7 @@ SATURATION = (
     "kernel sums pairs of uint8 x int8 products in saturating 16-bit lanes, which overflow with "
     "full-range uint8 activations; PyTorch's own x86 observers quantize activations to 7 bits "
     "(`reduce_range=True`) for that reason, and with 7-bit activations its output is exact.")
-INT8_SPEC = dict(activation="uint8", per_channel=True, weight_symmetric=True)
+INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True}
 # loopopt's int8 variants: (label, QuantSpec output, Schedule.arithmetic or None for the default)
 INT8_VARIANTS = (("loopopt best", "uint8", None), ("loopopt best, dequantize", "float32", "dequantize"))
 
@@ -100,27 +101,6 @@ def time_calls(run, options: Options) -> tuple[float, float]:
     count = options.repeats or int(min(200, max(3, options.budget / max(first, 1e-6))))
     times = [_timed(run) for _ in range(count)]
     return float(np.median(times)), min(times)
-
-
-def cpu_seconds() -> tuple[float, float, float] | None:
-    """(wall clock, busy CPU seconds of the whole machine, CPU seconds of this process), or None
-    where /proc/stat cannot be read."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    idle = ticks[3] + ticks[4]                        # idle + iowait
-    return time.perf_counter(), (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), time.process_time()
-
-
-def others_share(start: tuple[float, float, float] | None) -> float | None:
-    """Share (0..1) of the machine's CPU time that other processes used since ``start``."""
-    end = cpu_seconds()
-    if start is None or end is None:
-        return None
-    wall, busy, mine = (b - a for a, b in zip(start, end))
-    return max(0.0, (busy - mine) / (wall * (os.cpu_count() or 1)))
 
 
 def first_line(err: BaseException) -> str:
@@ -208,7 +188,7 @@ def loopopt_int8(layer: str, data: LayerData, options: Options) -> list[Row]:
             notes = (f"schedule {name}", "" if requantized else "float32 output", why)
             row.peak, row.note = int8_peak(kernel.isa), "; ".join(filter(None, notes))
             rows += loopopt_rows(kernel, row, options)
-        except Exception as err:  # the int8 code generator is still being built
+        except Exception as err:  # noqa: BLE001  (the int8 code generator is still being built)
             why = first_line(err).replace(repr(qop), "Conv2d(...)") if qop else first_line(err)
             rows += [Row(layer, "int8", n, label, None, op.flops, None, note=f"not available: {why}")
                      for n in options.threads]
@@ -230,7 +210,7 @@ def peer_rows(layer: str, data: LayerData, precision: str, threads: int, peak: f
             row.note = "; ".join(filter(None, (case.note, why)))
         except PeerUnavailable as err:
             row.note = f"not available: {err}"
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001  (a peer failing in any way becomes a "failed" row)
             row.note = f"failed: {first_line(err)}"
         rows.append(row)
     return rows
@@ -285,8 +265,8 @@ def naive_table(best: list[Row], naive: list[Row]) -> str:
 
 
 def layers_table(ops: dict[str, object]) -> str:
-    lines = ["| layer | shape (C -> K, kernel, input, stride, groups) | MFLOP | loopopt fp32 schedule | "
-             "loopopt int8 schedule |", "|---|---|---|---|---|"]
+    lines = [("| layer | shape (C -> K, kernel, input, stride, groups) | MFLOP | loopopt fp32 schedule | "
+             "loopopt int8 schedule |"), "|---|---|---|---|---|"]
     for layer, op in ops.items():
         (kh, kw), (sh, _) = op.kernel_size, op.stride
         shape = f"{op.in_channels} -> {op.out_channels}, {kh}x{kw}, {op.height}x{op.width}, s{sh}, g{op.groups}"
@@ -316,7 +296,7 @@ def versions_text() -> str:
     for module in ("torch", "onnxruntime", "onnx"):
         try:
             found.append(f"{module} {__import__(module).__version__}")
-        except Exception:
+        except Exception:  # noqa: BLE001  (a broken install is reported like a missing one)
             found.append(f"{module} not installed")
     return ", ".join(found)
 
@@ -329,7 +309,7 @@ def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: 
     parts = [
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n```\n{command}\n```\n",
         f"{machine_text(isa, others)} Peers: {versions_text()}. Batch 1, all in one process.",
-        f"Each case: warm-up calls, then the median of {budget}, each call timed alone with "
+        (f"Each case: warm-up calls, then the median of {budget}, each call timed alone with "
         f"`time.perf_counter` (loopopt through `lo.measure` on prepared buffers; the peers' calls include "
         f"their framework overhead and output allocation). Every output is checked against the float64 "
         f"reference (fp32: within 1e-4 of its largest magnitude; int8: within 2 LSB of the exact uint8 "
@@ -341,7 +321,7 @@ def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: 
         f"PyTorch's fp32 backend is in the note (Mkldnn = oneDNN, Slow2d = im2col + MKL GEMM, which "
         f"PyTorch picks for 1x1 convolutions on one thread). All int8 implementations get the same "
         f"quantized tensors: uint8 activations per tensor, int8 symmetric weights per output channel, "
-        f"int32 bias, uint8 output.",
+        f"int32 bias, uint8 output."),
         "### Layers\n\n" + layers_table(ops),
         "### fp32\n\n" + results_table(rows, "fp32"),
         "### int8\n\n" + results_table(rows, "int8"),
@@ -357,11 +337,11 @@ def write_section(text: str) -> None:
     """Replace this benchmark's section of docs/benchmarks.md (append it if missing), nothing else."""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     block = f"{SECTION}\n\n{text}\n\n"
-    match = re.search(rf"^{re.escape(SECTION)}$", doc, re.M)
+    match = re.search(rf"^{re.escape(SECTION)}$", doc, re.MULTILINE)
     if match is None:
         DOC.write_text(doc.rstrip("\n") + "\n\n\n" + block)
         return
-    following = re.search(r"^## ", doc[match.end():], re.M)
+    following = re.search(r"^## ", doc[match.end():], re.MULTILINE)
     end = match.end() + following.start() if following else len(doc)
     DOC.write_text(doc[:match.start()] + block + doc[end:])
 
@@ -374,7 +354,7 @@ def run_layer(layer: str, options: Options) -> tuple[object, list[Row], Row | No
     peak32 = lo.peak_gflops(lo.available_isas()[0])
     try:
         fp32, naive = loopopt_fp32(layer, op, options)
-    except Exception as err:  # a code generator change under way must not stop the peers' runs
+    except Exception as err:  # noqa: BLE001  (a code generator change under way must not stop the peers' runs)
         fp32, naive = [Row(layer, "fp32", n, "loopopt best", None, op.flops, peak32,
                            note=f"failed: {first_line(err)}") for n in options.threads], None
     int8 = loopopt_int8(layer, data, options)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
+from loopopt.machine import this_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
@@ -69,7 +70,7 @@ class Structure:
 
 
 DEPTHWISE = Structure(("oh", "ow_o", "k_o"), ("c", "kh", "kw"), ("kh", "kw"))
-VNNI = dict(weights="OIHW16o4i", dot=True, depthwise=False)
+VNNI = {"weights": "OIHW16o4i", "dot": True, "depthwise": False}
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ def describe(layer: str, mode: Mode, params: tuple, seconds: float, threads: str
     arithmetic = ("c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, zero-padded "
                   "by the weight layout)" if structure.dot else
                   "bytes widened to int32 lanes (one input channel per group: no dot instruction)")
-    return (f"Found by benchmarks/tune_layers.py --int8 (AVX-512 VNNI, one core of a Zen 4 EPYC, one thread, "
+    return (f"Found by benchmarks/tune_layers.py --int8 (AVX-512 VNNI, one core of {this_cpu().model}, one thread, "
             f"uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, {mode.rate(op, seconds)}): NHWC "
             f"activations and output, weights packed to {structure.weights} once, outside the timed call; "
             f"{arithmetic}; a {ow} (ow) x {k} (k) output block in {vectors} int32 vector accumulators kept "
@@ -232,7 +233,8 @@ def main() -> None:
               f"{mode.rate(mode.op(layer), seconds)}; {threads}", flush=True)
         if args.write:
             path = ROOT / "schedules" / f"{layer}{mode.suffix}.toml"
-            lo.save_schedule(schedule, path, description=describe(layer, mode, params, seconds, threads))
+            lo.save_schedule(schedule, path, description=describe(layer, mode, params, seconds, threads),
+                             isa="avx512", threads=1)
             if params[2] in mode.structures and mode.structures[params[2]].dot:
                 # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
                 # again (the same kernel), and on other convs the file still selects the dot instruction

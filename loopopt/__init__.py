@@ -11,16 +11,48 @@ from .codegen.isa import available_isas
 from .compare import Comparison, compare
 from .kernel import Kernel
 from .layers import get_layer, list_layers
-from .measure import Timing, measure, peak_gflops
+from .machine import MachineProfile, machine_profile, peak_gflops
+from .measure import Timing, measure, measure_all
 from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 
 __all__ = [
-    "Conv2d", "Matmul", "Schedule", "ScheduleError", "IllegalScheduleError", "Kernel", "BuildError",
-    "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances",
-    "Machine", "accuracy", "dataflows", "schedule_file", "compare", "Comparison", "get_layer", "list_layers",
-    "load_schedule", "save_schedule", "to_toml", "list_schedules", "ScheduleFileError",
-    "QuantSpec", "quantize", "dequantize", "quant_error", "quant_accuracy", "AccuracyReport",
+    "AccuracyReport",
+    "BuildError",
+    "Comparison",
+    "Conv2d",
+    "IllegalScheduleError",
+    "Kernel",
+    "Machine",
+    "MachineProfile",
+    "Matmul",
+    "QuantSpec",
+    "ReuseProfile",
+    "Schedule",
+    "ScheduleError",
+    "ScheduleFileError",
+    "Timing",
+    "accuracy",
+    "available_isas",
+    "compare",
+    "dataflows",
+    "dequantize",
+    "get_layer",
+    "list_layers",
+    "list_schedules",
+    "load_schedule",
+    "machine_profile",
+    "measure",
+    "measure_all",
+    "peak_gflops",
+    "quant_accuracy",
+    "quant_error",
+    "quantize",
+    "reuse",
+    "reuse_distances",
+    "save_schedule",
+    "schedule_file",
+    "to_toml",
 ]

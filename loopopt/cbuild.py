@@ -78,7 +78,7 @@ def compiler() -> str:
 
 
 @cache
-def _compiler_identity(cc: str) -> str:
+def compiler_identity(cc: str) -> str:
     try:
         return subprocess.run(cc.split() + ["--version"], capture_output=True, text=True, check=False,
                               timeout=30).stdout.splitlines()[0]
@@ -96,7 +96,7 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: t
     """
     cc = compiler()
     all_flags = BASE_FLAGS + tuple(flags)
-    key = hashlib.sha256("\0".join([source, cdef, cc, _compiler_identity(cc), " ".join(all_flags),
+    key = hashlib.sha256("\0".join([source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
                                     " ".join(link_flags), sys.version]).encode()).hexdigest()[:24]
     if key in _loaded:
         return _loaded[key]

@@ -1,4 +1,4 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report, cache.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine.
 
 User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
 unwritable path or cache) print one line ``loopopt: error: ...`` and exit with status 2,
@@ -18,12 +18,12 @@ import signal
 import sys
 import tempfile
 from collections.abc import Sequence
-from importlib import metadata
 from itertools import takewhile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .cbuild import BuildError
+from .machine import loopopt_version
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -48,14 +48,6 @@ EXAMPLES = {
 
 class UsageError(Exception):
     """A mistake of the user, reported in one line with exit status 2."""
-
-
-def package_version() -> str:
-    """loopopt's version from the installed package's metadata."""
-    try:
-        return metadata.version("loopopt")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _spec_pair(text: str, field: str, low: int) -> tuple[int, int]:
@@ -160,6 +152,9 @@ def _writable(path: str | None) -> Path | None:
 
 
 def _print(args: argparse.Namespace, data, text: str) -> None:
+    if args.json and isinstance(data, dict) and "provenance" not in data:
+        from .machine import provenance
+        data = {**data, "provenance": provenance(isa=data.get("isa"))}
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
@@ -277,6 +272,25 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_machine(args: argparse.Namespace) -> int:
+    from .machine import machine_profile, provenance
+    profile = machine_profile(remeasure=args.remeasure)
+    _print(args, {**profile.to_dict(), "provenance": provenance()}, str(profile))
+    return 0
+
+
+def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
+    """The ``machine`` subcommand: this machine's profile (peaks, bandwidths, caches)."""
+    p = sub.add_parser("machine", parents=[json_flag],
+                       help="this machine's measured profile: peaks per ISA, bandwidth per memory level, caches",
+                       description="Show this machine's profile (measured once, then read from the cache): "
+                                   "one core's fp32/int8 peak per ISA, read bandwidth per memory level, cache "
+                                   "sizes. Every %% of peak and roofline uses it. Example: loopopt machine --json")
+    p.add_argument("--remeasure", action="store_true",
+                   help="measure again (on a quiet machine) and replace the cached profile")
+    p.set_defaults(run=cmd_machine)
+
+
 def _positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -318,7 +332,7 @@ def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="loopopt", description="Explore loop schedules of conv2d/matmul.",
                                           epilog=_examples(*EXAMPLES),
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    main_parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    main_parser.add_argument("--version", action="version", version=f"%(prog)s {loopopt_version()}")
     sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, description: str) -> argparse.ArgumentParser:
@@ -350,6 +364,7 @@ def parser() -> argparse.ArgumentParser:
     p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): its size, or clear it")
     p.add_argument("action", choices=("info", "clear"), help="info: path, kernels, size; clear: remove them")
     p.set_defaults(run=cmd_cache)
+    _machine_parser(sub, json_flag)
     return main_parser
 
 

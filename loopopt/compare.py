@@ -4,14 +4,15 @@ from __future__ import annotations
 import csv
 import html
 import json
-import sys
-import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
-from .measure import Timing, measure, peak_gflops
+from .machine import peak_gflops, provenance
+from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
 from .ops import Op
+from .progress import Progress
 from .schedule import Schedule
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -19,7 +20,7 @@ MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adap
 
 @dataclass
 class Row:
-    """One schedule's results: timing, verification and (optionally) predicted traffic."""
+    """One schedule's results: timing, verification, noise and (optionally) predicted traffic."""
 
     name: str
     isa: str
@@ -31,38 +32,84 @@ class Row:
     percent_of_peak: float
     verified: bool
     max_error: float
-    dram_bytes: Optional[int] = None
-    energy_uj: Optional[float] = None
+    noisy: bool = False
+    noise: str = ""                 # why the timing is noisy ("" when stable)
+    dram_bytes: int | None = None
+    energy_uj: float | None = None
     misses: dict[str, int] = field(default_factory=dict)          # per cache level
     level_bytes: dict[str, int] = field(default_factory=dict)     # bytes delivered per level
     level_energy_uj: dict[str, float] = field(default_factory=dict)
 
 
+def _flag(value: object, fmt: str) -> str:
+    """A table cell: "-" for None, yes/NO for a bool, else ``fmt``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    return fmt.format(value)
+
+
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
            ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"), ("% peak", "percent_of_peak", "{:.1f}"),
-           ("ok", "verified", "{}"), ("DRAM MB", "dram_bytes", "{:.2f}"), ("energy uJ", "energy_uj", "{:.0f}"))
+           ("ok", "verified", "{}"), ("noise", "noisy", "{}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
+           ("energy uJ", "energy_uj", "{:.0f}"))
+CELL = {"noisy": lambda value: "NOISY" if value else "-", "dram_bytes": lambda value: _flag(value and value / 1e6,
+                                                                                             "{:.2f}")}
 
 
 class Comparison:
-    """Many schedules of one op with their Timing and reuse analysis, as a table and plots."""
+    """Many schedules of one op with their Timing and reuse analysis, as a table and plots.
 
-    def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = ""):
+    ``end_to_end``, ``rounds`` and ``other_cpu_share`` say how the rows were timed (see
+    ``measure_all``); ``provenance`` where and when (``loopopt.machine.provenance``)."""
+
+    def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
+                 end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
+                 provenance: dict[str, Any] | None = None):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
+        self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
+        self.provenance = provenance if provenance is not None else _provenance(rows)
 
     @property
     def unit(self) -> str:
         """GFLOP/s, or GOP/s for a quantized op (integer operations, 2 per multiply-accumulate)."""
         return "GFLOP/s" if self.op.quant is None else "GOP/s"
 
+    @property
+    def noisy(self) -> bool:
+        """Whether any row's timing was unstable."""
+        return any(r.noisy for r in self.rows)
+
+    def ranking(self) -> list[str]:
+        """Names of the verified rows, fastest first by their (interleaved) median."""
+        return [r.name for r in sorted((r for r in self.rows if r.verified), key=lambda r: r.median_ms)]
+
     def _cells(self, row: Row) -> list[str]:
-        cells = []
-        for _, attr, fmt in COLUMNS:
-            value = getattr(row, attr)
-            if attr == "dram_bytes" and value is not None:
-                value = value / 1e6
-            cells.append("-" if value is None else ("yes" if value is True else "NO" if value is False
-                                                    else fmt.format(value)))
-        return cells
+        return [CELL[attr](getattr(row, attr)) if attr in CELL else _flag(getattr(row, attr), fmt)
+                for _, attr, fmt in COLUMNS]
+
+    def _heading(self) -> list[str]:
+        interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
+        return [(f"{self.op!r}: {self.op.flops / 1e6:.1f} M{self.unit[1:-2]}, peak {self.peak:.1f} {self.unit} "
+                f"(one core, machine profile)"),
+                f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
+
+    def _footing(self) -> list[str]:
+        lines = []
+        ranking = " < ".join(self.ranking())
+        if self.noisy:
+            # the other processes' share is one figure for all rows; a spread is each row's own
+            reasons = dict.fromkeys(reason if reason.startswith("other processes") else f"{r.name}: {reason}"
+                                    for r in self.rows if r.noisy for reason in r.noise.split("; "))
+            lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median ({ranking}) may "
+                         f"not hold; re-run on a quiet machine")
+        elif len(self.rows) > 1:
+            lines.append(f"ranking by interleaved median: {ranking}")
+        p = self.provenance
+        lines.append(f"measured on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
+                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}")
+        return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:
         table = [[head for head, _, _ in COLUMNS]] + [self._cells(r) for r in self.rows]
@@ -70,27 +117,31 @@ class Comparison:
         lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
                  for row in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        head = f"{self.op!r}: {self.op.flops / 1e6:.1f} M{self.unit[1:-2]}, peak {self.peak:.1f} {self.unit}"
-        return "\n".join([head] + lines + ([self.note] if self.note else []))
+        return "\n".join(self._heading() + lines + self._footing())
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                        for r in self.rows)
-        note = f"<p>{html.escape(self.note)}</p>" if self.note else ""
-        return (f"<p>{html.escape(repr(self.op))}, peak {self.peak:.1f} {self.unit}</p>"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}")
+        paragraphs = lambda lines: "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+        return (f"{paragraphs(self._heading())}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"{paragraphs(self._footing())}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as JSON-ready data, with how (``timing``) and where (``provenance``) it was measured."""
         return {"op": repr(self.op), "flops": self.op.flops, "peak_gflops": self.peak, "note": self.note,
-                "rows": [asdict(r) for r in self.rows]}
+                "timing": {"scope": END_TO_END if self.end_to_end else KERNEL_ONLY, "end_to_end": self.end_to_end,
+                           "rounds": self.rounds, "other_cpu_share": self.other_cpu_share, "noisy": self.noisy},
+                "ranking": self.ranking(), "provenance": self.provenance, "rows": [asdict(r) for r in self.rows]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self, path: str | Path) -> Path:
+        """One line per row (nested per-level figures left out), each with the provenance columns."""
         path = Path(path)
-        flat = [{k: v for k, v in asdict(r).items() if not isinstance(v, dict)} for r in self.rows]
+        where = {f"provenance_{k}": v for k, v in self.provenance.items() if k != "isa"}
+        flat = [{**{k: v for k, v in asdict(r).items() if not isinstance(v, dict)}, **where} for r in self.rows]
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(flat[0]))
             writer.writeheader()
@@ -103,25 +154,6 @@ class Comparison:
         return dashboard(self, path)
 
 
-class Progress:
-    """A dependency-free progress bar on stderr (one line per update when not a terminal)."""
-
-    def __init__(self, total: int, enabled: bool = True, width: int = 24):
-        self.total, self.enabled, self.width, self.start = total, enabled, width, time.perf_counter()
-        self.tty = sys.stderr.isatty()
-
-    def update(self, done: int, label: str) -> None:
-        if not self.enabled:
-            return
-        filled = self.width * done // max(self.total, 1)
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} "
-                f"{time.perf_counter() - self.start:5.1f}s {label}")
-        sys.stderr.write(f"\r{line:<79}" if self.tty else line + "\n")
-        if self.tty and done == self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def _analysis():
     """The reuse-analysis package, or None when it is not installed."""
     try:
@@ -131,13 +163,16 @@ def _analysis():
     return analysis
 
 
-def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]] = None, isa: str = "auto",
+def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None = None, isa: str = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
-            threads: int = 1) -> Comparison:
-    """Compile, verify, measure and (with ``reuse``) analyse each schedule of ``op``.
+            threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False) -> Comparison:
+    """Compile each schedule of ``op``, time them together with their runs interleaved over
+    ``rounds`` rounds (``measure_all``: ``budget`` seconds of runs each, the same noise for all),
+    verify them and (with ``reuse``) analyse their reuse.
 
     Schedules with a parallel loop run on ``threads`` threads (default 1, so every row
-    is one core's work and % of peak compares like with like)."""
+    is one core's work and % of peak compares like with like). ``end_to_end`` times whole
+    calls, packing included; by default only the kernel runs."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
@@ -147,28 +182,39 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
     analysis = _analysis() if reuse else None
     note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
     machine = analysis.Machine.detect() if analysis else None
-    steps = len(schedules) * (2 if analysis else 1)
-    bar, rows, profiles = Progress(steps, progress), [], {}
+    steps = len(schedules) * (2 if analysis else 1) + 1
+    bar, kernels, profiles = Progress(steps, progress), [], {}
     for index, (name, schedule) in enumerate(zip(names, schedules)):
-        done = index * (2 if analysis else 1)
-        bar.update(done, f"{name}: compile + measure")
+        bar.update(index, f"{name}: compile")
         kernel = schedule.compile(isa)
         kernel.set_threads(threads if schedule.parallel_loop is not None else 1)
-        row = _row(name, kernel.isa, measure(kernel, budget=budget))
-        if analysis:
-            bar.update(done + 1, f"{name}: reuse analysis")
+        kernels.append(kernel)
+    bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
+    timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
+                          progress=None if progress else False)
+    rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
+    if analysis:
+        for index, (name, schedule, row) in enumerate(zip(names, schedules, rows)):
+            bar.update(len(kernels) + 1 + index, f"{name}: reuse analysis")
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
-        rows.append(row)
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    return Comparison(op, rows, profiles, peak_gflops(resolved, "float32" if op.quant is None else "int8"), note)
+    return Comparison(op, rows, profiles, peak_gflops(resolved, "float32" if op.quant is None else "int8"), note,
+                      end_to_end=end_to_end, rounds=rounds,
+                      other_cpu_share=timings[0].other_cpu_share if timings else None,
+                      provenance=provenance(isa=resolved, threads=threads))
+
+
+def _provenance(rows: list[Row]) -> dict[str, Any]:
+    """Provenance of a Comparison built without one: this machine, now, the first row's ISA."""
+    return provenance(isa=rows[0].isa if rows else None)
 
 
 def _row(name: str, isa: str, timing: Timing) -> Row:
     return Row(name, isa, timing.median * 1e3, timing.min * 1e3, timing.iqr * 1e3, timing.repeats,
-               timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error)
+               timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy, timing.noise)
 
 
 def _add_hierarchy(row: Row, hierarchy) -> None:

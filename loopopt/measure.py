@@ -1,23 +1,41 @@
-"""Timing of kernels and this machine's measured peak."""
+"""Timing of kernels: runs interleaved over rounds within a time budget, noise detection, and
+throughput as % of this machine's measured peak (``loopopt.machine``)."""
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import partial
 
 import numpy as np
 
-from .cbuild import compile_c
-from .codegen.isa import INT_ISAS, ISAS, available_int_isas, available_isas
-from .codegen.quantized import DOT
 from .kernel import Kernel
+from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
+from .progress import Progress
 from .quant_reference import random_call, reference_output
 from .quant_reference import tolerance as quant_tolerance
+
+SPREAD_LIMIT = 0.10        # IQR / median above which a run is noisy
+MAX_REPEATS = 200          # timed runs per kernel at most
+ROUNDS = 5                 # rounds over which the runs of several kernels are interleaved
+LONG_MEASUREMENT = 2.0     # s: timing expected to take longer shows progress (on a terminal, or when asked)
+PROGRESS_INTERVAL = 1.0    # s between two progress updates
+KERNEL_ONLY = "kernel run only, layout packing and unpacking excluded"
+END_TO_END = "end to end: packing, kernel run and unpacking"
+
+_clock: Callable[[], float] = time.perf_counter
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Runtime statistics of a kernel (seconds) with derived throughput."""
+    """Runtime statistics of a kernel (seconds) with derived throughput and a noise verdict.
+
+    ``end_to_end``: the timed call included packing into and unpacking from the schedule's
+    storage layouts (``measure(..., end_to_end=True)``); by default only the kernel run is timed.
+    ``noisy``: the run was unstable, ``noise`` says why (spread, other processes' CPU share);
+    ``other_cpu_share``: the share of the machine's CPU time other processes used while timing
+    (None where /proc/stat is unreadable)."""
 
     median: float
     min: float
@@ -30,79 +48,65 @@ class Timing:
     max_error: float
     times: tuple[float, ...] = field(repr=False, default=())
     unit: str = "GFLOP/s"      # quantized kernels: GOP/s (2 integer ops per multiply-accumulate)
+    end_to_end: bool = False
+    noisy: bool = False
+    other_cpu_share: float | None = None
+    noise: str = ""
+
+    @property
+    def scope(self) -> str:
+        """What the times cover: the kernel run only (default) or the whole call."""
+        return END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
         check = "verified" if self.verified else "NOT verified"
-        return (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
-                f"n={self.repeats}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% of "
-                f"{self.peak_gflops:.1f} {self.unit} peak, {check}")
+        text = (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
+                f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% "
+                f"of {self.peak_gflops:.1f} {self.unit} peak, {check}")
+        return text + (f"; NOISY: {self.noise}" if self.noisy else "")
 
 
-_PEAK_SOURCE = """{prelude}
-/* {chains} independent multiply-add chains so both vector pipes stay busy. */
-float lo_peak(long iterations)
-{{
-    {vt} acc[{chains}];
-    const {vt} a = {bcast_a}, b = {bcast_b};
-    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
-    for (long it = 0; it < iterations; ++it) {{
-#pragma GCC unroll {chains}
-        for (int i = 0; i < {chains}; ++i) acc[i] = {update};
-    }}
-    {vt} total = {zero};
-    for (int i = 0; i < {chains}; ++i) total = {add};
-    return {hsum};
-}}
-"""
-
-# per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
-_PEAK_KINDS = {
-    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"), lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
-    "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
-             lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
-}
+def noise_verdict(times: Sequence[float], other_cpu_share: float | None, spread_limit: float = SPREAD_LIMIT,
+                  others_limit: float = OTHERS_LIMIT) -> str:
+    """Why a run with these ``times`` is unstable, or "" when it is not: its IQR exceeds
+    ``spread_limit`` times its median, or other processes used more than ``others_limit`` of
+    the machine's CPU time (``other_cpu_share``, None when unknown) while it ran."""
+    reasons = []
+    if len(times) >= 2:
+        q75, q25, median = np.percentile(times, [75, 25, 50])
+        spread = (q75 - q25) / median if median > 0 else 0.0
+        if spread > spread_limit:
+            reasons.append(f"IQR {100 * spread:.0f}% of the median (limit {100 * spread_limit:.0f}%)")
+    if other_cpu_share is not None and other_cpu_share > others_limit:
+        reasons.append(f"other processes used {100 * other_cpu_share:.0f}% of the CPU "
+                       f"(limit {100 * others_limit:.0f}%)")
+    return "; ".join(reasons)
 
 
-@lru_cache(maxsize=None)
-def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
-    """Measured single-thread peak (G ops/s) of ``isa`` on this machine.
-
-    ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
-    u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
-    sequence), 8 ops (4 multiply-adds) per int32 lane.
-    """
-    if dtype not in _PEAK_KINDS:
-        raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; allowed: 'float32', 'int8'")
-    tables, available, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
-    name = available()[0] if isa == "auto" else isa
-    table = tables[name]
-    if not table.vectorizes:  # scalar kernels are still measured against the machine's SIMD peak
-        table = tables[available()[0]]
-    if not table.vectorizes:  # no SIMD at all: the scalar multiply-add rate is the peak
-        return _scalar_peak()
-    chains = 12
-    source = _PEAK_SOURCE.format(
-        prelude=table.prelude, chains=chains, vt=table.vector_type,
-        bcast_a=table.broadcast(s=value_a), bcast_b=table.broadcast(s=value_b), zero=table.zero(),
-        update=update(table), add=table.fma(a="acc[i]", b=table.broadcast(s=one), c="total"),
-        hsum=table.hsum(v="total"))
-    module = compile_c(source, "float lo_peak(long iterations);", table.compile_flags)
-    # many short runs: the fastest one is the least disturbed by other processes on a busy machine
-    iterations = 400_000
-    best = min(_timed(module.lib.lo_peak, iterations) for _ in range(40))
-    return iterations * chains * table.lanes * ops / best / 1e9
+def repeat_count(first: float, budget: float) -> int:
+    """Timed runs of a kernel whose run took ``first`` seconds: as many as fit in ``budget``
+    seconds, at least 1 (a run longer than the budget is timed once) and at most MAX_REPEATS."""
+    return max(1, min(MAX_REPEATS, int(budget / max(first, 1e-9))))
 
 
-def _scalar_peak() -> float:
-    module = compile_c("float lo_peak(long n){float a=0.f;for(long i=0;i<n;++i)a=a*0.999f+1e-3f;return a;}",
-                       "float lo_peak(long n);")
-    return 2 * 10_000_000 / min(_timed(module.lib.lo_peak, 10_000_000) for _ in range(3)) / 1e9
+def interleaved_order(counts: Sequence[int], rounds: int) -> list[int]:
+    """The kernel index of each timed run when kernel ``i`` runs ``counts[i]`` times: in each of
+    ``rounds`` rounds every kernel does an even share of its runs back to back, the kernels in
+    turn starting with kernel ``round mod n``, so all of them meet the same noise."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    order = []
+    for r in range(rounds):
+        for j in range(len(counts)):
+            i = (r + j) % len(counts)
+            order += [i] * (counts[i] * (r + 1) // rounds - counts[i] * r // rounds)
+    return order
 
 
-def _timed(function, *args) -> float:
-    start = time.perf_counter()
-    function(*args)
-    return time.perf_counter() - start
+def _timed(function: Callable[[], object]) -> float:
+    start = _clock()
+    function()
+    return _clock() - start
 
 
 def tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -145,27 +149,80 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
 
 
 def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
-            verify_output: bool = True, seed: int = 0) -> Timing:
-    """Time ``kernel`` on prepared buffers: warm-up, then ``repeats`` runs (default: fit ``budget`` s)."""
-    if not isinstance(kernel, Kernel):
-        hint = "; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile") else ""
-        raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
-    if repeats is not None and repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    op = kernel.op
-    args, params = _call(kernel, seed)
-    buffers = kernel.prepare(*args, **params)
-    first = _timed(kernel.run, buffers)
+            verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
+            progress: bool | None = None) -> Timing:
+    """Time ``kernel`` (see ``measure_all``, of which this is the one-kernel case)."""
+    return measure_all([kernel], repeats, warmup, budget, verify_output=verify_output, seed=seed,
+                       end_to_end=end_to_end, progress=progress)[0]
+
+
+def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
+                rounds: int = ROUNDS, verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
+                progress: bool | None = None) -> list[Timing]:
+    """Time several kernels on the same noise: ``warmup`` untimed runs of each (the first sizes
+    its repeat count), then ``repeats`` timed runs of each (default: as many as fit ``budget``
+    seconds per kernel, see ``repeat_count``) interleaved over ``rounds`` rounds
+    (``interleaved_order``); then each output is verified against the reference.
+
+    By default only ``kernel.run`` on buffers prepared once is timed (packing into and unpacking
+    from the storage layouts excluded); ``end_to_end=True`` times the whole call. ``progress``:
+    a progress bar on stderr for timing expected to last over LONG_MEASUREMENT seconds (default:
+    when stderr is a terminal)."""
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+        raise ValueError(f"repeats must be >= 1 (an integer), got {repeats!r}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if not budget > 0:
+        raise ValueError(f"budget must be > 0 seconds, got {budget}")
+    for kernel in kernels:
+        if not isinstance(kernel, Kernel):
+            hint = "; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile") else ""
+            raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
+    runners = [_runner(kernel, seed, end_to_end) for kernel in kernels]
+    firsts = [_timed(run) for run in runners]
     for _ in range(max(0, warmup - 1)):
-        kernel.run(buffers)
-    count = repeats or int(min(200, max(3, budget / max(first, 1e-6))))
-    times = np.array([_timed(kernel.run, buffers) for _ in range(count)])
+        for run in runners:
+            run()
+    counts = [repeats or repeat_count(first, budget) for first in firsts]
+    expected = sum(count * first for count, first in zip(counts, firsts))
+    show = (sys.stderr.isatty() if progress is None else progress) and expected > LONG_MEASUREMENT
+    start = cpu_seconds()
+    times = _run_interleaved(runners, interleaved_order(counts, rounds), show)
+    share = others_share(start)
+    return [_timing(kernel, kernel_times, share, end_to_end, verify_output, seed)
+            for kernel, kernel_times in zip(kernels, times)]
+
+
+def _runner(kernel: Kernel, seed: int, end_to_end: bool) -> Callable[[], object]:
+    """What one timed run calls: the whole call, or the kernel run on buffers prepared now."""
+    args, params = _call(kernel, seed)
+    if end_to_end:
+        return partial(kernel, *args, **params)
+    return partial(kernel.run, kernel.prepare(*args, **params))
+
+
+def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int], show: bool) -> list[list[float]]:
+    times: list[list[float]] = [[] for _ in runners]
+    bar, shown = Progress(len(order), show), _clock()
+    for done, index in enumerate(order, 1):
+        times[index].append(_timed(runners[index]))
+        if show and _clock() - shown >= PROGRESS_INTERVAL:
+            bar.update(done, "timing runs")
+            shown = _clock()
+    bar.update(len(order), "timed")
+    return times
+
+
+def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end: bool, verify_output: bool,
+            seed: int) -> Timing:
+    op = kernel.op
     ok, error = verify(kernel, seed) if verify_output else (False, float("nan"))
     median = float(np.median(times))
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
     dtype = "float32" if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
     peak = peak_gflops(kernel.isa, dtype) * kernel.threads
-    return Timing(median, float(times.min()), float(q75 - q25), count, gflops, 100 * gflops / peak, peak,
-                  ok, error, tuple(times.tolist()), "GFLOP/s" if op.quant is None else "GOP/s")
-
+    noise = noise_verdict(times, share)
+    return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak, ok,
+                  error, tuple(times), "GFLOP/s" if op.quant is None else "GOP/s", end_to_end, bool(noise), share,
+                  noise)

@@ -6,16 +6,17 @@ through a ``draw_*(ax, comparison)`` function that ``dashboard`` reuses.
 from __future__ import annotations
 
 import math
-import time
-from functools import lru_cache
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .machine import machine_profile
 
 if TYPE_CHECKING:
     from .compare import Comparison
@@ -28,24 +29,24 @@ def colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _levels(cmp: "Comparison") -> list[tuple[str, int]]:
+def _levels(cmp: Comparison) -> list[tuple[str, int]]:
     """(name, capacity in lines) of this machine's caches."""
     from .analysis import Machine
     return [(c.name, c.size // c.line_size) for c in Machine.detect().caches]
 
 
-def _mark_levels(ax, cmp: "Comparison") -> None:
+def _mark_levels(ax, cmp: Comparison) -> None:
     for name, lines in _levels(cmp):
         ax.axvline(lines, color="grey", linestyle=":", linewidth=1)
         ax.text(lines, 1.0, f" {name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="grey")
 
 
-def _require_reuse(cmp: "Comparison") -> None:
+def _require_reuse(cmp: Comparison) -> None:
     if not cmp.profiles:
         raise ValueError("this plot needs the reuse analysis: run compare(..., reuse=True)")
 
 
-def draw_runtime(ax, cmp: "Comparison") -> None:
+def draw_runtime(ax, cmp: Comparison) -> None:
     """GFLOP/s bars with the interquartile spread and this machine's peak."""
     names = [r.name for r in cmp.rows]
     flops = cmp.op.flops / 1e9
@@ -63,7 +64,7 @@ def draw_runtime(ax, cmp: "Comparison") -> None:
     ax.legend(fontsize=8)
 
 
-def draw_miss_ratio(ax, cmp: "Comparison") -> None:
+def draw_miss_ratio(ax, cmp: Comparison) -> None:
     """Miss ratio of a fully associative LRU cache vs its capacity, per schedule."""
     _require_reuse(cmp)
     for i, (name, profile) in enumerate(cmp.profiles.items()):
@@ -77,7 +78,7 @@ def draw_miss_ratio(ax, cmp: "Comparison") -> None:
     ax.legend(fontsize=7)
 
 
-def _stacked(ax, cmp: "Comparison", attr: str, scale: float, ylabel: str, title: str) -> None:
+def _stacked(ax, cmp: Comparison, attr: str, scale: float, ylabel: str, title: str) -> None:
     _require_reuse(cmp)
     names = [r.name for r in cmp.rows]
     keys = [k for k in LEVEL_ORDER + ("compute",) if k in getattr(cmp.rows[0], attr)]
@@ -92,17 +93,17 @@ def _stacked(ax, cmp: "Comparison", attr: str, scale: float, ylabel: str, title:
     ax.legend(fontsize=7)
 
 
-def draw_traffic(ax, cmp: "Comparison") -> None:
+def draw_traffic(ax, cmp: Comparison) -> None:
     """Predicted bytes delivered by each memory level, stacked."""
     _stacked(ax, cmp, "level_bytes", 1e-6, "predicted traffic (MB)", "traffic per level")
 
 
-def draw_energy(ax, cmp: "Comparison") -> None:
+def draw_energy(ax, cmp: Comparison) -> None:
     """Predicted energy per memory level and compute, stacked."""
     _stacked(ax, cmp, "level_energy_uj", 1.0, "predicted energy (uJ)", "energy per level")
 
 
-def draw_dram_vs_time(ax, cmp: "Comparison") -> None:
+def draw_dram_vs_time(ax, cmp: Comparison) -> None:
     """Predicted DRAM traffic against measured median time, one point per schedule."""
     _require_reuse(cmp)
     for i, r in enumerate(cmp.rows):
@@ -114,27 +115,14 @@ def draw_dram_vs_time(ax, cmp: "Comparison") -> None:
     ax.legend(fontsize=7)
 
 
-@lru_cache(maxsize=1)
-def memory_bandwidth() -> float:
-    """This machine's copy bandwidth in GB/s (numpy copy of 64 MB, best of 3)."""
-    src = np.ones(8 << 20)
-    dst = np.empty_like(src)
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best / 1e9
-
-
-def draw_roofline(ax, cmp: "Comparison") -> None:
-    """Roofline (peak compute, measured copy bandwidth), schedules at their predicted intensity."""
+def draw_roofline(ax, cmp: Comparison) -> None:
+    """Roofline (the machine profile's peak and DRAM read bandwidth), schedules at their predicted intensity."""
     _require_reuse(cmp)
-    bandwidth = memory_bandwidth()
+    bandwidth = machine_profile().memory_bandwidth()
     intensity = [cmp.op.flops / max(r.dram_bytes, 1) for r in cmp.rows]
     x = np.logspace(-2, max(4.0, math.log10(max(intensity)) + 1), 200)
     ax.plot(x, np.minimum(cmp.peak, bandwidth * x), color="black", linewidth=1.5,
-            label=f"roof: {cmp.peak:.0f} GFLOP/s, {bandwidth:.0f} GB/s")
+            label=f"roof: {cmp.peak:.0f} GFLOP/s, DRAM read {bandwidth:.0f} GB/s")
     for i, (r, oi) in enumerate(zip(cmp.rows, intensity)):
         ax.scatter(oi, r.gflops, color=colour(i), label=r.name, s=40, zorder=3)
     ax.set_xscale("log")
@@ -145,7 +133,7 @@ def draw_roofline(ax, cmp: "Comparison") -> None:
     ax.legend(fontsize=7)
 
 
-def draw_histogram(ax, cmp: "Comparison", tensor: str) -> None:
+def draw_histogram(ax, cmp: Comparison, tensor: str) -> None:
     """Reuse-distance histogram of ``tensor`` (log2 bins, cold at the right) per schedule."""
     _require_reuse(cmp)
     largest = max(max((d for d in p.histogram(tensor) if d != math.inf), default=1) for p in cmp.profiles.values())
@@ -177,7 +165,7 @@ def _save(fig, path: str | Path) -> Path:
 
 
 def _single(draw: Callable) -> Callable:
-    def plot(cmp: "Comparison", path: str | Path) -> Path:
+    def plot(cmp: Comparison, path: str | Path) -> Path:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         draw(ax, cmp)
         return _save(fig, path)
@@ -193,7 +181,7 @@ plot_dram_vs_time = _single(draw_dram_vs_time)
 plot_roofline = _single(draw_roofline)
 
 
-def plot_histograms(cmp: "Comparison", path: str | Path) -> Path:
+def plot_histograms(cmp: Comparison, path: str | Path) -> Path:
     """One reuse-distance histogram per tensor, side by side."""
     tensors = cmp.op.tensors
     fig, axes = plt.subplots(1, len(tensors), figsize=(5 * len(tensors), 4))
@@ -202,7 +190,7 @@ def plot_histograms(cmp: "Comparison", path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def dashboard(cmp: "Comparison", path: str | Path) -> Path:
+def dashboard(cmp: Comparison, path: str | Path) -> Path:
     """Runtime, roofline, miss ratios, traffic, energy and DRAM-vs-time in one image
     (runtime only when the comparison has no reuse analysis)."""
     draws = [draw_runtime]

@@ -17,6 +17,12 @@ whose single key is the primitive and whose value its arguments::
 
 A file without ``[[step]]`` tables is refused (an empty or truncated file is not silently
 the naive schedule); a schedule with no steps on purpose says ``step = []``.
+
+``save_schedule`` also writes a ``[provenance]`` table (loopopt version, machine fingerprint,
+CPU model and vendor, ISA, compiler, threads, UTC time: ``loopopt.machine.provenance``);
+``load_schedule`` warns (``OtherMachineWarning``, once per file and process) when it was
+recorded on another machine: another fingerprint, or without one, another CPU vendor.
+
 A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
 """
@@ -26,17 +32,23 @@ import difflib
 import os
 import re
 import sys
+import tomllib
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from .atomic import write_text_atomically
+from .codegen.isa import resolve_isa
+from .machine import OtherMachineWarning, machine_mismatch
+from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout", "register_block",
               "compensation", "arithmetic")
 SUFFIX = ".toml"
+_warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 
 
 class ScheduleFileError(ValueError):
@@ -97,6 +109,10 @@ def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
     steps = document["step"]
     if not isinstance(steps, list):
         raise ScheduleFileError(f"{path}: 'step' must be an array of tables ([[step]])")
+    recorded = document.get("provenance", {})
+    if not isinstance(recorded, dict):
+        raise ScheduleFileError(f"{path}: 'provenance' must be a table ([provenance]), got {recorded!r}")
+    _warn_if_other_machine(path, recorded)
     schedule = Schedule(op)
     for number, (line, entry) in enumerate(zip(lines, steps), 1):
         where = f"{path}:{line}: step {number}"
@@ -105,6 +121,16 @@ def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
         except (ScheduleError, TypeError) as err:
             raise ScheduleFileError(f"{where}: {err}") from None
     return schedule
+
+
+def _warn_if_other_machine(path: Path, recorded: Mapping[str, Any]) -> None:
+    """Warn (once per file and process) when the schedule in ``path`` was recorded on another machine."""
+    key = path.resolve()
+    mismatch = machine_mismatch(recorded)
+    if mismatch and key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"schedule {path.stem!r} ({path}) was found {mismatch}: it may not be the fastest "
+                      f"schedule here", OtherMachineWarning, stacklevel=3)
 
 
 def apply_step(schedule: Schedule, entry: Any) -> Schedule:
@@ -138,21 +164,31 @@ def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
     return value
 
 
-def to_toml(schedule: Schedule, name: str = "schedule", description: str = "") -> str:
-    """The TOML text of ``schedule``'s steps; ``load_schedule`` on it rebuilds the schedule."""
+def to_toml(schedule: Schedule, name: str = "schedule", description: str = "",
+            provenance: Mapping[str, Any] | None = None) -> str:
+    """The TOML text of ``schedule``'s steps (after a ``[provenance]`` table when given);
+    ``load_schedule`` on it rebuilds the schedule."""
     lines = [f"name = {_value(name)}", f"description = {_value(description)}"]
     if not schedule.steps:
         lines.append("step = []")
+    if provenance:
+        lines += ["", "[provenance]"] + [f"{key} = {_value(value)}" for key, value in provenance.items()]
     for step in schedule.steps:
         lines += ["", "[[step]]", f"{step.primitive} = {_value(_step_value(step))}"]
     return "\n".join(lines) + "\n"
 
 
-def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", description: str = "") -> Path:
-    """Write ``schedule`` to ``path`` as TOML (name defaults to the file's stem)."""
+def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", description: str = "",
+                  isa: str = "auto", threads: int = 1) -> Path:
+    """Write ``schedule`` to ``path`` as TOML, atomically (name defaults to the file's stem), with
+    its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen with
+    (default: the ISA ``compile()`` picks here, one thread)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    isa = resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
-    path.write_text(to_toml(schedule, name or path.stem, description))
-    return path
+    return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
+                                               machine_provenance(isa=isa, threads=threads)))
 
 
 def _step_value(step: Step) -> Any:

@@ -13,6 +13,7 @@ from loopopt.cli import main, parse_conv
 ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = ["--matmul", "8,16,8"]
+PROVENANCE = {"loopopt", "fingerprint", "cpu", "vendor", "isa", "compiler", "threads", "utc"}
 
 
 def run(capsys, *argv):
@@ -37,6 +38,8 @@ def test_compare_json_and_plot(capsys, tmp_path):
     data = json.loads(out)
     assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", "output_stationary"]
     assert all(r["verified"] for r in data["rows"]) and plot.stat().st_size > 0
+    assert set(data["provenance"]) == PROVENANCE
+    assert data["timing"]["scope"].startswith("kernel run only") and data["timing"]["rounds"] == 5
 
 
 def test_show_and_reuse(capsys):
@@ -44,13 +47,29 @@ def test_show_and_reuse(capsys):
     assert status == 0 and "for i_o" in out and "generated C" in out
     status, out, _ = run(capsys, "reuse", *SMALL, "--schedule", "tiled", "--json")
     assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
+    assert set(json.loads(out)["provenance"]) == PROVENANCE - {"isa", "threads"}
+    status, out, _ = run(capsys, "show", *SMALL, "--schedule", "tiled", "--json")
+    assert status == 0 and json.loads(out)["provenance"]["isa"] == json.loads(out)["isa"]
+
+
+def test_machine(capsys):
+    import loopopt as lo
+    status, out, _ = run(capsys, "machine")
+    assert status == 0 and f"machine {lo.machine_profile().fingerprint}:" in out and "DRAM" in out
+    status, out, _ = run(capsys, "machine", "--json")
+    data = json.loads(out)
+    assert status == 0 and lo.MachineProfile.from_dict({k: v for k, v in data.items() if k != "provenance"}) \
+        == lo.machine_profile()
+    assert set(data["provenance"]) == PROVENANCE - {"isa", "threads"}
 
 
 def test_report(capsys, tmp_path):
     for suffix in ("md", "html"):
         path = tmp_path / f"r.{suffix}"
         status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
-        assert status == 0 and "data:image/png;base64," in path.read_text()
+        text = path.read_text()
+        assert status == 0 and "data:image/png;base64," in text
+        assert "measured on " in text and "kernel run only" in text       # provenance and what was timed
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -30,6 +30,11 @@ def test_exports(comparison, tmp_path):
     assert json.loads(comparison.to_json())["rows"][1]["name"] == "output_stationary"
     lines = comparison.to_csv(tmp_path / "c.csv").read_text().splitlines()
     assert len(lines) == 1 + len(NAMES) and lines[0].startswith("name,")
+    assert {"noisy", "provenance_fingerprint", "provenance_cpu", "provenance_compiler", "provenance_threads",
+            "provenance_utc", "provenance_loopopt"} <= set(lines[0].split(","))
+    data = comparison.to_dict()
+    assert data["provenance"]["fingerprint"] == lo.machine_profile().fingerprint
+    assert data["ranking"] == comparison.ranking() and sorted(data["ranking"]) == sorted(NAMES)
 
 
 def test_without_reuse_and_mismatched_names():

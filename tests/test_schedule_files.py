@@ -1,8 +1,13 @@
 """Schedule files: every stored schedule loads, round-trips, and bad files name file, line and step."""
+import re
+import warnings
+
 import pytest
+import tomllib
 
 import loopopt as lo
 from loopopt import dataflows
+from loopopt.machine import OtherMachineWarning, fingerprint, loopopt_version, this_cpu
 from loopopt.schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 
 OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
@@ -26,7 +31,34 @@ def test_round_trip(tmp_path):
     path = save_schedule(s, tmp_path / "mine.toml", description='say "hi"\nthere')
     again = load_schedule(path, OP)
     assert again.steps == s.steps and again.loops == s.loops and again.layouts == s.layouts
-    assert to_toml(again, "mine", 'say "hi"\nthere') == path.read_text()
+    recorded = tomllib.loads(path.read_text())["provenance"]
+    assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded) == path.read_text()
+
+
+def test_saved_schedule_records_provenance(tmp_path):
+    path = save_schedule(lo.Schedule(OP).vectorize("kw"), tmp_path / "p.toml", isa="avx2", threads=2)
+    recorded = tomllib.loads(path.read_text())["provenance"]
+    assert recorded == {**recorded, "fingerprint": fingerprint(), "cpu": this_cpu().model, "isa": "avx2",
+                        "threads": 2, "loopopt": loopopt_version()}
+    assert set(recorded) == {"loopopt", "fingerprint", "cpu", "vendor", "isa", "compiler", "threads", "utc"}
+    with pytest.raises(ValueError, match="threads must be an integer >= 1, got 0"):
+        save_schedule(lo.Schedule(OP), tmp_path / "q.toml", threads=0)
+
+
+def test_schedule_from_another_machine_warns_once(tmp_path):
+    path = tmp_path / "far.toml"
+    path.write_text('name = "far"\n\n[provenance]\nfingerprint = "0000000000000000"\ncpu = "Faraway CPU 9000"\n'
+                    '\n[[step]]\nvectorize = "kw"\n')
+    with pytest.warns(OtherMachineWarning, match=f"Faraway CPU 9000.*{re.escape(this_cpu().model)}"):
+        load_schedule(path, OP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_schedule(path, OP)                                      # once per schedule and process
+        load_schedule(save_schedule(lo.Schedule(OP), tmp_path / "here.toml"), OP)   # this machine: silent
+    bad = tmp_path / "bad_provenance.toml"
+    bad.write_text('provenance = 3\n[[step]]\nvectorize = "kw"\n')
+    with pytest.raises(ScheduleFileError, match="'provenance' must be a table"):
+        load_schedule(bad, OP)
 
 
 def test_unknown_name_suggests_closest():

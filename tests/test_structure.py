@@ -39,3 +39,16 @@ def test_ops_describe_themselves():
     checks = [hit for path in sources for hit in _op_class_checks(path)]
     # the one allowed: Schedule checks that it was given an op at all
     assert [hit.split(":")[0] for hit in checks] == ["loopopt/schedule.py"], checks
+
+
+def test_every_module_has_a_layer():
+    """A module missing from the layer contract would be checked by nobody."""
+    import pkgutil
+    import tomllib
+
+    import loopopt
+
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    layered = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    modules = {info.name for info in pkgutil.iter_modules(loopopt.__path__)}
+    assert modules == layered, f"not in a layer: {sorted(modules - layered)}; unknown: {sorted(layered - modules)}"

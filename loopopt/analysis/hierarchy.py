@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
+from ..machine import SYSFS_CACHE, os_caches, this_cpu
 from .items import check_capacity, element_bytes
 from .setassoc import simulate_caches
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 ENERGY_PJ = {"registers": 1.0, "L1": 20.0, "L2": 100.0, "L3": 200.0, "DRAM": 1950.0,
              "mac_float32": 4.6, "mac_int8": 0.3}
-SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -65,29 +65,12 @@ class Machine:
     caches: tuple[CacheLevel, ...] = DEFAULT_CACHES
 
     @staticmethod
-    def detect(root: Path = SYSFS_CACHE) -> "Machine":
-        """This machine's data caches from sysfs and its vector register file (AVX-512: 32 x 64 B,
-        else 16 x 32 B); the defaults when sysfs is unreadable."""
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-        registers = 32 * 64 if " avx512f" in cpuinfo else 16 * 32
-        try:
-            caches = sorted(_sysfs_level(d) for d in root.glob("index*")
-                            if (d / "type").read_text().strip() != "Instruction")
-        except (OSError, ValueError):
-            caches = []
-        levels = tuple(CacheLevel(f"L{lvl}", size, ways, line) for lvl, size, ways, line in caches)
+    def detect(root: Path = SYSFS_CACHE) -> Machine:
+        """This machine's data caches from sysfs (``loopopt.machine.os_caches``) and its vector
+        register file (AVX-512: 32 x 64 B, else 16 x 32 B); the defaults when sysfs is unreadable."""
+        registers = 32 * 64 if "avx512f" in this_cpu().flags else 16 * 32
+        levels = tuple(CacheLevel(c.name, c.size, c.ways, c.line_size) for c in os_caches(root))
         return Machine(registers, levels or DEFAULT_CACHES)
-
-
-def _sysfs_level(index: Path) -> tuple[int, int, int, int]:
-    read = lambda name: (index / name).read_text().strip()
-    size = read("size")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
-    return int(read("level")), int(size.rstrip("KMG")) * scale, int(read("ways_of_associativity")), \
-        int(read("coherency_line_size"))
 
 
 @dataclass(frozen=True)
@@ -95,15 +78,15 @@ class LevelTraffic:
     """Predicted traffic of one level; ``set_assoc_misses`` from simulating its geometry (L1/L2)."""
 
     name: str
-    capacity_items: Optional[int]
+    capacity_items: int | None
     accesses: int
     misses: int
     bytes: int
     energy_pj: float
-    set_assoc_misses: Optional[int] = None
+    set_assoc_misses: int | None = None
 
     @property
-    def conflict_misses(self) -> Optional[int]:
+    def conflict_misses(self) -> int | None:
         """Set-associative minus fully associative misses (None if not simulated)."""
         return None if self.set_assoc_misses is None else self.set_assoc_misses - self.misses
 
@@ -124,8 +107,8 @@ class Hierarchy:
         return self.levels[-1].bytes
 
     def table(self) -> str:
-        rows = [f"{'level':>9} {'capacity':>10} {'accesses':>12} {'misses':>12} {'set-assoc':>12} "
-                f"{'conflict':>10} {'bytes':>14} {'energy uJ':>10}"]
+        rows = [(f"{'level':>9} {'capacity':>10} {'accesses':>12} {'misses':>12} {'set-assoc':>12} "
+                f"{'conflict':>10} {'bytes':>14} {'energy uJ':>10}")]
         for lv in self.levels:
             cap = "" if lv.capacity_items is None else lv.capacity_items
             sa = "" if lv.set_assoc_misses is None else lv.set_assoc_misses
@@ -138,7 +121,7 @@ class Hierarchy:
         return "\n".join(rows)
 
 
-def _delivered_bytes(profile: ReuseProfile, capacity: Optional[int]) -> int:
+def _delivered_bytes(profile: ReuseProfile, capacity: int | None) -> int:
     """Bytes delivered by the level that serves the accesses with distance >= ``capacity``
     (every access when None): lines at line granularity, elements otherwise."""
     total = 0
@@ -150,7 +133,7 @@ def _delivered_bytes(profile: ReuseProfile, capacity: Optional[int]) -> int:
     return total
 
 
-def predict(profile: ReuseProfile, machine: Optional[Machine] = None, energy: Optional[dict] = None,
+def predict(profile: ReuseProfile, machine: Machine | None = None, energy: dict | None = None,
             set_associative: bool = True) -> Hierarchy:
     """Accesses, misses, bytes and energy per level; L1/L2 also simulated set-associatively
     (line granularity with the caches' line size only)."""
@@ -177,7 +160,7 @@ def predict(profile: ReuseProfile, machine: Optional[Machine] = None, energy: Op
     return Hierarchy(tuple(result), profile.schedule.op.macs * table[mac])
 
 
-def comparison_row(profile: ReuseProfile, timing=None, machine: Optional[Machine] = None,
+def comparison_row(profile: ReuseProfile, timing=None, machine: Machine | None = None,
                    set_associative: bool = False) -> dict:
     """One schedule's row of a comparison table: time, GFLOP/s and % of peak from ``timing``
     (a ``lo.measure`` Timing, optional), accesses, misses per level, DRAM bytes and energy."""

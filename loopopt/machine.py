@@ -1,0 +1,590 @@
+"""This machine: its fingerprint, its measured profile, and the provenance of results.
+
+The profile holds one core's peak per ISA (fp32 FMA and int8 dot throughput), the read
+bandwidth of each memory level (L1, L2, L3, DRAM) and the cache sizes the OS reports. It
+is measured once and cached as JSON in the kernel cache directory (``$LOOPOPT_CACHE_DIR``,
+default ``~/.cache/loopopt``), in a file named after the machine fingerprint, the C compiler
+and the profile format, written atomically; a file that cannot be read or does not
+validate is measured again, never trusted. ``machine_profile(remeasure=True)`` (``loopopt
+machine --remeasure``) replaces it.
+
+The fingerprint (16 hex digits) hashes the CPU vendor, model name, family/model/stepping,
+feature flags, logical CPU count and cache geometry: what decides which schedule is fastest.
+The compiler is not part of it (it keys the profile file instead), so results recorded on
+this machine keep matching after a compiler update.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_text_atomically
+from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
+from .codegen.isa import INT_ISAS, ISA_PREFERENCE, ISAS, Isa, available_int_isas, available_isas
+from .codegen.quantized import DOT
+
+PROFILE_FORMAT = 1
+SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+DTYPES = ("float32", "int8")
+OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
+PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
+PEAK_ITERATIONS = 400_000
+BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
+BANDWIDTH_RUNS = 5         # best of this many calls per level
+DRAM_MIN = 64 << 20        # bytes: the DRAM buffer is twice the last cache, at least this
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CpuIdentity:
+    """What /proc/cpuinfo says about the first CPU, and the logical CPU count."""
+
+    vendor: str
+    model: str
+    family: str
+    model_number: str
+    stepping: str
+    flags: frozenset[str]
+    cpus: int
+
+
+def parse_cpuinfo(text: str, cpus: int) -> CpuIdentity:
+    """The identity in the first processor block of a /proc/cpuinfo ``text``."""
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return CpuIdentity(fields.get("vendor_id", "unknown"), fields.get("model name", platform.processor() or "unknown"),
+                       fields.get("cpu family", "?"), fields.get("model", "?"), fields.get("stepping", "?"),
+                       frozenset(fields.get("flags", "").split()), cpus)
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A data or unified cache: total bytes, associativity, line bytes, logical CPUs sharing it."""
+
+    name: str
+    size: int
+    ways: int
+    line_size: int
+    shared_cpus: int
+
+
+def os_caches(root: Path = SYSFS_CACHE) -> tuple[Cache, ...]:
+    """The data and unified caches of cpu0 from sysfs, innermost first (``()`` if unreadable)."""
+    try:
+        caches = sorted(_sysfs_cache(d) for d in root.glob("index*")
+                        if (d / "type").read_text().strip() != "Instruction")
+    except (OSError, ValueError):
+        return ()
+    return tuple(Cache(f"L{level}", size, ways, line, shared) for level, size, ways, line, shared in caches)
+
+
+def _sysfs_cache(index: Path) -> tuple[int, int, int, int, int]:
+    def read(name: str) -> str:
+        return (index / name).read_text().strip()
+    size = read("size")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+    try:
+        shared = _cpu_count(read("shared_cpu_list"))
+    except OSError:            # not every kernel reports it: count the cache as private
+        shared = 1
+    return (int(read("level")), int(size.rstrip("KMG")) * scale, int(read("ways_of_associativity")),
+            int(read("coherency_line_size")), shared)
+
+
+def _cpu_count(cpu_list: str) -> int:
+    """Number of CPUs in a sysfs list such as ``0-3,8``."""
+    count = 0
+    for part in filter(None, cpu_list.split(",")):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count
+
+
+def fingerprint_of(identity: CpuIdentity, caches: tuple[Cache, ...]) -> str:
+    """16 hex digits hashing ``identity`` (flags in sorted order) and the cache geometry."""
+    parts = [identity.vendor, identity.model, identity.family, identity.model_number, identity.stepping,
+             " ".join(sorted(identity.flags)), str(identity.cpus)]
+    parts += [f"{c.name}:{c.size}:{c.ways}:{c.line_size}:{c.shared_cpus}" for c in caches]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def this_cpu() -> CpuIdentity:
+    """This machine's CPU identity (read once per process)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    return parse_cpuinfo(text, os.cpu_count() or 1)
+
+
+@lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """This machine's fingerprint (see the module docstring)."""
+    return fingerprint_of(this_cpu(), os_caches())
+
+
+def loopopt_version() -> str:
+    """The installed loopopt version (``unknown (not installed)`` when run from a bare source tree)."""
+    try:
+        return metadata.version("loopopt")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def compiler_version() -> str:
+    """The first line of the C compiler's ``--version``, or why there is none."""
+    try:
+        return compiler_identity(compiler())
+    except BuildError as err:
+        return f"none ({err})"
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance(isa: str | None = None, threads: int | None = None) -> dict[str, Any]:
+    """Where and how a result was produced: loopopt version, machine fingerprint, CPU model and
+    vendor, ISA, C compiler, threads and UTC time (``isa``/``threads`` only when given)."""
+    record: dict[str, Any] = {"loopopt": loopopt_version(), "fingerprint": fingerprint(), "cpu": this_cpu().model,
+                              "vendor": this_cpu().vendor}
+    if isa is not None:
+        record["isa"] = isa
+    record["compiler"] = compiler_version()
+    if threads is not None:
+        record["threads"] = threads
+    record["utc"] = utc_now()
+    return record
+
+
+class OtherMachineWarning(UserWarning):
+    """A stored result (e.g. a schedule) was recorded on another machine."""
+
+
+def machine_mismatch(recorded: Mapping[str, Any]) -> str | None:
+    """How the machine of provenance ``recorded`` differs from this one, naming both CPUs
+    ("on X (...); this machine is Y (...)"); None when it matches or records nothing to
+    compare (the fingerprint when recorded, else the CPU vendor)."""
+    here = this_cpu()
+    if "fingerprint" in recorded:
+        differs = recorded["fingerprint"] != fingerprint()
+    elif "vendor" in recorded:
+        differs = recorded["vendor"] != here.vendor
+    else:
+        return None
+    if not differs:
+        return None
+    details = ", ".join(f"{key} {recorded[key]}" for key in ("vendor", "fingerprint") if key in recorded)
+    there = f"{recorded.get('cpu', 'an unnamed CPU')} ({details})"
+    return f"on {there}; this machine is {here.model} (vendor {here.vendor}, fingerprint {fingerprint()})"
+
+
+# --- other processes' CPU time ---------------------------------------------------------------------
+
+def cpu_seconds() -> tuple[float, float, float] | None:
+    """(wall clock, busy CPU seconds of the whole machine, CPU seconds of this process and its
+    finished children such as the compiler), or None where /proc/stat cannot be read. Busy time
+    counts steal time (a hypervisor's other guests)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]                        # idle + iowait
+    mine = sum(os.times()[:4])                        # user, system, children's user and system
+    return time.perf_counter(), (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), mine
+
+
+def others_share(start: tuple[float, float, float] | None) -> float | None:
+    """Share (0..1) of the machine's CPU time that other processes used since ``start``
+    (a ``cpu_seconds()`` sample), or None when either sample is missing."""
+    end = cpu_seconds()
+    if start is None or end is None:
+        return None
+    wall, busy, mine = (b - a for a, b in zip(start, end))
+    return max(0.0, (busy - mine) / (max(wall, 1e-9) * (os.cpu_count() or 1)))
+
+
+# --- the profile -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Measured read bandwidth (GB/s, one core) over a buffer of ``buffer_bytes``."""
+
+    gbs: float
+    buffer_bytes: int
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    """Measured figures of one machine (see the module docstring); ``peak(isa, dtype)`` is what
+    every "% of peak" divides by."""
+
+    fingerprint: str
+    cpu: str
+    vendor: str
+    cpus: int
+    compiler: str
+    kernel: str
+    loopopt: str
+    measured_utc: str
+    other_cpu_share: float | None      # other processes' share of the CPU while it was measured
+    caches: tuple[Cache, ...]
+    peaks: dict[str, dict[str, float]]  # dtype -> ISA -> G ops/s on one core
+    bandwidth: dict[str, Bandwidth]     # level -> read bandwidth on one core
+
+    def peak(self, isa: str = "auto", dtype: str = "float32") -> float:
+        """One core's peak (GFLOP/s for float32, GOP/s for int8) of ``isa``. ``auto`` and
+        ``scalar`` get the best SIMD ISA's (scalar kernels are judged against what the machine
+        can do); a machine without SIMD gets its scalar multiply-add rate."""
+        if dtype not in self.peaks:
+            raise ValueError(f"peak: dtype={dtype!r} is not supported; allowed: {', '.join(map(repr, DTYPES))}")
+        measured = self.peaks[dtype]
+        if isa in measured:
+            return measured[isa]
+        if isa in ("auto", "scalar"):
+            best = next((name for name in ISA_PREFERENCE if name in measured), None)
+            return measured[best] if best else self.peaks["float32"]["scalar"]
+        if isa not in ISA_PREFERENCE:
+            raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
+        raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
+                         f"measured: {', '.join(measured) or 'none'}")
+
+    def memory_bandwidth(self) -> float:
+        """DRAM read bandwidth in GB/s (one core)."""
+        return self.bandwidth["DRAM"].gbs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document stored in the cache (and printed by ``loopopt machine --json``)."""
+        data = asdict(self)
+        return {"format": PROFILE_FORMAT, **data, "caches": [asdict(c) for c in self.caches]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MachineProfile:
+        """A profile from ``to_dict``'s document; ValueError (TypeError for a non-object) naming the
+        first field that is wrong."""
+        if not isinstance(data, dict):
+            raise TypeError(f"the profile must be a JSON object, got {type(data).__name__}")
+        if data.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}, this loopopt writes {PROFILE_FORMAT}")
+        for key in ("fingerprint", "cpu", "vendor", "compiler", "kernel", "loopopt", "measured_utc"):
+            _check(isinstance(data.get(key), str), key, data.get(key), "a string")
+        _check(_is_int(data.get("cpus")) and data["cpus"] >= 1, "cpus", data.get("cpus"), "an integer >= 1")
+        share = data.get("other_cpu_share")
+        _check(share is None or _is_number(share) and share >= 0, "other_cpu_share", share, "null or a number >= 0")
+        peaks = data.get("peaks")
+        _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks, f"an object with {DTYPES}")
+        for dtype, table in peaks.items():
+            _check(isinstance(table, dict) and set(table) <= set(ISA_PREFERENCE), f"peaks.{dtype}", table,
+                   f"an object keyed by ISAs {ISA_PREFERENCE}")
+            for isa, value in table.items():
+                _check(_is_number(value) and value > 0, f"peaks.{dtype}.{isa}", value, "a number > 0")
+        _check(bool(peaks["float32"]), "peaks.float32", peaks["float32"], "at least one ISA")
+        caches = data.get("caches")
+        _check(isinstance(caches, list), "caches", caches, "a list")
+        for i, cache in enumerate(caches):
+            fields = ("size", "ways", "line_size", "shared_cpus")
+            _check(isinstance(cache, dict) and set(cache) == {"name", *fields} and isinstance(cache["name"], str)
+                   and all(_is_int(cache[f]) and cache[f] >= 1 for f in fields), f"caches[{i}]", cache,
+                   f"an object with a name and integers >= 1 {fields}")
+        bandwidth = data.get("bandwidth")
+        _check(isinstance(bandwidth, dict) and "DRAM" in bandwidth, "bandwidth", bandwidth, "an object with DRAM")
+        for level, entry in bandwidth.items():
+            _check(isinstance(entry, dict) and set(entry) == {"gbs", "buffer_bytes"} and _is_number(entry["gbs"])
+                   and entry["gbs"] > 0 and _is_int(entry["buffer_bytes"]) and entry["buffer_bytes"] > 0,
+                   f"bandwidth.{level}", entry, "an object with gbs > 0 and buffer_bytes > 0")
+        return cls(**{k: data[k] for k in ("fingerprint", "cpu", "vendor", "cpus", "compiler", "kernel", "loopopt",
+                                            "measured_utc", "other_cpu_share")},
+                   caches=tuple(Cache(**c) for c in caches),
+                   peaks={dtype: {isa: float(v) for isa, v in peaks[dtype].items()} for dtype in DTYPES},
+                   bandwidth={level: Bandwidth(float(e["gbs"]), e["buffer_bytes"]) for level, e in bandwidth.items()})
+
+    def __str__(self) -> str:
+        share = "unknown" if self.other_cpu_share is None else f"{100 * self.other_cpu_share:.0f}%"
+        lines = [f"machine {self.fingerprint}: {self.cpu} ({self.vendor}), {self.cpus} logical CPUs",
+                 (f"measured {self.measured_utc} by loopopt {self.loopopt}, compiler {self.compiler}, "
+                 f"kernel {self.kernel}; other processes used {share} of the CPU meanwhile"),
+                 "peak, one core:"]
+        for dtype, unit in zip(DTYPES, ("GFLOP/s", "GOP/s")):
+            lines += [f"  {dtype:<8} {isa:<7} {value:8.1f} {unit}" for isa, value in self.peaks[dtype].items()]
+        lines.append("read bandwidth, one core:")
+        for level, entry in self.bandwidth.items():
+            lines.append(f"  {level:<5} {entry.gbs:8.1f} GB/s  (buffer {_size(entry.buffer_bytes)})")
+        lines.append("caches (cpu0, from /sys):" if self.caches else "caches: not reported by the OS")
+        lines += [f"  {c.name:<5} {_size(c.size):>9}, {c.ways}-way, {c.line_size}-byte lines, shared by "
+                  f"{c.shared_cpus} CPU{'s' if c.shared_cpus > 1 else ''}" for c in self.caches]
+        if self.other_cpu_share is not None and self.other_cpu_share > OTHERS_LIMIT:
+            lines.append("WARNING: measured on a busy machine; re-measure on a quiet one: loopopt machine --remeasure")
+        return "\n".join(lines)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _check(ok: bool, field: str, value: Any, wanted: str) -> None:
+    if not ok:
+        raise ValueError(f"{field} must be {wanted}, got {value!r}"[:300])
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} B"
+
+
+# --- measuring -------------------------------------------------------------------------------------
+
+_PEAK_SOURCE = """{prelude}
+/* {chains} independent multiply-add chains so both vector pipes stay busy. */
+float lo_peak(long iterations)
+{{
+    {vt} acc[{chains}];
+    const {vt} a = {bcast_a}, b = {bcast_b};
+    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
+    for (long it = 0; it < iterations; ++it) {{
+#pragma GCC unroll {chains}
+        for (int i = 0; i < {chains}; ++i) acc[i] = {update};
+    }}
+    {vt} total = {zero};
+    for (int i = 0; i < {chains}; ++i) total = {add};
+    return {hsum};
+}}
+"""
+
+# per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
+_PEAK_KINDS: dict[str, tuple[dict[str, Isa], Callable[[], tuple[str, ...]], tuple[str, str, str],
+                             Callable[[Isa], str], int]] = {
+    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"), lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
+    "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
+             lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
+}
+
+_READ_SOURCE = """{prelude}
+#include <stdlib.h>
+
+float *lo_buffer(long n)
+{{
+    float *p = aligned_alloc(64, (size_t)n * sizeof(float));
+    if (p) for (long i = 0; i < n; ++i) p[i] = 1.0f;
+    return p;
+}}
+
+void lo_free(float *p) {{ free(p); }}
+
+/* Read p[0..n) (n a multiple of {step}) `passes` times into {chains} independent sums. */
+float lo_read(const float *p, long n, long passes)
+{{
+    {vt} acc[{chains}];
+    const {vt} one = {one};
+    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
+    for (long r = 0; r < passes; ++r)
+        for (long j = 0; j < n; j += {step}) {{
+#pragma GCC unroll {chains}
+            for (int i = 0; i < {chains}; ++i) acc[i] = {update};
+        }}
+    {vt} total = {zero};
+    for (int i = 0; i < {chains}; ++i) total = {add};
+    return {hsum};
+}}
+"""
+_READ_CDEF = "float *lo_buffer(long n); void lo_free(float *p); float lo_read(const float *p, long n, long passes);"
+
+
+def _timed(function: Callable[..., Any], *args: Any) -> float:
+    start = time.perf_counter()
+    function(*args)
+    return time.perf_counter() - start
+
+
+def _best_of_rounds(function: Callable[..., Any], *args: Any) -> float:
+    """The fastest of PEAK_ROUNDS x PEAK_RUNS calls, the rounds apart by a short pause so that a
+    burst of other work spoils at most some of them."""
+    best = math.inf
+    for round_number in range(PEAK_ROUNDS):
+        if round_number:
+            time.sleep(PEAK_PAUSE)
+        best = min(best, *(_timed(function, *args) for _ in range(PEAK_RUNS)))
+    return best
+
+
+def measure_peak(isa: str, dtype: str = "float32") -> float:
+    """Measure one core's peak (G ops/s) of a SIMD ``isa``: FMA throughput for float32 (2 flops
+    per lane), u8 x s8 dot throughput for int8 (VNNI ``vpdpbusd``, AVX2 ``vpmaddwd`` sequence;
+    8 ops per int32 lane). Best of several short runs."""
+    if dtype not in _PEAK_KINDS:
+        raise ValueError(f"peak: dtype={dtype!r} is not supported; allowed: {', '.join(map(repr, DTYPES))}")
+    tables, _, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
+    table = tables[isa]
+    if not table.vectorizes:
+        raise ValueError(f"measure_peak: {isa!r} is not a SIMD ISA; use measure_scalar_peak()")
+    chains = 12
+    source = _PEAK_SOURCE.format(
+        prelude=table.prelude, chains=chains, vt=table.vector_type,
+        bcast_a=table.broadcast(s=value_a), bcast_b=table.broadcast(s=value_b), zero=table.zero(),
+        update=update(table), add=table.fma(a="acc[i]", b=table.broadcast(s=one), c="total"),
+        hsum=table.hsum(v="total"))
+    module = compile_c(source, "float lo_peak(long iterations);", table.compile_flags)
+    best = _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS)
+    return PEAK_ITERATIONS * chains * table.lanes * ops / best / 1e9
+
+
+def measure_scalar_peak() -> float:
+    """One core's scalar float multiply-add rate (GFLOP/s), the peak of a machine without SIMD."""
+    module = compile_c("float lo_peak(long n){float a=0.f;for(long i=0;i<n;++i)a=a*0.999f+1e-3f;return a;}",
+                       "float lo_peak(long n);")
+    return 2 * PEAK_ITERATIONS / _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS) / 1e9
+
+
+def bandwidth_buffers(caches: tuple[Cache, ...], free_bytes: int) -> dict[str, int]:
+    """Buffer bytes per memory level: for each cache, four times the previous one but at most
+    half its own size (just past the previous level, surely inside this one; a level that is not
+    twice the previous one is skipped); for DRAM twice the last cache, at least 64 MiB, at most
+    a quarter of ``free_bytes``."""
+    sizes, previous = {}, 0
+    for cache in caches:
+        size = min(cache.size // 2, 4 * previous) if previous else cache.size // 2
+        if size > previous:
+            sizes[cache.name] = size
+        previous = cache.size
+    sizes["DRAM"] = max(64 << 10, min(max(2 * previous, DRAM_MIN), free_bytes // 4))
+    return sizes
+
+
+def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
+    """One core's read bandwidth over a buffer of each size (best SIMD loads, best of several calls)."""
+    table = ISAS[available_isas()[0]]
+    chains = 8
+    step = chains * table.lanes
+    source = _READ_SOURCE.format(
+        prelude=table.prelude, chains=chains, step=step, vt=table.vector_type, one=table.broadcast(s="1.0f"),
+        zero=table.zero(), update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
+        add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
+    module = compile_c(source, _READ_CDEF, table.compile_flags)
+    lib, ffi = module.lib, module.ffi
+    result = {}
+    for level, nbytes in sizes.items():
+        n = max(step, nbytes // 4 // step * step)
+        buffer = lib.lo_buffer(n)
+        if buffer == ffi.NULL:
+            raise MemoryError(f"cannot allocate the {level} bandwidth buffer of {_size(4 * n)}")
+        try:
+            lib.lo_read(buffer, n, 1)                  # brings the buffer into the level
+            passes = max(1, int(BANDWIDTH_CALL / max(_timed(lib.lo_read, buffer, n, 1), 1e-9)))
+            best = min(_timed(lib.lo_read, buffer, n, passes) for _ in range(BANDWIDTH_RUNS))
+        finally:
+            lib.lo_free(buffer)
+        result[level] = Bandwidth(4 * n * passes / best / 1e9, 4 * n)
+    return result
+
+
+def _free_memory() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 30
+
+
+def measure_profile() -> MachineProfile:
+    """Measure this machine's profile now (a few seconds); ``machine_profile`` caches it."""
+    start = cpu_seconds()
+    peaks: dict[str, dict[str, float]] = {}
+    for dtype, (tables, available, *_) in _PEAK_KINDS.items():
+        peaks[dtype] = {isa: measure_peak(isa, dtype) for isa in available() if tables[isa].vectorizes}
+    if not peaks["float32"]:
+        peaks["float32"]["scalar"] = measure_scalar_peak()
+    caches = os_caches()
+    bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
+    cpu = this_cpu()
+    return MachineProfile(fingerprint(), cpu.model, cpu.vendor, cpu.cpus, compiler_version(), platform.release(),
+                          loopopt_version(), utc_now(), others_share(start), caches, peaks, bandwidth)
+
+
+# --- the cached profile ----------------------------------------------------------------------------
+
+_profiles: dict[Path, MachineProfile] = {}
+
+
+def profile_path() -> Path:
+    """The cache file of this machine's profile (fingerprint, compiler and format in its name)."""
+    key = hashlib.sha256(f"{PROFILE_FORMAT}\n{fingerprint()}\n{compiler_version()}".encode()).hexdigest()[:16]
+    return cache_dir() / f"machine-{fingerprint()}-{key}.json"
+
+
+def load_profile(path: Path) -> MachineProfile | None:
+    """The profile stored at ``path`` if it is valid and of this machine; None (with a warning for a
+    file that exists but cannot be trusted) otherwise."""
+    try:
+        profile = MachineProfile.from_dict(json.loads(path.read_text()))
+        if profile.fingerprint != fingerprint():
+            raise ValueError(f"it is of machine {profile.fingerprint}, this one is {fingerprint()}")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as err:
+        warnings.warn(f"ignoring the machine profile {path} ({err}); measuring it again", stacklevel=3)
+        return None
+    return profile
+
+
+def store_profile(path: Path, profile: MachineProfile) -> None:
+    """Write ``profile`` to ``path`` atomically (a crash never leaves a partial file); a cache
+    that cannot be written only costs a warning."""
+    try:
+        write_text_atomically(path, json.dumps(profile.to_dict(), indent=2))
+    except OSError as err:
+        warnings.warn(f"cannot write the machine profile {path} ({err}); it will be measured again "
+                      f"in the next process", stacklevel=3)
+
+
+def machine_profile(remeasure: bool = False) -> MachineProfile:
+    """This machine's profile: from memory, else from the cache file, else measured (a few seconds,
+    once per machine and compiler) and stored. ``remeasure=True`` measures and stores it again."""
+    path = profile_path()
+    profile = None if remeasure else _profiles.get(path) or load_profile(path)
+    if profile is None:
+        if sys.stderr.isatty():
+            print(f"loopopt: measuring this machine's peaks and bandwidths (once; cached in {path})",
+                  file=sys.stderr, flush=True)
+        profile = measure_profile()
+        store_profile(path, profile)
+        if profile.other_cpu_share is not None and profile.other_cpu_share > OTHERS_LIMIT:
+            warnings.warn(f"the machine profile was measured while other processes used "
+                          f"{100 * profile.other_cpu_share:.0f}% of the CPU; its peaks may be low: run "
+                          f"`loopopt machine --remeasure` on a quiet machine", stacklevel=2)
+    _profiles[path] = profile
+    return profile
+
+
+def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
+    """One core's peak (G ops/s) of ``isa`` from this machine's profile (measured once, cached).
+
+    ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
+    u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
+    sequence), 8 ops (4 multiply-adds) per int32 lane.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; allowed: 'float32', 'int8'")
+    return machine_profile().peak(isa, dtype)
