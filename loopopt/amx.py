@@ -317,8 +317,10 @@ class AmxGemm:
         elif out.shape != (self.m, self.n) or out.dtype != np.int32 or not out.flags.c_contiguous:
             raise ValueError(f"AmxGemm: out must be C-contiguous int32 of shape ({self.m}, {self.n}), "
                              f"got {out.dtype} {out.shape}")
-        if self.lda != self.k:
-            a = np.pad(a, ((0, 0), (0, self.lda - self.k)))
+        if self.lda != self.k:          # short rows padded to whole 4-byte groups (B is 0 there)
+            padded = np.zeros((self.m, self.lda), dtype=np.uint8)
+            padded[:, :self.k] = a
+            a = padded
         require_amx()
         ffi = self._module.ffi
         self._module.lib.lo_amx_gemm(ffi.from_buffer("unsigned char[]", np.ascontiguousarray(a)),
