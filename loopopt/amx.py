@@ -42,6 +42,7 @@ def _arch_prctl(code: int, argument: int) -> tuple[int, int]:
     """The raw ``arch_prctl`` system call: (return value, errno)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
+    ctypes.set_errno(0)
     result = libc.syscall(ctypes.c_long(SYS_ARCH_PRCTL), ctypes.c_long(code), ctypes.c_ulong(argument))
     return result, ctypes.get_errno()
 
