@@ -380,6 +380,28 @@ def test_amx_gemm_is_exact(m, n, k):
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
 
 
+def off_a_cache_line(array, offset=16):
+    """A copy of ``array`` whose data starts ``offset`` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 64 + offset, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+@needs_amx
+def test_amx_gemm_takes_operands_off_a_cache_line():
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (40, 130)).astype(np.uint8)
+    b = rng.integers(-128, 128, (130, 20)).astype(np.int8)
+    gemm = amx.AmxGemm(40, 20, 130)
+    packed = gemm.pack_b(b)
+    assert packed.ctypes.data % 64 == 0
+    out = off_a_cache_line(np.zeros((40, 20), np.int32), 4)
+    gemm(off_a_cache_line(a), off_a_cache_line(packed, 32), out)
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
 def test_amx_gemm_refuses_bad_shapes_and_types():
     with pytest.raises(ValueError, match="AmxGemm: k=0 must be a positive int"):
         amx.AmxGemm(4, 4, 0)
