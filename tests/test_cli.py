@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from helpers import quick_first
 
 from loopopt.cli import main
 
@@ -25,8 +26,8 @@ def test_layers(capsys):
 
 def test_compare_json_and_plot(capsys, tmp_path):
     plot = tmp_path / "c.png"
-    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary", "--plot", str(plot),
-                         "--json", "--quiet")
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary",
+                         "--plot", str(plot), "--json", "--quiet")
     data = json.loads(out)
     assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", "output_stationary"]
     assert all(r["verified"] for r in data["rows"]) and plot.stat().st_size > 0
@@ -39,11 +40,11 @@ def test_show_and_reuse(capsys):
     assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
 
 
-def test_report(capsys, tmp_path):
-    for suffix in ("md", "html"):
-        path = tmp_path / f"r.{suffix}"
-        status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
-        assert status == 0 and "data:image/png;base64," in path.read_text()
+@pytest.mark.parametrize("suffix", quick_first(["md", "html"]))
+def test_report(capsys, tmp_path, suffix):
+    path = tmp_path / f"r.{suffix}"
+    status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
+    assert status == 0 and "data:image/png;base64," in path.read_text()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -53,7 +54,7 @@ def test_report(capsys, tmp_path):
     (["show", "--matmul", "8,x"], "--matmul wants M,N,K"),
 ])
 def test_user_errors_exit_2(capsys, argv, message):
-    status, out, err = run(capsys, *argv)
+    status, _, err = run(capsys, *argv)
     assert status == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
