@@ -20,7 +20,8 @@ def test_layers(capsys):
     assert status == 0 and "resnet50.conv2_x " in out and "vgg16" not in out
     status, out, _ = run(capsys, "layers", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert rows["resnet50.conv2_x"] | {} == {**rows["resnet50.conv2_x"], "C": 64, "K": 64, "HW": 56, "padding": 1}
+    conv2_x = {"C": 64, "K": 64, "HW": 56, "padding": 1}
+    assert status == 0 and rows["resnet50.conv2_x"].items() >= conv2_x.items()
     assert rows["mobilenetv2.block2.depthwise"]["kind"] == "depthwise"
 
 

@@ -14,10 +14,7 @@ CONVS = [lo.Conv2d(6, 10, 3, padding=1, height=9, width=11),
 
 @pytest.mark.parametrize("name, op", rotated(list(dataflows.PRESETS), CONVS))
 def test_preset_matches_reference(name, op):
-    schedule = dataflows.PRESETS[name](op)
-    for loop in schedule.loops:
-        assert loop.extent >= 1
-    ok, error = verify(schedule.compile())
+    ok, error = verify(dataflows.PRESETS[name](op).compile())
     assert ok, f"{name}: max error {error}"
 
 
