@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import loopopt as lo
+from loopopt import cbuild
 from loopopt.codegen.isa import resolve_isa
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
@@ -42,12 +43,19 @@ def test_missing_compiler(monkeypatch, tmp_path):
 
 
 def test_cache_is_reused(tmp_path, monkeypatch):
+    """A kernel built once is loaded from the disk cache, not built again, once the table of modules
+    loaded in this process is emptied (as in a new process)."""
     monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cbuild, "_loaded", {})
     lo.Schedule(OP).split("ow", 2).compile("scalar")
     built = list(tmp_path.glob("*.so"))
     assert len(built) == 1
-    lo.Schedule(OP).split("ow", 2).compile("scalar")
+    monkeypatch.setattr(cbuild, "_loaded", {})
+    monkeypatch.setattr(cbuild, "_build", lambda *args: pytest.fail("built again instead of loaded"))
+    kernel = lo.Schedule(OP).split("ow", 2).compile("scalar")
     assert list(tmp_path.glob("*.so")) == built
+    x, w, b = (OP.random_inputs()[t] for t in "IWB")
+    np.testing.assert_allclose(kernel(x, w, b), OP.reference(x, w, b), rtol=1e-4, atol=1e-4)
 
 
 def test_source_is_commented_with_the_schedule():

@@ -7,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers import quick_first
 
 from loopopt.cli import main, parse_conv
 
@@ -27,14 +28,15 @@ def test_layers(capsys):
     assert status == 0 and "resnet50.conv2_x " in out and "vgg16" not in out
     status, out, _ = run(capsys, "layers", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert rows["resnet50.conv2_x"] | {} == {**rows["resnet50.conv2_x"], "C": 64, "K": 64, "HW": 56, "padding": 1}
+    conv2_x = {"C": 64, "K": 64, "HW": 56, "padding": 1}
+    assert status == 0 and rows["resnet50.conv2_x"].items() >= conv2_x.items()
     assert rows["mobilenetv2.block2.depthwise"]["kind"] == "depthwise"
 
 
 def test_compare_json_and_plot(capsys, tmp_path):
     plot = tmp_path / "c.png"
-    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary", "--plot", str(plot),
-                         "--json", "--quiet")
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary",
+                         "--plot", str(plot), "--json", "--quiet")
     data = json.loads(out)
     assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", "output_stationary"]
     assert all(r["verified"] for r in data["rows"]) and plot.stat().st_size > 0
@@ -63,13 +65,13 @@ def test_machine(capsys):
     assert set(data["provenance"]) == PROVENANCE - {"isa", "threads"}
 
 
-def test_report(capsys, tmp_path):
-    for suffix in ("md", "html"):
-        path = tmp_path / f"r.{suffix}"
-        status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
-        text = path.read_text()
-        assert status == 0 and "data:image/png;base64," in text
-        assert "measured on " in text and "kernel run only" in text       # provenance and what was timed
+@pytest.mark.parametrize("suffix", quick_first(["md", "html"]))
+def test_report(capsys, tmp_path, suffix):
+    path = tmp_path / f"r.{suffix}"
+    status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
+    text = path.read_text()
+    assert status == 0 and "data:image/png;base64," in text
+    assert "measured on " in text and "kernel run only" in text       # provenance and what was timed
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,90 +1,90 @@
 """Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
-import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import ISAS, check, conv_ops, quick_first, rotated, schedules, tiers
+from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.measure import tolerance
-from strategies import conv_ops, schedules
-
-ISAS = lo.available_isas()
 
 
-def check(schedule: lo.Schedule, isa: str) -> None:
-    op = schedule.op
-    inputs = op.random_inputs(seed=1)
-    args = [inputs[t] for t in op.inputs] + ([inputs["B"]] if getattr(op, "bias", False) else [])
-    result = schedule.compile(isa)(*args)
-    expected = op.reference(*args)
-    assert result.shape == expected.shape
-    error = np.abs(result - expected)
-    assert np.all(error <= tolerance(op, inputs)), (schedule.pseudocode(isa), float(error.max()))
-
-
-@pytest.mark.parametrize("isa", ISAS)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data())
-def test_random_conv_schedules(isa, data):
+def random_conv_schedule(isa, data):
+    """A random legal schedule of a random conv."""
     op = data.draw(conv_ops())
     check(data.draw(schedules(op, isa)), isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
-def test_random_matmul_schedules(isa, data, m, n, k):
-    op = lo.Matmul(m, n, k)
-    check(data.draw(schedules(op, isa)), isa)
+test_random_conv_schedules_quick, test_random_conv_schedules = tiers(
+    random_conv_schedule, 3, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
-CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, height=7, width=9)
+def random_matmul_schedule(isa, data, m, n, k):
+    """A random legal schedule of a random matmul."""
+    check(data.draw(schedules(lo.Matmul(m, n, k), isa)), isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("build", [
-    lambda s: s.tile(ow=8, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i"),
-    lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(k=16).vectorize("k_i"),
-    lambda s: s.layout("I", "NCHW16c").layout("O", "NCHW16c").layout("W", "OIHW16i16o")
-                .tile(ow=4, k=16).unroll("ow_i").vectorize("k_i").parallel("oh"),
-    lambda s: s.split("ow", 16).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i"),
-    lambda s: s.vectorize("kw"),                                   # reduction across lanes
-    lambda s: s.fuse("oh", "ow").reorder("c", "kh", "kw", "oh_ow").vectorize("oh_ow"),  # strided input
-    lambda s: s.reorder("kh", "kw", "c").fuse("kw", "c").vectorize("kw_c"),  # gathered weights
-    lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
-                .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i").register_block("c"),
-    lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i")
-                .register_block("kh").parallel("k_o"),                  # incomplete block: O loaded
-    lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i")
-                .register_block("c"),                                  # lane guards from padding
-    lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
-                .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o"),  # lanes reduce
-], ids=["tiled", "nhwc", "blocked-parallel", "ow-vector", "reduction-vector", "fused", "gather",
-        "register-block", "register-block-partial", "register-block-lanes", "register-block-reduce"])
-def test_named_schedules(isa, build):
+test_random_matmul_schedules_quick, test_random_matmul_schedules = tiers(
+    random_matmul_schedule, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)],
+    data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
+
+
+CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,
+        "width": 9}
+
+
+NAMED_SCHEDULES = {
+    "tiled": lambda s: s.tile(ow=8, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i"),
+    "nhwc": lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(k=16)
+    .vectorize("k_i"),
+    "blocked-parallel": lambda s: s.layout("I", "NCHW16c").layout("O", "NCHW16c").layout("W", "OIHW16i16o")
+    .tile(ow=4, k=16).unroll("ow_i").vectorize("k_i").parallel("oh"),
+    "ow-vector": lambda s: s.split("ow", 16).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i"),
+    # reduction across lanes
+    "reduction-vector": lambda s: s.vectorize("kw"),
+    # strided input
+    "fused": lambda s: s.fuse("oh", "ow").reorder("c", "kh", "kw", "oh_ow").vectorize("oh_ow"),
+    # gathered weights
+    "gather": lambda s: s.reorder("kh", "kw", "c").fuse("kw", "c").vectorize("kw_c"),
+    "register-block": lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
+    .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i").register_block("c"),
+    # incomplete block: O loaded
+    "register-block-partial": lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw")
+    .vectorize("k_i").register_block("kh").parallel("k_o"),
+    # lane guards from padding
+    "register-block-lanes": lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i")
+    .vectorize("ow_i").register_block("c"),
+    # lanes reduce
+    "register-block-reduce": lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
+    .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o"),
+}
+
+
+@pytest.mark.parametrize("build, isa", rotated(NAMED_SCHEDULES, ISAS))
+def test_named_schedules(build, isa):
     check(build(lo.Schedule(lo.Conv2d(**CONV))), isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_strided_dilated_grouped(isa):
-    op = lo.Conv2d(6, 9, (3, 2), stride=(2, 3), padding=(2, 1), dilation=(2, 1), groups=3, batch=3, height=11, width=10)
+    op = lo.Conv2d(6, 9, (3, 2), stride=(2, 3), padding=(2, 1), dilation=(2, 1), groups=3, batch=3,
+                   height=11, width=10)
     check(lo.Schedule(op).tile(k=2, ow=3).vectorize("ow_i"), isa)
     check(lo.Schedule(op).reorder("kw", "k").vectorize("k"), isa)
 
 
-def test_depthwise_blocked():
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_depthwise_blocked(isa):
     op = lo.Conv2d(20, 20, 3, padding=1, groups=20, height=6, width=5)
-    for isa in ISAS:
-        check(lo.Schedule(op).layout("I", "NCHW16c").layout("O", "NCHW16c").reorder("kw", "k").vectorize("k"), isa)
+    s = lo.Schedule(op).layout("I", "NCHW16c").layout("O", "NCHW16c")
+    check(s.reorder("kw", "k").vectorize("k"), isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_output_constant_across_lanes_but_written_with_the_vector_loop(isa):
     # C's offset i + j mentions i_j_k, yet isl proves it constant over the 2 lanes
     s = lo.Schedule(lo.Matmul(1, 1, 2)).fuse("i", "j").fuse("i_j", "k").vectorize("i_j_k")
     check(s, isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_register_block_of_outputs_without_any_valid_tap(isa):
     # kw is constant, so the padding guard of ow is checked outside the block and skips ow=0, 2:
     # those outputs are the bias alone
@@ -92,7 +92,7 @@ def test_register_block_of_outputs_without_any_valid_tap(isa):
     check(lo.Schedule(op).fuse("kh", "kw").register_block("c"), isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_register_block_with_a_padding_guard_on_a_fused_block_loop(isa):
     # kw (a reduction dim) is fused with n_i into the block loop kw_n_i: the padding guard
     # of ow only skips updates; ow=0 and ow=2 still exist and hold the bias

@@ -5,16 +5,18 @@ within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import HYPOTHESIS, conv_ops, quick_first, rotated, schedules, tiers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
 from loopopt.quant_reference import random_call, reference_output, tolerance
 from loopopt.reference import conv2d_reference, matmul_reference
 from loopopt.schedule_file import list_schedules
-from strategies import conv_ops, schedules
 
 ISAS = available_int_isas()
+SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
 SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(["uint8", "int8"]), per_channel=st.booleans(),
                   weight_symmetric=st.booleans(), output=st.sampled_from(["float32", "uint8", "int8"]))
 
@@ -56,10 +58,8 @@ def quantized(op, spec):
     return op.with_quant(spec)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data())
-def test_random_quantized_conv_schedules(isa, data):
+def random_quantized_conv_schedule(isa, data):
+    """A random legal schedule of a random quantized conv, either compensation, sometimes dequantizing."""
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
     s = data.draw(schedules(op, isa))
     if data.draw(st.booleans()):
@@ -69,12 +69,19 @@ def test_random_quantized_conv_schedules(isa, data):
     check(s, isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 19))
-def test_random_quantized_matmul_schedules(isa, data, m, n, k):
+test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(
+    random_quantized_conv_schedule, 3, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_quantized_matmul_schedule(isa, data, m, n, k):
+    """A random legal schedule of a random quantized matmul."""
     op = lo.Matmul(m, n, k, quant=data.draw(SPECS))
     check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_schedules = tiers(
+    random_quantized_matmul_schedule, 2, 5, marks=[pytest.mark.parametrize("isa", ISAS)],
+    data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 19))
 
 
 def vnni_conv(s):
@@ -83,16 +90,21 @@ def vnni_conv(s):
             .reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i"))
 
 
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
-@pytest.mark.parametrize("spec, build", [
-    (lo.QuantSpec("uint8", True, True, "uint8"), lambda s: vnni_conv(s).vectorize("k_i")),
-    (lo.QuantSpec("int8", True, False, "float32"),              # block sees the whole reduction: bias in epilogue
-     lambda s: vnni_conv(s).vectorize("k_i").register_block("c_o")),
-    (lo.QuantSpec("uint8", False, False, "int8"),
-     lambda s: vnni_conv(s).vectorize("k_i").register_block("kh").compensation("kernel")),
-    (lo.QuantSpec("int8", False, True, "uint8"), lambda s: vnni_conv(s).vectorize("k_i").parallel("oh")),
-], ids=["u8-pc-sym-dot", "s8-pc-asym-block", "u8-pt-asym-block-kernel-comp", "s8-pt-sym-parallel"])
-def test_dot_schedules(isa, spec, build):
+DOT_SCHEDULES = {
+    "u8-pc-sym-dot": (lo.QuantSpec("uint8", True, True, "uint8"), lambda s: vnni_conv(s).vectorize("k_i")),
+    # the block sees the whole reduction: bias in the epilogue
+    "s8-pc-asym-block": (lo.QuantSpec("int8", True, False, "float32"),
+                         lambda s: vnni_conv(s).vectorize("k_i").register_block("c_o")),
+    "u8-pt-asym-block-kernel-comp": (lo.QuantSpec("uint8", False, False, "int8"),
+                                     lambda s: vnni_conv(s).vectorize("k_i").register_block("kh")
+                                     .compensation("kernel")),
+    "s8-pt-sym-parallel": (lo.QuantSpec("int8", False, True, "uint8"),
+                           lambda s: vnni_conv(s).vectorize("k_i").parallel("oh")),
+}
+
+
+@pytest.mark.parametrize("spec, build, isa", rotated(DOT_SCHEDULES, SIMD_ISAS))
+def test_dot_schedules(spec, build, isa):
     # c = 6 is not a multiple of 4: the blocked weights are zero-padded; padding, stride and groups
     op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=spec)
     schedule = build(lo.Schedule(op))
@@ -102,17 +114,20 @@ def test_dot_schedules(isa, spec, build):
     assert (kernel.plan.shift == 128) == (spec.activation == "int8")
 
 
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
 def test_dot_matmul(isa):
     op = lo.Matmul(7, 35, 22, quant=lo.QuantSpec("int8", True, False, "int8"))
-    s = lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o").vectorize("j_i")
+    s = (lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o")
+         .vectorize("j_i"))
     assert check(s, isa).plan.dot_loop == "k_i"
 
 
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
 def test_dot_on_three_channels(isa):
-    """conv1's stored schedule splits c by 4; loading clamps it to c = 3, still a dot loop (zero-padded weights)."""
-    op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=11, width=10, quant=lo.QuantSpec("int8", True, False, "uint8"))
+    """conv1's stored schedule splits c by 4; loading clamps it to c = 3, still a dot loop (zero-padded
+    weights)."""
+    op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=11, width=10,
+                   quant=lo.QuantSpec("int8", True, False, "uint8"))
     kernel = check(lo.load_schedule("resnet50.conv1.int8", op), isa)
     assert kernel.plan.dot_loop == "c_i" and kernel.plan.shift == 128
 
@@ -124,31 +139,40 @@ def test_no_dot_where_the_groups_are_not_contiguous():
     assert kernel.plan.dot_loop is None
 
 
-CONV = dict(in_channels=6, out_channels=20, kernel_size=3, padding=1, batch=2, height=7, width=9)
+CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,
+        "width": 9}
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("spec, build", [
-    (lo.QuantSpec("uint8", True, False, "uint8"),        # complete block, lanes along k: fused epilogue
-     lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
+REGISTER_BLOCKS = {
+    # complete block, lanes along k: fused epilogue
+    "fused-k": (lo.QuantSpec("uint8", True, False, "uint8"),
+                lambda s: s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO").tile(ow=3, k=32)
                 .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i").register_block("c")),
-    (lo.QuantSpec("int8", False, True, "float32"),       # incomplete block: int32 workspace and epilogue pass
-     lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i")
-                .register_block("kh").parallel("k_o")),
-    (lo.QuantSpec("uint8", True, True, "int8"),          # lanes along ow with padding guards
-     lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i").register_block("c")),
-    (lo.QuantSpec("int8", True, False, "uint8"),         # lanes reduce: summed when stored
-     lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
-                .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o")),
-    (lo.QuantSpec("uint8", False, False, "float32"),     # dequantize-on-the-fly in a register block
-     lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i").register_block("c")
-                .arithmetic("dequantize")),
-], ids=["fused-k", "workspace", "fused-ow", "lanes-reduce", "dequantize"])
-def test_register_blocks(isa, spec, build):
+    # incomplete block: int32 workspace and epilogue pass
+    "workspace": (lo.QuantSpec("int8", False, True, "float32"),
+                  lambda s: s.tile(ow=4, k=16).reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("k_i")
+                  .register_block("kh").parallel("k_o")),
+    # lanes along ow with padding guards
+    "fused-ow": (lo.QuantSpec("uint8", True, True, "int8"),
+                 lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i")
+                 .register_block("c")),
+    # lanes reduce: summed when stored
+    "lanes-reduce": (lo.QuantSpec("int8", True, False, "uint8"),
+                     lambda s: s.split("c", 4).reorder("c_o", "kh", "kw", "c_i").split("ow", 2)
+                     .reorder("c_o", "kh", "kw", "ow_i").vectorize("c_i").register_block("c_o")),
+    # dequantize-on-the-fly in a register block
+    "dequantize": (lo.QuantSpec("uint8", False, False, "float32"),
+                   lambda s: s.split("ow", 5).reorder("ow_o", "c", "kh", "kw", "ow_i").vectorize("ow_i")
+                   .register_block("c").arithmetic("dequantize")),
+}
+
+
+@pytest.mark.parametrize("spec, build, isa", rotated(REGISTER_BLOCKS, ISAS))
+def test_register_blocks(spec, build, isa):
     check(build(lo.Schedule(lo.Conv2d(**CONV, quant=spec))), isa)
 
 
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
 def test_fused_epilogue_dead_lanes_past_the_last_column(isa):
     """Lanes along ow, 56 columns in tiles of 16: the last vector's dead lanes (columns 56..63) run
     the epilogue too (not stored); their border-class lookups stay inside the tables (no crash)."""
@@ -159,7 +183,7 @@ def test_fused_epilogue_dead_lanes_past_the_last_column(isa):
     assert check(s, isa).plan.fused_epilogue
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_depthwise_and_strided(isa):
     spec = lo.QuantSpec("uint8", True, False, "uint8")
     op = lo.Conv2d(6, 6, 3, stride=2, padding=2, dilation=2, groups=6, batch=3, height=9, width=8, quant=spec)
@@ -180,16 +204,16 @@ def call():
 
 
 @pytest.mark.parametrize("change, exc, match", [
-    (dict(x_scale=0.0), ValueError, r"x_scale=0.0 is invalid: scales must be finite and > 0"),
-    (dict(w_scale=np.array([1, 1, 1, np.nan, 1, 1], np.float32)), ValueError, r"w_scale=nan is invalid"),
-    (dict(w_scale=np.ones(5, np.float32)), ValueError, r"w_scale has shape \(5,\).*one value per output channel"),
-    (dict(x_zero_point=300), ValueError, r"x_zero_point=300 is out of range for uint8"),
-    (dict(w_zero_point=np.full(6, -129)), ValueError, r"w_zero_point=-129 is out of range for int8"),
-    (dict(y_scale=-1.0), ValueError, r"y_scale=-1.0 is invalid"),
-    (dict(y_zero_point=None), ValueError, r"y_scale and y_zero_point are required"),
-    (dict(x_scale=None), ValueError, r"pass x_scale"),
-    (dict(x_scales=1.0), TypeError, r"unknown quantization parameter\(s\) x_scales"),
-    (dict(x_zero_point=1.5), TypeError, r"x_zero_point must be an integer"),
+    ({"x_scale": 0.0}, ValueError, r"x_scale=0.0 is invalid: scales must be finite and > 0"),
+    ({"w_scale": np.array([1, 1, 1, np.nan, 1, 1], np.float32)}, ValueError, r"w_scale=nan is invalid"),
+    ({"w_scale": np.ones(5, np.float32)}, ValueError, r"w_scale has shape \(5,\).*one value per output"),
+    ({"x_zero_point": 300}, ValueError, r"x_zero_point=300 is out of range for uint8"),
+    ({"w_zero_point": np.full(6, -129)}, ValueError, r"w_zero_point=-129 is out of range for int8"),
+    ({"y_scale": -1.0}, ValueError, r"y_scale=-1.0 is invalid"),
+    ({"y_zero_point": None}, ValueError, r"y_scale and y_zero_point are required"),
+    ({"x_scale": None}, ValueError, r"pass x_scale"),
+    ({"x_scales": 1.0}, TypeError, r"unknown quantization parameter\(s\) x_scales"),
+    ({"x_zero_point": 1.5}, TypeError, r"x_zero_point must be an integer"),
 ])
 def test_bad_parameters(call, change, exc, match):
     kernel, args, params = call
@@ -222,8 +246,8 @@ def test_float_output_refuses_output_parameters():
 
 def test_onnx_names_and_per_tensor_scalars():
     """The DESIGN.md example: per-tensor activations, per-channel symmetric weights, float32 output."""
-    qop = lo.Conv2d(8, 8, 3, padding=1, batch=1, height=6, width=6,
-                    quant=lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="float32"))
+    spec = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="float32")
+    qop = lo.Conv2d(8, 8, 3, padding=1, batch=1, height=6, width=6, quant=spec)
     x, w, b = (qop.random_inputs(3)[t] for t in "IWB")
     xq, x_scale, x_zero_point = lo.quantize(x, "uint8")
     wq, w_scale, w_zero_point = lo.quantize(w, "int8", axis=0, symmetric=True)
@@ -253,8 +277,8 @@ def test_measure_quantized_kernels():
     t = lo.measure(vnni_conv(lo.Schedule(op)).vectorize("k_i").compile(), repeats=3)
     assert t.verified and t.unit == "GOP/s" and t.max_error == 0 and "GOP/s" in str(t)
     assert t.peak_gflops == pytest.approx(lo.peak_gflops(ISAS[0], "int8"))
-    slow = lo.measure(lo.Schedule(op.with_quant(lo.QuantSpec())).arithmetic("dequantize").compile(),
-                      repeats=3)
+    dequantizing = lo.Schedule(op.with_quant(lo.QuantSpec())).arithmetic("dequantize")
+    slow = lo.measure(dequantizing.compile(), repeats=3)
     assert slow.verified
     with pytest.raises(ValueError, match="dtype='int4' is not supported"):
         lo.peak_gflops("auto", "int4")
@@ -267,6 +291,10 @@ def test_quant_accuracy_report():
                                                "per-channel symmetric", "per-channel asymmetric"]
     assert all(r.sqnr_db > 20 and r.max_abs > 0 for r in report.rows)
     assert "SQNR dB" in str(report) and len(report.to_dict()["rows"]) == 4
+
+
+@pytest.mark.slow
+def test_timed_quant_accuracy_report():
     timed = lo.quant_accuracy(lo.Matmul(8, 16, 8), timing=True, budget=0.01)
     assert all(r.verified and r.gops > 0 for r in timed.rows)
 
@@ -284,6 +312,7 @@ def test_compare_reports_quantized_ops_in_gops():
 INT8_SCHEDULES = sorted(name for name in list_schedules()
                         if name.endswith(".int8") and name.removesuffix(".int8") in lo.list_layers())
 BENCHMARK_SPEC = lo.QuantSpec("uint8", per_channel=True, weight_symmetric=True, output="uint8")
+QUICK_INT8 = ("resnet50.conv1.int8", "resnet50.conv2_x.int8", "mobilenetv2.block2.depthwise.int8")
 
 
 def test_every_stored_layer_schedule_has_an_int8_one():
@@ -291,8 +320,7 @@ def test_every_stored_layer_schedule_has_an_int8_one():
     assert fp32 <= {name.removesuffix(".int8") for name in INT8_SCHEDULES}
 
 
-@pytest.mark.parametrize("name", INT8_SCHEDULES)
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])   # scalar: on the small convs below
+@pytest.mark.parametrize("name, isa", rotated(INT8_SCHEDULES, SIMD_ISAS, quick=QUICK_INT8))  # scalar: below
 def test_int8_schedule_on_its_layer(name, isa):
     op = quantized(lo.get_layer(name.removesuffix(".int8")), BENCHMARK_SPEC)
     schedule = lo.load_schedule(name, op)
@@ -301,8 +329,9 @@ def test_int8_schedule_on_its_layer(name, isa):
     assert (kernel.plan.dot_loop is not None) == (op.groups == 1)      # VNNI except on depthwise layers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", INT8_SCHEDULES)
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, **HYPOTHESIS)
 @given(data=st.data())
 def test_int8_schedule_applies_to_any_quantized_conv(name, data):
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))

@@ -5,12 +5,22 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from loopopt.quant import (QuantSpec, check_quant_params, dequantize, dequantize_output,
-                           qconv2d_accumulators, qmatmul_accumulators, quant_error, quantize,
-                           quantize_linear, requant_multiplier, requantize_output)
+from loopopt.quant import (
+    QuantSpec,
+    check_quant_params,
+    dequantize,
+    dequantize_output,
+    qconv2d_accumulators,
+    qmatmul_accumulators,
+    quant_error,
+    quantize,
+    quantize_linear,
+    requant_multiplier,
+    requantize_output,
+)
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -27,11 +37,11 @@ def test_spec_properties():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(activation="int4"), r"activation='int4'.*allowed: 'uint8', 'int8'"),
-    (dict(activation="float32"), r"activation='float32'.*allowed"),
-    (dict(output="int32"), r"output='int32'.*allowed: 'float32', 'uint8', 'int8'"),
-    (dict(per_channel="yes"), r"per_channel='yes' must be a bool"),
-    (dict(weight_symmetric=1), r"weight_symmetric=1 must be a bool"),
+    ({"activation": "int4"}, r"activation='int4'.*allowed: 'uint8', 'int8'"),
+    ({"activation": "float32"}, r"activation='float32'.*allowed"),
+    ({"output": "int32"}, r"output='int32'.*allowed: 'float32', 'uint8', 'int8'"),
+    ({"per_channel": "yes"}, r"per_channel='yes' must be a bool"),
+    ({"weight_symmetric": 1}, r"weight_symmetric=1 must be a bool"),
 ])
 def test_spec_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -180,22 +190,22 @@ def test_check_params_normalizes():
     (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 256), {}, ValueError, r"y_zero_point=256 .* uint8"),
     (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0], 1.0, 0), {}, ValueError,
      r"output='float32' is dequantized: y_scale=1\.0"),
-    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), dict(xq=np.zeros(2, np.int8)), TypeError,
+    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), {"xq": np.zeros(2, np.int8)}, TypeError,
      r"input dtype int8 .* expected uint8"),
-    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), dict(xq=np.zeros(2, np.uint8)), TypeError,
+    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), {"xq": np.zeros(2, np.uint8)}, TypeError,
      r"input dtype uint8 .* expected int8"),
-    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), dict(wq=np.zeros(2, np.uint8)), TypeError,
+    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), {"wq": np.zeros(2, np.uint8)}, TypeError,
      r"weight dtype uint8 .* int8"),
-    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), dict(wq=np.zeros(2, np.float32)), TypeError,
+    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), {"wq": np.zeros(2, np.float32)}, TypeError,
      r"weight dtype float32"),
     (U8F, (3, 1.0, 0.5, [1, 1, 1], [0, 0, 0]), {}, TypeError, r"x_zero_point must be an integer"),
-    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), dict(bias=np.zeros(3, np.int32)), TypeError,
+    (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0]), {"bias": np.zeros(3, np.int32)}, TypeError,
      r"bias dtype int32 does not match output='float32'"),
-    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), dict(bias=np.zeros(3, np.float32)), TypeError,
+    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), {"bias": np.zeros(3, np.float32)}, TypeError,
      r"bias dtype float32 .* int32 bias"),
-    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), dict(bias=np.zeros(2, np.int32)), ValueError,
+    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), {"bias": np.zeros(2, np.int32)}, ValueError,
      r"bias has shape \(2,\); expected \(3,\)"),
-    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), dict(bias=np.array([0, 0, 2**31])), ValueError,
+    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 0), {"bias": np.array([0, 0, 2**31])}, ValueError,
      r"do not fit int32"),
 ])
 def test_check_params_errors(spec, args, kw, exc, match):
@@ -206,7 +216,7 @@ def test_check_params_errors(spec, args, kw, exc, match):
 # ---------------------------------------------------------------- exact accumulators
 
 def brute_conv(x, w, zx, zw, stride, padding, dilation, groups):
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     k, cg, kh, kw = w.shape
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
@@ -246,8 +256,7 @@ conv_cases = st.fixed_dictionaries({
 def test_qconv2d_accumulators_match_brute_force(c):
     h_eff = c["h"] + 2 * c["padding"][0] - c["dilation"][0] * (c["kh"] - 1)
     w_eff = c["w"] + 2 * c["padding"][1] - c["dilation"][1] * (c["kw"] - 1)
-    if h_eff < 1 or w_eff < 1:
-        return
+    assume(h_eff >= 1 and w_eff >= 1)
     rng = np.random.default_rng(c["seed"])
     k, cin = c["kg"] * c["groups"], c["cg"] * c["groups"]
     info = np.iinfo(c["act"])

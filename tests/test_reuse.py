@@ -1,44 +1,22 @@
 """Reuse-distance analyzer: course example, engine vs brute force, cache simulators, model, bad input."""
 from __future__ import annotations
 
-import itertools
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import GRANULARITIES, lru_stack, python_trace, reuse_schedules, tiers
+from hypothesis import strategies as st
 
 from loopopt.analysis import CacheLevel, Machine, comparison_row, reuse, reuse_distances, simulate_caches
 from loopopt.analysis.items import item_space
 from loopopt.ops import Conv2d, Matmul
-from loopopt.schedule import Schedule, ScheduleError
+from loopopt.schedule import Schedule
 
 
 def test_course_example():
     assert reuse_distances("ABCABBACDB") == [math.inf] * 3 + [2, 2, 0, 1, 2, math.inf, 3]
-
-
-def lru_stack(trace):
-    """Independent oracle: stack distance as the number of distinct items since the last use."""
-    last, out = {}, []
-    for t, item in enumerate(trace):
-        out.append(len(set(trace[last[item] + 1:t])) if item in last else math.inf)
-        last[item] = t
-    return out
-
-
-def python_trace(schedule, granularity, line_size):
-    """(tensor, item) of every access, by enumerating the loops in Python."""
-    space = item_space(schedule, granularity, line_size)
-    names = [loop.name for loop in schedule.loops]
-    offsets = [(t, schedule.offset(t.name)) for t in space.tensors]
-    trace = []
-    for values in itertools.product(*(range(loop.extent) for loop in schedule.loops)):
-        env = dict(zip(names, values))
-        if all(g.evaluate(env) for g in schedule.guards):
-            for t, off in offsets[:2] + offsets[2:] * 2:
-                trace.append((t.name, t.base + (off.evaluate(env) * t.element_bytes >> t.shift)))
-    return trace
 
 
 def lru_misses(lines, sets, ways):
@@ -56,65 +34,37 @@ def lru_misses(lines, sets, ways):
     return misses
 
 
-@st.composite
-def schedules(draw):
-    if draw(st.booleans()):
-        op = Matmul(draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-        tags = {}
-    else:
-        groups = draw(st.sampled_from([1, 2]))
-        op = Conv2d(groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2)),
-                    draw(st.integers(1, 3)), stride=draw(st.integers(1, 2)), padding=draw(st.integers(0, 1)),
-                    groups=groups, height=draw(st.integers(3, 5)), width=draw(st.integers(3, 5)))
-        tags = {"I": ["NCHW", "NHWC", "NCHW2c"], "W": ["OIHW", "HWIO", "OIHW2i2o"], "O": ["NCHW", "NHWC", "NCHW4c"]}
-    s = Schedule(op)
-    for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["split", "tile", "reorder", "layout"]))
-        try:
-            if kind == "tile":
-                loops = draw(st.lists(st.sampled_from(s.loop_names), min_size=1, max_size=2, unique=True))
-                s = s.tile(**{name: draw(st.integers(1, 3)) for name in loops})
-            elif kind == "split":
-                s = s.split(draw(st.sampled_from(s.loop_names)), draw(st.integers(1, 3)))
-            elif kind == "reorder":
-                names = draw(st.permutations(s.loop_names))
-                s = s.reorder(*names)
-            elif tags:
-                tensor = draw(st.sampled_from(sorted(tags)))
-                s = s.layout(tensor, draw(st.sampled_from(tags[tensor])))
-        except ScheduleError:
-            pass
-    return s
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schedules(), st.sampled_from([("element", 64), ("line", 16), ("line", 64)]))
-def test_engine_matches_brute_force(schedule, granularity_line):
+def engine_matches_brute_force(schedule, granularity_line):
+    """The trace engine's histograms and LRU misses equal the pure-Python LRU stack's."""
     granularity, line_size = granularity_line
     trace = python_trace(schedule, granularity, line_size)
-    profile = reuse(schedule, granularity, line_size)
+    profile = reuse(schedule, granularity, line_size, engine="trace")
     expected = lru_stack([item for _, item in trace])
     assert expected == reuse_distances([item for _, item in trace])
     for tensor in profile.tensors:
-        want: dict = {}
-        for (name, _), d in zip(trace, expected):
-            if name == tensor:
-                want[d] = want.get(d, 0) + 1
+        want = Counter(d for (name, _), d in zip(trace, expected) if name == tensor)
         assert profile.histogram(tensor) == want
     assert profile.accesses == len(trace)
     for capacity in (1, 2, 5, 17):
         assert profile.misses(capacity) == sum(d >= capacity for d in expected)
 
 
-@settings(max_examples=25, deadline=None)
-@given(schedules(), st.sampled_from([(1, 4), (2, 2), (4, 1), (3, 2)]))
-def test_caches_match_simulator(schedule, geometry):
+test_engine_matches_brute_force_quick, test_engine_matches_brute_force = tiers(
+    engine_matches_brute_force, 5, 40, reuse_schedules(), st.sampled_from(GRANULARITIES))
+
+
+def caches_match_simulator(schedule, geometry):
+    """Set-associative and fully associative misses equal an independent LRU simulator's."""
     sets, ways = geometry
     lines = [item for _, item in python_trace(schedule, "line", 16)]
     simulated = simulate_caches(schedule, [geometry, (1, sets * ways)], 16).sum(axis=1)
     assert simulated[0] == lru_misses(lines, sets, ways)
     fully = lru_misses(lines, 1, sets * ways)
-    assert simulated[1] == fully == reuse(schedule, "line", 16).misses(sets * ways)
+    assert simulated[1] == fully == reuse(schedule, "line", 16, engine="trace").misses(sets * ways)
+
+
+test_caches_match_simulator_quick, test_caches_match_simulator = tiers(
+    caches_match_simulator, 3, 20, reuse_schedules(), st.sampled_from([(1, 4), (2, 2), (4, 1), (3, 2)]))
 
 
 def test_hierarchy_sanity():
@@ -134,6 +84,7 @@ def test_hierarchy_sanity():
     assert "L1" in profile.summary(machine) and "DRAM" in h.table()
     capacities, ratios = profile.miss_ratio_curve()
     assert np.all(np.diff(ratios) <= 0) and ratios[-1] == profile.cold() / profile.accesses
+    assert ratios[7] == pytest.approx(profile.misses(capacities[7]) / profile.accesses)
     assert Machine.detect().caches
     row = comparison_row(profile, machine=machine, set_associative=True)
     assert row["accesses"] == profile.accesses and row["dram_bytes"] == h.dram_bytes

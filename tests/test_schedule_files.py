@@ -15,8 +15,9 @@ OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
 
 @pytest.mark.parametrize("name", list_schedules())
 def test_stored_schedules_apply_to_small_op(name):
+    """Loaded on an op it was not written for (factors clamped), each runs every iteration exactly once."""
     schedule = load_schedule(name, OP)
-    assert schedule.op is OP
+    assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(OP.domain)
 
 
 @pytest.mark.parametrize("name", list(dataflows.PRESETS))
@@ -76,7 +77,8 @@ def test_malformed_toml(tmp_path):
 def test_step_error_names_file_line_and_step(tmp_path):
     path = tmp_path / "wrong.toml"
     path.write_text('name = "wrong"\n\n[[step]]\nsplit = ["ow", 2]\n\n[[step]]\nvectorize = "ow_i"\n')
-    with pytest.raises(ScheduleFileError, match=r"wrong.toml:6: step 2: vectorize\(.ow_i.\): only the innermost"):
+    message = r"wrong.toml:6: step 2: vectorize\(.ow_i.\): only the innermost"
+    with pytest.raises(ScheduleFileError, match=message):
         load_schedule(path, OP)
 
 
