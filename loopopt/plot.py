@@ -27,18 +27,20 @@ def _import_quietly():
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        from matplotlib import figure, lines, ticker
+        from matplotlib import colormaps, figure, lines, ticker
     finally:
         logger.setLevel(level)
-    return figure.Figure, lines.Line2D, ticker.LogLocator, ticker.FuncFormatter, ticker.NullFormatter
+    return (figure.Figure, lines.Line2D, ticker.LogLocator, ticker.FuncFormatter, ticker.NullFormatter,
+            colormaps["cividis"])
 
 
-Figure, Line2D, LogLocator, FuncFormatter, NullFormatter = _import_quietly()
+Figure, Line2D, LogLocator, FuncFormatter, NullFormatter, LEVEL_COLOURS = _import_quietly()
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.axis import Axis
 
+    from .analysis import CacheLevel
     from .compare import Comparison, Row
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -54,16 +56,17 @@ def colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _levels(cmp: Comparison) -> list[tuple[str, int]]:
-    """(name, capacity in lines) of this machine's caches."""
+def _caches() -> tuple[CacheLevel, ...]:
+    """This machine's data caches, as the comparison's hierarchy model saw them."""
     from .analysis import Machine
-    return [(c.name, c.size // c.line_size) for c in Machine.detect().caches]
+    return Machine.detect().caches
 
 
-def _mark_levels(ax: Axes, cmp: Comparison) -> None:
-    for name, lines in _levels(cmp):
+def _mark_levels(ax: Axes) -> None:
+    for cache in _caches():
+        lines = cache.size // cache.line_size
         ax.axvline(lines, color="grey", linestyle=":", linewidth=1)
-        ax.text(lines, 1.0, f" {name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
+        ax.text(lines, 1.0, f" {cache.name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
                 color="grey")
 
 
@@ -136,10 +139,21 @@ def bound(intensity: Mapping[str, float], bandwidth: Mapping[str, float], peak: 
     return level, roofs[level]
 
 
+def warm_levels(levels: Sequence[str], footprint: int, cache_sizes: Mapping[str, int]) -> list[str]:
+    """The ``levels`` (innermost first) that repeated runs draw from: up to the first cache of
+    ``cache_sizes`` (bytes) that holds ``footprint`` bytes. The traffic of the levels beyond it
+    is the compulsory traffic of a first run, which the timed (warm) runs do not pay."""
+    for i, lv in enumerate(levels):
+        if cache_sizes.get(lv, 0) >= footprint:
+            return list(levels[:i + 1])
+    return list(levels)
+
+
 def draw_roofline(ax: Axes, cmp: Comparison, bandwidth: Mapping[str, float] | None = None) -> None:
     """Hierarchical roofline: the compute peak and one roof per memory level with a measured read
     bandwidth (default: the machine profile's), and each schedule's measured speed at its
-    intensity per level (one marker per schedule and level; filled: the roof that bounds it)."""
+    intensity per level (one marker per schedule and level; filled: the roof that bounds it, of
+    the levels that warm runs draw from; faded: a first run's compulsory traffic)."""
     _require_reuse(cmp)
     if bandwidth is None:
         bandwidth = {lv: b.gbs for lv, b in machine_profile().bandwidth.items()}
@@ -157,15 +171,19 @@ def draw_roofline(ax: Axes, cmp: Comparison, bandwidth: Mapping[str, float] | No
                     color="dimgrey", bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     ax.plot([min(cmp.peak / bandwidth[lv] for lv in levels), x[1]], [cmp.peak] * 2, color="black",
             linewidth=1.5, gid="roof:compute")
+    sizes = {c.name: c.size for c in _caches()}
+    faded = False
     for i, (r, intensity) in enumerate(zip(cmp.rows, intensities)):
-        limit, _ = bound(intensity, bandwidth, cmp.peak)
+        warm = warm_levels(list(intensity), r.level_bytes["DRAM"], sizes)
+        limit, _ = bound({lv: intensity[lv] for lv in warm}, bandwidth, cmp.peak)
+        faded |= len(warm) < len(intensity)
         ax.plot(sorted(intensity.values()), [r.gflops] * len(intensity), color=colour(i), linewidth=0.8,
                 alpha=0.6)
         for depth, (lv, oi) in enumerate(reversed(intensity.items())):
             marker, _, area = LEVEL_STYLE[lv]
             ax.scatter(oi, r.gflops, marker=marker, s=area, zorder=3 + depth, edgecolors=colour(i),
                        facecolors=colour(i) if lv == limit else "white", linewidths=1.5,
-                       gid=f"point:{r.name}:{lv}")
+                       alpha=1.0 if lv in warm else 0.3, gid=f"point:{r.name}:{lv}")
         ax.plot([], [], color=colour(i), linewidth=4, label=f"{r.name}: {limit}-bound")
     level_handles = [Line2D([], [], color="dimgrey", linestyle=style, marker=marker, markerfacecolor="white",
                             label=f"{lv} {bandwidth[lv]:.0f} GB/s")
@@ -179,7 +197,8 @@ def draw_roofline(ax: Axes, cmp: Comparison, bandwidth: Mapping[str, float] | No
     _plain_log(ax.yaxis)
     ax.set_xlabel(f"intensity ({per} per byte delivered by the level)")
     ax.set_ylabel(f"measured throughput ({unit})")
-    ax.set_title("hierarchical roofline (filled marker: the bounding roof)", fontsize=10)
+    first_run = "\nfaded: traffic of a first run only (the data fits in an inner cache)" if faded else ""
+    ax.set_title(f"hierarchical roofline (filled marker: the bounding roof){first_run}", fontsize=10)
 
 
 # --- traffic -----------------------------------------------------------------------------------------
@@ -239,22 +258,24 @@ def draw_traffic(ax: Axes, cmp: Comparison) -> None:
     ax.set_xticks(np.arange(len(levels)), levels)
     ax.set_yscale("log")
     ax.set_ylabel("predicted traffic (MB, log)")
-    ax.set_title("bytes delivered by each level")
+    ax.set_title("predicted bytes delivered by each level (scalar-trace model)")
     _legend(ax)
 
 
 def draw_energy(ax: Axes, cmp: Comparison) -> None:
-    """Predicted energy per memory level and compute, stacked."""
+    """Predicted energy per memory level and compute, stacked (levels in a sequential colour map,
+    so that the schedules' colours keep meaning schedules)."""
     _require_reuse(cmp)
     names = [r.name for r in cmp.rows]
     keys = [k for k in LEVEL_ORDER + ("compute",) if k in cmp.rows[0].level_energy_uj]
     bottom = np.zeros(len(names))
-    for i, key in enumerate(keys):
+    for key, shade in zip(keys, np.linspace(0.0, 0.9, len(keys))):
         values = np.array([r.level_energy_uj.get(key, 0) for r in cmp.rows], dtype=float)
-        ax.bar(names, values, bottom=bottom, color=colour(i), label=key)
+        ax.bar(names, values, bottom=bottom, color=LEVEL_COLOURS(shade), edgecolor="white", linewidth=0.5,
+               label=key)
         bottom += values
     ax.set_ylabel("predicted energy (uJ)")
-    ax.set_title("energy per level (model)")
+    ax.set_title("predicted energy per level (scalar-trace model)")
     ax.tick_params(axis="x", rotation=30)
     _legend(ax)
 
@@ -271,7 +292,7 @@ def draw_miss_ratio(ax: Axes, cmp: Comparison) -> None:
     ax.set_xlabel("cache capacity (64-byte lines)")
     ax.set_ylabel("miss ratio")
     ax.set_title("miss-ratio curves")
-    _mark_levels(ax, cmp)
+    _mark_levels(ax)
     _legend(ax)
 
 
@@ -293,7 +314,7 @@ def draw_histogram(ax: Axes, cmp: Comparison, tensor: str) -> None:
     ax.set_xlabel("reuse distance + 1 (64-byte lines; rightmost bin: cold)")
     ax.set_ylabel("accesses")
     ax.set_title(f"reuse distances of {tensor}")
-    _mark_levels(ax, cmp)
+    _mark_levels(ax)
     _legend(ax)
 
 
