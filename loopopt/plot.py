@@ -19,10 +19,10 @@ import numpy as np
 from .machine import machine_profile
 
 
-def _import_quietly():
-    """matplotlib's Figure and Line2D, imported with matplotlib's logger raised to ERROR: a first
-    import logs "building the font cache" or "created a temporary config directory", which are
-    not the user's concern."""
+def _import_quietly() -> tuple:
+    """The matplotlib names this module uses, imported with matplotlib's logger raised to ERROR:
+    a first import logs "building the font cache" or "created a temporary config directory",
+    which are not the user's concern."""
     logger = logging.getLogger("matplotlib")
     level = logger.level
     logger.setLevel(logging.ERROR)
