@@ -36,7 +36,8 @@ CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
 EXAMPLES = {
     "layers": ["loopopt layers --filter mobilenetv2"],
-    "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x --plot out.png",
+    "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x "
+                "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
                 "loopopt compare --matmul 256,256,512 --json"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
@@ -66,7 +67,8 @@ def _spec_pair(text: str, field: str, low: int) -> tuple[int, int]:
 def _spec_int(text: str, field: str) -> int:
     """A positive integer of the --conv field ``field``."""
     if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--conv field {field} must be a positive integer, got {text!r} (syntax: {CONV_SYNTAX})")
+        raise UsageError(f"--conv field {field} must be a positive integer, got {text!r} "
+                         f"(syntax: {CONV_SYNTAX})")
     return int(text)
 
 
@@ -102,7 +104,8 @@ def parse_conv(spec: str, batch: int = 1) -> Conv2d:
                 key, CONV_OPTIONS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             batch_hint = " (the batch size is given with --batch)" if key == "batch" else ""
-            raise UsageError(f"--conv has no field {key!r}: {hint}allowed: {', '.join(CONV_OPTIONS)}{batch_hint}")
+            raise UsageError(f"--conv has no field {key!r}: {hint}allowed: {', '.join(CONV_OPTIONS)}"
+                             f"{batch_hint}")
         if key in options:
             raise UsageError(f"--conv field {key!r} is given twice")
         options[key] = _spec_option(key, value)
@@ -183,8 +186,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     schedule = _schedule(args.schedule, _op(args))
-    loops = [{"name": l.name, "extent": l.extent, "vectorized": l.vectorized, "parallel": l.parallel,
-              "unroll": l.unroll} for l in schedule.loops]
+    loops = [{"name": loop.name, "extent": loop.extent, "vectorized": loop.vectorized,
+              "parallel": loop.parallel, "unroll": loop.unroll} for loop in schedule.loops]
     data = {"op": repr(schedule.op), "steps": [str(s) for s in schedule.steps], "loops": loops,
             "layouts": dict(schedule.layouts), "pseudocode": schedule.pseudocode()}
     text = f"{schedule.op!r}\nsteps: {', '.join(data['steps']) or '(naive)'}\n\n{data['pseudocode']}"
@@ -205,7 +208,8 @@ def cmd_reuse(args: argparse.Namespace) -> int:
     data = {"op": repr(schedule.op), "granularity": args.granularity,
             "tensors": {t: {"accesses": profile.accesses_of(t), "cold": profile.cold(t),
                             "median_distance": profile.median_distance(t),
-                            "misses": {c.name: profile.misses(c.capacity_items(profile), t) for c in machine.caches}}
+                            "misses": {c.name: profile.misses(c.capacity_items(profile), t)
+                                       for c in machine.caches}}
                         for t in profile.tensors},
             "levels": [{"name": lv.name, "accesses": lv.accesses, "misses": lv.misses, "bytes": lv.bytes,
                         "energy_pj": lv.energy_pj} for lv in hierarchy.levels],
@@ -230,16 +234,12 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
 def _figures(cmp) -> list[tuple[str, bytes]]:
     """(caption, PNG bytes) of every plot of ``cmp``."""
-    from . import plot
-    makers = [("runtime", plot.plot_runtime)]
-    if cmp.profiles:
-        makers += [("roofline", plot.plot_roofline), ("miss-ratio curves", plot.plot_miss_ratio),
-                   ("reuse-distance histograms", plot.plot_histograms), ("traffic per level", plot.plot_traffic),
-                   ("energy per level", plot.plot_energy), ("DRAM traffic vs time", plot.plot_dram_vs_time)]
+    from .plot import FIGURES
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for caption, maker in makers:
-            figures.append((caption, maker(cmp, Path(tmp) / "figure.png").read_bytes()))
+        for caption, maker, needs_reuse in FIGURES:
+            if cmp.profiles or not needs_reuse:
+                figures.append((caption, maker(cmp, Path(tmp) / "figure.png").read_bytes()))
     return figures
 
 
@@ -252,8 +252,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     cmp = _comparison(args)
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
     if REPORT_SUFFIXES[output.suffix.lower()] == "HTML":
-        body = "".join(f"<h2>{html.escape(c)}</h2><img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>"
-                       for c, b in figures)
+        body = "".join(f"<h2>{html.escape(c)}</h2>"
+                       f"<img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>" for c, b in figures)
         text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
                 f"<h1>loopopt report</h1>{cmp._repr_html_()}{body}</body></html>")
     else:
@@ -282,10 +282,12 @@ def cmd_machine(args: argparse.Namespace) -> int:
 def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     """The ``machine`` subcommand: this machine's profile (peaks, bandwidths, caches)."""
     p = sub.add_parser("machine", parents=[json_flag],
-                       help="this machine's measured profile: peaks per ISA, bandwidth per memory level, caches",
+                       help="this machine's measured profile: peaks per ISA, bandwidth per memory level, "
+                            "caches",
                        description="Show this machine's profile (measured once, then read from the cache): "
-                                   "one core's fp32/int8 peak per ISA, read bandwidth per memory level, cache "
-                                   "sizes. Every %% of peak and roofline uses it. Example: loopopt machine --json")
+                                   "one core's fp32/int8 peak per ISA, read bandwidth per memory level, "
+                                   "cache sizes. Every %% of peak and roofline uses it. Example: loopopt "
+                                   "machine --json")
     p.add_argument("--remeasure", action="store_true",
                    help="measure again (on a quiet machine) and replace the cached profile")
     p.set_defaults(run=cmd_machine)
@@ -305,7 +307,8 @@ def _positive(text: str) -> int:
 def _op_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--layer", default="resnet50.conv2_x", help="layer name (see `loopopt layers`)")
-    group.add_argument("--conv", metavar="SPEC", help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
+    group.add_argument("--conv", metavar="SPEC",
+                       help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
     group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
     parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
@@ -329,7 +332,8 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser of the ``loopopt`` command."""
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="machine-readable output")
-    main_parser = argparse.ArgumentParser(prog="loopopt", description="Explore loop schedules of conv2d/matmul.",
+    main_parser = argparse.ArgumentParser(prog="loopopt",
+                                          description="Explore loop schedules of conv2d/matmul.",
                                           epilog=_examples(*EXAMPLES),
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
     main_parser.add_argument("--version", action="version", version=f"%(prog)s {loopopt_version()}")

@@ -1,44 +1,73 @@
-"""Plots of a Comparison (matplotlib, Agg backend, Okabe-Ito colour-blind-safe palette).
+"""Plots of a Comparison (matplotlib, Okabe-Ito colour-blind-safe palette).
 
 Every ``plot_*`` function writes one figure to ``path`` and returns the path; each draws
-through a ``draw_*(ax, comparison)`` function that ``dashboard`` reuses.
+through a ``draw_*(ax, comparison)`` function that ``dashboard`` reuses. Figures are
+``matplotlib.figure.Figure`` objects saved directly (no pyplot, so no backend is chosen and
+no global figure state is touched) with constrained layout; the notices matplotlib logs on a
+first import (building its font cache, a temporary config directory) are held back.
 """
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from .machine import machine_profile
 
+
+def _import_quietly() -> tuple:
+    """The matplotlib names this module uses, imported with matplotlib's logger raised to ERROR:
+    a first import logs "building the font cache" or "created a temporary config directory",
+    which are not the user's concern."""
+    logger = logging.getLogger("matplotlib")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        from matplotlib import colormaps, figure, lines, ticker
+    finally:
+        logger.setLevel(level)
+    return (figure.Figure, lines.Line2D, ticker.LogLocator, ticker.FuncFormatter, ticker.NullFormatter,
+            colormaps["cividis"])
+
+
+Figure, Line2D, LogLocator, FuncFormatter, NullFormatter, LEVEL_COLOURS = _import_quietly()
+
 if TYPE_CHECKING:
-    from .compare import Comparison
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+
+    from .analysis import CacheLevel
+    from .compare import Comparison, Row
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 LEVEL_ORDER = ("registers", "L1", "L2", "L3", "DRAM")
+MEMORY_LEVELS = LEVEL_ORDER[1:]          # levels with a measured bandwidth (registers have none)
+# marker, roof line style, marker area: outer levels larger and drawn first, so markers at one intensity nest
+LEVEL_STYLE = {"L1": ("o", ":", 25), "L2": ("s", "-.", 45), "L3": ("^", "--", 70), "DRAM": ("D", "-", 100)}
+CONSTANT_BELOW = 0.01   # coefficient of variation under which a level's traffic counts as the same for all
+WHISKERS = "whiskers: IQR (median ± IQR/2, clipped to the fastest run and the peak)"
 
 
 def colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _levels(cmp: Comparison) -> list[tuple[str, int]]:
-    """(name, capacity in lines) of this machine's caches."""
+def _caches() -> tuple[CacheLevel, ...]:
+    """This machine's data caches, as the comparison's hierarchy model saw them."""
     from .analysis import Machine
-    return [(c.name, c.size // c.line_size) for c in Machine.detect().caches]
+    return Machine.detect().caches
 
 
-def _mark_levels(ax, cmp: Comparison) -> None:
-    for name, lines in _levels(cmp):
+def _mark_levels(ax: Axes) -> None:
+    for cache in _caches():
+        lines = cache.size // cache.line_size
         ax.axvline(lines, color="grey", linestyle=":", linewidth=1)
-        ax.text(lines, 1.0, f" {name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="grey")
+        ax.text(lines, 1.0, f" {cache.name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
+                color="grey")
 
 
 def _require_reuse(cmp: Comparison) -> None:
@@ -46,25 +75,214 @@ def _require_reuse(cmp: Comparison) -> None:
         raise ValueError("this plot needs the reuse analysis: run compare(..., reuse=True)")
 
 
-def draw_runtime(ax, cmp: Comparison) -> None:
-    """GFLOP/s bars with the interquartile spread and this machine's peak."""
+def _legend(ax: Axes, **options) -> None:
+    ax.legend(fontsize=7, **options)
+
+
+def _plain_log(axis: Axis) -> None:
+    """Log ticks at 1, 2 and 5 times powers of ten, labelled as plain numbers."""
+    axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+# --- speed ------------------------------------------------------------------------------------------
+
+def whisker_range(row: Row, flops: float, peak: float) -> tuple[float, float]:
+    """(low, high) G ops/s of ``row``'s interquartile spread: median time ± IQR/2, the fast end
+    clipped to the fastest run, the high end to the peak (or to the median's speed if that is
+    above it)."""
+    fast_ms = max(row.median_ms - row.iqr_ms / 2, row.min_ms)
+    slow_ms = row.median_ms + row.iqr_ms / 2
+    return flops / slow_ms / 1e6, min(flops / fast_ms / 1e6, max(peak, row.gflops))
+
+
+def draw_runtime(ax: Axes, cmp: Comparison) -> None:
+    """Measured speed per schedule on a log axis (G ops/s below, the median time on top), with the
+    clipped interquartile whiskers and this machine's peak."""
     names = [r.name for r in cmp.rows]
-    flops = cmp.op.flops / 1e9
-    low = [flops / ((r.median_ms + r.iqr_ms / 2) / 1e3) for r in cmp.rows]
-    high = [flops / (max(r.median_ms - r.iqr_ms / 2, 1e-9) / 1e3) for r in cmp.rows]
-    values = [r.gflops for r in cmp.rows]
-    errors = np.array([[v - lo for v, lo in zip(values, low)], [hi - v for v, hi in zip(values, high)]])
-    ax.bar(names, values, yerr=errors, capsize=3, color=[colour(i) for i in range(len(names))])
-    ax.axhline(cmp.peak, color="black", linestyle="--", linewidth=1, label=f"peak {cmp.peak:.0f} GFLOP/s")
+    y = np.arange(len(names))
     for i, r in enumerate(cmp.rows):
-        ax.text(i, r.gflops, f"{r.median_ms:.3g} ms", ha="center", va="bottom", fontsize=7)
-    ax.set_ylabel("throughput (GFLOP/s)")
-    ax.set_title("measured speed (bars: IQR)")
+        low, high = whisker_range(r, cmp.op.flops, cmp.peak)
+        ax.errorbar(r.gflops, i, xerr=[[r.gflops - low], [high - r.gflops]], fmt="o", color=colour(i),
+                    capsize=3, markersize=7)
+        ax.annotate(f"{r.median_ms:.3g} ms", (r.gflops, i), xytext=(0, 7), textcoords="offset points",
+                    ha="center", fontsize=7)
+    ax.axvline(cmp.peak, color="black", linestyle="--", linewidth=1, label=f"peak {cmp.peak:.0f} {cmp.unit}")
+    ax.set_xscale("log")
+    ax.set_yticks(y, names)
+    ax.set_ylim(len(names) - 0.4, -0.6)            # first schedule on top
+    ax.set_xlabel(f"throughput ({cmp.unit}, log)")
+    _plain_log(ax.xaxis)
+    ms = lambda g: cmp.op.flops / np.maximum(g, 1e-12) / 1e6   # its own inverse
+    top = ax.secondary_xaxis("top", functions=(ms, ms))
+    top.set_xlabel("median time (ms)", fontsize=8)
+    _plain_log(top.xaxis)
+    ax.set_title(f"measured speed\n{WHISKERS}", fontsize=10)
+    _legend(ax, loc="lower right")
+
+
+# --- hierarchical roofline ---------------------------------------------------------------------------
+
+def level_intensities(cmp: Comparison, levels: Sequence[str]) -> list[dict[str, float]]:
+    """Per row: ops per byte delivered by each of ``levels`` (predicted traffic; levels without
+    traffic left out)."""
+    return [{lv: cmp.op.flops / r.level_bytes[lv] for lv in levels if r.level_bytes.get(lv, 0) > 0}
+            for r in cmp.rows]
+
+
+def bound(intensity: Mapping[str, float], bandwidth: Mapping[str, float], peak: float) -> tuple[str, float]:
+    """The roof that bounds a schedule and its attainable G ops/s: the lowest of the compute
+    peak and, per level, bandwidth (GB/s) x intensity (ops/byte)."""
+    roofs = {"compute": peak, **{lv: bandwidth[lv] * oi for lv, oi in intensity.items() if lv in bandwidth}}
+    level = min(roofs, key=roofs.get)
+    return level, roofs[level]
+
+
+def warm_levels(levels: Sequence[str], footprint: int, cache_sizes: Mapping[str, int]) -> list[str]:
+    """The ``levels`` (innermost first) that repeated runs draw from: up to the first cache of
+    ``cache_sizes`` (bytes) that holds ``footprint`` bytes. The traffic of the levels beyond it
+    is the compulsory traffic of a first run, which the timed (warm) runs do not pay."""
+    for i, lv in enumerate(levels):
+        if cache_sizes.get(lv, 0) >= footprint:
+            return list(levels[:i + 1])
+    return list(levels)
+
+
+def draw_roofline(ax: Axes, cmp: Comparison, bandwidth: Mapping[str, float] | None = None) -> None:
+    """Hierarchical roofline: the compute peak and one roof per memory level with a measured read
+    bandwidth (default: the machine profile's), and each schedule's measured speed at its
+    intensity per level (one marker per schedule and level; filled: the roof that bounds it, of
+    the levels that warm runs draw from; faded: a first run's compulsory traffic)."""
+    _require_reuse(cmp)
+    if bandwidth is None:
+        bandwidth = {lv: b.gbs for lv, b in machine_profile().bandwidth.items()}
+    levels = [lv for lv in MEMORY_LEVELS if lv in bandwidth]
+    intensities = level_intensities(cmp, levels)
+    unit, per = cmp.unit, cmp.unit[1:-2]
+    xs = [oi for row in intensities for oi in row.values()] + [cmp.peak / bandwidth[lv] for lv in levels]
+    x = np.logspace(math.log10(min(xs)) - 0.5, math.log10(max(xs)) + 0.5, 2)
+    for lv in levels:
+        ridge = cmp.peak / bandwidth[lv]
+        style = LEVEL_STYLE[lv][1]
+        ax.plot([x[0], ridge], [bandwidth[lv] * x[0], cmp.peak], color="dimgrey", linestyle=style,
+                linewidth=1.2, gid=f"roof:{lv}")
+        ax.annotate(lv, (x[0], bandwidth[lv] * x[0]), xytext=(2, 2), textcoords="offset points", fontsize=7,
+                    color="dimgrey", bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+    ax.plot([min(cmp.peak / bandwidth[lv] for lv in levels), x[1]], [cmp.peak] * 2, color="black",
+            linewidth=1.5, gid="roof:compute")
+    sizes = {c.name: c.size for c in _caches()}
+    faded = False
+    for i, (r, intensity) in enumerate(zip(cmp.rows, intensities)):
+        warm = warm_levels(list(intensity), r.level_bytes["DRAM"], sizes)
+        limit, _ = bound({lv: intensity[lv] for lv in warm}, bandwidth, cmp.peak)
+        faded |= len(warm) < len(intensity)
+        ax.plot(sorted(intensity.values()), [r.gflops] * len(intensity), color=colour(i), linewidth=0.8,
+                alpha=0.6)
+        for depth, (lv, oi) in enumerate(reversed(intensity.items())):
+            marker, _, area = LEVEL_STYLE[lv]
+            ax.scatter(oi, r.gflops, marker=marker, s=area, zorder=3 + depth, edgecolors=colour(i),
+                       facecolors=colour(i) if lv == limit else "white", linewidths=1.5,
+                       alpha=1.0 if lv in warm else 0.3, gid=f"point:{r.name}:{lv}")
+        ax.plot([], [], color=colour(i), linewidth=4, label=f"{r.name}: {limit}-bound")
+    level_handles = [Line2D([], [], color="dimgrey", linestyle=style, marker=marker, markerfacecolor="white",
+                            label=f"{lv} {bandwidth[lv]:.0f} GB/s")
+                     for lv in levels for marker, style, _ in [LEVEL_STYLE[lv]]]
+    level_handles.append(Line2D([], [], color="black", linewidth=1.5, label=f"peak {cmp.peak:.0f} {unit}"))
+    ax.add_artist(ax.legend(handles=level_handles, fontsize=7, loc="lower right", title="roofs (read)",
+                            title_fontsize=7))
+    _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log(ax.yaxis)
+    ax.set_xlabel(f"intensity ({per} per byte delivered by the level)")
+    ax.set_ylabel(f"measured throughput ({unit})")
+    first_run = "\nfaded: traffic of a first run only (the data fits in an inner cache)" if faded else ""
+    ax.set_title(f"hierarchical roofline (filled marker: the bounding roof){first_run}", fontsize=10)
+
+
+# --- traffic -----------------------------------------------------------------------------------------
+
+def variation(values: Sequence[float]) -> float:
+    """Coefficient of variation (population standard deviation / mean; 0 when the mean is 0)."""
+    mean = float(np.mean(values))
+    return float(np.std(values)) / mean if mean > 0 else 0.0
+
+
+def varying_level(traffic: Mapping[str, Sequence[float]], constant_below: float = CONSTANT_BELOW
+                  ) -> tuple[str | None, dict[str, float]]:
+    """The level whose traffic varies most across schedules (largest coefficient of variation; on
+    a tie the outermost) and every level's coefficient; None when none reaches ``constant_below``.
+    ``traffic`` maps each level, innermost first, to its bytes per schedule."""
+    spread = {lv: variation(values) for lv, values in traffic.items()}
+    best = max(reversed(list(spread)), key=spread.get, default=None)
+    return (best if best is not None and spread[best] >= constant_below else None), spread
+
+
+def _memory_traffic(cmp: Comparison) -> dict[str, list[int]]:
+    """Predicted bytes per memory level (registers left out), one entry per row."""
+    return {lv: [r.level_bytes[lv] for r in cmp.rows]
+            for lv in MEMORY_LEVELS if lv in cmp.rows[0].level_bytes}
+
+
+def draw_traffic_vs_time(ax: Axes, cmp: Comparison) -> None:
+    """Predicted traffic of the level that varies most across the schedules against measured
+    median time (DRAM, said so, when no level's traffic varies)."""
+    _require_reuse(cmp)
+    level, spread = varying_level(_memory_traffic(cmp))
+    shown = level or "DRAM"
+    for i, r in enumerate(cmp.rows):
+        ax.scatter(r.level_bytes[shown] / 1e6, r.median_ms, color=colour(i), label=r.name, s=40, zorder=3)
+    traffic = [r.level_bytes[shown] for r in cmp.rows]
+    if min(traffic) > 0 and max(traffic) >= 10 * min(traffic):
+        ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log(ax.yaxis)
+    ax.set_xlabel(f"predicted {shown} traffic (MB)")
+    ax.set_ylabel("measured median time (ms, log)")
+    spreads = ", ".join(f"{lv} {100 * cv:.0f}%" for lv, cv in spread.items())
+    why = ("the level whose traffic varies most across schedules" if level else
+           f"no level's traffic varies by {100 * CONSTANT_BELOW:.0f}% or more across schedules")
+    ax.set_title(f"{shown} traffic vs time: {why}\n(coefficient of variation: {spreads})", fontsize=9)
+    _legend(ax)
+
+
+def draw_traffic(ax: Axes, cmp: Comparison) -> None:
+    """Predicted bytes delivered by each memory level, one bar per schedule, log scale."""
+    _require_reuse(cmp)
+    levels = [lv for lv in LEVEL_ORDER if lv in cmp.rows[0].level_bytes]
+    width = 0.8 / len(cmp.rows)
+    for i, r in enumerate(cmp.rows):
+        ax.bar(np.arange(len(levels)) + (i - (len(cmp.rows) - 1) / 2) * width,
+               [max(r.level_bytes[lv], 1) / 1e6 for lv in levels], width, color=colour(i), label=r.name)
+    ax.set_xticks(np.arange(len(levels)), levels)
+    ax.set_yscale("log")
+    ax.set_ylabel("predicted traffic (MB, log)")
+    ax.set_title("predicted bytes delivered by each level (scalar-trace model)")
+    _legend(ax)
+
+
+def draw_energy(ax: Axes, cmp: Comparison) -> None:
+    """Predicted energy per memory level and compute, stacked (levels in a sequential colour map,
+    so that the schedules' colours keep meaning schedules)."""
+    _require_reuse(cmp)
+    names = [r.name for r in cmp.rows]
+    keys = [k for k in LEVEL_ORDER + ("compute",) if k in cmp.rows[0].level_energy_uj]
+    bottom = np.zeros(len(names))
+    for key, shade in zip(keys, np.linspace(0.0, 0.9, len(keys))):
+        values = np.array([r.level_energy_uj.get(key, 0) for r in cmp.rows], dtype=float)
+        ax.bar(names, values, bottom=bottom, color=LEVEL_COLOURS(shade), edgecolor="white", linewidth=0.5,
+               label=key)
+        bottom += values
+    ax.set_ylabel("predicted energy (uJ)")
+    ax.set_title("predicted energy per level (scalar-trace model)")
     ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=8)
+    _legend(ax)
 
 
-def draw_miss_ratio(ax, cmp: Comparison) -> None:
+# --- reuse -------------------------------------------------------------------------------------------
+
+def draw_miss_ratio(ax: Axes, cmp: Comparison) -> None:
     """Miss ratio of a fully associative LRU cache vs its capacity, per schedule."""
     _require_reuse(cmp)
     for i, (name, profile) in enumerate(cmp.profiles.items()):
@@ -74,69 +292,15 @@ def draw_miss_ratio(ax, cmp: Comparison) -> None:
     ax.set_xlabel("cache capacity (64-byte lines)")
     ax.set_ylabel("miss ratio")
     ax.set_title("miss-ratio curves")
-    _mark_levels(ax, cmp)
-    ax.legend(fontsize=7)
+    _mark_levels(ax)
+    _legend(ax)
 
 
-def _stacked(ax, cmp: Comparison, attr: str, scale: float, ylabel: str, title: str) -> None:
-    _require_reuse(cmp)
-    names = [r.name for r in cmp.rows]
-    keys = [k for k in LEVEL_ORDER + ("compute",) if k in getattr(cmp.rows[0], attr)]
-    bottom = np.zeros(len(names))
-    for i, key in enumerate(keys):
-        values = np.array([getattr(r, attr).get(key, 0) for r in cmp.rows], dtype=float) * scale
-        ax.bar(names, values, bottom=bottom, color=colour(i), label=key)
-        bottom += values
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=7)
-
-
-def draw_traffic(ax, cmp: Comparison) -> None:
-    """Predicted bytes delivered by each memory level, stacked."""
-    _stacked(ax, cmp, "level_bytes", 1e-6, "predicted traffic (MB)", "traffic per level")
-
-
-def draw_energy(ax, cmp: Comparison) -> None:
-    """Predicted energy per memory level and compute, stacked."""
-    _stacked(ax, cmp, "level_energy_uj", 1.0, "predicted energy (uJ)", "energy per level")
-
-
-def draw_dram_vs_time(ax, cmp: Comparison) -> None:
-    """Predicted DRAM traffic against measured median time, one point per schedule."""
-    _require_reuse(cmp)
-    for i, r in enumerate(cmp.rows):
-        ax.scatter(r.dram_bytes / 1e6, r.median_ms, color=colour(i), label=r.name, s=40)
-    ax.set_xlabel("predicted DRAM traffic (MB)")
-    ax.set_ylabel("measured median time (ms)")
-    ax.set_yscale("log")
-    ax.set_title("DRAM traffic vs time")
-    ax.legend(fontsize=7)
-
-
-def draw_roofline(ax, cmp: Comparison) -> None:
-    """Roofline (the machine profile's peak and DRAM read bandwidth), schedules at their predicted intensity."""
-    _require_reuse(cmp)
-    bandwidth = machine_profile().memory_bandwidth()
-    intensity = [cmp.op.flops / max(r.dram_bytes, 1) for r in cmp.rows]
-    x = np.logspace(-2, max(4.0, math.log10(max(intensity)) + 1), 200)
-    ax.plot(x, np.minimum(cmp.peak, bandwidth * x), color="black", linewidth=1.5,
-            label=f"roof: {cmp.peak:.0f} GFLOP/s, DRAM read {bandwidth:.0f} GB/s")
-    for i, (r, oi) in enumerate(zip(cmp.rows, intensity)):
-        ax.scatter(oi, r.gflops, color=colour(i), label=r.name, s=40, zorder=3)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("operational intensity (FLOP / DRAM byte)")
-    ax.set_ylabel("throughput (GFLOP/s)")
-    ax.set_title("roofline")
-    ax.legend(fontsize=7)
-
-
-def draw_histogram(ax, cmp: Comparison, tensor: str) -> None:
+def draw_histogram(ax: Axes, cmp: Comparison, tensor: str) -> None:
     """Reuse-distance histogram of ``tensor`` (log2 bins, cold at the right) per schedule."""
     _require_reuse(cmp)
-    largest = max(max((d for d in p.histogram(tensor) if d != math.inf), default=1) for p in cmp.profiles.values())
+    largest = max(max((d for d in p.histogram(tensor) if d != math.inf), default=1)
+                  for p in cmp.profiles.values())
     edges = 2.0 ** np.arange(0, math.ceil(math.log2(largest + 1)) + 2)
     cold_bin = edges[-1]
     for i, (name, profile) in enumerate(cmp.profiles.items()):
@@ -150,24 +314,22 @@ def draw_histogram(ax, cmp: Comparison, tensor: str) -> None:
     ax.set_xlabel("reuse distance + 1 (64-byte lines; rightmost bin: cold)")
     ax.set_ylabel("accesses")
     ax.set_title(f"reuse distances of {tensor}")
-    _mark_levels(ax, cmp)
-    ax.legend(fontsize=7)
+    _mark_levels(ax)
+    _legend(ax)
 
 
-def _save(fig, path: str | Path) -> Path:
+# --- figures -----------------------------------------------------------------------------------------
+
+def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig.savefig(path, dpi=110)
     return path
 
 
-def _single(draw: Callable) -> Callable:
+def _single(draw: Callable[[Axes, Comparison], None]) -> Callable[[Comparison, str | Path], Path]:
     def plot(cmp: Comparison, path: str | Path) -> Path:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        draw(ax, cmp)
+        fig = Figure(figsize=(7.5, 5), layout="constrained")
+        draw(fig.subplots(), cmp)
         return _save(fig, path)
     plot.__doc__ = f"Write the figure of ``{draw.__name__}`` to ``path``: {draw.__doc__}"
     return plot
@@ -177,29 +339,38 @@ plot_runtime = _single(draw_runtime)
 plot_miss_ratio = _single(draw_miss_ratio)
 plot_traffic = _single(draw_traffic)
 plot_energy = _single(draw_energy)
-plot_dram_vs_time = _single(draw_dram_vs_time)
+plot_traffic_vs_time = _single(draw_traffic_vs_time)
+plot_dram_vs_time = plot_traffic_vs_time   # the former name (DRAM traffic is the same for all when data fits)
 plot_roofline = _single(draw_roofline)
 
 
 def plot_histograms(cmp: Comparison, path: str | Path) -> Path:
     """One reuse-distance histogram per tensor, side by side."""
     tensors = cmp.op.tensors
-    fig, axes = plt.subplots(1, len(tensors), figsize=(5 * len(tensors), 4))
-    for ax, tensor in zip(axes, tensors):
+    fig = Figure(figsize=(5 * len(tensors), 4), layout="constrained")
+    for ax, tensor in zip(fig.subplots(1, len(tensors), squeeze=False).flat, tensors):
         draw_histogram(ax, cmp, tensor)
     return _save(fig, path)
 
 
 def dashboard(cmp: Comparison, path: str | Path) -> Path:
-    """Runtime, roofline, miss ratios, traffic, energy and DRAM-vs-time in one image
-    (runtime only when the comparison has no reuse analysis)."""
+    """Runtime, hierarchical roofline, traffic vs time, traffic per level, miss ratios and energy
+    in one image (runtime only when the comparison has no reuse analysis)."""
     draws = [draw_runtime]
     if cmp.profiles:
-        draws += [draw_roofline, draw_miss_ratio, draw_traffic, draw_energy, draw_dram_vs_time]
+        draws += [draw_roofline, draw_traffic_vs_time, draw_traffic, draw_miss_ratio, draw_energy]
     columns = min(3, len(draws))
     rows = -(-len(draws) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 4.5 * rows), squeeze=False)
-    for ax, draw in zip(axes.flat, draws):
+    fig = Figure(figsize=(6.5 * columns, 5.5 * rows), layout="constrained")
+    for ax, draw in zip(fig.subplots(rows, columns, squeeze=False).flat, draws):
         draw(ax, cmp)
     fig.suptitle(repr(cmp.op), fontsize=10)
     return _save(fig, path)
+
+
+FIGURES: tuple[tuple[str, Callable[[Comparison, str | Path], Path], bool], ...] = (
+    ("runtime", plot_runtime, False), ("hierarchical roofline", plot_roofline, True),
+    ("traffic vs time at the level that varies", plot_traffic_vs_time, True),
+    ("traffic per level", plot_traffic, True), ("miss-ratio curves", plot_miss_ratio, True),
+    ("reuse-distance histograms", plot_histograms, True), ("energy per level", plot_energy, True))
+"""(caption, plot function, needs the reuse analysis) of every figure, in the report's order."""
