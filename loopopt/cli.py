@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from itertools import takewhile
 from pathlib import Path
@@ -384,8 +385,15 @@ def _run(argv: Sequence[str] | None) -> int:
         return USAGE_ERROR
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as the command's own lines (``loopopt: warning: ...``), without Python's source line."""
+    print(f"loopopt: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``loopopt`` command; returns the exit status."""
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_warning
     try:
         try:
             return _run(argv)
@@ -395,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader went away: what is left to print goes nowhere, and the command ends quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

@@ -197,3 +197,14 @@ def test_closed_pipe_ends_quietly(argv):
     finally:
         os.close(writer)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+@pytest.mark.filterwarnings("default::loopopt.machine.OtherMachineWarning")
+def test_warnings_print_as_one_line(capsys, tmp_path):
+    path = tmp_path / "far.toml"
+    path.write_text('name = "far"\n\n[provenance]\nfingerprint = "0000000000000000"\ncpu = "Faraway CPU"\n'
+                    '\n[[step]]\nvectorize = "k"\n')
+    status, _, err = run(capsys, "show", *SMALL, "--schedule", str(path), "--no-source")
+    lines = [line for line in err.splitlines() if "Faraway CPU" in line]
+    assert status == 0 and len(lines) == 1 and lines[0].startswith("loopopt: warning: ")
+    assert "warnings.warn" not in err and "Warning:" not in err

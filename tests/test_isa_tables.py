@@ -2,9 +2,8 @@
 import numpy as np
 import pytest
 
-from loopopt.codegen.isa import available_isas
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import ISAS, MEANINGS
+from loopopt.codegen.isa import ISAS, MEANINGS, available_isas
 
 VECTOR_ISAS = [name for name in available_isas() if ISAS[name].vectorizes]
 

@@ -1,9 +1,9 @@
 """Schedule files: every stored schedule loads, round-trips, and bad files name file, line and step."""
 import re
+import tomllib
 import warnings
 
 import pytest
-import tomllib
 
 import loopopt as lo
 from loopopt import dataflows
