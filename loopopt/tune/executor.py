@@ -1,7 +1,7 @@
 """An executor whose calls run in worker processes, each call with a timeout.
 
 ``IsolatedExecutor`` is a ``concurrent.futures.Executor``: ``submit(fn, *args)`` runs
-``fn(*args)`` in a worker process (``python -m loopopt.tune.executor``; the function and its
+``fn(*args)`` in a worker process (``python -m loopopt.tune.worker``; the function and its
 arguments travel pickled over a socket, so they must be importable by name). A call that
 kills its worker (a segfault, ``os.abort``) fails its future with ``WorkerDied`` naming the
 signal, one that runs past ``timeout`` seconds with ``TrialTimeout`` after its worker is killed;
@@ -13,7 +13,6 @@ either way a fresh worker takes the next call. An exception raised by ``fn`` com
 from __future__ import annotations
 
 import os
-import pickle
 import queue
 import signal
 import socket
@@ -56,7 +55,7 @@ class _Worker:
         parent, child = socket.socketpair()
         paths = [p or os.getcwd() for p in sys.path]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        self.process = subprocess.Popen([sys.executable, "-m", "loopopt.tune.executor", str(child.fileno())],
+        self.process = subprocess.Popen([sys.executable, "-m", "loopopt.tune.worker", str(child.fileno())],
                                         pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL)
         child.close()
         self.connection = Connection(parent.detach())
@@ -66,13 +65,14 @@ class _Worker:
         try:
             self.connection.send((fn, args, kwargs))
             ready = self.connection.poll(timeout)
-            if not ready:
-                self.stop()
-                raise TrialTimeout(f"no result within {timeout:g} s; the worker was killed")
-            kind, value = self.connection.recv()
+            answer = self.connection.recv() if ready else None
         except (EOFError, OSError):
             self.process.wait()
             raise WorkerDied(f"the worker process {_exit_reason(self.process.returncode)}") from None
+        if answer is None:
+            self.stop()
+            raise TrialTimeout(f"no result within {timeout:g} s; the worker was killed")
+        kind, value = answer
         if kind == "raised":
             raise WorkerError(value)
         return value
@@ -138,25 +138,3 @@ class IsolatedExecutor(Executor):
         if wait:
             for thread in self._threads:
                 thread.join()
-
-
-def serve(fd: int) -> None:
-    """The worker's loop: receive ``(fn, args, kwargs)``, answer ``("ok", result)`` or
-    ``("raised", "Type: message")``, until the parent closes the socket."""
-    connection = Connection(fd)
-    while True:
-        try:
-            fn, args, kwargs = connection.recv()
-            answer = ("ok", fn(*args, **kwargs))
-        except EOFError:
-            return
-        except Exception as err:
-            answer = ("raised", f"{type(err).__name__}: {err}")
-        try:
-            connection.send(answer)
-        except (TypeError, AttributeError, pickle.PicklingError) as err:
-            connection.send(("raised", f"the result cannot be sent back: {type(err).__name__}: {err}"))
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]))

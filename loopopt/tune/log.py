@@ -101,8 +101,11 @@ class TuningLog:
             self._check(readonly)
         except sqlite3.DatabaseError as err:       # not a database, damaged, unopenable
             self.close()
-            raise TuningLogError(f"tuning log {self.path} cannot be used: {err} (is it a loopopt tuning log? "
-                                 f"it was left as it is)") from None
+            raise TuningLogError(f"tuning log {self.path} cannot be used: {err} (the file was left as "
+                                 f"it is)") from None
+        except TuningLogError:
+            self.close()
+            raise
 
     def _check(self, readonly: bool) -> None:
         """Create the tables in an empty database; refuse another application's or schema's."""
