@@ -8,9 +8,10 @@ by a cost model built on loopopt's analysis.
 The heuristic predicts a time from the op's work and this machine's peak, scaled by the
 efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
 enough to hide the multiply-add latency, few loads per multiply-add, vector lanes and edge
-blocks used fully, dot groups filled (quantized ops without a dot instruction widen bytes to
-int32 lanes, a quarter of the dot rate), long reductions per stored block, and the weights that
-the innermost outer loop reuses in cache.
+blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
+(quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
+rate), long reductions per stored block, and the weights that the innermost outer loop
+reuses in cache.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .space import DOT, Candidate, Roles, lanes
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
-CHAINS = 8                 # independent accumulators that hide the FMA latency (4 cycles x 2 ports)
+CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
@@ -52,6 +53,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     pixels = op.extent(roles.pixel)
     efficiency = min(1.0, accumulators / CHAINS)
     efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)     # loads per multiply-add
+    if not knobs.unroll:
+        efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
     efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
     efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)

@@ -1,8 +1,8 @@
 """The search loop of ``lo.tune``: pick the next candidate, measure it in isolation, log it.
 
 Candidates come from the search space (``space.candidates``) ranked best first (``rank``).
-The first BROAD trials take the best-ranked candidate of each not yet tried block shape (pixels x
-channels, weights, reduction order, cache block), so the search starts broad; later trials
+The first BROAD trials take the best-ranked candidate of each not yet tried register block
+shape (pixels x channels), so the search starts broad; later trials
 mostly try neighbours of the fastest trial so far (candidates that differ from it in one
 knob, the best-ranked of them, picked at random among the first few), and now and then
 (``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends only on the
@@ -43,8 +43,7 @@ class TuneError(ValueError):
 
 
 def _block(candidate: Candidate) -> tuple:
-    k = candidate.knobs
-    return k.pixel_block, k.channel_block, k.weights, k.reduction, k.cache_block
+    return candidate.knobs.pixel_block, candidate.knobs.channel_block
 
 
 def _differs_once(a: Candidate, b: Candidate) -> bool:
