@@ -1,7 +1,8 @@
 """loopopt: explore loop schedules of convolution and matrix multiply.
 
 Build an op (``Conv2d``, ``Matmul``), transform its ``Schedule``, compile it to a
-SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``.
+SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``; or let ``tune``
+search the fastest schedule of an op.
 """
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
@@ -17,6 +18,7 @@ from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
+from .tune import TuneError, TuneResult, TuningLogError, best_schedule, tune
 
 __all__ = [
     "AccuracyReport",
@@ -34,8 +36,12 @@ __all__ = [
     "ScheduleError",
     "ScheduleFileError",
     "Timing",
+    "TuneError",
+    "TuneResult",
+    "TuningLogError",
     "accuracy",
     "available_isas",
+    "best_schedule",
     "compare",
     "dataflows",
     "dequantize",
@@ -55,4 +61,5 @@ __all__ = [
     "save_schedule",
     "schedule_file",
     "to_toml",
+    "tune",
 ]

@@ -1,4 +1,4 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune.
 
 User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
 unwritable path or cache) print one line ``loopopt: error: ...`` and exit with status 2,
@@ -45,7 +45,10 @@ EXAMPLES = {
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
     "cache": ["loopopt cache info", "loopopt cache clear"],
+    "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
+             "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json"],
 }
+INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
 
 
 class UsageError(Exception):
@@ -294,6 +297,68 @@ def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_machine)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .quant import QuantSpec
+    from .schedule_file import save_schedule
+    from .tune import tune
+    plot, save = _writable(args.plot), _writable(args.save)
+    if args.log is not None:
+        _writable(args.log)
+    op = _op(args)
+    if args.int8:
+        op = op.with_quant(QuantSpec(**INT8_SPEC))
+    result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
+                  log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
+                  budget=args.budget)
+    notes = []
+    if plot:
+        notes.append(f"plot written to {result.plot(plot)}")
+    if save:
+        rate = result.op.flops / result.timing.min / 1e9
+        description = (f"Found by loopopt tune in {len(result.trials)} trials: min "
+                       f"{result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
+                       f"{result.threads} thread(s), {result.isa}")
+        saved = save_schedule(result.best, save, description=description, isa=result.isa, threads=result.threads)
+        notes.append(f"schedule saved to {saved}")
+    data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
+    _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
+    return 0
+
+
+def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
+    """The ``tune`` subcommand: search the fastest schedule of one op."""
+    description = ("Search the fastest verified schedule of a layer, any convolution or a matrix multiply: "
+                   "register-blocked candidates, each compiled, verified and timed in a worker process, "
+                   "optionally logged in an SQLite tuning log (reruns skip what it holds).")
+    p = sub.add_parser("tune", parents=[json_flag], help="search the fastest schedule of one op (lo.tune)",
+                       description=description, epilog=_examples("tune"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _op_arguments(p)
+    p.add_argument("--int8", action="store_true",
+                   help="quantized: uint8 activations, int8 per-channel weights, uint8 output")
+    p.add_argument("--trials", type=_positive, default=64, help="measured candidates at most (default 64)")
+    p.add_argument("--seconds", type=_positive_float, help="wall-clock limit of the search (default none)")
+    p.add_argument("--threads", type=_positive, default=1, help="threads of the tuned kernel (default 1)")
+    p.add_argument("--budget", type=_positive_float, default=0.2,
+                   help="seconds of timed runs per candidate (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the search's random choices (default 0)")
+    p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
+    p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
+    p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
+    p.set_defaults(run=cmd_tune)
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -370,6 +435,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("info", "clear"), help="info: path, kernels, size; clear: remove them")
     p.set_defaults(run=cmd_cache)
     _machine_parser(sub, json_flag)
+    _tune_parser(sub, json_flag)
     return main_parser
 
 

@@ -95,27 +95,46 @@ def read_schedule_file(path: Path) -> tuple[dict[str, Any], list[int]]:
         raise ScheduleFileError(f"{path}: cannot read: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise ScheduleFileError(f"{path}: malformed TOML: {err}") from None
-    lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*step\s*\]\]", line)]
-    return document, lines
+    return document, _step_lines(text)
+
+
+def _step_lines(text: str) -> list[int]:
+    """The line number of each ``[[step]]`` header in a schedule file's ``text``."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*step\s*\]\]", line)]
 
 
 def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
     """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``."""
     path = find_schedule(name_or_path)
     document, lines = read_schedule_file(path)
-    if "step" not in document:
-        raise ScheduleFileError(f"{path}: no [[step]] tables; a schedule with no steps (the naive loop nest) "
-                                f"must say so with 'step = []'")
-    steps = document["step"]
-    if not isinstance(steps, list):
-        raise ScheduleFileError(f"{path}: 'step' must be an array of tables ([[step]])")
     recorded = document.get("provenance", {})
     if not isinstance(recorded, dict):
         raise ScheduleFileError(f"{path}: 'provenance' must be a table ([provenance]), got {recorded!r}")
     _warn_if_other_machine(path, recorded)
+    return _replay(document, lines, op, str(path))
+
+
+def schedule_from_toml(text: str, op: Op, source: str = "<schedule TOML>") -> Schedule:
+    """The schedule that the TOML ``text`` (as ``to_toml`` writes it) describes, applied to ``op``;
+    ``source`` names the text in errors (e.g. the tuning log it comes from)."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ScheduleFileError(f"{source}: malformed TOML: {err}") from None
+    return _replay(document, _step_lines(text), op, source)
+
+
+def _replay(document: dict[str, Any], lines: list[int], op: Op, source: str) -> Schedule:
+    """Apply the ``[[step]]`` tables of a parsed schedule document to ``op``."""
+    if "step" not in document:
+        raise ScheduleFileError(f"{source}: no [[step]] tables; a schedule with no steps (the naive loop "
+                                f"nest) must say so with 'step = []'")
+    steps = document["step"]
+    if not isinstance(steps, list):
+        raise ScheduleFileError(f"{source}: 'step' must be an array of tables ([[step]])")
     schedule = Schedule(op)
     for number, (line, entry) in enumerate(zip(lines, steps), 1):
-        where = f"{path}:{line}: step {number}"
+        where = f"{source}:{line}: step {number}"
         try:
             schedule = apply_step(schedule, entry)
         except (ScheduleError, TypeError) as err:

@@ -1,0 +1,15 @@
+"""Schedule search: ``tune(op)`` measures register-blocked candidates of any op in isolated worker
+processes, logs every trial in an SQLite tuning log and returns the fastest verified schedule;
+``best_schedule(op, log)`` reads the best one back from a log.
+
+Modules: ``space`` (the candidates), ``rank`` (which first), ``trial`` (what a worker measures),
+``executor`` (worker processes with a timeout), ``log`` (the SQLite log), ``search`` (the loop),
+``result`` (``TuneResult``).
+"""
+from .executor import IsolatedExecutor, TrialTimeout, WorkerDied, WorkerError
+from .log import TuningLog, TuningLogError, best_schedule
+from .result import Trial, TuneResult
+from .search import TuneError, tune
+
+__all__ = ["IsolatedExecutor", "Trial", "TrialTimeout", "TuneError", "TuneResult", "TuningLog",
+           "TuningLogError", "WorkerDied", "WorkerError", "best_schedule", "tune"]

@@ -1,0 +1,189 @@
+"""The tuning log: one SQLite row per measured trial, kept across runs and machines.
+
+The file (stdlib ``sqlite3``, WAL journal) holds a ``meta`` table naming the application and the
+schema version, and a ``trials`` table: the op's signature (its ``repr``), the schedule as
+TOML, the candidate's knobs and the ranking model's figures (JSON), ISA, threads, the machine
+fingerprint, host, compiler and loopopt version, the status and error, the timing statistics
+and the UTC time. Each trial is committed in its own transaction, so killing the process
+(even ``kill -9``) loses at most the trial being measured. A file that is not SQLite, is
+damaged, or is another application's or another schema version's database raises
+``TuningLogError`` naming it, and is left untouched.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..machine import fingerprint, loopopt_version, utc_now
+from ..measure import Timing
+from ..ops import Op
+from ..schedule import Schedule
+from ..schedule_file import schedule_from_toml
+from .trial import Outcome
+
+APPLICATION = "loopopt tuning log"
+SCHEMA = 1
+TIMING_COLUMNS = ("median", "min", "iqr", "repeats", "gflops", "percent_of_peak", "peak_gflops", "verified",
+                  "max_error", "unit", "end_to_end", "noisy", "other_cpu_share", "noise")
+CREATE = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE trials (
+    id INTEGER PRIMARY KEY,
+    op TEXT NOT NULL, schedule TEXT NOT NULL, knobs TEXT NOT NULL, model TEXT NOT NULL,
+    isa TEXT NOT NULL, threads INTEGER NOT NULL, budget REAL NOT NULL,
+    fingerprint TEXT NOT NULL, host TEXT NOT NULL, compiler TEXT NOT NULL, loopopt TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT NOT NULL,
+    median REAL, min REAL, iqr REAL, repeats INTEGER, gflops REAL, percent_of_peak REAL, peak_gflops REAL,
+    verified INTEGER, max_error REAL, unit TEXT, end_to_end INTEGER, noisy INTEGER, other_cpu_share REAL,
+    noise TEXT,
+    utc TEXT NOT NULL
+);
+CREATE INDEX trials_of_op ON trials (op, fingerprint, isa, threads);
+INSERT INTO meta VALUES ('application', '{APPLICATION}'), ('schema', '{SCHEMA}');
+"""
+
+
+class TuningLogError(ValueError):
+    """A tuning log that cannot be opened, read or written (names the file and why)."""
+
+
+@dataclass(frozen=True)
+class LoggedTrial:
+    """One row of the log."""
+
+    op: str
+    schedule: str
+    knobs: dict[str, Any]
+    model: dict[str, float]
+    isa: str
+    threads: int
+    status: str
+    error: str
+    timing: Timing | None
+    fingerprint: str
+    host: str
+    utc: str
+
+
+def signature(op: Op) -> str:
+    """The op's canonical signature in the log: its repr (shape, options and quantization)."""
+    return repr(op)
+
+
+def _timing(row: sqlite3.Row) -> Timing | None:
+    if row["median"] is None:
+        return None
+    values = {c: row[c] for c in TIMING_COLUMNS}
+    values.update(verified=bool(values["verified"]), end_to_end=bool(values["end_to_end"]),
+                  noisy=bool(values["noisy"]),
+                  max_error=math.nan if values["max_error"] is None else values["max_error"])
+    return Timing(**values)
+
+
+class TuningLog:
+    """An open tuning log (created if missing); ``close()`` it, or use it as a context manager."""
+
+    def __init__(self, path: str | os.PathLike, readonly: bool = False):
+        self.path = Path(path)
+        if readonly and not self.path.is_file():
+            raise TuningLogError(f"tuning log {self.path} does not exist")
+        if not readonly and self.path.is_dir():
+            raise TuningLogError(f"tuning log {self.path} is a directory")
+        try:
+            uri = f"{self.path.resolve().as_uri()}?mode={'ro' if readonly else 'rwc'}"
+            self.connection = sqlite3.connect(uri, uri=True, timeout=30)
+            self.connection.row_factory = sqlite3.Row
+            self._check(readonly)
+        except sqlite3.DatabaseError as err:       # not a database, damaged, unopenable
+            self.close()
+            raise TuningLogError(f"tuning log {self.path} cannot be used: {err} (the file was left as "
+                                 f"it is)") from None
+        except TuningLogError:
+            self.close()
+            raise
+
+    def _check(self, readonly: bool) -> None:
+        """Create the tables in an empty database; refuse another application's or schema's."""
+        result = self.connection.execute("PRAGMA quick_check").fetchone()[0]
+        if result != "ok":
+            raise TuningLogError(f"tuning log {self.path} is damaged ({result}); it was left as it is")
+        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        tables = {r[0] for r in self.connection.execute(query)}
+        if not tables and not readonly:
+            self.connection.execute("PRAGMA journal_mode = WAL")
+            self.connection.executescript(f"BEGIN; {CREATE} COMMIT;")
+            return
+        meta = dict(self.connection.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
+        if meta.get("application") != APPLICATION:
+            raise TuningLogError(f"{self.path} is an SQLite database but not a loopopt tuning log (tables: "
+                                 f"{', '.join(sorted(tables)) or 'none'}); it was left as it is")
+        if meta.get("schema") != str(SCHEMA):
+            raise TuningLogError(f"tuning log {self.path} has schema version {meta.get('schema')}; this "
+                                 f"loopopt reads version {SCHEMA} (use another log file)")
+        if not readonly:
+            self.connection.execute("PRAGMA journal_mode = WAL")
+
+    def close(self) -> None:
+        if getattr(self, "connection", None) is not None:
+            self.connection.close()
+            self.connection = None
+
+    def __enter__(self) -> TuningLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(self, op: Op, schedule: str, knobs: dict[str, Any], model: dict[str, float], isa: str,
+               threads: int, budget: float, outcome: Outcome) -> None:
+        """Record one trial in its own transaction."""
+        timing = outcome.timing
+        values = {c: getattr(timing, c) if timing else None for c in TIMING_COLUMNS}
+        if timing and math.isnan(timing.max_error):
+            values["max_error"] = None
+        row = {"op": signature(op), "schedule": schedule, "knobs": json.dumps(knobs),
+               "model": json.dumps(model), "isa": isa, "threads": threads, "budget": budget,
+               "fingerprint": outcome.fingerprint, "host": outcome.host, "compiler": outcome.compiler,
+               "loopopt": loopopt_version(),
+               "status": outcome.status, "error": outcome.error, **values, "utc": utc_now()}
+        try:
+            with self.connection:
+                self.connection.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES "
+                                        f"({', '.join('?' * len(row))})", tuple(row.values()))
+        except sqlite3.Error as err:
+            raise TuningLogError(f"cannot write to tuning log {self.path}: {err}") from None
+
+    def trials(self, op: Op, isa: str | None = None, threads: int | None = None,
+               machine: str | None = None) -> list[LoggedTrial]:
+        """The logged trials of ``op`` on this machine (``machine``: another fingerprint), oldest
+        first, optionally of one ISA and thread count."""
+        query = "SELECT * FROM trials WHERE op = ? AND fingerprint = ?"
+        params: list[Any] = [signature(op), machine or fingerprint()]
+        for column, value in (("isa", isa), ("threads", threads)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                params.append(value)
+        try:
+            rows = self.connection.execute(query + " ORDER BY id", params).fetchall()
+        except sqlite3.Error as err:
+            raise TuningLogError(f"cannot read tuning log {self.path}: {err}") from None
+        return [LoggedTrial(r["op"], r["schedule"], json.loads(r["knobs"]), json.loads(r["model"]), r["isa"],
+                            r["threads"], r["status"], r["error"], _timing(r), r["fingerprint"], r["host"],
+                            r["utc"]) for r in rows]
+
+
+def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1,
+                  isa: str | None = None) -> Schedule | None:
+    """The fastest verified schedule of ``op`` in the tuning log ``log`` measured on this machine
+    with ``threads`` threads (and ``isa``, if given), by minimum time; None if there is none."""
+    with TuningLog(log, readonly=True) as tuning_log:
+        ok = [t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"]
+    if not ok:
+        return None
+    best = min(ok, key=lambda t: t.timing.min)
+    return schedule_from_toml(best.schedule, op, f"tuning log {log}")

@@ -1,0 +1,83 @@
+"""Ranking of candidates: which to measure first.
+
+A ranker is any function ``(candidates) -> candidates`` that returns them best first, each
+with the figures it ranked by in ``Candidate.model`` (recorded with the trial in the log).
+``lo.tune(..., rank=...)`` takes one; ``rank`` below is the built-in heuristic, to be replaced
+by a cost model built on loopopt's analysis.
+
+The heuristic predicts a time from the op's work and this machine's peak, scaled by the
+efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
+enough to hide the multiply-add latency, few loads per multiply-add, vector lanes and edge
+blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
+(quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
+rate), long reductions per stored block, and the weights that the innermost outer loop
+reuses in cache.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import lru_cache
+
+from ..machine import machine_profile
+from .space import DOT, Candidate, Roles, lanes
+
+Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
+
+CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
+WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
+STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
+L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
+
+
+@lru_cache(maxsize=1)
+def _caches() -> tuple[int, int]:
+    """This machine's L1 and L2 data cache sizes in bytes (typical sizes if not reported)."""
+    sizes = {c.name: c.size for c in machine_profile().caches}
+    return sizes.get("L1", 32 << 10), sizes.get("L2", 1 << 20)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def figures(candidate: Candidate) -> dict[str, float]:
+    """The heuristic's figures of one candidate: ``efficiency`` (0..1) and ``predicted_seconds``
+    (on one core: the candidates of one search share their thread count)."""
+    op, knobs = candidate.op, candidate.knobs
+    roles = Roles.of(op)
+    vector = lanes(op, candidate.isa)
+    vectors = _ceil(knobs.channel_block, vector)
+    accumulators = knobs.pixel_block * vectors
+    pixels = op.extent(roles.pixel)
+    efficiency = min(1.0, accumulators / CHAINS)
+    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)     # loads per multiply-add
+    if not knobs.unroll:
+        efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
+    efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
+    efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
+    efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
+    rc = op.extent(roles.rc)
+    if knobs.weights == "dot":
+        efficiency *= rc / (_ceil(rc, DOT) * DOT)
+    elif op.quant is not None:
+        efficiency *= WIDENED
+    depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
+    efficiency *= depth / (depth + (RELOAD if knobs.cache_block else STORE))
+    # the innermost outer loop decides which weights must stay in cache while it runs: one channel
+    # block's (it runs over positions), all channels' (it runs over channel blocks), or none (a cache block)
+    innermost = knobs.outer[-1] if knobs.outer else ""
+    channels = op.channels if innermost == f"{roles.channel}_o" else knobs.channel_block
+    weight_bytes = depth * channels * (4 if op.quant is None else 1)
+    l1, l2 = _caches()
+    efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1
+                   else L2_FIT if weight_bytes <= l2 // 2 else NO_FIT)
+    peak = machine_profile().peak(candidate.isa, "float32" if op.quant is None else "int8") * 1e9
+    return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
+
+
+def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates with the heuristic's figures, fastest predicted first (ties keep their order)."""
+    scored = [replace(c, model=tuple(figures(c).items())) for c in candidates]
+    return sorted(scored, key=lambda c: c.figures["predicted_seconds"])

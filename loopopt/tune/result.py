@@ -1,0 +1,146 @@
+"""What ``lo.tune`` returns: the best schedule, its timing and every trial of the search."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..measure import Timing
+from ..ops import Op
+from ..schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measured candidate, in the order the search tried it (``number`` from 1).
+
+    ``logged``: taken from the tuning log (measured by an earlier run on this machine), not
+    measured again. ``seconds`` is the figure the search ranks by: the minimum time of a
+    verified run (the one least disturbed by other processes), None for a failed trial."""
+
+    number: int
+    schedule: str                  # TOML
+    knobs: dict[str, Any]
+    model: dict[str, float]
+    status: str
+    timing: Timing | None
+    error: str
+    logged: bool = False
+
+    @property
+    def seconds(self) -> float | None:
+        return self.timing.min if self.status == "ok" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        timing = self.timing
+        return {"number": self.number, "status": self.status, "error": self.error, "logged": self.logged,
+                "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
+                "timing": None if timing is None else {
+                    "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
+                    "repeats": timing.repeats, "gflops": timing.gflops,
+                    "percent_of_peak": timing.percent_of_peak, "unit": timing.unit,
+                    "verified": timing.verified, "noisy": timing.noisy, "noise": timing.noise}}
+
+
+@dataclass
+class TuneResult:
+    """The outcome of a search: ``best`` (the fastest verified schedule), its ``timing``, and
+    ``trials`` (every candidate measured, or taken from the log, in order); ``refused`` counts
+    candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds."""
+
+    op: Op
+    isa: str
+    threads: int
+    best: Schedule
+    timing: Timing
+    trials: list[Trial]
+    refused: int = 0
+    elapsed: float = 0.0
+    log: str | None = None
+    stopped: str = ""                           # why the search ended
+    best_number: int = field(default=0)
+
+    def best_so_far(self) -> list[float | None]:
+        """After each trial, the best rate (G(FL)OP/s of the minimum time) found so far."""
+        best: float | None = None
+        curve = []
+        for trial in self.trials:
+            if trial.seconds is not None:
+                rate = self.op.flops / trial.seconds / 1e9
+                best = rate if best is None else max(best, rate)
+            curve.append(best)
+        return curve
+
+    @property
+    def failed(self) -> list[Trial]:
+        return [t for t in self.trials if t.status != "ok"]
+
+    def table(self) -> str:
+        """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
+        unit = self.timing.unit
+        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6}  candidate"]
+        for t in self.trials:
+            mark = "*" if t.number == self.best_number else " "
+            k = t.knobs
+            what = (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
+                    f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
+                    + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
+                    + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
+                    + (f", parallel {k['parallel']}" if k["parallel"] else "")
+                    + (" (log)" if t.logged else ""))
+            if t.timing is not None and t.status == "ok":
+                rate = self.op.flops / t.timing.min / 1e9
+                figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
+            else:
+                figures = f"{'-':>9} {'-':>8} {'-':>6}"
+            lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures}  {what}")
+            if t.error:
+                lines.append(f"{'':14}{t.error}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        rate = self.op.flops / self.timing.min / 1e9
+        return (f"tuned {self.op!r} on {self.isa}, {self.threads} thread(s): {len(self.trials)} trials "
+                f"({len(self.failed)} failed, {self.refused} candidates refused by the schedule) in "
+                f"{self.elapsed:.1f} s{'; ' + self.stopped if self.stopped else ''}\n"
+                f"best (trial {self.best_number}): min {self.timing.min * 1e3:.3f} ms, {rate:.1f} "
+                f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}")
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..schedule_file import to_toml
+        best = next(t for t in self.trials if t.number == self.best_number)
+        return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
+                "refused": self.refused, "log": self.log, "stopped": self.stopped,
+                "best_trial": self.best_number,
+                "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
+                "trials": [t.to_dict() for t in self.trials]}
+
+    def plot(self, path: str | os.PathLike) -> Path:
+        """Write a PNG of each trial's rate and the best so far against the trial number, with
+        this machine's peak; failed trials are marked at the bottom."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from ..plot import colour
+        unit = self.timing.unit
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ok = [(t.number, self.op.flops / t.seconds / 1e9) for t in self.trials if t.seconds is not None]
+        ax.scatter(*zip(*ok), s=14, color=colour(1), label=f"trial ({unit} of its minimum time)")
+        curve = [(t.number, b) for t, b in zip(self.trials, self.best_so_far()) if b is not None]
+        ax.step(*zip(*curve), where="post", color=colour(0), label="best so far")
+        failed = [t.number for t in self.failed]
+        if failed:
+            ax.scatter(failed, [0] * len(failed), marker="x", color=colour(3), label="failed trial")
+        ax.axhline(self.timing.peak_gflops, color="black", linestyle="--", linewidth=1,
+                   label=f"peak {self.timing.peak_gflops:.0f} {unit}")
+        ax.set_xlabel("trial")
+        ax.set_ylabel(unit)
+        ax.set_title(f"tune {self.op!r}"[:90], fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path

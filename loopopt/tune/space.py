@@ -1,0 +1,257 @@
+"""The search space of ``lo.tune``: register-blocked schedules generated from an op's roles.
+
+Every candidate has the structure of the stored layer schedules, generalized from what the op
+says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``reduction_dims``,
+``groups``), never from which class it is:
+
+* an output block of ``pixel_block`` positions of the innermost output dim that is not the
+  channel dim (a conv's ``ow``, a GEMM's ``i``) times ``channel_block`` output channels (the
+  vector lanes), kept in vector registers (``register_block``) across the reduction loops;
+* the reduction loops around it in one of their orders (the window taps keep their order);
+* channels-last activations and output; weights stored in the order the loops read them,
+  plain (``HWIO``-like), packed by channel block (``OHWI32o``; for a GEMM the packed ``B``
+  panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
+  (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector);
+* optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
+  the outer loops: the block accumulates into the output across it);
+* every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
+  innermost reduction loop unrolled by 4;
+* with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..codegen.isa import INT_ISAS, ISAS
+from ..ops import Op
+from ..schedule import Schedule
+from ..schedule_file import to_toml
+
+REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}   # vector (scalar) registers of each ISA
+DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
+MAX_PIXEL_BLOCK = 16           # output positions per register block at most
+CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
+CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
+MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
+UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
+WEIGHTS = ("plain", "packed", "dot")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The choices that make one candidate (loop names are those after tiling)."""
+
+    pixel_block: int
+    channel_block: int
+    reduction: tuple[str, ...]     # the op's reduction dims in loop order, outermost first
+    outer: tuple[str, ...]         # the loops outside the block, outermost first
+    weights: str                   # one of WEIGHTS
+    cache_block: int = 0           # reduction channels per cache block; 0: no cache block
+    unroll: tuple[tuple[str, int], ...] = ()   # (loop, factor)
+    parallel: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"pixel_block": self.pixel_block, "channel_block": self.channel_block,
+                "reduction": list(self.reduction), "outer": list(self.outer), "weights": self.weights,
+                "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
+                "parallel": self.parallel}
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The dims of an op by the part they play in a register-blocked schedule."""
+
+    channel: str                   # output channels: the vector lanes of the block
+    pixel: str                     # the output dim blocked next to the channels
+    others: tuple[str, ...]        # the remaining output dims (outer loops)
+    reduction: tuple[str, ...]     # reduction dims in the op's order
+    rc: str                        # the reduction dim over input channels
+    taps: tuple[str, ...]          # window tap dims
+
+    @classmethod
+    def of(cls, op: Op) -> Roles:
+        outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+        positions = [d for d in outputs if d != op.channel_dim]
+        wide = [d for d in positions if op.extent(d) > 1]
+        pixel = (wide or positions)[-1]
+        return cls(op.channel_dim, pixel, tuple(d for d in positions if d != pixel),
+                   tuple(d for d in op.dim_names if d in op.reduction_dims), op.reduction_channel_dim,
+                   tuple(w.tap_dim for w in op.windows))
+
+
+@dataclass(frozen=True)
+class Names:
+    """The loop names of a candidate's split reduction channel dim."""
+
+    cache: str | None              # outer loop of the cache block (among the outer loops), if any
+    reduction: str                 # the rc loop the block is kept across
+    dot: str | None                # the innermost loop of 4 channels a dot instruction consumes, if any
+
+    @classmethod
+    def of(cls, rc: str, cache_block: int, dot: bool) -> Names:
+        inner = f"{rc}_i" if cache_block else rc
+        return cls(f"{rc}_o" if cache_block else None, f"{inner}_o" if dot else inner,
+                   f"{inner}_i" if dot else None)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search space: an op, its ISA and the knobs; ``model`` holds the
+    ranking model's figures (empty until ranked)."""
+
+    op: Op
+    isa: str
+    knobs: Knobs
+    model: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def figures(self) -> dict[str, float]:
+        return dict(self.model)
+
+    @cached_property
+    def schedule(self) -> Schedule:
+        """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
+        return build(self.op, self.knobs, lanes(self.op, self.isa))
+
+    @cached_property
+    def toml(self) -> str:
+        """The schedule as TOML: what the worker compiles and the log stores."""
+        return to_toml(self.schedule)
+
+
+def lanes(op: Op, isa: str) -> int:
+    """fp32 (quantized ops: int32) lanes of a vector of ``isa``."""
+    return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
+
+
+def _axis(op: Op, tensor: str, dim: str) -> int:
+    """The axis of ``tensor`` whose index involves ``dim``."""
+    return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
+
+
+def _moved_last(letters: str, axis: int) -> str:
+    return letters[:axis] + letters[axis + 1:] + letters[axis]
+
+
+def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
+    """Storage layout tags: channels-last activations and output, weights in loop order."""
+    roles = Roles.of(op)
+    source, weights = op.inputs
+    tags = {source: _moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
+            op.output: _moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    letters = op.tensor(weights).letters
+    channel = letters[op.weight_channel_axis]
+    reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
+    tags[weights] = {"plain": reduction + channel,
+                     "packed": f"{channel}{reduction}{knobs.channel_block}{channel.lower()}",
+                     "dot": f"{channel}{reduction}{vector}{channel.lower()}{DOT}"
+                            f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
+    return tags
+
+
+def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
+    """The schedule of ``knobs`` on ``op`` (``vector``: lanes of the ISA's vectors)."""
+    roles = Roles.of(op)
+    names = Names.of(roles.rc, knobs.cache_block, knobs.weights == "dot")
+    schedule = Schedule(op)
+    for tensor, tag in layouts(op, knobs, vector).items():
+        schedule = schedule.layout(tensor, tag)
+    if knobs.cache_block:
+        schedule = schedule.split(roles.rc, knobs.cache_block)
+    if names.dot:
+        inner = names.reduction.removesuffix("_o")
+        schedule = schedule.split(inner, min(DOT, schedule.loop(inner).extent))
+    schedule = schedule.tile(**{roles.pixel: knobs.pixel_block, roles.channel: knobs.channel_block})
+    reduction = [names.reduction if d == roles.rc else d for d in knobs.reduction]
+    schedule = schedule.reorder(*knobs.outer, *reduction, *([names.dot] if names.dot else []))
+    schedule = schedule.vectorize(f"{roles.channel}_i")
+    for loop, factor in knobs.unroll:
+        schedule = schedule.unroll(loop, factor)
+    schedule = schedule.register_block(reduction[0])
+    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+
+
+def _blocks(extent: int, limit: int) -> list[int]:
+    """Block sizes 1..limit (at most ``extent``)."""
+    return [b for b in range(1, min(limit, extent) + 1)]
+
+
+def _reduction_orders(roles: Roles, extents: dict[str, int]) -> list[tuple[str, ...]]:
+    """Orders of the reduction dims keeping the taps in their order; orders that differ only in
+    where loops of extent 1 go count once."""
+    orders, seen = [], set()
+    for order in itertools.permutations(roles.reduction):
+        taps = [d for d in order if d in roles.taps]
+        key = tuple(d for d in order if extents[d] > 1)
+        if taps == list(roles.taps) and key not in seen:
+            seen.add(key)
+            orders.append(order)
+    return orders
+
+
+def _outer_orders(loops: dict[str, int]) -> list[tuple[str, ...]]:
+    """Every order of the outer loops of extent > 1 (loops of extent 1 first, in place)."""
+    trivial = tuple(name for name, extent in loops.items() if extent == 1)
+    wide = [name for name, extent in loops.items() if extent > 1]
+    return [trivial + order for order in itertools.permutations(wide)]
+
+
+def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[str, int], ...]]:
+    """No unroll; the short reduction loops inside the first one (a depthwise conv's taps) unrolled
+    completely; the innermost reduction loop unrolled by UNROLL."""
+    choices: list[tuple[tuple[str, int], ...]] = [()]
+    short = tuple((d, extents[d]) for d in reduction[1:] if 1 < extents[d] <= MAX_UNROLLED)
+    if short:
+        choices.append(short)
+    if extents[reduction[-1]] >= 2 * UNROLL:
+        choices.append(((reduction[-1], UNROLL),))
+    return choices
+
+
+def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name)."""
+    roles = Roles.of(op)
+    vector = lanes(op, isa)
+    extents = dict(op.dims)
+    rc_extent = extents[roles.rc]
+    weight_kinds = ["plain", "packed"]
+    if op.quant is not None and isa != "scalar" and rc_extent >= 2:
+        weight_kinds.append("dot")
+    channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
+    cache_blocks = [0] + [b for b in CACHE_BLOCKS if b < rc_extent]
+    found = []
+    for cb, weights, cache_block in itertools.product(channel_blocks, weight_kinds, cache_blocks):
+        if weights == "packed" and cb == op.channels:
+            continue                       # one channel block: packed is the plain layout
+        vectors = -(-cb // vector)
+        spare = REGISTERS[isa] - vectors - 1          # registers left after the weights and a broadcast
+        names = Names.of(roles.rc, cache_block, weights == "dot")
+        red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
+        if weights == "dot":
+            red_extents[names.reduction] = -(-red_extents[names.reduction] // DOT)
+        for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, spare // vectors)):
+            outer = {d: extents[d] for d in roles.others}
+            outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
+            outer[f"{roles.channel}_o"] = -(-op.channels // cb)
+            if names.cache:
+                outer[names.cache] = -(-rc_extent // cache_block)
+            for reduction in _reduction_orders(roles, extents):
+                loops = [names.reduction if d == roles.rc else d for d in reduction]
+                for order, unroll in itertools.product(_outer_orders(outer), _unrolls(loops, red_extents)):
+                    parallel = _parallel_loop(order, outer, threads, names.cache)
+                    if threads == 1 or parallel:
+                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
+                        found.append(Candidate(op, isa, knobs))
+    return found
+
+
+def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,
+                   reduction: str | None) -> str | None:
+    """The loop to split over ``threads``: the outermost of extent > 1 if it has at least
+    ``threads`` iterations and is not a reduction loop; None otherwise (and for one thread)."""
+    if threads == 1:
+        return None
+    first = next((name for name in order if extents[name] > 1), None)
+    return first if first is not None and first != reduction and extents[first] >= threads else None

@@ -1,0 +1,70 @@
+"""One trial: compile a candidate schedule, verify and time it (what a worker process runs).
+
+A ``Task`` travels to the worker (pickled: the op, the schedule as TOML, ISA, threads, timing
+budget) and an ``Outcome`` comes back: the ``Timing``, or why there is none, with the worker's
+host, machine fingerprint and compiler. Statuses: ``ok`` (verified), ``wrong`` (timed, but the
+output differs from the reference), ``error`` (the schedule did not compile or the kernel
+raised), and, decided by the search when the worker gives no answer, ``crashed`` and ``timeout``.
+"""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+from ..machine import compiler_version, fingerprint
+from ..measure import Timing, measure
+from ..ops import Op
+from ..schedule_file import schedule_from_toml
+
+STATUSES = ("ok", "wrong", "error", "crashed", "timeout")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker needs to measure one candidate."""
+
+    op: Op
+    schedule: str          # TOML (schedule_file.to_toml)
+    isa: str
+    threads: int
+    budget: float          # seconds of timed runs (lo.measure's budget)
+
+    def __getstate__(self) -> dict:
+        # a fresh copy of the op: cached isl objects do not pickle
+        return {**self.__dict__, "op": self.op.with_quant(self.op.quant)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of a trial: its status, timing (None unless timed) and what went wrong."""
+
+    status: str
+    timing: Timing | None
+    error: str
+    host: str
+    fingerprint: str
+    compiler: str
+
+
+def here(status: str, error: str, timing: Timing | None = None) -> Outcome:
+    """An outcome recorded on this machine."""
+    return Outcome(status, timing, error, socket.gethostname(), fingerprint(), compiler_version())
+
+
+def run_trial(task: Task) -> Outcome:
+    """Compile ``task``'s schedule, time it with ``lo.measure`` (verified against the reference)
+    and say how it went; a failure of any kind is an ``error`` outcome with its reason."""
+    try:
+        kernel = schedule_from_toml(task.schedule, task.op).compile(task.isa)
+        if task.threads > 1:
+            kernel.set_threads(task.threads)
+        timing = measure(kernel, budget=task.budget, progress=False)
+    except Exception as err:         # the trial's failure is its result: the search goes on
+        first = str(err).splitlines()[0] if str(err) else ""
+        return here("error", f"{type(err).__name__}: {first}")
+    if not timing.verified:
+        return here("wrong", f"output differs from the reference (max error {timing.max_error:.3g})", timing)
+    return here("ok", "", timing)

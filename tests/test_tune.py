@@ -1,0 +1,198 @@
+"""lo.tune: the search finds verified schedules, survives crashing and hanging candidates, logs every
+trial in SQLite (resumable, also after kill -9), refuses bad input and foreign logs; loopopt tune."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import loopopt as lo
+from loopopt.cli import main
+from loopopt.measure import verify
+from loopopt.tune import IsolatedExecutor, TuneError, TuningLogError
+from loopopt.tune.space import candidates
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGET = 0.02          # seconds of timed runs per candidate: the tests check behaviour, not speed
+QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
+
+OPS = {
+    "conv": lo.Conv2d(5, 24, 3, stride=2, padding=1, height=11, width=9),
+    "conv-1x3-dilated": lo.Conv2d(8, 16, (1, 3), padding=(0, 2), dilation=2, height=6, width=10),
+    "depthwise": lo.Conv2d(16, 16, 3, padding=1, groups=16, height=7, width=7),
+    "grouped": lo.Conv2d(8, 12, 3, groups=2, height=6, width=6),
+    "matmul": lo.Matmul(7, 40, 19),
+    "quantized-conv": lo.Conv2d(12, 20, 3, padding=1, height=6, width=7, quant=QUANT),
+    "quantized-matmul": lo.Matmul(5, 24, 10, quant=lo.QuantSpec()),
+}
+
+
+def rows(log: Path) -> list[tuple]:
+    with sqlite3.connect(log) as connection:
+        return connection.execute("SELECT status, error, schedule FROM trials ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_finds_a_verified_schedule(name):
+    op = OPS[name]
+    result = lo.tune(op, trials=3, budget=BUDGET, progress=False)
+    assert len(result.trials) == 3 and [t.number for t in result.trials] == [1, 2, 3]
+    assert result.timing.verified and result.best.op is op
+    assert result.timing.min == min(t.seconds for t in result.trials if t.seconds is not None)
+    ok, _ = verify(result.best.compile(result.isa))
+    assert ok
+    assert all(t.model["predicted_seconds"] > 0 for t in result.trials)
+
+
+def test_table_plot_and_dict(tmp_path):
+    result = lo.tune(OPS["matmul"], trials=3, budget=BUDGET, progress=False)
+    assert result.table().count("\n") >= 3 and "*" in result.table()
+    assert result.plot(tmp_path / "tune.png").stat().st_size > 0
+    data = result.to_dict()
+    assert len(data["trials"]) == 3 and data["best"]["schedule"] == lo.to_toml(result.best)
+    curve = result.best_so_far()
+    assert curve == sorted(curve)
+    assert curve[-1] == pytest.approx(OPS["matmul"].flops / result.timing.min / 1e9)
+
+
+def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
+    log = tmp_path / "tune.db"
+    op = OPS["depthwise"]
+    first = lo.tune(op, trials=3, budget=BUDGET, log=log, progress=False)
+    second = lo.tune(op, trials=5, budget=BUDGET, log=log, progress=False)
+    assert [t.logged for t in second.trials] == [True, True, True, False, False]
+    assert [t.schedule for t in second.trials[:3]] == [t.schedule for t in first.trials]
+    assert len(rows(log)) == 5
+    assert lo.best_schedule(op, log=log).steps == second.best.steps
+    assert lo.best_schedule(OPS["grouped"], log=log) is None
+    assert lo.best_schedule(op, log=log, threads=2) is None
+
+
+def crash(task):
+    """A candidate whose worker dies (what a segfaulting kernel does to it)."""
+    os.abort()
+
+
+def hang(task):
+    """A candidate whose kernel never returns."""
+    time.sleep(600)
+
+
+class FaultyExecutor(IsolatedExecutor):
+    """The second trial crashes its worker, the third hangs past the timeout."""
+
+    def __init__(self):
+        super().__init__(timeout=3.0)
+        self.calls = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.calls += 1
+        return super().submit({2: crash, 3: hang}.get(self.calls, fn), *args, **kwargs)
+
+
+def test_crashing_and_hanging_candidates_are_failed_trials(tmp_path):
+    log = tmp_path / "tune.db"
+    executor = FaultyExecutor()
+    try:
+        result = lo.tune(OPS["matmul"], trials=4, budget=BUDGET, log=log, executor=executor, progress=False)
+    finally:
+        executor.shutdown()
+    assert [t.status for t in result.trials] == ["ok", "crashed", "timeout", "ok"]
+    assert "SIGABRT" in result.trials[1].error and "3 s" in result.trials[2].error
+    assert result.best_number in (1, 4) and result.timing.verified
+    assert [r[0] for r in rows(log)] == ["ok", "crashed", "timeout", "ok"]
+
+
+def test_kill_9_mid_search_keeps_the_logged_trials(tmp_path):
+    log = tmp_path / "tune.db"
+    script = (f"import loopopt as lo; lo.tune(lo.Matmul(7, 40, 19), trials=60, budget={BUDGET}, "
+              f"log={str(log)!r}, progress=False)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not log.exists() or len(rows(log)) < 2):
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    logged = rows(log)
+    assert len(logged) >= 2
+    resumed = lo.tune(lo.Matmul(7, 40, 19), trials=len(logged) + 1, budget=BUDGET, log=log, progress=False)
+    assert [t.logged for t in resumed.trials] == [True] * len(logged) + [False]
+    assert [t.schedule for t in resumed.trials[:-1]] == [r[2] for r in logged]
+    assert len(rows(log)) == len(logged) + 1
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"this is not a database, but a file someone keeps" * 100, "cannot be used"),
+    ("foreign", "not a loopopt tuning log"),
+    ("schema 2", "schema version 2"),
+])
+def test_corrupt_or_foreign_log_is_refused_and_left_alone(tmp_path, content, message):
+    log = tmp_path / "log.db"
+    if isinstance(content, bytes):
+        log.write_bytes(content)
+    else:
+        with sqlite3.connect(log) as connection:
+            if content == "foreign":
+                connection.execute("CREATE TABLE measurements (x REAL)")
+            else:
+                connection.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                connection.execute("INSERT INTO meta VALUES ('application', 'loopopt tuning log'), "
+                                   "('schema', '2')")
+        connection.close()
+    before = log.read_bytes()
+    with pytest.raises(TuningLogError, match=message) as info:
+        lo.tune(OPS["matmul"], trials=1, budget=BUDGET, log=log, progress=False)
+    assert str(log) in str(info.value) and log.read_bytes() == before
+    with pytest.raises(TuningLogError, match=message):
+        lo.best_schedule(OPS["matmul"], log=log)
+
+
+def test_bad_input_is_refused():
+    op = OPS["matmul"]
+    for kwargs, message in (({"trials": 0}, "trials must be an integer >= 1, got 0"),
+                            ({"seconds": 0}, "seconds must be > 0"),
+                            ({"threads": 0}, "threads must be an integer >= 1"),
+                            ({"isa": "avx9"}, "unknown isa 'avx9'")):
+        with pytest.raises(ValueError, match=message):
+            lo.tune(op, **kwargs)
+    with pytest.raises(TuneError, match="64 iterations to split over threads"):
+        lo.tune(op, threads=64, progress=False)
+    with pytest.raises(TuningLogError, match="does not exist"):
+        lo.best_schedule(op, log="/nonexistent/tune.db")
+
+
+def test_space_follows_the_op_roles():
+    depthwise = candidates(OPS["depthwise"].with_quant(QUANT), "avx512")
+    assert {c.knobs.weights for c in depthwise} == {"plain"}    # one channel per group: no dot
+    quantized = candidates(OPS["quantized-conv"], "avx512")
+    dot = next(c for c in quantized if c.knobs.weights == "dot")
+    assert dict(dot.schedule.layouts)["W"].endswith("16o4i") and dot.schedule.loop("c_i").extent == 4
+    parallel = candidates(OPS["conv"], "avx512", threads=2)
+    assert parallel and all(c.schedule.parallel_loop.name == c.knobs.parallel for c in parallel[:20])
+    matmul = candidates(lo.Matmul(8, 64, 600), "avx512")
+    assert {c.knobs.cache_block for c in matmul} == {0, 64, 128, 256, 512}
+
+
+def test_cli_tune_json_and_save(tmp_path, capsys):
+    saved, log = tmp_path / "best.toml", tmp_path / "tune.db"
+    status = main(["tune", "--matmul", "8,16,8", "--trials", "2", "--budget", str(BUDGET), "--json", "--log",
+                   str(log), "--save", str(saved)])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert status == 0 and err == "" and len(data["trials"]) == 2 and data["saved"] == str(saved)
+    assert data["provenance"]["fingerprint"] == lo.machine_profile().fingerprint
+    op = lo.Matmul(8, 16, 8)
+    assert lo.load_schedule(str(saved), op).steps == lo.best_schedule(op, log).steps
+    status = main(["tune", "--matmul", "8,16,8", "--trials", "1", "--log", str(tmp_path)])
+    assert status == 2 and "is a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--matmul", "8,16,8", "--trials", "0"])
+    assert info.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
