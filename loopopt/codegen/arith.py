@@ -21,7 +21,6 @@ from .isa import INT_ISAS, ISAS, Isa
 from .quantized import DOT, QuantPlan
 from .vector import AccessKind, classify_offset
 
-
 ArithmeticName = Literal["float", "integer", "dot", "dequantize"]
 
 

@@ -15,7 +15,6 @@ from typing import Literal
 from ..expr import Const, Expr, Var
 from ..schedule import Schedule
 
-
 AccessKindName = Literal["broadcast", "contiguous", "strided", "gather"]
 
 
