@@ -131,8 +131,9 @@ def loopopt_rows(kernel, row: Row, options: Options) -> list[Row]:
         timing = single if single is not None and not parallel else lo.measure(
             kernel, repeats=options.repeats, budget=options.budget)
         single = timing
-        rows.append(Row(row.layer, row.precision, threads, row.implementation, timing.median, row.ops, row.peak,
-                        verified=row.verified and timing.verified, note=note.strip("; "), fastest=timing.min))
+        rows.append(Row(row.layer, row.precision, threads, row.implementation, timing.median, row.ops,
+                        row.peak, verified=row.verified and timing.verified, note=note.strip("; "),
+                        fastest=timing.min))
     return rows
 
 
@@ -143,7 +144,8 @@ def loopopt_fp32(layer: str, op, options: Options) -> tuple[list[Row], Row | Non
     kernel = lo.load_schedule(name, op).compile()
     peak = lo.peak_gflops(kernel.isa)
     note = f"schedule {name}" + (" (stored for this layer)" if name == layer else " (preset)")
-    rows = loopopt_rows(kernel, Row(layer, "fp32", 1, "loopopt best", None, op.flops, peak, note=note), options)
+    best = Row(layer, "fp32", 1, "loopopt best", None, op.flops, peak, note=note)
+    rows = loopopt_rows(kernel, best, options)
     if 1 not in options.threads:
         return rows, None
     naive = lo.Schedule(op).compile()
@@ -151,8 +153,8 @@ def loopopt_fp32(layer: str, op, options: Options) -> tuple[list[Row], Row | Non
     if _timed(lambda: naive.run(buffers)) > NAIVE_LIMIT:
         return rows, None
     timing = lo.measure(naive, repeats=options.repeats, budget=options.budget)
-    return rows, Row(layer, "fp32", 1, "loopopt naive", timing.median, op.flops, peak, verified=timing.verified,
-                     fastest=timing.min)
+    return rows, Row(layer, "fp32", 1, "loopopt naive", timing.median, op.flops, peak,
+                     verified=timing.verified, fastest=timing.min)
 
 
 def int8_peak(isa: str) -> float | None:
@@ -205,7 +207,8 @@ def peer_rows(layer: str, data: LayerData, precision: str, threads: int, peak: f
         row = Row(layer, precision, threads, name, None, data.op.flops, peak, peer=True)
         try:
             case = build(data, threads)
-            row.verified, why = data.check(case.output(case.run()), "uint8" if precision == "int8" else "fp32")
+            output_dtype = "uint8" if precision == "int8" else "fp32"
+            row.verified, why = data.check(case.output(case.run()), output_dtype)
             row.median, row.fastest = time_calls(case.run, options)
             row.note = "; ".join(filter(None, (case.note, why)))
         except PeerUnavailable as err:
@@ -226,7 +229,8 @@ def results_table(rows: list[Row], precision: str) -> str:
     """One markdown table of ``precision``'s rows; the last column compares each row with the
     fastest verified peer of its (layer, threads) group: best peer's median / this median."""
     unit = "GFLOP/s" if precision == "fp32" else "GOP/s"
-    lines = [f"| layer | threads | implementation | median ms | {unit} | % of peak | speed vs best peer | note |",
+    lines = [f"| layer | threads | implementation | median ms | {unit} | % of peak | "
+             "speed vs best peer | note |",
              "|---|---|---|---|---|---|---|---|"]
     footnotes: dict[str, int] = {}
     for row in rows:
@@ -241,8 +245,8 @@ def results_table(rows: list[Row], precision: str) -> str:
         if row.noisy:
             note = f"noisy: fastest run {row.fastest * 1e3:.3f} ms; {note}".rstrip("; ")
         lines.append(f"| {row.layer} | {row.threads} | {row.implementation} | "
-                     f"{_fmt(ms, '.3f')} | {_fmt(gops, '.1f')} | {_fmt(percent, '.1f')} | {_fmt(ratio, '.2f')} "
-                     f"| {note} |")
+                     f"{_fmt(ms, '.3f')} | {_fmt(gops, '.1f')} | {_fmt(percent, '.1f')} | "
+                     f"{_fmt(ratio, '.2f')} | {note} |")
     return "\n".join(lines + [""] + [f"- [{n}] {text}" for text, n in footnotes.items()])
 
 
@@ -269,7 +273,8 @@ def layers_table(ops: dict[str, object]) -> str:
              "loopopt int8 schedule |"), "|---|---|---|---|---|"]
     for layer, op in ops.items():
         (kh, kw), (sh, _) = op.kernel_size, op.stride
-        shape = f"{op.in_channels} -> {op.out_channels}, {kh}x{kw}, {op.height}x{op.width}, s{sh}, g{op.groups}"
+        shape = (f"{op.in_channels} -> {op.out_channels}, {kh}x{kw}, {op.height}x{op.width}, "
+                 f"s{sh}, g{op.groups}")
         lines.append(f"| {layer} | {shape} | {op.flops / 1e6:.1f} | {stored_or_preset(layer)} | "
                      f"{stored_or_preset(layer + '.int8')} |")
     return "\n".join(lines)
@@ -281,7 +286,8 @@ def machine_text(isa: str, others: float | None) -> str:
     from loopopt.codegen.isa import cpu_flags
     vnni = "avx512_vnni" in cpu_flags()
     peak8 = int8_peak(isa)
-    peak8_text = f"{peak8:.1f} GOP/s" if peak8 else "- (`lo.peak_gflops(isa, dtype=\"int8\")` is not available yet)"
+    unavailable = "- (`lo.peak_gflops(isa, dtype=\"int8\")` is not available yet)"
+    peak8_text = f"{peak8:.1f} GOP/s" if peak8 else unavailable
     return (f"Machine: {model}, {os.cpu_count()} cores, "
             f"ISA `{isa}` (AVX-512 VNNI: {'yes' if vnni else 'no'}); measured one-core peaks: fp32 "
             f"{lo.peak_gflops(isa):.1f} GFLOP/s (the package's FMA loop), int8 {peak8_text}. "
@@ -304,10 +310,12 @@ def versions_text() -> str:
 def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: Options,
            others: float | None) -> str:
     isa = lo.available_isas()[0]
-    budget = f"{options.repeats} runs" if options.repeats else f"as many runs as fit in {options.budget} s (3 to 200)"
+    budget = (f"{options.repeats} runs" if options.repeats
+              else f"as many runs as fit in {options.budget} s (3 to 200)")
     best = [r for r in rows if r.precision == "fp32" and not r.peer]
     parts = [
-        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n```\n{command}\n```\n",
+        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
+        f"```\n{command}\n```\n",
         f"{machine_text(isa, others)} Peers: {versions_text()}. Batch 1, all in one process.",
         (f"Each case: warm-up calls, then the median of {budget}, each call timed alone with "
         f"`time.perf_counter` (loopopt through `lo.measure` on prepared buffers; the peers' calls include "
@@ -371,10 +379,13 @@ def run_layer(layer: str, options: Options) -> tuple[object, list[Row], Row | No
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Options]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated layer names (loopopt layers)")
+    parser.add_argument("--layers", default=",".join(LAYERS),
+                        help="comma-separated layer names (loopopt layers)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    parser.add_argument("--repeats", type=int, help="timed runs per case (default: as many as fit in --budget)")
-    parser.add_argument("--budget", type=float, default=0.5, help="seconds of timed runs per case (default 0.5)")
+    parser.add_argument("--repeats", type=int,
+                        help="timed runs per case (default: as many as fit in --budget)")
+    parser.add_argument("--budget", type=float, default=0.5,
+                        help="seconds of timed runs per case (default 0.5)")
     parser.add_argument("--quick", action="store_true", help="a quick try-out: 0.1 s per case")
     parser.add_argument("--write", action="store_true", help="record the results in docs/benchmarks.md")
     args = parser.parse_args(argv)

@@ -68,7 +68,8 @@ def parse_cpuinfo(text: str, cpus: int) -> CpuIdentity:
     for line in text.split("\n\n", 1)[0].splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    return CpuIdentity(fields.get("vendor_id", "unknown"), fields.get("model name", platform.processor() or "unknown"),
+    return CpuIdentity(fields.get("vendor_id", "unknown"),
+                       fields.get("model name", platform.processor() or "unknown"),
                        fields.get("cpu family", "?"), fields.get("model", "?"), fields.get("stepping", "?"),
                        frozenset(fields.get("flags", "").split()), cpus)
 
@@ -164,8 +165,8 @@ def utc_now() -> str:
 def provenance(isa: str | None = None, threads: int | None = None) -> dict[str, Any]:
     """Where and how a result was produced: loopopt version, machine fingerprint, CPU model and
     vendor, ISA, C compiler, threads and UTC time (``isa``/``threads`` only when given)."""
-    record: dict[str, Any] = {"loopopt": loopopt_version(), "fingerprint": fingerprint(), "cpu": this_cpu().model,
-                              "vendor": this_cpu().vendor}
+    record: dict[str, Any] = {"loopopt": loopopt_version(), "fingerprint": fingerprint(),
+                              "cpu": this_cpu().model, "vendor": this_cpu().vendor}
     if isa is not None:
         record["isa"] = isa
     record["compiler"] = compiler_version()
@@ -256,7 +257,8 @@ class MachineProfile:
         ``scalar`` get the best SIMD ISA's (scalar kernels are judged against what the machine
         can do); a machine without SIMD gets its scalar multiply-add rate."""
         if dtype not in self.peaks:
-            raise ValueError(f"peak: dtype={dtype!r} is not supported; allowed: {', '.join(map(repr, DTYPES))}")
+            raise ValueError(f"peak: dtype={dtype!r} is not supported; "
+                             f"allowed: {', '.join(map(repr, DTYPES))}")
         measured = self.peaks[dtype]
         if isa in measured:
             return measured[isa]
@@ -264,7 +266,8 @@ class MachineProfile:
             best = next((name for name in ISA_PREFERENCE if name in measured), None)
             return measured[best] if best else self.peaks["float32"]["scalar"]
         if isa not in ISA_PREFERENCE:
-            raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
+            raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
+                             f"{', '.join(map(repr, ISA_PREFERENCE))}")
         raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
                          f"measured: {', '.join(measured) or 'none'}")
 
@@ -289,9 +292,11 @@ class MachineProfile:
             _check(isinstance(data.get(key), str), key, data.get(key), "a string")
         _check(_is_int(data.get("cpus")) and data["cpus"] >= 1, "cpus", data.get("cpus"), "an integer >= 1")
         share = data.get("other_cpu_share")
-        _check(share is None or _is_number(share) and share >= 0, "other_cpu_share", share, "null or a number >= 0")
+        _check(share is None or _is_number(share) and share >= 0, "other_cpu_share", share,
+               "null or a number >= 0")
         peaks = data.get("peaks")
-        _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks, f"an object with {DTYPES}")
+        _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
+               f"an object with {DTYPES}")
         for dtype, table in peaks.items():
             _check(isinstance(table, dict) and set(table) <= set(ISA_PREFERENCE), f"peaks.{dtype}", table,
                    f"an object keyed by ISAs {ISA_PREFERENCE}")
@@ -302,20 +307,24 @@ class MachineProfile:
         _check(isinstance(caches, list), "caches", caches, "a list")
         for i, cache in enumerate(caches):
             fields = ("size", "ways", "line_size", "shared_cpus")
-            _check(isinstance(cache, dict) and set(cache) == {"name", *fields} and isinstance(cache["name"], str)
+            _check(isinstance(cache, dict) and set(cache) == {"name", *fields}
+                   and isinstance(cache["name"], str)
                    and all(_is_int(cache[f]) and cache[f] >= 1 for f in fields), f"caches[{i}]", cache,
                    f"an object with a name and integers >= 1 {fields}")
         bandwidth = data.get("bandwidth")
-        _check(isinstance(bandwidth, dict) and "DRAM" in bandwidth, "bandwidth", bandwidth, "an object with DRAM")
+        _check(isinstance(bandwidth, dict) and "DRAM" in bandwidth, "bandwidth", bandwidth,
+               "an object with DRAM")
         for level, entry in bandwidth.items():
-            _check(isinstance(entry, dict) and set(entry) == {"gbs", "buffer_bytes"} and _is_number(entry["gbs"])
-                   and entry["gbs"] > 0 and _is_int(entry["buffer_bytes"]) and entry["buffer_bytes"] > 0,
+            _check(isinstance(entry, dict) and set(entry) == {"gbs", "buffer_bytes"}
+                   and _is_number(entry["gbs"]) and entry["gbs"] > 0
+                   and _is_int(entry["buffer_bytes"]) and entry["buffer_bytes"] > 0,
                    f"bandwidth.{level}", entry, "an object with gbs > 0 and buffer_bytes > 0")
-        return cls(**{k: data[k] for k in ("fingerprint", "cpu", "vendor", "cpus", "compiler", "kernel", "loopopt",
-                                            "measured_utc", "other_cpu_share")},
+        return cls(**{k: data[k] for k in ("fingerprint", "cpu", "vendor", "cpus", "compiler", "kernel",
+                                            "loopopt", "measured_utc", "other_cpu_share")},
                    caches=tuple(Cache(**c) for c in caches),
                    peaks={dtype: {isa: float(v) for isa, v in peaks[dtype].items()} for dtype in DTYPES},
-                   bandwidth={level: Bandwidth(float(e["gbs"]), e["buffer_bytes"]) for level, e in bandwidth.items()})
+                   bandwidth={level: Bandwidth(float(e["gbs"]), e["buffer_bytes"])
+                              for level, e in bandwidth.items()})
 
     def __str__(self) -> str:
         share = "unknown" if self.other_cpu_share is None else f"{100 * self.other_cpu_share:.0f}%"
@@ -324,7 +333,8 @@ class MachineProfile:
                  f"kernel {self.kernel}; other processes used {share} of the CPU meanwhile"),
                  "peak, one core:"]
         for dtype, unit in zip(DTYPES, ("GFLOP/s", "GOP/s")):
-            lines += [f"  {dtype:<8} {isa:<7} {value:8.1f} {unit}" for isa, value in self.peaks[dtype].items()]
+            lines += [f"  {dtype:<8} {isa:<7} {value:8.1f} {unit}"
+                      for isa, value in self.peaks[dtype].items()]
         lines.append("read bandwidth, one core:")
         for level, entry in self.bandwidth.items():
             lines.append(f"  {level:<5} {entry.gbs:8.1f} GB/s  (buffer {_size(entry.buffer_bytes)})")
@@ -332,7 +342,8 @@ class MachineProfile:
         lines += [f"  {c.name:<5} {_size(c.size):>9}, {c.ways}-way, {c.line_size}-byte lines, shared by "
                   f"{c.shared_cpus} CPU{'s' if c.shared_cpus > 1 else ''}" for c in self.caches]
         if self.other_cpu_share is not None and self.other_cpu_share > OTHERS_LIMIT:
-            lines.append("WARNING: measured on a busy machine; re-measure on a quiet one: loopopt machine --remeasure")
+            lines.append("WARNING: measured on a busy machine; re-measure on a quiet one: "
+                         "loopopt machine --remeasure")
         return "\n".join(lines)
 
 
@@ -378,7 +389,8 @@ float lo_peak(long iterations)
 # per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
 _PEAK_KINDS: dict[str, tuple[dict[str, Isa], Callable[[], tuple[str, ...]], tuple[str, str, str],
                              Callable[[Isa], str], int]] = {
-    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"), lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
+    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"),
+                lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
     "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
              lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
 }
@@ -411,7 +423,8 @@ float lo_read(const float *p, long n, long passes)
     return {hsum};
 }}
 """
-_READ_CDEF = "float *lo_buffer(long n); void lo_free(float *p); float lo_read(const float *p, long n, long passes);"
+_READ_CDEF = ("float *lo_buffer(long n); void lo_free(float *p); "
+              "float lo_read(const float *p, long n, long passes);")
 
 
 def _timed(function: Callable[..., Any], *args: Any) -> float:
@@ -481,7 +494,8 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
     step = chains * table.lanes
     source = _READ_SOURCE.format(
         prelude=table.prelude, chains=chains, step=step, vt=table.vector_type, one=table.broadcast(s="1.0f"),
-        zero=table.zero(), update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
+        zero=table.zero(),
+        update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
         add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
     module = compile_c(source, _READ_CDEF, table.compile_flags)
     lib, ffi = module.lib, module.ffi
@@ -519,8 +533,9 @@ def measure_profile() -> MachineProfile:
     caches = os_caches()
     bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
     cpu = this_cpu()
-    return MachineProfile(fingerprint(), cpu.model, cpu.vendor, cpu.cpus, compiler_version(), platform.release(),
-                          loopopt_version(), utc_now(), others_share(start), caches, peaks, bandwidth)
+    return MachineProfile(fingerprint(), cpu.model, cpu.vendor, cpu.cpus, compiler_version(),
+                          platform.release(), loopopt_version(), utc_now(), others_share(start), caches,
+                          peaks, bandwidth)
 
 
 # --- the cached profile ----------------------------------------------------------------------------

@@ -45,8 +45,8 @@ from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
 
-PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout", "register_block",
-              "compensation", "arithmetic")
+PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
+              "register_block", "compensation", "arithmetic")
 SUFFIX = ".toml"
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 

@@ -34,8 +34,8 @@ def cache(tmp_path, monkeypatch):
 def python(code: str, cache: Path, **env: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter on ``cache`` (a crash there fails the test, not the session)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache), **env}
-    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=False,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                          check=False, timeout=120)
 
 
 def load(value: int, cache: Path) -> subprocess.CompletedProcess:
@@ -55,7 +55,8 @@ def test_cache_dir_that_is_a_file_or_under_one(tmp_path, monkeypatch):
     with pytest.raises(CacheError, match=f"kernel cache {blocker} .*LOOPOPT_CACHE_DIR.* is not a directory"):
         compile_c(source(1), CDEF)
     monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(blocker / "sub"))
-    with pytest.raises(CacheError, match=f"kernel cache {blocker / 'sub'} .*cannot be created: Not a directory"):
+    expected = f"kernel cache {blocker / 'sub'} .*cannot be created: Not a directory"
+    with pytest.raises(CacheError, match=expected):
         cbuild.cache_dir()
 
 
@@ -78,8 +79,8 @@ def test_read_only_cache_dir(tmp_path, command):
     read_only.mkdir()
     read_only.chmod(0o555)
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(read_only)}
-    done = subprocess.run(unprivileged([sys.executable, *command]), env=environment, capture_output=True, check=False,
-                          text=True, timeout=120)
+    done = subprocess.run(unprivileged([sys.executable, *command]), env=environment, capture_output=True,
+                          check=False, text=True, timeout=120)
     message = (f"kernel cache {read_only} (set by LOOPOPT_CACHE_DIR; point LOOPOPT_CACHE_DIR at a writable "
                f"directory) is not writable")
     assert done.returncode != 0 and message in done.stderr and "PermissionError" not in done.stderr

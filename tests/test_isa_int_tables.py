@@ -58,8 +58,10 @@ def build(isa_name):
         fma_mask=isa.fma_mask(a="a", b="b", c="c", m="m"), sub=isa.sub(a="a", b="b"),
         gather=isa.gather(p="x", idx="index"), gather_mask=isa.gather_mask(p="x", idx="index", m="m"),
         load_u8=isa.load_u8(p="bytes + 3"), load_s8=isa.load_s8(p="bytes + 3"),
-        load_u8_mask=isa.load_u8_mask(p="bytes + 3", m="m"), load_s8_mask=isa.load_s8_mask(p="bytes + 3", m="m"),
-        gather_b=isa.gather_b(p="bytes", idx="index"), gather_b_mask=isa.gather_b_mask(p="bytes", idx="index", m="m"),
+        load_u8_mask=isa.load_u8_mask(p="bytes + 3", m="m"),
+        load_s8_mask=isa.load_s8_mask(p="bytes + 3", m="m"),
+        gather_b=isa.gather_b(p="bytes", idx="index"),
+        gather_b_mask=isa.gather_b_mask(p="bytes", idx="index", m="m"),
         extend_u8=isa.extend_u8(v="a"), extend_s8=isa.extend_s8(v="a"), flip=isa.flip(v="a"),
         dot=isa.dot(a="a", b="b", c="c"), dot_mask=isa.dot_mask(a="a", b="b", c="c", m="m"),
     )
@@ -76,8 +78,8 @@ def build(isa_name):
         isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}",
         store_narrow=isa.store_narrow(p="narrowed", v="a"),
         store_narrow_mask=isa.store_narrow_mask(p=f"narrowed + {n}", m="m", v="a"))
-    cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, int *, "
-            "int *, float *, unsigned char *);")
+    cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, "
+            "int *, int *, float *, unsigned char *);")
     return compile_c(source, cdef, isa.compile_flags)
 
 
@@ -124,7 +126,8 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
         "broadcast": np.full(n, x[2]), "fma": wrap(c + a * b), "fma_mask": np.where(mask, wrap(c + a * b), c),
         "sub": wrap(a - b), "gather": x[idx], "gather_mask": np.where(mask, x[idx], 0),
         "load_u8": raw[3:3 + n], "load_s8": raw[3:3 + n].view(np.int8),
-        "load_u8_mask": np.where(mask, raw[3:3 + n], 0), "load_s8_mask": np.where(mask, raw[3:3 + n].view(np.int8), 0),
+        "load_u8_mask": np.where(mask, raw[3:3 + n], 0),
+        "load_s8_mask": np.where(mask, raw[3:3 + n].view(np.int8), 0),
         "gather_b": word(idx), "gather_b_mask": np.where(mask, word(idx), 0),
         "extend_u8": a & 255, "extend_s8": a.astype(np.int8), "flip": wrap(a ^ 0x80808080),
         "dot": dot, "dot_mask": np.where(mask, dot, c),

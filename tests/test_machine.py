@@ -44,8 +44,9 @@ CACHES = (Cache("L1", 32 << 10, 8, 64, 2), Cache("L2", 1 << 20, 8, 64, 2), Cache
 
 def make_profile(**changes) -> MachineProfile:
     profile = MachineProfile(
-        fingerprint=fingerprint(), cpu="Test CPU", vendor="TestVendor", cpus=2, compiler="gcc 12", kernel="6.1",
-        loopopt="0.1.0", measured_utc="2026-01-01T00:00:00+00:00", other_cpu_share=0.01, caches=CACHES,
+        fingerprint=fingerprint(), cpu="Test CPU", vendor="TestVendor", cpus=2, compiler="gcc 12",
+        kernel="6.1", loopopt="0.1.0", measured_utc="2026-01-01T00:00:00+00:00", other_cpu_share=0.01,
+        caches=CACHES,
         peaks={"float32": {"avx512": 118.0, "avx2": 60.0}, "int8": {"avx512": 470.0, "avx2": 200.0}},
         bandwidth={"L1": Bandwidth(200.0, 16 << 10), "DRAM": Bandwidth(20.0, 64 << 20)})
     return dataclasses.replace(profile, **changes)
@@ -60,8 +61,8 @@ def test_parse_cpuinfo_reads_the_first_processor():
 
 def test_fingerprint_is_stable_and_names_the_hardware():
     cpu = parse_cpuinfo(CPUINFO, 4)
-    shuffled = parse_cpuinfo(CPUINFO.replace("fpu sse2 avx2 avx512f avx512_vnni", "avx512_vnni avx2 fpu avx512f sse2"),
-                             4)
+    shuffled_text = CPUINFO.replace("fpu sse2 avx2 avx512f avx512_vnni", "avx512_vnni avx2 fpu avx512f sse2")
+    shuffled = parse_cpuinfo(shuffled_text, 4)
     assert fingerprint_of(cpu, CACHES) == fingerprint_of(shuffled, CACHES)
     assert len(fingerprint_of(cpu, CACHES)) == 16
     different = [dataclasses.replace(cpu, model="AMD EPYC 7763"), dataclasses.replace(cpu, cpus=8),
@@ -73,7 +74,8 @@ def test_fingerprint_is_stable_and_names_the_hardware():
 
 def test_os_caches_from_sysfs(tmp_path):
     entries = {"index0": ("1", "Data", "48K", "12", "0"), "index1": ("1", "Instruction", "32K", "8", "0"),
-               "index2": ("2", "Unified", "2048K", "16", "0-1"), "index3": ("3", "Unified", "32M", "16", "0-3,8")}
+               "index2": ("2", "Unified", "2048K", "16", "0-1"),
+               "index3": ("3", "Unified", "32M", "16", "0-3,8")}
     for name, (level, kind, size, ways, shared) in entries.items():
         index = tmp_path / name
         index.mkdir()
@@ -102,9 +104,10 @@ def test_bandwidth_buffers_lie_inside_each_level():
 def test_profile_round_trip_and_validation():
     profile = make_profile()
     assert MachineProfile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
-    broken = [({"format": 99}, "format"), ({"cpus": 0}, "cpus"), ({"peaks": {"float32": {"avx512": -1.0}}}, "peaks"),
-              ({"caches": [{"name": "L1"}]}, r"caches\[0\]"), ({"bandwidth": {"L1": {"gbs": 1, "buffer_bytes": 1}}},
-                                                             "bandwidth"),
+    broken = [({"format": 99}, "format"), ({"cpus": 0}, "cpus"),
+              ({"peaks": {"float32": {"avx512": -1.0}}}, "peaks"),
+              ({"caches": [{"name": "L1"}]}, r"caches\[0\]"),
+              ({"bandwidth": {"L1": {"gbs": 1, "buffer_bytes": 1}}}, "bandwidth"),
               ({"fingerprint": 7}, "fingerprint")]
     for change, field in broken:
         with pytest.raises(ValueError, match=field):
@@ -162,7 +165,8 @@ def test_profile_is_measured_once_then_read_from_the_cache(fresh_cache, monkeypa
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"format": 1}', "\xff\xfe",
                                      json.dumps({**make_profile().to_dict(), "fingerprint": "0" * 16}),
-                                     json.dumps({**make_profile().to_dict(), "peaks": {"float32": {}, "int8": {}}})])
+                                     json.dumps({**make_profile().to_dict(),
+                                                 "peaks": {"float32": {}, "int8": {}}})])
 def test_corrupt_profile_is_measured_again(fresh_cache, content):
     path = profile_path()
     path.write_text(content)
@@ -192,8 +196,8 @@ def test_profile_is_shared_across_processes():
                                                         os.environ.get("PYTHONPATH", "")])}
     code = "import json, loopopt as lo; print(json.dumps(lo.machine_profile().to_dict()))"
     for _ in range(2):
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                                check=False)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                timeout=300, check=False)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == here
 

@@ -25,7 +25,8 @@ measure = importlib.import_module("loopopt.measure")     # the module (lo.measur
 
 @pytest.fixture(scope="module")
 def kernels():
-    return [lo.Schedule(OP).compile(), dataflows.tiled(OP).compile(), dataflows.output_stationary(OP).compile()]
+    return [lo.Schedule(OP).compile(), dataflows.tiled(OP).compile(),
+            dataflows.output_stationary(OP).compile()]
 
 
 def test_noise_verdict_from_synthetic_times():
@@ -99,7 +100,8 @@ def test_budget_bounds_the_number_of_runs(kernels, monkeypatch, seconds, expecte
 def test_long_measurements_show_progress_only_when_asked(kernels, monkeypatch, capsys):
     clock, kernel, run = FakeClock(0.5), kernels[0], kernels[0].run
     monkeypatch.setattr(measure, "_clock", clock)
-    monkeypatch.setattr(kernel, "run", lambda buffers: (setattr(clock, "now", clock.now + clock.step), run(buffers)))
+    monkeypatch.setattr(kernel, "run",
+                        lambda buffers: (setattr(clock, "now", clock.now + clock.step), run(buffers)))
     lo.measure(kernel, budget=4.0, verify_output=False, progress=True)      # 8 runs of 0.5 s: a long one
     assert "8/8" in capsys.readouterr().err
     lo.measure(kernel, budget=4.0, verify_output=False, progress=False)
@@ -135,15 +137,16 @@ def test_timing_and_table_flag_noise():
     assert str(noisy).endswith("; NOISY: other processes used 50% of the CPU (limit 25%)")
     assert "NOISY" not in str(Timing(2e-3, 1e-3, 1e-5, 5, 1.0, 1.0, 100.0, True, 0.0))
     rows = [Row("a", "avx2", 2.0, 1.9, 0.1, 5, 1.0, 1.0, True, 0.0),
-            Row("b", "avx2", 1.0, 0.9, 0.5, 5, 2.0, 2.0, True, 0.0, True, "IQR 50% of the median (limit 10%)")]
+            Row("b", "avx2", 1.0, 0.9, 0.5, 5, 2.0, 2.0, True, 0.0, True,
+                "IQR 50% of the median (limit 10%)")]
     table = Comparison(OP, rows, {}, 100.0, rounds=5)
     text = str(table)
     assert "NOISY" in text.splitlines()[5] and "WARNING: noisy timings (b: IQR 50% of the median" in text
     assert "ranking by median (b < a) may not hold" in text and table.ranking() == ["b", "a"]
     rows[0].noisy, rows[0].noise = True, "other processes used 60% of the CPU (limit 25%)"
     rows[1].noise = "IQR 50% of the median (limit 10%); other processes used 60% of the CPU (limit 25%)"
-    assert ("(other processes used 60% of the CPU (limit 25%); b: IQR 50% of the median (limit 10%)): the ranking"
-            in str(table))
+    assert ("(other processes used 60% of the CPU (limit 25%); b: IQR 50% of the median (limit 10%)): "
+            "the ranking" in str(table))
     for row in rows:
         row.noisy, row.noise = False, ""
     assert "ranking by interleaved median: b < a" in str(table) and "WARNING" not in str(table)

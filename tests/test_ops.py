@@ -49,13 +49,18 @@ def test_access_maps_and_dependences():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(in_channels=0, out_channels=4, kernel_size=3), ValueError, "in_channels must be a positive integer, got 0"),
-    (dict(in_channels=6, out_channels=4, kernel_size=3, groups=4), ValueError, "in_channels=6 is not divisible by groups=4"),
-    (dict(in_channels=4, out_channels=4, kernel_size=9, height=5, width=5), ValueError, "larger than the padded input"),
+    (dict(in_channels=0, out_channels=4, kernel_size=3), ValueError,
+     "in_channels must be a positive integer, got 0"),
+    (dict(in_channels=6, out_channels=4, kernel_size=3, groups=4), ValueError,
+     "in_channels=6 is not divisible by groups=4"),
+    (dict(in_channels=4, out_channels=4, kernel_size=9, height=5, width=5), ValueError,
+     "larger than the padded input"),
     (dict(in_channels=4, out_channels=4, kernel_size=3, stride=0), ValueError, "stride must be >= 1"),
     (dict(in_channels=4, out_channels=4, kernel_size=3, padding=-1), ValueError, "padding must be >= 0"),
-    (dict(in_channels=4, out_channels=4, kernel_size=(1, 2, 3)), TypeError, "kernel_size must be an int or a pair"),
-    (dict(in_channels=4, out_channels=4, kernel_size=3, dtype="float16"), ValueError, "dtype 'float16' is not supported"),
+    (dict(in_channels=4, out_channels=4, kernel_size=(1, 2, 3)), TypeError,
+     "kernel_size must be an int or a pair"),
+    (dict(in_channels=4, out_channels=4, kernel_size=3, dtype="float16"), ValueError,
+     "dtype 'float16' is not supported"),
     (dict(in_channels=4, out_channels=4, kernel_size=3, bias=1), TypeError, "bias must be True or False"),
 ])
 def test_bad_shapes(kwargs, error, message):

@@ -11,7 +11,7 @@ def test_default_order_and_split_names():
     assert s.loop_names == ("n", "k", "oh", "ow", "c", "kh", "kw")
     s = s.split("ow", 5)
     assert s.loop_names == ("n", "k", "oh", "ow_o", "ow_i", "c", "kh", "kw")
-    assert [l.extent for l in s.loops if l.name.startswith("ow")] == [3, 5]
+    assert [loop.extent for loop in s.loops if loop.name.startswith("ow")] == [3, 5]
     assert [g.to_c() for g in s.partial_guards] == ["0 <= (5*ow_o + ow_i) && (5*ow_o + ow_i) < 12"]
 
 
@@ -40,7 +40,8 @@ def test_isl_map_is_a_bijection_onto_the_domain():
 def test_reassociation_is_noted_and_strict_mode_refuses():
     s = lo.Schedule(OP).reorder("kh", "c")
     assert "reassociates" in s.pseudocode("scalar")
-    with pytest.raises(lo.IllegalScheduleError, match=r"violates the flow dependence.*S\[n=.*must run before"):
+    with pytest.raises(lo.IllegalScheduleError,
+                       match=r"violates the flow dependence.*S\[n=.*must run before"):
         lo.Schedule(OP, reassociate=False).reorder("kh", "c")
     # moving a reduction loop outward without changing the summation order stays legal
     lo.Schedule(OP, reassociate=False).reorder("c", "oh")

@@ -48,8 +48,8 @@ def test_saved_schedule_records_provenance(tmp_path):
 
 def test_schedule_from_another_machine_warns_once(tmp_path):
     path = tmp_path / "far.toml"
-    path.write_text('name = "far"\n\n[provenance]\nfingerprint = "0000000000000000"\ncpu = "Faraway CPU 9000"\n'
-                    '\n[[step]]\nvectorize = "kw"\n')
+    path.write_text('name = "far"\n\n[provenance]\nfingerprint = "0000000000000000"\n'
+                    'cpu = "Faraway CPU 9000"\n\n[[step]]\nvectorize = "kw"\n')
     with pytest.warns(OtherMachineWarning, match=f"Faraway CPU 9000.*{re.escape(this_cpu().model)}"):
         load_schedule(path, OP)
     with warnings.catch_warnings():

@@ -51,4 +51,5 @@ def test_every_module_has_a_layer():
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     layered = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
     modules = {info.name for info in pkgutil.iter_modules(loopopt.__path__)}
-    assert modules == layered, f"not in a layer: {sorted(modules - layered)}; unknown: {sorted(layered - modules)}"
+    assert modules == layered, (f"not in a layer: {sorted(modules - layered)}; "
+                                f"unknown: {sorted(layered - modules)}")

@@ -216,9 +216,9 @@ class Analyzer:
     def _repetition(self, prefix: tuple[int, ...]) -> Optional[Repetition]:
         j = len(prefix)
         extent = self.loops[j].extent
-        inner = ", ".join([l.name for l in self.loops[j + 1:]] + [_NONE])     # never empty
+        inner = ", ".join([loop.name for loop in self.loops[j + 1:]] + [_NONE])     # never empty
         box = " and ".join(box_constraints(self.loops[j + 1:]) + [f"{_NONE} = 0"])
-        zero = {l.name: Const(v) for l, v in zip(self.loops, prefix)}
+        zero = {loop.name: Const(v) for loop, v in zip(self.loops, prefix)}
         at_b = dict(zero, **{self.loops[j].name: Var(_B)})
         best: Optional[Repetition] = None
         for p in (p for p in PERIODS if p < extent):
@@ -315,7 +315,7 @@ class Analyzer:
     def _box(self, fixed: tuple[int, ...], lo: int = 0, hi: Optional[int] = None):
         """Loops before ``len(fixed)`` at ``fixed``, the next over ``lo .. hi``, the others whole."""
         lows = np.zeros(len(self.loops), np.int64)
-        highs = np.array([l.extent for l in self.loops], np.int64)
+        highs = np.array([loop.extent for loop in self.loops], np.int64)
         lows[:len(fixed)] = fixed
         highs[:len(fixed)] = np.asarray(fixed, np.int64) + 1
         if hi is not None:
@@ -348,7 +348,8 @@ class Analyzer:
         tree = np.clip(np.minimum(t, m) - (t - (t & -t)), 0, None).astype(np.int32)
         tree[0] = 0
         hist = np.zeros((3, n + 1), np.int64)
-        self._run("stack_run", {"cap": cap, "now": m, "seen": m}, last=last, owner=owner, tree=tree, hist=hist)
+        self._run("stack_run", {"cap": cap, "now": m, "seen": m}, last=last, owner=owner, tree=tree,
+                  hist=hist)
         return hist
 
     def _run(self, function: str, fields: dict, **arrays: np.ndarray) -> int:
@@ -377,7 +378,8 @@ class Analyzer:
         """Dense histograms ``[tensor position, distance]`` (cold last), as the trace engine's."""
         return self.local(())
 
-    def _plan(self, fixed: tuple[int, ...], context: bool) -> tuple[float, tuple[int, ...], Optional[Repetition]]:
+    def _plan(self, fixed: tuple[int, ...],
+              context: bool) -> tuple[float, tuple[int, ...], Optional[Repetition]]:
         """How to compute block ``fixed`` (after a context if ``context``): its work in simulated
         accesses (a touch or first pass costs ``TOUCH_COST`` of one), the prefix of the loop whose
         blocks it splits into and their repetition, or None to simulate it whole."""
@@ -447,9 +449,10 @@ class Analyzer:
         distances = np.empty(len(first), np.int64)
         tree = np.zeros(len(order) + 1, np.int32)
         ffi = self.module.ffi
-        self.module.lib.first_distances(len(first), *(ffi.cast("long long *", ffi.from_buffer(a)) for a in (first, rank)),
-                                        len(order), ffi.cast("int *", ffi.from_buffer(tree)),
-                                        ffi.cast("long long *", ffi.from_buffer(distances)))
+        self.module.lib.first_distances(
+            len(first), *(ffi.cast("long long *", ffi.from_buffer(a)) for a in (first, rank)),
+            len(order), ffi.cast("int *", ffi.from_buffer(tree)),
+            ffi.cast("long long *", ffi.from_buffer(distances)))
         reused = distances >= 0
         positions = np.searchsorted([t.base for t in self.space.tensors], first[reused], side="right") - 1
         np.subtract.at(hist, (positions, -1), 1)
@@ -495,7 +498,8 @@ def _pairs(m: isl.Map) -> list[tuple[int, int]]:
     return _points(m.wrap())
 
 
-def analytical_histograms(schedule: Schedule, space: ItemSpace, analyzer: Optional[Analyzer] = None) -> np.ndarray:
+def analytical_histograms(schedule: Schedule, space: ItemSpace,
+                          analyzer: Optional[Analyzer] = None) -> np.ndarray:
     """Dense histograms of ``schedule`` over ``space``, equal to ``stack_histograms``; ValueError
     if even its representative blocks are more work than ``TRACE_ACCESS_LIMIT`` accesses."""
     analyzer = analyzer or Analyzer(schedule, space)
@@ -503,8 +507,8 @@ def analytical_histograms(schedule: Schedule, space: ItemSpace, analyzer: Option
     if work > TRACE_ACCESS_LIMIT:
         raise ValueError(f"the analytical engine found too little repetition in {schedule.op!r} under this "
                          f"schedule: its representative blocks are about {work:.3g} simulated accesses, more "
-                         f"than the limit of {TRACE_ACCESS_LIMIT:.3g} (TRACE_ACCESS_LIMIT); analyze a smaller "
-                         f"layer (fewer channels, batch 1)")
+                         f"than the limit of {TRACE_ACCESS_LIMIT:.3g} (TRACE_ACCESS_LIMIT); analyze a "
+                         f"smaller layer (fewer channels, batch 1)")
     return analyzer.histograms()
 
 

@@ -54,7 +54,8 @@ class CacheLevel:
         return max(self.size // item, 1)
 
 
-DEFAULT_CACHES = (CacheLevel("L1", 32 << 10, 8), CacheLevel("L2", 1 << 20, 16), CacheLevel("L3", 32 << 20, 16))
+DEFAULT_CACHES = (CacheLevel("L1", 32 << 10, 8), CacheLevel("L2", 1 << 20, 16),
+                  CacheLevel("L3", 32 << 20, 16))
 
 
 @dataclass(frozen=True)

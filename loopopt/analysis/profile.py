@@ -41,8 +41,8 @@ class ReuseProfile:
         if tensor is None:
             return self.counts.sum(axis=0)
         if tensor not in self.tensors:
-            raise ValueError(f"tensor={tensor!r} is not in this trace: choose one of {', '.join(self.tensors)} "
-                             f"or None for all")
+            raise ValueError(f"tensor={tensor!r} is not in this trace: choose one of "
+                             f"{', '.join(self.tensors)} or None for all")
         return self.counts[self.tensors.index(tensor)]
 
     def accesses_of(self, tensor: Optional[str] = None) -> int:
