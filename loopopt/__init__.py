@@ -12,6 +12,7 @@ from .cbuild import BuildError
 from .compare import Comparison, compare
 from .layers import get_layer, list_layers
 from .measure import Timing, measure, peak_gflops
+from .model import KernelModel, kernel_model
 from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
@@ -19,7 +20,7 @@ from .schedule_file import ScheduleFileError, list_schedules, load_schedule, sav
 
 __all__ = [
     "Conv2d", "Matmul", "Schedule", "ScheduleError", "IllegalScheduleError", "Kernel", "BuildError",
-    "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances", "Machine",
+    "available_isas", "measure", "Timing", "peak_gflops", "kernel_model", "KernelModel", "reuse", "ReuseProfile", "reuse_distances", "Machine",
     "dataflows", "compare", "Comparison", "get_layer", "list_layers",
     "load_schedule", "save_schedule", "to_toml", "list_schedules", "ScheduleFileError",
     "QuantSpec", "quantize", "dequantize", "quant_error", "quant_accuracy", "AccuracyReport",

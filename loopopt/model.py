@@ -1,0 +1,171 @@
+"""The kernel model: a schedule's predicted time from what its generated kernel executes.
+
+``codegen.costs`` counts, per site of the kernel, the instructions and events of one execution
+and how many times it runs. Here each site costs the largest of
+
+* its port pressure: multiply-adds and other vector instructions on the vector ports, loads and
+  gathered lanes on the load ports, stores and scattered lanes on the store port, every
+  instruction (a scalar event counted as the instructions it takes) on the front end;
+* its chain: dependent accumulator updates times the update's latency (plus a store-to-load
+  forwarding when the partial sum goes through memory),
+
+in cycles of ``CORE_COSTS`` (one table per ISA), summed over the sites. The memory hierarchy adds
+the bytes each level beyond L1 delivers (the reuse-distance profile's traffic, ``lo.reuse``)
+over its bandwidth (``BANDWIDTH``); the kernel takes the larger of the core and memory times.
+Cycles become seconds at the clock implied by the measured peak (``lo.peak_gflops``): a cycle
+issues ``fma_per_cycle`` multiply-adds of the ISA's lanes.
+
+The constants describe the core of this project's benchmark machine (Intel Xeon, Sapphire
+Rapids: 2 FMA ports, 2 vector loads and 1 vector store per cycle, FMA latency 4, scalar add
+latency 2 (the C compiler does not contract ``a * b + c`` in ISO C mode), ~5 cycles of store
+forwarding); the gather, scatter and scalar-event costs were fitted to this machine's
+measurements in ``benchmarks/bench_model.py`` (docs/benchmarks.md, "Model vs measured").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import Machine, ReuseProfile, reuse
+from .codegen.costs import KernelCounts, Site, count
+from .codegen.isa import ISAS, available_isas
+from .measure import peak_gflops
+from .schedule import Schedule
+
+
+@dataclass(frozen=True)
+class CoreCosts:
+    """Throughputs (per cycle) and latencies (cycles) of one core running one ISA's kernels."""
+
+    fma_per_cycle: float        # vector multiply-add instructions per cycle (the peak's unit)
+    vector_per_cycle: float     # vector instructions per cycle, multiply-adds included (same ports)
+    loads_per_cycle: float
+    stores_per_cycle: float
+    issue_per_cycle: float      # instructions per cycle through the front end
+    gather_lane: float          # load-port cycles per gathered lane
+    scatter_lane: float         # store-port cycles per scattered lane
+    masked: float               # extra vector instructions of a masked load, store or update
+    mask: float                 # instructions forming a lane mask from bits
+    hsum: float                 # instructions of a horizontal sum
+    loop_iteration: float       # instructions of a scalar loop trip
+    definition: float           # instructions of a scalar index computation
+    division: float             # instructions of a floor division or remainder by a constant
+    guard_check: float          # instructions of a scalar bound check
+    lane_step: float            # instructions of one step of a scalar loop over lanes
+    store_forward: float        # cycles from a store to a load of the same address
+    scalar_add_latency: float   # scalar code: the chain's add (products are not contracted)
+    window: float               # instructions in flight (the reorder buffer)
+
+
+UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1}   # per vector update
+UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4}       # vpmulld + vpaddd: 10 + 1
+
+_AVX512 = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
+                    issue_per_cycle=5, gather_lane=0.5, scatter_lane=1.0, masked=0, mask=1, hsum=6,
+                    loop_iteration=2, definition=1, division=4, guard_check=2, lane_step=3, store_forward=5,
+                    scalar_add_latency=2, window=512)
+CORE_COSTS = {
+    "avx512": _AVX512,
+    # no mask registers: a masked load or update is a blend, a mask 3 instructions, a scatter lane by lane
+    "avx2": CoreCosts(**{**_AVX512.__dict__, "loads_per_cycle": 3, "masked": 1, "mask": 3, "scatter_lane": 2,
+                         "hsum": 5}),
+    "scalar": _AVX512,
+}
+# bytes per cycle each level delivers to the one above it (L2 -> L1, L3 -> L2, DRAM -> L3), one core
+BANDWIDTH = {"L2": 32.0, "L3": 10.0, "DRAM": 4.0}
+
+
+RESOURCES = ("vector", "load", "store", "issue", "latency")
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """A schedule's kernel as the model sees it: its counts and the cycles each resource needs."""
+
+    counts: KernelCounts
+    resources: dict[str, float]     # cycles per resource (RESOURCES), and "memory"
+    hertz: float                    # the clock implied by the measured peak
+
+    @property
+    def cycles(self) -> float:
+        return max(self.resources.values())
+
+    @property
+    def predicted_seconds(self) -> float:
+        return self.cycles / self.hertz
+
+    @property
+    def bound(self) -> str:
+        """The resource that needs the most cycles."""
+        return max(self.resources, key=self.resources.get)
+
+    def summary(self) -> str:
+        c, w = self.counts, self.counts.work
+        vectorized = f", loop {c.compiler_vectorized} vectorized by the C compiler" if c.compiler_vectorized else ""
+        useful = c.useful_lanes / max(c.issued_lanes, 1)
+        return "\n".join([
+            f"kernel model ({c.isa}, {c.arithmetic} arithmetic, {c.lanes} lane(s){vectorized}): predicted "
+            f"{self.predicted_seconds * 1e3:.3f} ms ({self.cycles:.3g} cycles at {self.hertz / 1e9:.2f} GHz), "
+            f"bound by {self.bound}",
+            "  cycles: " + ", ".join(f"{name} {value:.3g}" for name, value in self.resources.items()),
+            f"  multiply-adds {w.fma:.4g} ({useful:.0%} of their lanes useful), loads {w.loads:.4g}, "
+            f"broadcasts {w.broadcasts:.4g}, gathered lanes {c.gather_lanes:.4g}, stores {w.stores:.4g}, "
+            f"scattered lanes {c.scatter_lanes:.4g}, masked {w.masked:.4g}",
+            f"  lane steps {w.lane_steps:.4g}, loop trips {w.loop_iterations:.4g}, guard checks "
+            f"{w.guard_checks:.4g}, output accesses {w.output_accesses:.4g}, memory accesses "
+            f"{c.memory_accesses:.4g}, accumulators {c.accumulators} (spilled {c.spilled})"])
+
+
+def site_resources(site: Site, costs: CoreCosts, arithmetic: str) -> dict[str, float]:
+    """Cycles each resource needs for all executions of ``site`` (RESOURCES).
+
+    The latency of its chain counts in full only when one output's run of updates fills the
+    out-of-order window (``CoreCosts.window``); shorter runs of independent outputs overlap."""
+    w = site.work
+    scalar = site.lanes == 1
+    update = 2 if scalar else UPDATE_INSTRUCTIONS[arithmetic]          # scalar: multiply, then add
+    vector = (w.fma * update + w.vector_ops + w.masked * costs.masked + w.masks * costs.mask
+              + w.hsums * costs.hsum)
+    loads = w.loads + w.broadcasts + w.spills / 2 + w.gathers * site.lanes * costs.gather_lane
+    stores = w.stores + w.spills / 2 + w.scatters * site.lanes * costs.scatter_lane
+    events = (w.loop_iterations * costs.loop_iteration + w.definitions * costs.definition
+              + w.divisions * costs.division + w.guard_checks * costs.guard_check + w.lane_steps * costs.lane_step)
+    issued = vector + w.loads + w.broadcasts + w.gathers + w.stores + w.scatters + w.spills + events
+    latency = 0.0
+    if site.chain:
+        step = (costs.scalar_add_latency if scalar else UPDATE_LATENCY[arithmetic]) \
+            + (costs.store_forward if site.chain_memory else 0)
+        overlap = max(1.0, costs.window / (site.run * issued / site.chain))
+        latency = site.chain * step / overlap
+    per_execution = (vector / costs.vector_per_cycle, loads / costs.loads_per_cycle,
+                     stores / costs.stores_per_cycle, issued / costs.issue_per_cycle, latency)
+    return {name: site.executions * value for name, value in zip(RESOURCES, per_execution, strict=True)}
+
+
+def memory_cycles(profile: ReuseProfile, machine: Machine | None = None) -> float:
+    """Cycles to move the bytes each level beyond L1 delivers, level after level."""
+    levels = profile.hierarchy(machine, set_associative=False).levels
+    return sum(level.bytes / BANDWIDTH[level.name] for level in levels if level.name in BANDWIDTH)
+
+
+def clock(isa: str) -> float:
+    """Cycles per second implied by the measured peak of ``isa`` (scalar: of the best vector ISA)."""
+    name = isa if ISAS[isa].vectorizes else available_isas()[0]
+    lanes = ISAS[name].lanes
+    return peak_gflops(name) * 1e9 / (2 * lanes * CORE_COSTS[name].fma_per_cycle)
+
+
+def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
+                 traffic: bool = True, machine: Machine | None = None) -> KernelModel:
+    """The kernel model of ``schedule`` on ``isa`` (module docstring). ``profile``: its line-granularity
+    reuse profile if already computed; ``traffic=False`` leaves the memory hierarchy out."""
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
+    counts = count(schedule, isa)
+    costs = CORE_COSTS[counts.isa]
+    resources = dict.fromkeys(RESOURCES, 0.0)
+    for site in counts.sites:
+        for name, cycles in site_resources(site, costs, counts.arithmetic).items():
+            resources[name] += cycles
+    if traffic:
+        resources["memory"] = memory_cycles(profile or reuse(schedule, granularity="line"), machine)
+    return KernelModel(counts, resources, clock(counts.isa))
