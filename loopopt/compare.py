@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .measure import Timing, measure, peak_gflops
+from .model import kernel_model
 from .ops import Op
 from .schedule import Schedule
 
@@ -31,6 +32,7 @@ class Row:
     percent_of_peak: float
     verified: bool
     max_error: float
+    predicted_ms: Optional[float] = None                          # the kernel model, one thread
     dram_bytes: Optional[int] = None
     energy_uj: Optional[float] = None
     misses: dict[str, int] = field(default_factory=dict)          # per cache level
@@ -40,7 +42,8 @@ class Row:
 
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
            ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"), ("% peak", "percent_of_peak", "{:.1f}"),
-           ("ok", "verified", "{}"), ("DRAM MB", "dram_bytes", "{:.2f}"), ("energy uJ", "energy_uj", "{:.0f}"))
+           ("ok", "verified", "{}"), ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
+           ("energy uJ", "energy_uj", "{:.0f}"))
 
 
 class Comparison:
@@ -159,6 +162,8 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
             bar.update(done + 1, f"{name}: reuse analysis")
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
+        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis), machine=machine)
+        row.predicted_ms = model.predicted_seconds * 1e3
         rows.append(row)
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"

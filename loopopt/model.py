@@ -100,12 +100,12 @@ class KernelModel:
 
     def summary(self) -> str:
         c, w = self.counts, self.counts.work
-        vectorized = f", loop {c.compiler_vectorized} vectorized by the C compiler" if c.compiler_vectorized else ""
+        vectorized = f", the C compiler vectorized {c.compiler_vectorized}" if c.compiler_vectorized else ""
         useful = c.useful_lanes / max(c.issued_lanes, 1)
         return "\n".join([
             f"kernel model ({c.isa}, {c.arithmetic} arithmetic, {c.lanes} lane(s){vectorized}): predicted "
-            f"{self.predicted_seconds * 1e3:.3f} ms ({self.cycles:.3g} cycles at {self.hertz / 1e9:.2f} GHz), "
-            f"bound by {self.bound}",
+            f"{self.predicted_seconds * 1e3:.3f} ms ({self.cycles:.3g} cycles at {self.hertz / 1e9:.2f} GHz, "
+            f"bound by {self.bound})",
             "  cycles: " + ", ".join(f"{name} {value:.3g}" for name, value in self.resources.items()),
             f"  multiply-adds {w.fma:.4g} ({useful:.0%} of their lanes useful), loads {w.loads:.4g}, "
             f"broadcasts {w.broadcasts:.4g}, gathered lanes {c.gather_lanes:.4g}, stores {w.stores:.4g}, "
@@ -128,7 +128,8 @@ def site_resources(site: Site, costs: CoreCosts, arithmetic: str) -> dict[str, f
     loads = w.loads + w.broadcasts + w.spills / 2 + w.gathers * site.lanes * costs.gather_lane
     stores = w.stores + w.spills / 2 + w.scatters * site.lanes * costs.scatter_lane
     events = (w.loop_iterations * costs.loop_iteration + w.definitions * costs.definition
-              + w.divisions * costs.division + w.guard_checks * costs.guard_check + w.lane_steps * costs.lane_step)
+              + w.divisions * costs.division + w.guard_checks * costs.guard_check
+              + w.lane_steps * costs.lane_step)
     issued = vector + w.loads + w.broadcasts + w.gathers + w.stores + w.scatters + w.spills + events
     latency = 0.0
     if site.chain:

@@ -53,7 +53,8 @@ def test_without_register_block_the_output_goes_to_memory_per_update(isa):
     updates = plain.total("fma")
     assert updates == blocked.total("fma")
     loop = site(plain, "vector loop k_i")
-    assert (loop.work.loads, loop.work.broadcasts, loop.work.stores, loop.work.output_accesses) == (2, 1, 1, 2)
+    w = loop.work
+    assert (w.loads, w.broadcasts, w.stores, w.output_accesses) == (2, 1, 1, 2)      # W, O; I; O; O twice
     assert plain.total("output_accesses") == 2 * updates
     assert plain.memory_accesses > 2 * blocked.memory_accesses
 
@@ -66,8 +67,8 @@ def test_removing_vectorize_multiplies_the_instructions_by_the_lanes(isa):
     emitted = count(scalar, isa, compiler_vectorizes=False)
     statement, loop = site(emitted, "statement"), site(vector, "vector loop k_i")
     assert statement.executions == lanes * loop.executions and statement.lanes == 1
-    for name in ("fma", "stores", "output_accesses"):
-        assert getattr(statement.work, name) == getattr(loop.work, name) == (2 if name == "output_accesses" else 1)
+    for name, per_update in (("fma", 1), ("stores", 1), ("output_accesses", 2)):
+        assert getattr(statement.work, name) == getattr(loop.work, name) == per_update
     assert statement.work.loads == loop.work.loads + loop.work.broadcasts == 3   # I, W, O
     assert emitted.issued_lanes == vector.issued_lanes and emitted.compiler_vectorized is None
     # the C compiler vectorizes that innermost loop itself (unit stride, no guard, not a reduction)
@@ -86,14 +87,15 @@ def test_the_compiler_vectorizes_the_loop_around_an_innermost_reduction():
 @pytest.mark.parametrize("isa", VECTOR_ISAS)
 def test_a_gather_is_counted_per_lane(isa):
     lanes = ISAS[isa].lanes
-    op = lo.Conv2d(8, 2 * lanes, 1, height=4, width=4, bias=False)        # NCHW, OIHW: k is strided in W and O
+    op = lo.Conv2d(8, 2 * lanes, 1, height=4, width=4, bias=False)        # NCHW, OIHW: k strided in W and O
     counts = count(lo.Schedule(op).reorder("kw", "k").vectorize("k"), isa)
     loop = site(counts, "vector loop k")
     assert (loop.work.broadcasts, loop.work.gathers, loop.work.scatters) == (1, 2, 1)   # I; W and O; O
     assert counts.gather_lanes == lanes * counts.total("gathers") == lanes * 2 * loop.executions
     assert counts.scatter_lanes == lanes * loop.executions
     w = counts.work
-    assert counts.memory_accesses == w.loads + w.broadcasts + w.stores + counts.gather_lanes + counts.scatter_lanes
+    lanewise = counts.gather_lanes + counts.scatter_lanes
+    assert counts.memory_accesses == w.loads + w.broadcasts + w.stores + lanewise
 
 
 @pytest.mark.parametrize("isa", VECTOR_ISAS)
@@ -122,7 +124,8 @@ def test_lanes_that_cross_the_padding_build_their_mask_lane_by_lane(isa):
 def test_a_dot_lane_does_four_products():
     isa = [i for i in available_int_isas() if i != "scalar"][0]
     op = lo.Matmul(7, 32, 16, quant=lo.QuantSpec("int8", True, False, "int8"))
-    s = lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o").vectorize("j_i")
+    s = (lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o")
+         .vectorize("j_i"))
     counts = count(s, isa)
     assert counts.arithmetic == "dot" and counts.useful_lanes == op.macs / 4
     assert counts.issued_lanes == counts.useful_lanes                  # every lane of every dot is a product
