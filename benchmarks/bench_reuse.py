@@ -65,12 +65,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) only this benchmark's section of docs/benchmarks.md."""
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace (or append) only ``section`` (default: this benchmark's) of docs/benchmarks.md."""
     DOC.parent.mkdir(exist_ok=True)
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    block = f"{SECTION}\n\n{text}\n\n"
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = f"{section}\n\n{text}\n\n"
     doc = pattern.sub(lambda _: block, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + block
     DOC.write_text(doc)
 
@@ -100,13 +100,15 @@ def main() -> None:
     for case in CASES:
         for granularity in ("line", "element"):
             for engine in ("trace", "analytical"):
-                out = subprocess.run([sys.executable, __file__, "--case", case, "--granularity", granularity,
-                                      "--engine", engine], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+                command = [sys.executable, __file__, "--case", case, "--granularity", granularity,
+                           "--engine", engine]
+                out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
                 rows.append(json.loads(out.splitlines()[-1]))
                 print(rows[-1], flush=True)
     check_engines_agree(rows)
     cpu = platform.processor() or platform.machine()
-    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), on {cpu} ({platform.system()}, L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
+    text = (f"ResNet-50 conv2_x (C=K=64, 56x56, 3x3, pad 1), on {cpu} ({platform.system()}, "
+            f"L1 {l1.size >> 10} KiB {l1.ways}-way), produced by "
             f"`python benchmarks/bench_reuse.py --write`; times exclude the one-off C build (the "
             f"analytical engine's isl analysis is included). The tiled schedule is `tile(ow=8, k=16)`. "
             f"The analytical engine proves with isl which blocks of the trace repeat and simulates "

@@ -1,29 +1,36 @@
 """The kernel model: a schedule's predicted time from what its generated kernel executes.
 
-``codegen.costs`` counts, per site of the kernel, the instructions and events of one execution
-and how many times it runs. Here each site costs the largest of
+``codegen.costs`` counts the kernel's sites (each a piece of code, its executions and the work of
+one). The model adds up, over all sites, the cycles each resource of one core needs (``RESOURCES``):
 
-* its port pressure: multiply-adds and other vector instructions on the vector ports, loads and
-  gathered lanes on the load ports, stores and scattered lanes on the store port, every
-  instruction (a scalar event counted as the instructions it takes) on the front end;
-* its chain: dependent accumulator updates times the update's latency (plus a store-to-load
-  forwarding when the partial sum goes through memory),
+* vector: multiply-adds (an integer update takes several instructions) and the other vector
+  instructions, on ``vector_per_cycle`` ports;
+* load and store: loads, broadcasts, spills, and gathered (scattered) lanes at their cost per lane;
+* issue: every instruction through the front end, a scalar event (loop trip, guard check, index
+  definition, division, lane step) counted as the instructions it takes;
+* latency: the chains of dependent accumulator updates, each step the update's latency (plus a
+  store-to-load forwarding when the partial sum goes through memory), divided by the number of
+  runs of one output's updates that fit in the reorder window (short runs of independent outputs
+  overlap);
+* memory (with ``traffic``): the bytes each level beyond L1 delivers, from the reuse-distance
+  profile (``lo.reuse``), over its bandwidth (``BANDWIDTH``).
 
-in cycles of ``CORE_COSTS`` (one table per ISA), summed over the sites. The memory hierarchy adds
-the bytes each level beyond L1 delivers (the reuse-distance profile's traffic, ``lo.reuse``)
-over its bandwidth (``BANDWIDTH``); the kernel takes the larger of the core and memory times.
-Cycles become seconds at the clock implied by the measured peak (``lo.peak_gflops``): a cycle
-issues ``fma_per_cycle`` multiply-adds of the ISA's lanes.
+The kernel takes as many cycles as its busiest resource (out-of-order execution overlaps the
+others), at the clock implied by the measured peak (``lo.peak_gflops``: a cycle issues
+``fma_per_cycle`` multiply-adds of the ISA's lanes), on one thread.
 
-The constants describe the core of this project's benchmark machine (Intel Xeon, Sapphire
-Rapids: 2 FMA ports, 2 vector loads and 1 vector store per cycle, FMA latency 4, scalar add
-latency 2 (the C compiler does not contract ``a * b + c`` in ISO C mode), ~5 cycles of store
-forwarding); the gather, scatter and scalar-event costs were fitted to this machine's
-measurements in ``benchmarks/bench_model.py`` (docs/benchmarks.md, "Model vs measured").
+The constants (``CORE_COSTS``, one table per ISA) are those of the benchmark machine's core, an
+Intel Xeon of the Sapphire Rapids generation (Golden Cove): 2 FMA ports, 2 vector loads and 1 vector
+store per cycle, 6-wide rename, a 512-entry reorder buffer, FMA latency 4, scalar add latency 2 (in
+ISO C mode the compiler does not contract ``a * b + c``), about 5 cycles of store forwarding. The
+gather and scatter costs per lane were measured with a microbenchmark on that machine; the costs of
+a guard check, a lane step, an index definition and a division were chosen by a grid search on
+ResNet-50 conv2_x schedules (docs/benchmarks.md, "Model vs measured"). The AVX2 table differs where
+AVX2 has no mask registers and no scatter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .analysis import Machine, ReuseProfile, reuse
 from .codegen.costs import KernelCounts, Site, count
@@ -60,14 +67,14 @@ UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1}   # 
 UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4}       # vpmulld + vpaddd: 10 + 1
 
 _AVX512 = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
-                    issue_per_cycle=5, gather_lane=0.5, scatter_lane=1.0, masked=0, mask=1, hsum=6,
-                    loop_iteration=2, definition=1, division=4, guard_check=2, lane_step=3, store_forward=5,
+                    issue_per_cycle=6, gather_lane=0.4, scatter_lane=0.9, masked=0, mask=1, hsum=6,
+                    loop_iteration=2, definition=1, division=8, guard_check=2, lane_step=1, store_forward=5,
                     scalar_add_latency=2, window=512)
 CORE_COSTS = {
     "avx512": _AVX512,
-    # no mask registers: a masked load or update is a blend, a mask 3 instructions, a scatter lane by lane
-    "avx2": CoreCosts(**{**_AVX512.__dict__, "loads_per_cycle": 3, "masked": 1, "mask": 3, "scatter_lane": 2,
-                         "hsum": 5}),
+    # 256-bit loads on 3 ports; no mask registers: a masked load or update is a blend, a mask 3
+    # instructions, a scatter lane by lane
+    "avx2": replace(_AVX512, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
     "scalar": _AVX512,
 }
 # bytes per cycle each level delivers to the one above it (L2 -> L1, L3 -> L2, DRAM -> L3), one core
@@ -142,10 +149,18 @@ def site_resources(site: Site, costs: CoreCosts, arithmetic: str) -> dict[str, f
     return {name: site.executions * value for name, value in zip(RESOURCES, per_execution, strict=True)}
 
 
-def memory_cycles(profile: ReuseProfile, machine: Machine | None = None) -> float:
-    """Cycles to move the bytes each level beyond L1 delivers, level after level."""
-    levels = profile.hierarchy(machine, set_associative=False).levels
-    return sum(level.bytes / BANDWIDTH[level.name] for level in levels if level.name in BANDWIDTH)
+def memory_cycles(profile: ReuseProfile, machine: Machine | None = None,
+                  set_associative: bool = False) -> float:
+    """Cycles to move the bytes each level beyond L1 delivers, level after level: the misses of the
+    level above it, fully associative, or with ``set_associative`` simulated in that level's sets and
+    ways where the hierarchy simulates them (L1, L2; see ``analysis.predict``)."""
+    levels = profile.hierarchy(machine, set_associative=set_associative).levels
+    cycles = 0.0
+    for above, level in zip(levels, levels[1:], strict=False):
+        if level.name in BANDWIDTH:
+            misses = above.set_assoc_misses
+            cycles += (level.bytes if misses is None else misses * profile.line_size) / BANDWIDTH[level.name]
+    return cycles
 
 
 def clock(isa: str) -> float:
@@ -156,9 +171,15 @@ def clock(isa: str) -> float:
 
 
 def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
-                 traffic: bool = True, machine: Machine | None = None) -> KernelModel:
-    """The kernel model of ``schedule`` on ``isa`` (module docstring). ``profile``: its line-granularity
-    reuse profile if already computed; ``traffic=False`` leaves the memory hierarchy out."""
+                 traffic: bool = True, machine: Machine | None = None,
+                 set_associative: bool = False) -> KernelModel:
+    """The kernel model of ``schedule`` on ``isa`` (module docstring).
+
+    ``profile``: the schedule's line-granularity reuse profile if already computed (not used when the
+    C compiler reorders a scalar nest: the reordered nest is analysed); ``traffic=False`` leaves the
+    memory hierarchy out; ``set_associative=True`` takes the L1 and L2 misses from a simulation of
+    their sets and ways (a pass over the whole trace: seconds on a layer) instead of a fully
+    associative LRU."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
     counts = count(schedule, isa)
@@ -168,5 +189,7 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
         for name, cycles in site_resources(site, costs, counts.arithmetic).items():
             resources[name] += cycles
     if traffic:
-        resources["memory"] = memory_cycles(profile or reuse(schedule, granularity="line"), machine)
+        if profile is None or counts.schedule.loop_names != schedule.loop_names:
+            profile = reuse(counts.schedule, granularity="line")
+        resources["memory"] = memory_cycles(profile, machine, set_associative)
     return KernelModel(counts, resources, clock(counts.isa))

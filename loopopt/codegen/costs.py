@@ -100,6 +100,7 @@ class Site:
 class KernelCounts:
     """Everything one run of a kernel executes, by site (see the module docstring)."""
 
+    schedule: Schedule           # what the kernel runs (a scalar nest: as the C compiler vectorized it)
     isa: str
     arithmetic: str              # float, integer, dot or dequantize (``arith.Arithmetic``)
     lanes: int                   # lanes of the vector instructions (1 when nothing is vectorized)
@@ -317,12 +318,12 @@ class _Counter:
             sites.append(self._output_init())
         sites += self._quant_sites()
         accumulators = len(block.accumulators) if block is not None else 0
-        return KernelCounts(self.arith.acc.name, self.arith.name, self.lanes, tuple(sites), self.instances(),
-                            accumulators, self._spilled(accumulators))
+        return KernelCounts(s, self.arith.acc.name, self.arith.name, self.lanes, tuple(sites),
+                            self.instances(), accumulators, self._spilled(accumulators))
 
     def _loop_site(self, depth: int) -> Site:
         loop = self.schedule.loops[depth]
-        work = Work(loop_iterations=0 if loop.name == self.dot else 1, definitions=self.defs[depth],
+        work = Work(loop_iterations=1 if self.trips(loop) > 1 else 0, definitions=self.defs[depth],
                     divisions=self.divisions[depth], guard_checks=self.guards_at(depth))
         return Site(f"loop {loop.name}", self.passing(depth - 1) * self.trips(loop), work, 1)
 
@@ -359,8 +360,9 @@ class _Counter:
         out = self.op.output
         guards = self.guards_at(depth)
         plan = vector_loop_plan(s, self.arith.acc, self.kinds, guards)
-        work = Work(loop_iterations=1, definitions=self.defs[depth], divisions=self.divisions[depth],
-                    masks=1 if plan.masked else 0)
+        trips = self.trips(loop)
+        work = Work(loop_iterations=1 if trips > 1 else 0, definitions=self.defs[depth],
+                    divisions=self.divisions[depth], masks=1 if plan.masked else 0)
         if plan.lane_loop:      # the lane loop defines the dims again at each lane
             work += Work(lane_steps=self.lanes, guard_checks=self.lanes * (guards + 1),
                          definitions=self.lanes * (self.defs[depth] + len(plan.lane_wise)),
@@ -368,11 +370,11 @@ class _Counter:
         for tensor in self.op.inputs:
             work += self._operand(tensor, plan.masked)
         update = Work(fma=1, masked=1 if plan.masked else 0)
-        executions = self.passing(depth - 1) * self.trips(loop)
+        executions = self.passing(depth - 1) * trips
+        name = f"vector loop {loop.name}"
         if plan.reduce:
             result = Work(hsums=1, loads=1, stores=1, output_accesses=2)
-            return [Site(f"vector loop {loop.name}", executions, work + update, self.lanes, 1.0,
-                         self.trips(loop)),
+            return [Site(name, executions, work + update, self.lanes, 1.0, trips),
                     Site(f"sum of vector loop {loop.name}", self.passing(depth - 1), result, 1,
                          *self.chain(s.loops[:depth]), True)]
         if out in plan.lane_wise:       # lanes may name one element: added one at a time
@@ -380,23 +382,29 @@ class _Counter:
             output = Work(loads=self.lanes, stores=self.lanes, output_accesses=2 * self.lanes)
         elif self.kinds[out].kind == "contiguous":
             output = Work(loads=1, stores=1, masked=2 if plan.masked else 0, output_accesses=2)
+            if trips == 1 and depth > 0:        # one vector: the statement of the loop around it
+                return self._statement_sites(name, executions, work + update, output, depth - 1)
         else:
             output = Work(gathers=1, scatters=1, masked=2, output_accesses=2)
-        return [Site(f"vector loop {loop.name}", executions, work + update + output, self.lanes,
-                     *self.chain(s.loops), True)]
+        return [Site(name, executions, work + update + output, self.lanes, *self.chain(s.loops), True)]
 
     def _scalar_sites(self) -> list[Site]:
-        s = self.schedule
-        n = len(s.loops)
+        n = len(self.schedule.loops)
         statement = Work(fma=1) + sum((self._operand(t, False) for t in self.op.inputs), Work())
         output = Work(loads=1, stores=1, output_accesses=2)
-        innermost = s.loops[-1]
+        return self._statement_sites("statement", self.passing(n - 1), statement, output, n - 1)
+
+    def _statement_sites(self, name: str, executions: int, work: Work, output: Work,
+                         depth: int) -> list[Site]:
+        """The statement inside loop ``depth`` and its ``output`` load and store. The C compiler keeps
+        the output in a register across that loop when the output does not depend on it (store
+        motion): loaded before it and stored after it. Otherwise every update goes through memory."""
+        s, loop = self.schedule, self.schedule.loops[depth]
         chain, run = self.chain(s.loops)
-        if innermost.name not in self.out_vars and innermost.extent > 1:
-            # the compiler keeps the output in a register across the innermost loop
-            return [Site("statement", self.passing(n - 1), statement, 1, chain, run),
-                    Site(f"output around loop {innermost.name}", self.passing(n - 2), output, 1)]
-        return [Site("statement", self.passing(n - 1), statement + output, 1, chain, run, True)]
+        if loop.name in self.out_vars or loop.extent == 1:
+            return [Site(name, executions, work + output, self.lanes, chain, run, True)]
+        return [Site(name, executions, work, self.lanes, chain, run),
+                Site(f"output around loop {loop.name}", self.passing(depth - 1), output, self.lanes)]
 
     def _spilled(self, accumulators: int) -> int:
         return max(0, accumulators - (REGISTERS[self.arith.acc.name] - OPERAND_REGISTERS))
@@ -433,8 +441,8 @@ class _Counter:
             bits, _, guards = block.setup[acc.name]
             extra = bool(guards.update_lanes) or chunk_tail
             updates = self._updates(block, acc) / bodies       # the share of bodies that update acc
-            body += Work(fma=updates, masked=updates if bits or extra else 0, masks=1 if extra else 0,
-                         guard_checks=1 if guards.store else 0)
+            # its existence test (acc_ok) does not change across the reduction: the compiler hoists it
+            body += Work(fma=updates, masked=updates if bits or extra else 0, masks=1 if extra else 0)
             conditions.update(guards.update)
             if guards.update_lanes:
                 masks.add(self._lane_mask(acc, guards.update_lanes))
