@@ -6,9 +6,10 @@ import html
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .measure import Timing, measure, peak_gflops
 from .model import kernel_model
@@ -32,17 +33,18 @@ class Row:
     percent_of_peak: float
     verified: bool
     max_error: float
-    predicted_ms: Optional[float] = None                          # the kernel model, one thread
-    dram_bytes: Optional[int] = None
-    energy_uj: Optional[float] = None
+    predicted_ms: float | None = None                          # the kernel model, one thread
+    dram_bytes: int | None = None
+    energy_uj: float | None = None
     misses: dict[str, int] = field(default_factory=dict)          # per cache level
     level_bytes: dict[str, int] = field(default_factory=dict)     # bytes delivered per level
     level_energy_uj: dict[str, float] = field(default_factory=dict)
 
 
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
-           ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"), ("% peak", "percent_of_peak", "{:.1f}"),
-           ("ok", "verified", "{}"), ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
+           ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"),
+           ("% peak", "percent_of_peak", "{:.1f}"), ("ok", "verified", "{}"),
+           ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
 
 
@@ -70,8 +72,8 @@ class Comparison:
     def __str__(self) -> str:
         table = [[head for head, _, _ in COLUMNS]] + [self._cells(r) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-        lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-                 for row in table]
+        lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                           for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
         head = f"{self.op!r}: {self.op.flops / 1e6:.1f} M{self.unit[1:-2]}, peak {self.peak:.1f} {self.unit}"
         return "\n".join([head] + lines + ([self.note] if self.note else []))
@@ -134,7 +136,7 @@ def _analysis():
     return analysis
 
 
-def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]] = None, isa: str = "auto",
+def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None = None, isa: str = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1) -> Comparison:
     """Compile, verify, measure and (with ``reuse``) analyse each schedule of ``op``.
@@ -144,7 +146,7 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
-    for name, schedule in zip(names, schedules):
+    for name, schedule in zip(names, schedules, strict=True):
         if not isinstance(schedule, Schedule) or schedule.op is not op and repr(schedule.op) != repr(op):
             raise ValueError(f"schedule {name!r} is not a Schedule of {op!r}")
     analysis = _analysis() if reuse else None
@@ -152,7 +154,7 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1)
     bar, rows, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule) in enumerate(zip(names, schedules)):
+    for index, (name, schedule) in enumerate(zip(names, schedules, strict=True)):
         done = index * (2 if analysis else 1)
         bar.update(done, f"{name}: compile + measure")
         kernel = schedule.compile(isa)
@@ -162,13 +164,15 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Optional[Sequence[str]
             bar.update(done + 1, f"{name}: reuse analysis")
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
-        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis), machine=machine)
+        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+                             machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
         rows.append(row)
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    return Comparison(op, rows, profiles, peak_gflops(resolved, "float32" if op.quant is None else "int8"), note)
+    peak = peak_gflops(resolved, "float32" if op.quant is None else "int8")
+    return Comparison(op, rows, profiles, peak, note)
 
 
 def _row(name: str, isa: str, timing: Timing) -> Row:

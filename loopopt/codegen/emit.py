@@ -9,7 +9,6 @@ kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
@@ -43,7 +42,7 @@ class Generated:
     isa: Isa
     access_kinds: dict[str, AccessKind]
     openmp: bool
-    plan: Optional[quantized.QuantPlan] = None     # quantized ops: what the kernel computes
+    plan: quantized.QuantPlan | None = None     # quantized ops: what the kernel computes
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -88,7 +87,8 @@ class VectorLoopPlan:
     lane_loop: bool              # a scalar loop over the lanes builds the mask bits and index arrays
 
 
-def vector_loop_plan(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind], guards: int) -> VectorLoopPlan:
+def vector_loop_plan(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind],
+                     guards: int) -> VectorLoopPlan:
     """The plan of the vector loop of ``schedule`` with ``guards`` guards checked at its depth."""
     loop, out = schedule.vector_loop, schedule.op.output
     # Accumulate across lanes only when the output element is syntactically outside the
@@ -109,8 +109,8 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
-    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float", const=t != out)
-                   for t in args) + (quantized.parameters(plan) if plan else ())
+    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float",
+                               const=t != out) for t in args) + (quantized.parameters(plan) if plan else ())
     emitter = _Emitter(schedule, isa, kinds, arith, params)
     nest = emitter.nest_function()
     body = emitter.function_body()
@@ -128,11 +128,11 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
     lines = [f"/* loopopt kernel for {schedule.op!r}",
              f" * isa: {isa.name} ({isa.lanes} lane(s) of {arith.scalar_type}32), arithmetic: {arith.name}"]
     if arith.plan is not None and arith.plan.dot_loop:
-        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by each "
-                     f"dot instruction (u8 x s8 -> s32)")
+        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by "
+                     f"each dot instruction (u8 x s8 -> s32)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    lines.append(" * loops: " + ", ".join(f"{l.name}[{l.extent}]" for l in schedule.loops))
+    lines.append(" * loops: " + ", ".join(f"{loop.name}[{loop.extent}]" for loop in schedule.loops))
     if kinds:
         lines.append(f" * vector loop {schedule.vector_loop.name}: " +
                      ", ".join(f"{t} {k}" for t, k in kinds.items()))
@@ -157,7 +157,8 @@ class _Emitter:
         # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like
         # a serial kernel (restrict arguments, register allocation of its own).
         par = schedule.parallel_loop
-        self.ranged = par is not None and all(l.extent == 1 for l in schedule.loops[:schedule.position(par.name)])
+        self.ranged = par is not None and all(loop.extent == 1
+                                              for loop in schedule.loops[:schedule.position(par.name)])
 
     # --- placement ---------------------------------------------------------------------
     def loop_depth(self, expr: Expr) -> int:
@@ -214,8 +215,10 @@ class _Emitter:
         self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
         self.emit(1, f"const int lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
         self.emit(1, "const int lo_begin = lo_thread * lo_chunk;")
-        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
-        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({', '.join(p.name for p in self.params)}, lo_begin, lo_end);")
+        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : "
+                     f"{loop.extent};")
+        arguments = ", ".join(p.name for p in self.params)
+        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")
 
     def nest_function(self) -> str:
@@ -251,7 +254,7 @@ class _Emitter:
         self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
         if self.schedule.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
-        for depth, (name, size) in enumerate(zip(names, info.shape)):
+        for depth, (name, size) in enumerate(zip(names, info.shape, strict=True)):
             self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
         self.emit(len(names), f"{out}[{offset}] = {value};")
 
@@ -266,7 +269,8 @@ class _Emitter:
             return
         if depth == len(self.schedule.loops):
             a, b = self.op.inputs
-            self.emit(indent, f"{self.ref(self.op.output)} += {self.arith.product(self.ref(a), self.ref(b))};")
+            product = self.arith.product(self.ref(a), self.ref(b))
+            self.emit(indent, f"{self.ref(self.op.output)} += {product};")
             return
         loop = self.schedule.loops[depth]
         if self.arith.plan is not None and loop.name == self.arith.plan.dot_loop:
@@ -292,7 +296,8 @@ class _Emitter:
         """The dot loop runs once, at its first iteration: each dot instruction consumes all of it."""
         loop = self.schedule.loops[depth]
         guards = self._guards_at(depth)
-        self.emit(indent, f"{{ const int {loop.name} = 0;   /* {loop.extent} iterations per dot instruction */")
+        self.emit(indent, f"{{ const int {loop.name} = 0;   "
+                          f"/* {loop.extent} iterations per dot instruction */")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in guards:
@@ -338,8 +343,8 @@ class _Emitter:
         if not plan.lane_loop:
             if not plan.masked:
                 return None
-            self.emit(depth, f"const {isa.mask_type} lo_mask = "
-                             f"{isa.mask_count(n=f'({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})')};")
+            lanes = f"({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})"
+            self.emit(depth, f"const {isa.mask_type} lo_mask = {isa.mask_count(n=lanes)};")
             return "lo_mask"
         self.emit(depth, f"unsigned lo_bits = 0u; const int lo_v0 = {v};")
         for tensor in gathered:
