@@ -129,6 +129,8 @@ def test_a_dot_lane_does_four_products():
     counts = count(s, isa)
     assert counts.arithmetic == "dot" and counts.useful_lanes == op.macs / 4
     assert counts.issued_lanes == counts.useful_lanes                  # every lane of every dot is a product
+    blocked = count(s.register_block("k_o"), isa)                       # the dot loop inside the block
+    assert blocked.accumulators == 2 and blocked.issued_lanes == counts.issued_lanes
 
 
 def test_kernel_model_sees_the_register_block():

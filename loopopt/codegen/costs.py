@@ -19,9 +19,9 @@ isl over the loops' box and the guards the nest checks above it) doing one ``Wor
 A site also says how many dependent accumulator updates one execution adds to its longest
 chain (``chain``: one over the number of outputs updated in turn), how many updates of one output
 come in a row (``run``) and whether the chain goes through memory (a partial sum stored, then
-loaded by the next update of the same output). A schedule without vector loop whose innermost loop the
-C compiler vectorizes is counted as the vectorized schedule the compiler makes of it
-(``compiler_vectorized``; ``KernelCounts.compiler_vectorized`` says what it did).
+loaded by the next update of the same output). A scalar nest that the C compiler vectorizes is
+counted as the vectorized schedule the compiler makes of it (``compiler_vectorized``;
+``KernelCounts.compiler_vectorized`` says what it did).
 """
 from __future__ import annotations
 
@@ -260,12 +260,14 @@ class _Counter:
     # --- iteration counts ------------------------------------------------------------------
     def passing(self, depth: int) -> int:
         """Iterations of loops 0..depth whose guards (checked at those depths) all hold."""
-        if depth < 0:
-            return 1
+        return self._card(self._conditions(depth), depth) if depth >= 0 else 1
+
+    def _conditions(self, depth: int) -> list[str]:
+        """isl constraints of the iterations of loops 0..depth that the nest runs."""
         conditions = [b.to_isl() for b, at in self.placed if at <= depth]
         if self.dot is not None and self.schedule.position(self.dot) <= depth:
             conditions.append(f"{self.dot} = 0")      # the dot loop runs its first iteration only
-        return self._card(conditions, depth)
+        return conditions
 
     def _card(self, conditions: list[str], depth: int) -> int:
         inner = len(self.schedule.loops) - depth - 1
@@ -337,8 +339,6 @@ class _Counter:
         """The instruction ``arith.Arithmetic.operand`` loads an access with: the dot arithmetic reads
         4 bytes per lane, so only a stride of 4 bytes is a plain load (a contiguous one is a byte
         gather); the others load what the access kind says (``arith.load``)."""
-        if self.lanes == 1:
-            return "load"
         if self.arith.name == "dot" and access.kind != "broadcast":
             return "load" if access.kind == "strided" and access.stride == DOT else "gather"
         return {"broadcast": "broadcast", "contiguous": "load"}.get(access.kind, "gather")
@@ -460,7 +460,7 @@ class _Counter:
     def _updates(self, block: RegisterBlock, acc: Accumulator) -> int:
         """Bodies of ``block`` in which ``acc`` is updated: its guards that do not vary across the
         lanes hold (those that do only mask lanes off)."""
-        conditions = [b.to_isl() for b, at in self.placed if at < block.body_depth]
+        conditions = self._conditions(block.body_depth - 1)
         for _, guard, depth in block.guards:
             bound = acc.guard(guard)
             if depth >= block.body_depth and not (self.vector and self.vector.name in bound.expr.variables()):
