@@ -223,10 +223,10 @@ schedules; the core's widths, latencies and reorder window are those of this CPU
 Cove); the gather and scatter costs were measured with a microbenchmark on this machine; the costs of
 a guard check, a lane step, an index definition and a division were chosen by a grid search on the
 conv2_x schedules of an earlier run (the Matmul schedules were not used to choose them). Known
-misses: GCC vectorizes some scalar register blocks itself (SLP: conv2_x `stored -vec`, `os k64 ow7
--vec` run 3-5x faster than modelled) and not others (the Matmul ones, which run 3-6x slower); the
-model does not see cache conflicts unless simulated (`weight_stationary`, `naive vec k` and `j k i
-vec i` on the Matmul, whose power-of-two strides map their columns to a few L1 sets)."""
+misses: GCC vectorizes some scalar register blocks itself (SLP: conv2_x `stored -vec` and `os k64
+ow7 -vec` run faster than modelled) and not others (the Matmul `-vec` blocks run slower); without
+the simulation the model does not see cache conflicts (Matmul `weight_stationary`, `naive vec k`,
+`j k i vec i`: power-of-two strides map their columns to a few L1 sets)."""
 
 
 def main() -> None:

@@ -114,7 +114,8 @@ class KernelModel:
             f"{self.predicted_seconds * 1e3:.3f} ms ({self.cycles:.3g} cycles at {self.hertz / 1e9:.2f} GHz, "
             f"bound by {self.bound})",
             "  cycles: " + ", ".join(f"{name} {value:.3g}" for name, value in self.resources.items()),
-            f"  multiply-adds {w.fma:.4g} ({useful:.0%} of their lanes useful), loads {w.loads:.4g}, "
+            f"  instructions {c.instructions:.4g}: multiply-adds {w.fma:.4g} ({useful:.0%} of their lanes "
+            f"useful), loads {w.loads:.4g}, "
             f"broadcasts {w.broadcasts:.4g}, gathered lanes {c.gather_lanes:.4g}, stores {w.stores:.4g}, "
             f"scattered lanes {c.scatter_lanes:.4g}, masked {w.masked:.4g}",
             f"  lane steps {w.lane_steps:.4g}, loop trips {w.loop_iterations:.4g}, guard checks "
