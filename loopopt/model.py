@@ -143,7 +143,7 @@ def site_resources(site: Site, costs: CoreCosts, arithmetic: str) -> dict[str, f
     if site.chain:
         step = (costs.scalar_add_latency if scalar else UPDATE_LATENCY[arithmetic]) \
             + (costs.store_forward if site.chain_memory else 0)
-        overlap = max(1.0, costs.window / (site.run * issued / site.chain))
+        overlap = max(1.0, costs.window * site.chain / max(site.run * issued, 1.0))
         latency = site.chain * step / overlap
     per_execution = (vector / costs.vector_per_cycle, loads / costs.loads_per_cycle,
                      stores / costs.stores_per_cycle, issued / costs.issue_per_cycle, latency)
@@ -165,7 +165,7 @@ def memory_cycles(profile: ReuseProfile, machine: Machine | None = None,
 
 
 def clock(isa: str) -> float:
-    """Cycles per second implied by the measured peak of ``isa`` (scalar: of the best vector ISA)."""
+    """Cycles per second implied by the measured peak of ``isa`` (scalar: of the best ISA this CPU runs)."""
     name = isa if ISAS[isa].vectorizes else available_isas()[0]
     lanes = ISAS[name].lanes
     return peak_gflops(name) * 1e9 / (2 * lanes * CORE_COSTS[name].fma_per_cycle)
