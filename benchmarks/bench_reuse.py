@@ -65,12 +65,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) only this benchmark's section of docs/benchmarks.md."""
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace (or append) only ``section`` (default: this benchmark's) of docs/benchmarks.md."""
     DOC.parent.mkdir(exist_ok=True)
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    block = f"{SECTION}\n\n{text}\n\n"
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = f"{section}\n\n{text}\n\n"
     doc = pattern.sub(lambda _: block, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + block
     DOC.write_text(doc)
 

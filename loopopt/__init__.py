@@ -14,6 +14,7 @@ from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
+from .model import KernelModel, kernel_model
 from .ops import Conv2d, Matmul
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
@@ -27,6 +28,7 @@ __all__ = [
     "Conv2d",
     "IllegalScheduleError",
     "Kernel",
+    "KernelModel",
     "Machine",
     "MachineProfile",
     "Matmul",
@@ -46,6 +48,7 @@ __all__ = [
     "dataflows",
     "dequantize",
     "get_layer",
+    "kernel_model",
     "list_layers",
     "list_schedules",
     "load_schedule",

@@ -11,6 +11,7 @@ from typing import Any
 
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
+from .model import kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
@@ -34,6 +35,7 @@ class Row:
     max_error: float
     noisy: bool = False
     noise: str = ""                 # why the timing is noisy ("" when stable)
+    predicted_ms: float | None = None                          # the kernel model, one thread
     dram_bytes: int | None = None
     energy_uj: float | None = None
     misses: dict[str, int] = field(default_factory=dict)          # per cache level
@@ -51,11 +53,12 @@ def _flag(value: object, fmt: str) -> str:
 
 
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
-           ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"), ("% peak", "percent_of_peak", "{:.1f}"),
-           ("ok", "verified", "{}"), ("noise", "noisy", "{}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
+           ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"),
+           ("% peak", "percent_of_peak", "{:.1f}"), ("ok", "verified", "{}"), ("noise", "noisy", "{}"),
+           ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
-CELL = {"noisy": lambda value: "NOISY" if value else "-", "dram_bytes": lambda value: _flag(value and value / 1e6,
-                                                                                             "{:.2f}")}
+CELL = {"noisy": lambda value: "NOISY" if value else "-",
+        "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
 
 
 class Comparison:
@@ -114,8 +117,8 @@ class Comparison:
     def __str__(self) -> str:
         table = [[head for head, _, _ in COLUMNS]] + [self._cells(r) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-        lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-                 for row in table]
+        lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                           for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(self._heading() + lines + self._footing())
 
@@ -176,7 +179,7 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
-    for name, schedule in zip(names, schedules):
+    for name, schedule in zip(names, schedules, strict=True):
         if not isinstance(schedule, Schedule) or schedule.op is not op and repr(schedule.op) != repr(op):
             raise ValueError(f"schedule {name!r} is not a Schedule of {op!r}")
     analysis = _analysis() if reuse else None
@@ -184,7 +187,7 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule) in enumerate(zip(names, schedules)):
+    for index, (name, schedule) in enumerate(zip(names, schedules, strict=True)):
         bar.update(index, f"{name}: compile")
         kernel = schedule.compile(isa)
         kernel.set_threads(threads if schedule.parallel_loop is not None else 1)
@@ -198,6 +201,9 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
             bar.update(len(kernels) + 1 + index, f"{name}: reuse analysis")
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
+    for name, schedule, kernel, row in zip(names, schedules, kernels, rows, strict=True):
+        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis), machine=machine)
+        row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them

@@ -20,6 +20,7 @@ def test_rows_verified_and_analysed(comparison):
     assert [r.name for r in comparison.rows] == NAMES
     for row in comparison.rows:
         assert row.verified and row.gflops > 0 and row.dram_bytes > 0 and row.energy_uj > 0
+        assert row.predicted_ms > 0
         assert set(row.misses) >= {"registers", "L1", "DRAM"}
 
 
@@ -41,5 +42,6 @@ def test_without_reuse_and_mismatched_names():
     op = lo.Matmul(8, 16, 8)
     cmp = compare(op, [dataflows.output_stationary(op)], ["os"], reuse=False, progress=False, budget=0.02)
     assert cmp.rows[0].dram_bytes is None and not cmp.profiles
+    assert cmp.rows[0].predicted_ms > 0                    # the kernel model, without memory traffic
     with pytest.raises(ValueError, match="names"):
         compare(op, [lo.Schedule(op)], ["a", "b"], progress=False)

@@ -9,7 +9,6 @@ kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
@@ -43,7 +42,7 @@ class Generated:
     isa: Isa
     access_kinds: dict[str, AccessKind]
     openmp: bool
-    plan: Optional[quantized.QuantPlan] = None     # quantized ops: what the kernel computes
+    plan: quantized.QuantPlan | None = None     # quantized ops: what the kernel computes
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -58,6 +57,50 @@ def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
     return {t: classify(schedule, t, isa.lanes) for t in schedule.op.tensors}
 
 
+def dim_depths(schedule: Schedule) -> dict[str, int]:
+    """The loop depth at which the nest defines each op dim (its innermost loop; -1: before all loops)."""
+    position = {name: i for i, name in enumerate(schedule.loop_names)}
+    return {d: max((position[v] for v in e.variables() if v in position), default=-1)
+            for d, e in schedule.dim_values.items()}
+
+
+def placed_guards(schedule: Schedule) -> tuple[tuple[Bound, int], ...]:
+    """The guards as the plain nest checks them, each with its loop depth, in the order of
+    ``schedule.guards``: partial blocks (over loops) where their innermost loop opens, then the
+    op's guards (over dims) where all their dims are defined."""
+    depths = dim_depths(schedule)
+    position = {name: i for i, name in enumerate(schedule.loop_names)}
+    partial = tuple((g, max((position[v] for v in g.expr.variables()), default=-1))
+                    for g in schedule.partial_guards)
+    return partial + tuple((g, max((depths[d] for d in g.expr.variables()), default=-1))
+                           for g in schedule.op.guards)
+
+
+@dataclass(frozen=True)
+class VectorLoopPlan:
+    """How the plain nest runs its vectorized loop (a register block has its own plan)."""
+
+    reduce: bool                 # the output is outside the loop: one accumulator, summed after it
+    lane_wise: tuple[str, ...]   # tensors accessed lane by lane through index arrays (gathers, and a
+                                 # broadcast output that is not a reduction), in tensor order
+    masked: bool                 # lanes can be off: a guard on the loop or a partial last vector
+    lane_loop: bool              # a scalar loop over the lanes builds the mask bits and index arrays
+
+
+def vector_loop_plan(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind],
+                     guards: int) -> VectorLoopPlan:
+    """The plan of the vector loop of ``schedule`` with ``guards`` guards checked at its depth."""
+    loop, out = schedule.vector_loop, schedule.op.output
+    # Accumulate across lanes only when the output element is syntactically outside the
+    # vector loop; an output that isl proves constant but is written in terms of the
+    # vector variable goes through the per-lane path.
+    reduce = kinds[out].kind == "broadcast" and loop.name not in schedule.offset(out).variables()
+    lane_wise = tuple(t for t, k in kinds.items()
+                      if k.kind == "gather" or (t == out and k.kind == "broadcast" and not reduce))
+    return VectorLoopPlan(reduce, lane_wise, bool(guards) or loop.extent % isa.lanes != 0,
+                          bool(guards) or bool(lane_wise))
+
+
 def generate(schedule: Schedule, isa: Isa) -> Generated:
     """The complete C translation unit of ``schedule`` for ``isa``."""
     plan = quantized.plan(schedule, isa.lanes) if schedule.op.quant is not None else None
@@ -66,8 +109,8 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
-    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float", const=t != out)
-                   for t in args) + (quantized.parameters(plan) if plan else ())
+    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float",
+                               const=t != out) for t in args) + (quantized.parameters(plan) if plan else ())
     emitter = _Emitter(schedule, isa, kinds, arith, params)
     nest = emitter.nest_function()
     body = emitter.function_body()
@@ -85,11 +128,11 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
     lines = [f"/* loopopt kernel for {schedule.op!r}",
              f" * isa: {isa.name} ({isa.lanes} lane(s) of {arith.scalar_type}32), arithmetic: {arith.name}"]
     if arith.plan is not None and arith.plan.dot_loop:
-        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by each "
-                     f"dot instruction (u8 x s8 -> s32)")
+        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by "
+                     f"each dot instruction (u8 x s8 -> s32)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    lines.append(" * loops: " + ", ".join(f"{l.name}[{l.extent}]" for l in schedule.loops))
+    lines.append(" * loops: " + ", ".join(f"{loop.name}[{loop.extent}]" for loop in schedule.loops))
     if kinds:
         lines.append(f" * vector loop {schedule.vector_loop.name}: " +
                      ", ".join(f"{t} {k}" for t, k in kinds.items()))
@@ -105,7 +148,8 @@ class _Emitter:
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
-        self.dim_depth = {d: self.loop_depth(v) for d, v in schedule.dim_values.items()}
+        self.dim_depth = dim_depths(schedule)
+        self.placed = placed_guards(schedule)
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
@@ -113,21 +157,16 @@ class _Emitter:
         # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like
         # a serial kernel (restrict arguments, register allocation of its own).
         par = schedule.parallel_loop
-        self.ranged = par is not None and all(l.extent == 1 for l in schedule.loops[:schedule.position(par.name)])
+        self.ranged = par is not None and all(loop.extent == 1
+                                              for loop in schedule.loops[:schedule.position(par.name)])
 
     # --- placement ---------------------------------------------------------------------
     def loop_depth(self, expr: Expr) -> int:
         """Index of the innermost loop among the loop variables of ``expr`` (-1 if none)."""
         return max((self.position[v] for v in expr.variables() if v in self.position), default=-1)
 
-    def _guard_depth(self, guard: Bound, over_dims: bool) -> int:
-        if over_dims:
-            return max((self.dim_depth[d] for d in guard.expr.variables()), default=-1)
-        return self.loop_depth(guard.expr)
-
     def _guards_at(self, depth: int) -> list[Bound]:
-        partial = [g for g in self.schedule.partial_guards if self._guard_depth(g, False) == depth]
-        return partial + [g for g in self.op.guards if self._guard_depth(g, True) == depth]
+        return [guard for guard, at in self.placed if at == depth]
 
     def _defs_at(self, depth: int) -> list[str]:
         return [f"const int {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
@@ -176,8 +215,10 @@ class _Emitter:
         self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
         self.emit(1, f"const int lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
         self.emit(1, "const int lo_begin = lo_thread * lo_chunk;")
-        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
-        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({', '.join(p.name for p in self.params)}, lo_begin, lo_end);")
+        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : "
+                     f"{loop.extent};")
+        arguments = ", ".join(p.name for p in self.params)
+        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")
 
     def nest_function(self) -> str:
@@ -213,7 +254,7 @@ class _Emitter:
         self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
         if self.schedule.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
-        for depth, (name, size) in enumerate(zip(names, info.shape)):
+        for depth, (name, size) in enumerate(zip(names, info.shape, strict=True)):
             self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
         self.emit(len(names), f"{out}[{offset}] = {value};")
 
@@ -228,7 +269,8 @@ class _Emitter:
             return
         if depth == len(self.schedule.loops):
             a, b = self.op.inputs
-            self.emit(indent, f"{self.ref(self.op.output)} += {self.arith.product(self.ref(a), self.ref(b))};")
+            product = self.arith.product(self.ref(a), self.ref(b))
+            self.emit(indent, f"{self.ref(self.op.output)} += {product};")
             return
         loop = self.schedule.loops[depth]
         if self.arith.plan is not None and loop.name == self.arith.plan.dot_loop:
@@ -254,7 +296,8 @@ class _Emitter:
         """The dot loop runs once, at its first iteration: each dot instruction consumes all of it."""
         loop = self.schedule.loops[depth]
         guards = self._guards_at(depth)
-        self.emit(indent, f"{{ const int {loop.name} = 0;   /* {loop.extent} iterations per dot instruction */")
+        self.emit(indent, f"{{ const int {loop.name} = 0;   "
+                          f"/* {loop.extent} iterations per dot instruction */")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in guards:
@@ -269,15 +312,8 @@ class _Emitter:
         isa, loop, out = self.isa, self.vector, self.op.output
         lanes_guards = self._guards_at(depth)
         v = loop.name
-        # Accumulate across lanes only when the output element is syntactically outside the
-        # vector loop; an output that isl proves constant but is written in terms of the
-        # vector variable goes through the per-lane path.
-        reduce = self.kinds[out].kind == "broadcast" and v not in self.schedule.offset(out).variables()
-        lane_wise = {t for t, k in self.kinds.items() if k.kind == "gather"}
-        if self.kinds[out].kind == "broadcast" and not reduce:
-            lane_wise.add(out)
-        gathered = [t for t in self.kinds if t in lane_wise]
-        masked = bool(lanes_guards) or loop.extent % isa.lanes != 0
+        plan = vector_loop_plan(self.schedule, isa, self.kinds, len(lanes_guards))
+        reduce = plan.reduce
         self.emit(indent, f"/* vector loop {v}: {isa.lanes} lanes; " +
                   ", ".join(f"{t} {k}" for t, k in self.kinds.items()) + " */")
         self.emit(indent, "{")
@@ -290,24 +326,25 @@ class _Emitter:
         body = inner + 1
         for line in self._defs_at(depth):
             self.emit(body, line)
-        mask = self._emit_mask(body, lanes_guards, gathered, masked)
+        mask = self._emit_mask(body, lanes_guards, plan)
         a, b = self.op.inputs
         self.emit(body, f"const {isa.vector_type} lo_a = {self._load(a, mask)};")
         self.emit(body, f"const {isa.vector_type} lo_b = {self._load(b, mask)};")
-        self._emit_update(body, out, mask, reduce, out in lane_wise)
+        self._emit_update(body, out, mask, reduce, out in plan.lane_wise)
         self.emit(inner, "}")
         if reduce:
             self.emit(inner, f"{self.ref(out)} += {isa.hsum(v='lo_acc')};")
         self.emit(indent, "}")
 
-    def _emit_mask(self, depth: int, guards: list[Bound], gathered: list[str], masked: bool) -> str | None:
+    def _emit_mask(self, depth: int, guards: list[Bound], plan: VectorLoopPlan) -> str | None:
         """Declare the lane mask (None when every lane is always valid) and gather indices."""
         isa, v, extent = self.isa, self.vector.name, self.vector.extent
-        if not guards and not gathered:
-            if not masked:
+        gathered = plan.lane_wise
+        if not plan.lane_loop:
+            if not plan.masked:
                 return None
-            self.emit(depth, f"const {isa.mask_type} lo_mask = "
-                             f"{isa.mask_count(n=f'({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})')};")
+            lanes = f"({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})"
+            self.emit(depth, f"const {isa.mask_type} lo_mask = {isa.mask_count(n=lanes)};")
             return "lo_mask"
         self.emit(depth, f"unsigned lo_bits = 0u; const int lo_v0 = {v};")
         for tensor in gathered:
@@ -321,7 +358,7 @@ class _Emitter:
         conditions = [f"{v} < {extent}"] + [f"({g.to_c()})" for g in guards]
         self.emit(depth + 1, f"if ({' && '.join(conditions)}) lo_bits |= 1u << lo_j;")
         self.emit(depth, "}")
-        if not masked:
+        if not plan.masked:
             return None
         self.emit(depth, f"const {isa.mask_type} lo_mask = {isa.mask_bits(s='lo_bits')};")
         return "lo_mask"
