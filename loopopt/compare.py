@@ -94,8 +94,8 @@ class Comparison:
 
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
-        return [(f"{self.op!r}: {self.op.flops / 1e6:.1f} M{self.unit[1:-2]}, peak {self.peak:.1f} {self.unit} "
-                f"(one core, machine profile)"),
+        work = f"{self.op.flops / 1e6:.1f} M{self.unit[1:-2]}"
+        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, machine profile)",
                 f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
 
     def _footing(self) -> list[str]:
@@ -105,8 +105,8 @@ class Comparison:
             # the other processes' share is one figure for all rows; a spread is each row's own
             reasons = dict.fromkeys(reason if reason.startswith("other processes") else f"{r.name}: {reason}"
                                     for r in self.rows if r.noisy for reason in r.noise.split("; "))
-            lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median ({ranking}) may "
-                         f"not hold; re-run on a quiet machine")
+            lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median "
+                         f"({ranking}) may not hold; re-run on a quiet machine")
         elif len(self.rows) > 1:
             lines.append(f"ranking by interleaved median: {ranking}")
         p = self.provenance
@@ -127,15 +127,17 @@ class Comparison:
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                        for r in self.rows)
         paragraphs = lambda lines: "".join(f"<p>{html.escape(line)}</p>" for line in lines)
-        return (f"{paragraphs(self._heading())}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                f"{paragraphs(self._footing())}")
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return f"{paragraphs(self._heading())}{table}{paragraphs(self._footing())}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The comparison as JSON-ready data, with how (``timing``) and where (``provenance``) it was measured."""
+        """The comparison as JSON-ready data, with how (``timing``) and where (``provenance``) it was
+        measured."""
+        timing = {"scope": END_TO_END if self.end_to_end else KERNEL_ONLY, "end_to_end": self.end_to_end,
+                  "rounds": self.rounds, "other_cpu_share": self.other_cpu_share, "noisy": self.noisy}
         return {"op": repr(self.op), "flops": self.op.flops, "peak_gflops": self.peak, "note": self.note,
-                "timing": {"scope": END_TO_END if self.end_to_end else KERNEL_ONLY, "end_to_end": self.end_to_end,
-                           "rounds": self.rounds, "other_cpu_share": self.other_cpu_share, "noisy": self.noisy},
-                "ranking": self.ranking(), "provenance": self.provenance, "rows": [asdict(r) for r in self.rows]}
+                "timing": timing, "ranking": self.ranking(), "provenance": self.provenance,
+                "rows": [asdict(r) for r in self.rows]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -144,7 +146,8 @@ class Comparison:
         """One line per row (nested per-level figures left out), each with the provenance columns."""
         path = Path(path)
         where = {f"provenance_{k}": v for k, v in self.provenance.items() if k != "isa"}
-        flat = [{**{k: v for k, v in asdict(r).items() if not isinstance(v, dict)}, **where} for r in self.rows]
+        flat = [{**{k: v for k, v in asdict(r).items() if not isinstance(v, dict)}, **where}
+                for r in self.rows]
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(flat[0]))
             writer.writeheader()
@@ -202,12 +205,14 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row in zip(names, schedules, kernels, rows, strict=True):
-        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis), machine=machine)
+        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+                             machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    return Comparison(op, rows, profiles, peak_gflops(resolved, "float32" if op.quant is None else "int8"), note,
+    peak = peak_gflops(resolved, "float32" if op.quant is None else "int8")
+    return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
                       provenance=provenance(isa=resolved, threads=threads))
@@ -220,7 +225,8 @@ def _provenance(rows: list[Row]) -> dict[str, Any]:
 
 def _row(name: str, isa: str, timing: Timing) -> Row:
     return Row(name, isa, timing.median * 1e3, timing.min * 1e3, timing.iqr * 1e3, timing.repeats,
-               timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy, timing.noise)
+               timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy,
+               timing.noise)
 
 
 def _add_hierarchy(row: Row, hierarchy) -> None:
