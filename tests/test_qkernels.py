@@ -307,3 +307,15 @@ def test_int8_schedule_on_its_layer(name, isa):
 def test_int8_schedule_applies_to_any_quantized_conv(name, data):
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
     check(lo.load_schedule(name, op), data.draw(st.sampled_from(ISAS)))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_fused_epilogue_dead_lanes_read_the_tables_in_bounds(isa):
+    """5 columns in a vector of 8: the dead lanes 5..7 compute the last column's value (clamped
+    index), so they read the activation sums and compensation tables in bounds (the sanitizer tier
+    sees such a read)."""
+    op = lo.Conv2d(1, 1, 3, padding=1, height=5, width=5, quant=lo.QuantSpec("uint8", True, False, "uint8"))
+    s = lo.Schedule(op).tile(ow=8).vectorize("ow_i").register_block("c")
+    kernel = check(s, isa)
+    if isa != "scalar":
+        assert kernel.plan.fused_epilogue and "const int lo_w = ((8*ow_o + lo_lane) < 4 ? " in kernel.source
