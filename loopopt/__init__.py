@@ -6,6 +6,7 @@ SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``.
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
 from .analysis import Machine, ReuseProfile, reuse, reuse_distances
+from .buffers import MemoryLimitError
 from .codegen.isa import available_isas
 from .kernel import Kernel
 from .cbuild import BuildError
@@ -19,6 +20,7 @@ from .schedule_file import ScheduleFileError, list_schedules, load_schedule, sav
 
 __all__ = [
     "Conv2d", "Matmul", "Schedule", "ScheduleError", "IllegalScheduleError", "Kernel", "BuildError",
+    "MemoryLimitError",
     "available_isas", "measure", "Timing", "peak_gflops", "reuse", "ReuseProfile", "reuse_distances", "Machine",
     "dataflows", "compare", "Comparison", "get_layer", "list_layers",
     "load_schedule", "save_schedule", "to_toml", "list_schedules", "ScheduleFileError",

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .buffers import MemoryLimitError, check_memory
 from .cbuild import compile_c
 from .codegen.isa import INT_ISAS, ISAS, available_int_isas, available_isas
 from .codegen.quantized import DOT
@@ -30,9 +31,11 @@ class Timing:
     max_error: float
     times: tuple[float, ...] = field(repr=False, default=())
     unit: str = "GFLOP/s"      # quantized kernels: GOP/s (2 integer ops per multiply-accumulate)
+    unverified: str = ""       # why the output could not be verified (the reference needs too much memory)
 
     def __str__(self) -> str:
-        check = "verified" if self.verified else "NOT verified"
+        check = ("verified" if self.verified else f"not verified: {self.unverified}" if self.unverified
+                 else "NOT verified")
         return (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
                 f"n={self.repeats}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% of "
                 f"{self.peak_gflops:.1f} {self.unit} peak, {check}")
@@ -130,18 +133,25 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
 
     Quantized kernels are checked against quant.py's exact reference: requantized outputs
     bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
+    The reference is computed in blocks of the batch (``Op.reference_blocks``, which raises
+    MemoryLimitError if one batch item's reference does not fit the available memory).
     """
     op = kernel.op
     args, params = _call(kernel, seed)
     result = kernel(*args, **params)
-    if op.quant is None:
-        expected, bound = op.reference(*args), tolerance(op, op.random_inputs(seed))
-    else:
-        expected = reference_output(op, args, params)
-        bound = (np.zeros(expected.shape) if op.quant.requantized else
-                 quant_tolerance(op, args, params, kernel.schedule.arithmetic_mode == "dequantize"))
-    error = np.abs(result.astype(np.float64) - expected.astype(np.float64))
-    return bool(np.all(error <= bound)), float(error.max(initial=0.0))
+    ok, worst = True, 0.0
+    for rows in op.reference_blocks():
+        block = [args[0][rows], *args[1:]]
+        if op.quant is None:
+            inputs = dict(zip(kernel.generated.arguments, block, strict=False))   # without the output
+            expected, bound = op.reference(*block), tolerance(op, inputs)
+        else:
+            expected = reference_output(op, block, params)
+            bound = (np.zeros(expected.shape) if op.quant.requantized else
+                     quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
+        error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
+        ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))
+    return ok, worst
 
 
 def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
@@ -153,6 +163,7 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
     if repeats is not None and repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     op = kernel.op
+    check_memory(f"measuring {op!r}", kernel.call_bytes())
     args, params = _call(kernel, seed)
     buffers = kernel.prepare(*args, **params)
     first = _timed(kernel.run, buffers)
@@ -160,12 +171,18 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
         kernel.run(buffers)
     count = repeats or int(min(200, max(3, budget / max(first, 1e-6))))
     times = np.array([_timed(kernel.run, buffers) for _ in range(count)])
-    ok, error = verify(kernel, seed) if verify_output else (False, float("nan"))
+    del args, params, buffers           # verify makes its own call
+    ok, error, unverified = False, float("nan"), ""
+    if verify_output:
+        try:
+            ok, error = verify(kernel, seed)
+        except MemoryLimitError as err:
+            unverified = str(err)
     median = float(np.median(times))
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
     dtype = "float32" if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
     peak = peak_gflops(kernel.isa, dtype) * kernel.threads
     return Timing(median, float(times.min()), float(q75 - q25), count, gflops, 100 * gflops / peak, peak,
-                  ok, error, tuple(times.tolist()), "GFLOP/s" if op.quant is None else "GOP/s")
+                  ok, error, tuple(times.tolist()), "GFLOP/s" if op.quant is None else "GOP/s", unverified)
 
