@@ -88,8 +88,7 @@ class Kernel:
         for p in self.generated.params:
             if p.pointer:
                 part = "packed buffers" if p.name in self.generated.arguments else "workspace"
-                ahead = self.generated.read_ahead.get(p.name, 0)
-                parts[part] += self._elements(p.name) * CTYPE_BYTES[p.ctype] + ahead
+                parts[part] += self._elements(p.name) * CTYPE_BYTES[p.ctype] + self._ahead(p.name)
         return parts
 
     @property
@@ -107,18 +106,21 @@ class Kernel:
         return {"inputs": inputs, **self.buffer_bytes(),
                 "output": math.prod(op.tensor(op.output).shape) * CTYPE_BYTES[output.ctype]}
 
+    def _ahead(self, name: str) -> int:
+        """Bytes the kernel may read past the end of parameter ``name``'s array."""
+        return self.generated.read_ahead.get(name, 0)
+
     def _zeros(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A zero buffer for parameter ``name`` with the read-ahead bytes the kernel declares for it."""
-        return aligned_zeros(shape, dtype, self.generated.read_ahead.get(name, 0), self.exact)
+        """A zero buffer for parameter ``name``, followed by its read-ahead bytes."""
+        return aligned_zeros(shape, dtype, self._ahead(name), self.exact)
 
     def _copy(self, name: str, array: np.ndarray) -> np.ndarray:
         """A copy of ``array`` for parameter ``name`` (see ``_zeros``)."""
-        return aligned_copy(array, self.generated.read_ahead.get(name, 0), self.exact)
+        return aligned_copy(array, self._ahead(name), self.exact)
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``)."""
-        return self.schedule.layout_of(tensor).to_storage(array, self.generated.read_ahead.get(tensor, 0),
-                                                          self.exact)
+        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -178,10 +180,11 @@ class Kernel:
         """The output of the last run, in the op's logical layout."""
         return self._logical(buffers.arrays[self._output_name])
 
-    def bind(self, arrays: dict[str, np.ndarray]) -> Buffers:
-        """Buffers of arrays already in their storage layouts, one per array parameter by name (no
-        copy and no check: each must hold what the kernel reads, ``buffer_bytes`` says how much)."""
-        return Buffers(arrays, self._bind(arrays))
+    def bind(self, values: dict[str, Any]) -> Buffers:
+        """Buffers of one value per C parameter, by name: arrays already in their storage layouts
+        (no copy and no check: each must hold what the kernel reads, ``buffer_bytes`` says how
+        much) and a quantized kernel's scalars."""
+        return Buffers({n: v for n, v in values.items() if isinstance(v, np.ndarray)}, self._bind(values))
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         buffers = self.prepare(*arrays)
@@ -255,8 +258,7 @@ class QuantizedKernel(Kernel):
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
         values[op.output] = self._zeros(op.output, out_shape, np.int32 if plan.integer else np.float32)
         values.update(self._parameter_values(qp, given[1], out_shape))
-        storage = {name: value for name, value in values.items() if isinstance(value, np.ndarray)}
-        return Buffers(storage, self._bind(values))
+        return self.bind(values)
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
         op, spec, plan = self.op, self.op.quant, self.plan
