@@ -255,11 +255,9 @@ def _tables(op) -> list[str]:
     """The border classes as static C arrays."""
     b = borders(op)
     flat = lambda rows: ", ".join(str(v) for row in rows for v in row)
-    # a register block's epilogue also computes its dead lanes (past the output's last row or column,
-    # by less than a tile, so less than the extent) and does not store them: they read class 0
-    padded = lambda classes: ", ".join(map(str, list(classes) + [0] * len(classes)))
-    return [f"static const int lo_hclass[{2 * len(b.row_class)}] = {{{padded(b.row_class)}}};",
-            f"static const int lo_wclass[{2 * len(b.col_class)}] = {{{padded(b.col_class)}}};",
+    listed = lambda classes: ", ".join(map(str, classes))
+    return [f"static const int lo_hclass[{len(b.row_class)}] = {{{listed(b.row_class)}}};",
+            f"static const int lo_wclass[{len(b.col_class)}] = {{{listed(b.col_class)}}};",
             f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = {{{flat(b.row_valid)}}};",
             f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = {{{flat(b.col_valid)}}};"]
 
