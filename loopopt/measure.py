@@ -137,10 +137,11 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
     MemoryLimitError if one batch item's reference does not fit the available memory).
     """
     op = kernel.op
+    blocks = op.reference_blocks()
     args, params = _call(kernel, seed)
     result = kernel(*args, **params)
     ok, worst = True, 0.0
-    for rows in op.reference_blocks():
+    for rows in blocks:
         block = [args[0][rows], *args[1:]]
         if op.quant is None:
             inputs = dict(zip(kernel.generated.arguments, block, strict=False))   # without the output
