@@ -7,6 +7,7 @@ search the fastest schedule of an op.
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
 from .analysis import Machine, ReuseProfile, reuse, reuse_distances
+from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .codegen.isa import available_isas
 from .compare import Comparison, compare
@@ -31,6 +32,7 @@ __all__ = [
     "KernelModel",
     "Machine",
     "MachineProfile",
+    "MemoryLimitError",
     "Matmul",
     "QuantSpec",
     "ReuseProfile",

@@ -1,27 +1,81 @@
-"""Storage buffers for kernels: zero-filled and aligned to a cache line.
+"""Storage buffers for kernels: zero-filled and aligned to a cache line; the memory they may take.
 
 numpy's large arrays start 16 bytes into a page, so every 64-byte vector load of an
 AVX-512 kernel would straddle two cache lines; kernels' buffers start on a line instead.
+An ``exact`` buffer (for sanitized kernels) is not aligned but ends exactly where the
+kernel may stop reading, so AddressSanitizer sees any read past it.
+
+Before allocating large buffers, callers compare their estimate with the memory this
+machine has available (``check_memory``): ``MemAvailable`` of ``/proc/meminfo``, or
+``$LOOPOPT_MEMORY_LIMIT`` bytes when set, and raise ``MemoryLimitError`` naming the sizes.
+Without ``$LOOPOPT_MEMORY_LIMIT``, requests under ``UNCHECKED_BYTES`` are not checked.
 """
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 import numpy as np
 
 ALIGNMENT = 64     # bytes: one cache line, one AVX-512 vector
+MEMORY_ENV = "LOOPOPT_MEMORY_LIMIT"
+MEMINFO = "/proc/meminfo"
+UNCHECKED_BYTES = 64 * 2**20   # smaller requests skip reading MemAvailable (30 us) unless a limit is set
 
 
-def aligned_zeros(shape: tuple[int, ...], dtype, tail_bytes: int = 0) -> np.ndarray:
+class MemoryLimitError(MemoryError):
+    """A call would need more memory than this machine has available (the message names the sizes)."""
+
+
+def aligned_zeros(shape: tuple[int, ...], dtype, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
     """A zero array of ``shape`` whose data starts on a 64-byte boundary, followed by
-    ``tail_bytes`` readable zero bytes (for kernels that read a little past the end)."""
+    ``tail_bytes`` readable zero bytes (for kernels that read a little past the end).
+    ``exact``: no alignment, and the allocation ends right after those ``tail_bytes``."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.zeros(nbytes + tail_bytes + ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
+    raw = np.zeros(nbytes + tail_bytes + (0 if exact else ALIGNMENT), dtype=np.uint8)
+    start = 0 if exact else -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def aligned_copy(array: np.ndarray, tail_bytes: int = 0) -> np.ndarray:
-    """A C-contiguous, 64-byte-aligned copy of ``array`` (see ``aligned_zeros``)."""
-    copy = aligned_zeros(array.shape, array.dtype, tail_bytes)
+def aligned_copy(array: np.ndarray, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
+    """A C-contiguous copy of ``array`` allocated as ``aligned_zeros`` does."""
+    copy = aligned_zeros(array.shape, array.dtype, tail_bytes, exact)
     copy[...] = array
     return copy
+
+
+def _size(value: int) -> str:
+    return f"{value / 1e9:.2f} GB" if value >= 1e8 else f"{value / 1e6:.2f} MB"
+
+
+def available_memory() -> tuple[int, str]:
+    """Bytes loopopt may allocate and where that figure comes from: ``$LOOPOPT_MEMORY_LIMIT``
+    (an integer number of bytes; ValueError naming a bad value), else ``MemAvailable`` of
+    /proc/meminfo (no limit, ``sys.maxsize``, where it cannot be read)."""
+    configured = os.environ.get(MEMORY_ENV)
+    if configured is not None:
+        if not configured.strip().isdigit():
+            raise ValueError(f"{MEMORY_ENV}={configured!r} is not a number of bytes: set it to a "
+                             f"non-negative integer (e.g. {MEMORY_ENV}=8000000000) or unset it")
+        return int(configured), f"{MEMORY_ENV}"
+    try:
+        with open(MEMINFO) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, f"MemAvailable in {MEMINFO}"
+    except (OSError, ValueError, IndexError):
+        pass
+    return np.iinfo(np.int64).max, "no limit known"
+
+
+def check_memory(what: str, parts: Mapping[str, int]) -> None:
+    """MemoryLimitError if the bytes of ``parts`` (named for the message) exceed ``available_memory()``."""
+    need = sum(parts.values())
+    if need < UNCHECKED_BYTES and MEMORY_ENV not in os.environ:
+        return
+    available, source = available_memory()
+    if need > available:
+        detail = ", ".join(f"{name} {_size(size)}" for name, size in parts.items() if size)
+        raise MemoryLimitError(f"{what} needs {_size(need)} ({detail}) but {_size(available)} is available "
+                               f"({source}; set {MEMORY_ENV}=<bytes> to change the limit)")

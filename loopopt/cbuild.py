@@ -12,9 +12,15 @@ when loaded) it is rebuilt. Build folders left by killed builds (unlocked and ol
 
 The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
 cannot be created or written raises CacheError naming it.
+
+``$LOOPOPT_SANITIZE`` (e.g. ``address,undefined``) builds every module with those sanitizers
+(``-fsanitize=...``, frame pointers, line information; without variable tracking, which takes
+GCC minutes on large unrolled kernels); the flags are part of the cache key, so sanitized modules
+are cache entries of their own.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import importlib.machinery
@@ -39,6 +45,8 @@ ENTRY_PREFIX = "_loopopt_"          # every file of the cache: shared objects, r
 RECORD_SUFFIX = ".sha256"
 BUILD_PREFIX = "build-"
 STALE_BUILD_SECONDS = 600
+SANITIZE_ENV = "LOOPOPT_SANITIZE"
+SANITIZERS = ("address", "undefined")
 _BUILD_FOLDER = re.compile(rf"{BUILD_PREFIX}[a-z0-9_]{{8}}")   # the names tempfile.mkdtemp gives
 
 
@@ -86,6 +94,27 @@ def compiler_identity(cc: str) -> str:
         raise BuildError(f"the C compiler {cc!r} did not answer --version: {err}") from None
 
 
+def sanitizers() -> tuple[str, ...]:
+    """The sanitizers ``$LOOPOPT_SANITIZE`` asks for (comma-separated, in ``SANITIZERS`` order; empty
+    when unset); ValueError naming an unknown one and the allowed values."""
+    value = os.environ.get(SANITIZE_ENV, "")
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    unknown = sorted(names - set(SANITIZERS))
+    if unknown:
+        raise ValueError(f"{SANITIZE_ENV}={value!r}: unknown sanitizer {unknown[0]!r}; allowed: "
+                         f"{', '.join(SANITIZERS)}, comma-separated (e.g. {SANITIZE_ENV}=address,undefined)")
+    return tuple(name for name in SANITIZERS if name in names)
+
+
+def sanitize_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Compile and link flags of the sanitizers ``$LOOPOPT_SANITIZE`` asks for (both empty if none)."""
+    names = sanitizers()
+    if not names:
+        return (), ()
+    flag = f"-fsanitize={','.join(names)}"
+    return (flag, "-fno-omit-frame-pointer", "-g", "-fno-var-tracking-assignments"), (flag,)
+
+
 _loaded: dict[str, ModuleType] = {}
 
 
@@ -95,7 +124,14 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: t
     Returns the loaded module; use ``module.lib`` and ``module.ffi``.
     """
     cc = compiler()
-    all_flags = BASE_FLAGS + tuple(flags)
+    sanitize, sanitize_link = sanitize_flags()
+    if "address" in sanitizers() and not hasattr(ctypes.CDLL(None), "__asan_init"):
+        # loading an instrumented module would abort the process
+        raise BuildError(f"{SANITIZE_ENV}={os.environ[SANITIZE_ENV]} builds kernels with AddressSanitizer, "
+                         f"whose runtime must be loaded first: run python with LD_PRELOAD=$({cc.split()[0]} "
+                         f"-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
+    all_flags = BASE_FLAGS + tuple(flags) + sanitize
+    link_flags = tuple(link_flags) + sanitize_link
     key = hashlib.sha256("\0".join([source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
                                     " ".join(link_flags), sys.version]).encode()).hexdigest()[:24]
     if key in _loaded:
@@ -103,7 +139,7 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: t
     name = f"{ENTRY_PREFIX}{key}"
     target = cache_dir() / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     if not _trusted(target):
-        _build(name, source, cdef, all_flags, tuple(link_flags), target, cc)
+        _build(name, source, cdef, all_flags, link_flags, target, cc)
     spec = importlib.util.spec_from_file_location(name, target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

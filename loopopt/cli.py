@@ -1,9 +1,10 @@
 """The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune.
 
 User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
-unwritable path or cache) print one line ``loopopt: error: ...`` and exit with status 2,
-without a traceback. A reader that closes the output early (``loopopt layers | head -1``)
-ends the command quietly with status 141, as a command killed by SIGPIPE.
+unwritable path or cache, an op that needs more memory than is available) print one line
+``loopopt: error: ...`` and exit with status 2, without a traceback. A reader that closes the
+output early (``loopopt layers | head -1``) ends the command quietly with status 141, as a
+command killed by SIGPIPE.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from itertools import takewhile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 
@@ -445,7 +447,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return args.run(args)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, OSError, BuildError) as err:
+    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR

@@ -9,23 +9,25 @@ is bound by the name codegen gave it (``Generated.params``).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .buffers import aligned_copy, aligned_zeros
-from .cbuild import compile_c
+from .buffers import aligned_copy, aligned_zeros, check_memory
+from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, resolve_isa
+from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, weight_compensation
 from .quant import QuantParams, check_quant_params, requant_multiplier
 from .schedule import Schedule
 
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
-PAD_BYTES = 64    # readable bytes after every packed array (dot groups and byte gathers read ahead)
+CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1}
 PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
 
@@ -51,6 +53,8 @@ class Kernel:
         self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
         self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
                         if generated.openmp else 1)
+        # built with sanitizers: every buffer ends where the kernel may stop reading
+        self.exact = bool(sanitizers())
 
     def set_threads(self, n: int) -> None:
         """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
@@ -67,13 +71,56 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<Kernel {self.isa} for {self.op!r}, {len(self.schedule.steps)} schedule steps>"
 
-    def _storage_size(self, tensor: str) -> int:
-        return int(np.prod(self.schedule.layout_of(tensor).storage_shape(self.op.tensor(tensor).shape)))
+    @property
+    def _output_name(self) -> str:
+        """The parameter holding the output in storage layout."""
+        return self.op.output
+
+    def _elements(self, name: str) -> int:
+        """Elements of the array parameter ``name`` (a tensor in its storage layout, or the bias)."""
+        return storage_elements(self.schedule, name) if name in self.op.tensors else self.op.channels
+
+    def buffer_bytes(self) -> dict[str, int]:
+        """Bytes ``prepare`` allocates: ``packed buffers`` (the call's tensors in their storage
+        layouts, blocked dims padded) and ``workspace`` (a quantized kernel's output and tables),
+        each with the read-ahead the kernel declares."""
+        parts = {"packed buffers": 0, "workspace": 0}
+        for p in self.generated.params:
+            if p.pointer:
+                part = "packed buffers" if p.name in self.generated.arguments else "workspace"
+                parts[part] += self._elements(p.name) * CTYPE_BYTES[p.ctype] + self._ahead(p.name)
+        return parts
 
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of storage-layout copies the kernel works on (inputs, weights, output)."""
-        return sum(self._storage_size(t) * 4 for t in self.op.tensors)
+        """Bytes of the buffers ``prepare`` allocates (``buffer_bytes``)."""
+        return sum(self.buffer_bytes().values())
+
+    def call_bytes(self) -> dict[str, int]:
+        """Bytes of one call on new inputs, which ``measure`` checks before making them: the inputs
+        as float32 (random data, which quantized inputs are made from), ``buffer_bytes`` and the
+        output in logical layout."""
+        op = self.op
+        output = next(p for p in self.generated.params if p.name == self._output_name)
+        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in op.call_tensors)
+        return {"inputs": inputs, **self.buffer_bytes(),
+                "output": math.prod(op.tensor(op.output).shape) * CTYPE_BYTES[output.ctype]}
+
+    def _ahead(self, name: str) -> int:
+        """Bytes the kernel may read past the end of parameter ``name``'s array."""
+        return self.generated.read_ahead.get(name, 0)
+
+    def _zeros(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A zero buffer for parameter ``name``, followed by its read-ahead bytes."""
+        return aligned_zeros(shape, dtype, self._ahead(name), self.exact)
+
+    def _copy(self, name: str, array: np.ndarray) -> np.ndarray:
+        """A copy of ``array`` for parameter ``name`` (see ``_zeros``)."""
+        return aligned_copy(array, self._ahead(name), self.exact)
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` in ``tensor``'s storage layout (see ``_zeros``)."""
+        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -109,14 +156,16 @@ class Kernel:
     def prepare(self, *arrays: np.ndarray) -> Buffers:
         """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
         given = self._given(arrays)
-        storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given):
             self._check(tensor, array, self.op.tensor(tensor).shape)
+        check_memory(f"the buffers of {self.op!r}", self.buffer_bytes())
+        storage: dict[str, np.ndarray] = {}
+        for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = aligned_copy(array) if is_bias else self.schedule.layout_of(tensor).to_storage(array)
+            storage[tensor] = self._copy(tensor, array) if is_bias else self._pack(tensor, array)
         out = self.op.output
-        storage[out] = aligned_zeros(self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
-                                     np.float32)
+        storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
+                                   np.float32)
         return Buffers(storage, self._bind(storage))
 
     def run(self, buffers: Buffers) -> None:
@@ -129,7 +178,13 @@ class Kernel:
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, in the op's logical layout."""
-        return self._logical(buffers.arrays[self.op.output])
+        return self._logical(buffers.arrays[self._output_name])
+
+    def bind(self, values: dict[str, Any]) -> Buffers:
+        """Buffers of one value per C parameter, by name: arrays already in their storage layouts
+        (no copy and no check: each must hold what the kernel reads, ``buffer_bytes`` says how
+        much) and a quantized kernel's scalars."""
+        return Buffers({n: v for n, v in values.items() if isinstance(v, np.ndarray)}, self._bind(values))
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         buffers = self.prepare(*arrays)
@@ -152,10 +207,18 @@ class QuantizedKernel(Kernel):
         self.plan = plan
 
     @property
-    def workspace_bytes(self) -> int:
+    def _output_name(self) -> str:
+        return "Y" if self.plan.integer else self.op.output
+
+    def _elements(self, name: str) -> int:
         op = self.op
-        out = self._storage_size(op.output) * (4 + (np.dtype(op.quant.output).itemsize if self.plan.integer else 0))
-        return sum(self._storage_size(t) for t in op.inputs) + out
+        if name == "Y":
+            return storage_elements(self.schedule, op.output)
+        if name == "lo_comp":
+            return op.channels * math.prod(borders(op).shape)
+        if name == "lo_xsum":
+            return op.output_positions if self.plan.activation_sums else 1
+        return op.channels if name.startswith("lo_") else super()._elements(name)
 
     def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
         """Validated parameters of one call (ValueError/TypeError naming the bad value)."""
@@ -183,45 +246,40 @@ class QuantizedKernel(Kernel):
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"{tensor} must be a numpy array, got {type(array).__name__}")
         qp = self.check_params(tuple(given), params)
+        check_memory(f"the buffers of {op!r}", self.buffer_bytes())
         values: dict[str, Any] = {}
         for tensor, array in zip(op.inputs, given):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            values[tensor] = self.schedule.layout_of(tensor).to_storage(array, PAD_BYTES)
+            values[tensor] = self._pack(tensor, array)
         if op.bias:
-            values[op.bias_tensor] = qp.bias
+            values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
-        values[op.output] = aligned_zeros(out_shape, np.int32 if plan.integer else np.float32)
+        values[op.output] = self._zeros(op.output, out_shape, np.int32 if plan.integer else np.float32)
         values.update(self._parameter_values(qp, given[1], out_shape))
-        storage = {name: value for name, value in values.items() if isinstance(value, np.ndarray)}
-        return Buffers(storage, self._bind(values))
+        return self.bind(values)
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
         op, spec, plan = self.op, self.op.quant, self.plan
         k = op.channels
         if not plan.integer:
-            # the vector loop may load a whole vector of per-channel parameters past the last channel
-            return {"lo_zw": aligned_copy(qp.w_zero_point.astype(np.int32), PAD_BYTES),
-                    "lo_wscale": aligned_copy(qp.w_scale.astype(np.float32), PAD_BYTES),
+            return {"lo_zw": self._copy("lo_zw", qp.w_zero_point.astype(np.int32)),
+                    "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if spec.requantized:
             mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
         else:
             mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
-        rc, cc = borders(op).shape
         if plan.compensation == "packed":
-            comp = weight_compensation(op, wq, qp.w_zero_point)
+            comp = self._copy("lo_comp", weight_compensation(op, wq, qp.w_zero_point))
         else:
-            comp = np.zeros(k * rc * cc, dtype=np.int32)
-        xsum = np.zeros(op.output_positions if plan.activation_sums else 1, dtype=np.int32)
-        return {"Y": np.zeros(out_shape, dtype=spec.output), "lo_zw": qp.w_zero_point.astype(np.int32),
-                "lo_mult": np.ascontiguousarray(mult, dtype=np.float32), "lo_comp": comp, "lo_xsum": xsum,
+            comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
+        return {"Y": self._zeros("Y", out_shape, spec.output),
+                "lo_zw": self._copy("lo_zw", qp.w_zero_point.astype(np.int32)),
+                "lo_mult": self._copy("lo_mult", np.asarray(mult, dtype=np.float32)), "lo_comp": comp,
+                "lo_xsum": self._zeros("lo_xsum", (self._elements("lo_xsum"),), np.int32),
                 "lo_zx": int(qp.x_zero_point), "lo_zy": int(qp.y_zero_point or 0)}
-
-    def output(self, buffers: Buffers) -> np.ndarray:
-        """The output of the last run in the op's logical layout (float32 or uint8/int8)."""
-        return self._logical(buffers.arrays["Y" if self.plan.integer else self.op.output])
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         """The raw int32 products ``P`` of the last run (before compensation), logical layout."""

@@ -79,9 +79,10 @@ class Layout:
             total = total + part * stride
         return total
 
-    def to_storage(self, array: np.ndarray, tail_bytes: int = 0) -> np.ndarray:
+    def to_storage(self, array: np.ndarray, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
-        64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes."""
+        64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
+        ``buffers.aligned_zeros``)."""
         padded_shape = [-(-n // self.block(name)) * self.block(name)
                         for name, n in zip(self.letters, array.shape)]
         padded = np.zeros(padded_shape, dtype=array.dtype)
@@ -95,7 +96,7 @@ class Layout:
                 split_axes[(letter, size)] = len(split_shape)
                 split_shape.append(size)
         perm = [split_axes[(name, b)] for name, b in self.order if (name, b) in split_axes]
-        return aligned_copy(padded.reshape(split_shape).transpose(perm), tail_bytes)
+        return aligned_copy(padded.reshape(split_shape).transpose(perm), tail_bytes, exact)
 
     def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Inverse of ``to_storage``: the logical array of ``shape``."""

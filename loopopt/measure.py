@@ -10,6 +10,7 @@ from functools import partial
 
 import numpy as np
 
+from .buffers import MemoryLimitError, check_memory
 from .kernel import Kernel
 from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
@@ -52,6 +53,7 @@ class Timing:
     noisy: bool = False
     other_cpu_share: float | None = None
     noise: str = ""
+    unverified: str = ""       # why the output could not be verified (the reference needs too much memory)
 
     @property
     def scope(self) -> str:
@@ -59,7 +61,8 @@ class Timing:
         return END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
-        check = "verified" if self.verified else "NOT verified"
+        check = ("verified" if self.verified else f"not verified: {self.unverified}" if self.unverified
+                 else "NOT verified")
         text = (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
                 f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% "
                 f"of {self.peak_gflops:.1f} {self.unit} peak, {check}")
@@ -134,18 +137,26 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
 
     Quantized kernels are checked against quant.py's exact reference: requantized outputs
     bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
+    The reference is computed in blocks of the batch (``Op.reference_blocks``, which raises
+    MemoryLimitError if one batch item's reference does not fit the available memory).
     """
     op = kernel.op
+    blocks = op.reference_blocks()
     args, params = _call(kernel, seed)
     result = kernel(*args, **params)
-    if op.quant is None:
-        expected, bound = op.reference(*args), tolerance(op, op.random_inputs(seed))
-    else:
-        expected = reference_output(op, args, params)
-        bound = (np.zeros(expected.shape) if op.quant.requantized else
-                 quant_tolerance(op, args, params, kernel.schedule.arithmetic_mode == "dequantize"))
-    error = np.abs(result.astype(np.float64) - expected.astype(np.float64))
-    return bool(np.all(error <= bound)), float(error.max(initial=0.0))
+    ok, worst = True, 0.0
+    for rows in blocks:
+        block = [args[0][rows], *args[1:]]
+        if op.quant is None:
+            inputs = dict(zip(kernel.generated.arguments, block, strict=False))   # without the output
+            expected, bound = op.reference(*block), tolerance(op, inputs)
+        else:
+            expected = reference_output(op, block, params)
+            bound = (np.zeros(expected.shape) if op.quant.requantized else
+                     quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
+        error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
+        ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))
+    return ok, worst
 
 
 def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
@@ -178,6 +189,8 @@ def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: i
         if not isinstance(kernel, Kernel):
             hint = "; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile") else ""
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
+    for kernel in kernels:          # before any input is made
+        check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
     runners = [_runner(kernel, seed, end_to_end) for kernel in kernels]
     firsts = [_timed(run) for run in runners]
     for _ in range(max(0, warmup - 1)):
@@ -216,7 +229,12 @@ def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int], 
 def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end: bool, verify_output: bool,
             seed: int) -> Timing:
     op = kernel.op
-    ok, error = verify(kernel, seed) if verify_output else (False, float("nan"))
+    ok, error, unverified = False, float("nan"), ""
+    if verify_output:
+        try:
+            ok, error = verify(kernel, seed)
+        except MemoryLimitError as err:
+            unverified = str(err)
     median = float(np.median(times))
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
@@ -225,4 +243,4 @@ def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end:
     noise = noise_verdict(times, share)
     return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak, ok,
                   error, tuple(times), "GFLOP/s" if op.quant is None else "GOP/s", end_to_end, bool(noise), share,
-                  noise)
+                  noise, unverified)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import islpy as isl
 import numpy as np
 
+from .buffers import available_memory, check_memory
 from .expr import Bound, Expr, Var
 from .quant import qconv2d_accumulators, qmatmul_accumulators
 from .reference import conv2d_reference, matmul_reference
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from .quant import QuantSpec
 
 STATEMENT = "S"
+REFERENCE_BLOCK_BYTES = 256 * 2**20   # verification computes the reference in blocks of about this size
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,31 @@ class Op:
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    # --- memory of the reference ---------------------------------------------------------
+    @property
+    def reference_sizes(self) -> tuple[int, int, int]:
+        """Elements of one leading row (a conv's batch item, a matmul's row) of the padded
+        activations and of the output, and of the weights: what the reference copies."""
+        raise NotImplementedError
+
+    def reference_bytes(self, rows: int) -> int:
+        """Bytes the reference and the verification against it hold at once for ``rows`` leading
+        rows: wide (8-byte) copies of the padded activations and weights, and a few output-sized
+        arrays (reference, error bound, error)."""
+        activations, outputs, weights = self.reference_sizes
+        return 8 * (3 * weights + rows * (2 * activations + 8 * outputs))
+
+    def reference_blocks(self) -> list[slice]:
+        """Slices of the leading axis of the activations and the output (a conv's batch, a matmul's
+        rows) whose reference takes about ``REFERENCE_BLOCK_BYTES`` each (at least one row);
+        MemoryLimitError if one row needs more memory than is available."""
+        check_memory(f"the reference of {self!r} (one row of it)", {"reference": self.reference_bytes(1)})
+        budget = min(REFERENCE_BLOCK_BYTES, available_memory()[0])
+        per_row = self.reference_bytes(1) - self.reference_bytes(0)
+        rows = max(1, (budget - self.reference_bytes(0)) // per_row)
+        total = self.tensor(self.output).shape[0]
+        return [slice(start, min(start + rows, total)) for start in range(0, total, rows)]
+
 
 def _count(domain: isl.Set) -> int:
     card = domain.card()
@@ -371,6 +398,13 @@ class Conv2d(Op):
         return conv2d_reference(x, w, b, stride=self.stride, padding=self.padding,
                                 dilation=self.dilation, groups=self.groups)
 
+    @property
+    def reference_sizes(self) -> tuple[int, int, int]:
+        padded = (self.height + 2 * self.padding[0]) * (self.width + 2 * self.padding[1])
+        kh, kw = self.kernel_size
+        return (self.in_channels * padded, self.out_channels * self.out_height * self.out_width,
+                self.out_channels * self.in_channels // self.groups * kh * kw)
+
 
 class Matmul(Op):
     """Matrix multiply ``C[i,j] += A[i,k] * B[k,j]`` with A of shape (m, k), B (k, n)."""
@@ -425,3 +459,7 @@ class Matmul(Op):
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """float64 reference ``C = A @ B``."""
         return matmul_reference(a, b)
+
+    @property
+    def reference_sizes(self) -> tuple[int, int, int]:
+        return self.k, self.n, self.k * self.n

@@ -25,7 +25,6 @@ def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]
     wq, sw, zw = quantize(w, "int8", axis=axis, symmetric=spec.weight_symmetric)
     params: dict[str, Any] = dict(x_scale=sx, x_zero_point=zx, w_scale=sw, w_zero_point=zw)
     arrays = [xq, wq]
-    acc = op.integer_accumulators(xq, wq, zx, zw)
     if op.bias:
         b = floats[op.bias_tensor]
         if spec.requantized:
@@ -34,8 +33,13 @@ def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]
         else:
             arrays.append(b)
     if spec.requantized:
-        y = _dequantized(op, acc, params, arrays[2] if len(arrays) > 2 else None)
-        _, params["y_scale"], params["y_zero_point"] = quantize(y, spec.output)
+        # the output's range, block by block (quantize only depends on the minimum and maximum)
+        bias = arrays[2] if len(arrays) > 2 else None
+        low, high = np.float32(np.inf), np.float32(-np.inf)
+        for rows in op.reference_blocks():
+            y = _dequantized(op, op.integer_accumulators(xq[rows], wq, zx, zw), params, bias)
+            low, high = min(low, y.min()), max(high, y.max())
+        _, params["y_scale"], params["y_zero_point"] = quantize(np.array([low, high]), spec.output)
     return arrays, params
 
 

@@ -14,6 +14,9 @@ import loopopt as lo
 from loopopt import codegen
 from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
+from loopopt.quant_reference import random_call, reference_output
+from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.reference import conv2d_reference, matmul_reference
 
 ISAS = lo.available_isas()
 HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -136,12 +139,53 @@ def check(schedule: lo.Schedule, isa: str) -> None:
     """The kernel of ``schedule`` on ``isa`` agrees with the op's numpy reference."""
     op = schedule.op
     inputs = op.random_inputs(seed=1)
-    args = [inputs[t] for t in op.inputs] + ([inputs["B"]] if getattr(op, "bias", False) else [])
+    args = [inputs[t] for t in op.call_tensors]
     result = schedule.compile(isa)(*args)
     expected = op.reference(*args)
     assert result.shape == expected.shape
     error = np.abs(result - expected)
     assert np.all(error <= tolerance(op, inputs)), (schedule.pseudocode(isa), float(error.max()))
+
+
+# --- quantized kernels ------------------------------------------------------------------------------
+
+SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(["uint8", "int8"]), per_channel=st.booleans(),
+                  weight_symmetric=st.booleans(), output=st.sampled_from(["float32", "uint8", "int8"]))
+
+
+def raw_products(kernel, args):
+    """What the nest must accumulate: sum of x' * w over the valid taps (x' = x + shift), wrapped to int32."""
+    op, shift = kernel.op, kernel.plan.shift
+    x = args[0].astype(np.int64) + shift
+    w = args[1].astype(np.int64)
+    if isinstance(op, lo.Conv2d):
+        p = conv2d_reference(x, w, None, stride=op.stride, padding=op.padding, dilation=op.dilation,
+                             groups=op.groups, acc_dtype=np.int64)
+    else:
+        p = matmul_reference(x, w, acc_dtype=np.int64)
+    return p.astype(np.uint32).astype(np.int32)
+
+
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
+    """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
+    products exactly, requantized outputs bit for bit, float outputs within their bound)."""
+    op = schedule.op
+    kernel = schedule.compile(isa)
+    args, params = random_call(op, seed)
+    buffers = kernel.prepare(*args, **params)
+    kernel.run(buffers)
+    result = kernel.output(buffers)
+    expected = reference_output(op, args, params)
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    where = (schedule.pseudocode(), isa)
+    if kernel.plan.integer and not kernel.plan.fused_epilogue:
+        assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args)), where
+    if op.quant.requantized:
+        assert np.array_equal(result, expected), (where, np.abs(result.astype(int) - expected).max())
+    else:
+        bound = quant_tolerance(op, args, params, schedule.arithmetic_mode == "dequantize")
+        assert np.all(np.abs(result - expected) <= bound), (where, float(np.abs(result - expected).max()))
+    return kernel
 
 
 # --- reuse distances --------------------------------------------------------------------------------

@@ -99,3 +99,14 @@ def test_register_block_with_a_padding_guard_on_a_fused_block_loop(isa):
     op = lo.Conv2d(1, 1, kernel_size=1, padding=(0, 1), height=1, width=1)
     check(lo.Schedule(op).tile(n=2).fuse("kw", "n_i").register_block("c"), isa)
 
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_register_block_over_a_partial_channel_block_reads_the_bias_in_bounds(isa):
+    # 17 channels in blocks of 8: the third block has one channel, its 7 dead accumulators must not
+    # read B[17..23] (the sanitizer tier sees such a read; here the bias loads must be guarded)
+    op = lo.Conv2d(1, 17, 1, height=1, width=4)
+    s = lo.Schedule(op).tile(k=8, ow=4).vectorize("ow_i").register_block("c")
+    check(s, isa)
+    setup = [line for line in s.compile(isa).source.splitlines() if "lo_acc" in line and "B[" in line]
+    assert setup and all("_ok ? " in line for line in setup)

@@ -78,7 +78,8 @@ class Arithmetic:
         activation = tensor == self.schedule.op.inputs[0]
         if self.name == "dot":
             if kind == "broadcast":
-                value = ints.broadcast(s=f"*(const int *)(const void *)&{ref}")
+                # the group's 4 bytes, at any byte address (an int load there would be misaligned)
+                value = ints.broadcast(s=f"_mm_cvtsi128_si32(_mm_loadu_si32(&{ref}))")
             elif kind == "strided" and access.stride == DOT:
                 value = ints.load_mask(p=f"&{ref}", m=mask) if mask else ints.load(p=f"&{ref}")
             else:

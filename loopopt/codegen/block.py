@@ -39,6 +39,7 @@ class NestEmitter(Protocol):
     kinds: dict[str, AccessKind]      # vector access kind per tensor (empty when not vectorized)
     arith: Arithmetic
     vector: Optional[Loop]            # the vectorized loop, if the target vectorizes it
+    int_type: str                     # C type of loop variables, dims and offsets (params.index_ctype)
 
     def emit(self, indent: int, text: str) -> None:
         """Append one line of C at ``indent``."""
@@ -176,8 +177,8 @@ class RegisterBlock:
         """``unsigned name``: bit j set iff every bound holds with the vector loop at ``base + j``."""
         em, v = self.em, self.vector
         em.emit(indent, f"unsigned {name} = 0u;")
-        em.emit(indent, f"for (int lo_j = 0, lo_v0 = {base}; lo_j < {self.lanes}; ++lo_j) {{")
-        em.emit(indent + 1, f"const int {v} = lo_v0 + lo_j;")
+        em.emit(indent, f"for ({em.int_type} lo_j = 0, lo_v0 = {base}; lo_j < {self.lanes}; ++lo_j) {{")
+        em.emit(indent + 1, f"const {em.int_type} {v} = lo_v0 + lo_j;")
         em.emit(indent + 1, f"if ({' && '.join(f'({b.to_c()})' for b in bounds)}) {name} |= 1u << lo_j;")
         em.emit(indent, "}")
 
@@ -223,19 +224,22 @@ class RegisterBlock:
         if bits:
             mask = f"{acc.name}_mask"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits))};")
-        em.emit(indent, f"{self._vector_type()} {acc.name} = {self._initial(acc, mask)};")
+        em.emit(indent, f"{self._vector_type()} {acc.name} = {self._initial(acc, mask, bool(guards.store))};")
         if self.loads_output:
             load = self._vector_access(em.op.output, acc, mask)
             em.emit(indent, f"if ({acc.name}_ok) {acc.name} = {load};" if guards.store
                     else f"{acc.name} = {load};")
         self.setup[acc.name] = (bits, mask, guards)
 
-    def _initial(self, acc: Accumulator, mask: str | None) -> str:
-        """The accumulator's value before the reduction: the bias (complete blocks) or zero."""
+    def _initial(self, acc: Accumulator, mask: str | None, guarded: bool) -> str:
+        """The accumulator's value before the reduction: the bias (complete blocks) or zero. The
+        bias of an accumulator that may not exist (``guarded``: past a partial block of output
+        channels) is read only if it does."""
         if not (self.initialises_output and self.bias) or self.chunk_loop is not None:
             return self._zero()
         ref = f"{self.em.op.bias_tensor}[{self._bias_value().substitute(acc.bindings).to_c()}]"
-        return load(self.em.isa, self.bias_kind, ref, f"&{ref}", "", mask) if self.vector else ref
+        value = load(self.em.isa, self.bias_kind, ref, f"&{ref}", "", mask) if self.vector else ref
+        return f"{acc.name}_ok ? {value} : {self._zero()}" if guarded else value
 
     def _vector_access(self, tensor: str, acc: Accumulator, mask: str | None, indent: int = 0) -> str:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
@@ -250,8 +254,9 @@ class RegisterBlock:
                 {n: v for n, v in acc.bindings.items() if n != self.vector}).to_c()
             array = f"lo_index{len(self.loads)}"
             em.emit(indent, f"int {array}[{self.lanes}];")
-            em.emit(indent, f"for (int lo_j = 0, lo_v0 = {self._base(acc)}; lo_j < {self.lanes}; ++lo_j) {{ "
-                            f"const int {self.vector} = lo_v0 + lo_j; {array}[lo_j] = {lanes_offset}; }}")
+            em.emit(indent, f"for ({em.int_type} lo_j = 0, lo_v0 = {self._base(acc)}; lo_j < {self.lanes}; "
+                            f"++lo_j) {{ const {em.int_type} {self.vector} = lo_v0 + lo_j; "
+                            f"{array}[lo_j] = {lanes_offset}; }}")
             base, index = tensor, em.isa.index_load(p=array)
         if tensor in em.op.inputs:
             return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings)
@@ -264,7 +269,7 @@ class RegisterBlock:
         chunk_bits = None
         if self.chunk_loop:
             loop = em.schedule.loop(self.chunk_loop)
-            em.emit(indent, f"for (int {loop.name} = 0; {loop.name} < {loop.extent}; "
+            em.emit(indent, f"for ({em.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
                             f"{loop.name} += {self.lanes}) {{")
             indent += 1
             if self.vector and loop.extent % self.lanes:
@@ -380,7 +385,7 @@ class RegisterBlock:
         outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
         index = [e.substitute(outer).substitute(lane) for e in index]
         lanes = f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{"
-        first = f"const int lo_lane = {self._base(acc)} + lo_j;"
+        first = f"const {em.int_type} lo_lane = {self._base(acc)} + lo_j;"
         whole = not bits and em.kinds[em.op.output].kind == "contiguous"
         narrow = em.op.quant.requantized          # int lanes, narrowed to bytes when stored
         result = em.arith.scalar_type if narrow else plan.output_type
@@ -389,7 +394,10 @@ class RegisterBlock:
         em.emit(inner, SIMD_PRAGMA)
         em.emit(inner, lanes)
         em.emit(inner + 1, first)
-        for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]", narrow=not narrow):
+        # lanes past a partial tile (not live) compute a clamped position's value, not stored
+        clamp = frozenset({"lo_lane"}) if bits else frozenset()
+        for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]",
+                                        narrow=not narrow, clamp=clamp):
             em.emit(inner + 1, line)
         em.emit(inner, "}")
         offset = em.schedule.offset(em.op.output).substitute(outer).substitute(lane)

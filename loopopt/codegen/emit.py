@@ -8,7 +8,7 @@ kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
@@ -16,7 +16,7 @@ from . import quantized
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
-from .params import KernelParam, signature
+from .params import KernelParam, check_lane_indices, index_ctype, signature
 from .vector import AccessKind, classify
 
 KERNEL_NAME = "lo_kernel"
@@ -43,6 +43,7 @@ class Generated:
     access_kinds: dict[str, AccessKind]
     openmp: bool
     plan: quantized.QuantPlan | None = None     # quantized ops: what the kernel computes
+    read_ahead: dict[str, int] = field(default_factory=dict)   # bytes read past an array's end, by param
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -120,7 +121,8 @@ def generate(schedule: Schedule, isa: Isa) -> Generated:
                         "#include <omp.h>" if openmp else "", tables, nest, "",
                         f"{signature(KERNEL_NAME, params)}\n{{", body, "}", ""])
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
-    return Generated(source, cdef, args, params, isa, kinds, openmp, plan)
+    ahead = quantized.read_ahead(schedule, plan, isa.lanes) if plan else {}
+    return Generated(source, cdef, args, params, isa, kinds, openmp, plan, ahead)
 
 
 def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind]) -> str:
@@ -150,6 +152,7 @@ class _Emitter:
         self.vector = schedule.vector_loop if kinds else None
         self.dim_depth = dim_depths(schedule)
         self.placed = placed_guards(schedule)
+        self.int_type = index_ctype(schedule)      # of loop variables, dims and offsets
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
@@ -169,7 +172,7 @@ class _Emitter:
         return [guard for guard, at in self.placed if at == depth]
 
     def _defs_at(self, depth: int) -> list[str]:
-        return [f"const int {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
+        return [f"const {self.int_type} {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
                 if self.dim_depth[d] == depth and v != Var(d)]
 
     def offset(self, tensor: str) -> str:
@@ -213,10 +216,11 @@ class _Emitter:
         self.emit(0, "#pragma omp parallel")
         self.emit(0, "{")
         self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
-        self.emit(1, f"const int lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
-        self.emit(1, "const int lo_begin = lo_thread * lo_chunk;")
-        self.emit(1, f"const int lo_end = lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : "
-                     f"{loop.extent};")
+        it = self.int_type
+        self.emit(1, f"const {it} lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
+        self.emit(1, f"const {it} lo_begin = lo_thread * lo_chunk;")
+        self.emit(1, f"const {it} lo_end = "
+                     f"lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
         arguments = ", ".join(p.name for p in self.params)
         self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")
@@ -231,13 +235,15 @@ class _Emitter:
         body, self.lines = "\n".join(self.lines), outer
         # noinline: inlined into the omp-outlined region it would be optimized like one again
         declarations = ", ".join(p.declaration() for p in self.params)
-        return (f"static __attribute__((noinline)) void {NEST_NAME}({declarations}, int lo_begin, int lo_end)"
+        return (f"static __attribute__((noinline)) void {NEST_NAME}({declarations}, "
+                f"{self.int_type} lo_begin, {self.int_type} lo_end)"
                 f"\n{{\n{body}\n}}")
 
     def _emit_constants(self) -> None:
         for line in quantized.constants(self.schedule, self.arith.plan) if self.arith.plan else []:
             self.emit(0, line)
         for tensor, kind in self.kinds.items():
+            check_lane_indices(self.schedule, tensor, kind.kind, kind.stride, self.isa.lanes)
             if kind.kind == "strided":
                 self.emit(0, f"const {self.isa.index_type} lo_stride_{tensor} = "
                              f"{self.isa.stride_index(s=str(kind.stride))};")
@@ -255,7 +261,7 @@ class _Emitter:
         if self.schedule.parallel_loop is not None:
             self.emit(0, "#pragma omp parallel for schedule(static)")
         for depth, (name, size) in enumerate(zip(names, info.shape, strict=True)):
-            self.emit(depth, f"for (int {name} = 0; {name} < {size}; ++{name})")
+            self.emit(depth, f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})")
         self.emit(len(names), f"{out}[{offset}] = {value};")
 
     def emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
@@ -284,7 +290,8 @@ class _Emitter:
             self.emit(indent, "#pragma omp parallel for schedule(static)")
         if loop.unroll and not loop.parallel:  # both pragmas must directly precede the loop
             self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
-        self.emit(indent, f"for (int {loop.name} = {begin}; {loop.name} < {end}; ++{loop.name}) {{")
+        self.emit(indent, f"for ({self.int_type} {loop.name} = {begin}; {loop.name} < {end}; "
+                          f"++{loop.name}) {{")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):
@@ -296,7 +303,7 @@ class _Emitter:
         """The dot loop runs once, at its first iteration: each dot instruction consumes all of it."""
         loop = self.schedule.loops[depth]
         guards = self._guards_at(depth)
-        self.emit(indent, f"{{ const int {loop.name} = 0;   "
+        self.emit(indent, f"{{ const {self.int_type} {loop.name} = 0;   "
                           f"/* {loop.extent} iterations per dot instruction */")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
@@ -322,7 +329,7 @@ class _Emitter:
             self.emit(inner, f"{isa.vector_type} lo_acc = {isa.zero()};")
         if loop.unroll:
             self.emit(inner, f"#pragma GCC unroll {min(loop.unroll, -(-loop.extent // isa.lanes))}")
-        self.emit(inner, f"for (int {v} = 0; {v} < {loop.extent}; {v} += {isa.lanes}) {{")
+        self.emit(inner, f"for ({self.int_type} {v} = 0; {v} < {loop.extent}; {v} += {isa.lanes}) {{")
         body = inner + 1
         for line in self._defs_at(depth):
             self.emit(body, line)
@@ -346,11 +353,12 @@ class _Emitter:
             lanes = f"({extent} - {v} < {isa.lanes} ? {extent} - {v} : {isa.lanes})"
             self.emit(depth, f"const {isa.mask_type} lo_mask = {isa.mask_count(n=lanes)};")
             return "lo_mask"
-        self.emit(depth, f"unsigned lo_bits = 0u; const int lo_v0 = {v};")
+        self.emit(depth, f"unsigned lo_bits = 0u; const {self.int_type} lo_v0 = {v};")
         for tensor in gathered:
+            check_lane_indices(self.schedule, tensor, "gather", 0, isa.lanes)   # also a lane-wise output
             self.emit(depth, f"int lo_idx_{tensor}[{isa.lanes}];")
         self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) {{")
-        self.emit(depth + 1, f"const int {v} = lo_v0 + lo_j;")
+        self.emit(depth + 1, f"const {self.int_type} {v} = lo_v0 + lo_j;")
         for line in self._defs_at(self.position[v]):
             self.emit(depth + 1, line)
         for tensor in gathered:

@@ -39,7 +39,7 @@ import numpy as np
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
-from .params import KernelParam, scalar
+from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
 
 DOT = 4   # bytes per lane consumed by one dot instruction
@@ -149,6 +149,19 @@ def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
     return not partial or _weights_padded(schedule, name)
 
 
+def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
+    """Bytes a vectorized quantized kernel may read past the end of its arrays: a dot group, a
+    byte gather and AVX2's masked byte load read 4 bytes at a byte element (so ``DOT - 1`` past the
+    last one); a dequantizing kernel loads whole vectors of per-channel parameters from a lane's
+    channel, also in masked-off lanes past the last channel."""
+    if lanes == 1:
+        return {}
+    ahead = dict.fromkeys(schedule.op.inputs, DOT - 1)
+    if not qp.integer:
+        ahead |= dict.fromkeys(("lo_zw", "lo_wscale"), 4 * (lanes - 1))
+    return ahead
+
+
 # --- output-position classes of the weight compensation ----------------------------------------
 
 @dataclass(frozen=True)
@@ -242,11 +255,9 @@ def _tables(op) -> list[str]:
     """The border classes as static C arrays."""
     b = borders(op)
     flat = lambda rows: ", ".join(str(v) for row in rows for v in row)
-    # a register block's epilogue also computes its dead lanes (past the output's last row or column,
-    # by less than a tile, so less than the extent) and does not store them: they read class 0
-    padded = lambda classes: ", ".join(map(str, list(classes) + [0] * len(classes)))
-    return [f"static const int lo_hclass[{2 * len(b.row_class)}] = {{{padded(b.row_class)}}};",
-            f"static const int lo_wclass[{2 * len(b.col_class)}] = {{{padded(b.col_class)}}};",
+    listed = lambda classes: ", ".join(map(str, classes))
+    return [f"static const int lo_hclass[{len(b.row_class)}] = {{{listed(b.row_class)}}};",
+            f"static const int lo_wclass[{len(b.col_class)}] = {{{listed(b.col_class)}}};",
             f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = {{{flat(b.row_valid)}}};",
             f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = {{{flat(b.col_valid)}}};"]
 
@@ -256,15 +267,16 @@ def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
     return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op) if qp.integer else [])) + "\n"
 
 
-def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str) -> list[str]:
+def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str, it: str) -> list[str]:
     """``s += term`` over the taps (row tap, column tap, input channel) whose rows and columns
-    are valid."""
+    are valid; ``it`` is the C type of the loop variables."""
     rows, cols = op.windows
     c = op.reduction_channel_dim
+    loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
     return [f"{indent}int s = 0;",
-            f"{indent}for (int {rows.tap_dim} = 0; {rows.tap_dim} < {rows.taps}; ++{rows.tap_dim}) if ({rows_ok})",
-            f"{indent}    for (int {cols.tap_dim} = 0; {cols.tap_dim} < {cols.taps}; ++{cols.tap_dim}) if ({cols_ok})",
-            f"{indent}        for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {term};"]
+            f"{indent}{loop(rows.tap_dim, rows.taps)} if ({rows_ok})",
+            f"{indent}    {loop(cols.tap_dim, cols.taps)} if ({cols_ok})",
+            f"{indent}        {loop(c, op.extent(c))} s += {term};"]
 
 
 def _batch_dim(op: Op) -> str:
@@ -287,7 +299,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     """C statements before the nest: compensation computed in the kernel, activation sums."""
     if not qp.integer:
         return []
-    op = schedule.op
+    op, it = schedule.op, index_ctype(schedule)
     lines: list[str] = []
     a, w = op.inputs
     k, c = op.channel_dim, op.reduction_channel_dim
@@ -298,15 +310,16 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         if op.windows:
             rows, cols = op.windows
             rc, cc = borders(op).shape
-            lines += [f"for (int {k} = 0; {k} < {op.channels}; ++{k})",
-                      f"    for (int rc = 0; rc < {rc}; ++rc)",
-                      f"        for (int cc = 0; cc < {cc}; ++cc) {{"]
+            lines += [f"for ({it} {k} = 0; {k} < {op.channels}; ++{k})",
+                      f"    for ({it} rc = 0; rc < {rc}; ++rc)",
+                      f"        for ({it} cc = 0; cc < {cc}; ++cc) {{"]
             lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {rows.taps} + {rows.tap_dim}]",
-                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{w}[{woff}] - lo_zw[{k}]")
+                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{w}[{woff}] - lo_zw[{k}]",
+                              it)
             lines += [f"            lo_comp[(rc * {cc} + cc) * {op.channels} + {k}] = s;", "        }"]
         else:
-            lines += [f"for (int {k} = 0; {k} < {op.channels}; ++{k}) {{", "    int s = 0;",
-                      f"    for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {w}[{woff}] - lo_zw[{k}];",
+            lines += [f"for ({it} {k} = 0; {k} < {op.channels}; ++{k}) {{", "    int s = 0;",
+                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {w}[{woff}] - lo_zw[{k}];",
                       f"    lo_comp[{k}] = s;", "}"]
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
@@ -319,18 +332,19 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
             g = op.groups
             channel = Var("g") * op.extent(c) + Var(c)
             xoff = _storage_offset(schedule, a, (Var(n), channel, rows.input_index, cols.input_index))
-            lines += [f"for (int {n} = 0; {n} < {op.extent(n)}; ++{n})",
-                      f"    for (int g = 0; g < {g}; ++g)",
-                      f"        for (int {rows.out_dim} = 0; {rows.out_dim} < {rows.out}; ++{rows.out_dim})",
-                      f"            for (int {cols.out_dim} = 0; {cols.out_dim} < {cols.out}; ++{cols.out_dim}) {{"]
+            lines += [f"for ({it} {n} = 0; {n} < {op.extent(n)}; ++{n})",
+                      f"    for ({it} g = 0; g < {g}; ++g)",
+                      f"        for ({it} {rows.out_dim} = 0; {rows.out_dim} < {rows.out}; ++{rows.out_dim})",
+                      f"            for ({it} {cols.out_dim} = 0; {cols.out_dim} < {cols.out}; "
+                      f"++{cols.out_dim}) {{"]
             lines += _tap_sum(" " * 16, op, Bound(rows.input_index, 0, rows.size).to_c(),
-                              Bound(cols.input_index, 0, cols.size).to_c(), f"{a}[{xoff}]{shift}")
+                              Bound(cols.input_index, 0, cols.size).to_c(), f"{a}[{xoff}]{shift}", it)
             lines += [f"                lo_xsum[(({n} * {g} + g) * {rows.out} + {rows.out_dim}) * {cols.out} "
                       f"+ {cols.out_dim}] = s;", "            }"]
         else:
             xoff = _storage_offset(schedule, a, op.index(a))
-            lines += [f"for (int {n} = 0; {n} < {op.extent(n)}; ++{n}) {{", "    int s = 0;",
-                      f"    for (int {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {a}[{xoff}]{shift};",
+            lines += [f"for ({it} {n} = 0; {n} < {op.extent(n)}; ++{n}) {{", "    int s = 0;",
+                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {a}[{xoff}]{shift};",
                       f"    lo_xsum[{n}] = s;", "}"]
     return lines
 
@@ -357,7 +371,7 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     """Loops over the output in its storage order (the innermost contiguous, so the compiler
     vectorizes the pass), the statements defining the logical index ``lo_<letter>`` (and
     skipping a blocked dimension's padding), and the storage offset."""
-    op = schedule.op
+    op, it = schedule.op, index_ctype(schedule)
     info = op.tensor(op.output)
     layout = schedule.layout_of(op.output)
     extent = dict(zip(info.letters, info.shape))
@@ -365,31 +379,42 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     for letter, block in layout.order:
         name, size = f"lo_{letter.lower()}", layout.block(letter)
         if size == 1:
-            loops.append(f"for (int {name} = 0; {name} < {extent[letter]}; ++{name})")
+            loops.append(f"for ({it} {name} = 0; {name} < {extent[letter]}; ++{name})")
         elif block:
-            loops.append(f"for (int {name}_i = 0; {name}_i < {size}; ++{name}_i)")
-            defs += [f"const int {name} = {name}_o * {size} + {name}_i;",
+            loops.append(f"for ({it} {name}_i = 0; {name}_i < {size}; ++{name}_i)")
+            defs += [f"const {it} {name} = {name}_o * {size} + {name}_i;",
                      f"if ({name} >= {extent[letter]}) continue;"]
         else:
-            loops.append(f"for (int {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
+            loops.append(f"for ({it} {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
     names = [f"lo_{letter.lower()}" for letter in info.letters]
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
+def _clamped(expr, size: int) -> str:
+    """C of ``min(expr, size - 1)``."""
+    return f"({expr.to_c()} < {size - 1} ? {expr.to_c()} : {size - 1})"
+
+
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
-                        target: str | None = None, narrow: bool = True) -> list[str]:
+                        target: str | None = None, narrow: bool = True,
+                        clamp: frozenset[str] = frozenset()) -> list[str]:
     """C statements turning the int32 products ``value`` of one output element into its
     output value, stored to ``target`` (default: the element of ``Y``). With ``narrow=False``
     a requantized value is stored as an int (already in the output type's range) for the caller
     to narrow: a loop without byte types is vectorized at the full int32 width.
 
     The element is named by ``lo_<letter>`` variables of the output's logical dims; given
-    ``index`` (expressions over the loops) they are defined here first.
+    ``index`` (expressions over the loops) they are defined here first. Index expressions over
+    a variable of ``clamp`` are clamped to the output's shape: a dead lane past the output's
+    last element computes (and its caller does not store) the last one's value, so it reads the
+    per-channel and per-position tables in bounds.
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
     names = [f"lo_{letter.lower()}" for letter in info.letters]
-    lines = [f"const int {n} = {e.to_c()};" for n, e in zip(names, index)] if index is not None else []
+    it = index_ctype(schedule)
+    lines = [f"const {it} {n} = {_clamped(e, size) if e.variables() & clamp else e.to_c()};"
+             for n, e, size in zip(names, index, info.shape, strict=True)] if index is not None else []
     offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
     target = target or f"Y[{offset}]"
     channel, comp, xsum = _positions(op)

@@ -1,0 +1,60 @@
+"""Random kernels for the sanitizer tier (tests/test_sanitize.py runs this module in a python with
+AddressSanitizer preloaded and LOOPOPT_SANITIZE=address,undefined; it is not collected otherwise).
+
+A bounded, derandomized set: float and quantized convs and matmuls on every ISA here, register
+blocks wherever the schedule has a site for one (sanitized kernel buffers end where the kernel
+may stop reading, so a read past them is reported). Shapes are small: a sanitized build of a
+register block of hundreds of unrolled accumulators takes minutes."""
+import pytest
+from helpers import SPECS, check_quantized, conv_ops, register_block_sites, schedules
+from helpers import check as check_float
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.codegen.isa import available_int_isas
+
+EXAMPLES = 3
+MATMULS = dict(m=st.integers(1, 6), n=st.integers(1, 24), k=st.integers(1, 12))
+BOUNDED = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def blocked_schedules(draw, op, isa):
+    """A random schedule, register-blocked at one of its sites if it has any."""
+    s = draw(schedules(op, isa))
+    sites = register_block_sites(s, isa) if s.register_block_at is None else []
+    return s.register_block(draw(st.sampled_from(sites))) if sites else s
+
+
+@pytest.mark.parametrize("isa", lo.available_isas())
+@BOUNDED
+@given(data=st.data())
+def test_float_convs(isa, data):
+    check_float(data.draw(blocked_schedules(data.draw(conv_ops(max_hw=7)), isa)), isa)
+
+
+@pytest.mark.parametrize("isa", lo.available_isas())
+@BOUNDED
+@given(data=st.data(), **MATMULS)
+def test_float_matmuls(isa, data, m, n, k):
+    check_float(data.draw(blocked_schedules(lo.Matmul(m, n, k), isa)), isa)
+
+
+@pytest.mark.parametrize("isa", available_int_isas())
+@BOUNDED
+@given(data=st.data())
+def test_quantized_convs(isa, data):
+    op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(SPECS))
+    s = data.draw(blocked_schedules(op, isa))
+    if not op.quant.requantized and data.draw(st.booleans()):
+        s = s.arithmetic("dequantize")
+    check_quantized(s.compensation(data.draw(st.sampled_from(["packed", "kernel"]))), isa)
+
+
+@pytest.mark.parametrize("isa", available_int_isas())
+@BOUNDED
+@given(data=st.data(), **MATMULS)
+def test_quantized_matmuls(isa, data, m, n, k):
+    check_quantized(data.draw(blocked_schedules(lo.Matmul(m, n, k, quant=data.draw(SPECS)), isa)), isa)
