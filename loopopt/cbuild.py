@@ -118,7 +118,8 @@ def sanitize_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
 _loaded: dict[str, ModuleType] = {}
 
 
-def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (), link_flags: tuple[str, ...] = ()) -> ModuleType:
+def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
+              link_flags: tuple[str, ...] = ()) -> ModuleType:
     """Build (or fetch from the cache) a cffi extension of ``source`` exposing ``cdef``.
 
     Returns the loaded module; use ``module.lib`` and ``module.ffi``.

@@ -320,7 +320,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         description = (f"Found by loopopt tune in {len(result.trials)} trials: min "
                        f"{result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
                        f"{result.threads} thread(s), {result.isa}")
-        saved = save_schedule(result.best, save, description=description, isa=result.isa, threads=result.threads)
+        saved = save_schedule(result.best, save, description=description, isa=result.isa,
+                              threads=result.threads)
         notes.append(f"schedule saved to {saved}")
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))

@@ -229,7 +229,8 @@ class QuantizedKernel(Kernel):
         missing = [n for n in PARAM_NAMES[:4] if params.get(n) is None]
         if missing:
             raise ValueError(f"{self.op!r} is quantized: pass {', '.join(missing)} "
-                             f"(kernel(x, w, b, x_scale=..., x_zero_point=..., w_scale=..., w_zero_point=...))")
+                             "(kernel(x, w, b, x_scale=..., x_zero_point=..., "
+                             "w_scale=..., w_zero_point=...))")
         bias = arrays[2] if len(arrays) > 2 else None
         qp = check_quant_params(self.op.quant, self.op.channels, *(params.get(n) for n in PARAM_NAMES),
                                 xq=arrays[0] if arrays else None, wq=arrays[1] if len(arrays) > 1 else None,

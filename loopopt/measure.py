@@ -64,8 +64,8 @@ class Timing:
         check = ("verified" if self.verified else f"not verified: {self.unverified}" if self.unverified
                  else "NOT verified")
         text = (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
-                f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = {self.percent_of_peak:.1f}% "
-                f"of {self.peak_gflops:.1f} {self.unit} peak, {check}")
+                f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = "
+                f"{self.percent_of_peak:.1f}% of {self.peak_gflops:.1f} {self.unit} peak, {check}")
         return text + (f"; NOISY: {self.noise}" if self.noisy else "")
 
 
@@ -187,7 +187,8 @@ def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: i
         raise ValueError(f"budget must be > 0 seconds, got {budget}")
     for kernel in kernels:
         if not isinstance(kernel, Kernel):
-            hint = "; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile") else ""
+            hint = ("; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile")
+                    else "")
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
     for kernel in kernels:          # before any input is made
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
@@ -214,7 +215,8 @@ def _runner(kernel: Kernel, seed: int, end_to_end: bool) -> Callable[[], object]
     return partial(kernel.run, kernel.prepare(*args, **params))
 
 
-def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int], show: bool) -> list[list[float]]:
+def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int],
+                     show: bool) -> list[list[float]]:
     times: list[list[float]] = [[] for _ in runners]
     bar, shown = Progress(len(order), show), _clock()
     for done, index in enumerate(order, 1):
@@ -241,6 +243,6 @@ def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end:
     dtype = "float32" if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
     peak = peak_gflops(kernel.isa, dtype) * kernel.threads
     noise = noise_verdict(times, share)
-    return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak, ok,
-                  error, tuple(times), "GFLOP/s" if op.quant is None else "GOP/s", end_to_end, bool(noise), share,
-                  noise, unverified)
+    unit = "GFLOP/s" if op.quant is None else "GOP/s"
+    return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak,
+                  ok, error, tuple(times), unit, end_to_end, bool(noise), share, noise, unverified)

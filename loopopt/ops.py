@@ -155,7 +155,8 @@ class Op:
         maps = {}
         for tensor in self.tensors:
             index = ", ".join(e.to_isl() for e in self.index(tensor))
-            maps[tensor] = isl.Map(f"{{ {STATEMENT}[{names}] -> {tensor}[{index}] }}").intersect_domain(self.domain)
+            relation = f"{{ {STATEMENT}[{names}] -> {tensor}[{index}] }}"
+            maps[tensor] = isl.Map(relation).intersect_domain(self.domain)
         return maps
 
     @cached_property
@@ -335,10 +336,13 @@ class Conv2d(Op):
 
     def tensor(self, name: str) -> TensorInfo:
         kh, kw = self.kernel_size
+        input_shape = (self.batch, self.in_channels, self.height, self.width)
+        weight_shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
+        output_shape = (self.batch, self.out_channels, self.out_height, self.out_width)
         infos = {
-            "I": TensorInfo("I", (self.batch, self.in_channels, self.height, self.width), "NCHW", "input", "NCHW"),
-            "W": TensorInfo("W", (self.out_channels, self.in_channels // self.groups, kh, kw), "OIHW", "input", "OIHW"),
-            "O": TensorInfo("O", (self.batch, self.out_channels, self.out_height, self.out_width), "NCHW", "output", "NCHW"),
+            "I": TensorInfo("I", input_shape, "NCHW", "input", "NCHW"),
+            "W": TensorInfo("W", weight_shape, "OIHW", "input", "OIHW"),
+            "O": TensorInfo("O", output_shape, "NCHW", "output", "NCHW"),
             "B": TensorInfo("B", (self.out_channels,), "C", "bias", "C"),
         }
         if name not in infos:

@@ -102,8 +102,8 @@ def test_parallel_loop_as_thread_ranges_or_omp_for(build, ranged):
 
 
 def test_measure_of_a_schedule_says_to_compile_it_first():
-    with pytest.raises(TypeError, match=r"measure takes a compiled Kernel, got a Schedule; call \.compile\(\) "
-                                        r"first"):
+    message = r"measure takes a compiled Kernel, got a Schedule; call \.compile\(\) first"
+    with pytest.raises(TypeError, match=message):
         lo.measure(lo.Schedule(OP))
     with pytest.raises(TypeError, match="measure takes a compiled Kernel, got a str$"):
         lo.measure("tiled")

@@ -80,8 +80,8 @@ def test_report(capsys, tmp_path, suffix):
     (["compare", *SMALL, "--plot", "/no/such/dir/x.png"], "cannot write /no/such/dir/x.png"),
     (["show", "--matmul", "8,x"], "--matmul wants M,N,K"),
     (["show", *SMALL, "--batch", "2"], "--batch applies to --layer and --conv, not to --matmul"),
-    (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of .md (Markdown), "
-                                         ".html (HTML), .htm (HTML), got .pdf")),
+    (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of "
+                                         ".md (Markdown), .html (HTML), .htm (HTML), got .pdf")),
     (["report", *SMALL, "-o", "report"], "got none"),
 ])
 def test_user_errors_exit_2(capsys, argv, message):
@@ -161,7 +161,8 @@ def test_conv_spec_errors(capsys, spec, message):
 
 def test_conv_spec_wherever_a_layer_is_accepted(capsys):
     conv = ["--conv", "4,6,3,7x5,stride=2,padding=1,groups=2", "--batch", "2"]
-    status, out, _ = run(capsys, "compare", *conv, "--schedules", "naive,tiled", "--json", "--quiet", "--no-reuse")
+    status, out, _ = run(capsys, "compare", *conv, "--schedules", "naive,tiled", "--json", "--quiet",
+                         "--no-reuse")
     data = json.loads(out)
     assert status == 0 and "groups=2" in data["op"] and "batch=2" in data["op"]
     assert [r["verified"] for r in data["rows"]] == [True, True]
@@ -192,8 +193,9 @@ def test_closed_pipe_ends_quietly(argv):
     reader, writer = os.pipe()
     os.close(reader)                     # the reader is gone before the first line, as after `| head -0`
     try:
-        done = subprocess.run([sys.executable, "-m", "loopopt.cli", *argv], stdout=writer, stderr=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-m", "loopopt.cli", *argv], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=120, check=False)
     finally:
         os.close(writer)
     assert (done.returncode, done.stderr) == (141, "")

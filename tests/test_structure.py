@@ -1,5 +1,6 @@
-"""The tree keeps its shape: import layers (import-linter contracts in pyproject.toml) and no
-code outside ops.py asking which class an op is."""
+"""The tree keeps its shape: import layers (import-linter contracts in pyproject.toml), no
+code outside ops.py asking which class an op is, and ruff clean (its configuration in
+pyproject.toml) over loopopt, tests and benchmarks."""
 import ast
 import subprocess
 import sys
@@ -18,6 +19,12 @@ def _run(*command: str) -> subprocess.CompletedProcess:
 def test_import_layers_are_kept():
     pytest.importorskip("importlinter")
     result = _run("-c", "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_clean():
+    pytest.importorskip("ruff")
+    result = _run("-m", "ruff", "check", "loopopt", "tests", "benchmarks")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -89,7 +89,8 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
     kept = set(range(len(schedule.guards)))
     for i in range(len(schedule.guards)):
         trial = kept - {i}
-        if schedule.iterations(*(schedule.guards[j].to_isl() for j in sorted(trial)), f"({outside})").is_empty():
+        trial_guards = (schedule.guards[j].to_isl() for j in sorted(trial))
+        if schedule.iterations(*trial_guards, f"({outside})").is_empty():
             kept = trial
     return frozenset(kept)
 
@@ -340,7 +341,10 @@ class RegisterBlock:
         if self.chunk_loop:
             total = isa.hsum(v=acc.name) if self.vector else acc.name
             if self.initialises_output:
-                bias = f"{self.em.op.bias_tensor}[{self._bias_value().substitute(acc.bindings).to_c()}] + " if self.bias else ""
+                bias = ""
+                if self.bias:
+                    bias_index = self._bias_value().substitute(acc.bindings).to_c()
+                    bias = f"{self.em.op.bias_tensor}[{bias_index}] + "
                 store = f"{out}[{offset}] = {bias}{total};"
             else:
                 store = f"{out}[{offset}] += {total};"
@@ -377,7 +381,8 @@ class RegisterBlock:
         inner = indent + 1
         if not (self.vector and self.chunk_loop is None):
             value = em.isa.hsum(v=acc.name) if self.vector else acc.name
-            for line in epilogue_statements(em.schedule, plan, value, [e.substitute(acc.bindings) for e in index]):
+            output_index = [e.substitute(acc.bindings) for e in index]
+            for line in epilogue_statements(em.schedule, plan, value, output_index):
                 em.emit(inner, line)
             em.emit(indent, "}")
             return

@@ -217,7 +217,8 @@ AVX512_INT = Isa(
         load_u8_mask="_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8({m}, (const void *)({p})))",
         load_s8_mask="_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8({m}, (const void *)({p})))",
         gather_b="_mm512_i32gather_epi32({idx}, (const void *)({p}), 1)",
-        gather_b_mask="_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, (const void *)({p}), 1)",
+        gather_b_mask="_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, "
+                      "(const void *)({p}), 1)",
         extend_u8="_mm512_and_si512({v}, _mm512_set1_epi32(255))",
         extend_s8="_mm512_srai_epi32(_mm512_slli_epi32({v}, 24), 24)",
         flip="_mm512_xor_si512({v}, _mm512_set1_epi32((int)0x80808080u))",
@@ -232,38 +233,45 @@ AVX512_INT = Isa(
 AVX2_INT = Isa(
     name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
     cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags,
-    prelude=AVX2.prelude + """/* u8 x s8 -> s32 dot of 4 without saturation: widen each byte to 16 bits, then vpmaddwd. */
-static inline __m256i lo_avx2_dpbusd(__m256i c, __m256i a, __m256i b) {
-    const __m256i even = _mm256_set1_epi16(0x00ff);
-    const __m256i a_even = _mm256_and_si256(a, even), a_odd = _mm256_srli_epi16(a, 8);
-    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), b_odd = _mm256_srai_epi16(b, 8);
-    return _mm256_add_epi32(c, _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd)));
-}
-static inline int lo_avx2_hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-/* The low byte of each int32 lane to 8 consecutive bytes (vpshufb within halves, then vpermd). */
-static inline void lo_avx2_store_narrow(void *p, __m256i v) {
-    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
-    _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(t));
-}
-static inline void lo_avx2_store_narrow_mask(void *p, __m256i mask, __m256i v) {
-    int m[8], x[8];
-    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)x, v);
-    for (int j = 0; j < 8; ++j) if (m[j]) ((unsigned char *)p)[j] = (unsigned char)x[j];
-}
-/* AVX2 has no scatter: store the masked int32 lanes one by one, in lane order. */
-static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m256i v) {
-    int m[8], i[8], x[8];
-    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)i, idx); _mm256_storeu_si256((__m256i *)x, v);
-    for (int j = 0; j < 8; ++j) if (m[j]) ((int *)p)[i[j]] = x[j];
-}
-""",
+    prelude=AVX2.prelude + (
+        "/* u8 x s8 -> s32 dot of 4 without saturation: widen each byte to 16 bits, then vpmaddwd. */\n"
+        "static inline __m256i lo_avx2_dpbusd(__m256i c, __m256i a, __m256i b) {\n"
+        "    const __m256i even = _mm256_set1_epi16(0x00ff);\n"
+        "    const __m256i a_even = _mm256_and_si256(a, even), a_odd = _mm256_srli_epi16(a, 8);\n"
+        "    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), "
+        "b_odd = _mm256_srai_epi16(b, 8);\n"
+        "    return _mm256_add_epi32(c, _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), "
+        "_mm256_madd_epi16(a_odd, b_odd)));\n"
+        "}\n"
+        "static inline int lo_avx2_hsum_epi32(__m256i v) {\n"
+        "    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));\n"
+        "    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));\n"
+        "    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));\n"
+        "    return _mm_cvtsi128_si32(s);\n"
+        "}\n"
+        "/* The low byte of each int32 lane to 8 consecutive bytes (vpshufb within halves, then vpermd). */\n"
+        "static inline void lo_avx2_store_narrow(void *p, __m256i v) {\n"
+        "    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, "
+        "-1, -1, -1, -1,\n"
+        "                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, "
+        "-1, -1, -1, -1);\n"
+        "    const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, pick), "
+        "_mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));\n"
+        "    _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(t));\n"
+        "}\n"
+        "static inline void lo_avx2_store_narrow_mask(void *p, __m256i mask, __m256i v) {\n"
+        "    int m[8], x[8];\n"
+        "    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)x, v);\n"
+        "    for (int j = 0; j < 8; ++j) if (m[j]) ((unsigned char *)p)[j] = (unsigned char)x[j];\n"
+        "}\n"
+        "/* AVX2 has no scatter: store the masked int32 lanes one by one, in lane order. */\n"
+        "static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m256i v) {\n"
+        "    int m[8], i[8], x[8];\n"
+        "    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)i, idx); "
+        "_mm256_storeu_si256((__m256i *)x, v);\n"
+        "    for (int j = 0; j < 8; ++j) if (m[j]) ((int *)p)[i[j]] = x[j];\n"
+        "}\n"
+    ),
     ops=_int_table(
         AVX2,
         zero="_mm256_setzero_si256()",
@@ -276,17 +284,21 @@ static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m
         fma_mask="_mm256_blendv_epi8({c}, _mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b})), {m})",
         sub="_mm256_sub_epi32({a}, {b})",
         gather="_mm256_i32gather_epi32((const int *)(const void *)({p}), {idx}, 4)",
-        gather_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), {idx}, {m}, 4)",
+        gather_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), "
+                    "{idx}, {m}, 4)",
         scatter_mask="lo_avx2_scatter_epi32((void *)({p}), {m}, {idx}, {v})",
         hsum="lo_avx2_hsum_epi32({v})",
         load_u8="_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)({p})))",
         load_s8="_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)({p})))",
-        load_u8_mask="_mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), "
-                     "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), _mm256_set1_epi32(255))",
-        load_s8_mask="_mm256_srai_epi32(_mm256_slli_epi32(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
-                     "(const int *)(const void *)({p}), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), 24), 24)",
+        load_u8_mask="_mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
+                     "(const int *)(const void *)({p}), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), "
+                     "_mm256_set1_epi32(255))",
+        load_s8_mask="_mm256_srai_epi32(_mm256_slli_epi32(_mm256_mask_i32gather_epi32("
+                     "_mm256_setzero_si256(), (const int *)(const void *)({p}), "
+                     "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 1), 24), 24)",
         gather_b="_mm256_i32gather_epi32((const int *)(const void *)({p}), {idx}, 1)",
-        gather_b_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), {idx}, {m}, 1)",
+        gather_b_mask="_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)({p}), "
+                      "{idx}, {m}, 1)",
         extend_u8="_mm256_and_si256({v}, _mm256_set1_epi32(255))",
         extend_s8="_mm256_srai_epi32(_mm256_slli_epi32({v}, 24), 24)",
         flip="_mm256_xor_si256({v}, _mm256_set1_epi32((int)0x80808080u))",

@@ -38,20 +38,23 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     if defs:
         lines.append(f"{indent}# {', '.join(defs)}")
     if schedule.guards:
-        lines.append(f"{indent}if " + " and ".join(g.to_c().replace("&&", "and") for g in schedule.guards) + ":")
+        condition = " and ".join(g.to_c().replace("&&", "and") for g in schedule.guards)
+        lines.append(f"{indent}if {condition}:")
         indent += "  "
     a, b = op.inputs
     index = {t: ", ".join(e.to_c() for e in op.index(t)) for t in op.tensors}
     lines.append(f"{indent}{op.output}[{index[op.output]}] += {a}[{index[a]}] * {b}[{index[b]}]")
     if plan is not None:
         epilogue = ("none (float accumulation)" if not plan.integer else
-                    "at the register block's store" if plan.fused_epilogue else "a pass over the int32 accumulators")
-        lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, compensation {plan.compensation}, "
-                     f"epilogue {epilogue}")
+                    "at the register block's store" if plan.fused_epilogue else
+                    "a pass over the int32 accumulators")
+        lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, "
+                     f"compensation {plan.compensation}, epilogue {epilogue}")
     if schedule.vector_loop is not None:
         kinds = vector_access_kinds(schedule, target)
         text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"
-        lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} ({target.lanes} lanes): {text}")
+        lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} "
+                     f"({target.lanes} lanes): {text}")
     violation = schedule.reduction_order_violation() if op.quant is None else None
     if violation:
         lines.append(f"# note: reassociates the floating-point sum into {op.output} "

@@ -258,8 +258,10 @@ def _tables(op) -> list[str]:
     listed = lambda classes: ", ".join(map(str, classes))
     return [f"static const int lo_hclass[{len(b.row_class)}] = {{{listed(b.row_class)}}};",
             f"static const int lo_wclass[{len(b.col_class)}] = {{{listed(b.col_class)}}};",
-            f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = {{{flat(b.row_valid)}}};",
-            f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = {{{flat(b.col_valid)}}};"]
+            f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = "
+            f"{{{flat(b.row_valid)}}};",
+            f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = "
+            f"{{{flat(b.col_valid)}}};"]
 
 
 def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
@@ -304,7 +306,8 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     a, w = op.inputs
     k, c = op.channel_dim, op.reduction_channel_dim
     if qp.compensation == "kernel":
-        lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) over valid taps */")
+        lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) "
+                     "over valid taps */")
         lines += _omp(schedule)
         woff = _storage_offset(schedule, w, op.index(w))
         if op.windows:
@@ -323,7 +326,8 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
                       f"    lo_comp[{k}] = s;", "}"]
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
-        lines.append("/* activation sums S over the valid taps of each output position (asymmetric weights) */")
+        lines.append("/* activation sums S over the valid taps of each output position "
+                     "(asymmetric weights) */")
         lines += _omp(schedule)
         n = _batch_dim(op)
         if op.windows:
