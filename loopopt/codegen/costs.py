@@ -37,6 +37,7 @@ from .arith import Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
 from .isa import ISAS, Isa, resolve_isa
+from .params import index_ctype
 from .quantized import DOT, QuantPlan, borders
 from .quantized import plan as quant_plan
 from .vector import AccessKind
@@ -220,6 +221,7 @@ class _Recorder:
         self.schedule, self.op, self.arith, self.kinds = schedule, schedule.op, arith, kinds
         self.isa = arith.acc
         self.vector = schedule.vector_loop if kinds else None
+        self.int_type = index_ctype(schedule)
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.block = RegisterBlock(self)
         self.block.emit(0)
