@@ -439,6 +439,15 @@ class Schedule:
         if any(loop.parallel for loop in self.loops[start:]):
             raise ScheduleError(f"{step}: the parallel loop {self.parallel_loop.name!r} lies inside the "
                                 f"register block at {at!r}; parallelize a loop outside it")
+        par = self.parallel_loop
+        summed = sorted(d for d in self.op.reduction_dims
+                        if par is not None and par.name in self.dim_values[d].variables())
+        if summed:
+            # the block loads and stores its outputs in every iteration of the parallel loop, also in
+            # iterations whose updates its guards skip: two threads would race on the same outputs
+            raise ScheduleError(f"{step}: the parallel loop {par.name!r} runs over the reduction dim(s) "
+                                f"{', '.join(summed)}, so threads would race on the outputs the register "
+                                f"block at {at!r} loads and stores; parallelize a loop over outputs")
         reduction, block = self.block_loops()
         scalar_reduction = [n for n in reduction if not self.loop(n).vectorized]
         if block and scalar_reduction and self.position(scalar_reduction[-1]) > self.position(block[0]):
