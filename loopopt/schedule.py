@@ -264,6 +264,7 @@ class Schedule:
         if vec is not None and self.loops[-1].name != vec.name:
             raise ScheduleError(f"{step}: the vectorized loop {vec.name!r} must stay innermost "
                                 f"(innermost would be {self.loops[-1].name!r})")
+        self._check_parallel_outputs(step)
         if self.register_block_at is not None:
             self._check_register_block(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
@@ -430,6 +431,21 @@ class Schedule:
                        for g, dims in zip(self.guards, self.guard_dims))
         return not (summed & outside) and not skipping
 
+    def _check_parallel_outputs(self, step: Step) -> None:
+        """A parallel loop must run over outputs only. Where it also runs over a reduction dim, isl
+        may see no two threads updating one output (padding guards leave one valid iteration), yet
+        the kernel reads and writes an output outside those guards (a vector loop's lane sum, a
+        register block's accumulators), so threads would race on it."""
+        par = self.parallel_loop
+        if par is None:
+            return
+        summed = sorted(d for d in self.op.reduction_dims if par.name in self.dim_values[d].variables())
+        if summed:
+            raise IllegalScheduleError(
+                f"{step}: the parallel loop {par.name!r} runs over the reduction dim(s) {', '.join(summed)}: "
+                f"threads would race on the outputs the kernel reads and writes around its guarded "
+                f"updates; parallelize a loop over outputs only")
+
     def _check_register_block(self, step: Step) -> None:
         at = self.register_block_at
         if at not in self.loop_names:
@@ -439,15 +455,6 @@ class Schedule:
         if any(loop.parallel for loop in self.loops[start:]):
             raise ScheduleError(f"{step}: the parallel loop {self.parallel_loop.name!r} lies inside the "
                                 f"register block at {at!r}; parallelize a loop outside it")
-        par = self.parallel_loop
-        summed = sorted(d for d in self.op.reduction_dims
-                        if par is not None and par.name in self.dim_values[d].variables())
-        if summed:
-            # the block loads and stores its outputs in every iteration of the parallel loop, also in
-            # iterations whose updates its guards skip: two threads would race on the same outputs
-            raise ScheduleError(f"{step}: the parallel loop {par.name!r} runs over the reduction dim(s) "
-                                f"{', '.join(summed)}, so threads would race on the outputs the register "
-                                f"block at {at!r} loads and stores; parallelize a loop over outputs")
         reduction, block = self.block_loops()
         scalar_reduction = [n for n in reduction if not self.loop(n).vectorized]
         if block and scalar_reduction and self.position(scalar_reduction[-1]) > self.position(block[0]):

@@ -94,6 +94,15 @@ def register_block_sites(schedule, isa=None):
     return sites
 
 
+def _parallel_ok(schedule: lo.Schedule, name: str) -> bool:
+    """``schedule.parallel(name)`` is accepted."""
+    try:
+        schedule.parallel(name)
+    except lo.ScheduleError:
+        return False
+    return True
+
+
 @st.composite
 def schedules(draw, op, isa=None):
     """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize,
@@ -121,7 +130,7 @@ def schedules(draw, op, isa=None):
     if draw(st.booleans()):
         s = s.unroll(draw(st.sampled_from(s.loop_names)))
     if draw(st.booleans()):
-        candidates = [n for n in s.loop_names if s.carried_dependence(n) is None]
+        candidates = [n for n in s.loop_names if _parallel_ok(s, n)]
         if candidates:
             s = s.parallel(draw(st.sampled_from(candidates)))
     if draw(st.integers(0, 3)):

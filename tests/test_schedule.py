@@ -101,12 +101,14 @@ def test_parallel_checks_every_conflict_not_only_immediate_dependences():
         s.parallel("k_o")
 
 
-def test_register_block_refuses_a_parallel_loop_over_a_reduction():
+def test_parallel_loops_run_over_outputs_only():
     # kw = 2*kw_o + kw_i_o + kw_i_i: padding leaves only kw = 0, so isl sees no two threads updating one
-    # output, but the block under kw_i_i would load and store O in both threads of kw_i_o (a race)
+    # output, but a vector loop's lane sum or a register block reads and writes O in every thread
     op = lo.Conv2d(3, 1, (3, 1), bias=False, height=3, width=1)
-    s = lo.Schedule(op).tile(kw=2).split("kw_i", 1).parallel("kw_i_o")
-    with pytest.raises(lo.ScheduleError, match=r"parallel loop 'kw_i_o' runs over the reduction dim\(s\) kw"):
-        s.register_block("kw_i_i")
-    with pytest.raises(lo.ScheduleError, match="threads would race"):
-        lo.Schedule(op).tile(kw=2).split("kw_i", 1).register_block("kw_i_i").parallel("kw_i_o")
+    s = lo.Schedule(op).tile(kw=2).split("kw_i", 1)
+    message = r"parallel loop 'kw_i_o' runs over the reduction dim\(s\) kw"
+    with pytest.raises(lo.IllegalScheduleError, match=message):
+        s.parallel("kw_i_o")
+    with pytest.raises(lo.IllegalScheduleError, match="threads would race"):
+        lo.Schedule(op).parallel("k").fuse("k", "oh").fuse("k_oh", "ow").fuse("k_oh_ow", "c")
+    assert s.parallel("oh").parallel_loop.name == "oh"
