@@ -342,6 +342,7 @@ def test_bf16_dot_product_flushes_denormals_to_zero(a, b, c):
 # --- the peak and the GEMM micro-kernel (AMX CPUs) ----------------------------------------------
 
 @needs_amx
+@pytest.mark.slow
 def test_amx_peaks():
     int8, bf16 = amx.amx_peak_gops("int8"), amx.amx_peak_gops("bf16")
     assert int8 > 1.2 * bf16 > 0      # a TDPBUSD does twice the multiply-adds of a TDPBF16PS

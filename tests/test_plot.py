@@ -46,8 +46,15 @@ def _synthetic(level_bytes, *, median_ms=1.0, min_ms=0.9, iqr_ms=0.1, gflops=Non
     return Comparison(op, rows, {r.name: profile for r in rows}, peak, provenance={})
 
 
-@pytest.mark.parametrize("kind", ["conv", "matmul"])
-@pytest.mark.parametrize("name", PLOTS)
+# the quick tier: the dashboard (every plot in one figure) of both ops and the conv's speed and
+# roofline plots alone; the other pairs are slow
+QUICK_PLOTS = {("conv", "dashboard"), ("matmul", "dashboard"), ("conv", "plot_runtime"),
+               ("conv", "plot_roofline")}
+
+
+@pytest.mark.parametrize("kind, name", [
+    (kind, name) if (kind, name) in QUICK_PLOTS else pytest.param(kind, name, marks=pytest.mark.slow)
+    for kind in ("conv", "matmul") for name in PLOTS])
 def test_plot_writes_png_without_warnings(comparisons, tmp_path, capfd, kind, name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -45,6 +45,7 @@ def run_sanitized(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProce
 
 
 @pytest.mark.sanitize
+@pytest.mark.slow
 def test_the_tier_sees_a_read_past_a_kernel_buffer(tmp_path):
     # B of Matmul(3, 5, 7) holds 7 x 5 floats; a sanitized kernel's buffer ends right after them
     peek = ("import loopopt as lo; from loopopt.cbuild import compile_c; "

@@ -37,7 +37,11 @@ def rows(log: Path) -> list[tuple]:
         return connection.execute("SELECT status, error, schedule FROM trials ORDER BY id").fetchall()
 
 
-@pytest.mark.parametrize("name", OPS)
+QUICK_OPS = ("conv",)     # the quick tier; every op in the full suite
+
+
+@pytest.mark.parametrize("name", [name if name in QUICK_OPS else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in OPS])
 def test_finds_a_verified_schedule(name):
     op = OPS[name]
     result = lo.tune(op, trials=3, budget=BUDGET, progress=False)
@@ -95,6 +99,7 @@ class FaultyExecutor(IsolatedExecutor):
         return super().submit({2: crash, 3: hang}.get(self.calls, fn), *args, **kwargs)
 
 
+@pytest.mark.slow
 def test_crashing_and_hanging_candidates_are_failed_trials(tmp_path):
     log = tmp_path / "tune.db"
     executor = FaultyExecutor()
@@ -108,6 +113,7 @@ def test_crashing_and_hanging_candidates_are_failed_trials(tmp_path):
     assert [r[0] for r in rows(log)] == ["ok", "crashed", "timeout", "ok"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_search_keeps_the_logged_trials(tmp_path):
     log = tmp_path / "tune.db"
     script = (f"import loopopt as lo; lo.tune(lo.Matmul(7, 40, 19), trials=60, budget={BUDGET}, "
