@@ -432,13 +432,16 @@ class Schedule:
         return not (summed & outside) and not skipping
 
     def _check_parallel_outputs(self, step: Step) -> None:
-        """A parallel loop must run over outputs only. Where it also runs over a reduction dim, isl
-        may see no two threads updating one output (padding guards leave one valid iteration), yet
-        the kernel reads and writes an output outside those guards (a vector loop's lane sum, a
-        register block's accumulators), so threads would race on it."""
+        """A parallel loop is not the vector loop, and it runs over outputs only. Where it also runs
+        over a reduction dim, isl may see no two threads updating one output (padding guards leave
+        one valid iteration), yet the kernel reads and writes an output outside those guards (a
+        vector loop's lane sum, a register block's accumulators), so threads would race on it."""
         par = self.parallel_loop
         if par is None:
             return
+        if par.vectorized:
+            raise ScheduleError(f"{step}: loop {par.name!r} would be both parallel and vectorized; split it, "
+                                f"parallelize the outer part and vectorize the inner one")
         summed = sorted(d for d in self.op.reduction_dims if par.name in self.dim_values[d].variables())
         if summed:
             raise IllegalScheduleError(

@@ -112,3 +112,14 @@ def test_parallel_loops_run_over_outputs_only():
     with pytest.raises(lo.IllegalScheduleError, match="threads would race"):
         lo.Schedule(op).parallel("k").fuse("k", "oh").fuse("k_oh", "ow").fuse("k_oh_ow", "c")
     assert s.parallel("oh").parallel_loop.name == "oh"
+
+
+def test_a_loop_is_not_both_parallel_and_vectorized():
+    # the threads' ranges of a vector loop were ignored: every thread ran all of it and added twice
+    op = lo.Matmul(1, 2, 1)
+    fused = lo.Schedule(op).fuse("i", "j").fuse("i_j", "k")
+    for schedule in (lambda: fused.parallel("i_j_k").vectorize("i_j_k"),
+                     lambda: fused.vectorize("i_j_k").parallel("i_j_k")):
+        with pytest.raises(lo.ScheduleError, match="both parallel and vectorized; split it"):
+            schedule()
+    assert fused.split("i_j_k", 1).parallel("i_j_k_o").vectorize("i_j_k_i").parallel_loop.name == "i_j_k_o"
