@@ -133,7 +133,7 @@ def schedules(draw, op, isa=None):
         candidates = [n for n in s.loop_names if _parallel_ok(s, n)]
         if candidates:
             s = s.parallel(draw(st.sampled_from(candidates)))
-    if draw(st.integers(0, 3)):
+    if draw(st.integers(0, 3)) and not s.loops[-1].parallel:
         s = s.vectorize(s.loop_names[-1])
     if draw(st.booleans()):
         sites = register_block_sites(s, isa)
