@@ -1,11 +1,12 @@
 """The search loop of ``lo.tune``: pick the next candidate, measure it in isolation, log it.
 
-Candidates come from the search space (``space.candidates``) ranked best first (``rank``).
-The first BROAD trials take the best-ranked candidate of each not yet tried register block
-shape (pixels x channels), so the search starts broad; later trials
-mostly try neighbours of the fastest trial so far (candidates that differ from it in one
-knob, the best-ranked of them, picked at random among the first few), and now and then
-(``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends only on the
+Candidates come from the search space (``space.candidates``), ordered by the guide (``guide``:
+the heuristic ``rank`` for all, the kernel model for its shortlist, refitted to the measured
+trials as they come in; "best-ranked" below is in that order). The first BROAD trials take the
+best-ranked candidate of each not yet tried register block shape (pixels x channels), so the
+search starts broad; later trials mostly try neighbours of the fastest trial so far (candidates
+that differ from it in one knob, the best-ranked of them, picked at random among the first few),
+and now and then (``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends only on the
 measured results, so a rerun with the same log replays the logged trials (without measuring
 them) and continues where the earlier run stopped.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import time
-from collections.abc import Sequence
 from concurrent.futures import Executor
 
 from ..codegen.isa import resolve_isa
@@ -24,6 +24,7 @@ from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
 from .executor import IsolatedExecutor, TrialTimeout, WorkerDied
+from .guide import Guide, shortlist
 from .log import TuningLog
 from .rank import Ranker
 from .rank import rank as heuristic
@@ -34,6 +35,7 @@ from .trial import Outcome, Task, here, run_trial
 BROAD = 8                  # the first trials each take a new block shape
 EXPLORE = 0.2              # share of later trials that take the best-ranked untried candidate
 NEIGHBOURS = 3             # a neighbour is picked at random among the best-ranked this many
+SCORED_NEIGHBOURS = 9      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
 REASONS = 600              # characters of failure reasons quoted in an error
 
@@ -52,39 +54,47 @@ def _differs_once(a: Candidate, b: Candidate) -> bool:
 
 
 class Walk:
-    """Which candidate to try next, given the results so far (seeded)."""
+    """Which candidate to try next, given the results so far (seeded); the order of the candidates
+    is the guide's (the refitted kernel model)."""
 
-    def __init__(self, ranked: Sequence[Candidate], broad: int, seed: int):
-        self.ranked, self.broad, self.rng = list(ranked), broad, random.Random(seed)
+    def __init__(self, guide: Guide, broad: int, seed: int):
+        self.guide, self.broad, self.rng = guide, broad, random.Random(seed)
         self.tried: set[int] = set()
         self.blocks: set[tuple] = set()
         self.results: list[tuple[float, int]] = []      # (seconds, index) of verified trials
 
+    def candidate(self, index: int) -> Candidate:
+        return self.guide.candidates[index]
+
     def next(self) -> tuple[int, Candidate] | None:
         """The next (index, candidate) to try, or None when every candidate was tried."""
-        untried = [i for i in range(len(self.ranked)) if i not in self.tried]
+        untried = self.guide.order(i for i in range(len(self.guide.candidates)) if i not in self.tried)
         if not untried:
             return None
         index = self._pick(untried)
         self.tried.add(index)
-        self.blocks.add(_block(self.ranked[index]))
-        return index, self.ranked[index]
+        self.blocks.add(_block(self.candidate(index)))
+        return index, self.candidate(index)
 
     def _pick(self, untried: list[int]) -> int:
-        fresh = [i for i in untried if _block(self.ranked[i]) not in self.blocks]
+        fresh = [i for i in untried if _block(self.candidate(i)) not in self.blocks]
         if len(self.tried) < self.broad or not self.results or self.rng.random() < EXPLORE:
             return (fresh or untried)[0]
-        best = self.ranked[min(self.results)[1]]
-        near = [i for i in untried if _differs_once(self.ranked[i], best)]
+        best = self.candidate(min(self.results)[1])
+        near = [i for i in untried if _differs_once(self.candidate(i), best)]
+        for index in near[:SCORED_NEIGHBOURS]:
+            self.guide.score(index)
+        near = self.guide.order(near)
         return self.rng.choice(near[:NEIGHBOURS]) if near else untried[0]
 
     def observe(self, index: int, seconds: float | None) -> None:
+        self.guide.observe(index, seconds)
         if seconds is not None:
             self.results.append((seconds, index))
 
     def forget(self, index: int) -> None:
         """A candidate that turned out not to be a trial (refused, or a duplicate schedule)."""
-        self.blocks.discard(_block(self.ranked[index]))
+        self.blocks.discard(_block(self.candidate(index)))
 
 
 def _check(trials: int, seconds: float | None, threads: int, budget: float, timeout: float) -> None:
@@ -125,7 +135,8 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     trial), one at a time; crashes, hangs and wrong results are failed trials. With ``log`` (a
     file path) every trial is appended to that SQLite tuning log, and candidates already in it
     for this op, ISA, thread count and machine are taken from it instead of measured again.
-    ``rank`` orders the candidates (default: the built-in heuristic); ``progress`` shows a
+    ``rank`` orders the candidates first (default: the built-in heuristic), the kernel model
+    reorders its best, refitted to the measured trials (``guide``); ``progress`` shows a
     progress bar on stderr."""
     _check(trials, seconds, threads, budget, timeout)
     isa = resolve_isa(isa, integer=op.quant is not None)
@@ -134,13 +145,14 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
+    start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
-    walk = Walk(rank(space), BROAD, seed)
+    walk = Walk(Guide(rank(space), shortlist(trials)), BROAD, seed)
     tuning_log = TuningLog(log) if log is not None else None
     known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
     own = executor is None
     executor = IsolatedExecutor(timeout) if own else executor
-    start, done, refusals, seen = time.perf_counter(), [], [], set()
+    done, refusals, seen = [], [], set()
     bar = Progress(trials, progress)
     stopped = ""
     try:
@@ -163,8 +175,8 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
                 walk.forget(index)
                 continue
             seen.add(toml)
-            trial = _trial(len(done) + 1, candidate, toml, known.get(toml), executor, budget, timeout,
-                           threads, tuning_log)
+            trial = _trial(len(done) + 1, candidate, walk.guide.figures(index), toml, known.get(toml),
+                           executor, budget, timeout, threads, tuning_log)
             done.append(trial)
             walk.observe(index, trial.seconds)
             bar.update(len(done), _progress_label(op, done))
@@ -176,10 +188,11 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     return _result(op, isa, threads, done, refusals, time.perf_counter() - start, log, stopped)
 
 
-def _trial(number: int, candidate: Candidate, toml: str, logged, executor: Executor, budget: float,
-           timeout: float, threads: int, tuning_log: TuningLog | None) -> Trial:
-    """Trial ``number``: taken from the log when ``logged``, else measured (and logged)."""
-    knobs, model = candidate.knobs.as_dict(), candidate.figures
+def _trial(number: int, candidate: Candidate, model: dict[str, float], toml: str, logged, executor: Executor,
+           budget: float, timeout: float, threads: int, tuning_log: TuningLog | None) -> Trial:
+    """Trial ``number``: taken from the log when ``logged``, else measured (and logged); ``model``:
+    the figures it was ranked by."""
+    knobs = candidate.knobs.as_dict()
     if logged is not None:
         return Trial(number, toml, knobs, model, logged.status, logged.timing, logged.error, logged=True)
     task = Task(candidate.op, toml, candidate.isa, threads, budget)
