@@ -4,6 +4,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -178,6 +179,8 @@ def test_bad_input_is_refused():
                             ({"isa": "avx9"}, "unknown isa 'avx9'")):
         with pytest.raises(ValueError, match=message):
             lo.tune(op, **kwargs)
+    with pytest.raises(TypeError, match="concurrent.futures.Executor or a dask.distributed.Client, got str"):
+        lo.tune(op, trials=1, executor="tcp://scheduler:8786", progress=False)
     with pytest.raises(TuneError, match="64 iterations to split over threads"):
         lo.tune(op, threads=64, progress=False)
     with pytest.raises(TuningLogError, match="does not exist"):
@@ -239,7 +242,8 @@ def test_spearman_of_known_orders():
 def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
-    guide = Guide(ranked, 60, model=lambda c: 1e-6 / c.figures["predicted_seconds"])   # a model that is wrong
+    guide = Guide(ranked, model=lambda c: 1e-6 / c.figures["predicted_seconds"])   # a model that is wrong
+    guide.score_best(60)
     before = guide.order(range(60))
     assert spearman([heuristic[i] for i in before], range(60)) < -0.95       # ties: not exactly -1
     measured = before[::6]                         # trials spread over the order, their times following
@@ -271,3 +275,65 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert result.to_dict()["model_spearman"] == pytest.approx(1)
     assert "model vs measured: Spearman +1.000 over 6 verified trials" in str(result)
     assert "model ms" in result.table()
+
+
+def die_with_the_worker(*args):
+    """A trial whose cluster worker process dies (a node lost mid-trial)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A LocalCluster of 2 worker processes, 1 thread each; a worker that dies fails its task at once
+    (no retries on other workers)."""
+    distributed = pytest.importorskip("dask.distributed")
+    import dask
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                                     dashboard_address=None) as cluster:
+        yield cluster
+
+
+def table_schema(log: Path) -> list[tuple]:
+    with sqlite3.connect(log) as connection:
+        return connection.execute("PRAGMA table_info(trials)").fetchall()
+
+
+@pytest.mark.slow           # a LocalCluster takes 3-4 s to start, its trials a few s more
+def test_dask_cluster_search_logs_the_same_schema_and_a_verified_best(tmp_path, dask_cluster):
+    from dask.distributed import Client
+    log, local = tmp_path / "cluster.db", tmp_path / "local.db"
+    op = OPS["conv"]
+    with Client(dask_cluster) as client:
+        client.wait_for_workers(2)
+        result = lo.tune(op, trials=4, budget=BUDGET, log=log, executor=client, progress=False)
+    assert len(result.trials) == 4 and all(t.status == "ok" for t in result.trials)
+    assert verify(result.best.compile(result.isa))[0]
+    lo.tune(op, trials=1, budget=BUDGET, log=local, progress=False)
+    assert table_schema(log) == table_schema(local)
+    with sqlite3.connect(log) as connection:
+        hosts = {r[0] for r in connection.execute("SELECT host FROM trials")}
+    assert hosts == {socket.gethostname()}                 # the workers' host, recorded by each trial
+    assert lo.best_schedule(op, log=log).steps == result.best.steps
+
+
+@pytest.mark.slow
+def test_a_dask_worker_dying_mid_trial_is_a_failed_trial(tmp_path, dask_cluster):
+    from dask.distributed import Client
+
+    class Dying(Client):
+        calls = 0
+
+        def submit(self, fn, *args, **kwargs):
+            Dying.calls += 1
+            return super().submit(die_with_the_worker if Dying.calls == 2 else fn, *args, **kwargs)
+
+    log = tmp_path / "tune.db"
+    with Dying(dask_cluster) as client:
+        client.wait_for_workers(2)
+        result = lo.tune(OPS["matmul"], trials=3, budget=BUDGET, log=log, executor=client, progress=False)
+    statuses = [t.status for t in result.trials]
+    assert sorted(statuses) == ["crashed", "ok", "ok"]
+    crashed = result.trials[statuses.index("crashed")]
+    assert "died while running the trial" in crashed.error
+    assert sorted(r[0] for r in rows(log)) == ["crashed", "ok", "ok"] and result.timing.verified

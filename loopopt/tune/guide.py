@@ -5,9 +5,11 @@ executes; without its memory term it took 13-60 ms per candidate on this project
 schedule built and its kernel counted), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
 while the ranking heuristic (``rank.py``) takes about 50 us, and a search space holds up to a few
 thousand candidates. So the heuristic orders them all, and the kernel model without its memory
-term scores the heuristic's best ``shortlist`` (and the neighbours the walk considers, when it
-considers them); scored candidates come first, by their fitted time, the others after them in the
-heuristic's order. Each verified trial refits the prediction (``fit.Fit``: the model's scale, and a
+term scores the heuristic's best ``shortlist(picks)`` (32, and 2 more per candidate the walk has
+picked: it depends on the walk's progress, not on the budget, so a resumed search with another
+budget walks the same path) and the neighbours the walk considers, when it considers them;
+scored candidates come first, by their fitted time, the others after them in the heuristic's
+order. Each verified trial refits the prediction (``fit.Fit``: the model's scale, and a
 blend with the heuristic where the measurements side with it), and the untried candidates are
 reordered by it.
 """
@@ -21,8 +23,8 @@ from ..schedule import ScheduleError
 from .fit import Fit
 from .space import Candidate
 
-SHORTLIST_PER_TRIAL = 2    # candidates scored by the kernel model up front, per trial of the budget
-MIN_SHORTLIST = 32
+MIN_SHORTLIST = 32         # the heuristic's best scored by the kernel model before the first pick
+SHORTLIST_PER_PICK = 2     # and more of them after each pick
 
 Model = Callable[[Candidate], float]
 
@@ -35,22 +37,25 @@ def model_seconds(candidate: Candidate) -> float:
         return math.inf
 
 
-def shortlist(trials: int) -> int:
-    """How many of the heuristic's best candidates a search of ``trials`` scores up front."""
-    return max(MIN_SHORTLIST, SHORTLIST_PER_TRIAL * trials)
+def shortlist(picks: int) -> int:
+    """How many of the heuristic's best candidates are scored once the walk picked ``picks``."""
+    return MIN_SHORTLIST + SHORTLIST_PER_PICK * picks
 
 
 class Guide:
     """The candidates of one search (``ranked``: the heuristic's order, each with its
     ``predicted_seconds``), the kernel model's scores of some of them, and the fit."""
 
-    def __init__(self, ranked: Sequence[Candidate], scored: int, model: Model = model_seconds):
+    def __init__(self, ranked: Sequence[Candidate], model: Model = model_seconds):
         self.candidates = list(ranked)
         self.model = model
         self.scores: dict[int, float] = {}
         self.samples: list[tuple[float, float, float]] = []
         self.fit = Fit()
-        for index in range(min(scored, len(self.candidates))):
+
+    def score_best(self, count: int) -> None:
+        """Score the heuristic's best ``count`` candidates (those not scored yet)."""
+        for index in range(min(count, len(self.candidates))):
             self.score(index)
 
     def heuristic(self, index: int) -> float:
