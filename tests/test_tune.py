@@ -71,6 +71,10 @@ def test_table_plot_and_dict(tmp_path):
     assert len(data["trials"]) == 3 and data["best"]["schedule"] == lo.to_toml(result.best)
     curve = result.best_so_far()
     assert curve == sorted(curve)
+    assert result.first_within(1.0).number == result.best_number
+    assert result.first_within(1e-9).number == next(t.number for t in result.trials if t.seconds is not None)
+    assert [t.elapsed for t in result.trials] == sorted(t.elapsed for t in result.trials)
+    assert 0 < result.trials[-1].elapsed <= result.elapsed
     assert curve[-1] == pytest.approx(OPS["matmul"].flops / result.timing.min / 1e9)
 
 

@@ -1,17 +1,18 @@
 """The order in which a search measures candidates: the kernel model, refitted as trials come in.
 
 The kernel model (``lo.kernel_model``) predicts a schedule's time from what its generated kernel
-executes; without its memory term it took 13-60 ms per candidate on this project's Xeon (the
-schedule built and its kernel counted), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
-while the ranking heuristic (``rank.py``) takes about 50 us, and a search space holds up to a few
-thousand candidates. So the heuristic orders them all, and the kernel model without its memory
-term scores the heuristic's best ``shortlist(picks)`` (32, and 2 more per candidate the walk has
-picked: it depends on the walk's progress, not on the budget, so a resumed search with another
-budget walks the same path) and the neighbours the walk considers, when it considers them;
-scored candidates come first, by their fitted time, the others after them in the heuristic's
-order. Each verified trial refits the prediction (``fit.Fit``: the model's scale, and a
-blend with the heuristic where the measurements side with it), and the untried candidates are
-reordered by it.
+executes. Measured on this project's Xeon (2 cores shared with other work): without its memory term
+it takes 13-60 ms on a random candidate and 22-121 ms on the heuristic's best ones (larger, unrolled
+register blocks: more sites to count), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
+about what compiling and timing the candidate costs; the ranking heuristic (``rank.py``) takes about
+50 us, and a search space holds up to about 13,500 candidates. So the heuristic orders them all, and
+the kernel model without its memory term scores the heuristic's best ``shortlist(picks)`` (24, and
+one more per candidate the walk has picked: about 10 s in a search of 64 trials; it depends on the
+walk's progress, not on the budget, so a resumed search with another budget walks the same path) and
+the neighbours the walk considers, when it considers them; scored candidates come first, by their
+fitted time, the others after them in the heuristic's order. Each verified trial refits the
+prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
+side with it), and the untried candidates are reordered by it.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from ..schedule import ScheduleError
 from .fit import Fit
 from .space import Candidate
 
-MIN_SHORTLIST = 32         # the heuristic's best scored by the kernel model before the first pick
-SHORTLIST_PER_PICK = 2     # and more of them after each pick
+MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
+SHORTLIST_PER_PICK = 1     # and more of them after each pick
 
 Model = Callable[[Candidate], float]
 
