@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
@@ -27,7 +28,7 @@ from .quant import QuantParams, check_quant_params, requant_multiplier
 from .schedule import Schedule
 
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
-CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1}
+CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2}
 PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
 
@@ -125,8 +126,10 @@ class Kernel:
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a numpy array, got {type(array).__name__}")
-        if array.dtype != np.float32:
-            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes float32 "
+        bf16_input = self.op.dtype == BFLOAT16 and name in self.op.inputs
+        if array.dtype != np.float32 and not (bf16_input and is_bf16_array(array)):
+            allowed = "float32 or ml_dtypes.bfloat16" if bf16_input else "float32"
+            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes {allowed} "
                             f"(convert with {name}.astype(np.float32))")
         if array.shape != shape:
             raise ValueError(f"{name} has shape {array.shape}; {self.op!r} expects {shape}")
@@ -162,11 +165,17 @@ class Kernel:
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = self._copy(tensor, array) if is_bias else self._pack(tensor, array)
+            storage[tensor] = (self._copy(tensor, array) if is_bias
+                               else self._pack(tensor, self._element(tensor, array)))
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
         return Buffers(storage, self._bind(storage))
+
+    def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
+        nearest even here, before packing, so a tile layout packs the same bits)."""
+        return bf16_bits(array, tensor) if self.op.dtype == BFLOAT16 else array
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""
@@ -300,7 +309,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     openmp = ("-fopenmp",) if generated.openmp else ()
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
-    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else ISAS[isa_name].compile_flags
+    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)

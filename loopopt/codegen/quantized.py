@@ -83,8 +83,11 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         bias_type="int32_t" if spec.requantized else "float")
 
 
-def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
-    """The reduction loop the dot instruction consumes (module docstring), or None."""
+def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
+    """The reduction loop a dot instruction of ``group`` elements per lane consumes (module
+    docstring: 4 bytes for vpdpbusd, 2 bf16 for vdpbf16ps), or None. ``padded_groups``: a last group
+    may run past the input channels where the weights are zero-padded (the products there are
+    exactly 0 for integers; bfloat16 passes False, as 0 times a neighbouring inf or NaN is not 0)."""
     vec = schedule.vector_loop
     op = schedule.op
     if vec is None or lanes == 1:
@@ -97,19 +100,19 @@ def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
     if not reductions:
         return None
     loop = inside[reductions[-1]]
-    if loop.extent > DOT or loop.unroll or loop.parallel:
+    if loop.extent > group or loop.unroll or loop.parallel:
         return None
-    if loop.extent < DOT and not _covers_padded_channels(schedule, loop.name):
+    if loop.extent < group and not (padded_groups and _covers_padded_channels(schedule, loop.name, group)):
         return None
-    if not all(_unit_stride(schedule, t, loop.name) for t in op.inputs):
+    if not all(_unit_stride(schedule, t, loop.name, group) for t in op.inputs):
         return None
-    return loop.name if _guards_allow_groups(schedule, loop.name) else None
+    return loop.name if _guards_allow_groups(schedule, loop.name, group, padded_groups) else None
 
 
 @lru_cache(maxsize=1024)
-def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
+def _unit_stride(schedule: Schedule, tensor: str, name: str, group: int) -> bool:
     """True iff ``tensor``'s storage offset grows by exactly 1 along loop ``name`` everywhere."""
-    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {DOT}")
+    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {group}")
 
 
 def _split_of(schedule: Schedule, name: str):
@@ -122,31 +125,32 @@ def _weight_letter(op: Op, dim: str) -> str:
     return op.tensor(weights).letters[op.index(weights).index(Var(dim))]
 
 
-def _weights_padded(schedule: Schedule, name: str) -> bool:
+def _weights_padded(schedule: Schedule, name: str, group: int) -> bool:
     """Loop ``name`` is the inner part of a split of the input channels (the op's
-    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of 4, so a
+    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of ``group``, so a
     group reads zeros past the end."""
     op = schedule.op
     split = _split_of(schedule, name)
     layout = schedule.layout_of(op.inputs[1])
     return (split is not None and split.parent == op.reduction_channel_dim
-            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % DOT == 0)
+            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % group == 0)
 
 
-def _covers_padded_channels(schedule: Schedule, name: str) -> bool:
-    """A loop shorter than 4 (a split clamped to a dimension of fewer than 4 channels) is a
-    dot loop when it spans the whole dimension and the weights are zero-padded to 4."""
+def _covers_padded_channels(schedule: Schedule, name: str, group: int) -> bool:
+    """A loop shorter than a group (a split clamped to a dimension of fewer channels) is a
+    dot loop when it spans the whole dimension and the weights are zero-padded to a group."""
     split = _split_of(schedule, name)
-    return _weights_padded(schedule, name) and split.parent_extent <= split.factor
+    return _weights_padded(schedule, name, group) and split.parent_extent <= split.factor
 
 
-def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
-    """A group of 4 runs whole: no padding guard may depend on the loop; a partial block of
-    it is fine only where the weights are zero-padded beyond it (a blocked layout)."""
+def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_groups: bool) -> bool:
+    """A group runs whole: no padding guard may depend on the loop; a partial block of it is
+    fine only where the weights are zero-padded beyond it (a blocked layout) and
+    ``padded_groups`` allows that."""
     if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
         return False
     partial = any(name in guard.expr.variables() for guard in schedule.partial_guards)
-    return not partial or _weights_padded(schedule, name)
+    return not partial or (padded_groups and _weights_padded(schedule, name, group))
 
 
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
