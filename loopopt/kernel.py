@@ -21,7 +21,7 @@ from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, resolve_isa
+from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, weight_compensation
 from .quant import QuantParams, check_quant_params, requant_multiplier
@@ -305,7 +305,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
     quantized = schedule.op.quant is not None
     isa_name = resolve_isa(isa, integer=quantized)
-    generated = generate(schedule, ISAS[isa_name])
+    generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     openmp = ("-fopenmp",) if generated.openmp else ()
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)

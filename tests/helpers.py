@@ -57,7 +57,7 @@ def rotated(cases, options, quick=None):
 # --- random convs and schedules ---------------------------------------------------------------------
 
 @st.composite
-def conv_ops(draw, max_hw: int = 9):
+def conv_ops(draw, max_hw: int = 9, dtype: str = "float32"):
     """A small Conv2d: groups (depthwise too), kernel, stride, padding, dilation, bias, batch."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = draw(st.integers(1, 5))
@@ -73,7 +73,7 @@ def conv_ops(draw, max_hw: int = 9):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride, padding=padding, dilation=dilation,
                      groups=groups, bias=draw(st.booleans()), batch=draw(st.integers(1, 3)),
-                     height=height, width=width)
+                     height=height, width=width, dtype=dtype)
 
 
 ACT_LAYOUTS = ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
-from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa, bf16_dot_available
+from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
 
@@ -210,11 +210,13 @@ def load(isa: Isa, kind: str, ref: str, base: str, index: str, mask: str | None)
     return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
 
 
-def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan]) -> Arithmetic:
-    """The arithmetic of ``schedule`` on ``isa_name``."""
+def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan],
+               bf16_dot: bool = True) -> Arithmetic:
+    """The arithmetic of ``schedule`` on ``isa_name``. ``bf16_dot``: a bfloat16 kernel may use the
+    table's ``vdpbf16ps`` (kernels compiled to run here pass ``isa.bf16_dot_available``)."""
     if schedule.op.dtype == "bfloat16":
         dot = (find_dot_loop(schedule, ISAS[isa_name].lanes, BF16_PAIR, padded_groups=False)
-               if bf16_dot_available(isa_name) else None)
+               if bf16_dot and "dot" in BF16_ISAS[isa_name].ops else None)
         return Arithmetic("bf16_dot" if dot else "bf16", ISAS[isa_name], schedule, dot_loop=dot)
     if plan is None:
         return Arithmetic("float", ISAS[isa_name], schedule)

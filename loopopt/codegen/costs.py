@@ -36,7 +36,7 @@ from ..schedule import Loop, Schedule, ScheduleError
 from .arith import GROUPS, Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from .isa import ISAS, Isa, resolve_isa
+from .isa import ISAS, Isa, bf16_dot_available, resolve_isa
 from .params import index_ctype
 from .quantized import QuantPlan, borders
 from .quantized import plan as quant_plan
@@ -247,7 +247,7 @@ class _Counter:
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
             self.plan = quant_plan(schedule, ISAS[isa].lanes)
-        self.arith = arithmetic(schedule, isa, self.plan)
+        self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1
         self.vector = schedule.vector_loop if self.kinds else None

@@ -6,7 +6,7 @@ from typing import Optional
 from ..schedule import Schedule
 from .arith import arithmetic
 from .emit import vector_access_kinds
-from .isa import ISAS, resolve_isa
+from .isa import ISAS, bf16_dot_available, resolve_isa
 from .quantized import plan as quant_plan
 
 
@@ -20,7 +20,7 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     quantized = op.quant is not None
     target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
     plan = quant_plan(schedule, target.lanes) if quantized else None
-    dot = arithmetic(schedule, target.name, plan).dot_loop
+    dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
