@@ -26,7 +26,8 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
 
 The schedule chooses the block and the order, as it chooses a register block: a split of the
 pixel dim (a conv's ``ow``, a GEMM's ``i``) by 16 or 32 sets the pixel block, a split of the
-channel dim by 16 or 32 the channel block (default 32 x 32), and the channel block's loop
+channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole extent of a
+dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and the channel block's loop
 outside the pixel loops (the default order) keeps a block's weights hot across all pixels; a
 pixel loop outside it keeps the pixels' activations hot across the channel blocks. Its output
 layout is the output's. The loop nest itself is fixed; other steps have no effect here.
@@ -173,6 +174,8 @@ def _split_factor(schedule: Schedule, dim: str) -> int:
     split = next((r for r in schedule.relations if getattr(r, "parent", None) == dim), None)
     if split is None:
         return BLOCKS[-1]
+    if split.factor == split.parent_extent < BLOCKS[-1]:      # a split clamped to the dim (schedule files)
+        return next(b for b in BLOCKS if b >= split.factor)
     if split.factor not in BLOCKS:
         raise TileError(f"isa 'amx': the split of {dim!r} by {split.factor} is not a tile block: split it "
                         f"by 16 (one tile) or 32 (two tiles), or not at all (32)")
