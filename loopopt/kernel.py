@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .amx import require_amx
 from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
@@ -24,6 +25,14 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.tiles import (
+    TileShape,
+    activations_shape,
+    check_amx_cpu,
+    generate_tiles,
+    pack_activations,
+    pack_weights,
+)
 from .quant import PARAM_NAMES, QuantParams, check_quant_params, requant_multiplier
 from .schedule import Schedule
 
@@ -306,8 +315,50 @@ class QuantizedKernel(Kernel):
         return self.output(buffers)
 
 
+class TileKernel(QuantizedKernel):
+    """A quantized kernel on AMX tiles (``codegen/tiles.py``): ``prepare`` stores the activations
+    channels-last and padded and the weights in B tiles; ``run`` asks Linux for the tile state
+    first (``require_amx``). The epilogue is fused at the tile store, so there are no raw int32
+    accumulators to read back."""
+
+    def _elements(self, name: str) -> int:
+        op = self.op
+        if name == op.inputs[0]:
+            return math.prod(activations_shape(op))
+        if name == op.inputs[1]:
+            return math.prod(TileShape.of(op).packed_weights_shape)
+        return super()._elements(name)
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        op = self.op
+        if tensor == op.inputs[0]:
+            return pack_activations(op, array, self._zeros(tensor, activations_shape(op), array.dtype))
+        if tensor == op.inputs[1]:
+            packed = self._zeros(tensor, TileShape.of(op).packed_weights_shape, np.int8)
+            return pack_weights(op, array, packed)
+        return super()._pack(tensor, array)
+
+    def run(self, buffers: Buffers) -> None:
+        require_amx()
+        super().run(buffers)
+
+    def accumulators(self, buffers: Buffers) -> np.ndarray:
+        raise ValueError("an AMX tile kernel applies the epilogue at each tile store: it keeps no int32 "
+                         "accumulators of the whole output")
+
+
+def _compile_tiles(schedule: Schedule) -> TileKernel:
+    check_amx_cpu()
+    generated = generate_tiles(schedule)
+    module = compile_c(generated.source, generated.cdef, generated.isa.compile_flags + QUANT_FLAGS)
+    return TileKernel(schedule, generated, module, generated.plan)
+
+
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
-    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
+    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it
+    (``isa="amx"``: the AMX tile kernel of a quantized op, ``codegen/tiles.py``)."""
+    if isa == "amx":
+        return _compile_tiles(schedule)
     quantized = schedule.op.quant is not None
     isa_name = resolve_isa(isa, integer=quantized)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))

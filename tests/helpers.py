@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import codegen
+from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
@@ -263,3 +263,17 @@ def python_trace(schedule, granularity, line_size):
             for t, off in offsets[:2] + offsets[2:] * 2:
                 trace.append((t.name, t.base + (off.evaluate(env) * t.element_bytes >> t.shift)))
     return trace
+
+
+# --- AMX ----------------------------------------------------------------------------------------------
+
+def _missing_amx() -> str | None:
+    try:
+        amx.require_amx()
+    except amx.AmxUnavailableError as err:
+        return str(err)
+    return None
+
+
+MISSING_AMX = _missing_amx()       # why this process cannot run tile code (None: it can)
+needs_amx = pytest.mark.skipif(MISSING_AMX is not None, reason=f"needs AMX: {MISSING_AMX}")

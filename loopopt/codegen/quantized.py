@@ -198,7 +198,8 @@ def _classes(w: Window):
     return tuple(distinct.index(v) for v in valid), tuple(distinct)
 
 
-def _row_col_windows(op: Op) -> tuple[Window, Window]:
+def row_col_windows(op: Op) -> tuple[Window, Window]:
+    """The op's row and column windows; a missing one is ``NO_WINDOW`` (a GEMM has two)."""
     windows = op.windows + (NO_WINDOW,) * (2 - len(op.windows))
     if len(windows) != 2:
         raise NotImplementedError(f"quantized kernels support ops with at most 2 window axes; {op!r} has "
@@ -209,7 +210,7 @@ def _row_col_windows(op: Op) -> tuple[Window, Window]:
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
     """The border classes of the op's row and column windows (a GEMM has one class)."""
-    rows, cols = (_classes(w) for w in _row_col_windows(op))
+    rows, cols = (_classes(w) for w in row_col_windows(op))
     return Borders(rows[0], rows[1], cols[0], cols[1])
 
 
@@ -229,7 +230,7 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     b = borders(op)
     w = np.moveaxis(np.asarray(wq, dtype=np.int64), op.weight_channel_axis, 0)
     zero = np.asarray(zw, dtype=np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
-    rows, cols = _row_col_windows(op)
+    rows, cols = row_col_windows(op)
     taps = (w - zero).sum(axis=1).reshape(-1, rows.taps, cols.taps)
     table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
     return table.astype(np.int32).reshape(-1)
@@ -300,7 +301,7 @@ def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str, it: str
             f"{indent}        {loop(c, op.extent(c))} s += {term};"]
 
 
-def _batch_dim(op: Op) -> str:
+def batch_dim(op: Op) -> str:
     """The output dim that is neither the channel nor a window's output (conv ``n``, matmul ``i``)."""
     windowed = {w.out_dim for w in op.windows}
     dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
@@ -348,7 +349,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append("/* activation sums S over the valid taps of each output position "
                      "(asymmetric weights) */")
         lines += _omp(schedule)
-        n = _batch_dim(op)
+        n = batch_dim(op)
         if op.windows:
             # windowed ops take activations [batch, channel, one axis per window]
             rows, cols = op.windows
@@ -377,7 +378,7 @@ def _positions(op: Op) -> tuple[str, str, str]:
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
     name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(_batch_dim(op))
+    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(batch_dim(op))
     if not op.windows:
         return channel, channel, n
     rows, cols = op.windows
