@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
@@ -219,6 +220,25 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["tune", "--matmul", "8,16,8", "--trials", "0"])
     assert info.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
+
+
+@needs_amx
+def test_amx_candidates_join_the_int8_search():
+    op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
+    tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
+    assert len(tiles) == 8 and candidates(op, "amx") == tiles
+    assert candidates(op, "amx", threads=2) == []
+    result = lo.tune(op, trials=2, isa="amx", budget=BUDGET, progress=False)
+    assert result.isa == "amx" and result.timing.verified
+    assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
+    ok, _ = verify(result.best.compile(result.isa))
+    assert ok
+
+
+def test_no_amx_candidates_where_the_tiles_refuse():
+    depthwise = lo.Conv2d(8, 8, 3, groups=8, height=5, width=5, quant=lo.QuantSpec())
+    float32 = lo.Conv2d(8, 8, 3, height=5, width=5)
+    assert candidates(depthwise, "amx") == [] and candidates(float32, "amx") == []
 
 
 def test_fit_corrects_the_model_scale_and_sides_with_the_measurements():

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
 from .space import DOT, Candidate, Roles, lanes
 
@@ -43,10 +44,26 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def tile_efficiency(candidate: Candidate) -> float:
+    """An AMX candidate's share of the tile peak: the tile rows, columns and K bytes its blocks use
+    (the shifted last blocks recompute), fewer tiles loaded per dot with 2 x 2 blocks."""
+    plan = tile_plan(candidate.schedule)
+    s = plan.shape
+    pixels = s.pixels / (_ceil(s.pixels, plan.block_pixels) * plan.block_pixels)
+    channels = s.kg / (_ceil(s.channel_tiles, plan.col_tiles) * plan.scratch_columns)
+    depth = s.cg / (len(s.starts) * 64)
+    loads = plan.row_tiles * plan.col_tiles / (plan.row_tiles + plan.col_tiles)   # dots per tile load, <= 1
+    return pixels * channels * depth * loads
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) and ``predicted_seconds``
     (on one core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
+    if candidate.isa == "amx":
+        efficiency = tile_efficiency(candidate)
+        peak = machine_profile().peak("amx", "int8") * 1e9
+        return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
     vectors = _ceil(knobs.channel_block, vector)

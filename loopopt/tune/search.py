@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codegen.isa import resolve_isa
+from ..codegen.tiles import check_amx_cpu
 from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
@@ -235,7 +236,10 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
     shows a progress bar on stderr."""
     _check(trials, seconds, threads, budget, timeout)
-    isa = resolve_isa(isa, integer=op.quant is not None)
+    if isa == "amx":
+        check_amx_cpu()
+    else:
+        isa = resolve_isa(isa, integer=op.quant is not None)
     space = candidates(op, isa, threads)
     if not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
@@ -285,5 +289,6 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"
                         + (f"; they are in the tuning log {log}" if log else ""))
     best = min(ok, key=lambda t: t.seconds)
+    isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
     return TuneResult(op, isa, threads, schedule_from_toml(best.schedule, op), best.timing, done,
                       len(refusals), elapsed, log, stopped, best.number)
