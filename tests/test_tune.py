@@ -365,3 +365,12 @@ def test_a_dask_worker_dying_mid_trial_is_a_failed_trial(tmp_path, dask_cluster)
     crashed = result.trials[statuses.index("crashed")]
     assert "died while running the trial" in crashed.error
     assert sorted(r[0] for r in rows(log)) == ["crashed", "ok", "ok"] and result.timing.verified
+
+
+@pytest.mark.slow
+def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
+    log = tmp_path / "tune.db"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False)
+    assert [t.number for t in result.trials] == [1, 2, 3, 4] and result.timing.verified
+    assert [r[0] for r in rows(log)] == [t.status for t in result.trials]
