@@ -25,6 +25,7 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.ternary import pack_i2s, packed_bytes
 from .codegen.tiles import (
     TileShape,
     activations_shape,
@@ -215,7 +216,8 @@ class QuantizedKernel(Kernel):
     ``kernel(xq, wq, b, x_scale=, x_zero_point=, w_scale=, w_zero_point=, y_scale=, y_zero_point=)``
     (``y_*`` only for a requantized output; an int32 output takes only the zero points).
     ``prepare`` validates the parameters with ``quant.check_quant_params``, packs the arrays into
-    the schedule's layouts (uint8 weights shifted to int8, ``quantized.stored_weights``) and
+    the schedule's layouts (uint8 weights shifted to int8, ``quantized.stored_weights``; ternary
+    weights to 2 bits with ``weight_format("i2_s")``, ``codegen.ternary``) and
     computes the per-channel terms (multipliers, and the weight compensation table when the
     schedule says ``compensation("packed")``) outside the timed ``run``.
     """
@@ -236,6 +238,8 @@ class QuantizedKernel(Kernel):
             return op.channels * math.prod(borders(op).shape)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
+        if name == op.inputs[1] and self.plan.packed_weights:
+            return packed_bytes(super()._elements(name))
         return op.channels if name.startswith("lo_") else super()._elements(name)
 
     def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
@@ -255,6 +259,12 @@ class QuantizedKernel(Kernel):
         if qp.y_scale is not None:
             requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
         return qp
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each."""
+        if tensor != self.op.inputs[1] or not self.plan.packed_weights:
+            return super()._pack(tensor, array)
+        return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
     def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""

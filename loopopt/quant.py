@@ -20,6 +20,8 @@ from .reference import conv2d_reference, matmul_reference
 
 ACTIVATIONS = ("uint8", "int8")
 WEIGHTS = ("int8", "uint8")
+TERNARY = "ternary"                  # weights in {-1, 0, +1}, given as int8, symmetric (zero point 0)
+WEIGHT_KINDS = WEIGHTS + (TERNARY,)
 OUTPUTS = ("float32", "uint8", "int8", "int32")
 PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
@@ -27,9 +29,10 @@ IntPair = int | tuple[int, int]
 
 
 def symmetric_zero_point(dtype: str) -> int:
-    """The zero point of symmetric quantization to ``dtype``: 0 for int8, 128 for uint8 (the middle
-    of its range, as ``quantize(..., symmetric=True)`` and ONNX Runtime's symmetric uint8 use)."""
-    return 0 if dtype == "int8" else 128
+    """The zero point of symmetric quantization to ``dtype``: 0 for int8 (and ternary weights), 128
+    for uint8 (the middle of its range, as ``quantize(..., symmetric=True)`` and ONNX Runtime's
+    symmetric uint8 use)."""
+    return 128 if dtype == "uint8" else 0
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,11 @@ class QuantSpec:
     ``activation``: ``"uint8"`` or ``"int8"``, any zero point in its range (per tensor).
     ``weight``: ``"int8"`` or ``"uint8"``, per output channel if ``per_channel``; with
     ``weight_symmetric`` the weight zero point is ``symmetric_zero_point(weight)`` (0 for int8,
-    128 for uint8), else any value in range. ``output``: dequantized ``"float32"``, requantized
-    ``"uint8"``/``"int8"``, or ``"int32"``: the raw accumulators ``sum (x - zx) * (w - zw[k])``
+    128 for uint8), else any value in range. ``"ternary"``: values in {-1, 0, +1} given as int8
+    (BitNet b1.58), zero point 0 (so ``weight_symmetric`` must stay True), a scale per tensor or
+    per output channel; stored one byte per weight, or 2 bits with ``Schedule.weight_format("i2_s")``.
+    ``output``: dequantized ``"float32"``, requantized ``"uint8"``/``"int8"``, or ``"int32"``: the
+    raw accumulators ``sum (x - zx) * (w - zw[k])``
     (+ an int32 bias if the op has one), no scales (ONNX ``ConvInteger``/``MatMulInteger``).
     """
 
@@ -51,7 +57,7 @@ class QuantSpec:
     weight: str = "int8"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("activation", ACTIVATIONS), ("weight", WEIGHTS), ("output", OUTPUTS)):
+        for name, allowed in (("activation", ACTIVATIONS), ("weight", WEIGHT_KINDS), ("output", OUTPUTS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"QuantSpec: {name}={getattr(self, name)!r} is not supported; "
                                  f"allowed: {', '.join(map(repr, allowed))}")
@@ -59,6 +65,9 @@ class QuantSpec:
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"QuantSpec: {name}={value!r} must be a bool (True or False)")
+        if self.weight == TERNARY and not self.weight_symmetric:
+            raise ValueError("QuantSpec: weight='ternary' is symmetric (zero point 0, values -1, 0, +1); "
+                             "weight_symmetric=False is not allowed with it")
 
     def __repr__(self) -> str:
         # int8 weights (the default) are not named, so specs made before the weight field existed keep
@@ -74,8 +83,13 @@ class QuantSpec:
 
     @property
     def weight_dtype(self) -> np.dtype:
-        """Storage dtype of the quantized weights."""
-        return np.dtype(self.weight)
+        """Storage dtype of the quantized weights as given (ternary: int8)."""
+        return np.dtype("int8" if self.weight == TERNARY else self.weight)
+
+    @property
+    def ternary(self) -> bool:
+        """True if the weights are ternary (values -1, 0, +1)."""
+        return self.weight == TERNARY
 
     @property
     def requantized(self) -> bool:
@@ -198,6 +212,24 @@ def quantize(array: Any, dtype: str, axis: int | None = None,
     return q, scale, zero_point
 
 
+def quantize_ternary(array: Any, axis: int | None = None) -> tuple[np.ndarray, Any, Any]:
+    """BitNet b1.58's absmean quantization to ternary weights: ``scale = mean |w|`` (per tensor, or
+    per channel along ``axis``), ``q = clip(rint(w / scale), -1, 1)`` as int8; returns
+    ``(q, scale, zero_point)`` like ``quantize`` (zero point 0). An all-zero channel gets scale 1."""
+    x = np.asarray(array, dtype=np.float32)
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("quantize_ternary: array is empty or contains non-finite values (nan or inf)")
+    axis = _norm_axis(axis, x.ndim)
+    reduce_axes = tuple(i for i in range(x.ndim) if i != axis)
+    scale = np.abs(x).mean(axis=reduce_axes, dtype=np.float64).astype(np.float32)
+    scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
+    shape = _channel_shape(x.ndim, axis, np.size(scale))
+    q = np.clip(np.rint(x / scale.reshape(shape)), -1, 1).astype(np.int8)
+    if axis is None:
+        return q, np.float32(scale), np.int8(0)
+    return q, scale, np.zeros(scale.shape, np.int8)
+
+
 def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
     """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale`` (per channel: ``axis``)."""
     q = np.asarray(q)
@@ -240,7 +272,7 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
     return arr
 
 
-def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
+def _check_zero_point(name: str, value: Any, size: int | None, dtype: str | np.dtype,
                       required: tuple[int, str] | None = None) -> np.ndarray:
     """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
     ``required[0]``, for the reason ``required[1]``, if given)."""
@@ -272,10 +304,20 @@ def _check_shape(name: str, arr: np.ndarray, size: int | None) -> np.ndarray:
 
 
 def _check_dtype(what: str, array: Any, spec: QuantSpec, field: str) -> None:
-    """TypeError unless ``array`` (if given) has the dtype that ``spec.<field>`` names."""
-    if array is not None and np.asarray(array).dtype != np.dtype(getattr(spec, field)):
+    """TypeError unless ``array`` (if given) has the storage dtype of ``spec.<field>``."""
+    expected = getattr(spec, f"{field}_dtype")
+    if array is not None and np.asarray(array).dtype != expected:
         raise TypeError(f"{what} dtype {np.asarray(array).dtype} does not match "
-                        f"QuantSpec({field}={getattr(spec, field)!r}): expected {getattr(spec, field)}")
+                        f"QuantSpec({field}={getattr(spec, field)!r}): expected {expected}")
+
+
+def check_ternary(wq: np.ndarray) -> None:
+    """ValueError naming the first value of ``wq`` outside {-1, 0, +1} and its index."""
+    bad = np.argwhere((wq < -1) | (wq > 1))
+    if bad.size:
+        index = tuple(int(i) for i in bad[0])
+        raise ValueError(f"ternary weights must be -1, 0 or +1: weight{list(index)} = {int(wq[index])} "
+                         f"({len(bad)} value(s) outside)")
 
 
 def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
@@ -307,6 +349,8 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_po
     """
     _check_dtype("input", xq, spec, "activation")
     _check_dtype("weight", wq, spec, "weight")
+    if wq is not None and spec.ternary:
+        check_ternary(np.asarray(wq))
     _check_given(spec, dict(zip(PARAM_NAMES, (x_scale, x_zero_point, w_scale, w_zero_point, y_scale,
                                               y_zero_point), strict=True)))
     w_size = k_channels if spec.per_channel else None
@@ -319,7 +363,7 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_po
     if spec.weight_symmetric:
         symmetric = (symmetric_zero_point(spec.weight),
                      f"QuantSpec(weight={spec.weight!r}, weight_symmetric=True)")
-    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, spec.weight, symmetric)
+    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, spec.weight_dtype, symmetric)
     if spec.requantized:
         sy = np.float32(_check_scale("y_scale", y_scale, None))
         zy = np.int32(_check_zero_point("y_zero_point", y_zero_point, None, spec.output))

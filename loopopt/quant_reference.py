@@ -11,20 +11,23 @@ from typing import Any
 import numpy as np
 
 from .ops import Op
-from .quant import add_bias, dequantize, dequantize_output, quantize, requantize_output
+from .quant import add_bias, dequantize, dequantize_output, quantize, quantize_ternary, requantize_output
 
 
 def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Quantized arrays ``[xq, wq(, b)]`` and the call's parameters, calibrated from
-    ``op.random_inputs(seed)`` with ``quant.quantize`` as the op's QuantSpec says (activations
-    asymmetric, so with a zero point that is not the dtype's middle; an int32 output takes no
-    scales, its int32 bias has the scale the others' would have)."""
+    ``op.random_inputs(seed)`` with ``quant.quantize`` (ternary weights: ``quant.quantize_ternary``)
+    as the op's QuantSpec says (activations asymmetric, so with a zero point that is not the dtype's
+    middle; an int32 output takes no scales, its int32 bias has the scale the others' would have)."""
     spec = op.quant
     floats = op.random_inputs(seed)
     x, w = (floats[t] for t in op.inputs)
     xq, sx, zx = quantize(x, spec.activation, symmetric=False)
     axis = op.weight_channel_axis if spec.per_channel else None
-    wq, sw, zw = quantize(w, spec.weight, axis=axis, symmetric=spec.weight_symmetric)
+    if spec.ternary:
+        wq, sw, zw = quantize_ternary(w, axis=axis)
+    else:
+        wq, sw, zw = quantize(w, spec.weight, axis=axis, symmetric=spec.weight_symmetric)
     scales: dict[str, Any] = dict(x_scale=sx, w_scale=sw)
     params: dict[str, Any] = dict(x_zero_point=zx, w_zero_point=zw) | (scales if spec.scaled else {})
     arrays = [xq, wq]

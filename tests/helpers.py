@@ -163,6 +163,18 @@ SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS)
                   weight=st.sampled_from(lo.quant.WEIGHTS))
 
 
+@st.composite
+def quantized_schedules(draw, op, isa=None):
+    """A random legal schedule of quantized ``op`` (``schedules``), either compensation, sometimes
+    dequantizing (float32 output)."""
+    s = draw(schedules(op, isa))
+    if draw(st.booleans()):
+        s = s.compensation("kernel")
+    if op.quant.dequantized and draw(st.integers(0, 3)) == 0:
+        s = s.arithmetic("dequantize")
+    return s
+
+
 def raw_products(kernel, args):
     """What the nest must accumulate: sum of x' * w' over the valid taps (x' = x + shift, w' = w +
     weight_shift), wrapped to int32."""

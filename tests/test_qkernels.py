@@ -5,7 +5,7 @@ within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
 import numpy as np
 import pytest
-from helpers import HYPOTHESIS, SPECS, conv_ops, quick_first, rotated, schedules, tiers
+from helpers import HYPOTHESIS, SPECS, conv_ops, quantized_schedules, quick_first, rotated, schedules, tiers
 from helpers import check_quantized as check
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,12 +24,7 @@ def quantized(op, spec):
 def random_quantized_conv_schedule(isa, data):
     """A random legal schedule of a random quantized conv, either compensation, sometimes dequantizing."""
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
-    s = data.draw(schedules(op, isa))
-    if data.draw(st.booleans()):
-        s = s.compensation("kernel")
-    if op.quant.dequantized and data.draw(st.integers(0, 3)) == 0:
-        s = s.arithmetic("dequantize")
-    check(s, isa)
+    check(data.draw(quantized_schedules(op, isa)), isa)
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(

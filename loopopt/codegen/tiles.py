@@ -202,6 +202,9 @@ def tile_plan(schedule: Schedule) -> TilePlan:
                         f"quant=lo.QuantSpec(...) or use isa='auto'")
     if schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
+    if schedule.weight_format_mode != "int8":
+        raise TileError(f"isa 'amx' reads int8 weights into tiles; weight_format"
+                        f"({schedule.weight_format_mode!r}) packs them to 2 bits (use the VNNI kernels)")
     if schedule.parallel_loop is not None:
         raise TileError(f"isa 'amx' kernels run on one thread; remove "
                         f"parallel({schedule.parallel_loop.name!r})")
