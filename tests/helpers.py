@@ -142,6 +142,26 @@ def schedules(draw, op, isa=None):
     return s
 
 
+@st.composite
+def even_conv_ops(draw, max_hw: int = 9):
+    """A random bfloat16 conv with an even number of input channels per group (whole bf16 pairs) and
+    at least 2 output channels (a vector loop of one lane is not a loop of the output: no dot)."""
+    op = draw(conv_ops(max_hw, dtype="bfloat16"))
+    pairs = draw(st.integers(1, 3))
+    return lo.Conv2d(2 * pairs * op.groups, max(op.out_channels, 2), op.kernel_size, stride=op.stride,
+                     padding=op.padding, dilation=op.dilation, groups=op.groups, bias=op.bias, batch=op.batch,
+                     height=op.height, width=op.width, dtype="bfloat16")
+
+
+def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
+    """NHWC activations, weights in pairs of input channels (OIHW16o2i): c_i (2) is the bf16 dot loop
+    (vdpbf16ps where the ISA and CPU have it)."""
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o2i")
+         .split("k", 16).split("c", 2).reorder("n", "k_o", "oh", "ow", "c_o", "kh", "kw", "c_i", "k_i")
+         .vectorize("k_i"))
+    return s.register_block("c_o") if block else s
+
+
 # --- float kernels ----------------------------------------------------------------------------------
 
 def check(schedule: lo.Schedule, isa: str) -> None:
