@@ -383,7 +383,8 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
     group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
-    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
+    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+                        help="instruction set (amx: the AMX tile kernels of a quantized op)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")
 

@@ -1,7 +1,7 @@
 """This machine: its fingerprint, its measured profile, and the provenance of results.
 
-The profile holds one core's peak per ISA (fp32 FMA, int8 dot and bf16 ``vdpbf16ps`` throughput), the read
-bandwidth of each memory level (L1, L2, L3, DRAM) and the cache sizes the OS reports. It
+The profile holds one core's peak per ISA (fp32 FMA, int8 dot and bf16 ``vdpbf16ps`` throughput; AMX tiles
+for int8), the read bandwidth of each memory level (L1, L2, L3, DRAM) and the cache sizes the OS reports. It
 is measured once and cached as JSON in the kernel cache directory (``$LOOPOPT_CACHE_DIR``,
 default ``~/.cache/loopopt``), in a file named after the machine fingerprint, the C compiler
 and the profile format, written atomically; a file that cannot be read or does not
@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .amx import amx_available, amx_peak_gops
 from .atomic import write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
 from .codegen.arith import BF16_PAIR
@@ -46,10 +47,11 @@ from .codegen.isa import (
 )
 from .codegen.quantized import DOT
 
-PROFILE_FORMAT = 2          # 2: bfloat16 peaks
+PROFILE_FORMAT = 3          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx")
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
+PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 only (TDPBUSD tile loop, loopopt.amx)
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
@@ -282,9 +284,9 @@ class MachineProfile:
         if isa in ("auto", "scalar"):
             best = next((name for name in ISA_PREFERENCE if name in measured), None)
             return measured[best] if best else self.peaks["float32"]["scalar"]
-        if isa not in ISA_PREFERENCE:
+        if isa not in PEAK_ISAS:
             raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
-                             f"{', '.join(map(repr, ISA_PREFERENCE))}")
+                             f"{', '.join(map(repr, PEAK_ISAS))}")
         raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
                          f"measured: {', '.join(measured) or 'none'}")
 
@@ -315,8 +317,9 @@ class MachineProfile:
         _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
                f"an object with {DTYPES}")
         for dtype, table in peaks.items():
-            _check(isinstance(table, dict) and set(table) <= set(ISA_PREFERENCE), f"peaks.{dtype}", table,
-                   f"an object keyed by ISAs {ISA_PREFERENCE}")
+            isas = PEAK_ISAS if dtype == "int8" else ISA_PREFERENCE
+            _check(isinstance(table, dict) and set(table) <= set(isas), f"peaks.{dtype}", table,
+                   f"an object keyed by ISAs {isas}")
             for isa, value in table.items():
                 _check(_is_number(value) and value > 0, f"peaks.{dtype}.{isa}", value, "a number > 0")
         _check(bool(peaks["float32"]), "peaks.float32", peaks["float32"], "at least one ISA")
@@ -555,6 +558,8 @@ def measure_profile() -> MachineProfile:
         peaks[dtype] = {isa: measure_peak(isa, dtype) for isa in available() if tables[isa].vectorizes}
     if not peaks["float32"]:
         peaks["float32"]["scalar"] = measure_scalar_peak()
+    if amx_available():
+        peaks["int8"]["amx"] = amx_peak_gops("int8")
     caches = os_caches()
     bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
     cpu = this_cpu()
@@ -623,8 +628,9 @@ def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
 
     ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
     u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
-    sequence), 8 ops (4 multiply-adds) per int32 lane. ``"bfloat16"``: ``vdpbf16ps``, 4 flops
-    per float32 lane (the float32 peak on ISAs without it).
+    sequence), 8 ops (4 multiply-adds) per int32 lane; ``isa="amx"``: the AMX tile dot
+    ``TDPBUSD`` (``loopopt.amx.amx_peak_gops``), where the CPU has it. ``"bfloat16"``: ``vdpbf16ps``,
+    4 flops per float32 lane (the float32 peak on ISAs without it).
     """
     if dtype not in DTYPES:
         raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; "

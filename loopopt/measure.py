@@ -164,8 +164,8 @@ def _call(kernel: Kernel, seed: int) -> tuple[list[np.ndarray], dict]:
 def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
     """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error).
 
-    Quantized kernels are checked against quant.py's exact reference: requantized outputs
-    bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
+    Quantized kernels are checked against quant.py's exact reference: requantized and int32
+    outputs bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
     The reference is computed in blocks of the batch (``Op.reference_blocks``, which raises
     MemoryLimitError if one batch item's reference does not fit the available memory).
     """
@@ -181,7 +181,7 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
             expected, bound = op.reference(*block), tolerance(op, inputs)
         else:
             expected = reference_output(op, block, params)
-            bound = (np.zeros(expected.shape) if op.quant.requantized else
+            bound = (np.zeros(expected.shape) if not op.quant.dequantized else
                      quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
         error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
         ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))

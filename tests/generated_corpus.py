@@ -60,7 +60,7 @@ def corpus() -> Iterator[tuple[str, lo.Schedule]]:
             yield f"{name}@{label}", schedule
             if op.quant is not None:
                 yield f"{name}@{label}.kernel", schedule.compensation("kernel")
-                if not op.quant.requantized:
+                if op.quant.dequantized:
                     yield f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
 
 
