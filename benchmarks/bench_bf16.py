@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layers import Options, time_calls, write_section
+from bench_layers import Options, time_calls
+from bench_reuse import write_section
 
 import loopopt as lo
 from loopopt.bf16 import bf16_values
