@@ -36,7 +36,6 @@ BF16_OUTPUT = 2.0 ** -8   # PyTorch bf16 returns bf16: its output rounding, rela
 @dataclass
 class Row:
     implementation: str
-    dtype: str
     median: float
     fastest: float
     peak: float | None          # GFLOP/s the row is judged against; None: not comparable (AMX)
@@ -59,7 +58,7 @@ def loopopt_rows(layer: str, budget: float) -> list[Row]:
         how = ("vdpbf16ps" if "dpbf16_ps" in kernel.source else
                "fp32 FMA" if dtype == "float32" else "bf16 widened to fp32, FMA")
         note = f"schedule `{schedule}`, {kernel.isa}, {how}"
-        rows.append(Row(f"loopopt {label}", dtype, t.median, t.min, t.peak_gflops, t.verified, note))
+        rows.append(Row(f"loopopt {label}", t.median, t.min, t.peak_gflops, t.verified, note))
     return rows
 
 
@@ -85,7 +84,7 @@ def torch_rows(layer: str, budget: float) -> list[Row]:
         median, fastest = time_calls(lambda: conv(xt, wt, bt), options)
         reference = op32.reference(x, w, b)
         error = np.abs(conv(xt, wt, bt).numpy() - reference).max()
-        rows.append(Row("PyTorch fp32", "float32", median, fastest, lo.peak_gflops("auto"),
+        rows.append(Row("PyTorch fp32", median, fastest, lo.peak_gflops("auto"),
                         bool(error <= FP32_RTOL * np.abs(reference).max()),
                         f"oneDNN, channels-last; torch {torch.__version__}"))
         xb, wb, bb = (t.to(torch.bfloat16) for t in (xt, wt, bt))
@@ -96,7 +95,7 @@ def torch_rows(layer: str, budget: float) -> list[Row]:
         expected = bf16_op.reference(x, w, bias)
         bound = bf16_tolerance(bf16_op, {"I": x, "W": w, "B": bias}) + BF16_OUTPUT * np.abs(expected)
         amx = "amx_bf16" in cpu_flags()
-        rows.append(Row("PyTorch bf16", "bfloat16", median, fastest,
+        rows.append(Row("PyTorch bf16", median, fastest,
                         None if amx else lo.peak_gflops("auto", "bfloat16"),
                         bool(np.all(np.abs(y - expected) <= bound)),
                         "oneDNN, channels-last bf16 tensors (bias and output bf16 too)"
