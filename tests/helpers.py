@@ -103,6 +103,9 @@ def _parallel_ok(schedule: lo.Schedule, name: str) -> bool:
     return True
 
 
+MAX_UNROLL = 64      # a fully unrolled loop of thousands of iterations (a fused nest) takes gcc minutes
+
+
 @st.composite
 def schedules(draw, op, isa=None):
     """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize,
@@ -127,8 +130,9 @@ def schedules(draw, op, isa=None):
     else:
         s = s.layout("A", draw(st.sampled_from(["MK", "KM", "MK4k"])))
         s = s.layout("B", draw(st.sampled_from(["KN", "NK", "KN8n"])))
-    if draw(st.booleans()):
-        s = s.unroll(draw(st.sampled_from(s.loop_names)))
+    short = [loop.name for loop in s.loops if loop.extent <= MAX_UNROLL]
+    if short and draw(st.booleans()):
+        s = s.unroll(draw(st.sampled_from(short)))
     if draw(st.booleans()):
         candidates = [n for n in s.loop_names if _parallel_ok(s, n)]
         if candidates:
