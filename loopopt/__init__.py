@@ -17,7 +17,7 @@ from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
 from .ops import Conv2d, Matmul
-from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_ternary
+from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 from .tune import TuneError, TuneResult, TuningLogError, best_schedule, tune
@@ -61,6 +61,7 @@ __all__ = [
     "quant_accuracy",
     "quant_error",
     "quantize",
+    "quantize_binary",
     "quantize_ternary",
     "reuse",
     "reuse_distances",

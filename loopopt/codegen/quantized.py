@@ -212,6 +212,26 @@ def row_col_windows(op: Op) -> tuple[Window, Window]:
     return windows[0], windows[1]
 
 
+@dataclass(frozen=True)
+class GroupShape:
+    """An op as per-group GEMMs over its windows: batch, groups, input and output channels per group,
+    the row and column windows (``NO_WINDOW`` where the op has none)."""
+
+    batch: int
+    groups: int
+    cg: int                          # input channels per group
+    kg: int                          # output channels per group
+    rows: Window
+    cols: Window
+
+    @classmethod
+    def of(cls, op: Op, **extra):
+        """The shape of ``op`` (``extra``: the fields a subclass adds)."""
+        rows, cols = row_col_windows(op)
+        return cls(op.extent(batch_dim(op)), op.groups, op.extent(op.reduction_channel_dim),
+                   op.channels // op.groups, rows, cols, **extra)
+
+
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
     """The border classes of the op's row and column windows (a GEMM has one class)."""

@@ -41,7 +41,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..ops import Op, Window
+from ..ops import Op
 from ..schedule import Schedule, ScheduleError
 from . import quantized
 from .amx import AMX, MAX_COLSB, TILE, TileBlock, chunk_starts, indent
@@ -70,22 +70,8 @@ def check_amx_cpu() -> None:
 
 
 @dataclass(frozen=True)
-class TileShape:
+class TileShape(quantized.GroupShape):
     """An op as the tile kernel sees it: per group a GEMM of pixels x channels over taps x chunks."""
-
-    batch: int
-    groups: int
-    cg: int                          # input channels per group
-    kg: int                          # output channels per group
-    rows: Window
-    cols: Window
-
-    @classmethod
-    def of(cls, op: Op) -> TileShape:
-        rows, cols = quantized.row_col_windows(op)
-        groups = op.groups
-        return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
-                   op.channels // groups, rows, cols)
 
     @property
     def channels(self) -> int:
