@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import codegen
+from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
@@ -57,7 +57,7 @@ def rotated(cases, options, quick=None):
 # --- random convs and schedules ---------------------------------------------------------------------
 
 @st.composite
-def conv_ops(draw, max_hw: int = 9):
+def conv_ops(draw, max_hw: int = 9, dtype: str = "float32"):
     """A small Conv2d: groups (depthwise too), kernel, stride, padding, dilation, bias, batch."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = draw(st.integers(1, 5))
@@ -73,7 +73,7 @@ def conv_ops(draw, max_hw: int = 9):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride, padding=padding, dilation=dilation,
                      groups=groups, bias=draw(st.booleans()), batch=draw(st.integers(1, 3)),
-                     height=height, width=width)
+                     height=height, width=width, dtype=dtype)
 
 
 ACT_LAYOUTS = ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"]
@@ -300,3 +300,17 @@ def python_trace(schedule, granularity, line_size):
             for t, off in offsets[:2] + offsets[2:] * 2:
                 trace.append((t.name, t.base + (off.evaluate(env) * t.element_bytes >> t.shift)))
     return trace
+
+
+# --- AMX ----------------------------------------------------------------------------------------------
+
+def _missing_amx() -> str | None:
+    try:
+        amx.require_amx()
+    except amx.AmxUnavailableError as err:
+        return str(err)
+    return None
+
+
+MISSING_AMX = _missing_amx()       # why this process cannot run tile code (None: it can)
+needs_amx = pytest.mark.skipif(MISSING_AMX is not None, reason=f"needs AMX: {MISSING_AMX}")

@@ -89,8 +89,11 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         bias_type="float" if spec.dequantized else "int32_t")
 
 
-def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
-    """The reduction loop the dot instruction consumes (module docstring), or None."""
+def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
+    """The reduction loop a dot instruction of ``group`` elements per lane consumes (module
+    docstring: 4 bytes for vpdpbusd, 2 bf16 for vdpbf16ps), or None. ``padded_groups``: a last group
+    may run past the input channels where the weights are zero-padded (the products there are
+    exactly 0 for integers; bfloat16 passes False, as 0 times a neighbouring inf or NaN is not 0)."""
     vec = schedule.vector_loop
     op = schedule.op
     if vec is None or lanes == 1:
@@ -103,19 +106,19 @@ def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
     if not reductions:
         return None
     loop = inside[reductions[-1]]
-    if loop.extent > DOT or loop.unroll or loop.parallel:
+    if loop.extent > group or loop.unroll or loop.parallel:
         return None
-    if loop.extent < DOT and not _covers_padded_channels(schedule, loop.name):
+    if loop.extent < group and not (padded_groups and _covers_padded_channels(schedule, loop.name, group)):
         return None
-    if not all(_unit_stride(schedule, t, loop.name) for t in op.inputs):
+    if not all(_unit_stride(schedule, t, loop.name, group) for t in op.inputs):
         return None
-    return loop.name if _guards_allow_groups(schedule, loop.name) else None
+    return loop.name if _guards_allow_groups(schedule, loop.name, group, padded_groups) else None
 
 
 @lru_cache(maxsize=1024)
-def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
+def _unit_stride(schedule: Schedule, tensor: str, name: str, group: int) -> bool:
     """True iff ``tensor``'s storage offset grows by exactly 1 along loop ``name`` everywhere."""
-    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {DOT}")
+    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {group}")
 
 
 def _split_of(schedule: Schedule, name: str):
@@ -128,31 +131,32 @@ def _weight_letter(op: Op, dim: str) -> str:
     return op.tensor(weights).letters[op.index(weights).index(Var(dim))]
 
 
-def _weights_padded(schedule: Schedule, name: str) -> bool:
+def _weights_padded(schedule: Schedule, name: str, group: int) -> bool:
     """Loop ``name`` is the inner part of a split of the input channels (the op's
-    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of 4, so a
+    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of ``group``, so a
     group reads zeros past the end."""
     op = schedule.op
     split = _split_of(schedule, name)
     layout = schedule.layout_of(op.inputs[1])
     return (split is not None and split.parent == op.reduction_channel_dim
-            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % DOT == 0)
+            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % group == 0)
 
 
-def _covers_padded_channels(schedule: Schedule, name: str) -> bool:
-    """A loop shorter than 4 (a split clamped to a dimension of fewer than 4 channels) is a
-    dot loop when it spans the whole dimension and the weights are zero-padded to 4."""
+def _covers_padded_channels(schedule: Schedule, name: str, group: int) -> bool:
+    """A loop shorter than a group (a split clamped to a dimension of fewer channels) is a
+    dot loop when it spans the whole dimension and the weights are zero-padded to a group."""
     split = _split_of(schedule, name)
-    return _weights_padded(schedule, name) and split.parent_extent <= split.factor
+    return _weights_padded(schedule, name, group) and split.parent_extent <= split.factor
 
 
-def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
-    """A group of 4 runs whole: no padding guard may depend on the loop; a partial block of
-    it is fine only where the weights are zero-padded beyond it (a blocked layout)."""
+def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_groups: bool) -> bool:
+    """A group runs whole: no padding guard may depend on the loop; a partial block of it is
+    fine only where the weights are zero-padded beyond it (a blocked layout) and
+    ``padded_groups`` allows that."""
     if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
         return False
     partial = any(name in guard.expr.variables() for guard in schedule.partial_guards)
-    return not partial or _weights_padded(schedule, name)
+    return not partial or (padded_groups and _weights_padded(schedule, name, group))
 
 
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
@@ -194,7 +198,8 @@ def _classes(w: Window):
     return tuple(distinct.index(v) for v in valid), tuple(distinct)
 
 
-def _row_col_windows(op: Op) -> tuple[Window, Window]:
+def row_col_windows(op: Op) -> tuple[Window, Window]:
+    """The op's row and column windows; a missing one is ``NO_WINDOW`` (a GEMM has two)."""
     windows = op.windows + (NO_WINDOW,) * (2 - len(op.windows))
     if len(windows) != 2:
         raise NotImplementedError(f"quantized kernels support ops with at most 2 window axes; {op!r} has "
@@ -205,7 +210,7 @@ def _row_col_windows(op: Op) -> tuple[Window, Window]:
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
     """The border classes of the op's row and column windows (a GEMM has one class)."""
-    rows, cols = (_classes(w) for w in _row_col_windows(op))
+    rows, cols = (_classes(w) for w in row_col_windows(op))
     return Borders(rows[0], rows[1], cols[0], cols[1])
 
 
@@ -225,7 +230,7 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     b = borders(op)
     w = np.moveaxis(np.asarray(wq, dtype=np.int64), op.weight_channel_axis, 0)
     zero = np.asarray(zw, dtype=np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
-    rows, cols = _row_col_windows(op)
+    rows, cols = row_col_windows(op)
     taps = (w - zero).sum(axis=1).reshape(-1, rows.taps, cols.taps)
     table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
     return table.astype(np.int32).reshape(-1)
@@ -296,7 +301,7 @@ def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str, it: str
             f"{indent}        {loop(c, op.extent(c))} s += {term};"]
 
 
-def _batch_dim(op: Op) -> str:
+def batch_dim(op: Op) -> str:
     """The output dim that is neither the channel nor a window's output (conv ``n``, matmul ``i``)."""
     windowed = {w.out_dim for w in op.windows}
     dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
@@ -344,7 +349,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append("/* activation sums S over the valid taps of each output position "
                      "(asymmetric weights) */")
         lines += _omp(schedule)
-        n = _batch_dim(op)
+        n = batch_dim(op)
         if op.windows:
             # windowed ops take activations [batch, channel, one axis per window]
             rows, cols = op.windows
@@ -373,7 +378,7 @@ def _positions(op: Op) -> tuple[str, str, str]:
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
     name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(_batch_dim(op))
+    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(batch_dim(op))
     if not op.windows:
         return channel, channel, n
     rows, cols = op.windows
