@@ -292,8 +292,8 @@ def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
         raise ValueError(f"{what}: {' and '.join(extra)} must not be given")
 
 
-def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_point: Any,
-                       w_scale: Any, w_zero_point: Any, y_scale: Any = None,
+def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_zero_point: Any = None,
+                       w_scale: Any = None, w_zero_point: Any = None, y_scale: Any = None,
                        y_zero_point: Any = None, *, xq: np.ndarray | None = None,
                        wq: np.ndarray | None = None, bias: Any = None) -> QuantParams:
     """Validate the parameters of a quantized kernel call against ``spec``.
