@@ -30,7 +30,12 @@ Model = Callable[[Candidate], float]
 
 
 def model_seconds(candidate: Candidate) -> float:
-    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it)."""
+    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it).
+
+    The kernel model counts what the vector code generator emits; an AMX tile kernel (``codegen/tiles``)
+    is none of that, so its time is the ranking's own, from the AMX peak and the tiles' fill."""
+    if candidate.isa == "amx":
+        return candidate.figures["predicted_seconds"]
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
     except ScheduleError:
