@@ -81,7 +81,15 @@ def test_dot_schedules(spec, build, isa):
 SIGNEDNESS = {f"{a}x{w}": (a, w) for a in lo.quant.ACTIVATIONS for w in lo.quant.WEIGHTS}
 
 
-def dot_on_every_signedness(signedness, data):
+# int8 x uint8 (both shifts) in the quick tier, the other pairs slow (the random tests draw them too)
+SIGNEDNESS_PARAMS = [pytest.param(SIGNEDNESS[name], id=name, marks=() if i == 0 else pytest.mark.slow)
+                     for i, name in enumerate(["int8xuint8", "uint8xuint8", "int8xint8", "uint8xint8"])]
+
+
+@pytest.mark.parametrize("signedness", SIGNEDNESS_PARAMS)
+@settings(max_examples=3, **HYPOTHESIS)
+@given(data=st.data())
+def test_dot_on_every_signedness(signedness, data):
     """Every activation x weight signedness runs on the u8 x s8 dot instruction (int8 activations
     shifted by +128 in the kernel, uint8 weights by -128 when packed), any output, zero points and
     weight granularity, with or without a register block, bit-exact."""
@@ -99,11 +107,6 @@ def dot_on_every_signedness(signedness, data):
     assert kernel.plan.weight_shift == (-128 if weight == "uint8" else 0)
 
 
-test_dot_on_every_signedness_quick, test_dot_on_every_signedness = tiers(
-    dot_on_every_signedness, 1, 4, data=st.data(),
-    marks=[pytest.mark.parametrize("signedness", SIGNEDNESS.values(), ids=list(SIGNEDNESS))])
-
-
 def onnx_node(op_type: str, inputs: dict, **attributes) -> np.ndarray:
     """The output of one ONNX node run by onnxruntime on ``inputs`` (name: array, in order)."""
     ort = pytest.importorskip("onnxruntime")
@@ -118,7 +121,7 @@ def onnx_node(op_type: str, inputs: dict, **attributes) -> np.ndarray:
     return session.run(None, inputs)[0]
 
 
-@pytest.mark.parametrize("signedness", quick_first(list(reversed(SIGNEDNESS.values()))))  # int8 x uint8 first
+@pytest.mark.parametrize("signedness", SIGNEDNESS_PARAMS)
 def test_int32_output_is_onnx_conv_and_matmul_integer(signedness):
     """output='int32' is ONNX ConvInteger / MatMulInteger, as onnxruntime computes them (its
     ConvInteger takes per-tensor weight zero points only; MatMulInteger per column)."""
@@ -298,6 +301,8 @@ def test_schedule_choices_are_validated():
         lo.Schedule(OP).compensation("later")
     with pytest.raises(lo.ScheduleError, match="dequantize-on-the-fly .* float32 output"):
         lo.Schedule(OP).arithmetic("dequantize")
+    with pytest.raises(lo.ScheduleError, match="this op's output is 'int32'"):
+        lo.Schedule(OP.with_quant(lo.QuantSpec(output="int32"))).arithmetic("dequantize")
     s = lo.Schedule(OP).compensation("kernel").arithmetic("integer")
     assert (s.compensation_mode, s.arithmetic_mode) == ("kernel", "integer")
     again = lo.schedule_file.load_schedule(lo.save_schedule(s, "/tmp/lo_quant_choices.toml"), OP)
