@@ -59,9 +59,13 @@ def test_finds_a_verified_schedule(name):
     assert result.timing.min == min(t.seconds for t in result.trials if t.seconds is not None)
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
-    assert all(t.model["predicted_seconds"] > 0 and t.model["model_seconds"] > 0 for t in result.trials)
+    assert all(t.model["predicted_seconds"] > 0 for t in result.trials)
+    # the kernel model prices every SIMD candidate; it has no costs for AMX tiles
+    assert all(t.model["model_seconds"] > 0 if t.knobs.get("isa") != "amx" else "model_seconds" not in t.model
+               for t in result.trials)
     rho = result.model_spearman             # a real search: the figure exists, whatever its value here
-    assert rho is None if len(result.trials) - len(result.failed) < 3 else -1 <= rho <= 1
+    modelled = [t for t in result.trials if t.seconds is not None and "model_seconds" in t.model]
+    assert rho is None if len(modelled) < 3 else -1 <= rho <= 1
 
 
 def test_table_plot_and_dict(tmp_path):
@@ -72,6 +76,10 @@ def test_table_plot_and_dict(tmp_path):
     assert len(data["trials"]) == 3 and data["best"]["schedule"] == lo.to_toml(result.best)
     curve = result.best_so_far()
     assert curve == sorted(curve)
+    assert result.first_within(1.0).number == result.best_number
+    assert result.first_within(1e-9).number == next(t.number for t in result.trials if t.seconds is not None)
+    assert [t.elapsed for t in result.trials] == sorted(t.elapsed for t in result.trials)
+    assert 0 < result.trials[-1].elapsed <= result.elapsed
     assert curve[-1] == pytest.approx(OPS["matmul"].flops / result.timing.min / 1e9)
 
 
@@ -357,3 +365,12 @@ def test_a_dask_worker_dying_mid_trial_is_a_failed_trial(tmp_path, dask_cluster)
     crashed = result.trials[statuses.index("crashed")]
     assert "died while running the trial" in crashed.error
     assert sorted(r[0] for r in rows(log)) == ["crashed", "ok", "ok"] and result.timing.verified
+
+
+@pytest.mark.slow
+def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
+    log = tmp_path / "tune.db"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False)
+    assert [t.number for t in result.trials] == [1, 2, 3, 4] and result.timing.verified
+    assert [r[0] for r in rows(log)] == [t.status for t in result.trials]
