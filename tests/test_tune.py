@@ -17,6 +17,7 @@ from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
+from loopopt.codegen.isa import bf16_dot_available
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLogError
@@ -206,6 +207,15 @@ def test_space_follows_the_op_roles():
     assert parallel and all(c.schedule.parallel_loop.name == c.knobs.parallel for c in parallel[:20])
     matmul = candidates(lo.Matmul(8, 64, 600), "avx512")
     assert {c.knobs.cache_block for c in matmul} == {0, 64, 128, 256, 512}
+    bf16 = lo.Conv2d(8, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")
+    pairs = [c for c in candidates(bf16, "avx512") if c.knobs.weights == "dot"]
+    assert bool(pairs) == bf16_dot_available("avx512")     # vdpbf16ps where this CPU runs it
+    if pairs:
+        pair = pairs[0].schedule
+        assert dict(pair.layouts)["W"].endswith("16o2i") and pair.loop("c_i").extent == 2
+        assert "dpbf16_ps" in pair.compile("avx512").source
+    odd = lo.Conv2d(7, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")    # half a pair: widened
+    assert "dot" not in {c.knobs.weights for c in candidates(odd, "avx512")}
 
 
 def test_cli_tune_json_and_save(tmp_path, capsys):
