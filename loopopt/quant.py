@@ -243,10 +243,14 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
 def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
                       required: tuple[int, str] | None = None) -> np.ndarray:
     """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
-    ``required[0]``, for the reason ``required[1]``, if given)."""
+    ``required[0]``, for the reason ``required[1]``, if given). A byte-typed zero point must have
+    ``dtype`` itself (ONNX: a zero point has its tensor's type); wider integers are taken by value."""
     arr = np.asarray(value)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer or integer array, got dtype {arr.dtype}")
+    if arr.dtype.itemsize == 1 and arr.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} has dtype {arr.dtype} but applies to {dtype} values: pass it as {dtype} "
+                        f"(a zero point has its tensor's dtype) or as a Python int")
     arr = _check_shape(name, arr.astype(np.int64), size)
     lo, hi = _qrange(dtype)
     bad = (arr < lo) | (arr > hi)
