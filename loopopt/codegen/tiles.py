@@ -27,9 +27,10 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
 The schedule chooses the block and the order, as it chooses a register block: a split of the
 pixel dim (a conv's ``ow``, a GEMM's ``i``) by 16 or 32 sets the pixel block, a split of the
 channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole extent of a
-dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and the channel block's loop
-outside the pixel loops (the default order) keeps a block's weights hot across all pixels; a
-pixel loop outside it keeps the pixels' activations hot across the channel blocks. Its output
+dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and
+the channel block's loop outside the pixel loops (the default order) keeps a block's weights hot
+across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
+blocks. Its output
 layout is the output's. The loop nest itself is fixed; other steps have no effect here.
 Refused (``TileError``): float ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
 """
