@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bf16 import bf16_to_float32, to_bf16  # noqa: F401  (the tile layouts' bf16 element type)
+
 MAX_ROWS = 16          # rows of a tile
 MAX_COLSB = 64         # bytes per tile row
 TILES = 8              # tmm0..tmm7
@@ -289,14 +291,3 @@ def vnni_pack(b: np.ndarray, group: int) -> np.ndarray:
     padded[:k] = b
     return np.ascontiguousarray(padded.reshape(-1, group, n).transpose(0, 2, 1)).reshape(-1, group * n)
 
-
-def to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to nearest even bfloat16, as their uint16 bit patterns (NaN stays NaN)."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
-
-
-def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """The float32 values of bfloat16 bit patterns (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

@@ -1,9 +1,10 @@
 """Ranking of candidates: which to measure first.
 
 A ranker is any function ``(candidates) -> candidates`` that returns them best first, each
-with the figures it ranked by in ``Candidate.model`` (recorded with the trial in the log).
-``lo.tune(..., rank=...)`` takes one; ``rank`` below is the built-in heuristic, to be replaced
-by a cost model built on loopopt's analysis.
+with the figures it ranked by in ``Candidate.model`` (recorded with the trial in the log), its
+``predicted_seconds`` among them. ``lo.tune(..., rank=...)`` takes one; ``rank`` below is the
+built-in heuristic, cheap enough for every candidate: it picks the shortlist that the kernel
+model then orders (``guide.py``).
 
 The heuristic predicts a time from the op's work and this machine's peak, scaled by the
 efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
