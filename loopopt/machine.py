@@ -47,7 +47,8 @@ from .codegen.isa import (
 )
 from .codegen.quantized import DOT
 
-PROFILE_FORMAT = 3          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where the CPU has it
+PROFILE_FORMAT = 3          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
+                            # the CPU has it
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")

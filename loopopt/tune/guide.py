@@ -30,7 +30,10 @@ Model = Callable[[Candidate], float]
 
 
 def model_seconds(candidate: Candidate) -> float:
-    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it)."""
+    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it).
+    The kernel model counts SIMD kernels only: an AMX candidate keeps the heuristic's time."""
+    if candidate.isa == "amx":
+        return candidate.figures.get("predicted_seconds", math.inf)
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
     except ScheduleError:
