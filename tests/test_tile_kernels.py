@@ -3,16 +3,16 @@
 dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
 import numpy as np
 import pytest
-from helpers import SPECS, check_quantized, needs_amx, tiers
+from helpers import SPECS, check, check_quantized, needs_amx, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen import tiles
-from loopopt.codegen.amx import MAX_COLSB, TILE
+from loopopt.codegen.amx import TILE
 
 
 @st.composite
-def tile_convs(draw):
+def tile_convs(draw, dtype="float32"):
     """Convs whose channels and widths cross the tile sizes (16 pixels, 16 channels, 64 bytes)."""
     groups = draw(st.sampled_from([1, 1, 2, 3]))
     cg = draw(st.integers(1, 80 if groups == 1 else 20))
@@ -26,7 +26,7 @@ def tile_convs(draw):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
     return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride,
                      padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
-                     batch=draw(st.integers(1, 2)), height=height, width=width)
+                     batch=draw(st.integers(1, 2)), height=height, width=width, dtype=dtype)
 
 
 def tile_schedule(op, data):
@@ -59,6 +59,23 @@ def random_tile_matmul(data, m, n, k):
 
 test_random_tile_matmuls_quick, test_random_tile_matmuls = tiers(
     random_tile_matmul, 2, 20, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
+    n=st.integers(1, 70), k=st.integers(1, 150))
+
+
+def random_bf16_tile_conv(data):
+    check(tile_schedule(data.draw(tile_convs("bfloat16")), data), "amx")
+
+
+test_random_bf16_tile_convs_quick, test_random_bf16_tile_convs = tiers(
+    random_bf16_tile_conv, 2, 20, marks=[needs_amx], data=st.data())
+
+
+def random_bf16_tile_matmul(data, m, n, k):
+    check(tile_schedule(lo.Matmul(m, n, k, dtype="bfloat16"), data), "amx")
+
+
+test_random_bf16_tile_matmuls_quick, test_random_bf16_tile_matmuls = tiers(
+    random_bf16_tile_matmul, 1, 12, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
     n=st.integers(1, 70), k=st.integers(1, 150))
 
 
@@ -98,17 +115,32 @@ def test_amx_isa_on_a_cpu_without_amx(monkeypatch):
         lo.Schedule(op).compile("amx")
 
 
-@pytest.mark.parametrize("op", [lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4),
-                                lo.Conv2d(150, 20, 1, height=3, width=3), lo.Matmul(5, 17, 70)])
+BF16 = {"dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("op", [
+    lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, quant=QSPEC),
+    lo.Conv2d(150, 20, 1, height=3, width=3, quant=QSPEC), lo.Matmul(5, 17, 70, quant=QSPEC),
+    lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, **BF16),
+    lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)])
 def test_weights_in_b_tiles(op):
-    """Packed weight [g, tile, kh, kw, chunk, r, 4 n + t] is W[channel g kg + 16 tile + n,
-    input channel start + 4 r + t, kh, kw] where that channel is new in the chunk, else 0."""
+    """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n,
+    input channel start + group r + t, kh, kw] where that channel is new in the chunk, else 0
+    (group: 4 int8, 2 bf16 values per 32 bits)."""
     s = tiles.TileShape.of(op)
-    w = np.random.default_rng(0).integers(-128, 128, op.tensor(op.inputs[1]).shape).astype(np.int8)
-    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, np.int8))
+    dtype = np.int8 if op.quant else np.uint16
+    w = np.random.default_rng(0).integers(1, 100, op.tensor(op.inputs[1]).shape).astype(dtype)
+    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, dtype))
     logical = np.moveaxis(w, op.weight_channel_axis, 0).reshape(op.channels, s.cg, s.rows.taps, s.cols.taps)
     for index in np.ndindex(*s.packed_weights_shape):
         g, tile, kh, kw, q, r, column = index
-        n, c = tile * TILE + column // 4, s.starts[q] + 4 * r + column % 4
-        fresh = n < s.kg and MAX_COLSB * q <= c < s.cg
+        n, c = tile * TILE + column // s.group, s.starts[q] + s.group * r + column % s.group
+        fresh = n < s.kg and s.values * q <= c < s.cg
         assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if fresh else 0), index
+
+
+@needs_amx
+def test_amx_peaks_in_the_machine_profile():
+    profile = lo.machine_profile()
+    assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
+    assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")

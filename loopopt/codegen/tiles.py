@@ -1,10 +1,11 @@
-"""AMX tile kernels of quantized ops: an implicit GEMM with output pixels as tile rows.
+"""AMX tile kernels of quantized and bfloat16 ops: an implicit GEMM with output pixels as tile rows.
 
-``compile(isa="amx")`` maps an integer quantized Conv2d or Matmul onto the AMX tiles
+``compile(isa="amx")`` maps an integer quantized or a bfloat16 Conv2d or Matmul onto the AMX tiles
 (``codegen/amx.py``). The op is read through its roles as a GEMM per group: rows are output
 pixels, columns output channels, the reduction runs over the window taps and, inside each tap,
 the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 activations, or
-``_tile_dpbssd`` for int8 ones: no +128 shift, so the compensation has no shift term).
+``_tile_dpbssd`` for int8 ones: no +128 shift, so the compensation has no shift term;
+``_tile_dpbf16ps`` on pairs of bf16 with float32 accumulators for bfloat16).
 
 * Activations are stored channels-last and padded by the op's padding (zeros: a padding tap
   adds nothing to the raw products ``P``, which is what the compensation of
@@ -32,7 +33,10 @@ the channel block's loop outside the pixel loops (the default order) keeps a blo
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
 blocks. Its output
 layout is the output's. The loop nest itself is fixed; other steps have no effect here.
-Refused (``TileError``): float ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
+bfloat16 differs in the element size (32 channels per chunk, VNNI-2 B tiles), the epilogue
+(``acc + bias``) and the tail of the channels: a group's channels are stored zero-padded to whole
+chunks, not overlapped, so no value meets a 0 of B (inf x 0 would be NaN).
+Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ from .isa import INT_ISAS, cpu_flags
 from .params import KernelParam, index_ctype, signature
 
 BLOCKS = (16, 32)                # pixels (channels) per output block: 1 or 2 tile rows (columns)
-GROUP = 4                        # int8 values per 32-bit group of a B tile (VNNI-4)
+BYTES = {"int8": 1, "bfloat16": 2}   # bytes per value of each element type the tiles multiply
 AMX_INT = replace(INT_ISAS["avx512"], name="amx", cpu_flags=INT_ISAS["avx512"].cpu_flags + AMX.cpu_flags,
                   compile_flags=INT_ISAS["avx512"].compile_flags + AMX.compile_flags,
                   prelude=AMX.prelude)   # AVX-512 for the epilogue, AMX for the tiles
@@ -79,18 +83,42 @@ class TileShape:
     kg: int                          # output channels per group
     rows: Window
     cols: Window
+    element: int                     # bytes per value: 1 (int8), 2 (bfloat16)
 
     @classmethod
     def of(cls, op: Op) -> TileShape:
+        element = "int8" if op.quant is not None else op.dtype
+        if element not in BYTES:
+            raise TileError(f"isa 'amx' runs quantized (int8 tiles) and bfloat16 ops; {op!r} is {op.dtype}: "
+                            f"give it quant=lo.QuantSpec(...) or dtype='bfloat16', or use isa='auto'")
         rows, cols = quantized.row_col_windows(op)
         groups = op.groups
         return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
-                   op.channels // groups, rows, cols)
+                   op.channels // groups, rows, cols, BYTES[element])
+
+    @property
+    def group(self) -> int:
+        """Values per 32-bit group of a B tile: 4 int8 (VNNI-4), 2 bf16 (VNNI-2)."""
+        return 4 // self.element
+
+    @property
+    def values(self) -> int:
+        """Values of a full 64-byte chunk."""
+        return MAX_COLSB // self.element
+
+    @property
+    def pitch(self) -> int:
+        """Channels stored per group. int8: the group's channels (chunks may overlap: the products
+        of the overlap are 0 with B's zeros). bf16: padded with zeros to whole chunks (or to a pair
+        in a single chunk), so that no tile row reads a value it multiplies by 0 (inf x 0 is NaN)."""
+        if self.element == 1:
+            return self.cg
+        return _round_up(self.cg, self.group if self.cg <= self.values else self.values)
 
     @property
     def channels(self) -> int:
-        """Input channels (all groups): the pixel pitch of the stored activations."""
-        return self.cg * self.groups
+        """Stored input channels (all groups): the pixel pitch of the stored activations."""
+        return self.pitch * self.groups
 
     @property
     def gemm(self) -> bool:
@@ -113,12 +141,17 @@ class TileShape:
 
     @property
     def chunk(self) -> int:
-        """Bytes of a K chunk: 64, or the group's channels rounded up to whole 4-byte groups."""
-        return MAX_COLSB if self.cg >= MAX_COLSB else -(-self.cg // GROUP) * GROUP
+        """Values of a K chunk: a full one, or the group's channels rounded up to whole 32-bit groups."""
+        return self.values if self.pitch >= self.values else _round_up(self.pitch, self.group)
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk * self.element
 
     @property
     def starts(self) -> tuple[int, ...]:
-        return chunk_starts(self.cg)
+        """The first channel of each chunk (int8: the last one shifted back to end at the channels)."""
+        return chunk_starts(self.cg) if self.element == 1 else tuple(range(0, self.pitch, self.values))
 
     @property
     def channel_tiles(self) -> int:
@@ -128,12 +161,16 @@ class TileShape:
     @property
     def tile_bytes(self) -> int:
         """Bytes of one packed B tile."""
-        return self.chunk // GROUP * GROUP * TILE
+        return self.chunk_bytes * TILE
 
     @property
     def packed_weights_shape(self) -> tuple[int, ...]:
         return (self.groups, self.channel_tiles, self.rows.taps, self.cols.taps, len(self.starts),
-                self.chunk // GROUP, GROUP * TILE)
+                self.chunk // self.group, self.group * TILE)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 @dataclass(frozen=True)
@@ -163,7 +200,7 @@ class TilePlan:
     def block(self) -> TileBlock:
         rows = min(TILE, self.shape.pixels)
         cols = min(TILE, self.shape.kg)
-        return TileBlock.of((rows,) * self.row_tiles, (cols,) * self.col_tiles, self.shape.chunk)
+        return TileBlock.of((rows,) * self.row_tiles, (cols,) * self.col_tiles, self.shape.chunk_bytes)
 
     @property
     def scratch_columns(self) -> int:
@@ -197,15 +234,12 @@ def pixel_dim(op: Op) -> str:
 def tile_plan(schedule: Schedule) -> TilePlan:
     """The tile plan of ``schedule``; TileError saying why when the tile kernels do not take it."""
     op = schedule.op
-    if op.quant is None:
-        raise TileError(f"isa 'amx' runs quantized ops (int8 tiles); {op!r} is float32: give it "
-                        f"quant=lo.QuantSpec(...) or use isa='auto'")
-    if schedule.arithmetic_mode != "integer":
+    shape = TileShape.of(op)
+    if op.quant is not None and schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
     if schedule.parallel_loop is not None:
         raise TileError(f"isa 'amx' kernels run on one thread; remove "
                         f"parallel({schedule.parallel_loop.name!r})")
-    shape = TileShape.of(op)
     if shape.groups > 1 and shape.cg == 1 and shape.kg == 1:
         raise TileError(f"isa 'amx' refuses the depthwise {op!r}: one input and one output channel per "
                         f"group fill 1 of the 64 bytes of a tile row and 1 of its 16 columns; use the "
@@ -213,18 +247,28 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     pixel, channel = pixel_dim(op), op.channel_dim
     return TilePlan(shape, _split_factor(schedule, pixel), _split_factor(schedule, channel),
                     _outer_position(schedule, channel) <= _outer_position(schedule, pixel),
-                    "dpbusd" if op.quant.activation == "uint8" else "dpbssd")
+                    _dot(op))
+
+
+def _dot(op: Op) -> str:
+    """The tile dot product: bf16 pairs, or u8/s8 activations times s8 weights (uint8 weights are
+    stored shifted to int8, ``quantized.stored_weights``)."""
+    if op.quant is None:
+        return "dpbf16ps"
+    return "dpbusd" if op.quant.activation == "uint8" else "dpbssd"
 
 
 # --- packing (numpy, in the kernel's prepare) ----------------------------------------------------
 
 def pack_activations(op: Op, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Logical activations ``[batch, channel, rows, cols]`` (a GEMM's ``[M, K]``) into ``out``,
-    channels-last and zero-padded: ``[batch][padded rows][padded cols][channels]``."""
-    shape = TileShape.of(op)
-    rows, cols = shape.rows, shape.cols
-    image = np.asarray(x).reshape(shape.batch, shape.channels, rows.size, cols.size)
-    out[:, rows.pad:rows.pad + rows.size, cols.pad:cols.pad + cols.size, :] = image.transpose(0, 2, 3, 1)
+    """Logical activations ``[batch, channel, rows, cols]`` (a GEMM's ``[M, K]``; int8 or bf16 bit
+    patterns) into ``out`` (zeros), channels-last and zero-padded: ``[batch][padded rows][padded
+    cols][group][pitch]``."""
+    s = TileShape.of(op)
+    rows, cols = s.rows, s.cols
+    image = np.asarray(x).reshape(s.batch, s.groups, s.cg, rows.size, cols.size).transpose(0, 3, 4, 1, 2)
+    grouped = out.reshape(s.batch, *s.padded, s.groups, s.pitch)
+    grouped[:, rows.pad:rows.pad + rows.size, cols.pad:cols.pad + cols.size, :, :s.cg] = image
     return out
 
 
@@ -234,17 +278,19 @@ def activations_shape(op: Op) -> tuple[int, int, int, int]:
 
 
 def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Logical int8 weights into ``out`` of ``TileShape.packed_weights_shape`` (module docstring)."""
+    """Logical weights (int8, or bf16 bit patterns) into ``out`` of ``TileShape.packed_weights_shape``
+    (module docstring): B tiles of ``group`` consecutive channels per 32-bit group."""
     s = TileShape.of(op)
     kh, kw = s.rows.taps, s.cols.taps
     logical = np.moveaxis(np.asarray(w), op.weight_channel_axis, 0).reshape(s.groups, s.kg, s.cg, kh, kw)
-    padded = np.zeros((s.groups, s.channel_tiles * TILE, s.cg, kh, kw), dtype=np.int8)
+    padded = np.zeros((s.groups, s.channel_tiles * TILE, s.cg, kh, kw), dtype=out.dtype)
     padded[:, :s.kg] = logical
-    c_of = np.array(s.starts)[:, None] + np.arange(s.chunk)               # [chunk, byte] -> channel
-    fresh = (c_of >= MAX_COLSB * np.arange(len(s.starts))[:, None]) & (c_of < s.cg)
+    c_of = np.array(s.starts)[:, None] + np.arange(s.chunk)               # [chunk, value] -> channel
+    fresh = (c_of >= s.values * np.arange(len(s.starts))[:, None]) & (c_of < s.cg)
     chunks = np.where(fresh[None, None, :, :, None, None], padded[:, :, np.minimum(c_of, s.cg - 1)], 0)
-    # [g, tile * 16 + n, q, 4 r + t, kh, kw] -> [g, tile, kh, kw, q, r, 4 n + t]
-    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, len(s.starts), s.chunk // GROUP, GROUP, kh, kw)
+    # [g, tile * 16 + n, q, group r + t, kh, kw] -> [g, tile, kh, kw, q, r, group n + t]
+    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, len(s.starts), s.chunk // s.group, s.group,
+                           kh, kw)
     out[...] = tiles.transpose(0, 1, 6, 7, 3, 4, 2, 5).reshape(s.packed_weights_shape)
     return out
 
@@ -257,6 +303,7 @@ _SOURCE = """/* loopopt AMX tile kernel for {op!r}
  * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store
 {steps} */
 {prelude}#include <stddef.h>
+#include <stdint.h>
 {tables}
 static const lo_tilecfg lo_config = {config};
 static const int lo_starts[{chunks}] = {{{starts}}};
@@ -275,7 +322,7 @@ def _activation_sums(plan: TilePlan, x_name: str, it: str) -> list[str]:
     rows, cols = s.rows, s.cols
     hp, wp = s.padded
     x = (f"{x_name}[(((ptrdiff_t)t_n * {hp} + t_oh * {rows.stride} + t_kh * {rows.dilation}) * {wp} + "
-         f"t_ow * {cols.stride} + t_kw * {cols.dilation}) * {s.channels} + t_g * {s.cg} + t_c]")
+         f"t_ow * {cols.stride} + t_kw * {cols.dilation}) * {s.channels} + t_g * {s.pitch} + t_c]")
     loop = lambda var, extent: f"for ({it} {var} = 0; {var} < {extent}; ++{var})"
     return ["/* activation sums S over each output position's taps (asymmetric weights) */",
             loop("t_n", s.batch), f"    {loop('t_g', s.groups)}", f"        {loop('t_oh', rows.out)}",
@@ -303,16 +350,27 @@ def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
                       ((batch, batch_value), (rows.out_dim, row), (cols.out_dim, col)) if name]
 
 
-def _body(schedule: Schedule, plan: TilePlan, qp: quantized.QuantPlan) -> list[str]:
-    """The kernel function's statements."""
+@dataclass(frozen=True)
+class Flavour:
+    """What differs between the int8 and the bf16 tile kernels: C types, the statements before the
+    tiles and the epilogue of one output element (from ``lo_acc[t_r * columns + t_c]``)."""
+
+    activation_type: str
+    weight_type: str
+    acc_type: str
+    prologue: list[str]
+    epilogue: list[str]
+
+
+def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
+    """The kernel function's statements (pointer offsets in values, tile strides in bytes)."""
     op, s, block = schedule.op, plan.shape, plan.block
-    batch = quantized.batch_dim(op)
     it = index_ctype(schedule)
     rows, cols = s.rows, s.cols
     hp, wp = s.padded
-    step = cols.stride * s.channels if not s.gemm else s.channels         # bytes between tile rows
-    taps = rows.taps * cols.taps
-    per_tile = taps * len(s.starts) * s.tile_bytes                        # bytes of a tile column's weights
+    sw = 1 if s.gemm else cols.stride
+    step = sw * s.channels                                                 # values between tile rows
+    per_tile = rows.taps * cols.taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's weights
     bp, sc = plan.block_pixels, plan.scratch_columns
     blocks_p = -(-s.pixels // bp)
     blocks_c = -(-s.channel_tiles // plan.col_tiles)
@@ -323,41 +381,37 @@ def _body(schedule: Schedule, plan: TilePlan, qp: quantized.QuantPlan) -> list[s
              "l": f"for ({it} t_line = 0; t_line < {s.lines}; ++t_line)",
              "p": f"for ({it} t_pb = 0; t_pb < {blocks_p}; ++t_pb)"}
     order = "gclp" if plan.channels_outer else "glpc"
-    lines = quantized.constants(schedule, qp)
-    if qp.activation_sums:
-        lines += _activation_sums(plan, op.inputs[0], it)
-    lines += [f"int32_t lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
-              f"{AMX.loadconfig(p='&lo_config')};"]
+    lines = flavour.prologue + [
+        f"{flavour.acc_type} lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
+        f"{AMX.loadconfig(p='&lo_config')};"]
     lines += ["    " * depth + loops[key] for depth, key in enumerate(order)]
     inner = [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
              f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
              f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
-             f"const {qp.activation_type} *t_a = {op.inputs[0]} + ({line_base} + (ptrdiff_t)t_p0 * "
-             f"{step // s.channels}) * {s.channels} + t_g * {s.cg};",
-             f"const int8_t *t_b = {op.inputs[1]} + ((ptrdiff_t)t_g * {s.channel_tiles} + t_j0) * "
-             f"{per_tile};"]
+             f"const {flavour.activation_type} *t_a = {op.inputs[0]} + ({line_base} + "
+             f"(ptrdiff_t)t_p0 * {sw}) * {s.channels} + t_g * {s.pitch};",
+             f"const {flavour.weight_type} *t_b = {op.inputs[1]} + "
+             f"((ptrdiff_t)t_g * {s.channel_tiles} + t_j0) * {per_tile};"]
     inner += block.zeros()
     row_offset = lambda i: 0 if i == 0 else bp - TILE
     tap_loops = [f"for (int t_kh = 0; t_kh < {rows.taps}; ++t_kh)",
                  f"    for (int t_kw = 0; t_kw < {cols.taps}; ++t_kw)",
                  f"        for (int t_q = 0; t_q < {len(s.starts)}; ++t_q) {{"]
-    tap = [f"const {qp.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
+    tap = [f"const {flavour.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
            f"{cols.dilation}) * {s.channels} + lo_starts[t_q];",
-           f"const int8_t *t_bt = t_b + ((t_kh * {cols.taps} + t_kw) * {len(s.starts)} + t_q) * "
-           f"{s.tile_bytes};"]
-    tap += block.loads(lambda i: f"t_at + {row_offset(i) * step}", step,
-                       lambda j: f"t_bt + {j * per_tile}", GROUP * TILE)
+           f"const {flavour.weight_type} *t_bt = t_b + "
+           f"((t_kh * {cols.taps} + t_kw) * {len(s.starts)} + t_q) * {s.tile_bytes // s.element};"]
+    tap += block.loads(lambda i: f"t_at + {row_offset(i) * step}", step * s.element,
+                       lambda j: f"t_bt + {j * per_tile}", MAX_COLSB)
     tap += block.dots(plan.dot)
     inner += tap_loops + ["            " + line for line in tap] + ["        }"]
     inner += block.stores(lambda i, j: f"lo_acc + {row_offset(i) * sc + j * TILE}", 4 * sc)
-    index = op.index(op.output)
-    epilogue = quantized.epilogue_statements(schedule, qp, f"lo_acc[t_r * {sc} + t_c]", index)
     inner += [f"const {it} t_c0 = t_j0 * {TILE}, t_cols = {s.kg} - t_c0 < {sc} ? {s.kg} - t_c0 : {sc};",
               f"for ({it} t_r = 0; t_r < {bp}; ++t_r) {{"]
-    inner += ["    " + line for line in _pixel_position(plan, it, batch)]
+    inner += ["    " + line for line in _pixel_position(plan, it, quantized.batch_dim(op))]
     inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
               f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-    inner += ["        " + line for line in epilogue] + ["    }", "}"]
+    inner += ["        " + line for line in flavour.epilogue] + ["    }", "}"]
     depth = len(order)
     lines += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
     return lines + [f"{AMX.release()};"]
@@ -370,25 +424,52 @@ def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
                    fused_epilogue=True)
 
 
+def _int8(schedule: Schedule, plan: TilePlan, value: str) -> tuple[Flavour, tuple[KernelParam, ...],
+                                                                     quantized.QuantPlan, str]:
+    op = schedule.op
+    qp = tile_quant_plan(schedule)
+    prologue = quantized.constants(schedule, qp)
+    if qp.activation_sums:
+        prologue += _activation_sums(plan, op.inputs[0], index_ctype(schedule))
+    epilogue = quantized.epilogue_statements(schedule, qp, value, op.index(op.output))
+    params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
+                   for t in kernel_arguments(schedule) if t != op.output) + quantized.parameters(qp)
+    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue)
+    return flavour, params, qp, quantized.static_tables(schedule, qp)
+
+
+def _bf16(schedule: Schedule, value: str) -> tuple[Flavour, tuple[KernelParam, ...]]:
+    op = schedule.op
+    info = op.tensor(op.output)
+    offset = schedule.layout_of(op.output).offset(op.index(op.output), info.shape).to_c()
+    bias = f" + {op.bias_tensor}[{op.channel_dim}]" if op.bias else ""
+    epilogue = [f"{op.output}[{offset}] = {value}{bias};"]
+    params = tuple(KernelParam(t, "uint16_t" if t in op.inputs else "float", const=t != op.output)
+                   for t in kernel_arguments(schedule))
+    return Flavour("uint16_t", "uint16_t", "float", [], epilogue), params
+
+
 def generate_tiles(schedule: Schedule) -> Generated:
     """The C translation unit of ``schedule``'s AMX tile kernel (TileError if it has none)."""
     plan = tile_plan(schedule)
-    qp = tile_quant_plan(schedule)
     s, op = plan.shape, schedule.op
-    args = kernel_arguments(schedule)
-    params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
-                   for t in args if t != op.output) + quantized.parameters(qp)
+    value = f"lo_acc[t_r * {plan.scratch_columns} + t_c]"
+    if op.quant is not None:
+        flavour, params, qp, tables = _int8(schedule, plan, value)
+    else:
+        (flavour, params), qp, tables = _bf16(schedule, value), None, ""
     steps = ("\n".join(f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps))
              or " * schedule: naive")
     source = _SOURCE.format(
         op=op, pixels=s.pixels, lines=s.lines, kg=s.kg, taps=s.rows.taps * s.cols.taps, chunks=len(s.starts),
-        chunk=s.chunk, dot=AMX.ops[plan.dot].template.split("(")[0], rt=plan.row_tiles, ct=plan.col_tiles,
-        bp=plan.block_pixels, bc=plan.scratch_columns,
+        chunk=s.chunk_bytes, dot=AMX.ops[plan.dot].template.split("(")[0], rt=plan.row_tiles,
+        ct=plan.col_tiles, bp=plan.block_pixels, bc=plan.scratch_columns,
         order=("channel blocks outside the pixels" if plan.channels_outer
                else "pixels outside the channel blocks"),
-        steps=steps, prelude=AMX_INT.prelude, tables=quantized.static_tables(schedule, qp),
+        steps=steps, prelude=AMX_INT.prelude, tables=tables,
         config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
-        signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, qp), 4))
+        signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, flavour), 4))
     cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
-    # a chunk narrower than 64 bytes reads up to 3 bytes past the group's channels (B is 0 there)
-    return Generated(source, cdef, args, params, AMX_INT, {}, False, qp, {op.inputs[0]: GROUP - 1})
+    # an int8 chunk narrower than 64 bytes reads up to 3 bytes past the group's channels (B is 0 there)
+    ahead = {op.inputs[0]: 3} if s.element == 1 else {}
+    return Generated(source, cdef, kernel_arguments(schedule), params, AMX_INT, {}, False, qp, ahead)
