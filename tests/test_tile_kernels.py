@@ -120,13 +120,14 @@ BF16 = {"dtype": "bfloat16"}
 
 @pytest.mark.parametrize("op", [
     lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, quant=QSPEC),
+    lo.Conv2d(3, 20, 7, height=9, width=9, quant=QSPEC), lo.Conv2d(24, 20, 3, height=5, width=5, quant=QSPEC),
     lo.Conv2d(150, 20, 1, height=3, width=3, quant=QSPEC), lo.Matmul(5, 17, 70, quant=QSPEC),
     lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, **BF16),
     lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)])
 def test_weights_in_b_tiles(op):
-    """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n,
-    input channel start + group r + t, kh, kw] where that channel is new in the chunk, else 0
-    (group: 4 int8, 2 bf16 values per 32 bits)."""
+    """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n, c,
+    kh, kw'] for the tap value v = start + group r + t (c = v, kw' = kw; folded: kw' = v // pitch,
+    c = v % pitch) of a real channel and output, else 0 (group: 4 int8, 2 bf16 values per 32 bits)."""
     s = tiles.TileShape.of(op)
     dtype = np.int8 if op.quant else np.uint16
     w = np.random.default_rng(0).integers(1, 100, op.tensor(op.inputs[1]).shape).astype(dtype)
@@ -134,9 +135,10 @@ def test_weights_in_b_tiles(op):
     logical = np.moveaxis(w, op.weight_channel_axis, 0).reshape(op.channels, s.cg, s.rows.taps, s.cols.taps)
     for index in np.ndindex(*s.packed_weights_shape):
         g, tile, kh, kw, q, r, column = index
-        n, c = tile * TILE + column // s.group, s.starts[q] + s.group * r + column % s.group
-        fresh = n < s.kg and s.values * q <= c < s.cg
-        assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if fresh else 0), index
+        n, v = tile * TILE + column // s.group, s.starts[q] + s.group * r + column % s.group
+        kw, c = divmod(v, s.pitch) if s.fold else (kw, v)
+        real = n < s.kg and v < s.depth and c < s.cg
+        assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if real else 0), index
 
 
 @needs_amx

@@ -9,21 +9,27 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
 
 * Activations are stored channels-last and padded by the op's padding (zeros: a padding tap
   adds nothing to the raw products ``P``, which is what the compensation of
-  ``codegen/quantized.py`` expects of taps that do not exist). Then every tap of a run of
-  pixels of one output row is one tile load with row stride ``stride * C`` bytes: no im2col, no
-  bounds checks in the tile loop. An op whose windows are trivial (1x1, stride 1, no padding:
+  ``codegen/quantized.py`` expects of taps that do not exist), each group's channels padded with
+  zeros to whole 64-byte chunks (so tile rows of layers with 64-byte multiples of channels start
+  on cache lines, and no chunk reads another group's values). Then every tap of a run of pixels
+  of one output row is one tile load per chunk with row stride ``stride * C`` bytes: no im2col,
+  no bounds checks in the tile loop. An op whose windows are trivial (1x1, stride 1, no padding:
   also a GEMM) is one long row of ``batch * OH * OW`` pixels, so tiles run across output rows.
-* Weights are packed once (``pack_weights``, in ``prepare``) in the VNNI-4 B-tile layout
-  ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]``, zero where a chunk overlaps the
-  previous one or passes the group's channels, or where a tile passes the group's outputs.
+  int8 with one group and undilated columns folds the column taps into the reduction (they are
+  contiguous in the stored input) when that takes fewer chunks: conv1's 7 taps x 3 channels are
+  one 28-byte chunk per filter row instead of 7 chunks of 4 bytes.
+* Weights are packed once (``pack_weights``, in ``prepare``) in the B-tile layout
+  ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]`` (VNNI-4; bf16: VNNI-2, ``[c / 2]
+  [2 * 16]``), zero past the group's channels and outputs.
 * An output block is 1 or 2 tile rows (16 pixels each) x 1 or 2 tile columns (16 channels),
-  its accumulators kept in tiles across all taps and chunks, then stored to a small int32
-  scratch over which the quantized epilogue (compensation, activation sums, bias,
-  requantization or scaling) writes the output in the schedule's output layout.
+  its accumulators kept in tiles across all taps and chunks, then stored to a small scratch over
+  which the epilogue writes the output in the schedule's output layout: int8, the quantized
+  epilogue (compensation, activation sums, bias, requantization into an int row narrowed in a
+  second pass, or scaling); bf16, ``acc + bias``.
 * Tails need no second tile configuration: the last pixel block of a row and the last channel
   block are shifted back to end at the edge (recomputing a few outputs, written twice with the
-  same value), the last K chunk is shifted back to end at the group's channels; a row shorter
-  than a tile, fewer than 16 channels or fewer than 64 input channels shrink the tiles instead.
+  same value); a row shorter than a tile, fewer than 16 channels or fewer than 64 bytes of a tap
+  shrink the tiles instead.
 
 The schedule chooses the block and the order, as it chooses a register block: a split of the
 pixel dim (a conv's ``ow``, a GEMM's ``i``) by 16 or 32 sets the pixel block, a split of the
@@ -31,11 +37,8 @@ channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole
 dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and
 the channel block's loop outside the pixel loops (the default order) keeps a block's weights hot
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
-blocks. Its output
-layout is the output's. The loop nest itself is fixed; other steps have no effect here.
-bfloat16 differs in the element size (32 channels per chunk, VNNI-2 B tiles), the epilogue
-(``acc + bias``) and the tail of the channels: a group's channels are stored zero-padded to whole
-chunks, not overlapped, so no value meets a 0 of B (inf x 0 would be NaN).
+blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
+effect here.
 Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
 """
 from __future__ import annotations
@@ -48,7 +51,7 @@ import numpy as np
 from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from . import quantized
-from .amx import AMX, MAX_COLSB, TILE, TileBlock, chunk_starts, indent
+from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
 from .emit import KERNEL_NAME, Generated, kernel_arguments
 from .isa import INT_ISAS, cpu_flags
 from .params import KernelParam, index_ctype, signature
@@ -108,12 +111,30 @@ class TileShape:
 
     @property
     def pitch(self) -> int:
-        """Channels stored per group. int8: the group's channels (chunks may overlap: the products
-        of the overlap are 0 with B's zeros). bf16: padded with zeros to whole chunks (or to a pair
-        in a single chunk), so that no tile row reads a value it multiplies by 0 (inf x 0 is NaN)."""
-        if self.element == 1:
-            return self.cg
+        """Channels stored per group: padded with zeros to whole 64-byte chunks (to a 32-bit group
+        within one chunk), so tile rows start on cache lines where the channels fill chunks and no
+        chunk reads past its group (a bf16 value there would meet a 0 of B, and inf x 0 is NaN)."""
         return _round_up(self.cg, self.group if self.cg <= self.values else self.values)
+
+    @property
+    def fold(self) -> bool:
+        """int8 with one group and undilated columns: the column taps of a row are contiguous in
+        the stored input, so the reduction of a tap row is ``KW * pitch`` consecutive bytes, taken
+        by as few chunks as possible (conv1's 7 taps x 4 bytes: 1 chunk instead of 7)."""
+        cols = self.cols
+        unfolded = cols.taps * -(-self.pitch // self.values)
+        return (self.element == 1 and self.groups == 1 and cols.dilation == 1 and cols.taps > 1
+                and -(-cols.taps * self.pitch // self.values) < unfolded)
+
+    @property
+    def column_taps(self) -> int:
+        """Column taps the kernel loops over (1 when folded)."""
+        return 1 if self.fold else self.cols.taps
+
+    @property
+    def depth(self) -> int:
+        """Consecutive stored values one tap reduces: the pitch, or ``KW * pitch`` folded."""
+        return self.cols.taps * self.pitch if self.fold else self.pitch
 
     @property
     def channels(self) -> int:
@@ -141,8 +162,8 @@ class TileShape:
 
     @property
     def chunk(self) -> int:
-        """Values of a K chunk: a full one, or the group's channels rounded up to whole 32-bit groups."""
-        return self.values if self.pitch >= self.values else _round_up(self.pitch, self.group)
+        """Values of a K chunk: a full one, or the tap's values rounded up to whole 32-bit groups."""
+        return self.values if self.depth >= self.values else _round_up(self.depth, self.group)
 
     @property
     def chunk_bytes(self) -> int:
@@ -150,8 +171,13 @@ class TileShape:
 
     @property
     def starts(self) -> tuple[int, ...]:
-        """The first channel of each chunk (int8: the last one shifted back to end at the channels)."""
-        return chunk_starts(self.cg) if self.element == 1 else tuple(range(0, self.pitch, self.values))
+        """The first value of each chunk in a tap's values."""
+        return tuple(range(0, self.depth, self.values))
+
+    @property
+    def read_ahead(self) -> int:
+        """Values a folded tap's last chunk reads past its taps (the next pixels; B is 0 there)."""
+        return len(self.starts) * self.chunk - self.depth
 
     @property
     def channel_tiles(self) -> int:
@@ -165,7 +191,7 @@ class TileShape:
 
     @property
     def packed_weights_shape(self) -> tuple[int, ...]:
-        return (self.groups, self.channel_tiles, self.rows.taps, self.cols.taps, len(self.starts),
+        return (self.groups, self.channel_tiles, self.rows.taps, self.column_taps, len(self.starts),
                 self.chunk // self.group, self.group * TILE)
 
 
@@ -279,19 +305,21 @@ def activations_shape(op: Op) -> tuple[int, int, int, int]:
 
 def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Logical weights (int8, or bf16 bit patterns) into ``out`` of ``TileShape.packed_weights_shape``
-    (module docstring): B tiles of ``group`` consecutive channels per 32-bit group."""
+    (module docstring): B tiles of ``group`` consecutive values per 32-bit group, a tap's values
+    ordered as the stored input (channels padded to the pitch; folded: column tap, then channel),
+    zero past the tap's values and the group's output channels."""
     s = TileShape.of(op)
     kh, kw = s.rows.taps, s.cols.taps
     logical = np.moveaxis(np.asarray(w), op.weight_channel_axis, 0).reshape(s.groups, s.kg, s.cg, kh, kw)
-    padded = np.zeros((s.groups, s.channel_tiles * TILE, s.cg, kh, kw), dtype=out.dtype)
-    padded[:, :s.kg] = logical
-    c_of = np.array(s.starts)[:, None] + np.arange(s.chunk)               # [chunk, value] -> channel
-    fresh = (c_of >= s.values * np.arange(len(s.starts))[:, None]) & (c_of < s.cg)
-    chunks = np.where(fresh[None, None, :, :, None, None], padded[:, :, np.minimum(c_of, s.cg - 1)], 0)
-    # [g, tile * 16 + n, q, group r + t, kh, kw] -> [g, tile, kh, kw, q, r, group n + t]
-    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, len(s.starts), s.chunk // s.group, s.group,
-                           kh, kw)
-    out[...] = tiles.transpose(0, 1, 6, 7, 3, 4, 2, 5).reshape(s.packed_weights_shape)
+    values = np.zeros((s.groups, s.channel_tiles * TILE, kh, kw, s.pitch), dtype=out.dtype)
+    values[:, :s.kg, :, :, :s.cg] = logical.transpose(0, 1, 3, 4, 2)
+    taps = values.reshape(s.groups, s.channel_tiles * TILE, kh, s.column_taps, s.depth)
+    chunks = np.zeros(taps.shape[:4] + (len(s.starts) * s.chunk,), dtype=out.dtype)
+    chunks[..., :s.depth] = taps
+    # [g, tile * 16 + n, kh, kw, q * chunk + group r + t] -> [g, tile, kh, kw, q, r, group n + t]
+    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, kh, s.column_taps, len(s.starts),
+                           s.chunk // s.group, s.group)
+    out[...] = tiles.transpose(0, 1, 3, 4, 5, 6, 2, 7).reshape(s.packed_weights_shape)
     return out
 
 
@@ -299,7 +327,7 @@ def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 _SOURCE = """/* loopopt AMX tile kernel for {op!r}
  * implicit GEMM per group: {pixels} output pixels per line x {lines} line(s), {kg} channels, over
- * {taps} tap(s) x {chunks} chunk(s) of {chunk} input-channel bytes ({dot}); output blocks of {rt} x {ct}
+ * {taps} tap(s) x {chunks} chunk(s) of {chunk} input bytes ({dot}); output blocks of {rt} x {ct}
  * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store
 {steps} */
 {prelude}#include <stddef.h>
@@ -360,6 +388,7 @@ class Flavour:
     acc_type: str
     prologue: list[str]
     epilogue: list[str]
+    narrow: list[str]            # a second pass over the row's channels (``lo_row`` to the output)
 
 
 def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
@@ -370,7 +399,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     hp, wp = s.padded
     sw = 1 if s.gemm else cols.stride
     step = sw * s.channels                                                 # values between tile rows
-    per_tile = rows.taps * cols.taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's weights
+    per_tile = rows.taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
     bp, sc = plan.block_pixels, plan.scratch_columns
     blocks_p = -(-s.pixels // bp)
     blocks_c = -(-s.channel_tiles // plan.col_tiles)
@@ -395,12 +424,12 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     inner += block.zeros()
     row_offset = lambda i: 0 if i == 0 else bp - TILE
     tap_loops = [f"for (int t_kh = 0; t_kh < {rows.taps}; ++t_kh)",
-                 f"    for (int t_kw = 0; t_kw < {cols.taps}; ++t_kw)",
+                 f"    for (int t_kw = 0; t_kw < {s.column_taps}; ++t_kw)",
                  f"        for (int t_q = 0; t_q < {len(s.starts)}; ++t_q) {{"]
     tap = [f"const {flavour.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
            f"{cols.dilation}) * {s.channels} + lo_starts[t_q];",
            f"const {flavour.weight_type} *t_bt = t_b + "
-           f"((t_kh * {cols.taps} + t_kw) * {len(s.starts)} + t_q) * {s.tile_bytes // s.element};"]
+           f"((t_kh * {s.column_taps} + t_kw) * {len(s.starts)} + t_q) * {s.tile_bytes // s.element};"]
     tap += block.loads(lambda i: f"t_at + {row_offset(i) * step}", step * s.element,
                        lambda j: f"t_bt + {j * per_tile}", MAX_COLSB)
     tap += block.dots(plan.dot)
@@ -411,7 +440,12 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     inner += ["    " + line for line in _pixel_position(plan, it, quantized.batch_dim(op))]
     inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
               f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-    inner += ["        " + line for line in flavour.epilogue] + ["    }", "}"]
+    inner += ["        " + line for line in flavour.epilogue] + ["    }"]
+    if flavour.narrow:
+        inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
+                  f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
+        inner += ["        " + line for line in flavour.narrow] + ["    }"]
+    inner.append("}")
     depth = len(order)
     lines += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
     return lines + [f"{AMX.release()};"]
@@ -431,22 +465,33 @@ def _int8(schedule: Schedule, plan: TilePlan, value: str) -> tuple[Flavour, tupl
     prologue = quantized.constants(schedule, qp)
     if qp.activation_sums:
         prologue += _activation_sums(plan, op.inputs[0], index_ctype(schedule))
-    epilogue = quantized.epilogue_statements(schedule, qp, value, op.index(op.output))
+    narrow = []
+    if op.quant.requantized:
+        # requantized values stay ints in a row buffer, narrowed to bytes in a second pass: a loop
+        # without byte types vectorizes at the full int32 width (mobilenetv2.block2.project: 88 -> 38 us)
+        prologue.append(f"int lo_row[{plan.scratch_columns}] __attribute__((aligned(64)));")
+        narrow = [f"Y[{_output_offset(schedule)}] = ({qp.output_type})lo_row[t_c];"]
+    epilogue = quantized.epilogue_statements(schedule, qp, value, op.index(op.output),
+                                             target="lo_row[t_c]" if narrow else None, narrow=not narrow)
     params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
                    for t in kernel_arguments(schedule) if t != op.output) + quantized.parameters(qp)
-    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue)
+    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue, narrow)
     return flavour, params, qp, quantized.static_tables(schedule, qp)
+
+
+def _output_offset(schedule: Schedule) -> str:
+    """C of the output element's storage offset, over the op's dims as C variables."""
+    op = schedule.op
+    return schedule.layout_of(op.output).offset(op.index(op.output), op.tensor(op.output).shape).to_c()
 
 
 def _bf16(schedule: Schedule, value: str) -> tuple[Flavour, tuple[KernelParam, ...]]:
     op = schedule.op
-    info = op.tensor(op.output)
-    offset = schedule.layout_of(op.output).offset(op.index(op.output), info.shape).to_c()
     bias = f" + {op.bias_tensor}[{op.channel_dim}]" if op.bias else ""
-    epilogue = [f"{op.output}[{offset}] = {value}{bias};"]
+    epilogue = [f"{op.output}[{_output_offset(schedule)}] = {value}{bias};"]
     params = tuple(KernelParam(t, "uint16_t" if t in op.inputs else "float", const=t != op.output)
                    for t in kernel_arguments(schedule))
-    return Flavour("uint16_t", "uint16_t", "float", [], epilogue), params
+    return Flavour("uint16_t", "uint16_t", "float", [], epilogue, []), params
 
 
 def generate_tiles(schedule: Schedule) -> Generated:
@@ -461,7 +506,8 @@ def generate_tiles(schedule: Schedule) -> Generated:
     steps = ("\n".join(f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps))
              or " * schedule: naive")
     source = _SOURCE.format(
-        op=op, pixels=s.pixels, lines=s.lines, kg=s.kg, taps=s.rows.taps * s.cols.taps, chunks=len(s.starts),
+        op=op, pixels=s.pixels, lines=s.lines, kg=s.kg, taps=s.rows.taps * s.column_taps,
+        chunks=len(s.starts),
         chunk=s.chunk_bytes, dot=AMX.ops[plan.dot].template.split("(")[0], rt=plan.row_tiles,
         ct=plan.col_tiles, bp=plan.block_pixels, bc=plan.scratch_columns,
         order=("channel blocks outside the pixels" if plan.channels_outer
@@ -470,6 +516,5 @@ def generate_tiles(schedule: Schedule) -> Generated:
         config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
         signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, flavour), 4))
     cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
-    # an int8 chunk narrower than 64 bytes reads up to 3 bytes past the group's channels (B is 0 there)
-    ahead = {op.inputs[0]: 3} if s.element == 1 else {}
+    ahead = {op.inputs[0]: s.read_ahead * s.element} if s.read_ahead else {}
     return Generated(source, cdef, kernel_arguments(schedule), params, AMX_INT, {}, False, qp, ahead)
