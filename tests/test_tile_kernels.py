@@ -94,6 +94,17 @@ def test_resnet_block_shape(activation, dot):
 QSPEC = lo.QuantSpec()
 
 
+@needs_amx
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+def test_folded_column_taps(kind):
+    """conv1's shape: 7 column taps x 3 channels (stored as 4) reduced in one chunk per filter row."""
+    extra = {"quant": lo.QuantSpec("uint8", True, False, "uint8")} if kind == "int8" else {"dtype": kind}
+    op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=13, width=40, **extra)
+    shape = tiles.TileShape.of(op)
+    assert shape.fold and shape.column_taps == 1 and len(shape.starts) == 1
+    (check_quantized if kind == "int8" else check)(lo.Schedule(op), "amx")
+
+
 @pytest.mark.parametrize("op, build, message", [
     (lo.Conv2d(8, 8, 3, groups=8, height=5, width=5, quant=QSPEC), lambda s: s, "refuses the depthwise"),
     (lo.Conv2d(8, 8, 3, height=5, width=5), lambda s: s, "is float32"),

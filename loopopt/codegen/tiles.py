@@ -118,13 +118,17 @@ class TileShape:
 
     @property
     def fold(self) -> bool:
-        """int8 with one group and undilated columns: the column taps of a row are contiguous in
-        the stored input, so the reduction of a tap row is ``KW * pitch`` consecutive bytes, taken
-        by as few chunks as possible (conv1's 7 taps x 4 bytes: 1 chunk instead of 7)."""
+        """One group and undilated columns: the column taps of a row are contiguous in the stored
+        input, so the reduction of a tap row is ``KW * pitch`` consecutive values, taken by as few
+        chunks as possible (conv1's 7 taps x 4 channels: 1 chunk instead of 7), when that takes
+        fewer chunks. bf16 folds only when the chunks end at the row's last value (past it are
+        the next pixels' values, which B multiplies by 0, and inf x 0 is NaN)."""
         cols = self.cols
-        unfolded = cols.taps * -(-self.pitch // self.values)
-        return (self.element == 1 and self.groups == 1 and cols.dilation == 1 and cols.taps > 1
-                and -(-cols.taps * self.pitch // self.values) < unfolded)
+        folded = cols.taps * self.pitch
+        exact = folded <= self.values or folded % self.values == 0
+        fewer = -(-folded // self.values) < cols.taps * -(-self.pitch // self.values)
+        return (self.groups == 1 and cols.dilation == 1 and cols.taps > 1 and fewer
+                and (self.element == 1 or exact))
 
     @property
     def column_taps(self) -> int:
