@@ -1,18 +1,21 @@
 """AMX on this core: the measured tile peaks next to the VNNI and FMA peaks, the int8 tile GEMM,
-and (``--layers``) loopopt's AMX int8 layer kernels against its VNNI schedules and the peers.
+and (``--layers``) loopopt's AMX int8 and bf16 layer kernels against its other kernels and the peers.
 
 Run ``python benchmarks/bench_amx.py [--shape M,N,K]`` on a CPU with AMX (one thread). The GEMM
 (``loopopt.amx.AmxGemm``, B packed beforehand) is checked exactly against numpy, then timed on
 prepared buffers on 64-byte boundaries: warm-up, then the median and the fastest of single calls.
 
-``python benchmarks/bench_amx.py --layers [--rounds N] [--write]``: for each layer of LAYERS, int8
-(uint8 activations, int8 per-channel symmetric weights, int32 bias, requantized uint8 output, as
-``bench_layers.py``): loopopt's AMX tile kernel (``compile(isa="amx")``, the best of the 8 tile
+``python benchmarks/bench_amx.py --layers [--rounds N] [--write]``: for each layer of LAYERS,
+int8 (uint8 activations, int8 per-channel symmetric weights, int32 bias, requantized uint8 output,
+as ``bench_layers.py``): loopopt's AMX tile kernel (``compile(isa="amx")``, the best of the 8 tile
 schedules of ``lo.tune``'s AMX space by a short pre-timing), loopopt's stored VNNI schedule
 (``schedules/<layer>.int8.toml`` on avx512), PyTorch x86 int8 and onnxruntime QLinearConv when
-installed. Each output is verified; then the calls are interleaved (one call of each per round),
-one thread, and the median per implementation reported with its GOP/s and % of the AMX int8 peak.
-``--write`` records the table in docs/benchmarks.md, section "AMX int8 layers".
+installed; bf16 (float32 inputs rounded to bf16, float32 output): loopopt's AMX kernel (chosen the
+same way), the stored ``<layer>.bf16`` schedule where there is one, PyTorch on bf16 channels-last
+tensors. Each output is verified; then the calls are interleaved (one call of each per round),
+one thread, and the median per implementation reported with its rate and % of the AMX peak of
+its precision. ``--write`` records the tables in docs/benchmarks.md, section "AMX int8 and bf16
+layers".
 """
 from __future__ import annotations
 
