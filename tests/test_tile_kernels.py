@@ -3,7 +3,7 @@
 dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
 import numpy as np
 import pytest
-from helpers import SPECS, check, check_quantized, needs_amx, tiers
+from helpers import SPECS, check, check_quantized, needs_amx, quick_first, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -80,12 +80,13 @@ test_random_bf16_tile_matmuls_quick, test_random_bf16_tile_matmuls = tiers(
 
 
 @needs_amx
-@pytest.mark.parametrize("activation, dot", [("uint8", "_tile_dpbusd"), ("int8", "_tile_dpbssd")])
-def test_resnet_block_shape(activation, dot):
+@pytest.mark.parametrize("activation", quick_first(["uint8", "int8"]))
+def test_resnet_block_shape(activation):
     """A 3x3 layer with 64-byte chunks, full 2 x 2 blocks and a shifted last pixel block of each row."""
     op = lo.Conv2d(128, 64, 3, padding=1, height=4, width=40,
                    quant=lo.QuantSpec(activation, True, False, "uint8"))
     kernel = check_quantized(lo.Schedule(op).layout("O", "NHWC"), "amx")
+    dot = {"uint8": "_tile_dpbusd", "int8": "_tile_dpbssd"}[activation]
     assert kernel.isa == "amx" and dot in kernel.source and "lo_xsum[" in kernel.source
     with pytest.raises(ValueError, match="keeps no int32 accumulators"):
         kernel.accumulators(None)
@@ -95,7 +96,7 @@ QSPEC = lo.QuantSpec()
 
 
 @needs_amx
-@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+@pytest.mark.parametrize("kind", quick_first(["bfloat16", "int8"]))
 def test_folded_column_taps(kind):
     """conv1's shape: 7 column taps x 3 channels (stored as 4) reduced in one chunk per filter row."""
     extra = {"quant": lo.QuantSpec("uint8", True, False, "uint8")} if kind == "int8" else {"dtype": kind}
@@ -153,6 +154,7 @@ def test_weights_in_b_tiles(op):
 
 
 @needs_amx
+@pytest.mark.slow          # measures the machine profile (10 s) where it is not cached yet
 def test_amx_peaks_in_the_machine_profile():
     profile = lo.machine_profile()
     assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
