@@ -1,6 +1,6 @@
 """loopopt: explore loop schedules of convolution and matrix multiply.
 
-Build an op (``Conv2d``, ``Matmul``), transform its ``Schedule``, compile it to a
+Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``), transform its ``Schedule``, compile it to a
 SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``; or let ``tune``
 search the fastest schedule of an op.
 """
@@ -16,7 +16,7 @@ from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
-from .ops import Conv2d, Matmul
+from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
@@ -26,7 +26,10 @@ __all__ = [
     "AccuracyReport",
     "BuildError",
     "Comparison",
+    "Conv1d",
     "Conv2d",
+    "Conv3d",
+    "ConvNd",
     "IllegalScheduleError",
     "Kernel",
     "KernelModel",
@@ -44,6 +47,7 @@ __all__ = [
     "TuneResult",
     "TuningLogError",
     "accuracy",
+    "auto_pad",
     "available_isas",
     "best_schedule",
     "compare",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..codegen.isa import INT_ISAS, ISAS
+from ..layout import moved_last
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import to_toml
@@ -131,22 +132,19 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
-def _moved_last(letters: str, axis: int) -> str:
-    return letters[:axis] + letters[axis + 1:] + letters[axis]
-
-
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
     source, weights = op.inputs
-    tags = {source: _moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
-            op.output: _moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    tags = {source: moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
-    tags[weights] = {"plain": reduction + channel,
-                     "packed": f"{channel}{reduction}{knobs.channel_block}{channel.lower()}",
-                     "dot": f"{channel}{reduction}{vector}{channel.lower()}{DOT}"
+    outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
+    tags[weights] = {"plain": outer + reduction + channel,
+                     "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
+                     "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{DOT}"
                             f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
