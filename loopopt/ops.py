@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 import islpy as isl
 import numpy as np
 
+from .bf16 import BFLOAT16, bf16_values
 from .buffers import available_memory, check_memory
 from .expr import Bound, Expr, Var
 from .quant import qconv2d_accumulators, qmatmul_accumulators
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .quant import QuantSpec
 
 STATEMENT = "S"
+DTYPES = ("float32", BFLOAT16)   # element types of a float op's inputs (a quantized op: quant=QuantSpec)
 REFERENCE_BLOCK_BYTES = 256 * 2**20   # verification computes the reference in blocks of about this size
 
 
@@ -224,6 +226,12 @@ class Op:
         """Random logical-layout inputs for testing and timing."""
         raise NotImplementedError
 
+    def operand_values(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The values the kernel multiplies: the inputs as given (float32), or rounded to bfloat16."""
+        if self.dtype != BFLOAT16:
+            return arrays
+        return tuple(bf16_values(a, name) for a, name in zip(arrays, self.inputs))
+
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -287,11 +295,19 @@ def _positive(value, what: str) -> int:
     return int(value)
 
 
-def _check_dtype(dtype: str) -> str:
-    if dtype != "float32":
-        raise ValueError(f"dtype {dtype!r} is not supported: allowed 'float32' "
+def _dtype(dtype, quant) -> str:
+    """The checked element type of an op's inputs (``DTYPES``); bfloat16 is not quantized."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: allowed {', '.join(map(repr, DTYPES))} "
                          f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
+    if quant is not None and dtype != "float32":
+        raise ValueError(f"dtype {dtype!r} cannot be quantized: pass quant=... with dtype='float32' "
+                         f"(quantized inputs are integers), or dtype={dtype!r} without quant")
     return dtype
+
+
+def _dtype_repr(op: Op) -> str:
+    return f", dtype={op.dtype!r}" if op.dtype != "float32" else ""
 
 
 def _flag(value, what: str) -> bool:
@@ -406,7 +422,7 @@ class ConvNd(Op):
         for what, channels in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
             if channels % self.groups:
                 raise ValueError(f"{what}={channels} is not divisible by groups={self.groups}")
-        self.dtype = dtype if quant is not None else _check_dtype(dtype)
+        self.dtype = _dtype(dtype, quant)
         if quant is not None and spatial != 2:
             raise ValueError(f"quantized kernels take 2-D convolutions, got {spatial} spatial dims: write "
                              f"a {type(self).__name__} as a Conv2d with size 1 and kernel 1 along the added "
@@ -438,7 +454,8 @@ class ConvNd(Op):
         q = f", quant={self.quant}" if self.quant else ""
         sizes = "".join(f", {name}={size}" for name, size in zip(self.SIZES, self.sizes))
         return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
-                f"kernel_size={self.kernel_size}{extra}, bias={self.bias}, batch={self.batch}{sizes}{q})")
+                f"kernel_size={self.kernel_size}{extra}, bias={self.bias}, batch={self.batch}{sizes}"
+                f"{_dtype_repr(self)}{q})")
 
     def tensor(self, name: str) -> TensorInfo:
         activations, weights = "NC" + self.letters, "OI" + self.letters
@@ -487,7 +504,8 @@ class ConvNd(Op):
         return arrays
 
     def reference(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """float64 reference output ``O[N,K,*OS]``."""
+        """float64 reference output ``O[N,K,*OS]`` (bfloat16: of the inputs rounded to bf16)."""
+        x, w = self.operand_values(x, w)
         return conv_reference(x, w, b, stride=self.stride, padding=self.pads, dilation=self.dilation,
                               groups=self.groups)
 
@@ -568,7 +586,7 @@ class Matmul(Op):
                             f"got {batch!r}")
         self.batch = tuple(_positive(v, "batch") for v in batch)
         self.trans_a, self.trans_b = _flag(trans_a, "trans_a"), _flag(trans_b, "trans_b")
-        self.dtype = dtype if quant is not None else _check_dtype(dtype)
+        self.dtype = _dtype(dtype, quant)
         if quant is not None and self.batch:
             raise ValueError(f"a quantized Matmul takes no batch dims (got batch={self.batch}): the "
                              f"quantized kernels compensate one weight matrix")
@@ -587,7 +605,7 @@ class Matmul(Op):
             ("batch", self.batch, ()), ("trans_a", self.trans_a, False), ("trans_b", self.trans_b, False))
             if value != default)
         q = f", quant={self.quant}" if self.quant else ""
-        return f"Matmul(m={self.m}, n={self.n}, k={self.k}{extra}{q})"
+        return f"Matmul(m={self.m}, n={self.n}, k={self.k}{extra}{_dtype_repr(self)}{q})"
 
     def _axes(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
         """Per tensor: (loop, letter, extent) of each logical axis."""
@@ -619,8 +637,8 @@ class Matmul(Op):
         return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("A", "B")}
 
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """float64 reference ``C = op(A) @ op(B)``."""
-        return matmul_reference(a, b, trans_a=self.trans_a, trans_b=self.trans_b)
+        """float64 reference ``C = op(A) @ op(B)`` (bfloat16: of the inputs rounded to bf16)."""
+        return matmul_reference(*self.operand_values(a, b), trans_a=self.trans_a, trans_b=self.trans_b)
 
     @property
     def reference_sizes(self) -> tuple[int, int, int]:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import codegen
+from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
@@ -59,10 +59,11 @@ CONVS = {1: lo.Conv1d, 2: lo.Conv2d, 3: lo.Conv3d}
 
 
 @st.composite
-def conv_ops(draw, max_hw: int = 9, spatial: int = 2, max_channels: int = 5, max_batch: int = 3):
-    """A small convolution over ``spatial`` dims: groups (depthwise too), kernel, stride, padding
-    (symmetric, per side, "same" or "valid"), dilation, bias, batch (sizes up to ``max_hw``, 5 in 3-D;
-    channels per group up to ``max_channels``)."""
+def conv_ops(draw, max_hw: int = 9, spatial: int = 2, max_channels: int = 5, max_batch: int = 3,
+             dtype: str = "float32"):
+    """A small convolution over ``spatial`` dims with ``dtype`` inputs: groups (depthwise too), kernel,
+    stride, padding (symmetric, per side, "same" or "valid"), dilation, bias, batch (sizes up to
+    ``max_hw``, 5 in 3-D; channels per group up to ``max_channels``)."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = draw(st.integers(1, max_channels))
     kg = draw(st.integers(1, max_channels))
@@ -83,7 +84,8 @@ def conv_ops(draw, max_hw: int = 9, spatial: int = 2, max_channels: int = 5, max
     sizes = [draw(st.integers(max(1, s - lo - hi), max(max_hw, s))) for s, (lo, hi) in zip(span, pads)]
     return CONVS[spatial](cg * groups, kg * groups, kernel, stride=stride, padding=padding,
                           dilation=dilation, groups=groups, bias=draw(st.booleans()),
-                          batch=draw(st.integers(1, max_batch)), **dict(zip(CONVS[spatial].SIZES, sizes)))
+                          batch=draw(st.integers(1, max_batch)), dtype=dtype,
+                          **dict(zip(CONVS[spatial].SIZES, sizes)))
 
 
 @st.composite
@@ -183,22 +185,24 @@ def check(schedule: lo.Schedule, isa: str) -> None:
 
 # --- quantized kernels ------------------------------------------------------------------------------
 
-SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(["uint8", "int8"]), per_channel=st.booleans(),
-                  weight_symmetric=st.booleans(), output=st.sampled_from(["float32", "uint8", "int8"]))
+SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS), per_channel=st.booleans(),
+                  weight_symmetric=st.booleans(), output=st.sampled_from(lo.quant.OUTPUTS),
+                  weight=st.sampled_from(lo.quant.WEIGHTS))
 
 
 def raw_products(kernel, args):
-    """What the nest must accumulate: sum of x' * w over the valid taps (x' = x + shift), wrapped to int32."""
-    op, shift = kernel.op, kernel.plan.shift
-    x = args[0].astype(np.int64) + shift
-    w = args[1].astype(np.int64)
+    """What the nest must accumulate: sum of x' * w' over the valid taps (x' = x + shift, w' = w +
+    weight_shift), wrapped to int32."""
+    op, plan = kernel.op, kernel.plan
+    x = args[0].astype(np.int64) + plan.shift
+    w = args[1].astype(np.int64) + plan.weight_shift
     p = op.reference(x, w).astype(np.int64)      # exact: float64 holds these sums exactly
     return p.astype(np.uint32).astype(np.int32)
 
 
 def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
     """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
-    products exactly, requantized outputs bit for bit, float outputs within their bound)."""
+    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound)."""
     op = schedule.op
     kernel = schedule.compile(isa)
     args, params = random_call(op, seed)
@@ -210,7 +214,7 @@ def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
     where = (schedule.pseudocode(), isa)
     if kernel.plan.integer and not kernel.plan.fused_epilogue:
         assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args)), where
-    if op.quant.requantized:
+    if not op.quant.dequantized:
         assert np.array_equal(result, expected), (where, np.abs(result.astype(int) - expected).max())
     else:
         bound = quant_tolerance(op, args, params, schedule.arithmetic_mode == "dequantize")
@@ -279,3 +283,17 @@ def python_trace(schedule, granularity, line_size):
             for t, off in offsets[:2] + offsets[2:] * 2:
                 trace.append((t.name, t.base + (off.evaluate(env) * t.element_bytes >> t.shift)))
     return trace
+
+
+# --- AMX ----------------------------------------------------------------------------------------------
+
+def _missing_amx() -> str | None:
+    try:
+        amx.require_amx()
+    except amx.AmxUnavailableError as err:
+        return str(err)
+    return None
+
+
+MISSING_AMX = _missing_amx()       # why this process cannot run tile code (None: it can)
+needs_amx = pytest.mark.skipif(MISSING_AMX is not None, reason=f"needs AMX: {MISSING_AMX}")

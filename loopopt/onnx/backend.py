@@ -1,0 +1,187 @@
+"""``loopopt.onnx.backend``: an ONNX backend in the standard shape (``onnx.backend.base``).
+
+Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm nodes run as
+loopopt kernels (the best schedule of a tuning log when ``log=`` is given, else the default
+register-blocked one); every other node runs on ``onnx.reference.ReferenceEvaluator``, which
+calls loopopt's implementations for those seven op types. ``rep.lowered`` says, per compute
+node, which loopopt op and schedule ran it (or why the reference did). ``strict=True`` raises
+NotImplementedError naming the node and what is missing instead of running a compute node on
+the reference.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, shape_inference
+from onnx.backend.base import Backend, BackendRep
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+from onnx.reference.ops import load_op
+
+from ..ops import Op
+from ..schedule import Schedule
+from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
+from .kernels import KernelCache
+from .lowering import LOWERINGS, NotSupported, Value, lower
+
+DEVICES = ("CPU",)
+
+
+@dataclass(frozen=True)
+class LoweredNode:
+    """How one compute node ran: its loopopt op and schedule, or the reason it ran on the reference."""
+
+    node: str
+    op_type: str
+    op: Op | None = None
+    schedule: Schedule | None = None
+    source: str = ""          # where the schedule came from
+    note: str = ""            # what the importer does around the kernel
+    reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
+
+    @property
+    def on_kernel(self) -> bool:
+        return self.op is not None
+
+    def __str__(self) -> str:
+        if not self.on_kernel:
+            return f"{self.node} ({self.op_type}): onnx.reference, not supported: {self.reason}"
+        extra = f"; {self.note}" if self.note else ""
+        return f"{self.node} ({self.op_type}): {self.op!r}, {self.source} schedule{extra}"
+
+
+class LoopoptRep(BackendRep):
+    """A prepared model: ``run(inputs) -> list[np.ndarray]``; ``lowered`` per compute node."""
+
+    def __init__(self, model: onnx.ModelProto, strict: bool = False,
+                 log: str | os.PathLike | None = None, threads: int = 1):
+        self.model = model
+        self.strict = strict
+        self.kernels = KernelCache(log, threads)
+        self.lowered: dict[str, LoweredNode] = {}
+        self.labels = {tuple(node.output): node_label(node, i) for i, node in enumerate(model.graph.node)}
+        self._check_nodes()
+        self._evaluator = ReferenceEvaluator(model, new_ops=_node_classes(self))
+        self._lower_static()
+
+    def _check_nodes(self) -> None:
+        for index, node in enumerate(self.model.graph.node):
+            if node.domain not in STANDARD_DOMAINS:
+                raise NotImplementedError(f"node {node_label(node, index)}: domain {node.domain!r} of "
+                                          f"{node.op_type} is not supported (only the default ONNX domain)")
+
+    def _lower_static(self) -> None:
+        """Lower and compile every compute node whose input shapes are static in the model."""
+        known = known_values(self.model)
+        for node in self.model.graph.node:
+            if node.op_type in LOWERINGS and all(not n or n in known for n in node.input):
+                self._lowering(node, [known[n] if n else None for n in node.input])
+
+    def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None]):
+        """The node's lowering and compiled kernel (recorded in ``lowered``); None when the op
+        model cannot express it (non-strict: recorded with the reason)."""
+        label = self.labels[tuple(node.output)]
+        try:
+            lowering = lower(node, values)
+        except NotSupported as error:
+            if self.strict:
+                raise NotImplementedError(f"node {label} ({node.op_type}) cannot run as a loopopt "
+                                          f"kernel: {error}") from error
+            self.lowered[label] = LoweredNode(label, node.op_type, reason=error.reason)
+            return None
+        compiled = self.kernels.get(lowering.op)
+        self.lowered[label] = LoweredNode(label, node.op_type, lowering.op, compiled.schedule,
+                                          compiled.source, lowering.note)
+        return lowering, compiled.kernel
+
+    def execute(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        """One compute node on its kernel; None if it must run on the reference."""
+        values = [None if a is None else Value(a.shape, a.dtype, a) for a in inputs]
+        lowered = self._lowering(node, values)
+        if lowered is None:
+            return None
+        lowering, kernel = lowered
+        return lowering.call(kernel, inputs)
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+        """The model's outputs for ``inputs`` (a list in graph-input order, a dict, or one array)."""
+        return list(self._evaluator.run(None, feeds(self.model, inputs)))
+
+
+class _LoopoptNode(OpRun):
+    """A compute node inside ReferenceEvaluator: runs on the rep's kernel, else on the reference."""
+
+    op_domain = ""
+    rep: LoopoptRep
+
+    def _run(self, *inputs, **kwargs):
+        outputs = self.rep.execute(self.onnx_node, inputs)
+        if outputs is None:
+            version = self.run_params["opsets"][self.onnx_node.domain]
+            reference = load_op(self.onnx_node.domain, self.onnx_node.op_type, version)
+            return reference(self.onnx_node, self.run_params).run(*inputs)
+        return tuple(outputs)
+
+
+def _node_classes(rep: LoopoptRep) -> list[type[OpRun]]:
+    """One OpRun class per op type of ``LOWERINGS`` (ReferenceEvaluator finds them by class name)."""
+    return [type(op_type, (_LoopoptNode,), {"rep": rep}) for op_type in LOWERINGS]
+
+
+class LoopoptBackend(Backend):
+    """The ONNX backend API over ``LoopoptRep``."""
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper() in DEVICES
+
+    @classmethod
+    def _device(cls, device: str) -> None:
+        if not cls.supports_device(device):
+            raise ValueError(f"device {device!r} is not supported; loopopt runs on {', '.join(DEVICES)}")
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", strict: bool = False,
+                log: str | os.PathLike | None = None, threads: int = 1, **kwargs: Any) -> LoopoptRep:
+        """A rep of ``model`` (ModelProto, path or bytes); compute nodes with static shapes are
+        lowered and compiled now, the others at the first run."""
+        cls._device(device)
+        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads)
+
+    @classmethod
+    def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:
+        """``prepare(model, device, **kwargs).run(inputs)``."""
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None,
+                 strict: bool = False, opset_version: int | None = None, **kwargs: Any) -> list[np.ndarray]:
+        """One node on ``inputs`` (arrays in the node's input order; empty names are skipped), as a
+        one-node model of the default opset (or ``opset_version``)."""
+        cls._device(device)
+        names = [n for n in node.input if n]
+        if len(inputs) != len(names):
+            raise ValueError(f"node {node.name or node.op_type} has {len(names)} inputs {names}, "
+                             f"got {len(inputs)} arrays")
+        arrays = [np.asarray(a) for a in inputs]
+        graph = helper.make_graph(
+            [node], f"run_node_{node.op_type}",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+             for n, a in zip(names, arrays)],
+            [helper.make_empty_tensor_value_info(n) for n in node.output if n])
+        version = opset_version or onnx.defs.onnx_opset_version()
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
+        model = shape_inference.infer_shapes(model)   # types the outputs
+        return cls.prepare(model, device, strict=strict, **kwargs).run(arrays)
+
+
+prepare = LoopoptBackend.prepare
+run_model = LoopoptBackend.run_model
+run_node = LoopoptBackend.run_node
+supports_device = LoopoptBackend.supports_device
+is_compatible = LoopoptBackend.is_compatible

@@ -1,0 +1,67 @@
+"""The kernels that run lowered nodes: a schedule per op (the tuning log's best, else the default
+register-blocked one) compiled once per op signature (shape, options, quantization)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..dataflows import output_stationary
+from ..kernel import Kernel
+from ..ops import Op
+from ..schedule import Schedule
+from ..tune import best_schedule
+from ..tune.log import signature
+
+DEFAULT = "default output_stationary"
+
+
+def default_schedule(op: Op, threads: int = 1) -> Schedule:
+    """An output block (8 positions x 16 channels, clamped to the op) in vector registers across
+    the whole reduction, channels-last (``dataflows.output_stationary``); with ``threads > 1`` the
+    outermost loop of extent >= ``threads`` that carries no reduction runs in parallel."""
+    schedule = output_stationary(op)
+    if threads > 1:
+        for name in schedule.loop_names:
+            if schedule.loop(name).extent > 1:
+                if schedule.loop(name).extent >= threads and not schedule.dims_of(name) & op.reduction_dims:
+                    schedule = schedule.parallel(name)
+                break
+    return schedule
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A kernel, the schedule it was compiled from, and where that schedule came from."""
+
+    kernel: Kernel
+    schedule: Schedule
+    source: str     # "tuning log FILE" or DEFAULT
+
+
+class KernelCache:
+    """Compiled kernels by op signature, for one backend rep (``log``: a tuning log to take the
+    best schedules from; ``threads``: the thread count they are chosen and built for)."""
+
+    def __init__(self, log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
+        self.log, self.threads, self.isa = log, threads, isa
+        self._compiled: dict[str, Compiled] = {}
+
+    def __len__(self) -> int:
+        """How many kernels have been compiled."""
+        return len(self._compiled)
+
+    def schedule(self, op: Op) -> tuple[Schedule, str]:
+        """The schedule ``op`` runs with, and its source."""
+        if self.log is not None:
+            best = best_schedule(op, log=self.log, threads=self.threads)
+            if best is not None:
+                return best, f"tuning log {os.fspath(self.log)}"
+        return default_schedule(op, self.threads), DEFAULT
+
+    def get(self, op: Op) -> Compiled:
+        """The compiled kernel of ``op`` (compiled on the first request for its signature)."""
+        key = signature(op)
+        if key not in self._compiled:
+            schedule, source = self.schedule(op)
+            self._compiled[key] = Compiled(schedule.compile(self.isa), schedule, source)
+        return self._compiled[key]

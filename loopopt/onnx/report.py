@@ -1,0 +1,1 @@
+"""Per-node report of an ONNX model (filled in below)."""

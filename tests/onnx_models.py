@@ -1,0 +1,130 @@
+"""Small ONNX models built with onnx.helper for the backend, CLI and conformance tests (no downloads),
+and the expected outputs of a model: onnxruntime's when it is installed, else onnx.reference's."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+
+OPSET = 17
+RNG = np.random.default_rng(7)
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _weights(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
+def model(nodes, inputs, outputs, initializers=(), opset: int = OPSET) -> onnx.ModelProto:
+    """A checked model of ``nodes``; ``inputs``/``outputs`` are ``(name, elem_type, shape)`` (an output
+    of shape None gets its type from shape inference)."""
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*o) if o[2] is not None else helper.make_empty_tensor_value_info(o[0])
+         for o in outputs], list(initializers))
+    opsets = [helper.make_opsetid("", opset)]
+    result = shape_inference.infer_shapes(helper.make_model(graph, opset_imports=opsets))
+    onnx.checker.check_model(result)
+    return result
+
+
+def small_cnn(batch: int = 2) -> onnx.ModelProto:
+    """Conv 3->8 (3x3, pad 1) + Relu, depthwise Conv (stride 2) + Relu, a 1x1 Conv with groups 2,
+    global average pool, Gemm 8 -> 5 (transB)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], group=8, strides=[2, 2], pads=[1, 1, 1, 1],
+                         name="depthwise"),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], group=2, name="pointwise"),
+        helper.make_node("GlobalAveragePool", ["c3"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fb"], ["y"], transB=1, alpha=0.5, name="fc"),
+    ]
+    inits = [_init("w1", _weights(8, 3, 3, 3)), _init("b1", _weights(8)), _init("w2", _weights(8, 1, 3, 3)),
+             _init("w3", _weights(8, 4, 1, 1)), _init("b3", _weights(8)), _init("fc", _weights(5, 8)),
+             _init("fb", _weights(5))]
+    return model(nodes, [("x", TensorProto.FLOAT, [batch, 3, 9, 11])], [("y", TensorProto.FLOAT, [batch, 5])],
+                 inits)
+
+
+def transformer_block(tokens: int = 5, width: int = 12, heads: int = 2) -> onnx.ModelProto:
+    """Self-attention (Q, K, V projections, per-head QK^T and softmax(.)V as batched MatMuls, output
+    projection, residual, LayerNormalization) and a ReLU feed-forward with a residual."""
+    d = width // heads
+    shape = _init("heads", np.array([1, tokens, heads, d], np.int64))
+    flat = _init("flat", np.array([1, tokens, width], np.int64))
+    nodes = [helper.make_node("MatMul", ["x", f"w{t}"], [t], name=t) for t in "qkv"]
+    for t in "qkv":
+        nodes += [helper.make_node("Reshape", [t, "heads"], [f"{t}h"]),
+                  helper.make_node("Transpose", [f"{t}h"], [f"{t}t"], perm=[0, 2, 1, 3])]
+    nodes += [
+        helper.make_node("Transpose", ["kt"], ["ktt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["qt", "ktt"], ["scores"], name="scores"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1),
+        helper.make_node("MatMul", ["attn", "vt"], ["ctx"], name="context"),
+        helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ctxt", "flat"], ["merged"]),
+        helper.make_node("MatMul", ["merged", "wo"], ["proj"], name="out_proj"),
+        helper.make_node("Add", ["x", "proj"], ["res1"]),
+        helper.make_node("LayerNormalization", ["res1", "gamma", "beta"], ["ln"], axis=-1),
+        helper.make_node("MatMul", ["ln", "w_up"], ["up"], name="ffn_up"),
+        helper.make_node("Relu", ["up"], ["act"]),
+        helper.make_node("MatMul", ["act", "w_down"], ["down"], name="ffn_down"),
+        helper.make_node("Add", ["ln", "down"], ["y"]),
+    ]
+    inits = [_init(n, _weights(width, width)) for n in ("wq", "wk", "wv", "wo")]
+    inits += [shape, flat, _init("scale", np.float32(1 / np.sqrt(d))),
+              _init("gamma", np.ones(width, np.float32)), _init("beta", np.zeros(width, np.float32)),
+              _init("w_up", _weights(width, 2 * width)),
+              _init("w_down", _weights(2 * width, width))]
+    return model(nodes, [("x", TensorProto.FLOAT, [1, tokens, width])],
+                 [("y", TensorProto.FLOAT, [1, tokens, width])], inits)
+
+
+def quantized_model() -> onnx.ModelProto:
+    """QuantizeLinear (uint8), QLinearConv (int8 per-channel weights, int32 bias, uint8 output),
+    Flatten, QLinearMatMul (int8 per-column weights, uint8 output), DequantizeLinear; outputs the
+    two quantized tensors and the dequantized result."""
+    wc = RNG.integers(-127, 128, (6, 3, 3, 3), dtype=np.int8)
+    wm = RNG.integers(-127, 128, (6 * 4 * 5, 7), dtype=np.int8)
+    u8, i8 = np.uint8, np.int8
+    inits = [
+        _init("xs", np.float32(0.02)), _init("xz", u8(128)), _init("wc", wc),
+        _init("wcs", (RNG.random(6) * 0.01 + 0.005).astype(np.float32)), _init("wcz", np.zeros(6, i8)),
+        _init("cs", np.float32(0.05)), _init("cz", u8(10)),
+        _init("bc", RNG.integers(-500, 500, 6, dtype=np.int32)),
+        _init("wm", wm), _init("wms", (RNG.random(7) * 0.002 + 0.001).astype(np.float32)),
+        _init("wmz", np.zeros(7, i8)), _init("ms", np.float32(0.1)), _init("mz", u8(100)),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "wc", "wcs", "wcz", "cs", "cz", "bc"], ["cq"],
+                         pads=[1, 1, 1, 1], strides=[2, 2], name="qconv"),
+        helper.make_node("Flatten", ["cq"], ["fq"]),
+        helper.make_node("QLinearMatMul", ["fq", "cs", "cz", "wm", "wms", "wmz", "ms", "mz"], ["yq"],
+                         name="qmatmul"),
+        helper.make_node("DequantizeLinear", ["yq", "ms", "mz"], ["y"]),
+    ]
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 10])],
+                 [("cq", TensorProto.UINT8, [1, 6, 4, 5]), ("yq", TensorProto.UINT8, [1, 7]),
+                  ("y", TensorProto.FLOAT, [1, 7])],
+                 inits, opset=21)   # onnx.reference implements (De)QuantizeLinear from opset 19
+
+
+def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The model's outputs by onnxruntime when installed, else by onnx.reference."""
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    feeds = dict(zip(names, inputs))
+    try:
+        import onnxruntime
+    except ImportError:
+        return list(ReferenceEvaluator(proto).run(None, feeds))
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)

@@ -1,0 +1,186 @@
+"""loopopt.onnx.backend: whole models against onnxruntime (or onnx.reference), random Conv and MatMul
+nodes against onnx.reference, strict mode, and bad input."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from loopopt.onnx import backend
+from loopopt.onnx.graph import static_input_shapes
+from tests.helpers import tiers
+from tests.onnx_models import expected, model, quantized_model, small_cnn, transformer_block
+
+RNG = np.random.default_rng(3)
+
+
+def _x(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
+    proto = small_cnn()
+    rep = backend.prepare(proto, strict=True)
+    assert sorted(rep.lowered) == ["conv1", "depthwise", "fc", "pointwise"]
+    assert all(node.on_kernel and node.source == "default output_stationary" for node in rep.lowered.values())
+    assert "groups=8" in repr(rep.lowered["depthwise"].op)
+    x = _x(2, 3, 9, 11)
+    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    compiled = len(rep.kernels)
+    rep.run({"x": _x(2, 3, 9, 11)})
+    assert len(rep.kernels) == compiled == 4     # built once per shape, at prepare
+
+
+def test_transformer_block_matches():
+    proto = transformer_block()
+    rep = backend.prepare(proto, strict=True)
+    x = _x(1, 5, 12)
+    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    assert {n.node for n in rep.lowered.values() if n.on_kernel} == {
+        "q", "k", "v", "scores", "context", "out_proj", "ffn_up", "ffn_down"}
+    assert rep.lowered["scores"].note == "batch loop of 2"      # 2 heads of a 4-D MatMul
+    assert repr(rep.lowered["q"].op) == "Matmul(m=5, n=12, k=12)"
+
+
+def test_quantized_model_within_one_lsb():
+    proto = quantized_model()
+    rep = backend.prepare(proto, strict=True)
+    assert rep.lowered["qconv"].op.quant.output == "uint8" and rep.lowered["qconv"].op.quant.per_channel
+    assert rep.lowered["qmatmul"].op.quant.weight_symmetric
+    x = _x(1, 3, 8, 10)
+    got, want = rep.run([x]), expected(proto, [x])
+    for g, w in zip(got[:2], want[:2]):
+        assert g.dtype == w.dtype == np.uint8
+        assert np.abs(g.astype(int) - w.astype(int)).max() <= 1
+
+
+def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray], bool]:
+    spatial = draw(st.sampled_from([1, 2]))
+    groups = draw(st.sampled_from([1, 2, 3]))
+    c, k = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(spatial)]
+    stride = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    pads = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
+    size = [(kk - 1) * dd + 1 + draw(st.integers(0, 5)) for kk, dd in zip(kernel, dilation)]
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"]))
+    bias = draw(st.booleans())
+    attrs = dict(group=groups, dilations=dilation, strides=stride, auto_pad=auto_pad)
+    if auto_pad == "NOTSET":
+        attrs["pads"] = pads
+    n = draw(st.integers(1, 2))
+    arrays = [_x(n, c, *size), _x(k, c // groups, *kernel)] + ([_x(k)] if bias else [])
+    names = ["x", "w", "b"][:len(arrays)]
+    proto = model([helper.make_node("Conv", names, ["y"], name="conv", **attrs)],
+                  [(nm, TensorProto.FLOAT, list(a.shape)) for nm, a in zip(names, arrays)],
+                  [("y", TensorProto.FLOAT, None)])
+    symmetric = auto_pad == "NOTSET" and pads[:spatial] == pads[spatial:] or auto_pad == "VALID"
+    return proto, arrays, symmetric
+
+
+def _check_conv_node(data):
+    proto, arrays, symmetric = _conv_case(data.draw)
+    want = ReferenceEvaluator(proto).run(None, dict(zip("xwb", arrays)))[0]
+    try:
+        got = backend.prepare(proto, strict=True).run(arrays)[0]
+    except NotImplementedError as error:   # only asymmetric padding is refused (SAME_* with odd totals)
+        assert not symmetric and "asymmetric padding" in str(error) and "node conv (Conv)" in str(error)
+        got = backend.prepare(proto).run(arrays)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+test_conv_node_quick, test_conv_node_slow = tiers(_check_conv_node, 4, 30, st.data())
+
+
+def _check_matmul_node(data):
+    draw = data.draw
+    m, n, k = (draw(st.integers(1, 9)) for _ in range(3))
+    batch = draw(st.lists(st.integers(1, 3), max_size=2))
+    a_shape = [*draw(st.sampled_from([batch, batch[1:], [1] * len(batch)])), m, k]
+    b_shape = [*draw(st.sampled_from([batch, batch[1:]])), k, n]
+    if draw(st.booleans()):
+        a_shape = [k]
+    elif draw(st.booleans()):
+        b_shape = [k]
+    a, b = _x(*a_shape), _x(*b_shape)
+    got = backend.run_node(helper.make_node("MatMul", ["a", "b"], ["y"]), [a, b], strict=True)[0]
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-5)
+
+
+test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 4, 30, st.data())
+
+
+def test_gemm_node_transposes_alpha_beta():
+    a, b, c = _x(6, 3), _x(5, 6), _x(1, 5)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=0.25, beta=-2.0)
+    got = backend.run_node(node, [a, b, c], strict=True)[0]
+    np.testing.assert_allclose(got, 0.25 * a.T @ b.T - 2 * c, rtol=1e-5, atol=1e-5)
+
+
+def _conv3d() -> onnx.ModelProto:
+    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")],
+                 [("x", TensorProto.FLOAT, [1, 2, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2])],
+                 [("y", TensorProto.FLOAT, [1, 2, 2, 2, 2])])
+
+
+def test_strict_names_the_node_and_what_is_missing():
+    missing = r"node c3d \(Conv\) .*not supported: Conv with 3 spatial dims"
+    with pytest.raises(NotImplementedError, match=missing):
+        backend.prepare(_conv3d(), strict=True)
+
+
+def test_not_strict_runs_an_unsupported_node_on_the_reference():
+    proto, x, w = _conv3d(), _x(1, 2, 3, 3, 3), _x(2, 2, 2, 2, 2)
+    rep = backend.prepare(proto)
+    assert not rep.lowered["c3d"].on_kernel and "3 spatial dims" in rep.lowered["c3d"].reason
+    assert "onnx.reference" in str(rep.lowered["c3d"])
+    want = ReferenceEvaluator(proto).run(None, {"x": x, "w": w})[0]
+    np.testing.assert_allclose(rep.run([x, w])[0], want, rtol=1e-6)
+
+
+def test_dynamic_shapes_are_fixed_by_the_first_inputs():
+    proto = model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                  [("a", TensorProto.FLOAT, ["N", 4]), ("b", TensorProto.FLOAT, [4, 3])],
+                  [("y", TensorProto.FLOAT, ["N", 3])])
+    with pytest.raises(ValueError, match=r"input 'a' has a dynamic dim 'N' at axis 0"):
+        static_input_shapes(proto)
+    rep = backend.prepare(proto, strict=True)
+    assert rep.lowered == {}                       # nothing to build before the shapes are known
+    a, b = _x(7, 4), _x(4, 3)
+    np.testing.assert_allclose(rep.run([a, b])[0], a @ b, rtol=1e-5)
+    assert repr(rep.lowered["mm"].op) == "Matmul(m=7, n=3, k=4)"
+
+
+@pytest.mark.parametrize("inputs, error, message", [
+    ([], ValueError, r"takes 1 input\(s\) \['x'\], got 0"),
+    ({"z": np.zeros(1)}, ValueError, r"unknown: \['z'\], missing: \['x'\]"),
+    ([np.zeros((2, 3, 9, 11))], TypeError, r"input 'x' has dtype float64; the model declares float32"),
+    ([np.zeros((2, 3, 9, 12), np.float32)], ValueError,
+     r"input 'x' has shape \(2, 3, 9, 12\).*axis 3 must be 11"),
+    ([np.zeros((3, 9, 11), np.float32)], ValueError,
+     r"input 'x' has shape \(3, 9, 11\); the model declares 4 dims"),
+])
+def test_bad_inputs_are_named(inputs, error, message):
+    with pytest.raises(error, match=message):
+        backend.prepare(small_cnn()).run(inputs)
+
+
+def test_bad_models_are_refused(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not an onnx model at all")
+    with pytest.raises(ValueError, match=r"junk.onnx is not an ONNX model"):
+        backend.prepare(junk)
+    newer = small_cnn()
+    newer.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
+    with pytest.raises(ValueError, match=r"imports opset \d+ of the default domain.*runs opsets up to"):
+        backend.prepare(newer)
+    unknown = small_cnn()
+    unknown.graph.node[1].op_type = "NoSuchOp"
+    with pytest.raises(ValueError, match=r"not a valid ONNX model: .*NoSuchOp"):
+        backend.prepare(unknown)
+    with pytest.raises(ValueError, match=r"device 'CUDA' is not supported"):
+        backend.prepare(small_cnn(), device="CUDA")
+    assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
