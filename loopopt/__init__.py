@@ -1,6 +1,7 @@
 """loopopt: explore loop schedules of convolution and matrix multiply.
 
-Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``), transform its ``Schedule``, compile it to a
+Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``, ``Gemm``), transform its
+``Schedule``, compile it to a
 SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``; or let ``tune``
 search the fastest schedule of an op.
 """
@@ -16,7 +17,7 @@ from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
-from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Matmul, auto_pad
+from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
@@ -30,6 +31,7 @@ __all__ = [
     "Conv2d",
     "Conv3d",
     "ConvNd",
+    "Gemm",
     "IllegalScheduleError",
     "Kernel",
     "KernelModel",

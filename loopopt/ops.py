@@ -16,7 +16,7 @@ import numpy as np
 
 from .bf16 import BFLOAT16, bf16_values
 from .buffers import available_memory, check_memory
-from .expr import Bound, Expr, Var
+from .expr import Bound, Const, Expr, Var
 from .quant import qconv2d_accumulators, qmatmul_accumulators
 from .reference import conv_reference, matmul_reference
 
@@ -110,8 +110,23 @@ class Op:
 
     @property
     def bias_tensor(self) -> Optional[str]:
-        """The name of the bias tensor (one value per output channel), or None without bias."""
+        """The name of the bias tensor, the addend of every output element (a conv's value per
+        output channel, a Gemm's C broadcast over the output), or None without one."""
         return self.BIAS if self.bias else None
+
+    def bias_offset(self) -> Expr:
+        """The element of the bias that the statement instance's output adds, as a row-major offset
+        over the dims (``index(bias_tensor)`` flattened: a conv's ``k``, a Gemm's ``i * n + j``)."""
+        offset: Expr | int = 0
+        for expr, size in zip(self.index(self.bias_tensor), self.tensor(self.bias_tensor).shape, strict=True):
+            offset = offset * size + expr
+        return offset
+
+    @property
+    def scales(self) -> Optional[tuple[float, float]]:
+        """``(alpha, beta)`` of an output ``alpha * sum + beta * bias`` (a Gemm's), None for the plain
+        ``sum + bias``: the scaled output is formed by a pass after the nest."""
+        return None
 
     @property
     def call_tensors(self) -> tuple[str, ...]:
@@ -235,6 +250,11 @@ class Op:
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def magnitude(self, *arrays: np.ndarray) -> np.ndarray:
+        """``sum |terms|`` of each output for non-negative ``arrays`` (the call's): the reference with
+        every coefficient made non-negative, what an error bound scales with."""
+        return self.reference(*arrays)
+
     # --- memory of the reference ---------------------------------------------------------
     @property
     def reference_sizes(self) -> tuple[int, int, int]:
@@ -255,7 +275,8 @@ class Op:
         leading axis of the first input and no other input's (a conv's batch, a matmul's rows)."""
         first = self.index(self.output)[0]
         return (isinstance(first, Var) and self.index(self.inputs[0])[0] == first
-                and all(first.name not in e.variables() for t in self.inputs[1:] for e in self.index(t)))
+                and all(first.name not in e.variables()
+                        for t in self.call_tensors[1:] for e in self.index(t)))
 
     def reference_blocks(self) -> list[slice]:
         """Slices of the leading axis of the activations and the output (a conv's batch, a matmul's
@@ -491,9 +512,9 @@ class ConvNd(Op):
         channel = c if self.groups == 1 else (k // kg) * cg + c
         table = {"I": (n, channel) + tuple(w.input_index for w in windows),
                  "W": (k, c) + tuple(Var(w.tap_dim) for w in windows),
-                 "O": (n, k) + tuple(Var(w.out_dim) for w in windows)}
+                 "O": (n, k) + tuple(Var(w.out_dim) for w in windows), "B": (k,)}
         if name not in table:
-            raise ValueError(f"{type(self).__name__} has no accessed tensor {name!r}: I, W, O")
+            raise ValueError(f"{type(self).__name__} has no tensor {name!r}: its tensors are I, W, O, B")
         return table[name]
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
@@ -613,28 +634,33 @@ class Matmul(Op):
         i, j, k = ("i", "M", self.m), ("j", "N", self.n), ("k", "K", self.k)
         return {"A": batch + ((k, i) if self.trans_a else (i, k)),
                 "B": batch + ((j, k) if self.trans_b else (k, j)),
-                "C": batch + (i, j)}
+                self.output: batch + (i, j)}
+
+    def _axes_of(self, name: str) -> tuple[tuple[str, str, int], ...]:
+        axes = self._axes()
+        if name not in axes:
+            raise ValueError(f"{type(self).__name__} has no tensor {name!r}: its tensors are "
+                             f"{', '.join(axes)}")
+        return axes[name]
 
     def tensor(self, name: str) -> TensorInfo:
-        axes = self._axes()
-        if name not in axes:
-            raise ValueError(f"Matmul has no tensor {name!r}: its tensors are A, B, C")
-        letters = "".join(letter for _, letter, _ in axes[name])
-        return TensorInfo(name, tuple(size for _, _, size in axes[name]), letters,
-                          "output" if name == "C" else "input", letters)
+        axes = self._axes_of(name)
+        letters = "".join(letter for _, letter, _ in axes)
+        role = "output" if name == self.output else "bias" if name == self.bias_tensor else "input"
+        return TensorInfo(name, tuple(size for _, _, size in axes), letters, role, letters)
 
     def index(self, name: str) -> tuple[Expr, ...]:
-        axes = self._axes()
-        if name not in axes:
-            raise ValueError(f"Matmul has no tensor {name!r}: its tensors are A, B, C")
-        return tuple(Var(loop) for loop, _, _ in axes[name])
+        """Each axis' dim; an axis of extent 1 of the bias (broadcast) is indexed 0."""
+        broadcast = name == self.bias_tensor
+        return tuple(Const(0) if broadcast and size == 1 else Var(loop)
+                     for loop, _, size in self._axes_of(name))
 
     def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
         return qmatmul_accumulators(xq, wq, x_zero_point, w_zero_point, self.trans_a, self.trans_b)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
-        return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("A", "B")}
+        return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in self.call_tensors}
 
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """float64 reference ``C = op(A) @ op(B)`` (bfloat16: of the inputs rounded to bf16)."""
@@ -642,6 +668,77 @@ class Matmul(Op):
 
     @property
     def reference_sizes(self) -> tuple[int, int, int]:
-        rows = self.tensor("C").shape[0]
-        return (math.prod(self.tensor("A").shape) // rows, math.prod(self.tensor("C").shape) // rows,
+        rows = self.tensor(self.output).shape[0]
+        return (math.prod(self.tensor("A").shape) // rows, math.prod(self.tensor(self.output).shape) // rows,
                 math.prod(self.tensor("B").shape))
+
+
+class Gemm(Matmul):
+    """ONNX's (and BLAS's) Gemm ``Y = alpha * op(A) @ op(B) + beta * C``: A is ``(m, k)`` (``(k, m)`` if
+    ``trans_a``), B ``(k, n)`` (``(n, k)`` if ``trans_b``), Y ``(m, n)``; C (the op's bias, called
+    as ``kernel(A, B, C)``) has ``c_shape``, broadcast to ``(m, n)``: ``(m, n)``, ``(n,)``, ``(1, n)``,
+    ``(m, 1)``, ``(1,)`` or ``(1, 1)``; ``c_shape=None``: no C (``Y = alpha * op(A) @ op(B)``).
+
+    Dims ``i, j, k`` as Matmul's; letters ``MK``, ``KN``, ``MN`` (C: the trailing ones of ``MN``). The
+    kernel adds C in the nest (alpha = beta = 1) or forms ``alpha * sum + beta * C`` in a pass after it.
+    """
+
+    output = "Y"
+    BIAS = "C"
+
+    def __init__(self, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,
+                 alpha: float = 1.0, beta: float = 1.0, c_shape="mn", dtype: str = "float32",
+                 quant: Optional["QuantSpec"] = None):
+        if quant is not None:
+            raise ValueError("a Gemm is not quantized (got quant=...): quantize a Matmul, whose bias-free "
+                             "output the quantized kernels scale")
+        super().__init__(m, n, k, trans_a=trans_a, trans_b=trans_b, dtype=dtype)
+        self.alpha, self.beta = _real(alpha, "alpha"), _real(beta, "beta")
+        shapes = {(self.m, self.n), (self.n,), (1, self.n), (self.m, 1), (1,), (1, 1)}
+        c_shape = (self.m, self.n) if c_shape == "mn" else c_shape
+        if c_shape is not None and (not isinstance(c_shape, (tuple, list)) or tuple(c_shape) not in shapes):
+            raise ValueError(f"c_shape {c_shape!r} does not broadcast to (m, n) = {(self.m, self.n)}: "
+                             f"allowed "
+                             f"{', '.join(map(str, sorted(shapes, key=len)))} or None (no C)")
+        self.c_shape = None if c_shape is None else tuple(int(v) for v in c_shape)
+        self.bias = self.c_shape is not None
+        self.arguments = dict(m=self.m, n=self.n, k=self.k, trans_a=self.trans_a, trans_b=self.trans_b,
+                              alpha=self.alpha, beta=self.beta, c_shape=self.c_shape, dtype=self.dtype)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {name}={value}" for name, value, default in (
+            ("trans_a", self.trans_a, False), ("trans_b", self.trans_b, False), ("alpha", self.alpha, 1.0),
+            ("beta", self.beta, 1.0), ("c_shape", self.c_shape, (self.m, self.n))) if value != default)
+        return f"Gemm(m={self.m}, n={self.n}, k={self.k}{extra}{_dtype_repr(self)})"
+
+    def _axes(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
+        axes = super()._axes()
+        if self.c_shape is not None:
+            axes[self.BIAS] = axes[self.output][len(axes[self.output]) - len(self.c_shape):]
+            axes[self.BIAS] = tuple((loop, letter, size) for (loop, letter, _), size
+                                    in zip(axes[self.BIAS], self.c_shape))
+        return axes
+
+    @property
+    def scales(self) -> Optional[tuple[float, float]]:
+        if self.alpha == 1.0 and (self.beta == 1.0 or not self.bias):
+            return None
+        return self.alpha, self.beta if self.bias else 0.0
+
+    def reference(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+        """float64 reference ``Y = alpha * op(A) @ op(B) + beta * C`` (bfloat16: A and B rounded to bf16)."""
+        return self._scaled(self.alpha, self.beta, super().reference(a, b), c)
+
+    def magnitude(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+        return self._scaled(abs(self.alpha), abs(self.beta), super().reference(a, b), c)
+
+    @staticmethod
+    def _scaled(alpha: float, beta: float, product: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+        return alpha * product + (0.0 if c is None else beta * np.asarray(c, np.float64))
+
+
+def _real(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise TypeError(f"{what} must be a finite real number, got {value!r}")
+    return float(value)

@@ -97,6 +97,16 @@ def matmul_ops(draw, max_mn: int = 20, max_k: int = 19, batched: bool = True):
                      trans_b=draw(st.booleans()))
 
 
+@st.composite
+def gemm_ops(draw, max_mn: int = 20, max_k: int = 19):
+    """A small Gemm: odd sizes, transposes, alpha and beta (1 too), every broadcast shape of C or none."""
+    m, n, k = draw(st.integers(1, max_mn)), draw(st.integers(1, 2 * max_mn)), draw(st.integers(1, max_k))
+    scale = st.sampled_from([1.0, 1.0, 0.5, -2.0, 0.0, 3.25])
+    return lo.Gemm(m, n, k, trans_a=draw(st.booleans()), trans_b=draw(st.booleans()), alpha=draw(scale),
+                   beta=draw(scale), c_shape=draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1), (1,), (1, 1),
+                                                                  None])))
+
+
 LAYOUTS = {"NCHW": ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"],
            "OIHW": ["OIHW", "HWIO", "OHWI", "OIHW4i4o", "OIHW16i16o"],
            "MK": ["MK", "KM", "MK4k"], "KN": ["KN", "NK", "KN8n"]}

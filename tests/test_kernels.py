@@ -1,6 +1,6 @@
 """Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
 import pytest
-from helpers import ISAS, check, conv_ops, matmul_ops, quick_first, rotated, schedules, tiers
+from helpers import ISAS, check, conv_ops, gemm_ops, matmul_ops, quick_first, rotated, schedules, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -35,6 +35,16 @@ def random_matmul_schedule(isa, data):
 
 test_random_matmul_schedules_quick, test_random_matmul_schedules = tiers(
     random_matmul_schedule, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_gemm_schedule(isa, data):
+    """A random legal schedule of a random Gemm (alpha, beta, C broadcast, transposes)."""
+    op = data.draw(gemm_ops())
+    check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_gemm_schedules_quick, test_random_gemm_schedules = tiers(
+    random_gemm_schedule, 2, 8, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,

@@ -209,3 +209,44 @@ def test_matmul_batch_and_transposes(batch, trans_a, trans_b):
 def test_bad_batched_matmul(kwargs, error, message):
     with pytest.raises(error, match=message):
         lo.Matmul(2, 3, 4, **kwargs)
+
+
+# --- Gemm --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("c_shape", [(4, 5), (5,), (1, 5), (4, 1), (1,), (1, 1), None])
+def test_gemm_reference_and_roles(c_shape):
+    op = lo.Gemm(4, 5, 3, trans_a=True, alpha=0.5, beta=-2.0, c_shape=c_shape)
+    inputs = op.random_inputs()
+    a, b = inputs["A"], inputs["B"]
+    expected = 0.5 * (a.T.astype(np.float64) @ b)
+    if c_shape is not None:
+        expected = expected - 2.0 * inputs["C"]
+    np.testing.assert_allclose(op.reference(*(inputs[t] for t in op.call_tensors)), expected, rtol=1e-12)
+    assert op.call_tensors == (("A", "B", "C") if c_shape else ("A", "B")) and op.output == "Y"
+    assert op.scales == (0.5, -2.0 if c_shape else 0.0)
+    assert lo.Gemm(4, 5, 3).scales is None and lo.Gemm(4, 5, 3, beta=2.0, c_shape=None).scales is None
+    if c_shape:
+        assert op.tensor("C").role == "bias" and op.tensor("C").shape == c_shape
+
+
+def test_gemm_kernel_call_and_offsets():
+    op = lo.Gemm(3, 4, 5, c_shape=(3, 1), alpha=2.0)
+    assert op.bias_offset().to_c() == "i"
+    assert lo.Gemm(3, 4, 5).bias_offset().to_c() == "(4*i + j)"
+    a, b, c = (op.random_inputs(seed=2)[t] for t in "ABC")
+    y = lo.Schedule(op).compile("scalar")(a, b, c)
+    np.testing.assert_allclose(y, 2.0 * a @ b + c, rtol=1e-5)
+    with pytest.raises(ValueError, match="C has shape \\(3,\\); Gemm\\(m=3, n=4, k=5, alpha=2.0, "
+                                         "c_shape=\\(3, 1\\)\\) expects \\(3, 1\\)"):
+        lo.Schedule(op).compile("scalar")(a, b, c[:, 0])
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(c_shape=(2, 4)), ValueError, "c_shape \\(2, 4\\) does not broadcast to \\(m, n\\) = \\(3, 4\\)"),
+    (dict(alpha="2"), TypeError, "alpha must be a finite real number, got '2'"),
+    (dict(beta=float("nan")), TypeError, "beta must be a finite real number, got nan"),
+    (dict(quant=lo.QuantSpec()), ValueError, "a Gemm is not quantized"),
+])
+def test_bad_gemm(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        lo.Gemm(3, 4, 5, **kwargs)

@@ -42,6 +42,7 @@ OPS = {
     "conv3d-asymmetric": lo.Conv3d(4, 16, 3, stride=(1, 2, 1), padding=((1, 0), 1, (0, 1)), depth=4, height=7,
                                    width=5),
     "matmul-batched-transposed": lo.Matmul(6, 40, 11, batch=(2,), trans_a=True, trans_b=True),
+    "gemm-scaled": lo.Gemm(6, 40, 11, trans_b=True, alpha=0.5, beta=2.0, c_shape=(40,)),
     "quantized-matmul-transposed": lo.Matmul(5, 24, 10, trans_a=True, trans_b=True, quant=QUANT),
 }
 
