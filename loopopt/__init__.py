@@ -1,9 +1,8 @@
 """loopopt: explore loop schedules of convolution and matrix multiply.
 
-Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``, ``Gemm``), transform its
-``Schedule``, compile it to a
-SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``; or let ``tune``
-search the fastest schedule of an op.
+Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``, ``Gemm``, any ``Contraction``),
+transform its ``Schedule``, compile it to a SIMD C kernel, ``measure`` it, and analyse its data
+locality with ``reuse``; or let ``tune`` search the fastest schedule of an op.
 """
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
@@ -12,6 +11,7 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .codegen.isa import available_isas
 from .compare import Comparison, compare
+from .contraction import Contraction, ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
@@ -27,6 +27,8 @@ __all__ = [
     "AccuracyReport",
     "BuildError",
     "Comparison",
+    "Contraction",
+    "ContractionError",
     "Conv1d",
     "Conv2d",
     "Conv3d",

@@ -61,6 +61,15 @@ def _gemm(op: Op) -> bool:
     return not op.windows
 
 
+def _gemm_dims(op: Op) -> tuple[str, str, str, str]:
+    """The GEMM form's dims: rows ``i`` (the last output dim but the channels), columns ``j`` (the
+    channels), the reduction ``k`` over input channels, and the first reduction dim (where a register
+    block of outputs holds across the whole reduction). Matmul: ``i, j, k, k``."""
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != op.channel_dim]
+    first = next(d for d in op.dim_names if d in op.reduction_dims)
+    return (outputs or [op.channel_dim])[-1], op.channel_dim, op.reduction_channel_dim, first
+
+
 def _conv_only(op: Op, preset: str) -> Op:
     if _gemm(op):
         raise ValueError(f"{preset} applies to a convolution only, got {op!r}")
@@ -85,7 +94,8 @@ def interchanged(op: Op) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return schedule.reorder("k", "j").vectorize("j")
+        _, cols, red, _ = _gemm_dims(op)
+        return schedule.reorder(red, cols).vectorize(cols)
     return schedule.reorder("c", *_taps(op), *_outs(op)).vectorize(_outs(op)[-1])
 
 
@@ -99,7 +109,8 @@ def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return _tile(schedule, i=i, k=k, j=j).vectorize("j_i")
+        rows, cols, red, _ = _gemm_dims(op)
+        return _tile(schedule, **{rows: i, red: k, cols: j}).vectorize(f"{cols}_i")
     column = _outs(op)[-1]
     return _tile(schedule, k=k, c=c, **{column: ow}).vectorize(f"{column}_i")
 
@@ -114,7 +125,8 @@ def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: in
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return _tile(schedule, i=i, j=j).vectorize("j_i").register_block("k")
+        rows, cols, _, first = _gemm_dims(op)
+        return _tile(schedule, **{rows: i, cols: j}).vectorize(f"{cols}_i").register_block(first)
     schedule = _tile(schedule, **{_outs(op)[-1]: ow}, k=k)
     return _channels_last(schedule.vectorize("k_i")).register_block("c")
 
@@ -129,8 +141,9 @@ def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        schedule = _tile(schedule, j=j)
-        return schedule.reorder("j_o", "k", "i").vectorize("j_i")
+        rows, cols, red, _ = _gemm_dims(op)
+        schedule = _tile(schedule, **{cols: j})
+        return schedule.reorder(f"{cols}_o", red, rows).vectorize(f"{cols}_i")
     schedule = _tile(schedule, k=k)
     schedule = schedule.reorder("k_o", "c", *_taps(op), "n", *_outs(op))
     return _channels_last(schedule.vectorize("k_i"))
@@ -146,8 +159,9 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        schedule = _tile(schedule, j=j).reorder("k", "j_o")
-        return schedule.vectorize("j_i")
+        _, cols, red, _ = _gemm_dims(op)
+        schedule = _tile(schedule, **{cols: j}).reorder(red, f"{cols}_o")
+        return schedule.vectorize(f"{cols}_i")
     schedule = _tile(schedule, k=k)
     schedule = schedule.reorder("n", "c", *_outs(op), *_taps(op), "k_o")
     return _channels_last(schedule.vectorize("k_i"))
