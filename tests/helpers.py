@@ -144,6 +144,9 @@ def _parallel_ok(schedule: lo.Schedule, name: str) -> bool:
     return True
 
 
+MAX_UNROLL = 64      # a fully unrolled loop of thousands of iterations (a fused nest) takes gcc minutes
+
+
 @st.composite
 def schedules(draw, op, isa=None):
     """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize,
@@ -164,8 +167,9 @@ def schedules(draw, op, isa=None):
             s = s.fuse(names[pos], names[pos + 1])
     for tensor in op.tensors:
         s = s.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))
-    if draw(st.booleans()):
-        s = s.unroll(draw(st.sampled_from(s.loop_names)))
+    short = [loop.name for loop in s.loops if loop.extent <= MAX_UNROLL]
+    if short and draw(st.booleans()):
+        s = s.unroll(draw(st.sampled_from(short)))
     if draw(st.booleans()):
         candidates = [n for n in s.loop_names if _parallel_ok(s, n)]
         if candidates:
@@ -177,6 +181,26 @@ def schedules(draw, op, isa=None):
         if sites:
             s = s.register_block(draw(st.sampled_from(sites)))
     return s
+
+
+@st.composite
+def even_conv_ops(draw, max_hw: int = 9):
+    """A random bfloat16 conv with an even number of input channels per group (whole bf16 pairs) and
+    at least 2 output channels (a vector loop of one lane is not a loop of the output: no dot)."""
+    op = draw(conv_ops(max_hw, dtype="bfloat16"))
+    pairs = draw(st.integers(1, 3))
+    return lo.Conv2d(2 * pairs * op.groups, max(op.out_channels, 2), op.kernel_size, stride=op.stride,
+                     padding=op.padding, dilation=op.dilation, groups=op.groups, bias=op.bias, batch=op.batch,
+                     height=op.height, width=op.width, dtype="bfloat16")
+
+
+def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
+    """NHWC activations, weights in pairs of input channels (OIHW16o2i): c_i (2) is the bf16 dot loop
+    (vdpbf16ps where the ISA and CPU have it)."""
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o2i")
+         .split("k", 16).split("c", 2).reorder("n", "k_o", "oh", "ow", "c_o", "kh", "kw", "c_i", "k_i")
+         .vectorize("k_i"))
+    return s.register_block("c_o") if block else s
 
 
 # --- float kernels ----------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     """The tile plan of ``schedule``; TileError saying why when the tile kernels do not take it."""
     op = schedule.op
     if op.quant is None:
-        raise TileError(f"isa 'amx' runs quantized ops (int8 tiles); {op!r} is float32: give it "
+        raise TileError(f"isa 'amx' runs quantized ops (int8 tiles); {op!r} is {op.dtype}: give it "
                         f"quant=lo.QuantSpec(...) or use isa='auto'")
     if schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")

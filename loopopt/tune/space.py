@@ -11,7 +11,9 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 * channels-last activations and output; weights stored in the order the loops read them,
   plain (``HWIO``-like), packed by channel block (``OHWI32o``; for a GEMM the packed ``B``
   panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
-  (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector);
+  (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
+  in pairs (``OIHW16o2i``, ``vdpbf16ps``) where this CPU runs it and the channels per group are
+  even (a half pair is widened instead);
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
   the outer loops: the block accumulates into the output across it);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
@@ -28,7 +30,8 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..codegen.isa import INT_ISAS, ISAS
+from ..codegen.arith import BF16_PAIR
+from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..layout import moved_last
 from ..ops import Op
@@ -106,7 +109,7 @@ class Names:
 
     cache: str | None              # outer loop of the cache block (among the outer loops), if any
     reduction: str                 # the rc loop the block is kept across
-    dot: str | None                # the innermost loop of 4 channels a dot instruction consumes, if any
+    dot: str | None                # the innermost loop of a group of channels a dot instruction consumes
 
     @classmethod
     def of(cls, rc: str, cache_block: int, dot: bool) -> Names:
@@ -142,6 +145,21 @@ class Candidate:
         return to_toml(self.schedule)
 
 
+def dot_elements(op: Op) -> int:
+    """Reduction channels one lane of the op's dot instruction consumes: 4 (quantized, vpdpbusd) or
+    2 (bfloat16, vdpbf16ps)."""
+    return DOT if op.quant is not None else BF16_PAIR
+
+
+def has_dot(op: Op, isa: str) -> bool:
+    """Whether ``op`` on ``isa`` has dot candidates: quantized ops on a SIMD ISA; bfloat16 ops where
+    this CPU runs vdpbf16ps and the reduction channels are whole pairs."""
+    rc = op.extent(op.reduction_channel_dim)
+    if op.quant is not None:
+        return isa != "scalar" and rc >= 2
+    return op.dtype == "bfloat16" and bf16_dot_available(isa) and rc % BF16_PAIR == 0
+
+
 def lanes(op: Op, isa: str) -> int:
     """fp32 (quantized ops: int32) lanes of a vector of ``isa``."""
     return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
@@ -164,7 +182,7 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
     tags[weights] = {"plain": outer + reduction + channel,
                      "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
-                     "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{DOT}"
+                     "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
                             f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
@@ -180,7 +198,7 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
         schedule = schedule.split(roles.rc, knobs.cache_block)
     if names.dot:
         inner = names.reduction.removesuffix("_o")
-        schedule = schedule.split(inner, min(DOT, schedule.loop(inner).extent))
+        schedule = schedule.split(inner, min(dot_elements(op), schedule.loop(inner).extent))
     schedule = schedule.tile(**{roles.pixel: knobs.pixel_block, roles.channel: knobs.channel_block})
     reduction = [names.reduction if d == roles.rc else d for d in knobs.reduction]
     schedule = schedule.reorder(*knobs.outer, *reduction, *([names.dot] if names.dot else []))
@@ -262,7 +280,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     extents = dict(op.dims)
     rc_extent = extents[roles.rc]
     weight_kinds = ["plain", "packed"]
-    if op.quant is not None and isa != "scalar" and rc_extent >= 2:
+    if has_dot(op, isa):
         weight_kinds.append("dot")
     channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
     cache_blocks = [0] + [b for b in CACHE_BLOCKS if b < rc_extent]
@@ -275,7 +293,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
         names = Names.of(roles.rc, cache_block, weights == "dot")
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
-            red_extents[names.reduction] = -(-red_extents[names.reduction] // DOT)
+            red_extents[names.reduction] = -(-red_extents[names.reduction] // dot_elements(op))
         for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, spare // vectors)):
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
