@@ -5,7 +5,17 @@ within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
 import numpy as np
 import pytest
-from helpers import HYPOTHESIS, SPECS, conv_ops, integer_calls, quick_first, rotated, schedules, tiers
+from helpers import (
+    HYPOTHESIS,
+    SPECS,
+    conv_ops,
+    integer_calls,
+    matmul_ops,
+    quick_first,
+    rotated,
+    schedules,
+    tiers,
+)
 from helpers import check_quantized as check
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,15 +47,15 @@ test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules
     random_quantized_conv_schedule, 3, 24, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
-def random_quantized_matmul_schedule(isa, data, m, n, k):
-    """A random legal schedule of a random quantized matmul (every QuantSpec combination)."""
-    op = lo.Matmul(m, n, k, quant=data.draw(SPECS))
+def random_quantized_matmul_schedule(isa, data):
+    """A random legal schedule of a random quantized matmul (either operand transposed, every QuantSpec
+    combination)."""
+    op = quantized(data.draw(matmul_ops(max_mn=9, batched=False)), data.draw(SPECS))
     check(data.draw(schedules(op, isa)), isa, call=data.draw(st.none() | integer_calls(op)))
 
 
 test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_schedules = tiers(
-    random_quantized_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)],
-    data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 19))
+    random_quantized_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s):

@@ -425,8 +425,8 @@ def test_quantized_conv_end_to_end_accuracy():
     rng = np.random.default_rng(1)
     x = rng.uniform(0, 1, (1, 8, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
-    from loopopt.reference import conv2d_reference
-    ref = conv2d_reference(x, w, padding=(1, 1)).astype(np.float32)
+    from loopopt.reference import conv_reference
+    ref = conv_reference(x, w, padding=(1, 1)).astype(np.float32)
     xq, sx, zx = quantize(x, "uint8")
     wq, sw, zw = quantize(w, "int8", axis=0)
     acc = qconv2d_accumulators(xq, wq, zx, zw, padding=1)
