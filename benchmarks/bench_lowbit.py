@@ -1,6 +1,6 @@
-"""Low-bit kernels, one thread: ternary GEMV (1 x 4096 x 4096) with i2_s weights against loopopt's int8
-GEMV of the same schedule, and the binary XNOR + popcount conv on ResNet-50 conv2_x against the stored
-int8 schedule of that layer.
+"""Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008 and
+11008 -> 4096) with i2_s weights against loopopt's int8 GEMV of the same schedule, and the binary
+XNOR + popcount conv on ResNet-50 conv2_x against the stored int8 schedule of that layer.
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
 of docs/benchmarks.md). Each pair of kernels is timed together by ``lo.measure_all`` (interleaved rounds,
@@ -22,13 +22,14 @@ import loopopt as lo
 from loopopt.machine import machine_profile
 
 SECTION = "## Low-bit kernels"
-GEMV = (1, 4096, 4096)
+GEMVS = ((1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008))    # Matmul(m, n, k): k inputs -> n outputs
 
 
 def gemv_schedule(op: lo.Matmul) -> lo.Schedule:
-    """VNNI GEMV: B stored 16 columns x 4 rows innermost, k split by 4 (the dot loop), a block of 64
-    columns (4 vectors) kept in registers across the whole reduction."""
-    return (lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).split("j", 64)
+    """VNNI GEMV: B stored as blocks of 16 columns x 4 rows, the blocks of a column block consecutive
+    along k (``NK16n4k``: each of the 4 vectors of a block streams through memory), k split by 4 (the
+    dot loop), a block of 64 columns (4 vectors) kept in registers across the whole reduction."""
+    return (lo.Schedule(op).layout("B", "NK16n4k").split("k", 4).split("j", 64)
             .reorder("i", "j_o", "k_o", "k_i", "j_i").vectorize("j_i").register_block("k_o"))
 
 
@@ -45,8 +46,8 @@ def weight_bytes(kernel) -> int:
     return kernel._elements(name) * {"int8_t": 1, "uint8_t": 1, "uint64_t": 8}[ctype]
 
 
-def gemv_rows(budget: float) -> list[str]:
-    m, n, k = GEMV
+def gemv_rows(shape: tuple[int, int, int], budget: float) -> list[str]:
+    m, n, k = shape
     int8 = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32"))
     ternary = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32", "ternary"))
     cases = [("int8 weights (1 byte)", gemv_schedule(int8)),
@@ -100,8 +101,9 @@ def main() -> None:
         f"`python benchmarks/bench_lowbit.py{' --write' if args.write else ''}` "
         f"({datetime.date.today()}, {profile.cpu}, one thread; the machine's 2 cores were shared with "
         f"other work while this ran, so the figures are noisy).", "",
-        f"### Ternary GEMV {'x'.join(map(str, GEMV))} (float32 output, per-channel scales)", "",
-        *gemv_rows(args.budget), "",
+        *(line for shape in GEMVS for line in (
+            f"### Ternary GEMV, Matmul{shape}: {shape[2]} inputs -> {shape[1]} outputs (float32 output, "
+            f"per-channel scales)", "", *gemv_rows(shape, args.budget), "")),
         f"### Binary conv, {args.layer}", "", *conv_rows(args.layer, args.budget)])
     print(text)
     if args.write:
