@@ -32,6 +32,7 @@ from .codegen.binary import (
 )
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
+from .codegen.lut import generate_lut, pack_tl1, packed_shape
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
 from .codegen.ternary import pack_i2s, packed_bytes
@@ -421,6 +422,21 @@ class BinaryKernel(QuantizedKernel):
         raise ValueError("a binary kernel applies the epilogue per output: it keeps no raw accumulators")
 
 
+class LutKernel(QuantizedKernel):
+    """A ternary GEMM with ``weight_format("tl1")`` (``codegen/lut.py``): ``prepare`` packs the weights
+    to 4-bit pair indices; the call, parameters and outputs are the int8 kernels'."""
+
+    def _elements(self, name: str) -> int:
+        if name == self.op.inputs[1]:
+            return math.prod(packed_shape(self.op))
+        return super()._elements(name)
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        if tensor == self.op.inputs[1]:
+            return self._copy(tensor, pack_tl1(self.op, array))
+        return super()._pack(tensor, array)
+
+
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
     """The XNOR + popcount kernel of a binary op (``codegen/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
@@ -465,6 +481,10 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     if isa == "amx":
         return _compile_tiles(schedule)
     isa_name = resolve_isa(isa, integer=quantized)
+    if schedule.weight_format_mode == "tl1":
+        generated = generate_lut(schedule, isa_name)
+        module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+        return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     openmp = ("-fopenmp",) if generated.openmp else ()
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization

@@ -145,8 +145,8 @@ def test_spec_and_schedule_refusals():
     with pytest.raises(lo.ScheduleError, match="not quantized"):
         lo.Schedule(lo.Matmul(2, 3, 4)).weight_format("i2_s")
     ternary = lo.Schedule(lo.Matmul(2, 3, 4, quant=lo.QuantSpec(weight="ternary")))
-    with pytest.raises(lo.ScheduleError, match="'tl1' is not a choice; allowed: 'int8', 'i2_s'"):
-        ternary.weight_format("tl1")
+    with pytest.raises(lo.ScheduleError, match="'tl2' is not a choice; allowed: 'int8', 'i2_s', 'tl1'"):
+        ternary.weight_format("tl2")
 
 
 def test_weight_format_is_printed_and_saved():
@@ -164,3 +164,43 @@ def test_quantize_ternary_is_absmean():
     assert q.tolist() == [[0, -1, 0, 1], [0, 0, 0, 0]]
     q, scale, zero = lo.quantize_ternary(w)
     assert scale == np.float32(0.5) and zero == 0 and q[0].tolist() == [1, -1, 0, 1]
+
+
+# --- TL1: table lookup ----------------------------------------------------------------------------
+
+LUT_ISAS = [isa for isa in ISAS if isa in ("avx512", "scalar")]
+
+
+def random_tl1_matmul(isa, data, m, n, k):
+    """A random ternary matmul (every output, odd K, columns not a multiple of 32) in TL1."""
+    op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
+    kernel = check(lo.Schedule(op).weight_format("tl1"), isa)
+    assert "tl1" in kernel.source
+
+
+test_random_tl1_matmuls_quick, test_random_tl1_matmuls = tiers(
+    random_tl1_matmul, 2, 12, marks=[pytest.mark.parametrize("isa", LUT_ISAS)], data=st.data(),
+    m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
+
+
+def test_tl1_long_reduction_widens_the_int16_sums():
+    # 4000 uint8 activations near 255 against +1 weights: the int16 partial sums must be widened
+    op = lo.Matmul(1, 40, 4000, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
+    kernel = lo.Schedule(op).weight_format("tl1").compile(LUT_ISAS[0])
+    x = np.full((1, 4000), 250, np.uint8)
+    w = np.ones((4000, 40), np.int8)
+    w[:, 3] = -1
+    y = kernel(x, w, x_zero_point=np.uint8(0), w_zero_point=np.zeros(40, np.int8))
+    assert y[0, 0] == 4000 * 250 and y[0, 3] == -4000 * 250
+
+
+def test_tl1_refusals():
+    conv = lo.Conv2d(4, 4, 3, quant=lo.QuantSpec(weight="ternary"))
+    with pytest.raises(lo.ScheduleError, match="table-lookup kernel is a GEMM; .* has windows"):
+        lo.Schedule(conv).weight_format("tl1")
+    op = lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"))
+    with pytest.raises(lo.ScheduleError, match=r"fixed nest .* drop split\('j', 8\)"):
+        lo.Schedule(op).split("j", 8).weight_format("tl1").compile("scalar")
+    if "avx2" in ISAS:
+        with pytest.raises(lo.ScheduleError, match="not on 'avx2'"):
+            lo.Schedule(op).weight_format("tl1").compile("avx2")
