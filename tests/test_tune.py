@@ -237,7 +237,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
 
 
 @needs_amx
-def test_amx_candidates_join_the_int8_search():
+def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
     tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
@@ -247,6 +247,9 @@ def test_amx_candidates_join_the_int8_search():
     result = lo.tune(op, trials=1, isa="amx", budget=BUDGET, progress=False)
     assert result.isa == "amx" and result.timing.verified
     assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
+    assert "AMX tiles, " in result.table()
+    saved = lo.save_schedule(result.best, tmp_path / "tiles.toml", isa=result.isa)
+    assert 'isa = "amx"' in saved.read_text()
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
 
