@@ -389,3 +389,13 @@ def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
         result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False)
     assert [t.number for t in result.trials] == [1, 2, 3, 4] and result.timing.verified
     assert [r[0] for r in rows(log)] == [t.status for t in result.trials]
+
+
+def test_walk_neighbours_are_of_one_kind():
+    """A register-block candidate and an AMX candidate are never neighbours (their knobs differ in kind)."""
+    from loopopt.tune.search import _differs_once
+    from loopopt.tune.space import Candidate, TileKnobs
+    op = lo.Conv2d(16, 32, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
+    simd = candidates(op, "avx512")[0]
+    tiles = [Candidate(op, "amx", TileKnobs(32, 32, outer)) for outer in (True, False)]
+    assert not _differs_once(simd, tiles[0]) and _differs_once(tiles[0], tiles[1])
