@@ -159,3 +159,12 @@ def test_amx_peaks_in_the_machine_profile():
     profile = lo.machine_profile()
     assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
     assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
+
+
+@needs_amx
+def test_compare_on_tiles():
+    """``lo.compare(isa="amx")``: no kernel-model figure (it has no AMX costs), % of the AMX bf16 peak."""
+    op = lo.Conv2d(16, 16, 3, padding=1, height=6, width=20, dtype="bfloat16")
+    result = lo.compare(op, [lo.Schedule(op)], isa="amx", reuse=False, progress=False, budget=0.01)
+    assert result.rows[0].isa == "amx" and result.rows[0].predicted_ms is None
+    assert result.peak == lo.peak_gflops("amx", "bfloat16")
