@@ -39,6 +39,12 @@ OPS = {
     "matmul": lo.Matmul(7, 40, 19),
     "quantized-conv": lo.Conv2d(12, 20, 3, padding=1, height=6, width=7, quant=QUANT),
     "quantized-matmul": lo.Matmul(5, 24, 10, quant=lo.QuantSpec()),
+    "conv1d-same": lo.Conv1d(6, 20, 4, padding="same", length=23),
+    "conv3d-asymmetric": lo.Conv3d(4, 16, 3, stride=(1, 2, 1), padding=((1, 0), 1, (0, 1)), depth=4, height=7,
+                                   width=5),
+    "matmul-batched-transposed": lo.Matmul(6, 40, 11, batch=(2,), trans_a=True, trans_b=True),
+    "gemm-scaled": lo.Gemm(6, 40, 11, trans_b=True, alpha=0.5, beta=2.0, c_shape=(40,)),
+    "quantized-matmul-transposed": lo.Matmul(5, 24, 10, trans_a=True, trans_b=True, quant=QUANT),
 }
 
 

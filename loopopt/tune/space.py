@@ -33,6 +33,7 @@ from functools import cached_property
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..layout import moved_last
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import to_toml
@@ -169,22 +170,19 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
-def _moved_last(letters: str, axis: int) -> str:
-    return letters[:axis] + letters[axis + 1:] + letters[axis]
-
-
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
     source, weights = op.inputs
-    tags = {source: _moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
-            op.output: _moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    tags = {source: moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
-    tags[weights] = {"plain": reduction + channel,
-                     "packed": f"{channel}{reduction}{knobs.channel_block}{channel.lower()}",
-                     "dot": f"{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
+    outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
+    tags[weights] = {"plain": outer + reduction + channel,
+                     "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
+                     "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
                             f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
@@ -215,7 +213,7 @@ def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
     """The schedule of an AMX candidate: channels-last output, the pixel and channel dims split by
     the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``."""
     pixel, channel = pixel_dim(op), op.channel_dim
-    output = _moved_last(op.tensor(op.output).letters, op.output_channel_axis)
+    output = moved_last(op.tensor(op.output).letters, op.output_channel_axis)
     schedule = Schedule(op).layout(op.output, output)
     schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
     return schedule if knobs.channels_outer else schedule.reorder(f"{pixel}_o", f"{channel}_o")
