@@ -114,6 +114,10 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
+    (lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16"), lambda s: s,
+     "is not one"),
+    (lo.Contraction("C[i,j] += A[i,k,l] * B[l,k,j]", {"i": 5, "j": 7, "k": 3, "l": 4}, dtype="bfloat16"),
+     lambda s: s, "is not one"),
 ])
 def test_refusals(op, build, message):
     with pytest.raises(tiles.TileError, match=message):

@@ -405,3 +405,8 @@ def test_walk_neighbours_are_of_one_kind():
     simd = candidates(op, "avx512")[0]
     tiles = [Candidate(op, "amx", TileKnobs(32, 32, outer)) for outer in (True, False)]
     assert not _differs_once(simd, tiles[0]) and _differs_once(tiles[0], tiles[1])
+
+
+def test_no_amx_candidates_for_a_contraction_the_tiles_do_not_compute():
+    op = lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16")
+    assert [c for c in candidates(op, "avx512") if c.isa == "amx"] == []

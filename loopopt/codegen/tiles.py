@@ -48,6 +48,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..expr import Var
 from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from . import quantized
@@ -261,10 +262,37 @@ def pixel_dim(op: Op) -> str:
     return op.windows[-1].out_dim if op.windows else quantized.batch_dim(op)
 
 
+def _check_statement(op: Op) -> None:
+    """TileError unless the op's statement is the (grouped) convolution or GEMM the tile kernels
+    compute, read through its roles: ``O[batch, k, window outputs] += I[batch, channel, window
+    inputs] * W[k, c, window taps]`` (the weights' output-channel axis anywhere), reduced over ``c``
+    and the taps."""
+    windows = op.windows
+    batch, k, c = quantized.batch_dim(op), op.channel_dim, op.reduction_channel_dim
+    taps = [Var(w.tap_dim) for w in windows]
+    if op.groups == 1:
+        channel = Var(c)
+    else:
+        channel = (Var(k) // (op.channels // op.groups)) * op.extent(c) + Var(c)
+    weights = list(op.index(op.inputs[1]))
+    moved = [weights.pop(op.weight_channel_axis)] + weights if weights else []
+    expected = {op.inputs[0]: (Var(batch), channel, *(w.input_index for w in windows)),
+                op.inputs[1]: (Var(k), Var(c), *taps)}
+    found = {op.inputs[0]: tuple(op.index(op.inputs[0])), op.inputs[1]: tuple(moved)}
+    outputs = {e.name for e in op.index(op.output) if isinstance(e, Var)}
+    if (found != expected or set(op.reduction_dims) != {c, *(w.tap_dim for w in windows)}
+            or outputs != {batch, k, *(w.out_dim for w in windows)}
+            or len(op.index(op.output)) != len(outputs)):
+        raise TileError(f"isa 'amx' computes convolutions and matrix multiplies of the form "
+                        f"O[batch, k, outputs] += I[batch, channel, inputs] * W[k, c, taps]; {op!r} is not "
+                        f"one (use isa='auto')")
+
+
 def tile_plan(schedule: Schedule) -> TilePlan:
     """The tile plan of ``schedule``; TileError saying why when the tile kernels do not take it."""
     op = schedule.op
     shape = TileShape.of(op)
+    _check_statement(op)
     if op.quant is not None and schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
     if schedule.parallel_loop is not None:
