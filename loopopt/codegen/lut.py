@@ -12,8 +12,12 @@ register, the 32 indices as int16 lanes), adds them in int16 for up to 64 pairs 
 epilogue of ``codegen/quantized.py`` applies the compensation, bias and scales, so the result is
 exact. The scalar target looks the tables up one column at a time.
 
+AVX2 has no ``vpermw``: its tables are two 16-byte tables (the low and the high bytes of the int16
+sums), looked up with two ``vpshufb`` per pair and interleaved back to int16 with ``vpunpck[lh]bw``
+(which leaves the 32 columns in the order 0-7, 16-23 | 8-15, 24-31, undone when the sums widen).
+
 The nest is fixed (rows, column blocks, pairs): schedule steps other than ``weight_format`` are
-refused, as are ops with windows (convolutions: use ``i2_s``) and the AVX2 target (no ``vpermw``).
+refused, as are ops with windows (convolutions: use ``i2_s``).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from .params import KernelParam, signature
 
 COLUMNS = 32        # columns per block: the int16 lanes of a 512-bit register
 CHUNK = 32          # bytes of pair indices (64 pairs) summed in int16 before widening
-ISAS = ("avx512", "scalar")
+ISAS = ("avx512", "avx2", "scalar")
 
 
 def check_lut(schedule: Schedule, isa: str) -> None:
@@ -42,9 +46,6 @@ def check_lut(schedule: Schedule, isa: str) -> None:
     if steps:
         raise ScheduleError(f"weight_format('tl1') runs a fixed nest (codegen/lut.py); schedule steps are "
                             f"not applied to it: drop {', '.join(steps)}")
-    if isa not in ISAS:
-        raise ScheduleError(f"weight_format('tl1') runs on {' and '.join(ISAS)} (vpermw is AVX-512BW); "
-                            f"not on {isa!r}")
 
 
 def shape(op: Op) -> tuple[int, int, int]:
@@ -72,15 +73,53 @@ def pack_tl1(op: Op, wq: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed.reshape(blocks, COLUMNS, q).transpose(0, 2, 1))
 
 
-def _table(k: int, a: str) -> list[str]:
-    """C building the row's tables: 16 int16 entries per pair, entry 3 (w0 + 1) + (w1 + 1)."""
+def _table(k: int, a: str, isa: str) -> list[str]:
+    """C building the row's tables: per pair 16 int16 entries, entry 3 (w0 + 1) + (w1 + 1) (AVX2: 16
+    low bytes, then 16 high bytes, of the same entries)."""
     pairs = 2 * -(-k // 4)
+    store = ("{ uint8_t *lo_t = (uint8_t *)(lo_lut + lo_p * 16); lo_t[lo_e] = (uint8_t)(lo_s & 255); "
+             "lo_t[16 + lo_e] = (uint8_t)((lo_s >> 8) & 255); }" if isa == "avx2"
+             else "lo_lut[lo_p * 16 + lo_e] = (int16_t)lo_s;")
     return [f"for (int lo_p = 0; lo_p < {pairs}; ++lo_p) {{",
             f"    const int lo_x0 = 2 * lo_p < {k} ? (int){a}[lo_row + 2 * lo_p] : 0;",
             f"    const int lo_x1 = 2 * lo_p + 1 < {k} ? (int){a}[lo_row + 2 * lo_p + 1] : 0;",
-            "    for (int lo_e = 0; lo_e < 9; ++lo_e)",
-            "        lo_lut[lo_p * 16 + lo_e] = (int16_t)((lo_e / 3 - 1) * lo_x0 + (lo_e % 3 - 1) * lo_x1);",
+            "    for (int lo_e = 0; lo_e < 9; ++lo_e) {",
+            "        const int lo_s = (lo_e / 3 - 1) * lo_x0 + (lo_e % 3 - 1) * lo_x1;",
+            f"        {store}",
+            "    }",
             "}"]
+
+
+def _avx2_lookups(block: str, q: int) -> list[str]:
+    """AVX2: two vpshufb per pair (low and high bytes of the sums), interleaved to int16."""
+    table = "_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)({p})))"
+    look = ("_mm256_unpack{half}_epi8(_mm256_shuffle_epi8(lo_l{i}, lo_i{i}), "
+            "_mm256_shuffle_epi8(lo_h{i}, lo_i{i}))")
+    lines = ["__m256i lo_s0 = _mm256_setzero_si256(), lo_s1 = lo_s0, lo_s2 = lo_s0, lo_s3 = lo_s0;",
+             f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {CHUNK}) {{",
+             "    /* int16 sums of the columns 0-7, 16-23 (lo_ua) and 8-15, 24-31 (lo_ub) */",
+             "    __m256i lo_ua = _mm256_setzero_si256(), lo_ub = lo_ua;",
+             f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {CHUNK} && lo_q < {q}; ++lo_q) {{",
+             f"        const __m256i lo_v = _mm256_loadu_si256((const __m256i *)(const void *)"
+             f"({block} + lo_q * {COLUMNS}));",
+             "        const __m256i lo_i0 = _mm256_and_si256(lo_v, _mm256_set1_epi8(15));",
+             "        const __m256i lo_i1 = _mm256_and_si256(_mm256_srli_epi16(lo_v, 4), "
+             "_mm256_set1_epi8(15));"]
+    for i in (0, 1):
+        lines += [f"        const __m256i lo_l{i} = {table.format(p=f'lo_lut + (2 * lo_q + {i}) * 16')};",
+                  f"        const __m256i lo_h{i} = "
+                  f"{table.format(p=f'(const uint8_t *)(lo_lut + (2 * lo_q + {i}) * 16) + 16')};",
+                  f"        lo_ua = _mm256_add_epi16(lo_ua, {look.format(half='lo', i=i)});",
+                  f"        lo_ub = _mm256_add_epi16(lo_ub, {look.format(half='hi', i=i)});"]
+    return lines + [
+        "    }",
+        *(f"    lo_s{j} = _mm256_add_epi32(lo_s{j}, _mm256_cvtepi16_epi32({half}(lo_u{acc}{arg})));"
+          for j, acc, half, arg in ((0, "a", "_mm256_castsi256_si128", ""),
+                                    (1, "b", "_mm256_castsi256_si128", ""),
+                                    (2, "a", "_mm256_extracti128_si256", ", 1"),
+                                    (3, "b", "_mm256_extracti128_si256", ", 1"))),
+        "}",
+        *(f"_mm256_storeu_si256((__m256i *)(void *)(lo_sum + {8 * j}), lo_s{j});" for j in range(4))]
 
 
 def _lookups(op: Op, isa: str) -> list[str]:
@@ -88,6 +127,8 @@ def _lookups(op: Op, isa: str) -> list[str]:
     _, q, _ = packed_shape(op)
     w = op.inputs[1]
     block = f"({w} + lo_b * {q * COLUMNS})"
+    if isa == "avx2":
+        return _avx2_lookups(block, q)
     if isa == "scalar":
         return [f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {{",
                 "    int lo_s = 0;",
@@ -143,7 +184,7 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
             "if (!lo_lut) return;",
             f"for (int lo_i = 0; lo_i < {m}; ++lo_i) {{",
             f"    const ptrdiff_t lo_row = (ptrdiff_t)lo_i * {k};",
-            *("    " + line for line in _table(k, a)),
+            *("    " + line for line in _table(k, a, isa)),
             f"    for (int lo_b = 0; lo_b < {blocks}; ++lo_b) {{",
             f"        int32_t lo_sum[{COLUMNS}];",
             *("        " + line for line in _lookups(op, isa)),
