@@ -232,12 +232,12 @@ def quantized_schedules(draw, op, isa=None):
     s = draw(schedules(op, isa))
     if draw(st.booleans()):
         s = s.compensation("kernel")
-    if op.quant.dequantized and draw(st.integers(0, 3)) == 0 and _generates(s.arithmetic("dequantize"), isa):
+    if op.quant.dequantized and draw(st.integers(0, 3)) == 0 and generates(s.arithmetic("dequantize"), isa):
         s = s.arithmetic("dequantize")
     return s
 
 
-def _generates(schedule: lo.Schedule, isa) -> bool:
+def generates(schedule: lo.Schedule, isa) -> bool:
     """``schedule`` generates code on ``isa`` (always True when ``isa`` is None)."""
     try:
         if isa is not None:

@@ -2,7 +2,7 @@
 every integer ISA here plus scalar, the packing, and the refusals."""
 import numpy as np
 import pytest
-from helpers import SPECS, conv_ops, quantized_schedules, quick_first, rotated, schedules, tiers
+from helpers import SPECS, conv_ops, generates, quantized_schedules, quick_first, rotated, schedules, tiers
 from helpers import check_quantized as check
 from hypothesis import strategies as st
 
@@ -51,7 +51,7 @@ def random_ternary_dot_schedule(isa, data):
     if data.draw(st.integers(0, 2)) == 0:
         s = s.reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "k_i", "ow_i")
     s = s.vectorize(s.loop_names[-1])
-    if data.draw(st.booleans()):
+    if data.draw(st.booleans()) and generates(s.register_block("c_o"), isa):
         s = s.register_block("c_o")
     check(s.weight_format("i2_s"), isa)
 
