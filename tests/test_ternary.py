@@ -24,7 +24,7 @@ def random_ternary_conv_schedule(isa, data):
 
 
 test_random_ternary_conv_schedules_quick, test_random_ternary_conv_schedules = tiers(
-    random_ternary_conv_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_ternary_conv_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def random_ternary_matmul_schedule(isa, data, m, n, k):
@@ -57,7 +57,7 @@ def random_ternary_dot_schedule(isa, data):
 
 
 test_random_ternary_dot_schedules_quick, test_random_ternary_dot_schedules = tiers(
-    random_ternary_dot_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_ternary_dot_schedule, 1, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s, block=16):
@@ -176,7 +176,7 @@ def random_tl1_matmul(isa, data, m, n, k):
 
 
 test_random_tl1_matmuls_quick, test_random_tl1_matmuls = tiers(
-    random_tl1_matmul, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data(),
+    random_tl1_matmul, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data(),
     m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
 
 
