@@ -1,5 +1,5 @@
 """Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008 and
-11008 -> 4096) with i2_s and tl1 weights against loopopt's int8 GEMV of the same schedule, and the binary
+11008 -> 4096) with i2_s, tl1 and tl2 weights against loopopt's int8 GEMV of the same schedule, and the binary
 XNOR + popcount conv on ResNet-50 conv2_x against the stored int8 schedule of that layer.
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
@@ -53,7 +53,8 @@ def gemv_rows(shape: tuple[int, int, int], budget: float) -> list[str]:
     cases = [("int8 weights (1 byte)", gemv_schedule(int8)),
              ("ternary, int8 storage (1 byte)", gemv_schedule(ternary)),
              ("ternary, i2_s (2 bits)", gemv_schedule(ternary).weight_format("i2_s")),
-             ("ternary, tl1 table lookup (2 bits)", lo.Schedule(ternary).weight_format("tl1"))]
+             ("ternary, tl1 table lookup (2 bits)", lo.Schedule(ternary).weight_format("tl1")),
+             ("ternary, tl2 table lookup (1.67 bits)", lo.Schedule(ternary).weight_format("tl2"))]
     kernels = [one_thread(s.compile()) for s in (case[1] for case in cases)]
     timings = lo.measure_all(kernels, budget=budget)
     dram = machine_profile().memory_bandwidth()

@@ -32,7 +32,7 @@ from .codegen.binary import (
 )
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import generate_lut, pack_tl1, packed_shape
+from .codegen.lut import FORMATS, generate_lut, lut_bytes, pack_lut
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
 from .codegen.ternary import pack_i2s, packed_bytes
@@ -423,17 +423,18 @@ class BinaryKernel(QuantizedKernel):
 
 
 class LutKernel(QuantizedKernel):
-    """A ternary GEMM with ``weight_format("tl1")`` (``codegen/lut.py``): ``prepare`` packs the weights
-    to 4-bit pair indices; the call, parameters and outputs are the int8 kernels'."""
+    """A ternary GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare`` packs the
+    weights to 4-bit group indices (and sign bits); the call, parameters and outputs are the int8
+    kernels'."""
 
     def _elements(self, name: str) -> int:
         if name == self.op.inputs[1]:
-            return math.prod(packed_shape(self.op))
+            return lut_bytes(self.op, FORMATS[self.schedule.weight_format_mode])
         return super()._elements(name)
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
         if tensor == self.op.inputs[1]:
-            return self._copy(tensor, pack_tl1(self.op, array))
+            return self._copy(tensor, pack_lut(self.op, array, FORMATS[self.schedule.weight_format_mode]))
         return super()._pack(tensor, array)
 
 
@@ -481,7 +482,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     if isa == "amx":
         return _compile_tiles(schedule)
     isa_name = resolve_isa(isa, integer=quantized)
-    if schedule.weight_format_mode == "tl1":
+    if schedule.weight_format_mode in FORMATS:
         generated = generate_lut(schedule, isa_name)
         module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
         return LutKernel(schedule, generated, module, generated.plan)

@@ -33,7 +33,7 @@ class IllegalScheduleError(ScheduleError):
 
 Compensation = Literal["packed", "kernel"]        # Schedule.compensation choices (quantized ops)
 QuantArithmetic = Literal["integer", "dequantize"]  # Schedule.arithmetic choices (quantized ops)
-WeightFormat = Literal["int8", "i2_s", "tl1"]     # Schedule.weight_format choices (ternary weights)
+WeightFormat = Literal["int8", "i2_s", "tl1", "tl2"]   # Schedule.weight_format choices (ternary weights)
 WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
 COMPENSATIONS: tuple[Compensation, ...] = get_args(Compensation)
 ARITHMETICS: tuple[QuantArithmetic, ...] = get_args(QuantArithmetic)
@@ -512,15 +512,16 @@ class Schedule:
     def weight_format(self, fmt: str) -> "Schedule":
         """How ternary weights (``QuantSpec(weight="ternary")``) are stored: ``"int8"`` (default, one
         byte per weight), ``"i2_s"`` (2 bits per weight, packed by ``prepare`` in the weights'
-        storage order and unpacked in registers by the kernel) or ``"tl1"`` (4-bit indices of weight
+        storage order and unpacked in registers by the kernel), ``"tl1"`` (4-bit indices of weight
         pairs into per-row tables of activation sums: a fixed table-lookup GEMM, ops without windows
-        only); see docs/reference/quant.md."""
+        only) or ``"tl2"`` (the same with triples: a 4-bit index and a sign bit per 3 weights); see
+        docs/reference/quant.md."""
         step = Step("weight_format", (fmt,))
         self._check_quant_choice(step, fmt, WEIGHT_FORMATS)
         if not self.op.quant.ternary:
             raise ScheduleError(f"{step}: the 2-bit formats store ternary weights (-1, 0, +1); this op's "
                                 f"weights are {self.op.quant.weight!r} (use QuantSpec(weight='ternary'))")
-        if fmt == "tl1" and self.op.windows:
+        if fmt in ("tl1", "tl2") and self.op.windows:
             raise ScheduleError(f"{step}: the table-lookup kernel is a GEMM; {self.op!r} has windows "
                                 f"(use weight_format('i2_s'))")
         return self._with(step, weight_format_mode=fmt)

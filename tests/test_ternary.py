@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
+from loopopt.codegen.lut import FORMATS
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
 
@@ -145,8 +146,8 @@ def test_spec_and_schedule_refusals():
     with pytest.raises(lo.ScheduleError, match="not quantized"):
         lo.Schedule(lo.Matmul(2, 3, 4)).weight_format("i2_s")
     ternary = lo.Schedule(lo.Matmul(2, 3, 4, quant=lo.QuantSpec(weight="ternary")))
-    with pytest.raises(lo.ScheduleError, match="'tl2' is not a choice; allowed: 'int8', 'i2_s', 'tl1'"):
-        ternary.weight_format("tl2")
+    with pytest.raises(lo.ScheduleError, match="'tl3' is not a choice; allowed: 'int8', 'i2_s', 'tl1', "):
+        ternary.weight_format("tl3")
 
 
 def test_weight_format_is_printed_and_saved():
@@ -166,25 +167,31 @@ def test_quantize_ternary_is_absmean():
     assert scale == np.float32(0.5) and zero == 0 and q[0].tolist() == [1, -1, 0, 1]
 
 
-# --- TL1: table lookup ----------------------------------------------------------------------------
+# --- TL1, TL2: table lookup ------------------------------------------------------------------------
 
-def random_tl1_matmul(isa, data, m, n, k):
-    """A random ternary matmul (every output, odd K, columns not a multiple of 32) in TL1."""
+LUTS = [(fmt, isa) for fmt, spec in FORMATS.items() for isa in ISAS if isa in spec.isas]
+
+
+def random_lut_matmul(variant, data, m, n, k):
+    """A random ternary matmul (every output, K not a multiple of 2 or 3, columns not a multiple of 32)
+    in a table-lookup format."""
+    fmt, isa = variant
     op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
-    kernel = check(lo.Schedule(op).weight_format("tl1"), isa)
-    assert "tl1" in kernel.source
+    kernel = check(lo.Schedule(op).weight_format(fmt), isa)
+    assert f"weights: ternary, {fmt}" in kernel.source
 
 
-test_random_tl1_matmuls_quick, test_random_tl1_matmuls = tiers(
-    random_tl1_matmul, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data(),
+test_random_lut_matmuls_quick, test_random_lut_matmuls = tiers(
+    random_lut_matmul, 1, 12, marks=[pytest.mark.parametrize("variant", LUTS, ids=str)], data=st.data(),
     m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
 
 
-@pytest.mark.parametrize("isa", quick_first(ISAS))
-def test_tl1_long_reduction_widens_the_int16_sums(isa):
-    # 4000 uint8 activations near 255 against +1 weights: the int16 partial sums must be widened
+@pytest.mark.parametrize("variant", quick_first(LUTS), ids=str)
+def test_lut_long_reduction_widens_the_int16_sums(variant):
+    # 4000 uint8 activations of 250 against +1 / -1 weights: the int16 partial sums must be widened
+    fmt, isa = variant
     op = lo.Matmul(1, 40, 4000, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
-    kernel = lo.Schedule(op).weight_format("tl1").compile(isa)
+    kernel = lo.Schedule(op).weight_format(fmt).compile(isa)
     x = np.full((1, 4000), 250, np.uint8)
     w = np.ones((4000, 40), np.int8)
     w[:, 3] = -1
@@ -192,10 +199,20 @@ def test_tl1_long_reduction_widens_the_int16_sums(isa):
     assert y[0, 0] == 4000 * 250 and y[0, 3] == -4000 * 250
 
 
-def test_tl1_refusals():
+def test_tl2_packs_a_sign_bit_and_14_classes():
+    fmt = FORMATS["tl2"]
+    assert len(fmt.classes) == 14 and fmt.classes[0] == (0, 0, 0)
+    index, sign = fmt.encode(np.array([[1, -1, 0], [-1, 1, 0], [0, 0, -1], [0, 0, 0]]))
+    assert index[0] == index[1] and sign.tolist() == [0, 1, 1, 0] and index[3] == 0
+
+
+def test_lut_refusals():
     conv = lo.Conv2d(4, 4, 3, quant=lo.QuantSpec(weight="ternary"))
     with pytest.raises(lo.ScheduleError, match="table-lookup kernel is a GEMM; .* has windows"):
         lo.Schedule(conv).weight_format("tl1")
     op = lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"))
     with pytest.raises(lo.ScheduleError, match=r"fixed nest .* drop split\('j', 8\)"):
         lo.Schedule(op).split("j", 8).weight_format("tl1").compile("scalar")
+    if "avx2" in ISAS:
+        with pytest.raises(lo.ScheduleError, match=r"\('tl2'\) runs on avx512, scalar, not on 'avx2'"):
+            lo.Schedule(op).weight_format("tl2").compile("avx2")

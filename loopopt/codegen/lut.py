@@ -1,4 +1,4 @@
-"""Ternary GEMM by table lookup, ``Schedule.weight_format("tl1")`` (T-MAC / bitnet.cpp TL1 style).
+"""Ternary GEMM by table lookup, ``Schedule.weight_format("tl1" | "tl2")`` (T-MAC / bitnet.cpp style).
 
 Two ternary weights ``(w0, w1)`` of one output column and consecutive reduction rows form a pair
 with one of 9 values, stored as a 4-bit index ``3 (w0 + 1) + (w1 + 1)``: two pairs per byte (pair
@@ -16,10 +16,19 @@ AVX2 has no ``vpermw``: its tables are two 16-byte tables (the low and the high 
 sums), looked up with two ``vpshufb`` per pair and interleaved back to int16 with ``vpunpck[lh]bw``
 (which leaves the 32 columns in the order 0-7, 16-23 | 8-15, 24-31, undone when the sums widen).
 
+TL2 takes triples: 27 weight triples, but a triple and its negation share an entry up to the sign,
+so the table holds the 13 triples whose first nonzero weight is +1 and (0, 0, 0) (14 entries, a
+4-bit index) and one sign bit per triple and column (a uint32 per 32 columns, after the indices)
+negates the entry: AVX-512 adds it and subtracts it again twice in the lanes of the sign mask
+(``vpsubw`` under a mask), 1.67 bits per weight. TL2 runs on AVX-512 and scalar (AVX2 is refused).
+
 The nest is fixed (rows, column blocks, pairs): schedule steps other than ``weight_format`` are
 refused, as are ops with windows (convolutions: use ``i2_s``).
 """
 from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,20 +41,64 @@ from .isa import INT_ISAS
 from .params import KernelParam, signature
 
 COLUMNS = 32        # columns per block: the int16 lanes of a 512-bit register
-CHUNK = 32          # bytes of pair indices (64 pairs) summed in int16 before widening
-ISAS = ("avx512", "avx2", "scalar")
+INT16_MAX = 32767
+
+
+@dataclass(frozen=True)
+class LutFormat:
+    """A table-lookup format: ``group`` weights per index, the weight groups of each table entry
+    (``classes``), and whether a sign bit per group negates the entry (TL2's mirror symmetry)."""
+
+    name: str
+    group: int
+    classes: tuple[tuple[int, ...], ...]
+    signed: bool
+    isas: tuple[str, ...]
+
+    @property
+    def bound(self) -> int:
+        """The largest |table entry| (uint8 activations)."""
+        return 255 * self.group
+
+    @property
+    def chunk(self) -> int:
+        """Bytes of indices (2 groups each) summed in int16 before widening."""
+        return INT16_MAX // self.bound // 2
+
+    def encode(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(class index, sign) of weight groups ``w[..., group]``."""
+        codes = list(itertools.product((-1, 0, 1), repeat=self.group))
+        index, sign = np.zeros(len(codes), np.uint8), np.zeros(len(codes), np.uint8)
+        for i, code in enumerate(codes):
+            negative = self.signed and next((v for v in code if v), 0) < 0
+            index[i] = self.classes.index(tuple(-v for v in code) if negative else code)
+            sign[i] = negative
+        code = sum((w[..., j].astype(np.int64) + 1) * 3 ** (self.group - 1 - j) for j in range(self.group))
+        return index[code], sign[code]
+
+
+TRIPLES = tuple(t for t in itertools.product((-1, 0, 1), repeat=3) if next((v for v in t if v), 1) > 0)
+FORMATS = {
+    "tl1": LutFormat("tl1", 2, tuple(itertools.product((-1, 0, 1), repeat=2)), False,
+                     ("avx512", "avx2", "scalar")),
+    # the 13 triples whose first nonzero weight is +1, and (0, 0, 0) first: 14 entries and a sign bit
+    "tl2": LutFormat("tl2", 3, ((0, 0, 0),) + tuple(t for t in TRIPLES if any(t)), True,
+                     ("avx512", "scalar")),
+}
 
 
 def check_lut(schedule: Schedule, isa: str) -> None:
-    """ScheduleError with the reason unless the TL1 kernel takes ``schedule`` on ``isa``."""
-    op = schedule.op
+    """ScheduleError with the reason unless the table-lookup kernel takes ``schedule`` on ``isa``."""
+    op, fmt = schedule.op, schedule.weight_format_mode
     if op.windows:
-        raise ScheduleError(f"weight_format('tl1') is a table-lookup GEMM: {op!r} has windows (a "
+        raise ScheduleError(f"weight_format({fmt!r}) is a table-lookup GEMM: {op!r} has windows (a "
                             f"convolution); use weight_format('i2_s')")
     steps = [str(s) for s in schedule.steps if s.primitive != "weight_format"]
     if steps:
-        raise ScheduleError(f"weight_format('tl1') runs a fixed nest (codegen/lut.py); schedule steps are "
+        raise ScheduleError(f"weight_format({fmt!r}) runs a fixed nest (codegen/lut.py); schedule steps are "
                             f"not applied to it: drop {', '.join(steps)}")
+    if isa not in FORMATS[fmt].isas:
+        raise ScheduleError(f"weight_format({fmt!r}) runs on {', '.join(FORMATS[fmt].isas)}, not on {isa!r}")
 
 
 def shape(op: Op) -> tuple[int, int, int]:
@@ -55,51 +108,67 @@ def shape(op: Op) -> tuple[int, int, int]:
     return m, k, op.channels
 
 
-def packed_shape(op: Op) -> tuple[int, int, int]:
-    """``[column blocks][q][32 columns]`` bytes of the packed pair indices."""
+def packed_shape(op: Op, fmt: LutFormat) -> tuple[int, int]:
+    """(column blocks, bytes of indices per column: two groups each) of the packed weights."""
     _, k, n = shape(op)
-    return -(-n // COLUMNS), -(-k // 4), COLUMNS
+    return -(-n // COLUMNS), -(-k // (2 * fmt.group))
 
 
-def pack_tl1(op: Op, wq: np.ndarray) -> np.ndarray:
-    """The TL1 bytes of ternary weights in logical layout (``[K, N]``, output channels on
+def lut_bytes(op: Op, fmt: LutFormat) -> int:
+    """Bytes of the packed weights: the indices ``[block][q][32 columns]``, then (signed formats) one
+    uint32 of sign bits (bit c: column c) per block and group ``[block][2 q]``."""
+    blocks, q = packed_shape(op, fmt)
+    return blocks * q * COLUMNS + (blocks * 2 * q * 4 if fmt.signed else 0)
+
+
+def pack_lut(op: Op, wq: np.ndarray, fmt: LutFormat) -> np.ndarray:
+    """The packed bytes of ternary weights in logical layout (``[K, N]``, output channels on
     ``op.weight_channel_axis``)."""
     _, k, n = shape(op)
-    blocks, q, _ = packed_shape(op)
-    w = np.zeros((blocks * COLUMNS, 4 * q), dtype=np.int16)
+    blocks, q = packed_shape(op, fmt)
+    w = np.zeros((blocks * COLUMNS, 2 * q * fmt.group), dtype=np.int16)
     w[:n, :k] = np.moveaxis(np.asarray(wq, dtype=np.int16), op.weight_channel_axis, 0)
-    index = 3 * (w[:, 0::2] + 1) + (w[:, 1::2] + 1)                  # [columns, pairs]
-    packed = (index[:, 0::2] | (index[:, 1::2] << 4)).astype(np.uint8)  # [columns, q]
-    return np.ascontiguousarray(packed.reshape(blocks, COLUMNS, q).transpose(0, 2, 1))
+    index, sign = fmt.encode(w.reshape(blocks * COLUMNS, 2 * q, fmt.group))       # [columns, groups]
+    packed = (index[:, 0::2] | (index[:, 1::2] << 4)).astype(np.uint8)           # [columns, q]
+    indices = packed.reshape(blocks, COLUMNS, q).transpose(0, 2, 1).reshape(-1)
+    if not fmt.signed:
+        return np.ascontiguousarray(indices)
+    bits = sign.reshape(blocks, COLUMNS, 2 * q).transpose(0, 2, 1).astype(np.uint32)   # [block, group, col]
+    words = (bits << np.arange(COLUMNS, dtype=np.uint32)).sum(axis=2, dtype=np.uint32)
+    return np.concatenate([indices, words.astype("<u4").reshape(-1).view(np.uint8)])
 
 
-def _table(k: int, a: str, isa: str) -> list[str]:
-    """C building the row's tables: per pair 16 int16 entries, entry 3 (w0 + 1) + (w1 + 1) (AVX2: 16
-    low bytes, then 16 high bytes, of the same entries)."""
-    pairs = 2 * -(-k // 4)
+def _table(k: int, a: str, isa: str, fmt: LutFormat) -> list[str]:
+    """C building the row's tables: per group of activations 16 int16 entries, entry i the dot product
+    with ``fmt.classes[i]`` (AVX2: 16 low bytes, then 16 high bytes, of the same entries)."""
+    groups = 2 * -(-k // (2 * fmt.group))
     store = ("{ uint8_t *lo_t = (uint8_t *)(lo_lut + lo_p * 16); lo_t[lo_e] = (uint8_t)(lo_s & 255); "
              "lo_t[16 + lo_e] = (uint8_t)((lo_s >> 8) & 255); }" if isa == "avx2"
              else "lo_lut[lo_p * 16 + lo_e] = (int16_t)lo_s;")
-    return [f"for (int lo_p = 0; lo_p < {pairs}; ++lo_p) {{",
-            f"    const int lo_x0 = 2 * lo_p < {k} ? (int){a}[lo_row + 2 * lo_p] : 0;",
-            f"    const int lo_x1 = 2 * lo_p + 1 < {k} ? (int){a}[lo_row + 2 * lo_p + 1] : 0;",
-            "    for (int lo_e = 0; lo_e < 9; ++lo_e) {",
-            "        const int lo_s = (lo_e / 3 - 1) * lo_x0 + (lo_e % 3 - 1) * lo_x1;",
+    coef = ", ".join("{" + ", ".join(map(str, c)) + "}" for c in fmt.classes)
+    x = [f"const int lo_x{j} = {fmt.group} * lo_p + {j} < {k} ? "
+         f"(int){a}[lo_row + {fmt.group} * lo_p + {j}] : 0;" for j in range(fmt.group)]
+    dot = " + ".join(f"lo_coef[lo_e][{j}] * lo_x{j}" for j in range(fmt.group))
+    return [f"static const signed char lo_coef[{len(fmt.classes)}][{fmt.group}] = {{{coef}}};",
+            f"for (int lo_p = 0; lo_p < {groups}; ++lo_p) {{",
+            *("    " + line for line in x),
+            f"    for (int lo_e = 0; lo_e < {len(fmt.classes)}; ++lo_e) {{",
+            f"        const int lo_s = {dot};",
             f"        {store}",
             "    }",
             "}"]
 
 
-def _avx2_lookups(block: str, q: int) -> list[str]:
+def _avx2_lookups(block: str, q: int, chunk: int) -> list[str]:
     """AVX2: two vpshufb per pair (low and high bytes of the sums), interleaved to int16."""
     table = "_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)({p})))"
     look = ("_mm256_unpack{half}_epi8(_mm256_shuffle_epi8(lo_l{i}, lo_i{i}), "
             "_mm256_shuffle_epi8(lo_h{i}, lo_i{i}))")
     lines = ["__m256i lo_s0 = _mm256_setzero_si256(), lo_s1 = lo_s0, lo_s2 = lo_s0, lo_s3 = lo_s0;",
-             f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {CHUNK}) {{",
+             f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {chunk}) {{",
              "    /* int16 sums of the columns 0-7, 16-23 (lo_ua) and 8-15, 24-31 (lo_ub) */",
              "    __m256i lo_ua = _mm256_setzero_si256(), lo_ub = lo_ua;",
-             f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {CHUNK} && lo_q < {q}; ++lo_q) {{",
+             f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {chunk} && lo_q < {q}; ++lo_q) {{",
              f"        const __m256i lo_v = _mm256_loadu_si256((const __m256i *)(const void *)"
              f"({block} + lo_q * {COLUMNS}));",
              "        const __m256i lo_i0 = _mm256_and_si256(lo_v, _mm256_set1_epi8(15));",
@@ -122,37 +191,46 @@ def _avx2_lookups(block: str, q: int) -> list[str]:
         *(f"_mm256_storeu_si256((__m256i *)(void *)(lo_sum + {8 * j}), lo_s{j});" for j in range(4))]
 
 
-def _lookups(op: Op, isa: str) -> list[str]:
-    """C summing one column block ``lo_b`` into ``lo_sum[32]``."""
-    _, q, _ = packed_shape(op)
+def _lookups(op: Op, isa: str, fmt: LutFormat) -> list[str]:
+    """C summing one column block ``lo_b`` into ``lo_sum[32]``: per byte of indices two groups, each
+    entry negated where the group's sign bit is set (signed formats)."""
+    blocks, q = packed_shape(op, fmt)
     w = op.inputs[1]
     block = f"({w} + lo_b * {q * COLUMNS})"
+    signs = f"((const uint32_t *)(const void *)({w} + {blocks * q * COLUMNS}) + lo_b * {2 * q})"
     if isa == "avx2":
-        return _avx2_lookups(block, q)
+        return _avx2_lookups(block, q, fmt.chunk)
     if isa == "scalar":
-        return [f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {{",
+        entry = "lo_lut[(2 * lo_q + {h}) * 16 + ({v})]"
+        terms = [entry.format(h=h, v=v) for h, v in ((0, "lo_v & 15"), (1, "lo_v >> 4"))]
+        if fmt.signed:
+            terms = [f"(((lo_sg[2 * lo_q + {h}] >> lo_c) & 1u) ? -{t} : {t})" for h, t in enumerate(terms)]
+        return [f"const uint32_t *lo_sg = {signs};" if fmt.signed else "",
+                f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {{",
                 "    int lo_s = 0;",
                 f"    for (int lo_q = 0; lo_q < {q}; ++lo_q) {{",
                 f"        const int lo_v = {block}[lo_q * {COLUMNS} + lo_c];",
-                "        lo_s += lo_lut[(2 * lo_q) * 16 + (lo_v & 15)] "
-                "+ lo_lut[(2 * lo_q + 1) * 16 + (lo_v >> 4)];",
+                f"        lo_s += {' + '.join(terms)};",
                 "    }",
                 "    lo_sum[lo_c] = lo_s;",
                 "}"]
-    return ["__m512i lo_lo = _mm512_setzero_si512(), lo_hi = _mm512_setzero_si512();",
-            f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {CHUNK}) {{",
-            "    __m512i lo_acc = _mm512_setzero_si512();   /* int16: at most 64 pairs of |sum| <= 510 */",
-            f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {CHUNK} && lo_q < {q}; ++lo_q) {{",
+    lookups = []
+    for h, index in ((0, "_mm512_and_si512(lo_v, _mm512_set1_epi16(15))"), (1, "_mm512_srli_epi16(lo_v, 4)")):
+        lookups += [f"        const __m512i lo_t{h} = _mm512_broadcast_i64x4(_mm256_loadu_si256("
+                    f"(const __m256i *)(const void *)(lo_lut + (2 * lo_q + {h}) * 16)));",
+                    f"        const __m512i lo_e{h} = _mm512_permutexvar_epi16({index}, lo_t{h});"]
+        lookups.append(f"        lo_acc = _mm512_mask_sub_epi16(_mm512_add_epi16(lo_acc, lo_e{h}), "
+                       f"_cvtu32_mask32(lo_sg[2 * lo_q + {h}]), lo_acc, lo_e{h});" if fmt.signed
+                       else f"        lo_acc = _mm512_add_epi16(lo_acc, lo_e{h});")
+    return [f"const uint32_t *lo_sg = {signs};" if fmt.signed else "",
+            "__m512i lo_lo = _mm512_setzero_si512(), lo_hi = _mm512_setzero_si512();",
+            f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {fmt.chunk}) {{",
+            f"    __m512i lo_acc = _mm512_setzero_si512();   /* int16: at most {2 * fmt.chunk} groups of "
+            f"|sum| <= {fmt.bound} */",
+            f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {fmt.chunk} && lo_q < {q}; ++lo_q) {{",
             f"        const __m512i lo_v = _mm512_cvtepu8_epi16(_mm256_loadu_si256("
             f"(const __m256i *)(const void *)({block} + lo_q * {COLUMNS})));",
-            "        const __m512i lo_t0 = _mm512_broadcast_i64x4(_mm256_loadu_si256("
-            "(const __m256i *)(const void *)(lo_lut + 2 * lo_q * 16)));",
-            "        const __m512i lo_t1 = _mm512_broadcast_i64x4(_mm256_loadu_si256("
-            "(const __m256i *)(const void *)(lo_lut + (2 * lo_q + 1) * 16)));",
-            "        lo_acc = _mm512_add_epi16(lo_acc, _mm512_permutexvar_epi16("
-            "_mm512_and_si512(lo_v, _mm512_set1_epi16(15)), lo_t0));",
-            "        lo_acc = _mm512_add_epi16(lo_acc, _mm512_permutexvar_epi16("
-            "_mm512_srli_epi16(lo_v, 4), lo_t1));",
+            *lookups,
             "    }",
             "    lo_lo = _mm512_add_epi32(lo_lo, "
             "_mm512_cvtepi16_epi32(_mm512_castsi512_si256(lo_acc)));",
@@ -164,13 +242,14 @@ def _lookups(op: Op, isa: str) -> list[str]:
 
 
 def generate_lut(schedule: Schedule, isa: str) -> Generated:
-    """The C kernel of a ternary GEMM in TL1 on ``isa`` (``check_lut`` first)."""
+    """The C kernel of a ternary GEMM in the schedule's table-lookup format on ``isa`` (``check_lut``
+    first)."""
     check_lut(schedule, isa)
-    op = schedule.op
+    op, fmt = schedule.op, FORMATS[schedule.weight_format_mode]
     qp = quantized.plan(schedule, 1)
     m, k, n = shape(op)
     a, w = op.inputs
-    blocks, q, _ = packed_shape(op)
+    blocks, q = packed_shape(op, fmt)
     args = op.call_tensors + (op.output,)
     params = (KernelParam(a, qp.activation_type, const=True), KernelParam(w, "uint8_t", const=True),
               *((KernelParam(op.bias_tensor, qp.bias_type, const=True),) if op.bias else ()),
@@ -181,13 +260,14 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
     epilogue = quantized.epilogue_statements(schedule, qp, f"{op.output}[{offset}]", index=index)
     body = [*quantized.constants(schedule, qp),
             f"int16_t *lo_lut = (int16_t *)aligned_alloc(64, {2 * q * 16 * 2 + 64});",
+            *_table(k, a, isa, fmt)[:1],
             "if (!lo_lut) return;",
             f"for (int lo_i = 0; lo_i < {m}; ++lo_i) {{",
             f"    const ptrdiff_t lo_row = (ptrdiff_t)lo_i * {k};",
-            *("    " + line for line in _table(k, a, isa)),
+            *("    " + line for line in _table(k, a, isa, fmt)[1:]),
             f"    for (int lo_b = 0; lo_b < {blocks}; ++lo_b) {{",
             f"        int32_t lo_sum[{COLUMNS}];",
-            *("        " + line for line in _lookups(op, isa)),
+            *("        " + line for line in _lookups(op, isa, fmt)),
             f"        for (int lo_c = 0; lo_c < {COLUMNS} && lo_b * {COLUMNS} + lo_c < {n}; ++lo_c) {{",
             f"            const int lo_col = lo_b * {COLUMNS} + lo_c;",
             f"            {op.output}[{offset}] = lo_sum[lo_c];",
@@ -196,8 +276,9 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
             "    }",
             "}",
             "free(lo_lut);"]
-    header = (f"/* loopopt TL1 table-lookup kernel (codegen/lut.py) for {op!r}\n"
-              f" * isa: {isa}; weights: ternary, tl1 (4 bits per pair, 32 columns per block) */")
+    header = (f"/* loopopt table-lookup kernel (codegen/lut.py) for {op!r}\n"
+              f" * isa: {isa}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
+              f"{' and a sign bit' if fmt.signed else ''}, 32 columns per block) */")
     prelude = ["#include <stdint.h>", "#include <stddef.h>", "#include <stdlib.h>"]
     prelude += ["#include <immintrin.h>"] if isa != "scalar" else []
     source = "\n".join([header, *prelude, "", f"{signature(KERNEL_NAME, params)}\n{{",
