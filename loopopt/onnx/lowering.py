@@ -5,7 +5,7 @@ values of constants such as weights, scales and zero points) and returns a ``Low
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
 the node's outputs (reshapes, a batch loop, Gemm's ``alpha``/``beta * C``). What the op model
 cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
-``not supported: pads=[1, 0, 0, 1] (asymmetric padding)``.
+``not supported: Conv with 4 spatial dims (1-D to 3-D convolutions)``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
-from ..ops import Conv2d, Matmul, Op
+from ..ops import Conv2d, Conv3d, ConvNd, Matmul, Op, auto_pad
 from ..quant import OUTPUTS, QuantSpec, check_quant_params
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
@@ -86,17 +86,11 @@ CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """A 1-D or 2-D ONNX convolution as a Conv2d's constructor arguments (1-D: height 1)."""
+    """A 1-D, 2-D or 3-D ONNX convolution as a Conv2d's (1-D: height 1) or Conv3d's constructor
+    arguments."""
 
     kwargs: dict
-    spatial: int      # the node's spatial rank (1 or 2)
-
-
-def _same_pads(size: int, kernel: int, stride: int, dilation: int, mode: str) -> tuple[int, int]:
-    out = -(-size // stride)
-    total = max(0, (out - 1) * stride + (kernel - 1) * dilation + 1 - size)
-    small, large = total // 2, total - total // 2
-    return (small, large) if mode == "SAME_UPPER" else (large, small)
+    spatial: int      # the node's spatial rank (1, 2 or 3)
 
 
 def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvGeometry:
@@ -105,40 +99,38 @@ def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvG
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise NotSupported(f"{node.op_type} input of shape {x.shape} with weights {w.shape}")
     spatial = len(x.shape) - 2
-    if spatial > 2:
-        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (only 1-D and 2-D convolutions)")
+    if spatial > 3:
+        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (1-D to 3-D convolutions)")
     kernel = list(w.shape[2:])
     if attrs["kernel_shape"] is not None and list(attrs["kernel_shape"]) != kernel:
         raise NotSupported(f"kernel_shape={list(attrs['kernel_shape'])} differs from the weights' {kernel}")
     strides = list(attrs["strides"] or [1] * spatial)
     dilations = list(attrs["dilations"] or [1] * spatial)
     mode = attrs["auto_pad"]
-    if mode in ("SAME_UPPER", "SAME_LOWER"):
-        pairs = [_same_pads(x.shape[2 + a], kernel[a], strides[a], dilations[a], mode)
-                 for a in range(spatial)]
-    elif mode in ("NOTSET", "VALID"):
-        pads = list(attrs["pads"] or [0] * 2 * spatial) if mode == "NOTSET" else [0] * 2 * spatial
+    if mode in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        pairs = list(auto_pad(mode, x.shape[2:], kernel, strides, dilations))
+    elif mode == "NOTSET":
+        pads = list(attrs["pads"] or [0] * 2 * spatial)
         pairs = [(pads[a], pads[a + spatial]) for a in range(spatial)]
     else:
         raise NotSupported(f"auto_pad={mode!r}")
-    if any(begin != end for begin, end in pairs):
-        raise NotSupported(f"pads={[p[0] for p in pairs] + [p[1] for p in pairs]} (asymmetric padding)")
     group = int(attrs["group"])
     n, c = x.shape[:2]
     if w.shape[1] * group != c:
         raise NotSupported(f"weights {w.shape} with group={group} for {c} input channels")
-    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1
+    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1 (quantized too)
     size = lead + list(x.shape[2:])
+    padding = tuple([(0, 0)] * len(lead) + pairs)
     kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(lead + kernel),
-                  stride=tuple(lead + strides), padding=tuple([0] * len(lead) + [p[0] for p in pairs]),
+                  stride=tuple(lead + strides), padding=padding,
                   dilation=tuple(lead + dilations), groups=group, bias=bias, batch=n,
-                  height=size[0], width=size[1])
+                  **dict(zip(("depth", "height", "width")[3 - len(size):], size)))
     return ConvGeometry(kwargs, spatial)
 
 
-def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> Conv2d:
+def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> ConvNd:
     try:
-        return Conv2d(**geometry.kwargs, quant=quant)
+        return (Conv3d if geometry.spatial == 3 else Conv2d)(**geometry.kwargs, quant=quant)
     except ValueError as error:   # e.g. a kernel larger than the padded input
         raise NotSupported(str(error)) from error
 
