@@ -3,7 +3,7 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (reshapes, a batch loop, Gemm's ``alpha``/``beta * C``). What the op model
+the node's outputs (reshapes, a batch loop). What the op model
 cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
 ``not supported: Conv with 4 spatial dims (1-D to 3-D convolutions)``.
 """
@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
-from ..ops import Conv2d, Conv3d, ConvNd, Matmul, Op, auto_pad
+from ..ops import Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
 from ..quant import OUTPUTS, QuantSpec, check_quant_params
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
@@ -317,8 +317,8 @@ GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
 
 
 def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Matmul on the transposed operands;
-    ``alpha`` and ``beta * C`` are applied to the kernel's output."""
+    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 lo.Gemm: the transposes, ``alpha`` and
+    ``beta * C`` (broadcast) in the kernel; a scalar C is passed as shape (1,)."""
     attrs = attributes(node, GEMM_ATTRIBUTES)
     _float32(node, values)
     a, b, c = values[0].shape, values[1].shape, _input(values, 2)
@@ -328,21 +328,18 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     (m, k), (k2, n) = (a[::-1] if trans_a else a), (b[::-1] if trans_b else b)
     if k != k2:
         raise NotSupported(f"Gemm of shapes {a} and {b} with transA={int(trans_a)}, transB={int(trans_b)}")
-    op = Matmul(m, n, k)
-    alpha, beta = np.float32(attrs["alpha"]), np.float32(attrs["beta"])
+    c_shape = None if c is None else (tuple(c.shape) or (1,))
+    try:
+        op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(np.float32(attrs["alpha"])),
+                  beta=float(np.float32(attrs["beta"])), c_shape=c_shape)
+    except ValueError as error:   # a C that does not broadcast to (m, n)
+        raise NotSupported(str(error)) from error
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        y = run_kernel(kernel, inputs[0].T if trans_a else inputs[0], inputs[1].T if trans_b else inputs[1])
-        if alpha != 1:
-            y = alpha * y
-        if len(inputs) > 2 and inputs[2] is not None and beta != 0:
-            y = y + beta * inputs[2]
-        return [y.astype(np.float32)]
+        arrays = list(inputs[:2]) + ([np.reshape(inputs[2], c_shape)] if c_shape is not None else [])
+        return [run_kernel(kernel, *arrays)]
 
-    steps = [s for s, on in (("A transposed", trans_a), ("B transposed", trans_b),
-                             ("alpha after the kernel", alpha != 1),
-                             ("beta * C after the kernel", c is not None)) if on]
-    return Lowering(op, call, ", ".join(steps))
+    return Lowering(op, call, "")
 
 
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]
