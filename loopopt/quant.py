@@ -241,10 +241,14 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
 def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
                       required: tuple[int, str] | None = None) -> np.ndarray:
     """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
-    ``required[0]``, for the reason ``required[1]``, if given)."""
+    ``required[0]``, for the reason ``required[1]``, if given). A byte-typed zero point must have
+    ``dtype`` itself (ONNX: a zero point has its tensor's type); wider integers are taken by value."""
     arr = np.asarray(value)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer or integer array, got dtype {arr.dtype}")
+    if arr.dtype.itemsize == 1 and arr.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} has dtype {arr.dtype} but applies to {dtype} values: pass it as {dtype} "
+                        f"(a zero point has its tensor's dtype) or as a Python int")
     arr = _check_shape(name, arr.astype(np.int64), size)
     lo, hi = _qrange(dtype)
     bad = (arr < lo) | (arr > hi)
@@ -290,8 +294,8 @@ def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
         raise ValueError(f"{what}: {' and '.join(extra)} must not be given")
 
 
-def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_point: Any,
-                       w_scale: Any, w_zero_point: Any, y_scale: Any = None,
+def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_zero_point: Any = None,
+                       w_scale: Any = None, w_zero_point: Any = None, y_scale: Any = None,
                        y_zero_point: Any = None, *, xq: np.ndarray | None = None,
                        wq: np.ndarray | None = None, bias: Any = None) -> QuantParams:
     """Validate the parameters of a quantized kernel call against ``spec``.

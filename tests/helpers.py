@@ -234,12 +234,49 @@ def raw_products(kernel, args):
     return p.astype(np.uint32).astype(np.int32)
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
+@st.composite
+def integer_calls(draw, op):
+    """``(arrays, params)`` of a call of quantized ``op`` that calibration (``random_call``) would not
+    make: full-range integers and any zero points, the ends of their dtype's range included
+    (symmetric weights: ``symmetric_zero_point``), scales such that requantized outputs both round
+    and saturate, and a bias of ``spec.bias_dtype``."""
+    spec, k = op.quant, op.channels
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def integers(dtype, shape):
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max + 1, shape)
+        ends = rng.random(shape)
+        return np.where(ends < 0.1, info.min, np.where(ends > 0.9, info.max, values)).astype(dtype)
+
+    arrays = [integers(spec.activation, op.tensor(op.inputs[0]).shape),
+              integers(spec.weight, op.tensor(op.inputs[1]).shape)]
+    per_weight = (k,) if spec.per_channel else ()
+    if spec.weight_symmetric:
+        zw = np.full(per_weight, lo.quant.symmetric_zero_point(spec.weight), spec.weight)
+    else:
+        zw = integers(spec.weight, per_weight)
+    params = {"x_zero_point": integers(spec.activation, ()), "w_zero_point": zw}
+    if spec.scaled:
+        params |= {"x_scale": np.float32(2.0 ** draw(st.integers(-8, 0))),
+                   "w_scale": rng.uniform(0.001, 0.05, per_weight).astype(np.float32)}
+    if spec.requantized:
+        largest = params["x_scale"] * np.max(params["w_scale"])
+        params |= {"y_scale": np.float32(largest * 2.0 ** draw(st.integers(0, 14))),
+                   "y_zero_point": integers(spec.output, ())}
+    if op.bias:
+        arrays.append(rng.integers(-2**20, 2**20, k).astype(np.int32) if spec.bias_dtype == np.int32
+                      else rng.standard_normal(k).astype(np.float32))
+    return arrays, params
+
+
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None):
     """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
-    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound)."""
+    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound),
+    on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
     op = schedule.op
     kernel = schedule.compile(isa)
-    args, params = random_call(op, seed)
+    args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)
     kernel.run(buffers)
     result = kernel.output(buffers)

@@ -116,23 +116,23 @@ def test_gemm_node_transposes_alpha_beta():
     np.testing.assert_allclose(got, 0.25 * a.T @ b.T - 2 * c, rtol=1e-5, atol=1e-5)
 
 
-def _conv3d() -> onnx.ModelProto:
-    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")],
-                 [("x", TensorProto.FLOAT, [1, 2, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2])],
-                 [("y", TensorProto.FLOAT, [1, 2, 2, 2, 2])])
+def _conv4d() -> onnx.ModelProto:
+    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c4d")],
+                 [("x", TensorProto.FLOAT, [1, 2, 3, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2, 2])],
+                 [("y", TensorProto.FLOAT, [1, 2, 2, 2, 2, 2])])
 
 
 def test_strict_names_the_node_and_what_is_missing():
-    missing = r"node c3d \(Conv\) .*not supported: Conv with 3 spatial dims"
+    missing = r"node c4d \(Conv\) .*not supported: Conv with 4 spatial dims"
     with pytest.raises(NotImplementedError, match=missing):
-        backend.prepare(_conv3d(), strict=True)
+        backend.prepare(_conv4d(), strict=True)
 
 
 def test_not_strict_runs_an_unsupported_node_on_the_reference():
-    proto, x, w = _conv3d(), _x(1, 2, 3, 3, 3), _x(2, 2, 2, 2, 2)
+    proto, x, w = _conv4d(), _x(1, 2, 3, 3, 3, 3), _x(2, 2, 2, 2, 2, 2)
     rep = backend.prepare(proto)
-    assert not rep.lowered["c3d"].on_kernel and "3 spatial dims" in rep.lowered["c3d"].reason
-    assert "onnx.reference" in str(rep.lowered["c3d"])
+    assert not rep.lowered["c4d"].on_kernel and "4 spatial dims" in rep.lowered["c4d"].reason
+    assert "onnx.reference" in str(rep.lowered["c4d"])
     want = ReferenceEvaluator(proto).run(None, {"x": x, "w": w})[0]
     np.testing.assert_allclose(rep.run([x, w])[0], want, rtol=1e-6)
 

@@ -214,14 +214,14 @@ def test_space_follows_the_op_roles():
     matmul = candidates(lo.Matmul(8, 64, 600), "avx512")
     assert {c.knobs.cache_block for c in matmul} == {0, 64, 128, 256, 512}
     bf16 = lo.Conv2d(8, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")
-    pairs = [c for c in candidates(bf16, "avx512") if c.knobs.weights == "dot"]
+    pairs = [c for c in candidates(bf16, "avx512") if c.isa == "avx512" and c.knobs.weights == "dot"]
     assert bool(pairs) == bf16_dot_available("avx512")     # vdpbf16ps where this CPU runs it
     if pairs:
         pair = pairs[0].schedule
         assert dict(pair.layouts)["W"].endswith("16o2i") and pair.loop("c_i").extent == 2
         assert "dpbf16_ps" in pair.compile("avx512").source
     odd = lo.Conv2d(7, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")    # half a pair: widened
-    assert "dot" not in {c.knobs.weights for c in candidates(odd, "avx512")}
+    assert "dot" not in {c.knobs.weights for c in candidates(odd, "avx512") if c.isa == "avx512"}
 
 
 def test_cli_tune_json_and_save(tmp_path, capsys):
@@ -248,7 +248,9 @@ def test_amx_candidates_join_the_int8_search():
     tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
     assert candidates(op, "amx", threads=2) == []
-    result = lo.tune(op, trials=2, isa="amx", budget=BUDGET, progress=False)
+    bf16 = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, dtype="bfloat16")
+    assert [c.isa for c in candidates(bf16, "avx512")].count("amx") == 8
+    result = lo.tune(op, trials=1, isa="amx", budget=BUDGET, progress=False)
     assert result.isa == "amx" and result.timing.verified
     assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
     ok, _ = verify(result.best.compile(result.isa))

@@ -18,7 +18,7 @@ from onnx import helper
 
 from ..kernel import Kernel
 from ..ops import Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
-from ..quant import OUTPUTS, QuantSpec, check_quant_params
+from ..quant import QuantSpec, check_quant_params, symmetric_zero_point
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
 
@@ -157,28 +157,33 @@ def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
 
 
-def _int32_output(node: onnx.NodeProto) -> None:
-    if "int32" not in OUTPUTS:
-        raise NotSupported(f"{node.op_type}'s int32 output (QuantSpec outputs: {', '.join(OUTPUTS)})")
-
-
 def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX ConvInteger: needs a raw int32 output, which QuantSpec does not have yet."""
-    conv_geometry(node, values[0], values[1], False)
-    _int32_output(node)
-    raise NotSupported(f"{node.op_type} (no lowering for int32 outputs written yet)")
+    """ONNX ConvInteger (inputs x, w, optional x_zero_point, w_zero_point) as a quantized Conv2d
+    with a raw int32 output."""
+    x, w = values[0], values[1]
+    geometry = conv_geometry(node, x, w, False)
+    quant = quantization(node, values, INTEGER_INPUTS, w.shape[0], "int32")
+    op = _conv_op(geometry, quant.spec)
+
+    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[1], geometry)]
+        return [_from_2d(run_kernel(kernel, *arrays, **quant.params(inputs)), geometry)]
+
+    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
 
 
 @dataclass(frozen=True)
 class QLinear:
-    """The scale and zero-point inputs of a QLinear* node, as the kernel's quantization parameters."""
+    """The scale and zero-point inputs of a quantized node, as the kernel's quantization parameters."""
 
     spec: QuantSpec
     params: Callable[[Sequence[np.ndarray]], dict]
 
 
-QLINEAR_PARAMS = {1: "x_scale", 2: "x_zero_point", 4: "w_scale", 5: "w_zero_point", 6: "y_scale",
-                  7: "y_zero_point"}   # input index -> the kernel's parameter name
+# input index of the data (x, w) and of each of the kernel's parameters, by the kernel's names
+QLINEAR_INPUTS = {"x": 0, "x_scale": 1, "x_zero_point": 2, "w": 3, "w_scale": 4, "w_zero_point": 5,
+                  "y_scale": 6, "y_zero_point": 7}
+INTEGER_INPUTS = {"x": 0, "w": 1, "x_zero_point": 2, "w_zero_point": 3}   # zero points optional (0)
 
 
 def _scalar_or_channels(node: onnx.NodeProto, name: str, value: Value, channels: int) -> None:
@@ -188,29 +193,37 @@ def _scalar_or_channels(node: onnx.NodeProto, name: str, value: Value, channels:
                            f"output channel, {channels})")
 
 
-def qlinear(node: onnx.NodeProto, values: Sequence[Value | None], channels: int) -> QLinear:
-    """QuantSpec and kernel parameters of QLinearConv / QLinearMatMul inputs
-    ``x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point``."""
-    x, w, w_scale, w_zero = values[0], values[3], values[4], values[5]
-    for index in (1, 2, 6, 7):
-        _scalar_or_channels(node, node.input[index], values[index], 1)
-    _scalar_or_channels(node, node.input[4], w_scale, channels)
-    _scalar_or_channels(node, node.input[5], w_zero, channels)
-    per_channel = int(np.prod(w_scale.shape)) > 1 or int(np.prod(w_zero.shape)) > 1
-    symmetric = w_zero.data is not None and not np.any(w_zero.data)
+def quantization(node: onnx.NodeProto, values: Sequence[Value | None], inputs: dict[str, int],
+                 channels: int, output: str) -> QLinear:
+    """QuantSpec and kernel parameters of a quantized node whose inputs ``inputs`` places (QLinearConv /
+    QLinearMatMul: ``QLINEAR_INPUTS``; ConvInteger / MatMulInteger: ``INTEGER_INPUTS``, a zero point
+    left out is 0). Weight parameters are per tensor or per output channel, the others per tensor."""
+    x, w = values[inputs["x"]], values[inputs["w"]]
+    places = {name: index for name, index in inputs.items() if name not in ("x", "w")}
+    given = {name: _input(values, index) for name, index in places.items()}
+    for name, value in given.items():
+        if value is not None:
+            _scalar_or_channels(node, node.input[inputs[name]], value, channels if name[0] == "w" else 1)
+    per_channel = any(v is not None and int(np.prod(v.shape)) > 1 for n, v in given.items() if n[0] == "w")
+    w_zero = given["w_zero_point"]
+    zw = np.zeros(1, w.dtype) if w_zero is None else w_zero.data
+    symmetric = zw is not None and bool(np.all(zw == symmetric_zero_point(str(w.dtype))))
     try:
         spec = QuantSpec(activation=str(x.dtype), per_channel=per_channel, weight_symmetric=symmetric,
-                         output=str(values[7].dtype))
+                         output=output, weight=str(w.dtype))
     except ValueError as error:
         raise NotSupported(f"{node.op_type} with {error}") from error
+    dtypes = {"x_zero_point": x.dtype, "w_zero_point": w.dtype}
 
-    def params(inputs: Sequence[np.ndarray]) -> dict:
-        named = {name: np.asarray(inputs[i]) for i, name in QLINEAR_PARAMS.items()}
+    def params(arrays: Sequence[np.ndarray | None]) -> dict:
+        present = lambda i: i < len(arrays) and arrays[i] is not None
+        named = {name: np.asarray(arrays[i]) if present(i) else np.zeros((), dtypes[name])
+                 for name, i in places.items()}
         return {name: (a.reshape(-1) if a.size > 1 else a.reshape(())) for name, a in named.items()}
 
-    constants = [v.data if v is not None else None for v in values[:8]]
-    if all(constants[i] is not None for i in (1, 2, 4, 5, 6, 7)):
-        try:   # what the constants say, checked as the kernel will (e.g. int8 activations need zero point 0)
+    constants = [v.data if v is not None else None for v in values]
+    if all(given[name] is None or given[name].data is not None for name in given):
+        try:   # what the constants say, checked as the kernel will (e.g. a zero point out of range)
             check_quant_params(spec, channels, **params(constants), xq=np.zeros(1, x.dtype),
                                wq=np.zeros(1, w.dtype))
         except (ValueError, TypeError) as error:
@@ -222,7 +235,7 @@ def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> 
     """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output."""
     x, w, bias = values[0], values[3], _input(values, 8)
     geometry = conv_geometry(node, x, w, bias is not None)
-    quant = qlinear(node, values, w.shape[0])
+    quant = quantization(node, values, QLINEAR_INPUTS, w.shape[0], str(values[7].dtype))
     op = _conv_op(geometry, quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -291,18 +304,26 @@ def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Loweri
 
 
 def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMulInteger: needs a raw int32 output, which QuantSpec does not have yet."""
+    """ONNX MatMulInteger (inputs A, B, optional a_zero_point, b_zero_point) as a quantized Matmul
+    with a raw int32 output (B's columns are the channels), batch looped; a zero point per row of A
+    is not supported (the kernel takes one per tensor)."""
     attributes(node, {})
-    MatmulShape.of(node, values[0].shape, values[1].shape)
-    _int32_output(node)
-    raise NotSupported(f"{node.op_type} (no lowering for int32 outputs written yet)")
+    shape = MatmulShape.of(node, values[0].shape, values[1].shape)
+    quant = quantization(node, values, INTEGER_INPUTS, shape.n, "int32")
+    op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
+
+    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        params = quant.params(inputs)
+        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[1])]
+
+    return Lowering(op, call, shape.note)
 
 
 def lower_qlinear_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
     """ONNX QLinearMatMul as a quantized Matmul (B's columns are the channels), batch looped."""
     attributes(node, {})
     shape = MatmulShape.of(node, values[0].shape, values[3].shape)
-    quant = qlinear(node, values, shape.n)
+    quant = quantization(node, values, QLINEAR_INPUTS, shape.n, str(values[7].dtype))
     op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

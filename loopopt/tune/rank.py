@@ -51,7 +51,7 @@ def tile_efficiency(candidate: Candidate) -> float:
     s = plan.shape
     pixels = s.pixels / (_ceil(s.pixels, plan.block_pixels) * plan.block_pixels)
     channels = s.kg / (_ceil(s.channel_tiles, plan.col_tiles) * plan.scratch_columns)
-    depth = s.cg / (len(s.starts) * 64)
+    depth = s.cg / (len(s.starts) * s.values)
     loads = plan.row_tiles * plan.col_tiles / (plan.row_tiles + plan.col_tiles)   # dots per tile load, <= 1
     return pixels * channels * depth * loads
 
@@ -62,7 +62,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == "amx":
         efficiency = tile_efficiency(candidate)
-        peak = machine_profile().peak("amx", "int8") * 1e9
+        peak = machine_profile().peak("amx", "int8" if op.quant is not None else op.dtype) * 1e9
         return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)

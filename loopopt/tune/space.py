@@ -224,7 +224,7 @@ def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
     op the tile kernels refuse)."""
     try:
         check_amx_cpu()
-        if threads > 1 or op.quant is None:
+        if threads > 1 or (op.quant is None and op.dtype != "bfloat16"):
             return []
         tile_plan(Schedule(op))
     except (ValueError, TileError):
