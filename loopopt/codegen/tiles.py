@@ -48,6 +48,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..expr import Var
 from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from . import quantized
@@ -94,6 +95,7 @@ class TileShape:
         if element not in BYTES:
             raise TileError(f"isa 'amx' runs quantized (int8 tiles) and bfloat16 ops; {op!r} is {op.dtype}: "
                             f"give it quant=lo.QuantSpec(...) or dtype='bfloat16', or use isa='auto'")
+        _check_accesses(op)
         rows, cols = quantized.row_col_windows(op)
         groups = op.groups
         return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
@@ -254,6 +256,32 @@ def _outer_position(schedule: Schedule, dim: str) -> int:
     split = next((r for r in schedule.relations if getattr(r, "parent", None) == dim), None)
     name = split.outer if split else dim
     return schedule.position(name) if name in schedule.loop_names else -1
+
+
+def _check_accesses(op: Op) -> None:
+    """TileError unless ``op`` reads what the tile kernels are written for: activations
+    ``[batch, channel, one input index per window]`` (a GEMM's ``[M, K]``, not transposed), weights
+    over the channels and taps, output ``[batch, channel, window outputs]``, at most 2 windows padded
+    alike on both sides, a per-channel bias and no scaled output (a conv with 1 or 2 spatial dims, a
+    Matmul without batch dims, either orientation of the weights)."""
+    windows = op.windows
+    if len(windows) > 2 or any(w.pad != w.pad_end for w in windows) or op.scales is not None:
+        raise TileError(f"isa 'amx' takes 1-D and 2-D convolutions padded alike on both sides and matmuls; "
+                        f"{op!r} is not one (use isa='avx512')")
+    batch, channel, rc = quantized.batch_dim(op), Var(op.channel_dim), Var(op.reduction_channel_dim)
+    x, w = (op.index(t) for t in op.inputs)
+    taps = {Var(t.tap_dim) for t in windows}
+    expected = dict(
+        activations=(len(x) == 2 + len(windows) and x[0] == Var(batch) and rc.name in x[1].variables()
+                     and x[1].variables() <= {channel.name, rc.name}
+                     and x[2:] == tuple(t.input_index for t in windows)),
+        weights=len(w) == 2 + len(windows) and set(w) == {channel, rc} | taps,
+        output=op.index(op.output) == (Var(batch), channel) + tuple(Var(t.out_dim) for t in windows),
+        bias=not op.bias or op.bias_offset() == channel)
+    wrong = [name for name, ok in expected.items() if not ok]
+    if wrong:
+        raise TileError(f"isa 'amx': the {' and '.join(wrong)} of {op!r} are not indexed as the tile kernels "
+                        f"read them (a batch-free, untransposed GEMM or a conv); use isa='avx512'")
 
 
 def pixel_dim(op: Op) -> str:
