@@ -41,7 +41,8 @@ def test_transformer_block_matches():
     np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
     assert {n.node for n in rep.lowered.values() if n.on_kernel} == {
         "q", "k", "v", "scores", "context", "out_proj", "ffn_up", "ffn_down"}
-    assert rep.lowered["scores"].note == "batch loop of 2"      # 2 heads of a 4-D MatMul
+    assert rep.lowered["scores"].note == "batch dims (1, 2) broadcast into one"   # 2 heads of a 4-D MatMul
+    assert repr(rep.lowered["scores"].op).endswith("batch=(2,))")              # one kernel call
     assert repr(rep.lowered["q"].op) == "Matmul(m=5, n=12, k=12)"
 
 

@@ -3,7 +3,7 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (reshapes, a batch loop). What the op model
+the node's outputs (reshapes, broadcasting, a batch loop). What the op model
 cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
 ``not supported: Conv with 4 spatial dims (1-D to 3-D convolutions)``.
 """
@@ -273,34 +273,49 @@ class MatmulShape:
             raise NotSupported(f"{node.op_type} of shapes {a} and {b}: {error}") from error
         return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector)
 
-    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
-            b: np.ndarray) -> np.ndarray:
-        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
+    @property
+    def items(self) -> int:
+        """Products in the broadcast batch."""
+        return int(np.prod(self.batch))
+
+    def operands(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``a`` and ``b`` promoted and broadcast to ``[items, m, k]`` and ``[items, k, n]``."""
         a2 = a[None, :] if self.a_vector else a
         b2 = b[:, None] if self.b_vector else b
-        a_b = np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k)
-        b_b = np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n)
-        out = np.stack([product(x, y) for x, y in zip(a_b, b_b)]).reshape(*self.batch, self.m, self.n)
+        return (np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k),
+                np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n))
+
+    def output(self, products: np.ndarray) -> np.ndarray:
+        """The ``[items, m, n]`` products shaped as ONNX MatMul's output."""
+        out = products.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
         return out[..., 0] if self.b_vector else out
 
+    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
+            b: np.ndarray) -> np.ndarray:
+        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
+        return self.output(np.stack([product(x, y) for x, y in zip(*self.operands(a, b))]))
+
     @property
     def note(self) -> str:
-        return f"batch loop of {int(np.prod(self.batch))}" if self.batch else ""
+        return f"batch loop of {self.items}" if self.batch else ""
 
 
 def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMul (numpy semantics) as a float32 Matmul, looped over the broadcast batch."""
+    """ONNX MatMul (numpy semantics) as a float32 Matmul with one batch dim over the broadcast batch
+    (the operands broadcast to it; none for a single product): one kernel call."""
     attributes(node, {})
     _float32(node, values)
     shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    op = Matmul(shape.m, shape.n, shape.k)
+    batched = shape.items > 1
+    op = Matmul(shape.m, shape.n, shape.k, batch=(shape.items,) if batched else ())
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b), inputs[0], inputs[1])]
+        a, b = shape.operands(inputs[0], inputs[1])
+        return [shape.output(run_kernel(kernel, *((a, b) if batched else (a[0], b[0]))))]
 
-    return Lowering(op, call, shape.note)
+    return Lowering(op, call, f"batch dims {shape.batch} broadcast into one" if batched else "")
 
 
 def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
