@@ -32,7 +32,7 @@ from .codegen.binary import (
 )
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import FORMATS, generate_lut, lut_bytes, pack_lut
+from .codegen.lut import FORMATS, LUT, generate_lut, lut_bytes, pack_lut, table_entries
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
 from .codegen.ternary import pack_i2s, packed_bytes
@@ -48,7 +48,8 @@ from .quant import PARAM_NAMES, QuantParams, check_quant_params, requant_multipl
 from .schedule import Schedule, ScheduleError
 
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
-CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "uint64_t": 8}
+CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
+               "uint64_t": 8}
 
 
 @dataclass
@@ -427,14 +428,25 @@ class LutKernel(QuantizedKernel):
     weights to 4-bit group indices (and sign bits); the call, parameters and outputs are the int8
     kernels'."""
 
+    @property
+    def format(self):
+        """The table-lookup format (``codegen.lut.FORMATS``)."""
+        return FORMATS[self.schedule.weight_format_mode]
+
     def _elements(self, name: str) -> int:
         if name == self.op.inputs[1]:
-            return lut_bytes(self.op, FORMATS[self.schedule.weight_format_mode])
+            return lut_bytes(self.op, self.format)
+        if name == LUT:
+            return table_entries(self.op, self.format)
         return super()._elements(name)
+
+    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
+        values = super()._parameter_values(qp, wq, out_shape)
+        return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
         if tensor == self.op.inputs[1]:
-            return self._copy(tensor, pack_lut(self.op, array, FORMATS[self.schedule.weight_format_mode]))
+            return self._copy(tensor, pack_lut(self.op, array, self.format))
         return super()._pack(tensor, array)
 
 

@@ -5,12 +5,13 @@ with one of 9 values, stored as a 4-bit index ``3 (w0 + 1) + (w1 + 1)``: two pai
 ``2q`` in the low nibble, ``2q + 1`` in the high one), the bytes of 32 consecutive columns together
 (``[column block][q][32 columns]``, columns and rows zero-padded). For every row of the activations
 the kernel first builds, per pair of activations ``(x0, x1)``, the table of the 9 partial sums
-``w0 x0 + w1 x1`` (int16, 16 entries); then for each block of 32 columns and each pair it looks the
-32 columns' partial sums up in one instruction (AVX-512 ``vpermw``: the table broadcast to the
-register, the 32 indices as int16 lanes), adds them in int16 for up to 64 pairs (``|sum| <= 64 *
-510``) and widens into int32 sums. The raw sums ``P = sum x * w`` go to the int32 workspace and the
-epilogue of ``codegen/quantized.py`` applies the compensation, bias and scales, so the result is
-exact. The scalar target looks the tables up one column at a time.
+``w0 x0 + w1 x1`` (int16, 16 entries, in the workspace ``lo_lut`` that ``prepare`` allocates);
+then for each block of 32 columns and each pair it looks the 32 columns' partial sums up in one
+instruction (AVX-512 ``vpermw``: the table broadcast to the register, the 32 indices as int16
+lanes), adds them in int16 for up to 64 pairs (``|sum| <= 64 * 510``) and widens into int32 sums.
+The raw sums ``P = sum x * w`` go to the int32 workspace and the epilogue of
+``codegen/quantized.py`` applies the compensation, bias and scales, so the result is exact. The
+scalar target looks the tables up one column at a time.
 
 AVX2 has no ``vpermw``: its tables are two 16-byte tables (the low and the high bytes of the int16
 sums), looked up with two ``vpshufb`` per pair and interleaved back to int16 with ``vpunpck[lh]bw``
@@ -41,6 +42,7 @@ from .isa import INT_ISAS
 from .params import KernelParam, signature
 
 COLUMNS = 32        # columns per block: the int16 lanes of a 512-bit register
+LUT = "lo_lut"      # the kernel parameter holding one row's tables (allocated by prepare)
 INT16_MAX = 32767
 
 
@@ -136,6 +138,11 @@ def pack_lut(op: Op, wq: np.ndarray, fmt: LutFormat) -> np.ndarray:
     bits = sign.reshape(blocks, COLUMNS, 2 * q).transpose(0, 2, 1).astype(np.uint32)   # [block, group, col]
     words = (bits << np.arange(COLUMNS, dtype=np.uint32)).sum(axis=2, dtype=np.uint32)
     return np.concatenate([indices, words.astype("<u4").reshape(-1).view(np.uint8)])
+
+
+def table_entries(op: Op, fmt: LutFormat) -> int:
+    """int16 entries of one row's tables: 16 per group of activations."""
+    return 2 * packed_shape(op, fmt)[1] * 16
 
 
 def _table(k: int, a: str, isa: str, fmt: LutFormat) -> list[str]:
@@ -253,15 +260,13 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
     args = op.call_tensors + (op.output,)
     params = (KernelParam(a, qp.activation_type, const=True), KernelParam(w, "uint8_t", const=True),
               *((KernelParam(op.bias_tensor, qp.bias_type, const=True),) if op.bias else ()),
-              KernelParam(op.output, "int32_t"), *quantized.parameters(qp))
+              KernelParam(op.output, "int32_t"), *quantized.parameters(qp), KernelParam(LUT, "int16_t"))
     info = op.tensor(op.output)
     index = (Var("lo_i"), Var("lo_col"))
     offset = schedule.layout_of(op.output).offset(index, info.shape).to_c()
     epilogue = quantized.epilogue_statements(schedule, qp, f"{op.output}[{offset}]", index=index)
     body = [*quantized.constants(schedule, qp),
-            f"int16_t *lo_lut = (int16_t *)aligned_alloc(64, {2 * q * 16 * 2 + 64});",
             *_table(k, a, isa, fmt)[:1],
-            "if (!lo_lut) return;",
             f"for (int lo_i = 0; lo_i < {m}; ++lo_i) {{",
             f"    const ptrdiff_t lo_row = (ptrdiff_t)lo_i * {k};",
             *("    " + line for line in _table(k, a, isa, fmt)[1:]),
@@ -274,8 +279,7 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
             *("            " + line for line in epilogue),
             "        }",
             "    }",
-            "}",
-            "free(lo_lut);"]
+            "}"]
     header = (f"/* loopopt table-lookup kernel (codegen/lut.py) for {op!r}\n"
               f" * isa: {isa}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
               f"{' and a sign bit' if fmt.signed else ''}, 32 columns per block) */")
