@@ -23,13 +23,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_layers import Options, time_calls
 from bench_reuse import write_section
+from peers import LayerData, PeerUnavailable, torch_fp32
 
 import loopopt as lo
 from loopopt.machine import cpu_seconds, machine_profile, others_share
 
 SECTION = "## Winograd"
 LAYERS = ("resnet50.conv3_x", "resnet50.conv4_x")
-FP32_RTOL = 1e-4          # PyTorch: verified when within this fraction of the reference's largest magnitude
 
 
 @dataclass
@@ -62,23 +62,16 @@ def loopopt_rows(layer: str, budget: float) -> tuple[list[Row], list[tuple[str, 
 
 def torch_row(layer: str, budget: float) -> list[Row]:
     """PyTorch conv2d on channels-last fp32 tensors, one thread (empty without torch)."""
+    data = LayerData.make(lo.get_layer(layer))
     try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
+        case = torch_fp32(data, 1, channels_last=True)
+    except PeerUnavailable:
         return []
-    torch.set_num_threads(1)
-    op = lo.get_layer(layer)
-    inputs = op.random_inputs(seed=0)
-    x, w, b = (torch.from_numpy(inputs[t]) for t in ("I", "W", "B"))
-    x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
-    conv = lambda: F.conv2d(x, w, b, stride=op.stride, padding=op.padding)
-    with torch.no_grad():
-        median, fastest = time_calls(conv, Options((1,), None, budget))
-        reference = op.reference(inputs["I"], inputs["W"], inputs["B"])
-        error = float(np.abs(conv().numpy() - reference).max() / np.abs(reference).max())
-    return [Row("PyTorch fp32", median, fastest, error <= FP32_RTOL, error,
-                f"oneDNN, channels-last; torch {torch.__version__}")]
+    median, fastest = time_calls(case.run, Options((1,), None, budget))
+    y = case.output(case.run())
+    ok, _ = data.check(y, "fp32")
+    error = float(np.abs(y - data.reference).max() / np.abs(data.reference).max())
+    return [Row("PyTorch fp32", median, fastest, ok, error, f"channels-last, {case.note}")]
 
 
 def table(op, rows: list[Row], direct: float) -> str:
@@ -98,13 +91,13 @@ def report(command: str, results: dict[str, tuple[list[Row], list[tuple[str, flo
     parts = [f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
              f"```\n{command}\n```",
              f"Machine: {profile.cpu}, {profile.cpus} logical CPUs, one thread, shared with other work: "
-             f"other processes used {share} of the machine's CPU time during the run, so the medians are "
-             f"noisy. PyTorch is verified within 1e-4 of the output's largest magnitude. Effective "
-             f"GFLOP/s: the direct convolution's flops over the median (Winograd does fewer). loopopt "
-             f"rows: kernel run only (the stored direct schedule packs NHWC/HWIO in prepare; Winograd "
-             f"transforms its filter there); PyTorch: whole calls. The stored direct schedules were "
-             f"tuned on another CPU (an AMD EPYC, see their provenance), so they may not be this "
-             f"machine's best direct schedules."]
+             f"other processes used {share} of the machine's CPU time during the run, so the medians "
+             f"are noisy. PyTorch is verified within 1e-4 of the output's largest magnitude "
+             f"(peers.py). Effective GFLOP/s: the direct convolution's flops over the median "
+             f"(Winograd does fewer). loopopt rows: kernel run only (the stored direct schedule packs "
+             f"NHWC/HWIO in prepare; Winograd transforms its filter there); PyTorch: whole calls. "
+             f"The stored direct schedules were tuned on another CPU (an AMD EPYC, see their "
+             f"provenance), so they may not be this machine's best direct schedules."]
     for layer, (rows, stages) in results.items():
         op = lo.get_layer(layer)
         direct = rows[0].median
