@@ -105,3 +105,14 @@ def test_stage_schedules_are_replaceable():
     moved = plan.with_stage("input_cols", lo.Schedule(plan.schedules["input_cols"].op).layout("V", "NABHWC"))
     with pytest.raises(ValueError, match="tensor V passes between stages and must keep its default layout"):
         moved.compile()
+
+
+def test_compare_shows_winograd_next_to_direct():
+    op = lo.Conv2d(5, 6, 3, padding=1, bias=True, height=7, width=6)
+    table = lo.compare(op, [lo.dataflows.output_stationary(op), lo.dataflows.winograd(op, m=2)],
+                       names=["direct", "winograd"], reuse=False, progress=False, budget=0.01, rounds=1)
+    direct, wino = table.rows
+    assert direct.verified and wino.verified and wino.algorithm == "winograd F(2x2,3x3)"
+    assert direct.predicted_ms is not None and wino.predicted_ms is None
+    assert 0 < direct.relative_error < 1e-5 and 0 < wino.relative_error < 1e-5
+    assert "err/max" in str(table) and "winograd" in table.ranking()
