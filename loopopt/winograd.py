@@ -67,6 +67,29 @@ class WinogradError(ValueError):
     """An op Winograd F(m x m, 3 x 3) does not apply to; the message names the parameter."""
 
 
+def algorithm_name(m: int) -> str:
+    """How measure, compare and tune name F(m x m, 3 x 3): ``"winograd F(4x4,3x3)"``."""
+    return f"winograd F({m}x{m},3x3)"
+
+
+def from_name(op: Op, name: str) -> "WinogradPlan | None":
+    """The default plan of ``op`` that ``name`` (an ``algorithm_name``) names, None for any other text
+    (a tuning trial's schedule TOML)."""
+    for m in TILES:
+        if name == algorithm_name(m):
+            return plan(op, m)
+    return None
+
+
+def refusal(op: Op) -> str:
+    """Why Winograd does not apply to ``op`` (the WinogradError message), "" when it does."""
+    try:
+        _check(op, TILES[-1])
+    except WinogradError as err:
+        return str(err)
+    return ""
+
+
 def _check(op: Op, m: int) -> None:
     if m not in TILES:
         raise WinogradError(f"m (output tile size) must be one of {TILES}, got {m!r}")
@@ -160,7 +183,7 @@ class WinogradPlan:
 
     @property
     def algorithm(self) -> str:
-        return f"winograd F({self.m}x{self.m},3x3)"
+        return algorithm_name(self.m)
 
     def __repr__(self) -> str:
         return f"<WinogradPlan {self.algorithm} of {self.op!r}: {', '.join(s.name for s in self.stages)}>"

@@ -2,13 +2,13 @@
 pipeline within its error bound of the float64 reference, measure's report, refused ops."""
 import numpy as np
 import pytest
+from helpers import HYPOTHESIS, quick_first, tiers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import winograd
 from loopopt.reference import conv_reference
-from tests.helpers import HYPOTHESIS, quick_first, tiers
 
 
 @st.composite
@@ -116,3 +116,28 @@ def test_compare_shows_winograd_next_to_direct():
     assert direct.predicted_ms is not None and wino.predicted_ms is None
     assert 0 < direct.relative_error < 1e-5 and 0 < wino.relative_error < 1e-5
     assert "err/max" in str(table) and "winograd" in table.ranking()
+
+
+@pytest.mark.slow
+def test_tune_tries_winograd_and_says_which_algorithm_won(tmp_path):
+    op = lo.Conv2d(16, 32, 3, padding=1, height=12, width=12)
+    log = str(tmp_path / "tune.db")
+    result = lo.tune(op, trials=2, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
+    fastest = result.by_algorithm()
+    assert set(fastest) == {"direct", "winograd F(4x4,3x3)", "winograd F(2x2,3x3)"}
+    won = min(fastest, key=lambda name: fastest[name].seconds)
+    assert result.algorithm == won and f"algorithm: {won} won" in str(result)
+    assert (result.winner is None) == (won == "direct") and isinstance(result.best, lo.Schedule)
+    assert "winograd F(4x4,3x3)" in result.table() and result.to_dict()["algorithm"] == won
+    assert lo.best_schedule(op, log=log) == result.best        # the log's best schedule stays a Schedule
+    again = lo.tune(op, trials=2, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
+    assert all(t.logged for t in again.trials)
+
+
+def test_tune_skips_winograd_where_it_does_not_apply():
+    op = lo.Conv2d(4, 16, 3, stride=2, height=9, width=9)
+    result = lo.tune(op, trials=1, budget=0.02, progress=False, algorithms=("direct", "winograd"))
+    assert result.algorithm == "direct" and "stride=1" in result.skipped["winograd"]
+    assert "winograd not tried: winograd F(4x4,3x3) takes stride=1" in str(result)
+    with pytest.raises(ValueError, match="algorithms must include 'direct'"):
+        lo.tune(op, trials=1, progress=False, algorithms=("winograd",))
