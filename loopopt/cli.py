@@ -335,7 +335,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         op = op.with_quant(QuantSpec(**INT8_SPEC))
     result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                   log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
-                  budget=args.budget)
+                  budget=args.budget, algorithms=("direct", "winograd") if args.winograd else ("direct",))
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -369,6 +369,9 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=_positive_float, default=0.2,
                    help="seconds of timed runs per candidate (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search's random choices (default 0)")
+    p.add_argument("--winograd", action="store_true",
+                   help="also measure Winograd F(4x4,3x3) and F(2x2,3x3) where they apply; the result says "
+                        "which algorithm won (--save still saves the best schedule)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
     p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
