@@ -114,6 +114,10 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
+    (lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16"), lambda s: s,
+     "is not one"),
+    (lo.Contraction("C[i,j] += A[i,k,l] * B[l,k,j]", {"i": 5, "j": 7, "k": 3, "l": 4}, dtype="bfloat16"),
+     lambda s: s, "is not one"),
 ])
 def test_refusals(op, build, message):
     with pytest.raises(tiles.TileError, match=message):
@@ -159,3 +163,12 @@ def test_amx_peaks_in_the_machine_profile():
     profile = lo.machine_profile()
     assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
     assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
+
+
+@needs_amx
+def test_compare_on_tiles():
+    """``lo.compare(isa="amx")``: no kernel-model figure (it has no AMX costs), % of the AMX bf16 peak."""
+    op = lo.Conv2d(16, 16, 3, padding=1, height=6, width=20, dtype="bfloat16")
+    result = lo.compare(op, [lo.Schedule(op)], isa="amx", reuse=False, progress=False, budget=0.01)
+    assert result.rows[0].isa == "amx" and result.rows[0].predicted_ms is None
+    assert result.peak == lo.peak_gflops("amx", "bfloat16")

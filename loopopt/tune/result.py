@@ -137,7 +137,7 @@ class TuneResult:
         lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
-            what = _described(t.knobs) + (" (log)" if t.logged else "")
+            what = _describe(t.knobs) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
                 figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
@@ -200,10 +200,14 @@ class TuneResult:
         return path
 
 
-def _described(k: dict[str, Any]) -> str:
-    """A trial's candidate in a table line: its algorithm (a Winograd trial) or its schedule's knobs."""
+def _describe(k: dict) -> str:
+    """A candidate's knobs in a few words (a Winograd trial's algorithm, an AMX candidate's, or a
+    register block's)."""
     if "algorithm" in k:
         return k["algorithm"]
+    if k.get("isa") == "amx":
+        order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
+        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"
     return (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
