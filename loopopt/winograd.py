@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 TILES = (2, 4)
 LANES = 16
-PAGE = 4096           # bytes of zeros after an intermediate array (the next stage's read-ahead)
 
 # Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), section 4.1 / 4.2.
 MATRICES: dict[int, dict[str, list[list[Any]]]] = {
@@ -157,8 +156,8 @@ def _stages(op: Op, m: int, gemm_rows: int, gemm_cols: int) -> tuple[Stage, ...]
     out_rows = Contraction("Z[r,b,n,th,tw,k] += AT[r,a] * M[a,b,n,th,tw,k]",
                            sizes=dict(r=m, b=a, **tiles, k=s["k"], a=a))
     out_cols = Contraction("O[n,th,r,tw,s,k] += Z[r,b,n,th,tw,k] * AT[s,b]",
-                           sizes=dict(**{"n": s["n"], "th": s["th"], "r": m, "tw": s["tw"], "s": m},
-                                     k=s["k"], b=a), bias="B[k]" if op.bias else None)
+                           sizes={**tiles, "r": m, "s": m, "k": s["k"], "b": a},
+                           bias="B[k]" if op.bias else None)
     return (
         Stage("input_rows", _register_blocked(Schedule(rows).layout("I", "NHWC"), "j", "c", "i", a),
               ("BT", "x")),
@@ -359,11 +358,19 @@ class WinogradKernel:
                 if src == "prev":            # the previous stage's output array itself (a view), not a copy
                     prepared[tensor] = arrays[tensor]
             if stage is not self.plan.stages[-1]:
-                # the next stage may read vectors past the end: a page of zeros after the array
-                previous = aligned_zeros(op.tensor(op.output).shape, np.float32, PAGE, kernel.exact)
+                shape, ahead = op.tensor(op.output).shape, self._ahead(stage)
+                previous = aligned_zeros(shape, np.float32, ahead, kernel.exact)
                 prepared[op.output] = previous
             buffers.append(kernel.bind(prepared))
         return buffers
+
+    def _ahead(self, stage: Stage) -> int:
+        """Bytes the producer of ``stage``'s output or the next stage (its consumer) may read past its end."""
+        index = self.plan.stages.index(stage)
+        consumer, kernel = self.plan.stages[index + 1], self.kernels[index + 1]
+        read = [t for t, src in zip(consumer.op.call_tensors, consumer.sources) if src == "prev"]
+        return max([self.kernels[index].generated.read_ahead.get(stage.op.output, 0)]
+                   + [kernel.generated.read_ahead.get(t, 0) for t in read])
 
     def run(self, buffers: list["Buffers"]) -> None:
         """Run the stages in turn on prepared buffers (the timed part)."""

@@ -62,7 +62,7 @@ def _random_kernel(op, m):
 
 
 test_winograd_kernels_quick, test_winograd_kernels = tiers(
-    _random_kernel, 1, 8, winograd_convs(), st.sampled_from(winograd.TILES))
+    _random_kernel, 1, 6, winograd_convs(), st.sampled_from(winograd.TILES))
 
 
 def test_measure_reports_algorithm_and_error():
