@@ -169,6 +169,19 @@ def _schedule(name: str, op):
     return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
 
 
+def _winograd(name: str, op):
+    """The Winograd plan ``winograd2`` / ``winograd4`` names (F(2x2,3x3), F(4x4,3x3)), None for another name;
+    UsageError with the reason if Winograd does not apply to ``op``."""
+    from .winograd import TILES, WinogradError, plan
+    ms = {f"winograd{m}": m for m in TILES}
+    if name not in ms:
+        return None
+    try:
+        return plan(op, ms[name])
+    except WinogradError as err:
+        raise UsageError(f"--schedules {name}: {err}") from None
+
+
 def _writable(path: str | None) -> Path | None:
     """``path`` if its directory exists and is writable (checked before any long run)."""
     if path is None:
@@ -195,7 +208,7 @@ def _comparison(args: argparse.Namespace):
     names = [n.strip() for n in args.schedules.split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
-    schedules = [_schedule(name, op) for name in names]
+    schedules = [_winograd(name, op) or _schedule(name, op) for name in names]
     labels = [Path(n).name.removesuffix(".toml") for n in names]
     return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet,
                    threads=args.threads)

@@ -88,6 +88,16 @@ class Comparison:
         """Whether any row's timing was unstable."""
         return any(r.noisy for r in self.rows)
 
+    def analysed(self) -> "Comparison":
+        """This comparison restricted to the rows with a reuse analysis (what the traffic plots draw; a
+        WinogradPlan row has none)."""
+        rows = [r for r in self.rows if r.name in self.profiles]
+        if len(rows) == len(self.rows):
+            return self
+        return Comparison(self.op, rows, self.profiles, self.peak, self.note, end_to_end=self.end_to_end,
+                          rounds=self.rounds, other_cpu_share=self.other_cpu_share,
+                          provenance=self.provenance)
+
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median."""
         return [r.name for r in sorted((r for r in self.rows if r.verified), key=lambda r: r.median_ms)]

@@ -141,3 +141,15 @@ def test_tune_skips_winograd_where_it_does_not_apply():
     assert "winograd not tried: winograd F(4x4,3x3) takes stride=1" in str(result)
     with pytest.raises(ValueError, match="algorithms must include 'direct'"):
         lo.tune(op, trials=1, progress=False, algorithms=("winograd",))
+
+
+def test_cli_compare_takes_winograd_rows(capsys, tmp_path):
+    from loopopt.cli import main
+    conv = ["--conv", "6,8,3,7x5,padding=1", "--quiet", "--no-reuse"]
+    status = main(["compare", *conv, "--schedules", "output_stationary,winograd4", "--json",
+                   "--plot", str(tmp_path / "cmp.png")])
+    out = capsys.readouterr().out
+    assert status == 0 and '"algorithm": "winograd F(4x4,3x3)"' in out and (tmp_path / "cmp.png").exists()
+    status = main(["compare", "--conv", "6,8,3,7,stride=2", "--quiet", "--schedules", "winograd2"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--schedules winograd2: winograd F(2x2,3x3) takes stride=1" in err
