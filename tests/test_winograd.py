@@ -21,6 +21,9 @@ def winograd_convs(draw, max_hw: int = 13, max_channels: int = 19):
                      bias=draw(st.booleans()), batch=draw(st.integers(1, 2)), height=h, width=w)
 
 
+SMALL = lo.Conv2d(6, 8, 3, padding=1, height=7, width=5)      # the CLI's --conv 6,8,3,7x5,padding=1
+
+
 def _args(op: lo.Conv2d, seed: int = 1) -> list[np.ndarray]:
     inputs = op.random_inputs(seed)
     return [inputs[t] for t in op.call_tensors]
@@ -66,10 +69,9 @@ test_winograd_kernels_quick, test_winograd_kernels = tiers(
 
 
 def test_measure_reports_algorithm_and_error():
-    op = lo.Conv2d(3, 4, 3, padding=1, bias=True, height=6, width=5)
-    timing = lo.measure(lo.dataflows.winograd(op, m=2).compile(), repeats=2, budget=0.01)
-    assert timing.verified and timing.algorithm == "winograd F(2x2,3x3)"
-    assert 0 < timing.relative_error < 1e-5 and "winograd F(2x2,3x3): median" in str(timing)
+    timing = lo.measure(lo.dataflows.winograd(SMALL, m=4).compile(), repeats=2, budget=0.01)
+    assert timing.verified and timing.algorithm == "winograd F(4x4,3x3)"
+    assert 0 < timing.relative_error < 1e-5 and "winograd F(4x4,3x3): median" in str(timing)
     assert "of the largest output" in str(timing)
 
 
@@ -108,11 +110,11 @@ def test_stage_schedules_are_replaceable():
 
 
 def test_compare_shows_winograd_next_to_direct():
-    op = lo.Conv2d(5, 6, 3, padding=1, bias=True, height=7, width=6)
-    table = lo.compare(op, [lo.dataflows.output_stationary(op), lo.dataflows.winograd(op, m=2)],
+    op = SMALL
+    table = lo.compare(op, [lo.dataflows.output_stationary(op), lo.dataflows.winograd(op, m=4)],
                        names=["direct", "winograd"], reuse=False, progress=False, budget=0.01, rounds=1)
     direct, wino = table.rows
-    assert direct.verified and wino.verified and wino.algorithm == "winograd F(2x2,3x3)"
+    assert direct.verified and wino.verified and wino.algorithm == "winograd F(4x4,3x3)"
     assert direct.predicted_ms is not None and wino.predicted_ms is None
     assert 0 < direct.relative_error < 1e-5 and 0 < wino.relative_error < 1e-5
     assert "err/max" in str(table) and "winograd" in table.ranking()
