@@ -121,6 +121,7 @@ class Stage:
 
     @property
     def op(self) -> Op:
+        """The stage's op (its schedule's)."""
         return self.schedule.op
 
 
@@ -144,6 +145,7 @@ def _register_blocked(schedule: Schedule, rows: str, vector: str, reduction: str
 
 
 def _stages(op: Op, m: int, gemm_rows: int, gemm_cols: int) -> tuple[Stage, ...]:
+    """The five stages of F(m x m, 3 x 3) of ``op`` with their default schedules (module docstring)."""
     s = _sized(op, m)
     a = m + 2
     tiles = dict(n=s["n"], th=s["th"], tw=s["tw"])
@@ -178,10 +180,12 @@ class WinogradPlan:
 
     @property
     def schedules(self) -> dict[str, Schedule]:
+        """Each stage's schedule by stage name, in pipeline order."""
         return {stage.name: stage.schedule for stage in self.stages}
 
     @property
     def algorithm(self) -> str:
+        """``"winograd F(mxm,3x3)"`` (``algorithm_name``)."""
         return algorithm_name(self.m)
 
     def __repr__(self) -> str:
@@ -291,6 +295,7 @@ class WinogradKernel:
 
     @property
     def schedules(self) -> dict[str, Schedule]:
+        """The plan's schedules by stage name."""
         return self.plan.schedules
 
     @property
