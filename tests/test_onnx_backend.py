@@ -41,7 +41,8 @@ def test_transformer_block_matches():
     np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
     assert {n.node for n in rep.lowered.values() if n.on_kernel} == {
         "q", "k", "v", "scores", "context", "out_proj", "ffn_up", "ffn_down"}
-    assert rep.lowered["scores"].note == "batch loop of 2"      # 2 heads of a 4-D MatMul
+    assert rep.lowered["scores"].note == "batch dims (1, 2) broadcast into one"   # 2 heads of a 4-D MatMul
+    assert repr(rep.lowered["scores"].op).endswith("batch=(2,))")              # one kernel call
     assert repr(rep.lowered["q"].op) == "Matmul(m=5, n=12, k=12)"
 
 
@@ -57,8 +58,8 @@ def test_quantized_model_within_one_lsb():
         assert np.abs(g.astype(int) - w.astype(int)).max() <= 1
 
 
-def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray], bool]:
-    spatial = draw(st.sampled_from([1, 2]))
+def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    spatial = draw(st.sampled_from([1, 2, 2, 3]))
     groups = draw(st.sampled_from([1, 2, 3]))
     c, k = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
     kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
@@ -77,18 +78,14 @@ def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray], bool]:
     proto = model([helper.make_node("Conv", names, ["y"], name="conv", **attrs)],
                   [(nm, TensorProto.FLOAT, list(a.shape)) for nm, a in zip(names, arrays)],
                   [("y", TensorProto.FLOAT, None)])
-    symmetric = auto_pad == "NOTSET" and pads[:spatial] == pads[spatial:] or auto_pad == "VALID"
-    return proto, arrays, symmetric
+    return proto, arrays
 
 
 def _check_conv_node(data):
-    proto, arrays, symmetric = _conv_case(data.draw)
+    """Any ONNX Conv (1-D to 3-D, asymmetric pads, auto_pad) runs as loopopt kernels, strictly."""
+    proto, arrays = _conv_case(data.draw)
     want = ReferenceEvaluator(proto).run(None, dict(zip("xwb", arrays)))[0]
-    try:
-        got = backend.prepare(proto, strict=True).run(arrays)[0]
-    except NotImplementedError as error:   # only asymmetric padding is refused (SAME_* with odd totals)
-        assert not symmetric and "asymmetric padding" in str(error) and "node conv (Conv)" in str(error)
-        got = backend.prepare(proto).run(arrays)[0]
+    got = backend.prepare(proto, strict=True).run(arrays)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -120,23 +117,23 @@ def test_gemm_node_transposes_alpha_beta():
     np.testing.assert_allclose(got, 0.25 * a.T @ b.T - 2 * c, rtol=1e-5, atol=1e-5)
 
 
-def _conv3d() -> onnx.ModelProto:
-    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")],
-                 [("x", TensorProto.FLOAT, [1, 2, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2])],
-                 [("y", TensorProto.FLOAT, [1, 2, 2, 2, 2])])
+def _conv4d() -> onnx.ModelProto:
+    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c4d")],
+                 [("x", TensorProto.FLOAT, [1, 2, 3, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2, 2])],
+                 [("y", TensorProto.FLOAT, [1, 2, 2, 2, 2, 2])])
 
 
 def test_strict_names_the_node_and_what_is_missing():
-    missing = r"node c3d \(Conv\) .*not supported: Conv with 3 spatial dims"
+    missing = r"node c4d \(Conv\) .*not supported: Conv with 4 spatial dims"
     with pytest.raises(NotImplementedError, match=missing):
-        backend.prepare(_conv3d(), strict=True)
+        backend.prepare(_conv4d(), strict=True)
 
 
 def test_not_strict_runs_an_unsupported_node_on_the_reference():
-    proto, x, w = _conv3d(), _x(1, 2, 3, 3, 3), _x(2, 2, 2, 2, 2)
+    proto, x, w = _conv4d(), _x(1, 2, 3, 3, 3, 3), _x(2, 2, 2, 2, 2, 2)
     rep = backend.prepare(proto)
-    assert not rep.lowered["c3d"].on_kernel and "3 spatial dims" in rep.lowered["c3d"].reason
-    assert "onnx.reference" in str(rep.lowered["c3d"])
+    assert not rep.lowered["c4d"].on_kernel and "4 spatial dims" in rep.lowered["c4d"].reason
+    assert "onnx.reference" in str(rep.lowered["c4d"])
     want = ReferenceEvaluator(proto).run(None, {"x": x, "w": w})[0]
     np.testing.assert_allclose(rep.run([x, w])[0], want, rtol=1e-6)
 

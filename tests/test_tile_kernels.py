@@ -114,6 +114,15 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
+    # ops the tile kernels do not compute: refused, not computed wrong
+    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, quant=QSPEC), lambda s: s, "padded alike"),
+    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, dtype="bfloat16"), lambda s: s,
+     "padded alike"),
+    (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "is not one"),
+    (lo.Gemm(8, 16, 32, alpha=2.0, dtype="bfloat16"), lambda s: s, "no scaled output"),
+    (lo.Gemm(8, 16, 32, dtype="bfloat16"), lambda s: s, "a bias per output channel"),
+    (lo.Matmul(8, 16, 32, trans_a=True, quant=QSPEC), lambda s: s, "is not one"),
+    (lo.Matmul(8, 16, 32, batch=2, dtype="bfloat16"), lambda s: s, "is not one"),
     (lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16"), lambda s: s,
      "is not one"),
     (lo.Contraction("C[i,j] += A[i,k,l] * B[l,k,j]", {"i": 5, "j": 7, "k": 3, "l": 4}, dtype="bfloat16"),
@@ -122,6 +131,15 @@ def test_folded_column_taps(kind):
 def test_refusals(op, build, message):
     with pytest.raises(tiles.TileError, match=message):
         tiles.tile_plan(build(lo.Schedule(op)))
+
+
+@needs_amx
+@pytest.mark.parametrize("op", quick_first([
+    lo.Gemm(9, 20, 16, c_shape=(20,), dtype="bfloat16"), lo.Matmul(9, 20, 16, trans_b=True, dtype="bfloat16"),
+    lo.Conv1d(8, 16, 3, padding=1, length=9, dtype="bfloat16")]), ids=repr)
+def test_new_ops_the_tile_kernels_take(op):
+    """A Gemm whose C is a per-column bias, transposed weights, a 1-D conv."""
+    check(lo.Schedule(op), "amx")
 
 
 def test_amx_isa_on_a_cpu_without_amx(monkeypatch):

@@ -296,6 +296,10 @@ def _check_statement(op: Op) -> None:
     if (found != expected or set(op.reduction_dims) != {c, *(w.tap_dim for w in windows)}
             or names != {batch, k, *(w.out_dim for w in windows)} or len(outputs) != len(names)):
         raise refusal
+    if any(w.pad != w.pad_end for w in windows) or op.scales is not None or (
+            op.bias and op.bias_offset() != Var(k)):
+        raise TileError(f"isa 'amx' takes windows padded alike on both sides, a bias per output channel and "
+                        f"no scaled output; {op!r} is not such an op (use isa='auto')")
 
 
 def tile_plan(schedule: Schedule) -> TilePlan:

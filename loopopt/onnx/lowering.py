@@ -3,9 +3,9 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (reshapes, a batch loop, Gemm's ``alpha``/``beta * C``). What the op model
+the node's outputs (reshapes, broadcasting, a batch loop). What the op model
 cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
-``not supported: pads=[1, 0, 0, 1] (asymmetric padding)``.
+``not supported: Conv with 4 spatial dims (1-D to 3-D convolutions)``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
-from ..ops import Conv2d, Matmul, Op
+from ..ops import Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
 from ..quant import QuantSpec, check_quant_params, symmetric_zero_point
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
@@ -86,17 +86,11 @@ CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """A 1-D or 2-D ONNX convolution as a Conv2d's constructor arguments (1-D: height 1)."""
+    """A 1-D, 2-D or 3-D ONNX convolution as a Conv2d's (1-D: height 1) or Conv3d's constructor
+    arguments."""
 
     kwargs: dict
-    spatial: int      # the node's spatial rank (1 or 2)
-
-
-def _same_pads(size: int, kernel: int, stride: int, dilation: int, mode: str) -> tuple[int, int]:
-    out = -(-size // stride)
-    total = max(0, (out - 1) * stride + (kernel - 1) * dilation + 1 - size)
-    small, large = total // 2, total - total // 2
-    return (small, large) if mode == "SAME_UPPER" else (large, small)
+    spatial: int      # the node's spatial rank (1, 2 or 3)
 
 
 def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvGeometry:
@@ -105,40 +99,38 @@ def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvG
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise NotSupported(f"{node.op_type} input of shape {x.shape} with weights {w.shape}")
     spatial = len(x.shape) - 2
-    if spatial > 2:
-        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (only 1-D and 2-D convolutions)")
+    if spatial > 3:
+        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (1-D to 3-D convolutions)")
     kernel = list(w.shape[2:])
     if attrs["kernel_shape"] is not None and list(attrs["kernel_shape"]) != kernel:
         raise NotSupported(f"kernel_shape={list(attrs['kernel_shape'])} differs from the weights' {kernel}")
     strides = list(attrs["strides"] or [1] * spatial)
     dilations = list(attrs["dilations"] or [1] * spatial)
     mode = attrs["auto_pad"]
-    if mode in ("SAME_UPPER", "SAME_LOWER"):
-        pairs = [_same_pads(x.shape[2 + a], kernel[a], strides[a], dilations[a], mode)
-                 for a in range(spatial)]
-    elif mode in ("NOTSET", "VALID"):
-        pads = list(attrs["pads"] or [0] * 2 * spatial) if mode == "NOTSET" else [0] * 2 * spatial
+    if mode in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        pairs = list(auto_pad(mode, x.shape[2:], kernel, strides, dilations))
+    elif mode == "NOTSET":
+        pads = list(attrs["pads"] or [0] * 2 * spatial)
         pairs = [(pads[a], pads[a + spatial]) for a in range(spatial)]
     else:
         raise NotSupported(f"auto_pad={mode!r}")
-    if any(begin != end for begin, end in pairs):
-        raise NotSupported(f"pads={[p[0] for p in pairs] + [p[1] for p in pairs]} (asymmetric padding)")
     group = int(attrs["group"])
     n, c = x.shape[:2]
     if w.shape[1] * group != c:
         raise NotSupported(f"weights {w.shape} with group={group} for {c} input channels")
-    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1
+    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1 (quantized too)
     size = lead + list(x.shape[2:])
+    padding = tuple([(0, 0)] * len(lead) + pairs)
     kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(lead + kernel),
-                  stride=tuple(lead + strides), padding=tuple([0] * len(lead) + [p[0] for p in pairs]),
+                  stride=tuple(lead + strides), padding=padding,
                   dilation=tuple(lead + dilations), groups=group, bias=bias, batch=n,
-                  height=size[0], width=size[1])
+                  **dict(zip(("depth", "height", "width")[3 - len(size):], size)))
     return ConvGeometry(kwargs, spatial)
 
 
-def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> Conv2d:
+def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> ConvNd:
     try:
-        return Conv2d(**geometry.kwargs, quant=quant)
+        return (Conv3d if geometry.spatial == 3 else Conv2d)(**geometry.kwargs, quant=quant)
     except ValueError as error:   # e.g. a kernel larger than the padded input
         raise NotSupported(str(error)) from error
 
@@ -281,34 +273,49 @@ class MatmulShape:
             raise NotSupported(f"{node.op_type} of shapes {a} and {b}: {error}") from error
         return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector)
 
-    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
-            b: np.ndarray) -> np.ndarray:
-        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
+    @property
+    def items(self) -> int:
+        """Products in the broadcast batch."""
+        return int(np.prod(self.batch))
+
+    def operands(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``a`` and ``b`` promoted and broadcast to ``[items, m, k]`` and ``[items, k, n]``."""
         a2 = a[None, :] if self.a_vector else a
         b2 = b[:, None] if self.b_vector else b
-        a_b = np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k)
-        b_b = np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n)
-        out = np.stack([product(x, y) for x, y in zip(a_b, b_b)]).reshape(*self.batch, self.m, self.n)
+        return (np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k),
+                np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n))
+
+    def output(self, products: np.ndarray) -> np.ndarray:
+        """The ``[items, m, n]`` products shaped as ONNX MatMul's output."""
+        out = products.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
         return out[..., 0] if self.b_vector else out
 
+    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
+            b: np.ndarray) -> np.ndarray:
+        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
+        return self.output(np.stack([product(x, y) for x, y in zip(*self.operands(a, b))]))
+
     @property
     def note(self) -> str:
-        return f"batch loop of {int(np.prod(self.batch))}" if self.batch else ""
+        return f"batch loop of {self.items}" if self.batch else ""
 
 
 def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMul (numpy semantics) as a float32 Matmul, looped over the broadcast batch."""
+    """ONNX MatMul (numpy semantics) as a float32 Matmul with one batch dim over the broadcast batch
+    (the operands broadcast to it; none for a single product): one kernel call."""
     attributes(node, {})
     _float32(node, values)
     shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    op = Matmul(shape.m, shape.n, shape.k)
+    batched = shape.items > 1
+    op = Matmul(shape.m, shape.n, shape.k, batch=(shape.items,) if batched else ())
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b), inputs[0], inputs[1])]
+        a, b = shape.operands(inputs[0], inputs[1])
+        return [shape.output(run_kernel(kernel, *((a, b) if batched else (a[0], b[0]))))]
 
-    return Lowering(op, call, shape.note)
+    return Lowering(op, call, f"batch dims {shape.batch} broadcast into one" if batched else "")
 
 
 def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
@@ -346,8 +353,8 @@ GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
 
 
 def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Matmul on the transposed operands;
-    ``alpha`` and ``beta * C`` are applied to the kernel's output."""
+    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 lo.Gemm: the transposes, ``alpha`` and
+    ``beta * C`` (broadcast) in the kernel; a scalar C is passed as shape (1,)."""
     attrs = attributes(node, GEMM_ATTRIBUTES)
     _float32(node, values)
     a, b, c = values[0].shape, values[1].shape, _input(values, 2)
@@ -357,21 +364,18 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     (m, k), (k2, n) = (a[::-1] if trans_a else a), (b[::-1] if trans_b else b)
     if k != k2:
         raise NotSupported(f"Gemm of shapes {a} and {b} with transA={int(trans_a)}, transB={int(trans_b)}")
-    op = Matmul(m, n, k)
-    alpha, beta = np.float32(attrs["alpha"]), np.float32(attrs["beta"])
+    c_shape = None if c is None else (tuple(c.shape) or (1,))
+    try:
+        op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(np.float32(attrs["alpha"])),
+                  beta=float(np.float32(attrs["beta"])), c_shape=c_shape)
+    except ValueError as error:   # a C that does not broadcast to (m, n)
+        raise NotSupported(str(error)) from error
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        y = run_kernel(kernel, inputs[0].T if trans_a else inputs[0], inputs[1].T if trans_b else inputs[1])
-        if alpha != 1:
-            y = alpha * y
-        if len(inputs) > 2 and inputs[2] is not None and beta != 0:
-            y = y + beta * inputs[2]
-        return [y.astype(np.float32)]
+        arrays = list(inputs[:2]) + ([np.reshape(inputs[2], c_shape)] if c_shape is not None else [])
+        return [run_kernel(kernel, *arrays)]
 
-    steps = [s for s, on in (("A transposed", trans_a), ("B transposed", trans_b),
-                             ("alpha after the kernel", alpha != 1),
-                             ("beta * C after the kernel", c is not None)) if on]
-    return Lowering(op, call, ", ".join(steps))
+    return Lowering(op, call, "")
 
 
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]
