@@ -1,6 +1,7 @@
-"""Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008 and
-11008 -> 4096) with i2_s, tl1 and tl2 weights against loopopt's int8 GEMV of the same schedule, and the binary
-XNOR + popcount conv on ResNet-50 conv2_x against the stored int8 schedule of that layer.
+"""Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008
+and 11008 -> 4096) with i2_s, tl1 and tl2 weights against loopopt's int8 GEMV of the same schedule,
+and ternary (the stored int8 schedule, int8 storage and i2_s) and binary XNOR + popcount convs on
+ResNet-50 conv2_x and conv3_x against the stored int8 schedule of each layer.
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
 of docs/benchmarks.md). Each pair of kernels is timed together by ``lo.measure_all`` (interleaved rounds,
@@ -78,10 +79,16 @@ def gemv_rows(shape: tuple[int, int, int], budget: float) -> list[str]:
 
 
 def conv_rows(layer: str, budget: float) -> list[str]:
+    """The layer's stored int8 schedule on int8 and on ternary weights (int8 storage and i2_s), and the
+    binary kernel."""
     binary = lo.get_layer(layer, quant=lo.QuantSpec("binary", True, True, "float32", "binary"))
     int8 = lo.get_layer(layer, quant=lo.QuantSpec("uint8", True, True, "uint8"))
-    kernels = [one_thread(lo.load_schedule(f"{layer}.int8", int8).compile()), lo.Schedule(binary).compile()]
-    labels = [f"int8 (`{layer}.int8`, uint8 x int8 -> uint8)", "binary XNOR + popcount (float32 output)"]
+    ternary = lo.get_layer(layer, quant=lo.QuantSpec("uint8", True, True, "uint8", "ternary"))
+    stored = lo.load_schedule(f"{layer}.int8", ternary)
+    kernels = [one_thread(lo.load_schedule(f"{layer}.int8", int8).compile()), one_thread(stored.compile()),
+               one_thread(stored.weight_format("i2_s").compile()), lo.Schedule(binary).compile()]
+    labels = [f"int8 (`{layer}.int8`, uint8 x int8 -> uint8)", "ternary, int8 storage, same schedule",
+              "ternary, i2_s, same schedule", "binary XNOR + popcount (float32 output)"]
     timings = lo.measure_all(kernels, budget=budget)
     rows = ["| kernel | isa | median ms | GOP/s (2 ops per product) | vs int8 | verified |",
             "|---|---|---|---|---|---|"]
@@ -95,7 +102,7 @@ def conv_rows(layer: str, budget: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per kernel")
-    parser.add_argument("--layer", default="resnet50.conv2_x")
+    parser.add_argument("--layers", default="resnet50.conv2_x,resnet50.conv3_x")
     parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
     args = parser.parse_args()
     profile = machine_profile()
@@ -106,7 +113,8 @@ def main() -> None:
         *(line for shape in GEMVS for line in (
             f"### Ternary GEMV, Matmul{shape}: {shape[2]} inputs -> {shape[1]} outputs (float32 output, "
             f"per-channel scales)", "", *gemv_rows(shape, args.budget), "")),
-        f"### Binary conv, {args.layer}", "", *conv_rows(args.layer, args.budget)])
+        *(line for layer in args.layers.split(",") for line in (
+            f"### Ternary and binary conv, {layer}", "", *conv_rows(layer, args.budget), ""))])
     print(text)
     if args.write:
         write_section(text, SECTION)
