@@ -114,6 +114,15 @@ class Kernel:
                 parts[part] += self._elements(p.name) * CTYPE_BYTES[p.ctype] + self._ahead(p.name)
         return parts
 
+    def tensor_bytes(self, name: str) -> int:
+        """Bytes of the parameter ``name`` as ``prepare`` stores it (in its storage layout and packed
+        format, e.g. 2 bits per i2_s weight, 1 per binary value; no read-ahead)."""
+        ctype = next((p.ctype for p in self.generated.params if p.name == name and p.pointer), None)
+        if ctype is None:
+            raise ValueError(f"{name!r} is not an array parameter of this kernel: use one of "
+                             f"{', '.join(p.name for p in self.generated.params if p.pointer)}")
+        return self._elements(name) * CTYPE_BYTES[ctype]
+
     @property
     def workspace_bytes(self) -> int:
         """Bytes of the buffers ``prepare`` allocates (``buffer_bytes``)."""

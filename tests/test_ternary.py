@@ -116,9 +116,13 @@ def test_packing_round_trip_and_size():
 
 def test_i2s_buffer_is_a_quarter_of_int8():
     op = lo.Matmul(1, 256, 512, quant=lo.QuantSpec("int8", False, True, "int32", "ternary"))
-    int8 = lo.Schedule(op).compile("scalar").buffer_bytes()["packed buffers"]
-    i2s = lo.Schedule(op).weight_format("i2_s").compile("scalar").buffer_bytes()["packed buffers"]
-    assert int8 - i2s == 256 * 512 - 256 * 512 // 4
+    int8, i2s = lo.Schedule(op).compile("scalar"), lo.Schedule(op).weight_format("i2_s").compile("scalar")
+    assert (int8.buffer_bytes()["packed buffers"] - i2s.buffer_bytes()["packed buffers"]
+            == 256 * 512 - 256 * 512 // 4)
+    sizes = (int8.tensor_bytes("B"), i2s.tensor_bytes("B"), i2s.tensor_bytes("A"))
+    assert sizes == (256 * 512, 256 * 512 // 4, 512)
+    with pytest.raises(ValueError, match="'lo_nothing' is not an array parameter"):
+        i2s.tensor_bytes("lo_nothing")
 
 
 def test_weights_outside_ternary_are_refused_with_value_and_index():
