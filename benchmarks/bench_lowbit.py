@@ -1,26 +1,38 @@
 """Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008
 and 11008 -> 4096) with i2_s, tl1 and tl2 weights against loopopt's int8 GEMV of the same schedule,
 and ternary (the stored int8 schedule, int8 storage and i2_s) and binary XNOR + popcount convs on
-ResNet-50 conv2_x and conv3_x against the stored int8 schedule of each layer.
+ResNet-50 conv2_x and conv3_x against the stored int8 schedule of each layer; each low-bit kernel
+next to the naive loop of the same arithmetic (``lo.Schedule(op)`` for the same QuantSpec and weight
+format; binary: the scalar ``__builtin_popcountll`` path, as the binary nest is fixed).
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
-of docs/benchmarks.md). Each pair of kernels is timed together by ``lo.measure_all`` (interleaved rounds,
-kernel run only, verified against quant.py's exact reference). The GEMV's weight bandwidth is the bytes
-of its stored weights per run over the median time, next to ``lo.machine_profile().memory_bandwidth()``
-(the one-core DRAM read bandwidth); weights that fit a cache level stay there between the timed runs.
+of docs/benchmarks.md). The kernels of a table are timed together by ``lo.measure_all`` (interleaved
+rounds, kernel run only, verified against quant.py's exact reference); there the weights stay in the
+caches between runs. The GEMVs are timed again from DRAM: before each run a buffer twice the size of
+the largest cache of ``lo.machine_profile()`` is read, so the weights come from memory; their weight
+bandwidth (stored weight bytes per run over the median time) is set against
+``lo.machine_profile().memory_bandwidth()`` (the one-core DRAM read bandwidth). onnxruntime's 4-bit
+``MatMulNBits`` (a one-node com.microsoft model) is timed the same way as a peer where installed.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_reuse import write_section
 
 import loopopt as lo
+from loopopt.kernel import compile_binary
 from loopopt.machine import machine_profile
+from loopopt.quant_reference import random_call
 
 SECTION = "## Low-bit kernels"
 GEMVS = ((1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008))    # Matmul(m, n, k): k inputs -> n outputs
@@ -40,14 +52,113 @@ def one_thread(kernel):
     return kernel
 
 
+BASELINES = (
+    "\"vs naive\" is the median of the naive loop of the same arithmetic over the kernel's (the BitNet "
+    "issue's bar: >= 10x). The naive loop is `lo.Schedule(op)`, the textbook nest without steps, compiled "
+    "for the same QuantSpec: with the weights stored one byte each, or in i2_s (`weight_format(\"i2_s\")`). "
+    "The tl1 and tl2 nests are fixed, so their baseline is the naive i2_s loop: the same ternary "
+    "arithmetic on 2-bit weights. A binary op's nest is fixed too (`lo.Schedule(op)` of a binary op is "
+    "the XNOR + popcount nest over a vector of output channels and cannot express a naive loop), so the "
+    "binary kernel's baseline is its scalar path (`__builtin_popcountll`, one channel at a time), labelled "
+    "as such. The naive loops are compiled for the best ISA, so the C compiler may vectorize them.")
+NAIVE_INT8_STORAGE = "naive loop, ternary int8 storage (`lo.Schedule(op)`)"
+NAIVE_I2S = "naive loop, ternary i2_s (`lo.Schedule(op).weight_format(\"i2_s\")`)"
+NAIVE_BINARY = "binary, scalar popcount (`compile_binary(lo.Schedule(op), \"scalar\", \"builtin\")`)"
+
+
 def weight_bytes(kernel) -> int:
     """Bytes of the stored weights the kernel reads per run."""
-    name = kernel.op.inputs[1]
-    ctype = next(p.ctype for p in kernel.generated.params if p.name == name)
-    return kernel._elements(name) * {"int8_t": 1, "uint8_t": 1, "uint64_t": 8}[ctype]
+    return kernel.tensor_bytes(kernel.op.inputs[1])
 
 
-def gemv_rows(shape: tuple[int, int, int], budget: float) -> list[str]:
+def vs_naive(label: str, baseline: str | None, medians: dict[str, float]) -> str:
+    """How many times faster than its naive baseline the kernel ``label`` ran ("-" without one)."""
+    return f"{medians[baseline] / medians[label]:.1f}x" if baseline else "-"
+
+
+def largest_cache():
+    """The largest cache level of ``lo.machine_profile()``."""
+    return max(machine_profile().caches, key=lambda c: c.size)
+
+
+def dram_times(runners: list[Callable[[], object]], runs: int) -> list[list[float]]:
+    """Seconds of ``runs`` runs of each runner (interleaved), each run right after reading one byte of
+    every line of a buffer twice the size of the largest cache, so that its data comes from DRAM."""
+    flush = np.ones(2 * largest_cache().size, np.uint8)
+    times: list[list[float]] = [[] for _ in runners]
+    for _ in range(runs):
+        for run, out in zip(runners, times):
+            flush[::64].sum()
+            start = time.perf_counter()
+            run()
+            out.append(time.perf_counter() - start)
+    return times
+
+
+def kernel_runner(kernel) -> Callable[[], object]:
+    """``kernel.run`` on buffers prepared once from a random call."""
+    args, params = random_call(kernel.op)
+    return partial(kernel.run, kernel.prepare(*args, **params))
+
+
+def matmulnbits_runner(n: int, k: int) -> tuple[Callable[[], object], int] | str:
+    """onnxruntime's ``MatMulNBits`` (4-bit weights, an fp32 scale per block of 32, one thread,
+    ``accuracy_level=4``: int8 activations) on random data, and its weight bytes; or why it is absent."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as err:
+        return f"onnxruntime / onnx not installed ({err})"
+    rng = np.random.default_rng(0)
+    blocks = -(-k // 32)
+    bq = rng.integers(0, 256, (n, blocks, 16), dtype=np.uint8)
+    scales = rng.uniform(0.01, 0.02, n * blocks).astype(np.float32)
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft", K=k, N=n,
+                            bits=4, block_size=32, accuracy_level=4)
+    graph = helper.make_graph([node], "gemv", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(bq, "B"), numpy_helper.from_array(scales, "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {"A": rng.standard_normal((1, k)).astype(np.float32)}
+    return partial(session.run, None, feeds), bq.nbytes + scales.nbytes
+
+
+def dram_rows(cases: list[tuple[str, object]], kernels: list, shape: tuple[int, int, int],
+              runs: int) -> list[str]:
+    """The GEMVs timed with their weights read from DRAM, and onnxruntime's MatMulNBits."""
+    labels = [label for label, _ in cases]
+    runners = [kernel_runner(kernel) for kernel in kernels]
+    sizes = [weight_bytes(kernel) for kernel in kernels]
+    peer = matmulnbits_runner(shape[1], shape[2])
+    if isinstance(peer, str):
+        note = f"onnxruntime's MatMulNBits is not in this table: {peer}."
+    else:
+        labels.append("onnxruntime 1 thread, `MatMulNBits` 4-bit, block 32, accuracy_level 4 (not verified)")
+        runners.append(peer[0])
+        sizes.append(peer[1])
+        note = ("onnxruntime's weight bytes are its 4-bit initializer and scales (it may repack them when "
+                "the session is created); its output is not checked (random weights).")
+    note += (" A figure above 100 % of the DRAM bandwidth means the profile's figure (measured while the "
+             "machine was shared) is below what one core streams here, not that a kernel beats DRAM: the "
+             "int8 row's weight GB/s is the better yardstick of this run.")
+    dram = machine_profile().memory_bandwidth()
+    rows = ["| kernel | median ms | min ms | weight MB | weight GB/s | % of DRAM bw | vs int8 |",
+            "|---|---|---|---|---|---|---|"]
+    times = dram_times(runners, runs)
+    base = float(np.median(times[0]))
+    for label, size, kernel_times in zip(labels, sizes, times):
+        median = float(np.median(kernel_times))
+        rows.append(f"| {label} | {median * 1e3:.3f} | {min(kernel_times) * 1e3:.3f} | {size / 1e6:.2f} | "
+                    f"{size / median / 1e9:.1f} | {100 * size / median / 1e9 / dram:.0f} | "
+                    f"{base / median:.2f}x |")
+    return rows + ["", f"{runs} runs of each, interleaved. {note}"]
+
+
+def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int) -> list[str]:
     m, n, k = shape
     int8 = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32"))
     ternary = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32", "ternary"))
@@ -56,25 +167,33 @@ def gemv_rows(shape: tuple[int, int, int], budget: float) -> list[str]:
              ("ternary, i2_s (2 bits)", gemv_schedule(ternary).weight_format("i2_s")),
              ("ternary, tl1 table lookup (2 bits)", lo.Schedule(ternary).weight_format("tl1")),
              ("ternary, tl2 table lookup (1.67 bits)", lo.Schedule(ternary).weight_format("tl2"))]
-    kernels = [one_thread(s.compile()) for s in (case[1] for case in cases)]
+    naive = [(NAIVE_INT8_STORAGE, lo.Schedule(ternary)),
+             (NAIVE_I2S, lo.Schedule(ternary).weight_format("i2_s"))]
+    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, None, None]
+    kernels = [one_thread(s.compile()) for _, s in cases + naive]
     timings = lo.measure_all(kernels, budget=budget)
+    medians = {label: t.median for (label, _), t in zip(cases + naive, timings)}
     dram = machine_profile().memory_bandwidth()
     base = timings[0].median
-    rows = ["| kernel | isa | median ms | min ms | weight MB | weight GB/s | % of DRAM bw | vs int8 "
-            "| verified |", "|---|---|---|---|---|---|---|---|---|"]
-    for (label, _), kernel, t in zip(cases, kernels, timings):
+    rows = ["Weights in the caches between runs:", "",
+            "| kernel | isa | median ms | min ms | weight MB | weight GB/s | % of DRAM bw | vs int8 "
+            "| vs naive | verified |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (label, _), kernel, t, baseline in zip(cases + naive, kernels, timings, baselines):
         size = weight_bytes(kernel)
         gbs = size / t.median / 1e9
         noisy = " (NOISY)" if t.noisy else ""
         rows.append(f"| {label} | {kernel.isa} | {t.median * 1e3:.3f} | {t.min * 1e3:.3f} | "
                     f"{size / 1e6:.2f} | {gbs:.1f} | {100 * gbs / dram:.0f} | {base / t.median:.2f}x | "
-                    f"{t.verified}{noisy} |")
-    last = max(machine_profile().caches, key=lambda c: c.size)
+                    f"{vs_naive(label, baseline, medians)} | {t.verified}{noisy} |")
+    last = largest_cache()
     fits = last.size > 2 * weight_bytes(kernels[0])
-    where = ("all the weight arrays fit in it, so the timed runs read them from there, not from DRAM" if fits
+    where = ("all the weight arrays fit in it, so these runs read them from there, not from DRAM" if fits
              else "the int8 weights do not fit in it")
-    rows.append(f"\nDRAM read bandwidth of one core (`lo.machine_profile().memory_bandwidth()`): {dram:.1f} "
-                f"GB/s. The largest cache ({last.name}) holds {last.size / 2**20:.0f} MiB: {where}.")
+    rows += [f"\nDRAM read bandwidth of one core (`lo.machine_profile().memory_bandwidth()`, measured "
+             f"{machine_profile().measured_utc} on the shared machine): {dram:.1f} GB/s. The largest cache "
+             f"({last.name}) holds {last.size / 2**20:.0f} MiB: {where}.", "",
+             f"Weights from DRAM (a {2 * last.size / 2**20:.0f} MiB buffer read before each run):", "",
+             *dram_rows(cases, kernels[:len(cases)], shape, runs)]
     return rows
 
 
@@ -86,22 +205,31 @@ def conv_rows(layer: str, budget: float) -> list[str]:
     ternary = lo.get_layer(layer, quant=lo.QuantSpec("uint8", True, True, "uint8", "ternary"))
     stored = lo.load_schedule(f"{layer}.int8", ternary)
     kernels = [one_thread(lo.load_schedule(f"{layer}.int8", int8).compile()), one_thread(stored.compile()),
-               one_thread(stored.weight_format("i2_s").compile()), lo.Schedule(binary).compile()]
+               one_thread(stored.weight_format("i2_s").compile()), lo.Schedule(binary).compile(),
+               one_thread(lo.Schedule(ternary).compile()),
+               one_thread(lo.Schedule(ternary).weight_format("i2_s").compile()),
+               compile_binary(lo.Schedule(binary), "scalar", "builtin")]
     labels = [f"int8 (`{layer}.int8`, uint8 x int8 -> uint8)", "ternary, int8 storage, same schedule",
-              "ternary, i2_s, same schedule", "binary XNOR + popcount (float32 output)"]
+              "ternary, i2_s, same schedule", "binary XNOR + popcount (float32 output)",
+              NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_BINARY]
+    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_BINARY, None, None, None]
     timings = lo.measure_all(kernels, budget=budget)
-    rows = ["| kernel | isa | median ms | GOP/s (2 ops per product) | vs int8 | verified |",
-            "|---|---|---|---|---|---|"]
-    for label, kernel, t in zip(labels, kernels, timings):
+    medians = {label: t.median for label, t in zip(labels, timings)}
+    rows = ["| kernel | isa | median ms | GOP/s (2 ops per product) | vs int8 | vs naive | verified |",
+            "|---|---|---|---|---|---|---|"]
+    for label, kernel, t, baseline in zip(labels, kernels, timings, baselines):
         how = f", popcount {kernel.popcount}" if hasattr(kernel, "popcount") else ""
         rows.append(f"| {label} | {kernel.isa}{how} | {t.median * 1e3:.3f} | {t.gflops:.0f} | "
-                    f"{timings[0].median / t.median:.2f}x | {t.verified}{' (NOISY)' if t.noisy else ''} |")
+                    f"{timings[0].median / t.median:.2f}x | {vs_naive(label, baseline, medians)} | "
+                    f"{t.verified}{' (NOISY)' if t.noisy else ''} |")
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per kernel")
+    parser.add_argument("--dram-runs", type=int, default=10,
+                        help="runs of each GEMV with its weights read from DRAM")
     parser.add_argument("--layers", default="resnet50.conv2_x,resnet50.conv3_x")
     parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
     args = parser.parse_args()
@@ -109,10 +237,10 @@ def main() -> None:
     text = "\n".join([
         f"`python benchmarks/bench_lowbit.py{' --write' if args.write else ''}` "
         f"({datetime.date.today()}, {profile.cpu}, one thread; the machine's 2 cores were shared with "
-        f"other work while this ran, so the figures are noisy).", "",
+        f"other work while this ran, so the figures are noisy).", "", BASELINES, "",
         *(line for shape in GEMVS for line in (
             f"### Ternary GEMV, Matmul{shape}: {shape[2]} inputs -> {shape[1]} outputs (float32 output, "
-            f"per-channel scales)", "", *gemv_rows(shape, args.budget), "")),
+            f"per-channel scales)", "", *gemv_rows(shape, args.budget, args.dram_runs), "")),
         *(line for layer in args.layers.split(",") for line in (
             f"### Ternary and binary conv, {layer}", "", *conv_rows(layer, args.budget), ""))])
     print(text)
