@@ -1,4 +1,4 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune, onnx.
 
 User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
 unwritable path or cache, an op that needs more memory than is available) print one line
@@ -47,6 +47,8 @@ EXAMPLES = {
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
     "cache": ["loopopt cache info", "loopopt cache clear"],
+    "onnx": ["loopopt onnx model.onnx --plot where.png",
+             "loopopt onnx model.onnx --tune --trials 16 --log tune.db --threads 2 --json"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
              "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json"],
 }
@@ -351,6 +353,45 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_tune)
 
 
+def cmd_onnx(args: argparse.Namespace) -> int:
+    try:
+        from .onnx.report import model_report
+    except ImportError as error:
+        raise UsageError(f"loopopt onnx needs the onnx package ({error}): "
+                         "pip install 'loopopt[onnx]'") from error
+    plot = _writable(args.plot)
+    if args.log is not None:
+        _writable(args.log)
+    report = model_report(args.model, threads=args.threads, tune_trials=args.trials if args.tune else 0,
+                          log=args.log, reuse=not args.no_reuse,
+                          progress=sys.stderr.isatty() and not args.json)
+    notes = [f"plot written to {report.plot(plot)}"] if plot else []
+    data = {**report.to_dict(), "plot": str(plot) if plot else None}
+    _print(args, data, "\n".join([report.table(), *notes]))
+    return 0
+
+
+def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
+    """The ``onnx`` subcommand: where a model's time goes, node by node."""
+    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm) of an ONNX model "
+                   "with static input shapes: its loopopt op, MFLOP, time with the backend's schedule (and "
+                   "tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone when "
+                   "onnxruntime is installed; totals, and a plot of where the time goes.")
+    p = sub.add_parser("onnx", parents=[json_flag], help="per-node report of an ONNX model",
+                       description=description, epilog=_examples("onnx"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("--tune", action="store_true", help="also tune each distinct node shape (lo.tune)")
+    p.add_argument("--trials", type=_positive, default=16,
+                   help="trials per distinct shape with --tune (default 16)")
+    p.add_argument("--log", help="SQLite tuning log: its best schedules run the nodes; --tune appends to it")
+    p.add_argument("--threads", type=_positive, default=1,
+                   help="threads of loopopt and onnxruntime (default 1)")
+    p.add_argument("--no-reuse", action="store_true", help="skip the reuse and traffic analysis")
+    p.add_argument("--plot", help="write a PNG of the time per node here")
+    p.set_defaults(run=cmd_onnx)
+
+
 def _positive_float(text: str) -> float:
     """An argparse type: a number > 0."""
     try:
@@ -439,6 +480,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cache)
     _machine_parser(sub, json_flag)
     _tune_parser(sub, json_flag)
+    _onnx_parser(sub, json_flag)
     return main_parser
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import tiers
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_models import expected, model, quantized_model, small_cnn, transformer_block
 
 from loopopt.onnx import backend
 from loopopt.onnx.graph import static_input_shapes
-from tests.helpers import tiers
-from tests.onnx_models import expected, model, quantized_model, small_cnn, transformer_block
 
 RNG = np.random.default_rng(3)
 

@@ -63,5 +63,8 @@ class KernelCache:
         key = signature(op)
         if key not in self._compiled:
             schedule, source = self.schedule(op)
-            self._compiled[key] = Compiled(schedule.compile(self.isa), schedule, source)
+            kernel = schedule.compile(self.isa)
+            if schedule.parallel_loop is not None:
+                kernel.set_threads(self.threads)
+            self._compiled[key] = Compiled(kernel, schedule, source)
         return self._compiled[key]
