@@ -18,7 +18,7 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import loopopt as lo  # noqa: E402
 from loopopt import dataflows as df  # noqa: E402
 from loopopt.schedule import Schedule  # noqa: E402
+from loopopt.tune.fit import spearman  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Model vs measured"
@@ -127,21 +128,6 @@ def measure_all(cases: dict[str, Schedule], rounds: int = ROUNDS, budget: float 
             verified.setdefault(name, timing.verified)
     return {name: {"isa": kernels[name].isa, "seconds": float(np.median(times[name])),
                    "runs": len(times[name]), "verified": verified[name]} for name in cases}
-
-
-def ranks(values: Iterable[float]) -> np.ndarray:
-    """Ranks from 0, ties sharing their mean rank."""
-    x = np.asarray(list(values), dtype=float)
-    order = np.empty(len(x))
-    order[x.argsort(kind="stable")] = np.arange(len(x))
-    for value in np.unique(x):
-        order[x == value] = order[x == value].mean()
-    return order
-
-
-def spearman(a: Iterable[float], b: Iterable[float]) -> float:
-    """Spearman's rank correlation: Pearson's correlation of the ranks."""
-    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
 def predictions(cases: dict[str, Schedule], isa: str, progress: Callable[[str], None]) -> dict[str, dict]:

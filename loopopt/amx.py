@@ -12,8 +12,7 @@ import errno
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import cache
 from typing import Literal
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from .buffers import ALIGNMENT, aligned_copy, aligned_zeros
 from .cbuild import compile_c
-from .codegen.amx import AMX, MAX_COLSB, MAX_ROWS, TILES, TileConfig, to_bf16, vnni_pack
+from .codegen.amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, indent, to_bf16, vnni_pack
 from .codegen.isa import cpu_flags
 
 SYS_ARCH_PRCTL = 158            # x86-64 system call number
@@ -79,63 +78,6 @@ def amx_available() -> bool:
     return True
 
 
-# --- a 2 x 2 block of accumulator tiles, shared by the peak loop and the GEMM ------------------
-
-C_TILES = ((0, 1), (2, 3))      # C_TILES[i][j]: accumulator of tile row i, tile column j
-A_TILES = (4, 5)                # one per tile row
-B_TILES = (6, 7)                # one per tile column
-TILE = MAX_ROWS                 # rows (and int32 columns) of an accumulator tile
-BLOCK = 2 * TILE                # output rows and columns of the 2 x 2 block
-
-
-@dataclass(frozen=True)
-class TileBlock:
-    """A block of 1 or 2 x 1 or 2 accumulator tiles with one A tile per tile row and one B tile per
-    tile column: ``C[i][j] += A[i] x B[j]``. Emits C statements through the table."""
-
-    config: TileConfig
-
-    @classmethod
-    def of(cls, rows: tuple[int, ...], cols: tuple[int, ...], a_colsb: int) -> TileBlock:
-        """Accumulators of ``rows[i]`` x ``cols[j]`` 32-bit values, A tiles ``rows[i]`` x ``a_colsb``
-        bytes, B tiles ``a_colsb / 4`` x ``4 cols[j]`` bytes."""
-        shapes = [(0, 0)] * TILES
-        for i, r in enumerate(rows):
-            shapes[A_TILES[i]] = (r, a_colsb)
-            for j, c in enumerate(cols):
-                shapes[C_TILES[i][j]] = (r, 4 * c)
-        for j, c in enumerate(cols):
-            shapes[B_TILES[j]] = (a_colsb // 4, 4 * c)
-        return cls(TileConfig(tuple(shapes)))
-
-    @property
-    def accumulators(self) -> list[tuple[int, int, int]]:
-        """(tile row i, tile column j, tile number) of each configured accumulator."""
-        return [(i, j, t) for i, row in enumerate(C_TILES) for j, t in enumerate(row) if self.config.rows(t)]
-
-    def zeros(self) -> list[str]:
-        return [f"{self.config.emit('zero', t=t)};" for _, _, t in self.accumulators]
-
-    def loads(self, a: Callable[[int], str], lda: int, b: Callable[[int], str], ldb: int) -> list[str]:
-        """Load A tile i from pointer ``a(i)`` (row stride ``lda``), B tile j from ``b(j)``."""
-        a_loads = [(t, a(i), lda) for i, t in enumerate(A_TILES) if self.config.rows(t)]
-        b_loads = [(t, b(j), ldb) for j, t in enumerate(B_TILES) if self.config.rows(t)]
-        return [f"{self.config.emit('loadd', t=t, p=p, stride=s)};" for t, p, s in a_loads + b_loads]
-
-    def dots(self, name: str) -> list[str]:
-        """One ``name`` dot product per accumulator."""
-        emit = self.config.emit
-        return [f"{emit(name, c=t, a=A_TILES[i], b=B_TILES[j])};" for i, j, t in self.accumulators]
-
-    def stores(self, c: Callable[[int, int], str], ldc: int) -> list[str]:
-        """Store accumulator (i, j) to pointer ``c(i, j)`` (row stride ``ldc`` bytes)."""
-        return [f"{self.config.emit('stored', t=t, p=c(i, j), stride=ldc)};" for i, j, t in self.accumulators]
-
-
-def _indent(statements: Iterable[str], spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in statements)
-
-
 # --- the peak: 4 independent tile dot products per iteration, operands held in tiles ----------
 
 _PEAK_SOURCE = """{prelude}
@@ -187,10 +129,10 @@ def amx_peak_gops(dtype: Literal["int8", "bf16"] = "int8") -> float:
     tile_bytes = TILE * MAX_COLSB
     source = _PEAK_SOURCE.format(
         prelude=AMX.prelude, config=block.config.c_initializer(), loadconfig=AMX.loadconfig(p="&lo_config"),
-        loads=_indent(block.loads(lambda i: f"a + {i * tile_bytes}", MAX_COLSB,
+        loads=indent(block.loads(lambda i: f"a + {i * tile_bytes}", MAX_COLSB,
                                   lambda j: f"b + {j * tile_bytes}", MAX_COLSB), 4),
-        zeros=_indent(block.zeros(), 4), dots=_indent(block.dots(name), 8),
-        stores=_indent(block.stores(lambda i, j: f"c + {(2 * i + j) * tile_bytes}", MAX_COLSB), 4),
+        zeros=indent(block.zeros(), 4), dots=indent(block.dots(name), 8),
+        stores=indent(block.stores(lambda i, j: f"c + {(2 * i + j) * tile_bytes}", MAX_COLSB), 4),
         release=AMX.release())
     module = compile_c(source, _PEAK_CDEF, AMX.compile_flags)
     rng = np.random.default_rng(0)
@@ -236,13 +178,6 @@ _REGION = """    {loadconfig};   /* rows {rows}, columns {cols} */
 """
 
 
-def _chunk_starts(k: int) -> tuple[int, ...]:
-    """Where each 64-byte K chunk starts: every 64 bytes, the last shifted back to end at K."""
-    if k <= MAX_COLSB:
-        return (0,)
-    return tuple(range(0, k - MAX_COLSB, MAX_COLSB)) + (k - MAX_COLSB,)
-
-
 def _edge_blocks(extent: int) -> list[tuple[int, int, tuple[int, ...]]]:
     """(first block, end block, tile extents) of the full 32-wide blocks and of the tail block."""
     full, tail = divmod(extent, BLOCK)
@@ -269,7 +204,7 @@ class AmxGemm:
         self.m, self.n, self.k = m, n, k
         self.lda = k if k >= MAX_COLSB else -(-k // 4) * 4   # short rows are padded to 4-byte groups
         self.kc = min(MAX_COLSB, self.lda)                   # bytes of A per chunk
-        self.starts = _chunk_starts(self.lda)
+        self.starts = chunk_starts(self.lda)
         self.n_tiles = -(-n // TILE)
         self.packed_shape = (self.n_tiles, len(self.starts), self.kc // 4, 4 * TILE)
         self.source = self._source()
@@ -288,8 +223,8 @@ class AmxGemm:
                 regions.append(_REGION.format(
                     loadconfig=AMX.loadconfig(p=f"&{name}"), rows=rows, cols=cols, mb0=mb0, mb1=mb1, nb0=nb0,
                     nb1=nb1, block_a=BLOCK * self.lda, block_b=2 * chunks * tile_b, block_c=BLOCK * self.n,
-                    block=BLOCK, chunks=chunks, zeros=_indent(block.zeros(), 12), loads=_indent(loads, 16),
-                    dots=_indent(block.dots("dpbusd"), 16), stores=_indent(stores, 12)))
+                    block=BLOCK, chunks=chunks, zeros=indent(block.zeros(), 12), loads=indent(loads, 16),
+                    dots=indent(block.dots("dpbusd"), 16), stores=indent(stores, 12)))
         return _GEMM_SOURCE.format(
             prelude=AMX.prelude, m=self.m, n=self.n, k=self.k, lda=self.lda, chunks=chunks, kc=self.kc,
             starts=", ".join(map(str, self.starts)), configs="\n".join(configs), regions="\n".join(regions),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
+from .ops import DTYPES
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -91,7 +92,7 @@ def _spec_option(key: str, value: str) -> bool | int | tuple[int, int]:
     return _spec_pair(value, key, low=0 if key == "padding" else 1)
 
 
-def parse_conv(spec: str, batch: int = 1) -> Conv2d:
+def parse_conv(spec: str, batch: int = 1, dtype: str = "float32") -> Conv2d:
     """The Conv2d of a --conv spec ``C,K,KH[xKW],H[xW]`` followed by optional ``key=value`` fields
     (``stride``, ``padding``, ``dilation``: ``N`` or ``NxM``; ``groups``; ``bias=0|1``), e.g.
     ``64,64,3,56,padding=1``; UsageError naming the bad field and what it allows."""
@@ -121,7 +122,7 @@ def parse_conv(spec: str, batch: int = 1) -> Conv2d:
     kernel = _spec_pair(leading[2], "KH[xKW] (kernel size)", low=1)
     height, width = _spec_pair(leading[3], "H[xW] (input size)", low=1)
     try:
-        return Conv2d(*channels, kernel, batch=batch, height=height, width=width, **options)
+        return Conv2d(*channels, kernel, batch=batch, height=height, width=width, dtype=dtype, **options)
     except ValueError as err:
         raise UsageError(f"--conv {spec}: {err}") from None
 
@@ -136,10 +137,10 @@ def _op(args: argparse.Namespace):
             m, n, k = (int(v) for v in args.matmul.split(","))
         except ValueError:
             raise UsageError(f"--matmul wants M,N,K (three integers), got {args.matmul!r}") from None
-        return Matmul(m, n, k)
+        return Matmul(m, n, k, dtype=args.dtype)
     if args.conv:
-        return parse_conv(args.conv, batch=args.batch or 1)
-    return get_layer(args.layer, batch=args.batch or 1)
+        return parse_conv(args.conv, batch=args.batch or 1, dtype=args.dtype)
+    return get_layer(args.layer, batch=args.batch or 1, dtype=args.dtype)
 
 
 def _schedule(name: str, op):
@@ -310,6 +311,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _writable(args.log)
     op = _op(args)
     if args.int8:
+        if op.dtype != "float32":
+            raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
         op = op.with_quant(QuantSpec(**INT8_SPEC))
     result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                   log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
@@ -421,7 +424,10 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
     group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
-    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar"))
+    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+                        help="instruction set (amx: the AMX tile kernels of a quantized op)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:

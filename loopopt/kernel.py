@@ -16,19 +16,28 @@ from typing import Any
 
 import numpy as np
 
+from .amx import require_amx
+from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, resolve_isa
+from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, borders, weight_compensation
-from .quant import QuantParams, check_quant_params, requant_multiplier
+from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.tiles import (
+    TileShape,
+    activations_shape,
+    check_amx_cpu,
+    generate_tiles,
+    pack_activations,
+    pack_weights,
+)
+from .quant import PARAM_NAMES, QuantParams, check_quant_params, requant_multiplier
 from .schedule import Schedule
 
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
-CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1}
-PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
+CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2}
 
 
 @dataclass
@@ -125,8 +134,10 @@ class Kernel:
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a numpy array, got {type(array).__name__}")
-        if array.dtype != np.float32:
-            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes float32 "
+        bf16_input = self.op.dtype == BFLOAT16 and name in self.op.inputs
+        if array.dtype != np.float32 and not (bf16_input and is_bf16_array(array)):
+            allowed = "float32 or ml_dtypes.bfloat16" if bf16_input else "float32"
+            raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes {allowed} "
                             f"(convert with {name}.astype(np.float32))")
         if array.shape != shape:
             raise ValueError(f"{name} has shape {array.shape}; {self.op!r} expects {shape}")
@@ -162,11 +173,17 @@ class Kernel:
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = self._copy(tensor, array) if is_bias else self._pack(tensor, array)
+            storage[tensor] = (self._copy(tensor, array) if is_bias
+                               else self._pack(tensor, self._element(tensor, array)))
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
         return Buffers(storage, self._bind(storage))
+
+    def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
+        nearest even here, before packing, so a tile layout packs the same bits)."""
+        return bf16_bits(array, tensor) if self.op.dtype == BFLOAT16 else array
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""
@@ -196,10 +213,11 @@ class QuantizedKernel(Kernel):
     """A compiled schedule of a quantized op (integer or dequantize-on-the-fly arithmetic).
 
     ``kernel(xq, wq, b, x_scale=, x_zero_point=, w_scale=, w_zero_point=, y_scale=, y_zero_point=)``
-    (``y_*`` only for a requantized output). ``prepare`` validates the parameters with
-    ``quant.check_quant_params``, packs the arrays into the schedule's layouts and computes
-    the per-channel terms (multipliers, and the weight compensation table when the schedule
-    says ``compensation("packed")``) outside the timed ``run``.
+    (``y_*`` only for a requantized output; an int32 output takes only the zero points).
+    ``prepare`` validates the parameters with ``quant.check_quant_params``, packs the arrays into
+    the schedule's layouts (uint8 weights shifted to int8, ``quantized.stored_weights``) and
+    computes the per-channel terms (multipliers, and the weight compensation table when the
+    schedule says ``compensation("packed")``) outside the timed ``run``.
     """
 
     def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
@@ -226,11 +244,10 @@ class QuantizedKernel(Kernel):
         if unknown:
             raise TypeError(f"unknown quantization parameter(s) {', '.join(unknown)}; "
                             f"the names are {', '.join(PARAM_NAMES)} (as in ONNX QLinearConv)")
-        missing = [n for n in PARAM_NAMES[:4] if params.get(n) is None]
+        missing = [n for n in self.op.quant.parameters if params.get(n) is None]
         if missing:
             raise ValueError(f"{self.op!r} is quantized: pass {', '.join(missing)} "
-                             "(kernel(x, w, b, x_scale=..., x_zero_point=..., "
-                             "w_scale=..., w_zero_point=...))")
+                             f"(kernel(x, w, b, {', '.join(f'{n}=...' for n in self.op.quant.parameters)}))")
         bias = arrays[2] if len(arrays) > 2 else None
         qp = check_quant_params(self.op.quant, self.op.channels, *(params.get(n) for n in PARAM_NAMES),
                                 xq=arrays[0] if arrays else None, wq=arrays[1] if len(arrays) > 1 else None,
@@ -238,6 +255,10 @@ class QuantizedKernel(Kernel):
         if qp.y_scale is not None:
             requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
         return qp
+
+    def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """The logical array of input ``tensor`` as the kernel reads it (before packing)."""
+        return stored_weights(self.plan, array) if tensor == self.op.inputs[1] else array
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
         """Validate, pack into the schedule's layouts, precompute per-channel terms."""
@@ -253,7 +274,7 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            values[tensor] = self._pack(tensor, array)
+            values[tensor] = self._pack(tensor, self._stored(tensor, array))
         if op.bias:
             values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
@@ -264,23 +285,25 @@ class QuantizedKernel(Kernel):
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
         op, spec, plan = self.op, self.op.quant, self.plan
         k = op.channels
+        # the zero points of the weights as stored (zw' = zw + weight_shift)
+        zw = self._copy("lo_zw", (qp.w_zero_point + plan.weight_shift).astype(np.int32))
         if not plan.integer:
-            return {"lo_zw": self._copy("lo_zw", qp.w_zero_point.astype(np.int32)),
-                    "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
+            return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
-        if spec.requantized:
-            mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
-        else:
-            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
         if plan.compensation == "packed":
             comp = self._copy("lo_comp", weight_compensation(op, wq, qp.w_zero_point))
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
-        return {"Y": self._zeros("Y", out_shape, spec.output),
-                "lo_zw": self._copy("lo_zw", qp.w_zero_point.astype(np.int32)),
-                "lo_mult": self._copy("lo_mult", np.asarray(mult, dtype=np.float32)), "lo_comp": comp,
-                "lo_xsum": self._zeros("lo_xsum", (self._elements("lo_xsum"),), np.int32),
-                "lo_zx": int(qp.x_zero_point), "lo_zy": int(qp.y_zero_point or 0)}
+        values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,
+                  "lo_xsum": self._zeros("lo_xsum", (self._elements("lo_xsum"),), np.int32),
+                  "lo_zx": int(qp.x_zero_point), "lo_zy": int(qp.y_zero_point or 0)}
+        if spec.requantized:
+            mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
+            values["lo_mult"] = self._copy("lo_mult", np.asarray(mult, dtype=np.float32))
+        elif spec.scaled:
+            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
+            values["lo_mult"] = self._copy("lo_mult", mult)
+        return values
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         """The raw int32 products ``P`` of the last run (before compensation), logical layout."""
@@ -292,15 +315,57 @@ class QuantizedKernel(Kernel):
         return self.output(buffers)
 
 
+class TileKernel(QuantizedKernel):
+    """A quantized kernel on AMX tiles (``codegen/tiles.py``): ``prepare`` stores the activations
+    channels-last and padded and the weights in B tiles; ``run`` asks Linux for the tile state
+    first (``require_amx``). The epilogue is fused at the tile store, so there are no raw int32
+    accumulators to read back."""
+
+    def _elements(self, name: str) -> int:
+        op = self.op
+        if name == op.inputs[0]:
+            return math.prod(activations_shape(op))
+        if name == op.inputs[1]:
+            return math.prod(TileShape.of(op).packed_weights_shape)
+        return super()._elements(name)
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        op = self.op
+        if tensor == op.inputs[0]:
+            return pack_activations(op, array, self._zeros(tensor, activations_shape(op), array.dtype))
+        if tensor == op.inputs[1]:
+            packed = self._zeros(tensor, TileShape.of(op).packed_weights_shape, np.int8)
+            return pack_weights(op, array, packed)
+        return super()._pack(tensor, array)
+
+    def run(self, buffers: Buffers) -> None:
+        require_amx()
+        super().run(buffers)
+
+    def accumulators(self, buffers: Buffers) -> np.ndarray:
+        raise ValueError("an AMX tile kernel applies the epilogue at each tile store: it keeps no int32 "
+                         "accumulators of the whole output")
+
+
+def _compile_tiles(schedule: Schedule) -> TileKernel:
+    check_amx_cpu()
+    generated = generate_tiles(schedule)
+    module = compile_c(generated.source, generated.cdef, generated.isa.compile_flags + QUANT_FLAGS)
+    return TileKernel(schedule, generated, module, generated.plan)
+
+
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
-    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it."""
+    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it
+    (``isa="amx"``: the AMX tile kernel of a quantized op, ``codegen/tiles.py``)."""
+    if isa == "amx":
+        return _compile_tiles(schedule)
     quantized = schedule.op.quant is not None
     isa_name = resolve_isa(isa, integer=quantized)
-    generated = generate(schedule, ISAS[isa_name])
+    generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     openmp = ("-fopenmp",) if generated.openmp else ()
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
-    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else ISAS[isa_name].compile_flags
+    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)

@@ -28,10 +28,10 @@ class LayerSpec:
     padding: int = 0
     groups: int = 1
 
-    def conv(self, batch: int = 1, quant: Optional[QuantSpec] = None) -> Conv2d:
+    def conv(self, batch: int = 1, quant: Optional[QuantSpec] = None, dtype: str = "float32") -> Conv2d:
         return Conv2d(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
                       padding=self.padding, groups=self.groups, batch=batch, height=self.size,
-                      width=self.size, quant=quant)
+                      width=self.size, dtype=dtype, quant=quant)
 
     @property
     def kind(self) -> str:
@@ -122,6 +122,7 @@ def layer_spec(name: str) -> LayerSpec:
     return LAYERS[name]
 
 
-def get_layer(name: str, batch: int = 1, quant: Optional[QuantSpec] = None) -> Conv2d:
-    """The Conv2d of layer ``name`` with ``batch`` images (quantized as ``quant`` describes, if given)."""
-    return layer_spec(name).conv(batch, quant)
+def get_layer(name: str, batch: int = 1, quant: Optional[QuantSpec] = None, dtype: str = "float32") -> Conv2d:
+    """The Conv2d of layer ``name`` with ``batch`` images (quantized as ``quant`` describes, if given;
+    ``dtype``: of a float layer's inputs, ``float32`` or ``bfloat16``)."""
+    return layer_spec(name).conv(batch, quant, dtype)

@@ -1,7 +1,7 @@
 """This machine: its fingerprint, its measured profile, and the provenance of results.
 
-The profile holds one core's peak per ISA (fp32 FMA and int8 dot throughput), the read
-bandwidth of each memory level (L1, L2, L3, DRAM) and the cache sizes the OS reports. It
+The profile holds one core's peak per ISA (fp32 FMA, int8 dot and bf16 ``vdpbf16ps`` throughput; AMX tiles
+for int8), the read bandwidth of each memory level (L1, L2, L3, DRAM) and the cache sizes the OS reports. It
 is measured once and cached as JSON in the kernel cache directory (``$LOOPOPT_CACHE_DIR``,
 default ``~/.cache/loopopt``), in a file named after the machine fingerprint, the C compiler
 and the profile format, written atomically; a file that cannot be read or does not
@@ -25,20 +25,33 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .amx import amx_available, amx_peak_gops
 from .atomic import write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
-from .codegen.isa import INT_ISAS, ISA_PREFERENCE, ISAS, Isa, available_int_isas, available_isas
+from .codegen.arith import BF16_PAIR
+from .codegen.isa import (
+    BF16_ISAS,
+    INT_ISAS,
+    ISA_PREFERENCE,
+    ISAS,
+    Isa,
+    available_int_isas,
+    available_isas,
+    bf16_dot_available,
+)
 from .codegen.quantized import DOT
 
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 3          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx")
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
-DTYPES = ("float32", "int8")
+DTYPES = ("float32", "int8", "bfloat16")
+UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
+PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 only (TDPBUSD tile loop, loopopt.amx)
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
@@ -253,21 +266,27 @@ class MachineProfile:
     bandwidth: dict[str, Bandwidth]     # level -> read bandwidth on one core
 
     def peak(self, isa: str = "auto", dtype: str = "float32") -> float:
-        """One core's peak (GFLOP/s for float32, GOP/s for int8) of ``isa``. ``auto`` and
+        """One core's peak (GFLOP/s for float32 and bfloat16, GOP/s for int8) of ``isa``. ``auto`` and
         ``scalar`` get the best SIMD ISA's (scalar kernels are judged against what the machine
-        can do); a machine without SIMD gets its scalar multiply-add rate."""
+        can do); a machine without SIMD gets its scalar multiply-add rate. bfloat16: the faster of
+        the two ways a bf16 kernel can multiply, ``vdpbf16ps`` (measured where the ISA has it) and
+        float32 FMA on widened operands (the float32 peak)."""
         if dtype not in self.peaks:
             raise ValueError(f"peak: dtype={dtype!r} is not supported; "
                              f"allowed: {', '.join(map(repr, DTYPES))}")
+        if dtype == "bfloat16":
+            dots = self.peaks[dtype]
+            dot = max(dots.values(), default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
+            return max(dot, self.peak(isa, "float32"))
         measured = self.peaks[dtype]
         if isa in measured:
             return measured[isa]
         if isa in ("auto", "scalar"):
             best = next((name for name in ISA_PREFERENCE if name in measured), None)
             return measured[best] if best else self.peaks["float32"]["scalar"]
-        if isa not in ISA_PREFERENCE:
+        if isa not in PEAK_ISAS:
             raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
-                             f"{', '.join(map(repr, ISA_PREFERENCE))}")
+                             f"{', '.join(map(repr, PEAK_ISAS))}")
         raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
                          f"measured: {', '.join(measured) or 'none'}")
 
@@ -298,8 +317,9 @@ class MachineProfile:
         _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
                f"an object with {DTYPES}")
         for dtype, table in peaks.items():
-            _check(isinstance(table, dict) and set(table) <= set(ISA_PREFERENCE), f"peaks.{dtype}", table,
-                   f"an object keyed by ISAs {ISA_PREFERENCE}")
+            isas = PEAK_ISAS if dtype == "int8" else ISA_PREFERENCE
+            _check(isinstance(table, dict) and set(table) <= set(isas), f"peaks.{dtype}", table,
+                   f"an object keyed by ISAs {isas}")
             for isa, value in table.items():
                 _check(_is_number(value) and value > 0, f"peaks.{dtype}.{isa}", value, "a number > 0")
         _check(bool(peaks["float32"]), "peaks.float32", peaks["float32"], "at least one ISA")
@@ -332,7 +352,7 @@ class MachineProfile:
                  (f"measured {self.measured_utc} by loopopt {self.loopopt}, compiler {self.compiler}, "
                  f"kernel {self.kernel}; other processes used {share} of the CPU meanwhile"),
                  "peak, one core:"]
-        for dtype, unit in zip(DTYPES, ("GFLOP/s", "GOP/s")):
+        for dtype, unit in zip(DTYPES, UNITS):
             lines += [f"  {dtype:<8} {isa:<7} {value:8.1f} {unit}"
                       for isa, value in self.peaks[dtype].items()]
         lines.append("read bandwidth, one core:")
@@ -393,6 +413,13 @@ _PEAK_KINDS: dict[str, tuple[dict[str, Isa], Callable[[], tuple[str, ...]], tupl
                 lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
     "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
              lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
+    # the float table with the bf16 table's vdpbf16ps: float vectors reinterpreted as bf16 pairs
+    "bfloat16": ({isa: replace(ISAS[isa], prelude=BF16_ISAS[isa].prelude,
+                               compile_flags=BF16_ISAS[isa].compile_flags,
+                               ops=ISAS[isa].ops | {"dot": BF16_ISAS[isa].dot})
+                  for isa in ISAS if "dot" in BF16_ISAS[isa].ops},
+                 lambda: tuple(isa for isa in available_isas() if bf16_dot_available(isa)),
+                 ("0.999f", "1e-3f", "1.0f"), lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * BF16_PAIR),
 }
 
 _READ_SOURCE = """{prelude}
@@ -447,7 +474,8 @@ def _best_of_rounds(function: Callable[..., Any], *args: Any) -> float:
 def measure_peak(isa: str, dtype: str = "float32") -> float:
     """Measure one core's peak (G ops/s) of a SIMD ``isa``: FMA throughput for float32 (2 flops
     per lane), u8 x s8 dot throughput for int8 (VNNI ``vpdpbusd``, AVX2 ``vpmaddwd`` sequence;
-    8 ops per int32 lane). Best of several short runs."""
+    8 ops per int32 lane), bf16 pair dot throughput for bfloat16 (``vdpbf16ps``, 4 flops per
+    float32 lane). Best of several short runs."""
     if dtype not in _PEAK_KINDS:
         raise ValueError(f"peak: dtype={dtype!r} is not supported; allowed: {', '.join(map(repr, DTYPES))}")
     tables, _, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
@@ -530,6 +558,8 @@ def measure_profile() -> MachineProfile:
         peaks[dtype] = {isa: measure_peak(isa, dtype) for isa in available() if tables[isa].vectorizes}
     if not peaks["float32"]:
         peaks["float32"]["scalar"] = measure_scalar_peak()
+    if amx_available():
+        peaks["int8"]["amx"] = amx_peak_gops("int8")
     caches = os_caches()
     bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
     cpu = this_cpu()
@@ -598,8 +628,11 @@ def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
 
     ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
     u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
-    sequence), 8 ops (4 multiply-adds) per int32 lane.
+    sequence), 8 ops (4 multiply-adds) per int32 lane; ``isa="amx"``: the AMX tile dot
+    ``TDPBUSD`` (``loopopt.amx.amx_peak_gops``), where the CPU has it. ``"bfloat16"``: ``vdpbf16ps``,
+    4 flops per float32 lane (the float32 peak on ISAs without it).
     """
     if dtype not in DTYPES:
-        raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; allowed: 'float32', 'int8'")
+        raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; "
+                         f"allowed: {', '.join(map(repr, DTYPES))}")
     return machine_profile().peak(isa, dtype)

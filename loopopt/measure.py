@@ -2,6 +2,7 @@
 throughput as % of this machine's measured peak (``loopopt.machine``)."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -113,11 +114,39 @@ def _timed(function: Callable[[], object]) -> float:
 
 
 def tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """Elementwise error bound of a float32 kernel: 2 * n * eps * sum |terms| (+ tiny)."""
+    """Elementwise error bound of a float32 kernel: 2 * n * eps * sum |terms| (+ tiny); of a
+    bfloat16 kernel: ``bf16_tolerance``."""
+    if op.dtype == "bfloat16":
+        return bf16_tolerance(op, inputs)
     abs_inputs = [np.abs(inputs[t]) for t in op.inputs]
     magnitude = op.reference(*abs_inputs)
     reduction = max(1, op.macs // max(1, int(np.prod(op.tensor(op.output).shape))))
     return 2 * reduction * np.finfo(np.float32).eps * magnitude + 1e-6
+
+
+def _gamma(terms: int, unit_roundoff: float) -> float:
+    """``n u / (1 - n u)``: the relative error bound of a sum of ``n`` terms in any order."""
+    return terms * unit_roundoff / (1 - terms * unit_roundoff)
+
+
+def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """Elementwise error bound of a bfloat16 kernel against ``op.reference`` (float64 of the inputs
+    rounded to bf16, as the kernel rounds them). The products of two bf16 are exact in float32
+    (8-bit significands), so only the float32 sums of the ``n`` terms of an output (its reduction
+    extent, plus the bias) round, in whatever order the schedule sums them:
+
+        |y - ref| <= (gamma_n(2^-24) + gamma_n(2^-53)) * (|b| + sum |x w|)
+                     + 2^-126 * n * (2 + max |x| + max |w|)
+
+    with ``gamma_n(u) = n u / (1 - n u)`` (the second gamma: the float64 reference's own
+    rounding) and the last term for ``vdpbf16ps``, which flushes denormal inputs, products and
+    sums to zero."""
+    values = op.operand_values(*(inputs[t] for t in op.inputs))
+    magnitudes = [np.abs(v) for v in values] + [np.abs(inputs[t]) for t in op.call_tensors[len(op.inputs):]]
+    terms = math.prod(op.extent(d) for d in op.reduction_dims) + int(op.bias)
+    relative = _gamma(terms, 2.0 ** -24) + _gamma(terms, 2.0 ** -53)
+    flushed = 2.0 ** -126 * terms * (2 + sum(float(m.max(initial=0.0)) for m in magnitudes[:2]))
+    return relative * op.reference(*magnitudes) + flushed
 
 
 def _call_arguments(kernel: Kernel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -135,8 +164,8 @@ def _call(kernel: Kernel, seed: int) -> tuple[list[np.ndarray], dict]:
 def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
     """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error).
 
-    Quantized kernels are checked against quant.py's exact reference: requantized outputs
-    bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
+    Quantized kernels are checked against quant.py's exact reference: requantized and int32
+    outputs bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
     The reference is computed in blocks of the batch (``Op.reference_blocks``, which raises
     MemoryLimitError if one batch item's reference does not fit the available memory).
     """
@@ -152,7 +181,7 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
             expected, bound = op.reference(*block), tolerance(op, inputs)
         else:
             expected = reference_output(op, block, params)
-            bound = (np.zeros(expected.shape) if op.quant.requantized else
+            bound = (np.zeros(expected.shape) if not op.quant.dequantized else
                      quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
         error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
         ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))
@@ -240,7 +269,7 @@ def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end:
     median = float(np.median(times))
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
-    dtype = "float32" if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
+    dtype = op.dtype if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
     peak = peak_gflops(kernel.isa, dtype) * kernel.threads
     noise = noise_verdict(times, share)
     unit = "GFLOP/s" if op.quant is None else "GOP/s"

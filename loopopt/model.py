@@ -63,8 +63,10 @@ class CoreCosts:
     window: float               # instructions in flight (the reorder buffer)
 
 
-UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1}   # per vector update
-UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4}       # vpmulld + vpaddd: 10 + 1
+UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1,   # per vector update
+                       "bf16": 1, "bf16_dot": 1}
+UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4,       # vpmulld + vpaddd: 10 + 1
+                  "bf16": 4, "bf16_dot": 5}    # vdpbf16ps: taken as vpdpbusd's (not measured here)
 
 _AVX512 = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
                     issue_per_cycle=6, gather_lane=0.4, scatter_lane=0.9, masked=0, mask=1, hsum=6,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import islpy as isl
 import numpy as np
 
+from .bf16 import BFLOAT16, bf16_values
 from .buffers import available_memory, check_memory
 from .expr import Bound, Expr, Var
 from .quant import qconv2d_accumulators, qmatmul_accumulators
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .quant import QuantSpec
 
 STATEMENT = "S"
+DTYPES = ("float32", BFLOAT16)   # element types of a float op's inputs (a quantized op: quant=QuantSpec)
 REFERENCE_BLOCK_BYTES = 256 * 2**20   # verification computes the reference in blocks of about this size
 
 
@@ -214,6 +216,12 @@ class Op:
         """Random logical-layout inputs for testing and timing."""
         raise NotImplementedError
 
+    def operand_values(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The values the kernel multiplies: the inputs as given (float32), or rounded to bfloat16."""
+        if self.dtype != BFLOAT16:
+            return arrays
+        return tuple(bf16_values(a, name) for a, name in zip(arrays, self.inputs))
+
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -270,6 +278,21 @@ def _positive(value, what: str) -> int:
     return int(value)
 
 
+def _dtype(dtype, quant) -> str:
+    """The checked element type of an op's inputs (``DTYPES``); bfloat16 is not quantized."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: allowed {', '.join(map(repr, DTYPES))} "
+                         f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
+    if quant is not None and dtype != "float32":
+        raise ValueError(f"dtype {dtype!r} cannot be quantized: pass quant=... with dtype='float32' "
+                         f"(quantized inputs are integers), or dtype={dtype!r} without quant")
+    return dtype
+
+
+def _dtype_repr(op: Op) -> str:
+    return f", dtype={op.dtype!r}" if op.dtype != "float32" else ""
+
+
 class Conv2d(Op):
     """2D convolution with PyTorch's semantics: ``O[n,k,oh,ow] += I[n,c',ih,iw] * W[k,c,kh,kw]``.
 
@@ -308,10 +331,7 @@ class Conv2d(Op):
         for what, channels in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
             if channels % self.groups:
                 raise ValueError(f"{what}={channels} is not divisible by groups={self.groups}")
-        if quant is None and dtype != "float32":
-            raise ValueError(f"dtype {dtype!r} is not supported: allowed 'float32' "
-                             f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
-        self.dtype = dtype
+        self.dtype = _dtype(dtype, quant)
         self.quant = quant
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self.padding, self.dilation
         span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
@@ -332,7 +352,8 @@ class Conv2d(Op):
             ("dilation", self.dilation, (1, 1)), ("groups", self.groups, 1)) if value != default)
         q = f", quant={self.quant}" if self.quant else ""
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}, "
-                f"bias={self.bias}, batch={self.batch}, height={self.height}, width={self.width}{q})")
+                f"bias={self.bias}, batch={self.batch}, height={self.height}, width={self.width}"
+                f"{_dtype_repr(self)}{q})")
 
     def tensor(self, name: str) -> TensorInfo:
         kh, kw = self.kernel_size
@@ -358,7 +379,7 @@ class Conv2d(Op):
     def with_quant(self, quant: Optional["QuantSpec"]) -> "Conv2d":
         return Conv2d(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
                       padding=self.padding, dilation=self.dilation, groups=self.groups, bias=self.bias,
-                      batch=self.batch, height=self.height, width=self.width, quant=quant)
+                      batch=self.batch, height=self.height, width=self.width, dtype=self.dtype, quant=quant)
 
     def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
         return qconv2d_accumulators(xq, wq, x_zero_point, w_zero_point, self.stride, self.padding,
@@ -398,7 +419,8 @@ class Conv2d(Op):
         return arrays
 
     def reference(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """float64 reference output ``O[N,K,OH,OW]``."""
+        """float64 reference output ``O[N,K,OH,OW]`` (bfloat16: of the inputs rounded to bf16)."""
+        x, w = self.operand_values(x, w)
         return conv2d_reference(x, w, b, stride=self.stride, padding=self.padding,
                                 dilation=self.dilation, groups=self.groups)
 
@@ -423,17 +445,14 @@ class Matmul(Op):
     def __init__(self, m: int, n: int, k: int, dtype: str = "float32",
                  quant: Optional["QuantSpec"] = None):
         self.m, self.n, self.k = (_positive(v, name) for v, name in ((m, "m"), (n, "n"), (k, "k")))
-        if quant is None and dtype != "float32":
-            raise ValueError(f"dtype {dtype!r} is not supported: allowed 'float32' "
-                             f"(for integer arithmetic pass quant=lo.QuantSpec(...))")
-        self.dtype = dtype
+        self.dtype = _dtype(dtype, quant)
         self.quant = quant
         self.dims = (("i", self.m), ("j", self.n), ("k", self.k))
         self.reduction_dims = frozenset({"k"})
 
     def __repr__(self) -> str:
         q = f", quant={self.quant}" if self.quant else ""
-        return f"Matmul(m={self.m}, n={self.n}, k={self.k}{q})"
+        return f"Matmul(m={self.m}, n={self.n}, k={self.k}{_dtype_repr(self)}{q})"
 
     def tensor(self, name: str) -> TensorInfo:
         infos = {"A": TensorInfo("A", (self.m, self.k), "MK", "input", "MK"),
@@ -451,7 +470,7 @@ class Matmul(Op):
         return table[name]
 
     def with_quant(self, quant: Optional["QuantSpec"]) -> "Matmul":
-        return Matmul(self.m, self.n, self.k, quant=quant)
+        return Matmul(self.m, self.n, self.k, dtype=self.dtype, quant=quant)
 
     def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
         return qmatmul_accumulators(xq, wq, x_zero_point, w_zero_point)
@@ -461,8 +480,8 @@ class Matmul(Op):
         return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("A", "B")}
 
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """float64 reference ``C = A @ B``."""
-        return matmul_reference(a, b)
+        """float64 reference ``C = A @ B`` (bfloat16: of the inputs rounded to bf16)."""
+        return matmul_reference(*self.operand_values(a, b))
 
     @property
     def reference_sizes(self) -> tuple[int, int, int]:

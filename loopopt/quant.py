@@ -19,38 +19,53 @@ import numpy as np
 from .reference import conv2d_reference, matmul_reference
 
 ACTIVATIONS = ("uint8", "int8")
-OUTPUTS = ("float32", "uint8", "int8")
-WEIGHT_DTYPE = np.dtype(np.int8)
+WEIGHTS = ("int8", "uint8")
+OUTPUTS = ("float32", "uint8", "int8", "int32")
+PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
 IntPair = int | tuple[int, int]
 
 
+def symmetric_zero_point(dtype: str) -> int:
+    """The zero point of symmetric quantization to ``dtype``: 0 for int8, 128 for uint8 (the middle
+    of its range, as ``quantize(..., symmetric=True)`` and ONNX Runtime's symmetric uint8 use)."""
+    return 0 if dtype == "int8" else 128
+
+
 @dataclass(frozen=True)
 class QuantSpec:
-    """How an op is quantized.
+    """How an op is quantized (the ONNX ``QLinearConv``/``ConvInteger`` type constraints).
 
-    ``activation``: ``"uint8"`` (asymmetric, zero-point 0..255) or ``"int8"``
-    (symmetric, zero-point 0). Weights are int8, per output channel if
-    ``per_channel``, with zero-points 0 if ``weight_symmetric``. ``output``:
-    dequantized ``"float32"`` or requantized ``"uint8"``/``"int8"``.
+    ``activation``: ``"uint8"`` or ``"int8"``, any zero point in its range (per tensor).
+    ``weight``: ``"int8"`` or ``"uint8"``, per output channel if ``per_channel``; with
+    ``weight_symmetric`` the weight zero point is ``symmetric_zero_point(weight)`` (0 for int8,
+    128 for uint8), else any value in range. ``output``: dequantized ``"float32"``, requantized
+    ``"uint8"``/``"int8"``, or ``"int32"``: the raw accumulators ``sum (x - zx) * (w - zw[k])``
+    (+ an int32 bias if the op has one), no scales (ONNX ``ConvInteger``/``MatMulInteger``).
     """
 
     activation: str = "uint8"
     per_channel: bool = True
     weight_symmetric: bool = True
     output: str = "float32"
+    weight: str = "int8"
 
     def __post_init__(self) -> None:
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"QuantSpec: activation={self.activation!r} is not supported; "
-                             f"allowed: {', '.join(map(repr, ACTIVATIONS))}")
-        if self.output not in OUTPUTS:
-            raise ValueError(f"QuantSpec: output={self.output!r} is not supported; "
-                             f"allowed: {', '.join(map(repr, OUTPUTS))}")
+        for name, allowed in (("activation", ACTIVATIONS), ("weight", WEIGHTS), ("output", OUTPUTS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"QuantSpec: {name}={getattr(self, name)!r} is not supported; "
+                                 f"allowed: {', '.join(map(repr, allowed))}")
         for name in ("per_channel", "weight_symmetric"):
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"QuantSpec: {name}={value!r} must be a bool (True or False)")
+
+    def __repr__(self) -> str:
+        # int8 weights (the default) are not named, so specs made before the weight field existed keep
+        # their signature (kernel headers, tuning logs)
+        weight = f", weight={self.weight!r}" if self.weight != "int8" else ""
+        return (f"QuantSpec(activation={self.activation!r}, per_channel={self.per_channel!r}, "
+                f"weight_symmetric={self.weight_symmetric!r}, output={self.output!r}{weight})")
 
     @property
     def activation_dtype(self) -> np.dtype:
@@ -58,14 +73,40 @@ class QuantSpec:
         return np.dtype(self.activation)
 
     @property
+    def weight_dtype(self) -> np.dtype:
+        """Storage dtype of the quantized weights."""
+        return np.dtype(self.weight)
+
+    @property
     def requantized(self) -> bool:
-        """True if the output is requantized to uint8/int8 (False: dequantized float32)."""
-        return self.output != "float32"
+        """True if the output is requantized to uint8/int8."""
+        return self.output in ("uint8", "int8")
+
+    @property
+    def dequantized(self) -> bool:
+        """True if the output is dequantized float32 (the only output with a float bias)."""
+        return self.output == "float32"
+
+    @property
+    def scaled(self) -> bool:
+        """True if a call takes scales: every output but the raw int32 accumulators."""
+        return self.output != "int32"
 
     @property
     def bias_dtype(self) -> np.dtype:
-        """int32 (scale ``sx * sw[k]``) for a requantized output, float32 otherwise."""
-        return np.dtype(np.int32 if self.requantized else np.float32)
+        """float32 for a float32 output; int32 otherwise (scale ``sx * sw[k]``, or raw for int32)."""
+        return np.dtype(np.float32 if self.dequantized else np.int32)
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The parameters a call takes (ONNX names): the zero points, the scales unless the output is
+        int32, and ``y_scale``/``y_zero_point`` for a requantized output."""
+        names = {"x_zero_point", "w_zero_point"}
+        if self.scaled:
+            names |= {"x_scale", "w_scale"}
+        if self.requantized:
+            names |= {"y_scale", "y_zero_point"}
+        return tuple(n for n in PARAM_NAMES if n in names)
 
 
 def _qrange(dtype: np.dtype | str) -> tuple[int, int]:
@@ -171,14 +212,15 @@ def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = No
 class QuantParams:
     """Validated, normalized quantization parameters of one kernel call.
 
-    Weight parameters are always arrays of length K (broadcast when per tensor).
-    ``y_scale``/``y_zero_point`` are None for a float32 output; ``bias`` is None
-    when no bias was given, else a length-K array of ``spec.bias_dtype``.
+    Weight parameters are always arrays of length K (broadcast when per tensor); ``w_scale``
+    and ``x_scale`` are None for an int32 output, ``y_scale``/``y_zero_point`` None unless the
+    output is requantized; ``bias`` is None when no bias was given, else a length-K array of
+    ``spec.bias_dtype``.
     """
 
-    x_scale: np.float32
+    x_scale: np.float32 | None
     x_zero_point: np.int32
-    w_scale: np.ndarray
+    w_scale: np.ndarray | None
     w_zero_point: np.ndarray
     y_scale: np.float32 | None = None
     y_zero_point: np.int32 | None = None
@@ -199,8 +241,9 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
 
 
 def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
-                      must_be_zero: str | None = None) -> np.ndarray:
-    """int32 array of shape (size,) (or ()) with values in the range of ``dtype``."""
+                      required: tuple[int, str] | None = None) -> np.ndarray:
+    """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
+    ``required[0]``, for the reason ``required[1]``, if given)."""
     arr = np.asarray(value)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer or integer array, got dtype {arr.dtype}")
@@ -210,8 +253,9 @@ def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
     if np.any(bad):
         raise ValueError(f"{name}={int(arr[bad].flat[0])} is out of range for {dtype} "
                          f"(allowed {lo}..{hi})")
-    if must_be_zero is not None and np.any(arr != 0):
-        raise ValueError(f"{name}={int(arr[arr != 0].flat[0])} must be 0: {must_be_zero}")
+    if required is not None and np.any(arr != required[0]):
+        value, why = required
+        raise ValueError(f"{name}={int(arr[arr != value].flat[0])} must be {value}: {why}")
     return arr.astype(np.int32)
 
 
@@ -227,43 +271,59 @@ def _check_shape(name: str, arr: np.ndarray, size: int | None) -> np.ndarray:
     return arr
 
 
+def _check_dtype(what: str, array: Any, spec: QuantSpec, field: str) -> None:
+    """TypeError unless ``array`` (if given) has the dtype that ``spec.<field>`` names."""
+    if array is not None and np.asarray(array).dtype != np.dtype(getattr(spec, field)):
+        raise TypeError(f"{what} dtype {np.asarray(array).dtype} does not match "
+                        f"QuantSpec({field}={getattr(spec, field)!r}): expected {getattr(spec, field)}")
+
+
+def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
+    """ValueError naming the parameters ``spec`` requires that are missing, or those it refuses."""
+    kind = {"float32": "is dequantized", "int32": "is the raw int32 accumulators (no scales)"}
+    what = f"output={spec.output!r} {kind.get(spec.output, 'is requantized')}"
+    wanted = spec.parameters
+    missing = [n for n in wanted if values[n] is None]
+    if missing:
+        raise ValueError(f"{what}: {' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} required "
+                         f"(a call takes {', '.join(wanted)})")
+    extra = [f"{n}={values[n]!r}" for n in values if values[n] is not None and n not in wanted]
+    if extra:
+        raise ValueError(f"{what}: {' and '.join(extra)} must not be given")
+
+
 def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_point: Any,
                        w_scale: Any, w_zero_point: Any, y_scale: Any = None,
                        y_zero_point: Any = None, *, xq: np.ndarray | None = None,
                        wq: np.ndarray | None = None, bias: Any = None) -> QuantParams:
     """Validate the parameters of a quantized kernel call against ``spec``.
 
-    ``k_channels`` is the number of output channels K (matmul: columns N). Optional
-    ``xq``/``wq``/``bias`` are checked too: ``xq`` must have the activation dtype,
-    ``wq`` int8, ``bias`` length K of an integer dtype fitting int32 (requantized
-    output) or a floating dtype (float output).
+    ``k_channels`` is the number of output channels K (matmul: columns N). The parameters
+    ``spec.parameters`` names are required, the others must be None (an int32 output takes
+    only the zero points). Optional ``xq``/``wq``/``bias`` are checked too: ``xq`` must have
+    the activation dtype, ``wq`` the weight dtype, ``bias`` length K of an integer dtype
+    fitting int32 (uint8/int8/int32 output) or a floating dtype (float32 output).
     Raises ValueError for bad values/shapes/combinations, TypeError for bad dtypes.
     """
-    if xq is not None and np.asarray(xq).dtype != spec.activation_dtype:
-        raise TypeError(f"input dtype {np.asarray(xq).dtype} does not match "
-                        f"QuantSpec(activation={spec.activation!r}): expected {spec.activation}")
-    if wq is not None and np.asarray(wq).dtype != WEIGHT_DTYPE:
-        raise TypeError(f"weight dtype {np.asarray(wq).dtype} does not match the spec: "
-                        f"quantized weights must be int8")
+    _check_dtype("input", xq, spec, "activation")
+    _check_dtype("weight", wq, spec, "weight")
+    _check_given(spec, dict(zip(PARAM_NAMES, (x_scale, x_zero_point, w_scale, w_zero_point, y_scale,
+                                              y_zero_point), strict=True)))
     w_size = k_channels if spec.per_channel else None
-    sx = _check_scale("x_scale", x_scale, None)
-    zx = _check_zero_point("x_zero_point", x_zero_point, None, spec.activation,
-                           "int8 activations are symmetric" if spec.activation == "int8" else None)
-    sw = _check_scale("w_scale", w_scale, w_size)
-    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, "int8",
-                           "QuantSpec(weight_symmetric=True)" if spec.weight_symmetric else None)
-    sy = zy = None
+    sx = sw = sy = zy = None
+    if spec.scaled:
+        sx = np.float32(_check_scale("x_scale", x_scale, None))
+        sw = np.broadcast_to(_check_scale("w_scale", w_scale, w_size), (k_channels,)).copy()
+    zx = _check_zero_point("x_zero_point", x_zero_point, None, spec.activation)
+    symmetric = None
+    if spec.weight_symmetric:
+        symmetric = (symmetric_zero_point(spec.weight),
+                     f"QuantSpec(weight={spec.weight!r}, weight_symmetric=True)")
+    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, spec.weight, symmetric)
     if spec.requantized:
-        if y_scale is None or y_zero_point is None:
-            raise ValueError(f"output={spec.output!r} is requantized: y_scale and y_zero_point are "
-                             f"required (got y_scale={y_scale!r}, y_zero_point={y_zero_point!r})")
         sy = np.float32(_check_scale("y_scale", y_scale, None))
         zy = np.int32(_check_zero_point("y_zero_point", y_zero_point, None, spec.output))
-    elif y_scale is not None or y_zero_point is not None:
-        raise ValueError(f"output='float32' is dequantized: y_scale={y_scale!r} and "
-                         f"y_zero_point={y_zero_point!r} must not be given")
-    return QuantParams(x_scale=np.float32(sx), x_zero_point=np.int32(zx),
-                       w_scale=np.broadcast_to(sw, (k_channels,)).copy(),
+    return QuantParams(x_scale=sx, x_zero_point=np.int32(zx), w_scale=sw,
                        w_zero_point=np.broadcast_to(zw, (k_channels,)).copy(),
                        y_scale=sy, y_zero_point=zy,
                        bias=None if bias is None else _check_bias(spec, bias, k_channels))
@@ -271,10 +331,10 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_po
 
 def _check_bias(spec: QuantSpec, bias: Any, k_channels: int) -> np.ndarray:
     b = np.asarray(bias)
-    if spec.requantized:
+    if not spec.dequantized:
         if not np.issubdtype(b.dtype, np.integer):
-            raise TypeError(f"bias dtype {b.dtype} does not match output={spec.output!r}: a "
-                            f"requantized output takes an int32 bias (scale x_scale * w_scale)")
+            raise TypeError(f"bias dtype {b.dtype} does not match output={spec.output!r}: an integer "
+                            f"output takes an int32 bias (requantized: scale x_scale * w_scale)")
         lo, hi = _qrange(np.int32)
         if b.size and (b.min() < lo or b.max() > hi):
             raise ValueError(f"bias values {b.min()}..{b.max()} do not fit int32")
@@ -361,7 +421,23 @@ def requant_multiplier(x_scale: Any, w_scale: Any, y_scale: Any) -> np.ndarray:
     return m
 
 
-def requantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, y_scale: Any,
+def add_bias(acc: np.ndarray, bias_i32: Any = None, axis: int = 1) -> np.ndarray:
+    """int32 ``acc + bias[k]``, channel k along ``axis`` (the int32 output of ``ConvInteger`` /
+    ``MatMulInteger``, plus a bias if given). TypeError unless ``acc`` is int32, OverflowError if
+    a sum leaves int32."""
+    acc = np.asarray(acc)
+    if acc.dtype != np.int32:
+        raise TypeError(f"accumulators must be int32, got {acc.dtype}")
+    if bias_i32 is None:
+        return acc
+    axis = _norm_axis(axis, acc.ndim)
+    shape = _channel_shape(acc.ndim, axis, acc.shape[axis])
+    return _to_int32(acc.astype(np.int64) + np.asarray(bias_i32, dtype=np.int64).reshape(shape),
+                     "accumulator + bias")
+
+
+def requantize_output(
+acc: np.ndarray, x_scale: Any, w_scale: Any, y_scale: Any,
                       y_zero_point: Any, out_dtype: str, bias_i32: Any = None,
                       axis: int = 1) -> np.ndarray:
     """Requantize int32 accumulators to ``out_dtype`` (uint8/int8), channel k along ``axis``.
@@ -376,16 +452,10 @@ def requantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, y_scale: Any,
     5. ``q = clamp(r + zy, qmin, qmax)`` exactly (saturating even beyond int32;
        equivalently clamp ``p`` to ``[qmin - zy, qmax - zy]`` in float32 before rounding).
     """
-    acc = np.asarray(acc)
-    if acc.dtype != np.int32:
-        raise TypeError(f"accumulators must be int32, got {acc.dtype}")
-    axis = _norm_axis(axis, acc.ndim)
-    k = acc.shape[axis]
-    shape = _channel_shape(acc.ndim, axis, k)
-    a = acc.astype(np.int64)
-    if bias_i32 is not None:
-        a = a + np.asarray(bias_i32, dtype=np.int64).reshape(shape)
-    a = _to_int32(a, "accumulator + bias")
+    a = add_bias(acc, bias_i32, axis)
+    axis = _norm_axis(axis, a.ndim)
+    k = a.shape[axis]
+    shape = _channel_shape(a.ndim, axis, k)
     m = np.broadcast_to(requant_multiplier(x_scale, w_scale, y_scale), (k,)).reshape(shape)
     p = a.astype(np.float32) * m
     r = np.rint(p).astype(np.float64) + np.float64(int(y_zero_point))

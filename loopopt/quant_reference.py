@@ -1,8 +1,8 @@
 """Inputs and exact references of quantized kernel calls, for verification and timing.
 
 ``random_call`` makes the quantized arrays and calibrated parameters of one call;
-``reference_output`` is quant.py's exact output for them (requantized bit for bit, or
-dequantized float32) and ``tolerance`` the bound a float32 output must meet.
+``reference_output`` is quant.py's exact output for them (requantized or int32 bit for bit,
+or dequantized float32) and ``tolerance`` the bound a float32 output must meet.
 """
 from __future__ import annotations
 
@@ -11,33 +11,36 @@ from typing import Any
 import numpy as np
 
 from .ops import Op
-from .quant import dequantize, dequantize_output, quantize, requantize_output
+from .quant import add_bias, dequantize, dequantize_output, quantize, requantize_output
 
 
 def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Quantized arrays ``[xq, wq(, b)]`` and the call's parameters, calibrated from
-    ``op.random_inputs(seed)`` with ``quant.quantize`` as the op's QuantSpec says."""
+    ``op.random_inputs(seed)`` with ``quant.quantize`` as the op's QuantSpec says (activations
+    asymmetric, so with a zero point that is not the dtype's middle; an int32 output takes no
+    scales, its int32 bias has the scale the others' would have)."""
     spec = op.quant
     floats = op.random_inputs(seed)
     x, w = (floats[t] for t in op.inputs)
-    xq, sx, zx = quantize(x, spec.activation)
+    xq, sx, zx = quantize(x, spec.activation, symmetric=False)
     axis = op.weight_channel_axis if spec.per_channel else None
-    wq, sw, zw = quantize(w, "int8", axis=axis, symmetric=spec.weight_symmetric)
-    params: dict[str, Any] = dict(x_scale=sx, x_zero_point=zx, w_scale=sw, w_zero_point=zw)
+    wq, sw, zw = quantize(w, spec.weight, axis=axis, symmetric=spec.weight_symmetric)
+    scales: dict[str, Any] = dict(x_scale=sx, w_scale=sw)
+    params: dict[str, Any] = dict(x_zero_point=zx, w_zero_point=zw) | (scales if spec.scaled else {})
     arrays = [xq, wq]
     if op.bias:
         b = floats[op.bias_tensor]
-        if spec.requantized:
+        if spec.dequantized:
+            arrays.append(b)
+        else:
             scale = np.float64(sx) * np.broadcast_to(np.asarray(sw, np.float64), (op.channels,))
             arrays.append(np.rint(b / scale).astype(np.int32))
-        else:
-            arrays.append(b)
     if spec.requantized:
         # the output's range, block by block (quantize only depends on the minimum and maximum)
         bias = arrays[2] if len(arrays) > 2 else None
         low, high = np.float32(np.inf), np.float32(-np.inf)
         for rows in op.reference_blocks():
-            y = _dequantized(op, op.integer_accumulators(xq[rows], wq, zx, zw), params, bias)
+            y = _dequantized(op, op.integer_accumulators(xq[rows], wq, zx, zw), scales, bias)
             low, high = min(low, y.min()), max(high, y.max())
         _, params["y_scale"], params["y_zero_point"] = quantize(np.array([low, high]), spec.output)
     return arrays, params
@@ -45,18 +48,21 @@ def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]
 
 def _dequantized(op: Op, acc: np.ndarray, params: dict[str, Any], bias) -> np.ndarray:
     scale = np.float64(params["x_scale"]) * np.asarray(params["w_scale"], np.float64)
-    b = None if bias is None else (bias if op.quant.output == "float32" else
+    b = None if bias is None else (bias if op.quant.dequantized else
                                    np.asarray(bias, np.float64) * np.broadcast_to(scale, (op.channels,)))
     return dequantize_output(acc, params["x_scale"], params["w_scale"], b, axis=op.output_channel_axis)
 
 
 def reference_output(op: Op, arrays: list[np.ndarray], params: dict[str, Any]) -> np.ndarray:
-    """The exact output of quant.py for a call: requantized bit for bit, or dequantized float32."""
+    """The exact output of quant.py for a call: requantized or int32 bit for bit, or dequantized
+    float32."""
     acc = op.integer_accumulators(arrays[0], arrays[1], params["x_zero_point"], params["w_zero_point"])
     bias = arrays[2] if len(arrays) > 2 else None
     if op.quant.requantized:
         return requantize_output(acc, params["x_scale"], params["w_scale"], params["y_scale"],
                                  params["y_zero_point"], op.quant.output, bias, axis=op.output_channel_axis)
+    if not op.quant.scaled:
+        return add_bias(acc, bias, axis=op.output_channel_axis)
     return _dequantized(op, acc, params, bias)
 
 

@@ -500,7 +500,7 @@ class Schedule:
         float32 output only)."""
         step = Step("arithmetic", (kind,))
         self._check_quant_choice(step, kind, ARITHMETICS)
-        if kind == "dequantize" and self.op.quant.requantized:
+        if kind == "dequantize" and not self.op.quant.dequantized:
             raise ScheduleError(f"{step}: dequantize-on-the-fly accumulates in float and produces a "
                                 f"float32 output; this op's output is {self.op.quant.output!r} "
                                 f"(use QuantSpec(output='float32'))")

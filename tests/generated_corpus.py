@@ -26,18 +26,25 @@ SMALL_CONVS = (
 )
 
 
+# a layer schedule's variant suffix and the op it is meant for
+VARIANTS = {".int8": dict(quant=lo.QuantSpec()), ".bf16": dict(dtype="bfloat16")}
+
+
 def _ops(name: str) -> Iterator[tuple[str, object]]:
-    layer, _, suffix = name.partition(".int8")
+    variant = next((suffix for suffix in VARIANTS if name.endswith(suffix)), "")
+    layer = name.removesuffix(variant)
     if layer in lo.list_layers():
-        yield layer, lo.get_layer(layer, quant=lo.QuantSpec() if name.endswith(".int8") else None)
+        yield layer, lo.get_layer(layer, **VARIANTS.get(variant, {}))
         return
     for label, kwargs in SMALL_CONVS:
         yield label, lo.Conv2d(**kwargs)
         for i, spec in enumerate(QUANT_SPECS):
             yield f"{label}.q{i}", lo.Conv2d(**kwargs, quant=spec)
+    yield "conv.bf16", lo.Conv2d(**SMALL_CONVS[0][1], dtype="bfloat16")
     yield "conv2_x", lo.get_layer("resnet50.conv2_x")
     yield "matmul", lo.Matmul(33, 47, 29)
     yield "matmul.q1", lo.Matmul(33, 47, 29, quant=QUANT_SPECS[1])
+    yield "matmul.bf16", lo.Matmul(33, 47, 29, dtype="bfloat16")
 
 
 def corpus() -> Iterator[tuple[str, lo.Schedule]]:
@@ -53,7 +60,7 @@ def corpus() -> Iterator[tuple[str, lo.Schedule]]:
             yield f"{name}@{label}", schedule
             if op.quant is not None:
                 yield f"{name}@{label}.kernel", schedule.compensation("kernel")
-                if not op.quant.requantized:
+                if op.quant.dequantized:
                     yield f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
 
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import codegen
+from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
@@ -57,7 +57,7 @@ def rotated(cases, options, quick=None):
 # --- random convs and schedules ---------------------------------------------------------------------
 
 @st.composite
-def conv_ops(draw, max_hw: int = 9):
+def conv_ops(draw, max_hw: int = 9, dtype: str = "float32"):
     """A small Conv2d: groups (depthwise too), kernel, stride, padding, dilation, bias, batch."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = draw(st.integers(1, 5))
@@ -73,7 +73,7 @@ def conv_ops(draw, max_hw: int = 9):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride, padding=padding, dilation=dilation,
                      groups=groups, bias=draw(st.booleans()), batch=draw(st.integers(1, 3)),
-                     height=height, width=width)
+                     height=height, width=width, dtype=dtype)
 
 
 ACT_LAYOUTS = ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"]
@@ -158,15 +158,17 @@ def check(schedule: lo.Schedule, isa: str) -> None:
 
 # --- quantized kernels ------------------------------------------------------------------------------
 
-SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(["uint8", "int8"]), per_channel=st.booleans(),
-                  weight_symmetric=st.booleans(), output=st.sampled_from(["float32", "uint8", "int8"]))
+SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS), per_channel=st.booleans(),
+                  weight_symmetric=st.booleans(), output=st.sampled_from(lo.quant.OUTPUTS),
+                  weight=st.sampled_from(lo.quant.WEIGHTS))
 
 
 def raw_products(kernel, args):
-    """What the nest must accumulate: sum of x' * w over the valid taps (x' = x + shift), wrapped to int32."""
-    op, shift = kernel.op, kernel.plan.shift
-    x = args[0].astype(np.int64) + shift
-    w = args[1].astype(np.int64)
+    """What the nest must accumulate: sum of x' * w' over the valid taps (x' = x + shift, w' = w +
+    weight_shift), wrapped to int32."""
+    op, plan = kernel.op, kernel.plan
+    x = args[0].astype(np.int64) + plan.shift
+    w = args[1].astype(np.int64) + plan.weight_shift
     if isinstance(op, lo.Conv2d):
         p = conv2d_reference(x, w, None, stride=op.stride, padding=op.padding, dilation=op.dilation,
                              groups=op.groups, acc_dtype=np.int64)
@@ -177,7 +179,7 @@ def raw_products(kernel, args):
 
 def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
     """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
-    products exactly, requantized outputs bit for bit, float outputs within their bound)."""
+    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound)."""
     op = schedule.op
     kernel = schedule.compile(isa)
     args, params = random_call(op, seed)
@@ -189,7 +191,7 @@ def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
     where = (schedule.pseudocode(), isa)
     if kernel.plan.integer and not kernel.plan.fused_epilogue:
         assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args)), where
-    if op.quant.requantized:
+    if not op.quant.dequantized:
         assert np.array_equal(result, expected), (where, np.abs(result.astype(int) - expected).max())
     else:
         bound = quant_tolerance(op, args, params, schedule.arithmetic_mode == "dequantize")
@@ -261,3 +263,17 @@ def python_trace(schedule, granularity, line_size):
             for t, off in offsets[:2] + offsets[2:] * 2:
                 trace.append((t.name, t.base + (off.evaluate(env) * t.element_bytes >> t.shift)))
     return trace
+
+
+# --- AMX ----------------------------------------------------------------------------------------------
+
+def _missing_amx() -> str | None:
+    try:
+        amx.require_amx()
+    except amx.AmxUnavailableError as err:
+        return str(err)
+    return None
+
+
+MISSING_AMX = _missing_amx()       # why this process cannot run tile code (None: it can)
+needs_amx = pytest.mark.skipif(MISSING_AMX is not None, reason=f"needs AMX: {MISSING_AMX}")

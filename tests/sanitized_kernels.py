@@ -48,7 +48,7 @@ def test_float_matmuls(isa, data, m, n, k):
 def test_quantized_convs(isa, data):
     op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(SPECS))
     s = data.draw(blocked_schedules(op, isa))
-    if not op.quant.requantized and data.draw(st.booleans()):
+    if op.quant.dequantized and data.draw(st.booleans()):
         s = s.arithmetic("dequantize")
     check_quantized(s.compensation(data.draw(st.sampled_from(["packed", "kernel"]))), isa)
 

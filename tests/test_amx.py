@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import needs_amx
 
 from loopopt import amx
 from loopopt.cbuild import compile_c
@@ -18,18 +19,6 @@ from loopopt.codegen.amx import (
     to_bf16,
     vnni_pack,
 )
-
-
-def _missing_amx() -> str | None:
-    try:
-        amx.require_amx()
-    except amx.AmxUnavailableError as err:
-        return str(err)
-    return None
-
-
-MISSING = _missing_amx()
-needs_amx = pytest.mark.skipif(MISSING is not None, reason=f"needs AMX: {MISSING}")
 
 DOTS = [name for name, instr in AMX.ops.items() if instr.dot is not None]
 C, A, B = 3, 6, 1                   # tile numbers of the probe (any distinct literals)

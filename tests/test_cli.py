@@ -10,6 +10,7 @@ import pytest
 from helpers import quick_first
 
 from loopopt.cli import main, parse_conv
+from loopopt.codegen.isa import bf16_dot_available
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,18 @@ def test_show_and_reuse(capsys):
     assert status == 0 and json.loads(out)["provenance"]["isa"] == json.loads(out)["isa"]
 
 
+def test_bf16_dtype(capsys):
+    """--dtype bfloat16 makes the op bf16; the stored bf16 layer schedule shows its dot loop where it runs."""
+    status, out, _ = run(capsys, "show", "--conv", "4,16,3,6,padding=1", "--dtype", "bfloat16", "--schedule",
+                         "resnet50.conv2_x.bf16", "--json")
+    data = json.loads(out)
+    assert status == 0 and "dtype='bfloat16'" in data["op"] and "uint16_t *restrict I" in data["source"]
+    assert ("vdpbf16ps" in data["pseudocode"]) == bf16_dot_available(data["isa"])
+    status, out, _ = run(capsys, "compare", *SMALL, "--dtype", "bfloat16", "--schedules", "naive", "--json",
+                         "--quiet", "--no-reuse")
+    assert status == 0 and json.loads(out)["rows"][0]["verified"]
+
+
 def test_machine(capsys):
     import loopopt as lo
     status, out, _ = run(capsys, "machine")
@@ -83,6 +96,7 @@ def test_report(capsys, tmp_path, suffix):
     (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of "
                                          ".md (Markdown), .html (HTML), .htm (HTML), got .pdf")),
     (["report", *SMALL, "-o", "report"], "got none"),
+    (["tune", *SMALL, "--int8", "--dtype", "bfloat16"], "--int8 quantizes float32 inputs"),
 ])
 def test_user_errors_exit_2(capsys, argv, message):
     status, _, err = run(capsys, *argv)

@@ -47,7 +47,8 @@ def make_profile(**changes) -> MachineProfile:
         fingerprint=fingerprint(), cpu="Test CPU", vendor="TestVendor", cpus=2, compiler="gcc 12",
         kernel="6.1", loopopt="0.1.0", measured_utc="2026-01-01T00:00:00+00:00", other_cpu_share=0.01,
         caches=CACHES,
-        peaks={"float32": {"avx512": 118.0, "avx2": 60.0}, "int8": {"avx512": 470.0, "avx2": 200.0}},
+        peaks={"float32": {"avx512": 118.0, "avx2": 60.0}, "int8": {"avx512": 470.0, "avx2": 200.0},
+               "bfloat16": {"avx512": 236.0}},
         bandwidth={"L1": Bandwidth(200.0, 16 << 10), "DRAM": Bandwidth(20.0, 64 << 20)})
     return dataclasses.replace(profile, **changes)
 
@@ -124,11 +125,17 @@ def test_peak_lookup():
         profile.peak("sse9")
     with pytest.raises(ValueError, match="dtype='int4'"):
         profile.peak("auto", "int4")
-    no_vnni = make_profile(peaks={"float32": {"avx512": 118.0}, "int8": {"avx2": 200.0}})
+    no_vnni = make_profile(peaks={"float32": {"avx512": 118.0}, "int8": {"avx2": 200.0}, "bfloat16": {}})
     with pytest.raises(ValueError, match="'avx512' cannot run int8 kernels"):
         no_vnni.peak("avx512", "int8")
-    no_simd = make_profile(peaks={"float32": {"scalar": 3.0}, "int8": {}})
+    no_simd = make_profile(peaks={"float32": {"scalar": 3.0}, "int8": {}, "bfloat16": {}})
     assert no_simd.peak("auto", "int8") == no_simd.peak("scalar") == 3.0
+    # bfloat16: the faster of the vdpbf16ps peak (where measured) and the float32 peak (widened operands)
+    assert profile.peak("avx512", "bfloat16") == profile.peak("scalar", "bfloat16") == 236.0
+    assert profile.peak("avx2", "bfloat16") == 60.0
+    slow_dot = make_profile(peaks={"float32": {"avx512": 118.0}, "int8": {}, "bfloat16": {"avx512": 59.0}})
+    assert slow_dot.peak("avx512", "bfloat16") == slow_dot.peak("auto", "bfloat16") == 118.0
+    assert no_simd.peak("auto", "bfloat16") == 3.0
     assert profile.memory_bandwidth() == 20.0
 
 

@@ -31,7 +31,15 @@ def test_spec_properties():
     s = QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="float32")
     assert not s.requantized and s.bias_dtype == np.float32
     r = QuantSpec(activation="int8", per_channel=False, weight_symmetric=False, output="uint8")
-    assert r.requantized and r.bias_dtype == np.int32
+    assert r.requantized and r.bias_dtype == np.int32 and r.weight_dtype == np.int8
+    raw = QuantSpec(output="int32", weight="uint8")
+    assert not raw.requantized and not raw.dequantized and not raw.scaled and raw.bias_dtype == np.int32
+    assert raw.parameters == ("x_zero_point", "w_zero_point") and raw.weight_dtype == np.uint8
+    assert r.parameters == ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
+    # int8 weights (the default) are not named in the repr: signatures of earlier specs are kept
+    assert repr(s) == ("QuantSpec(activation='uint8', per_channel=True, weight_symmetric=True, "
+                       "output='float32')")
+    assert repr(raw).endswith("output='int32', weight='uint8')") and eval(repr(raw)) == raw
     with pytest.raises(AttributeError):
         s.output = "int8"  # frozen
 
@@ -39,7 +47,8 @@ def test_spec_properties():
 @pytest.mark.parametrize("kwargs, match", [
     ({"activation": "int4"}, r"activation='int4'.*allowed: 'uint8', 'int8'"),
     ({"activation": "float32"}, r"activation='float32'.*allowed"),
-    ({"output": "int32"}, r"output='int32'.*allowed: 'float32', 'uint8', 'int8'"),
+    ({"output": "int16"}, r"output='int16'.*allowed: 'float32', 'uint8', 'int8', 'int32'"),
+    ({"weight": "int4"}, r"weight='int4' is not supported; allowed: 'int8', 'uint8'"),
     ({"per_channel": "yes"}, r"per_channel='yes' must be a bool"),
     ({"weight_symmetric": 1}, r"weight_symmetric=1 must be a bool"),
 ])
@@ -149,6 +158,8 @@ def test_per_channel_axis_shapes():
 
 U8F = QuantSpec("uint8", per_channel=True, weight_symmetric=True, output="float32")
 I8Q = QuantSpec("int8", per_channel=False, weight_symmetric=False, output="uint8")
+U8W = QuantSpec("int8", per_channel=True, weight_symmetric=True, output="int8", weight="uint8")
+RAW = QuantSpec("int8", per_channel=True, weight_symmetric=False, output="int32", weight="uint8")
 
 
 def test_check_params_normalizes():
@@ -163,6 +174,10 @@ def test_check_params_normalizes():
                            bias=np.arange(4))
     assert p.w_scale.shape == (4,) and p.w_zero_point.tolist() == [-3] * 4
     assert p.y_scale == np.float32(0.05) and p.y_zero_point == 128 and p.bias.dtype == np.int32
+    p = check_quant_params(RAW, 2, None, np.int8(-100), None, np.array([255, 0], np.uint8),
+                           xq=np.zeros(2, np.int8), wq=np.zeros(2, np.uint8), bias=np.array([1, -2]))
+    assert p.x_scale is None and p.w_scale is None and p.y_scale is None
+    assert p.x_zero_point == -100 and p.w_zero_point.tolist() == [255, 0] and p.bias.tolist() == [1, -2]
 
 
 @pytest.mark.parametrize("spec, args, kw, exc, match", [
@@ -175,17 +190,31 @@ def test_check_params_normalizes():
     (U8F, (3, 1.0, 256, [1, 1, 1], [0, 0, 0]), {}, ValueError,
      r"x_zero_point=256 is out of range for uint8 \(allowed 0\.\.255\)"),
     (U8F, (3, 1.0, -1, [1, 1, 1], [0, 0, 0]), {}, ValueError, r"x_zero_point=-1 is out of range"),
-    (I8Q, (3, 1.0, 5, 1.0, 0, 1.0, 0), {}, ValueError,
-     r"x_zero_point=5 must be 0: int8 activations are symmetric"),
+    (I8Q, (3, 1.0, -129, 1.0, 0, 1.0, 0), {}, ValueError,
+     r"x_zero_point=-129 is out of range for int8 \(allowed -128\.\.127\)"),
     (U8F, (3, 1.0, 0, [1, 1], [0, 0]), {}, ValueError, r"w_scale has shape \(2,\).*shape \(3,\)"),
     (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0]), {}, ValueError, r"w_zero_point has shape \(2,\)"),
     (I8Q, (3, 1.0, 0, [1, 1, 1], 0, 1.0, 0), {}, ValueError, r"w_scale has shape \(3,\).*scalar"),
     (U8F, (3, 1.0, 0, [1, 1, 1], [0, 2, 0]), {}, ValueError,
-     r"w_zero_point=2 must be 0: QuantSpec\(weight_symmetric=True\)"),
+     r"w_zero_point=2 must be 0: QuantSpec\(weight='int8', weight_symmetric=True\)"),
+    (U8W, (3, 1.0, 0, [1, 1, 1], [128, 0, 128], 1.0, 0), {}, ValueError,
+     r"w_zero_point=0 must be 128: QuantSpec\(weight='uint8', weight_symmetric=True\)"),
+    (U8W, (3, 1.0, 0, [1, 1, 1], [128, 256, 128], 1.0, 0), {}, ValueError,
+     r"w_zero_point=256 is out of range for uint8 \(allowed 0\.\.255\)"),
+    (U8W, (3, 1.0, 0, [1, 1, 1], [128] * 3, 1.0, 0), {"wq": np.zeros(2, np.int8)}, TypeError,
+     r"weight dtype int8 does not match QuantSpec\(weight='uint8'\): expected uint8"),
+    (RAW, (3, None, 0, None, [0, 1, 2, 3]), {}, ValueError,
+     r"w_zero_point has shape \(4,\); a per-channel parameter must have shape \(3,\)"),
+    (RAW, (3, 1.0, 0, None, [0, 1, 2]), {}, ValueError,
+     r"output='int32' is the raw int32 accumulators \(no scales\): x_scale=1\.0 must not be given"),
+    (RAW, (3, None, 0, None, None), {}, ValueError,
+     r"w_zero_point is required \(a call takes x_zero_point, w_zero_point\)"),
+    (RAW, (3, None, 0, None, [0, 1, 2]), {"bias": np.zeros(3, np.float32)}, TypeError,
+     r"bias dtype float32 does not match output='int32'"),
     (I8Q, (3, 1.0, 0, 1.0, 128, 1.0, 0), {}, ValueError,
      r"w_zero_point=128 is out of range for int8"),
     (I8Q, (3, 1.0, 0, 1.0, 0), {}, ValueError, r"y_scale and y_zero_point are required"),
-    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0), {}, ValueError, r"y_zero_point=None"),
+    (I8Q, (3, 1.0, 0, 1.0, 0, 1.0), {}, ValueError, r"is requantized: y_zero_point is required"),
     (I8Q, (3, 1.0, 0, 1.0, 0, 0.0, 0), {}, ValueError, r"y_scale=.*0\.0"),
     (I8Q, (3, 1.0, 0, 1.0, 0, 1.0, 256), {}, ValueError, r"y_zero_point=256 .* uint8"),
     (U8F, (3, 1.0, 0, [1, 1, 1], [0, 0, 0], 1.0, 0), {}, ValueError,
@@ -247,7 +276,8 @@ conv_cases = st.fixed_dictionaries({
     "stride": st.tuples(st.integers(1, 2), st.integers(1, 2)),
     "padding": st.tuples(st.integers(0, 2), st.integers(0, 2)),
     "dilation": st.tuples(st.integers(1, 2), st.integers(1, 2)),
-    "act": st.sampled_from(["uint8", "int8"]), "per_channel": st.booleans(),
+    "act": st.sampled_from(["uint8", "int8"]), "wdt": st.sampled_from(["int8", "uint8"]),
+    "per_channel": st.booleans(),
     "sym": st.booleans(), "seed": st.integers(0, 2**32 - 1)})
 
 
@@ -259,11 +289,11 @@ def test_qconv2d_accumulators_match_brute_force(c):
     assume(h_eff >= 1 and w_eff >= 1)
     rng = np.random.default_rng(c["seed"])
     k, cin = c["kg"] * c["groups"], c["cg"] * c["groups"]
-    info = np.iinfo(c["act"])
+    info, winfo = np.iinfo(c["act"]), np.iinfo(c["wdt"])
     x = rng.integers(info.min, info.max + 1, (c["n"], cin, c["h"], c["w"])).astype(c["act"])
-    w = rng.integers(-128, 128, (k, c["cg"], c["kh"], c["kw"])).astype(np.int8)
-    zx = int(rng.integers(0, 256)) if c["act"] == "uint8" else 0
-    zw = (np.zeros(k, np.int8) if c["sym"] else rng.integers(-128, 128, k).astype(np.int8))
+    w = rng.integers(winfo.min, winfo.max + 1, (k, c["cg"], c["kh"], c["kw"])).astype(c["wdt"])
+    zx = int(rng.integers(info.min, info.max + 1))
+    zw = (np.zeros(k, c["wdt"]) if c["sym"] else rng.integers(winfo.min, winfo.max + 1, k).astype(c["wdt"]))
     if not c["per_channel"]:
         zw = zw[:1]
     zw_arg = zw if c["per_channel"] else zw[0]

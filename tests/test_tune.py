@@ -1,21 +1,30 @@
 """lo.tune: the search finds verified schedules, survives crashing and hanging candidates, logs every
 trial in SQLite (resumable, also after kill -9), refuses bad input and foreign logs; loopopt tune."""
+import concurrent.futures
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.measure import verify
+from loopopt.measure import Timing, verify
+from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLogError
+from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
+from loopopt.tune.guide import Guide
+from loopopt.tune.rank import rank
 from loopopt.tune.space import candidates
+from loopopt.tune.trial import here
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.02          # seconds of timed runs per candidate: the tests check behaviour, not speed
@@ -50,7 +59,9 @@ def test_finds_a_verified_schedule(name):
     assert result.timing.min == min(t.seconds for t in result.trials if t.seconds is not None)
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
-    assert all(t.model["predicted_seconds"] > 0 for t in result.trials)
+    assert all(t.model["predicted_seconds"] > 0 and t.model["model_seconds"] > 0 for t in result.trials)
+    rho = result.model_spearman             # a real search: the figure exists, whatever its value here
+    assert rho is None if len(result.trials) - len(result.failed) < 3 else -1 <= rho <= 1
 
 
 def test_table_plot_and_dict(tmp_path):
@@ -169,6 +180,8 @@ def test_bad_input_is_refused():
                             ({"isa": "avx9"}, "unknown isa 'avx9'")):
         with pytest.raises(ValueError, match=message):
             lo.tune(op, **kwargs)
+    with pytest.raises(TypeError, match="concurrent.futures.Executor or a dask.distributed.Client, got str"):
+        lo.tune(op, trials=1, executor="tcp://scheduler:8786", progress=False)
     with pytest.raises(TuneError, match="64 iterations to split over threads"):
         lo.tune(op, threads=64, progress=False)
     with pytest.raises(TuningLogError, match="does not exist"):
@@ -195,6 +208,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
     data = json.loads(out)
     assert status == 0 and err == "" and len(data["trials"]) == 2 and data["saved"] == str(saved)
     assert data["provenance"]["fingerprint"] == lo.machine_profile().fingerprint
+    assert "model_spearman" in data and all("model_seconds" in t["model"] for t in data["trials"])
     op = lo.Matmul(8, 16, 8)
     assert lo.load_schedule(str(saved), op).steps == lo.best_schedule(op, log).steps
     status = main(["tune", "--matmul", "8,16,8", "--trials", "1", "--log", str(tmp_path)])
@@ -202,3 +216,144 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["tune", "--matmul", "8,16,8", "--trials", "0"])
     assert info.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
+
+
+@needs_amx
+def test_amx_candidates_join_the_int8_search():
+    op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
+    tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
+    assert len(tiles) == 8 and candidates(op, "amx") == tiles
+    assert candidates(op, "amx", threads=2) == []
+    result = lo.tune(op, trials=2, isa="amx", budget=BUDGET, progress=False)
+    assert result.isa == "amx" and result.timing.verified
+    assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
+    ok, _ = verify(result.best.compile(result.isa))
+    assert ok
+
+
+def test_no_amx_candidates_where_the_tiles_refuse():
+    depthwise = lo.Conv2d(8, 8, 3, groups=8, height=5, width=5, quant=lo.QuantSpec())
+    float32 = lo.Conv2d(8, 8, 3, height=5, width=5)
+    assert candidates(depthwise, "amx") == [] and candidates(float32, "amx") == []
+
+
+def test_fit_corrects_the_model_scale_and_sides_with_the_measurements():
+    rng = np.random.default_rng(0)
+    model, heuristic = rng.uniform(1e-4, 1e-3, 12), rng.uniform(1e-4, 1e-3, 12)
+    assert Fit.of([(1e-3, 2e-3, 5e-3)] * (MIN_TRIALS - 1)) == Fit()      # too few trials: the model as it is
+    scaled = Fit.of(list(zip(model, heuristic, 3 * model)))               # the model, 3 times too fast
+    assert scaled.predict(1e-3, 5e-4) == pytest.approx(3e-3, rel=1e-6)
+    assert scaled.model_weight == pytest.approx(1) and scaled.heuristic_weight == pytest.approx(0, abs=1e-9)
+    sided = Fit.of(list(zip(model, heuristic, 2 * heuristic)))            # the heuristic was right
+    assert sided.heuristic_weight > 0.5 > abs(sided.model_weight)
+    predicted = [sided.predict(m, h) for m, h in zip(model, heuristic)]
+    assert spearman(predicted, heuristic) > 0.9 > spearman(model, heuristic)
+
+
+def test_spearman_of_known_orders():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)   # a tie shares its mean rank
+    assert spearman([1, 2], [1, 2]) is None and spearman([5, 5, 5], [1, 2, 3]) is None
+    with pytest.raises(ValueError, match="paired values, got 3 and 2"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
+    ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
+    heuristic = [c.figures["predicted_seconds"] for c in ranked]
+    guide = Guide(ranked, model=lambda c: 1e-6 / c.figures["predicted_seconds"])   # a model that is wrong
+    guide.score_best(60)
+    before = guide.order(range(60))
+    assert spearman([heuristic[i] for i in before], range(60)) < -0.95       # ties: not exactly -1
+    measured = before[::6]                         # trials spread over the order, their times following
+    for index in measured:                         # the heuristic
+        guide.observe(index, 2 * heuristic[index])
+    after = guide.order(i for i in before if i not in measured)
+    assert spearman([heuristic[i] for i in after], range(len(after))) > 0.9
+    assert guide.figures(after[0])["fitted_seconds"] == pytest.approx(guide.fitted(after[0]))
+
+
+class ModelTimedExecutor(concurrent.futures.Executor):
+    """A fake measurement with a known order: each trial 'takes' the kernel model's time of its schedule."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        task = args[0]
+        schedule = schedule_from_toml(task.schedule, task.op)
+        seconds = lo.kernel_model(schedule, task.isa, traffic=False).predicted_seconds
+        timing = Timing(seconds, seconds, 0.0, 1, 1.0, 1.0, 100.0, True, 0.0)
+        future = concurrent.futures.Future()
+        future.set_result(here("ok", "", timing))
+        return future
+
+
+def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
+    op = OPS["matmul"]
+    result = lo.tune(op, trials=6, executor=ModelTimedExecutor(), progress=False)
+    assert result.model_spearman == pytest.approx(1)
+    assert all(t.model["model_seconds"] == t.seconds for t in result.trials)
+    assert result.to_dict()["model_spearman"] == pytest.approx(1)
+    assert "model vs measured: Spearman +1.000 over 6 verified trials" in str(result)
+    assert "model ms" in result.table()
+
+
+def die_with_the_worker(*args):
+    """A trial whose cluster worker process dies (a node lost mid-trial)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A LocalCluster of 2 worker processes, 1 thread each; a worker that dies fails its task at once
+    (no retries on other workers)."""
+    distributed = pytest.importorskip("dask.distributed")
+    import dask
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                                     dashboard_address=None) as cluster:
+        yield cluster
+
+
+def table_schema(log: Path) -> list[tuple]:
+    with sqlite3.connect(log) as connection:
+        return connection.execute("PRAGMA table_info(trials)").fetchall()
+
+
+@pytest.mark.slow           # a LocalCluster takes 3-4 s to start, its trials a few s more
+def test_dask_cluster_search_logs_the_same_schema_and_a_verified_best(tmp_path, dask_cluster):
+    from dask.distributed import Client
+    log, local = tmp_path / "cluster.db", tmp_path / "local.db"
+    op = OPS["conv"]
+    with Client(dask_cluster) as client:
+        client.wait_for_workers(2)
+        result = lo.tune(op, trials=4, budget=BUDGET, log=log, executor=client, progress=False)
+    assert len(result.trials) == 4 and all(t.status == "ok" for t in result.trials)
+    assert verify(result.best.compile(result.isa))[0]
+    lo.tune(op, trials=1, budget=BUDGET, log=local, progress=False)
+    assert table_schema(log) == table_schema(local)
+    with sqlite3.connect(log) as connection:
+        hosts = {r[0] for r in connection.execute("SELECT host FROM trials")}
+    assert hosts == {socket.gethostname()}                 # the workers' host, recorded by each trial
+    assert lo.best_schedule(op, log=log).steps == result.best.steps
+
+
+@pytest.mark.slow
+def test_a_dask_worker_dying_mid_trial_is_a_failed_trial(tmp_path, dask_cluster):
+    from dask.distributed import Client
+
+    class Dying(Client):
+        calls = 0
+
+        def submit(self, fn, *args, **kwargs):
+            Dying.calls += 1
+            return super().submit(die_with_the_worker if Dying.calls == 2 else fn, *args, **kwargs)
+
+    log = tmp_path / "tune.db"
+    with Dying(dask_cluster) as client:
+        client.wait_for_workers(2)
+        result = lo.tune(OPS["matmul"], trials=3, budget=BUDGET, log=log, executor=client, progress=False)
+    statuses = [t.status for t in result.trials]
+    assert sorted(statuses) == ["crashed", "ok", "ok"]
+    crashed = result.trials[statuses.index("crashed")]
+    assert "died while running the trial" in crashed.error
+    assert sorted(r[0] for r in rows(log)) == ["crashed", "ok", "ok"] and result.timing.verified

@@ -46,12 +46,13 @@ class ItemSpace:
 
 
 def element_bytes(op, tensor: str) -> int:
-    """Storage bytes of one element of ``tensor``: 4 for float32, 1 for quantized inputs and outputs."""
+    """Storage bytes of one element of ``tensor``: 4 for float32, 1 for quantized inputs, the output
+    dtype's size for a quantized output (float32 and int32: 4, uint8 and int8: 1)."""
     quant = getattr(op, "quant", None)
     if quant is None:
         return 4
     if tensor == op.output:
-        return 4 if quant.output == "float32" else 1
+        return np.dtype(quant.output).itemsize
     return 1
 
 

@@ -21,10 +21,12 @@ Linux permission of ``loopopt.amx.require_amx``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..bf16 import bf16_to_float32, to_bf16  # noqa: F401  (the tile layouts' bf16 element type)
 
 MAX_ROWS = 16          # rows of a tile
 MAX_COLSB = 64         # bytes per tile row
@@ -209,6 +211,71 @@ class TileConfig:
         return instr(**operands)
 
 
+# --- a 2 x 2 block of accumulator tiles: the peak loop, the GEMM and the tile kernels -------------------
+
+C_TILES = ((0, 1), (2, 3))      # C_TILES[i][j]: accumulator of tile row i, tile column j
+A_TILES = (4, 5)                # one per tile row
+B_TILES = (6, 7)                # one per tile column
+TILE = MAX_ROWS                 # rows (and int32 columns) of an accumulator tile
+BLOCK = 2 * TILE                # output rows and columns of the 2 x 2 block
+
+
+@dataclass(frozen=True)
+class TileBlock:
+    """A block of 1 or 2 x 1 or 2 accumulator tiles with one A tile per tile row and one B tile per
+    tile column: ``C[i][j] += A[i] x B[j]``. Emits C statements through the table."""
+
+    config: TileConfig
+
+    @classmethod
+    def of(cls, rows: tuple[int, ...], cols: tuple[int, ...], a_colsb: int) -> TileBlock:
+        """Accumulators of ``rows[i]`` x ``cols[j]`` 32-bit values, A tiles ``rows[i]`` x ``a_colsb``
+        bytes, B tiles ``a_colsb / 4`` x ``4 cols[j]`` bytes."""
+        shapes = [(0, 0)] * TILES
+        for i, r in enumerate(rows):
+            shapes[A_TILES[i]] = (r, a_colsb)
+            for j, c in enumerate(cols):
+                shapes[C_TILES[i][j]] = (r, 4 * c)
+        for j, c in enumerate(cols):
+            shapes[B_TILES[j]] = (a_colsb // 4, 4 * c)
+        return cls(TileConfig(tuple(shapes)))
+
+    @property
+    def accumulators(self) -> list[tuple[int, int, int]]:
+        """(tile row i, tile column j, tile number) of each configured accumulator."""
+        return [(i, j, t) for i, row in enumerate(C_TILES) for j, t in enumerate(row) if self.config.rows(t)]
+
+    def zeros(self) -> list[str]:
+        return [f"{self.config.emit('zero', t=t)};" for _, _, t in self.accumulators]
+
+    def loads(self, a: Callable[[int], str], lda: int, b: Callable[[int], str], ldb: int) -> list[str]:
+        """Load A tile i from pointer ``a(i)`` (row stride ``lda``), B tile j from ``b(j)``."""
+        a_loads = [(t, a(i), lda) for i, t in enumerate(A_TILES) if self.config.rows(t)]
+        b_loads = [(t, b(j), ldb) for j, t in enumerate(B_TILES) if self.config.rows(t)]
+        return [f"{self.config.emit('loadd', t=t, p=p, stride=s)};" for t, p, s in a_loads + b_loads]
+
+    def dots(self, name: str) -> list[str]:
+        """One ``name`` dot product per accumulator."""
+        emit = self.config.emit
+        return [f"{emit(name, c=t, a=A_TILES[i], b=B_TILES[j])};" for i, j, t in self.accumulators]
+
+    def stores(self, c: Callable[[int, int], str], ldc: int) -> list[str]:
+        """Store accumulator (i, j) to pointer ``c(i, j)`` (row stride ``ldc`` bytes)."""
+        return [f"{self.config.emit('stored', t=t, p=c(i, j), stride=ldc)};" for i, j, t in self.accumulators]
+
+
+def indent(statements: Iterable[str], spaces: int) -> str:
+    """The statements as lines indented by ``spaces``."""
+    return "\n".join(" " * spaces + line for line in statements)
+
+
+def chunk_starts(k: int) -> tuple[int, ...]:
+    """Where each 64-byte K chunk starts: every 64 bytes, the last shifted back to end at K."""
+    if k <= MAX_COLSB:
+        return (0,)
+    return tuple(range(0, k - MAX_COLSB, MAX_COLSB)) + (k - MAX_COLSB,)
+
+
 # --- tile layouts in numpy -------------------------------------------------------------------
 
 def vnni_pack(b: np.ndarray, group: int) -> np.ndarray:
@@ -224,14 +291,3 @@ def vnni_pack(b: np.ndarray, group: int) -> np.ndarray:
     padded[:k] = b
     return np.ascontiguousarray(padded.reshape(-1, group, n).transpose(0, 2, 1)).reshape(-1, group * n)
 
-
-def to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to nearest even bfloat16, as their uint16 bit patterns (NaN stays NaN)."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
-
-
-def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """The float32 values of bfloat16 bit patterns (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

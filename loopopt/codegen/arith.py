@@ -9,7 +9,11 @@ accumulator:
 * ``dot``: 4 bytes per lane (the dot loop of ``quantized.find_dot_loop``), ``vpdpbusd``
   (u8 activations x s8 weights; int8 activations are shifted by ``flip``);
 * ``dequantize``: bytes widened, zero-point subtracted, converted to float32 and scaled
-  inside the loop (``(x - zx) * sx`` and ``(w - zw[k]) * sw[k]``), then ``fma``.
+  inside the loop (``(x - zx) * sx`` and ``(w - zw[k]) * sw[k]``), then ``fma``;
+* ``bf16``: bfloat16 operands (uint16 bit patterns) widened to float32 (a shift by 16), then
+  ``fma`` into float32 accumulators (any ISA);
+* ``bf16_dot``: pairs of bfloat16 per float32 lane (the dot loop of ``quantized.find_dot_loop``
+  with groups of 2), ``vdpbf16ps`` (AVX-512 on a CPU with AVX512-BF16).
 """
 from __future__ import annotations
 
@@ -17,11 +21,13 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
-from .isa import INT_ISAS, ISAS, Isa
-from .quantized import DOT, QuantPlan
+from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
+from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
 
-ArithmeticName = Literal["float", "integer", "dot", "dequantize"]
+ArithmeticName = Literal["float", "integer", "dot", "dequantize", "bf16", "bf16_dot"]
+BF16_PAIR = 2     # bf16 values per float32 lane consumed by one vdpbf16ps
+GROUPS = {"dot": DOT, "bf16_dot": BF16_PAIR}   # reduction iterations per lane of a dot instruction
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,39 @@ class Arithmetic:
     acc: Isa                          # table of the accumulator (and output) lanes
     schedule: Schedule
     plan: Optional[QuantPlan] = None
+    dot_loop: Optional[str] = None    # the reduction loop each dot instruction consumes
 
     @property
     def ints(self) -> Isa:
         return INT_ISAS[self.acc.name]
+
+    @property
+    def bf16(self) -> Isa:
+        return BF16_ISAS[self.acc.name]
+
+    @property
+    def is_bf16(self) -> bool:
+        return self.name in ("bf16", "bf16_dot")
+
+    @property
+    def group(self) -> int:
+        """Reduction iterations each lane of the update consumes (a dot instruction's group)."""
+        return GROUPS.get(self.name, 1)
+
+    @property
+    def prelude(self) -> str:
+        """The C before the kernel: the accumulator table's, or the bf16 table's (which includes it)."""
+        return self.bf16.prelude if self.is_bf16 else self.acc.prelude
+
+    @property
+    def compile_flags(self) -> tuple[str, ...]:
+        """Compiler flags of the instructions the kernel uses."""
+        return self.bf16.compile_flags if self.is_bf16 else self.acc.compile_flags
+
+    @property
+    def element_type(self) -> str:
+        """The C type of the stored input elements (float32 kernels; bf16: bit patterns)."""
+        return "uint16_t" if self.is_bf16 else "float"
 
     @property
     def scalar_type(self) -> str:
@@ -44,7 +79,7 @@ class Arithmetic:
     @property
     def bias_in_nest(self) -> bool:
         """The accumulators start from the bias (integer kernels add it in the epilogue)."""
-        return self.name in ("float", "dequantize")
+        return self.name not in ("integer", "dot")
 
     def vector_type(self, vectorized: bool = True) -> str:
         return self.acc.vector_type if vectorized else self.scalar_type
@@ -52,9 +87,25 @@ class Arithmetic:
     def zero(self, vectorized: bool = True) -> str:
         return self.acc.zero() if vectorized else ("0" if self.scalar_type == "int" else "0.0f")
 
+    def operand_type(self, vectorized: bool = True) -> str:
+        """The C type of a loaded operand (bf16: the stored bits as scalars, pairs in int lanes for a dot)."""
+        if self.name == "bf16_dot" and vectorized:
+            return self.bf16.vector_type
+        if self.is_bf16 and not vectorized:
+            return self.element_type
+        return self.vector_type(vectorized)
+
+    def operand_zero(self, vectorized: bool = True) -> str:
+        """A zero operand (of ``operand_type``)."""
+        if self.name == "bf16_dot" and vectorized:
+            return self.bf16.pair_zero()
+        return "0" if self.is_bf16 and not vectorized else self.zero(vectorized)
+
     # --- scalar code ----------------------------------------------------------------------
     def product(self, a_ref: str, b_ref: str, bindings: Optional[dict] = None) -> str:
         """The scalar product of two operand references (``bindings``: loops fixed to constants)."""
+        if self.is_bf16:
+            return f"{self.bf16.value(s=a_ref)} * {self.bf16.value(s=b_ref)}"
         if self.name != "dequantize":
             return f"{a_ref} * {b_ref}"
         ch = self.channel(bindings)
@@ -74,6 +125,10 @@ class Arithmetic:
         kind = access.kind
         if self.name == "float":
             return load(self.acc, kind, ref, base, index, mask)
+        if self.name == "bf16":
+            return load(self.bf16, kind, ref, base, index, mask)
+        if self.name == "bf16_dot":
+            return self._pairs(access, ref, base, index, mask)
         ints = self.ints
         activation = tensor == self.schedule.op.inputs[0]
         if self.name == "dot":
@@ -100,6 +155,17 @@ class Arithmetic:
         if self.name == "integer":
             return value
         return self._dequantized(value, activation, mask, bindings)
+
+    def _pairs(self, access: AccessKind, ref: str, base: str, index: str, mask: str | None) -> str:
+        """A vector of bf16 pairs (two consecutive reduction iterations per lane) for ``vdpbf16ps``."""
+        bf, kind = self.bf16, access.kind
+        if kind == "broadcast":
+            return bf.broadcast_pair(p=f"&{ref}")
+        if kind == "strided" and access.stride == BF16_PAIR:
+            return bf.load_pairs_mask(p=f"&{ref}", m=mask) if mask else bf.load_pairs(p=f"&{ref}")
+        if kind == "contiguous":
+            base, index = f"&{ref}", bf.stride_index(s="1")
+        return bf.gather_pairs_mask(p=base, idx=index, m=mask) if mask else bf.gather_pairs(p=base, idx=index)
 
     def _dequantized(self, value: str, activation: bool, mask: str | None, bindings: Optional[dict]) -> str:
         acc, ints = self.acc, self.ints
@@ -129,8 +195,8 @@ class Arithmetic:
 
     def update(self, a: str, b: str, c: str, mask: str | None) -> str:
         """``c`` plus the product of operand vectors ``a`` (activations) and ``b`` (weights)."""
-        table = self.ints if self.name in ("integer", "dot") else self.acc
-        if self.name == "dot":
+        table = {"integer": self.ints, "dot": self.ints, "bf16_dot": self.bf16}.get(self.name, self.acc)
+        if self.name in ("dot", "bf16_dot"):
             return table.dot_mask(a=a, b=b, c=c, m=mask) if mask else table.dot(a=a, b=b, c=c)
         return table.fma_mask(a=a, b=b, c=c, m=mask) if mask else table.fma(a=a, b=b, c=c)
 
@@ -144,10 +210,17 @@ def load(isa: Isa, kind: str, ref: str, base: str, index: str, mask: str | None)
     return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
 
 
-def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan]) -> Arithmetic:
-    """The arithmetic of ``schedule`` on ``isa_name``."""
+def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan],
+               bf16_dot: bool = True) -> Arithmetic:
+    """The arithmetic of ``schedule`` on ``isa_name``. ``bf16_dot``: a bfloat16 kernel may use the
+    table's ``vdpbf16ps`` (kernels compiled to run here pass ``isa.bf16_dot_available``)."""
+    if schedule.op.dtype == "bfloat16":
+        dot = (find_dot_loop(schedule, ISAS[isa_name].lanes, BF16_PAIR, padded_groups=False)
+               if bf16_dot and "dot" in BF16_ISAS[isa_name].ops else None)
+        return Arithmetic("bf16_dot" if dot else "bf16", ISAS[isa_name], schedule, dot_loop=dot)
     if plan is None:
         return Arithmetic("float", ISAS[isa_name], schedule)
     if plan.arithmetic == "dequantize":
         return Arithmetic("dequantize", ISAS[isa_name], schedule, plan)
-    return Arithmetic("dot" if plan.dot_loop else "integer", INT_ISAS[isa_name], schedule, plan)
+    return Arithmetic("dot" if plan.dot_loop else "integer", INT_ISAS[isa_name], schedule, plan,
+                      plan.dot_loop)

@@ -326,8 +326,9 @@ class RegisterBlock:
     def _emit_load(self, indent: int, load: str, protect: list[str], tensor: str) -> str:
         """Declare ``load`` (zero where a protecting guard fails) and return its name."""
         name = f"lo_{tensor}{len(self.loads)}"
-        value = f"({' && '.join(protect)}) ? {load} : {self._zero()}" if protect else load
-        self.em.emit(indent, f"const {self._vector_type()} {name} = {value};")
+        arith, vectorized = self.em.arith, bool(self.vector)
+        value = f"({' && '.join(protect)}) ? {load} : {arith.operand_zero(vectorized)}" if protect else load
+        self.em.emit(indent, f"const {arith.operand_type(vectorized)} {name} = {value};")
         return name
 
     def _emit_store(self, indent: int, acc: Accumulator) -> None:

@@ -33,12 +33,12 @@ import islpy as isl
 
 from ..expr import Bound, Expr, FloorDiv, Mod, Var
 from ..schedule import Loop, Schedule, ScheduleError
-from .arith import Arithmetic, arithmetic
+from .arith import GROUPS, Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from .isa import ISAS, Isa, resolve_isa
+from .isa import ISAS, Isa, bf16_dot_available, resolve_isa
 from .params import index_ctype
-from .quantized import DOT, QuantPlan, borders
+from .quantized import QuantPlan, borders
 from .quantized import plan as quant_plan
 from .vector import AccessKind
 
@@ -48,7 +48,7 @@ REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
 OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
-OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4}
+OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4, "bf16": 2, "bf16_dot": 0}
 EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per output vector
 
 
@@ -128,8 +128,8 @@ class KernelCounts:
 
     @property
     def useful_lanes(self) -> float:
-        """Lanes that compute a product of the op (statement instances; dot: 4 per lane)."""
-        return self.instances / (DOT if self.arithmetic == "dot" else 1)
+        """Lanes that compute a product of the op (statement instances; dot: 4 per lane, bf16 dot: 2)."""
+        return self.instances / GROUPS.get(self.arithmetic, 1)
 
     @property
     def gather_lanes(self) -> float:
@@ -247,7 +247,7 @@ class _Counter:
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
             self.plan = quant_plan(schedule, ISAS[isa].lanes)
-        self.arith = arithmetic(schedule, isa, self.plan)
+        self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1
         self.vector = schedule.vector_loop if self.kinds else None
@@ -258,7 +258,7 @@ class _Counter:
                    for i in range(len(schedule.loops))]
         self.defs = [len(values) for values in defined]
         self.divisions = [len(set().union(*map(_divisions, values))) for values in defined]
-        self.dot = self.plan.dot_loop if self.plan else None
+        self.dot = self.arith.dot_loop
         self.out_vars = schedule.offset(self.op.output).variables()
 
     # --- iteration counts ------------------------------------------------------------------
@@ -340,11 +340,12 @@ class _Counter:
                 "gather": Work(gathers=count, masked=mask)}[kind]
 
     def _instruction(self, access: AccessKind) -> str:
-        """The instruction ``arith.Arithmetic.operand`` loads an access with: the dot arithmetic reads
-        4 bytes per lane, so only a stride of 4 bytes is a plain load (a contiguous one is a byte
-        gather); the others load what the access kind says (``arith.load``)."""
-        if self.arith.name == "dot" and access.kind != "broadcast":
-            return "load" if access.kind == "strided" and access.stride == DOT else "gather"
+        """The instruction ``arith.Arithmetic.operand`` loads an access with: a dot arithmetic reads
+        a group (4 bytes, 2 bf16) per lane, so only a stride of one group is a plain load (a
+        contiguous one is a gather); the others load what the access kind says (``arith.load``)."""
+        group = self.arith.group
+        if group > 1 and access.kind != "broadcast":
+            return "load" if access.kind == "strided" and access.stride == group else "gather"
         return {"broadcast": "broadcast", "contiguous": "load"}.get(access.kind, "gather")
 
     def _operand(self, tensor: str, masked: bool) -> Work:

@@ -44,6 +44,7 @@ class Generated:
     openmp: bool
     plan: quantized.QuantPlan | None = None     # quantized ops: what the kernel computes
     read_ahead: dict[str, int] = field(default_factory=dict)   # bytes read past an array's end, by param
+    compile_flags: tuple[str, ...] = ()          # of the instructions the kernel uses
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -102,36 +103,53 @@ def vector_loop_plan(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind],
                           bool(guards) or bool(lane_wise))
 
 
-def generate(schedule: Schedule, isa: Isa) -> Generated:
-    """The complete C translation unit of ``schedule`` for ``isa``."""
+def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
+    """The complete C translation unit of ``schedule`` for ``isa`` (``bf16_dot``: a bfloat16 kernel
+    may use ``vdpbf16ps``; the C of a schedule depends only on these arguments, not on this CPU)."""
     plan = quantized.plan(schedule, isa.lanes) if schedule.op.quant is not None else None
-    arith = arithmetic(schedule, isa.name, plan)
+    arith = arithmetic(schedule, isa.name, plan, bf16_dot)
     isa = arith.acc
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
-    params = tuple(KernelParam(t, quantized.tensor_type(schedule, plan, t) if plan else "float",
-                               const=t != out) for t in args) + (quantized.parameters(plan) if plan else ())
+    params = tuple(KernelParam(t, _tensor_type(schedule, arith, t), const=t != out)
+                   for t in args) + (quantized.parameters(plan) if plan else ())
     emitter = _Emitter(schedule, isa, kinds, arith, params)
     nest = emitter.nest_function()
     body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
     openmp = schedule.parallel_loop is not None
-    source = "\n".join([_header(schedule, arith, kinds), isa.prelude, "#include <stddef.h>",
+    source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
                         f"{signature(KERNEL_NAME, params)}\n{{", body, "}", ""])
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
-    ahead = quantized.read_ahead(schedule, plan, isa.lanes) if plan else {}
-    return Generated(source, cdef, args, params, isa, kinds, openmp, plan, ahead)
+    ahead = quantized.read_ahead(schedule, plan, isa.lanes) if plan else _bf16_read_ahead(arith)
+    return Generated(source, cdef, args, params, isa, kinds, openmp, plan, ahead, arith.compile_flags)
+
+
+def _tensor_type(schedule: Schedule, arith: Arithmetic, tensor: str) -> str:
+    """The C element type of a kernel tensor argument."""
+    if arith.plan is not None:
+        return quantized.tensor_type(schedule, arith.plan, tensor)
+    return arith.element_type if tensor in schedule.op.inputs else "float"
+
+
+def _bf16_read_ahead(arith: Arithmetic) -> dict[str, int]:
+    """Bytes a vectorized bf16 kernel may read past its inputs: a gather (and AVX2's masked load)
+    reads 4 bytes at a 2-byte element."""
+    if not arith.is_bf16 or arith.acc.lanes == 1:
+        return {}
+    return dict.fromkeys(arith.schedule.op.inputs, 2)
 
 
 def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind]) -> str:
     isa = arith.acc
     lines = [f"/* loopopt kernel for {schedule.op!r}",
              f" * isa: {isa.name} ({isa.lanes} lane(s) of {arith.scalar_type}32), arithmetic: {arith.name}"]
-    if arith.plan is not None and arith.plan.dot_loop:
-        lines.append(f" * dot loop {arith.plan.dot_loop}: its {quantized.DOT} iterations are consumed by "
-                     f"each dot instruction (u8 x s8 -> s32)")
+    if arith.dot_loop:
+        kind = "u8 x s8 -> s32" if arith.plan is not None else "bf16 pairs -> fp32, vdpbf16ps"
+        lines.append(f" * dot loop {arith.dot_loop}: its {arith.group} iterations are consumed by "
+                     f"each dot instruction ({kind})")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     lines.append(" * loops: " + ", ".join(f"{loop.name}[{loop.extent}]" for loop in schedule.loops))
@@ -279,7 +297,7 @@ class _Emitter:
             self.emit(indent, f"{self.ref(self.op.output)} += {product};")
             return
         loop = self.schedule.loops[depth]
-        if self.arith.plan is not None and loop.name == self.arith.plan.dot_loop:
+        if loop.name == self.arith.dot_loop:
             self._emit_dot_loop(depth, indent, inside_block)
             return
         if self.vector is not None and loop.name == self.vector.name:
@@ -335,8 +353,8 @@ class _Emitter:
             self.emit(body, line)
         mask = self._emit_mask(body, lanes_guards, plan)
         a, b = self.op.inputs
-        self.emit(body, f"const {isa.vector_type} lo_a = {self._load(a, mask)};")
-        self.emit(body, f"const {isa.vector_type} lo_b = {self._load(b, mask)};")
+        self.emit(body, f"const {self.arith.operand_type()} lo_a = {self._load(a, mask)};")
+        self.emit(body, f"const {self.arith.operand_type()} lo_b = {self._load(b, mask)};")
         self._emit_update(body, out, mask, reduce, out in plan.lane_wise)
         self.emit(inner, "}")
         if reduce:

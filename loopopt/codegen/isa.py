@@ -5,7 +5,8 @@ table. Templates use ``{p}`` (pointer), ``{m}`` (lane mask), ``{v}``/``{a}``/``{
 (vectors), ``{s}`` (scalar), ``{idx}`` (index vector), ``{n}`` (lane count).
 Each ``Instr`` entry records the scalar semantics it implements so tests can check
 every template against it lane by lane. ``ISAS`` holds the float32 tables, ``INT_ISAS``
-the integer (quantized) ones; ``available_isas`` / ``resolve_isa`` choose among them by
+the integer (quantized) ones, ``BF16_ISAS`` the bfloat16 operand loads and ``vdpbf16ps``;
+``available_isas`` / ``resolve_isa`` choose among them by
 this CPU's flags.
 """
 from __future__ import annotations
@@ -316,6 +317,103 @@ SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned"
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
 
 
+# --- bfloat16 tables -----------------------------------------------------------------------
+# bf16 operands stored as uint16 bit patterns, accumulated in the float table's float32 lanes: either
+# widened to float32 (a shift by 16; any ISA) and multiply-added with the float table's ``fma``, or,
+# on AVX-512 with AVX512-BF16, consumed in pairs along the reduction by ``vdpbf16ps`` (``dot``), each
+# int32 lane holding two consecutive bf16 (the lower address in the low half). Masks and index vectors
+# are the float table's.
+
+BF16_MEANINGS = {
+    "value": "the float32 value of the bf16 bits s (exact)",
+    "broadcast": "every lane = the float32 value of the bf16 bits s",
+    "load": "lane j = float32 value of ((uint16 *)p)[j]",
+    "load_mask": "lane j = float32 value of ((uint16 *)p)[j] where mask bit j, else 0.0 "
+                 "(may read 2 bytes past a lane)",
+    "gather": "lane j = float32 value of ((uint16 *)p)[idx_j] (reads 4 bytes)",
+    "gather_mask": "lane j = float32 value of ((uint16 *)p)[idx_j] where mask bit j, else 0.0 "
+                   "(reads 4 bytes)",
+    "pair_zero": "every int32 lane = two bf16 zeros",
+    "broadcast_pair": "every int32 lane = the bf16 pair ((uint16 *)p)[0] (low half), [1] (high half)",
+    "load_pairs": "int32 lane j = the bf16 pair ((uint16 *)p)[2j] (low), [2j+1] (high)",
+    "load_pairs_mask": "int32 lane j = the bf16 pair ((uint16 *)p)[2j], [2j+1] where mask bit j, else 0",
+    "gather_pairs": "int32 lane j = the bf16 pair ((uint16 *)p)[idx_j], [idx_j + 1]",
+    "gather_pairs_mask": "int32 lane j = the bf16 pair ((uint16 *)p)[idx_j], [idx_j + 1] where mask bit j, "
+                         "else 0",
+    "dot": "lane j = (c_j + a_hi_j * b_hi_j) + a_lo_j * b_lo_j of the bf16 pairs of lane j (float32: "
+           "products exact, each sum rounded to nearest even; denormal operands and results flushed to 0)",
+    "dot_mask": "dot where mask bit j, else c_j",
+}
+BF16_PRELUDE = """#include <stdint.h>
+#include <string.h>
+/* The float32 value of a bfloat16 bit pattern: its upper half. */
+static inline float lo_bf16(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f;
+}
+"""
+BF16_DOT_FLAGS = ("avx512_bf16",)           # /proc/cpuinfo flag of vdpbf16ps, beyond the table's
+
+
+def _bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
+    shared = {name: floats.ops[name] for name in SHARED_OPS}
+    return shared | {name: Instr(text, BF16_MEANINGS[name]) for name, text in templates.items()}
+
+
+_WIDEN512 = "_mm512_castsi512_ps(_mm512_slli_epi32({}, 16))"
+_WIDEN256 = "_mm256_castsi256_ps(_mm256_slli_epi32({}, 16))"
+
+AVX512_BF16 = Isa(
+    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    cpu_flags=("avx512f", "avx512bw", "avx512vl"),
+    compile_flags=AVX512.compile_flags + ("-mavx512bf16",),
+    prelude=AVX512.prelude + BF16_PRELUDE,
+    ops=_bf16_table(
+        AVX512,
+        value="lo_bf16({s})",
+        broadcast="_mm512_set1_ps(lo_bf16({s}))",
+        load=_WIDEN512.format("_mm512_cvtepu16_epi32(_mm256_loadu_si256("
+                              "(const __m256i *)(const void *)({p})))"),
+        load_mask=_WIDEN512.format("_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16({m}, "
+                                   "(const void *)({p})))"),
+        gather=_WIDEN512.format("_mm512_i32gather_epi32({idx}, (const void *)({p}), 2)"),
+        gather_mask=_WIDEN512.format("_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, "
+                                     "(const void *)({p}), 2)"),
+        pair_zero="_mm512_setzero_si512()",
+        broadcast_pair="_mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32((const void *)({p}))))",
+        load_pairs="_mm512_loadu_si512((const void *)({p}))",
+        load_pairs_mask="_mm512_maskz_loadu_epi32({m}, (const void *)({p}))",
+        gather_pairs="_mm512_i32gather_epi32({idx}, (const void *)({p}), 2)",
+        gather_pairs_mask="_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), {m}, {idx}, "
+                          "(const void *)({p}), 2)",
+        dot="_mm512_dpbf16_ps({c}, (__m512bh)({a}), (__m512bh)({b}))",
+        dot_mask="_mm512_mask_dpbf16_ps({c}, {m}, (__m512bh)({a}), (__m512bh)({b}))",
+    ),
+)
+
+AVX2_BF16 = Isa(
+    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags, prelude=AVX2.prelude + BF16_PRELUDE,
+    ops=_bf16_table(
+        AVX2,
+        value="lo_bf16({s})",
+        broadcast="_mm256_set1_ps(lo_bf16({s}))",
+        load=_WIDEN256.format("_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)({p})))"),
+        load_mask=_WIDEN256.format("_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
+                                   "(const int *)(const void *)({p}), "
+                                   "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), {m}, 2)"),
+        gather=_WIDEN256.format("_mm256_i32gather_epi32((const int *)(const void *)({p}), {idx}, 2)"),
+        gather_mask=_WIDEN256.format("_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
+                                     "(const int *)(const void *)({p}), {idx}, {m}, 2)"),
+    ),
+)
+
+SCALAR_BF16 = Isa(name="scalar", lanes=1, vector_type="uint16_t", mask_type="unsigned", index_type="int",
+                  cpu_flags=(), compile_flags=(), prelude=BF16_PRELUDE,
+                  ops={"value": Instr("lo_bf16({s})", BF16_MEANINGS["value"])})
+
+BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, SCALAR_BF16)}
+
+
 # --- selection: which tables this CPU runs ----------------------------------------------------
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
@@ -342,6 +440,11 @@ def available_isas() -> tuple[str, ...]:
 def available_int_isas() -> tuple[str, ...]:
     """ISAs this CPU can run integer (quantized) kernels on, best first (AVX-512 needs VNNI)."""
     return tuple(name for name in ISA_PREFERENCE if set(INT_ISAS[name].cpu_flags) <= cpu_flags())
+
+
+def bf16_dot_available(isa: str) -> bool:
+    """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16)."""
+    return "dot" in BF16_ISAS[isa].ops and set(BF16_DOT_FLAGS) <= cpu_flags()
 
 
 def resolve_isa(isa: str, integer: bool = False) -> str:

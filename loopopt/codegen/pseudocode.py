@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..schedule import Schedule
+from .arith import arithmetic
 from .emit import vector_access_kinds
-from .isa import ISAS, resolve_isa
+from .isa import ISAS, bf16_dot_available, resolve_isa
 from .quantized import plan as quant_plan
 
 
@@ -19,6 +20,8 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     quantized = op.quant is not None
     target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
     plan = quant_plan(schedule, target.lanes) if quantized else None
+    dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop
+    instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
@@ -29,8 +32,8 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
                          f"kept in registers from here")
         elif loop.name in blocked[1]:
             notes.append("block loop (unrolled into accumulators)")
-        if plan is not None and loop.name == plan.dot_loop:
-            notes.append(f"dot loop: each u8 x s8 dot instruction consumes its {loop.extent} iterations")
+        if loop.name == dot:
+            notes.append(f"dot loop: each {instruction} instruction consumes its {loop.extent} iterations")
         suffix = f"    # {', '.join(notes)}" if notes else ""
         lines.append(f"{indent}for {loop.name} in 0..{loop.extent}:{suffix}")
         indent += "  "

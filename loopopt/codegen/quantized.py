@@ -1,12 +1,15 @@
 """Quantized kernels: the integer plan of a schedule and the C around its reduction nest.
 
 With integer arithmetic the reduction nest accumulates the raw products of the stored
-integers, ``P = sum x' * w`` over the valid taps, into an int32 workspace laid out like
+integers, ``P = sum x' * w'`` over the valid taps, into an int32 workspace laid out like
 the output (``O``); ``x' = x + shift`` where ``shift`` is 128 when int8 activations feed
-the u8 x s8 dot instruction (``x ^ 0x80``), else 0. The exact accumulator of DESIGN.md,
+the u8 x s8 dot instruction (``x ^ 0x80``), else 0, and ``w' = w + weight_shift`` are the
+weights as stored: uint8 weights are shifted by -128 (``w ^ 0x80``, int8) when they are
+packed, and so are their zero points (``zw' = zw - 128``), so every nest multiplies s8
+weights and uint8 weights cost nothing in the kernel. The exact accumulator of DESIGN.md,
 ``acc = sum (x - zx) * (w - zw[k])``, is then
 
-    acc = P - zx' * T[k](p) - zw[k] * S(p),     zx' = zx + shift,
+    acc = P - zx' * T[k](p) - zw'[k] * S(p),     zx' = zx + shift,
 
 with ``T[k](p) = sum (w - zw[k])`` and ``S(p) = sum x'`` over the taps valid at output
 position ``p`` (padding taps do not exist, so both depend on ``p`` near the borders).
@@ -14,8 +17,9 @@ position ``p`` (padding taps do not exist, so both depend on ``p`` near the bord
 columns with different valid taps, so it is a table ``[K, row classes, column classes]``
 computed when the weights are packed (``compensation("packed")``) or by the kernel
 (``compensation("kernel")``); ``S`` is computed by the kernel (only for asymmetric
-weights). The epilogue pass then applies ``T``, ``S``, the bias and the scales, and
-writes the float32 or requantized output ``Y`` in the output's layout.
+weights, whose ``zw'`` may be nonzero; symmetric uint8 weights have ``zw = 128``, ``zw' = 0``).
+The epilogue pass then applies ``T``, ``S``, the bias and the scales, and writes the float32,
+requantized or raw int32 output ``Y`` in the output's layout.
 
 With ``arithmetic("dequantize")`` the nest converts every operand to float32 and
 accumulates in float straight into the float output: no workspace and no epilogue.
@@ -46,6 +50,7 @@ DOT = 4   # bytes per lane consumed by one dot instruction
 # Epilogue loops store bytes (which may alias anything) from pointers that OpenMP outlining strips of
 # ``restrict``: tell the compiler the lanes are independent so it still vectorizes them.
 SIMD_PRAGMA = "#pragma omp simd"
+C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class QuantPlan:
     compensation: Compensation
     dot_loop: str | None         # reduction loop consumed by the dot instruction
     shift: int                   # added to activations before the products (int8 on the dot: 128)
+    weight_shift: int            # added to the weights when they are packed (uint8: -128, stored as int8)
     activation_sums: bool        # asymmetric weights need S(p)
     fused_epilogue: bool         # a register block holding final sums applies the epilogue at its store
     activation_type: str         # C types
@@ -75,16 +81,19 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
     return QuantPlan(
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
         shift=128 if dot and spec.activation == "int8" else 0,
+        weight_shift=-128 if spec.weight == "uint8" else 0,
         activation_sums=integer and not spec.weight_symmetric,
         fused_epilogue=(integer and schedule.register_block_at is not None
                         and schedule.block_holds_final_outputs()),
-        activation_type="uint8_t" if spec.activation == "uint8" else "int8_t",
-        output_type={"float32": "float", "uint8": "uint8_t", "int8": "int8_t"}[spec.output],
-        bias_type="int32_t" if spec.requantized else "float")
+        activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
+        bias_type="float" if spec.dequantized else "int32_t")
 
 
-def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
-    """The reduction loop the dot instruction consumes (module docstring), or None."""
+def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
+    """The reduction loop a dot instruction of ``group`` elements per lane consumes (module
+    docstring: 4 bytes for vpdpbusd, 2 bf16 for vdpbf16ps), or None. ``padded_groups``: a last group
+    may run past the input channels where the weights are zero-padded (the products there are
+    exactly 0 for integers; bfloat16 passes False, as 0 times a neighbouring inf or NaN is not 0)."""
     vec = schedule.vector_loop
     op = schedule.op
     if vec is None or lanes == 1:
@@ -97,19 +106,19 @@ def find_dot_loop(schedule: Schedule, lanes: int) -> str | None:
     if not reductions:
         return None
     loop = inside[reductions[-1]]
-    if loop.extent > DOT or loop.unroll or loop.parallel:
+    if loop.extent > group or loop.unroll or loop.parallel:
         return None
-    if loop.extent < DOT and not _covers_padded_channels(schedule, loop.name):
+    if loop.extent < group and not (padded_groups and _covers_padded_channels(schedule, loop.name, group)):
         return None
-    if not all(_unit_stride(schedule, t, loop.name) for t in op.inputs):
+    if not all(_unit_stride(schedule, t, loop.name, group) for t in op.inputs):
         return None
-    return loop.name if _guards_allow_groups(schedule, loop.name) else None
+    return loop.name if _guards_allow_groups(schedule, loop.name, group, padded_groups) else None
 
 
 @lru_cache(maxsize=1024)
-def _unit_stride(schedule: Schedule, tensor: str, name: str) -> bool:
+def _unit_stride(schedule: Schedule, tensor: str, name: str, group: int) -> bool:
     """True iff ``tensor``'s storage offset grows by exactly 1 along loop ``name`` everywhere."""
-    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {DOT}")
+    return proves_step(schedule, schedule.offset(tensor), name, 1, f"{name} + 1 < {group}")
 
 
 def _split_of(schedule: Schedule, name: str):
@@ -122,31 +131,32 @@ def _weight_letter(op: Op, dim: str) -> str:
     return op.tensor(weights).letters[op.index(weights).index(Var(dim))]
 
 
-def _weights_padded(schedule: Schedule, name: str) -> bool:
+def _weights_padded(schedule: Schedule, name: str, group: int) -> bool:
     """Loop ``name`` is the inner part of a split of the input channels (the op's
-    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of 4, so a
+    ``reduction_channel_dim``) and the weights' layout blocks them by a multiple of ``group``, so a
     group reads zeros past the end."""
     op = schedule.op
     split = _split_of(schedule, name)
     layout = schedule.layout_of(op.inputs[1])
     return (split is not None and split.parent == op.reduction_channel_dim
-            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % DOT == 0)
+            and layout.block(_weight_letter(op, op.reduction_channel_dim)) % group == 0)
 
 
-def _covers_padded_channels(schedule: Schedule, name: str) -> bool:
-    """A loop shorter than 4 (a split clamped to a dimension of fewer than 4 channels) is a
-    dot loop when it spans the whole dimension and the weights are zero-padded to 4."""
+def _covers_padded_channels(schedule: Schedule, name: str, group: int) -> bool:
+    """A loop shorter than a group (a split clamped to a dimension of fewer channels) is a
+    dot loop when it spans the whole dimension and the weights are zero-padded to a group."""
     split = _split_of(schedule, name)
-    return _weights_padded(schedule, name) and split.parent_extent <= split.factor
+    return _weights_padded(schedule, name, group) and split.parent_extent <= split.factor
 
 
-def _guards_allow_groups(schedule: Schedule, name: str) -> bool:
-    """A group of 4 runs whole: no padding guard may depend on the loop; a partial block of
-    it is fine only where the weights are zero-padded beyond it (a blocked layout)."""
+def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_groups: bool) -> bool:
+    """A group runs whole: no padding guard may depend on the loop; a partial block of it is
+    fine only where the weights are zero-padded beyond it (a blocked layout) and
+    ``padded_groups`` allows that."""
     if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
         return False
     partial = any(name in guard.expr.variables() for guard in schedule.partial_guards)
-    return not partial or _weights_padded(schedule, name)
+    return not partial or (padded_groups and _weights_padded(schedule, name, group))
 
 
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
@@ -188,7 +198,8 @@ def _classes(w: Window):
     return tuple(distinct.index(v) for v in valid), tuple(distinct)
 
 
-def _row_col_windows(op: Op) -> tuple[Window, Window]:
+def row_col_windows(op: Op) -> tuple[Window, Window]:
+    """The op's row and column windows; a missing one is ``NO_WINDOW`` (a GEMM has two)."""
     windows = op.windows + (NO_WINDOW,) * (2 - len(op.windows))
     if len(windows) != 2:
         raise NotImplementedError(f"quantized kernels support ops with at most 2 window axes; {op!r} has "
@@ -199,8 +210,15 @@ def _row_col_windows(op: Op) -> tuple[Window, Window]:
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
     """The border classes of the op's row and column windows (a GEMM has one class)."""
-    rows, cols = (_classes(w) for w in _row_col_windows(op))
+    rows, cols = (_classes(w) for w in row_col_windows(op))
     return Borders(rows[0], rows[1], cols[0], cols[1])
+
+
+def stored_weights(qp: QuantPlan, wq: np.ndarray) -> np.ndarray:
+    """The weights as the kernel reads them: int8 ``w + qp.weight_shift`` (logical layout)."""
+    if not qp.weight_shift:
+        return wq
+    return (wq.astype(np.int16) + qp.weight_shift).astype(np.int8)
 
 
 def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
@@ -212,7 +230,7 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     b = borders(op)
     w = np.moveaxis(np.asarray(wq, dtype=np.int64), op.weight_channel_axis, 0)
     zero = np.asarray(zw, dtype=np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
-    rows, cols = _row_col_windows(op)
+    rows, cols = row_col_windows(op)
     taps = (w - zero).sum(axis=1).reshape(-1, rows.taps, cols.taps)
     table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
     return table.astype(np.int32).reshape(-1)
@@ -221,13 +239,15 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
 # --- C around the nest ---------------------------------------------------------------------------
 
 def parameters(qp: QuantPlan) -> tuple[KernelParam, ...]:
-    """The C parameters after the tensors (inputs, bias, ``O``)."""
+    """The C parameters after the tensors (inputs, bias, ``O``); ``lo_zw`` holds the stored weights'
+    zero points ``zw'`` (module docstring). A raw int32 output has no multipliers."""
     if not qp.integer:
         return (KernelParam("lo_zw", "int32_t", const=True), KernelParam("lo_wscale", "float", const=True),
                 scalar("lo_xscale", "float"), scalar("lo_zx", "int"))
-    return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True),
-            KernelParam("lo_mult", "float", const=True), KernelParam("lo_comp", "int32_t"),
-            KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"), scalar("lo_zy", "int"))
+    mult = (KernelParam("lo_mult", "float", const=True),) if qp.output_type != "int32_t" else ()
+    return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True), *mult,
+            KernelParam("lo_comp", "int32_t"), KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"),
+            scalar("lo_zy", "int"))
 
 
 def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
@@ -281,7 +301,7 @@ def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str, it: str
             f"{indent}        {loop(c, op.extent(c))} s += {term};"]
 
 
-def _batch_dim(op: Op) -> str:
+def batch_dim(op: Op) -> str:
     """The output dim that is neither the channel nor a window's output (conv ``n``, matmul ``i``)."""
     windowed = {w.out_dim for w in op.windows}
     dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
@@ -329,7 +349,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append("/* activation sums S over the valid taps of each output position "
                      "(asymmetric weights) */")
         lines += _omp(schedule)
-        n = _batch_dim(op)
+        n = batch_dim(op)
         if op.windows:
             # windowed ops take activations [batch, channel, one axis per window]
             rows, cols = op.windows
@@ -358,7 +378,7 @@ def _positions(op: Op) -> tuple[str, str, str]:
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
     name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(_batch_dim(op))
+    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(batch_dim(op))
     if not op.windows:
         return channel, channel, n
     rows, cols = op.windows
@@ -425,9 +445,11 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
         lines.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
+    if not spec.dequantized and op.bias:
+        lines.append(f"lo_a += {op.bias_tensor}[{channel}];")
+    if not spec.scaled:
+        return lines + [f"{target} = lo_a;"]
     if spec.requantized:
-        if op.bias:
-            lines.append(f"lo_a += {op.bias_tensor}[{channel}];")
         return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
                         "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
                         f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
@@ -444,7 +466,8 @@ def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     op = schedule.op
     loops, defs, offset = output_loops(schedule)
     body = defs + epilogue_statements(schedule, qp, f"{op.output}[{offset}]")
-    lines = ["/* epilogue: compensation, bias, scale" + (", requantization" if op.quant.requantized else "")
+    lines = ["/* epilogue: compensation, bias" + (", scale" if op.quant.scaled else "")
+             + (", requantization" if op.quant.requantized else "")
              + ", in the output's storage order */", "{"] + ["    " + p for p in _omp(schedule)]
     for depth, loop in enumerate(loops):
         if depth == len(loops) - 1:

@@ -5,7 +5,7 @@ schema version, and a ``trials`` table: the op's signature (its ``repr``), the s
 TOML, the candidate's knobs and the ranking model's figures (JSON), ISA, threads, the machine
 fingerprint, host, compiler and loopopt version, the status and error, the timing statistics
 and the UTC time. Each trial is committed in its own transaction, so killing the process
-(even ``kill -9``) loses at most the trial being measured. A file that is not SQLite, is
+(even ``kill -9``) loses at most the trials being measured. A file that is not SQLite, is
 damaged, or is another application's or another schema version's database raises
 ``TuningLogError`` naming it, and is left untouched.
 """

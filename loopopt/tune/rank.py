@@ -1,9 +1,10 @@
 """Ranking of candidates: which to measure first.
 
 A ranker is any function ``(candidates) -> candidates`` that returns them best first, each
-with the figures it ranked by in ``Candidate.model`` (recorded with the trial in the log).
-``lo.tune(..., rank=...)`` takes one; ``rank`` below is the built-in heuristic, to be replaced
-by a cost model built on loopopt's analysis.
+with the figures it ranked by in ``Candidate.model`` (recorded with the trial in the log), its
+``predicted_seconds`` among them. ``lo.tune(..., rank=...)`` takes one; ``rank`` below is the
+built-in heuristic, cheap enough for every candidate: it picks the shortlist that the kernel
+model then orders (``guide.py``).
 
 The heuristic predicts a time from the op's work and this machine's peak, scaled by the
 efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
 from .space import DOT, Candidate, Roles, lanes
 
@@ -42,10 +44,26 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def tile_efficiency(candidate: Candidate) -> float:
+    """An AMX candidate's share of the tile peak: the tile rows, columns and K bytes its blocks use
+    (the shifted last blocks recompute), fewer tiles loaded per dot with 2 x 2 blocks."""
+    plan = tile_plan(candidate.schedule)
+    s = plan.shape
+    pixels = s.pixels / (_ceil(s.pixels, plan.block_pixels) * plan.block_pixels)
+    channels = s.kg / (_ceil(s.channel_tiles, plan.col_tiles) * plan.scratch_columns)
+    depth = s.cg / (len(s.starts) * 64)
+    loads = plan.row_tiles * plan.col_tiles / (plan.row_tiles + plan.col_tiles)   # dots per tile load, <= 1
+    return pixels * channels * depth * loads
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) and ``predicted_seconds``
     (on one core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
+    if candidate.isa == "amx":
+        efficiency = tile_efficiency(candidate)
+        peak = machine_profile().peak("amx", "int8") * 1e9
+        return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
     vectors = _ceil(knobs.channel_block, vector)

@@ -9,6 +9,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
+from .fit import spearman
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,24 @@ class TuneResult:
     def failed(self) -> list[Trial]:
         return [t for t in self.trials if t.status != "ok"]
 
+    @property
+    def model_spearman(self) -> float | None:
+        """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
+        measured minimum time over the verified trials; None with fewer than 3 of them."""
+        pairs = [(t.model["model_seconds"], t.seconds) for t in self.trials
+                 if t.seconds is not None and "model_seconds" in t.model]
+        return spearman(*zip(*pairs)) if pairs else None
+
+    def _model_line(self) -> str:
+        rho = self.model_spearman
+        verified = len(self.trials) - len(self.failed)
+        return (f"model vs measured: Spearman {rho:+.3f} over {verified} verified trials" if rho is not None
+                else f"model vs measured: no Spearman figure ({verified} verified trials, 3 needed)")
+
     def table(self) -> str:
         """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
         unit = self.timing.unit
-        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6}  candidate"]
+        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
             k = t.knobs
@@ -94,7 +109,9 @@ class TuneResult:
                 figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
             else:
                 figures = f"{'-':>9} {'-':>8} {'-':>6}"
-            lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures}  {what}")
+            model = t.model.get("model_seconds")
+            model = f"{model * 1e3:9.3f}" if model is not None else f"{'-':>9}"
+            lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures} {model}  {what}")
             if t.error:
                 lines.append(f"{'':14}{t.error}")
         return "\n".join(lines)
@@ -105,14 +122,15 @@ class TuneResult:
                 f"({len(self.failed)} failed, {self.refused} candidates refused by the schedule) in "
                 f"{self.elapsed:.1f} s{'; ' + self.stopped if self.stopped else ''}\n"
                 f"best (trial {self.best_number}): min {self.timing.min * 1e3:.3f} ms, {rate:.1f} "
-                f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}")
+                f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}\n"
+                + self._model_line())
 
     def to_dict(self) -> dict[str, Any]:
         from ..schedule_file import to_toml
         best = next(t for t in self.trials if t.number == self.best_number)
         return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
-                "best_trial": self.best_number,
+                "best_trial": self.best_number, "model_spearman": self.model_spearman,
                 "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
                 "trials": [t.to_dict() for t in self.trials]}
 

@@ -1,39 +1,49 @@
 """The search loop of ``lo.tune``: pick the next candidate, measure it in isolation, log it.
 
-Candidates come from the search space (``space.candidates``) ranked best first (``rank``).
-The first BROAD trials take the best-ranked candidate of each not yet tried register block
-shape (pixels x channels), so the search starts broad; later trials
-mostly try neighbours of the fastest trial so far (candidates that differ from it in one
-knob, the best-ranked of them, picked at random among the first few), and now and then
-(``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends only on the
-measured results, so a rerun with the same log replays the logged trials (without measuring
-them) and continues where the earlier run stopped.
+Candidates come from the search space (``space.candidates``), ordered by the guide (``guide``:
+the heuristic ``rank`` for all, the kernel model for its shortlist, refitted to the measured
+trials as they come in; "best-ranked" below is in that order). The first BROAD trials take the
+best-ranked candidate of each not yet tried register block shape (pixels x channels), so the
+search starts broad; later trials mostly try neighbours of the fastest trial so far (candidates
+that differ from it in one knob, the best-ranked of them, picked at random among the first few),
+and now and then (``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends
+only on the measured results, so a rerun with the same log replays the logged trials (without
+measuring them) and continues where the earlier run stopped (with several trials in flight, on a
+cluster, the results come in the order they finish, and a rerun may take other paths).
+
+Trials in flight: as many as the executor's slots (``cluster.runner``); each finished trial is
+logged and numbered when it finishes, and a trial past its timeout (plus ``GRACE``) is cancelled
+and recorded as ``timeout``.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import random
 import time
-from collections.abc import Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
 
 from ..codegen.isa import resolve_isa
+from ..codegen.tiles import check_amx_cpu
 from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
-from .executor import IsolatedExecutor, TrialTimeout, WorkerDied
+from .cluster import Runner, outcome, runner
+from .guide import Guide, shortlist
 from .log import TuningLog
 from .rank import Ranker
 from .rank import rank as heuristic
 from .result import Trial, TuneResult
 from .space import Candidate, candidates
-from .trial import Outcome, Task, here, run_trial
+from .trial import Task, here
 
 BROAD = 8                  # the first trials each take a new block shape
 EXPLORE = 0.2              # share of later trials that take the best-ranked untried candidate
 NEIGHBOURS = 3             # a neighbour is picked at random among the best-ranked this many
+SCORED_NEIGHBOURS = 9      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
 REASONS = 600              # characters of failure reasons quoted in an error
 
@@ -52,39 +62,48 @@ def _differs_once(a: Candidate, b: Candidate) -> bool:
 
 
 class Walk:
-    """Which candidate to try next, given the results so far (seeded)."""
+    """Which candidate to try next, given the results so far (seeded); the order of the candidates
+    is the guide's (the refitted kernel model)."""
 
-    def __init__(self, ranked: Sequence[Candidate], broad: int, seed: int):
-        self.ranked, self.broad, self.rng = list(ranked), broad, random.Random(seed)
+    def __init__(self, guide: Guide, broad: int, seed: int):
+        self.guide, self.broad, self.rng = guide, broad, random.Random(seed)
         self.tried: set[int] = set()
         self.blocks: set[tuple] = set()
         self.results: list[tuple[float, int]] = []      # (seconds, index) of verified trials
 
+    def candidate(self, index: int) -> Candidate:
+        return self.guide.candidates[index]
+
     def next(self) -> tuple[int, Candidate] | None:
         """The next (index, candidate) to try, or None when every candidate was tried."""
-        untried = [i for i in range(len(self.ranked)) if i not in self.tried]
+        self.guide.score_best(shortlist(len(self.tried)))
+        untried = self.guide.order(i for i in range(len(self.guide.candidates)) if i not in self.tried)
         if not untried:
             return None
         index = self._pick(untried)
         self.tried.add(index)
-        self.blocks.add(_block(self.ranked[index]))
-        return index, self.ranked[index]
+        self.blocks.add(_block(self.candidate(index)))
+        return index, self.candidate(index)
 
     def _pick(self, untried: list[int]) -> int:
-        fresh = [i for i in untried if _block(self.ranked[i]) not in self.blocks]
+        fresh = [i for i in untried if _block(self.candidate(i)) not in self.blocks]
         if len(self.tried) < self.broad or not self.results or self.rng.random() < EXPLORE:
             return (fresh or untried)[0]
-        best = self.ranked[min(self.results)[1]]
-        near = [i for i in untried if _differs_once(self.ranked[i], best)]
+        best = self.candidate(min(self.results)[1])
+        near = [i for i in untried if _differs_once(self.candidate(i), best)]
+        for index in near[:SCORED_NEIGHBOURS]:
+            self.guide.score(index)
+        near = self.guide.order(near)
         return self.rng.choice(near[:NEIGHBOURS]) if near else untried[0]
 
     def observe(self, index: int, seconds: float | None) -> None:
+        self.guide.observe(index, seconds)
         if seconds is not None:
             self.results.append((seconds, index))
 
     def forget(self, index: int) -> None:
         """A candidate that turned out not to be a trial (refused, or a duplicate schedule)."""
-        self.blocks.discard(_block(self.ranked[index]))
+        self.blocks.discard(_block(self.candidate(index)))
 
 
 def _check(trials: int, seconds: float | None, threads: int, budget: float, timeout: float) -> None:
@@ -100,93 +119,150 @@ def _check(trials: int, seconds: float | None, threads: int, budget: float, time
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
 
 
-def _evaluate(executor: Executor, task: Task, timeout: float) -> Outcome:
-    """The outcome of ``task`` on ``executor``; a worker that dies or hangs is a failed trial."""
-    future = executor.submit(run_trial, task)
-    try:
-        return future.result(timeout=timeout + GRACE)
-    except WorkerDied as err:
-        return here("crashed", str(err))
-    except (TrialTimeout, concurrent.futures.TimeoutError) as err:
-        future.cancel()
-        return here("timeout", str(err) or f"no result within {timeout:g} s")
-    except Exception as err:          # whatever the executor (e.g. a cluster) reports: a failed trial
-        return here("error", f"{type(err).__name__}: {err}")
+@dataclass(frozen=True)
+class _InFlight:
+    """A trial submitted and not finished yet."""
+
+    index: int
+    candidate: Candidate
+    toml: str
+    model: dict[str, float]
+    deadline: float          # perf_counter time after which the search gives up on it
+
+
+class _Search:
+    """One search's state: the walk, the trials done (numbered as they finish) and those in flight."""
+
+    def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
+                 tuning_log: TuningLog | None, bar: Progress):
+        self.op, self.threads, self.budget, self.timeout = op, threads, budget, timeout
+        self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
+        self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
+        self.done: list[Trial] = []
+        self.in_flight: dict[Future, _InFlight] = {}
+        self.refusals: list[str] = []
+        self.seen: set[str] = set()
+        self.stopped = ""
+
+    def search(self, trials: int, seconds: float | None, start: float) -> None:
+        """Start trials and collect them until ``trials`` ended, ``seconds`` passed or none is left."""
+        while True:
+            self._start(trials, seconds, start)
+            if not self.in_flight:
+                return
+            self._collect()
+
+    def _start(self, trials: int, seconds: float | None, start: float) -> None:
+        """Start trials (or take them from the log) while a slot, the trial budget and time are left."""
+        while (not self.stopped and len(self.in_flight) < self.run.slots
+               and len(self.done) + len(self.in_flight) < trials):
+            if seconds is not None and time.perf_counter() - start >= seconds:
+                self.stopped = f"time limit of {seconds:g} s reached"
+                return
+            picked = self.walk.next()
+            if picked is None:
+                self.stopped = "every candidate was tried"
+                return
+            index, candidate = picked
+            try:
+                toml = candidate.toml
+            except ScheduleError as err:
+                self.refusals.append(str(err))
+                self.walk.forget(index)
+                continue
+            if toml in self.seen:
+                self.walk.forget(index)
+                continue
+            self.seen.add(toml)
+            model = self.walk.guide.figures(index)
+            logged = self.known.get(toml)
+            if logged is not None:
+                self._record(index, Trial(len(self.done) + 1, toml, candidate.knobs.as_dict(), model,
+                                          logged.status, logged.timing, logged.error, logged=True))
+                continue
+            future = self.run.submit(Task(candidate.op, toml, candidate.isa, self.threads, self.budget),
+                                     self.timeout)
+            self.in_flight[future] = _InFlight(index, candidate, toml, model,
+                                               time.perf_counter() + self.timeout + GRACE)
+
+    def _collect(self) -> None:
+        """Wait until a trial in flight ends (or one passes its deadline); log and record those that did."""
+        wait = max(0.0, min(t.deadline for t in self.in_flight.values()) - time.perf_counter())
+        finished, _ = concurrent.futures.wait(self.in_flight, timeout=wait,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+        now = time.perf_counter()
+        for future, trial in list(self.in_flight.items()):
+            if future in finished:
+                result = outcome(future, self.timeout)
+            elif trial.deadline <= now:
+                future.cancel()
+                result = here("timeout", f"no result within {self.timeout + GRACE:g} s; the search gave up")
+            else:
+                continue
+            del self.in_flight[future]
+            knobs, candidate = trial.candidate.knobs.as_dict(), trial.candidate
+            if self.tuning_log is not None:
+                self.tuning_log.append(candidate.op, trial.toml, knobs, trial.model, candidate.isa,
+                                       self.threads, self.budget, result)
+            self._record(trial.index, Trial(len(self.done) + 1, trial.toml, knobs, trial.model, result.status,
+                                            result.timing, result.error))
+
+    def _record(self, index: int, trial: Trial) -> None:
+        self.done.append(trial)
+        self.walk.observe(index, trial.seconds)
+        self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
+    def abandon(self) -> None:
+        """Cancel the trials in flight (the search ends early: an error or an interrupt)."""
+        for future in self.in_flight:
+            future.cancel()
 
 
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
-         log: str | None = None, executor: Executor | None = None, progress: bool = True, seed: int = 0, *,
+         log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
          budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic) -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
-    Each trial compiles, verifies and times one candidate (``budget`` seconds of timed runs) on
-    ``executor`` (default: an ``IsolatedExecutor``, one worker process, ``timeout`` seconds per
-    trial), one at a time; crashes, hangs and wrong results are failed trials. With ``log`` (a
-    file path) every trial is appended to that SQLite tuning log, and candidates already in it
-    for this op, ISA, thread count and machine are taken from it instead of measured again.
-    ``rank`` orders the candidates (default: the built-in heuristic); ``progress`` shows a
-    progress bar on stderr."""
+    Each trial compiles, verifies and times one candidate (``budget`` seconds of timed runs) in a
+    worker process with ``timeout`` seconds; crashes, hangs and wrong results are failed trials.
+    ``executor``: None (one worker process of this machine, one trial at a time), any
+    ``concurrent.futures.Executor`` or a ``dask.distributed.Client`` (trials in flight on its
+    workers, one timing at a time per host, recorded as they finish; see ``cluster``). With
+    ``log`` (a file path) every trial is appended to that SQLite tuning log, and candidates
+    already in it for this op, ISA, thread count and machine are taken from it instead of
+    measured again. ``rank`` orders the candidates first (default: the built-in heuristic), the
+    kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
+    shows a progress bar on stderr."""
     _check(trials, seconds, threads, budget, timeout)
-    isa = resolve_isa(isa, integer=op.quant is not None)
+    if isa == "amx":
+        check_amx_cpu()
+    else:
+        isa = resolve_isa(isa, integer=op.quant is not None)
     space = candidates(op, isa, threads)
     if not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
+    start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
-    walk = Walk(rank(space), BROAD, seed)
-    tuning_log = TuningLog(log) if log is not None else None
-    known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
-    own = executor is None
-    executor = IsolatedExecutor(timeout) if own else executor
-    start, done, refusals, seen = time.perf_counter(), [], [], set()
-    bar = Progress(trials, progress)
-    stopped = ""
+    walk = Walk(Guide(rank(space)), BROAD, seed)
+    run = runner(executor, timeout)
+    tuning_log = None
     try:
-        while len(done) < trials:
-            if seconds is not None and time.perf_counter() - start >= seconds:
-                stopped = f"time limit of {seconds:g} s reached"
-                break
-            picked = walk.next()
-            if picked is None:
-                stopped = "every candidate was tried"
-                break
-            index, candidate = picked
-            try:
-                toml = candidate.toml
-            except ScheduleError as err:
-                refusals.append(str(err))
-                walk.forget(index)
-                continue
-            if toml in seen:
-                walk.forget(index)
-                continue
-            seen.add(toml)
-            trial = _trial(len(done) + 1, candidate, toml, known.get(toml), executor, budget, timeout,
-                           threads, tuning_log)
-            done.append(trial)
-            walk.observe(index, trial.seconds)
-            bar.update(len(done), _progress_label(op, done))
+        tuning_log = TuningLog(log) if log is not None else None
+        state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress))
+        try:
+            state.search(trials, seconds, start)
+        finally:
+            state.abandon()
     finally:
-        if own:
-            executor.shutdown()
+        if run.own:
+            run.executor.shutdown()
         if tuning_log is not None:
             tuning_log.close()
-    return _result(op, isa, threads, done, refusals, time.perf_counter() - start, log, stopped)
-
-
-def _trial(number: int, candidate: Candidate, toml: str, logged, executor: Executor, budget: float,
-           timeout: float, threads: int, tuning_log: TuningLog | None) -> Trial:
-    """Trial ``number``: taken from the log when ``logged``, else measured (and logged)."""
-    knobs, model = candidate.knobs.as_dict(), candidate.figures
-    if logged is not None:
-        return Trial(number, toml, knobs, model, logged.status, logged.timing, logged.error, logged=True)
-    task = Task(candidate.op, toml, candidate.isa, threads, budget)
-    outcome = _evaluate(executor, task, timeout)
-    if tuning_log is not None:
-        tuning_log.append(candidate.op, toml, knobs, model, candidate.isa, threads, budget, outcome)
-    return Trial(number, toml, knobs, model, outcome.status, outcome.timing, outcome.error)
+    return _result(op, isa, threads, state.done, state.refusals, time.perf_counter() - start, log,
+                   state.stopped)
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -211,5 +287,6 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"
                         + (f"; they are in the tuning log {log}" if log else ""))
     best = min(ok, key=lambda t: t.seconds)
+    isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
     return TuneResult(op, isa, threads, schedule_from_toml(best.schedule, op), best.timing, done,
                       len(refusals), elapsed, log, stopped, best.number)

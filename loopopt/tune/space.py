@@ -17,6 +17,10 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
+
+On a CPU with AMX, a quantized op that the tile kernels take (``codegen/tiles.py``: not depthwise,
+one thread) also has AMX candidates (ISA ``"amx"``): a pixel block and a channel block of 16 or 32
+(1 or 2 tiles each) and which of the two block loops is outside, on channels-last output.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..codegen.isa import INT_ISAS, ISAS
+from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import to_toml
@@ -57,6 +62,19 @@ class Knobs:
                 "reduction": list(self.reduction), "outer": list(self.outer), "weights": self.weights,
                 "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
                 "parallel": self.parallel}
+
+
+@dataclass(frozen=True)
+class TileKnobs:
+    """The choices of an AMX candidate: output block (pixels x channels) and its loop order."""
+
+    pixel_block: int
+    channel_block: int
+    channels_outer: bool
+
+    def as_dict(self) -> dict:
+        return {"isa": "amx", "pixel_block": self.pixel_block, "channel_block": self.channel_block,
+                "channels_outer": self.channels_outer}
 
 
 @dataclass(frozen=True)
@@ -103,7 +121,7 @@ class Candidate:
 
     op: Op
     isa: str
-    knobs: Knobs
+    knobs: Knobs | TileKnobs
     model: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -113,6 +131,8 @@ class Candidate:
     @cached_property
     def schedule(self) -> Schedule:
         """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
+        if self.isa == "amx":
+            return build_tiles(self.op, self.knobs)
         return build(self.op, self.knobs, lanes(self.op, self.isa))
 
     @cached_property
@@ -173,6 +193,30 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
 
 
+def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
+    """The schedule of an AMX candidate: channels-last output, the pixel and channel dims split by
+    the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``."""
+    pixel, channel = pixel_dim(op), op.channel_dim
+    output = _moved_last(op.tensor(op.output).letters, op.output_channel_axis)
+    schedule = Schedule(op).layout(op.output, output)
+    schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
+    return schedule if knobs.channels_outer else schedule.reorder(f"{pixel}_o", f"{channel}_o")
+
+
+def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
+    """The AMX candidates of ``op`` (none where this CPU has no AMX, for several threads, or for an
+    op the tile kernels refuse)."""
+    try:
+        check_amx_cpu()
+        if threads > 1 or op.quant is None:
+            return []
+        tile_plan(Schedule(op))
+    except (ValueError, TileError):
+        return []
+    return [Candidate(op, "amx", TileKnobs(pb, cb, outer))
+            for pb, cb, outer in itertools.product(BLOCKS, BLOCKS, (True, False))]
+
+
 def _blocks(extent: int, limit: int) -> list[int]:
     """Block sizes 1..limit (at most ``extent``)."""
     return [b for b in range(1, min(limit, extent) + 1)]
@@ -211,7 +255,10 @@ def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[
 
 
 def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
-    """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name)."""
+    """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
+    AMX candidates only; the best SIMD ISA also gets the AMX candidates where the CPU has AMX)."""
+    if isa == "amx":
+        return tile_candidates(op, threads)
     roles = Roles.of(op)
     vector = lanes(op, isa)
     extents = dict(op.dims)
@@ -244,7 +291,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
                         found.append(Candidate(op, isa, knobs))
-    return found
+    return found + (tile_candidates(op, threads) if isa == "avx512" else [])
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,

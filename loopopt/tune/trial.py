@@ -8,7 +8,12 @@ raised), and, decided by the search when the worker gives no answer, ``crashed``
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import socket
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..machine import compiler_version, fingerprint
@@ -17,6 +22,7 @@ from ..ops import Op
 from ..schedule_file import schedule_from_toml
 
 STATUSES = ("ok", "wrong", "error", "crashed", "timeout")
+MEASURE_LOCK = "loopopt-measure.lock"     # in the temporary directory: one per host
 
 
 @dataclass(frozen=True)
@@ -54,14 +60,29 @@ def here(status: str, error: str, timing: Timing | None = None) -> Outcome:
     return Outcome(status, timing, error, socket.gethostname(), fingerprint(), compiler_version())
 
 
+@contextlib.contextmanager
+def measuring_alone() -> Iterator[None]:
+    """Hold this host's measurement lock (an ``flock`` on a file in the temporary directory, released
+    when the holder ends or dies): trials on one host time their kernels one at a time, whichever
+    worker process runs them, while others compile."""
+    descriptor = os.open(os.path.join(tempfile.gettempdir(), MEASURE_LOCK), os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 def run_trial(task: Task) -> Outcome:
-    """Compile ``task``'s schedule, time it with ``lo.measure`` (verified against the reference)
-    and say how it went; a failure of any kind is an ``error`` outcome with its reason."""
+    """Compile ``task``'s schedule, time it with ``lo.measure`` (verified against the reference;
+    one measurement at a time on this host) and say how it went; a failure of any kind is an
+    ``error`` outcome with its reason."""
     try:
         kernel = schedule_from_toml(task.schedule, task.op).compile(task.isa)
         if task.threads > 1:
             kernel.set_threads(task.threads)
-        timing = measure(kernel, budget=task.budget, progress=False)
+        with measuring_alone():
+            timing = measure(kernel, budget=task.budget, progress=False)
     except Exception as err:         # the trial's failure is its result: the search goes on
         first = str(err).splitlines()[0] if str(err) else ""
         return here("error", f"{type(err).__name__}: {first}")

@@ -1,0 +1,394 @@
+"""AMX tile kernels of quantized ops: an implicit GEMM with output pixels as tile rows.
+
+``compile(isa="amx")`` maps an integer quantized Conv2d or Matmul onto the AMX tiles
+(``codegen/amx.py``). The op is read through its roles as a GEMM per group: rows are output
+pixels, columns output channels, the reduction runs over the window taps and, inside each tap,
+the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 activations, or
+``_tile_dpbssd`` for int8 ones: no +128 shift, so the compensation has no shift term).
+
+* Activations are stored channels-last and padded by the op's padding (zeros: a padding tap
+  adds nothing to the raw products ``P``, which is what the compensation of
+  ``codegen/quantized.py`` expects of taps that do not exist). Then every tap of a run of
+  pixels of one output row is one tile load with row stride ``stride * C`` bytes: no im2col, no
+  bounds checks in the tile loop. An op whose windows are trivial (1x1, stride 1, no padding:
+  also a GEMM) is one long row of ``batch * OH * OW`` pixels, so tiles run across output rows.
+* Weights are packed once (``pack_weights``, in ``prepare``) in the VNNI-4 B-tile layout
+  ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]``, zero where a chunk overlaps the
+  previous one or passes the group's channels, or where a tile passes the group's outputs.
+* An output block is 1 or 2 tile rows (16 pixels each) x 1 or 2 tile columns (16 channels),
+  its accumulators kept in tiles across all taps and chunks, then stored to a small int32
+  scratch over which the quantized epilogue (compensation, activation sums, bias,
+  requantization or scaling) writes the output in the schedule's output layout.
+* Tails need no second tile configuration: the last pixel block of a row and the last channel
+  block are shifted back to end at the edge (recomputing a few outputs, written twice with the
+  same value), the last K chunk is shifted back to end at the group's channels; a row shorter
+  than a tile, fewer than 16 channels or fewer than 64 input channels shrink the tiles instead.
+
+The schedule chooses the block and the order, as it chooses a register block: a split of the
+pixel dim (a conv's ``ow``, a GEMM's ``i``) by 16 or 32 sets the pixel block, a split of the
+channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole extent of a
+dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and
+the channel block's loop outside the pixel loops (the default order) keeps a block's weights hot
+across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
+blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
+effect here.
+Refused (``TileError``): float ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+
+from ..ops import Op, Window
+from ..schedule import Schedule, ScheduleError
+from . import quantized
+from .amx import AMX, MAX_COLSB, TILE, TileBlock, chunk_starts, indent
+from .emit import KERNEL_NAME, Generated, kernel_arguments
+from .isa import INT_ISAS, cpu_flags
+from .params import KernelParam, index_ctype, signature
+
+BLOCKS = (16, 32)                # pixels (channels) per output block: 1 or 2 tile rows (columns)
+GROUP = 4                        # int8 values per 32-bit group of a B tile (VNNI-4)
+AMX_INT = replace(INT_ISAS["avx512"], name="amx", cpu_flags=INT_ISAS["avx512"].cpu_flags + AMX.cpu_flags,
+                  compile_flags=INT_ISAS["avx512"].compile_flags + AMX.compile_flags,
+                  prelude=AMX.prelude)   # AVX-512 for the epilogue, AMX for the tiles
+
+
+class TileError(ScheduleError):
+    """A schedule or op that the AMX tile kernels do not take, with the reason."""
+
+
+def check_amx_cpu() -> None:
+    """ValueError naming the missing flags if this CPU has no AMX (int8) and AVX-512 VNNI."""
+    missing = sorted(set(AMX_INT.cpu_flags) - cpu_flags())
+    if missing:
+        raise ValueError(f"isa 'amx' needs CPU features {', '.join(missing)} that this CPU lacks "
+                         f"(AMX is on Intel Xeon 4th generation (Sapphire Rapids) and later); "
+                         f"use isa='auto'")
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """An op as the tile kernel sees it: per group a GEMM of pixels x channels over taps x chunks."""
+
+    batch: int
+    groups: int
+    cg: int                          # input channels per group
+    kg: int                          # output channels per group
+    rows: Window
+    cols: Window
+
+    @classmethod
+    def of(cls, op: Op) -> TileShape:
+        rows, cols = quantized.row_col_windows(op)
+        groups = op.groups
+        return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
+                   op.channels // groups, rows, cols)
+
+    @property
+    def channels(self) -> int:
+        """Input channels (all groups): the pixel pitch of the stored activations."""
+        return self.cg * self.groups
+
+    @property
+    def gemm(self) -> bool:
+        """Trivial windows: pixels are consecutive in the input across rows and images."""
+        return all(w.taps == 1 and w.stride == 1 and w.pad == 0 for w in (self.rows, self.cols))
+
+    @property
+    def padded(self) -> tuple[int, int]:
+        return self.rows.size + 2 * self.rows.pad, self.cols.size + 2 * self.cols.pad
+
+    @property
+    def lines(self) -> int:
+        """Runs of consecutive output pixels: one per image and output row (one in all for a GEMM)."""
+        return 1 if self.gemm else self.batch * self.rows.out
+
+    @property
+    def pixels(self) -> int:
+        """Output pixels per line."""
+        return self.batch * self.rows.out * self.cols.out if self.gemm else self.cols.out
+
+    @property
+    def chunk(self) -> int:
+        """Bytes of a K chunk: 64, or the group's channels rounded up to whole 4-byte groups."""
+        return MAX_COLSB if self.cg >= MAX_COLSB else -(-self.cg // GROUP) * GROUP
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        return chunk_starts(self.cg)
+
+    @property
+    def channel_tiles(self) -> int:
+        """16-channel tiles per group (the last one zero-padded)."""
+        return -(-self.kg // TILE)
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one packed B tile."""
+        return self.chunk // GROUP * GROUP * TILE
+
+    @property
+    def packed_weights_shape(self) -> tuple[int, ...]:
+        return (self.groups, self.channel_tiles, self.rows.taps, self.cols.taps, len(self.starts),
+                self.chunk // GROUP, GROUP * TILE)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """What the schedule chose: the output block and the order of its loops."""
+
+    shape: TileShape
+    pixel_block: int
+    channel_block: int
+    channels_outer: bool
+    dot: str                         # dpbusd (uint8 activations) or dpbssd (int8)
+
+    @property
+    def row_tiles(self) -> int:
+        return 2 if self.pixel_block == 32 and self.shape.pixels > TILE else 1
+
+    @property
+    def block_pixels(self) -> int:
+        """Pixels of every block (the last one of a line shifted back to end at its edge)."""
+        return min(self.pixel_block, self.shape.pixels)
+
+    @property
+    def col_tiles(self) -> int:
+        return 2 if self.channel_block == 32 and self.shape.channel_tiles > 1 else 1
+
+    @cached_property
+    def block(self) -> TileBlock:
+        rows = min(TILE, self.shape.pixels)
+        cols = min(TILE, self.shape.kg)
+        return TileBlock.of((rows,) * self.row_tiles, (cols,) * self.col_tiles, self.shape.chunk)
+
+    @property
+    def scratch_columns(self) -> int:
+        return TILE * self.col_tiles
+
+
+def _split_factor(schedule: Schedule, dim: str) -> int:
+    """The factor of the split of op dim ``dim`` (32 if it is not split)."""
+    split = next((r for r in schedule.relations if getattr(r, "parent", None) == dim), None)
+    if split is None:
+        return BLOCKS[-1]
+    if split.factor == split.parent_extent < BLOCKS[-1]:      # a split clamped to the dim (schedule files)
+        return next(b for b in BLOCKS if b >= split.factor)
+    if split.factor not in BLOCKS:
+        raise TileError(f"isa 'amx': the split of {dim!r} by {split.factor} is not a tile block: split it "
+                        f"by 16 (one tile) or 32 (two tiles), or not at all (32)")
+    return split.factor
+
+
+def _outer_position(schedule: Schedule, dim: str) -> int:
+    split = next((r for r in schedule.relations if getattr(r, "parent", None) == dim), None)
+    name = split.outer if split else dim
+    return schedule.position(name) if name in schedule.loop_names else -1
+
+
+def pixel_dim(op: Op) -> str:
+    """The output dim along a tile's rows: the column window's (a conv's ``ow``), else the batch dim."""
+    return op.windows[-1].out_dim if op.windows else quantized.batch_dim(op)
+
+
+def tile_plan(schedule: Schedule) -> TilePlan:
+    """The tile plan of ``schedule``; TileError saying why when the tile kernels do not take it."""
+    op = schedule.op
+    if op.quant is None:
+        raise TileError(f"isa 'amx' runs quantized ops (int8 tiles); {op!r} is float32: give it "
+                        f"quant=lo.QuantSpec(...) or use isa='auto'")
+    if schedule.arithmetic_mode != "integer":
+        raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
+    if schedule.parallel_loop is not None:
+        raise TileError(f"isa 'amx' kernels run on one thread; remove "
+                        f"parallel({schedule.parallel_loop.name!r})")
+    shape = TileShape.of(op)
+    if shape.groups > 1 and shape.cg == 1 and shape.kg == 1:
+        raise TileError(f"isa 'amx' refuses the depthwise {op!r}: one input and one output channel per "
+                        f"group fill 1 of the 64 bytes of a tile row and 1 of its 16 columns; use the "
+                        f"VNNI kernels (isa='avx512')")
+    pixel, channel = pixel_dim(op), op.channel_dim
+    return TilePlan(shape, _split_factor(schedule, pixel), _split_factor(schedule, channel),
+                    _outer_position(schedule, channel) <= _outer_position(schedule, pixel),
+                    "dpbusd" if op.quant.activation == "uint8" else "dpbssd")
+
+
+# --- packing (numpy, in the kernel's prepare) ----------------------------------------------------
+
+def pack_activations(op: Op, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Logical activations ``[batch, channel, rows, cols]`` (a GEMM's ``[M, K]``) into ``out``,
+    channels-last and zero-padded: ``[batch][padded rows][padded cols][channels]``."""
+    shape = TileShape.of(op)
+    rows, cols = shape.rows, shape.cols
+    image = np.asarray(x).reshape(shape.batch, shape.channels, rows.size, cols.size)
+    out[:, rows.pad:rows.pad + rows.size, cols.pad:cols.pad + cols.size, :] = image.transpose(0, 2, 3, 1)
+    return out
+
+
+def activations_shape(op: Op) -> tuple[int, int, int, int]:
+    shape = TileShape.of(op)
+    return (shape.batch, *shape.padded, shape.channels)
+
+
+def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Logical int8 weights into ``out`` of ``TileShape.packed_weights_shape`` (module docstring)."""
+    s = TileShape.of(op)
+    kh, kw = s.rows.taps, s.cols.taps
+    logical = np.moveaxis(np.asarray(w), op.weight_channel_axis, 0).reshape(s.groups, s.kg, s.cg, kh, kw)
+    padded = np.zeros((s.groups, s.channel_tiles * TILE, s.cg, kh, kw), dtype=np.int8)
+    padded[:, :s.kg] = logical
+    c_of = np.array(s.starts)[:, None] + np.arange(s.chunk)               # [chunk, byte] -> channel
+    fresh = (c_of >= MAX_COLSB * np.arange(len(s.starts))[:, None]) & (c_of < s.cg)
+    chunks = np.where(fresh[None, None, :, :, None, None], padded[:, :, np.minimum(c_of, s.cg - 1)], 0)
+    # [g, tile * 16 + n, q, 4 r + t, kh, kw] -> [g, tile, kh, kw, q, r, 4 n + t]
+    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, len(s.starts), s.chunk // GROUP, GROUP, kh, kw)
+    out[...] = tiles.transpose(0, 1, 6, 7, 3, 4, 2, 5).reshape(s.packed_weights_shape)
+    return out
+
+
+# --- C -------------------------------------------------------------------------------------------
+
+_SOURCE = """/* loopopt AMX tile kernel for {op!r}
+ * implicit GEMM per group: {pixels} output pixels per line x {lines} line(s), {kg} channels, over
+ * {taps} tap(s) x {chunks} chunk(s) of {chunk} input-channel bytes ({dot}); output blocks of {rt} x {ct}
+ * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store
+{steps} */
+{prelude}#include <stddef.h>
+{tables}
+static const lo_tilecfg lo_config = {config};
+static const int lo_starts[{chunks}] = {{{starts}}};
+
+{signature}
+{{
+{body}
+}}
+"""
+
+
+def _activation_sums(plan: TilePlan, x_name: str, it: str) -> list[str]:
+    """``lo_xsum`` of asymmetric weights: the sum of the stored activations over each output
+    position's taps (padding taps add the stored zeros)."""
+    s = plan.shape
+    rows, cols = s.rows, s.cols
+    hp, wp = s.padded
+    x = (f"{x_name}[(((ptrdiff_t)t_n * {hp} + t_oh * {rows.stride} + t_kh * {rows.dilation}) * {wp} + "
+         f"t_ow * {cols.stride} + t_kw * {cols.dilation}) * {s.channels} + t_g * {s.cg} + t_c]")
+    loop = lambda var, extent: f"for ({it} {var} = 0; {var} < {extent}; ++{var})"
+    return ["/* activation sums S over each output position's taps (asymmetric weights) */",
+            loop("t_n", s.batch), f"    {loop('t_g', s.groups)}", f"        {loop('t_oh', rows.out)}",
+            f"            {loop('t_ow', cols.out)} {{", "                int s = 0;",
+            f"                {loop('t_kh', rows.taps)}", f"                    {loop('t_kw', cols.taps)}",
+            f"                        {loop('t_c', s.cg)} s += {x};",
+            f"                lo_xsum[((t_n * {s.groups} + t_g) * {rows.out} + t_oh) * {cols.out} + t_ow] "
+            "= s;",
+            "            }"]
+
+
+def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
+    """C defining the op's output dims (``batch`` and the windows' outputs) of pixel ``t_p0 + t_r``
+    of line ``t_line``."""
+    op_dims = []
+    s = plan.shape
+    rows, cols = s.rows, s.cols
+    if s.gemm:
+        op_dims.append(f"const {it} t_p = t_p0 + t_r;")
+        batch_value, row, col = (f"t_p / {rows.out * cols.out}", f"t_p / {cols.out} % {rows.out}",
+                                 f"t_p % {cols.out}")
+    else:
+        batch_value, row, col = f"t_line / {rows.out}", f"t_line % {rows.out}", "t_p0 + t_r"
+    return op_dims + [f"const {it} {name} = {value};" for name, value in
+                      ((batch, batch_value), (rows.out_dim, row), (cols.out_dim, col)) if name]
+
+
+def _body(schedule: Schedule, plan: TilePlan, qp: quantized.QuantPlan) -> list[str]:
+    """The kernel function's statements."""
+    op, s, block = schedule.op, plan.shape, plan.block
+    batch = quantized.batch_dim(op)
+    it = index_ctype(schedule)
+    rows, cols = s.rows, s.cols
+    hp, wp = s.padded
+    step = cols.stride * s.channels if not s.gemm else s.channels         # bytes between tile rows
+    taps = rows.taps * cols.taps
+    per_tile = taps * len(s.starts) * s.tile_bytes                        # bytes of a tile column's weights
+    bp, sc = plan.block_pixels, plan.scratch_columns
+    blocks_p = -(-s.pixels // bp)
+    blocks_c = -(-s.channel_tiles // plan.col_tiles)
+    line_base = ("0" if s.gemm else
+                 f"((ptrdiff_t)(t_line / {rows.out}) * {hp} + t_line % {rows.out} * {rows.stride}) * {wp}")
+    loops = {"g": f"for ({it} t_g = 0; t_g < {s.groups}; ++t_g)",
+             "c": f"for ({it} t_cb = 0; t_cb < {blocks_c}; ++t_cb)",
+             "l": f"for ({it} t_line = 0; t_line < {s.lines}; ++t_line)",
+             "p": f"for ({it} t_pb = 0; t_pb < {blocks_p}; ++t_pb)"}
+    order = "gclp" if plan.channels_outer else "glpc"
+    lines = quantized.constants(schedule, qp)
+    if qp.activation_sums:
+        lines += _activation_sums(plan, op.inputs[0], it)
+    lines += [f"int32_t lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
+              f"{AMX.loadconfig(p='&lo_config')};"]
+    lines += ["    " * depth + loops[key] for depth, key in enumerate(order)]
+    inner = [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
+             f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
+             f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
+             f"const {qp.activation_type} *t_a = {op.inputs[0]} + ({line_base} + (ptrdiff_t)t_p0 * "
+             f"{step // s.channels}) * {s.channels} + t_g * {s.cg};",
+             f"const int8_t *t_b = {op.inputs[1]} + ((ptrdiff_t)t_g * {s.channel_tiles} + t_j0) * "
+             f"{per_tile};"]
+    inner += block.zeros()
+    row_offset = lambda i: 0 if i == 0 else bp - TILE
+    tap_loops = [f"for (int t_kh = 0; t_kh < {rows.taps}; ++t_kh)",
+                 f"    for (int t_kw = 0; t_kw < {cols.taps}; ++t_kw)",
+                 f"        for (int t_q = 0; t_q < {len(s.starts)}; ++t_q) {{"]
+    tap = [f"const {qp.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
+           f"{cols.dilation}) * {s.channels} + lo_starts[t_q];",
+           f"const int8_t *t_bt = t_b + ((t_kh * {cols.taps} + t_kw) * {len(s.starts)} + t_q) * "
+           f"{s.tile_bytes};"]
+    tap += block.loads(lambda i: f"t_at + {row_offset(i) * step}", step,
+                       lambda j: f"t_bt + {j * per_tile}", GROUP * TILE)
+    tap += block.dots(plan.dot)
+    inner += tap_loops + ["            " + line for line in tap] + ["        }"]
+    inner += block.stores(lambda i, j: f"lo_acc + {row_offset(i) * sc + j * TILE}", 4 * sc)
+    index = op.index(op.output)
+    epilogue = quantized.epilogue_statements(schedule, qp, f"lo_acc[t_r * {sc} + t_c]", index)
+    inner += [f"const {it} t_c0 = t_j0 * {TILE}, t_cols = {s.kg} - t_c0 < {sc} ? {s.kg} - t_c0 : {sc};",
+              f"for ({it} t_r = 0; t_r < {bp}; ++t_r) {{"]
+    inner += ["    " + line for line in _pixel_position(plan, it, batch)]
+    inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
+              f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
+    inner += ["        " + line for line in epilogue] + ["    }", "}"]
+    depth = len(order)
+    lines += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
+    return lines + [f"{AMX.release()};"]
+
+
+def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
+    """The quantized plan of a tile kernel: integer products with no shift, the compensation
+    table from ``prepare``, the epilogue fused at the tile store."""
+    return replace(quantized.plan(schedule, 1), compensation="packed", dot_loop=None, shift=0,
+                   fused_epilogue=True)
+
+
+def generate_tiles(schedule: Schedule) -> Generated:
+    """The C translation unit of ``schedule``'s AMX tile kernel (TileError if it has none)."""
+    plan = tile_plan(schedule)
+    qp = tile_quant_plan(schedule)
+    s, op = plan.shape, schedule.op
+    args = kernel_arguments(schedule)
+    params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
+                   for t in args if t != op.output) + quantized.parameters(qp)
+    steps = ("\n".join(f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps))
+             or " * schedule: naive")
+    source = _SOURCE.format(
+        op=op, pixels=s.pixels, lines=s.lines, kg=s.kg, taps=s.rows.taps * s.cols.taps, chunks=len(s.starts),
+        chunk=s.chunk, dot=AMX.ops[plan.dot].template.split("(")[0], rt=plan.row_tiles, ct=plan.col_tiles,
+        bp=plan.block_pixels, bc=plan.scratch_columns,
+        order=("channel blocks outside the pixels" if plan.channels_outer
+               else "pixels outside the channel blocks"),
+        steps=steps, prelude=AMX_INT.prelude, tables=quantized.static_tables(schedule, qp),
+        config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
+        signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, qp), 4))
+    cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
+    # a chunk narrower than 64 bytes reads up to 3 bytes past the group's channels (B is 0 there)
+    return Generated(source, cdef, args, params, AMX_INT, {}, False, qp, {op.inputs[0]: GROUP - 1})

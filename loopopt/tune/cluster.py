@@ -1,0 +1,108 @@
+"""Where trials run: this machine's isolated workers, any ``concurrent.futures.Executor``, or a Dask
+cluster.
+
+``runner(executor, timeout)`` turns what ``lo.tune(executor=...)`` was given into a ``Runner``:
+the executor to submit to, the function it runs per trial and how many trials to keep in flight.
+
+* None: an ``IsolatedExecutor(timeout)`` of this process (one worker process, one trial at a time).
+* An ``IsolatedExecutor``: ``run_trial`` in its worker processes, ``max_workers`` trials in flight.
+* A ``dask.distributed.Client`` (recognised by its ``get_executor`` and ``nthreads`` methods, so
+  Dask is not imported here): its ``concurrent.futures`` view, ``client.get_executor(pure=False)``
+  (every trial a new task, never a cached result), one trial in flight per worker thread.
+* Any other ``concurrent.futures.Executor``: its ``_max_workers`` trials in flight (the standard
+  pools' attribute; 1 if it has none).
+
+On a Dask worker or another executor's worker, a trial runs ``run_isolated``: the trial in a
+child process of that worker with the timeout (a crashing or hanging kernel leaves the cluster
+worker alive, and the outcome is ``crashed`` or ``timeout``, recorded on that host). Compiles
+run in parallel; timings take the host's measurement lock (``trial.measuring_alone``), so each
+host times one kernel at a time. A cluster worker that dies itself comes back as Dask's
+``KilledWorker`` (after the scheduler's ``allowed-failures`` retries): a ``crashed`` trial.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+from .executor import IsolatedExecutor, TrialTimeout, WorkerDied, WorkerError
+from .trial import Outcome, Task, here, run_trial
+
+
+@dataclass(frozen=True)
+class Runner:
+    """An executor to submit trials to, what to submit, and how many trials to keep in flight."""
+
+    executor: Executor
+    call: Callable[..., Outcome]
+    slots: int
+    own: bool              # created for this search: shut down at its end
+
+    def submit(self, task: Task, timeout: float) -> Future:
+        args = (task,) if self.call is run_trial else (task, timeout)
+        return self.executor.submit(self.call, *args)
+
+
+def _is_dask_client(executor: Any) -> bool:
+    return callable(getattr(executor, "get_executor", None)) and callable(getattr(executor, "nthreads", None))
+
+
+def runner(executor: Any, timeout: float) -> Runner:
+    """The ``Runner`` of what ``lo.tune(executor=...)`` was given (module docstring); a TypeError
+    names anything else."""
+    if executor is None:
+        return Runner(IsolatedExecutor(timeout), run_trial, 1, own=True)
+    if isinstance(executor, IsolatedExecutor):
+        return Runner(executor, run_trial, executor.max_workers, own=False)
+    if _is_dask_client(executor):
+        threads = sum(executor.nthreads().values())
+        return Runner(executor.get_executor(pure=False), run_isolated, max(1, threads), own=False)
+    if isinstance(executor, Executor):
+        return Runner(executor, run_isolated, max(1, getattr(executor, "_max_workers", 1)), own=False)
+    raise TypeError(f"executor must be a concurrent.futures.Executor or a dask.distributed.Client, got "
+                    f"{type(executor).__name__}")
+
+
+@lru_cache(maxsize=None)
+def _isolated(timeout: float) -> IsolatedExecutor:
+    """This process's isolated executor for trials with ``timeout`` (kept for the process's life)."""
+    return IsolatedExecutor(timeout)
+
+
+def run_isolated(task: Task, timeout: float) -> Outcome:
+    """``run_trial(task)`` in a child process of this (worker) process, with ``timeout``."""
+    return outcome(_isolated(timeout).submit(run_trial, task), timeout)
+
+
+def _host(address: str) -> str:
+    return (urlsplit(address).hostname or address) if "://" in address else address
+
+
+def failed(error: BaseException, timeout: float) -> Outcome:
+    """The outcome of a trial whose future failed with ``error`` (no result came back)."""
+    if isinstance(error, WorkerDied):
+        return here("crashed", str(error))
+    if isinstance(error, (TrialTimeout, concurrent.futures.TimeoutError)):
+        return here("timeout", str(error) or f"no result within {timeout:g} s")
+    if isinstance(error, WorkerError):
+        return here("error", str(error))
+    worker = getattr(error, "last_worker", None)          # Dask's KilledWorker
+    if worker is not None:
+        address = getattr(worker, "address", str(worker))
+        return replace(here("crashed", f"the cluster worker {address} died while running the trial "
+                                       f"({type(error).__name__})"), host=_host(address))
+    return here("error", f"{type(error).__name__}: {error}")
+
+
+def outcome(future: Future, timeout: float, wait: float | None = None) -> Outcome:
+    """The outcome of a trial's ``future`` (waiting ``wait`` seconds at most; None: until done)."""
+    try:
+        return future.result(timeout=wait)
+    except concurrent.futures.CancelledError:
+        return here("timeout", f"no result within {timeout:g} s; the trial was cancelled")
+    except Exception as error:        # whatever the executor (e.g. a cluster) reports: a failed trial
+        return failed(error, timeout)

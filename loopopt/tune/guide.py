@@ -1,0 +1,90 @@
+"""The order in which a search measures candidates: the kernel model, refitted as trials come in.
+
+The kernel model (``lo.kernel_model``) predicts a schedule's time from what its generated kernel
+executes; without its memory term it took 13-60 ms per candidate on this project's Xeon (the
+schedule built and its kernel counted), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
+while the ranking heuristic (``rank.py``) takes about 50 us, and a search space holds up to a few
+thousand candidates. So the heuristic orders them all, and the kernel model without its memory
+term scores the heuristic's best ``shortlist(picks)`` (32, and 2 more per candidate the walk has
+picked: it depends on the walk's progress, not on the budget, so a resumed search with another
+budget walks the same path) and the neighbours the walk considers, when it considers them;
+scored candidates come first, by their fitted time, the others after them in the heuristic's
+order. Each verified trial refits the prediction (``fit.Fit``: the model's scale, and a
+blend with the heuristic where the measurements side with it), and the untried candidates are
+reordered by it.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from ..model import kernel_model
+from ..schedule import ScheduleError
+from .fit import Fit
+from .space import Candidate
+
+MIN_SHORTLIST = 32         # the heuristic's best scored by the kernel model before the first pick
+SHORTLIST_PER_PICK = 2     # and more of them after each pick
+
+Model = Callable[[Candidate], float]
+
+
+def model_seconds(candidate: Candidate) -> float:
+    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it)."""
+    try:
+        return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
+    except ScheduleError:
+        return math.inf
+
+
+def shortlist(picks: int) -> int:
+    """How many of the heuristic's best candidates are scored once the walk picked ``picks``."""
+    return MIN_SHORTLIST + SHORTLIST_PER_PICK * picks
+
+
+class Guide:
+    """The candidates of one search (``ranked``: the heuristic's order, each with its
+    ``predicted_seconds``), the kernel model's scores of some of them, and the fit."""
+
+    def __init__(self, ranked: Sequence[Candidate], model: Model = model_seconds):
+        self.candidates = list(ranked)
+        self.model = model
+        self.scores: dict[int, float] = {}
+        self.samples: list[tuple[float, float, float]] = []
+        self.fit = Fit()
+
+    def score_best(self, count: int) -> None:
+        """Score the heuristic's best ``count`` candidates (those not scored yet)."""
+        for index in range(min(count, len(self.candidates))):
+            self.score(index)
+
+    def heuristic(self, index: int) -> float:
+        return self.candidates[index].figures["predicted_seconds"]
+
+    def score(self, index: int) -> float:
+        """The kernel model's time of candidate ``index`` (computed once)."""
+        if index not in self.scores:
+            self.scores[index] = self.model(self.candidates[index])
+        return self.scores[index]
+
+    def fitted(self, index: int) -> float:
+        """The fitted time of candidate ``index`` (scoring it if it was not)."""
+        return self.fit.predict(self.score(index), self.heuristic(index))
+
+    def order(self, indices: Iterable[int]) -> list[int]:
+        """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
+        indices = list(indices)
+        scored = sorted((i for i in indices if i in self.scores), key=lambda i: (self.fitted(i), i))
+        return scored + sorted(i for i in indices if i not in self.scores)
+
+    def observe(self, index: int, seconds: float | None) -> None:
+        """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
+        if seconds is not None and math.isfinite(self.score(index)):
+            self.samples.append((self.score(index), self.heuristic(index), seconds))
+            self.fit = Fit.of(self.samples)
+
+    def figures(self, index: int) -> dict[str, float]:
+        """What a trial of candidate ``index`` records: the heuristic's figures, ``model_seconds``
+        (the kernel model) and ``fitted_seconds`` (the refitted prediction it was picked by)."""
+        return {**self.candidates[index].figures, "model_seconds": self.score(index),
+                "fitted_seconds": self.fitted(index)}

@@ -1,0 +1,114 @@
+"""AMX tile kernels (``compile(isa="amx")``) agree with quant.py's exact reference bit for bit
+(requantized) or within float32 rounding (float output), on shapes with tails in every tile
+dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
+import numpy as np
+import pytest
+from helpers import SPECS, check_quantized, needs_amx, tiers
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.codegen import tiles
+from loopopt.codegen.amx import MAX_COLSB, TILE
+
+
+@st.composite
+def tile_convs(draw):
+    """Convs whose channels and widths cross the tile sizes (16 pixels, 16 channels, 64 bytes)."""
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    cg = draw(st.integers(1, 80 if groups == 1 else 20))
+    kg = draw(st.integers(2 if cg == 1 and groups > 1 else 1, 40))
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    span = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    height = draw(st.integers(max(1, span[0] - 2 * padding[0]), 5))
+    width = draw(st.integers(max(1, span[1] - 2 * padding[1]), 40))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride,
+                     padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
+                     batch=draw(st.integers(1, 2)), height=height, width=width)
+
+
+def tile_schedule(op, data):
+    """The op's schedule with a drawn output layout, pixel and channel blocks and block order."""
+    s = lo.Schedule(op)
+    pixel, channel = tiles.pixel_dim(op), op.channel_dim
+    if op.windows and data.draw(st.booleans()):
+        s = s.layout(op.output, "NHWC")
+    blocks = {d: data.draw(st.sampled_from([None, 16, 32])) for d in (pixel, channel)}
+    blocks = {d: b for d, b in blocks.items() if b and op.extent(d) > 1}
+    if blocks:
+        s = s.split(*next(iter(blocks.items()))) if len(blocks) == 1 else s.tile(**blocks)
+    outer = [f"{d}_o" if d in blocks else d for d in (pixel, channel)]
+    return s.reorder(*outer) if data.draw(st.booleans()) else s
+
+
+def random_tile_conv(data):
+    op = data.draw(tile_convs()).with_quant(data.draw(SPECS))
+    check_quantized(tile_schedule(op, data), "amx")
+
+
+test_random_tile_convs_quick, test_random_tile_convs = tiers(
+    random_tile_conv, 3, 30, marks=[needs_amx], data=st.data())
+
+
+def random_tile_matmul(data, m, n, k):
+    op = lo.Matmul(m, n, k, quant=data.draw(SPECS))
+    check_quantized(tile_schedule(op, data), "amx")
+
+
+test_random_tile_matmuls_quick, test_random_tile_matmuls = tiers(
+    random_tile_matmul, 2, 20, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
+    n=st.integers(1, 70), k=st.integers(1, 150))
+
+
+@needs_amx
+@pytest.mark.parametrize("activation, dot", [("uint8", "_tile_dpbusd"), ("int8", "_tile_dpbssd")])
+def test_resnet_block_shape(activation, dot):
+    """A 3x3 layer with 64-byte chunks, full 2 x 2 blocks and a shifted last pixel block of each row."""
+    op = lo.Conv2d(128, 64, 3, padding=1, height=4, width=40,
+                   quant=lo.QuantSpec(activation, True, False, "uint8"))
+    kernel = check_quantized(lo.Schedule(op).layout("O", "NHWC"), "amx")
+    assert kernel.isa == "amx" and dot in kernel.source and "lo_xsum[" in kernel.source
+    with pytest.raises(ValueError, match="keeps no int32 accumulators"):
+        kernel.accumulators(None)
+
+
+QSPEC = lo.QuantSpec()
+
+
+@pytest.mark.parametrize("op, build, message", [
+    (lo.Conv2d(8, 8, 3, groups=8, height=5, width=5, quant=QSPEC), lambda s: s, "refuses the depthwise"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5), lambda s: s, "is float32"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.arithmetic("dequantize"),
+     "arithmetic"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
+    (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
+     "split of 'ow' by 8 is not a tile block"),
+])
+def test_refusals(op, build, message):
+    with pytest.raises(tiles.TileError, match=message):
+        tiles.tile_plan(build(lo.Schedule(op)))
+
+
+def test_amx_isa_on_a_cpu_without_amx(monkeypatch):
+    monkeypatch.setattr(tiles, "cpu_flags", lambda: frozenset({"avx512f", "avx512_vnni"}))
+    op = lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC)
+    with pytest.raises(ValueError, match="needs CPU features amx_bf16, amx_int8, amx_tile, avx512bw"):
+        lo.Schedule(op).compile("amx")
+
+
+@pytest.mark.parametrize("op", [lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4),
+                                lo.Conv2d(150, 20, 1, height=3, width=3), lo.Matmul(5, 17, 70)])
+def test_weights_in_b_tiles(op):
+    """Packed weight [g, tile, kh, kw, chunk, r, 4 n + t] is W[channel g kg + 16 tile + n,
+    input channel start + 4 r + t, kh, kw] where that channel is new in the chunk, else 0."""
+    s = tiles.TileShape.of(op)
+    w = np.random.default_rng(0).integers(-128, 128, op.tensor(op.inputs[1]).shape).astype(np.int8)
+    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, np.int8))
+    logical = np.moveaxis(w, op.weight_channel_axis, 0).reshape(op.channels, s.cg, s.rows.taps, s.cols.taps)
+    for index in np.ndindex(*s.packed_weights_shape):
+        g, tile, kh, kw, q, r, column = index
+        n, c = tile * TILE + column // 4, s.starts[q] + 4 * r + column % 4
+        fresh = n < s.kg and MAX_COLSB * q <= c < s.cg
+        assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if fresh else 0), index
