@@ -184,3 +184,40 @@ def test_bad_models_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"device 'CUDA' is not supported"):
         backend.prepare(small_cnn(), device="CUDA")
     assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
+
+
+def _integers(dtype, *shape: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, shape, dtype=dtype)
+
+
+def _check_integer_node(data):
+    """ConvInteger / MatMulInteger with uint8 or int8 operands, any zero points (per tensor, or per
+    output channel for the weights, or absent): exact int32 against onnx.reference."""
+    draw = data.draw
+    x_type, w_type = (draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2))
+    conv = draw(st.booleans())
+    if conv:
+        c, k = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+        x, w = _integers(x_type, 1, c, 5, 4), _integers(w_type, k, c, 3, 2)
+        node = dict(op_type="ConvInteger", pads=[1, 0, 1, 0])
+    else:
+        m, n, kk = (draw(st.integers(1, 6)) for _ in range(3))
+        x, w, k = _integers(x_type, m, kk), _integers(w_type, kk, n), n
+        node = dict(op_type="MatMulInteger")
+    zero_points = draw(st.sampled_from(["absent", "tensor", "channel"]))
+    arrays = [x, w]
+    if zero_points != "absent":
+        arrays += [_integers(x_type), _integers(w_type, k) if zero_points == "channel" else _integers(w_type)]
+    names = ["x", "w", "xz", "wz"][:len(arrays)]
+    op_type = node.pop("op_type")
+    nd = helper.make_node(op_type, names, ["y"], name="integer", **node)
+    want = ReferenceEvaluator(helper.make_model(helper.make_graph(
+        [nd], "g", [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                    for nm, a in zip(names, arrays)], [helper.make_empty_tensor_value_info("y")]),
+        opset_imports=[helper.make_opsetid("", 17)])).run(None, dict(zip(names, arrays)))[0]
+    got = backend.run_node(nd, arrays, strict=True, opset_version=17)[0]
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 4, 30, st.data())

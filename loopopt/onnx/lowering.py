@@ -18,7 +18,7 @@ from onnx import helper
 
 from ..kernel import Kernel
 from ..ops import Conv2d, Matmul, Op
-from ..quant import OUTPUTS, QuantSpec, check_quant_params
+from ..quant import PARAM_NAMES, QuantSpec, check_quant_params, symmetric_zero_point
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
 
@@ -165,79 +165,96 @@ def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
 
 
-def _int32_output(node: onnx.NodeProto) -> None:
-    if "int32" not in OUTPUTS:
-        raise NotSupported(f"{node.op_type}'s int32 output (QuantSpec outputs: {', '.join(OUTPUTS)})")
-
-
-def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX ConvInteger: needs a raw int32 output, which QuantSpec does not have yet."""
-    conv_geometry(node, values[0], values[1], False)
-    _int32_output(node)
-    raise NotSupported(f"{node.op_type} (no lowering for int32 outputs written yet)")
-
-
 @dataclass(frozen=True)
-class QLinear:
-    """The scale and zero-point inputs of a QLinear* node, as the kernel's quantization parameters."""
+class Quantization:
+    """The zero-point and scale inputs of a quantized node as a QuantSpec and the kernel's
+    quantization parameters (``params(inputs)``: ONNX parameter names, a missing optional zero
+    point as 0)."""
 
     spec: QuantSpec
-    params: Callable[[Sequence[np.ndarray]], dict]
+    params: Callable[[Sequence[np.ndarray | None]], dict]
 
 
+# input index -> the kernel's parameter name
 QLINEAR_PARAMS = {1: "x_scale", 2: "x_zero_point", 4: "w_scale", 5: "w_zero_point", 6: "y_scale",
-                  7: "y_zero_point"}   # input index -> the kernel's parameter name
+                  7: "y_zero_point"}
+INTEGER_PARAMS = {2: "x_zero_point", 3: "w_zero_point"}       # ConvInteger, MatMulInteger
+PER_CHANNEL = ("w_scale", "w_zero_point")
 
 
 def _scalar_or_channels(node: onnx.NodeProto, name: str, value: Value, channels: int) -> None:
     size = int(np.prod(value.shape))
     if size not in (1, channels) or (size > 1 and max(value.shape) != size):
-        raise NotSupported(f"{node.op_type} {name} of shape {value.shape} (one per tensor or per "
-                           f"output channel, {channels})")
+        raise NotSupported(f"{node.op_type} {name} of shape {value.shape} (one per tensor"
+                           + (f" or per output channel, {channels})" if channels > 1 else ")"))
 
 
-def qlinear(node: onnx.NodeProto, values: Sequence[Value | None], channels: int) -> QLinear:
-    """QuantSpec and kernel parameters of QLinearConv / QLinearMatMul inputs
-    ``x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point``."""
-    x, w, w_scale, w_zero = values[0], values[3], values[4], values[5]
-    for index in (1, 2, 6, 7):
-        _scalar_or_channels(node, node.input[index], values[index], 1)
-    _scalar_or_channels(node, node.input[4], w_scale, channels)
-    _scalar_or_channels(node, node.input[5], w_zero, channels)
-    per_channel = int(np.prod(w_scale.shape)) > 1 or int(np.prod(w_zero.shape)) > 1
-    symmetric = w_zero.data is not None and not np.any(w_zero.data)
+def quantization(node: onnx.NodeProto, values: Sequence[Value | None], channels: int, weights: int,
+                 names: dict[int, str], output: np.dtype) -> Quantization:
+    """QuantSpec and kernel parameters of a quantized node whose activations are input 0, weights
+    input ``weights`` and parameters the inputs ``names``; ``output`` is the node's output dtype."""
+    x, w = values[0], values[weights]
+    dtypes = {"x_zero_point": x.dtype, "w_zero_point": w.dtype}
+    given = {name: _input(values, i) for i, name in names.items()}
+    for index, name in names.items():
+        if given[name] is not None:
+            _scalar_or_channels(node, node.input[index], given[name], channels if name in PER_CHANNEL else 1)
+    per_channel = any(given.get(n) is not None and int(np.prod(given[n].shape)) > 1 for n in PER_CHANNEL)
+    w_zero = given["w_zero_point"]
+    w_zero_data = np.zeros(1, w.dtype) if w_zero is None else w_zero.data
     try:
-        spec = QuantSpec(activation=str(x.dtype), per_channel=per_channel, weight_symmetric=symmetric,
-                         output=str(values[7].dtype))
+        centre = symmetric_zero_point(str(w.dtype))
+        symmetric = w_zero_data is not None and bool(np.all(w_zero_data == centre))
+        spec = QuantSpec(activation=str(x.dtype), weight=str(w.dtype), per_channel=per_channel,
+                         weight_symmetric=symmetric, output=str(output))
     except ValueError as error:
         raise NotSupported(f"{node.op_type} with {error}") from error
 
-    def params(inputs: Sequence[np.ndarray]) -> dict:
-        named = {name: np.asarray(inputs[i]) for i, name in QLINEAR_PARAMS.items()}
-        return {name: (a.reshape(-1) if a.size > 1 else a.reshape(())) for name, a in named.items()}
+    def params(inputs: Sequence[np.ndarray | None]) -> dict:
+        named = {}
+        for index, name in names.items():
+            array = inputs[index] if index < len(inputs) else None
+            array = np.zeros((), dtypes[name]) if array is None else np.asarray(array)
+            named[name] = array.reshape(-1) if array.size > 1 else array.reshape(())
+        return named
 
-    constants = [v.data if v is not None else None for v in values[:8]]
-    if all(constants[i] is not None for i in (1, 2, 4, 5, 6, 7)):
-        try:   # what the constants say, checked as the kernel will (e.g. int8 activations need zero point 0)
-            check_quant_params(spec, channels, **params(constants), xq=np.zeros(1, x.dtype),
+    constants = [None if v is None else v.data for v in values]
+    if all(given[n] is None or given[n].data is not None for n in given):
+        try:   # what the constants say, checked as the kernel will check them
+            every = {name: None for name in PARAM_NAMES} | params(constants)
+            check_quant_params(spec, channels, **every, xq=np.zeros(1, x.dtype),
                                wq=np.zeros(1, w.dtype))
         except (ValueError, TypeError) as error:
             raise NotSupported(f"{node.op_type} with {error}") from error
-    return QLinear(spec, params)
+    return Quantization(spec, params)
 
 
-def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output."""
-    x, w, bias = values[0], values[3], _input(values, 8)
-    geometry = conv_geometry(node, x, w, bias is not None)
-    quant = qlinear(node, values, w.shape[0])
+def _quantized_conv(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
+                    names: dict[int, str], output: np.dtype, bias: int | None) -> Lowering:
+    """A quantized Conv-like node: activations input 0, weights input ``weights``, parameters
+    ``names``, an int32 bias at input ``bias`` (None: no bias input)."""
+    x, w = values[0], values[weights]
+    has_bias = bias is not None and _input(values, bias) is not None
+    geometry = conv_geometry(node, x, w, has_bias)
+    quant = quantization(node, values, w.shape[0], weights, names, output)
     op = _conv_op(geometry, quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[3], geometry), *inputs[8:9]]
+        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[weights], geometry)]
+        arrays += [inputs[bias]] if has_bias else []
         return [_from_2d(run_kernel(kernel, *arrays, **quant.params(inputs)), geometry)]
 
     return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
+
+
+def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """ONNX ConvInteger (x, w, optional zero points) as a quantized Conv2d with a raw int32 output."""
+    return _quantized_conv(node, values, 1, INTEGER_PARAMS, np.dtype(np.int32), None)
+
+
+def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output (int32 bias)."""
+    return _quantized_conv(node, values, 3, QLINEAR_PARAMS, values[7].dtype, 8)
 
 
 # ---------------------------------------------------------------- matrix multiplies
@@ -298,26 +315,30 @@ def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Loweri
     return Lowering(op, call, shape.note)
 
 
-def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMulInteger: needs a raw int32 output, which QuantSpec does not have yet."""
+def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
+                      names: dict[int, str], output: np.dtype) -> Lowering:
+    """A quantized MatMul-like node (B, input ``weights``: its columns are the channels, so a
+    per-column scale or zero point is per channel), looped over the broadcast batch."""
     attributes(node, {})
-    MatmulShape.of(node, values[0].shape, values[1].shape)
-    _int32_output(node)
-    raise NotSupported(f"{node.op_type} (no lowering for int32 outputs written yet)")
-
-
-def lower_qlinear_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX QLinearMatMul as a quantized Matmul (B's columns are the channels), batch looped."""
-    attributes(node, {})
-    shape = MatmulShape.of(node, values[0].shape, values[3].shape)
-    quant = qlinear(node, values, shape.n)
+    shape = MatmulShape.of(node, values[0].shape, values[weights].shape)
+    quant = quantization(node, values, shape.n, weights, names, output)
     op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         params = quant.params(inputs)
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[3])]
+        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[weights])]
 
     return Lowering(op, call, shape.note)
+
+
+def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """ONNX MatMulInteger (a, b, optional zero points) as a quantized Matmul with a raw int32 output."""
+    return _quantized_matmul(node, values, 1, INTEGER_PARAMS, np.dtype(np.int32))
+
+
+def lower_qlinear_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """ONNX QLinearMatMul as a quantized Matmul with a requantized uint8/int8 output."""
+    return _quantized_matmul(node, values, 3, QLINEAR_PARAMS, values[7].dtype)
 
 
 GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
