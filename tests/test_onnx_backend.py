@@ -34,6 +34,7 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
     assert len(rep.kernels) == compiled == 4     # built once per shape, at prepare
 
 
+@pytest.mark.slow
 def test_transformer_block_matches():
     proto = transformer_block()
     rep = backend.prepare(proto, strict=True)
@@ -92,7 +93,7 @@ def _check_conv_node(data):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-test_conv_node_quick, test_conv_node_slow = tiers(_check_conv_node, 4, 30, st.data())
+test_conv_node_quick, test_conv_node_slow = tiers(_check_conv_node, 3, 30, st.data())
 
 
 def _check_matmul_node(data):
@@ -110,7 +111,7 @@ def _check_matmul_node(data):
     np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-5)
 
 
-test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 4, 30, st.data())
+test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 2, 30, st.data())
 
 
 def test_gemm_node_transposes_alpha_beta():
@@ -220,4 +221,4 @@ def _check_integer_node(data):
     assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
-test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 4, 30, st.data())
+test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 30, st.data())

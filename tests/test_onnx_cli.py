@@ -5,7 +5,7 @@ import json
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from onnx_models import model, small_cnn, transformer_block
+from onnx_models import model, quantized_model, small_cnn
 
 from loopopt.cli import main
 from loopopt.onnx.report import model_report
@@ -20,7 +20,7 @@ except ImportError:
 def test_report_of_a_cnn(capsys, tmp_path):
     path, plot = tmp_path / "cnn.onnx", tmp_path / "where.png"
     onnx.save(small_cnn(), path)
-    assert main(["onnx", str(path), "--json", "--no-reuse", "--plot", str(plot)]) == 0
+    assert main(["onnx", str(path), "--json", "--no-reuse", "--budget", "0.01", "--plot", str(plot)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [n["node"] for n in data["nodes"]] == ["conv1", "depthwise", "pointwise", "fc"]
     for node in data["nodes"]:
@@ -30,10 +30,11 @@ def test_report_of_a_cnn(capsys, tmp_path):
     assert data["total_ms"]["loopopt"] > 0 and plot.stat().st_size > 0
 
 
-def test_report_table_with_reuse_of_a_transformer_block():
-    report = model_report(transformer_block(), budget=0.02)
+def test_report_table_with_reuse_of_a_quantized_model():
+    report = model_report(quantized_model(), budget=0.01)
     table = report.table()
-    assert "scores" in table and "Matmul(m=5, n=5, k=6)" in table and "total over the compute nodes" in table
+    assert "qconv" in table and "Matmul(m=1, n=7, k=120, quant=" in table
+    assert "total over the compute nodes" in table
     assert all(n.best.dram_bytes is not None for n in report.timed)
 
 
@@ -45,11 +46,12 @@ def test_tune_tunes_identical_shapes_once(tmp_path, capsys):
                   [("y", TensorProto.FLOAT, [4, 8])])
     path, log = tmp_path / "mm.onnx", tmp_path / "tune.db"
     onnx.save(proto, path)
-    argv = ["onnx", str(path), "--tune", "--trials", "2", "--log", str(log), "--no-reuse", "--json"]
+    argv = ["onnx", str(path), "--tune", "--trials", "2", "--log", str(log), "--no-reuse", "--json",
+            "--budget", "0.01"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert all("tuned" in n["loopopt"] for n in data["nodes"])
-    report = model_report(path, log=log, reuse=False, budget=0.02)   # the log's best now runs the nodes
+    report = model_report(path, log=log, reuse=False, budget=0.01)   # the log's best now runs the nodes
     assert {n.lowered.source for n in report.nodes} == {f"tuning log {log}"}
 
 
