@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 from onnx.backend.base import Backend, BackendRep
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
@@ -111,6 +111,13 @@ class LoopoptRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs`` (a list in graph-input order, a dict, or one array)."""
         return list(self._evaluator.run(None, feeds(self.model, inputs)))
+
+    def values(self, inputs: Any) -> dict[str, np.ndarray]:
+        """Every value of the graph on ``inputs``: the initializers, the inputs and each node's outputs."""
+        given = feeds(self.model, inputs)
+        names = [name for node in self.model.graph.node for name in node.output if name]
+        constants = {init.name: numpy_helper.to_array(init) for init in self.model.graph.initializer}
+        return {**constants, **given, **dict(zip(names, self._evaluator.run(names, given)))}
 
 
 class _LoopoptNode(OpRun):

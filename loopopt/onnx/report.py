@@ -84,19 +84,19 @@ class ModelReport:
     def table(self) -> str:
         """A text table: node, op, MFLOP, loopopt ms (the schedule the backend ran: default or logged;
         tuned), % of peak and DRAM traffic of the faster, onnxruntime ms and the ratio; the totals."""
-        head = (f"{'node':<16} {'MFLOP':>8} {'ran ms':>8} {'schedule':>8} {'tuned ms':>9} "
+        head = (f"{'node':<24} {'MFLOP':>8} {'ran ms':>8} {'schedule':>8} {'tuned ms':>9} "
                 f"{'% peak':>6} {'DRAM MB':>8} {'ORT ms':>8} {'ORT/lo':>6}  loopopt op")
         lines = [f"model {self.model}, {self.threads} thread(s)", head]
         cell = lambda value, fmt: "-" if value is None else fmt.format(value)
         for node in self.nodes:
             lowered = node.lowered
             if not lowered.on_kernel:
-                lines.append(f"{lowered.node:<16.16} on onnx.reference: {lowered.reason}")
+                lines.append(f"{lowered.node:<24.24} on onnx.reference: {lowered.reason}")
                 continue
             ran, tuned, best = node.row(RAN), node.row(TUNED), node.best
             ratio = node.onnxruntime_ms / best.median_ms if node.onnxruntime_ms else None
             source = "default" if lowered.source == DEFAULT else "log"
-            lines.append(f"{lowered.node:<16.16} {node.mflop:>8.2f} "
+            lines.append(f"{lowered.node:<24.24} {node.mflop:>8.2f} "
                          f"{ran.median_ms:>8.3f} {source:>8} "
                          f"{cell(tuned and tuned.median_ms, '{:.3f}'):>9} {best.percent_of_peak:>6.1f} "
                          f"{cell(best.dram_bytes and best.dram_bytes / 1e6, '{:.2f}'):>8} "
@@ -144,16 +144,6 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return arrays
 
 
-def _node_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every value of the model on ``inputs`` (by onnx.reference with intermediate outputs)."""
-    from onnx.reference import ReferenceEvaluator
-    names = [o for node in model.graph.node for o in node.output if o]
-    evaluator = ReferenceEvaluator(model)
-    outputs = evaluator.run(names, inputs)
-    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    return {**constants, **inputs, **dict(zip(names, outputs))}
-
-
 def onnxruntime_ms(node: onnx.NodeProto, model: onnx.ModelProto, values: dict[str, np.ndarray],
                    threads: int) -> float | None:
     """onnxruntime's median time (ms) of ``node`` alone (a one-node model; its inputs that are
@@ -199,8 +189,7 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
     inputs = random_inputs(proto)
     logged = log if log is not None and os.path.exists(log) else None   # --tune may create the log
     rep = LoopoptRep(proto, strict=False, log=logged, threads=threads)
-    rep.run(inputs)                                  # fixes every shape, lowers every compute node
-    values = _node_values(proto, inputs)
+    values = rep.values(inputs)       # fixes every shape, lowers every compute node
     report = ModelReport(name, threads)
     tuned: dict[str, Any] = {}
     nodes = [(node, rep.lowered[rep.labels[tuple(node.output)]]) for node in proto.graph.node
