@@ -131,6 +131,12 @@ def test_strict_names_the_node_and_what_is_missing():
     missing = r"node c3d \(Conv\) .*not supported: Conv with 3 spatial dims"
     with pytest.raises(NotImplementedError, match=missing):
         backend.prepare(_conv3d(), strict=True)
+    dynamic = model([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")],
+                    [("x", TensorProto.FLOAT, ["N", 2, 3, 3, 3]), ("w", TensorProto.FLOAT, [2, 2, 2, 2, 2])],
+                    [("y", TensorProto.FLOAT, None)])
+    rep = backend.prepare(dynamic, strict=True)       # the shapes, and so the lowering, come with the run
+    with pytest.raises(NotImplementedError, match=missing):
+        rep.run([_x(1, 2, 3, 3, 3), _x(2, 2, 2, 2, 2)])
 
 
 def test_not_strict_runs_an_unsupported_node_on_the_reference():
