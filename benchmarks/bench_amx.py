@@ -1,19 +1,53 @@
-"""AMX on this core: the measured tile peaks next to the VNNI and FMA peaks, and the int8 tile GEMM.
+"""AMX on this core: the measured tile peaks next to the VNNI and FMA peaks, the int8 tile GEMM,
+and (``--layers``) loopopt's AMX int8 and bf16 layer kernels against its other kernels and the peers.
 
 Run ``python benchmarks/bench_amx.py [--shape M,N,K]`` on a CPU with AMX (one thread). The GEMM
 (``loopopt.amx.AmxGemm``, B packed beforehand) is checked exactly against numpy, then timed on
 prepared buffers on 64-byte boundaries: warm-up, then the median and the fastest of single calls.
+
+``python benchmarks/bench_amx.py --layers [--rounds N] [--write]``: for each layer of LAYERS,
+int8 (uint8 activations, int8 per-channel symmetric weights, int32 bias, requantized uint8 output,
+as ``bench_layers.py``): loopopt's AMX tile kernel (``compile(isa="amx")``, the best of the 8 tile
+schedules of ``lo.tune``'s AMX space by a short pre-timing), loopopt's stored VNNI schedule
+(``schedules/<layer>.int8.toml`` on avx512), PyTorch x86 int8 and onnxruntime QLinearConv when
+installed; bf16 (float32 inputs rounded to bf16, float32 output): loopopt's AMX kernel (chosen the
+same way), the stored ``<layer>.bf16`` schedule where there is one, PyTorch on bf16 channels-last
+tensors. Each output is verified; then the calls are interleaved (one call of each per round),
+one thread, and the median per implementation reported with its rate and % of the AMX peak of
+its precision. ``--write`` records the tables in docs/benchmarks.md, section "AMX int8 and bf16
+layers".
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_layers import INT8_SPEC, write_section
+from peers import INT8_PEERS, LayerData, PeerUnavailable
+
+import loopopt as lo
 from loopopt.amx import AmxGemm, amx_peak_gops, require_amx
 from loopopt.buffers import aligned_copy, aligned_zeros
-from loopopt.measure import peak_gflops
+from loopopt.codegen.tiles import tile_plan
+from loopopt.machine import cpu_seconds, others_share
+from loopopt.measure import bf16_tolerance, peak_gflops
+from loopopt.schedule_file import list_schedules
+from loopopt.tune.space import candidates
+
+LAYERS = ("resnet50.conv1", "resnet50.conv2_x", "resnet50.conv2_x.reduce", "resnet50.conv3_x",
+          "resnet50.conv4_x", "mobilenetv2.block2.project")
+SECTION = "## AMX int8 and bf16 layers"
+PRE_TIMING = 20                 # calls per AMX candidate when choosing the schedule
 
 
 def cpu_model() -> str:
@@ -21,11 +55,186 @@ def cpu_model() -> str:
         return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
 
 
+def _median_call(run, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+@dataclass
+class Case:
+    """One implementation of a layer: ``run`` (the timed call), ``verify`` ("yes" or what is wrong)."""
+
+    run: Callable[[], object]
+    verify: Callable[[], str]
+    note: str = ""
+
+
+def _verdict(ok: bool, why: str) -> str:
+    return "yes" if ok else f"NO: {why}"
+
+
+def _prepared(schedule, isa: str, args: tuple, params: dict):
+    kernel = schedule.compile(isa)
+    buffers = kernel.prepare(*args, **params)
+    return kernel, buffers, (lambda: kernel.run(buffers))
+
+
+def _output(kernel, buffers):
+    """The output of one run on prepared buffers."""
+    kernel.run(buffers)
+    return kernel.output(buffers)
+
+
+def _fastest_tiles(op, args: tuple, params: dict):
+    """The AMX kernel of ``lo.tune``'s AMX space that is fastest on a short pre-timing, its buffers,
+    its run and a note naming its block."""
+    tiles = [_prepared(c.schedule, "amx", args, params) for c in candidates(op, "amx")]
+    kernel, buffers, run = min(tiles, key=lambda t: _median_call(t[2], PRE_TIMING))
+    plan = tile_plan(kernel.schedule)
+    order = "channel blocks outer" if plan.channels_outer else "pixels outer"
+    return kernel, buffers, run, f"{plan.block_pixels} pixels x {plan.scratch_columns} channels, {order}"
+
+
+def int8_cases(layer: str, data: LayerData) -> tuple[dict[str, Case], list[str]]:
+    """loopopt's AMX kernel, its stored VNNI schedule and the int8 peers (uint8 output)."""
+    qop = data.op.with_quant(lo.QuantSpec(**INT8_SPEC, output="uint8"))
+    args, params = (data.xq, data.wq, data.bq), data.quant_params()
+    check = lambda kernel, buffers: _verdict(*data.check(_output(kernel, buffers), "uint8"))
+    kernel, buffers, run, note = _fastest_tiles(qop, args, params)
+    cases = {"loopopt AMX": Case(run, partial(check, kernel, buffers), note)}
+    kernel, buffers, run = _prepared(lo.load_schedule(f"{layer}.int8", qop), "avx512", args, params)
+    vnni = Case(run, partial(check, kernel, buffers), "stored schedule, avx512")
+    cases[f"loopopt VNNI ({layer}.int8)"] = vnni
+    missing = []
+    for label, build in INT8_PEERS:
+        try:
+            peer = build(data, 1)
+        except PeerUnavailable as err:
+            missing.append(f"{label}: {err}")
+            continue
+        verify = lambda peer=peer: _verdict(*data.check(peer.output(peer.run()), "uint8"))
+        cases[label] = Case(peer.run, verify, peer.note)
+    return cases, missing
+
+
+def _bf16_check(op, inputs: dict, y: np.ndarray, rounding: float = 0.0) -> str:
+    """Within the bf16 bound of ``measure.bf16_tolerance``, plus ``rounding`` times the magnitude
+    ``|b| + sum |x w|`` for an implementation that rounds its bias and output to bf16?"""
+    reference = op.reference(*(inputs[t] for t in op.call_tensors))
+    magnitude = op.reference(*(np.abs(inputs[t]) for t in op.call_tensors))
+    bound = bf16_tolerance(op, inputs) + rounding * magnitude
+    error = np.abs(y.astype(np.float64) - reference)
+    return _verdict(bool(np.all(error <= bound)), f"max error {float(error.max()):.3g}")
+
+
+def bf16_cases(layer: str, data: LayerData) -> tuple[dict[str, Case], list[str]]:
+    """loopopt's AMX bf16 kernel, its stored bf16 schedule if the layer has one, PyTorch bf16 NHWC."""
+    op = lo.get_layer(layer, dtype="bfloat16")
+    inputs = {"I": data.x, "W": data.w, "B": data.b}
+    args = (data.x, data.w, data.b)
+    check = lambda kernel, buffers: _bf16_check(op, inputs, _output(kernel, buffers))
+    kernel, buffers, run, note = _fastest_tiles(op, args, {})
+    cases = {"loopopt AMX": Case(run, partial(check, kernel, buffers), note)}
+    if f"{layer}.bf16" in list_schedules():
+        kernel, buffers, run = _prepared(lo.load_schedule(f"{layer}.bf16", op), "avx512", args, {})
+        stored = Case(run, partial(check, kernel, buffers), "stored schedule")
+        cases[f"loopopt AVX-512 ({layer}.bf16)"] = stored
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError as err:
+        return cases, [f"PyTorch bf16: {err}"]
+    torch.set_num_threads(1)
+    to = lambda a: torch.from_numpy(a).to(torch.bfloat16)
+    x, w, b = to(data.x).contiguous(memory_format=torch.channels_last), to(data.w), to(data.b)
+    w = w.contiguous(memory_format=torch.channels_last)
+    conv = partial(torch.nn.functional.conv2d, x, w, b, op.stride, op.padding, op.dilation, op.groups)
+
+    def run():
+        with torch.no_grad():
+            return conv()
+    # PyTorch rounds its bias and output to bf16: 2^-8 of each, 2^-7 of the magnitude in all
+    verify = lambda: _bf16_check(op, inputs, run().float().contiguous().numpy(), 2.0 ** -7)
+    cases["PyTorch bf16 NHWC"] = Case(run, verify, "bf16 tensors, channels_last, bf16 output")
+    return cases, []
+
+
+def _rows(layer: str, cases: dict[str, Case], rounds: int, flops: int, peak: float) -> list[str]:
+    verified = {label: case.verify() for label, case in cases.items()}
+    times = {label: [] for label in cases}
+    for _ in range(rounds):
+        for label, case in cases.items():
+            begin = time.perf_counter()
+            case.run()
+            times[label].append(time.perf_counter() - begin)
+    amx = float(np.median(times["loopopt AMX"]))
+    rows = []
+    for label, case in cases.items():
+        t = float(np.median(times[label]))
+        rate = flops / t / 1e9
+        rows.append(f"| {layer} | {label} | {t * 1e3:.3f} | {rate:.0f} | {100 * rate / peak:.1f}% | "
+                    f"{t / amx:.2f}x | {verified[label]} | {case.note} |")
+    return rows
+
+
+PRECISIONS = {"int8": (int8_cases, "GOP/s"), "bf16": (bf16_cases, "GFLOP/s")}
+PEAK_DTYPES = {"int8": "int8", "bf16": "bfloat16"}
+
+
+def bench_layers(rounds: int) -> str:
+    """The markdown tables of every layer, int8 and bf16 (see the module docstring)."""
+    require_amx()
+    peaks = {p: peak_gflops("amx", PEAK_DTYPES[p]) for p in PRECISIONS}
+    rows, missing = {p: [] for p in PRECISIONS}, set()
+    start = cpu_seconds()
+    for layer in LAYERS:
+        data = LayerData.make(lo.get_layer(layer))
+        for precision, (build, _) in PRECISIONS.items():
+            cases, absent = build(layer, data)
+            missing.update(absent)
+            rows[precision] += _rows(layer, cases, rounds, data.op.flops, peaks[precision])
+        print(f"{layer}: done", file=sys.stderr, flush=True)
+    share = others_share(start)
+    text = [f"Command: `python benchmarks/bench_amx.py --layers --rounds {rounds} --write`, "
+            f"{datetime.date.today().isoformat()}.",
+            f"CPU: {cpu_model()}, one thread; AMX peaks (loopopt's tile loops): int8 {peaks['int8']:.0f} "
+            f"GOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; VNNI int8 peak "
+            f"{peak_gflops('avx512', 'int8'):.0f} GOP/s. "
+            f"Batch 1; calls interleaved, {rounds} rounds, medians. "
+            + (f"Other processes used {100 * share:.0f}% of the CPU meanwhile." if share is not None else "")]
+    for precision, (_, unit) in PRECISIONS.items():
+        what = ("int8: uint8 activations, int8 per-channel weights, int32 bias, uint8 output (verified: "
+                "within 2 LSB of the exact output; loopopt's is bit-exact)" if precision == "int8" else
+                "bf16: float32 inputs rounded to bf16, float32 accumulation and output (verified: within "
+                "the bf16 bound of `measure.bf16_tolerance`; PyTorch, which rounds its bias and output to "
+                "bf16, within 2^-7 of |b| + sum |x w| more)")
+        text += [f"### {precision}\n\n{what}",
+                 f"| layer | implementation | median ms | {unit} | % of AMX {precision} peak | "
+                 "time vs loopopt AMX | verified | note |\n|---|---|---|---|---|---|---|---|\n"
+                 + "\n".join(rows[precision])]
+    if missing:
+        text.append("Not run: " + "; ".join(sorted(missing)))
+    return "\n\n".join(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="256,256,1024", help="M,N,K of the GEMM (default 256,256,1024)")
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--layers", action="store_true",
+                        help="time the AMX int8 and bf16 layer kernels (see above)")
+    parser.add_argument("--rounds", type=int, default=50, help="interleaved rounds of --layers")
+    parser.add_argument("--write", action="store_true", help="record --layers in docs/benchmarks.md")
     args = parser.parse_args()
+    if args.layers:
+        text = bench_layers(args.rounds)
+        print(text)
+        if args.write:
+            write_section(text, SECTION)
+        return
     m, n, k = (int(x) for x in args.shape.split(","))
     require_amx()
     print(f"CPU: {cpu_model()}, one thread")

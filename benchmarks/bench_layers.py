@@ -341,11 +341,11 @@ def report(command: str, ops: dict, rows: list[Row], naive: list[Row], options: 
     return "\n\n".join(parts)
 
 
-def write_section(text: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md (append it if missing), nothing else."""
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace ``section`` of docs/benchmarks.md (append it if missing), nothing else."""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    block = f"{SECTION}\n\n{text}\n\n"
-    match = re.search(rf"^{re.escape(SECTION)}$", doc, re.MULTILINE)
+    block = f"{section}\n\n{text}\n\n"
+    match = re.search(rf"^{re.escape(section)}$", doc, re.MULTILINE)
     if match is None:
         DOC.write_text(doc.rstrip("\n") + "\n\n\n" + block)
         return

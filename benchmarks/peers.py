@@ -1,8 +1,8 @@
-"""Reference implementations of one Conv2d layer for ``bench_layers.py``.
+"""Reference implementations of one Conv2d layer (or matrix multiply) for the benchmarks.
 
-PyTorch (oneDNN for fp32, the ``x86`` quantized engine for int8) and onnxruntime
-(``Conv`` and ``QLinearConv``), each set up for one thread count and returned as a
-``Case``: a zero-argument call (the timed part) and a function that turns its
+PyTorch (oneDNN for fp32, the ``x86`` quantized engine for int8; ``torch.matmul``) and
+onnxruntime (``Conv``, ``QLinearConv``, ``MatMul``), each set up for one thread count and
+returned as a ``Case``: a zero-argument call (the timed part) and a function that turns its
 result into a numpy array in the logical NCHW layout, for verification.
 Both libraries are optional (``pip install -e '.[bench]'``); a builder raises
 ``PeerUnavailable`` with an install hint when its library cannot be imported.
@@ -161,21 +161,17 @@ def torch_int8(data: LayerData, threads: int) -> Case:
 
 # --- onnxruntime ---------------------------------------------------------------------------------
 
-def _ort_session(data: LayerData, threads: int, node_type: str, inputs: list[tuple[str, np.ndarray]],
-                 feed: np.ndarray, out_type: int):
-    """An in-memory one-node model: ``feed`` is the graph input ``x``, ``inputs`` the initializers."""
+def _ort_node_session(node, inputs: list[tuple[str, np.ndarray]], feed: np.ndarray, out_shape: tuple,
+                      out_type: int, threads: int):
+    """An in-memory one-node model: ``feed`` is the graph input ``x``, ``inputs`` the initializers,
+    the output ``y``; the call runs it with ``threads`` intra-op threads."""
     onnx = _import("onnx")
     ort = _import("onnxruntime")
     from onnx import helper, numpy_helper
-    op = data.op
-    (ph, pw), (kh, kw) = op.padding, op.kernel_size
-    node = helper.make_node(node_type, ["x"] + [name for name, _ in inputs], ["y"], kernel_shape=[kh, kw],
-                            strides=list(op.stride), pads=[ph, pw, ph, pw], dilations=list(op.dilation),
-                            group=op.groups)
     x_info = helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(feed.dtype), feed.shape)
-    y_info = helper.make_tensor_value_info("y", out_type, data.reference.shape)
+    y_info = helper.make_tensor_value_info("y", out_type, out_shape)
     initializer = [numpy_helper.from_array(np.asarray(a), name) for name, a in inputs]
-    graph = helper.make_graph([node], f"{node_type}_layer", [x_info], [y_info], initializer=initializer)
+    graph = helper.make_graph([node], f"{node.op_type}_layer", [x_info], [y_info], initializer=initializer)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = min(model.ir_version, 8)   # opset 17's IR, accepted by older runtimes too
     onnx.checker.check_model(model)
@@ -185,6 +181,18 @@ def _ort_session(data: LayerData, threads: int, node_type: str, inputs: list[tup
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return lambda: session.run(None, {"x": feed})[0]
+
+
+def _ort_session(data: LayerData, threads: int, node_type: str, inputs: list[tuple[str, np.ndarray]],
+                 feed: np.ndarray, out_type: int):
+    """A one-node convolution model of ``data``'s layer (``node_type``: Conv or QLinearConv)."""
+    from onnx import helper
+    op = data.op
+    (ph, pw), (kh, kw) = op.padding, op.kernel_size
+    node = helper.make_node(node_type, ["x"] + [name for name, _ in inputs], ["y"], kernel_shape=[kh, kw],
+                            strides=list(op.stride), pads=[ph, pw, ph, pw], dilations=list(op.dilation),
+                            group=op.groups)
+    return _ort_node_session(node, inputs, feed, data.reference.shape, out_type, threads)
 
 
 def ort_fp32(data: LayerData, threads: int) -> Case:
@@ -215,4 +223,34 @@ FP32_PEERS: tuple[tuple[str, Builder], ...] = (
 INT8_PEERS: tuple[tuple[str, Builder], ...] = (
     ("PyTorch x86 NHWC", torch_int8),
     ("onnxruntime QLinearConv", ort_int8),
+)
+
+
+# --- matrix multiply ------------------------------------------------------------------------------
+
+def torch_matmul(a: np.ndarray, b: np.ndarray, threads: int) -> Case:
+    """``torch.matmul`` of float32 ``a @ b`` (MKL / oneDNN GEMM) under ``no_grad``."""
+    torch = _import("torch")
+    torch.set_num_threads(threads)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+    def run():
+        with torch.no_grad():
+            return torch.matmul(ta, tb)
+    return Case(run, lambda y: y.numpy())
+
+
+def ort_matmul(a: np.ndarray, b: np.ndarray, threads: int) -> Case:
+    """onnxruntime ``MatMul`` of float32 ``a @ b`` (``b`` an initializer, as a layer's weights)."""
+    onnx = _import("onnx")
+    from onnx import helper
+    node = helper.make_node("MatMul", ["x", "B"], ["y"])
+    run = _ort_node_session(node, [("B", b)], a, (a.shape[0], b.shape[1]), onnx.TensorProto.FLOAT, threads)
+    return Case(run, lambda y: y)
+
+
+MatmulBuilder = Callable[[np.ndarray, np.ndarray, int], Case]
+MATMUL_PEERS: tuple[tuple[str, MatmulBuilder], ...] = (
+    ("PyTorch matmul", torch_matmul),
+    ("onnxruntime MatMul", ort_matmul),
 )

@@ -1,8 +1,8 @@
 """loopopt: explore loop schedules of convolution and matrix multiply.
 
-Build an op (``Conv2d``, ``Matmul``), transform its ``Schedule``, compile it to a
-SIMD C kernel, ``measure`` it, and analyse its data locality with ``reuse``; or let ``tune``
-search the fastest schedule of an op.
+Build an op (``Conv1d``, ``Conv2d``, ``Conv3d``, ``Matmul``, ``Gemm``, any ``Contraction``),
+transform its ``Schedule``, compile it to a SIMD C kernel, ``measure`` it, and analyse its data
+locality with ``reuse``; or let ``tune`` search the fastest schedule of an op.
 """
 from . import accuracy, dataflows, schedule_file
 from .accuracy import AccuracyReport, quant_accuracy
@@ -11,12 +11,13 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .codegen.isa import available_isas
 from .compare import Comparison, compare
+from .contraction import Contraction, ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
-from .ops import Conv2d, Matmul
+from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
@@ -26,7 +27,13 @@ __all__ = [
     "AccuracyReport",
     "BuildError",
     "Comparison",
+    "Contraction",
+    "ContractionError",
+    "Conv1d",
     "Conv2d",
+    "Conv3d",
+    "ConvNd",
+    "Gemm",
     "IllegalScheduleError",
     "Kernel",
     "KernelModel",
@@ -44,6 +51,7 @@ __all__ = [
     "TuneResult",
     "TuningLogError",
     "accuracy",
+    "auto_pad",
     "available_isas",
     "best_schedule",
     "compare",

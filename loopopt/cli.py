@@ -38,6 +38,7 @@ BROKEN_PIPE = 128 + signal.SIGPIPE
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
 CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
+MATMUL_SYNTAX = "M,N,K[,batch=B[xB2...]][,trans_a=0|1][,trans_b=0|1]"
 EXAMPLES = {
     "layers": ["loopopt layers --filter mobilenetv2"],
     "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x "
@@ -127,17 +128,37 @@ def parse_conv(spec: str, batch: int = 1, dtype: str = "float32") -> Conv2d:
         raise UsageError(f"--conv {spec}: {err}") from None
 
 
+def parse_matmul(spec: str, dtype: str = "float32"):
+    """The Matmul (of ``dtype`` inputs) of a --matmul spec ``M,N,K`` followed by optional
+    ``batch=B[xB2...]``, ``trans_a=0|1``, ``trans_b=0|1``; UsageError naming the bad field."""
+    from .ops import Matmul
+    fields = [f.strip() for f in spec.split(",")]
+    try:
+        m, n, k = (int(v) for v in fields[:3])
+    except ValueError:
+        raise UsageError(f"--matmul wants {MATMUL_SYNTAX} (three integers first), got {spec!r}") from None
+    options: dict[str, object] = {}
+    for field in fields[3:]:
+        key, _, value = field.partition("=")
+        if key == "batch" and all(v.isdigit() for v in value.split("x")):
+            options[key] = tuple(int(v) for v in value.split("x"))
+        elif key in ("trans_a", "trans_b") and value in ("0", "1"):
+            options[key] = value == "1"
+        else:
+            raise UsageError(f"--matmul field {field!r} is not one of batch=B[xB2...], trans_a=0|1, "
+                             f"trans_b=0|1 ({MATMUL_SYNTAX})")
+    try:
+        return Matmul(m, n, k, dtype=dtype, **options)
+    except ValueError as err:
+        raise UsageError(f"--matmul {spec}: {err}") from None
+
+
 def _op(args: argparse.Namespace):
     from .layers import get_layer
-    from .ops import Matmul
     if args.matmul:
         if args.batch is not None:
             raise UsageError("--batch applies to --layer and --conv, not to --matmul")
-        try:
-            m, n, k = (int(v) for v in args.matmul.split(","))
-        except ValueError:
-            raise UsageError(f"--matmul wants M,N,K (three integers), got {args.matmul!r}") from None
-        return Matmul(m, n, k, dtype=args.dtype)
+        return parse_matmul(args.matmul, dtype=args.dtype)
     if args.conv:
         return parse_conv(args.conv, batch=args.batch or 1, dtype=args.dtype)
     return get_layer(args.layer, batch=args.batch or 1, dtype=args.dtype)
@@ -424,7 +445,9 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--layer", default="resnet50.conv2_x", help="layer name (see `loopopt layers`)")
     group.add_argument("--conv", metavar="SPEC",
                        help=f"any convolution, {CONV_SYNTAX} (e.g. 64,64,3,56,padding=1)")
-    group.add_argument("--matmul", metavar="M,N,K", help="a matrix multiply instead of a layer")
+    group.add_argument("--matmul", metavar="SPEC",
+                       help=f"a matrix multiply instead of a layer, {MATMUL_SYNTAX} "
+                            f"(e.g. 64,64,64,batch=8,trans_b=1)")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
     parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")

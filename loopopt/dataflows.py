@@ -3,19 +3,23 @@
 A dataflow (Sze et al., Eyeriss taxonomy) is a loop order plus the operand that stays in
 the innermost storage. On a CPU the innermost storage is the vector registers and L1:
 the operand whose index does not change across the innermost loops is reused from there.
-Tile factors are clamped to the loop extents, so every preset applies to any Conv2d
-(odd sizes, groups, depthwise) and, where meaningful, to a Matmul.
+Tile factors are clamped to the loop extents, so every preset applies to any convolution
+(1, 2 or 3 spatial dims, odd sizes, groups, depthwise) and, where meaningful, to a Matmul.
+The presets name a convolution's loops through its windows: ``outs`` are the output
+positions (2-D: ``oh, ow``), ``taps`` the filter taps (``kh, kw``), the last output
+position (``ow``) is "the output column"; the docstrings spell the 2-D case.
 """
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
 
+from .expr import Var
+from .layout import moved_last
 from .ops import Op
 from .schedule import Schedule
 
 LANES = 16
-CHANNELS_LAST = (("I", "NHWC"), ("W", "HWIO"), ("O", "NHWC"))
 
 
 def _fit(schedule: Schedule, loop: str, factor: int) -> int:
@@ -28,9 +32,28 @@ def _tile(schedule: Schedule, **factors: int) -> Schedule:
 
 
 def _channels_last(schedule: Schedule) -> Schedule:
-    for tensor, tag in CHANNELS_LAST:
+    """Activations and output with their channels innermost (2-D: ``NHWC``), weights ordered taps,
+    input channels, output channels (``HWIO``)."""
+    op = schedule.op
+    source, weights = op.inputs
+    letters = op.tensor(weights).letters
+    channel_axes = (op.index(weights).index(Var(op.reduction_channel_dim)), op.weight_channel_axis)
+    order = [a for a in range(len(letters)) if a not in channel_axes] + list(channel_axes)
+    tags = {source: moved_last(op.tensor(source).letters, 1), weights: "".join(letters[a] for a in order),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    for tensor, tag in tags.items():
         schedule = schedule.layout(tensor, tag)
     return schedule
+
+
+def _outs(op: Op) -> tuple[str, ...]:
+    """A convolution's output position loops (2-D: ``oh, ow``)."""
+    return tuple(w.out_dim for w in op.windows)
+
+
+def _taps(op: Op) -> tuple[str, ...]:
+    """A convolution's filter tap loops (2-D: ``kh, kw``)."""
+    return tuple(w.tap_dim for w in op.windows)
 
 
 def _gemm(op: Op) -> bool:
@@ -38,9 +61,18 @@ def _gemm(op: Op) -> bool:
     return not op.windows
 
 
+def _gemm_dims(op: Op) -> tuple[str, str, str, str]:
+    """The GEMM form's dims: rows ``i`` (the last output dim but the channels), columns ``j`` (the
+    channels), the reduction ``k`` over input channels, and the first reduction dim (where a register
+    block of outputs holds across the whole reduction). Matmul: ``i, j, k, k``."""
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != op.channel_dim]
+    first = next(d for d in op.dim_names if d in op.reduction_dims)
+    return (outputs or [op.channel_dim])[-1], op.channel_dim, op.reduction_channel_dim, first
+
+
 def _conv_only(op: Op, preset: str) -> Op:
     if _gemm(op):
-        raise ValueError(f"{preset} applies to a Conv2d only, got {op!r}")
+        raise ValueError(f"{preset} applies to a convolution only, got {op!r}")
     return op
 
 
@@ -62,8 +94,9 @@ def interchanged(op: Op) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return schedule.reorder("k", "j").vectorize("j")
-    return schedule.reorder("c", "kh", "kw", "oh", "ow").vectorize("ow")
+        _, cols, red, _ = _gemm_dims(op)
+        return schedule.reorder(red, cols).vectorize(cols)
+    return schedule.reorder("c", *_taps(op), *_outs(op)).vectorize(_outs(op)[-1])
 
 
 def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 64) -> Schedule:
@@ -76,8 +109,10 @@ def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return _tile(schedule, i=i, k=k, j=j).vectorize("j_i")
-    return _tile(schedule, k=k, c=c, ow=ow).vectorize("ow_i")
+        rows, cols, red, _ = _gemm_dims(op)
+        return _tile(schedule, **{rows: i, red: k, cols: j}).vectorize(f"{cols}_i")
+    column = _outs(op)[-1]
+    return _tile(schedule, k=k, c=c, **{column: ow}).vectorize(f"{column}_i")
 
 
 def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: int = 8) -> Schedule:
@@ -90,8 +125,9 @@ def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: in
     """
     schedule = Schedule(op)
     if _gemm(op):
-        return _tile(schedule, i=i, j=j).vectorize("j_i").register_block("k")
-    schedule = _tile(schedule, ow=ow, k=k)
+        rows, cols, _, first = _gemm_dims(op)
+        return _tile(schedule, **{rows: i, cols: j}).vectorize(f"{cols}_i").register_block(first)
+    schedule = _tile(schedule, **{_outs(op)[-1]: ow}, k=k)
     return _channels_last(schedule.vectorize("k_i")).register_block("c")
 
 
@@ -105,10 +141,11 @@ def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        schedule = _tile(schedule, j=j)
-        return schedule.reorder("j_o", "k", "i").vectorize("j_i")
+        rows, cols, red, _ = _gemm_dims(op)
+        schedule = _tile(schedule, **{cols: j})
+        return schedule.reorder(f"{cols}_o", red, rows).vectorize(f"{cols}_i")
     schedule = _tile(schedule, k=k)
-    schedule = schedule.reorder("k_o", "c", "kh", "kw", "n", "oh", "ow")
+    schedule = schedule.reorder("k_o", "c", *_taps(op), "n", *_outs(op))
     return _channels_last(schedule.vectorize("k_i"))
 
 
@@ -122,19 +159,29 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
     """
     schedule = Schedule(op)
     if _gemm(op):
-        schedule = _tile(schedule, j=j).reorder("k", "j_o")
-        return schedule.vectorize("j_i")
+        _, cols, red, _ = _gemm_dims(op)
+        schedule = _tile(schedule, **{cols: j}).reorder(red, f"{cols}_o")
+        return schedule.vectorize(f"{cols}_i")
     schedule = _tile(schedule, k=k)
-    schedule = schedule.reorder("n", "c", "oh", "ow", "kh", "kw", "k_o")
+    schedule = schedule.reorder("n", "c", *_outs(op), *_taps(op), "k_o")
     return _channels_last(schedule.vectorize("k_i"))
 
 
 def _gemm_view(op: Op) -> Schedule:
-    """Conv2d as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``,
+    """A conv as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``,
     ``r = (c, kh, kw)``."""
-    schedule = Schedule(op).reorder("n", "oh", "ow", "k")
-    schedule = schedule.fuse("n", "oh", "n_oh").fuse("n_oh", "ow", "m")
-    return schedule.fuse("c", "kh", "c_kh").fuse("c_kh", "kw", "r")
+    schedule = Schedule(op).reorder("n", *_outs(op), "k")
+    return _fused(_fused(schedule, ("n",) + _outs(op), "m"), ("c",) + _taps(op), "r")
+
+
+def _fused(schedule: Schedule, loops: tuple[str, ...], name: str) -> Schedule:
+    """``loops`` (adjacent, outer to inner, at least two) fused one by one into a loop called
+    ``name`` (the intermediate loops are called by their parts, e.g. ``n_oh``)."""
+    fused = loops[0]
+    for position, loop in enumerate(loops[1:], start=2):
+        inner = name if position == len(loops) else f"{fused}_{loop}"
+        schedule, fused = schedule.fuse(fused, loop, inner), inner
+    return schedule
 
 
 def implicit_gemm(op: Op, m: int = 8, k: int = LANES) -> Schedule:

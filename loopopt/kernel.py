@@ -315,11 +315,10 @@ class QuantizedKernel(Kernel):
         return self.output(buffers)
 
 
-class TileKernel(QuantizedKernel):
-    """A quantized kernel on AMX tiles (``codegen/tiles.py``): ``prepare`` stores the activations
-    channels-last and padded and the weights in B tiles; ``run`` asks Linux for the tile state
-    first (``require_amx``). The epilogue is fused at the tile store, so there are no raw int32
-    accumulators to read back."""
+class TileBuffers:
+    """How an AMX tile kernel (``codegen/tiles.py``) stores its inputs, for a kernel class below it
+    in the MRO: the activations channels-last and padded, the weights in B tiles; and ``run`` asks
+    Linux for the tile state first (``require_amx``)."""
 
     def _elements(self, name: str) -> int:
         op = self.op
@@ -334,7 +333,7 @@ class TileKernel(QuantizedKernel):
         if tensor == op.inputs[0]:
             return pack_activations(op, array, self._zeros(tensor, activations_shape(op), array.dtype))
         if tensor == op.inputs[1]:
-            packed = self._zeros(tensor, TileShape.of(op).packed_weights_shape, np.int8)
+            packed = self._zeros(tensor, TileShape.of(op).packed_weights_shape, array.dtype)
             return pack_weights(op, array, packed)
         return super()._pack(tensor, array)
 
@@ -342,15 +341,26 @@ class TileKernel(QuantizedKernel):
         require_amx()
         super().run(buffers)
 
+
+class TileKernel(TileBuffers, QuantizedKernel):
+    """A quantized kernel on AMX tiles. The epilogue is fused at the tile store, so there are no raw
+    int32 accumulators to read back."""
+
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         raise ValueError("an AMX tile kernel applies the epilogue at each tile store: it keeps no int32 "
                          "accumulators of the whole output")
 
 
-def _compile_tiles(schedule: Schedule) -> TileKernel:
+class Bf16TileKernel(TileBuffers, Kernel):
+    """A bfloat16 kernel on AMX tiles (``_tile_dpbf16ps``, float32 accumulation)."""
+
+
+def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
     module = compile_c(generated.source, generated.cdef, generated.isa.compile_flags + QUANT_FLAGS)
+    if generated.plan is None:
+        return Bf16TileKernel(schedule, generated, module)
     return TileKernel(schedule, generated, module, generated.plan)
 
 

@@ -112,6 +112,11 @@ class Layout:
         return np.ascontiguousarray(logical[tuple(slice(0, n) for n in shape)])
 
 
+def moved_last(letters: str, axis: int) -> str:
+    """The format tag of dims ``letters`` with the dim at ``axis`` moved innermost (``NCHW``, 1: ``NHWC``)."""
+    return letters[:axis] + letters[axis + 1:] + letters[axis]
+
+
 def _examples(letters: str) -> str:
     if letters == "NCHW":
         return "NCHW, NHWC, NCHW16c"

@@ -47,11 +47,13 @@ from .codegen.isa import (
 )
 from .codegen.quantized import DOT
 
-PROFILE_FORMAT = 3          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx")
+PROFILE_FORMAT = 4          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
+                            # the CPU has it; 4: so do the bfloat16 peaks
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
-PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 only (TDPBUSD tile loop, loopopt.amx)
+PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
+AMX_PEAKS = {"int8": "int8", "bfloat16": "bf16"}   # profile dtype -> amx_peak_gops dtype
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
@@ -276,14 +278,22 @@ class MachineProfile:
                              f"allowed: {', '.join(map(repr, DTYPES))}")
         if dtype == "bfloat16":
             dots = self.peaks[dtype]
-            dot = max(dots.values(), default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
+            if isa == "amx":
+                return self._measured(isa, dtype)
+            simd = [peak for name, peak in dots.items() if name != "amx"]
+            dot = max(simd, default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
             return max(dot, self.peak(isa, "float32"))
+        measured = self.peaks[dtype]
+        if isa in ("auto", "scalar") and isa not in measured:
+            best = next((name for name in ISA_PREFERENCE if name in measured), None)
+            return measured[best] if best else self.peaks["float32"]["scalar"]
+        return self._measured(isa, dtype)
+
+    def _measured(self, isa: str, dtype: str) -> float:
+        """The measured peak of ``isa`` and ``dtype``; ValueError saying why there is none."""
         measured = self.peaks[dtype]
         if isa in measured:
             return measured[isa]
-        if isa in ("auto", "scalar"):
-            best = next((name for name in ISA_PREFERENCE if name in measured), None)
-            return measured[best] if best else self.peaks["float32"]["scalar"]
         if isa not in PEAK_ISAS:
             raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
                              f"{', '.join(map(repr, PEAK_ISAS))}")
@@ -317,7 +327,7 @@ class MachineProfile:
         _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
                f"an object with {DTYPES}")
         for dtype, table in peaks.items():
-            isas = PEAK_ISAS if dtype == "int8" else ISA_PREFERENCE
+            isas = PEAK_ISAS if dtype in AMX_PEAKS else ISA_PREFERENCE
             _check(isinstance(table, dict) and set(table) <= set(isas), f"peaks.{dtype}", table,
                    f"an object keyed by ISAs {isas}")
             for isa, value in table.items():
@@ -559,7 +569,8 @@ def measure_profile() -> MachineProfile:
     if not peaks["float32"]:
         peaks["float32"]["scalar"] = measure_scalar_peak()
     if amx_available():
-        peaks["int8"]["amx"] = amx_peak_gops("int8")
+        for dtype, tiles in AMX_PEAKS.items():
+            peaks[dtype]["amx"] = amx_peak_gops(tiles)
     caches = os_caches()
     bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
     cpu = this_cpu()

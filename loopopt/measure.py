@@ -118,10 +118,10 @@ def tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     bfloat16 kernel: ``bf16_tolerance``."""
     if op.dtype == "bfloat16":
         return bf16_tolerance(op, inputs)
-    abs_inputs = [np.abs(inputs[t]) for t in op.inputs]
-    magnitude = op.reference(*abs_inputs)
+    magnitude = op.magnitude(*(np.abs(inputs[t]) for t in op.call_tensors))
     reduction = max(1, op.macs // max(1, int(np.prod(op.tensor(op.output).shape))))
-    return 2 * reduction * np.finfo(np.float32).eps * magnitude + 1e-6
+    terms = reduction + (2 if op.scales else 0)         # the scaled output: a product and a sum more
+    return 2 * terms * np.finfo(np.float32).eps * magnitude + 1e-6
 
 
 def _gamma(terms: int, unit_roundoff: float) -> float:
@@ -143,10 +143,10 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     sums to zero."""
     values = op.operand_values(*(inputs[t] for t in op.inputs))
     magnitudes = [np.abs(v) for v in values] + [np.abs(inputs[t]) for t in op.call_tensors[len(op.inputs):]]
-    terms = math.prod(op.extent(d) for d in op.reduction_dims) + int(op.bias)
+    terms = math.prod(op.extent(d) for d in op.reduction_dims) + int(op.bias) + (2 if op.scales else 0)
     relative = _gamma(terms, 2.0 ** -24) + _gamma(terms, 2.0 ** -53)
     flushed = 2.0 ** -126 * terms * (2 + sum(float(m.max(initial=0.0)) for m in magnitudes[:2]))
-    return relative * op.reference(*magnitudes) + flushed
+    return relative * op.magnitude(*magnitudes) + flushed
 
 
 def _call_arguments(kernel: Kernel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -16,14 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .reference import conv2d_reference, matmul_reference
+from .reference import Pads, PerDim, conv_reference, matmul_reference
 
 ACTIVATIONS = ("uint8", "int8")
 WEIGHTS = ("int8", "uint8")
 OUTPUTS = ("float32", "uint8", "int8", "int32")
 PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
-
-IntPair = int | tuple[int, int]
 
 
 def symmetric_zero_point(dtype: str) -> int:
@@ -243,10 +241,14 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
 def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
                       required: tuple[int, str] | None = None) -> np.ndarray:
     """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
-    ``required[0]``, for the reason ``required[1]``, if given)."""
+    ``required[0]``, for the reason ``required[1]``, if given). A byte-typed zero point must have
+    ``dtype`` itself (ONNX: a zero point has its tensor's type); wider integers are taken by value."""
     arr = np.asarray(value)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer or integer array, got dtype {arr.dtype}")
+    if arr.dtype.itemsize == 1 and arr.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} has dtype {arr.dtype} but applies to {dtype} values: pass it as {dtype} "
+                        f"(a zero point has its tensor's dtype) or as a Python int")
     arr = _check_shape(name, arr.astype(np.int64), size)
     lo, hi = _qrange(dtype)
     bad = (arr < lo) | (arr > hi)
@@ -292,8 +294,8 @@ def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
         raise ValueError(f"{what}: {' and '.join(extra)} must not be given")
 
 
-def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any, x_zero_point: Any,
-                       w_scale: Any, w_zero_point: Any, y_scale: Any = None,
+def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_zero_point: Any = None,
+                       w_scale: Any = None, w_zero_point: Any = None, y_scale: Any = None,
                        y_zero_point: Any = None, *, xq: np.ndarray | None = None,
                        wq: np.ndarray | None = None, bias: Any = None) -> QuantParams:
     """Validate the parameters of a quantized kernel call against ``spec``.
@@ -353,39 +355,38 @@ def _to_int32(acc: np.ndarray, what: str) -> np.ndarray:
     return acc.astype(np.int32)
 
 
-def _pair(v: IntPair) -> tuple[int, int]:
-    return (v, v) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
-
-
 def qconv2d_accumulators(xq: np.ndarray, wq: np.ndarray, x_zero_point: Any, w_zero_point: Any,
-                         stride: IntPair = 1, padding: IntPair = 0, dilation: IntPair = 1,
+                         stride: PerDim = 1, padding: Pads = 0, dilation: PerDim = 1,
                          groups: int = 1) -> np.ndarray:
-    """Exact int32 ``acc[N,K,OH,OW] = sum((x - zx) * (w - zw[k]))`` of a quantized conv2d.
+    """Exact int32 ``acc[N,K,*OS] = sum((x - zx) * (w - zw[k]))`` of a quantized convolution
+    (1, 2 or 3 spatial dims; ``padding`` per dim or per side, as ``reference.conv_reference``).
 
-    ``xq[N,C,H,W]``, ``wq[K,C/groups,KH,KW]``; ``w_zero_point`` scalar or length K.
+    ``xq[N,C,*S]``, ``wq[K,C/groups,*T]``; ``w_zero_point`` scalar or length K.
     Padding contributes 0 (padded x equals zx). Raises OverflowError if a sum does
     not fit int32.
     """
     k = wq.shape[0]
     xs = np.asarray(xq, dtype=np.int64) - np.int64(x_zero_point)
     zw = np.broadcast_to(np.asarray(w_zero_point, dtype=np.int64).reshape(-1), (k,))
-    ws = np.asarray(wq, dtype=np.int64) - zw[:, None, None, None]
-    acc = conv2d_reference(xs, ws, None, stride=_pair(stride), padding=_pair(padding),
-                           dilation=_pair(dilation), groups=groups, acc_dtype=np.int64)
-    return _to_int32(acc, "conv2d accumulator")
+    ws = np.asarray(wq, dtype=np.int64) - zw.reshape((k,) + (1,) * (wq.ndim - 1))
+    acc = conv_reference(xs, ws, None, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                         acc_dtype=np.int64)
+    return _to_int32(acc, "conv accumulator")
 
 
-def qmatmul_accumulators(aq: np.ndarray, bq: np.ndarray, a_zero_point: Any,
-                         b_zero_point: Any) -> np.ndarray:
-    """Exact int32 ``acc[i,j] = sum_k (a[i,k] - za) * (b[k,j] - zb[j])``.
+def qmatmul_accumulators(aq: np.ndarray, bq: np.ndarray, a_zero_point: Any, b_zero_point: Any,
+                         trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
+    """Exact int32 ``acc[..., i, j] = sum_k (a[..., i, k] - za) * (b[..., k, j] - zb[j])`` (``a``, ``b``
+    transposed in their last two axes when ``trans_a`` / ``trans_b``).
 
     ``b_zero_point`` is a scalar or has one value per output column j.
     """
-    n = bq.shape[1]
+    column_axis = bq.ndim - 2 if trans_b else bq.ndim - 1
+    n = bq.shape[column_axis]
     a = np.asarray(aq, dtype=np.int64) - np.int64(a_zero_point)
     zb = np.broadcast_to(np.asarray(b_zero_point, dtype=np.int64).reshape(-1), (n,))
-    b = np.asarray(bq, dtype=np.int64) - zb[None, :]
-    return _to_int32(matmul_reference(a, b, acc_dtype=np.int64), "matmul accumulator")
+    b = np.asarray(bq, dtype=np.int64) - zb.reshape((n,) + (1,) * (bq.ndim - 1 - column_axis))
+    return _to_int32(matmul_reference(a, b, np.int64, trans_a, trans_b), "matmul accumulator")
 
 
 def dequantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, bias_f32: Any = None,

@@ -14,7 +14,8 @@ from loopopt.schedule_file import list_schedules
 
 CODEGEN_ISAS = ("avx512", "avx2", "scalar")
 QUANT_SPECS = (lo.QuantSpec("uint8", True, True, "float32"), lo.QuantSpec("int8", True, False, "uint8"),
-               lo.QuantSpec("uint8", False, False, "int8"))
+               lo.QuantSpec("uint8", False, False, "int8"),
+               lo.QuantSpec("int8", True, False, "int32", weight="uint8"))
 SMALL_CONVS = (
     ("conv", dict(in_channels=6, out_channels=10, kernel_size=3, padding=1, height=9, width=11)),
     ("strided", dict(in_channels=5, out_channels=7, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0),

@@ -16,7 +16,6 @@ from loopopt.analysis.items import item_space
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
-from loopopt.reference import conv2d_reference, matmul_reference
 
 ISAS = lo.available_isas()
 HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -56,28 +55,70 @@ def rotated(cases, options, quick=None):
 
 # --- random convs and schedules ---------------------------------------------------------------------
 
+CONVS = {1: lo.Conv1d, 2: lo.Conv2d, 3: lo.Conv3d}
+
+
 @st.composite
-def conv_ops(draw, max_hw: int = 9, dtype: str = "float32"):
-    """A small Conv2d: groups (depthwise too), kernel, stride, padding, dilation, bias, batch."""
+def conv_ops(draw, max_hw: int = 9, spatial: int = 2, max_channels: int = 5, max_batch: int = 3,
+             dtype: str = "float32"):
+    """A small convolution over ``spatial`` dims with ``dtype`` inputs: groups (depthwise too), kernel,
+    stride, padding (symmetric, per side, "same" or "valid"), dilation, bias, batch (sizes up to
+    ``max_hw``, 5 in 3-D; channels per group up to ``max_channels``)."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
-    cg = draw(st.integers(1, 5))
-    kg = draw(st.integers(1, 5))
+    cg = draw(st.integers(1, max_channels))
+    kg = draw(st.integers(1, max_channels))
     if groups == "depthwise":
-        groups, cg, kg = draw(st.integers(2, 6)), 1, 1
-    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+        groups, cg, kg = draw(st.integers(2, 2 + max_channels)), 1, 1
+    max_hw = max_hw if spatial < 3 else min(max_hw, 5)
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(spatial))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(spatial))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(spatial))
+    kind = draw(st.sampled_from(["symmetric", "symmetric", "per side", "same", "valid"]))
+    if kind == "same":
+        stride = (1,) * spatial
+    pads = {"symmetric": [(p, p) for p in (draw(st.integers(0, 2)) for _ in range(spatial))],
+            "per side": [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(spatial)],
+            "same": [(0, 0)] * spatial, "valid": [(0, 0)] * spatial}[kind]
+    padding = {"symmetric": tuple(lo for lo, _ in pads), "per side": tuple(pads)}.get(kind, kind)
     span = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
-    height = draw(st.integers(max(1, span[0] - 2 * padding[0]), max_hw))
-    width = draw(st.integers(max(1, span[1] - 2 * padding[1]), max_hw))
-    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride, padding=padding, dilation=dilation,
-                     groups=groups, bias=draw(st.booleans()), batch=draw(st.integers(1, 3)),
-                     height=height, width=width, dtype=dtype)
+    sizes = [draw(st.integers(max(1, s - lo - hi), max(max_hw, s))) for s, (lo, hi) in zip(span, pads)]
+    return CONVS[spatial](cg * groups, kg * groups, kernel, stride=stride, padding=padding,
+                          dilation=dilation, groups=groups, bias=draw(st.booleans()),
+                          batch=draw(st.integers(1, max_batch)), dtype=dtype,
+                          **dict(zip(CONVS[spatial].SIZES, sizes)))
 
 
-ACT_LAYOUTS = ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"]
-W_LAYOUTS = ["OIHW", "HWIO", "OHWI", "OIHW4i4o", "OIHW16i16o"]
+@st.composite
+def matmul_ops(draw, max_mn: int = 20, max_k: int = 19, batched: bool = True):
+    """A small matmul: odd sizes, 0 to 2 batch dims (none unless ``batched``), either operand transposed."""
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2 if batched else 0)))
+    return lo.Matmul(draw(st.integers(1, max_mn)), draw(st.integers(1, max_mn + max_mn)),
+                     draw(st.integers(1, max_k)), batch=batch, trans_a=draw(st.booleans()),
+                     trans_b=draw(st.booleans()))
+
+
+@st.composite
+def gemm_ops(draw, max_mn: int = 20, max_k: int = 19):
+    """A small Gemm: odd sizes, transposes, alpha and beta (1 too), every broadcast shape of C or none."""
+    m, n, k = draw(st.integers(1, max_mn)), draw(st.integers(1, 2 * max_mn)), draw(st.integers(1, max_k))
+    scale = st.sampled_from([1.0, 1.0, 0.5, -2.0, 0.0, 3.25])
+    return lo.Gemm(m, n, k, trans_a=draw(st.booleans()), trans_b=draw(st.booleans()), alpha=draw(scale),
+                   beta=draw(scale), c_shape=draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1), (1,), (1, 1),
+                                                                  None])))
+
+
+LAYOUTS = {"NCHW": ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"],
+           "OIHW": ["OIHW", "HWIO", "OHWI", "OIHW4i4o", "OIHW16i16o"],
+           "MK": ["MK", "KM", "MK4k"], "KN": ["KN", "NK", "KN8n"]}
+
+
+def layout_tags(letters: str) -> list[str]:
+    """Storage layouts to draw for a tensor with logical dims ``letters``: the 2-D conv's and the
+    matmul's usual ones, else the plain order, rotated, reversed and blocked by 4 on the second dim."""
+    if letters in LAYOUTS:
+        return LAYOUTS[letters]
+    tags = [letters, letters[1:] + letters[0], letters[::-1], f"{letters}4{letters[1].lower()}"]
+    return list(dict.fromkeys(tags))
 
 
 def register_block_sites(schedule, isa=None):
@@ -103,6 +144,9 @@ def _parallel_ok(schedule: lo.Schedule, name: str) -> bool:
     return True
 
 
+MAX_UNROLL = 64      # a fully unrolled loop of thousands of iterations (a fused nest) takes gcc minutes
+
+
 @st.composite
 def schedules(draw, op, isa=None):
     """A random legal schedule: splits, tiles, reorders, layouts, unroll, parallel, vectorize,
@@ -121,14 +165,11 @@ def schedules(draw, op, isa=None):
         elif len(names) > 1:
             pos = draw(st.integers(0, len(names) - 2))
             s = s.fuse(names[pos], names[pos + 1])
-    if isinstance(op, lo.Conv2d):
-        s = s.layout("I", draw(st.sampled_from(ACT_LAYOUTS))).layout("O", draw(st.sampled_from(ACT_LAYOUTS)))
-        s = s.layout("W", draw(st.sampled_from(W_LAYOUTS)))
-    else:
-        s = s.layout("A", draw(st.sampled_from(["MK", "KM", "MK4k"])))
-        s = s.layout("B", draw(st.sampled_from(["KN", "NK", "KN8n"])))
-    if draw(st.booleans()):
-        s = s.unroll(draw(st.sampled_from(s.loop_names)))
+    for tensor in op.tensors:
+        s = s.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))
+    short = [loop.name for loop in s.loops if loop.extent <= MAX_UNROLL]
+    if short and draw(st.booleans()):
+        s = s.unroll(draw(st.sampled_from(short)))
     if draw(st.booleans()):
         candidates = [n for n in s.loop_names if _parallel_ok(s, n)]
         if candidates:
@@ -140,6 +181,26 @@ def schedules(draw, op, isa=None):
         if sites:
             s = s.register_block(draw(st.sampled_from(sites)))
     return s
+
+
+@st.composite
+def even_conv_ops(draw, max_hw: int = 9):
+    """A random bfloat16 conv with an even number of input channels per group (whole bf16 pairs) and
+    at least 2 output channels (a vector loop of one lane is not a loop of the output: no dot)."""
+    op = draw(conv_ops(max_hw, dtype="bfloat16"))
+    pairs = draw(st.integers(1, 3))
+    return lo.Conv2d(2 * pairs * op.groups, max(op.out_channels, 2), op.kernel_size, stride=op.stride,
+                     padding=op.padding, dilation=op.dilation, groups=op.groups, bias=op.bias, batch=op.batch,
+                     height=op.height, width=op.width, dtype="bfloat16")
+
+
+def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
+    """NHWC activations, weights in pairs of input channels (OIHW16o2i): c_i (2) is the bf16 dot loop
+    (vdpbf16ps where the ISA and CPU have it)."""
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o2i")
+         .split("k", 16).split("c", 2).reorder("n", "k_o", "oh", "ow", "c_o", "kh", "kw", "c_i", "k_i")
+         .vectorize("k_i"))
+    return s.register_block("c_o") if block else s
 
 
 # --- float kernels ----------------------------------------------------------------------------------
@@ -169,20 +230,53 @@ def raw_products(kernel, args):
     op, plan = kernel.op, kernel.plan
     x = args[0].astype(np.int64) + plan.shift
     w = args[1].astype(np.int64) + plan.weight_shift
-    if isinstance(op, lo.Conv2d):
-        p = conv2d_reference(x, w, None, stride=op.stride, padding=op.padding, dilation=op.dilation,
-                             groups=op.groups, acc_dtype=np.int64)
-    else:
-        p = matmul_reference(x, w, acc_dtype=np.int64)
+    p = op.reference(x, w).astype(np.int64)      # exact: float64 holds these sums exactly
     return p.astype(np.uint32).astype(np.int32)
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1):
+@st.composite
+def integer_calls(draw, op):
+    """``(arrays, params)`` of a call of quantized ``op`` that calibration (``random_call``) would not
+    make: full-range integers and any zero points, the ends of their dtype's range included
+    (symmetric weights: ``symmetric_zero_point``), scales such that requantized outputs both round
+    and saturate, and a bias of ``spec.bias_dtype``."""
+    spec, k = op.quant, op.channels
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def integers(dtype, shape):
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max + 1, shape)
+        ends = rng.random(shape)
+        return np.where(ends < 0.1, info.min, np.where(ends > 0.9, info.max, values)).astype(dtype)
+
+    arrays = [integers(spec.activation, op.tensor(op.inputs[0]).shape),
+              integers(spec.weight, op.tensor(op.inputs[1]).shape)]
+    per_weight = (k,) if spec.per_channel else ()
+    if spec.weight_symmetric:
+        zw = np.full(per_weight, lo.quant.symmetric_zero_point(spec.weight), spec.weight)
+    else:
+        zw = integers(spec.weight, per_weight)
+    params = {"x_zero_point": integers(spec.activation, ()), "w_zero_point": zw}
+    if spec.scaled:
+        params |= {"x_scale": np.float32(2.0 ** draw(st.integers(-8, 0))),
+                   "w_scale": rng.uniform(0.001, 0.05, per_weight).astype(np.float32)}
+    if spec.requantized:
+        largest = params["x_scale"] * np.max(params["w_scale"])
+        params |= {"y_scale": np.float32(largest * 2.0 ** draw(st.integers(0, 14))),
+                   "y_zero_point": integers(spec.output, ())}
+    if op.bias:
+        arrays.append(rng.integers(-2**20, 2**20, k).astype(np.int32) if spec.bias_dtype == np.int32
+                      else rng.standard_normal(k).astype(np.float32))
+    return arrays, params
+
+
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None):
     """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
-    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound)."""
+    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound),
+    on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
     op = schedule.op
     kernel = schedule.compile(isa)
-    args, params = random_call(op, seed)
+    args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)
     kernel.run(buffers)
     result = kernel.output(buffers)
@@ -206,19 +300,16 @@ GRANULARITIES = [("element", 64), ("line", 16), ("line", 64)]
 
 @st.composite
 def reuse_schedules(draw):
-    """Tiny convs (padding, stride, groups, batch) and matmuls under splits, partial tiles, reorders,
-    fusions and layouts: traces short enough for the pure-Python oracles."""
-    if draw(st.booleans()):
-        op = lo.Matmul(draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 6)))
-        tags = {"A": ["MK", "KM"], "B": ["KN", "NK", "KN4n"]}
+    """Tiny convs (1 to 3 spatial dims, padding, stride, groups, batch) and matmuls (batch dims,
+    transposes) under splits, partial tiles, reorders, fusions and layouts: traces short enough for
+    the pure-Python oracles."""
+    kind = draw(st.sampled_from(["matmul", "conv", "conv", "conv"]))
+    if kind == "matmul":
+        op = draw(matmul_ops(max_mn=6, max_k=6))
     else:
-        groups = draw(st.sampled_from([1, 1, 2]))
-        channels = (groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3)))
-        op = lo.Conv2d(*channels, draw(st.integers(1, 3)), stride=draw(st.integers(1, 2)),
-                       padding=draw(st.integers(0, 2)), groups=groups, batch=draw(st.integers(1, 2)),
-                       height=draw(st.integers(3, 7)), width=draw(st.integers(3, 7)))
-        tags = {"I": ["NCHW", "NHWC", "NCHW2c"], "W": ["OIHW", "HWIO", "OIHW2i2o"],
-                "O": ["NCHW", "NHWC", "NCHW4c"]}
+        spatial = draw(st.sampled_from([1, 2, 2, 3]))
+        op = draw(conv_ops(max_hw={1: 9, 2: 7, 3: 3}[spatial], spatial=spatial, max_channels=2, max_batch=2))
+    tags = {t: layout_tags(op.tensor(t).letters) for t in op.tensors}
     s = lo.Schedule(op)
     for _ in range(draw(st.integers(0, 4))):
         kind = draw(st.sampled_from(["split", "tile", "reorder", "fuse", "layout"]))

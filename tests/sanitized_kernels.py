@@ -1,12 +1,20 @@
 """Random kernels for the sanitizer tier (tests/test_sanitize.py runs this module in a python with
 AddressSanitizer preloaded and LOOPOPT_SANITIZE=address,undefined; it is not collected otherwise).
 
-A bounded, derandomized set: float and quantized convs and matmuls on every ISA here, register
+A bounded, derandomized set: float, bfloat16 and quantized convs and matmuls on every ISA here, register
 blocks wherever the schedule has a site for one (sanitized kernel buffers end where the kernel
 may stop reading, so a read past them is reported). Shapes are small: a sanitized build of a
 register block of hundreds of unrolled accumulators takes minutes."""
 import pytest
-from helpers import SPECS, check_quantized, conv_ops, register_block_sites, schedules
+from helpers import (
+    SPECS,
+    check_quantized,
+    conv_dot_schedule,
+    conv_ops,
+    even_conv_ops,
+    register_block_sites,
+    schedules,
+)
 from helpers import check as check_float
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,6 +48,16 @@ def test_float_convs(isa, data):
 @given(data=st.data(), **MATMULS)
 def test_float_matmuls(isa, data, m, n, k):
     check_float(data.draw(blocked_schedules(lo.Matmul(m, n, k), isa)), isa)
+
+
+@pytest.mark.parametrize("isa", lo.available_isas())
+@BOUNDED
+@given(data=st.data())
+def test_bf16_convs(isa, data):
+    """Widened bf16 operands (gathers and AVX2's masked loads read 2 bytes past an element) and, on
+    AVX-512 with AVX512-BF16, the vdpbf16ps pairs."""
+    check_float(data.draw(blocked_schedules(data.draw(conv_ops(max_hw=7, dtype="bfloat16")), isa)), isa)
+    check_float(conv_dot_schedule(data.draw(even_conv_ops(max_hw=7)), data.draw(st.booleans())), isa)
 
 
 @pytest.mark.parametrize("isa", available_int_isas())

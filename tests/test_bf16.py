@@ -4,7 +4,7 @@ a schedule has a dot loop of 2; ml_dtypes inputs; bad input refused with the all
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ISAS, check, conv_ops, quick_first, schedules, tiers
+from helpers import ISAS, check, conv_dot_schedule, conv_ops, even_conv_ops, quick_first, schedules, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -37,30 +37,11 @@ test_random_bf16_matmul_schedules_quick, test_random_bf16_matmul_schedules = tie
     data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
 
 
-def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
-    """NHWC activations, weights in pairs of input channels (OIHW16o2i): c_i (2) is the dot loop."""
-    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o2i")
-         .split("k", 16).split("c", 2).reorder("n", "k_o", "oh", "ow", "c_o", "kh", "kw", "c_i", "k_i")
-         .vectorize("k_i"))
-    return s.register_block("c_o") if block else s
-
-
 def matmul_dot_schedule(op: lo.Matmul, block: bool) -> lo.Schedule:
     """B in pairs of k per column (KN16n2k): k_i (2) is the dot loop."""
     s = (lo.Schedule(op).layout("B", "KN16n2k").split("j", 16).split("k", 2)
          .reorder("i", "j_o", "k_o", "k_i", "j_i").vectorize("j_i"))
     return s.register_block("k_o") if block else s
-
-
-@st.composite
-def even_conv_ops(draw):
-    """A random bf16 conv with an even number of input channels per group (whole pairs) and at least 2
-    output channels (a vector loop of one lane is not a loop of the output: no dot)."""
-    op = draw(conv_ops(dtype=BF16))
-    pairs = draw(st.integers(1, 3))
-    return lo.Conv2d(2 * pairs * op.groups, max(op.out_channels, 2), op.kernel_size, stride=op.stride,
-                     padding=op.padding, dilation=op.dilation, groups=op.groups, bias=op.bias, batch=op.batch,
-                     height=op.height, width=op.width, dtype=BF16)
 
 
 def conv_dot(data, block):

@@ -55,6 +55,12 @@ def test_show_and_reuse(capsys):
     assert status == 0 and json.loads(out)["provenance"]["isa"] == json.loads(out)["isa"]
 
 
+def test_batched_transposed_matmul(capsys):
+    status, out, _ = run(capsys, "reuse", "--matmul", "8,16,8,batch=2x3,trans_a=1", "--schedule", "tiled",
+                         "--json")
+    assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
+    status, out, _ = run(capsys, "show", "--matmul", "8,16,8,batch=2,trans_b=1", "--no-source")
+    assert status == 0 and "for b " in out and "B[" in out
 def test_bf16_dtype(capsys):
     """--dtype bfloat16 makes the op bf16; the stored bf16 layer schedule shows its dot loop where it runs."""
     status, out, _ = run(capsys, "show", "--conv", "4,16,3,6,padding=1", "--dtype", "bfloat16", "--schedule",
@@ -92,6 +98,9 @@ def test_report(capsys, tmp_path, suffix):
     (["show", *SMALL, "--schedule", "tiledd"], "did you mean 'tiled'"),
     (["compare", *SMALL, "--plot", "/no/such/dir/x.png"], "cannot write /no/such/dir/x.png"),
     (["show", "--matmul", "8,x"], "--matmul wants M,N,K"),
+    (["show", "--matmul", "8,8,8,trans_c=1"], "--matmul field 'trans_c=1' is not one of batch=B[xB2...]"),
+    (["show", "--matmul", "8,8,8,batch=2x0"],
+     "--matmul 8,8,8,batch=2x0: batch must be a positive integer, got 0"),
     (["show", *SMALL, "--batch", "2"], "--batch applies to --layer and --conv, not to --matmul"),
     (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of "
                                          ".md (Markdown), .html (HTML), .htm (HTML), got .pdf")),

@@ -45,3 +45,16 @@ def test_without_reuse_and_mismatched_names():
     assert cmp.rows[0].predicted_ms > 0                    # the kernel model, without memory traffic
     with pytest.raises(ValueError, match="names"):
         compare(op, [lo.Schedule(op)], ["a", "b"], progress=False)
+
+
+@pytest.mark.parametrize("op", [
+    lo.Conv3d(3, 8, 3, padding=((1, 0), 1, (0, 2)), depth=3, height=4, width=5),
+    pytest.param(lo.Matmul(6, 16, 5, batch=2, trans_a=True, trans_b=True), marks=pytest.mark.slow),
+    pytest.param(lo.Conv1d(4, 8, 4, padding="same", stride=1, length=12), marks=pytest.mark.slow),
+    pytest.param(lo.Gemm(6, 16, 5, trans_a=True, alpha=2.0, beta=-1.0, c_shape=(6, 1)),
+                 marks=pytest.mark.slow),
+], ids=repr)
+def test_new_ops_compare_verified_and_analysed(op):
+    cmp = compare(op, [dataflows.naive(op), dataflows.output_stationary(op)], ["naive", "os"], progress=False,
+                  budget=0.02)
+    assert all(row.verified and row.dram_bytes > 0 and row.predicted_ms > 0 for row in cmp.rows)

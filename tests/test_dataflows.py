@@ -9,7 +9,12 @@ from loopopt.measure import verify
 
 CONVS = [lo.Conv2d(6, 10, 3, padding=1, height=9, width=11),
          lo.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, height=7, width=7),
-         lo.Conv2d(4, 6, (1, 3), groups=2, dilation=(1, 2), height=5, width=9, bias=False)]
+         lo.Conv2d(4, 6, (1, 3), groups=2, dilation=(1, 2), height=5, width=9, bias=False),
+         lo.Conv1d(6, 10, 4, padding="same", length=13),
+         lo.Conv3d(4, 6, 3, stride=(1, 2, 1), padding=((1, 0), 1, (0, 2)), groups=2, depth=4, height=5,
+                   width=6)]
+MATMULS = [lo.Matmul(13, 17, 19), lo.Matmul(5, 17, 9, batch=(2, 3), trans_a=True),
+           lo.Matmul(7, 5, 3, batch=2, trans_b=True)]
 
 
 @pytest.mark.parametrize("name, op", rotated(list(dataflows.PRESETS), CONVS))
@@ -24,14 +29,14 @@ def test_presets_vectorize_innermost(name):
     assert schedule.loops[-1].vectorized
 
 
-@pytest.mark.parametrize("name", [n for n in dataflows.PRESETS if n != "im2col"])
-def test_matmul_presets_match_reference(name):
-    ok, error = verify(dataflows.PRESETS[name](lo.Matmul(13, 17, 19)).compile())
+@pytest.mark.parametrize("name, op", rotated([n for n in dataflows.PRESETS if n != "im2col"], MATMULS))
+def test_matmul_presets_match_reference(name, op):
+    ok, error = verify(dataflows.PRESETS[name](op).compile())
     assert ok, f"{name}: max error {error}"
 
 
 def test_im2col_refuses_matmul():
-    with pytest.raises(ValueError, match="Conv2d only"):
+    with pytest.raises(ValueError, match="applies to a convolution only"):
         dataflows.im2col(lo.Matmul(4, 4, 4))
 
 
@@ -40,6 +45,13 @@ def test_factors_clamped_to_extents():
     schedule = dataflows.output_stationary(op, k=64, ow=64)
     extents = {loop.name: loop.extent for loop in schedule.loops}
     assert extents["k_i"] == 5 and extents["ow_i"] == 2
+
+
+def test_presets_name_loops_through_windows():
+    assert dataflows.implicit_gemm(CONVS[3]).loop_names == ("m_o", "k_o", "r", "m_i", "k_i")
+    schedule = dataflows.weight_stationary(CONVS[4])
+    assert schedule.loop_names[:9] == ("k_o", "c", "kd", "kh", "kw", "n", "od", "oh", "ow")
+    assert {schedule.layout_of(t).tag for t in "IO"} == {"NDHWC"} and schedule.layout_of("W").tag == "DHWIO"
 
 
 STATIONARY = {"output_stationary": "O", "weight_stationary": "W", "input_stationary": "I"}

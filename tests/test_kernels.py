@@ -1,6 +1,6 @@
 """Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
 import pytest
-from helpers import ISAS, check, conv_ops, quick_first, rotated, schedules, tiers
+from helpers import ISAS, check, conv_ops, gemm_ops, matmul_ops, quick_first, rotated, schedules, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -16,14 +16,35 @@ test_random_conv_schedules_quick, test_random_conv_schedules = tiers(
     random_conv_schedule, 3, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
-def random_matmul_schedule(isa, data, m, n, k):
-    """A random legal schedule of a random matmul."""
-    check(data.draw(schedules(lo.Matmul(m, n, k), isa)), isa)
+def random_conv_nd_schedule(isa, spatial, data):
+    """A random legal schedule of a random Conv1d or Conv3d (asymmetric and "same" padding too)."""
+    op = data.draw(conv_ops(max_hw=9 if spatial == 1 else 4, spatial=spatial, max_channels=3))
+    check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_conv_nd_schedules_quick, test_random_conv_nd_schedules = tiers(
+    random_conv_nd_schedule, 1, 8, marks=[pytest.mark.parametrize("isa", ISAS),
+                                          pytest.mark.parametrize("spatial", [1, 3])], data=st.data())
+
+
+def random_matmul_schedule(isa, data):
+    """A random legal schedule of a random matmul (batch dims, transposes)."""
+    op = data.draw(matmul_ops())
+    check(data.draw(schedules(op, isa)), isa)
 
 
 test_random_matmul_schedules_quick, test_random_matmul_schedules = tiers(
-    random_matmul_schedule, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)],
-    data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
+    random_matmul_schedule, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_gemm_schedule(isa, data):
+    """A random legal schedule of a random Gemm (alpha, beta, C broadcast, transposes)."""
+    op = data.draw(gemm_ops())
+    check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_gemm_schedules_quick, test_random_gemm_schedules = tiers(
+    random_gemm_schedule, 2, 8, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,

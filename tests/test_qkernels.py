@@ -5,7 +5,17 @@ within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
 import numpy as np
 import pytest
-from helpers import HYPOTHESIS, SPECS, conv_ops, quick_first, rotated, schedules, tiers
+from helpers import (
+    HYPOTHESIS,
+    SPECS,
+    conv_ops,
+    integer_calls,
+    matmul_ops,
+    quick_first,
+    rotated,
+    schedules,
+    tiers,
+)
 from helpers import check_quantized as check
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,29 +32,30 @@ def quantized(op, spec):
 
 
 def random_quantized_conv_schedule(isa, data):
-    """A random legal schedule of a random quantized conv, either compensation, sometimes dequantizing."""
+    """A random legal schedule of a random quantized conv (every QuantSpec combination), either
+    compensation, sometimes dequantizing, on calibrated data or on full-range data with any zero points."""
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
     s = data.draw(schedules(op, isa))
     if data.draw(st.booleans()):
         s = s.compensation("kernel")
     if op.quant.dequantized and data.draw(st.integers(0, 3)) == 0:
         s = s.arithmetic("dequantize")
-    check(s, isa)
+    check(s, isa, call=data.draw(st.none() | integer_calls(op)))
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(
-    random_quantized_conv_schedule, 3, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_conv_schedule, 3, 24, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
-def random_quantized_matmul_schedule(isa, data, m, n, k):
-    """A random legal schedule of a random quantized matmul."""
-    op = lo.Matmul(m, n, k, quant=data.draw(SPECS))
-    check(data.draw(schedules(op, isa)), isa)
+def random_quantized_matmul_schedule(isa, data):
+    """A random legal schedule of a random quantized matmul (either operand transposed, every QuantSpec
+    combination)."""
+    op = quantized(data.draw(matmul_ops(max_mn=9, batched=False)), data.draw(SPECS))
+    check(data.draw(schedules(op, isa)), isa, call=data.draw(st.none() | integer_calls(op)))
 
 
 test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_schedules = tiers(
-    random_quantized_matmul_schedule, 2, 5, marks=[pytest.mark.parametrize("isa", ISAS)],
-    data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 19))
+    random_quantized_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s):
@@ -75,6 +86,76 @@ def test_dot_schedules(spec, build, isa):
     assert kernel.plan.dot_loop == "c_i" and "dot instruction" in kernel.source
     assert "c_i in 0..4:    # dot loop" in schedule.pseudocode(isa)
     assert (kernel.plan.shift == 128) == (spec.activation == "int8")
+
+
+SIGNEDNESS = {f"{a}x{w}": (a, w) for a in lo.quant.ACTIVATIONS for w in lo.quant.WEIGHTS}
+
+
+# int8 x uint8 (both shifts) in the quick tier, the other pairs slow (the random tests draw them too)
+SIGNEDNESS_PARAMS = [pytest.param(SIGNEDNESS[name], id=name, marks=() if i == 0 else pytest.mark.slow)
+                     for i, name in enumerate(["int8xuint8", "uint8xuint8", "int8xint8", "uint8xint8"])]
+
+
+@pytest.mark.parametrize("signedness", SIGNEDNESS_PARAMS)
+@settings(max_examples=3, **HYPOTHESIS)
+@given(data=st.data())
+def test_dot_on_every_signedness(signedness, data):
+    """Every activation x weight signedness runs on the u8 x s8 dot instruction (int8 activations
+    shifted by +128 in the kernel, uint8 weights by -128 when packed), any output, zero points and
+    weight granularity, with or without a register block, bit-exact."""
+    activation, weight = signedness
+    isa = data.draw(st.sampled_from(SIMD_ISAS))
+    spec = lo.QuantSpec(activation, data.draw(st.booleans()), data.draw(st.booleans()),
+                        data.draw(st.sampled_from(lo.quant.OUTPUTS)), weight=weight)
+    op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=spec)
+    s = vnni_conv(lo.Schedule(op)).vectorize("k_i")
+    if data.draw(st.booleans()):
+        s = s.register_block("c_o")
+    kernel = check(s, isa, call=data.draw(integer_calls(op)))
+    assert kernel.plan.dot_loop == "c_i"
+    assert kernel.plan.shift == (128 if activation == "int8" else 0)
+    assert kernel.plan.weight_shift == (-128 if weight == "uint8" else 0)
+
+
+def onnx_node(op_type: str, inputs: dict, **attributes) -> np.ndarray:
+    """The output of one ONNX node run by onnxruntime on ``inputs`` (name: array, in order)."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    node = helper.make_node(op_type, list(inputs), ["y"], **attributes)
+    graph = helper.make_graph([node], op_type, [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for name, a in inputs.items()], [helper.make_tensor_value_info("y", onnx.TensorProto.INT32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[0]
+
+
+@pytest.mark.parametrize("signedness", SIGNEDNESS_PARAMS)
+def test_int32_output_is_onnx_conv_and_matmul_integer(signedness):
+    """output='int32' is ONNX ConvInteger / MatMulInteger, as onnxruntime computes them (its
+    ConvInteger takes per-tensor weight zero points only; MatMulInteger per column)."""
+    activation, weight = signedness
+    rng = np.random.default_rng(5)
+    conv = lo.Conv2d(6, 8, 3, stride=2, padding=1, groups=2, bias=False, batch=2, height=7, width=6,
+                     quant=lo.QuantSpec(activation, False, False, "int32", weight=weight))
+    matmul = lo.Matmul(5, 19, 13, quant=lo.QuantSpec(activation, True, False, "int32", weight=weight))
+    matmul_schedule = (lo.Schedule(matmul).layout("B", "KN16n4k").split("k", 4).tile(j=16)
+                       .reorder("k_o", "k_i", "j_o").vectorize("j_i"))
+    for schedule, onnx_op, attributes in (
+            (vnni_conv(lo.Schedule(conv)).vectorize("k_i"), "ConvInteger",
+             dict(pads=[1, 1, 1, 1], strides=[2, 2], group=2)),
+            (matmul_schedule, "MatMulInteger", {})):
+        op = schedule.op
+        x, w = (rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, op.tensor(name).shape).astype(t)
+                for t, name in zip((activation, weight), op.inputs))
+        zx = np.array(np.iinfo(activation).min, activation)
+        zw = rng.integers(np.iinfo(weight).min, np.iinfo(weight).max + 1,
+                          (op.channels,) if op.quant.per_channel else ()).astype(weight)
+        got = schedule.compile()(x, w, x_zero_point=zx, w_zero_point=zw)
+        expected = onnx_node(onnx_op, dict(zip(("x", "w", "x_zero_point", "w_zero_point"), (x, w, zx, zw))),
+                             **attributes)
+        assert got.dtype == np.int32 and np.array_equal(got, expected), onnx_op
 
 
 @pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
@@ -230,6 +311,8 @@ def test_schedule_choices_are_validated():
         lo.Schedule(OP).compensation("later")
     with pytest.raises(lo.ScheduleError, match="dequantize-on-the-fly .* float32 output"):
         lo.Schedule(OP).arithmetic("dequantize")
+    with pytest.raises(lo.ScheduleError, match="this op's output is 'int32'"):
+        lo.Schedule(OP.with_quant(lo.QuantSpec(output="int32"))).arithmetic("dequantize")
     s = lo.Schedule(OP).compensation("kernel").arithmetic("integer")
     assert (s.compensation_mode, s.arithmetic_mode) == ("kernel", "integer")
     again = lo.schedule_file.load_schedule(lo.save_schedule(s, "/tmp/lo_quant_choices.toml"), OP)

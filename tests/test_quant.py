@@ -201,6 +201,10 @@ def test_check_params_normalizes():
      r"w_zero_point=0 must be 128: QuantSpec\(weight='uint8', weight_symmetric=True\)"),
     (U8W, (3, 1.0, 0, [1, 1, 1], [128, 256, 128], 1.0, 0), {}, ValueError,
      r"w_zero_point=256 is out of range for uint8 \(allowed 0\.\.255\)"),
+    (U8F, (3, 1.0, np.int8(5), [1, 1, 1], [0, 0, 0]), {}, TypeError,
+     r"x_zero_point has dtype int8 but applies to uint8 values: pass it as uint8"),
+    (U8W, (3, 1.0, 0, [1, 1, 1], np.full(3, -128, np.int8), 1.0, 0), {}, TypeError,
+     r"w_zero_point has dtype int8 but applies to uint8 values"),
     (U8W, (3, 1.0, 0, [1, 1, 1], [128] * 3, 1.0, 0), {"wq": np.zeros(2, np.int8)}, TypeError,
      r"weight dtype int8 does not match QuantSpec\(weight='uint8'\): expected uint8"),
     (RAW, (3, None, 0, None, [0, 1, 2, 3]), {}, ValueError,
@@ -421,8 +425,8 @@ def test_quantized_conv_end_to_end_accuracy():
     rng = np.random.default_rng(1)
     x = rng.uniform(0, 1, (1, 8, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
-    from loopopt.reference import conv2d_reference
-    ref = conv2d_reference(x, w, padding=(1, 1)).astype(np.float32)
+    from loopopt.reference import conv_reference
+    ref = conv_reference(x, w, padding=(1, 1)).astype(np.float32)
     xq, sx, zx = quantize(x, "uint8")
     wq, sw, zw = quantize(w, "int8", axis=0)
     acc = qconv2d_accumulators(xq, wq, zx, zw, padding=1)

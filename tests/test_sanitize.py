@@ -20,6 +20,7 @@ TIER = ("sanitized_kernels.py",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_read_the_tables_in_bounds",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_past_the_last_column",
         "test_qkernels.py::test_register_blocks", "test_qkernels.py::test_dot_schedules",
+        "test_qkernels.py::test_dot_on_every_signedness",
         "-k", "not test_register_blocks or not scalar")
 
 

@@ -36,6 +36,18 @@ def test_round_trip(tmp_path):
     assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded) == path.read_text()
 
 
+@pytest.mark.parametrize("op, build", [
+    (lo.Conv1d(5, 12, 3, stride=2, padding=((0, 1),), length=17),
+     lambda s: s.layout("I", "NWC").layout("W", "WIO").tile(ow=4, k=8).vectorize("k_i")),
+    (lo.Matmul(9, 20, 7, batch=(2, 3), trans_b=True),
+     lambda s: s.layout("B", "BDKN").fuse("b0", "b1", "b").tile(j=8).vectorize("j_i")),
+], ids=["conv1d", "batched-matmul"])
+def test_round_trip_of_new_ops(tmp_path, op, build):
+    s = build(lo.Schedule(op))
+    again = load_schedule(save_schedule(s, tmp_path / "mine.toml"), op)
+    assert again.steps == s.steps and again.loops == s.loops and again.layouts == s.layouts
+
+
 def test_saved_schedule_records_provenance(tmp_path):
     path = save_schedule(lo.Schedule(OP).vectorize("kw"), tmp_path / "p.toml", isa="avx2", threads=2)
     recorded = tomllib.loads(path.read_text())["provenance"]

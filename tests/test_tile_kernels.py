@@ -3,16 +3,16 @@
 dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
 import numpy as np
 import pytest
-from helpers import SPECS, check_quantized, needs_amx, tiers
+from helpers import SPECS, check, check_quantized, needs_amx, quick_first, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen import tiles
-from loopopt.codegen.amx import MAX_COLSB, TILE
+from loopopt.codegen.amx import TILE
 
 
 @st.composite
-def tile_convs(draw):
+def tile_convs(draw, dtype="float32"):
     """Convs whose channels and widths cross the tile sizes (16 pixels, 16 channels, 64 bytes)."""
     groups = draw(st.sampled_from([1, 1, 2, 3]))
     cg = draw(st.integers(1, 80 if groups == 1 else 20))
@@ -26,7 +26,7 @@ def tile_convs(draw):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
     return lo.Conv2d(cg * groups, kg * groups, kernel, stride=stride,
                      padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
-                     batch=draw(st.integers(1, 2)), height=height, width=width)
+                     batch=draw(st.integers(1, 2)), height=height, width=width, dtype=dtype)
 
 
 def tile_schedule(op, data):
@@ -62,19 +62,48 @@ test_random_tile_matmuls_quick, test_random_tile_matmuls = tiers(
     n=st.integers(1, 70), k=st.integers(1, 150))
 
 
+def random_bf16_tile_conv(data):
+    check(tile_schedule(data.draw(tile_convs("bfloat16")), data), "amx")
+
+
+test_random_bf16_tile_convs_quick, test_random_bf16_tile_convs = tiers(
+    random_bf16_tile_conv, 2, 20, marks=[needs_amx], data=st.data())
+
+
+def random_bf16_tile_matmul(data, m, n, k):
+    check(tile_schedule(lo.Matmul(m, n, k, dtype="bfloat16"), data), "amx")
+
+
+test_random_bf16_tile_matmuls_quick, test_random_bf16_tile_matmuls = tiers(
+    random_bf16_tile_matmul, 1, 12, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
+    n=st.integers(1, 70), k=st.integers(1, 150))
+
+
 @needs_amx
-@pytest.mark.parametrize("activation, dot", [("uint8", "_tile_dpbusd"), ("int8", "_tile_dpbssd")])
-def test_resnet_block_shape(activation, dot):
+@pytest.mark.parametrize("activation", quick_first(["uint8", "int8"]))
+def test_resnet_block_shape(activation):
     """A 3x3 layer with 64-byte chunks, full 2 x 2 blocks and a shifted last pixel block of each row."""
     op = lo.Conv2d(128, 64, 3, padding=1, height=4, width=40,
                    quant=lo.QuantSpec(activation, True, False, "uint8"))
     kernel = check_quantized(lo.Schedule(op).layout("O", "NHWC"), "amx")
+    dot = {"uint8": "_tile_dpbusd", "int8": "_tile_dpbssd"}[activation]
     assert kernel.isa == "amx" and dot in kernel.source and "lo_xsum[" in kernel.source
     with pytest.raises(ValueError, match="keeps no int32 accumulators"):
         kernel.accumulators(None)
 
 
 QSPEC = lo.QuantSpec()
+
+
+@needs_amx
+@pytest.mark.parametrize("kind", quick_first(["bfloat16", "int8"]))
+def test_folded_column_taps(kind):
+    """conv1's shape: 7 column taps x 3 channels (stored as 4) reduced in one chunk per filter row."""
+    extra = {"quant": lo.QuantSpec("uint8", True, False, "uint8")} if kind == "int8" else {"dtype": kind}
+    op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=13, width=40, **extra)
+    shape = tiles.TileShape.of(op)
+    assert shape.fold and shape.column_taps == 1 and len(shape.starts) == 1
+    (check_quantized if kind == "int8" else check)(lo.Schedule(op), "amx")
 
 
 @pytest.mark.parametrize("op, build, message", [
@@ -98,17 +127,35 @@ def test_amx_isa_on_a_cpu_without_amx(monkeypatch):
         lo.Schedule(op).compile("amx")
 
 
-@pytest.mark.parametrize("op", [lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4),
-                                lo.Conv2d(150, 20, 1, height=3, width=3), lo.Matmul(5, 17, 70)])
+BF16 = {"dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("op", [
+    lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, quant=QSPEC),
+    lo.Conv2d(3, 20, 7, height=9, width=9, quant=QSPEC), lo.Conv2d(24, 20, 3, height=5, width=5, quant=QSPEC),
+    lo.Conv2d(150, 20, 1, height=3, width=3, quant=QSPEC), lo.Matmul(5, 17, 70, quant=QSPEC),
+    lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, **BF16),
+    lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)])
 def test_weights_in_b_tiles(op):
-    """Packed weight [g, tile, kh, kw, chunk, r, 4 n + t] is W[channel g kg + 16 tile + n,
-    input channel start + 4 r + t, kh, kw] where that channel is new in the chunk, else 0."""
+    """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n, c,
+    kh, kw'] for the tap value v = start + group r + t (c = v, kw' = kw; folded: kw' = v // pitch,
+    c = v % pitch) of a real channel and output, else 0 (group: 4 int8, 2 bf16 values per 32 bits)."""
     s = tiles.TileShape.of(op)
-    w = np.random.default_rng(0).integers(-128, 128, op.tensor(op.inputs[1]).shape).astype(np.int8)
-    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, np.int8))
+    dtype = np.int8 if op.quant else np.uint16
+    w = np.random.default_rng(0).integers(1, 100, op.tensor(op.inputs[1]).shape).astype(dtype)
+    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, dtype))
     logical = np.moveaxis(w, op.weight_channel_axis, 0).reshape(op.channels, s.cg, s.rows.taps, s.cols.taps)
     for index in np.ndindex(*s.packed_weights_shape):
         g, tile, kh, kw, q, r, column = index
-        n, c = tile * TILE + column // 4, s.starts[q] + 4 * r + column % 4
-        fresh = n < s.kg and MAX_COLSB * q <= c < s.cg
-        assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if fresh else 0), index
+        n, v = tile * TILE + column // s.group, s.starts[q] + s.group * r + column % s.group
+        kw, c = divmod(v, s.pitch) if s.fold else (kw, v)
+        real = n < s.kg and v < s.depth and c < s.cg
+        assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if real else 0), index
+
+
+@needs_amx
+@pytest.mark.slow          # measures the machine profile (10 s) where it is not cached yet
+def test_amx_peaks_in_the_machine_profile():
+    profile = lo.machine_profile()
+    assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
+    assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")

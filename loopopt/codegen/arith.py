@@ -78,8 +78,9 @@ class Arithmetic:
 
     @property
     def bias_in_nest(self) -> bool:
-        """The accumulators start from the bias (integer kernels add it in the epilogue)."""
-        return self.name not in ("integer", "dot")
+        """The accumulators start from the bias (integer kernels, and outputs scaled after the nest,
+        add it in the epilogue)."""
+        return self.name not in ("integer", "dot") and self.schedule.op.scales is None
 
     def vector_type(self, vectorized: bool = True) -> str:
         return self.acc.vector_type if vectorized else self.scalar_type

@@ -137,9 +137,8 @@ class RegisterBlock:
                                 f"contiguous or strided (choose a layout where it is)")
 
     def _bias_value(self) -> Expr:
-        """The output channel (the bias element) in terms of the loops."""
-        op = self.em.op
-        return self.em.schedule.index(op.output)[op.output_channel_axis]
+        """The bias element (its offset) in terms of the loops."""
+        return self.em.op.bias_offset().substitute(self.em.schedule.dim_values)
 
     def _bias_loadable(self) -> bool:
         """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""

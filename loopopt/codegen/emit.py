@@ -217,6 +217,8 @@ class _Emitter:
             self._emit_nest()
         for line in quantized.epilogue(self.schedule, plan) if plan else []:
             self.emit(0, line)
+        if self.op.scales is not None:
+            self._emit_scaled_output()
         return "\n".join(self.lines)
 
     def _emit_nest(self) -> None:
@@ -266,21 +268,42 @@ class _Emitter:
                 self.emit(0, f"const {self.isa.index_type} lo_stride_{tensor} = "
                              f"{self.isa.stride_index(s=str(kind.stride))};")
 
-    def _emit_output_init(self) -> None:
-        """Set the output to the bias (or zero) over its logical index space."""
+    def _output_pass(self) -> tuple[list[str], str, str]:
+        """A loop nest over the output's logical index space (``lo_<letter>`` variables, the parallel
+        pragma of a parallel schedule): its lines, the output element and the bias element it adds."""
         out = self.op.output
         info = self.op.tensor(out)
         names = [f"lo_{letter.lower()}" for letter in info.letters]
         offset = self.schedule.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
+        parallel = self.schedule.parallel_loop is not None
+        lines = ["#pragma omp parallel for schedule(static)"] if parallel else []
+        lines += ["    " * depth + f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})"
+                  for depth, (name, size) in enumerate(zip(names, info.shape, strict=True))]
+        dims = {e.name: Var(name) for e, name in zip(self.op.index(out), names, strict=True)}
+        bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(dims).to_c()}]" if self.op.bias
+                else "")
+        return lines, f"{out}[{offset}]", bias
+
+    def _emit_output_init(self) -> None:
+        """Set the output to the bias (or zero) over its logical index space."""
+        lines, element, bias = self._output_pass()
         zero = self.arith.zero(vectorized=False)
-        channel = names[self.op.output_channel_axis]
-        value = f"{self.op.bias_tensor}[{channel}]" if self.op.bias and self.arith.bias_in_nest else zero
-        self.emit(0, f"/* {out} = {'bias' if value != zero else '0'} */")
-        if self.schedule.parallel_loop is not None:
-            self.emit(0, "#pragma omp parallel for schedule(static)")
-        for depth, (name, size) in enumerate(zip(names, info.shape, strict=True)):
-            self.emit(depth, f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})")
-        self.emit(len(names), f"{out}[{offset}] = {value};")
+        value = bias if self.op.bias and self.arith.bias_in_nest else zero
+        self.emit(0, f"/* {self.op.output} = {'bias' if value != zero else '0'} */")
+        for line in lines:
+            self.emit(0, line)
+        self.emit(len(self.op.tensor(self.op.output).shape), f"{element} = {value};")
+
+    def _emit_scaled_output(self) -> None:
+        """The output ``alpha * sum + beta * bias`` of an op with ``scales``, over the sums the nest left."""
+        alpha, beta = self.op.scales
+        lines, element, bias = self._output_pass()
+        term = f" + {float(beta)!r}f * {bias}" if bias and beta else ""
+        self.emit(0, f"/* {self.op.output} = {alpha!r} * sum{f' + {beta!r} * bias' if term else ''} */")
+        for line in lines:
+            self.emit(0, line)
+        depth = len(self.op.tensor(self.op.output).shape)
+        self.emit(depth, f"{element} = {float(alpha)!r}f * {element}{term};")
 
     def emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
         """Loop ``depth`` and everything inside it (a register block takes over at its loop)."""

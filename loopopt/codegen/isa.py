@@ -370,7 +370,8 @@ AVX512_BF16 = Isa(
     ops=_bf16_table(
         AVX512,
         value="lo_bf16({s})",
-        broadcast="_mm512_set1_ps(lo_bf16({s}))",
+        # the bits into the high half of each lane (a masked vpbroadcastw, which can read memory)
+        broadcast="_mm512_castsi512_ps(_mm512_maskz_set1_epi16((__mmask32)0xAAAAAAAAu, (short)({s})))",
         load=_WIDEN512.format("_mm512_cvtepu16_epi32(_mm256_loadu_si256("
                               "(const __m256i *)(const void *)({p})))"),
         load_mask=_WIDEN512.format("_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16({m}, "
@@ -396,7 +397,8 @@ AVX2_BF16 = Isa(
     ops=_bf16_table(
         AVX2,
         value="lo_bf16({s})",
-        broadcast="_mm256_set1_ps(lo_bf16({s}))",
+        broadcast="_mm256_castsi256_ps(_mm256_and_si256(_mm256_set1_epi16((short)({s})), "
+                  "_mm256_set1_epi32((int)0xFFFF0000u)))",
         load=_WIDEN256.format("_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)({p})))"),
         load_mask=_WIDEN256.format("_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), "
                                    "(const int *)(const void *)({p}), "

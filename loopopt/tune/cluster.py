@@ -13,7 +13,7 @@ the executor to submit to, the function it runs per trial and how many trials to
   pools' attribute; 1 if it has none).
 
 On a Dask worker or another executor's worker, a trial runs ``run_isolated``: the trial in a
-child process of that worker with the timeout (a crashing or hanging kernel leaves the cluster
+child process of that worker thread with the timeout (a crashing or hanging kernel leaves the cluster
 worker alive, and the outcome is ``crashed`` or ``timeout``, recorded on that host). Compiles
 run in parallel; timings take the host's measurement lock (``trial.measuring_alone``), so each
 host times one kernel at a time. A cluster worker that dies itself comes back as Dask's
@@ -22,10 +22,10 @@ host times one kernel at a time. A cluster worker that dies itself comes back as
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,10 +67,16 @@ def runner(executor: Any, timeout: float) -> Runner:
                     f"{type(executor).__name__}")
 
 
-@lru_cache(maxsize=None)
+_local = threading.local()
+
+
 def _isolated(timeout: float) -> IsolatedExecutor:
-    """This process's isolated executor for trials with ``timeout`` (kept for the process's life)."""
-    return IsolatedExecutor(timeout)
+    """This thread's isolated executor for trials with ``timeout``: a worker thread runs its trials
+    one after another in its own child process, which stays until this process ends."""
+    executors = _local.__dict__.setdefault("executors", {})
+    if timeout not in executors:
+        executors[timeout] = IsolatedExecutor(timeout)
+    return executors[timeout]
 
 
 def run_isolated(task: Task, timeout: float) -> Outcome:

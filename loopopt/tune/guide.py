@@ -1,36 +1,43 @@
 """The order in which a search measures candidates: the kernel model, refitted as trials come in.
 
 The kernel model (``lo.kernel_model``) predicts a schedule's time from what its generated kernel
-executes; without its memory term it took 13-60 ms per candidate on this project's Xeon (the
-schedule built and its kernel counted), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
-while the ranking heuristic (``rank.py``) takes about 50 us, and a search space holds up to a few
-thousand candidates. So the heuristic orders them all, and the kernel model without its memory
-term scores the heuristic's best ``shortlist(picks)`` (32, and 2 more per candidate the walk has
-picked: it depends on the walk's progress, not on the budget, so a resumed search with another
-budget walks the same path) and the neighbours the walk considers, when it considers them;
-scored candidates come first, by their fitted time, the others after them in the heuristic's
-order. Each verified trial refits the prediction (``fit.Fit``: the model's scale, and a
-blend with the heuristic where the measurements side with it), and the untried candidates are
-reordered by it.
+executes. Measured on this project's Xeon (2 cores shared with other work): without its memory term
+it takes 13-60 ms on a random candidate and 22-121 ms on the heuristic's best ones (larger, unrolled
+register blocks: more sites to count), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
+about what compiling and timing the candidate costs; the ranking heuristic (``rank.py``) takes about
+50 us, and a search space holds up to about 13,500 candidates. So the heuristic orders them all, and
+the kernel model without its memory term scores the heuristic's best ``shortlist(picks)`` (24, and
+one more per candidate the walk has picked: about 10 s in a search of 64 trials; it depends on the
+walk's progress, not on the budget, so a resumed search with another budget walks the same path) and
+the neighbours the walk considers, when it considers them; scored candidates come first, by their
+fitted time, the others after them in the heuristic's order. Each verified trial refits the
+prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
+side with it), and the untried candidates are reordered by it. The model has no costs for AMX
+tiles: an AMX candidate counts the heuristic's time (the tile fill against the AMX peak) as its
+model time in the order, is left out of the fit and the Spearman figure, and records no
+``model_seconds``.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-from ..model import kernel_model
+from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
 from .fit import Fit
 from .space import Candidate
 
-MIN_SHORTLIST = 32         # the heuristic's best scored by the kernel model before the first pick
-SHORTLIST_PER_PICK = 2     # and more of them after each pick
+MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
+SHORTLIST_PER_PICK = 1     # and more of them after each pick
 
-Model = Callable[[Candidate], float]
+Model = Callable[[Candidate], "float | None"]
 
 
-def model_seconds(candidate: Candidate) -> float:
-    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses it)."""
+def model_seconds(candidate: Candidate) -> float | None:
+    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses
+    it; None for an ISA the model has no costs for: AMX tiles)."""
+    if candidate.isa not in CORE_COSTS:
+        return None
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
     except ScheduleError:
@@ -49,7 +56,7 @@ class Guide:
     def __init__(self, ranked: Sequence[Candidate], model: Model = model_seconds):
         self.candidates = list(ranked)
         self.model = model
-        self.scores: dict[int, float] = {}
+        self.scores: dict[int, float | None] = {}
         self.samples: list[tuple[float, float, float]] = []
         self.fit = Fit()
 
@@ -61,15 +68,17 @@ class Guide:
     def heuristic(self, index: int) -> float:
         return self.candidates[index].figures["predicted_seconds"]
 
-    def score(self, index: int) -> float:
-        """The kernel model's time of candidate ``index`` (computed once)."""
+    def score(self, index: int) -> float | None:
+        """The kernel model's time of candidate ``index`` (computed once; None: not modelled)."""
         if index not in self.scores:
             self.scores[index] = self.model(self.candidates[index])
         return self.scores[index]
 
     def fitted(self, index: int) -> float:
-        """The fitted time of candidate ``index`` (scoring it if it was not)."""
-        return self.fit.predict(self.score(index), self.heuristic(index))
+        """The fitted time of candidate ``index`` (scoring it if it was not); a candidate the model
+        does not price has the heuristic's time in place of the model's."""
+        model, heuristic = self.score(index), self.heuristic(index)
+        return self.fit.predict(heuristic if model is None else model, heuristic)
 
     def order(self, indices: Iterable[int]) -> list[int]:
         """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
@@ -79,12 +88,15 @@ class Guide:
 
     def observe(self, index: int, seconds: float | None) -> None:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
-        if seconds is not None and math.isfinite(self.score(index)):
-            self.samples.append((self.score(index), self.heuristic(index), seconds))
+        model = self.score(index)
+        if seconds is not None and model is not None and math.isfinite(model):
+            self.samples.append((model, self.heuristic(index), seconds))
             self.fit = Fit.of(self.samples)
 
     def figures(self, index: int) -> dict[str, float]:
         """What a trial of candidate ``index`` records: the heuristic's figures, ``model_seconds``
-        (the kernel model) and ``fitted_seconds`` (the refitted prediction it was picked by)."""
-        return {**self.candidates[index].figures, "model_seconds": self.score(index),
+        (the kernel model, if it prices the candidate) and ``fitted_seconds`` (the refitted
+        prediction it was picked by)."""
+        model = self.score(index)
+        return {**self.candidates[index].figures, **({} if model is None else {"model_seconds": model}),
                 "fitted_seconds": self.fitted(index)}

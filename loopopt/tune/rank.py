@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
-from .space import DOT, Candidate, Roles, lanes
+from .space import Candidate, Roles, dot_elements, lanes
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -51,7 +51,7 @@ def tile_efficiency(candidate: Candidate) -> float:
     s = plan.shape
     pixels = s.pixels / (_ceil(s.pixels, plan.block_pixels) * plan.block_pixels)
     channels = s.kg / (_ceil(s.channel_tiles, plan.col_tiles) * plan.scratch_columns)
-    depth = s.cg / (len(s.starts) * 64)
+    depth = s.cg / (len(s.starts) * s.values)
     loads = plan.row_tiles * plan.col_tiles / (plan.row_tiles + plan.col_tiles)   # dots per tile load, <= 1
     return pixels * channels * depth * loads
 
@@ -62,7 +62,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == "amx":
         efficiency = tile_efficiency(candidate)
-        peak = machine_profile().peak("amx", "int8") * 1e9
+        peak = machine_profile().peak("amx", "int8" if op.quant is not None else op.dtype) * 1e9
         return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
@@ -78,7 +78,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
-        efficiency *= rc / (_ceil(rc, DOT) * DOT)
+        efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
     elif op.quant is not None:
         efficiency *= WIDENED
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
@@ -87,11 +87,11 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # block's (it runs over positions), all channels' (it runs over channel blocks), or none (a cache block)
     innermost = knobs.outer[-1] if knobs.outer else ""
     channels = op.channels if innermost == f"{roles.channel}_o" else knobs.channel_block
-    weight_bytes = depth * channels * (4 if op.quant is None else 1)
+    weight_bytes = depth * channels * (1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4)
     l1, l2 = _caches()
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1
                    else L2_FIT if weight_bytes <= l2 // 2 else NO_FIT)
-    peak = machine_profile().peak(candidate.isa, "float32" if op.quant is None else "int8") * 1e9
+    peak = machine_profile().peak(candidate.isa, op.dtype if op.quant is None else "int8") * 1e9
     return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
 
 

@@ -28,6 +28,7 @@ class Trial:
     timing: Timing | None
     error: str
     logged: bool = False
+    elapsed: float = 0.0           # seconds from the search's start to the trial's end
 
     @property
     def seconds(self) -> float | None:
@@ -36,6 +37,7 @@ class Trial:
     def to_dict(self) -> dict[str, Any]:
         timing = self.timing
         return {"number": self.number, "status": self.status, "error": self.error, "logged": self.logged,
+                "elapsed_s": self.elapsed,
                 "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
                 "timing": None if timing is None else {
                     "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
@@ -76,6 +78,14 @@ class TuneResult:
     @property
     def failed(self) -> list[Trial]:
         return [t for t in self.trials if t.status != "ok"]
+
+    def first_within(self, fraction: float) -> Trial:
+        """The first trial at least ``fraction`` as fast as the best (by minimum time): its ``number``
+        and ``elapsed`` say how soon the search got within that fraction of its result."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+        return next(t for t in self.trials
+                    if t.seconds is not None and self.timing.min / t.seconds >= fraction)
 
     @property
     def model_spearman(self) -> float | None:

@@ -21,7 +21,7 @@ import concurrent.futures
 import random
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codegen.isa import resolve_isa
@@ -43,7 +43,7 @@ from .trial import Task, here
 BROAD = 8                  # the first trials each take a new block shape
 EXPLORE = 0.2              # share of later trials that take the best-ranked untried candidate
 NEIGHBOURS = 3             # a neighbour is picked at random among the best-ranked this many
-SCORED_NEIGHBOURS = 9      # neighbours of the best trial scored by the kernel model when considered
+SCORED_NEIGHBOURS = 6      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
 REASONS = 600              # characters of failure reasons quoted in an error
 
@@ -134,8 +134,8 @@ class _Search:
     """One search's state: the walk, the trials done (numbered as they finish) and those in flight."""
 
     def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
-                 tuning_log: TuningLog | None, bar: Progress):
-        self.op, self.threads, self.budget, self.timeout = op, threads, budget, timeout
+                 tuning_log: TuningLog | None, bar: Progress, start: float):
+        self.op, self.threads, self.budget, self.timeout, self.start = op, threads, budget, timeout, start
         self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
         self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
         self.done: list[Trial] = []
@@ -144,19 +144,19 @@ class _Search:
         self.seen: set[str] = set()
         self.stopped = ""
 
-    def search(self, trials: int, seconds: float | None, start: float) -> None:
+    def search(self, trials: int, seconds: float | None) -> None:
         """Start trials and collect them until ``trials`` ended, ``seconds`` passed or none is left."""
         while True:
-            self._start(trials, seconds, start)
+            self._start(trials, seconds)
             if not self.in_flight:
                 return
             self._collect()
 
-    def _start(self, trials: int, seconds: float | None, start: float) -> None:
+    def _start(self, trials: int, seconds: float | None) -> None:
         """Start trials (or take them from the log) while a slot, the trial budget and time are left."""
         while (not self.stopped and len(self.in_flight) < self.run.slots
                and len(self.done) + len(self.in_flight) < trials):
-            if seconds is not None and time.perf_counter() - start >= seconds:
+            if seconds is not None and time.perf_counter() - self.start >= seconds:
                 self.stopped = f"time limit of {seconds:g} s reached"
                 return
             picked = self.walk.next()
@@ -208,6 +208,7 @@ class _Search:
                                             result.timing, result.error))
 
     def _record(self, index: int, trial: Trial) -> None:
+        trial = replace(trial, elapsed=time.perf_counter() - self.start)
         self.done.append(trial)
         self.walk.observe(index, trial.seconds)
         self.bar.update(len(self.done), _progress_label(self.op, self.done))
@@ -251,9 +252,10 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     tuning_log = None
     try:
         tuning_log = TuningLog(log) if log is not None else None
-        state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress))
+        state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
+                        start)
         try:
-            state.search(trials, seconds, start)
+            state.search(trials, seconds)
         finally:
             state.abandon()
     finally:

@@ -11,7 +11,9 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 * channels-last activations and output; weights stored in the order the loops read them,
   plain (``HWIO``-like), packed by channel block (``OHWI32o``; for a GEMM the packed ``B``
   panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
-  (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector);
+  (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
+  in pairs (``OIHW16o2i``, ``vdpbf16ps``) where this CPU runs it and the channels per group are
+  even (a half pair is widened instead);
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
   the outer loops: the block accumulates into the output across it);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
@@ -28,8 +30,10 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..codegen.isa import INT_ISAS, ISAS
+from ..codegen.arith import BF16_PAIR
+from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..layout import moved_last
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import to_toml
@@ -105,7 +109,7 @@ class Names:
 
     cache: str | None              # outer loop of the cache block (among the outer loops), if any
     reduction: str                 # the rc loop the block is kept across
-    dot: str | None                # the innermost loop of 4 channels a dot instruction consumes, if any
+    dot: str | None                # the innermost loop of a group of channels a dot instruction consumes
 
     @classmethod
     def of(cls, rc: str, cache_block: int, dot: bool) -> Names:
@@ -141,6 +145,21 @@ class Candidate:
         return to_toml(self.schedule)
 
 
+def dot_elements(op: Op) -> int:
+    """Reduction channels one lane of the op's dot instruction consumes: 4 (quantized, vpdpbusd) or
+    2 (bfloat16, vdpbf16ps)."""
+    return DOT if op.quant is not None else BF16_PAIR
+
+
+def has_dot(op: Op, isa: str) -> bool:
+    """Whether ``op`` on ``isa`` has dot candidates: quantized ops on a SIMD ISA; bfloat16 ops where
+    this CPU runs vdpbf16ps and the reduction channels are whole pairs."""
+    rc = op.extent(op.reduction_channel_dim)
+    if op.quant is not None:
+        return isa != "scalar" and rc >= 2
+    return op.dtype == "bfloat16" and bf16_dot_available(isa) and rc % BF16_PAIR == 0
+
+
 def lanes(op: Op, isa: str) -> int:
     """fp32 (quantized ops: int32) lanes of a vector of ``isa``."""
     return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
@@ -151,22 +170,19 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
-def _moved_last(letters: str, axis: int) -> str:
-    return letters[:axis] + letters[axis + 1:] + letters[axis]
-
-
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
     source, weights = op.inputs
-    tags = {source: _moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
-            op.output: _moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    tags = {source: moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
-    tags[weights] = {"plain": reduction + channel,
-                     "packed": f"{channel}{reduction}{knobs.channel_block}{channel.lower()}",
-                     "dot": f"{channel}{reduction}{vector}{channel.lower()}{DOT}"
+    outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
+    tags[weights] = {"plain": outer + reduction + channel,
+                     "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
+                     "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
                             f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
@@ -182,7 +198,7 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
         schedule = schedule.split(roles.rc, knobs.cache_block)
     if names.dot:
         inner = names.reduction.removesuffix("_o")
-        schedule = schedule.split(inner, min(DOT, schedule.loop(inner).extent))
+        schedule = schedule.split(inner, min(dot_elements(op), schedule.loop(inner).extent))
     schedule = schedule.tile(**{roles.pixel: knobs.pixel_block, roles.channel: knobs.channel_block})
     reduction = [names.reduction if d == roles.rc else d for d in knobs.reduction]
     schedule = schedule.reorder(*knobs.outer, *reduction, *([names.dot] if names.dot else []))
@@ -197,7 +213,7 @@ def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
     """The schedule of an AMX candidate: channels-last output, the pixel and channel dims split by
     the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``."""
     pixel, channel = pixel_dim(op), op.channel_dim
-    output = _moved_last(op.tensor(op.output).letters, op.output_channel_axis)
+    output = moved_last(op.tensor(op.output).letters, op.output_channel_axis)
     schedule = Schedule(op).layout(op.output, output)
     schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
     return schedule if knobs.channels_outer else schedule.reorder(f"{pixel}_o", f"{channel}_o")
@@ -208,7 +224,7 @@ def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
     op the tile kernels refuse)."""
     try:
         check_amx_cpu()
-        if threads > 1 or op.quant is None:
+        if threads > 1 or (op.quant is None and op.dtype != "bfloat16"):
             return []
         tile_plan(Schedule(op))
     except (ValueError, TileError):
@@ -264,7 +280,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     extents = dict(op.dims)
     rc_extent = extents[roles.rc]
     weight_kinds = ["plain", "packed"]
-    if op.quant is not None and isa != "scalar" and rc_extent >= 2:
+    if has_dot(op, isa):
         weight_kinds.append("dot")
     channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
     cache_blocks = [0] + [b for b in CACHE_BLOCKS if b < rc_extent]
@@ -277,7 +293,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
         names = Names.of(roles.rc, cache_block, weights == "dot")
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
-            red_extents[names.reduction] = -(-red_extents[names.reduction] // DOT)
+            red_extents[names.reduction] = -(-red_extents[names.reduction] // dot_elements(op))
         for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, spare // vectors)):
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)

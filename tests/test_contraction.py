@@ -1,0 +1,183 @@
+"""lo.Contraction: ops from a written statement schedule, compile, verify and analyse like the built-in
+ones; their reference agrees with independent oracles; bad statements are refused naming the bad part."""
+
+import itertools
+
+import numpy as np
+import pytest
+from helpers import ISAS, check, lru_stack, python_trace, schedules, tiers
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.analysis import reuse
+from loopopt.measure import verify
+from loopopt.tune.space import candidates
+
+TENSOR = "C[i,j] += A[i,k,l] * B[l,k,j]"
+STENCIL = "O[i,j] += I[i+di-1, j+dj-1] * W[di,dj]"
+
+
+@st.composite
+def contractions(draw):
+    """A random contraction: the tensor contraction, a padded 2-D stencil, a strided and dilated 1-D
+    conv with a bias, or an index with ``//`` and ``%`` (odd sizes throughout)."""
+    kind = draw(st.sampled_from(["tensor", "stencil", "conv", "divmod"]))
+    size = lambda high: draw(st.integers(1, high))
+    if kind == "tensor":
+        return lo.Contraction(TENSOR, sizes=dict(i=size(6), j=size(20), k=size(3), l=size(4)))
+    if kind == "stencil":
+        i, j = size(7), size(9)
+        return lo.Contraction(STENCIL, sizes=dict(i=i, j=j, di=3, dj=3, I=(i, j)), padding="I")
+    if kind == "conv":
+        stride, dilation, taps, out = size(3), size(2), size(3), size(6)
+        return lo.Contraction(
+            f"O[n,k,o] += I[n,c,o*{stride}+t*{dilation}] * W[k,c,t]",
+            sizes=dict(n=size(2), k=size(5), o=out, c=size(3), t=taps),
+            bias="B[k]",
+        )
+    return lo.Contraction("O[i,j] += A[i//2, (j+k)%3] * B[k,j]", sizes=dict(i=size(7), j=size(9), k=size(4)))
+
+
+def random_contraction_schedule(isa, data):
+    """A random legal schedule of a random contraction."""
+    op = data.draw(contractions())
+    check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_contraction_schedules_quick, test_random_contraction_schedules = tiers(
+    random_contraction_schedule, 2, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data()
+)
+
+
+# --- the required examples: schedule, compile on every ISA, verify, analyse --------------------------
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lo.Contraction(TENSOR, sizes=dict(i=6, j=33, k=3, l=5)),
+        lo.Contraction(STENCIL, sizes=dict(i=9, j=17, di=3, dj=3, I=(9, 17)), padding=["I"]),
+    ],
+    ids=["tensor", "stencil"],
+)
+def test_examples_schedule_compile_verify_analyse(op):
+    for name in ("naive", "interchanged", "tiled", "output_stationary", "weight_stationary"):
+        schedule = lo.dataflows.PRESETS[name](op)
+        for isa in ISAS:
+            ok, error = verify(schedule.compile(isa))
+            assert ok, (name, isa, error)
+    schedule = lo.dataflows.output_stationary(op)
+    trace, analytical = reuse(schedule, engine="trace"), reuse(schedule, engine="analytical")
+    np.testing.assert_array_equal(trace.counts, analytical.counts)
+    assert lo.kernel_model(schedule).predicted_seconds > 0
+    assert candidates(op, "avx512")
+
+
+def test_engines_match_brute_force_on_a_contraction():
+    op = lo.Contraction("O[i,j] += I[i+d, j//2] * W[d,j]", sizes=dict(i=4, j=5, d=2))
+    schedule = lo.Schedule(op).tile(j=2).layout("I", "JI")
+    items = [item for _, item in python_trace(schedule, "element", 64)]
+    assert sum(reuse(schedule, "element", 64, engine="trace").counts.ravel()) == len(items)
+    expected = lru_stack(items)
+    assert reuse(schedule, "element", 64, engine="trace").misses(3) == sum(d >= 3 for d in expected)
+
+
+# --- the reference against independent oracles ----------------------------------------------------
+
+
+def test_tensor_contraction_reference_is_einsum():
+    op = lo.Contraction(TENSOR, sizes=dict(i=3, j=4, k=2, l=5))
+    a, b = (op.random_inputs()[t].astype(np.float64) for t in "AB")
+    np.testing.assert_allclose(op.reference(a, b), np.einsum("ikl,lkj->ij", a, b), rtol=1e-12)
+    assert op.dim_names == ("i", "j", "k", "l") and op.reduction_dims == {"k", "l"}
+    assert [op.tensor(t).letters for t in "ABC"] == ["IKL", "LKJ", "IJ"]
+
+
+def test_stencil_reference_is_brute_force():
+    op = lo.Contraction(STENCIL, sizes=dict(i=4, j=5, di=3, dj=3, I=(4, 5)), padding="I")
+    x, w = (op.random_inputs()[t].astype(np.float64) for t in "IW")
+    expected = np.zeros((4, 5))
+    for i, j, di, dj in itertools.product(range(4), range(5), range(3), range(3)):
+        if 0 <= i + di - 1 < 4 and 0 <= j + dj - 1 < 5:
+            expected[i, j] += x[i + di - 1, j + dj - 1] * w[di, dj]
+    np.testing.assert_allclose(op.reference(x, w), expected, rtol=1e-12)
+    assert op.macs == 4 * 5 * 9 - 2 * (4 + 5) * 3 + 4
+
+
+def test_conv_written_as_a_contraction_matches_conv2d():
+    conv = lo.Conv2d(4, 6, 3, stride=2, padding=1, groups=2, batch=2, height=7, width=8)
+    op = lo.Contraction(
+        "O[n,k,oh,ow] += I[n,(k//3)*2+c,oh*2+kh-1,ow*2+kw-1] * W[k,c,kh,kw]",
+        sizes=dict(n=2, k=6, oh=4, ow=4, c=2, kh=3, kw=3, I=(2, 4, 7, 8)),
+        padding="I",
+        bias="B[k]",
+    )
+    x = conv.random_inputs()
+    args = [x[t] for t in "IWB"]
+    np.testing.assert_allclose(op.reference(*args), conv.reference(*args), rtol=1e-12, atol=1e-12)
+    assert op.macs == conv.macs and op.call_tensors == ("I", "W", "B")
+    check(lo.dataflows.output_stationary(op), ISAS[0])
+
+
+# --- bad statements ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "expr, kwargs, message",
+    [
+        ("C[i,j] += A[i,k] B[k,j]", {}, "expected '\\*' between the two inputs at position 17"),
+        ("C[i,j] += A[i,k) * B[k,j]", {}, "expected ',' or '\\]' at position 15"),
+        ("C[i,j] = A[i,k] * B[k,j]", {}, "expected '\\+=' .* at position 7"),
+        ("C[i,j] += A[i,k] * B[k,j] * D[j]", {}, "expected the end of the statement .* at position 26"),
+        ("C[i,j] += A[i,k] * B[k,j] ?", {}, "expected an index, a name or an operator at position 26"),
+        ("C[i,j] += A[i*k] * B[k,j]", {}, "not affine at position 13: '\\*' multiplies two dims"),
+        (
+            "C[i,j] += A[i//k] * B[k,j]",
+            {},
+            "not affine at position 13: '//' needs a positive constant divisor",
+        ),
+        ("C[i,i] += A[i,k] * B[k,i]", {}, "dim 'i' is used twice in the output C \\(axes 0 and 1\\)"),
+        ("C[i+1,j] += A[i,k] * B[k,j]", {}, "output C axis 0 is indexed by '\\(i \\+ 1\\)'"),
+        ("C[i,j] += A[i,k] * A[k,j]", {}, "a tensor appears twice"),
+        ("C[i,A] += A[i,k] * B[k,A]", {}, "'A' is used both as a tensor and as a dim"),
+        ("C[i,j] += A[i,k] * B[k,j]", dict(sizes=dict(i=2, j=2)), "sizes has no extent for dim\\(s\\) 'k'"),
+        ("C[i,j] += A[i,k] * B[k,j]", dict(sizes=dict(i=2, j=2, k=2, x=3)), "sizes names 'x', neither a dim"),
+        (
+            "C[i,j] += A[i,k] * B[k,j]",
+            dict(sizes=dict(i=2, j=0, k=2)),
+            "extent of dim 'j' must be a positive",
+        ),
+        (
+            "C[i,j] += A[i,k] * B[k,j]",
+            dict(sizes=dict(i=2, j=2, k=2, A=(2, 1))),
+            "A axis 1 is indexed by 'k', from 0 to 1, outside its size 1; pass padding=\\['A'\\]",
+        ),
+        (
+            "O[i] += I[i-1] * W[i]",
+            dict(sizes=dict(i=2)),
+            "I axis 0 is indexed by '\\(i - 1\\)', from -1 to 0, outside its size 1",
+        ),
+        (
+            "O[i] += I[(i-1)//2] * W[i]",
+            dict(sizes=dict(i=2), padding="I"),
+            "numerator '\\(i - 1\\)' of the division at position 15 reaches -1",
+        ),
+        ("O[i] += I[i] * W[i]", dict(sizes=dict(i=2), padding="O"), "padding names 'O', not an input"),
+        (
+            "O[i] += I[i,k] * W[k]",
+            dict(sizes=dict(i=2, k=2), bias="B[k]"),
+            "its index may use only the output dims i",
+        ),
+    ],
+)
+def test_bad_statements_name_the_bad_part(expr, kwargs, message):
+    kwargs = {"sizes": dict(i=2, j=2, k=2), **kwargs}
+    with pytest.raises(lo.ContractionError, match=message):
+        lo.Contraction(expr, **kwargs)
+
+
+def test_not_quantized_and_not_a_string():
+    with pytest.raises(lo.ContractionError, match="a Contraction is not quantized"):
+        lo.Contraction(TENSOR, sizes=dict(i=1, j=1, k=1, l=1), quant=lo.QuantSpec())
+    with pytest.raises(TypeError, match="takes the statement as a string"):
+        lo.Contraction(3, sizes={})
