@@ -2,7 +2,7 @@
 mode: the node cases generated from ``onnx.backend.test.case.node`` (the installed onnx ships no node
 data directory) and the pytorch-converted / pytorch-operator cases it ships. Every case is listed here:
 those the op model cannot express yet are strict xfails with the reason (they flip when support
-lands); a case the installed onnx adds fails ``test_every_case_is_listed`` until it is listed."""
+lands; none now); a case the installed onnx adds fails ``test_every_case_is_listed`` until it is listed."""
 from __future__ import annotations
 
 import functools
@@ -17,8 +17,6 @@ from onnx import numpy_helper
 
 from loopopt.onnx import backend
 from loopopt.onnx.lowering import LOWERINGS
-
-CONV3D = "3 spatial dims: the op model has no Conv3d yet"
 
 NODE_CASES = {
     "test_basic_conv_with_padding": None, "test_basic_conv_without_padding": None,
@@ -43,7 +41,7 @@ SHIPPED_CASES = {
     **{f"pytorch-converted/test_Conv2d{s}": None
        for s in ("", "_depthwise", "_depthwise_padded", "_depthwise_strided", "_depthwise_with_multiplier",
                  "_dilated", "_groups", "_groups_thnn", "_no_bias", "_padding", "_strided")},
-    **{f"pytorch-converted/test_Conv3d{s}": CONV3D
+    **{f"pytorch-converted/test_Conv3d{s}": None
        for s in ("", "_dilated", "_dilated_strided", "_groups", "_no_bias", "_stride", "_stride_padding")},
     "pytorch-converted/test_Linear": None, "pytorch-converted/test_Linear_no_bias": None,
     "pytorch-operator/test_operator_conv": None, "pytorch-operator/test_operator_mm": None,

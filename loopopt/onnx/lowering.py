@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
-from ..ops import Conv2d, Matmul, Op
+from ..ops import AUTO_PADS, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
 from ..quant import PARAM_NAMES, QuantSpec, check_quant_params, symmetric_zero_point
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
@@ -84,85 +84,87 @@ CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_
                    "pads": None, "strides": None}
 
 
+# spatial rank -> the op class and the names of its size arguments
+CONVS = {1: (Conv1d, ("length",)), 2: (Conv2d, ("height", "width")),
+         3: (Conv3d, ("depth", "height", "width"))}
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
-    """A 1-D or 2-D ONNX convolution as a Conv2d's constructor arguments (1-D: height 1)."""
+    """An ONNX convolution as the constructor arguments of Conv1d, Conv2d or Conv3d; ``lifted``: a
+    1-D convolution written as a 2-D one of height 1 (the quantized kernels take 2-D convolutions)."""
 
     kwargs: dict
-    spatial: int      # the node's spatial rank (1 or 2)
+    spatial: int          # the node's spatial rank
+    lifted: bool = False
+
+    def op(self, quant: QuantSpec | None = None) -> ConvNd:
+        """The loopopt op; NotSupported with the op model's reason if it refuses the shape."""
+        cls = CONVS[self.spatial + self.lifted][0]
+        try:
+            return cls(**self.kwargs, quant=quant)
+        except ValueError as error:   # e.g. a kernel larger than the padded input
+            raise NotSupported(str(error)) from error
+
+    def to_op(self, array: np.ndarray) -> np.ndarray:
+        """A node's activation or weight array as the op takes it."""
+        return array[:, :, None, :] if self.lifted else array
+
+    def from_op(self, array: np.ndarray) -> np.ndarray:
+        """The op's output as the node's."""
+        return array[:, :, 0, :] if self.lifted else array
+
+    @property
+    def note(self) -> str:
+        return "1-D as height 1" if self.lifted else ""
 
 
-def _same_pads(size: int, kernel: int, stride: int, dilation: int, mode: str) -> tuple[int, int]:
-    out = -(-size // stride)
-    total = max(0, (out - 1) * stride + (kernel - 1) * dilation + 1 - size)
-    small, large = total // 2, total - total // 2
-    return (small, large) if mode == "SAME_UPPER" else (large, small)
-
-
-def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvGeometry:
-    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv) as Conv2d's."""
+def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool, lift: bool = False) -> ConvGeometry:
+    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv); ``lift``: write a
+    1-D convolution as a 2-D one."""
     attrs = attributes(node, CONV_ATTRIBUTES)
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise NotSupported(f"{node.op_type} input of shape {x.shape} with weights {w.shape}")
     spatial = len(x.shape) - 2
-    if spatial > 2:
-        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (only 1-D and 2-D convolutions)")
-    kernel = list(w.shape[2:])
+    if spatial not in CONVS:
+        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (1-D, 2-D and 3-D convolutions)")
+    kernel, sizes = list(w.shape[2:]), list(x.shape[2:])
     if attrs["kernel_shape"] is not None and list(attrs["kernel_shape"]) != kernel:
         raise NotSupported(f"kernel_shape={list(attrs['kernel_shape'])} differs from the weights' {kernel}")
     strides = list(attrs["strides"] or [1] * spatial)
     dilations = list(attrs["dilations"] or [1] * spatial)
     mode = attrs["auto_pad"]
-    if mode in ("SAME_UPPER", "SAME_LOWER"):
-        pairs = [_same_pads(x.shape[2 + a], kernel[a], strides[a], dilations[a], mode)
-                 for a in range(spatial)]
-    elif mode in ("NOTSET", "VALID"):
-        pads = list(attrs["pads"] or [0] * 2 * spatial) if mode == "NOTSET" else [0] * 2 * spatial
-        pairs = [(pads[a], pads[a + spatial]) for a in range(spatial)]
+    if mode in AUTO_PADS:
+        pairs = [list(p) for p in auto_pad(mode, sizes, kernel, strides, dilations)]
+    elif mode == "NOTSET":
+        pads = list(attrs["pads"] or [0] * 2 * spatial)
+        pairs = [[pads[a], pads[a + spatial]] for a in range(spatial)]
     else:
         raise NotSupported(f"auto_pad={mode!r}")
-    if any(begin != end for begin, end in pairs):
-        raise NotSupported(f"pads={[p[0] for p in pairs] + [p[1] for p in pairs]} (asymmetric padding)")
     group = int(attrs["group"])
     n, c = x.shape[:2]
     if w.shape[1] * group != c:
         raise NotSupported(f"weights {w.shape} with group={group} for {c} input channels")
-    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1
-    size = lead + list(x.shape[2:])
+    lifted = lift and spatial == 1
+    lead = [1] if lifted else []
     kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(lead + kernel),
-                  stride=tuple(lead + strides), padding=tuple([0] * len(lead) + [p[0] for p in pairs]),
+                  stride=tuple(lead + strides), padding=tuple(map(tuple, [[0, 0]] * len(lead) + pairs)),
                   dilation=tuple(lead + dilations), groups=group, bias=bias, batch=n,
-                  height=size[0], width=size[1])
-    return ConvGeometry(kwargs, spatial)
-
-
-def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> Conv2d:
-    try:
-        return Conv2d(**geometry.kwargs, quant=quant)
-    except ValueError as error:   # e.g. a kernel larger than the padded input
-        raise NotSupported(str(error)) from error
-
-
-def _as_2d(array: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    return array[:, :, None, :] if geometry.spatial == 1 else array
-
-
-def _from_2d(array: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    return array[:, :, 0, :] if geometry.spatial == 1 else array
+                  **dict(zip(CONVS[spatial + len(lead)][1], lead + sizes)))
+    return ConvGeometry(kwargs, spatial, lifted)
 
 
 def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Conv (inputs X, W, optional B) as a float32 Conv2d."""
+    """ONNX Conv (inputs X, W, optional B) as a float32 Conv1d, Conv2d or Conv3d."""
     x, w, b = values[0], values[1], _input(values, 2)
     _float32(node, values)
     geometry = conv_geometry(node, x, w, b is not None)
-    op = _conv_op(geometry)
+    op = geometry.op()
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[1], geometry), *inputs[2:3]]
-        return [_from_2d(run_kernel(kernel, *arrays), geometry)]
+        return [run_kernel(kernel, *(a for a in inputs[:3] if a is not None))]
 
-    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
+    return Lowering(op, call)
 
 
 @dataclass(frozen=True)
@@ -235,16 +237,16 @@ def _quantized_conv(node: onnx.NodeProto, values: Sequence[Value | None], weight
     ``names``, an int32 bias at input ``bias`` (None: no bias input)."""
     x, w = values[0], values[weights]
     has_bias = bias is not None and _input(values, bias) is not None
-    geometry = conv_geometry(node, x, w, has_bias)
+    geometry = conv_geometry(node, x, w, has_bias, lift=True)
     quant = quantization(node, values, w.shape[0], weights, names, output)
-    op = _conv_op(geometry, quant.spec)
+    op = geometry.op(quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[weights], geometry)]
+        arrays = [geometry.to_op(inputs[0]), geometry.to_op(inputs[weights])]
         arrays += [inputs[bias]] if has_bias else []
-        return [_from_2d(run_kernel(kernel, *arrays, **quant.params(inputs)), geometry)]
+        return [geometry.from_op(run_kernel(kernel, *arrays, **quant.params(inputs)))]
 
-    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
+    return Lowering(op, call, geometry.note)
 
 
 def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
@@ -262,8 +264,9 @@ def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> 
 
 @dataclass(frozen=True)
 class MatmulShape:
-    """An ONNX MatMul's operands as a batch of 2-D products: 1-D operands promoted as numpy does,
-    batch dims broadcast; the importer loops the batch over one Matmul kernel."""
+    """An ONNX MatMul's operands (numpy semantics: 1-D operands promoted, batch dims broadcast) as one
+    Matmul: with a 2-D B the batch folds into A's rows; else a float kernel takes the batch dims
+    (operands broadcast to them) and a quantized one (no batch dims) is looped over the batch."""
 
     m: int
     n: int
@@ -271,9 +274,11 @@ class MatmulShape:
     batch: tuple[int, ...]
     a_vector: bool
     b_vector: bool
+    b_batched: bool
+    quantized: bool
 
     @classmethod
-    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...]) -> MatmulShape:
+    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...], quantized: bool) -> MatmulShape:
         a_vector, b_vector = len(a) == 1, len(b) == 1
         a2 = (1, *a) if a_vector else a
         b2 = (*b, 1) if b_vector else b
@@ -283,31 +288,60 @@ class MatmulShape:
             batch = np.broadcast_shapes(a2[:-2], b2[:-2])
         except ValueError as error:
             raise NotSupported(f"{node.op_type} of shapes {a} and {b}: {error}") from error
-        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector)
+        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector, len(b2) > 2, quantized)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the kernel's A: the batch folds into them when B has no batch dims."""
+        return self.m * (1 if self.b_batched else int(np.prod(self.batch)))
+
+    @property
+    def looped(self) -> bool:
+        return self.b_batched and self.quantized
+
+    def op(self, quant: QuantSpec | None = None) -> Matmul:
+        """The loopopt op (NotSupported with the op model's reason if it refuses the shape)."""
+        batch = self.batch if self.b_batched and not self.looped else ()
+        try:
+            return Matmul(self.rows, self.n, self.k, batch=batch, quant=quant)
+        except (ValueError, TypeError) as error:
+            raise NotSupported(str(error)) from error
 
     def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
             b: np.ndarray) -> np.ndarray:
-        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
+        """``product`` (one kernel call) on the operands as the op takes them, shaped as ONNX MatMul's
+        output."""
         a2 = a[None, :] if self.a_vector else a
         b2 = b[:, None] if self.b_vector else b
-        a_b = np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k)
-        b_b = np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n)
-        out = np.stack([product(x, y) for x, y in zip(a_b, b_b)]).reshape(*self.batch, self.m, self.n)
+        full_a, full_b = (*self.batch, self.m, self.k), (*self.batch, self.k, self.n)
+        if not self.b_batched:
+            out = product(a2.reshape(self.rows, self.k), b2)
+        elif not self.looped:
+            out = product(np.broadcast_to(a2, full_a), np.broadcast_to(b2, full_b))
+        else:
+            pairs = zip(np.broadcast_to(a2, full_a).reshape(-1, self.m, self.k),
+                        np.broadcast_to(b2, full_b).reshape(-1, self.k, self.n))
+            out = np.stack([product(x, y) for x, y in pairs])
+        out = out.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
         return out[..., 0] if self.b_vector else out
 
     @property
     def note(self) -> str:
-        return f"batch loop of {int(np.prod(self.batch))}" if self.batch else ""
+        if not self.batch:
+            return ""
+        if not self.b_batched:
+            return f"batch {self.batch} folded into the rows"
+        return f"batch loop of {int(np.prod(self.batch))}" if self.looped else ""
 
 
 def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMul (numpy semantics) as a float32 Matmul, looped over the broadcast batch."""
+    """ONNX MatMul (numpy semantics) as a float32 Matmul (see MatmulShape)."""
     attributes(node, {})
     _float32(node, values)
-    shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    op = Matmul(shape.m, shape.n, shape.k)
+    shape = MatmulShape.of(node, values[0].shape, values[1].shape, quantized=False)
+    op = shape.op()
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [shape.run(lambda a, b: run_kernel(kernel, a, b), inputs[0], inputs[1])]
@@ -320,9 +354,9 @@ def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weig
     """A quantized MatMul-like node (B, input ``weights``: its columns are the channels, so a
     per-column scale or zero point is per channel), looped over the broadcast batch."""
     attributes(node, {})
-    shape = MatmulShape.of(node, values[0].shape, values[weights].shape)
+    shape = MatmulShape.of(node, values[0].shape, values[weights].shape, quantized=True)
     quant = quantization(node, values, shape.n, weights, names, output)
-    op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
+    op = shape.op(quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         params = quant.params(inputs)
@@ -346,8 +380,8 @@ GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
 
 
 def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Matmul on the transposed operands;
-    ``alpha`` and ``beta * C`` are applied to the kernel's output."""
+    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Gemm called ``kernel(A, B, C)`` (a scalar C
+    as shape (1,))."""
     attrs = attributes(node, GEMM_ATTRIBUTES)
     _float32(node, values)
     a, b, c = values[0].shape, values[1].shape, _input(values, 2)
@@ -357,21 +391,18 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     (m, k), (k2, n) = (a[::-1] if trans_a else a), (b[::-1] if trans_b else b)
     if k != k2:
         raise NotSupported(f"Gemm of shapes {a} and {b} with transA={int(trans_a)}, transB={int(trans_b)}")
-    op = Matmul(m, n, k)
-    alpha, beta = np.float32(attrs["alpha"]), np.float32(attrs["beta"])
+    c_shape = None if c is None else (c.shape or (1,))
+    try:
+        op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(attrs["alpha"]),
+                  beta=float(attrs["beta"]), c_shape=c_shape)
+    except (ValueError, TypeError) as error:
+        raise NotSupported(f"Gemm with {error}") from error
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        y = run_kernel(kernel, inputs[0].T if trans_a else inputs[0], inputs[1].T if trans_b else inputs[1])
-        if alpha != 1:
-            y = alpha * y
-        if len(inputs) > 2 and inputs[2] is not None and beta != 0:
-            y = y + beta * inputs[2]
-        return [y.astype(np.float32)]
+        arrays = [inputs[0], inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else [])
+        return [run_kernel(kernel, *arrays)]
 
-    steps = [s for s, on in (("A transposed", trans_a), ("B transposed", trans_b),
-                             ("alpha after the kernel", alpha != 1),
-                             ("beta * C after the kernel", c is not None)) if on]
-    return Lowering(op, call, ", ".join(steps))
+    return Lowering(op, call)
 
 
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]
