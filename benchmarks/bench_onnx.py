@@ -6,7 +6,7 @@ and tuned with --tune-trials) and on onnxruntime (each node alone), from loopopt
 whole model's output through loopopt.onnx.backend (strict) against onnxruntime's.
 
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--tune-trials N]
-                                    [--log FILE] [--write]
+                                    [--tune-models a,b] [--log FILE] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md.
 """
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--precisions", default="fp32,int8")
     parser.add_argument("--tune-trials", type=int, default=0, help="lo.tune trials per distinct node shape")
+    parser.add_argument("--tune-models", help="the models to tune (default: all of --models)")
     parser.add_argument("--log", help="tuning log (its best schedules run the nodes; tuning appends to it)")
     parser.add_argument("--budget", type=float, default=0.3,
                         help="seconds of timed runs per node and schedule")
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
             files = export(name, args.resolution, Path(folder))
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
-                    report = model_report(files[precision], threads=threads, tune_trials=args.tune_trials,
+                    trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
+                    report = model_report(files[precision], threads=threads, tune_trials=trials,
                                           log=args.log, reuse=False, budget=args.budget)
                     check = output_check(files[precision], threads)
                     lines.append(row(name, precision, threads, report, check))
