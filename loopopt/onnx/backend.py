@@ -41,6 +41,7 @@ class LoweredNode:
     op: Op | None = None
     schedule: Schedule | None = None
     source: str = ""          # where the schedule came from
+    isa: str = ""             # what the kernel was compiled for
     note: str = ""            # what the importer does around the kernel
     reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
 
@@ -96,7 +97,7 @@ class LoopoptRep(BackendRep):
             return None
         compiled = self.kernels.get(lowering.op)
         self.lowered[label] = LoweredNode(label, node.op_type, lowering.op, compiled.schedule,
-                                          compiled.source, lowering.note)
+                                          compiled.source, compiled.kernel.isa, lowering.note)
         return lowering, compiled.kernel
 
     def execute(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:

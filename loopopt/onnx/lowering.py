@@ -3,9 +3,9 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (reshapes, a batch loop, Gemm's ``alpha``/``beta * C``). What the op model
-cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
-``not supported: pads=[1, 0, 0, 1] (asymmetric padding)``.
+the node's outputs (MatMul's 1-D operands and broadcast batch, a quantized 1-D convolution as
+a 2-D one). What the op model cannot express yet raises ``NotSupported`` with the attribute or
+value, e.g. ``not supported: Conv input 'x' of dtype float64 (float kernels are float32)``.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Lowering:
 
     op: Op
     call: Call
-    note: str = ""    # what the importer does around the kernel (batch loop, transposes, alpha/beta)
+    note: str = ""    # what the importer does around the kernel (batch folded or looped, 1-D as 2-D)
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..compare import MEASURE_BUDGET, Comparison, compare
+from ..compare import MEASURE_BUDGET, Row, compare
 from ..measure import repeat_count
 from ..plot import plot_bars
 from ..tune import tune
@@ -34,23 +34,21 @@ class NodeReport:
 
     lowered: LoweredNode
     mflop: float = 0.0
-    comparison: Comparison | None = None   # rows RAN (the backend's schedule) and, with tuning, TUNED
+    rows: list[Row] = field(default_factory=list)   # lo.compare rows RAN (the backend's schedule), TUNED
     onnxruntime_ms: float | None = None
 
-    def row(self, name: str):
-        """The comparison row ``name`` (RAN or TUNED), or None."""
-        rows = self.comparison.rows if self.comparison else []
-        return next((r for r in rows if r.name == name), None)
+    def row(self, name: str) -> Row | None:
+        """The row ``name`` (RAN or TUNED), or None."""
+        return next((r for r in self.rows if r.name == name), None)
 
     @property
-    def best(self):
+    def best(self) -> Row | None:
         """The row of the faster schedule loopopt has for the node (None if it ran on the reference)."""
-        rows = self.comparison.rows if self.comparison else []
-        return min(rows, key=lambda r: r.median_ms, default=None)
+        return min(self.rows, key=lambda r: r.median_ms, default=None)
 
     def to_dict(self) -> dict[str, Any]:
         lowered = self.lowered
-        rows = self.comparison.rows if self.comparison else []
+        rows = self.rows
         return {"node": lowered.node, "op_type": lowered.op_type,
                 "op": repr(lowered.op) if lowered.op else None,
                 "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
@@ -201,17 +199,17 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
             continue
         op = lowered.op
         entry.mflop = op.flops / 1e6
-        schedules, labels = [lowered.schedule], [RAN]
+        runs = [(RAN, lowered.schedule, lowered.isa)]
         if tune_trials:
             key = signature(op)
             if key not in tuned:
                 _say(progress, f"tuning {index}/{len(nodes)}: {lowered.node} {op!r}")
-                tuned[key] = tune(op, trials=tune_trials, threads=threads, log=log, progress=False).best
-            schedules.append(tuned[key])
-            labels.append(TUNED)
+                tuned[key] = tune(op, trials=tune_trials, threads=threads, log=log, progress=False)
+            runs.append((TUNED, tuned[key].best, tuned[key].isa))
         _say(progress, f"measuring {index}/{len(nodes)}: {lowered.node}")
-        entry.comparison = compare(op, schedules, labels, reuse=reuse, progress=False, threads=threads,
-                                   budget=budget)
+        for label, schedule, isa in runs:    # each on its own ISA (a tuned schedule may be AMX's)
+            entry.rows += compare(op, [schedule], [label], isa=isa, reuse=reuse, progress=False,
+                                  threads=threads, budget=budget).rows
         entry.onnxruntime_ms = onnxruntime_ms(node, proto, values, threads)
     return report
 
