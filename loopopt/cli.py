@@ -153,8 +153,35 @@ def parse_matmul(spec: str, dtype: str = "float32"):
         raise UsageError(f"--matmul {spec}: {err}") from None
 
 
+def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: str = "float32"):
+    """The Contraction of --contraction ``expr`` with --sizes ``name=N,...`` (a tensor's shape as
+    ``NAME=AxBxC``) and --padding ``NAME,...`` (inputs read as zero outside); UsageError naming the bad
+    field."""
+    from .contraction import Contraction
+    if not sizes:
+        raise UsageError("--contraction needs --sizes name=N,... (the extent of every dim)")
+    extents: dict[str, object] = {}
+    for field in sizes.split(","):
+        name, equals, value = (part.strip() for part in field.partition("="))
+        parts = value.split("x")
+        if not equals or not name or not all(p.isdigit() for p in parts):
+            raise UsageError(f"--sizes field {field!r} is not name=N or NAME=AxB... (e.g. i=64,k=3,I=9x9)")
+        extents[name] = int(value) if len(parts) == 1 else tuple(int(p) for p in parts)
+    padded = [name.strip() for name in padding.split(",")] if padding else []
+    try:
+        return Contraction(expr, extents, padding=padded, dtype=dtype)
+    except (ValueError, TypeError) as err:
+        raise UsageError(str(err).splitlines()[0]) from None
+
+
 def _op(args: argparse.Namespace):
     from .layers import get_layer
+    if args.contraction:
+        if args.batch is not None:
+            raise UsageError("--batch applies to --layer and --conv, not to --contraction")
+        return parse_contraction(args.contraction, args.sizes, args.padding, dtype=args.dtype)
+    if args.sizes or args.padding:
+        raise UsageError("--sizes and --padding go with --contraction")
     if args.matmul:
         if args.batch is not None:
             raise UsageError("--batch applies to --layer and --conv, not to --matmul")
@@ -448,6 +475,13 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--matmul", metavar="SPEC",
                        help=f"a matrix multiply instead of a layer, {MATMUL_SYNTAX} "
                             f"(e.g. 64,64,64,batch=8,trans_b=1)")
+    group.add_argument("--contraction", metavar="EXPR",
+                       help="any loop nest OUT[...] += IN0[...] * IN1[...] with affine indices "
+                            "(e.g. 'C[i,j] += A[i,k] * B[k,j]'), with --sizes")
+    parser.add_argument("--sizes", metavar="NAME=N,...",
+                        help="--contraction's dim extents (and tensor shapes NAME=AxB), e.g. i=64,j=64,k=32")
+    parser.add_argument("--padding", metavar="NAME,...",
+                        help="--contraction's inputs read as zero outside their shape")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
     parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
-from .model import kernel_model
+from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
@@ -205,13 +205,15 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row in zip(names, schedules, kernels, rows, strict=True):
+        if kernel.isa not in CORE_COSTS:          # AMX tiles: the kernel model has no costs for them
+            continue
         model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
                              machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    peak = peak_gflops(resolved, "float32" if op.quant is None else "int8")
+    peak = peak_gflops(resolved, op.dtype if op.quant is None else "int8")
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,

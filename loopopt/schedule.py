@@ -116,7 +116,8 @@ class Schedule:
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
-            raise TypeError(f"Schedule needs an op (lo.Conv2d or lo.Matmul), got {type(self.op).__name__}")
+            raise TypeError(f"Schedule needs an op (lo.Conv2d, lo.Matmul, lo.Contraction, ...), got "
+                            f"{type(self.op).__name__}")
         if not self.loops:
             object.__setattr__(self, "loops", tuple(Loop(n, e) for n, e in self.op.dims))
         if not self.layouts:

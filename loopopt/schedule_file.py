@@ -201,10 +201,12 @@ def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", d
                   isa: str = "auto", threads: int = 1) -> Path:
     """Write ``schedule`` to ``path`` as TOML, atomically (name defaults to the file's stem), with
     its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen with
-    (default: the ISA ``compile()`` picks here, one thread)."""
+    (default: the ISA ``compile()`` picks here, one thread; ``"amx"``: a tile schedule, recorded as
+    is: compile it with ``isa="amx"``)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    isa = resolve_isa(isa, integer=schedule.op.quant is not None)
+    if isa != "amx":
+        isa = resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
     return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
                                                machine_provenance(isa=isa, threads=threads)))

@@ -89,22 +89,24 @@ def conv_ops(draw, max_hw: int = 9, spatial: int = 2, max_channels: int = 5, max
 
 
 @st.composite
-def matmul_ops(draw, max_mn: int = 20, max_k: int = 19, batched: bool = True):
-    """A small matmul: odd sizes, 0 to 2 batch dims (none unless ``batched``), either operand transposed."""
+def matmul_ops(draw, max_mn: int = 20, max_k: int = 19, batched: bool = True, dtype: str = "float32"):
+    """A small matmul of ``dtype`` inputs: odd sizes, 0 to 2 batch dims (none unless ``batched``), either
+    operand transposed."""
     batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2 if batched else 0)))
     return lo.Matmul(draw(st.integers(1, max_mn)), draw(st.integers(1, max_mn + max_mn)),
                      draw(st.integers(1, max_k)), batch=batch, trans_a=draw(st.booleans()),
-                     trans_b=draw(st.booleans()))
+                     trans_b=draw(st.booleans()), dtype=dtype)
 
 
 @st.composite
-def gemm_ops(draw, max_mn: int = 20, max_k: int = 19):
-    """A small Gemm: odd sizes, transposes, alpha and beta (1 too), every broadcast shape of C or none."""
+def gemm_ops(draw, max_mn: int = 20, max_k: int = 19, dtype: str = "float32"):
+    """A small Gemm of ``dtype`` inputs: odd sizes, transposes, alpha and beta (1 too), every broadcast
+    shape of C or none."""
     m, n, k = draw(st.integers(1, max_mn)), draw(st.integers(1, 2 * max_mn)), draw(st.integers(1, max_k))
     scale = st.sampled_from([1.0, 1.0, 0.5, -2.0, 0.0, 3.25])
     return lo.Gemm(m, n, k, trans_a=draw(st.booleans()), trans_b=draw(st.booleans()), alpha=draw(scale),
                    beta=draw(scale), c_shape=draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1), (1,), (1, 1),
-                                                                  None])))
+                                                                  None])), dtype=dtype)
 
 
 LAYOUTS = {"NCHW": ["NCHW", "NHWC", "NCHW4c", "NCHW16c", "CHWN"],

@@ -4,7 +4,18 @@ a schedule has a dot loop of 2; ml_dtypes inputs; bad input refused with the all
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ISAS, check, conv_dot_schedule, conv_ops, even_conv_ops, quick_first, schedules, tiers
+from helpers import (
+    ISAS,
+    check,
+    conv_dot_schedule,
+    conv_ops,
+    even_conv_ops,
+    gemm_ops,
+    matmul_ops,
+    quick_first,
+    schedules,
+    tiers,
+)
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -27,14 +38,24 @@ test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = tiers(
     random_conv_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
-def random_matmul_schedule(isa, data, m, n, k):
-    """A random legal schedule of a random bf16 matmul."""
-    check(data.draw(schedules(lo.Matmul(m, n, k, dtype=BF16), isa)), isa)
+def random_matmul_schedule(isa, data):
+    """A random legal schedule of a random bf16 matmul (batch dims, transposes)."""
+    check(data.draw(schedules(data.draw(matmul_ops(dtype=BF16)), isa)), isa)
 
 
 test_random_bf16_matmul_schedules_quick, test_random_bf16_matmul_schedules = tiers(
-    random_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)],
-    data=st.data(), m=st.integers(1, 20), n=st.integers(1, 37), k=st.integers(1, 19))
+    random_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_new_op_schedule(isa, data):
+    """A random legal schedule of a random bf16 Conv1d, Conv3d or Gemm."""
+    op = data.draw(st.one_of(conv_ops(spatial=1, dtype=BF16), conv_ops(max_hw=4, spatial=3, max_channels=3,
+                                                                       dtype=BF16), gemm_ops(dtype=BF16)))
+    check(data.draw(schedules(op, isa)), isa)
+
+
+test_random_bf16_new_op_schedules_quick, test_random_bf16_new_op_schedules = tiers(
+    random_new_op_schedule, 1, 9, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def matmul_dot_schedule(op: lo.Matmul, block: bool) -> lo.Schedule:

@@ -73,6 +73,16 @@ def test_bf16_dtype(capsys):
     assert status == 0 and json.loads(out)["rows"][0]["verified"]
 
 
+def test_contraction(capsys):
+    status, out, _ = run(capsys, "show", "--contraction", "O[i,j] += I[i+di-1, j+dj-1] * W[di,dj]", "--sizes",
+                         "i=6,j=9,di=3,dj=3,I=6x9", "--padding", "I", "--schedule", "interchanged",
+                         "--no-source")
+    assert status == 0 and "for dj in 0..3" in out and "if 0 <= ((i + di) - 1) and ((i + di) - 1) < 6" in out
+    status, out, _ = run(capsys, "reuse", "--contraction", "C[i,j] += A[i,k,l] * B[l,k,j]", "--sizes",
+                         "i=4,j=8,k=2,l=3", "--schedule", "tiled", "--json")
+    assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
+
+
 def test_machine(capsys):
     import loopopt as lo
     status, out, _ = run(capsys, "machine")
@@ -102,6 +112,12 @@ def test_report(capsys, tmp_path, suffix):
     (["show", "--matmul", "8,8,8,batch=2x0"],
      "--matmul 8,8,8,batch=2x0: batch must be a positive integer, got 0"),
     (["show", *SMALL, "--batch", "2"], "--batch applies to --layer and --conv, not to --matmul"),
+    (["show", "--contraction", "C[i,j] += A[i,k] * B[k,j]"], "--contraction needs --sizes"),
+    (["show", "--contraction", "C[i,j] += A[i,k] * B[k,j]", "--sizes", "i=2,j"],
+     "--sizes field 'j' is not"),
+    (["show", "--contraction", "C[i,j] += A[i*k] * B[k,j]", "--sizes", "i=2,j=2,k=2"],
+     "the index is not affine at position 13"),
+    (["show", *SMALL, "--sizes", "i=2"], "--sizes and --padding go with --contraction"),
     (["report", *SMALL, "-o", "r.pdf"], ("cannot write a report to r.pdf: its suffix must be one of "
                                          ".md (Markdown), .html (HTML), .htm (HTML), got .pdf")),
     (["report", *SMALL, "-o", "report"], "got none"),

@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import ISAS, check, lru_stack, python_trace, schedules, tiers
+from helpers import ISAS, check, lru_stack, python_trace, rotated, schedules, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -51,21 +51,23 @@ test_random_contraction_schedules_quick, test_random_contraction_schedules = tie
 
 # --- the required examples: schedule, compile on every ISA, verify, analyse --------------------------
 
+EXAMPLES = {
+    "tensor": lo.Contraction(TENSOR, sizes=dict(i=6, j=33, k=3, l=5)),
+    "stencil": lo.Contraction(STENCIL, sizes=dict(i=9, j=17, di=3, dj=3, I=(9, 17)), padding=["I"]),
+}
+PRESETS = ["output_stationary", "naive", "interchanged", "tiled", "weight_stationary", "input_stationary"]
 
-@pytest.mark.parametrize(
-    "op",
-    [
-        lo.Contraction(TENSOR, sizes=dict(i=6, j=33, k=3, l=5)),
-        lo.Contraction(STENCIL, sizes=dict(i=9, j=17, di=3, dj=3, I=(9, 17)), padding=["I"]),
-    ],
-    ids=["tensor", "stencil"],
-)
-def test_examples_schedule_compile_verify_analyse(op):
-    for name in ("naive", "interchanged", "tiled", "output_stationary", "weight_stationary"):
-        schedule = lo.dataflows.PRESETS[name](op)
-        for isa in ISAS:
-            ok, error = verify(schedule.compile(isa))
-            assert ok, (name, isa, error)
+
+@pytest.mark.parametrize("op, preset", rotated(EXAMPLES, PRESETS, quick=EXAMPLES))
+def test_examples_compile_and_verify_on_every_isa(op, preset):
+    schedule = lo.dataflows.PRESETS[preset](op)
+    for isa in ISAS:
+        ok, error = verify(schedule.compile(isa))
+        assert ok, (isa, error)
+
+
+@pytest.mark.parametrize("op", EXAMPLES.values(), ids=EXAMPLES.keys())
+def test_examples_analyse(op):
     schedule = lo.dataflows.output_stationary(op)
     trace, analytical = reuse(schedule, engine="trace"), reuse(schedule, engine="analytical")
     np.testing.assert_array_equal(trace.counts, analytical.counts)
@@ -117,6 +119,14 @@ def test_conv_written_as_a_contraction_matches_conv2d():
     np.testing.assert_allclose(op.reference(*args), conv.reference(*args), rtol=1e-12, atol=1e-12)
     assert op.macs == conv.macs and op.call_tensors == ("I", "W", "B")
     check(lo.dataflows.output_stationary(op), ISAS[0])
+
+
+def test_batched_transposed_matmul_written_as_a_contraction_matches_matmul():
+    mm = lo.Matmul(3, 5, 4, batch=2, trans_a=True, trans_b=True)
+    op = lo.Contraction("C[b,i,j] += A[b,k,i] * B[b,j,k]", sizes=dict(b=2, i=3, j=5, k=4))
+    a, b = (mm.random_inputs()[t] for t in "AB")
+    np.testing.assert_allclose(op.reference(a, b), mm.reference(a, b), rtol=1e-12)
+    assert op.domain.is_equal(mm.domain) and op.dependences["flow"].is_equal(mm.dependences["flow"])
 
 
 # --- bad statements ---------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ def test_same_padding_follows_pytorch(kernel, dilation, expected):
     assert lo.Conv1d(1, 1, kernel, padding="valid", length=7).pads == ((0, 0),)
 
 
+@pytest.mark.slow      # importing torch takes seconds; test_same_padding_follows_pytorch checks the pads
 @pytest.mark.filterwarnings("ignore:Using padding=.same.")
 def test_same_padding_against_torch():
     torch = pytest.importorskip("torch")

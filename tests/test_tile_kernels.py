@@ -114,10 +114,32 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
+    # ops the tile kernels do not compute: refused, not computed wrong
+    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, quant=QSPEC), lambda s: s, "padded alike"),
+    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, dtype="bfloat16"), lambda s: s,
+     "padded alike"),
+    (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "is not one"),
+    (lo.Gemm(8, 16, 32, alpha=2.0, dtype="bfloat16"), lambda s: s, "no scaled output"),
+    (lo.Gemm(8, 16, 32, dtype="bfloat16"), lambda s: s, "a bias per output channel"),
+    (lo.Matmul(8, 16, 32, trans_a=True, quant=QSPEC), lambda s: s, "is not one"),
+    (lo.Matmul(8, 16, 32, batch=2, dtype="bfloat16"), lambda s: s, "is not one"),
+    (lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16"), lambda s: s,
+     "is not one"),
+    (lo.Contraction("C[i,j] += A[i,k,l] * B[l,k,j]", {"i": 5, "j": 7, "k": 3, "l": 4}, dtype="bfloat16"),
+     lambda s: s, "is not one"),
 ])
 def test_refusals(op, build, message):
     with pytest.raises(tiles.TileError, match=message):
         tiles.tile_plan(build(lo.Schedule(op)))
+
+
+@needs_amx
+@pytest.mark.parametrize("op", quick_first([
+    lo.Gemm(9, 20, 16, c_shape=(20,), dtype="bfloat16"), lo.Matmul(9, 20, 16, trans_b=True, dtype="bfloat16"),
+    lo.Conv1d(8, 16, 3, padding=1, length=9, dtype="bfloat16")]), ids=repr)
+def test_new_ops_the_tile_kernels_take(op):
+    """A Gemm whose C is a per-column bias, transposed weights, a 1-D conv."""
+    check(lo.Schedule(op), "amx")
 
 
 def test_amx_isa_on_a_cpu_without_amx(monkeypatch):
@@ -159,3 +181,12 @@ def test_amx_peaks_in_the_machine_profile():
     profile = lo.machine_profile()
     assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
     assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
+
+
+@needs_amx
+def test_compare_on_tiles():
+    """``lo.compare(isa="amx")``: no kernel-model figure (it has no AMX costs), % of the AMX bf16 peak."""
+    op = lo.Conv2d(16, 16, 3, padding=1, height=6, width=20, dtype="bfloat16")
+    result = lo.compare(op, [lo.Schedule(op)], isa="amx", reuse=False, progress=False, budget=0.01)
+    assert result.rows[0].isa == "amx" and result.rows[0].predicted_ms is None
+    assert result.peak == lo.peak_gflops("amx", "bfloat16")

@@ -243,7 +243,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
 
 
 @needs_amx
-def test_amx_candidates_join_the_int8_search():
+def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
     tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
@@ -253,6 +253,9 @@ def test_amx_candidates_join_the_int8_search():
     result = lo.tune(op, trials=1, isa="amx", budget=BUDGET, progress=False)
     assert result.isa == "amx" and result.timing.verified
     assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
+    assert "AMX tiles, " in result.table()
+    saved = lo.save_schedule(result.best, tmp_path / "tiles.toml", isa=result.isa)
+    assert 'isa = "amx"' in saved.read_text()
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
 
@@ -392,3 +395,18 @@ def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
         result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False)
     assert [t.number for t in result.trials] == [1, 2, 3, 4] and result.timing.verified
     assert [r[0] for r in rows(log)] == [t.status for t in result.trials]
+
+
+def test_walk_neighbours_are_of_one_kind():
+    """A register-block candidate and an AMX candidate are never neighbours (their knobs differ in kind)."""
+    from loopopt.tune.search import _differs_once
+    from loopopt.tune.space import Candidate, TileKnobs
+    op = lo.Conv2d(16, 32, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
+    simd = candidates(op, "avx512")[0]
+    tiles = [Candidate(op, "amx", TileKnobs(32, 32, outer)) for outer in (True, False)]
+    assert not _differs_once(simd, tiles[0]) and _differs_once(tiles[0], tiles[1])
+
+
+def test_no_amx_candidates_for_a_contraction_the_tiles_do_not_compute():
+    op = lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16")
+    assert [c for c in candidates(op, "avx512") if c.isa == "amx"] == []

@@ -48,6 +48,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..expr import Var
 from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from . import quantized
@@ -90,14 +91,10 @@ class TileShape:
 
     @classmethod
     def of(cls, op: Op) -> TileShape:
-        element = "int8" if op.quant is not None else op.dtype
-        if element not in BYTES:
-            raise TileError(f"isa 'amx' runs quantized (int8 tiles) and bfloat16 ops; {op!r} is {op.dtype}: "
-                            f"give it quant=lo.QuantSpec(...) or dtype='bfloat16', or use isa='auto'")
         rows, cols = quantized.row_col_windows(op)
         groups = op.groups
         return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
-                   op.channels // groups, rows, cols, BYTES[element])
+                   op.channels // groups, rows, cols, BYTES[_element(op)])
 
     @property
     def group(self) -> int:
@@ -261,9 +258,55 @@ def pixel_dim(op: Op) -> str:
     return op.windows[-1].out_dim if op.windows else quantized.batch_dim(op)
 
 
+def _element(op: Op) -> str:
+    """The element type the tiles multiply (a key of BYTES); TileError for other ops."""
+    element = "int8" if op.quant is not None else op.dtype
+    if element not in BYTES:
+        raise TileError(f"isa 'amx' runs quantized (int8 tiles) and bfloat16 ops; {op!r} is {op.dtype}: "
+                        f"give it quant=lo.QuantSpec(...) or dtype='bfloat16', or use isa='auto'")
+    return element
+
+
+def _check_statement(op: Op) -> None:
+    """TileError unless the op's statement is the (grouped) convolution or GEMM the tile kernels
+    compute, read through its roles: ``O[batch, k, window outputs] += I[batch, channel, window
+    inputs] * W[k, c, window taps]`` (the weights' output-channel axis anywhere), reduced over ``c``
+    and the taps."""
+    windows = op.windows
+    k, c = op.channel_dim, op.reduction_channel_dim
+    refusal = TileError(f"isa 'amx' computes convolutions and matrix multiplies of the form "
+                        f"O[batch, k, outputs] += I[batch, channel, inputs] * W[k, c, taps]; {op!r} is not "
+                        f"one (use isa='auto')")
+    outputs = op.index(op.output)
+    others = [e for e in outputs if not (isinstance(e, Var) and e.name in {k, *(w.out_dim for w in windows)})]
+    if len(windows) > 2 or len(others) != 1 or not isinstance(others[0], Var):
+        raise refusal
+    batch = others[0].name
+    taps = [Var(w.tap_dim) for w in windows]
+    if op.groups == 1:
+        channel = Var(c)
+    else:
+        channel = (Var(k) // (op.channels // op.groups)) * op.extent(c) + Var(c)
+    weights = list(op.index(op.inputs[1]))
+    moved = [weights.pop(op.weight_channel_axis)] + weights if weights else []
+    expected = {op.inputs[0]: (Var(batch), channel, *(w.input_index for w in windows)),
+                op.inputs[1]: (Var(k), Var(c), *taps)}
+    found = {op.inputs[0]: tuple(op.index(op.inputs[0])), op.inputs[1]: tuple(moved)}
+    names = {e.name for e in outputs if isinstance(e, Var)}
+    if (found != expected or set(op.reduction_dims) != {c, *(w.tap_dim for w in windows)}
+            or names != {batch, k, *(w.out_dim for w in windows)} or len(outputs) != len(names)):
+        raise refusal
+    if any(w.pad != w.pad_end for w in windows) or op.scales is not None or (
+            op.bias and op.bias_offset() != Var(k)):
+        raise TileError(f"isa 'amx' takes windows padded alike on both sides, a bias per output channel and "
+                        f"no scaled output; {op!r} is not such an op (use isa='auto')")
+
+
 def tile_plan(schedule: Schedule) -> TilePlan:
     """The tile plan of ``schedule``; TileError saying why when the tile kernels do not take it."""
     op = schedule.op
+    _element(op)
+    _check_statement(op)
     shape = TileShape.of(op)
     if op.quant is not None and schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")

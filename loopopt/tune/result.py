@@ -107,13 +107,7 @@ class TuneResult:
         lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
-            k = t.knobs
-            what = (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
-                    f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
-                    + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
-                    + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
-                    + (f", parallel {k['parallel']}" if k["parallel"] else "")
-                    + (" (log)" if t.logged else ""))
+            what = _describe(t.knobs) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
                 figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
@@ -172,3 +166,15 @@ class TuneResult:
         fig.savefig(path, dpi=120)
         plt.close(fig)
         return path
+
+
+def _describe(k: dict) -> str:
+    """A candidate's knobs in a few words (an AMX candidate's, or a register block's)."""
+    if k.get("isa") == "amx":
+        order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
+        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"
+    return (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
+            f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
+            + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
+            + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
+            + (f", parallel {k['parallel']}" if k["parallel"] else ""))

@@ -53,12 +53,13 @@ class TuneError(ValueError):
 
 
 def _block(candidate: Candidate) -> tuple:
-    return candidate.knobs.pixel_block, candidate.knobs.channel_block
+    return candidate.isa, candidate.knobs.pixel_block, candidate.knobs.channel_block
 
 
 def _differs_once(a: Candidate, b: Candidate) -> bool:
+    """Candidates of one kind (register block or AMX tiles) that differ in exactly one knob."""
     ka, kb = a.knobs.as_dict(), b.knobs.as_dict()
-    return sum(ka[name] != kb[name] for name in ka) == 1
+    return ka.keys() == kb.keys() and sum(ka[name] != kb[name] for name in ka) == 1
 
 
 class Walk:
