@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precisions", default="fp32,int8")
     parser.add_argument("--tune-trials", type=int, default=0, help="lo.tune trials per distinct node shape")
     parser.add_argument("--tune-models", help="the models to tune (default: all of --models)")
+    parser.add_argument("--isa", default="auto", help="ISA of loopopt's kernels and tuning (default auto)")
     parser.add_argument("--log", help="tuning log (its best schedules run the nodes; tuning appends to it)")
     parser.add_argument("--budget", type=float, default=0.3,
                         help="seconds of timed runs per node and schedule")
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                 for threads in (int(t) for t in args.threads.split(",")):
                     trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
-                                          log=args.log, reuse=False, budget=args.budget)
+                                          log=args.log, reuse=False, budget=args.budget, isa=args.isa)
                     check = output_check(files[precision], threads)
                     lines.append(row(name, precision, threads, report, check))
                     print(lines[-1], flush=True)

@@ -414,7 +414,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     if args.log is not None:
         _writable(args.log)
     report = model_report(args.model, threads=args.threads, tune_trials=args.trials if args.tune else 0,
-                          log=args.log, reuse=not args.no_reuse, budget=args.budget,
+                          log=args.log, reuse=not args.no_reuse, budget=args.budget, isa=args.isa,
                           progress=sys.stderr.isatty() and not args.json)
     notes = [f"plot written to {report.plot(plot)}"] if plot else []
     data = {**report.to_dict(), "plot": str(plot) if plot else None}
@@ -441,6 +441,8 @@ def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reuse", action="store_true", help="skip the reuse and traffic analysis")
     p.add_argument("--budget", type=_positive_float, default=0.5,
                    help="seconds of timed runs per schedule and node (default 0.5)")
+    p.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+                   help="ISA of the kernels, the tuning and the comparisons (default auto)")
     p.add_argument("--plot", help="write a PNG of the time per node here")
     p.set_defaults(run=cmd_onnx)
 

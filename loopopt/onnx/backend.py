@@ -60,10 +60,10 @@ class LoopoptRep(BackendRep):
     """A prepared model: ``run(inputs) -> list[np.ndarray]``; ``lowered`` per compute node."""
 
     def __init__(self, model: onnx.ModelProto, strict: bool = False,
-                 log: str | os.PathLike | None = None, threads: int = 1):
+                 log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
         self.model = model
         self.strict = strict
-        self.kernels = KernelCache(log, threads)
+        self.kernels = KernelCache(log, threads, isa)
         self.lowered: dict[str, LoweredNode] = {}
         self.labels = {tuple(node.output): node_label(node, i) for i, node in enumerate(model.graph.node)}
         self._check_nodes()
@@ -155,11 +155,13 @@ class LoopoptBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", strict: bool = False,
-                log: str | os.PathLike | None = None, threads: int = 1, **kwargs: Any) -> LoopoptRep:
+                log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto",
+                **kwargs: Any) -> LoopoptRep:
         """A rep of ``model`` (ModelProto, path or bytes); compute nodes with static shapes are
-        lowered and compiled now, the others at the first run."""
+        lowered and compiled now, the others at the first run; kernels for ``isa`` ("auto": the
+        best this CPU has, and a logged schedule on the ISA it was measured on)."""
         cls._device(device)
-        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads)
+        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads, isa=isa)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:

@@ -29,11 +29,13 @@ def default_schedule(op: Op, threads: int = 1) -> Schedule:
     return schedule
 
 
-def logged_best(op: Op, log: str | os.PathLike, threads: int = 1) -> tuple[Schedule, str] | None:
-    """The fastest verified schedule of ``op`` in the tuning log on this machine and ``threads``, with
-    the ISA it was measured on (an AMX trial's schedule must be compiled for AMX); None if none."""
+def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
+                isa: str | None = None) -> tuple[Schedule, str] | None:
+    """The fastest verified schedule of ``op`` in the tuning log on this machine and ``threads`` (and
+    ``isa`` if given), with the ISA it was measured on (an AMX trial's schedule must be compiled for
+    AMX); None if none."""
     with TuningLog(log, readonly=True) as tuning_log:
-        ok = [t for t in tuning_log.trials(op, None, threads) if t.status == "ok"]
+        ok = [t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"]
     if not ok:
         return None
     isa = min(ok, key=lambda t: t.timing.min).isa
@@ -63,7 +65,8 @@ class KernelCache:
 
     def schedule(self, op: Op) -> tuple[Schedule, str, str]:
         """The schedule ``op`` runs with, its source and the ISA to compile it for."""
-        best = logged_best(op, self.log, self.threads) if self.log is not None else None
+        isa = None if self.isa == "auto" else self.isa
+        best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
         if best is not None:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
         return default_schedule(op, self.threads), DEFAULT, self.isa

@@ -176,17 +176,18 @@ def onnxruntime_ms(node: onnx.NodeProto, model: onnx.ModelProto, values: dict[st
 
 
 def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.PathLike | None = None,
-                 reuse: bool = True, progress: bool = False, budget: float = MEASURE_BUDGET) -> ModelReport:
+                 reuse: bool = True, progress: bool = False, budget: float = MEASURE_BUDGET,
+                 isa: str = "auto") -> ModelReport:
     """The report of ``model`` (a path, bytes or ModelProto with static input shapes): each compute
     node compiled with the default schedule (or the tuning log's best, ``log``), measured with
     ``lo.compare`` on ``threads`` threads (``budget`` seconds of timed runs per schedule); with
     ``tune_trials`` > 0 each distinct op is also tuned (``lo.tune``, trials appended to ``log``) and
-    the tuned schedule compared too."""
+    the tuned schedule compared too; kernels, tuning and comparisons on ``isa``."""
     proto = load_model(model)
     name = Path(os.fspath(model)).name if isinstance(model, (str, os.PathLike)) else proto.graph.name
     inputs = random_inputs(proto)
     logged = log if log is not None and os.path.exists(log) else None   # --tune may create the log
-    rep = LoopoptRep(proto, strict=False, log=logged, threads=threads)
+    rep = LoopoptRep(proto, strict=False, log=logged, threads=threads, isa=isa)
     values = rep.values(inputs)       # fixes every shape, lowers every compute node
     report = ModelReport(name, threads)
     tuned: dict[str, Any] = {}
@@ -204,7 +205,7 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
             key = signature(op)
             if key not in tuned:
                 _say(progress, f"tuning {index}/{len(nodes)}: {lowered.node} {op!r}")
-                tuned[key] = tune(op, trials=tune_trials, threads=threads, log=log, progress=False)
+                tuned[key] = tune(op, trials=tune_trials, threads=threads, isa=isa, log=log, progress=False)
             runs.append((TUNED, tuned[key].best, tuned[key].isa))
         _say(progress, f"measuring {index}/{len(nodes)}: {lowered.node}")
         for label, schedule, isa in runs:    # each on its own ISA (a tuned schedule may be AMX's)
