@@ -139,8 +139,8 @@ def output_check(path: Path, threads: int) -> str:
 def row(name: str, precision: str, threads: int, report, check: str) -> str:
     ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
     ran = sum(n.row(RAN).median_ms for n in report.timed)
-    tuned = [n.row(TUNED) for n in report.timed]
-    tuned_ms = sum(t.median_ms for t in tuned) if all(tuned) else None
+    tuned = [n.row(TUNED) or n.row(RAN) for n in report.timed]   # a node lo.tune could not: its ran time
+    tuned_ms = sum(t.median_ms for t in tuned) if any(n.row(TUNED) for n in report.timed) else None
     mflop = sum(n.mflop for n in report.timed)
     cells = [name, precision, str(threads), str(len(report.timed)), f"{mflop:.0f}",
              f"{ran:.2f}", "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
@@ -190,8 +190,10 @@ def main(argv: list[str] | None = None) -> None:
          "format (Conv and MatMul quantized: uint8 activations per tensor, int8 weights per channel; the "
          "classifier Gemm stays fp32). Times are the sum over the compute nodes (Conv, QLinearConv, Gemm) "
          "of each node's median: loopopt through `lo.compare` (kernel runs on prepared buffers) with the "
-         "backend's default schedule (`ran`) and, with tuning, the `lo.tune` result; onnxruntime runs each "
-         "node alone as a one-node model (`session.run`, its per-call overhead included). ORT/loopopt > 1: "
+         "backend's schedule (`ran`: the tuning log's best if it has one, else the default) and, with "
+         "tuning, the `lo.tune` result (a node it finds no candidate for counts with its `ran` time); "
+         "onnxruntime runs each node alone as a one-node model (`session.run`, its per-call overhead "
+         "included). ORT/loopopt > 1: "
          "loopopt's nodes are faster in total. The output check runs the whole model through "
          "`loopopt.onnx.backend` in strict mode (non-compute nodes on onnx.reference) against onnxruntime."),
         "| model | precision | threads | nodes | MFLOP | loopopt ran ms | loopopt tuned ms | "

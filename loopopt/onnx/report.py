@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 from ..compare import MEASURE_BUDGET, Row, compare
 from ..measure import repeat_count
 from ..plot import plot_bars
-from ..tune import tune
+from ..tune import TuneError, tune
 from ..tune.log import signature
 from .backend import LoopoptRep, LoweredNode
 from .graph import dtype_of, load_model, runtime_inputs, static_input_shapes
@@ -36,6 +36,7 @@ class NodeReport:
     mflop: float = 0.0
     rows: list[Row] = field(default_factory=list)   # lo.compare rows RAN (the backend's schedule), TUNED
     onnxruntime_ms: float | None = None
+    tune_error: str = ""                              # why lo.tune found no schedule (no TUNED row)
 
     def row(self, name: str) -> Row | None:
         """The row ``name`` (RAN or TUNED), or None."""
@@ -53,6 +54,7 @@ class NodeReport:
                 "op": repr(lowered.op) if lowered.op else None,
                 "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
                 "mflop": self.mflop, "onnxruntime_ms": self.onnxruntime_ms,
+                "tune_error": self.tune_error or None,
                 "loopopt": {r.name: {"median_ms": r.median_ms, "gflops": r.gflops,
                                      "percent_of_peak": r.percent_of_peak, "verified": r.verified,
                                      "dram_bytes": r.dram_bytes, "misses": r.misses} for r in rows}}
@@ -104,6 +106,7 @@ class ModelReport:
         lines.append(f"total over the compute nodes: loopopt {cell(loopopt, '{:.3f}')} ms, "
                      f"onnxruntime {cell(ort, '{:.3f}')} ms"
                      + (f" ({ort / loopopt:.2f}x)" if loopopt and ort else ""))
+        lines += [f"not tuned: {n.lowered.node}: {n.tune_error}" for n in self.nodes if n.tune_error]
         reference = [n.lowered.node for n in self.nodes if not n.lowered.on_kernel]
         if reference:
             lines.append(f"on onnx.reference (not timed): {', '.join(reference)}")
@@ -205,8 +208,15 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
             key = signature(op)
             if key not in tuned:
                 _say(progress, f"tuning {index}/{len(nodes)}: {lowered.node} {op!r}")
-                tuned[key] = tune(op, trials=tune_trials, threads=threads, isa=isa, log=log, progress=False)
-            runs.append((TUNED, tuned[key].best, tuned[key].isa))
+                try:
+                    tuned[key] = tune(op, trials=tune_trials, threads=threads, isa=isa, log=log,
+                                      progress=False)
+                except TuneError as error:     # reported in the table and the JSON, not hidden
+                    tuned[key] = str(error)
+            if isinstance(tuned[key], str):
+                entry.tune_error = tuned[key]
+            else:
+                runs.append((TUNED, tuned[key].best, tuned[key].isa))
         _say(progress, f"measuring {index}/{len(nodes)}: {lowered.node}")
         for label, schedule, isa in runs:    # each on its own ISA (a tuned schedule may be AMX's)
             entry.rows += compare(op, [schedule], [label], isa=isa, reuse=reuse, progress=False,
