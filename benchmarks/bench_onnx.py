@@ -133,7 +133,7 @@ def output_check(path: Path, threads: int) -> str:
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     theirs = session.run(None, inputs)[0]
     diff = float(np.abs(ours - theirs).max())
-    return f"max |loopopt - onnxruntime| {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
+    return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
 def row(name: str, precision: str, threads: int, report, check: str) -> str:
