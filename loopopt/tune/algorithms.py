@@ -71,8 +71,8 @@ def alternatives(op: Op, algorithm: str, isa: str) -> list[Alternative]:
     """The candidates of ``algorithm`` (not ``direct``) for ``op`` on ``isa``, the preset's first;
     register blocks that leave no spare vector register, and duplicates after clamping, are left out."""
     if algorithm == "winograd":
-        return [Alternative("winograd", algorithm_name(m), {"algorithm": "winograd", "plan": algorithm_name(m)})
-                for m in reversed(TILES)]
+        names = [algorithm_name(m) for m in reversed(TILES)]
+        return [Alternative("winograd", name, {"algorithm": "winograd", "plan": name}) for name in names]
     vector = lanes(op, isa)
     if algorithm == "implicit_gemm":
         blocks = [{"m": m, "k": v * vector} for v in GEMM_VECTORS for m in GEMM_ROWS

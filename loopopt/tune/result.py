@@ -43,8 +43,8 @@ class Trial:
 
     def to_dict(self) -> dict[str, Any]:
         timing = self.timing
-        return {"number": self.number, "algorithm": self.algorithm, "status": self.status, "error": self.error, "logged": self.logged,
-                "elapsed_s": self.elapsed,
+        return {"number": self.number, "algorithm": self.algorithm, "status": self.status,
+                "error": self.error, "logged": self.logged, "elapsed_s": self.elapsed,
                 "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
                 "timing": None if timing is None else {
                     "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
@@ -149,7 +149,8 @@ class TuneResult:
     def table(self) -> str:
         """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
         unit = self.timing.unit
-        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  {'algorithm':13} candidate"]
+        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  "
+                 f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
             what = _describe(t.knobs) + (" (log)" if t.logged else "")

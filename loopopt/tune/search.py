@@ -298,7 +298,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
                         start)
         try:
-            state.alternative_trials([c for name, found in pool.items() for c in found[:given[name]]], seconds)
+            state.alternative_trials([c for a, found in pool.items() for c in found[:given[a]]], seconds)
             if space:
                 state.search(trials, seconds)
         finally:
