@@ -44,13 +44,15 @@ EXAMPLES = {
     "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x "
                 "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
-                "loopopt compare --matmul 256,256,512 --json"],
+                "loopopt compare --matmul 256,256,512 --json",
+                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
     "cache": ["loopopt cache info", "loopopt cache clear"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
-             "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json"],
+             "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json",
+             "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd"],
 }
 INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
 

@@ -95,24 +95,37 @@ def test_cli_tune_takes_algorithms(capsys):
     assert status == 2 and "--algorithms: unknown algorithm(s) 'fft'" in err and "'winograd'" in err
 
 
-def test_cli_compare_shows_each_algorithm(capsys, tmp_path):
-    conv = ["--conv", "4,16,3,6,padding=1", "--quiet", "--no-reuse"]
-    status = main(["compare", *conv, "--algorithms", "--json"])
+def test_cli_compare_shows_each_algorithm(capsys):
+    conv = ["--conv", "4,16,3,9,stride=2", "--quiet", "--no-reuse"]
+    status = main(["compare", *conv, "--algorithms", "im2col,winograd,direct", "--json"])
     data = json.loads(capsys.readouterr().out)
-    names = [row["name"] for row in data["rows"]]
-    assert status == 0 and names == ["direct: preset output_stationary", "implicit_gemm: preset",
-                                     "im2col: preset", "winograd: default plan F(4x4,3x3)"]
-    assert all(row["verified"] and row["relative_error"] is not None for row in data["rows"])
-    log = str(tmp_path / "tune.db")
-    lo.tune(CONV, trials=2, budget=0.01, progress=False, log=log, algorithms=("direct", "winograd"))
-    status = main(["compare", *conv, "--algorithms", "direct,winograd", "--log", log])
-    out = capsys.readouterr().out
-    assert status == 0 and "direct: best of log" in out and "winograd: best of log, winograd F(" in out
-    status = main(["compare", "--conv", "4,16,3,9,stride=2", "--quiet", "--no-reuse", "--algorithms",
-                   "direct,winograd"])
-    out = capsys.readouterr().out
-    assert status == 0 and "winograd not shown: " in out and "stride=1" in out
+    rows = data["rows"]
+    assert status == 0 and [r["name"] for r in rows] == ["direct: preset output_stationary", "im2col: preset"]
+    assert all(r["verified"] and r["relative_error"] is not None and r["gflops"] > 0 for r in rows)
+    assert "stride=1" in data["skipped"]["winograd"]
     status = main(["compare", *conv, "--algorithms", "--schedules", "naive"])
     assert status == 2 and "does not combine with --schedules" in capsys.readouterr().err
-    status = main(["compare", *conv, "--log", log])
+    status = main(["compare", *conv, "--log", "tune.db"])
     assert status == 2 and "--log goes with --algorithms" in capsys.readouterr().err
+    status = main(["compare", *conv, "--algorithms", "gemm"])
+    assert status == 2 and "--algorithms: unknown algorithm(s) 'gemm'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_compare_takes_each_algorithms_best_from_the_log(capsys, tmp_path):
+    conv = ["--conv", "4,16,3,6,padding=1", "--quiet", "--no-reuse"]
+    status = main(["compare", *conv, "--algorithms"])
+    out = capsys.readouterr().out
+    assert status == 0 and all(name in out for name in ("direct: preset output_stationary",
+                                                               "implicit_gemm: preset", "im2col: preset",
+                                                               "winograd: default plan F(4x4,3x3)"))
+    log = str(tmp_path / "tune.db")
+    lo.tune(CONV, trials=4, budget=0.01, progress=False, log=log, algorithms=("direct", "winograd"))
+    status = main(["compare", *conv, "--algorithms", "direct,winograd,im2col", "--log", log])
+    out = capsys.readouterr().out
+    assert status == 0 and "direct: best of log" in out
+    assert "winograd: best of log, winograd F(4x4,3x3)" in out
+    assert "im2col: preset" in out                 # not in the log: its preset
+    layer = ["--layer", "resnet50.conv2_x", "--quiet", "--no-reuse"]
+    status = main(["compare", *layer, "--algorithms", "direct"])
+    assert status == 0 and "direct: stored schedule resnet50.conv2_x" in capsys.readouterr().out
