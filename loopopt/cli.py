@@ -249,7 +249,9 @@ def _default_plan(name: str, op, layer: str | None):
 
 def _algorithm_rows(args: argparse.Namespace, op) -> tuple[list, list[str], dict[str, str]]:
     """One schedule (or Winograd plan) per algorithm of ``--algorithms``: the fastest in ``--log`` on
-    this machine, else the default (``_default_plan``); with their labels and the algorithms skipped."""
+    this machine, ISA (``--isa``, resolved) and ``--threads``, else the default (``_default_plan``);
+    with their labels and the algorithms skipped."""
+    from .codegen.isa import resolve_isa
     from .schedule_file import schedule_from_toml
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
@@ -257,7 +259,8 @@ def _algorithm_rows(args: argparse.Namespace, op) -> tuple[list, list[str], dict
     wanted = _algorithms(args.algorithms)
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
-    logged = best_by_algorithm(op, args.log, args.threads) if args.log else {}
+    isa = args.isa if args.isa == "amx" else resolve_isa(args.isa, integer=op.quant is not None)
+    logged = best_by_algorithm(op, args.log, args.threads, isa) if args.log else {}   # measured as compiled
     schedules, labels = [], []
     for name in (a for a in wanted if not why[a]):
         if name in logged:
