@@ -5,6 +5,7 @@ import pytest
 
 import loopopt as lo
 from loopopt.cli import main
+from loopopt.tune import TuneError
 from loopopt.tune.algorithms import ALGORITHMS, alternatives, refusals, selected, share
 
 CONV = lo.Conv2d(4, 16, 3, padding=1, height=6, width=6)        # Winograd applies
@@ -80,6 +81,9 @@ def test_tune_subset_and_skipped():
     assert "no trial left of the 1 trials" in few.skipped["implicit_gemm"]
     with pytest.raises(ValueError, match="unknown algorithm"):
         lo.tune(CONV, trials=1, progress=False, algorithms=("gemm",))
+    with pytest.raises(TuneError, match=r"none of the algorithms \('implicit_gemm',\) can be tried on "
+                                        "Matmul.*implicit_gemm: an op without windows"):
+        lo.tune(lo.Matmul(8, 16, 8), trials=1, progress=False, algorithms="implicit_gemm")
     with pytest.raises(ValueError, match="the result's best is a Schedule"):
         lo.tune(CONV, trials=1, progress=False, algorithms=("winograd",))
 

@@ -283,6 +283,9 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     for name, count in given.items():
         if not count:
             skipped[name] = f"no trial left of the {trials} trials (the direct search keeps at least half)"
+    if "direct" not in wanted and not any(given.values()):
+        raise TuneError(f"none of the algorithms {wanted} can be tried on {op!r}: "
+                        + "; ".join(f"{name}: {why}" for name, why in skipped.items()))
     space = candidates(op, isa, threads) if "direct" in wanted else []
     if "direct" in wanted and not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
