@@ -135,16 +135,19 @@ class TuneResult:
     @property
     def model_spearman(self) -> float | None:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
-        measured minimum time over the verified trials; None with fewer than 3 of them."""
-        pairs = [(t.model["model_seconds"], t.seconds) for t in self.trials
-                 if t.seconds is not None and "model_seconds" in t.model]
+        measured minimum time over the verified trials that have a model time (the direct search's
+        register-blocked ones: not AMX tiles nor the other algorithms); None with fewer than 3 of them."""
+        pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
+    def _modelled(self) -> list[tuple[float, float]]:
+        return [(t.model["model_seconds"], t.seconds) for t in self.trials
+                if t.seconds is not None and "model_seconds" in t.model]
+
     def _model_line(self) -> str:
-        rho = self.model_spearman
-        verified = len(self.trials) - len(self.failed)
-        return (f"model vs measured: Spearman {rho:+.3f} over {verified} verified trials" if rho is not None
-                else f"model vs measured: no Spearman figure ({verified} verified trials, 3 needed)")
+        rho, modelled = self.model_spearman, f"{len(self._modelled())} verified trials with a model time"
+        return (f"model vs measured: Spearman {rho:+.3f} over {modelled}" if rho is not None
+                else f"model vs measured: no Spearman figure ({modelled}, 3 needed)")
 
     def table(self) -> str:
         """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
