@@ -11,6 +11,7 @@ from helpers import (
     conv_ops,
     integer_calls,
     matmul_ops,
+    quantized_schedules,
     quick_first,
     rotated,
     schedules,
@@ -35,12 +36,7 @@ def random_quantized_conv_schedule(isa, data):
     """A random legal schedule of a random quantized conv (every QuantSpec combination), either
     compensation, sometimes dequantizing, on calibrated data or on full-range data with any zero points."""
     op = quantized(data.draw(conv_ops(max_hw=7)), data.draw(SPECS))
-    s = data.draw(schedules(op, isa))
-    if data.draw(st.booleans()):
-        s = s.compensation("kernel")
-    if op.quant.dequantized and data.draw(st.integers(0, 3)) == 0:
-        s = s.arithmetic("dequantize")
-    check(s, isa, call=data.draw(st.none() | integer_calls(op)))
+    check(data.draw(quantized_schedules(op, isa)), isa, call=data.draw(st.none() | integer_calls(op)))
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(

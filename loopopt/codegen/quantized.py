@@ -43,6 +43,7 @@ import numpy as np
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
+from . import ternary
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
 
@@ -67,6 +68,7 @@ class QuantPlan:
     activation_type: str         # C types
     output_type: str
     bias_type: str
+    packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
 
     @property
     def integer(self) -> bool:
@@ -78,6 +80,9 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
     spec = schedule.op.quant
     integer = schedule.arithmetic_mode == "integer"
     dot = find_dot_loop(schedule, lanes) if integer else None
+    packed = schedule.weight_format_mode == "i2_s"
+    if dot and packed and not ternary.groups_aligned(schedule, dot):
+        dot = None      # a dot group of packed weights is one 32-bit read: it must start on 4 elements
     return QuantPlan(
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
         shift=128 if dot and spec.activation == "int8" else 0,
@@ -86,7 +91,7 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         fused_epilogue=(integer and schedule.register_block_at is not None
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
-        bias_type="float" if spec.dequantized else "int32_t")
+        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -207,6 +212,26 @@ def row_col_windows(op: Op) -> tuple[Window, Window]:
     return windows[0], windows[1]
 
 
+@dataclass(frozen=True)
+class GroupShape:
+    """An op as per-group GEMMs over its windows: batch, groups, input and output channels per group,
+    the row and column windows (``NO_WINDOW`` where the op has none)."""
+
+    batch: int
+    groups: int
+    cg: int                          # input channels per group
+    kg: int                          # output channels per group
+    rows: Window
+    cols: Window
+
+    @classmethod
+    def of(cls, op: Op, **extra):
+        """The shape of ``op`` (``extra``: the fields a subclass adds)."""
+        rows, cols = row_col_windows(op)
+        return cls(op.extent(batch_dim(op)), op.groups, op.extent(op.reduction_channel_dim),
+                   op.channels // op.groups, rows, cols, **extra)
+
+
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
     """The border classes of the op's row and column windows (a GEMM has one class)."""
@@ -256,7 +281,7 @@ def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
     if tensor == op.inputs[0]:
         return qp.activation_type
     if tensor == op.inputs[1]:
-        return "int8_t"
+        return "uint8_t" if qp.packed_weights else "int8_t"
     if tensor == op.bias_tensor:
         return qp.bias_type
     return "int32_t" if qp.integer else "float"
@@ -329,7 +354,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) "
                      "over valid taps */")
         lines += _omp(schedule)
-        woff = _storage_offset(schedule, w, op.index(w))
+        weight = ternary.reference(schedule, w, _storage_offset(schedule, w, op.index(w)))
         if op.windows:
             rows, cols = op.windows
             rc, cc = borders(op).shape
@@ -337,12 +362,12 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
                       f"    for ({it} rc = 0; rc < {rc}; ++rc)",
                       f"        for ({it} cc = 0; cc < {cc}; ++cc) {{"]
             lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {rows.taps} + {rows.tap_dim}]",
-                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{w}[{woff}] - lo_zw[{k}]",
+                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{weight} - lo_zw[{k}]",
                               it)
             lines += [f"            lo_comp[(rc * {cc} + cc) * {op.channels} + {k}] = s;", "        }"]
         else:
             lines += [f"for ({it} {k} = 0; {k} < {op.channels}; ++{k}) {{", "    int s = 0;",
-                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {w}[{woff}] - lo_zw[{k}];",
+                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {weight} - lo_zw[{k}];",
                       f"    lo_comp[{k}] = s;", "}"]
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
