@@ -24,7 +24,7 @@ from .codegen import Generated, generate
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
 from .codegen.tiles import (
     TileShape,
     activations_shape,
@@ -233,7 +233,7 @@ class QuantizedKernel(Kernel):
         if name == "Y":
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
-            return op.channels * math.prod(borders(op).shape)
+            return compensation_entries(op)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         return op.channels if name.startswith("lo_") else super()._elements(name)

@@ -279,7 +279,11 @@ def _check_statement(op: Op) -> None:
                         f"one (use isa='auto')")
     outputs = op.index(op.output)
     others = [e for e in outputs if not (isinstance(e, Var) and e.name in {k, *(w.out_dim for w in windows)})]
-    if len(windows) > 2 or len(others) != 1 or not isinstance(others[0], Var):
+    if len(windows) > 2 or len(others) > 1:
+        raise TileError(f"isa 'amx' tiles ops of at most 2 window axes and one batch dim; {op!r} has "
+                        f"{len(windows)} window axes and {len(others)} batch dims "
+                        f"({', '.join(e.to_c() for e in others)}): use isa='avx512' (VNNI)")
+    if len(others) != 1 or not isinstance(others[0], Var):
         raise refusal
     batch = others[0].name
     taps = [Var(w.tap_dim) for w in windows]
