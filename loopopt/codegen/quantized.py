@@ -286,7 +286,9 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
                  for valid, cls, win in zip(borders(op).valid, classes, windows)]
     out = "".join(letters[d] for d in weight_batch_dims(op)) + "".join(classes) + letters[op.channel_dim]
     spec = ",".join(sub for _, sub in operands) + "->" + out
-    return np.einsum(spec, *(a for a, _ in operands)).astype(np.int32).reshape(-1)
+    # a reduction dim that does not index the weights repeats each weight (a contraction's)
+    repeats = math.prod(op.extent(d) for d in op.reduction_dims - set(dims))
+    return (repeats * np.einsum(spec, *(a for a, _ in operands))).astype(np.int32).reshape(-1)
 
 
 # --- C around the nest ---------------------------------------------------------------------------
@@ -343,14 +345,17 @@ def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
 
 
 def _tap_sum(op: Op, valid: list[str], term: str, it: str) -> list[str]:
-    """``s += term`` over the taps (one loop per window, then the input channels) whose window
-    positions are valid (``valid``: a C condition per window); ``it`` is the C type of the loop
-    variables."""
-    c = op.reduction_channel_dim
+    """``s += term`` over the reduction: one loop per window's taps, those whose positions are valid
+    (``valid``: a C condition per window), then the other reduction dims (a conv's input channels);
+    ``it`` is the C type of the loop variables."""
     loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
-    return (["int s = 0;"] + [f"{'    ' * depth}{loop(w.tap_dim, w.taps)} if ({ok})"
+    taps = {w.tap_dim for w in op.windows}
+    others = [d for d in op.dim_names if d in op.reduction_dims and d not in taps]
+    lines = ["int s = 0;"] + [f"{'    ' * depth}{loop(w.tap_dim, w.taps)} if ({ok})"
                               for depth, (w, ok) in enumerate(zip(op.windows, valid, strict=True))]
-            + [f"{'    ' * len(op.windows)}{loop(c, op.extent(c))} s += {term};"])
+    lines += [f"{'    ' * depth}{loop(d, op.extent(d))}" for depth, d in enumerate(others, len(op.windows))]
+    lines[-1] += f" s += {term};"
+    return lines
 
 
 def _nest(loops: list[str], body: list[str]) -> list[str]:
