@@ -196,6 +196,19 @@ def _schedule(name: str, op):
     return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
 
 
+def _winograd(name: str, op):
+    """The Winograd plan ``winograd2`` / ``winograd4`` names (F(2x2,3x3), F(4x4,3x3)), None for another name;
+    UsageError with the reason if Winograd does not apply to ``op``."""
+    from .winograd import TILES, WinogradError, plan
+    ms = {f"winograd{m}": m for m in TILES}
+    if name not in ms:
+        return None
+    try:
+        return plan(op, ms[name])
+    except WinogradError as err:
+        raise UsageError(f"--schedules {name}: {err}") from None
+
+
 def _writable(path: str | None) -> Path | None:
     """``path`` if its directory exists and is writable (checked before any long run)."""
     if path is None:
@@ -222,7 +235,7 @@ def _comparison(args: argparse.Namespace):
     names = [n.strip() for n in args.schedules.split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
-    schedules = [_schedule(name, op) for name in names]
+    schedules = [_winograd(name, op) or _schedule(name, op) for name in names]
     labels = [Path(n).name.removesuffix(".toml") for n in names]
     return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet,
                    threads=args.threads)
@@ -362,7 +375,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         op = op.with_quant(QuantSpec(**INT8_SPEC))
     result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                   log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
-                  budget=args.budget)
+                  budget=args.budget, algorithms=("direct", "winograd") if args.winograd else ("direct",))
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -396,6 +409,9 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=_positive_float, default=0.2,
                    help="seconds of timed runs per candidate (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search's random choices (default 0)")
+    p.add_argument("--winograd", action="store_true",
+                   help="also measure Winograd F(4x4,3x3) and F(2x2,3x3) where they apply; the result says "
+                        "which algorithm won (--save still saves the best schedule)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
     p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")

@@ -51,6 +51,8 @@ class Buffers:
 class Kernel:
     """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
 
+    algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
+
     def __init__(self, schedule: Schedule, generated: Generated, module):
         self.schedule = schedule
         self.op = schedule.op

@@ -182,7 +182,8 @@ def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1,
     """The fastest verified schedule of ``op`` in the tuning log ``log`` measured on this machine
     with ``threads`` threads (and ``isa``, if given), by minimum time; None if there is none."""
     with TuningLog(log, readonly=True) as tuning_log:
-        ok = [t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"]
+        ok = [t for t in tuning_log.trials(op, isa, threads)          # schedules, not Winograd trials
+              if t.status == "ok" and "algorithm" not in t.knobs]
     if not ok:
         return None
     best = min(ok, key=lambda t: t.timing.min)

@@ -9,6 +9,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
+from ..winograd import WinogradPlan
 from .fit import spearman
 
 
@@ -50,7 +51,9 @@ class Trial:
 class TuneResult:
     """The outcome of a search: ``best`` (the fastest verified schedule), its ``timing``, and
     ``trials`` (every candidate measured, or taken from the log, in order); ``refused`` counts
-    candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds."""
+    candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds.
+    With ``tune(algorithms=("direct", "winograd"))``: ``winner`` is the Winograd plan when one was
+    faster than ``best`` (else None), ``skipped`` says why an algorithm was not tried."""
 
     op: Op
     isa: str
@@ -63,6 +66,33 @@ class TuneResult:
     log: str | None = None
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
+    winner: WinogradPlan | None = None          # a faster algorithm than the best schedule
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm that won: ``"direct"`` (``best``) or the Winograd plan's name (``winner``)."""
+        return self.winner.algorithm if self.winner is not None else "direct"
+
+    def by_algorithm(self) -> dict[str, Trial]:
+        """The fastest verified trial of each algorithm tried (``"direct"``: the schedules)."""
+        fastest: dict[str, Trial] = {}
+        for t in self.trials:
+            name = t.knobs.get("algorithm", "direct")
+            if t.seconds is not None and (name not in fastest or t.seconds < fastest[name].seconds):
+                fastest[name] = t
+        return fastest
+
+    def _algorithm_line(self) -> str:
+        fastest = sorted(self.by_algorithm().items(), key=lambda item: item[1].seconds)
+        if len(fastest) < 2 and not self.skipped:
+            return ""
+        (first, best), rest = fastest[0], fastest[1:]
+        margins = ", ".join(f"{r.seconds / best.seconds:.2f}x faster than {name} (trial {r.number})"
+                            for name, r in rest)
+        skipped = "".join(f"; {name} not tried: {why}" for name, why in self.skipped.items())
+        return (f"\nalgorithm: {first} won (trial {best.number}, min {best.seconds * 1e3:.3f} ms)"
+                + (f", {margins}" if margins else "") + skipped)
 
     def best_so_far(self) -> list[float | None]:
         """After each trial, the best rate (G(FL)OP/s of the minimum time) found so far."""
@@ -127,7 +157,7 @@ class TuneResult:
                 f"{self.elapsed:.1f} s{'; ' + self.stopped if self.stopped else ''}\n"
                 f"best (trial {self.best_number}): min {self.timing.min * 1e3:.3f} ms, {rate:.1f} "
                 f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}\n"
-                + self._model_line())
+                + self._model_line() + self._algorithm_line())
 
     def to_dict(self) -> dict[str, Any]:
         from ..schedule_file import to_toml
@@ -135,6 +165,8 @@ class TuneResult:
         return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
+                "algorithm": self.algorithm, "skipped": self.skipped,
+                "by_algorithm": {name: t.number for name, t in self.by_algorithm().items()},
                 "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
                 "trials": [t.to_dict() for t in self.trials]}
 
@@ -169,7 +201,10 @@ class TuneResult:
 
 
 def _describe(k: dict) -> str:
-    """A candidate's knobs in a few words (an AMX candidate's, or a register block's)."""
+    """A candidate's knobs in a few words (a Winograd trial's algorithm, an AMX candidate's, or a
+    register block's)."""
+    if "algorithm" in k:
+        return k["algorithm"]
     if k.get("isa") == "amx":
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"

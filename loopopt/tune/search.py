@@ -31,6 +31,7 @@ from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
+from ..winograd import TILES, algorithm_name, from_name, refusal
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
@@ -46,6 +47,7 @@ NEIGHBOURS = 3             # a neighbour is picked at random among the best-rank
 SCORED_NEIGHBOURS = 6      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
 REASONS = 600              # characters of failure reasons quoted in an error
+ALGORITHMS = ("direct", "winograd")   # what tune(algorithms=...) may search: schedules, Winograd plans
 
 
 class TuneError(ValueError):
@@ -107,6 +109,13 @@ class Walk:
         self.blocks.discard(_block(self.candidate(index)))
 
 
+def _check_algorithms(algorithms: tuple[str, ...]) -> None:
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or "direct" not in algorithms:
+        raise ValueError(f"algorithms must include 'direct' and may add "
+                         f"{', '.join(map(repr, ALGORITHMS[1:]))}, got {tuple(algorithms)!r}")
+
+
 def _check(trials: int, seconds: float | None, threads: int, budget: float, timeout: float) -> None:
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
@@ -137,6 +146,7 @@ class _Search:
     def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
                  tuning_log: TuningLog | None, bar: Progress, start: float):
         self.op, self.threads, self.budget, self.timeout, self.start = op, threads, budget, timeout, start
+        self.isa = isa
         self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
         self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
         self.done: list[Trial] = []
@@ -214,6 +224,24 @@ class _Search:
         self.walk.observe(index, trial.seconds)
         self.bar.update(len(self.done), _progress_label(self.op, self.done))
 
+    def algorithm_trials(self, names: list[str]) -> None:
+        """Measure each named algorithm's plan (``winograd.from_name``) as one trial, one after the
+        other, in addition to the schedule search's trials (taken from the log when it has them)."""
+        for name in names:
+            logged = self.known.get(name)
+            if logged is None:
+                result = outcome(self.run.submit(Task(self.op, name, self.isa, self.threads, self.budget),
+                                                 self.timeout), self.timeout)
+                if self.tuning_log is not None:
+                    self.tuning_log.append(self.op, name, {"algorithm": name}, {}, self.isa, self.threads,
+                                           self.budget, result)
+                status, timing, error = result.status, result.timing, result.error
+            else:
+                status, timing, error = logged.status, logged.timing, logged.error
+            self.done.append(Trial(len(self.done) + 1, name, {"algorithm": name}, {}, status, timing, error,
+                                   logged=logged is not None, elapsed=time.perf_counter() - self.start))
+            self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
     def abandon(self) -> None:
         """Cancel the trials in flight (the search ends early: an error or an interrupt)."""
         for future in self.in_flight:
@@ -222,7 +250,8 @@ class _Search:
 
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
-         budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic) -> TuneResult:
+         budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic,
+         algorithms: tuple[str, ...] = ("direct",)) -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -235,8 +264,16 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     already in it for this op, ISA, thread count and machine are taken from it instead of
     measured again. ``rank`` orders the candidates first (default: the built-in heuristic), the
     kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
-    shows a progress bar on stderr."""
+    shows a progress bar on stderr. ``algorithms``: ``("direct", "winograd")`` also measures Winograd
+    F(4x4,3x3) and F(2x2,3x3) (``dataflows.winograd``) where they apply (one thread; else the result's
+    ``skipped`` says why), as trials after the schedule search's; the result says which algorithm won
+    and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
     _check(trials, seconds, threads, budget, timeout)
+    _check_algorithms(tuple(algorithms))
+    skipped = {}
+    if "winograd" in algorithms:
+        one_thread = "" if threads == 1 else f"the Winograd pipeline runs on one thread, not {threads}"
+        skipped["winograd"] = refusal(op) or one_thread
     if isa == "amx":
         check_amx_cpu()
     else:
@@ -257,6 +294,8 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
                         start)
         try:
             state.search(trials, seconds)
+            if "winograd" in skipped and not skipped["winograd"]:
+                state.algorithm_trials([algorithm_name(m) for m in reversed(TILES)])
         finally:
             state.abandon()
     finally:
@@ -265,7 +304,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.done, state.refusals, time.perf_counter() - start, log,
-                   state.stopped)
+                   state.stopped, {a: why for a, why in skipped.items() if why})
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -278,18 +317,20 @@ def _progress_label(op: Op, done: list[Trial]) -> str:
 
 
 def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[str], elapsed: float,
-            log: str | None, stopped: str) -> TuneResult:
+            log: str | None, stopped: str, skipped: dict[str, str]) -> TuneResult:
     if not done:
         reasons = "; ".join(dict.fromkeys(refusals))
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
                         f"({reasons[:REASONS]})" if refusals else
                         f"no trial of {op!r} ran: {stopped}")
-    ok = [t for t in done if t.seconds is not None]
+    ok = [t for t in done if t.seconds is not None and "algorithm" not in t.knobs]
     if not ok:
         errors = "; ".join(dict.fromkeys(f"{t.status}: {t.error}" for t in done))
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"
                         + (f"; they are in the tuning log {log}" if log else ""))
     best = min(ok, key=lambda t: t.seconds)
     isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
+    fastest = min((t for t in done if t.seconds is not None), key=lambda t: t.seconds)
+    winner = from_name(op, fastest.schedule) if fastest is not best else None
     return TuneResult(op, isa, threads, schedule_from_toml(best.schedule, op), best.timing, done,
-                      len(refusals), elapsed, log, stopped, best.number)
+                      len(refusals), elapsed, log, stopped, best.number, winner, skipped)
