@@ -13,8 +13,9 @@ weights and uint8 weights cost nothing in the kernel. The exact accumulator of D
 
 with ``T[k](p) = sum (w - zw[k])`` and ``S(p) = sum x'`` over the taps valid at output
 position ``p`` (padding taps do not exist, so both depend on ``p`` near the borders).
-``T`` only takes as many values per channel as there are classes of output rows and
-columns with different valid taps, so it is a table ``[K, row classes, column classes]``
+``T`` only takes as many values per channel as there are classes of output positions with
+different valid taps along each window (a conv's depth, rows, columns), so it is a table
+``[weight batch...][class per window...][K]`` (a batched matmul's weights: one per batch item)
 computed when the weights are packed (``compensation("packed")``) or by the kernel
 (``compensation("kernel")``); ``S`` is computed by the kernel (only for asymmetric
 weights, whose ``zw'`` may be nonzero; symmetric uint8 weights have ``zw = 128``, ``zw' = 0``).

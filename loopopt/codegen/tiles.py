@@ -39,7 +39,8 @@ the channel block's loop outside the pixel loops (the default order) keeps a blo
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
 blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
 effect here.
-Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
+Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs, more
+than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
 """
 from __future__ import annotations
 
