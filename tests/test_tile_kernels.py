@@ -3,7 +3,7 @@
 dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
 import numpy as np
 import pytest
-from helpers import SPECS, check, check_quantized, needs_amx, quick_first, tiers
+from helpers import SPECS, check, check_quantized, conv_ops, integer_calls, needs_amx, quick_first, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -50,6 +50,19 @@ def random_tile_conv(data):
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
     random_tile_conv, 3, 30, marks=[needs_amx], data=st.data())
+
+
+def random_tile_conv1d(data):
+    """A quantized Conv1d on the tiles (its one window as the row window, no column taps), padded alike
+    on both sides and not depthwise (which the tiles refuse), exact on calibrated or full-range data."""
+    op = data.draw(conv_ops(max_hw=12, spatial=1, max_channels=20).filter(
+        lambda op: op.pads[0][0] == op.pads[0][1] and not op.in_channels == op.out_channels == op.groups))
+    op = op.with_quant(data.draw(SPECS))
+    check_quantized(lo.Schedule(op), "amx", call=data.draw(st.none() | integer_calls(op)))
+
+
+test_random_tile_conv1ds_quick, test_random_tile_conv1ds = tiers(
+    random_tile_conv1d, 2, 20, marks=[needs_amx], data=st.data())
 
 
 def random_tile_matmul(data, m, n, k):
