@@ -18,7 +18,7 @@ from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
 from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
-from .quant import QuantSpec, dequantize, quant_error, quantize
+from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 from .tune import TuneError, TuneResult, TuningLogError, best_schedule, tune
@@ -69,6 +69,8 @@ __all__ = [
     "quant_accuracy",
     "quant_error",
     "quantize",
+    "quantize_binary",
+    "quantize_ternary",
     "reuse",
     "reuse_distances",
     "save_schedule",

@@ -15,6 +15,7 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
+from .winograd import WinogradPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
 
@@ -41,6 +42,8 @@ class Row:
     misses: dict[str, int] = field(default_factory=dict)          # per cache level
     level_bytes: dict[str, int] = field(default_factory=dict)     # bytes delivered per level
     level_energy_uj: dict[str, float] = field(default_factory=dict)
+    relative_error: float | None = None    # max_error / the reference output's largest magnitude
+    algorithm: str = "direct"              # or "winograd F(4x4,3x3)" (a WinogradPlan row)
 
 
 def _flag(value: object, fmt: str) -> str:
@@ -54,7 +57,8 @@ def _flag(value: object, fmt: str) -> str:
 
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
            ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"),
-           ("% peak", "percent_of_peak", "{:.1f}"), ("ok", "verified", "{}"), ("noise", "noisy", "{}"),
+           ("% peak", "percent_of_peak", "{:.1f}"), ("ok", "verified", "{}"),
+           ("err/max", "relative_error", "{:.1e}"), ("noise", "noisy", "{}"),
            ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
@@ -83,6 +87,16 @@ class Comparison:
     def noisy(self) -> bool:
         """Whether any row's timing was unstable."""
         return any(r.noisy for r in self.rows)
+
+    def analysed(self) -> "Comparison":
+        """This comparison restricted to the rows with a reuse analysis (what the traffic plots draw; a
+        WinogradPlan row has none)."""
+        rows = [r for r in self.rows if r.name in self.profiles]
+        if len(rows) == len(self.rows):
+            return self
+        return Comparison(self.op, rows, self.profiles, self.peak, self.note, end_to_end=self.end_to_end,
+                          rounds=self.rounds, other_cpu_share=self.other_cpu_share,
+                          provenance=self.provenance)
 
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median."""
@@ -169,7 +183,8 @@ def _analysis():
     return analysis
 
 
-def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None = None, isa: str = "auto",
+def compare(op: Op, schedules: Sequence[Schedule | WinogradPlan], names: Sequence[str] | None = None,
+            isa: str = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False) -> Comparison:
     """Compile each schedule of ``op``, time them together with their runs interleaved over
@@ -178,13 +193,17 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
 
     Schedules with a parallel loop run on ``threads`` threads (default 1, so every row
     is one core's work and % of peak compares like with like). ``end_to_end`` times whole
-    calls, packing included; by default only the kernel runs."""
+    calls, packing included; by default only the kernel runs. A ``WinogradPlan``
+    (``dataflows.winograd``) is a row like a schedule (verified within its own error bound), without
+    reuse analysis or kernel model (both take one schedule); every row reports its error relative to
+    the output's largest magnitude."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
     for name, schedule in zip(names, schedules, strict=True):
-        if not isinstance(schedule, Schedule) or schedule.op is not op and repr(schedule.op) != repr(op):
+        if not isinstance(schedule, (Schedule, WinogradPlan)) or repr(schedule.op) != repr(op):
             raise ValueError(f"schedule {name!r} is not a Schedule of {op!r}")
+    single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
     analysis = _analysis() if reuse else None
     note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
     machine = analysis.Machine.detect() if analysis else None
@@ -193,7 +212,8 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
     for index, (name, schedule) in enumerate(zip(names, schedules, strict=True)):
         bar.update(index, f"{name}: compile")
         kernel = schedule.compile(isa)
-        kernel.set_threads(threads if schedule.parallel_loop is not None else 1)
+        kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
+                           else 1)
         kernels.append(kernel)
     bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
     timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
@@ -201,11 +221,13 @@ def compare(op: Op, schedules: Sequence[Schedule], names: Sequence[str] | None =
     rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
     if analysis:
         for index, (name, schedule, row) in enumerate(zip(names, schedules, rows)):
+            if not single[index]:
+                continue
             bar.update(len(kernels) + 1 + index, f"{name}: reuse analysis")
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
-    for name, schedule, kernel, row in zip(names, schedules, kernels, rows, strict=True):
-        if kernel.isa not in CORE_COSTS:          # AMX tiles: the kernel model has no costs for them
+    for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
+        if not one or kernel.isa not in CORE_COSTS:    # AMX tiles: the kernel model has no costs for them
             continue
         model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
                              machine=machine)
@@ -228,7 +250,7 @@ def _provenance(rows: list[Row]) -> dict[str, Any]:
 def _row(name: str, isa: str, timing: Timing) -> Row:
     return Row(name, isa, timing.median * 1e3, timing.min * 1e3, timing.iqr * 1e3, timing.repeats,
                timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy,
-               timing.noise)
+               timing.noise, relative_error=timing.relative_error, algorithm=timing.algorithm)
 
 
 def _add_hierarchy(row: Row, hierarchy) -> None:

@@ -18,6 +18,7 @@ from .expr import Var
 from .layout import moved_last
 from .ops import Op
 from .schedule import Schedule
+from .winograd import WinogradPlan, plan
 
 LANES = 16
 
@@ -210,6 +211,16 @@ def im2col(op: Op, m: int = 64) -> Schedule:
     """
     schedule = _gemm_view(_conv_only(op, "im2col")).reorder("k", "r", "m")
     return _tile(schedule, m=m).vectorize("m_i")
+
+
+def winograd(op: Op, m: int = 4, gemm_rows: int = 7, gemm_cols: int = 4 * LANES) -> WinogradPlan:
+    """Winograd F(m x m, 3 x 3) (``m`` 2 or 4) of a float32 2-D conv with a 3x3 kernel, stride 1,
+    dilation 1, groups 1: not one Schedule but a pipeline of five ops, each with its own Schedule
+    (input transform in two passes, a batched GEMM over the ``(m+2)**2`` tile positions
+    register-blocked ``gemm_rows x gemm_cols``, output transform in two passes with the bias), see
+    ``loopopt.winograd``. ``.compile()`` gives a kernel ``lo.measure`` times and verifies against
+    its own error bound. Not in ``PRESETS`` (whose presets return one Schedule)."""
+    return plan(op, m, gemm_rows, gemm_cols)
 
 
 class UnknownPresetError(KeyError):

@@ -21,10 +21,21 @@ from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
+from .codegen.binary import (
+    LANES,
+    POPCOUNTS,
+    BinaryShape,
+    generate_binary,
+    pack_bits_activations,
+    pack_bits_weights,
+    packed_elements,
+)
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, resolve_isa
+from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
+from .codegen.lut import FORMATS, LUT, generate_lut, lut_bytes, pack_lut, table_entries
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
+from .codegen.ternary import pack_i2s, packed_bytes
 from .codegen.tiles import (
     TileShape,
     activations_shape,
@@ -34,10 +45,11 @@ from .codegen.tiles import (
     pack_weights,
 )
 from .quant import PARAM_NAMES, QuantParams, check_quant_params, requant_multiplier
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleError
 
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
-CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2}
+CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
+               "uint64_t": 8}
 
 
 @dataclass
@@ -50,6 +62,8 @@ class Buffers:
 
 class Kernel:
     """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
+
+    algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
 
     def __init__(self, schedule: Schedule, generated: Generated, module):
         self.schedule = schedule
@@ -215,7 +229,8 @@ class QuantizedKernel(Kernel):
     ``kernel(xq, wq, b, x_scale=, x_zero_point=, w_scale=, w_zero_point=, y_scale=, y_zero_point=)``
     (``y_*`` only for a requantized output; an int32 output takes only the zero points).
     ``prepare`` validates the parameters with ``quant.check_quant_params``, packs the arrays into
-    the schedule's layouts (uint8 weights shifted to int8, ``quantized.stored_weights``) and
+    the schedule's layouts (uint8 weights shifted to int8, ``quantized.stored_weights``; ternary
+    weights to 2 bits with ``weight_format("i2_s")``, ``codegen.ternary``) and
     computes the per-channel terms (multipliers, and the weight compensation table when the
     schedule says ``compensation("packed")``) outside the timed ``run``.
     """
@@ -233,9 +248,11 @@ class QuantizedKernel(Kernel):
         if name == "Y":
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
-            return op.channels * math.prod(borders(op).shape)
+            return compensation_entries(op)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
+        if name == op.inputs[1] and self.plan.packed_weights:
+            return packed_bytes(super()._elements(name))
         return op.channels if name.startswith("lo_") else super()._elements(name)
 
     def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
@@ -255,6 +272,12 @@ class QuantizedKernel(Kernel):
         if qp.y_scale is not None:
             requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
         return qp
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each."""
+        if tensor != self.op.inputs[1] or not self.plan.packed_weights:
+            return super()._pack(tensor, array)
+        return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
     def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""
@@ -355,6 +378,103 @@ class Bf16TileKernel(TileBuffers, Kernel):
     """A bfloat16 kernel on AMX tiles (``_tile_dpbf16ps``, float32 accumulation)."""
 
 
+class BinaryKernel(QuantizedKernel):
+    """A binary op's XNOR + popcount kernel (``codegen/binary.py``), called like the int8 kernels:
+    ``kernel(xq, wq, b, x_scale=, x_zero_point=0, w_scale=, w_zero_point=0)`` (no scales for an int32
+    output). ``prepare`` checks that every value is -1 or +1 and packs both operands to bits."""
+
+    def __init__(self, schedule: Schedule, generated: Generated, module, popcount: str):
+        super().__init__(schedule, generated, module, None)
+        self.popcount = popcount
+        self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
+
+    @property
+    def _output_name(self) -> str:
+        return self.op.output
+
+    def _elements(self, name: str) -> int:
+        if name in self.op.inputs:
+            return packed_elements(self.op, self.isa, name)
+        return self.op.channels if name.startswith("lo_") else Kernel._elements(self, name)
+
+    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+        """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]``."""
+        op = self.op
+        given = self._given(arrays)
+        for tensor, array in zip(self.generated.arguments, given):
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"{tensor} must be a numpy array, got {type(array).__name__}")
+            shape = op.tensor(tensor).shape
+            if array.shape != shape and tensor != op.bias_tensor:
+                raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
+        qp = self.check_params(tuple(given), params)
+        check_memory(f"the buffers of {op!r}", self.buffer_bytes())
+        x, w = op.inputs
+        values: dict[str, Any] = {x: self._copy(x, pack_bits_activations(op, self.shape, given[0])),
+                                  w: self._copy(w, pack_bits_weights(op, self.shape, given[1]))}
+        if op.bias:
+            values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
+        values[op.output] = self._zeros(op.output, op.tensor(op.output).shape,
+                                        np.float32 if op.quant.dequantized else np.int32)
+        if op.quant.scaled:
+            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
+            values["lo_mult"] = self._copy("lo_mult", mult)
+        return self.bind(values)
+
+    def accumulators(self, buffers: Buffers) -> np.ndarray:
+        raise ValueError("a binary kernel applies the epilogue per output: it keeps no raw accumulators")
+
+
+class LutKernel(QuantizedKernel):
+    """A ternary GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare`` packs the
+    weights to 4-bit group indices (and sign bits); the call, parameters and outputs are the int8
+    kernels'."""
+
+    @property
+    def format(self):
+        """The table-lookup format (``codegen.lut.FORMATS``)."""
+        return FORMATS[self.schedule.weight_format_mode]
+
+    def _elements(self, name: str) -> int:
+        if name == self.op.inputs[1]:
+            return lut_bytes(self.op, self.format)
+        if name == LUT:
+            return table_entries(self.op, self.format)
+        return super()._elements(name)
+
+    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
+        values = super()._parameter_values(qp, wq, out_shape)
+        return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        if tensor == self.op.inputs[1]:
+            return self._copy(tensor, pack_lut(self.op, array, self.format))
+        return super()._pack(tensor, array)
+
+
+def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
+    """The XNOR + popcount kernel of a binary op (``codegen/binary.py``) on ``isa``. ``popcount``:
+    ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
+    ``"auto"`` (vpopcntq where the CPU has it)."""
+    if schedule.steps:
+        raise ScheduleError(f"binary kernels (XNOR + popcount) have a fixed loop nest (codegen/binary.py); "
+                            f"schedule steps are not applied to them: compile Schedule(op), not one with "
+                            f"{', '.join(map(str, schedule.steps))}")
+    name = resolve_isa(isa, integer=True)
+    choices = POPCOUNTS[name]
+    if popcount == "auto":
+        popcount = "vpopcntq" if "vpopcntq" in choices and "avx512_vpopcntdq" in cpu_flags() else choices[-1]
+    if popcount not in choices:
+        raise ValueError(f"popcount={popcount!r} is not available on isa {name!r}; allowed: "
+                         f"{', '.join(map(repr, choices))} (or 'auto')")
+    if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
+        raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
+                         "this CPU lacks it: use 'nibble'")
+    generated = generate_binary(schedule, name, popcount)
+    module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+    return BinaryKernel(schedule, generated, module, popcount)
+
+
 def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
@@ -367,10 +487,19 @@ def _compile_tiles(schedule: Schedule) -> Kernel:
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it
     (``isa="amx"``: the AMX tile kernel of a quantized op, ``codegen/tiles.py``)."""
+    quantized = schedule.op.quant is not None
+    if quantized and schedule.op.quant.binary:
+        if isa == "amx":
+            raise ValueError("isa 'amx' has no binary kernels; a binary op compiles to XNOR + popcount "
+                             "on 'avx512', 'avx2' or 'scalar'")
+        return compile_binary(schedule, isa)
     if isa == "amx":
         return _compile_tiles(schedule)
-    quantized = schedule.op.quant is not None
     isa_name = resolve_isa(isa, integer=quantized)
+    if schedule.weight_format_mode in FORMATS:
+        generated = generate_lut(schedule, isa_name)
+        module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+        return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     openmp = ("-fopenmp",) if generated.openmp else ()
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization

@@ -17,6 +17,7 @@ from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
 from .quant_reference import random_call, reference_output
 from .quant_reference import tolerance as quant_tolerance
+from .winograd import WinogradKernel
 
 SPREAD_LIMIT = 0.10        # IQR / median above which a run is noisy
 MAX_REPEATS = 200          # timed runs per kernel at most
@@ -55,6 +56,8 @@ class Timing:
     other_cpu_share: float | None = None
     noise: str = ""
     unverified: str = ""       # why the output could not be verified (the reference needs too much memory)
+    relative_error: float = float("nan")   # max_error / the reference output's largest magnitude
+    algorithm: str = "direct"  # "direct" (one schedule's nest) or "winograd F(4x4,3x3)" (a pipeline)
 
     @property
     def scope(self) -> str:
@@ -62,9 +65,12 @@ class Timing:
         return END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
-        check = ("verified" if self.verified else f"not verified: {self.unverified}" if self.unverified
+        check = (f"verified (max error {self.max_error:.2e}, {self.relative_error:.1e} of the largest output)"
+                 if self.verified else f"not verified: {self.unverified}" if self.unverified
                  else "NOT verified")
-        text = (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, IQR {self.iqr * 1e3:.3f}, "
+        algorithm = "" if self.algorithm == "direct" else f"{self.algorithm}: "
+        text = (f"{algorithm}median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, "
+                f"IQR {self.iqr * 1e3:.3f}, "
                 f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = "
                 f"{self.percent_of_peak:.1f}% of {self.peak_gflops:.1f} {self.unit} peak, {check}")
         return text + (f"; NOISY: {self.noise}" if self.noisy else "")
@@ -149,20 +155,33 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return relative * op.magnitude(*magnitudes) + flushed
 
 
-def _call_arguments(kernel: Kernel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+Measurable = Kernel | WinogradKernel
+
+
+def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The kernel's input arrays (inputs, then bias if any) picked from ``inputs`` by tensor name."""
-    return [inputs[t] for t in kernel.generated.arguments[:-1]]
+    return [inputs[t] for t in kernel.op.call_tensors]
 
 
-def _call(kernel: Kernel, seed: int) -> tuple[list[np.ndarray], dict]:
+def _call(kernel: Measurable, seed: int) -> tuple[list[np.ndarray], dict]:
     """Random arrays and keyword parameters of one call (quantized: calibrated parameters)."""
     if kernel.op.quant is not None:
         return random_call(kernel.op, seed)
     return _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
 
 
-def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
-    """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error).
+def verify(kernel: Measurable, seed: int = 0) -> tuple[bool, float]:
+    """Run ``kernel`` on random inputs and compare with the reference; (ok, max abs error)
+    (``checked``, without the largest magnitude of the reference)."""
+    return checked(kernel, seed)[:2]
+
+
+def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
+    """Run ``kernel`` on random inputs and compare with the reference: (ok, max abs error, largest
+    magnitude of the reference output).
+
+    A Winograd kernel's bound is its own (``winograd.error_bound``: its transforms round more than a
+    direct sum does); a direct float kernel's is ``tolerance``.
 
     Quantized kernels are checked against quant.py's exact reference: requantized and int32
     outputs bit for bit, float32 outputs within float32 rounding (``quant_reference.tolerance``).
@@ -173,22 +192,25 @@ def verify(kernel: Kernel, seed: int = 0) -> tuple[bool, float]:
     blocks = op.reference_blocks()
     args, params = _call(kernel, seed)
     result = kernel(*args, **params)
-    ok, worst = True, 0.0
+    ok, worst, largest = True, 0.0, 0.0
     for rows in blocks:
         block = [args[0][rows], *args[1:]]
         if op.quant is None:
-            inputs = dict(zip(kernel.generated.arguments, block, strict=False))   # without the output
-            expected, bound = op.reference(*block), tolerance(op, inputs)
+            inputs = dict(zip(op.call_tensors, block, strict=True))
+            expected = op.reference(*block)
+            winograd = isinstance(kernel, WinogradKernel)
+            bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs)
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else
                      quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
         error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
         ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))
-    return ok, worst
+        largest = max(largest, float(np.abs(expected).max(initial=0.0)))
+    return ok, worst, largest
 
 
-def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
+def measure(kernel: Measurable, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
             verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
             progress: bool | None = None) -> Timing:
     """Time ``kernel`` (see ``measure_all``, of which this is the one-kernel case)."""
@@ -196,7 +218,8 @@ def measure(kernel: Kernel, repeats: int | None = None, warmup: int = 1, budget:
                        end_to_end=end_to_end, progress=progress)[0]
 
 
-def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
+def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmup: int = 1,
+                budget: float = 1.0,
                 rounds: int = ROUNDS, verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
                 progress: bool | None = None) -> list[Timing]:
     """Time several kernels on the same noise: ``warmup`` untimed runs of each (the first sizes
@@ -215,7 +238,7 @@ def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: i
     if not budget > 0:
         raise ValueError(f"budget must be > 0 seconds, got {budget}")
     for kernel in kernels:
-        if not isinstance(kernel, Kernel):
+        if not isinstance(kernel, (Kernel, WinogradKernel)):
             hint = ("; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile")
                     else "")
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
@@ -236,7 +259,7 @@ def measure_all(kernels: Sequence[Kernel], repeats: int | None = None, warmup: i
             for kernel, kernel_times in zip(kernels, times)]
 
 
-def _runner(kernel: Kernel, seed: int, end_to_end: bool) -> Callable[[], object]:
+def _runner(kernel: Measurable, seed: int, end_to_end: bool) -> Callable[[], object]:
     """What one timed run calls: the whole call, or the kernel run on buffers prepared now."""
     args, params = _call(kernel, seed)
     if end_to_end:
@@ -257,13 +280,14 @@ def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int],
     return times
 
 
-def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end: bool, verify_output: bool,
+def _timing(kernel: Measurable, times: list[float], share: float | None, end_to_end: bool,
+            verify_output: bool,
             seed: int) -> Timing:
     op = kernel.op
-    ok, error, unverified = False, float("nan"), ""
+    ok, error, largest, unverified = False, float("nan"), float("nan"), ""
     if verify_output:
         try:
-            ok, error = verify(kernel, seed)
+            ok, error, largest = checked(kernel, seed)
         except MemoryLimitError as err:
             unverified = str(err)
     median = float(np.median(times))
@@ -274,4 +298,5 @@ def _timing(kernel: Kernel, times: list[float], share: float | None, end_to_end:
     noise = noise_verdict(times, share)
     unit = "GFLOP/s" if op.quant is None else "GOP/s"
     return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak,
-                  ok, error, tuple(times), unit, end_to_end, bool(noise), share, noise, unverified)
+                  ok, error, tuple(times), unit, end_to_end, bool(noise), share, noise, unverified,
+                  error / largest if largest > 0 else error, kernel.algorithm)

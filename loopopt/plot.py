@@ -326,10 +326,15 @@ def _save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def _rows_for(draw: Callable[[Axes, Comparison], None], cmp: Comparison) -> Comparison:
+    """The runtime plot shows every row; the traffic plots only the rows with a reuse analysis."""
+    return cmp if draw is draw_runtime else cmp.analysed()
+
+
 def _single(draw: Callable[[Axes, Comparison], None]) -> Callable[[Comparison, str | Path], Path]:
     def plot(cmp: Comparison, path: str | Path) -> Path:
         fig = Figure(figsize=(7.5, 5), layout="constrained")
-        draw(fig.subplots(), cmp)
+        draw(fig.subplots(), _rows_for(draw, cmp))
         return _save(fig, path)
     plot.__doc__ = f"Write the figure of ``{draw.__name__}`` to ``path``: {draw.__doc__}"
     return plot
@@ -382,7 +387,7 @@ def dashboard(cmp: Comparison, path: str | Path) -> Path:
     rows = -(-len(draws) // columns)
     fig = Figure(figsize=(6.5 * columns, 5.5 * rows), layout="constrained")
     for ax, draw in zip(fig.subplots(rows, columns, squeeze=False).flat, draws):
-        draw(ax, cmp)
+        draw(ax, _rows_for(draw, cmp))
     fig.suptitle(repr(cmp.op), fontsize=10)
     return _save(fig, path)
 

@@ -20,14 +20,19 @@ from .reference import Pads, PerDim, conv_reference, matmul_reference
 
 ACTIVATIONS = ("uint8", "int8")
 WEIGHTS = ("int8", "uint8")
+TERNARY = "ternary"                  # weights in {-1, 0, +1}, given as int8, symmetric (zero point 0)
+BINARY = "binary"                    # activations and weights in {-1, +1}, given as int8 (zero point 0)
+WEIGHT_KINDS = WEIGHTS + (TERNARY, BINARY)
+BINARY_OUTPUTS = ("float32", "int32")
 OUTPUTS = ("float32", "uint8", "int8", "int32")
 PARAM_NAMES = ("x_scale", "x_zero_point", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
 
 def symmetric_zero_point(dtype: str) -> int:
-    """The zero point of symmetric quantization to ``dtype``: 0 for int8, 128 for uint8 (the middle
-    of its range, as ``quantize(..., symmetric=True)`` and ONNX Runtime's symmetric uint8 use)."""
-    return 0 if dtype == "int8" else 128
+    """The zero point of symmetric quantization to ``dtype``: 0 for int8 (and ternary weights), 128
+    for uint8 (the middle of its range, as ``quantize(..., symmetric=True)`` and ONNX Runtime's
+    symmetric uint8 use)."""
+    return 128 if dtype == "uint8" else 0
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,14 @@ class QuantSpec:
     ``activation``: ``"uint8"`` or ``"int8"``, any zero point in its range (per tensor).
     ``weight``: ``"int8"`` or ``"uint8"``, per output channel if ``per_channel``; with
     ``weight_symmetric`` the weight zero point is ``symmetric_zero_point(weight)`` (0 for int8,
-    128 for uint8), else any value in range. ``output``: dequantized ``"float32"``, requantized
-    ``"uint8"``/``"int8"``, or ``"int32"``: the raw accumulators ``sum (x - zx) * (w - zw[k])``
+    128 for uint8), else any value in range. ``"ternary"``: values in {-1, 0, +1} given as int8
+    (BitNet b1.58), zero point 0 (so ``weight_symmetric`` must stay True), a scale per tensor or
+    per output channel; stored one byte per weight, or 2 bits with ``Schedule.weight_format("i2_s")``.
+    ``activation="binary", weight="binary"`` (always together): values in {-1, +1} given as int8,
+    zero points 0, output ``"int32"`` or ``"float32"``; the kernel packs them to bits (XNOR +
+    popcount, ``codegen/binary.py``).
+    ``output``: dequantized ``"float32"``, requantized ``"uint8"``/``"int8"``, or ``"int32"``: the
+    raw accumulators ``sum (x - zx) * (w - zw[k])``
     (+ an int32 bias if the op has one), no scales (ONNX ``ConvInteger``/``MatMulInteger``).
     """
 
@@ -49,7 +60,8 @@ class QuantSpec:
     weight: str = "int8"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("activation", ACTIVATIONS), ("weight", WEIGHTS), ("output", OUTPUTS)):
+        for name, allowed in (("activation", ACTIVATIONS + (BINARY,)), ("weight", WEIGHT_KINDS),
+                              ("output", OUTPUTS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"QuantSpec: {name}={getattr(self, name)!r} is not supported; "
                                  f"allowed: {', '.join(map(repr, allowed))}")
@@ -57,6 +69,14 @@ class QuantSpec:
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"QuantSpec: {name}={value!r} must be a bool (True or False)")
+        if (self.activation == BINARY) != (self.weight == BINARY):
+            raise ValueError(f"QuantSpec: binary activations and weights go together (XNOR + popcount); got "
+                             f"activation={self.activation!r}, weight={self.weight!r}")
+        if self.binary and self.output not in BINARY_OUTPUTS:
+            raise ValueError(f"QuantSpec: a binary op's output is 'int32' or 'float32', not {self.output!r}")
+        if self.weight in (TERNARY, BINARY) and not self.weight_symmetric:
+            raise ValueError(f"QuantSpec: weight={self.weight!r} is symmetric (zero point 0); "
+                             f"weight_symmetric=False is not allowed with it")
 
     def __repr__(self) -> str:
         # int8 weights (the default) are not named, so specs made before the weight field existed keep
@@ -67,13 +87,23 @@ class QuantSpec:
 
     @property
     def activation_dtype(self) -> np.dtype:
-        """Storage dtype of the quantized activations."""
-        return np.dtype(self.activation)
+        """Storage dtype of the quantized activations as given (binary: int8)."""
+        return np.dtype("int8" if self.activation == BINARY else self.activation)
 
     @property
     def weight_dtype(self) -> np.dtype:
-        """Storage dtype of the quantized weights."""
-        return np.dtype(self.weight)
+        """Storage dtype of the quantized weights as given (ternary, binary: int8)."""
+        return np.dtype("int8" if self.weight in (TERNARY, BINARY) else self.weight)
+
+    @property
+    def binary(self) -> bool:
+        """True if activations and weights are binary (values -1, +1)."""
+        return self.weight == BINARY
+
+    @property
+    def ternary(self) -> bool:
+        """True if the weights are ternary (values -1, 0, +1)."""
+        return self.weight == TERNARY
 
     @property
     def requantized(self) -> bool:
@@ -196,6 +226,35 @@ def quantize(array: Any, dtype: str, axis: int | None = None,
     return q, scale, zero_point
 
 
+def quantize_ternary(array: Any, axis: int | None = None) -> tuple[np.ndarray, Any, Any]:
+    """BitNet b1.58's absmean quantization to ternary weights: ``scale = mean |w|`` (per tensor, or
+    per channel along ``axis``), ``q = clip(rint(w / scale), -1, 1)`` as int8; returns
+    ``(q, scale, zero_point)`` like ``quantize`` (zero point 0). An all-zero channel gets scale 1."""
+    return _absmean(array, axis, "quantize_ternary", lambda x: np.clip(np.rint(x), -1, 1))
+
+
+def quantize_binary(array: Any, axis: int | None = None) -> tuple[np.ndarray, Any, Any]:
+    """Binary quantization (XNOR-Net): ``q = +1 where x >= 0 else -1`` as int8, ``scale = mean |x|``
+    per tensor or per channel along ``axis``; returns ``(q, scale, zero_point)`` (zero point 0)."""
+    return _absmean(array, axis, "quantize_binary", lambda x: np.where(x >= 0, 1, -1))
+
+
+def _absmean(array: Any, axis: int | None, what: str, levels) -> tuple[np.ndarray, Any, Any]:
+    """``levels(x / scale)`` as int8 with ``scale = mean |x|`` (1 where that is 0), zero point 0."""
+    x = np.asarray(array, dtype=np.float32)
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"{what}: array is empty or contains non-finite values (nan or inf)")
+    axis = _norm_axis(axis, x.ndim)
+    reduce_axes = tuple(i for i in range(x.ndim) if i != axis)
+    scale = np.abs(x).mean(axis=reduce_axes, dtype=np.float64).astype(np.float32)
+    scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
+    shape = _channel_shape(x.ndim, axis, np.size(scale))
+    q = levels(x / scale.reshape(shape)).astype(np.int8)
+    if axis is None:
+        return q, np.float32(scale), np.int8(0)
+    return q, scale, np.zeros(scale.shape, np.int8)
+
+
 def dequantize(q: np.ndarray, scale: Any, zero_point: Any, axis: int | None = None) -> np.ndarray:
     """ONNX ``DequantizeLinear``: float32 ``(q - zero_point) * scale`` (per channel: ``axis``)."""
     q = np.asarray(q)
@@ -238,7 +297,7 @@ def _check_scale(name: str, value: Any, size: int | None) -> np.ndarray:
     return arr
 
 
-def _check_zero_point(name: str, value: Any, size: int | None, dtype: str,
+def _check_zero_point(name: str, value: Any, size: int | None, dtype: str | np.dtype,
                       required: tuple[int, str] | None = None) -> np.ndarray:
     """int32 array of shape (size,) (or ()) with values in the range of ``dtype`` (and equal to
     ``required[0]``, for the reason ``required[1]``, if given). A byte-typed zero point must have
@@ -274,10 +333,22 @@ def _check_shape(name: str, arr: np.ndarray, size: int | None) -> np.ndarray:
 
 
 def _check_dtype(what: str, array: Any, spec: QuantSpec, field: str) -> None:
-    """TypeError unless ``array`` (if given) has the dtype that ``spec.<field>`` names."""
-    if array is not None and np.asarray(array).dtype != np.dtype(getattr(spec, field)):
+    """TypeError unless ``array`` (if given) has the storage dtype of ``spec.<field>``."""
+    expected = getattr(spec, f"{field}_dtype")
+    if array is not None and np.asarray(array).dtype != expected:
         raise TypeError(f"{what} dtype {np.asarray(array).dtype} does not match "
-                        f"QuantSpec({field}={getattr(spec, field)!r}): expected {getattr(spec, field)}")
+                        f"QuantSpec({field}={getattr(spec, field)!r}): expected {expected}")
+
+
+def check_values(what: str, array: np.ndarray, allowed: tuple[int, ...]) -> None:
+    """ValueError naming the first value of ``array`` outside ``allowed`` and its index."""
+    bad = np.argwhere(~np.isin(array, allowed))
+    if bad.size:
+        index = tuple(int(i) for i in bad[0])
+        names = {(-1, 0, 1): "ternary weights must be -1, 0 or +1",
+                 (-1, 1): f"binary {what}s must be -1 or +1"}
+        raise ValueError(f"{names[allowed]}: {what}{list(index)} = {int(array[index])} "
+                         f"({len(bad)} value(s) outside)")
 
 
 def _check_given(spec: QuantSpec, values: dict[str, Any]) -> None:
@@ -309,6 +380,10 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_
     """
     _check_dtype("input", xq, spec, "activation")
     _check_dtype("weight", wq, spec, "weight")
+    if wq is not None and spec.weight in (TERNARY, BINARY):
+        check_values("weight", np.asarray(wq), (-1, 0, 1) if spec.ternary else (-1, 1))
+    if xq is not None and spec.binary:
+        check_values("input", np.asarray(xq), (-1, 1))
     _check_given(spec, dict(zip(PARAM_NAMES, (x_scale, x_zero_point, w_scale, w_zero_point, y_scale,
                                               y_zero_point), strict=True)))
     w_size = k_channels if spec.per_channel else None
@@ -316,12 +391,13 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_
     if spec.scaled:
         sx = np.float32(_check_scale("x_scale", x_scale, None))
         sw = np.broadcast_to(_check_scale("w_scale", w_scale, w_size), (k_channels,)).copy()
-    zx = _check_zero_point("x_zero_point", x_zero_point, None, spec.activation)
+    zx = _check_zero_point("x_zero_point", x_zero_point, None, spec.activation_dtype,
+                           (0, "QuantSpec(activation='binary')") if spec.binary else None)
     symmetric = None
     if spec.weight_symmetric:
         symmetric = (symmetric_zero_point(spec.weight),
                      f"QuantSpec(weight={spec.weight!r}, weight_symmetric=True)")
-    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, spec.weight, symmetric)
+    zw = _check_zero_point("w_zero_point", w_zero_point, w_size, spec.weight_dtype, symmetric)
     if spec.requantized:
         sy = np.float32(_check_scale("y_scale", y_scale, None))
         zy = np.int32(_check_zero_point("y_zero_point", y_zero_point, None, spec.output))
@@ -387,6 +463,19 @@ def qmatmul_accumulators(aq: np.ndarray, bq: np.ndarray, a_zero_point: Any, b_ze
     zb = np.broadcast_to(np.asarray(b_zero_point, dtype=np.int64).reshape(-1), (n,))
     b = np.asarray(bq, dtype=np.int64) - zb.reshape((n,) + (1,) * (bq.ndim - 1 - column_axis))
     return _to_int32(matmul_reference(a, b, np.int64, trans_a, trans_b), "matmul accumulator")
+
+
+def qcontraction_accumulators(product, xq: np.ndarray, wq: np.ndarray, x_zero_point: Any,
+                              w_zero_point: Any, channel_axis: int) -> np.ndarray:
+    """Exact int32 ``acc = sum (x - zx) * (w - zw[k])`` of any two-input contraction whose float64
+    reference is ``product(x, w)`` (exact: integer sums far below 2**53), the channel ``k`` along the
+    weights' ``channel_axis`` (``w_zero_point`` scalar or one per channel)."""
+    shape = [1] * np.ndim(wq)
+    shape[channel_axis] = -1
+    zw = np.broadcast_to(np.asarray(w_zero_point, dtype=np.int64).reshape(-1), (np.shape(wq)[channel_axis],))
+    x = np.asarray(xq, dtype=np.int64) - np.int64(x_zero_point)
+    w = np.asarray(wq, dtype=np.int64) - zw.reshape(shape)
+    return _to_int32(np.rint(product(x, w)).astype(np.int64), "contraction accumulator")
 
 
 def dequantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, bias_f32: Any = None,

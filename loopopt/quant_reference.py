@@ -11,20 +11,26 @@ from typing import Any
 import numpy as np
 
 from .ops import Op
-from .quant import add_bias, dequantize, dequantize_output, quantize, requantize_output
+from .quant import (
+    add_bias,
+    dequantize,
+    dequantize_output,
+    quantize,
+    quantize_binary,
+    quantize_ternary,
+    requantize_output,
+)
 
 
 def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Quantized arrays ``[xq, wq(, b)]`` and the call's parameters, calibrated from
-    ``op.random_inputs(seed)`` with ``quant.quantize`` as the op's QuantSpec says (activations
-    asymmetric, so with a zero point that is not the dtype's middle; an int32 output takes no
-    scales, its int32 bias has the scale the others' would have)."""
+    ``op.random_inputs(seed)`` as the op's QuantSpec says (``_quantized``: activations asymmetric, so
+    with a zero point that is not the dtype's middle; an int32 output takes no scales, its int32 bias
+    has the scale the others' would have)."""
     spec = op.quant
     floats = op.random_inputs(seed)
     x, w = (floats[t] for t in op.inputs)
-    xq, sx, zx = quantize(x, spec.activation, symmetric=False)
-    axis = op.weight_channel_axis if spec.per_channel else None
-    wq, sw, zw = quantize(w, spec.weight, axis=axis, symmetric=spec.weight_symmetric)
+    (xq, sx, zx), (wq, sw, zw) = _quantized(spec, x, w, op.weight_channel_axis if spec.per_channel else None)
     scales: dict[str, Any] = dict(x_scale=sx, w_scale=sw)
     params: dict[str, Any] = dict(x_zero_point=zx, w_zero_point=zw) | (scales if spec.scaled else {})
     arrays = [xq, wq]
@@ -44,6 +50,18 @@ def random_call(op: Op, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]
             low, high = min(low, y.min()), max(high, y.max())
         _, params["y_scale"], params["y_zero_point"] = quantize(np.array([low, high]), spec.output)
     return arrays, params
+
+
+def _quantized(spec, x: np.ndarray, w: np.ndarray, axis: int | None) -> tuple[tuple, tuple]:
+    """``(xq, x_scale, x_zero_point), (wq, w_scale, w_zero_point)``: ``quantize`` (activations
+    asymmetric), ternary weights ``quantize_ternary``, binary activations and weights
+    ``quantize_binary``; weights per channel along ``axis`` unless it is None."""
+    if spec.binary:
+        return quantize_binary(x), quantize_binary(w, axis=axis)
+    xq = quantize(x, spec.activation, symmetric=False)
+    if spec.ternary:
+        return xq, quantize_ternary(w, axis=axis)
+    return xq, quantize(w, spec.weight, axis=axis, symmetric=spec.weight_symmetric)
 
 
 def _dequantized(op: Op, acc: np.ndarray, params: dict[str, Any], bias) -> np.ndarray:

@@ -33,6 +33,8 @@ class IllegalScheduleError(ScheduleError):
 
 Compensation = Literal["packed", "kernel"]        # Schedule.compensation choices (quantized ops)
 QuantArithmetic = Literal["integer", "dequantize"]  # Schedule.arithmetic choices (quantized ops)
+WeightFormat = Literal["int8", "i2_s", "tl1", "tl2"]   # Schedule.weight_format choices (ternary weights)
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
 COMPENSATIONS: tuple[Compensation, ...] = get_args(Compensation)
 ARITHMETICS: tuple[QuantArithmetic, ...] = get_args(QuantArithmetic)
 
@@ -113,6 +115,7 @@ class Schedule:
     register_block_at: Optional[str] = None
     compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
+    weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -506,6 +509,23 @@ class Schedule:
                                 f"float32 output; this op's output is {self.op.quant.output!r} "
                                 f"(use QuantSpec(output='float32'))")
         return self._with(step, arithmetic_mode=kind)
+
+    def weight_format(self, fmt: str) -> "Schedule":
+        """How ternary weights (``QuantSpec(weight="ternary")``) are stored: ``"int8"`` (default, one
+        byte per weight), ``"i2_s"`` (2 bits per weight, packed by ``prepare`` in the weights'
+        storage order and unpacked in registers by the kernel), ``"tl1"`` (4-bit indices of weight
+        pairs into per-row tables of activation sums: a fixed table-lookup GEMM, ops without windows
+        only) or ``"tl2"`` (the same with triples: a 4-bit index and a sign bit per 3 weights); see
+        docs/reference/quant.md."""
+        step = Step("weight_format", (fmt,))
+        self._check_quant_choice(step, fmt, WEIGHT_FORMATS)
+        if not self.op.quant.ternary:
+            raise ScheduleError(f"{step}: the 2-bit formats store ternary weights (-1, 0, +1); this op's "
+                                f"weights are {self.op.quant.weight!r} (use QuantSpec(weight='ternary'))")
+        if fmt in ("tl1", "tl2") and self.op.windows:
+            raise ScheduleError(f"{step}: the table-lookup kernel is a GEMM; {self.op!r} has windows "
+                                f"(use weight_format('i2_s'))")
+        return self._with(step, weight_format_mode=fmt)
 
     def _check_quant_choice(self, step: Step, value: Any, allowed: tuple[str, ...]) -> None:
         if self.op.quant is None:

@@ -226,6 +226,29 @@ SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS)
                   weight=st.sampled_from(lo.quant.WEIGHTS))
 
 
+@st.composite
+def quantized_schedules(draw, op, isa=None):
+    """A random legal schedule of quantized ``op`` (``schedules``), either compensation, sometimes
+    dequantizing (float32 output; only where that generates code on ``isa``: it needs the output
+    channel constant, contiguous or strided along the vector loop)."""
+    s = draw(schedules(op, isa))
+    if draw(st.booleans()):
+        s = s.compensation("kernel")
+    if op.quant.dequantized and draw(st.integers(0, 3)) == 0 and generates(s.arithmetic("dequantize"), isa):
+        s = s.arithmetic("dequantize")
+    return s
+
+
+def generates(schedule: lo.Schedule, isa) -> bool:
+    """``schedule`` generates code on ``isa`` (always True when ``isa`` is None)."""
+    try:
+        if isa is not None:
+            codegen.generate(schedule, codegen.ISAS[isa])
+    except lo.ScheduleError:
+        return False
+    return True
+
+
 def raw_products(kernel, args):
     """What the nest must accumulate: sum of x' * w' over the valid taps (x' = x + shift, w' = w +
     weight_shift), wrapped to int32."""

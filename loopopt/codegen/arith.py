@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
+from . import ternary
 from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
@@ -120,10 +121,13 @@ class Arithmetic:
 
     # --- vector code ----------------------------------------------------------------------
     def operand(self, tensor: str, access: AccessKind, ref: str, base: str, index: str,
-                mask: str | None, bindings: Optional[dict] = None) -> str:
-        """A vector of ``tensor`` along the vector loop. ``ref`` is the C element at lane 0,
-        ``base``/``index`` the pointer and index vector a gather uses, ``mask`` the lanes."""
+                mask: str | None, bindings: Optional[dict] = None, offset: str = "") -> str:
+        """A vector of ``tensor`` along the vector loop. ``ref`` is the C element at lane 0 (at storage
+        ``offset``), ``base``/``index`` the pointer and index vector a gather uses, ``mask`` the lanes."""
         kind = access.kind
+        if ternary.packed(self.schedule, tensor):
+            value = self._packed(access, offset, index, mask)
+            return self._dequantized(value, False, mask, bindings) if self.name == "dequantize" else value
         if self.name == "float":
             return load(self.acc, kind, ref, base, index, mask)
         if self.name == "bf16":
@@ -156,6 +160,14 @@ class Arithmetic:
         if self.name == "integer":
             return value
         return self._dequantized(value, activation, mask, bindings)
+
+    def _packed(self, access: AccessKind, offset: str, index: str, mask: str | None) -> str:
+        """A vector of i2_s-packed ternary weights (``ternary``): dot groups or int32 lanes."""
+        dot, isa = self.name == "dot", self.acc.name
+        fast = (dot and access.kind == "strided" and access.stride == DOT
+                and ternary.vectors_aligned(self.schedule, self.dot_loop, self.acc.lanes))
+        lanes = "" if access.kind == "broadcast" else ternary.element_lanes(isa, access.kind, offset, index)
+        return ternary.operand(isa, access.kind, dot, fast, self.schedule.op.inputs[1], offset, lanes, mask)
 
     def _pairs(self, access: AccessKind, ref: str, base: str, index: str, mask: str | None) -> str:
         """A vector of bf16 pairs (two consecutive reduction iterations per lane) for ``vdpbf16ps``."""

@@ -24,6 +24,7 @@ from typing import Optional, Protocol
 from ..expr import Bound, Const, Expr, Var
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
+from . import ternary
 from .arith import Arithmetic, load
 from .isa import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
@@ -245,9 +246,10 @@ class RegisterBlock:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
-        ref = f"{tensor}[{em.schedule.offset(tensor).substitute(acc.bindings).to_c()}]"
+        offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
+        ref = f"{tensor}[{offset}]"
         if not self.vector:
-            return ref
+            return ternary.reference(em.schedule, tensor, offset)
         kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
         if kind.kind == "gather":
             lanes_offset = em.schedule.offset(tensor).substitute(
@@ -259,7 +261,7 @@ class RegisterBlock:
                             f"{array}[lo_j] = {lanes_offset}; }}")
             base, index = tensor, em.isa.index_load(p=array)
         if tensor in em.op.inputs:
-            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings)
+            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings, offset)
         return load(em.isa, kind.kind, ref, base, index, mask)
 
     def emit_body(self, indent: int) -> None:

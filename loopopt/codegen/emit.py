@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import quantized
+from . import quantized, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
@@ -118,6 +118,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     nest = emitter.nest_function()
     body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
+    if plan and plan.packed_weights:
+        tables += ternary.helpers(isa.name)
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
@@ -150,6 +152,8 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
         kind = "u8 x s8 -> s32" if arith.plan is not None else "bf16 pairs -> fp32, vdpbf16ps"
         lines.append(f" * dot loop {arith.dot_loop}: its {arith.group} iterations are consumed by "
                      f"each dot instruction ({kind})")
+    if arith.plan is not None and arith.plan.packed_weights:
+        lines.append(" * weights: ternary, i2_s (2 bits each), unpacked in registers (codegen/ternary.py)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     lines.append(" * loops: " + ", ".join(f"{loop.name}[{loop.extent}]" for loop in schedule.loops))
@@ -198,7 +202,7 @@ class _Emitter:
         return layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()
 
     def ref(self, tensor: str) -> str:
-        return f"{tensor}[{self.offset(tensor)}]"
+        return ternary.reference(self.schedule, tensor, self.offset(tensor))
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * (depth + 1) + text)
@@ -419,7 +423,7 @@ class _Emitter:
                  else isa.index_load(p=f"lo_idx_{tensor}"))
         base = f"&{ref}" if kind.kind == "strided" else tensor
         if tensor in self.op.inputs:
-            return self.arith.operand(tensor, kind, ref, base, index, mask)
+            return self.arith.operand(tensor, kind, ref, base, index, mask, offset=self.offset(tensor))
         return load(isa, kind.kind, ref, base, index, mask)
 
     def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool, lane_wise: bool) -> None:

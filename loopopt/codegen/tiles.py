@@ -39,7 +39,8 @@ the channel block's loop outside the pixel loops (the default order) keeps a blo
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
 blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
 effect here.
-Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
+Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs, more
+than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from functools import cached_property
 import numpy as np
 
 from ..expr import Var
-from ..ops import Op, Window
+from ..ops import Op
 from ..schedule import Schedule, ScheduleError
 from . import quantized
 from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
@@ -78,23 +79,14 @@ def check_amx_cpu() -> None:
 
 
 @dataclass(frozen=True)
-class TileShape:
+class TileShape(quantized.GroupShape):
     """An op as the tile kernel sees it: per group a GEMM of pixels x channels over taps x chunks."""
 
-    batch: int
-    groups: int
-    cg: int                          # input channels per group
-    kg: int                          # output channels per group
-    rows: Window
-    cols: Window
-    element: int                     # bytes per value: 1 (int8), 2 (bfloat16)
+    element: int = 1                 # bytes per value: 1 (int8), 2 (bfloat16)
 
     @classmethod
     def of(cls, op: Op) -> TileShape:
-        rows, cols = quantized.row_col_windows(op)
-        groups = op.groups
-        return cls(op.extent(quantized.batch_dim(op)), groups, op.extent(op.reduction_channel_dim),
-                   op.channels // groups, rows, cols, BYTES[_element(op)])
+        return super().of(op, element=BYTES[_element(op)])
 
     @property
     def group(self) -> int:
@@ -279,7 +271,11 @@ def _check_statement(op: Op) -> None:
                         f"one (use isa='auto')")
     outputs = op.index(op.output)
     others = [e for e in outputs if not (isinstance(e, Var) and e.name in {k, *(w.out_dim for w in windows)})]
-    if len(windows) > 2 or len(others) != 1 or not isinstance(others[0], Var):
+    if len(windows) > 2 or len(others) > 1:
+        raise TileError(f"isa 'amx' tiles ops of at most 2 window axes and one batch dim; {op!r} has "
+                        f"{len(windows)} window axes and {len(others)} batch dims "
+                        f"({', '.join(e.to_c() for e in others)}): use isa='avx512' (VNNI)")
+    if len(others) != 1 or not isinstance(others[0], Var):
         raise refusal
     batch = others[0].name
     taps = [Var(w.tap_dim) for w in windows]
@@ -310,6 +306,9 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     shape = TileShape.of(op)
     if op.quant is not None and schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
+    if schedule.weight_format_mode != "int8":
+        raise TileError(f"isa 'amx' reads int8 weights into tiles; weight_format"
+                        f"({schedule.weight_format_mode!r}) packs them to 2 bits (use the VNNI kernels)")
     if schedule.parallel_loop is not None:
         raise TileError(f"isa 'amx' kernels run on one thread; remove "
                         f"parallel({schedule.parallel_loop.name!r})")

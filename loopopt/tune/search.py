@@ -31,6 +31,8 @@ from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
+from ..winograd import from_name
+from .algorithms import Alternative, alternatives, label, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
@@ -137,6 +139,7 @@ class _Search:
     def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
                  tuning_log: TuningLog | None, bar: Progress, start: float):
         self.op, self.threads, self.budget, self.timeout, self.start = op, threads, budget, timeout, start
+        self.isa = isa
         self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
         self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
         self.done: list[Trial] = []
@@ -214,6 +217,29 @@ class _Search:
         self.walk.observe(index, trial.seconds)
         self.bar.update(len(self.done), _progress_label(self.op, self.done))
 
+    def alternative_trials(self, trials: list[Alternative], seconds: float | None) -> None:
+        """Measure each candidate of another algorithm than ``direct`` as one trial, one after the
+        other, before the schedule search (taken from the log when it has them), until ``seconds``."""
+        for alternative in trials:
+            if seconds is not None and time.perf_counter() - self.start >= seconds:
+                self.stopped = f"time limit of {seconds:g} s reached"
+                return
+            self.seen.add(alternative.schedule)
+            logged = self.known.get(alternative.schedule)
+            if logged is None:
+                result = outcome(self.run.submit(Task(self.op, alternative.schedule, self.isa, self.threads,
+                                                      self.budget), self.timeout), self.timeout)
+                if self.tuning_log is not None:
+                    self.tuning_log.append(self.op, alternative.schedule, alternative.knobs, {}, self.isa,
+                                           self.threads, self.budget, result)
+                status, timing, error = result.status, result.timing, result.error
+            else:
+                status, timing, error = logged.status, logged.timing, logged.error
+            self.done.append(Trial(len(self.done) + 1, alternative.schedule, alternative.knobs, {}, status,
+                                   timing, error, logged=logged is not None,
+                                   elapsed=time.perf_counter() - self.start))
+            self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
     def abandon(self) -> None:
         """Cancel the trials in flight (the search ends early: an error or an interrupt)."""
         for future in self.in_flight:
@@ -222,7 +248,8 @@ class _Search:
 
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
-         budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic) -> TuneResult:
+         budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic,
+         algorithms: str | tuple[str, ...] = "auto") -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -235,14 +262,32 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     already in it for this op, ISA, thread count and machine are taken from it instead of
     measured again. ``rank`` orders the candidates first (default: the built-in heuristic), the
     kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
-    shows a progress bar on stderr."""
+    shows a progress bar on stderr. ``algorithms``: ``"auto"`` (every one that applies) or a subset of
+    ``"direct"``, ``"implicit_gemm"``, ``"im2col"``, ``"winograd"`` (``tune.algorithms``): the other
+    algorithms' few candidates are measured first, sharing ``trials`` with the direct search
+    (``algorithms.share``); ``skipped`` says why one was not tried, and the result which algorithm
+    won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
     _check(trials, seconds, threads, budget, timeout)
+    wanted = selected(algorithms)
+    if wanted == ("winograd",):
+        raise ValueError("algorithms must include one of 'direct', 'implicit_gemm', 'im2col' (the result's "
+                         "best is a Schedule), got ('winograd',)")
     if isa == "amx":
         check_amx_cpu()
     else:
         isa = resolve_isa(isa, integer=op.quant is not None)
-    space = candidates(op, isa, threads)
-    if not space:
+    why = refusals(op, wanted, isa, threads)
+    skipped = {name: reason for name, reason in why.items() if reason}
+    pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
+    given = share(trials, {name: len(found) for name, found in pool.items()}, "direct" in wanted)
+    for name, count in given.items():
+        if not count:
+            skipped[name] = f"no trial left of the {trials} trials (the direct search keeps at least half)"
+    if "direct" not in wanted and not any(given.values()):
+        raise TuneError(f"none of the algorithms {wanted} can be tried on {op!r}: "
+                        + "; ".join(f"{name}: {why}" for name, why in skipped.items()))
+    space = candidates(op, isa, threads) if "direct" in wanted else []
+    if "direct" in wanted and not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
@@ -256,7 +301,9 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
                         start)
         try:
-            state.search(trials, seconds)
+            state.alternative_trials([c for a, found in pool.items() for c in found[:given[a]]], seconds)
+            if space:
+                state.search(trials, seconds)
         finally:
             state.abandon()
     finally:
@@ -265,7 +312,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.done, state.refusals, time.perf_counter() - start, log,
-                   state.stopped)
+                   state.stopped, skipped)
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -278,18 +325,20 @@ def _progress_label(op: Op, done: list[Trial]) -> str:
 
 
 def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[str], elapsed: float,
-            log: str | None, stopped: str) -> TuneResult:
+            log: str | None, stopped: str, skipped: dict[str, str]) -> TuneResult:
     if not done:
         reasons = "; ".join(dict.fromkeys(refusals))
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
                         f"({reasons[:REASONS]})" if refusals else
                         f"no trial of {op!r} ran: {stopped}")
-    ok = [t for t in done if t.seconds is not None]
+    ok = [t for t in done if t.seconds is not None and label(t.knobs) != "winograd"]
     if not ok:
         errors = "; ".join(dict.fromkeys(f"{t.status}: {t.error}" for t in done))
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"
                         + (f"; they are in the tuning log {log}" if log else ""))
     best = min(ok, key=lambda t: t.seconds)
     isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
+    fastest = min((t for t in done if t.seconds is not None), key=lambda t: t.seconds)
+    winner = from_name(op, fastest.schedule) if fastest is not best else None
     return TuneResult(op, isa, threads, schedule_from_toml(best.schedule, op), best.timing, done,
-                      len(refusals), elapsed, log, stopped, best.number)
+                      len(refusals), elapsed, log, stopped, best.number, winner, skipped)

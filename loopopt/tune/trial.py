@@ -20,6 +20,7 @@ from ..machine import compiler_version, fingerprint
 from ..measure import Timing, measure
 from ..ops import Op
 from ..schedule_file import schedule_from_toml
+from ..winograd import from_name
 
 STATUSES = ("ok", "wrong", "error", "crashed", "timeout")
 MEASURE_LOCK = "loopopt-measure.lock"     # in the temporary directory: one per host
@@ -30,7 +31,7 @@ class Task:
     """What a worker needs to measure one candidate."""
 
     op: Op
-    schedule: str          # TOML (schedule_file.to_toml)
+    schedule: str          # TOML (schedule_file.to_toml), or a Winograd algorithm's name
     isa: str
     threads: int
     budget: float          # seconds of timed runs (lo.measure's budget)
@@ -74,11 +75,13 @@ def measuring_alone() -> Iterator[None]:
 
 
 def run_trial(task: Task) -> Outcome:
-    """Compile ``task``'s schedule, time it with ``lo.measure`` (verified against the reference;
-    one measurement at a time on this host) and say how it went; a failure of any kind is an
+    """Compile ``task``'s schedule (or Winograd plan, ``winograd.from_name``), time it with
+    ``lo.measure`` (verified against the reference; one measurement at a time on this host) and
+    say how it went; a failure of any kind is an
     ``error`` outcome with its reason."""
     try:
-        kernel = schedule_from_toml(task.schedule, task.op).compile(task.isa)
+        plan = from_name(task.op, task.schedule)
+        kernel = (plan or schedule_from_toml(task.schedule, task.op)).compile(task.isa)
         if task.threads > 1:
             kernel.set_threads(task.threads)
         with measuring_alone():

@@ -1,0 +1,132 @@
+"""Winograd F(4x4,3x3) and F(2x2,3x3) vs loopopt's best direct schedule and PyTorch, fp32, one thread,
+on ResNet-50 conv3_x and conv4_x (the 3x3 stride-1 layers).
+
+Run ``python benchmarks/bench_winograd.py`` (``--write`` records the tables in the "Winograd" section of
+docs/benchmarks.md). loopopt's kernels of a layer are timed together by ``lo.measure_all`` (interleaved
+rounds, kernel run only; Winograd's filter transform and the layouts' packing are in ``prepare``, not
+timed), each verified against the float64 reference (Winograd within its own bound,
+``loopopt.winograd.error_bound``); the max error is reported relative to the output's largest
+magnitude. Each Winograd F(4x4) stage is then timed on its own (``measure_all`` of the stage kernels,
+random inputs) to show where the time goes. PyTorch's calls are timed one by one like bench_layers.py's.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_layers import Options, time_calls
+from bench_reuse import write_section
+from peers import LayerData, PeerUnavailable, torch_fp32
+
+import loopopt as lo
+from loopopt.machine import cpu_seconds, machine_profile, others_share
+
+SECTION = "## Winograd"
+LAYERS = ("resnet50.conv3_x", "resnet50.conv4_x")
+
+
+@dataclass
+class Row:
+    implementation: str
+    median: float
+    fastest: float
+    verified: bool
+    relative_error: float
+    note: str = ""
+
+
+def loopopt_rows(layer: str, budget: float) -> tuple[list[Row], list[tuple[str, float]]]:
+    """Direct (the stored schedule), Winograd F(4x4) and F(2x2), measured interleaved; and the F(4x4)
+    stages' medians."""
+    op = lo.get_layer(layer)
+    direct = lo.load_schedule(layer, op).compile()
+    direct.set_threads(1)
+    plans = {m: lo.dataflows.winograd(op, m=m) for m in (4, 2)}
+    kernels = [direct] + [plan.compile() for plan in plans.values()]
+    timings = lo.measure_all(kernels, budget=budget)
+    notes = [f"schedule `{layer}`, {direct.isa}"]
+    notes += [f"{len(p.stages)} stages, GEMM {p.schedules['gemm'].op!r}" for p in plans.values()]
+    rows = [Row(f"loopopt {t.algorithm}", t.median, t.min, t.verified, t.relative_error, note)
+            for t, note in zip(timings, notes)]
+    stages = kernels[1]
+    stage_times = lo.measure_all(stages.kernels, budget=budget / 2)
+    return rows, [(stage.name, t.median) for stage, t in zip(plans[4].stages, stage_times)]
+
+
+def torch_row(layer: str, budget: float) -> list[Row]:
+    """PyTorch conv2d on channels-last fp32 tensors, one thread (empty without torch)."""
+    data = LayerData.make(lo.get_layer(layer))
+    try:
+        case = torch_fp32(data, 1, channels_last=True)
+    except PeerUnavailable:
+        return []
+    median, fastest = time_calls(case.run, Options((1,), None, budget))
+    y = case.output(case.run())
+    ok, _ = data.check(y, "fp32")
+    error = float(np.abs(y - data.reference).max() / np.abs(data.reference).max())
+    return [Row("PyTorch fp32", median, fastest, ok, error, f"channels-last, {case.note}")]
+
+
+def table(op, rows: list[Row], direct: Row) -> str:
+    lines = ["| implementation | median ms | fastest ms | effective GFLOP/s | vs direct (medians, fastest) | "
+             "verified | max error / max output | note |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.implementation} | {r.median * 1e3:.3f} | {r.fastest * 1e3:.3f} | "
+                     f"{op.flops / r.median / 1e9:.1f} | {direct.median / r.median:.2f}x, "
+                     f"{direct.fastest / r.fastest:.2f}x | "
+                     f"{'yes' if r.verified else 'NO'} | {r.relative_error:.1e} | {r.note} |")
+    return "\n".join(lines)
+
+
+def report(command: str, results: dict[str, tuple[list[Row], list[tuple[str, float]]]],
+           others: float | None) -> str:
+    profile = machine_profile()
+    share = "unknown" if others is None else f"{100 * others:.0f}%"
+    parts = [f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
+             f"```\n{command}\n```",
+             f"Machine: {profile.cpu}, {profile.cpus} logical CPUs, one thread, shared with other work: "
+             f"other processes used {share} of the machine's CPU time during the run, so the medians "
+             f"are noisy. PyTorch is verified within 1e-4 of the output's largest magnitude "
+             f"(peers.py). Effective GFLOP/s: the direct convolution's flops over the median "
+             f"(Winograd does fewer). loopopt rows: kernel run only (the stored direct schedule packs "
+             f"NHWC/HWIO in prepare; Winograd transforms its filter there); PyTorch: whole calls. "
+             f"The stored direct schedules were tuned on another CPU (an AMD EPYC, see their "
+             f"provenance), so they may not be this machine's best direct schedules."]
+    for layer, (rows, stages) in results.items():
+        op = lo.get_layer(layer)
+        direct = rows[0]
+        total = sum(t for _, t in stages)
+        split = ", ".join(f"{name} {t * 1e3:.3f} ms ({100 * t / total:.0f}%)" for name, t in stages)
+        parts.append(f"### {layer}\n\n`{op!r}`\n\n{table(op, rows, direct)}\n\n"
+                     f"Winograd F(4x4,3x3) stages timed one by one (medians): {split}.")
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", nargs="+", default=list(LAYERS))
+    parser.add_argument("--budget", type=float, default=1.0,
+                        help="seconds of timed runs per case (default 1)")
+    parser.add_argument("--write", action="store_true", help="record the results in docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    command = " ".join(["python benchmarks/bench_winograd.py"] + (sys.argv[1:] if argv is None else argv))
+    start = cpu_seconds()
+    results = {}
+    for layer in args.layers:
+        rows, stages = loopopt_rows(layer, args.budget)
+        results[layer] = (rows + torch_row(layer, args.budget), stages)
+    text = report(command, results, others_share(start))
+    print(f"{SECTION}\n\n{text}")
+    if args.write:
+        write_section(text, SECTION)
+
+
+if __name__ == "__main__":
+    main()

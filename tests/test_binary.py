@@ -1,0 +1,112 @@
+"""Binary ops (QuantSpec(activation="binary", weight="binary")): the XNOR + popcount kernels agree with
+quant.py's exact reference (int32 bit for bit, float32 within float32 rounding) on every integer ISA
+here plus scalar and every popcount this CPU runs; the packing and the refusals."""
+import numpy as np
+import pytest
+from helpers import conv_ops, tiers
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.codegen.binary import POPCOUNTS
+from loopopt.codegen.isa import available_int_isas, cpu_flags
+from loopopt.kernel import compile_binary
+from loopopt.quant_reference import random_call, reference_output
+from loopopt.quant_reference import tolerance as quant_tolerance
+
+VARIANTS = [(isa, popcount) for isa in available_int_isas() for popcount in POPCOUNTS[isa]
+            if popcount != "vpopcntq" or "avx512_vpopcntdq" in cpu_flags()]
+SPECS = st.builds(lambda per_channel, output: lo.QuantSpec("binary", per_channel, True, output, "binary"),
+                  st.booleans(), st.sampled_from(["int32", "float32"]))
+
+
+def check(op, isa, popcount, seed=1):
+    kernel = compile_binary(lo.Schedule(op), isa, popcount)
+    args, params = random_call(op, seed)
+    result = kernel(*args, **params)
+    expected = reference_output(op, args, params)
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    if op.quant.dequantized:
+        assert np.all(np.abs(result - expected) <= quant_tolerance(op, args, params, False))
+    else:
+        assert np.array_equal(result, expected), np.abs(result.astype(int) - expected).max()
+    return kernel
+
+
+def random_binary_conv(variant, data, words):
+    """A random conv (padding, stride, dilation, groups, depthwise, batch, bias) with 1 to 3 words of
+    input channels per group (not a multiple of 64)."""
+    base = data.draw(conv_ops(max_hw=7))
+    cg = data.draw(st.integers(1, 64 * words))
+    op = lo.Conv2d(cg * base.groups, base.out_channels, base.kernel_size, stride=base.stride,
+                   padding=base.padding, dilation=base.dilation, groups=base.groups, bias=base.bias,
+                   batch=base.batch, height=base.height, width=base.width, quant=data.draw(SPECS))
+    check(op, *variant)
+
+
+test_random_binary_convs_quick, test_random_binary_convs = tiers(
+    random_binary_conv, 1, 14, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    words=st.integers(1, 3))
+
+
+def random_binary_matmul(variant, data, m, n, k):
+    """A random binary matmul (columns of B are the output channels)."""
+    check(lo.Matmul(m, n, k, quant=data.draw(SPECS)), *variant)
+
+
+test_random_binary_matmuls_quick, test_random_binary_matmuls = tiers(
+    random_binary_matmul, 1, 6, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    m=st.integers(1, 5), n=st.integers(1, 21), k=st.integers(1, 200))
+
+
+def test_padding_taps_contribute_zero():
+    # all +1: each output is the number of valid products (3 channels x the taps inside the image)
+    op = lo.Conv2d(3, 2, 3, padding=1, bias=False, height=4, width=4,
+                   quant=lo.QuantSpec("binary", False, True, "int32", "binary"))
+    kernel = compile_binary(lo.Schedule(op), "scalar")
+    y = kernel(np.ones((1, 3, 4, 4), np.int8), np.ones((2, 3, 3, 3), np.int8), x_zero_point=0, w_zero_point=0)
+    assert y[0, 0, 0, 0] == 3 * 4 and y[0, 1, 1, 1] == 3 * 9 and y[0, 0, 0, 1] == 3 * 6
+
+
+def test_auto_picks_the_cpu_popcount():
+    op = lo.Matmul(1, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
+    kernel = check(op, "auto", "auto")
+    expected = {"avx512": "vpopcntq" if "avx512_vpopcntdq" in cpu_flags() else "nibble", "avx2": "nibble",
+                "scalar": "builtin"}[kernel.isa]
+    assert kernel.popcount == expected and f"popcount: {expected}" in kernel.source
+    assert lo.Schedule(op).compile().popcount == expected
+
+
+def test_bad_values_and_refusals():
+    op = lo.Conv2d(4, 2, 3, height=5, width=5, quant=lo.QuantSpec("binary", True, True, "float32", "binary"))
+    kernel = compile_binary(lo.Schedule(op), "scalar")
+    args, params = random_call(op, 0)
+    args[0][0, 3, 2, 1] = 0
+    with pytest.raises(ValueError, match=r"binary inputs must be -1 or \+1: input\[0, 3, 2, 1\] = 0"):
+        kernel(*args, **params)
+    args[0][0, 3, 2, 1] = 1
+    args[1][1, 0, 0, 2] = 3
+    with pytest.raises(ValueError, match=r"binary weights must be -1 or \+1: weight\[1, 0, 0, 2\] = 3"):
+        kernel(*args, **params)
+    args[1][1, 0, 0, 2] = 1
+    with pytest.raises(ValueError, match="x_zero_point=1 must be 0"):
+        kernel(*args, **(params | {"x_zero_point": np.int8(1)}))
+    with pytest.raises(lo.ScheduleError, match="fixed loop nest"):
+        lo.Schedule(op).split("k", 2).compile("scalar")
+    with pytest.raises(ValueError, match="popcount='nibble' is not available on isa 'scalar'"):
+        compile_binary(lo.Schedule(op), "scalar", "nibble")
+    with pytest.raises(ValueError, match="isa 'amx' has no binary kernels"):
+        lo.Schedule(op).compile("amx")
+
+
+def test_spec_refusals():
+    with pytest.raises(ValueError, match="binary activations and weights go together"):
+        lo.QuantSpec("binary", True, True, "int32", "int8")
+    with pytest.raises(ValueError, match="binary activations and weights go together"):
+        lo.QuantSpec("uint8", True, True, "int32", "binary")
+    with pytest.raises(ValueError, match="a binary op's output is 'int32' or 'float32', not 'uint8'"):
+        lo.QuantSpec("binary", True, True, "uint8", "binary")
+
+
+def test_quantize_binary_is_sign_and_absmean():
+    q, scale, zero = lo.quantize_binary(np.array([[0.5, -2.0], [0.0, -1.0]], np.float32), axis=0)
+    assert q.tolist() == [[1, -1], [1, -1]] and np.allclose(scale, [1.25, 0.5]) and zero.tolist() == [0, 0]

@@ -1,0 +1,218 @@
+"""Ternary weights (QuantSpec(weight="ternary")) stored as i2_s: exact against quant.py's reference on
+every integer ISA here plus scalar, the packing, and the refusals."""
+import numpy as np
+import pytest
+from helpers import SPECS, conv_ops, generates, quantized_schedules, quick_first, rotated, schedules, tiers
+from helpers import check_quantized as check
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.codegen.isa import available_int_isas
+from loopopt.codegen.lut import FORMATS
+from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
+from loopopt.quant_reference import random_call
+
+ISAS = available_int_isas()
+SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
+TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, True, s.output, "ternary"))
+
+
+def random_ternary_conv_schedule(isa, data):
+    """A random legal schedule of a random ternary conv in i2_s, either compensation, sometimes
+    dequantizing."""
+    op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(TERNARY_SPECS))
+    check(data.draw(quantized_schedules(op, isa)).weight_format("i2_s"), isa)
+
+
+test_random_ternary_conv_schedules_quick, test_random_ternary_conv_schedules = tiers(
+    random_ternary_conv_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_ternary_matmul_schedule(isa, data, m, n, k):
+    """A random legal schedule of a random ternary matmul in i2_s."""
+    op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
+    check(data.draw(schedules(op, isa)).weight_format("i2_s"), isa)
+
+
+test_random_ternary_matmul_schedules_quick, test_random_ternary_matmul_schedules = tiers(
+    random_ternary_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)],
+    data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 70))
+
+
+def random_ternary_dot_schedule(isa, data):
+    """The VNNI form of a random ternary conv (c split by 4, 4 input channels innermost in the weights)
+    under random output-channel blocks and tiles: whole aligned vectors, dot-group gathers and
+    broadcasts of the packed weights, channels not a multiple of 4, 16 or 64."""
+    op = data.draw(conv_ops(max_hw=6)).with_quant(data.draw(TERNARY_SPECS))
+    block = data.draw(st.sampled_from([4, 8, 16]))
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", data.draw(st.sampled_from(["NHWC", "NCHW"])))
+         .layout("W", f"OIHW{block}o4i").split("c", 4)
+         .tile(ow=data.draw(st.integers(1, 4)), k=data.draw(st.sampled_from([4, 8, 16])))
+         .reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "ow_i", "k_i"))
+    if data.draw(st.integers(0, 2)) == 0:
+        s = s.reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "k_i", "ow_i")
+    s = s.vectorize(s.loop_names[-1])
+    if data.draw(st.booleans()) and generates(s.register_block("c_o"), isa):
+        s = s.register_block("c_o")
+    check(s.weight_format("i2_s"), isa)
+
+
+test_random_ternary_dot_schedules_quick, test_random_ternary_dot_schedules = tiers(
+    random_ternary_dot_schedule, 1, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def vnni_conv(s, block=16):
+    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", f"OIHW{block}o4i").split("c", 4)
+            .tile(ow=3, k=block).reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i").vectorize("k_i"))
+
+
+SPEC_CASES = {
+    "u8-pc-float": lo.QuantSpec("uint8", True, True, "float32", "ternary"),
+    "s8-pt-int32": lo.QuantSpec("int8", False, True, "int32", "ternary"),
+    "u8-pt-uint8": lo.QuantSpec("uint8", False, True, "uint8", "ternary"),
+    "s8-pc-int8": lo.QuantSpec("int8", True, True, "int8", "ternary"),
+}
+
+
+@pytest.mark.parametrize("spec, isa", rotated(SPEC_CASES, SIMD_ISAS))
+def test_aligned_vectors_take_the_fast_path(spec, isa):
+    # c = 6 (the blocked weights are zero-padded to 8), k = 20 (a partial vector), padding, stride, groups,
+    # dilation, batch
+    op = lo.Conv2d(12, 40, 3, stride=(1, 2), padding=(1, 2), dilation=(2, 1), groups=2, batch=2, height=7,
+                   width=9, bias=True, quant=spec)
+    lanes = 16 if isa == "avx512" else 8
+    kernel = check(vnni_conv(lo.Schedule(op), lanes).weight_format("i2_s"), isa)
+    assert kernel.plan.dot_loop == "c_i" and kernel.plan.packed_weights
+    nest = kernel.source.split("the reduction nest")[1]
+    assert "lo_i2s_vector(W," in nest and "weights: ternary, i2_s" in kernel.source
+
+
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
+def test_second_half_of_a_block_on_avx2_vectors(isa):
+    # 8 lanes x 4 = 32 weights per vector: every other vector starts in the middle of a 64-weight block
+    op = lo.Conv2d(8, 16, 1, height=3, width=5, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
+    kernel = check(vnni_conv(lo.Schedule(op), 8).weight_format("i2_s"), isa)
+    assert kernel.plan.dot_loop == "c_i"
+
+
+def test_int8_format_is_the_default_and_exact():
+    op = lo.Matmul(3, 19, 33, quant=lo.QuantSpec("int8", True, True, "int32", "ternary"))
+    kernel = check(lo.Schedule(op).reorder("i", "k", "j").vectorize("j"), ISAS[0])
+    assert not kernel.plan.packed_weights and "lo_i2s" not in kernel.source
+
+
+def test_packing_round_trip_and_size():
+    rng = np.random.default_rng(0)
+    for n in (1, 63, 64, 65, 200):
+        w = rng.integers(-1, 2, size=n).astype(np.int8)
+        packed = pack_i2s(w)
+        assert packed.dtype == np.uint8 and packed.size == packed_bytes(n) == 16 * -(-n // 64)
+        assert np.array_equal(unpack_i2s(packed, n), w)
+    # element 17 of a block: byte 1, bits 2-3, code w + 1
+    w = np.zeros(64, np.int8)
+    w[17] = 1
+    assert pack_i2s(w)[1] == 0b01_01_10_01   # fields 3, 2, 1, 0 from the high bits
+
+
+def test_i2s_buffer_is_a_quarter_of_int8():
+    op = lo.Matmul(1, 256, 512, quant=lo.QuantSpec("int8", False, True, "int32", "ternary"))
+    int8 = lo.Schedule(op).compile("scalar").buffer_bytes()["packed buffers"]
+    i2s = lo.Schedule(op).weight_format("i2_s").compile("scalar").buffer_bytes()["packed buffers"]
+    assert int8 - i2s == 256 * 512 - 256 * 512 // 4
+
+
+def test_weights_outside_ternary_are_refused_with_value_and_index():
+    op = lo.Conv2d(3, 4, 3, height=5, width=5, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
+    kernel = lo.Schedule(op).weight_format("i2_s").compile("scalar")
+    args, params = random_call(op, 0)
+    args[1][2, 1, 0, 2] = 2
+    with pytest.raises(ValueError, match=r"must be -1, 0 or \+1: weight\[2, 1, 0, 2\] = 2"):
+        kernel(*args, **params)
+    args[1][2, 1, 0, 2] = 0
+    with pytest.raises(ValueError, match="w_zero_point=1 must be 0"):
+        kernel(*args, **(params | {"w_zero_point": np.ones(4, np.int8)}))
+    with pytest.raises(TypeError, match=r"weight dtype int16 does not match QuantSpec\(weight='ternary'\)"):
+        kernel(args[0], args[1].astype(np.int16), *args[2:], **params)
+
+
+def test_spec_and_schedule_refusals():
+    with pytest.raises(ValueError, match="weight='ternary' is symmetric"):
+        lo.QuantSpec("uint8", True, False, "int32", "ternary")
+    with pytest.raises(ValueError, match="weight='int4' is not supported; allowed: .*'ternary'"):
+        lo.QuantSpec(weight="int4")
+    int8 = lo.Schedule(lo.Matmul(2, 3, 4, quant=lo.QuantSpec()))
+    with pytest.raises(lo.ScheduleError, match="weights are 'int8' .*QuantSpec\\(weight='ternary'\\)"):
+        int8.weight_format("i2_s")
+    with pytest.raises(lo.ScheduleError, match="not quantized"):
+        lo.Schedule(lo.Matmul(2, 3, 4)).weight_format("i2_s")
+    ternary = lo.Schedule(lo.Matmul(2, 3, 4, quant=lo.QuantSpec(weight="ternary")))
+    with pytest.raises(lo.ScheduleError, match="'tl3' is not a choice; allowed: 'int8', 'i2_s', 'tl1', "):
+        ternary.weight_format("tl3")
+
+
+def test_weight_format_is_printed_and_saved():
+    op = lo.Matmul(2, 3, 4, quant=lo.QuantSpec(weight="ternary"))
+    s = lo.Schedule(op).reorder("i", "k", "j").vectorize("j").weight_format("i2_s")
+    assert "weight_format('i2_s')" in s.pseudocode()
+    loaded = lo.schedule_file.schedule_from_toml(lo.to_toml(s), op)
+    assert loaded.weight_format_mode == "i2_s" and loaded.steps == s.steps
+
+
+def test_quantize_ternary_is_absmean():
+    w = np.array([[0.5, -2.0, 0.1, 1.4], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    q, scale, zero = lo.quantize_ternary(w, axis=0)
+    assert np.allclose(scale, [1.0, 1.0]) and zero.tolist() == [0, 0]
+    assert q.tolist() == [[0, -1, 0, 1], [0, 0, 0, 0]]
+    q, scale, zero = lo.quantize_ternary(w)
+    assert scale == np.float32(0.5) and zero == 0 and q[0].tolist() == [1, -1, 0, 1]
+
+
+# --- TL1, TL2: table lookup ------------------------------------------------------------------------
+
+LUTS = [(fmt, isa) for fmt, spec in FORMATS.items() for isa in ISAS if isa in spec.isas]
+
+
+def random_lut_matmul(variant, data, m, n, k):
+    """A random ternary matmul (every output, K not a multiple of 2 or 3, columns not a multiple of 32)
+    in a table-lookup format."""
+    fmt, isa = variant
+    op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
+    kernel = check(lo.Schedule(op).weight_format(fmt), isa)
+    assert f"weights: ternary, {fmt}" in kernel.source
+
+
+test_random_lut_matmuls_quick, test_random_lut_matmuls = tiers(
+    random_lut_matmul, 1, 12, marks=[pytest.mark.parametrize("variant", LUTS, ids=str)], data=st.data(),
+    m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
+
+
+@pytest.mark.parametrize("variant", quick_first(LUTS), ids=str)
+def test_lut_long_reduction_widens_the_int16_sums(variant):
+    # 4000 uint8 activations of 250 against +1 / -1 weights: the int16 partial sums must be widened
+    fmt, isa = variant
+    op = lo.Matmul(1, 40, 4000, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
+    kernel = lo.Schedule(op).weight_format(fmt).compile(isa)
+    x = np.full((1, 4000), 250, np.uint8)
+    w = np.ones((4000, 40), np.int8)
+    w[:, 3] = -1
+    y = kernel(x, w, x_zero_point=np.uint8(0), w_zero_point=np.zeros(40, np.int8))
+    assert y[0, 0] == 4000 * 250 and y[0, 3] == -4000 * 250
+
+
+def test_tl2_packs_a_sign_bit_and_14_classes():
+    fmt = FORMATS["tl2"]
+    assert len(fmt.classes) == 14 and fmt.classes[0] == (0, 0, 0)
+    index, sign = fmt.encode(np.array([[1, -1, 0], [-1, 1, 0], [0, 0, -1], [0, 0, 0]]))
+    assert index[0] == index[1] and sign.tolist() == [0, 1, 1, 0] and index[3] == 0
+
+
+def test_lut_refusals():
+    conv = lo.Conv2d(4, 4, 3, quant=lo.QuantSpec(weight="ternary"))
+    with pytest.raises(lo.ScheduleError, match="table-lookup kernel is a GEMM; .* has windows"):
+        lo.Schedule(conv).weight_format("tl1")
+    op = lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"))
+    with pytest.raises(lo.ScheduleError, match=r"fixed nest .* drop split\('j', 8\)"):
+        lo.Schedule(op).split("j", 8).weight_format("tl1").compile("scalar")
+    if "avx2" in ISAS:
+        with pytest.raises(lo.ScheduleError, match=r"\('tl2'\) runs on avx512, scalar, not on 'avx2'"):
+            lo.Schedule(op).weight_format("tl2").compile("avx2")
