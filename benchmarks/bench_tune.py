@@ -138,7 +138,7 @@ def search(layer: Layer, threads: int, args: argparse.Namespace, options: Option
     row = Row(layer.name, threads)
     try:
         result = lo.tune(op, trials=args.trials, seconds=args.seconds, threads=threads, log=args.log,
-                         progress=sys.stderr.isatty(), budget=args.budget)
+                         progress=sys.stderr.isatty(), budget=args.budget, algorithms="direct")
     except Exception as err:  # noqa: BLE001  (one layer's failure is a row, the others still run)
         row.notes = f"search failed: {first_line(err)}"
         return row

@@ -1,4 +1,4 @@
-"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune.
+"""The ``loopopt`` command: compare, show, reuse, layers, report, cache, machine, tune, onnx.
 
 User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule file,
 unwritable path or cache, an op that needs more memory than is available) print one line
@@ -44,13 +44,17 @@ EXAMPLES = {
     "compare": ["loopopt compare --layer resnet50.conv2_x --schedules naive,tiled,resnet50.conv2_x "
                 "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
-                "loopopt compare --matmul 256,256,512 --json"],
+                "loopopt compare --matmul 256,256,512 --json",
+                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
     "cache": ["loopopt cache info", "loopopt cache clear"],
+    "onnx": ["loopopt onnx model.onnx --plot where.png",
+             "loopopt onnx model.onnx --tune --trials 16 --log tune.db --threads 2 --json"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
-             "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json"],
+             "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json",
+             "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd"],
 }
 INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
 
@@ -229,26 +233,85 @@ def _print(args: argparse.Namespace, data, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
+def _default_plan(name: str, op, layer: str | None):
+    """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer``
+    (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their presets; Winograd,
+    F(4x4,3x3). Returns (schedule or plan, where it came from)."""
+    from .dataflows import PRESETS
+    from .schedule_file import list_schedules, load_schedule
+    from .winograd import plan
+    if name == "winograd":
+        return plan(op, 4), "default plan F(4x4,3x3)"
+    if name != "direct":
+        return PRESETS[name](op), "preset"
+    if layer in list_schedules():
+        return load_schedule(layer, op), f"stored schedule {layer}"
+    return PRESETS["output_stationary"](op), "preset output_stationary"
+
+
+def _algorithm_rows(args: argparse.Namespace, op) -> tuple[list, list[str], dict[str, str]]:
+    """One schedule (or Winograd plan) per algorithm of ``--algorithms``: the fastest in ``--log`` on
+    this machine, ISA (``--isa``, resolved) and ``--threads``, else the default (``_default_plan``);
+    with their labels and the algorithms skipped."""
+    from .codegen.isa import resolve_isa
+    from .schedule_file import schedule_from_toml
+    from .tune.algorithms import refusals
+    from .tune.log import best_by_algorithm
+    from .winograd import from_name
+    wanted = _algorithms(args.algorithms)
+    layer = None if args.conv or args.matmul or args.contraction else args.layer
+    why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
+    isa = args.isa if args.isa == "amx" else resolve_isa(args.isa, integer=op.quant is not None)
+    logged = best_by_algorithm(op, args.log, args.threads, isa) if args.log else {}   # measured as compiled
+    schedules, labels = [], []
+    for name in (a for a in wanted if not why[a]):
+        if name in logged:
+            trial = logged[name]
+            found = (from_name(op, trial.schedule)
+                     or schedule_from_toml(trial.schedule, op, f"tuning log {args.log}"))
+            source = f"best of log, {trial.knobs['plan']}" if "plan" in trial.knobs else "best of log"
+        else:
+            found, source = _default_plan(name, op, layer)
+        schedules.append(found)
+        labels.append(f"{name}: {source}")
+    return schedules, labels, {name: reason for name, reason in why.items() if reason}
+
+
 def _comparison(args: argparse.Namespace):
+    """The comparison ``args`` ask for and the algorithms skipped (``--algorithms``)."""
     from .compare import compare
     op = _op(args)
-    names = [n.strip() for n in args.schedules.split(",") if n.strip()]
-    if not names:
-        raise UsageError("--schedules is empty")
-    schedules = [_winograd(name, op) or _schedule(name, op) for name in names]
-    labels = [Path(n).name.removesuffix(".toml") for n in names]
+    skipped: dict[str, str] = {}
+    if args.algorithms is not None:
+        if args.schedules is not None:
+            raise UsageError("--algorithms chooses the rows itself; it does not combine with --schedules")
+        schedules, labels, skipped = _algorithm_rows(args, op)
+    else:
+        if args.log is not None:
+            raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
+        names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
+        if not names:
+            raise UsageError("--schedules is empty")
+        schedules = [_winograd(name, op) or _schedule(name, op) for name in names]
+        labels = [Path(n).name.removesuffix(".toml") for n in names]
     return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet,
-                   threads=args.threads)
+                   threads=args.threads), skipped
+
+
+def _skipped_notes(skipped: dict[str, str]) -> list[str]:
+    return [f"{name} not shown: {why}" for name, why in skipped.items()]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     plot, csv_path = _writable(args.plot), _writable(args.csv)
-    cmp = _comparison(args)
+    cmp, skipped = _comparison(args)
     if plot:
         cmp.plot(plot)
     if csv_path:
         cmp.to_csv(csv_path)
-    _print(args, cmp.to_dict(), str(cmp) + (f"\nplot written to {plot}" if plot else ""))
+    notes = _skipped_notes(skipped) + ([f"plot written to {plot}"] if plot else [])
+    data = {**cmp.to_dict(), **({"skipped": skipped} if skipped else {})}
+    _print(args, data, "\n".join([str(cmp), *notes]))
     return 0
 
 
@@ -317,16 +380,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         allowed = ", ".join(f"{suffix} ({kind})" for suffix, kind in REPORT_SUFFIXES.items())
         raise UsageError(f"cannot write a report to {output}: its suffix must be one of {allowed}, got "
                          f"{output.suffix or 'none'} (for a PDF, print the HTML report from a browser)")
-    cmp = _comparison(args)
+    cmp, skipped = _comparison(args)
+    notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
     if REPORT_SUFFIXES[output.suffix.lower()] == "HTML":
         body = "".join(f"<h2>{html.escape(c)}</h2>"
                        f"<img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>" for c, b in figures)
         text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
-                f"<h1>loopopt report</h1>{cmp._repr_html_()}{body}</body></html>")
+                f"<h1>loopopt report</h1>{cmp._repr_html_()}<pre>{html.escape(notes)}</pre>{body}"
+                "</body></html>")
     else:
         body = "".join(f"\n## {c}\n\n![{c}](data:image/png;base64,{b})\n" for c, b in figures)
-        text = f"# loopopt report\n\n```\n{cmp}\n```\n{body}"
+        text = f"# loopopt report\n\n```\n{cmp}{notes}\n```\n{body}"
     output.write_text(text)
     _print(args, {"report": str(output), **cmp.to_dict()}, f"{cmp}\nreport written to {output}")
     return 0
@@ -375,7 +440,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         op = op.with_quant(QuantSpec(**INT8_SPEC))
     result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                   log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
-                  budget=args.budget, algorithms=("direct", "winograd") if args.winograd else ("direct",))
+                  budget=args.budget, algorithms=_algorithms(args.algorithms))
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -390,6 +455,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
     return 0
+
+
+def _algorithms(text: str) -> tuple[str, ...]:
+    """``--algorithms`` of tune and compare: "auto" or the algorithms named (a UsageError lists the
+    allowed ones)."""
+    from .tune.algorithms import selected
+    try:
+        return selected("auto" if text == "auto" else [a.strip() for a in text.split(",")])
+    except ValueError as err:
+        raise UsageError(f"--algorithms: {err}") from None
 
 
 def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
@@ -409,13 +484,57 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=_positive_float, default=0.2,
                    help="seconds of timed runs per candidate (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search's random choices (default 0)")
-    p.add_argument("--winograd", action="store_true",
-                   help="also measure Winograd F(4x4,3x3) and F(2x2,3x3) where they apply; the result says "
-                        "which algorithm won (--save still saves the best schedule)")
+    p.add_argument("--algorithms", default="auto",
+                   help="auto (default: direct, implicit_gemm, im2col and winograd where they apply) or a "
+                        "comma-separated subset; the result says which won and by how much (--save saves the "
+                        "best schedule, never a Winograd plan)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
     p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
     p.set_defaults(run=cmd_tune)
+
+
+def cmd_onnx(args: argparse.Namespace) -> int:
+    try:
+        from .onnx.report import model_report
+    except ImportError as error:
+        raise UsageError(f"loopopt onnx needs the onnx package ({error}): "
+                         "pip install 'loopopt[onnx]'") from error
+    plot = _writable(args.plot)
+    if args.log is not None:
+        _writable(args.log)
+    report = model_report(args.model, threads=args.threads, tune_trials=args.trials if args.tune else 0,
+                          log=args.log, reuse=not args.no_reuse, budget=args.budget, isa=args.isa,
+                          progress=sys.stderr.isatty() and not args.json)
+    notes = [f"plot written to {report.plot(plot)}"] if plot else []
+    data = {**report.to_dict(), "plot": str(plot) if plot else None}
+    _print(args, data, "\n".join([report.table(), *notes]))
+    return 0
+
+
+def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
+    """The ``onnx`` subcommand: where a model's time goes, node by node."""
+    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm) of an ONNX model "
+                   "with static input shapes: its loopopt op, MFLOP, time with the backend's schedule (and "
+                   "tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone when "
+                   "onnxruntime is installed; totals, and a plot of where the time goes.")
+    p = sub.add_parser("onnx", parents=[json_flag], help="per-node report of an ONNX model",
+                       description=description, epilog=_examples("onnx"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("--tune", action="store_true", help="also tune each distinct node shape (lo.tune)")
+    p.add_argument("--trials", type=_positive, default=16,
+                   help="trials per distinct shape with --tune (default 16)")
+    p.add_argument("--log", help="SQLite tuning log: its best schedules run the nodes; --tune appends to it")
+    p.add_argument("--threads", type=_positive, default=1,
+                   help="threads of loopopt and onnxruntime (default 1)")
+    p.add_argument("--no-reuse", action="store_true", help="skip the reuse and traffic analysis")
+    p.add_argument("--budget", type=_positive_float, default=0.5,
+                   help="seconds of timed runs per schedule and node (default 0.5)")
+    p.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+                   help="ISA of the kernels, the tuning and the comparisons (default auto)")
+    p.add_argument("--plot", help="write a PNG of the time per node here")
+    p.set_defaults(run=cmd_onnx)
 
 
 def _positive_float(text: str) -> float:
@@ -464,8 +583,14 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     _op_arguments(parser)
-    parser.add_argument("--schedules", default=DEFAULT_SCHEDULES,
+    parser.add_argument("--schedules",
                         help=f"comma-separated schedule names or TOML paths (default {DEFAULT_SCHEDULES})")
+    parser.add_argument("--algorithms", nargs="?", const="auto",
+                        help="instead of --schedules, one row per algorithm (auto: direct, implicit_gemm, "
+                             "im2col, winograd where they apply, or a comma-separated subset): its best "
+                             "schedule in --log, else the stored schedule of --layer / the presets / "
+                             "Winograd F(4x4,3x3)")
+    parser.add_argument("--log", help="with --algorithms: the tuning log to take each algorithm's best from")
     parser.add_argument("--threads", type=_positive, default=1,
                         help="threads for schedules with a parallel loop (default 1)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
@@ -518,6 +643,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cache)
     _machine_parser(sub, json_flag)
     _tune_parser(sub, json_flag)
+    _onnx_parser(sub, json_flag)
     return main_parser
 
 

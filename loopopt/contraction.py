@@ -20,6 +20,7 @@ import numpy as np
 
 from .expr import Bound, Const, Expr, Var
 from .ops import STATEMENT, Op, TensorInfo, _dtype, _dtype_repr
+from .quant import qcontraction_accumulators
 
 _TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\+=|//|[-+*%\[\](),=]")
 
@@ -193,11 +194,7 @@ class Contraction(Op):
     ):
         if not isinstance(expr, str):
             raise TypeError(f"Contraction takes the statement as a string, got {expr!r}")
-        if quant is not None:
-            raise ContractionError(
-                "a Contraction is not quantized (got quant=...): quantize a Conv2d or Matmul"
-            )
-        self.expr, self.dtype, self.quant = expr, _dtype(dtype, None), None
+        self.expr, self.dtype, self.quant = expr, _dtype(dtype, quant), quant
         parser = _Parser(expr)
         out, first, second = parser.statement()
         addend = None
@@ -239,8 +236,37 @@ class Contraction(Op):
             second.index.index(Var(self.channel_dim)) if Var(self.channel_dim) in second.index else 0
         )
         self.output_channel_axis = out.index.index(Var(self.channel_dim))
+        if quant is not None:
+            self._check_quantizable()
 
     # --- construction --------------------------------------------------------------------------
+    def _check_quantizable(self) -> None:
+        """ContractionError unless the quantized kernels compensate this statement exactly: the weights
+        (second input) indexed by distinct plain dims, among them the output channel dim (per-channel
+        parameters) and a reduction dim; the activations not indexed by the channel dim (one activation
+        sum per output position); no padding taps (the compensation would vary with the position:
+        a ConvNd's windows give it border classes); a bias per output channel."""
+        x, w = self.inputs
+        k = self.channel_dim
+        index = self.index(w)
+        plain = all(isinstance(e, Var) for e in index) and len(set(index)) == len(index)
+        reasons = [
+            (not plain, f"the weights {w} must be indexed by distinct plain dims, not "
+                        f"[{', '.join(e.to_c() for e in index)}]"),
+            (Var(k) not in self.index(w), f"the weights {w} must be indexed by the output channel dim {k!r}"),
+            (not self.reduction_dims & {e.name for e in self.index(w) if isinstance(e, Var)},
+             f"the weights {w} must be indexed by a reduction dim"),
+            (any(k in e.variables() for e in self.index(x)),
+             f"the activations {x} must not be indexed by the output channel dim {k!r}"),
+            (bool(self.guards), f"padding {list(self.padding)} leaves taps out near the borders (quantize a "
+                                f"Conv1d/2d/3d, whose windows give them border classes)"),
+            (self.bias and self.bias_offset() != Var(k),
+             f"the bias {self.BIAS} must be indexed by {k!r} alone"),
+        ]
+        bad = [reason for failed, reason in reasons if failed]
+        if bad:
+            raise ContractionError(f"contraction {self.expr!r} cannot be quantized: {'; '.join(bad)}")
+
     def _output_dims(self, out: Access) -> tuple[str, ...]:
         dims = []
         for axis, e in enumerate(out.index):
@@ -345,7 +371,8 @@ class Contraction(Op):
         extra = (f", padding={list(self.padding)}" if self.padding else "") + (
             f", bias={self.arguments['bias']!r}" if self.bias else ""
         )
-        return f"Contraction({self.expr!r}, {sizes}{extra}{_dtype_repr(self)})"
+        quant = f", quant={self.quant}" if self.quant else ""
+        return f"Contraction({self.expr!r}, {sizes}{extra}{_dtype_repr(self)}{quant})"
 
     def tensor(self, name: str) -> TensorInfo:
         if name not in self.accesses:
@@ -376,6 +403,10 @@ class Contraction(Op):
         """The reference always runs on the whole op (its inputs are gathered over every dim)."""
         return False
 
+    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
+        return qcontraction_accumulators(self._product, xq, wq, x_zero_point, w_zero_point,
+                                         self.weight_channel_axis)
+
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
         return {t: rng.standard_normal(self.shapes[t]).astype(np.float32) for t in self.call_tensors}
@@ -401,15 +432,19 @@ class Contraction(Op):
         return string.ascii_letters[self.dim_names.index(dim)]
 
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
-        """float64 ``OUT = einsum(IN0 gathered, IN1 gathered) (+ bias)`` (bfloat16: the inputs rounded
-        to bf16)."""
-        values = self.operand_values(*arrays[:2]) + tuple(arrays[2:])
-        (x, xs), (w, ws) = (self._gathered(t, a) for t, a in zip(self.inputs, values[:2]))
-        out = "".join(self._letter(e.name) for e in self.index(self.output))
-        result = np.einsum(f"{xs},{ws}->{out}", x, w)
-        if self.bias:
-            result = result + _expanded(*self._gathered(self.BIAS, values[2]), out)
+        """float64 ``OUT = einsum(IN0 gathered, IN1 gathered) (+ bias, if given)`` (bfloat16: the inputs
+        rounded to bf16)."""
+        result = self._product(*self.operand_values(*arrays[:2]))
+        if len(arrays) > 2:   # the bias (a conv's reference likewise takes it optionally)
+            out = "".join(self._letter(e.name) for e in self.index(self.output))
+            result = result + _expanded(*self._gathered(self.BIAS, arrays[2]), out)
         return result
+
+    def _product(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """float64 ``einsum(IN0 gathered, IN1 gathered)``: the sum of the products, no bias."""
+        (x, xs), (w, ws) = (self._gathered(t, a) for t, a in zip(self.inputs, (first, second)))
+        out = "".join(self._letter(e.name) for e in self.index(self.output))
+        return np.einsum(f"{xs},{ws}->{out}", x, w)
 
     @property
     def reference_sizes(self) -> tuple[int, int, int]:

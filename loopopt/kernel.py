@@ -34,7 +34,7 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
 from .codegen.lut import FORMATS, LUT, generate_lut, lut_bytes, pack_lut, table_entries
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, borders, stored_weights, weight_compensation
+from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
 from .codegen.ternary import pack_i2s, packed_bytes
 from .codegen.tiles import (
     TileShape,
@@ -257,7 +257,7 @@ class QuantizedKernel(Kernel):
         if name == "Y":
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
-            return op.channels * math.prod(borders(op).shape)
+            return compensation_entries(op)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:

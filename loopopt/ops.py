@@ -444,10 +444,6 @@ class ConvNd(Op):
             if channels % self.groups:
                 raise ValueError(f"{what}={channels} is not divisible by groups={self.groups}")
         self.dtype = _dtype(dtype, quant)
-        if quant is not None and spatial != 2:
-            raise ValueError(f"quantized kernels take 2-D convolutions, got {spatial} spatial dims: write "
-                             f"a {type(self).__name__} as a Conv2d with size 1 and kernel 1 along the added "
-                             f"dims")
         self.quant = quant
         spans = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
         padded = tuple(size + lo + hi for size, (lo, hi) in zip(self.sizes, self.pads))
@@ -608,9 +604,6 @@ class Matmul(Op):
         self.batch = tuple(_positive(v, "batch") for v in batch)
         self.trans_a, self.trans_b = _flag(trans_a, "trans_a"), _flag(trans_b, "trans_b")
         self.dtype = _dtype(dtype, quant)
-        if quant is not None and self.batch:
-            raise ValueError(f"a quantized Matmul takes no batch dims (got batch={self.batch}): the "
-                             f"quantized kernels compensate one weight matrix")
         self.quant = quant
         self.arguments = dict(m=self.m, n=self.n, k=self.k, batch=self.batch, trans_a=self.trans_a,
                               trans_b=self.trans_b, dtype=self.dtype)

@@ -349,6 +349,25 @@ plot_dram_vs_time = plot_traffic_vs_time   # the former name (DRAM traffic is th
 plot_roofline = _single(draw_roofline)
 
 
+def plot_bars(path: str | Path, labels: Sequence[str], series: Mapping[str, Sequence[float | None]],
+              xlabel: str, title: str) -> Path:
+    """Write grouped horizontal bars to ``path``: one group per label (top to bottom), one bar per
+    series (a missing value, None, draws no bar); e.g. the time of each node of a model per runtime."""
+    fig = Figure(figsize=(8, 1.2 + 0.45 * len(labels) * max(1, len(series)) ** 0.5), layout="constrained")
+    ax = fig.subplots()
+    height = 0.8 / max(1, len(series))
+    for index, (name, values) in enumerate(series.items()):
+        rows = [(i, v) for i, v in enumerate(values) if v is not None]
+        ax.barh([i + index * height for i, _ in rows], [v for _, v in rows], height=height, label=name,
+                color=colour(index))
+    ax.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    _legend(ax)
+    return _save(fig, path)
+
+
 def plot_histograms(cmp: Comparison, path: str | Path) -> Path:
     """One reuse-distance histogram per tensor, side by side."""
     tensors = cmp.op.tensors

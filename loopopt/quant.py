@@ -465,6 +465,19 @@ def qmatmul_accumulators(aq: np.ndarray, bq: np.ndarray, a_zero_point: Any, b_ze
     return _to_int32(matmul_reference(a, b, np.int64, trans_a, trans_b), "matmul accumulator")
 
 
+def qcontraction_accumulators(product, xq: np.ndarray, wq: np.ndarray, x_zero_point: Any,
+                              w_zero_point: Any, channel_axis: int) -> np.ndarray:
+    """Exact int32 ``acc = sum (x - zx) * (w - zw[k])`` of any two-input contraction whose float64
+    reference is ``product(x, w)`` (exact: integer sums far below 2**53), the channel ``k`` along the
+    weights' ``channel_axis`` (``w_zero_point`` scalar or one per channel)."""
+    shape = [1] * np.ndim(wq)
+    shape[channel_axis] = -1
+    zw = np.broadcast_to(np.asarray(w_zero_point, dtype=np.int64).reshape(-1), (np.shape(wq)[channel_axis],))
+    x = np.asarray(xq, dtype=np.int64) - np.int64(x_zero_point)
+    w = np.asarray(wq, dtype=np.int64) - zw.reshape(shape)
+    return _to_int32(np.rint(product(x, w)).astype(np.int64), "contraction accumulator")
+
+
 def dequantize_output(acc: np.ndarray, x_scale: Any, w_scale: Any, bias_f32: Any = None,
                       axis: int = 1) -> np.ndarray:
     """Float32 ``acc * sx * sw[k] (+ bias[k])``, channel k along ``axis``.

@@ -64,7 +64,9 @@ def test_bf16_convs(isa, data):
 @BOUNDED
 @given(data=st.data())
 def test_quantized_convs(isa, data):
-    op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(SPECS))
+    """Quantized Conv1d/2d/3d: the border class tables of every window read in bounds."""
+    spatial = data.draw(st.sampled_from([1, 2, 2, 3]))
+    op = data.draw(conv_ops(max_hw=7, spatial=spatial)).with_quant(data.draw(SPECS))
     s = data.draw(blocked_schedules(op, isa))
     if op.quant.dequantized and data.draw(st.booleans()):
         s = s.arithmetic("dequantize")
@@ -75,4 +77,7 @@ def test_quantized_convs(isa, data):
 @BOUNDED
 @given(data=st.data(), **MATMULS)
 def test_quantized_matmuls(isa, data, m, n, k):
-    check_quantized(data.draw(blocked_schedules(lo.Matmul(m, n, k, quant=data.draw(SPECS)), isa)), isa)
+    """Quantized matmuls, batched (a compensation table per batch item) and transposed."""
+    op = lo.Matmul(m, n, k, batch=tuple(data.draw(st.lists(st.integers(1, 3), max_size=2))),
+                   trans_a=data.draw(st.booleans()), trans_b=data.draw(st.booleans()), quant=data.draw(SPECS))
+    check_quantized(data.draw(blocked_schedules(op, isa)), isa)

@@ -5,16 +5,30 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import ISAS, check, lru_stack, python_trace, rotated, schedules, tiers
+from helpers import (
+    ISAS,
+    MISSING_AMX,
+    SPECS,
+    check,
+    check_quantized,
+    integer_calls,
+    lru_stack,
+    python_trace,
+    rotated,
+    schedules,
+    tiers,
+)
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.analysis import reuse
+from loopopt.codegen.isa import available_int_isas
 from loopopt.measure import verify
 from loopopt.tune.space import candidates
 
 TENSOR = "C[i,j] += A[i,k,l] * B[l,k,j]"
 STENCIL = "O[i,j] += I[i+di-1, j+dj-1] * W[di,dj]"
+INT_ISAS = available_int_isas()
 
 
 @st.composite
@@ -186,8 +200,67 @@ def test_bad_statements_name_the_bad_part(expr, kwargs, message):
         lo.Contraction(expr, **kwargs)
 
 
-def test_not_quantized_and_not_a_string():
-    with pytest.raises(lo.ContractionError, match="a Contraction is not quantized"):
-        lo.Contraction(TENSOR, sizes=dict(i=1, j=1, k=1, l=1), quant=lo.QuantSpec())
+def test_not_a_string():
     with pytest.raises(TypeError, match="takes the statement as a string"):
         lo.Contraction(3, sizes={})
+
+
+# --- quantized contractions -------------------------------------------------------------------------
+
+QUANTIZABLE = {
+    "tensor": (TENSOR, dict(i=6, j=20, k=3, l=4), {}),
+    "batched transposed, bias": ("C[b,i,j] += A[b,k,i] * B[b,j,k]", dict(b=3, i=5, j=9, k=7),
+                                 dict(bias="Z[j]")),
+    "strided conv, unpadded": ("O[n,k,x] += I[n,c,2*x+t] * W[k,c,t]", dict(n=2, k=5, x=4, c=3, t=3), {}),
+    "weights not over every reduction": ("C[i,j] += A[i,k,l] * B[k,j]", dict(i=5, j=6, k=3, l=2), {}),
+}
+
+
+@st.composite
+def quantized_contractions(draw):
+    """A random contraction of a quantizable form (odd sizes) with a random QuantSpec."""
+    expr, sizes, kwargs = QUANTIZABLE[draw(st.sampled_from(sorted(QUANTIZABLE)))]
+    sizes = {d: draw(st.integers(1, high)) for d, high in sizes.items()}
+    return lo.Contraction(expr, sizes=sizes, quant=draw(SPECS), **kwargs)
+
+
+def random_quantized_contraction_schedule(isa, data):
+    """Quantized contractions (the compensation from the roles: per-channel weight sums, per-position
+    activation sums over every reduction dim) are bit-exact against the integer reference."""
+    op = data.draw(quantized_contractions())
+    s = data.draw(schedules(op, isa))
+    if data.draw(st.booleans()):
+        s = s.compensation("kernel")
+    check_quantized(s, isa, call=data.draw(st.none() | integer_calls(op)))
+
+
+test_random_quantized_contractions_quick, test_random_quantized_contractions = tiers(
+    random_quantized_contraction_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", INT_ISAS)],
+    data=st.data())
+
+
+@pytest.mark.parametrize("expr, sizes, kwargs, message", [
+    (STENCIL, dict(i=4, j=4, di=3, dj=3, I=(4, 4)), dict(padding="I"),
+     "the weights W must be indexed by the output channel dim 'j'; the activations I must not be indexed by "
+     "the output channel dim 'j'; padding \\['I'\\] leaves taps out"),
+    ("O[n,k,x] += I[n,c,x+t-1] * W[k,c,t]", dict(n=1, k=2, x=4, c=2, t=3), dict(padding="I"),
+     "padding \\['I'\\] leaves taps out near the borders \\(quantize a Conv1d/2d/3d"),
+    ("C[i,j] += A[i,k] * B[k+1,j]", dict(i=2, j=3, k=2), {},
+     "indexed by distinct plain dims, not \\[\\(k \\+ 1\\), j\\]"),
+    ("C[i,j] += A[i,k] * B[j]", dict(i=2, j=3, k=2), {}, "the weights B must be indexed by a reduction dim"),
+    ("C[i,j] += A[i,k] * B[k,j]", dict(i=2, j=3, k=2), dict(bias="Z[i]"),
+     "the bias Z must be indexed by 'j' alone"),
+])
+def test_quantization_refusals_name_the_reason(expr, sizes, kwargs, message):
+    with pytest.raises(lo.ContractionError, match=f"cannot be quantized: .*{message}"):
+        lo.Contraction(expr, sizes=sizes, quant=lo.QuantSpec(), **kwargs)
+
+
+def test_quantized_contraction_on_amx_is_exact_or_refused():
+    """The tile kernels take a contraction whose roles read as their GEMM, else refuse it clearly."""
+    op = lo.Contraction("C[i,j] += A[i,k] * B[k,j]", sizes=dict(i=9, j=20, k=70), quant=lo.QuantSpec())
+    if MISSING_AMX is None:
+        check_quantized(lo.Schedule(op), "amx")
+    tensor = lo.Contraction(TENSOR, sizes=dict(i=5, j=7, k=3, l=4), quant=lo.QuantSpec())
+    with pytest.raises(lo.schedule.ScheduleError, match="isa 'amx' computes convolutions and matrix"):
+        lo.Schedule(tensor).compile("amx")

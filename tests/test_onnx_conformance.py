@@ -2,7 +2,7 @@
 mode: the node cases generated from ``onnx.backend.test.case.node`` (the installed onnx ships no node
 data directory) and the pytorch-converted / pytorch-operator cases it ships. Every case is listed here:
 those the op model cannot express yet are strict xfails with the reason (they flip when support
-lands); a case the installed onnx adds fails ``test_every_case_is_listed`` until it is listed."""
+lands; none now); a case the installed onnx adds fails ``test_every_case_is_listed`` until it is listed."""
 from __future__ import annotations
 
 import functools

@@ -172,7 +172,6 @@ def test_auto_pad_follows_onnx(mode, size, kernel, stride, expected):
      "stride must be an int or a triple of ints, got \\(1, 1\\)"),
     (lo.Conv3d, dict(depth=4, height=0, width=4), ValueError, "height must be a positive integer, got 0"),
     (lo.Conv1d, dict(length=2), ValueError, "spans 3, larger than the padded input 2"),
-    (lo.Conv1d, dict(length=5, quant=lo.QuantSpec()), ValueError, "quantized kernels take 2-D convolutions"),
 ])
 def test_bad_nd_convs(cls, kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -205,7 +204,6 @@ def test_matmul_batch_and_transposes(batch, trans_a, trans_b):
     (dict(batch=(2, 0)), ValueError, "batch must be a positive integer, got 0"),
     (dict(batch="2"), TypeError, "batch must be an int or a tuple"),
     (dict(trans_a=1), TypeError, "trans_a must be True or False, got 1"),
-    (dict(batch=2, quant=lo.QuantSpec()), ValueError, "a quantized Matmul takes no batch dims"),
 ])
 def test_bad_batched_matmul(kwargs, error, message):
     with pytest.raises(error, match=message):

@@ -54,6 +54,37 @@ test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_sched
     random_quantized_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
+def random_quantized_nd_conv_schedule(isa, data):
+    """A random legal schedule of a random quantized Conv1d or Conv3d (per-side pads, stride,
+    dilation, groups, depthwise, batch; every QuantSpec), either compensation, on calibrated or
+    full-range data: the compensation table has a border class per window."""
+    op = quantized(data.draw(conv_ops(max_hw=6, spatial=data.draw(st.sampled_from([1, 3])), max_channels=4)),
+                   data.draw(SPECS))
+    s = data.draw(schedules(op, isa))
+    if data.draw(st.booleans()):
+        s = s.compensation("kernel")
+    check(s, isa, call=data.draw(st.none() | integer_calls(op)))
+
+
+test_random_quantized_nd_conv_schedules_quick, test_random_quantized_nd_conv_schedules = tiers(
+    random_quantized_nd_conv_schedule, 2, 20, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def random_quantized_batched_matmul_schedule(isa, data):
+    """A random legal schedule of a random quantized matmul with 1 or 2 batch dims (batched weights:
+    a compensation table per batch), either operand transposed, every QuantSpec, either compensation."""
+    op = data.draw(matmul_ops(max_mn=9).filter(lambda m: m.batch))
+    s = data.draw(schedules(quantized(op, data.draw(SPECS)), isa))
+    if data.draw(st.booleans()):
+        s = s.compensation("kernel")
+    check(s, isa, call=data.draw(st.none() | integer_calls(s.op)))
+
+
+test_random_quantized_batched_matmul_schedules_quick, test_random_quantized_batched_matmul_schedules = tiers(
+    random_quantized_batched_matmul_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)],
+    data=st.data())
+
+
 def vnni_conv(s):
     """The VNNI form: NHWC activations, 4 input channels innermost in the weights, c split by 4."""
     return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o4i").split("c", 4).tile(ow=3, k=16)
@@ -160,6 +191,38 @@ def test_dot_matmul(isa):
     s = (lo.Schedule(op).layout("B", "KN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o")
          .vectorize("j_i"))
     assert check(s, isa).plan.dot_loop == "k_i"
+
+
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
+def test_dot_batched_matmul(isa):
+    """Batched weights (ONNX MatMulInteger with a 3-D B) on the dot instruction: per-batch weight sums."""
+    op = lo.Matmul(7, 35, 22, batch=(2, 3), quant=lo.QuantSpec("int8", True, False, "int8", "uint8"))
+    s = (lo.Schedule(op).layout("B", "BDKN16n4k").split("k", 4).tile(j=16).reorder("k_o", "k_i", "j_o")
+         .vectorize("j_i"))
+    assert check(s, isa).plan.dot_loop == "k_i"
+
+
+ND_CONVS = {
+    1: lo.Conv1d(12, 20, 3, stride=2, padding=((0, 2),), groups=2, batch=2, length=11,
+                 quant=lo.QuantSpec("int8", False, False, "uint8", "uint8")),
+    3: lo.Conv3d(12, 20, 3, stride=(1, 1, 2), padding=((1, 0), (1, 0), (0, 2)), groups=2, batch=2, depth=4,
+                 height=5, width=7, quant=lo.QuantSpec("int8", False, False, "uint8", "uint8"))}
+
+
+@pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))
+@pytest.mark.parametrize("spatial", [1, 3])
+def test_dot_nd_conv(isa, spatial):
+    """A Conv1d / Conv3d with per-side pads, stride and groups on the dot instruction (channels-last
+    activations, 4 input channels innermost in the weights), int8 activations and asymmetric uint8
+    weights (both shifts), exact."""
+    op = ND_CONVS[spatial]
+    letters = op.letters
+    outs, taps = (f"o{x.lower()}" for x in letters), (f"k{x.lower()}" for x in letters)
+    s = (lo.Schedule(op).layout("I", f"N{letters}C").layout("O", f"N{letters}C")
+         .layout("W", f"OI{letters}16o4i").split("c", 4).split("k", 16)
+         .reorder("n", "k_o", *outs, "c_o", *taps, "c_i", "k_i").vectorize("k_i"))
+    kernel = check(s, isa)
+    assert kernel.plan.dot_loop == "c_i" and kernel.plan.shift == 128
 
 
 @pytest.mark.parametrize("isa", quick_first(SIMD_ISAS))

@@ -3,7 +3,7 @@
 dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
 import numpy as np
 import pytest
-from helpers import SPECS, check, check_quantized, needs_amx, quick_first, tiers
+from helpers import SPECS, check, check_quantized, conv_ops, integer_calls, needs_amx, quick_first, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -50,6 +50,19 @@ def random_tile_conv(data):
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
     random_tile_conv, 3, 30, marks=[needs_amx], data=st.data())
+
+
+def random_tile_conv1d(data):
+    """A quantized Conv1d on the tiles (its one window as the row window, no column taps), padded alike
+    on both sides and not depthwise (which the tiles refuse), exact on calibrated or full-range data."""
+    op = data.draw(conv_ops(max_hw=12, spatial=1, max_channels=20).filter(
+        lambda op: op.pads[0][0] == op.pads[0][1] and not op.in_channels == op.out_channels == op.groups))
+    op = op.with_quant(data.draw(SPECS))
+    check_quantized(lo.Schedule(op), "amx", call=data.draw(st.none() | integer_calls(op)))
+
+
+test_random_tile_conv1ds_quick, test_random_tile_conv1ds = tiers(
+    random_tile_conv1d, 2, 20, marks=[needs_amx], data=st.data())
 
 
 def random_tile_matmul(data, m, n, k):
@@ -118,11 +131,13 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, quant=QSPEC), lambda s: s, "padded alike"),
     (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, dtype="bfloat16"), lambda s: s,
      "padded alike"),
-    (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "is not one"),
+    (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "3 window axes"),
+    (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, quant=QSPEC), lambda s: s, "3 window axes"),
     (lo.Gemm(8, 16, 32, alpha=2.0, dtype="bfloat16"), lambda s: s, "no scaled output"),
     (lo.Gemm(8, 16, 32, dtype="bfloat16"), lambda s: s, "a bias per output channel"),
     (lo.Matmul(8, 16, 32, trans_a=True, quant=QSPEC), lambda s: s, "is not one"),
-    (lo.Matmul(8, 16, 32, batch=2, dtype="bfloat16"), lambda s: s, "is not one"),
+    (lo.Matmul(8, 16, 32, batch=2, dtype="bfloat16"), lambda s: s, r"2 batch dims \(b, i\)"),
+    (lo.Matmul(8, 16, 32, batch=(2, 3), trans_b=True, quant=QSPEC), lambda s: s, "3 batch dims"),
     (lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16"), lambda s: s,
      "is not one"),
     (lo.Contraction("C[i,j] += A[i,k,l] * B[l,k,j]", {"i": 5, "j": 7, "k": 3, "l": 4}, dtype="bfloat16"),
@@ -136,10 +151,13 @@ def test_refusals(op, build, message):
 @needs_amx
 @pytest.mark.parametrize("op", quick_first([
     lo.Gemm(9, 20, 16, c_shape=(20,), dtype="bfloat16"), lo.Matmul(9, 20, 16, trans_b=True, dtype="bfloat16"),
-    lo.Conv1d(8, 16, 3, padding=1, length=9, dtype="bfloat16")]), ids=repr)
+    lo.Conv1d(8, 16, 3, padding=1, length=9, dtype="bfloat16"),
+    lo.Conv1d(6, 20, 3, stride=2, padding=2, groups=2, batch=2, length=11,
+              quant=lo.QuantSpec("int8", True, False, "int8", "uint8"))]), ids=repr)
 def test_new_ops_the_tile_kernels_take(op):
-    """A Gemm whose C is a per-column bias, transposed weights, a 1-D conv."""
-    check(lo.Schedule(op), "amx")
+    """A Gemm whose C is a per-column bias, transposed weights, a 1-D conv (bfloat16, and quantized
+    exactly: its compensation table has one window)."""
+    (check_quantized if op.quant else check)(lo.Schedule(op), "amx")
 
 
 def test_amx_isa_on_a_cpu_without_amx(monkeypatch):

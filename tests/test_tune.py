@@ -60,7 +60,7 @@ QUICK_OPS = ("conv",)     # the quick tier; every op in the full suite
                                   for name in OPS])
 def test_finds_a_verified_schedule(name):
     op = OPS[name]
-    result = lo.tune(op, trials=3, budget=BUDGET, progress=False)
+    result = lo.tune(op, trials=3, budget=BUDGET, progress=False, algorithms="direct")
     assert len(result.trials) == 3 and [t.number for t in result.trials] == [1, 2, 3]
     assert result.timing.verified and result.best.op is op
     assert result.timing.min == min(t.seconds for t in result.trials if t.seconds is not None)
@@ -93,8 +93,8 @@ def test_table_plot_and_dict(tmp_path):
 def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     log = tmp_path / "tune.db"
     op = OPS["depthwise"]
-    first = lo.tune(op, trials=3, budget=BUDGET, log=log, progress=False)
-    second = lo.tune(op, trials=5, budget=BUDGET, log=log, progress=False)
+    first = lo.tune(op, trials=3, budget=BUDGET, log=log, progress=False, algorithms="direct")
+    second = lo.tune(op, trials=5, budget=BUDGET, log=log, progress=False, algorithms="direct")
     assert [t.logged for t in second.trials] == [True, True, True, False, False]
     assert [t.schedule for t in second.trials[:3]] == [t.schedule for t in first.trials]
     assert len(rows(log)) == 5
@@ -318,7 +318,7 @@ class ModelTimedExecutor(concurrent.futures.Executor):
 
 def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     op = OPS["matmul"]
-    result = lo.tune(op, trials=6, executor=ModelTimedExecutor(), progress=False)
+    result = lo.tune(op, trials=6, executor=ModelTimedExecutor(), progress=False, algorithms="direct")
     assert result.model_spearman == pytest.approx(1)
     assert all(t.model["model_seconds"] == t.seconds for t in result.trials)
     assert result.to_dict()["model_spearman"] == pytest.approx(1)
@@ -355,10 +355,11 @@ def test_dask_cluster_search_logs_the_same_schema_and_a_verified_best(tmp_path, 
     op = OPS["conv"]
     with Client(dask_cluster) as client:
         client.wait_for_workers(2)
-        result = lo.tune(op, trials=4, budget=BUDGET, log=log, executor=client, progress=False)
+        result = lo.tune(op, trials=4, budget=BUDGET, log=log, executor=client, progress=False,
+                         algorithms="direct")
     assert len(result.trials) == 4 and all(t.status == "ok" for t in result.trials)
     assert verify(result.best.compile(result.isa))[0]
-    lo.tune(op, trials=1, budget=BUDGET, log=local, progress=False)
+    lo.tune(op, trials=1, budget=BUDGET, log=local, progress=False, algorithms="direct")
     assert table_schema(log) == table_schema(local)
     with sqlite3.connect(log) as connection:
         hosts = {r[0] for r in connection.execute("SELECT host FROM trials")}
@@ -392,7 +393,8 @@ def test_a_dask_worker_dying_mid_trial_is_a_failed_trial(tmp_path, dask_cluster)
 def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
     log = tmp_path / "tune.db"
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False)
+        result = lo.tune(OPS["conv"], trials=4, budget=BUDGET, log=log, executor=pool, progress=False,
+                         algorithms="direct")
     assert [t.number for t in result.trials] == [1, 2, 3, 4] and result.timing.verified
     assert [r[0] for r in rows(log)] == [t.status for t in result.trials]
 

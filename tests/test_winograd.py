@@ -124,15 +124,16 @@ def test_compare_shows_winograd_next_to_direct():
 def test_tune_tries_winograd_and_says_which_algorithm_won(tmp_path):
     op = lo.Conv2d(16, 32, 3, padding=1, height=12, width=12)
     log = str(tmp_path / "tune.db")
-    result = lo.tune(op, trials=2, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
+    result = lo.tune(op, trials=4, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
     fastest = result.by_algorithm()
-    assert set(fastest) == {"direct", "winograd F(4x4,3x3)", "winograd F(2x2,3x3)"}
+    assert set(fastest) == {"direct", "winograd"}
+    assert [t.knobs.get("plan") for t in result.trials[:1]] == ["winograd F(4x4,3x3)"]
     won = min(fastest, key=lambda name: fastest[name].seconds)
     assert result.algorithm == won and f"algorithm: {won} won" in str(result)
     assert (result.winner is None) == (won == "direct") and isinstance(result.best, lo.Schedule)
     assert "winograd F(4x4,3x3)" in result.table() and result.to_dict()["algorithm"] == won
     assert lo.best_schedule(op, log=log) == result.best        # the log's best schedule stays a Schedule
-    again = lo.tune(op, trials=2, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
+    again = lo.tune(op, trials=4, budget=0.02, progress=False, log=log, algorithms=("direct", "winograd"))
     assert all(t.logged for t in again.trials)
 
 
@@ -141,7 +142,7 @@ def test_tune_skips_winograd_where_it_does_not_apply():
     result = lo.tune(op, trials=1, budget=0.02, progress=False, algorithms=("direct", "winograd"))
     assert result.algorithm == "direct" and "stride=1" in result.skipped["winograd"]
     assert "winograd not tried: winograd F(4x4,3x3) takes stride=1" in str(result)
-    with pytest.raises(ValueError, match="algorithms must include 'direct'"):
+    with pytest.raises(ValueError, match="algorithms must include one of 'direct'"):
         lo.tune(op, trials=1, progress=False, algorithms=("winograd",))
 
 

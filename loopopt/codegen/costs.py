@@ -39,7 +39,7 @@ from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
 from .isa import ISAS, Isa, bf16_dot_available, resolve_isa
 from .params import index_ctype
-from .quantized import QuantPlan, borders
+from .quantized import QuantPlan, compensation_entries
 from .quantized import plan as quant_plan
 from .vector import AccessKind
 
@@ -533,8 +533,7 @@ class _Counter:
         add = Work(loads=1, definitions=1, loop_iterations=1)        # a scalar sum over the reduction
         sites = []
         if qp.compensation == "kernel":
-            rows, cols = borders(op).shape
-            sites.append(Site("weight compensation", op.channels * rows * cols * reduction, add, 1))
+            sites.append(Site("weight compensation", compensation_entries(op) * reduction, add, 1))
         if qp.activation_sums:
             positions = math.prod(self.op.tensor(self.op.output).shape) // op.channels
             sites.append(Site("activation sums", positions * op.groups * reduction, add, 1))

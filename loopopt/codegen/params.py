@@ -55,15 +55,15 @@ def storage_elements(schedule: Schedule, tensor: str) -> int:
 def index_ctype(schedule: Schedule) -> str:
     """``int``, or ``ptrdiff_t`` if twice the largest extent or array may exceed ``INT_MAX``: loop
     extents, op dims, every tensor in its schedule layout and, for a quantized op, its workspace
-    tables (the compensation table, at most one entry per output channel and position, and the
+    tables (the compensation table, at most one entry per output element, and the
     activation sums). Twice: dead lanes and partial tiles compute indices up to one tile (at most
     an extent) past an array."""
     op = schedule.op
     sizes = [loop.extent for loop in schedule.loops] + [extent for _, extent in op.dims]
     sizes += [storage_elements(schedule, t) for t in op.tensors]
     if op.quant is not None:
-        positions = math.prod(window.out for window in op.windows)
-        sizes += [op.channels * positions, op.output_positions]
+        # a compensation entry per output channel and class (or weight batch): at most the output's size
+        sizes += [math.prod(op.tensor(op.output).shape), op.output_positions]
     return "int" if 2 * max(sizes) <= INT_MAX else WIDE_INDEX
 
 

@@ -13,8 +13,9 @@ weights and uint8 weights cost nothing in the kernel. The exact accumulator of D
 
 with ``T[k](p) = sum (w - zw[k])`` and ``S(p) = sum x'`` over the taps valid at output
 position ``p`` (padding taps do not exist, so both depend on ``p`` near the borders).
-``T`` only takes as many values per channel as there are classes of output rows and
-columns with different valid taps, so it is a table ``[K, row classes, column classes]``
+``T`` only takes as many values per channel as there are classes of output positions with
+different valid taps along each window (a conv's depth, rows, columns), so it is a table
+``[weight batch...][class per window...][K]`` (a batched matmul's weights: one per batch item)
 computed when the weights are packed (``compensation("packed")``) or by the kernel
 (``compensation("kernel")``); ``S`` is computed by the kernel (only for asymmetric
 weights, whose ``zw'`` may be nonzero; symmetric uint8 weights have ``zw = 128``, ``zw' = 0``).
@@ -35,6 +36,7 @@ products are widened to int32 and multiply-added lane by lane.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -181,19 +183,19 @@ def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Borders:
-    """Output rows/columns grouped by which filter rows/columns are valid there."""
+    """Output positions along each class window grouped by which filter taps are valid there."""
 
-    row_class: tuple[int, ...]             # per output row
-    row_valid: tuple[tuple[int, ...], ...]  # per class: 1 per valid filter row
-    col_class: tuple[int, ...]
-    col_valid: tuple[tuple[int, ...], ...]
+    classes: tuple[tuple[int, ...], ...]            # per window: the class of each output position
+    valid: tuple[tuple[tuple[int, ...], ...], ...]  # per window, per class: 1 per valid tap
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return len(self.row_valid), len(self.col_valid)
+    def shape(self) -> tuple[int, ...]:
+        """Classes per window."""
+        return tuple(len(v) for v in self.valid)
 
 
 NO_WINDOW = Window("", "", out=1, taps=1, stride=1, pad=0, dilation=1, size=1)   # one class, one valid tap
+CLASS_NAMES = {"d": ("depth", "dc"), "h": ("row", "rc"), "w": ("column", "cc")}   # per table letter
 
 
 def _classes(w: Window):
@@ -204,11 +206,11 @@ def _classes(w: Window):
 
 
 def row_col_windows(op: Op) -> tuple[Window, Window]:
-    """The op's row and column windows; a missing one is ``NO_WINDOW`` (a GEMM has two)."""
+    """The op's row and column windows as the tile kernels read them; a missing one is ``NO_WINDOW``
+    (a GEMM has two); ValueError for more than 2 windows."""
     windows = op.windows + (NO_WINDOW,) * (2 - len(op.windows))
     if len(windows) != 2:
-        raise NotImplementedError(f"quantized kernels support ops with at most 2 window axes; {op!r} has "
-                                  f"{len(op.windows)}")
+        raise ValueError(f"{op!r} has {len(op.windows)} window axes; a row and a column window at most")
     return windows[0], windows[1]
 
 
@@ -232,11 +234,56 @@ class GroupShape:
                    op.channels // op.groups, rows, cols, **extra)
 
 
+def class_windows(op: Op) -> tuple[Window, ...]:
+    """The windows whose border classes index the compensation table: the op's own, one per spatial
+    dim; an op without windows (a GEMM) has two ``NO_WINDOW`` of one class each."""
+    return op.windows or (NO_WINDOW, NO_WINDOW)
+
+
+def table_letters(op: Op) -> str:
+    """The letter naming each class window's C tables (``lo_<letter>class``, ``lo_<letter>valid``):
+    the last ones of ``dhw`` (a 2-D conv's rows ``h`` and columns ``w``)."""
+    count = len(class_windows(op))
+    if count > len(CLASS_NAMES):
+        raise ValueError(f"quantized kernels take at most {len(CLASS_NAMES)} window axes; {op!r} has {count}")
+    return "dhw"[len(CLASS_NAMES) - count:]
+
+
 @lru_cache(maxsize=256)
 def borders(op: Op) -> Borders:
-    """The border classes of the op's row and column windows (a GEMM has one class)."""
-    rows, cols = (_classes(w) for w in row_col_windows(op))
-    return Borders(rows[0], rows[1], cols[0], cols[1])
+    """The border classes of each class window (a GEMM has one class)."""
+    per_window = [_classes(w) for w in class_windows(op)]
+    return Borders(tuple(c for c, _ in per_window), tuple(v for _, v in per_window))
+
+
+def weight_batch_dims(op: Op) -> tuple[str, ...]:
+    """Dims indexing the weights that are neither their output channels nor reduced (a batched
+    matmul's batch dims): the compensation has a table per value of them."""
+    return tuple(e.name for e in op.index(op.inputs[1])
+                 if isinstance(e, Var) and e.name != op.channel_dim and e.name not in op.reduction_dims)
+
+
+def position_dims(op: Op) -> tuple[str, ...]:
+    """The output dims that are neither the channel nor a window's output (a conv's ``n``, a matmul's
+    batch dims and ``i``): with the groups and the windows' outputs they index the activation sums."""
+    windowed = {w.out_dim for w in op.windows}
+    dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
+    return tuple(d for d in dims if d != op.channel_dim and d not in windowed)
+
+
+def batch_dim(op: Op) -> str:
+    """The position dim of an op with one (conv ``n``, matmul ``i``), as the tile kernels read it."""
+    return position_dims(op)[-1]
+
+
+def window_classes(op: Op) -> list[tuple[str, Window, int]]:
+    """Per window of the op (none for a GEMM): its table letter, the window and its class count."""
+    return list(zip(table_letters(op), op.windows, borders(op).shape)) if op.windows else []
+
+
+def compensation_entries(op: Op) -> int:
+    """Entries of the compensation table ``T[weight batch...][class...][k]``."""
+    return op.channels * math.prod(borders(op).shape) * math.prod(op.extent(d) for d in weight_batch_dims(op))
 
 
 def stored_weights(qp: QuantPlan, wq: np.ndarray) -> np.ndarray:
@@ -247,18 +294,27 @@ def stored_weights(qp: QuantPlan, wq: np.ndarray) -> np.ndarray:
 
 
 def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
-    """``T[row class, column class, k] = sum (w - zw[k])`` over the valid taps (int32, flat).
+    """``T[weight batch..., class..., k] = sum (w - zw[k])`` over the valid taps (int32, flat).
 
-    ``wq`` in the op's logical layout: output channels on ``op.weight_channel_axis``, then
-    the input channels and the window taps (conv ``[K, C/g, KH, KW]``, matmul ``[K, N]``).
+    ``wq`` in the op's logical layout (indexed by dims: conv ``[K, C/g, *taps]``, matmul
+    ``[*batch, K, N]``), the output channels on ``op.weight_channel_axis``.
     """
-    b = borders(op)
-    w = np.moveaxis(np.asarray(wq, dtype=np.int64), op.weight_channel_axis, 0)
-    zero = np.asarray(zw, dtype=np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
-    rows, cols = row_col_windows(op)
-    taps = (w - zero).sum(axis=1).reshape(-1, rows.taps, cols.taps)
-    table = np.einsum("kab,ra,cb->rck", taps, np.array(b.row_valid), np.array(b.col_valid))
-    return table.astype(np.int32).reshape(-1)
+    w = np.asarray(wq, dtype=np.int64)
+    shape = [1] * w.ndim
+    shape[op.weight_channel_axis] = -1
+    dims = [e.name for e in op.index(op.inputs[1])]
+    windows = op.windows
+    letters = dict(zip(dims + [f"class {i}" for i in range(len(windows))],
+                       "abcdefghijklmnopqrstuvwxyz"))
+    classes = [letters[f"class {i}"] for i in range(len(windows))]
+    operands = [(w - np.asarray(zw, dtype=np.int64).reshape(shape), "".join(letters[d] for d in dims))]
+    operands += [(np.array(valid), cls + letters[win.tap_dim])
+                 for valid, cls, win in zip(borders(op).valid, classes, windows)]
+    out = "".join(letters[d] for d in weight_batch_dims(op)) + "".join(classes) + letters[op.channel_dim]
+    spec = ",".join(sub for _, sub in operands) + "->" + out
+    # a reduction dim that does not index the weights repeats each weight (a contraction's)
+    repeats = math.prod(op.extent(d) for d in op.reduction_dims - set(dims))
+    return (repeats * np.einsum(spec, *(a for a, _ in operands))).astype(np.int32).reshape(-1)
 
 
 # --- C around the nest ---------------------------------------------------------------------------
@@ -297,16 +353,16 @@ def _omp(schedule: Schedule) -> list[str]:
 
 
 def _tables(op) -> list[str]:
-    """The border classes as static C arrays."""
+    """The border classes as static C arrays: per class window, the class of each output position,
+    then per window the valid taps of each class."""
     b = borders(op)
     flat = lambda rows: ", ".join(str(v) for row in rows for v in row)
     listed = lambda classes: ", ".join(map(str, classes))
-    return [f"static const int lo_hclass[{len(b.row_class)}] = {{{listed(b.row_class)}}};",
-            f"static const int lo_wclass[{len(b.col_class)}] = {{{listed(b.col_class)}}};",
-            f"static const unsigned char lo_hvalid[{len(b.row_valid) * len(b.row_valid[0])}] = "
-            f"{{{flat(b.row_valid)}}};",
-            f"static const unsigned char lo_wvalid[{len(b.col_valid) * len(b.col_valid[0])}] = "
-            f"{{{flat(b.col_valid)}}};"]
+    letters = table_letters(op)
+    return ([f"static const int lo_{x}class[{len(classes)}] = {{{listed(classes)}}};"
+             for x, classes in zip(letters, b.classes)]
+            + [f"static const unsigned char lo_{x}valid[{len(valid) * len(valid[0])}] = {{{flat(valid)}}};"
+               for x, valid in zip(letters, b.valid)])
 
 
 def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
@@ -314,23 +370,33 @@ def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
     return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op) if qp.integer else [])) + "\n"
 
 
-def _tap_sum(indent: str, op: Op, rows_ok: str, cols_ok: str, term: str, it: str) -> list[str]:
-    """``s += term`` over the taps (row tap, column tap, input channel) whose rows and columns
-    are valid; ``it`` is the C type of the loop variables."""
-    rows, cols = op.windows
-    c = op.reduction_channel_dim
+def _tap_sum(op: Op, valid: list[str], term: str, it: str) -> list[str]:
+    """``s += term`` over the reduction: one loop per window's taps, those whose positions are valid
+    (``valid``: a C condition per window), then the other reduction dims (a conv's input channels);
+    ``it`` is the C type of the loop variables."""
     loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
-    return [f"{indent}int s = 0;",
-            f"{indent}{loop(rows.tap_dim, rows.taps)} if ({rows_ok})",
-            f"{indent}    {loop(cols.tap_dim, cols.taps)} if ({cols_ok})",
-            f"{indent}        {loop(c, op.extent(c))} s += {term};"]
+    taps = {w.tap_dim for w in op.windows}
+    others = [d for d in op.dim_names if d in op.reduction_dims and d not in taps]
+    lines = ["int s = 0;"] + [f"{'    ' * depth}{loop(w.tap_dim, w.taps)} if ({ok})"
+                              for depth, (w, ok) in enumerate(zip(op.windows, valid, strict=True))]
+    lines += [f"{'    ' * depth}{loop(d, op.extent(d))}" for depth, d in enumerate(others, len(op.windows))]
+    lines[-1] += f" s += {term};"
+    return lines
 
 
-def batch_dim(op: Op) -> str:
-    """The output dim that is neither the channel nor a window's output (conv ``n``, matmul ``i``)."""
-    windowed = {w.out_dim for w in op.windows}
-    dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
-    return next(d for d in dims if d != op.channel_dim and d not in windowed)
+def _nest(loops: list[str], body: list[str]) -> list[str]:
+    """``loops`` nested, the innermost opening the block of ``body``."""
+    lines = [f"{'    ' * depth}{loop}" for depth, loop in enumerate(loops)]
+    lines[-1] += " {"
+    return lines + ["    " * len(loops) + line for line in body] + ["    " * (len(loops) - 1) + "}"]
+
+
+def _flat(terms: list[tuple[str, int]]) -> str:
+    """C of the row-major offset of ``(index, extent)`` terms (the first extent is not used)."""
+    offset = terms[0][0]
+    for depth, (index, extent) in enumerate(terms[1:]):
+        offset = f"{offset if depth == 0 else f'({offset})'} * {extent} + {index}"
+    return offset
 
 
 def constants(schedule: Schedule, qp: QuantPlan) -> list[str]:
@@ -350,51 +416,39 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     lines: list[str] = []
     a, w = op.inputs
     k, c = op.channel_dim, op.reduction_channel_dim
+    loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
+    windows = op.windows
     if qp.compensation == "kernel":
-        lines.append("/* weight compensation T[row class][column class][k] = sum (w - zw[k]) "
-                     "over valid taps */")
+        wbatch = [(d, op.extent(d)) for d in weight_batch_dims(op)]
+        per_window = window_classes(op)
+        classes = [(CLASS_NAMES[x][1], n) for x, _, n in per_window]
+        named = "".join(f"[{d}]" for d, _ in wbatch) + "".join(f"[{CLASS_NAMES[x][0]} class]" for x in
+                                                              table_letters(op))
+        lines.append(f"/* weight compensation T{named}[k] = sum (w - zw[k]) over valid taps */")
         lines += _omp(schedule)
-        weight = ternary.reference(schedule, w, _storage_offset(schedule, w, op.index(w)))
-        if op.windows:
-            rows, cols = op.windows
-            rc, cc = borders(op).shape
-            lines += [f"for ({it} {k} = 0; {k} < {op.channels}; ++{k})",
-                      f"    for ({it} rc = 0; rc < {rc}; ++rc)",
-                      f"        for ({it} cc = 0; cc < {cc}; ++cc) {{"]
-            lines += _tap_sum(" " * 12, op, f"lo_hvalid[rc * {rows.taps} + {rows.tap_dim}]",
-                              f"lo_wvalid[cc * {cols.taps} + {cols.tap_dim}]", f"{weight} - lo_zw[{k}]",
-                              it)
-            lines += [f"            lo_comp[(rc * {cc} + cc) * {op.channels} + {k}] = s;", "        }"]
-        else:
-            lines += [f"for ({it} {k} = 0; {k} < {op.channels}; ++{k}) {{", "    int s = 0;",
-                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {weight} - lo_zw[{k}];",
-                      f"    lo_comp[{k}] = s;", "}"]
+        woff = _storage_offset(schedule, w, op.index(w))
+        weight = ternary.reference(schedule, w, woff)
+        valid = [f"lo_{x}valid[{CLASS_NAMES[x][1]} * {win.taps} + {win.tap_dim}]" for x, win, _ in per_window]
+        body = _tap_sum(op, valid, f"{weight} - lo_zw[{k}]", it)
+        loops = [loop(d, n) for d, n in wbatch] + [loop(k, op.channels)] + [loop(v, n) for v, n in classes]
+        lines += _nest(loops, body + [f"lo_comp[{_flat(wbatch + classes + [(k, op.channels)])}] = s;"])
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
         lines.append("/* activation sums S over the valid taps of each output position "
                      "(asymmetric weights) */")
         lines += _omp(schedule)
-        n = batch_dim(op)
-        if op.windows:
-            # windowed ops take activations [batch, channel, one axis per window]
-            rows, cols = op.windows
-            g = op.groups
+        positions = [(d, op.extent(d)) for d in position_dims(op)]
+        if windows:
+            # windowed ops take activations [batch, channel, one axis per window], per group of channels
             channel = Var("g") * op.extent(c) + Var(c)
-            xoff = _storage_offset(schedule, a, (Var(n), channel, rows.input_index, cols.input_index))
-            lines += [f"for ({it} {n} = 0; {n} < {op.extent(n)}; ++{n})",
-                      f"    for ({it} g = 0; g < {g}; ++g)",
-                      f"        for ({it} {rows.out_dim} = 0; {rows.out_dim} < {rows.out}; ++{rows.out_dim})",
-                      f"            for ({it} {cols.out_dim} = 0; {cols.out_dim} < {cols.out}; "
-                      f"++{cols.out_dim}) {{"]
-            lines += _tap_sum(" " * 16, op, Bound(rows.input_index, 0, rows.size).to_c(),
-                              Bound(cols.input_index, 0, cols.size).to_c(), f"{a}[{xoff}]{shift}", it)
-            lines += [f"                lo_xsum[(({n} * {g} + g) * {rows.out} + {rows.out_dim}) * {cols.out} "
-                      f"+ {cols.out_dim}] = s;", "            }"]
+            index = (*(Var(d) for d, _ in positions), channel, *(win.input_index for win in windows))
+            positions += [("g", op.groups)] + [(win.out_dim, win.out) for win in windows]
         else:
-            xoff = _storage_offset(schedule, a, op.index(a))
-            lines += [f"for ({it} {n} = 0; {n} < {op.extent(n)}; ++{n}) {{", "    int s = 0;",
-                      f"    for ({it} {c} = 0; {c} < {op.extent(c)}; ++{c}) s += {a}[{xoff}]{shift};",
-                      f"    lo_xsum[{n}] = s;", "}"]
+            index = op.index(a)
+        xoff = _storage_offset(schedule, a, index)
+        body = _tap_sum(op, [Bound(win.input_index, 0, win.size).to_c() for win in windows],
+                        f"{a}[{xoff}]{shift}", it)
+        lines += _nest([loop(d, n) for d, n in positions], body + [f"lo_xsum[{_flat(positions)}] = s;"])
     return lines
 
 
@@ -403,17 +457,18 @@ def _positions(op: Op) -> tuple[str, str, str]:
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
     name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel, n = f"lo_{info.letters[op.output_channel_axis].lower()}", name(batch_dim(op))
-    if not op.windows:
-        return channel, channel, n
-    rows, cols = op.windows
-    h, w = name(rows.out_dim), name(cols.out_dim)
-    rc, cc = borders(op).shape
-    kg = op.channels // op.groups
+    channel = f"lo_{info.letters[op.output_channel_axis].lower()}"
+    windows = op.windows
+    positions = [(name(d), op.extent(d)) for d in position_dims(op)]
+    if windows:
+        positions += [(f"{channel} / {op.channels // op.groups}", op.groups)]
+        positions += [(name(win.out_dim), win.out) for win in windows]
+    table = [(name(d), op.extent(d)) for d in weight_batch_dims(op)]
+    table += [(f"lo_{x}class[{name(win.out_dim)}]", n) for x, win, n in window_classes(op)]
     # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
     # consecutive in the channel, and the compiler would emulate a gather in every vectorized epilogue
-    return (channel, f"(ptrdiff_t)(lo_hclass[{h}] * {cc} + lo_wclass[{w}]) * {op.channels} + {channel}",
-            f"(({n} * {op.groups} + {channel} / {kg}) * {rows.out} + {h}) * {cols.out} + {w}")
+    comp = f"(ptrdiff_t)({_flat(table)}) * {op.channels} + {channel}" if table else channel
+    return channel, comp, _flat(positions)
 
 
 def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:

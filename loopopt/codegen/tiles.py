@@ -39,7 +39,8 @@ the channel block's loop outside the pixel loops (the default order) keeps a blo
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
 blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
 effect here.
-Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs.
+Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs, more
+than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
 """
 from __future__ import annotations
 
@@ -270,7 +271,11 @@ def _check_statement(op: Op) -> None:
                         f"one (use isa='auto')")
     outputs = op.index(op.output)
     others = [e for e in outputs if not (isinstance(e, Var) and e.name in {k, *(w.out_dim for w in windows)})]
-    if len(windows) > 2 or len(others) != 1 or not isinstance(others[0], Var):
+    if len(windows) > 2 or len(others) > 1:
+        raise TileError(f"isa 'amx' tiles ops of at most 2 window axes and one batch dim; {op!r} has "
+                        f"{len(windows)} window axes and {len(others)} batch dims "
+                        f"({', '.join(e.to_c() for e in others)}): use isa='avx512' (VNNI)")
+    if len(others) != 1 or not isinstance(others[0], Var):
         raise refusal
     batch = others[0].name
     taps = [Var(w.tap_dim) for w in windows]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 from onnx.backend.base import Backend, BackendRep
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
@@ -41,6 +41,7 @@ class LoweredNode:
     op: Op | None = None
     schedule: Schedule | None = None
     source: str = ""          # where the schedule came from
+    isa: str = ""             # what the kernel was compiled for
     note: str = ""            # what the importer does around the kernel
     reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
 
@@ -59,10 +60,10 @@ class LoopoptRep(BackendRep):
     """A prepared model: ``run(inputs) -> list[np.ndarray]``; ``lowered`` per compute node."""
 
     def __init__(self, model: onnx.ModelProto, strict: bool = False,
-                 log: str | os.PathLike | None = None, threads: int = 1):
+                 log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
         self.model = model
         self.strict = strict
-        self.kernels = KernelCache(log, threads)
+        self.kernels = KernelCache(log, threads, isa)
         self.lowered: dict[str, LoweredNode] = {}
         self.labels = {tuple(node.output): node_label(node, i) for i, node in enumerate(model.graph.node)}
         self._check_nodes()
@@ -96,7 +97,7 @@ class LoopoptRep(BackendRep):
             return None
         compiled = self.kernels.get(lowering.op)
         self.lowered[label] = LoweredNode(label, node.op_type, lowering.op, compiled.schedule,
-                                          compiled.source, lowering.note)
+                                          compiled.source, compiled.kernel.isa, lowering.note)
         return lowering, compiled.kernel
 
     def execute(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
@@ -111,6 +112,13 @@ class LoopoptRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs`` (a list in graph-input order, a dict, or one array)."""
         return list(self._evaluator.run(None, feeds(self.model, inputs)))
+
+    def values(self, inputs: Any) -> dict[str, np.ndarray]:
+        """Every value of the graph on ``inputs``: the initializers, the inputs and each node's outputs."""
+        given = feeds(self.model, inputs)
+        names = [name for node in self.model.graph.node for name in node.output if name]
+        constants = {init.name: numpy_helper.to_array(init) for init in self.model.graph.initializer}
+        return {**constants, **given, **dict(zip(names, self._evaluator.run(names, given)))}
 
 
 class _LoopoptNode(OpRun):
@@ -147,11 +155,13 @@ class LoopoptBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", strict: bool = False,
-                log: str | os.PathLike | None = None, threads: int = 1, **kwargs: Any) -> LoopoptRep:
+                log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto",
+                **kwargs: Any) -> LoopoptRep:
         """A rep of ``model`` (ModelProto, path or bytes); compute nodes with static shapes are
-        lowered and compiled now, the others at the first run."""
+        lowered and compiled now, the others at the first run; kernels for ``isa`` ("auto": the
+        best this CPU has, and a logged schedule on the ISA it was measured on)."""
         cls._device(device)
-        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads)
+        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads, isa=isa)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:

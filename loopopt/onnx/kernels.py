@@ -10,7 +10,7 @@ from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from ..tune import best_schedule
-from ..tune.log import signature
+from ..tune.log import TuningLog, signature
 
 DEFAULT = "default output_stationary"
 
@@ -27,6 +27,19 @@ def default_schedule(op: Op, threads: int = 1) -> Schedule:
                     schedule = schedule.parallel(name)
                 break
     return schedule
+
+
+def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
+                isa: str | None = None) -> tuple[Schedule, str] | None:
+    """The fastest verified schedule of ``op`` in the tuning log on this machine and ``threads`` (and
+    ``isa`` if given), with the ISA it was measured on (an AMX trial's schedule must be compiled for
+    AMX); None if none."""
+    with TuningLog(log, readonly=True) as tuning_log:
+        ok = [t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"]
+    if not ok:
+        return None
+    isa = min(ok, key=lambda t: t.timing.min).isa
+    return best_schedule(op, log=log, threads=threads, isa=isa), isa
 
 
 @dataclass(frozen=True)
@@ -50,18 +63,21 @@ class KernelCache:
         """How many kernels have been compiled."""
         return len(self._compiled)
 
-    def schedule(self, op: Op) -> tuple[Schedule, str]:
-        """The schedule ``op`` runs with, and its source."""
-        if self.log is not None:
-            best = best_schedule(op, log=self.log, threads=self.threads)
-            if best is not None:
-                return best, f"tuning log {os.fspath(self.log)}"
-        return default_schedule(op, self.threads), DEFAULT
+    def schedule(self, op: Op) -> tuple[Schedule, str, str]:
+        """The schedule ``op`` runs with, its source and the ISA to compile it for."""
+        isa = None if self.isa == "auto" else self.isa
+        best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
+        if best is not None:
+            return best[0], f"tuning log {os.fspath(self.log)}", best[1]
+        return default_schedule(op, self.threads), DEFAULT, self.isa
 
     def get(self, op: Op) -> Compiled:
         """The compiled kernel of ``op`` (compiled on the first request for its signature)."""
         key = signature(op)
         if key not in self._compiled:
-            schedule, source = self.schedule(op)
-            self._compiled[key] = Compiled(schedule.compile(self.isa), schedule, source)
+            schedule, source, isa = self.schedule(op)
+            kernel = schedule.compile(isa)
+            if schedule.parallel_loop is not None:
+                kernel.set_threads(self.threads)
+            self._compiled[key] = Compiled(kernel, schedule, source)
         return self._compiled[key]

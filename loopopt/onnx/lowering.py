@@ -3,9 +3,9 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (reshapes, broadcasting, a batch loop). What the op model
-cannot express yet raises ``NotSupported`` with the attribute or value, e.g.
-``not supported: Conv with 4 spatial dims (1-D to 3-D convolutions)``.
+the node's outputs (MatMul's 1-D operands and broadcast batch, a quantized 1-D convolution as
+a 2-D one). What the op model cannot express yet raises ``NotSupported`` with the attribute or
+value, e.g. ``not supported: Conv input 'x' of dtype float64 (float kernels are float32)``.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
-from ..ops import Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
-from ..quant import QuantSpec, check_quant_params, symmetric_zero_point
+from ..ops import AUTO_PADS, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
+from ..quant import PARAM_NAMES, QuantSpec, check_quant_params, symmetric_zero_point
 
 Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
 
@@ -47,7 +47,7 @@ class Lowering:
 
     op: Op
     call: Call
-    note: str = ""    # what the importer does around the kernel (batch loop, transposes, alpha/beta)
+    note: str = ""    # what the importer does around the kernel (batch folded or looped, 1-D as 2-D)
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:
@@ -84,165 +84,179 @@ CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_
                    "pads": None, "strides": None}
 
 
+# spatial rank -> the op class and the names of its size arguments
+CONVS = {1: (Conv1d, ("length",)), 2: (Conv2d, ("height", "width")),
+         3: (Conv3d, ("depth", "height", "width"))}
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
-    """A 1-D, 2-D or 3-D ONNX convolution as a Conv2d's (1-D: height 1) or Conv3d's constructor
-    arguments."""
+    """An ONNX convolution as the constructor arguments of Conv1d, Conv2d or Conv3d; ``lifted``: a
+    1-D convolution written as a 2-D one of height 1 (the quantized kernels take 2-D convolutions)."""
 
     kwargs: dict
-    spatial: int      # the node's spatial rank (1, 2 or 3)
+    spatial: int          # the node's spatial rank
+    lifted: bool = False
+
+    def op(self, quant: QuantSpec | None = None) -> ConvNd:
+        """The loopopt op; NotSupported with the op model's reason if it refuses the shape."""
+        cls = CONVS[self.spatial + self.lifted][0]
+        try:
+            return cls(**self.kwargs, quant=quant)
+        except ValueError as error:   # e.g. a kernel larger than the padded input
+            raise NotSupported(str(error)) from error
+
+    def to_op(self, array: np.ndarray) -> np.ndarray:
+        """A node's activation or weight array as the op takes it."""
+        return array[:, :, None, :] if self.lifted else array
+
+    def from_op(self, array: np.ndarray) -> np.ndarray:
+        """The op's output as the node's."""
+        return array[:, :, 0, :] if self.lifted else array
+
+    @property
+    def note(self) -> str:
+        return "1-D as height 1" if self.lifted else ""
 
 
-def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvGeometry:
-    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv) as Conv2d's."""
+def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool, lift: bool = False) -> ConvGeometry:
+    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv); ``lift``: write a
+    1-D convolution as a 2-D one."""
     attrs = attributes(node, CONV_ATTRIBUTES)
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise NotSupported(f"{node.op_type} input of shape {x.shape} with weights {w.shape}")
     spatial = len(x.shape) - 2
-    if spatial > 3:
-        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (1-D to 3-D convolutions)")
-    kernel = list(w.shape[2:])
+    if spatial not in CONVS:
+        raise NotSupported(f"{node.op_type} with {spatial} spatial dims (1-D, 2-D and 3-D convolutions)")
+    kernel, sizes = list(w.shape[2:]), list(x.shape[2:])
     if attrs["kernel_shape"] is not None and list(attrs["kernel_shape"]) != kernel:
         raise NotSupported(f"kernel_shape={list(attrs['kernel_shape'])} differs from the weights' {kernel}")
     strides = list(attrs["strides"] or [1] * spatial)
     dilations = list(attrs["dilations"] or [1] * spatial)
     mode = attrs["auto_pad"]
-    if mode in ("SAME_UPPER", "SAME_LOWER", "VALID"):
-        pairs = list(auto_pad(mode, x.shape[2:], kernel, strides, dilations))
+    if mode in AUTO_PADS:
+        pairs = [list(p) for p in auto_pad(mode, sizes, kernel, strides, dilations)]
     elif mode == "NOTSET":
         pads = list(attrs["pads"] or [0] * 2 * spatial)
-        pairs = [(pads[a], pads[a + spatial]) for a in range(spatial)]
+        pairs = [[pads[a], pads[a + spatial]] for a in range(spatial)]
     else:
         raise NotSupported(f"auto_pad={mode!r}")
     group = int(attrs["group"])
     n, c = x.shape[:2]
     if w.shape[1] * group != c:
         raise NotSupported(f"weights {w.shape} with group={group} for {c} input channels")
-    lead = [1] if spatial == 1 else []     # a 1-D convolution is a 2-D one of height 1 (quantized too)
-    size = lead + list(x.shape[2:])
-    padding = tuple([(0, 0)] * len(lead) + pairs)
+    lifted = lift and spatial == 1
+    lead = [1] if lifted else []
     kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(lead + kernel),
-                  stride=tuple(lead + strides), padding=padding,
+                  stride=tuple(lead + strides), padding=tuple(map(tuple, [[0, 0]] * len(lead) + pairs)),
                   dilation=tuple(lead + dilations), groups=group, bias=bias, batch=n,
-                  **dict(zip(("depth", "height", "width")[3 - len(size):], size)))
-    return ConvGeometry(kwargs, spatial)
-
-
-def _conv_op(geometry: ConvGeometry, quant: QuantSpec | None = None) -> ConvNd:
-    try:
-        return (Conv3d if geometry.spatial == 3 else Conv2d)(**geometry.kwargs, quant=quant)
-    except ValueError as error:   # e.g. a kernel larger than the padded input
-        raise NotSupported(str(error)) from error
-
-
-def _as_2d(array: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    return array[:, :, None, :] if geometry.spatial == 1 else array
-
-
-def _from_2d(array: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    return array[:, :, 0, :] if geometry.spatial == 1 else array
+                  **dict(zip(CONVS[spatial + len(lead)][1], lead + sizes)))
+    return ConvGeometry(kwargs, spatial, lifted)
 
 
 def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Conv (inputs X, W, optional B) as a float32 Conv2d."""
+    """ONNX Conv (inputs X, W, optional B) as a float32 Conv1d, Conv2d or Conv3d."""
     x, w, b = values[0], values[1], _input(values, 2)
     _float32(node, values)
     geometry = conv_geometry(node, x, w, b is not None)
-    op = _conv_op(geometry)
+    op = geometry.op()
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[1], geometry), *inputs[2:3]]
-        return [_from_2d(run_kernel(kernel, *arrays), geometry)]
+        return [run_kernel(kernel, *(a for a in inputs[:3] if a is not None))]
 
-    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
-
-
-def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX ConvInteger (inputs x, w, optional x_zero_point, w_zero_point) as a quantized Conv2d
-    with a raw int32 output."""
-    x, w = values[0], values[1]
-    geometry = conv_geometry(node, x, w, False)
-    quant = quantization(node, values, INTEGER_INPUTS, w.shape[0], "int32")
-    op = _conv_op(geometry, quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[1], geometry)]
-        return [_from_2d(run_kernel(kernel, *arrays, **quant.params(inputs)), geometry)]
-
-    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
+    return Lowering(op, call)
 
 
 @dataclass(frozen=True)
-class QLinear:
-    """The scale and zero-point inputs of a quantized node, as the kernel's quantization parameters."""
+class Quantization:
+    """The zero-point and scale inputs of a quantized node as a QuantSpec and the kernel's
+    quantization parameters (``params(inputs)``: ONNX parameter names, a missing optional zero
+    point as 0)."""
 
     spec: QuantSpec
-    params: Callable[[Sequence[np.ndarray]], dict]
+    params: Callable[[Sequence[np.ndarray | None]], dict]
 
 
-# input index of the data (x, w) and of each of the kernel's parameters, by the kernel's names
-QLINEAR_INPUTS = {"x": 0, "x_scale": 1, "x_zero_point": 2, "w": 3, "w_scale": 4, "w_zero_point": 5,
-                  "y_scale": 6, "y_zero_point": 7}
-INTEGER_INPUTS = {"x": 0, "w": 1, "x_zero_point": 2, "w_zero_point": 3}   # zero points optional (0)
+# input index -> the kernel's parameter name
+QLINEAR_PARAMS = {1: "x_scale", 2: "x_zero_point", 4: "w_scale", 5: "w_zero_point", 6: "y_scale",
+                  7: "y_zero_point"}
+INTEGER_PARAMS = {2: "x_zero_point", 3: "w_zero_point"}       # ConvInteger, MatMulInteger
+PER_CHANNEL = ("w_scale", "w_zero_point")
 
 
 def _scalar_or_channels(node: onnx.NodeProto, name: str, value: Value, channels: int) -> None:
     size = int(np.prod(value.shape))
     if size not in (1, channels) or (size > 1 and max(value.shape) != size):
-        raise NotSupported(f"{node.op_type} {name} of shape {value.shape} (one per tensor or per "
-                           f"output channel, {channels})")
+        raise NotSupported(f"{node.op_type} {name} of shape {value.shape} (one per tensor"
+                           + (f" or per output channel, {channels})" if channels > 1 else ")"))
 
 
-def quantization(node: onnx.NodeProto, values: Sequence[Value | None], inputs: dict[str, int],
-                 channels: int, output: str) -> QLinear:
-    """QuantSpec and kernel parameters of a quantized node whose inputs ``inputs`` places (QLinearConv /
-    QLinearMatMul: ``QLINEAR_INPUTS``; ConvInteger / MatMulInteger: ``INTEGER_INPUTS``, a zero point
-    left out is 0). Weight parameters are per tensor or per output channel, the others per tensor."""
-    x, w = values[inputs["x"]], values[inputs["w"]]
-    places = {name: index for name, index in inputs.items() if name not in ("x", "w")}
-    given = {name: _input(values, index) for name, index in places.items()}
-    for name, value in given.items():
-        if value is not None:
-            _scalar_or_channels(node, node.input[inputs[name]], value, channels if name[0] == "w" else 1)
-    per_channel = any(v is not None and int(np.prod(v.shape)) > 1 for n, v in given.items() if n[0] == "w")
+def quantization(node: onnx.NodeProto, values: Sequence[Value | None], channels: int, weights: int,
+                 names: dict[int, str], output: np.dtype) -> Quantization:
+    """QuantSpec and kernel parameters of a quantized node whose activations are input 0, weights
+    input ``weights`` and parameters the inputs ``names``; ``output`` is the node's output dtype."""
+    x, w = values[0], values[weights]
+    dtypes = {"x_zero_point": x.dtype, "w_zero_point": w.dtype}
+    given = {name: _input(values, i) for i, name in names.items()}
+    for index, name in names.items():
+        if given[name] is not None:
+            _scalar_or_channels(node, node.input[index], given[name], channels if name in PER_CHANNEL else 1)
+    per_channel = any(given.get(n) is not None and int(np.prod(given[n].shape)) > 1 for n in PER_CHANNEL)
     w_zero = given["w_zero_point"]
-    zw = np.zeros(1, w.dtype) if w_zero is None else w_zero.data
-    symmetric = zw is not None and bool(np.all(zw == symmetric_zero_point(str(w.dtype))))
+    w_zero_data = np.zeros(1, w.dtype) if w_zero is None else w_zero.data
     try:
-        spec = QuantSpec(activation=str(x.dtype), per_channel=per_channel, weight_symmetric=symmetric,
-                         output=output, weight=str(w.dtype))
+        centre = symmetric_zero_point(str(w.dtype))
+        symmetric = w_zero_data is not None and bool(np.all(w_zero_data == centre))
+        spec = QuantSpec(activation=str(x.dtype), weight=str(w.dtype), per_channel=per_channel,
+                         weight_symmetric=symmetric, output=str(output))
     except ValueError as error:
         raise NotSupported(f"{node.op_type} with {error}") from error
-    dtypes = {"x_zero_point": x.dtype, "w_zero_point": w.dtype}
 
-    def params(arrays: Sequence[np.ndarray | None]) -> dict:
-        present = lambda i: i < len(arrays) and arrays[i] is not None
-        named = {name: np.asarray(arrays[i]) if present(i) else np.zeros((), dtypes[name])
-                 for name, i in places.items()}
-        return {name: (a.reshape(-1) if a.size > 1 else a.reshape(())) for name, a in named.items()}
+    def params(inputs: Sequence[np.ndarray | None]) -> dict:
+        named = {}
+        for index, name in names.items():
+            array = inputs[index] if index < len(inputs) else None
+            array = np.zeros((), dtypes[name]) if array is None else np.asarray(array)
+            named[name] = array.reshape(-1) if array.size > 1 else array.reshape(())
+        return named
 
-    constants = [v.data if v is not None else None for v in values]
-    if all(given[name] is None or given[name].data is not None for name in given):
-        try:   # what the constants say, checked as the kernel will (e.g. a zero point out of range)
-            check_quant_params(spec, channels, **params(constants), xq=np.zeros(1, x.dtype),
+    constants = [None if v is None else v.data for v in values]
+    if all(given[n] is None or given[n].data is not None for n in given):
+        try:   # what the constants say, checked as the kernel will check them
+            every = {name: None for name in PARAM_NAMES} | params(constants)
+            check_quant_params(spec, channels, **every, xq=np.zeros(1, x.dtype),
                                wq=np.zeros(1, w.dtype))
         except (ValueError, TypeError) as error:
             raise NotSupported(f"{node.op_type} with {error}") from error
-    return QLinear(spec, params)
+    return Quantization(spec, params)
+
+
+def _quantized_conv(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
+                    names: dict[int, str], output: np.dtype, bias: int | None) -> Lowering:
+    """A quantized Conv-like node: activations input 0, weights input ``weights``, parameters
+    ``names``, an int32 bias at input ``bias`` (None: no bias input)."""
+    x, w = values[0], values[weights]
+    has_bias = bias is not None and _input(values, bias) is not None
+    geometry = conv_geometry(node, x, w, has_bias, lift=True)
+    quant = quantization(node, values, w.shape[0], weights, names, output)
+    op = geometry.op(quant.spec)
+
+    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        arrays = [geometry.to_op(inputs[0]), geometry.to_op(inputs[weights])]
+        arrays += [inputs[bias]] if has_bias else []
+        return [geometry.from_op(run_kernel(kernel, *arrays, **quant.params(inputs)))]
+
+    return Lowering(op, call, geometry.note)
+
+
+def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """ONNX ConvInteger (x, w, optional zero points) as a quantized Conv2d with a raw int32 output."""
+    return _quantized_conv(node, values, 1, INTEGER_PARAMS, np.dtype(np.int32), None)
 
 
 def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output."""
-    x, w, bias = values[0], values[3], _input(values, 8)
-    geometry = conv_geometry(node, x, w, bias is not None)
-    quant = quantization(node, values, QLINEAR_INPUTS, w.shape[0], str(values[7].dtype))
-    op = _conv_op(geometry, quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_as_2d(inputs[0], geometry), _as_2d(inputs[3], geometry), *inputs[8:9]]
-        return [_from_2d(run_kernel(kernel, *arrays, **quant.params(inputs)), geometry)]
-
-    return Lowering(op, call, "1-D as height 1" if geometry.spatial == 1 else "")
+    """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output (int32 bias)."""
+    return _quantized_conv(node, values, 3, QLINEAR_PARAMS, values[7].dtype, 8)
 
 
 # ---------------------------------------------------------------- matrix multiplies
@@ -250,8 +264,9 @@ def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> 
 
 @dataclass(frozen=True)
 class MatmulShape:
-    """An ONNX MatMul's operands as a batch of 2-D products: 1-D operands promoted as numpy does,
-    batch dims broadcast; the importer loops the batch over one Matmul kernel."""
+    """An ONNX MatMul's operands (numpy semantics: 1-D operands promoted, batch dims broadcast) as one
+    Matmul: with a 2-D B the batch folds into A's rows; else a float kernel takes the batch dims
+    (operands broadcast to them) and a quantized one (no batch dims) is looped over the batch."""
 
     m: int
     n: int
@@ -259,9 +274,11 @@ class MatmulShape:
     batch: tuple[int, ...]
     a_vector: bool
     b_vector: bool
+    b_batched: bool
+    quantized: bool
 
     @classmethod
-    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...]) -> MatmulShape:
+    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...], quantized: bool) -> MatmulShape:
         a_vector, b_vector = len(a) == 1, len(b) == 1
         a2 = (1, *a) if a_vector else a
         b2 = (*b, 1) if b_vector else b
@@ -271,81 +288,91 @@ class MatmulShape:
             batch = np.broadcast_shapes(a2[:-2], b2[:-2])
         except ValueError as error:
             raise NotSupported(f"{node.op_type} of shapes {a} and {b}: {error}") from error
-        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector)
+        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector, len(b2) > 2, quantized)
 
     @property
-    def items(self) -> int:
-        """Products in the broadcast batch."""
-        return int(np.prod(self.batch))
+    def rows(self) -> int:
+        """Rows of the kernel's A: the batch folds into them when B has no batch dims."""
+        return self.m * (1 if self.b_batched else int(np.prod(self.batch)))
 
-    def operands(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``a`` and ``b`` promoted and broadcast to ``[items, m, k]`` and ``[items, k, n]``."""
+    @property
+    def looped(self) -> bool:
+        return self.b_batched and self.quantized
+
+    def op(self, quant: QuantSpec | None = None) -> Matmul:
+        """The loopopt op (NotSupported with the op model's reason if it refuses the shape)."""
+        batch = self.batch if self.b_batched and not self.looped else ()
+        try:
+            return Matmul(self.rows, self.n, self.k, batch=batch, quant=quant)
+        except (ValueError, TypeError) as error:
+            raise NotSupported(str(error)) from error
+
+    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
+            b: np.ndarray) -> np.ndarray:
+        """``product`` (one kernel call) on the operands as the op takes them, shaped as ONNX MatMul's
+        output."""
         a2 = a[None, :] if self.a_vector else a
         b2 = b[:, None] if self.b_vector else b
-        return (np.broadcast_to(a2, (*self.batch, self.m, self.k)).reshape(-1, self.m, self.k),
-                np.broadcast_to(b2, (*self.batch, self.k, self.n)).reshape(-1, self.k, self.n))
-
-    def output(self, products: np.ndarray) -> np.ndarray:
-        """The ``[items, m, n]`` products shaped as ONNX MatMul's output."""
-        out = products.reshape(*self.batch, self.m, self.n)
+        full_a, full_b = (*self.batch, self.m, self.k), (*self.batch, self.k, self.n)
+        if not self.b_batched:
+            out = product(a2.reshape(self.rows, self.k), b2)
+        elif not self.looped:
+            out = product(np.broadcast_to(a2, full_a), np.broadcast_to(b2, full_b))
+        else:
+            pairs = zip(np.broadcast_to(a2, full_a).reshape(-1, self.m, self.k),
+                        np.broadcast_to(b2, full_b).reshape(-1, self.k, self.n))
+            out = np.stack([product(x, y) for x, y in pairs])
+        out = out.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
         return out[..., 0] if self.b_vector else out
 
-    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
-            b: np.ndarray) -> np.ndarray:
-        """``product`` (one 2-D kernel call) over the broadcast batch, shaped as ONNX MatMul's output."""
-        return self.output(np.stack([product(x, y) for x, y in zip(*self.operands(a, b))]))
-
     @property
     def note(self) -> str:
-        return f"batch loop of {self.items}" if self.batch else ""
+        if not self.batch:
+            return ""
+        if not self.b_batched:
+            return f"batch {self.batch} folded into the rows"
+        return f"batch loop of {int(np.prod(self.batch))}" if self.looped else ""
 
 
 def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMul (numpy semantics) as a float32 Matmul with one batch dim over the broadcast batch
-    (the operands broadcast to it; none for a single product): one kernel call."""
+    """ONNX MatMul (numpy semantics) as a float32 Matmul (see MatmulShape)."""
     attributes(node, {})
     _float32(node, values)
-    shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    batched = shape.items > 1
-    op = Matmul(shape.m, shape.n, shape.k, batch=(shape.items,) if batched else ())
+    shape = MatmulShape.of(node, values[0].shape, values[1].shape, quantized=False)
+    op = shape.op()
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        a, b = shape.operands(inputs[0], inputs[1])
-        return [shape.output(run_kernel(kernel, *((a, b) if batched else (a[0], b[0]))))]
+        return [shape.run(lambda a, b: run_kernel(kernel, a, b), inputs[0], inputs[1])]
 
-    return Lowering(op, call, f"batch dims {shape.batch} broadcast into one" if batched else "")
+    return Lowering(op, call, shape.note)
+
+
+def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
+                      names: dict[int, str], output: np.dtype) -> Lowering:
+    """A quantized MatMul-like node (B, input ``weights``: its columns are the channels, so a
+    per-column scale or zero point is per channel), looped over the broadcast batch."""
+    attributes(node, {})
+    shape = MatmulShape.of(node, values[0].shape, values[weights].shape, quantized=True)
+    quant = quantization(node, values, shape.n, weights, names, output)
+    op = shape.op(quant.spec)
+
+    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        params = quant.params(inputs)
+        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[weights])]
+
+    return Lowering(op, call, shape.note)
 
 
 def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMulInteger (inputs A, B, optional a_zero_point, b_zero_point) as a quantized Matmul
-    with a raw int32 output (B's columns are the channels), batch looped; a zero point per row of A
-    is not supported (the kernel takes one per tensor)."""
-    attributes(node, {})
-    shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    quant = quantization(node, values, INTEGER_INPUTS, shape.n, "int32")
-    op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        params = quant.params(inputs)
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[1])]
-
-    return Lowering(op, call, shape.note)
+    """ONNX MatMulInteger (a, b, optional zero points) as a quantized Matmul with a raw int32 output."""
+    return _quantized_matmul(node, values, 1, INTEGER_PARAMS, np.dtype(np.int32))
 
 
 def lower_qlinear_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX QLinearMatMul as a quantized Matmul (B's columns are the channels), batch looped."""
-    attributes(node, {})
-    shape = MatmulShape.of(node, values[0].shape, values[3].shape)
-    quant = quantization(node, values, QLINEAR_INPUTS, shape.n, str(values[7].dtype))
-    op = Matmul(shape.m, shape.n, shape.k, quant=quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        params = quant.params(inputs)
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[3])]
-
-    return Lowering(op, call, shape.note)
+    """ONNX QLinearMatMul as a quantized Matmul with a requantized uint8/int8 output."""
+    return _quantized_matmul(node, values, 3, QLINEAR_PARAMS, values[7].dtype)
 
 
 GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
@@ -353,8 +380,8 @@ GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
 
 
 def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 lo.Gemm: the transposes, ``alpha`` and
-    ``beta * C`` (broadcast) in the kernel; a scalar C is passed as shape (1,)."""
+    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Gemm called ``kernel(A, B, C)`` (a scalar C
+    as shape (1,))."""
     attrs = attributes(node, GEMM_ATTRIBUTES)
     _float32(node, values)
     a, b, c = values[0].shape, values[1].shape, _input(values, 2)
@@ -364,18 +391,18 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     (m, k), (k2, n) = (a[::-1] if trans_a else a), (b[::-1] if trans_b else b)
     if k != k2:
         raise NotSupported(f"Gemm of shapes {a} and {b} with transA={int(trans_a)}, transB={int(trans_b)}")
-    c_shape = None if c is None else (tuple(c.shape) or (1,))
+    c_shape = None if c is None else (c.shape or (1,))
     try:
-        op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(np.float32(attrs["alpha"])),
-                  beta=float(np.float32(attrs["beta"])), c_shape=c_shape)
-    except ValueError as error:   # a C that does not broadcast to (m, n)
-        raise NotSupported(str(error)) from error
+        op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(attrs["alpha"]),
+                  beta=float(attrs["beta"]), c_shape=c_shape)
+    except (ValueError, TypeError) as error:
+        raise NotSupported(f"Gemm with {error}") from error
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = list(inputs[:2]) + ([np.reshape(inputs[2], c_shape)] if c_shape is not None else [])
+        arrays = [inputs[0], inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else [])
         return [run_kernel(kernel, *arrays)]
 
-    return Lowering(op, call, "")
+    return Lowering(op, call)
 
 
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]

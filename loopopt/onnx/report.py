@@ -1,1 +1,230 @@
-"""Per-node report of an ONNX model (filled in below)."""
+"""Where a model's time goes: every compute node with its shape, MFLOP, loopopt time (default
+schedule, and tuned when asked) through ``lo.compare`` (timing, % of peak, reuse and traffic),
+onnxruntime's time for the same node when onnxruntime is installed (a one-node model), totals,
+and a plot (``loopopt onnx MODEL.onnx``)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..compare import MEASURE_BUDGET, Row, compare
+from ..measure import repeat_count
+from ..plot import plot_bars
+from ..tune import TuneError, tune
+from ..tune.log import signature
+from .backend import LoopoptRep, LoweredNode
+from .graph import dtype_of, load_model, runtime_inputs, static_input_shapes
+from .kernels import DEFAULT
+
+ORT_BUDGET = 0.3     # seconds of timed onnxruntime runs per node
+RAN, TUNED = "ran", "tuned"   # comparison rows: the schedule the backend ran, the one tuned here
+
+
+@dataclass
+class NodeReport:
+    """One compute node: its lowering and the figures measured for it (times in ms)."""
+
+    lowered: LoweredNode
+    mflop: float = 0.0
+    rows: list[Row] = field(default_factory=list)   # lo.compare rows RAN (the backend's schedule), TUNED
+    onnxruntime_ms: float | None = None
+    tune_error: str = ""                              # why lo.tune found no schedule (no TUNED row)
+
+    def row(self, name: str) -> Row | None:
+        """The row ``name`` (RAN or TUNED), or None."""
+        return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def best(self) -> Row | None:
+        """The row of the faster schedule loopopt has for the node (None if it ran on the reference)."""
+        return min(self.rows, key=lambda r: r.median_ms, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        lowered = self.lowered
+        rows = self.rows
+        return {"node": lowered.node, "op_type": lowered.op_type,
+                "op": repr(lowered.op) if lowered.op else None,
+                "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
+                "mflop": self.mflop, "onnxruntime_ms": self.onnxruntime_ms,
+                "tune_error": self.tune_error or None,
+                "loopopt": {r.name: {"median_ms": r.median_ms, "gflops": r.gflops,
+                                     "percent_of_peak": r.percent_of_peak, "verified": r.verified,
+                                     "dram_bytes": r.dram_bytes, "misses": r.misses} for r in rows}}
+
+
+@dataclass
+class ModelReport:
+    """The report of a model: one NodeReport per compute node, in graph order."""
+
+    model: str
+    threads: int
+    nodes: list[NodeReport] = field(default_factory=list)
+
+    @property
+    def timed(self) -> list[NodeReport]:
+        """The nodes that ran on loopopt kernels."""
+        return [n for n in self.nodes if n.best is not None]
+
+    def total_ms(self, runtime: str) -> float | None:
+        """Summed time of the timed nodes: loopopt's best (``"loopopt"``) or onnxruntime's (None
+        unless onnxruntime timed every one of them)."""
+        if runtime == "loopopt":
+            return sum(n.best.median_ms for n in self.timed) if self.timed else None
+        ort = [n.onnxruntime_ms for n in self.timed]
+        return sum(ort) if ort and None not in ort else None
+
+    def table(self) -> str:
+        """A text table: node, op, MFLOP, loopopt ms (the schedule the backend ran: default or logged;
+        tuned), % of peak and DRAM traffic of the faster, onnxruntime ms and the ratio; the totals."""
+        head = (f"{'node':<24} {'MFLOP':>8} {'ran ms':>8} {'schedule':>8} {'tuned ms':>9} "
+                f"{'% peak':>6} {'DRAM MB':>8} {'ORT ms':>8} {'ORT/lo':>6}  loopopt op")
+        lines = [f"model {self.model}, {self.threads} thread(s)", head]
+        cell = lambda value, fmt: "-" if value is None else fmt.format(value)
+        for node in self.nodes:
+            lowered = node.lowered
+            if not lowered.on_kernel:
+                lines.append(f"{lowered.node:<24.24} on onnx.reference: {lowered.reason}")
+                continue
+            ran, tuned, best = node.row(RAN), node.row(TUNED), node.best
+            ratio = node.onnxruntime_ms / best.median_ms if node.onnxruntime_ms else None
+            source = "default" if lowered.source == DEFAULT else "log"
+            lines.append(f"{lowered.node:<24.24} {node.mflop:>8.2f} "
+                         f"{ran.median_ms:>8.3f} {source:>8} "
+                         f"{cell(tuned and tuned.median_ms, '{:.3f}'):>9} {best.percent_of_peak:>6.1f} "
+                         f"{cell(best.dram_bytes and best.dram_bytes / 1e6, '{:.2f}'):>8} "
+                         f"{cell(node.onnxruntime_ms, '{:.3f}'):>8} {cell(ratio, '{:.2f}'):>6}  "
+                         f"{lowered.op!r}")
+        loopopt, ort = self.total_ms("loopopt"), self.total_ms("onnxruntime")
+        lines.append(f"total over the compute nodes: loopopt {cell(loopopt, '{:.3f}')} ms, "
+                     f"onnxruntime {cell(ort, '{:.3f}')} ms"
+                     + (f" ({ort / loopopt:.2f}x)" if loopopt and ort else ""))
+        lines += [f"not tuned: {n.lowered.node}: {n.tune_error}" for n in self.nodes if n.tune_error]
+        reference = [n.lowered.node for n in self.nodes if not n.lowered.on_kernel]
+        if reference:
+            lines.append(f"on onnx.reference (not timed): {', '.join(reference)}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        totals = {runtime: self.total_ms(runtime) for runtime in ("loopopt", "onnxruntime")}
+        return {"model": self.model, "threads": self.threads, "nodes": [n.to_dict() for n in self.nodes],
+                "total_ms": totals}
+
+    def plot(self, path: str | Path) -> Path:
+        """Where the time goes: per compute node, loopopt (default, tuned) vs onnxruntime, in ms."""
+        timed = self.timed
+        series = {"loopopt": [n.row(RAN).median_ms for n in timed]}
+        if any(n.row(TUNED) for n in timed):
+            series["loopopt tuned"] = [n.row(TUNED) and n.row(TUNED).median_ms for n in timed]
+        if any(n.onnxruntime_ms is not None for n in timed):
+            series["onnxruntime"] = [n.onnxruntime_ms for n in timed]
+        return plot_bars(path, [n.lowered.node for n in timed], series, "median time per run (ms)",
+                         f"{self.model}: time per compute node, {self.threads} thread(s)")
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the model's static input shapes (ValueError naming a dynamic input dim)."""
+    rng = np.random.default_rng(seed)
+    shapes = static_input_shapes(model)
+    arrays = {}
+    for value in runtime_inputs(model):
+        dtype = dtype_of(value) or np.dtype(np.float32)
+        shape = shapes[value.name]
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            arrays[value.name] = rng.integers(max(info.min, -100), min(info.max, 100), shape, dtype=dtype)
+        else:
+            arrays[value.name] = rng.standard_normal(shape).astype(dtype)
+    return arrays
+
+
+def onnxruntime_ms(node: onnx.NodeProto, model: onnx.ModelProto, values: dict[str, np.ndarray],
+                   threads: int) -> float | None:
+    """onnxruntime's median time (ms) of ``node`` alone (a one-node model; its inputs that are
+    initializers of ``model`` stay initializers), or None when onnxruntime is not installed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    constant = {init.name for init in model.graph.initializer}
+    arrays = {name: values[name] for name in node.input if name}
+    feeds = {name: a for name, a in arrays.items() if name not in constant}
+    inits = [numpy_helper.from_array(a, name) for name, a in arrays.items() if name in constant]
+    graph = helper.make_graph(
+        [node], "node", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                         for n, a in feeds.items()],
+        [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(values[o].dtype), values[o].shape)
+         for o in node.output if o], inits)
+    single = helper.make_model(graph, opset_imports=list(model.opset_import))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(single.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    start = time.perf_counter()
+    session.run(None, feeds)
+    times = []
+    for _ in range(repeat_count(time.perf_counter() - start, ORT_BUDGET)):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.PathLike | None = None,
+                 reuse: bool = True, progress: bool = False, budget: float = MEASURE_BUDGET,
+                 isa: str = "auto") -> ModelReport:
+    """The report of ``model`` (a path, bytes or ModelProto with static input shapes): each compute
+    node compiled with the default schedule (or the tuning log's best, ``log``), measured with
+    ``lo.compare`` on ``threads`` threads (``budget`` seconds of timed runs per schedule); with
+    ``tune_trials`` > 0 each distinct op is also tuned (``lo.tune``, trials appended to ``log``) and
+    the tuned schedule compared too; kernels, tuning and comparisons on ``isa``."""
+    proto = load_model(model)
+    name = Path(os.fspath(model)).name if isinstance(model, (str, os.PathLike)) else proto.graph.name
+    inputs = random_inputs(proto)
+    logged = log if log is not None and os.path.exists(log) else None   # --tune may create the log
+    rep = LoopoptRep(proto, strict=False, log=logged, threads=threads, isa=isa)
+    values = rep.values(inputs)       # fixes every shape, lowers every compute node
+    report = ModelReport(name, threads)
+    tuned: dict[str, Any] = {}
+    nodes = [(node, rep.lowered[rep.labels[tuple(node.output)]]) for node in proto.graph.node
+             if tuple(node.output) in rep.labels and rep.labels[tuple(node.output)] in rep.lowered]
+    for index, (node, lowered) in enumerate(nodes, 1):
+        entry = NodeReport(lowered)
+        report.nodes.append(entry)
+        if not lowered.on_kernel:
+            continue
+        op = lowered.op
+        entry.mflop = op.flops / 1e6
+        runs = [(RAN, lowered.schedule, lowered.isa)]
+        if tune_trials:
+            key = signature(op)
+            if key not in tuned:
+                _say(progress, f"tuning {index}/{len(nodes)}: {lowered.node} {op!r}")
+                try:
+                    tuned[key] = tune(op, trials=tune_trials, threads=threads, isa=isa, log=log,
+                                      progress=False)
+                except TuneError as error:     # reported in the table and the JSON, not hidden
+                    tuned[key] = str(error)
+            if isinstance(tuned[key], str):
+                entry.tune_error = tuned[key]
+            else:
+                runs.append((TUNED, tuned[key].best, tuned[key].isa))
+        _say(progress, f"measuring {index}/{len(nodes)}: {lowered.node}")
+        for label, schedule, isa in runs:    # each on its own ISA (a tuned schedule may be AMX's)
+            entry.rows += compare(op, [schedule], [label], isa=isa, reuse=reuse, progress=False,
+                                  threads=threads, budget=budget).rows
+        entry.onnxruntime_ms = onnxruntime_ms(node, proto, values, threads)
+    return report
+
+
+def _say(progress: bool, message: str) -> None:
+    if progress:
+        print(message, file=sys.stderr, flush=True)

@@ -24,6 +24,7 @@ from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import schedule_from_toml
+from .algorithms import label
 from .trial import Outcome
 
 APPLICATION = "loopopt tuning log"
@@ -177,14 +178,26 @@ class TuningLog:
                             r["utc"]) for r in rows]
 
 
+def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
+                      isa: str | None = None) -> dict[str, LoggedTrial]:
+    """The fastest verified trial of each algorithm (``tune.algorithms``) of ``op`` in the tuning log
+    ``log`` measured on this machine with ``threads`` threads (and ``isa``, if given), by minimum time."""
+    with TuningLog(log, readonly=True) as tuning_log:
+        ok = sorted((t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"),
+                    key=lambda t: t.timing.min)
+    fastest: dict[str, LoggedTrial] = {}
+    for t in ok:
+        fastest.setdefault(label(t.knobs), t)
+    return fastest
+
+
 def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1,
                   isa: str | None = None) -> Schedule | None:
     """The fastest verified schedule of ``op`` in the tuning log ``log`` measured on this machine
-    with ``threads`` threads (and ``isa``, if given), by minimum time; None if there is none."""
-    with TuningLog(log, readonly=True) as tuning_log:
-        ok = [t for t in tuning_log.trials(op, isa, threads)          # schedules, not Winograd trials
-              if t.status == "ok" and "algorithm" not in t.knobs]
-    if not ok:
+    with ``threads`` threads (and ``isa``, if given), by minimum time, of any schedule algorithm
+    (not a Winograd plan); None if there is none."""
+    schedules = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name != "winograd"]
+    if not schedules:
         return None
-    best = min(ok, key=lambda t: t.timing.min)
+    best = min(schedules, key=lambda t: t.timing.min)
     return schedule_from_toml(best.schedule, op, f"tuning log {log}")

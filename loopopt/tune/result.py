@@ -10,6 +10,7 @@ from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
 from ..winograd import WinogradPlan
+from .algorithms import label
 from .fit import spearman
 
 
@@ -35,10 +36,15 @@ class Trial:
     def seconds(self) -> float | None:
         return self.timing.min if self.status == "ok" else None
 
+    @property
+    def algorithm(self) -> str:
+        """``direct``, ``implicit_gemm``, ``im2col`` or ``winograd`` (``tune.algorithms``)."""
+        return label(self.knobs)
+
     def to_dict(self) -> dict[str, Any]:
         timing = self.timing
-        return {"number": self.number, "status": self.status, "error": self.error, "logged": self.logged,
-                "elapsed_s": self.elapsed,
+        return {"number": self.number, "algorithm": self.algorithm, "status": self.status,
+                "error": self.error, "logged": self.logged, "elapsed_s": self.elapsed,
                 "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
                 "timing": None if timing is None else {
                     "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
@@ -52,8 +58,9 @@ class TuneResult:
     """The outcome of a search: ``best`` (the fastest verified schedule), its ``timing``, and
     ``trials`` (every candidate measured, or taken from the log, in order); ``refused`` counts
     candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds.
-    With ``tune(algorithms=("direct", "winograd"))``: ``winner`` is the Winograd plan when one was
-    faster than ``best`` (else None), ``skipped`` says why an algorithm was not tried."""
+    ``best`` is the fastest schedule of any schedule algorithm (``direct``, ``implicit_gemm``,
+    ``im2col``); ``winner`` is the Winograd plan when one was faster than ``best`` (else None),
+    ``skipped`` says why an algorithm was not tried."""
 
     op: Op
     isa: str
@@ -71,28 +78,36 @@ class TuneResult:
 
     @property
     def algorithm(self) -> str:
-        """The algorithm that won: ``"direct"`` (``best``) or the Winograd plan's name (``winner``)."""
-        return self.winner.algorithm if self.winner is not None else "direct"
+        """The algorithm that won: ``winograd`` (``winner``) or the best schedule's algorithm."""
+        return self.winner_trial.algorithm
+
+    @property
+    def winner_trial(self) -> Trial:
+        """The fastest verified trial of any algorithm."""
+        return min((t for t in self.trials if t.seconds is not None), key=lambda t: t.seconds)
 
     def by_algorithm(self) -> dict[str, Trial]:
-        """The fastest verified trial of each algorithm tried (``"direct"``: the schedules)."""
+        """The fastest verified trial of each algorithm tried, fastest first."""
         fastest: dict[str, Trial] = {}
-        for t in self.trials:
-            name = t.knobs.get("algorithm", "direct")
-            if t.seconds is not None and (name not in fastest or t.seconds < fastest[name].seconds):
-                fastest[name] = t
+        for t in sorted((t for t in self.trials if t.seconds is not None), key=lambda t: t.seconds):
+            fastest.setdefault(t.algorithm, t)
         return fastest
 
+    def margins(self) -> dict[str, float]:
+        """How many times slower each algorithm's fastest trial is than the winner's (the winner: 1.0)."""
+        best = self.winner_trial.seconds
+        return {name: t.seconds / best for name, t in self.by_algorithm().items()}
+
     def _algorithm_line(self) -> str:
-        fastest = sorted(self.by_algorithm().items(), key=lambda item: item[1].seconds)
+        fastest, margins = self.by_algorithm(), self.margins()
         if len(fastest) < 2 and not self.skipped:
             return ""
-        (first, best), rest = fastest[0], fastest[1:]
-        margins = ", ".join(f"{r.seconds / best.seconds:.2f}x faster than {name} (trial {r.number})"
-                            for name, r in rest)
+        (first, best), *rest = fastest.items()
+        others = ", ".join(f"{margins[name]:.2f}x faster than {name} (trial {r.number}, min "
+                           f"{r.seconds * 1e3:.3f} ms)" for name, r in rest)
         skipped = "".join(f"; {name} not tried: {why}" for name, why in self.skipped.items())
         return (f"\nalgorithm: {first} won (trial {best.number}, min {best.seconds * 1e3:.3f} ms)"
-                + (f", {margins}" if margins else "") + skipped)
+                + (f", {others}" if others else "") + skipped)
 
     def best_so_far(self) -> list[float | None]:
         """After each trial, the best rate (G(FL)OP/s of the minimum time) found so far."""
@@ -120,21 +135,25 @@ class TuneResult:
     @property
     def model_spearman(self) -> float | None:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
-        measured minimum time over the verified trials; None with fewer than 3 of them."""
-        pairs = [(t.model["model_seconds"], t.seconds) for t in self.trials
-                 if t.seconds is not None and "model_seconds" in t.model]
+        measured minimum time over the verified trials that have a model time (the direct search's
+        register-blocked ones: not AMX tiles nor the other algorithms); None with fewer than 3 of them."""
+        pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
+    def _modelled(self) -> list[tuple[float, float]]:
+        return [(t.model["model_seconds"], t.seconds) for t in self.trials
+                if t.seconds is not None and "model_seconds" in t.model]
+
     def _model_line(self) -> str:
-        rho = self.model_spearman
-        verified = len(self.trials) - len(self.failed)
-        return (f"model vs measured: Spearman {rho:+.3f} over {verified} verified trials" if rho is not None
-                else f"model vs measured: no Spearman figure ({verified} verified trials, 3 needed)")
+        rho, modelled = self.model_spearman, f"{len(self._modelled())} verified trials with a model time"
+        return (f"model vs measured: Spearman {rho:+.3f} over {modelled}" if rho is not None
+                else f"model vs measured: no Spearman figure ({modelled}, 3 needed)")
 
     def table(self) -> str:
         """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
         unit = self.timing.unit
-        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  candidate"]
+        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  "
+                 f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
             what = _describe(t.knobs) + (" (log)" if t.logged else "")
@@ -145,7 +164,7 @@ class TuneResult:
                 figures = f"{'-':>9} {'-':>8} {'-':>6}"
             model = t.model.get("model_seconds")
             model = f"{model * 1e3:9.3f}" if model is not None else f"{'-':>9}"
-            lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures} {model}  {what}")
+            lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures} {model}  {t.algorithm:13} {what}")
             if t.error:
                 lines.append(f"{'':14}{t.error}")
         return "\n".join(lines)
@@ -166,7 +185,9 @@ class TuneResult:
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
                 "algorithm": self.algorithm, "skipped": self.skipped,
-                "by_algorithm": {name: t.number for name, t in self.by_algorithm().items()},
+                "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
+                                 for (name, t), margin in zip(self.by_algorithm().items(),
+                                                              self.margins().values())},
                 "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
                 "trials": [t.to_dict() for t in self.trials]}
 
@@ -201,10 +222,12 @@ class TuneResult:
 
 
 def _describe(k: dict) -> str:
-    """A candidate's knobs in a few words (a Winograd trial's algorithm, an AMX candidate's, or a
-    register block's)."""
+    """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
+    candidate's, or a register block's)."""
+    if "plan" in k:
+        return k["plan"]
     if "algorithm" in k:
-        return k["algorithm"]
+        return f"{k['algorithm']} preset, " + ", ".join(f"{n}={v}" for n, v in k.items() if n != "algorithm")
     if k.get("isa") == "amx":
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"

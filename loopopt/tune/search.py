@@ -31,7 +31,8 @@ from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
-from ..winograd import TILES, algorithm_name, from_name, refusal
+from ..winograd import from_name
+from .algorithms import Alternative, alternatives, label, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
@@ -47,7 +48,6 @@ NEIGHBOURS = 3             # a neighbour is picked at random among the best-rank
 SCORED_NEIGHBOURS = 6      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
 REASONS = 600              # characters of failure reasons quoted in an error
-ALGORITHMS = ("direct", "winograd")   # what tune(algorithms=...) may search: schedules, Winograd plans
 
 
 class TuneError(ValueError):
@@ -107,13 +107,6 @@ class Walk:
     def forget(self, index: int) -> None:
         """A candidate that turned out not to be a trial (refused, or a duplicate schedule)."""
         self.blocks.discard(_block(self.candidate(index)))
-
-
-def _check_algorithms(algorithms: tuple[str, ...]) -> None:
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown or "direct" not in algorithms:
-        raise ValueError(f"algorithms must include 'direct' and may add "
-                         f"{', '.join(map(repr, ALGORITHMS[1:]))}, got {tuple(algorithms)!r}")
 
 
 def _check(trials: int, seconds: float | None, threads: int, budget: float, timeout: float) -> None:
@@ -224,22 +217,27 @@ class _Search:
         self.walk.observe(index, trial.seconds)
         self.bar.update(len(self.done), _progress_label(self.op, self.done))
 
-    def algorithm_trials(self, names: list[str]) -> None:
-        """Measure each named algorithm's plan (``winograd.from_name``) as one trial, one after the
-        other, in addition to the schedule search's trials (taken from the log when it has them)."""
-        for name in names:
-            logged = self.known.get(name)
+    def alternative_trials(self, trials: list[Alternative], seconds: float | None) -> None:
+        """Measure each candidate of another algorithm than ``direct`` as one trial, one after the
+        other, before the schedule search (taken from the log when it has them), until ``seconds``."""
+        for alternative in trials:
+            if seconds is not None and time.perf_counter() - self.start >= seconds:
+                self.stopped = f"time limit of {seconds:g} s reached"
+                return
+            self.seen.add(alternative.schedule)
+            logged = self.known.get(alternative.schedule)
             if logged is None:
-                result = outcome(self.run.submit(Task(self.op, name, self.isa, self.threads, self.budget),
-                                                 self.timeout), self.timeout)
+                result = outcome(self.run.submit(Task(self.op, alternative.schedule, self.isa, self.threads,
+                                                      self.budget), self.timeout), self.timeout)
                 if self.tuning_log is not None:
-                    self.tuning_log.append(self.op, name, {"algorithm": name}, {}, self.isa, self.threads,
-                                           self.budget, result)
+                    self.tuning_log.append(self.op, alternative.schedule, alternative.knobs, {}, self.isa,
+                                           self.threads, self.budget, result)
                 status, timing, error = result.status, result.timing, result.error
             else:
                 status, timing, error = logged.status, logged.timing, logged.error
-            self.done.append(Trial(len(self.done) + 1, name, {"algorithm": name}, {}, status, timing, error,
-                                   logged=logged is not None, elapsed=time.perf_counter() - self.start))
+            self.done.append(Trial(len(self.done) + 1, alternative.schedule, alternative.knobs, {}, status,
+                                   timing, error, logged=logged is not None,
+                                   elapsed=time.perf_counter() - self.start))
             self.bar.update(len(self.done), _progress_label(self.op, self.done))
 
     def abandon(self) -> None:
@@ -251,7 +249,7 @@ class _Search:
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
          budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic,
-         algorithms: tuple[str, ...] = ("direct",)) -> TuneResult:
+         algorithms: str | tuple[str, ...] = "auto") -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -264,22 +262,32 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     already in it for this op, ISA, thread count and machine are taken from it instead of
     measured again. ``rank`` orders the candidates first (default: the built-in heuristic), the
     kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
-    shows a progress bar on stderr. ``algorithms``: ``("direct", "winograd")`` also measures Winograd
-    F(4x4,3x3) and F(2x2,3x3) (``dataflows.winograd``) where they apply (one thread; else the result's
-    ``skipped`` says why), as trials after the schedule search's; the result says which algorithm won
-    and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
+    shows a progress bar on stderr. ``algorithms``: ``"auto"`` (every one that applies) or a subset of
+    ``"direct"``, ``"implicit_gemm"``, ``"im2col"``, ``"winograd"`` (``tune.algorithms``): the other
+    algorithms' few candidates are measured first, sharing ``trials`` with the direct search
+    (``algorithms.share``); ``skipped`` says why one was not tried, and the result which algorithm
+    won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
     _check(trials, seconds, threads, budget, timeout)
-    _check_algorithms(tuple(algorithms))
-    skipped = {}
-    if "winograd" in algorithms:
-        one_thread = "" if threads == 1 else f"the Winograd pipeline runs on one thread, not {threads}"
-        skipped["winograd"] = refusal(op) or one_thread
+    wanted = selected(algorithms)
+    if wanted == ("winograd",):
+        raise ValueError("algorithms must include one of 'direct', 'implicit_gemm', 'im2col' (the result's "
+                         "best is a Schedule), got ('winograd',)")
     if isa == "amx":
         check_amx_cpu()
     else:
         isa = resolve_isa(isa, integer=op.quant is not None)
-    space = candidates(op, isa, threads)
-    if not space:
+    why = refusals(op, wanted, isa, threads)
+    skipped = {name: reason for name, reason in why.items() if reason}
+    pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
+    given = share(trials, {name: len(found) for name, found in pool.items()}, "direct" in wanted)
+    for name, count in given.items():
+        if not count:
+            skipped[name] = f"no trial left of the {trials} trials (the direct search keeps at least half)"
+    if "direct" not in wanted and not any(given.values()):
+        raise TuneError(f"none of the algorithms {wanted} can be tried on {op!r}: "
+                        + "; ".join(f"{name}: {why}" for name, why in skipped.items()))
+    space = candidates(op, isa, threads) if "direct" in wanted else []
+    if "direct" in wanted and not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
@@ -293,9 +301,9 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
                         start)
         try:
-            state.search(trials, seconds)
-            if "winograd" in skipped and not skipped["winograd"]:
-                state.algorithm_trials([algorithm_name(m) for m in reversed(TILES)])
+            state.alternative_trials([c for a, found in pool.items() for c in found[:given[a]]], seconds)
+            if space:
+                state.search(trials, seconds)
         finally:
             state.abandon()
     finally:
@@ -304,7 +312,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.done, state.refusals, time.perf_counter() - start, log,
-                   state.stopped, {a: why for a, why in skipped.items() if why})
+                   state.stopped, skipped)
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -323,7 +331,7 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
                         f"({reasons[:REASONS]})" if refusals else
                         f"no trial of {op!r} ran: {stopped}")
-    ok = [t for t in done if t.seconds is not None and "algorithm" not in t.knobs]
+    ok = [t for t in done if t.seconds is not None and label(t.knobs) != "winograd"]
     if not ok:
         errors = "; ".join(dict.fromkeys(f"{t.status}: {t.error}" for t in done))
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"

@@ -1,0 +1,208 @@
+"""Whole models through loopopt.onnx vs onnxruntime: a ResNet-18-shaped and a MobileNetV2-shaped network
+(written here in PyTorch, random weights, exported with torch.onnx.export; no downloads), fp32 and int8
+(onnxruntime.quantization.quantize_static, QOperator format: QLinearConv / QLinearMatMul), 1 and 2
+threads. Per model: the summed time of its compute nodes on loopopt (the backend's default schedule,
+and tuned with --tune-trials) and on onnxruntime (each node alone), from loopopt.onnx.report; and the
+whole model's output through loopopt.onnx.backend (strict) against onnxruntime's.
+
+    python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--tune-trials N]
+                                    [--tune-models a,b] [--log FILE] [--write]
+
+``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+from bench_layers import machine_text, versions_text  # noqa: E402
+from bench_reuse import write_section  # noqa: E402
+
+import loopopt as lo  # noqa: E402
+from loopopt.machine import cpu_seconds, others_share  # noqa: E402
+from loopopt.onnx import backend  # noqa: E402
+from loopopt.onnx.report import RAN, TUNED, model_report, random_inputs  # noqa: E402
+
+SECTION = "## Whole models vs onnxruntime"
+OPSET = 19           # onnx.reference runs (De)QuantizeLinear from opset 19
+
+
+def resnet18(torch):
+    """ResNet-18's layer shapes (BasicBlocks 64-128-256-512, 1000 classes), batch norm folded on export."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, c: int, k: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(c, k, 3, stride, 1, bias=False), nn.BatchNorm2d(k), nn.ReLU(),
+                                      nn.Conv2d(k, k, 3, 1, 1, bias=False), nn.BatchNorm2d(k))
+            self.down = (nn.Sequential(nn.Conv2d(c, k, 1, stride, bias=False), nn.BatchNorm2d(k))
+                         if stride > 1 or c != k else nn.Identity())
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.down(x))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    c = 64
+    for k, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Block(c, k, stride), Block(k, k, 1)]
+        c = k
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    return nn.Sequential(*layers)
+
+
+def mobilenetv2(torch):
+    """MobileNetV2's layer shapes (width 1.0: inverted residuals with depthwise 3x3 convolutions)."""
+    nn = torch.nn
+
+    def conv(c: int, k: int, size: int, stride: int = 1, groups: int = 1, relu: bool = True):
+        parts = [nn.Conv2d(c, k, size, stride, size // 2, groups=groups, bias=False), nn.BatchNorm2d(k)]
+        return parts + ([nn.ReLU6()] if relu else [])
+
+    class Inverted(nn.Module):
+        def __init__(self, c: int, k: int, stride: int, expand: int):
+            super().__init__()
+            hidden = c * expand
+            parts = conv(c, hidden, 1) if expand != 1 else []
+            parts += conv(hidden, hidden, 3, stride, hidden) + conv(hidden, k, 1, relu=False)
+            self.body = nn.Sequential(*parts)
+            self.residual = stride == 1 and c == k
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)
+
+    layers, c = conv(3, 32, 3, 2), 32
+    for expand, k, repeats, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(repeats):
+            layers.append(Inverted(c, k, stride if i == 0 else 1, expand))
+            c = k
+    layers += conv(c, 1280, 1) + [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
+MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2}
+
+
+def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
+    """The fp32 ONNX file of model ``name`` and its int8 (QOperator) quantization."""
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    torch.manual_seed(0)
+    net = MODELS[name](torch).eval()
+    x = torch.randn(1, 3, resolution, resolution)
+    raw, fp32, int8 = (folder / f"{name}.{kind}.onnx" for kind in ("raw", "fp32", "int8"))
+    torch.onnx.export(net, (x,), str(raw), opset_version=OPSET, dynamo=False, input_names=["x"])
+    quant_pre_process(str(raw), str(fp32))           # folds the Identity nodes the exporter leaves
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.batches = iter([{"x": rng.standard_normal((1, 3, resolution, resolution)).astype(np.float32)}
+                                 for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(fp32), str(int8), Calibration(), quant_format=QuantFormat.QOperator,
+                    op_types_to_quantize=["Conv", "MatMul"], per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return {"fp32": fp32, "int8": int8}
+
+
+def output_check(path: Path, threads: int) -> str:
+    """The whole model's output through loopopt.onnx.backend (strict) vs onnxruntime's."""
+    import onnx
+    import onnxruntime
+    model = onnx.load(str(path))
+    inputs = random_inputs(model, seed=2)
+    ours = backend.prepare(model, strict=True, threads=threads).run(inputs)[0]
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    theirs = session.run(None, inputs)[0]
+    diff = float(np.abs(ours - theirs).max())
+    return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
+
+
+def row(name: str, precision: str, threads: int, report, check: str) -> str:
+    ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
+    ran = sum(n.row(RAN).median_ms for n in report.timed)
+    tuned = [n.row(TUNED) or n.row(RAN) for n in report.timed]   # a node lo.tune could not: its ran time
+    tuned_ms = sum(t.median_ms for t in tuned) if any(n.row(TUNED) for n in report.timed) else None
+    mflop = sum(n.mflop for n in report.timed)
+    cells = [name, precision, str(threads), str(len(report.timed)), f"{mflop:.0f}",
+             f"{ran:.2f}", "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
+             f"{theirs / ours:.2f}" if theirs else "-", check]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="resnet18,mobilenetv2")
+    parser.add_argument("--resolution", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--tune-trials", type=int, default=0, help="lo.tune trials per distinct node shape")
+    parser.add_argument("--tune-models", help="the models to tune (default: all of --models)")
+    parser.add_argument("--isa", default="auto", help="ISA of loopopt's kernels and tuning (default auto)")
+    parser.add_argument("--log", help="tuning log (its best schedules run the nodes; tuning appends to it)")
+    parser.add_argument("--budget", type=float, default=0.3,
+                        help="seconds of timed runs per node and schedule")
+    parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
+    parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.resolution, args.threads, args.budget = 64, "1", 0.05
+    command = "python benchmarks/bench_onnx.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = []
+    start = cpu_seconds()
+    with tempfile.TemporaryDirectory() as folder:
+        for name in args.models.split(","):
+            files = export(name, args.resolution, Path(folder))
+            for precision in args.precisions.split(","):
+                for threads in (int(t) for t in args.threads.split(",")):
+                    trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
+                    report = model_report(files[precision], threads=threads, tune_trials=trials,
+                                          log=args.log, reuse=False, budget=args.budget, isa=args.isa)
+                    check = output_check(files[precision], threads)
+                    lines.append(row(name, precision, threads, report, check))
+                    print(lines[-1], flush=True)
+                    print(report.table(), file=sys.stderr, flush=True)
+    isa = lo.available_isas()[0]
+    text = "\n\n".join([
+        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
+        f"```\n{command}\n```",
+        f"{machine_text(isa, others_share(start))} Peers: {versions_text()}.",
+        (f"Networks written in this script with random weights, batch 1, {args.resolution}x{args.resolution} "
+         f"input, exported with `torch.onnx.export` (opset {OPSET}); int8: `quantize_static` in QOperator "
+         "format (Conv and MatMul quantized: uint8 activations per tensor, int8 weights per channel; the "
+         "classifier Gemm stays fp32). Times are the sum over the compute nodes (Conv, QLinearConv, Gemm) "
+         "of each node's median: loopopt through `lo.compare` (kernel runs on prepared buffers) with the "
+         "backend's schedule (`ran`: the tuning log's best if it has one, else the default) and, with "
+         "tuning, the `lo.tune` result (a node it finds no candidate for counts with its `ran` time); "
+         "onnxruntime runs each node alone as a one-node model (`session.run`, its per-call overhead "
+         "included). ORT/loopopt > 1: "
+         "loopopt's nodes are faster in total. The output check runs the whole model through "
+         "`loopopt.onnx.backend` in strict mode (non-compute nodes on onnx.reference) against onnxruntime."),
+        "| model | precision | threads | nodes | MFLOP | loopopt ran ms | loopopt tuned ms | "
+        "onnxruntime ms | ORT/loopopt | output |\n" + "|---" * 10 + "|\n" + "\n".join(lines),
+    ])
+    print(text)
+    if args.write:
+        write_section(text, SECTION)
+
+
+if __name__ == "__main__":
+    main()

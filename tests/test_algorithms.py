@@ -1,0 +1,135 @@
+"""Algorithm selection in lo.tune and loopopt compare: direct, implicit GEMM, im2col, Winograd."""
+import json
+
+import pytest
+
+import loopopt as lo
+from loopopt.cli import main
+from loopopt.tune import TuneError
+from loopopt.tune.algorithms import ALGORITHMS, alternatives, refusals, selected, share
+
+CONV = lo.Conv2d(4, 16, 3, padding=1, height=6, width=6)        # Winograd applies
+STRIDED = lo.Conv2d(4, 16, 3, stride=2, height=9, width=9)      # Winograd does not
+
+
+def test_selected_names_and_errors():
+    assert selected("auto") == ALGORITHMS and selected(("winograd", "direct")) == ("direct", "winograd")
+    assert selected("im2col") == ("im2col",)
+    allowed = "'direct', 'implicit_gemm', 'im2col', 'winograd'"
+    with pytest.raises(ValueError, match=f"unknown algorithm.*'fft'.*{allowed}"):
+        selected(("direct", "fft"))
+    with pytest.raises(ValueError, match=r"\(none given\)"):
+        selected(())
+
+
+def test_refusals_say_why_an_algorithm_does_not_apply():
+    why = refusals(lo.Matmul(8, 16, 8), ALGORITHMS, "avx512", 1)
+    assert why["direct"] == "" and "GEMM already" in why["implicit_gemm"] and "GEMM already" in why["im2col"]
+    assert why["winograd"]                 # not a 3x3 conv
+    threaded = refusals(CONV, ALGORITHMS, "avx512", 2)
+    assert "one-thread" in threaded["im2col"] and "one thread, not 2" in threaded["winograd"]
+    assert refusals(CONV, ALGORITHMS, "avx512", 1) == dict.fromkeys(ALGORITHMS, "")
+
+
+def test_share_keeps_half_for_the_direct_search():
+    sizes = {"implicit_gemm": 6, "im2col": 5, "winograd": 2}
+    assert share(64, sizes) == {"implicit_gemm": 6, "im2col": 5, "winograd": 2}
+    assert share(16, sizes) == {"implicit_gemm": 2, "im2col": 2, "winograd": 2}
+    assert share(4, sizes) == {"implicit_gemm": 1, "im2col": 1, "winograd": 0}
+    assert share(1, sizes) == dict.fromkeys(sizes, 0)
+    assert share(5, sizes, direct=False) == {"implicit_gemm": 2, "im2col": 2, "winograd": 1}
+
+
+def test_alternatives_are_labelled_presets_first_without_duplicates():
+    gemm = alternatives(CONV, "implicit_gemm", "avx2")
+    assert gemm[0].knobs == {"algorithm": "implicit_gemm", "m": 8, "k": 8}
+    assert all(c.knobs["m"] * (c.knobs["k"] // 8) + c.knobs["k"] // 8 + 1 <= 16 for c in gemm)  # registers
+    cols = alternatives(CONV, "im2col", "avx512")
+    assert cols[0].knobs == {"algorithm": "im2col", "m": 64} and len({c.schedule for c in cols}) == len(cols)
+    assert len(cols) < 5                   # m=64, 128 and 256 clamp to the 36 output positions
+    assert [c.schedule for c in alternatives(CONV, "winograd", "avx512")] == \
+        ["winograd F(4x4,3x3)", "winograd F(2x2,3x3)"]
+
+
+@pytest.mark.slow
+def test_tune_labels_every_trial_and_says_which_algorithm_won(tmp_path):
+    log = str(tmp_path / "tune.db")
+    result = lo.tune(CONV, trials=8, budget=0.01, progress=False, log=log)
+    labels = [t.algorithm for t in result.trials]
+    assert labels[:4] == ["implicit_gemm", "im2col", "winograd", "direct"] and set(labels[3:]) == {"direct"}
+    assert len(result.trials) == 8 and not result.skipped
+    fastest = result.by_algorithm()
+    assert set(fastest) == set(ALGORITHMS) and list(fastest)[0] == result.algorithm
+    margins = result.margins()
+    assert margins[result.algorithm] == 1.0 and all(m >= 1.0 for m in margins.values())
+    assert f"algorithm: {result.algorithm} won" in str(result) and "faster than" in str(result)
+    assert "implicit_gemm preset, m=8, k=16" in result.table() or "implicit_gemm preset" in result.table()
+    data = json.loads(json.dumps(result.to_dict(), default=str))
+    assert data["algorithm"] == result.algorithm and data["trials"][0]["algorithm"] == "implicit_gemm"
+    assert data["by_algorithm"][result.algorithm]["times_winner"] == 1.0
+    best = lo.best_schedule(CONV, log=log)
+    assert best == result.best                 # the log's best is a Schedule of any schedule algorithm
+
+
+def test_tune_subset_and_skipped():
+    result = lo.tune(STRIDED, trials=2, budget=0.01, progress=False, algorithms=("im2col", "winograd"))
+    assert [t.algorithm for t in result.trials] == ["im2col"]   # its blocks all clamp to the 16 outputs
+    assert "stride=1" in result.skipped["winograd"] and result.algorithm == "im2col"
+    assert "winograd not tried" in str(result)
+    few = lo.tune(STRIDED, trials=1, budget=0.01, progress=False)
+    assert [t.algorithm for t in few.trials] == ["direct"]
+    assert "no trial left of the 1 trials" in few.skipped["implicit_gemm"]
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        lo.tune(CONV, trials=1, progress=False, algorithms=("gemm",))
+    with pytest.raises(TuneError, match=r"none of the algorithms \('implicit_gemm',\) can be tried on "
+                                        "Matmul.*implicit_gemm: an op without windows"):
+        lo.tune(lo.Matmul(8, 16, 8), trials=1, progress=False, algorithms="implicit_gemm")
+    with pytest.raises(ValueError, match="the result's best is a Schedule"):
+        lo.tune(CONV, trials=1, progress=False, algorithms=("winograd",))
+
+
+def test_cli_tune_takes_algorithms(capsys):
+    status = main(["tune", "--conv", "4,16,3,6,padding=1", "--trials", "2", "--budget", "0.01",
+                   "--algorithms", "direct,im2col", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert status == 0 and [t["algorithm"] for t in data["trials"]] == ["im2col", "direct"]
+    assert set(data["by_algorithm"]) == {"direct", "im2col"}
+    status = main(["tune", "--conv", "4,16,3,6", "--trials", "1", "--algorithms", "direct,fft"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--algorithms: unknown algorithm(s) 'fft'" in err and "'winograd'" in err
+
+
+def test_cli_compare_shows_each_algorithm(capsys):
+    conv = ["--conv", "4,16,3,9,stride=2", "--quiet", "--no-reuse"]
+    status = main(["compare", *conv, "--algorithms", "im2col,winograd,direct", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    rows = data["rows"]
+    assert status == 0 and [r["name"] for r in rows] == ["direct: preset output_stationary", "im2col: preset"]
+    assert all(r["verified"] and r["relative_error"] is not None and r["gflops"] > 0 for r in rows)
+    assert "stride=1" in data["skipped"]["winograd"]
+    status = main(["compare", *conv, "--algorithms", "--schedules", "naive"])
+    assert status == 2 and "does not combine with --schedules" in capsys.readouterr().err
+    status = main(["compare", *conv, "--log", "tune.db"])
+    assert status == 2 and "--log goes with --algorithms" in capsys.readouterr().err
+    status = main(["compare", *conv, "--algorithms", "gemm"])
+    assert status == 2 and "--algorithms: unknown algorithm(s) 'gemm'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_compare_takes_each_algorithms_best_from_the_log(capsys, tmp_path):
+    conv = ["--conv", "4,16,3,6,padding=1", "--quiet", "--no-reuse"]
+    status = main(["compare", *conv, "--algorithms"])
+    out = capsys.readouterr().out
+    assert status == 0 and all(name in out for name in ("direct: preset output_stationary",
+                                                               "implicit_gemm: preset", "im2col: preset",
+                                                               "winograd: default plan F(4x4,3x3)"))
+    log = str(tmp_path / "tune.db")
+    lo.tune(CONV, trials=4, budget=0.01, progress=False, log=log, algorithms=("direct", "winograd"))
+    status = main(["compare", *conv, "--algorithms", "direct,winograd,im2col", "--log", log])
+    out = capsys.readouterr().out
+    assert status == 0 and "direct: best of log" in out
+    assert "winograd: best of log, winograd F(4x4,3x3)" in out
+    assert "im2col: preset" in out                 # not in the log: its preset
+    layer = ["--layer", "resnet50.conv2_x", "--quiet", "--no-reuse"]
+    status = main(["compare", *layer, "--algorithms", "direct"])
+    assert status == 0 and "direct: stored schedule resnet50.conv2_x" in capsys.readouterr().out

@@ -1,0 +1,68 @@
+"""``loopopt onnx MODEL.onnx``: the per-node report of a model built in the tests, its JSON and plot,
+tuning, and one-line errors for bad models."""
+import json
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnx_models import model, quantized_model, small_cnn
+
+from loopopt.cli import main
+from loopopt.onnx.report import model_report
+
+try:
+    import onnxruntime  # noqa: F401
+    HAVE_ORT = True
+except ImportError:
+    HAVE_ORT = False
+
+
+def test_report_of_a_cnn(capsys, tmp_path):
+    path, plot = tmp_path / "cnn.onnx", tmp_path / "where.png"
+    onnx.save(small_cnn(), path)
+    assert main(["onnx", str(path), "--json", "--no-reuse", "--budget", "0.01", "--plot", str(plot)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [n["node"] for n in data["nodes"]] == ["conv1", "depthwise", "pointwise", "fc"]
+    for node in data["nodes"]:
+        ran = node["loopopt"]["ran"]
+        assert ran["median_ms"] > 0 and ran["verified"] and node["mflop"] > 0
+        assert (node["onnxruntime_ms"] is not None) == HAVE_ORT
+    assert data["total_ms"]["loopopt"] > 0 and plot.stat().st_size > 0
+
+
+def test_report_table_with_reuse_of_a_quantized_model():
+    report = model_report(quantized_model(), budget=0.01)
+    table = report.table()
+    assert "qconv" in table and "Matmul(m=1, n=7, k=120, quant=" in table
+    assert "total over the compute nodes" in table
+    assert all(n.best.dram_bytes is not None for n in report.timed)
+
+
+@pytest.mark.slow
+def test_tune_tunes_identical_shapes_once(tmp_path, capsys):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="first"),
+             helper.make_node("MatMul", ["h", "w"], ["y"], name="second")]
+    proto = model(nodes, [("x", TensorProto.FLOAT, [4, 8]), ("w", TensorProto.FLOAT, [8, 8])],
+                  [("y", TensorProto.FLOAT, [4, 8])])
+    path, log = tmp_path / "mm.onnx", tmp_path / "tune.db"
+    onnx.save(proto, path)
+    argv = ["onnx", str(path), "--tune", "--trials", "2", "--log", str(log), "--no-reuse", "--json",
+            "--budget", "0.01"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all("tuned" in n["loopopt"] for n in data["nodes"])
+    report = model_report(path, log=log, reuse=False, budget=0.01)   # the log's best now runs the nodes
+    assert {n.lowered.source for n in report.nodes} == {f"tuning log {log}"}
+
+
+def test_bad_models_exit_2_with_one_line(tmp_path, capsys):
+    junk = tmp_path / "junk.onnx"
+    junk.write_text("hello")
+    assert main(["onnx", str(junk)]) == 2
+    assert "junk.onnx is not an ONNX model" in capsys.readouterr().err
+    dynamic = tmp_path / "dynamic.onnx"
+    onnx.save(model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                    [("a", TensorProto.FLOAT, ["N", 4]), ("b", TensorProto.FLOAT, [4, 3])],
+                    [("y", TensorProto.FLOAT, ["N", 3])]), dynamic)
+    assert main(["onnx", str(dynamic)]) == 2
+    assert "input 'a' has a dynamic dim 'N' at axis 0" in capsys.readouterr().err
