@@ -535,15 +535,20 @@ class Schedule:
             raise ScheduleError(f"{step}: {value!r} is not a choice; allowed: {choices}")
 
     def _block_aliasing(self, block: list[str]) -> Optional[str]:
-        """A pair of distinct block positions with the same output element (None if injective)."""
+        """A pair of distinct block positions with the same output element (None if injective).
+
+        Only the guards over output dims count (they decide which accumulators exist): a guard over
+        a reduction dim (a padding tap) leaves the accumulator in place, so two block positions that
+        meet the same element under different taps would both store it."""
         if not block:
             return None
         names = list(self.loop_names)
         primed = {n: Var(n + "_2") for n in block}
         offset = self.offset(self.op.output)
-        box = box_constraints(self.loops) + [g.to_isl() for g in self.guards]
+        guards = [g for g, dims in zip(self.guards, self.guard_dims) if not dims & self.op.reduction_dims]
+        box = box_constraints(self.loops) + [g.to_isl() for g in guards]
         box += box_constraints((self.loop(n) for n in block), suffix="_2")
-        box += [Bound(g.expr.substitute(primed), g.lower, g.upper).to_isl() for g in self.guards]
+        box += [Bound(g.expr.substitute(primed), g.lower, g.upper).to_isl() for g in guards]
         differ = " or ".join(f"{n} != {n}_2" for n in block)
         text = (f"{{ [{', '.join(names + [n + '_2' for n in block])}] : {' and '.join(box)} and "
                 f"({differ}) and {offset.to_isl()} = {offset.substitute(primed).to_isl()} }}")

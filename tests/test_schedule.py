@@ -123,3 +123,13 @@ def test_a_loop_is_not_both_parallel_and_vectorized():
         with pytest.raises(lo.ScheduleError, match="both parallel and vectorized; split it"):
             schedule()
     assert fused.split("i_j_k", 1).parallel("i_j_k_o").vectorize("i_j_k_i").parallel_loop.name == "i_j_k_o"
+
+
+def test_register_block_refuses_block_positions_that_alias_under_different_padding_taps():
+    # kw fused with the batch: for each ow only one kw is a valid tap (width 1, padding 1), so no two
+    # domain instances of the block loop share an output, but both accumulators exist and would both
+    # store O[n, k, oh, ow] (the second overwrote the first: a wrong output, found by hypothesis)
+    op = lo.Conv2d(1, 1, (1, 2), padding=(0, 1), bias=False, height=1, width=1)
+    s = lo.Schedule(op).tile(n=2).fuse("kw", "n_i")
+    with pytest.raises(lo.ScheduleError, match=r"kw_n_i=0 and kw_n_i=2.*cannot be in a register block"):
+        s.register_block("c")
