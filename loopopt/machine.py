@@ -15,16 +15,19 @@ this machine keep matching after a compiler update.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import hashlib
 import json
 import math
 import os
 import platform
 import sys
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -621,16 +624,38 @@ def machine_profile(remeasure: bool = False) -> MachineProfile:
     path = profile_path()
     profile = None if remeasure else _profiles.get(path) or load_profile(path)
     if profile is None:
-        if sys.stderr.isatty():
-            print(f"loopopt: measuring this machine's peaks and bandwidths (once; cached in {path})",
-                  file=sys.stderr, flush=True)
-        profile = measure_profile()
-        store_profile(path, profile)
-        if profile.other_cpu_share is not None and profile.other_cpu_share > OTHERS_LIMIT:
-            warnings.warn(f"the machine profile was measured while other processes used "
-                          f"{100 * profile.other_cpu_share:.0f}% of the CPU; its peaks may be low: run "
-                          f"`loopopt machine --remeasure` on a quiet machine", stacklevel=2)
+        with _measuring_lock(path):      # processes starting together measure once and share the result
+            profile = None if remeasure else load_profile(path)
+            if profile is None:
+                profile = _measure_and_store(path)
     _profiles[path] = profile
+    return profile
+
+
+@contextlib.contextmanager
+def _measuring_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of the profile at ``path`` (an ``flock`` on a file in the temporary directory named
+    after the path, released when the holder ends or dies)."""
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    lock = Path(tempfile.gettempdir()) / f"loopopt-profile-{name}.lock"
+    descriptor = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _measure_and_store(path: Path) -> MachineProfile:
+    if sys.stderr.isatty():
+        print(f"loopopt: measuring this machine's peaks and bandwidths (once; cached in {path})",
+              file=sys.stderr, flush=True)
+    profile = measure_profile()
+    store_profile(path, profile)
+    if profile.other_cpu_share is not None and profile.other_cpu_share > OTHERS_LIMIT:
+        warnings.warn(f"the machine profile was measured while other processes used "
+                      f"{100 * profile.other_cpu_share:.0f}% of the CPU; its peaks may be low: run "
+                      f"`loopopt machine --remeasure` on a quiet machine", stacklevel=3)
     return profile
 
 
