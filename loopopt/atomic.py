@@ -1,8 +1,11 @@
-"""Files replaced atomically, so that a crash never leaves a partial file."""
+"""Files replaced atomically, so that a crash never leaves a partial file, and host-wide locks."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -23,3 +26,15 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def host_lock(name: str) -> Iterator[None]:
+    """Hold the lock ``name`` of this host (an ``flock`` on a file of that name in the temporary
+    directory, released when the holder ends or dies)."""
+    descriptor = os.open(Path(tempfile.gettempdir()) / name, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)

@@ -15,19 +15,16 @@ this machine keep matching after a compiler update.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
-import fcntl
 import hashlib
 import json
 import math
 import os
 import platform
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -35,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .amx import amx_available, amx_peak_gops
-from .atomic import write_text_atomically
+from .atomic import host_lock, write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
 from .codegen.arith import BF16_PAIR
 from .codegen.isa import (
@@ -624,7 +621,7 @@ def machine_profile(remeasure: bool = False) -> MachineProfile:
     path = profile_path()
     profile = None if remeasure else _profiles.get(path) or load_profile(path)
     if profile is None:
-        with _measuring_lock(path):      # processes starting together measure once and share the result
+        with host_lock(_lock_name(path)):   # processes starting together measure once and share it
             profile = None if remeasure else load_profile(path)
             if profile is None:
                 profile = _measure_and_store(path)
@@ -632,18 +629,9 @@ def machine_profile(remeasure: bool = False) -> MachineProfile:
     return profile
 
 
-@contextlib.contextmanager
-def _measuring_lock(path: Path) -> Iterator[None]:
-    """Hold the lock of the profile at ``path`` (an ``flock`` on a file in the temporary directory named
-    after the path, released when the holder ends or dies)."""
-    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    lock = Path(tempfile.gettempdir()) / f"loopopt-profile-{name}.lock"
-    descriptor = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+def _lock_name(path: Path) -> str:
+    """The host lock of the profile at ``path``: named after the path."""
+    return f"loopopt-profile-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}.lock"
 
 
 def _measure_and_store(path: Path) -> MachineProfile:

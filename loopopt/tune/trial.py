@@ -9,13 +9,10 @@ raised), and, decided by the search when the worker gives no answer, ``crashed``
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import socket
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..atomic import host_lock
 from ..machine import compiler_version, fingerprint
 from ..measure import Timing, measure
 from ..ops import Op
@@ -61,17 +58,10 @@ def here(status: str, error: str, timing: Timing | None = None) -> Outcome:
     return Outcome(status, timing, error, socket.gethostname(), fingerprint(), compiler_version())
 
 
-@contextlib.contextmanager
-def measuring_alone() -> Iterator[None]:
-    """Hold this host's measurement lock (an ``flock`` on a file in the temporary directory, released
-    when the holder ends or dies): trials on one host time their kernels one at a time, whichever
-    worker process runs them, while others compile."""
-    descriptor = os.open(os.path.join(tempfile.gettempdir(), MEASURE_LOCK), os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+def measuring_alone() -> contextlib.AbstractContextManager[None]:
+    """Hold this host's measurement lock (``atomic.host_lock``): trials on one host time their kernels
+    one at a time, whichever worker process runs them, while others compile."""
+    return host_lock(MEASURE_LOCK)
 
 
 def run_trial(task: Task) -> Outcome:
