@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_reuse import command_line
 from peers import FP32_PEERS, INT8_PEERS, LayerData, PeerUnavailable
 
 import loopopt as lo
@@ -409,7 +410,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
 
 def main(argv: list[str] | None = None) -> None:
     args, options = parse_args(argv)
-    command = " ".join(["python benchmarks/bench_layers.py"] + (sys.argv[1:] if argv is None else argv))
+    command = command_line(__file__, argv)
     warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
     cpu_start = cpu_seconds()
     ops, rows, naive = {}, [], []

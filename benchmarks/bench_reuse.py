@@ -65,6 +65,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran benchmark ``script`` with ``argv`` (the process's own arguments if None),
+    as a section of docs/benchmarks.md records it."""
+    return " ".join([f"python benchmarks/{Path(script).name}"] + (sys.argv[1:] if argv is None else argv))
+
+
 def write_section(text: str, section: str = SECTION) -> None:
     """Replace (or append) only ``section`` (default: this benchmark's) of docs/benchmarks.md."""
     DOC.parent.mkdir(exist_ok=True)

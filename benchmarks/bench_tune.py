@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_layers import INT8_SPEC, Options, first_line, int8_peak, machine_text, time_calls, versions_text
-from bench_reuse import write_section
+from bench_reuse import command_line, write_section
 from peers import FP32_PEERS, INT8_PEERS, MATMUL_PEERS, LayerData, PeerUnavailable
 
 import loopopt as lo
@@ -264,7 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    command = " ".join(["python benchmarks/bench_tune.py"] + (sys.argv[1:] if argv is None else argv))
+    command = command_line(__file__, argv)
     options = Options(args.threads, None, PEER_BUDGET)
     cpu_start = cpu_seconds()
     rows = []

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_layers import Options, time_calls
-from bench_reuse import write_section
+from bench_reuse import command_line, write_section
 from peers import LayerData, PeerUnavailable, torch_fp32
 
 import loopopt as lo
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds of timed runs per case (default 1)")
     parser.add_argument("--write", action="store_true", help="record the results in docs/benchmarks.md")
     args = parser.parse_args(argv)
-    command = " ".join(["python benchmarks/bench_winograd.py"] + (sys.argv[1:] if argv is None else argv))
+    command = command_line(__file__, argv)
     start = cpu_seconds()
     results = {}
     for layer in args.layers:
