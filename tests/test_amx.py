@@ -8,6 +8,7 @@ import pytest
 from helpers import needs_amx
 
 from loopopt import amx
+from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cbuild import compile_c
 from loopopt.codegen.amx import (
     AMX,
@@ -15,8 +16,6 @@ from loopopt.codegen.amx import (
     MAX_COLSB,
     MAX_ROWS,
     TileConfig,
-    bf16_to_float32,
-    to_bf16,
     vnni_pack,
 )
 

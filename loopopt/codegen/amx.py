@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..bf16 import bf16_to_float32, to_bf16  # noqa: F401  (the tile layouts' bf16 element type)
-
 MAX_ROWS = 16          # rows of a tile
 MAX_COLSB = 64         # bytes per tile row
 TILES = 8              # tmm0..tmm7
