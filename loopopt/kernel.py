@@ -32,7 +32,8 @@ from .codegen.binary import (
 )
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import FORMATS, LUT, generate_lut, lut_bytes, pack_lut, table_entries
+from .codegen.lut import LUT, generate_lut, lut_nest, pack_lut
+from .codegen.lut_format import FORMATS
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
 from .codegen.ternary import pack_i2s, packed_bytes
@@ -435,20 +436,20 @@ class BinaryKernel(QuantizedKernel):
 
 
 class LutKernel(QuantizedKernel):
-    """A ternary GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare`` packs the
-    weights to 4-bit group indices (and sign bits); the call, parameters and outputs are the int8
-    kernels'."""
+    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
+    packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
+    call, parameters and outputs are the int8 kernels'."""
 
     @property
     def format(self):
-        """The table-lookup format (``codegen.lut.FORMATS``)."""
+        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
         return FORMATS[self.schedule.weight_format_mode]
 
     def _elements(self, name: str) -> int:
         if name == self.op.inputs[1]:
-            return lut_bytes(self.op, self.format)
+            return lut_nest(self.schedule).shape.packed_bytes
         if name == LUT:
-            return table_entries(self.op, self.format)
+            return lut_nest(self.schedule).table_entries
         return super()._elements(name)
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
