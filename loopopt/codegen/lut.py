@@ -430,17 +430,20 @@ def _all(bounds: list[Bound]) -> str:
 
 
 def _step(positions: list[Position], lookup: LookupC, signed: bool) -> list[str]:
-    """C of one step of every block position: the shared loads once, then each guarded addition."""
+    """C of one step of every block position: each shared load once, right before the first position
+    that uses it (short live ranges), then each guarded addition."""
     indices = list(dict.fromkeys((p.indices, p.signs) for p in positions))
     tables = list(dict.fromkeys(p.table for p in positions))
-    lines = []
-    for i, (at, signs) in enumerate(indices):
-        lines += lookup.indices(f"lo_ix{i}", at, signs)
-    for i, at in enumerate(tables):
-        lines += lookup.table(f"lo_tb{i}", at)
+    lines: list[str] = []
+    loaded: set[str] = set()
     for p in positions:
-        step = lookup.step(p.acc, f"lo_ix{indices.index((p.indices, p.signs))}",
-                           f"lo_tb{tables.index(p.table)}", signed)
+        ind, tab = f"lo_ix{indices.index((p.indices, p.signs))}", f"lo_tb{tables.index(p.table)}"
+        if ind not in loaded:
+            lines += lookup.indices(ind, p.indices, p.signs)
+        if tab not in loaded:
+            lines += lookup.table(tab, p.table)
+        loaded |= {ind, tab}
+        step = lookup.step(p.acc, ind, tab, signed)
         lines += step if p.valid == "1" else [f"if ({p.valid}) {{", *("    " + s for s in step), "}"]
     return lines
 
@@ -449,10 +452,9 @@ def _flush(positions: list[Position], lookup: LookupC, op: Op, kg: int) -> list[
     """C adding each block position's int32 sums to the workspace ``O``."""
     lines = []
     for p in positions:
-        sums = ["int lo_sum[32];", *lookup.widen(p.acc)] if lookup.vector else []
-        body = [*sums, *lookup.totals(p.acc, "lo_sum"),
+        body = [*lookup.widen(p.acc),
                 f"for (int lo_c = 0; lo_c < {COLUMNS} && {p.columns.to_c()} + lo_c < {kg}; ++lo_c) "
-                f"{op.output}[{p.output.to_c()}] += lo_sum[lo_c];"]
+                f"{op.output}[{p.output.to_c()}] += {lookup.totals(p.acc)}[lo_c];"]
         lines += ["{" if p.stored == "1" else f"if ({p.stored}) {{", *("    " + b for b in body), "}"]
     return lines
 

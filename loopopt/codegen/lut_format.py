@@ -186,12 +186,13 @@ class LookupC:
         return self.isa != "scalar"
 
     def declare(self, acc: str) -> list[str]:
-        """Zeroed int16 sums and int32 totals of accumulator ``acc``."""
+        """Zeroed int16 sums of accumulator ``acc`` (in registers) and its int32 totals (an array, out
+        of the way of the registers the steps need)."""
         if self.isa == "avx512":
-            return [f"__m512i {acc} = _mm512_setzero_si512(), {acc}_w0 = {acc}, {acc}_w1 = {acc};"]
+            return [f"__m512i {acc} = _mm512_setzero_si512();", f"int {acc}_t[{COLUMNS}] = {{0}};"]
         if self.isa == "avx2":
-            return [f"__m256i {acc}a = _mm256_setzero_si256(), {acc}b = {acc}a, "
-                    f"{acc}_w0 = {acc}a, {acc}_w1 = {acc}a, {acc}_w2 = {acc}a, {acc}_w3 = {acc}a;"]
+            return [f"__m256i {acc}a = _mm256_setzero_si256(), {acc}b = {acc}a;",
+                    f"int {acc}_t[{COLUMNS}] = {{0}};"]
         return [f"int {acc}[{COLUMNS}] = {{0}};"]
 
     def indices(self, name: str, at: str, signs: str | None) -> list[str]:
@@ -263,29 +264,23 @@ class LookupC:
     def widen(self, acc: str) -> list[str]:
         """Add the int16 sums of ``acc`` to its int32 totals and zero them (vector ISAs)."""
         if self.isa == "avx512":
-            return [f"{acc}_w0 = _mm512_add_epi32({acc}_w0, "
-                    f"_mm512_cvtepi16_epi32(_mm512_castsi512_si256({acc})));",
-                    f"{acc}_w1 = _mm512_add_epi32({acc}_w1, "
-                    f"_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64({acc}, 1)));",
-                    f"{acc} = _mm512_setzero_si512();"]
+            halves = ((0, "_mm512_castsi512_si256({})"), (16, "_mm512_extracti64x4_epi64({}, 1)"))
+            return [f"_mm512_storeu_si512((void *)({acc}_t + {at}), _mm512_add_epi32(_mm512_loadu_si512("
+                    f"(const void *)({acc}_t + {at})), _mm512_cvtepi16_epi32({half.format(acc)})));"
+                    for at, half in halves] + [f"{acc} = _mm512_setzero_si512();"]
         if self.isa == "avx2":
-            # the int16 lanes hold columns 0-7, 16-23 (a) and 8-15, 24-31 (b); totals w0..w3: columns 0-7, ...
+            # the int16 lanes hold columns 0-7, 16-23 (a) and 8-15, 24-31 (b)
             low, high = "_mm256_castsi256_si128({})", "_mm256_extracti128_si256({}, 1)"
-            parts = ((0, "a", low), (1, "b", low), (2, "a", high), (3, "b", high))
-            return [f"{acc}_w{j} = _mm256_add_epi32({acc}_w{j}, "
-                    f"_mm256_cvtepi16_epi32({half.format(acc + p)}));" for j, p, half in parts] + [
-                f"{acc}a = _mm256_setzero_si256(); {acc}b = {acc}a;"]
+            parts = ((0, "a", low), (8, "b", low), (16, "a", high), (24, "b", high))
+            total = "(__m256i *)(void *)({}_t + {})"
+            return [f"_mm256_storeu_si256({total.format(acc, at)}, _mm256_add_epi32(_mm256_loadu_si256("
+                    f"{total.format(acc, at)}), _mm256_cvtepi16_epi32({half.format(acc + p)})));"
+                    for at, p, half in parts] + [f"{acc}a = _mm256_setzero_si256(); {acc}b = {acc}a;"]
         return []
 
-    def totals(self, acc: str, sums: str) -> list[str]:
-        """Store the int32 totals of ``acc`` (after ``widen``) to the int array ``sums[32]``."""
-        if self.isa == "avx512":
-            return [f"_mm512_storeu_si512((void *){sums}, {acc}_w0);",
-                    f"_mm512_storeu_si512((void *)({sums} + 16), {acc}_w1);"]
-        if self.isa == "avx2":
-            return [f"_mm256_storeu_si256((__m256i *)(void *)({sums} + {8 * j}), {acc}_w{j});"
-                    for j in range(4)]
-        return [f"const int *{sums} = {acc};"]
+    def totals(self, acc: str) -> str:
+        """The int array of the 32 int32 totals of ``acc`` (after ``widen``)."""
+        return f"{acc}_t" if self.vector else acc
 
     def prelude(self) -> list[str]:
         """Constants of the steps (AVX2: the bit of each int16 lane, to spread sign bits)."""
