@@ -187,6 +187,11 @@ def test_quantize_ternary_is_absmean():
 LUTS = [(fmt, isa) for fmt in FORMATS for isa in ISAS]
 
 
+def lut_variants(quick):
+    """``LUTS`` as parameters: ``quick`` (a format and an ISA) in the quick tier, the others slow."""
+    return [pytest.param(v, id=f"{v[0]}-{v[1]}", marks=() if v == quick else pytest.mark.slow) for v in LUTS]
+
+
 @st.composite
 def lut_schedules(draw, op, fmt):
     """A random table-lookup schedule of ``op``: a split of each dim drawn (output channels by multiples of
@@ -235,7 +240,8 @@ def random_lut_conv(variant, data):
 
 
 test_random_lut_convs_quick, test_random_lut_convs = tiers(
-    random_lut_conv, 1, 10, marks=[pytest.mark.parametrize("variant", LUTS, ids=str)], data=st.data())
+    random_lut_conv, 1, 10, data=st.data(),
+    marks=[pytest.mark.parametrize("variant", lut_variants(("tl2", ISAS[min(1, len(ISAS) - 1)])))])
 
 
 def random_lut_matmul(variant, data, m, n, k):
@@ -249,7 +255,8 @@ def random_lut_matmul(variant, data, m, n, k):
 
 
 test_random_lut_matmuls_quick, test_random_lut_matmuls = tiers(
-    random_lut_matmul, 1, 6, marks=[pytest.mark.parametrize("variant", LUTS, ids=str)], data=st.data(),
+    random_lut_matmul, 1, 6, marks=[pytest.mark.parametrize("variant", lut_variants(("tl1", ISAS[0])))],
+    data=st.data(),
     m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
 
 
@@ -275,7 +282,8 @@ CONV_ORDERS = {
 
 
 @pytest.mark.parametrize("fmt, order, isa", rotated({f"{fmt}-{name}": (fmt, order) for fmt in FORMATS
-                                                      for name, order in CONV_ORDERS.items()}, ISAS))
+                                                      for name, order in CONV_ORDERS.items()}, ISAS,
+                                                     quick=["tl2-kh-kw-c"]))
 def test_lut_conv_reduction_longer_than_the_int16_chunk(fmt, order, isa):
     op = lo.Conv2d(144, 40, 3, padding=1, bias=False, height=4, width=5,
                    quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
