@@ -21,7 +21,7 @@ summed (AVX2: split into low and high bytes by ``vpshufb`` and ``vpermq``). One 
 channels of a block, the entries of the two groups of a byte to int16 sums: AVX-512 ``vpermw``
 (the table broadcast, the indices as int16 lanes; TL2: ``vpsubw`` under the sign mask), AVX2 two
 ``vpshufb`` per group interleaved back to int16 (``vpunpck[lh]bw``, columns in the order 0-7,
-16-23 | 8-15, 24-31; TL2: ``vpsignw`` with the sign bits spread to the lanes), scalar one column
+16-23 | 8-15, 24-31; TL2: ``vpsignw`` with the sign bits spread to the lanes by ``vpshufb``), scalar one column
 at a time.
 """
 from __future__ import annotations
@@ -213,16 +213,15 @@ class LookupC:
                      f"{name}1 = _mm256_and_si256(_mm256_srli_epi16({name}_v, 4), _mm256_set1_epi8(15));"]
             if signs:
                 # vpsignw operands: -1 in the int16 lanes of negated columns (0-7, 16-23 | 8-15, 24-31),
-                # else 1
-                spread = ("_mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256("
-                          "_mm256_set1_epi16((short)({u})), lo_bit), lo_bit), _mm256_set1_epi16(1))")
-                lines.append(f"const uint32_t {name}w0 = ({signs})[0], {name}w1 = ({signs})[1];")
+                # else 1: the word broadcast, each lane given the byte of its column's bit (vpshufb),
+                # that bit tested
+                spread = ("_mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(_mm256_shuffle_epi8({w}, "
+                          "{bytes}), lo_bit), lo_bit), _mm256_set1_epi16(1))")
                 for h in (0, 1):
                     word = f"{name}w{h}"
-                    low = f"(({word} & 0xffu) | (({word} >> 8) & 0xff00u))"
-                    high = f"((({word} >> 8) & 0xffu) | (({word} >> 16) & 0xff00u))"
-                    lines.append(f"const __m256i {name}s{h}a = {spread.format(u=low)}, "
-                                 f"{name}s{h}b = {spread.format(u=high)};")
+                    lines += [f"const __m256i {word} = _mm256_set1_epi32((int)({signs})[{h}]);",
+                              f"const __m256i {name}s{h}a = {spread.format(w=word, bytes='lo_bytes_a')}, "
+                              f"{name}s{h}b = {spread.format(w=word, bytes='lo_bytes_b')};"]
             return lines
         lines = [f"const uint8_t *{name} = {at};"]
         return lines + ([f"const uint32_t *{name}s = {signs};"] if signs else [])
@@ -283,8 +282,12 @@ class LookupC:
         return f"{acc}_t" if self.vector else acc
 
     def prelude(self) -> list[str]:
-        """Constants of the steps (AVX2: the bit of each int16 lane, to spread sign bits)."""
+        """Constants of the steps (AVX2, to spread sign bits: per int16 lane the byte of the sign word
+        holding its column's bit, in the lanes of sums a and b, and that bit)."""
         if self.isa == "avx2":
-            return ["const __m256i lo_bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, "
-                    "2048, 4096, 8192, 16384, (short)32768);"]
+            spread = lambda low, high: ", ".join([str(low)] * 16 + [str(high)] * 16)
+            bits = ", ".join(str(1 << (j % 8)) for j in range(16))
+            return [f"const __m256i lo_bytes_a = _mm256_setr_epi8({spread(0, 2)});",
+                    f"const __m256i lo_bytes_b = _mm256_setr_epi8({spread(1, 3)});",
+                    f"const __m256i lo_bit = _mm256_setr_epi16({bits});"]
         return []
