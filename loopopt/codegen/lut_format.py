@@ -21,8 +21,8 @@ summed (AVX2: split into low and high bytes by ``vpshufb`` and ``vpermq``). One 
 channels of a block, the entries of the two groups of a byte to int16 sums: AVX-512 ``vpermw``
 (the table broadcast, the indices as int16 lanes; TL2: ``vpsubw`` under the sign mask), AVX2 two
 ``vpshufb`` per group interleaved back to int16 (``vpunpck[lh]bw``, columns in the order 0-7,
-16-23 | 8-15, 24-31; TL2: ``vpsignw`` with the sign bits spread to the lanes by ``vpshufb``), scalar one column
-at a time.
+16-23 | 8-15, 24-31; TL2: ``vpsignw`` with the sign bits spread to the lanes by ``vpshufb``), scalar
+one column at a time.
 """
 from __future__ import annotations
 
