@@ -5,10 +5,9 @@ Run ``python benchmarks/tune_layers.py [--int8] [--layers a,b] [--trials N] [--l
 every layer ``lo.tune`` searches its register-blocked candidates (output blocks of ``ow`` columns x ``k``
 channels in vector registers, reduction orders, channels-last layouts, weights plain / packed / in VNNI
 dot groups for int8, outer loop orders, unrolling: see docs/reference/tune.md) on AVX-512, one thread,
-each candidate compiled, verified and timed in a worker process (the direct algorithm only, and without
-the AMX tile candidates an int8 search adds on a CPU with AMX: a stored layer schedule is compiled for
-``isa="auto"``, never for AMX; ``loopopt tune --int8`` searches those); with ``--log`` every trial goes
-to that SQLite tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
+each candidate compiled, verified and timed in a worker process (the direct algorithm only: a stored
+layer schedule is a register-blocked AVX-512 schedule); with ``--log`` every trial goes to that SQLite
+tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
 uint8 activations, int8 weights per output channel, uint8 output; the weight compensation is computed
 when the weights are packed.
 
@@ -31,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +37,6 @@ import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
 from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import list_schedules, stored_schedule
-from loopopt.tune.rank import rank
-from loopopt.tune.space import Candidate
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -155,18 +151,12 @@ def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: f
     return path
 
 
-def simd_only(found: Sequence[Candidate]) -> list[Candidate]:
-    """The heuristic's order of the AVX-512 candidates: without the AMX tile schedules an int8 search
-    adds where the CPU has AMX (a stored layer schedule is compiled for ``isa="auto"``, never AMX)."""
-    return rank([candidate for candidate in found if candidate.isa == "avx512"])
-
-
 def search(layer: str, mode: Mode, budget: float, trials: int,
            log: str | None) -> tuple[float, dict, lo.Schedule]:
     """(best minimum time, its knobs, its schedule) found by ``lo.tune`` among the direct AVX-512
-    schedules (what a stored layer schedule is), printing every trial."""
+    schedules (the register-blocked schedules ``describe`` reads the knobs of), printing every trial."""
     result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False,
-                     algorithms="direct", rank=simd_only)
+                     algorithms="direct")
     print(result.table(), flush=True)
     best = next(t for t in result.trials if t.number == result.best_number)
     seconds = min([result.timing.min] + [minimum(result.best, budget, layer) for _ in range(REMEASURE - 1)])
