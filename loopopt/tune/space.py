@@ -20,11 +20,11 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
-On a CPU with AMX, a quantized or bfloat16 op that the tile kernels take (``codegen/tiles.py``: not
-depthwise) also has AMX candidates (ISA ``"amx"``): a pixel block and a channel block of 16 or 32
-(1 or 2 tiles each) and which of the two block loops is outside, on channels-last output; with
-``threads > 1``, each with ``parallel`` on the pixel block's loop and each with it on the channel
-block's, where that splits at least ``threads`` blocks.
+On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
+tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
+pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
+outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
+loop and each with it on the channel block's, where that splits at least ``threads`` blocks.
 """
 from __future__ import annotations
 
@@ -282,9 +282,10 @@ def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[
     return choices
 
 
-def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
-    AMX candidates only; the best SIMD ISA also gets the AMX candidates where the CPU has AMX)."""
+    AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
+    best ISA, ``isa="auto"``)."""
     if isa == "amx":
         return tile_candidates(op, threads)
     roles = Roles.of(op)
@@ -319,7 +320,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
                         found.append(Candidate(op, isa, knobs))
-    return found + (tile_candidates(op, threads) if isa == "avx512" else [])
+    return found + (tile_candidates(op, threads) if tiles else [])
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,
