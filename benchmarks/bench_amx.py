@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -198,7 +199,8 @@ def _rows(layer: str, threads: int, cases: dict[str, Case], rounds: int, flops: 
     for label, case in cases.items():
         t = float(np.median(times[label]))
         rate = flops / t / 1e9
-        rows.append(f"| {layer} | {threads} | {label} | {t * 1e3:.3f} | {rate:.0f} | "
+        fastest = min(times[label])
+        rows.append(f"| {layer} | {threads} | {label} | {t * 1e3:.3f} | {fastest * 1e3:.3f} | {rate:.0f} | "
                     f"{100 * rate / peak:.1f}% | {t / amx:.2f}x | {verified[label]} | {case.note} |")
     return rows
 
@@ -238,7 +240,8 @@ def bench_layers(rounds: int, layers: tuple[str, ...] = LAYERS, threads: tuple[i
     text = [f"Command: `{command_line(__file__, None)}`, {datetime.date.today().isoformat()}.",
             f"CPU: {cpu_model()}, {counts} thread(s); one core's AMX peaks (loopopt's tile loops): "
             f"{peak_text}; VNNI int8 peak {peak_gflops('avx512', 'int8'):.0f} GOP/s. "
-            f"Batch 1; calls interleaved, {rounds} rounds, medians. " + _load_text(share)]
+            f"Batch 1; calls interleaved, {rounds} rounds, medians (rates from them) and fastest calls; "
+            f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}. " + _load_text(share)]
     for precision in precisions:
         unit = PRECISIONS[precision][1]
         what = ("int8: uint8 activations, int8 per-channel weights, int32 bias, uint8 output (verified: "
@@ -247,8 +250,9 @@ def bench_layers(rounds: int, layers: tuple[str, ...] = LAYERS, threads: tuple[i
                 "the bf16 bound of `measure.bf16_tolerance`; PyTorch, which rounds its bias and output to "
                 "bf16, within 2^-7 of |b| + sum |x w| more)")
         text += [f"### {precision}\n\n{what}",
-                 f"| layer | threads | implementation | median ms | {unit} | % of one core's AMX {precision} "
-                 "peak | time vs loopopt AMX | verified | note |\n|---|---|---|---|---|---|---|---|---|\n"
+                 f"| layer | threads | implementation | median ms | fastest ms | {unit} | % of one core's "
+                 f"AMX {precision} peak | time vs loopopt AMX | verified | note |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|\n"
                  + "\n".join(rows[precision])]
     if missing:
         text.append("Not run: " + "; ".join(sorted(missing)))
