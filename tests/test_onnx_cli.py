@@ -36,6 +36,9 @@ def test_report_table_with_reuse_of_a_quantized_model():
     assert "qconv" in table and "Matmul(m=1, n=7, k=120, quant=" in table
     assert "total over the compute nodes" in table
     assert all(n.best.dram_bytes is not None for n in report.timed)
+    if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
+        assert "integer outputs vs onnxruntime" in table
+        assert all(n.integer is not None and n.integer.max_lsb <= 1 for n in report.timed)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 from onnx_models import expected, model, qdq_model, quantized_model
 
 from loopopt.onnx import backend
@@ -64,6 +65,7 @@ def test_a_group_that_cannot_fuse_runs_unfused_and_says_why():
     assert np.abs(got.astype(int) - want).max() <= 1
 
 
+@pytest.mark.slow
 def test_report_checks_integer_outputs_against_onnxruntime_and_the_exact_reference():
     pytest.importorskip("onnxruntime")
     for proto, quantized in ((quantized_model(), ("qconv", "qmatmul")), (qdq_model(), ("conv", "gemm"))):
@@ -79,6 +81,7 @@ def test_report_checks_integer_outputs_against_onnxruntime_and_the_exact_referen
     assert "conv absorbs DequantizeLinear_1" in report.table()
 
 
+@pytest.mark.slow
 def test_quantize_static_qdq_model_matches_onnxruntime(tmp_path):
     """A float model built with onnx.helper, quantized by onnxruntime in QDQ format: every Conv and
     MatMul runs fused, each within one step of onnxruntime's output on the same inputs."""
@@ -157,3 +160,26 @@ def test_integer_check_counts_which_runtime_is_exact():
     assert str(check) == ("max abs(loopopt - onnxruntime) 1 LSB; 2 of 4 elements differ: loopopt exact on 1, "
                           "onnxruntime exact on 0")
     assert integer_check(helper.make_node("MatMul", ["a", "b"], ["y"]), [a, b], ours, theirs) is None
+
+
+def test_a_fused_node_that_does_not_lower_at_run_time_runs_as_its_nodes():
+    """C of a dynamic shape: the group fuses at prepare, its lowering refuses C's run-time shape (a bias
+    per column only); not strict, the group runs as its original nodes on onnx.reference; strict names
+    the node."""
+    inits = [onnx.numpy_helper.from_array(a, n) for n, a in (
+        ("sa", np.float32(0.1)), ("za", np.uint8(7)), ("w", RNG.integers(-127, 128, (5, 3), dtype=np.int8)),
+        ("sw", np.float32(0.02)), ("zw", np.int8(0)))]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["af"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"]),
+             helper.make_node("Gemm", ["af", "wf", "c"], ["y"], name="gemm")]
+    proto = model(nodes, [("a", TensorProto.UINT8, [2, 5]), ("c", TensorProto.FLOAT, ["M", "N"])],
+                  [("y", TensorProto.FLOAT, [2, 3])], inits, opset=21)
+    a, c = RNG.integers(0, 256, (2, 5), dtype=np.uint8), _x(2, 3)
+    rep = backend.prepare(proto)
+    assert "gemm" not in rep.lowered and rep.groups["gemm"].node.op_type == "QDQGemm"
+    got = rep.run([a, c])[0]
+    gemm = rep.lowered["gemm"]
+    assert not gemm.on_kernel and "C of shape (2, 3)" in gemm.reason and gemm.absorbed[-1] == "gemm"
+    np.testing.assert_array_equal(got, ReferenceEvaluator(proto).run(None, {"a": a, "c": c})[0])
+    with pytest.raises(NotImplementedError, match=r"node gemm \(QDQGemm\) cannot run.*C of shape \(2, 3\)"):
+        backend.prepare(proto, strict=True).run([a, c])
