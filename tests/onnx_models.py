@@ -130,13 +130,14 @@ def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarra
     return session.run(None, feeds)
 
 
-def qdq_model(bias_scale: float = 1.0) -> onnx.ModelProto:
+def qdq_model(bias_scale: float = 1.0, float_conv_output: bool = False) -> onnx.ModelProto:
     """A QDQ-format model (as quantize_static(..., quant_format=QDQ) writes them): QuantizeLinear
     (uint8); DequantizeLinear of it, of int8 per-channel weights and of an int32 bias -> Conv (pads 1,
     stride 2) -> QuantizeLinear; Flatten of that; one DequantizeLinear of it read by a MatMul (int8
     per-column weights, no QuantizeLinear: float output "m") and by a Gemm (transB, int32 bias) ->
     QuantizeLinear. ``bias_scale`` scales the conv bias' DequantizeLinear scale away from
-    x_scale * w_scale (1: equal)."""
+    x_scale * w_scale (1: equal); ``float_conv_output``: the conv's float result is a graph output
+    too (so its QuantizeLinear cannot be absorbed)."""
     u8, i8 = np.uint8, np.int8
     xs, cs = np.float32(0.02), np.float32(0.05)
     wcs = (RNG.random(6) * 0.01 + 0.005).astype(np.float32)
@@ -166,6 +167,7 @@ def qdq_model(bias_scale: float = 1.0) -> onnx.ModelProto:
         helper.make_node("Gemm", ["ff", "wgf", "bgf"], ["g"], transB=1, name="gemm"),
         helper.make_node("QuantizeLinear", ["g", "gs", "gz"], ["gq"]),
     ]
-    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 10])],
-                 [("cq", TensorProto.UINT8, [1, 6, 4, 5]), ("m", TensorProto.FLOAT, [1, 7]),
-                  ("gq", TensorProto.UINT8, [1, 4])], inits, opset=21)
+    outputs = [("cq", TensorProto.UINT8, [1, 6, 4, 5]), ("m", TensorProto.FLOAT, [1, 7]),
+               ("gq", TensorProto.UINT8, [1, 4])]
+    outputs += [("c", TensorProto.FLOAT, [1, 6, 4, 5])] if float_conv_output else []
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 10])], outputs, inits, opset=21)

@@ -27,6 +27,7 @@ def test_report_of_a_cnn(capsys, tmp_path):
         ran = node["loopopt"]["ran"]
         assert ran["median_ms"] > 0 and ran["verified"] and node["mflop"] > 0
         assert (node["onnxruntime_ms"] is not None) == HAVE_ORT
+        assert node["integer_check"] is None and node["absorbed"] == []     # a float model
     assert data["total_ms"]["loopopt"] > 0 and plot.stat().st_size > 0
 
 

@@ -54,6 +54,21 @@ def test_qdq_groups_run_fused():
     assert np.array_equal(gq, exact_output(gemm_node, inputs))
 
 
+def test_a_float_result_read_elsewhere_keeps_its_quantize_linear():
+    """The conv's float result is a graph output: the group fuses without its QuantizeLinear, with a
+    dequantized float32 output and its int32 bias dequantized by the bias' scale; the QuantizeLinear
+    runs on its own."""
+    proto = qdq_model(float_conv_output=True)
+    rep = backend.prepare(proto, strict=True)
+    conv = rep.lowered["conv"]
+    assert conv.op.quant.output == "float32" and conv.absorbed[-1] == "conv"
+    assert next(n for n in rep.prepared.graph.node if n.name == "conv").input[9] == "bcs"
+    x = _x(1, 3, 8, 10)
+    got, want = rep.run([x]), ReferenceEvaluator(proto).run(None, {"x": x})
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-5, atol=1e-5)
+    assert np.abs(got[0].astype(int) - want[0]).max() <= 1
+
+
 def test_a_group_that_cannot_fuse_runs_unfused_and_says_why():
     proto = qdq_model(bias_scale=1.5)     # the conv bias is not at the accumulators' scale
     rep = backend.prepare(proto, strict=True)
