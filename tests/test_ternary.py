@@ -335,7 +335,9 @@ def lut_matmul(fmt="tl1", **kwargs):
     return lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"), **kwargs))
 
 
-@pytest.mark.parametrize("schedule, message", [
+REFUSALS = {name: case for name, case in zip(
+    ("fuse", "vectorize", "unroll", "parallel", "weights-layout", "compensation-kernel", "dequantize",
+     "split-columns", "split-bytes", "register-block", "batched-matmul"), [
     (lambda: lut_matmul().fuse("i", "j"), r"fuse does not apply .*use split, tile and reorder"),
     (lambda: lut_matmul().reorder("i", "k", "j").vectorize("j"), r"vectorize does not apply .*itself"),
     (lambda: lut_matmul().unroll("k"), r"unroll does not apply .*register_block unrolls"),
@@ -353,7 +355,10 @@ def lut_matmul(fmt="tl1", **kwargs):
      r"register block holds 35 accumulators .*at most 16"),
     (lambda: lo.Schedule(lo.Matmul(2, 40, 8, batch=3, quant=lo.QuantSpec(weight="ternary"))),
      r"a convolution or a GEMM with one batch \(row\) dim; .* has the position dims b, i"),
-])
+])}
+
+
+@pytest.mark.parametrize("schedule, message", REFUSALS.values(), ids=REFUSALS.keys())
 def test_lut_refusals(schedule, message):
     with pytest.raises(lo.ScheduleError, match=message):
         schedule().weight_format("tl1").compile("scalar")
