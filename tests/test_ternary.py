@@ -331,8 +331,9 @@ def test_lut_conv_weights_are_packed_per_block_tap_and_byte():
     assert np.array_equal(packed, expected)
 
 
-def lut_matmul(fmt="tl1", **kwargs):
-    return lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"), **kwargs))
+def lut_matmul():
+    """The naive schedule of a small ternary matmul, for the refusals."""
+    return lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary")))
 
 
 REFUSALS = {name: case for name, case in zip(
