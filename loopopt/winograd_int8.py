@@ -43,6 +43,7 @@ from .codegen.winograd_int8 import (
     LANES,
     POSITIONS,
     REGISTERS,
+    TEMPORARIES,
     TILE,
     Int8WinogradShape,
     cdef,
@@ -101,10 +102,11 @@ def shape_of(op: Op, isa: str, rows: int | None = None, channels: int | None = N
     if channels is not None and (channels % lanes or channels < lanes):
         raise ValueError(f"gemm_cols={channels} must be a positive multiple of the {lanes} int32 lanes of "
                          f"{isa}")
-    if rows < 1 or rows * vectors + vectors + 1 > REGISTERS[isa]:
+    spare = TEMPORARIES[isa]
+    if rows < 1 or rows * vectors + vectors + spare > REGISTERS[isa]:
         raise ValueError(f"a {rows} x {vectors} block of int32 vectors and its operands do not fit the "
                          f"{REGISTERS[isa]} vector registers of {isa}: choose gemm_rows * gemm_cols / "
-                         f"{lanes} + gemm_cols / {lanes} + 1 <= {REGISTERS[isa]}")
+                         f"{lanes} + gemm_cols / {lanes} + {spare} <= {REGISTERS[isa]}")
     return Int8WinogradShape(n, c, op.channels, h, w, wh.out, ww.out, wh.pad, ww.pad, lanes, rows, vectors)
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt import winograd, winograd_int8
 from loopopt.codegen.isa import available_int_isas
-from loopopt.codegen.winograd_int8 import BLOCKS, LANES, REGISTERS
+from loopopt.codegen.winograd_int8 import BLOCKS, LANES, REGISTERS, TEMPORARIES
 from loopopt.quant import QuantSpec, check_call, output_multipliers
 from loopopt.quant_reference import random_call, reference_output
 
@@ -42,7 +42,7 @@ def _check(op, isa, call=None, gemm_rows=None, gemm_cols=None):
     return kernel
 
 
-DOT = {"avx512": "_mm512_dpwssd_epi32", "avx2": "_mm256_madd_epi16", "scalar": "a.lo * b.lo + a.hi * b.hi"}
+DOT = {"avx512": "vpdpwssd %2, %1, %0", "avx2": "_mm256_madd_epi16", "scalar": "a.lo * b.lo + a.hi * b.hi"}
 
 
 @pytest.mark.parametrize("isa, output", rotated(ISAS, ("uint8", "int32", "int8", "float32")))
@@ -59,7 +59,7 @@ def blocks(draw, isa):
     if draw(st.booleans()):
         return None, None
     vectors = draw(st.integers(1, 4 if isa == "avx512" else 2))
-    rows = draw(st.integers(1, max(1, (REGISTERS[isa] - 1 - vectors) // vectors)))
+    rows = draw(st.integers(1, max(1, (REGISTERS[isa] - TEMPORARIES[isa] - vectors) // vectors)))
     return rows, vectors * LANES[isa]
 
 
@@ -128,7 +128,7 @@ def test_bad_calls_and_blocks():
         lo.dataflows.winograd(SMALL, gemm_cols=24).compile("avx512")
     with pytest.raises(ValueError, match="do not fit the 32 vector registers"):
         lo.dataflows.winograd(SMALL, gemm_rows=8, gemm_cols=64).compile("avx512")
-    assert BLOCKS["avx512"][0] * BLOCKS["avx512"][1] <= REGISTERS["avx512"]
+    assert all((r + 1) * v + TEMPORARIES[isa] <= REGISTERS[isa] for isa, (r, v) in BLOCKS.items())
 
 
 def test_measure_and_tune_see_it():

@@ -28,8 +28,9 @@ SPAN = TILE + 2                     # input tile side
 POSITIONS = SPAN * SPAN             # tile positions t of the batched GEMM
 LANES = {"avx512": 16, "avx2": 8, "scalar": 1}           # int32 lanes of a GEMM accumulator
 CHANNEL_ALIGN = 32                  # input channels padded to whole 512-bit vectors of int16
-BLOCKS = {"avx512": (6, 4), "avx2": (6, 2), "scalar": (4, 1)}   # default GEMM block: rows x vectors
+BLOCKS = {"avx512": (6, 4), "avx2": (4, 2), "scalar": (4, 1)}   # default GEMM block: rows x vectors
 REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
+TEMPORARIES = {"avx512": 1, "avx2": 2, "scalar": 1}   # the broadcast pair (and AVX2's vpmaddwd product)
 
 # Lavin & Gray's F(2x2, 3x3) matrices; G's halves are scaled out (2G is an integer matrix, so the
 # transformed filter is 4 times theirs and so is the output transform's result)
@@ -44,7 +45,12 @@ typedef __m512i lo_vec;
 static inline lo_vec lo_zero(void) { return _mm512_setzero_si512(); }
 static inline lo_vec lo_pair(const int16_t *p) { return _mm512_set1_epi32(*(const int32_t *)p); }
 static inline lo_vec lo_load(const int16_t *p) { return _mm512_loadu_si512((const void *)p); }
-static inline lo_vec lo_dot(lo_vec c, lo_vec a, lo_vec b) { return _mm512_dpwssd_epi32(c, a, b); }
+/* vpdpwssd written out: GCC 12 copies each accumulator through another register (and spills some)
+ * around _mm512_dpwssd_epi32 in a register block; the asm ties the accumulator to its register */
+static inline lo_vec lo_dot(lo_vec c, lo_vec a, lo_vec b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(c) : "v"(a), "vm"(b));
+    return c;
+}
 static inline void lo_store(int32_t *p, lo_vec v) { _mm512_storeu_si512((void *)p, v); }
 """,
     "avx2": """\
