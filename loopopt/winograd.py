@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .kernel import Buffers, Kernel
 
 TILES = (2, 4)
+BLOCK_MARK = ", GEMM "       # algorithm_name of a plan with its GEMM block: "winograd F(2x2,3x3), GEMM 7x48"
 LANES = 16
 
 # Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), section 4.1 / 4.2.
@@ -72,9 +73,12 @@ class WinogradError(ValueError):
     """An op Winograd F(m x m, 3 x 3) does not apply to; the message names the parameter."""
 
 
-def algorithm_name(m: int) -> str:
-    """How measure, compare and tune name F(m x m, 3 x 3): ``"winograd F(4x4,3x3)"``."""
-    return f"winograd F({m}x{m},3x3)"
+def algorithm_name(m: int, block: tuple[int, int] | None = None) -> str:
+    """How measure, compare and tune name F(m x m, 3 x 3): ``"winograd F(4x4,3x3)"``; with ``block``
+    (``gemm_rows, gemm_cols``), the name of that plan in a tuning log: ``"winograd F(2x2,3x3), GEMM
+    7x48"``."""
+    name = f"winograd F({m}x{m},3x3)"
+    return name if block is None else f"{name}{BLOCK_MARK}{block[0]}x{block[1]}"
 
 
 def tiles(op: Op) -> tuple[int, ...]:
@@ -84,11 +88,15 @@ def tiles(op: Op) -> tuple[int, ...]:
 
 
 def from_name(op: Op, name: str) -> "AnyPlan | None":
-    """The default plan of ``op`` that ``name`` (an ``algorithm_name``) names, None for any other text
-    (a tuning trial's schedule TOML)."""
+    """The plan of ``op`` that ``name`` (an ``algorithm_name``, with or without a GEMM block) names,
+    None for any other text (a tuning trial's schedule TOML)."""
     for m in TILES:
-        if name == algorithm_name(m):
+        base = algorithm_name(m)
+        if name == base:
             return plan(op, m)
+        if name.startswith(base + BLOCK_MARK):
+            rows, cols = name.removeprefix(base + BLOCK_MARK).split("x")
+            return plan(op, m, int(rows), int(cols))
     return None
 
 

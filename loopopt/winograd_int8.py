@@ -45,6 +45,7 @@ from .codegen.winograd_int8 import (
     REGISTERS,
     TEMPORARIES,
     TILE,
+    TUNE_BLOCKS,
     Int8WinogradShape,
     cdef,
     compile_flags,
@@ -56,6 +57,11 @@ from .quant import check_call, output_multipliers
 ALGORITHM = "winograd F(2x2,3x3)"      # winograd.algorithm_name(2)
 EXACT_LIMIT = 2**29                    # |acc| below this: 4 acc fits int32
 STAGES = ("input_transform", "gemm", "output_transform")
+
+
+def tune_blocks(isa: str) -> tuple[tuple[int, int], ...]:
+    """The GEMM blocks (``gemm_rows``, ``gemm_cols``) ``lo.tune`` tries besides the default on ``isa``."""
+    return TUNE_BLOCKS.get(isa, ())
 
 
 def largest_weight(spec) -> int:

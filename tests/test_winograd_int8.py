@@ -137,7 +137,14 @@ def test_measure_and_tune_see_it():
     from loopopt.tune.algorithms import alternatives, refusals
     assert refusals(SMALL, ("winograd",), "avx512", 1) == {"winograd": ""}
     assert "tile candidates" in refusals(SMALL, ("winograd",), "amx", 1)["winograd"]
-    assert [a.schedule for a in alternatives(SMALL, "winograd", "avx512")] == ["winograd F(2x2,3x3)"]
+    names = [a.schedule for a in alternatives(SMALL, "winograd", "avx512")]
+    assert names == ["winograd F(2x2,3x3)", "winograd F(2x2,3x3), GEMM 7x48",
+                     "winograd F(2x2,3x3), GEMM 12x32", "winograd F(2x2,3x3), GEMM 4x64"]
+    blocked = winograd.from_name(SMALL, names[1])
+    assert (blocked.gemm_rows, blocked.gemm_cols) == (7, 48) and winograd.from_name(SMALL, "x") is None
+    for isa in ISAS:              # every block lo.tune tries fits its ISA's registers
+        for rows, cols in winograd_int8.tune_blocks(isa):
+            winograd_int8.shape_of(SMALL, isa, rows, cols)
 
 
 @pytest.mark.slow

@@ -31,6 +31,8 @@ CHANNEL_ALIGN = 32                  # input channels padded to whole 512-bit vec
 BLOCKS = {"avx512": (6, 4), "avx2": (4, 2), "scalar": (4, 1)}   # default GEMM block: rows x vectors
 REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
 TEMPORARIES = {"avx512": 1, "avx2": 2, "scalar": 1}   # the broadcast pair (and AVX2's vpmaddwd product)
+# the other GEMM blocks (rows, channels) lo.tune measures (the default first): no spills with GCC 12
+TUNE_BLOCKS = {"avx512": ((7, 48), (12, 32), (4, 64)), "avx2": ((3, 24), (6, 8)), "scalar": ()}
 
 # Lavin & Gray's F(2x2, 3x3) matrices; G's halves are scaled out (2G is an integer matrix, so the
 # transformed filter is 4 times theirs and so is the output transform's result)
