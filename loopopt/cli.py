@@ -588,10 +588,13 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
 def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     """The ``onnx`` subcommand: where a model's time goes, node by node."""
-    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm) of an ONNX model "
-                   "with static input shapes: its loopopt op, MFLOP, time with the backend's schedule (and "
-                   "tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone when "
-                   "onnxruntime is installed; totals, and a plot of where the time goes.")
+    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm, and each fused "
+                   "DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear group of a QDQ model) of an ONNX "
+                   "model with static input shapes: its loopopt op, MFLOP, time with the backend's schedule "
+                   "(and tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone "
+                   "when onnxruntime is installed, and for a quantized node how far loopopt's output is from "
+                   "onnxruntime's (in steps of the output) and which one is exact where they differ; totals, "
+                   "and a plot of where the time goes.")
     p = sub.add_parser("onnx", parents=[json_flag], help="per-node report of an ONNX model",
                        description=description, epilog=_examples("onnx"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)

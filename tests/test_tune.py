@@ -268,7 +268,11 @@ def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
     tiles = [c for c in candidates(op, "avx512", tiles=True) if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
-    assert candidates(op, "amx", threads=2) == []
+    # 2 threads: the 8 with the pixel blocks split over them and the 4 of 16-channel blocks with the
+    # channel blocks split (24 channels make one 32-channel block)
+    parallel = candidates(op, "amx", threads=2)
+    assert len(parallel) == 12 and {c.knobs.parallel for c in parallel} == {"pixels", "channels"}
+    assert all(c.schedule.parallel_loop is not None for c in parallel)
     assert not [c for c in candidates(op, "avx512") if c.isa == "amx"]     # isa="avx512" asked: no tiles
     bf16 = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, dtype="bfloat16")
     assert [c.isa for c in candidates(bf16, "avx512", tiles=True)].count("amx") == 8
@@ -280,6 +284,10 @@ def test_amx_candidates_join_the_int8_search(tmp_path):
     assert 'isa = "amx"' in saved.read_text()
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
+    result = lo.tune(op, trials=1, threads=2, isa="amx", budget=BUDGET, progress=False)
+    kernel = result.best.compile(result.isa)
+    kernel.set_threads(2)
+    assert result.timing.verified and "split over threads" in result.table() and verify(kernel)[0]
 
 
 def test_no_amx_candidates_where_the_tiles_refuse():
