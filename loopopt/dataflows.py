@@ -18,7 +18,7 @@ from .expr import Var
 from .layout import moved_last
 from .ops import Op
 from .schedule import Schedule
-from .winograd import WinogradPlan, plan
+from .winograd import AnyPlan, plan
 
 LANES = 16
 
@@ -213,13 +213,17 @@ def im2col(op: Op, m: int = 64) -> Schedule:
     return _tile(schedule, m=m).vectorize("m_i")
 
 
-def winograd(op: Op, m: int = 4, gemm_rows: int = 7, gemm_cols: int = 4 * LANES) -> WinogradPlan:
-    """Winograd F(m x m, 3 x 3) (``m`` 2 or 4) of a float32 2-D conv with a 3x3 kernel, stride 1,
-    dilation 1, groups 1: not one Schedule but a pipeline of five ops, each with its own Schedule
-    (input transform in two passes, a batched GEMM over the ``(m+2)**2`` tile positions
-    register-blocked ``gemm_rows x gemm_cols``, output transform in two passes with the bias), see
-    ``loopopt.winograd``. ``.compile()`` gives a kernel ``lo.measure`` times and verifies against
-    its own error bound. Not in ``PRESETS`` (whose presets return one Schedule)."""
+def winograd(op: Op, m: int | None = None, gemm_rows: int | None = None,
+             gemm_cols: int | None = None) -> AnyPlan:
+    """Winograd F(m x m, 3 x 3) of a 2-D conv with a 3x3 kernel, stride 1, dilation 1, groups 1.
+
+    float32 (``m`` 4, the default, or 2): not one Schedule but a pipeline of five ops, each with its
+    own Schedule (input transform in two passes, a batched GEMM over the ``(m+2)**2`` tile positions
+    register-blocked ``gemm_rows x gemm_cols``, default 7 x 64, output transform in two passes with
+    the bias), see ``loopopt.winograd``; ``.compile()`` gives a kernel ``lo.measure`` times and
+    verifies against its own error bound. Quantized (``m`` 2, the default): the exact int8
+    F(2x2,3x3) pipeline of ``loopopt.winograd_int8``, bit for bit the direct kernels' output. Not in
+    ``PRESETS`` (whose presets return one Schedule)."""
     return plan(op, m, gemm_rows, gemm_cols)
 
 
