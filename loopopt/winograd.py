@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import aligned_zeros, check_memory
-from .contraction import Contraction
-from .ops import Matmul, Op
+from .ops import Contraction, Matmul, Op
 from .schedule import Schedule
 
 if TYPE_CHECKING:
