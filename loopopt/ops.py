@@ -576,20 +576,22 @@ class Contraction(Op):
 
     def _gathered(self, name: str, array: np.ndarray, extents: dict[str, int]) -> tuple[np.ndarray, str]:
         """``array`` read at the tensor's index for every value of its dims (zero in the padding), and the
-        einsum letters of those dims."""
-        dims = sorted(set().union(*(e.variables() for e in self.index(name))), key=self.dim_names.index)
+        einsum letters of those dims; an array indexed by distinct dims over its whole shape is a view."""
+        index, array = self.index(name), np.asarray(array, np.float64)
+        if len(set(index)) == len(index) and all(isinstance(e, Var) and extents[e.name] == size
+                                                 for e, size in zip(index, array.shape)):
+            return array, "".join(self._letter(e.name) for e in index)
+        dims = sorted(set().union(*(e.variables() for e in index)), key=self.dim_names.index)
         grids = np.meshgrid(*(np.arange(extents[d]) for d in dims), indexing="ij", sparse=True)
-        env = dict(zip(dims, grids))
-        array = np.asarray(array, np.float64)
-        shape = tuple(extents[d] for d in dims)
-        positions = [np.asarray(e.evaluate(env)) for e in self.index(name)]
-        inside = np.ones(shape, dtype=bool)
-        for axis, pair in enumerate(self.input_pads.get(name, ())):
-            if pair != (0, 0):
-                inside &= (positions[axis] >= 0) & (positions[axis] < array.shape[axis])
-                positions[axis] = np.clip(positions[axis], 0, array.shape[axis] - 1)
-        values = np.broadcast_to(array[tuple(positions)], shape)
-        return np.where(inside, values, 0.0), "".join(self._letter(d) for d in dims)
+        positions = [np.asarray(e.evaluate(dict(zip(dims, grids)))) for e in index]
+        padded = [axis for axis, pair in enumerate(self.input_pads.get(name, ())) if pair != (0, 0)]
+        inside = [(positions[axis] >= 0) & (positions[axis] < array.shape[axis]) for axis in padded]
+        for axis in padded:
+            positions[axis] = np.clip(positions[axis], 0, array.shape[axis] - 1)
+        values = np.asarray(array[tuple(positions)])
+        for mask in inside:
+            values *= mask
+        return values, "".join(self._letter(d) for d in dims)
 
     def _letter(self, dim: str) -> str:
         return string.ascii_letters[self.dim_names.index(dim)]
