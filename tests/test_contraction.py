@@ -320,6 +320,16 @@ def test_quantization_refusals_name_the_reason(expr, sizes, kwargs, message):
         lo.Contraction(expr, sizes=sizes, quant=lo.QuantSpec(), **kwargs)
 
 
+@pytest.mark.parametrize("isa", INT_ISAS)
+def test_output_letters_that_name_epilogue_variables(isa):
+    """An output lettered ``IJ`` (a hand-written contraction's default) names its channel variable
+    ``lo_jj``: as ``lo_j`` it shadowed the epilogue's lane loop, and a register block over a vector
+    loop that is not the channels stored garbage."""
+    op = lo.Contraction("C[i,j] += A[k,i] * B[j,k]", sizes=dict(i=3, j=2, k=5), bias="Z[j]",
+                        quant=lo.QuantSpec(per_channel=False, weight_symmetric=False))
+    check_quantized(lo.Schedule(op).reorder("j", "k", "i").vectorize("i").register_block("k"), isa)
+
+
 def test_quantized_contraction_on_amx_is_exact_or_refused():
     """The tile kernels take a contraction whose roles read as their GEMM, else refuse it clearly."""
     op = lo.Contraction("C[i,j] += A[i,k] * B[k,j]", sizes=dict(i=9, j=20, k=70), quant=lo.QuantSpec())
