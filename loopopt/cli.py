@@ -162,7 +162,7 @@ def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: 
     """The Contraction of --contraction ``expr`` with --sizes ``name=N,...`` (a tensor's shape as
     ``NAME=AxBxC``) and --padding ``NAME,...`` (inputs read as zero outside); UsageError naming the bad
     field."""
-    from .contraction import Contraction
+    from .ops import Contraction
     if not sizes:
         raise UsageError("--contraction needs --sizes name=N,... (the extent of every dim)")
     extents: dict[str, object] = {}

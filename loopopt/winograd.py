@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import aligned_zeros, check_memory
-from .contraction import Contraction
-from .ops import Matmul, Op
+from .ops import Contraction, Matmul, Op
 from .schedule import Schedule
 from .winograd_int8 import TILE as INT8_TILE
 from .winograd_int8 import Int8WinogradKernel, Int8WinogradPlan, call_arrays
