@@ -13,6 +13,7 @@ import string
 from dataclasses import dataclass
 from typing import Optional
 
+from .cnames import check_user_name
 from .expr import Add, Const, Expr, Mul, Var
 
 _TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\+=|//|[-+*%\[\](),=]")
@@ -187,7 +188,8 @@ class Statement:
 
 def parse(text: str, bias: Optional[str] = None) -> Statement:
     """The statement ``text`` (and the bias access ``bias``, e.g. ``"B[k]"``), checked: the output indexed
-    by distinct plain dims, each tensor once, no name both a tensor and a dim, the bias over output dims."""
+    by distinct plain dims, each tensor once, no name both a tensor and a dim, every name free of the
+    generated C's names (``loopopt.cnames.check_user_name``), the bias over output dims."""
     parser = _Parser(text)
     out, first, second = parser.statement()
     addend = None
@@ -210,6 +212,12 @@ def parse(text: str, bias: Optional[str] = None) -> Statement:
     clash = sorted(set(dims) & {a.tensor for a in accesses})
     if clash:
         raise ContractionError(f"contraction {text!r}: {clash[0]!r} is used both as a tensor and as a dim")
+    for names, kind in ((dims, "dim"), ([a.tensor for a in accesses], "tensor")):
+        for name in names:
+            try:
+                check_user_name(name, kind)
+            except ValueError as err:
+                raise ContractionError(f"contraction {text!r}: {err}") from None
     return Statement(text, out, (first, second), addend, dims, frozenset(reductions),
                      tuple(parser.numerators))
 

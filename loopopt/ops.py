@@ -20,6 +20,7 @@ import numpy as np
 
 from .bf16 import BFLOAT16, bf16_values
 from .buffers import available_memory, check_memory
+from .cnames import check_user_name
 from .contraction import ContractionError, axis_letters, linear_form, parse
 from .expr import Bound, Expr, Var
 from .quant import qcontraction_accumulators
@@ -326,7 +327,7 @@ class Contraction(Op):
         parameters) and a reduction dim; the activations not indexed by the channel dim but through
         groups (one activation sum per output position); no padding taps outside windows (the compensation
         would vary with the position: windows give it border classes); a bias per output channel; no
-        alpha, beta."""
+        alpha, beta; no dim or tensor named as the quantized kernels' own variables."""
         x, w = self.inputs
         k = self.channel_dim
         index = self.index(w)
@@ -347,6 +348,12 @@ class Contraction(Op):
             (self.scales is not None, f"the output is scaled (alpha={self.alpha}, beta={self.beta}): the "
                                       f"quantized kernels form sum * x_scale * w_scale (+ bias) only"),
         ]
+        for names, kind in ((self.dim_names, "dim"), (self.accesses, "tensor")):
+            for name in names:
+                try:
+                    check_user_name(name, kind, quantized=True)
+                except ValueError as err:
+                    reasons.append((True, str(err)))
         bad = [reason for failed, reason in reasons if failed]
         if bad:
             raise ContractionError(f"contraction {self.expr!r} cannot be quantized: {'; '.join(bad)}")

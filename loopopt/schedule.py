@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
 
+from .cnames import check_user_name
 from .expr import Bound, Expr, Var
 from .layout import Layout
 from .ops import STATEMENT, Op
@@ -564,11 +565,18 @@ class Schedule:
         return self._with(step, loops=loops)
 
     def _check_new_names(self, step: Step, *names: str) -> None:
-        taken = set(self.loop_names) | set(self.op.dim_names) | {
+        """ScheduleError unless each new loop name is free: no loop's, dim's or tensor's, and one the
+        generated C can take (``loopopt.cnames.check_user_name``: a dim ``lo`` split into ``lo_o``)."""
+        taken = set(self.loop_names) | set(self.op.dim_names) | set(self.op.tensors) | {
             n for r in self.relations for n in (getattr(r, "parent", None), getattr(r, "fused", None))}
         for name in names:
             if name in taken:
-                raise ScheduleError(f"{step}: the new loop name {name!r} is already used")
+                raise ScheduleError(f"{step}: the new loop name {name!r} is already used (by a loop, a dim "
+                                    f"or a tensor)")
+            try:
+                check_user_name(name, "new loop", quantized=self.op.quant is not None)
+            except ValueError as err:
+                raise ScheduleError(f"{step}: {err} (rename the dim)") from None
 
     # --- outputs -------------------------------------------------------------------------
     def compile(self, isa: str = "auto") -> "Kernel":

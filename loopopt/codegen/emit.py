@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..cnames import letter_variable
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
 from . import quantized, ternary
@@ -282,7 +283,7 @@ class _Emitter:
         pragma of a parallel schedule): its lines, the output element and the bias element it adds."""
         out = self.op.output
         info = self.op.tensor(out)
-        names = [f"lo_{letter.lower()}" for letter in info.letters]
+        names = [letter_variable(letter) for letter in info.letters]
         offset = self.schedule.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
         parallel = self.schedule.parallel_loop is not None
         lines = ["#pragma omp parallel for schedule(static)"] if parallel else []

@@ -42,6 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cnames import letter_variable
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
@@ -450,16 +451,6 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
                         f"{a}[{xoff}]{shift}", it)
         lines += _nest([loop(d, n) for d, n in positions], body + [f"lo_xsum[{_flat(positions)}] = s;"])
     return lines
-
-
-EPILOGUE_SCALARS = ("lo_a", "lo_j", "lo_r", "lo_t")   # the epilogue's accumulator, lane and lane arrays
-
-
-def letter_variable(letter: str) -> str:
-    """The C variable of an output dim by its layout letter: ``lo_<letter>``, doubled where that is one of
-    ``EPILOGUE_SCALARS`` (a contraction's output lettered ``IJ`` names its channel ``lo_jj``)."""
-    name = f"lo_{letter.lower()}"
-    return name + name[-1] if name in EPILOGUE_SCALARS else name
 
 
 def _positions(op: Op) -> tuple[str, str, str]:

@@ -1,0 +1,45 @@
+"""The C identifiers of generated kernels: which names a user may give dims and tensors, and the
+generators' names derived from layout letters.
+
+The generated C names each dim's loop after the dim and each tensor's pointer after the tensor. Every
+other name the generators declare in a kernel's scope starts with ``lo_`` or (in quantized kernels) is
+one of ``QUANTIZED_NAMES``; ``check_user_name`` refuses those, C's keywords and reserved names, and the
+C library names a kernel uses, so no user name can shadow or be shadowed by a generated one.
+"""
+
+from __future__ import annotations
+
+RESERVED_PREFIX = "lo_"
+# names the quantized generators declare without the prefix: the prologue's sum and group loop and its
+# window-class indices (depth, row, column); float kernels leave them to the user (Winograd's dim ``s``)
+QUANTIZED_NAMES = frozenset({"s", "g", "dc", "rc", "cc"})
+C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int "
+    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
+    "volatile while asm typeof alignas alignof bool true false nullptr static_assert thread_local".split())
+# the C library's types, functions and macros a kernel uses by name
+C_LIBRARY_NAMES = frozenset(
+    "int8_t uint8_t int16_t uint16_t int32_t uint32_t int64_t uint64_t ptrdiff_t size_t NULL memcpy memset "
+    "omp_get_thread_num omp_get_num_threads omp_set_num_threads INT32_MAX INT32_MIN".split())
+# quantized epilogue scalars: its accumulator, lane and lane arrays
+EPILOGUE_SCALARS = ("lo_a", "lo_j", "lo_r", "lo_t")
+
+
+def check_user_name(name: str, kind: str, quantized: bool = False) -> None:
+    """ValueError unless ``name`` (a ``kind``, e.g. "dim", "tensor") can name a C variable of a kernel
+    (a quantized one with ``quantized``) without meeting a generated name."""
+    if name.startswith(("_", RESERVED_PREFIX)):
+        raise ValueError(f"{kind} name {name!r}: names starting with '_' or {RESERVED_PREFIX!r} are reserved "
+                         f"for the generated C; choose another name")
+    for words, what in ((C_KEYWORDS, "a C keyword"), (C_LIBRARY_NAMES, "a C library name the kernels use"),
+                        (QUANTIZED_NAMES if quantized else (), f"a name the quantized kernels use "
+                                          f"(reserved: {', '.join(sorted(QUANTIZED_NAMES))})")):
+        if name in words:
+            raise ValueError(f"{kind} name {name!r} is {what}; choose another name")
+
+
+def letter_variable(letter: str) -> str:
+    """The C variable of an output dim by its layout letter: ``lo_<letter>``, doubled where that is one of
+    ``EPILOGUE_SCALARS`` (a contraction's output lettered ``IJ`` names its channel ``lo_jj``)."""
+    name = f"{RESERVED_PREFIX}{letter.lower()}"
+    return name + name[-1] if name in EPILOGUE_SCALARS else name
