@@ -146,11 +146,12 @@ def _parallel_ok(schedule: lo.Schedule, name: str) -> bool:
     return True
 
 
-def _renaming(schedule: lo.Schedule, step) -> lo.Schedule:
-    """``step(schedule)``, or ``schedule`` where the step's new loop names are taken (a contraction's
-    tensor ``j_i`` beside its dim ``j``) or reserved: refused, as test_c_names checks."""
+def _renaming(schedule: lo.Schedule, step, *args, **kwargs) -> lo.Schedule:
+    """``step(*args, **kwargs)`` (a step of ``schedule``), or ``schedule`` where the step's new loop
+    names are taken (a contraction's tensor ``j_i`` beside its dim ``j``) or reserved: refused, as
+    test_c_names checks."""
     try:
-        return step(schedule)
+        return step(*args, **kwargs)
     except lo.ScheduleError as err:
         if "new loop name" not in str(err):
             raise
@@ -169,15 +170,15 @@ def schedules(draw, op, isa=None):
         action = draw(st.sampled_from(["split", "tile", "reorder", "fuse"]))
         names = s.loop_names
         if action == "split":
-            s = _renaming(s, lambda s: s.split(draw(st.sampled_from(names)), draw(st.integers(1, 6))))
+            s = _renaming(s, s.split, draw(st.sampled_from(names)), draw(st.integers(1, 6)))
         elif action == "tile":
             picked = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
-            s = _renaming(s, lambda s: s.tile(**{n: draw(st.integers(1, 5)) for n in picked}))
+            s = _renaming(s, s.tile, **{n: draw(st.integers(1, 5)) for n in picked})
         elif action == "reorder" and len(names) > 1:
             s = s.reorder(*draw(st.permutations(names)))
         elif len(names) > 1:
             pos = draw(st.integers(0, len(names) - 2))
-            s = _renaming(s, lambda s: s.fuse(names[pos], names[pos + 1]))
+            s = _renaming(s, s.fuse, names[pos], names[pos + 1])
     for tensor in op.tensors:
         s = s.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))
     short = [loop.name for loop in s.loops if loop.extent <= MAX_UNROLL]

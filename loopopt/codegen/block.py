@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Protocol
 
+from ..cnames import load_variable
 from ..expr import Bound, Const, Expr, Var
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
@@ -326,7 +327,7 @@ class RegisterBlock:
 
     def _emit_load(self, indent: int, load: str, protect: list[str], tensor: str) -> str:
         """Declare ``load`` (zero where a protecting guard fails) and return its name."""
-        name = f"lo_{tensor}{len(self.loads)}"
+        name = load_variable(tensor, len(self.loads))
         arith, vectorized = self.em.arith, bool(self.vector)
         value = f"({' && '.join(protect)}) ? {load} : {arith.operand_zero(vectorized)}" if protect else load
         self.em.emit(indent, f"const {arith.operand_type(vectorized)} {name} = {value};")
