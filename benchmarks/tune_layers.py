@@ -4,7 +4,8 @@ to ``schedules/``.
 Run ``python benchmarks/tune_layers.py [--int8] [--layers a,b] [--trials N] [--log FILE] [--write]``. For
 every layer ``lo.tune`` searches its register-blocked candidates (output blocks of ``ow`` columns x ``k``
 channels in vector registers, reduction orders, channels-last layouts, weights plain / packed / in VNNI
-dot groups for int8, outer loop orders, unrolling: see docs/reference/tune.md) on AVX-512, one thread,
+dot groups for int8, tap dots for int8 convs with few channels per group, outer loop orders, unrolling:
+see docs/reference/tune.md) on AVX-512 (not AMX: ``simd_ranking``), one thread,
 each candidate compiled, verified and timed in a worker process; with ``--log`` every trial goes to that
 SQLite tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
 uint8 activations, int8 weights per output channel, uint8 output; the weight compensation is computed
@@ -26,6 +27,7 @@ from pathlib import Path
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
 from loopopt.machine import this_cpu
+from loopopt.tune.rank import rank
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
@@ -78,10 +80,17 @@ def minimum(schedule: lo.Schedule, budget: float, what: str) -> float:
     return timing.min
 
 
+def simd_ranking(candidates: list) -> list:
+    """The built-in ranking of the candidates without the AMX ones (on a CPU with AMX): the stored
+    schedules target AVX-512 (VNNI), which CPUs without AMX run; AMX has its own benchmark (bench_amx.py)."""
+    return rank([c for c in candidates if c.isa != "amx"])
+
+
 def search(layer: str, mode: Mode, budget: float, trials: int,
            log: str | None) -> tuple[float, dict, lo.Schedule]:
     """(best minimum time, its knobs, its schedule) found by ``lo.tune``, printing every trial."""
-    result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False)
+    result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False,
+                     rank=simd_ranking)
     print(result.table(), flush=True)
     best = next(t for t in result.trials if t.number == result.best_number)
     seconds = min([result.timing.min] + [minimum(result.best, budget, layer) for _ in range(REMEASURE - 1)])
@@ -113,18 +122,24 @@ def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds
     shared = f" {' and '.join(unrolled)} unrolled;" if unrolled else ""
     weights = dict(schedule.layouts)[op.inputs[1]]
     outer = ", ".join(name for name in knobs["outer"] if schedule.loop(name).extent > 1)
-    block = (f"a {ow} (ow) x {k} (k) output block in {ow * -(-k // LANES)} vector accumulators kept across "
+    taps = knobs["weights"] == "taps"          # lanes along ow (codegen/taps.py), else along k
+    vectors = k * -(-ow // LANES) if taps else ow * -(-k // LANES)
+    block = (f"a {ow} (ow) x {k} (k) output block in {vectors} vector accumulators kept across "
              f"{', '.join(knobs['reduction'])}")
     packed = f"weights packed to {weights} once, outside the timed call"
     if mode.name == "fp32":
         return (f"Found by benchmarks/tune_layers.py with lo.tune ({mode.rate(op, seconds)} on one core, "
                 f"AVX-512): channels-last, {block};{shared} {outer} outside; {packed}; {threads}.")
-    arithmetic = ("c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, zero-padded "
-                  "by the weight layout)" if knobs["weights"] == "dot" else
-                  "bytes widened to int32 lanes (no dot instruction)")
+    arithmetic = {"dot": "c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, "
+                         "zero-padded by the weight layout)",
+                  "taps": "a tap dot: each vpdpbusd consumes 4 kw taps per int32 lane (kw split by 4 where "
+                          "longer, zero-padded by the weight layout), the lanes along ow, the activations "
+                          "spread from windows of input columns (codegen/taps.py)"}.get(
+        knobs["weights"], "bytes widened to int32 lanes (no dot instruction)")
     return (f"Found by benchmarks/tune_layers.py --int8 with lo.tune (AVX-512 VNNI, one core of "
             f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
-            f"{mode.rate(op, seconds)}): NHWC activations and output, {packed}; {arithmetic}; {block} "
+            f"{mode.rate(op, seconds)}): {'NCHW' if taps else 'NHWC'} activations and output, {packed}; "
+            f"{arithmetic}; {block} "
             f"(int32) with the requantization fused into its store;{shared} {outer} outside; weight "
             f"compensation packed; {threads}.")
 

@@ -32,7 +32,9 @@ reduction loop, with only output loops between it and the vectorized loop, along
 both inputs are unit-stride in storage (activations NHWC or NCHW4c-like, weights with 4
 input channels innermost, e.g. ``OIHW16o4i``). That loop is not emitted; each vector
 instruction consumes its 4 iterations. Without such a loop (or on the scalar target) the
-products are widened to int32 and multiply-added lane by lane.
+products are widened to int32 and multiply-added lane by lane. A depthwise conv or a stem (few input
+channels per group) can instead have a dot loop along a window's taps, the lanes along that window's
+output positions (``taps.find``, ``QuantPlan.tap_dot``).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ import numpy as np
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
-from . import ternary
+from . import taps, ternary
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
 
@@ -71,6 +73,7 @@ class QuantPlan:
     output_type: str
     bias_type: str
     packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
+    tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
 
     @property
     def integer(self) -> bool:
@@ -81,10 +84,11 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
     """The plan of ``schedule`` on a target with ``lanes`` int32 lanes (1: scalar)."""
     spec = schedule.op.quant
     integer = schedule.arithmetic_mode == "integer"
-    dot = find_dot_loop(schedule, lanes) if integer else None
+    tap = taps.find(schedule, lanes) if integer else None
+    dot = tap.loop if tap else find_dot_loop(schedule, lanes) if integer else None
     packed = schedule.weight_format_mode == "i2_s"
     if dot and packed and not ternary.groups_aligned(schedule, dot):
-        dot = None      # a dot group of packed weights is one 32-bit read: it must start on 4 elements
+        dot = tap = None   # a dot group of packed weights is one 32-bit read: it must start on 4 elements
     return QuantPlan(
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
         shift=128 if dot and spec.activation == "int8" else 0,
@@ -93,7 +97,7 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         fused_epilogue=(integer and schedule.register_block_at is not None
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
-        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed)
+        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -169,11 +173,14 @@ def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_group
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
     """Bytes a vectorized quantized kernel may read past the end of its arrays: a dot group, a
     byte gather and AVX2's masked byte load read 4 bytes at a byte element (so ``DOT - 1`` past the
-    last one); a dequantizing kernel loads whole vectors of per-channel parameters from a lane's
-    channel, also in masked-off lanes past the last channel."""
+    last one; a tap dot's window load: ``taps.read_ahead``); a dequantizing kernel loads whole
+    vectors of per-channel parameters from a lane's channel, also in masked-off lanes past the last
+    channel."""
     if lanes == 1:
         return {}
     ahead = dict.fromkeys(schedule.op.inputs, DOT - 1)
+    if qp.tap_dot is not None:
+        ahead[schedule.op.inputs[0]] = max(DOT - 1, taps.read_ahead(lanes))
     if not qp.integer:
         ahead |= dict.fromkeys(("lo_zw", "lo_wscale"), 4 * (lanes - 1))
     return ahead
