@@ -538,7 +538,7 @@ class _Counter:
         add = Work(loads=1, definitions=1, loop_iterations=1)        # a scalar sum over the reduction
         sites = []
         if qp.compensation == "kernel":
-            sites.append(Site("weight compensation", compensation_entries(op) * reduction, add, 1))
+            sites.append(Site("weight compensation", compensation_entries(op, qp) * reduction, add, 1))
         if qp.activation_sums:
             positions = math.prod(self.op.tensor(self.op.output).shape) // op.channels
             sites.append(Site("activation sums", positions * op.groups * reduction, add, 1))
