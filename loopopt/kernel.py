@@ -484,10 +484,17 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     return BinaryKernel(schedule, generated, module, popcount)
 
 
+def _openmp_flags(generated: Generated) -> tuple[str, ...]:
+    """Compile and link flags of a kernel with a parallel loop (none without)."""
+    return ("-fopenmp",) if generated.openmp else ()
+
+
 def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
-    module = compile_c(generated.source, generated.cdef, generated.isa.compile_flags + QUANT_FLAGS)
+    openmp = _openmp_flags(generated)
+    flags = generated.isa.compile_flags + QUANT_FLAGS + openmp
+    module = compile_c(generated.source, generated.cdef, flags, openmp)
     if generated.plan is None:
         return Bf16TileKernel(schedule, generated, module)
     return TileKernel(schedule, generated, module, generated.plan)
@@ -510,7 +517,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
         module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
         return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
-    openmp = ("-fopenmp",) if generated.openmp else ()
+    openmp = _openmp_flags(generated)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags

@@ -31,6 +31,15 @@ def with_threads(source: str, cdef: str, openmp: bool) -> tuple[str, str]:
     return (source + THREADS_SOURCE, cdef + "\n" + THREADS_CDEF) if openmp else (source, cdef)
 
 
+def thread_range(int_type: str, extent: int) -> list[str]:
+    """C statements, inside an ``omp parallel`` region, of this thread's contiguous range
+    ``[lo_begin, lo_end)`` of ``extent`` iterations (as ``schedule(static)``; empty for late threads)."""
+    return ["const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();",
+            f"const {int_type} lo_chunk = ({extent} + lo_threads - 1) / lo_threads;",
+            f"const {int_type} lo_begin = lo_thread * lo_chunk;",
+            f"const {int_type} lo_end = lo_begin + lo_chunk < {extent} ? lo_begin + lo_chunk : {extent};"]
+
+
 @dataclass(frozen=True)
 class Generated:
     """The C source of a kernel, its cffi declaration, argument tensors and access kinds."""
@@ -245,12 +254,8 @@ class _Emitter:
         self.emit(0, f"/* the reduction nest: {loop.name} split into one range per thread */")
         self.emit(0, "#pragma omp parallel")
         self.emit(0, "{")
-        self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
-        it = self.int_type
-        self.emit(1, f"const {it} lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
-        self.emit(1, f"const {it} lo_begin = lo_thread * lo_chunk;")
-        self.emit(1, f"const {it} lo_end = "
-                     f"lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
+        for line in thread_range(self.int_type, loop.extent):
+            self.emit(1, line)
         arguments = ", ".join(p.name for p in self.params)
         self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")

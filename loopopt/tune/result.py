@@ -230,7 +230,8 @@ def _describe(k: dict) -> str:
         return f"{k['algorithm']} preset, " + ", ".join(f"{n}={v}" for n, v in k.items() if n != "algorithm")
     if k.get("isa") == "amx":
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
-        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"
+        split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
+        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
     return (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")

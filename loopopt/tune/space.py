@@ -25,9 +25,11 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
-On a CPU with AMX, a quantized op that the tile kernels take (``codegen/tiles.py``: not depthwise,
-one thread) also has AMX candidates (ISA ``"amx"``): a pixel block and a channel block of 16 or 32
-(1 or 2 tiles each) and which of the two block loops is outside, on channels-last output.
+On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
+tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
+pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
+outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
+loop and each with it on the channel block's, where that splits at least ``threads`` blocks.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from functools import cached_property
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.taps import fits
-from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..layout import moved_last
 from ..ops import Op, Window
 from ..schedule import Schedule
@@ -77,15 +79,17 @@ class Knobs:
 
 @dataclass(frozen=True)
 class TileKnobs:
-    """The choices of an AMX candidate: output block (pixels x channels) and its loop order."""
+    """The choices of an AMX candidate: output block (pixels x channels), its loop order and what
+    the threads split (``codegen.tiles.SPLITS``; None: one thread)."""
 
     pixel_block: int
     channel_block: int
     channels_outer: bool
+    parallel: str | None = None
 
     def as_dict(self) -> dict:
         return {"isa": "amx", "pixel_block": self.pixel_block, "channel_block": self.channel_block,
-                "channels_outer": self.channels_outer}
+                "channels_outer": self.channels_outer, "parallel": self.parallel}
 
 
 @dataclass(frozen=True)
@@ -261,26 +265,34 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
 
 def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
     """The schedule of an AMX candidate: channels-last output, the pixel and channel dims split by
-    the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``."""
+    the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``, and
+    ``parallel`` on the block loop of the dim whose blocks the threads split."""
     pixel, channel = pixel_dim(op), op.channel_dim
     output = moved_last(op.tensor(op.output).letters, op.output_channel_axis)
     schedule = Schedule(op).layout(op.output, output)
     schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
-    return schedule if knobs.channels_outer else schedule.reorder(f"{pixel}_o", f"{channel}_o")
+    if not knobs.channels_outer:
+        schedule = schedule.reorder(f"{pixel}_o", f"{channel}_o")
+    if knobs.parallel is None:
+        return schedule
+    return schedule.parallel(f"{pixel if knobs.parallel == 'pixels' else channel}_o")
 
 
 def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
-    """The AMX candidates of ``op`` (none where this CPU has no AMX, for several threads, or for an
-    op the tile kernels refuse)."""
+    """The AMX candidates of ``op`` for ``threads`` threads (none where this CPU has no AMX or for
+    an op the tile kernels refuse; for several threads, those that split at least ``threads``
+    blocks)."""
     try:
         check_amx_cpu()
-        if threads > 1 or (op.quant is None and op.dtype != "bfloat16"):
+        if op.quant is None and op.dtype != "bfloat16":
             return []
         tile_plan(Schedule(op))
     except (ValueError, TileError):
         return []
-    return [Candidate(op, "amx", TileKnobs(pb, cb, outer))
-            for pb, cb, outer in itertools.product(BLOCKS, BLOCKS, (True, False))]
+    splits = [None] if threads == 1 else list(SPLITS)
+    found = [Candidate(op, "amx", TileKnobs(pb, cb, outer, split))
+             for pb, cb, outer, split in itertools.product(BLOCKS, BLOCKS, (True, False), splits)]
+    return [c for c in found if threads == 1 or tile_plan(c.schedule).units >= threads]
 
 
 def _blocks(extent: int, limit: int) -> list[int]:
@@ -320,9 +332,10 @@ def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[
     return choices
 
 
-def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
-    AMX candidates only; the best SIMD ISA also gets the AMX candidates where the CPU has AMX)."""
+    AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
+    best ISA, ``isa="auto"``)."""
     if isa == "amx":
         return tile_candidates(op, threads)
     roles = Roles.of(op)
@@ -358,7 +371,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
                         found.append(Candidate(op, isa, knobs))
     found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
-    return found + (tile_candidates(op, threads) if isa == "avx512" else [])
+    return found + (tile_candidates(op, threads) if tiles else [])
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
