@@ -11,13 +11,13 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .codegen.isa import available_isas
 from .compare import Comparison, compare
-from .contraction import Contraction, ContractionError
+from .contraction import ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
-from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
+from .ops import Contraction, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import (

@@ -162,7 +162,7 @@ def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: 
     """The Contraction of --contraction ``expr`` with --sizes ``name=N,...`` (a tensor's shape as
     ``NAME=AxBxC``) and --padding ``NAME,...`` (inputs read as zero outside); UsageError naming the bad
     field."""
-    from .contraction import Contraction
+    from .ops import Contraction
     if not sizes:
         raise UsageError("--contraction needs --sizes name=N,... (the extent of every dim)")
     extents: dict[str, object] = {}
@@ -247,12 +247,13 @@ def _print(args: argparse.Namespace, data, text: str) -> None:
 def _default_plan(name: str, op, layer: str | None):
     """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer``
     (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their presets; Winograd,
-    F(4x4,3x3). Returns (schedule or plan, where it came from)."""
+    F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
     from .dataflows import PRESETS
     from .schedule_file import list_schedules, load_schedule
     from .winograd import plan
     if name == "winograd":
-        return plan(op, 4), "default plan F(4x4,3x3)"
+        default = plan(op)
+        return default, f"default plan {default.algorithm.removeprefix('winograd ')}"
     if name != "direct":
         return PRESETS[name](op), "preset"
     if layer in list_schedules():

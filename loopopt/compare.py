@@ -15,7 +15,7 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
-from .winograd import WinogradPlan
+from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
 
@@ -189,7 +189,7 @@ def _analysis():
     return analysis
 
 
-def compare(op: Op, schedules: Sequence[Schedule | WinogradPlan], names: Sequence[str] | None = None,
+def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str] | None = None,
             isa: str | Sequence[str] = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False,
@@ -210,7 +210,7 @@ def compare(op: Op, schedules: Sequence[Schedule | WinogradPlan], names: Sequenc
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
     for name, schedule in zip(names, schedules, strict=True):
-        if not isinstance(schedule, (Schedule, WinogradPlan)) or repr(schedule.op) != repr(op):
+        if not isinstance(schedule, Schedule | AnyPlan) or repr(schedule.op) != repr(op):
             raise ValueError(f"schedule {name!r} is not a Schedule of {op!r}")
     isas = [isa] * len(schedules) if isinstance(isa, str) else list(isa)
     if len(isas) != len(schedules):

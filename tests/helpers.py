@@ -223,6 +223,18 @@ def check(schedule: lo.Schedule, isa: str, threads: int = 1):
     return kernel
 
 
+@st.composite
+def winograd_convs(draw, max_hw: int = 13, max_channels: int = 19, quant=None):
+    """A 3x3 stride-1 conv with odd or even sizes, channels not a multiple of 16, batch up to 2,
+    symmetric or asymmetric padding 0..2, with or without a bias; quantized as drawn from ``quant`` (a
+    strategy of QuantSpecs) if given."""
+    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+    h, w = (draw(st.integers(max(1, 3 - lo_ - hi), max_hw)) for lo_, hi in pads)
+    return lo.Conv2d(draw(st.integers(1, max_channels)), draw(st.integers(1, max_channels)), 3, padding=pads,
+                     bias=draw(st.booleans()), batch=draw(st.integers(1, 2)), height=h, width=w,
+                     quant=quant if quant is None else draw(quant))
+
+
 # --- quantized kernels ------------------------------------------------------------------------------
 
 SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS), per_channel=st.booleans(),

@@ -491,12 +491,22 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     return lines
 
 
+EPILOGUE_SCALARS = ("lo_a", "lo_j", "lo_r", "lo_t")   # the epilogue's accumulator, lane and lane arrays
+
+
+def letter_variable(letter: str) -> str:
+    """The C variable of an output dim by its layout letter: ``lo_<letter>``, doubled where that is one of
+    ``EPILOGUE_SCALARS`` (a contraction's output lettered ``IJ`` names its channel ``lo_jj``)."""
+    name = f"lo_{letter.lower()}"
+    return name + name[-1] if name in EPILOGUE_SCALARS else name
+
+
 def _positions(op: Op, qp: QuantPlan) -> tuple[str, str, str]:
     """(channel variable, compensation table index, activation-sum index) over logical output names."""
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
-    name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel = f"lo_{info.letters[op.output_channel_axis].lower()}"
+    name = lambda dim: letter_variable(info.letters[dims.index(dim)])
+    channel = letter_variable(info.letters[op.output_channel_axis])
     windows = op.windows
     positions = [(name(d), op.extent(d)) for d in position_dims(op)]
     if windows:
@@ -528,7 +538,7 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     extent = dict(zip(info.letters, info.shape))
     loops, defs = [], []
     for letter, block in layout.order:
-        name, size = f"lo_{letter.lower()}", layout.block(letter)
+        name, size = letter_variable(letter), layout.block(letter)
         if size == 1:
             loops.append(f"for ({it} {name} = 0; {name} < {extent[letter]}; ++{name})")
         elif block:
@@ -537,7 +547,7 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
                      f"if ({name} >= {extent[letter]}) continue;"]
         else:
             loops.append(f"for ({it} {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
-    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    names = [letter_variable(letter) for letter in info.letters]
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
@@ -562,7 +572,7 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
-    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    names = [letter_variable(letter) for letter in info.letters]
     it = index_ctype(schedule)
     lines = [f"const {it} {n} = {_clamped(e, size) if e.variables() & clamp else e.to_c()};"
              for n, e, size in zip(names, index, info.shape, strict=True)] if index is not None else []

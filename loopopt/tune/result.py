@@ -9,7 +9,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
-from ..winograd import WinogradPlan
+from ..winograd import AnyPlan
 from .algorithms import label
 from .fit import spearman
 
@@ -73,7 +73,7 @@ class TuneResult:
     log: str | None = None
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
-    winner: WinogradPlan | None = None          # a faster algorithm than the best schedule
+    winner: AnyPlan | None = None          # a faster algorithm than the best schedule
     skipped: dict[str, str] = field(default_factory=dict)
 
     @property
