@@ -11,8 +11,8 @@ efficiencies of the register block that a CPU core's FMA pipeline cares about: a
 enough to hide the multiply-add latency, few loads per multiply-add, vector lanes and edge
 blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
 (quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
-rate), long reductions per stored block, and the weights that the innermost outer loop
-reuses in cache.
+rate; a tap dot fills its groups with taps, and shuffles its activations), long reductions per
+stored block, and the weights that the innermost outer loop reuses in cache.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
-from .space import Candidate, Roles, dot_elements, lanes
+from .space import DOT, Candidate, Roles, dot_elements, lanes, tap_window
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -31,6 +31,7 @@ CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
+TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
 @lru_cache(maxsize=1)
@@ -66,19 +67,28 @@ def figures(candidate: Candidate) -> dict[str, float]:
         return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
-    vectors = _ceil(knobs.channel_block, vector)
-    accumulators = knobs.pixel_block * vectors
+    taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
+    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
+                    else (knobs.channel_block, knobs.pixel_block))
+    vectors = _ceil(laned, vector)
+    accumulators = other * vectors
     pixels = op.extent(roles.pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)     # loads per multiply-add
+    efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
     if not knobs.unroll:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
-    efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
+    efficiency *= laned / (vectors * vector)                                         # masked lanes
     efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
     efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
+    elif taps:
+        window = tap_window(op)
+        # a window of activations per vector and group of output channels (depthwise: per channel)
+        windows = vectors * _ceil(knobs.channel_block, op.channels // op.groups)
+        efficiency *= window.taps / (_ceil(window.taps, DOT) * DOT)
+        efficiency *= accumulators / max(accumulators, TAP_SPREAD * windows)
     elif op.quant is not None:
         efficiency *= WIDENED
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
