@@ -28,8 +28,8 @@ C_KEYWORDS = frozenset(
 C_LIBRARY_NAMES = frozenset(
     "int8_t uint8_t int16_t uint16_t int32_t uint32_t int64_t uint64_t ptrdiff_t size_t NULL memcpy memset "
     "omp_get_thread_num omp_get_num_threads omp_set_num_threads INT32_MAX INT32_MIN".split())
-# quantized epilogue scalars: its accumulator, lane and lane arrays
-EPILOGUE_SCALARS = ("lo_a", "lo_j", "lo_r", "lo_t")
+# quantized epilogue scalars: its accumulator, requantized value, lane and lane arrays
+EPILOGUE_SCALARS = ("lo_a", "lo_p", "lo_j", "lo_r", "lo_t")
 
 
 def check_user_name(name: str, kind: str, quantized: bool = False) -> None:

@@ -5,7 +5,7 @@ variables of a kernel (C keywords, the ``lo_`` and ``_`` prefixes, the quantized
 refused naming the bad name."""
 
 import pytest
-from helpers import ISAS, SPECS, check, check_quantized, quantized_schedules, schedules, tiers
+from helpers import ISAS, SPECS, check, check_quantized, quantized_schedules, quick_first, schedules, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -80,6 +80,15 @@ def quantized_kernel(isa, data):
 
 test_quantized_names_quick, test_quantized_names = tiers(
     quantized_kernel, 1, 25, marks=[pytest.mark.parametrize("isa", available_int_isas())], data=st.data())
+
+
+@pytest.mark.parametrize("isa", quick_first(available_int_isas()))
+def test_output_letter_of_the_requantized_value(isa):
+    """An output lettered ``IP`` names its position ``lo_pp``: as ``lo_p`` the requantized value of the
+    epilogue shadowed it, and the store's index was a float (found by the tests above)."""
+    op = lo.Contraction("C[i,p] += A[k,p+j] * B[i,k,j]", sizes=dict(i=3, p=4, k=2, j=2),
+                        quant=lo.QuantSpec("uint8", per_channel=False, weight_symmetric=False, output="uint8"))
+    check_quantized(lo.Schedule(op), isa)
 
 
 @pytest.mark.parametrize("expr, bad", [
