@@ -87,7 +87,7 @@ def test_output_letter_of_the_requantized_value(isa):
     """An output lettered ``IP`` names its position ``lo_pp``: as ``lo_p`` the requantized value of the
     epilogue shadowed it, and the store's index was a float (found by the tests above)."""
     op = lo.Contraction("C[i,p] += A[k,p+j] * B[i,k,j]", sizes=dict(i=3, p=4, k=2, j=2),
-                        quant=lo.QuantSpec("uint8", per_channel=False, weight_symmetric=False, output="uint8"))
+                        quant=lo.QuantSpec("uint8", False, False, "uint8"))
     check_quantized(lo.Schedule(op), isa)
 
 
