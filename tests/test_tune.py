@@ -442,3 +442,29 @@ def test_walk_neighbours_are_of_one_kind():
 def test_no_amx_candidates_for_a_contraction_the_tiles_do_not_compute():
     op = lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16")
     assert [c for c in candidates(op, "avx512") if c.isa == "amx"] == []
+
+
+TERNARY = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="int32",
+                       weight="ternary")
+
+
+@pytest.mark.parametrize("op", [lo.Conv2d(12, 40, 3, padding=1, height=5, width=7, quant=TERNARY),
+                                lo.Matmul(1, 70, 45, quant=TERNARY)], ids=["conv", "gemv"])
+def test_ternary_search_tries_every_weight_format(op):
+    """The first trials of a ternary op's search take one candidate of each weight format (i2_s
+    register blocks, tl1 and tl2 table lookups), each verified and labelled by its format."""
+    isa = lo.available_isas()[0]
+    space = candidates(op, isa)
+    assert {c.knobs.as_dict()["weight_format"] for c in space} == {"i2_s", "tl1", "tl2"}
+    lut = [c.knobs for c in space if c.table_lookup]
+    assert all(k.channel_block % 32 == 0 or k.channel_block == op.channels for k in lut)
+    assert all(k.pixel_block * -(-k.channel_block // 32) <= 16 for k in lut)          # accumulators
+    assert not [c for c in candidates(op, isa, threads=2) if c.table_lookup]          # one thread only
+    result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
+    formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")
+    assert formats == ["i2_s", "tl1", "tl2"]
+    assert result.timing.verified and verify(result.best.compile(result.isa))[0]
+    assert all("model_seconds" not in t.model and t.model["predicted_seconds"] > 0
+               for t in result.trials if t.knobs["weight_format"] != "i2_s")
+    table = result.table()
+    assert "tl1 table lookup, " in table and "tl2 table lookup, " in table and "i2_s weights dot" in table

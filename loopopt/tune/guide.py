@@ -15,7 +15,9 @@ prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where
 side with it), and the untried candidates are reordered by it. The model has no costs for AMX
 tiles: an AMX candidate counts the heuristic's time (the tile fill against the AMX peak) as its
 model time in the order, is left out of the fit and the Spearman figure, and records no
-``model_seconds``.
+``model_seconds``; so does a table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no
+costs for table builds and lookups; its heuristic time is ``rank.LUT_SHARE`` of the int8 dot peak,
+scaled by its block).
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ Model = Callable[[Candidate], "float | None"]
 
 def model_seconds(candidate: Candidate) -> float | None:
     """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses
-    it; None for an ISA the model has no costs for: AMX tiles)."""
-    if candidate.isa not in CORE_COSTS:
+    it; None for what the model has no costs for: AMX tiles, table lookups)."""
+    if candidate.isa not in CORE_COSTS or candidate.table_lookup:
         return None
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds

@@ -12,7 +12,9 @@ enough to hide the multiply-add latency, few loads per multiply-add, vector lane
 blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
 (quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
 rate), long reductions per stored block, and the weights that the innermost outer loop
-reuses in cache.
+reuses in cache. A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the
+int8 dot peak, scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads
+per lookup (a pixel's tables, a column block's indices) and the lanes its edge blocks use.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.lut_format import COLUMNS
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
 from .space import Candidate, Roles, dot_elements, lanes
@@ -31,6 +34,8 @@ CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
+LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
+                           # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 
 
 @lru_cache(maxsize=1)
@@ -56,6 +61,22 @@ def tile_efficiency(candidate: Candidate) -> float:
     return pixels * channels * depth * loads
 
 
+def _edges(extent: int, block: int) -> float:
+    """The share of a dim's blocks that its last, partial block leaves used."""
+    return extent / (_ceil(extent, block) * block)
+
+
+def lut_efficiency(candidate: Candidate) -> float:
+    """A table-lookup candidate's share of the int8 dot peak."""
+    op, knobs = candidate.op, candidate.knobs
+    columns = _ceil(knobs.channel_block, COLUMNS)
+    accumulators = knobs.pixel_block * columns
+    efficiency = LUT_SHARE * min(1.0, accumulators / CHAINS)
+    efficiency *= accumulators / (accumulators + knobs.pixel_block + columns)       # loads per lookup
+    efficiency *= _edges(op.channels, knobs.channel_block) * _edges(knobs.channel_block, COLUMNS)
+    return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) and ``predicted_seconds``
     (on one core: the candidates of one search share their thread count)."""
@@ -63,6 +84,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     if candidate.isa == "amx":
         efficiency = tile_efficiency(candidate)
         peak = machine_profile().peak("amx", "int8" if op.quant is not None else op.dtype) * 1e9
+        return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
+    if candidate.table_lookup:
+        efficiency = lut_efficiency(candidate)
+        peak = machine_profile().peak(candidate.isa, "int8") * 1e9
         return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
@@ -74,8 +99,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     if not knobs.unroll:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
-    efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
-    efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
+    efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))

@@ -20,6 +20,16 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
+A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
+candidates store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``, knob ``weight_format``),
+and, on one thread, table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1`` and ``tl2``:
+channels-last activations and output, a register block of ``pixel_block`` positions times
+``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
+channels where they fill at most 4; at most ``MAX_ACCUMULATORS`` column blocks in the block),
+every order of the reduction dims (taps in their order) inside every order of the loops outside the
+block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column
+block itself).
+
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
@@ -34,10 +44,12 @@ from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
+from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut
+from ..codegen.lut_format import COLUMNS
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..layout import moved_last
 from ..ops import Op
-from ..schedule import Schedule
+from ..schedule import Schedule, ScheduleError
 from ..schedule_file import to_toml
 
 REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}   # vector (scalar) registers of each ISA
@@ -48,6 +60,7 @@ CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only 
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 WEIGHTS = ("plain", "packed", "dot")
+LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
 
 
 @dataclass(frozen=True)
@@ -62,12 +75,33 @@ class Knobs:
     cache_block: int = 0           # reduction channels per cache block; 0: no cache block
     unroll: tuple[tuple[str, int], ...] = ()   # (loop, factor)
     parallel: str | None = None
+    weight_format: str = "int8"    # Schedule.weight_format: "i2_s" for ternary ops
 
     def as_dict(self) -> dict:
+        """The knobs as JSON values (``weight_format`` only where it is not the default)."""
+        fmt = {} if self.weight_format == "int8" else {"weight_format": self.weight_format}
         return {"pixel_block": self.pixel_block, "channel_block": self.channel_block,
                 "reduction": list(self.reduction), "outer": list(self.outer), "weights": self.weights,
                 "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
-                "parallel": self.parallel}
+                "parallel": self.parallel, **fmt}
+
+
+@dataclass(frozen=True)
+class LutKnobs:
+    """The choices of a table-lookup candidate of a ternary op: its format (``"tl1"``, ``"tl2"``), a
+    register block of ``pixel_block`` positions x ``channel_block`` output channels (a multiple of
+    32, or all of them), the reduction dims in loop order and the loops outside the block, outermost first."""
+
+    weight_format: str
+    pixel_block: int
+    channel_block: int
+    reduction: tuple[str, ...]
+    outer: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {"weight_format": self.weight_format, "pixel_block": self.pixel_block,
+                "channel_block": self.channel_block, "reduction": list(self.reduction),
+                "outer": list(self.outer)}
 
 
 @dataclass(frozen=True)
@@ -129,7 +163,7 @@ class Candidate:
 
     op: Op
     isa: str
-    knobs: Knobs | TileKnobs
+    knobs: Knobs | TileKnobs | LutKnobs
     model: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -141,7 +175,14 @@ class Candidate:
         """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
         if self.isa == "amx":
             return build_tiles(self.op, self.knobs)
+        if self.table_lookup:
+            return build_lut(self.op, self.knobs)
         return build(self.op, self.knobs, lanes(self.op, self.isa))
+
+    @property
+    def table_lookup(self) -> bool:
+        """True for a table-lookup (``tl1``, ``tl2``) candidate."""
+        return isinstance(self.knobs, LutKnobs)
 
     @cached_property
     def toml(self) -> str:
@@ -174,12 +215,18 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
+def channels_last(op: Op) -> dict[str, str]:
+    """Layout tags of the activations and the output with their channels innermost."""
+    source = op.inputs[0]
+    return {source: moved_last(op.tensor(source).letters, _axis(op, source, op.reduction_channel_dim)),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+
+
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
-    source, weights = op.inputs
-    tags = {source: moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
-            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    weights = op.inputs[1]
+    tags = channels_last(op)
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
@@ -210,7 +257,59 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     for loop, factor in knobs.unroll:
         schedule = schedule.unroll(loop, factor)
     schedule = schedule.register_block(reduction[0])
+    if knobs.weight_format != "int8":
+        schedule = schedule.weight_format(knobs.weight_format)
     return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+
+
+def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
+    """The schedule of a table-lookup candidate: channels-last activations and output, the pixel and
+    channel dims tiled by the block, the outer loops, then the reduction loops, then the block
+    (``register_block`` on the first reduction loop), in the candidate's format."""
+    roles = Roles.of(op)
+    schedule = Schedule(op)
+    for tensor, tag in channels_last(op).items():
+        schedule = schedule.layout(tensor, tag)
+    split = knobs.channel_block < op.channels           # else the whole channel loop is in the block
+    schedule = schedule.tile(**{roles.pixel: knobs.pixel_block,
+                                **({roles.channel: knobs.channel_block} if split else {})})
+    channel = f"{roles.channel}_i" if split else roles.channel
+    schedule = schedule.reorder(*knobs.outer, *knobs.reduction, f"{roles.pixel}_i", channel)
+    return schedule.register_block(knobs.reduction[0]).weight_format(knobs.weight_format)
+
+
+def ternary(op: Op) -> bool:
+    """True if ``op`` has ternary weights (the weight formats are searched)."""
+    return op.quant is not None and op.quant.ternary
+
+
+def lut_candidates(op: Op, isa: str) -> list[Candidate]:
+    """The table-lookup candidates of a ternary ``op`` on ``isa`` (one thread); none for another op,
+    an ISA the kernel does not run on or an op form it does not take (``codegen.lut.check_lut``)."""
+    if not ternary(op) or isa not in LUT_ISAS:
+        return []
+    roles = Roles.of(op)
+    extents = dict(op.dims)
+    try:
+        check_lut(build_lut(op, LutKnobs(LUT_FORMATS[0], 1, op.channels, roles.reduction,
+                                         (*roles.others, f"{roles.pixel}_o"))), isa)
+    except ScheduleError:
+        return []
+    # channel blocks of whole column blocks below the extent, and the whole channel loop if it is short
+    channel_blocks = [m * COLUMNS for m in range(1, CHANNEL_VECTORS + 1) if m * COLUMNS < op.channels]
+    channel_blocks += [op.channels] if op.channels <= CHANNEL_VECTORS * COLUMNS else []
+    found = []
+    for cb in channel_blocks:
+        columns = -(-cb // COLUMNS)
+        for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, MAX_ACCUMULATORS // columns)):
+            outer = {d: extents[d] for d in roles.others}
+            outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
+            if cb < op.channels:
+                outer[f"{roles.channel}_o"] = -(-op.channels // cb)
+            for fmt, reduction, order in itertools.product(LUT_FORMATS, _reduction_orders(roles, extents),
+                                                           _outer_orders(outer)):
+                found.append(Candidate(op, isa, LutKnobs(fmt, pb, cb, reduction, order)))
+    return found
 
 
 def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
@@ -318,9 +417,11 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
                 for order, unroll in itertools.product(_outer_orders(outer), _unrolls(loops, red_extents)):
                     parallel = _parallel_loop(order, outer, threads, names.cache)
                     if threads == 1 or parallel:
-                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
+                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
+                                      "i2_s" if ternary(op) else "int8")
                         found.append(Candidate(op, isa, knobs))
-    return found + (tile_candidates(op, threads) if tiles else [])
+    return (found + (tile_candidates(op, threads) if tiles else [])
+            + (lut_candidates(op, isa) if threads == 1 else []))
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,
