@@ -18,6 +18,7 @@ from helpers import needs_amx
 import loopopt as lo
 from loopopt.cli import main
 from loopopt.codegen.isa import bf16_dot_available
+from loopopt.codegen.lut import check_lut
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
@@ -459,6 +460,9 @@ def test_ternary_search_tries_every_weight_format(op):
     lut = [c.knobs for c in space if c.table_lookup]
     assert all(k.channel_block % 32 == 0 or k.channel_block == op.channels for k in lut)
     assert all(k.pixel_block * -(-k.channel_block // 32) <= 16 for k in lut)          # accumulators
+    depthwise = lo.Conv2d(16, 16, 3, groups=16, padding=1, height=5, width=5, quant=TERNARY)
+    blocks = [c for c in candidates(depthwise, isa) if c.table_lookup]      # 16 column blocks: one position
+    assert blocks and all(c.knobs.pixel_block == 1 and check_lut(c.schedule, isa) is None for c in blocks)
     assert not [c for c in candidates(op, isa, threads=2) if c.table_lookup]          # one thread only
     result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
     formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")

@@ -26,7 +26,7 @@ from functools import lru_cache
 from ..codegen.lut_format import COLUMNS
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
-from .space import Candidate, Roles, dot_elements, lanes
+from .space import Candidate, Roles, dot_elements, lanes, lut_columns
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -69,11 +69,11 @@ def _edges(extent: int, block: int) -> float:
 def lut_efficiency(candidate: Candidate) -> float:
     """A table-lookup candidate's share of the int8 dot peak."""
     op, knobs = candidate.op, candidate.knobs
-    columns = _ceil(knobs.channel_block, COLUMNS)
+    columns = lut_columns(op, knobs.channel_block)
     accumulators = knobs.pixel_block * columns
     efficiency = LUT_SHARE * min(1.0, accumulators / CHAINS)
     efficiency *= accumulators / (accumulators + knobs.pixel_block + columns)       # loads per lookup
-    efficiency *= _edges(op.channels, knobs.channel_block) * _edges(knobs.channel_block, COLUMNS)
+    efficiency *= _edges(op.channels, knobs.channel_block) * knobs.channel_block / (columns * COLUMNS)
     return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
 
 

@@ -25,10 +25,10 @@ candidates store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``, kn
 and, on one thread, table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1`` and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
 ``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
-channels where they fill at most 4; at most ``MAX_ACCUMULATORS`` column blocks in the block),
-every order of the reduction dims (taps in their order) inside every order of the loops outside the
-block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column
-block itself).
+channels: each group's start a column block), at most ``MAX_ACCUMULATORS`` column blocks in the
+block, every order of the reduction dims (taps in their order) inside every order of the loops
+outside the block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column block
+itself).
 
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
@@ -44,8 +44,8 @@ from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
-from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut
-from ..codegen.lut_format import COLUMNS
+from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
+from ..codegen.lut_format import COLUMNS, FORMATS
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..layout import moved_last
 from ..ops import Op
@@ -283,6 +283,14 @@ def ternary(op: Op) -> bool:
     return op.quant is not None and op.quant.ternary
 
 
+def lut_columns(op: Op, channel_block: int) -> int:
+    """Column blocks of 32 output channels in a table-lookup block of ``channel_block`` channels (all
+    of them: each group's channels start a column block)."""
+    if channel_block < op.channels:
+        return -(-channel_block // COLUMNS)
+    return lut_shape(op, FORMATS[LUT_FORMATS[0]]).blocks
+
+
 def lut_candidates(op: Op, isa: str) -> list[Candidate]:
     """The table-lookup candidates of a ternary ``op`` on ``isa`` (one thread); none for another op,
     an ISA the kernel does not run on or an op form it does not take (``codegen.lut.check_lut``)."""
@@ -295,12 +303,12 @@ def lut_candidates(op: Op, isa: str) -> list[Candidate]:
                                          (*roles.others, f"{roles.pixel}_o"))), isa)
     except ScheduleError:
         return []
-    # channel blocks of whole column blocks below the extent, and the whole channel loop if it is short
+    # 1-4 column blocks below the channel count, and all the channels where a block of one position holds them
     channel_blocks = [m * COLUMNS for m in range(1, CHANNEL_VECTORS + 1) if m * COLUMNS < op.channels]
-    channel_blocks += [op.channels] if op.channels <= CHANNEL_VECTORS * COLUMNS else []
+    channel_blocks += [op.channels] if lut_columns(op, op.channels) <= MAX_ACCUMULATORS else []
     found = []
     for cb in channel_blocks:
-        columns = -(-cb // COLUMNS)
+        columns = lut_columns(op, cb)
         for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, MAX_ACCUMULATORS // columns)):
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
