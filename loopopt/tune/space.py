@@ -47,6 +47,7 @@ from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
 from ..codegen.lut_format import COLUMNS, FORMATS
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..dataflows import activations_last, table_lookup
 from ..layout import moved_last
 from ..ops import Op
 from ..schedule import Schedule, ScheduleError
@@ -215,18 +216,11 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
-def channels_last(op: Op) -> dict[str, str]:
-    """Layout tags of the activations and the output with their channels innermost."""
-    source = op.inputs[0]
-    return {source: moved_last(op.tensor(source).letters, _axis(op, source, op.reduction_channel_dim)),
-            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
-
-
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
     weights = op.inputs[1]
-    tags = channels_last(op)
+    tags = activations_last(op)
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
@@ -263,19 +257,9 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
 
 
 def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
-    """The schedule of a table-lookup candidate: channels-last activations and output, the pixel and
-    channel dims tiled by the block, the outer loops, then the reduction loops, then the block
-    (``register_block`` on the first reduction loop), in the candidate's format."""
-    roles = Roles.of(op)
-    schedule = Schedule(op)
-    for tensor, tag in channels_last(op).items():
-        schedule = schedule.layout(tensor, tag)
-    split = knobs.channel_block < op.channels           # else the whole channel loop is in the block
-    schedule = schedule.tile(**{roles.pixel: knobs.pixel_block,
-                                **({roles.channel: knobs.channel_block} if split else {})})
-    channel = f"{roles.channel}_i" if split else roles.channel
-    schedule = schedule.reorder(*knobs.outer, *knobs.reduction, f"{roles.pixel}_i", channel)
-    return schedule.register_block(knobs.reduction[0]).weight_format(knobs.weight_format)
+    """The schedule of a table-lookup candidate (``dataflows.table_lookup`` with its block and order)."""
+    return table_lookup(op, knobs.weight_format, knobs.pixel_block, knobs.channel_block, Roles.of(op).pixel,
+                        (*knobs.outer, *knobs.reduction))
 
 
 def ternary(op: Op) -> bool:
