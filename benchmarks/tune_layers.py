@@ -4,7 +4,8 @@ to this CPU's ``schedules/<cpu key>/``.
 Run ``python benchmarks/tune_layers.py [--int8] [--layers a,b] [--trials N] [--log FILE] [--write]``. For
 every layer ``lo.tune`` searches its register-blocked candidates (output blocks of ``ow`` columns x ``k``
 channels in vector registers, reduction orders, channels-last layouts, weights plain / packed / in VNNI
-dot groups for int8, outer loop orders, unrolling: see docs/reference/tune.md) on AVX-512, one thread,
+dot groups for int8, tap dots for int8 convs with few channels per group, outer loop orders, unrolling:
+see docs/reference/tune.md) on AVX-512, one thread,
 each candidate compiled, verified and timed in a worker process (the direct algorithm only: a stored
 layer schedule is a register-blocked AVX-512 schedule); with ``--log`` every trial goes to that SQLite
 tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
@@ -188,18 +189,24 @@ def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds
     shared = f" {' and '.join(unrolled)} unrolled;" if unrolled else ""
     weights = dict(schedule.layouts)[op.inputs[1]]
     outer = ", ".join(name for name in knobs["outer"] if schedule.loop(name).extent > 1)
-    block = (f"a {ow} (ow) x {k} (k) output block in {ow * -(-k // LANES)} vector accumulators kept across "
+    taps = knobs["weights"] == "taps"          # lanes along ow (codegen/taps.py), else along k
+    vectors = k * -(-ow // LANES) if taps else ow * -(-k // LANES)
+    block = (f"a {ow} (ow) x {k} (k) output block in {vectors} vector accumulators kept across "
              f"{', '.join(knobs['reduction'])}")
     packed = f"weights packed to {weights} once, outside the timed call"
     if mode.name == "fp32":
         return (f"Found by benchmarks/tune_layers.py with lo.tune ({mode.rate(op, seconds)} on one core, "
                 f"AVX-512): channels-last, {block};{shared} {outer} outside; {packed}; {threads}.")
-    arithmetic = ("c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, zero-padded "
-                  "by the weight layout)" if knobs["weights"] == "dot" else
-                  "bytes widened to int32 lanes (no dot instruction)")
+    arithmetic = {"dot": "c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, "
+                         "zero-padded by the weight layout)",
+                  "taps": "a tap dot: each vpdpbusd consumes 4 kw taps per int32 lane (kw split by 4 where "
+                          "longer, zero-padded by the weight layout), the lanes along ow, the activations "
+                          "spread from windows of input columns (codegen/taps.py)"}.get(
+        knobs["weights"], "bytes widened to int32 lanes (no dot instruction)")
     return (f"Found by benchmarks/tune_layers.py --int8 with lo.tune (AVX-512 VNNI, one core of "
             f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
-            f"{mode.rate(op, seconds)}): NHWC activations and output, {packed}; {arithmetic}; {block} "
+            f"{mode.rate(op, seconds)}): {'NCHW' if taps else 'NHWC'} activations and output, {packed}; "
+            f"{arithmetic}; {block} "
             f"(int32) with the requantization fused into its store;{shared} {outer} outside; weight "
             f"compensation packed; {threads}.")
 

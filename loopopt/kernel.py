@@ -35,7 +35,7 @@ from .codegen.isa import INT_ISAS, ISAS, QUANT_FLAGS, bf16_dot_available, cpu_fl
 from .codegen.lut import LUT, generate_lut, lut_nest, pack_lut
 from .codegen.lut_format import FORMATS
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
+from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .codegen.tiles import (
     TileShape,
@@ -257,7 +257,7 @@ class QuantizedKernel(Kernel):
         if name == "Y":
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
-            return compensation_entries(op)
+            return compensation_entries(op, self.plan)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:
@@ -310,7 +310,7 @@ class QuantizedKernel(Kernel):
             return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if plan.compensation == "packed":
-            comp = self._copy("lo_comp", weight_compensation(op, wq, qp.w_zero_point))
+            comp = self._copy("lo_comp", compensation_table(op, plan, wq, qp.w_zero_point))
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
         values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,

@@ -311,6 +311,41 @@ def integer_calls(draw, op):
     return arrays, params
 
 
+def tap_schedule(op: lo.Conv2d, pixels: int, channels: int, block_at: str = "c", unroll: bool = False):
+    """Channels-first activations and output, the weights' kw blocked by 4, kw split by 4 when longer,
+    a register block of ``channels`` output channels times ``pixels`` columns (the lanes) at ``block_at``
+    (``c``: the block holds final sums; ``kh``: c outside it, partial sums in the int32 workspace)."""
+    taps = ["kw_o", "kw_i"] if op.windows[-1].taps > 4 else ["kw"]
+    s = lo.Schedule(op).layout("W", "OIHW4w")
+    if len(taps) > 1:
+        s = s.split("kw", 4)
+    s = s.tile(k=channels, ow=pixels).reorder("n", "k_o", "oh", "ow_o", "c", "kh", *taps).vectorize("ow_i")
+    return (s.unroll("kh") if unroll else s).register_block(block_at)
+
+
+@st.composite
+def tap_convs(draw):
+    """Depthwise convs and stems (few input channels, long kernels), any stride, dilation and per-side
+    padding, widths that leave a partial vector, batch 1 or 2, every QuantSpec."""
+    kind = draw(st.sampled_from(["depthwise", "stem", "grouped"]))
+    if kind == "depthwise":
+        groups = draw(st.integers(1, 5))
+        cin, cout = groups, groups * draw(st.integers(1, 2))
+    else:
+        groups = 1 if kind == "stem" else 2
+        cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 8))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 5)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
+    padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    rows = max(1, dilation[0] * (kh - 1) + 1 - sum(padding[0]))
+    height = draw(st.integers(rows, max(rows, 6)))
+    width = draw(st.integers(max(1, dilation[1] * (kw - 1) + 1 - sum(padding[1])), 45))
+    return lo.Conv2d(cin, cout, (kh, kw), stride=stride, padding=padding, dilation=dilation, groups=groups,
+                     batch=draw(st.integers(1, 2)), height=height, width=width, bias=draw(st.booleans()),
+                     quant=draw(SPECS))
+
+
 def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1):
     """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with quant.py's
     exact reference (raw products exactly, requantized and int32 outputs bit for bit, float outputs

@@ -227,7 +227,9 @@ def test_bad_input_is_refused():
 
 def test_space_follows_the_op_roles():
     depthwise = candidates(OPS["depthwise"].with_quant(QUANT), "avx512")
-    assert {c.knobs.weights for c in depthwise} == {"plain"}    # one channel per group: no dot
+    assert {c.knobs.weights for c in depthwise} == {"plain", "taps"}   # one channel per group: dots on taps
+    taps = next(c for c in depthwise if c.knobs.weights == "taps").schedule
+    assert dict(taps.layouts)["W"] == "OIHW4w" and taps.vector_loop.name == "ow_i"
     quantized = candidates(OPS["quantized-conv"], "avx512")
     dot = next(c for c in quantized if c.knobs.weights == "dot")
     assert dict(dot.schedule.layouts)["W"].endswith("16o4i") and dot.schedule.loop("c_i").extent == 4

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import quantized, ternary
+from . import quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
@@ -129,6 +129,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     tables = quantized.static_tables(schedule, plan) if plan else ""
     if plan and plan.packed_weights:
         tables += ternary.helpers(isa.name)
+    if plan and plan.tap_dot:
+        tables += taps.helpers(isa.name)
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
@@ -161,6 +163,10 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
         kind = "u8 x s8 -> s32" if arith.plan is not None else "bf16 pairs -> fp32, vdpbf16ps"
         lines.append(f" * dot loop {arith.dot_loop}: its {arith.group} iterations are consumed by "
                      f"each dot instruction ({kind})")
+    if arith.plan is not None and arith.plan.tap_dot:
+        window = arith.plan.tap_dot.window
+        lines.append(f" * tap dot: 4 taps of {window.tap_dim} per lane, the activations spread from "
+                     f"windows of input columns along {window.out_dim} (codegen/taps.py)")
     if arith.plan is not None and arith.plan.packed_weights:
         lines.append(" * weights: ternary, i2_s (2 bits each), unpacked in registers (codegen/ternary.py)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]

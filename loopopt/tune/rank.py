@@ -11,10 +11,11 @@ efficiencies of the register block that a CPU core's FMA pipeline cares about: a
 enough to hide the multiply-add latency, few loads per multiply-add, vector lanes and edge
 blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
 (quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
-rate), long reductions per stored block, and the weights that the innermost outer loop
-reuses in cache. A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the
-int8 dot peak, scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads
-per lookup (a pixel's tables, a column block's indices) and the lanes its edge blocks use.
+rate; a tap dot fills its groups with taps, and shuffles its activations), long reductions per
+stored block, and the weights that the innermost outer loop reuses in cache. A table-lookup
+candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the int8 dot peak, scaled by its
+register block's accumulators (``CHAINS`` hide the latency), its loads per lookup (a pixel's tables,
+a column block's indices) and the lanes its edge blocks use.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from functools import lru_cache
 from ..codegen.lut_format import COLUMNS
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
-from .space import Candidate, Roles, dot_elements, lanes, lut_columns
+from .space import DOT, Candidate, Roles, dot_elements, lanes, lut_columns, tap_window
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -36,6 +37,7 @@ STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
+TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
 @lru_cache(maxsize=1)
@@ -91,18 +93,27 @@ def figures(candidate: Candidate) -> dict[str, float]:
         return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
     roles = Roles.of(op)
     vector = lanes(op, candidate.isa)
-    vectors = _ceil(knobs.channel_block, vector)
-    accumulators = knobs.pixel_block * vectors
+    taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
+    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
+                    else (knobs.channel_block, knobs.pixel_block))
+    vectors = _ceil(laned, vector)
+    accumulators = other * vectors
     pixels = op.extent(roles.pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)     # loads per multiply-add
+    efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
     if not knobs.unroll:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
-    efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
+    efficiency *= laned / (vectors * vector)                                         # masked lanes
     efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
+    elif taps:
+        window = tap_window(op)
+        # a window of activations per vector and group of output channels (depthwise: per channel)
+        windows = vectors * _ceil(knobs.channel_block, op.channels // op.groups)
+        efficiency *= window.taps / (_ceil(window.taps, DOT) * DOT)
+        efficiency *= accumulators / max(accumulators, TAP_SPREAD * windows)
     elif op.quant is not None:
         efficiency *= WIDENED
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)

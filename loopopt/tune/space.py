@@ -14,6 +14,11 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
   in pairs (``OIHW16o2i``, ``vdpbf16ps``) where this CPU runs it and the channels per group are
   even (a half pair is widened instead);
+* for quantized convs, also tap dot candidates (``codegen/taps.py``: a depthwise conv's or a stem's
+  few input channels fill a dot group poorly): the output block runs over ``pixel_block`` positions
+  (the vector lanes) times ``channel_block`` output channels on channels-first activations and output,
+  the weights with the last window's taps blocked by 4 (``OIHW4w``), the taps split by 4 (when more)
+  and their inner loop innermost, consumed by one ``vpdpbusd`` per vector;
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
   the outer loops: the block accumulates into the output across it);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
@@ -21,8 +26,9 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
-candidates store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``, knob ``weight_format``),
-and, on one thread, table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1`` and ``tl2``:
+candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
+knob ``weight_format``), and, on one thread, table-lookup candidates (``LutKnobs``,
+``codegen/lut.py``) in ``tl1`` and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
 ``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
 channels: each group's start a column block), at most ``MAX_ACCUMULATORS`` column blocks in the
@@ -46,10 +52,11 @@ from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
 from ..codegen.lut_format import COLUMNS, FORMATS
+from ..codegen.taps import fits
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..dataflows import activations_last, table_lookup
 from ..layout import moved_last
-from ..ops import Op
+from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from ..schedule_file import to_toml
 
@@ -60,7 +67,8 @@ CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
-WEIGHTS = ("plain", "packed", "dot")
+MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
+WEIGHTS = ("plain", "packed", "dot", "taps")
 LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
 
 
@@ -232,8 +240,58 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     return tags
 
 
+def tap_window(op: Op) -> Window | None:
+    """The window along the op's pixel dim (``Roles.pixel``), whose taps a tap dot runs along."""
+    return next((w for w in op.windows if w.out_dim == Roles.of(op).pixel), None)
+
+
+def has_taps(op: Op, isa: str) -> bool:
+    """Whether ``op`` on ``isa`` has tap dot candidates: a quantized op on a SIMD ISA with a window
+    along its pixel dim whose stride and dilation fit the instructions (``codegen/taps.py``)."""
+    window = tap_window(op)
+    return op.quant is not None and isa != "scalar" and window is not None and fits(window)
+
+
+def tap_loops(op: Op, reduction: tuple[str, ...]) -> list[str]:
+    """The reduction loops of a tap dot candidate, outermost first: the taps of ``tap_window`` split
+    by 4 where there are more, their inner loop (the dot loop) last."""
+    window = tap_window(op)
+    if window.taps <= DOT:
+        return list(reduction)
+    return [f"{d}_o" if d == window.tap_dim else d for d in reduction] + [f"{window.tap_dim}_i"]
+
+
+def build_taps(op: Op, knobs: Knobs) -> Schedule:
+    """The schedule of a tap dot candidate (``knobs.weights == "taps"``): channels-first activations
+    and output (the op's default layouts), the weights' tap dim blocked by 4, lanes along the pixels
+    (without its weight format and ``parallel``: ``build`` adds them)."""
+    roles = Roles.of(op)
+    window = tap_window(op)
+    weights = op.inputs[1]
+    letters = op.tensor(weights).letters
+    tap_letter = letters[_axis(op, weights, window.tap_dim)]
+    schedule = Schedule(op).layout(weights, f"{letters}{DOT}{tap_letter.lower()}")
+    if window.taps > DOT:
+        schedule = schedule.split(window.tap_dim, DOT)
+    schedule = schedule.tile(**{roles.channel: knobs.channel_block, roles.pixel: knobs.pixel_block})
+    loops = tap_loops(op, knobs.reduction)
+    schedule = schedule.reorder(*knobs.outer, *loops).vectorize(f"{roles.pixel}_i")
+    for loop, factor in knobs.unroll:
+        schedule = schedule.unroll(loop, factor)
+    return schedule.register_block(loops[0])
+
+
 def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     """The schedule of ``knobs`` on ``op`` (``vector``: lanes of the ISA's vectors)."""
+    schedule = build_taps(op, knobs) if knobs.weights == "taps" else _blocked(op, knobs, vector)
+    if knobs.weight_format != "int8":
+        schedule = schedule.weight_format(knobs.weight_format)
+    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+
+
+def _blocked(op: Op, knobs: Knobs, vector: int) -> Schedule:
+    """The schedule of a register-block candidate with the lanes along the channels, without its
+    weight format and ``parallel``."""
     roles = Roles.of(op)
     names = Names.of(roles.rc, knobs.cache_block, knobs.weights == "dot")
     schedule = Schedule(op)
@@ -250,10 +308,7 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     schedule = schedule.vectorize(f"{roles.channel}_i")
     for loop, factor in knobs.unroll:
         schedule = schedule.unroll(loop, factor)
-    schedule = schedule.register_block(reduction[0])
-    if knobs.weight_format != "int8":
-        schedule = schedule.weight_format(knobs.weight_format)
-    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+    return schedule.register_block(reduction[0])
 
 
 def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
@@ -412,8 +467,38 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
                                       "i2_s" if ternary(op) else "int8")
                         found.append(Candidate(op, isa, knobs))
+    found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
     return (found + (tile_candidates(op, threads) if tiles else [])
             + (lut_candidates(op, isa) if threads == 1 else []))
+
+
+def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """The tap dot candidates of ``op`` on ``isa`` (``has_taps``): 1 to ``CHANNEL_VECTORS`` vectors of
+    positions times 1 to 8 output channels (as many accumulators as the registers leave), the reduction
+    orders that end with the window's taps, every order of the outer loops, the short taps unrolled or not."""
+    roles = Roles.of(op)
+    vector, extents = lanes(op, isa), dict(op.dims)
+    window = tap_window(op)
+    pixels = extents[roles.pixel]
+    found = []
+    for pb in sorted({min(m * vector, pixels) for m in range(1, CHANNEL_VECTORS + 1)}):
+        vectors = -(-pb // vector)
+        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, (REGISTERS[isa] - 2 * vectors - 2) // vectors)):
+            outer = {d: extents[d] for d in roles.others}
+            outer[f"{roles.pixel}_o"] = -(-pixels // pb)
+            outer[f"{roles.channel}_o"] = -(-op.channels // cb)
+            red_extents = {**extents, f"{window.tap_dim}_o": -(-window.taps // DOT)}
+            for reduction in _reduction_orders(roles, extents):
+                if reduction[-1] != window.tap_dim:
+                    continue
+                unrolls = _unrolls(tap_loops(op, reduction)[:-1], red_extents)
+                for order, unroll in itertools.product(_outer_orders(outer), unrolls):
+                    parallel = _parallel_loop(order, outer, threads, None)
+                    if threads == 1 or parallel:
+                        knobs = Knobs(pb, cb, reduction, order, "taps", 0, unroll, parallel,
+                                      "i2_s" if ternary(op) else "int8")
+                        found.append(Candidate(op, isa, knobs))
+    return found
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,
