@@ -246,11 +246,12 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
 @needs_amx
 def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
-    tiles = [c for c in candidates(op, "avx512") if c.isa == "amx"]
+    tiles = [c for c in candidates(op, "avx512", tiles=True) if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
     assert candidates(op, "amx", threads=2) == []
+    assert not [c for c in candidates(op, "avx512") if c.isa == "amx"]     # isa="avx512" asked: no tiles
     bf16 = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, dtype="bfloat16")
-    assert [c.isa for c in candidates(bf16, "avx512")].count("amx") == 8
+    assert [c.isa for c in candidates(bf16, "avx512", tiles=True)].count("amx") == 8
     result = lo.tune(op, trials=1, isa="amx", budget=BUDGET, progress=False)
     assert result.isa == "amx" and result.timing.verified
     assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)

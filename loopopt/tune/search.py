@@ -272,6 +272,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     if wanted == ("winograd",):
         raise ValueError("algorithms must include one of 'direct', 'implicit_gemm', 'im2col' (the result's "
                          "best is a Schedule), got ('winograd',)")
+    tiles = isa == "auto"                     # the best ISA: AMX tiles compete where the CPU has them
     if isa == "amx":
         check_amx_cpu()
     else:
@@ -286,7 +287,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     if "direct" not in wanted and not any(given.values()):
         raise TuneError(f"none of the algorithms {wanted} can be tried on {op!r}: "
                         + "; ".join(f"{name}: {why}" for name, why in skipped.items()))
-    space = candidates(op, isa, threads) if "direct" in wanted else []
+    space = candidates(op, isa, threads, tiles) if "direct" in wanted else []
     if "direct" in wanted and not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"

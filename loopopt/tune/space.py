@@ -20,9 +20,10 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
-On a CPU with AMX, a quantized op that the tile kernels take (``codegen/tiles.py``: not depthwise,
-one thread) also has AMX candidates (ISA ``"amx"``): a pixel block and a channel block of 16 or 32
-(1 or 2 tiles each) and which of the two block loops is outside, on channels-last output.
+On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized op that the tile
+kernels take (``codegen/tiles.py``: not depthwise, one thread) also has AMX candidates (ISA
+``"amx"``): a pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two
+block loops is outside, on channels-last output.
 """
 from __future__ import annotations
 
@@ -270,9 +271,10 @@ def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[
     return choices
 
 
-def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
-    AMX candidates only; the best SIMD ISA also gets the AMX candidates where the CPU has AMX)."""
+    AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
+    best ISA, ``isa="auto"``)."""
     if isa == "amx":
         return tile_candidates(op, threads)
     roles = Roles.of(op)
@@ -307,7 +309,7 @@ def candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
                         found.append(Candidate(op, isa, knobs))
-    return found + (tile_candidates(op, threads) if isa == "avx512" else [])
+    return found + (tile_candidates(op, threads) if tiles else [])
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,
