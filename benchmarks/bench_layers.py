@@ -27,7 +27,7 @@ from peers import FP32_PEERS, INT8_PEERS, LayerData, PeerUnavailable
 
 import loopopt as lo
 from loopopt.machine import cpu_seconds, others_share
-from loopopt.schedule_file import list_schedules
+from loopopt.schedule_file import list_schedules, stored_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -37,6 +37,7 @@ LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.
           "resnet50.conv1", "mobilenetv1.block3.depthwise", "mobilenetv2.block2.depthwise",
           "mobilenetv2.block2.project")
 PRESET = "output_stationary"      # the schedule of layers without a stored one
+SEARCHED = {True: "searched on this CPU", False: "searched on another CPU", None: "CPU not recorded"}
 NAIVE_LIMIT = 2.0                 # s: the naive kernel is timed only on layers it runs faster than this
 NOISY = 1.5                       # a median this many times the fastest run is flagged as noisy
 SATURATION = (
@@ -116,6 +117,14 @@ def stored_or_preset(name: str) -> str:
     return name if name in list_schedules() else PRESET
 
 
+def schedule_note(name: str) -> str:
+    """A row's note on its schedule ``name`` (``stored_or_preset``): the preset, or a stored schedule
+    and whether it was searched on this CPU."""
+    if name == PRESET:
+        return f"schedule {name} (preset)"
+    return f"schedule {name} (stored, {SEARCHED[stored_schedule(name).this_cpu]})"
+
+
 def loopopt_rows(kernel, row: Row, options: Options) -> list[Row]:
     """``row`` filled in for each thread count: a kernel without a parallel loop is measured once
     and its single-threaded time repeated (with a note) on the rows of more threads."""
@@ -144,8 +153,7 @@ def loopopt_fp32(layer: str, op, options: Options) -> tuple[list[Row], Row | Non
     name = stored_or_preset(layer)
     kernel = lo.load_schedule(name, op).compile()
     peak = lo.peak_gflops(kernel.isa)
-    note = f"schedule {name}" + (" (stored for this layer)" if name == layer else " (preset)")
-    best = Row(layer, "fp32", 1, "loopopt best", None, op.flops, peak, note=note)
+    best = Row(layer, "fp32", 1, "loopopt best", None, op.flops, peak, note=schedule_note(name))
     rows = loopopt_rows(kernel, best, options)
     if 1 not in options.threads:
         return rows, None
@@ -188,7 +196,7 @@ def loopopt_int8(layer: str, data: LayerData, options: Options) -> list[Row]:
             requantized = output != "float32"
             y = kernel(data.xq, data.wq, data.bq if requantized else data.b, **data.quant_params(requantized))
             row.verified, why = data.check(y, output if requantized else "dequantized")
-            notes = (f"schedule {name}", "" if requantized else "float32 output", why)
+            notes = (schedule_note(name), "" if requantized else "float32 output", why)
             row.peak, row.note = int8_peak(kernel.isa), "; ".join(filter(None, notes))
             rows += loopopt_rows(kernel, row, options)
         except Exception as err:  # noqa: BLE001  (the int8 code generator is still being built)
@@ -270,15 +278,25 @@ def naive_table(best: list[Row], naive: list[Row]) -> str:
 
 
 def layers_table(ops: dict[str, object]) -> str:
+    """The layers with their shapes and schedules; a stored schedule's footnote says which CPU it was
+    searched on and whether that is this one."""
     lines = [("| layer | shape (C -> K, kernel, input, stride, groups) | MFLOP | loopopt fp32 schedule | "
              "loopopt int8 schedule |"), "|---|---|---|---|---|"]
+    footnotes: dict[str, int] = {}
+
+    def cell(name: str) -> str:
+        if name == PRESET:
+            return f"{name} (preset)"
+        stored = stored_schedule(name)
+        path = stored.path.relative_to(ROOT) if stored.path.is_relative_to(ROOT) else stored.path
+        return f"{name} [{footnotes.setdefault(f'{stored.summary()} ({path})', len(footnotes) + 1)}]"
     for layer, op in ops.items():
         (kh, kw), (sh, _) = op.kernel_size, op.stride
         shape = (f"{op.in_channels} -> {op.out_channels}, {kh}x{kw}, {op.height}x{op.width}, "
                  f"s{sh}, g{op.groups}")
-        lines.append(f"| {layer} | {shape} | {op.flops / 1e6:.1f} | {stored_or_preset(layer)} | "
-                     f"{stored_or_preset(layer + '.int8')} |")
-    return "\n".join(lines)
+        lines.append(f"| {layer} | {shape} | {op.flops / 1e6:.1f} | {cell(stored_or_preset(layer))} | "
+                     f"{cell(stored_or_preset(layer + '.int8'))} |")
+    return "\n".join(lines + [""] + [f"- [{n}] {text}" for text, n in footnotes.items()])
 
 
 def machine_text(isa: str, others: float | None) -> str:

@@ -1,9 +1,10 @@
 """Low-bit kernels, one thread: ternary GEMVs at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008
 and 11008 -> 4096) with i2_s, tl1 and tl2 weights against loopopt's int8 GEMV of the same schedule,
-and ternary (the stored int8 schedule, int8 storage and i2_s) and binary XNOR + popcount convs on
-ResNet-50 conv2_x and conv3_x against the stored int8 schedule of each layer; each low-bit kernel
-next to the naive loop of the same arithmetic (``lo.Schedule(op)`` for the same QuantSpec and weight
-format; binary: the scalar ``__builtin_popcountll`` path, as the binary nest is fixed).
+and ternary (the stored int8 schedule, int8 storage and i2_s; tl1 and tl2 under a register-blocked
+table-lookup schedule) and binary XNOR + popcount convs on ResNet-50 conv2_x and conv3_x against the
+stored int8 schedule of each layer; each low-bit kernel next to the naive loop of the same
+arithmetic (``lo.Schedule(op)`` for the same QuantSpec and weight format; binary: the scalar
+``__builtin_popcountll`` path, as the binary nest is fixed).
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
 of docs/benchmarks.md). The kernels of a table are timed together by ``lo.measure_all`` (interleaved
@@ -46,6 +47,22 @@ def gemv_schedule(op: lo.Matmul) -> lo.Schedule:
             .reorder("i", "j_o", "k_o", "k_i", "j_i").vectorize("j_i").register_block("k_o"))
 
 
+def lut_gemv_schedule(op: lo.Matmul, fmt: str) -> lo.Schedule:
+    """A table-lookup GEMV with 4 column blocks (128 outputs) in registers across the reduction: each
+    step's tables are loaded once for the 4 blocks."""
+    return (lo.Schedule(op).split("j", 128).reorder("i", "j_o", "k", "j_i").register_block("k")
+            .weight_format(fmt))
+
+
+def lut_conv_schedule(op: lo.Conv2d, fmt: str) -> lo.Schedule:
+    """A table-lookup conv (``codegen/lut.py``): activations and output channels-last, 4 output columns x 64
+    output channels (2 column blocks) in 8 accumulators across the taps and input channels; ``k_o``, not a
+    table loop, right after ``n``: one image's tables, built before its nest."""
+    return (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").split("k", 64).tile(ow=4)
+            .reorder("n", "k_o", "oh", "ow_o", "kh", "kw", "c", "ow_i", "k_i").register_block("kh")
+            .weight_format(fmt))
+
+
 def one_thread(kernel):
     """``kernel`` set to run its parallel loop (if any) on one thread."""
     kernel.set_threads(1)
@@ -56,9 +73,10 @@ BASELINES = (
     "\"vs naive\" is the median of the naive loop of the same arithmetic over the kernel's (the BitNet "
     "issue's bar: >= 10x). The naive loop is `lo.Schedule(op)`, the textbook nest without steps, compiled "
     "for the same QuantSpec: with the weights stored one byte each, or in i2_s (`weight_format(\"i2_s\")`). "
-    "The tl1 and tl2 nests are fixed, so their baseline is the naive i2_s loop: the same ternary "
-    "arithmetic on 2-bit weights. A binary op's nest is fixed too (`lo.Schedule(op)` of a binary op is "
-    "the XNOR + popcount nest over a vector of output channels and cannot express a naive loop), so the "
+    "tl1 and tl2 (table lookup) have no naive form of their own, so their baseline is the naive i2_s loop: "
+    "the same ternary arithmetic on 2-bit weights. A binary op's nest is fixed (`lo.Schedule(op)` of a "
+    "binary op is the XNOR + popcount nest over a vector of output channels and cannot express a naive "
+    "loop), so the "
     "binary kernel's baseline is its scalar path (`__builtin_popcountll`, one channel at a time), labelled "
     "as such. The naive loops are compiled for the best ISA, so the C compiler may vectorize them.")
 NAIVE_INT8_STORAGE = "naive loop, ternary int8 storage (`lo.Schedule(op)`)"
@@ -166,10 +184,12 @@ def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int) -> list[str
              ("ternary, int8 storage (1 byte)", gemv_schedule(ternary)),
              ("ternary, i2_s (2 bits)", gemv_schedule(ternary).weight_format("i2_s")),
              ("ternary, tl1 table lookup (2 bits)", lo.Schedule(ternary).weight_format("tl1")),
-             ("ternary, tl2 table lookup (1.67 bits)", lo.Schedule(ternary).weight_format("tl2"))]
+             ("ternary, tl2 table lookup (1.67 bits)", lo.Schedule(ternary).weight_format("tl2")),
+             *((f"ternary, {fmt} table lookup, 4 column blocks in registers (`lut_gemv_schedule`)",
+                lut_gemv_schedule(ternary, fmt)) for fmt in ("tl1", "tl2"))]
     naive = [(NAIVE_INT8_STORAGE, lo.Schedule(ternary)),
              (NAIVE_I2S, lo.Schedule(ternary).weight_format("i2_s"))]
-    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, None, None]
+    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, None, None]
     kernels = [one_thread(s.compile()) for _, s in cases + naive]
     timings = lo.measure_all(kernels, budget=budget)
     medians = {label: t.median for (label, _), t in zip(cases + naive, timings)}
@@ -205,14 +225,16 @@ def conv_rows(layer: str, budget: float) -> list[str]:
     ternary = lo.get_layer(layer, quant=lo.QuantSpec("uint8", True, True, "uint8", "ternary"))
     stored = lo.load_schedule(f"{layer}.int8", ternary)
     kernels = [one_thread(lo.load_schedule(f"{layer}.int8", int8).compile()), one_thread(stored.compile()),
-               one_thread(stored.weight_format("i2_s").compile()), lo.Schedule(binary).compile(),
-               one_thread(lo.Schedule(ternary).compile()),
+               one_thread(stored.weight_format("i2_s").compile()),
+               *(one_thread(lut_conv_schedule(ternary, fmt).compile()) for fmt in ("tl1", "tl2")),
+               lo.Schedule(binary).compile(), one_thread(lo.Schedule(ternary).compile()),
                one_thread(lo.Schedule(ternary).weight_format("i2_s").compile()),
                compile_binary(lo.Schedule(binary), "scalar", "builtin")]
     labels = [f"int8 (`{layer}.int8`, uint8 x int8 -> uint8)", "ternary, int8 storage, same schedule",
-              "ternary, i2_s, same schedule", "binary XNOR + popcount (float32 output)",
+              "ternary, i2_s, same schedule", "ternary, tl1 table lookup (`lut_conv_schedule`)",
+              "ternary, tl2 table lookup (`lut_conv_schedule`)", "binary XNOR + popcount (float32 output)",
               NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_BINARY]
-    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_BINARY, None, None, None]
+    baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, NAIVE_BINARY, None, None, None]
     timings = lo.measure_all(kernels, budget=budget)
     medians = {label: t.median for label, t in zip(labels, timings)}
     rows = ["| kernel | isa | median ms | GOP/s (2 ops per product) | vs int8 | vs naive | verified |",

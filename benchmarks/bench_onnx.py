@@ -1,12 +1,15 @@
 """Whole models through loopopt.onnx vs onnxruntime: a ResNet-18-shaped and a MobileNetV2-shaped network
 (written here in PyTorch, random weights, exported with torch.onnx.export; no downloads), fp32 and int8
-(onnxruntime.quantization.quantize_static, QOperator format: QLinearConv / QLinearMatMul), 1 and 2
-threads. Per model: the summed time of its compute nodes on loopopt (the backend's default schedule,
-and tuned with --tune-trials) and on onnxruntime (each node alone), from loopopt.onnx.report; and the
-whole model's output through loopopt.onnx.backend (strict) against onnxruntime's.
+(onnxruntime.quantization.quantize_static: QOperator format, QLinearConv / QLinearMatMul; and QDQ
+format, DequantizeLinear -> Conv/MatMul -> QuantizeLinear groups), 1 and 2 threads. Per model: the
+summed time of its compute nodes on loopopt (the backend's default schedule, and tuned with
+--tune-trials) and on onnxruntime (each node or fused QDQ group alone), from loopopt.onnx.report; the
+whole model's output through loopopt.onnx.backend (strict) against onnxruntime's; and for the int8
+models each quantized node's output against onnxruntime's on the same inputs, in steps of the output,
+with which of the two is exact (loopopt.onnx.exact) where they differ.
 
-    python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--tune-trials N]
-                                    [--tune-models a,b] [--log FILE] [--write]
+    python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
+                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md.
 """
@@ -95,14 +98,15 @@ MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2}
 
 
 def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
-    """The fp32 ONNX file of model ``name`` and its int8 (QOperator) quantization."""
+    """The fp32 ONNX file of model ``name`` and its int8 quantizations: QOperator (``int8``) and QDQ
+    (``qdq``)."""
     import torch
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
     torch.manual_seed(0)
     net = MODELS[name](torch).eval()
     x = torch.randn(1, 3, resolution, resolution)
-    raw, fp32, int8 = (folder / f"{name}.{kind}.onnx" for kind in ("raw", "fp32", "int8"))
+    raw, fp32 = (folder / f"{name}.{kind}.onnx" for kind in ("raw", "fp32"))
     torch.onnx.export(net, (x,), str(raw), opset_version=OPSET, dynamo=False, input_names=["x"])
     quant_pre_process(str(raw), str(fp32))           # folds the Identity nodes the exporter leaves
 
@@ -115,10 +119,13 @@ def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(fp32), str(int8), Calibration(), quant_format=QuantFormat.QOperator,
-                    op_types_to_quantize=["Conv", "MatMul"], per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    return {"fp32": fp32, "int8": int8}
+    files = {"fp32": fp32}
+    for precision, quant_format in (("int8", QuantFormat.QOperator), ("qdq", QuantFormat.QDQ)):
+        files[precision] = folder / f"{name}.{precision}.onnx"
+        quantize_static(str(fp32), str(files[precision]), Calibration(), quant_format=quant_format,
+                        op_types_to_quantize=["Conv", "MatMul"], per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return files
 
 
 def output_check(path: Path, threads: int) -> str:
@@ -136,6 +143,13 @@ def output_check(path: Path, threads: int) -> str:
     return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
+def integer_text(report) -> str:
+    """The quantized nodes' outputs against onnxruntime's (same inputs), with which is exact where they
+    differ ("-" for a float model)."""
+    total = report.integer_total
+    return "-" if total is None else f"{sum(n.integer is not None for n in report.nodes)} nodes: {total}"
+
+
 def row(name: str, precision: str, threads: int, report, check: str) -> str:
     ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
     ran = sum(n.row(RAN).median_ms for n in report.timed)
@@ -144,7 +158,7 @@ def row(name: str, precision: str, threads: int, report, check: str) -> str:
     mflop = sum(n.mflop for n in report.timed)
     cells = [name, precision, str(threads), str(len(report.timed)), f"{mflop:.0f}",
              f"{ran:.2f}", "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
-             f"{theirs / ours:.2f}" if theirs else "-", check]
+             f"{theirs / ours:.2f}" if theirs else "-", check, integer_text(report)]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -153,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default="resnet18,mobilenetv2")
     parser.add_argument("--resolution", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--precisions", default="fp32,int8,qdq",
+                        help="fp32, int8 (QOperator) and qdq (QDQ format) (default all three)")
     parser.add_argument("--tune-trials", type=int, default=0, help="lo.tune trials per distinct node shape")
     parser.add_argument("--tune-models", help="the models to tune (default: all of --models)")
     parser.add_argument("--isa", default="auto", help="ISA of loopopt's kernels and tuning (default auto)")
@@ -186,9 +201,12 @@ def main(argv: list[str] | None = None) -> None:
         f"```\n{command}\n```",
         f"{machine_text(isa, others_share(start))} Peers: {versions_text()}.",
         (f"Networks written in this script with random weights, batch 1, {args.resolution}x{args.resolution} "
-         f"input, exported with `torch.onnx.export` (opset {OPSET}); int8: `quantize_static` in QOperator "
-         "format (Conv and MatMul quantized: uint8 activations per tensor, int8 weights per channel; the "
-         "classifier Gemm stays fp32). Times are the sum over the compute nodes (Conv, QLinearConv, Gemm) "
+         f"input, exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
+         "QOperator and in QDQ format (Conv and MatMul quantized: uint8 activations per tensor, int8 weights "
+         "per channel; the classifier Gemm stays fp32); the backend fuses each QDQ group "
+         "(DequantizeLinear -> Conv -> QuantizeLinear) into one quantized kernel, as onnxruntime fuses it "
+         "into a QLinearConv. Times are the sum over the compute nodes (Conv, QLinearConv, a fused QDQ "
+         "group, Gemm) "
          "of each node's median: loopopt through `lo.compare` (kernel runs on prepared buffers) with the "
          "backend's schedule (`ran`: the tuning log's best if it has one, else the default: the candidate "
          "`lo.tune` ranks first, chosen without compiling or measuring) and, with tuning, the `lo.tune` "
@@ -196,9 +214,14 @@ def main(argv: list[str] | None = None) -> None:
          "onnxruntime runs each node alone as a one-node model (`session.run`, its per-call overhead "
          "included). ORT/loopopt > 1: "
          "loopopt's nodes are faster in total. The output check runs the whole model through "
-         "`loopopt.onnx.backend` in strict mode (non-compute nodes on onnx.reference) against onnxruntime."),
+         "`loopopt.onnx.backend` in strict mode (non-compute nodes on onnx.reference) against onnxruntime. "
+         "The int8 check runs each quantized node (or QDQ group) on onnxruntime alone with loopopt's inputs "
+         "for it and compares the outputs in steps of the output (LSB); where they differ it counts which "
+         "one equals the exact integer reference (`loopopt.onnx.exact`: exact int32 accumulation, the "
+         "real product with the stored scales rounded half to even, saturated)."),
         "| model | precision | threads | nodes | MFLOP | loopopt ran ms | loopopt tuned ms | "
-        "onnxruntime ms | ORT/loopopt | output |\n" + "|---" * 10 + "|\n" + "\n".join(lines),
+        "onnxruntime ms | ORT/loopopt | output | int8 nodes vs onnxruntime |\n" + "|---" * 11 + "|\n"
+        + "\n".join(lines),
     ])
     print(text)
     if args.write:

@@ -1,20 +1,31 @@
 """Search the stored best fp32 (or int8) schedule of each benchmarked layer with ``lo.tune`` and write it
-to ``schedules/``.
+to this CPU's ``schedules/<cpu key>/``.
 
 Run ``python benchmarks/tune_layers.py [--int8] [--layers a,b] [--trials N] [--log FILE] [--write]``. For
 every layer ``lo.tune`` searches its register-blocked candidates (output blocks of ``ow`` columns x ``k``
 channels in vector registers, reduction orders, channels-last layouts, weights plain / packed / in VNNI
-dot groups for int8, outer loop orders, unrolling: see docs/reference/tune.md) on AVX-512, one thread,
-each candidate compiled, verified and timed in a worker process; with ``--log`` every trial goes to that
-SQLite tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
+dot groups for int8, tap dots for int8 convs with few channels per group, outer loop orders, unrolling:
+see docs/reference/tune.md) on AVX-512, one thread,
+each candidate compiled, verified and timed in a worker process (the direct algorithm only: a stored
+layer schedule is a register-blocked AVX-512 schedule); with ``--log`` every trial goes to that SQLite
+tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
 uint8 activations, int8 weights per output channel, uint8 output; the weight compensation is computed
 when the weights are packed.
 
 The winner (by minimum time, the figure least disturbed by other processes) is re-measured. fp32 winners
 get ``parallel("oh")`` for multi-threaded runs; int8 winners get the output rows moved outermost and split
 over threads only where that variant is no slower on one thread (within 2%, ``--parallel-cost``; an OpenMP
-loop nested inside ``k_o`` measured 2-20% slower). With ``--write`` the winner is saved as
-``schedules/<layer>.toml`` (int8: ``schedules/<layer>.int8.toml``).
+loop nested inside ``k_o`` measured 2-20% slower).
+
+With ``--write`` the winner goes to this CPU's directory, ``schedules/<cpu key>/<layer>.toml`` (int8:
+``<layer>.int8.toml``; the key is ``loopopt.machine.cpu_key()``), so stored schedules stay at least as fast
+as before: first the winner and the schedule the lookup returns for that name today (this CPU's, else the
+generic file, else another CPU's) are timed together, one thread, their runs interleaved, and compared by
+their minimum time; both are printed, and the winner is written only if it is at least as fast (or with
+``--force``). A new CPU directory is added to ``pyproject.toml``'s data-files, so it is installed. New
+files join the generated-C corpus (``tests/generated_corpus.py`` reads every file under ``schedules/``):
+record it again with ``python tests/test_generated_c.py --record``. ``--dir`` writes under another
+directory instead of ``schedules/`` (e.g. to try the script out).
 """
 from __future__ import annotations
 
@@ -25,15 +36,19 @@ from pathlib import Path
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
-from loopopt.machine import this_cpu
+from loopopt.machine import cpu_key, this_cpu
+from loopopt.schedule_file import list_schedules, stored_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = ROOT / "pyproject.toml"
+DATA_FILES = "[tool.setuptools.data-files]"
 LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
           "resnet50.conv1", "mobilenetv1.block3.depthwise", "mobilenetv2.block2.depthwise",
           "mobilenetv2.block3.depthwise", "mobilenetv2.block2.project")
 LANES = 16                     # fp32 / int32 lanes of an AVX-512 vector
 DOT = 4                        # input channels per int32 lane of vpdpbusd
 REMEASURE = 3                  # the winner's minimum is the best of this many measurements
+ROUNDS = 7                     # winner vs stored schedule: runs interleaved over this many rounds
 PARALLEL_COST = 1.02           # int8: the parallel variant is kept if its minimum is within 2%
 INT8_SPEC = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
 
@@ -67,21 +82,82 @@ def parallel_rows(schedule: lo.Schedule) -> lo.Schedule:
     return schedule.parallel("oh")
 
 
-def minimum(schedule: lo.Schedule, budget: float, what: str) -> float:
-    """The minimum one-thread time of ``schedule``'s AVX-512 kernel, which must be verified."""
+def one_thread(schedule: lo.Schedule) -> lo.Kernel:
+    """``schedule``'s AVX-512 kernel, on one thread."""
     kernel = schedule.compile("avx512")
     if schedule.parallel_loop is not None:
         kernel.set_threads(1)
-    timing = lo.measure(kernel, budget=budget)
+    return kernel
+
+
+def minimum(schedule: lo.Schedule, budget: float, what: str) -> float:
+    """The minimum one-thread time of ``schedule``'s AVX-512 kernel, which must be verified."""
+    timing = lo.measure(one_thread(schedule), budget=budget)
     if not timing.verified:
         raise AssertionError(f"{what} does not match the reference")
     return timing.min
 
 
+def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float) -> bool:
+    """Time ``winner`` and the schedule the lookup finds for ``name`` today together (one thread, runs
+    interleaved over ROUNDS rounds, ``budget`` seconds each), print both minima, and say whether the
+    winner is at least as fast (True when nothing is stored under ``name``)."""
+    if name not in list_schedules():
+        print(f"  {name}: nothing stored under this name yet", flush=True)
+        return True
+    stored = stored_schedule(name)
+    kernels = [one_thread(winner), one_thread(lo.load_schedule(name, op))]
+    new, old = lo.measure_all(kernels, budget=budget, rounds=ROUNDS, progress=False)
+    for label, timing in (("new winner", new), (f"stored {stored.path}", old)):
+        verdict = "" if timing.verified else "  NOT verified"
+        print(f"  {name}: {label}: min {timing.min * 1e3:.3f} ms, median {timing.median * 1e3:.3f} ms over "
+              f"{timing.repeats} runs{verdict}", flush=True)
+    print(f"  {name}: the stored one was {stored.summary()}", flush=True)
+    if not new.verified:
+        raise AssertionError(f"the winner of {name} does not match the reference")
+    return not old.verified or new.min <= old.min
+
+
+def ship(directory: Path) -> None:
+    """Add the schedule ``directory`` (a subdirectory of ``schedules/``) to pyproject.toml's data-files,
+    so ``pip install`` installs it, unless it is there already."""
+    relative = directory.relative_to(ROOT).as_posix()
+    line = f'"share/loopopt/{relative}" = ["{relative}/*.toml"]'
+    text = PYPROJECT.read_text()
+    if line in text:
+        return
+    head, found, tail = text.partition(DATA_FILES + "\n")
+    if not found:
+        raise SystemExit(f"{PYPROJECT} has no {DATA_FILES} table to add {relative} to")
+    entries, rest = tail.split("\n\n", 1)
+    PYPROJECT.write_text(f"{head}{DATA_FILES}\n{entries}\n{line}\n\n{rest}")
+    print(f"added {relative} to the data-files of {PYPROJECT}", flush=True)
+
+
+def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str,
+          root: Path) -> Path:
+    """Save the winner as ``root/<cpu key>/<layer><suffix>.toml`` (and ship that directory)."""
+    directory = root / cpu_key()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{layer}{mode.suffix}.toml"
+    description = describe(layer, mode, knobs, schedule, seconds, threads)
+    lo.save_schedule(schedule, path, description=description, isa="avx512", threads=1)
+    if knobs["weights"] == "dot":
+        # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
+        # again (the same kernel), and on other convs the file still selects the dot instruction
+        text = path.read_text()
+        path.write_text(re.sub(r'split = \["c", [123]\]', f'split = ["c", {DOT}]', text))
+    if directory.parent == ROOT / "schedules":
+        ship(directory)
+    return path
+
+
 def search(layer: str, mode: Mode, budget: float, trials: int,
            log: str | None) -> tuple[float, dict, lo.Schedule]:
-    """(best minimum time, its knobs, its schedule) found by ``lo.tune``, printing every trial."""
-    result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False)
+    """(best minimum time, its knobs, its schedule) found by ``lo.tune`` among the direct AVX-512
+    schedules (the register-blocked schedules ``describe`` reads the knobs of), printing every trial."""
+    result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False,
+                     algorithms="direct")
     print(result.table(), flush=True)
     best = next(t for t in result.trials if t.number == result.best_number)
     seconds = min([result.timing.min] + [minimum(result.best, budget, layer) for _ in range(REMEASURE - 1)])
@@ -113,18 +189,24 @@ def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds
     shared = f" {' and '.join(unrolled)} unrolled;" if unrolled else ""
     weights = dict(schedule.layouts)[op.inputs[1]]
     outer = ", ".join(name for name in knobs["outer"] if schedule.loop(name).extent > 1)
-    block = (f"a {ow} (ow) x {k} (k) output block in {ow * -(-k // LANES)} vector accumulators kept across "
+    taps = knobs["weights"] == "taps"          # lanes along ow (codegen/taps.py), else along k
+    vectors = k * -(-ow // LANES) if taps else ow * -(-k // LANES)
+    block = (f"a {ow} (ow) x {k} (k) output block in {vectors} vector accumulators kept across "
              f"{', '.join(knobs['reduction'])}")
     packed = f"weights packed to {weights} once, outside the timed call"
     if mode.name == "fp32":
         return (f"Found by benchmarks/tune_layers.py with lo.tune ({mode.rate(op, seconds)} on one core, "
                 f"AVX-512): channels-last, {block};{shared} {outer} outside; {packed}; {threads}.")
-    arithmetic = ("c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, zero-padded "
-                  "by the weight layout)" if knobs["weights"] == "dot" else
-                  "bytes widened to int32 lanes (no dot instruction)")
+    arithmetic = {"dot": "c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, "
+                         "zero-padded by the weight layout)",
+                  "taps": "a tap dot: each vpdpbusd consumes 4 kw taps per int32 lane (kw split by 4 where "
+                          "longer, zero-padded by the weight layout), the lanes along ow, the activations "
+                          "spread from windows of input columns (codegen/taps.py)"}.get(
+        knobs["weights"], "bytes widened to int32 lanes (no dot instruction)")
     return (f"Found by benchmarks/tune_layers.py --int8 with lo.tune (AVX-512 VNNI, one core of "
             f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
-            f"{mode.rate(op, seconds)}): NHWC activations and output, {packed}; {arithmetic}; {block} "
+            f"{mode.rate(op, seconds)}): {'NCHW' if taps else 'NHWC'} activations and output, {packed}; "
+            f"{arithmetic}; {block} "
             f"(int32) with the requantization fused into its store;{shared} {outer} outside; weight "
             f"compensation packed; {threads}.")
 
@@ -140,7 +222,12 @@ def main() -> None:
                         help="int8: keep the parallel variant if its one-thread minimum is at most this "
                              f"many times the serial one (default {PARALLEL_COST})")
     parser.add_argument("--write", action="store_true",
-                        help="save the winners to schedules/<layer>.toml (--int8: <layer>.int8.toml)")
+                        help="save each winner to schedules/<cpu key>/<layer>.toml (--int8: "
+                             "<layer>.int8.toml) if it is at least as fast as the one stored under that name")
+    parser.add_argument("--force", action="store_true",
+                        help="with --write: save the winners even where the stored schedule is faster")
+    parser.add_argument("--dir", type=Path, default=ROOT / "schedules",
+                        help="with --write: the schedule directory to write under (default schedules/)")
     args = parser.parse_args()
     mode = Mode("int8" if args.int8 else "fp32")
     isas = available_int_isas() if args.int8 else lo.available_isas()
@@ -153,15 +240,14 @@ def main() -> None:
         print(f"best {layer} {mode.name}: ow={knobs['pixel_block']} k={knobs['channel_block']} weights "
               f"{knobs['weights']}, {seconds * 1e3:.3f} ms, {mode.rate(mode.op(layer), seconds)}; {threads}",
               flush=True)
-        if args.write:
-            path = ROOT / "schedules" / f"{layer}{mode.suffix}.toml"
-            description = describe(layer, mode, knobs, schedule, seconds, threads)
-            lo.save_schedule(schedule, path, description=description, isa="avx512", threads=1)
-            if knobs["weights"] == "dot":
-                # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
-                # again (the same kernel), and on other convs the file still selects the dot instruction
-                text = path.read_text()
-                path.write_text(re.sub(r'split = \["c", [123]\]', f'split = ["c", {DOT}]', text))
+        if not args.write:
+            continue
+        name = f"{layer}{mode.suffix}"
+        if against_stored(name, mode.op(layer), schedule, args.budget) or args.force:
+            print(f"wrote {write(layer, mode, knobs, schedule, seconds, threads, args.dir)}", flush=True)
+        else:
+            print(f"  {name}: not written: the stored schedule is faster here (--force writes anyway)",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,24 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .codegen.isa import available_isas
 from .compare import Comparison, compare
-from .contraction import Contraction, ContractionError
+from .contraction import ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, measure, measure_all
 from .model import KernelModel, kernel_model
-from .ops import Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
+from .ops import Contraction, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
-from .schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
-from .tune import TuneError, TuneResult, TuningLogError, best_schedule, tune
+from .schedule_file import (
+    ScheduleFileError,
+    list_schedules,
+    load_schedule,
+    save_schedule,
+    stored_schedule,
+    to_toml,
+)
+from .tune import TuneError, TuneResult, TuningLogError, best_schedule, best_trial, tune
 
 __all__ = [
     "AccuracyReport",
@@ -54,6 +61,7 @@ __all__ = [
     "auto_pad",
     "available_isas",
     "best_schedule",
+    "best_trial",
     "compare",
     "dataflows",
     "dequantize",
@@ -75,6 +83,7 @@ __all__ = [
     "reuse_distances",
     "save_schedule",
     "schedule_file",
+    "stored_schedule",
     "to_toml",
     "tune",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import dataclasses
 import difflib
 import html
@@ -54,8 +55,10 @@ EXAMPLES = {
              "loopopt onnx model.onnx --tune --trials 16 --log tune.db --threads 2 --json"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
              "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json",
-             "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd"],
+             "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd",
+             "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db"],
 }
+STORED_VARIANTS = {"fp32": "", "int8": ".int8", "bf16": ".bf16"}   # stored schedule name = layer + suffix
 INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
 
 
@@ -159,7 +162,7 @@ def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: 
     """The Contraction of --contraction ``expr`` with --sizes ``name=N,...`` (a tensor's shape as
     ``NAME=AxBxC``) and --padding ``NAME,...`` (inputs read as zero outside); UsageError naming the bad
     field."""
-    from .contraction import Contraction
+    from .ops import Contraction
     if not sizes:
         raise UsageError("--contraction needs --sizes name=N,... (the extent of every dim)")
     extents: dict[str, object] = {}
@@ -200,6 +203,14 @@ def _schedule(name: str, op):
     return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
 
 
+def _origin(name: str) -> str:
+    """Where the stored schedule ``name`` (a name or TOML path) is read from and the CPU it was
+    searched on, whether that is this CPU."""
+    from .schedule_file import stored_schedule
+    stored = stored_schedule(name)
+    return f"stored schedule {stored.path}, {stored.summary()}"
+
+
 def _winograd(name: str, op):
     """The Winograd plan ``winograd2`` / ``winograd4`` names (F(2x2,3x3), F(4x4,3x3)), None for another name;
     UsageError with the reason if Winograd does not apply to ``op``."""
@@ -236,12 +247,13 @@ def _print(args: argparse.Namespace, data, text: str) -> None:
 def _default_plan(name: str, op, layer: str | None):
     """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer``
     (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their presets; Winograd,
-    F(4x4,3x3). Returns (schedule or plan, where it came from)."""
+    F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
     from .dataflows import PRESETS
     from .schedule_file import list_schedules, load_schedule
     from .winograd import plan
     if name == "winograd":
-        return plan(op, 4), "default plan F(4x4,3x3)"
+        default = plan(op)
+        return default, f"default plan {default.algorithm.removeprefix('winograd ')}"
     if name != "direct":
         return PRESETS[name](op), "preset"
     if layer in list_schedules():
@@ -249,12 +261,23 @@ def _default_plan(name: str, op, layer: str | None):
     return PRESETS["output_stationary"](op), "preset output_stationary"
 
 
-def _algorithm_rows(args: argparse.Namespace, op) -> tuple[list, list[str], dict[str, str]]:
+@dataclasses.dataclass
+class _Rows:
+    """The rows of a comparison: schedules (or Winograd plans), their labels and ISAs, the algorithms
+    skipped and why, and where the stored schedules among them come from."""
+
+    schedules: list
+    labels: list[str]
+    isas: list[str]
+    skipped: dict[str, str]
+    origins: dict[str, str]
+
+
+def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     """One schedule (or Winograd plan) per algorithm of ``--algorithms``: the fastest in ``--log`` on
-    this machine, ISA (``--isa``, resolved) and ``--threads``, else the default (``_default_plan``);
-    with their labels and the algorithms skipped."""
+    this machine and ``--threads`` and ``--isa`` (``auto``: on any ISA, each compiled for the ISA it
+    was measured on), else the default (``_default_plan``, on ``--isa``)."""
     from .codegen.isa import resolve_isa
-    from .schedule_file import schedule_from_toml
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
     from .winograd import from_name
@@ -262,40 +285,54 @@ def _algorithm_rows(args: argparse.Namespace, op) -> tuple[list, list[str], dict
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
     isa = args.isa if args.isa == "amx" else resolve_isa(args.isa, integer=op.quant is not None)
-    logged = best_by_algorithm(op, args.log, args.threads, isa) if args.log else {}   # measured as compiled
-    schedules, labels = [], []
+    measured = None if args.isa == "auto" else isa
+    logged = best_by_algorithm(op, args.log, args.threads, measured) if args.log else {}
+    rows = _Rows([], [], [], {name: reason for name, reason in why.items() if reason}, {})
     for name in (a for a in wanted if not why[a]):
         if name in logged:
-            trial = logged[name]
-            found = (from_name(op, trial.schedule)
-                     or schedule_from_toml(trial.schedule, op, f"tuning log {args.log}"))
+            trial = logged[name]                 # rebuilt as it was measured: its schedule on its ISA
+            found = from_name(op, trial.schedule) or trial.to_schedule(op, f"tuning log {args.log}")
             source = f"best of log, {trial.knobs['plan']}" if "plan" in trial.knobs else "best of log"
+            rows.isas.append(trial.isa)
         else:
             found, source = _default_plan(name, op, layer)
-        schedules.append(found)
-        labels.append(f"{name}: {source}")
-    return schedules, labels, {name: reason for name, reason in why.items() if reason}
+            rows.isas.append(isa)
+        rows.schedules.append(found)
+        rows.labels.append(f"{name}: {source}")
+        if source.startswith("stored schedule"):
+            rows.origins[rows.labels[-1]] = _origin(layer)
+    return rows
 
 
 def _comparison(args: argparse.Namespace):
     """The comparison ``args`` ask for and the algorithms skipped (``--algorithms``)."""
     from .compare import compare
     op = _op(args)
-    skipped: dict[str, str] = {}
     if args.algorithms is not None:
         if args.schedules is not None:
             raise UsageError("--algorithms chooses the rows itself; it does not combine with --schedules")
-        schedules, labels, skipped = _algorithm_rows(args, op)
+        rows = _algorithm_rows(args, op)
     else:
-        if args.log is not None:
-            raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
-        names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
-        if not names:
-            raise UsageError("--schedules is empty")
-        schedules = [_winograd(name, op) or _schedule(name, op) for name in names]
-        labels = [Path(n).name.removesuffix(".toml") for n in names]
-    return compare(op, schedules, labels, isa=args.isa, reuse=not args.no_reuse, progress=not args.quiet,
-                   threads=args.threads), skipped
+        rows = _named_rows(args, op)
+    return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
+                   progress=not args.quiet, threads=args.threads, origins=rows.origins), rows.skipped
+
+
+def _named_rows(args: argparse.Namespace, op) -> _Rows:
+    """The rows of ``--schedules``: presets, Winograd plans, stored schedules (with the CPU they were
+    searched on) and TOML files, each on ``--isa``."""
+    from .dataflows import PRESETS
+    if args.log is not None:
+        raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
+    names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
+    if not names:
+        raise UsageError("--schedules is empty")
+    plans = [_winograd(name, op) for name in names]
+    labels = [Path(n).name.removesuffix(".toml") for n in names]
+    origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
+               if plan is None and name not in PRESETS}
+    return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels,
+                 [args.isa] * len(names), {}, origins)
 
 
 def _skipped_notes(skipped: dict[str, str]) -> list[str]:
@@ -349,16 +386,36 @@ def cmd_reuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_variants(layer: str, names: set[str]) -> dict:
+    """The stored schedules of ``layer`` (``names``: every stored name) by variant (fp32, int8,
+    bf16), each the ``StoredSchedule`` the lookup finds."""
+    from .schedule_file import stored_schedule
+    return {variant: stored_schedule(layer + suffix) for variant, suffix in STORED_VARIANTS.items()
+            if layer + suffix in names}
+
+
 def cmd_layers(args: argparse.Namespace) -> int:
     from .layers import LAYERS
+    from .schedule_file import list_schedules
+    names = set(list_schedules())
     specs = [s for s in LAYERS.values() if args.filter in s.name]
-    rows = [{"name": s.name, "C": s.in_channels, "K": s.out_channels, "kernel": s.kernel_size, "HW": s.size,
-             "stride": s.stride, "padding": s.padding, "groups": s.groups, "kind": s.kind,
-             "GFLOP": round(s.conv().flops / 1e9, 3)} for s in specs]
-    line = "{name:<32} {C:>5} {K:>5} {kernel:>6} {HW:>5} {stride:>6} {groups:>6} {kind:>9} {GFLOP:>7}".format
-    header = {"name": "name", "C": "C", "K": "K", "kernel": "kernel", "HW": "HxW", "stride": "stride",
-              "groups": "groups", "kind": "kind", "GFLOP": "GFLOP"}
-    lines = [line(**header)] + [line(**r) for r in rows]
+    rows, notes = [], {}
+    line = ("{name:<32} {C:>5} {K:>5} {kernel:>6} {HW:>5} {stride:>6} {groups:>6} {kind:>9} {GFLOP:>7}  "
+            "{stored}").format
+    lines = [line(name="name", C="C", K="K", kernel="kernel", HW="HxW", stride="stride", groups="groups",
+                  kind="kind", GFLOP="GFLOP", stored="stored schedules [where searched]")]
+    for spec in specs:
+        row = {"name": spec.name, "C": spec.in_channels, "K": spec.out_channels, "kernel": spec.kernel_size,
+               "HW": spec.size, "stride": spec.stride, "padding": spec.padding, "groups": spec.groups,
+               "kind": spec.kind, "GFLOP": round(spec.conv().flops / 1e9, 3)}
+        stored = _stored_variants(spec.name, names)
+        row["stored"] = {variant: {"path": str(found.path), "cpu": found.cpu, "cpu_key": found.cpu_key,
+                                   "this_cpu": found.this_cpu} for variant, found in stored.items()}
+        cells = [f"{variant} [{notes.setdefault(found.summary(), len(notes) + 1)}]"
+                 for variant, found in stored.items()]
+        rows.append(row)
+        lines.append(line(**{**row, "stored": " ".join(cells) or "-"}))
+    lines += [f"[{number}] {summary}" for summary, number in notes.items()]
     _print(args, rows, "\n".join(lines))
     return 0
 
@@ -438,9 +495,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if op.dtype != "float32":
             raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
         op = op.with_quant(QuantSpec(**INT8_SPEC))
-    result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
-                  log=args.log, progress=sys.stderr.isatty() and not args.json, seed=args.seed,
-                  budget=args.budget, algorithms=_algorithms(args.algorithms))
+    with _executor(args.scheduler) as executor:
+        result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
+                      log=args.log, executor=executor, progress=sys.stderr.isatty() and not args.json,
+                      seed=args.seed, budget=args.budget, algorithms=_algorithms(args.algorithms))
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -455,6 +513,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
     return 0
+
+
+@contextlib.contextmanager
+def _executor(scheduler: str | None):
+    """The executor of ``loopopt tune``: None (this machine's worker process), or a client of the Dask
+    scheduler ``--scheduler`` names (``local``: a LocalCluster here)."""
+    if scheduler is None:
+        yield None
+        return
+    from .tune.cluster import dask_client
+    with dask_client(scheduler) as client:
+        yield client
 
 
 def _algorithms(text: str) -> tuple[str, ...]:
@@ -489,6 +559,10 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
                         "comma-separated subset; the result says which won and by how much (--save saves the "
                         "best schedule, never a Winograd plan)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="compile and measure on the workers of this Dask scheduler (tcp://HOST:PORT; "
+                        "'local': a LocalCluster of worker processes on this machine); needs pip install "
+                        "-e '.[distributed]'")
     p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
     p.set_defaults(run=cmd_tune)
@@ -514,10 +588,13 @@ def cmd_onnx(args: argparse.Namespace) -> int:
 
 def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     """The ``onnx`` subcommand: where a model's time goes, node by node."""
-    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm) of an ONNX model "
-                   "with static input shapes: its loopopt op, MFLOP, time with the backend's schedule (and "
-                   "tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone when "
-                   "onnxruntime is installed; totals, and a plot of where the time goes.")
+    description = ("Every compute node (Conv, QLinearConv, MatMul, QLinearMatMul, Gemm, and each fused "
+                   "DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear group of a QDQ model) of an ONNX "
+                   "model with static input shapes: its loopopt op, MFLOP, time with the backend's schedule "
+                   "(and tuned with --tune), % of peak, DRAM traffic, onnxruntime's time for the node alone "
+                   "when onnxruntime is installed, and for a quantized node how far loopopt's output is from "
+                   "onnxruntime's (in steps of the output) and which one is exact where they differ; totals, "
+                   "and a plot of where the time goes.")
     p = sub.add_parser("onnx", parents=[json_flag], help="per-node report of an ONNX model",
                        description=description, epilog=_examples("onnx"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -15,7 +15,7 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
-from .winograd import WinogradPlan
+from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
 
@@ -69,14 +69,17 @@ class Comparison:
     """Many schedules of one op with their Timing and reuse analysis, as a table and plots.
 
     ``end_to_end``, ``rounds`` and ``other_cpu_share`` say how the rows were timed (see
-    ``measure_all``); ``provenance`` where and when (``loopopt.machine.provenance``)."""
+    ``measure_all``); ``provenance`` where and when (``loopopt.machine.provenance``); ``origins``
+    where some rows' schedules come from (row name -> e.g. a stored schedule's file and the CPU it
+    was searched on)."""
 
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
                  end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
-                 provenance: dict[str, Any] | None = None):
+                 provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
         self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
         self.provenance = provenance if provenance is not None else _provenance(rows)
+        self.origins = dict(origins or {})
 
     @property
     def unit(self) -> str:
@@ -96,7 +99,8 @@ class Comparison:
             return self
         return Comparison(self.op, rows, self.profiles, self.peak, self.note, end_to_end=self.end_to_end,
                           rounds=self.rounds, other_cpu_share=self.other_cpu_share,
-                          provenance=self.provenance)
+                          provenance=self.provenance,
+                          origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins})
 
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median."""
@@ -126,6 +130,7 @@ class Comparison:
         p = self.provenance
         lines.append(f"measured on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
                      f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}")
+        lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
         return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:
@@ -151,6 +156,7 @@ class Comparison:
                   "rounds": self.rounds, "other_cpu_share": self.other_cpu_share, "noisy": self.noisy}
         return {"op": repr(self.op), "flops": self.op.flops, "peak_gflops": self.peak, "note": self.note,
                 "timing": timing, "ranking": self.ranking(), "provenance": self.provenance,
+                "origins": self.origins,
                 "rows": [asdict(r) for r in self.rows]}
 
     def to_json(self) -> str:
@@ -183,35 +189,44 @@ def _analysis():
     return analysis
 
 
-def compare(op: Op, schedules: Sequence[Schedule | WinogradPlan], names: Sequence[str] | None = None,
-            isa: str = "auto",
+def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str] | None = None,
+            isa: str | Sequence[str] = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
-            threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False) -> Comparison:
+            threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False,
+            origins: dict[str, str] | None = None) -> Comparison:
     """Compile each schedule of ``op``, time them together with their runs interleaved over
     ``rounds`` rounds (``measure_all``: ``budget`` seconds of runs each, the same noise for all),
-    verify them and (with ``reuse``) analyse their reuse.
+    verify them and (with ``reuse``) analyse their reuse. ``isa``: one for every row, or one per row
+    (e.g. the ISA each tuning-log winner was measured on).
 
     Schedules with a parallel loop run on ``threads`` threads (default 1, so every row
     is one core's work and % of peak compares like with like). ``end_to_end`` times whole
     calls, packing included; by default only the kernel runs. A ``WinogradPlan``
     (``dataflows.winograd``) is a row like a schedule (verified within its own error bound), without
     reuse analysis or kernel model (both take one schedule); every row reports its error relative to
-    the output's largest magnitude."""
+    the output's largest magnitude. ``origins``: row name -> where its schedule comes from, shown under
+    the table (``loopopt compare`` says there which CPU a stored schedule was searched on)."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
     for name, schedule in zip(names, schedules, strict=True):
-        if not isinstance(schedule, (Schedule, WinogradPlan)) or repr(schedule.op) != repr(op):
+        if not isinstance(schedule, Schedule | AnyPlan) or repr(schedule.op) != repr(op):
             raise ValueError(f"schedule {name!r} is not a Schedule of {op!r}")
+    isas = [isa] * len(schedules) if isinstance(isa, str) else list(isa)
+    if len(isas) != len(schedules):
+        raise ValueError(f"got {len(schedules)} schedules but {len(isas)} ISAs")
+    strangers = [name for name in origins or {} if name not in names]
+    if strangers:
+        raise ValueError(f"origins names {strangers} but the rows are {names}")
     single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
     analysis = _analysis() if reuse else None
     note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule) in enumerate(zip(names, schedules, strict=True)):
+    for index, (name, schedule, target) in enumerate(zip(names, schedules, isas, strict=True)):
         bar.update(index, f"{name}: compile")
-        kernel = schedule.compile(isa)
+        kernel = schedule.compile(target)
         kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
                            else 1)
         kernels.append(kernel)
@@ -239,7 +254,7 @@ def compare(op: Op, schedules: Sequence[Schedule | WinogradPlan], names: Sequenc
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
-                      provenance=provenance(isa=resolved, threads=threads))
+                      provenance=provenance(isa=resolved, threads=threads), origins=origins)
 
 
 def _provenance(rows: list[Row]) -> dict[str, Any]:

@@ -5,9 +5,11 @@ the innermost storage. On a CPU the innermost storage is the vector registers an
 the operand whose index does not change across the innermost loops is reused from there.
 Tile factors are clamped to the loop extents, so every preset applies to any convolution
 (1, 2 or 3 spatial dims, odd sizes, groups, depthwise) and, where meaningful, to a Matmul.
-The presets name a convolution's loops through its windows: ``outs`` are the output
-positions (2-D: ``oh, ow``), ``taps`` the filter taps (``kh, kw``), the last output
-position (``ow``) is "the output column"; the docstrings spell the 2-D case.
+The presets name a convolution's loops through its roles: ``outs`` are the windows' output
+positions (2-D: ``oh, ow``), ``taps`` their filter taps (``kh, kw``), the last output
+position (``ow``) is "the output column", ``channel_dim`` the output channels (``k``),
+``reduction_channel_dim`` the input channels (``c``) and the other output dims the positions
+(``n``); the docstrings spell a Conv2d's names.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .expr import Var
 from .layout import moved_last
 from .ops import Op
 from .schedule import Schedule
-from .winograd import WinogradPlan, plan
+from .winograd import AnyPlan, plan
 
 LANES = 16
 
@@ -40,7 +42,8 @@ def _channels_last(schedule: Schedule) -> Schedule:
     letters = op.tensor(weights).letters
     channel_axes = (op.index(weights).index(Var(op.reduction_channel_dim)), op.weight_channel_axis)
     order = [a for a in range(len(letters)) if a not in channel_axes] + list(channel_axes)
-    tags = {source: moved_last(op.tensor(source).letters, 1), weights: "".join(letters[a] for a in order),
+    tags = {source: moved_last(op.tensor(source).letters, len(_positions(op))),
+            weights: "".join(letters[a] for a in order),
             op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
     for tensor, tag in tags.items():
         schedule = schedule.layout(tensor, tag)
@@ -55,6 +58,13 @@ def _outs(op: Op) -> tuple[str, ...]:
 def _taps(op: Op) -> tuple[str, ...]:
     """A convolution's filter tap loops (2-D: ``kh, kw``)."""
     return tuple(w.tap_dim for w in op.windows)
+
+
+def _positions(op: Op) -> tuple[str, ...]:
+    """A convolution's output loops that are neither channels nor window positions (2-D: ``n``)."""
+    outs = _outs(op)
+    return tuple(d for d in op.dim_names
+                 if d not in op.reduction_dims and d != op.channel_dim and d not in outs)
 
 
 def _gemm(op: Op) -> bool:
@@ -97,7 +107,7 @@ def interchanged(op: Op) -> Schedule:
     if _gemm(op):
         _, cols, red, _ = _gemm_dims(op)
         return schedule.reorder(red, cols).vectorize(cols)
-    return schedule.reorder("c", *_taps(op), *_outs(op)).vectorize(_outs(op)[-1])
+    return schedule.reorder(op.reduction_channel_dim, *_taps(op), *_outs(op)).vectorize(_outs(op)[-1])
 
 
 def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 64) -> Schedule:
@@ -113,7 +123,8 @@ def tiled(op: Op, k: int = 16, c: int = 16, ow: int = 16, i: int = 32, j: int = 
         rows, cols, red, _ = _gemm_dims(op)
         return _tile(schedule, **{rows: i, red: k, cols: j}).vectorize(f"{cols}_i")
     column = _outs(op)[-1]
-    return _tile(schedule, k=k, c=c, **{column: ow}).vectorize(f"{column}_i")
+    schedule = _tile(schedule, **{op.channel_dim: k, op.reduction_channel_dim: c, column: ow})
+    return schedule.vectorize(f"{column}_i")
 
 
 def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: int = 8) -> Schedule:
@@ -128,8 +139,9 @@ def output_stationary(op: Op, k: int = LANES, ow: int = 8, j: int = LANES, i: in
     if _gemm(op):
         rows, cols, _, first = _gemm_dims(op)
         return _tile(schedule, **{rows: i, cols: j}).vectorize(f"{cols}_i").register_block(first)
-    schedule = _tile(schedule, **{_outs(op)[-1]: ow}, k=k)
-    return _channels_last(schedule.vectorize("k_i")).register_block("c")
+    schedule = _tile(schedule, **{_outs(op)[-1]: ow, op.channel_dim: k})
+    schedule = _channels_last(schedule.vectorize(f"{op.channel_dim}_i"))
+    return schedule.register_block(op.reduction_channel_dim)
 
 
 def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
@@ -145,9 +157,11 @@ def weight_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
         rows, cols, red, _ = _gemm_dims(op)
         schedule = _tile(schedule, **{cols: j})
         return schedule.reorder(f"{cols}_o", red, rows).vectorize(f"{cols}_i")
-    schedule = _tile(schedule, k=k)
-    schedule = schedule.reorder("k_o", "c", *_taps(op), "n", *_outs(op))
-    return _channels_last(schedule.vectorize("k_i"))
+    channel = op.channel_dim
+    schedule = _tile(schedule, **{channel: k})
+    schedule = schedule.reorder(f"{channel}_o", op.reduction_channel_dim, *_taps(op), *_positions(op),
+                                *_outs(op))
+    return _channels_last(schedule.vectorize(f"{channel}_i"))
 
 
 def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
@@ -163,16 +177,19 @@ def input_stationary(op: Op, k: int = LANES, j: int = LANES) -> Schedule:
         _, cols, red, _ = _gemm_dims(op)
         schedule = _tile(schedule, **{cols: j}).reorder(red, f"{cols}_o")
         return schedule.vectorize(f"{cols}_i")
-    schedule = _tile(schedule, k=k)
-    schedule = schedule.reorder("n", "c", *_outs(op), *_taps(op), "k_o")
-    return _channels_last(schedule.vectorize("k_i"))
+    channel = op.channel_dim
+    schedule = _tile(schedule, **{channel: k})
+    schedule = schedule.reorder(*_positions(op), op.reduction_channel_dim, *_outs(op), *_taps(op),
+                                f"{channel}_o")
+    return _channels_last(schedule.vectorize(f"{channel}_i"))
 
 
 def _gemm_view(op: Op) -> Schedule:
     """A conv as ``O[m, k] += I2col[m, r] * W[k, r]``: loops ``m = (n, oh, ow)``, ``k``,
-    ``r = (c, kh, kw)``."""
-    schedule = Schedule(op).reorder("n", *_outs(op), "k")
-    return _fused(_fused(schedule, ("n",) + _outs(op), "m"), ("c",) + _taps(op), "r")
+    ``r = (c, kh, kw)`` (the loops as the op's roles name them)."""
+    schedule = Schedule(op).reorder(*_positions(op), *_outs(op), op.channel_dim)
+    schedule = _fused(schedule, _positions(op) + _outs(op), "m")
+    return _fused(schedule, (op.reduction_channel_dim,) + _taps(op), "r")
 
 
 def _fused(schedule: Schedule, loops: tuple[str, ...], name: str) -> Schedule:
@@ -196,8 +213,8 @@ def implicit_gemm(op: Op, m: int = 8, k: int = LANES) -> Schedule:
     """
     if _gemm(op):
         return output_stationary(op, i=m, j=k)
-    schedule = _tile(_gemm_view(_conv_only(op, "implicit_gemm")), m=m, k=k)
-    return _channels_last(schedule.vectorize("k_i")).register_block("r")
+    schedule = _tile(_gemm_view(_conv_only(op, "implicit_gemm")), **{"m": m, op.channel_dim: k})
+    return _channels_last(schedule.vectorize(f"{op.channel_dim}_i")).register_block("r")
 
 
 def im2col(op: Op, m: int = 64) -> Schedule:
@@ -209,17 +226,21 @@ def im2col(op: Op, m: int = 64) -> Schedule:
     reading ``col[r, m]`` from the input through the im2col index. The weight
     ``W[k, r]`` stays in a register while a row of ``m`` outputs streams (vector lanes).
     """
-    schedule = _gemm_view(_conv_only(op, "im2col")).reorder("k", "r", "m")
+    schedule = _gemm_view(_conv_only(op, "im2col")).reorder(op.channel_dim, "r", "m")
     return _tile(schedule, m=m).vectorize("m_i")
 
 
-def winograd(op: Op, m: int = 4, gemm_rows: int = 7, gemm_cols: int = 4 * LANES) -> WinogradPlan:
-    """Winograd F(m x m, 3 x 3) (``m`` 2 or 4) of a float32 2-D conv with a 3x3 kernel, stride 1,
-    dilation 1, groups 1: not one Schedule but a pipeline of five ops, each with its own Schedule
-    (input transform in two passes, a batched GEMM over the ``(m+2)**2`` tile positions
-    register-blocked ``gemm_rows x gemm_cols``, output transform in two passes with the bias), see
-    ``loopopt.winograd``. ``.compile()`` gives a kernel ``lo.measure`` times and verifies against
-    its own error bound. Not in ``PRESETS`` (whose presets return one Schedule)."""
+def winograd(op: Op, m: int | None = None, gemm_rows: int | None = None,
+             gemm_cols: int | None = None) -> AnyPlan:
+    """Winograd F(m x m, 3 x 3) of a 2-D conv with a 3x3 kernel, stride 1, dilation 1, groups 1.
+
+    float32 (``m`` 4, the default, or 2): not one Schedule but a pipeline of five ops, each with its
+    own Schedule (input transform in two passes, a batched GEMM over the ``(m+2)**2`` tile positions
+    register-blocked ``gemm_rows x gemm_cols``, default 7 x 64, output transform in two passes with
+    the bias), see ``loopopt.winograd``; ``.compile()`` gives a kernel ``lo.measure`` times and
+    verifies against its own error bound. Quantized (``m`` 2, the default): the exact int8
+    F(2x2,3x3) pipeline of ``loopopt.winograd_int8``, bit for bit the direct kernels' output. Not in
+    ``PRESETS`` (whose presets return one Schedule)."""
     return plan(op, m, gemm_rows, gemm_cols)
 
 

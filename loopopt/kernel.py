@@ -31,10 +31,11 @@ from .codegen.binary import (
     packed_elements,
 )
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import FORMATS, LUT, generate_lut, lut_bytes, pack_lut, table_entries
+from .codegen.isa import INT_ISAS, ISAS, QUANT_FLAGS, bf16_dot_available, cpu_flags, resolve_isa
+from .codegen.lut import LUT, generate_lut, lut_nest, pack_lut
+from .codegen.lut_format import FORMATS
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, compensation_entries, stored_weights, weight_compensation
+from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .codegen.tiles import (
     TileShape,
@@ -44,10 +45,9 @@ from .codegen.tiles import (
     pack_activations,
     pack_weights,
 )
-from .quant import PARAM_NAMES, QuantParams, check_quant_params, requant_multiplier
+from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule, ScheduleError
 
-QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8}
 
@@ -257,7 +257,7 @@ class QuantizedKernel(Kernel):
         if name == "Y":
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
-            return compensation_entries(op)
+            return compensation_entries(op, self.plan)
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:
@@ -265,22 +265,9 @@ class QuantizedKernel(Kernel):
         return op.channels if name.startswith("lo_") else super()._elements(name)
 
     def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
-        """Validated parameters of one call (ValueError/TypeError naming the bad value)."""
-        unknown = sorted(set(params) - set(PARAM_NAMES))
-        if unknown:
-            raise TypeError(f"unknown quantization parameter(s) {', '.join(unknown)}; "
-                            f"the names are {', '.join(PARAM_NAMES)} (as in ONNX QLinearConv)")
-        missing = [n for n in self.op.quant.parameters if params.get(n) is None]
-        if missing:
-            raise ValueError(f"{self.op!r} is quantized: pass {', '.join(missing)} "
-                             f"(kernel(x, w, b, {', '.join(f'{n}=...' for n in self.op.quant.parameters)}))")
-        bias = arrays[2] if len(arrays) > 2 else None
-        qp = check_quant_params(self.op.quant, self.op.channels, *(params.get(n) for n in PARAM_NAMES),
-                                xq=arrays[0] if arrays else None, wq=arrays[1] if len(arrays) > 1 else None,
-                                bias=bias)
-        if qp.y_scale is not None:
-            requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
-        return qp
+        """Validated parameters of one call (ValueError/TypeError naming the bad value;
+        ``quant.check_call``)."""
+        return check_call(self.op.quant, self.op.channels, repr(self.op), list(arrays), params)
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each."""
@@ -323,17 +310,14 @@ class QuantizedKernel(Kernel):
             return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if plan.compensation == "packed":
-            comp = self._copy("lo_comp", weight_compensation(op, wq, qp.w_zero_point))
+            comp = self._copy("lo_comp", compensation_table(op, plan, wq, qp.w_zero_point))
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
         values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,
                   "lo_xsum": self._zeros("lo_xsum", (self._elements("lo_xsum"),), np.int32),
                   "lo_zx": int(qp.x_zero_point), "lo_zy": int(qp.y_zero_point or 0)}
-        if spec.requantized:
-            mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k,))
-            values["lo_mult"] = self._copy("lo_mult", np.asarray(mult, dtype=np.float32))
-        elif spec.scaled:
-            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
+        mult = output_multipliers(spec, qp, k)
+        if mult is not None:
             values["lo_mult"] = self._copy("lo_mult", mult)
         return values
 
@@ -426,8 +410,7 @@ class BinaryKernel(QuantizedKernel):
         values[op.output] = self._zeros(op.output, op.tensor(op.output).shape,
                                         np.float32 if op.quant.dequantized else np.int32)
         if op.quant.scaled:
-            mult = (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
-            values["lo_mult"] = self._copy("lo_mult", mult)
+            values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
         return self.bind(values)
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
@@ -435,20 +418,20 @@ class BinaryKernel(QuantizedKernel):
 
 
 class LutKernel(QuantizedKernel):
-    """A ternary GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare`` packs the
-    weights to 4-bit group indices (and sign bits); the call, parameters and outputs are the int8
-    kernels'."""
+    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
+    packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
+    call, parameters and outputs are the int8 kernels'."""
 
     @property
     def format(self):
-        """The table-lookup format (``codegen.lut.FORMATS``)."""
+        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
         return FORMATS[self.schedule.weight_format_mode]
 
     def _elements(self, name: str) -> int:
         if name == self.op.inputs[1]:
-            return lut_bytes(self.op, self.format)
+            return lut_nest(self.schedule).shape.packed_bytes
         if name == LUT:
-            return table_entries(self.op, self.format)
+            return lut_nest(self.schedule).table_entries
         return super()._elements(name)
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
@@ -484,10 +467,17 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     return BinaryKernel(schedule, generated, module, popcount)
 
 
+def _openmp_flags(generated: Generated) -> tuple[str, ...]:
+    """Compile and link flags of a kernel with a parallel loop (none without)."""
+    return ("-fopenmp",) if generated.openmp else ()
+
+
 def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
-    module = compile_c(generated.source, generated.cdef, generated.isa.compile_flags + QUANT_FLAGS)
+    openmp = _openmp_flags(generated)
+    flags = generated.isa.compile_flags + QUANT_FLAGS + openmp
+    module = compile_c(generated.source, generated.cdef, flags, openmp)
     if generated.plan is None:
         return Bf16TileKernel(schedule, generated, module)
     return TileKernel(schedule, generated, module, generated.plan)
@@ -510,7 +500,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
         module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
         return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
-    openmp = ("-fopenmp",) if generated.openmp else ()
+    openmp = _openmp_flags(generated)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags

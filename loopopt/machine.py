@@ -12,6 +12,11 @@ The fingerprint (16 hex digits) hashes the CPU vendor, model name, family/model/
 feature flags, logical CPU count and cache geometry: what decides which schedule is fastest.
 The compiler is not part of it (it keys the profile file instead), so results recorded on
 this machine keep matching after a compiler update.
+
+The CPU key (``cpu_key()``, e.g. ``intel-6-143-avx2-avx512-vnni-bf16-amx``) is coarser: vendor, family,
+model and the instruction sets loopopt generates code for. Machines with one key run the same kernels
+on the same cores (core count, cache sizes of the part and stepping aside), so a schedule searched on one
+is the answer on the others: stored schedules are kept per CPU key (``schedules/<key>/``).
 """
 from __future__ import annotations
 
@@ -34,8 +39,10 @@ from typing import Any
 from .amx import amx_available, amx_peak_gops
 from .atomic import host_lock, write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
+from .codegen.amx import AMX
 from .codegen.arith import BF16_PAIR
 from .codegen.isa import (
+    BF16_DOT_FLAGS,
     BF16_ISAS,
     INT_ISAS,
     ISA_PREFERENCE,
@@ -52,6 +59,11 @@ PROFILE_FORMAT = 4          # 2: bfloat16 peaks; 3: the int8 peaks include the A
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
+# what the CPU key says about the instruction sets: each feature loopopt has kernels for and the
+# /proc/cpuinfo flags it needs
+KEY_FEATURES = (("avx2", ISAS["avx2"].cpu_flags), ("avx512", ISAS["avx512"].cpu_flags),
+                ("vnni", INT_ISAS["avx512"].cpu_flags), ("bf16", BF16_DOT_FLAGS), ("amx", AMX.cpu_flags))
+VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
 PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
 AMX_PEAKS = {"int8": "int8", "bfloat16": "bf16"}   # profile dtype -> amx_peak_gops dtype
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
@@ -140,6 +152,16 @@ def fingerprint_of(identity: CpuIdentity, caches: tuple[Cache, ...]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def cpu_key_of(identity: CpuIdentity) -> str:
+    """The CPU key of ``identity`` (module docstring): vendor, family, model and the features of
+    ``KEY_FEATURES`` it has, lower case, joined by ``-`` (a directory name)."""
+    def part(text: str) -> str:
+        return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in text.lower()) or "unknown"
+    parts = [VENDORS.get(identity.vendor) or part(identity.vendor), part(identity.family.replace("?", "")),
+             part(identity.model_number.replace("?", ""))]
+    return "-".join(parts + [name for name, flags in KEY_FEATURES if set(flags) <= identity.flags])
+
+
 @lru_cache(maxsize=1)
 def this_cpu() -> CpuIdentity:
     """This machine's CPU identity (read once per process)."""
@@ -154,6 +176,11 @@ def this_cpu() -> CpuIdentity:
 def fingerprint() -> str:
     """This machine's fingerprint (see the module docstring)."""
     return fingerprint_of(this_cpu(), os_caches())
+
+
+def cpu_key() -> str:
+    """This CPU's key (see the module docstring): where its stored schedules are kept."""
+    return cpu_key_of(this_cpu())
 
 
 def loopopt_version() -> str:
@@ -178,10 +205,10 @@ def utc_now() -> str:
 
 
 def provenance(isa: str | None = None, threads: int | None = None) -> dict[str, Any]:
-    """Where and how a result was produced: loopopt version, machine fingerprint, CPU model and
-    vendor, ISA, C compiler, threads and UTC time (``isa``/``threads`` only when given)."""
+    """Where and how a result was produced: loopopt version, machine fingerprint, CPU model, vendor
+    and key, ISA, C compiler, threads and UTC time (``isa``/``threads`` only when given)."""
     record: dict[str, Any] = {"loopopt": loopopt_version(), "fingerprint": fingerprint(),
-                              "cpu": this_cpu().model, "vendor": this_cpu().vendor}
+                              "cpu": this_cpu().model, "vendor": this_cpu().vendor, "cpu_key": cpu_key()}
     if isa is not None:
         record["isa"] = isa
     record["compiler"] = compiler_version()
@@ -195,22 +222,31 @@ class OtherMachineWarning(UserWarning):
     """A stored result (e.g. a schedule) was recorded on another machine."""
 
 
-def machine_mismatch(recorded: Mapping[str, Any]) -> str | None:
-    """How the machine of provenance ``recorded`` differs from this one, naming both CPUs
-    ("on X (...); this machine is Y (...)"); None when it matches or records nothing to
-    compare (the fingerprint when recorded, else the CPU vendor)."""
-    here = this_cpu()
+def same_cpu(recorded: Mapping[str, Any]) -> bool | None:
+    """Whether provenance ``recorded`` names this CPU: by its CPU key when recorded, else its
+    fingerprint, else its vendor (another vendor is another CPU; the same one says nothing); None
+    when it records nothing to tell."""
+    if "cpu_key" in recorded:
+        return recorded["cpu_key"] == cpu_key()
     if "fingerprint" in recorded:
-        differs = recorded["fingerprint"] != fingerprint()
-    elif "vendor" in recorded:
-        differs = recorded["vendor"] != here.vendor
-    else:
+        return recorded["fingerprint"] == fingerprint()
+    if "vendor" in recorded and recorded["vendor"] != this_cpu().vendor:
+        return False
+    return None
+
+
+def machine_mismatch(recorded: Mapping[str, Any]) -> str | None:
+    """How the CPU of provenance ``recorded`` differs from this one, naming both CPUs
+    ("on X (...); this machine is Y (...)"); None when it is this CPU or the record cannot tell
+    (``same_cpu``)."""
+    if same_cpu(recorded) is not False:
         return None
-    if not differs:
-        return None
-    details = ", ".join(f"{key} {recorded[key]}" for key in ("vendor", "fingerprint") if key in recorded)
+    here = this_cpu()
+    details = ", ".join(f"{key} {recorded[key]}" for key in ("vendor", "cpu_key", "fingerprint")
+                        if key in recorded)
     there = f"{recorded.get('cpu', 'an unnamed CPU')} ({details})"
-    return f"on {there}; this machine is {here.model} (vendor {here.vendor}, fingerprint {fingerprint()})"
+    return (f"on {there}; this machine is {here.model} (vendor {here.vendor}, CPU key {cpu_key()}, "
+            f"fingerprint {fingerprint()})")
 
 
 # --- other processes' CPU time ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
 from .quant_reference import random_call, reference_output
 from .quant_reference import tolerance as quant_tolerance
-from .winograd import WinogradKernel
+from .winograd import AnyKernel, WinogradKernel
 
 SPREAD_LIMIT = 0.10        # IQR / median above which a run is noisy
 MAX_REPEATS = 200          # timed runs per kernel at most
@@ -155,7 +155,7 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return relative * op.magnitude(*magnitudes) + flushed
 
 
-Measurable = Kernel | WinogradKernel
+Measurable = Kernel | AnyKernel
 
 
 def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -203,7 +203,8 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else
-                     quant_tolerance(op, block, params, kernel.schedule.arithmetic_mode == "dequantize"))
+                     quant_tolerance(op, block, params, kernel.algorithm == "direct"
+                                     and kernel.schedule.arithmetic_mode == "dequantize"))
         error = np.abs(result[rows].astype(np.float64) - expected.astype(np.float64))
         ok, worst = ok and bool(np.all(error <= bound)), max(worst, float(error.max(initial=0.0)))
         largest = max(largest, float(np.abs(expected).max(initial=0.0)))
@@ -238,7 +239,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     if not budget > 0:
         raise ValueError(f"budget must be > 0 seconds, got {budget}")
     for kernel in kernels:
-        if not isinstance(kernel, (Kernel, WinogradKernel)):
+        if not isinstance(kernel, Measurable):
             hint = ("; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile")
                     else "")
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")

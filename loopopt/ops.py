@@ -1,12 +1,16 @@
 """Operations as polyhedral objects: iteration domain, accesses, dependences, reference.
 
-An op is one reduction statement ``out[...] += in0[...] * in1[...]`` over a box of
-named dimensions, minus the instances excluded by ``guards`` (the padding taps of a
-convolution). Its accesses are quasi-affine expressions of the dimensions.
+An op is one reduction statement ``out[...] += in0[...] * in1[...]`` over a box of named dimensions,
+minus the instances excluded by ``guards`` (the padding taps of a convolution); its accesses are
+quasi-affine expressions of the dimensions. ``Contraction`` is the one op class: it reads the statement
+written out (the language of ``loopopt.contraction``) and derives the domain, accesses, guards, roles
+and reference. ``Conv1d``/``Conv2d``/``Conv3d``, ``Matmul`` and ``Gemm`` are its constructors with
+PyTorch's and ONNX's parameters: each writes the statement of its arguments.
 """
 from __future__ import annotations
 
 import math
+import string
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Optional
@@ -16,9 +20,9 @@ import numpy as np
 
 from .bf16 import BFLOAT16, bf16_values
 from .buffers import available_memory, check_memory
-from .expr import Bound, Const, Expr, Var
-from .quant import qconv2d_accumulators, qmatmul_accumulators
-from .reference import conv_reference, matmul_reference
+from .contraction import ContractionError, axis_letters, linear_form, parse
+from .expr import Bound, Expr, Var
+from .quant import qcontraction_accumulators
 
 if TYPE_CHECKING:
     from .quant import QuantSpec
@@ -68,7 +72,8 @@ class TensorInfo:
 
 
 class Op:
-    """Common polyhedral view of a reduction op; subclasses fill in the specifics.
+    """Common polyhedral view of a reduction op over its dims, tensor indices and guards (all given by
+    ``Contraction``, the one op class).
 
     Besides the polyhedral view an op describes the roles of its dims and tensors, so that
     codegen, quantization and analysis never ask which class an op is: its output channels
@@ -82,27 +87,24 @@ class Op:
     inputs: tuple[str, str]
     output: str
     quant: Optional["QuantSpec"]
-    bias: bool = False
-    groups: int = 1
+    dtype: str
+    bias: bool
+    BIAS: Optional[str]              # the bias tensor's name
+    guards: tuple[Bound, ...]        # constraints beyond the box: padding taps are excluded
+    windows: tuple[Window, ...]      # the sliding-window axes (a convolution's rows and columns)
+    groups: int
     channel_dim: str                 # the dim of the output channels (per-channel parameters)
     reduction_channel_dim: str       # the reduction dim over input channels (a VNNI dot group)
     weight_channel_axis: int         # axis of the output channels in the weights (inputs[1])
     output_channel_axis: int         # axis of the output channels in the output
-    BIAS = "B"
+    reference_sizes: tuple[int, int, int]   # elements the reference holds per leading row (and weights)
 
-    # --- provided by subclasses ------------------------------------------------
     def tensor(self, name: str) -> TensorInfo:
         raise NotImplementedError
 
     def index(self, name: str) -> tuple[Expr, ...]:
         """The logical index of tensor ``name`` accessed by the statement."""
         raise NotImplementedError
-
-    @property
-    def guards(self) -> tuple[Bound, ...]:
-        """Constraints beyond the box that define the domain: the taps of a padded window axis
-        that fall into the padding are excluded."""
-        return tuple(Bound(w.input_index, 0, w.size) for w in self.windows if w.padded)
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -123,12 +125,6 @@ class Op:
         return offset
 
     @property
-    def scales(self) -> Optional[tuple[float, float]]:
-        """``(alpha, beta)`` of an output ``alpha * sum + beta * bias`` (a Gemm's), None for the plain
-        ``sum + bias``: the scaled output is formed by a pass after the nest."""
-        return None
-
-    @property
     def call_tensors(self) -> tuple[str, ...]:
         """The tensors a call passes, in order: inputs, then the bias if the op has one."""
         return self.inputs + ((self.BIAS,) if self.bias else ())
@@ -139,11 +135,6 @@ class Op:
         return self.extent(self.channel_dim)
 
     @property
-    def windows(self) -> tuple[Window, ...]:
-        """The sliding-window axes (a convolution's rows and columns); () for a GEMM."""
-        return ()
-
-    @property
     def output_positions(self) -> int:
         """Output positions per output channel, times the groups: one activation sum each."""
         return int(np.prod(self.tensor(self.output).shape)) // self.channels * self.groups
@@ -151,10 +142,6 @@ class Op:
     def with_quant(self, quant: Optional["QuantSpec"]) -> "Op":
         """The same op shape, quantized as ``quant`` describes (None: float32)."""
         return type(self)(**{**self.arguments, "quant": quant})
-
-    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
-        """The exact int32 accumulators ``sum (x - zx) * (w - zw[channel])`` of quantized inputs."""
-        raise NotImplementedError
 
     # --- polyhedral view -----------------------------------------------------------
     @property
@@ -237,9 +224,6 @@ class Op:
         """Number of statement instances (multiply-accumulates), padding taps excluded."""
         return _count(self.domain)
 
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Random logical-layout inputs for testing and timing."""
-        raise NotImplementedError
 
     def operand_values(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         """The values the kernel multiplies: the inputs as given (float32), or rounded to bfloat16."""
@@ -247,21 +231,8 @@ class Op:
             return arrays
         return tuple(bf16_values(a, name) for a, name in zip(arrays, self.inputs))
 
-    def reference(self, *arrays: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def magnitude(self, *arrays: np.ndarray) -> np.ndarray:
-        """``sum |terms|`` of each output for non-negative ``arrays`` (the call's): the reference with
-        every coefficient made non-negative, what an error bound scales with."""
-        return self.reference(*arrays)
 
     # --- memory of the reference ---------------------------------------------------------
-    @property
-    def reference_sizes(self) -> tuple[int, int, int]:
-        """Elements of one leading row (a conv's batch item, a matmul's row) of the padded
-        activations and of the output, and of the weights: what the reference copies."""
-        raise NotImplementedError
-
     def reference_bytes(self, rows: int) -> int:
         """Bytes the reference and the verification against it hold at once for ``rows`` leading
         rows: wide (8-byte) copies of the padded activations and weights, and a few output-sized
@@ -272,11 +243,12 @@ class Op:
     @property
     def leading_rows(self) -> bool:
         """The reference may run on slices of the leading axis of the output: that axis is also the
-        leading axis of the first input and no other input's (a conv's batch, a matmul's rows)."""
-        first = self.index(self.output)[0]
-        return (isinstance(first, Var) and self.index(self.inputs[0])[0] == first
+        leading axis of the first input, in no other axis of it and no other input (a conv's batch, a
+        matmul's rows)."""
+        first, (lead, *others) = self.index(self.output)[0], self.index(self.inputs[0])
+        return (isinstance(first, Var) and lead == first
                 and all(first.name not in e.variables()
-                        for t in self.call_tensors[1:] for e in self.index(t)))
+                        for e in others + [e for t in self.call_tensors[1:] for e in self.index(t)]))
 
     def reference_blocks(self) -> list[slice]:
         """Slices of the leading axis of the activations and the output (a conv's batch, a matmul's
@@ -294,6 +266,351 @@ class Op:
         return [slice(start, min(start + rows, total)) for start in range(0, total, rows)]
 
 
+class Contraction(Op):
+    """An op from a statement ``OUT[...] += IN0[...] * IN1[...]`` (the language of ``loopopt.contraction``).
+
+    ``sizes`` gives the extent of every dim, and optionally an input's (or the bias') shape (by tensor
+    name; default: the extents its indices reach). ``padding``: the inputs read as zero outside their
+    shape, as names (each axis padded as far as its index reaches) or as a dict of one ``(begin, end)``
+    pair per axis by name; the instances that read the padding are excluded from the domain (``guards``).
+    An access of any other tensor outside its shape is an error. ``bias``: an addend of each output
+    element, as an access of output dims, e.g. ``"B[k]"`` (called after the inputs). The output is
+    ``alpha * sum + beta * bias``. ``letters``: layout letters by tensor name (default: from the
+    indices). Dims are the loops, in the output's order then the reductions' order of appearance.
+
+    A statement in a convolution's form, ``O[p..., k, o...] += I[p..., c', o*s + r*d - pad, ...] *
+    W[..., k, ..., c, ..., r, ...]`` (at least one position dim ``p``; ``c'`` is ``c`` or a grouped
+    channel ``(k // (K/g)) * C/g + c``; each window's ``o`` an output dim the weights do not read,
+    ``r`` a reduction dim they read plainly), has ``windows`` and ``groups`` as a ConvNd's.
+    """
+
+    def __init__(self, expr: str, sizes: dict, padding=(), bias: Optional[str] = None, dtype: str = "float32",
+                 quant: Optional["QuantSpec"] = None, *, alpha: float = 1.0, beta: float = 1.0,
+                 letters: Optional[dict] = None):
+        if not isinstance(expr, str):
+            raise TypeError(f"Contraction takes the statement as a string, got {expr!r}")
+        self.expr, self.dtype, self.quant = expr, _dtype(dtype, quant), quant
+        self.alpha, self.beta = _real(alpha, "alpha"), _real(beta, "beta")
+        statement = parse(expr, bias)
+        self.accesses = statement.accesses
+        (first, second), out = statement.inputs, statement.output
+        self.inputs, self.output = (first.tensor, second.tensor), out.tensor
+        self.BIAS, self.bias = (statement.bias.tensor, True) if statement.bias else (None, False)
+        self.dims = tuple((name, self._extent(sizes, name)) for name in statement.dims)
+        self.reduction_dims = statement.reductions
+        self.shapes, self.input_pads = self._shapes(sizes, padding, statement.numerators)
+        self.padding = tuple(self.input_pads)
+        self.letters_of = {name: (letters or {}).get(name) or axis_letters(access.index)
+                           for name, access in self.accesses.items()}
+        self.arguments = dict(expr=expr, sizes=dict(sizes), padding=padding if isinstance(padding, dict) else
+                              self.padding, bias=bias, dtype=self.dtype, alpha=self.alpha, beta=self.beta,
+                              letters=letters)
+        out_dims = [e.name for e in out.index]
+        self.channel_dim = k = next((d for d in reversed(out_dims) if Var(d) in second.index), out_dims[-1])
+        # the reduction over input channels: read plainly by the weights, and by the activations in axes
+        # without other output dims than the channels (a window's taps are read with its output positions)
+        reductions = statement.dims[len(out_dims):]
+        reading = lambda d: [e.variables() for e in first.index if d in e.variables()]
+        channels = [d for d in reductions if Var(d) in second.index and reading(d)
+                    and all(dims & set(out_dims) <= {k} for dims in reading(d))]
+        self.reduction_channel_dim = (channels or list(reductions) or [k])[-1]
+        self.weight_channel_axis = second.index.index(Var(k)) if Var(k) in second.index else 0
+        self.output_channel_axis = out.index.index(Var(k))
+        if quant is not None:
+            self._check_quantizable()
+
+    # --- construction --------------------------------------------------------------------------
+    def _check_quantizable(self) -> None:
+        """ContractionError unless the quantized kernels compensate this statement exactly: the weights
+        (second input) indexed by distinct plain dims, among them the output channel dim (per-channel
+        parameters) and a reduction dim; the activations not indexed by the channel dim but through
+        groups (one activation sum per output position); no padding taps outside windows (the compensation
+        would vary with the position: windows give it border classes); a bias per output channel; no
+        alpha, beta."""
+        x, w = self.inputs
+        k = self.channel_dim
+        index = self.index(w)
+        plain = all(isinstance(e, Var) for e in index) and len(set(index)) == len(index)
+        reasons = [
+            (not plain, f"the weights {w} must be indexed by distinct plain dims, not "
+                        f"[{', '.join(e.to_c() for e in index)}]"),
+            (Var(k) not in self.index(w), f"the weights {w} must be indexed by the output channel dim {k!r}"),
+            (not self.reduction_dims & {e.name for e in self.index(w) if isinstance(e, Var)},
+             f"the weights {w} must be indexed by a reduction dim"),
+            (self.groups == 1 and any(k in e.variables() for e in self.index(x)),
+             f"the activations {x} must not be indexed by the output channel dim {k!r}"),
+            (bool(self.guards) and not self.windows,
+             f"padding {list(self.padding)} leaves taps out near the borders (quantize a Conv1d/2d/3d, or "
+             f"a statement in its form, whose windows give them border classes)"),
+            (self.bias and self.bias_offset() != Var(k),
+             f"the bias {self.BIAS} must be indexed by {k!r} alone"),
+            (self.scales is not None, f"the output is scaled (alpha={self.alpha}, beta={self.beta}): the "
+                                      f"quantized kernels form sum * x_scale * w_scale (+ bias) only"),
+        ]
+        bad = [reason for failed, reason in reasons if failed]
+        if bad:
+            raise ContractionError(f"contraction {self.expr!r} cannot be quantized: {'; '.join(bad)}")
+
+    def _extent(self, sizes: dict, name: str) -> int:
+        if not isinstance(sizes, dict):
+            raise TypeError(f"sizes must be a dict of dim extents (and tensor shapes), got {sizes!r}")
+        known = set(self.accesses) | {v for a in self.accesses.values() for e in a.index
+                                      for v in e.variables()}
+        unknown = sorted(set(sizes) - known)
+        if unknown:
+            raise ContractionError(
+                f"sizes names {', '.join(map(repr, unknown))}, neither a dim nor a tensor of {self.expr!r}")
+        if name not in sizes:
+            missing = [d for d in known - set(self.accesses) - set(sizes)]
+            raise ContractionError(
+                f"sizes has no extent for dim(s) {', '.join(map(repr, sorted(missing)))} of {self.expr!r}")
+        value = sizes[name]
+        if not _integer(value) or value < 1:
+            raise ContractionError(f"the extent of dim {name!r} must be a positive integer, got {value!r}")
+        return int(value)
+
+    def _range(self, expr: Expr) -> tuple[int, int]:
+        """The least and greatest value of ``expr`` over the box of the dims."""
+        names = ", ".join(self.dim_names)
+        box = " and ".join(f"0 <= {n} < {e}" for n, e in self.dims)
+        values = isl.Map(f"{{ {STATEMENT}[{names}] -> [{expr.to_isl()}] : {box} }}").range()
+        point = lambda s: s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+        return point(values.lexmin()), point(values.lexmax())
+
+    def _padded(self, padding) -> dict:
+        """``padding`` as a dict of the padded inputs: per-axis ``(begin, end)`` pairs, or None (as far as
+        the index reaches)."""
+        given = padding if isinstance(padding, dict) else dict.fromkeys(
+            (padding,) if isinstance(padding, str) else tuple(padding))
+        for name, pairs in given.items():
+            if name not in self.inputs:
+                raise ContractionError(f"padding names {name!r}, not an input of {self.expr!r} (inputs: "
+                                       f"{', '.join(self.inputs)})")
+            rank = len(self.accesses[name].index)
+            if pairs is not None and not (len(pairs) == rank and all(
+                    len(p) == 2 and all(_integer(v) and v >= 0 for v in p) for p in pairs)):
+                raise ContractionError(f"padding[{name!r}] must be {rank} (begin, end) pairs of ints >= 0, "
+                                       f"got {pairs!r}")
+        return given
+
+    def _shapes(self, sizes: dict, padding, numerators) -> tuple[dict, dict]:
+        """Every tensor's shape and the padded inputs' per-axis pads, checking that accesses stay inside
+        (with the padding) and that the numerators of ``//`` and ``%`` are never negative."""
+        given_pads = self._padded(padding)
+        for numerator, position in numerators:
+            low, _ = self._range(numerator)
+            if low < 0:
+                raise ContractionError(
+                    f"contraction {self.expr!r}: the numerator {numerator.to_c()!r} of the "
+                    f"division at position {position} reaches {low}; it must stay >= 0")
+        shapes, pads = {}, {}
+        for name, access in self.accesses.items():
+            if name == self.output:
+                shapes[name] = tuple(self.extent(e.name) for e in access.index)
+                continue
+            ranges = [self._range(e) for e in access.index]
+            given = sizes.get(name)
+            if given is None:
+                given = tuple(high + 1 for _, high in ranges)
+                for axis, (low, high) in enumerate(ranges):
+                    if high < 0:
+                        raise ContractionError(
+                            f"contraction {self.expr!r}: {name} axis {axis} is indexed by "
+                            f"{access.index[axis].to_c()!r}, from {low} to {high}, never inside the tensor; "
+                            f"give its shape in sizes")
+            elif not (isinstance(given, (tuple, list)) and len(given) == len(access.index)):
+                raise ContractionError(
+                    f"sizes[{name!r}] must be a shape of {len(access.index)} ints, got {given!r}")
+            pairs = given_pads.get(name) or tuple((max(0, -low), max(0, high + 1 - size))
+                                                  for (low, high), size in zip(ranges, given))
+            for axis, ((low, high), size, (begin, end)) in enumerate(zip(ranges, given, pairs)):
+                where = (f"contraction {self.expr!r}: {name} axis {axis} is indexed by "
+                         f"{access.index[axis].to_c()!r}, from {low} to {high}, outside its size {size}")
+                if name not in given_pads and (low < 0 or high >= size):
+                    raise ContractionError(f"{where}; pass padding=[{name!r}] to read zeros there, or change "
+                                           f"the sizes")
+                if low < -begin or high >= size + end:
+                    raise ContractionError(f"{where} padded by {(begin, end)}")
+            shapes[name] = tuple(int(v) for v in given)
+            if name in given_pads:
+                pads[name] = tuple((int(b), int(e)) for b, e in pairs)
+        return shapes, pads
+
+    # --- the op --------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{n}={e}" for n, e in self.dims)
+        extra = "".join(f", {name}={value!r}" for name, value, default in (
+            ("padding", list(self.padding), []), ("bias", self.arguments["bias"], None),
+            ("alpha", self.alpha, 1.0), ("beta", self.beta, 1.0),
+            ("letters", self.arguments["letters"], None))
+            if value != default)
+        quant = f", quant={self.quant}" if self.quant else ""
+        return f"Contraction({self.expr!r}, {sizes}{extra}{_dtype_repr(self)}{quant})"
+
+    def tensor(self, name: str) -> TensorInfo:
+        letters = self.letters_of[self._known(name)]
+        role = "output" if name == self.output else "bias" if name == self.BIAS else "input"
+        return TensorInfo(name, self.shapes[name], letters, role, letters)
+
+    def index(self, name: str) -> tuple[Expr, ...]:
+        return self.accesses[self._known(name)].index
+
+    def _known(self, name: str) -> str:
+        if name not in self.accesses:
+            raise ValueError(f"{self!r} has no tensor {name!r}: its tensors are {', '.join(self.accesses)}")
+        return name
+
+    @cached_property
+    def guards(self) -> tuple[Bound, ...]:
+        """``0 <= index < size`` on every padded axis of a padded input."""
+        return tuple(Bound(expr, 0, size) for name, pairs in self.input_pads.items()
+                     for expr, size, pair in zip(self.index(name), self.shapes[name], pairs)
+                     if pair != (0, 0))
+
+    @property
+    def scales(self) -> Optional[tuple[float, float]]:
+        """``(alpha, beta)`` of an output ``alpha * sum + beta * bias`` (a Gemm's), None for the plain
+        ``sum + bias``: the scaled output is formed by a pass after the nest."""
+        if self.alpha == 1.0 and (self.beta == 1.0 or not self.bias):
+            return None
+        return self.alpha, self.beta if self.bias else 0.0
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        """The sliding-window axes of a statement in a convolution's form (class docstring), else ()."""
+        return self._convolution[0]
+
+    @property
+    def groups(self) -> int:
+        """The channel groups of a statement in a convolution's form (class docstring), else 1."""
+        return self._convolution[1]
+
+    @cached_property
+    def _convolution(self) -> tuple[tuple[Window, ...], int]:
+        x, w = self.inputs
+        k, c = self.channel_dim, self.reduction_channel_dim
+        index, weights = self.index(x), self.index(w)
+        windows: list[Window] = []
+        while len(windows) < len(index) - 1:
+            window = self._window(len(index) - 1 - len(windows))
+            if window is None:
+                break
+            windows.insert(0, window)
+        spatial = [d for win in windows for d in (win.out_dim, win.tap_dim)]
+        positions = tuple(e for e in self.index(self.output) if e != Var(k) and e.name not in spatial)
+        groups = self._groups(index[-len(windows) - 1])
+        conv = (windows and groups and positions and index[:-len(windows) - 1] == positions
+                and len(set(spatial)) == len(spatial) and c not in spatial and Var(k) in weights
+                and Var(c) in weights)
+        return (tuple(windows), groups) if conv else ((), 1)
+
+    def _window(self, axis: int) -> Optional[Window]:
+        """The window of the first input's ``axis``: its index ``o*s + r*d - pad`` (``o`` an output dim
+        the weights do not read, ``r`` a reduction dim they read plainly, ``s, d >= 1``), else None."""
+        x, w = self.inputs
+        form = linear_form(self.index(x)[axis])
+        if form is None:
+            return None
+        (terms, constant), weights = form, self.index(w)
+        outs = [d for d in terms if d not in self.reduction_dims]
+        taps = [d for d in terms if d in self.reduction_dims]
+        if len(outs) != 1 or len(taps) != 1 or constant > 0 or min(terms.values()) < 1:
+            return None
+        (o,), (r,) = outs, taps
+        if o == self.channel_dim or any(o in e.variables() for e in weights) or Var(r) not in weights:
+            return None
+        end = self.input_pads[x][axis][1] if x in self.input_pads else 0
+        return Window(o, r, self.extent(o), self.extent(r), terms[o], -constant, terms[r],
+                      self.shapes[x][axis], end)
+
+    def _groups(self, channel: Expr) -> Optional[int]:
+        """The groups of the activations' channel index: ``c`` 1, ``(k // (K/g)) * C/g + c`` g, else None."""
+        k, c = self.channel_dim, self.reduction_channel_dim
+        per_group = lambda g: (Var(k) // (self.channels // g)) * self.extent(c) + Var(c)
+        grouped = lambda g: channel == (Var(c) if g == 1 else per_group(g))
+        return next((g for g in range(1, self.channels + 1) if self.channels % g == 0 and grouped(g)), None)
+
+    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
+        """The exact int32 accumulators ``sum (x - zx) * (w - zw[channel])`` of quantized inputs."""
+        return qcontraction_accumulators(self._product, xq, wq, x_zero_point, w_zero_point,
+                                         self.weight_channel_axis)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random logical-layout inputs (and bias) for testing and timing."""
+        rng = np.random.default_rng(seed)
+        return {t: rng.standard_normal(self.shapes[t]).astype(np.float32) for t in self.call_tensors}
+
+    def reference(self, *arrays: np.ndarray) -> np.ndarray:
+        """float64 ``alpha * einsum(IN0 gathered, IN1 gathered) + beta * bias`` (bfloat16: the inputs
+        rounded to bf16), independent of the generated code: each input is read at its index for every
+        value of its dims (zeros in the padding); the bias, if passed, is broadcast over the output."""
+        return self._scaled(self.alpha, self.beta, *arrays)
+
+    def magnitude(self, *arrays: np.ndarray) -> np.ndarray:
+        """``sum |terms|`` of each output for non-negative ``arrays`` (the call's): the reference with
+        every coefficient made non-negative, what an error bound scales with."""
+        return self._scaled(abs(self.alpha), abs(self.beta), *arrays)
+
+    def _scaled(self, alpha: float, beta: float, first, second, bias=None) -> np.ndarray:
+        result = alpha * self._product(*self.operand_values(first, second))
+        if bias is not None:
+            extents = self._extents(first)
+            out = "".join(self._letter(e.name) for e in self.index(self.output))
+            result = result + beta * _expanded(*self._gathered(self.BIAS, bias, extents), out)
+        return result
+
+    def _product(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """float64 ``einsum(IN0 gathered, IN1 gathered)``: the sum of the products, no bias; on the rows of
+        ``first`` given (``leading_rows``)."""
+        extents = self._extents(first)
+        (x, xs), (w, ws) = (self._gathered(t, a, extents) for t, a in zip(self.inputs, (first, second)))
+        out = "".join(self._letter(e.name) for e in self.index(self.output))
+        return np.einsum(f"{xs},{ws}->{out}", x, w, optimize=True)
+
+    def _extents(self, first: np.ndarray) -> dict[str, int]:
+        """The dims' extents, the leading one as many as ``first`` has rows (``leading_rows``)."""
+        extents = dict(self.dims)
+        if self.leading_rows:
+            extents[self.index(self.output)[0].name] = np.shape(first)[0]
+        return extents
+
+    def _gathered(self, name: str, array: np.ndarray, extents: dict[str, int]) -> tuple[np.ndarray, str]:
+        """``array`` read at the tensor's index for every value of its dims (zero in the padding), and the
+        einsum letters of those dims; an array indexed by distinct dims over its whole shape is a view."""
+        index, array = self.index(name), np.asarray(array, np.float64)
+        if len(set(index)) == len(index) and all(isinstance(e, Var) and extents[e.name] == size
+                                                 for e, size in zip(index, array.shape)):
+            return array, "".join(self._letter(e.name) for e in index)
+        dims = sorted(set().union(*(e.variables() for e in index)), key=self.dim_names.index)
+        grids = np.meshgrid(*(np.arange(extents[d]) for d in dims), indexing="ij", sparse=True)
+        positions = [np.asarray(e.evaluate(dict(zip(dims, grids)))) for e in index]
+        padded = [axis for axis, pair in enumerate(self.input_pads.get(name, ())) if pair != (0, 0)]
+        inside = [(positions[axis] >= 0) & (positions[axis] < array.shape[axis]) for axis in padded]
+        for axis in padded:
+            positions[axis] = np.clip(positions[axis], 0, array.shape[axis] - 1)
+        values = np.asarray(array[tuple(positions)])
+        for mask in inside:
+            values *= mask
+        return values, "".join(self._letter(d) for d in dims)
+
+    def _letter(self, dim: str) -> str:
+        return string.ascii_letters[self.dim_names.index(dim)]
+
+    @property
+    def reference_sizes(self) -> tuple[int, int, int]:
+        """Elements of one leading row of the gathered first input and of the output, and of the gathered
+        second input: what the reference holds."""
+        gathered = [math.prod(self.extent(d) for d in set().union(*(e.variables() for e in self.index(t))))
+                    for t in self.inputs]
+        rows = self.shapes[self.output][0]
+        return -(-gathered[0] // rows), math.prod(self.shapes[self.output]) // rows, gathered[1]
+
+
+def _expanded(values: np.ndarray, letters: str, out: str) -> np.ndarray:
+    """``values`` over dims ``letters`` (a subset of ``out``) broadcast to the dims ``out``."""
+    order = [c for c in out if c in letters]
+    moved = np.einsum(f"{letters}->{''.join(order)}", values)
+    return moved.reshape([moved.shape[order.index(c)] if c in letters else 1 for c in out])
 def _count(domain: isl.Set) -> int:
     card = domain.card()
     text = card.to_str()
@@ -406,22 +723,24 @@ def _spatial(axis: int, out: bool = False) -> property:
     return property(lambda self: (self.out_sizes if out else self.sizes)[axis])
 
 
-class ConvNd(Op):
-    """Convolution over 1, 2 or 3 spatial dims with PyTorch's semantics, e.g. in 2-D
-    ``O[n,k,oh,ow] += I[n,c',ih,iw] * W[k,c,kh,kw]``.
+def _real(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise TypeError(f"{what} must be a finite real number, got {value!r}")
+    return float(value)
 
-    ``c`` runs over the input channels of ``k``'s group, ``c' = (k // (K/groups)) * (C/groups) + c``,
-    ``ih = oh*stride_h - pad_h + kh*dil_h`` and likewise for every spatial dim. The spatial dims
-    are lettered ``D, H, W`` (the last ones for fewer dims); their loops are ``o<letter>`` (output
-    positions) and ``k<letter>`` (filter taps). Conv1d, Conv2d and Conv3d name the sizes.
+
+class ConvNd(Contraction):
+    """Convolution over 1, 2 or 3 spatial dims with PyTorch's semantics, e.g. in 2-D the Contraction
+    ``O[n,k,oh,ow] += I[n,c',oh*stride_h+kh*dil_h-pad_h,ow*stride_w+kw*dil_w-pad_w] * W[k,c,kh,kw]``
+    (``+ B[k]``) with its input padded by the per-side pads.
+
+    ``c`` runs over the input channels of ``k``'s group, ``c' = (k // (K/groups)) * (C/groups) + c``.
+    The spatial dims are lettered ``D, H, W`` (the last ones for fewer dims); their loops are
+    ``o<letter>`` (output positions) and ``k<letter>`` (filter taps). Conv1d, Conv2d and Conv3d name
+    the sizes.
     """
 
-    inputs = ("I", "W")
-    output = "O"
-    channel_dim = "k"
-    reduction_channel_dim = "c"
-    weight_channel_axis = 0
-    output_channel_axis = 1
     SIZES: tuple[str, ...] = ()      # the constructor's names of the input's spatial sizes
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride, padding, dilation,
@@ -434,17 +753,13 @@ class ConvNd(Op):
         self.stride = _per_dim(stride, spatial, "stride")
         self.dilation = _per_dim(dilation, spatial, "dilation")
         self.pads = _pads(padding, spatial, self.kernel_size, self.stride, self.dilation)
-        symmetric = all(lo == hi for lo, hi in self.pads)
-        self.padding = tuple(lo for lo, _ in self.pads) if symmetric else self.pads
-        self.groups = _positive(groups, "groups")
-        self.batch = _positive(batch, "batch")
+        groups, self.batch = _positive(groups, "groups"), _positive(batch, "batch")
         self.sizes = tuple(_positive(v, name) for v, name in zip(sizes, self.SIZES))
-        self.bias = _flag(bias, "bias")
+        bias = _flag(bias, "bias")
         for what, channels in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
-            if channels % self.groups:
-                raise ValueError(f"{what}={channels} is not divisible by groups={self.groups}")
-        self.dtype = _dtype(dtype, quant)
-        self.quant = quant
+            if channels % groups:
+                raise ValueError(f"{what}={channels} is not divisible by groups={groups}")
+        _dtype(dtype, quant)
         spans = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
         padded = tuple(size + lo + hi for size, (lo, hi) in zip(self.sizes, self.pads))
         if any(span > size for span, size in zip(spans, padded)):
@@ -452,16 +767,27 @@ class ConvNd(Op):
                 f"kernel_size={self.kernel_size} with dilation={self.dilation} spans "
                 f"{'x'.join(map(str, spans))}, larger than the padded input {'x'.join(map(str, padded))}")
         self.out_sizes = tuple((size - span) // s + 1 for size, span, s in zip(padded, spans, self.stride))
-        self.arguments = dict(in_channels=self.in_channels, out_channels=self.out_channels,
-                              kernel_size=self.kernel_size, stride=self.stride, padding=self.pads,
-                              dilation=self.dilation, groups=self.groups, bias=self.bias, batch=self.batch,
-                              **dict(zip(self.SIZES, self.sizes)), dtype=self.dtype)
+        arguments = dict(in_channels=self.in_channels, out_channels=self.out_channels,
+                         kernel_size=self.kernel_size, stride=self.stride, padding=self.pads,
+                         dilation=self.dilation, groups=groups, bias=bias, batch=self.batch,
+                         **dict(zip(self.SIZES, self.sizes)), dtype=dtype)
         self.letters = SPATIAL_LETTERS[len(SPATIAL_LETTERS) - spatial:]
-        outs = tuple((f"o{x.lower()}", size) for x, size in zip(self.letters, self.out_sizes))
-        taps = tuple((f"k{x.lower()}", size) for x, size in zip(self.letters, self.kernel_size))
-        self.dims = ((("n", self.batch), ("k", self.out_channels)) + outs
-                     + (("c", self.in_channels // self.groups),) + taps)
-        self.reduction_dims = frozenset({"c"} | {name for name, _ in taps})
+        outs, taps = ([f"{prefix}{x.lower()}" for x in self.letters] for prefix in "ok")
+        kg, cg = self.out_channels // groups, self.in_channels // groups
+        channel = "c" if groups == 1 else f"(k//{kg})*{cg}+c"
+        scaled = lambda dim, factor: dim if factor == 1 else f"{dim}*{factor}"
+        positions = [f"{scaled(o, s)}+{scaled(t, d)}" + (f"-{lo}" if lo else "")
+                     for o, t, s, d, (lo, _) in zip(outs, taps, self.stride, self.dilation, self.pads)]
+        pads = {"I": ((0, 0), (0, 0)) + self.pads} if any(lo or hi for lo, hi in self.pads) else {}
+        super().__init__(
+            f"O[n,k,{','.join(outs)}] += I[n,{channel},{','.join(positions)}] * W[k,c,{','.join(taps)}]",
+            dict(n=self.batch, k=self.out_channels, **dict(zip(outs, self.out_sizes)), c=cg,
+                 **dict(zip(taps, self.kernel_size)), I=(self.batch, self.in_channels) + self.sizes),
+            pads, "B[k]" if bias else None, dtype, quant,
+            letters=dict(I="NC" + self.letters, W="OI" + self.letters, O="NC" + self.letters, B="C"))
+        self.arguments = arguments
+        symmetric = all(lo == hi for lo, hi in self.pads)
+        self.padding = tuple(lo for lo, _ in self.pads) if symmetric else self.pads
 
     def __repr__(self) -> str:
         spatial = len(self.SIZES)
@@ -473,64 +799,6 @@ class ConvNd(Op):
         return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
                 f"kernel_size={self.kernel_size}{extra}, bias={self.bias}, batch={self.batch}{sizes}"
                 f"{_dtype_repr(self)}{q})")
-
-    def tensor(self, name: str) -> TensorInfo:
-        activations, weights = "NC" + self.letters, "OI" + self.letters
-        infos = {
-            "I": TensorInfo("I", (self.batch, self.in_channels) + self.sizes, activations, "input",
-                            activations),
-            "W": TensorInfo("W", (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
-                            weights, "input", weights),
-            "O": TensorInfo("O", (self.batch, self.out_channels) + self.out_sizes, activations, "output",
-                            activations),
-            "B": TensorInfo("B", (self.out_channels,), "C", "bias", "C"),
-        }
-        if name not in infos:
-            raise ValueError(f"{type(self).__name__} has no tensor {name!r}: its tensors are I, W, O, B")
-        return infos[name]
-
-    @property
-    def windows(self) -> tuple[Window, ...]:
-        outs, taps = self.dim_names[2:2 + len(self.sizes)], self.dim_names[3 + len(self.sizes):]
-        fields = zip(outs, taps, self.out_sizes, self.kernel_size, self.stride, self.pads, self.dilation,
-                     self.sizes)
-        return tuple(Window(out, tap, o, t, s, lo, d, size, hi)
-                     for out, tap, o, t, s, (lo, hi), d, size in fields)
-
-    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
-        return qconv2d_accumulators(xq, wq, x_zero_point, w_zero_point, self.stride, self.pads,
-                                    self.dilation, self.groups)
-
-    def index(self, name: str) -> tuple[Expr, ...]:
-        n, k, c = Var("n"), Var("k"), Var("c")
-        kg, cg = self.out_channels // self.groups, self.in_channels // self.groups
-        windows = self.windows
-        channel = c if self.groups == 1 else (k // kg) * cg + c
-        table = {"I": (n, channel) + tuple(w.input_index for w in windows),
-                 "W": (k, c) + tuple(Var(w.tap_dim) for w in windows),
-                 "O": (n, k) + tuple(Var(w.out_dim) for w in windows), "B": (k,)}
-        if name not in table:
-            raise ValueError(f"{type(self).__name__} has no tensor {name!r}: its tensors are I, W, O, B")
-        return table[name]
-
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        arrays = {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in ("I", "W")}
-        if self.bias:
-            arrays["B"] = rng.standard_normal(self.out_channels).astype(np.float32)
-        return arrays
-
-    def reference(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """float64 reference output ``O[N,K,*OS]`` (bfloat16: of the inputs rounded to bf16)."""
-        x, w = self.operand_values(x, w)
-        return conv_reference(x, w, b, stride=self.stride, padding=self.pads, dilation=self.dilation,
-                              groups=self.groups)
-
-    @property
-    def reference_sizes(self) -> tuple[int, int, int]:
-        padded = math.prod(size + lo + hi for size, (lo, hi) in zip(self.sizes, self.pads))
-        return (self.in_channels * padded, self.out_channels * math.prod(self.out_sizes),
-                self.out_channels * self.in_channels // self.groups * math.prod(self.kernel_size))
 
 
 class Conv1d(ConvNd):
@@ -580,21 +848,24 @@ class Conv3d(ConvNd):
 BATCH_LETTERS = "BDEFGH"
 
 
-class Matmul(Op):
-    """Matrix multiply ``C[b..., i, j] += A[b..., i, k] * B[b..., k, j]``: A is ``batch + (m, k)``
-    (``(k, m)`` if ``trans_a``), B ``batch + (k, n)`` (``(n, k)`` if ``trans_b``), C ``batch + (m, n)``.
+class Matmul(Contraction):
+    """Matrix multiply, the Contraction ``C[b..., i, j] += A[b..., i, k] * B[b..., k, j]``: A is
+    ``batch + (m, k)`` (``(k, m)`` if ``trans_a``), B ``batch + (k, n)`` (``(n, k)`` if ``trans_b``), C
+    ``batch + (m, n)``.
 
     Batch dims are loops ``b`` (one) or ``b0, b1, ...`` and letters ``B, D, E, ...`` of the layouts
     (A ``MK``, B ``KN``, C ``MN`` after them).
     """
 
-    inputs = ("A", "B")
-    output = "C"
-    channel_dim = "j"
-    reduction_channel_dim = "k"
-
     def __init__(self, m: int, n: int, k: int, batch=(), trans_a: bool = False, trans_b: bool = False,
                  dtype: str = "float32", quant: Optional["QuantSpec"] = None):
+        self._shape(m, n, k, batch, trans_a, trans_b)
+        self._contract("C", dtype, quant)
+        self.arguments = dict(m=self.m, n=self.n, k=self.k, batch=self.batch, trans_a=self.trans_a,
+                              trans_b=self.trans_b, dtype=self.dtype)
+
+    def _shape(self, m, n, k, batch, trans_a, trans_b) -> None:
+        """Check and set the shape arguments."""
         self.m, self.n, self.k = (_positive(v, name) for v, name in ((m, "m"), (n, "n"), (k, "k")))
         if _integer(batch):
             batch = (batch,)
@@ -603,16 +874,23 @@ class Matmul(Op):
                             f"got {batch!r}")
         self.batch = tuple(_positive(v, "batch") for v in batch)
         self.trans_a, self.trans_b = _flag(trans_a, "trans_a"), _flag(trans_b, "trans_b")
-        self.dtype = _dtype(dtype, quant)
-        self.quant = quant
-        self.arguments = dict(m=self.m, n=self.n, k=self.k, batch=self.batch, trans_a=self.trans_a,
-                              trans_b=self.trans_b, dtype=self.dtype)
+
+    def _contract(self, output: str, dtype: str, quant, c_shape=None, **scales) -> None:
+        """The statement of the shape into ``output`` (Gemm: plus the bias ``C`` of ``c_shape``)."""
         names = ("b",) if len(self.batch) == 1 else tuple(f"b{i}" for i in range(len(self.batch)))
         self.batch_dims = tuple(zip(names, self.batch))
-        self.dims = self.batch_dims + (("i", self.m), ("j", self.n), ("k", self.k))
-        self.reduction_dims = frozenset({"k"})
-        self.weight_channel_axis = len(self.batch) + (0 if self.trans_b else 1)
-        self.output_channel_axis = len(self.batch) + 1
+        lead, letters = "".join(f"{b}," for b in names), BATCH_LETTERS[:len(self.batch)]
+        bias = None
+        if c_shape is not None:   # the trailing axes of the output, an axis of extent 1 broadcast (index 0)
+            axes = (("i", self.m), ("j", self.n))[2 - len(c_shape):]
+            bias = f"C[{','.join('0' if size == 1 else dim for (dim, _), size in zip(axes, c_shape))}]"
+        super().__init__(
+            f"{output}[{lead}i,j] += A[{lead}{'k,i' if self.trans_a else 'i,k'}] * "
+            f"B[{lead}{'j,k' if self.trans_b else 'k,j'}]",
+            dict(self.batch_dims, i=self.m, j=self.n, k=self.k, **({"C": c_shape} if c_shape else {})),
+            bias=bias, dtype=dtype, quant=quant, **scales,
+            letters={"C": "MN"[2 - len(c_shape or ()):], "A": letters + ("KM" if self.trans_a else "MK"),
+                     "B": letters + ("NK" if self.trans_b else "KN"), output: letters + "MN"})
 
     def __repr__(self) -> str:
         extra = "".join(f", {name}={value}" for name, value, default in (
@@ -621,72 +899,30 @@ class Matmul(Op):
         q = f", quant={self.quant}" if self.quant else ""
         return f"Matmul(m={self.m}, n={self.n}, k={self.k}{extra}{_dtype_repr(self)}{q})"
 
-    def _axes(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
-        """Per tensor: (loop, letter, extent) of each logical axis."""
-        batch = tuple((name, letter, size) for (name, size), letter in zip(self.batch_dims, BATCH_LETTERS))
-        i, j, k = ("i", "M", self.m), ("j", "N", self.n), ("k", "K", self.k)
-        return {"A": batch + ((k, i) if self.trans_a else (i, k)),
-                "B": batch + ((j, k) if self.trans_b else (k, j)),
-                self.output: batch + (i, j)}
-
-    def _axes_of(self, name: str) -> tuple[tuple[str, str, int], ...]:
-        axes = self._axes()
-        if name not in axes:
-            raise ValueError(f"{type(self).__name__} has no tensor {name!r}: its tensors are "
-                             f"{', '.join(axes)}")
-        return axes[name]
-
-    def tensor(self, name: str) -> TensorInfo:
-        axes = self._axes_of(name)
-        letters = "".join(letter for _, letter, _ in axes)
-        role = "output" if name == self.output else "bias" if name == self.bias_tensor else "input"
-        return TensorInfo(name, tuple(size for _, _, size in axes), letters, role, letters)
-
-    def index(self, name: str) -> tuple[Expr, ...]:
-        """Each axis' dim; an axis of extent 1 of the bias (broadcast) is indexed 0."""
-        broadcast = name == self.bias_tensor
-        return tuple(Const(0) if broadcast and size == 1 else Var(loop)
-                     for loop, _, size in self._axes_of(name))
-
-    def integer_accumulators(self, xq: np.ndarray, wq: np.ndarray, x_zero_point, w_zero_point) -> np.ndarray:
-        return qmatmul_accumulators(xq, wq, x_zero_point, w_zero_point, self.trans_a, self.trans_b)
-
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        return {t: rng.standard_normal(self.tensor(t).shape).astype(np.float32) for t in self.call_tensors}
-
-    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """float64 reference ``C = op(A) @ op(B)`` (bfloat16: of the inputs rounded to bf16)."""
-        return matmul_reference(*self.operand_values(a, b), trans_a=self.trans_a, trans_b=self.trans_b)
-
-    @property
-    def reference_sizes(self) -> tuple[int, int, int]:
-        rows = self.tensor(self.output).shape[0]
-        return (math.prod(self.tensor("A").shape) // rows, math.prod(self.tensor(self.output).shape) // rows,
-                math.prod(self.tensor("B").shape))
-
 
 class Gemm(Matmul):
-    """ONNX's (and BLAS's) Gemm ``Y = alpha * op(A) @ op(B) + beta * C``: A is ``(m, k)`` (``(k, m)`` if
-    ``trans_a``), B ``(k, n)`` (``(n, k)`` if ``trans_b``), Y ``(m, n)``; C (the op's bias, called
-    as ``kernel(A, B, C)``) has ``c_shape``, broadcast to ``(m, n)``: ``(m, n)``, ``(n,)``, ``(1, n)``,
-    ``(m, 1)``, ``(1,)`` or ``(1, 1)``; ``c_shape=None``: no C (``Y = alpha * op(A) @ op(B)``).
+    """ONNX's (and BLAS's) Gemm ``Y = alpha * op(A) @ op(B) + beta * C``: the Contraction ``Y[i,j] +=
+    A[i,k] * B[k,j]`` with bias C and scales alpha, beta. A is ``(m, k)`` (``(k, m)`` if ``trans_a``), B
+    ``(k, n)`` (``(n, k)`` if ``trans_b``), Y ``(m, n)``; C (called as ``kernel(A, B, C)``) has
+    ``c_shape``, broadcast to ``(m, n)``: ``(m, n)``, ``(n,)``, ``(1, n)``, ``(m, 1)``, ``(1,)`` or
+    ``(1, 1)``; ``c_shape=None``: no C (``Y = alpha * op(A) @ op(B)``).
 
     Dims ``i, j, k`` as Matmul's; letters ``MK``, ``KN``, ``MN`` (C: the trailing ones of ``MN``). The
     kernel adds C in the nest (alpha = beta = 1) or forms ``alpha * sum + beta * C`` in a pass after it.
     """
 
-    output = "Y"
-    BIAS = "C"
-
     def __init__(self, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,
                  alpha: float = 1.0, beta: float = 1.0, c_shape="mn", dtype: str = "float32",
                  quant: Optional["QuantSpec"] = None):
         if quant is not None:
-            raise ValueError("a Gemm is not quantized (got quant=...): quantize a Matmul, whose bias-free "
+            raise ValueError("a Gemm is not quantized (got quant=...): ONNX has no quantized Gemm, and "
+                             "onnxruntime's QGemm adds an int32 C broadcast over rows to the accumulators "
+                             "and scales the sum by alpha, where the quantized kernels add a bias per output "
+                             "channel and scale by x_scale * w_scale; quantize a Matmul, whose bias-free "
                              "output the quantized kernels scale")
-        super().__init__(m, n, k, trans_a=trans_a, trans_b=trans_b, dtype=dtype)
-        self.alpha, self.beta = _real(alpha, "alpha"), _real(beta, "beta")
+        self._shape(m, n, k, (), trans_a, trans_b)
+        _dtype(dtype, quant)
+        alpha, beta = _real(alpha, "alpha"), _real(beta, "beta")
         shapes = {(self.m, self.n), (self.n,), (1, self.n), (self.m, 1), (1,), (1, 1)}
         c_shape = (self.m, self.n) if c_shape == "mn" else c_shape
         if c_shape is not None and (not isinstance(c_shape, (tuple, list)) or tuple(c_shape) not in shapes):
@@ -694,7 +930,7 @@ class Gemm(Matmul):
                              f"allowed "
                              f"{', '.join(map(str, sorted(shapes, key=len)))} or None (no C)")
         self.c_shape = None if c_shape is None else tuple(int(v) for v in c_shape)
-        self.bias = self.c_shape is not None
+        self._contract("Y", dtype, None, self.c_shape, alpha=alpha, beta=beta)
         self.arguments = dict(m=self.m, n=self.n, k=self.k, trans_a=self.trans_a, trans_b=self.trans_b,
                               alpha=self.alpha, beta=self.beta, c_shape=self.c_shape, dtype=self.dtype)
 
@@ -703,35 +939,3 @@ class Gemm(Matmul):
             ("trans_a", self.trans_a, False), ("trans_b", self.trans_b, False), ("alpha", self.alpha, 1.0),
             ("beta", self.beta, 1.0), ("c_shape", self.c_shape, (self.m, self.n))) if value != default)
         return f"Gemm(m={self.m}, n={self.n}, k={self.k}{extra}{_dtype_repr(self)})"
-
-    def _axes(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
-        axes = super()._axes()
-        if self.c_shape is not None:
-            axes[self.BIAS] = axes[self.output][len(axes[self.output]) - len(self.c_shape):]
-            axes[self.BIAS] = tuple((loop, letter, size) for (loop, letter, _), size
-                                    in zip(axes[self.BIAS], self.c_shape))
-        return axes
-
-    @property
-    def scales(self) -> Optional[tuple[float, float]]:
-        if self.alpha == 1.0 and (self.beta == 1.0 or not self.bias):
-            return None
-        return self.alpha, self.beta if self.bias else 0.0
-
-    def reference(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
-        """float64 reference ``Y = alpha * op(A) @ op(B) + beta * C`` (bfloat16: A and B rounded to bf16)."""
-        return self._scaled(self.alpha, self.beta, super().reference(a, b), c)
-
-    def magnitude(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
-        return self._scaled(abs(self.alpha), abs(self.beta), super().reference(a, b), c)
-
-    @staticmethod
-    def _scaled(alpha: float, beta: float, product: np.ndarray, c: np.ndarray | None) -> np.ndarray:
-        return alpha * product + (0.0 if c is None else beta * np.asarray(c, np.float64))
-
-
-def _real(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value):
-        raise TypeError(f"{what} must be a finite real number, got {value!r}")
-    return float(value)

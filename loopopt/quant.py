@@ -407,6 +407,39 @@ def check_quant_params(spec: QuantSpec, k_channels: int, x_scale: Any = None, x_
                        bias=None if bias is None else _check_bias(spec, bias, k_channels))
 
 
+def check_call(spec: QuantSpec, k_channels: int, what: str, arrays: list,
+               params: dict[str, Any]) -> QuantParams:
+    """The validated parameters of a kernel call ``kernel(*arrays, **params)`` of the quantized op
+    ``what`` (its repr, for the messages): ``params`` named as ``PARAM_NAMES`` (TypeError for another
+    name, ValueError for a missing one), then ``check_quant_params`` on them and ``arrays`` (``xq, wq[,
+    bias]``); a requantized output's multipliers must be normal float32 (``requant_multiplier``)."""
+    unknown = sorted(set(params) - set(PARAM_NAMES))
+    if unknown:
+        raise TypeError(f"unknown quantization parameter(s) {', '.join(unknown)}; "
+                        f"the names are {', '.join(PARAM_NAMES)} (as in ONNX QLinearConv)")
+    missing = [n for n in spec.parameters if params.get(n) is None]
+    if missing:
+        raise ValueError(f"{what} is quantized: pass {', '.join(missing)} "
+                         f"(kernel(x, w, b, {', '.join(f'{n}=...' for n in spec.parameters)}))")
+    qp = check_quant_params(spec, k_channels, *(params.get(n) for n in PARAM_NAMES),
+                            xq=arrays[0] if arrays else None, wq=arrays[1] if len(arrays) > 1 else None,
+                            bias=arrays[2] if len(arrays) > 2 else None)
+    if qp.y_scale is not None:
+        requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
+    return qp
+
+
+def output_multipliers(spec: QuantSpec, qp: QuantParams, k_channels: int) -> np.ndarray | None:
+    """The float32 multiplier of each output channel in the epilogue: ``requant_multiplier`` for a
+    requantized output, ``sx * sw[k]`` for a float32 one, None for int32."""
+    if spec.requantized:
+        mult = np.broadcast_to(requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale), (k_channels,))
+        return np.ascontiguousarray(mult, dtype=np.float32)
+    if spec.scaled:
+        return (np.float64(qp.x_scale) * qp.w_scale.astype(np.float64)).astype(np.float32)
+    return None
+
+
 def _check_bias(spec: QuantSpec, bias: Any, k_channels: int) -> np.ndarray:
     b = np.asarray(bias)
     if not spec.dequantized:

@@ -514,17 +514,14 @@ class Schedule:
         """How ternary weights (``QuantSpec(weight="ternary")``) are stored: ``"int8"`` (default, one
         byte per weight), ``"i2_s"`` (2 bits per weight, packed by ``prepare`` in the weights'
         storage order and unpacked in registers by the kernel), ``"tl1"`` (4-bit indices of weight
-        pairs into per-row tables of activation sums: a fixed table-lookup GEMM, ops without windows
-        only) or ``"tl2"`` (the same with triples: a 4-bit index and a sign bit per 3 weights); see
-        docs/reference/quant.md."""
+        pairs into tables of activation sums per pixel, a table-lookup kernel under the schedule's
+        splits, order and register block) or ``"tl2"`` (the same with triples: a 4-bit index and a sign
+        bit per 3 weights); see docs/reference/quant.md."""
         step = Step("weight_format", (fmt,))
         self._check_quant_choice(step, fmt, WEIGHT_FORMATS)
         if not self.op.quant.ternary:
             raise ScheduleError(f"{step}: the 2-bit formats store ternary weights (-1, 0, +1); this op's "
                                 f"weights are {self.op.quant.weight!r} (use QuantSpec(weight='ternary'))")
-        if fmt in ("tl1", "tl2") and self.op.windows:
-            raise ScheduleError(f"{step}: the table-lookup kernel is a GEMM; {self.op!r} has windows "
-                                f"(use weight_format('i2_s'))")
         return self._with(step, weight_format_mode=fmt)
 
     def _check_quant_choice(self, step: Step, value: Any, allowed: tuple[str, ...]) -> None:

@@ -19,9 +19,15 @@ A file without ``[[step]]`` tables is refused (an empty or truncated file is not
 the naive schedule); a schedule with no steps on purpose says ``step = []``.
 
 ``save_schedule`` also writes a ``[provenance]`` table (loopopt version, machine fingerprint,
-CPU model and vendor, ISA, compiler, threads, UTC time: ``loopopt.machine.provenance``);
+CPU model, vendor and key, ISA, compiler, threads, UTC time: ``loopopt.machine.provenance``);
 ``load_schedule`` warns (``OtherMachineWarning``, once per file and process) when it was
-recorded on another machine: another fingerprint, or without one, another CPU vendor.
+recorded on another CPU (``loopopt.machine.same_cpu``: another CPU key, else fingerprint, else vendor).
+
+Schedules searched on one CPU live in a subdirectory named after its key
+(``schedules/<cpu key>/<name>.toml``, ``loopopt.machine.cpu_key``). A name is looked up in each
+schedule directory in turn; in a directory, this CPU's subdirectory comes first, then the
+directory itself (the generic files), then the other CPUs' subdirectories, closest key first.
+``stored_schedule(name)`` says which file that is and the CPU it was searched on.
 
 A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
@@ -35,12 +41,13 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomically
 from .codegen.isa import resolve_isa
-from .machine import OtherMachineWarning, machine_mismatch
+from .machine import OtherMachineWarning, cpu_key, machine_mismatch, same_cpu, this_cpu
 from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
@@ -64,13 +71,30 @@ def schedule_dirs() -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
+def _candidates(directory: Path) -> list[Path]:
+    """The directories of ``directory`` a name is looked up in, in order: this CPU's subdirectory,
+    ``directory`` itself, the other CPUs' subdirectories (closest key first: the most leading parts
+    in common with this CPU's key, then the most common features)."""
+    here = cpu_key().split("-")
+
+    def distance(key: str) -> tuple[int, int, str]:
+        parts = key.split("-")
+        leading = next((i for i, (a, b) in enumerate(zip(parts, here)) if a != b), min(len(parts), len(here)))
+        return -leading, -len(set(parts) & set(here)), key
+    others = sorted((d for d in directory.iterdir() if d.is_dir() and d.name != cpu_key()),
+                    key=lambda d: distance(d.name))
+    return [directory / cpu_key(), directory, *others]
+
+
 def list_schedules() -> list[str]:
-    """Names of the stored schedules (first directory wins)."""
-    return sorted({p.stem for d in schedule_dirs() for p in d.glob(f"*{SUFFIX}")})
+    """Names of the stored schedules: generic and per-CPU files (``load_schedule`` finds each)."""
+    return sorted({p.stem for d in schedule_dirs() for c in _candidates(d) if c.is_dir()
+                   for p in c.glob(f"*{SUFFIX}")})
 
 
 def find_schedule(name_or_path: str | os.PathLike) -> Path:
-    """The file of a schedule name or path; unknown names suggest the closest."""
+    """The file of a schedule name (looked up as the module docstring says) or path; unknown names
+    suggest the closest."""
     text = str(name_or_path)
     if text.endswith(SUFFIX) or os.sep in text:
         path = Path(text)
@@ -78,12 +102,48 @@ def find_schedule(name_or_path: str | os.PathLike) -> Path:
             raise ScheduleFileError(f"schedule file {text} does not exist")
         return path
     for directory in schedule_dirs():
-        if (directory / f"{text}{SUFFIX}").is_file():
-            return directory / f"{text}{SUFFIX}"
+        for candidate in _candidates(directory):
+            if (candidate / f"{text}{SUFFIX}").is_file():
+                return candidate / f"{text}{SUFFIX}"
     known = list_schedules()
     close = difflib.get_close_matches(text, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ScheduleFileError(f"unknown schedule {text!r}{hint} (known: {', '.join(known)})")
+
+
+@dataclass(frozen=True)
+class StoredSchedule:
+    """A stored schedule file and the CPU it was searched on (from its ``[provenance]``)."""
+
+    path: Path
+    cpu: str | None             # the CPU model its provenance records (None: no provenance)
+    cpu_key: str | None         # the CPU key it records (None: not recorded, e.g. a file from before keys)
+    this_cpu: bool | None       # whether that is this CPU (None: the provenance cannot tell)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def summary(self) -> str:
+        """Where it was searched and whether that is this CPU, e.g. ``searched on AMD EPYC
+        [amd-25-17-...]; NOT this CPU (Intel Xeon ... [intel-...])``."""
+        if self.cpu is None and self.cpu_key is None:
+            return "no provenance (not a search result of a recorded CPU)"
+        there = self.cpu or "an unnamed CPU"
+        if self.cpu_key:
+            there += f" [{self.cpu_key}]"
+        verdict = {True: "this CPU", False: f"NOT this CPU ({this_cpu().model} [{cpu_key()}])",
+                   None: "this CPU or not: its provenance cannot tell"}[self.this_cpu]
+        return f"searched on {there}; {verdict}"
+
+
+def stored_schedule(name_or_path: str | os.PathLike) -> StoredSchedule:
+    """The file ``load_schedule(name_or_path, op)`` reads and the CPU it was searched on."""
+    path = find_schedule(name_or_path)
+    recorded = _provenance(path, read_schedule_file(path)[0])
+    if not recorded:
+        return StoredSchedule(path, None, None, None)
+    return StoredSchedule(path, recorded.get("cpu"), recorded.get("cpu_key"), same_cpu(recorded))
 
 
 def read_schedule_file(path: Path) -> tuple[dict[str, Any], list[int]]:
@@ -107,11 +167,16 @@ def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
     """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``."""
     path = find_schedule(name_or_path)
     document, lines = read_schedule_file(path)
+    _warn_if_other_machine(path, _provenance(path, document))
+    return _replay(document, lines, op, str(path))
+
+
+def _provenance(path: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """The ``[provenance]`` table of a schedule file's parsed ``document`` ({} if it has none)."""
     recorded = document.get("provenance", {})
     if not isinstance(recorded, dict):
         raise ScheduleFileError(f"{path}: 'provenance' must be a table ([provenance]), got {recorded!r}")
-    _warn_if_other_machine(path, recorded)
-    return _replay(document, lines, op, str(path))
+    return recorded
 
 
 def schedule_from_toml(text: str, op: Op, source: str = "<schedule TOML>") -> Schedule:

@@ -23,6 +23,9 @@ for C, K >= 64). The filter transform ``U = G g G^T`` is done once, in float64, 
 Intermediate tensors keep their default (row-major) layouts, the contract between one stage's
 output and the next stage's input. The output is written per whole tile and cropped (and moved
 to NCHW) in ``output``, outside the timed run, like any layout unpacking.
+
+A quantized op gets the exact int8 F(2x2, 3x3) of ``winograd_int8`` instead (``plan`` decides; the
+checks of the kernel size, stride, dilation and groups here are shared).
 """
 from __future__ import annotations
 
@@ -34,14 +37,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .buffers import aligned_zeros, check_memory
-from .contraction import Contraction
-from .ops import Matmul, Op
+from .ops import Contraction, Matmul, Op
 from .schedule import Schedule
+from .winograd_int8 import TILE as INT8_TILE
+from .winograd_int8 import Int8WinogradKernel, Int8WinogradPlan, call_arrays
+from .winograd_int8 import refusal as int8_refusal
 
 if TYPE_CHECKING:
     from .kernel import Buffers, Kernel
 
 TILES = (2, 4)
+BLOCK_MARK = ", GEMM "       # algorithm_name of a plan with its GEMM block: "winograd F(2x2,3x3), GEMM 7x48"
 LANES = 16
 
 # Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), section 4.1 / 4.2.
@@ -66,24 +72,37 @@ class WinogradError(ValueError):
     """An op Winograd F(m x m, 3 x 3) does not apply to; the message names the parameter."""
 
 
-def algorithm_name(m: int) -> str:
-    """How measure, compare and tune name F(m x m, 3 x 3): ``"winograd F(4x4,3x3)"``."""
-    return f"winograd F({m}x{m},3x3)"
+def algorithm_name(m: int, block: tuple[int, int] | None = None) -> str:
+    """How measure, compare and tune name F(m x m, 3 x 3): ``"winograd F(4x4,3x3)"``; with ``block``
+    (``gemm_rows, gemm_cols``), the name of that plan in a tuning log: ``"winograd F(2x2,3x3), GEMM
+    7x48"``."""
+    name = f"winograd F({m}x{m},3x3)"
+    return name if block is None else f"{name}{BLOCK_MARK}{block[0]}x{block[1]}"
 
 
-def from_name(op: Op, name: str) -> "WinogradPlan | None":
-    """The default plan of ``op`` that ``name`` (an ``algorithm_name``) names, None for any other text
-    (a tuning trial's schedule TOML)."""
+def tiles(op: Op) -> tuple[int, ...]:
+    """The output tile sizes ``m`` Winograd offers ``op``: 4 and 2 for float32, 2 for a quantized op
+    (``winograd_int8``: F(4x4,3x3) cannot be exact in int32)."""
+    return (INT8_TILE,) if op.quant is not None else TILES
+
+
+def from_name(op: Op, name: str) -> "AnyPlan | None":
+    """The plan of ``op`` that ``name`` (an ``algorithm_name``, with or without a GEMM block) names,
+    None for any other text (a tuning trial's schedule TOML)."""
     for m in TILES:
-        if name == algorithm_name(m):
+        base = algorithm_name(m)
+        if name == base:
             return plan(op, m)
+        if name.startswith(base + BLOCK_MARK):
+            rows, cols = name.removeprefix(base + BLOCK_MARK).split("x")
+            return plan(op, m, int(rows), int(cols))
     return None
 
 
 def refusal(op: Op) -> str:
     """Why Winograd does not apply to ``op`` (the WinogradError message), "" when it does."""
     try:
-        _check(op, TILES[-1])
+        _check(op, tiles(op)[-1])
     except WinogradError as err:
         return str(err)
     return ""
@@ -92,8 +111,6 @@ def refusal(op: Op) -> str:
 def _check(op: Op, m: int) -> None:
     if m not in TILES:
         raise WinogradError(f"m (output tile size) must be one of {TILES}, got {m!r}")
-    if op.quant is not None:
-        raise WinogradError(f"winograd takes a float32 op; {op!r} is quantized (quant={op.quant})")
     if op.dtype != "float32":
         raise WinogradError(f"winograd takes dtype float32, got dtype={op.dtype!r}")
     windows = op.windows
@@ -108,6 +125,8 @@ def _check(op: Op, m: int) -> None:
         if any(v != wanted for v in values):
             raise WinogradError(f"winograd F({m}x{m},3x3) takes {name}={wanted} on both spatial dims, "
                                 f"got {name}={values}")
+    if op.quant is not None and int8_refusal(op, m):
+        raise WinogradError(int8_refusal(op, m))
 
 
 @dataclass(frozen=True)
@@ -223,13 +242,20 @@ class WinogradPlan:
         return WinogradKernel(self, [stage.schedule.compile(isa) for stage in self.stages])
 
 
-def plan(op: Op, m: int = 4, gemm_rows: int = 7, gemm_cols: int = 4 * LANES) -> WinogradPlan:
-    """The Winograd F(m x m, 3 x 3) pipeline of ``op`` (see the module docstring); the batched GEMM
-    is register-blocked ``gemm_rows`` tiles x ``gemm_cols`` output channels over the input channels.
-    WinogradError naming the parameter for anything but a float32 2-D conv with 3x3 kernel, stride
-    1, dilation 1 and groups 1."""
+def plan(op: Op, m: int | None = None, gemm_rows: int | None = None,
+         gemm_cols: int | None = None) -> "AnyPlan":
+    """The Winograd F(m x m, 3 x 3) pipeline of ``op`` (``m``: default 4 for float32, 2 for a quantized op).
+
+    float32: a WinogradPlan (see the module docstring), the batched GEMM register-blocked ``gemm_rows``
+    tiles x ``gemm_cols`` output channels over the input channels (default 7 x 64). Quantized: an
+    exact ``winograd_int8.Int8WinogradPlan`` (F(2x2,3x3); GEMM blocks default to the ISA's).
+    WinogradError naming the parameter for anything but a float32 or quantized 2-D conv with 3x3
+    kernel, stride 1, dilation 1 and groups 1 (and for int8, ``winograd_int8.refusal``)."""
+    m = tiles(op)[-1] if m is None else m
     _check(op, m)
-    return WinogradPlan(op, m, _stages(op, m, int(gemm_rows), int(gemm_cols)))
+    if op.quant is not None:
+        return Int8WinogradPlan(op, gemm_rows, gemm_cols)
+    return WinogradPlan(op, m, _stages(op, m, int(gemm_rows or 7), int(gemm_cols or 4 * LANES)))
 
 
 def filter_transform(w: np.ndarray, m: int) -> np.ndarray:
@@ -330,12 +356,7 @@ class WinogradKernel:
 
     def _arrays(self, arrays: tuple) -> list[np.ndarray]:
         op = self.op
-        given = list(arrays)
-        if len(given) == len(op.call_tensors) + 1 and given[-1] is None:
-            given.pop()
-        if len(given) != len(op.call_tensors):
-            raise ValueError(f"kernel takes {len(op.call_tensors)} arrays ({', '.join(op.call_tensors)}), "
-                             f"got {len(given)}")
+        given = call_arrays(op, arrays)
         for name, array in zip(op.call_tensors, given):
             if not isinstance(array, np.ndarray) or array.dtype != np.float32:
                 raise TypeError(f"{name} must be a float32 numpy array, got "
@@ -393,3 +414,7 @@ class WinogradKernel:
         buffers = self.prepare(*arrays)
         self.run(buffers)
         return self.output(buffers)
+
+
+AnyPlan = WinogradPlan | Int8WinogradPlan          # what ``plan`` returns: float32 or int8
+AnyKernel = WinogradKernel | Int8WinogradKernel    # what their ``compile`` returns

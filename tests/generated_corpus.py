@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import loopopt as lo
 from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
 from loopopt.codegen import ISAS, generate
-from loopopt.schedule_file import list_schedules
 
+SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
 CODEGEN_ISAS = ("avx512", "avx2", "scalar")
 QUANT_SPECS = (lo.QuantSpec("uint8", True, True, "float32"), lo.QuantSpec("int8", True, False, "uint8"),
                lo.QuantSpec("uint8", False, False, "int8"),
@@ -48,14 +49,21 @@ def _ops(name: str) -> Iterator[tuple[str, object]]:
     yield "matmul.bf16", lo.Matmul(33, 47, 29, dtype="bfloat16")
 
 
+def stored_files() -> list[tuple[str, Path]]:
+    """Every schedule file of the source tree, generic and per CPU, with its corpus name: the file's
+    name, ``<cpu key>/<name>`` in a CPU's directory (every file, whichever CPU runs the tests)."""
+    return sorted((path.relative_to(SCHEDULES).with_suffix("").as_posix(), path)
+                  for path in SCHEDULES.rglob("*.toml"))
+
+
 def corpus() -> Iterator[tuple[str, lo.Schedule]]:
     """Every stored schedule on the ops it is meant for (layer schedules: their layer; presets:
     small odd convs, float and quantized, a layer and a matmul), where it applies; quantized ones
     also with the compensation computed in the kernel and, for float outputs, dequantized."""
-    for name in list_schedules():
-        for label, op in _ops(name):
+    for name, path in stored_files():
+        for label, op in _ops(path.stem):
             try:
-                schedule = lo.load_schedule(name, op)
+                schedule = lo.load_schedule(path, op)
             except (lo.ScheduleError, lo.ScheduleFileError, ValueError):
                 continue
             yield f"{name}@{label}", schedule

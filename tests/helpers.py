@@ -207,16 +207,32 @@ def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
 
 # --- float kernels ----------------------------------------------------------------------------------
 
-def check(schedule: lo.Schedule, isa: str) -> None:
-    """The kernel of ``schedule`` on ``isa`` agrees with the op's numpy reference."""
+def check(schedule: lo.Schedule, isa: str, threads: int = 1):
+    """The kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with the op's numpy
+    reference; returns the kernel."""
     op = schedule.op
     inputs = op.random_inputs(seed=1)
     args = [inputs[t] for t in op.call_tensors]
-    result = schedule.compile(isa)(*args)
+    kernel = schedule.compile(isa)
+    kernel.set_threads(threads)
+    result = kernel(*args)
     expected = op.reference(*args)
     assert result.shape == expected.shape
     error = np.abs(result - expected)
     assert np.all(error <= tolerance(op, inputs)), (schedule.pseudocode(isa), float(error.max()))
+    return kernel
+
+
+@st.composite
+def winograd_convs(draw, max_hw: int = 13, max_channels: int = 19, quant=None):
+    """A 3x3 stride-1 conv with odd or even sizes, channels not a multiple of 16, batch up to 2,
+    symmetric or asymmetric padding 0..2, with or without a bias; quantized as drawn from ``quant`` (a
+    strategy of QuantSpecs) if given."""
+    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+    h, w = (draw(st.integers(max(1, 3 - lo_ - hi), max_hw)) for lo_, hi in pads)
+    return lo.Conv2d(draw(st.integers(1, max_channels)), draw(st.integers(1, max_channels)), 3, padding=pads,
+                     bias=draw(st.booleans()), batch=draw(st.integers(1, 2)), height=h, width=w,
+                     quant=quant if quant is None else draw(quant))
 
 
 # --- quantized kernels ------------------------------------------------------------------------------
@@ -295,12 +311,48 @@ def integer_calls(draw, op):
     return arrays, params
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None):
-    """The quantized kernel of ``schedule`` on ``isa`` agrees with quant.py's exact reference (raw
-    products exactly, requantized and int32 outputs bit for bit, float outputs within their bound),
-    on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
+def tap_schedule(op: lo.Conv2d, pixels: int, channels: int, block_at: str = "c", unroll: bool = False):
+    """Channels-first activations and output, the weights' kw blocked by 4, kw split by 4 when longer,
+    a register block of ``channels`` output channels times ``pixels`` columns (the lanes) at ``block_at``
+    (``c``: the block holds final sums; ``kh``: c outside it, partial sums in the int32 workspace)."""
+    taps = ["kw_o", "kw_i"] if op.windows[-1].taps > 4 else ["kw"]
+    s = lo.Schedule(op).layout("W", "OIHW4w")
+    if len(taps) > 1:
+        s = s.split("kw", 4)
+    s = s.tile(k=channels, ow=pixels).reorder("n", "k_o", "oh", "ow_o", "c", "kh", *taps).vectorize("ow_i")
+    return (s.unroll("kh") if unroll else s).register_block(block_at)
+
+
+@st.composite
+def tap_convs(draw):
+    """Depthwise convs and stems (few input channels, long kernels), any stride, dilation and per-side
+    padding, widths that leave a partial vector, batch 1 or 2, every QuantSpec."""
+    kind = draw(st.sampled_from(["depthwise", "stem", "grouped"]))
+    if kind == "depthwise":
+        groups = draw(st.integers(1, 5))
+        cin, cout = groups, groups * draw(st.integers(1, 2))
+    else:
+        groups = 1 if kind == "stem" else 2
+        cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 8))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 5)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
+    padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    rows = max(1, dilation[0] * (kh - 1) + 1 - sum(padding[0]))
+    height = draw(st.integers(rows, max(rows, 6)))
+    width = draw(st.integers(max(1, dilation[1] * (kw - 1) + 1 - sum(padding[1])), 45))
+    return lo.Conv2d(cin, cout, (kh, kw), stride=stride, padding=padding, dilation=dilation, groups=groups,
+                     batch=draw(st.integers(1, 2)), height=height, width=width, bias=draw(st.booleans()),
+                     quant=draw(SPECS))
+
+
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1):
+    """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with quant.py's
+    exact reference (raw products exactly, requantized and int32 outputs bit for bit, float outputs
+    within their bound), on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
     op = schedule.op
     kernel = schedule.compile(isa)
+    kernel.set_threads(threads)
     args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)
     kernel.run(buffers)

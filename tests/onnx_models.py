@@ -128,3 +128,46 @@ def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarra
         return list(ReferenceEvaluator(proto).run(None, feeds))
     session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+
+
+def qdq_model(bias_scale: float = 1.0, float_conv_output: bool = False) -> onnx.ModelProto:
+    """A QDQ-format model (as quantize_static(..., quant_format=QDQ) writes them): QuantizeLinear
+    (uint8); DequantizeLinear of it, of int8 per-channel weights and of an int32 bias -> Conv (pads 1,
+    stride 2) -> QuantizeLinear; Flatten of that; one DequantizeLinear of it read by a MatMul (int8
+    per-column weights, no QuantizeLinear: float output "m") and by a Gemm (transB, int32 bias) ->
+    QuantizeLinear. ``bias_scale`` scales the conv bias' DequantizeLinear scale away from
+    x_scale * w_scale (1: equal); ``float_conv_output``: the conv's float result is a graph output
+    too (so its QuantizeLinear cannot be absorbed)."""
+    u8, i8 = np.uint8, np.int8
+    xs, cs = np.float32(0.02), np.float32(0.05)
+    wcs = (RNG.random(6) * 0.01 + 0.005).astype(np.float32)
+    wgs = (RNG.random(4) * 0.002 + 0.001).astype(np.float32)
+    inits = [
+        _init("xs", xs), _init("xz", u8(128)), _init("cs", cs), _init("cz", u8(10)),
+        _init("wc", RNG.integers(-127, 128, (6, 3, 3, 3), dtype=i8)), _init("wcs", wcs),
+        _init("wcz", np.zeros(6, i8)), _init("bc", RNG.integers(-500, 500, 6, dtype=np.int32)),
+        _init("bcs", xs * wcs * np.float32(bias_scale)),
+        _init("wm", RNG.integers(-127, 128, (120, 7), dtype=i8)),
+        _init("wms", (RNG.random(7) * 0.002 + 0.001).astype(np.float32)), _init("wmz", np.zeros(7, i8)),
+        _init("wg", RNG.integers(-127, 128, (4, 120), dtype=i8)), _init("wgs", wgs),
+        _init("wgz", np.zeros(4, i8)),
+        _init("bg", RNG.integers(-2000, 2000, 4, dtype=np.int32)), _init("bgs", cs * wgs),
+        _init("gs", np.float32(0.1)), _init("gz", u8(100)),
+    ]
+    dq = lambda q, s, z, out, **axis: helper.make_node("DequantizeLinear", [q, s, z], [out], **axis)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        dq("xq", "xs", "xz", "xf"), dq("wc", "wcs", "wcz", "wcf", axis=0), dq("bc", "bcs", "", "bcf", axis=0),
+        helper.make_node("Conv", ["xf", "wcf", "bcf"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv"),
+        helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["cq"]),
+        helper.make_node("Flatten", ["cq"], ["fq"]),
+        dq("fq", "cs", "cz", "ff"), dq("wm", "wms", "wmz", "wmf", axis=1),
+        helper.make_node("MatMul", ["ff", "wmf"], ["m"], name="matmul"),
+        dq("wg", "wgs", "wgz", "wgf", axis=0), dq("bg", "bgs", "", "bgf", axis=0),
+        helper.make_node("Gemm", ["ff", "wgf", "bgf"], ["g"], transB=1, name="gemm"),
+        helper.make_node("QuantizeLinear", ["g", "gs", "gz"], ["gq"]),
+    ]
+    outputs = [("cq", TensorProto.UINT8, [1, 6, 4, 5]), ("m", TensorProto.FLOAT, [1, 7]),
+               ("gq", TensorProto.UINT8, [1, 4])]
+    outputs += [("c", TensorProto.FLOAT, [1, 6, 4, 5])] if float_conv_output else []
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 10])], outputs, inits, opset=21)

@@ -12,11 +12,14 @@ from helpers import (
     conv_dot_schedule,
     conv_ops,
     even_conv_ops,
+    generates,
     register_block_sites,
     schedules,
+    tap_convs,
+    tap_schedule,
 )
 from helpers import check as check_float
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -81,3 +84,14 @@ def test_quantized_matmuls(isa, data, m, n, k):
     op = lo.Matmul(m, n, k, batch=tuple(data.draw(st.lists(st.integers(1, 3), max_size=2))),
                    trans_a=data.draw(st.booleans()), trans_b=data.draw(st.booleans()), quant=data.draw(SPECS))
     check_quantized(data.draw(blocked_schedules(op, isa)), isa)
+
+
+@pytest.mark.parametrize("isa", available_int_isas())
+@BOUNDED
+@given(data=st.data())
+def test_tap_dots(isa, data):
+    """Tap dots (codegen/taps.py): window loads read at most a window past the activations, and the
+    windows near a row's ends only the row's bytes."""
+    s = tap_schedule(data.draw(tap_convs()), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)))
+    assume(generates(s, isa))     # without a tap dot a register block may refuse a guarded broadcast
+    check_quantized(s, isa)

@@ -11,11 +11,12 @@ from helpers import quick_first
 
 from loopopt.cli import main, parse_conv
 from loopopt.codegen.isa import bf16_dot_available
+from loopopt.schedule_file import stored_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = ["--matmul", "8,16,8"]
-PROVENANCE = {"loopopt", "fingerprint", "cpu", "vendor", "isa", "compiler", "threads", "utc"}
+PROVENANCE = {"loopopt", "fingerprint", "cpu", "vendor", "cpu_key", "isa", "compiler", "threads", "utc"}
 
 
 def run(capsys, *argv):
@@ -32,6 +33,17 @@ def test_layers(capsys):
     conv2_x = {"C": 64, "K": 64, "HW": 56, "padding": 1}
     assert status == 0 and rows["resnet50.conv2_x"].items() >= conv2_x.items()
     assert rows["mobilenetv2.block2.depthwise"]["kind"] == "depthwise"
+
+    # the stored schedules of each layer, with the CPU they were searched on and whether it is this one
+    stored = rows["resnet50.conv2_x"]["stored"]
+    found = stored_schedule("resnet50.conv2_x")
+    assert set(stored) >= {"fp32", "int8"} and rows["resnet50.conv2_x.expand"]["stored"] == {}
+    assert stored["fp32"] == {"path": str(found.path), "cpu": found.cpu, "cpu_key": found.cpu_key,
+                              "this_cpu": found.this_cpu}
+    status, out, _ = run(capsys, "layers", "--filter", "resnet50.conv2_x")
+    line = next(line for line in out.splitlines() if line.startswith("resnet50.conv2_x "))
+    number = line.split("fp32 [")[1].split("]")[0]
+    assert f"[{number}] {found.summary()}" in out.splitlines()
 
 
 def test_compare_json_and_plot(capsys, tmp_path):
@@ -238,6 +250,40 @@ def test_closed_pipe_ends_quietly(argv):
     finally:
         os.close(writer)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path):
+    path = tmp_path / "far.toml"
+    path.write_text('name = "far"\n\n[provenance]\ncpu = "Faraway CPU"\ncpu_key = "amd-25-17"\n\n'
+                    '[[step]]\nunroll = "k"\n')
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{path}", "--no-reuse", "--quiet")
+    origin = f"far: stored schedule {path}, searched on Faraway CPU [amd-25-17]; NOT this CPU"
+    assert status == 0 and origin in out and "naive: " not in out          # a preset has no origin line
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{path}", "--no-reuse", "--quiet",
+                         "--json")
+    assert status == 0 and list(json.loads(out)["origins"]) == ["far"]
+
+
+def test_tune_scheduler_errors_are_one_line(capsys, monkeypatch):
+    from loopopt.tune import cluster
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1.0)
+    status, _, err = run(capsys, "tune", *SMALL, "--trials", "1", "--scheduler", "tcp://127.0.0.1:9")
+    assert status == 2 and "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9' within 1 s" in err
+    monkeypatch.setitem(sys.modules, "dask", None)                      # Dask not installed
+    status, _, err = run(capsys, "tune", *SMALL, "--trials", "1", "--scheduler", "local")
+    assert status == 2 and "pip install -e '.[distributed]'" in err
+
+
+@pytest.mark.slow           # a LocalCluster takes a few seconds to start
+def test_tune_on_a_local_dask_cluster(capsys, tmp_path):
+    pytest.importorskip("dask.distributed")
+    log = tmp_path / "tune.db"
+    status, out, _ = run(capsys, "tune", *SMALL, "--trials", "2", "--budget", "0.02", "--scheduler", "local",
+                         "--log", str(log), "--json")
+    data = json.loads(out)
+    assert status == 0 and len(data["trials"]) == 2
+    import loopopt as lo
+    assert lo.best_trial(lo.Matmul(8, 16, 8), log=log).isa == data["isa"]
 
 
 @pytest.mark.filterwarnings("default::loopopt.machine.OtherMachineWarning")

@@ -45,6 +45,21 @@ def test_without_reuse_and_mismatched_names():
     assert cmp.rows[0].predicted_ms > 0                    # the kernel model, without memory traffic
     with pytest.raises(ValueError, match="names"):
         compare(op, [lo.Schedule(op)], ["a", "b"], progress=False)
+    with pytest.raises(ValueError, match="got 1 schedules but 2 ISAs"):
+        compare(op, [lo.Schedule(op)], ["a"], isa=["scalar", "scalar"], progress=False)
+    with pytest.raises(ValueError, match=r"origins names \['b'\] but the rows are \['a'\]"):
+        compare(op, [lo.Schedule(op)], ["a"], origins={"b": "somewhere"}, progress=False)
+
+
+def test_an_isa_per_row_and_origins():
+    op = lo.Matmul(8, 16, 8)
+    schedule, origin = dataflows.output_stationary(op), "stored schedule x.toml, searched on this CPU"
+    cmp = compare(op, [schedule, schedule], ["vector", "scalar"], isa=["auto", "scalar"], reuse=False,
+                  progress=False, budget=0.02, origins={"vector": origin})
+    assert [r.isa for r in cmp.rows] == [lo.available_isas()[0], "scalar"]
+    assert all(r.verified for r in cmp.rows)
+    assert f"vector: {origin}" in str(cmp).splitlines()
+    assert cmp.to_dict()["origins"] == cmp.origins == {"vector": origin}
 
 
 @pytest.mark.parametrize("op", [

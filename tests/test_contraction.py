@@ -2,6 +2,7 @@
 ones; their reference agrees with independent oracles; bad statements are refused naming the bad part."""
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from helpers import (
     integer_calls,
     lru_stack,
     python_trace,
+    quick_first,
     rotated,
     schedules,
     tiers,
@@ -22,6 +24,8 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.analysis import reuse
+from loopopt.codegen import ISAS as CODEGEN_ISAS
+from loopopt.codegen import generate
 from loopopt.codegen.isa import available_int_isas
 from loopopt.measure import verify
 from loopopt.tune.space import candidates
@@ -120,19 +124,58 @@ def test_stencil_reference_is_brute_force():
     assert op.macs == 4 * 5 * 9 - 2 * (4 + 5) * 3 + 4
 
 
+HAND_CONV = "O[n,k,oh,ow] += I[n,(k//3)*2+c,oh*2+kh-1,ow*2+kw-1] * W[k,c,kh,kw]"
+HAND_SIZES = dict(n=2, k=6, oh=4, ow=4, c=2, kh=3, kw=3, I=(2, 4, 7, 8))
+
+
 def test_conv_written_as_a_contraction_matches_conv2d():
     conv = lo.Conv2d(4, 6, 3, stride=2, padding=1, groups=2, batch=2, height=7, width=8)
-    op = lo.Contraction(
-        "O[n,k,oh,ow] += I[n,(k//3)*2+c,oh*2+kh-1,ow*2+kw-1] * W[k,c,kh,kw]",
-        sizes=dict(n=2, k=6, oh=4, ow=4, c=2, kh=3, kw=3, I=(2, 4, 7, 8)),
-        padding="I",
-        bias="B[k]",
-    )
+    op = lo.Contraction(HAND_CONV, sizes=HAND_SIZES, padding="I", bias="B[k]")
     x = conv.random_inputs()
     args = [x[t] for t in "IWB"]
     np.testing.assert_allclose(op.reference(*args), conv.reference(*args), rtol=1e-12, atol=1e-12)
     assert op.macs == conv.macs and op.call_tensors == ("I", "W", "B")
+    # padded as far as the index reaches: the last column reads no padding, so its pad_end is 0 (Conv2d: 1)
+    assert op.windows == (conv.windows[0], replace(conv.windows[1], pad_end=0)) and op.groups == 2
     check(lo.dataflows.output_stationary(op), ISAS[0])
+
+
+def _source(schedule: lo.Schedule, isa: str) -> str:
+    """The generated C but its first comment line, which names the op by its repr (or the refusal)."""
+    try:
+        source = generate(schedule, CODEGEN_ISAS[isa]).source
+    except lo.ScheduleError as error:
+        return f"refused: {type(error).__name__}"
+    return "\n".join(line for line in source.splitlines() if "loopopt kernel for" not in line)
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_conv_written_as_a_contraction_is_scheduled_as_conv2d(isa):
+    """A Contraction in a convolution's form has a Conv2d's roles (windows, groups, channels), so the
+    same presets, register-block and tune candidates, and the same generated C for the same schedule."""
+    conv = lo.Conv2d(4, 6, 3, stride=2, padding=1, groups=2, batch=2, height=7, width=8)
+    op = lo.Contraction(HAND_CONV, sizes=HAND_SIZES, padding={"I": ((0, 0), (0, 0), (1, 1), (1, 1))},
+                        bias="B[k]", letters=dict(I="NCHW", W="OIHW", O="NCHW", B="C"))
+    assert (op.windows, op.groups, op.guards) == (conv.windows, conv.groups, conv.guards)
+    for preset in lo.dataflows.PRESETS.values():
+        ours, theirs = preset(op), preset(conv)
+        assert lo.to_toml(ours) == lo.to_toml(theirs) and _source(ours, isa) == _source(theirs, isa)
+    ours, theirs = candidates(op, isa), candidates(conv, isa)
+    assert [c.knobs for c in ours] == [c.knobs for c in theirs]
+    assert [c.toml for c in ours[:8]] == [c.toml for c in theirs[:8]]
+    assert _source(ours[0].schedule, isa) == _source(theirs[0].schedule, isa)
+    check(ours[0].schedule, isa)
+
+
+@pytest.mark.parametrize("expr, sizes", [
+    ("O[n,k,x] += I[n,x+t,c] * W[k,c,t]", dict(n=1, k=2, x=3, c=2, t=2)),        # channels last
+    ("O[k,x] += I[c,x+t] * W[k,c,t]", dict(k=2, x=3, c=2, t=2)),                # no position dim
+    ("O[n,k,x] += I[n,c,x+t] * W[k,c,t,x]", dict(n=1, k=2, x=3, c=2, t=2)),     # weights per position
+    ("O[n,k,x] += I[n,k+c,x+t] * W[k,c,t]", dict(n=1, k=2, x=3, c=2, t=2)),     # not a grouped channel
+])
+def test_statements_not_in_a_convolutions_form_have_no_windows(expr, sizes):
+    op = lo.Contraction(expr, sizes=sizes)
+    assert (op.windows, op.groups) == ((), 1)
 
 
 def test_batched_transposed_matmul_written_as_a_contraction_matches_matmul():
@@ -192,6 +235,21 @@ def test_batched_transposed_matmul_written_as_a_contraction_matches_matmul():
             dict(sizes=dict(i=2, k=2), bias="B[k]"),
             "its index may use only the output dims i",
         ),
+        (
+            "O[i] += I[i-2] * W[i]",
+            dict(sizes=dict(i=2), padding="I"),
+            "I axis 0 is indexed by '\\(i - 2\\)', from -2 to -1, never inside the tensor; give its shape",
+        ),
+        (
+            "O[i] += I[i-2] * W[i]",
+            dict(sizes=dict(i=2, I=(2,)), padding={"I": ((1, 0),)}),
+            "I axis 0 is indexed by '\\(i - 2\\)', from -2 to -1, outside its size 2 padded by \\(1, 0\\)",
+        ),
+        (
+            "O[i] += I[i] * W[i]",
+            dict(sizes=dict(i=2), padding={"I": ((1, 0), (0, 0))}),
+            "padding\\['I'\\] must be 1 \\(begin, end\\) pairs of ints >= 0, got \\(\\(1, 0\\), ",
+        ),
     ],
 )
 def test_bad_statements_name_the_bad_part(expr, kwargs, message):
@@ -212,6 +270,8 @@ QUANTIZABLE = {
     "batched transposed, bias": ("C[b,i,j] += A[b,k,i] * B[b,j,k]", dict(b=3, i=5, j=9, k=7),
                                  dict(bias="Z[j]")),
     "strided conv, unpadded": ("O[n,k,x] += I[n,c,2*x+t] * W[k,c,t]", dict(n=2, k=5, x=4, c=3, t=3), {}),
+    "padded conv (windows)": ("O[n,k,x] += I[n,c,x+t-1] * W[k,c,t]", dict(n=2, k=5, x=6, c=3, t=3),
+                              dict(padding="I", shapes=lambda s: {"I": (s["n"], s["c"], s["x"])})),
     "weights not over every reduction": ("C[i,j] += A[i,k,l] * B[k,j]", dict(i=5, j=6, k=3, l=2), {}),
 }
 
@@ -221,7 +281,9 @@ def quantized_contractions(draw):
     """A random contraction of a quantizable form (odd sizes) with a random QuantSpec."""
     expr, sizes, kwargs = QUANTIZABLE[draw(st.sampled_from(sorted(QUANTIZABLE)))]
     sizes = {d: draw(st.integers(1, high)) for d, high in sizes.items()}
-    return lo.Contraction(expr, sizes=sizes, quant=draw(SPECS), **kwargs)
+    shapes = kwargs.get("shapes", lambda _: {})(sizes)
+    kwargs = {k: v for k, v in kwargs.items() if k != "shapes"}
+    return lo.Contraction(expr, sizes={**sizes, **shapes}, quant=draw(SPECS), **kwargs)
 
 
 def random_quantized_contraction_schedule(isa, data):
@@ -243,17 +305,29 @@ test_random_quantized_contractions_quick, test_random_quantized_contractions = t
     (STENCIL, dict(i=4, j=4, di=3, dj=3, I=(4, 4)), dict(padding="I"),
      "the weights W must be indexed by the output channel dim 'j'; the activations I must not be indexed by "
      "the output channel dim 'j'; padding \\['I'\\] leaves taps out"),
-    ("O[n,k,x] += I[n,c,x+t-1] * W[k,c,t]", dict(n=1, k=2, x=4, c=2, t=3), dict(padding="I"),
+    ("O[n,k,x] += I[n,x+t-1,c] * W[k,c,t]", dict(n=1, k=2, x=4, c=2, t=3), dict(padding="I"),
      "padding \\['I'\\] leaves taps out near the borders \\(quantize a Conv1d/2d/3d"),
     ("C[i,j] += A[i,k] * B[k+1,j]", dict(i=2, j=3, k=2), {},
      "indexed by distinct plain dims, not \\[\\(k \\+ 1\\), j\\]"),
     ("C[i,j] += A[i,k] * B[j]", dict(i=2, j=3, k=2), {}, "the weights B must be indexed by a reduction dim"),
     ("C[i,j] += A[i,k] * B[k,j]", dict(i=2, j=3, k=2), dict(bias="Z[i]"),
      "the bias Z must be indexed by 'j' alone"),
+    ("C[i,j] += A[i,k] * B[k,j]", dict(i=2, j=3, k=2), dict(alpha=2.0),
+     "the output is scaled \\(alpha=2.0, beta=1.0\\)"),
 ])
 def test_quantization_refusals_name_the_reason(expr, sizes, kwargs, message):
     with pytest.raises(lo.ContractionError, match=f"cannot be quantized: .*{message}"):
         lo.Contraction(expr, sizes=sizes, quant=lo.QuantSpec(), **kwargs)
+
+
+@pytest.mark.parametrize("isa", INT_ISAS)
+def test_output_letters_that_name_epilogue_variables(isa):
+    """An output lettered ``IJ`` (a hand-written contraction's default) names its channel variable
+    ``lo_jj``: as ``lo_j`` it shadowed the epilogue's lane loop, and a register block over a vector
+    loop that is not the channels stored garbage."""
+    op = lo.Contraction("C[i,j] += A[k,i] * B[j,k]", sizes=dict(i=3, j=2, k=5), bias="Z[j]",
+                        quant=lo.QuantSpec(per_channel=False, weight_symmetric=False))
+    check_quantized(lo.Schedule(op).reorder("j", "k", "i").vectorize("i").register_block("k"), isa)
 
 
 def test_quantized_contraction_on_amx_is_exact_or_refused():

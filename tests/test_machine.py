@@ -15,8 +15,11 @@ from loopopt import machine
 from loopopt.machine import (
     Bandwidth,
     Cache,
+    CpuIdentity,
     MachineProfile,
     bandwidth_buffers,
+    cpu_key,
+    cpu_key_of,
     fingerprint,
     fingerprint_of,
     machine_mismatch,
@@ -24,6 +27,7 @@ from loopopt.machine import (
     parse_cpuinfo,
     profile_path,
     provenance,
+    same_cpu,
     this_cpu,
 )
 
@@ -211,11 +215,43 @@ def test_profile_is_shared_across_processes():
 
 def test_provenance_fields():
     record = provenance(isa="avx2", threads=2)
-    assert list(record) == ["loopopt", "fingerprint", "cpu", "vendor", "isa", "compiler", "threads", "utc"]
+    assert list(record) == ["loopopt", "fingerprint", "cpu", "vendor", "cpu_key", "isa", "compiler",
+                            "threads", "utc"]
     assert (record["fingerprint"], record["cpu"], record["isa"], record["threads"]) == (
         fingerprint(), this_cpu().model, "avx2", 2)
     assert datetime.datetime.fromisoformat(record["utc"]).utcoffset() == datetime.timedelta(0)
     assert "isa" not in provenance() and "threads" not in provenance()
+
+
+def test_cpu_key_names_vendor_family_model_and_isa_features():
+    zen4 = CpuIdentity("AuthenticAMD", "AMD EPYC 9R14", "25", "17", "1",
+                       frozenset({"sse2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                                  "avx512_bf16"}), 2)
+    assert cpu_key_of(zen4) == "amd-25-17-avx2-avx512-vnni-bf16"
+    sapphire = dataclasses.replace(zen4, vendor="GenuineIntel", model="Intel Xeon Platinum 8488C", family="6",
+                       model_number="143", flags=zen4.flags | {"amx_tile", "amx_int8", "amx_bf16"})
+    assert cpu_key_of(sapphire) == "intel-6-143-avx2-avx512-vnni-bf16-amx"
+    # stepping, core count, model string and flags without a kernel of their own leave it alone
+    same = dataclasses.replace(sapphire, model="Intel(R) Xeon(R) Processor", stepping="6", cpus=96,
+                   flags=sapphire.flags | {"hypervisor", "avx512ifma"})
+    assert cpu_key_of(same) == cpu_key_of(sapphire)
+    assert cpu_key_of(dataclasses.replace(zen4, flags=frozenset({"avx2"}))) == "amd-25-17"   # avx2 needs fma
+    odd = dataclasses.replace(zen4, vendor="Odd Vendor/2", flags=frozenset())
+    assert cpu_key_of(odd) == "odd_vendor_2-25-17"
+    assert cpu_key_of(parse_cpuinfo("", 1)) == "unknown-unknown-unknown"
+    assert cpu_key() == cpu_key_of(this_cpu())
+
+
+def test_same_cpu_by_key_then_fingerprint_then_vendor():
+    assert same_cpu({"cpu_key": cpu_key(), "fingerprint": "0" * 16}) is True    # another machine, this CPU
+    assert same_cpu({"cpu_key": "amd-25-17", "fingerprint": fingerprint()}) is False
+    assert same_cpu({"fingerprint": fingerprint()}) is True
+    assert same_cpu({"fingerprint": "0" * 16}) is False
+    assert same_cpu({"vendor": "NotThisVendor"}) is False
+    assert same_cpu({"vendor": this_cpu().vendor}) is None and same_cpu({}) is None
+    assert machine_mismatch({"cpu_key": cpu_key(), "fingerprint": "0" * 16}) is None
+    message = machine_mismatch({"cpu_key": "amd-25-17", "cpu": "Far CPU"})
+    assert "Far CPU (cpu_key amd-25-17)" in message and f"CPU key {cpu_key()}" in message
 
 
 def test_machine_mismatch_names_both_cpus():

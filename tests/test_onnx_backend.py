@@ -7,11 +7,12 @@ import onnx
 import pytest
 from helpers import tiers
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 from onnx_models import expected, model, quantized_model, small_cnn, transformer_block
 
 from loopopt.onnx import backend
+from loopopt.onnx.exact import exact_output
 from loopopt.onnx.graph import static_input_shapes
 
 RNG = np.random.default_rng(3)
@@ -211,19 +212,27 @@ def _integers(dtype, *shape: int) -> np.ndarray:
 
 
 def _check_integer_node(data):
-    """ConvInteger / MatMulInteger with uint8 or int8 operands, any zero points (per tensor, or per
-    output channel for the weights, or absent): exact int32 against onnx.reference."""
+    """ConvInteger (1-D or 2-D) / MatMulInteger (batched or not) with uint8 or int8 operands, any zero
+    points (per tensor, or per output channel for the weights, or absent): exact int32 against
+    ``exact.exact_output`` (itself checked against onnx.reference where that takes the case), each on
+    one kernel of its own rank (a 1-D ConvInteger on a Conv1d, a batched MatMulInteger on a Matmul
+    with batch dims)."""
     draw = data.draw
     x_type, w_type = (draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2))
     conv = draw(st.booleans())
     if conv:
         c, k = draw(st.integers(1, 4)), draw(st.integers(1, 5))
-        x, w = _integers(x_type, 1, c, 5, 4), _integers(w_type, k, c, 3, 2)
-        node = dict(op_type="ConvInteger", pads=[1, 0, 0, 1])   # asymmetric
+        if draw(st.booleans()):
+            x, w = _integers(x_type, 1, c, 5, 4), _integers(w_type, k, c, 3, 2)
+            node, op = dict(op_type="ConvInteger", pads=[1, 0, 0, 1]), "Conv2d"   # asymmetric
+        else:
+            x, w = _integers(x_type, 2, c, 7), _integers(w_type, k, c, 3)
+            node, op = dict(op_type="ConvInteger", pads=[2, 1], strides=[2]), "Conv1d"
     else:
         m, n, kk = (draw(st.integers(1, 6)) for _ in range(3))
-        x, w, k = _integers(x_type, m, kk), _integers(w_type, kk, n), n
-        node = dict(op_type="MatMulInteger")
+        batch = draw(st.sampled_from([[], [2], [1, 3]]))
+        x, w, k = _integers(x_type, *batch, m, kk), _integers(w_type, *batch, kk, n), n
+        node, op = dict(op_type="MatMulInteger"), f"batch={tuple(batch)}" if batch else "Matmul"
     zero_points = draw(st.sampled_from(["absent", "tensor", "channel"]))
     arrays = [x, w]
     if zero_points != "absent":
@@ -231,12 +240,18 @@ def _check_integer_node(data):
     names = ["x", "w", "xz", "wz"][:len(arrays)]
     op_type = node.pop("op_type")
     nd = helper.make_node(op_type, names, ["y"], name="integer", **node)
-    want = ReferenceEvaluator(helper.make_model(helper.make_graph(
-        [nd], "g", [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                    for nm, a in zip(names, arrays)], [helper.make_empty_tensor_value_info("y")]),
-        opset_imports=[helper.make_opsetid("", 17)])).run(None, dict(zip(names, arrays)))[0]
-    got = backend.run_node(nd, arrays, strict=True, opset_version=17)[0]
+    inputs = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for nm, a in zip(names, arrays)]
+    graph = helper.make_graph([nd], "g", inputs, [helper.make_empty_tensor_value_info("y")])
+    opsets = [helper.make_opsetid("", 17)]
+    proto = shape_inference.infer_shapes(helper.make_model(graph, opset_imports=opsets))
+    want = exact_output(nd, arrays)
+    if op != "Conv1d":   # onnx.reference's ConvInteger takes a per-channel zero point of 2-D weights only
+        assert np.array_equal(want, ReferenceEvaluator(proto).run(None, dict(zip(names, arrays)))[0])
+    rep = backend.prepare(proto, strict=True)
+    got = rep.run(arrays)[0]
     assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert op in repr(rep.lowered["integer"].op) and rep.lowered["integer"].note == ""
 
 
 test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 30, st.data())

@@ -27,6 +27,7 @@ def test_report_of_a_cnn(capsys, tmp_path):
         ran = node["loopopt"]["ran"]
         assert ran["median_ms"] > 0 and ran["verified"] and node["mflop"] > 0
         assert (node["onnxruntime_ms"] is not None) == HAVE_ORT
+        assert node["integer_check"] is None and node["absorbed"] == []     # a float model
     assert data["total_ms"]["loopopt"] > 0 and plot.stat().st_size > 0
 
 
@@ -36,6 +37,9 @@ def test_report_table_with_reuse_of_a_quantized_model():
     assert "qconv" in table and "Matmul(m=1, n=7, k=120, quant=" in table
     assert "total over the compute nodes" in table
     assert all(n.best.dram_bytes is not None for n in report.timed)
+    if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
+        assert "integer outputs vs onnxruntime" in table
+        assert all(n.integer is not None and n.integer.max_lsb <= 1 for n in report.timed)
 
 
 @pytest.mark.slow

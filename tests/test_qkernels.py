@@ -432,7 +432,9 @@ def test_int8_schedule_on_its_layer(name, isa):
     schedule = lo.load_schedule(name, op)
     kernel = check(schedule, isa)
     assert schedule.register_block_at is not None and kernel.plan.fused_epilogue
-    assert (kernel.plan.dot_loop is not None) == (op.groups == 1)      # VNNI except on depthwise layers
+    taps = dict(schedule.layouts)[op.inputs[1]].endswith("4w")     # a tap dot schedule (codegen/taps.py)
+    assert (kernel.plan.tap_dot is not None) == taps
+    assert (kernel.plan.dot_loop is not None) == (op.groups == 1 or taps)   # VNNI but on widened depthwise
 
 
 @pytest.mark.slow

@@ -2,21 +2,25 @@
 import re
 import tomllib
 import warnings
+from pathlib import Path
 
 import pytest
+from generated_corpus import stored_files
 
 import loopopt as lo
 from loopopt import dataflows
-from loopopt.machine import OtherMachineWarning, fingerprint, loopopt_version, this_cpu
+from loopopt.machine import OtherMachineWarning, cpu_key, fingerprint, loopopt_version, this_cpu
 from loopopt.schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
 
 OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
+ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", list_schedules())
-def test_stored_schedules_apply_to_small_op(name):
-    """Loaded on an op it was not written for (factors clamped), each runs every iteration exactly once."""
-    schedule = load_schedule(name, OP)
+@pytest.mark.parametrize("path", [pytest.param(path, id=name) for name, path in stored_files()])
+def test_stored_schedules_apply_to_small_op(path):
+    """Every file, generic and per CPU, loaded on an op it was not written for (factors clamped), runs
+    every iteration exactly once."""
+    schedule = load_schedule(path, OP)
     assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(OP.domain)
 
 
@@ -53,7 +57,9 @@ def test_saved_schedule_records_provenance(tmp_path):
     recorded = tomllib.loads(path.read_text())["provenance"]
     assert recorded == {**recorded, "fingerprint": fingerprint(), "cpu": this_cpu().model, "isa": "avx2",
                         "threads": 2, "loopopt": loopopt_version()}
-    assert set(recorded) == {"loopopt", "fingerprint", "cpu", "vendor", "isa", "compiler", "threads", "utc"}
+    assert set(recorded) == {"loopopt", "fingerprint", "cpu", "vendor", "cpu_key", "isa", "compiler",
+                             "threads", "utc"}
+    assert recorded["cpu_key"] == cpu_key()
     with pytest.raises(ValueError, match="threads must be an integer >= 1, got 0"):
         save_schedule(lo.Schedule(OP), tmp_path / "q.toml", threads=0)
 
@@ -114,3 +120,53 @@ def test_no_steps_on_purpose_is_the_naive_schedule(tmp_path):
     assert load_schedule("naive", OP).steps == ()
     path = save_schedule(lo.Schedule(OP), tmp_path / "plain.toml")
     assert "step = []" in path.read_text() and load_schedule(path, OP).steps == ()
+
+
+def stored(directory: Path, name: str, step: str, provenance: str = "") -> Path:
+    """Write the schedule file ``directory/name.toml``: one unroll ``step``, after ``provenance`` lines."""
+    directory.mkdir(parents=True, exist_ok=True)
+    table = f"[provenance]\n{provenance}\n" if provenance else ""
+    path = directory / f"{name}.toml"
+    path.write_text(f'name = "{name}"\n{table}\n[[step]]\nunroll = "{step}"\n')
+    return path
+
+
+@pytest.mark.filterwarnings("default::loopopt.machine.OtherMachineWarning")
+def test_this_cpus_schedule_comes_first_then_the_generic_then_the_closest_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOPOPT_SCHEDULES", str(tmp_path))
+    vendor, family, model = cpu_key().split("-")[:3]
+    near, far = f"{vendor}-{family}-{model}-avx2", f"aaa-1-2-{cpu_key().split('-', 3)[-1]}"
+    stored(tmp_path / far, "probe.layer", "c", f'cpu = "Far CPU"\ncpu_key = "{far}"')
+    stored(tmp_path / near, "probe.layer", "kh", f'cpu = "Near CPU"\ncpu_key = "{near}"')
+    stored(tmp_path / far, "probe.far_only", "c", f'cpu = "Far CPU"\ncpu_key = "{far}"')
+    assert {"probe.layer", "probe.far_only"} <= set(list_schedules())
+
+    def unrolled(name: str) -> str:
+        return next(loop.name for loop in load_schedule(name, OP).loops if loop.unroll)
+
+    with pytest.warns(OtherMachineWarning, match="Near CPU"):        # no silent fallback
+        assert unrolled("probe.layer") == "kh"                       # the closest CPU's, not the first name
+    found = lo.stored_schedule("probe.layer")
+    assert (found.path.parent.name, found.cpu, found.cpu_key) == (near, "Near CPU", near)
+    assert found.this_cpu is False
+    assert found.summary() == (f"searched on Near CPU [{near}]; NOT this CPU ({this_cpu().model} "
+                               f"[{cpu_key()}])")
+    stored(tmp_path, "probe.layer", "kw")                                  # a generic file, no provenance
+    assert unrolled("probe.layer") == "kw" and lo.stored_schedule("probe.layer").this_cpu is None
+    assert lo.stored_schedule("probe.layer").summary().startswith("no provenance")
+    stored(tmp_path / cpu_key(), "probe.layer", "ow", f'cpu = "{this_cpu().model}"\ncpu_key = "{cpu_key()}"')
+    assert unrolled("probe.layer") == "ow"
+    here = lo.stored_schedule("probe.layer")
+    assert here.this_cpu is True and here.summary().endswith("; this CPU") and here.name == "probe.layer"
+    assert lo.stored_schedule(stored(tmp_path / "elsewhere", "other", "kw")).path.parent.name == "elsewhere"
+
+
+def test_cpu_directories_hold_their_cpus_schedules_and_are_installed():
+    """Each schedules/<cpu key>/ holds schedules searched on that CPU and is in pyproject's data-files."""
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data_files["share/loopopt/schedules"] == ["schedules/*.toml"]
+    for directory in (d for d in (ROOT / "schedules").iterdir() if d.is_dir()):
+        key = directory.name
+        assert data_files[f"share/loopopt/schedules/{key}"] == [f"schedules/{key}/*.toml"]
+        for path in directory.glob("*.toml"):
+            assert tomllib.loads(path.read_text())["provenance"]["cpu_key"] == key, path

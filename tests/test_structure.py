@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OP_CLASSES = {"Op", "Conv2d", "Matmul"}
+OP_CLASSES = {"Op", "Contraction", "ConvNd", "Conv1d", "Conv2d", "Conv3d", "Matmul", "Gemm"}
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:

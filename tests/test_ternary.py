@@ -2,13 +2,24 @@
 every integer ISA here plus scalar, the packing, and the refusals."""
 import numpy as np
 import pytest
-from helpers import SPECS, conv_ops, generates, quantized_schedules, quick_first, rotated, schedules, tiers
+from helpers import (
+    SPECS,
+    conv_ops,
+    generates,
+    layout_tags,
+    quantized_schedules,
+    quick_first,
+    rotated,
+    schedules,
+    tiers,
+)
 from helpers import check_quantized as check
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
-from loopopt.codegen.lut import FORMATS
+from loopopt.codegen.lut import lut_nest, pack_lut
+from loopopt.codegen.lut_format import FORMATS
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
 
@@ -173,26 +184,86 @@ def test_quantize_ternary_is_absmean():
 
 # --- TL1, TL2: table lookup ------------------------------------------------------------------------
 
-LUTS = [(fmt, isa) for fmt, spec in FORMATS.items() for isa in ISAS if isa in spec.isas]
+LUTS = [(fmt, isa) for fmt in FORMATS for isa in ISAS]
+
+
+def lut_variants(quick):
+    """``LUTS`` as parameters: ``quick`` (a format and an ISA) in the quick tier, the others slow."""
+    return [pytest.param(v, id=f"{v[0]}-{v[1]}", marks=() if v == quick else pytest.mark.slow) for v in LUTS]
+
+
+@st.composite
+def lut_schedules(draw, op, fmt):
+    """A random table-lookup schedule of ``op``: a split of each dim drawn (output channels by multiples of
+    32, input channels by multiples of a byte of indices), the loops in a random order, sometimes a register
+    block (where the kernel takes it), layouts of the activations and the output."""
+    units = {op.channel_dim: 32, op.reduction_channel_dim: 2 * FORMATS[fmt].group}
+    s = lo.Schedule(op)
+    for dim in op.dim_names:
+        if draw(st.integers(0, 2)) == 0:
+            s = s.split(dim, units.get(dim, 1) * draw(st.integers(1, 3)))
+    s = s.reorder(*draw(st.permutations(s.loop_names)))
+    for tensor in (op.inputs[0], op.output):
+        s = s.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))
+    if draw(st.booleans()):
+        try:
+            blocked = s.register_block(draw(st.sampled_from(s.loop_names)))
+            lut_nest(blocked.weight_format(fmt))
+            s = blocked
+        except lo.ScheduleError:
+            pass
+    return s.weight_format(fmt)
+
+
+def extreme_call(op, seed, data):
+    """``random_call`` with activations at the ends of their range half of the time (the int16 sums'
+    worst case)."""
+    args, params = random_call(op, seed)
+    if data.draw(st.booleans()):
+        info = np.iinfo(op.quant.activation)
+        ends = np.random.default_rng(seed).choice([info.min, info.max], args[0].shape)
+        args[0] = ends.astype(args[0].dtype)
+    return args, params
+
+
+def random_lut_conv(variant, data):
+    """A random ternary conv (1-3 spatial dims, groups, depthwise, stride, dilation, padding per side,
+    batch, more than one column block per group, channels not a multiple of a byte) under a random
+    table-lookup schedule."""
+    fmt, isa = variant
+    op = data.draw(conv_ops(max_hw=6, max_channels=14, spatial=data.draw(st.sampled_from([1, 2, 2, 3]))))
+    if data.draw(st.integers(0, 3)) == 0:
+        op = type(op)(**{**op.arguments, "out_channels": op.groups * data.draw(st.integers(33, 70))})
+    op = op.with_quant(data.draw(TERNARY_SPECS))
+    kernel = check(data.draw(lut_schedules(op, fmt)), isa, call=extreme_call(op, 1, data))
+    assert f"weights: ternary, {fmt}" in kernel.source
+
+
+test_random_lut_convs_quick, test_random_lut_convs = tiers(
+    random_lut_conv, 1, 10, data=st.data(),
+    marks=[pytest.mark.parametrize("variant", lut_variants(("tl2", ISAS[min(1, len(ISAS) - 1)])))])
 
 
 def random_lut_matmul(variant, data, m, n, k):
-    """A random ternary matmul (every output, K not a multiple of 2 or 3, columns not a multiple of 32)
-    in a table-lookup format."""
+    """A random ternary matmul (either operand transposed, K not a multiple of 2 or 3, columns not a multiple
+    of 32) under a random table-lookup schedule."""
     fmt, isa = variant
-    op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
-    kernel = check(lo.Schedule(op).weight_format(fmt), isa)
+    op = lo.Matmul(m, n, k, trans_a=data.draw(st.booleans()), trans_b=data.draw(st.booleans()),
+                   quant=data.draw(TERNARY_SPECS))
+    kernel = check(data.draw(lut_schedules(op, fmt)), isa, call=extreme_call(op, 1, data))
     assert f"weights: ternary, {fmt}" in kernel.source
 
 
 test_random_lut_matmuls_quick, test_random_lut_matmuls = tiers(
-    random_lut_matmul, 1, 12, marks=[pytest.mark.parametrize("variant", LUTS, ids=str)], data=st.data(),
+    random_lut_matmul, 1, 6, marks=[pytest.mark.parametrize("variant", lut_variants(("tl1", ISAS[0])))],
+    data=st.data(),
     m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
 
 
 @pytest.mark.parametrize("variant", quick_first(LUTS), ids=str)
 def test_lut_long_reduction_widens_the_int16_sums(variant):
     # 4000 uint8 activations of 250 against +1 / -1 weights: the int16 partial sums must be widened
+    # (the innermost loop alone is longer than the int16 chunk)
     fmt, isa = variant
     op = lo.Matmul(1, 40, 4000, quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
     kernel = lo.Schedule(op).weight_format(fmt).compile(isa)
@@ -203,6 +274,44 @@ def test_lut_long_reduction_widens_the_int16_sums(variant):
     assert y[0, 0] == 4000 * 250 and y[0, 3] == -4000 * 250
 
 
+CONV_ORDERS = {
+    # widened after each input-channel byte (kh x kw fits the int16 chunk), after each kw (c alone fits)
+    "c-kh-kw": ("n", "k", "oh", "ow", "c", "kh", "kw"),
+    "kh-kw-c": ("n", "k", "oh", "ow", "kh", "kw", "c"),
+}
+
+
+@pytest.mark.parametrize("fmt, order, isa", rotated({f"{fmt}-{name}": (fmt, order) for fmt in FORMATS
+                                                      for name, order in CONV_ORDERS.items()}, ISAS,
+                                                     quick=["tl2-kh-kw-c"]))
+def test_lut_conv_reduction_longer_than_the_int16_chunk(fmt, order, isa):
+    op = lo.Conv2d(144, 40, 3, padding=1, bias=False, height=4, width=5,
+                   quant=lo.QuantSpec("uint8", True, True, "int32", "ternary"))
+    kernel = lo.Schedule(op).reorder(*order).weight_format(fmt).compile(isa)
+    x = np.full(op.tensor("I").shape, 255, np.uint8)
+    w = np.ones(op.tensor("W").shape, np.int8)
+    w[5] = -1
+    y = kernel(x, w, x_zero_point=np.uint8(0), w_zero_point=np.zeros(40, np.int8))
+    assert y[0, 0, 1, 1] == 144 * 9 * 255 and y[0, 5, 1, 1] == -144 * 9 * 255
+    assert y[0, 0, 0, 0] == 144 * 4 * 255      # a corner: 4 valid taps
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_lut_tables_are_built_per_row_band_and_blocks_share_loads(isa):
+    # oh_o, then k_o (not a table loop): the tables cover one band of 2 output rows (4 input rows with the
+    # halo); the register block keeps 2 column blocks x 3 positions, each step loads 2 index vectors and
+    # 3 pixels' tables
+    op = lo.Conv2d(8, 64, 3, stride=1, padding=(1, 2), groups=1, batch=2, height=7, width=6,
+                   quant=lo.QuantSpec("int8", True, True, "int8", "ternary"))
+    s = (lo.Schedule(op).tile(oh=2).split("k", 64).tile(ow=3)
+         .reorder("n", "oh_o", "k_o", "oh_i", "ow_o", "kh", "kw", "c", "ow_i", "k_i").register_block("kh"))
+    kernel = check(s.weight_format("tl1"), isa)
+    assert "tables built inside: n, oh_o;" in kernel.source and "block: ow_i, k_i" in kernel.source
+    assert "g[1] x i0[4] x i1[" in kernel.source
+    assert "lo_ix1" in kernel.source and "lo_ix2" not in kernel.source
+    assert "lo_tb2" in kernel.source and "lo_tb3" not in kernel.source
+
+
 def test_tl2_packs_a_sign_bit_and_14_classes():
     fmt = FORMATS["tl2"]
     assert len(fmt.classes) == 14 and fmt.classes[0] == (0, 0, 0)
@@ -210,13 +319,47 @@ def test_tl2_packs_a_sign_bit_and_14_classes():
     assert index[0] == index[1] and sign.tolist() == [0, 1, 1, 0] and index[3] == 0
 
 
-def test_lut_refusals():
-    conv = lo.Conv2d(4, 4, 3, quant=lo.QuantSpec(weight="ternary"))
-    with pytest.raises(lo.ScheduleError, match="table-lookup kernel is a GEMM; .* has windows"):
-        lo.Schedule(conv).weight_format("tl1")
-    op = lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary"))
-    with pytest.raises(lo.ScheduleError, match=r"fixed nest .* drop split\('j', 8\)"):
-        lo.Schedule(op).split("j", 8).weight_format("tl1").compile("scalar")
-    if "avx2" in ISAS:
-        with pytest.raises(lo.ScheduleError, match=r"\('tl2'\) runs on avx512, scalar, not on 'avx2'"):
-            lo.Schedule(op).weight_format("tl2").compile("avx2")
+def test_lut_conv_weights_are_packed_per_block_tap_and_byte():
+    op = lo.Conv2d(5, 40, (1, 2), groups=1, height=3, width=3, quant=lo.QuantSpec(weight="ternary"))
+    w = np.zeros(op.tensor("W").shape, np.int8)
+    w[33, 4, 0, 1] = 1          # block 1, column 1, tap (0, 1), channel 4: byte 1, group 2 (low nibble)
+    packed = pack_lut(op, w, FORMATS["tl1"])
+    assert packed.size == 2 * 2 * 2 * 32
+    zero = 3 * 1 + 1            # the index of the pair (0, 0)
+    expected = np.full(packed.size, zero | zero << 4, np.uint8)
+    expected[((1 * 2 + 1) * 2 + 1) * 32 + 1] = (3 * 2 + 1) | zero << 4
+    assert np.array_equal(packed, expected)
+
+
+def lut_matmul():
+    """The naive schedule of a small ternary matmul, for the refusals."""
+    return lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary")))
+
+
+REFUSALS = {name: case for name, case in zip(
+    ("fuse", "vectorize", "unroll", "parallel", "weights-layout", "compensation-kernel", "dequantize",
+     "split-columns", "split-bytes", "register-block", "batched-matmul"), [
+    (lambda: lut_matmul().fuse("i", "j"), r"fuse does not apply .*use split, tile and reorder"),
+    (lambda: lut_matmul().reorder("i", "k", "j").vectorize("j"), r"vectorize does not apply .*itself"),
+    (lambda: lut_matmul().unroll("k"), r"unroll does not apply .*register_block unrolls"),
+    (lambda: lut_matmul().parallel("i"), r"parallel does not apply"),
+    (lambda: lut_matmul().layout("B", "NK"), r"layout\('B', \.\.\.\) does not apply .*own order"),
+    (lambda: lut_matmul().compensation("kernel"), r"compensation\('kernel'\) does not apply"),
+    (lambda: lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary", output="float32")))
+     .arithmetic("dequantize"), r"arithmetic\('dequantize'\) does not apply"),
+    (lambda: lut_matmul().split("j", 8), r"split\('j', 8\): the kernel steps j in column blocks of 32 "
+     r"output channels, so the factor must be a multiple of 32"),
+    (lambda: lut_matmul().split("k", 6), r"split\('k', 6\): .*bytes of indices \(4 input channels\).*"
+     r"multiple of 4"),
+    (lambda: lo.Schedule(lo.Matmul(40, 200, 8, quant=lo.QuantSpec(weight="ternary"))).split("i", 5)
+     .reorder("i_o", "k", "i_i", "j").register_block("k"),
+     r"register block holds 35 accumulators .*at most 16"),
+    (lambda: lo.Schedule(lo.Matmul(2, 40, 8, batch=3, quant=lo.QuantSpec(weight="ternary"))),
+     r"a convolution or a GEMM with one batch \(row\) dim; .* has the position dims b, i"),
+])}
+
+
+@pytest.mark.parametrize("schedule, message", REFUSALS.values(), ids=REFUSALS.keys())
+def test_lut_refusals(schedule, message):
+    with pytest.raises(lo.ScheduleError, match=message):
+        schedule().weight_format("tl1").compile("scalar")

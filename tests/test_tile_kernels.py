@@ -1,14 +1,34 @@
 """AMX tile kernels (``compile(isa="amx")``) agree with quant.py's exact reference bit for bit
 (requantized) or within float32 rounding (float output), on shapes with tails in every tile
-dimension, padding, stride, dilation, groups and batch; their refusals; the weight packing."""
+dimension, padding, stride, dilation, groups and batch, on one thread and with their pixel or
+channel blocks split over 2; their refusals; the weight packing; tile code on threads started
+before and after Linux's AMX permission."""
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
-from helpers import SPECS, check, check_quantized, conv_ops, integer_calls, needs_amx, quick_first, tiers
+from helpers import (
+    HYPOTHESIS,
+    SPECS,
+    check,
+    check_quantized,
+    conv_ops,
+    integer_calls,
+    needs_amx,
+    quick_first,
+    tiers,
+)
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen import tiles
+from loopopt.codegen import quantized, tiles
 from loopopt.codegen.amx import TILE
+from loopopt.layout import moved_last
+
+THREADS = 2
 
 
 @st.composite
@@ -34,13 +54,23 @@ def tile_schedule(op, data):
     s = lo.Schedule(op)
     pixel, channel = tiles.pixel_dim(op), op.channel_dim
     if op.windows and data.draw(st.booleans()):
-        s = s.layout(op.output, "NHWC")
+        s = s.layout(op.output, moved_last(op.tensor(op.output).letters, op.output_channel_axis))
     blocks = {d: data.draw(st.sampled_from([None, 16, 32])) for d in (pixel, channel)}
     blocks = {d: b for d, b in blocks.items() if b and op.extent(d) > 1}
     if blocks:
         s = s.split(*next(iter(blocks.items()))) if len(blocks) == 1 else s.tile(**blocks)
     outer = [f"{d}_o" if d in blocks else d for d in (pixel, channel)]
     return s.reorder(*outer) if data.draw(st.booleans()) else s
+
+
+def parallel_tile_schedule(op, data):
+    """``tile_schedule`` with ``parallel`` on a drawn loop over the output's pixel dims (the pixel
+    blocks split over threads) or over its channels (the channel blocks)."""
+    s = tile_schedule(op, data)
+    pixels = {quantized.batch_dim(op), *(w.out_dim for w in op.windows)}
+    loops = [name for name in s.loop_names
+             if s.dims_of(name) <= pixels or s.dims_of(name) == {op.channel_dim}]
+    return s.parallel(data.draw(st.sampled_from(loops)))
 
 
 def random_tile_conv(data):
@@ -92,6 +122,108 @@ test_random_bf16_tile_matmuls_quick, test_random_bf16_tile_matmuls = tiers(
     n=st.integers(1, 70), k=st.integers(1, 150))
 
 
+def random_parallel_tile_conv(data):
+    """Convs with tails, stride, dilation, padding, groups and batch 2 on 2 threads: int8 bit-exact,
+    bf16 within its bound."""
+    if data.draw(st.booleans()):
+        op = data.draw(tile_convs()).with_quant(data.draw(SPECS))
+        check_quantized(parallel_tile_schedule(op, data), "amx", threads=THREADS)
+    else:
+        check(parallel_tile_schedule(data.draw(tile_convs("bfloat16")), data), "amx", threads=THREADS)
+
+
+test_random_parallel_tile_convs_quick, test_random_parallel_tile_convs = tiers(
+    random_parallel_tile_conv, 1, 30, marks=[needs_amx], data=st.data())
+
+
+@needs_amx
+@pytest.mark.slow
+@settings(max_examples=12, **HYPOTHESIS)
+@given(data=st.data())
+def test_random_parallel_tile_conv1ds(data):
+    op = data.draw(conv_ops(max_hw=40, spatial=1, max_channels=40).filter(
+        lambda op: op.pads[0][0] == op.pads[0][1] and not op.in_channels == op.out_channels == op.groups))
+    if data.draw(st.booleans()):
+        check_quantized(parallel_tile_schedule(op.with_quant(data.draw(SPECS)), data), "amx", threads=THREADS)
+    else:
+        bf16 = type(op)(**{**op.arguments, "dtype": "bfloat16"})
+        check(parallel_tile_schedule(bf16, data), "amx", threads=THREADS)
+
+
+@needs_amx
+@pytest.mark.slow
+@settings(max_examples=16, **HYPOTHESIS)
+@given(data=st.data(), m=st.integers(1, 100), n=st.integers(1, 100), k=st.integers(1, 150))
+def test_random_parallel_tile_matmuls(data, m, n, k):
+    if data.draw(st.booleans()):
+        check_quantized(parallel_tile_schedule(lo.Matmul(m, n, k, quant=data.draw(SPECS)), data), "amx",
+                        threads=THREADS)
+    else:
+        check(parallel_tile_schedule(lo.Matmul(m, n, k, dtype="bfloat16"), data), "amx", threads=THREADS)
+
+
+@needs_amx
+@pytest.mark.parametrize("case", quick_first([("pixels", "int8"), ("channels", "bfloat16"),
+                                              ("channels", "int8"), ("pixels", "bfloat16")]), ids="-".join)
+def test_parallel_blocks_with_shifted_tails(case):
+    """2 images of rows of 37 pixels (a shifted last pixel block) x 40 channels (a shifted last channel
+    block) on 2 threads: each thread loads the tile configuration and releases the tiles, and the
+    shifted blocks write only what the blocks before them did not."""
+    split, kind = case
+    extra = {"quant": lo.QuantSpec("uint8", True, False, "uint8")} if kind == "int8" else {"dtype": kind}
+    op = lo.Conv2d(40, 40, 3, padding=1, batch=2, height=3, width=37, **extra)
+    s = lo.Schedule(op).layout("O", "NHWC").tile(ow=32, k=32).parallel("ow_o" if split == "pixels" else "k_o")
+    plan = tiles.tile_plan(s)
+    assert plan.parallel == split and plan.units == {"pixels": 2 * 3 * 2, "channels": 2}[split]
+    kernel = (check_quantized if kind == "int8" else check)(s, "amx", threads=THREADS)
+    region = kernel.source.split("#pragma omp parallel\n", 1)[1]
+    assert kernel.threads == THREADS and "_tile_loadconfig" in region and "_tile_release" in region
+
+
+PERMISSION_SCRIPT = """
+    import os
+    import threading
+
+    import numpy as np
+
+    import loopopt as lo
+    from loopopt import amx
+    from loopopt.quant_reference import random_call, reference_output
+
+    spec = lo.QuantSpec("uint8", True, False, "uint8")
+    op = lo.Conv2d(32, 40, 3, padding=1, height=6, width=20, quant=spec)
+    args, params = random_call(op, 1)
+    expected = reference_output(op, args, params)
+    tiles = lo.Schedule(op).layout("O", "NHWC").tile(ow=16, k=16).parallel("ow_o").compile("amx")
+    tiles.set_threads(2)
+    go, results = threading.Event(), []
+    early = threading.Thread(target=lambda: (go.wait(), results.append(tiles(*args, **params))), daemon=True)
+    early.start()                                     # a Python thread started before the request
+    vnni = lo.Schedule(op).parallel("oh").compile("avx512")
+    vnni.set_threads(2)
+    assert np.array_equal(vnni(*args, **params), expected)    # starts an OpenMP worker
+    threads = len(os.listdir("/proc/self/task"))
+    assert not amx._granted
+    assert np.array_equal(tiles(*args, **params), expected)   # the request, then tiles on that worker
+    assert amx._granted and len(os.listdir("/proc/self/task")) == threads
+    go.set()
+    early.join()
+    assert np.array_equal(results[0], expected)      # its OpenMP worker is started after the request
+    print("tiles ran on threads started before and after the request")
+"""
+
+
+@needs_amx
+@pytest.mark.slow           # a fresh process compiling its kernels
+def test_threads_started_before_and_after_the_amx_request():
+    """Linux's AMX permission is per process: an OpenMP worker and a Python thread started before
+    ``require_amx`` run tile code, and so does a worker started after it (a thread without it would
+    die of SIGILL)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(PERMISSION_SCRIPT)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "tiles ran" in done.stdout, done.stderr
+
+
 @needs_amx
 @pytest.mark.parametrize("activation", quick_first(["uint8", "int8"]))
 def test_resnet_block_shape(activation):
@@ -124,7 +256,8 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=5), lambda s: s, "is float32"),
     (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.arithmetic("dequantize"),
      "arithmetic"),
-    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.parallel("oh"), "one thread"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.fuse("k", "oh").parallel("k_oh"),
+     r"either the pixel blocks \(parallel on a loop over n, oh, ow\) or the channel blocks"),
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
     # ops the tile kernels do not compute: refused, not computed wrong

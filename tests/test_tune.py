@@ -20,7 +20,7 @@ from loopopt.cli import main
 from loopopt.codegen.isa import bf16_dot_available
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
-from loopopt.tune import IsolatedExecutor, TuneError, TuningLogError
+from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
 from loopopt.tune.guide import Guide
@@ -102,6 +102,27 @@ def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     assert lo.best_schedule(op, log=log).steps == second.best.steps
     assert lo.best_schedule(OPS["grouped"], log=log) is None
     assert lo.best_schedule(op, log=log, threads=2) is None
+    best = lo.best_trial(op, log=log)               # the trial record: schedule, ISA, timing
+    assert (best.isa, best.timing.min, best.to_schedule(op).steps) == (second.isa, second.timing.min,
+                                                                        second.best.steps)
+    assert lo.best_trial(op, log=log, threads=2) is None
+
+
+@pytest.mark.skipif("avx512" not in lo.available_isas(), reason="needs AVX-512 next to AVX2")
+def test_best_trial_rebuilds_the_winner_on_the_isa_it_ran(tmp_path):
+    log, op = tmp_path / "tune.db", OPS["matmul"]
+    lo.tune(op, trials=2, isa="avx2", budget=BUDGET, log=log, progress=False, algorithms="direct")
+    avx2 = lo.best_trial(op, log=log)
+    assert avx2.isa == "avx2"                       # best_schedule alone would compile it for AVX-512
+    kernel = avx2.to_schedule(op).compile(avx2.isa)
+    assert kernel.isa == "avx2" and verify(kernel)[0]
+    lo.tune(op, trials=2, isa="avx512", budget=BUDGET, log=log, progress=False, algorithms="direct")
+    with TuningLog(log, readonly=True) as tuning_log:
+        fastest = min((t for t in tuning_log.trials(op) if t.status == "ok"), key=lambda t: t.timing.min)
+    best = lo.best_trial(op, log=log)
+    assert (best.isa, best.timing.min) == (fastest.isa, fastest.timing.min)
+    assert lo.best_trial(op, log=log, isa="avx2").isa == "avx2"
+    assert lo.best_schedule(op, log=log).steps == best.to_schedule(op).steps
 
 
 def crash(task):
@@ -206,7 +227,9 @@ def test_bad_input_is_refused():
 
 def test_space_follows_the_op_roles():
     depthwise = candidates(OPS["depthwise"].with_quant(QUANT), "avx512")
-    assert {c.knobs.weights for c in depthwise} == {"plain"}    # one channel per group: no dot
+    assert {c.knobs.weights for c in depthwise} == {"plain", "taps"}   # one channel per group: dots on taps
+    taps = next(c for c in depthwise if c.knobs.weights == "taps").schedule
+    assert dict(taps.layouts)["W"] == "OIHW4w" and taps.vector_loop.name == "ow_i"
     quantized = candidates(OPS["quantized-conv"], "avx512")
     dot = next(c for c in quantized if c.knobs.weights == "dot")
     assert dict(dot.schedule.layouts)["W"].endswith("16o4i") and dot.schedule.loop("c_i").extent == 4
@@ -248,7 +271,11 @@ def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
     tiles = [c for c in candidates(op, "avx512", tiles=True) if c.isa == "amx"]
     assert len(tiles) == 8 and candidates(op, "amx") == tiles
-    assert candidates(op, "amx", threads=2) == []
+    # 2 threads: the 8 with the pixel blocks split over them and the 4 of 16-channel blocks with the
+    # channel blocks split (24 channels make one 32-channel block)
+    parallel = candidates(op, "amx", threads=2)
+    assert len(parallel) == 12 and {c.knobs.parallel for c in parallel} == {"pixels", "channels"}
+    assert all(c.schedule.parallel_loop is not None for c in parallel)
     assert not [c for c in candidates(op, "avx512") if c.isa == "amx"]     # isa="avx512" asked: no tiles
     bf16 = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, dtype="bfloat16")
     assert [c.isa for c in candidates(bf16, "avx512", tiles=True)].count("amx") == 8
@@ -260,6 +287,10 @@ def test_amx_candidates_join_the_int8_search(tmp_path):
     assert 'isa = "amx"' in saved.read_text()
     ok, _ = verify(result.best.compile(result.isa))
     assert ok
+    result = lo.tune(op, trials=1, threads=2, isa="amx", budget=BUDGET, progress=False)
+    kernel = result.best.compile(result.isa)
+    kernel.set_threads(2)
+    assert result.timing.verified and "split over threads" in result.table() and verify(kernel)[0]
 
 
 def test_no_amx_candidates_where_the_tiles_refuse():

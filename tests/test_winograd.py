@@ -2,24 +2,13 @@
 pipeline within its error bound of the float64 reference, measure's report, refused ops."""
 import numpy as np
 import pytest
-from helpers import HYPOTHESIS, quick_first, tiers
+from helpers import HYPOTHESIS, quick_first, tiers, winograd_convs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import winograd
 from loopopt.reference import conv_reference
-
-
-@st.composite
-def winograd_convs(draw, max_hw: int = 13, max_channels: int = 19):
-    """A 3x3 stride-1 conv with odd or even sizes, channels not a multiple of 16, batch up to 2,
-    symmetric or asymmetric padding 0..2, with or without a bias."""
-    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
-    h, w = (draw(st.integers(max(1, 3 - lo_ - hi), max_hw)) for lo_, hi in pads)
-    return lo.Conv2d(draw(st.integers(1, max_channels)), draw(st.integers(1, max_channels)), 3, padding=pads,
-                     bias=draw(st.booleans()), batch=draw(st.integers(1, 2)), height=h, width=w)
-
 
 SMALL = lo.Conv2d(6, 8, 3, padding=1, height=7, width=5)      # the CLI's --conv 6,8,3,7x5,padding=1
 
@@ -83,7 +72,7 @@ def test_measure_reports_algorithm_and_error():
     (lo.Conv1d(4, 4, 3, length=8), 4, "2-D convolution"),
     (lo.Matmul(4, 4, 4), 4, "2-D convolution"),
     (lo.Conv2d(4, 4, 3, dtype="bfloat16"), 4, "dtype float32, got dtype='bfloat16'"),
-    (lo.Conv2d(4, 4, 3, quant=lo.QuantSpec()), 4, "is quantized"),
+    (lo.Conv2d(4, 4, 3, quant=lo.QuantSpec()), 4, "int8 winograd is F(2x2,3x3) only (m=2), got m=4"),
     (lo.Conv2d(4, 4, 3), 3, "m (output tile size) must be one of (2, 4), got 3"),
 ])
 def test_refused(op, m, message):

@@ -6,7 +6,8 @@ accumulator:
 
 * ``float``: float32 operands, ``fma``;
 * ``integer``: stored bytes widened to int32 lanes, ``c + a * b`` (exact, wrapping);
-* ``dot``: 4 bytes per lane (the dot loop of ``quantized.find_dot_loop``), ``vpdpbusd``
+* ``dot``: 4 bytes per lane (the dot loop of ``quantized.find_dot_loop``, or of ``taps.find``: 4
+  taps of a window, the activations spread from a window of input bytes), ``vpdpbusd``
   (u8 activations x s8 weights; int8 activations are shifted by ``flip``);
 * ``dequantize``: bytes widened, zero-point subtracted, converted to float32 and scaled
   inside the loop (``(x - zx) * sx`` and ``(w - zw[k]) * sw[k]``), then ``fma``;
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
-from . import ternary
+from . import taps, ternary
 from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
@@ -137,7 +138,12 @@ class Arithmetic:
         ints = self.ints
         activation = tensor == self.schedule.op.inputs[0]
         if self.name == "dot":
-            if kind == "broadcast":
+            tap = self.plan.tap_dot
+            if activation and tap is not None:
+                # bytes outside the input row are the activation's zero: 0, or 0x80 before the flip
+                column = taps.column(self.schedule, tap, bindings or {})
+                value = taps.operand(self.acc.name, tap, ref, column, 0x80 if self.plan.shift else 0)
+            elif kind == "broadcast":
                 # the group's 4 bytes, at any byte address (an int load there would be misaligned)
                 value = ints.broadcast(s=f"_mm_cvtsi128_si32(_mm_loadu_si32(&{ref}))")
             elif kind == "strided" and access.stride == DOT:

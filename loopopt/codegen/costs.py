@@ -50,6 +50,7 @@ OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
 OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4, "bf16": 2, "bf16_dot": 0}
+TAP_SPREAD_OPS = 2       # and a tap dot's activations (codegen/taps.py): permute and shuffle after the load
 EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per output vector
 
 
@@ -356,8 +357,12 @@ class _Counter:
         """One vector (or element) of an input operand, as the arithmetic forms it: the load, the
         instructions that widen or dequantize it, and the weights' zero points and scales."""
         kind = self._instruction(self.kinds[tensor]) if self.lanes > 1 else "load"
+        activation = tensor == self.op.inputs[0]
         extra = OPERAND_OPS[self.arith.name] + (1 if self.arith.name == "dot" and self.plan.shift
-                                                 and tensor == self.op.inputs[0] else 0)
+                                                 and activation else 0)
+        if activation and self.plan is not None and self.plan.tap_dot is not None:
+            # a byte-masked window load, its mask from the column, a dword permute and a byte shuffle
+            return self._load("load", True) + Work(vector_ops=extra + TAP_SPREAD_OPS, masks=1)
         work = self._load(kind, masked) + Work(vector_ops=extra)
         if self.arith.name == "dequantize" and tensor == self.op.inputs[1]:
             work += self._load(kind, masked, 2)
@@ -533,7 +538,7 @@ class _Counter:
         add = Work(loads=1, definitions=1, loop_iterations=1)        # a scalar sum over the reduction
         sites = []
         if qp.compensation == "kernel":
-            sites.append(Site("weight compensation", compensation_entries(op) * reduction, add, 1))
+            sites.append(Site("weight compensation", compensation_entries(op, qp) * reduction, add, 1))
         if qp.activation_sums:
             positions = math.prod(self.op.tensor(self.op.output).shape) // op.channels
             sites.append(Site("activation sums", positions * op.groups * reduction, add, 1))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import quantized, ternary
+from . import quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
@@ -29,6 +29,15 @@ THREADS_CDEF = f"void {THREADS_NAME}(int n);"
 def with_threads(source: str, cdef: str, openmp: bool) -> tuple[str, str]:
     """Source and cdef plus the OpenMP thread-count setter when the kernel is parallel."""
     return (source + THREADS_SOURCE, cdef + "\n" + THREADS_CDEF) if openmp else (source, cdef)
+
+
+def thread_range(int_type: str, extent: int) -> list[str]:
+    """C statements, inside an ``omp parallel`` region, of this thread's contiguous range
+    ``[lo_begin, lo_end)`` of ``extent`` iterations (as ``schedule(static)``; empty for late threads)."""
+    return ["const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();",
+            f"const {int_type} lo_chunk = ({extent} + lo_threads - 1) / lo_threads;",
+            f"const {int_type} lo_begin = lo_thread * lo_chunk;",
+            f"const {int_type} lo_end = lo_begin + lo_chunk < {extent} ? lo_begin + lo_chunk : {extent};"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     tables = quantized.static_tables(schedule, plan) if plan else ""
     if plan and plan.packed_weights:
         tables += ternary.helpers(isa.name)
+    if plan and plan.tap_dot:
+        tables += taps.helpers(isa.name)
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
@@ -152,6 +163,10 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
         kind = "u8 x s8 -> s32" if arith.plan is not None else "bf16 pairs -> fp32, vdpbf16ps"
         lines.append(f" * dot loop {arith.dot_loop}: its {arith.group} iterations are consumed by "
                      f"each dot instruction ({kind})")
+    if arith.plan is not None and arith.plan.tap_dot:
+        window = arith.plan.tap_dot.window
+        lines.append(f" * tap dot: 4 taps of {window.tap_dim} per lane, the activations spread from "
+                     f"windows of input columns along {window.out_dim} (codegen/taps.py)")
     if arith.plan is not None and arith.plan.packed_weights:
         lines.append(" * weights: ternary, i2_s (2 bits each), unpacked in registers (codegen/ternary.py)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
@@ -239,12 +254,8 @@ class _Emitter:
         self.emit(0, f"/* the reduction nest: {loop.name} split into one range per thread */")
         self.emit(0, "#pragma omp parallel")
         self.emit(0, "{")
-        self.emit(1, "const int lo_threads = omp_get_num_threads(), lo_thread = omp_get_thread_num();")
-        it = self.int_type
-        self.emit(1, f"const {it} lo_chunk = ({loop.extent} + lo_threads - 1) / lo_threads;")
-        self.emit(1, f"const {it} lo_begin = lo_thread * lo_chunk;")
-        self.emit(1, f"const {it} lo_end = "
-                     f"lo_begin + lo_chunk < {loop.extent} ? lo_begin + lo_chunk : {loop.extent};")
+        for line in thread_range(self.int_type, loop.extent):
+            self.emit(1, line)
         arguments = ", ".join(p.name for p in self.params)
         self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")

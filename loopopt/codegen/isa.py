@@ -315,6 +315,9 @@ SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned"
                  cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
+# every integer kernel's flags: float32 products without contraction (requantization must match quant.py
+# bit for bit) and wrapping int32 arithmetic (compensation terms, exact modulo 2^32)
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
 
 
 # --- bfloat16 tables -----------------------------------------------------------------------

@@ -1,291 +1,526 @@
-"""Ternary GEMM by table lookup, ``Schedule.weight_format("tl1" | "tl2")`` (T-MAC / bitnet.cpp style).
+"""Ternary convolutions and GEMMs by table lookup, ``Schedule.weight_format("tl1" | "tl2")`` (T-MAC /
+bitnet.cpp style), under the schedule's splits, order and register block.
 
-Two ternary weights ``(w0, w1)`` of one output column and consecutive reduction rows form a pair
-with one of 9 values, stored as a 4-bit index ``3 (w0 + 1) + (w1 + 1)``: two pairs per byte (pair
-``2q`` in the low nibble, ``2q + 1`` in the high one), the bytes of 32 consecutive columns together
-(``[column block][q][32 columns]``, columns and rows zero-padded). For every row of the activations
-the kernel first builds, per pair of activations ``(x0, x1)``, the table of the 9 partial sums
-``w0 x0 + w1 x1`` (int16, 16 entries, in the workspace ``lo_lut`` that ``prepare`` allocates);
-then for each block of 32 columns and each pair it looks the 32 columns' partial sums up in one
-instruction (AVX-512 ``vpermw``: the table broadcast to the register, the 32 indices as int16
-lanes), adds them in int16 for up to 64 pairs (``|sum| <= 64 * 510``) and widens into int32 sums.
-The raw sums ``P = sum x * w`` go to the int32 workspace and the epilogue of
-``codegen/quantized.py`` applies the compensation, bias and scales, so the result is exact. The
-scalar target looks the tables up one column at a time.
+The reduction is grouped along the input channels of one filter tap: a group is ``fmt.group``
+consecutive input channels of one input pixel (``codegen/lut_format.py``), so a pixel's tables serve
+every tap, output position and output channel that reads it, and the table build costs a pass over
+the input, not over the output times the taps. (The fused ``(kh, kw, c)`` run of an im2col row
+would group across taps and give each output position its own tables.) A GEMM is the case without
+windows: its pixels are the rows of A, its input channels the reduction.
 
-AVX2 has no ``vpermw``: its tables are two 16-byte tables (the low and the high bytes of the int16
-sums), looked up with two ``vpshufb`` per pair and interleaved back to int16 with ``vpunpck[lh]bw``
-(which leaves the 32 columns in the order 0-7, 16-23 | 8-15, 24-31, undone when the sums widen).
+The kernel runs the schedule's nest in table-lookup units: the output channels in column blocks of
+32 (a block holds channels of one group; ``split("k", f)`` needs ``f`` a multiple of 32 and covers
+``f / 32`` blocks) and the input channels in bytes of indices (``2 * fmt.group`` channels;
+``split("c", f)`` needs ``f`` a multiple of that); the other dims as they are. From the schedule:
 
-TL2 takes triples: 27 weight triples, but a triple and its negation share an entry up to the sign,
-so the table holds the 13 triples whose first nonzero weight is +1 and (0, 0, 0) (14 entries, a
-4-bit index) and one sign bit per triple and column (a uint32 per 32 columns, after the indices)
-negates the entry: AVX-512 adds it and subtracts it again twice in the lanes of the sign mask
-(``vpsubw`` under a mask), 1.67 bits per weight. TL2 runs on AVX-512 and scalar (AVX2 is refused).
+* the loop order (``reorder``, ``tile``): every order is exact, as the sums go to the int32
+  workspace ``O`` (zeroed first) with ``+=`` and the epilogue pass of ``codegen/quantized.py``
+  applies compensation, bias and scales afterwards;
+* where the tables are built: at the end of the outermost run of loops over the batch (GEMM rows),
+  the output positions of each window and the input channels (``c``), for the input pixels and
+  channel bytes one iteration of that run reads (an output row band reads its rows and the halo
+  of the filter: the halo's tables are rebuilt per band; a pixel in the padding gets tables of
+  zeros, so the steps need no padding guard). ``Schedule(conv)`` builds one image's tables at a
+  time, ``tile(oh=4)`` with ``oh_o`` outermost after ``n`` a band of rows;
+* the accumulators: the loops after the last loop over outputs (or, with ``register_block(at)``,
+  from ``at`` inward: reduction loops first, then block loops over outputs, unrolled into one
+  accumulator of 32 channels per block position, at most ``MAX_ACCUMULATORS``) sum in int16
+  registers, widened to int32 before they may overflow (``fmt.chunk`` steps). Loads shared by
+  block positions (a pixel's tables, a column block's indices) are issued once per step.
 
-The nest is fixed (rows, column blocks, pairs): schedule steps other than ``weight_format`` are
-refused, as are ops with windows (convolutions: use ``i2_s``).
+Steps that do not apply are refused with the reason: ``fuse``, ``vectorize`` (the kernel vectorizes
+the 32 channels of a block itself), ``unroll`` (``register_block`` unrolls), ``parallel``,
+``arithmetic("dequantize")``, ``compensation("kernel")`` and a layout of the weights (they are
+packed in the format's own order); layouts of the activations and the output apply.
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
-from ..expr import Var
+from ..expr import Bound, Const, Expr, Var
 from ..ops import Op
-from ..schedule import Schedule, ScheduleError
+from ..schedule import Schedule, ScheduleError, Split
 from . import quantized
 from .emit import KERNEL_NAME, Generated
 from .isa import INT_ISAS
-from .params import KernelParam, signature
+from .lut_format import (
+    COLUMNS,
+    ENTRIES,
+    FORMATS,
+    LookupC,
+    LutFormat,
+    LutShape,
+    pack,
+    table_constants_c,
+    table_entries_c,
+)
+from .params import KernelParam, signature, storage_elements
 
-COLUMNS = 32        # columns per block: the int16 lanes of a 512-bit register
-LUT = "lo_lut"      # the kernel parameter holding one row's tables (allocated by prepare)
-INT16_MAX = 32767
+LUT = "lo_lut"            # the kernel parameter holding the tables (allocated by prepare)
+LUT_ISAS = ("avx512", "avx2", "scalar")
+MAX_ACCUMULATORS = 16     # block positions of a register block (32 output channels each)
+TABLE = 2 * ENTRIES       # int16 slots of one byte's two groups
+
+
+def _where(schedule: Schedule) -> str:
+    return f"weight_format({schedule.weight_format_mode!r})"
+
+
+def _check_form(op: Op, where: str) -> None:
+    """ScheduleError unless ``op`` is a convolution over its windows or a GEMM: one position dim
+    besides the windows, no weight batch dims, weights indexed by plain dims."""
+    positions = quantized.position_dims(op)
+    if len(positions) != 1 or quantized.weight_batch_dims(op):
+        raise ScheduleError(f"{where}: the table-lookup kernel takes a convolution or a GEMM with one "
+                            f"batch (row) dim; {op!r} has the position dims {', '.join(positions)}")
+    wanted = {op.channel_dim, op.reduction_channel_dim} | {w.tap_dim for w in op.windows}
+    axes = op.index(op.inputs[1])
+    names = [e.name for e in axes if isinstance(e, Var)]
+    if len(names) != len(axes) or set(names) != wanted or len(axes) != len(wanted):
+        raise ScheduleError(f"{where}: the table-lookup kernel takes weights indexed by the output channel, "
+                            f"the input channel and the taps; {op!r} indexes them by "
+                            f"{', '.join(e.to_c() for e in axes)}")
+
+
+def weights_in_order(op: Op, wq: np.ndarray) -> np.ndarray:
+    """Logical weights as ``[output channel, *taps, input channel of its group]``."""
+    names = [e.name for e in op.index(op.inputs[1])]
+    order = [op.channel_dim, *(w.tap_dim for w in op.windows), op.reduction_channel_dim]
+    return np.transpose(np.asarray(wq), [names.index(d) for d in order])
+
+
+def lut_shape(op: Op, fmt: LutFormat) -> LutShape:
+    """The packed extents of ``op`` in ``fmt``."""
+    groups = op.groups
+    return LutShape(fmt, groups, op.extent(op.reduction_channel_dim), op.channels // groups,
+                    tuple(w.taps for w in op.windows))
+
+
+def pack_lut(op: Op, wq: np.ndarray, fmt: LutFormat) -> np.ndarray:
+    """The packed bytes of ternary weights in the op's logical layout."""
+    return pack(lut_shape(op, fmt), weights_in_order(op, wq))
 
 
 @dataclass(frozen=True)
-class LutFormat:
-    """A table-lookup format: ``group`` weights per index, the weight groups of each table entry
-    (``classes``), and whether a sign bit per group negates the entry (TL2's mirror symmetry)."""
+class Range:
+    """The values of an op dim one iteration of the table loops reads: from ``base`` (an expression
+    of those loops) at most ``span`` values."""
 
-    name: str
-    group: int
-    classes: tuple[tuple[int, ...], ...]
-    signed: bool
-    isas: tuple[str, ...]
+    base: Expr
+    span: int
+
+
+@dataclass(frozen=True)
+class LutNest:
+    """A schedule in table-lookup units: the loops with their extents, each op dim's value over
+    them, the partial blocks, where the tables are built and which loops accumulate."""
+
+    schedule: Schedule
+    shape: LutShape
+    loops: tuple[tuple[str, int], ...]
+    values: tuple[tuple[str, Expr], ...]       # op dim -> its value over the loops
+    tails: tuple[tuple[str, Bound], ...]       # op dim -> the guard of a partial block
+    table_at: int                              # loops outside the table build
+    region: int                                # the first loop of the accumulation region
+    block: tuple[str, ...]                     # block loops (innermost, unrolled)
 
     @property
-    def bound(self) -> int:
-        """The largest |table entry| (uint8 activations)."""
-        return 255 * self.group
+    def op(self) -> Op:
+        return self.schedule.op
+
+    def value(self, dim: str) -> Expr:
+        return dict(self.values)[dim]
+
+    def coefficients(self, dim: str) -> dict[str, int]:
+        """Each loop's coefficient in ``dim``'s value (the values are linear)."""
+        zero = {name: 0 for name, _ in self.loops}
+        base = self.value(dim).evaluate(zero)
+        return {name: self.value(dim).evaluate(zero | {name: 1}) - base for name, _ in self.loops}
+
+    def range(self, dim: str) -> Range:
+        """The values of ``dim`` one iteration of the table loops reads."""
+        outer = {name for name, _ in self.loops[:self.table_at]}
+        inner = {name: Const(0) for name, _ in self.loops[self.table_at:]}
+        coef = self.coefficients(dim)
+        span = 1 + sum((extent - 1) * coef[name] for name, extent in self.loops if name not in outer)
+        return Range(self.value(dim).substitute(inner), span)
 
     @property
-    def chunk(self) -> int:
-        """Bytes of indices (2 groups each) summed in int16 before widening."""
-        return INT16_MAX // self.bound // 2
+    def table_dims(self) -> tuple[tuple[str, int], ...]:
+        """The tables' axes (name, extent): batch, groups, the input positions of each window, bytes."""
+        op = self.op
+        axes = [("n", self.range(_batch(op)).span), ("g", op.groups)]
+        for i, w in enumerate(op.windows):
+            span = (self.range(w.out_dim).span - 1) * w.stride + (w.taps - 1) * w.dilation + 1
+            axes.append((f"i{i}", span))
+        return tuple(axes + [("q", self.range(op.reduction_channel_dim).span)])
 
-    def encode(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(class index, sign) of weight groups ``w[..., group]``."""
-        codes = list(itertools.product((-1, 0, 1), repeat=self.group))
-        index, sign = np.zeros(len(codes), np.uint8), np.zeros(len(codes), np.uint8)
-        for i, code in enumerate(codes):
-            negative = self.signed and next((v for v in code if v), 0) < 0
-            index[i] = self.classes.index(tuple(-v for v in code) if negative else code)
-            sign[i] = negative
-        code = sum((w[..., j].astype(np.int64) + 1) * 3 ** (self.group - 1 - j) for j in range(self.group))
-        return index[code], sign[code]
+    @property
+    def table_entries(self) -> int:
+        """int16 entries of the tables workspace."""
+        return math.prod(extent for _, extent in self.table_dims) * TABLE
+
+    def at_maximum(self) -> dict[str, Expr]:
+        """Each op dim at the loops' largest values, a partial block's dead iterations included (the
+        indices below grow with every loop)."""
+        top = {name: extent - 1 for name, extent in self.loops}
+        return {d: Const(self.value(d).evaluate(top)) for d in self.op.dim_names}
+
+    @property
+    def weights_read_ahead(self) -> int:
+        """Bytes past the packed weights that a partial block's dead steps load (and do not add)."""
+        shape = self.shape
+        last = self.weight_flat(self.at_maximum()).evaluate({})
+        ends = [(last + 1) * COLUMNS - shape.index_bytes]
+        if shape.fmt.signed:
+            ends.append(shape.index_bytes + (last + 1) * 8 - shape.packed_bytes)
+        return max(0, *ends)
+
+    @property
+    def tables_read_ahead(self) -> int:
+        """Bytes past the tables that a partial block's dead steps load (and do not add)."""
+        top = {name: extent - 1 for name, extent in self.loops}
+        bases = {f"lo_{k}": self.range(d).base.evaluate(top) for k, d in self.based_dims().items()}
+        last = self.table_flat(self.at_maximum()).evaluate(bases)
+        return max(0, 2 * ((last + 1) * TABLE - self.table_entries))
+
+    def based_dims(self) -> dict[str, str]:
+        """The C names of the tables' bases (``lo_nb``, ``lo_qb``, ``lo_b<window>``) and their dims."""
+        op = self.op
+        return {"nb": _batch(op), "qb": op.reduction_channel_dim,
+                **{f"b{i}": w.out_dim for i, w in enumerate(op.windows)}}
+
+    def weight_flat(self, values: dict[str, Expr]) -> Expr:
+        """The flat (block, tap..., byte) index of the weights' indices at ``values`` of the dims."""
+        op, shape = self.op, self.shape
+        flat = values[op.channel_dim]
+        for w, taps in zip(op.windows, shape.taps):
+            flat = flat * taps + values[w.tap_dim]
+        return flat * shape.bytes + values[op.reduction_channel_dim]
+
+    def table_flat(self, values: dict[str, Expr]) -> Expr:
+        """The flat (batch, group, input position..., byte) index of the tables at ``values`` of the
+        dims, relative to the bases ``lo_nb``, ``lo_b<window>``, ``lo_qb``."""
+        op = self.op
+        cb = values[op.channel_dim]
+        g = cb // self.shape.blocks_per_group if op.groups > 1 else Const(0)
+        axes = [values[_batch(op)] - Var("lo_nb"), g]
+        axes += [self.input_position(values, i) - Var(f"lo_b{i}") for i in range(len(op.windows))]
+        return _flat(axes + [values[op.reduction_channel_dim] - Var("lo_qb")], self.table_dims)
+
+    def input_position(self, values: dict[str, Expr], window: int) -> Expr:
+        w = self.op.windows[window]
+        return values[w.out_dim] * w.stride + values[w.tap_dim] * w.dilation - w.pad
 
 
-TRIPLES = tuple(t for t in itertools.product((-1, 0, 1), repeat=3) if next((v for v in t if v), 1) > 0)
-FORMATS = {
-    "tl1": LutFormat("tl1", 2, tuple(itertools.product((-1, 0, 1), repeat=2)), False,
-                     ("avx512", "avx2", "scalar")),
-    # the 13 triples whose first nonzero weight is +1, and (0, 0, 0) first: 14 entries and a sign bit
-    "tl2": LutFormat("tl2", 3, ((0, 0, 0),) + tuple(t for t in TRIPLES if any(t)), True,
-                     ("avx512", "scalar")),
-}
+def _batch(op: Op) -> str:
+    return quantized.position_dims(op)[0]
+
+
+def _units(op: Op, shape: LutShape) -> dict[str, tuple[int, int, str]]:
+    """Per op dim: (extent in table-lookup units, elements per unit, what a unit is)."""
+    units = {d: (e, 1, "") for d, e in op.dims}
+    units[op.channel_dim] = (shape.blocks, COLUMNS, "column blocks of 32 output channels")
+    fmt = shape.fmt
+    units[op.reduction_channel_dim] = (shape.bytes, fmt.channels_per_byte,
+                                       f"bytes of indices ({fmt.channels_per_byte} input channels)")
+    return units
 
 
 def check_lut(schedule: Schedule, isa: str) -> None:
     """ScheduleError with the reason unless the table-lookup kernel takes ``schedule`` on ``isa``."""
-    op, fmt = schedule.op, schedule.weight_format_mode
-    if op.windows:
-        raise ScheduleError(f"weight_format({fmt!r}) is a table-lookup GEMM: {op!r} has windows (a "
-                            f"convolution); use weight_format('i2_s')")
-    steps = [str(s) for s in schedule.steps if s.primitive != "weight_format"]
-    if steps:
-        raise ScheduleError(f"weight_format({fmt!r}) runs a fixed nest (codegen/lut.py); schedule steps are "
-                            f"not applied to it: drop {', '.join(steps)}")
-    if isa not in FORMATS[fmt].isas:
-        raise ScheduleError(f"weight_format({fmt!r}) runs on {', '.join(FORMATS[fmt].isas)}, not on {isa!r}")
+    op, where = schedule.op, _where(schedule)
+    if isa not in LUT_ISAS:
+        raise ScheduleError(f"{where} runs on {', '.join(LUT_ISAS)}, not on {isa!r}")
+    _check_form(op, where)
+    refusals = [
+        (schedule.arithmetic_mode != "integer", "arithmetic('dequantize'): the kernel sums table entries "
+         "in integers"),
+        (schedule.compensation_mode != "packed", "compensation('kernel'): the kernel reads only the packed "
+         "indices, so the weight compensation is computed when they are packed"),
+        (any(not isinstance(r, Split) for r in schedule.relations), "fuse: the nest steps output channels "
+         "in column blocks and input channels in bytes of indices; use split, tile and reorder"),
+        (schedule.vector_loop is not None, "vectorize: the kernel vectorizes the 32 output channels of a "
+         "column block itself"),
+        (any(loop.unroll for loop in schedule.loops), "unroll: register_block unrolls the block loops"),
+        (schedule.parallel_loop is not None, "parallel: the kernel runs on one thread (one tables "
+         "workspace)"),
+        (dict(schedule.layouts)[op.inputs[1]] != op.tensor(op.inputs[1]).default_layout,
+         f"layout({op.inputs[1]!r}, ...): the weights are packed in the format's own order"),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise ScheduleError(f"{where}: {why.split(':')[0]} does not apply to the table-lookup kernel "
+                                f"({why.split(': ', 1)[1]})")
+    lut_nest(schedule)
 
 
-def shape(op: Op) -> tuple[int, int, int]:
-    """(rows M, reduction K, columns N) of a GEMM op."""
-    a, w = op.inputs
-    m, k = op.tensor(a).shape
-    return m, k, op.channels
+@lru_cache(maxsize=256)
+def lut_nest(schedule: Schedule) -> LutNest:
+    """The table-lookup nest of ``schedule`` (ScheduleError for a split that cuts a unit, or a register
+    block of too many accumulators)."""
+    op, where = schedule.op, _where(schedule)
+    shape = lut_shape(op, FORMATS[schedule.weight_format_mode])
+    units = _units(op, shape)
+    extent = {d: e for d, (e, _, _) in units.items()}
+    unit = {d: u for d, (_, u, _) in units.items()}
+    root = {d: d for d in op.dim_names}
+    splits: dict[str, tuple[str, str, int]] = {}
+    tails = []
+    for rel in schedule.relations:
+        u = unit[rel.parent]
+        if rel.factor % u:
+            raise ScheduleError(f"{where}: split({rel.parent!r}, {rel.factor}): the kernel steps "
+                                f"{root[rel.parent]} in {units[root[rel.parent]][2]}, so the factor must be "
+                                f"a multiple of {u}")
+        factor = min(rel.factor // u, extent[rel.parent])
+        extent[rel.outer], extent[rel.inner] = -(-extent[rel.parent] // factor), factor
+        unit[rel.outer], unit[rel.inner] = 1, u
+        root[rel.outer] = root[rel.inner] = root[rel.parent]
+        splits[rel.parent] = (rel.outer, rel.inner, factor)
+        if extent[rel.parent] % factor:
+            tails.append(rel.parent)
+
+    def value(name: str) -> Expr:
+        if name not in splits:
+            return Var(name)
+        outer, inner, factor = splits[name]
+        return value(outer) * factor + value(inner)
+
+    loops = tuple((name, extent[name]) for name in schedule.loop_names)
+    outputs = {e.name for e in op.index(op.output) if isinstance(e, Var)}
+    is_output = [root[name] in outputs for name in schedule.loop_names]
+    if schedule.register_block_at is not None:
+        region = schedule.position(schedule.register_block_at)
+    else:
+        region = max((i + 1 for i, out in enumerate(is_output) if out), default=0)
+    block = tuple(name for name, out in zip(schedule.loop_names[region:], is_output[region:]) if out)
+    count = math.prod(extent[name] for name in block)
+    if count > MAX_ACCUMULATORS:
+        sizes = " x ".join(f"{n}[{extent[n]}]" for n in block)
+        raise ScheduleError(f"{where}: the register block holds {count} accumulators of 32 output channels "
+                            f"({sizes} in table-lookup units); at most {MAX_ACCUMULATORS}")
+    tabled = {_batch(op), op.reduction_channel_dim} | {w.out_dim for w in op.windows}
+    table_at = next((i for i, name in enumerate(schedule.loop_names) if root[name] not in tabled),
+                    len(loops))
+    return LutNest(schedule, shape, loops, tuple((d, value(d)) for d in op.dim_names),
+                   tuple((root[p], Bound(value(p), 0, extent[p])) for p in tails),
+                   min(table_at, region), region, block)
 
 
-def packed_shape(op: Op, fmt: LutFormat) -> tuple[int, int]:
-    """(column blocks, bytes of indices per column: two groups each) of the packed weights."""
-    _, k, n = shape(op)
-    return -(-n // COLUMNS), -(-k // (2 * fmt.group))
+# --- C ----------------------------------------------------------------------------------------------
+
+def _loop(name: str, extent: int) -> str:
+    return f"for (int {name} = 0; {name} < {extent}; ++{name}) {{"
 
 
-def lut_bytes(op: Op, fmt: LutFormat) -> int:
-    """Bytes of the packed weights: the indices ``[block][q][32 columns]``, then (signed formats) one
-    uint32 of sign bits (bit c: column c) per block and group ``[block][2 q]``."""
-    blocks, q = packed_shape(op, fmt)
-    return blocks * q * COLUMNS + (blocks * 2 * q * 4 if fmt.signed else 0)
+def _nested(openers: list[str], body: list[str]) -> list[str]:
+    """``body`` inside the loops ``openers`` (each opening a brace), indented."""
+    lines = [("    " * depth) + opener for depth, opener in enumerate(openers)]
+    lines += ["    " * len(openers) + line for line in body]
+    return lines + ["    " * depth + "}" for depth in reversed(range(len(openers)))]
 
 
-def pack_lut(op: Op, wq: np.ndarray, fmt: LutFormat) -> np.ndarray:
-    """The packed bytes of ternary weights in logical layout (``[K, N]``, output channels on
-    ``op.weight_channel_axis``)."""
-    _, k, n = shape(op)
-    blocks, q = packed_shape(op, fmt)
-    w = np.zeros((blocks * COLUMNS, 2 * q * fmt.group), dtype=np.int16)
-    w[:n, :k] = np.moveaxis(np.asarray(wq, dtype=np.int16), op.weight_channel_axis, 0)
-    index, sign = fmt.encode(w.reshape(blocks * COLUMNS, 2 * q, fmt.group))       # [columns, groups]
-    packed = (index[:, 0::2] | (index[:, 1::2] << 4)).astype(np.uint8)           # [columns, q]
-    indices = packed.reshape(blocks, COLUMNS, q).transpose(0, 2, 1).reshape(-1)
-    if not fmt.signed:
-        return np.ascontiguousarray(indices)
-    bits = sign.reshape(blocks, COLUMNS, 2 * q).transpose(0, 2, 1).astype(np.uint32)   # [block, group, col]
-    words = (bits << np.arange(COLUMNS, dtype=np.uint32)).sum(axis=2, dtype=np.uint32)
-    return np.concatenate([indices, words.astype("<u4").reshape(-1).view(np.uint8)])
+def _table_build(nest: LutNest, isa: str) -> list[str]:
+    """C building the tables of the pixels and channel bytes one iteration of the table loops reads."""
+    op, shape, fmt = nest.op, nest.shape, nest.shape.fmt
+    dims = nest.table_dims
+    lines = [f"/* tables: {' x '.join(f'{a}[{e}]' for a, e in dims)} groups of activations, "
+             f"{ENTRIES} int16 entries each */"]
+    bases = {name: nest.range(dim).base for name, dim in nest.based_dims().items()}
+    bases = {name: base * w.stride - w.pad if name.startswith("b") else base
+             for (name, base), w in zip(bases.items(), (None, None, *op.windows))}
+    lines += [f"const int {', '.join(f'lo_{name} = {base.to_c()}' for name, base in bases.items())};"]
+    pixel = [Var(f"lo_i{i}") for i in range(len(op.windows))]
+    layout, info = nest.schedule.layout_of(op.inputs[0]), op.tensor(op.inputs[0])
+    xs = [f"lo_x{j}" for j in range(fmt.group)]
+    reads = []
+    for j, x in enumerate(xs):
+        channel = Var("lo_p") * fmt.group + j
+        offset = layout.offset(_activation_index(op, Var("lo_n"), Var("lo_tg"), channel, pixel), info.shape)
+        value = f"(int){op.inputs[0]}[{offset.to_c()}]"
+        reads.append(f"const int {x} = lo_inside && {channel.to_c()} < {shape.cg} ? {value} : 0;")
+    slots = [Var("lo_tn"), Var("lo_tg"), *(Var(f"lo_t{i}") for i in range(len(op.windows))), Var("lo_tq")]
+    slot = _flat(slots, dims)
+    body = _nested([_loop("lo_h", 2)], [
+        "const int lo_p = 2 * lo_q + lo_h;   /* the group of input channels */", *reads,
+        *table_entries_c(fmt, isa, f"{LUT} + ({slot.to_c()}) * {TABLE} + lo_h * {ENTRIES}", xs)])
+    body = _nested([_loop("lo_tq", dims[-1][1])],
+                   ["const int lo_q = lo_qb + lo_tq;", f"if (lo_q >= {shape.bytes}) continue;", *body])
+    # a pixel in the padding gets tables of zeros, so the steps need no padding guard
+    inside = " && ".join(f"0 <= lo_i{i} && lo_i{i} < {w.size}" for i, w in enumerate(op.windows)) or "1"
+    body = [f"const int lo_inside = {inside};", *body]
+    for i in reversed(range(len(op.windows))):
+        position = f"const int lo_i{i} = lo_b{i} + lo_t{i};"
+        body = _nested([_loop(f"lo_t{i}", dims[2 + i][1])], [position, *body])
+    body = _nested([_loop("lo_tn", dims[0][1]), _loop("lo_tg", op.groups)], body)
+    return lines + body[:1] + ["    const int lo_n = lo_nb + lo_tn;",
+                               f"    if (lo_n >= {op.extent(_batch(op))}) continue;"] + body[1:]
 
 
-def table_entries(op: Op, fmt: LutFormat) -> int:
-    """int16 entries of one row's tables: 16 per group of activations."""
-    return 2 * packed_shape(op, fmt)[1] * 16
+def _flat(values: list[Expr], dims) -> Expr:
+    flat = values[0]
+    for value, (_, extent) in zip(values[1:], dims[1:]):
+        flat = flat * extent + value
+    return flat
 
 
-def _table(k: int, a: str, isa: str, fmt: LutFormat) -> list[str]:
-    """C building the row's tables: per group of activations 16 int16 entries, entry i the dot product
-    with ``fmt.classes[i]`` (AVX2: 16 low bytes, then 16 high bytes, of the same entries)."""
-    groups = 2 * -(-k // (2 * fmt.group))
-    store = ("{ uint8_t *lo_t = (uint8_t *)(lo_lut + lo_p * 16); lo_t[lo_e] = (uint8_t)(lo_s & 255); "
-             "lo_t[16 + lo_e] = (uint8_t)((lo_s >> 8) & 255); }" if isa == "avx2"
-             else "lo_lut[lo_p * 16 + lo_e] = (int16_t)lo_s;")
-    coef = ", ".join("{" + ", ".join(map(str, c)) + "}" for c in fmt.classes)
-    x = [f"const int lo_x{j} = {fmt.group} * lo_p + {j} < {k} ? "
-         f"(int){a}[lo_row + {fmt.group} * lo_p + {j}] : 0;" for j in range(fmt.group)]
-    dot = " + ".join(f"lo_coef[lo_e][{j}] * lo_x{j}" for j in range(fmt.group))
-    return [f"static const signed char lo_coef[{len(fmt.classes)}][{fmt.group}] = {{{coef}}};",
-            f"for (int lo_p = 0; lo_p < {groups}; ++lo_p) {{",
-            *("    " + line for line in x),
-            f"    for (int lo_e = 0; lo_e < {len(fmt.classes)}; ++lo_e) {{",
-            f"        const int lo_s = {dot};",
-            f"        {store}",
-            "    }",
-            "}"]
+def _activation_index(op: Op, n: Expr, g: Expr, channel: Expr, pixel: list[Expr]) -> tuple[Expr, ...]:
+    """The logical index of the activations at batch ``n``, input channel ``channel`` of group ``g``
+    and the input position ``pixel`` of each window."""
+    kg = op.channels // op.groups
+    bindings = {_batch(op): n, op.reduction_channel_dim: channel, op.channel_dim: g * kg}
+    index = []
+    for e in op.index(op.inputs[0]):
+        window = next((i for i, w in enumerate(op.windows) if e == w.input_index), None)
+        index.append(pixel[window] if window is not None else e.substitute(bindings))
+    return tuple(index)
 
 
-def _avx2_lookups(block: str, q: int, chunk: int) -> list[str]:
-    """AVX2: two vpshufb per pair (low and high bytes of the sums), interleaved to int16."""
-    table = "_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)({p})))"
-    look = ("_mm256_unpack{half}_epi8(_mm256_shuffle_epi8(lo_l{i}, lo_i{i}), "
-            "_mm256_shuffle_epi8(lo_h{i}, lo_i{i}))")
-    lines = ["__m256i lo_s0 = _mm256_setzero_si256(), lo_s1 = lo_s0, lo_s2 = lo_s0, lo_s3 = lo_s0;",
-             f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {chunk}) {{",
-             "    /* int16 sums of the columns 0-7, 16-23 (lo_ua) and 8-15, 24-31 (lo_ub) */",
-             "    __m256i lo_ua = _mm256_setzero_si256(), lo_ub = lo_ua;",
-             f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {chunk} && lo_q < {q}; ++lo_q) {{",
-             f"        const __m256i lo_v = _mm256_loadu_si256((const __m256i *)(const void *)"
-             f"({block} + lo_q * {COLUMNS}));",
-             "        const __m256i lo_i0 = _mm256_and_si256(lo_v, _mm256_set1_epi8(15));",
-             "        const __m256i lo_i1 = _mm256_and_si256(_mm256_srli_epi16(lo_v, 4), "
-             "_mm256_set1_epi8(15));"]
-    for i in (0, 1):
-        lines += [f"        const __m256i lo_l{i} = {table.format(p=f'lo_lut + (2 * lo_q + {i}) * 16')};",
-                  f"        const __m256i lo_h{i} = "
-                  f"{table.format(p=f'(const uint8_t *)(lo_lut + (2 * lo_q + {i}) * 16) + 16')};",
-                  f"        lo_ua = _mm256_add_epi16(lo_ua, {look.format(half='lo', i=i)});",
-                  f"        lo_ub = _mm256_add_epi16(lo_ub, {look.format(half='hi', i=i)});"]
-    return lines + [
-        "    }",
-        *(f"    lo_s{j} = _mm256_add_epi32(lo_s{j}, _mm256_cvtepi16_epi32({half}(lo_u{acc}{arg})));"
-          for j, acc, half, arg in ((0, "a", "_mm256_castsi256_si128", ""),
-                                    (1, "b", "_mm256_castsi256_si128", ""),
-                                    (2, "a", "_mm256_extracti128_si256", ", 1"),
-                                    (3, "b", "_mm256_extracti128_si256", ", 1"))),
-        "}",
-        *(f"_mm256_storeu_si256((__m256i *)(void *)(lo_sum + {8 * j}), lo_s{j});" for j in range(4))]
+@dataclass(frozen=True)
+class Position:
+    """One block position of the step: its accumulator and the C of what it reads."""
+
+    acc: str
+    indices: str
+    signs: str | None
+    table: str
+    valid: str          # C condition of a step that adds (not a dead iteration of a partial block)
+    stored: str         # C condition of an output that exists (partial blocks of outputs)
+    output: Expr        # the output's storage offset at column ``lo_c`` of the block
+    columns: Expr       # channels of the block's group before column 0 (``kb * 32``)
 
 
-def _lookups(op: Op, isa: str, fmt: LutFormat) -> list[str]:
-    """C summing one column block ``lo_b`` into ``lo_sum[32]``: per byte of indices two groups, each
-    entry negated where the group's sign bit is set (signed formats)."""
-    blocks, q = packed_shape(op, fmt)
-    w = op.inputs[1]
-    block = f"({w} + lo_b * {q * COLUMNS})"
-    signs = f"((const uint32_t *)(const void *)({w} + {blocks * q * COLUMNS}) + lo_b * {2 * q})"
-    if isa == "avx2":
-        return _avx2_lookups(block, q, fmt.chunk)
-    if isa == "scalar":
-        entry = "lo_lut[(2 * lo_q + {h}) * 16 + ({v})]"
-        terms = [entry.format(h=h, v=v) for h, v in ((0, "lo_v & 15"), (1, "lo_v >> 4"))]
-        if fmt.signed:
-            terms = [f"(((lo_sg[2 * lo_q + {h}] >> lo_c) & 1u) ? -{t} : {t})" for h, t in enumerate(terms)]
-        return [f"const uint32_t *lo_sg = {signs};" if fmt.signed else "",
-                f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {{",
-                "    int lo_s = 0;",
-                f"    for (int lo_q = 0; lo_q < {q}; ++lo_q) {{",
-                f"        const int lo_v = {block}[lo_q * {COLUMNS} + lo_c];",
-                f"        lo_s += {' + '.join(terms)};",
-                "    }",
-                "    lo_sum[lo_c] = lo_s;",
-                "}"]
-    lookups = []
-    for h, index in ((0, "_mm512_and_si512(lo_v, _mm512_set1_epi16(15))"), (1, "_mm512_srli_epi16(lo_v, 4)")):
-        lookups += [f"        const __m512i lo_t{h} = _mm512_broadcast_i64x4(_mm256_loadu_si256("
-                    f"(const __m256i *)(const void *)(lo_lut + (2 * lo_q + {h}) * 16)));",
-                    f"        const __m512i lo_e{h} = _mm512_permutexvar_epi16({index}, lo_t{h});"]
-        lookups.append(f"        lo_acc = _mm512_mask_sub_epi16(_mm512_add_epi16(lo_acc, lo_e{h}), "
-                       f"_cvtu32_mask32(lo_sg[2 * lo_q + {h}]), lo_acc, lo_e{h});" if fmt.signed
-                       else f"        lo_acc = _mm512_add_epi16(lo_acc, lo_e{h});")
-    return [f"const uint32_t *lo_sg = {signs};" if fmt.signed else "",
-            "__m512i lo_lo = _mm512_setzero_si512(), lo_hi = _mm512_setzero_si512();",
-            f"for (int lo_q0 = 0; lo_q0 < {q}; lo_q0 += {fmt.chunk}) {{",
-            f"    __m512i lo_acc = _mm512_setzero_si512();   /* int16: at most {2 * fmt.chunk} groups of "
-            f"|sum| <= {fmt.bound} */",
-            f"    for (int lo_q = lo_q0; lo_q < lo_q0 + {fmt.chunk} && lo_q < {q}; ++lo_q) {{",
-            f"        const __m512i lo_v = _mm512_cvtepu8_epi16(_mm256_loadu_si256("
-            f"(const __m256i *)(const void *)({block} + lo_q * {COLUMNS})));",
-            *lookups,
-            "    }",
-            "    lo_lo = _mm512_add_epi32(lo_lo, "
-            "_mm512_cvtepi16_epi32(_mm512_castsi512_si256(lo_acc)));",
-            "    lo_hi = _mm512_add_epi32(lo_hi, "
-            "_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(lo_acc, 1)));",
-            "}",
-            "_mm512_storeu_si512((void *)lo_sum, lo_lo);",
-            "_mm512_storeu_si512((void *)(lo_sum + 16), lo_hi);"]
+def _positions(nest: LutNest) -> list[Position]:
+    """The block positions (one without a register block), block loops replaced by their values."""
+    op, shape = nest.op, nest.shape
+    extents = dict(nest.loops)
+    outputs = {e.name for e in op.index(op.output) if isinstance(e, Var)}
+    layout, info = nest.schedule.layout_of(op.output), op.tensor(op.output)
+    positions = []
+    for number, combo in enumerate(np.ndindex(*(extents[name] for name in nest.block))):
+        fixed = {name: Const(int(v)) for name, v in zip(nest.block, combo)}
+        val = {d: nest.value(d).substitute(fixed) for d in op.dim_names}
+        cb = val[op.channel_dim]
+        per_group = shape.blocks_per_group
+        g, kb = (cb // per_group, cb % per_group) if op.groups > 1 else (Const(0), cb)
+        flat = nest.weight_flat(val)
+        words = f"(const uint32_t *)(const void *)({op.inputs[1]} + {shape.index_bytes})"
+        signs = f"{words} + {(flat * 2).to_c()}" if shape.fmt.signed else None
+        bounds = [(dim, Bound(b.expr.substitute(fixed), b.lower, b.upper)) for dim, b in nest.tails]
+        channel = g * shape.kg + kb * COLUMNS + Var("lo_c")
+        bindings = {_batch(op): val[_batch(op)], op.channel_dim: channel,
+                    **{w.out_dim: val[w.out_dim] for w in op.windows}}
+        offset = layout.offset(tuple(e.substitute(bindings) for e in op.index(op.output)), info.shape)
+        positions.append(Position(
+            f"lo_a{number}", f"{op.inputs[1]} + ({flat.to_c()}) * {COLUMNS}", signs,
+            f"{LUT} + ({nest.table_flat(val).to_c()}) * {TABLE}",
+            _all([b for _, b in bounds]), _all([b for dim, b in bounds if dim in outputs]),
+            offset, kb * COLUMNS))
+    return positions
+
+
+def _all(bounds: list[Bound]) -> str:
+    """C of the conjunction of ``bounds`` ("1" for none)."""
+    return " && ".join(f"({b.to_c()})" for b in bounds) or "1"
+
+
+def _step(positions: list[Position], lookup: LookupC, signed: bool) -> list[str]:
+    """C of one step of every block position: each shared load once, right before the first position
+    that uses it (short live ranges), then each guarded addition."""
+    indices = list(dict.fromkeys((p.indices, p.signs) for p in positions))
+    tables = list(dict.fromkeys(p.table for p in positions))
+    lines: list[str] = []
+    loaded: set[str] = set()
+    for p in positions:
+        ind, tab = f"lo_ix{indices.index((p.indices, p.signs))}", f"lo_tb{tables.index(p.table)}"
+        if ind not in loaded:
+            lines += lookup.indices(ind, p.indices, p.signs)
+        if tab not in loaded:
+            lines += lookup.table(tab, p.table)
+        loaded |= {ind, tab}
+        step = lookup.step(p.acc, ind, tab, signed)
+        lines += step if p.valid == "1" else [f"if ({p.valid}) {{", *("    " + s for s in step), "}"]
+    return lines
+
+
+def _flush(positions: list[Position], lookup: LookupC, op: Op, kg: int) -> list[str]:
+    """C adding each block position's int32 sums to the workspace ``O``."""
+    lines = []
+    for p in positions:
+        body = [*lookup.widen(p.acc),
+                f"for (int lo_c = 0; lo_c < {COLUMNS} && {p.columns.to_c()} + lo_c < {kg}; ++lo_c) "
+                f"{op.output}[{p.output.to_c()}] += {lookup.totals(p.acc)}[lo_c];"]
+        lines += ["{" if p.stored == "1" else f"if ({p.stored}) {{", *("    " + b for b in body), "}"]
+    return lines
+
+
+def _region(nest: LutNest, lookup: LookupC, positions: list[Position]) -> list[str]:
+    """C of the accumulation region: zeroed accumulators, its reduction loops around the steps (int16
+    sums widened every ``fmt.chunk`` steps at most), the flush."""
+    fmt = nest.shape.fmt
+    loops = [(n, e) for n, e in nest.loops[nest.region:] if n not in nest.block]
+    chunk = fmt.chunk if lookup.vector else math.inf
+    # the shortest run of inner loops whose steps all fit in int16: widened after each of its runs
+    fits = next(i for i in range(len(loops) + 1) if math.prod(e for _, e in loops[i:]) <= chunk)
+    widen = [line for p in positions for line in lookup.widen(p.acc)]
+    body = _step(positions, lookup, fmt.signed)
+    for i in reversed(range(len(loops))):
+        name, extent = loops[i]
+        if i == len(loops) - 1 and fits == len(loops):
+            inner = _nested([f"for (int {name} = {name}_c; {name} < {name}_c + {chunk} && {name} < {extent}; "
+                             f"++{name}) {{"], body)
+            body = _nested([f"for (int {name}_c = 0; {name}_c < {extent}; {name}_c += {chunk}) {{"],
+                           inner + widen)
+        else:
+            body = _nested([_loop(name, extent)], body + (widen if i == fits - 1 else []))
+    declarations = [line for p in positions for line in lookup.declare(p.acc)]
+    return ["{", *("    " + line for line in declarations + body + _flush(positions, lookup, nest.op,
+                                                                           nest.shape.kg)), "}"]
+
+
+def _describe(nest: LutNest) -> str:
+    loops = ", ".join(f"{n}[{e}]" for n, e in nest.loops)
+    table = ", ".join(n for n, _ in nest.loops[:nest.table_at]) or "the whole input, before the nest"
+    region = ", ".join(n for n, _ in nest.loops[nest.region:]) or "none (one step per output)"
+    return (f" * nest (table-lookup units: column blocks, index bytes): {loops}\n"
+            f" * tables built inside: {table}; accumulated in registers over: {region}"
+            f"{'; block: ' + ', '.join(nest.block) if nest.block else ''}")
 
 
 def generate_lut(schedule: Schedule, isa: str) -> Generated:
-    """The C kernel of a ternary GEMM in the schedule's table-lookup format on ``isa`` (``check_lut``
-    first)."""
+    """The C kernel of a ternary conv or GEMM in the schedule's table-lookup format on ``isa``
+    (``check_lut`` first)."""
     check_lut(schedule, isa)
-    op, fmt = schedule.op, FORMATS[schedule.weight_format_mode]
-    qp = quantized.plan(schedule, 1)
-    m, k, n = shape(op)
+    nest = lut_nest(schedule)
+    op, fmt = schedule.op, nest.shape.fmt
+    qp = replace(quantized.plan(schedule, 1), fused_epilogue=False)
+    lookup = LookupC(isa)
     a, w = op.inputs
-    blocks, q = packed_shape(op, fmt)
-    args = op.call_tensors + (op.output,)
     params = (KernelParam(a, qp.activation_type, const=True), KernelParam(w, "uint8_t", const=True),
               *((KernelParam(op.bias_tensor, qp.bias_type, const=True),) if op.bias else ()),
               KernelParam(op.output, "int32_t"), *quantized.parameters(qp), KernelParam(LUT, "int16_t"))
-    info = op.tensor(op.output)
-    index = (Var("lo_i"), Var("lo_col"))
-    offset = schedule.layout_of(op.output).offset(index, info.shape).to_c()
-    epilogue = quantized.epilogue_statements(schedule, qp, f"{op.output}[{offset}]", index=index)
-    body = [*quantized.constants(schedule, qp),
-            *_table(k, a, isa, fmt)[:1],
-            f"for (int lo_i = 0; lo_i < {m}; ++lo_i) {{",
-            f"    const ptrdiff_t lo_row = (ptrdiff_t)lo_i * {k};",
-            *("    " + line for line in _table(k, a, isa, fmt)[1:]),
-            f"    for (int lo_b = 0; lo_b < {blocks}; ++lo_b) {{",
-            f"        int32_t lo_sum[{COLUMNS}];",
-            *("        " + line for line in _lookups(op, isa, fmt)),
-            f"        for (int lo_c = 0; lo_c < {COLUMNS} && lo_b * {COLUMNS} + lo_c < {n}; ++lo_c) {{",
-            f"            const int lo_col = lo_b * {COLUMNS} + lo_c;",
-            f"            {op.output}[{offset}] = lo_sum[lo_c];",
-            *("            " + line for line in epilogue),
-            "        }",
-            "    }",
-            "}"]
+    positions = _positions(nest)
+    nest_lines = _region(nest, lookup, positions)
+    inner = [_loop(n, e) for n, e in nest.loops[nest.table_at:nest.region]]
+    nest_lines = _table_build(nest, isa) + _nested(inner, nest_lines)
+    body = [*quantized.constants(schedule, qp), *table_constants_c(fmt, isa), *lookup.prelude(),
+            f"memset({op.output}, 0, sizeof(int32_t) * {storage_elements(schedule, op.output)});",
+            *_nested([_loop(n, e) for n, e in nest.loops[:nest.table_at]], nest_lines),
+            *quantized.epilogue(schedule, qp)]
     header = (f"/* loopopt table-lookup kernel (codegen/lut.py) for {op!r}\n"
               f" * isa: {isa}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
-              f"{' and a sign bit' if fmt.signed else ''}, 32 columns per block) */")
-    prelude = ["#include <stdint.h>", "#include <stddef.h>", "#include <stdlib.h>"]
+              f"{' and a sign bit' if fmt.signed else ''}, 32 output channels per column block)\n"
+              f"{_describe(nest)} */")
+    prelude = ["#include <stddef.h>", "#include <string.h>", quantized.static_tables(schedule, qp)]
     prelude += ["#include <immintrin.h>"] if isa != "scalar" else []
     source = "\n".join([header, *prelude, "", f"{signature(KERNEL_NAME, params)}\n{{",
                         *("    " + line for line in body), "}", ""])
-    return Generated(source, signature(KERNEL_NAME, params, restrict=False) + ";", args, params,
-                     INT_ISAS[isa], {}, False, plan=qp, compile_flags=INT_ISAS[isa].compile_flags)
+    cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
+    ahead = {w: nest.weights_read_ahead, LUT: nest.tables_read_ahead}
+    return Generated(source, cdef, op.call_tensors + (op.output,), params, INT_ISAS[isa], {}, False, plan=qp,
+                     read_ahead=ahead, compile_flags=INT_ISAS[isa].compile_flags)

@@ -32,7 +32,9 @@ reduction loop, with only output loops between it and the vectorized loop, along
 both inputs are unit-stride in storage (activations NHWC or NCHW4c-like, weights with 4
 input channels innermost, e.g. ``OIHW16o4i``). That loop is not emitted; each vector
 instruction consumes its 4 iterations. Without such a loop (or on the scalar target) the
-products are widened to int32 and multiply-added lane by lane.
+products are widened to int32 and multiply-added lane by lane. A depthwise conv or a stem (few input
+channels per group) can instead have a dot loop along a window's taps, the lanes along that window's
+output positions (``taps.find``, ``QuantPlan.tap_dot``).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ import numpy as np
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
-from . import ternary
+from . import taps, ternary
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
 
@@ -71,6 +73,7 @@ class QuantPlan:
     output_type: str
     bias_type: str
     packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
+    tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
 
     @property
     def integer(self) -> bool:
@@ -81,10 +84,11 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
     """The plan of ``schedule`` on a target with ``lanes`` int32 lanes (1: scalar)."""
     spec = schedule.op.quant
     integer = schedule.arithmetic_mode == "integer"
-    dot = find_dot_loop(schedule, lanes) if integer else None
+    tap = taps.find(schedule, lanes) if integer else None
+    dot = tap.loop if tap else find_dot_loop(schedule, lanes) if integer else None
     packed = schedule.weight_format_mode == "i2_s"
     if dot and packed and not ternary.groups_aligned(schedule, dot):
-        dot = None      # a dot group of packed weights is one 32-bit read: it must start on 4 elements
+        dot = tap = None   # a dot group of packed weights is one 32-bit read: it must start on 4 elements
     return QuantPlan(
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
         shift=128 if dot and spec.activation == "int8" else 0,
@@ -93,7 +97,7 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         fused_epilogue=(integer and schedule.register_block_at is not None
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
-        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed)
+        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -169,11 +173,14 @@ def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_group
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
     """Bytes a vectorized quantized kernel may read past the end of its arrays: a dot group, a
     byte gather and AVX2's masked byte load read 4 bytes at a byte element (so ``DOT - 1`` past the
-    last one); a dequantizing kernel loads whole vectors of per-channel parameters from a lane's
-    channel, also in masked-off lanes past the last channel."""
+    last one; a tap dot's window load: ``taps.read_ahead``); a dequantizing kernel loads whole
+    vectors of per-channel parameters from a lane's channel, also in masked-off lanes past the last
+    channel."""
     if lanes == 1:
         return {}
     ahead = dict.fromkeys(schedule.op.inputs, DOT - 1)
+    if qp.tap_dot is not None:
+        ahead[schedule.op.inputs[0]] = max(DOT - 1, taps.read_ahead(lanes))
     if not qp.integer:
         ahead |= dict.fromkeys(("lo_zw", "lo_wscale"), 4 * (lanes - 1))
     return ahead
@@ -281,9 +288,35 @@ def window_classes(op: Op) -> list[tuple[str, Window, int]]:
     return list(zip(table_letters(op), op.windows, borders(op).shape)) if op.windows else []
 
 
-def compensation_entries(op: Op) -> int:
-    """Entries of the compensation table ``T[weight batch...][class...][k]``."""
-    return op.channels * math.prod(borders(op).shape) * math.prod(op.extent(d) for d in weight_batch_dims(op))
+def tap_window_index(op: Op, qp: QuantPlan | None) -> int | None:
+    """The index among the op's windows of a tap dot's window (None without one): the compensation
+    table holds that window's output positions, not its border classes, innermost (after ``k``), so
+    the epilogue's lanes, which run along those positions, read it contiguously."""
+    return op.windows.index(qp.tap_dot.window) if qp is not None and qp.tap_dot is not None else None
+
+
+def compensation_entries(op: Op, qp: QuantPlan | None = None) -> int:
+    """Entries of the compensation table ``T[weight batch...][class...][k]`` (with a tap dot:
+    ``T[weight batch...][other windows' classes...][k][position]``, ``tap_window_index``)."""
+    shape = list(borders(op).shape)
+    at = tap_window_index(op, qp)
+    if at is not None:
+        shape[at] = op.windows[at].out
+    return op.channels * math.prod(shape) * math.prod(op.extent(d) for d in weight_batch_dims(op))
+
+
+def compensation_table(op: Op, qp: QuantPlan, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
+    """The compensation table the kernel of plan ``qp`` reads (``compensation_entries``): the
+    ``weight_compensation`` per class, or with a tap dot per position of its window, innermost."""
+    table = weight_compensation(op, wq, zw)
+    at = tap_window_index(op, qp)
+    if at is None:
+        return table
+    batch = [op.extent(d) for d in weight_batch_dims(op)]
+    axis = len(batch) + at
+    per_class = table.reshape(*batch, *borders(op).shape, op.channels)
+    per_position = np.take(per_class, borders(op).classes[at], axis=axis)
+    return np.ascontiguousarray(np.moveaxis(per_position, axis, -1)).reshape(-1)
 
 
 def stored_weights(qp: QuantPlan, wq: np.ndarray) -> np.ndarray:
@@ -421,17 +454,23 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     if qp.compensation == "kernel":
         wbatch = [(d, op.extent(d)) for d in weight_batch_dims(op)]
         per_window = window_classes(op)
-        classes = [(CLASS_NAMES[x][1], n) for x, _, n in per_window]
-        named = "".join(f"[{d}]" for d, _ in wbatch) + "".join(f"[{CLASS_NAMES[x][0]} class]" for x in
-                                                              table_letters(op))
-        lines.append(f"/* weight compensation T{named}[k] = sum (w - zw[k]) over valid taps */")
+        at = tap_window_index(op, qp)        # a tap dot's window: its positions (the loop names its class)
+        classes = [(CLASS_NAMES[x][1], win.out if i == at else n) for i, (x, win, n) in enumerate(per_window)]
+        axes = [f"[{CLASS_NAMES[x][0]} class]" for x in table_letters(op)] + ["[k]"]
+        if at is not None:
+            axes = axes[:at] + axes[at + 1:] + [f"[{per_window[at][1].out_dim}]"]
+        named = "".join(f"[{d}]" for d, _ in wbatch) + "".join(axes)
+        lines.append(f"/* weight compensation T{named} = sum (w - zw[k]) over valid taps */")
         lines += _omp(schedule)
         woff = _storage_offset(schedule, w, op.index(w))
         weight = ternary.reference(schedule, w, woff)
-        valid = [f"lo_{x}valid[{CLASS_NAMES[x][1]} * {win.taps} + {win.tap_dim}]" for x, win, _ in per_window]
+        valid = [f"lo_{x}valid[{f'lo_{x}class[{v}]' if i == at else v} * {win.taps} + {win.tap_dim}]"
+                 for i, ((x, win, _), (v, _)) in enumerate(zip(per_window, classes))]
         body = _tap_sum(op, valid, f"{weight} - lo_zw[{k}]", it)
         loops = [loop(d, n) for d, n in wbatch] + [loop(k, op.channels)] + [loop(v, n) for v, n in classes]
-        lines += _nest(loops, body + [f"lo_comp[{_flat(wbatch + classes + [(k, op.channels)])}] = s;"])
+        rows = [cls for i, cls in enumerate(classes) if i != at] + [(k, op.channels)]
+        rows += [classes[at]] if at is not None else []
+        lines += _nest(loops, body + [f"lo_comp[{_flat(wbatch + rows)}] = s;"])
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
         lines.append("/* activation sums S over the valid taps of each output position "
@@ -452,22 +491,40 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     return lines
 
 
-def _positions(op: Op) -> tuple[str, str, str]:
+EPILOGUE_SCALARS = ("lo_a", "lo_j", "lo_r", "lo_t")   # the epilogue's accumulator, lane and lane arrays
+
+
+def letter_variable(letter: str) -> str:
+    """The C variable of an output dim by its layout letter: ``lo_<letter>``, doubled where that is one of
+    ``EPILOGUE_SCALARS`` (a contraction's output lettered ``IJ`` names its channel ``lo_jj``)."""
+    name = f"lo_{letter.lower()}"
+    return name + name[-1] if name in EPILOGUE_SCALARS else name
+
+
+def _positions(op: Op, qp: QuantPlan) -> tuple[str, str, str]:
     """(channel variable, compensation table index, activation-sum index) over logical output names."""
     info = op.tensor(op.output)
     dims = [e.name if isinstance(e, Var) else None for e in op.index(op.output)]
-    name = lambda dim: f"lo_{info.letters[dims.index(dim)].lower()}"
-    channel = f"lo_{info.letters[op.output_channel_axis].lower()}"
+    name = lambda dim: letter_variable(info.letters[dims.index(dim)])
+    channel = letter_variable(info.letters[op.output_channel_axis])
     windows = op.windows
     positions = [(name(d), op.extent(d)) for d in position_dims(op)]
     if windows:
         positions += [(f"{channel} / {op.channels // op.groups}", op.groups)]
         positions += [(name(win.out_dim), win.out) for win in windows]
+    at = tap_window_index(op, qp)
     table = [(name(d), op.extent(d)) for d in weight_batch_dims(op)]
-    table += [(f"lo_{x}class[{name(win.out_dim)}]", n) for x, win, n in window_classes(op)]
+    table += [(f"lo_{x}class[{name(win.out_dim)}]", n) for i, (x, win, n) in enumerate(window_classes(op))
+              if i != at]
     # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
-    # consecutive in the channel, and the compiler would emulate a gather in every vectorized epilogue
-    comp = f"(ptrdiff_t)({_flat(table)}) * {op.channels} + {channel}" if table else channel
+    # consecutive in the channel (or a tap dot's positions), and the compiler would emulate a gather in
+    # every vectorized epilogue
+    if at is not None:
+        window = op.windows[at]
+        row = _flat(table + [(channel, op.channels)])
+        comp = f"(ptrdiff_t)({row}) * {window.out} + {name(window.out_dim)}"
+    else:
+        comp = f"(ptrdiff_t)({_flat(table)}) * {op.channels} + {channel}" if table else channel
     return channel, comp, _flat(positions)
 
 
@@ -481,7 +538,7 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     extent = dict(zip(info.letters, info.shape))
     loops, defs = [], []
     for letter, block in layout.order:
-        name, size = f"lo_{letter.lower()}", layout.block(letter)
+        name, size = letter_variable(letter), layout.block(letter)
         if size == 1:
             loops.append(f"for ({it} {name} = 0; {name} < {extent[letter]}; ++{name})")
         elif block:
@@ -490,7 +547,7 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
                      f"if ({name} >= {extent[letter]}) continue;"]
         else:
             loops.append(f"for ({it} {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
-    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    names = [letter_variable(letter) for letter in info.letters]
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
 
@@ -515,13 +572,13 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
-    names = [f"lo_{letter.lower()}" for letter in info.letters]
+    names = [letter_variable(letter) for letter in info.letters]
     it = index_ctype(schedule)
     lines = [f"const {it} {n} = {_clamped(e, size) if e.variables() & clamp else e.to_c()};"
              for n, e, size in zip(names, index, info.shape, strict=True)] if index is not None else []
     offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
     target = target or f"Y[{offset}]"
-    channel, comp, xsum = _positions(op)
+    channel, comp, xsum = _positions(op, qp)
     lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
         lines.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")

@@ -27,9 +27,9 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   epilogue (compensation, activation sums, bias, requantization into an int row narrowed in a
   second pass, or scaling); bf16, ``acc + bias``.
 * Tails need no second tile configuration: the last pixel block of a row and the last channel
-  block are shifted back to end at the edge (recomputing a few outputs, written twice with the
-  same value); a row shorter than a tile, fewer than 16 channels or fewer than 64 bytes of a tap
-  shrink the tiles instead.
+  block are shifted back to end at the edge (recomputing a few outputs, which their epilogue does
+  not write again); a row shorter than a tile, fewer than 16 channels or fewer than 64 bytes of a
+  tap shrink the tiles instead.
 
 The schedule chooses the block and the order, as it chooses a register block: a split of the
 pixel dim (a conv's ``ow``, a GEMM's ``i``) by 16 or 32 sets the pixel block, a split of the
@@ -39,8 +39,19 @@ the channel block's loop outside the pixel loops (the default order) keeps a blo
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
 blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
 effect here.
-Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, ``parallel``, depthwise convs, more
-than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
+
+Threads: ``parallel`` on a loop over the output's pixel dims (the pixel block's loop, a conv's
+rows or batch) splits the pixel blocks of all lines (``lines x blocks per line``) over OpenMP
+threads, on a loop over the output channels (the channel block's loop) the channel blocks of each
+group; either as one contiguous range of whole blocks per thread (``schedule(static)``). Each
+thread loads the tile configuration, runs its blocks in the schedule's order and releases the
+tiles (``_tile_loadconfig`` / ``_tile_release`` act on the calling thread's tiles only). Linux's
+AMX permission (``loopopt.amx.require_amx``) is per process: threads started before or after the
+request may use the tiles, each getting its tile state buffer on its first tile instruction. No
+output element is written by two threads (the tails above).
+Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, a parallel loop over both pixels
+and channels, depthwise convs, more than 2 windows (a Conv3d) or more than one batch dim (a batched
+Matmul).
 """
 from __future__ import annotations
 
@@ -54,11 +65,13 @@ from ..ops import Op
 from ..schedule import Schedule, ScheduleError
 from . import quantized
 from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
-from .emit import KERNEL_NAME, Generated, kernel_arguments
+from .emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_threads
 from .isa import INT_ISAS, cpu_flags
 from .params import KernelParam, index_ctype, signature
 
 BLOCKS = (16, 32)                # pixels (channels) per output block: 1 or 2 tile rows (columns)
+SPLITS = {"pixels": "the pixel blocks of all lines",        # what a parallel tile kernel splits over
+          "channels": "the channel blocks of each group"}     # threads
 BYTES = {"int8": 1, "bfloat16": 2}   # bytes per value of each element type the tiles multiply
 AMX_INT = replace(INT_ISAS["avx512"], name="amx", cpu_flags=INT_ISAS["avx512"].cpu_flags + AMX.cpu_flags,
                   compile_flags=INT_ISAS["avx512"].compile_flags + AMX.compile_flags,
@@ -201,6 +214,7 @@ class TilePlan:
     channel_block: int
     channels_outer: bool
     dot: str                         # dpbusd (uint8 activations) or dpbssd (int8)
+    parallel: str | None = None      # one of SPLITS: the blocks split over threads; None: one thread
 
     @property
     def row_tiles(self) -> int:
@@ -224,6 +238,23 @@ class TilePlan:
     @property
     def scratch_columns(self) -> int:
         return TILE * self.col_tiles
+
+    @property
+    def pixel_blocks(self) -> int:
+        """Pixel blocks per line."""
+        return -(-self.shape.pixels // self.block_pixels)
+
+    @property
+    def channel_blocks(self) -> int:
+        """Channel blocks per group."""
+        return -(-self.shape.channel_tiles // self.col_tiles)
+
+    @property
+    def units(self) -> int:
+        """Blocks the threads share: pixel blocks of all lines, or channel blocks of a group (1 on
+        one thread)."""
+        return {None: 1, "pixels": self.shape.lines * self.pixel_blocks,
+                "channels": self.channel_blocks}[self.parallel]
 
 
 def _split_factor(schedule: Schedule, dim: str) -> int:
@@ -309,9 +340,6 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     if schedule.weight_format_mode != "int8":
         raise TileError(f"isa 'amx' reads int8 weights into tiles; weight_format"
                         f"({schedule.weight_format_mode!r}) packs them to 2 bits (use the VNNI kernels)")
-    if schedule.parallel_loop is not None:
-        raise TileError(f"isa 'amx' kernels run on one thread; remove "
-                        f"parallel({schedule.parallel_loop.name!r})")
     if shape.groups > 1 and shape.cg == 1 and shape.kg == 1:
         raise TileError(f"isa 'amx' refuses the depthwise {op!r}: one input and one output channel per "
                         f"group fill 1 of the 64 bytes of a tile row and 1 of its 16 columns; use the "
@@ -319,7 +347,26 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     pixel, channel = pixel_dim(op), op.channel_dim
     return TilePlan(shape, _split_factor(schedule, pixel), _split_factor(schedule, channel),
                     _outer_position(schedule, channel) <= _outer_position(schedule, pixel),
-                    _dot(op))
+                    _dot(op), _parallel_split(schedule))
+
+
+def _parallel_split(schedule: Schedule) -> str | None:
+    """What the schedule's parallel loop splits over threads (one of SPLITS): the pixel blocks for a
+    loop over the output's pixel dims, the channel blocks for one over its channels; None without a
+    parallel loop; TileError for a loop over both."""
+    loop = schedule.parallel_loop
+    if loop is None:
+        return None
+    op = schedule.op
+    pixels = {quantized.batch_dim(op), *(w.out_dim for w in op.windows)}
+    dims = schedule.dims_of(loop.name)
+    if dims <= {op.channel_dim}:
+        return "channels"
+    if dims <= pixels:
+        return "pixels"
+    raise TileError(f"isa 'amx' splits over threads either the pixel blocks (parallel on a loop over "
+                    f"{', '.join(sorted(pixels))}) or the channel blocks (a loop over {op.channel_dim!r}); "
+                    f"parallel({loop.name!r}) runs over {', '.join(sorted(dims))}")
 
 
 def _dot(op: Op) -> str:
@@ -374,11 +421,11 @@ def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
 _SOURCE = """/* loopopt AMX tile kernel for {op!r}
  * implicit GEMM per group: {pixels} output pixels per line x {lines} line(s), {kg} channels, over
  * {taps} tap(s) x {chunks} chunk(s) of {chunk} input bytes ({dot}); output blocks of {rt} x {ct}
- * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store
+ * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store{threads}
 {steps} */
 {prelude}#include <stddef.h>
 #include <stdint.h>
-{tables}
+{omp}{tables}
 static const lo_tilecfg lo_config = {config};
 static const int lo_starts[{chunks}] = {{{starts}}};
 
@@ -398,7 +445,8 @@ def _activation_sums(plan: TilePlan, x_name: str, it: str) -> list[str]:
     x = (f"{x_name}[(((ptrdiff_t)t_n * {hp} + t_oh * {rows.stride} + t_kh * {rows.dilation}) * {wp} + "
          f"t_ow * {cols.stride} + t_kw * {cols.dilation}) * {s.channels} + t_g * {s.pitch} + t_c]")
     loop = lambda var, extent: f"for ({it} {var} = 0; {var} < {extent}; ++{var})"
-    return ["/* activation sums S over each output position's taps (asymmetric weights) */",
+    threads = ["#pragma omp parallel for collapse(3) schedule(static)"] if plan.parallel else []
+    return ["/* activation sums S over each output position's taps (asymmetric weights) */", *threads,
             loop("t_n", s.batch), f"    {loop('t_g', s.groups)}", f"        {loop('t_oh', rows.out)}",
             f"            {loop('t_ow', cols.out)} {{", "                int s = 0;",
             f"                {loop('t_kh', rows.taps)}", f"                    {loop('t_kw', cols.taps)}",
@@ -427,7 +475,8 @@ def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
 @dataclass(frozen=True)
 class Flavour:
     """What differs between the int8 and the bf16 tile kernels: C types, the statements before the
-    tiles and the epilogue of one output element (from ``lo_acc[t_r * columns + t_c]``)."""
+    tiles, the scratch of each thread and the epilogue of one output element (from
+    ``lo_acc[t_r * columns + t_c]``)."""
 
     activation_type: str
     weight_type: str
@@ -435,6 +484,7 @@ class Flavour:
     prologue: list[str]
     epilogue: list[str]
     narrow: list[str]            # a second pass over the row's channels (``lo_row`` to the output)
+    scratch: list[str]           # declarations of per-thread buffers (besides ``lo_acc``)
 
 
 def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
@@ -447,20 +497,25 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     step = sw * s.channels                                                 # values between tile rows
     per_tile = rows.taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
     bp, sc = plan.block_pixels, plan.scratch_columns
-    blocks_p = -(-s.pixels // bp)
-    blocks_c = -(-s.channel_tiles // plan.col_tiles)
+    blocks_p, blocks_c = plan.pixel_blocks, plan.channel_blocks
     line_base = ("0" if s.gemm else
                  f"((ptrdiff_t)(t_line / {rows.out}) * {hp} + t_line % {rows.out} * {rows.stride}) * {wp}")
     loops = {"g": f"for ({it} t_g = 0; t_g < {s.groups}; ++t_g)",
              "c": f"for ({it} t_cb = 0; t_cb < {blocks_c}; ++t_cb)",
              "l": f"for ({it} t_line = 0; t_line < {s.lines}; ++t_line)",
-             "p": f"for ({it} t_pb = 0; t_pb < {blocks_p}; ++t_pb)"}
+             "p": f"for ({it} t_pb = 0; t_pb < {blocks_p}; ++t_pb)",
+             "u": f"for ({it} t_lp = lo_begin; t_lp < lo_end; ++t_lp)"}      # this thread's pixel blocks
     order = "gclp" if plan.channels_outer else "glpc"
-    lines = flavour.prologue + [
-        f"{flavour.acc_type} lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
-        f"{AMX.loadconfig(p='&lo_config')};"]
-    lines += ["    " * depth + loops[key] for depth, key in enumerate(order)]
-    inner = [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
+    inner = []
+    if plan.parallel == "pixels":
+        order = order.replace("lp", "u")
+        inner.append(f"const {it} t_line = t_lp / {blocks_p}, t_pb = t_lp % {blocks_p};")
+    elif plan.parallel == "channels":
+        loops["c"] = f"for ({it} t_cb = lo_begin; t_cb < lo_end; ++t_cb)"   # this thread's channel blocks
+    tiles = [f"{flavour.acc_type} lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
+             f"{AMX.loadconfig(p='&lo_config')};"]
+    tiles += ["    " * depth + loops[key] for depth, key in enumerate(order)]
+    inner += [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
              f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
              f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
              f"const {flavour.activation_type} *t_a = {op.inputs[0]} + ({line_base} + "
@@ -481,20 +536,26 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     tap += block.dots(plan.dot)
     inner += tap_loops + ["            " + line for line in tap] + ["        }"]
     inner += block.stores(lambda i, j: f"lo_acc + {row_offset(i) * sc + j * TILE}", 4 * sc)
+    # a shifted last block writes only what the block before it did not
     inner += [f"const {it} t_c0 = t_j0 * {TILE}, t_cols = {s.kg} - t_c0 < {sc} ? {s.kg} - t_c0 : {sc};",
-              f"for ({it} t_r = 0; t_r < {bp}; ++t_r) {{"]
+              f"const {it} t_r1 = t_pb * {bp} - t_p0, t_c1 = (t_cb * {plan.col_tiles} - t_j0) * {TILE};",
+              f"for ({it} t_r = t_r1; t_r < {bp}; ++t_r) {{"]
     inner += ["    " + line for line in _pixel_position(plan, it, quantized.batch_dim(op))]
-    inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
-              f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-    inner += ["        " + line for line in flavour.epilogue] + ["    }"]
-    if flavour.narrow:
-        inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = 0; t_c < t_cols; ++t_c) {{",
+    for statements in (flavour.epilogue, flavour.narrow) if flavour.narrow else (flavour.epilogue,):
+        inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = t_c1; t_c < t_cols; ++t_c) {{",
                   f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-        inner += ["        " + line for line in flavour.narrow] + ["    }"]
+        inner += ["        " + line for line in statements] + ["    }"]
     inner.append("}")
     depth = len(order)
-    lines += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
-    return lines + [f"{AMX.release()};"]
+    tiles += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
+    tiles.append(f"{AMX.release()};")
+    if plan.parallel is None:
+        return flavour.prologue + flavour.scratch + tiles
+    # each thread: its scratch, its range of whole blocks, its own tile configuration
+    ranged = thread_range(it, plan.units) + ["if (lo_begin < lo_end) {"] + ["    " + line for line in tiles]
+    region = ["    " + line for line in flavour.scratch + ranged + ["}"]]
+    return flavour.prologue + [f"/* {SPLITS[plan.parallel]} split over the threads */",
+                               "#pragma omp parallel", "{", *region, "}"]
 
 
 def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
@@ -511,17 +572,17 @@ def _int8(schedule: Schedule, plan: TilePlan, value: str) -> tuple[Flavour, tupl
     prologue = quantized.constants(schedule, qp)
     if qp.activation_sums:
         prologue += _activation_sums(plan, op.inputs[0], index_ctype(schedule))
-    narrow = []
+    narrow, scratch = [], []
     if op.quant.requantized:
         # requantized values stay ints in a row buffer, narrowed to bytes in a second pass: a loop
         # without byte types vectorizes at the full int32 width (mobilenetv2.block2.project: 88 -> 38 us)
-        prologue.append(f"int lo_row[{plan.scratch_columns}] __attribute__((aligned(64)));")
+        scratch = [f"int lo_row[{plan.scratch_columns}] __attribute__((aligned(64)));"]
         narrow = [f"Y[{_output_offset(schedule)}] = ({qp.output_type})lo_row[t_c];"]
     epilogue = quantized.epilogue_statements(schedule, qp, value, op.index(op.output),
                                              target="lo_row[t_c]" if narrow else None, narrow=not narrow)
     params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
                    for t in kernel_arguments(schedule) if t != op.output) + quantized.parameters(qp)
-    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue, narrow)
+    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue, narrow, scratch)
     return flavour, params, qp, quantized.static_tables(schedule, qp)
 
 
@@ -537,7 +598,7 @@ def _bf16(schedule: Schedule, value: str) -> tuple[Flavour, tuple[KernelParam, .
     epilogue = [f"{op.output}[{_output_offset(schedule)}] = {value}{bias};"]
     params = tuple(KernelParam(t, "uint16_t" if t in op.inputs else "float", const=t != op.output)
                    for t in kernel_arguments(schedule))
-    return Flavour("uint16_t", "uint16_t", "float", [], epilogue, []), params
+    return Flavour("uint16_t", "uint16_t", "float", [], epilogue, [], []), params
 
 
 def generate_tiles(schedule: Schedule) -> Generated:
@@ -558,9 +619,12 @@ def generate_tiles(schedule: Schedule) -> Generated:
         ct=plan.col_tiles, bp=plan.block_pixels, bc=plan.scratch_columns,
         order=("channel blocks outside the pixels" if plan.channels_outer
                else "pixels outside the channel blocks"),
-        steps=steps, prelude=AMX_INT.prelude, tables=tables,
+        threads=f";\n * {SPLITS[plan.parallel]} split over OpenMP threads" if plan.parallel else "",
+        steps=steps, prelude=AMX_INT.prelude, omp="#include <omp.h>\n" if plan.parallel else "",
+        tables=tables,
         config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
         signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, flavour), 4))
-    cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
+    openmp = plan.parallel is not None
+    source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = {op.inputs[0]: s.read_ahead * s.element} if s.read_ahead else {}
-    return Generated(source, cdef, kernel_arguments(schedule), params, AMX_INT, {}, False, qp, ahead)
+    return Generated(source, cdef, kernel_arguments(schedule), params, AMX_INT, {}, openmp, qp, ahead)

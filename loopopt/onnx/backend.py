@@ -1,12 +1,13 @@
 """``loopopt.onnx.backend``: an ONNX backend in the standard shape (``onnx.backend.base``).
 
-Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm nodes run as
-loopopt kernels (the best schedule of a tuning log when ``log=`` is given, else the default
-register-blocked one); every other node runs on ``onnx.reference.ReferenceEvaluator``, which
-calls loopopt's implementations for those seven op types. ``rep.lowered`` says, per compute
-node, which loopopt op and schedule ran it (or why the reference did). ``strict=True`` raises
-NotImplementedError naming the node and what is missing instead of running a compute node on
-the reference.
+Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm nodes, and the
+DequantizeLinear -> Conv/MatMul/Gemm (-> QuantizeLinear) groups of QDQ models (``qdq.fuse``),
+run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given, else the
+default register-blocked one); every other node runs on ``onnx.reference.ReferenceEvaluator``,
+which calls loopopt's implementations for those op types. ``rep.lowered`` says, per compute
+node, which loopopt op and schedule ran it, the nodes a fused group absorbed (or why the
+reference ran it). ``strict=True`` raises NotImplementedError naming the node and what is
+missing instead of running a compute node on the reference.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ..ops import Op
 from ..schedule import Schedule
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
-from .lowering import LOWERINGS, NotSupported, Value, lower
+from .lowering import FUSED, FUSED_DOMAIN, LOWERINGS, NotSupported, Value, lower, lowerable
+from .qdq import fuse
 
 DEVICES = ("CPU",)
 
@@ -44,6 +46,7 @@ class LoweredNode:
     isa: str = ""             # what the kernel was compiled for
     note: str = ""            # what the importer does around the kernel
     reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
+    absorbed: tuple[str, ...] = ()   # a fused QDQ group: the original nodes it stands for
 
     @property
     def on_kernel(self) -> bool:
@@ -53,11 +56,14 @@ class LoweredNode:
         if not self.on_kernel:
             return f"{self.node} ({self.op_type}): onnx.reference, not supported: {self.reason}"
         extra = f"; {self.note}" if self.note else ""
-        return f"{self.node} ({self.op_type}): {self.op!r}, {self.source} schedule{extra}"
+        absorbed = f"; absorbs {', '.join(self.absorbed)}" if self.absorbed else ""
+        return f"{self.node} ({self.op_type}): {self.op!r}, {self.source} schedule{extra}{absorbed}"
 
 
 class LoopoptRep(BackendRep):
-    """A prepared model: ``run(inputs) -> list[np.ndarray]``; ``lowered`` per compute node."""
+    """A prepared model: ``run(inputs) -> list[np.ndarray]``; ``lowered`` per compute node; ``prepared``: the
+    model that runs (every node named by its label, QDQ groups fused: ``groups``, and ``skipped``: why a
+    Conv/MatMul/Gemm with a dequantized operand was not fused)."""
 
     def __init__(self, model: onnx.ModelProto, strict: bool = False,
                  log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
@@ -65,10 +71,13 @@ class LoopoptRep(BackendRep):
         self.strict = strict
         self.kernels = KernelCache(log, threads, isa)
         self.lowered: dict[str, LoweredNode] = {}
-        self.labels = {tuple(node.output): node_label(node, i) for i, node in enumerate(model.graph.node)}
         self._check_nodes()
-        self._evaluator = ReferenceEvaluator(model, new_ops=_node_classes(self))
-        self._lower_static()
+        known = known_values(model)
+        self.constants = {name: value.data for name, value in known.items() if value.data is not None}
+        fused = fuse(model, [node_label(node, i) for i, node in enumerate(model.graph.node)], known)
+        self.prepared, self.groups, self.skipped = fused.model, fused.groups, fused.skipped
+        self._evaluator = ReferenceEvaluator(self.prepared, new_ops=_node_classes(self))
+        self._lower_static(known)
 
     def _check_nodes(self) -> None:
         for index, node in enumerate(self.model.graph.node):
@@ -76,28 +85,31 @@ class LoopoptRep(BackendRep):
                 raise NotImplementedError(f"node {node_label(node, index)}: domain {node.domain!r} of "
                                           f"{node.op_type} is not supported (only the default ONNX domain)")
 
-    def _lower_static(self) -> None:
+    def _lower_static(self, known: dict[str, Value]) -> None:
         """Lower and compile every compute node whose input shapes are static in the model."""
-        known = known_values(self.model)
-        for node in self.model.graph.node:
-            if node.op_type in LOWERINGS and all(not n or n in known for n in node.input):
+        for node in self.prepared.graph.node:
+            if lowerable(node) and all(not n or n in known for n in node.input):
                 self._lowering(node, [known[n] if n else None for n in node.input])
 
     def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None]):
         """The node's lowering and compiled kernel (recorded in ``lowered``); None when the op
         model cannot express it (non-strict: recorded with the reason)."""
-        label = self.labels[tuple(node.output)]
+        label = node.name
+        absorbed = self.groups[label].absorbed if label in self.groups else ()
         try:
             lowering = lower(node, values)
         except NotSupported as error:
             if self.strict:
                 raise NotImplementedError(f"node {label} ({node.op_type}) cannot run as a loopopt "
                                           f"kernel: {error}") from error
-            self.lowered[label] = LoweredNode(label, node.op_type, reason=error.reason)
+            self.lowered[label] = LoweredNode(label, node.op_type, reason=error.reason, absorbed=absorbed)
             return None
         compiled = self.kernels.get(lowering.op)
+        skipped = f"not fused with its DequantizeLinear inputs: {self.skipped[label]}" \
+            if label in self.skipped else ""
+        note = "; ".join(text for text in (lowering.note, skipped) if text)
         self.lowered[label] = LoweredNode(label, node.op_type, lowering.op, compiled.schedule,
-                                          compiled.source, compiled.kernel.isa, lowering.note)
+                                          compiled.source, compiled.kernel.isa, note, absorbed=absorbed)
         return lowering, compiled.kernel
 
     def execute(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
@@ -109,14 +121,25 @@ class LoopoptRep(BackendRep):
         lowering, kernel = lowered
         return lowering.call(kernel, inputs)
 
+    def reference(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None],
+                  run_params: dict) -> tuple[np.ndarray, ...]:
+        """``node`` on onnx.reference (a fused node: the original nodes of its group, in order)."""
+        members = self.groups[node.name].members if node.name in self.groups else (node,)
+        values = {**self.constants, **dict(zip(node.input, inputs))}
+        for member in members:
+            version = run_params["opsets"][member.domain]
+            op = load_op(member.domain, member.op_type, version)(member, run_params)
+            values.update(zip(member.output, op.run(*(values[n] if n else None for n in member.input))))
+        return tuple(values[n] for n in node.output)
+
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs`` (a list in graph-input order, a dict, or one array)."""
         return list(self._evaluator.run(None, feeds(self.model, inputs)))
 
     def values(self, inputs: Any) -> dict[str, np.ndarray]:
-        """Every value of the graph on ``inputs``: the initializers, the inputs and each node's outputs."""
+        """Every value of ``prepared`` on ``inputs``: the initializers, the inputs and each node's outputs."""
         given = feeds(self.model, inputs)
-        names = [name for node in self.model.graph.node for name in node.output if name]
+        names = [name for node in self.prepared.graph.node for name in node.output if name]
         constants = {init.name: numpy_helper.to_array(init) for init in self.model.graph.initializer}
         return {**constants, **given, **dict(zip(names, self._evaluator.run(names, given)))}
 
@@ -130,15 +153,15 @@ class _LoopoptNode(OpRun):
     def _run(self, *inputs, **kwargs):
         outputs = self.rep.execute(self.onnx_node, inputs)
         if outputs is None:
-            version = self.run_params["opsets"][self.onnx_node.domain]
-            reference = load_op(self.onnx_node.domain, self.onnx_node.op_type, version)
-            return reference(self.onnx_node, self.run_params).run(*inputs)
+            return self.rep.reference(self.onnx_node, inputs, self.run_params)
         return tuple(outputs)
 
 
 def _node_classes(rep: LoopoptRep) -> list[type[OpRun]]:
-    """One OpRun class per op type of ``LOWERINGS`` (ReferenceEvaluator finds them by class name)."""
-    return [type(op_type, (_LoopoptNode,), {"rep": rep}) for op_type in LOWERINGS]
+    """One OpRun class per op type of ``LOWERINGS`` and ``FUSED`` (ReferenceEvaluator finds them by
+    domain and class name)."""
+    return [type(op_type, (_LoopoptNode,), {"rep": rep, "op_domain": domain})
+            for domain, table in (("", LOWERINGS), (FUSED_DOMAIN, FUSED)) for op_type in table]
 
 
 class LoopoptBackend(Backend):

@@ -87,15 +87,20 @@ def known_values(model: onnx.ModelProto) -> dict[str, Value]:
         dims, dtype = _dims(info), dtype_of(info)
         if dims is not None and dtype is not None and all(isinstance(d, int) and d > 0 for d in dims):
             values[info.name] = Value(tuple(dims), dtype)
-    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    for node in graph.node:
+    for name, array in constants(model).items():
+        values[name] = Value(array.shape, array.dtype, array)
+    return values
+
+
+def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The values of the model's initializers and Constant nodes (those with a ``value`` tensor)."""
+    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    for node in model.graph.node:
         if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
             for attribute in node.attribute:
                 if attribute.name == "value":
-                    constants[node.output[0]] = numpy_helper.to_array(attribute.t)
-    for name, array in constants.items():
-        values[name] = Value(array.shape, array.dtype, array)
-    return values
+                    arrays[node.output[0]] = numpy_helper.to_array(attribute.t)
+    return arrays
 
 
 def feeds(model: onnx.ModelProto, inputs) -> dict[str, np.ndarray]:

@@ -12,9 +12,9 @@ from ..dataflows import output_stationary
 from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
-from ..tune import best_schedule
+from ..tune import best_trial
 from ..tune.choice import first_choice
-from ..tune.log import TuningLog, signature
+from ..tune.log import signature
 from ..tune.result import describe
 
 DEFAULT = "default"                                 # the start of a default schedule's source
@@ -41,12 +41,8 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
     """The fastest verified schedule of ``op`` in the tuning log on this machine and ``threads`` (and
     ``isa`` if given), with the ISA it was measured on (an AMX trial's schedule must be compiled for
     AMX); None if none."""
-    with TuningLog(log, readonly=True) as tuning_log:
-        ok = [t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"]
-    if not ok:
-        return None
-    isa = min(ok, key=lambda t: t.timing.min).isa
-    return best_schedule(op, log=log, threads=threads, isa=isa), isa
+    best = best_trial(op, log=log, threads=threads, isa=isa)
+    return None if best is None else (best.to_schedule(op, f"tuning log {os.fspath(log)}"), best.isa)
 
 
 def default_schedule(op: Op, threads: int = 1, isa: str = "auto") -> tuple[Schedule, str, str]:

@@ -3,9 +3,11 @@
 A lowering reads the node's attributes and what is known of its inputs (shape, dtype, and the
 values of constants such as weights, scales and zero points) and returns a ``Lowering``: the
 loopopt op, and how to call its kernel on the node's inputs and turn the kernel's output into
-the node's outputs (MatMul's 1-D operands and broadcast batch, a quantized 1-D convolution as
-a 2-D one). What the op model cannot express yet raises ``NotSupported`` with the attribute or
-value, e.g. ``not supported: Conv input 'x' of dtype float64 (float kernels are float32)``.
+the node's outputs (MatMul's 1-D operands and broadcast batch). ``FUSED`` lowers the nodes of
+the ``loopopt.qdq`` domain that ``qdq.fuse`` makes of DequantizeLinear -> Conv/MatMul/Gemm
+(-> QuantizeLinear) patterns. What the op model cannot express yet raises ``NotSupported`` with
+the attribute or value, e.g. ``not supported: Conv input 'x' of dtype float64 (float kernels
+are float32)``.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ class Lowering:
 
     op: Op
     call: Call
-    note: str = ""    # what the importer does around the kernel (batch folded or looped, 1-D as 2-D)
+    note: str = ""    # what the importer does around the kernel (batch folded into the rows, ...)
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:
@@ -91,37 +93,21 @@ CONVS = {1: (Conv1d, ("length",)), 2: (Conv2d, ("height", "width")),
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """An ONNX convolution as the constructor arguments of Conv1d, Conv2d or Conv3d; ``lifted``: a
-    1-D convolution written as a 2-D one of height 1 (the quantized kernels take 2-D convolutions)."""
+    """An ONNX convolution as the constructor arguments of Conv1d, Conv2d or Conv3d."""
 
     kwargs: dict
     spatial: int          # the node's spatial rank
-    lifted: bool = False
 
     def op(self, quant: QuantSpec | None = None) -> ConvNd:
         """The loopopt op; NotSupported with the op model's reason if it refuses the shape."""
-        cls = CONVS[self.spatial + self.lifted][0]
         try:
-            return cls(**self.kwargs, quant=quant)
+            return CONVS[self.spatial][0](**self.kwargs, quant=quant)
         except ValueError as error:   # e.g. a kernel larger than the padded input
             raise NotSupported(str(error)) from error
 
-    def to_op(self, array: np.ndarray) -> np.ndarray:
-        """A node's activation or weight array as the op takes it."""
-        return array[:, :, None, :] if self.lifted else array
 
-    def from_op(self, array: np.ndarray) -> np.ndarray:
-        """The op's output as the node's."""
-        return array[:, :, 0, :] if self.lifted else array
-
-    @property
-    def note(self) -> str:
-        return "1-D as height 1" if self.lifted else ""
-
-
-def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool, lift: bool = False) -> ConvGeometry:
-    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv); ``lift``: write a
-    1-D convolution as a 2-D one."""
+def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvGeometry:
+    """Shapes and attributes of a Conv-like node (Conv, ConvInteger, QLinearConv, a fused QDQ Conv)."""
     attrs = attributes(node, CONV_ATTRIBUTES)
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise NotSupported(f"{node.op_type} input of shape {x.shape} with weights {w.shape}")
@@ -135,23 +121,20 @@ def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool, lift: bo
     dilations = list(attrs["dilations"] or [1] * spatial)
     mode = attrs["auto_pad"]
     if mode in AUTO_PADS:
-        pairs = [list(p) for p in auto_pad(mode, sizes, kernel, strides, dilations)]
+        pairs = [tuple(p) for p in auto_pad(mode, sizes, kernel, strides, dilations)]
     elif mode == "NOTSET":
         pads = list(attrs["pads"] or [0] * 2 * spatial)
-        pairs = [[pads[a], pads[a + spatial]] for a in range(spatial)]
+        pairs = [(pads[a], pads[a + spatial]) for a in range(spatial)]
     else:
         raise NotSupported(f"auto_pad={mode!r}")
     group = int(attrs["group"])
     n, c = x.shape[:2]
     if w.shape[1] * group != c:
         raise NotSupported(f"weights {w.shape} with group={group} for {c} input channels")
-    lifted = lift and spatial == 1
-    lead = [1] if lifted else []
-    kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(lead + kernel),
-                  stride=tuple(lead + strides), padding=tuple(map(tuple, [[0, 0]] * len(lead) + pairs)),
-                  dilation=tuple(lead + dilations), groups=group, bias=bias, batch=n,
-                  **dict(zip(CONVS[spatial + len(lead)][1], lead + sizes)))
-    return ConvGeometry(kwargs, spatial, lifted)
+    kwargs = dict(in_channels=c, out_channels=w.shape[0], kernel_size=tuple(kernel), stride=tuple(strides),
+                  padding=tuple(pairs), dilation=tuple(dilations), groups=group, bias=bias, batch=n,
+                  **dict(zip(CONVS[spatial][1], sizes)))
+    return ConvGeometry(kwargs, spatial)
 
 
 def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
@@ -231,31 +214,41 @@ def quantization(node: onnx.NodeProto, values: Sequence[Value | None], channels:
     return Quantization(spec, params)
 
 
+def _bias(values: Sequence[Value | None], index: int | None, output: np.dtype) -> Callable | None:
+    """How the kernel's bias comes from the node's inputs (None: no bias): input ``index`` as given, or
+    for a float output an int32 bias dequantized as DequantizeLinear does (``b * scale`` in float32, the
+    scale at input ``index + 1``; a fused QDQ node)."""
+    if index is None or _input(values, index) is None:
+        return None
+    if output == np.float32 and np.issubdtype(values[index].dtype, np.integer):   # scale per tensor or column
+        return lambda inputs: inputs[index].astype(np.float32) * np.asarray(inputs[index + 1], np.float32)
+    return lambda inputs: inputs[index]
+
+
 def _quantized_conv(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
                     names: dict[int, str], output: np.dtype, bias: int | None) -> Lowering:
     """A quantized Conv-like node: activations input 0, weights input ``weights``, parameters
-    ``names``, an int32 bias at input ``bias`` (None: no bias input)."""
+    ``names``, the bias at input ``bias`` (None: no bias input)."""
     x, w = values[0], values[weights]
-    has_bias = bias is not None and _input(values, bias) is not None
-    geometry = conv_geometry(node, x, w, has_bias, lift=True)
+    bias_of = _bias(values, bias, output)
+    geometry = conv_geometry(node, x, w, bias_of is not None)
     quant = quantization(node, values, w.shape[0], weights, names, output)
     op = geometry.op(quant.spec)
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [geometry.to_op(inputs[0]), geometry.to_op(inputs[weights])]
-        arrays += [inputs[bias]] if has_bias else []
-        return [geometry.from_op(run_kernel(kernel, *arrays, **quant.params(inputs)))]
+        arrays = [inputs[0], inputs[weights]] + ([bias_of(inputs)] if bias_of else [])
+        return [run_kernel(kernel, *arrays, **quant.params(inputs))]
 
-    return Lowering(op, call, geometry.note)
+    return Lowering(op, call)
 
 
 def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX ConvInteger (x, w, optional zero points) as a quantized Conv2d with a raw int32 output."""
+    """ONNX ConvInteger (x, w, optional zero points) as a quantized ConvNd with a raw int32 output."""
     return _quantized_conv(node, values, 1, INTEGER_PARAMS, np.dtype(np.int32), None)
 
 
 def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX QLinearConv as a quantized Conv2d with a requantized uint8/int8 output (int32 bias)."""
+    """ONNX QLinearConv as a quantized ConvNd with a requantized uint8/int8 output (int32 bias)."""
     return _quantized_conv(node, values, 3, QLINEAR_PARAMS, values[7].dtype, 8)
 
 
@@ -265,8 +258,8 @@ def lower_qlinear_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> 
 @dataclass(frozen=True)
 class MatmulShape:
     """An ONNX MatMul's operands (numpy semantics: 1-D operands promoted, batch dims broadcast) as one
-    Matmul: with a 2-D B the batch folds into A's rows; else a float kernel takes the batch dims
-    (operands broadcast to them) and a quantized one (no batch dims) is looped over the batch."""
+    Matmul: with a 2-D B the batch folds into A's rows; else the kernel takes the batch dims (operands
+    broadcast to them)."""
 
     m: int
     n: int
@@ -275,10 +268,9 @@ class MatmulShape:
     a_vector: bool
     b_vector: bool
     b_batched: bool
-    quantized: bool
 
     @classmethod
-    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...], quantized: bool) -> MatmulShape:
+    def of(cls, node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...]) -> MatmulShape:
         a_vector, b_vector = len(a) == 1, len(b) == 1
         a2 = (1, *a) if a_vector else a
         b2 = (*b, 1) if b_vector else b
@@ -288,22 +280,17 @@ class MatmulShape:
             batch = np.broadcast_shapes(a2[:-2], b2[:-2])
         except ValueError as error:
             raise NotSupported(f"{node.op_type} of shapes {a} and {b}: {error}") from error
-        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector, len(b2) > 2, quantized)
+        return cls(a2[-2], b2[-1], a2[-1], tuple(batch), a_vector, b_vector, len(b2) > 2)
 
     @property
     def rows(self) -> int:
         """Rows of the kernel's A: the batch folds into them when B has no batch dims."""
         return self.m * (1 if self.b_batched else int(np.prod(self.batch)))
 
-    @property
-    def looped(self) -> bool:
-        return self.b_batched and self.quantized
-
     def op(self, quant: QuantSpec | None = None) -> Matmul:
         """The loopopt op (NotSupported with the op model's reason if it refuses the shape)."""
-        batch = self.batch if self.b_batched and not self.looped else ()
         try:
-            return Matmul(self.rows, self.n, self.k, batch=batch, quant=quant)
+            return Matmul(self.rows, self.n, self.k, batch=self.batch if self.b_batched else (), quant=quant)
         except (ValueError, TypeError) as error:
             raise NotSupported(str(error)) from error
 
@@ -313,15 +300,11 @@ class MatmulShape:
         output."""
         a2 = a[None, :] if self.a_vector else a
         b2 = b[:, None] if self.b_vector else b
-        full_a, full_b = (*self.batch, self.m, self.k), (*self.batch, self.k, self.n)
-        if not self.b_batched:
-            out = product(a2.reshape(self.rows, self.k), b2)
-        elif not self.looped:
-            out = product(np.broadcast_to(a2, full_a), np.broadcast_to(b2, full_b))
+        if self.b_batched:
+            out = product(np.broadcast_to(a2, (*self.batch, self.m, self.k)),
+                          np.broadcast_to(b2, (*self.batch, self.k, self.n)))
         else:
-            pairs = zip(np.broadcast_to(a2, full_a).reshape(-1, self.m, self.k),
-                        np.broadcast_to(b2, full_b).reshape(-1, self.k, self.n))
-            out = np.stack([product(x, y) for x, y in pairs])
+            out = product(a2.reshape(self.rows, self.k), b2)
         out = out.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
@@ -329,18 +312,14 @@ class MatmulShape:
 
     @property
     def note(self) -> str:
-        if not self.batch:
-            return ""
-        if not self.b_batched:
-            return f"batch {self.batch} folded into the rows"
-        return f"batch loop of {int(np.prod(self.batch))}" if self.looped else ""
+        return f"batch {self.batch} folded into the rows" if self.batch and not self.b_batched else ""
 
 
 def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
     """ONNX MatMul (numpy semantics) as a float32 Matmul (see MatmulShape)."""
     attributes(node, {})
     _float32(node, values)
-    shape = MatmulShape.of(node, values[0].shape, values[1].shape, quantized=False)
+    shape = MatmulShape.of(node, values[0].shape, values[1].shape)
     op = shape.op()
 
     def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -352,9 +331,9 @@ def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Loweri
 def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
                       names: dict[int, str], output: np.dtype) -> Lowering:
     """A quantized MatMul-like node (B, input ``weights``: its columns are the channels, so a
-    per-column scale or zero point is per channel), looped over the broadcast batch."""
+    per-column scale or zero point is per channel)."""
     attributes(node, {})
-    shape = MatmulShape.of(node, values[0].shape, values[weights].shape, quantized=True)
+    shape = MatmulShape.of(node, values[0].shape, values[weights].shape)
     quant = quantization(node, values, shape.n, weights, names, output)
     op = shape.op(quant.spec)
 
@@ -405,6 +384,71 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     return Lowering(op, call)
 
 
+# ---------------------------------------------------------------- fused QDQ patterns
+
+FUSED_DOMAIN = "loopopt.qdq"
+# The inputs of a fused node, in QLinearConv's order: x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+# y_scale, y_zero_point (both empty: a float output), bias (int32; a float output: int32 with its scale
+# as input 9, or float32).
+FLOAT_PARAMS = {1: "x_scale", 2: "x_zero_point", 4: "w_scale", 5: "w_zero_point"}
+
+
+def _fused_output(values: Sequence[Value | None]) -> tuple[dict[int, str], np.dtype]:
+    """The parameters and output dtype of a fused node: requantized if it has a y_zero_point, else float32."""
+    y = _input(values, 7)
+    return (FLOAT_PARAMS, np.dtype(np.float32)) if y is None else (QLINEAR_PARAMS, y.dtype)
+
+
+def lower_qdq_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """DequantizeLinear (x, w, bias) -> Conv (-> QuantizeLinear) as a quantized ConvNd (requantized, or
+    dequantized float32 without the QuantizeLinear)."""
+    names, output = _fused_output(values)
+    return _quantized_conv(node, values, 3, names, output, 8)
+
+
+def lower_qdq_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """DequantizeLinear (a, b) -> MatMul (-> QuantizeLinear) as a quantized Matmul."""
+    return _quantized_matmul(node, values, 3, *_fused_output(values))
+
+
+def lower_qdq_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
+    """DequantizeLinear (A, B, C) -> Gemm (-> QuantizeLinear), alpha = 1, not transA, C (if any) a
+    per-column bias with beta = 1: a quantized Matmul, or with C a quantized 1x1 Conv2d over a batch
+    of m (a quantized Matmul has no bias)."""
+    attrs = attributes(node, GEMM_ATTRIBUTES)
+    names, output = _fused_output(values)
+    a, b, c = values[0].shape, values[3].shape, _input(values, 8)
+    trans_b = bool(attrs["transB"])
+    if len(a) != 2 or len(b) != 2 or attrs["transA"]:
+        raise NotSupported(f"a quantized Gemm of shapes {a} and {b} with transA={attrs['transA']} "
+                           "(2-D operands, transA=0)")
+    (m, k), (k2, n) = a, (b[::-1] if trans_b else b)
+    if k != k2:
+        raise NotSupported(f"Gemm of shapes {a} and {b} with transB={int(trans_b)}")
+    if attrs["alpha"] != 1 or (c is not None and attrs["beta"] != 1):
+        raise NotSupported(f"a quantized Gemm with alpha={attrs['alpha']}, beta={attrs['beta']} (1 and 1)")
+    if c is not None and c.shape not in ((n,), (1, n)):
+        raise NotSupported(f"a quantized Gemm's C of shape {c.shape} (a bias per column: ({n},) or (1, {n}))")
+    bias_of = _bias(values, 8, output)
+    quant = quantization(node, values, n, 3, names, output)
+    try:
+        op = (Matmul(m, n, k, trans_b=trans_b, quant=quant.spec) if bias_of is None else
+              Conv2d(k, n, 1, bias=True, batch=m, height=1, width=1, quant=quant.spec))
+    except (ValueError, TypeError) as error:
+        raise NotSupported(str(error)) from error
+    if bias_of is None:
+        return Lowering(op, lambda kernel, inputs: [run_kernel(kernel, inputs[0], inputs[3],
+                                                               **quant.params(inputs))])
+
+    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        w = inputs[3] if trans_b else inputs[3].T
+        out = run_kernel(kernel, inputs[0].reshape(m, k, 1, 1), w.reshape(n, k, 1, 1),
+                         np.reshape(bias_of(inputs), n), **quant.params(inputs))
+        return [out.reshape(m, n)]
+
+    return Lowering(op, call, "as a 1x1 Conv2d over a batch of m (for the bias)")
+
+
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]
 
 LOWERINGS: dict[str, Lower] = {
@@ -418,7 +462,20 @@ LOWERINGS: dict[str, Lower] = {
 }
 
 
+FUSED: dict[str, Lower] = {
+    "QDQConv": lower_qdq_conv,
+    "QDQMatMul": lower_qdq_matmul,
+    "QDQGemm": lower_qdq_gemm,
+}
+
+TABLES = {"": LOWERINGS, "ai.onnx": LOWERINGS, FUSED_DOMAIN: FUSED}
+
+
+def lowerable(node: onnx.NodeProto) -> bool:
+    """True if ``node`` is a compute node: an op type of ``LOWERINGS``, or a fused node (``FUSED``)."""
+    return node.op_type in TABLES.get(node.domain, {})
+
+
 def lower(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """The lowering of a compute node (``node.op_type`` in ``LOWERINGS``); NotSupported if the op
-    model cannot express it."""
-    return LOWERINGS[node.op_type](node, values)
+    """The lowering of a compute node (``lowerable``); NotSupported if the op model cannot express it."""
+    return TABLES[node.domain][node.op_type](node, values)

@@ -1,12 +1,15 @@
 """Where a model's time goes: every compute node with its shape, MFLOP, loopopt time (default
 schedule, and tuned when asked) through ``lo.compare`` (timing, % of peak, reuse and traffic),
-onnxruntime's time for the same node when onnxruntime is installed (a one-node model), totals,
-and a plot (``loopopt onnx MODEL.onnx``)."""
+onnxruntime's time for the same node when onnxruntime is installed (a one-node model; a fused
+QDQ group as the group's nodes), for a quantized node how the two outputs compare in steps of
+the output and with the exact integer reference (``exact``), totals, and a plot (``loopopt onnx
+MODEL.onnx``)."""
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from ..plot import plot_bars
 from ..tune import TuneError, tune
 from ..tune.log import signature
 from .backend import LoopoptRep, LoweredNode
+from .exact import IntegerCheck, integer_check
 from .graph import dtype_of, load_model, runtime_inputs, static_input_shapes
 from .kernels import DEFAULT
 
@@ -37,6 +41,7 @@ class NodeReport:
     rows: list[Row] = field(default_factory=list)   # lo.compare rows RAN (the backend's schedule), TUNED
     onnxruntime_ms: float | None = None
     tune_error: str = ""                              # why lo.tune found no schedule (no TUNED row)
+    integer: IntegerCheck | None = None               # a quantized node: loopopt vs onnxruntime vs exact
 
     def row(self, name: str) -> Row | None:
         """The row ``name`` (RAN or TUNED), or None."""
@@ -53,8 +58,10 @@ class NodeReport:
         return {"node": lowered.node, "op_type": lowered.op_type,
                 "op": repr(lowered.op) if lowered.op else None,
                 "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
-                "mflop": self.mflop, "onnxruntime_ms": self.onnxruntime_ms,
+                "absorbed": list(lowered.absorbed), "mflop": self.mflop,
+                "onnxruntime_ms": self.onnxruntime_ms,
                 "tune_error": self.tune_error or None,
+                "integer_check": self.integer.to_dict() if self.integer else None,
                 "loopopt": {r.name: {"median_ms": r.median_ms, "gflops": r.gflops,
                                      "percent_of_peak": r.percent_of_peak, "verified": r.verified,
                                      "dram_bytes": r.dram_bytes, "misses": r.misses} for r in rows}}
@@ -107,15 +114,29 @@ class ModelReport:
                      f"onnxruntime {cell(ort, '{:.3f}')} ms"
                      + (f" ({ort / loopopt:.2f}x)" if loopopt and ort else ""))
         lines += [f"not tuned: {n.lowered.node}: {n.tune_error}" for n in self.nodes if n.tune_error]
+        checked = [n for n in self.nodes if n.integer is not None]
+        if checked:
+            lines.append("integer outputs vs onnxruntime (same inputs; where they differ, which is exact):")
+            lines += [f"  {n.lowered.node}: {n.integer}" for n in checked]
+            lines.append(f"  all {len(checked)} nodes: {self.integer_total}")
+        lines += [f"{n.lowered.node} absorbs {', '.join(n.lowered.absorbed)}" for n in self.nodes
+                  if n.lowered.absorbed]
         reference = [n.lowered.node for n in self.nodes if not n.lowered.on_kernel]
         if reference:
             lines.append(f"on onnx.reference (not timed): {', '.join(reference)}")
         return "\n".join(lines)
 
+    @property
+    def integer_total(self) -> IntegerCheck | None:
+        """The integer checks of every quantized node as one (None if there are none)."""
+        checks = [n.integer for n in self.nodes if n.integer is not None]
+        return IntegerCheck.total(checks) if checks else None
+
     def to_dict(self) -> dict[str, Any]:
         totals = {runtime: self.total_ms(runtime) for runtime in ("loopopt", "onnxruntime")}
+        integer = self.integer_total
         return {"model": self.model, "threads": self.threads, "nodes": [n.to_dict() for n in self.nodes],
-                "total_ms": totals}
+                "total_ms": totals, "integer_check": integer.to_dict() if integer else None}
 
     def plot(self, path: str | Path) -> Path:
         """Where the time goes: per compute node, loopopt (default, tuned) vs onnxruntime, in ms."""
@@ -145,29 +166,30 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return arrays
 
 
-def onnxruntime_ms(node: onnx.NodeProto, model: onnx.ModelProto, values: dict[str, np.ndarray],
-                   threads: int) -> float | None:
-    """onnxruntime's median time (ms) of ``node`` alone (a one-node model; its inputs that are
-    initializers of ``model`` stay initializers), or None when onnxruntime is not installed."""
+def onnxruntime_run(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto, values: dict[str, np.ndarray],
+                    constant: Container[str], threads: int) -> tuple[float, list[np.ndarray]] | None:
+    """onnxruntime's median time (ms) of ``nodes`` alone (a model of just them, one node or a fused
+    group's; their ``constant`` inputs stay initializers) and its outputs, or None when onnxruntime is
+    not installed."""
     try:
         import onnxruntime
     except ImportError:
         return None
-    constant = {init.name for init in model.graph.initializer}
-    arrays = {name: values[name] for name in node.input if name}
-    feeds = {name: a for name, a in arrays.items() if name not in constant}
-    inits = [numpy_helper.from_array(a, name) for name, a in arrays.items() if name in constant]
-    graph = helper.make_graph(
-        [node], "node", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                         for n, a in feeds.items()],
-        [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(values[o].dtype), values[o].shape)
-         for o in node.output if o], inits)
+    produced = {name for node in nodes for name in node.output}
+    names = dict.fromkeys(n for node in nodes for n in node.input if n and n not in produced)
+    feeds = {name: values[name] for name in names if name not in constant}
+    inits = [numpy_helper.from_array(values[name], name) for name in names if name in constant]
+    outputs = [o for o in nodes[-1].output if o]     # a group's last node is its QuantizeLinear or anchor
+    info = lambda name: helper.make_tensor_value_info(
+        name, helper.np_dtype_to_tensor_dtype(values[name].dtype), values[name].shape)
+    graph = helper.make_graph(list(nodes), "node", [info(n) for n in feeds], [info(o) for o in outputs],
+                              inits)
     single = helper.make_model(graph, opset_imports=list(model.opset_import))
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(single.SerializeToString(), options,
                                            providers=["CPUExecutionProvider"])
-    session.run(None, feeds)
+    results = session.run(None, feeds)
     start = time.perf_counter()
     session.run(None, feeds)
     times = []
@@ -175,7 +197,7 @@ def onnxruntime_ms(node: onnx.NodeProto, model: onnx.ModelProto, values: dict[st
         start = time.perf_counter()
         session.run(None, feeds)
         times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
+    return float(np.median(times)) * 1e3, results
 
 
 def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.PathLike | None = None,
@@ -194,8 +216,7 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
     values = rep.values(inputs)       # fixes every shape, lowers every compute node
     report = ModelReport(name, threads)
     tuned: dict[str, Any] = {}
-    nodes = [(node, rep.lowered[rep.labels[tuple(node.output)]]) for node in proto.graph.node
-             if tuple(node.output) in rep.labels and rep.labels[tuple(node.output)] in rep.lowered]
+    nodes = [(node, rep.lowered[node.name]) for node in rep.prepared.graph.node if node.name in rep.lowered]
     for index, (node, lowered) in enumerate(nodes, 1):
         entry = NodeReport(lowered)
         report.nodes.append(entry)
@@ -221,7 +242,12 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
         for label, schedule, isa in runs:    # each on its own ISA (a tuned schedule may be AMX's)
             entry.rows += compare(op, [schedule], [label], isa=isa, reuse=reuse, progress=False,
                                   threads=threads, budget=budget).rows
-        entry.onnxruntime_ms = onnxruntime_ms(node, proto, values, threads)
+        members = rep.groups[node.name].members if node.name in rep.groups else (node,)
+        ort = onnxruntime_run(members, proto, values, rep.constants, threads)
+        if ort is not None:
+            entry.onnxruntime_ms, outputs = ort
+            entry.integer = integer_check(node, [values[n] if n else None for n in node.input],
+                                          values[node.output[0]], outputs[0])
     return report
 
 

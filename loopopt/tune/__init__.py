@@ -1,6 +1,7 @@
 """Schedule search: ``tune(op)`` measures register-blocked candidates of any op in isolated worker
 processes, logs every trial in an SQLite tuning log and returns the fastest verified schedule;
-``best_schedule(op, log)`` reads the best one back from a log.
+``best_schedule(op, log)`` reads the best one back from a log, ``best_trial(op, log)`` the best trial
+(schedule, ISA, timing).
 
 Modules: ``space`` (the candidates), ``algorithms`` (direct, implicit GEMM, im2col, Winograd: their
 candidates and share of the trials), ``rank`` (the heuristic order), ``guide`` and ``fit`` (the
@@ -10,9 +11,9 @@ measuring: the default schedule of an op never tuned), ``trial`` (what a worker 
 included), ``log`` (the SQLite log), ``search`` (the loop), ``result`` (``TuneResult``).
 """
 from .executor import IsolatedExecutor, TrialTimeout, WorkerDied, WorkerError
-from .log import TuningLog, TuningLogError, best_schedule
+from .log import LoggedTrial, TuningLog, TuningLogError, best_schedule, best_trial
 from .result import Trial, TuneResult
 from .search import TuneError, tune
 
-__all__ = ["IsolatedExecutor", "Trial", "TrialTimeout", "TuneError", "TuneResult", "TuningLog",
-           "TuningLogError", "WorkerDied", "WorkerError", "best_schedule", "tune"]
+__all__ = ["IsolatedExecutor", "LoggedTrial", "Trial", "TrialTimeout", "TuneError", "TuneResult", "TuningLog",
+           "TuningLogError", "WorkerDied", "WorkerError", "best_schedule", "best_trial", "tune"]

@@ -7,7 +7,9 @@
 * ``im2col``: the loop order of the GEMM on the im2col matrix (``dataflows.im2col``); the schedule
   system has no materialized buffers, so the im2col matrix is indexed, never copied: what is
   measured is Caffe's GEMM loop order, not its copy;
-* ``winograd``: F(4x4,3x3) and F(2x2,3x3) (``dataflows.winograd``, default stage schedules).
+* ``winograd``: F(4x4,3x3) and F(2x2,3x3) (``dataflows.winograd``, default stage schedules); of a
+  quantized conv, the exact int8 F(2x2,3x3) (``winograd_int8``) with its default GEMM block, then the
+  ISA's other blocks (``winograd_int8.tune_blocks``).
 
 The GEMM forms of a conv do not apply to an op without windows (a Matmul is a GEMM already: its
 direct candidates are GEMM schedules). The alternatives are one-thread schedules; with several
@@ -21,7 +23,8 @@ from typing import Any
 from ..dataflows import im2col, implicit_gemm
 from ..ops import Op
 from ..schedule_file import to_toml
-from ..winograd import TILES, algorithm_name, refusal
+from ..winograd import algorithm_name, refusal, tiles
+from ..winograd_int8 import tune_blocks
 from .space import REGISTERS, lanes
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
@@ -63,7 +66,8 @@ def refusals(op: Op, algorithms: tuple[str, ...], isa: str, threads: int) -> dic
                      f"the {name} candidates are one-thread schedules, not {threads}" if threads > 1 else
                      "the AMX search has only tile candidates" if isa == "amx" else "")
     why["winograd"] = refusal(op) or (f"the Winograd pipeline runs on one thread, not {threads}"
-                                      if threads > 1 else "")
+                                      if threads > 1 else "the AMX search has only tile candidates"
+                                      if isa == "amx" else "")
     return {name: why[name] for name in algorithms}
 
 
@@ -71,7 +75,9 @@ def alternatives(op: Op, algorithm: str, isa: str) -> list[Alternative]:
     """The candidates of ``algorithm`` (not ``direct``) for ``op`` on ``isa``, the preset's first;
     register blocks that leave no spare vector register, and duplicates after clamping, are left out."""
     if algorithm == "winograd":
-        names = [algorithm_name(m) for m in reversed(TILES)]
+        names = [algorithm_name(m) for m in reversed(tiles(op))]
+        if op.quant is not None:          # int8: other GEMM blocks too
+            names += [algorithm_name(m, block) for m in tiles(op) for block in tune_blocks(isa)]
         return [Alternative("winograd", name, {"algorithm": "winograd", "plan": name}) for name in names]
     vector = lanes(op, isa)
     if algorithm == "implicit_gemm":

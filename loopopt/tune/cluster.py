@@ -18,19 +18,31 @@ worker alive, and the outcome is ``crashed`` or ``timeout``, recorded on that ho
 run in parallel; timings take the host's measurement lock (``trial.measuring_alone``), so each
 host times one kernel at a time. A cluster worker that dies itself comes back as Dask's
 ``KilledWorker`` (after the scheduler's ``allowed-failures`` retries): a ``crashed`` trial.
+
+``dask_client(address)`` connects to a scheduler for ``loopopt tune --scheduler ADDRESS``
+(``"local"``: a ``LocalCluster`` of worker processes on this machine), within a timeout.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from .executor import IsolatedExecutor, TrialTimeout, WorkerDied, WorkerError
 from .trial import Outcome, Task, here, run_trial
+
+LOCAL = "local"               # the scheduler address of a LocalCluster on this machine
+CONNECT_TIMEOUT = 10.0        # s to reach a scheduler
+
+
+class SchedulerError(ValueError):
+    """A Dask scheduler that cannot be used: Dask is not installed, or the address is unreachable."""
 
 
 @dataclass(frozen=True)
@@ -112,3 +124,32 @@ def outcome(future: Future, timeout: float, wait: float | None = None) -> Outcom
         return here("timeout", f"no result within {timeout:g} s; the trial was cancelled")
     except Exception as error:        # whatever the executor (e.g. a cluster) reports: a failed trial
         return failed(error, timeout)
+
+
+@contextmanager
+def dask_client(address: str, timeout: float | None = None) -> Iterator[Any]:
+    """A ``dask.distributed.Client`` of the scheduler at ``address`` (e.g. ``tcp://host:8786``;
+    ``"local"``: a ``LocalCluster`` of one single-threaded worker process per CPU of this machine),
+    closed (and the local cluster stopped) on exit. ``SchedulerError`` when Dask is not installed or
+    the scheduler does not answer within ``timeout`` seconds (default ``CONNECT_TIMEOUT``)."""
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    try:
+        from dask import distributed
+    except ImportError as err:
+        raise SchedulerError(f"a Dask scheduler needs dask.distributed ({err}): "
+                             f"pip install -e '.[distributed]'") from None
+    if address == LOCAL:
+        with distributed.LocalCluster(processes=True, n_workers=os.cpu_count() or 1, threads_per_worker=1,
+                                      dashboard_address=None) as cluster, \
+                distributed.Client(cluster, timeout=timeout) as client:
+            yield client
+        return
+    try:
+        client = distributed.Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise SchedulerError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+                             f"; give its address as tcp://HOST:PORT, or 'local' for a cluster on this "
+                             f"machine") from None
+    with client:
+        yield client

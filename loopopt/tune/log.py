@@ -70,6 +70,11 @@ class LoggedTrial:
     host: str
     utc: str
 
+    def to_schedule(self, op: Op, source: str = "tuning log") -> Schedule:
+        """The trial's schedule applied to ``op`` (the op it was logged for); compile it with
+        ``self.isa`` to rebuild the kernel that was measured (``"amx"``: a tile schedule)."""
+        return schedule_from_toml(self.schedule, op, source)
+
 
 def signature(op: Op) -> str:
     """The op's canonical signature in the log: its repr (shape, options and quantization)."""
@@ -191,13 +196,19 @@ def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
     return fastest
 
 
+def best_trial(op: Op, log: str | os.PathLike, threads: int = 1,
+               isa: str | None = None) -> LoggedTrial | None:
+    """The fastest verified trial of ``op`` in the tuning log ``log`` measured on this machine with
+    ``threads`` threads (and ``isa``, if given), by minimum time, of any schedule algorithm (not a
+    Winograd plan); None if there is none. Its ``isa`` is the ISA it was measured on:
+    ``trial.to_schedule(op).compile(trial.isa)`` rebuilds that kernel (an AMX or AVX2 winner too)."""
+    schedules = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name != "winograd"]
+    return min(schedules, key=lambda t: t.timing.min, default=None)
+
+
 def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1,
                   isa: str | None = None) -> Schedule | None:
-    """The fastest verified schedule of ``op`` in the tuning log ``log`` measured on this machine
-    with ``threads`` threads (and ``isa``, if given), by minimum time, of any schedule algorithm
-    (not a Winograd plan); None if there is none."""
-    schedules = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name != "winograd"]
-    if not schedules:
-        return None
-    best = min(schedules, key=lambda t: t.timing.min)
-    return schedule_from_toml(best.schedule, op, f"tuning log {log}")
+    """The schedule of ``best_trial(op, log, threads, isa)`` applied to ``op``; None if there is none.
+    It does not carry the ISA it was measured on: ``best_trial`` does."""
+    best = best_trial(op, log, threads, isa)
+    return None if best is None else best.to_schedule(op, f"tuning log {log}")

@@ -6,23 +6,22 @@ with the figures it ranked by in ``Candidate.model`` (recorded with the trial in
 built-in heuristic, cheap enough for every candidate: it picks the shortlist that the kernel
 model then orders (``guide.py``).
 
-The heuristic predicts a time from the op's work and this machine's peak, scaled by the
-efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
-enough to hide the multiply-add latency but a few vector registers left spare (ResNet-18's
-128-channel 3x3 layer ran 1.89 ms with a 14x32 fp32 block, 31 of 32 registers, and 1.19 ms with
-10x32), few loads per multiply-add, vector lanes and edge
-blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
-(quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
-rate), long reductions per stored block, and the weights that the innermost outer loop
-reuses in L1 or L2, packed in channel blocks when a block is part of the channels (plain rows of
-a block lie a channel row apart: more cache lines, pages and set conflicts; ResNet-18's 256->512
-3x3 stride-2 layer ran 0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in one
-search on a shared machine). To that compute time it adds ``stream_seconds``, the time the operands
-(input and weights) take to come from beyond L2 (``streamed_bytes``): once, and again on each
-iteration of an outer loop that does not index an operand when what the loops inside it touch
-of that operand does not fit half of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of
-weights, ran 4.5-10 ms with the channel block loop inside the row loop and 2.8 ms with it outside,
-in one search on a shared machine).
+The heuristic predicts a time from the op's work and this machine's peak, scaled by the efficiencies
+of the register block that a CPU core's FMA pipeline cares about: accumulators enough to hide the
+multiply-add latency but a few vector registers left spare (ResNet-18's 128-channel 3x3 layer ran
+1.89 ms with a 14x32 fp32 block, 31 of 32 registers, and 1.19 ms with 10x32), few loads per
+multiply-add, vector lanes and edge blocks used fully, no loop step per reduction step (an unrolled
+loop), dot groups filled (quantized ops without a dot instruction widen bytes to int32 lanes, a
+quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations), long
+reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2,
+packed in channel blocks when a block is part of the channels (plain rows of a block lie a channel
+row apart: more cache lines, pages and set conflicts; ResNet-18's 256->512 3x3 stride-2 layer ran
+0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in one search on a shared
+machine). To that compute time it adds ``stream_seconds``, the time the operands (input and weights)
+take to come from beyond L2 (``streamed_bytes``): once, and again on each iteration of an outer loop
+that does not index an operand when what the loops inside it touch of that operand does not fit half
+of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of weights, ran 4.5-10 ms with the channel
+block loop inside the row loop and 2.8 ms with it outside, in one search on a shared machine).
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ from functools import lru_cache
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
 from ..ops import Op
-from .space import REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes
+from .space import DOT, REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes, tap_window
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -44,6 +43,7 @@ STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
 STRIDED = 0.9              # plain weights of a block that is part of the channels (rows a channel row apart)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
+TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
 @lru_cache(maxsize=1)
@@ -134,21 +134,30 @@ def figures(candidate: Candidate) -> dict[str, float]:
                 "predicted_seconds": op.flops / (peak * efficiency)}
     roles, _, bandwidth = _operands(op)
     vector = lanes(op, candidate.isa)
-    vectors = _ceil(knobs.channel_block, vector)
-    accumulators = knobs.pixel_block * vectors
+    taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
+    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
+                    else (knobs.channel_block, knobs.pixel_block))
+    vectors = _ceil(laned, vector)
+    accumulators = other * vectors
     pixels = op.extent(roles.pixel)
     efficiency = min(1.0, accumulators / CHAINS)
     if REGISTERS[candidate.isa] - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT
-    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)     # loads per multiply-add
+    efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
     if not knobs.unroll:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
-    efficiency *= knobs.channel_block / (vectors * vector)                            # masked lanes
+    efficiency *= laned / (vectors * vector)                                         # masked lanes
     efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
     efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
+    elif taps:
+        window = tap_window(op)
+        # a window of activations per vector and group of output channels (depthwise: per channel)
+        windows = vectors * _ceil(knobs.channel_block, op.channels // op.groups)
+        efficiency *= window.taps / (_ceil(window.taps, DOT) * DOT)
+        efficiency *= accumulators / max(accumulators, TAP_SPREAD * windows)
     elif op.quant is not None:
         efficiency *= WIDENED
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)

@@ -9,7 +9,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule import Schedule
-from ..winograd import WinogradPlan
+from ..winograd import AnyPlan
 from .algorithms import label
 from .fit import spearman
 
@@ -73,7 +73,7 @@ class TuneResult:
     log: str | None = None
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
-    winner: WinogradPlan | None = None          # a faster algorithm than the best schedule
+    winner: AnyPlan | None = None          # a faster algorithm than the best schedule
     skipped: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -230,7 +230,8 @@ def describe(k: dict) -> str:
         return f"{k['algorithm']} preset, " + ", ".join(f"{n}={v}" for n, v in k.items() if n != "algorithm")
     if k.get("isa") == "amx":
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
-        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}"
+        split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
+        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
     return (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")

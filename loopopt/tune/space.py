@@ -14,16 +14,22 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
   in pairs (``OIHW16o2i``, ``vdpbf16ps``) where this CPU runs it and the channels per group are
   even (a half pair is widened instead);
+* for quantized convs, also tap dot candidates (``codegen/taps.py``: a depthwise conv's or a stem's
+  few input channels fill a dot group poorly): the output block runs over ``pixel_block`` positions
+  (the vector lanes) times ``channel_block`` output channels on channels-first activations and output,
+  the weights with the last window's taps blocked by 4 (``OIHW4w``), the taps split by 4 (when more)
+  and their inner loop innermost, consumed by one ``vpdpbusd`` per vector;
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
   the outer loops: the block accumulates into the output across it);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
-On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized op that the tile
-kernels take (``codegen/tiles.py``: not depthwise, one thread) also has AMX candidates (ISA
-``"amx"``): a pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two
-block loops is outside, on channels-last output.
+On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
+tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
+pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
+outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
+loop and each with it on the channel block's, where that splits at least ``threads`` blocks.
 """
 from __future__ import annotations
 
@@ -33,9 +39,10 @@ from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
-from ..codegen.tiles import BLOCKS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..codegen.taps import fits
+from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..layout import moved_last
-from ..ops import Op
+from ..ops import Op, Window
 from ..schedule import Schedule
 from ..schedule_file import to_toml
 
@@ -46,7 +53,8 @@ CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
-WEIGHTS = ("plain", "packed", "dot")
+MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
+WEIGHTS = ("plain", "packed", "dot", "taps")
 
 
 @dataclass(frozen=True)
@@ -71,15 +79,17 @@ class Knobs:
 
 @dataclass(frozen=True)
 class TileKnobs:
-    """The choices of an AMX candidate: output block (pixels x channels) and its loop order."""
+    """The choices of an AMX candidate: output block (pixels x channels), its loop order and what
+    the threads split (``codegen.tiles.SPLITS``; None: one thread)."""
 
     pixel_block: int
     channel_block: int
     channels_outer: bool
+    parallel: str | None = None
 
     def as_dict(self) -> dict:
         return {"isa": "amx", "pixel_block": self.pixel_block, "channel_block": self.channel_block,
-                "channels_outer": self.channels_outer}
+                "channels_outer": self.channels_outer, "parallel": self.parallel}
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,51 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     return tags
 
 
+def tap_window(op: Op) -> Window | None:
+    """The window along the op's pixel dim (``Roles.pixel``), whose taps a tap dot runs along."""
+    return next((w for w in op.windows if w.out_dim == Roles.of(op).pixel), None)
+
+
+def has_taps(op: Op, isa: str) -> bool:
+    """Whether ``op`` on ``isa`` has tap dot candidates: a quantized op on a SIMD ISA with a window
+    along its pixel dim whose stride and dilation fit the instructions (``codegen/taps.py``)."""
+    window = tap_window(op)
+    return op.quant is not None and isa != "scalar" and window is not None and fits(window)
+
+
+def tap_loops(op: Op, reduction: tuple[str, ...]) -> list[str]:
+    """The reduction loops of a tap dot candidate, outermost first: the taps of ``tap_window`` split
+    by 4 where there are more, their inner loop (the dot loop) last."""
+    window = tap_window(op)
+    if window.taps <= DOT:
+        return list(reduction)
+    return [f"{d}_o" if d == window.tap_dim else d for d in reduction] + [f"{window.tap_dim}_i"]
+
+
+def build_taps(op: Op, knobs: Knobs) -> Schedule:
+    """The schedule of a tap dot candidate (``knobs.weights == "taps"``): channels-first activations
+    and output (the op's default layouts), the weights' tap dim blocked by 4, lanes along the pixels."""
+    roles = Roles.of(op)
+    window = tap_window(op)
+    weights = op.inputs[1]
+    letters = op.tensor(weights).letters
+    tap_letter = letters[_axis(op, weights, window.tap_dim)]
+    schedule = Schedule(op).layout(weights, f"{letters}{DOT}{tap_letter.lower()}")
+    if window.taps > DOT:
+        schedule = schedule.split(window.tap_dim, DOT)
+    schedule = schedule.tile(**{roles.channel: knobs.channel_block, roles.pixel: knobs.pixel_block})
+    loops = tap_loops(op, knobs.reduction)
+    schedule = schedule.reorder(*knobs.outer, *loops).vectorize(f"{roles.pixel}_i")
+    for loop, factor in knobs.unroll:
+        schedule = schedule.unroll(loop, factor)
+    schedule = schedule.register_block(loops[0])
+    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+
+
 def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     """The schedule of ``knobs`` on ``op`` (``vector``: lanes of the ISA's vectors)."""
+    if knobs.weights == "taps":
+        return build_taps(op, knobs)
     roles = Roles.of(op)
     names = Names.of(roles.rc, knobs.cache_block, knobs.weights == "dot")
     schedule = Schedule(op)
@@ -212,26 +265,34 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
 
 def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
     """The schedule of an AMX candidate: channels-last output, the pixel and channel dims split by
-    the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``."""
+    the blocks, the pixel block's loop outside the channel block's unless ``channels_outer``, and
+    ``parallel`` on the block loop of the dim whose blocks the threads split."""
     pixel, channel = pixel_dim(op), op.channel_dim
     output = moved_last(op.tensor(op.output).letters, op.output_channel_axis)
     schedule = Schedule(op).layout(op.output, output)
     schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
-    return schedule if knobs.channels_outer else schedule.reorder(f"{pixel}_o", f"{channel}_o")
+    if not knobs.channels_outer:
+        schedule = schedule.reorder(f"{pixel}_o", f"{channel}_o")
+    if knobs.parallel is None:
+        return schedule
+    return schedule.parallel(f"{pixel if knobs.parallel == 'pixels' else channel}_o")
 
 
 def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
-    """The AMX candidates of ``op`` (none where this CPU has no AMX, for several threads, or for an
-    op the tile kernels refuse)."""
+    """The AMX candidates of ``op`` for ``threads`` threads (none where this CPU has no AMX or for
+    an op the tile kernels refuse; for several threads, those that split at least ``threads``
+    blocks)."""
     try:
         check_amx_cpu()
-        if threads > 1 or (op.quant is None and op.dtype != "bfloat16"):
+        if op.quant is None and op.dtype != "bfloat16":
             return []
         tile_plan(Schedule(op))
     except (ValueError, TileError):
         return []
-    return [Candidate(op, "amx", TileKnobs(pb, cb, outer))
-            for pb, cb, outer in itertools.product(BLOCKS, BLOCKS, (True, False))]
+    splits = [None] if threads == 1 else list(SPLITS)
+    found = [Candidate(op, "amx", TileKnobs(pb, cb, outer, split))
+             for pb, cb, outer, split in itertools.product(BLOCKS, BLOCKS, (True, False), splits)]
+    return [c for c in found if threads == 1 or tile_plan(c.schedule).units >= threads]
 
 
 def _blocks(extent: int, limit: int) -> list[int]:
@@ -309,7 +370,36 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
                         found.append(Candidate(op, isa, knobs))
+    found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
     return found + (tile_candidates(op, threads) if tiles else [])
+
+
+def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """The tap dot candidates of ``op`` on ``isa`` (``has_taps``): 1 to ``CHANNEL_VECTORS`` vectors of
+    positions times 1 to 8 output channels (as many accumulators as the registers leave), the reduction
+    orders that end with the window's taps, every order of the outer loops, the short taps unrolled or not."""
+    roles = Roles.of(op)
+    vector, extents = lanes(op, isa), dict(op.dims)
+    window = tap_window(op)
+    pixels = extents[roles.pixel]
+    found = []
+    for pb in sorted({min(m * vector, pixels) for m in range(1, CHANNEL_VECTORS + 1)}):
+        vectors = -(-pb // vector)
+        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, (REGISTERS[isa] - 2 * vectors - 2) // vectors)):
+            outer = {d: extents[d] for d in roles.others}
+            outer[f"{roles.pixel}_o"] = -(-pixels // pb)
+            outer[f"{roles.channel}_o"] = -(-op.channels // cb)
+            red_extents = {**extents, f"{window.tap_dim}_o": -(-window.taps // DOT)}
+            for reduction in _reduction_orders(roles, extents):
+                if reduction[-1] != window.tap_dim:
+                    continue
+                unrolls = _unrolls(tap_loops(op, reduction)[:-1], red_extents)
+                for order, unroll in itertools.product(_outer_orders(outer), unrolls):
+                    parallel = _parallel_loop(order, outer, threads, None)
+                    if threads == 1 or parallel:
+                        knobs = Knobs(pb, cb, reduction, order, "taps", 0, unroll, parallel)
+                        found.append(Candidate(op, isa, knobs))
+    return found
 
 
 def _parallel_loop(order: tuple[str, ...], extents: dict[str, int], threads: int,

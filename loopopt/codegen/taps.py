@@ -1,0 +1,189 @@
+"""Dot groups along a window's taps: ``vpdpbusd`` over 4 consecutive filter taps of one channel.
+
+A quantized conv with few input channels per group (a depthwise conv has one, a stem three) fills
+the u8 x s8 dot instruction poorly with input channels. Its filter taps along a window can fill it
+instead: with the vector loop running over output positions along that window (a conv's ``ow``),
+lane ``j`` of a vector at output position ``p`` multiplies the input columns ``col + s*j + d*t``
+(``t < 4``; ``col = p*s - pad + tap*d``, ``s`` the window's stride, ``d`` its dilation) with the 4
+weights of taps ``tap .. tap + 3`` of its channel, one 4-byte group broadcast to every lane.
+
+A schedule selects it (``find``) with
+
+* the window's tap dim (at most 4 taps) or the inner loop of its split by 4 as the innermost
+  reduction loop of a register block, with only output loops between it and the vectorized loop;
+* the vectorized loop running over consecutive output positions of that window;
+* the activations stored with that window's input axis innermost and unblocked (e.g. ``NCHW``);
+* the weights unit-stride along the taps, and where the taps are not a multiple of 4 that tap dim
+  blocked by a multiple of 4 (``OIHW4w``: zero-padded, so a group's missing taps weigh 0);
+* ``s <= 4`` and ``s + d <= 5``: the groups of 4 neighbouring lanes lie in 16 input bytes.
+
+The kernel loads a window of input bytes from column ``col`` (64 bytes on AVX-512, 32 on AVX2),
+moves each 128-bit lane's 16 bytes into place with one dword permute (the 4 lanes of 128-bit lane
+``q`` start at byte ``4*q*s``, a dword boundary) and picks the groups with one byte shuffle. Bytes
+at columns outside the input row ``[0, size)`` read as the activation's zero (a window whose used
+bytes lie in the row is one plain load, which may read up to a window past the activations'
+end, ``read_ahead``; the others read only the row's bytes: a byte-masked load on AVX-512, byte by
+byte on AVX2), so taps in the padding add nothing to the products: the window's padding guard is
+applied per byte (``TapDot.guard`` is not a lane mask), and the integer plan (compensation over
+the valid taps) is that of any other dot.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from ..expr import Var
+from ..ops import Window
+from ..schedule import Schedule
+from .vector import proves_step
+
+GROUP = 4              # taps per int32 lane of vpdpbusd
+LANE_BYTES = 16        # bytes of a 128-bit lane: the reach of the byte shuffle
+WINDOW_BYTES = {"avx512": 64, "avx2": 32}
+SPREAD = {   # the dword permute, then the byte shuffle within 128-bit lanes (operands: window, indices)
+    "avx512": "_mm512_shuffle_epi8(_mm512_permutexvar_epi32(_mm512_setr_epi32({dwords}), {v}), "
+              "_mm512_setr_epi32({bytes}))",
+    "avx2": "_mm256_shuffle_epi8(_mm256_permutevar8x32_epi32({v}, _mm256_setr_epi32({dwords})), "
+            "_mm256_setr_epi32({bytes}))",
+}
+HELPERS = {
+    "avx512": (
+        "/* Input bytes b < 64 from column s of a row of n columns (p: its column s): p[b] where\n"
+        "   0 <= s + b < n and b < span, else the byte f. A window whose span lies in the row is one\n"
+        "   load (its bytes past the span may lie past the row: the tensor has 64 readable bytes\n"
+        "   after its end); the others a byte-masked load of the row's bytes only. */\n"
+        "static inline __m512i lo_tap_window(const void *p, long s, long n, long span, int f) {\n"
+        "    if (s >= 0 && s + span <= n) return _mm512_loadu_si512(p);\n"
+        "    const long lo = s < 0 ? -s : 0, hi = n - s < span ? n - s : span;\n"
+        "    const __mmask64 m = hi <= lo ? 0 : (~0ULL >> (64 - (hi - lo))) << lo;\n"
+        "    return _mm512_mask_loadu_epi8(_mm512_set1_epi8((char)f), m, p);\n"
+        "}\n"),
+    "avx2": (
+        "/* Input bytes b < 32 from column s of a row of n columns (p: its column s): p[b] where\n"
+        "   0 <= s + b < n and b < span, else the byte f. A window whose span lies in the row is one\n"
+        "   load (its bytes past the span may lie past the row: the tensor has 32 readable bytes\n"
+        "   after its end); the others are assembled byte by byte from the row only. */\n"
+        "static inline __m256i lo_tap_window(const void *p, long s, long n, long span, int f) {\n"
+        "    if (s >= 0 && s + span <= n) return _mm256_loadu_si256((const __m256i *)p);\n"
+        "    unsigned char b[32];\n"
+        "    for (long i = 0; i < 32; ++i)\n"
+        "        b[i] = i < span && s + i >= 0 && s + i < n ? ((const unsigned char *)p)[i]\n"
+        "                                                   : (unsigned char)f;\n"
+        "    return _mm256_loadu_si256((const __m256i *)(const void *)b);\n"
+        "}\n"),
+}
+
+
+@dataclass(frozen=True)
+class TapDot:
+    """A dot loop along ``window``'s taps; ``guard`` indexes ``Schedule.guards``: the window's
+    padding guard, applied per byte by the window load (None for an unpadded window)."""
+
+    loop: str
+    window: Window
+    guard: Optional[int]
+
+    def span(self, lanes: int) -> int:
+        """Input bytes the groups of ``lanes`` lanes reach from the first one's first column."""
+        return (lanes - 1) * self.window.stride + (GROUP - 1) * self.window.dilation + 1
+
+
+def fits(window: Window) -> bool:
+    """The groups of 4 neighbouring lanes lie in one 128-bit lane's 16 bytes, each starting on a dword."""
+    s, d = window.stride, window.dilation
+    return s <= GROUP and (GROUP - 1) * (s + d) + 1 <= LANE_BYTES
+
+
+@lru_cache(maxsize=1024)
+def find(schedule: Schedule, lanes: int) -> Optional[TapDot]:
+    """The tap dot of ``schedule`` on a target of ``lanes`` int32 lanes (module docstring), or None."""
+    op, vec = schedule.op, schedule.vector_loop
+    if lanes not in (8, 16) or vec is None or schedule.register_block_at is None:
+        return None
+    out_vars = schedule.offset(op.output).variables()
+    reductions = [loop for loop in schedule.loops[:-1] if loop.name not in out_vars]
+    if vec.name not in out_vars or not reductions:
+        return None
+    loop = reductions[-1]
+    window = next((w for w in op.windows if schedule.dims_of(loop.name) == {w.tap_dim}), None)
+    if window is None or loop.unroll or loop.parallel or not fits(window) or not _groups(schedule, loop.name,
+                                                                                         window):
+        return None
+    source, weights = op.inputs
+    if not (schedule.dims_of(vec.name) == {window.out_dim} and _activations_by_column(schedule, window)
+            and _steps(schedule, schedule.value(window.out_dim), vec.name, f"{vec.name} + 1 < {vec.extent}")
+            and _steps(schedule, schedule.offset(weights), loop.name, f"{loop.name} + 1 < {loop.extent}")):
+        return None
+    guard = _padding_guard(schedule, window)
+    others = [i for i, g in enumerate(schedule.guards) if loop.name in g.expr.variables() and i != guard]
+    if any(i >= len(schedule.partial_guards) for i in others):
+        return None              # another window's padding guard depends on the taps
+    return TapDot(loop.name, window, guard)
+
+
+def _groups(schedule: Schedule, name: str, window: Window) -> bool:
+    """Loop ``name`` runs over the window's taps in groups of 4 starting at multiples of 4 (the tap
+    dim itself with at most 4 taps, or the inner loop of its split by 4), and a group reaching past
+    the last tap reads zero-padded weights."""
+    split = next((r for r in schedule.relations if getattr(r, "inner", None) == name), None)
+    whole = name == window.tap_dim and window.taps <= GROUP
+    if not (whole or (split is not None and split.parent == window.tap_dim and split.factor == GROUP)):
+        return False
+    op = schedule.op
+    weights = op.inputs[1]
+    letter = op.tensor(weights).letters[op.index(weights).index(Var(window.tap_dim))]
+    return window.taps % GROUP == 0 or schedule.layout_of(weights).block(letter) % GROUP == 0
+
+
+def _activations_by_column(schedule: Schedule, window: Window) -> bool:
+    """The activations' storage has the window's input axis innermost and unblocked (unit stride)."""
+    op = schedule.op
+    source = op.inputs[0]
+    axis = next((a for a, e in enumerate(op.index(source)) if e == window.input_index), None)
+    if axis is None:
+        return False
+    letter = op.tensor(source).letters[axis]
+    layout = schedule.layout_of(source)
+    return layout.order[-1] == (letter, 0) and layout.block(letter) == 1
+
+
+def _steps(schedule: Schedule, value, loop: str, where: str) -> bool:
+    """``value`` grows by exactly 1 per iteration of ``loop`` wherever ``where`` holds."""
+    return proves_step(schedule, value, loop, 1, where)
+
+
+def _padding_guard(schedule: Schedule, window: Window) -> Optional[int]:
+    """The index in ``schedule.guards`` of ``window``'s padding guard (None: not padded)."""
+    if not window.padded:
+        return None
+    padded = [w for w in schedule.op.windows if w.padded]
+    return len(schedule.partial_guards) + padded.index(window)
+
+
+def column(schedule: Schedule, tap: TapDot, bindings: dict) -> str:
+    """C of the input column of the first lane's first tap, at the loops' ``bindings``."""
+    return tap.window.input_index.substitute(schedule.dim_values).substitute(bindings).to_c()
+
+
+def operand(isa: str, tap: TapDot, ref: str, col: str, fill: int) -> str:
+    """C of a dot operand of ``isa``'s lanes: the groups of the window of input bytes from element
+    ``ref`` (at column ``col``), bytes outside the row filled with ``fill``."""
+    lanes = WINDOW_BYTES[isa] // GROUP
+    s, d = tap.window.stride, tap.window.dilation
+    window = f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(lanes)}, {fill})"
+    dwords = ", ".join(str(q * s + i) for q in range(lanes // GROUP) for i in range(GROUP))
+    picks = [sum((j * s + t * d) << (8 * t) for t in range(GROUP)) for j in range(GROUP)]
+    indices = ", ".join(f"0x{p:08x}" for p in picks * (lanes // GROUP))
+    return SPREAD[isa].format(v=window, dwords=dwords, bytes=indices)
+
+
+def helpers(isa: str) -> str:
+    """The C helpers of the tap dot operands on ``isa``."""
+    return HELPERS[isa]
+
+
+def read_ahead(lanes: int) -> int:
+    """Bytes past their end at which a tap dot kernel of ``lanes`` int32 lanes may read the activations:
+    a whole window (``lo_tap_window``'s one load where the groups lie in the row)."""
+    return GROUP * lanes

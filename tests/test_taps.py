@@ -1,0 +1,82 @@
+"""Tap dots (codegen/taps.py): vpdpbusd over 4 filter taps per lane, lanes along the output positions.
+
+Every kernel is checked against quant.py's exact integer reference (raw products exactly where the
+kernel keeps an int32 workspace, requantized and int32 outputs bit for bit) over depthwise and
+stem-like convs with tails, stride, dilation, per-side padding, groups and batch, on every integer
+ISA here plus scalar; where the window fits the instructions, the SIMD kernels must run the tap dot.
+"""
+import pytest
+from helpers import check_quantized, generates, integer_calls, rotated, tap_convs, tap_schedule, tiers
+from hypothesis import assume
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.codegen import ISAS, generate
+from loopopt.codegen.isa import available_int_isas
+from loopopt.codegen.taps import fits
+from loopopt.tune.space import candidates
+
+INT_ISAS = available_int_isas()
+SIMD_ISAS = [isa for isa in INT_ISAS if isa != "scalar"]
+
+
+def exact_tap_dot(isa, data):
+    """A random tap dot schedule of a random conv agrees with the reference; it runs the tap dot on a
+    SIMD ISA wherever the window fits (else the bytes are widened, also exactly)."""
+    op = data.draw(tap_convs())
+    s = tap_schedule(op, data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)),
+                     data.draw(st.sampled_from(["c", "kh"])), data.draw(st.booleans()))
+    if data.draw(st.booleans()):
+        s = s.compensation("kernel")
+    used = isa != "scalar" and fits(op.windows[-1])
+    # without a tap dot a register block may refuse a weight broadcast that a padding guard protects
+    assume(used or generates(s, isa))
+    kernel = check_quantized(s, isa, call=data.draw(st.none() | integer_calls(op)))
+    assert (kernel.plan.tap_dot is not None) == used, (s, isa)
+
+
+test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
+    exact_tap_dot, 2, 30, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+
+
+LAYERS = {   # the shapes of the layers the tap dot is for, shrunk (rows) to keep the checks fast
+    "depthwise s1": dict(in_channels=5, out_channels=5, kernel_size=3, padding=1, groups=5, height=4,
+                         width=56),
+    "depthwise s2": dict(in_channels=3, out_channels=3, kernel_size=3, stride=2, padding=1, groups=3,
+                         height=5, width=113, batch=2),
+    "stem": dict(in_channels=3, out_channels=9, kernel_size=7, stride=2, padding=3, height=9, width=60),
+}
+
+
+@pytest.mark.parametrize("conv, isa", rotated(LAYERS, SIMD_ISAS))
+def test_layer_shapes(conv, isa):
+    """56 columns per block: 3 whole vectors and a partial one on AVX-512, 7 on AVX2."""
+    op = lo.Conv2d(**conv, quant=lo.QuantSpec("uint8", True, True, "uint8"))
+    assert check_quantized(tap_schedule(op, 56, 2), isa).plan.tap_dot is not None
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda s: s.layout("I", "NHWC"), "the activations' columns are not innermost"),
+    (lambda s: s.layout("W", "OIHW"), "the weights of the missing 4th tap are not zero-padded"),
+])
+def test_no_tap_dot(change, why):
+    op = lo.Conv2d(4, 4, 3, padding=1, groups=4, height=5, width=20, quant=lo.QuantSpec())
+    s = change(tap_schedule(op, 16, 1))
+    assert generate(s, ISAS["avx512"]).plan.tap_dot is None, why
+
+
+def test_no_tap_dot_where_the_window_does_not_fit():
+    """Stride 5 puts a lane's groups past the 16 bytes of its 128-bit lane: the bytes are widened."""
+    op = lo.Conv2d(2, 2, 3, stride=5, groups=2, height=11, width=40, quant=lo.QuantSpec())
+    assert not fits(op.windows[-1])
+    assert generate(tap_schedule(op, 16, 1), ISAS["avx512"]).plan.tap_dot is None
+
+
+@pytest.mark.parametrize("layer", ["mobilenetv1.block3.depthwise", "mobilenetv2.block2.depthwise",
+                                   "resnet50.conv1"])
+def test_tune_has_tap_dot_candidates(layer):
+    """``lo.tune`` searches tap dots for the int8 depthwise layers and the stem, and they generate them."""
+    op = lo.get_layer(layer, quant=lo.QuantSpec())
+    taps = [c for c in candidates(op, "avx512") if getattr(c.knobs, "weights", None) == "taps"]
+    assert taps
+    assert generate(taps[-1].schedule, ISAS["avx512"]).plan.tap_dot is not None
