@@ -22,10 +22,11 @@ from loopopt.codegen.lut import check_lut
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
+from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
 from loopopt.tune.guide import Guide
-from loopopt.tune.rank import rank
-from loopopt.tune.space import candidates
+from loopopt.tune.rank import rank, streamed_bytes
+from loopopt.tune.space import Knobs, candidates
 from loopopt.tune.trial import here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -334,6 +335,28 @@ def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     after = guide.order(i for i in before if i not in measured)
     assert spearman([heuristic[i] for i in after], range(len(after))) > 0.9
     assert guide.figures(after[0])["fitted_seconds"] == pytest.approx(guide.fitted(after[0]))
+
+
+LARGE = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7)    # ResNet-18's last layers: 9.4 MB of weights
+
+
+def test_streamed_bytes_count_the_weights_again_per_row_when_they_outgrow_the_cache():
+    weights, source = 512 * 512 * 9 * 4, 512 * 7 * 7 * 4
+    rows_outside = Knobs(4, 32, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "plain")
+    rows_inside = Knobs(7, 32, ("c", "kh", "kw"), ("n", "ow_o", "k_o", "oh"), "plain")
+    assert streamed_bytes(LARGE, rows_outside, 1 << 20) == 7 * weights + source
+    assert streamed_bytes(LARGE, rows_inside, 1 << 20) == weights + source
+    assert streamed_bytes(LARGE, rows_outside, 16 << 20) == weights + source    # all weights fit
+
+
+def test_first_choice_is_the_search_order_without_measuring():
+    large = first_choice(LARGE)
+    assert large.knobs.outer.index("k_o") < large.knobs.outer.index("oh")   # a channel block's weights stay
+    assert first_choice(LARGE) is large                                     # ranked once per shape
+    quantized = first_choice(OPS["quantized-conv"])
+    assert quantized.isa == "amx" or quantized.knobs.weights == "dot"       # AMX tiles or the VNNI dot loop
+    assert first_choice(OPS["depthwise"]).knobs.unroll
+    assert first_choice(lo.Matmul(1, 8, 4), threads=2) is None              # no loop to split over 2 threads
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):

@@ -157,7 +157,7 @@ class TuneResult:
                  f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
-            what = _describe(t.knobs) + (" (log)" if t.logged else "")
+            what = describe(t.knobs) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
                 figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
@@ -222,7 +222,7 @@ class TuneResult:
         return path
 
 
-def _describe(k: dict) -> str:
+def describe(k: dict) -> str:
     """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
     candidate's, a table-lookup candidate's, or a register block's, with its weight format if not int8)."""
     if "plan" in k:
