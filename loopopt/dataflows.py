@@ -50,6 +50,14 @@ def _channels_last(schedule: Schedule) -> Schedule:
     return schedule
 
 
+def activations_last(op: Op) -> dict[str, str]:
+    """Layout tags of the activations and the output with their channels innermost (2-D: ``NHWC``)."""
+    source = op.inputs[0]
+    axis = next(a for a, e in enumerate(op.index(source)) if op.reduction_channel_dim in e.variables())
+    return {source: moved_last(op.tensor(source).letters, axis),
+            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+
+
 def _outs(op: Op) -> tuple[str, ...]:
     """A convolution's output position loops (2-D: ``oh, ow``)."""
     return tuple(w.out_dim for w in op.windows)
@@ -249,6 +257,36 @@ class UnknownPresetError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def table_lookup(op: Op, fmt: str = "tl1", pixels: int = 4, channels: int = 64, pixel: str | None = None,
+                 order: tuple[str, ...] | None = None) -> Schedule:
+    """Ternary weights by table lookup (``weight_format(fmt)``, ``"tl1"`` or ``"tl2"``) with a register
+    block of ``pixels`` output positions x ``channels`` output channels (a multiple of 32 below the
+    channel count; at least the channel count: all of them, unsplit).
+
+    Conv2d order ``n, k_o, oh, ow_o, kh, kw, c, ow_i, k_i``, channels-last activations and output:
+    the block stays in registers across the reduction (``register_block`` on its first loop) while
+    each input pixel's tables and each column block's indices are loaded once per step. Matmul:
+    ``i_o, j_o, k, i_i, j_i``. ``pixel``: the output dim blocked (default the output column, a
+    Matmul's rows); ``order``: the loops outside the block, outermost first (default the nest's
+    order, the reduction after the other loops, its input channels last).
+    """
+    pixel = pixel or (_outs(op)[-1] if op.windows else _gemm_dims(op)[0])
+    channel = op.channel_dim
+    schedule = Schedule(op)
+    for tensor, tag in activations_last(op).items():
+        schedule = schedule.layout(tensor, tag)
+    split = channels < op.channels           # else the whole channel loop is in the block
+    schedule = _tile(schedule, **{pixel: pixels, **({channel: channels} if split else {})})
+    block = (f"{pixel}_i", f"{channel}_i" if split else channel)
+    if order is None:
+        rest = [name for name in schedule.loop_names if name not in block]
+        reduction = [n for n in rest if n in op.reduction_dims]
+        reduction.sort(key=lambda n: n == op.reduction_channel_dim)
+        order = (*(n for n in rest if n not in op.reduction_dims), *reduction)
+    first = next(name for name in order if name in op.reduction_dims)
+    return schedule.reorder(*order, *block).register_block(first).weight_format(fmt)
 
 
 class Presets(dict[str, Callable[..., Schedule]]):

@@ -26,8 +26,10 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
     proto = small_cnn()
     rep = backend.prepare(proto, strict=True)
     assert sorted(rep.lowered) == ["conv1", "depthwise", "fc", "pointwise"]
-    assert all(node.on_kernel and node.source == "default output_stationary" for node in rep.lowered.values())
+    assert all(node.on_kernel and node.source.startswith("default first choice of the search: ")
+               for node in rep.lowered.values())
     assert "groups=8" in repr(rep.lowered["depthwise"].op)
+    assert "unroll kh:3,kw:3" in rep.lowered["depthwise"].source           # its taps unrolled
     x = _x(2, 3, 9, 11)
     np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
     compiled = len(rep.kernels)
@@ -112,6 +114,17 @@ def _check_matmul_node(data):
 
 
 test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 2, 30, st.data())
+
+
+def test_default_is_output_stationary_when_the_search_space_has_no_candidate():
+    a, b = _x(1, 4), _x(4, 8)      # no outer loop of 2 iterations to split over 2 threads
+    proto = model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                  [("a", TensorProto.FLOAT, [1, 4]), ("b", TensorProto.FLOAT, [4, 8])],
+                  [("y", TensorProto.FLOAT, None)])
+    rep = backend.prepare(proto, strict=True, threads=2)
+    assert rep.lowered["mm"].source == ("default output_stationary (the search space has no candidate for "
+                                        "2 thread(s))")
+    np.testing.assert_allclose(rep.run([a, b])[0], a @ b, rtol=1e-5)
 
 
 def test_gemm_node_transposes_alpha_beta():

@@ -363,3 +363,18 @@ REFUSALS = {name: case for name, case in zip(
 def test_lut_refusals(schedule, message):
     with pytest.raises(lo.ScheduleError, match=message):
         schedule().weight_format("tl1").compile("scalar")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_table_lookup_dataflow_blocks_pixels_and_column_blocks(fmt):
+    # a strided, padded conv with 70 channels (a partial column block) and a GEMV, under
+    # dataflows.table_lookup: exact, and the block is the one asked for
+    spec = lo.QuantSpec("uint8", True, True, "int32", "ternary")
+    conv = lo.Conv2d(10, 70, 3, stride=2, padding=(1, 2), height=9, width=11, quant=spec)
+    kernel = check(lo.dataflows.table_lookup(conv, fmt, pixels=3, channels=64), ISAS[0])
+    assert f"weights: ternary, {fmt}" in kernel.source and "block: ow_i, k_i" in kernel.source
+    gemv = lo.Matmul(1, 100, 45, quant=spec)
+    kernel = check(lo.dataflows.table_lookup(gemv, fmt, pixels=1, channels=128), ISAS[0])
+    assert "block: i_i, j" in kernel.source
+    with pytest.raises(lo.ScheduleError, match=r"split\('k', 40\).*multiple of 32"):
+        lo.dataflows.table_lookup(conv, fmt, channels=40).compile("scalar")

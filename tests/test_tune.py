@@ -18,13 +18,15 @@ from helpers import needs_amx
 import loopopt as lo
 from loopopt.cli import main
 from loopopt.codegen.isa import bf16_dot_available
+from loopopt.codegen.lut import check_lut
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
+from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
 from loopopt.tune.guide import Guide
-from loopopt.tune.rank import rank
-from loopopt.tune.space import candidates
+from loopopt.tune.rank import rank, streamed_bytes
+from loopopt.tune.space import Knobs, candidates
 from loopopt.tune.trial import here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -335,6 +337,28 @@ def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     assert guide.figures(after[0])["fitted_seconds"] == pytest.approx(guide.fitted(after[0]))
 
 
+LARGE = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7)    # ResNet-18's last layers: 9.4 MB of weights
+
+
+def test_streamed_bytes_count_the_weights_again_per_row_when_they_outgrow_the_cache():
+    weights, source = 512 * 512 * 9 * 4, 512 * 7 * 7 * 4
+    rows_outside = Knobs(4, 32, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "plain")
+    rows_inside = Knobs(7, 32, ("c", "kh", "kw"), ("n", "ow_o", "k_o", "oh"), "plain")
+    assert streamed_bytes(LARGE, rows_outside, 1 << 20) == 7 * weights + source
+    assert streamed_bytes(LARGE, rows_inside, 1 << 20) == weights + source
+    assert streamed_bytes(LARGE, rows_outside, 16 << 20) == weights + source    # all weights fit
+
+
+def test_first_choice_is_the_search_order_without_measuring():
+    large = first_choice(LARGE)
+    assert large.knobs.outer.index("k_o") < large.knobs.outer.index("oh")   # a channel block's weights stay
+    assert first_choice(LARGE) is large                                     # ranked once per shape
+    quantized = first_choice(OPS["quantized-conv"])
+    assert quantized.isa == "amx" or quantized.knobs.weights == "dot"       # AMX tiles or the VNNI dot loop
+    assert first_choice(OPS["depthwise"]).knobs.unroll
+    assert first_choice(lo.Matmul(1, 8, 4), threads=2) is None              # no loop to split over 2 threads
+
+
 class ModelTimedExecutor(concurrent.futures.Executor):
     """A fake measurement with a known order: each trial 'takes' the kernel model's time of its schedule."""
 
@@ -444,3 +468,32 @@ def test_walk_neighbours_are_of_one_kind():
 def test_no_amx_candidates_for_a_contraction_the_tiles_do_not_compute():
     op = lo.Contraction("C[i,j] += A[k,i] * B[k,j]", {"i": 5, "j": 7, "k": 9}, dtype="bfloat16")
     assert [c for c in candidates(op, "avx512") if c.isa == "amx"] == []
+
+
+TERNARY = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="int32",
+                       weight="ternary")
+
+
+@pytest.mark.parametrize("op", [lo.Conv2d(12, 40, 3, padding=1, height=5, width=7, quant=TERNARY),
+                                lo.Matmul(1, 70, 45, quant=TERNARY)], ids=["conv", "gemv"])
+def test_ternary_search_tries_every_weight_format(op):
+    """The first trials of a ternary op's search take one candidate of each weight format (i2_s
+    register blocks, tl1 and tl2 table lookups), each verified and labelled by its format."""
+    isa = lo.available_isas()[0]
+    space = candidates(op, isa)
+    assert {c.knobs.as_dict()["weight_format"] for c in space} == {"i2_s", "tl1", "tl2"}
+    lut = [c.knobs for c in space if c.table_lookup]
+    assert all(k.channel_block % 32 == 0 or k.channel_block == op.channels for k in lut)
+    assert all(k.pixel_block * -(-k.channel_block // 32) <= 16 for k in lut)          # accumulators
+    depthwise = lo.Conv2d(16, 16, 3, groups=16, padding=1, height=5, width=5, quant=TERNARY)
+    blocks = [c for c in candidates(depthwise, isa) if c.table_lookup]      # 16 column blocks: one position
+    assert blocks and all(c.knobs.pixel_block == 1 and check_lut(c.schedule, isa) is None for c in blocks)
+    assert not [c for c in candidates(op, isa, threads=2) if c.table_lookup]          # one thread only
+    result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
+    formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")
+    assert formats == ["i2_s", "tl1", "tl2"]
+    assert result.timing.verified and verify(result.best.compile(result.isa))[0]
+    assert all("model_seconds" not in t.model and t.model["predicted_seconds"] > 0
+               for t in result.trials if t.knobs["weight_format"] != "i2_s")
+    table = result.table()
+    assert "tl1 table lookup, " in table and "tl2 table lookup, " in table and "i2_s weights dot" in table

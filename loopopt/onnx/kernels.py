@@ -1,5 +1,8 @@
-"""The kernels that run lowered nodes: a schedule per op (the tuning log's best, else the default
-register-blocked one) compiled once per op signature (shape, options, quantization)."""
+"""The kernels that run lowered nodes: a schedule per op compiled once per op signature (shape,
+options, quantization). The schedule is the tuning log's best when a log has one, else the default:
+the tune search's first choice (``tune.choice.first_choice``: the candidate the search ranks first,
+without measuring), or ``dataflows.output_stationary`` for an op whose search space has no
+candidate (e.g. no outer loop to split over the threads); the source says which."""
 from __future__ import annotations
 
 import os
@@ -10,12 +13,16 @@ from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from ..tune import best_trial
+from ..tune.choice import first_choice
 from ..tune.log import signature
+from ..tune.result import describe
 
-DEFAULT = "default output_stationary"
+DEFAULT = "default"                                 # the start of a default schedule's source
+RANKED = f"{DEFAULT} first choice of the search"    # + its knobs
+FALLBACK = f"{DEFAULT} output_stationary"            # + why the search had no candidate
 
 
-def default_schedule(op: Op, threads: int = 1) -> Schedule:
+def stationary_schedule(op: Op, threads: int = 1) -> Schedule:
     """An output block (8 positions x 16 channels, clamped to the op) in vector registers across
     the whole reduction, channels-last (``dataflows.output_stationary``); with ``threads > 1`` the
     outermost loop of extent >= ``threads`` that carries no reduction runs in parallel."""
@@ -38,13 +45,23 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
     return None if best is None else (best.to_schedule(op, f"tuning log {os.fspath(log)}"), best.isa)
 
 
+def default_schedule(op: Op, threads: int = 1, isa: str = "auto") -> tuple[Schedule, str, str]:
+    """The default schedule of ``op`` (the search's first choice, else ``stationary_schedule``), its
+    source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: "amx")."""
+    chosen = first_choice(op, isa, threads)
+    if chosen is None:
+        return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
+                f"{threads} thread(s))", isa)
+    return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict())}", chosen.isa
+
+
 @dataclass(frozen=True)
 class Compiled:
     """A kernel, the schedule it was compiled from, and where that schedule came from."""
 
     kernel: Kernel
     schedule: Schedule
-    source: str     # "tuning log FILE" or DEFAULT
+    source: str     # "tuning log FILE", or RANKED or FALLBACK and what they chose
 
 
 class KernelCache:
@@ -65,7 +82,7 @@ class KernelCache:
         best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
         if best is not None:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
-        return default_schedule(op, self.threads), DEFAULT, self.isa
+        return default_schedule(op, self.threads, self.isa)
 
     def get(self, op: Op) -> Compiled:
         """The compiled kernel of ``op`` (compiled on the first request for its signature)."""

@@ -102,7 +102,7 @@ class ModelReport:
                 continue
             ran, tuned, best = node.row(RAN), node.row(TUNED), node.best
             ratio = node.onnxruntime_ms / best.median_ms if node.onnxruntime_ms else None
-            source = "default" if lowered.source == DEFAULT else "log"
+            source = "default" if lowered.source.startswith(DEFAULT) else "log"
             lines.append(f"{lowered.node:<24.24} {node.mflop:>8.2f} "
                          f"{ran.median_ms:>8.3f} {source:>8} "
                          f"{cell(tuned and tuned.median_ms, '{:.3f}'):>9} {best.percent_of_peak:>6.1f} "

@@ -10,12 +10,16 @@ the kernel model without its memory term scores the heuristic's best ``shortlist
 one more per candidate the walk has picked: about 10 s in a search of 64 trials; it depends on the
 walk's progress, not on the budget, so a resumed search with another budget walks the same path) and
 the neighbours the walk considers, when it considers them; scored candidates come first, by their
-fitted time, the others after them in the heuristic's order. Each verified trial refits the
+fitted time, the others after them in the heuristic's order. A scored candidate's time is the kernel
+model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2: the memory term the
+kernel model leaves out, cheap enough for every candidate). Each verified trial refits the
 prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
 side with it), and the untried candidates are reordered by it. The model has no costs for AMX
 tiles: an AMX candidate counts the heuristic's time (the tile fill against the AMX peak) as its
 model time in the order, is left out of the fit and the Spearman figure, and records no
-``model_seconds``.
+``model_seconds``; so does a table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no
+costs for table builds and lookups; its heuristic time is ``rank.LUT_SHARE`` of the int8 dot peak,
+scaled by its block).
 """
 from __future__ import annotations
 
@@ -35,8 +39,8 @@ Model = Callable[[Candidate], "float | None"]
 
 def model_seconds(candidate: Candidate) -> float | None:
     """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses
-    it; None for an ISA the model has no costs for: AMX tiles)."""
-    if candidate.isa not in CORE_COSTS:
+    it; None for what the model has no costs for: AMX tiles, table lookups)."""
+    if candidate.isa not in CORE_COSTS or candidate.table_lookup:
         return None
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
@@ -74,10 +78,16 @@ class Guide:
             self.scores[index] = self.model(self.candidates[index])
         return self.scores[index]
 
+    def modelled(self, index: int) -> float | None:
+        """The kernel model's time of candidate ``index`` plus the heuristic's time of its operands
+        from beyond L2 (``stream_seconds``); None: not modelled."""
+        model = self.score(index)
+        return None if model is None else model + self.candidates[index].figures.get("stream_seconds", 0.0)
+
     def fitted(self, index: int) -> float:
         """The fitted time of candidate ``index`` (scoring it if it was not); a candidate the model
         does not price has the heuristic's time in place of the model's."""
-        model, heuristic = self.score(index), self.heuristic(index)
+        model, heuristic = self.modelled(index), self.heuristic(index)
         return self.fit.predict(heuristic if model is None else model, heuristic)
 
     def order(self, indices: Iterable[int]) -> list[int]:
@@ -88,7 +98,7 @@ class Guide:
 
     def observe(self, index: int, seconds: float | None) -> None:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
-        model = self.score(index)
+        model = self.modelled(index)
         if seconds is not None and model is not None and math.isfinite(model):
             self.samples.append((model, self.heuristic(index), seconds))
             self.fit = Fit.of(self.samples)

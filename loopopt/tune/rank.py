@@ -6,13 +6,25 @@ with the figures it ranked by in ``Candidate.model`` (recorded with the trial in
 built-in heuristic, cheap enough for every candidate: it picks the shortlist that the kernel
 model then orders (``guide.py``).
 
-The heuristic predicts a time from the op's work and this machine's peak, scaled by the
-efficiencies of the register block that a CPU core's FMA pipeline cares about: accumulators
-enough to hide the multiply-add latency, few loads per multiply-add, vector lanes and edge
-blocks used fully, no loop step per reduction step (an unrolled loop), dot groups filled
-(quantized ops without a dot instruction widen bytes to int32 lanes, a quarter of the dot
-rate; a tap dot fills its groups with taps, and shuffles its activations), long reductions per
-stored block, and the weights that the innermost outer loop reuses in cache.
+The heuristic predicts a time from the op's work and this machine's peak, scaled by the efficiencies
+of the register block that a CPU core's FMA pipeline cares about: accumulators enough to hide the
+multiply-add latency but a few vector registers left spare (ResNet-18's 128-channel 3x3 layer ran
+1.89 ms with a 14x32 fp32 block, 31 of 32 registers, and 1.19 ms with 10x32), few loads per
+multiply-add, vector lanes and edge blocks used fully, no loop step per reduction step (an unrolled
+loop), dot groups filled (quantized ops without a dot instruction widen bytes to int32 lanes, a
+quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations), long
+reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2,
+packed in channel blocks when a block is part of the channels (plain rows of a block lie a channel
+row apart: more cache lines, pages and set conflicts; ResNet-18's 256->512 3x3 stride-2 layer ran
+0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in one search on a shared
+machine). To that compute time it adds ``stream_seconds``, the time the operands (input and weights)
+take to come from beyond L2 (``streamed_bytes``): once, and again on each iteration of an outer loop
+that does not index an operand when what the loops inside it touch of that operand does not fit half
+of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of weights, ran 4.5-10 ms with the channel
+block loop inside the row loop and 2.8 ms with it outside, in one search on a shared machine).
+A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the int8 dot peak,
+scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads per lookup (a
+pixel's tables, a column block's indices) and the lanes its edge blocks use.
 """
 from __future__ import annotations
 
@@ -21,24 +33,48 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.lut_format import COLUMNS
 from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
-from .space import DOT, Candidate, Roles, dot_elements, lanes, tap_window
+from ..ops import Op
+from .space import DOT, REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes, lut_columns, tap_window
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
 CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
-L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, half of L2, neither
+L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
+STRIDED = 0.9              # plain weights of a block that is part of the channels (rows a channel row apart)
+TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
+LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
+                           # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
 @lru_cache(maxsize=1)
-def _caches() -> tuple[int, int]:
-    """This machine's L1 and L2 data cache sizes in bytes (typical sizes if not reported)."""
+def _caches() -> tuple[int, int, int]:
+    """This machine's L1, L2 and L3 data cache sizes in bytes (typical sizes if not reported; no L3: 0)."""
     sizes = {c.name: c.size for c in machine_profile().caches}
-    return sizes.get("L1", 32 << 10), sizes.get("L2", 1 << 20)
+    return sizes.get("L1", 32 << 10), sizes.get("L2", 1 << 20), sizes.get("L3", 0)
+
+
+@lru_cache(maxsize=16)
+def _peak(isa: str, dtype: str) -> float:
+    """This machine's one-core peak of ``isa`` on ``dtype`` in operations per second."""
+    return machine_profile().peak(isa, dtype) * 1e9
+
+
+@lru_cache(maxsize=64)
+def _operands(op: Op) -> tuple[Roles, tuple[tuple[frozenset[str], int], ...], float]:
+    """What the heuristic reads of an op, once: its roles; per input the dims that index it and its
+    bytes; and the read bandwidth (bytes/s) of the level beyond L2 that holds the inputs (L3 when
+    they fit half of it, else DRAM)."""
+    inputs = tuple((frozenset(v for e in op.index(t) for v in e.variables()),
+                    math.prod(op.tensor(t).shape) * element_bytes(op)) for t in op.inputs)
+    bandwidth = machine_profile().bandwidth
+    level = "L3" if sum(b for _, b in inputs) <= _caches()[2] // 2 and "L3" in bandwidth else "DRAM"
+    return Roles.of(op), inputs, bandwidth[level].gbs * 1e9
 
 
 def _ceil(a: int, b: int) -> int:
@@ -57,15 +93,72 @@ def tile_efficiency(candidate: Candidate) -> float:
     return pixels * channels * depth * loads
 
 
+def _edges(extent: int, block: int) -> float:
+    """The share of a dim's blocks that its last, partial block leaves used."""
+    return extent / (_ceil(extent, block) * block)
+
+
+def lut_efficiency(candidate: Candidate) -> float:
+    """A table-lookup candidate's share of the int8 dot peak."""
+    op, knobs = candidate.op, candidate.knobs
+    columns = lut_columns(op, knobs.channel_block)
+    accumulators = knobs.pixel_block * columns
+    efficiency = LUT_SHARE * min(1.0, accumulators / CHAINS)
+    efficiency *= accumulators / (accumulators + knobs.pixel_block + columns)       # loads per lookup
+    efficiency *= _edges(op.channels, knobs.channel_block) * knobs.channel_block / (columns * COLUMNS)
+    return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
+
+
+def element_bytes(op: Op) -> int:
+    """Bytes of one operand element: int8 for a quantized op, else its dtype's."""
+    return 1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4
+
+
+def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
+    """The extent of each loop outside the register block (``knobs.outer``), by name."""
+    roles = _operands(op)[0]
+    extents = {d: op.extent(d) for d in roles.others}
+    extents[f"{roles.pixel}_o"] = _ceil(op.extent(roles.pixel), knobs.pixel_block)
+    extents[f"{roles.channel}_o"] = _ceil(op.channels, knobs.channel_block)
+    if knobs.cache_block:
+        extents[f"{roles.rc}_o"] = _ceil(op.extent(roles.rc), knobs.cache_block)
+    return extents
+
+
+def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
+    """Bytes of the op's inputs read from beyond a cache of ``capacity`` bytes: each input once, and
+    once more per iteration of an outer loop that does not index it (its reuse) when the part of
+    it that the loops inside touch (the indexing loops' share of it) does not fit."""
+    extents = outer_extents(op, knobs)
+    total = 0
+    for dims, size in _operands(op)[1]:
+        indexing = [extents[loop] if loop.removesuffix("_o") in dims else 1 for loop in knobs.outer]
+        passes = 1
+        for position, loop in enumerate(knobs.outer):
+            if loop.removesuffix("_o") in dims or extents[loop] == 1:
+                continue
+            inside = size * math.prod(indexing[position + 1:]) / math.prod(indexing)
+            if inside > capacity:
+                passes *= extents[loop]
+        total += size * passes
+    return total
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
-    """The heuristic's figures of one candidate: ``efficiency`` (0..1) and ``predicted_seconds``
-    (on one core: the candidates of one search share their thread count)."""
+    """The heuristic's figures of one candidate: ``efficiency`` (0..1) of its compute,
+    ``stream_seconds`` (its operands from beyond L2) and ``predicted_seconds`` (their sum; on one
+    core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == "amx":
         efficiency = tile_efficiency(candidate)
-        peak = machine_profile().peak("amx", "int8" if op.quant is not None else op.dtype) * 1e9
-        return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
-    roles = Roles.of(op)
+        peak = _peak("amx", "int8" if op.quant is not None else op.dtype)
+        return {"efficiency": efficiency, "stream_seconds": 0.0,
+                "predicted_seconds": op.flops / (peak * efficiency)}
+    if candidate.table_lookup:
+        efficiency = lut_efficiency(candidate)
+        return {"efficiency": efficiency, "stream_seconds": 0.0,
+                "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
+    roles, _, bandwidth = _operands(op)
     vector = lanes(op, candidate.isa)
     taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
     laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
@@ -74,12 +167,13 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(roles.pixel)
     efficiency = min(1.0, accumulators / CHAINS)
+    if REGISTERS[candidate.isa] - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
+        efficiency *= TIGHT
     efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
     if not knobs.unroll:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
-    efficiency *= op.channels / (_ceil(op.channels, knobs.channel_block) * knobs.channel_block)
-    efficiency *= pixels / (_ceil(pixels, knobs.pixel_block) * knobs.pixel_block)
+    efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
@@ -97,15 +191,46 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # block's (it runs over positions), all channels' (it runs over channel blocks), or none (a cache block)
     innermost = knobs.outer[-1] if knobs.outer else ""
     channels = op.channels if innermost == f"{roles.channel}_o" else knobs.channel_block
-    weight_bytes = depth * channels * (1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4)
-    l1, l2 = _caches()
-    efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1
-                   else L2_FIT if weight_bytes <= l2 // 2 else NO_FIT)
-    peak = machine_profile().peak(candidate.isa, op.dtype if op.quant is None else "int8") * 1e9
-    return {"efficiency": efficiency, "predicted_seconds": op.flops / (peak * efficiency)}
+    weight_bytes = depth * channels * element_bytes(op)
+    l1, l2, _ = _caches()
+    efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1 else L2_FIT)
+    if knobs.weights == "plain" and knobs.channel_block < op.channels:
+        efficiency *= STRIDED
+    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth
+    compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
+    return {"efficiency": efficiency, "stream_seconds": stream, "predicted_seconds": compute + stream}
+
+
+def _reads(candidate: Candidate) -> tuple:
+    """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
+    unrolled (only whether one is); candidates that differ only there share their figures."""
+    knobs = candidate.knobs
+    if candidate.isa == "amx" or candidate.table_lookup:
+        return candidate.op, candidate.isa, knobs
+    return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
+            knobs.cache_block, bool(knobs.unroll), knobs.outer)
+
+
+def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
+    """Each candidate with the heuristic's figures (computed once per distinct ``_reads``)."""
+    known: dict[tuple, tuple[tuple[str, float], ...]] = {}
+    for candidate in candidates:
+        key = _reads(candidate)
+        if key not in known:
+            known[key] = tuple(figures(candidate).items())
+    return [(c, known[_reads(c)]) for c in candidates]
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The candidates with the heuristic's figures, fastest predicted first (ties keep their order)."""
-    scored = [replace(c, model=tuple(figures(c).items())) for c in candidates]
+    scored = [replace(c, model=model) for c, model in _figured(candidates)]
     return sorted(scored, key=lambda c: c.figures["predicted_seconds"])
+
+
+def best(candidates: Sequence[Candidate]) -> Candidate | None:
+    """``rank(candidates)[0]`` without sorting them all (None if there are none)."""
+    scored = _figured(candidates)
+    if not scored:
+        return None
+    candidate, model = min(scored, key=lambda pair: dict(pair[1])["predicted_seconds"])
+    return replace(candidate, model=model)

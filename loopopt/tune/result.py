@@ -136,7 +136,8 @@ class TuneResult:
     def model_spearman(self) -> float | None:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
         measured minimum time over the verified trials that have a model time (the direct search's
-        register-blocked ones: not AMX tiles nor the other algorithms); None with fewer than 3 of them."""
+        register-blocked ones: not AMX tiles, table lookups nor the other algorithms); None with fewer
+        than 3 of them."""
         pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
@@ -156,7 +157,7 @@ class TuneResult:
                  f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
-            what = _describe(t.knobs) + (" (log)" if t.logged else "")
+            what = describe(t.knobs) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
                 figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
@@ -221,9 +222,9 @@ class TuneResult:
         return path
 
 
-def _describe(k: dict) -> str:
+def describe(k: dict) -> str:
     """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
-    candidate's, or a register block's)."""
+    candidate's, a table-lookup candidate's, or a register block's, with its weight format if not int8)."""
     if "plan" in k:
         return k["plan"]
     if "algorithm" in k:
@@ -232,7 +233,11 @@ def _describe(k: dict) -> str:
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
-    return (f"{k['pixel_block']}x{k['channel_block']} block, weights {k['weights']}, reduction "
+    if "weights" not in k:
+        return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
+                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}")
+    fmt = f"{k['weight_format']} " if "weight_format" in k else ""
+    return (f"{k['pixel_block']}x{k['channel_block']} block, {fmt}weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
             + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")

@@ -3,8 +3,9 @@
 Candidates come from the search space (``space.candidates``), ordered by the guide (``guide``:
 the heuristic ``rank`` for all, the kernel model for its shortlist, refitted to the measured
 trials as they come in; "best-ranked" below is in that order). The first BROAD trials take the
-best-ranked candidate of each not yet tried register block shape (pixels x channels), so the
-search starts broad; later trials mostly try neighbours of the fastest trial so far (candidates
+best-ranked candidate of each kind not yet tried (ISA and weight format: AMX tiles, a ternary op's
+``i2_s``, ``tl1`` and ``tl2``), then of each not yet tried register block shape (pixels x channels),
+so the search starts broad; later trials mostly try neighbours of the fastest trial so far (candidates
 that differ from it in one knob, the best-ranked of them, picked at random among the first few),
 and now and then (``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends
 only on the measured results, so a rerun with the same log replays the logged trials (without
@@ -54,8 +55,13 @@ class TuneError(ValueError):
     """A search that cannot start or found nothing (names the op and why)."""
 
 
+KIND = 2                   # the leading fields of a block shape that name its kind: ISA, weight format
+
+
 def _block(candidate: Candidate) -> tuple:
-    return candidate.isa, candidate.knobs.pixel_block, candidate.knobs.channel_block
+    """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels."""
+    knobs = candidate.knobs
+    return candidate.isa, knobs.as_dict().get("weight_format"), knobs.pixel_block, knobs.channel_block
 
 
 def _differs_once(a: Candidate, b: Candidate) -> bool:
@@ -91,7 +97,9 @@ class Walk:
     def _pick(self, untried: list[int]) -> int:
         fresh = [i for i in untried if _block(self.candidate(i)) not in self.blocks]
         if len(self.tried) < self.broad or not self.results or self.rng.random() < EXPLORE:
-            return (fresh or untried)[0]
+            kinds = {block[:KIND] for block in self.blocks}
+            new = [i for i in fresh if _block(self.candidate(i))[:KIND] not in kinds]
+            return (new or fresh or untried)[0]
         best = self.candidate(min(self.results)[1])
         near = [i for i in untried if _differs_once(self.candidate(i), best)]
         for index in near[:SCORED_NEIGHBOURS]:

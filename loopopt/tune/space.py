@@ -25,6 +25,17 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
+A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
+candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
+knob ``weight_format``), and, on one thread, table-lookup candidates (``LutKnobs``,
+``codegen/lut.py``) in ``tl1`` and ``tl2``:
+channels-last activations and output, a register block of ``pixel_block`` positions times
+``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
+channels: each group's start a column block), at most ``MAX_ACCUMULATORS`` column blocks in the
+block, every order of the reduction dims (taps in their order) inside every order of the loops
+outside the block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column block
+itself).
+
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
@@ -39,11 +50,14 @@ from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
+from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
+from ..codegen.lut_format import COLUMNS, FORMATS
 from ..codegen.taps import fits
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ..dataflows import activations_last, table_lookup
 from ..layout import moved_last
 from ..ops import Op, Window
-from ..schedule import Schedule
+from ..schedule import Schedule, ScheduleError
 from ..schedule_file import to_toml
 
 REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}   # vector (scalar) registers of each ISA
@@ -55,6 +69,7 @@ MAX_UNROLLED = 8               # inner reduction loops up to this extent may be 
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
 WEIGHTS = ("plain", "packed", "dot", "taps")
+LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
 
 
 @dataclass(frozen=True)
@@ -69,12 +84,33 @@ class Knobs:
     cache_block: int = 0           # reduction channels per cache block; 0: no cache block
     unroll: tuple[tuple[str, int], ...] = ()   # (loop, factor)
     parallel: str | None = None
+    weight_format: str = "int8"    # Schedule.weight_format: "i2_s" for ternary ops
 
     def as_dict(self) -> dict:
+        """The knobs as JSON values (``weight_format`` only where it is not the default)."""
+        fmt = {} if self.weight_format == "int8" else {"weight_format": self.weight_format}
         return {"pixel_block": self.pixel_block, "channel_block": self.channel_block,
                 "reduction": list(self.reduction), "outer": list(self.outer), "weights": self.weights,
                 "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
-                "parallel": self.parallel}
+                "parallel": self.parallel, **fmt}
+
+
+@dataclass(frozen=True)
+class LutKnobs:
+    """The choices of a table-lookup candidate of a ternary op: its format (``"tl1"``, ``"tl2"``), a
+    register block of ``pixel_block`` positions x ``channel_block`` output channels (a multiple of
+    32, or all of them), the reduction dims in loop order and the loops outside the block, outermost first."""
+
+    weight_format: str
+    pixel_block: int
+    channel_block: int
+    reduction: tuple[str, ...]
+    outer: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {"weight_format": self.weight_format, "pixel_block": self.pixel_block,
+                "channel_block": self.channel_block, "reduction": list(self.reduction),
+                "outer": list(self.outer)}
 
 
 @dataclass(frozen=True)
@@ -136,7 +172,7 @@ class Candidate:
 
     op: Op
     isa: str
-    knobs: Knobs | TileKnobs
+    knobs: Knobs | TileKnobs | LutKnobs
     model: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -148,7 +184,14 @@ class Candidate:
         """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
         if self.isa == "amx":
             return build_tiles(self.op, self.knobs)
+        if self.table_lookup:
+            return build_lut(self.op, self.knobs)
         return build(self.op, self.knobs, lanes(self.op, self.isa))
+
+    @property
+    def table_lookup(self) -> bool:
+        """True for a table-lookup (``tl1``, ``tl2``) candidate."""
+        return isinstance(self.knobs, LutKnobs)
 
     @cached_property
     def toml(self) -> str:
@@ -184,9 +227,8 @@ def _axis(op: Op, tensor: str, dim: str) -> int:
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations and output, weights in loop order."""
     roles = Roles.of(op)
-    source, weights = op.inputs
-    tags = {source: moved_last(op.tensor(source).letters, _axis(op, source, roles.rc)),
-            op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
+    weights = op.inputs[1]
+    tags = activations_last(op)
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
@@ -221,7 +263,8 @@ def tap_loops(op: Op, reduction: tuple[str, ...]) -> list[str]:
 
 def build_taps(op: Op, knobs: Knobs) -> Schedule:
     """The schedule of a tap dot candidate (``knobs.weights == "taps"``): channels-first activations
-    and output (the op's default layouts), the weights' tap dim blocked by 4, lanes along the pixels."""
+    and output (the op's default layouts), the weights' tap dim blocked by 4, lanes along the pixels
+    (without its weight format and ``parallel``: ``build`` adds them)."""
     roles = Roles.of(op)
     window = tap_window(op)
     weights = op.inputs[1]
@@ -235,14 +278,20 @@ def build_taps(op: Op, knobs: Knobs) -> Schedule:
     schedule = schedule.reorder(*knobs.outer, *loops).vectorize(f"{roles.pixel}_i")
     for loop, factor in knobs.unroll:
         schedule = schedule.unroll(loop, factor)
-    schedule = schedule.register_block(loops[0])
-    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+    return schedule.register_block(loops[0])
 
 
 def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     """The schedule of ``knobs`` on ``op`` (``vector``: lanes of the ISA's vectors)."""
-    if knobs.weights == "taps":
-        return build_taps(op, knobs)
+    schedule = build_taps(op, knobs) if knobs.weights == "taps" else _blocked(op, knobs, vector)
+    if knobs.weight_format != "int8":
+        schedule = schedule.weight_format(knobs.weight_format)
+    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+
+
+def _blocked(op: Op, knobs: Knobs, vector: int) -> Schedule:
+    """The schedule of a register-block candidate with the lanes along the channels, without its
+    weight format and ``parallel``."""
     roles = Roles.of(op)
     names = Names.of(roles.rc, knobs.cache_block, knobs.weights == "dot")
     schedule = Schedule(op)
@@ -259,8 +308,55 @@ def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     schedule = schedule.vectorize(f"{roles.channel}_i")
     for loop, factor in knobs.unroll:
         schedule = schedule.unroll(loop, factor)
-    schedule = schedule.register_block(reduction[0])
-    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
+    return schedule.register_block(reduction[0])
+
+
+def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
+    """The schedule of a table-lookup candidate (``dataflows.table_lookup`` with its block and order)."""
+    return table_lookup(op, knobs.weight_format, knobs.pixel_block, knobs.channel_block, Roles.of(op).pixel,
+                        (*knobs.outer, *knobs.reduction))
+
+
+def ternary(op: Op) -> bool:
+    """True if ``op`` has ternary weights (the weight formats are searched)."""
+    return op.quant is not None and op.quant.ternary
+
+
+def lut_columns(op: Op, channel_block: int) -> int:
+    """Column blocks of 32 output channels in a table-lookup block of ``channel_block`` channels (all
+    of them: each group's channels start a column block)."""
+    if channel_block < op.channels:
+        return -(-channel_block // COLUMNS)
+    return lut_shape(op, FORMATS[LUT_FORMATS[0]]).blocks
+
+
+def lut_candidates(op: Op, isa: str) -> list[Candidate]:
+    """The table-lookup candidates of a ternary ``op`` on ``isa`` (one thread); none for another op,
+    an ISA the kernel does not run on or an op form it does not take (``codegen.lut.check_lut``)."""
+    if not ternary(op) or isa not in LUT_ISAS:
+        return []
+    roles = Roles.of(op)
+    extents = dict(op.dims)
+    try:
+        check_lut(build_lut(op, LutKnobs(LUT_FORMATS[0], 1, op.channels, roles.reduction,
+                                         (*roles.others, f"{roles.pixel}_o"))), isa)
+    except ScheduleError:
+        return []
+    # 1-4 column blocks below the channel count, and all the channels where a block of one position holds them
+    channel_blocks = [m * COLUMNS for m in range(1, CHANNEL_VECTORS + 1) if m * COLUMNS < op.channels]
+    channel_blocks += [op.channels] if lut_columns(op, op.channels) <= MAX_ACCUMULATORS else []
+    found = []
+    for cb in channel_blocks:
+        columns = lut_columns(op, cb)
+        for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, MAX_ACCUMULATORS // columns)):
+            outer = {d: extents[d] for d in roles.others}
+            outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
+            if cb < op.channels:
+                outer[f"{roles.channel}_o"] = -(-op.channels // cb)
+            for fmt, reduction, order in itertools.product(LUT_FORMATS, _reduction_orders(roles, extents),
+                                                           _outer_orders(outer)):
+                found.append(Candidate(op, isa, LutKnobs(fmt, pb, cb, reduction, order)))
+    return found
 
 
 def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
@@ -368,10 +464,12 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
                 for order, unroll in itertools.product(_outer_orders(outer), _unrolls(loops, red_extents)):
                     parallel = _parallel_loop(order, outer, threads, names.cache)
                     if threads == 1 or parallel:
-                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel)
+                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
+                                      "i2_s" if ternary(op) else "int8")
                         found.append(Candidate(op, isa, knobs))
     found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
-    return found + (tile_candidates(op, threads) if tiles else [])
+    return (found + (tile_candidates(op, threads) if tiles else [])
+            + (lut_candidates(op, isa) if threads == 1 else []))
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
@@ -397,7 +495,8 @@ def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
                 for order, unroll in itertools.product(_outer_orders(outer), unrolls):
                     parallel = _parallel_loop(order, outer, threads, None)
                     if threads == 1 or parallel:
-                        knobs = Knobs(pb, cb, reduction, order, "taps", 0, unroll, parallel)
+                        knobs = Knobs(pb, cb, reduction, order, "taps", 0, unroll, parallel,
+                                      "i2_s" if ternary(op) else "int8")
                         found.append(Candidate(op, isa, knobs))
     return found
 

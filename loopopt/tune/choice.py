@@ -1,0 +1,47 @@
+"""The search's first choice, without measuring: a good schedule for an op that was never tuned.
+
+``first_choice(op)`` is the candidate of the search space (``space.candidates``) that the ranking
+heuristic (``rank``) puts first, as ``lo.tune`` orders the space before its first trial, and whose
+schedule builds. So a quantized op gets the dot-product loop and packed weights where its ISA has
+them (with ``isa="auto"``, AMX tiles where the CPU has AMX and the heuristic puts them first), a
+depthwise one its unrolled taps, a layer whose weights outgrow L2 the channel block loop outside
+the rows. The kernel model that reorders the search's shortlist is left out: on ResNet-18's layers it takes
+0.1-0.5 s per candidate on this project's shared 2-core Xeon, about what compiling one costs, while
+ranking the whole space (up to about 47,000 candidates, figures computed once per distinct block
+and loop order) takes 0.05-1 s. No compile, no measurement; the choice is cached per op signature,
+ISA and thread count in the process (``loopopt.onnx`` asks once per distinct shape of a model).
+"""
+from __future__ import annotations
+
+from ..codegen.isa import resolve_isa
+from ..ops import Op
+from ..schedule import ScheduleError
+from .log import signature
+from .rank import best, rank
+from .space import Candidate, candidates
+
+_chosen: dict[tuple[str, str, int, bool], Candidate | None] = {}
+
+
+def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | None:
+    """The candidate the ranking heuristic puts first for ``op`` on ``isa`` ("auto": the best this CPU
+    has, AMX tiles included where it has them) with ``threads`` threads, or None when the search
+    space has none whose schedule builds (e.g. no outer loop to split over ``threads``)."""
+    tiles = isa == "auto"                     # the best ISA: AMX tiles compete, as in lo.tune
+    if isa != "amx":
+        isa = resolve_isa(isa, integer=op.quant is not None)
+    key = (signature(op), isa, threads, tiles)
+    if key not in _chosen:
+        space = candidates(op, isa, threads, tiles)
+        first = best(space)
+        if first is not None and not _builds(first):
+            first = next((c for c in rank(space) if _builds(c)), None)
+        _chosen[key] = first
+    return _chosen[key]
+
+
+def _builds(candidate: Candidate) -> bool:
+    try:
+        return candidate.schedule is not None
+    except ScheduleError:
+        return False
