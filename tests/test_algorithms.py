@@ -71,6 +71,7 @@ def test_tune_labels_every_trial_and_says_which_algorithm_won(tmp_path):
     assert best == result.best                 # the log's best is a Schedule of any schedule algorithm
 
 
+@pytest.mark.slow
 def test_tune_subset_and_skipped():
     result = lo.tune(STRIDED, trials=2, budget=0.01, progress=False, algorithms=("im2col", "winograd"))
     assert [t.algorithm for t in result.trials] == ["im2col"]   # its blocks all clamp to the 16 outputs
@@ -88,6 +89,7 @@ def test_tune_subset_and_skipped():
         lo.tune(CONV, trials=1, progress=False, algorithms=("winograd",))
 
 
+@pytest.mark.slow
 def test_cli_tune_takes_algorithms(capsys):
     status = main(["tune", "--conv", "4,16,3,6,padding=1", "--trials", "2", "--budget", "0.01",
                    "--algorithms", "direct,im2col", "--json"])

@@ -83,6 +83,7 @@ def test_first_matplotlib_import_says_nothing(tmp_path):
     assert done.returncode == 0 and done.stderr == "" and (tmp_path / "r.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_report_has_every_figure(tmp_path, capsys):
     path = tmp_path / "r.md"
     argv = ["report", "--matmul", "8,16,8", "--schedules", "naive,tiled", "--quiet", "-o", str(path)]

@@ -109,6 +109,7 @@ def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     assert lo.best_trial(op, log=log, threads=2) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("avx512" not in lo.available_isas(), reason="needs AVX-512 next to AVX2")
 def test_best_trial_rebuilds_the_winner_on_the_isa_it_ran(tmp_path):
     log, op = tmp_path / "tune.db", OPS["matmul"]
@@ -267,6 +268,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
     assert info.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_amx
 def test_amx_candidates_join_the_int8_search(tmp_path):
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
@@ -474,6 +476,7 @@ TERNARY = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=Tr
                        weight="ternary")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", [lo.Conv2d(12, 40, 3, padding=1, height=5, width=7, quant=TERNARY),
                                 lo.Matmul(1, 70, 45, quant=TERNARY)], ids=["conv", "gemv"])
 def test_ternary_search_tries_every_weight_format(op):

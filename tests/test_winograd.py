@@ -57,6 +57,7 @@ test_winograd_kernels_quick, test_winograd_kernels = tiers(
     _random_kernel, 1, 6, winograd_convs(), st.sampled_from(winograd.TILES))
 
 
+@pytest.mark.slow
 def test_measure_reports_algorithm_and_error():
     timing = lo.measure(lo.dataflows.winograd(SMALL, m=4).compile(), repeats=2, budget=0.01)
     assert timing.verified and timing.algorithm == "winograd F(4x4,3x3)"
@@ -80,6 +81,7 @@ def test_refused(op, m, message):
         lo.dataflows.winograd(op, m=m)
 
 
+@pytest.mark.slow
 def test_stage_schedules_are_replaceable():
     op = lo.Conv2d(3, 4, 3, padding=1, height=5, width=6)
     plan = lo.dataflows.winograd(op, m=2)
@@ -98,6 +100,7 @@ def test_stage_schedules_are_replaceable():
         moved.compile()
 
 
+@pytest.mark.slow
 def test_compare_shows_winograd_next_to_direct():
     op = SMALL
     table = lo.compare(op, [lo.dataflows.output_stationary(op), lo.dataflows.winograd(op, m=4)],
