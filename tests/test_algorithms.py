@@ -101,6 +101,7 @@ def test_cli_tune_takes_algorithms(capsys):
     assert status == 2 and "--algorithms: unknown algorithm(s) 'fft'" in err and "'winograd'" in err
 
 
+@pytest.mark.slow
 def test_cli_compare_shows_each_algorithm(capsys):
     conv = ["--conv", "4,16,3,9,stride=2", "--quiet", "--no-reuse"]
     status = main(["compare", *conv, "--algorithms", "im2col,winograd,direct", "--json"])

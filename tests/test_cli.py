@@ -153,6 +153,7 @@ def test_usage_error_from_argparse(capsys):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.slow
 def test_threads_and_dotted_schedule_names(capsys):
     code = main(["compare", "--layer", "mobilenetv2.block3.depthwise", "--schedules",
                  "naive,mobilenetv2.block3.depthwise", "--threads", "2", "--no-reuse", "--quiet"])
@@ -264,6 +265,7 @@ def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path):
     assert status == 0 and list(json.loads(out)["origins"]) == ["far"]
 
 
+@pytest.mark.slow
 def test_tune_scheduler_errors_are_one_line(capsys, monkeypatch):
     from loopopt.tune import cluster
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1.0)

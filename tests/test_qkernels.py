@@ -390,6 +390,7 @@ def test_measure_quantized_kernels():
         lo.peak_gflops("auto", "int4")
 
 
+@pytest.mark.slow
 def test_quant_accuracy_report():
     op = lo.Conv2d(8, 8, 3, padding=1, height=6, width=6)
     report = lo.quant_accuracy(op, timing=False, schedule=lambda q: lo.Schedule(q).tile(k=8).vectorize("k_i"))

@@ -77,6 +77,7 @@ def test_finds_a_verified_schedule(name):
     assert rho is None if len(modelled) < 3 else -1 <= rho <= 1
 
 
+@pytest.mark.slow
 def test_table_plot_and_dict(tmp_path):
     result = lo.tune(OPS["matmul"], trials=3, budget=BUDGET, progress=False)
     assert result.table().count("\n") >= 3 and "*" in result.table()

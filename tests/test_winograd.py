@@ -129,6 +129,7 @@ def test_tune_tries_winograd_and_says_which_algorithm_won(tmp_path):
     assert all(t.logged for t in again.trials)
 
 
+@pytest.mark.slow
 def test_tune_skips_winograd_where_it_does_not_apply():
     op = lo.Conv2d(4, 16, 3, stride=2, height=9, width=9)
     result = lo.tune(op, trials=1, budget=0.02, progress=False, algorithms=("direct", "winograd"))
@@ -138,6 +139,7 @@ def test_tune_skips_winograd_where_it_does_not_apply():
         lo.tune(op, trials=1, progress=False, algorithms=("winograd",))
 
 
+@pytest.mark.slow
 def test_cli_compare_takes_winograd_rows(capsys, tmp_path):
     from loopopt.cli import main
     conv = ["--conv", "6,8,3,7x5,padding=1", "--quiet", "--no-reuse"]
