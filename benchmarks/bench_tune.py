@@ -13,8 +13,8 @@ the measured times of its trials. A run with fewer layers or a smaller budget th
 labels its section a smoke run.
 
 ``--convergence`` runs the issue's conv2_x check instead: a 16-trial search of ResNet-50 conv2_x from
-scratch against the stored schedule (this CPU's, where one is stored), the two kernels timed in
-interleaved rounds (section "ResNet-50 conv2_x: measured trials to the stored schedule's speed").
+scratch against the stored schedule (this CPU's, where one is stored), the two kernels timed together
+by ``lo.measure_all`` (section "ResNet-50 conv2_x: measured trials to the stored schedule's speed").
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import argparse
 import datetime
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,13 +34,13 @@ from peers import FP32_PEERS, INT8_PEERS, MATMUL_PEERS, LayerData, PeerUnavailab
 
 import loopopt as lo
 from loopopt.machine import cpu_seconds, others_share
-from loopopt.schedule_file import find_schedule
 
 SECTION = "## Tuned layers vs PyTorch and onnxruntime"
 CONVERGENCE_SECTION = "## ResNet-50 conv2_x: measured trials to the stored schedule's speed"
 CONVERGENCE_LAYER, CONVERGENCE_TRIALS = "resnet50.conv2_x", 16      # the issue's goal: 98% within 16
 CONVERGENCE_GOAL = 0.98
 ROUNDS = 7                        # interleaved measurement rounds of the stored and the tuned kernel
+MEASURE_BUDGET = 1.75             # s of timed runs per kernel over those rounds
 TRIALS, SECONDS = 64, 120.0       # the issue's budget per search
 WITHIN = 0.95                     # "reached": a trial at least this fraction as fast as the search's best
 PEER_BUDGET = 0.5                 # s of timed calls per peer and per re-measured kernel
@@ -242,21 +241,6 @@ def report(command: str, args: argparse.Namespace, rows: list[Row], others: floa
     return "\n\n".join(p for p in parts if p)
 
 
-def interleaved(kernels: dict[str, lo.Kernel], budget: float) -> dict[str, tuple[float, float]]:
-    """Per kernel (median of its rounds' medians, minimum) over ``ROUNDS`` rounds that time each kernel
-    in turn for ``budget`` seconds, so both see the same machine."""
-    medians: dict[str, list[float]] = {name: [] for name in kernels}
-    minima: dict[str, list[float]] = {name: [] for name in kernels}
-    for _ in range(ROUNDS):
-        for name, kernel in kernels.items():
-            timing = lo.measure(kernel, budget=budget, progress=False)
-            if not timing.verified:
-                raise AssertionError(f"the {name} kernel of {CONVERGENCE_LAYER} does not match the reference")
-            medians[name].append(timing.median)
-            minima[name].append(timing.min)
-    return {name: (float(np.median(medians[name])), min(minima[name])) for name in kernels}
-
-
 def convergence(args: argparse.Namespace, cpu_start: float) -> str:
     """The convergence section: a fresh ``CONVERGENCE_TRIALS``-trial search of ResNet-50 conv2_x (no
     log) against the stored schedule, measured interleaved in this process (``cpu_start``: the
@@ -265,11 +249,13 @@ def convergence(args: argparse.Namespace, cpu_start: float) -> str:
     stored = lo.load_schedule(CONVERGENCE_LAYER, op)
     result = lo.tune(op, trials=CONVERGENCE_TRIALS, threads=1, isa="avx512", progress=sys.stderr.isatty(),
                      budget=args.budget, algorithms="direct")
-    kernels = {"stored": stored.compile("avx512"), "tuned": result.best.compile("avx512")}
-    for kernel in kernels.values():
+    kernels = [stored.compile("avx512"), result.best.compile("avx512")]
+    for kernel in kernels:
         kernel.set_threads(1)                # the stored schedule splits its rows over threads
-    times = interleaved(kernels, PEER_BUDGET / 2)
-    (stored_median, stored_min), (tuned_median, tuned_min) = times["stored"], times["tuned"]
+    timings = lo.measure_all(kernels, budget=MEASURE_BUDGET, rounds=ROUNDS, progress=False)
+    if not all(t.verified for t in timings):
+        raise AssertionError(f"a kernel of {CONVERGENCE_LAYER} does not match the reference")
+    (stored_median, stored_min), (tuned_median, tuned_min) = ((t.median, t.min) for t in timings)
     reached = next((t for t in result.trials if t.seconds is not None
                     and stored_min / t.seconds >= CONVERGENCE_GOAL), None)
     peak = lo.peak_gflops("avx512")
@@ -290,9 +276,9 @@ def convergence(args: argparse.Namespace, cpu_start: float) -> str:
         f"{machine_text('avx512', others)} One thread, AVX-512.",
         f"A search of `{op!r}` from scratch (`lo.tune(op, trials={CONVERGENCE_TRIALS}, threads=1, "
         f"isa=\"avx512\", budget={args.budget:g}, algorithms=\"direct\")`, no log), then its best kernel and "
-        f"the stored schedule `{CONVERGENCE_LAYER}` ({_provenance_cpu(CONVERGENCE_LAYER)}) timed in "
-        f"{ROUNDS} interleaved rounds of `lo.measure` ({PEER_BUDGET / 2:g} s each) in this process: the "
-        f"median of the rounds' medians and the smallest minimum. The issue's goal: >= "
+        f"the stored schedule `{CONVERGENCE_LAYER}` ({lo.stored_schedule(CONVERGENCE_LAYER).summary()}) "
+        f"timed together by `lo.measure_all` (runs interleaved over {ROUNDS} rounds, {MEASURE_BUDGET:g} s "
+        f"per kernel) in this process: the median and the minimum of each. The issue's goal: >= "
         f"{CONVERGENCE_GOAL:.0%} of the stored schedule's speed within {CONVERGENCE_TRIALS} measured "
         f"trials. The first trial within {CONVERGENCE_GOAL:.0%} of the stored schedule's minimum (its "
         f"worker's minimum against this process's): {found}.",
@@ -300,12 +286,6 @@ def convergence(args: argparse.Namespace, cpu_start: float) -> str:
         "For scale, on their own machines (not comparable in absolute time): Halide's autoscheduler "
         "(Adams et al. 2019) reports 99% of peak within 16 sampled trials on this layer, TVM MetaSchedule "
         "2.04 ms after 256 trials (238 s)."])
-
-
-def _provenance_cpu(name: str) -> str:
-    """Where the stored schedule ``name`` was searched, from its ``[provenance]`` table."""
-    recorded = tomllib.loads(find_schedule(name).read_text()).get("provenance", {})
-    return f"searched on {recorded.get('cpu', 'an unrecorded CPU')}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
