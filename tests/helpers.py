@@ -13,11 +13,14 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
+from loopopt.codegen.isa import available_int_isas
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
 
 ISAS = lo.available_isas()
+INT_ISAS = available_int_isas()                    # the quantized kernels' ISAs here, scalar last
+SIMD_INT_ISAS = [isa for isa in INT_ISAS if isa != "scalar"]
 HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 

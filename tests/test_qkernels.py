@@ -17,17 +17,17 @@ from helpers import (
     schedules,
     tiers,
 )
+from helpers import INT_ISAS as ISAS
+from helpers import SIMD_INT_ISAS as SIMD_ISAS
 from helpers import check_quantized as check
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.isa import available_int_isas
 from loopopt.quant_reference import random_call
 from loopopt.schedule_file import list_schedules
 
-ISAS = available_int_isas()
-SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
+
 def quantized(op, spec):
     return op.with_quant(spec)
 

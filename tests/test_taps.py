@@ -6,18 +6,24 @@ stem-like convs with tails, stride, dilation, per-side padding, groups and batch
 ISA here plus scalar; where the window fits the instructions, the SIMD kernels must run the tap dot.
 """
 import pytest
-from helpers import check_quantized, generates, integer_calls, rotated, tap_convs, tap_schedule, tiers
+from helpers import (
+    INT_ISAS,
+    check_quantized,
+    generates,
+    integer_calls,
+    rotated,
+    tap_convs,
+    tap_schedule,
+    tiers,
+)
+from helpers import SIMD_INT_ISAS as SIMD_ISAS
 from hypothesis import assume
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.codegen import ISAS, generate
-from loopopt.codegen.isa import available_int_isas
 from loopopt.codegen.taps import fits
 from loopopt.tune.space import candidates
-
-INT_ISAS = available_int_isas()
-SIMD_ISAS = [isa for isa in INT_ISAS if isa != "scalar"]
 
 
 def exact_tap_dot(isa, data):

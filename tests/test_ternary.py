@@ -2,6 +2,8 @@
 every integer ISA here plus scalar, the packing, and the refusals."""
 import numpy as np
 import pytest
+from helpers import INT_ISAS as ISAS
+from helpers import SIMD_INT_ISAS as SIMD_ISAS
 from helpers import (
     SPECS,
     conv_ops,
@@ -17,14 +19,11 @@ from helpers import check_quantized as check
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.isa import available_int_isas
 from loopopt.codegen.lut import lut_nest, pack_lut
 from loopopt.codegen.lut_format import FORMATS
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
 
-ISAS = available_int_isas()
-SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
 TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, True, s.output, "ternary"))
 
 

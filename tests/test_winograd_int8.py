@@ -5,17 +5,16 @@ import re
 
 import numpy as np
 import pytest
+from helpers import INT_ISAS as ISAS
 from helpers import SPECS, integer_calls, quick_first, rotated, tiers, winograd_convs
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import winograd, winograd_int8
-from loopopt.codegen.isa import available_int_isas
 from loopopt.codegen.winograd_int8 import BLOCKS, LANES, REGISTERS, TEMPORARIES
 from loopopt.quant import QuantSpec, check_call, output_multipliers
 from loopopt.quant_reference import random_call, reference_output
 
-ISAS = available_int_isas()
 SPEC = QuantSpec(activation="uint8", per_channel=True, output="uint8")
 SMALL = lo.Conv2d(17, 19, 3, padding=((0, 1), (2, 1)), bias=True, batch=2, height=7, width=9, quant=SPEC)
 
