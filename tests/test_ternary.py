@@ -68,7 +68,7 @@ def random_ternary_dot_schedule(isa, data):
 
 
 test_random_ternary_dot_schedules_quick, test_random_ternary_dot_schedules = tiers(
-    random_ternary_dot_schedule, 1, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_ternary_dot_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s, block=16):
