@@ -10,8 +10,10 @@ import loopopt as lo
 from loopopt.codegen.binary import LANES, POPCOUNTS, block_dims
 from loopopt.codegen.isa import available_int_isas, cpu_flags
 from loopopt.kernel import compile_binary
+from loopopt.measure import verify
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.tune.space import candidates
 
 VARIANTS = [(isa, popcount) for isa in available_int_isas() for popcount in POPCOUNTS[isa]
             if popcount != "vpopcntq" or "avx512_vpopcntdq" in cpu_flags()]
@@ -130,3 +132,21 @@ def test_spec_refusals():
 def test_quantize_binary_is_sign_and_absmean():
     q, scale, zero = lo.quantize_binary(np.array([[0.5, -2.0], [0.0, -1.0]], np.float32), axis=0)
     assert q.tolist() == [[1, -1], [1, -1]] and np.allclose(scale, [1.25, 0.5]) and zero.tolist() == [0, 0]
+
+
+def test_tune_searches_the_register_blocks():
+    op = lo.Conv2d(70, 20, 3, padding=1, height=5, width=6,
+                   quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
+    isa = available_int_isas()[0]
+    space = candidates(op, isa)
+    blocks = {(c.knobs.pixel_block, c.knobs.channel_block) for c in space}
+    assert all(c.binary for c in space) and len(blocks) == len(space) > 1
+    assert all(channels % LANES[isa] == 0 for _, channels in blocks)
+    assert candidates(op, isa, threads=2) == [] and candidates(op, "amx") == []
+    result = lo.tune(op, trials=3, budget=0.02, progress=False)
+    assert result.timing.verified and all(t.knobs["kernel"] == "binary" for t in result.trials)
+    assert "implicit_gemm" in result.skipped and "XNOR + popcount" in result.skipped["implicit_gemm"]
+    best = result.best
+    assert [step.primitive for step in best.steps] == ["tile"]
+    assert verify(best.compile(result.isa))[0]
+    assert "register block" in str(best) and "XOR" in str(best)

@@ -39,8 +39,8 @@ Model = Callable[[Candidate], "float | None"]
 
 def model_seconds(candidate: Candidate) -> float | None:
     """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses
-    it; None for what the model has no costs for: AMX tiles, table lookups)."""
-    if candidate.isa not in CORE_COSTS or candidate.table_lookup:
+    it; None for what the model has no costs for: AMX tiles, table lookups, binary kernels)."""
+    if candidate.isa not in CORE_COSTS or candidate.table_lookup or candidate.binary:
         return None
     try:
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
