@@ -255,20 +255,16 @@ def _block(s: BinaryShape, ops: Ops, r_count: int, v_count: int) -> list[str]:
     v_count`` accumulators and storing them to ``lo_sums[r][v * lanes + lane]``."""
     r, c, lanes = s.rows, s.cols, s.lanes
     acc = [[f"lo_a{i}_{j}" for j in range(v_count)] for i in range(r_count)]
-    pcols = padded_extent(c)
     lines = [f"static inline void lo_block_{r_count}x{v_count}(const uint64_t *const *lo_xp, "
              "const uint64_t *restrict lo_w, uint64_t *restrict lo_sums)", "{",
              *(f"    const uint64_t *restrict lo_x{i} = lo_xp[{i}];" for i in range(r_count)),
              f"    {ops.t} {', '.join(f'{a} = {ops.zero}' for row in acc for a in row)};",
-             # one loop step updates each accumulator once: unrolled, gcc would reassociate the sums of
-             # several steps into trees of temporaries and spill the accumulators
-             NO_UNROLL, f"    for (ptrdiff_t lo_kh = 0; lo_kh < {r.taps}; ++lo_kh)",
-             NO_UNROLL, f"    for (ptrdiff_t lo_kw = 0; lo_kw < {c.taps}; ++lo_kw)",
-             NO_UNROLL, f"    for (ptrdiff_t lo_cw = 0; lo_cw < {s.words}; ++lo_cw) {{",
-             f"        const ptrdiff_t lo_t = (lo_kh * {r.dilation * pcols} + lo_kw * {c.dilation}) "
-             f"* {s.words} + lo_cw;",
-             f"        const uint64_t *lo_wt = lo_w + ((lo_kh * {c.taps} + lo_kw) * {s.words} + lo_cw) "
-             f"* {s.kpad};",
+             # one loop over the taps and words (the weights' order; lo_xoff: the activation word of each
+             # step): each step updates each accumulator once. Unrolled, gcc reassociates the sums of
+             # several steps into trees of temporaries and spills the accumulators
+             NO_UNROLL, f"    for (ptrdiff_t lo_s = 0; lo_s < {r.taps * c.taps * s.words}; ++lo_s) {{",
+             "        const ptrdiff_t lo_t = lo_xoff[lo_s];",
+             f"        const uint64_t *lo_wt = lo_w + lo_s * {s.kpad};",
              *(f"        const {ops.t} lo_w{j} = {ops.load.format(p=f'lo_wt + {j * lanes}')};"
                for j in range(v_count))]
     for i in range(r_count):
@@ -285,7 +281,7 @@ def _block(s: BinaryShape, ops: Ops, r_count: int, v_count: int) -> list[str]:
 
 
 def _nest(op: Op, s: BinaryShape, block: tuple[int, int]) -> tuple[list[str], list[str]]:
-    """The tables of border classes and the kernel's body."""
+    """The tables (each step's activation offset, the border classes) and the kernel's body."""
     r, c, lanes = s.rows, s.cols, s.lanes
     x, w = op.inputs
     r_full, v_full = block
@@ -313,7 +309,10 @@ def _nest(op: Op, s: BinaryShape, block: tuple[int, int]) -> tuple[list[str], li
             out.append(f"        {keyword}{test} {text}")
         return out
 
-    tables = [f"static const int lo_rclass[{r.out}] = {{{', '.join(map(str, row_classes))}}};",
+    offsets = [(kh * r.dilation * pcols + kw * c.dilation) * s.words + cw
+               for kh in range(r.taps) for kw in range(c.taps) for cw in range(s.words)]
+    tables = [f"static const ptrdiff_t lo_xoff[{len(offsets)}] = {{{', '.join(map(str, offsets))}}};",
+              f"static const int lo_rclass[{r.out}] = {{{', '.join(map(str, row_classes))}}};",
               f"static const int lo_cclass[{c.out}] = {{{', '.join(map(str, col_classes))}}};"]
     return tables, [
         f"for (ptrdiff_t lo_n = 0; lo_n < {s.batch}; ++lo_n)",
