@@ -4,7 +4,9 @@ and ternary (the stored int8 schedule, int8 storage and i2_s; tl1 and tl2 under 
 table-lookup schedule) and binary XNOR + popcount convs on ResNet-50 conv2_x and conv3_x against the
 stored int8 schedule of each layer; each low-bit kernel next to the naive loop of the same
 arithmetic (``lo.Schedule(op)`` for the same QuantSpec and weight format; binary: the scalar
-``__builtin_popcountll`` path with a register block of one position and one channel).
+``__builtin_popcountll`` path with a register block of one position and one channel). Under each conv
+table a note sets the binary kernel's vector instruction rate (XOR, vpopcntq, add per 512 products)
+against the vpdpbusd rate of the machine profile's int8 peak: the ceiling of binary over int8.
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
 of docs/benchmarks.md). The kernels of a table are timed together by ``lo.measure_all`` (interleaved
@@ -37,6 +39,9 @@ from loopopt.machine import machine_profile
 from loopopt.quant_reference import random_call
 
 SECTION = "## Low-bit kernels"
+WORD_PRODUCTS = 512          # binary products per XOR + vpopcntq + add (8 uint64 lanes)
+BINARY_INSTRUCTIONS = 3
+VNNI_PRODUCTS = 64           # u8 x s8 products per vpdpbusd (16 int32 lanes x 4)
 GEMVS = ((1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008))    # Matmul(m, n, k): k inputs -> n outputs
 
 
@@ -249,7 +254,23 @@ def conv_rows(layer: str, budget: float) -> list[str]:
         rows.append(f"| {label} | {kernel.isa}{how} | {t.median * 1e3:.3f} | {t.gflops:.0f} | "
                     f"{timings[0].median / t.median:.2f}x | {vs_naive(label, baseline, medians)} | "
                     f"{t.verified}{' (NOISY)' if t.noisy else ''} |")
+    if kernels[5].popcount == "vpopcntq":
+        rows += ["", instruction_note(timings[5], timings[0])]
     return rows
+
+
+def instruction_note(binary, int8) -> str:
+    """Why the binary kernel's lead over int8 has a ceiling: both at their vector instruction rates."""
+    rate = binary.gflops / 2 / WORD_PRODUCTS * BINARY_INSTRUCTIONS
+    peak = machine_profile().peak("avx512", "int8") / 2 / VNNI_PRODUCTS
+    ceiling = WORD_PRODUCTS / BINARY_INSTRUCTIONS / VNNI_PRODUCTS
+    return (f"The binary kernel's loop body is one XOR, one `vpopcntq` and one add per 512 products (per "
+            f"accumulator, no spills), so at its median it issued {rate:.1f} G of these vector instructions "
+            f"per second, against the {peak:.1f} G `vpdpbusd` per second (64 products each) of the machine "
+            f"profile's int8 peak: both run on the same two 512-bit ports. At one instruction rate binary "
+            f"does {WORD_PRODUCTS / BINARY_INSTRUCTIONS:.0f} products per instruction to int8's "
+            f"{VNNI_PRODUCTS}, {ceiling:.2f}x; binary >= 4x int8 would need the int8 kernel below "
+            f"{100 * ceiling / 4:.0f}% of its peak, and it ran at {int8.percent_of_peak:.0f}% here.")
 
 
 def main() -> None:
