@@ -49,15 +49,17 @@ def draw_block(data, isa):
 
 
 def random_binary_conv(variant, data, words):
-    """A random conv (padding, stride, dilation, groups, depthwise, batch, bias) with 1 to 3 words of
-    input channels per group (not a multiple of 64), up to 3 vectors and a tail of output channels per
-    group, under a random register block (tails of positions and of channel vectors)."""
-    base = data.draw(conv_ops(max_hw=7))
+    """A random 2-D or 1-D conv (padding symmetric or per side, stride, dilation, groups, depthwise, batch,
+    bias) with 1 to 3 words of input channels per group (not a multiple of 64), up to 3 vectors and a
+    tail of output channels per group, under a random register block (tails of positions and of channel
+    vectors)."""
+    base = data.draw(conv_ops(max_hw=7, spatial=data.draw(st.sampled_from([2, 2, 1]))))
     cg = data.draw(st.integers(1, 64 * words))
     kg = data.draw(st.one_of(st.just(base.out_channels // base.groups), st.integers(1, 27)))
-    op = lo.Conv2d(cg * base.groups, kg * base.groups, base.kernel_size, stride=base.stride,
-                   padding=base.padding, dilation=base.dilation, groups=base.groups, bias=base.bias,
-                   batch=base.batch, height=base.height, width=base.width, quant=data.draw(SPECS))
+    conv = type(base)
+    op = conv(cg * base.groups, kg * base.groups, base.kernel_size, stride=base.stride, padding=base.pads,
+              dilation=base.dilation, groups=base.groups, bias=base.bias, batch=base.batch,
+              quant=data.draw(SPECS), **dict(zip(conv.SIZES, base.sizes)))
     check(op, *variant, block=draw_block(data, variant[0]))
 
 

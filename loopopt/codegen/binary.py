@@ -170,15 +170,16 @@ def base_table_shape(op: Op) -> tuple[int, int, int]:
 
 
 def borders_of(op: Op) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Per window (rows, columns), per border class: 1 per valid tap."""
+    """Per window (rows, columns: ``row_col_windows``, a missing one last), per border class: 1 per valid
+    tap."""
     valid = borders(op).valid
-    return valid if len(valid) == 2 else ((1,),) * (2 - len(valid)) + valid
+    return valid + (((1,),),) * (2 - len(valid))      # a missing window: one class, one valid tap
 
 
 def border_classes(op: Op) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The border class of each output row and each output column."""
     classes = borders(op).classes
-    return classes if len(classes) == 2 else ((0,),) * (2 - len(classes)) + classes
+    return classes + ((0,),) * (2 - len(classes))
 
 
 # --- C ----------------------------------------------------------------------------------------------
