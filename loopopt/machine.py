@@ -37,6 +37,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .amx import amx_available, amx_peak_gops
 from .atomic import host_lock, write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
@@ -590,10 +592,9 @@ def bandwidth_buffers(caches: tuple[Cache, ...], free_bytes: int) -> dict[str, i
     return sizes
 
 
-def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
-    """One core's read bandwidth over a buffer of each size (best SIMD loads): after a pass that brings
-    the buffer into its level, ``BANDWIDTH_RUNS`` timed calls, each repeating the buffer for about
-    ``BANDWIDTH_CALL`` seconds (at least once), their best and median, and how busy the machine was."""
+def _read_kernel() -> tuple[Any, int]:
+    """The cffi module of the read kernel (8 independent vector sums, the best SIMD loads) and the
+    floats it reads per step."""
     table = ISAS[available_isas()[0]]
     chains = 8
     step = chains * table.lanes
@@ -602,7 +603,32 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
         zero=table.zero(),
         update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
         add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
-    module = compile_c(source, _READ_CDEF, table.compile_flags)
+    return compile_c(source, _READ_CDEF, table.compile_flags), step
+
+
+class StreamRead:
+    """A buffer of about ``nbytes`` (rounded up to whole steps: ``self.nbytes``) that a call reads once with
+    the read kernel of ``measure_bandwidth``: what streaming that many bytes costs here and now, the
+    yardstick of a kernel that streams as many weight bytes. The buffer is a numpy array, on the pages
+    numpy gives a kernel's arrays."""
+
+    def __init__(self, nbytes: int):
+        module, step = _read_kernel()
+        self._n = -(-max(nbytes, 1) // (4 * step)) * step
+        self._buffer = np.ones(self._n, np.float32)
+        self._pointer = module.ffi.cast("float *", module.ffi.from_buffer(self._buffer))
+        self._read = module.lib.lo_read
+        self.nbytes = self._buffer.nbytes
+
+    def __call__(self) -> float:
+        return self._read(self._pointer, self._n, 1)
+
+
+def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
+    """One core's read bandwidth over a buffer of each size (best SIMD loads): after a pass that brings
+    the buffer into its level, ``BANDWIDTH_RUNS`` timed calls, each repeating the buffer for about
+    ``BANDWIDTH_CALL`` seconds (at least once), their best and median, and how busy the machine was."""
+    module, step = _read_kernel()
     lib, ffi = module.lib, module.ffi
     result = {}
     for level, nbytes in sizes.items():

@@ -279,3 +279,9 @@ def test_machine_mismatch_names_both_cpus():
     message = machine_mismatch({"fingerprint": "0" * 16, "cpu": "Elsewhere CPU", "vendor": here.vendor})
     assert "Elsewhere CPU" in message and here.model in message and fingerprint() in message
     assert "Other CPU" in machine_mismatch({"vendor": "NotThisVendor", "cpu": "Other CPU"})
+
+
+def test_stream_read_reads_its_whole_buffer_once():
+    read = machine.StreamRead(5000)
+    assert 5000 <= read.nbytes < 5000 + 4096 and read.nbytes % 64 == 0
+    assert read() == read.nbytes // 4          # the sum of the buffer's ones, each read once
