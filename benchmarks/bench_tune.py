@@ -232,7 +232,7 @@ def report(command: str, args: argparse.Namespace, rows: list[Row], others: floa
          f"verified peer's median / loopopt's: above 1 is faster. \"within 95%\": the first trial at "
          f"least {WITHIN:.0%} as fast as the search's best (by minimum time) and the seconds from the "
          f"search's start to that trial's end (ranking included). Spearman: the kernel model's time vs "
-         f"the measured minimum over the search's verified trials (AMX trials have no model time). "
+         f"the measured minimum over the search's verified trials (AMX trials: the tile model's). "
          f"int8: uint8 activations per tensor, int8 symmetric weights per output channel, uint8 "
          f"output."),
         "### Layers\n\n" + layers_table(args.layers),
