@@ -11,7 +11,7 @@ from loopopt.tune import tile_model
 from loopopt.tune.guide import Guide
 from loopopt.tune.rank import rank
 from loopopt.tune.space import Candidate, TileKnobs, candidates
-from loopopt.tune.tile_model import load_seconds, tile_time
+from loopopt.tune.tile_model import cold_seconds, load_seconds, tile_time
 
 QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
 VGG = lo.Conv2d(512, 512, 3, padding=1, height=19, width=19, quant=QUANT)     # SSD300's conv5_1, int8
@@ -24,6 +24,8 @@ def test_loads_come_from_the_level_that_holds_their_set(monkeypatch):
     assert load_seconds(3e6, 20e3) == pytest.approx(3e6 / (300 * GB))          # within half of L1
     assert load_seconds(3e6, 1e6) == pytest.approx(3e6 * (0.024 / 300 + 0.976 / 150) / GB)
     assert load_seconds(3e6, 4e6) == pytest.approx(3e6 * (0.25 / 150 + 0.75 / 10) / GB)   # a quarter in L2
+    assert cold_seconds(5e5, 9e5) == 0                                        # the call stays in L2
+    assert cold_seconds(5e5, 2e6) == pytest.approx(5e5 / (10 * GB))          # its inputs come from DRAM
 
 
 def _tiles(op, pixels, channels, channels_outer=True):

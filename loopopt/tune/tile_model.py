@@ -13,13 +13,15 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
   all activations (each channel block reads them again) for the A tiles. A set within half of L1
   (A and B tiles share it) comes from L1; a larger one from the first level that holds it, but for
   the share the level inside holds (``min(1, capacity / set)``), at each level's read bandwidth;
+  plus, when a call's inputs and output do not stay in L2 between calls, the inputs once from the
+  level beyond (``cold_seconds``; VGG conv5_1's 2.4 MB of weights);
 * epilogue: ``EPILOGUE_CYCLES`` per output element written (the quantized epilogue of a tile
   store: compensation, bias, requantization, narrowing), at the clock implied by the VNNI peak.
 
 Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. The
 time is that of one core, like the ranking heuristic's: a search's candidates share their thread
 count. On this project's Xeon (one thread, quiet machine, the 16 AMX trials of VGG conv5_1 and
-ResNet-50 conv2_x int8 in docs/benchmarks.md's runs) it predicted 0.69-1.11x the measured times, with a
+ResNet-50 conv2_x int8 in docs/benchmarks.md's runs) it predicted 0.77-1.11x the measured times, with a
 Spearman correlation of 0.98 (VGG) and 0.90 (conv2_x) over each layer's 8; the tile fill alone had
 predicted 0.24 ms for the 0.76 ms VGG kernel (its 19-pixel rows fill 2 tiles of 16 rows) and
 ordered pixels-outside blocks, whose weights come from beyond L2, with those that keep them in L2.
@@ -90,11 +92,11 @@ def _clock() -> float:
 
 def tile_time(schedule: Schedule) -> TileTime:
     """The tile model's time of ``schedule``'s AMX kernel (``TileError`` if it has none)."""
-    plan = tile_plan(schedule)
-    return _time(plan, schedule.op.quant is not None)
+    quant = schedule.op.quant
+    return _time(tile_plan(schedule), quant is not None, 1 if quant is not None and quant.requantized else 4)
 
 
-def _time(plan: TilePlan, quantized: bool) -> TileTime:
+def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
     s = plan.shape
     steps = s.rows.taps * s.column_taps * len(s.starts)           # tap-chunks each block reduces over
     blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks
@@ -112,4 +114,16 @@ def _time(plan: TilePlan, quantized: bool) -> TileTime:
     a_set = window if window <= _levels()[0][1] else activations
     a = load_seconds(blocks * steps * plan.row_tiles * min(TILE, s.pixels) * MAX_COLSB, a_set)
     outputs = s.groups * s.lines * s.pixels * s.kg
-    return TileTime(dots, a + b, outputs * EPILOGUE_CYCLES / _clock())
+    weights = s.groups * s.channel_tiles * steps * s.tile_bytes
+    call = weights + activations + outputs * output_bytes
+    return TileTime(dots, a + b + cold_seconds(weights + activations, call),
+                    outputs * EPILOGUE_CYCLES / _clock())
+
+
+def cold_seconds(inputs: float, call: float) -> float:
+    """Seconds to read a call's ``inputs`` bytes once from beyond L2 when the ``call``'s bytes (inputs
+    and output) do not stay in L2 between calls (0 when they do)."""
+    for name, capacity, bandwidth in _levels():
+        if call <= capacity:
+            return 0.0 if name in ("L1", "L2") else inputs / bandwidth
+    return inputs / _levels()[-1][2]
