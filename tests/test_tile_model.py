@@ -75,3 +75,13 @@ def test_no_amx_candidates_on_a_cpu_without_amx(monkeypatch):
         ranked = rank(candidates(op, "avx512", threads, tiles=True))
         assert ranked and all(c.isa == "avx512" for c in ranked)
         assert ranked[0].knobs.weights in ("dot", "taps")                # the VNNI dot loops lead
+
+
+@pytest.mark.slow
+@needs_amx
+def test_a_two_thread_int8_search_measures_parallel_amx_first():
+    op = lo.Conv2d(128, 128, 3, padding=1, height=14, width=14, quant=QUANT)
+    result = lo.tune(op, trials=2, threads=2, budget=0.02, progress=False, algorithms="direct")
+    first = result.trials[0]
+    assert first.knobs["isa"] == "amx" and first.knobs["parallel"] in tiles.SPLITS and first.timing.verified
+    assert first.model["model_seconds"] == pytest.approx(first.model["predicted_seconds"])
