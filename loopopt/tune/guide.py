@@ -16,10 +16,11 @@ kernel model leaves out, cheap enough for every candidate). Each verified trial 
 prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
 side with it), and the untried candidates are reordered by it. An AMX candidate's model time is the
 tile model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart
-from the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; a fit of the SIMD
-trials applied to the tile model's times had put the AMX candidates of VGG conv5_1 int8 at 1e-5 ms
-and at 1e9 ms in one search), and count in the Spearman figure. A table-lookup candidate of a ternary
-op (``tl1``, ``tl2``: the model has no costs for table builds and lookups) counts the heuristic's
+from the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
+trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in a
+one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
+table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds and
+lookups) counts the heuristic's
 time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its block) as its model time in the order,
 is left out of the fit and the Spearman figure, and records no ``model_seconds``.
 """
