@@ -20,9 +20,9 @@ from the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; 
 trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in a
 one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
 table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds and
-lookups) counts the heuristic's
-time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its block) as its model time in the order,
-is left out of the fit and the Spearman figure, and records no ``model_seconds``.
+lookups) counts the heuristic's time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its block)
+as its model time in the order, is left out of the fit and the Spearman figure, and records no
+``model_seconds``.
 """
 from __future__ import annotations
 
