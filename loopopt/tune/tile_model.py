@@ -20,11 +20,14 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
 
 Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. The
 time is that of one core, like the ranking heuristic's: a search's candidates share their thread
-count. On this project's Xeon (one thread, quiet machine, the 16 AMX trials of VGG conv5_1 and
-ResNet-50 conv2_x int8 in docs/benchmarks.md's runs) it predicted 0.77-1.11x the measured times, with a
-Spearman correlation of 0.98 (VGG) and 0.90 (conv2_x) over each layer's 8; the tile fill alone had
-predicted 0.24 ms for the 0.76 ms VGG kernel (its 19-pixel rows fill 2 tiles of 16 rows) and
-ordered pixels-outside blocks, whose weights come from beyond L2, with those that keep them in L2.
+count (so a parallel candidate's two splits tie; the walk tries the other one as a neighbour).
+
+On this project's Xeon, against the minimum times of the 16 one-thread AMX trials of VGG conv5_1
+and ResNet-50 conv2_x int8 that bench_tune.py and tune_layers.py logged on 2026-11-23 (other
+processes 0-23% of the CPU), it predicted 0.77-1.11x the measured times, with a Spearman
+correlation of 0.98 (VGG) and 0.90 (conv2_x) over each layer's 8; the tile fill alone had predicted
+0.24 ms for the 0.76 ms VGG kernel (its 19-pixel rows fill 2 tiles of 16 rows) and the same time for
+pixels-outside blocks, whose weights come from beyond L2 (1.10 ms), as for those that keep them in L2.
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from ..codegen.tiles import TilePlan, tile_plan
 from ..machine import machine_profile
 from ..schedule import Schedule
 
-EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue (conv2_x int8: about 0.06 of 0.09 ms)
+EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue: fitted to ResNet-50 conv2_x int8,
+                           # whose AMX kernels ran 0.09-0.135 ms, their dots and loads 0.03-0.06 ms of it
 VNNI_OPS_PER_CYCLE = 256   # int8 ops per cycle of the VNNI peak: 2 vpdpbusd x 16 lanes x 4 products x 2
 LEVELS = ("L1", "L2", "L3", "DRAM")
 
