@@ -87,10 +87,10 @@ BASELINES = (
     "as such. The naive loops are compiled for the best ISA, so the C compiler may vectorize them.")
 YARDSTICKS = (
     "Two yardsticks for a GEMV's weight bandwidth: the profile's DRAM figure (one core streaming a buffer "
-    "4x the last cache, the best of 7 passes) and a plain read of as many bytes as the kernel's weights "
-    "(`loopopt.machine.StreamRead`, the profile's read kernel) timed in the same interleaved rounds after "
-    "the same eviction, so under the same load. On this VM they differ: a read of a few MiB after every "
-    "cache was flushed streams several times faster than a pass over a GiB-sized buffer "
+    "4x the last cache, the best of its timed passes) and a plain read of as many bytes as the kernel's "
+    "weights (`loopopt.machine.StreamRead`, the profile's read kernel) timed in the same interleaved rounds "
+    "after the same eviction, so under the same load. On this VM they differ: a read of a few MiB after "
+    "every cache was flushed streams several times faster than a pass over a GiB-sized buffer "
     "(docs/reference/machine.md, `StreamRead`), so a GEMV's weights can beat the profile's figure without "
     "beating DRAM; the plain read of the same bytes is the fair one. A median far above its minimum is "
     "other work on the shared machine.")

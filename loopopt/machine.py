@@ -74,7 +74,7 @@ OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time ab
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
 BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
-BANDWIDTH_RUNS = 7         # timed calls per level: their best and their median are kept
+BANDWIDTH_RUNS = 5         # timed calls per level: their best and their median are kept
 DRAM_CACHES = 4            # the DRAM buffer is this many times the last cache: well beyond it, as a cache
                            # whose replacement resists streaming keeps part of a buffer a little larger
 DRAM_MIN = 64 << 20        # bytes: the DRAM buffer is at least this
