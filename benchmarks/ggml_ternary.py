@@ -53,6 +53,7 @@ def _load(directory: Path) -> tuple[ctypes.CDLL, ctypes.CDLL]:
         (base, "ggml_build_forward_expand"): ([p, p], None), (base, "ggml_get_data"): ([p], p),
         (base, "ggml_nbytes"): ([p], size), (base, "ggml_row_size"): ([ctypes.c_int, i64], size),
         (base, "ggml_tensor_overhead"): ([], size), (base, "ggml_graph_overhead"): ([], size),
+        (base, "ggml_type_name"): ([ctypes.c_int], ctypes.c_char_p),
         (base, "ggml_quantize_chunk"): ([ctypes.c_int, p, p, i64, i64, i64, p], size),
         (cpu, "ggml_cpu_init"): ([], None),
         (cpu, "ggml_graph_compute_with_ctx"): ([p, p, ctypes.c_int], ctypes.c_int),
@@ -80,6 +81,10 @@ class GgmlGemv:
         self._base, self._cpu = _load(directory)
         base = self._base
         kind_id = TYPES[kind]
+        named = base.ggml_type_name(kind_id).decode()
+        if named != kind.lower():
+            raise RuntimeError(f"this ggml names type {kind_id} {named!r}, not {kind.lower()!r}: its enum "
+                               f"ggml_type differs from the one TYPES was written for")
         self.weight_bytes = base.ggml_row_size(kind_id, k) * n
         work = base.ggml_row_size(TYPES["TQ2_0"], k) * 4 + (1 << 20)     # the Q8_K activations and the plan
         size = (self.weight_bytes + 4 * (k + n) + 4 * base.ggml_tensor_overhead() + base.ggml_graph_overhead()
