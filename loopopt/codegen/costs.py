@@ -443,7 +443,7 @@ class _Counter:
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
         for tensor, _, lanes, protect in block.loads:
-            address = Work(definitions=1, vector_ops=1 if protect else 0)   # and the select of a guarded one
+            address = Work(definitions=1, masked=1 if protect else 0)   # zero-masked where a guard fails
             body += self._operand(tensor, lanes is not None) + address
             conditions.update(protect)
             if vector and self.kinds[tensor].kind == "gather":     # its index array, lane by lane

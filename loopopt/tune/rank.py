@@ -45,7 +45,12 @@ CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
-STRIDED = 0.9              # plain weights of a block that is part of the channels (rows a channel row apart)
+LINE = 64                  # bytes of a cache line
+PAGE = 4096                # bytes: weight rows this far apart are each on a page of their own
+PAGED = 4.0                # a strided weight line of rows a page apart costs this many lines'
+                           # L2 streaming time: a TLB lookup and a miss the prefetcher does not hide
+                           # (bench_tune's log: plain 32-channel blocks ran 2x the packed ones on VGG
+                           # conv5_1 and the BERT FFN GEMM, 4.7-7 cycles a line, about 1.4 streamed)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
@@ -144,6 +149,20 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return total
 
 
+def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
+    """The time plain weights of a block that is part of the channels take from L2: each of the
+    block's ``depth`` weight rows (a channel row apart, so that their lines conflict in L1's sets)
+    read once per block, ``PAGED`` times a streamed line's time where the rows lie a page apart; 0
+    for packed weights and for a block of all the channels (its rows are contiguous)."""
+    if knobs.weights != "plain" or knobs.channel_block >= op.channels:
+        return 0.0
+    row = op.channels * element_bytes(op)
+    lines = _ceil(knobs.channel_block * element_bytes(op), LINE)
+    blocks = math.prod(outer_extents(op, knobs).values())
+    line_seconds = LINE / (machine_profile().bandwidth["L2"].gbs * 1e9) * (PAGED if row >= PAGE else 1.0)
+    return blocks * depth * lines * line_seconds
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) of its compute,
     ``stream_seconds`` (its operands from beyond L2) and ``predicted_seconds`` (their sum; on one
@@ -194,11 +213,11 @@ def figures(candidate: Candidate) -> dict[str, float]:
     weight_bytes = depth * channels * element_bytes(op)
     l1, l2, _ = _caches()
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1 else L2_FIT)
-    if knobs.weights == "plain" and knobs.channel_block < op.channels:
-        efficiency *= STRIDED
     stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth
+    strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
-    return {"efficiency": efficiency, "stream_seconds": stream, "predicted_seconds": compute + stream}
+    return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
+            "predicted_seconds": compute + stream + strided}
 
 
 def _reads(candidate: Candidate) -> tuple:
