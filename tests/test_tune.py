@@ -407,6 +407,11 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert all(t.model["model_seconds"] == t.seconds for t in result.trials)
     assert result.to_dict()["model_spearman"] == pytest.approx(1)
     assert "model vs measured: Spearman +1.000 over 6 verified trials" in str(result)
+    # the order the search picked by: the model's time with memory terms, refitted as trials came in
+    ranking = spearman([t.model["fitted_seconds"] for t in result.trials], [t.seconds for t in result.trials])
+    assert result.ranking_spearman == pytest.approx(ranking)
+    assert result.to_dict()["ranking_spearman"] == pytest.approx(ranking)
+    assert f"the prediction each trial was picked by: {ranking:+.3f}" in str(result)
     assert "model ms" in result.table()
 
 
