@@ -20,13 +20,14 @@ import loopopt as lo
 from loopopt.cli import main
 from loopopt.codegen.isa import bf16_dot_available
 from loopopt.codegen.lut import check_lut
+from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
 from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
-from loopopt.tune.rank import rank, streamed_bytes
+from loopopt.tune.rank import conflict_lines, rank, streamed_bytes, strided_seconds
 from loopopt.tune.space import Knobs, candidates
 from loopopt.tune.trial import here
 
@@ -339,6 +340,18 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     unpriced = Guide([uneven], model=lambda c: None)                     # AMX tiles: the heuristic's time
     assert unpriced.fitted(0) == pytest.approx(uneven.figures["predicted_seconds"])
     assert unpriced.features(0)[-1] == 1 and "model_seconds" not in unpriced.figures(0)
+
+
+def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
+    l1 = Cache("L1", 48 << 10, 12, 64, 1)                   # 64 sets of 12 ways: a way is 4 KB
+    assert conflict_lines(l1, 12 << 10, 256, 2) == 2 * 12    # rows 12 KB apart: every row in the same 2 sets
+    assert conflict_lines(l1, 256, 256, 2) == 16 * 2 * 12    # 256 B apart: 16 row starts per way
+    assert conflict_lines(l1, 64, 1000, 1) == 64 * 12        # contiguous: the whole cache
+    gemm = lo.Matmul(384, 3072, 768)                          # 12 KB weight rows, 9.4 MB of weights
+    plain = Knobs(8, 32, ("k",), ("j_o", "i_o"), "plain")
+    assert strided_seconds(gemm, plain, 768) > 0
+    assert strided_seconds(gemm, Knobs(8, 32, ("k",), ("j_o", "i_o"), "packed"), 768) == 0
+    assert strided_seconds(lo.Matmul(64, 64, 64), plain, 64) == 0          # rows 256 B apart, all in L1
 
 
 def test_spearman_of_known_orders():

@@ -27,6 +27,7 @@ counted as the vectorized schedule the compiler makes of it (``compiler_vectoriz
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 from functools import reduce
 
@@ -442,8 +443,11 @@ class _Counter:
         setup += self._lane_masks(setup_masks)
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
+        inside = [*block.reduction, *([block.chunk_loop] if block.chunk_loop else [])]
         for tensor, _, lanes, protect in block.loads:
-            address = Work(definitions=1, masked=1 if protect else 0)   # zero-masked where a guard fails
+            # and the select of a guarded one, unless its guards name no reduction loop of the block: then
+            # they hold or fail for the whole block, and the compiler takes them out of the loop
+            address = Work(definitions=1, vector_ops=1 if _varies(protect, inside) else 0)
             body += self._operand(tensor, lanes is not None) + address
             conditions.update(protect)
             if vector and self.kinds[tensor].kind == "gather":     # its index array, lane by lane
@@ -547,6 +551,11 @@ class _Counter:
             sites.append(Site("epilogue", vectors, Work(loads=4, stores=1, vector_ops=EPILOGUE_OPS,
                                                         loop_iterations=1), lanes))
         return sites
+
+
+def _varies(guards: tuple[str, ...], loops: list[str]) -> bool:
+    """Whether any of ``guards`` (C conditions) names one of ``loops``."""
+    return any(re.search(rf"\b{re.escape(loop)}\b", guard) for guard in guards for loop in loops)
 
 
 def _divisions(expr: Expr) -> set[str]:
