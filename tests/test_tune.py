@@ -322,6 +322,9 @@ def test_fit_corrects_the_model_scale_and_sides_with_the_measurements():
     slowed = Fit.of(list(zip(features, model * np.where(strided, 2.0, 1.0))))    # strided weights: 2x
     assert slowed.weights[2] == pytest.approx(math.log(2), rel=0.2)
     assert Fit().predict((math.inf, 0.0, 0.0)) == math.inf                 # a refused schedule
+    assert Fit(0.0, (1000.0, 0.0, 0.0)).predict((1.0, 0.0, 0.0)) == math.inf   # beyond float: inf, no error
+    flat = [((f[0], f[1], 1.0 + 1e-12 * i), t) for i, (f, t) in enumerate(zip(features, model))]
+    assert abs(Fit.of(flat).weights[2]) < 1e-6          # rounding noise in a constant feature: no weight
 
 
 def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():

@@ -26,6 +26,8 @@ import numpy as np
 
 MIN_TRIALS = 3             # verified trials before the first refit
 PRIOR = 2.0                # weight (in trials) of the model as it is: 1 on the first feature, 0 on the others
+MAX_EXPONENT = 700.0       # a fitted log time beyond this predicts an infinite time (exp overflows)
+SPREAD = 1e-6              # a feature whose standard deviation over the trials is below this has none
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Fit:
         features = np.asarray([f for f, _ in samples], dtype=float)
         times = np.log(np.asarray([t for _, t in samples], dtype=float))
         centre, spread = features.mean(axis=0), features.std(axis=0)
-        spread[spread == 0] = 1.0                  # a feature without spread keeps its prior weight
+        spread[spread < SPREAD] = 1.0              # a feature without spread keeps its prior weight
         standard = (features - centre) / spread    # unit variance: PRIOR weighs as that many trials
         prior = np.zeros(features.shape[1])
         prior[0] = spread[0]
@@ -58,9 +60,8 @@ class Fit:
         not finite: a refused schedule)."""
         if not math.isfinite(features[0]):
             return math.inf
-        if not self.weights:
-            return math.exp(self.intercept + features[0])
-        return math.exp(self.intercept + float(np.dot(self.weights, features)))
+        exponent = self.intercept + (float(np.dot(self.weights, features)) if self.weights else features[0])
+        return math.exp(exponent) if exponent < MAX_EXPONENT else math.inf
 
 
 def ranks(values: Iterable[float]) -> np.ndarray:
