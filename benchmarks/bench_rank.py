@@ -29,8 +29,10 @@ import argparse
 import datetime
 import json
 import math
+import shutil
 import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -93,16 +95,29 @@ class Search:
         return f"{self.op!r} {self.threads}T"
 
 
+def _rows(path: str) -> list[tuple]:
+    """The verified trials of the tuning log at ``path``, read from a copy of it (the log and its
+    write-ahead log copied to a temporary directory: SQLite writes the shared-memory index of a WAL
+    database even when it only reads it, and the log is left as it was)."""
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "log.db"
+        for suffix in ("", "-wal"):
+            if Path(path + suffix).exists():
+                shutil.copyfile(path + suffix, str(copy) + suffix)
+        db = sqlite3.connect(copy)
+        try:
+            return db.execute("SELECT op, threads, fingerprint, isa, knobs, model, min FROM trials "
+                              "WHERE status = 'ok' ORDER BY id").fetchall()
+        finally:
+            db.close()
+
+
 def searches(paths: Iterable[str], ops: dict[str, Op], wanted: str = "") -> list[Search]:
     """The searches of the logs at ``paths`` whose op is in ``ops`` (and whose signature contains
-    ``wanted``); the logs are opened read-only."""
+    ``wanted``); the logs are read from copies (``_rows``)."""
     found: dict[tuple, Search] = {}
     for path in paths:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        rows = db.execute("SELECT op, threads, fingerprint, isa, knobs, model, min FROM trials "
-                          "WHERE status = 'ok' ORDER BY id").fetchall()
-        db.close()
-        for signature, threads, fingerprint, isa, knobs, model, least in rows:
+        for signature, threads, fingerprint, isa, knobs, model, least in _rows(path):
             op = ops.get(signature)
             if op is None or wanted not in signature:
                 continue
@@ -165,7 +180,7 @@ def summary(results: list[tuple[Search, dict[str, float | None]]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("logs", nargs="+", help="SQLite tuning logs (opened read-only)")
+    parser.add_argument("logs", nargs="+", help="SQLite tuning logs (read from copies, left as they are)")
     parser.add_argument("--ops", default="", help="only the searches whose op signature contains this")
     parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
     args = parser.parse_args(argv)
