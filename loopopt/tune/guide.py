@@ -17,12 +17,15 @@ leaves out, cheap enough for every candidate; times the share of a thread's work
 busiest thread has (``imbalance``: a parallel loop whose iterations do not split evenly). Each
 verified trial refits the prediction (``fit.Fit`` over ``FEATURES``: the model's scale, and weights
 on the heuristic's time and on what the model prices poorly, where the measurements side with
-them), and the untried candidates are reordered by it. The model has no costs for AMX tiles: an AMX
-candidate counts the heuristic's time (the tile fill against the AMX peak) as its model time, with
-the feature ``unpriced`` set, and records no ``model_seconds`` (so it is left out of the Spearman
-figure); so does a table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs
-for table builds and lookups; its heuristic time is ``rank.LUT_SHARE`` of the int8 dot peak, scaled
-by its block).
+them), and the untried candidates are reordered by it. An AMX candidate's model time is the tile
+model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart from
+the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
+trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in
+a one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
+table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds
+and lookups) counts the heuristic's time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its
+block) as its model time, with the feature ``unpriced`` set, and records no ``model_seconds`` (it is
+left out of the Spearman figure).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from ..schedule import ScheduleError
 from .fit import Fit
 from .rank import outer_extents
 from .space import Candidate, Knobs
+from .tile_model import tile_time
 
 MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
 SHORTLIST_PER_PICK = 1     # and more of them after each pick
@@ -43,10 +47,10 @@ SMALLEST = 1e-3            # resource ratios below this count as this (log featu
 # of the heuristic's, the share of the modelled time that is memory terms (``memory_seconds``),
 # plain weights of a block that is part of the channels (rows a channel row apart), a cache block of
 # the reduction channels, no unrolled reduction loop, the logs of the kernel model's load, latency and
-# issue cycles over its vector cycles, and a candidate the kernel model does not price (AMX tiles,
-# table lookups).
+# issue cycles over its vector cycles (AMX: 1), and a candidate no model prices (table lookups).
 FEATURES = ("model", "heuristic", "stream", "strided", "cache_block", "rolled", "load", "latency", "issue",
             "unpriced")
+FAMILIES = ("kernel", "tiles")   # the models, each with its own fit: the kernel model, the tile model
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,13 @@ Model = Callable[[Candidate], "Price | None"]
 
 
 def price(candidate: Candidate) -> Price | None:
-    """The kernel model's price of a candidate, without its memory term (None for what the model has
-    no costs for: AMX tiles, table lookups)."""
-    if candidate.isa not in CORE_COSTS or candidate.table_lookup:
+    """The kernel model's price of a candidate, without its memory term; an AMX candidate's time the
+    tile model's (None for what neither has costs for: table lookups)."""
+    if candidate.table_lookup or (candidate.isa not in CORE_COSTS and candidate.isa != "amx"):
         return None
     try:
+        if candidate.isa == "amx":
+            return Price(tile_time(candidate.schedule).predicted_seconds)
         model = kernel_model(candidate.schedule, candidate.isa, traffic=False)
     except ScheduleError:
         return Price(math.inf)
@@ -76,6 +82,11 @@ def price(candidate: Candidate) -> Price | None:
     vector = max(cycles["vector"], 1.0)
     return Price(model.predicted_seconds, cycles["load"] / vector, cycles["latency"] / vector,
                  cycles["issue"] / vector)
+
+
+def family(candidate: Candidate) -> str:
+    """Which model prices a candidate, and so which fit corrects it: ``"tiles"`` or ``"kernel"``."""
+    return "tiles" if candidate.isa == "amx" else "kernel"
 
 
 def imbalance(candidate: Candidate, threads: int) -> float:
@@ -114,8 +125,8 @@ class Guide:
         self.model, self.threads = model, threads
         self.scores: dict[int, Price | None] = {}
         self.known: dict[int, tuple[float, ...]] = {}
-        self.samples: list[tuple[tuple[float, ...], float]] = []
-        self.fit = Fit()
+        self.samples: dict[str, list[tuple[tuple[float, ...], float]]] = {name: [] for name in FAMILIES}
+        self.fits = {name: Fit() for name in FAMILIES}
 
     def score_best(self, count: int) -> None:
         """Score the heuristic's best ``count`` candidates (those not scored yet)."""
@@ -152,17 +163,18 @@ class Guide:
                 knobs = candidate.knobs
                 modelled = self.modelled(index)
                 memory = memory_seconds(candidate)
-                strided = knobs.weights == "plain" and knobs.channel_block < candidate.op.channels
+                blocked = isinstance(knobs, Knobs)       # a register block (not AMX tiles)
+                strided = blocked and knobs.weights == "plain" and knobs.channel_block < candidate.op.channels
                 self.known[index] = (
                     math.log(modelled) if math.isfinite(modelled) else math.inf, math.log(heuristic),
                     memory / modelled if math.isfinite(modelled) else 0.0, float(strided),
-                    float(knobs.cache_block > 0), float(not knobs.unroll), _log(model.load),
-                    _log(model.latency), _log(model.issue), 0.0)
+                    float(blocked and knobs.cache_block > 0), float(blocked and not knobs.unroll),
+                    _log(model.load), _log(model.latency), _log(model.issue), 0.0)
         return self.known[index]
 
     def fitted(self, index: int) -> float:
         """The fitted time of candidate ``index`` (scoring it if it was not)."""
-        return self.fit.predict(self.features(index))
+        return self.fits[family(self.candidates[index])].predict(self.features(index))
 
     def order(self, indices: Iterable[int]) -> list[int]:
         """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
@@ -174,8 +186,9 @@ class Guide:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
         features = self.features(index)
         if seconds is not None and math.isfinite(features[0]):
-            self.samples.append((features, seconds))
-            self.fit = Fit.of(self.samples)
+            name = family(self.candidates[index])
+            self.samples[name].append((features, seconds))
+            self.fits[name] = Fit.of(self.samples[name])
 
     def figures(self, index: int) -> dict[str, float]:
         """What a trial of candidate ``index`` records: the heuristic's figures, ``model_seconds``

@@ -136,26 +136,24 @@ class TuneResult:
     @property
     def model_spearman(self) -> float | None:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
-        measured minimum time over the verified trials that have a model time (the direct search's
-        register-blocked ones: not AMX tiles, table lookups nor the other algorithms); None with fewer
-        than 3 of them."""
+        measured minimum time over the verified trials that have a model time (the direct search's:
+        register blocks priced by the kernel model, AMX tiles by the tile model; not table lookups nor
+        the other algorithms); None with fewer than 3 of them."""
         pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
     @property
     def ranking_spearman(self) -> float | None:
         """Spearman's rank correlation between the prediction each trial was picked by
-        (``fitted_seconds``: the kernel model with the heuristic's memory terms and the thread
-        imbalance, refitted to the trials measured before it; AMX tiles: the heuristic's time
-        refitted) and the measured minimum time over the direct search's verified trials with a model
-        time or on AMX tiles; None with fewer than 3 of them."""
+        (``fitted_seconds``: the model's time with the heuristic's memory terms and the thread
+        imbalance, refitted to the trials measured before it) and the measured minimum time over the
+        verified trials that have a model time (as ``model_spearman``); None with fewer than 3."""
         pairs = self._modelled("fitted_seconds")
         return spearman(*zip(*pairs)) if pairs else None
 
     def _modelled(self, figure: str = "model_seconds") -> list[tuple[float, float]]:
         return [(t.model[figure], t.seconds) for t in self.trials
-                if t.seconds is not None and figure in t.model and math.isfinite(t.model[figure])
-                and ("model_seconds" in t.model or t.knobs.get("isa") == "amx")]
+                if t.seconds is not None and "model_seconds" in t.model and math.isfinite(t.model[figure])]
 
     def _model_line(self) -> str:
         rho, modelled = self.model_spearman, f"{len(self._modelled())} verified trials with a model time"
