@@ -184,3 +184,15 @@ def test_cache_blocked_matmul_starts_its_outputs_in_the_block(isa):
          .reorder("j_o", "k_o", "i_o", "k_i").vectorize("j_i").register_block("k_i"))
     kernel = check(s, isa)
     assert "lo_first = k_o == 0" in kernel.source and "/* C = 0 */" not in kernel.source
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_partial_register_block_runs_whole_blocks_without_its_guards(isa):
+    # 7 rows in blocks of 3: the last block has one row, the others run their reduction without the
+    # accumulators' existence tests and the row guards of A's loads (both hold there)
+    s = (lo.Schedule(lo.Matmul(7, 20, 9)).tile(i=3, j=16)
+         .reorder("i_o", "j_o", "k").vectorize("j_i").register_block("k"))
+    kernel = check(s, isa)
+    whole, _, partial = kernel.source.partition("} else {")
+    assert "every accumulator exists" in whole and "_ok)" not in whole.split("every accumulator exists")[1]
+    assert "if (lo_acc2_ok) lo_acc2 " in partial

@@ -12,8 +12,9 @@ summed when the accumulator is stored.
 Guards are placed by what they depend on: guards of outer or reduction loops skip
 iterations as in the plain nest; guards of block loops only decide whether an
 accumulator exists (checked once per block), unless they constrain a reduction dim
-(padding taps); the others are checked per update. A load is guarded only by the guards
-isl says it needs to stay inside its tensor.
+(padding taps); the others are checked per update. Where an accumulator may not exist, a
+whole block (every existence test true) runs a second copy of the reduction without them.
+A load is guarded only by the guards isl says it needs to stay inside its tensor.
 """
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ class RegisterBlock:
         self.loads_output = not self.initialises_output and self.chunk_loop is None
         self.loads: dict[tuple, str] = {}
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
+        self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
 
     # --- structure ---------------------------------------------------------------------
     def _check_kinds(self) -> None:
@@ -220,7 +222,19 @@ class RegisterBlock:
         guards = {acc.name: self._split_guards(acc) for acc in self.accumulators}
         for acc in self.accumulators:
             self._emit_setup(inner, acc, guards[acc.name])
-        em.emit_loop(self.start, inner, inside_block=True)
+        known = list(dict.fromkeys(g for acc in self.accumulators for g in guards[acc.name].store))
+        if known:
+            # a partial block's existence tests are loop invariants: a whole block runs the
+            # reduction without them (and without the load guards they imply)
+            em.emit(inner, f"if ({' && '.join(known)}) {{   /* every accumulator exists */")
+            self.known = frozenset(known)
+            em.emit_loop(self.start, inner + 1, inside_block=True)
+            self.known = frozenset()
+            em.emit(inner, "} else {")
+            em.emit_loop(self.start, inner + 1, inside_block=True)
+            em.emit(inner, "}")
+        else:
+            em.emit_loop(self.start, inner, inside_block=True)
         for acc in self.accumulators:
             self._emit_store(inner, acc)
         em.emit(indent, "}")
@@ -317,7 +331,7 @@ class RegisterBlock:
             mask = f"{acc.name}_now"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
-        conditions = ([f"{acc.name}_ok"] if guards.store else []) + guards.update
+        conditions = ([f"{acc.name}_ok"] if guards.store and not self.known else []) + guards.update
         if not self.vector:
             update = f"{acc.name} += {em.arith.product(a, b, acc.bindings)};"
         else:
@@ -337,7 +351,8 @@ class RegisterBlock:
                         raise ScheduleError(f"register_block: the broadcast of {tensor} needs a guard "
                                             f"that varies across the lanes of {self.vector!r}")
                     continue            # covered by the lane mask
-                protect.append(f"({bound.to_c()})")
+                if f"({bound.to_c()})" not in self.known:
+                    protect.append(f"({bound.to_c()})")
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is
