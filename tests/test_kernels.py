@@ -184,6 +184,7 @@ def test_cache_blocked_matmul_starts_its_outputs_in_the_block(isa):
          .reorder("j_o", "k_o", "i_o", "k_i").vectorize("j_i").register_block("k_i"))
     kernel = check(s, isa)
     assert "lo_first = k_o == 0" in kernel.source and "/* C = 0 */" not in kernel.source
+    check(s.parallel("j_o"), isa, threads=2)         # each thread's panels of C
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))
