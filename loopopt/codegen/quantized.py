@@ -610,7 +610,8 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
         return lines + [f"{target} = lo_a;"]
     if spec.requantized:
         return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
-                        "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
+                        # two selects, each a vmaxps / vminps (one nested select: compares and a blend)
+                        "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;",
                         f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
                         else f"{target} = (int)lo_p + lo_zy;"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
