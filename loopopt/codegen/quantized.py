@@ -609,11 +609,13 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     if not spec.scaled:
         return lines + [f"{target} = lo_a;"]
     if spec.requantized:
-        return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
-                        # two selects, each a vmaxps / vminps (one nested select: compares and a blend)
+        # clamped before it is rounded (the bounds are integers, so rounding commutes with the clamp),
+        # then rounded to the nearest even int by one conversion (vcvtps2dq: irintf under QUANT_FLAGS'
+        # -fno-math-errno); two selects, each a vmaxps / vminps (a nested select: compares and a blend)
+        return lines + [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
                         "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;",
-                        f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
-                        else f"{target} = (int)lo_p + lo_zy;"]
+                        f"{target} = ({qp.output_type})(__builtin_irintf(lo_p) + lo_zy);" if narrow
+                        else f"{target} = __builtin_irintf(lo_p) + lo_zy;"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 
