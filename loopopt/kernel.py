@@ -467,17 +467,16 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     return BinaryKernel(schedule, generated, module, popcount)
 
 
-def _openmp_flags(generated: Generated) -> tuple[str, ...]:
-    """Compile and link flags of a kernel with a parallel loop (none without)."""
-    return ("-fopenmp",) if generated.openmp else ()
+def _build(generated: Generated, flags: tuple[str, ...]):
+    """The module of ``generated`` compiled with ``flags``, and OpenMP's where it has a parallel loop."""
+    openmp = ("-fopenmp",) if generated.openmp else ()
+    return compile_c(generated.source, generated.cdef, flags + openmp, openmp)
 
 
 def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
-    openmp = _openmp_flags(generated)
-    flags = generated.isa.compile_flags + QUANT_FLAGS + openmp
-    module = compile_c(generated.source, generated.cdef, flags, openmp)
+    module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
         return Bf16TileKernel(schedule, generated, module)
     return TileKernel(schedule, generated, module, generated.plan)
@@ -497,16 +496,15 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     isa_name = resolve_isa(isa, integer=quantized)
     if schedule.weight_format_mode in FORMATS:
         generated = generate_lut(schedule, isa_name)
-        module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+        module = _build(generated, generated.compile_flags + QUANT_FLAGS)
         return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
-    openmp = _openmp_flags(generated)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     if quantized and generated.plan.tap_dot is not None:
         flags += taps.compile_flags(isa_name)
-    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    module = _build(generated, flags)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)
     return Kernel(schedule, generated, module)

@@ -20,7 +20,7 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   the weights with the last window's taps blocked by 4 (``OIHW4w``), the taps split by 4 (when more)
   and their inner loop innermost, consumed by one ``vpdpbusd`` per vector;
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
-  the outer loops: the block accumulates into the output across it);
+  the outer loops: the block accumulates into the output across it; ``cache_block_sizes``);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
@@ -65,6 +65,7 @@ DOT = 4                        # reduction channels per int32 lane of a dot inst
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
+EVEN_BLOCK = 64                # an even share of the reduction channels is a cache block if a multiple
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
@@ -428,6 +429,16 @@ def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[
     return choices
 
 
+def cache_block_sizes(extent: int) -> list[int]:
+    """Reduction channels per cache block for a reduction of ``extent`` channels: the
+    ``CACHE_BLOCKS`` below it, and its even shares (``extent / n``, no partial last block) that are
+    multiples of ``EVEN_BLOCK`` in their range (768: 384 and 192 too)."""
+    shares = {extent // n for n in range(2, extent // EVEN_BLOCK + 1)
+              if extent % n == 0 and (extent // n) % EVEN_BLOCK == 0}
+    return sorted({b for b in CACHE_BLOCKS if b < extent}
+                  | {b for b in shares if CACHE_BLOCKS[0] <= b <= CACHE_BLOCKS[-1]})
+
+
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
     AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
@@ -442,7 +453,7 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
     if has_dot(op, isa):
         weight_kinds.append("dot")
     channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
-    cache_blocks = [0] + [b for b in CACHE_BLOCKS if b < rc_extent]
+    cache_blocks = [0] + cache_block_sizes(rc_extent)
     found = []
     for cb, weights, cache_block in itertools.product(channel_blocks, weight_kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
