@@ -248,7 +248,8 @@ def describe(k: dict) -> str:
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
     if "weights" not in k:
         return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
-                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}")
+                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}"
+                + (f", parallel {k['parallel']}" if k.get("parallel") else ""))
     fmt = f"{k['weight_format']} " if "weight_format" in k else ""
     return (f"{k['pixel_block']}x{k['channel_block']} block, {fmt}weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"

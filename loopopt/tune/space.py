@@ -27,14 +27,16 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
 candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
-knob ``weight_format``), and, on one thread, table-lookup candidates (``LutKnobs``,
-``codegen/lut.py``) in ``tl1`` and ``tl2``:
+knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1``
+and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
 ``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
 channels: each group's start a column block), at most ``MAX_ACCUMULATORS`` column blocks in the
 block, every order of the reduction dims (taps in their order) inside every order of the loops
-outside the block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column block
-itself).
+outside the block (the kernel refuses vectorize and unroll; it vectorizes a column block itself);
+with ``threads > 1``, ``parallel`` on the outermost loop between the table build and the register
+block (``codegen.lut.lut_nest``; the kernel refuses it around the table build), where it has at
+least ``threads`` iterations in table-lookup units.
 
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
@@ -45,12 +47,12 @@ loop and each with it on the channel block's, where that splits at least ``threa
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
-from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
+from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
 from ..codegen.lut_format import COLUMNS, FORMATS
 from ..codegen.taps import fits
 from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
@@ -99,18 +101,22 @@ class Knobs:
 class LutKnobs:
     """The choices of a table-lookup candidate of a ternary op: its format (``"tl1"``, ``"tl2"``), a
     register block of ``pixel_block`` positions x ``channel_block`` output channels (a multiple of
-    32, or all of them), the reduction dims in loop order and the loops outside the block, outermost first."""
+    32, or all of them), the reduction dims in loop order, the loops outside the block, outermost first,
+    and the loop run on threads (None: one thread)."""
 
     weight_format: str
     pixel_block: int
     channel_block: int
     reduction: tuple[str, ...]
     outer: tuple[str, ...]
+    parallel: str | None = None
 
     def as_dict(self) -> dict:
+        """The knobs as JSON values (``parallel`` only where there is one)."""
+        threads = {} if self.parallel is None else {"parallel": self.parallel}
         return {"weight_format": self.weight_format, "pixel_block": self.pixel_block,
                 "channel_block": self.channel_block, "reduction": list(self.reduction),
-                "outer": list(self.outer)}
+                "outer": list(self.outer), **threads}
 
 
 @dataclass(frozen=True)
@@ -312,9 +318,11 @@ def _blocked(op: Op, knobs: Knobs, vector: int) -> Schedule:
 
 
 def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
-    """The schedule of a table-lookup candidate (``dataflows.table_lookup`` with its block and order)."""
-    return table_lookup(op, knobs.weight_format, knobs.pixel_block, knobs.channel_block, Roles.of(op).pixel,
-                        (*knobs.outer, *knobs.reduction))
+    """The schedule of a table-lookup candidate (``dataflows.table_lookup`` with its block and order,
+    and ``parallel`` on its parallel loop)."""
+    schedule = table_lookup(op, knobs.weight_format, knobs.pixel_block, knobs.channel_block,
+                            Roles.of(op).pixel, (*knobs.outer, *knobs.reduction))
+    return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
 
 
 def ternary(op: Op) -> bool:
@@ -330,9 +338,10 @@ def lut_columns(op: Op, channel_block: int) -> int:
     return lut_shape(op, FORMATS[LUT_FORMATS[0]]).blocks
 
 
-def lut_candidates(op: Op, isa: str) -> list[Candidate]:
-    """The table-lookup candidates of a ternary ``op`` on ``isa`` (one thread); none for another op,
-    an ISA the kernel does not run on or an op form it does not take (``codegen.lut.check_lut``)."""
+def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """The table-lookup candidates of a ternary ``op`` on ``isa`` for ``threads`` threads (for several,
+    those with a loop to split: ``_lut_parallel_loop``); none for another op, an ISA the kernel does
+    not run on or an op form it does not take (``codegen.lut.check_lut``)."""
     if not ternary(op) or isa not in LUT_ISAS:
         return []
     roles = Roles.of(op)
@@ -355,8 +364,22 @@ def lut_candidates(op: Op, isa: str) -> list[Candidate]:
                 outer[f"{roles.channel}_o"] = -(-op.channels // cb)
             for fmt, reduction, order in itertools.product(LUT_FORMATS, _reduction_orders(roles, extents),
                                                            _outer_orders(outer)):
-                found.append(Candidate(op, isa, LutKnobs(fmt, pb, cb, reduction, order)))
+                knobs = LutKnobs(fmt, pb, cb, reduction, order)
+                parallel = _lut_parallel_loop(op, knobs, threads)
+                if threads == 1 or parallel:
+                    found.append(Candidate(op, isa, replace(knobs, parallel=parallel)))
     return found
+
+
+def _lut_parallel_loop(op: Op, knobs: LutKnobs, threads: int) -> str | None:
+    """The loop of a one-thread table-lookup candidate to split over ``threads``: the outermost of extent
+    > 1 (in table-lookup units) between the table build and the register block, if it has at least
+    ``threads`` iterations; None otherwise (and for one thread)."""
+    if threads == 1:
+        return None
+    nest = lut_nest(build_lut(op, knobs))
+    between = [(name, extent) for name, extent in nest.loops[nest.table_at:nest.region] if extent > 1]
+    return between[0][0] if between and between[0][1] >= threads else None
 
 
 def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
@@ -469,7 +492,7 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
                         found.append(Candidate(op, isa, knobs))
     found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
     return (found + (tile_candidates(op, threads) if tiles else [])
-            + (lut_candidates(op, isa) if threads == 1 else []))
+            + lut_candidates(op, isa, threads))
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
