@@ -241,6 +241,8 @@ def test_space_follows_the_op_roles():
     assert parallel and all(c.schedule.parallel_loop.name == c.knobs.parallel for c in parallel[:20])
     matmul = candidates(lo.Matmul(8, 64, 600), "avx512")
     assert {c.knobs.cache_block for c in matmul} == {0, 64, 128, 256, 512}
+    shares = candidates(lo.Matmul(8, 64, 768), "avx512")     # its halves and quarters too: no partial block
+    assert {c.knobs.cache_block for c in shares} == {0, 64, 128, 192, 256, 384, 512}
     bf16 = lo.Conv2d(8, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")
     pairs = [c for c in candidates(bf16, "avx512") if c.isa == "avx512" and c.knobs.weights == "dot"]
     assert bool(pairs) == bf16_dot_available("avx512")     # vdpbf16ps where this CPU runs it

@@ -324,7 +324,7 @@ class _Counter:
             sites += self._vector_sites()
         else:
             sites += self._scalar_sites()
-        if block is None or not block.initialises_output:
+        if block is None or not block.starts_output:
             sites.append(self._output_init())
         if self.op.scales is not None:
             sites.append(self._scaled_output())
@@ -434,7 +434,7 @@ class _Counter:
             setup += Work(guard_checks=len(guards.store), masks=1 if bits else 0)
             if guards.store_lanes:
                 setup_masks.add(self._lane_mask(acc, guards.store_lanes))
-            if block.initialises_output and block.bias and block.chunk_loop is None:
+            if block.starts_output and block.bias and block.chunk_loop is None:
                 kind = {"broadcast": "broadcast", "contiguous": "load"}[block.bias_kind] if vector else "load"
                 setup += self._load(kind, mask is not None)
             if block.loads_output:

@@ -23,9 +23,9 @@ the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the f
 trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in
 a one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
 table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds
-and lookups) counts the heuristic's time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its
-block) as its model time, with the feature ``unpriced`` set, and records no ``model_seconds`` (it is
-left out of the Spearman figure).
+and lookups) or a binary op's (XNOR + popcount) counts the heuristic's time (``rank.LUT_SHARE`` or
+``rank.BINARY_RATE`` of the int8 dot peak, scaled by its block) as its model time, with the feature
+``unpriced`` set, and records no ``model_seconds`` (it is left out of the Spearman figure).
 """
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ Model = Callable[[Candidate], "Price | None"]
 
 def price(candidate: Candidate) -> Price | None:
     """The kernel model's price of a candidate, without its memory term; an AMX candidate's time the
-    tile model's (None for what neither has costs for: table lookups)."""
-    if candidate.table_lookup or (candidate.isa not in CORE_COSTS and candidate.isa != "amx"):
+    tile model's (None for what neither has costs for: table lookups, binary kernels)."""
+    if (candidate.table_lookup or candidate.binary
+            or (candidate.isa not in CORE_COSTS and candidate.isa != "amx")):
         return None
     try:
         if candidate.isa == "amx":

@@ -28,6 +28,12 @@ scaled by its register block's accumulators (``CHAINS`` hide the latency), its l
 pixel's tables, a column block's indices) and the lanes its edge blocks use. An AMX candidate gets
 the tile model's time (``tile_model``: its tile dots at the AMX peak, its tile loads from the cache
 levels that hold their operands, its epilogue).
+A binary op's candidate (XNOR + popcount) gets ``BINARY_RATE[isa]`` times the int8 dot peak of its
+ISA (from instruction counts, not measured: on AVX-512, 512 products per XOR, ``vpopcntq`` and add
+on the two ports that run two ``vpdpbusd`` of 64 products; the nibble popcount takes 6 more
+instructions; a scalar core one ``popcnt`` of 64 products per cycle), scaled by its accumulators,
+its loads per XOR (a weight vector per channel vector, a broadcast per position), spare registers
+and edge blocks; every candidate of one search has the same rate, so it orders them by the block alone.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.binary import LANES as BINARY_LANES
+from ..codegen.binary import block_dims
 from ..codegen.lut_format import COLUMNS
 from ..machine import Cache, machine_profile
 from ..ops import Op
@@ -57,6 +65,7 @@ PAGED = 4.0                # a line of strided weight rows a page apart costs th
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
+BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
@@ -103,6 +112,19 @@ def lut_efficiency(candidate: Candidate) -> float:
     efficiency *= accumulators / (accumulators + knobs.pixel_block + columns)       # loads per lookup
     efficiency *= _edges(op.channels, knobs.channel_block) * knobs.channel_block / (columns * COLUMNS)
     return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
+
+
+def binary_efficiency(candidate: Candidate) -> float:
+    """A binary candidate's rate relative to the int8 dot peak of its ISA (``BINARY_RATE``, scaled)."""
+    op, knobs, isa = candidate.op, candidate.knobs, candidate.isa
+    vectors = _ceil(knobs.channel_block, BINARY_LANES[isa])
+    accumulators = knobs.pixel_block * vectors
+    efficiency = BINARY_RATE[isa] * min(1.0, accumulators / CHAINS)
+    if REGISTERS[isa] - accumulators - vectors - 1 < TIGHT_SPARE:                 # the compiler spills
+        efficiency *= TIGHT
+    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)  # loads per XOR
+    efficiency *= _edges(op.channels // op.groups, knobs.channel_block)
+    return efficiency * _edges(op.extent(block_dims(op)[0]), knobs.pixel_block)
 
 
 def element_bytes(op: Op) -> int:
@@ -182,8 +204,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
         peak = _peak("amx", "int8" if op.quant is not None else op.dtype)
         return {"efficiency": op.flops / (peak * seconds), "stream_seconds": 0.0,
                 "predicted_seconds": seconds}
-    if candidate.table_lookup:
-        efficiency = lut_efficiency(candidate)
+    if candidate.table_lookup or candidate.binary:
+        efficiency = lut_efficiency(candidate) if candidate.table_lookup else binary_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
     roles, _, bandwidth = _operands(op)
@@ -233,7 +255,7 @@ def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
     unrolled (only whether one is); candidates that differ only there share their figures."""
     knobs = candidate.knobs
-    if candidate.isa == "amx" or candidate.table_lookup:
+    if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
         return candidate.op, candidate.isa, knobs
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
             knobs.cache_block, bool(knobs.unroll), knobs.outer)

@@ -237,7 +237,8 @@ class TuneResult:
 
 def describe(k: dict) -> str:
     """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
-    candidate's, a table-lookup candidate's, or a register block's, with its weight format if not int8)."""
+    candidate's, a binary op's, a table-lookup candidate's, or a register block's, with its weight format
+    if not int8)."""
     if "plan" in k:
         return k["plan"]
     if "algorithm" in k:
@@ -246,6 +247,8 @@ def describe(k: dict) -> str:
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
+    if k.get("kernel") == "binary":
+        return f"XNOR + popcount, {k['pixel_block']}x{k['channel_block']} block"
     if "weights" not in k:
         return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
                 f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}"
