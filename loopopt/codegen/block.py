@@ -13,6 +13,13 @@ iterations as in the plain nest; guards of block loops only decide whether an
 accumulator exists (checked once per block), unless they constrain a reduction dim
 (padding taps); the others are checked per update. A load is guarded only by the guards
 isl says it needs to stay inside its tensor.
+
+Operand bases: where isl proves that the loads of a float input tensor lie at constant distances
+from its first load over the whole loop box (a channels-last input's pixels, a packed weight
+block's vectors), the body declares one pointer to that first element per reduction iteration
+(``lo_base_<tensor>``) and indexes it by constants: the C compiler then addresses each load as
+that register plus a displacement, instead of computing (and, beyond its integer registers,
+spilling to the stack) one address per load.
 """
 from __future__ import annotations
 
@@ -97,6 +104,37 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
     return frozenset(kept)
 
 
+@dataclass(frozen=True)
+class Base:
+    """A pointer to one element of a tensor that a register block's body indexes by constants."""
+
+    name: str                              # the C pointer declared per reduction iteration
+    offset: str                            # its element's storage offset (C), in the loop variables
+    displacement: dict[str, int]           # each load's storage offset (C) -> elements from the base
+
+
+def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
+    """``offset - base`` where it is one constant over the loop box (isl proves it), else None."""
+    origin = {name: 0 for name in offset.variables() | base.variables()}     # inside the box
+    distance = int(offset.evaluate(origin) - base.evaluate(origin))
+    difference = f"({offset.to_isl()}) - ({base.to_isl()})"
+    other = schedule.iterations(f"({difference} < {distance} or {difference} > {distance})")
+    return distance if other.is_empty() else None
+
+
+@lru_cache(maxsize=1024)
+def operand_base(schedule: Schedule, tensor: str, offsets: tuple[Expr, ...]) -> Base | None:
+    """The base of ``tensor``'s loads at ``offsets`` (the first one's element), or None where one of
+    them is not at a constant distance from it."""
+    displacement = {}
+    for offset in offsets:
+        distance = _displacement(schedule, offset, offsets[0])
+        if distance is None:
+            return None
+        displacement[offset.to_c()] = distance
+    return Base(f"lo_base_{tensor}", offsets[0].to_c(), displacement)
+
+
 class RegisterBlock:
     """Emits the block of ``emitter``'s schedule (its ``at`` loop and everything inside)."""
 
@@ -130,6 +168,7 @@ class RegisterBlock:
         self.loads_output = not self.initialises_output and self.chunk_loop is None
         self.loads: dict[tuple, str] = {}
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
+        self.bases = self._bases()
 
     # --- structure ---------------------------------------------------------------------
     def _check_kinds(self) -> None:
@@ -162,6 +201,22 @@ class RegisterBlock:
             valid = min([lanes for name, _, lanes in combo if name == self.vector], default=self.lanes)
             accs.append(Accumulator(f"lo_acc{number}", bindings, valid, self.vector))
         return accs
+
+    def _bases(self) -> dict[str, Base]:
+        """The operand base of each float input loaded as a vector or broadcast (no chunk loop)."""
+        em, s = self.em, self.em.schedule
+        if self.vector is None or self.chunk_loop is not None or em.arith.name != "float":
+            return {}
+        bases = {}
+        for tensor in em.op.inputs:
+            if em.kinds[tensor].kind not in ("contiguous", "broadcast") or ternary.packed(s, tensor):
+                continue
+            offsets = tuple(dict.fromkeys(s.offset(tensor).substitute(acc.bindings)
+                                          for acc in self.accumulators))
+            base = operand_base(s, tensor, offsets)
+            if base is not None:
+                bases[tensor] = base
+        return bases
 
     # --- guards and masks ----------------------------------------------------------------
     def _split_guards(self, acc: Accumulator) -> _Guards:
@@ -251,7 +306,8 @@ class RegisterBlock:
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
         offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
-        ref = f"{tensor}[{offset}]"
+        base = self.bases.get(tensor)
+        ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{offset}]"
         if not self.vector:
             return ternary.reference(em.schedule, tensor, offset)
         kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
@@ -281,6 +337,8 @@ class RegisterBlock:
             if self.vector and loop.extent % self.lanes:
                 left = f"({loop.extent} - {loop.name})"
                 chunk_bits = f"({left} < {self.lanes} ? (1u << {left}) - 1u : ~0u)"
+        for tensor, base in self.bases.items():
+            em.emit(indent, f"const {em.arith.element_type} *{base.name} = &{tensor}[{base.offset}];")
         for acc in self.accumulators:
             self._emit_update(indent, acc, chunk_bits)
         if self.chunk_loop:
