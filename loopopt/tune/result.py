@@ -237,7 +237,8 @@ def describe(k: dict) -> str:
         return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
                 f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}")
     fmt = f"{k['weight_format']} " if "weight_format" in k else ""
-    return (f"{k['pixel_block']}x{k['channel_block']} block, {fmt}weights {k['weights']}, reduction "
+    along = f" along {k['pixel']}" if "pixel" in k else ""
+    return (f"{k['pixel_block']}x{k['channel_block']} block{along}, {fmt}weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
             + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")

@@ -59,9 +59,12 @@ KIND = 2                   # the leading fields of a block shape that name its k
 
 
 def _block(candidate: Candidate) -> tuple:
-    """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels."""
+    """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels and
+    the position dim along which the pixels run (None: the default, ``space.Roles.pixel``)."""
     knobs = candidate.knobs
-    return candidate.isa, knobs.as_dict().get("weight_format"), knobs.pixel_block, knobs.channel_block
+    fields = knobs.as_dict()
+    return (candidate.isa, fields.get("weight_format"), knobs.pixel_block, knobs.channel_block,
+            fields.get("pixel"))
 
 
 def _differs_once(a: Candidate, b: Candidate) -> bool:
