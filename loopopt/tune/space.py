@@ -431,16 +431,28 @@ def _outer_orders(loops: dict[str, int]) -> list[tuple[str, ...]]:
     return [trivial + order for order in itertools.permutations(wide)]
 
 
-def _unrolls(reduction: list[str], extents: dict[str, int]) -> list[tuple[tuple[str, int], ...]]:
+def _unrolls(reduction: list[str], extents: dict[str, int],
+             long_first: bool = False) -> list[tuple[tuple[str, int], ...]]:
     """No unroll; the short reduction loops inside the first one (a depthwise conv's taps) unrolled
-    completely; the innermost reduction loop unrolled by UNROLL."""
-    choices: list[tuple[tuple[str, int], ...]] = [()]
+    completely; the innermost reduction loop unrolled by UNROLL (before the short ones with
+    ``long_first``: candidates that the ranking ties are tried in this order)."""
     short = tuple((d, extents[d]) for d in reduction[1:] if 1 < extents[d] <= MAX_UNROLLED)
-    if short:
-        choices.append(short)
-    if extents[reduction[-1]] >= 2 * UNROLL:
-        choices.append(((reduction[-1], UNROLL),))
-    return choices
+    innermost = ((reduction[-1], UNROLL),) if extents[reduction[-1]] >= 2 * UNROLL else ()
+    choices = [innermost, short] if long_first else [short, innermost]
+    return [()] + [choice for choice in choices if choice]
+
+
+def _streaming_first(orders: list[tuple[str, ...]], rc: str) -> list[tuple[str, ...]]:
+    """The reduction orders with the input channels innermost first (the others after them, in their
+    order): on channels-last activations and weights packed in loop order, consecutive iterations then
+    read consecutive elements of both operands, and a cache line of the input serves a vector's worth
+    of iterations in a row (with the taps innermost, a block of a many-channel layer reads tap x pixel
+    lines a pixel's channels apart per iteration, which share few L1 sets, before coming back to
+    them). Candidates the ranking ties are tried in this order. Measured in thread CPU time against
+    PyTorch NHWC on the shared Xeon, one interleaved run each: YOLOv3's stride-2 layer 9x32 block
+    0.87x with the taps innermost, 1.08x with c innermost (unrolled by 4); VGG conv5_1 10x32 1.00x vs
+    1.05x; DeepLab's dilated layer 7x32 1.14x (c between the taps) vs 1.20x."""
+    return sorted(orders, key=lambda order: order[-1] != rc)
 
 
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
@@ -483,9 +495,10 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)
             if names.cache:
                 outer[names.cache] = -(-rc_extent // cache_block)
-            for reduction in _reduction_orders(roles, extents):
+            for reduction in _streaming_first(_reduction_orders(roles, extents), roles.rc):
                 loops = [names.reduction if d == roles.rc else d for d in reduction]
-                for order, unroll in itertools.product(_outer_orders(outer), _unrolls(loops, red_extents)):
+                unrolls = _unrolls(loops, red_extents, long_first=True)
+                for order, unroll in itertools.product(_outer_orders(outer), unrolls):
                     parallel = _parallel_loop(order, outer, threads, names.cache)
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
