@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_layers import INT8_SPEC, write_section
 from bench_reuse import command_line
 from bench_tune import LAYERS as UNCATALOGUED
-from peers import INT8_PEERS, LayerData, PeerUnavailable
+from peers import INT8_PEERS, ORT_NO_SPIN, LayerData, PeerUnavailable
 
 import loopopt as lo
 from loopopt.amx import AmxGemm, amx_peak_gops, require_amx
@@ -241,7 +241,9 @@ def bench_layers(rounds: int, layers: tuple[str, ...] = LAYERS, threads: tuple[i
             f"CPU: {cpu_model()}, {counts} thread(s); one core's AMX peaks (loopopt's tile loops): "
             f"{peak_text}; VNNI int8 peak {peak_gflops('avx512', 'int8'):.0f} GOP/s. "
             f"Batch 1; calls interleaved, {rounds} rounds, medians (rates from them) and fastest calls; "
-            f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}. " + _load_text(share)]
+            f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}; onnxruntime's intra-op threads "
+            f"do not spin on several threads (`{'='.join(ORT_NO_SPIN)}`: a spinning one took a core from the "
+            f"next call). " + _load_text(share)]
     for precision in precisions:
         unit = PRECISIONS[precision][1]
         what = ("int8: uint8 activations, int8 per-channel weights, int32 bias, uint8 output (verified: "

@@ -225,14 +225,15 @@ def report(command: str, args: argparse.Namespace, rows: list[Row], others: floa
          f"budget={args.budget:g})` (model-guided; each trial compiled, verified and timed in a worker "
          f"process). Its best kernel is then measured again by `lo.measure` (median of single runs, "
          f"{PEER_BUDGET:g} s) next to the peers (PyTorch `conv2d` on channels-last tensors or "
-         f"`torch.matmul`; onnxruntime `Conv`, `QLinearConv` or `MatMul`; the median of single calls "
+         f"`torch.matmul`; onnxruntime `Conv`, `QLinearConv` or `MatMul`, whose intra-op threads do not "
+         f"spin on several threads; the median of single calls "
          f"for {PEER_BUDGET:g} s after warm-up; every output checked against the float64 reference, "
          f"int8 within 2 LSB of the exact uint8 output). % of peak = rate / (threads x one-core peak "
          f"of the best trial's ISA: fp32 FMA, int8 VNNI or AMX tiles). \"vs best peer\" = the fastest "
          f"verified peer's median / loopopt's: above 1 is faster. \"within 95%\": the first trial at "
          f"least {WITHIN:.0%} as fast as the search's best (by minimum time) and the seconds from the "
          f"search's start to that trial's end (ranking included). Spearman: the kernel model's time vs "
-         f"the measured minimum over the search's verified trials (AMX trials have no model time). "
+         f"the measured minimum over the search's verified trials (AMX trials: the tile model's). "
          f"int8: uint8 activations per tensor, int8 symmetric weights per output channel, uint8 "
          f"output."),
         "### Layers\n\n" + layers_table(args.layers),

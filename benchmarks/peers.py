@@ -6,6 +6,11 @@ returned as a ``Case``: a zero-argument call (the timed part) and a function tha
 result into a numpy array in the logical NCHW layout, for verification.
 Both libraries are optional (``pip install -e '.[bench]'``); a builder raises
 ``PeerUnavailable`` with an install hint when its library cannot be imported.
+
+On several threads onnxruntime's intra-op threads do not spin after a call (``ORT_NO_SPIN``): the
+benchmarks interleave the implementations' calls, and a spinning onnxruntime thread took a core
+from the next call (the 2-thread AMX kernel of VGG conv5_1 int8: 4 ms of that thread's CPU time
+during each 0.6 ms call that followed an onnxruntime call, 0.03 ms without spinning; 2 cores).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 INSTALL_HINT = "pip install -e '.[bench]'"
+ORT_NO_SPIN = ("session.intra_op.allow_spinning", "0")    # onnxruntime's session option, several threads
 
 
 class PeerUnavailable(RuntimeError):
@@ -178,6 +184,8 @@ def _ort_node_session(node, inputs: list[tuple[str, np.ndarray]], feed: np.ndarr
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    if threads > 1:
+        options.add_session_config_entry(*ORT_NO_SPIN)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return lambda: session.run(None, {"x": feed})[0]

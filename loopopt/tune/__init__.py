@@ -4,8 +4,9 @@ processes, logs every trial in an SQLite tuning log and returns the fastest veri
 (schedule, ISA, timing).
 
 Modules: ``space`` (the candidates), ``algorithms`` (direct, implicit GEMM, im2col, Winograd: their
-candidates and share of the trials), ``rank`` (the heuristic order), ``guide`` and ``fit`` (the
-kernel model's order, refitted to the measurements; Spearman), ``choice`` (the first choice without
+candidates and share of the trials), ``rank`` (the heuristic order), ``tile_model`` (AMX
+candidates' time), ``guide`` and ``fit`` (the kernel model's order, refitted to the measurements;
+Spearman), ``choice`` (the first choice without
 measuring: the default schedule of an op never tuned), ``trial`` (what a worker measures),
 ``executor`` (worker processes with a timeout), ``cluster`` (any executor, a Dask cluster
 included), ``log`` (the SQLite log), ``search`` (the loop), ``result`` (``TuneResult``).

@@ -14,12 +14,15 @@ fitted time, the others after them in the heuristic's order. A scored candidate'
 model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2: the memory term the
 kernel model leaves out, cheap enough for every candidate). Each verified trial refits the
 prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
-side with it), and the untried candidates are reordered by it. The model has no costs for AMX
-tiles: an AMX candidate counts the heuristic's time (the tile fill against the AMX peak) as its
-model time in the order, is left out of the fit and the Spearman figure, and records no
-``model_seconds``; so does a table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no
-costs for table builds and lookups; its heuristic time is ``rank.LUT_SHARE`` of the int8 dot peak,
-scaled by its block).
+side with it), and the untried candidates are reordered by it. An AMX candidate's model time is the
+tile model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart
+from the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
+trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in a
+one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
+table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds and
+lookups) counts the heuristic's time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its block)
+as its model time in the order, is left out of the fit and the Spearman figure, and records no
+``model_seconds``.
 """
 from __future__ import annotations
 
@@ -30,22 +33,31 @@ from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
 from .fit import Fit
 from .space import Candidate
+from .tile_model import tile_time
 
 MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
 SHORTLIST_PER_PICK = 1     # and more of them after each pick
+FAMILIES = ("kernel", "tiles")   # the models, each with its own fit: the kernel model, the tile model
 
 Model = Callable[[Candidate], "float | None"]
 
 
 def model_seconds(candidate: Candidate) -> float | None:
-    """The kernel model's time of a candidate, without its memory term (inf if the schedule refuses
-    it; None for what the model has no costs for: AMX tiles, table lookups)."""
-    if candidate.isa not in CORE_COSTS or candidate.table_lookup:
+    """The kernel model's time of a candidate, without its memory term; an AMX candidate's the tile
+    model's (inf if the schedule refuses it; None for what neither has costs for: table lookups)."""
+    if candidate.table_lookup or (candidate.isa not in CORE_COSTS and candidate.isa != "amx"):
         return None
     try:
+        if candidate.isa == "amx":
+            return tile_time(candidate.schedule).predicted_seconds
         return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
     except ScheduleError:
         return math.inf
+
+
+def family(candidate: Candidate) -> str:
+    """Which model prices a candidate, and so which fit corrects it: ``"tiles"`` or ``"kernel"``."""
+    return "tiles" if candidate.isa == "amx" else "kernel"
 
 
 def shortlist(picks: int) -> int:
@@ -61,8 +73,8 @@ class Guide:
         self.candidates = list(ranked)
         self.model = model
         self.scores: dict[int, float | None] = {}
-        self.samples: list[tuple[float, float, float]] = []
-        self.fit = Fit()
+        self.samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in FAMILIES}
+        self.fits = {name: Fit() for name in FAMILIES}
 
     def score_best(self, count: int) -> None:
         """Score the heuristic's best ``count`` candidates (those not scored yet)."""
@@ -88,7 +100,8 @@ class Guide:
         """The fitted time of candidate ``index`` (scoring it if it was not); a candidate the model
         does not price has the heuristic's time in place of the model's."""
         model, heuristic = self.modelled(index), self.heuristic(index)
-        return self.fit.predict(heuristic if model is None else model, heuristic)
+        fit = self.fits[family(self.candidates[index])]
+        return fit.predict(heuristic if model is None else model, heuristic)
 
     def order(self, indices: Iterable[int]) -> list[int]:
         """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
@@ -100,8 +113,9 @@ class Guide:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
         model = self.modelled(index)
         if seconds is not None and model is not None and math.isfinite(model):
-            self.samples.append((model, self.heuristic(index), seconds))
-            self.fit = Fit.of(self.samples)
+            name = family(self.candidates[index])
+            self.samples[name].append((model, self.heuristic(index), seconds))
+            self.fits[name] = Fit.of(self.samples[name])
 
     def figures(self, index: int) -> dict[str, float]:
         """What a trial of candidate ``index`` records: the heuristic's figures, ``model_seconds``

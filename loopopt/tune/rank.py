@@ -24,7 +24,9 @@ of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of weights, ran 4.5-10 ms
 block loop inside the row loop and 2.8 ms with it outside, in one search on a shared machine).
 A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the int8 dot peak,
 scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads per lookup (a
-pixel's tables, a column block's indices) and the lanes its edge blocks use.
+pixel's tables, a column block's indices) and the lanes its edge blocks use. An AMX candidate gets
+the tile model's time (``tile_model``: its tile dots at the AMX peak, its tile loads from the cache
+levels that hold their operands, its epilogue).
 """
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ..codegen.lut_format import COLUMNS
-from ..codegen.tiles import tile_plan
 from ..machine import machine_profile
 from ..ops import Op
 from .space import DOT, REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes, lut_columns, tap_window
+from .tile_model import tile_time
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
@@ -79,18 +81,6 @@ def _operands(op: Op) -> tuple[Roles, tuple[tuple[frozenset[str], int], ...], fl
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def tile_efficiency(candidate: Candidate) -> float:
-    """An AMX candidate's share of the tile peak: the tile rows, columns and K bytes its blocks use
-    (the shifted last blocks recompute), fewer tiles loaded per dot with 2 x 2 blocks."""
-    plan = tile_plan(candidate.schedule)
-    s = plan.shape
-    pixels = s.pixels / (_ceil(s.pixels, plan.block_pixels) * plan.block_pixels)
-    channels = s.kg / (_ceil(s.channel_tiles, plan.col_tiles) * plan.scratch_columns)
-    depth = s.cg / (len(s.starts) * s.values)
-    loads = plan.row_tiles * plan.col_tiles / (plan.row_tiles + plan.col_tiles)   # dots per tile load, <= 1
-    return pixels * channels * depth * loads
 
 
 def _edges(extent: int, block: int) -> float:
@@ -150,10 +140,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == "amx":
-        efficiency = tile_efficiency(candidate)
+        seconds = tile_time(candidate.schedule).predicted_seconds        # its loads count their levels
         peak = _peak("amx", "int8" if op.quant is not None else op.dtype)
-        return {"efficiency": efficiency, "stream_seconds": 0.0,
-                "predicted_seconds": op.flops / (peak * efficiency)}
+        return {"efficiency": op.flops / (peak * seconds), "stream_seconds": 0.0,
+                "predicted_seconds": seconds}
     if candidate.table_lookup:
         efficiency = lut_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,

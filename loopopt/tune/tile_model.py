@@ -1,0 +1,133 @@
+"""The tile model: an AMX candidate's predicted time from what its tile kernel executes.
+
+The kernel model (``lo.kernel_model``) prices SIMD kernels; an AMX tile kernel (``codegen/tiles.py``)
+is priced here from its plan (``tile_plan``: blocks, taps, K chunks, tiles per block) and this
+machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes and read bandwidths):
+
+* dots: every tile dot product the kernel issues (the shifted last blocks and a block's unused
+  rows, columns and K bytes included), each at the measured peak's time of a full 16 x 16 x 64-byte
+  dot;
+* loads: every tile the kernel loads (1 KB at most), each from the cache level that holds the
+  operand between two uses of it: a channel block's weights (channel blocks outside the pixels) or
+  all of a group's weights (pixels outside) for the B tiles; a block's window of activations, else
+  all activations (each channel block reads them again) for the A tiles. A set within half of L1
+  (A and B tiles share it) comes from L1; a larger one from the first level that holds it, but for
+  the share the level inside holds (``min(1, capacity / set)``), at each level's read bandwidth;
+  plus, when a call's inputs and output do not stay in L2 between calls, the inputs once from the
+  level beyond (``cold_seconds``; VGG conv5_1's 2.4 MB of weights);
+* epilogue: ``EPILOGUE_CYCLES`` per output element written (the quantized epilogue of a tile
+  store: compensation, bias, requantization, narrowing), at the clock implied by the VNNI peak.
+
+Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. The
+time is that of one core, like the ranking heuristic's: a search's candidates share their thread
+count (so a parallel candidate's two splits tie; the walk tries the other one as a neighbour).
+
+On this project's Xeon, against the minimum times of the 16 one-thread AMX trials of VGG conv5_1
+and ResNet-50 conv2_x int8 that bench_tune.py and tune_layers.py logged on 2026-11-23 (other
+processes 0-23% of the CPU), it predicted 0.77-1.11x the measured times, with a Spearman
+correlation of 0.98 (VGG) and 0.90 (conv2_x) over each layer's 8; the tile fill alone had predicted
+0.24 ms for the 0.76 ms VGG kernel (its 19-pixel rows fill 2 tiles of 16 rows) and the same time for
+pixels-outside blocks, whose weights come from beyond L2 (1.10 ms), as for those that keep them in L2.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..codegen.amx import MAX_COLSB, TILE
+from ..codegen.tiles import TilePlan, tile_plan
+from ..machine import machine_profile
+from ..schedule import Schedule
+
+EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue: fitted to ResNet-50 conv2_x int8,
+                           # whose AMX kernels ran 0.09-0.135 ms, their dots and loads 0.03-0.06 ms of it
+VNNI_OPS_PER_CYCLE = 256   # int8 ops per cycle of the VNNI peak: 2 vpdpbusd x 16 lanes x 4 products x 2
+LEVELS = ("L1", "L2", "L3", "DRAM")
+
+
+@dataclass(frozen=True)
+class TileTime:
+    """The tile model's figures of one AMX kernel (seconds, one core)."""
+
+    dots: float            # tile dot products at the AMX peak
+    loads: float           # tile loads from the levels that hold their operands
+    epilogue: float        # the output elements' epilogue
+
+    @property
+    def predicted_seconds(self) -> float:
+        """Dots and loads overlapped, then the epilogue."""
+        return max(self.dots, self.loads) + self.epilogue
+
+
+@lru_cache(maxsize=1)
+def _levels() -> tuple[tuple[str, float, float], ...]:
+    """(level, capacity in bytes, read bandwidth in bytes/s) of this machine's levels, inside out;
+    L1's capacity is half of it (the A and B tiles share it), DRAM's unbounded."""
+    profile = machine_profile()
+    sizes = {c.name: c.size for c in profile.caches}
+    found = []
+    for name in LEVELS:
+        if name not in profile.bandwidth:
+            continue
+        capacity = sizes.get(name, float("inf")) if name != "DRAM" else float("inf")
+        found.append((name, capacity / 2 if name == "L1" else capacity, profile.bandwidth[name].gbs * 1e9))
+    return tuple(found)
+
+
+def load_seconds(loaded: float, working_set: float) -> float:
+    """Seconds to load ``loaded`` bytes of an operand whose reused set is ``working_set`` bytes: from
+    the first level that holds the set, but for the share the level inside it holds."""
+    levels = _levels()
+    inside = None
+    for _, capacity, bandwidth in levels:
+        if working_set <= capacity:
+            if inside is None:
+                return loaded / bandwidth
+            share = inside[0] / working_set
+            return loaded * (share / inside[1] + (1 - share) / bandwidth)
+        inside = (capacity, bandwidth)
+    return loaded / levels[-1][2]
+
+
+def _clock() -> float:
+    """Cycles per second implied by the measured VNNI int8 peak."""
+    return machine_profile().peak("avx512", "int8") * 1e9 / VNNI_OPS_PER_CYCLE
+
+
+def tile_time(schedule: Schedule) -> TileTime:
+    """The tile model's time of ``schedule``'s AMX kernel (``TileError`` if it has none)."""
+    quant = schedule.op.quant
+    return _time(tile_plan(schedule), quant is not None, 1 if quant is not None and quant.requantized else 4)
+
+
+def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
+    s = plan.shape
+    steps = s.rows.taps * s.column_taps * len(s.starts)           # tap-chunks each block reduces over
+    blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks
+    dot_ops = 2 * TILE * TILE * s.values                          # a full dot's operations
+    peak = machine_profile().peak("amx", "int8" if quantized else "bfloat16") * 1e9
+    dots = blocks * steps * plan.row_tiles * plan.col_tiles * dot_ops / peak
+    b_set = (plan.col_tiles if plan.channels_outer else s.channel_tiles) * steps * s.tile_bytes
+    b = load_seconds(blocks * steps * plan.col_tiles * s.tile_bytes, b_set)
+    stride = 1 if s.gemm else s.cols.stride
+    width = (plan.block_pixels - 1) * stride + (s.cols.taps - 1) * s.cols.dilation + 1
+    window = (1 if s.gemm else s.rows.taps) * width * s.channels * s.element
+    rows, cols = s.padded
+    stored = s.pixels if s.gemm else s.batch * rows * cols                 # activation pixels stored
+    activations = stored * s.channels * s.element
+    a_set = window if window <= _levels()[0][1] else activations
+    a = load_seconds(blocks * steps * plan.row_tiles * min(TILE, s.pixels) * MAX_COLSB, a_set)
+    outputs = s.groups * s.lines * s.pixels * s.kg
+    weights = s.groups * s.channel_tiles * steps * s.tile_bytes
+    call = weights + activations + outputs * output_bytes
+    return TileTime(dots, a + b + cold_seconds(weights + activations, call),
+                    outputs * EPILOGUE_CYCLES / _clock())
+
+
+def cold_seconds(inputs: float, call: float) -> float:
+    """Seconds to read a call's ``inputs`` bytes once from beyond L2 when the ``call``'s bytes (inputs
+    and output) do not stay in L2 between calls (0 when they do)."""
+    for name, capacity, bandwidth in _levels():
+        if call <= capacity:
+            return 0.0 if name in ("L1", "L2") else inputs / bandwidth
+    return inputs / _levels()[-1][2]
