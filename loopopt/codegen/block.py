@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Optional, Protocol
 
 from ..cnames import load_variable
-from ..expr import Bound, Const, Expr, Var
+from ..expr import Add, Bound, Const, Expr, FloorDiv, Mod, Mul, Var
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
 from . import ternary
@@ -113,10 +113,25 @@ class Base:
     displacement: dict[str, int]           # each load's storage offset (C) -> elements from the base
 
 
+def _affine(expr: Expr) -> bool:
+    """True if ``expr`` has no floor division or modulo."""
+    if isinstance(expr, (FloorDiv, Mod)):
+        return False
+    if isinstance(expr, Add):
+        return _affine(expr.left) and _affine(expr.right)
+    return _affine(expr.expr) if isinstance(expr, Mul) else True
+
+
 def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
-    """``offset - base`` where it is one constant over the loop box (isl proves it), else None."""
-    origin = {name: 0 for name in offset.variables() | base.variables()}     # inside the box
+    """``offset - base`` where it is one constant over the loop box, else None: for affine offsets
+    where no variable changes it (its value at the origin and one step along each variable), for
+    others where isl proves it."""
+    names = offset.variables() | base.variables()
+    origin = {name: 0 for name in names}                   # inside the box
     distance = int(offset.evaluate(origin) - base.evaluate(origin))
+    if _affine(offset) and _affine(base):
+        steps = ({**origin, name: 1} for name in names)
+        return distance if all(offset.evaluate(x) - base.evaluate(x) == distance for x in steps) else None
     difference = f"({offset.to_isl()}) - ({base.to_isl()})"
     other = schedule.iterations(f"({difference} < {distance} or {difference} > {distance})")
     return distance if other.is_empty() else None
@@ -126,8 +141,8 @@ def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
 def operand_base(schedule: Schedule, tensor: str, offsets: tuple[Expr, ...]) -> Base | None:
     """The base of ``tensor``'s loads at ``offsets`` (the first one's element), or None where one of
     them is not at a constant distance from it."""
-    displacement = {}
-    for offset in offsets:
+    displacement = {offsets[0].to_c(): 0}
+    for offset in offsets[1:]:
         distance = _displacement(schedule, offset, offsets[0])
         if distance is None:
             return None
