@@ -4,16 +4,22 @@ and ternary (the stored int8 schedule, int8 storage and i2_s; tl1 and tl2 under 
 table-lookup schedule) and binary XNOR + popcount convs on ResNet-50 conv2_x and conv3_x against the
 stored int8 schedule of each layer; each low-bit kernel next to the naive loop of the same
 arithmetic (``lo.Schedule(op)`` for the same QuantSpec and weight format; binary: the scalar
-``__builtin_popcountll`` path, as the binary nest is fixed).
+``__builtin_popcountll`` path with a register block of one position and one channel). Under each conv
+table a note sets the binary kernel's vector instruction rate (XOR, vpopcntq, add per 512 products)
+against the vpdpbusd rate of the machine profile's int8 peak: the ceiling of binary over int8.
 
 Run ``python benchmarks/bench_lowbit.py`` (``--write`` records the tables in the "Low-bit kernels" section
 of docs/benchmarks.md). The kernels of a table are timed together by ``lo.measure_all`` (interleaved
 rounds, kernel run only, verified against quant.py's exact reference); there the weights stay in the
-caches between runs. The GEMVs are timed again from DRAM: before each run a buffer twice the size of
-the largest cache of ``lo.machine_profile()`` is read, so the weights come from memory; their weight
-bandwidth (stored weight bytes per run over the median time) is set against
-``lo.machine_profile().memory_bandwidth()`` (the one-core DRAM read bandwidth). onnxruntime's 4-bit
-``MatMulNBits`` (a one-node com.microsoft model) is timed the same way as a peer where installed.
+caches between runs. The GEMVs are timed again from DRAM: before each run a buffer ``DRAM_CACHES`` (4)
+times the largest cache of ``lo.machine_profile()`` is read, so the weights come from memory; their
+weight bandwidth (stored weight bytes per run over the median time) is set against two yardsticks:
+``lo.machine_profile().memory_bandwidth()`` (the best one-core pass over a buffer 4x the last cache) and
+a plain read of as many bytes (``loopopt.machine.StreamRead``) timed in the same interleaved rounds
+after the same eviction, which sees the same load. Peers in the same rounds where installed:
+onnxruntime's 4-bit ``MatMulNBits`` (a one-node com.microsoft model) and llama.cpp's ternary ``TQ1_0``
+and ``TQ2_0`` (``ggml_ternary.py``: the ggml library of llama-cpp-python, ``pip install -e
+'.[bench-llama]'``, or ``--ggml-lib DIR``).
 """
 from __future__ import annotations
 
@@ -29,14 +35,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_reuse import write_section
+from ggml_ternary import GgmlGemv, library_dir
 
 import loopopt as lo
+from loopopt.codegen.binary import LANES
 from loopopt.kernel import compile_binary
-from loopopt.machine import machine_profile
+from loopopt.machine import DRAM_CACHES, StreamRead, cpu_seconds, machine_profile, others_share
 from loopopt.quant_reference import random_call
 
 SECTION = "## Low-bit kernels"
+WORD_PRODUCTS = 512          # binary products per XOR + vpopcntq + add (8 uint64 lanes)
+BINARY_INSTRUCTIONS = 3
+VNNI_PRODUCTS = 64           # u8 x s8 products per vpdpbusd (16 int32 lanes x 4)
 GEMVS = ((1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008))    # Matmul(m, n, k): k inputs -> n outputs
+Peer = tuple[str, Callable[[], object], int]      # a peer's GEMV: label, runner, weight bytes
 
 
 def gemv_schedule(op: lo.Matmul) -> lo.Schedule:
@@ -74,14 +86,24 @@ BASELINES = (
     "issue's bar: >= 10x). The naive loop is `lo.Schedule(op)`, the textbook nest without steps, compiled "
     "for the same QuantSpec: with the weights stored one byte each, or in i2_s (`weight_format(\"i2_s\")`). "
     "tl1 and tl2 (table lookup) have no naive form of their own, so their baseline is the naive i2_s loop: "
-    "the same ternary arithmetic on 2-bit weights. A binary op's nest is fixed (`lo.Schedule(op)` of a "
-    "binary op is the XNOR + popcount nest over a vector of output channels and cannot express a naive "
-    "loop), so the "
-    "binary kernel's baseline is its scalar path (`__builtin_popcountll`, one channel at a time), labelled "
-    "as such. The naive loops are compiled for the best ISA, so the C compiler may vectorize them.")
+    "the same ternary arithmetic on 2-bit weights. A binary op's one schedule step is its register block "
+    "(`lo.Schedule(op)` of a binary op is the XNOR + popcount nest on packed bits, blocked by default), so "
+    "the binary kernel's baseline is its scalar path with a block of one output position and one channel "
+    "(`__builtin_popcountll`, one word at a time), labelled as such. The naive loops are compiled for the "
+    "best ISA, so the C compiler may vectorize them.")
+YARDSTICKS = (
+    "Two yardsticks for a GEMV's weight bandwidth: the profile's DRAM figure (one core streaming a buffer "
+    "4x the last cache, the best of its timed passes) and a plain read of as many bytes as the kernel's "
+    "weights (`loopopt.machine.StreamRead`, the profile's read kernel) timed in the same interleaved rounds "
+    "after the same eviction, so under the same load. On this VM they differ: a read of a few MiB after "
+    "every cache was flushed streams several times faster than a pass over a GiB-sized buffer "
+    "(docs/reference/machine.md, `StreamRead`), so a GEMV's weights can beat the profile's figure without "
+    "beating DRAM; the plain read of the same bytes is the fair one. A median far above its minimum is "
+    "other work on the shared machine.")
 NAIVE_INT8_STORAGE = "naive loop, ternary int8 storage (`lo.Schedule(op)`)"
 NAIVE_I2S = "naive loop, ternary i2_s (`lo.Schedule(op).weight_format(\"i2_s\")`)"
-NAIVE_BINARY = "binary, scalar popcount (`compile_binary(lo.Schedule(op), \"scalar\", \"builtin\")`)"
+NAIVE_BINARY = ("binary, scalar popcount, 1 x 1 block "
+                "(`compile_binary(lo.Schedule(op).tile(ow=1, k=1), \"scalar\", \"builtin\")`)")
 
 
 def weight_bytes(kernel) -> int:
@@ -99,18 +121,23 @@ def largest_cache():
     return max(machine_profile().caches, key=lambda c: c.size)
 
 
-def dram_times(runners: list[Callable[[], object]], runs: int) -> list[list[float]]:
-    """Seconds of ``runs`` runs of each runner (interleaved), each run right after reading one byte of
-    every line of a buffer twice the size of the largest cache, so that its data comes from DRAM."""
-    flush = np.ones(2 * largest_cache().size, np.uint8)
+def dram_times(runners: list[Callable[[], object]], runs: int) -> tuple[list[list[float]], float | None]:
+    """Seconds of ``runs`` runs of each runner (interleaved, after one untimed run of each: first-call
+    costs), each run right after reading one byte of every line of a buffer ``DRAM_CACHES`` times the
+    largest cache (the profile's DRAM buffer), so that its data comes from DRAM; and the other processes'
+    share of the CPU meanwhile."""
+    flush = np.ones(DRAM_CACHES * largest_cache().size, np.uint8)
     times: list[list[float]] = [[] for _ in runners]
+    for run in runners:
+        run()
+    start_cpu = cpu_seconds()
     for _ in range(runs):
         for run, out in zip(runners, times):
             flush[::64].sum()
             start = time.perf_counter()
             run()
             out.append(time.perf_counter() - start)
-    return times
+    return times, others_share(start_cpu)
 
 
 def kernel_runner(kernel) -> Callable[[], object]:
@@ -145,38 +172,79 @@ def matmulnbits_runner(n: int, k: int) -> tuple[Callable[[], object], int] | str
     return partial(session.run, None, feeds), bq.nbytes + scales.nbytes
 
 
+def ggml_peers(n: int, k: int, ggml_lib: str | None) -> tuple[list[Peer], str]:
+    """llama.cpp's TQ1_0 and TQ2_0 GEMVs (label, runner, weight bytes) and a note, or none and why."""
+    directory = library_dir(ggml_lib)
+    if isinstance(directory, str):
+        return [], f"llama.cpp's TQ1_0 / TQ2_0 are not in this table: {directory}."
+    peers = []
+    for kind, bits in (("TQ1_0", "1.69"), ("TQ2_0", "2.06")):
+        gemv = GgmlGemv(directory, kind, n, k)
+        peers.append((f"llama.cpp 1 thread, `{kind}` ({bits} bits; activations to Q8_K in the op; max error "
+                      f"{gemv.error:.1e} of the largest output)", gemv.run, gemv.weight_bytes))
+    return peers, (f"llama.cpp: the ggml libraries in {directory}, one `ggml_mul_mat` graph computed by "
+                   f"`ggml_graph_compute_with_ctx` on 1 thread; its error is against the float64 product of "
+                   f"its random ternary weights (the activations' 8-bit rounding).")
+
+
 def dram_rows(cases: list[tuple[str, object]], kernels: list, shape: tuple[int, int, int],
-              runs: int) -> list[str]:
-    """The GEMVs timed with their weights read from DRAM, and onnxruntime's MatMulNBits."""
-    labels = [label for label, _ in cases]
-    runners = [kernel_runner(kernel) for kernel in kernels]
-    sizes = [weight_bytes(kernel) for kernel in kernels]
-    peer = matmulnbits_runner(shape[1], shape[2])
-    if isinstance(peer, str):
-        note = f"onnxruntime's MatMulNBits is not in this table: {peer}."
+              runs: int, ggml_lib: str | None) -> list[str]:
+    """The GEMVs timed with their weights read from DRAM, the peers (onnxruntime's MatMulNBits, llama.cpp's
+    TQ1_0 and TQ2_0) and a plain read of as many bytes as each one's weights, in the same rounds."""
+    peers: list[Peer] = []
+    ort = matmulnbits_runner(shape[1], shape[2])
+    if isinstance(ort, str):
+        notes = [f"onnxruntime's MatMulNBits is not in this table: {ort}."]
     else:
-        labels.append("onnxruntime 1 thread, `MatMulNBits` 4-bit, block 32, accuracy_level 4 (not verified)")
-        runners.append(peer[0])
-        sizes.append(peer[1])
-        note = ("onnxruntime's weight bytes are its 4-bit initializer and scales (it may repack them when "
-                "the session is created); its output is not checked (random weights).")
-    note += (" A figure above 100 % of the DRAM bandwidth means the profile's figure (measured while the "
-             "machine was shared) is below what one core streams here, not that a kernel beats DRAM: the "
-             "int8 row's weight GB/s is the better yardstick of this run.")
+        peers.append(("onnxruntime 1 thread, `MatMulNBits` 4-bit, block 32, accuracy_level 4 (not verified)",
+                      *ort))
+        notes = ["onnxruntime's weight bytes are its 4-bit initializer and scales (it may repack them when "
+                 "the session is created); its output is not checked (random weights)."]
+    llama, note = ggml_peers(shape[1], shape[2], ggml_lib)
+    peers += llama
+    notes.append(note)
+    labels = [label for label, _ in cases] + [label for label, _, _ in peers]
+    runners = [kernel_runner(kernel) for kernel in kernels] + [run for _, run, _ in peers]
+    sizes = [weight_bytes(kernel) for kernel in kernels] + [size for _, _, size in peers]
+    reads = {size: StreamRead(size) for size in sorted(set(sizes))}
+    times, share = dram_times(runners + list(reads.values()), runs)
+    medians = [float(np.median(t)) for t in times]
+    read_medians = medians[len(labels):]
+    read_gbs = {size: read.nbytes / median / 1e9 for (size, read), median in zip(reads.items(), read_medians)}
     dram = machine_profile().memory_bandwidth()
-    rows = ["| kernel | median ms | min ms | weight MB | weight GB/s | % of DRAM bw | vs int8 |",
-            "|---|---|---|---|---|---|---|"]
-    times = dram_times(runners, runs)
-    base = float(np.median(times[0]))
-    for label, size, kernel_times in zip(labels, sizes, times):
-        median = float(np.median(kernel_times))
+    rows = ["| kernel | median ms | min ms | weight MB | weight GB/s | % of profile DRAM bw "
+            "| % of a plain read of as many bytes | vs int8 |", "|---|---|---|---|---|---|---|---|"]
+    for label, size, kernel_times, median in zip(labels, sizes, times, medians):
+        gbs = size / median / 1e9
         rows.append(f"| {label} | {median * 1e3:.3f} | {min(kernel_times) * 1e3:.3f} | {size / 1e6:.2f} | "
-                    f"{size / median / 1e9:.1f} | {100 * size / median / 1e9 / dram:.0f} | "
-                    f"{base / median:.2f}x |")
-    return rows + ["", f"{runs} runs of each, interleaved. {note}"]
+                    f"{gbs:.1f} | {100 * gbs / dram:.0f} | {100 * gbs / read_gbs[size]:.0f} | "
+                    f"{medians[0] / median:.2f}x |")
+    for (size, read), read_times, median in zip(reads.items(), times[len(labels):], read_medians):
+        rows.append(f"| plain read of {size / 1e6:.2f} MB (`StreamRead`) | {median * 1e3:.3f} | "
+                    f"{min(read_times) * 1e3:.3f} | {read.nbytes / 1e6:.2f} | {read_gbs[size]:.1f} | "
+                    f"{100 * read_gbs[size] / dram:.0f} | 100 | - |")
+    busy = "unknown" if share is None else f"{100 * share:.0f}%"
+    goal = goals(labels, [size / read_gbs[size] / 1e9 for size in sizes], medians[:len(labels)], len(cases))
+    return rows + ["", f"{runs} runs of each, interleaved; other processes used {busy} of the machine's CPU "
+                   f"meanwhile. {' '.join(notes)}", "", goal]
 
 
-def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int) -> list[str]:
+def goals(labels: list[str], read_seconds: list[float], medians: list[float], kernels: int) -> str:
+    """The goals of issue 14 for the fastest ternary kernel from DRAM (rows 1 to ``kernels - 1``; row 0 is
+    int8; rows from ``kernels`` on are peers): its bandwidth over a plain read's of as many bytes
+    (``read_seconds``: the median of that read per row), its speed-up over int8 and over the fastest peer."""
+    best = min(range(1, kernels), key=lambda i: medians[i])
+    peers = range(kernels, len(labels))
+    peer = min(peers, key=lambda i: medians[i]) if peers else None
+    versus = f"; {medians[peer] / medians[best]:.2f}x the fastest peer, {labels[peer]}" if peers else ""
+    share = 100 * read_seconds[best] / medians[best]
+    return (f"Goals of issue 14 in this run: the fastest ternary kernel, {labels[best]}, streams its weights "
+            f"at {share:.0f} % of the bandwidth of a plain read of as many bytes (goal: >= 80 % of the DRAM "
+            f"bandwidth; the table has its share of the profile's figure), {medians[0] / medians[best]:.2f}x "
+            f"loopopt's int8 GEMV from DRAM (goal >= 2.5x){versus}.")
+
+
+def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int, ggml_lib: str | None) -> list[str]:
     m, n, k = shape
     int8 = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32"))
     ternary = lo.Matmul(m, n, k, quant=lo.QuantSpec("int8", True, True, "float32", "ternary"))
@@ -193,27 +261,20 @@ def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int) -> list[str
     kernels = [one_thread(s.compile()) for _, s in cases + naive]
     timings = lo.measure_all(kernels, budget=budget)
     medians = {label: t.median for (label, _), t in zip(cases + naive, timings)}
-    dram = machine_profile().memory_bandwidth()
     base = timings[0].median
     rows = ["Weights in the caches between runs:", "",
-            "| kernel | isa | median ms | min ms | weight MB | weight GB/s | % of DRAM bw | vs int8 "
-            "| vs naive | verified |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| kernel | isa | median ms | min ms | weight MB | weight GB/s | vs int8 | vs naive | verified |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for (label, _), kernel, t, baseline in zip(cases + naive, kernels, timings, baselines):
         size = weight_bytes(kernel)
-        gbs = size / t.median / 1e9
         noisy = " (NOISY)" if t.noisy else ""
         rows.append(f"| {label} | {kernel.isa} | {t.median * 1e3:.3f} | {t.min * 1e3:.3f} | "
-                    f"{size / 1e6:.2f} | {gbs:.1f} | {100 * gbs / dram:.0f} | {base / t.median:.2f}x | "
+                    f"{size / 1e6:.2f} | {size / t.median / 1e9:.1f} | {base / t.median:.2f}x | "
                     f"{vs_naive(label, baseline, medians)} | {t.verified}{noisy} |")
     last = largest_cache()
-    fits = last.size > 2 * weight_bytes(kernels[0])
-    where = ("all the weight arrays fit in it, so these runs read them from there, not from DRAM" if fits
-             else "the int8 weights do not fit in it")
-    rows += [f"\nDRAM read bandwidth of one core (`lo.machine_profile().memory_bandwidth()`, measured "
-             f"{machine_profile().measured_utc} on the shared machine): {dram:.1f} GB/s. The largest cache "
-             f"({last.name}) holds {last.size / 2**20:.0f} MiB: {where}.", "",
-             f"Weights from DRAM (a {2 * last.size / 2**20:.0f} MiB buffer read before each run):", "",
-             *dram_rows(cases, kernels[:len(cases)], shape, runs)]
+    rows += ["", f"Weights from DRAM (a {DRAM_CACHES * last.size / 2**20:.0f} MiB buffer, {DRAM_CACHES}x the "
+             f"{last.size / 2**20:.0f} MiB {last.name}, read before each run):", "",
+             *dram_rows(cases, kernels[:len(cases)], shape, runs, ggml_lib)]
     return rows
 
 
@@ -229,10 +290,13 @@ def conv_rows(layer: str, budget: float) -> list[str]:
                *(one_thread(lut_conv_schedule(ternary, fmt).compile()) for fmt in ("tl1", "tl2")),
                lo.Schedule(binary).compile(), one_thread(lo.Schedule(ternary).compile()),
                one_thread(lo.Schedule(ternary).weight_format("i2_s").compile()),
-               compile_binary(lo.Schedule(binary), "scalar", "builtin")]
+               compile_binary(lo.Schedule(binary).tile(ow=1, k=1), "scalar", "builtin")]
+    positions, vectors = kernels[5].block
     labels = [f"int8 (`{layer}.int8`, uint8 x int8 -> uint8)", "ternary, int8 storage, same schedule",
               "ternary, i2_s, same schedule", "ternary, tl1 table lookup (`lut_conv_schedule`)",
-              "ternary, tl2 table lookup (`lut_conv_schedule`)", "binary XNOR + popcount (float32 output)",
+              "ternary, tl2 table lookup (`lut_conv_schedule`)",
+              f"binary XNOR + popcount (float32 output), register block {positions} positions x "
+              f"{vectors * LANES[kernels[5].isa]} channels (`lo.Schedule(op)`, the default)",
               NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_BINARY]
     baselines = [None, NAIVE_INT8_STORAGE, NAIVE_I2S, NAIVE_I2S, NAIVE_I2S, NAIVE_BINARY, None, None, None]
     timings = lo.measure_all(kernels, budget=budget)
@@ -244,7 +308,23 @@ def conv_rows(layer: str, budget: float) -> list[str]:
         rows.append(f"| {label} | {kernel.isa}{how} | {t.median * 1e3:.3f} | {t.gflops:.0f} | "
                     f"{timings[0].median / t.median:.2f}x | {vs_naive(label, baseline, medians)} | "
                     f"{t.verified}{' (NOISY)' if t.noisy else ''} |")
+    if kernels[5].popcount == "vpopcntq":
+        rows += ["", instruction_note(timings[5], timings[0])]
     return rows
+
+
+def instruction_note(binary, int8) -> str:
+    """Why the binary kernel's lead over int8 has a ceiling: both at their vector instruction rates."""
+    rate = binary.gflops / 2 / WORD_PRODUCTS * BINARY_INSTRUCTIONS
+    peak = machine_profile().peak("avx512", "int8") / 2 / VNNI_PRODUCTS
+    ceiling = WORD_PRODUCTS / BINARY_INSTRUCTIONS / VNNI_PRODUCTS
+    return (f"The binary kernel's loop body is one XOR, one `vpopcntq` and one add per 512 products (per "
+            f"accumulator, no spills), so at its median it issued {rate:.1f} G of these vector instructions "
+            f"per second, against the {peak:.1f} G `vpdpbusd` per second (64 products each) of the machine "
+            f"profile's int8 peak: both run on the same two 512-bit ports. At one instruction rate binary "
+            f"does {WORD_PRODUCTS / BINARY_INSTRUCTIONS:.0f} products per instruction to int8's "
+            f"{VNNI_PRODUCTS}, {ceiling:.2f}x; binary >= 4x int8 would need the int8 kernel below "
+            f"{100 * ceiling / 4:.0f}% of its peak, and it ran at {int8.percent_of_peak:.0f}% here.")
 
 
 def main() -> None:
@@ -253,16 +333,22 @@ def main() -> None:
     parser.add_argument("--dram-runs", type=int, default=10,
                         help="runs of each GEMV with its weights read from DRAM")
     parser.add_argument("--layers", default="resnet50.conv2_x,resnet50.conv3_x")
+    parser.add_argument("--ggml-lib", help="directory of llama.cpp's ggml libraries (default: the installed "
+                        "llama-cpp-python's)")
     parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
     args = parser.parse_args()
     profile = machine_profile()
+    options = (" --write" if args.write else "") + (f" --ggml-lib {args.ggml_lib}" if args.ggml_lib else "")
     text = "\n".join([
-        f"`python benchmarks/bench_lowbit.py{' --write' if args.write else ''}` "
-        f"({datetime.date.today()}, {profile.cpu}, one thread; the machine's 2 cores were shared with "
-        f"other work while this ran, so the figures are noisy).", "", BASELINES, "",
+        f"`python benchmarks/bench_lowbit.py{options}` "
+        f"({datetime.date.today()}, {profile.cpu}, one thread; the machine's {profile.cpus} cores were "
+        f"shared with other work while this ran, so the figures are noisy, and the DRAM-bound ones "
+        f"unreliable: other work competes for the memory bus too).", "", BASELINES, "",
+        f"DRAM read bandwidth of one core (`lo.machine_profile().memory_bandwidth()`, the best of the timed "
+        f"passes; measured {profile.measured_utc}): DRAM {profile.bandwidth['DRAM']}.", "", YARDSTICKS, "",
         *(line for shape in GEMVS for line in (
             f"### Ternary GEMV, Matmul{shape}: {shape[2]} inputs -> {shape[1]} outputs (float32 output, "
-            f"per-channel scales)", "", *gemv_rows(shape, args.budget, args.dram_runs), "")),
+            f"per-channel scales)", "", *gemv_rows(shape, args.budget, args.dram_runs, args.ggml_lib), "")),
         *(line for layer in args.layers.split(",") for line in (
             f"### Ternary and binary conv, {layer}", "", *conv_rows(layer, args.budget), ""))])
     print(text)

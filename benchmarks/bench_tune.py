@@ -98,6 +98,7 @@ class Row:
     within_trial: int | None = None
     within_seconds: float | None = None
     spearman: float | None = None
+    ranking: float | None = None       # Spearman of the refitted prediction each trial was picked by
 
 
 def _peer_cases(layer: Layer, threads: int):
@@ -163,7 +164,7 @@ def search(layer: Layer, threads: int, args: argparse.Namespace, options: Option
     reached = result.first_within(WITHIN)
     row.trials, row.elapsed = len(result.trials), result.elapsed
     row.within_trial, row.within_seconds = reached.number, reached.elapsed
-    row.spearman = result.model_spearman
+    row.spearman, row.ranking = result.model_spearman, result.ranking_spearman
     row.peers, notes = peer_medians(layer, threads, options)
     if not timing.verified:
         notes.insert(0, "loopopt: output NOT verified")
@@ -179,8 +180,9 @@ def results_table(rows: list[Row]) -> str:
     peers = list(dict.fromkeys(name for r in rows for name in (r.peers or {})))
     head = ("| layer | threads | ISA | loopopt tuned (ms) | rate | % of peak | "
             + " | ".join(f"{p} (ms)" for p in peers)
-            + " | vs best peer | within 95%: trial (s) | search: trials (s) | Spearman | notes |")
-    lines = [head, "|" + "---|" * (11 + len(peers))]
+            + " | vs best peer | within 95%: trial (s) | search: trials (s) | Spearman | ranking Spearman "
+              "| notes |")
+    lines = [head, "|" + "---|" * (12 + len(peers))]
     for r in rows:
         found = [m for m in (r.peers or {}).values() if m is not None]
         speed = min(found) / r.median if found and r.median else None
@@ -189,7 +191,8 @@ def results_table(rows: list[Row]) -> str:
             f"{_fmt(r.rate, '.1f')} | {_fmt(r.percent, '.1f')} | "
             + " | ".join(_fmt(m and m * 1e3, '.3f') for m in ((r.peers or {}).get(p) for p in peers))
             + f" | {_fmt(speed, '.2f')}x | {_fmt(r.within_trial, 'd')} ({_fmt(r.within_seconds, '.1f')}) | "
-            f"{r.trials} ({r.elapsed:.1f}) | {_fmt(r.spearman, '+.3f')} | {r.notes} |")
+            f"{r.trials} ({r.elapsed:.1f}) | {_fmt(r.spearman, '+.3f')} | {_fmt(r.ranking, '+.3f')} | "
+            f"{r.notes} |")
     return "\n".join(lines)
 
 
@@ -233,7 +236,10 @@ def report(command: str, args: argparse.Namespace, rows: list[Row], others: floa
          f"verified peer's median / loopopt's: above 1 is faster. \"within 95%\": the first trial at "
          f"least {WITHIN:.0%} as fast as the search's best (by minimum time) and the seconds from the "
          f"search's start to that trial's end (ranking included). Spearman: the kernel model's time vs "
-         f"the measured minimum over the search's verified trials (AMX trials: the tile model's). "
+         f"the measured minimum over the search's verified trials (AMX trials: the tile model's); "
+         f"ranking Spearman: the same for the prediction each trial was picked by (`fitted_seconds`: "
+         f"the model's time with the heuristic's memory terms and the thread imbalance, refitted to "
+         f"the trials measured before it). "
          f"int8: uint8 activations per tensor, int8 symmetric weights per output channel, uint8 "
          f"output."),
         "### Layers\n\n" + layers_table(args.layers),

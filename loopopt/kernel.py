@@ -22,9 +22,13 @@ from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated, generate
 from .codegen.binary import (
+    BASE,
     LANES,
     POPCOUNTS,
     BinaryShape,
+    base_table,
+    base_table_shape,
+    block_of,
     generate_binary,
     pack_bits_activations,
     pack_bits_weights,
@@ -46,7 +50,7 @@ from .codegen.tiles import (
     pack_weights,
 )
 from .quant import QuantParams, check_call, output_multipliers
-from .schedule import Schedule, ScheduleError
+from .schedule import Schedule
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8}
@@ -374,12 +378,19 @@ class Bf16TileKernel(TileBuffers, Kernel):
 class BinaryKernel(QuantizedKernel):
     """A binary op's XNOR + popcount kernel (``codegen/binary.py``), called like the int8 kernels:
     ``kernel(xq, wq, b, x_scale=, x_zero_point=0, w_scale=, w_zero_point=0)`` (no scales for an int32
-    output). ``prepare`` checks that every value is -1 or +1 and packs both operands to bits."""
+    output). ``prepare`` checks that every value is -1 or +1, packs both operands to bits (the
+    activations with their padding) and computes the ``base`` table of the padding correction; the
+    kernel stores the output channels-last and ``output`` returns it in the logical layout."""
 
     def __init__(self, schedule: Schedule, generated: Generated, module, popcount: str):
         super().__init__(schedule, generated, module, None)
         self.popcount = popcount
         self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """The register block the schedule asks for: (output positions, vectors of output channels)."""
+        return block_of(self.schedule, self.isa)
 
     @property
     def _output_name(self) -> str:
@@ -388,10 +399,13 @@ class BinaryKernel(QuantizedKernel):
     def _elements(self, name: str) -> int:
         if name in self.op.inputs:
             return packed_elements(self.op, self.isa, name)
+        if name == BASE:
+            return math.prod(base_table_shape(self.op))
         return self.op.channels if name.startswith("lo_") else Kernel._elements(self, name)
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
-        """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]``."""
+        """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]`` and the
+        ``base`` table."""
         op = self.op
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments, given):
@@ -403,15 +417,22 @@ class BinaryKernel(QuantizedKernel):
         qp = self.check_params(tuple(given), params)
         check_memory(f"the buffers of {op!r}", self.buffer_bytes())
         x, w = op.inputs
+        weights = pack_bits_weights(op, self.shape, given[1])
         values: dict[str, Any] = {x: self._copy(x, pack_bits_activations(op, self.shape, given[0])),
-                                  w: self._copy(w, pack_bits_weights(op, self.shape, given[1]))}
+                                  w: self._copy(w, weights),
+                                  BASE: self._copy(BASE, base_table(op, self.shape, weights))}
         if op.bias:
             values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
-        values[op.output] = self._zeros(op.output, op.tensor(op.output).shape,
+        values[op.output] = self._zeros(op.output, self.shape.output_shape,
                                         np.float32 if op.quant.dequantized else np.int32)
         if op.quant.scaled:
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
         return self.bind(values)
+
+    def output(self, buffers: Buffers) -> np.ndarray:
+        """The output of the last run, from channels-last to the op's logical layout."""
+        stored = buffers.arrays[self.op.output].reshape(self.shape.output_shape)
+        return np.ascontiguousarray(np.moveaxis(stored, -1, 1)).reshape(self.op.tensor(self.op.output).shape)
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         raise ValueError("a binary kernel applies the epilogue per output: it keeps no raw accumulators")
@@ -448,10 +469,6 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     """The XNOR + popcount kernel of a binary op (``codegen/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
-    if schedule.steps:
-        raise ScheduleError(f"binary kernels (XNOR + popcount) have a fixed loop nest (codegen/binary.py); "
-                            f"schedule steps are not applied to them: compile Schedule(op), not one with "
-                            f"{', '.join(map(str, schedule.steps))}")
     name = resolve_isa(isa, integer=True)
     choices = POPCOUNTS[name]
     if popcount == "auto":
@@ -467,17 +484,16 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     return BinaryKernel(schedule, generated, module, popcount)
 
 
-def _openmp_flags(generated: Generated) -> tuple[str, ...]:
-    """Compile and link flags of a kernel with a parallel loop (none without)."""
-    return ("-fopenmp",) if generated.openmp else ()
+def _build(generated: Generated, flags: tuple[str, ...]):
+    """The module of ``generated`` compiled with ``flags``, and OpenMP's where it has a parallel loop."""
+    openmp = ("-fopenmp",) if generated.openmp else ()
+    return compile_c(generated.source, generated.cdef, flags + openmp, openmp)
 
 
 def _compile_tiles(schedule: Schedule) -> Kernel:
     check_amx_cpu()
     generated = generate_tiles(schedule)
-    openmp = _openmp_flags(generated)
-    flags = generated.isa.compile_flags + QUANT_FLAGS + openmp
-    module = compile_c(generated.source, generated.cdef, flags, openmp)
+    module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
         return Bf16TileKernel(schedule, generated, module)
     return TileKernel(schedule, generated, module, generated.plan)
@@ -497,14 +513,13 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     isa_name = resolve_isa(isa, integer=quantized)
     if schedule.weight_format_mode in FORMATS:
         generated = generate_lut(schedule, isa_name)
-        module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+        module = _build(generated, generated.compile_flags + QUANT_FLAGS)
         return LutKernel(schedule, generated, module, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
-    openmp = _openmp_flags(generated)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
-    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    module = _build(generated, flags)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)
     return Kernel(schedule, generated, module)

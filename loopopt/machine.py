@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -35,6 +36,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .amx import amx_available, amx_peak_gops
 from .atomic import host_lock, write_text_atomically
@@ -54,8 +57,9 @@ from .codegen.isa import (
 )
 from .codegen.quantized import DOT
 
-PROFILE_FORMAT = 4          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
-                            # the CPU has it; 4: so do the bfloat16 peaks
+PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
+                            # the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its median,
+                            # runs and the other processes' CPU share, the DRAM buffer is 4x the last cache
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
@@ -70,8 +74,10 @@ OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time ab
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
 BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
-BANDWIDTH_RUNS = 5         # best of this many calls per level
-DRAM_MIN = 64 << 20        # bytes: the DRAM buffer is twice the last cache, at least this
+BANDWIDTH_RUNS = 5         # timed calls per level: their best and their median are kept
+DRAM_CACHES = 4            # the DRAM buffer is this many times the last cache: well beyond it, as a cache
+                           # whose replacement resists streaming keeps part of a buffer a little larger
+DRAM_MIN = 64 << 20        # bytes: the DRAM buffer is at least this
 
 
 # --- identity ------------------------------------------------------------------------------------
@@ -272,17 +278,36 @@ def others_share(start: tuple[float, float, float] | None) -> float | None:
     if start is None or end is None:
         return None
     wall, busy, mine = (b - a for a, b in zip(start, end))
-    return max(0.0, (busy - mine) / (max(wall, 1e-9) * (os.cpu_count() or 1)))
+    # clamped: over a short interval the clock ticks of /proc/stat can add up to more than the wall time
+    return min(1.0, max(0.0, (busy - mine) / (max(wall, 1e-9) * (os.cpu_count() or 1))))
 
 
 # --- the profile -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Bandwidth:
-    """Measured read bandwidth (GB/s, one core) over a buffer of ``buffer_bytes``."""
+    """Measured read bandwidth (GB/s, one core) over a buffer of ``buffer_bytes``: the best of ``runs``
+    timed calls (``gbs``, what the level can deliver: other work only slows a call down) and their
+    median (``median_gbs``), with the share of the machine's CPU time other processes used while they
+    ran (``other_cpu_share``; None where /proc/stat cannot be read)."""
 
     gbs: float
     buffer_bytes: int
+    median_gbs: float
+    runs: int
+    other_cpu_share: float | None
+
+    @property
+    def busy(self) -> bool:
+        """Whether other processes used more than ``OTHERS_LIMIT`` of the CPU meanwhile (the figure
+        may be low: on a shared machine they also compete for the memory bus)."""
+        return self.other_cpu_share is not None and self.other_cpu_share > OTHERS_LIMIT
+
+    def __str__(self) -> str:
+        share = "unknown" if self.other_cpu_share is None else f"{100 * self.other_cpu_share:.0f}%"
+        return (f"{self.gbs:8.1f} GB/s best, {self.median_gbs:.1f} median of {self.runs} runs (buffer "
+                f"{_size(self.buffer_bytes)}; other processes used {share} of the CPU"
+                f"{', BUSY' if self.busy else ''})")
 
 
 @dataclass(frozen=True)
@@ -337,7 +362,9 @@ class MachineProfile:
                          f"measured: {', '.join(measured) or 'none'}")
 
     def memory_bandwidth(self) -> float:
-        """DRAM read bandwidth in GB/s (one core)."""
+        """DRAM read bandwidth in GB/s (one core): the best of the timed passes over a buffer of
+        ``DRAM_CACHES`` times the last cache (``bandwidth["DRAM"]`` has their median and how busy the
+        machine was)."""
         return self.bandwidth["DRAM"].gbs
 
     def to_dict(self) -> dict[str, Any]:
@@ -381,15 +408,20 @@ class MachineProfile:
         _check(isinstance(bandwidth, dict) and "DRAM" in bandwidth, "bandwidth", bandwidth,
                "an object with DRAM")
         for level, entry in bandwidth.items():
-            _check(isinstance(entry, dict) and set(entry) == {"gbs", "buffer_bytes"}
-                   and _is_number(entry["gbs"]) and entry["gbs"] > 0
-                   and _is_int(entry["buffer_bytes"]) and entry["buffer_bytes"] > 0,
-                   f"bandwidth.{level}", entry, "an object with gbs > 0 and buffer_bytes > 0")
+            fields = {"gbs", "buffer_bytes", "median_gbs", "runs", "other_cpu_share"}
+            _check(isinstance(entry, dict) and set(entry) == fields
+                   and all(_is_number(entry[f]) and entry[f] > 0 for f in ("gbs", "median_gbs"))
+                   and all(_is_int(entry[f]) and entry[f] > 0 for f in ("buffer_bytes", "runs"))
+                   and (entry["other_cpu_share"] is None or _is_number(entry["other_cpu_share"])
+                        and entry["other_cpu_share"] >= 0),
+                   f"bandwidth.{level}", entry, "an object with gbs > 0, median_gbs > 0, buffer_bytes > 0, "
+                   "runs > 0 and other_cpu_share null or >= 0")
         return cls(**{k: data[k] for k in ("fingerprint", "cpu", "vendor", "cpus", "compiler", "kernel",
                                             "loopopt", "measured_utc", "other_cpu_share")},
                    caches=tuple(Cache(**c) for c in caches),
                    peaks={dtype: {isa: float(v) for isa, v in peaks[dtype].items()} for dtype in DTYPES},
-                   bandwidth={level: Bandwidth(float(e["gbs"]), e["buffer_bytes"])
+                   bandwidth={level: Bandwidth(float(e["gbs"]), e["buffer_bytes"], float(e["median_gbs"]),
+                                               e["runs"], e["other_cpu_share"])
                               for level, e in bandwidth.items()})
 
     def __str__(self) -> str:
@@ -402,8 +434,7 @@ class MachineProfile:
             lines += [f"  {dtype:<8} {isa:<7} {value:8.1f} {unit}"
                       for isa, value in self.peaks[dtype].items()]
         lines.append("read bandwidth, one core:")
-        for level, entry in self.bandwidth.items():
-            lines.append(f"  {level:<5} {entry.gbs:8.1f} GB/s  (buffer {_size(entry.buffer_bytes)})")
+        lines += [f"  {level:<5} {entry}" for level, entry in self.bandwidth.items()]
         lines.append("caches (cpu0, from /sys):" if self.caches else "caches: not reported by the OS")
         lines += [f"  {c.name:<5} {_size(c.size):>9}, {c.ways}-way, {c.line_size}-byte lines, shared by "
                   f"{c.shared_cpus} CPU{'s' if c.shared_cpus > 1 else ''}" for c in self.caches]
@@ -549,20 +580,21 @@ def measure_scalar_peak() -> float:
 def bandwidth_buffers(caches: tuple[Cache, ...], free_bytes: int) -> dict[str, int]:
     """Buffer bytes per memory level: for each cache, four times the previous one but at most
     half its own size (just past the previous level, surely inside this one; a level that is not
-    twice the previous one is skipped); for DRAM twice the last cache, at least 64 MiB, at most
-    a quarter of ``free_bytes``."""
+    twice the previous one is skipped); for DRAM ``DRAM_CACHES`` times the last cache, at least
+    ``DRAM_MIN``, at most a quarter of ``free_bytes``."""
     sizes, previous = {}, 0
     for cache in caches:
         size = min(cache.size // 2, 4 * previous) if previous else cache.size // 2
         if size > previous:
             sizes[cache.name] = size
         previous = cache.size
-    sizes["DRAM"] = max(64 << 10, min(max(2 * previous, DRAM_MIN), free_bytes // 4))
+    sizes["DRAM"] = max(64 << 10, min(max(DRAM_CACHES * previous, DRAM_MIN), free_bytes // 4))
     return sizes
 
 
-def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
-    """One core's read bandwidth over a buffer of each size (best SIMD loads, best of several calls)."""
+def _read_kernel() -> tuple[Any, int]:
+    """The cffi module of the read kernel (8 independent vector sums, the best SIMD loads) and the
+    floats it reads per step."""
     table = ISAS[available_isas()[0]]
     chains = 8
     step = chains * table.lanes
@@ -571,7 +603,32 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
         zero=table.zero(),
         update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
         add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
-    module = compile_c(source, _READ_CDEF, table.compile_flags)
+    return compile_c(source, _READ_CDEF, table.compile_flags), step
+
+
+class StreamRead:
+    """A buffer of about ``nbytes`` (rounded up to whole steps: ``self.nbytes``) that a call reads once with
+    the read kernel of ``measure_bandwidth``: what streaming that many bytes costs here and now, the
+    yardstick of a kernel that streams as many weight bytes. The buffer is a numpy array, on the pages
+    numpy gives a kernel's arrays."""
+
+    def __init__(self, nbytes: int):
+        module, step = _read_kernel()
+        self._n = -(-max(nbytes, 1) // (4 * step)) * step
+        self._buffer = np.ones(self._n, np.float32)
+        self._pointer = module.ffi.cast("float *", module.ffi.from_buffer(self._buffer))
+        self._read = module.lib.lo_read
+        self.nbytes = self._buffer.nbytes
+
+    def __call__(self) -> float:
+        return self._read(self._pointer, self._n, 1)
+
+
+def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
+    """One core's read bandwidth over a buffer of each size (best SIMD loads): after a pass that brings
+    the buffer into its level, ``BANDWIDTH_RUNS`` timed calls, each repeating the buffer for about
+    ``BANDWIDTH_CALL`` seconds (at least once), their best and median, and how busy the machine was."""
+    module, step = _read_kernel()
     lib, ffi = module.lib, module.ffi
     result = {}
     for level, nbytes in sizes.items():
@@ -582,10 +639,13 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
         try:
             lib.lo_read(buffer, n, 1)                  # brings the buffer into the level
             passes = max(1, int(BANDWIDTH_CALL / max(_timed(lib.lo_read, buffer, n, 1), 1e-9)))
-            best = min(_timed(lib.lo_read, buffer, n, passes) for _ in range(BANDWIDTH_RUNS))
+            start = cpu_seconds()
+            times = [_timed(lib.lo_read, buffer, n, passes) for _ in range(BANDWIDTH_RUNS)]
+            share = others_share(start)
         finally:
             lib.lo_free(buffer)
-        result[level] = Bandwidth(4 * n * passes / best / 1e9, 4 * n)
+        gb = 4 * n * passes / 1e9
+        result[level] = Bandwidth(gb / min(times), 4 * n, gb / statistics.median(times), len(times), share)
     return result
 
 

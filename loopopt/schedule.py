@@ -430,11 +430,22 @@ class Schedule:
         """True iff the register block writes every output's final value: no loop outside it
         runs over a reduction dim (its accumulators start from the bias and end as complete
         sums) and no op guard outside it skips an output (one whose taps are all padding)."""
-        outside = set(self.loop_names[:self.position(self.register_block_at)])
-        summed = {v for d in self.op.reduction_dims for v in self.dim_values[d].variables()}
-        skipping = any(g.expr.variables() <= outside and dims & self.op.reduction_dims
+        return self.block_first_pass() == ()
+
+    def block_first_pass(self) -> Optional[tuple[str, ...]]:
+        """The loops outside the register block that run over reduction dims (a cache block's outer
+        loop), if the block visits every output first where they are all 0, so starting its
+        accumulators from the bias there (not loading the output) sets every output: each of them
+        runs over reduction dims only and no op guard outside the block skips an output. None
+        otherwise; () when the block holds final outputs (``block_holds_final_outputs``)."""
+        outside = self.loop_names[:self.position(self.register_block_at)]
+        reduction = self.op.reduction_dims
+        loops = tuple(name for name in outside if self.dims_of(name) & reduction)
+        skipping = any(g.expr.variables() <= set(outside) and dims & reduction
                        for g, dims in zip(self.guards, self.guard_dims))
-        return not (summed & outside) and not skipping
+        if skipping or any(not self.dims_of(name) <= reduction for name in loops):
+            return None
+        return loops
 
     def _check_parallel_outputs(self, step: Step) -> None:
         """A parallel loop is not the vector loop, and it runs over outputs only. Where it also runs

@@ -7,11 +7,14 @@ from helpers import conv_ops, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.binary import POPCOUNTS
+from loopopt.codegen.binary import LANES, POPCOUNTS, block_dims
 from loopopt.codegen.isa import available_int_isas, cpu_flags
 from loopopt.kernel import compile_binary
+from loopopt.measure import verify
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.tune.rank import rank
+from loopopt.tune.space import candidates
 
 VARIANTS = [(isa, popcount) for isa in available_int_isas() for popcount in POPCOUNTS[isa]
             if popcount != "vpopcntq" or "avx512_vpopcntdq" in cpu_flags()]
@@ -19,8 +22,14 @@ SPECS = st.builds(lambda per_channel, output: lo.QuantSpec("binary", per_channel
                   st.booleans(), st.sampled_from(["int32", "float32"]))
 
 
-def check(op, isa, popcount, seed=1):
-    kernel = compile_binary(lo.Schedule(op), isa, popcount)
+def check(op, isa, popcount, seed=1, block=None):
+    """The kernel of ``op`` (with the register block ``block`` = (positions, output channels) as a
+    ``tile`` step, or the default one) against the reference."""
+    schedule = lo.Schedule(op)
+    if block is not None:
+        positions, channels = block_dims(op)
+        schedule = schedule.tile(**{positions: block[0], channels: block[1]})
+    kernel = compile_binary(schedule, isa, popcount)
     args, params = random_call(op, seed)
     result = kernel(*args, **params)
     expected = reference_output(op, args, params)
@@ -32,30 +41,42 @@ def check(op, isa, popcount, seed=1):
     return kernel
 
 
+def draw_block(data, isa):
+    """A register block: 1 to 7 output positions x 1 to 3 vectors of output channels of ``isa``, or
+    None (the ISA's default block)."""
+    if data.draw(st.booleans()):
+        return None
+    return data.draw(st.integers(1, 7)), data.draw(st.integers(1, 3)) * LANES[isa]
+
+
 def random_binary_conv(variant, data, words):
-    """A random conv (padding, stride, dilation, groups, depthwise, batch, bias) with 1 to 3 words of
-    input channels per group (not a multiple of 64)."""
-    base = data.draw(conv_ops(max_hw=7))
+    """A random 2-D or 1-D conv (padding symmetric or per side, stride, dilation, groups, depthwise, batch,
+    bias) with 1 to 3 words of input channels per group (not a multiple of 64), up to 3 vectors and a
+    tail of output channels per group, under a random register block (tails of positions and of channel
+    vectors)."""
+    base = data.draw(conv_ops(max_hw=7, spatial=data.draw(st.sampled_from([2, 2, 1]))))
     cg = data.draw(st.integers(1, 64 * words))
-    op = lo.Conv2d(cg * base.groups, base.out_channels, base.kernel_size, stride=base.stride,
-                   padding=base.padding, dilation=base.dilation, groups=base.groups, bias=base.bias,
-                   batch=base.batch, height=base.height, width=base.width, quant=data.draw(SPECS))
-    check(op, *variant)
+    kg = data.draw(st.one_of(st.just(base.out_channels // base.groups), st.integers(1, 27)))
+    conv = type(base)
+    op = conv(cg * base.groups, kg * base.groups, base.kernel_size, stride=base.stride, padding=base.pads,
+              dilation=base.dilation, groups=base.groups, bias=base.bias, batch=base.batch,
+              quant=data.draw(SPECS), **dict(zip(conv.SIZES, base.sizes)))
+    check(op, *variant, block=draw_block(data, variant[0]))
 
 
 test_random_binary_convs_quick, test_random_binary_convs = tiers(
-    random_binary_conv, 1, 14, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    random_binary_conv, 2, 24, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
     words=st.integers(1, 3))
 
 
 def random_binary_matmul(variant, data, m, n, k):
-    """A random binary matmul (columns of B are the output channels)."""
-    check(lo.Matmul(m, n, k, quant=data.draw(SPECS)), *variant)
+    """A random binary matmul (columns of B are the output channels, rows of A the positions)."""
+    check(lo.Matmul(m, n, k, quant=data.draw(SPECS)), *variant, block=draw_block(data, variant[0]))
 
 
 test_random_binary_matmuls_quick, test_random_binary_matmuls = tiers(
-    random_binary_matmul, 1, 6, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
-    m=st.integers(1, 5), n=st.integers(1, 21), k=st.integers(1, 200))
+    random_binary_matmul, 1, 8, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    m=st.integers(1, 9), n=st.integers(1, 27), k=st.integers(1, 200))
 
 
 def test_padding_taps_contribute_zero():
@@ -90,8 +111,12 @@ def test_bad_values_and_refusals():
     args[1][1, 0, 0, 2] = 1
     with pytest.raises(ValueError, match="x_zero_point=1 must be 0"):
         kernel(*args, **(params | {"x_zero_point": np.int8(1)}))
-    with pytest.raises(lo.ScheduleError, match="fixed loop nest"):
-        lo.Schedule(op).split("k", 2).compile("scalar")
+    with pytest.raises(lo.ScheduleError, match=r"one schedule step, the register block: tile\(ow=R, k=KB\)"):
+        lo.Schedule(op).reorder("kh", "kw").compile("scalar")
+    with pytest.raises(lo.ScheduleError, match="k=3 output channels is not a multiple of the 4 uint64 lanes"):
+        compile_binary(lo.Schedule(op).tile(ow=2, k=3), "avx2", "nibble")
+    with pytest.raises(lo.ScheduleError, match="65 x 1 accumulators; at most 64"):
+        lo.Schedule(op).tile(ow=65, k=1).compile("scalar")
     with pytest.raises(ValueError, match="popcount='nibble' is not available on isa 'scalar'"):
         compile_binary(lo.Schedule(op), "scalar", "nibble")
     with pytest.raises(ValueError, match="isa 'amx' has no binary kernels"):
@@ -110,3 +135,28 @@ def test_spec_refusals():
 def test_quantize_binary_is_sign_and_absmean():
     q, scale, zero = lo.quantize_binary(np.array([[0.5, -2.0], [0.0, -1.0]], np.float32), axis=0)
     assert q.tolist() == [[1, -1], [1, -1]] and np.allclose(scale, [1.25, 0.5]) and zero.tolist() == [0, 0]
+
+
+TUNED = lo.Conv2d(70, 20, 3, padding=1, height=5, width=6,
+                  quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
+
+
+def test_tune_candidates_are_the_register_blocks():
+    isa = available_int_isas()[0]
+    space = rank(candidates(TUNED, isa))
+    blocks = {(c.knobs.pixel_block, c.knobs.channel_block) for c in space}
+    assert all(c.binary for c in space) and len(blocks) == len(space) > 1
+    assert all(channels % LANES[isa] == 0 for _, channels in blocks)
+    assert all(c.figures["predicted_seconds"] > 0 for c in space)
+    assert candidates(TUNED, isa, threads=2) == [] and candidates(TUNED, "amx") == []
+    best = space[0].schedule
+    assert [step.primitive for step in best.steps] == ["tile"]
+    assert "register block" in str(best) and "XOR" in str(best)
+
+
+@pytest.mark.slow
+def test_tune_finds_a_verified_block():
+    result = lo.tune(TUNED, trials=3, budget=0.02, progress=False)
+    assert result.timing.verified and all(t.knobs["kernel"] == "binary" for t in result.trials)
+    assert "implicit_gemm" in result.skipped and "XNOR + popcount" in result.skipped["implicit_gemm"]
+    assert verify(result.best.compile(result.isa))[0]

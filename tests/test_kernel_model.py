@@ -141,3 +141,17 @@ def test_kernel_model_sees_the_register_block():
     assert fast.bound in fast.resources and "bound by" in fast.summary()
     with pytest.raises(TypeError, match="Schedule"):
         lo.kernel_model(tiles_2x4(isa).op)
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_a_guard_that_holds_for_the_whole_block_costs_no_select(isa):
+    lanes = ISAS[isa].lanes
+    # the last block of 3 rows of 8 is short: its row guards name no reduction loop (hoisted)
+    matmul = lo.Schedule(lo.Matmul(8, 2 * lanes, 16)).tile(i=3, j=2 * lanes).vectorize("j_i")
+    matmul = matmul.register_block("k")
+    assert site(count(matmul, isa), "register block body").work.vector_ops == 0
+    # a padded conv's input rows: the guards name kh, a reduction loop of the block (a select per load)
+    conv = channels_last(lo.Schedule(lo.Conv2d(4, lanes, 3, padding=1, height=5, width=6)))
+    conv = conv.tile(ow=3, k=lanes).reorder("n", "k_o", "oh", "ow_o", "kh", "kw", "c").vectorize("k_i")
+    body = site(count(conv.register_block("kh"), isa), "register block body")
+    assert body.work.vector_ops > 0

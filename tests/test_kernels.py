@@ -1,9 +1,12 @@
 """Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
+import numpy as np
 import pytest
 from helpers import ISAS, check, conv_ops, gemm_ops, matmul_ops, quick_first, rotated, schedules, tiers
+from hypothesis import assume
 from hypothesis import strategies as st
 
 import loopopt as lo
+from loopopt.measure import tolerance
 from loopopt.tune.space import candidates
 
 
@@ -147,3 +150,66 @@ def test_register_block_over_a_partial_channel_block_reads_the_bias_in_bounds(is
     check(s, isa)
     setup = [line for line in s.compile(isa).source.splitlines() if "lo_acc" in line and "B[" in line]
     assert setup and all("_ok ? " in line for line in setup)
+
+
+@st.composite
+def cache_blocked_schedules(draw):
+    """A random conv, matmul or Gemm with its reduction channels split by a cache block whose outer
+    loop is among the output loops outside a register block (the block's first visit of its outputs
+    starts them: no pass sets the output first), the channel dim's inner loop innermost, vectorized or
+    not."""
+    op = draw(st.one_of(conv_ops(), matmul_ops(), gemm_ops()))
+    rc, channel = op.reduction_channel_dim, op.channel_dim
+    assume(op.extent(rc) >= 2)
+    s = lo.Schedule(op).split(rc, draw(st.integers(1, op.extent(rc) - 1)))
+    s = s.split(channel, draw(st.integers(1, op.extent(channel))))
+    inner_channel, cache = f"{channel}_i", f"{rc}_o"
+    summed = [n for n in s.loop_names if s.dims_of(n) & op.reduction_dims and n != cache]
+    outputs = [n for n in s.loop_names if n not in summed and n not in (cache, inner_channel)]
+    inner = draw(st.permutations(summed))
+    s = s.reorder(*draw(st.permutations([*outputs, cache])), *inner, inner_channel)
+    try:
+        return (s.vectorize(inner_channel) if draw(st.booleans()) else s).register_block(inner[0])
+    except lo.ScheduleError:
+        assume(False)
+
+
+def cache_blocked_schedule(isa, data):
+    """The kernel of a cache-blocked register block agrees with the reference, also run twice on the
+    same buffers (every output is set by the block's first visit, not added to the last run's)."""
+    schedule = data.draw(cache_blocked_schedules())
+    kernel = check(schedule, isa)
+    op = schedule.op
+    inputs = op.random_inputs(seed=1)
+    args = [inputs[t] for t in op.call_tensors]
+    buffers = kernel.prepare(*args)
+    kernel.run(buffers)
+    kernel.run(buffers)
+    assert np.all(np.abs(kernel.output(buffers) - op.reference(*args)) <= tolerance(op, inputs))
+
+
+test_cache_blocked_schedules_quick, test_cache_blocked_schedules = tiers(
+    cache_blocked_schedule, 3, 20, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_cache_blocked_matmul_starts_its_outputs_in_the_block(isa):
+    # k in cache blocks of 5, k_o outside the 2 x 16 block: the accumulators start at zero where
+    # k_o == 0 and load C after; no pass zeroes C first
+    s = (lo.Schedule(lo.Matmul(6, 40, 13)).split("k", 5).tile(i=2, j=16)
+         .reorder("j_o", "k_o", "i_o", "k_i").vectorize("j_i").register_block("k_i"))
+    kernel = check(s, isa)
+    assert "lo_first = k_o == 0" in kernel.source and "/* C = 0 */" not in kernel.source
+    check(s.parallel("j_o"), isa, threads=2)         # each thread's panels of C
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_partial_register_block_runs_whole_blocks_without_its_guards(isa):
+    # 7 rows in blocks of 3: the last block has one row, the others run their reduction without the
+    # accumulators' existence tests and the row guards of A's loads (both hold there)
+    s = (lo.Schedule(lo.Matmul(7, 20, 9)).tile(i=3, j=16)
+         .reorder("i_o", "j_o", "k").vectorize("j_i").register_block("k"))
+    kernel = check(s, isa)
+    whole, _, partial = kernel.source.partition("} else {")
+    assert "every accumulator exists" in whole and "_ok)" not in whole.split("every accumulator exists")[1]
+    assert "if (lo_acc2_ok) lo_acc2 " in partial

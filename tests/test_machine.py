@@ -53,7 +53,8 @@ def make_profile(**changes) -> MachineProfile:
         caches=CACHES,
         peaks={"float32": {"avx512": 118.0, "avx2": 60.0}, "int8": {"avx512": 470.0, "avx2": 200.0},
                "bfloat16": {"avx512": 236.0}},
-        bandwidth={"L1": Bandwidth(200.0, 16 << 10), "DRAM": Bandwidth(20.0, 64 << 20)})
+        bandwidth={"L1": Bandwidth(200.0, 16 << 10, 190.0, 7, 0.01),
+                   "DRAM": Bandwidth(20.0, 128 << 20, 12.5, 7, None)})
     return dataclasses.replace(profile, **changes)
 
 
@@ -98,7 +99,7 @@ def test_os_caches_from_sysfs(tmp_path):
 
 def test_bandwidth_buffers_lie_inside_each_level():
     sizes = bandwidth_buffers(CACHES, free_bytes=16 << 30)
-    assert sizes == {"L1": 16 << 10, "L2": 128 << 10, "L3": 4 << 20, "DRAM": 64 << 20}
+    assert sizes == {"L1": 16 << 10, "L2": 128 << 10, "L3": 4 << 20, "DRAM": 128 << 20}   # DRAM: 4x L3
     for cache in CACHES:
         assert sizes[cache.name] <= cache.size // 2
     assert bandwidth_buffers(CACHES, free_bytes=64 << 20)["DRAM"] == 16 << 20      # a quarter of free memory
@@ -113,12 +114,26 @@ def test_profile_round_trip_and_validation():
               ({"peaks": {"float32": {"avx512": -1.0}}}, "peaks"),
               ({"caches": [{"name": "L1"}]}, r"caches\[0\]"),
               ({"bandwidth": {"L1": {"gbs": 1, "buffer_bytes": 1}}}, "bandwidth"),
+              ({"bandwidth": {"DRAM": {"gbs": 1, "buffer_bytes": 1, "median_gbs": 1, "runs": 0,
+                                       "other_cpu_share": None}}}, "bandwidth.DRAM"),
+              ({"bandwidth": {"DRAM": {"gbs": 1, "buffer_bytes": 1, "median_gbs": 1, "runs": 7,
+                                       "other_cpu_share": -0.5}}}, "bandwidth.DRAM"),
               ({"fingerprint": 7}, "fingerprint")]
     for change, field in broken:
         with pytest.raises(ValueError, match=field):
             MachineProfile.from_dict({**profile.to_dict(), **change})
     with pytest.raises(TypeError, match="JSON object"):
         MachineProfile.from_dict([1, 2])
+
+
+def test_bandwidth_says_how_busy_the_machine_was():
+    quiet, unknown = make_profile().bandwidth["L1"], make_profile().bandwidth["DRAM"]
+    busy = dataclasses.replace(unknown, other_cpu_share=0.8)
+    assert not quiet.busy and not unknown.busy and busy.busy
+    assert make_profile().memory_bandwidth() == 20.0
+    assert str(busy) == ("    20.0 GB/s best, 12.5 median of 7 runs (buffer 128 MiB; other processes "
+                         "used 80% of the CPU, BUSY)")
+    assert "used unknown of the CPU)" in str(unknown) and "DRAM " in str(make_profile())
 
 
 def test_peak_lookup():
@@ -149,6 +164,8 @@ def test_others_share_from_proc_stat_samples(monkeypatch):
     # 1 s of wall time on 2 CPUs: the machine was busy 1.5 s, this process 0.5 s of it
     assert machine.others_share((10.0, 110.0, 1.0)) == pytest.approx(0.5)
     assert machine.others_share(None) is None
+    # clock ticks adding up to more than the wall time (a short interval): at most the whole machine
+    assert machine.others_share((10.9, 110.0, 1.5)) == 1.0
 
 
 @pytest.fixture
@@ -262,3 +279,9 @@ def test_machine_mismatch_names_both_cpus():
     message = machine_mismatch({"fingerprint": "0" * 16, "cpu": "Elsewhere CPU", "vendor": here.vendor})
     assert "Elsewhere CPU" in message and here.model in message and fingerprint() in message
     assert "Other CPU" in machine_mismatch({"vendor": "NotThisVendor", "cpu": "Other CPU"})
+
+
+def test_stream_read_reads_its_whole_buffer_once():
+    read = machine.StreamRead(5000)
+    assert 5000 <= read.nbytes < 5000 + 4096 and read.nbytes % 64 == 0
+    assert read() == read.nbytes // 4          # the sum of the buffer's ones, each read once

@@ -19,7 +19,7 @@ from helpers import check_quantized as check
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.lut import lut_nest, pack_lut
+from loopopt.codegen.lut import check_lut, lut_nest, pack_lut
 from loopopt.codegen.lut_format import FORMATS
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
@@ -195,7 +195,8 @@ def lut_variants(quick):
 def lut_schedules(draw, op, fmt):
     """A random table-lookup schedule of ``op``: a split of each dim drawn (output channels by multiples of
     32, input channels by multiples of a byte of indices), the loops in a random order, sometimes a register
-    block (where the kernel takes it), layouts of the activations and the output."""
+    block and sometimes a parallel loop (where the kernel takes them), layouts of the activations and the
+    output."""
     units = {op.channel_dim: 32, op.reduction_channel_dim: 2 * FORMATS[fmt].group}
     s = lo.Schedule(op)
     for dim in op.dim_names:
@@ -211,7 +212,24 @@ def lut_schedules(draw, op, fmt):
             s = blocked
         except lo.ScheduleError:
             pass
+    if draw(st.booleans()):
+        threaded = [s.parallel(name) for name in s.loop_names if lut_parallel_ok(s, name, fmt)]
+        s = draw(st.sampled_from(threaded)) if threaded else s
     return s.weight_format(fmt)
+
+
+def lut_parallel_ok(schedule, name, fmt):
+    """``schedule.parallel(name)`` is accepted, and the table-lookup kernel takes it."""
+    try:
+        check_lut(schedule.parallel(name).weight_format(fmt), "scalar")
+    except lo.ScheduleError:
+        return False
+    return True
+
+
+def threads_of(schedule):
+    """2 threads for a schedule with a parallel loop, else 1."""
+    return 2 if schedule.parallel_loop is not None else 1
 
 
 def extreme_call(op, seed, data):
@@ -234,7 +252,8 @@ def random_lut_conv(variant, data):
     if data.draw(st.integers(0, 3)) == 0:
         op = type(op)(**{**op.arguments, "out_channels": op.groups * data.draw(st.integers(33, 70))})
     op = op.with_quant(data.draw(TERNARY_SPECS))
-    kernel = check(data.draw(lut_schedules(op, fmt)), isa, call=extreme_call(op, 1, data))
+    s = data.draw(lut_schedules(op, fmt))
+    kernel = check(s, isa, call=extreme_call(op, 1, data), threads=threads_of(s))
     assert f"weights: ternary, {fmt}" in kernel.source
 
 
@@ -249,7 +268,8 @@ def random_lut_matmul(variant, data, m, n, k):
     fmt, isa = variant
     op = lo.Matmul(m, n, k, trans_a=data.draw(st.booleans()), trans_b=data.draw(st.booleans()),
                    quant=data.draw(TERNARY_SPECS))
-    kernel = check(data.draw(lut_schedules(op, fmt)), isa, call=extreme_call(op, 1, data))
+    s = data.draw(lut_schedules(op, fmt))
+    kernel = check(s, isa, call=extreme_call(op, 1, data), threads=threads_of(s))
     assert f"weights: ternary, {fmt}" in kernel.source
 
 
@@ -311,6 +331,20 @@ def test_lut_tables_are_built_per_row_band_and_blocks_share_loads(isa):
     assert "lo_tb2" in kernel.source and "lo_tb3" not in kernel.source
 
 
+@pytest.mark.parametrize("fmt, isa", rotated(list(FORMATS), ISAS))
+def test_lut_kernels_run_their_parallel_loop_on_threads(fmt, isa):
+    # a GEMV's column blocks (a partial one: 300 outputs), and a conv's row loop inside the tables of an image
+    spec = lo.QuantSpec("int8", True, True, "int8", "ternary")
+    gemv = (lo.Schedule(lo.Matmul(1, 300, 75, quant=spec)).split("j", 64).reorder("i", "j_o", "k", "j_i")
+            .register_block("k").parallel("j_o"))
+    conv = lo.Conv2d(7, 40, 3, stride=2, padding=1, batch=2, height=9, width=8, quant=spec)
+    rows = lo.Schedule(conv).layout("I", "NHWC").reorder("n", "k", "oh", "ow", "kh", "kw", "c").parallel("oh")
+    for schedule, loop in ((gemv, "j_o"), (rows, "oh")):
+        for threads in (1, 2, 3):
+            kernel = check(schedule.weight_format(fmt), isa, threads=threads)
+            assert f"on OpenMP threads: {loop}" in kernel.source and kernel.threads == threads
+
+
 def test_tl2_packs_a_sign_bit_and_14_classes():
     fmt = FORMATS["tl2"]
     assert len(fmt.classes) == 14 and fmt.classes[0] == (0, 0, 0)
@@ -341,7 +375,9 @@ REFUSALS = {name: case for name, case in zip(
     (lambda: lut_matmul().fuse("i", "j"), r"fuse does not apply .*use split, tile and reorder"),
     (lambda: lut_matmul().reorder("i", "k", "j").vectorize("j"), r"vectorize does not apply .*itself"),
     (lambda: lut_matmul().unroll("k"), r"unroll does not apply .*register_block unrolls"),
-    (lambda: lut_matmul().parallel("i"), r"parallel does not apply"),
+    (lambda: lut_matmul().parallel("i"), r"parallel\('i'\): the tables are built inside that loop, in one "
+     r"workspace the threads would share; parallelize a loop between the table build and the accumulation "
+     r"region: j$"),
     (lambda: lut_matmul().layout("B", "NK"), r"layout\('B', \.\.\.\) does not apply .*own order"),
     (lambda: lut_matmul().compensation("kernel"), r"compensation\('kernel'\) does not apply"),
     (lambda: lo.Schedule(lo.Matmul(2, 40, 8, quant=lo.QuantSpec(weight="ternary", output="float32")))

@@ -8,7 +8,7 @@ from helpers import needs_amx
 import loopopt as lo
 from loopopt.codegen import tiles
 from loopopt.tune import tile_model
-from loopopt.tune.guide import Guide
+from loopopt.tune.guide import Guide, Price
 from loopopt.tune.rank import rank
 from loopopt.tune.space import Candidate, TileKnobs, candidates
 from loopopt.tune.tile_model import cold_seconds, load_seconds, tile_time
@@ -48,7 +48,7 @@ def test_amx_trials_are_fitted_apart_from_the_simd_ones():
     simd = [Candidate(op, "avx512", c.knobs, (("predicted_seconds", 1e-3 * (i + 1)),))
             for i, c in enumerate(candidates(op, "avx512")[:4])]
     amx = Candidate(op, "amx", TileKnobs(32, 32, True), (("predicted_seconds", 5e-4),))
-    guide = Guide([amx, *simd], model=lambda c: c.figures["predicted_seconds"])
+    guide = Guide([amx, *simd], model=lambda c: Price(c.figures["predicted_seconds"]))
     guide.score_best(5)
     for index in (1, 2, 3):                      # the SIMD kernels ran 10x slower than their model
         guide.observe(index, 10 * guide.heuristic(index))

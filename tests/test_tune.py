@@ -2,6 +2,7 @@
 trial in SQLite (resumable, also after kill -9), refuses bad input and foreign logs; loopopt tune."""
 import concurrent.futures
 import json
+import math
 import os
 import signal
 import socket
@@ -19,13 +20,14 @@ import loopopt as lo
 from loopopt.cli import main
 from loopopt.codegen.isa import bf16_dot_available, resolve_isa
 from loopopt.codegen.lut import check_lut
+from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
-from loopopt.tune.guide import Guide
-from loopopt.tune.rank import rank, streamed_bytes
+from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
+from loopopt.tune.rank import conflict_lines, rank, streamed_bytes, strided_seconds
 from loopopt.tune.space import Knobs, candidates
 from loopopt.tune.trial import here
 
@@ -239,6 +241,8 @@ def test_space_follows_the_op_roles():
     assert parallel and all(c.schedule.parallel_loop.name == c.knobs.parallel for c in parallel[:20])
     matmul = candidates(lo.Matmul(8, 64, 600), "avx512")
     assert {c.knobs.cache_block for c in matmul} == {0, 64, 128, 256, 512}
+    shares = candidates(lo.Matmul(8, 64, 768), "avx512")     # its halves and quarters too: no partial block
+    assert {c.knobs.cache_block for c in shares} == {0, 64, 128, 192, 256, 384, 512}
     bf16 = lo.Conv2d(8, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")
     pairs = [c for c in candidates(bf16, "avx512") if c.isa == "avx512" and c.knobs.weights == "dot"]
     assert bool(pairs) == bf16_dot_available("avx512")     # vdpbf16ps where this CPU runs it
@@ -316,14 +320,53 @@ def test_no_amx_candidates_where_the_tiles_refuse():
 def test_fit_corrects_the_model_scale_and_sides_with_the_measurements():
     rng = np.random.default_rng(0)
     model, heuristic = rng.uniform(1e-4, 1e-3, 12), rng.uniform(1e-4, 1e-3, 12)
-    assert Fit.of([(1e-3, 2e-3, 5e-3)] * (MIN_TRIALS - 1)) == Fit()      # too few trials: the model as it is
-    scaled = Fit.of(list(zip(model, heuristic, 3 * model)))               # the model, 3 times too fast
-    assert scaled.predict(1e-3, 5e-4) == pytest.approx(3e-3, rel=1e-6)
-    assert scaled.model_weight == pytest.approx(1) and scaled.heuristic_weight == pytest.approx(0, abs=1e-9)
-    sided = Fit.of(list(zip(model, heuristic, 2 * heuristic)))            # the heuristic was right
-    assert sided.heuristic_weight > 0.5 > abs(sided.model_weight)
-    predicted = [sided.predict(m, h) for m, h in zip(model, heuristic)]
+    strided = rng.integers(0, 2, 12)
+    features = [(math.log(m), math.log(h), float(s)) for m, h, s in zip(model, heuristic, strided)]
+    few = [((math.log(1e-3), math.log(2e-3), 0.0), 5e-3)] * (MIN_TRIALS - 1)
+    assert Fit.of(few) == Fit() and Fit().predict(few[0][0]) == pytest.approx(1e-3)   # the model as it is
+    scaled = Fit.of(list(zip(features, 3 * model)))                        # the model, 3 times too fast
+    assert scaled.predict((math.log(1e-3), math.log(5e-4), 1.0)) == pytest.approx(3e-3, rel=1e-6)
+    assert scaled.weights == pytest.approx((1, 0, 0), abs=1e-9)
+    sided = Fit.of(list(zip(features, 2 * heuristic)))                     # the heuristic was right
+    assert sided.weights[1] > 0.5 > abs(sided.weights[0])
+    predicted = [sided.predict(f) for f in features]
     assert spearman(predicted, heuristic) > 0.9 > spearman(model, heuristic)
+    slowed = Fit.of(list(zip(features, model * np.where(strided, 2.0, 1.0))))    # strided weights: 2x
+    assert slowed.weights[2] == pytest.approx(math.log(2), rel=0.2)
+    assert Fit().predict((math.inf, 0.0, 0.0)) == math.inf                 # a refused schedule
+    assert Fit(0.0, (1000.0, 0.0, 0.0)).predict((1.0, 0.0, 0.0)) == math.inf   # beyond float: inf, no error
+    flat = [((f[0], f[1], 1.0 + 1e-12 * i), t) for i, (f, t) in enumerate(zip(features, model))]
+    assert abs(Fit.of(flat).weights[2]) < 1e-6          # rounding noise in a constant feature: no weight
+
+
+def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
+    op = lo.Matmul(7, 40, 19)                               # i_o of 7 pixel blocks of 1 split over 2 threads
+    found = [c for c in rank(candidates(op, "avx512", threads=2)) if c.knobs.parallel == "i_o"]
+    uneven = next(c for c in found if c.knobs.pixel_block == 1)          # 7 rows: 4 and 3, 8/7 of even
+    assert imbalance(uneven, 2) == pytest.approx(8 / 7) and imbalance(uneven, 1) == 1
+    guide = Guide([uneven], model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
+    stream = uneven.figures["stream_seconds"]
+    assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
+    features = dict(zip(FEATURES, guide.features(0), strict=True))
+    assert features["model"] == pytest.approx(math.log(guide.modelled(0)))
+    assert features["load"] == pytest.approx(math.log(0.5))
+    assert features["latency"] == pytest.approx(math.log(2))
+    assert features["issue"] == pytest.approx(math.log(SMALLEST)) and features["unpriced"] == 0
+    unpriced = Guide([uneven], model=lambda c: None)               # a table lookup: the heuristic's time
+    assert unpriced.fitted(0) == pytest.approx(uneven.figures["predicted_seconds"])
+    assert unpriced.features(0)[-1] == 1 and "model_seconds" not in unpriced.figures(0)
+
+
+def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
+    l1 = Cache("L1", 48 << 10, 12, 64, 1)                   # 64 sets of 12 ways: a way is 4 KB
+    assert conflict_lines(l1, 12 << 10, 256, 2) == 2 * 12    # rows 12 KB apart: every row in the same 2 sets
+    assert conflict_lines(l1, 256, 256, 2) == 16 * 2 * 12    # 256 B apart: 16 row starts per way
+    assert conflict_lines(l1, 64, 1000, 1) == 64 * 12        # contiguous: the whole cache
+    gemm = lo.Matmul(384, 3072, 768)                          # 12 KB weight rows, 9.4 MB of weights
+    plain = Knobs(8, 32, ("k",), ("j_o", "i_o"), "plain")
+    assert strided_seconds(gemm, plain, 768) > 0
+    assert strided_seconds(gemm, Knobs(8, 32, ("k",), ("j_o", "i_o"), "packed"), 768) == 0
+    assert strided_seconds(lo.Matmul(64, 64, 64), plain, 64) == 0          # rows 256 B apart, all in L1
 
 
 def test_spearman_of_known_orders():
@@ -338,7 +381,7 @@ def test_spearman_of_known_orders():
 def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
-    guide = Guide(ranked, model=lambda c: 1e-6 / c.figures["predicted_seconds"])   # a model that is wrong
+    guide = Guide(ranked, model=lambda c: Price(1e-6 / c.figures["predicted_seconds"]))   # a wrong model
     guide.score_best(60)
     before = guide.order(range(60))
     assert spearman([heuristic[i] for i in before], range(60)) < -0.95       # ties: not exactly -1
@@ -392,6 +435,11 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert all(t.model["model_seconds"] == t.seconds for t in result.trials)
     assert result.to_dict()["model_spearman"] == pytest.approx(1)
     assert "model vs measured: Spearman +1.000 over 6 verified trials" in str(result)
+    # the order the search picked by: the model's time with memory terms, refitted as trials came in
+    ranking = spearman([t.model["fitted_seconds"] for t in result.trials], [t.seconds for t in result.trials])
+    assert result.ranking_spearman == pytest.approx(ranking)
+    assert result.to_dict()["ranking_spearman"] == pytest.approx(ranking)
+    assert f"the prediction each trial was picked by: {ranking:+.3f}" in str(result)
     assert "model ms" in result.table()
 
 

@@ -3,16 +3,18 @@
 From loop ``at`` inward a schedule has reduction loops, then block loops (the output
 depends on them). The block loops are unrolled completely: every combination of their
 values (a vectorized block loop counts by vectors) is one accumulator. Accumulators are
-set before ``at`` (to the bias when the block sees the whole reduction, else loaded from
-the output) and stored after it; in between only the operands are loaded, each distinct
-load once per reduction iteration. A vectorized reduction loop innermost becomes a chunk
-loop inside the block whose lanes are summed when the accumulator is stored.
+set before ``at`` (to the bias when the block sees the whole reduction or, under a cache block
+of the reduction, visits its outputs first; else loaded from the output) and stored after it;
+in between only the operands are loaded, each distinct load once per reduction iteration.
+A vectorized reduction loop innermost becomes a chunk loop inside the block whose lanes are
+summed when the accumulator is stored.
 
 Guards are placed by what they depend on: guards of outer or reduction loops skip
 iterations as in the plain nest; guards of block loops only decide whether an
 accumulator exists (checked once per block), unless they constrain a reduction dim
-(padding taps); the others are checked per update. A load is guarded only by the guards
-isl says it needs to stay inside its tensor.
+(padding taps); the others are checked per update. Where an accumulator may not exist, a
+whole block (every existence test true) runs a second copy of the reduction without them.
+A load is guarded only by the guards isl says it needs to stay inside its tensor.
 
 Operand bases: where isl proves that the loads of a float input tensor lie at constant distances
 from its first load over the whole loop box (a channels-last input's pixels, a packed weight
@@ -171,6 +173,8 @@ class RegisterBlock:
                           if self.bias and self.vector is not None else "broadcast")
         self._check_kinds()
         self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
+        self.first_pass = self._first_pass()
+        self.starts_output = self.initialises_output or self.first_pass is not None
         self.accumulators = self._accumulators()
         # a tap dot's window load zeroes the bytes its padding guard excludes (codegen/taps.py)
         tap = em.arith.plan.tap_dot if em.arith.plan is not None else None
@@ -183,6 +187,7 @@ class RegisterBlock:
         self.loads_output = not self.initialises_output and self.chunk_loop is None
         self.loads: dict[tuple, str] = {}
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
+        self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
         self.bases = self._bases()
 
     # --- structure ---------------------------------------------------------------------
@@ -202,6 +207,19 @@ class RegisterBlock:
     def _bias_loadable(self) -> bool:
         """A complete block sets its accumulators to the bias itself when the bias loads as one vector."""
         return self.chunk_loop is not None or self.bias_kind in ("broadcast", "contiguous")
+
+    def _first_pass(self) -> str | None:
+        """The C condition under which a block that does not hold final outputs visits its outputs
+        first (``Schedule.block_first_pass``: its outer reduction loops all at 0), where its
+        accumulators start from the bias instead of loading the output, so no pass sets the output
+        first; None where the block cannot (it holds final outputs, sums lanes of a vector chunk, is
+        quantized or loads a bias it cannot load as one vector)."""
+        em = self.em
+        loops = em.schedule.block_first_pass()
+        if (not loops or self.initialises_output or self.chunk_loop is not None or em.arith.plan is not None
+                or not self._bias_loadable()):
+            return None
+        return " && ".join(f"{name} == 0" for name in loops)
 
     def _accumulators(self) -> list[Accumulator]:
         s = self.em.schedule
@@ -269,10 +287,24 @@ class RegisterBlock:
                         f"accumulator(s) over {', '.join(self.block) or 'one element'}, "
                         f"kept across {reduction} */")
         inner = indent + 1
+        if self.first_pass is not None:
+            em.emit(inner, f"const int lo_first = {self.first_pass};   /* the outputs' first visit */")
         guards = {acc.name: self._split_guards(acc) for acc in self.accumulators}
         for acc in self.accumulators:
             self._emit_setup(inner, acc, guards[acc.name])
-        em.emit_loop(self.start, inner, inside_block=True)
+        known = list(dict.fromkeys(g for acc in self.accumulators for g in guards[acc.name].store))
+        if known:
+            # a partial block's existence tests are loop invariants: a whole block runs the
+            # reduction without them (and without the load guards they imply)
+            em.emit(inner, f"if ({' && '.join(known)}) {{   /* every accumulator exists */")
+            self.known = frozenset(known)
+            em.emit_loop(self.start, inner + 1, inside_block=True)
+            self.known = frozenset()
+            em.emit(inner, "} else {")
+            em.emit_loop(self.start, inner + 1, inside_block=True)
+            em.emit(inner, "}")
+        else:
+            em.emit_loop(self.start, inner, inside_block=True)
         for acc in self.accumulators:
             self._emit_store(inner, acc)
         em.emit(indent, "}")
@@ -302,7 +334,9 @@ class RegisterBlock:
         em.emit(indent, f"{self._vector_type()} {acc.name} = {self._initial(acc, mask, bool(guards.store))};")
         if self.loads_output:
             load = self._vector_access(em.op.output, acc, mask)
-            em.emit(indent, f"if ({acc.name}_ok) {acc.name} = {load};" if guards.store
+            conditions = [f"{acc.name}_ok"] if guards.store else []
+            conditions += ["!lo_first"] if self.first_pass else []
+            em.emit(indent, f"if ({' && '.join(conditions)}) {acc.name} = {load};" if conditions
                     else f"{acc.name} = {load};")
         self.setup[acc.name] = (bits, mask, guards)
 
@@ -310,7 +344,7 @@ class RegisterBlock:
         """The accumulator's value before the reduction: the bias (complete blocks) or zero. The
         bias of an accumulator that may not exist (``guarded``: past a partial block of output
         channels) is read only if it does."""
-        if not (self.initialises_output and self.bias) or self.chunk_loop is not None:
+        if not (self.starts_output and self.bias) or self.chunk_loop is not None:
             return self._zero()
         ref = f"{self.em.op.bias_tensor}[{self._bias_value().substitute(acc.bindings).to_c()}]"
         value = load(self.em.isa, self.bias_kind, ref, f"&{ref}", "", mask) if self.vector else ref
@@ -370,7 +404,7 @@ class RegisterBlock:
             mask = f"{acc.name}_now"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
-        conditions = ([f"{acc.name}_ok"] if guards.store else []) + guards.update
+        conditions = ([f"{acc.name}_ok"] if guards.store and not self.known else []) + guards.update
         if not self.vector:
             update = f"{acc.name} += {em.arith.product(a, b, acc.bindings)};"
         else:
@@ -390,7 +424,8 @@ class RegisterBlock:
                         raise ScheduleError(f"register_block: the broadcast of {tensor} needs a guard "
                                             f"that varies across the lanes of {self.vector!r}")
                     continue            # covered by the lane mask
-                protect.append(f"({bound.to_c()})")
+                if f"({bound.to_c()})" not in self.known:
+                    protect.append(f"({bound.to_c()})")
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is

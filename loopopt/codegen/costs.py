@@ -27,6 +27,7 @@ counted as the vectorized schedule the compiler makes of it (``compiler_vectoriz
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 from functools import reduce
 
@@ -323,7 +324,7 @@ class _Counter:
             sites += self._vector_sites()
         else:
             sites += self._scalar_sites()
-        if block is None or not block.initialises_output:
+        if block is None or not block.starts_output:
             sites.append(self._output_init())
         if self.op.scales is not None:
             sites.append(self._scaled_output())
@@ -433,7 +434,7 @@ class _Counter:
             setup += Work(guard_checks=len(guards.store), masks=1 if bits else 0)
             if guards.store_lanes:
                 setup_masks.add(self._lane_mask(acc, guards.store_lanes))
-            if block.initialises_output and block.bias and block.chunk_loop is None:
+            if block.starts_output and block.bias and block.chunk_loop is None:
                 kind = {"broadcast": "broadcast", "contiguous": "load"}[block.bias_kind] if vector else "load"
                 setup += self._load(kind, mask is not None)
             if block.loads_output:
@@ -442,8 +443,11 @@ class _Counter:
         setup += self._lane_masks(setup_masks)
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
+        inside = [*block.reduction, *([block.chunk_loop] if block.chunk_loop else [])]
         for tensor, _, lanes, protect in block.loads:
-            address = Work(definitions=1, vector_ops=1 if protect else 0)   # and the select of a guarded one
+            # and the select of a guarded one, unless its guards name no reduction loop of the block: then
+            # they hold or fail for the whole block, and the compiler takes them out of the loop
+            address = Work(definitions=1, vector_ops=1 if _varies(protect, inside) else 0)
             body += self._operand(tensor, lanes is not None) + address
             conditions.update(protect)
             if vector and self.kinds[tensor].kind == "gather":     # its index array, lane by lane
@@ -547,6 +551,11 @@ class _Counter:
             sites.append(Site("epilogue", vectors, Work(loads=4, stores=1, vector_ops=EPILOGUE_OPS,
                                                         loop_iterations=1), lanes))
         return sites
+
+
+def _varies(guards: tuple[str, ...], loops: list[str]) -> bool:
+    """Whether any of ``guards`` (C conditions) names one of ``loops``."""
+    return any(re.search(rf"\b{re.escape(loop)}\b", guard) for guard in guards for loop in loops)
 
 
 def _divisions(expr: Expr) -> set[str]:

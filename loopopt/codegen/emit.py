@@ -226,7 +226,7 @@ class _Emitter:
     # --- the function ------------------------------------------------------------------
     def function_body(self) -> str:
         self._emit_constants()
-        if self.block is None or not self.block.initialises_output:
+        if self.block is None or not self.block.starts_output:
             self._emit_output_init()
         plan = self.arith.plan
         for line in quantized.prologue(self.schedule, plan) if plan else []:

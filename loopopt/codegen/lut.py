@@ -26,10 +26,15 @@ The kernel runs the schedule's nest in table-lookup units: the output channels i
   from ``at`` inward: reduction loops first, then block loops over outputs, unrolled into one
   accumulator of 32 channels per block position, at most ``MAX_ACCUMULATORS``) sum in int16
   registers, widened to int32 before they may overflow (``fmt.chunk`` steps). Loads shared by
-  block positions (a pixel's tables, a column block's indices) are issued once per step.
+  block positions (a pixel's tables, a column block's indices) are issued once per step;
+* the threads (``parallel``): a loop over outputs between the table build and the accumulation
+  region (e.g. the column blocks ``j_o`` of a GEMV, ``k_o`` or a row loop of a conv) runs on OpenMP
+  threads (``kernel.set_threads``): the tables are built before it, shared and only read in it,
+  each thread adds its own outputs to the workspace, and the epilogue pass runs on the threads too.
+  A parallel loop around the table build is refused (one tables workspace).
 
 Steps that do not apply are refused with the reason: ``fuse``, ``vectorize`` (the kernel vectorizes
-the 32 channels of a block itself), ``unroll`` (``register_block`` unrolls), ``parallel``,
+the 32 channels of a block itself), ``unroll`` (``register_block`` unrolls),
 ``arithmetic("dequantize")``, ``compensation("kernel")`` and a layout of the weights (they are
 packed in the format's own order); layouts of the activations and the output apply.
 """
@@ -45,7 +50,7 @@ from ..expr import Bound, Const, Expr, Var
 from ..ops import Op
 from ..schedule import Schedule, ScheduleError, Split
 from . import quantized
-from .emit import KERNEL_NAME, Generated
+from .emit import KERNEL_NAME, Generated, with_threads
 from .isa import INT_ISAS
 from .lut_format import (
     COLUMNS,
@@ -247,8 +252,6 @@ def check_lut(schedule: Schedule, isa: str) -> None:
         (schedule.vector_loop is not None, "vectorize: the kernel vectorizes the 32 output channels of a "
          "column block itself"),
         (any(loop.unroll for loop in schedule.loops), "unroll: register_block unrolls the block loops"),
-        (schedule.parallel_loop is not None, "parallel: the kernel runs on one thread (one tables "
-         "workspace)"),
         (dict(schedule.layouts)[op.inputs[1]] != op.tensor(op.inputs[1]).default_layout,
          f"layout({op.inputs[1]!r}, ...): the weights are packed in the format's own order"),
     ]
@@ -256,7 +259,13 @@ def check_lut(schedule: Schedule, isa: str) -> None:
         if refused:
             raise ScheduleError(f"{where}: {why.split(':')[0]} does not apply to the table-lookup kernel "
                                 f"({why.split(': ', 1)[1]})")
-    lut_nest(schedule)
+    nest = lut_nest(schedule)
+    parallel = schedule.parallel_loop
+    if parallel is not None and schedule.position(parallel.name) < nest.table_at:
+        inside = [name for name, _ in nest.loops[nest.table_at:nest.region]]
+        raise ScheduleError(f"{where}: parallel({parallel.name!r}): the tables are built inside that loop, "
+                            f"in one workspace the threads would share; parallelize a loop between the table "
+                            f"build and the accumulation region: {', '.join(inside) or 'none in this order'}")
 
 
 @lru_cache(maxsize=256)
@@ -319,8 +328,9 @@ def _loop(name: str, extent: int) -> str:
 
 
 def _nested(openers: list[str], body: list[str]) -> list[str]:
-    """``body`` inside the loops ``openers`` (each opening a brace), indented."""
-    lines = [("    " * depth) + opener for depth, opener in enumerate(openers)]
+    """``body`` inside the loops ``openers`` (each opening a brace, after the lines of a pragma before
+    it), indented."""
+    lines = [("    " * depth) + line for depth, opener in enumerate(openers) for line in opener.split("\n")]
     lines += ["    " * len(openers) + line for line in body]
     return lines + ["    " * depth + "}" for depth in reversed(range(len(openers)))]
 
@@ -487,9 +497,11 @@ def _describe(nest: LutNest) -> str:
     loops = ", ".join(f"{n}[{e}]" for n, e in nest.loops)
     table = ", ".join(n for n, _ in nest.loops[:nest.table_at]) or "the whole input, before the nest"
     region = ", ".join(n for n, _ in nest.loops[nest.region:]) or "none (one step per output)"
+    parallel = nest.schedule.parallel_loop
     return (f" * nest (table-lookup units: column blocks, index bytes): {loops}\n"
             f" * tables built inside: {table}; accumulated in registers over: {region}"
-            f"{'; block: ' + ', '.join(nest.block) if nest.block else ''}")
+            f"{'; block: ' + ', '.join(nest.block) if nest.block else ''}"
+            f"{f'; on OpenMP threads: {parallel.name}' if parallel else ''}")
 
 
 def generate_lut(schedule: Schedule, isa: str) -> Generated:
@@ -506,7 +518,9 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
               KernelParam(op.output, "int32_t"), *quantized.parameters(qp), KernelParam(LUT, "int16_t"))
     positions = _positions(nest)
     nest_lines = _region(nest, lookup, positions)
-    inner = [_loop(n, e) for n, e in nest.loops[nest.table_at:nest.region]]
+    parallel = schedule.parallel_loop
+    inner = [f"{quantized.PARALLEL_FOR}\n" * (parallel is not None and n == parallel.name) + _loop(n, e)
+             for n, e in nest.loops[nest.table_at:nest.region]]
     nest_lines = _table_build(nest, isa) + _nested(inner, nest_lines)
     body = [*quantized.constants(schedule, qp), *table_constants_c(fmt, isa), *lookup.prelude(),
             f"memset({op.output}, 0, sizeof(int32_t) * {storage_elements(schedule, op.output)});",
@@ -516,11 +530,13 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
               f" * isa: {isa}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
               f"{' and a sign bit' if fmt.signed else ''}, 32 output channels per column block)\n"
               f"{_describe(nest)} */")
+    openmp = parallel is not None
     prelude = ["#include <stddef.h>", "#include <string.h>", quantized.static_tables(schedule, qp)]
     prelude += ["#include <immintrin.h>"] if isa != "scalar" else []
+    prelude += ["#include <omp.h>"] if openmp else []
     source = "\n".join([header, *prelude, "", f"{signature(KERNEL_NAME, params)}\n{{",
                         *("    " + line for line in body), "}", ""])
-    cdef = signature(KERNEL_NAME, params, restrict=False) + ";"
+    source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = {w: nest.weights_read_ahead, LUT: nest.tables_read_ahead}
-    return Generated(source, cdef, op.call_tensors + (op.output,), params, INT_ISAS[isa], {}, False, plan=qp,
+    return Generated(source, cdef, op.call_tensors + (op.output,), params, INT_ISAS[isa], {}, openmp, plan=qp,
                      read_ahead=ahead, compile_flags=INT_ISAS[isa].compile_flags)

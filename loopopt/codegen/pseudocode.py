@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..schedule import Schedule
+from . import binary
 from .arith import arithmetic
 from .emit import vector_access_kinds
 from .isa import ISAS, bf16_dot_available, resolve_isa
@@ -16,8 +17,10 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     op = schedule.op
     lines = [f"# {op!r}"]
     lines += [f"# {step}" for step in schedule.steps]
-    lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     quantized = op.quant is not None
+    if quantized and op.quant.binary:          # packed bits in the kernel's own layouts
+        return "\n".join(lines + binary.pseudocode(schedule, resolve_isa(isa or "auto", integer=True)))
+    lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
     plan = quant_plan(schedule, target.lanes) if quantized else None
     dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop

@@ -382,8 +382,11 @@ def _storage_offset(schedule: Schedule, tensor: str, index) -> str:
     return schedule.layout_of(tensor).offset(tuple(index), info.shape).to_c()
 
 
+PARALLEL_FOR = "#pragma omp parallel for schedule(static)"   # the schedule's parallel loop
+
+
 def _omp(schedule: Schedule) -> list[str]:
-    return ["#pragma omp parallel for schedule(static)"] if schedule.parallel_loop is not None else []
+    return [PARALLEL_FOR] if schedule.parallel_loop is not None else []
 
 
 def _tables(op) -> list[str]:

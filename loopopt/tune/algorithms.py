@@ -59,6 +59,9 @@ def selected(algorithms: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 def refusals(op: Op, algorithms: tuple[str, ...], isa: str, threads: int) -> dict[str, str]:
     """Why each of ``algorithms`` does not apply to ``op`` on ``isa`` with ``threads`` ("" if it does)."""
+    if op.quant is not None and op.quant.binary:
+        one = "a binary op has one kernel, XNOR + popcount, searched over its register blocks"
+        return {name: "" if name == "direct" else one for name in algorithms}
     why = {"direct": ""}
     for name in ("implicit_gemm", "im2col"):
         why[name] = ("an op without windows (a Matmul) is a GEMM already: its direct candidates are GEMM "

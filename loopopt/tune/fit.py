@@ -1,18 +1,20 @@
 """The search's correction of its cost model to what it measured, and the rank correlation.
 
-``Fit`` predicts a candidate's time from two predictions of it, the kernel model's (``m``) and the
-ranking heuristic's (``h``):
+``Fit`` predicts a candidate's log time from a vector of features that loopopt's analysis gives
+for it (``guide.FEATURES``: the log of the kernel model's time first, then the heuristic's log time
+and what the model prices poorly: streamed operands, strided weights, thread imbalance, which core
+resource binds):
 
-    log t = a + b log m + c log h
+    log t = a + w . x
 
-fitted by least squares to the verified trials measured so far (at least ``MIN_TRIALS``), with
-``b`` and ``c`` regularized toward the kernel model as it is (``b = 1, c = 0``) by the weight of
-``PRIOR`` trials (ridge regression on the standardized logs), so that a few noisy trials move it
-little, and a direction the trials cannot tell apart (the two predictions ordering the measured
-candidates alike) stays where the model puts it. ``a`` corrects the model's scale;
-``b`` and ``c`` reorder the candidates where the measurements side with the heuristic (which sees
-whether the reused weights stay in cache, a memory term the ranking model leaves out). The fit
-depends only on the measured trials, so a search replayed from its log refits the same way.
+fitted by least squares to the trials measured so far (at least ``MIN_TRIALS``), with ``w``
+regularized toward the kernel model as it is (weight 1 on its log time, 0 on the others) by the
+weight of ``PRIOR`` trials (ridge regression on the standardized features), so that a few noisy
+trials move it little, and a direction the trials cannot tell apart stays where the model puts it.
+``a`` corrects the model's scale; ``w`` reorders the candidates where the measurements side with a
+feature. The features of a trial come from its candidate alone, never from its timing; a trial is
+predicted by the fit to the trials before it; the fit depends only on the measured trials, so a
+search replayed from its log refits the same way.
 """
 from __future__ import annotations
 
@@ -23,39 +25,43 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_TRIALS = 3             # verified trials before the first refit
-PRIOR = 2.0                # weight (in trials) of the model as it is: b = 1, c = 0
+PRIOR = 2.0                # weight (in trials) of the model as it is: 1 on the first feature, 0 on the others
+MAX_EXPONENT = 700.0       # a fitted log time beyond this predicts an infinite time (exp overflows)
+SPREAD = 1e-6              # a feature whose standard deviation over the trials is below this has none
 
 
 @dataclass(frozen=True)
 class Fit:
-    """``log t = intercept + model_weight log m + heuristic_weight log h`` (module docstring)."""
+    """``log t = intercept + weights . features`` (module docstring); no weights: the first feature
+    (the model's log time) as it is."""
 
     intercept: float = 0.0
-    model_weight: float = 1.0
-    heuristic_weight: float = 0.0
+    weights: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, samples: Sequence[tuple[float, float, float]]) -> Fit:
-        """The fit to ``(model_seconds, heuristic_seconds, measured_seconds)`` samples (all > 0);
-        the model as it is with fewer than MIN_TRIALS samples."""
+    def of(cls, samples: Sequence[tuple[Sequence[float], float]]) -> Fit:
+        """The fit to ``(features, measured_seconds)`` samples (features of one length, the first the
+        model's log time; times > 0); the model as it is with fewer than MIN_TRIALS samples."""
         if len(samples) < MIN_TRIALS:
             return cls()
-        logs = np.log(np.asarray(samples, dtype=float))
-        features, times = logs[:, :2], logs[:, 2]
+        features = np.asarray([f for f, _ in samples], dtype=float)
+        times = np.log(np.asarray([t for _, t in samples], dtype=float))
         centre, spread = features.mean(axis=0), features.std(axis=0)
-        spread[spread == 0] = 1.0                  # a feature without spread keeps its prior weight
+        spread[spread < SPREAD] = 1.0              # a feature without spread keeps its prior weight
         standard = (features - centre) / spread    # unit variance: PRIOR weighs as that many trials
-        prior = np.array([1.0, 0.0]) * spread
-        gram = standard.T @ standard + PRIOR * np.eye(2)
+        prior = np.zeros(features.shape[1])
+        prior[0] = spread[0]
+        gram = standard.T @ standard + PRIOR * np.eye(features.shape[1])
         weights = np.linalg.solve(gram, standard.T @ (times - times.mean()) + PRIOR * prior) / spread
-        return cls(float(times.mean() - centre @ weights), float(weights[0]), float(weights[1]))
+        return cls(float(times.mean() - centre @ weights), tuple(float(w) for w in weights))
 
-    def predict(self, model_seconds: float, heuristic_seconds: float) -> float:
-        """The fitted time of a candidate (inf if the model has none: a refused schedule)."""
-        if not math.isfinite(model_seconds):
+    def predict(self, features: Sequence[float]) -> float:
+        """The fitted time of a candidate of ``features`` (inf if its first, the model's log time, is
+        not finite: a refused schedule)."""
+        if not math.isfinite(features[0]):
             return math.inf
-        return math.exp(self.intercept + self.model_weight * math.log(model_seconds)
-                        + self.heuristic_weight * math.log(heuristic_seconds))
+        exponent = self.intercept + (float(np.dot(self.weights, features)) if self.weights else features[0])
+        return math.exp(exponent) if exponent < MAX_EXPONENT else math.inf
 
 
 def ranks(values: Iterable[float]) -> np.ndarray:

@@ -11,48 +11,78 @@ one more per candidate the walk has picked: about 10 s in a search of 64 trials;
 walk's progress, not on the budget, so a resumed search with another budget walks the same path) and
 the neighbours the walk considers, when it considers them; scored candidates come first, by their
 fitted time, the others after them in the heuristic's order. A scored candidate's time is the kernel
-model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2: the memory term the
-kernel model leaves out, cheap enough for every candidate). Each verified trial refits the
-prediction (``fit.Fit``: the model's scale, and a blend with the heuristic where the measurements
-side with it), and the untried candidates are reordered by it. An AMX candidate's model time is the
-tile model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart
-from the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
-trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in a
-one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
-table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds and
-lookups) counts the heuristic's time (``rank.LUT_SHARE`` of the int8 dot peak, scaled by its block)
-as its model time in the order, is left out of the fit and the Spearman figure, and records no
-``model_seconds``.
+model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2) and ``strided_seconds``
+(plain weight rows a channel row apart, from L2): the memory terms the kernel model without traffic
+leaves out, cheap enough for every candidate; times the share of a thread's work the
+busiest thread has (``imbalance``: a parallel loop whose iterations do not split evenly). Each
+verified trial refits the prediction (``fit.Fit`` over ``FEATURES``: the model's scale, and weights
+on the heuristic's time and on what the model prices poorly, where the measurements side with
+them), and the untried candidates are reordered by it. An AMX candidate's model time is the tile
+model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart from
+the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
+trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in
+a one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
+table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds
+and lookups) or a binary op's (XNOR + popcount) counts the heuristic's time (``rank.LUT_SHARE`` or
+``rank.BINARY_RATE`` of the int8 dot peak, scaled by its block) as its model time, with the feature
+``unpriced`` set, and records no ``model_seconds`` (it is left out of the Spearman figure).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
 from .fit import Fit
-from .space import Candidate
+from .rank import outer_extents
+from .space import Candidate, Knobs
 from .tile_model import tile_time
 
 MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
 SHORTLIST_PER_PICK = 1     # and more of them after each pick
+SMALLEST = 1e-3            # resource ratios below this count as this (log features stay finite)
+# What the refit weighs (``features``): the log of the modelled time (the prior's feature), the log
+# of the heuristic's, the share of the modelled time that is memory terms (``memory_seconds``),
+# plain weights of a block that is part of the channels (rows a channel row apart), a cache block of
+# the reduction channels, no unrolled reduction loop, the logs of the kernel model's load, latency and
+# issue cycles over its vector cycles (AMX: 1), and a candidate no model prices (table lookups).
+FEATURES = ("model", "heuristic", "stream", "strided", "cache_block", "rolled", "load", "latency", "issue",
+            "unpriced")
 FAMILIES = ("kernel", "tiles")   # the models, each with its own fit: the kernel model, the tile model
 
-Model = Callable[[Candidate], "float | None"]
+
+@dataclass(frozen=True)
+class Price:
+    """The kernel model's figures of a candidate: its time (inf: the schedule refuses it) and the
+    cycles of its load ports, latency chains and front end over those of its vector units."""
+
+    seconds: float
+    load: float = 1.0
+    latency: float = 1.0
+    issue: float = 1.0
 
 
-def model_seconds(candidate: Candidate) -> float | None:
-    """The kernel model's time of a candidate, without its memory term; an AMX candidate's the tile
-    model's (inf if the schedule refuses it; None for what neither has costs for: table lookups)."""
-    if candidate.table_lookup or (candidate.isa not in CORE_COSTS and candidate.isa != "amx"):
+Model = Callable[[Candidate], "Price | None"]
+
+
+def price(candidate: Candidate) -> Price | None:
+    """The kernel model's price of a candidate, without its memory term; an AMX candidate's time the
+    tile model's (None for what neither has costs for: table lookups, binary kernels)."""
+    if (candidate.table_lookup or candidate.binary
+            or (candidate.isa not in CORE_COSTS and candidate.isa != "amx")):
         return None
     try:
         if candidate.isa == "amx":
-            return tile_time(candidate.schedule).predicted_seconds
-        return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
+            return Price(tile_time(candidate.schedule).predicted_seconds)
+        model = kernel_model(candidate.schedule, candidate.isa, traffic=False)
     except ScheduleError:
-        return math.inf
+        return Price(math.inf)
+    cycles = model.resources
+    vector = max(cycles["vector"], 1.0)
+    return Price(model.predicted_seconds, cycles["load"] / vector, cycles["latency"] / vector,
+                 cycles["issue"] / vector)
 
 
 def family(candidate: Candidate) -> str:
@@ -60,20 +90,43 @@ def family(candidate: Candidate) -> str:
     return "tiles" if candidate.isa == "amx" else "kernel"
 
 
+def imbalance(candidate: Candidate, threads: int) -> float:
+    """The busiest thread's share of the work over an even share (1: the parallel loop's iterations
+    split evenly over ``threads``, or one thread)."""
+    knobs = candidate.knobs
+    if threads == 1 or not isinstance(knobs, Knobs) or not knobs.parallel:
+        return 1.0
+    extent = outer_extents(candidate.op, knobs)[knobs.parallel]
+    return -(-extent // threads) * threads / extent
+
+
+def memory_seconds(candidate: Candidate) -> float:
+    """The heuristic's memory terms that the kernel model without traffic leaves out: operands streamed
+    from beyond L2 (``stream_seconds``) and strided weight rows from L2 (``strided_seconds``)."""
+    figures = candidate.figures
+    return figures.get("stream_seconds", 0.0) + figures.get("strided_seconds", 0.0)
+
+
 def shortlist(picks: int) -> int:
     """How many of the heuristic's best candidates are scored once the walk picked ``picks``."""
     return MIN_SHORTLIST + SHORTLIST_PER_PICK * picks
 
 
+def _log(value: float) -> float:
+    return math.log(max(value, SMALLEST))
+
+
 class Guide:
     """The candidates of one search (``ranked``: the heuristic's order, each with its
-    ``predicted_seconds``), the kernel model's scores of some of them, and the fit."""
+    ``predicted_seconds``) on ``threads`` threads, the kernel model's prices of some of them, and
+    the fit."""
 
-    def __init__(self, ranked: Sequence[Candidate], model: Model = model_seconds):
+    def __init__(self, ranked: Sequence[Candidate], model: Model = price, threads: int = 1):
         self.candidates = list(ranked)
-        self.model = model
-        self.scores: dict[int, float | None] = {}
-        self.samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in FAMILIES}
+        self.model, self.threads = model, threads
+        self.scores: dict[int, Price | None] = {}
+        self.known: dict[int, tuple[float, ...]] = {}
+        self.samples: dict[str, list[tuple[tuple[float, ...], float]]] = {name: [] for name in FAMILIES}
         self.fits = {name: Fit() for name in FAMILIES}
 
     def score_best(self, count: int) -> None:
@@ -84,24 +137,45 @@ class Guide:
     def heuristic(self, index: int) -> float:
         return self.candidates[index].figures["predicted_seconds"]
 
-    def score(self, index: int) -> float | None:
-        """The kernel model's time of candidate ``index`` (computed once; None: not modelled)."""
+    def score(self, index: int) -> Price | None:
+        """The kernel model's price of candidate ``index`` (computed once; None: not modelled)."""
         if index not in self.scores:
             self.scores[index] = self.model(self.candidates[index])
         return self.scores[index]
 
     def modelled(self, index: int) -> float | None:
-        """The kernel model's time of candidate ``index`` plus the heuristic's time of its operands
-        from beyond L2 (``stream_seconds``); None: not modelled."""
+        """The kernel model's time of candidate ``index`` plus the heuristic's memory terms
+        (``memory_seconds``), times its thread ``imbalance``; None: not modelled."""
         model = self.score(index)
-        return None if model is None else model + self.candidates[index].figures.get("stream_seconds", 0.0)
+        if model is None:
+            return None
+        candidate = self.candidates[index]
+        return (model.seconds + memory_seconds(candidate)) * imbalance(candidate, self.threads)
+
+    def features(self, index: int) -> tuple[float, ...]:
+        """The ``FEATURES`` of candidate ``index`` (scoring it if it was not); a candidate the model
+        does not price has the heuristic's time in place of the model's."""
+        if index not in self.known:
+            candidate, model = self.candidates[index], self.score(index)
+            heuristic = self.heuristic(index)
+            if model is None:
+                self.known[index] = (math.log(heuristic), math.log(heuristic)) + (0.0,) * 7 + (1.0,)
+            else:
+                knobs = candidate.knobs
+                modelled = self.modelled(index)
+                memory = memory_seconds(candidate)
+                blocked = isinstance(knobs, Knobs)       # a register block (not AMX tiles)
+                strided = blocked and knobs.weights == "plain" and knobs.channel_block < candidate.op.channels
+                self.known[index] = (
+                    math.log(modelled) if math.isfinite(modelled) else math.inf, math.log(heuristic),
+                    memory / modelled if math.isfinite(modelled) else 0.0, float(strided),
+                    float(blocked and knobs.cache_block > 0), float(blocked and not knobs.unroll),
+                    _log(model.load), _log(model.latency), _log(model.issue), 0.0)
+        return self.known[index]
 
     def fitted(self, index: int) -> float:
-        """The fitted time of candidate ``index`` (scoring it if it was not); a candidate the model
-        does not price has the heuristic's time in place of the model's."""
-        model, heuristic = self.modelled(index), self.heuristic(index)
-        fit = self.fits[family(self.candidates[index])]
-        return fit.predict(heuristic if model is None else model, heuristic)
+        """The fitted time of candidate ``index`` (scoring it if it was not)."""
+        return self.fits[family(self.candidates[index])].predict(self.features(index))
 
     def order(self, indices: Iterable[int]) -> list[int]:
         """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
@@ -111,10 +185,10 @@ class Guide:
 
     def observe(self, index: int, seconds: float | None) -> None:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
-        model = self.modelled(index)
-        if seconds is not None and model is not None and math.isfinite(model):
+        features = self.features(index)
+        if seconds is not None and math.isfinite(features[0]):
             name = family(self.candidates[index])
-            self.samples[name].append((model, self.heuristic(index), seconds))
+            self.samples[name].append((features, seconds))
             self.fits[name] = Fit.of(self.samples[name])
 
     def figures(self, index: int) -> dict[str, float]:
@@ -122,5 +196,5 @@ class Guide:
         (the kernel model, if it prices the candidate) and ``fitted_seconds`` (the refitted
         prediction it was picked by)."""
         model = self.score(index)
-        return {**self.candidates[index].figures, **({} if model is None else {"model_seconds": model}),
-                "fitted_seconds": self.fitted(index)}
+        priced = {} if model is None else {"model_seconds": model.seconds}
+        return {**self.candidates[index].figures, **priced, "fitted_seconds": self.fitted(index)}

@@ -13,11 +13,12 @@ multiply-add latency but a few vector registers left spare (ResNet-18's 128-chan
 multiply-add, vector lanes and edge blocks used fully, no loop step per reduction step (an unrolled
 loop), dot groups filled (quantized ops without a dot instruction widen bytes to int32 lanes, a
 quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations), long
-reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2,
-packed in channel blocks when a block is part of the channels (plain rows of a block lie a channel
-row apart: more cache lines, pages and set conflicts; ResNet-18's 256->512 3x3 stride-2 layer ran
-0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in one search on a shared
-machine). To that compute time it adds ``stream_seconds``, the time the operands (input and weights)
+reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2. To
+that compute time it adds ``strided_seconds``, the time plain weight rows of a block that is part of
+the channels take from L2 or L3 where the rows, a channel row apart, need more lines than the cache
+sets they map to hold (VGG conv5_1's plain 32-channel blocks ran 2x the packed ones; ResNet-18's
+256->512 3x3 stride-2 layer ran 0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in
+one search on a shared machine), and ``stream_seconds``, the time the operands (input and weights)
 take to come from beyond L2 (``streamed_bytes``): once, and again on each iteration of an outer loop
 that does not index an operand when what the loops inside it touch of that operand does not fit half
 of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of weights, ran 4.5-10 ms with the channel
@@ -27,6 +28,12 @@ scaled by its register block's accumulators (``CHAINS`` hide the latency), its l
 pixel's tables, a column block's indices) and the lanes its edge blocks use. An AMX candidate gets
 the tile model's time (``tile_model``: its tile dots at the AMX peak, its tile loads from the cache
 levels that hold their operands, its epilogue).
+A binary op's candidate (XNOR + popcount) gets ``BINARY_RATE[isa]`` times the int8 dot peak of its
+ISA (from instruction counts, not measured: on AVX-512, 512 products per XOR, ``vpopcntq`` and add
+on the two ports that run two ``vpdpbusd`` of 64 products; the nibble popcount takes 6 more
+instructions; a scalar core one ``popcnt`` of 64 products per cycle), scaled by its accumulators,
+its loads per XOR (a weight vector per channel vector, a broadcast per position), spare registers
+and edge blocks; every candidate of one search has the same rate, so it orders them by the block alone.
 """
 from __future__ import annotations
 
@@ -35,8 +42,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..codegen.binary import LANES as BINARY_LANES
+from ..codegen.binary import block_dims
 from ..codegen.lut_format import COLUMNS
-from ..machine import machine_profile
+from ..machine import Cache, machine_profile
 from ..ops import Op
 from .space import DOT, REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes, lut_columns, tap_window
 from .tile_model import tile_time
@@ -47,10 +56,16 @@ CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
-STRIDED = 0.9              # plain weights of a block that is part of the channels (rows a channel row apart)
+LINE = 64                  # bytes of a cache line
+PAGE = 4096                # bytes: weight rows this far apart are each on a page of their own
+PAGED = 4.0                # a line of strided weight rows a page apart costs this many lines' L2 streaming
+                           # time when L1 cannot hold a block's rows: a TLB lookup and a miss the prefetcher
+                           # does not hide (bench_tune's log: plain 32-channel blocks ran 1.2-1.9x the packed
+                           # ones on the BERT FFN GEMM, 12 KB rows: about 5 cycles a line)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
+BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 
 
@@ -99,6 +114,19 @@ def lut_efficiency(candidate: Candidate) -> float:
     return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
 
 
+def binary_efficiency(candidate: Candidate) -> float:
+    """A binary candidate's rate relative to the int8 dot peak of its ISA (``BINARY_RATE``, scaled)."""
+    op, knobs, isa = candidate.op, candidate.knobs, candidate.isa
+    vectors = _ceil(knobs.channel_block, BINARY_LANES[isa])
+    accumulators = knobs.pixel_block * vectors
+    efficiency = BINARY_RATE[isa] * min(1.0, accumulators / CHAINS)
+    if REGISTERS[isa] - accumulators - vectors - 1 < TIGHT_SPARE:                 # the compiler spills
+        efficiency *= TIGHT
+    efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)  # loads per XOR
+    efficiency *= _edges(op.channels // op.groups, knobs.channel_block)
+    return efficiency * _edges(op.extent(block_dims(op)[0]), knobs.pixel_block)
+
+
 def element_bytes(op: Op) -> int:
     """Bytes of one operand element: int8 for a quantized op, else its dtype's."""
     return 1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4
@@ -134,6 +162,38 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return total
 
 
+def conflict_lines(cache: Cache, stride: int, rows: int, lines: int) -> int:
+    """The lines of ``cache`` that ``rows`` rows ``stride`` bytes apart, ``lines`` lines each, can
+    occupy: the sets their lines map to (a row start repeats its set every ``way / gcd(stride, way)``
+    rows) times the ways."""
+    way = cache.size // max(cache.ways, 1)
+    sets = way // cache.line_size
+    return min(sets, min(rows, way // math.gcd(stride, way)) * lines) * max(cache.ways, 1)
+
+
+def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
+    """The time plain weights of a block that is part of the channels take to come to L1 beyond what
+    the prefetcher hides: a block reads ``depth`` weight rows a channel row apart, once per block;
+    when they need more lines than the sets they map to hold (``conflict_lines``) in L2, each line
+    comes from L3 (at its bandwidth); else when they do in L1 and the rows lie a page apart, from L2
+    at ``PAGED`` times a streamed line's time. 0 for packed weights and for a block of all the
+    channels (contiguous rows)."""
+    if knobs.weights != "plain" or knobs.channel_block >= op.channels:
+        return 0.0
+    row = op.channels * element_bytes(op)
+    lines = _ceil(knobs.channel_block * element_bytes(op), LINE)
+    caches = {c.name: c for c in machine_profile().caches}
+    bandwidth = machine_profile().bandwidth
+    needed = depth * lines
+    if "L2" in caches and needed > conflict_lines(caches["L2"], row, depth, lines):
+        line_seconds = LINE / ((bandwidth["L3"] if "L3" in bandwidth else bandwidth["DRAM"]).gbs * 1e9)
+    elif "L1" in caches and needed > conflict_lines(caches["L1"], row, depth, lines) and row >= PAGE:
+        line_seconds = PAGED * LINE / (bandwidth["L2"].gbs * 1e9)
+    else:
+        return 0.0
+    return math.prod(outer_extents(op, knobs).values()) * needed * line_seconds
+
+
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) of its compute,
     ``stream_seconds`` (its operands from beyond L2) and ``predicted_seconds`` (their sum; on one
@@ -144,8 +204,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
         peak = _peak("amx", "int8" if op.quant is not None else op.dtype)
         return {"efficiency": op.flops / (peak * seconds), "stream_seconds": 0.0,
                 "predicted_seconds": seconds}
-    if candidate.table_lookup:
-        efficiency = lut_efficiency(candidate)
+    if candidate.table_lookup or candidate.binary:
+        efficiency = lut_efficiency(candidate) if candidate.table_lookup else binary_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
     roles, _, bandwidth = _operands(op)
@@ -184,18 +244,18 @@ def figures(candidate: Candidate) -> dict[str, float]:
     weight_bytes = depth * channels * element_bytes(op)
     l1, l2, _ = _caches()
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1 else L2_FIT)
-    if knobs.weights == "plain" and knobs.channel_block < op.channels:
-        efficiency *= STRIDED
     stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth
+    strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
-    return {"efficiency": efficiency, "stream_seconds": stream, "predicted_seconds": compute + stream}
+    return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
+            "predicted_seconds": compute + stream + strided}
 
 
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
     unrolled (only whether one is); candidates that differ only there share their figures."""
     knobs = candidate.knobs
-    if candidate.isa == "amx" or candidate.table_lookup:
+    if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
         return candidate.op, candidate.isa, knobs
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
             knobs.cache_block, bool(knobs.unroll), knobs.outer)

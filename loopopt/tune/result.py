@@ -1,6 +1,7 @@
 """What ``lo.tune`` returns: the best schedule, its timing and every trial of the search."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,19 +136,30 @@ class TuneResult:
     @property
     def model_spearman(self) -> float | None:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
-        measured minimum time over the verified trials that have a model time (the direct search's
-        register-blocked ones: not AMX tiles, table lookups nor the other algorithms); None with fewer
-        than 3 of them."""
+        measured minimum time over the verified trials that have a model time (the direct search's:
+        register blocks priced by the kernel model, AMX tiles by the tile model; not table lookups nor
+        the other algorithms); None with fewer than 3 of them."""
         pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
-    def _modelled(self) -> list[tuple[float, float]]:
-        return [(t.model["model_seconds"], t.seconds) for t in self.trials
-                if t.seconds is not None and "model_seconds" in t.model]
+    @property
+    def ranking_spearman(self) -> float | None:
+        """Spearman's rank correlation between the prediction each trial was picked by
+        (``fitted_seconds``: the model's time with the heuristic's memory terms and the thread
+        imbalance, refitted to the trials measured before it) and the measured minimum time over the
+        verified trials that have a model time (as ``model_spearman``); None with fewer than 3."""
+        pairs = self._modelled("fitted_seconds")
+        return spearman(*zip(*pairs)) if pairs else None
+
+    def _modelled(self, figure: str = "model_seconds") -> list[tuple[float, float]]:
+        return [(t.model[figure], t.seconds) for t in self.trials
+                if t.seconds is not None and "model_seconds" in t.model and math.isfinite(t.model[figure])]
 
     def _model_line(self) -> str:
         rho, modelled = self.model_spearman, f"{len(self._modelled())} verified trials with a model time"
-        return (f"model vs measured: Spearman {rho:+.3f} over {modelled}" if rho is not None
+        ranking = self.ranking_spearman
+        picked = "" if ranking is None else f"; the prediction each trial was picked by: {ranking:+.3f}"
+        return (f"model vs measured: Spearman {rho:+.3f} over {modelled}{picked}" if rho is not None
                 else f"model vs measured: no Spearman figure ({modelled}, 3 needed)")
 
     def table(self) -> str:
@@ -185,6 +197,7 @@ class TuneResult:
         return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
+                "ranking_spearman": self.ranking_spearman,
                 "algorithm": self.algorithm, "skipped": self.skipped,
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),
@@ -224,7 +237,8 @@ class TuneResult:
 
 def describe(k: dict) -> str:
     """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
-    candidate's, a table-lookup candidate's, or a register block's, with its weight format if not int8)."""
+    candidate's, a binary op's, a table-lookup candidate's, or a register block's, with its weight format
+    if not int8)."""
     if "plan" in k:
         return k["plan"]
     if "algorithm" in k:
@@ -233,6 +247,8 @@ def describe(k: dict) -> str:
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
         return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
+    if k.get("kernel") == "binary":
+        return f"XNOR + popcount, {k['pixel_block']}x{k['channel_block']} block"
     if "weights" not in k:
         return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
                 f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}")

@@ -308,7 +308,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
                         if threads > 1 else f"no candidate schedule for {op!r}")
     start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
-    walk = Walk(Guide(rank(space)), BROAD, seed)
+    walk = Walk(Guide(rank(space), threads=threads), BROAD, seed)
     run = runner(executor, timeout)
     tuning_log = None
     try:

@@ -22,7 +22,7 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   the weights with the last window's taps blocked by 4 (``OIHW4w``), the taps split by 4 (when more)
   and their inner loop innermost, consumed by one ``vpdpbusd`` per vector;
 * optionally a cache block of the reduction channels (``c``/``k`` split, its outer loop among
-  the outer loops: the block accumulates into the output across it);
+  the outer loops: the block accumulates into the output across it; ``cache_block_sizes``);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
   innermost reduction loop unrolled by 4;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
@@ -38,6 +38,12 @@ block, every order of the reduction dims (taps in their order) inside every orde
 outside the block (the kernel refuses vectorize, unroll and parallel; it vectorizes a column block
 itself).
 
+A binary op (``QuantSpec(activation="binary", weight="binary")``) has one kernel, XNOR + popcount
+(``codegen/binary.py``), whose one schedule step is its register block: its candidates
+(``BinaryKnobs``, one thread) are ``tile(<position dim>=R, <channel dim>=V * lanes)`` for 1 to
+``BINARY_MAX_POSITIONS`` positions and 1 to ``CHANNEL_VECTORS`` vectors of the ISA's uint64 lanes,
+where the accumulators, the weight vectors and a broadcast leave a register spare.
+
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
@@ -51,6 +57,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
+from ..codegen.binary import LANES as BINARY_LANES
+from ..codegen.binary import block_dims
 from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
 from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_shape
 from ..codegen.lut_format import COLUMNS, FORMATS
@@ -67,11 +75,13 @@ DOT = 4                        # reduction channels per int32 lane of a dot inst
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
+EVEN_BLOCK = 64                # an even share of the reduction channels is a cache block if a multiple
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
 WEIGHTS = ("plain", "packed", "dot", "taps")
 LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
+BINARY_MAX_POSITIONS = 8       # output positions per binary register block at most
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,18 @@ class LutKnobs:
         return {"weight_format": self.weight_format, "pixel_block": self.pixel_block,
                 "channel_block": self.channel_block, "reduction": list(self.reduction),
                 "outer": list(self.outer)}
+
+
+@dataclass(frozen=True)
+class BinaryKnobs:
+    """The choices of a binary op's candidate: its register block of ``pixel_block`` output positions x
+    ``channel_block`` output channels (whole vectors of the ISA's uint64 lanes)."""
+
+    pixel_block: int
+    channel_block: int
+
+    def as_dict(self) -> dict:
+        return {"kernel": "binary", "pixel_block": self.pixel_block, "channel_block": self.channel_block}
 
 
 @dataclass(frozen=True)
@@ -187,7 +209,7 @@ class Candidate:
 
     op: Op
     isa: str
-    knobs: Knobs | TileKnobs | LutKnobs
+    knobs: Knobs | TileKnobs | LutKnobs | BinaryKnobs
     model: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -201,12 +223,19 @@ class Candidate:
             return build_tiles(self.op, self.knobs)
         if self.table_lookup:
             return build_lut(self.op, self.knobs)
+        if self.binary:
+            return build_binary(self.op, self.knobs)
         return build(self.op, self.knobs, lanes(self.op, self.isa))
 
     @property
     def table_lookup(self) -> bool:
         """True for a table-lookup (``tl1``, ``tl2``) candidate."""
         return isinstance(self.knobs, LutKnobs)
+
+    @property
+    def binary(self) -> bool:
+        """True for a binary op's XNOR + popcount candidate."""
+        return isinstance(self.knobs, BinaryKnobs)
 
     @cached_property
     def toml(self) -> str:
@@ -332,6 +361,12 @@ def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
                         (*knobs.outer, *knobs.reduction))
 
 
+def build_binary(op: Op, knobs: BinaryKnobs) -> Schedule:
+    """The schedule of a binary op's candidate: its register block as a ``tile`` step."""
+    positions, channels = block_dims(op)
+    return Schedule(op).tile(**{positions: knobs.pixel_block, channels: knobs.channel_block})
+
+
 def ternary(op: Op) -> bool:
     """True if ``op`` has ternary weights (the weight formats are searched)."""
     return op.quant is not None and op.quant.ternary
@@ -455,10 +490,22 @@ def _streaming_first(orders: list[tuple[str, ...]], rc: str) -> list[tuple[str, 
     return sorted(orders, key=lambda order: order[-1] != rc)
 
 
+def cache_block_sizes(extent: int) -> list[int]:
+    """Reduction channels per cache block for a reduction of ``extent`` channels: the
+    ``CACHE_BLOCKS`` below it, and its even shares (``extent / n``, no partial last block) that are
+    multiples of ``EVEN_BLOCK`` in their range (768: 384 and 192 too)."""
+    shares = {extent // n for n in range(2, extent // EVEN_BLOCK + 1)
+              if extent % n == 0 and (extent // n) % EVEN_BLOCK == 0}
+    return sorted({b for b in CACHE_BLOCKS if b < extent}
+                  | {b for b in shares if CACHE_BLOCKS[0] <= b <= CACHE_BLOCKS[-1]})
+
+
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
     AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
     best ISA, ``isa="auto"``)."""
+    if op.quant is not None and op.quant.binary:
+        return binary_candidates(op, isa, threads)
     if isa == "amx":
         return tile_candidates(op, threads)
     found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
@@ -478,7 +525,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     if has_dot(op, isa):
         weight_kinds.append("dot")
     channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
-    cache_blocks = [0] + [b for b in CACHE_BLOCKS if b < rc_extent]
+    cache_blocks = [0] + cache_block_sizes(rc_extent)
     found = []
     for cb, weights, cache_block in itertools.product(channel_blocks, weight_kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
@@ -505,6 +552,20 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
                                       "i2_s" if ternary(op) else "int8", pixel)
                         found.append(Candidate(op, isa, knobs))
     return found
+
+
+def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """The register blocks of a binary op on ``isa`` (none with more than one thread or on AMX: the
+    XNOR + popcount kernel runs on one thread of a SIMD ISA or scalar)."""
+    if threads > 1 or isa not in BINARY_LANES:
+        return []
+    lanes_ = BINARY_LANES[isa]
+    vectors = -(-(op.channels // op.groups) // lanes_)
+    positions = op.extent(block_dims(op)[0])
+    return [Candidate(op, isa, BinaryKnobs(r, v * lanes_))
+            for v in range(1, min(CHANNEL_VECTORS, vectors) + 1)
+            for r in range(1, min(BINARY_MAX_POSITIONS, max(positions, 1)) + 1)
+            if r * v + v + 2 <= REGISTERS[isa]]
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
