@@ -92,13 +92,16 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
     """Indices into ``schedule.guards`` that keep ``tensor``'s index inside its shape.
 
     Greedy: drop each guard in turn if isl proves every access in the loop box that
-    satisfies the remaining guards is in bounds.
+    satisfies the remaining guards is in bounds. A guard over none of the index's loops cannot
+    keep it in bounds (the loop box is a product); it is left out first, so that a nest whose
+    guards exclude every iteration (a conv output that reads only padding) does not keep it.
     """
     index = schedule.index(tensor)
     shape = schedule.op.tensor(tensor).shape
     outside = " or ".join(f"({e.to_isl()}) < 0 or ({e.to_isl()}) >= {n}" for e, n in zip(index, shape))
-    kept = set(range(len(schedule.guards)))
-    for i in range(len(schedule.guards)):
+    loops = frozenset().union(*(e.variables() for e in index))
+    kept = {i for i, guard in enumerate(schedule.guards) if guard.expr.variables() & loops}
+    for i in sorted(kept):
         trial = kept - {i}
         trial_guards = (schedule.guards[j].to_isl() for j in sorted(trial))
         if schedule.iterations(*trial_guards, f"({outside})").is_empty():
