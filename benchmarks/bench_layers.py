@@ -47,7 +47,8 @@ SATURATION = (
     "(`reduce_range=True`) for that reason, and with 7-bit activations its output is exact.")
 INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True}
 # loopopt's int8 variants: (label, QuantSpec output, Schedule.arithmetic or None for the default)
-INT8_VARIANTS = (("loopopt best", "uint8", None), ("loopopt best, dequantize", "float32", "dequantize"))
+INT8_VARIANTS = (("loopopt best", "uint8", None), ("loopopt best, float32 output", "float32", None),
+                 ("loopopt best, dequantize", "float32", "dequantize"))
 
 
 @dataclass
@@ -176,8 +177,10 @@ def int8_peak(isa: str) -> float | None:
 
 def loopopt_int8(layer: str, data: LayerData, options: Options) -> list[Row]:
     """All of the benchmark's calls into loopopt's int8 API (uint8 x int8 per-channel weights): the
-    stored ``<layer>.int8`` schedule (or the preset) with integer arithmetic and a uint8 output, and
-    the same schedule with ``.arithmetic("dequantize")``, which only makes a float32 output.
+    stored ``<layer>.int8`` schedule (or the preset) with integer arithmetic and a uint8 output, the
+    same with a float32 output (the int32 sums dequantized by the epilogue), and the same schedule with
+    ``.arithmetic("dequantize")`` (operands converted to float32 inside the loop), which only makes a
+    float32 output.
     A variant that raises becomes a "not available" row."""
     op = data.op
     rows = []
@@ -196,7 +199,8 @@ def loopopt_int8(layer: str, data: LayerData, options: Options) -> list[Row]:
             requantized = output != "float32"
             y = kernel(data.xq, data.wq, data.bq if requantized else data.b, **data.quant_params(requantized))
             row.verified, why = data.check(y, output if requantized else "dequantized")
-            notes = (schedule_note(name), "" if requantized else "float32 output", why)
+            kind = "operands dequantized in the loop" if arithmetic else "int32 sums dequantized"
+            notes = (schedule_note(name), "" if requantized else f"float32 output, {kind}", why)
             row.peak, row.note = int8_peak(kernel.isa), "; ".join(filter(None, notes))
             rows += loopopt_rows(kernel, row, options)
         except Exception as err:  # noqa: BLE001  (the int8 code generator is still being built)

@@ -20,7 +20,7 @@ from .amx import require_amx
 from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
-from .codegen import Generated, generate
+from .codegen import Generated, generate, taps
 from .codegen.binary import (
     BASE,
     LANES,
@@ -519,6 +519,8 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
+    if quantized and generated.plan.tap_dot is not None:
+        flags += taps.compile_flags(isa_name)
     module = _build(generated, flags)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)

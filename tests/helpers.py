@@ -280,14 +280,32 @@ def generates(schedule: lo.Schedule, isa) -> bool:
     return True
 
 
-def raw_products(kernel, args):
+def raw_products(kernel, args, params):
     """What the nest must accumulate: sum of x' * w' over the valid taps (x' = x + shift, w' = w +
-    weight_shift), wrapped to int32."""
+    weight_shift), and where a tap dot fills its window's padding bytes with the activations' zero
+    point (``plan.tap_fill``) zx' * w' over those padding taps too, wrapped to int32."""
     op, plan = kernel.op, kernel.plan
     x = args[0].astype(np.int64) + plan.shift
     w = args[1].astype(np.int64) + plan.weight_shift
     p = op.reference(x, w).astype(np.int64)      # exact: float64 holds these sums exactly
+    if plan.tap_fill:
+        zx = int(np.asarray(params["x_zero_point"]).reshape(-1)[0]) + plan.shift
+        p += zx * padding_tap_sums(op, w, op.windows.index(plan.tap_dot.window))[None]
     return p.astype(np.uint32).astype(np.int32)
+
+
+def padding_tap_sums(op, w, filled):
+    """Per output channel and position of conv ``op``: the sum of weights ``w`` (``[K, C/g, *taps]``)
+    over the taps in window ``filled``'s padding whose other windows' taps are valid."""
+    masks = []
+    for i, window in enumerate(op.windows):
+        start = np.arange(window.out)[:, None] * window.stride - window.pad
+        column = start + np.arange(window.taps) * window.dilation
+        inside = (column >= 0) & (column < window.size)
+        masks.append((~inside if i == filled else inside).astype(np.int64))
+    taps = "abc"[:len(masks)]
+    spec = f"kc{taps}," + ",".join(f"{t.upper()}{t}" for t in taps) + "->k" + taps.upper()
+    return np.einsum(spec, w, *masks)
 
 
 @st.composite
@@ -376,7 +394,7 @@ def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, t
     assert result.dtype == expected.dtype and result.shape == expected.shape
     where = (schedule.pseudocode(), isa)
     if kernel.plan.integer and not kernel.plan.fused_epilogue:
-        assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args)), where
+        assert np.array_equal(kernel.accumulators(buffers), raw_products(kernel, args, params)), where
     if not op.quant.dequantized:
         assert np.array_equal(result, expected), (where, np.abs(result.astype(int) - expected).max())
     else:

@@ -21,7 +21,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen import ISAS, generate
+from loopopt.codegen import ISAS, generate, quantized, taps
 from loopopt.codegen.taps import fits
 from loopopt.tune.space import candidates
 
@@ -43,6 +43,17 @@ def exact_tap_dot(isa, data):
 
 test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
     exact_tap_dot, 2, 30, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+
+
+@pytest.mark.parametrize("isa", INT_ISAS)
+def test_output_reading_only_padding(isa):
+    """Width 2, dilation 3, padding 1: the one output column's two taps both read padding, so the
+    nest's guards exclude every iteration; the weights' broadcast still needs no per-lane guard
+    (found by hypothesis: register_block refused it)."""
+    op = lo.Conv2d(1, 1, (1, 2), padding=(0, 1), dilation=(1, 3), width=2, height=1,
+                   quant=lo.QuantSpec("uint8", True, False, "float32"))
+    kernel = check_quantized(tap_schedule(op, 2, 2), isa)
+    assert (kernel.plan.tap_dot is not None) == (isa != "scalar")
 
 
 LAYERS = {   # the shapes of the layers the tap dot is for, shrunk (rows) to keep the checks fast
@@ -86,3 +97,30 @@ def test_tune_has_tap_dot_candidates(layer):
     taps = [c for c in candidates(op, "avx512") if getattr(c.knobs, "weights", None) == "taps"]
     assert taps
     assert generate(taps[-1].schedule, ISAS["avx512"]).plan.tap_dot is not None
+
+
+@pytest.mark.parametrize("conv", ["depthwise s2", "stem"])
+def test_spread_without_vbmi(conv, monkeypatch):
+    """On a CPU without AVX512-VBMI the same C spreads a window by a dword permute and a byte shuffle
+    (``lo_tap_spread``'s other branch), also exactly; on this CPU it is built without the VBMI flag."""
+    if "avx512" not in SIMD_ISAS:
+        pytest.skip("no AVX-512 VNNI here")
+    monkeypatch.setattr(taps, "cpu_flags", frozenset)
+    assert taps.compile_flags("avx512") == ()
+    op = lo.Conv2d(**LAYERS[conv], quant=lo.QuantSpec("int8", True, True, "int8"))
+    assert check_quantized(tap_schedule(op, 40, 2), "avx512").plan.tap_dot is not None
+
+
+def test_padding_filled_with_the_zero_point():
+    """With symmetric weights a tap dot fills its window's padding bytes with the activations' zero
+    point, so the compensation does not vary along the lanes (one class along the window); asymmetric
+    weights keep the valid-tap sums (padding bytes 0, the compensation per position)."""
+    def plan(symmetric):
+        op = lo.Conv2d(4, 4, 3, padding=1, groups=4, height=5, width=20,
+                       quant=lo.QuantSpec("uint8", True, symmetric, "uint8"))
+        return op, generate(tap_schedule(op, 16, 1), ISAS["avx512"]).plan
+    op, filled = plan(True)
+    assert filled.tap_fill and quantized.class_borders(op, filled).shape == (3, 1)
+    assert quantized.compensation_entries(op, filled) == 4 * 3
+    op, kept = plan(False)
+    assert not kept.tap_fill and quantized.compensation_entries(op, kept) == 4 * 3 * 20

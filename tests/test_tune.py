@@ -18,7 +18,7 @@ from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.isa import bf16_dot_available
+from loopopt.codegen.isa import bf16_dot_available, resolve_isa
 from loopopt.codegen.lut import check_lut
 from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
@@ -252,6 +252,17 @@ def test_space_follows_the_op_roles():
         assert "dpbf16_ps" in pair.compile("avx512").source
     odd = lo.Conv2d(7, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")    # half a pair: widened
     assert "dot" not in {c.knobs.weights for c in candidates(odd, "avx512") if c.isa == "avx512"}
+
+
+def test_blocks_run_along_the_dim_of_the_longest_window():
+    tall, isa = lo.Conv2d(3, 16, (3, 1), padding=(1, 0), height=6, width=5), resolve_isa("auto")   # 7x1-like
+    assert {c.knobs.pixel for c in candidates(tall, isa)} == {None, "oh"}
+    block = next(c for c in candidates(tall, isa) if c.knobs.pixel == "oh")
+    assert block.schedule.loop("oh_i").extent == block.knobs.pixel_block and "oh_o" in block.knobs.outer
+    assert block.knobs.as_dict()["pixel"] == "oh" and "pixel" not in candidates(tall, isa)[0].knobs.as_dict()
+    assert verify(block.schedule.compile(isa))[0]
+    for op in (lo.Conv2d(3, 16, (1, 3), padding=(0, 1), height=6, width=5), OPS["conv"]):    # 1x3, 3x3
+        assert {c.knobs.pixel for c in candidates(op, isa)} == {None}                      # ow only
 
 
 def test_cli_tune_json_and_save(tmp_path, capsys):

@@ -140,9 +140,11 @@ class Arithmetic:
         if self.name == "dot":
             tap = self.plan.tap_dot
             if activation and tap is not None:
-                # bytes outside the input row are the activation's zero: 0, or 0x80 before the flip
+                # bytes outside the input row: the activations' zero point (the compensation counts
+                # those taps, QuantPlan.tap_fill), else 0 as the dot sees it (0x80 before the flip)
                 column = taps.column(self.schedule, tap, bindings or {})
-                value = taps.operand(self.acc.name, tap, ref, column, 0x80 if self.plan.shift else 0)
+                fill = "lo_zx" if self.plan.tap_fill else str(0x80 if self.plan.shift else 0)
+                value = taps.operand(self.acc.name, tap, ref, column, fill)
             elif kind == "broadcast":
                 # the group's 4 bytes, at any byte address (an int load there would be misaligned)
                 value = ints.broadcast(s=f"_mm_cvtsi128_si32(_mm_loadu_si32(&{ref}))")

@@ -316,8 +316,9 @@ SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned"
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
 # every integer kernel's flags: float32 products without contraction (requantization must match quant.py
-# bit for bit) and wrapping int32 arithmetic (compensation terms, exact modulo 2^32)
-QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd")
+# bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
+# builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
 
 
 # --- bfloat16 tables -----------------------------------------------------------------------

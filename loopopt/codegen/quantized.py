@@ -34,7 +34,9 @@ input channels innermost, e.g. ``OIHW16o4i``). That loop is not emitted; each ve
 instruction consumes its 4 iterations. Without such a loop (or on the scalar target) the
 products are widened to int32 and multiply-added lane by lane. A depthwise conv or a stem (few input
 channels per group) can instead have a dot loop along a window's taps, the lanes along that window's
-output positions (``taps.find``, ``QuantPlan.tap_dot``).
+output positions (``taps.find``, ``QuantPlan.tap_dot``); with symmetric weights the padding bytes of
+that window hold the activations' zero point, so its padding taps count as valid in ``P`` and ``T``
+(``QuantPlan.tap_fill``, ``class_borders``: one class along it) and ``T`` is constant along the lanes.
 """
 from __future__ import annotations
 
@@ -75,6 +77,7 @@ class QuantPlan:
     bias_type: str
     packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
     tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
+    tap_fill: bool = False        # the tap dot's padding bytes hold the activations' zero point
 
     @property
     def integer(self) -> bool:
@@ -98,7 +101,8 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         fused_epilogue=(integer and schedule.register_block_at is not None
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
-        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap)
+        bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap,
+        tap_fill=tap is not None and spec.weight_symmetric)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -284,22 +288,46 @@ def batch_dim(op: Op) -> str:
     return position_dims(op)[-1]
 
 
-def window_classes(op: Op) -> list[tuple[str, Window, int]]:
-    """Per window of the op (none for a GEMM): its table letter, the window and its class count."""
-    return list(zip(table_letters(op), op.windows, borders(op).shape)) if op.windows else []
+def filled_window_index(op: Op, qp: QuantPlan | None) -> int | None:
+    """The index among the op's windows of a tap dot's window whose padding bytes the kernel fills with
+    the activations' zero point (``QuantPlan.tap_fill``; None without one). A padding tap then adds
+    ``zx' * w`` to the products, which the compensation takes back: every tap of that window counts
+    as valid everywhere along it (one border class), so the compensation does not vary along the tap
+    dot's lanes. Only with symmetric weights: the activation sums stay sums over the valid taps."""
+    return op.windows.index(qp.tap_dot.window) if qp is not None and qp.tap_fill else None
+
+
+def class_borders(op: Op, qp: QuantPlan | None = None) -> Borders:
+    """The border classes the compensation of plan ``qp`` uses: ``borders``, with a filled tap dot
+    window (``filled_window_index``) one class of all taps valid."""
+    b, at = borders(op), filled_window_index(op, qp)
+    if at is None:
+        return b
+    window = op.windows[at]
+    classes, valid = list(b.classes), list(b.valid)
+    classes[at], valid[at] = (0,) * window.out, ((1,) * window.taps,)
+    return Borders(tuple(classes), tuple(valid))
+
+
+def window_classes(op: Op, qp: QuantPlan | None = None) -> list[tuple[str, Window, int]]:
+    """Per window of the op (none for a GEMM): its table letter, the window and its class count in
+    the compensation of plan ``qp`` (``class_borders``)."""
+    return list(zip(table_letters(op), op.windows, class_borders(op, qp).shape)) if op.windows else []
 
 
 def tap_window_index(op: Op, qp: QuantPlan | None) -> int | None:
     """The index among the op's windows of a tap dot's window (None without one): the compensation
     table holds that window's output positions, not its border classes, innermost (after ``k``), so
-    the epilogue's lanes, which run along those positions, read it contiguously."""
-    return op.windows.index(qp.tap_dot.window) if qp is not None and qp.tap_dot is not None else None
+    the epilogue's lanes, which run along those positions, read it contiguously. A filled tap dot
+    window (``filled_window_index``) has one class: None."""
+    return (op.windows.index(qp.tap_dot.window)
+            if qp is not None and qp.tap_dot is not None and not qp.tap_fill else None)
 
 
 def compensation_entries(op: Op, qp: QuantPlan | None = None) -> int:
     """Entries of the compensation table ``T[weight batch...][class...][k]`` (with a tap dot:
     ``T[weight batch...][other windows' classes...][k][position]``, ``tap_window_index``)."""
-    shape = list(borders(op).shape)
+    shape = list(class_borders(op, qp).shape)
     at = tap_window_index(op, qp)
     if at is not None:
         shape[at] = op.windows[at].out
@@ -309,14 +337,14 @@ def compensation_entries(op: Op, qp: QuantPlan | None = None) -> int:
 def compensation_table(op: Op, qp: QuantPlan, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
     """The compensation table the kernel of plan ``qp`` reads (``compensation_entries``): the
     ``weight_compensation`` per class, or with a tap dot per position of its window, innermost."""
-    table = weight_compensation(op, wq, zw)
+    table = weight_compensation(op, wq, zw, class_borders(op, qp))
     at = tap_window_index(op, qp)
     if at is None:
         return table
     batch = [op.extent(d) for d in weight_batch_dims(op)]
     axis = len(batch) + at
-    per_class = table.reshape(*batch, *borders(op).shape, op.channels)
-    per_position = np.take(per_class, borders(op).classes[at], axis=axis)
+    per_class = table.reshape(*batch, *class_borders(op, qp).shape, op.channels)
+    per_position = np.take(per_class, class_borders(op, qp).classes[at], axis=axis)
     return np.ascontiguousarray(np.moveaxis(per_position, axis, -1)).reshape(-1)
 
 
@@ -327,8 +355,9 @@ def stored_weights(qp: QuantPlan, wq: np.ndarray) -> np.ndarray:
     return (wq.astype(np.int16) + qp.weight_shift).astype(np.int8)
 
 
-def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
-    """``T[weight batch..., class..., k] = sum (w - zw[k])`` over the valid taps (int32, flat).
+def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray, valid: Borders | None = None) -> np.ndarray:
+    """``T[weight batch..., class..., k] = sum (w - zw[k])`` over the valid taps (int32, flat) of the
+    border classes ``valid`` (default: ``borders(op)``).
 
     ``wq`` in the op's logical layout (indexed by dims: conv ``[K, C/g, *taps]``, matmul
     ``[*batch, K, N]``), the output channels on ``op.weight_channel_axis``.
@@ -342,8 +371,8 @@ def weight_compensation(op: Op, wq: np.ndarray, zw: np.ndarray) -> np.ndarray:
                        "abcdefghijklmnopqrstuvwxyz"))
     classes = [letters[f"class {i}"] for i in range(len(windows))]
     operands = [(w - np.asarray(zw, dtype=np.int64).reshape(shape), "".join(letters[d] for d in dims))]
-    operands += [(np.array(valid), cls + letters[win.tap_dim])
-                 for valid, cls, win in zip(borders(op).valid, classes, windows)]
+    operands += [(np.array(row), cls + letters[win.tap_dim])
+                 for row, cls, win in zip((valid or borders(op)).valid, classes, windows)]
     out = "".join(letters[d] for d in weight_batch_dims(op)) + "".join(classes) + letters[op.channel_dim]
     spec = ",".join(sub for _, sub in operands) + "->" + out
     # a reduction dim that does not index the weights repeats each weight (a contraction's)
@@ -389,10 +418,10 @@ def _omp(schedule: Schedule) -> list[str]:
     return [PARALLEL_FOR] if schedule.parallel_loop is not None else []
 
 
-def _tables(op) -> list[str]:
-    """The border classes as static C arrays: per class window, the class of each output position,
-    then per window the valid taps of each class."""
-    b = borders(op)
+def _tables(op: Op, qp: QuantPlan) -> list[str]:
+    """The border classes of plan ``qp`` (``class_borders``) as static C arrays: per class window, the
+    class of each output position, then per window the valid taps of each class."""
+    b = class_borders(op, qp)
     flat = lambda rows: ", ".join(str(v) for row in rows for v in row)
     listed = lambda classes: ", ".join(map(str, classes))
     letters = table_letters(op)
@@ -404,7 +433,7 @@ def _tables(op) -> list[str]:
 
 def static_tables(schedule: Schedule, qp: QuantPlan) -> str:
     """File-scope C (before the kernel function)."""
-    return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op) if qp.integer else [])) + "\n"
+    return "\n".join(["#include <stdint.h>"] + (_tables(schedule.op, qp) if qp.integer else [])) + "\n"
 
 
 def _tap_sum(op: Op, valid: list[str], term: str, it: str) -> list[str]:
@@ -457,7 +486,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     windows = op.windows
     if qp.compensation == "kernel":
         wbatch = [(d, op.extent(d)) for d in weight_batch_dims(op)]
-        per_window = window_classes(op)
+        per_window = window_classes(op, qp)
         at = tap_window_index(op, qp)        # a tap dot's window: its positions (the loop names its class)
         classes = [(CLASS_NAMES[x][1], win.out if i == at else n) for i, (x, win, n) in enumerate(per_window)]
         axes = [f"[{CLASS_NAMES[x][0]} class]" for x in table_letters(op)] + ["[k]"]
@@ -507,9 +536,11 @@ def _positions(op: Op, qp: QuantPlan) -> tuple[str, str, str]:
         positions += [(f"{channel} / {op.channels // op.groups}", op.groups)]
         positions += [(name(win.out_dim), win.out) for win in windows]
     at = tap_window_index(op, qp)
+    # a filled tap dot window has one class: the table does not vary along the lanes
+    along = {at, filled_window_index(op, qp)}
     table = [(name(d), op.extent(d)) for d in weight_batch_dims(op)]
-    table += [(f"lo_{x}class[{name(win.out_dim)}]", n) for i, (x, win, n) in enumerate(window_classes(op))
-              if i != at]
+    table += [(f"lo_{x}class[{name(win.out_dim)}]", n) for i, (x, win, n) in enumerate(window_classes(op, qp))
+              if i not in along]
     # the row of the table in ptrdiff_t: with -fwrapv an int index that wraps would not be provably
     # consecutive in the channel (or a tap dot's positions), and the compiler would emulate a gather in
     # every vectorized epilogue
@@ -581,10 +612,13 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     if not spec.scaled:
         return lines + [f"{target} = lo_a;"]
     if spec.requantized:
-        return lines + [f"float lo_p = __builtin_rintf((float)lo_a * lo_mult[{channel}]);",
-                        "lo_p = lo_p < lo_low ? lo_low : (lo_p > lo_high ? lo_high : lo_p);",
-                        f"{target} = ({qp.output_type})((int)lo_p + lo_zy);" if narrow
-                        else f"{target} = (int)lo_p + lo_zy;"]
+        # clamped before it is rounded (the bounds are integers, so rounding commutes with the clamp),
+        # then rounded to the nearest even int by one conversion (vcvtps2dq: irintf under QUANT_FLAGS'
+        # -fno-math-errno); two selects, each a vmaxps / vminps (a nested select: compares and a blend)
+        return lines + [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
+                        "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;",
+                        f"{target} = ({qp.output_type})(__builtin_irintf(lo_p) + lo_zy);" if narrow
+                        else f"{target} = __builtin_irintf(lo_p) + lo_zy;"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 

@@ -36,17 +36,19 @@ from typing import Optional
 from ..expr import Var
 from ..ops import Window
 from ..schedule import Schedule
+from .isa import cpu_flags
 from .vector import proves_step
 
 GROUP = 4              # taps per int32 lane of vpdpbusd
 LANE_BYTES = 16        # bytes of a 128-bit lane: the reach of the byte shuffle
 WINDOW_BYTES = {"avx512": 64, "avx2": 32}
-SPREAD = {   # the dword permute, then the byte shuffle within 128-bit lanes (operands: window, indices)
-    "avx512": "_mm512_shuffle_epi8(_mm512_permutexvar_epi32(_mm512_setr_epi32({dwords}), {v}), "
-              "_mm512_setr_epi32({bytes}))",
+SPREAD = {   # the operand from a window (operands: window, dword permute, byte shuffle, byte permute indices)
+    "avx512": "lo_tap_spread({v}, _mm512_setr_epi32({dwords}), _mm512_setr_epi32({bytes}), "
+              "_mm512_setr_epi32({picks}))",
     "avx2": "_mm256_shuffle_epi8(_mm256_permutevar8x32_epi32({v}, _mm256_setr_epi32({dwords})), "
             "_mm256_setr_epi32({bytes}))",
 }
+VBMI_FLAGS = {"avx512": ("avx512vbmi", "-mavx512vbmi")}   # per ISA: the CPU flag and the compile flag
 HELPERS = {
     "avx512": (
         "/* Input bytes b < 64 from column s of a row of n columns (p: its column s): p[b] where\n"
@@ -58,6 +60,17 @@ HELPERS = {
         "    const long lo = s < 0 ? -s : 0, hi = n - s < span ? n - s : span;\n"
         "    const __mmask64 m = hi <= lo ? 0 : (~0ULL >> (64 - (hi - lo))) << lo;\n"
         "    return _mm512_mask_loadu_epi8(_mm512_set1_epi8((char)f), m, p);\n"
+        "}\n"
+        "/* The dot groups of window v: one byte permute (vpermb) where the compiler targets AVX512-VBMI,\n"
+        "   else a dword permute, then a byte shuffle within 128-bit lanes. */\n"
+        "static inline __m512i lo_tap_spread(__m512i v, __m512i dwords, __m512i bytes, __m512i picks) {\n"
+        "#ifdef __AVX512VBMI__\n"
+        "    (void)dwords; (void)bytes;\n"
+        "    return _mm512_permutexvar_epi8(picks, v);\n"
+        "#else\n"
+        "    (void)picks;\n"
+        "    return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, v), bytes);\n"
+        "#endif\n"
         "}\n"),
     "avx2": (
         "/* Input bytes b < 32 from column s of a row of n columns (p: its column s): p[b] where\n"
@@ -166,21 +179,31 @@ def column(schedule: Schedule, tap: TapDot, bindings: dict) -> str:
     return tap.window.input_index.substitute(schedule.dim_values).substitute(bindings).to_c()
 
 
-def operand(isa: str, tap: TapDot, ref: str, col: str, fill: int) -> str:
+def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str) -> str:
     """C of a dot operand of ``isa``'s lanes: the groups of the window of input bytes from element
-    ``ref`` (at column ``col``), bytes outside the row filled with ``fill``."""
+    ``ref`` (at column ``col``), bytes outside the row filled with the byte of C int ``fill``."""
     lanes = WINDOW_BYTES[isa] // GROUP
     s, d = tap.window.stride, tap.window.dilation
     window = f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(lanes)}, {fill})"
     dwords = ", ".join(str(q * s + i) for q in range(lanes // GROUP) for i in range(GROUP))
-    picks = [sum((j * s + t * d) << (8 * t) for t in range(GROUP)) for j in range(GROUP)]
-    indices = ", ".join(f"0x{p:08x}" for p in picks * (lanes // GROUP))
-    return SPREAD[isa].format(v=window, dwords=dwords, bytes=indices)
+    groups = [sum((j * s + t * d) << (8 * t) for t in range(GROUP)) for j in range(GROUP)]
+    indices = ", ".join(f"0x{p:08x}" for p in groups * (lanes // GROUP))
+    # the byte permute reads the window's bytes directly: lane j's group starts at byte j * s
+    picks = ", ".join(f"0x{p + (j // GROUP) * GROUP * s * 0x01010101:08x}"
+                      for j, p in enumerate(groups * (lanes // GROUP)))
+    return SPREAD[isa].format(v=window, dwords=dwords, bytes=indices, picks=picks)
 
 
 def helpers(isa: str) -> str:
     """The C helpers of the tap dot operands on ``isa``."""
     return HELPERS[isa]
+
+
+def compile_flags(isa: str) -> tuple[str, ...]:
+    """The compile flags of a tap dot kernel on ``isa`` on this CPU: AVX512-VBMI's where it has it
+    (``lo_tap_spread`` is then one byte permute; its C is the same either way)."""
+    cpu, flag = VBMI_FLAGS.get(isa, (None, None))
+    return (flag,) if cpu in cpu_flags() else ()
 
 
 def read_ahead(lanes: int) -> int:
