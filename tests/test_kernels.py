@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.measure import tolerance
+from loopopt.tune.space import candidates
 
 
 def random_conv_schedule(isa, data):
@@ -48,6 +49,21 @@ def random_gemm_schedule(isa, data):
 
 test_random_gemm_schedules_quick, test_random_gemm_schedules = tiers(
     random_gemm_schedule, 2, 8, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def search_space_conv(isa, data):
+    """A random register-blocked candidate of ``lo.tune``'s search space of a random conv (channels-last
+    activations, plain or packed weights; its loads indexed from one operand base per tensor where isl
+    proves them at constant distances from it)."""
+    op = data.draw(conv_ops(max_channels=20))
+    found = [c for c in candidates(op, isa) if c.knobs.weights in ("plain", "packed")]
+    kernel = check(data.draw(st.sampled_from(found)).schedule, isa)
+    if isa != "scalar" and op.groups == 1:          # the input a broadcast along the channel lanes
+        assert "lo_base_I" in kernel.source
+
+
+test_search_space_convs_quick, test_search_space_convs = tiers(
+    search_space_conv, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,

@@ -45,6 +45,17 @@ test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
     exact_tap_dot, 2, 20, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
 
 
+@pytest.mark.parametrize("isa", INT_ISAS)
+def test_output_reading_only_padding(isa):
+    """Width 2, dilation 3, padding 1: the one output column's two taps both read padding, so the
+    nest's guards exclude every iteration; the weights' broadcast still needs no per-lane guard
+    (found by hypothesis: register_block refused it)."""
+    op = lo.Conv2d(1, 1, (1, 2), padding=(0, 1), dilation=(1, 3), width=2, height=1,
+                   quant=lo.QuantSpec("uint8", True, False, "float32"))
+    kernel = check_quantized(tap_schedule(op, 2, 2), isa)
+    assert (kernel.plan.tap_dot is not None) == (isa != "scalar")
+
+
 LAYERS = {   # the shapes of the layers the tap dot is for, shrunk (rows) to keep the checks fast
     "depthwise s1": dict(in_channels=5, out_channels=5, kernel_size=3, padding=1, groups=5, height=4,
                          width=56),

@@ -18,7 +18,7 @@ from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.isa import bf16_dot_available
+from loopopt.codegen.isa import bf16_dot_available, resolve_isa
 from loopopt.codegen.lut import check_lut
 from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
@@ -252,6 +252,17 @@ def test_space_follows_the_op_roles():
         assert "dpbf16_ps" in pair.compile("avx512").source
     odd = lo.Conv2d(7, 16, 3, padding=1, height=6, width=6, dtype="bfloat16")    # half a pair: widened
     assert "dot" not in {c.knobs.weights for c in candidates(odd, "avx512") if c.isa == "avx512"}
+
+
+def test_blocks_run_along_the_dim_of_the_longest_window():
+    tall, isa = lo.Conv2d(3, 16, (3, 1), padding=(1, 0), height=6, width=5), resolve_isa("auto")   # 7x1-like
+    assert {c.knobs.pixel for c in candidates(tall, isa)} == {None, "oh"}
+    block = next(c for c in candidates(tall, isa) if c.knobs.pixel == "oh")
+    assert block.schedule.loop("oh_i").extent == block.knobs.pixel_block and "oh_o" in block.knobs.outer
+    assert block.knobs.as_dict()["pixel"] == "oh" and "pixel" not in candidates(tall, isa)[0].knobs.as_dict()
+    assert verify(block.schedule.compile(isa))[0]
+    for op in (lo.Conv2d(3, 16, (1, 3), padding=(0, 1), height=6, width=5), OPS["conv"]):    # 1x3, 3x3
+        assert {c.knobs.pixel for c in candidates(op, isa)} == {None}                      # ow only
 
 
 def test_cli_tune_json_and_save(tmp_path, capsys):
@@ -539,7 +550,8 @@ def test_ternary_search_tries_every_weight_format(op):
     depthwise = lo.Conv2d(16, 16, 3, groups=16, padding=1, height=5, width=5, quant=TERNARY)
     blocks = [c for c in candidates(depthwise, isa) if c.table_lookup]      # 16 column blocks: one position
     assert blocks and all(c.knobs.pixel_block == 1 and check_lut(c.schedule, isa) is None for c in blocks)
-    assert not [c for c in candidates(op, isa, threads=2) if c.table_lookup]          # one thread only
+    threaded = [c for c in candidates(op, isa, threads=2) if c.table_lookup]
+    assert threaded and all(c.knobs.parallel and check_lut(c.schedule, isa) is None for c in threaded)
     result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
     formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")
     assert formats == ["i2_s", "tl1", "tl2"]
@@ -548,3 +560,25 @@ def test_ternary_search_tries_every_weight_format(op):
                for t in result.trials if t.knobs["weight_format"] != "i2_s")
     table = result.table()
     assert "tl1 table lookup, " in table and "tl2 table lookup, " in table and "i2_s weights dot" in table
+
+
+TERNARY_CONV = lo.Conv2d(12, 70, 3, padding=1, height=5, width=7, quant=TERNARY)
+
+
+@pytest.mark.parametrize("op", [lo.Matmul(1, 70, 45, quant=TERNARY),
+                                pytest.param(TERNARY_CONV, marks=pytest.mark.slow)], ids=["gemv", "conv"])
+def test_two_thread_search_measures_parallel_table_lookups(op):
+    """With 2 threads, the tl1 and tl2 trials split a loop between the table build and the register
+    block over the threads (the column blocks: 3 of 32 channels), each verified exact on 2 threads."""
+    isa = lo.available_isas()[0]
+    result = lo.tune(op, trials=3, threads=2, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
+    lut = [t for t in result.trials if t.knobs["weight_format"] in ("tl1", "tl2")]
+    assert sorted(t.knobs["weight_format"] for t in lut) == ["tl1", "tl2"]
+    assert all(t.status == "ok" and t.knobs["parallel"] == f"{op.channel_dim}_o" for t in lut)
+    for trial in lut:
+        schedule = schedule_from_toml(trial.schedule, op)
+        assert schedule.parallel_loop.name == trial.knobs["parallel"]
+        kernel = schedule.compile(isa)
+        kernel.set_threads(2)
+        assert "omp parallel for" in kernel.source and verify(kernel)[0]
+    assert ", parallel " in result.table()

@@ -15,6 +15,13 @@ accumulator exists (checked once per block), unless they constrain a reduction d
 (padding taps); the others are checked per update. Where an accumulator may not exist, a
 whole block (every existence test true) runs a second copy of the reduction without them.
 A load is guarded only by the guards isl says it needs to stay inside its tensor.
+
+Operand bases: where isl proves that the loads of a float input tensor lie at constant distances
+from its first load over the whole loop box (a channels-last input's pixels, a packed weight
+block's vectors), the body declares one pointer to that first element per reduction iteration
+(``lo_base_<tensor>``) and indexes it by constants: the C compiler then addresses each load as
+that register plus a displacement, instead of computing (and, beyond its integer registers,
+spilling to the stack) one address per load.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from functools import lru_cache
 from typing import Optional, Protocol
 
 from ..cnames import load_variable
-from ..expr import Bound, Const, Expr, Var
+from ..expr import Add, Bound, Const, Expr, FloorDiv, Mod, Mul, Var
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
 from . import ternary
@@ -85,18 +92,67 @@ def needed_guards(schedule: Schedule, tensor: str) -> frozenset[int]:
     """Indices into ``schedule.guards`` that keep ``tensor``'s index inside its shape.
 
     Greedy: drop each guard in turn if isl proves every access in the loop box that
-    satisfies the remaining guards is in bounds.
+    satisfies the remaining guards is in bounds. A guard over none of the index's loops cannot
+    keep it in bounds (the loop box is a product); it is left out first, so that a nest whose
+    guards exclude every iteration (a conv output that reads only padding) does not keep it.
     """
     index = schedule.index(tensor)
     shape = schedule.op.tensor(tensor).shape
     outside = " or ".join(f"({e.to_isl()}) < 0 or ({e.to_isl()}) >= {n}" for e, n in zip(index, shape))
-    kept = set(range(len(schedule.guards)))
-    for i in range(len(schedule.guards)):
+    loops = frozenset().union(*(e.variables() for e in index))
+    kept = {i for i, guard in enumerate(schedule.guards) if guard.expr.variables() & loops}
+    for i in sorted(kept):
         trial = kept - {i}
         trial_guards = (schedule.guards[j].to_isl() for j in sorted(trial))
         if schedule.iterations(*trial_guards, f"({outside})").is_empty():
             kept = trial
     return frozenset(kept)
+
+
+@dataclass(frozen=True)
+class Base:
+    """A pointer to one element of a tensor that a register block's body indexes by constants."""
+
+    name: str                              # the C pointer declared per reduction iteration
+    offset: str                            # its element's storage offset (C), in the loop variables
+    displacement: dict[str, int]           # each load's storage offset (C) -> elements from the base
+
+
+def _affine(expr: Expr) -> bool:
+    """True if ``expr`` has no floor division or modulo."""
+    if isinstance(expr, (FloorDiv, Mod)):
+        return False
+    if isinstance(expr, Add):
+        return _affine(expr.left) and _affine(expr.right)
+    return _affine(expr.expr) if isinstance(expr, Mul) else True
+
+
+def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
+    """``offset - base`` where it is one constant over the loop box, else None: for affine offsets
+    where no variable changes it (its value at the origin and one step along each variable), for
+    others where isl proves it."""
+    names = offset.variables() | base.variables()
+    origin = {name: 0 for name in names}                   # inside the box
+    distance = int(offset.evaluate(origin) - base.evaluate(origin))
+    if _affine(offset) and _affine(base):
+        steps = ({**origin, name: 1} for name in names)
+        return distance if all(offset.evaluate(x) - base.evaluate(x) == distance for x in steps) else None
+    difference = f"({offset.to_isl()}) - ({base.to_isl()})"
+    other = schedule.iterations(f"({difference} < {distance} or {difference} > {distance})")
+    return distance if other.is_empty() else None
+
+
+@lru_cache(maxsize=1024)
+def operand_base(schedule: Schedule, tensor: str, offsets: tuple[Expr, ...]) -> Base | None:
+    """The base of ``tensor``'s loads at ``offsets`` (the first one's element), or None where one of
+    them is not at a constant distance from it."""
+    displacement = {offsets[0].to_c(): 0}
+    for offset in offsets[1:]:
+        distance = _displacement(schedule, offset, offsets[0])
+        if distance is None:
+            return None
+        displacement[offset.to_c()] = distance
+    return Base(f"lo_base_{tensor}", offsets[0].to_c(), displacement)
 
 
 class RegisterBlock:
@@ -135,6 +191,7 @@ class RegisterBlock:
         self.loads: dict[tuple, str] = {}
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
         self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
+        self.bases = self._bases()
 
     # --- structure ---------------------------------------------------------------------
     def _check_kinds(self) -> None:
@@ -180,6 +237,22 @@ class RegisterBlock:
             valid = min([lanes for name, _, lanes in combo if name == self.vector], default=self.lanes)
             accs.append(Accumulator(f"lo_acc{number}", bindings, valid, self.vector))
         return accs
+
+    def _bases(self) -> dict[str, Base]:
+        """The operand base of each float input loaded as a vector or broadcast (no chunk loop)."""
+        em, s = self.em, self.em.schedule
+        if self.vector is None or self.chunk_loop is not None or em.arith.name != "float":
+            return {}
+        bases = {}
+        for tensor in em.op.inputs:
+            if em.kinds[tensor].kind not in ("contiguous", "broadcast") or ternary.packed(s, tensor):
+                continue
+            offsets = tuple(dict.fromkeys(s.offset(tensor).substitute(acc.bindings)
+                                          for acc in self.accumulators))
+            base = operand_base(s, tensor, offsets)
+            if base is not None:
+                bases[tensor] = base
+        return bases
 
     # --- guards and masks ----------------------------------------------------------------
     def _split_guards(self, acc: Accumulator) -> _Guards:
@@ -285,7 +358,8 @@ class RegisterBlock:
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
         offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
-        ref = f"{tensor}[{offset}]"
+        base = self.bases.get(tensor)
+        ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{offset}]"
         if not self.vector:
             return ternary.reference(em.schedule, tensor, offset)
         kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
@@ -315,6 +389,8 @@ class RegisterBlock:
             if self.vector and loop.extent % self.lanes:
                 left = f"({loop.extent} - {loop.name})"
                 chunk_bits = f"({left} < {self.lanes} ? (1u << {left}) - 1u : ~0u)"
+        for tensor, base in self.bases.items():
+            em.emit(indent, f"const {em.arith.element_type} *{base.name} = &{tensor}[{base.offset}];")
         for acc in self.accumulators:
             self._emit_update(indent, acc, chunk_bits)
         if self.chunk_loop:

@@ -134,7 +134,7 @@ def element_bytes(op: Op) -> int:
 
 def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
     """The extent of each loop outside the register block (``knobs.outer``), by name."""
-    roles = _operands(op)[0]
+    roles = Roles.of(op, knobs.pixel)
     extents = {d: op.extent(d) for d in roles.others}
     extents[f"{roles.pixel}_o"] = _ceil(op.extent(roles.pixel), knobs.pixel_block)
     extents[f"{roles.channel}_o"] = _ceil(op.channels, knobs.channel_block)
@@ -215,7 +215,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
                     else (knobs.channel_block, knobs.pixel_block))
     vectors = _ceil(laned, vector)
     accumulators = other * vectors
-    pixels = op.extent(roles.pixel)
+    pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / CHAINS)
     if REGISTERS[candidate.isa] - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT

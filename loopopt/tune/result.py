@@ -251,9 +251,11 @@ def describe(k: dict) -> str:
         return f"XNOR + popcount, {k['pixel_block']}x{k['channel_block']} block"
     if "weights" not in k:
         return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
-                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}")
+                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}"
+                + (f", parallel {k['parallel']}" if k.get("parallel") else ""))
     fmt = f"{k['weight_format']} " if "weight_format" in k else ""
-    return (f"{k['pixel_block']}x{k['channel_block']} block, {fmt}weights {k['weights']}, reduction "
+    along = f" along {k['pixel']}" if "pixel" in k else ""
+    return (f"{k['pixel_block']}x{k['channel_block']} block{along}, {fmt}weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
             + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")

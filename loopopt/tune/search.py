@@ -4,8 +4,9 @@ Candidates come from the search space (``space.candidates``), ordered by the gui
 the heuristic ``rank`` for all, the kernel model for its shortlist, refitted to the measured
 trials as they come in; "best-ranked" below is in that order). The first BROAD trials take the
 best-ranked candidate of each kind not yet tried (ISA and weight format: AMX tiles, a ternary op's
-``i2_s``, ``tl1`` and ``tl2``), then of each not yet tried register block shape (pixels x channels),
-so the search starts broad; later trials mostly try neighbours of the fastest trial so far (candidates
+``i2_s``, ``tl1`` and ``tl2``), then of each not yet tried register block shape (pixels x channels,
+the dim the pixels run along, the cache block), so the search starts broad; later trials mostly
+try neighbours of the fastest trial so far (candidates
 that differ from it in one knob, the best-ranked of them, picked at random among the first few),
 and now and then (``EXPLORE``) the best-ranked untried candidate. The walk is seeded, and depends
 only on the measured results, so a rerun with the same log replays the logged trials (without
@@ -59,9 +60,14 @@ KIND = 2                   # the leading fields of a block shape that name its k
 
 
 def _block(candidate: Candidate) -> tuple:
-    """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels."""
+    """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels, the
+    position dim along which the pixels run (None: the default, ``space.Roles.pixel``) and the cache
+    block of the reduction channels (None: a kind without one), which no single-knob step of the
+    walk changes (the outer loops change with it)."""
     knobs = candidate.knobs
-    return candidate.isa, knobs.as_dict().get("weight_format"), knobs.pixel_block, knobs.channel_block
+    fields = knobs.as_dict()
+    return (candidate.isa, fields.get("weight_format"), knobs.pixel_block, knobs.channel_block,
+            fields.get("pixel"), fields.get("cache_block"))
 
 
 def _differs_once(a: Candidate, b: Candidate) -> bool:
