@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
 
-EXAMPLES = 3
+EXAMPLES = 2
 MATMULS = dict(m=st.integers(1, 6), n=st.integers(1, 24), k=st.integers(1, 12))
 BOUNDED = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

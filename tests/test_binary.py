@@ -65,7 +65,7 @@ def random_binary_conv(variant, data, words):
 
 
 test_random_binary_convs_quick, test_random_binary_convs = tiers(
-    random_binary_conv, 2, 24, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    random_binary_conv, 2, 16, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
     words=st.integers(1, 3))
 
 

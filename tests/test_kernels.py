@@ -63,7 +63,7 @@ def search_space_conv(isa, data):
 
 
 test_search_space_convs_quick, test_search_space_convs = tiers(
-    search_space_conv, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    search_space_conv, 2, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,
@@ -189,7 +189,7 @@ def cache_blocked_schedule(isa, data):
 
 
 test_cache_blocked_schedules_quick, test_cache_blocked_schedules = tiers(
-    cache_blocked_schedule, 3, 20, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    cache_blocked_schedule, 3, 14, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))

@@ -95,7 +95,7 @@ def _check_conv_node(data):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-test_conv_node_quick, test_conv_node_slow = tiers(_check_conv_node, 3, 30, st.data())
+test_conv_node_quick, test_conv_node_slow = tiers(_check_conv_node, 3, 20, st.data())
 
 
 def _check_matmul_node(data):
@@ -113,7 +113,7 @@ def _check_matmul_node(data):
     np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-5)
 
 
-test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 2, 30, st.data())
+test_matmul_node_quick, test_matmul_node_slow = tiers(_check_matmul_node, 2, 20, st.data())
 
 
 def test_default_is_output_stationary_when_the_search_space_has_no_candidate():
@@ -254,4 +254,4 @@ def _check_integer_node(data):
     assert op in repr(rep.lowered["integer"].op) and rep.lowered["integer"].note == ""
 
 
-test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 30, st.data())
+test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 20, st.data())

@@ -42,7 +42,7 @@ def exact_tap_dot(isa, data):
 
 
 test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
-    exact_tap_dot, 2, 20, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+    exact_tap_dot, 2, 14, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
 
 
 @pytest.mark.parametrize("isa", INT_ISAS)

@@ -79,7 +79,7 @@ def random_tile_conv(data):
 
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
-    random_tile_conv, 3, 30, marks=[needs_amx], data=st.data())
+    random_tile_conv, 3, 20, marks=[needs_amx], data=st.data())
 
 
 def random_tile_conv1d(data):
@@ -92,7 +92,7 @@ def random_tile_conv1d(data):
 
 
 test_random_tile_conv1ds_quick, test_random_tile_conv1ds = tiers(
-    random_tile_conv1d, 2, 20, marks=[needs_amx], data=st.data())
+    random_tile_conv1d, 2, 14, marks=[needs_amx], data=st.data())
 
 
 def random_tile_matmul(data, m, n, k):
@@ -101,7 +101,7 @@ def random_tile_matmul(data, m, n, k):
 
 
 test_random_tile_matmuls_quick, test_random_tile_matmuls = tiers(
-    random_tile_matmul, 2, 20, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
+    random_tile_matmul, 2, 14, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
     n=st.integers(1, 70), k=st.integers(1, 150))
 
 
@@ -110,7 +110,7 @@ def random_bf16_tile_conv(data):
 
 
 test_random_bf16_tile_convs_quick, test_random_bf16_tile_convs = tiers(
-    random_bf16_tile_conv, 2, 20, marks=[needs_amx], data=st.data())
+    random_bf16_tile_conv, 2, 14, marks=[needs_amx], data=st.data())
 
 
 def random_bf16_tile_matmul(data, m, n, k):
@@ -133,7 +133,7 @@ def random_parallel_tile_conv(data):
 
 
 test_random_parallel_tile_convs_quick, test_random_parallel_tile_convs = tiers(
-    random_parallel_tile_conv, 1, 30, marks=[needs_amx], data=st.data())
+    random_parallel_tile_conv, 1, 18, marks=[needs_amx], data=st.data())
 
 
 @needs_amx
