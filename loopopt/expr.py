@@ -204,6 +204,15 @@ class Mod(Expr):
         return self.expr.substitute(bindings) % self.divisor
 
 
+def divisions(expr: Expr) -> set[str]:
+    """The floor divisions and remainders in ``expr`` (as C text, so that equal ones count once)."""
+    found = {expr.to_c()} if isinstance(expr, FloorDiv | Mod) else set()
+    for child in vars(expr).values():
+        if isinstance(child, Expr):
+            found |= divisions(child)
+    return found
+
+
 @dataclass(frozen=True)
 class Bound:
     """The constraint ``lower <= expr < upper``."""

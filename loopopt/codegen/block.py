@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Optional, Protocol
 
 from ..cnames import load_variable
-from ..expr import Add, Bound, Const, Expr, FloorDiv, Mod, Mul, Var
+from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
 from . import ternary
@@ -118,15 +118,6 @@ class Base:
     displacement: dict[str, int]           # each load's storage offset (C) -> elements from the base
 
 
-def _affine(expr: Expr) -> bool:
-    """True if ``expr`` has no floor division or modulo."""
-    if isinstance(expr, (FloorDiv, Mod)):
-        return False
-    if isinstance(expr, Add):
-        return _affine(expr.left) and _affine(expr.right)
-    return _affine(expr.expr) if isinstance(expr, Mul) else True
-
-
 def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
     """``offset - base`` where it is one constant over the loop box, else None: for affine offsets
     where no variable changes it (its value at the origin and one step along each variable), for
@@ -134,7 +125,7 @@ def _displacement(schedule: Schedule, offset: Expr, base: Expr) -> int | None:
     names = offset.variables() | base.variables()
     origin = {name: 0 for name in names}                   # inside the box
     distance = int(offset.evaluate(origin) - base.evaluate(origin))
-    if _affine(offset) and _affine(base):
+    if not divisions(offset) | divisions(base):
         steps = ({**origin, name: 1} for name in names)
         return distance if all(offset.evaluate(x) - base.evaluate(x) == distance for x in steps) else None
     difference = f"({offset.to_isl()}) - ({base.to_isl()})"

@@ -33,7 +33,7 @@ from functools import reduce
 
 import islpy as isl
 
-from ..expr import Bound, Expr, FloorDiv, Mod, Var
+from ..expr import Bound, Expr, Var, divisions
 from ..schedule import Loop, Schedule, ScheduleError
 from .arith import GROUPS, Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
@@ -261,7 +261,7 @@ class _Counter:
         defined = [[v for d, v in schedule.dim_values.items() if depths[d] == i and v != Var(d)]
                    for i in range(len(schedule.loops))]
         self.defs = [len(values) for values in defined]
-        self.divisions = [len(set().union(*map(_divisions, values))) for values in defined]
+        self.divisions = [len(set().union(*map(divisions, values))) for values in defined]
         self.dot = self.arith.dot_loop
         self.out_vars = schedule.offset(self.op.output).variables()
 
@@ -558,10 +558,3 @@ def _varies(guards: tuple[str, ...], loops: list[str]) -> bool:
     return any(re.search(rf"\b{re.escape(loop)}\b", guard) for guard in guards for loop in loops)
 
 
-def _divisions(expr: Expr) -> set[str]:
-    """The floor divisions and remainders in ``expr`` (as C text, so that equal ones count once)."""
-    found = {expr.to_c()} if isinstance(expr, FloorDiv | Mod) else set()
-    for child in vars(expr).values():
-        if isinstance(child, Expr):
-            found |= _divisions(child)
-    return found
