@@ -40,7 +40,7 @@ def random_quantized_conv_schedule(isa, data):
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(
-    random_quantized_conv_schedule, 3, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_conv_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def random_quantized_matmul_schedule(isa, data):
@@ -51,7 +51,7 @@ def random_quantized_matmul_schedule(isa, data):
 
 
 test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_schedules = tiers(
-    random_quantized_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_matmul_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def random_quantized_nd_conv_schedule(isa, data):
@@ -81,7 +81,7 @@ def random_quantized_batched_matmul_schedule(isa, data):
 
 
 test_random_quantized_batched_matmul_schedules_quick, test_random_quantized_batched_matmul_schedules = tiers(
-    random_quantized_batched_matmul_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)],
+    random_quantized_batched_matmul_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)],
     data=st.data())
 
 

@@ -64,7 +64,7 @@ def caches_match_simulator(schedule, geometry):
 
 
 test_caches_match_simulator_quick, test_caches_match_simulator = tiers(
-    caches_match_simulator, 3, 20, reuse_schedules(), st.sampled_from([(1, 4), (2, 2), (4, 1), (3, 2)]))
+    caches_match_simulator, 2, 20, reuse_schedules(), st.sampled_from([(1, 4), (2, 2), (4, 1), (3, 2)]))
 
 
 def test_hierarchy_sanity():

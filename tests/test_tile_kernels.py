@@ -79,7 +79,7 @@ def random_tile_conv(data):
 
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
-    random_tile_conv, 3, 20, marks=[needs_amx], data=st.data())
+    random_tile_conv, 2, 20, marks=[needs_amx], data=st.data())
 
 
 def random_tile_conv1d(data):

@@ -97,11 +97,11 @@ def test_table_plot_and_dict(tmp_path):
 def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     log = tmp_path / "tune.db"
     op = OPS["depthwise"]
-    first = lo.tune(op, trials=3, budget=BUDGET, log=log, progress=False, algorithms="direct")
-    second = lo.tune(op, trials=5, budget=BUDGET, log=log, progress=False, algorithms="direct")
-    assert [t.logged for t in second.trials] == [True, True, True, False, False]
-    assert [t.schedule for t in second.trials[:3]] == [t.schedule for t in first.trials]
-    assert len(rows(log)) == 5
+    first = lo.tune(op, trials=2, budget=BUDGET, log=log, progress=False, algorithms="direct")
+    second = lo.tune(op, trials=3, budget=BUDGET, log=log, progress=False, algorithms="direct")
+    assert [t.logged for t in second.trials] == [True, True, False]
+    assert [t.schedule for t in second.trials[:2]] == [t.schedule for t in first.trials]
+    assert len(rows(log)) == 3
     assert lo.best_schedule(op, log=log).steps == second.best.steps
     assert lo.best_schedule(OPS["grouped"], log=log) is None
     assert lo.best_schedule(op, log=log, threads=2) is None
@@ -562,6 +562,7 @@ def test_ternary_search_tries_every_weight_format(op):
     assert "tl1 table lookup, " in table and "tl2 table lookup, " in table and "i2_s weights dot" in table
 
 
+@pytest.mark.slow
 def test_two_thread_search_measures_parallel_table_lookups():
     """With 2 threads, the tl1 and tl2 trials split a loop between the table build and the register
     block over the threads (the column blocks: 3 of 32 channels), each verified exact on 2 threads
