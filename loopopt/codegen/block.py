@@ -34,7 +34,7 @@ from ..cnames import load_variable
 from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
-from . import ternary
+from . import taps, ternary
 from .arith import Arithmetic, load
 from .isa import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
@@ -183,6 +183,13 @@ class RegisterBlock:
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
         self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
         self.bases = self._bases()
+        self.phase_groups = self._phase_groups(tap)
+        # a phase group member's activations: the window at its phase's first output (taps.phases)
+        # (and the lanes whose products are used: outputs P*j + q of the group's valid ones)
+        self.phased = {acc.name: Accumulator(acc.name, {**acc.bindings, self.vector: Const(
+                           group[0].bindings[self.vector].value + q)},
+                           -(-(sum(a.valid_lanes for a in group) - q) // len(group)), self.vector)
+                       for group in self.phase_groups for q, acc in enumerate(group)}
 
     # --- structure ---------------------------------------------------------------------
     def _check_kinds(self) -> None:
@@ -245,6 +252,32 @@ class RegisterBlock:
                 bases[tensor] = base
         return bases
 
+    def _phase_groups(self, tap) -> list[list[Accumulator]]:
+        """The accumulators of a tap dot computed in phase groups (``taps.phases``: ``P`` consecutive
+        vectors of outputs, the ``q``-th one holding outputs ``P*j + q`` of the group until the
+        reduction ends, then interleaved back): every ``P`` consecutive vectors of a block loop run,
+        the first at a multiple of ``P`` vectors, the others alike, whose updates need no lane mask
+        other than their valid lanes. None where the accumulators start from the output or from a
+        bias that varies along the lanes."""
+        count = taps.phases(tap, self.em.isa.name) if tap is not None and self.vector else 1
+        if (count == 1 or self.chunk_loop is not None or self.loads_output
+                or (self.starts_output and self.bias and self.bias_kind != "broadcast")):
+            return []
+        width = count * self.lanes
+        runs: dict[tuple, dict[int, Accumulator]] = {}
+        for acc in self.accumulators:
+            if self._split_guards(acc).update_lanes:
+                continue
+            others = tuple(sorted((n, v.to_c()) for n, v in acc.bindings.items() if n != self.vector))
+            runs.setdefault(others, {})[acc.bindings[self.vector].value] = acc
+        groups = []
+        for run in runs.values():
+            for first in sorted(v for v in run if v % width == 0):
+                group = [run.get(first + q * self.lanes) for q in range(count)]
+                if all(group):
+                    groups.append(group)
+        return groups
+
     # --- guards and masks ----------------------------------------------------------------
     def _split_guards(self, acc: Accumulator) -> _Guards:
         split = _Guards([], [], [], [])
@@ -299,6 +332,9 @@ class RegisterBlock:
             em.emit(inner, "}")
         else:
             em.emit_loop(self.start, inner, inside_block=True)
+        for group in self.phase_groups:
+            for line in taps.interleave(em.isa.name, [acc.name for acc in group]):
+                em.emit(inner, line)
         for acc in self.accumulators:
             self._emit_store(inner, acc)
         em.emit(indent, "}")
@@ -348,6 +384,8 @@ class RegisterBlock:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
+        phased = tensor == em.op.inputs[0] and acc.name in self.phased
+        acc = self.phased[acc.name] if phased else acc
         offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
         base = self.bases.get(tensor)
         ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{offset}]"
@@ -364,7 +402,8 @@ class RegisterBlock:
                             f"{array}[lo_j] = {lanes_offset}; }}")
             base, index = tensor, em.isa.index_load(p=array)
         if tensor in em.op.inputs:
-            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings, offset)
+            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings, offset, phased,
+                                    acc.valid_lanes)
         return load(em.isa, kind.kind, ref, base, index, mask)
 
     def emit_body(self, indent: int) -> None:
@@ -394,7 +433,9 @@ class RegisterBlock:
         if guards.update_lanes:
             self._lane_bits(indent, f"{acc.name}_bits", self._base(acc), guards.update_lanes)
             extra.append(f"{acc.name}_bits")
-        if extra:
+        if acc.name in self.phased:
+            mask = None                         # every lane of a phase: its lanes are not the outputs'
+        elif extra:
             mask = f"{acc.name}_now"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
@@ -424,7 +465,10 @@ class RegisterBlock:
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is
         # written only with the load that first needs it
-        key = (tensor, em.schedule.offset(tensor).substitute(acc.bindings).to_c(), lanes, tuple(protect))
+        phased = tensor == em.op.inputs[0] and acc.name in self.phased
+        at = self.phased[acc.name] if phased else acc
+        key = (tensor, em.schedule.offset(tensor).substitute(at.bindings).to_c(), lanes, tuple(protect),
+               phased)
         if key not in self.loads:
             self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, lanes, indent),
                                               protect, tensor)
