@@ -95,3 +95,13 @@ def test_tap_dots(isa, data):
     s = tap_schedule(data.draw(tap_convs()), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)))
     assume(generates(s, isa))     # without a tap dot a register block may refuse a guarded broadcast
     check_quantized(s, isa)
+
+
+@pytest.mark.parametrize("isa", available_int_isas())
+@pytest.mark.parametrize("stride, width, pixels", [(2, 113, 56), (1, 61, 64)])
+def test_tap_phase_groups(isa, stride, width, pixels):
+    """Tap dots in phase groups (taps.phases): the plain window loads near a row's end (the used lanes'
+    taps in the row) read at most a window past the activations; the last row of the last channel too."""
+    op = lo.Conv2d(3, 3, 3, stride=(1, stride), padding=((1, 1), (1, 2)), groups=3, batch=2, height=3,
+                   width=width, quant=lo.QuantSpec("uint8", True, True, "uint8"))
+    check_quantized(tap_schedule(op, pixels, 1), isa)

@@ -29,6 +29,8 @@ PROBES = {
     "flip": "{flip}",
     "dot": "{dot}",
     "dot_mask": "{dot_mask}",
+    "pack_u8": "{pack_u8}",
+    "pack_s8": "{pack_s8}",
 }
 
 HARNESS = """{prelude}
@@ -45,6 +47,7 @@ void probe(const int *x, const int *y, const unsigned char *bytes, const int *id
     {store_float};
     {store_narrow};
     {store_narrow_mask};
+    {store_bytes};
 }}
 """
 
@@ -64,6 +67,9 @@ def build(isa_name):
         gather_b_mask=isa.gather_b_mask(p="bytes", idx="index", m="m"),
         extend_u8=isa.extend_u8(v="a"), extend_s8=isa.extend_s8(v="a"), flip=isa.flip(v="a"),
         dot=isa.dot(a="a", b="b", c="c"), dot_mask=isa.dot_mask(a="a", b="b", c="c", m="m"),
+        # lanes in the byte type's range: a, b, c, a narrowed (the low byte, as uint8 / int8)
+        pack_u8=isa.pack_u8(**{k: isa.extend_u8(v=v) for k, v in zip("abcd", "abca")}),
+        pack_s8=isa.pack_s8(**{k: isa.extend_s8(v=v) for k, v in zip("abcd", "abca")}),
     )
     stores = "\n".join(f"    {isa.store(p=f'out + {k} * {n}', v=PROBES[name].format(**ops))};"
                        for k, name in enumerate(PROBES))
@@ -77,7 +83,8 @@ def build(isa_name):
             "_mm512_storeu_ps(t, " if n == 16 else "_mm256_storeu_ps(t, ") +
         isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}",
         store_narrow=isa.store_narrow(p="narrowed", v="a"),
-        store_narrow_mask=isa.store_narrow_mask(p=f"narrowed + {n}", m="m", v="a"))
+        store_narrow_mask=isa.store_narrow_mask(p=f"narrowed + {n}", m="m", v="a"),
+        store_bytes=isa.store_bytes(p=f"narrowed + {2 * n}", v="a", n=f"{4 * n} - 5"))
     cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, "
             "int *, int *, float *, unsigned char *);")
     return compile_c(source, cdef, isa.compile_flags)
@@ -89,7 +96,7 @@ def test_every_int_instruction_has_a_meaning():
     for name in VECTOR_ISAS:
         assert set(INT_ISAS[name].ops) == set(INT_MEANINGS) | set(SHARED_OPS), name
         assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float", "store_narrow",
-                              "store_narrow_mask"} == set(INT_MEANINGS)
+                              "store_narrow_mask", "store_bytes"} == set(INT_MEANINGS)
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)
@@ -107,7 +114,7 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     scattered = np.zeros(4 * n, dtype=np.int32)
     sums = np.zeros(1, dtype=np.int32)
     floats = np.zeros(n, dtype=np.float32)
-    narrowed = np.full(2 * n, 0xAB, dtype=np.uint8)
+    narrowed = np.full(6 * n, 0xAB, dtype=np.uint8)
     module = build(isa_name)
     ffi = module.ffi
     ptr = lambda arr, t: ffi.cast(t, ffi.from_buffer(arr))
@@ -131,6 +138,8 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
         "gather_b": word(idx), "gather_b_mask": np.where(mask, word(idx), 0),
         "extend_u8": a & 255, "extend_s8": a.astype(np.int8), "flip": wrap(a ^ 0x80808080),
         "dot": dot, "dot_mask": np.where(mask, dot, c),
+        "pack_u8": np.concatenate([a, b, c, a]).astype(np.uint8).view(np.int32),
+        "pack_s8": np.concatenate([a, b, c, a]).astype(np.int8).view(np.int32),
     }
     for k, name in enumerate(PROBES):
         assert np.array_equal(out[k * n:(k + 1) * n], wrap(expected[name])), name
@@ -142,4 +151,6 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     assert np.array_equal(floats, x[:n].astype(np.float32)), "to_float"
     low = x[:n].astype(np.uint8)                                  # the low byte of each lane
     assert np.array_equal(narrowed[:n], low), "store_narrow"
-    assert np.array_equal(narrowed[n:], np.where(mask, low, 0xAB)), "store_narrow_mask"
+    assert np.array_equal(narrowed[n:2 * n], np.where(mask, low, 0xAB)), "store_narrow_mask"
+    stored = np.r_[x[:n].view(np.uint8)[:4 * n - 5], [0xAB] * 5]           # the first 4n - 5 bytes of a
+    assert np.array_equal(narrowed[2 * n:], stored), "store_bytes"

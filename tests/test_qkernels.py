@@ -287,6 +287,40 @@ def test_fused_epilogue_dead_lanes_past_the_last_column(isa):
     assert check(s, isa).plan.fused_epilogue
 
 
+PACKS = {"avx512": "_mm512_packs_epi32", "avx2": "_mm256_packs_epi32"}    # the mark of pack_u8 / pack_s8
+
+
+def exact_packed_runs(isa, data):
+    """Requantized outputs of register blocks with several vectors along a contiguous output (lanes
+    along the channels of a channels-last output, or along the columns of a channels-first one; whole
+    or partial last vectors, channel or column tails): exact, and packed to bytes in runs of up to 4
+    vectors (``_byte_runs``) wherever every vector of the block is whole but the last."""
+    spec = lo.QuantSpec(data.draw(st.sampled_from(lo.quant.ACTIVATIONS)), data.draw(st.booleans()),
+                        data.draw(st.booleans()), data.draw(st.sampled_from(["uint8", "int8"])))
+    channels, pixels, cin = (data.draw(st.integers(1, n)) for n in (70, 40, 5))
+    width, height = data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3))
+    op = lo.Conv2d(cin, channels, data.draw(st.integers(1, 3)), padding=1, height=height, width=width,
+                   batch=data.draw(st.integers(1, 2)), bias=data.draw(st.booleans()), quant=spec)
+    if data.draw(st.booleans()):          # lanes along the channels
+        block = data.draw(st.integers(1, channels))
+        s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO")
+             .tile(ow=data.draw(st.integers(1, 3)), k=block).reorder("k_o", "oh", "ow_o", "c", "kh", "kw")
+             .vectorize("k_i").register_block("c"))
+        whole = channels % block == 0 and op.extent("ow") % s.loop("ow_i").extent == 0
+    else:                                 # lanes along the columns
+        s = (lo.Schedule(op).tile(k=data.draw(st.integers(1, 2)), ow=pixels)
+             .reorder("k_o", "oh", "ow_o", "c", "kh", "kw").vectorize("ow_i").register_block("c"))
+        whole = op.extent("ow") % s.loop("ow_i").extent == 0 and channels % s.loop("k_i").extent == 0
+    kernel = check(s, isa, call=data.draw(st.none() | integer_calls(op)))
+    if isa != "scalar" and whole:
+        assert (PACKS[isa] in kernel.source) == (s.loop(s.vector_loop.name).extent > ISAS_LANES[isa]), s
+
+
+ISAS_LANES = {"avx512": 16, "avx2": 8}
+test_exact_packed_runs_quick, test_exact_packed_runs = tiers(
+    exact_packed_runs, 1, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
 @pytest.mark.parametrize("isa", quick_first(ISAS))
 def test_depthwise_and_strided(isa):
     spec = lo.QuantSpec("uint8", True, False, "uint8")

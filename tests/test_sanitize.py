@@ -14,13 +14,14 @@ from loopopt.quant_reference import random_call
 
 HERE = Path(__file__).parent
 # the random kernels of sanitized_kernels.py, the regression tests of the two reads past an array
-# that only a sanitizer sees, the quantized register blocks (vector ISAs) and the dot schedules
+# that only a sanitizer sees, the quantized register blocks (vector ISAs, packed byte stores) and the dot
+# schedules
 TIER = ("sanitized_kernels.py",
         "test_kernels.py::test_register_block_over_a_partial_channel_block_reads_the_bias_in_bounds",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_read_the_tables_in_bounds",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_past_the_last_column",
         "test_qkernels.py::test_register_blocks", "test_qkernels.py::test_dot_schedules",
-        "test_qkernels.py::test_dot_on_every_signedness",
+        "test_qkernels.py::test_dot_on_every_signedness", "test_qkernels.py::test_exact_packed_runs_quick",
         "test_winograd.py::test_winograd_kernel_small",        # stages chained through shared buffers
         "-k", "not test_register_blocks or not scalar")
 

@@ -8,6 +8,7 @@ ISA here plus scalar; where the window fits the instructions, the SIMD kernels m
 import pytest
 from helpers import (
     INT_ISAS,
+    SPECS,
     check_quantized,
     generates,
     integer_calls,
@@ -43,6 +44,39 @@ def exact_tap_dot(isa, data):
 
 test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
     exact_tap_dot, 2, 14, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+
+
+ZIPS = {"avx512": "_mm512_permutex2var_epi32", "avx2": "_mm256_unpacklo_epi32"}   # taps.ZIP's mark
+
+
+def exact_phase_groups(isa, data):
+    """Depthwise convs with strides 1 to 3 and wide rows (several phase groups and a partial one): a
+    tap dot schedule agrees with the reference, and runs in phase groups (``taps.phases``) exactly where
+    the stride divides 4, the taps are contiguous and a block has a group's vectors (the last partial)."""
+    groups, stride = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+    kh, kw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6))
+    dilation = data.draw(st.sampled_from([1, 1, 2]))
+    padding = tuple((data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))) for _ in range(2))
+    width = data.draw(st.integers(max(1, dilation * (kw - 1) + 1 - sum(padding[1])), 150))
+    rows, outputs = data.draw(st.integers(1, 2)), groups * data.draw(st.integers(1, 2))   # stride along h
+    op = lo.Conv2d(groups, outputs, (kh, kw), stride=(rows, stride), padding=padding, dilation=(1, dilation),
+                   groups=groups, batch=data.draw(st.integers(1, 2)),
+                   height=data.draw(st.integers(max(1, kh - sum(padding[0])), 4)), width=width,
+                   bias=data.draw(st.booleans()), quant=data.draw(SPECS))
+    s = tap_schedule(op, data.draw(st.integers(1, 80)), data.draw(st.integers(1, 2)),
+                     unroll=data.draw(st.booleans()))
+    kernel = check_quantized(s, isa, call=data.draw(st.none() | integer_calls(op)))
+    if isa == "scalar":
+        return
+    assert fits(op.windows[-1]) and kernel.plan.tap_dot is not None
+    count = taps.phases(kernel.plan.tap_dot, isa)
+    assert count == (4 // stride if stride in taps.PHASED_STRIDES and dilation == 1 else 1)
+    grouped = count > 1 and s.loop("ow_i").extent > (count - 1) * ISAS[isa].lanes   # the last one partial
+    assert (ZIPS[isa] in kernel.source) == grouped, (s, isa)
+
+
+test_exact_phase_groups_quick, test_exact_phase_groups = tiers(
+    exact_phase_groups, 1, 12, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
 
 
 @pytest.mark.parametrize("isa", INT_ISAS)

@@ -122,9 +122,12 @@ class Arithmetic:
 
     # --- vector code ----------------------------------------------------------------------
     def operand(self, tensor: str, access: AccessKind, ref: str, base: str, index: str,
-                mask: str | None, bindings: Optional[dict] = None, offset: str = "") -> str:
+                mask: str | None, bindings: Optional[dict] = None, offset: str = "", phased: bool = False,
+                valid: int = 0) -> str:
         """A vector of ``tensor`` along the vector loop. ``ref`` is the C element at lane 0 (at storage
-        ``offset``), ``base``/``index`` the pointer and index vector a gather uses, ``mask`` the lanes."""
+        ``offset``), ``base``/``index`` the pointer and index vector a gather uses, ``mask`` the lanes;
+        a tap dot's activations: ``phased`` for one phase of a phase group (``taps.phases``), ``valid``
+        the first lanes whose products are used (0: all)."""
         kind = access.kind
         if ternary.packed(self.schedule, tensor):
             value = self._packed(access, offset, index, mask)
@@ -144,7 +147,9 @@ class Arithmetic:
                 # those taps, QuantPlan.tap_fill), else 0 as the dot sees it (0x80 before the flip)
                 column = taps.column(self.schedule, tap, bindings or {})
                 fill = "lo_zx" if self.plan.tap_fill else str(0x80 if self.plan.shift else 0)
-                value = taps.operand(self.acc.name, tap, ref, column, fill)
+                lanes = valid or self.acc.lanes
+                value = (taps.phase_operand(self.acc.name, tap, ref, column, fill, lanes) if phased
+                         else taps.operand(self.acc.name, tap, ref, column, fill, lanes))
             elif kind == "broadcast":
                 # the group's 4 bytes, at any byte address (an int load there would be misaligned)
                 value = ints.broadcast(s=f"_mm_cvtsi128_si32(_mm_loadu_si32(&{ref}))")

@@ -34,7 +34,7 @@ from ..cnames import load_variable
 from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
-from . import ternary
+from . import taps, ternary
 from .arith import Arithmetic, load
 from .isa import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
@@ -183,6 +183,14 @@ class RegisterBlock:
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
         self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
         self.bases = self._bases()
+        self.phase_groups = self._phase_groups(tap)
+        self._packable: set[str] = set()
+        # a phase group member's activations: the window at its phase's first output (taps.phases)
+        # (and the lanes whose products are used: outputs P*j + q of the group's valid ones)
+        self.phased = {acc.name: Accumulator(acc.name, {**acc.bindings, self.vector: Const(
+                           group[0].bindings[self.vector].value + q)},
+                           -(-(sum(a.valid_lanes for a in group) - q) // len(group)), self.vector)
+                       for group in self.phase_groups for q, acc in enumerate(group)}
 
     # --- structure ---------------------------------------------------------------------
     def _check_kinds(self) -> None:
@@ -245,6 +253,32 @@ class RegisterBlock:
                 bases[tensor] = base
         return bases
 
+    def _phase_groups(self, tap) -> list[list[Accumulator]]:
+        """The accumulators of a tap dot computed in phase groups (``taps.phases``: ``P`` consecutive
+        vectors of outputs, the ``q``-th one holding outputs ``P*j + q`` of the group until the
+        reduction ends, then interleaved back): every ``P`` consecutive vectors of a block loop run,
+        the first at a multiple of ``P`` vectors, the others alike, whose updates need no lane mask
+        other than their valid lanes. None where the accumulators start from the output or from a
+        bias that varies along the lanes."""
+        count = taps.phases(tap, self.em.isa.name) if tap is not None and self.vector else 1
+        if (count == 1 or self.chunk_loop is not None or self.loads_output
+                or (self.starts_output and self.bias and self.bias_kind != "broadcast")):
+            return []
+        width = count * self.lanes
+        runs: dict[tuple, dict[int, Accumulator]] = {}
+        for acc in self.accumulators:
+            if self._split_guards(acc).update_lanes:
+                continue
+            others = tuple(sorted((n, v.to_c()) for n, v in acc.bindings.items() if n != self.vector))
+            runs.setdefault(others, {})[acc.bindings[self.vector].value] = acc
+        groups = []
+        for run in runs.values():
+            for first in sorted(v for v in run if v % width == 0):
+                group = [run.get(first + q * self.lanes) for q in range(count)]
+                if all(group):
+                    groups.append(group)
+        return groups
+
     # --- guards and masks ----------------------------------------------------------------
     def _split_guards(self, acc: Accumulator) -> _Guards:
         split = _Guards([], [], [], [])
@@ -299,8 +333,14 @@ class RegisterBlock:
             em.emit(inner, "}")
         else:
             em.emit_loop(self.start, inner, inside_block=True)
-        for acc in self.accumulators:
-            self._emit_store(inner, acc)
+        for group in self.phase_groups:
+            for line in taps.interleave(em.isa.name, [acc.name for acc in group]):
+                em.emit(inner, line)
+        for run in self._byte_runs():
+            if len(run) > 1:
+                self._emit_packed(inner, run)
+            else:
+                self._emit_store(inner, run[0])
         em.emit(indent, "}")
 
     def _vector_type(self) -> str:
@@ -348,6 +388,8 @@ class RegisterBlock:
         """A load of ``tensor`` at ``acc``'s position (a vector along the vector loop); a gather
         first writes its lane offsets to an index array at ``indent``."""
         em = self.em
+        phased = tensor == em.op.inputs[0] and acc.name in self.phased
+        acc = self.phased[acc.name] if phased else acc
         offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
         base = self.bases.get(tensor)
         ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{offset}]"
@@ -364,7 +406,8 @@ class RegisterBlock:
                             f"{array}[lo_j] = {lanes_offset}; }}")
             base, index = tensor, em.isa.index_load(p=array)
         if tensor in em.op.inputs:
-            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings, offset)
+            return em.arith.operand(tensor, kind, ref, base, index, mask, acc.bindings, offset, phased,
+                                    acc.valid_lanes)
         return load(em.isa, kind.kind, ref, base, index, mask)
 
     def emit_body(self, indent: int) -> None:
@@ -394,7 +437,9 @@ class RegisterBlock:
         if guards.update_lanes:
             self._lane_bits(indent, f"{acc.name}_bits", self._base(acc), guards.update_lanes)
             extra.append(f"{acc.name}_bits")
-        if extra:
+        if acc.name in self.phased:
+            mask = None                         # every lane of a phase: its lanes are not the outputs'
+        elif extra:
             mask = f"{acc.name}_now"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
@@ -424,7 +469,10 @@ class RegisterBlock:
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is
         # written only with the load that first needs it
-        key = (tensor, em.schedule.offset(tensor).substitute(acc.bindings).to_c(), lanes, tuple(protect))
+        phased = tensor == em.op.inputs[0] and acc.name in self.phased
+        at = self.phased[acc.name] if phased else acc
+        key = (tensor, em.schedule.offset(tensor).substitute(at.bindings).to_c(), lanes, tuple(protect),
+               phased)
         if key not in self.loads:
             self.loads[key] = self._emit_load(indent, self._vector_access(tensor, acc, lanes, indent),
                                               protect, tensor)
@@ -467,6 +515,57 @@ class RegisterBlock:
                      else isa.store(p=pointer, v=acc.name)) + ";"
         em.emit(indent, f"if ({acc.name}_ok) {store}" if guards.store else store)
 
+    def _byte_runs(self) -> list[list[Accumulator]]:
+        """The accumulators in store order, in runs whose requantized bytes are packed and stored
+        together (``_emit_packed``): up to 4 consecutive vectors along a contiguous output, all lanes
+        live but the last one's past the vector loop's end, no existence test; the others alone."""
+        em = self.em
+        packs = (em.arith.plan is not None and em.arith.plan.fused_epilogue and em.op.quant.requantized
+                 and self.vector is not None and self.chunk_loop is None and "pack_u8" in em.isa.ops
+                 and em.kinds[em.op.output].kind == "contiguous")
+        runs: list[list[Accumulator]] = []
+        for acc in self.accumulators:
+            bits, _, guards = self.setup[acc.name]
+            fits = packs and not guards.store and not guards.store_lanes
+            last = runs[-1][-1] if runs else None
+            if (fits and last is not None and last.name in self._packable and len(runs[-1]) < 4
+                    and last.valid_lanes == self.lanes and self._follows(last, acc)):
+                runs[-1].append(acc)
+            else:
+                runs.append([acc])
+            if fits:
+                self._packable.add(acc.name)
+        return runs
+
+    def _follows(self, first: Accumulator, then: Accumulator) -> bool:
+        """``then`` is the vector after ``first`` along the vector loop (the other block loops alike)."""
+        v = self.vector
+        same = {n: e for n, e in first.bindings.items() if n != v} == {
+            n: e for n, e in then.bindings.items() if n != v}
+        return same and then.bindings[v].value == first.bindings[v].value + self.lanes
+
+    def _emit_packed(self, indent: int, run: list[Accumulator]) -> None:
+        """A run of requantized accumulators (``_byte_runs``): each one's epilogue into its own int
+        array, then their bytes packed into one vector (the table's ``pack_u8`` / ``pack_s8``: two
+        saturating packs, exact on in-range lanes, and a dword permute, in place of a narrowing store
+        per vector) and stored at once."""
+        em, isa = self.em, self.em.isa
+        names = [f"lo_r{i}" for i in range(len(run))]
+        em.emit(indent, f"{{ /* {', '.join(a.name for a in run)}: requantized, packed to bytes together */")
+        inner = indent + 1
+        em.emit(inner, f"{em.arith.scalar_type} {', '.join(f'{name}[{self.lanes}]' for name in names)};")
+        for acc, name in zip(run, names):
+            self._emit_epilogue(inner, acc, name)
+        vectors = [isa.load(p=name) for name in names] + [isa.zero()] * (4 - len(run))
+        pack = isa.pack_u8 if em.arith.plan.output_type == "uint8_t" else isa.pack_s8
+        value = pack(**dict(zip("abcd", vectors)))
+        first = run[0]
+        pointer = f"&Y[{em.schedule.offset(em.op.output).substitute(first.bindings).to_c()}]"
+        count = self.lanes * (len(run) - 1) + run[-1].valid_lanes
+        em.emit(inner, (isa.store(p=pointer, v=value) if count == 4 * self.lanes
+                        else isa.store_bytes(p=pointer, v=value, n=str(count))) + ";")
+        em.emit(indent, "}")
+
     def _narrowed(self, pointer: str, valid: int) -> str:
         """Store the int lanes of ``lo_r`` (the first ``valid``) as bytes at ``pointer``."""
         isa = self.em.isa
@@ -475,13 +574,14 @@ class RegisterBlock:
             return isa.store_narrow(p=pointer, v=value)
         return isa.store_narrow_mask(p=pointer, m=isa.mask_count(n=str(valid)), v=value)
 
-    def _emit_epilogue(self, indent: int, acc: Accumulator) -> None:
+    def _emit_epilogue(self, indent: int, acc: Accumulator, target: str | None = None) -> None:
         """Quantized kernels: the block holds final sums, so the epilogue (compensation, bias,
         scale or requantization) runs on them and writes the output ``Y``. A vector accumulator
         goes through stack arrays: its lanes' results are computed in one vectorizable loop,
         then copied to ``Y`` (one copy where the lanes are contiguous and all live). A requantized
         output is computed in int lanes (so the loop has no byte type and is vectorized at the full
-        int32 width) and narrowed to bytes when stored (the table's ``store_narrow``)."""
+        int32 width) and narrowed to bytes when stored (the table's ``store_narrow``); with ``target``
+        (a run of ``_emit_packed``) the int lanes go to that array, declared and stored by the caller."""
         em, plan = self.em, self.em.arith.plan
         bits, _, guards = self.setup[acc.name]
         index = em.schedule.index(em.op.output)
@@ -497,22 +597,27 @@ class RegisterBlock:
         lane = {self.vector: Var("lo_lane")}
         outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
         index = [e.substitute(outer).substitute(lane) for e in index]
-        lanes = f"for (int lo_j = 0; lo_j < {acc.valid_lanes}; ++lo_j) {{"
+        # a packed run's last vector computes every lane (a dead one a clamped position's value, not stored)
+        lanes = f"for (int lo_j = 0; lo_j < {self.lanes if target else acc.valid_lanes}; ++lo_j) {{"
         first = f"const {em.int_type} lo_lane = {self._base(acc)} + lo_j;"
         whole = not bits and em.kinds[em.op.output].kind == "contiguous"
         narrow = em.op.quant.requantized          # int lanes, narrowed to bytes when stored
         result = em.arith.scalar_type if narrow else plan.output_type
-        em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}]; {result} lo_r[{self.lanes}];")
+        em.emit(inner, f"{em.arith.scalar_type} lo_t[{self.lanes}];" if target else
+                f"{em.arith.scalar_type} lo_t[{self.lanes}]; {result} lo_r[{self.lanes}];")
         em.emit(inner, em.isa.store(p="lo_t", v=acc.name) + ";")
         em.emit(inner, SIMD_PRAGMA)
         em.emit(inner, lanes)
         em.emit(inner + 1, first)
         # lanes past a partial tile (not live) compute a clamped position's value, not stored
         clamp = frozenset({"lo_lane"}) if bits else frozenset()
-        for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index, target="lo_r[lo_j]",
-                                        narrow=not narrow, clamp=clamp):
+        for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index,
+                                        target=f"{target or 'lo_r'}[lo_j]", narrow=not narrow, clamp=clamp):
             em.emit(inner + 1, line)
         em.emit(inner, "}")
+        if target:
+            em.emit(indent, "}")
+            return
         offset = em.schedule.offset(em.op.output).substitute(outer).substitute(lane)
         if whole:
             start = offset.substitute({"lo_lane": acc.bindings.get(self.vector, Var(self.vector))}).to_c()

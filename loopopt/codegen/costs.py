@@ -35,6 +35,7 @@ import islpy as isl
 
 from ..expr import Bound, Expr, Var, divisions
 from ..schedule import Loop, Schedule, ScheduleError
+from . import taps
 from .arith import GROUPS, Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
@@ -354,16 +355,19 @@ class _Counter:
             return "load" if access.kind == "strided" and access.stride == group else "gather"
         return {"broadcast": "broadcast", "contiguous": "load"}.get(access.kind, "gather")
 
-    def _operand(self, tensor: str, masked: bool) -> Work:
+    def _operand(self, tensor: str, masked: bool, phased: bool = False) -> Work:
         """One vector (or element) of an input operand, as the arithmetic forms it: the load, the
-        instructions that widen or dequantize it, and the weights' zero points and scales."""
+        instructions that widen or dequantize it, and the weights' zero points and scales
+        (``phased``: a tap dot's activations for one phase of a phase group, the window as loaded)."""
         kind = self._instruction(self.kinds[tensor]) if self.lanes > 1 else "load"
         activation = tensor == self.op.inputs[0]
         extra = OPERAND_OPS[self.arith.name] + (1 if self.arith.name == "dot" and self.plan.shift
                                                  and activation else 0)
         if activation and self.plan is not None and self.plan.tap_dot is not None:
             # a byte-masked window load, its mask from the column, a dword permute and a byte shuffle
-            return self._load("load", True) + Work(vector_ops=extra + TAP_SPREAD_OPS, masks=1)
+            # (none for a phase: the window as loaded, taps.phases)
+            spread = 0 if phased else TAP_SPREAD_OPS
+            return self._load("load", True) + Work(vector_ops=extra + spread, masks=1)
         work = self._load(kind, masked) + Work(vector_ops=extra)
         if self.arith.name == "dequantize" and tensor == self.op.inputs[1]:
             work += self._load(kind, masked, 2)
@@ -441,14 +445,16 @@ class _Counter:
                 setup += self._output_access(mask is not None, load=True)
             store += Work(guard_checks=1 if guards.store else 0) + self._block_store(block, mask is not None)
         setup += self._lane_masks(setup_masks)
+        for group in block.phase_groups:      # the phase groups interleaved back (taps.interleave)
+            store += Work(vector_ops=taps.interleave_ops(self.arith.acc.name, len(group)))
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
         inside = [*block.reduction, *([block.chunk_loop] if block.chunk_loop else [])]
-        for tensor, _, lanes, protect in block.loads:
+        for tensor, _, lanes, protect, phased in block.loads:
             # and the select of a guarded one, unless its guards name no reduction loop of the block: then
             # they hold or fail for the whole block, and the compiler takes them out of the loop
             address = Work(definitions=1, vector_ops=1 if _varies(protect, inside) else 0)
-            body += self._operand(tensor, lanes is not None) + address
+            body += self._operand(tensor, lanes is not None, phased) + address
             conditions.update(protect)
             if vector and self.kinds[tensor].kind == "gather":     # its index array, lane by lane
                 body += Work(lane_steps=self.lanes, definitions=self.lanes)

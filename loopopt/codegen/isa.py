@@ -184,6 +184,9 @@ INT_MEANINGS = {
     "to_float": "lane j = (float32) v_j, rounded to nearest even",
     "store_narrow": "((uint8 *)p)[j] = low byte of v lane j",
     "store_narrow_mask": "((uint8 *)p)[j] = low byte of v lane j where mask bit j (others untouched)",
+    "pack_u8": "byte L*q + j = lane j of the q-th of a, b, c, d (L lanes), each lane in [0, 255]",
+    "pack_s8": "byte L*q + j = lane j of the q-th of a, b, c, d (L lanes), each lane in [-128, 127]",
+    "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
 
@@ -228,6 +231,12 @@ AVX512_INT = Isa(
         to_float="_mm512_cvtepi32_ps({v})",
         store_narrow="_mm_storeu_si128((__m128i *)({p}), _mm512_cvtepi32_epi8({v}))",
         store_narrow_mask="_mm512_mask_cvtepi32_storeu_epi8((void *)({p}), {m}, {v})",
+        # two saturating packs (exact: the lanes are in range) leave 128-bit lane l's dwords a_l b_l c_l d_l
+        pack_u8="_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, "
+                "11, 15), _mm512_packus_epi16(_mm512_packs_epi32({a}, {b}), _mm512_packs_epi32({c}, {d})))",
+        pack_s8="_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, "
+                "11, 15), _mm512_packs_epi16(_mm512_packs_epi32({a}, {b}), _mm512_packs_epi32({c}, {d})))",
+        store_bytes="_mm512_mask_storeu_epi8((void *)({p}), (__mmask64)(~0ULL >> (64 - ({n}))), {v})",
     ),
 )
 
@@ -264,6 +273,11 @@ AVX2_INT = Isa(
         "    int m[8], x[8];\n"
         "    _mm256_storeu_si256((__m256i *)m, mask); _mm256_storeu_si256((__m256i *)x, v);\n"
         "    for (int j = 0; j < 8; ++j) if (m[j]) ((unsigned char *)p)[j] = (unsigned char)x[j];\n"
+        "}\n"
+        "static inline void lo_avx2_store_bytes(void *p, __m256i v, int n) {\n"
+        "    unsigned char b[32];\n"
+        "    _mm256_storeu_si256((__m256i *)(void *)b, v);\n"
+        "    __builtin_memcpy(p, b, (unsigned long)n);\n"
         "}\n"
         "/* AVX2 has no scatter: store the masked int32 lanes one by one, in lane order. */\n"
         "static inline void lo_avx2_scatter_epi32(void *p, __m256i mask, __m256i idx, __m256i v) {\n"
@@ -308,6 +322,11 @@ AVX2_INT = Isa(
         to_float="_mm256_cvtepi32_ps({v})",
         store_narrow="lo_avx2_store_narrow((void *)({p}), {v})",
         store_narrow_mask="lo_avx2_store_narrow_mask((void *)({p}), {m}, {v})",
+        pack_u8="_mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packs_epi32({a}, {b}), "
+                "_mm256_packs_epi32({c}, {d})), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))",
+        pack_s8="_mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32({a}, {b}), "
+                "_mm256_packs_epi32({c}, {d})), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))",
+        store_bytes="lo_avx2_store_bytes((void *)({p}), {v}, {n})",
     ),
 )
 

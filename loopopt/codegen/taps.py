@@ -26,6 +26,19 @@ end, ``read_ahead``; the others read only the row's bytes: a byte-masked load on
 byte on AVX2), so taps in the padding add nothing to the products: the window's padding guard is
 applied per byte (``TapDot.guard`` is not a lane mask), and the integer plan (compensation over
 the valid taps) is that of any other dot.
+
+Phases: where the lanes' groups would start 4 input bytes apart (``phases``: stride 2 with the lanes
+2 output positions apart, stride 1 with 4; unit dilation), a window holds those groups as loaded. A
+block's ``P = 4 / stride`` consecutive vectors of outputs along the window (a phase group, ``P * lanes``
+outputs from a multiple of that) then run as ``P`` phases instead: phase ``q``'s accumulator holds
+outputs ``P*j + q`` in lane ``j`` while the reduction runs, its operand the window from output ``q``'s
+first column, with no permute; after the reduction ``interleave`` puts the outputs back in order
+(``log2 P`` rounds of two-vector zips, ``P * log2 P`` instructions per group), before the epilogue or
+store. mobilenetv2.block2.depthwise (stride 2, 56 columns): 12 window loads, 12 ``vpermb`` and 12
+``vpdpbusd`` per output row and channel become 12 loads, 12 ``vpdpbusd`` and 2 ``vpermt2d``. A window
+is loaded as one plain load where the taps of the lanes whose outputs are used lie in the row
+(``TapDot.span``: the zero-weighted 4th tap of a group of 3 taps is not counted, so the last outputs
+of a row need no byte-masked load).
 """
 from __future__ import annotations
 
@@ -48,6 +61,18 @@ SPREAD = {   # the operand from a window (operands: window, dword permute, byte 
     "avx2": "_mm256_shuffle_epi8(_mm256_permutevar8x32_epi32({v}, _mm256_setr_epi32({dwords})), "
             "_mm256_setr_epi32({bytes}))",
 }
+PHASED_STRIDES = (1, 2)  # strides whose tap dots run in phase groups (``phases``)
+ZIP = {   # the lanes of vectors a, b interleaved: a0 b0 a1 b1 ... (the low half), then the high half
+    "avx512": ("_mm512_permutex2var_epi32({a}, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, "
+               "5, 21, 6, 22, 7, 23), {b})",
+               "_mm512_permutex2var_epi32({a}, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, "
+               "13, 29, 14, 30, 15, 31), {b})"),
+    "avx2": ("_mm256_permute2x128_si256(_mm256_unpacklo_epi32({a}, {b}), _mm256_unpackhi_epi32({a}, {b}), "
+             "0x20)",
+             "_mm256_permute2x128_si256(_mm256_unpacklo_epi32({a}, {b}), _mm256_unpackhi_epi32({a}, {b}), "
+             "0x31)"),
+}
+ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions of ZIP per vector made
 VBMI_FLAGS = {"avx512": ("avx512vbmi", "-mavx512vbmi")}   # per ISA: the CPU flag and the compile flag
 HELPERS = {
     "avx512": (
@@ -97,9 +122,12 @@ class TapDot:
     window: Window
     guard: Optional[int]
 
-    def span(self, lanes: int) -> int:
-        """Input bytes the groups of ``lanes`` lanes reach from the first one's first column."""
-        return (lanes - 1) * self.window.stride + (GROUP - 1) * self.window.dilation + 1
+    def span(self, lanes: int, step: int = 0) -> int:
+        """Input bytes the taps of ``lanes`` lanes reach from the first one's first column, the lanes
+        ``step`` columns apart (default: the window's stride); a group's zero-padded taps past the
+        window's last one (their weights are 0) are left out."""
+        used = min(GROUP, self.window.taps)
+        return (lanes - 1) * (step or self.window.stride) + (used - 1) * self.window.dilation + 1
 
 
 def fits(window: Window) -> bool:
@@ -179,12 +207,13 @@ def column(schedule: Schedule, tap: TapDot, bindings: dict) -> str:
     return tap.window.input_index.substitute(schedule.dim_values).substitute(bindings).to_c()
 
 
-def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str) -> str:
+def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
     """C of a dot operand of ``isa``'s lanes: the groups of the window of input bytes from element
-    ``ref`` (at column ``col``), bytes outside the row filled with the byte of C int ``fill``."""
+    ``ref`` (at column ``col``), bytes outside the row filled with the byte of C int ``fill`` (in
+    the first ``valid`` lanes' groups; the other lanes' products are not used)."""
     lanes = WINDOW_BYTES[isa] // GROUP
     s, d = tap.window.stride, tap.window.dilation
-    window = f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(lanes)}, {fill})"
+    window = f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(valid)}, {fill})"
     dwords = ", ".join(str(q * s + i) for q in range(lanes // GROUP) for i in range(GROUP))
     groups = [sum((j * s + t * d) << (8 * t) for t in range(GROUP)) for j in range(GROUP)]
     indices = ", ".join(f"0x{p:08x}" for p in groups * (lanes // GROUP))
@@ -192,6 +221,50 @@ def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str) -> str:
     picks = ", ".join(f"0x{p + (j // GROUP) * GROUP * s * 0x01010101:08x}"
                       for j, p in enumerate(groups * (lanes // GROUP)))
     return SPREAD[isa].format(v=window, dwords=dwords, bytes=indices, picks=picks)
+
+
+def phases(tap: TapDot, isa: str) -> int:
+    """How many consecutive vectors of outputs a phase group of ``tap`` on ``isa`` takes (module
+    docstring, "Phases"): ``4 / stride`` where the lanes of each phase then step by 4 input bytes
+    (unit dilation, a stride in ``PHASED_STRIDES``), else 1 (each vector spread on its own)."""
+    s, d = tap.window.stride, tap.window.dilation
+    return GROUP // s if isa in ZIP and d == 1 and s in PHASED_STRIDES else 1
+
+
+def phase_operand(isa: str, tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
+    """C of a dot operand of one phase (lane ``j``: the group of input bytes ``col + 4j .. + 3``):
+    the window of input bytes from element ``ref`` at column ``col`` as it is, no permute (bytes
+    outside the row filled in the first ``valid`` lanes' groups, as ``operand``)."""
+    return f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(valid, GROUP)}, {fill})"
+
+
+def interleave(isa: str, names: list[str]) -> list[str]:
+    """C statements that turn the phase accumulators ``names`` (``names[q]`` lane ``j``: output
+    ``len(names) * j + q`` of the group) into consecutive vectors (``names[i]`` lane ``j``: output
+    ``lanes * i + j``): ``log2(len(names))`` rounds of two-vector zips (``ZIP``)."""
+    vector = {"avx512": "__m512i", "avx2": "__m256i"}[isa]
+    lines: list[str] = []
+
+    def merged(parts: list[str]) -> list[str]:
+        if len(parts) == 1:
+            return parts
+        evens, odds = merged(parts[0::2]), merged(parts[1::2])     # outputs 2i and 2i + 1
+        result = []
+        for even, odd in zip(evens, odds):
+            low, high = f"lo_z{len(lines)}a", f"lo_z{len(lines)}b"
+            lines.append(f"const {vector} {low} = {ZIP[isa][0].format(a=even, b=odd)}, "
+                         f"{high} = {ZIP[isa][1].format(a=even, b=odd)};")
+            result += [low, high]
+        return result
+
+    final = merged(list(names))
+    moves = [f"{name} = {value};" for name, value in zip(names, final)]
+    return ["{"] + ["    " + line for line in lines + moves] + ["}"]
+
+
+def interleave_ops(isa: str, count: int) -> int:
+    """Vector instructions of ``interleave`` on ``count`` phase accumulators."""
+    return ZIP_OPS[isa] * count * (count.bit_length() - 1)
 
 
 def helpers(isa: str) -> str:
