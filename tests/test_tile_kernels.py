@@ -261,9 +261,14 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
     # ops the tile kernels do not compute: refused, not computed wrong
-    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, quant=QSPEC), lambda s: s, "padded alike"),
-    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, dtype="bfloat16"), lambda s: s,
-     "padded alike"),
+    # gathered patches: all the reduction dims fused, taps then channels, of a conv with one group
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.fuse("c", "kh").fuse("c_kh", "kw"),
+     r"taps then channels \(kh, kw, c\); 'c_kh_kw' fuses c, kh, kw"),
+    (lo.Conv2d(8, 8, 3, groups=2, height=5, width=5, quant=QSPEC),
+     lambda s: s.reorder("kh", "kw", "c").fuse("kh", "kw").fuse("kh_kw", "c"), "one group"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC),
+     lambda s: s.reorder("kh", "kw", "c").split("c", 4).fuse("kh", "kw").fuse("kh_kw", "c_o"),
+     "fuses kh, kw, c_o"),
     (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "3 window axes"),
     (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, quant=QSPEC), lambda s: s, "3 window axes"),
     (lo.Gemm(8, 16, 32, alpha=2.0, dtype="bfloat16"), lambda s: s, "no scaled output"),
