@@ -26,6 +26,11 @@ their minimum time; both are printed, and the winner is written only if it is at
 files join the generated-C corpus (``tests/generated_corpus.py`` reads every file under ``schedules/``):
 record it again with ``python tests/test_generated_c.py --record``. ``--dir`` writes under another
 directory instead of ``schedules/`` (e.g. to try the script out).
+
+``--isa auto`` searches on the best ISA instead: on a CPU with AMX an int8 search then also has the
+AMX tile candidates of ``lo.tune`` (blocks of 16 or 32 pixels x channels, their order, gathered
+patches); an AMX winner is stored with ``isa = "amx"`` in its provenance (``lo.stored_isa``, which
+``bench_layers.py``, ``bench_amx.py`` and ``loopopt compare`` compile it with) and no parallel loop.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
+from loopopt.codegen.tiles import tile_plan
 from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import list_schedules, stored_schedule
 
@@ -193,12 +199,14 @@ def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, 
                       f"{100 * (parallel / seconds - 1):.0f}% slower on one thread)")
 
 
-def describe_tiles(layer: str, mode: Mode, knobs: dict, seconds: float, threads: str) -> str:
+def describe_tiles(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float,
+                   threads: str) -> str:
     """The description of an AMX tile winner."""
-    op = mode.op(layer)
+    op, shape = mode.op(layer), tile_plan(schedule).shape
     order = "channel blocks outside the pixel blocks" if knobs["channels_outer"] else "pixel blocks outside"
-    gathered = ("; the reduction dims fused (kh, kw, c): each output pixel's patch gathered into a buffer "
-                "inside the timed call, 3 tile K-steps of 64 bytes" if knobs.get("patches") else "")
+    gathered = (f"; the reduction dims fused (kh, kw, c): each output pixel's patch gathered into a buffer "
+                f"inside the timed call, {len(shape.starts)} tile K-steps of {shape.chunk_bytes} bytes"
+                if knobs.get("patches") else "")
     rate = op.flops / seconds / 1e9
     return (f"Found by benchmarks/tune_layers.py --int8 --isa auto with lo.tune (AMX tiles, one core of "
             f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
@@ -210,7 +218,7 @@ def describe_tiles(layer: str, mode: Mode, knobs: dict, seconds: float, threads:
 
 def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str) -> str:
     if knobs.get("isa") == "amx":
-        return describe_tiles(layer, mode, knobs, seconds, threads)
+        return describe_tiles(layer, mode, knobs, schedule, seconds, threads)
     op = mode.op(layer)
     ow, k = knobs["pixel_block"], knobs["channel_block"]
     unrolled = [name for name, _ in knobs["unroll"]]

@@ -298,7 +298,7 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
         else:
             found, source = _default_plan(name, op, layer)
             stored = source.startswith("stored schedule") and args.isa == "auto"
-            rows.isas.append(stored_isa(layer) if stored else isa)
+            rows.isas.append(stored_isa(layer, op) if stored else isa)
         rows.schedules.append(found)
         rows.labels.append(f"{name}: {source}")
         if source.startswith("stored schedule"):
@@ -335,7 +335,7 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     labels = [Path(n).name.removesuffix(".toml") for n in names]
     origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
                if plan is None and name not in PRESETS}
-    isas = [stored_isa(name) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
+    isas = [stored_isa(name, op) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
             for name, plan in zip(names, plans)]
     return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
                  origins)

@@ -18,14 +18,25 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   int8 with one group and undilated columns folds the column taps into the reduction (they are
   contiguous in the stored input) when that takes fewer chunks: conv1's 7 taps x 3 channels are
   one 28-byte chunk per filter row instead of 7 chunks of 4 bytes.
+* Gathered patches (``patches``: a schedule whose one loop fuses all the reduction dims, taps then
+  channels): the channels are stored unpadded and the kernel copies each output pixel's whole patch
+  (``KH x KW x C`` values, its runs of ``KW x C`` consecutive stored values) into a per-thread
+  buffer, one row of whole 64-byte chunks per pixel (zeros past the patch), once per pixel block
+  (the channel blocks after it reuse it); the tiles load their rows from there: conv1's 147 bytes
+  in 3 K-steps instead of 7 filter rows. The copy is inside the timed call (the input is runtime
+  data): an int8 run of at most 64 bytes is one whole 16/32/64-byte vector load and store (what it
+  writes past the run is overwritten by the next run or meets zero weights; what it reads past the
+  input's end is its declared read-ahead), others exact.
 * Weights are packed once (``pack_weights``, in ``prepare``) in the B-tile layout
   ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]`` (VNNI-4; bf16: VNNI-2, ``[c / 2]
   [2 * 16]``), zero past the group's channels and outputs.
 * An output block is 1 or 2 tile rows (16 pixels each) x 1 or 2 tile columns (16 channels),
   its accumulators kept in tiles across all taps and chunks, then stored to a small scratch over
   which the epilogue writes the output in the schedule's output layout: int8, the quantized
-  epilogue (compensation, activation sums, bias, requantization into an int row narrowed in a
-  second pass, or scaling); bf16, ``acc + bias``.
+  epilogue (compensation and bias as one table ``quantized.FOLDED`` filled at the call's start,
+  activation sums, requantization into an int row narrowed in a second pass, by masked ``vpmovdb``
+  stores where the output's channels are contiguous, or scaling); bf16, ``acc + bias``. A row of all
+  the block's columns (all but a shifted last block's) runs loops of a constant trip count.
 * Tails need no second tile configuration: the last pixel block of a row and the last channel
   block are shifted back to end at the edge (recomputing a few outputs, which their epilogue does
   not write again); a row shorter than a tile, fewer than 16 channels or fewer than 64 bytes of a
@@ -37,8 +48,8 @@ channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole
 dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and
 the channel block's loop outside the pixel loops (the default order) keeps a block's weights hot
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
-blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
-effect here.
+blocks. Its output layout is the output's. A loop fusing all the reduction dims gathers patches
+(above). The loop nest itself is fixed; other steps have no effect here.
 
 Threads: ``parallel`` on a loop over the output's pixel dims (the pixel block's loop, a conv's
 rows or batch) splits the pixel blocks of all lines (``lines x blocks per line``) over OpenMP
@@ -50,8 +61,8 @@ AMX permission (``loopopt.amx.require_amx``) is per process: threads started bef
 request may use the tiles, each getting its tile state buffer on its first tile instruction. No
 output element is written by two threads (the tails above).
 Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, a parallel loop over both pixels
-and channels, depthwise convs, more than 2 windows (a Conv3d) or more than one batch dim (a batched
-Matmul).
+and channels, depthwise convs, a fused reduction loop in another order or of an op with groups,
+more than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
 """
 from __future__ import annotations
 
