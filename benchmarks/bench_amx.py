@@ -109,8 +109,9 @@ def _fastest_tiles(op, args: tuple, params: dict, threads: int):
     plan = tile_plan(kernel.schedule)
     order = "channel blocks outer" if plan.channels_outer else "pixels outer"
     split = f", {plan.parallel} split over threads" if plan.parallel else ""
+    gathered = ", patches gathered" if plan.shape.patch else ""
     return (kernel, buffers, run,
-            f"{plan.block_pixels} pixels x {plan.scratch_columns} channels, {order}{split}")
+            f"{plan.block_pixels} pixels x {plan.scratch_columns} channels, {order}{split}{gathered}")
 
 
 def layer_op(layer: str, dtype: str = "float32") -> lo.Conv2d:
