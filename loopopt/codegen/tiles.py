@@ -609,7 +609,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                      "__attribute__((aligned(64)));",
                      "memset(lo_patch, 0, sizeof lo_patch);   /* the zeros past each patch */",
                      f"{it} lo_line = -1, lo_p0 = -1;   /* the pixel block lo_patch holds */"]
-        inner += _gather(plan, it, flavour.activation_type)
+        inner += _gather(plan, it)
         inner.append("t_a = lo_patch;")
         step = s.patch_pitch
     inner += block.zeros()
@@ -656,7 +656,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                                "#pragma omp parallel", "{", *region, "}"]
 
 
-def _gather(plan: TilePlan, it: str, ctype: str) -> list[str]:
+def _gather(plan: TilePlan, it: str) -> list[str]:
     """C gathering the patches of the block's pixels (from ``t_a``, its first pixel's window) into
     ``lo_patch``, one row of ``patch_pitch`` values per pixel, unless it holds them already; then a
     compiler barrier (the tile loads do not tell the compiler that they read ``lo_patch``)."""
