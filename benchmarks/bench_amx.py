@@ -10,9 +10,10 @@ int8] [--write]``: for each layer of LAYERS (``--only``: these, catalogued or of
 ``bench_tune.LAYERS``) and each thread count, int8 (uint8 activations, int8 per-channel symmetric
 weights, int32 bias, requantized uint8 output, as ``bench_layers.py``): loopopt's AMX tile kernel
 (``compile(isa="amx")``, the best of the tile schedules of ``lo.tune``'s AMX space for that many
-threads by a short pre-timing: 8 on one thread, those with the pixel or the channel blocks split
-over the threads on more), loopopt's stored VNNI schedule (``schedules/<layer>.int8.toml`` on
-avx512; one thread only), PyTorch x86 int8 and onnxruntime QLinearConv when installed; bf16
+threads by a short pre-timing: 8 on one thread, 16 where it also gathers patches, those with the
+pixel or the channel blocks split over the threads on more), loopopt's stored schedule
+(``schedules/<layer>.int8.toml`` on the ISA its provenance records, ``lo.stored_isa``: VNNI, or AMX
+tiles; one thread only), PyTorch x86 int8 and onnxruntime QLinearConv when installed; bf16
 (float32 inputs rounded to bf16, float32 output): loopopt's AMX kernel (chosen the same way), the
 stored ``<layer>.bf16`` schedule where there is one (one thread), PyTorch on bf16 channels-last
 tensors. Each output is verified; then the calls are interleaved (one call of each per round) and
@@ -108,8 +109,9 @@ def _fastest_tiles(op, args: tuple, params: dict, threads: int):
     plan = tile_plan(kernel.schedule)
     order = "channel blocks outer" if plan.channels_outer else "pixels outer"
     split = f", {plan.parallel} split over threads" if plan.parallel else ""
+    gathered = ", patches gathered" if plan.shape.patch else ""
     return (kernel, buffers, run,
-            f"{plan.block_pixels} pixels x {plan.scratch_columns} channels, {order}{split}")
+            f"{plan.block_pixels} pixels x {plan.scratch_columns} channels, {order}{split}{gathered}")
 
 
 def layer_op(layer: str, dtype: str = "float32") -> lo.Conv2d:
@@ -128,9 +130,11 @@ def int8_cases(layer: str, data: LayerData, threads: int) -> tuple[dict[str, Cas
     kernel, buffers, run, note = _fastest_tiles(qop, args, params, threads)
     cases = {"loopopt AMX": Case(run, partial(check, kernel, buffers), note)}
     if threads == 1 and f"{layer}.int8" in list_schedules():
-        kernel, buffers, run = _prepared(lo.load_schedule(f"{layer}.int8", qop), "avx512", args, params)
-        vnni = Case(run, partial(check, kernel, buffers), "stored schedule, avx512")
-        cases[f"loopopt VNNI ({layer}.int8)"] = vnni
+        isa = lo.stored_isa(f"{layer}.int8")           # an AMX tile schedule on the tiles
+        isa = "avx512" if isa == "auto" else isa
+        kernel, buffers, run = _prepared(lo.load_schedule(f"{layer}.int8", qop), isa, args, params)
+        stored = Case(run, partial(check, kernel, buffers), f"stored schedule, {isa}")
+        cases[f"loopopt {'AMX' if isa == 'amx' else 'VNNI'} stored ({layer}.int8)"] = stored
     missing = []
     for label, build in INT8_PEERS:
         try:

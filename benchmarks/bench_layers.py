@@ -152,7 +152,7 @@ def loopopt_fp32(layer: str, op, options: Options) -> tuple[list[Row], Row | Non
     """The best fp32 schedule (stored for this layer, or the preset) at each thread count, and
     the naive schedule on one thread (None if it is too slow or one thread is not benchmarked)."""
     name = stored_or_preset(layer)
-    kernel = lo.load_schedule(name, op).compile()
+    kernel = lo.load_schedule(name, op).compile(lo.stored_isa(name))
     peak = lo.peak_gflops(kernel.isa)
     best = Row(layer, "fp32", 1, "loopopt best", None, op.flops, peak, note=schedule_note(name))
     rows = loopopt_rows(kernel, best, options)
@@ -195,7 +195,9 @@ def loopopt_int8(layer: str, data: LayerData, options: Options) -> list[Row]:
             schedule = lo.load_schedule(name, qop)
             if arithmetic:
                 schedule = schedule.arithmetic(arithmetic)
-            kernel = schedule.compile()
+            # on the ISA it was searched on (an AMX tile schedule on the tiles), but the operands
+            # dequantized in the loop, which only the SIMD kernels do
+            kernel = schedule.compile("auto" if arithmetic else lo.stored_isa(name))
             requantized = output != "float32"
             y = kernel(data.xq, data.wq, data.bq if requantized else data.b, **data.quant_params(requantized))
             row.verified, why = data.check(y, output if requantized else "dequantized")

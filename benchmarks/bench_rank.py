@@ -71,7 +71,8 @@ def candidate(op: Op, isa: str, knobs: dict) -> Candidate | None:
         return None
     if isa == "amx":
         return Candidate(op, isa, TileKnobs(knobs["pixel_block"], knobs["channel_block"],
-                                            knobs["channels_outer"], knobs.get("parallel")))
+                                            knobs["channels_outer"], knobs.get("parallel"),
+                                            knobs.get("patches", False)))
     return Candidate(op, isa, Knobs(knobs["pixel_block"], knobs["channel_block"], tuple(knobs["reduction"]),
                                     tuple(knobs["outer"]), knobs["weights"], knobs["cache_block"],
                                     tuple(tuple(u) for u in knobs["unroll"]), knobs["parallel"],

@@ -26,6 +26,11 @@ their minimum time; both are printed, and the winner is written only if it is at
 files join the generated-C corpus (``tests/generated_corpus.py`` reads every file under ``schedules/``):
 record it again with ``python tests/test_generated_c.py --record``. ``--dir`` writes under another
 directory instead of ``schedules/`` (e.g. to try the script out).
+
+``--isa auto`` searches on the best ISA instead: on a CPU with AMX an int8 search then also has the
+AMX tile candidates of ``lo.tune`` (blocks of 16 or 32 pixels x channels, their order, gathered
+patches); an AMX winner is stored with ``isa = "amx"`` in its provenance (``lo.stored_isa``, which
+``bench_layers.py``, ``bench_amx.py`` and ``loopopt compare`` compile it with) and no parallel loop.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import loopopt as lo
 from loopopt.codegen.isa import available_int_isas
+from loopopt.codegen.tiles import tile_plan
 from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import list_schedules, stored_schedule
 
@@ -82,23 +88,23 @@ def parallel_rows(schedule: lo.Schedule) -> lo.Schedule:
     return schedule.parallel("oh")
 
 
-def one_thread(schedule: lo.Schedule) -> lo.Kernel:
-    """``schedule``'s AVX-512 kernel, on one thread."""
-    kernel = schedule.compile("avx512")
+def one_thread(schedule: lo.Schedule, isa: str = "avx512") -> lo.Kernel:
+    """``schedule``'s kernel on ``isa`` (AVX-512 unless an AMX tile schedule won), on one thread."""
+    kernel = schedule.compile(isa)
     if schedule.parallel_loop is not None:
         kernel.set_threads(1)
     return kernel
 
 
-def minimum(schedule: lo.Schedule, budget: float, what: str) -> float:
-    """The minimum one-thread time of ``schedule``'s AVX-512 kernel, which must be verified."""
-    timing = lo.measure(one_thread(schedule), budget=budget)
+def minimum(schedule: lo.Schedule, budget: float, what: str, isa: str = "avx512") -> float:
+    """The minimum one-thread time of ``schedule``'s kernel on ``isa``, which must be verified."""
+    timing = lo.measure(one_thread(schedule, isa), budget=budget)
     if not timing.verified:
         raise AssertionError(f"{what} does not match the reference")
     return timing.min
 
 
-def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float) -> bool:
+def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float, isa: str = "avx512") -> bool:
     """Time ``winner`` and the schedule the lookup finds for ``name`` today together (one thread, runs
     interleaved over ROUNDS rounds, ``budget`` seconds each), print both minima, and say whether the
     winner is at least as fast (True when nothing is stored under ``name``)."""
@@ -106,7 +112,9 @@ def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float)
         print(f"  {name}: nothing stored under this name yet", flush=True)
         return True
     stored = stored_schedule(name)
-    kernels = [one_thread(winner), one_thread(lo.load_schedule(name, op))]
+    stored_isa = lo.stored_isa(name)
+    kernels = [one_thread(winner, isa),
+               one_thread(lo.load_schedule(name, op), "avx512" if stored_isa == "auto" else stored_isa)]
     new, old = lo.measure_all(kernels, budget=budget, rounds=ROUNDS, progress=False)
     for label, timing in (("new winner", new), (f"stored {stored.path}", old)):
         verdict = "" if timing.verified else "  NOT verified"
@@ -135,14 +143,14 @@ def ship(directory: Path) -> None:
 
 
 def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str,
-          root: Path) -> Path:
+          root: Path, isa: str = "avx512") -> Path:
     """Save the winner as ``root/<cpu key>/<layer><suffix>.toml`` (and ship that directory)."""
     directory = root / cpu_key()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{layer}{mode.suffix}.toml"
     description = describe(layer, mode, knobs, schedule, seconds, threads)
-    lo.save_schedule(schedule, path, description=description, isa="avx512", threads=1)
-    if knobs["weights"] == "dot":
+    lo.save_schedule(schedule, path, description=description, isa=isa, threads=1)
+    if knobs.get("weights") == "dot":
         # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
         # again (the same kernel), and on other convs the file still selects the dot instruction
         text = path.read_text()
@@ -152,25 +160,34 @@ def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: f
     return path
 
 
-def search(layer: str, mode: Mode, budget: float, trials: int,
-           log: str | None) -> tuple[float, dict, lo.Schedule]:
-    """(best minimum time, its knobs, its schedule) found by ``lo.tune`` among the direct AVX-512
-    schedules (the register-blocked schedules ``describe`` reads the knobs of), printing every trial."""
-    result = lo.tune(mode.op(layer), trials=trials, isa="avx512", log=log, budget=budget, progress=False,
+def search(layer: str, mode: Mode, budget: float, trials: int, log: str | None,
+           isa: str = "avx512") -> tuple[float, dict, lo.Schedule]:
+    """(best minimum time, its knobs, its schedule) found by ``lo.tune`` on ``isa`` among the direct
+    schedules (register blocks, and with ``auto`` on a CPU with AMX also AMX tile schedules: knob
+    ``isa = "amx"``), printing every trial."""
+    result = lo.tune(mode.op(layer), trials=trials, isa=isa, log=log, budget=budget, progress=False,
                      algorithms="direct")
     print(result.table(), flush=True)
     best = next(t for t in result.trials if t.number == result.best_number)
-    seconds = min([result.timing.min] + [minimum(result.best, budget, layer) for _ in range(REMEASURE - 1)])
+    seconds = min([result.timing.min] + [minimum(result.best, budget, layer, winner_isa(best.knobs))
+                                         for _ in range(REMEASURE - 1)])
     return seconds, best.knobs, result.best
 
 
+def winner_isa(knobs: dict) -> str:
+    """The ISA a winner's kernel runs on: ``amx`` for a tile schedule, else AVX-512."""
+    return "amx" if knobs.get("isa") == "amx" else "avx512"
+
+
 def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, budget: float,
-                 cost: float = PARALLEL_COST) -> tuple[lo.Schedule, str]:
+                 cost: float = PARALLEL_COST, isa: str = "avx512") -> tuple[lo.Schedule, str]:
     """The schedule to store and what it says about threads. fp32: ``parallel("oh")``; int8: the
     output rows outermost and parallel if that is at most ``cost`` times slower on one thread, else
     no parallel loop."""
     if mode.name == "fp32":
         return schedule.parallel("oh"), "output rows split over threads"
+    if isa == "amx":
+        return schedule, "no parallel loop (a one-thread AMX tile schedule)"
     variant = parallel_rows(schedule)
     parallel = min(minimum(variant, budget, layer) for _ in range(REMEASURE))
     print(f"  {layer:32s} output rows outermost and parallel: min {parallel * 1e3:8.3f} ms", flush=True)
@@ -182,7 +199,26 @@ def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, 
                       f"{100 * (parallel / seconds - 1):.0f}% slower on one thread)")
 
 
+def describe_tiles(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float,
+                   threads: str) -> str:
+    """The description of an AMX tile winner."""
+    op, shape = mode.op(layer), tile_plan(schedule).shape
+    order = "channel blocks outside the pixel blocks" if knobs["channels_outer"] else "pixel blocks outside"
+    gathered = (f"; the reduction dims fused (kh, kw, c): each output pixel's patch gathered into a buffer "
+                f"inside the timed call, {len(shape.starts)} tile K-steps of {shape.chunk_bytes} bytes"
+                if knobs.get("patches") else "")
+    rate = op.flops / seconds / 1e9
+    return (f"Found by benchmarks/tune_layers.py --int8 --isa auto with lo.tune (AMX tiles, one core of "
+            f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
+            f"{rate:.0f} GOP/s): NHWC output; output blocks of {knobs['pixel_block']} pixels x "
+            f"{knobs['channel_block']} channels (int32 accumulator tiles) with the requantization fused at "
+            f"the tile store, {order}{gathered}; weights packed in B tiles once, outside the timed call; "
+            f"{threads}. Compile with isa='amx' (the provenance's isa; lo.stored_isa).")
+
+
 def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str) -> str:
+    if knobs.get("isa") == "amx":
+        return describe_tiles(layer, mode, knobs, schedule, seconds, threads)
     op = mode.op(layer)
     ow, k = knobs["pixel_block"], knobs["channel_block"]
     unrolled = [name for name, _ in knobs["unroll"]]
@@ -228,6 +264,9 @@ def main() -> None:
                         help="with --write: save the winners even where the stored schedule is faster")
     parser.add_argument("--dir", type=Path, default=ROOT / "schedules",
                         help="with --write: the schedule directory to write under (default schedules/)")
+    parser.add_argument("--isa", default="avx512", choices=("avx512", "auto"),
+                        help="the search's ISA: avx512 (default), or auto (on a CPU with AMX, int8 and "
+                             "bf16 ops also search AMX tile schedules, stored with isa = \"amx\")")
     args = parser.parse_args()
     mode = Mode("int8" if args.int8 else "fp32")
     isas = available_int_isas() if args.int8 else lo.available_isas()
@@ -235,16 +274,17 @@ def main() -> None:
         target = "AVX-512 VNNI" if args.int8 else "AVX-512"
         raise SystemExit(f"the {mode.name} search targets {target}, which this CPU lacks")
     for layer in [name for name in args.layers.split(",") if name]:
-        seconds, knobs, schedule = search(layer, mode, args.budget, args.trials, args.log)
-        schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget, args.parallel_cost)
-        print(f"best {layer} {mode.name}: ow={knobs['pixel_block']} k={knobs['channel_block']} weights "
-              f"{knobs['weights']}, {seconds * 1e3:.3f} ms, {mode.rate(mode.op(layer), seconds)}; {threads}",
-              flush=True)
+        seconds, knobs, schedule = search(layer, mode, args.budget, args.trials, args.log, args.isa)
+        isa = winner_isa(knobs)
+        schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget, args.parallel_cost, isa)
+        print(f"best {layer} {mode.name} ({isa}): ow={knobs['pixel_block']} k={knobs['channel_block']} "
+              f"weights {knobs.get('weights', 'in B tiles')}, {seconds * 1e3:.3f} ms, "
+              f"{mode.rate(mode.op(layer), seconds)}; {threads}", flush=True)
         if not args.write:
             continue
         name = f"{layer}{mode.suffix}"
-        if against_stored(name, mode.op(layer), schedule, args.budget) or args.force:
-            print(f"wrote {write(layer, mode, knobs, schedule, seconds, threads, args.dir)}", flush=True)
+        if against_stored(name, mode.op(layer), schedule, args.budget, isa) or args.force:
+            print(f"wrote {write(layer, mode, knobs, schedule, seconds, threads, args.dir, isa)}", flush=True)
         else:
             print(f"  {name}: not written: the stored schedule is faster here (--force writes anyway)",
                   flush=True)

@@ -25,6 +25,7 @@ from .schedule_file import (
     list_schedules,
     load_schedule,
     save_schedule,
+    stored_isa,
     stored_schedule,
     to_toml,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "reuse_distances",
     "save_schedule",
     "schedule_file",
+    "stored_isa",
     "stored_schedule",
     "to_toml",
     "tune",

@@ -278,6 +278,7 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     this machine and ``--threads`` and ``--isa`` (``auto``: on any ISA, each compiled for the ISA it
     was measured on), else the default (``_default_plan``, on ``--isa``)."""
     from .codegen.isa import resolve_isa
+    from .schedule_file import stored_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
     from .winograd import from_name
@@ -296,7 +297,8 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
             rows.isas.append(trial.isa)
         else:
             found, source = _default_plan(name, op, layer)
-            rows.isas.append(isa)
+            stored = source.startswith("stored schedule") and args.isa == "auto"
+            rows.isas.append(stored_isa(layer, op) if stored else isa)
         rows.schedules.append(found)
         rows.labels.append(f"{name}: {source}")
         if source.startswith("stored schedule"):
@@ -320,8 +322,10 @@ def _comparison(args: argparse.Namespace):
 
 def _named_rows(args: argparse.Namespace, op) -> _Rows:
     """The rows of ``--schedules``: presets, Winograd plans, stored schedules (with the CPU they were
-    searched on) and TOML files, each on ``--isa``."""
+    searched on) and TOML files, each on ``--isa`` (``auto``: a stored schedule on the ISA it was
+    searched on, where this CPU has it: an AMX tile schedule on the tiles)."""
     from .dataflows import PRESETS
+    from .schedule_file import stored_isa
     if args.log is not None:
         raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
     names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
@@ -331,8 +335,10 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     labels = [Path(n).name.removesuffix(".toml") for n in names]
     origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
                if plan is None and name not in PRESETS}
-    return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels,
-                 [args.isa] * len(names), {}, origins)
+    isas = [stored_isa(name, op) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
+            for name, plan in zip(names, plans)]
+    return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
+                 origins)
 
 
 def _skipped_notes(skipped: dict[str, str]) -> list[str]:

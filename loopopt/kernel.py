@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from .codegen.tiles import (
     generate_tiles,
     pack_activations,
     pack_weights,
+    tile_plan,
 )
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
@@ -340,21 +342,27 @@ class TileBuffers:
     in the MRO: the activations channels-last and padded, the weights in B tiles; and ``run`` asks
     Linux for the tile state first (``require_amx``)."""
 
+    @cached_property
+    def tile_shape(self) -> TileShape:
+        """The op as the schedule's tile kernel sees it (gathered patches store unpadded channels)."""
+        return tile_plan(self.schedule).shape
+
     def _elements(self, name: str) -> int:
         op = self.op
         if name == op.inputs[0]:
-            return math.prod(activations_shape(op))
+            return math.prod(activations_shape(op, self.tile_shape))
         if name == op.inputs[1]:
-            return math.prod(TileShape.of(op).packed_weights_shape)
+            return math.prod(self.tile_shape.packed_weights_shape)
         return super()._elements(name)
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        op = self.op
+        op, shape = self.op, self.tile_shape
         if tensor == op.inputs[0]:
-            return pack_activations(op, array, self._zeros(tensor, activations_shape(op), array.dtype))
+            stored = self._zeros(tensor, activations_shape(op, shape), array.dtype)
+            return pack_activations(op, array, stored, shape)
         if tensor == op.inputs[1]:
-            packed = self._zeros(tensor, TileShape.of(op).packed_weights_shape, array.dtype)
-            return pack_weights(op, array, packed)
+            packed = self._zeros(tensor, shape.packed_weights_shape, array.dtype)
+            return pack_weights(op, array, packed, shape)
         return super()._pack(tensor, array)
 
     def run(self, buffers: Buffers) -> None:

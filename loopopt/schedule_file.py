@@ -47,6 +47,7 @@ from typing import Any
 
 from .atomic import write_text_atomically
 from .codegen.isa import resolve_isa
+from .codegen.tiles import check_amx_cpu
 from .machine import OtherMachineWarning, cpu_key, machine_mismatch, same_cpu, this_cpu
 from .machine import provenance as machine_provenance
 from .ops import Op
@@ -144,6 +145,22 @@ def stored_schedule(name_or_path: str | os.PathLike) -> StoredSchedule:
     if not recorded:
         return StoredSchedule(path, None, None, None)
     return StoredSchedule(path, recorded.get("cpu"), recorded.get("cpu_key"), same_cpu(recorded))
+
+
+def stored_isa(name_or_path: str | os.PathLike, op: Op | None = None) -> str:
+    """The ISA to compile a stored schedule on: the one its provenance records when this CPU runs it
+    (``"amx"``: a tile schedule, which ``"auto"`` would compile for the SIMD units; not for a float32
+    ``op``, which the tiles do not multiply), else ``"auto"``."""
+    path = find_schedule(name_or_path)
+    isa = _provenance(path, read_schedule_file(path)[0]).get("isa")
+    if not isinstance(isa, str) or (isa == "amx" and op is not None and op.quant is None
+                                    and op.dtype != "bfloat16"):
+        return "auto"
+    try:
+        check_amx_cpu() if isa == "amx" else resolve_isa(isa)
+    except ValueError:
+        return "auto"
+    return isa
 
 
 def read_schedule_file(path: Path) -> tuple[dict[str, Any], list[int]]:

@@ -3,6 +3,8 @@
 Raw int32 products are checked exactly, requantized outputs bit for bit, float32 outputs
 within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers import (
@@ -26,6 +28,8 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.quant_reference import random_call
 from loopopt.schedule_file import list_schedules
+
+GENERIC = Path(__file__).resolve().parents[1] / "schedules"     # the schedules of no particular CPU
 
 
 def quantized(op, spec):
@@ -231,7 +235,8 @@ def test_dot_on_three_channels(isa):
     weights)."""
     op = lo.Conv2d(3, 20, 7, stride=2, padding=3, height=11, width=10,
                    quant=lo.QuantSpec("int8", True, False, "uint8"))
-    kernel = check(lo.load_schedule("resnet50.conv1.int8", op), isa)
+    # the generic file: on a CPU with AMX this CPU's conv1 schedule is an AMX tile schedule
+    kernel = check(lo.load_schedule(GENERIC / "resnet50.conv1.int8.toml", op), isa)
     assert kernel.plan.dot_loop == "c_i" and kernel.plan.shift == 128
 
 
@@ -463,8 +468,13 @@ def test_every_stored_layer_schedule_has_an_int8_one():
 
 @pytest.mark.parametrize("name, isa", rotated(INT8_SCHEDULES, SIMD_ISAS, quick=QUICK_INT8))  # scalar: below
 def test_int8_schedule_on_its_layer(name, isa):
+    """The stored int8 schedule on its layer: a register block with the epilogue fused (on the SIMD
+    ISAs), or, stored with isa = "amx" (lo.stored_isa), an AMX tile schedule on the tiles."""
     op = quantized(lo.get_layer(name.removesuffix(".int8")), BENCHMARK_SPEC)
     schedule = lo.load_schedule(name, op)
+    if lo.stored_isa(name, op) == "amx":
+        assert check(schedule, "amx").isa == "amx"
+        return
     kernel = check(schedule, isa)
     assert schedule.register_block_at is not None and kernel.plan.fused_epilogue
     taps = dict(schedule.layouts)[op.inputs[1]].endswith("4w")     # a tap dot schedule (codegen/taps.py)

@@ -27,6 +27,7 @@ import loopopt as lo
 from loopopt.codegen import quantized, tiles
 from loopopt.codegen.amx import TILE
 from loopopt.layout import moved_last
+from loopopt.tune.space import _gathers_fewer_steps, fused_reduction
 
 THREADS = 2
 
@@ -251,6 +252,64 @@ def test_folded_column_taps(kind):
     (check_quantized if kind == "int8" else check)(lo.Schedule(op), "amx")
 
 
+@st.composite
+def stems(draw, dtype="float32"):
+    """Small stems: 1-4 input channels, kernels up to 7 x 7, odd sizes, stride 1-3, padding that differs
+    between the sides, dilation, batch 1 or 2."""
+    kernel = (draw(st.integers(1, 7)), draw(st.integers(1, 7)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    span = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    height = draw(st.integers(max(1, span[0] - sum(padding[0])), span[0] + 4))
+    width = draw(st.integers(max(1, span[1] - sum(padding[1])), 41))
+    return lo.Conv2d(draw(st.integers(1, 4)), draw(st.integers(1, 40)), kernel,
+                     stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))), padding=padding,
+                     dilation=dilation, bias=draw(st.booleans()), batch=draw(st.integers(1, 2)),
+                     height=height, width=width, dtype=dtype)
+
+
+def random_gathered_stem(data):
+    """Stems with each pixel's patch gathered (the reduction dims fused): int8 bit-exact against the
+    quantized reference, bf16 within its bound, on one thread or with the blocks split over 2."""
+    bf16 = data.draw(st.booleans())
+    op = data.draw(stems("bfloat16" if bf16 else "float32"))
+    if not bf16:
+        op = op.with_quant(data.draw(SPECS))
+    threads = data.draw(st.sampled_from([1, THREADS]))
+    schedule = fused_reduction((parallel_tile_schedule if threads > 1 else tile_schedule)(op, data))
+    assert tiles.tile_plan(schedule).shape.patch
+    if bf16:
+        check(schedule, "amx", threads=threads)
+    else:
+        check_quantized(schedule, "amx", threads=threads)
+
+
+test_random_gathered_stems_quick, test_random_gathered_stems = tiers(
+    random_gathered_stem, 1, 16, marks=[needs_amx], data=st.data())
+
+
+@needs_amx
+@pytest.mark.slow
+@settings(max_examples=10, **HYPOTHESIS)
+@given(data=st.data())
+def test_random_stems_unfused(data):
+    """The same stems without the gather (asymmetric padding through the padded activations)."""
+    op = data.draw(stems()).with_quant(data.draw(SPECS))
+    check_quantized(tile_schedule(op, data), "amx", call=data.draw(st.none() | integer_calls(op)))
+
+
+def test_gathers_where_the_patch_takes_fewer_steps():
+    """lo.tune's AMX space gathers conv1's patch (147 bytes: 3 K-steps, not 7 filter rows) and a
+    3-channel 3 x 3 conv's, not a 3 x 3 conv of 64 channels (9 steps either way)."""
+    conv1 = lo.Conv2d(3, 64, 7, stride=2, padding=3, height=224, width=224, quant=QSPEC)
+    assert _gathers_fewer_steps(conv1) and _gathers_fewer_steps(lo.Conv2d(3, 16, 3, height=9, width=9,
+                                                                            quant=QSPEC))
+    assert not _gathers_fewer_steps(lo.Conv2d(64, 64, 3, height=9, width=9, quant=QSPEC))
+    shape = tiles.tile_plan(fused_reduction(lo.Schedule(conv1))).shape
+    assert (shape.patch, shape.depth, shape.patch_pitch, shape.starts, shape.runs) == (
+        True, 147, 192, (0, 64, 128), (7, 21))
+
+
 @pytest.mark.parametrize("op, build, message", [
     (lo.Conv2d(8, 8, 3, groups=8, height=5, width=5, quant=QSPEC), lambda s: s, "refuses the depthwise"),
     (lo.Conv2d(8, 8, 3, height=5, width=5), lambda s: s, "is float32"),
@@ -261,9 +320,14 @@ def test_folded_column_taps(kind):
     (lo.Conv2d(8, 8, 3, height=5, width=30, quant=QSPEC), lambda s: s.split("ow", 8),
      "split of 'ow' by 8 is not a tile block"),
     # ops the tile kernels do not compute: refused, not computed wrong
-    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, quant=QSPEC), lambda s: s, "padded alike"),
-    (lo.Conv2d(8, 8, 3, padding=((0, 1), 1), height=5, width=5, dtype="bfloat16"), lambda s: s,
-     "padded alike"),
+    # gathered patches: all the reduction dims fused, taps then channels, of a conv with one group
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC), lambda s: s.fuse("c", "kh").fuse("c_kh", "kw"),
+     r"taps then channels \(kh, kw, c\); 'c_kh_kw' fuses c, kh, kw"),
+    (lo.Conv2d(8, 8, 3, groups=2, height=5, width=5, quant=QSPEC),
+     lambda s: s.reorder("kh", "kw", "c").fuse("kh", "kw").fuse("kh_kw", "c"), "one group"),
+    (lo.Conv2d(8, 8, 3, height=5, width=5, quant=QSPEC),
+     lambda s: s.reorder("kh", "kw", "c").split("c", 4).fuse("kh", "kw").fuse("kh_kw", "c_o"),
+     "fuses kh, kw, c_o"),
     (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, dtype="bfloat16"), lambda s: s, "3 window axes"),
     (lo.Conv3d(8, 8, 3, depth=3, height=5, width=5, quant=QSPEC), lambda s: s, "3 window axes"),
     (lo.Gemm(8, 16, 32, alpha=2.0, dtype="bfloat16"), lambda s: s, "no scaled output"),
@@ -309,19 +373,26 @@ BF16 = {"dtype": "bfloat16"}
     lo.Conv2d(150, 20, 1, height=3, width=3, quant=QSPEC), lo.Matmul(5, 17, 70, quant=QSPEC),
     lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, **BF16),
     lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)])
-def test_weights_in_b_tiles(op):
+@pytest.mark.parametrize("patch", [False, True], ids=["taps", "gathered"])
+def test_weights_in_b_tiles(op, patch):
     """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n, c,
     kh, kw'] for the tap value v = start + group r + t (c = v, kw' = kw; folded: kw' = v // pitch,
-    c = v % pitch) of a real channel and output, else 0 (group: 4 int8, 2 bf16 values per 32 bits)."""
-    s = tiles.TileShape.of(op)
+    c = v % pitch; gathered patches: kh, kw', c = v over (KH, KW, pitch)) of a real channel and
+    output, else 0 (group: 4 int8, 2 bf16 values per 32 bits)."""
+    if patch and (op.groups > 1 or not op.windows):
+        pytest.skip("patches are gathered for convs of one group")
+    s = tiles.TileShape.of(op, patch)
     dtype = np.int8 if op.quant else np.uint16
     w = np.random.default_rng(0).integers(1, 100, op.tensor(op.inputs[1]).shape).astype(dtype)
-    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, dtype))
+    packed = tiles.pack_weights(op, w, np.empty(s.packed_weights_shape, dtype), s)
     logical = np.moveaxis(w, op.weight_channel_axis, 0).reshape(op.channels, s.cg, s.rows.taps, s.cols.taps)
     for index in np.ndindex(*s.packed_weights_shape):
         g, tile, kh, kw, q, r, column = index
         n, v = tile * TILE + column // s.group, s.starts[q] + s.group * r + column % s.group
-        kw, c = divmod(v, s.pitch) if s.fold else (kw, v)
+        if s.patch:
+            kh, kw, c = np.unravel_index(min(v, s.depth - 1), (s.rows.taps, s.cols.taps, s.pitch))
+        else:
+            kw, c = divmod(v, s.pitch) if s.fold else (kw, v)
         real = n < s.kg and v < s.depth and c < s.cg
         assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if real else 0), index
 

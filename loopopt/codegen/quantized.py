@@ -581,9 +581,27 @@ def _clamped(expr, size: int) -> str:
     return f"({expr.to_c()} < {size - 1} ? {expr.to_c()} : {size - 1})"
 
 
+FOLDED = "lo_cb"     # the table of bias - (zx + shift) * compensation (``folded_offsets``)
+
+
+def folded_offsets(schedule: Schedule, qp: QuantPlan) -> list[str]:
+    """C filling ``FOLDED``, one int per compensation entry: the bias of its channel minus ``(zx +
+    shift)`` times the entry, so the epilogue adds one value instead of multiplying the compensation
+    and adding the bias (needs a table whose channel is innermost: no tap dot)."""
+    op, it = schedule.op, index_ctype(schedule)
+    if tap_window_index(op, qp) is not None:
+        raise ValueError("folded_offsets: a tap dot's compensation table has the positions innermost")
+    entries = compensation_entries(op, qp)
+    bias = f"{op.bias_tensor}[t_e % {op.channels}] " if op.bias and not op.quant.dequantized else "0 "
+    return [f"int32_t {FOLDED}[{entries}] __attribute__((aligned(64)));   /* bias - (zx + shift) x comp */",
+            SIMD_PRAGMA,
+            f"for ({it} t_e = 0; t_e < {entries}; ++t_e) "
+            f"{FOLDED}[t_e] = {bias}- (lo_zx + {qp.shift}) * lo_comp[t_e];"]
+
+
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
                         target: str | None = None, narrow: bool = True,
-                        clamp: frozenset[str] = frozenset()) -> list[str]:
+                        clamp: frozenset[str] = frozenset(), folded: bool = False) -> list[str]:
     """C statements turning the int32 products ``value`` of one output element into its
     output value, stored to ``target`` (default: the element of ``Y``). With ``narrow=False``
     a requantized value is stored as an int (already in the output type's range) for the caller
@@ -593,7 +611,8 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     ``index`` (expressions over the loops) they are defined here first. Index expressions over
     a variable of ``clamp`` are clamped to the output's shape: a dead lane past the output's
     last element computes (and its caller does not store) the last one's value, so it reads the
-    per-channel and per-position tables in bounds.
+    per-channel and per-position tables in bounds. With ``folded`` the compensation and the bias
+    are one entry of ``FOLDED`` (``folded_offsets``).
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
@@ -604,10 +623,11 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
     target = target or f"Y[{offset}]"
     channel, comp, xsum = _positions(op, qp)
-    lines += [f"int lo_a = {value};", f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
+    lines += [f"int lo_a = {value};", f"lo_a += {FOLDED}[{comp}];" if folded else
+              f"lo_a -= (lo_zx + {qp.shift}) * lo_comp[{comp}];"]
     if qp.activation_sums:
         lines.append(f"lo_a -= lo_zw[{channel}] * lo_xsum[{xsum}];")
-    if not spec.dequantized and op.bias:
+    if not spec.dequantized and op.bias and not folded:
         lines.append(f"lo_a += {op.bias_tensor}[{channel}];")
     if not spec.scaled:
         return lines + [f"{target} = lo_a;"]

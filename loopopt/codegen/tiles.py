@@ -18,14 +18,25 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   int8 with one group and undilated columns folds the column taps into the reduction (they are
   contiguous in the stored input) when that takes fewer chunks: conv1's 7 taps x 3 channels are
   one 28-byte chunk per filter row instead of 7 chunks of 4 bytes.
+* Gathered patches (``patches``: a schedule whose one loop fuses all the reduction dims, taps then
+  channels): the channels are stored unpadded and the kernel copies each output pixel's whole patch
+  (``KH x KW x C`` values, its runs of ``KW x C`` consecutive stored values) into a per-thread
+  buffer, one row of whole 64-byte chunks per pixel (zeros past the patch), once per pixel block
+  (the channel blocks after it reuse it); the tiles load their rows from there: conv1's 147 bytes
+  in 3 K-steps instead of 7 filter rows. The copy is inside the timed call (the input is runtime
+  data): an int8 run of at most 64 bytes is one whole 16/32/64-byte vector load and store (what it
+  writes past the run is overwritten by the next run or meets zero weights; what it reads past the
+  input's end is its declared read-ahead), others exact.
 * Weights are packed once (``pack_weights``, in ``prepare``) in the B-tile layout
   ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]`` (VNNI-4; bf16: VNNI-2, ``[c / 2]
   [2 * 16]``), zero past the group's channels and outputs.
 * An output block is 1 or 2 tile rows (16 pixels each) x 1 or 2 tile columns (16 channels),
   its accumulators kept in tiles across all taps and chunks, then stored to a small scratch over
   which the epilogue writes the output in the schedule's output layout: int8, the quantized
-  epilogue (compensation, activation sums, bias, requantization into an int row narrowed in a
-  second pass, or scaling); bf16, ``acc + bias``.
+  epilogue (compensation and bias as one table ``quantized.FOLDED`` filled at the call's start,
+  activation sums, requantization into an int row narrowed in a second pass, by masked ``vpmovdb``
+  stores where the output's channels are contiguous, or scaling); bf16, ``acc + bias``. A row of all
+  the block's columns (all but a shifted last block's) runs loops of a constant trip count.
 * Tails need no second tile configuration: the last pixel block of a row and the last channel
   block are shifted back to end at the edge (recomputing a few outputs, which their epilogue does
   not write again); a row shorter than a tile, fewer than 16 channels or fewer than 64 bytes of a
@@ -37,8 +48,8 @@ channel dim by 16 or 32 the channel block (default 32 x 32; a split by the whole
 dim shorter than 32, as a schedule file stores a larger split, is the block that covers it), and
 the channel block's loop outside the pixel loops (the default order) keeps a block's weights hot
 across all pixels; a pixel loop outside it keeps the pixels' activations hot across the channel
-blocks. Its output layout is the output's. The loop nest itself is fixed; other steps have no
-effect here.
+blocks. Its output layout is the output's. A loop fusing all the reduction dims gathers patches
+(above). The loop nest itself is fixed; other steps have no effect here.
 
 Threads: ``parallel`` on a loop over the output's pixel dims (the pixel block's loop, a conv's
 rows or batch) splits the pixel blocks of all lines (``lines x blocks per line``) over OpenMP
@@ -50,19 +61,20 @@ AMX permission (``loopopt.amx.require_amx``) is per process: threads started bef
 request may use the tiles, each getting its tile state buffer on its first tile instruction. No
 output element is written by two threads (the tails above).
 Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, a parallel loop over both pixels
-and channels, depthwise convs, more than 2 windows (a Conv3d) or more than one batch dim (a batched
-Matmul).
+and channels, depthwise convs, a fused reduction loop in another order or of an op with groups,
+more than 2 windows (a Conv3d) or more than one batch dim (a batched Matmul).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
 from ..expr import Var
 from ..ops import Op
-from ..schedule import Schedule, ScheduleError
+from ..schedule import Fuse, Schedule, ScheduleError
 from . import quantized
 from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
 from .emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_threads
@@ -96,10 +108,11 @@ class TileShape(quantized.GroupShape):
     """An op as the tile kernel sees it: per group a GEMM of pixels x channels over taps x chunks."""
 
     element: int = 1                 # bytes per value: 1 (int8), 2 (bfloat16)
+    patch: bool = False              # each pixel's whole patch gathered into one run (``patches``)
 
     @classmethod
-    def of(cls, op: Op) -> TileShape:
-        return super().of(op, element=BYTES[_element(op)])
+    def of(cls, op: Op, patch: bool = False) -> TileShape:
+        return super().of(op, element=BYTES[_element(op)], patch=patch)
 
     @property
     def group(self) -> int:
@@ -115,7 +128,10 @@ class TileShape(quantized.GroupShape):
     def pitch(self) -> int:
         """Channels stored per group: padded with zeros to whole 64-byte chunks (to a 32-bit group
         within one chunk), so tile rows start on cache lines where the channels fill chunks and no
-        chunk reads past its group (a bf16 value there would meet a 0 of B, and inf x 0 is NaN)."""
+        chunk reads past its group (a bf16 value there would meet a 0 of B, and inf x 0 is NaN).
+        Gathered patches store the channels unpadded (the patch's runs are then ``KW * C`` values)."""
+        if self.patch:
+            return self.cg
         return _round_up(self.cg, self.group if self.cg <= self.values else self.values)
 
     @property
@@ -129,18 +145,49 @@ class TileShape(quantized.GroupShape):
         folded = cols.taps * self.pitch
         exact = folded <= self.values or folded % self.values == 0
         fewer = -(-folded // self.values) < cols.taps * -(-self.pitch // self.values)
-        return (self.groups == 1 and cols.dilation == 1 and cols.taps > 1 and fewer
+        return (not self.patch and self.groups == 1 and cols.dilation == 1 and cols.taps > 1 and fewer
                 and (self.element == 1 or exact))
 
     @property
+    def row_taps(self) -> int:
+        """Row taps the kernel loops over (1 with gathered patches)."""
+        return 1 if self.patch else self.rows.taps
+
+    @property
     def column_taps(self) -> int:
-        """Column taps the kernel loops over (1 when folded)."""
-        return 1 if self.fold else self.cols.taps
+        """Column taps the kernel loops over (1 when folded or with gathered patches)."""
+        return 1 if self.fold or self.patch else self.cols.taps
 
     @property
     def depth(self) -> int:
-        """Consecutive stored values one tap reduces: the pitch, or ``KW * pitch`` folded."""
+        """Consecutive values one tap reduces: the pitch, ``KW * pitch`` folded, or the whole patch
+        ``KH * KW * C`` gathered."""
+        if self.patch:
+            return self.rows.taps * self.cols.taps * self.pitch
         return self.cols.taps * self.pitch if self.fold else self.pitch
+
+    @property
+    def patch_pitch(self) -> int:
+        """Values between two pixels' gathered patches: the patch padded with zeros to whole chunks."""
+        return len(self.starts) * self.chunk
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes each gathered run is copied by: int8 runs of at most 64 bytes by one whole vector
+        load and store (16, 32 or 64 bytes; the next run overwrites what it writes past its end,
+        past a patch's last run the weights are 0, and int8 x 0 = 0), others exactly."""
+        size = self.runs[1] * self.element
+        if self.element != 1 or size > MAX_COLSB:
+            return size
+        return next(v for v in (16, 32, 64) if v >= size)
+
+    @property
+    def runs(self) -> tuple[int, int]:
+        """(runs per patch, values per run) of the contiguous stored values a patch gathers: one run of
+        ``KW * C`` per filter row with undilated columns, else one of ``C`` per tap."""
+        if self.cols.dilation == 1:
+            return self.rows.taps, self.cols.taps * self.pitch
+        return self.rows.taps * self.cols.taps, self.pitch
 
     @property
     def channels(self) -> int:
@@ -154,7 +201,8 @@ class TileShape(quantized.GroupShape):
 
     @property
     def padded(self) -> tuple[int, int]:
-        return self.rows.size + 2 * self.rows.pad, self.cols.size + 2 * self.cols.pad
+        return (self.rows.size + self.rows.pad + self.rows.pad_end,
+                self.cols.size + self.cols.pad + self.cols.pad_end)
 
     @property
     def lines(self) -> int:
@@ -182,7 +230,10 @@ class TileShape(quantized.GroupShape):
 
     @property
     def read_ahead(self) -> int:
-        """Values a folded tap's last chunk reads past its taps (the next pixels; B is 0 there)."""
+        """Values a folded tap's last chunk reads past its taps (the next pixels; B is 0 there); with
+        gathered patches, what the copy of a run reads past it."""
+        if self.patch:
+            return (self.copy_bytes - self.runs[1] * self.element) // self.element
         return len(self.starts) * self.chunk - self.depth
 
     @property
@@ -197,7 +248,7 @@ class TileShape(quantized.GroupShape):
 
     @property
     def packed_weights_shape(self) -> tuple[int, ...]:
-        return (self.groups, self.channel_tiles, self.rows.taps, self.column_taps, len(self.starts),
+        return (self.groups, self.channel_tiles, self.row_taps, self.column_taps, len(self.starts),
                 self.chunk // self.group, self.group * TILE)
 
 
@@ -323,10 +374,9 @@ def _check_statement(op: Op) -> None:
     if (found != expected or set(op.reduction_dims) != {c, *(w.tap_dim for w in windows)}
             or names != {batch, k, *(w.out_dim for w in windows)} or len(outputs) != len(names)):
         raise refusal
-    if any(w.pad != w.pad_end for w in windows) or op.scales is not None or (
-            op.bias and op.bias_offset() != Var(k)):
-        raise TileError(f"isa 'amx' takes windows padded alike on both sides, a bias per output channel and "
-                        f"no scaled output; {op!r} is not such an op (use isa='auto')")
+    if op.scales is not None or (op.bias and op.bias_offset() != Var(k)):
+        raise TileError(f"isa 'amx' takes a bias per output channel and no scaled output; {op!r} is not "
+                        f"such an op (use isa='auto')")
 
 
 def tile_plan(schedule: Schedule) -> TilePlan:
@@ -334,7 +384,7 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     op = schedule.op
     _element(op)
     _check_statement(op)
-    shape = TileShape.of(op)
+    shape = TileShape.of(op, patches(schedule))
     if op.quant is not None and schedule.arithmetic_mode != "integer":
         raise TileError("isa 'amx' computes integer products; arithmetic('dequantize') has none")
     if schedule.weight_format_mode != "int8":
@@ -348,6 +398,35 @@ def tile_plan(schedule: Schedule) -> TilePlan:
     return TilePlan(shape, _split_factor(schedule, pixel), _split_factor(schedule, channel),
                     _outer_position(schedule, channel) <= _outer_position(schedule, pixel),
                     _dot(op), _parallel_split(schedule))
+
+
+def patches(schedule: Schedule) -> bool:
+    """Whether the schedule fuses all the reduction dims of a windowed op into one loop, taps then
+    channels (``fuse("kh", "kw").fuse("kh_kw", "c")``): the kernel then gathers each output pixel's
+    patch into one run of a buffer (an im2col row) and reduces over it in 64-byte chunks. TileError
+    for such a loop in another order, over a split dim, or of an op with groups or without windows."""
+    op = schedule.op
+    reduction = set(op.reduction_dims)
+    fused = [name for name in schedule.loop_names
+             if len(reduction) > 1 and schedule.dims_of(name) == reduction]
+    if not fused:
+        return False
+    taps = tuple(w.tap_dim for w in op.windows)
+    wanted = (*taps, op.reduction_channel_dim)
+    order = _fused_order(schedule, fused[0])
+    if not taps or op.groups != 1 or order != wanted:
+        raise TileError(f"isa 'amx' gathers patches for a loop fusing all the reduction dims of a conv with "
+                        f"one group, taps then channels ({', '.join(wanted)}); {fused[0]!r} fuses "
+                        f"{', '.join(order)} of {op!r}")
+    return True
+
+
+def _fused_order(schedule: Schedule, name: str) -> tuple[str, ...]:
+    """The op dims of a fused loop, outermost first (a split dim in it named by its split loop)."""
+    for rel in schedule.relations:
+        if isinstance(rel, Fuse) and rel.fused == name:
+            return _fused_order(schedule, rel.outer) + _fused_order(schedule, rel.inner)
+    return (name,)
 
 
 def _parallel_split(schedule: Schedule) -> str | None:
@@ -379,11 +458,11 @@ def _dot(op: Op) -> str:
 
 # --- packing (numpy, in the kernel's prepare) ----------------------------------------------------
 
-def pack_activations(op: Op, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+def pack_activations(op: Op, x: np.ndarray, out: np.ndarray, shape: TileShape | None = None) -> np.ndarray:
     """Logical activations ``[batch, channel, rows, cols]`` (a GEMM's ``[M, K]``; int8 or bf16 bit
     patterns) into ``out`` (zeros), channels-last and zero-padded: ``[batch][padded rows][padded
-    cols][group][pitch]``."""
-    s = TileShape.of(op)
+    cols][group][pitch]`` (``shape``: the plan's, default ``TileShape.of(op)``)."""
+    s = shape or TileShape.of(op)
     rows, cols = s.rows, s.cols
     image = np.asarray(x).reshape(s.batch, s.groups, s.cg, rows.size, cols.size).transpose(0, 3, 4, 1, 2)
     grouped = out.reshape(s.batch, *s.padded, s.groups, s.pitch)
@@ -391,26 +470,27 @@ def pack_activations(op: Op, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def activations_shape(op: Op) -> tuple[int, int, int, int]:
-    shape = TileShape.of(op)
+def activations_shape(op: Op, shape: TileShape | None = None) -> tuple[int, int, int, int]:
+    shape = shape or TileShape.of(op)
     return (shape.batch, *shape.padded, shape.channels)
 
 
-def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+def pack_weights(op: Op, w: np.ndarray, out: np.ndarray, shape: TileShape | None = None) -> np.ndarray:
     """Logical weights (int8, or bf16 bit patterns) into ``out`` of ``TileShape.packed_weights_shape``
     (module docstring): B tiles of ``group`` consecutive values per 32-bit group, a tap's values
-    ordered as the stored input (channels padded to the pitch; folded: column tap, then channel),
-    zero past the tap's values and the group's output channels."""
-    s = TileShape.of(op)
+    ordered as the stored input (channels padded to the pitch; folded: column tap, then channel;
+    gathered patches: row tap, column tap, channel), zero past the tap's values and the group's
+    output channels (``shape``: the plan's, default ``TileShape.of(op)``)."""
+    s = shape or TileShape.of(op)
     kh, kw = s.rows.taps, s.cols.taps
     logical = np.moveaxis(np.asarray(w), op.weight_channel_axis, 0).reshape(s.groups, s.kg, s.cg, kh, kw)
     values = np.zeros((s.groups, s.channel_tiles * TILE, kh, kw, s.pitch), dtype=out.dtype)
     values[:, :s.kg, :, :, :s.cg] = logical.transpose(0, 1, 3, 4, 2)
-    taps = values.reshape(s.groups, s.channel_tiles * TILE, kh, s.column_taps, s.depth)
+    taps = values.reshape(s.groups, s.channel_tiles * TILE, s.row_taps, s.column_taps, s.depth)
     chunks = np.zeros(taps.shape[:4] + (len(s.starts) * s.chunk,), dtype=out.dtype)
     chunks[..., :s.depth] = taps
     # [g, tile * 16 + n, kh, kw, q * chunk + group r + t] -> [g, tile, kh, kw, q, r, group n + t]
-    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, kh, s.column_taps, len(s.starts),
+    tiles = chunks.reshape(s.groups, s.channel_tiles, TILE, s.row_taps, s.column_taps, len(s.starts),
                            s.chunk // s.group, s.group)
     out[...] = tiles.transpose(0, 1, 3, 4, 5, 6, 2, 7).reshape(s.packed_weights_shape)
     return out
@@ -420,7 +500,7 @@ def pack_weights(op: Op, w: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 _SOURCE = """/* loopopt AMX tile kernel for {op!r}
  * implicit GEMM per group: {pixels} output pixels per line x {lines} line(s), {kg} channels, over
- * {taps} tap(s) x {chunks} chunk(s) of {chunk} input bytes ({dot}); output blocks of {rt} x {ct}
+ * {taps} tap(s) x {chunks} chunk(s) of {chunk} input bytes ({dot}{patches}); output blocks of {rt} x {ct}
  * tiles ({bp} pixels x {bc} channels), {order}; epilogue fused at the tile store{threads}
 {steps} */
 {prelude}#include <stddef.h>
@@ -485,6 +565,7 @@ class Flavour:
     epilogue: list[str]
     narrow: list[str]            # a second pass over the row's channels (``lo_row`` to the output)
     scratch: list[str]           # declarations of per-thread buffers (besides ``lo_acc``)
+    vector_narrow: Callable[[int], list[str]] | None = None   # the second pass as masked vector stores
 
 
 def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
@@ -495,7 +576,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     hp, wp = s.padded
     sw = 1 if s.gemm else cols.stride
     step = sw * s.channels                                                 # values between tile rows
-    per_tile = rows.taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
+    per_tile = s.row_taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
     bp, sc = plan.block_pixels, plan.scratch_columns
     blocks_p, blocks_c = plan.pixel_blocks, plan.channel_blocks
     line_base = ("0" if s.gemm else
@@ -522,9 +603,18 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
              f"(ptrdiff_t)t_p0 * {sw}) * {s.channels} + t_g * {s.pitch};",
              f"const {flavour.weight_type} *t_b = {op.inputs[1]} + "
              f"((ptrdiff_t)t_g * {s.channel_tiles} + t_j0) * {per_tile};"]
+    if s.patch:       # the block's patches, gathered once per pixel block (its channel blocks share them)
+        slack = s.copy_bytes // s.element          # the last run's copy writes past the last patch
+        tiles[:0] = [f"{flavour.activation_type} lo_patch[{bp * s.patch_pitch + slack}] "
+                     "__attribute__((aligned(64)));",
+                     "memset(lo_patch, 0, sizeof lo_patch);   /* the zeros past each patch */",
+                     f"{it} lo_line = -1, lo_p0 = -1;   /* the pixel block lo_patch holds */"]
+        inner += _gather(plan, it)
+        inner.append("t_a = lo_patch;")
+        step = s.patch_pitch
     inner += block.zeros()
     row_offset = lambda i: 0 if i == 0 else bp - TILE
-    tap_loops = [f"for (int t_kh = 0; t_kh < {rows.taps}; ++t_kh)",
+    tap_loops = [f"for (int t_kh = 0; t_kh < {s.row_taps}; ++t_kh)",
                  f"    for (int t_kw = 0; t_kw < {s.column_taps}; ++t_kw)",
                  f"        for (int t_q = 0; t_q < {len(s.starts)}; ++t_q) {{"]
     tap = [f"const {flavour.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
@@ -542,9 +632,17 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
               f"for ({it} t_r = t_r1; t_r < {bp}; ++t_r) {{"]
     inner += ["    " + line for line in _pixel_position(plan, it, quantized.batch_dim(op))]
     for statements in (flavour.epilogue, flavour.narrow) if flavour.narrow else (flavour.epilogue,):
-        inner += ["    " + quantized.SIMD_PRAGMA, f"    for ({it} t_c = t_c1; t_c < t_cols; ++t_c) {{",
-                  f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-        inner += ["        " + line for line in statements] + ["    }"]
+        if statements is flavour.narrow and flavour.vector_narrow:
+            inner += ["    {", f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0;"]
+            inner += ["        " + line for line in flavour.vector_narrow(sc)] + ["    }"]
+            continue
+        # a row of all the block's columns (most rows) runs a loop of constant trip count: whole vectors
+        for condition, begin, end in ((f"if (t_c1 == 0 && t_cols == {sc})", "0", str(sc)),
+                                      ("else", "t_c1", "t_cols")):
+            inner += [f"    {condition} {{", "        " + quantized.SIMD_PRAGMA,
+                      f"        for ({it} t_c = {begin}; t_c < {end}; ++t_c) {{",
+                      f"            const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
+            inner += ["            " + line for line in statements] + ["        }", "    }"]
     inner.append("}")
     depth = len(order)
     tiles += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
@@ -556,6 +654,40 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     region = ["    " + line for line in flavour.scratch + ranged + ["}"]]
     return flavour.prologue + [f"/* {SPLITS[plan.parallel]} split over the threads */",
                                "#pragma omp parallel", "{", *region, "}"]
+
+
+def _gather(plan: TilePlan, it: str) -> list[str]:
+    """C gathering the patches of the block's pixels (from ``t_a``, its first pixel's window) into
+    ``lo_patch``, one row of ``patch_pitch`` values per pixel, unless it holds them already; then a
+    compiler barrier (the tile loads do not tell the compiler that they read ``lo_patch``)."""
+    s = plan.shape
+    rows, cols = s.rows, s.cols
+    wp = s.padded[1]
+    count, length = s.runs
+    per_row = count // rows.taps               # runs per filter row: 1, or the column taps
+    source = (f"(ptrdiff_t)(t_u / {per_row}) * {rows.dilation * wp * s.channels} + "
+              f"t_u % {per_row} * {cols.dilation * s.channels}" if per_row > 1 else
+              f"(ptrdiff_t)t_u * {rows.dilation * wp * s.channels}")
+    target = f"lo_patch + t_r * {s.patch_pitch} + t_u * {length}"
+    origin = f"t_a + (ptrdiff_t)t_r * {cols.stride * s.channels} + {source}"
+    size, vector = length * s.element, s.copy_bytes
+    if vector != size:          # a whole vector: bytes past the run are overwritten or meet zero weights
+        kind = {16: "__m128i", 32: "__m256i", 64: "__m512i"}[vector]
+        width = {16: "", 32: "256", 64: "512"}[vector]
+        copy = (f"_mm{width}_storeu_si{vector * 8}(({kind} *)({target}), "
+                f"_mm{width}_loadu_si{vector * 8}((const {kind} *)({origin})));")
+    elif size <= MAX_COLSB:     # one masked load and store of the run's bytes (none read past it)
+        mask = f"{(1 << size) - 1:#x}ULL"
+        copy = f"_mm512_mask_storeu_epi8({target}, {mask}, _mm512_maskz_loadu_epi8({mask}, {origin}));"
+    else:
+        copy = f"memcpy({target}, {origin}, {size});"
+    return ["if (t_line != lo_line || t_p0 != lo_p0) {",
+            "    lo_line = t_line, lo_p0 = t_p0;",
+            f"    for ({it} t_r = 0; t_r < {plan.block_pixels}; ++t_r)",
+            f"        for (int t_u = 0; t_u < {count}; ++t_u)   /* runs of {length} consecutive values */",
+            f"            {copy}",
+            '    __asm__ volatile("" ::: "memory");',
+            "}"]
 
 
 def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
@@ -570,20 +702,57 @@ def _int8(schedule: Schedule, plan: TilePlan, value: str) -> tuple[Flavour, tupl
     op = schedule.op
     qp = tile_quant_plan(schedule)
     prologue = quantized.constants(schedule, qp)
+    folded = quantized.tap_window_index(op, qp) is None and not op.quant.dequantized
+    if folded:
+        prologue += quantized.folded_offsets(schedule, qp)
     if qp.activation_sums:
         prologue += _activation_sums(plan, op.inputs[0], index_ctype(schedule))
-    narrow, scratch = [], []
+    narrow, scratch, vector_narrow = [], [], None
     if op.quant.requantized:
         # requantized values stay ints in a row buffer, narrowed to bytes in a second pass: a loop
         # without byte types vectorizes at the full int32 width (mobilenetv2.block2.project: 88 -> 38 us)
         scratch = [f"int lo_row[{plan.scratch_columns}] __attribute__((aligned(64)));"]
         narrow = [f"Y[{_output_offset(schedule)}] = ({qp.output_type})lo_row[t_c];"]
+        if _channels_contiguous(schedule):
+            vector_narrow = partial(_narrow_stores, qp.output_type, _output_offset(schedule))
     epilogue = quantized.epilogue_statements(schedule, qp, value, op.index(op.output),
-                                             target="lo_row[t_c]" if narrow else None, narrow=not narrow)
+                                             target="lo_row[t_c]" if narrow else None, narrow=not narrow,
+                                             folded=folded)
     params = tuple(KernelParam(t, quantized.tensor_type(schedule, qp, t), const=True)
                    for t in kernel_arguments(schedule) if t != op.output) + quantized.parameters(qp)
-    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue, narrow, scratch)
+    flavour = Flavour(qp.activation_type, "int8_t", "int32_t", prologue, epilogue, narrow, scratch,
+                      vector_narrow)
     return flavour, params, qp, quantized.static_tables(schedule, qp)
+
+
+LANES = 16          # int32 lanes of an AVX-512 vector
+LANE_MASK = """static inline __mmask16 lo_lanes(int lo, int hi)   /* lanes lo..hi-1 of 0..15 */
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+"""
+
+
+def _channels_contiguous(schedule: Schedule) -> bool:
+    """Whether the output layout stores all the output channels of a pixel one after another."""
+    op = schedule.op
+    info = op.tensor(op.output)
+    offset = schedule.layout_of(op.output).offset(op.index(op.output), info.shape)
+    at = lambda k: offset.evaluate({**dict.fromkeys(op.dim_names, 0), op.channel_dim: k})
+    return all(at(k) - at(0) == k for k in range(op.channels))
+
+
+def _narrow_stores(output_type: str, offset: str, columns: int) -> list[str]:
+    """The row's requantized ints (``lo_row`` lanes ``t_c1..t_cols - 1``, already in the output type's
+    range) stored as bytes from the output element of ``offset`` (channel ``k`` the row's first):
+    one masked narrowing store (vpmovdb) per 16 lanes; ``LANE_MASK`` defines ``lo_lanes``."""
+    lines = [f"{output_type} *t_y = Y + {offset};"]
+    for v in range(0, columns, LANES):
+        lines.append(f"_mm512_mask_cvtepi32_storeu_epi8(t_y + {v}, lo_lanes(t_c1 - {v}, t_cols - {v}), "
+                     f"_mm512_load_si512(lo_row + {v}));")
+    return lines
 
 
 def _output_offset(schedule: Schedule) -> str:
@@ -613,15 +782,17 @@ def generate_tiles(schedule: Schedule) -> Generated:
     steps = ("\n".join(f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps))
              or " * schedule: naive")
     source = _SOURCE.format(
-        op=op, pixels=s.pixels, lines=s.lines, kg=s.kg, taps=s.rows.taps * s.column_taps,
+        patches=", each pixel's patch gathered" if s.patch else "", op=op, pixels=s.pixels, lines=s.lines,
+        kg=s.kg, taps=s.row_taps * s.column_taps,
         chunks=len(s.starts),
         chunk=s.chunk_bytes, dot=AMX.ops[plan.dot].template.split("(")[0], rt=plan.row_tiles,
         ct=plan.col_tiles, bp=plan.block_pixels, bc=plan.scratch_columns,
         order=("channel blocks outside the pixels" if plan.channels_outer
                else "pixels outside the channel blocks"),
         threads=f";\n * {SPLITS[plan.parallel]} split over OpenMP threads" if plan.parallel else "",
-        steps=steps, prelude=AMX_INT.prelude, omp="#include <omp.h>\n" if plan.parallel else "",
-        tables=tables,
+        steps=steps, prelude=AMX_INT.prelude,
+        omp=("#include <omp.h>\n" if plan.parallel else "") + ("#include <string.h>\n" if s.patch else ""),
+        tables=tables + (LANE_MASK if flavour.vector_narrow else ""),
         config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
         signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, flavour), 4))
     openmp = plan.parallel is not None

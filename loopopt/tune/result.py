@@ -246,7 +246,8 @@ def describe(k: dict) -> str:
     if k.get("isa") == "amx":
         order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
         split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
-        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}"
+        gathered = ", patches gathered" if k.get("patches") else ""
+        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}{gathered}"
     if k.get("kernel") == "binary":
         return f"XNOR + popcount, {k['pixel_block']}x{k['channel_block']} block"
     if "weights" not in k:

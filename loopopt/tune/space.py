@@ -50,7 +50,11 @@ On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or b
 tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
 outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
-loop and each with it on the channel block's, where that splits at least ``threads`` blocks.
+loop and each with it on the channel block's, where that splits at least ``threads`` blocks. A conv
+of one group whose whole patch (taps x channels) takes fewer 64-byte tile K-steps than its taps do
+(ResNet-50 conv1: 147 bytes in 3 steps, not 7 filter rows) has each of them twice: as it is, and
+with its reduction dims fused, taps then channels (knob ``patches``: the kernel gathers each pixel's
+patch into a buffer, ``codegen.tiles.patches``).
 """
 from __future__ import annotations
 
@@ -154,10 +158,11 @@ class TileKnobs:
     channel_block: int
     channels_outer: bool
     parallel: str | None = None
+    patches: bool = False          # the reduction dims fused: each pixel's patch gathered
 
     def as_dict(self) -> dict:
         return {"isa": "amx", "pixel_block": self.pixel_block, "channel_block": self.channel_block,
-                "channels_outer": self.channels_outer, "parallel": self.parallel}
+                "channels_outer": self.channels_outer, "parallel": self.parallel, "patches": self.patches}
 
 
 @dataclass(frozen=True)
@@ -442,9 +447,33 @@ def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
     schedule = schedule.tile(**{pixel: knobs.pixel_block, channel: knobs.channel_block})
     if not knobs.channels_outer:
         schedule = schedule.reorder(f"{pixel}_o", f"{channel}_o")
+    if knobs.patches:
+        schedule = fused_reduction(schedule)
     if knobs.parallel is None:
         return schedule
     return schedule.parallel(f"{pixel if knobs.parallel == 'pixels' else channel}_o")
+
+
+def fused_reduction(schedule: Schedule) -> Schedule:
+    """``schedule`` with the op's reduction dims fused into one loop, taps then channels (the tile
+    kernels then gather each pixel's patch, ``codegen.tiles.patches``)."""
+    op = schedule.op
+    dims = [*(w.tap_dim for w in op.windows), op.reduction_channel_dim]
+    schedule = schedule.reorder(*dims)
+    for name in dims[1:]:
+        schedule = schedule.fuse(dims[0], name, f"{dims[0]}_{name}")
+        dims[0] = f"{dims[0]}_{name}"
+    return schedule
+
+
+def _gathers_fewer_steps(op: Op) -> bool:
+    """Whether gathering patches takes fewer tile K-steps than the taps (a conv of one group)."""
+    if not op.windows or op.groups != 1 or len(op.reduction_dims) < 2:
+        return False
+    plain = tile_plan(Schedule(op)).shape
+    gathered = tile_plan(fused_reduction(Schedule(op))).shape
+    steps = lambda s: s.row_taps * s.column_taps * len(s.starts)
+    return steps(gathered) < steps(plain)
 
 
 def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
@@ -459,8 +488,10 @@ def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
     except (ValueError, TileError):
         return []
     splits = [None] if threads == 1 else list(SPLITS)
-    found = [Candidate(op, "amx", TileKnobs(pb, cb, outer, split))
-             for pb, cb, outer, split in itertools.product(BLOCKS, BLOCKS, (True, False), splits)]
+    gathers = (False, True) if _gathers_fewer_steps(op) else (False,)
+    found = [Candidate(op, "amx", TileKnobs(pb, cb, outer, split, patch))
+             for patch, pb, cb, outer, split in itertools.product(gathers, BLOCKS, BLOCKS, (True, False),
+                                                                  splits)]
     return [c for c in found if threads == 1 or tile_plan(c.schedule).units >= threads]
 
 

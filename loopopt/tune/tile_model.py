@@ -16,7 +16,10 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
   plus, when a call's inputs and output do not stay in L2 between calls, the inputs once from the
   level beyond (``cold_seconds``; VGG conv5_1's 2.4 MB of weights);
 * epilogue: ``EPILOGUE_CYCLES`` per output element written (the quantized epilogue of a tile
-  store: compensation, bias, requantization, narrowing), at the clock implied by the VNNI peak.
+  store: compensation, bias, requantization, narrowing), at the clock implied by the VNNI peak;
+* gathered patches (``codegen.tiles.patches``): ``GATHER_CYCLES`` per run of consecutive values
+  copied into the patch buffer (once per pixel block, again for each channel block when the channel
+  blocks are outside), which then holds the A tiles' rows (from L1).
 
 Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. The
 time is that of one core, like the ranking heuristic's: a search's candidates share their thread
@@ -41,6 +44,8 @@ from ..schedule import Schedule
 
 EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue: fitted to ResNet-50 conv2_x int8,
                            # whose AMX kernels ran 0.09-0.135 ms, their dots and loads 0.03-0.06 ms of it
+GATHER_CYCLES = 2.5        # cycles per gathered run: ResNet-50 conv1 int8 (7 runs of 21 bytes a pixel)
+                           # spent ~0.045 ms of its 0.25-0.29 ms kernel gathering (perf, 2026-11-23)
 VNNI_OPS_PER_CYCLE = 256   # int8 ops per cycle of the VNNI peak: 2 vpdpbusd x 16 lanes x 4 products x 2
 LEVELS = ("L1", "L2", "L3", "DRAM")
 
@@ -52,11 +57,12 @@ class TileTime:
     dots: float            # tile dot products at the AMX peak
     loads: float           # tile loads from the levels that hold their operands
     epilogue: float        # the output elements' epilogue
+    gather: float = 0.0    # copying the gathered patches
 
     @property
     def predicted_seconds(self) -> float:
-        """Dots and loads overlapped, then the epilogue."""
-        return max(self.dots, self.loads) + self.epilogue
+        """Dots and loads overlapped, then the epilogue and the gather."""
+        return max(self.dots, self.loads) + self.epilogue + self.gather
 
 
 @lru_cache(maxsize=1)
@@ -102,7 +108,7 @@ def tile_time(schedule: Schedule) -> TileTime:
 
 def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
     s = plan.shape
-    steps = s.rows.taps * s.column_taps * len(s.starts)           # tap-chunks each block reduces over
+    steps = s.row_taps * s.column_taps * len(s.starts)            # tap-chunks each block reduces over
     blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks
     dot_ops = 2 * TILE * TILE * s.values                          # a full dot's operations
     peak = machine_profile().peak("amx", "int8" if quantized else "bfloat16") * 1e9
@@ -116,12 +122,18 @@ def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
     stored = s.pixels if s.gemm else s.batch * rows * cols                 # activation pixels stored
     activations = stored * s.channels * s.element
     a_set = window if window <= _levels()[0][1] else activations
+    if s.patch:                      # the A tiles come from the block's gathered patches
+        a_set = plan.block_pixels * s.patch_pitch * s.element
     a = load_seconds(blocks * steps * plan.row_tiles * min(TILE, s.pixels) * MAX_COLSB, a_set)
     outputs = s.groups * s.lines * s.pixels * s.kg
     weights = s.groups * s.channel_tiles * steps * s.tile_bytes
     call = weights + activations + outputs * output_bytes
+    gathered = 0.0
+    if s.patch:
+        packs = s.groups * s.lines * plan.pixel_blocks * (plan.channel_blocks if plan.channels_outer else 1)
+        gathered = packs * plan.block_pixels * s.runs[0] * GATHER_CYCLES / _clock()
     return TileTime(dots, a + b + cold_seconds(weights + activations, call),
-                    outputs * EPILOGUE_CYCLES / _clock())
+                    outputs * EPILOGUE_CYCLES / _clock(), gathered)
 
 
 def cold_seconds(inputs: float, call: float) -> float:
