@@ -398,9 +398,12 @@ def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
         return []
     roles = Roles.of(op)
     extents = dict(op.dims)
+    # the op form, probed with one column block (a block of all the channels may hold too many outputs)
+    split = COLUMNS < op.channels
+    probe = LutKnobs(LUT_FORMATS[0], 1, COLUMNS if split else op.channels, roles.reduction,
+                     (*roles.others, f"{roles.pixel}_o", *([f"{roles.channel}_o"] if split else [])))
     try:
-        check_lut(build_lut(op, LutKnobs(LUT_FORMATS[0], 1, op.channels, roles.reduction,
-                                         (*roles.others, f"{roles.pixel}_o"))), isa)
+        check_lut(build_lut(op, probe), isa)
     except ScheduleError:
         return []
     # 1-4 or 8 column blocks below the channel count, and all the channels where a block of one position
