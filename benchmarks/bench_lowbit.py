@@ -18,8 +18,9 @@ weight bandwidth (stored weight bytes per run over the median time) is set again
 a plain read of as many bytes (``loopopt.machine.StreamRead``) timed in the same interleaved rounds
 after the same eviction, which sees the same load. Peers in the same rounds where installed:
 onnxruntime's 4-bit ``MatMulNBits`` (a one-node com.microsoft model) and llama.cpp's ternary ``TQ1_0``
-and ``TQ2_0`` (``ggml_ternary.py``: the ggml library of llama-cpp-python, ``pip install -e
-'.[bench-llama]'``, or ``--ggml-lib DIR``).
+and ``TQ2_0`` (``ggml_ternary.py``: ggml's CPU libraries as ``python benchmarks/build_ggml.py`` builds them
+from the llama-cpp-python sdist into its cache, else those of an installed llama-cpp-python, or
+``--ggml-lib DIR``; with none, the table says why its llama.cpp rows are missing).
 """
 from __future__ import annotations
 
@@ -60,9 +61,11 @@ def gemv_schedule(op: lo.Matmul) -> lo.Schedule:
 
 
 def lut_gemv_schedule(op: lo.Matmul, fmt: str) -> lo.Schedule:
-    """A table-lookup GEMV with 4 column blocks (128 outputs) in registers across the reduction: each
-    step's tables are loaded once for the 4 blocks."""
-    return (lo.Schedule(op).split("j", 128).reorder("i", "j_o", "k", "j_i").register_block("k")
+    """A table-lookup GEMV with 8 column blocks (256 outputs) in registers across the reduction: each
+    step's tables are loaded once for the 8 blocks, and the weights stream from 8 rows of indices at once
+    (and tl2's 8 rows of sign bits), enough for the hardware prefetcher to keep DRAM busy (4 blocks were as
+    fast with the weights in the caches and slower from DRAM)."""
+    return (lo.Schedule(op).split("j", 256).reorder("i", "j_o", "k", "j_i").register_block("k")
             .weight_format(fmt))
 
 
@@ -182,7 +185,8 @@ def ggml_peers(n: int, k: int, ggml_lib: str | None) -> tuple[list[Peer], str]:
         gemv = GgmlGemv(directory, kind, n, k)
         peers.append((f"llama.cpp 1 thread, `{kind}` ({bits} bits; activations to Q8_K in the op; max error "
                       f"{gemv.error:.1e} of the largest output)", gemv.run, gemv.weight_bytes))
-    return peers, (f"llama.cpp: the ggml libraries in {directory}, one `ggml_mul_mat` graph computed by "
+    shown = f"~/{directory.relative_to(Path.home())}" if directory.is_relative_to(Path.home()) else directory
+    return peers, (f"llama.cpp: the ggml libraries in {shown}, one `ggml_mul_mat` graph computed by "
                    f"`ggml_graph_compute_with_ctx` on 1 thread; its error is against the float64 product of "
                    f"its random ternary weights (the activations' 8-bit rounding).")
 
@@ -253,7 +257,7 @@ def gemv_rows(shape: tuple[int, int, int], budget: float, runs: int, ggml_lib: s
              ("ternary, i2_s (2 bits)", gemv_schedule(ternary).weight_format("i2_s")),
              ("ternary, tl1 table lookup (2 bits)", lo.Schedule(ternary).weight_format("tl1")),
              ("ternary, tl2 table lookup (1.67 bits)", lo.Schedule(ternary).weight_format("tl2")),
-             *((f"ternary, {fmt} table lookup, 4 column blocks in registers (`lut_gemv_schedule`)",
+             *((f"ternary, {fmt} table lookup, 8 column blocks in registers (`lut_gemv_schedule`)",
                 lut_gemv_schedule(ternary, fmt)) for fmt in ("tl1", "tl2"))]
     naive = [(NAIVE_INT8_STORAGE, lo.Schedule(ternary)),
              (NAIVE_I2S, lo.Schedule(ternary).weight_format("i2_s"))]
@@ -333,8 +337,8 @@ def main() -> None:
     parser.add_argument("--dram-runs", type=int, default=10,
                         help="runs of each GEMV with its weights read from DRAM")
     parser.add_argument("--layers", default="resnet50.conv2_x,resnet50.conv3_x")
-    parser.add_argument("--ggml-lib", help="directory of llama.cpp's ggml libraries (default: the installed "
-                        "llama-cpp-python's)")
+    parser.add_argument("--ggml-lib", help="directory of llama.cpp's ggml libraries (default: the newest "
+                        "build of build_ggml.py in its cache, else the installed llama-cpp-python's)")
     parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
     args = parser.parse_args()
     profile = machine_profile()

@@ -1,5 +1,7 @@
 """llama.cpp's ternary GEMV (its ``TQ1_0`` and ``TQ2_0`` weight types) as a peer of bench_lowbit.py, through
-the ggml library that ``llama-cpp-python`` bundles (``pip install -e '.[bench-llama]'``), called with ctypes.
+ggml's CPU libraries called with ctypes: the ones ``build_ggml.py`` builds into its cache from the
+``llama-cpp-python`` sdist (``python benchmarks/build_ggml.py``), else the ones an installed
+``llama-cpp-python`` bundles, or a directory given (``--ggml-lib``).
 
 One GEMV is a ggml graph of one ``ggml_mul_mat`` (the weights ``[n rows of k]`` in the ternary type, the
 activations a float32 row, the product a float32 row; ggml quantizes the activations to its ``Q8_K`` blocks
@@ -14,8 +16,10 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+from build_ggml import cache_root, cached_library_dir
 
-INSTALL_HINT = "pip install -e '.[bench-llama]', or --ggml-lib DIR (a directory holding libggml-base.so)"
+INSTALL_HINT = ("build them with `python benchmarks/build_ggml.py` (a few minutes), or pass --ggml-lib DIR "
+                "(a directory holding libggml-base.so and libggml-cpu.so)")
 TYPES = {"TQ1_0": 34, "TQ2_0": 35}       # enum ggml_type of ggml.h (llama-cpp-python 0.3.x)
 GGML_TYPE_F32 = 0
 GGML_STATUS_SUCCESS = 0
@@ -27,17 +31,23 @@ class _InitParams(ctypes.Structure):
 
 
 def library_dir(explicit: str | None = None) -> Path | str:
-    """The directory of the ggml libraries: ``explicit``, else the ``lib`` directory of the installed
-    ``llama_cpp`` package (found without importing it); or why there is none."""
+    """The directory of the ggml libraries: ``explicit``, else the newest build of ``build_ggml.py`` in its
+    cache, else the ``lib`` directory of the installed ``llama_cpp`` package (found without importing
+    it); or why there is none."""
     if explicit:
         found = Path(explicit)
     else:
+        cached = cached_library_dir()
+        if cached is not None:
+            return cached
         spec = importlib.util.find_spec("llama_cpp")
         if spec is None or spec.origin is None:
-            return f"llama-cpp-python is not installed ({INSTALL_HINT})"
+            return (f"no ggml build in {cache_root()} and llama-cpp-python is not installed; "
+                    f"{INSTALL_HINT}")
         found = Path(spec.origin).parent / "lib"
-    if not (found / "libggml-base.so").exists():
-        return f"no libggml-base.so in {found} ({INSTALL_HINT})"
+    missing = [name for name in ("libggml-base.so", "libggml-cpu.so") if not (found / name).exists()]
+    if missing:
+        return f"no {' or '.join(missing)} in {found}; {INSTALL_HINT}"
     return found
 
 

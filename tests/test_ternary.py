@@ -279,6 +279,22 @@ test_random_lut_matmuls_quick, test_random_lut_matmuls = tiers(
     m=st.integers(1, 4), n=st.integers(1, 70), k=st.integers(1, 300))
 
 
+def random_lut_gemv_eight_blocks(variant, data, m, n, k):
+    """The GEMV schedule of bench_lowbit's ``lut_gemv_schedule`` (8 column blocks, 256 outputs, in registers
+    across the reduction), on 1-3 rows, 225-300 columns (a partial last block, a second column step of
+    1-2 blocks) and any K (not a multiple of a group or of a byte of indices)."""
+    fmt, isa = variant
+    op = lo.Matmul(m, n, k, quant=data.draw(TERNARY_SPECS))
+    s = lo.Schedule(op).split("j", 256).reorder("i", "j_o", "k", "j_i").register_block("k").weight_format(fmt)
+    kernel = check(s, isa, call=extreme_call(op, 1, data))
+    assert "j_i[8]" in kernel.source and "block: j_i */" in kernel.source        # 8 blocks in registers
+
+
+test_random_lut_gemv_eight_blocks_quick, test_random_lut_gemv_eight_blocks = tiers(
+    random_lut_gemv_eight_blocks, 1, 4, data=st.data(), m=st.integers(1, 3), n=st.integers(225, 300),
+    k=st.integers(1, 700), marks=[pytest.mark.parametrize("variant", lut_variants(("tl2", ISAS[0])))])
+
+
 @pytest.mark.parametrize("variant", quick_first(LUTS), ids=str)
 def test_lut_long_reduction_widens_the_int16_sums(variant):
     # 4000 uint8 activations of 250 against +1 / -1 weights: the int16 partial sums must be widened

@@ -535,6 +535,18 @@ TERNARY = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=Tr
                        weight="ternary")
 
 
+def test_a_wide_ternary_gemv_has_table_lookup_candidates_of_8_column_blocks_first():
+    """A GEMV with more outputs than a register block may hold (LLM decode shapes) still has tl1 and tl2
+    candidates (the op form is probed with one column block), and the ranking puts 8 column blocks
+    (256 channels: 8 weight rows streamed at once) first."""
+    op = lo.Matmul(1, 2050, 64, quant=TERNARY)
+    lut = [c for c in candidates(op, "avx512") if c.table_lookup]
+    assert {c.knobs.weight_format for c in lut} == {"tl1", "tl2"}
+    assert sorted({c.knobs.channel_block for c in lut}) == [32, 64, 96, 128, 256]
+    assert all(check_lut(c.schedule, "avx512") is None for c in lut)
+    assert rank(lut)[0].knobs.channel_block == 256
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", [lo.Conv2d(12, 40, 3, padding=1, height=5, width=7, quant=TERNARY),
                                 lo.Matmul(1, 70, 45, quant=TERNARY)], ids=["conv", "gemv"])

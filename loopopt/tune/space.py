@@ -32,8 +32,9 @@ candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.wei
 knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1``
 and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
-``channel_block`` output channels (1-4 whole column blocks of 32 below the channel count, or all the
-channels: each group's start a column block), at most ``MAX_ACCUMULATORS`` column blocks in the
+``channel_block`` output channels (1-4 or 8 whole column blocks of 32 below the channel count, or all
+the channels: each group's start a column block; 8 blocks stream 8 rows of indices at once, which a
+GEMV from DRAM needs to keep the hardware prefetcher busy), at most ``MAX_ACCUMULATORS`` column blocks in the
 block, every order of the reduction dims (taps in their order) inside every order of the loops
 outside the block (the kernel refuses vectorize and unroll; it vectorizes a column block itself);
 with ``threads > 1``, ``parallel`` on the outermost loop between the table build and the register
@@ -87,6 +88,7 @@ UNROLL = 4                     # factor of the partly unrolled innermost reducti
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
 WEIGHTS = ("plain", "packed", "dot", "taps")
 LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
+LUT_COLUMN_BLOCKS = (1, 2, 3, 4, 8)   # column blocks of 32 channels in a table-lookup register block
 BINARY_MAX_POSITIONS = 8       # output positions per binary register block at most
 
 
@@ -401,13 +403,17 @@ def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
         return []
     roles = Roles.of(op)
     extents = dict(op.dims)
+    # the op form, probed with one column block (a block of all the channels may hold too many outputs)
+    split = COLUMNS < op.channels
+    probe = LutKnobs(LUT_FORMATS[0], 1, COLUMNS if split else op.channels, roles.reduction,
+                     (*roles.others, f"{roles.pixel}_o", *([f"{roles.channel}_o"] if split else [])))
     try:
-        check_lut(build_lut(op, LutKnobs(LUT_FORMATS[0], 1, op.channels, roles.reduction,
-                                         (*roles.others, f"{roles.pixel}_o"))), isa)
+        check_lut(build_lut(op, probe), isa)
     except ScheduleError:
         return []
-    # 1-4 column blocks below the channel count, and all the channels where a block of one position holds them
-    channel_blocks = [m * COLUMNS for m in range(1, CHANNEL_VECTORS + 1) if m * COLUMNS < op.channels]
+    # 1-4 or 8 column blocks below the channel count, and all the channels where a block of one position
+    # holds them
+    channel_blocks = [m * COLUMNS for m in LUT_COLUMN_BLOCKS if m * COLUMNS < op.channels]
     channel_blocks += [op.channels] if lut_columns(op, op.channels) <= MAX_ACCUMULATORS else []
     found = []
     for cb in channel_blocks:
