@@ -14,8 +14,9 @@ Spearman rank correlation of each prediction with the measured minimum time over
   figure ``TuneResult.model_spearman`` reports), for comparison;
 * ``heuristic``: ``rank.figures``' ``predicted_seconds`` (the first-stage ranker);
 * ``model``: ``guide.price``'s time (the kernel model without its memory term);
-* ``predicted``: ``Guide.modelled`` (what the guide orders by before any refit: the model, the
-  heuristic's streamed operands, the thread imbalance; AMX: the heuristic);
+* ``predicted``: ``Guide.prior`` (what the guide orders by before any refit: the model, the
+  heuristic's streamed operands, the thread imbalance, blended with the heuristic's time; AMX: the
+  tile model's and the heuristic's);
 * ``refitted``: the guide's fitted time of each trial when it was picked, the search replayed in the
   logged order (``Guide.observe`` on each trial after its prediction): the prediction the search
   ranks by, fitted on the earlier trials only.
@@ -143,8 +144,7 @@ def predictions(search: Search) -> dict[str, list[float | None]]:
         figures["heuristic"].append(guide.heuristic(index))
         model = guide.score(index)
         figures["model"].append(None if model is None else model.seconds)
-        modelled = guide.modelled(index)
-        figures["predicted"].append(guide.heuristic(index) if modelled is None else modelled)
+        figures["predicted"].append(guide.prior(index))
         figures["refitted"].append(guide.fitted(index))
         guide.observe(index, seconds)
     return figures

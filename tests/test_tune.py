@@ -27,8 +27,17 @@ from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman
 from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
-from loopopt.tune.rank import conflict_lines, rank, streamed_bytes, strided_seconds
-from loopopt.tune.space import Knobs, candidates
+from loopopt.tune.rank import (
+    TAIL,
+    conflict_lines,
+    out_of_order,
+    rank,
+    rolled,
+    streamed_bytes,
+    strided_seconds,
+    tail,
+)
+from loopopt.tune.space import Candidate, Knobs, candidates
 from loopopt.tune.trial import here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,7 +332,8 @@ def test_fit_corrects_the_model_scale_and_sides_with_the_measurements():
     strided = rng.integers(0, 2, 12)
     features = [(math.log(m), math.log(h), float(s)) for m, h, s in zip(model, heuristic, strided)]
     few = [((math.log(1e-3), math.log(2e-3), 0.0), 5e-3)] * (MIN_TRIALS - 1)
-    assert Fit.of(few) == Fit() and Fit().predict(few[0][0]) == pytest.approx(1e-3)   # the model as it is
+    assert Fit.of([]) == Fit() and Fit().predict(few[0][0]) == pytest.approx(1e-3)   # the model as it is
+    assert Fit.of(few).weights == () and Fit.of(few).predict(few[0][0]) == pytest.approx(5e-3)   # its scale
     scaled = Fit.of(list(zip(features, 3 * model)))                        # the model, 3 times too fast
     assert scaled.predict((math.log(1e-3), math.log(5e-4), 1.0)) == pytest.approx(3e-3, rel=1e-6)
     assert scaled.weights == pytest.approx((1, 0, 0), abs=1e-9)
@@ -348,13 +358,32 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     stream = uneven.figures["stream_seconds"]
     assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
     features = dict(zip(FEATURES, guide.features(0), strict=True))
-    assert features["model"] == pytest.approx(math.log(guide.modelled(0)))
+    prior = math.sqrt(guide.modelled(0) * uneven.figures["predicted_seconds"])    # BLEND 0.5: geometric mean
+    assert guide.prior(0) == pytest.approx(prior) and features["model"] == pytest.approx(math.log(prior))
     assert features["load"] == pytest.approx(math.log(0.5))
     assert features["latency"] == pytest.approx(math.log(2))
     assert features["issue"] == pytest.approx(math.log(SMALLEST)) and features["unpriced"] == 0
     unpriced = Guide([uneven], model=lambda c: None)               # a table lookup: the heuristic's time
     assert unpriced.fitted(0) == pytest.approx(uneven.figures["predicted_seconds"])
     assert unpriced.features(0)[-1] == 1 and "model_seconds" not in unpriced.figures(0)
+
+
+def test_ranking_sees_rolled_loops_partial_padded_blocks_and_scattered_outer_loops():
+    conv = lo.Conv2d(64, 64, 3, padding=1, height=12, width=12)
+
+    def knobs(pb, reduction, unroll, outer=("n", "oh", "ow_o", "k_o"), cache_block=0):
+        return Candidate(conv, "avx512", Knobs(pb, 32, reduction, outer, "packed", cache_block, unroll))
+    assert not rolled(knobs(4, ("kh", "kw", "c"), (("c", 4),)))
+    assert rolled(knobs(4, ("kh", "kw", "c"), (("kw", 3),)))            # c, innermost, still steps
+    assert not rolled(knobs(4, ("kh", "c", "kw"), (("kw", 3),))) and rolled(knobs(4, ("kh", "c", "kw"), ()))
+    assert not rolled(knobs(4, ("kh", "kw", "c"), (("c_i", 4),), ("n", "oh", "c_o", "ow_o", "k_o"), 32))
+    assert tail(knobs(4, ("kh", "kw", "c"), ())) == 1                    # 12 columns in blocks of 4
+    assert tail(knobs(5, ("kh", "kw", "c"), ())) == pytest.approx((15 / 12) ** TAIL)
+    gemm = lo.Matmul(12, 64, 64)                          # no window: partial rows cost their lanes only
+    assert tail(Candidate(gemm, "avx512", Knobs(5, 32, ("k",), ("i_o", "j_o"), "packed"))) == 1
+    assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
+    assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "k_o", "ow_o", "oh"), "packed")) == 3
+    assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "ow_o", "oh", "k_o"), "packed")) == 1
 
 
 def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
@@ -367,6 +396,8 @@ def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
     assert strided_seconds(gemm, plain, 768) > 0
     assert strided_seconds(gemm, Knobs(8, 32, ("k",), ("j_o", "i_o"), "packed"), 768) == 0
     assert strided_seconds(lo.Matmul(64, 64, 64), plain, 64) == 0          # rows 256 B apart, all in L1
+    down = lo.Matmul(384, 768, 3072)                                          # 3 KB rows: past the prefetcher
+    assert strided_seconds(down, Knobs(8, 32, ("k",), ("j_o", "i_o"), "plain"), 384) > 0    # they fit L2
 
 
 def test_spearman_of_known_orders():
@@ -381,10 +412,12 @@ def test_spearman_of_known_orders():
 def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
-    guide = Guide(ranked, model=lambda c: Price(1e-6 / c.figures["predicted_seconds"]))   # a wrong model
+    # a wrong model, wrong enough that the prior (its blend with the heuristic) reverses the heuristic
+    guide = Guide(ranked, model=lambda c: Price(1e-12 / c.figures["predicted_seconds"] ** 3))
     guide.score_best(60)
     before = guide.order(range(60))
-    assert spearman([heuristic[i] for i in before], range(60)) < -0.95       # ties: not exactly -1
+    assert spearman([guide.prior(i) for i in before], range(60)) > 0.99      # the prior's order: a wrong one
+    assert spearman([heuristic[i] for i in before], range(60)) < -0.8
     measured = before[::6]                         # trials spread over the order, their times following
     for index in measured:                         # the heuristic
         guide.observe(index, 2 * heuristic[index])

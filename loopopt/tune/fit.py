@@ -1,7 +1,8 @@
 """The search's correction of its cost model to what it measured, and the rank correlation.
 
 ``Fit`` predicts a candidate's log time from a vector of features that loopopt's analysis gives
-for it (``guide.FEATURES``: the log of the kernel model's time first, then the heuristic's log time
+for it (``guide.FEATURES``: the log of the prior prediction first (the kernel model's time blended
+with the heuristic's), then the heuristic's log time
 and what the model prices poorly: streamed operands, strided weights, thread imbalance, which core
 resource binds):
 
@@ -41,9 +42,10 @@ class Fit:
     @classmethod
     def of(cls, samples: Sequence[tuple[Sequence[float], float]]) -> Fit:
         """The fit to ``(features, measured_seconds)`` samples (features of one length, the first the
-        model's log time; times > 0); the model as it is with fewer than MIN_TRIALS samples."""
-        if len(samples) < MIN_TRIALS:
-            return cls()
+        model's log time; times > 0); with fewer than MIN_TRIALS samples the model with its scale
+        corrected to theirs (the model as it is without samples)."""
+        if len(samples) < MIN_TRIALS:       # the scale alone (the order stays the model's)
+            return cls(float(np.mean([math.log(t) - f[0] for f, t in samples]))) if samples else cls()
         features = np.asarray([f for f, _ in samples], dtype=float)
         times = np.log(np.asarray([t for _, t in samples], dtype=float))
         centre, spread = features.mean(axis=0), features.std(axis=0)

@@ -47,7 +47,18 @@ from ..codegen.binary import block_dims
 from ..codegen.lut_format import COLUMNS
 from ..machine import Cache, machine_profile
 from ..ops import Op
-from .space import DOT, REGISTERS, Candidate, Knobs, Roles, dot_elements, lanes, lut_columns, tap_window
+from .space import (
+    DOT,
+    REGISTERS,
+    Candidate,
+    Knobs,
+    Names,
+    Roles,
+    dot_elements,
+    lanes,
+    lut_columns,
+    tap_window,
+)
 from .tile_model import tile_time
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
@@ -57,16 +68,21 @@ WIDENED = 0.25             # rate of a quantized kernel without a dot instructio
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
 LINE = 64                  # bytes of a cache line
-PAGE = 4096                # bytes: weight rows this far apart are each on a page of their own
-PAGED = 4.0                # a line of strided weight rows a page apart costs this many lines' L2 streaming
-                           # time when L1 cannot hold a block's rows: a TLB lookup and a miss the prefetcher
-                           # does not hide (bench_tune's log: plain 32-channel blocks ran 1.2-1.9x the packed
-                           # ones on the BERT FFN GEMM, 12 KB rows: about 5 cycles a line)
+FAR = 2048                 # bytes: weight rows this far apart are beyond the L1 stride prefetcher's reach
+                           # (it follows strides below 2 KB); from 4 KB each row is on a page of its own
+PAGED = 4.0                # a line of strided weight rows this far apart costs this many lines' L2 streaming
+                           # time when L1 cannot hold a block's rows: a miss the prefetcher does not hide, a
+                           # TLB lookup (bench_tune's log: plain 32-channel blocks ran 1.2-1.9x the packed
+                           # ones on the BERT FFN up-projection, 12 KB rows: about 5 cycles a line; 2.5-4x on
+                           # the down-projection, 3 KB rows, in one search on a shared machine)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
+SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
+TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
+                           # power again (see ``tail``)
 
 
 @lru_cache(maxsize=1)
@@ -127,6 +143,42 @@ def binary_efficiency(candidate: Candidate) -> float:
     return efficiency * _edges(op.extent(block_dims(op)[0]), knobs.pixel_block)
 
 
+def rolled(candidate: Candidate) -> bool:
+    """Whether the innermost reduction loop of a register-blocked candidate steps (is not unrolled):
+    unrolling a loop outside it (a tap) leaves a loop step per reduction step (ResNet-50 conv3_x, 4x64
+    blocks, in one search on a shared machine: c innermost unrolled by 4 1.23 ms, kw unrolled with c
+    innermost 1.44 ms, nothing unrolled 2.4 ms; conv2_x 8x32: 1.24, 1.35 and 1.34 ms). A tap dot
+    candidate: whether nothing is unrolled (its innermost loop is one dot's taps)."""
+    knobs = candidate.knobs
+    if knobs.weights == "taps" or not knobs.reduction:
+        return not knobs.unroll
+    roles = Roles.of(candidate.op, knobs.pixel)
+    innermost = knobs.reduction[-1]
+    if innermost == roles.rc:
+        innermost = Names.of(roles.rc, knobs.cache_block, knobs.weights == "dot").reduction
+    return innermost not in dict(knobs.unroll)
+
+
+def tail(candidate: Candidate) -> float:
+    """The time of a register-blocked candidate over that of its blocks all whole, beyond the lanes
+    its last, partial block leaves unused (which the heuristic and the kernel model count): 1 when
+    the pixel block divides its dim or that dim has no padded window, else ``1 / used ** TAIL``
+    (``used`` the share of the dim's blocks that it uses: ``_edges``). A partial block of a padded
+    window runs a second, guarded copy of the reduction; measured in one search each on a shared
+    machine, ResNet-50 conv2_x 9x32 and 11x32 blocks (8/9 and 6/7 used) ran 1.36x and 1.35-1.5x the
+    time of 8x32 blocks, 10x32 and 12x32 (14/15) 1.11x, where the kernel model says 1.04x, 1.06x and
+    1.02x; conv3_x 5x64 and 6x64 (14/15) 1.12-1.15x of 4x64, the model 1.01x. A GEMM's partial row
+    blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48)."""
+    knobs, op = candidate.knobs, candidate.op
+    if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
+        return 1.0
+    pixel = Roles.of(op, knobs.pixel).pixel
+    window = next((w for w in op.windows if w.out_dim == pixel), None)
+    if window is None or not (window.pad or window.pad_end):
+        return 1.0
+    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** TAIL
+
+
 def element_bytes(op: Op) -> int:
     """Bytes of one operand element: int8 for a quantized op, else its dtype's."""
     return 1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4
@@ -162,6 +214,23 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return total
 
 
+def out_of_order(op: Op, knobs: Knobs) -> int:
+    """The pairs of outer loops (of more than one iteration, over output dims) that visit the
+    channels-last output out of its memory order (the positions in their order, the channels last):
+    each such pair makes the blocks jump in memory instead of running along it, and the operands
+    that stream from beyond L2 come at less than the prefetchers' bandwidth (``SCATTER`` more time
+    per pair). Measured over the 32 trials of one search each on a shared machine, Spearman of this
+    count with the time: +0.58 (MobileNet-v2 and v1 3x3 depthwise), +0.25 (EfficientNet 5x5
+    depthwise), +0.59 and +0.46 (1x1 convs); a depthwise 4x48 block ran 0.19-0.21 ms in order and
+    0.31-0.35 ms with two or three pairs out of order."""
+    roles = Roles.of(op, knobs.pixel)
+    memory = [d for d in op.dim_names if d not in op.reduction_dims and d != roles.channel] + [roles.channel]
+    extents = outer_extents(op, knobs)
+    places = [memory.index(loop.removesuffix("_o")) for loop in knobs.outer
+              if extents[loop] > 1 and loop.removesuffix("_o") in memory]
+    return sum(a > b for i, a in enumerate(places) for b in places[i + 1:])
+
+
 def conflict_lines(cache: Cache, stride: int, rows: int, lines: int) -> int:
     """The lines of ``cache`` that ``rows`` rows ``stride`` bytes apart, ``lines`` lines each, can
     occupy: the sets their lines map to (a row start repeats its set every ``way / gcd(stride, way)``
@@ -175,7 +244,7 @@ def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
     """The time plain weights of a block that is part of the channels take to come to L1 beyond what
     the prefetcher hides: a block reads ``depth`` weight rows a channel row apart, once per block;
     when they need more lines than the sets they map to hold (``conflict_lines``) in L2, each line
-    comes from L3 (at its bandwidth); else when they do in L1 and the rows lie a page apart, from L2
+    comes from L3 (at its bandwidth); else when they do in L1 and the rows lie ``FAR`` apart, from L2
     at ``PAGED`` times a streamed line's time. 0 for packed weights and for a block of all the
     channels (contiguous rows)."""
     if knobs.weights != "plain" or knobs.channel_block >= op.channels:
@@ -187,7 +256,7 @@ def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
     needed = depth * lines
     if "L2" in caches and needed > conflict_lines(caches["L2"], row, depth, lines):
         line_seconds = LINE / ((bandwidth["L3"] if "L3" in bandwidth else bandwidth["DRAM"]).gbs * 1e9)
-    elif "L1" in caches and needed > conflict_lines(caches["L1"], row, depth, lines) and row >= PAGE:
+    elif "L1" in caches and needed > conflict_lines(caches["L1"], row, depth, lines) and row >= FAR:
         line_seconds = PAGED * LINE / (bandwidth["L2"].gbs * 1e9)
     else:
         return 0.0
@@ -220,10 +289,11 @@ def figures(candidate: Candidate) -> dict[str, float]:
     if REGISTERS[candidate.isa] - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT
     efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
-    if not knobs.unroll:
+    if rolled(candidate):
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
     efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
+    efficiency /= tail(candidate)                             # a partial block of a padded window
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
@@ -244,7 +314,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     weight_bytes = depth * channels * element_bytes(op)
     l1, l2, _ = _caches()
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1 else L2_FIT)
-    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth
+    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * out_of_order(op, knobs))
     strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
@@ -253,12 +323,13 @@ def figures(candidate: Candidate) -> dict[str, float]:
 
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
-    unrolled (only whether one is); candidates that differ only there share their figures."""
+    unrolled (only whether the innermost reduction loop is); candidates that differ only there share
+    their figures."""
     knobs = candidate.knobs
     if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
         return candidate.op, candidate.isa, knobs
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, bool(knobs.unroll), knobs.outer)
+            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
