@@ -10,6 +10,13 @@ killed before its record, a truncated or corrupt file, which would crash the pro
 when loaded) it is rebuilt. Build folders left by killed builds (unlocked and older than
 ``STALE_BUILD_SECONDS``) are removed by the next build.
 
+cffi writes the extension's C; the compiler builds it in one step with the flags of this
+interpreter's own extensions (less debug information). The headers every kernel starts with
+(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` for SIMD kernels) are precompiled once
+per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an entry):
+parsing them was most of a small kernel's compile time. A precompiled header the compiler finds
+unusable it reads as text; a missing one is built again.
+
 The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
 cannot be created or written raises CacheError naming it.
 
@@ -27,9 +34,11 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +47,7 @@ from pathlib import Path
 from types import ModuleType
 
 import cffi
+from cffi.recompiler import make_c_source
 
 BASE_FLAGS = ("-O3", "-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
 CACHE_ENV = "LOOPOPT_CACHE_DIR"
@@ -47,6 +57,10 @@ BUILD_PREFIX = "build-"
 STALE_BUILD_SECONDS = 600
 SANITIZE_ENV = "LOOPOPT_SANITIZE"
 SANITIZERS = ("address", "undefined")
+INTRINSICS = "#include <immintrin.h>\n"
+PYTHON_H = "#include <Python.h>\n"
+PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin.h) of a compiler and flags
+PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
 _BUILD_FOLDER = re.compile(rf"{BUILD_PREFIX}[a-z0-9_]{{8}}")   # the names tempfile.mkdtemp gives
 
 
@@ -168,39 +182,88 @@ def _trusted(entry: Path) -> bool:
         return False
 
 
+def extension_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Compile and link flags of a Python extension module on this interpreter: its own build's
+    (``sysconfig`` CFLAGS and CCSHARED; LDSHARED less the compiler; its include folders), without
+    debug information, which only costs compile time here."""
+    config = sysconfig.get_config_vars()
+    python_flags = shlex.split(f"{config.get('CFLAGS') or ''} {config.get('CCSHARED') or ''}")
+    compile_flags = [flag for flag in python_flags if not flag.startswith("-g")]
+    paths = sysconfig.get_paths()
+    includes = dict.fromkeys(paths[key] for key in ("include", "platinclude"))
+    link = shlex.split(config.get("LDSHARED") or "cc -shared")[1:]
+    return tuple(compile_flags) + tuple(f"-I{folder}" for folder in includes), tuple(link)
+
+
 def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags: tuple[str, ...],
            target: Path, cc: str) -> None:
-    """Compile in a locked private folder, then publish the shared object and its record."""
+    """Compile in a locked private folder (cffi writes the extension's C, the compiler builds it in one
+    step), then publish the shared object and its record."""
     ffi = cffi.FFI()
     ffi.cdef(cdef)
-    ffi.set_source(name, source, extra_compile_args=list(flags), extra_link_args=list(link_flags))
     remove_stale_builds(target.parent)
     folder = Path(tempfile.mkdtemp(prefix=BUILD_PREFIX, dir=target.parent))
     lock = os.open(folder, os.O_RDONLY)
-    env_cc = os.environ.get("CC")
-    os.environ["CC"] = cc
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)   # released when the process dies: unlocked means abandoned
-        try:
-            built = Path(ffi.compile(tmpdir=str(folder), verbose=False))
-        except Exception as err:  # noqa: BLE001 -- distutils/setuptools raise several unrelated types
+        generated, built = folder / f"{name}.c", folder / target.name
+        make_c_source(ffi, name, source, str(generated), verbose=False)
+        compile_flags, extension_link = extension_flags()
+        head, python, rest = generated.read_text().partition(PYTHON_H)
+        prelude = head + python + (INTRINSICS if INTRINSICS in source else "")
+        if python and _link_prelude(cc, compile_flags + flags, prelude, folder):
+            generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
+        command = [*shlex.split(cc), *compile_flags, *flags, str(generated), "-o", str(built),
+                   *extension_link, *link_flags]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
             failed = target.with_suffix(".failed.c")
-            generated = folder / f"{name}.c"
-            if generated.exists():
-                shutil.copy(generated, failed)
-            raise BuildError(f"compiling {name} failed ({type(err).__name__}: {err}); the source is in "
-                             f"{failed}") from None
+            shutil.copy(generated, failed)
+            raise BuildError(f"compiling {name} failed ({command[0]} exited with {done.returncode}: "
+                             f"{done.stderr.strip()[-2000:]}); the source is in {failed}")
         record = folder / "record"
         record.write_text(_describe(built))
         os.replace(built, target)
         os.replace(record, _record_of(target))
     finally:
-        if env_cc is None:
-            os.environ.pop("CC", None)
-        else:
-            os.environ["CC"] = env_cc
         shutil.rmtree(folder, ignore_errors=True)
         os.close(lock)
+
+
+def _link_prelude(cc: str, flags: tuple[str, ...], prelude: str, folder: Path) -> bool:
+    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then
+    ``<immintrin.h>`` if the kernel uses it: parsing those headers is most of a small kernel's compile)
+    for ``cc`` and ``flags`` into the build ``folder`` as ``PCH_NAME``, building it first if the cache
+    has none. Hard links, so that a cache cleared meanwhile cannot take it from the build. False if
+    this compiler cannot precompile it (a precompiled header it finds unusable, it reads as text)."""
+    key = hashlib.sha256("\0".join([cc, compiler_identity(cc), *flags, prelude]).encode()).hexdigest()[:24]
+    header = folder.parent / f"{PCH_PREFIX}{key}.h"
+    compiled = header.with_name(header.name + ".gch")
+    for attempt in range(2):
+        try:
+            os.link(header, folder / PCH_NAME)
+            os.link(compiled, folder / f"{PCH_NAME}.gch")
+            return True
+        except OSError:
+            (folder / PCH_NAME).unlink(missing_ok=True)
+            if attempt or not _precompile(cc, flags, prelude, header, compiled, folder):
+                return False
+    return False
+
+
+def _precompile(cc: str, flags: tuple[str, ...], prelude: str, header: Path, compiled: Path,
+                folder: Path) -> bool:
+    """Precompile ``prelude`` in ``folder``, then publish it as ``compiled`` and its text as ``header``,
+    each with an atomic rename."""
+    draft = folder / "prelude.h"
+    draft.write_text(prelude)
+    done = subprocess.run([*shlex.split(cc), *flags, "-x", "c-header", str(draft), "-o", f"{draft}.gch"],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        return False
+    os.replace(f"{draft}.gch", compiled)
+    os.replace(draft, header)
+    return True
 
 
 def _build_folders(directory: Path) -> list[Path]:

@@ -191,3 +191,29 @@ def test_info_and_clear(cache, capsys):
     assert sorted(cache.iterdir()) == [mine]
     assert (cache_info().entries, cache_info().bytes) == (0, 0)
     assert clear_cache().entries == 0
+
+
+INTRINSIC_SOURCE = ("#include <immintrin.h>\n"
+                    "int lo_value(void) {{ return _mm_cvtsi128_si32(_mm_set1_epi32({})); }}")
+
+
+def test_preludes_are_precompiled_once_and_a_damaged_one_is_only_slower(cache):
+    """Kernels of one compiler and flags share a precompiled prelude (cffi's lines to <Python.h>, and
+    <immintrin.h> where the kernel includes it); a damaged one is read as text, a missing one rebuilt."""
+    def preludes():
+        return sorted(p.name for p in cache.glob(f"{cbuild.PCH_PREFIX}*.h.gch"))
+
+    assert compile_c(INTRINSIC_SOURCE.format(3), CDEF).lib.lo_value() == 3
+    assert compile_c(source(4), CDEF).lib.lo_value() == 4     # no intrinsics: a prelude of its own
+    assert len(first := preludes()) == 2
+    assert compile_c(INTRINSIC_SOURCE.format(5), CDEF).lib.lo_value() == 5
+    assert preludes() == first
+    for compiled in cache.glob("*.gch"):
+        compiled.write_bytes(b"not a precompiled header")
+    assert compile_c(INTRINSIC_SOURCE.format(6), CDEF).lib.lo_value() == 6
+    for compiled in cache.glob("*.gch"):
+        compiled.unlink()
+    assert compile_c(INTRINSIC_SOURCE.format(7), CDEF).lib.lo_value() == 7
+    assert len(preludes()) == 1
+    clear_cache()
+    assert not list(cache.iterdir())

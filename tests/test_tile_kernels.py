@@ -367,20 +367,23 @@ def test_amx_isa_on_a_cpu_without_amx(monkeypatch):
 BF16 = {"dtype": "bfloat16"}
 
 
-@pytest.mark.parametrize("op", [
+PACKED_OPS = [
     lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, quant=QSPEC),
     lo.Conv2d(3, 20, 7, height=9, width=9, quant=QSPEC), lo.Conv2d(24, 20, 3, height=5, width=5, quant=QSPEC),
     lo.Conv2d(150, 20, 1, height=3, width=3, quant=QSPEC), lo.Matmul(5, 17, 70, quant=QSPEC),
     lo.Conv2d(6, 40, (2, 3), groups=2, height=4, width=4, **BF16),
-    lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)])
-@pytest.mark.parametrize("patch", [False, True], ids=["taps", "gathered"])
+    lo.Conv2d(70, 20, 1, height=3, width=3, **BF16), lo.Matmul(5, 17, 33, **BF16)]
+
+
+@pytest.mark.parametrize("op, patch", [
+    *((op, False) for op in PACKED_OPS),
+    # patches are gathered for convs of one group only
+    *((op, True) for op in PACKED_OPS if op.groups == 1 and op.windows)])
 def test_weights_in_b_tiles(op, patch):
     """Packed weight [g, tile, kh, kw, chunk, r, group n + t] is W[channel g kg + 16 tile + n, c,
     kh, kw'] for the tap value v = start + group r + t (c = v, kw' = kw; folded: kw' = v // pitch,
     c = v % pitch; gathered patches: kh, kw', c = v over (KH, KW, pitch)) of a real channel and
     output, else 0 (group: 4 int8, 2 bf16 values per 32 bits)."""
-    if patch and (op.groups > 1 or not op.windows):
-        pytest.skip("patches are gathered for convs of one group")
     s = tiles.TileShape.of(op, patch)
     dtype = np.int8 if op.quant else np.uint16
     w = np.random.default_rng(0).integers(1, 100, op.tensor(op.inputs[1]).shape).astype(dtype)
