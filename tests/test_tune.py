@@ -305,7 +305,9 @@ def test_amx_candidates_join_the_int8_search(tmp_path):
     assert all(c.schedule.parallel_loop is not None for c in parallel)
     assert not [c for c in candidates(op, "avx512") if c.isa == "amx"]     # isa="avx512" asked: no tiles
     bf16 = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, dtype="bfloat16")
-    assert [c.isa for c in candidates(bf16, "avx512", tiles=True)].count("amx") == 8
+    # bf16: each of the 8 blocks with taps and with gathered patches (720 bytes in 12 K-steps, 18 by taps)
+    bf16_tiles = [c for c in candidates(bf16, "avx512", tiles=True) if c.isa == "amx"]
+    assert sorted(c.knobs.patches for c in bf16_tiles) == [False] * 8 + [True] * 8
     result = lo.tune(op, trials=1, isa="amx", budget=BUDGET, progress=False)
     assert result.isa == "amx" and result.timing.verified
     assert all(t.knobs["isa"] == "amx" and t.model["predicted_seconds"] > 0 for t in result.trials)
