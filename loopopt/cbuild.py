@@ -182,6 +182,7 @@ def _trusted(entry: Path) -> bool:
         return False
 
 
+@cache
 def extension_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Compile and link flags of a Python extension module on this interpreter: its own build's
     (``sysconfig`` CFLAGS and CCSHARED; LDSHARED less the compiler; its include folders), without
@@ -211,10 +212,10 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
         compile_flags, extension_link = extension_flags()
         head, python, rest = generated.read_text().partition(PYTHON_H)
         prelude = head + python + (INTRINSICS if INTRINSICS in source else "")
-        if python and _link_prelude(cc, compile_flags + flags, prelude, folder):
+        compiler_call = (*shlex.split(cc), *compile_flags, *flags)
+        if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
             generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
-        command = [*shlex.split(cc), *compile_flags, *flags, str(generated), "-o", str(built),
-                   *extension_link, *link_flags]
+        command = [*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             failed = target.with_suffix(".failed.c")
@@ -230,34 +231,39 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
         os.close(lock)
 
 
-def _link_prelude(cc: str, flags: tuple[str, ...], prelude: str, folder: Path) -> bool:
+def _link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path) -> bool:
     """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then
     ``<immintrin.h>`` if the kernel uses it: parsing those headers is most of a small kernel's compile)
-    for ``cc`` and ``flags`` into the build ``folder`` as ``PCH_NAME``, building it first if the cache
-    has none. Hard links, so that a cache cleared meanwhile cannot take it from the build. False if
-    this compiler cannot precompile it (a precompiled header it finds unusable, it reads as text)."""
-    key = hashlib.sha256("\0".join([cc, compiler_identity(cc), *flags, prelude]).encode()).hexdigest()[:24]
+    for this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building
+    it first if the cache has none. Hard links, so that a cache cleared meanwhile cannot take it from
+    the build. False if this compiler cannot precompile it (one it finds unusable, it reads as text)."""
+    key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
     header = folder.parent / f"{PCH_PREFIX}{key}.h"
     compiled = header.with_name(header.name + ".gch")
-    for attempt in range(2):
-        try:
-            os.link(header, folder / PCH_NAME)
-            os.link(compiled, folder / f"{PCH_NAME}.gch")
-            return True
-        except OSError:
-            (folder / PCH_NAME).unlink(missing_ok=True)
-            if attempt or not _precompile(cc, flags, prelude, header, compiled, folder):
-                return False
-    return False
+    if _hard_link(header, compiled, folder):
+        return True
+    return _precompile(compiler_call, prelude, header, compiled, folder) and \
+        _hard_link(header, compiled, folder)
 
 
-def _precompile(cc: str, flags: tuple[str, ...], prelude: str, header: Path, compiled: Path,
+def _hard_link(header: Path, compiled: Path, folder: Path) -> bool:
+    """Link ``header`` and its ``compiled`` form into ``folder`` as ``PCH_NAME``; False if either is gone."""
+    try:
+        os.link(header, folder / PCH_NAME)
+        os.link(compiled, folder / f"{PCH_NAME}.gch")
+        return True
+    except OSError:
+        (folder / PCH_NAME).unlink(missing_ok=True)
+        return False
+
+
+def _precompile(compiler_call: tuple[str, ...], prelude: str, header: Path, compiled: Path,
                 folder: Path) -> bool:
     """Precompile ``prelude`` in ``folder``, then publish it as ``compiled`` and its text as ``header``,
     each with an atomic rename."""
     draft = folder / "prelude.h"
     draft.write_text(prelude)
-    done = subprocess.run([*shlex.split(cc), *flags, "-x", "c-header", str(draft), "-o", f"{draft}.gch"],
+    done = subprocess.run([*compiler_call, "-x", "c-header", str(draft), "-o", f"{draft}.gch"],
                           capture_output=True, check=False)
     if done.returncode != 0:
         return False
