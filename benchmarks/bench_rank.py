@@ -19,7 +19,9 @@ Spearman rank correlation of each prediction with the measured minimum time over
   tile model's and the heuristic's);
 * ``refitted``: the guide's fitted time of each trial when it was picked, the search replayed in the
   logged order (``Guide.observe`` on each trial after its prediction): the prediction the search
-  ranks by, fitted on the earlier trials only.
+  ranks by, fitted on the earlier trials only;
+* ``cross-validated``: each trial predicted by the fit to all the search's other trials (leave one
+  out): the refitted model at the end of the search, out of sample.
 
 The figures are recomputed on this machine (its machine profile); the logs' trials must be of this
 machine's kind for them to mean anything (each search's fingerprint is printed).
@@ -47,14 +49,14 @@ from tune_layers import LAYERS as CATALOG_LAYERS
 
 import loopopt as lo
 from loopopt.ops import Op
-from loopopt.tune.fit import spearman
-from loopopt.tune.guide import Guide, price
+from loopopt.tune.fit import Fit, spearman
+from loopopt.tune.guide import Guide, family, price
 from loopopt.tune.rank import figures as figures_of
 from loopopt.tune.space import Candidate, Knobs, TileKnobs
 
 SECTION = "## Ranking model vs tuning logs"
 GOAL = 0.8                        # the issue's goal: Spearman >= 0.8 over each search's trials
-FIGURES = ("logged", "heuristic", "model", "predicted", "refitted")
+FIGURES = ("logged", "heuristic", "model", "predicted", "refitted", "cross-validated")
 
 
 def known_ops() -> dict[str, Op]:
@@ -91,6 +93,8 @@ class Search:
     candidates: list[Candidate] = field(default_factory=list)
     measured: list[float] = field(default_factory=list)        # minimum time (s)
     logged: list[float | None] = field(default_factory=list)   # the model_seconds the search recorded
+    schedules: list[str] = field(default_factory=list)         # each trial's schedule (TOML)
+    budgets: list[float] = field(default_factory=list)         # each trial's timing budget (s)
 
     @property
     def name(self) -> str:
@@ -108,8 +112,8 @@ def _rows(path: str) -> list[tuple]:
                 shutil.copyfile(path + suffix, str(copy) + suffix)
         db = sqlite3.connect(copy)
         try:
-            return db.execute("SELECT op, threads, fingerprint, isa, knobs, model, min FROM trials "
-                              "WHERE status = 'ok' ORDER BY id").fetchall()
+            return db.execute("SELECT op, threads, fingerprint, isa, knobs, model, min, schedule, budget "
+                              "FROM trials WHERE status = 'ok' ORDER BY id").fetchall()
         finally:
             db.close()
 
@@ -119,7 +123,7 @@ def searches(paths: Iterable[str], ops: dict[str, Op], wanted: str = "") -> list
     ``wanted``); the logs are read from copies (``_rows``)."""
     found: dict[tuple, Search] = {}
     for path in paths:
-        for signature, threads, fingerprint, isa, knobs, model, least in _rows(path):
+        for signature, threads, fingerprint, isa, knobs, model, least, schedule, budget in _rows(path):
             op = ops.get(signature)
             if op is None or wanted not in signature:
                 continue
@@ -131,6 +135,8 @@ def searches(paths: Iterable[str], ops: dict[str, Op], wanted: str = "") -> list
             search.candidates.append(trial)
             search.measured.append(least)
             search.logged.append(json.loads(model).get("model_seconds"))
+            search.schedules.append(schedule)
+            search.budgets.append(budget)
     return list(found.values())
 
 
@@ -147,7 +153,22 @@ def predictions(search: Search) -> dict[str, list[float | None]]:
         figures["predicted"].append(guide.prior(index))
         figures["refitted"].append(guide.fitted(index))
         guide.observe(index, seconds)
+    figures["cross-validated"] = cross_validated(guide, search.measured)
     return figures
+
+
+def cross_validated(guide: Guide, measured: list[float]) -> list[float | None]:
+    """Each trial predicted by the fit to all the search's other trials of its family (leave one out):
+    the refitted model's out-of-sample prediction at the end of the search (None: a refused schedule)."""
+    samples = [(family(guide.candidates[i]), guide.features(i), seconds)
+               for i, seconds in enumerate(measured)]
+    predicted: list[float | None] = []
+    for index, (name, features, _) in enumerate(samples):
+        others = [(f, t) for j, (kind, f, t) in enumerate(samples)
+                  if j != index and kind == name and math.isfinite(f[0])]
+        value = Fit.of(others).predict(features)
+        predicted.append(value if math.isfinite(value) else None)
+    return predicted
 
 
 def correlation(predicted: list[float | None], measured: list[float]) -> float | None:
@@ -205,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
         "each prediction with the measured minimum time over a search's verified trials (module docstring "
         "of `benchmarks/bench_rank.py`: logged = the kernel model as the search recorded it, heuristic = "
         "`rank.figures`, model = the kernel model today, predicted = what the guide orders by before a "
-        "refit, refitted = the guide's prediction when the trial was picked, fitted on the earlier trials).",
+        "refit, refitted = the guide's prediction when the trial was picked, fitted on the earlier trials, "
+        "cross-validated = each trial predicted by the fit to all the other trials).",
         summary(results), table(results)])
     print(f"{SECTION}\n\n{text}")
     if args.write:
