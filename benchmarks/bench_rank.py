@@ -49,8 +49,8 @@ from tune_layers import LAYERS as CATALOG_LAYERS
 
 import loopopt as lo
 from loopopt.ops import Op
-from loopopt.tune.fit import Fit, spearman
-from loopopt.tune.guide import Guide, family, price
+from loopopt.tune.fit import spearman
+from loopopt.tune.guide import Guide, price
 from loopopt.tune.rank import figures as figures_of
 from loopopt.tune.space import Candidate, Knobs, TileKnobs
 
@@ -79,7 +79,7 @@ def candidate(op: Op, isa: str, knobs: dict) -> Candidate | None:
     return Candidate(op, isa, Knobs(knobs["pixel_block"], knobs["channel_block"], tuple(knobs["reduction"]),
                                     tuple(knobs["outer"]), knobs["weights"], knobs["cache_block"],
                                     tuple(tuple(u) for u in knobs["unroll"]), knobs["parallel"],
-                                    knobs.get("weight_format", "int8")))
+                                    knobs.get("weight_format", "int8"), knobs.get("pixel")))
 
 
 @dataclass
@@ -158,17 +158,10 @@ def predictions(search: Search) -> dict[str, list[float | None]]:
 
 
 def cross_validated(guide: Guide, measured: list[float]) -> list[float | None]:
-    """Each trial predicted by the fit to all the search's other trials of its family (leave one out):
-    the refitted model's out-of-sample prediction at the end of the search (None: a refused schedule)."""
-    samples = [(family(guide.candidates[i]), guide.features(i), seconds)
-               for i, seconds in enumerate(measured)]
-    predicted: list[float | None] = []
-    for index, (name, features, _) in enumerate(samples):
-        others = [(f, t) for j, (kind, f, t) in enumerate(samples)
-                  if j != index and kind == name and math.isfinite(f[0])]
-        value = Fit.of(others).predict(features)
-        predicted.append(value if math.isfinite(value) else None)
-    return predicted
+    """Each trial predicted by the fit to all the search's other trials of its family (leave one out,
+    ``Guide.held_out``; None: a refused schedule), the guide having observed them all."""
+    held = guide.held_out()
+    return [held[i] if i in held and math.isfinite(held[i]) else None for i in range(len(measured))]
 
 
 def correlation(predicted: list[float | None], measured: list[float]) -> float | None:

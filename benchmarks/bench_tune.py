@@ -99,6 +99,7 @@ class Row:
     within_seconds: float | None = None
     spearman: float | None = None
     ranking: float | None = None       # Spearman of the refitted prediction each trial was picked by
+    fit: float | None = None           # Spearman of the final fit, each trial left out of it
 
 
 def _peer_cases(layer: Layer, threads: int):
@@ -164,7 +165,7 @@ def search(layer: Layer, threads: int, args: argparse.Namespace, options: Option
     reached = result.first_within(WITHIN)
     row.trials, row.elapsed = len(result.trials), result.elapsed
     row.within_trial, row.within_seconds = reached.number, reached.elapsed
-    row.spearman, row.ranking = result.model_spearman, result.ranking_spearman
+    row.spearman, row.ranking, row.fit = result.model_spearman, result.ranking_spearman, result.fit_spearman
     row.peers, notes = peer_medians(layer, threads, options)
     if not timing.verified:
         notes.insert(0, "loopopt: output NOT verified")
@@ -181,8 +182,8 @@ def results_table(rows: list[Row]) -> str:
     head = ("| layer | threads | ISA | loopopt tuned (ms) | rate | % of peak | "
             + " | ".join(f"{p} (ms)" for p in peers)
             + " | vs best peer | within 95%: trial (s) | search: trials (s) | Spearman | ranking Spearman "
-              "| notes |")
-    lines = [head, "|" + "---|" * (12 + len(peers))]
+              "| fit Spearman | notes |")
+    lines = [head, "|" + "---|" * (13 + len(peers))]
     for r in rows:
         found = [m for m in (r.peers or {}).values() if m is not None]
         speed = min(found) / r.median if found and r.median else None
@@ -192,6 +193,7 @@ def results_table(rows: list[Row]) -> str:
             + " | ".join(_fmt(m and m * 1e3, '.3f') for m in ((r.peers or {}).get(p) for p in peers))
             + f" | {_fmt(speed, '.2f')}x | {_fmt(r.within_trial, 'd')} ({_fmt(r.within_seconds, '.1f')}) | "
             f"{r.trials} ({r.elapsed:.1f}) | {_fmt(r.spearman, '+.3f')} | {_fmt(r.ranking, '+.3f')} | "
+            f"{_fmt(r.fit, '+.3f')} | "
             f"{r.notes} |")
     return "\n".join(lines)
 
@@ -239,7 +241,8 @@ def report(command: str, args: argparse.Namespace, rows: list[Row], others: floa
          f"the measured minimum over the search's verified trials (AMX trials: the tile model's); "
          f"ranking Spearman: the same for the prediction each trial was picked by (`fitted_seconds`: "
          f"the model's time with the heuristic's memory terms and the thread imbalance, refitted to "
-         f"the trials measured before it). "
+         f"the trials measured before it); fit Spearman: the same for the search's final fit out of "
+         f"sample (`held_out_seconds`: each trial predicted by the refit to all the other trials). "
          f"int8: uint8 activations per tensor, int8 symmetric weights per output channel, uint8 "
          f"output."),
         "### Layers\n\n" + layers_table(args.layers),

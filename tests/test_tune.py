@@ -366,16 +366,25 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     assert imbalance(uneven, 2) == pytest.approx(8 / 7) and imbalance(uneven, 1) == 1
     guide = Guide([uneven], model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
     stream = uneven.figures["stream_seconds"]
-    assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
+    assert guide.modelled(0) == pytest.approx(max(1e-3, stream) * 8 / 7)      # streams overlap the compute
     features = dict(zip(FEATURES, guide.features(0), strict=True))
     prior = math.sqrt(guide.modelled(0) * uneven.figures["predicted_seconds"])    # BLEND 0.5: geometric mean
     assert guide.prior(0) == pytest.approx(prior) and features["model"] == pytest.approx(math.log(prior))
     assert features["load"] == pytest.approx(math.log(0.5))
     assert features["latency"] == pytest.approx(math.log(2))
     assert features["issue"] == pytest.approx(math.log(SMALLEST)) and features["unpriced"] == 0
+    # the nest's shape: a block of 1 row, the places of its outer loops (0 outermost, 1 innermost, -1
+    # absent), the reduction k alone
+    outer = uneven.knobs.outer
+    assert features["pixels"] == 0
+    assert features["channels"] == pytest.approx(math.log(uneven.knobs.channel_block))
+    assert features["pixel_loop"] == outer.index("i_o") / (len(outer) - 1) and len(outer) > 1
+    assert features["channel_loop"] == (outer.index("j_o") / (len(outer) - 1) if "j_o" in outer else -1)
+    assert features["cache_loop"] == -1 and features["channels_order"] == 1
     unpriced = Guide([uneven], model=lambda c: None)               # a table lookup: the heuristic's time
     assert unpriced.fitted(0) == pytest.approx(uneven.figures["predicted_seconds"])
-    assert unpriced.features(0)[-1] == 1 and "model_seconds" not in unpriced.figures(0)
+    assert dict(zip(FEATURES, unpriced.features(0), strict=True))["unpriced"] == 1
+    assert "model_seconds" not in unpriced.figures(0)
 
 
 def test_ranking_sees_rolled_loops_partial_padded_blocks_and_scattered_outer_loops():
@@ -426,7 +435,7 @@ def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     guide = Guide(ranked, model=lambda c: Price(1e-12 / c.figures["predicted_seconds"] ** 3))
     guide.score_best(60)
     before = guide.order(range(60))
-    assert spearman([guide.prior(i) for i in before], range(60)) > 0.99      # the prior's order: a wrong one
+    assert before == sorted(range(60), key=lambda i: (guide.prior(i), i))    # the prior's order: a wrong one
     assert spearman([heuristic[i] for i in before], range(60)) < -0.8
     measured = before[::6]                         # trials spread over the order, their times following
     for index in measured:                         # the heuristic
@@ -434,6 +443,23 @@ def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     after = guide.order(i for i in before if i not in measured)
     assert spearman([heuristic[i] for i in after], range(len(after))) > 0.9
     assert guide.figures(after[0])["fitted_seconds"] == pytest.approx(guide.fitted(after[0]))
+
+
+def test_held_out_predictions_leave_each_trial_out_of_its_fit():
+    ranked = rank(candidates(OPS["conv"], "avx512"))[:12]
+    measured = {i: (1 + i % 5) * 1e-4 for i in range(12)}
+
+    def held(times):
+        guide = Guide(ranked, model=lambda c: Price(c.figures["predicted_seconds"]))
+        for index, seconds in times.items():
+            guide.observe(index, seconds)
+        return guide.held_out()
+
+    first = held(measured)
+    assert sorted(first) == list(range(12))
+    changed = held({**measured, 3: 1.0})           # trial 3 measured 1000x slower
+    assert changed[3] == pytest.approx(first[3])   # its own prediction does not see its time
+    assert any(changed[i] != pytest.approx(first[i]) for i in range(12) if i != 3)    # the others' do
 
 
 LARGE = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7)    # ResNet-18's last layers: 9.4 MB of weights
@@ -483,6 +509,10 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert result.ranking_spearman == pytest.approx(ranking)
     assert result.to_dict()["ranking_spearman"] == pytest.approx(ranking)
     assert f"the prediction each trial was picked by: {ranking:+.3f}" in str(result)
+    held = [(t.model["held_out_seconds"], t.seconds) for t in result.trials]    # the final fit, left out
+    assert result.fit_spearman == pytest.approx(spearman(*zip(*held)))
+    assert result.to_dict()["fit_spearman"] == pytest.approx(result.fit_spearman)
+    assert f"the final fit, each trial left out of it: {result.fit_spearman:+.3f}" in str(result)
     assert "model ms" in result.table()
 
 

@@ -151,14 +151,25 @@ class TuneResult:
         pairs = self._modelled("fitted_seconds")
         return spearman(*zip(*pairs)) if pairs else None
 
+    @property
+    def fit_spearman(self) -> float | None:
+        """Spearman's rank correlation between the search's final fit out of sample (each trial
+        predicted by the refit to all the other verified trials: ``held_out_seconds``) and the
+        measured minimum time over the verified trials that have a model time; None with fewer than 3."""
+        pairs = [pair for pair in self._modelled("held_out_seconds") if pair[0] is not None]
+        return spearman(*zip(*pairs)) if len(pairs) >= 3 else None
+
     def _modelled(self, figure: str = "model_seconds") -> list[tuple[float, float]]:
         return [(t.model[figure], t.seconds) for t in self.trials
-                if t.seconds is not None and "model_seconds" in t.model and math.isfinite(t.model[figure])]
+                if t.seconds is not None and "model_seconds" in t.model and figure in t.model
+                and math.isfinite(t.model[figure])]
 
     def _model_line(self) -> str:
         rho, modelled = self.model_spearman, f"{len(self._modelled())} verified trials with a model time"
         ranking = self.ranking_spearman
         picked = "" if ranking is None else f"; the prediction each trial was picked by: {ranking:+.3f}"
+        fit = self.fit_spearman
+        picked += "" if fit is None else f"; the final fit, each trial left out of it: {fit:+.3f}"
         return (f"model vs measured: Spearman {rho:+.3f} over {modelled}{picked}" if rho is not None
                 else f"model vs measured: no Spearman figure ({modelled}, 3 needed)")
 
@@ -197,7 +208,7 @@ class TuneResult:
         return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
-                "ranking_spearman": self.ranking_spearman,
+                "ranking_spearman": self.ranking_spearman, "fit_spearman": self.fit_spearman,
                 "algorithm": self.algorithm, "skipped": self.skipped,
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),

@@ -161,6 +161,7 @@ class _Search:
         self.refusals: list[str] = []
         self.seen: set[str] = set()
         self.stopped = ""
+        self.candidate_of: dict[int, int] = {}      # trial number -> candidate index (the direct search's)
 
     def search(self, trials: int, seconds: float | None) -> None:
         """Start trials and collect them until ``trials`` ended, ``seconds`` passed or none is left."""
@@ -228,6 +229,7 @@ class _Search:
     def _record(self, index: int, trial: Trial) -> None:
         trial = replace(trial, elapsed=time.perf_counter() - self.start)
         self.done.append(trial)
+        self.candidate_of[trial.number] = index
         self.walk.observe(index, trial.seconds)
         self.bar.update(len(self.done), _progress_label(self.op, self.done))
 
@@ -253,6 +255,13 @@ class _Search:
                                    timing, error, logged=logged is not None,
                                    elapsed=time.perf_counter() - self.start))
             self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
+    def held_out(self) -> list[Trial]:
+        """The trials done, each verified trial of the direct search with the final fit's prediction of
+        it from the other trials (``held_out_seconds``: ``Guide.held_out``)."""
+        held = self.walk.guide.held_out()
+        return [replace(t, model={**t.model, "held_out_seconds": held[self.candidate_of[t.number]]})
+                if self.candidate_of.get(t.number) in held else t for t in self.done]
 
     def abandon(self) -> None:
         """Cancel the trials in flight (the search ends early: an error or an interrupt)."""
@@ -326,7 +335,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
             run.executor.shutdown()
         if tuning_log is not None:
             tuning_log.close()
-    return _result(op, isa, threads, state.done, state.refusals, time.perf_counter() - start, log,
+    return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
                    state.stopped, skipped)
 
 
