@@ -366,7 +366,7 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     assert imbalance(uneven, 2) == pytest.approx(8 / 7) and imbalance(uneven, 1) == 1
     guide = Guide([uneven], model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
     stream = uneven.figures["stream_seconds"]
-    assert guide.modelled(0) == pytest.approx(max(1e-3, stream) * 8 / 7)      # streams overlap the compute
+    assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
     features = dict(zip(FEATURES, guide.features(0), strict=True))
     prior = math.sqrt(guide.modelled(0) * uneven.figures["predicted_seconds"])    # BLEND 0.5: geometric mean
     assert guide.prior(0) == pytest.approx(prior) and features["model"] == pytest.approx(math.log(prior))

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
 from .fit import Fit
-from .rank import outer_extents, overlapped, rolled, tail
+from .rank import outer_extents, rolled, tail
 from .space import Candidate, Knobs, Roles
 from .tile_model import tile_time
 
@@ -184,9 +184,8 @@ class Guide:
         if model is None:
             return None
         candidate = self.candidates[index]
-        figures = candidate.figures
-        return ((overlapped(model.seconds * tail(candidate), figures.get("stream_seconds", 0.0))
-                 + figures.get("strided_seconds", 0.0)) * imbalance(candidate, self.threads))
+        return ((model.seconds * tail(candidate) + memory_seconds(candidate))
+                * imbalance(candidate, self.threads))
 
     def prior(self, index: int) -> float:
         """The prediction of candidate ``index`` before any trial (the fit's prior): the geometric mean

@@ -318,16 +318,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
-            "predicted_seconds": overlapped(compute, stream) + strided}
+            "predicted_seconds": compute + stream + strided}
 
-
-def overlapped(compute: float, stream: float) -> float:
-    """The time of a block's compute and its operands streamed from beyond L2 together: the longer of
-    the two (the prefetchers fetch a stream while the block computes). In one search on a quiet
-    machine (BERT FFN down-projection, 6x48 packed blocks), the loop order that reads the 4.7 MB of
-    activations 16 times from L3 (75 MB: 2.7 ms at L3's one-core bandwidth, the sum had it 1.6x slower
-    than the order that reads them once) ran fastest of the search, 9.8 ms against 10.2 ms."""
-    return max(compute, stream)
 
 
 def _reads(candidate: Candidate) -> tuple:
