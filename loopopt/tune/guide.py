@@ -112,11 +112,12 @@ def shape(candidate: Candidate) -> tuple[float, ...]:
     """The ``SHAPE`` features of a register-blocked candidate (zeros for the others): the logs of its
     block's pixels and channels; the places of the channel block, pixel block and cache block loops
     among the outer loops (0 outermost, 1 innermost, -1 absent) and of the reduction channels in the
-    reduction order (0 outermost, 1 innermost or alone). Over the 11 one-thread searches of
-    ``bench_tune.py`` on a quiet machine (``benchmarks/bench_rank.py``), they raised the median
-    Spearman of the prediction each trial was picked by from +0.53 to +0.57 and of the final fit's
-    (leave one out) from +0.52 to +0.72: within one search, the measured trials tell these apart
-    where the models do not."""
+    reduction order (0 outermost, 1 innermost or alone). Within one search the measured trials tell
+    these apart where the models do not: over the 11 one-thread searches of ``bench_tune.py`` on a
+    quiet machine (``benchmarks/bench_rank.py``) the median Spearman of the prediction each trial was
+    picked by went from +0.51 to +0.58 with them, of the final fit (leave one out) from +0.51 to +0.67;
+    over 9 fp32 and 9 int8 catalog searches, +0.53 -> +0.67 and +0.68 -> +0.64, and +0.72 -> +0.80 and
+    +0.75 -> +0.79."""
     knobs = candidate.knobs
     if not isinstance(knobs, Knobs):
         return (0.0,) * SHAPE

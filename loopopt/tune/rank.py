@@ -321,7 +321,6 @@ def figures(candidate: Candidate) -> dict[str, float]:
             "predicted_seconds": compute + stream + strided}
 
 
-
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
     unrolled (only whether the innermost reduction loop is); candidates that differ only there share

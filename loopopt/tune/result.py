@@ -156,8 +156,8 @@ class TuneResult:
         """Spearman's rank correlation between the search's final fit out of sample (each trial
         predicted by the refit to all the other verified trials: ``held_out_seconds``) and the
         measured minimum time over the verified trials that have a model time; None with fewer than 3."""
-        pairs = [pair for pair in self._modelled("held_out_seconds") if pair[0] is not None]
-        return spearman(*zip(*pairs)) if len(pairs) >= 3 else None
+        pairs = self._modelled("held_out_seconds")
+        return spearman(*zip(*pairs)) if pairs else None
 
     def _modelled(self, figure: str = "model_seconds") -> list[tuple[float, float]]:
         return [(t.model[figure], t.seconds) for t in self.trials
