@@ -23,7 +23,10 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   (``KH x KW x C`` values, its runs of ``KW x C`` consecutive stored values) into a per-thread
   buffer, one row of whole 64-byte chunks per pixel (zeros past the patch), once per pixel block
   (the channel blocks after it reuse it); the tiles load their rows from there: conv1's 147 bytes
-  in 3 K-steps instead of 7 filter rows. The copy is inside the timed call (the input is runtime
+  in 3 K-steps instead of 7 filter rows. Each pixel's window is found from its place among all the
+  output pixels, so the blocks run across output rows and images as a GEMM's do (``flat``): tile
+  rows are not left empty at the end of an output row (VGG conv5_1's 19-pixel rows fill 19 of the
+  32 rows of a 2-tile block per output row, its 361 pixels 361 of 384 in one line). The copy is inside the timed call (the input is runtime
   data): an int8 run of at most 64 bytes is one whole 16/32/64-byte vector load and store (what it
   writes past the run is overwritten by the next run or meets zero weights; what it reads past the
   input's end is its declared read-ahead), others exact.
@@ -205,14 +208,21 @@ class TileShape(quantized.GroupShape):
                 self.cols.size + self.cols.pad + self.cols.pad_end)
 
     @property
+    def flat(self) -> bool:
+        """One line of all output pixels, across rows and images: a GEMM (its pixels are consecutive
+        in the input), or gathered patches (each pixel's patch copied on its own)."""
+        return self.gemm or self.patch
+
+    @property
     def lines(self) -> int:
-        """Runs of consecutive output pixels: one per image and output row (one in all for a GEMM)."""
-        return 1 if self.gemm else self.batch * self.rows.out
+        """Runs of output pixels the tile rows take in order: one per image and output row (one in all
+        when ``flat``)."""
+        return 1 if self.flat else self.batch * self.rows.out
 
     @property
     def pixels(self) -> int:
         """Output pixels per line."""
-        return self.batch * self.rows.out * self.cols.out if self.gemm else self.cols.out
+        return self.batch * self.rows.out * self.cols.out if self.flat else self.cols.out
 
     @property
     def chunk(self) -> int:
@@ -542,7 +552,7 @@ def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
     op_dims = []
     s = plan.shape
     rows, cols = s.rows, s.cols
-    if s.gemm:
+    if s.flat:
         op_dims.append(f"const {it} t_p = t_p0 + t_r;")
         batch_value, row, col = (f"t_p / {rows.out * cols.out}", f"t_p / {cols.out} % {rows.out}",
                                  f"t_p % {cols.out}")
@@ -599,8 +609,9 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     inner += [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
              f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
              f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
-             f"const {flavour.activation_type} *t_a = {op.inputs[0]} + ({line_base} + "
-             f"(ptrdiff_t)t_p0 * {sw}) * {s.channels} + t_g * {s.pitch};",
+             f"const {flavour.activation_type} *t_a = {op.inputs[0]} + "
+             + (f"t_g * {s.pitch};" if s.patch else       # the gather finds each pixel's window
+                f"({line_base} + (ptrdiff_t)t_p0 * {sw}) * {s.channels} + t_g * {s.pitch};"),
              f"const {flavour.weight_type} *t_b = {op.inputs[1]} + "
              f"((ptrdiff_t)t_g * {s.channel_tiles} + t_j0) * {per_tile};"]
     if s.patch:       # the block's patches, gathered once per pixel block (its channel blocks share them)
@@ -609,7 +620,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                      "__attribute__((aligned(64)));",
                      "memset(lo_patch, 0, sizeof lo_patch);   /* the zeros past each patch */",
                      f"{it} lo_line = -1, lo_p0 = -1;   /* the pixel block lo_patch holds */"]
-        inner += _gather(plan, it)
+        inner += _gather(plan, it, flavour.activation_type)
         inner.append("t_a = lo_patch;")
         step = s.patch_pitch
     inner += block.zeros()
@@ -656,10 +667,20 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                                "#pragma omp parallel", "{", *region, "}"]
 
 
-def _gather(plan: TilePlan, it: str) -> list[str]:
-    """C gathering the patches of the block's pixels (from ``t_a``, its first pixel's window) into
-    ``lo_patch``, one row of ``patch_pitch`` values per pixel, unless it holds them already; then a
-    compiler barrier (the tile loads do not tell the compiler that they read ``lo_patch``)."""
+def _window(shape: TileShape) -> str:
+    """C of the offset (in values) of pixel ``t_p`` (of the one line of all output pixels) in the
+    stored input: its image, output row and column, through the strides into the padded input."""
+    rows, cols = shape.rows, shape.cols
+    hp, wp = shape.padded
+    return (f"(((ptrdiff_t)(t_p / {rows.out * cols.out}) * {hp} + t_p / {cols.out} % {rows.out} * "
+            f"{rows.stride}) * {wp} + t_p % {cols.out} * {cols.stride}) * {shape.channels}")
+
+
+def _gather(plan: TilePlan, it: str, value_type: str) -> list[str]:
+    """C gathering the patches of the block's pixels (``t_a`` the group's first stored value, each
+    pixel's window found from its place in the line of all output pixels) into ``lo_patch``, one row
+    of ``patch_pitch`` values per pixel, unless it holds them already; then a compiler barrier (the
+    tile loads do not tell the compiler that they read ``lo_patch``)."""
     s = plan.shape
     rows, cols = s.rows, s.cols
     wp = s.padded[1]
@@ -669,7 +690,7 @@ def _gather(plan: TilePlan, it: str) -> list[str]:
               f"t_u % {per_row} * {cols.dilation * s.channels}" if per_row > 1 else
               f"(ptrdiff_t)t_u * {rows.dilation * wp * s.channels}")
     target = f"lo_patch + t_r * {s.patch_pitch} + t_u * {length}"
-    origin = f"t_a + (ptrdiff_t)t_r * {cols.stride * s.channels} + {source}"
+    origin = f"t_w + {source}"
     size, vector = length * s.element, s.copy_bytes
     if vector != size:          # a whole vector: bytes past the run are overwritten or meet zero weights
         kind = {16: "__m128i", 32: "__m256i", 64: "__m512i"}[vector]
@@ -683,9 +704,12 @@ def _gather(plan: TilePlan, it: str) -> list[str]:
         copy = f"memcpy({target}, {origin}, {size});"
     return ["if (t_line != lo_line || t_p0 != lo_p0) {",
             "    lo_line = t_line, lo_p0 = t_p0;",
-            f"    for ({it} t_r = 0; t_r < {plan.block_pixels}; ++t_r)",
+            f"    for ({it} t_r = 0; t_r < {plan.block_pixels}; ++t_r) {{",
+            f"        const {it} t_p = t_p0 + t_r;",
+            f"        const {value_type} *t_w = t_a + {_window(s)};   /* the pixel's window */",
             f"        for (int t_u = 0; t_u < {count}; ++t_u)   /* runs of {length} consecutive values */",
             f"            {copy}",
+            "    }",
             '    __asm__ volatile("" ::: "memory");',
             "}"]
 
