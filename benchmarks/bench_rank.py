@@ -193,15 +193,26 @@ def summary(results: list[tuple[Search, dict[str, float | None]]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def log_parser(description: str) -> argparse.ArgumentParser:
+    """The command line of a script over tuning logs: the logs, ``--ops`` and ``--write``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("logs", nargs="+", help="SQLite tuning logs (read from copies, left as they are)")
     parser.add_argument("--ops", default="", help="only the searches whose op signature contains this")
-    parser.add_argument("--write", action="store_true", help="record the tables in docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="record the table(s) in docs/benchmarks.md")
+    return parser
+
+
+def parse_logs(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser``'s arguments, the logs checked to exist (an error naming those that do not)."""
     args = parser.parse_args(argv)
     missing = [p for p in args.logs if not Path(p).is_file()]
     if missing:
         parser.error(f"no such tuning log: {', '.join(missing)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_logs(log_parser(__doc__.splitlines()[0]), argv)
     start = time.perf_counter()
     results = []
     for search in searches(args.logs, known_ops(), args.ops):

@@ -22,7 +22,6 @@ machine's load, as the logged ones did (the load of other processes during the r
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import math
 import random
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rank import Search, correlation, known_ops, predictions, searches
+from bench_rank import Search, correlation, known_ops, log_parser, parse_logs, predictions, searches
 from bench_reuse import command_line, write_section
 
 from loopopt.tune.trial import Task, run_trial
@@ -95,15 +94,9 @@ def table(results: list[tuple[Search, dict[str, float | None]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("logs", nargs="+", help="SQLite tuning logs (read from copies, left as they are)")
-    parser.add_argument("--ops", default="", help="only the searches whose op signature contains this")
+    parser = log_parser(__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=SEED, help="seed of the order the trials are timed in")
-    parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    missing = [p for p in args.logs if not Path(p).is_file()]
-    if missing:
-        parser.error(f"no such tuning log: {', '.join(missing)}")
+    args = parse_logs(parser, argv)
     start = time.perf_counter()
     results, loads = [], []
     for search in searches(args.logs, known_ops(), args.ops):

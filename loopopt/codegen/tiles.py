@@ -26,10 +26,11 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   in 3 K-steps instead of 7 filter rows. Each pixel's window is found from its place among all the
   output pixels, so the blocks run across output rows and images as a GEMM's do (``flat``): tile
   rows are not left empty at the end of an output row (VGG conv5_1's 19-pixel rows fill 19 of the
-  32 rows of a 2-tile block per output row, its 361 pixels 361 of 384 in one line). The copy is inside the timed call (the input is runtime
-  data): an int8 run of at most 64 bytes is one whole 16/32/64-byte vector load and store (what it
-  writes past the run is overwritten by the next run or meets zero weights; what it reads past the
-  input's end is its declared read-ahead), others exact.
+  32 rows of a 2-tile block per output row, its 361 pixels 361 of 384 in one line). The copy is
+  inside the timed call (the input is runtime data): an int8 run of at most 64 bytes is one whole
+  16/32/64-byte vector load and store (what it writes past the run is overwritten by the next run
+  or meets zero weights; what it reads past the input's end is its declared read-ahead), others
+  exact.
 * Weights are packed once (``pack_weights``, in ``prepare``) in the B-tile layout
   ``[group][16-channel tile][kh][kw][K chunk][c / 4][4 * 16]`` (VNNI-4; bf16: VNNI-2, ``[c / 2]
   [2 * 16]``), zero past the group's channels and outputs.
