@@ -167,15 +167,17 @@ def test_random_parallel_tile_matmuls(data, m, n, k):
 @pytest.mark.parametrize("case", quick_first([("pixels", "int8"), ("channels", "bfloat16"),
                                               ("channels", "int8"), ("pixels", "bfloat16")]), ids="-".join)
 def test_parallel_blocks_with_shifted_tails(case):
-    """2 images of rows of 37 pixels (a shifted last pixel block) x 40 channels (a shifted last channel
-    block) on 2 threads: each thread loads the tile configuration and releases the tiles, and the
-    shifted blocks write only what the blocks before them did not."""
+    """2 images of 3 rows of 37 pixels, numbered over the 39-wide padded rows (``TileShape.wide``: 115
+    numbers per image, a shifted last pixel block) x 40 channels (a shifted last channel block) on 2
+    threads: each thread loads the tile configuration and releases the tiles, and the shifted blocks
+    write only what the blocks before them did not."""
     split, kind = case
     extra = {"quant": lo.QuantSpec("uint8", True, False, "uint8")} if kind == "int8" else {"dtype": kind}
     op = lo.Conv2d(40, 40, 3, padding=1, batch=2, height=3, width=37, **extra)
     s = lo.Schedule(op).layout("O", "NHWC").tile(ow=32, k=32).parallel("ow_o" if split == "pixels" else "k_o")
     plan = tiles.tile_plan(s)
-    assert plan.parallel == split and plan.units == {"pixels": 2 * 3 * 2, "channels": 2}[split]
+    assert plan.shape.wide and plan.shape.pixels == 2 * 39 + 37
+    assert plan.parallel == split and plan.units == {"pixels": 2 * 4, "channels": 2}[split]
     kernel = (check_quantized if kind == "int8" else check)(s, "amx", threads=THREADS)
     region = kernel.source.split("#pragma omp parallel\n", 1)[1]
     assert kernel.threads == THREADS and "_tile_loadconfig" in region and "_tile_release" in region

@@ -14,7 +14,10 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   on cache lines, and no chunk reads another group's values). Then every tap of a run of pixels
   of one output row is one tile load per chunk with row stride ``stride * C`` bytes: no im2col,
   no bounds checks in the tile loop. An op whose windows are trivial (1x1, stride 1, no padding:
-  also a GEMM) is one long row of ``batch * OH * OW`` pixels, so tiles run across output rows.
+  also a GEMM) is one long row of ``batch * OH * OW`` pixels, so tiles run across output rows. A
+  stride-1 conv numbers its output pixels over the padded input's width (``TileShape.wide``, where
+  that takes fewer tiles): every tap of consecutive numbers is then at stride ``C`` across output
+  rows too, and the numbers past an output row's last pixel are computed and not stored.
   int8 with one group and undilated columns folds the column taps into the reduction (they are
   contiguous in the stored input) when that takes fewer chunks: conv1's 7 taps x 3 channels are
   one 28-byte chunk per filter row instead of 7 chunks of 4 bytes.
@@ -209,6 +212,23 @@ class TileShape(quantized.GroupShape):
                 self.cols.size + self.cols.pad + self.cols.pad_end)
 
     @property
+    def wide(self) -> bool:
+        """Tile rows over the padded width: a stride-1 conv's output pixels numbered as if each output
+        row were as wide as a stored input row (``padded``), so that every tap of consecutive numbers
+        is at a constant stride in the stored input across output rows; the numbers past an output
+        row's last pixel are computed and not stored. Where that takes fewer 16-row tiles than the
+        output rows one by one (VGG conv5_1's 19 x 19: 25 tiles of 397 numbers against 38 of 19 x 19)."""
+        rows, cols = self.rows, self.cols
+        if self.gemm or self.patch or rows.stride != 1 or cols.stride != 1 or rows.out == 1:
+            return False
+        return -(-self.wide_pixels // TILE) < rows.out * -(-cols.out // TILE)
+
+    @property
+    def wide_pixels(self) -> int:
+        """Numbers of one image's output pixels over the padded width, up to its last pixel."""
+        return (self.rows.out - 1) * self.padded[1] + self.cols.out
+
+    @property
     def flat(self) -> bool:
         """One line of all output pixels, across rows and images: a GEMM (its pixels are consecutive
         in the input), or gathered patches (each pixel's patch copied on its own)."""
@@ -218,12 +238,14 @@ class TileShape(quantized.GroupShape):
     def lines(self) -> int:
         """Runs of output pixels the tile rows take in order: one per image and output row (one in all
         when ``flat``)."""
-        return 1 if self.flat else self.batch * self.rows.out
+        return 1 if self.flat else self.batch if self.wide else self.batch * self.rows.out
 
     @property
     def pixels(self) -> int:
         """Output pixels per line."""
-        return self.batch * self.rows.out * self.cols.out if self.flat else self.cols.out
+        if self.flat:
+            return self.batch * self.rows.out * self.cols.out
+        return self.wide_pixels if self.wide else self.cols.out
 
     @property
     def chunk(self) -> int:
@@ -557,10 +579,17 @@ def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
         op_dims.append(f"const {it} t_p = t_p0 + t_r;")
         batch_value, row, col = (f"t_p / {rows.out * cols.out}", f"t_p / {cols.out} % {rows.out}",
                                  f"t_p % {cols.out}")
+    elif s.wide:
+        wp = s.padded[1]
+        op_dims.append(f"const {it} t_p = t_p0 + t_r;")
+        batch_value, row, col = "t_line", f"t_p / {wp}", f"t_p % {wp}"
     else:
         batch_value, row, col = f"t_line / {rows.out}", f"t_line % {rows.out}", "t_p0 + t_r"
-    return op_dims + [f"const {it} {name} = {value};" for name, value in
+    dims = op_dims + [f"const {it} {name} = {value};" for name, value in
                       ((batch, batch_value), (rows.out_dim, row), (cols.out_dim, col)) if name]
+    # a number past its output row's last pixel: computed, not stored
+    junk = s.wide and s.padded[1] > cols.out
+    return dims + ([f"if ({cols.out_dim} >= {cols.out}) continue;"] if junk else [])
 
 
 @dataclass(frozen=True)
@@ -590,7 +619,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     per_tile = s.row_taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
     bp, sc = plan.block_pixels, plan.scratch_columns
     blocks_p, blocks_c = plan.pixel_blocks, plan.channel_blocks
-    line_base = ("0" if s.gemm else
+    line_base = ("0" if s.gemm else f"(ptrdiff_t)t_line * {hp * wp}" if s.wide else
                  f"((ptrdiff_t)(t_line / {rows.out}) * {hp} + t_line % {rows.out} * {rows.stride}) * {wp}")
     loops = {"g": f"for ({it} t_g = 0; t_g < {s.groups}; ++t_g)",
              "c": f"for ({it} t_cb = 0; t_cb < {blocks_c}; ++t_cb)",
