@@ -88,6 +88,10 @@ from .emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_t
 from .isa import INT_ISAS, cpu_flags
 from .params import KernelParam, index_ctype, signature
 
+WIDE_SHARE = 0.9     # tiles over the padded width against row by row, at most (``TileShape.wide``):
+                     # int8 2x2-tile blocks, quiet machine, interleaved: VGG conv5_1 (25 of 38 tiles)
+                     # 0.806 -> 0.569 ms; ResNet-50 conv2_x (203 of 224) 0.078 -> 0.080-0.085 ms and
+                     # conv3_x (53 of 56) 0.075-0.078 -> 0.081 ms, slower: the saving must be large
 BLOCKS = (16, 32)                # pixels (channels) per output block: 1 or 2 tile rows (columns)
 SPLITS = {"pixels": "the pixel blocks of all lines",        # what a parallel tile kernel splits over
           "channels": "the channel blocks of each group"}     # threads
@@ -216,12 +220,13 @@ class TileShape(quantized.GroupShape):
         """Tile rows over the padded width: a stride-1 conv's output pixels numbered as if each output
         row were as wide as a stored input row (``padded``), so that every tap of consecutive numbers
         is at a constant stride in the stored input across output rows; the numbers past an output
-        row's last pixel are computed and not stored. Where that takes fewer 16-row tiles than the
-        output rows one by one (VGG conv5_1's 19 x 19: 25 tiles of 397 numbers against 38 of 19 x 19)."""
+        row's last pixel are computed and not stored. Where that takes ``WIDE_SHARE`` of the 16-row
+        tiles of the output rows one by one or fewer (VGG conv5_1's 19 x 19: 25 tiles of 397 numbers
+        against 38 of 19 x 19)."""
         rows, cols = self.rows, self.cols
         if self.gemm or self.patch or rows.stride != 1 or cols.stride != 1 or rows.out == 1:
             return False
-        return -(-self.wide_pixels // TILE) < rows.out * -(-cols.out // TILE)
+        return -(-self.wide_pixels // TILE) <= WIDE_SHARE * rows.out * -(-cols.out // TILE)
 
     @property
     def wide_pixels(self) -> int:
