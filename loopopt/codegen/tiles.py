@@ -582,8 +582,7 @@ def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
     rows, cols = s.rows, s.cols
     if s.flat:
         op_dims.append(f"const {it} t_p = t_p0 + t_r;")
-        batch_value, row, col = (f"t_p / {rows.out * cols.out}", f"t_p / {cols.out} % {rows.out}",
-                                 f"t_p % {cols.out}")
+        batch_value, row, col = _flat_position(s)
     elif s.wide:
         wp = s.padded[1]
         op_dims.append(f"const {it} t_p = t_p0 + t_r;")
@@ -702,13 +701,20 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                                "#pragma omp parallel", "{", *region, "}"]
 
 
+def _flat_position(shape: TileShape) -> tuple[str, str, str]:
+    """C of the image, output row and output column of pixel ``t_p`` of the one line of all output
+    pixels (``TileShape.flat``)."""
+    rows, cols = shape.rows, shape.cols
+    return f"t_p / {rows.out * cols.out}", f"t_p / {cols.out} % {rows.out}", f"t_p % {cols.out}"
+
+
 def _window(shape: TileShape) -> str:
     """C of the offset (in values) of pixel ``t_p`` (of the one line of all output pixels) in the
     stored input: its image, output row and column, through the strides into the padded input."""
-    rows, cols = shape.rows, shape.cols
+    image, row, col = _flat_position(shape)
     hp, wp = shape.padded
-    return (f"(((ptrdiff_t)(t_p / {rows.out * cols.out}) * {hp} + t_p / {cols.out} % {rows.out} * "
-            f"{rows.stride}) * {wp} + t_p % {cols.out} * {cols.stride}) * {shape.channels}")
+    return (f"(((ptrdiff_t)({image}) * {hp} + {row} * {shape.rows.stride}) * {wp} + {col} * "
+            f"{shape.cols.stride}) * {shape.channels}")
 
 
 def _gather(plan: TilePlan, it: str, value_type: str) -> list[str]:
