@@ -48,6 +48,7 @@ from tune_layers import INT8_SPEC
 from tune_layers import LAYERS as CATALOG_LAYERS
 
 import loopopt as lo
+from loopopt import machine
 from loopopt.ops import Op
 from loopopt.tune.fit import spearman
 from loopopt.tune.guide import Guide, price
@@ -225,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n\n".join([
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
         f"```\n{command_line(__file__, argv)}\n```",
-        f"{len(results)} searches (machine fingerprints {', '.join(fingerprints)}) in "
+        f"{len(results)} searches (machine fingerprints {', '.join(fingerprints)}; recomputed on "
+        f"{machine.this_cpu().model}, fingerprint {machine.fingerprint()}) in "
         f"{time.perf_counter() - start:.0f} s, no kernel compiled or timed. Spearman rank correlation of "
         "each prediction with the measured minimum time over a search's verified trials (module docstring "
         "of `benchmarks/bench_rank.py`: logged = the kernel model as the search recorded it, heuristic = "

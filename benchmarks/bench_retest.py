@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rank import Search, correlation, known_ops, log_parser, parse_logs, predictions, searches
 from bench_reuse import command_line, write_section
 
+from loopopt import machine
 from loopopt.tune.trial import Task, run_trial
 
 SECTION = "## Measurement repeatability of a search's trials"
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n\n".join([
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
         f"```\n{command_line(__file__, argv)}\n```",
-        f"{len(results)} searches (machine fingerprints {machines}),"
+        f"{len(results)} searches (machine fingerprints {machines}; timed again on "
+        f"{machine.this_cpu().model}, fingerprint {machine.fingerprint()}),"
         f" every verified trial timed again in {time.perf_counter() - start:.0f} s; {load}. Columns: module "
         "docstring of `benchmarks/bench_retest.py` (retest = Spearman of the logged times with the new ones, "
         "ceiling = its square root, the most an exact prediction can reach against the logged times).",
