@@ -52,7 +52,7 @@ from .codegen.tiles import (
     tile_plan,
 )
 from .quant import QuantParams, check_call, output_multipliers
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleError
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8}
@@ -499,8 +499,8 @@ def _build(generated: Generated, flags: tuple[str, ...]):
 
 
 def _compile_tiles(schedule: Schedule) -> Kernel:
+    generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
     check_amx_cpu()
-    generated = generate_tiles(schedule)
     module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
         return Bf16TileKernel(schedule, generated, module)
@@ -513,7 +513,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     quantized = schedule.op.quant is not None
     if quantized and schedule.op.quant.binary:
         if isa == "amx":
-            raise ValueError("isa 'amx' has no binary kernels; a binary op compiles to XNOR + popcount "
+            raise ScheduleError("isa 'amx' has no binary kernels; a binary op compiles to XNOR + popcount "
                              "on 'avx512', 'avx2' or 'scalar'")
         return compile_binary(schedule, isa)
     if isa == "amx":

@@ -54,6 +54,7 @@ from .codegen.isa import (
     available_int_isas,
     available_isas,
     bf16_dot_available,
+    visible_flags,
 )
 from .codegen.quantized import DOT
 
@@ -175,7 +176,8 @@ def this_cpu() -> CpuIdentity:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
-    return parse_cpuinfo(text, os.cpu_count() or 1)
+    identity = parse_cpuinfo(text, os.cpu_count() or 1)
+    return replace(identity, flags=visible_flags(identity.flags))
 
 
 @lru_cache(maxsize=1)

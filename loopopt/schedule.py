@@ -22,6 +22,7 @@ from .ops import STATEMENT, Op
 
 if TYPE_CHECKING:
     from .kernel import Kernel
+    from .targets.base import Target
 
 
 class ScheduleError(ValueError):
@@ -590,12 +591,16 @@ class Schedule:
                 raise ScheduleError(f"{step}: {err} (rename the dim)") from None
 
     # --- outputs -------------------------------------------------------------------------
-    def compile(self, isa: str = "auto") -> "Kernel":
-        """Generate, build (cached) and load the C kernel of this schedule.
+    def compile(self, isa: str = "auto", target: "str | Target | None" = None) -> "Kernel":
+        """Generate, build (cached) and load the kernel of this schedule for ``target`` (a registry
+        name, ``loopopt.targets.TARGETS``; default: the target ``isa`` belongs to, the host's for
+        ``"auto"``) and its instruction-set variant ``isa``.
 
-        A lazy facade: the kernel layer sits above the schedule, so it is imported here."""
-        from .kernel import compile_schedule
-        return compile_schedule(self, isa)
+        A lazy facade: the targets sit above the schedule, so the registry is imported here."""
+        from .targets.registry import target as named_target
+        from .targets.registry import target_of_isa
+        chosen = target_of_isa(isa) if target is None else named_target(target)
+        return chosen.compile(self, isa)
 
     def pseudocode(self, isa: Optional[str] = None) -> str:
         """The loop nest as readable pseudo-code (with vector access kinds for ``isa``)."""

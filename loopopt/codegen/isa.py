@@ -11,6 +11,7 @@ this CPU's flags.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -444,14 +445,24 @@ BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, S
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
 
 
+HIDE_FLAGS_VARIABLE = "LOOPOPT_HIDE_CPU_FLAGS"
+
+
+def visible_flags(flags: frozenset[str]) -> frozenset[str]:
+    """``flags`` less those named in ``$LOOPOPT_HIDE_CPU_FLAGS`` (comma or space separated): loopopt
+    then acts as on a CPU without them, e.g. ``amx_tile,amx_int8,amx_bf16`` for a CPU without AMX."""
+    return flags - frozenset(os.environ.get(HIDE_FLAGS_VARIABLE, "").replace(",", " ").split())
+
+
 @lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of this machine (from /proc/cpuinfo; empty if unreadable)."""
+    """The CPU feature flags of this machine (from /proc/cpuinfo, less the hidden ones: see
+    ``visible_flags``; empty if unreadable)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                    return visible_flags(frozenset(line.split(":", 1)[1].split()))
     except OSError:
         pass
     return frozenset()

@@ -1,0 +1,59 @@
+"""The target interface: what turns a target-neutral Schedule into a kernel for one kind of processor.
+
+A target owns its instruction-set variants (``isas``: e.g. x86's ``avx512``, ``avx2``, ``scalar``,
+``amx``), which of them this machine runs, how a schedule becomes a callable kernel (code, build,
+load: its toolchain and driver), and the peak every "% of peak" of its kernels is judged against.
+The runtime, the search, the ONNX backend and the reports see targets only through this interface
+and the registry (``targets/registry.py``); a new target is a folder under ``targets/`` plus one
+registry line.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from ..schedule import Schedule
+
+
+class TargetUnavailableError(RuntimeError):
+    """A target cannot build or run kernels here (a missing toolchain, emulator or device); says why."""
+
+
+class Target(ABC):
+    """A kind of processor kernels are generated for."""
+
+    name: str                   # registry name: "x86", "neon", "cuda"
+    description: str            # one line for tables and ``loopopt targets``
+
+    @abstractmethod
+    def isas(self) -> tuple[str, ...]:
+        """Every instruction-set variant of this target, best first (``isa=`` of ``compile``)."""
+
+    @abstractmethod
+    def available_isas(self, integer: bool = False) -> tuple[str, ...]:
+        """The variants this machine builds and runs, best first; ``integer``: for quantized kernels."""
+
+    @abstractmethod
+    def resolve_isa(self, isa: str, integer: bool = False) -> str:
+        """``"auto"`` becomes the best available variant; an unknown or unavailable one is a ValueError
+        that names it and what is allowed."""
+
+    @abstractmethod
+    def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
+        """Generate, build (cached) and load ``schedule``'s kernel for variant ``isa``. A schedule this
+        target cannot run is a ScheduleError (checked first, the same on every machine); a variant
+        this machine lacks is a ValueError; a missing toolchain a TargetUnavailableError."""
+
+    @abstractmethod
+    def peak(self, isa: str, dtype: str) -> float:
+        """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
+        is measured against."""
+
+    def timing_refusal(self) -> str | None:
+        """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Target {self.name}: {self.description}>"
