@@ -277,8 +277,8 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     """One schedule (or Winograd plan) per algorithm of ``--algorithms``: the fastest in ``--log`` on
     this machine and ``--threads`` and ``--isa`` (``auto``: on any ISA, each compiled for the ISA it
     was measured on), else the default (``_default_plan``, on ``--isa``)."""
-    from .codegen.isa import resolve_isa
     from .schedule_file import stored_isa
+    from .targets.x86.isa import resolve_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
     from .winograd import from_name

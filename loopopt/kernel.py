@@ -17,12 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from .amx import require_amx
 from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
-from .codegen import Generated, generate, taps
-from .codegen.binary import (
+from .codegen import Generated, generate
+from .codegen.emit import KERNEL_NAME, THREADS_NAME
+from .codegen.params import storage_elements
+from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
+from .codegen.ternary import pack_i2s, packed_bytes
+from .quant import QuantParams, check_call, output_multipliers
+from .schedule import Schedule, ScheduleError
+from .targets.x86.amx_runtime import require_amx
+from .targets.x86.binary import (
     BASE,
     LANES,
     POPCOUNTS,
@@ -35,14 +41,18 @@ from .codegen.binary import (
     pack_bits_weights,
     packed_elements,
 )
-from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, QUANT_FLAGS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import LUT, generate_lut, lut_nest, pack_lut
-from .codegen.lut_format import FORMATS
-from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
-from .codegen.ternary import pack_i2s, packed_bytes
-from .codegen.tiles import (
+from .targets.x86.isa import (
+    INT_ISAS,
+    ISAS,
+    QUANT_FLAGS,
+    bf16_dot_available,
+    cpu_flags,
+    resolve_isa,
+    tap_dot_flags,
+)
+from .targets.x86.lut import LUT, generate_lut, lut_nest, pack_lut
+from .targets.x86.lut_format import FORMATS
+from .targets.x86.tiles import (
     TileShape,
     activations_shape,
     check_amx_cpu,
@@ -51,8 +61,6 @@ from .codegen.tiles import (
     pack_weights,
     tile_plan,
 )
-from .quant import QuantParams, check_call, output_multipliers
-from .schedule import Schedule, ScheduleError
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8}
@@ -338,7 +346,7 @@ class QuantizedKernel(Kernel):
 
 
 class TileBuffers:
-    """How an AMX tile kernel (``codegen/tiles.py``) stores its inputs, for a kernel class below it
+    """How an AMX tile kernel (``targets/x86/tiles.py``) stores its inputs, for a kernel class below it
     in the MRO: the activations channels-last and padded, the weights in B tiles; and ``run`` asks
     Linux for the tile state first (``require_amx``)."""
 
@@ -384,7 +392,7 @@ class Bf16TileKernel(TileBuffers, Kernel):
 
 
 class BinaryKernel(QuantizedKernel):
-    """A binary op's XNOR + popcount kernel (``codegen/binary.py``), called like the int8 kernels:
+    """A binary op's XNOR + popcount kernel (``targets/x86/binary.py``), called like the int8 kernels:
     ``kernel(xq, wq, b, x_scale=, x_zero_point=0, w_scale=, w_zero_point=0)`` (no scales for an int32
     output). ``prepare`` checks that every value is -1 or +1, packs both operands to bits (the
     activations with their padding) and computes the ``base`` table of the padding correction; the
@@ -447,13 +455,13 @@ class BinaryKernel(QuantizedKernel):
 
 
 class LutKernel(QuantizedKernel):
-    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
+    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``targets/x86/lut.py``): ``prepare``
     packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
     call, parameters and outputs are the int8 kernels'."""
 
     @property
     def format(self):
-        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
+        """The table-lookup format (``targets.x86.lut_format.FORMATS``)."""
         return FORMATS[self.schedule.weight_format_mode]
 
     def _elements(self, name: str) -> int:
@@ -474,7 +482,7 @@ class LutKernel(QuantizedKernel):
 
 
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
-    """The XNOR + popcount kernel of a binary op (``codegen/binary.py``) on ``isa``. ``popcount``:
+    """The XNOR + popcount kernel of a binary op (``targets/x86/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
     name = resolve_isa(isa, integer=True)
@@ -509,7 +517,7 @@ def _compile_tiles(schedule: Schedule) -> Kernel:
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it
-    (``isa="amx"``: the AMX tile kernel of a quantized op, ``codegen/tiles.py``)."""
+    (``isa="amx"``: the AMX tile kernel of a quantized op, ``targets/x86/tiles.py``)."""
     quantized = schedule.op.quant is not None
     if quantized and schedule.op.quant.binary:
         if isa == "amx":
@@ -528,7 +536,7 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     if quantized and generated.plan.tap_dot is not None:
-        flags += taps.compile_flags(isa_name)
+        flags += tap_dot_flags(isa_name)
     module = _build(generated, flags)
     if quantized:
         return QuantizedKernel(schedule, generated, module, generated.plan)

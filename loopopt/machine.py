@@ -39,24 +39,24 @@ from typing import Any
 
 import numpy as np
 
-from .amx import amx_available, amx_peak_gops
 from .atomic import host_lock, write_text_atomically
 from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
-from .codegen.amx import AMX
 from .codegen.arith import BF16_PAIR
-from .codegen.isa import (
+from .codegen.instr import Isa
+from .codegen.quantized import DOT
+from .targets.x86.amx import AMX
+from .targets.x86.amx_runtime import amx_available, amx_peak_gops
+from .targets.x86.isa import (
     BF16_DOT_FLAGS,
     BF16_ISAS,
     INT_ISAS,
     ISA_PREFERENCE,
     ISAS,
-    Isa,
     available_int_isas,
     available_isas,
     bf16_dot_available,
     visible_flags,
 )
-from .codegen.quantized import DOT
 
 PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
                             # the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its median,
@@ -751,8 +751,8 @@ def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
     ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
     u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
     sequence), 8 ops (4 multiply-adds) per int32 lane; ``isa="amx"``: the AMX tile dot
-    ``TDPBUSD`` (``loopopt.amx.amx_peak_gops``), where the CPU has it. ``"bfloat16"``: ``vdpbf16ps``,
-    4 flops per float32 lane (the float32 peak on ISAs without it).
+    ``TDPBUSD`` (``targets.x86.amx_runtime.amx_peak_gops``), where the CPU has it. ``"bfloat16"``:
+    ``vdpbf16ps``, 4 flops per float32 lane (the float32 peak on ISAs without it).
     """
     if dtype not in DTYPES:
         raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; "

@@ -603,9 +603,10 @@ class Schedule:
         return chosen.compile(self, isa)
 
     def pseudocode(self, isa: Optional[str] = None) -> str:
-        """The loop nest as readable pseudo-code (with vector access kinds for ``isa``)."""
-        from .codegen.pseudocode import render
-        return render(self, isa)
+        """The loop nest as readable pseudo-code (with vector access kinds for ``isa``; None: the
+        host's best), as the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
+        from .targets.registry import target_of_isa
+        return target_of_isa(isa or "auto").pseudocode(self, isa or "auto")
 
     def __str__(self) -> str:
         return self.pseudocode()

@@ -35,8 +35,10 @@ import numpy as np
 
 from .buffers import aligned_zeros, check_memory
 from .cbuild import compile_c
-from .codegen.isa import QUANT_FLAGS, resolve_isa
-from .codegen.winograd_int8 import (
+from .ops import Op
+from .quant import check_call, output_multipliers
+from .targets.x86.isa import QUANT_FLAGS, resolve_isa
+from .targets.x86.winograd_int8 import (
     BLOCKS,
     CTYPES,
     G2,
@@ -51,8 +53,6 @@ from .codegen.winograd_int8 import (
     compile_flags,
     generate_winograd_int8,
 )
-from .ops import Op
-from .quant import check_call, output_multipliers
 
 ALGORITHM = "winograd F(2x2,3x3)"      # winograd.algorithm_name(2)
 EXACT_LIMIT = 2**29                    # |acc| below this: 4 acc fits int32

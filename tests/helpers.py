@@ -11,12 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import amx, codegen
+from loopopt import codegen
 from loopopt.analysis.items import item_space
-from loopopt.codegen.isa import available_int_isas
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.targets.x86 import amx_runtime
+from loopopt.targets.x86.isa import ISAS as TABLES
+from loopopt.targets.x86.isa import available_int_isas
 
 ISAS = lo.available_isas()
 INT_ISAS = available_int_isas()                    # the quantized kernels' ISAs here, scalar last
@@ -133,7 +135,7 @@ def register_block_sites(schedule, isa=None):
         try:
             blocked = schedule.register_block(name)
             if isa is not None:
-                codegen.generate(blocked, codegen.ISAS[isa])
+                codegen.generate(blocked, TABLES[isa])
         except lo.ScheduleError:
             continue
         sites.append(name)
@@ -274,7 +276,7 @@ def generates(schedule: lo.Schedule, isa) -> bool:
     """``schedule`` generates code on ``isa`` (always True when ``isa`` is None)."""
     try:
         if isa is not None:
-            codegen.generate(schedule, codegen.ISAS[isa])
+            codegen.generate(schedule, TABLES[isa])
     except lo.ScheduleError:
         return False
     return True
@@ -470,8 +472,8 @@ def python_trace(schedule, granularity, line_size):
 
 def _missing_amx() -> str | None:
     try:
-        amx.require_amx()
-    except amx.AmxUnavailableError as err:
+        amx_runtime.require_amx()
+    except amx_runtime.AmxUnavailableError as err:
         return str(err)
     return None
 

@@ -4,13 +4,12 @@ import pytest
 
 from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import (
+from loopopt.codegen.instr import BF16_MEANINGS, SHARED_OPS
+from loopopt.targets.x86.isa import (
     BF16_DOT_FLAGS,
     BF16_ISAS,
-    BF16_MEANINGS,
     INT_ISAS,
     ISAS,
-    SHARED_OPS,
     available_isas,
     bf16_dot_available,
 )

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, SHARED_OPS, available_int_isas
+from loopopt.codegen.instr import INT_MEANINGS, SHARED_OPS
+from loopopt.targets.x86.isa import INT_ISAS, available_int_isas
 
 VECTOR_ISAS = [name for name in available_int_isas() if INT_ISAS[name].vectorizes]
 

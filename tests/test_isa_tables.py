@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import ISAS, MEANINGS, available_isas
+from loopopt.codegen.instr import MEANINGS
+from loopopt.targets.x86.isa import ISAS, available_isas
 
 VECTOR_ISAS = [name for name in available_isas() if ISAS[name].vectorizes]
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import winograd, winograd_int8
-from loopopt.codegen.winograd_int8 import BLOCKS, LANES, REGISTERS, TEMPORARIES
 from loopopt.quant import QuantSpec, check_call, output_multipliers
 from loopopt.quant_reference import random_call, reference_output
+from loopopt.targets.x86.winograd_int8 import BLOCKS, LANES, REGISTERS, TEMPORARIES
 
 SPEC = QuantSpec(activation="uint8", per_channel=True, output="uint8")
 SMALL = lo.Conv2d(17, 19, 3, padding=((0, 1), (2, 1)), bias=True, batch=2, height=7, width=9, quant=SPEC)

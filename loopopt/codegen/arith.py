@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
 from . import taps, ternary
-from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
+from .instr import Isa
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
 
@@ -39,16 +39,17 @@ class Arithmetic:
     name: ArithmeticName
     acc: Isa                          # table of the accumulator (and output) lanes
     schedule: Schedule
+    tables: Isa                       # the variant's float32 table, with its integer and bfloat16 tables
     plan: Optional[QuantPlan] = None
     dot_loop: Optional[str] = None    # the reduction loop each dot instruction consumes
 
     @property
     def ints(self) -> Isa:
-        return INT_ISAS[self.acc.name]
+        return self.tables.integer
 
     @property
     def bf16(self) -> Isa:
-        return BF16_ISAS[self.acc.name]
+        return self.tables.bfloat16
 
     @property
     def is_bf16(self) -> bool:
@@ -236,17 +237,16 @@ def load(isa: Isa, kind: str, ref: str, base: str, index: str, mask: str | None)
     return isa.gather_mask(p=base, idx=index, m=mask) if mask else isa.gather(p=base, idx=index)
 
 
-def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan],
-               bf16_dot: bool = True) -> Arithmetic:
-    """The arithmetic of ``schedule`` on ``isa_name``. ``bf16_dot``: a bfloat16 kernel may use the
-    table's ``vdpbf16ps`` (kernels compiled to run here pass ``isa.bf16_dot_available``)."""
+def arithmetic(schedule: Schedule, isa: Isa, plan: Optional[QuantPlan], bf16_dot: bool = True) -> Arithmetic:
+    """The arithmetic of ``schedule`` on ``isa`` (a float32 table with its integer and bfloat16 tables).
+    ``bf16_dot``: a bfloat16 kernel may use the table's pair dot (kernels compiled to run here pass
+    whether this CPU has it)."""
     if schedule.op.dtype == "bfloat16":
-        dot = (find_dot_loop(schedule, ISAS[isa_name].lanes, BF16_PAIR, padded_groups=False)
-               if bf16_dot and "dot" in BF16_ISAS[isa_name].ops else None)
-        return Arithmetic("bf16_dot" if dot else "bf16", ISAS[isa_name], schedule, dot_loop=dot)
+        dot = (find_dot_loop(schedule, isa.lanes, BF16_PAIR, padded_groups=False)
+               if bf16_dot and "dot" in isa.bfloat16.ops else None)
+        return Arithmetic("bf16_dot" if dot else "bf16", isa, schedule, isa, dot_loop=dot)
     if plan is None:
-        return Arithmetic("float", ISAS[isa_name], schedule)
+        return Arithmetic("float", isa, schedule, isa)
     if plan.arithmetic == "dequantize":
-        return Arithmetic("dequantize", ISAS[isa_name], schedule, plan)
-    return Arithmetic("dot" if plan.dot_loop else "integer", INT_ISAS[isa_name], schedule, plan,
-                      plan.dot_loop)
+        return Arithmetic("dequantize", isa, schedule, isa, plan)
+    return Arithmetic("dot" if plan.dot_loop else "integer", isa.integer, schedule, isa, plan, plan.dot_loop)

@@ -36,7 +36,7 @@ from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
 from . import taps, ternary
 from .arith import Arithmetic, load
-from .isa import Isa
+from .instr import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
 from .vector import AccessKind, classify_offset
 

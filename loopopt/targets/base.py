@@ -51,6 +51,11 @@ class Target(ABC):
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
 
+    @abstractmethod
+    def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
+        (``Schedule.pseudocode``; ``codegen.pseudocode.render`` prints a C emitter's nest)."""
+
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
         return None

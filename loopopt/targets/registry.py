@@ -12,7 +12,7 @@ from functools import cache
 from .base import Target
 
 TARGETS: dict[str, str] = {
-    "x86": "loopopt.targets.x86",
+    "x86": "loopopt.targets.x86.target",
 }
 HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86"}   # platform.machine() -> the target that runs natively
 

@@ -13,9 +13,9 @@ ISA and thread count in the process (``loopopt.onnx`` asks once per distinct sha
 """
 from __future__ import annotations
 
-from ..codegen.isa import resolve_isa
 from ..ops import Op
 from ..schedule import ScheduleError
+from ..targets.x86.isa import resolve_isa
 from .log import signature
 from .rank import best, rank
 from .space import Candidate, candidates

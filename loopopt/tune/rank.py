@@ -42,11 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from ..codegen.binary import LANES as BINARY_LANES
-from ..codegen.binary import block_dims
-from ..codegen.lut_format import COLUMNS
 from ..machine import Cache, machine_profile
 from ..ops import Op
+from ..targets.x86.binary import LANES as BINARY_LANES
+from ..targets.x86.binary import block_dims
+from ..targets.x86.lut_format import COLUMNS
 from .space import (
     DOT,
     REGISTERS,

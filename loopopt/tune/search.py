@@ -26,13 +26,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..codegen.isa import resolve_isa
-from ..codegen.tiles import check_amx_cpu
 from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
+from ..targets.x86.isa import resolve_isa
+from ..targets.x86.tiles import check_amx_cpu
 from ..winograd import from_name
 from .algorithms import Alternative, alternatives, label, refusals, selected, share
 from .cluster import Runner, outcome, runner

@@ -33,17 +33,18 @@ from functools import reduce
 
 import islpy as isl
 
-from ..expr import Bound, Expr, Var, divisions
-from ..schedule import Loop, Schedule, ScheduleError
-from . import taps
-from .arith import GROUPS, Arithmetic, arithmetic
-from .block import Accumulator, RegisterBlock
-from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from .isa import ISAS, Isa, bf16_dot_available, resolve_isa
-from .params import index_ctype
-from .quantized import QuantPlan, compensation_entries
-from .quantized import plan as quant_plan
-from .vector import AccessKind
+from ...codegen import taps
+from ...codegen.arith import GROUPS, Arithmetic, arithmetic
+from ...codegen.block import Accumulator, RegisterBlock
+from ...codegen.emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
+from ...codegen.instr import Isa
+from ...codegen.params import index_ctype
+from ...codegen.quantized import QuantPlan, compensation_entries
+from ...codegen.quantized import plan as quant_plan
+from ...codegen.vector import AccessKind
+from ...expr import Bound, Expr, Var, divisions
+from ...schedule import Loop, Schedule, ScheduleError
+from .isa import ISAS, bf16_dot_available, resolve_isa
 
 # Vector registers of each target (AVX-512: zmm0-31; AVX2: ymm0-15; scalar code: xmm0-15), and the
 # ones a register block leaves to its operands.
@@ -182,7 +183,7 @@ def compiler_vectorized(schedule: Schedule, isa: str) -> tuple[Schedule, str] | 
     around it on the same conditions (outer-loop vectorization) with the output vectors kept in
     registers across the reduction: that loop split by the lanes, its lanes innermost, a register
     block at the reduction. A register block is not vectorized (its scalar accumulators stay)."""
-    table = arithmetic(schedule, isa, None).acc
+    table = arithmetic(schedule, ISAS[isa], None).acc
     if (schedule.vector_loop is not None or schedule.op.quant is not None or schedule.register_block_at
             or not table.vectorizes):
         return None
@@ -252,7 +253,7 @@ class _Counter:
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
             self.plan = quant_plan(schedule, ISAS[isa].lanes)
-        self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
+        self.arith = arithmetic(schedule, ISAS[isa], self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1
         self.vector = schedule.vector_loop if self.kinds else None
