@@ -76,12 +76,21 @@ def ranks(values: Iterable[float]) -> np.ndarray:
     return order
 
 
+def spearman_undefined(a: Sequence[float], b: Sequence[float]) -> str | None:
+    """Why Spearman's rank correlation of paired values is undefined (fewer than 3 pairs, or one
+    side all tied, so that it has no order to compare), or None where it is defined."""
+    if len(a) < 3:
+        return f"{len(a)} pairs, 3 needed"
+    tied = [name for name, values in (("first", a), ("second", b)) if np.ptp(np.asarray(values, float)) == 0]
+    return f"the {' and '.join(tied)} values all tie, so there is no order to compare" if tied else None
+
+
 def spearman(a: Iterable[float], b: Iterable[float]) -> float | None:
-    """Spearman's rank correlation of paired values (Pearson's correlation of their ranks); None
-    with fewer than 3 pairs or when either side has one value only (no order to compare)."""
-    ra, rb = ranks(a), ranks(b)
-    if len(ra) != len(rb):
-        raise ValueError(f"spearman needs paired values, got {len(ra)} and {len(rb)}")
-    if len(ra) < 3 or np.ptp(ra) == 0 or np.ptp(rb) == 0:
+    """Spearman's rank correlation of paired values (Pearson's correlation of their ranks), in
+    [-1, 1]; None exactly where ``spearman_undefined`` gives a reason."""
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        raise ValueError(f"spearman needs paired values, got {len(a)} and {len(b)}")
+    if spearman_undefined(a, b) is not None:
         return None
-    return float(np.corrcoef(ra, rb)[0, 1])
+    return float(np.clip(np.corrcoef(ranks(a), ranks(b))[0, 1], -1.0, 1.0))

@@ -12,7 +12,7 @@ from ..ops import Op
 from ..schedule import Schedule
 from ..winograd import AnyPlan
 from .algorithms import label
-from .fit import spearman
+from .fit import spearman, spearman_undefined
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class TuneResult:
         """Spearman's rank correlation between the kernel model's time (``model_seconds``) and the
         measured minimum time over the verified trials that have a model time (the direct search's:
         register blocks priced by the kernel model, AMX tiles by the tile model; not table lookups nor
-        the other algorithms); None with fewer than 3 of them."""
+        the other algorithms); None where ``model_spearman_undefined`` says why."""
         pairs = self._modelled()
         return spearman(*zip(*pairs)) if pairs else None
 
@@ -159,6 +159,13 @@ class TuneResult:
         pairs = self._modelled("held_out_seconds")
         return spearman(*zip(*pairs)) if pairs else None
 
+    @property
+    def model_spearman_undefined(self) -> str | None:
+        """Why ``model_spearman`` is None (too few verified trials with a model time, or the model's
+        or the measured times all tie), or None where the figure is defined."""
+        pairs = self._modelled()
+        return spearman_undefined(*zip(*pairs)) if pairs else "no verified trial has a model time"
+
     def _modelled(self, figure: str = "model_seconds") -> list[tuple[float, float]]:
         return [(t.model[figure], t.seconds) for t in self.trials
                 if t.seconds is not None and "model_seconds" in t.model and figure in t.model
@@ -171,7 +178,7 @@ class TuneResult:
         fit = self.fit_spearman
         picked += "" if fit is None else f"; the final fit, each trial left out of it: {fit:+.3f}"
         return (f"model vs measured: Spearman {rho:+.3f} over {modelled}{picked}" if rho is not None
-                else f"model vs measured: no Spearman figure ({modelled}, 3 needed)")
+                else f"model vs measured: no Spearman figure ({modelled}: {self.model_spearman_undefined})")
 
     def table(self) -> str:
         """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
