@@ -41,10 +41,10 @@ from ggml_ternary import GgmlGemv, library_dir
 
 import loopopt as lo
 from loopopt.cbuild import compile_c
-from loopopt.kernel import compile_binary
 from loopopt.machine import DRAM_CACHES, StreamRead, cpu_seconds, machine_profile, others_share
 from loopopt.quant_reference import random_call
 from loopopt.targets.x86.binary import LANES
+from loopopt.targets.x86.families import compile_binary
 from loopopt.targets.x86.isa import INT_ISAS
 
 SECTION = "## Low-bit kernels"

@@ -36,6 +36,7 @@ class Isa:
     cpu_flags: tuple[str, ...]          # /proc/cpuinfo flags required
     compile_flags: tuple[str, ...]
     prelude: str
+    registers: int                      # vector registers (scalar code: the float registers it uses)
     ops: dict[str, Instr] = field(default_factory=dict)
     # a float32 table's companions of the same variant: its integer (quantized) and bfloat16 tables, which
     # the emitter reads through it (``with_companions``)

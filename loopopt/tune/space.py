@@ -77,7 +77,6 @@ from ..targets.x86.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, l
 from ..targets.x86.lut_format import COLUMNS, FORMATS
 from ..targets.x86.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}   # vector (scalar) registers of each ISA
 DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
@@ -269,6 +268,11 @@ def has_dot(op: Op, isa: str) -> bool:
     if op.quant is not None:
         return isa != "scalar" and rc >= 2
     return op.dtype == "bfloat16" and bf16_dot_available(isa) and rc % BF16_PAIR == 0
+
+
+def registers(isa: str) -> int:
+    """Vector registers of ``isa`` (its table's ``registers``)."""
+    return ISAS[isa].registers
 
 
 def lanes(op: Op, isa: str) -> int:
@@ -591,7 +595,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
         if weights == "packed" and cb == op.channels:
             continue                       # one channel block: packed is the plain layout
         vectors = -(-cb // vector)
-        spare = REGISTERS[isa] - vectors - 1          # registers left after the weights and a broadcast
+        spare = ISAS[isa].registers - vectors - 1          # registers left after the weights and a broadcast
         names = Names.of(roles.rc, cache_block, weights == "dot")
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
@@ -625,7 +629,7 @@ def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     return [Candidate(op, isa, BinaryKnobs(r, v * lanes_))
             for v in range(1, min(CHANNEL_VECTORS, vectors) + 1)
             for r in range(1, min(BINARY_MAX_POSITIONS, max(positions, 1)) + 1)
-            if r * v + v + 2 <= REGISTERS[isa]]
+            if r * v + v + 2 <= ISAS[isa].registers]
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
@@ -639,7 +643,8 @@ def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     found = []
     for pb in sorted({min(m * vector, pixels) for m in range(1, CHANNEL_VECTORS + 1)}):
         vectors = -(-pb // vector)
-        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, (REGISTERS[isa] - 2 * vectors - 2) // vectors)):
+        fit = (ISAS[isa].registers - 2 * vectors - 2) // vectors
+        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, fit)):
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-pixels // pb)
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)

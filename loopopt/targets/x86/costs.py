@@ -46,9 +46,8 @@ from ...expr import Bound, Expr, Var, divisions
 from ...schedule import Loop, Schedule, ScheduleError
 from .isa import ISAS, bf16_dot_available, resolve_isa
 
-# Vector registers of each target (AVX-512: zmm0-31; AVX2: ymm0-15; scalar code: xmm0-15), and the
-# ones a register block leaves to its operands.
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
+# Of a table's vector registers (``Isa.registers``: AVX-512 zmm0-31, AVX2 ymm0-15, scalar code xmm0-15),
+# the ones a register block leaves to its operands.
 OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
@@ -427,7 +426,7 @@ class _Counter:
                 Site(f"output around loop {loop.name}", self.passing(depth - 1), output, self.lanes)]
 
     def _spilled(self, accumulators: int) -> int:
-        return max(0, accumulators - (REGISTERS[self.arith.acc.name] - OPERAND_REGISTERS))
+        return max(0, accumulators - (self.arith.acc.registers - OPERAND_REGISTERS))
 
     def _block_sites(self, block: RegisterBlock) -> list[Site]:
         s = self.schedule

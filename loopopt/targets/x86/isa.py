@@ -12,7 +12,7 @@ from functools import lru_cache
 from ...codegen.instr import BF16_MEANINGS, Instr, Isa, bf16_table, int_table, table
 
 AVX512 = Isa(
-    name="avx512", lanes=16, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f",),
     compile_flags=("-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mavx2", "-mfma"),
     prelude="#include <immintrin.h>\n",
@@ -38,7 +38,7 @@ AVX512 = Isa(
 )
 
 AVX2 = Isa(
-    name="avx2", lanes=8, vector_type="__m256", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256", mask_type="__m256i", index_type="__m256i",
     cpu_flags=("avx2", "fma"),
     compile_flags=("-mavx2", "-mfma"),
     prelude="""#include <immintrin.h>
@@ -81,8 +81,8 @@ static inline float lo_avx2_hsum(__m256 v) {
 )
 
 # The scalar target ignores vector annotations: the vectorized loop runs as a plain loop.
-SCALAR = Isa(name="scalar", lanes=1, vector_type="float", mask_type="unsigned", index_type="int",
-             cpu_flags=(), compile_flags=(), prelude="", ops={})
+SCALAR = Isa(name="scalar", lanes=1, registers=16, vector_type="float", mask_type="unsigned",
+             index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 
 
@@ -92,7 +92,7 @@ SCALAR = Isa(name="scalar", lanes=1, vector_type="float", mask_type="unsigned", 
 # vectors are shared with the float table of the same ISA.
 
 AVX512_INT = Isa(
-    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
     compile_flags=AVX512.compile_flags + ("-mavx512vnni",),
     prelude=AVX512.prelude,
@@ -136,7 +136,7 @@ AVX512_INT = Isa(
 )
 
 AVX2_INT = Isa(
-    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
     cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags,
     prelude=AVX2.prelude + (
         "/* u8 x s8 -> s32 dot of 4 without saturation: widen each byte to 16 bits, then vpmaddwd. */\n"
@@ -225,8 +225,8 @@ AVX2_INT = Isa(
     ),
 )
 
-SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned", index_type="int",
-                 cpu_flags=(), compile_flags=(), prelude="", ops={})
+SCALAR_INT = Isa(name="scalar", lanes=1, registers=16, vector_type="int", mask_type="unsigned",
+                 index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
 # every integer kernel's flags: float32 products without contraction (requantization must match quant.py
@@ -257,7 +257,7 @@ _WIDEN512 = "_mm512_castsi512_ps(_mm512_slli_epi32({}, 16))"
 _WIDEN256 = "_mm256_castsi256_ps(_mm256_slli_epi32({}, 16))"
 
 AVX512_BF16 = Isa(
-    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f", "avx512bw", "avx512vl"),
     compile_flags=AVX512.compile_flags + ("-mavx512bf16",),
     prelude=AVX512.prelude + BF16_PRELUDE,
@@ -286,7 +286,7 @@ AVX512_BF16 = Isa(
 )
 
 AVX2_BF16 = Isa(
-    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
     cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags, prelude=AVX2.prelude + BF16_PRELUDE,
     ops=bf16_table(
         AVX2,
@@ -303,8 +303,8 @@ AVX2_BF16 = Isa(
     ),
 )
 
-SCALAR_BF16 = Isa(name="scalar", lanes=1, vector_type="uint16_t", mask_type="unsigned", index_type="int",
-                  cpu_flags=(), compile_flags=(), prelude=BF16_PRELUDE,
+SCALAR_BF16 = Isa(name="scalar", lanes=1, registers=16, vector_type="uint16_t", mask_type="unsigned",
+                  index_type="int", cpu_flags=(), compile_flags=(), prelude=BF16_PRELUDE,
                   ops={"value": Instr("lo_bf16({s})", BF16_MEANINGS["value"])})
 
 BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, SCALAR_BF16)}
@@ -316,6 +316,7 @@ ISAS: dict[str, Isa] = {isa.name: isa.with_companions(INT_ISAS[isa.name], BF16_I
 # --- selection: which tables this CPU runs ----------------------------------------------------
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
+TILE_ISA = "amx"     # the tile variant: quantized and bf16 ops on AMX tiles, chosen explicitly
 
 
 HIDE_FLAGS_VARIABLE = "LOOPOPT_HIDE_CPU_FLAGS"

@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 from ...codegen.pseudocode import header, render
-from ...kernel import Kernel, compile_schedule
+from ...kernel import Kernel
 from ...machine import machine_profile
 from ...schedule import Schedule
 from ..base import Target
 from . import binary
 from .amx_runtime import amx_available
-from .isa import ISA_PREFERENCE, ISAS, available_int_isas, available_isas, bf16_dot_available, resolve_isa
+from .families import compile_schedule
+from .isa import (
+    ISA_PREFERENCE,
+    ISAS,
+    TILE_ISA,
+    available_int_isas,
+    available_isas,
+    bf16_dot_available,
+    resolve_isa,
+)
 from .tiles import check_amx_cpu
-
-TILE_ISA = "amx"     # the tile variant: quantized and bf16 ops on AMX tiles, chosen explicitly
 
 
 class X86Target(Target):
