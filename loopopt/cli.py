@@ -29,6 +29,7 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
+from .targets.registry import isa_names
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -614,7 +615,7 @@ def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reuse", action="store_true", help="skip the reuse and traffic analysis")
     p.add_argument("--budget", type=_positive_float, default=0.5,
                    help="seconds of timed runs per schedule and node (default 0.5)")
-    p.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+    p.add_argument("--isa", default="auto", choices=("auto", *isa_names()),
                    help="ISA of the kernels, the tuning and the comparisons (default auto)")
     p.add_argument("--plot", help="write a PNG of the time per node here")
     p.set_defaults(run=cmd_onnx)
@@ -658,7 +659,7 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--padding", metavar="NAME,...",
                         help="--contraction's inputs read as zero outside their shape")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
-    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+    parser.add_argument("--isa", default="auto", choices=("auto", *isa_names()),
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")

@@ -40,6 +40,11 @@ def host_target() -> Target:
     return target(HOST_MACHINES[machine])
 
 
+def isa_names() -> tuple[str, ...]:
+    """Every target's instruction-set variants (what ``isa=`` and ``--isa`` accept besides ``"auto"``)."""
+    return tuple(isa for name in TARGETS for isa in target(name).isas())
+
+
 def target_of_isa(isa: str) -> Target:
     """The target an instruction-set variant belongs to (``"auto"``: the host's); ValueError if none."""
     if isa == "auto":
