@@ -11,7 +11,6 @@ from typing import Any
 
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
-from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
@@ -242,10 +241,10 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
-        if not one or kernel.isa not in CORE_COSTS:    # AMX tiles: the kernel model has no costs for them
+        model = kernel.target.kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+                                           machine=machine) if one else None
+        if model is None:               # AMX tiles: the kernel model has no costs for them
             continue
-        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
-                             machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"

@@ -10,9 +10,10 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..analysis import Machine, ReuseProfile
     from ..kernel import Kernel
     from ..schedule import Schedule
 
@@ -55,6 +56,14 @@ class Target(ABC):
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
         (``Schedule.pseudocode``; ``codegen.pseudocode.render`` prints a C emitter's nest)."""
+
+    def kernel_model(self, schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
+                     traffic: bool = True, machine: Machine | None = None,
+                     set_associative: bool = False) -> Any:
+        """``schedule``'s predicted time on variant ``isa`` (``lo.kernel_model``: an object with
+        ``predicted_seconds``, ``resources``, ``bound`` and ``summary()``), or None where this target
+        has no model of ``isa`` (the default: none)."""
+        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
