@@ -14,6 +14,7 @@ from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
+from .targets.registry import target_of_isa
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -241,8 +242,9 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
-        model = kernel.target.kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
-                                           machine=machine) if one else None
+        target = target_of_isa(kernel.isa)
+        model = target.kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+                                    machine=machine) if one else None
         if model is None:               # AMX tiles: the kernel model has no costs for them
             continue
         row.predicted_ms = model.predicted_seconds * 1e3
