@@ -41,9 +41,8 @@ import numpy as np
 
 from .atomic import host_lock, write_text_atomically
 from .cbuild import BuildError, cache_dir, compiler, compiler_identity
-from .targets.x86.amx import AMX
-from .targets.x86.isa import BF16_DOT_FLAGS, INT_ISAS, ISA_PREFERENCE, ISAS, visible_flags
-from .targets.x86.peaks import AMX_PEAKS, PEAK_ISAS, measure_peaks, read_kernel, timed
+from .targets.x86.isa import visible_flags
+from .targets.x86.profile import KEY_FEATURES, measure_peaks, peak_isas, peak_of, read_kernel, timed
 
 PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
                             # the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its median,
@@ -51,10 +50,6 @@ PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the A
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
-# what the CPU key says about the instruction sets: each feature loopopt has kernels for and the
-# /proc/cpuinfo flags it needs
-KEY_FEATURES = (("avx2", ISAS["avx2"].cpu_flags), ("avx512", ISAS["avx512"].cpu_flags),
-                ("vnni", INT_ISAS["avx512"].cpu_flags), ("bf16", BF16_DOT_FLAGS), ("amx", AMX.cpu_flags))
 VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
 BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
@@ -322,29 +317,7 @@ class MachineProfile:
         if dtype not in self.peaks:
             raise ValueError(f"peak: dtype={dtype!r} is not supported; "
                              f"allowed: {', '.join(map(repr, DTYPES))}")
-        if dtype == "bfloat16":
-            dots = self.peaks[dtype]
-            if isa == "amx":
-                return self._measured(isa, dtype)
-            simd = [peak for name, peak in dots.items() if name != "amx"]
-            dot = max(simd, default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
-            return max(dot, self.peak(isa, "float32"))
-        measured = self.peaks[dtype]
-        if isa in ("auto", "scalar") and isa not in measured:
-            best = next((name for name in ISA_PREFERENCE if name in measured), None)
-            return measured[best] if best else self.peaks["float32"]["scalar"]
-        return self._measured(isa, dtype)
-
-    def _measured(self, isa: str, dtype: str) -> float:
-        """The measured peak of ``isa`` and ``dtype``; ValueError saying why there is none."""
-        measured = self.peaks[dtype]
-        if isa in measured:
-            return measured[isa]
-        if isa not in PEAK_ISAS:
-            raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
-                             f"{', '.join(map(repr, PEAK_ISAS))}")
-        raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
-                         f"measured: {', '.join(measured) or 'none'}")
+        return peak_of(self.peaks, isa, dtype, self.cpu)
 
     def memory_bandwidth(self) -> float:
         """DRAM read bandwidth in GB/s (one core): the best of the timed passes over a buffer of
@@ -375,7 +348,7 @@ class MachineProfile:
         _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
                f"an object with {DTYPES}")
         for dtype, table in peaks.items():
-            isas = PEAK_ISAS if dtype in AMX_PEAKS else ISA_PREFERENCE
+            isas = peak_isas(dtype)
             _check(isinstance(table, dict) and set(table) <= set(isas), f"peaks.{dtype}", table,
                    f"an object keyed by ISAs {isas}")
             for isa, value in table.items():

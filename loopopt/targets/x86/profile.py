@@ -1,7 +1,8 @@
-"""One core's peaks on x86, measured: the fp32 FMA, int8 dot and bf16 pair dot throughput of each SIMD
-table this CPU runs (a loop of independent multiply-add chains), the scalar multiply-add rate of a
-machine without SIMD, and the AMX tile peaks (``amx_runtime.amx_peak_gops``); and the read kernel of
-the bandwidth measurement (the best SIMD loads). ``machine.measure_profile`` records them.
+"""x86's part of the machine profile (``machine.py``): the instruction-set features the CPU key names,
+one core's peaks, measured (the fp32 FMA, int8 dot and bf16 pair dot throughput of each SIMD table
+this CPU runs, a loop of independent multiply-add chains; the scalar multiply-add rate of a machine
+without SIMD; the AMX tile peaks, ``amx_runtime.amx_peak_gops``) and read back (``peak_of``), and
+the read kernel of the bandwidth measurement (the best SIMD loads).
 """
 from __future__ import annotations
 
@@ -15,18 +16,25 @@ from ...cbuild import compile_c
 from ...codegen.arith import BF16_PAIR
 from ...codegen.instr import Isa
 from ...codegen.quantized import DOT
+from .amx import AMX
 from .amx_runtime import amx_available, amx_peak_gops
 from .isa import (
+    BF16_DOT_FLAGS,
     BF16_ISAS,
     INT_ISAS,
     ISA_PREFERENCE,
     ISAS,
+    TILE_ISA,
     available_int_isas,
     available_isas,
     bf16_dot_available,
 )
 
-PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
+# what the CPU key says about the instruction sets: each feature loopopt has kernels for and the
+# /proc/cpuinfo flags it needs
+KEY_FEATURES = (("avx2", ISAS["avx2"].cpu_flags), ("avx512", ISAS["avx512"].cpu_flags),
+                ("vnni", INT_ISAS["avx512"].cpu_flags), ("bf16", BF16_DOT_FLAGS), ("amx", AMX.cpu_flags))
+PEAK_ISAS = ISA_PREFERENCE + (TILE_ISA,)   # the tiles: int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
 AMX_PEAKS = {"int8": "int8", "bfloat16": "bf16"}   # profile dtype -> amx_peak_gops dtype
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
 PEAK_ITERATIONS = 400_000
@@ -169,3 +177,38 @@ def measure_peaks() -> dict[str, dict[str, float]]:
         for dtype, tiles in AMX_PEAKS.items():
             peaks[dtype]["amx"] = amx_peak_gops(tiles)
     return peaks
+
+
+def peak_isas(dtype: str) -> tuple[str, ...]:
+    """The variants a profile may hold a ``dtype`` peak of."""
+    return PEAK_ISAS if dtype in AMX_PEAKS else ISA_PREFERENCE
+
+
+def peak_of(peaks: dict[str, dict[str, float]], isa: str, dtype: str, cpu: str) -> float:
+    """The peak of ``isa`` for ``dtype`` from a profile's ``peaks`` (``MachineProfile.peak``): ``auto``
+    and ``scalar`` get the best SIMD ISA's; bfloat16 the faster of the pair dot and float32 FMA;
+    ValueError naming an unknown variant, or one ``cpu`` has no measured peak of."""
+    if dtype == "bfloat16":
+        dots = peaks[dtype]
+        if isa == TILE_ISA:
+            return _measured(peaks, isa, dtype, cpu)
+        simd = [peak for name, peak in dots.items() if name != TILE_ISA]
+        dot = max(simd, default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
+        return max(dot, peak_of(peaks, isa, "float32", cpu))
+    measured = peaks[dtype]
+    if isa in ("auto", "scalar") and isa not in measured:
+        best = next((name for name in ISA_PREFERENCE if name in measured), None)
+        return measured[best] if best else peaks["float32"]["scalar"]
+    return _measured(peaks, isa, dtype, cpu)
+
+
+def _measured(peaks: dict[str, dict[str, float]], isa: str, dtype: str, cpu: str) -> float:
+    """The measured peak of ``isa`` and ``dtype``; ValueError saying why there is none."""
+    measured = peaks[dtype]
+    if isa in measured:
+        return measured[isa]
+    if isa not in PEAK_ISAS:
+        raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
+                         f"{', '.join(map(repr, PEAK_ISAS))}")
+    raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({cpu}); "
+                     f"measured: {', '.join(measured) or 'none'}")
