@@ -243,7 +243,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
         target = target_of_isa(kernel.isa)
-        model = target.kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+        model = target.kernel_model(schedule, kernel.isa, profile=profiles.get(name), traffic=bool(analysis),
                                     machine=machine) if one else None
         if model is None:               # AMX tiles: the kernel model has no costs for them
             continue

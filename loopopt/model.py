@@ -23,7 +23,8 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
     target = target_of_isa(isa)
-    model = target.kernel_model(schedule, isa, profile, traffic, machine, set_associative)
+    model = target.kernel_model(schedule, isa, profile=profile, traffic=traffic, machine=machine,
+                                set_associative=set_associative)
     if model is None:
         raise ValueError(f"the {target.name} target has no kernel model of isa {isa!r}")
     return model

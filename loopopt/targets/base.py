@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..analysis import Machine, ReuseProfile
     from ..kernel import Kernel
     from ..schedule import Schedule
 
@@ -57,10 +56,9 @@ class Target(ABC):
         """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
         (``Schedule.pseudocode``; ``codegen.pseudocode.render`` prints a C emitter's nest)."""
 
-    def kernel_model(self, schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
-                     traffic: bool = True, machine: Machine | None = None,
-                     set_associative: bool = False) -> Any:
-        """``schedule``'s predicted time on variant ``isa`` (``lo.kernel_model``: an object with
+    def kernel_model(self, schedule: Schedule, isa: str = "auto", **options: Any) -> Any:
+        """``schedule``'s predicted time on variant ``isa`` (``lo.kernel_model``, whose keywords
+        ``profile``, ``traffic``, ``machine``, ``set_associative`` are ``options``: an object with
         ``predicted_seconds``, ``resources``, ``bound`` and ``summary()``), or None where this target
         has no model of ``isa`` (the default: none)."""
         return None
