@@ -13,16 +13,17 @@ def header(schedule: Schedule) -> list[str]:
     return [f"# {schedule.op!r}"] + [f"# {step}" for step in schedule.steps]
 
 
-def render(schedule: Schedule, target: Isa, bf16_dot: bool) -> str:
+def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False) -> str:
     """The loop nest of ``schedule``: loops with extents and annotations, dim definitions,
-    guards, the statement, and notes (vector access kinds on the float32 table ``target``,
-    reassociation); ``bf16_dot``: a bfloat16 nest may use the table's pair dot."""
+    guards, the statement, and notes (reassociation; with a float32 table ``target``, the dot loop,
+    the quantized plan and the vector access kinds on it); ``bf16_dot``: a bfloat16 nest may use the
+    table's pair dot."""
     op = schedule.op
     lines = header(schedule)
     quantized = op.quant is not None
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    plan = quant_plan(schedule, target.lanes) if quantized else None
-    dot = arithmetic(schedule, target, plan, bf16_dot).dot_loop
+    plan = quant_plan(schedule, target.lanes) if quantized and target else None
+    dot = arithmetic(schedule, target, plan, bf16_dot).dot_loop if target else None
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
@@ -55,7 +56,7 @@ def render(schedule: Schedule, target: Isa, bf16_dot: bool) -> str:
                     "a pass over the int32 accumulators")
         lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, "
                      f"compensation {plan.compensation}, epilogue {epilogue}")
-    if schedule.vector_loop is not None:
+    if schedule.vector_loop is not None and target is not None:
         kinds = vector_access_kinds(schedule, target)
         text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"
         lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} "

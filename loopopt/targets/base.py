@@ -12,6 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from ..codegen.pseudocode import render
+
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..schedule import Schedule
@@ -51,10 +53,11 @@ class Target(ABC):
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
 
-    @abstractmethod
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
-        (``Schedule.pseudocode``; ``codegen.pseudocode.render`` prints a C emitter's nest)."""
+        (``Schedule.pseudocode``). The default is the target-neutral nest, without an instruction
+        set's notes; a C-like target passes its table to ``codegen.pseudocode.render``."""
+        return render(schedule)
 
     def kernel_model(self, schedule: Schedule, isa: str = "auto", **options: Any) -> Any:
         """``schedule``'s predicted time on variant ``isa`` (``lo.kernel_model``, whose keywords
