@@ -29,7 +29,7 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
-from .targets.registry import isa_names
+from .targets.registry import isa_names, target_of_isa
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -279,14 +279,14 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     this machine and ``--threads`` and ``--isa`` (``auto``: on any ISA, each compiled for the ISA it
     was measured on), else the default (``_default_plan``, on ``--isa``)."""
     from .schedule_file import stored_isa
-    from .targets.x86.isa import resolve_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
     from .winograd import from_name
     wanted = _algorithms(args.algorithms)
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
-    isa = args.isa if args.isa == "amx" else resolve_isa(args.isa, integer=op.quant is not None)
+    integer = op.quant is not None
+    isa = args.isa if args.isa == "amx" else target_of_isa(args.isa).resolve_isa(args.isa, integer)
     measured = None if args.isa == "auto" else isa
     logged = best_by_algorithm(op, args.log, args.threads, measured) if args.log else {}
     rows = _Rows([], [], [], {name: reason for name, reason in why.items() if reason}, {})
