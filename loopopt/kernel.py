@@ -84,6 +84,9 @@ class Kernel:
                         if generated.openmp else 1)
         # built with sanitizers: every buffer ends where the kernel may stop reading
         self.exact = bool(sanitizers())
+        self.hold_weights = False    # pack a weights array once and keep it (see ``prepack``)
+        # id of a weights array given -> (that array, kept alive so that its id stays its own; packed)
+        self._held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_threads(self, n: int) -> None:
         """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
@@ -202,12 +205,38 @@ class Kernel:
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = (self._copy(tensor, array) if is_bias
-                               else self._pack(tensor, self._element(tensor, array)))
+            storage[tensor] = self._copy(tensor, array) if is_bias else self._packed(tensor, array)
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
         return Buffers(storage, self._bind(storage))
+
+    def prepack(self, weights: np.ndarray) -> None:
+        """Pack the constant operand ``weights`` (``op.inputs[1]``, logical layout) into its storage
+        layout and format now: later calls given this same array object skip its packing (the array
+        must not change meanwhile; calls given another array pack that one). With ``hold_weights``
+        (an ONNX backend's kernels, whose weights are the model's constants; nodes of one shape share
+        a kernel) a call packs each weights array it is given once and keeps it so."""
+        tensor = self.op.inputs[1]
+        shape = self.op.tensor(tensor).shape
+        if not isinstance(weights, np.ndarray) or weights.shape != shape:
+            given = weights.shape if isinstance(weights, np.ndarray) else type(weights).__name__
+            raise ValueError(f"prepack takes the weights {tensor} as an array of shape {shape}, got {given}")
+        self._held[id(weights)] = (weights, self._pack(tensor, self._element(tensor, weights)))
+
+    def _packed(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` of input ``tensor`` packed for the kernel (the weights prepacked when they are
+        the array ``prepack`` was given)."""
+        if tensor == self.op.inputs[1] and self._prepacked(array):
+            return self._held[id(array)][1]
+        if tensor == self.op.inputs[1] and self.hold_weights:
+            self.prepack(array)
+            return self._held[id(array)][1]
+        return self._pack(tensor, self._element(tensor, array))
+
+    def _prepacked(self, weights: np.ndarray) -> bool:
+        """Whether ``weights`` is an array ``prepack`` was given (the same object)."""
+        return id(weights) in self._held and self._held[id(weights)][0] is weights
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
@@ -253,6 +282,7 @@ class QuantizedKernel(Kernel):
     def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
         super().__init__(schedule, generated, module)
         self.plan = plan
+        self._compensations: dict[tuple[int, bytes], np.ndarray] = {}   # see ``_compensation``
 
     @property
     def _output_name(self) -> str:
@@ -281,7 +311,7 @@ class QuantizedKernel(Kernel):
             return super()._pack(tensor, array)
         return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
-    def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""
         return stored_weights(self.plan, array) if tensor == self.op.inputs[1] else array
 
@@ -299,7 +329,7 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            values[tensor] = self._pack(tensor, self._stored(tensor, array))
+            values[tensor] = self._packed(tensor, array)
         if op.bias:
             values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
@@ -316,7 +346,7 @@ class QuantizedKernel(Kernel):
             return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if plan.compensation == "packed":
-            comp = self._copy("lo_comp", compensation_table(op, plan, wq, qp.w_zero_point))
+            comp = self._compensation(wq, qp.w_zero_point)
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
         values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,
@@ -326,6 +356,17 @@ class QuantizedKernel(Kernel):
         if mult is not None:
             values["lo_mult"] = self._copy("lo_mult", mult)
         return values
+
+    def _compensation(self, wq: np.ndarray, w_zero_point: np.ndarray) -> np.ndarray:
+        """The weight compensation table of ``wq``, computed once per prepacked weights array and zero
+        points (``prepack``)."""
+        key = (id(wq), np.asarray(w_zero_point).tobytes())
+        if key in self._compensations and self._prepacked(wq):
+            return self._compensations[key]
+        table = self._copy("lo_comp", compensation_table(self.op, self.plan, wq, w_zero_point))
+        if self._prepacked(wq):
+            self._compensations[key] = table
+        return table
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         """The raw int32 products ``P`` of the last run (before compensation), logical layout."""
@@ -436,6 +477,10 @@ class BinaryKernel(QuantizedKernel):
         if op.quant.scaled:
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
         return self.bind(values)
+
+    def prepack(self, weights: np.ndarray) -> None:
+        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
+                         "it has no prepacked form")
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, from channels-last to the op's logical layout."""
