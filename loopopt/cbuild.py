@@ -41,6 +41,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -202,12 +203,10 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
     step), then publish the shared object and its record."""
     ffi = cffi.FFI()
     ffi.cdef(cdef)
-    remove_stale_builds(target.parent)
-    folder = Path(tempfile.mkdtemp(prefix=BUILD_PREFIX, dir=target.parent))
-    lock = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the process dies: unlocked means abandoned
-        generated, built = folder / f"{name}.c", folder / target.name
+
+    def build(built: Path) -> None:
+        folder = built.parent
+        generated = folder / f"{name}.c"
         make_c_source(ffi, name, source, str(generated), verbose=False)
         compile_flags, extension_link = extension_flags()
         head, python, rest = generated.read_text().partition(PYTHON_H)
@@ -215,13 +214,36 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
         compiler_call = (*shlex.split(cc), *compile_flags, *flags)
         if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
             generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
-        command = [*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            failed = target.with_suffix(".failed.c")
-            shutil.copy(generated, failed)
-            raise BuildError(f"compiling {name} failed ({command[0]} exited with {done.returncode}: "
-                             f"{done.stderr.strip()[-2000:]}); the source is in {failed}")
+        run_compiler([*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags],
+                     name, generated, target)
+
+    publish(target, build)
+
+
+def run_compiler(command: list[str], name: str, source: Path, target: Path) -> None:
+    """Run a compiler ``command`` on ``source``; BuildError with its messages if it fails (the source
+    kept next to ``target`` as ``*.failed.c``)."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        failed = target.with_suffix(".failed.c")
+        shutil.copy(source, failed)
+        raise BuildError(f"compiling {name} failed ({command[0]} exited with {done.returncode}: "
+                         f"{done.stderr.strip()[-2000:]}); the source is in {failed}")
+
+
+def publish(target: Path, build: Callable[[Path], None]) -> Path:
+    """The cache entry ``target``: if it is not a trusted entry already, ``build(path)`` makes it at
+    ``path`` in a locked private build folder of the cache, then it is published with its record, each
+    with an atomic rename (module docstring)."""
+    if _trusted(target):
+        return target
+    remove_stale_builds(target.parent)
+    folder = Path(tempfile.mkdtemp(prefix=BUILD_PREFIX, dir=target.parent))
+    lock = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the process dies: unlocked means abandoned
+        built = folder / target.name
+        build(built)
         record = folder / "record"
         record.write_text(_describe(built))
         os.replace(built, target)
@@ -229,6 +251,7 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         os.close(lock)
+    return target
 
 
 def _link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path) -> bool:
