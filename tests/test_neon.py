@@ -5,6 +5,7 @@ import json
 import warnings
 
 import pytest
+import test_isa_bf16_tables as bf16_tables
 import test_isa_int_tables as int_tables
 import test_isa_tables as float_tables
 from helpers import (
@@ -23,11 +24,11 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.isa import INT_MEANINGS, MEANINGS, SHARED_OPS
+from loopopt.codegen.isa import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.neon import toolchain
-from loopopt.targets.neon.isa import NEON, NEON_INT
+from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_INT
 from loopopt.targets.neon.target import function_driver
 
 MISSING = toolchain.missing()
@@ -39,6 +40,8 @@ def test_tables_have_every_operation_and_its_meaning():
     assert set(NEON.ops) == set(MEANINGS)
     assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS)
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
+    widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
+    assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
@@ -54,6 +57,14 @@ def test_int_instructions_match_their_scalar_meaning(seed):
     int_tables.check_lanes(NEON_INT, driver, seed)
 
 
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_bf16_instructions_match_their_scalar_meaning(seed):
+    source = bf16_tables.harness(NEON_BF16, NEON, NEON_INT)
+    driver = function_driver(source, "probe", bf16_tables.PARAMS, NEON_BF16.compile_flags)
+    bf16_tables.check_lanes(NEON_BF16, driver, seed)
+
+
 # --- kernels against the reference ---------------------------------------------------------------
 
 def random_conv_schedule(data):
@@ -65,6 +76,16 @@ def random_conv_schedule(data):
 
 test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 2, 16,
                                                                           data=st.data())
+
+
+def random_bf16_conv_schedule(data):
+    """A random legal schedule of a random bfloat16 conv: operands widened to fp32 lanes, within the bf16
+    summation bound."""
+    check(data.draw(schedules(data.draw(conv_ops(max_hw=6, dtype="bfloat16")), ISA)), ISA)
+
+
+test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = both_tiers(
+    random_bf16_conv_schedule, 1, 10, data=st.data())
 
 
 def random_quantized_conv_schedule(data):
@@ -123,11 +144,14 @@ def test_stored_schedules_verify(name):
     assert ok, error
 
 
+TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
+
+
 @pytest.mark.parametrize("build, reason", [
-    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, dtype="bfloat16", height=5, width=5)), "no bfloat16 kernels"),
-    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5,
-                                   quant=lo.QuantSpec("int8", weight="ternary"))).weight_format("i2_s"),
-     "i2_s"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("i2_s"), "i2_s"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1"), "tbl"),
+    (lambda: lo.Schedule(lo.Matmul(1, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))),
+     "XNOR"),
 ])
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):

@@ -12,7 +12,17 @@ refuses bf16 ops on this variant with a ScheduleError.
 """
 from __future__ import annotations
 
-from ...codegen.isa import INT_MEANINGS, MEANINGS, SHARED_OPS, Instr, Isa, IsaTables, register_tables
+from ...codegen.isa import (
+    BF16_MEANINGS,
+    BF16_PRELUDE,
+    INT_MEANINGS,
+    MEANINGS,
+    SHARED_OPS,
+    Instr,
+    Isa,
+    IsaTables,
+    register_tables,
+)
 
 NAME = "neon"
 LANES = 4
@@ -203,4 +213,27 @@ NEON_INT = Isa(
     ),
 )
 
-TABLES = register_tables(IsaTables(NEON, NEON_INT, None))
+BF16_GATHER = """/* bf16 lanes widened to float32: the masked lanes' elements only */
+static inline float32x4_t lo_neon_bf16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {
+    uint32_t m[4]; int32_t i[4]; float x[4];
+    vst1q_u32(m, mask); vst1q_s32(i, idx);
+    for (int j = 0; j < 4; ++j) x[j] = m[j] ? lo_bf16(p[i[j]]) : 0.0f;
+    return vld1q_f32(x);
+}
+"""
+
+NEON_BF16 = Isa(
+    name=NAME, lanes=LANES, vector_type="uint16x4_t", mask_type="uint32x4_t", index_type="int32x4_t",
+    cpu_flags=FLOAT_FEATURES, compile_flags=ARCH_FLAGS, prelude=NEON.prelude + BF16_PRELUDE + BF16_GATHER,
+    ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(
+        BF16_MEANINGS,
+        value="lo_bf16({s})",
+        broadcast="vdupq_n_f32(lo_bf16({s}))",
+        load="vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(const void *)({p})), 16))",
+        load_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
+        gather="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
+        gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
+    ),
+)
+
+TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16))
