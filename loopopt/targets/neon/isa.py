@@ -168,49 +168,53 @@ NEON = Isa(
 )
 
 
-NEON_INT = Isa(
-    name=NAME, lanes=LANES, vector_type="int32x4_t", mask_type="uint32x4_t", index_type="int32x4_t",
-    cpu_flags=INT_FEATURES, compile_flags=ARCH_FLAGS, prelude=NEON.prelude,
-    ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(
-        INT_MEANINGS,
-        zero="vdupq_n_s32(0)",
-        load="vld1q_s32((const int32_t *)(const void *)({p}))",
-        load_mask="lo_neon_load_mask_s32((const void *)({p}), {m})",
-        store="vst1q_s32((int32_t *)(void *)({p}), {v})",
-        store_mask="lo_neon_store_mask_s32((void *)({p}), {m}, {v})",
-        broadcast="vdupq_n_s32((int32_t)({s}))",
-        broadcast_word="vdupq_n_s32(lo_neon_word((const void *)({p})))",
-        fma="vmlaq_s32({c}, {a}, {b})",
-        fma_mask="vbslq_s32({m}, vmlaq_s32({c}, {a}, {b}), {c})",
-        sub="vsubq_s32({a}, {b})",
-        gather="lo_neon_gather_s32((const void *)({p}), {idx}, vdupq_n_u32(~0u), 4)",
-        gather_mask="lo_neon_gather_s32((const void *)({p}), {idx}, {m}, 4)",
-        scatter_mask="lo_neon_scatter_s32((void *)({p}), {m}, {idx}, {v})",
-        hsum="vaddvq_s32({v})",
-        load_u8="lo_neon_load_u8((const void *)({p}))",
-        load_s8="lo_neon_load_s8((const void *)({p}))",
-        load_u8_mask="lo_neon_load_u8_mask((const void *)({p}), {m})",
-        load_s8_mask="lo_neon_load_s8_mask((const void *)({p}), {m})",
-        gather_b="lo_neon_gather_s32((const void *)({p}), {idx}, vdupq_n_u32(~0u), 1)",
-        gather_b_mask="lo_neon_gather_s32((const void *)({p}), {idx}, {m}, 1)",
-        extend_u8="vandq_s32({v}, vdupq_n_s32(255))",
-        extend_s8="vshrq_n_s32(vshlq_n_s32({v}, 24), 24)",
-        flip="veorq_s32({v}, vdupq_n_s32((int32_t)0x80808080u))",
-        dot="vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b}))",
-        dot_mask="vbslq_s32({m}, vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b})), "
-                 "{c})",
-        to_float="vcvtq_f32_s32({v})",
-        store_narrow="lo_neon_store_narrow((void *)({p}), {v})",
-        store_narrow_mask="lo_neon_store_narrow_mask((void *)({p}), {m}, {v})",
-        # saturating narrows (exact: the lanes are in range): a's 4 bytes, then b's, c's and d's
-        pack_u8="vreinterpretq_s32_u8(vcombine_u8("
-                "vqmovn_u16(vcombine_u16(vqmovun_s32({a}), vqmovun_s32({b}))), "
-                "vqmovn_u16(vcombine_u16(vqmovun_s32({c}), vqmovun_s32({d})))))",
-        pack_s8="vreinterpretq_s32_s8(vcombine_s8("
-                "vqmovn_s16(vcombine_s16(vqmovn_s32({a}), vqmovn_s32({b}))), "
-                "vqmovn_s16(vcombine_s16(vqmovn_s32({c}), vqmovn_s32({d})))))",
-        store_bytes="lo_neon_store_bytes((void *)({p}), {v}, {n})",
-    ),
+def _beside_floats(vector_type: str, features: tuple[str, ...], prelude: str, meanings: dict[str, str],
+                   **templates: str) -> Isa:
+    """Another table of this variant: its own lanes' entries, the float table's masks and index vectors."""
+    return Isa(name=NAME, lanes=LANES, vector_type=vector_type, mask_type=NEON.mask_type,
+               index_type=NEON.index_type, cpu_flags=features, compile_flags=ARCH_FLAGS, prelude=prelude,
+               ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(meanings, **templates))
+
+
+NEON_INT = _beside_floats(
+    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS,
+    zero="vdupq_n_s32(0)",
+    load="vld1q_s32((const int32_t *)(const void *)({p}))",
+    load_mask="lo_neon_load_mask_s32((const void *)({p}), {m})",
+    store="vst1q_s32((int32_t *)(void *)({p}), {v})",
+    store_mask="lo_neon_store_mask_s32((void *)({p}), {m}, {v})",
+    broadcast="vdupq_n_s32((int32_t)({s}))",
+    broadcast_word="vdupq_n_s32(lo_neon_word((const void *)({p})))",
+    fma="vmlaq_s32({c}, {a}, {b})",
+    fma_mask="vbslq_s32({m}, vmlaq_s32({c}, {a}, {b}), {c})",
+    sub="vsubq_s32({a}, {b})",
+    gather="lo_neon_gather_s32((const void *)({p}), {idx}, vdupq_n_u32(~0u), 4)",
+    gather_mask="lo_neon_gather_s32((const void *)({p}), {idx}, {m}, 4)",
+    scatter_mask="lo_neon_scatter_s32((void *)({p}), {m}, {idx}, {v})",
+    hsum="vaddvq_s32({v})",
+    load_u8="lo_neon_load_u8((const void *)({p}))",
+    load_s8="lo_neon_load_s8((const void *)({p}))",
+    load_u8_mask="lo_neon_load_u8_mask((const void *)({p}), {m})",
+    load_s8_mask="lo_neon_load_s8_mask((const void *)({p}), {m})",
+    gather_b="lo_neon_gather_s32((const void *)({p}), {idx}, vdupq_n_u32(~0u), 1)",
+    gather_b_mask="lo_neon_gather_s32((const void *)({p}), {idx}, {m}, 1)",
+    extend_u8="vandq_s32({v}, vdupq_n_s32(255))",
+    extend_s8="vshrq_n_s32(vshlq_n_s32({v}, 24), 24)",
+    flip="veorq_s32({v}, vdupq_n_s32((int32_t)0x80808080u))",
+    dot="vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b}))",
+    dot_mask="vbslq_s32({m}, vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b})), "
+             "{c})",
+    to_float="vcvtq_f32_s32({v})",
+    store_narrow="lo_neon_store_narrow((void *)({p}), {v})",
+    store_narrow_mask="lo_neon_store_narrow_mask((void *)({p}), {m}, {v})",
+    # saturating narrows (exact: the lanes are in range): a's 4 bytes, then b's, c's and d's
+    pack_u8="vreinterpretq_s32_u8(vcombine_u8("
+            "vqmovn_u16(vcombine_u16(vqmovun_s32({a}), vqmovun_s32({b}))), "
+            "vqmovn_u16(vcombine_u16(vqmovun_s32({c}), vqmovun_s32({d})))))",
+    pack_s8="vreinterpretq_s32_s8(vcombine_s8("
+            "vqmovn_s16(vcombine_s16(vqmovn_s32({a}), vqmovn_s32({b}))), "
+            "vqmovn_s16(vcombine_s16(vqmovn_s32({c}), vqmovn_s32({d})))))",
+    store_bytes="lo_neon_store_bytes((void *)({p}), {v}, {n})",
 )
 
 BF16_GATHER = """/* bf16 lanes widened to float32: the masked lanes' elements only */
@@ -222,18 +226,14 @@ static inline float32x4_t lo_neon_bf16_gather(const uint16_t *p, int32x4_t idx, 
 }
 """
 
-NEON_BF16 = Isa(
-    name=NAME, lanes=LANES, vector_type="uint16x4_t", mask_type="uint32x4_t", index_type="int32x4_t",
-    cpu_flags=FLOAT_FEATURES, compile_flags=ARCH_FLAGS, prelude=NEON.prelude + BF16_PRELUDE + BF16_GATHER,
-    ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(
-        BF16_MEANINGS,
-        value="lo_bf16({s})",
-        broadcast="vdupq_n_f32(lo_bf16({s}))",
-        load="vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(const void *)({p})), 16))",
-        load_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
-        gather="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
-        gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
-    ),
+NEON_BF16 = _beside_floats(
+    "uint16x4_t", FLOAT_FEATURES, NEON.prelude + BF16_PRELUDE + BF16_GATHER, BF16_MEANINGS,
+    value="lo_bf16({s})",
+    broadcast="vdupq_n_f32(lo_bf16({s}))",
+    load="vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(const void *)({p})), 16))",
+    load_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
+    gather="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
+    gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
 )
 
 TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16))
