@@ -29,7 +29,8 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
-from .targets.registry import target_names
+from .targets import TargetUnavailableError
+from .targets.registry import target, target_names
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -319,8 +320,10 @@ def _comparison(args: argparse.Namespace):
         rows = _algorithm_rows(args, op)
     else:
         rows = _named_rows(args, op)
-    isas = rows.isas if args.target is None else [args.isa] * len(rows.isas)   # the target's variant
-    return compare(op, rows.schedules, rows.labels, isa=isas, reuse=not args.no_reuse,
+    if args.target is not None:      # a row's ISA where the target has it, else the target's best
+        variants = target(args.target).isas()
+        rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
+    return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
                    progress=not args.quiet, threads=args.threads, origins=rows.origins,
                    target=args.target), rows.skipped
 
@@ -758,7 +761,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return args.run(args)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError) as err:
+    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError, TargetUnavailableError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR

@@ -15,7 +15,7 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
-from .targets import Target
+from .targets import Target, host_target
 from .targets import target as named_target
 from .winograd import AnyPlan
 
@@ -239,7 +239,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
         raise ValueError(f"origins names {strangers} but the rows are {names}")
     single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
     chosen = None if target is None else named_target(target)
-    if chosen is not None and not all(single):
+    if chosen is not None and chosen is not host_target() and not all(single):
         raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
     refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
     analysis = _analysis() if reuse else None
@@ -247,9 +247,9 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule, row_isa) in enumerate(zip(names, schedules, isas, strict=True)):
+    for index, (name, schedule, row_isa, one) in enumerate(zip(names, schedules, isas, single, strict=True)):
         bar.update(index, f"{name}: compile")
-        kernel = schedule.compile(row_isa) if chosen is None else schedule.compile(row_isa, target=chosen)
+        kernel = schedule.compile(row_isa, target=chosen) if chosen and one else schedule.compile(row_isa)
         kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
                            else 1)
         kernels.append(kernel)
