@@ -4,6 +4,7 @@ the cross compiler or the emulator is missing (README: how to install them)."""
 import json
 import warnings
 
+import numpy as np
 import pytest
 import test_isa_bf16_tables as bf16_tables
 import test_isa_int_tables as int_tables
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.cli import main
 from loopopt.codegen.isa import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
+from loopopt.codegen.params import signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.neon import toolchain
@@ -180,3 +182,16 @@ def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
     assert data["peak_gflops"] == target("neon").peak("neon", "float32")
     assert main(["compare", "--target", "neon", "--matmul", "4,4,4", "--plot", "x.png"]) != 0
     assert "--plot draws measured times" in capsys.readouterr().err
+
+
+def test_a_runner_that_fails_is_an_error_with_its_message():
+    """A kernel that traps is an error naming the emulator and the exit status, never a silent result."""
+    if toolchain.native():
+        pytest.skip("native AArch64: no runner")
+    params = float_tables.PARAMS
+    source = f"#include <stdint.h>\n{signature('probe', params)} {{ (void)x; __builtin_trap(); }}\n"
+    driver = function_driver(source, "probe", params, NEON.compile_flags)
+    arrays = dict(x=np.zeros(4, np.float32), y=np.zeros(4, np.float32), idx=np.zeros(4, np.int32), bits=0,
+                  out=np.zeros(4, np.float32), scattered=np.zeros(4, np.float32))
+    with pytest.raises(RuntimeError, match="failed under qemu-aarch64"):
+        driver.call(driver.bind(params, arrays))
