@@ -101,13 +101,29 @@ test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules
     random_quantized_conv_schedule, 2, 16, data=st.data())
 
 
-def random_matmul_schedule(data, quantized):
-    """A random legal schedule of a random matmul (transposed operands, batch dims), fp32 or int8."""
-    op = data.draw(matmul_ops(max_mn=9, max_k=13))
+def check_random_schedule(data, op, quantized: bool) -> None:
+    """A random legal schedule of float ``op`` or, ``quantized``, of ``op`` with a random QuantSpec (either
+    compensation, sometimes dequantizing) agrees with the reference (int8 bit-exact)."""
     if quantized:
         check_quantized(data.draw(quantized_schedules(op.with_quant(data.draw(SPECS)), ISA)), ISA)
     else:
         check(data.draw(schedules(op, ISA)), ISA)
+
+
+def random_nd_conv_schedule(data, quantized):
+    """A random legal schedule of a random Conv1d or Conv3d (per-side pads, stride, dilation, groups,
+    batch), fp32 or int8 (every QuantSpec, either compensation)."""
+    check_random_schedule(data, data.draw(conv_ops(max_hw=6, spatial=data.draw(st.sampled_from([1, 3])),
+                                                    max_channels=4)), quantized)
+
+
+test_random_nd_conv_schedules_quick, test_random_nd_conv_schedules = both_tiers(
+    random_nd_conv_schedule, 1, 10, data=st.data(), quantized=st.booleans())
+
+
+def random_matmul_schedule(data, quantized):
+    """A random legal schedule of a random matmul (transposed operands, batch dims), fp32 or int8."""
+    check_random_schedule(data, data.draw(matmul_ops(max_mn=9, max_k=13)), quantized)
 
 
 test_random_matmul_schedules_quick, test_random_matmul_schedules = both_tiers(
