@@ -12,9 +12,9 @@ when loaded) it is rebuilt. Build folders left by killed builds (unlocked and ol
 
 cffi writes the extension's C; the compiler builds it in one step with the flags of this
 interpreter's own extensions (less debug information). The headers every kernel starts with
-(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` for SIMD kernels) are precompiled once
-per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an entry):
-parsing them was most of a small kernel's compile time. A precompiled header the compiler finds
+(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels) are
+precompiled once per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an
+entry): parsing them was most of a small kernel's compile time. A precompiled header the compiler finds
 unusable it reads as text; a missing one is built again.
 
 The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
@@ -58,7 +58,7 @@ BUILD_PREFIX = "build-"
 STALE_BUILD_SECONDS = 600
 SANITIZE_ENV = "LOOPOPT_SANITIZE"
 SANITIZERS = ("address", "undefined")
-INTRINSICS = "#include <immintrin.h>\n"
+INTRINSICS = ("#include <immintrin.h>\n", "#include <arm_neon.h>\n")   # SIMD headers, precompiled if used
 PYTHON_H = "#include <Python.h>\n"
 PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin.h) of a compiler and flags
 PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
@@ -210,7 +210,7 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
         make_c_source(ffi, name, source, str(generated), verbose=False)
         compile_flags, extension_link = extension_flags()
         head, python, rest = generated.read_text().partition(PYTHON_H)
-        prelude = head + python + (INTRINSICS if INTRINSICS in source else "")
+        prelude = head + python + "".join(header for header in INTRINSICS if header in source)
         compiler_call = (*shlex.split(cc), *compile_flags, *flags)
         if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
             generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
@@ -255,10 +255,10 @@ def publish(target: Path, build: Callable[[Path], None]) -> Path:
 
 
 def _link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path) -> bool:
-    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then
-    ``<immintrin.h>`` if the kernel uses it: parsing those headers is most of a small kernel's compile)
-    for this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building
-    it first if the cache has none. Hard links, so that a cache cleared meanwhile cannot take it from
+    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then the SIMD header
+    the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's compile) for
+    this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building it
+    first if the cache has none. Hard links, so that a cache cleared meanwhile cannot take it from
     the build. False if this compiler cannot precompile it (one it finds unusable, it reads as text)."""
     key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
     header = folder.parent / f"{PCH_PREFIX}{key}.h"
