@@ -9,7 +9,6 @@ from ...cbuild import compile_c
 from ...codegen import generate
 from ...codegen.emit import KERNEL_NAME, THREADS_NAME
 from ...codegen.isa import QUANT_FLAGS
-from ...codegen.lut_format import FORMATS
 from ...codegen.params import KernelParam, signature
 from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, wrap
@@ -27,12 +26,12 @@ def check_schedule(schedule: Schedule) -> None:
     if op.quant is not None and op.quant.binary:
         raise ScheduleError("isa 'neon' has no binary (XNOR + popcount, cnt) kernels yet; binary ops run on "
                             "target 'x86'")
-    if schedule.weight_format_mode in FORMATS:
-        raise ScheduleError(f"isa 'neon' has no table-lookup (tbl) kernels yet: weight_format"
-                            f"({schedule.weight_format_mode!r}) runs on target 'x86'")
-    if schedule.weight_format_mode == "i2_s":
-        raise ScheduleError("isa 'neon' cannot unpack i2_s ternary weights yet: drop weight_format('i2_s') "
-                            "(int8 weights) or use target 'x86'")
+    packed = schedule.weight_format_mode
+    if packed != "int8":
+        kind = ("cannot unpack i2_s ternary weights" if packed == "i2_s"
+                else "has no table-lookup (tbl) kernels")
+        raise ScheduleError(f"isa 'neon' {kind} yet: weight_format({packed!r}) runs on target 'x86'; "
+                            f"without it the ternary weights are int8 bytes, which NEON runs")
 
 
 def function_driver(source: str, function: str, params: tuple[KernelParam, ...], flags: tuple[str, ...],
