@@ -76,7 +76,7 @@ def random_conv_schedule(data):
     check(data.draw(schedules(op, ISA)), ISA)
 
 
-test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 2, 16,
+test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 1, 16,
                                                                           data=st.data())
 
 
@@ -98,7 +98,7 @@ def random_quantized_conv_schedule(data):
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = both_tiers(
-    random_quantized_conv_schedule, 2, 16, data=st.data())
+    random_quantized_conv_schedule, 1, 16, data=st.data())
 
 
 def check_random_schedule(data, op, quantized: bool) -> None:
