@@ -51,6 +51,7 @@ from .codegen.tiles import (
     pack_weights,
     tile_plan,
 )
+from .driver import CffiDriver, Driver
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule, ScheduleError
 
@@ -70,16 +71,15 @@ class Kernel:
     """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
 
     algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
+    target = None            # the Target that built it (set by the target's compile)
 
-    def __init__(self, schedule: Schedule, generated: Generated, module):
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
-        self._ffi = module.ffi
-        self._function = getattr(module.lib, KERNEL_NAME)
-        self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
+        self.driver = driver          # how the compiled function is called (driver.py)
         self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
                         if generated.openmp else 1)
         # built with sanitizers: every buffer ends where the kernel may stop reading
@@ -92,12 +92,12 @@ class Kernel:
         """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"threads must be an integer >= 1, got {n!r}")
-        if self._set_threads is None:
+        if not self.generated.openmp:
             if n > 1:
                 raise ValueError(f"this kernel has no parallel loop, so it runs on one thread; "
                                  f"add .parallel(<loop>) to the schedule to use {n}")
             return
-        self._set_threads(n)
+        self.driver.set_threads(n)
         self.threads = n
 
     def __repr__(self) -> str:
@@ -191,10 +191,8 @@ class Kernel:
         return given
 
     def _bind(self, values: dict[str, Any]) -> tuple:
-        """The C arguments, each parameter's value looked up by its name (arrays as pointers)."""
-        cast = lambda ctype, array: self._ffi.cast(f"{ctype} *", self._ffi.from_buffer(array))
-        return tuple(cast(p.ctype, values[p.name]) if p.pointer else values[p.name]
-                     for p in self.generated.params)
+        """The C arguments, each parameter's value looked up by its name (the driver's form of them)."""
+        return self.driver.bind(self.generated.params, values)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
         """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
@@ -245,7 +243,7 @@ class Kernel:
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""
-        self._function(*buffers.pointers)
+        self.driver.call(buffers.pointers)
 
     def _logical(self, stored: np.ndarray) -> np.ndarray:
         out = self.op.output
@@ -279,8 +277,8 @@ class QuantizedKernel(Kernel):
     schedule says ``compensation("packed")``) outside the timed ``run``.
     """
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
-        super().__init__(schedule, generated, module)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, plan: QuantPlan):
+        super().__init__(schedule, generated, driver)
         self.plan = plan
         self._compensations: dict[tuple[int, bytes], np.ndarray] = {}   # see ``_compensation``
 
@@ -431,8 +429,8 @@ class BinaryKernel(QuantizedKernel):
     activations with their padding) and computes the ``base`` table of the padding correction; the
     kernel stores the output channels-last and ``output`` returns it in the logical layout."""
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, popcount: str):
-        super().__init__(schedule, generated, module, None)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, popcount: str):
+        super().__init__(schedule, generated, driver, None)
         self.popcount = popcount
         self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
 
@@ -534,22 +532,33 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
                          "this CPU lacks it: use 'nibble'")
     generated = generate_binary(schedule, name, popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
-    return BinaryKernel(schedule, generated, module, popcount)
+    driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+    return BinaryKernel(schedule, generated, driver, popcount)
 
 
-def _build(generated: Generated, flags: tuple[str, ...]):
-    """The module of ``generated`` compiled with ``flags``, and OpenMP's where it has a parallel loop."""
+def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
+    """``generated`` compiled with ``flags`` (and OpenMP's where it has a parallel loop) into a cffi
+    module of the kernel cache, called in this process."""
     openmp = ("-fopenmp",) if generated.openmp else ()
-    return compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    return CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+
+
+
+def wrap(schedule: Schedule, generated: Generated, driver: Driver) -> Kernel:
+    """The kernel of an emitted schedule (``codegen.generate``), called through ``driver``."""
+    if generated.plan is not None:
+        return QuantizedKernel(schedule, generated, driver, generated.plan)
+    return Kernel(schedule, generated, driver)
 
 
 def _compile_tiles(schedule: Schedule) -> Kernel:
     generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
     check_amx_cpu()
-    module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
+    driver = cffi_driver(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
-        return Bf16TileKernel(schedule, generated, module)
-    return TileKernel(schedule, generated, module, generated.plan)
+        return Bf16TileKernel(schedule, generated, driver)
+    return TileKernel(schedule, generated, driver, generated.plan)
 
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
@@ -566,15 +575,12 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     isa_name = resolve_isa(isa, integer=quantized)
     if schedule.weight_format_mode in FORMATS:
         generated = generate_lut(schedule, isa_name)
-        module = _build(generated, generated.compile_flags + QUANT_FLAGS)
-        return LutKernel(schedule, generated, module, generated.plan)
+        driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
+        return LutKernel(schedule, generated, driver, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     if quantized and generated.plan.tap_dot is not None:
         flags += taps.compile_flags(isa_name)
-    module = _build(generated, flags)
-    if quantized:
-        return QuantizedKernel(schedule, generated, module, generated.plan)
-    return Kernel(schedule, generated, module)
+    return wrap(schedule, generated, cffi_driver(generated, flags))
