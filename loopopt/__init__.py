@@ -14,8 +14,8 @@ from .contraction import ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
-from .measure import Timing, measure, measure_all
-from .model import kernel_model
+from .measure import Timing, TimingRefusedError, measure, measure_all
+from .model import KernelModel, kernel_model
 from .ops import Contraction, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
@@ -29,7 +29,6 @@ from .schedule_file import (
     to_toml,
 )
 from .targets.x86.isa import available_isas
-from .targets.x86.model import KernelModel
 from .tune import TuneError, TuneResult, TuningLogError, best_schedule, best_trial, tune
 
 __all__ = [
@@ -56,6 +55,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleFileError",
     "Timing",
+    "TimingRefusedError",
     "TuneError",
     "TuneResult",
     "TuningLogError",

@@ -29,7 +29,8 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
-from .targets.registry import isa_names, target_of_isa
+from .targets import TargetUnavailableError
+from .targets.registry import isa_names, target, target_names, target_of_isa
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -314,11 +315,17 @@ def _comparison(args: argparse.Namespace):
     if args.algorithms is not None:
         if args.schedules is not None:
             raise UsageError("--algorithms chooses the rows itself; it does not combine with --schedules")
+        if args.target is not None:
+            raise UsageError("--algorithms runs on the host; with --target, name the rows with --schedules")
         rows = _algorithm_rows(args, op)
     else:
         rows = _named_rows(args, op)
+    if args.target is not None:      # a row's ISA where the target has it, else the target's best
+        variants = target(args.target).isas()
+        rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
-                   progress=not args.quiet, threads=args.threads, origins=rows.origins), rows.skipped
+                   progress=not args.quiet, threads=args.threads, origins=rows.origins,
+                   target=args.target), rows.skipped
 
 
 def _named_rows(args: argparse.Namespace, op) -> _Rows:
@@ -346,7 +353,19 @@ def _skipped_notes(skipped: dict[str, str]) -> list[str]:
     return [f"{name} not shown: {why}" for name, why in skipped.items()]
 
 
+def _check_drawable(args: argparse.Namespace, what: str) -> None:
+    """UsageError if ``what`` (which draws measured times) is asked of a ``--target`` that cannot time its
+    kernels here."""
+    from .targets import target
+    refusal = target(args.target).timing_refusal() if args.target is not None else None
+    if refusal:
+        raise UsageError(f"{what} draws measured times, and target {args.target!r} cannot time kernels here: "
+                         f"{refusal}")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.plot:
+        _check_drawable(args, "--plot")
     plot, csv_path = _writable(args.plot), _writable(args.csv)
     cmp, skipped = _comparison(args)
     if plot:
@@ -444,6 +463,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         allowed = ", ".join(f"{suffix} ({kind})" for suffix, kind in REPORT_SUFFIXES.items())
         raise UsageError(f"cannot write a report to {output}: its suffix must be one of {allowed}, got "
                          f"{output.suffix or 'none'} (for a PDF, print the HTML report from a browser)")
+    _check_drawable(args, "a report")
     cmp, skipped = _comparison(args)
     notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
@@ -679,6 +699,10 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads for schedules with a parallel loop (default 1)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--target", choices=target_names(),
+                        help="build the schedules for this target (default: the host's); where it cannot "
+                             "time them here (neon under qemu) each is verified and the kernel model's "
+                             "predicted time shown")
 
 
 def _examples(*commands: str) -> str:
@@ -737,7 +761,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return args.run(args)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError) as err:
+    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError, TargetUnavailableError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR

@@ -2,10 +2,11 @@
 
 A target (``targets/``) generates the C of a schedule, builds it through the cache and wraps it
 in a ``Kernel`` (float ops) or a ``QuantizedKernel`` (quantized ops, called with ONNX
-``QLinearConv`` parameter names), or a kernel class of its own families built on these. A call is
-split into ``prepare`` (validate, pack into the schedule's storage layouts, precompute per-channel
-terms), ``run`` (the timed part) and ``output`` (back to the logical layout). Every C parameter is
-bound by the name codegen gave it (``Generated.params``).
+``QLinearConv`` parameter names; ``wrap``), or a kernel class of its own families built on these,
+each calling the compiled function through a driver (``driver.py``; ``cffi_driver`` in this
+process). A call is split into ``prepare`` (validate, pack into the schedule's storage layouts,
+precompute per-channel terms), ``run`` (the timed part) and ``output`` (back to the logical
+layout). Every C parameter is bound by the name codegen gave it (``Generated.params``).
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import numpy as np
 
 from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
-from .cbuild import sanitizers
+from .cbuild import compile_c, sanitizers
 from .codegen import Generated
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
+from .driver import CffiDriver, Driver
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
 
@@ -43,31 +45,33 @@ class Kernel:
     """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
 
     algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
+    target = None            # the Target that built it (set by the target's compile)
 
-    def __init__(self, schedule: Schedule, generated: Generated, module):
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
-        self._ffi = module.ffi
-        self._function = getattr(module.lib, KERNEL_NAME)
-        self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
+        self.driver = driver          # how the compiled function is called (driver.py)
         self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
                         if generated.openmp else 1)
         # built with sanitizers: every buffer ends where the kernel may stop reading
         self.exact = bool(sanitizers())
+        self.hold_weights = False    # pack a weights array once and keep it (see ``prepack``)
+        # id of a weights array given -> (that array, kept alive so that its id stays its own; packed)
+        self._held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_threads(self, n: int) -> None:
         """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"threads must be an integer >= 1, got {n!r}")
-        if self._set_threads is None:
+        if not self.generated.openmp:
             if n > 1:
                 raise ValueError(f"this kernel has no parallel loop, so it runs on one thread; "
                                  f"add .parallel(<loop>) to the schedule to use {n}")
             return
-        self._set_threads(n)
+        self.driver.set_threads(n)
         self.threads = n
 
     def __repr__(self) -> str:
@@ -161,10 +165,8 @@ class Kernel:
         return given
 
     def _bind(self, values: dict[str, Any]) -> tuple:
-        """The C arguments, each parameter's value looked up by its name (arrays as pointers)."""
-        cast = lambda ctype, array: self._ffi.cast(f"{ctype} *", self._ffi.from_buffer(array))
-        return tuple(cast(p.ctype, values[p.name]) if p.pointer else values[p.name]
-                     for p in self.generated.params)
+        """The C arguments, each parameter's value looked up by its name (the driver's form of them)."""
+        return self.driver.bind(self.generated.params, values)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
         """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
@@ -175,12 +177,38 @@ class Kernel:
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = (self._copy(tensor, array) if is_bias
-                               else self._pack(tensor, self._element(tensor, array)))
+            storage[tensor] = self._copy(tensor, array) if is_bias else self._packed(tensor, array)
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
         return Buffers(storage, self._bind(storage))
+
+    def prepack(self, weights: np.ndarray) -> None:
+        """Pack the constant operand ``weights`` (``op.inputs[1]``, logical layout) into its storage
+        layout and format now: later calls given this same array object skip its packing (the array
+        must not change meanwhile; calls given another array pack that one). With ``hold_weights``
+        (an ONNX backend's kernels, whose weights are the model's constants; nodes of one shape share
+        a kernel) a call packs each weights array it is given once and keeps it so."""
+        tensor = self.op.inputs[1]
+        shape = self.op.tensor(tensor).shape
+        if not isinstance(weights, np.ndarray) or weights.shape != shape:
+            given = weights.shape if isinstance(weights, np.ndarray) else type(weights).__name__
+            raise ValueError(f"prepack takes the weights {tensor} as an array of shape {shape}, got {given}")
+        self._held[id(weights)] = (weights, self._pack(tensor, self._element(tensor, weights)))
+
+    def _packed(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` of input ``tensor`` packed for the kernel (the weights prepacked when they are
+        the array ``prepack`` was given)."""
+        if tensor == self.op.inputs[1] and self._prepacked(array):
+            return self._held[id(array)][1]
+        if tensor == self.op.inputs[1] and self.hold_weights:
+            self.prepack(array)
+            return self._held[id(array)][1]
+        return self._pack(tensor, self._element(tensor, array))
+
+    def _prepacked(self, weights: np.ndarray) -> bool:
+        """Whether ``weights`` is an array ``prepack`` was given (the same object)."""
+        return id(weights) in self._held and self._held[id(weights)][0] is weights
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
@@ -189,7 +217,7 @@ class Kernel:
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""
-        self._function(*buffers.pointers)
+        self.driver.call(buffers.pointers)
 
     def _logical(self, stored: np.ndarray) -> np.ndarray:
         out = self.op.output
@@ -223,9 +251,10 @@ class QuantizedKernel(Kernel):
     schedule says ``compensation("packed")``) outside the timed ``run``.
     """
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
-        super().__init__(schedule, generated, module)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, plan: QuantPlan):
+        super().__init__(schedule, generated, driver)
         self.plan = plan
+        self._compensations: dict[tuple[int, bytes], np.ndarray] = {}   # see ``_compensation``
 
     @property
     def _output_name(self) -> str:
@@ -254,7 +283,7 @@ class QuantizedKernel(Kernel):
             return super()._pack(tensor, array)
         return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
-    def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""
         return stored_weights(self.plan, array) if tensor == self.op.inputs[1] else array
 
@@ -272,7 +301,7 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            values[tensor] = self._pack(tensor, self._stored(tensor, array))
+            values[tensor] = self._packed(tensor, array)
         if op.bias:
             values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
@@ -289,7 +318,7 @@ class QuantizedKernel(Kernel):
             return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if plan.compensation == "packed":
-            comp = self._copy("lo_comp", compensation_table(op, plan, wq, qp.w_zero_point))
+            comp = self._compensation(wq, qp.w_zero_point)
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
         values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,
@@ -300,6 +329,17 @@ class QuantizedKernel(Kernel):
             values["lo_mult"] = self._copy("lo_mult", mult)
         return values
 
+    def _compensation(self, wq: np.ndarray, w_zero_point: np.ndarray) -> np.ndarray:
+        """The weight compensation table of ``wq``, computed once per prepacked weights array and zero
+        points (``prepack``)."""
+        key = (id(wq), np.asarray(w_zero_point).tobytes())
+        if key in self._compensations and self._prepacked(wq):
+            return self._compensations[key]
+        table = self._copy("lo_comp", compensation_table(self.op, self.plan, wq, w_zero_point))
+        if self._prepacked(wq):
+            self._compensations[key] = table
+        return table
+
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         """The raw int32 products ``P`` of the last run (before compensation), logical layout."""
         return self._logical(buffers.arrays[self.op.output])
@@ -308,3 +348,18 @@ class QuantizedKernel(Kernel):
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
         return self.output(buffers)
+
+
+def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
+    """``generated`` compiled with ``flags`` (and OpenMP's where it has a parallel loop) into a cffi
+    module of the kernel cache, called in this process."""
+    openmp = ("-fopenmp",) if generated.openmp else ()
+    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    return CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+
+
+def wrap(schedule: Schedule, generated: Generated, driver: Driver) -> Kernel:
+    """The kernel of an emitted schedule (``codegen.generate``), called through ``driver``."""
+    if generated.plan is not None:
+        return QuantizedKernel(schedule, generated, driver, generated.plan)
+    return Kernel(schedule, generated, driver)

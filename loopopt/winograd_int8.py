@@ -35,9 +35,10 @@ import numpy as np
 
 from .buffers import aligned_zeros, check_memory
 from .cbuild import compile_c
+from .codegen.quantized import QUANT_FLAGS
 from .ops import Op
 from .quant import check_call, output_multipliers
-from .targets.x86.isa import INT_ISAS, QUANT_FLAGS, resolve_isa
+from .targets.x86.isa import INT_ISAS, resolve_isa
 from .targets.x86.winograd_int8 import (
     BLOCKS,
     CTYPES,

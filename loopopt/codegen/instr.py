@@ -10,7 +10,7 @@ count). ``MEANINGS`` are the float32 operations, ``INT_MEANINGS`` the integer (q
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,6 @@ class Isa:
     prelude: str
     registers: int                      # vector registers (scalar code: the float registers it uses)
     ops: dict[str, Instr] = field(default_factory=dict)
-    # a float32 table's companions of the same variant: its integer (quantized) and bfloat16 tables, which
-    # the emitter reads through it (``with_companions``)
-    integer: Isa | None = field(default=None, compare=False, repr=False)
-    bfloat16: Isa | None = field(default=None, compare=False, repr=False)
 
     def __getattr__(self, name: str) -> Instr:
         try:
@@ -52,10 +48,6 @@ class Isa:
     @property
     def vectorizes(self) -> bool:
         return self.lanes > 1
-
-    def with_companions(self, integer: Isa, bfloat16: Isa) -> Isa:
-        """This float32 table with the integer and bfloat16 tables of its variant attached."""
-        return replace(self, integer=integer, bfloat16=bfloat16)
 
 
 MEANINGS = {
@@ -95,6 +87,7 @@ INT_MEANINGS = {
     "store": "((int32 *)p)[j] = v lane j",
     "store_mask": "((int32 *)p)[j] = v lane j where mask bit j (others untouched)",
     "broadcast": "every lane = (int32) s",
+    "broadcast_word": "every lane = the int32 at byte address p (any alignment)",
     "fma": "lane j = c_j + a_j * b_j (int32, wrapping)",
     "fma_mask": "lane j = c_j + a_j * b_j where mask bit j, else c_j",
     "sub": "lane j = a_j - b_j (int32, wrapping)",
@@ -157,7 +150,46 @@ BF16_MEANINGS = {
 }
 
 
+BF16_PRELUDE = """#include <stdint.h>
+#include <string.h>
+/* The float32 value of a bfloat16 bit pattern: its upper half. */
+static inline float lo_bf16(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f;
+}
+"""
+
+
 def bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
     """A bfloat16 table's operations: ``floats``' shared ones and these (each named in ``BF16_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
     return shared | {name: Instr(text, BF16_MEANINGS[name]) for name, text in templates.items()}
+
+
+# --- every target's tables, by variant name ----------------------------------------------------
+
+@dataclass(frozen=True)
+class IsaTables:
+    """The tables of one instruction-set variant: float32, integer (quantized kernels) and bfloat16
+    (None where the variant has no such kernels yet)."""
+
+    floats: Isa
+    ints: Isa | None
+    bf16: Isa | None
+
+
+TABLES: dict[str, IsaTables] = {}      # variant name -> its tables, as each target registers them
+
+
+def register_tables(tables: IsaTables) -> IsaTables:
+    """Make a target's variant known to the emitter (its tables module registers it when imported)."""
+    TABLES[tables.floats.name] = tables
+    return tables
+
+
+def tables(name: str) -> IsaTables:
+    """The tables of variant ``name``; ValueError naming the known variants."""
+    if name not in TABLES:
+        raise ValueError(f"no instruction tables for isa {name!r}: known: {', '.join(map(repr, TABLES))} "
+                         f"(another target's variants are known once its target is loaded, e.g. "
+                         f"loopopt.targets.target('neon'))")
+    return TABLES[name]

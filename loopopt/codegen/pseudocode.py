@@ -23,7 +23,7 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     quantized = op.quant is not None
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     plan = quant_plan(schedule, target.lanes) if quantized and target else None
-    dot = arithmetic(schedule, target, plan, bf16_dot).dot_loop if target else None
+    dot = arithmetic(schedule, target.name, plan, bf16_dot).dot_loop if target else None
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())

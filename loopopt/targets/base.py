@@ -10,7 +10,7 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
 
@@ -58,13 +58,6 @@ class Target(ABC):
         (``Schedule.pseudocode``). The default is the target-neutral nest, without an instruction
         set's notes; a C-like target passes its table to ``codegen.pseudocode.render``."""
         return render(schedule)
-
-    def kernel_model(self, schedule: Schedule, isa: str = "auto", **options: Any) -> Any:
-        """``schedule``'s predicted time on variant ``isa`` (``lo.kernel_model``, whose keywords
-        ``profile``, ``traffic``, ``machine``, ``set_associative`` are ``options``: an object with
-        ``predicted_seconds``, ``resources``, ``bound`` and ``summary()``), or None where this target
-        has no model of ``isa`` (the default: none)."""
-        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

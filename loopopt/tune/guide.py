@@ -35,8 +35,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
-from ..targets.registry import target_of_isa
 from .fit import Fit
 from .rank import outer_extents, rolled, tail
 from .space import Candidate, Knobs, Roles
@@ -78,16 +78,15 @@ Model = Callable[[Candidate], "Price | None"]
 def price(candidate: Candidate) -> Price | None:
     """The kernel model's price of a candidate, without its memory term; an AMX candidate's time the
     tile model's (None for what neither has costs for: table lookups, binary kernels)."""
-    if candidate.table_lookup or candidate.binary:
+    if (candidate.table_lookup or candidate.binary
+            or (candidate.isa not in CORE_COSTS and candidate.isa != "amx")):
         return None
     try:
         if candidate.isa == "amx":
             return Price(tile_time(candidate.schedule).predicted_seconds)
-        model = target_of_isa(candidate.isa).kernel_model(candidate.schedule, candidate.isa, traffic=False)
+        model = kernel_model(candidate.schedule, candidate.isa, traffic=False)
     except ScheduleError:
         return Price(math.inf)
-    if model is None:
-        return None
     cycles = model.resources
     vector = max(cycles["vector"], 1.0)
     return Price(model.predicted_seconds, cycles["load"] / vector, cycles["latency"] / vector,

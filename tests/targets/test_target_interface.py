@@ -38,6 +38,5 @@ def test_the_default_pseudocode_is_the_target_neutral_nest():
     assert text.splitlines() == [line for line in x86 if not line.startswith(NOTES)]
 
 
-def test_the_default_is_no_kernel_model_and_timing_allowed():
-    assert Bare().kernel_model(SCHEDULE, "v1", traffic=False) is None
+def test_the_default_allows_timing():
     assert Bare().timing_refusal() is None

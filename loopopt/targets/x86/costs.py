@@ -37,14 +37,14 @@ from ...codegen import taps
 from ...codegen.arith import GROUPS, Arithmetic, arithmetic
 from ...codegen.block import Accumulator, RegisterBlock
 from ...codegen.emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from ...codegen.instr import Isa
+from ...codegen.instr import Isa, tables
 from ...codegen.params import index_ctype
 from ...codegen.quantized import QuantPlan, compensation_entries
 from ...codegen.quantized import plan as quant_plan
 from ...codegen.vector import AccessKind
 from ...expr import Bound, Expr, Var, divisions
 from ...schedule import Loop, Schedule, ScheduleError
-from .isa import ISAS, bf16_dot_available, resolve_isa
+from .isa import bf16_dot_available, table_variant
 
 # Of a table's vector registers (``Isa.registers``: AVX-512 zmm0-31, AVX2 ymm0-15, scalar code xmm0-15),
 # the ones a register block leaves to its operands.
@@ -165,7 +165,7 @@ def count(schedule: Schedule, isa: str = "auto", compiler_vectorizes: bool = Tru
     ``compiler_vectorizes=False`` counts the code as emitted, without what the C compiler's
     vectorizer makes of a scalar nest (``compiler_vectorized``)."""
     quantized = schedule.op.quant is not None
-    name = resolve_isa(isa, integer=quantized)
+    name = table_variant(isa, integer=quantized)
     vectorized = compiler_vectorized(schedule, name) if compiler_vectorizes else None
     if vectorized is not None:
         return replace(_Counter(vectorized[0], name).counts(), compiler_vectorized=vectorized[1])
@@ -182,7 +182,7 @@ def compiler_vectorized(schedule: Schedule, isa: str) -> tuple[Schedule, str] | 
     around it on the same conditions (outer-loop vectorization) with the output vectors kept in
     registers across the reduction: that loop split by the lanes, its lanes innermost, a register
     block at the reduction. A register block is not vectorized (its scalar accumulators stay)."""
-    table = arithmetic(schedule, ISAS[isa], None).acc
+    table = arithmetic(schedule, isa, None).acc
     if (schedule.vector_loop is not None or schedule.op.quant is not None or schedule.register_block_at
             or not table.vectorizes):
         return None
@@ -251,8 +251,8 @@ class _Counter:
         self.schedule, self.op = schedule, schedule.op
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
-            self.plan = quant_plan(schedule, ISAS[isa].lanes)
-        self.arith = arithmetic(schedule, ISAS[isa], self.plan, bf16_dot_available(isa))
+            self.plan = quant_plan(schedule, tables(isa).floats.lanes)
+        self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1
         self.vector = schedule.vector_loop if self.kinds else None

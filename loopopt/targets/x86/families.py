@@ -13,15 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...cbuild import compile_c
-from ...codegen import Generated, generate
-from ...kernel import Kernel, QuantizedKernel
+from ...codegen import generate
+from ...codegen.emit import KERNEL_NAME, THREADS_NAME
+from ...codegen.quantized import QUANT_FLAGS
+from ...driver import CffiDriver
+from ...kernel import Kernel, cffi_driver, wrap
 from ...schedule import Schedule, ScheduleError
 from .binary import POPCOUNTS, generate_binary
 from .isa import (
     INT_ISAS,
     ISA_PREFERENCE,
     ISAS,
-    QUANT_FLAGS,
     TILE_ISA,
     bf16_dot_available,
     cpu_flags,
@@ -60,13 +62,8 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
                          "this CPU lacks it: use 'nibble'")
     generated = generate_binary(schedule, name, popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
-    return BinaryKernel(schedule, generated, module, popcount)
-
-
-def _build(generated: Generated, flags: tuple[str, ...]):
-    """The module of ``generated`` compiled with ``flags``, and OpenMP's where it has a parallel loop."""
-    openmp = ("-fopenmp",) if generated.openmp else ()
-    return compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+    return BinaryKernel(schedule, generated, driver, popcount)
 
 
 def _compile_binary(schedule: Schedule, isa: str) -> Kernel:
@@ -80,16 +77,16 @@ def _compile_binary(schedule: Schedule, isa: str) -> Kernel:
 def _compile_tiles(schedule: Schedule, isa: str) -> Kernel:
     generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
     check_amx_cpu()
-    module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
+    driver = cffi_driver(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
-        return Bf16TileKernel(schedule, generated, module)
-    return TileKernel(schedule, generated, module, generated.plan)
+        return Bf16TileKernel(schedule, generated, driver)
+    return TileKernel(schedule, generated, driver, generated.plan)
 
 
 def _compile_lut(schedule: Schedule, isa: str) -> Kernel:
     generated = generate_lut(schedule, resolve_isa(isa, integer=True))
-    module = _build(generated, generated.compile_flags + QUANT_FLAGS)
-    return LutKernel(schedule, generated, module, generated.plan)
+    driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
+    return LutKernel(schedule, generated, driver, generated.plan)
 
 
 def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
@@ -101,10 +98,7 @@ def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
     flags = INT_ISAS[name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     if quantized and generated.plan.tap_dot is not None:
         flags += tap_dot_flags(name)
-    module = _build(generated, flags)
-    if quantized:
-        return QuantizedKernel(schedule, generated, module, generated.plan)
-    return Kernel(schedule, generated, module)
+    return wrap(schedule, generated, cffi_driver(generated, flags))
 
 
 def _is_binary(schedule: Schedule, isa: str) -> bool:

@@ -1,15 +1,27 @@
 """x86's instruction tables: AVX-512, AVX2 and scalar, each as float32 (``ISAS``), integer
 (``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot) and bfloat16 (``BF16_ISAS``: operand
-loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s operations; ``ISAS``' float tables
-carry their variant's integer and bfloat16 tables (``Isa.integer``, ``Isa.bfloat16``) for the emitter.
-``available_isas`` / ``resolve_isa`` choose among them by this CPU's flags (``cpu_flags``).
+loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s operations, each variant's three
+registered with the emitter (``codegen.instr.register_tables``). ``available_isas`` / ``resolve_isa``
+choose among them by this CPU's flags (``cpu_flags``).
 """
 from __future__ import annotations
 
 import os
 from functools import lru_cache
 
-from ...codegen.instr import BF16_MEANINGS, Instr, Isa, bf16_table, int_table, table
+from ...codegen.instr import (
+    BF16_MEANINGS,
+    BF16_PRELUDE,
+    TABLES,
+    Instr,
+    Isa,
+    IsaTables,
+    bf16_table,
+    int_table,
+    register_tables,
+    table,
+    tables,
+)
 
 AVX512 = Isa(
     name="avx512", lanes=16, registers=32, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
@@ -91,6 +103,8 @@ SCALAR = Isa(name="scalar", lanes=1, registers=16, vector_type="float", mask_typ
 # byte loads widened to int32 and the 4-way u8 x s8 dot product of vpdpbusd. Masks and index
 # vectors are shared with the float table of the same ISA.
 
+_WORD = "_mm_cvtsi128_si32(_mm_loadu_si32({p}))"     # the 4 bytes at p as an int, at any byte address
+
 AVX512_INT = Isa(
     name="avx512", lanes=16, registers=32, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
@@ -104,6 +118,7 @@ AVX512_INT = Isa(
         store="_mm512_storeu_si512((void *)({p}), {v})",
         store_mask="_mm512_mask_storeu_epi32((void *)({p}), {m}, {v})",
         broadcast="_mm512_set1_epi32((int)({s}))",
+        broadcast_word=f"_mm512_set1_epi32((int)({_WORD}))",
         fma="_mm512_add_epi32({c}, _mm512_mullo_epi32({a}, {b}))",
         fma_mask="_mm512_mask_add_epi32({c}, {m}, {c}, _mm512_mullo_epi32({a}, {b}))",
         sub="_mm512_sub_epi32({a}, {b})",
@@ -190,6 +205,7 @@ AVX2_INT = Isa(
         store="_mm256_storeu_si256((__m256i *)(void *)({p}), {v})",
         store_mask="_mm256_maskstore_epi32((int *)(void *)({p}), {m}, {v})",
         broadcast="_mm256_set1_epi32((int)({s}))",
+        broadcast_word=f"_mm256_set1_epi32((int)({_WORD}))",
         fma="_mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b}))",
         fma_mask="_mm256_blendv_epi8({c}, _mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b})), {m})",
         sub="_mm256_sub_epi32({a}, {b})",
@@ -229,10 +245,6 @@ SCALAR_INT = Isa(name="scalar", lanes=1, registers=16, vector_type="int", mask_t
                  index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
-# every integer kernel's flags: float32 products without contraction (requantization must match quant.py
-# bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
-# builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
-QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
 
 
 # --- bfloat16 tables -----------------------------------------------------------------------
@@ -242,13 +254,6 @@ QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno
 # int32 lane holding two consecutive bf16 (the lower address in the low half). Masks and index vectors
 # are the float table's.
 
-BF16_PRELUDE = """#include <stdint.h>
-#include <string.h>
-/* The float32 value of a bfloat16 bit pattern: its upper half. */
-static inline float lo_bf16(uint16_t b) {
-    const uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f;
-}
-"""
 VBMI_FLAGS = {"avx512": ("avx512vbmi", "-mavx512vbmi")}   # per ISA: the CPU flag and the compile flag
 BF16_DOT_FLAGS = ("avx512_bf16",)           # /proc/cpuinfo flag of vdpbf16ps, beyond the table's
 
@@ -308,9 +313,15 @@ SCALAR_BF16 = Isa(name="scalar", lanes=1, registers=16, vector_type="uint16_t", 
                   ops={"value": Instr("lo_bf16({s})", BF16_MEANINGS["value"])})
 
 BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, SCALAR_BF16)}
-# the float32 tables, each with its variant's integer and bfloat16 tables
-ISAS: dict[str, Isa] = {isa.name: isa.with_companions(INT_ISAS[isa.name], BF16_ISAS[isa.name])
-                        for isa in (AVX512, AVX2, SCALAR)}
+ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512, AVX2, SCALAR)}
+for _name in ISAS:                  # the emitter finds a variant's tables by its name (codegen.instr.tables)
+    register_tables(IsaTables(ISAS[_name], INT_ISAS[_name], BF16_ISAS[_name]))
+
+
+def table_variant(isa: str, integer: bool = False) -> str:
+    """The variant whose tables describe kernels of ``isa``: another target's registered variant as it
+    is (its target checks where it runs), ``"auto"`` or an x86 one through ``resolve_isa``."""
+    return isa if isa in TABLES and isa not in ISAS else resolve_isa(isa, integer)
 
 
 # --- selection: which tables this CPU runs ----------------------------------------------------
@@ -354,7 +365,8 @@ def available_int_isas() -> tuple[str, ...]:
 
 def bf16_dot_available(isa: str) -> bool:
     """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16)."""
-    return "dot" in BF16_ISAS[isa].ops and set(BF16_DOT_FLAGS) <= cpu_flags()
+    table = tables(isa).bf16
+    return table is not None and "dot" in table.ops and set(BF16_DOT_FLAGS) <= cpu_flags()
 
 
 def tap_dot_flags(isa: str) -> tuple[str, ...]:

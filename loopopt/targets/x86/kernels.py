@@ -11,6 +11,7 @@ import numpy as np
 
 from ...buffers import check_memory
 from ...codegen import Generated
+from ...driver import Driver
 from ...kernel import Buffers, Kernel, QuantizedKernel
 from ...quant import QuantParams, output_multipliers
 from ...schedule import Schedule
@@ -32,7 +33,7 @@ from .tiles import TileShape, activations_shape, pack_activations, pack_weights,
 
 
 class TileBuffers:
-    """How an AMX tile kernel (``targets/x86/tiles.py``) stores its inputs, for a kernel class below it
+    """How an AMX tile kernel (``codegen/tiles.py``) stores its inputs, for a kernel class below it
     in the MRO: the activations channels-last and padded, the weights in B tiles; and ``run`` asks
     Linux for the tile state first (``require_amx``)."""
 
@@ -78,14 +79,14 @@ class Bf16TileKernel(TileBuffers, Kernel):
 
 
 class BinaryKernel(QuantizedKernel):
-    """A binary op's XNOR + popcount kernel (``targets/x86/binary.py``), called like the int8 kernels:
+    """A binary op's XNOR + popcount kernel (``codegen/binary.py``), called like the int8 kernels:
     ``kernel(xq, wq, b, x_scale=, x_zero_point=0, w_scale=, w_zero_point=0)`` (no scales for an int32
     output). ``prepare`` checks that every value is -1 or +1, packs both operands to bits (the
     activations with their padding) and computes the ``base`` table of the padding correction; the
     kernel stores the output channels-last and ``output`` returns it in the logical layout."""
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, popcount: str):
-        super().__init__(schedule, generated, module, None)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, popcount: str):
+        super().__init__(schedule, generated, driver, None)
         self.popcount = popcount
         self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
 
@@ -131,6 +132,10 @@ class BinaryKernel(QuantizedKernel):
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
         return self.bind(values)
 
+    def prepack(self, weights: np.ndarray) -> None:
+        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
+                         "it has no prepacked form")
+
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, from channels-last to the op's logical layout."""
         stored = buffers.arrays[self.op.output].reshape(self.shape.output_shape)
@@ -141,13 +146,13 @@ class BinaryKernel(QuantizedKernel):
 
 
 class LutKernel(QuantizedKernel):
-    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``targets/x86/lut.py``): ``prepare``
+    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
     packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
     call, parameters and outputs are the int8 kernels'."""
 
     @property
     def format(self):
-        """The table-lookup format (``targets.x86.lut_format.FORMATS``)."""
+        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
         return FORMATS[self.schedule.weight_format_mode]
 
     def _elements(self, name: str) -> int:

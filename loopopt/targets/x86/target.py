@@ -1,7 +1,6 @@
 """``X86Target``: today's x86 generators, build and machine profile behind the Target interface."""
 from __future__ import annotations
 
-from ...analysis import Machine, ReuseProfile
 from ...codegen.pseudocode import header, render
 from ...kernel import Kernel
 from ...machine import machine_profile
@@ -19,7 +18,6 @@ from .isa import (
     bf16_dot_available,
     resolve_isa,
 )
-from .model import KernelModel, kernel_model
 from .tiles import check_amx_cpu
 
 
@@ -51,13 +49,6 @@ class X86Target(Target):
         if quantized and schedule.op.quant.binary:      # packed bits in the kernel's own layouts
             return "\n".join(header(schedule) + binary.pseudocode(schedule, name))
         return render(schedule, ISAS[name], bf16_dot_available(name))
-
-    def kernel_model(self, schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
-                     traffic: bool = True, machine: Machine | None = None,
-                     set_associative: bool = False) -> KernelModel | None:
-        if isa == TILE_ISA:             # the tiles' time: tune.tile_model
-            return None
-        return kernel_model(schedule, isa, profile, traffic, machine, set_associative)
 
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)
