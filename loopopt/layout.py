@@ -85,8 +85,10 @@ class Layout:
         ``buffers.aligned_zeros``)."""
         padded_shape = [-(-n // self.block(name)) * self.block(name)
                         for name, n in zip(self.letters, array.shape)]
-        padded = np.zeros(padded_shape, dtype=array.dtype)
-        padded[tuple(slice(0, n) for n in array.shape)] = array
+        padded = array
+        if tuple(padded_shape) != array.shape:       # a blocked dim padded with zeros to its block
+            padded = np.zeros(padded_shape, dtype=array.dtype)
+            padded[tuple(slice(0, n) for n in array.shape)] = array
         split_shape, split_axes = [], {}
         for letter, n in zip(self.letters, padded_shape):
             size = self.block(letter)
