@@ -9,6 +9,7 @@ A blocked dimension is padded with zeros up to a multiple of its block.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +29,10 @@ class Layout:
     order: tuple[tuple[str, int], ...]  # storage dims: (letter, block) outer->inner; block 0 = whole/outer
 
     @staticmethod
+    @lru_cache(maxsize=1024)
     def parse(tag: str, letters: str, tensor: str = "tensor") -> "Layout":
-        """Parse ``tag`` for a tensor whose logical dims are ``letters``; ValueError if malformed."""
+        """Parse ``tag`` for a tensor whose logical dims are ``letters``; ValueError if malformed
+        (a Layout is immutable: each tag is parsed once)."""
         pos, order, blocks = 0, [], {}
         for match in _TOKEN.finditer(tag):
             if match.start() != pos:
