@@ -9,8 +9,8 @@ A blocked dimension is padded with zeros up to a multiple of its block.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
