@@ -12,6 +12,7 @@ Without ``$LOOPOPT_MEMORY_LIMIT``, requests under ``UNCHECKED_BYTES`` are not ch
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 
@@ -31,7 +32,7 @@ def _aligned(shape: tuple[int, ...], dtype, tail_bytes: int, exact: bool, alloca
     """An array of ``shape`` in a buffer from ``allocate`` (np.zeros or np.empty) whose data starts on
     a 64-byte boundary, followed by ``tail_bytes`` readable zero bytes."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = allocate(nbytes + tail_bytes + (0 if exact else ALIGNMENT), dtype=np.uint8)
     start = 0 if exact else -raw.ctypes.data % ALIGNMENT
     raw[start + nbytes:start + nbytes + tail_bytes] = 0

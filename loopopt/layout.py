@@ -54,10 +54,12 @@ class Layout:
                 f"'16{letters[1].lower()}' (e.g. {_examples(letters)})")
         return Layout(tag, letters, tuple(order))
 
+    @lru_cache(maxsize=4096)       # noqa: B019 (layouts are few, immutable and parsed once: ``parse``)
     def block(self, letter: str) -> int:
         """Inner block size of ``letter`` (1 when not blocked)."""
         return next((b for name, b in self.order if name == letter and b), 1)
 
+    @lru_cache(maxsize=4096)       # noqa: B019
     def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the storage array for a tensor of logical ``shape``."""
         extent = dict(zip(self.letters, shape))
