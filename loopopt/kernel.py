@@ -90,6 +90,11 @@ class Kernel:
         """Bytes ``prepare`` allocates: ``packed buffers`` (the call's tensors in their storage
         layouts, blocked dims padded) and ``workspace`` (a quantized kernel's output and tables),
         each with the read-ahead the kernel declares."""
+        return dict(self._buffer_parts)
+
+    @cached_property
+    def _buffer_parts(self) -> dict[str, int]:
+        """``buffer_bytes``, counted once per kernel (every call's ``prepare`` checks it)."""
         parts = {"packed buffers": 0, "workspace": 0}
         for p in self.generated.params:
             if p.pointer:

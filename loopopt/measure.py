@@ -6,7 +6,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -26,6 +26,7 @@ LONG_MEASUREMENT = 2.0     # s: timing expected to take longer shows progress (o
 PROGRESS_INTERVAL = 1.0    # s between two progress updates
 KERNEL_ONLY = "kernel run only, layout packing and unpacking excluded"
 END_TO_END = "end to end: packing, kernel run and unpacking"
+PREPACKED = "prepacked weights: activations packed per call, weights packed once, kernel run, unpacking"
 
 _clock: Callable[[], float] = time.perf_counter
 
@@ -58,11 +59,13 @@ class Timing:
     unverified: str = ""       # why the output could not be verified (the reference needs too much memory)
     relative_error: float = float("nan")   # max_error / the reference output's largest magnitude
     algorithm: str = "direct"  # "direct" (one schedule's nest) or "winograd F(4x4,3x3)" (a pipeline)
+    prepacked: bool = False    # whole calls with the weights packed once (``measure(..., prepacked=True)``)
 
     @property
     def scope(self) -> str:
-        """What the times cover: the kernel run only (default) or the whole call."""
-        return END_TO_END if self.end_to_end else KERNEL_ONLY
+        """What the times cover: the kernel run only (default), whole calls with the weights prepacked
+        (the scope a comparison with a framework quotes), or whole calls."""
+        return PREPACKED if self.prepacked else END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
         check = (f"verified (max error {self.max_error:.2e}, {self.relative_error:.1e} of the largest output)"
@@ -234,23 +237,26 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
 
 def measure(kernel: Measurable, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
             verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-            progress: bool | None = None) -> Timing:
+            progress: bool | None = None, prepacked: bool = False) -> Timing:
     """Time ``kernel`` (see ``measure_all``, of which this is the one-kernel case)."""
     return measure_all([kernel], repeats, warmup, budget, verify_output=verify_output, seed=seed,
+                       prepacked=prepacked,
                        end_to_end=end_to_end, progress=progress)[0]
 
 
 def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmup: int = 1,
                 budget: float = 1.0,
                 rounds: int = ROUNDS, verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-                progress: bool | None = None) -> list[Timing]:
+                progress: bool | None = None, prepacked: bool = False) -> list[Timing]:
     """Time several kernels on the same noise: ``warmup`` untimed runs of each (the first sizes
     its repeat count), then ``repeats`` timed runs of each (default: as many as fit ``budget``
     seconds per kernel, see ``repeat_count``) interleaved over ``rounds`` rounds
     (``interleaved_order``); then each output is verified against the reference.
 
     By default only ``kernel.run`` on buffers prepared once is timed (packing into and unpacking
-    from the storage layouts excluded); ``end_to_end=True`` times the whole call. ``progress``:
+    from the storage layouts excluded); ``end_to_end=True`` times the whole call; ``prepacked=True``
+    the whole call with the weights packed once before (``Kernel.prepack``: what a framework's call
+    costs, the scope to quote against one). ``progress``:
     a progress bar on stderr for timing expected to last over LONG_MEASUREMENT seconds (default:
     when stderr is a terminal)."""
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
@@ -267,7 +273,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     for kernel in kernels:          # before any input is made
         check_timeable(kernel)
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
-    runners = [_runner(kernel, seed, end_to_end) for kernel in kernels]
+    runners = [_runner(kernel, seed, end_to_end, prepacked) for kernel in kernels]
     firsts = [_timed(run) for run in runners]
     for _ in range(max(0, warmup - 1)):
         for run in runners:
@@ -278,14 +284,20 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     start = cpu_seconds()
     times = _run_interleaved(runners, interleaved_order(counts, rounds), show)
     share = others_share(start)
-    return [_timing(kernel, kernel_times, share, end_to_end, verify_output, seed)
-            for kernel, kernel_times in zip(kernels, times)]
+    return [replace(_timing(kernel, kernel_times, share, end_to_end or prepacked, verify_output, seed),
+                    prepacked=prepacked) for kernel, kernel_times in zip(kernels, times)]
 
 
-def _runner(kernel: Measurable, seed: int, end_to_end: bool) -> Callable[[], object]:
-    """What one timed run calls: the whole call, or the kernel run on buffers prepared now."""
+def _runner(kernel: Measurable, seed: int, end_to_end: bool, prepacked: bool) -> Callable[[], object]:
+    """What one timed run calls: the whole call (its weights prepacked now with ``prepacked``), or the
+    kernel run on buffers prepared now."""
     args, params = _call(kernel, seed)
-    if end_to_end:
+    if prepacked:
+        if not hasattr(kernel, "prepack"):
+            raise ValueError(f"{kernel!r} has no prepacked form (a pipeline transforms its weights on "
+                             f"every call): time it end_to_end=True")
+        kernel.prepack(args[1])
+    if end_to_end or prepacked:
         return partial(kernel, *args, **params)
     return partial(kernel.run, kernel.prepare(*args, **params))
 

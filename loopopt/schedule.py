@@ -233,6 +233,16 @@ class Schedule:
         names = ", ".join(self.loop_names)
         return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops) + list(conditions))} }}")
 
+    def least(self, expr: Expr, *conditions: str) -> Optional[int]:
+        """The least value of ``expr`` over the iterations of the loop box where every isl
+        ``conditions`` holds (guards are not implied), None where none does."""
+        where = self.iterations(*conditions)
+        if where.is_empty():
+            return None
+        names = ", ".join(self.loop_names)
+        value = isl.PwAff(f"{{ [{names}] -> [({expr.to_isl()})] }}").intersect_domain(where)
+        return value.min_val().to_python()
+
     def _scheduled(self, pairs: isl.Map) -> isl.Map:
         return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
 

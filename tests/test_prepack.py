@@ -55,3 +55,14 @@ def test_prepack_refuses_what_it_cannot_take():
     binary = lo.Conv2d(64, 16, 1, height=3, width=3, quant=lo.QuantSpec(activation="binary", weight="binary"))
     with pytest.raises(ValueError, match="a binary kernel packs its weights to bits"):
         lo.Schedule(binary).compile("scalar").prepack(np.ones((16, 64, 1, 1), np.int8))
+
+
+def test_measure_times_whole_calls_with_prepacked_weights():
+    kernel = lo.Schedule(CONV).layout("W", "OIHW16i16o").compile()
+    timing = lo.measure(kernel, repeats=3, prepacked=True)
+    assert timing.verified and timing.prepacked and timing.end_to_end and len(timing.times) == 3
+    assert timing.scope.startswith("prepacked weights") and "prepacked weights" in str(timing)
+    assert len(kernel._held) == 1
+    winograd = lo.dataflows.winograd(lo.Conv2d(4, 4, 3, padding=1, height=8, width=8)).compile()
+    with pytest.raises(ValueError, match="has no prepacked form"):
+        lo.measure(winograd, repeats=1, prepacked=True)

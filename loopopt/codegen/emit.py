@@ -18,7 +18,7 @@ from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
 from .params import KernelParam, check_lane_indices, index_ctype, signature
-from .vector import AccessKind, classify
+from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 
 KERNEL_NAME = "lo_kernel"
 NEST_NAME = "lo_nest"
@@ -214,8 +214,11 @@ class _Emitter:
                 if self.dim_depth[d] == depth and v != Var(d)]
 
     def offset(self, tensor: str) -> str:
-        layout = self.schedule.layout_of(tensor)
-        return layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()
+        return self._offset(tensor).to_c()
+
+    def _offset(self, tensor: str) -> Expr:
+        """``tensor``'s storage offset in the op's dims."""
+        return self.schedule.layout_of(tensor).offset(self.op.index(tensor), self.op.tensor(tensor).shape)
 
     def ref(self, tensor: str) -> str:
         return ternary.reference(self.schedule, tensor, self.offset(tensor))
@@ -430,12 +433,14 @@ class _Emitter:
 
     def _load(self, tensor: str, mask: str | None) -> str:
         """A vector of ``tensor``: operands through the arithmetic, the output as accumulators."""
-        isa, kind, ref = self.isa, self.kinds[tensor], self.ref(tensor)
+        isa, kind, offset = self.isa, self.kinds[tensor], self.offset(tensor)
+        first = exact_offset(self.schedule, self._offset(tensor)) if kind.kind in FROM_LANE_ZERO else offset
+        ref = ternary.reference(self.schedule, tensor, first)
         index = (f"lo_stride_{tensor}" if kind.kind == "strided"
                  else isa.index_load(p=f"lo_idx_{tensor}"))
         base = f"&{ref}" if kind.kind == "strided" else tensor
         if tensor in self.op.inputs:
-            return self.arith.operand(tensor, kind, ref, base, index, mask, offset=self.offset(tensor))
+            return self.arith.operand(tensor, kind, ref, base, index, mask, offset=offset)
         return load(isa, kind.kind, ref, base, index, mask)
 
     def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool, lane_wise: bool) -> None:
