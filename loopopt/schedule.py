@@ -55,6 +55,7 @@ class Loop:
     vectorized: bool = False
     parallel: bool = False
     unroll: int = 0              # 0: not unrolled; n: unroll by n (the full extent when n >= extent)
+    axis: str = ""               # "": a loop; else the GPU axis its iterations run across (``bind``)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,12 @@ class Step:
 
 
 MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into accumulators
+# The GPU axes of ``bind`` and CUDA's limits on them (every compute capability from 3.0 on):
+# the extent of each axis, and the threads of one block (the product of the thread axes).
+AXIS_LIMITS = {"block.x": 2**31 - 1, "block.y": 65535, "block.z": 65535,
+               "thread.x": 1024, "thread.y": 1024, "thread.z": 64}
+GPU_AXES = tuple(AXIS_LIMITS)
+MAX_THREADS_PER_BLOCK = 1024
 
 
 def _check_factor(factor: Any, what: str) -> int:
@@ -154,6 +161,11 @@ class Schedule:
     @property
     def parallel_loop(self) -> Optional[Loop]:
         return next((loop for loop in self.loops if loop.parallel), None)
+
+    @property
+    def bound_loops(self) -> tuple[Loop, ...]:
+        """The loops bound to GPU axes (``bind``), outermost first."""
+        return tuple(loop for loop in self.loops if loop.axis)
 
     def layout_of(self, tensor: str) -> Layout:
         tag = dict(self.layouts)[tensor]
@@ -271,6 +283,7 @@ class Schedule:
             raise ScheduleError(f"{step}: the vectorized loop {vec.name!r} must stay innermost "
                                 f"(innermost would be {self.loops[-1].name!r})")
         self._check_parallel_outputs(step)
+        self._check_bound(step)
         if self.register_block_at is not None:
             self._check_register_block(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
@@ -316,6 +329,8 @@ class Schedule:
         factor = _check_factor(factor, str(step))
         if target.vectorized:
             raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
+        if target.axis:
+            raise ScheduleError(f"{step}: {name!r} is bound to {target.axis}; split it before binding")
         outer, inner = f"{name}_o", f"{name}_i"
         self._check_new_names(step, outer, inner)
         pos = self.position(name)
@@ -349,6 +364,8 @@ class Schedule:
                                 f"(the order is {', '.join(self.loop_names)})")
         if a.vectorized or b.vectorized:
             raise ScheduleError(f"{step}: cannot fuse a vectorized loop")
+        if a.axis or b.axis:
+            raise ScheduleError(f"{step}: cannot fuse a loop bound to a GPU axis; fuse before binding")
         fused = name or f"{outer}_{inner}"
         self._check_new_names(step, fused)
         merged = Loop(fused, a.extent * b.extent, parallel=a.parallel)
@@ -389,6 +406,30 @@ class Schedule:
                 f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
                 f"running them on different threads would race")
         return self._annotate(step, loop, parallel=True)
+
+    def bind(self, loop: str, axis: str) -> "Schedule":
+        """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
+        ``thread.x|y|z``: one thread of the block each), on a GPU target. Refused for a loop that
+        carries the reduction (its iterations update the same outputs: threads would race), for an
+        axis already taken, and where an axis's extent or the threads of a block exceed CUDA's
+        limits (``AXIS_LIMITS``, ``MAX_THREADS_PER_BLOCK``)."""
+        step = Step("bind", (loop, axis))
+        bound = self.loop(loop, str(step))
+        if axis not in AXIS_LIMITS:
+            raise ScheduleError(f"{step}: {axis!r} is not a GPU axis; choose one of "
+                                f"{', '.join(map(repr, GPU_AXES))}")
+        holder = next((other for other in self.bound_loops if other.axis == axis), None)
+        if holder is not None and holder.name != loop:
+            raise ScheduleError(f"{step}: {axis} is already bound to loop {holder.name!r}")
+        if bound.axis and bound.axis != axis:
+            raise ScheduleError(f"{step}: loop {loop!r} is already bound to {bound.axis}")
+        race = self.carried_dependence(loop)
+        if race:
+            raise IllegalScheduleError(
+                f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
+                f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
+                f"running them on different GPU threads would race")
+        return self._annotate(step, loop, axis=axis)
 
     def layout(self, tensor: str, tag: str) -> "Schedule":
         """Store ``tensor`` in the layout of oneDNN format ``tag`` (e.g. NHWC, NCHW16c, OIHW16i16o)."""
@@ -466,6 +507,32 @@ class Schedule:
                 f"threads would race on the outputs the kernel reads and writes around its guarded "
                 f"updates; parallelize a loop over outputs only")
 
+    def _check_bound(self, step: Step) -> None:
+        """A bound loop is not vectorized or parallel (CPU annotations), runs over outputs only (as
+        a parallel loop), and every axis and the threads of a block stay within CUDA's limits."""
+        threads = 1
+        for loop in self.bound_loops:
+            if loop.vectorized or loop.parallel:
+                kind = "vectorized" if loop.vectorized else "parallel"
+                raise ScheduleError(f"{step}: loop {loop.name!r} is bound to {loop.axis} and {kind}; a "
+                                    f"bound loop takes no CPU annotation")
+            summed = sorted(d for d in self.op.reduction_dims if loop.name in self.dim_values[d].variables())
+            if summed:
+                raise IllegalScheduleError(
+                    f"{step}: the loop {loop.name!r} bound to {loop.axis} runs over the reduction dim(s) "
+                    f"{', '.join(summed)}: GPU threads would race on the outputs they add to; bind a "
+                    f"loop over outputs only")
+            if loop.extent > AXIS_LIMITS[loop.axis]:
+                raise ScheduleError(f"{step}: loop {loop.name!r} bound to {loop.axis} has {loop.extent} "
+                                    f"iterations; CUDA allows at most {AXIS_LIMITS[loop.axis]} on that axis "
+                                    f"(split it and bind the parts to two axes)")
+            threads *= loop.extent if loop.axis.startswith("thread.") else 1
+        if threads > MAX_THREADS_PER_BLOCK:
+            sizes = " x ".join(f"{loop.name}[{loop.extent}]" for loop in self.bound_loops
+                               if loop.axis.startswith("thread."))
+            raise ScheduleError(f"{step}: a block would have {threads} threads ({sizes}); CUDA allows at "
+                                f"most {MAX_THREADS_PER_BLOCK} per block (bind smaller loops to thread axes)")
+
     def _check_register_block(self, step: Step) -> None:
         at = self.register_block_at
         if at not in self.loop_names:
@@ -475,6 +542,10 @@ class Schedule:
         if any(loop.parallel for loop in self.loops[start:]):
             raise ScheduleError(f"{step}: the parallel loop {self.parallel_loop.name!r} lies inside the "
                                 f"register block at {at!r}; parallelize a loop outside it")
+        inside = [loop.name for loop in self.loops[start:] if loop.axis]
+        if inside:
+            raise ScheduleError(f"{step}: the loop {inside[0]!r} bound to a GPU axis lies inside the "
+                                f"register block at {at!r}; bind loops outside it")
         reduction, block = self.block_loops()
         scalar_reduction = [n for n in reduction if not self.loop(n).vectorized]
         if block and scalar_reduction and self.position(scalar_reduction[-1]) > self.position(block[0]):

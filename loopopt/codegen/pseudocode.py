@@ -29,7 +29,8 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
         notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
-                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else [])
+                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else []) + (
+                     [f"bound to {loop.axis}"] if loop.axis else [])
         if loop.name == schedule.register_block_at:
             notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "
                          f"kept in registers from here")
