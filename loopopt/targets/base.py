@@ -10,6 +10,7 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,6 +51,12 @@ class Target(ABC):
     def peak(self, isa: str, dtype: str) -> float:
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
+
+    def run_timer(self) -> Callable[[Callable[[], object]], float] | None:
+        """How ``measure`` times one run of this target's kernels: None where the host's clock around
+        the call does (a kernel that returns when it is done); for kernels that run asynchronously on
+        a device, a function that runs the call and returns the seconds the device took."""
+        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

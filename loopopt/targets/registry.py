@@ -13,6 +13,7 @@ from .base import Target
 
 TARGETS: dict[str, str] = {
     "x86": "loopopt.targets.x86",
+    "cuda": "loopopt.targets.cuda",
 }
 HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86"}   # platform.machine() -> the target that runs natively
 
