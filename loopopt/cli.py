@@ -29,11 +29,14 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
+from .targets.base import TargetUnavailableError
+from .targets.registry import target_names
 
 if TYPE_CHECKING:
     from .ops import Conv2d
 
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
+GPU_SCHEDULES = "gpu_naive,gpu_tiled"       # compare's default rows on a GPU target (dataflows.GPU_PRESETS)
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
@@ -46,7 +49,8 @@ EXAMPLES = {
                 "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
                 "loopopt compare --matmul 256,256,512 --json",
-                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db"],
+                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db",
+                "loopopt compare --target cuda --layer resnet50.conv2_x --batch 32"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
@@ -198,9 +202,12 @@ def _op(args: argparse.Namespace):
 
 def _schedule(name: str, op):
     """A dataflow preset (any op, also Matmul), a stored schedule name or a TOML path, applied to ``op``."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import load_schedule
-    return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
+    for presets in (PRESETS, GPU_PRESETS):
+        if name in presets:
+            return presets[name](op)
+    return load_schedule(name, op)
 
 
 def _origin(name: str) -> str:
@@ -317,26 +324,31 @@ def _comparison(args: argparse.Namespace):
     else:
         rows = _named_rows(args, op)
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
-                   progress=not args.quiet, threads=args.threads, origins=rows.origins), rows.skipped
+                   progress=not args.quiet, threads=args.threads, origins=rows.origins,
+                   target=args.target), rows.skipped
 
 
 def _named_rows(args: argparse.Namespace, op) -> _Rows:
     """The rows of ``--schedules``: presets, Winograd plans, stored schedules (with the CPU they were
     searched on) and TOML files, each on ``--isa`` (``auto``: a stored schedule on the ISA it was
     searched on, where this CPU has it: an AMX tile schedule on the tiles)."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import stored_isa
+    from .targets.registry import host_target
     if args.log is not None:
         raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
-    names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
+    away = args.target not in (None, host_target().name)     # stored schedules keep --isa there
+    default = GPU_SCHEDULES if away else DEFAULT_SCHEDULES
+    names = [n.strip() for n in (args.schedules or default).split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
     plans = [_winograd(name, op) for name in names]
     labels = [Path(n).name.removesuffix(".toml") for n in names]
-    origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
-               if plan is None and name not in PRESETS}
-    isas = [stored_isa(name, op) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
-            for name, plan in zip(names, plans)]
+    stored = [plan is None and name not in PRESETS and name not in GPU_PRESETS
+              for name, plan in zip(names, plans)]
+    origins = {label: _origin(name) for name, label, kept in zip(names, labels, stored) if kept}
+    isas = [stored_isa(name, op) if args.isa == "auto" and kept and not away else args.isa
+            for name, kept in zip(names, stored)]
     return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
                  origins)
 
@@ -676,6 +688,9 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", help="with --algorithms: the tuning log to take each algorithm's best from")
     parser.add_argument("--threads", type=_positive, default=1,
                         help="threads for schedules with a parallel loop (default 1)")
+    parser.add_argument("--target", choices=target_names(),
+                        help="where the kernels run (default: this machine's CPU; cuda: an NVIDIA GPU, "
+                             f"default schedules {GPU_SCHEDULES}, %% of the GPU's FFMA peak)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -736,7 +751,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return args.run(args)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError) as err:
+    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError, TargetUnavailableError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR

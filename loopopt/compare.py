@@ -15,6 +15,8 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
+from .targets.registry import host_target
+from .targets.registry import target as named_target
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -193,7 +195,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             isa: str | Sequence[str] = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False,
-            origins: dict[str, str] | None = None) -> Comparison:
+            origins: dict[str, str] | None = None, target: str | None = None) -> Comparison:
     """Compile each schedule of ``op``, time them together with their runs interleaved over
     ``rounds`` rounds (``measure_all``: ``budget`` seconds of runs each, the same noise for all),
     verify them and (with ``reuse``) analyse their reuse. ``isa``: one for every row, or one per row
@@ -205,7 +207,9 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     (``dataflows.winograd``) is a row like a schedule (verified within its own error bound), without
     reuse analysis or kernel model (both take one schedule); every row reports its error relative to
     the output's largest magnitude. ``origins``: row name -> where its schedule comes from, shown under
-    the table (``loopopt compare`` says there which CPU a stored schedule was searched on)."""
+    the table (``loopopt compare`` says there which CPU a stored schedule was searched on). ``target``:
+    the registry name of the target every row is built for (default: the one each ``isa`` belongs to);
+    on a target other than the host's, % of peak is the target's and the CPU reuse analysis is skipped."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
@@ -219,14 +223,17 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if strangers:
         raise ValueError(f"origins names {strangers} but the rows are {names}")
     single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
-    analysis = _analysis() if reuse else None
+    away = target is not None and target != host_target().name
+    if away and not all(single):
+        raise ValueError(f"Winograd plans run on the host only, not on target {target!r}")
+    analysis = _analysis() if reuse and not away else None
     note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule, target) in enumerate(zip(names, schedules, isas, strict=True)):
+    for index, (name, schedule, target_isa) in enumerate(zip(names, schedules, isas, strict=True)):
         bar.update(index, f"{name}: compile")
-        kernel = schedule.compile(target)
+        kernel = schedule.compile(target_isa, target=target) if away else schedule.compile(target_isa)
         kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
                            else 1)
         kernels.append(kernel)
@@ -250,7 +257,8 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    peak = peak_gflops(resolved, op.dtype if op.quant is None else "int8")
+    dtype = op.dtype if op.quant is None else "int8"
+    peak = named_target(target).peak(resolved, dtype) if away else peak_gflops(resolved, dtype)
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,

@@ -64,11 +64,11 @@ class CudaKernel(Kernel):
 
     def bind(self, values: dict[str, Any]) -> Buffers:
         """Buffers of device arrays by parameter name (``__cuda_array_interface__``), each checked to
-        be float32, C-contiguous and of its storage shape (the bias: one value per channel)."""
+        be float32, C-contiguous and of its storage shape (the bias: its logical shape)."""
         pointers = []
         for param in self.generated.params:
             array = values[param.name]
-            shape = ((self.op.channels,) if self.op.bias and param.name == self.op.bias_tensor
+            shape = (self.op.tensor(param.name).shape if self.op.bias and param.name == self.op.bias_tensor
                      else self._storage_shape(param.name))
             pointers.append(self._ffi.cast("float *", _device_pointer(param.name, array, shape)))
         return Buffers(values, tuple(pointers))
