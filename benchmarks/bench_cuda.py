@@ -3,7 +3,8 @@
 (conv2_x, conv3_x, conv4_x at N=32 and N=1) and of a 4096^3 GEMM, float32, each verified against
 the reference (the GEMM against float64 products on the GPU) and timed by ``lo.measure`` (CUDA
 events, median), next to cuDNN / cuBLAS through PyTorch in the same run (same shapes, float32 with
-TF32 off; CUDA events, median of 100 calls).
+TF32 off; CUDA events, median of 100 calls). Every timed run, loopopt's and the peers', starts
+with the L2 cache overwritten (``device.elapsed``: cold inputs).
 
 ``python benchmarks/bench_cuda.py [--only conv2_x.n1,gemm4096] [--json PATH]`` prints the device,
 driver, nvcc and a Markdown table. ``--check``: small kernels of every guard kind (padding, stride,

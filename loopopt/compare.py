@@ -63,6 +63,7 @@ COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "medi
            ("err/max", "relative_error", "{:.1e}"), ("noise", "noisy", "{}"),
            ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
+HOST_PEAK = "one core, machine profile"     # what a host comparison's peak is
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
 
@@ -77,8 +78,10 @@ class Comparison:
 
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
                  end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
-                 provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None):
+                 provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None,
+                 peak_source: str = HOST_PEAK):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
+        self.peak_source = peak_source
         self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
         self.provenance = provenance if provenance is not None else _provenance(rows)
         self.origins = dict(origins or {})
@@ -102,7 +105,8 @@ class Comparison:
         return Comparison(self.op, rows, self.profiles, self.peak, self.note, end_to_end=self.end_to_end,
                           rounds=self.rounds, other_cpu_share=self.other_cpu_share,
                           provenance=self.provenance,
-                          origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins})
+                          origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins},
+                          peak_source=self.peak_source)
 
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median."""
@@ -115,7 +119,7 @@ class Comparison:
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
         work = f"{self.op.flops / 1e6:.1f} M{self.unit[1:-2]}"
-        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, machine profile)",
+        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} ({self.peak_source})",
                 f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
 
     def _footing(self) -> list[str]:
@@ -131,7 +135,8 @@ class Comparison:
             lines.append(f"ranking by interleaved median: {ranking}")
         p = self.provenance
         lines.append(f"measured on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
-                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}")
+                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
+                     + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
         return lines + ([self.note] if self.note else [])
 
@@ -259,10 +264,14 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
     dtype = op.dtype if op.quant is None else "int8"
     peak = named_target(target).peak(resolved, dtype) if away else peak_gflops(resolved, dtype)
+    where = provenance(isa=resolved, threads=threads)
+    if away:
+        where["device"] = named_target(target).device()     # the kernels' device, beside the host
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
-                      provenance=provenance(isa=resolved, threads=threads), origins=origins)
+                      provenance=where, origins=origins,
+                      peak_source=named_target(target).peak_source(resolved) if away else HOST_PEAK)
 
 
 def _provenance(rows: list[Row]) -> dict[str, Any]:

@@ -52,6 +52,14 @@ class Target(ABC):
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
 
+    def peak_source(self, isa: str) -> str:
+        """What ``peak`` is, for a table's heading: a measured core, a device's product of units."""
+        return "one core, machine profile"
+
+    def device(self) -> str | None:
+        """The device the kernels run on, beside the host (e.g. a GPU's name), or None: the host."""
+        return None
+
     def run_timer(self) -> Callable[[Callable[[], object]], float] | None:
         """How ``measure`` times one run of this target's kernels: None where the host's clock around
         the call does (a kernel that returns when it is done); for kernels that run asynchronously on

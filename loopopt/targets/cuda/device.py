@@ -62,6 +62,15 @@ def _attribute(attribute: str) -> int:
     return cp.cuda.runtime.deviceGetAttribute(getattr(cp.cuda.runtime, attribute), cp.cuda.Device().id)
 
 
+def multiprocessors() -> int:
+    return _attribute("cudaDevAttrMultiProcessorCount")
+
+
+def clock_mhz() -> float:
+    """The device's boost clock (MHz) as CUDA reports it."""
+    return _attribute("cudaDevAttrClockRate") / 1e3
+
+
 @cache
 def ffma_peak_gflops(architecture: str | None = None) -> float:
     """The device's FP32 FFMA peak: multiprocessors x boost clock x FP32 lanes per SM x 2 flops
@@ -69,14 +78,23 @@ def ffma_peak_gflops(architecture: str | None = None) -> float:
     architecture = architecture or arch()
     if architecture not in FP32_LANES_PER_SM:
         raise ValueError(f"no FP32 lane count for {architecture!r}; known: {', '.join(FP32_LANES_PER_SM)}")
-    sms, clock_khz = _attribute("cudaDevAttrMultiProcessorCount"), _attribute("cudaDevAttrClockRate")
-    return sms * clock_khz * 1e3 * FP32_LANES_PER_SM[architecture] * 2 / 1e9
+    return multiprocessors() * clock_mhz() * FP32_LANES_PER_SM[architecture] * 2 / 1e3
 
 
-def elapsed(run: Callable[[], object]) -> float:
+@cache
+def _flush_buffer():
+    """Device memory twice the size of the L2 cache: writing it evicts whatever the L2 held."""
+    return cupy().empty(2 * _attribute("cudaDevAttrL2CacheSize") // 4, dtype="float32")
+
+
+def elapsed(run: Callable[[], object], flush_l2: bool = True) -> float:
     """Seconds ``run`` takes on the device: CUDA events recorded before and after it on the default
-    stream (the one the kernels launch on), waited for."""
+    stream (the one the kernels launch on), waited for. ``flush_l2`` (default): the L2 cache is
+    overwritten first, outside the events, so the run reads its inputs from device memory (cold),
+    as in a network where other layers ran in between."""
     cp = cupy()
+    if flush_l2:
+        _flush_buffer().fill(0)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     start.record()
     run()

@@ -59,6 +59,13 @@ class CudaTarget(Target):
             raise ValueError(f"the cuda target has float32 kernels only, not {dtype!r}")
         return device.ffma_peak_gflops(isa)
 
+    def peak_source(self, isa: str) -> str:
+        return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
+                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2")
+
+    def device(self) -> str:
+        return f"{device.name()} ({device.arch()})"
+
     def run_timer(self) -> Callable[[Callable[[], object]], float]:
         """CUDA events around each run (``device.elapsed``)."""
         return device.elapsed
