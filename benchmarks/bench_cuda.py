@@ -1,15 +1,16 @@
-"""The cuda target on an NVIDIA GPU: loopopt's ``gpu_naive`` (one thread per output) and
-``gpu_tiled`` (block-tiled SIMT, a register block per thread) kernels of ResNet-50's 3x3 convs
+"""The cuda target on an NVIDIA GPU: loopopt's ``gpu_naive`` (one thread per output), ``gpu_tiled``
+(block-tiled SIMT, a register block per thread) and ``gpu_staged`` (the same, input tiles staged in
+shared memory) kernels of ResNet-50's 3x3 convs
 (conv2_x, conv3_x, conv4_x at N=32 and N=1) and of a 4096^3 GEMM, float32, each verified against
 the reference (the GEMM against float64 products on the GPU) and timed by ``lo.measure`` (CUDA
 events, median), next to cuDNN / cuBLAS through PyTorch in the same run (same shapes, float32 with
-TF32 off; CUDA events, median of 100 calls). Every timed run, loopopt's and the peers', starts
+TF32 off; CUDA events, median of 50 calls). Every timed run, loopopt's and the peers', starts
 with the L2 cache overwritten (``device.elapsed``: cold inputs).
 
 ``python benchmarks/bench_cuda.py [--only conv2_x.n1,gemm4096] [--json PATH]`` prints the device,
 driver, nvcc and a Markdown table. ``--check``: small kernels of every guard kind (padding, stride,
 dilation, groups, batch, tails, the init pass), verified once each: the run to put under
-``compute-sanitizer --tool memcheck``.
+``compute-sanitizer --tool memcheck`` (and ``racecheck``: the staged kernels' barriers).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ CHECKS = {
 }
 
 
-def _events_median(call, repeats: int = 100, warmup: int = 10) -> float:
+def _events_median(call, repeats: int = 50, warmup: int = 10) -> float:
     """Seconds of one ``call`` on the GPU: the median of ``repeats`` CUDA-event timings."""
     for _ in range(warmup):
         call()
@@ -67,7 +68,7 @@ def bench(names: list[str]) -> list[dict]:
         peer_name, peer_seconds = peer(op)
         for preset, make in GPU_PRESETS.items():
             kernel = make(op).compile(target="cuda")
-            timing = lo.measure(kernel, budget=1.0, verify_output=bool(op.windows))
+            timing = lo.measure(kernel, budget=0.5, verify_output=bool(op.windows))
             verified = timing.verified if op.windows else gpu_checked(kernel)
             rows.append({"case": name, "op": repr(op), "kernel": preset, "median_ms": timing.median * 1e3,
                          "gflops": timing.gflops, "percent_of_peak": timing.percent_of_peak,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 import islpy as isl
 
 from .cnames import check_user_name
-from .expr import Bound, Expr, Var
+from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
 from .ops import STATEMENT, Op
 
@@ -99,6 +99,25 @@ AXIS_LIMITS = {"block.x": 2**31 - 1, "block.y": 65535, "block.z": 65535,
                "thread.x": 1024, "thread.y": 1024, "thread.z": 64}
 GPU_AXES = tuple(AXIS_LIMITS)
 MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
+
+
+@dataclass(frozen=True)
+class StagedBox:
+    """The box of a staged input's logical index that one block reads inside the stage's loop ``at``:
+    per axis its first index (an expression of the loops outside ``at``) and its size."""
+
+    tensor: str
+    at: str
+    lower: tuple[Expr, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        count = 1
+        for size in self.sizes:
+            count *= size
+        return count
 
 
 def _check_factor(factor: Any, what: str) -> int:
@@ -125,6 +144,7 @@ class Schedule:
     compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
     weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
+    stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -284,6 +304,8 @@ class Schedule:
                                 f"(innermost would be {self.loops[-1].name!r})")
         self._check_parallel_outputs(step)
         self._check_bound(step)
+        if self.stages:
+            self._check_stages(step)
         if self.register_block_at is not None:
             self._check_register_block(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
@@ -430,6 +452,60 @@ class Schedule:
                 f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
                 f"running them on different GPU threads would race")
         return self._annotate(step, loop, axis=axis)
+
+    def stage(self, tensor: str, at: str) -> "Schedule":
+        """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
+        ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
+        by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
+        ``at`` then come from there. Refused for a tensor that is not an input or is staged already,
+        stages at different loops, a bound loop inside ``at``, an index not affine in the loops
+        inside (a fused loop there), and boxes over ``MAX_SHARED_BYTES`` together."""
+        step = Step("stage", (tensor, at))
+        self.loop(at, str(step))
+        if tensor not in self.op.inputs:
+            raise ScheduleError(f"{step}: only the inputs are staged; choose one of "
+                                f"{', '.join(self.op.inputs)}")
+        if any(staged == tensor for staged, _ in self.stages):
+            raise ScheduleError(f"{step}: {tensor} is staged already")
+        return self._with(step, stages=self.stages + ((tensor, at),))
+
+    def staged_box(self, tensor: str, at: str) -> StagedBox:
+        """The box of ``tensor``'s logical index read over the thread loops and the loops inside
+        ``at`` (``stage``), the other loops fixed; ScheduleError where an index is not affine in them."""
+        inside = {loop.name: loop.extent for loop in self.loops[self.position(at) + 1:]}
+        inside |= {loop.name: loop.extent for loop in self.bound_loops if loop.axis.startswith("thread.")}
+        lower, sizes = [], []
+        for axis, expr in enumerate(self.index(tensor)):
+            try:
+                terms, rest = linear_terms(expr, frozenset(inside))
+            except ValueError as err:
+                raise ScheduleError(f"stage({tensor!r}, {at!r}): axis {axis} of {tensor} is not affine in "
+                                    f"the loops inside the stage ({err}); stage at a loop inside") from None
+            low = sum((c * (inside[n] - 1) for n, c in terms.items() if c < 0), 0)
+            lower.append(rest + Const(low) if low else rest)
+            sizes.append(1 + sum(abs(c) * (inside[n] - 1) for n, c in terms.items()))
+        return StagedBox(tensor, at, tuple(lower), tuple(sizes))
+
+    def _check_stages(self, step: Step) -> None:
+        ats = {at for _, at in self.stages}
+        for at in ats:
+            if at not in self.loop_names:
+                raise ScheduleError(f"{step}: a tensor is staged at loop {at!r}, which no longer exists "
+                                    f"(split or fuse it before stage)")
+        if len(ats) > 1:
+            raise ScheduleError(f"{step}: the tensors are staged at different loops "
+                                f"({', '.join(sorted(ats))}); stage them at one")
+        at = next(iter(ats))
+        inside = [loop for loop in self.loops[self.position(at):] if loop.axis]
+        if inside:
+            raise ScheduleError(f"{step}: the loop {inside[0].name!r} bound to {inside[0].axis} lies inside "
+                                f"the stage at {at!r}; stage at a loop inside every bound loop")
+        total = sum(4 * self.staged_box(tensor, at).elements for tensor, _ in self.stages)
+        if total > MAX_SHARED_BYTES:
+            boxes = ", ".join(f"{t} {' x '.join(map(str, self.staged_box(t, at).sizes))}"
+                              for t, _ in self.stages)
+            raise ScheduleError(f"{step}: the staged boxes ({boxes}) take {total} bytes of shared memory; at "
+                                f"most {MAX_SHARED_BYTES} per block (stage at an inner loop or tile smaller)")
 
     def layout(self, tensor: str, tag: str) -> "Schedule":
         """Store ``tensor`` in the layout of oneDNN format ``tag`` (e.g. NHWC, NCHW16c, OIHW16i16o)."""

@@ -47,6 +47,19 @@ def test_an_outer_reduction_loop_adds_to_the_output_set_by_the_init_pass(op):
 
 
 @needs_gpu
+@pytest.mark.parametrize("op", OPS[:4], ids=repr)
+def test_a_stage_with_thread_guards_outside_it_matches_the_reference(op):
+    """The first output dim's partial guard lies outside the stage: every thread reaches the barriers."""
+    first, channel = op.dim_names[0], op.reduction_channel_dim
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != first]
+    schedule = (lo.Schedule(op).split(first, 7).split(channel, 2)
+                .reorder(f"{first}_o", f"{first}_i", *outputs, f"{channel}_o")
+                .bind(f"{first}_o", "block.x").bind(f"{first}_i", "thread.x")
+                .stage(op.inputs[1], f"{channel}_o"))
+    assert verify(schedule.compile(target="cuda"), seed=9)[0]
+
+
+@needs_gpu
 def test_device_arrays_are_used_without_copies_and_give_the_numpy_result():
     cp = device.cupy()
     op = lo.Conv2d(8, 16, 3, padding=1, height=10, width=12, batch=2)

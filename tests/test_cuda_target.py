@@ -10,7 +10,7 @@ from helpers import conv_ops, gemm_ops, layout_tags, matmul_ops, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import GPU_PRESETS, gpu_naive, gpu_tiled
+from loopopt.dataflows import GPU_PRESETS, gpu_naive, gpu_staged, gpu_tiled
 from loopopt.layers import get_layer
 from loopopt.measure import tolerance
 from loopopt.targets import TargetUnavailableError, target, target_of_isa
@@ -113,18 +113,38 @@ def test_an_outer_reduction_loop_adds_to_the_output_after_an_init_pass():
     assert "lo_scale<<<" in scaled and "= 0.5f * " in scaled
 
 
+def test_a_staged_kernel_copies_its_boxes_between_barriers_and_reads_them():
+    op = lo.Matmul(37, 45, 13)
+    schedule = (lo.Schedule(op).split("i", 16).split("k", 4).reorder("i_o", "i_i", "j", "k_o", "k_i")
+                .bind("i_o", "block.x").bind("i_i", "thread.x").stage("A", "k_o"))
+    text = print_kernel(schedule).source
+    assert "__shared__ float lo_s_A[64];   /* 16 x 4 */" in text
+    copy = text.index("lo_s_A[lo_t] = 0 <= lo_A0 && lo_A0 < 37 && 0 <= lo_A1 && lo_A1 < 13 ? "
+                      "A[(13*lo_A0 + lo_A1)]")
+    barriers = [text.index(f"__syncthreads();   /* the {what}") for what in ("last step", "boxes")]
+    assert barriers[0] < copy < barriers[1]
+    # the thread loop's partial guard lies outside the stage: checked at the product and the store instead
+    assert ("if ((0 <= (16*i_o + i_i) && (16*i_o + i_i) < 37)) lo_acc += "
+            "lo_s_A[(i - 16*i_o) * 4 + (k - 4*k_o)]") in text
+    assert "if ((0 <= (16*i_o + i_i) && (16*i_o + i_i) < 37)) C[(45*i + j)] = lo_acc;" in text
+
+
 # --- the host emulation against the reference ------------------------------------------------------------
 
 @st.composite
 def gpu_schedules(draw, op):
     """A GPU schedule of ``op``: a preset with random knobs, or the output dims' first loop on threads with
     a reduction loop outside the accumulators (the init pass), each with random storage layouts."""
-    kind = draw(st.sampled_from(["naive", "tiled", "outer reduction"]))
+    kind = draw(st.sampled_from(["naive", "tiled", "staged", "staged, deferred guards",
+                                 "outer reduction"]))
     if kind == "naive":
         schedule = gpu_naive(op, threads=draw(st.integers(1, 40)))
-    elif kind == "tiled":
-        schedule = gpu_tiled(op, *(draw(st.integers(1, 8)) for _ in range(2)),
-                             *(draw(st.integers(1, 4)) for _ in range(2)))
+    elif kind in ("tiled", "staged"):
+        knobs = [draw(st.integers(1, 8)) for _ in range(2)] + [draw(st.integers(1, 4)) for _ in range(2)]
+        schedule = (gpu_tiled(op, *knobs) if kind == "tiled"
+                    else gpu_staged(op, *knobs, depth=draw(st.integers(1, 4))))
+    elif kind == "staged, deferred guards":
+        schedule = _thread_rows_staged(op, draw(st.integers(1, 8)), draw(st.integers(1, 4)))
     else:
         first = op.dim_names[0]
         reduction = next(d for d in op.dim_names if d in op.reduction_dims)
@@ -132,6 +152,29 @@ def gpu_schedules(draw, op):
     for tensor in op.tensors:
         schedule = schedule.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))
     return schedule
+
+
+def _thread_rows_staged(op, threads: int, depth: int) -> lo.Schedule:
+    """The first output dim split over ``threads`` threads, the input channels in steps of ``depth``
+    staged: the partial guard of the thread loop lies outside the stage (deferred to the products)."""
+    first, channel = op.dim_names[0], op.reduction_channel_dim
+    schedule = lo.Schedule(op).split(first, min(threads, op.extent(first))).split(channel, depth)
+    reduction = [f"{channel}_o", f"{channel}_i"] + [d for d in op.dim_names
+                                                    if d in op.reduction_dims and d != channel]
+    others = [d for d in op.dim_names if d not in op.reduction_dims and d != first]
+    schedule = schedule.reorder(f"{first}_o", f"{first}_i", *others, *reduction)
+    schedule = schedule.bind(f"{first}_o", "block.x").bind(f"{first}_i", "thread.x")
+    for tensor in op.inputs:
+        schedule = _staged_if_affine(schedule, tensor, f"{channel}_o")
+    return schedule
+
+
+def _staged_if_affine(schedule: lo.Schedule, tensor: str, at: str) -> lo.Schedule:
+    try:
+        schedule.staged_box(tensor, at)
+    except lo.ScheduleError:
+        return schedule
+    return schedule.stage(tensor, at)
 
 
 def emulated(schedule: lo.Schedule) -> None:

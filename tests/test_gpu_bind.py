@@ -90,3 +90,53 @@ def test_the_x86_target_refuses_a_bound_schedule():
     with pytest.raises(lo.ScheduleError, match=r"bound to the GPU axis block.x; the x86 target has no GPU "
                                                r"axes: compile with target='cuda'"):
         _bound().compile(target="x86")
+
+
+# --- stage: a block's box of an input in shared memory ------------------------------------------------
+
+def _gemm_tiles() -> lo.Schedule:
+    return (lo.Schedule(lo.Matmul(37, 45, 13)).split("i", 16).split("k", 4)
+            .reorder("i_o", "i_i", "j", "k_o", "k_i").bind("i_o", "block.x").bind("i_i", "thread.x"))
+
+
+def test_stage_records_the_box_a_block_reads_inside_its_loop():
+    s = _gemm_tiles().stage("A", "k_o").stage("B", "k_o")
+    assert s.stages == (("A", "k_o"), ("B", "k_o"))
+    a, b = s.staged_box("A", "k_o"), s.staged_box("B", "k_o")
+    assert [e.to_c() for e in a.lower] == ["16*i_o", "4*k_o"] and a.sizes == (16, 4)
+    assert [e.to_c() for e in b.lower] == ["4*k_o", "j"] and b.sizes == (4, 1)
+    assert "stage A in shared memory (16 x 4), stage B in shared memory (4 x 1)" in s.pseudocode()
+    again = schedule_from_toml(to_toml(s), s.op)
+    assert again.stages == s.stages
+
+
+def test_a_padded_conv_box_spans_the_window_of_its_threads():
+    box = lo.dataflows.gpu_staged(OP).staged_box("I", "c_o")
+    assert box.sizes == (1, 8, 3, 10 + 2)      # one image, 8 channels, 3 rows, the columns and the halo
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.stage("C", "k_o"), r"only the inputs are staged; choose one of A, B"),
+    (lambda s: s.stage("A", "k_o").stage("A", "k_o"), r"A is staged already"),
+    (lambda s: s.stage("A", "k_o").stage("B", "k_i"), r"staged at different loops \(k_i, k_o\)"),
+    (lambda s: s.stage("A", "nope"), r"there is no loop named 'nope'"),
+    (lambda s: s.stage("A", "i_i"), r"the loop 'i_i' bound to thread.x lies inside the stage at 'i_i'"),
+    (lambda s: s.stage("A", "k_o").split("k_o", 2), r"staged at loop 'k_o', which no longer exists"),
+    (lambda s: s.fuse("k_o", "k_i").stage("A", "j"), r"axis 1 of A is not affine in the loops inside"),
+])
+def test_bad_stages_are_refused_with_the_reason(call, message):
+    with pytest.raises(lo.ScheduleError, match=message):
+        call(_gemm_tiles())
+
+
+def test_boxes_over_the_shared_memory_are_refused():
+    s = (lo.Schedule(lo.Matmul(64, 64, 4096)).split("i", 64).reorder("i_o", "i_i", "j", "k")
+         .bind("i_o", "block.x").bind("i_i", "thread.x"))
+    with pytest.raises(lo.ScheduleError, match=r"the staged boxes \(A 64 x 4096\) take 1048576 bytes of "
+                                               r"shared memory; at most 49152 per block"):
+        s.stage("A", "j")
+
+
+def test_the_x86_target_refuses_a_staged_schedule():
+    with pytest.raises(lo.ScheduleError, match="A is staged in GPU shared memory; the x86 target"):
+        lo.Schedule(lo.Matmul(8, 8, 8)).stage("A", "k").compile(target="x86")

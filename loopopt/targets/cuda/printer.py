@@ -30,7 +30,7 @@ from functools import cached_property
 
 from ...codegen.emit import dim_depths, kernel_arguments, output_elements, placed_guards
 from ...codegen.params import KernelParam, index_ctype, signature
-from ...expr import Bound
+from ...expr import Bound, Var
 from ...schedule import Schedule, ScheduleError
 
 KERNEL_NAME = "lo_kernel"            # the launcher (CUDA) or the whole kernel (host), as on x86
@@ -106,6 +106,14 @@ class _Printer:
         self.lines: list[str] = []
         out = self.op.output
         self.params = tuple(KernelParam(t, "float", const=t != out) for t in kernel_arguments(schedule))
+        self.stage_at = self.position[schedule.stages[0][1]] if schedule.stages else None
+        self.boxes = {t: schedule.staged_box(t, at) for t, at in schedule.stages}
+        threads = {loop.name for loop in schedule.bound_loops if loop.axis.startswith("thread.")}
+        # guards over thread loops outside the stage are checked at the products and the store instead,
+        # so that every thread of the block reaches the stage's barriers
+        self.deferred = frozenset(
+            index for index, ((_, at), guard) in enumerate(zip(self.placed, schedule.guards))
+            if self.stage_at is not None and at < self.stage_at and guard.expr.variables() & threads)
 
     # --- where the sums are kept ---------------------------------------------------------
     @cached_property
@@ -153,8 +161,52 @@ class _Printer:
         return f"{self.syntax.kernel} {launch}{name}({', '.join(map(self._declaration, params))})"
 
     def _ref(self, tensor: str) -> str:
+        """The element of ``tensor`` the statement reads or writes (a staged input's from its box)."""
+        if tensor in self.boxes:
+            box, stride, terms = self.boxes[tensor], 1, []
+            for index, lower, size in reversed(list(zip(self.op.index(tensor), box.lower, box.sizes))):
+                if size > 1:
+                    scale = f" * {stride}" if stride > 1 else ""
+                    terms.append(f"({index.to_c()} - {lower.to_c()}){scale}")
+                stride *= size
+            return f"lo_s_{tensor}[{' + '.join(reversed(terms)) or '0'}]"
         layout = self.schedule.layout_of(tensor)
         return f"{tensor}[{layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()}]"
+
+    def _stage(self, indent: int) -> None:
+        """Each staged box copied in: by the block's threads in turn (host: one thread copies it all),
+        zero where it leaves the tensor, between barriers."""
+        device = self.syntax.device
+        threads = math.prod(self.block)
+        first = ("(int) (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))" if device
+                 else "0")
+        step = threads if device else 1
+        if device:
+            self.emit(indent, "__syncthreads();   /* the last step's reads of the staged boxes are done */")
+        for tensor, box in self.boxes.items():
+            info = self.op.tensor(tensor)
+            if not device:
+                self.emit(indent, f"float lo_s_{tensor}[{box.elements}];")
+            self.emit(indent, f"for (int lo_t = {first}; lo_t < {box.elements}; lo_t += {step}) {{")
+            names, stride = [f"lo_{tensor}{axis}" for axis in range(len(box.sizes))], box.elements
+            for name, lower, size in zip(names, box.lower, box.sizes):
+                stride //= size
+                step_in = "lo_t" if stride == 1 else f"lo_t / {stride}"
+                wrap = "" if stride * size == box.elements else f" % {size}"
+                place = "" if size == 1 else f" + {step_in}{wrap}"
+                self.emit(indent + 1, f"const {self.int_type} {name} = {lower.to_c()}{place};")
+            inside = " && ".join(f"0 <= {n} && {n} < {extent}" for n, extent in zip(names, info.shape))
+            offset = self.schedule.layout_of(tensor).offset(tuple(Var(n) for n in names), info.shape).to_c()
+            self.emit(indent + 1, f"lo_s_{tensor}[lo_t] = {inside} ? {tensor}[{offset}] : 0.0f;")
+            self.emit(indent, "}")
+        if device:
+            self.emit(indent, "__syncthreads();   /* the boxes are in */")
+
+    def _deferred(self, outputs_only: bool = False) -> str:
+        """``if (...) `` of the deferred guards (those over outputs only), or ""."""
+        guards = [self.placed[i][0].to_c() for i in sorted(self.deferred)
+                  if not outputs_only or self._output_guard(i)]
+        return f"if ({' && '.join(f'({g})' for g in guards)}) " if guards else ""
 
     def _defs_at(self, depth: int, dims: frozenset[str] | None = None) -> list[str]:
         return [f"const {self.int_type} {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
@@ -162,7 +214,8 @@ class _Printer:
 
     def _guards_at(self, depth: int, outputs_only: bool = False) -> list[Bound]:
         return [guard for index, (guard, at) in enumerate(self.placed)
-                if at == depth and (not outputs_only or self._output_guard(index))]
+                if at == depth and index not in self.deferred
+                and (not outputs_only or self._output_guard(index))]
 
     def _open(self, depth: int, indent: int, unroll: int = 0) -> None:
         """Open loop ``depth``: a bound loop's variable from its axis, else a for loop."""
@@ -201,6 +254,8 @@ class _Printer:
         self._open(depth, indent, unroll=self._block_unroll(depth))
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
+        if depth == self.stage_at:
+            self._stage(indent + 1)
         opened = self._open_guards(self._guards_at(depth), indent + 1)
         inner(depth + 1, indent + 1 + opened)
         self._close(indent + 1, opened)
@@ -224,7 +279,7 @@ class _Printer:
     def _sum(self, depth: int, indent: int) -> None:
         if depth == len(self.schedule.loops):
             a, b = self.op.inputs
-            self.emit(indent, f"{self._accumulator()} += {self._ref(a)} * {self._ref(b)};")
+            self.emit(indent, f"{self._deferred()}{self._accumulator()} += {self._ref(a)} * {self._ref(b)};")
             return
         self._loop(depth, indent, self._sum)
 
@@ -234,7 +289,7 @@ class _Printer:
         while depth < len(loops) and loops[depth].name not in self.block_loops:
             depth += 1
         if depth == len(loops):
-            self.emit(indent, self._store_statement())
+            self.emit(indent, self._deferred(outputs_only=True) + self._store_statement())
             return
         self._open(depth, indent, unroll=loops[depth].extent)
         for line in self._defs_at(depth, self._output_dims):
@@ -297,6 +352,9 @@ class _Printer:
     def _nest_function(self) -> list[str]:
         threads = math.prod(self.block)
         self.lines = [self._function(NEST_NAME, self.params, bounds=threads), "{"]
+        for tensor, box in self.boxes.items() if self.syntax.device else ():
+            sizes = " x ".join(map(str, box.sizes))
+            self.emit(1, f"__shared__ float lo_s_{tensor}[{box.elements}];   /* {sizes} */")
         for line in self._defs_at(-1):
             self.emit(1, line)
         opened = self._open_guards(self._guards_at(-1), 1)

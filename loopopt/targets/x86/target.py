@@ -34,6 +34,9 @@ class X86Target(Target):
             loop = schedule.bound_loops[0]
             raise ScheduleError(f"loop {loop.name!r} is bound to the GPU axis {loop.axis}; the x86 target "
                                 f"has no GPU axes: compile with target='cuda'")
+        if schedule.stages:
+            raise ScheduleError(f"{schedule.stages[0][0]} is staged in GPU shared memory; the x86 target has "
+                                f"none: compile with target='cuda'")
         kernel = compile_schedule(schedule, isa)
         kernel.target = self
         return kernel
