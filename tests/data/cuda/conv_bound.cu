@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <cuda_runtime.h>
 
-__global__ void __launch_bounds__(80) lo_nest(const float *__restrict__ I, const float *__restrict__ W, const float *__restrict__ B, float *__restrict__ O)
+__global__ void lo_nest(const float *__restrict__ I, const float *__restrict__ W, const float *__restrict__ B, float *__restrict__ O)
 {
     for (int n = 0; n < 2; ++n) {
         { const int k_o = (int) blockIdx.x;   /* 2 iterations on block.x */
