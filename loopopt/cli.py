@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .ops import Conv2d
 
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
-GPU_SCHEDULES = "gpu_naive,gpu_tiled,gpu_staged"       # compare's default rows on a GPU target (dataflows.GPU_PRESETS)
+GPU_SCHEDULES = "gpu_naive,gpu_tiled,gpu_staged"   # compare's rows on a GPU target (GPU_PRESETS)
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
