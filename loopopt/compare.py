@@ -232,7 +232,8 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if away and not all(single):
         raise ValueError(f"Winograd plans run on the host only, not on target {target!r}")
     analysis = _analysis() if reuse and not away else None
-    note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
+    note = ("" if analysis or not reuse else f"no reuse analysis on target {target!r} (it models CPU caches)"
+            if away else "reuse analysis unavailable (loopopt.analysis not installed)")
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}

@@ -247,3 +247,12 @@ def test_measure_times_runs_with_the_kernels_targets_timer_and_peak():
     timing = lo.measure(kernel, repeats=3)
     assert timing.verified and timing.times == (0.002,) * 3
     assert timing.peak_gflops == 1.0 and timing.percent_of_peak == pytest.approx(100 * timing.gflops)
+
+
+@pytest.mark.skipif(device.present(), reason="a GPU is here: compare runs (benchmarks/bench_cuda.py)")
+@needs_nvcc
+def test_compare_on_the_cuda_target_without_a_gpu_ends_with_one_line_saying_why(capsys):
+    from loopopt.cli import main
+    assert main(["compare", "--target", "cuda", "--matmul", "16,16,16", "--quiet"]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error[-1].startswith("loopopt: error: running cuda kernels needs CuPy and an NVIDIA GPU")
