@@ -29,8 +29,8 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
-from .targets.base import TargetUnavailableError
-from .targets.registry import target_names
+from .targets import TargetUnavailableError
+from .targets.registry import target, target_names
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -320,9 +320,14 @@ def _comparison(args: argparse.Namespace):
     if args.algorithms is not None:
         if args.schedules is not None:
             raise UsageError("--algorithms chooses the rows itself; it does not combine with --schedules")
+        if args.target is not None:
+            raise UsageError("--algorithms runs on the host; with --target, name the rows with --schedules")
         rows = _algorithm_rows(args, op)
     else:
         rows = _named_rows(args, op)
+    if args.target is not None:      # a row's ISA where the target has it, else the target's best
+        variants = target(args.target).isas()
+        rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
                    progress=not args.quiet, threads=args.threads, origins=rows.origins,
                    target=args.target), rows.skipped
@@ -334,11 +339,10 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     searched on, where this CPU has it: an AMX tile schedule on the tiles)."""
     from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import stored_isa
-    from .targets.registry import host_target
     if args.log is not None:
         raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
-    away = args.target not in (None, host_target().name)     # stored schedules keep --isa there
-    default = GPU_SCHEDULES if away else DEFAULT_SCHEDULES
+    gpu = args.target is not None and target(args.target).has_device
+    default = GPU_SCHEDULES if gpu else DEFAULT_SCHEDULES
     names = [n.strip() for n in (args.schedules or default).split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
@@ -347,7 +351,7 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     stored = [plan is None and name not in PRESETS and name not in GPU_PRESETS
               for name, plan in zip(names, plans)]
     origins = {label: _origin(name) for name, label, kept in zip(names, labels, stored) if kept}
-    isas = [stored_isa(name, op) if args.isa == "auto" and kept and not away else args.isa
+    isas = [stored_isa(name, op) if args.isa == "auto" and kept else args.isa
             for name, kept in zip(names, stored)]
     return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
                  origins)
@@ -357,7 +361,19 @@ def _skipped_notes(skipped: dict[str, str]) -> list[str]:
     return [f"{name} not shown: {why}" for name, why in skipped.items()]
 
 
+def _check_drawable(args: argparse.Namespace, what: str) -> None:
+    """UsageError if ``what`` (which draws measured times) is asked of a ``--target`` that cannot time its
+    kernels here."""
+    from .targets import target
+    refusal = target(args.target).timing_refusal() if args.target is not None else None
+    if refusal:
+        raise UsageError(f"{what} draws measured times, and target {args.target!r} cannot time kernels here: "
+                         f"{refusal}")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.plot:
+        _check_drawable(args, "--plot")
     plot, csv_path = _writable(args.plot), _writable(args.csv)
     cmp, skipped = _comparison(args)
     if plot:
@@ -455,6 +471,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         allowed = ", ".join(f"{suffix} ({kind})" for suffix, kind in REPORT_SUFFIXES.items())
         raise UsageError(f"cannot write a report to {output}: its suffix must be one of {allowed}, got "
                          f"{output.suffix or 'none'} (for a PDF, print the HTML report from a browser)")
+    _check_drawable(args, "a report")
     cmp, skipped = _comparison(args)
     notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
@@ -688,11 +705,13 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", help="with --algorithms: the tuning log to take each algorithm's best from")
     parser.add_argument("--threads", type=_positive, default=1,
                         help="threads for schedules with a parallel loop (default 1)")
-    parser.add_argument("--target", choices=target_names(),
-                        help="where the kernels run (default: this machine's CPU; cuda: an NVIDIA GPU, "
-                             f"default schedules {GPU_SCHEDULES}, %% of the GPU's FFMA peak)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--target", choices=target_names(),
+                        help="build the schedules for this target (default: the host's); where it cannot "
+                             "time them here (neon under qemu) each is verified and the kernel model's "
+                             f"predicted time shown; cuda: an NVIDIA GPU, default schedules {GPU_SCHEDULES}, "
+                             "%% of the GPU's FFMA peak")
 
 
 def _examples(*commands: str) -> str:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from .machine import peak_gflops, provenance
-from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
+from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, checked, measure_all
 from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
-from .targets.registry import host_target
-from .targets.registry import target as named_target
+from .targets import Target, host_target
+from .targets import target as named_target
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -28,12 +28,12 @@ class Row:
 
     name: str
     isa: str
-    median_ms: float
-    min_ms: float
-    iqr_ms: float
+    median_ms: float | None          # None (and the other timing fields): not timed, its target refused
+    min_ms: float | None
+    iqr_ms: float | None
     repeats: int
-    gflops: float
-    percent_of_peak: float
+    gflops: float | None
+    percent_of_peak: float | None
     verified: bool
     max_error: float
     noisy: bool = False
@@ -74,17 +74,18 @@ class Comparison:
     ``end_to_end``, ``rounds`` and ``other_cpu_share`` say how the rows were timed (see
     ``measure_all``); ``provenance`` where and when (``loopopt.machine.provenance``); ``origins``
     where some rows' schedules come from (row name -> e.g. a stored schedule's file and the CPU it
-    was searched on)."""
+    was searched on); ``timing_refusal``: why the rows were verified but not timed (their target's
+    ``timing_refusal``, e.g. kernels run under an emulator), "" when they were timed."""
 
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
                  end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
                  provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None,
-                 peak_source: str = HOST_PEAK):
+                 timing_refusal: str = "", peak_source: str = HOST_PEAK):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
-        self.peak_source = peak_source
         self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
         self.provenance = provenance if provenance is not None else _provenance(rows)
         self.origins = dict(origins or {})
+        self.timing_refusal, self.peak_source = timing_refusal, peak_source
 
     @property
     def unit(self) -> str:
@@ -106,11 +107,13 @@ class Comparison:
                           rounds=self.rounds, other_cpu_share=self.other_cpu_share,
                           provenance=self.provenance,
                           origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins},
-                          peak_source=self.peak_source)
+                          timing_refusal=self.timing_refusal, peak_source=self.peak_source)
 
     def ranking(self) -> list[str]:
-        """Names of the verified rows, fastest first by their (interleaved) median."""
-        return [r.name for r in sorted((r for r in self.rows if r.verified), key=lambda r: r.median_ms)]
+        """Names of the verified rows, fastest first by their (interleaved) median, or where they were not
+        timed by the kernel model's prediction."""
+        key = (lambda r: r.predicted_ms) if self.timing_refusal else (lambda r: r.median_ms)
+        return [r.name for r in sorted((r for r in self.rows if r.verified), key=key)]
 
     def _cells(self, row: Row) -> list[str]:
         return [CELL[attr](getattr(row, attr)) if attr in CELL else _flag(getattr(row, attr), fmt)
@@ -119,6 +122,9 @@ class Comparison:
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
         work = f"{self.op.flops / 1e6:.1f} M{self.unit[1:-2]}"
+        if self.timing_refusal:
+            return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, the target's modelled "
+                    f"profile)", "times: not measured (see below), each row verified against the reference"]
         return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} ({self.peak_source})",
                 f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
 
@@ -131,10 +137,14 @@ class Comparison:
                                     for r in self.rows if r.noisy for reason in r.noise.split("; "))
             lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median "
                          f"({ranking}) may not hold; re-run on a quiet machine")
+        elif self.timing_refusal:
+            lines.append(f"not timed: {self.timing_refusal}; 'model ms' is the kernel model's prediction on "
+                         f"the target's modelled core; ranking by it: {ranking}")
         elif len(self.rows) > 1:
             lines.append(f"ranking by interleaved median: {ranking}")
         p = self.provenance
-        lines.append(f"measured on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
+        done = "verified" if self.timing_refusal else "measured"
+        lines.append(f"{done} on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
                      f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
                      + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
@@ -200,7 +210,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             isa: str | Sequence[str] = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False,
-            origins: dict[str, str] | None = None, target: str | None = None) -> Comparison:
+            origins: dict[str, str] | None = None, target: str | Target | None = None) -> Comparison:
     """Compile each schedule of ``op``, time them together with their runs interleaved over
     ``rounds`` rounds (``measure_all``: ``budget`` seconds of runs each, the same noise for all),
     verify them and (with ``reuse``) analyse their reuse. ``isa``: one for every row, or one per row
@@ -212,9 +222,11 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     (``dataflows.winograd``) is a row like a schedule (verified within its own error bound), without
     reuse analysis or kernel model (both take one schedule); every row reports its error relative to
     the output's largest magnitude. ``origins``: row name -> where its schedule comes from, shown under
-    the table (``loopopt compare`` says there which CPU a stored schedule was searched on). ``target``:
-    the registry name of the target every row is built for (default: the one each ``isa`` belongs to);
-    on a target other than the host's, % of peak is the target's and the CPU reuse analysis is skipped."""
+    the table (``loopopt compare`` says there which CPU a stored schedule was searched on).
+
+    ``target``: build the schedules for that target (default: the one each ``isa`` belongs to); where
+    it cannot time its kernels here (``Target.timing_refusal``, e.g. NEON under an emulator) every row
+    is verified, not timed, and ranked by the kernel model's prediction."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
@@ -228,25 +240,31 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if strangers:
         raise ValueError(f"origins names {strangers} but the rows are {names}")
     single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
-    away = target is not None and target != host_target().name
-    if away and not all(single):
-        raise ValueError(f"Winograd plans run on the host only, not on target {target!r}")
-    analysis = _analysis() if reuse and not away else None
-    note = ("" if analysis or not reuse else f"no reuse analysis on target {target!r} (it models CPU caches)"
-            if away else "reuse analysis unavailable (loopopt.analysis not installed)")
+    chosen = None if target is None else named_target(target)
+    if chosen is not None and chosen is not host_target() and not all(single):
+        raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
+    refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
+    device = chosen is not None and chosen.has_device     # the reuse analysis models the host's caches
+    analysis = _analysis() if reuse and not device else None
+    note = ("" if analysis or not reuse else f"no reuse analysis on target {chosen.name!r} (it models CPU "
+            f"caches)" if device else "reuse analysis unavailable (loopopt.analysis not installed)")
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule, target_isa) in enumerate(zip(names, schedules, isas, strict=True)):
+    for index, (name, schedule, row_isa, one) in enumerate(zip(names, schedules, isas, single, strict=True)):
         bar.update(index, f"{name}: compile")
-        kernel = schedule.compile(target_isa, target=target) if away else schedule.compile(target_isa)
+        kernel = schedule.compile(row_isa, target=chosen) if chosen and one else schedule.compile(row_isa)
         kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
                            else 1)
         kernels.append(kernel)
-    bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
-    timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
-                          progress=None if progress else False)
-    rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
+    if refusal:
+        bar.update(len(kernels), f"verify {len(kernels)} schedules (not timed)")
+        timings, rows = [], [_verified_row(name, kernel) for name, kernel in zip(names, kernels)]
+    else:
+        bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
+        timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
+                              progress=None if progress else False)
+        rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
     if analysis:
         for index, (name, schedule, row) in enumerate(zip(names, schedules, rows)):
             if not single[index]:
@@ -264,15 +282,15 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
     dtype = op.dtype if op.quant is None else "int8"
-    peak = named_target(target).peak(resolved, dtype) if away else peak_gflops(resolved, dtype)
+    peak = chosen.peak(resolved, dtype) if chosen is not None else peak_gflops(resolved, dtype)
     where = provenance(isa=resolved, threads=threads)
-    if away:
-        where["device"] = named_target(target).device()     # the kernels' device, beside the host
+    if device:
+        where["device"] = chosen.device()
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
-                      provenance=where, origins=origins,
-                      peak_source=named_target(target).peak_source(resolved) if away else HOST_PEAK)
+                      provenance=where, origins=origins, timing_refusal=refusal,
+                      peak_source=chosen.peak_source(resolved) if device else HOST_PEAK)
 
 
 def _provenance(rows: list[Row]) -> dict[str, Any]:
@@ -284,6 +302,13 @@ def _row(name: str, isa: str, timing: Timing) -> Row:
     return Row(name, isa, timing.median * 1e3, timing.min * 1e3, timing.iqr * 1e3, timing.repeats,
                timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy,
                timing.noise, relative_error=timing.relative_error, algorithm=timing.algorithm)
+
+
+def _verified_row(name: str, kernel) -> Row:
+    """The row of a kernel verified against the reference but not timed."""
+    ok, error, largest = checked(kernel)
+    return Row(name, kernel.isa, None, None, None, 0, None, None, ok, error,
+               relative_error=error / largest if largest > 0 else error)
 
 
 def _add_hierarchy(row: Row, hierarchy) -> None:

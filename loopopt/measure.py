@@ -158,6 +158,27 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
 Measurable = Kernel | AnyKernel
 
 
+class TimingRefusedError(RuntimeError):
+    """A kernel that cannot be timed here (its target's ``timing_refusal``): says why, and what the
+    kernel model predicts instead."""
+
+
+def check_timeable(kernel: Measurable) -> None:
+    """TimingRefusedError if ``kernel``'s target cannot time it here (e.g. it runs under an emulator),
+    with the kernel model's predicted time of its schedule.
+
+    The model sits above measure; it is imported here, where a refusal needs it (a lazy facade)."""
+    target = getattr(kernel, "target", None)        # a Winograd pipeline has none: it runs on the host
+    refusal = target.timing_refusal() if target is not None else None
+    if refusal is None:
+        return
+    from .model import kernel_model
+    predicted = kernel_model(kernel.schedule, kernel.isa, traffic=False).predicted_seconds
+    raise TimingRefusedError(f"{refusal}: no time measured; the kernel model predicts "
+                             f"{predicted * 1e3:.3f} ms on its modelled core "
+                             f"(lo.kernel_model(schedule, isa={kernel.isa!r}))")
+
+
 def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The kernel's input arrays (inputs, then bias if any) picked from ``inputs`` by tensor name."""
     return [inputs[t] for t in kernel.op.call_tensors]
@@ -244,6 +265,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
                     else "")
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
     for kernel in kernels:          # before any input is made
+        check_timeable(kernel)
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
     runners = [_runner(kernel, seed, end_to_end) for kernel in kernels]
     timers = [_timer(kernel) for kernel in kernels]

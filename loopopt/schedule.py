@@ -486,6 +486,17 @@ class Schedule:
             sizes.append(1 + sum(abs(c) * (inside[n] - 1) for n, c in terms.items()))
         return StagedBox(tensor, at, tuple(lower), tuple(sizes))
 
+    def refuse_gpu_steps(self, target: str) -> None:
+        """ScheduleError where this schedule binds loops to GPU axes or stages tensors in shared
+        memory, which the CPU target ``target`` has not (such a schedule compiles with target='cuda')."""
+        if self.bound_loops:
+            loop = self.bound_loops[0]
+            raise ScheduleError(f"loop {loop.name!r} is bound to the GPU axis {loop.axis}; the {target} "
+                                f"target has no GPU axes: compile with target='cuda'")
+        if self.stages:
+            raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
+                                f"has none: compile with target='cuda'")
+
     def _check_stages(self, step: Step) -> None:
         ats = {at for _, at in self.stages}
         for at in ats:

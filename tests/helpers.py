@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
-from loopopt.codegen.isa import available_int_isas
+from loopopt.cbuild import compile_c
+from loopopt.codegen.isa import available_int_isas, tables
+from loopopt.codegen.params import KernelParam, signature
+from loopopt.driver import CffiDriver
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
@@ -22,6 +25,14 @@ ISAS = lo.available_isas()
 INT_ISAS = available_int_isas()                    # the quantized kernels' ISAs here, scalar last
 SIMD_INT_ISAS = [isa for isa in INT_ISAS if isa != "scalar"]
 HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+# --- instruction-table probes -----------------------------------------------------------------------
+
+def in_process(source: str, function: str, params: tuple[KernelParam, ...],
+               flags: tuple[str, ...]) -> CffiDriver:
+    """A driver calling ``function`` (taking ``params``) of ``source``, built for this machine."""
+    return CffiDriver(compile_c(source, signature(function, params, restrict=False) + ";", flags), function)
 
 
 # --- tiers ------------------------------------------------------------------------------------------
@@ -133,7 +144,7 @@ def register_block_sites(schedule, isa=None):
         try:
             blocked = schedule.register_block(name)
             if isa is not None:
-                codegen.generate(blocked, codegen.ISAS[isa])
+                codegen.generate(blocked, tables(isa).floats)
         except lo.ScheduleError:
             continue
         sites.append(name)
@@ -274,7 +285,7 @@ def generates(schedule: lo.Schedule, isa) -> bool:
     """``schedule`` generates code on ``isa`` (always True when ``isa`` is None)."""
     try:
         if isa is not None:
-            codegen.generate(schedule, codegen.ISAS[isa])
+            codegen.generate(schedule, tables(isa).floats)
     except lo.ScheduleError:
         return False
     return True

@@ -12,6 +12,7 @@ from helpers import quick_first
 from loopopt.cli import main, parse_conv
 from loopopt.codegen.isa import bf16_dot_available
 from loopopt.schedule_file import stored_schedule
+from loopopt.targets.neon import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -298,3 +299,12 @@ def test_warnings_print_as_one_line(capsys, tmp_path):
     lines = [line for line in err.splitlines() if "Faraway CPU" in line]
     assert status == 0 and len(lines) == 1 and lines[0].startswith("loopopt: warning: ")
     assert "warnings.warn" not in err and "Warning:" not in err
+
+
+@pytest.mark.skipif(toolchain.native(), reason="native AArch64: neon needs no cross toolchain")
+def test_compare_on_a_target_without_its_toolchain_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.setenv(toolchain.CROSS_CC_ENV, "no-such-aarch64-gcc")
+    assert main(["compare", "--target", "neon", "--matmul", "4,4,4", "--schedules", "naive", "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert "'no-such-aarch64-gcc' is not installed" in err and "apt-get install" in err
+    assert len(err.strip().splitlines()) == 1

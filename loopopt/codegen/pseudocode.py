@@ -7,7 +7,7 @@ from ..schedule import Schedule
 from . import binary
 from .arith import arithmetic
 from .emit import vector_access_kinds
-from .isa import ISAS, bf16_dot_available, resolve_isa
+from .isa import bf16_dot_available, resolve_isa, table_variant, tables
 from .quantized import plan as quant_plan
 
 
@@ -21,7 +21,7 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     if quantized and op.quant.binary:          # packed bits in the kernel's own layouts
         return "\n".join(lines + binary.pseudocode(schedule, resolve_isa(isa or "auto", integer=True)))
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
+    target = tables(table_variant(isa or "auto", integer=quantized)).floats
     plan = quant_plan(schedule, target.lanes) if quantized else None
     dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"

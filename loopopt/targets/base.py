@@ -27,6 +27,7 @@ class Target(ABC):
 
     name: str                   # registry name: "x86", "neon", "cuda"
     description: str            # one line for tables and ``loopopt targets``
+    has_device = False          # kernels run on a device beside the host (a GPU), not on its CPU
 
     @abstractmethod
     def isas(self) -> tuple[str, ...]:

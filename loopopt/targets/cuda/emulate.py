@@ -5,10 +5,9 @@ accumulators and stores, only the bound loops' variables come from loops instead
 ``blockIdx``/``threadIdx``."""
 from __future__ import annotations
 
-from ...cbuild import compile_c
 from ...codegen import Generated
 from ...codegen.isa import ISAS
-from ...kernel import Kernel
+from ...kernel import Kernel, cffi_driver
 from ...schedule import Schedule
 from .printer import HOST, print_kernel
 
@@ -20,4 +19,4 @@ def emulate(schedule: Schedule) -> Kernel:
     printed = print_kernel(schedule, HOST)
     generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, HOST_ISA, {},
                           False)
-    return Kernel(schedule, generated, compile_c(printed.source, printed.cdef, HOST_ISA.compile_flags))
+    return Kernel(schedule, generated, cffi_driver(generated, HOST_ISA.compile_flags))

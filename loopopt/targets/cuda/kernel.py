@@ -1,28 +1,20 @@
 """``CudaKernel``: a built CUDA kernel called on numpy arrays (copied to and from the device) or,
-without copies, on device arrays of CuPy, PyTorch or any library with ``__cuda_array_interface__``.
-
-The launcher (``printer.KERNEL_NAME``) is loaded with cffi's ABI mode and takes device pointers and
-a stream; it launches on the default stream, on which ``device.elapsed`` times it.
-"""
+without copies, on device arrays of CuPy, PyTorch or any library with ``__cuda_array_interface__``;
+``CudaDriver`` launches it."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any
 
-import cffi
 import numpy as np
 
 from ...codegen import Generated
 from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
 from . import device
-from .printer import ERROR_NAME, CudaSource
+from .driver import CudaDriver
+from .printer import CudaSource
 from .toolchain import Build
-
-
-class CudaError(RuntimeError):
-    """A launch the CUDA runtime refused (the message names the error)."""
 
 
 class CudaKernel(Kernel):
@@ -33,12 +25,8 @@ class CudaKernel(Kernel):
 
     def __init__(self, schedule: Schedule, generated: Generated, printed: CudaSource, build: Build,
                  arch: str):
-        ffi = cffi.FFI()
-        ffi.cdef(printed.cdef)
-        library = ffi.dlopen(str(build.library))
-        super().__init__(schedule, generated, SimpleNamespace(ffi=ffi, lib=library))
+        super().__init__(schedule, generated, CudaDriver(build, printed))
         self.isa, self.printed, self.build, self.exact = arch, printed, build, False
-        self._library, self._error_string = library, getattr(library, ERROR_NAME)
 
     @property
     def report(self) -> str:
@@ -65,21 +53,12 @@ class CudaKernel(Kernel):
     def bind(self, values: dict[str, Any]) -> Buffers:
         """Buffers of device arrays by parameter name (``__cuda_array_interface__``), each checked to
         be float32, C-contiguous and of its storage shape (the bias: its logical shape)."""
-        pointers = []
+        addresses = {}
         for param in self.generated.params:
-            array = values[param.name]
             shape = (self.op.tensor(param.name).shape if self.op.bias and param.name == self.op.bias_tensor
                      else self._storage_shape(param.name))
-            pointers.append(self._ffi.cast("float *", _device_pointer(param.name, array, shape)))
-        return Buffers(values, tuple(pointers))
-
-    def run(self, buffers: Buffers) -> None:
-        """Launch on the default stream (asynchronous: ``output`` or an event waits for it)."""
-        code = self._function(*buffers.pointers, self._ffi.NULL)
-        if code:
-            message = self._ffi.string(self._error_string(code)).decode()
-            raise CudaError(f"launching {self.op!r} (grid {self.printed.grid}, block {self.printed.block}): "
-                            f"CUDA error {code}: {message}")
+            addresses[param.name] = _device_pointer(param.name, values[param.name], shape)
+        return Buffers(values, self._bind(addresses))
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, copied to the host, in the op's logical layout."""

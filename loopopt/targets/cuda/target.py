@@ -23,6 +23,7 @@ DEFAULT_ARCH = "sm_90"
 class CudaTarget(Target):
     name = "cuda"
     description = "NVIDIA GPUs: float32 SIMT CUDA C of bound schedules, built with nvcc, run through CuPy"
+    has_device = True
 
     def isas(self) -> tuple[str, ...]:
         return ARCHS

@@ -6,7 +6,7 @@ from ...codegen.isa import ISA_PREFERENCE, available_int_isas, available_isas, r
 from ...codegen.tiles import check_amx_cpu
 from ...kernel import Kernel, compile_schedule
 from ...machine import machine_profile
-from ...schedule import Schedule, ScheduleError
+from ...schedule import Schedule
 from ..base import Target
 
 TILE_ISA = "amx"     # the tile variant: quantized and bf16 ops on AMX tiles, chosen explicitly
@@ -30,13 +30,7 @@ class X86Target(Target):
         return resolve_isa(isa, integer)
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
-        if schedule.bound_loops:
-            loop = schedule.bound_loops[0]
-            raise ScheduleError(f"loop {loop.name!r} is bound to the GPU axis {loop.axis}; the x86 target "
-                                f"has no GPU axes: compile with target='cuda'")
-        if schedule.stages:
-            raise ScheduleError(f"{schedule.stages[0][0]} is staged in GPU shared memory; the x86 target has "
-                                f"none: compile with target='cuda'")
+        schedule.refuse_gpu_steps(self.name)
         kernel = compile_schedule(schedule, isa)
         kernel.target = self
         return kernel
