@@ -54,7 +54,7 @@ from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage")
 SUFFIX = ".toml"
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 
