@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .ops import Conv2d
 
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
+GPU_SCHEDULES = "gpu_naive,gpu_tiled,gpu_staged"   # compare's rows on a GPU target (GPU_PRESETS)
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
@@ -48,7 +49,8 @@ EXAMPLES = {
                 "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
                 "loopopt compare --matmul 256,256,512 --json",
-                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db"],
+                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db",
+                "loopopt compare --target cuda --layer resnet50.conv2_x --batch 32"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
@@ -200,9 +202,12 @@ def _op(args: argparse.Namespace):
 
 def _schedule(name: str, op):
     """A dataflow preset (any op, also Matmul), a stored schedule name or a TOML path, applied to ``op``."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import load_schedule
-    return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
+    for presets in (PRESETS, GPU_PRESETS):
+        if name in presets:
+            return presets[name](op)
+    return load_schedule(name, op)
 
 
 def _origin(name: str) -> str:
@@ -332,19 +337,22 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     """The rows of ``--schedules``: presets, Winograd plans, stored schedules (with the CPU they were
     searched on) and TOML files, each on ``--isa`` (``auto``: a stored schedule on the ISA it was
     searched on, where this CPU has it: an AMX tile schedule on the tiles)."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import stored_isa
     if args.log is not None:
         raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
-    names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
+    gpu = args.target is not None and target(args.target).has_device
+    default = GPU_SCHEDULES if gpu else DEFAULT_SCHEDULES
+    names = [n.strip() for n in (args.schedules or default).split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
     plans = [_winograd(name, op) for name in names]
     labels = [Path(n).name.removesuffix(".toml") for n in names]
-    origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
-               if plan is None and name not in PRESETS}
-    isas = [stored_isa(name, op) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
-            for name, plan in zip(names, plans)]
+    stored = [plan is None and name not in PRESETS and name not in GPU_PRESETS
+              for name, plan in zip(names, plans)]
+    origins = {label: _origin(name) for name, label, kept in zip(names, labels, stored) if kept}
+    isas = [stored_isa(name, op) if args.isa == "auto" and kept else args.isa
+            for name, kept in zip(names, stored)]
     return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
                  origins)
 
@@ -702,7 +710,8 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=target_names(),
                         help="build the schedules for this target (default: the host's); where it cannot "
                              "time them here (neon under qemu) each is verified and the kernel model's "
-                             "predicted time shown")
+                             f"predicted time shown; cuda: an NVIDIA GPU, default schedules {GPU_SCHEDULES}, "
+                             "%% of the GPU's FFMA peak")
 
 
 def _examples(*commands: str) -> str:

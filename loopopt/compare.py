@@ -63,6 +63,7 @@ COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "medi
            ("err/max", "relative_error", "{:.1e}"), ("noise", "noisy", "{}"),
            ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
+HOST_PEAK = "one core, machine profile"     # what a host comparison's peak is
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
 
@@ -79,12 +80,12 @@ class Comparison:
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
                  end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
                  provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None,
-                 timing_refusal: str = ""):
+                 timing_refusal: str = "", peak_source: str = HOST_PEAK):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
         self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
         self.provenance = provenance if provenance is not None else _provenance(rows)
         self.origins = dict(origins or {})
-        self.timing_refusal = timing_refusal
+        self.timing_refusal, self.peak_source = timing_refusal, peak_source
 
     @property
     def unit(self) -> str:
@@ -106,7 +107,7 @@ class Comparison:
                           rounds=self.rounds, other_cpu_share=self.other_cpu_share,
                           provenance=self.provenance,
                           origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins},
-                          timing_refusal=self.timing_refusal)
+                          timing_refusal=self.timing_refusal, peak_source=self.peak_source)
 
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median, or where they were not
@@ -124,7 +125,7 @@ class Comparison:
         if self.timing_refusal:
             return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, the target's modelled "
                     f"profile)", "times: not measured (see below), each row verified against the reference"]
-        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, machine profile)",
+        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} ({self.peak_source})",
                 f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
 
     def _footing(self) -> list[str]:
@@ -144,7 +145,8 @@ class Comparison:
         p = self.provenance
         done = "verified" if self.timing_refusal else "measured"
         lines.append(f"{done} on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
-                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}")
+                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
+                     + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
         return lines + ([self.note] if self.note else [])
 
@@ -242,8 +244,10 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if chosen is not None and chosen is not host_target() and not all(single):
         raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
     refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
-    analysis = _analysis() if reuse else None
-    note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
+    device = chosen is not None and chosen.has_device     # the reuse analysis models the host's caches
+    analysis = _analysis() if reuse and not device else None
+    note = ("" if analysis or not reuse else f"no reuse analysis on target {chosen.name!r} (it models CPU "
+            f"caches)" if device else "reuse analysis unavailable (loopopt.analysis not installed)")
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
@@ -279,11 +283,14 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
     dtype = op.dtype if op.quant is None else "int8"
     peak = chosen.peak(resolved, dtype) if chosen is not None else peak_gflops(resolved, dtype)
+    where = provenance(isa=resolved, threads=threads)
+    if device:
+        where["device"] = chosen.device()
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
-                      provenance=provenance(isa=resolved, threads=threads), origins=origins,
-                      timing_refusal=refusal)
+                      provenance=where, origins=origins, timing_refusal=refusal,
+                      peak_source=chosen.peak_source(resolved) if device else HOST_PEAK)
 
 
 def _provenance(rows: list[Row]) -> dict[str, Any]:

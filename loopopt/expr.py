@@ -207,6 +207,24 @@ class Mod(Expr):
         return self.expr.substitute(bindings) % self.divisor
 
 
+def linear_terms(expr: Expr, names: frozenset[str]) -> tuple[dict[str, int], Expr]:
+    """``expr`` as ``sum(coefficient * name) + rest`` over the variables ``names`` (``rest`` free of
+    them): the coefficients and the rest. ValueError naming the variable where one of ``names`` lies
+    under a floor division or remainder (``expr`` is not affine in it)."""
+    if isinstance(expr, Var) and expr.name in names:
+        return {expr.name: 1}, Const(0)
+    if isinstance(expr, Add):
+        (left, rest_left), (right, rest_right) = (linear_terms(e, names) for e in (expr.left, expr.right))
+        return {n: left.get(n, 0) + right.get(n, 0) for n in left | right}, rest_left + rest_right
+    if isinstance(expr, Mul):
+        terms, rest = linear_terms(expr.expr, names)
+        return {n: c * expr.factor for n, c in terms.items()}, rest * expr.factor
+    inside = sorted(expr.variables() & names)
+    if inside:
+        raise ValueError(f"{inside[0]} lies under a floor division or remainder in {expr.to_c()}")
+    return {}, expr
+
+
 def divisions(expr: Expr) -> set[str]:
     """The floor divisions and remainders in ``expr`` (as C text, so that equal ones count once)."""
     found = {expr.to_c()} if isinstance(expr, FloorDiv | Mod) else set()

@@ -274,7 +274,8 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
         check_timeable(kernel)
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
     runners = [_runner(kernel, seed, end_to_end, prepacked) for kernel in kernels]
-    firsts = [_timed(run) for run in runners]
+    timers = [_timer(kernel) for kernel in kernels]
+    firsts = [timer(run) for timer, run in zip(timers, runners)]
     for _ in range(max(0, warmup - 1)):
         for run in runners:
             run()
@@ -282,7 +283,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     expected = sum(count * first for count, first in zip(counts, firsts))
     show = (sys.stderr.isatty() if progress is None else progress) and expected > LONG_MEASUREMENT
     start = cpu_seconds()
-    times = _run_interleaved(runners, interleaved_order(counts, rounds), show)
+    times = _run_interleaved(runners, timers, interleaved_order(counts, rounds), show)
     share = others_share(start)
     return [replace(_timing(kernel, kernel_times, share, end_to_end or prepacked, verify_output, seed),
                     prepacked=prepacked) for kernel, kernel_times in zip(kernels, times)]
@@ -302,12 +303,25 @@ def _runner(kernel: Measurable, seed: int, end_to_end: bool, prepacked: bool) ->
     return partial(kernel.run, kernel.prepare(*args, **params))
 
 
-def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int],
-                     show: bool) -> list[list[float]]:
+def _timer(kernel: Measurable) -> Callable[[Callable[[], object]], float]:
+    """What times one run of ``kernel``: its target's device timer (``Target.run_timer``), else the
+    host clock (``_timed``; also for kernels built outside a target: Winograd pipelines, the tuner's)."""
+    target = getattr(kernel, "target", None)
+    return (target.run_timer() if target is not None else None) or _timed
+
+
+def _peak(kernel: Measurable, dtype: str) -> float:
+    """The peak "% of peak" of ``kernel`` is against: its target's, else this CPU's profile."""
+    target = getattr(kernel, "target", None)
+    return target.peak(kernel.isa, dtype) if target is not None else peak_gflops(kernel.isa, dtype)
+
+
+def _run_interleaved(runners: Sequence[Callable[[], object]], timers: Sequence[Callable[[Callable], float]],
+                     order: list[int], show: bool) -> list[list[float]]:
     times: list[list[float]] = [[] for _ in runners]
     bar, shown = Progress(len(order), show), _clock()
     for done, index in enumerate(order, 1):
-        times[index].append(_timed(runners[index]))
+        times[index].append(timers[index](runners[index]))
         if show and _clock() - shown >= PROGRESS_INTERVAL:
             bar.update(done, "timing runs")
             shown = _clock()
@@ -329,7 +343,7 @@ def _timing(kernel: Measurable, times: list[float], share: float | None, end_to_
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
     dtype = op.dtype if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
-    peak = peak_gflops(kernel.isa, dtype) * kernel.threads
+    peak = _peak(kernel, dtype) * kernel.threads
     noise = noise_verdict(times, share)
     unit = "GFLOP/s" if op.quant is None else "GOP/s"
     return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak,

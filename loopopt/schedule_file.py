@@ -53,7 +53,7 @@ from .schedule import Schedule, ScheduleError, Step
 from .targets.registry import target_of_isa
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage")
 SUFFIX = ".toml"
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 

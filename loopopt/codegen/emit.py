@@ -89,6 +89,29 @@ def placed_guards(schedule: Schedule) -> tuple[tuple[Bound, int], ...]:
 
 
 @dataclass(frozen=True)
+class OutputElements:
+    """The output over its logical index space, for passes over every output element (setting it to
+    the bias, scaling it): one ``lo_<letter>`` variable per axis with its size, the output element
+    they name in its storage layout, and the bias element added to it ("" without a bias)."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    element: str
+    bias: str
+
+
+def output_elements(schedule: Schedule) -> OutputElements:
+    """The output element and bias element of each logical output index (``OutputElements``)."""
+    op = schedule.op
+    info = op.tensor(op.output)
+    names = tuple(letter_variable(letter) for letter in info.letters)
+    offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
+    dims = {e.name: Var(name) for e, name in zip(op.index(op.output), names, strict=True)}
+    bias = f"{op.bias_tensor}[{op.bias_offset().substitute(dims).to_c()}]" if op.bias else ""
+    return OutputElements(names, info.shape, f"{op.output}[{offset}]", bias)
+
+
+@dataclass(frozen=True)
 class VectorLoopPlan:
     """How the plain nest runs its vectorized loop (a register block has its own plan)."""
 
@@ -290,18 +313,12 @@ class _Emitter:
     def _output_pass(self) -> tuple[list[str], str, str]:
         """A loop nest over the output's logical index space (``lo_<letter>`` variables, the parallel
         pragma of a parallel schedule): its lines, the output element and the bias element it adds."""
-        out = self.op.output
-        info = self.op.tensor(out)
-        names = [letter_variable(letter) for letter in info.letters]
-        offset = self.schedule.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
+        elements = output_elements(self.schedule)
         parallel = self.schedule.parallel_loop is not None
         lines = ["#pragma omp parallel for schedule(static)"] if parallel else []
         lines += ["    " * depth + f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})"
-                  for depth, (name, size) in enumerate(zip(names, info.shape, strict=True))]
-        dims = {e.name: Var(name) for e, name in zip(self.op.index(out), names, strict=True)}
-        bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(dims).to_c()}]" if self.op.bias
-                else "")
-        return lines, f"{out}[{offset}]", bias
+                  for depth, (name, size) in enumerate(zip(elements.names, elements.sizes, strict=True))]
+        return lines, elements.element, elements.bias
 
     def _emit_output_init(self) -> None:
         """Set the output to the bias (or zero) over its logical index space."""

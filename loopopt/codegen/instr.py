@@ -50,6 +50,11 @@ class Isa:
         return self.lanes > 1
 
 
+# plain C, no vector instructions: a target's scalar variant (x86's ``scalar``; the C each GPU thread
+# runs); it ignores vector annotations, the vectorized loop runs as a plain loop
+SCALAR = Isa(name="scalar", lanes=1, registers=16, vector_type="float", mask_type="unsigned",
+             index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
+
 MEANINGS = {
     "zero": "every lane 0.0",
     "load": "lane j = p[j]",

@@ -29,7 +29,10 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
         notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
-                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else [])
+                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else []) + (
+                     [f"bound to {loop.axis}"] if loop.axis else []) + [
+                     f"stage {t} in shared memory ({' x '.join(map(str, schedule.staged_box(t, at).sizes))})"
+                     for t, at in schedule.stages if at == loop.name]
         if loop.name == schedule.register_block_at:
             notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "
                          f"kept in registers from here")

@@ -14,6 +14,7 @@ from .base import Target
 TARGETS: dict[str, str] = {
     "x86": "loopopt.targets.x86.target",
     "neon": "loopopt.targets.neon.target",
+    "cuda": "loopopt.targets.cuda.target",
 }
 # platform.machine() -> the target that runs natively
 HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86", "aarch64": "neon", "arm64": "neon"}

@@ -78,6 +78,7 @@ class NeonTarget(Target):
         return NAME
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
+        schedule.refuse_gpu_steps(self.name)
         check_schedule(schedule)
         generated = generate(schedule, NEON, bf16_dot=False)     # refusals before any machine check
         quantized = schedule.op.quant is not None

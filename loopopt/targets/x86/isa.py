@@ -12,6 +12,7 @@ from functools import lru_cache
 from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
+    SCALAR,
     TABLES,
     Instr,
     Isa,
@@ -92,9 +93,6 @@ static inline float lo_avx2_hsum(__m256 v) {
     ),
 )
 
-# The scalar target ignores vector annotations: the vectorized loop runs as a plain loop.
-SCALAR = Isa(name="scalar", lanes=1, registers=16, vector_type="float", mask_type="unsigned",
-             index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 
 
