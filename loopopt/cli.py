@@ -281,7 +281,6 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     from .schedule_file import stored_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
-    from .winograd import from_name
     wanted = _algorithms(args.algorithms)
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
@@ -292,7 +291,7 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     for name in (a for a in wanted if not why[a]):
         if name in logged:
             trial = logged[name]                 # rebuilt as it was measured: its schedule on its ISA
-            found = from_name(op, trial.schedule) or trial.to_schedule(op, f"tuning log {args.log}")
+            found = trial.to_schedule(op, f"tuning log {args.log}")
             source = f"best of log, {trial.knobs['plan']}" if "plan" in trial.knobs else "best of log"
             rows.isas.append(trial.isa)
         else:
@@ -493,6 +492,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .quant import QuantSpec
     from .schedule_file import save_schedule
     from .tune import tune
+    from .tune.result import describe
     plot, save = _writable(args.plot), _writable(args.save)
     if args.log is not None:
         _writable(args.log)
@@ -510,12 +510,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         notes.append(f"plot written to {result.plot(plot)}")
     if save:
         rate = result.op.flops / result.timing.min / 1e9
-        description = (f"Found by loopopt tune in {len(result.trials)} trials: min "
-                       f"{result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
+        what = describe(result.winner_trial.knobs)
+        what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
+        description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
+                       f"min {result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
                        f"{result.threads} thread(s), {result.isa}")
         saved = save_schedule(result.best, save, description=description, isa=result.isa,
-                              threads=result.threads)
-        notes.append(f"schedule saved to {saved}")
+                              threads=result.threads, algorithm=result.algorithm)
+        notes.append(f"{result.algorithm} schedule of trial {result.best_number} saved to {saved}")
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
     return 0
@@ -563,13 +565,14 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithms", default="auto",
                    help="auto (default: direct, implicit_gemm, im2col and winograd where they apply) or a "
                         "comma-separated subset; the result says which won and by how much (--save saves the "
-                        "best schedule, never a Winograd plan)")
+                        "winner, a Winograd plan too)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="compile and measure on the workers of this Dask scheduler (tcp://HOST:PORT; "
                         "'local': a LocalCluster of worker processes on this machine); needs pip install "
                         "-e '.[distributed]'")
-    p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
+    p.add_argument("--save", help="write the winner here as TOML (with provenance and its algorithm; a "
+                                  "Winograd plan too: lo.load_schedule and --schedules read it back)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
     p.set_defaults(run=cmd_tune)
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from ..measure import Timing
 from ..ops import Op
-from ..schedule import Schedule
-from ..winograd import AnyPlan
+from ..schedule_file import AnySchedule
 from .algorithms import label
 from .fit import spearman, spearman_undefined
 
@@ -56,17 +55,16 @@ class Trial:
 
 @dataclass
 class TuneResult:
-    """The outcome of a search: ``best`` (the fastest verified schedule), its ``timing``, and
-    ``trials`` (every candidate measured, or taken from the log, in order); ``refused`` counts
-    candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds.
-    ``best`` is the fastest schedule of any schedule algorithm (``direct``, ``implicit_gemm``,
-    ``im2col``); ``winner`` is the Winograd plan when one was faster than ``best`` (else None),
-    ``skipped`` says why an algorithm was not tried."""
+    """The outcome of a search: ``best`` (the fastest verified trial's schedule, whatever its algorithm:
+    a Schedule, or a Winograd plan; either compiles with ``.compile(isa)`` and saves with
+    ``save_schedule``), its ``timing``, and ``trials`` (every candidate measured, or taken from the log,
+    in order); ``refused`` counts candidates the schedule rejected (not trials), ``elapsed`` the
+    search's wall-clock seconds; ``skipped`` says why an algorithm was not tried."""
 
     op: Op
     isa: str
     threads: int
-    best: Schedule
+    best: AnySchedule
     timing: Timing
     trials: list[Trial]
     refused: int = 0
@@ -74,12 +72,11 @@ class TuneResult:
     log: str | None = None
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
-    winner: AnyPlan | None = None          # a faster algorithm than the best schedule
     skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def algorithm(self) -> str:
-        """The algorithm that won: ``winograd`` (``winner``) or the best schedule's algorithm."""
+        """The algorithm that won (``best``'s)."""
         return self.winner_trial.algorithm
 
     @property
@@ -205,8 +202,9 @@ class TuneResult:
         return (f"tuned {self.op!r} on {self.isa}, {self.threads} thread(s): {len(self.trials)} trials "
                 f"({len(self.failed)} failed, {self.refused} candidates refused by the schedule) in "
                 f"{self.elapsed:.1f} s{'; ' + self.stopped if self.stopped else ''}\n"
-                f"best (trial {self.best_number}): min {self.timing.min * 1e3:.3f} ms, {rate:.1f} "
-                f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}\n"
+                f"best (trial {self.best_number}, {self.algorithm}): min {self.timing.min * 1e3:.3f} ms, "
+                f"{rate:.1f} {self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; "
+                f"{self.timing}\n"
                 + self._model_line() + self._algorithm_line())
 
     def to_dict(self) -> dict[str, Any]:
@@ -220,7 +218,8 @@ class TuneResult:
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),
                                                               self.margins().values())},
-                "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
+                "best": {"schedule": to_toml(self.best, algorithm=self.algorithm),
+                         **best.to_dict()["timing"]},
                 "trials": [t.to_dict() for t in self.trials]}
 
     def plot(self, path: str | os.PathLike) -> Path:
