@@ -59,7 +59,11 @@ EXAMPLES = {
              "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db"],
 }
 STORED_VARIANTS = {"fp32": "", "int8": ".int8", "bf16": ".bf16"}   # stored schedule name = layer + suffix
-INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
+VARIANT_OF = {"float32": "fp32", "int8": "int8", "bfloat16": "bf16"}   # schedule_file.arithmetic -> variant
+INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8",
+             "weight": "int8"}
+QUANT_CHOICES = (("--activation", "activation"), ("--weight", "weight"), ("--per-tensor", "per_tensor"),
+                 ("--asymmetric-weights", "asymmetric_weights"), ("--quant-output", "quant_output"))
 
 
 class UsageError(Exception):
@@ -180,6 +184,32 @@ def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: 
 
 
 def _op(args: argparse.Namespace):
+    """The op of ``--layer``/``--conv``/``--matmul``/``--contraction``, quantized as ``--int8`` and the
+    QuantSpec choices say (``_quantized``)."""
+    return _quantized(args, _float_op(args))
+
+
+def _quantized(args: argparse.Namespace, op):
+    """``op`` with the QuantSpec of ``--int8`` (``INT8_SPEC``, changed by ``--activation``, ``--weight``,
+    ``--per-tensor``, ``--asymmetric-weights``, ``--quant-output``); ``op`` itself without ``--int8``."""
+    from .quant import QuantSpec
+    given = [flag for flag, name in QUANT_CHOICES if getattr(args, name) not in (None, False)]
+    if not args.int8:
+        if given:
+            raise UsageError(f"{given[0]} is a choice of the quantized op; it goes with --int8")
+        return op
+    if op.dtype != "float32":
+        raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
+    chosen = {"activation": args.activation, "weight": args.weight, "output": args.quant_output,
+              "per_channel": False if args.per_tensor else None,
+              "weight_symmetric": False if args.asymmetric_weights else None}
+    try:
+        return op.with_quant(QuantSpec(**{**INT8_SPEC, **{k: v for k, v in chosen.items() if v is not None}}))
+    except ValueError as err:
+        raise UsageError(f"--int8: {err}") from None
+
+
+def _float_op(args: argparse.Namespace):
     from .layers import get_layer
     if args.contraction:
         if args.batch is not None:
@@ -244,10 +274,18 @@ def _print(args: argparse.Namespace, data, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
+def _stored_name(layer: str | None, op) -> str | None:
+    """The name of ``layer``'s stored schedule for ``op``'s arithmetic (``layer.int8`` for a quantized
+    op, ...), None without a layer or a stored variant of that arithmetic."""
+    from .schedule_file import arithmetic
+    variant = VARIANT_OF.get(arithmetic(op))
+    return None if layer is None or variant is None else layer + STORED_VARIANTS[variant]
+
+
 def _default_plan(name: str, op, layer: str | None):
-    """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer``
-    (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their presets; Winograd,
-    F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
+    """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer`` for
+    the op's arithmetic (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their
+    presets; Winograd, F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
     from .dataflows import PRESETS
     from .schedule_file import list_schedules, load_schedule
     from .winograd import plan
@@ -256,8 +294,9 @@ def _default_plan(name: str, op, layer: str | None):
         return default, f"default plan {default.algorithm.removeprefix('winograd ')}"
     if name != "direct":
         return PRESETS[name](op), "preset"
-    if layer in list_schedules():
-        return load_schedule(layer, op), f"stored schedule {layer}"
+    stored = _stored_name(layer, op)
+    if stored in list_schedules():
+        return load_schedule(stored, op), f"stored schedule {stored}"
     return PRESETS["output_stationary"](op), "preset output_stationary"
 
 
@@ -297,11 +336,11 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
         else:
             found, source = _default_plan(name, op, layer)
             stored = source.startswith("stored schedule") and args.isa == "auto"
-            rows.isas.append(stored_isa(layer, op) if stored else isa)
+            rows.isas.append(stored_isa(_stored_name(layer, op), op) if stored else isa)
         rows.schedules.append(found)
         rows.labels.append(f"{name}: {source}")
         if source.startswith("stored schedule"):
-            rows.origins[rows.labels[-1]] = _origin(layer)
+            rows.origins[rows.labels[-1]] = _origin(_stored_name(layer, op))
     return rows
 
 
@@ -489,7 +528,6 @@ def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .quant import QuantSpec
     from .schedule_file import save_schedule
     from .tune import tune
     from .tune.result import describe
@@ -497,10 +535,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.log is not None:
         _writable(args.log)
     op = _op(args)
-    if args.int8:
-        if op.dtype != "float32":
-            raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
-        op = op.with_quant(QuantSpec(**INT8_SPEC))
     with _executor(args.scheduler) as executor:
         result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                       log=args.log, executor=executor, progress=sys.stderr.isatty() and not args.json,
@@ -554,8 +588,6 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
                        description=description, epilog=_examples("tune"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _op_arguments(p)
-    p.add_argument("--int8", action="store_true",
-                   help="quantized: uint8 activations, int8 per-channel weights, uint8 output")
     p.add_argument("--trials", type=_positive, default=64, help="measured candidates at most (default 64)")
     p.add_argument("--seconds", type=_positive_float, help="wall-clock limit of the search (default none)")
     p.add_argument("--threads", type=_positive, default=1, help="threads of the tuned kernel (default 1)")
@@ -665,6 +697,26 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")
+    _quant_arguments(parser)
+
+
+def _quant_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--int8`` and the QuantSpec choices (``_quantized``), for every command that builds an op."""
+    from .quant import ACTIVATIONS, BINARY, OUTPUTS, WEIGHT_KINDS
+    group = parser.add_argument_group("quantized op (QuantSpec)")
+    group.add_argument("--int8", action="store_true",
+                       help="quantize the op: integer kernels, exact int32 accumulation (default: uint8 "
+                            "activations, int8 weights per output channel, symmetric, uint8 output)")
+    group.add_argument("--activation", choices=(*ACTIVATIONS, BINARY),
+                       help="with --int8: activations (default uint8; binary goes with --weight binary)")
+    group.add_argument("--weight", choices=WEIGHT_KINDS, help="with --int8: weights (default int8)")
+    group.add_argument("--per-tensor", action="store_true",
+                       help="with --int8: one weight scale and zero point (default: per output channel)")
+    group.add_argument("--asymmetric-weights", action="store_true",
+                       help="with --int8: weights with any zero point (default symmetric)")
+    group.add_argument("--quant-output", choices=OUTPUTS,
+                       help="with --int8: the output (default uint8; float32: dequantized; int32: the "
+                            "accumulators)")
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:

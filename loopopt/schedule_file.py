@@ -48,9 +48,17 @@ each stage whose schedule differs from the default one (``stage = [{ step }, ...
 
 ``load_schedule`` returns a ``Schedule`` or, for a Winograd file, the plan (``winograd.plan``); either
 compiles with ``.compile(isa)``.
+
+``made_for`` records the arithmetic of the op a file was made for (``arithmetic``: ``float32``,
+``bfloat16``, ``int8`` or ``binary``; an int8 or binary op's ``QuantSpec`` in ``quant``);
+``save_schedule`` writes both. Loading a file on an op of another arithmetic is refused with the way
+out (``any_arithmetic=True`` replays its steps anyway); a file without ``made_for`` (the presets)
+applies to any op, and a QuantSpec differing within one arithmetic (another output, zero points or
+scale granularity) is the same integer kernel with another epilogue, so it applies.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -80,6 +88,14 @@ WINOGRAD = "winograd"                                          # a pipeline: a W
 ALGORITHMS = (*SCHEDULE_ALGORITHMS, WINOGRAD)
 WINOGRAD_KEYS = ("tile", "gemm_rows", "gemm_cols", "stages")
 AnySchedule = Schedule | AnyPlan          # what a schedule file holds
+ARITHMETICS = ("float32", "bfloat16", "int8", "binary")
+OTHER_ARITHMETIC = {           # how to get an op of the arithmetic a file was made for
+    "float32": "a float32 op (dtype='float32', no quant; on the command line: without --int8 or --dtype)",
+    "bfloat16": "a bfloat16 op (dtype='bfloat16'; on the command line: --dtype bfloat16)",
+    "int8": "a quantized op (op.with_quant({quant}); on the command line: --int8)",
+    "binary": "a binary op (op.with_quant({quant}); on the command line: --int8 --activation binary "
+              "--weight binary)",
+}
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 
 
@@ -204,13 +220,40 @@ def _step_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*step\s*\]\]", line)]
 
 
-def load_schedule(name_or_path: str | os.PathLike, op: Op) -> AnySchedule:
+def load_schedule(name_or_path: str | os.PathLike, op: Op, any_arithmetic: bool = False) -> AnySchedule:
     """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``: a
-    Schedule, or the Winograd plan a ``winograd`` file describes."""
+    Schedule, or the Winograd plan a ``winograd`` file describes. A file made for another arithmetic
+    than ``op``'s (``made_for``) is refused unless ``any_arithmetic``."""
     path = find_schedule(name_or_path)
     document, lines = read_schedule_file(path)
+    if not any_arithmetic:
+        _check_arithmetic(document, op, str(path))
     _warn_if_other_machine(path, _provenance(path, document))
     return _rebuild(document, lines, op, str(path))
+
+
+def arithmetic(op: Op) -> str:
+    """The arithmetic of ``op`` a schedule file records (``made_for``): ``"float32"``, ``"bfloat16"``,
+    ``"int8"`` (a quantized op: int8/uint8 or ternary weights) or ``"binary"`` (XNOR + popcount)."""
+    if op.quant is not None:
+        return "binary" if op.quant.binary else "int8"
+    return op.dtype
+
+
+def _check_arithmetic(document: dict[str, Any], op: Op, source: str) -> None:
+    """Refuse a document made for another arithmetic than ``op``'s, saying how to get such an op."""
+    made_for = document.get("made_for")
+    if made_for is None:
+        return
+    if made_for not in ARITHMETICS:
+        raise ScheduleFileError(f"{source}: made_for must be one of {', '.join(map(repr, ARITHMETICS))}, "
+                                f"got {made_for!r}")
+    if made_for != arithmetic(op):
+        quant = document.get("quant", {})
+        spec = f"QuantSpec({', '.join(f'{k}={v!r}' for k, v in quant.items())})"
+        raise ScheduleFileError(f"{source} was made for {made_for} ops, not {arithmetic(op)} ones like "
+                                f"{op!r}: apply it to {OTHER_ARITHMETIC[made_for].format(quant=spec)}, or "
+                                f"pass any_arithmetic=True to load_schedule to replay its steps on this op")
 
 
 def _provenance(path: Path, document: dict[str, Any]) -> dict[str, Any]:
@@ -340,11 +383,13 @@ def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
 
 
 def to_toml(schedule: AnySchedule, name: str = "schedule", description: str = "",
-            provenance: Mapping[str, Any] | None = None, algorithm: str | None = None) -> str:
+            provenance: Mapping[str, Any] | None = None, algorithm: str | None = None,
+            made_for: bool = False) -> str:
     """The TOML text of ``schedule``'s steps, or of a Winograd plan (module docstring), after a
     ``[provenance]`` table when given; ``algorithm`` (one of ``SCHEDULE_ALGORITHMS``; a plan's is
-    ``winograd``) names the algorithm a schedule's loop nest is. ``load_schedule`` on it rebuilds the
-    schedule or plan."""
+    ``winograd``) names the algorithm a schedule's loop nest is; ``made_for``: record the arithmetic of
+    the schedule's op (``made_for``, and a quantized op's ``quant``). ``load_schedule`` on it rebuilds
+    the schedule or plan."""
     plan = not isinstance(schedule, Schedule)
     allowed = (WINOGRAD,) if plan else SCHEDULE_ALGORITHMS
     if algorithm is not None and algorithm not in allowed:
@@ -355,6 +400,12 @@ def to_toml(schedule: AnySchedule, name: str = "schedule", description: str = ""
     lines = [f"name = {_value(name)}", f"description = {_value(description)}"]
     if algorithm is not None:
         lines.append(f"algorithm = {_value(algorithm)}")
+    if made_for:
+        lines.append(f"made_for = {_value(arithmetic(schedule.op))}")
+        if schedule.op.quant is not None:
+            spec = {k: v if isinstance(v, str) else bool(v)       # a numpy bool is a bool here
+                    for k, v in dataclasses.asdict(schedule.op.quant).items()}
+            lines.append(f"quant = {_value(spec)}")
     if not plan and not schedule.steps:
         lines.append("step = []")
     if provenance:
@@ -387,14 +438,16 @@ def save_schedule(schedule: AnySchedule, path: str | os.PathLike, name: str = ""
     """Write ``schedule`` (or a Winograd plan) to ``path`` as TOML, atomically (name defaults to the
     file's stem), with its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen
     with (default: the ISA ``compile()`` picks here, one thread; ``"amx"``: a tile schedule, recorded as
-    is: compile it with ``isa="amx"``); ``algorithm``: what a schedule's loop nest is (``to_toml``)."""
+    is: compile it with ``isa="amx"``); ``algorithm``: what a schedule's loop nest is (``to_toml``). The
+    file records the arithmetic of the schedule's op (``made_for``, ``quant``)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     if isa != "amx":
         isa = resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
     return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
-                                               machine_provenance(isa=isa, threads=threads), algorithm))
+                                               machine_provenance(isa=isa, threads=threads), algorithm,
+                                               made_for=True))
 
 
 def _step_value(step: Step) -> Any:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import quick_first
 
-from loopopt.cli import main, parse_conv
+import loopopt as lo
+from loopopt.cli import _op, main, parse_conv, parser
 from loopopt.codegen.isa import bf16_dot_available
 from loopopt.schedule_file import stored_schedule
 
@@ -298,3 +299,43 @@ def test_warnings_print_as_one_line(capsys, tmp_path):
     lines = [line for line in err.splitlines() if "Faraway CPU" in line]
     assert status == 0 and len(lines) == 1 and lines[0].startswith("loopopt: warning: ")
     assert "warnings.warn" not in err and "Warning:" not in err
+
+
+QUANT_FLAGS = ["--int8", "--activation", "int8", "--per-tensor", "--asymmetric-weights", "--quant-output",
+               "int32"]
+
+
+@pytest.mark.parametrize("command", ["compare", "tune", "show", "reuse", "report"])
+def test_int8_and_the_quantspec_choices_on_every_command(command):
+    """Every command that builds an op takes --int8 and the QuantSpec choices (one argument code)."""
+    args = parser().parse_args([command, "--conv", "4,8,3,6", *QUANT_FLAGS])
+    assert _op(args).quant == lo.QuantSpec("int8", per_channel=False, weight_symmetric=False, output="int32")
+    default = _op(parser().parse_args([command, "--conv", "4,8,3,6", "--int8"]))
+    assert default.quant == lo.QuantSpec("uint8", True, True, "uint8")
+    assert _op(parser().parse_args([command, "--conv", "4,8,3,6"])).quant is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quant-output", "float32"], "--quant-output is a choice of the quantized op; it goes with --int8"),
+    (["--per-tensor"], "--per-tensor is a choice of the quantized op; it goes with --int8"),
+    (["--int8", "--weight", "binary"], "--int8: QuantSpec: binary activations and weights go together"),
+    (["--int8", "--dtype", "bfloat16"], "--int8 quantizes float32 inputs; it does not combine with --dtype"),
+    (["--schedules", "naive,resnet50.conv2_x.int8"],
+     "resnet50.conv2_x.int8.toml was made for int8 ops, not float32 ones like Conv2d"),
+])
+def test_quantization_mistakes_are_one_line(capsys, argv, message):
+    status, _, err = run(capsys, "compare", "--conv", "4,8,3,6", "--no-reuse", "--quiet", *argv)
+    assert status == 2 and message in err and err.count("\n") == 1
+
+
+def test_compare_int8_runs_the_stored_int8_schedule(capsys):
+    """compare --int8 compares integer kernels (GOP/s, bit-exact verification), a stored int8 schedule
+    among them; a quantized op refuses a float schedule file with the way out."""
+    conv = ["--conv", "8,16,3,7,padding=1", "--no-reuse", "--quiet", "--json"]
+    status, out, _ = run(capsys, "compare", *conv, "--int8", "--quant-output", "int8", "--schedules",
+                         "naive,resnet50.conv2_x.int8")
+    data = json.loads(out)
+    assert status == 0 and "output='int8'" in data["op"] and all(r["verified"] for r in data["rows"])
+    assert data["rows"][1]["name"] == "resnet50.conv2_x.int8" and data["rows"][1]["max_error"] == 0
+    status, _, err = run(capsys, "compare", *conv, "--int8", "--schedules", "resnet50.conv2_x")
+    assert status == 2 and "made for float32 ops, not int8 ones" in err and "without --int8" in err

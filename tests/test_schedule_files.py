@@ -16,12 +16,34 @@ OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
 ROOT = Path(__file__).resolve().parent.parent
 
 
+OP_OF = {"float32": OP, "int8": OP.with_quant(lo.QuantSpec()),      # the small op of each arithmetic
+         "bfloat16": lo.Conv2d(6, 10, 3, padding=1, height=9, width=11, dtype="bfloat16")}
+VARIANTS = {".int8": "int8", ".bf16": "bfloat16"}           # a layer file's name suffix -> its made_for
+
+
 @pytest.mark.parametrize("path", [pytest.param(path, id=name) for name, path in stored_files()])
 def test_stored_schedules_apply_to_small_op(path):
-    """Every file, generic and per CPU, loaded on an op it was not written for (factors clamped), runs
-    every iteration exactly once."""
-    schedule = load_schedule(path, OP)
-    assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(OP.domain)
+    """Every file, generic and per CPU, loaded on an op it was not written for (factors clamped) but of
+    the arithmetic it was made for, runs every iteration exactly once."""
+    op = OP_OF[tomllib.loads(path.read_text()).get("made_for", "float32")]
+    schedule = load_schedule(path, op)
+    assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(op.domain)
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, id=name) for name, path in stored_files()])
+def test_stored_layer_schedules_record_their_arithmetic(path):
+    """A layer's file records the arithmetic of its name (plain: float32, .int8, .bf16; the int8 ones the
+    QuantSpec benchmarks/tune_layers.py searched them with); the presets apply to any op (no made_for)."""
+    document = tomllib.loads(path.read_text())
+    layer = path.stem.removesuffix(".int8").removesuffix(".bf16")
+    if layer not in lo.list_layers():
+        assert "made_for" not in document and "quant" not in document
+        return
+    made_for = VARIANTS.get(path.stem.removeprefix(layer), "float32")
+    assert document["made_for"] == made_for
+    assert (made_for == "int8") == ("quant" in document)
+    if made_for == "int8":
+        assert lo.QuantSpec(**document["quant"]) == lo.QuantSpec(output="uint8")
 
 
 @pytest.mark.parametrize("name", list(dataflows.PRESETS))
@@ -37,7 +59,7 @@ def test_round_trip(tmp_path):
     again = load_schedule(path, OP)
     assert again.steps == s.steps and again.loops == s.loops and again.layouts == s.layouts
     recorded = tomllib.loads(path.read_text())["provenance"]
-    assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded) == path.read_text()
+    assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded, made_for=True) == path.read_text()
 
 
 @pytest.mark.parametrize("op, build", [
@@ -248,3 +270,36 @@ def test_schedule_files_say_their_algorithm(tmp_path):
     path.write_text(path.read_text().replace('"fft"', '"direct"') + "\n[winograd]\ntile = 4\n")
     with pytest.raises(ScheduleFileError, match="a \\[winograd\\] table goes with algorithm = 'winograd'"):
         load_schedule(path, OP)
+
+
+@pytest.mark.parametrize("made, other", [("float32", "int8"), ("int8", "float32"), ("bfloat16", "float32"),
+                                         ("float32", "bfloat16")])
+def test_a_file_refuses_an_op_of_another_arithmetic(tmp_path, made, other):
+    """save_schedule records the arithmetic (and a quantized op's QuantSpec); loading on an op of another
+    arithmetic is refused in one line with the way out, any_arithmetic=True replays it anyway."""
+    schedule = dataflows.output_stationary(OP_OF[made])
+    path = save_schedule(schedule, tmp_path / "made.toml")
+    document = tomllib.loads(path.read_text())
+    assert document["made_for"] == made
+    assert ("quant" in document) == (made == "int8")
+    way_out = {"int8": "op.with_quant(QuantSpec(activation='uint8', per_channel=True, weight_symmetric=True, "
+                       "output='float32', weight='int8')); on the command line: --int8",
+               "float32": "a float32 op", "bfloat16": "--dtype bfloat16"}[made]
+    with pytest.raises(ScheduleFileError, match=f"made.toml was made for {made} ops, not {other} ones like "
+                                                f"Conv2d.*{re.escape(way_out)}.*any_arithmetic=True") as err:
+        load_schedule(path, OP_OF[other])
+    assert "\n" not in str(err.value)
+    assert load_schedule(path, OP_OF[other], any_arithmetic=True).steps == schedule.steps
+
+
+def test_another_quantspec_of_the_same_arithmetic_loads(tmp_path):
+    """Within int8, another QuantSpec (output, zero points, scale granularity) is the same integer kernel with
+    another epilogue: the file applies."""
+    path = save_schedule(dataflows.output_stationary(OP_OF["int8"]), tmp_path / "q.toml")
+    other = OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False, weight_symmetric=False,
+                                       output="int32"))
+    assert load_schedule(path, other).steps == dataflows.output_stationary(other).steps
+    path.write_text(path.read_text().replace('made_for = "int8"', 'made_for = "int4"'))
+    with pytest.raises(ScheduleFileError, match="made_for must be one of 'float32', 'bfloat16', 'int8', "
+                                                "'binary', got 'int4'"):
+        load_schedule(path, OP_OF["int8"])
