@@ -4,7 +4,8 @@ User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule 
 unwritable path or cache, an op that needs more memory than is available) print one line
 ``loopopt: error: ...`` and exit with status 2, without a traceback. A reader that closes the
 output early (``loopopt layers | head -1``) ends the command quietly with status 141, as a
-command killed by SIGPIPE.
+command killed by SIGPIPE. An interrupt (Ctrl-C, SIGINT) ends it with one line ``loopopt:
+interrupted ...`` (for ``tune``: where the trials measured so far are) and status 130.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
+INTERRUPTED = 128 + signal.SIGINT
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
 CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
@@ -795,6 +797,20 @@ def _run(argv: Sequence[str] | None) -> int:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")          # after the terminal's ^C and a progress bar's line
+        print(f"loopopt: interrupted{_interrupted_note(args)}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _interrupted_note(args: argparse.Namespace) -> str:
+    """What an interrupted ``tune`` leaves: the trials measured so far in ``--log`` (a rerun resumes)."""
+    if args.command != "tune":
+        return ""
+    if args.log is None:
+        return "; no trial was kept (--log FILE keeps every trial, and a rerun resumes from it)"
+    return f"; the trials measured so far are in the tuning log {args.log} (the same command resumes)"
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -1,8 +1,12 @@
 """The loopopt command: output, --json, and exit status 2 with one line for user mistakes."""
 import json
 import os
+import select
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -339,3 +343,55 @@ def test_compare_int8_runs_the_stored_int8_schedule(capsys):
     assert data["rows"][1]["name"] == "resnet50.conv2_x.int8" and data["rows"][1]["max_error"] == 0
     status, _, err = run(capsys, "compare", *conv, "--int8", "--schedules", "resnet50.conv2_x")
     assert status == 2 and "made for float32 ops, not int8 ones" in err and "without --int8" in err
+
+
+def _started(argv: list[str], ready) -> tuple[subprocess.Popen, list[str]]:
+    """``loopopt argv`` in a session of its own (so a signal to its group is what a Ctrl-C on its terminal
+    sends), once ``ready(stderr lines so far)`` says it is under way (polled; generous deadline)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "loopopt.cli", *argv], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    while not ready(lines) and process.poll() is None and time.monotonic() < deadline:
+        readable, _, _ = select.select([process.stderr], [], [], 0.2)
+        if readable:
+            lines.append(process.stderr.readline())
+    return process, lines
+
+
+def _interrupted(process: subprocess.Popen, lines: list[str]) -> tuple[int, list[str]]:
+    """Ctrl-C (SIGINT to the process group) and wait for the end: exit status and every stderr line."""
+    assert process.poll() is None, "the command ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=180)
+    return process.returncode, lines + err.splitlines(keepends=True)
+
+
+def test_ctrl_c_during_tune_is_one_line_and_status_130(tmp_path):
+    """A real SIGINT to the group of a running tune (its worker process included, as a terminal sends it):
+    one line saying where the trials are, status 130, no traceback; the logged trials are kept."""
+    log = tmp_path / "tune.db"
+
+    def measured(_lines) -> bool:           # at least one trial in the log: the search is under way
+        try:
+            with sqlite3.connect(f"file:{log}?mode=ro", uri=True) as connection:
+                return connection.execute("SELECT count(*) FROM trials").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False
+
+    process, lines = _started(["tune", "--conv", "32,64,3,28,padding=1", "--trials", "64", "--budget", "0.05",
+                               "--log", str(log)], measured)
+    status, err = _interrupted(process, lines)
+    assert status == 130 and "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
+    assert err[-1].strip() == (f"loopopt: interrupted; the trials measured so far are in the tuning log "
+                               f"{log} (the same command resumes)")
+    assert measured(None)
+
+
+def test_ctrl_c_during_compare_is_one_line_and_status_130():
+    """A real SIGINT during compare (here while it compiles or times a slow naive kernel): one line, 130."""
+    process, lines = _started(["compare", "--conv", "128,128,3,56,padding=1", "--schedules", "naive,tiled",
+                               "--no-reuse"], lambda lines: any("naive: compile" in line for line in lines))
+    status, err = _interrupted(process, lines)
+    assert status == 130 and "Traceback" not in "".join(err) and err[-1] == "loopopt: interrupted\n"

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from loopopt.codegen.lut import check_lut
 from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
-from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
+from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError, WorkerDied
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
 from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
@@ -677,3 +678,31 @@ def test_two_thread_search_measures_parallel_table_lookups():
         kernel.set_threads(2)
         assert "omp parallel for" in kernel.source and verify(kernel)[0]
     assert ", parallel " in result.table()
+
+
+def test_a_worker_whose_parent_went_away_ends_quietly(tmp_path):
+    """The parent closes its end (it was killed) while the worker runs a call: the worker's answer meets
+    a broken socket and it exits with status 0 and nothing on stderr (no BrokenPipeError traceback)."""
+    parent, child = socket.socketpair()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen([sys.executable, "-m", "loopopt.tune.worker", str(child.fileno())],
+                              pass_fds=(child.fileno(),), env=env, stderr=subprocess.PIPE, text=True)
+    child.close()
+    connection = Connection(parent.detach())
+    connection.send((time.sleep, (2.0,), {}))       # the parent goes away while the worker sleeps
+    connection.close()
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0 and err == ""
+
+
+def test_shutdown_with_cancel_futures_ends_the_call_in_flight():
+    """What an interrupted search does: its executor's calls in flight end at once (their workers are
+    killed), instead of the search waiting for them."""
+    executor = IsolatedExecutor(timeout=600)
+    future = executor.submit(time.sleep, 600)
+    deadline = time.monotonic() + 120
+    while not future.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    executor.shutdown(cancel_futures=True)
+    with pytest.raises(WorkerDied, match="killed by SIGKILL"):
+        future.result(timeout=60)

@@ -326,8 +326,8 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         finally:
             state.abandon()
     finally:
-        if run.own:
-            run.executor.shutdown()
+        if run.own:            # its workers stop now: a trial still in flight was abandoned
+            run.executor.shutdown(cancel_futures=True)
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
