@@ -398,8 +398,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _loop_nest(args: argparse.Namespace):
+    """The one schedule ``--schedule`` names for ``show`` and ``reuse``; a Winograd plan's file (a
+    pipeline of stages, not one loop nest) is a UsageError saying where it runs."""
+    from .schedule import Schedule
     schedule = _schedule(args.schedule, _op(args))
+    if not isinstance(schedule, Schedule):
+        raise UsageError(f"--schedule {args.schedule} is a {schedule.algorithm} plan, a pipeline of stages, "
+                         f"not one loop nest: {args.command} takes a schedule; compare runs the plan "
+                         f"(loopopt compare --schedules {args.schedule})")
+    return schedule
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    schedule = _loop_nest(args)
     loops = [{"name": loop.name, "extent": loop.extent, "vectorized": loop.vectorized,
               "parallel": loop.parallel, "unroll": loop.unroll} for loop in schedule.loops]
     data = {"op": repr(schedule.op), "steps": [str(s) for s in schedule.steps], "loops": loops,
@@ -415,7 +427,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_reuse(args: argparse.Namespace) -> int:
     from .analysis import Machine, reuse
-    schedule = _schedule(args.schedule, _op(args))
+    schedule = _loop_nest(args)
     profile = reuse(schedule, granularity=args.granularity)
     machine = Machine.detect()
     hierarchy = profile.hierarchy(machine, set_associative=False)
@@ -533,6 +545,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .schedule_file import save_schedule
     from .tune import tune
     from .tune.result import describe
+    from .units import duration
     plot, save = _writable(args.plot), _writable(args.save)
     if args.log is not None:
         _writable(args.log)
@@ -549,7 +562,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         what = describe(result.winner_trial.knobs)
         what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
         description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
-                       f"min {result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
+                       f"min {duration(result.timing.min)}, {rate:.1f} {result.timing.unit} on "
                        f"{result.threads} thread(s), {result.isa}")
         saved = save_schedule(result.best, save, description=description, isa=result.isa,
                               threads=result.threads, algorithm=result.algorithm)

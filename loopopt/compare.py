@@ -15,6 +15,7 @@ from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
+from .units import in_unit, time_unit
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -63,6 +64,7 @@ COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "medi
            ("energy uJ", "energy_uj", "{:.0f}"))
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
+TIMES = ("median_ms", "iqr_ms", "predicted_ms")    # shown in the unit of the fastest median (units.time_unit)
 
 
 class Comparison:
@@ -106,9 +108,19 @@ class Comparison:
         """Names of the verified rows, fastest first by their (interleaved) median."""
         return [r.name for r in sorted((r for r in self.rows if r.verified), key=lambda r: r.median_ms)]
 
+    def _time_unit(self) -> tuple[str, float]:
+        """The unit of the table's times: the one in which the fastest median has three digits."""
+        return time_unit(min((r.median_ms for r in self.rows), default=1.0) * 1e-3)
+
+    def _headings(self) -> list[str]:
+        unit = self._time_unit()[0]
+        return [head.replace(" ms", f" {unit}") if attr in TIMES else head for head, attr, _ in COLUMNS]
+
     def _cells(self, row: Row) -> list[str]:
-        return [CELL[attr](getattr(row, attr)) if attr in CELL else _flag(getattr(row, attr), fmt)
-                for _, attr, fmt in COLUMNS]
+        scale = self._time_unit()[1]
+        return [CELL[attr](getattr(row, attr)) if attr in CELL else
+                _flag(getattr(row, attr), fmt) if attr not in TIMES or getattr(row, attr) is None else
+                in_unit(getattr(row, attr) * 1e-3, scale) for _, attr, fmt in COLUMNS]
 
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
@@ -134,7 +146,7 @@ class Comparison:
         return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:
-        table = [[head for head, _, _ in COLUMNS]] + [self._cells(r) for r in self.rows]
+        table = [self._headings()] + [self._cells(r) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
                            for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in table]
@@ -142,7 +154,7 @@ class Comparison:
         return "\n".join(self._heading() + lines + self._footing())
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in COLUMNS)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self._headings())
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                        for r in self.rows)
         paragraphs = lambda lines: "".join(f"<p>{html.escape(line)}</p>" for line in lines)

@@ -92,12 +92,28 @@ class Step:
 
 
 MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into accumulators
+BLOCK_OVERHANG = 64         # a split may cover its loop rounded up to this (a vector of the widest lanes)
 
 
-def _check_factor(factor: Any, what: str) -> int:
+def _check_factor(factor: Any, what: str, loop: Loop, limit: int) -> int:
+    """``factor`` of a split or unroll of ``loop``: an integer from 1 to ``limit`` (ScheduleError naming
+    the factor, the loop's extent and the limit otherwise)."""
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ScheduleError(f"{what}: factor must be an integer >= 1, got {factor!r}")
+    if factor > limit:
+        beyond = "" if limit == loop.extent else (f" (a block may overhang its loop up to the extent rounded "
+                                                  f"up to {BLOCK_OVERHANG}: one partial block)")
+        raise ScheduleError(f"{what}: factor {factor} is larger than the extent {loop.extent} of loop "
+                            f"{loop.name!r}; use a factor from 1 to {limit}{beyond}")
     return factor
+
+
+def block_limit(extent: int) -> int:
+    """The largest split factor of a loop of ``extent``: the extent rounded up to ``BLOCK_OVERHANG``, so a
+    block larger than a short loop is one partial block (e.g. one masked vector of 16 lanes over 10
+    channels, a register block kept whole on a small layer), and a factor beyond it (``split('ow',
+    100)`` on 14) is refused: it would only add iterations that do not exist."""
+    return -(-extent // BLOCK_OVERHANG) * BLOCK_OVERHANG
 
 
 @dataclass(frozen=True)
@@ -313,7 +329,7 @@ class Schedule:
     def _split(self, step: Step, name: str, factor: int) -> "Schedule":
         """The split of ``name`` as an unvalidated intermediate (no step recorded)."""
         target = self.loop(name, str(step))
-        factor = _check_factor(factor, str(step))
+        factor = _check_factor(factor, str(step), target, block_limit(target.extent))
         if target.vectorized:
             raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
         outer, inner = f"{name}_o", f"{name}_i"
@@ -371,7 +387,7 @@ class Schedule:
         """Unroll ``loop`` fully (default) or by ``factor``."""
         step = Step("unroll", (loop,) + ((factor,) if factor is not None else ()))
         target = self.loop(loop, str(step))
-        factor = target.extent if factor is None else _check_factor(factor, str(step))
+        factor = target.extent if factor is None else _check_factor(factor, str(step), target, target.extent)
         return self._annotate(step, loop, unroll=factor)
 
     def parallel(self, loop: str) -> "Schedule":

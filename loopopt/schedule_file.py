@@ -29,7 +29,7 @@ schedule directory in turn; in a directory, this CPU's subdirectory comes first,
 directory itself (the generic files), then the other CPUs' subdirectories, closest key first.
 ``stored_schedule(name)`` says which file that is and the CPU it was searched on.
 
-A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
+A ``split``/``tile``/``unroll`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
 
 ``algorithm`` says what the file holds: a loop nest of the ``direct``, ``implicit_gemm`` or ``im2col``
@@ -361,7 +361,7 @@ def apply_step(schedule: Schedule, entry: Any) -> Schedule:
         close = difflib.get_close_matches(primitive, PRIMITIVES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ScheduleError(f"unknown primitive {primitive!r}{hint}; use one of {', '.join(PRIMITIVES)}")
-    if primitive in ("split", "tile"):
+    if primitive in ("split", "tile", "unroll"):
         value = _clamped(schedule, primitive, value)
     method = getattr(schedule, primitive)
     if isinstance(value, dict):
@@ -370,7 +370,7 @@ def apply_step(schedule: Schedule, entry: Any) -> Schedule:
 
 
 def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
-    """Factors of a split/tile clamped to the extents of their loops in ``schedule``."""
+    """Factors of a split/tile/unroll clamped to the extents of their loops in ``schedule``."""
     def fit(loop: Any, factor: Any) -> Any:
         if isinstance(factor, int) and not isinstance(factor, bool) and factor > 1:
             return min(factor, schedule.loop(loop, primitive).extent)

@@ -395,3 +395,17 @@ def test_ctrl_c_during_compare_is_one_line_and_status_130():
                                "--no-reuse"], lambda lines: any("naive: compile" in line for line in lines))
     status, err = _interrupted(process, lines)
     assert status == 130 and "Traceback" not in "".join(err) and err[-1] == "loopopt: interrupted\n"
+
+
+@pytest.mark.parametrize("command", ["show", "reuse"])
+def test_show_and_reuse_of_a_winograd_plan_say_where_it_runs(capsys, tmp_path, command):
+    """A saved Winograd plan is not one loop nest: show and reuse refuse it in one line; compare runs it."""
+    conv = ["--conv", "4,8,3,6,padding=1"]
+    path = lo.save_schedule(lo.dataflows.winograd(parse_conv("4,8,3,6,padding=1"), 2), tmp_path / "w.toml")
+    status, _, err = run(capsys, command, *conv, "--schedule", str(path))
+    assert status == 2 and err == (f"loopopt: error: --schedule {path} is a winograd F(2x2,3x3) plan, a "
+                                   f"pipeline of stages, not one loop nest: {command} takes a schedule; "
+                                   f"compare runs the plan (loopopt compare --schedules {path})\n")
+    status, out, _ = run(capsys, "compare", *conv, "--schedules", f"naive,{path}", "--no-reuse", "--quiet",
+                         "--json")
+    assert status == 0 and json.loads(out)["rows"][1]["algorithm"] == "winograd F(2x2,3x3)"

@@ -40,6 +40,7 @@ from loopopt.tune.rank import (
 )
 from loopopt.tune.space import Candidate, Knobs, candidates
 from loopopt.tune.trial import here
+from loopopt.units import time_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.02          # seconds of timed runs per candidate: the tests check behaviour, not speed
@@ -526,7 +527,7 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert result.fit_spearman == pytest.approx(spearman(*zip(*held)))
     assert result.to_dict()["fit_spearman"] == pytest.approx(result.fit_spearman)
     assert f"the final fit, each trial left out of it: {result.fit_spearman:+.3f}" in str(result)
-    assert "model ms" in result.table()
+    assert f"model {time_unit(result.timing.min)[0]}" in result.table()     # in the unit of the best time
 
 
 def die_with_the_worker(*args):
@@ -706,3 +707,37 @@ def test_shutdown_with_cancel_futures_ends_the_call_in_flight():
     executor.shutdown(cancel_futures=True)
     with pytest.raises(WorkerDied, match="killed by SIGKILL"):
         future.result(timeout=60)
+
+
+def test_a_damaged_log_is_named_in_one_line_with_every_finding(tmp_path, capsys):
+    """SQLite's integrity findings span lines and rows ("*** in database main ***\\nPage 2: ..."): the
+    error joins them in one line, which the command prints whole (not cut at the first line)."""
+    log = tmp_path / "tune.db"
+    TuningLog(log).close()
+    data = bytearray(log.read_bytes())
+    page = 4096                                   # the second page: the meta table's b-tree
+    data[page + 5:page + 13] = bytes(b ^ 0xA5 for b in data[page + 5:page + 13])
+    log.write_bytes(data)
+    with pytest.raises(TuningLogError) as info:
+        TuningLog(log)
+    message = str(info.value)
+    assert "\n" not in message and "; Page 2" in message and message.endswith("; it was left as it is")
+    assert main(["tune", "--matmul", "8,16,8", "--trials", "1", "--log", str(log)]) == 2
+    assert capsys.readouterr().err == f"loopopt: error: {message}\n"
+
+
+@pytest.mark.parametrize("address", ["lcoal", "tcp://host:port", "tcp://:8786"])
+def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(address):
+    """A mistyped --scheduler is one line and status 2, before a Dask Client exists (one that failed to
+    start would print an 'Exception ignored in Client.__del__' traceback while the exit waits for it)."""
+    pytest.importorskip("dask.distributed")
+    from loopopt.tune.cluster import SchedulerError, dask_client
+    with pytest.raises(SchedulerError, match=f"address '{address}' has no host and port: "
+                                             f"{'did you mean .local.. ' if address == 'lcoal' else ''}give"):
+        with dask_client(address):
+            pass
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "loopopt.cli", "tune", "--matmul", "8,16,8", "--trials", "1",
+                           "--scheduler", address], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and done.stderr.startswith("loopopt: error: the Dask scheduler address")
+    assert done.stderr.count("\n") == 1 and "Exception ignored" not in done.stderr

@@ -28,6 +28,7 @@ from .trial import Outcome
 
 APPLICATION = "loopopt tuning log"
 SCHEMA = 1
+FINDINGS = 4               # of SQLite's integrity findings, a damaged log's error names the first few
 TIMING_COLUMNS = ("median", "min", "iqr", "repeats", "gflops", "percent_of_peak", "peak_gflops", "verified",
                   "max_error", "unit", "end_to_end", "noisy", "other_cpu_share", "noise")
 CREATE = f"""
@@ -120,9 +121,12 @@ class TuningLog:
 
     def _check(self, readonly: bool) -> None:
         """Create the tables in an empty database; refuse another application's or schema's."""
-        result = self.connection.execute("PRAGMA quick_check").fetchone()[0]
-        if result != "ok":
-            raise TuningLogError(f"tuning log {self.path} is damaged ({result}); it was left as it is")
+        found = [line.strip() for row in self.connection.execute("PRAGMA quick_check")
+                 for line in row[0].splitlines() if line.strip()]
+        if found != ["ok"]:            # one line: SQLite's findings may span lines and rows
+            more = f"; {len(found) - FINDINGS} more" if len(found) > FINDINGS else ""
+            findings = "; ".join(found[:FINDINGS]) + more
+            raise TuningLogError(f"tuning log {self.path} is damaged ({findings}); it was left as it is")
         query = "SELECT name FROM sqlite_master WHERE type = 'table'"
         tables = {r[0] for r in self.connection.execute(query)}
         if not tables and not readonly:
