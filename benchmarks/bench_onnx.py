@@ -4,6 +4,7 @@
 format, DequantizeLinear -> Conv/MatMul -> QuantizeLinear groups), 1 and 2 threads. Per model: the
 summed time of its compute nodes on loopopt (the backend's default schedule, and tuned with
 --tune-trials) and on onnxruntime (each node or fused QDQ group alone), from loopopt.onnx.report; the
+whole model end to end (``rep.run`` against ``session.run``, alternating rounds); the
 whole model's output through loopopt.onnx.backend (strict) against onnxruntime's; and for the int8
 models each quantized node's output against onnxruntime's on the same inputs, in steps of the output,
 with which of the two is exact (loopopt.onnx.exact) where they differ.
@@ -143,6 +144,28 @@ def output_check(path: Path, threads: int) -> str:
     return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
+def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float]:
+    """Median seconds of the whole model, ``rep.run`` (prepared once, strict) and onnxruntime's
+    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds."""
+    import onnx
+    import onnxruntime
+    model = onnx.load(str(path))
+    inputs = random_inputs(model, seed=3)
+    rep = backend.prepare(model, strict=True, threads=threads)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    calls = (lambda: rep.run(inputs), lambda: session.run(None, inputs))
+    times: tuple[list[float], list[float]] = ([], [])
+    for round_ in range(rounds + 1):         # the first round warms both up
+        for call, kept in zip(calls, times):
+            start = time.perf_counter()
+            call()
+            if round_:
+                kept.append(time.perf_counter() - start)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
 def integer_text(report) -> str:
     """The quantized nodes' outputs against onnxruntime's (same inputs), with which is exact where they
     differ ("-" for a float model)."""
@@ -150,14 +173,15 @@ def integer_text(report) -> str:
     return "-" if total is None else f"{sum(n.integer is not None for n in report.nodes)} nodes: {total}"
 
 
-def row(name: str, precision: str, threads: int, report, check: str) -> str:
+def row(name: str, precision: str, threads: int, report, check: str, whole: tuple[float, float]) -> str:
     ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
     ran = sum(n.row(RAN).median_ms for n in report.timed)
     tuned = [n.row(TUNED) or n.row(RAN) for n in report.timed]   # a node lo.tune could not: its ran time
     tuned_ms = sum(t.median_ms for t in tuned) if any(n.row(TUNED) for n in report.timed) else None
     mflop = sum(n.mflop for n in report.timed)
-    cells = [name, precision, str(threads), str(len(report.timed)), f"{mflop:.0f}",
-             f"{ran:.2f}", "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
+    cells = [name, precision, str(threads), f"{whole[0] * 1e3:.1f}", f"{whole[1] * 1e3:.1f}",
+             f"{whole[1] / whole[0]:.2f}", str(len(report.timed)), f"{mflop:.0f}", f"{ran:.2f}",
+             "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
              f"{theirs / ours:.2f}" if theirs else "-", check, integer_text(report)]
     return "| " + " | ".join(cells) + " |"
 
@@ -175,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", help="tuning log (its best schedules run the nodes; tuning appends to it)")
     parser.add_argument("--budget", type=float, default=0.3,
                         help="seconds of timed runs per node and schedule")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="alternating rounds of the whole-model timing (default 15)")
     parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
@@ -192,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
                                           log=args.log, reuse=False, budget=args.budget, isa=args.isa)
                     check = output_check(files[precision], threads)
-                    lines.append(row(name, precision, threads, report, check))
+                    whole = whole_model(files[precision], threads, args.rounds)
+                    lines.append(row(name, precision, threads, report, check, whole))
                     print(lines[-1], flush=True)
                     print(report.table(), file=sys.stderr, flush=True)
     isa = lo.available_isas()[0]
@@ -207,7 +234,10 @@ def main(argv: list[str] | None = None) -> None:
          "(DequantizeLinear -> Conv -> QuantizeLinear) into one quantized kernel, as onnxruntime fuses it "
          "into a QLinearConv. Times are the sum over the compute nodes (Conv, QLinearConv, a fused QDQ "
          "group, Gemm) "
-         "of each node's median: loopopt through `lo.compare` (kernel runs on prepared buffers) with the "
+         "of each node's median (the `nodes'` columns; the `whole model` columns time the whole call, "
+         "end to end: loopopt's `rep.run` on the prepared rep, weights packed once, against onnxruntime's "
+         "`session.run`, same inputs and threads, alternating, median of `--rounds`): loopopt through "
+         "`lo.compare` (kernel runs on prepared buffers) with the "
          "backend's schedule (`ran`: the tuning log's best if it has one, else the default: the candidate "
          "`lo.tune` ranks first, chosen without compiling or measuring) and, with tuning, the `lo.tune` "
          "result (a node it finds no candidate for counts with its `ran` time); "
@@ -219,8 +249,10 @@ def main(argv: list[str] | None = None) -> None:
          "for it and compares the outputs in steps of the output (LSB); where they differ it counts which "
          "one equals the exact integer reference (`loopopt.onnx.exact`: exact int32 accumulation, the "
          "real product with the stored scales rounded half to even, saturated)."),
-        "| model | precision | threads | nodes | MFLOP | loopopt ran ms | loopopt tuned ms | "
-        "onnxruntime ms | ORT/loopopt | output | int8 nodes vs onnxruntime |\n" + "|---" * 11 + "|\n"
+        "| model | precision | threads | whole model: loopopt rep.run ms | onnxruntime session.run ms | "
+        "ORT/loopopt | nodes | MFLOP | nodes' loopopt ran ms | nodes' loopopt tuned ms | "
+        "nodes' onnxruntime ms | nodes' ORT/loopopt | output | int8 nodes vs onnxruntime |\n"
+        + "|---" * 14 + "|\n"
         + "\n".join(lines),
     ])
     print(text)

@@ -15,7 +15,7 @@ from .contraction import ContractionError
 from .kernel import Kernel
 from .layers import get_layer, list_layers
 from .machine import MachineProfile, machine_profile, peak_gflops
-from .measure import Timing, measure, measure_all
+from .measure import Timing, TimingRefusedError, measure, measure_all
 from .model import KernelModel, kernel_model
 from .ops import Contraction, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
 from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
@@ -55,6 +55,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleFileError",
     "Timing",
+    "TimingRefusedError",
     "TuneError",
     "TuneResult",
     "TuningLogError",

@@ -12,6 +12,7 @@ Without ``$LOOPOPT_MEMORY_LIMIT``, requests under ``UNCHECKED_BYTES`` are not ch
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 
@@ -27,20 +28,28 @@ class MemoryLimitError(MemoryError):
     """A call would need more memory than this machine has available (the message names the sizes)."""
 
 
+def _aligned(shape: tuple[int, ...], dtype, tail_bytes: int, exact: bool, allocate) -> np.ndarray:
+    """An array of ``shape`` in a buffer from ``allocate`` (np.zeros or np.empty) whose data starts on
+    a 64-byte boundary, followed by ``tail_bytes`` readable zero bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = allocate(nbytes + tail_bytes + (0 if exact else ALIGNMENT), dtype=np.uint8)
+    start = 0 if exact else -raw.ctypes.data % ALIGNMENT
+    raw[start + nbytes:start + nbytes + tail_bytes] = 0
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def aligned_zeros(shape: tuple[int, ...], dtype, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
     """A zero array of ``shape`` whose data starts on a 64-byte boundary, followed by
     ``tail_bytes`` readable zero bytes (for kernels that read a little past the end).
     ``exact``: no alignment, and the allocation ends right after those ``tail_bytes``."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.zeros(nbytes + tail_bytes + (0 if exact else ALIGNMENT), dtype=np.uint8)
-    start = 0 if exact else -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return _aligned(shape, dtype, tail_bytes, exact, np.zeros)
 
 
 def aligned_copy(array: np.ndarray, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
-    """A C-contiguous copy of ``array`` allocated as ``aligned_zeros`` does."""
-    copy = aligned_zeros(array.shape, array.dtype, tail_bytes, exact)
+    """A C-contiguous copy of ``array`` placed as ``aligned_zeros`` places its zeros (the copy written
+    once: no zero fill before it)."""
+    copy = _aligned(array.shape, array.dtype, tail_bytes, exact, np.empty)
     copy[...] = array
     return copy
 

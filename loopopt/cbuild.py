@@ -12,9 +12,9 @@ when loaded) it is rebuilt. Build folders left by killed builds (unlocked and ol
 
 cffi writes the extension's C; the compiler builds it in one step with the flags of this
 interpreter's own extensions (less debug information). The headers every kernel starts with
-(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` for SIMD kernels) are precompiled once
-per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an entry):
-parsing them was most of a small kernel's compile time. A precompiled header the compiler finds
+(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels) are
+precompiled once per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an
+entry): parsing them was most of a small kernel's compile time. A precompiled header the compiler finds
 unusable it reads as text; a missing one is built again.
 
 The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
@@ -41,6 +41,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -57,7 +58,7 @@ BUILD_PREFIX = "build-"
 STALE_BUILD_SECONDS = 600
 SANITIZE_ENV = "LOOPOPT_SANITIZE"
 SANITIZERS = ("address", "undefined")
-INTRINSICS = "#include <immintrin.h>\n"
+INTRINSICS = ("#include <immintrin.h>\n", "#include <arm_neon.h>\n")   # SIMD headers, precompiled if used
 PYTHON_H = "#include <Python.h>\n"
 PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin.h) of a compiler and flags
 PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
@@ -202,26 +203,47 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
     step), then publish the shared object and its record."""
     ffi = cffi.FFI()
     ffi.cdef(cdef)
+
+    def build(built: Path) -> None:
+        folder = built.parent
+        generated = folder / f"{name}.c"
+        make_c_source(ffi, name, source, str(generated), verbose=False)
+        compile_flags, extension_link = extension_flags()
+        head, python, rest = generated.read_text().partition(PYTHON_H)
+        prelude = head + python + "".join(header for header in INTRINSICS if header in source)
+        compiler_call = (*shlex.split(cc), *compile_flags, *flags)
+        if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
+            generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
+        run_compiler([*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags],
+                     name, generated, target)
+
+    publish(target, build)
+
+
+def run_compiler(command: list[str], name: str, source: Path, target: Path) -> None:
+    """Run a compiler ``command`` on ``source``; BuildError with its messages if it fails (the source
+    kept next to ``target`` as ``*.failed.c``)."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        failed = target.with_suffix(".failed.c")
+        shutil.copy(source, failed)
+        raise BuildError(f"compiling {name} failed ({command[0]} exited with {done.returncode}: "
+                         f"{done.stderr.strip()[-2000:]}); the source is in {failed}")
+
+
+def publish(target: Path, build: Callable[[Path], None]) -> Path:
+    """The cache entry ``target``: if it is not a trusted entry already, ``build(path)`` makes it at
+    ``path`` in a locked private build folder of the cache, then it is published with its record, each
+    with an atomic rename (module docstring)."""
+    if _trusted(target):
+        return target
     remove_stale_builds(target.parent)
     folder = Path(tempfile.mkdtemp(prefix=BUILD_PREFIX, dir=target.parent))
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)   # released when the process dies: unlocked means abandoned
-        generated, built = folder / f"{name}.c", folder / target.name
-        make_c_source(ffi, name, source, str(generated), verbose=False)
-        compile_flags, extension_link = extension_flags()
-        head, python, rest = generated.read_text().partition(PYTHON_H)
-        prelude = head + python + (INTRINSICS if INTRINSICS in source else "")
-        compiler_call = (*shlex.split(cc), *compile_flags, *flags)
-        if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
-            generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
-        command = [*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            failed = target.with_suffix(".failed.c")
-            shutil.copy(generated, failed)
-            raise BuildError(f"compiling {name} failed ({command[0]} exited with {done.returncode}: "
-                             f"{done.stderr.strip()[-2000:]}); the source is in {failed}")
+        built = folder / target.name
+        build(built)
         record = folder / "record"
         record.write_text(_describe(built))
         os.replace(built, target)
@@ -229,13 +251,14 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         os.close(lock)
+    return target
 
 
 def _link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path) -> bool:
-    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then
-    ``<immintrin.h>`` if the kernel uses it: parsing those headers is most of a small kernel's compile)
-    for this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building
-    it first if the cache has none. Hard links, so that a cache cleared meanwhile cannot take it from
+    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then the SIMD header
+    the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's compile) for
+    this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building it
+    first if the cache has none. Hard links, so that a cache cleared meanwhile cannot take it from
     the build. False if this compiler cannot precompile it (one it finds unusable, it reads as text)."""
     key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
     header = folder.parent / f"{PCH_PREFIX}{key}.h"

@@ -30,11 +30,14 @@ from .buffers import MemoryLimitError
 from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
+from .targets import TargetUnavailableError
+from .targets.registry import target, target_names
 
 if TYPE_CHECKING:
     from .ops import Conv2d
 
 DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stationary"
+GPU_SCHEDULES = "gpu_naive,gpu_tiled,gpu_staged"   # compare's rows on a GPU target (GPU_PRESETS)
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 INTERRUPTED = 128 + signal.SIGINT
@@ -48,7 +51,8 @@ EXAMPLES = {
                 "--plot out.png",
                 "loopopt compare --conv 32,64,3,112,stride=2,padding=1 --batch 4 --no-reuse",
                 "loopopt compare --matmul 256,256,512 --json",
-                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db"],
+                "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db",
+                "loopopt compare --target cuda --layer resnet50.conv2_x --batch 32"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
@@ -230,9 +234,12 @@ def _float_op(args: argparse.Namespace):
 
 def _schedule(name: str, op):
     """A dataflow preset (any op, also Matmul), a stored schedule name or a TOML path, applied to ``op``."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import load_schedule
-    return PRESETS[name](op) if name in PRESETS else load_schedule(name, op)
+    for presets in (PRESETS, GPU_PRESETS):
+        if name in presets:
+            return presets[name](op)
+    return load_schedule(name, op)
 
 
 def _origin(name: str) -> str:
@@ -353,30 +360,39 @@ def _comparison(args: argparse.Namespace):
     if args.algorithms is not None:
         if args.schedules is not None:
             raise UsageError("--algorithms chooses the rows itself; it does not combine with --schedules")
+        if args.target is not None:
+            raise UsageError("--algorithms runs on the host; with --target, name the rows with --schedules")
         rows = _algorithm_rows(args, op)
     else:
         rows = _named_rows(args, op)
+    if args.target is not None:      # a row's ISA where the target has it, else the target's best
+        variants = target(args.target).isas()
+        rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
-                   progress=not args.quiet, threads=args.threads, origins=rows.origins), rows.skipped
+                   progress=not args.quiet, threads=args.threads, origins=rows.origins,
+                   target=args.target), rows.skipped
 
 
 def _named_rows(args: argparse.Namespace, op) -> _Rows:
     """The rows of ``--schedules``: presets, Winograd plans, stored schedules (with the CPU they were
     searched on) and TOML files, each on ``--isa`` (``auto``: a stored schedule on the ISA it was
     searched on, where this CPU has it: an AMX tile schedule on the tiles)."""
-    from .dataflows import PRESETS
+    from .dataflows import GPU_PRESETS, PRESETS
     from .schedule_file import stored_isa
     if args.log is not None:
         raise UsageError("--log goes with --algorithms (each algorithm's best schedule in the log)")
-    names = [n.strip() for n in (args.schedules or DEFAULT_SCHEDULES).split(",") if n.strip()]
+    gpu = args.target is not None and target(args.target).has_device
+    default = GPU_SCHEDULES if gpu else DEFAULT_SCHEDULES
+    names = [n.strip() for n in (args.schedules or default).split(",") if n.strip()]
     if not names:
         raise UsageError("--schedules is empty")
     plans = [_winograd(name, op) for name in names]
     labels = [Path(n).name.removesuffix(".toml") for n in names]
-    origins = {label: _origin(name) for name, label, plan in zip(names, labels, plans)
-               if plan is None and name not in PRESETS}
-    isas = [stored_isa(name, op) if args.isa == "auto" and plan is None and name not in PRESETS else args.isa
-            for name, plan in zip(names, plans)]
+    stored = [plan is None and name not in PRESETS and name not in GPU_PRESETS
+              for name, plan in zip(names, plans)]
+    origins = {label: _origin(name) for name, label, kept in zip(names, labels, stored) if kept}
+    isas = [stored_isa(name, op) if args.isa == "auto" and kept else args.isa
+            for name, kept in zip(names, stored)]
     return _Rows([plan or _schedule(name, op) for name, plan in zip(names, plans)], labels, isas, {},
                  origins)
 
@@ -385,7 +401,19 @@ def _skipped_notes(skipped: dict[str, str]) -> list[str]:
     return [f"{name} not shown: {why}" for name, why in skipped.items()]
 
 
+def _check_drawable(args: argparse.Namespace, what: str) -> None:
+    """UsageError if ``what`` (which draws measured times) is asked of a ``--target`` that cannot time its
+    kernels here."""
+    from .targets import target
+    refusal = target(args.target).timing_refusal() if args.target is not None else None
+    if refusal:
+        raise UsageError(f"{what} draws measured times, and target {args.target!r} cannot time kernels here: "
+                         f"{refusal}")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.plot:
+        _check_drawable(args, "--plot")
     plot, csv_path = _writable(args.plot), _writable(args.csv)
     cmp, skipped = _comparison(args)
     if plot:
@@ -495,6 +523,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         allowed = ", ".join(f"{suffix} ({kind})" for suffix, kind in REPORT_SUFFIXES.items())
         raise UsageError(f"cannot write a report to {output}: its suffix must be one of {allowed}, got "
                          f"{output.suffix or 'none'} (for a PDF, print the HTML report from a browser)")
+    _check_drawable(args, "a report")
     cmp, skipped = _comparison(args)
     notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
@@ -748,6 +777,11 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads for schedules with a parallel loop (default 1)")
     parser.add_argument("--no-reuse", action="store_true", help="skip the reuse-distance analysis")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--target", choices=target_names(),
+                        help="build the schedules for this target (default: the host's); where it cannot "
+                             "time them here (neon under qemu) each is verified and the kernel model's "
+                             f"predicted time shown; cuda: an NVIDIA GPU, default schedules {GPU_SCHEDULES}, "
+                             "%% of the GPU's FFMA peak")
 
 
 def _examples(*commands: str) -> str:
@@ -806,7 +840,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return args.run(args)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError) as err:
+    except (UsageError, ValueError, OSError, BuildError, MemoryLimitError, TargetUnavailableError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR

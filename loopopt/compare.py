@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from .machine import peak_gflops, provenance
-from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, measure_all
+from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, checked, measure_all
 from .model import CORE_COSTS, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
+from .targets import Target, host_target
+from .targets import target as named_target
 from .units import in_unit, time_unit
 from .winograd import AnyPlan
 
@@ -27,12 +29,12 @@ class Row:
 
     name: str
     isa: str
-    median_ms: float
-    min_ms: float
-    iqr_ms: float
+    median_ms: float | None          # None (and the other timing fields): not timed, its target refused
+    min_ms: float | None
+    iqr_ms: float | None
     repeats: int
-    gflops: float
-    percent_of_peak: float
+    gflops: float | None
+    percent_of_peak: float | None
     verified: bool
     max_error: float
     noisy: bool = False
@@ -62,6 +64,7 @@ COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "medi
            ("err/max", "relative_error", "{:.1e}"), ("noise", "noisy", "{}"),
            ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
            ("energy uJ", "energy_uj", "{:.0f}"))
+HOST_PEAK = "one core, machine profile"     # what a host comparison's peak is
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
 TIMES = ("median_ms", "iqr_ms", "predicted_ms")    # shown in the unit of the fastest median (units.time_unit)
@@ -73,15 +76,18 @@ class Comparison:
     ``end_to_end``, ``rounds`` and ``other_cpu_share`` say how the rows were timed (see
     ``measure_all``); ``provenance`` where and when (``loopopt.machine.provenance``); ``origins``
     where some rows' schedules come from (row name -> e.g. a stored schedule's file and the CPU it
-    was searched on)."""
+    was searched on); ``timing_refusal``: why the rows were verified but not timed (their target's
+    ``timing_refusal``, e.g. kernels run under an emulator), "" when they were timed."""
 
     def __init__(self, op: Op, rows: list[Row], profiles: dict[str, Any], peak: float, note: str = "", *,
                  end_to_end: bool = False, rounds: int = 1, other_cpu_share: float | None = None,
-                 provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None):
+                 provenance: dict[str, Any] | None = None, origins: dict[str, str] | None = None,
+                 timing_refusal: str = "", peak_source: str = HOST_PEAK):
         self.op, self.rows, self.profiles, self.peak, self.note = op, rows, profiles, peak, note
         self.end_to_end, self.rounds, self.other_cpu_share = end_to_end, rounds, other_cpu_share
         self.provenance = provenance if provenance is not None else _provenance(rows)
         self.origins = dict(origins or {})
+        self.timing_refusal, self.peak_source = timing_refusal, peak_source
 
     @property
     def unit(self) -> str:
@@ -102,15 +108,21 @@ class Comparison:
         return Comparison(self.op, rows, self.profiles, self.peak, self.note, end_to_end=self.end_to_end,
                           rounds=self.rounds, other_cpu_share=self.other_cpu_share,
                           provenance=self.provenance,
-                          origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins})
+                          origins={r.name: self.origins[r.name] for r in rows if r.name in self.origins},
+                          timing_refusal=self.timing_refusal, peak_source=self.peak_source)
 
     def ranking(self) -> list[str]:
-        """Names of the verified rows, fastest first by their (interleaved) median."""
-        return [r.name for r in sorted((r for r in self.rows if r.verified), key=lambda r: r.median_ms)]
+        """Names of the verified rows, fastest first by their (interleaved) median, or where they were not
+        timed by the kernel model's prediction."""
+        key = (lambda r: r.predicted_ms) if self.timing_refusal else (lambda r: r.median_ms)
+        return [r.name for r in sorted((r for r in self.rows if r.verified), key=key)]
 
     def _time_unit(self) -> tuple[str, float]:
-        """The unit of the table's times: the one in which the fastest median has three digits."""
-        return time_unit(min((r.median_ms for r in self.rows), default=1.0) * 1e-3)
+        """The unit of the table's times: the one in which the fastest median (rows not timed: the fastest
+        prediction) has three digits."""
+        times = ([r.median_ms for r in self.rows if r.median_ms is not None]
+                 or [r.predicted_ms for r in self.rows if r.predicted_ms is not None])
+        return time_unit(min(times, default=1.0) * 1e-3)
 
     def _headings(self) -> list[str]:
         unit = self._time_unit()[0]
@@ -125,7 +137,10 @@ class Comparison:
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
         work = f"{self.op.flops / 1e6:.1f} M{self.unit[1:-2]}"
-        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, machine profile)",
+        if self.timing_refusal:
+            return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} (one core, the target's modelled "
+                    f"profile)", "times: not measured (see below), each row verified against the reference"]
+        return [f"{self.op!r}: {work}, peak {self.peak:.1f} {self.unit} ({self.peak_source})",
                 f"times: {END_TO_END if self.end_to_end else KERNEL_ONLY}{interleaved}"]
 
     def _footing(self) -> list[str]:
@@ -137,11 +152,16 @@ class Comparison:
                                     for r in self.rows if r.noisy for reason in r.noise.split("; "))
             lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median "
                          f"({ranking}) may not hold; re-run on a quiet machine")
+        elif self.timing_refusal:
+            lines.append(f"not timed: {self.timing_refusal}; 'model {self._time_unit()[0]}' is the kernel "
+                         f"model's prediction on the target's modelled core; ranking by it: {ranking}")
         elif len(self.rows) > 1:
             lines.append(f"ranking by interleaved median: {ranking}")
         p = self.provenance
-        lines.append(f"measured on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
-                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}")
+        done = "verified" if self.timing_refusal else "measured"
+        lines.append(f"{done} on {p['cpu']} (machine {p['fingerprint']}), {p.get('threads', 1)} thread(s), "
+                     f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
+                     + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
         return lines + ([self.note] if self.note else [])
 
@@ -205,7 +225,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             isa: str | Sequence[str] = "auto",
             reuse: bool = True, progress: bool = True, budget: float = MEASURE_BUDGET,
             threads: int = 1, rounds: int = ROUNDS, end_to_end: bool = False,
-            origins: dict[str, str] | None = None) -> Comparison:
+            origins: dict[str, str] | None = None, target: str | Target | None = None) -> Comparison:
     """Compile each schedule of ``op``, time them together with their runs interleaved over
     ``rounds`` rounds (``measure_all``: ``budget`` seconds of runs each, the same noise for all),
     verify them and (with ``reuse``) analyse their reuse. ``isa``: one for every row, or one per row
@@ -217,7 +237,11 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     (``dataflows.winograd``) is a row like a schedule (verified within its own error bound), without
     reuse analysis or kernel model (both take one schedule); every row reports its error relative to
     the output's largest magnitude. ``origins``: row name -> where its schedule comes from, shown under
-    the table (``loopopt compare`` says there which CPU a stored schedule was searched on)."""
+    the table (``loopopt compare`` says there which CPU a stored schedule was searched on).
+
+    ``target``: build the schedules for that target (default: the one each ``isa`` belongs to); where
+    it cannot time its kernels here (``Target.timing_refusal``, e.g. NEON under an emulator) every row
+    is verified, not timed, and ranked by the kernel model's prediction."""
     names = list(names) if names is not None else [f"schedule{i + 1}" for i in range(len(schedules))]
     if len(names) != len(schedules):
         raise ValueError(f"got {len(schedules)} schedules but {len(names)} names")
@@ -231,21 +255,31 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if strangers:
         raise ValueError(f"origins names {strangers} but the rows are {names}")
     single = [isinstance(s, Schedule) for s in schedules]     # WinogradPlans: no reuse, no model
-    analysis = _analysis() if reuse else None
-    note = "" if analysis or not reuse else "reuse analysis unavailable (loopopt.analysis not installed)"
+    chosen = None if target is None else named_target(target)
+    if chosen is not None and chosen is not host_target() and not all(single):
+        raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
+    refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
+    device = chosen is not None and chosen.has_device     # the reuse analysis models the host's caches
+    analysis = _analysis() if reuse and not device else None
+    note = ("" if analysis or not reuse else f"no reuse analysis on target {chosen.name!r} (it models CPU "
+            f"caches)" if device else "reuse analysis unavailable (loopopt.analysis not installed)")
     machine = analysis.Machine.detect() if analysis else None
     steps = len(schedules) * (2 if analysis else 1) + 1
     bar, kernels, profiles = Progress(steps, progress), [], {}
-    for index, (name, schedule, target) in enumerate(zip(names, schedules, isas, strict=True)):
+    for index, (name, schedule, row_isa, one) in enumerate(zip(names, schedules, isas, single, strict=True)):
         bar.update(index, f"{name}: compile")
-        kernel = schedule.compile(target)
+        kernel = schedule.compile(row_isa, target=chosen) if chosen and one else schedule.compile(row_isa)
         kernel.set_threads(threads if isinstance(schedule, Schedule) and schedule.parallel_loop is not None
                            else 1)
         kernels.append(kernel)
-    bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
-    timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
-                          progress=None if progress else False)
-    rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
+    if refusal:
+        bar.update(len(kernels), f"verify {len(kernels)} schedules (not timed)")
+        timings, rows = [], [_verified_row(name, kernel) for name, kernel in zip(names, kernels)]
+    else:
+        bar.update(len(kernels), f"measure {len(kernels)} schedules, runs interleaved")
+        timings = measure_all(kernels, budget=budget, rounds=rounds, end_to_end=end_to_end,
+                              progress=None if progress else False)
+        rows = [_row(name, kernel.isa, timing) for name, kernel, timing in zip(names, kernels, timings)]
     if analysis:
         for index, (name, schedule, row) in enumerate(zip(names, schedules, rows)):
             if not single[index]:
@@ -262,11 +296,16 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else "scalar"
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
-    peak = peak_gflops(resolved, op.dtype if op.quant is None else "int8")
+    dtype = op.dtype if op.quant is None else "int8"
+    peak = chosen.peak(resolved, dtype) if chosen is not None else peak_gflops(resolved, dtype)
+    where = provenance(isa=resolved, threads=threads)
+    if device:
+        where["device"] = chosen.device()
     return Comparison(op, rows, profiles, peak, note,
                       end_to_end=end_to_end, rounds=rounds,
                       other_cpu_share=timings[0].other_cpu_share if timings else None,
-                      provenance=provenance(isa=resolved, threads=threads), origins=origins)
+                      provenance=where, origins=origins, timing_refusal=refusal,
+                      peak_source=chosen.peak_source(resolved) if device else HOST_PEAK)
 
 
 def _provenance(rows: list[Row]) -> dict[str, Any]:
@@ -278,6 +317,13 @@ def _row(name: str, isa: str, timing: Timing) -> Row:
     return Row(name, isa, timing.median * 1e3, timing.min * 1e3, timing.iqr * 1e3, timing.repeats,
                timing.gflops, timing.percent_of_peak, timing.verified, timing.max_error, timing.noisy,
                timing.noise, relative_error=timing.relative_error, algorithm=timing.algorithm)
+
+
+def _verified_row(name: str, kernel) -> Row:
+    """The row of a kernel verified against the reference but not timed."""
+    ok, error, largest = checked(kernel)
+    return Row(name, kernel.isa, None, None, None, 0, None, None, ok, error,
+               relative_error=error / largest if largest > 0 else error)
 
 
 def _add_hierarchy(row: Row, hierarchy) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from .expr import Var
 from .layout import moved_last
 from .ops import Op
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleError
 from .winograd import AnyPlan, plan
 
 LANES = 16
@@ -300,3 +300,98 @@ class Presets(dict[str, Callable[..., Schedule]]):
 
 PRESETS = Presets({f.__name__: f for f in (naive, interchanged, tiled, output_stationary, weight_stationary,
                                            input_stationary, implicit_gemm, im2col)})
+
+
+# --- GPU presets: bound schedules for the cuda target (``s.compile(target="cuda")``) -------------------
+
+def _gpu_rows(op: Op) -> tuple[str, str, tuple[str, ...]]:
+    """The output dims a GPU preset maps onto threads: ``x`` the last output dim (along which the
+    output is contiguous in its default layout: ``ow``, a Matmul's ``j``), ``y`` the output channels
+    (``k``; a Matmul's rows ``i``), and the other output dims (``n, oh``) outermost."""
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+    x = outputs[-1]
+    y = op.channel_dim if op.channel_dim != x else (outputs[:-1] or [x])[-1]
+    return x, y, tuple(d for d in outputs if d not in (x, y))
+
+
+def _bound_blocks(schedule: Schedule, loops: list[str], axis: str) -> Schedule:
+    """``loops`` (adjacent, outer to inner) fused into one bound to ``axis`` (none: unchanged)."""
+    if not loops:
+        return schedule
+    if len(loops) > 1:
+        schedule = _fused(schedule, tuple(loops), "_".join(loops))
+    return schedule.bind("_".join(loops), axis)
+
+
+def gpu_naive(op: Op, threads: int = 128) -> Schedule:
+    """One GPU thread per output: the last output dim (``ow``; Matmul ``j``) split into blocks of
+    ``threads`` threads (``thread.x``), every other output dim and those blocks fused into
+    ``block.x``; each thread runs the whole reduction (``c, kh, kw``) of its output, in a register."""
+    x = _gpu_rows(op)[0]
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != x]
+    schedule = Schedule(op).split(x, _fit(Schedule(op), x, threads))
+    reduction = [d for d in op.dim_names if d in op.reduction_dims]
+    schedule = schedule.reorder(*outputs, f"{x}_o", f"{x}_i", *reduction)
+    return _bound_blocks(schedule, [*outputs, f"{x}_o"], "block.x").bind(f"{x}_i", "thread.x")
+
+
+def _gpu_tiles(op: Op, threads_x: int, threads_y: int, regs_x: int, regs_y: int,
+               depth: int = 0) -> tuple[Schedule, list[str]]:
+    """``gpu_tiled``'s bound nest and its reduction loops; ``depth`` > 0: the input channels (a
+    Matmul's ``k``) split by ``depth``, their outer loop first among the reduction loops."""
+    x, y, rest = _gpu_rows(op)
+    schedule = Schedule(op)
+    tx, ty = _fit(schedule, x, threads_x), _fit(schedule, y, threads_y)
+    rx = max(1, min(regs_x, -(-schedule.loop(x).extent // tx)))
+    ry = max(1, min(regs_y, -(-schedule.loop(y).extent // ty)))
+    schedule = schedule.split(x, tx * rx).split(f"{x}_i", tx).split(y, ty * ry).split(f"{y}_i", ty)
+    reduction = [d for d in op.dim_names if d in op.reduction_dims]
+    channel = op.reduction_channel_dim
+    if depth and channel in reduction:
+        schedule = schedule.split(channel, _fit(schedule, channel, depth))
+        reduction = [f"{channel}_o"] + [f"{channel}_i" if d == channel else d for d in reduction]
+    schedule = schedule.reorder(*rest, f"{y}_o", f"{x}_o", f"{y}_i_i", f"{x}_i_i", *reduction,
+                                f"{y}_i_o", f"{x}_i_o")
+    schedule = _bound_blocks(schedule, list(rest), "block.z")
+    schedule = (schedule.bind(f"{y}_o", "block.y").bind(f"{x}_o", "block.x")
+                .bind(f"{y}_i_i", "thread.y").bind(f"{x}_i_i", "thread.x"))
+    return (schedule.register_block(reduction[0]) if reduction else schedule), reduction
+
+
+def gpu_tiled(op: Op, threads_x: int = 16, threads_y: int = 16, regs_x: int = 4, regs_y: int = 4) -> Schedule:
+    """A block-tiled SIMT kernel: a block of ``threads_y x threads_x`` threads computes a tile of
+    ``regs_y * threads_y`` output channels (``k``; Matmul rows ``i``) by ``regs_x * threads_x`` output
+    columns (``ow``; Matmul ``j``), each thread a ``regs_y x regs_x`` register block of outputs whose
+    threads interleave (neighbouring threads take neighbouring columns, so loads and stores coalesce).
+    The tiles are ``block.x`` (columns) and ``block.y`` (channels); the other output dims (``n, oh``)
+    fuse into ``block.z``. Each thread runs the reduction with its accumulators in registers."""
+    return _gpu_tiles(op, threads_x, threads_y, regs_x, regs_y)[0]
+
+
+def gpu_staged(op: Op, threads_x: int = 16, threads_y: int = 16, regs_x: int = 4, regs_y: int = 4,
+               depth: int = 8) -> Schedule:
+    """``gpu_tiled`` with the input channels (Matmul ``k``) in steps of ``depth``: at each step the
+    block's threads copy the tiles of the inputs that the step reads into shared memory (``stage``),
+    and every thread's products read them from there. An input whose index is not affine in the
+    tile's loops (a grouped conv's activations: their channel follows the output channel's group) is
+    not staged and is read from device memory."""
+    schedule, reduction = _gpu_tiles(op, threads_x, threads_y, regs_x, regs_y, depth)
+    for tensor in op.inputs if reduction else ():
+        try:
+            schedule = schedule.stage(tensor, reduction[0])
+        except ScheduleError:
+            if _affine_box(schedule, tensor, reduction[0]):
+                raise
+    return schedule
+
+
+def _affine_box(schedule: Schedule, tensor: str, at: str) -> bool:
+    """Whether ``tensor``'s index is affine in the loops a stage at ``at`` covers."""
+    try:
+        schedule.staged_box(tensor, at)
+    except ScheduleError:
+        return False
+    return True
+
+
+GPU_PRESETS = Presets({f.__name__: f for f in (gpu_naive, gpu_tiled, gpu_staged)})

@@ -2,13 +2,16 @@
 
 One small AST serves every consumer: isl strings (domains, access maps, schedule
 maps), C code (kernels, trace generators) and numpy evaluation. Division is floor
-division of a non-negative numerator by a positive constant, which is where C's
-``/`` and ``%`` agree with isl's ``floor`` and ``mod``.
+division by a positive constant (isl's ``floor`` and ``mod``, numpy's ``//`` and ``%``).
+C prints it as ``/`` and ``%``, which truncate toward zero and agree with it only for a
+non-negative numerator: a numerator that can be negative (an input index in a conv's padding,
+under a spatially blocked layout) is exact in C only once ``exact_in_c`` raised it, which code
+that uses the value without a guard needs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Union
+from typing import Callable, Mapping, Union
 
 import numpy as np
 
@@ -204,6 +207,24 @@ class Mod(Expr):
         return self.expr.substitute(bindings) % self.divisor
 
 
+def linear_terms(expr: Expr, names: frozenset[str]) -> tuple[dict[str, int], Expr]:
+    """``expr`` as ``sum(coefficient * name) + rest`` over the variables ``names`` (``rest`` free of
+    them): the coefficients and the rest. ValueError naming the variable where one of ``names`` lies
+    under a floor division or remainder (``expr`` is not affine in it)."""
+    if isinstance(expr, Var) and expr.name in names:
+        return {expr.name: 1}, Const(0)
+    if isinstance(expr, Add):
+        (left, rest_left), (right, rest_right) = (linear_terms(e, names) for e in (expr.left, expr.right))
+        return {n: left.get(n, 0) + right.get(n, 0) for n in left | right}, rest_left + rest_right
+    if isinstance(expr, Mul):
+        terms, rest = linear_terms(expr.expr, names)
+        return {n: c * expr.factor for n, c in terms.items()}, rest * expr.factor
+    inside = sorted(expr.variables() & names)
+    if inside:
+        raise ValueError(f"{inside[0]} lies under a floor division or remainder in {expr.to_c()}")
+    return {}, expr
+
+
 def divisions(expr: Expr) -> set[str]:
     """The floor divisions and remainders in ``expr`` (as C text, so that equal ones count once)."""
     found = {expr.to_c()} if isinstance(expr, FloorDiv | Mod) else set()
@@ -211,6 +232,36 @@ def divisions(expr: Expr) -> set[str]:
         if isinstance(child, Expr):
             found |= divisions(child)
     return found
+
+
+def exact_in_c(expr: Expr, least_inexact: Callable[[Expr, int], int | None]) -> Expr:
+    """``expr`` written so that C's ``/`` and ``%`` compute its floor divisions and remainders: each
+    numerator ``x`` that its divisor ``d`` does not divide at some negative value (``least_inexact``:
+    the least value of ``x`` that ``d`` does not divide, None if none) raised by ``k`` divisors to be
+    non-negative there, ``(x + k*d) // d - k`` and ``(x + k*d) % d``. ``expr`` itself where C's
+    truncation toward zero already agrees."""
+    if not divisions(expr):
+        return expr
+    fields = {name: exact_in_c(child, least_inexact) if isinstance(child, Expr) else child
+              for name, child in vars(expr).items()}
+    expr = type(expr)(**fields)
+    if not isinstance(expr, FloorDiv | Mod):
+        return expr
+    least = least_inexact(expr.expr, expr.divisor)
+    if least is None or least >= 0:
+        return expr
+    raised = -(least // expr.divisor)
+    numerator = _plus_constant(expr.expr, raised * expr.divisor)
+    if isinstance(expr, Mod):
+        return Mod(numerator, expr.divisor)
+    return FloorDiv(numerator, expr.divisor) - raised
+
+
+def _plus_constant(expr: Expr, value: int) -> Expr:
+    """``expr + value``, added to ``expr``'s constant term where it ends with one."""
+    if isinstance(expr, Add) and isinstance(expr.right, Const):
+        return expr.left + (expr.right.value + value)
+    return expr + value
 
 
 @dataclass(frozen=True)

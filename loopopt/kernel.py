@@ -51,6 +51,7 @@ from .codegen.tiles import (
     pack_weights,
     tile_plan,
 )
+from .driver import CffiDriver, Driver
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule, ScheduleError
 
@@ -70,31 +71,33 @@ class Kernel:
     """A compiled schedule: call it on numpy arrays in the op's logical layouts."""
 
     algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
+    target = None            # the Target that built it (set by the target's compile)
 
-    def __init__(self, schedule: Schedule, generated: Generated, module):
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
-        self._ffi = module.ffi
-        self._function = getattr(module.lib, KERNEL_NAME)
-        self._set_threads = getattr(module.lib, THREADS_NAME) if generated.openmp else None
+        self.driver = driver          # how the compiled function is called (driver.py)
         self.threads = (int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
                         if generated.openmp else 1)
         # built with sanitizers: every buffer ends where the kernel may stop reading
         self.exact = bool(sanitizers())
+        self.hold_weights = False    # pack a weights array once and keep it (see ``prepack``)
+        # id of a weights array given -> (that array, kept alive so that its id stays its own; packed)
+        self._held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_threads(self, n: int) -> None:
         """Run the schedule's parallel loop on ``n`` OpenMP threads (default: one per core)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"threads must be an integer >= 1, got {n!r}")
-        if self._set_threads is None:
+        if not self.generated.openmp:
             if n > 1:
                 raise ValueError(f"this kernel has no parallel loop, so it runs on one thread; "
                                  f"add .parallel(<loop>) to the schedule to use {n}")
             return
-        self._set_threads(n)
+        self.driver.set_threads(n)
         self.threads = n
 
     def __repr__(self) -> str:
@@ -113,6 +116,11 @@ class Kernel:
         """Bytes ``prepare`` allocates: ``packed buffers`` (the call's tensors in their storage
         layouts, blocked dims padded) and ``workspace`` (a quantized kernel's output and tables),
         each with the read-ahead the kernel declares."""
+        return dict(self._buffer_parts)
+
+    @cached_property
+    def _buffer_parts(self) -> dict[str, int]:
+        """``buffer_bytes``, counted once per kernel (every call's ``prepare`` checks it)."""
         parts = {"packed buffers": 0, "workspace": 0}
         for p in self.generated.params:
             if p.pointer:
@@ -188,10 +196,8 @@ class Kernel:
         return given
 
     def _bind(self, values: dict[str, Any]) -> tuple:
-        """The C arguments, each parameter's value looked up by its name (arrays as pointers)."""
-        cast = lambda ctype, array: self._ffi.cast(f"{ctype} *", self._ffi.from_buffer(array))
-        return tuple(cast(p.ctype, values[p.name]) if p.pointer else values[p.name]
-                     for p in self.generated.params)
+        """The C arguments, each parameter's value looked up by its name (the driver's form of them)."""
+        return self.driver.bind(self.generated.params, values)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
         """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
@@ -202,12 +208,38 @@ class Kernel:
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            storage[tensor] = (self._copy(tensor, array) if is_bias
-                               else self._pack(tensor, self._element(tensor, array)))
+            storage[tensor] = self._copy(tensor, array) if is_bias else self._packed(tensor, array)
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
         return Buffers(storage, self._bind(storage))
+
+    def prepack(self, weights: np.ndarray) -> None:
+        """Pack the constant operand ``weights`` (``op.inputs[1]``, logical layout) into its storage
+        layout and format now: later calls given this same array object skip its packing (the array
+        must not change meanwhile; calls given another array pack that one). With ``hold_weights``
+        (an ONNX backend's kernels, whose weights are the model's constants; nodes of one shape share
+        a kernel) a call packs each weights array it is given once and keeps it so."""
+        tensor = self.op.inputs[1]
+        shape = self.op.tensor(tensor).shape
+        if not isinstance(weights, np.ndarray) or weights.shape != shape:
+            given = weights.shape if isinstance(weights, np.ndarray) else type(weights).__name__
+            raise ValueError(f"prepack takes the weights {tensor} as an array of shape {shape}, got {given}")
+        self._held[id(weights)] = (weights, self._pack(tensor, self._element(tensor, weights)))
+
+    def _packed(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        """``array`` of input ``tensor`` packed for the kernel (the weights prepacked when they are
+        the array ``prepack`` was given)."""
+        if tensor == self.op.inputs[1] and self._prepacked(array):
+            return self._held[id(array)][1]
+        if tensor == self.op.inputs[1] and self.hold_weights:
+            self.prepack(array)
+            return self._held[id(array)][1]
+        return self._pack(tensor, self._element(tensor, array))
+
+    def _prepacked(self, weights: np.ndarray) -> bool:
+        """Whether ``weights`` is an array ``prepack`` was given (the same object)."""
+        return id(weights) in self._held and self._held[id(weights)][0] is weights
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
@@ -216,7 +248,7 @@ class Kernel:
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""
-        self._function(*buffers.pointers)
+        self.driver.call(buffers.pointers)
 
     def _logical(self, stored: np.ndarray) -> np.ndarray:
         out = self.op.output
@@ -250,9 +282,10 @@ class QuantizedKernel(Kernel):
     schedule says ``compensation("packed")``) outside the timed ``run``.
     """
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, plan: QuantPlan):
-        super().__init__(schedule, generated, module)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, plan: QuantPlan):
+        super().__init__(schedule, generated, driver)
         self.plan = plan
+        self._compensations: dict[tuple[int, bytes], np.ndarray] = {}   # see ``_compensation``
 
     @property
     def _output_name(self) -> str:
@@ -281,7 +314,7 @@ class QuantizedKernel(Kernel):
             return super()._pack(tensor, array)
         return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
-    def _stored(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""
         return stored_weights(self.plan, array) if tensor == self.op.inputs[1] else array
 
@@ -299,7 +332,7 @@ class QuantizedKernel(Kernel):
             shape = op.tensor(tensor).shape
             if array.shape != shape:
                 raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-            values[tensor] = self._pack(tensor, self._stored(tensor, array))
+            values[tensor] = self._packed(tensor, array)
         if op.bias:
             values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
@@ -316,7 +349,7 @@ class QuantizedKernel(Kernel):
             return {"lo_zw": zw, "lo_wscale": self._copy("lo_wscale", qp.w_scale.astype(np.float32)),
                     "lo_xscale": float(qp.x_scale), "lo_zx": int(qp.x_zero_point)}
         if plan.compensation == "packed":
-            comp = self._copy("lo_comp", compensation_table(op, plan, wq, qp.w_zero_point))
+            comp = self._compensation(wq, qp.w_zero_point)
         else:
             comp = self._zeros("lo_comp", (self._elements("lo_comp"),), np.int32)
         values = {"Y": self._zeros("Y", out_shape, spec.output), "lo_zw": zw, "lo_comp": comp,
@@ -326,6 +359,17 @@ class QuantizedKernel(Kernel):
         if mult is not None:
             values["lo_mult"] = self._copy("lo_mult", mult)
         return values
+
+    def _compensation(self, wq: np.ndarray, w_zero_point: np.ndarray) -> np.ndarray:
+        """The weight compensation table of ``wq``, computed once per prepacked weights array and zero
+        points (``prepack``)."""
+        key = (id(wq), np.asarray(w_zero_point).tobytes())
+        if key in self._compensations and self._prepacked(wq):
+            return self._compensations[key]
+        table = self._copy("lo_comp", compensation_table(self.op, self.plan, wq, w_zero_point))
+        if self._prepacked(wq):
+            self._compensations[key] = table
+        return table
 
     def accumulators(self, buffers: Buffers) -> np.ndarray:
         """The raw int32 products ``P`` of the last run (before compensation), logical layout."""
@@ -390,8 +434,8 @@ class BinaryKernel(QuantizedKernel):
     activations with their padding) and computes the ``base`` table of the padding correction; the
     kernel stores the output channels-last and ``output`` returns it in the logical layout."""
 
-    def __init__(self, schedule: Schedule, generated: Generated, module, popcount: str):
-        super().__init__(schedule, generated, module, None)
+    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, popcount: str):
+        super().__init__(schedule, generated, driver, None)
         self.popcount = popcount
         self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
 
@@ -436,6 +480,10 @@ class BinaryKernel(QuantizedKernel):
         if op.quant.scaled:
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
         return self.bind(values)
+
+    def prepack(self, weights: np.ndarray) -> None:
+        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
+                         "it has no prepacked form")
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, from channels-last to the op's logical layout."""
@@ -489,22 +537,33 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
                          "this CPU lacks it: use 'nibble'")
     generated = generate_binary(schedule, name, popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
-    return BinaryKernel(schedule, generated, module, popcount)
+    driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+    return BinaryKernel(schedule, generated, driver, popcount)
 
 
-def _build(generated: Generated, flags: tuple[str, ...]):
-    """The module of ``generated`` compiled with ``flags``, and OpenMP's where it has a parallel loop."""
+def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
+    """``generated`` compiled with ``flags`` (and OpenMP's where it has a parallel loop) into a cffi
+    module of the kernel cache, called in this process."""
     openmp = ("-fopenmp",) if generated.openmp else ()
-    return compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
+    return CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+
+
+
+def wrap(schedule: Schedule, generated: Generated, driver: Driver) -> Kernel:
+    """The kernel of an emitted schedule (``codegen.generate``), called through ``driver``."""
+    if generated.plan is not None:
+        return QuantizedKernel(schedule, generated, driver, generated.plan)
+    return Kernel(schedule, generated, driver)
 
 
 def _compile_tiles(schedule: Schedule) -> Kernel:
     generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
     check_amx_cpu()
-    module = _build(generated, generated.isa.compile_flags + QUANT_FLAGS)
+    driver = cffi_driver(generated, generated.isa.compile_flags + QUANT_FLAGS)
     if generated.plan is None:
-        return Bf16TileKernel(schedule, generated, module)
-    return TileKernel(schedule, generated, module, generated.plan)
+        return Bf16TileKernel(schedule, generated, driver)
+    return TileKernel(schedule, generated, driver, generated.plan)
 
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
@@ -521,15 +580,12 @@ def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
     isa_name = resolve_isa(isa, integer=quantized)
     if schedule.weight_format_mode in FORMATS:
         generated = generate_lut(schedule, isa_name)
-        module = _build(generated, generated.compile_flags + QUANT_FLAGS)
-        return LutKernel(schedule, generated, module, generated.plan)
+        driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
+        return LutKernel(schedule, generated, driver, generated.plan)
     generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
     if quantized and generated.plan.tap_dot is not None:
         flags += taps.compile_flags(isa_name)
-    module = _build(generated, flags)
-    if quantized:
-        return QuantizedKernel(schedule, generated, module, generated.plan)
-    return Kernel(schedule, generated, module)
+    return wrap(schedule, generated, cffi_driver(generated, flags))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -28,8 +29,10 @@ class Layout:
     order: tuple[tuple[str, int], ...]  # storage dims: (letter, block) outer->inner; block 0 = whole/outer
 
     @staticmethod
+    @lru_cache(maxsize=1024)
     def parse(tag: str, letters: str, tensor: str = "tensor") -> "Layout":
-        """Parse ``tag`` for a tensor whose logical dims are ``letters``; ValueError if malformed."""
+        """Parse ``tag`` for a tensor whose logical dims are ``letters``; ValueError if malformed
+        (a Layout is immutable: each tag is parsed once)."""
         pos, order, blocks = 0, [], {}
         for match in _TOKEN.finditer(tag):
             if match.start() != pos:
@@ -51,10 +54,12 @@ class Layout:
                 f"'16{letters[1].lower()}' (e.g. {_examples(letters)})")
         return Layout(tag, letters, tuple(order))
 
+    @lru_cache(maxsize=4096)       # noqa: B019 (layouts are few, immutable and parsed once: ``parse``)
     def block(self, letter: str) -> int:
         """Inner block size of ``letter`` (1 when not blocked)."""
         return next((b for name, b in self.order if name == letter and b), 1)
 
+    @lru_cache(maxsize=4096)       # noqa: B019
     def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the storage array for a tensor of logical ``shape``."""
         extent = dict(zip(self.letters, shape))
@@ -85,8 +90,10 @@ class Layout:
         ``buffers.aligned_zeros``)."""
         padded_shape = [-(-n // self.block(name)) * self.block(name)
                         for name, n in zip(self.letters, array.shape)]
-        padded = np.zeros(padded_shape, dtype=array.dtype)
-        padded[tuple(slice(0, n) for n in array.shape)] = array
+        padded = array
+        if tuple(padded_shape) != array.shape:       # a blocked dim padded with zeros to its block
+            padded = np.zeros(padded_shape, dtype=array.dtype)
+            padded[tuple(slice(0, n) for n in array.shape)] = array
         split_shape, split_axes = [], {}
         for letter, n in zip(self.letters, padded_shape):
             size = self.block(letter)

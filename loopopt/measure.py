@@ -6,7 +6,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -27,6 +27,7 @@ LONG_MEASUREMENT = 2.0     # s: timing expected to take longer shows progress (o
 PROGRESS_INTERVAL = 1.0    # s between two progress updates
 KERNEL_ONLY = "kernel run only, layout packing and unpacking excluded"
 END_TO_END = "end to end: packing, kernel run and unpacking"
+PREPACKED = "prepacked weights: activations packed per call, weights packed once, kernel run, unpacking"
 
 _clock: Callable[[], float] = time.perf_counter
 
@@ -59,11 +60,13 @@ class Timing:
     unverified: str = ""       # why the output could not be verified (the reference needs too much memory)
     relative_error: float = float("nan")   # max_error / the reference output's largest magnitude
     algorithm: str = "direct"  # "direct" (one schedule's nest) or "winograd F(4x4,3x3)" (a pipeline)
+    prepacked: bool = False    # whole calls with the weights packed once (``measure(..., prepacked=True)``)
 
     @property
     def scope(self) -> str:
-        """What the times cover: the kernel run only (default) or the whole call."""
-        return END_TO_END if self.end_to_end else KERNEL_ONLY
+        """What the times cover: the kernel run only (default), whole calls with the weights prepacked
+        (the scope a comparison with a framework quotes), or whole calls."""
+        return PREPACKED if self.prepacked else END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
         # a timing read back from a tuning log has no relative error (the log keeps the max error only)
@@ -162,6 +165,27 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
 Measurable = Kernel | AnyKernel
 
 
+class TimingRefusedError(RuntimeError):
+    """A kernel that cannot be timed here (its target's ``timing_refusal``): says why, and what the
+    kernel model predicts instead."""
+
+
+def check_timeable(kernel: Measurable) -> None:
+    """TimingRefusedError if ``kernel``'s target cannot time it here (e.g. it runs under an emulator),
+    with the kernel model's predicted time of its schedule.
+
+    The model sits above measure; it is imported here, where a refusal needs it (a lazy facade)."""
+    target = getattr(kernel, "target", None)        # a Winograd pipeline has none: it runs on the host
+    refusal = target.timing_refusal() if target is not None else None
+    if refusal is None:
+        return
+    from .model import kernel_model
+    predicted = kernel_model(kernel.schedule, kernel.isa, traffic=False).predicted_seconds
+    raise TimingRefusedError(f"{refusal}: no time measured; the kernel model predicts "
+                             f"{predicted * 1e3:.3f} ms on its modelled core "
+                             f"(lo.kernel_model(schedule, isa={kernel.isa!r}))")
+
+
 def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The kernel's input arrays (inputs, then bias if any) picked from ``inputs`` by tensor name."""
     return [inputs[t] for t in kernel.op.call_tensors]
@@ -217,23 +241,26 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
 
 def measure(kernel: Measurable, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
             verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-            progress: bool | None = None) -> Timing:
+            progress: bool | None = None, prepacked: bool = False) -> Timing:
     """Time ``kernel`` (see ``measure_all``, of which this is the one-kernel case)."""
     return measure_all([kernel], repeats, warmup, budget, verify_output=verify_output, seed=seed,
+                       prepacked=prepacked,
                        end_to_end=end_to_end, progress=progress)[0]
 
 
 def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmup: int = 1,
                 budget: float = 1.0,
                 rounds: int = ROUNDS, verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-                progress: bool | None = None) -> list[Timing]:
+                progress: bool | None = None, prepacked: bool = False) -> list[Timing]:
     """Time several kernels on the same noise: ``warmup`` untimed runs of each (the first sizes
     its repeat count), then ``repeats`` timed runs of each (default: as many as fit ``budget``
     seconds per kernel, see ``repeat_count``) interleaved over ``rounds`` rounds
     (``interleaved_order``); then each output is verified against the reference.
 
     By default only ``kernel.run`` on buffers prepared once is timed (packing into and unpacking
-    from the storage layouts excluded); ``end_to_end=True`` times the whole call. ``progress``:
+    from the storage layouts excluded); ``end_to_end=True`` times the whole call; ``prepacked=True``
+    the whole call with the weights packed once before (``Kernel.prepack``: what a framework's call
+    costs, the scope to quote against one). ``progress``:
     a progress bar on stderr for timing expected to last over LONG_MEASUREMENT seconds (default:
     when stderr is a terminal)."""
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
@@ -248,9 +275,11 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
                     else "")
             raise TypeError(f"measure takes a compiled Kernel, got a {type(kernel).__name__}{hint}")
     for kernel in kernels:          # before any input is made
+        check_timeable(kernel)
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
-    runners = [_runner(kernel, seed, end_to_end) for kernel in kernels]
-    firsts = [_timed(run) for run in runners]
+    runners = [_runner(kernel, seed, end_to_end, prepacked) for kernel in kernels]
+    timers = [_timer(kernel) for kernel in kernels]
+    firsts = [timer(run) for timer, run in zip(timers, runners)]
     for _ in range(max(0, warmup - 1)):
         for run in runners:
             run()
@@ -258,26 +287,45 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     expected = sum(count * first for count, first in zip(counts, firsts))
     show = (sys.stderr.isatty() if progress is None else progress) and expected > LONG_MEASUREMENT
     start = cpu_seconds()
-    times = _run_interleaved(runners, interleaved_order(counts, rounds), show)
+    times = _run_interleaved(runners, timers, interleaved_order(counts, rounds), show)
     share = others_share(start)
-    return [_timing(kernel, kernel_times, share, end_to_end, verify_output, seed)
-            for kernel, kernel_times in zip(kernels, times)]
+    return [replace(_timing(kernel, kernel_times, share, end_to_end or prepacked, verify_output, seed),
+                    prepacked=prepacked) for kernel, kernel_times in zip(kernels, times)]
 
 
-def _runner(kernel: Measurable, seed: int, end_to_end: bool) -> Callable[[], object]:
-    """What one timed run calls: the whole call, or the kernel run on buffers prepared now."""
+def _runner(kernel: Measurable, seed: int, end_to_end: bool, prepacked: bool) -> Callable[[], object]:
+    """What one timed run calls: the whole call (its weights prepacked now with ``prepacked``), or the
+    kernel run on buffers prepared now."""
     args, params = _call(kernel, seed)
-    if end_to_end:
+    if prepacked:
+        if not hasattr(kernel, "prepack"):
+            raise ValueError(f"{kernel!r} has no prepacked form (a pipeline transforms its weights on "
+                             f"every call): time it end_to_end=True")
+        kernel.prepack(args[1])
+    if end_to_end or prepacked:
         return partial(kernel, *args, **params)
     return partial(kernel.run, kernel.prepare(*args, **params))
 
 
-def _run_interleaved(runners: Sequence[Callable[[], object]], order: list[int],
-                     show: bool) -> list[list[float]]:
+def _timer(kernel: Measurable) -> Callable[[Callable[[], object]], float]:
+    """What times one run of ``kernel``: its target's device timer (``Target.run_timer``), else the
+    host clock (``_timed``; also for kernels built outside a target: Winograd pipelines, the tuner's)."""
+    target = getattr(kernel, "target", None)
+    return (target.run_timer() if target is not None else None) or _timed
+
+
+def _peak(kernel: Measurable, dtype: str) -> float:
+    """The peak "% of peak" of ``kernel`` is against: its target's, else this CPU's profile."""
+    target = getattr(kernel, "target", None)
+    return target.peak(kernel.isa, dtype) if target is not None else peak_gflops(kernel.isa, dtype)
+
+
+def _run_interleaved(runners: Sequence[Callable[[], object]], timers: Sequence[Callable[[Callable], float]],
+                     order: list[int], show: bool) -> list[list[float]]:
     times: list[list[float]] = [[] for _ in runners]
     bar, shown = Progress(len(order), show), _clock()
     for done, index in enumerate(order, 1):
-        times[index].append(_timed(runners[index]))
+        times[index].append(timers[index](runners[index]))
         if show and _clock() - shown >= PROGRESS_INTERVAL:
             bar.update(done, "timing runs")
             shown = _clock()
@@ -299,7 +347,7 @@ def _timing(kernel: Measurable, times: list[float], share: float | None, end_to_
     q75, q25 = np.percentile(times, [75, 25])
     gflops = op.flops / median / 1e9
     dtype = op.dtype if op.quant is None else "int8"   # quantized: GOP/s against the int8 dot peak
-    peak = peak_gflops(kernel.isa, dtype) * kernel.threads
+    peak = _peak(kernel, dtype) * kernel.threads
     noise = noise_verdict(times, share)
     unit = "GFLOP/s" if op.quant is None else "GOP/s"
     return Timing(median, float(min(times)), float(q75 - q25), len(times), gflops, 100 * gflops / peak, peak,

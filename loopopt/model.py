@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 
 from .analysis import Machine, ReuseProfile, reuse
 from .codegen.costs import KernelCounts, Site, count
-from .codegen.isa import ISAS, available_isas
-from .machine import peak_gflops
+from .codegen.isa import available_isas, tables
 from .schedule import Schedule
+from .targets.registry import target_of_isa
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,13 @@ CORE_COSTS = {
     # instructions, a scatter lane by lane
     "avx2": replace(_AVX512, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
     "scalar": _AVX512,
+    # modelled, not measured (no ARM core here): a Neoverse V1 class core (targets/neon/profile.py) from
+    # Arm's software optimization guide: four 128-bit SIMD pipes, 3 loads and 2 stores per cycle, 8-wide
+    # dispatch, a 256-entry reorder buffer; no mask registers or gathers: masked accesses, gathers and
+    # scatters are lane-by-lane helpers (a lane through memory each), a mask 3 instructions (dup, tst)
+    "neon": replace(_AVX512, fma_per_cycle=4, vector_per_cycle=4, loads_per_cycle=3, stores_per_cycle=2,
+                    issue_per_cycle=8, gather_lane=1.0, scatter_lane=1.0, masked=6, mask=3, hsum=2,
+                    window=256),
 }
 # bytes per cycle each level delivers to the one above it (L2 -> L1, L3 -> L2, DRAM -> L3), one core
 BANDWIDTH = {"L2": 32.0, "L3": 10.0, "DRAM": 4.0}
@@ -167,10 +174,11 @@ def memory_cycles(profile: ReuseProfile, machine: Machine | None = None,
 
 
 def clock(isa: str) -> float:
-    """Cycles per second implied by the measured peak of ``isa`` (scalar: of the best ISA this CPU runs)."""
-    name = isa if ISAS[isa].vectorizes else available_isas()[0]
-    lanes = ISAS[name].lanes
-    return peak_gflops(name) * 1e9 / (2 * lanes * CORE_COSTS[name].fma_per_cycle)
+    """Cycles per second implied by the peak of ``isa`` (its target's: measured on x86, modelled for
+    neon; scalar: of the best ISA this CPU runs)."""
+    name = isa if tables(isa).floats.vectorizes else available_isas()[0]
+    lanes = tables(name).floats.lanes
+    return target_of_isa(name).peak(name, "float32") * 1e9 / (2 * lanes * CORE_COSTS[name].fma_per_cycle)
 
 
 def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
@@ -185,6 +193,7 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     associative LRU."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
+    target_of_isa(isa)              # loads the target that registers ``isa``'s tables (e.g. neon)
     counts = count(schedule, isa)
     costs = CORE_COSTS[counts.isa]
     resources = dict.fromkeys(RESOURCES, 0.0)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 import islpy as isl
 
 from .cnames import check_user_name
-from .expr import Bound, Expr, Var
+from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
 from .ops import STATEMENT, Op
 
@@ -55,6 +55,7 @@ class Loop:
     vectorized: bool = False
     parallel: bool = False
     unroll: int = 0              # 0: not unrolled; n: unroll by n (the full extent when n >= extent)
+    axis: str = ""               # "": a loop; else the GPU axis its iterations run across (``bind``)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,31 @@ class Step:
 
 MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into accumulators
 BLOCK_OVERHANG = 64         # a split may cover its loop rounded up to this (a vector of the widest lanes)
+# The GPU axes of ``bind`` and CUDA's limits on them (every compute capability from 3.0 on):
+# the extent of each axis, and the threads of one block (the product of the thread axes).
+AXIS_LIMITS = {"block.x": 2**31 - 1, "block.y": 65535, "block.z": 65535,
+               "thread.x": 1024, "thread.y": 1024, "thread.z": 64}
+GPU_AXES = tuple(AXIS_LIMITS)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
+
+
+@dataclass(frozen=True)
+class StagedBox:
+    """The box of a staged input's logical index that one block reads inside the stage's loop ``at``:
+    per axis its first index (an expression of the loops outside ``at``) and its size."""
+
+    tensor: str
+    at: str
+    lower: tuple[Expr, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        count = 1
+        for size in self.sizes:
+            count *= size
+        return count
 
 
 def _check_factor(factor: Any, what: str, loop: Loop, limit: int) -> int:
@@ -134,6 +160,7 @@ class Schedule:
     compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
     weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
+    stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -170,6 +197,11 @@ class Schedule:
     @property
     def parallel_loop(self) -> Optional[Loop]:
         return next((loop for loop in self.loops if loop.parallel), None)
+
+    @property
+    def bound_loops(self) -> tuple[Loop, ...]:
+        """The loops bound to GPU axes (``bind``), outermost first."""
+        return tuple(loop for loop in self.loops if loop.axis)
 
     def layout_of(self, tensor: str) -> Layout:
         tag = dict(self.layouts)[tensor]
@@ -249,6 +281,16 @@ class Schedule:
         names = ", ".join(self.loop_names)
         return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops) + list(conditions))} }}")
 
+    def least(self, expr: Expr, *conditions: str) -> Optional[int]:
+        """The least value of ``expr`` over the iterations of the loop box where every isl
+        ``conditions`` holds (guards are not implied), None where none does."""
+        where = self.iterations(*conditions)
+        if where.is_empty():
+            return None
+        names = ", ".join(self.loop_names)
+        value = isl.PwAff(f"{{ [{names}] -> [({expr.to_isl()})] }}").intersect_domain(where)
+        return value.min_val().to_python()
+
     def _scheduled(self, pairs: isl.Map) -> isl.Map:
         return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
 
@@ -287,6 +329,9 @@ class Schedule:
             raise ScheduleError(f"{step}: the vectorized loop {vec.name!r} must stay innermost "
                                 f"(innermost would be {self.loops[-1].name!r})")
         self._check_parallel_outputs(step)
+        self._check_bound(step)
+        if self.stages:
+            self._check_stages(step)
         if self.register_block_at is not None:
             self._check_register_block(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
@@ -332,6 +377,8 @@ class Schedule:
         factor = _check_factor(factor, str(step), target, block_limit(target.extent))
         if target.vectorized:
             raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
+        if target.axis:
+            raise ScheduleError(f"{step}: {name!r} is bound to {target.axis}; split it before binding")
         outer, inner = f"{name}_o", f"{name}_i"
         self._check_new_names(step, outer, inner)
         pos = self.position(name)
@@ -365,6 +412,8 @@ class Schedule:
                                 f"(the order is {', '.join(self.loop_names)})")
         if a.vectorized or b.vectorized:
             raise ScheduleError(f"{step}: cannot fuse a vectorized loop")
+        if a.axis or b.axis:
+            raise ScheduleError(f"{step}: cannot fuse a loop bound to a GPU axis; fuse before binding")
         fused = name or f"{outer}_{inner}"
         self._check_new_names(step, fused)
         merged = Loop(fused, a.extent * b.extent, parallel=a.parallel)
@@ -405,6 +454,95 @@ class Schedule:
                 f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
                 f"running them on different threads would race")
         return self._annotate(step, loop, parallel=True)
+
+    def bind(self, loop: str, axis: str) -> "Schedule":
+        """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
+        ``thread.x|y|z``: one thread of the block each), on a GPU target. Refused for a loop that
+        carries the reduction (its iterations update the same outputs: threads would race), for an
+        axis already taken, and where an axis's extent or the threads of a block exceed CUDA's
+        limits (``AXIS_LIMITS``, ``MAX_THREADS_PER_BLOCK``)."""
+        step = Step("bind", (loop, axis))
+        bound = self.loop(loop, str(step))
+        if axis not in AXIS_LIMITS:
+            raise ScheduleError(f"{step}: {axis!r} is not a GPU axis; choose one of "
+                                f"{', '.join(map(repr, GPU_AXES))}")
+        holder = next((other for other in self.bound_loops if other.axis == axis), None)
+        if holder is not None and holder.name != loop:
+            raise ScheduleError(f"{step}: {axis} is already bound to loop {holder.name!r}")
+        if bound.axis and bound.axis != axis:
+            raise ScheduleError(f"{step}: loop {loop!r} is already bound to {bound.axis}")
+        race = self.carried_dependence(loop)
+        if race:
+            raise IllegalScheduleError(
+                f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
+                f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
+                f"running them on different GPU threads would race")
+        return self._annotate(step, loop, axis=axis)
+
+    def stage(self, tensor: str, at: str) -> "Schedule":
+        """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
+        ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
+        by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
+        ``at`` then come from there. Refused for a tensor that is not an input or is staged already,
+        stages at different loops, a bound loop inside ``at``, an index not affine in the loops
+        inside (a fused loop there), and boxes over ``MAX_SHARED_BYTES`` together."""
+        step = Step("stage", (tensor, at))
+        self.loop(at, str(step))
+        if tensor not in self.op.inputs:
+            raise ScheduleError(f"{step}: only the inputs are staged; choose one of "
+                                f"{', '.join(self.op.inputs)}")
+        if any(staged == tensor for staged, _ in self.stages):
+            raise ScheduleError(f"{step}: {tensor} is staged already")
+        return self._with(step, stages=self.stages + ((tensor, at),))
+
+    def staged_box(self, tensor: str, at: str) -> StagedBox:
+        """The box of ``tensor``'s logical index read over the thread loops and the loops inside
+        ``at`` (``stage``), the other loops fixed; ScheduleError where an index is not affine in them."""
+        inside = {loop.name: loop.extent for loop in self.loops[self.position(at) + 1:]}
+        inside |= {loop.name: loop.extent for loop in self.bound_loops if loop.axis.startswith("thread.")}
+        lower, sizes = [], []
+        for axis, expr in enumerate(self.index(tensor)):
+            try:
+                terms, rest = linear_terms(expr, frozenset(inside))
+            except ValueError as err:
+                raise ScheduleError(f"stage({tensor!r}, {at!r}): axis {axis} of {tensor} is not affine in "
+                                    f"the loops inside the stage ({err}); stage at a loop inside") from None
+            low = sum((c * (inside[n] - 1) for n, c in terms.items() if c < 0), 0)
+            lower.append(rest + Const(low) if low else rest)
+            sizes.append(1 + sum(abs(c) * (inside[n] - 1) for n, c in terms.items()))
+        return StagedBox(tensor, at, tuple(lower), tuple(sizes))
+
+    def refuse_gpu_steps(self, target: str) -> None:
+        """ScheduleError where this schedule binds loops to GPU axes or stages tensors in shared
+        memory, which the CPU target ``target`` has not (such a schedule compiles with target='cuda')."""
+        if self.bound_loops:
+            loop = self.bound_loops[0]
+            raise ScheduleError(f"loop {loop.name!r} is bound to the GPU axis {loop.axis}; the {target} "
+                                f"target has no GPU axes: compile with target='cuda'")
+        if self.stages:
+            raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
+                                f"has none: compile with target='cuda'")
+
+    def _check_stages(self, step: Step) -> None:
+        ats = {at for _, at in self.stages}
+        for at in ats:
+            if at not in self.loop_names:
+                raise ScheduleError(f"{step}: a tensor is staged at loop {at!r}, which no longer exists "
+                                    f"(split or fuse it before stage)")
+        if len(ats) > 1:
+            raise ScheduleError(f"{step}: the tensors are staged at different loops "
+                                f"({', '.join(sorted(ats))}); stage them at one")
+        at = next(iter(ats))
+        inside = [loop for loop in self.loops[self.position(at):] if loop.axis]
+        if inside:
+            raise ScheduleError(f"{step}: the loop {inside[0].name!r} bound to {inside[0].axis} lies inside "
+                                f"the stage at {at!r}; stage at a loop inside every bound loop")
+        total = sum(4 * self.staged_box(tensor, at).elements for tensor, _ in self.stages)
+        if total > MAX_SHARED_BYTES:
+            boxes = ", ".join(f"{t} {' x '.join(map(str, self.staged_box(t, at).sizes))}"
+                              for t, _ in self.stages)
+            raise ScheduleError(f"{step}: the staged boxes ({boxes}) take {total} bytes of shared memory; at "
+                                f"most {MAX_SHARED_BYTES} per block (stage at an inner loop or tile smaller)")
 
     def layout(self, tensor: str, tag: str) -> "Schedule":
         """Store ``tensor`` in the layout of oneDNN format ``tag`` (e.g. NHWC, NCHW16c, OIHW16i16o)."""
@@ -482,6 +620,32 @@ class Schedule:
                 f"threads would race on the outputs the kernel reads and writes around its guarded "
                 f"updates; parallelize a loop over outputs only")
 
+    def _check_bound(self, step: Step) -> None:
+        """A bound loop is not vectorized or parallel (CPU annotations), runs over outputs only (as
+        a parallel loop), and every axis and the threads of a block stay within CUDA's limits."""
+        threads = 1
+        for loop in self.bound_loops:
+            if loop.vectorized or loop.parallel:
+                kind = "vectorized" if loop.vectorized else "parallel"
+                raise ScheduleError(f"{step}: loop {loop.name!r} is bound to {loop.axis} and {kind}; a "
+                                    f"bound loop takes no CPU annotation")
+            summed = sorted(d for d in self.op.reduction_dims if loop.name in self.dim_values[d].variables())
+            if summed:
+                raise IllegalScheduleError(
+                    f"{step}: the loop {loop.name!r} bound to {loop.axis} runs over the reduction dim(s) "
+                    f"{', '.join(summed)}: GPU threads would race on the outputs they add to; bind a "
+                    f"loop over outputs only")
+            if loop.extent > AXIS_LIMITS[loop.axis]:
+                raise ScheduleError(f"{step}: loop {loop.name!r} bound to {loop.axis} has {loop.extent} "
+                                    f"iterations; CUDA allows at most {AXIS_LIMITS[loop.axis]} on that axis "
+                                    f"(split it and bind the parts to two axes)")
+            threads *= loop.extent if loop.axis.startswith("thread.") else 1
+        if threads > MAX_THREADS_PER_BLOCK:
+            sizes = " x ".join(f"{loop.name}[{loop.extent}]" for loop in self.bound_loops
+                               if loop.axis.startswith("thread."))
+            raise ScheduleError(f"{step}: a block would have {threads} threads ({sizes}); CUDA allows at "
+                                f"most {MAX_THREADS_PER_BLOCK} per block (bind smaller loops to thread axes)")
+
     def _check_register_block(self, step: Step) -> None:
         at = self.register_block_at
         if at not in self.loop_names:
@@ -491,6 +655,10 @@ class Schedule:
         if any(loop.parallel for loop in self.loops[start:]):
             raise ScheduleError(f"{step}: the parallel loop {self.parallel_loop.name!r} lies inside the "
                                 f"register block at {at!r}; parallelize a loop outside it")
+        inside = [loop.name for loop in self.loops[start:] if loop.axis]
+        if inside:
+            raise ScheduleError(f"{step}: the loop {inside[0]!r} bound to a GPU axis lies inside the "
+                                f"register block at {at!r}; bind loops outside it")
         reduction, block = self.block_loops()
         scalar_reduction = [n for n in reduction if not self.loop(n).vectorized]
         if block and scalar_reduction and self.position(scalar_reduction[-1]) > self.position(block[0]):

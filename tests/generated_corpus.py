@@ -11,9 +11,14 @@ from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
 from loopopt.codegen import ISAS, generate
+from loopopt.targets.neon.isa import NEON
 
 SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
 CODEGEN_ISAS = ("avx512", "avx2", "scalar")
+# corpus entries also printed from the NEON tables (every tier: a few)
+NEON_ENTRIES = ("resnet50.conv2_x@resnet50.conv2_x", "resnet50.conv2_x.int8@resnet50.conv2_x",
+                "mobilenetv2.block2.depthwise.int8@mobilenetv2.block2.depthwise",
+                "output_stationary@strided.q1", "output_stationary@conv.q0.dequantize")
 QUANT_SPECS = (lo.QuantSpec("uint8", True, True, "float32"), lo.QuantSpec("int8", True, False, "uint8"),
                lo.QuantSpec("uint8", False, False, "int8"),
                lo.QuantSpec("int8", True, False, "int32", weight="uint8"))
@@ -78,19 +83,25 @@ def hashes(every: int = 1) -> dict[str, str]:
     the reuse engines' trace nests (float ops); with ``every=n`` only each n-th corpus entry."""
     result = {}
     for number, (key, schedule) in enumerate(corpus()):
+        if key in NEON_ENTRIES:
+            result[f"{key}/neon"] = _sha(_source(schedule, NEON))
         if number % every:
             continue
         for isa in CODEGEN_ISAS:
-            try:
-                generated = generate(schedule, ISAS[isa])
-                text = generated.source + "\0" + generated.cdef
-            except lo.ScheduleError as err:
-                text = f"error: {err}"
-            result[f"{key}/{isa}"] = _sha(text)
+            result[f"{key}/{isa}"] = _sha(_source(schedule, ISAS[isa]))
         if schedule.op.quant is None:
             space = item_space(schedule, "line", 64)
             result[f"{key}/trace"] = _sha(nest_c(schedule, space) + "\0" + region_nest(schedule, space))
     return result
+
+
+def _source(schedule: lo.Schedule, isa) -> str:
+    """The generated source and cdef of ``schedule`` on ``isa`` (or the error)."""
+    try:
+        generated = generate(schedule, isa)
+        return generated.source + "\0" + generated.cdef
+    except lo.ScheduleError as err:
+        return f"error: {err}"
 
 
 def _sha(text: str) -> str:

@@ -7,13 +7,17 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import amx, codegen
 from loopopt.analysis.items import item_space
-from loopopt.codegen.isa import available_int_isas
+from loopopt.cbuild import compile_c
+from loopopt.codegen.isa import available_int_isas, tables
+from loopopt.codegen.params import KernelParam, signature
+from loopopt.driver import CffiDriver
+from loopopt.layout import Layout
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
@@ -22,6 +26,14 @@ ISAS = lo.available_isas()
 INT_ISAS = available_int_isas()                    # the quantized kernels' ISAs here, scalar last
 SIMD_INT_ISAS = [isa for isa in INT_ISAS if isa != "scalar"]
 HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+# --- instruction-table probes -----------------------------------------------------------------------
+
+def in_process(source: str, function: str, params: tuple[KernelParam, ...],
+               flags: tuple[str, ...]) -> CffiDriver:
+    """A driver calling ``function`` (taking ``params``) of ``source``, built for this machine."""
+    return CffiDriver(compile_c(source, signature(function, params, restrict=False) + ";", flags), function)
 
 
 # --- tiers ------------------------------------------------------------------------------------------
@@ -133,7 +145,7 @@ def register_block_sites(schedule, isa=None):
         try:
             blocked = schedule.register_block(name)
             if isa is not None:
-                codegen.generate(blocked, codegen.ISAS[isa])
+                codegen.generate(blocked, tables(isa).floats)
         except lo.ScheduleError:
             continue
         sites.append(name)
@@ -197,6 +209,57 @@ def schedules(draw, op, isa=None):
         sites = register_block_sites(s, isa)
         if sites:
             s = s.register_block(draw(st.sampled_from(sites)))
+    return s
+
+
+# activations blocked along a spatial axis: alone, both, under a channel block; with 4 input channels
+# innermost (the u8 x s8 dot's activations)
+SPATIALLY_BLOCKED = ("NCHW4w", "NCHW3w", "NCHW2h", "NCHW2h3w", "NHWC4w", "NCHW16c4w", "NCHW8c2w", "NCHW4c3w",
+                     "NCHW16c2h", "NCHW4c3h")
+DOT_SPATIALLY_BLOCKED = ("NCHW3w4c", "NCHW2h4c", "NHW2wC")
+
+
+@st.composite
+def spatially_blocked_schedules(draw, isa, spec=None):
+    """A register block over a tile of a random conv's output rows or columns (along a blocked axis of
+    the activations, ``SPATIALLY_BLOCKED``) and output channels, its reduction loops in any order;
+    quantized by ``spec`` if given (then sometimes in the u8 x s8 dot's form). That axis's stride is
+    often a multiple of its block (the block's loads then lie at constant distances: one operand base)
+    and its padding up to the stride, so a block's first load (its base, the first lane of a vector
+    along the positions) falls in the padding, in block -1, and the others do not. Only schedules
+    that generate code on ``isa``."""
+    dot = spec is not None and draw(st.booleans())
+    tag = draw(st.sampled_from(DOT_SPATIALLY_BLOCKED if dot else SPATIALLY_BLOCKED))
+    layout = Layout.parse(tag, "NCHW")
+    axis = draw(st.sampled_from([a for a in "HW" if layout.block(a) > 1]))
+    block = layout.block(axis)
+    geometry = []
+    for along in (axis == "H", axis == "W"):
+        kernel, dilation = draw(st.integers(1, 3 if along else 2)), draw(st.integers(1, 2))
+        stride = draw(st.sampled_from([block, 2 * block, 1, 2, 3] if along else [1, 2]))
+        padding = (draw(st.integers(int(along), stride)), draw(st.integers(0, 2)))
+        span = dilation * (kernel - 1) + 1
+        geometry.append((kernel, stride, padding, dilation,
+                         draw(st.integers(max(1, span - sum(padding)), 9 if along else 4))))
+    kernel, stride, padding, dilation, (height, width) = zip(*geometry)
+    groups = draw(st.sampled_from([1, 1, 2]))
+    op = lo.Conv2d(groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 10)), kernel, stride=stride,
+                   padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
+                   batch=draw(st.integers(1, 2)), height=height, width=width, quant=spec)
+    tiled, other = ("oh", "ow") if axis == "H" else ("ow", "oh")
+    s = (lo.Schedule(op).layout("I", tag).layout("O", draw(st.sampled_from(["NHWC", "NCHW16c", "NCHW"])))
+         .layout("W", "OIHW16o4i" if dot else draw(st.sampled_from(["HWIO", "OHWI", "OIHW16i16o"]))))
+    if dot:
+        s = s.split("c", 4)
+    s = s.tile(**{tiled: draw(st.integers(2, 4)), "k": draw(st.sampled_from([4, 8, 16]))})
+    reduction = draw(st.permutations(["c_o" if dot else "c", "kh", "kw"]))
+    lanes = draw(st.permutations([f"{tiled}_i", "k_i"]))
+    s = s.reorder("n", f"{tiled}_o", other, "k_o", *reduction, *(["c_i"] if dot else []), *lanes)
+    try:
+        s = s.vectorize(lanes[-1]).register_block(reduction[0])
+    except lo.ScheduleError:
+        assume(False)
+    assume(generates(s, isa))
     return s
 
 
@@ -274,7 +337,7 @@ def generates(schedule: lo.Schedule, isa) -> bool:
     """``schedule`` generates code on ``isa`` (always True when ``isa`` is None)."""
     try:
         if isa is not None:
-            codegen.generate(schedule, codegen.ISAS[isa])
+            codegen.generate(schedule, tables(isa).floats)
     except lo.ScheduleError:
         return False
     return True

@@ -17,6 +17,7 @@ import loopopt as lo
 from loopopt.cli import _op, main, parse_conv, parser
 from loopopt.codegen.isa import bf16_dot_available
 from loopopt.schedule_file import stored_schedule
+from loopopt.targets.neon import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -409,3 +410,12 @@ def test_show_and_reuse_of_a_winograd_plan_say_where_it_runs(capsys, tmp_path, c
     status, out, _ = run(capsys, "compare", *conv, "--schedules", f"naive,{path}", "--no-reuse", "--quiet",
                          "--json")
     assert status == 0 and json.loads(out)["rows"][1]["algorithm"] == "winograd F(2x2,3x3)"
+
+
+@pytest.mark.skipif(toolchain.native(), reason="native AArch64: neon needs no cross toolchain")
+def test_compare_on_a_target_without_its_toolchain_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.setenv(toolchain.CROSS_CC_ENV, "no-such-aarch64-gcc")
+    assert main(["compare", "--target", "neon", "--matmul", "4,4,4", "--schedules", "naive", "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert "'no-such-aarch64-gcc' is not installed" in err and "apt-get install" in err
+    assert len(err.strip().splitlines()) == 1

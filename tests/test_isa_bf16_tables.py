@@ -1,6 +1,7 @@
 """Each bfloat16 instruction-table entry does, lane by lane, what its recorded meaning says."""
 import numpy as np
 import pytest
+from helpers import in_process
 
 from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cbuild import compile_c
@@ -11,9 +12,11 @@ from loopopt.codegen.isa import (
     INT_ISAS,
     ISAS,
     SHARED_OPS,
+    Isa,
     available_isas,
     bf16_dot_available,
 )
+from loopopt.codegen.params import KernelParam, scalar, signature
 
 VECTOR_ISAS = [name for name in available_isas() if BF16_ISAS[name].vectorizes]
 # entries whose lanes are float32 values, and those whose lanes are int32 bf16 pairs
@@ -21,8 +24,12 @@ FLOAT_PROBES = ("broadcast", "load", "load_mask", "gather", "gather_mask", "dot"
 PAIR_PROBES = ("pair_zero", "broadcast_pair", "load_pairs", "load_pairs_mask", "gather_pairs",
                "gather_pairs_mask")
 
+PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int", const=True),
+          scalar("bits", "unsigned"), KernelParam("c_in", "float", const=True), KernelParam("out", "float"),
+          KernelParam("pairs", "int"))
+
 HARNESS = """{prelude}
-void probe(const uint16_t *h, const int *idx, unsigned bits, const float *c_in, float *out, int *pairs)
+{signature}
 {{
     const {mt} m = {mask_bits};
     const {it} index = {index_load};
@@ -32,9 +39,9 @@ void probe(const uint16_t *h, const int *idx, unsigned bits, const float *c_in, 
 """
 
 
-def probes(isa_name: str) -> dict[str, tuple[str, str]]:
-    """Per entry this ISA has: (result kind, C expression) on the harness's operands."""
-    bf, n = BF16_ISAS[isa_name], BF16_ISAS[isa_name].lanes
+def probes(bf: Isa) -> dict[str, tuple[str, str]]:
+    """Per entry the bf16 table ``bf`` has: (result kind, C expression) on the harness's operands."""
+    n = bf.lanes
     exprs = {
         "broadcast": bf.broadcast(s="h[3]") if "broadcast" in bf.ops else None,
         "load": bf.load(p="h + 1") if "load" in bf.ops else None,
@@ -54,19 +61,19 @@ def probes(isa_name: str) -> dict[str, tuple[str, str]]:
             if expr is not None}
 
 
-def build(isa_name: str):
-    bf, floats, ints = BF16_ISAS[isa_name], ISAS[isa_name], INT_ISAS[isa_name]
+def harness(bf: Isa, floats: Isa, ints: Isa) -> str:
+    """The C of ``probe`` (``PARAMS``): every entry of the bf16 table ``bf``, its float32 lanes stored with
+    the float table ``floats``, its pairs with the integer table ``ints``."""
     n = bf.lanes
     lines = []
-    for k, (kind, expr) in enumerate(probes(isa_name).values()):
+    for k, (kind, expr) in enumerate(probes(bf).values()):
         store = floats.store(p=f"out + {k} * {n}", v=expr) if kind == "float" else \
             ints.store(p=f"pairs + {k} * {n}", v=expr)
         lines.append(f"    {store};")
-    source = HARNESS.format(prelude=bf.prelude, mt=bf.mask_type, it=bf.index_type, ft=floats.vector_type,
-                            mask_bits=bf.mask_bits(s="bits"), index_load=bf.index_load(p="idx"),
-                            load_c=floats.load(p="c_in"), body="\n".join(lines))
-    cdef = "void probe(const uint16_t *, const int *, unsigned, const float *, float *, int *);"
-    return compile_c(source, cdef.replace("uint16_t", "unsigned short"), bf.compile_flags)
+    return HARNESS.format(prelude=bf.prelude, signature=signature("probe", PARAMS), mt=bf.mask_type,
+                          it=bf.index_type, ft=floats.vector_type, mask_bits=bf.mask_bits(s="bits"),
+                          index_load=bf.index_load(p="idx"), load_c=floats.load(p="c_in"),
+                          body="\n".join(lines))
 
 
 def test_every_bf16_instruction_has_a_meaning():
@@ -84,20 +91,22 @@ def test_bf16_instructions_match_their_scalar_meaning(isa_name, seed):
     if "dot" in bf.ops and not bf16_dot_available(isa_name):
         pytest.skip(f"this CPU lacks {', '.join(BF16_DOT_FLAGS)}: the {isa_name} bf16 table's vdpbf16ps "
                     f"entries cannot run here")
+    source = harness(bf, ISAS[isa_name], INT_ISAS[isa_name])
+    check_lanes(bf, in_process(source, "probe", PARAMS, bf.compile_flags), seed)
+
+
+def check_lanes(bf: Isa, driver, seed: int) -> None:
+    """Run ``probe`` through ``driver`` on random lanes and compare each entry with its meaning."""
     n = bf.lanes
     rng = np.random.default_rng(seed)
     h = to_bf16(rng.standard_normal(4 * n + 8).astype(np.float32))
     idx = rng.integers(0, 2 * n, n).astype(np.int32)
     bits = int(rng.integers(0, 2 ** n))
     c_in = rng.standard_normal(n).astype(np.float32)
-    table = probes(isa_name)
+    table = probes(bf)
     out = np.full(len(table) * n, -7.0, dtype=np.float32)
     pairs = np.full(len(table) * n, -7, dtype=np.int32)
-    module = build(isa_name)
-    ffi = module.ffi
-    ptr = lambda arr, t: ffi.cast(t, ffi.from_buffer(arr))
-    module.lib.probe(ptr(h, "unsigned short *"), ptr(idx, "int *"), bits, ptr(c_in, "float *"),
-                     ptr(out, "float *"), ptr(pairs, "int *"))
+    driver.call(driver.bind(PARAMS, dict(h=h, idx=idx, bits=bits, c_in=c_in, out=out, pairs=pairs)))
     mask = np.array([(bits >> j) & 1 for j in range(n)], dtype=bool)
     value = bf16_to_float32(h)
     pair = lambda low: (h[low].astype(np.uint32) | (h[low + 1].astype(np.uint32) << 16)).view(np.int32)

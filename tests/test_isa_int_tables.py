@@ -1,9 +1,10 @@
 """Each integer instruction-table entry does, lane by lane, what its recorded meaning says."""
 import numpy as np
 import pytest
+from helpers import in_process
 
-from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, SHARED_OPS, available_int_isas
+from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, ISAS, SHARED_OPS, Isa, available_int_isas
+from loopopt.codegen.params import KernelParam, scalar, signature
 
 VECTOR_ISAS = [name for name in available_int_isas() if INT_ISAS[name].vectorizes]
 
@@ -13,6 +14,7 @@ PROBES = {
     "load": "{load_p}",
     "load_mask": "{load_mask}",
     "broadcast": "{broadcast}",
+    "broadcast_word": "{broadcast_word}",
     "fma": "{fma}",
     "fma_mask": "{fma_mask}",
     "sub": "{sub}",
@@ -33,9 +35,14 @@ PROBES = {
     "pack_s8": "{pack_s8}",
 }
 
+PARAMS = (KernelParam("x", "int", const=True), KernelParam("y", "int", const=True),
+          KernelParam("bytes", "unsigned char", const=True), KernelParam("idx", "int", const=True),
+          scalar("bits", "unsigned"), KernelParam("out", "int"), KernelParam("scattered", "int"),
+          KernelParam("sums", "int"), KernelParam("floats", "float"),
+          KernelParam("narrowed", "unsigned char"))
+
 HARNESS = """{prelude}
-void probe(const int *x, const int *y, const unsigned char *bytes, const int *idx, unsigned bits,
-           int *out, int *scattered, int *sums, float *floats, unsigned char *narrowed)
+{signature}
 {{
     const {mt} m = {mask_bits};
     const {it} index = {index_load};
@@ -52,12 +59,14 @@ void probe(const int *x, const int *y, const unsigned char *bytes, const int *id
 """
 
 
-def build(isa_name):
-    isa = INT_ISAS[isa_name]
+def harness(isa: Isa, floats: Isa) -> str:
+    """The C of ``probe`` (``PARAMS``): every entry of the integer table ``isa`` (``floats``: the float
+    table of the same variant, which stores the converted lanes) on the probe's arrays."""
     n = isa.lanes
     ops = dict(
         zero=isa.zero(), load_p=isa.load(p="x + 1"), load_mask=isa.load_mask(p="x + 1", m="m"),
-        broadcast=isa.broadcast(s="x[2]"), fma=isa.fma(a="a", b="b", c="c"),
+        broadcast=isa.broadcast(s="x[2]"), broadcast_word=isa.broadcast_word(p="bytes + 1"),
+        fma=isa.fma(a="a", b="b", c="c"),
         fma_mask=isa.fma_mask(a="a", b="b", c="c", m="m"), sub=isa.sub(a="a", b="b"),
         gather=isa.gather(p="x", idx="index"), gather_mask=isa.gather_mask(p="x", idx="index", m="m"),
         load_u8=isa.load_u8(p="bytes + 3"), load_s8=isa.load_s8(p="bytes + 3"),
@@ -73,21 +82,17 @@ def build(isa_name):
     )
     stores = "\n".join(f"    {isa.store(p=f'out + {k} * {n}', v=PROBES[name].format(**ops))};"
                        for k, name in enumerate(PROBES))
-    source = HARNESS.format(
-        prelude=isa.prelude, vt=isa.vector_type, mt=isa.mask_type, it=isa.index_type,
+    return HARNESS.format(
+        prelude=isa.prelude, signature=signature("probe", PARAMS), vt=isa.vector_type, mt=isa.mask_type,
+        it=isa.index_type,
         mask_bits=isa.mask_bits(s="bits"), index_load=isa.index_load(p="idx"),
         load_a=isa.load(p="x"), load_b=isa.load(p="y"), load_c=isa.load(p="y + 1"), stores=stores,
         store_mask=isa.store_mask(p=f"out + {len(PROBES)} * {n}", m="m", v="a"),
         hsum=isa.hsum(v="a"), scatter=isa.scatter_mask(p="scattered", m="m", idx="index", v="a"),
-        store_float=f"{{ float t[{n}]; " + (
-            "_mm512_storeu_ps(t, " if n == 16 else "_mm256_storeu_ps(t, ") +
-        isa.to_float(v="a") + f"); for (int j = 0; j < {n}; ++j) floats[j] = t[j]; }}",
+        store_float=floats.store(p="floats", v=isa.to_float(v="a")),
         store_narrow=isa.store_narrow(p="narrowed", v="a"),
         store_narrow_mask=isa.store_narrow_mask(p=f"narrowed + {n}", m="m", v="a"),
         store_bytes=isa.store_bytes(p=f"narrowed + {2 * n}", v="a", n=f"{4 * n} - 5"))
-    cdef = ("void probe(const int *, const int *, const unsigned char *, const int *, unsigned, int *, "
-            "int *, int *, float *, unsigned char *);")
-    return compile_c(source, cdef, isa.compile_flags)
 
 
 def test_every_int_instruction_has_a_meaning():
@@ -102,7 +107,13 @@ def test_every_int_instruction_has_a_meaning():
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
-    n = INT_ISAS[isa_name].lanes
+    isa = INT_ISAS[isa_name]
+    check_lanes(isa, in_process(harness(isa, ISAS[isa_name]), "probe", PARAMS, isa.compile_flags), seed)
+
+
+def check_lanes(isa: Isa, driver, seed: int) -> None:
+    """Run ``probe`` through ``driver`` on random lanes and compare each entry with its meaning."""
+    n = isa.lanes
     rng = np.random.default_rng(seed)
     x = rng.integers(-2**31, 2**31, 4 * n, dtype=np.int64).astype(np.int32)
     x[:n] = rng.integers(-2**20, 2**20, n)            # a: small enough to convert to float exactly
@@ -115,12 +126,9 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     sums = np.zeros(1, dtype=np.int32)
     floats = np.zeros(n, dtype=np.float32)
     narrowed = np.full(6 * n, 0xAB, dtype=np.uint8)
-    module = build(isa_name)
-    ffi = module.ffi
-    ptr = lambda arr, t: ffi.cast(t, ffi.from_buffer(arr))
-    module.lib.probe(ptr(x, "int *"), ptr(y, "int *"), ptr(raw, "unsigned char *"), ptr(idx, "int *"), bits,
-                     ptr(out, "int *"), ptr(scattered, "int *"), ptr(sums, "int *"), ptr(floats, "float *"),
-                     ptr(narrowed, "unsigned char *"))
+    values = dict(x=x, y=y, bytes=raw, idx=idx, bits=bits, out=out, scattered=scattered, sums=sums,
+                  floats=floats, narrowed=narrowed)
+    driver.call(driver.bind(PARAMS, values))
     mask = np.array([(bits >> j) & 1 for j in range(n)], dtype=bool)
     a, b, c = x[:n].astype(np.int64), y[:n].astype(np.int64), y[1:n + 1].astype(np.int64)
     wrap = lambda v: np.asarray(v, dtype=np.int64).astype(np.uint32).astype(np.int32)
@@ -130,7 +138,8 @@ def test_int_instructions_match_their_scalar_meaning(isa_name, seed):
     dot = wrap(c + (au8 * bs8).sum(axis=1))
     expected = {
         "zero": np.zeros(n), "load": x[1:n + 1], "load_mask": np.where(mask, x[1:n + 1], 0),
-        "broadcast": np.full(n, x[2]), "fma": wrap(c + a * b), "fma_mask": np.where(mask, wrap(c + a * b), c),
+        "broadcast": np.full(n, x[2]), "broadcast_word": np.full(n, word(np.array([1]))[0]),
+        "fma": wrap(c + a * b), "fma_mask": np.where(mask, wrap(c + a * b), c),
         "sub": wrap(a - b), "gather": x[idx], "gather_mask": np.where(mask, x[idx], 0),
         "load_u8": raw[3:3 + n], "load_s8": raw[3:3 + n].view(np.int8),
         "load_u8_mask": np.where(mask, raw[3:3 + n], 0),

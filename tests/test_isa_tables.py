@@ -1,14 +1,19 @@
 """Each instruction-table entry does, lane by lane, what its recorded meaning says."""
 import numpy as np
 import pytest
+from helpers import in_process
 
-from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import ISAS, MEANINGS, available_isas
+from loopopt.codegen.isa import ISAS, MEANINGS, Isa, available_isas
+from loopopt.codegen.params import KernelParam, scalar, signature
 
 VECTOR_ISAS = [name for name in available_isas() if ISAS[name].vectorizes]
 
+PARAMS = (KernelParam("x", "float", const=True), KernelParam("y", "float", const=True),
+          KernelParam("idx", "int", const=True), scalar("bits", "unsigned"), KernelParam("out", "float"),
+          KernelParam("scattered", "float"))
+
 HARNESS = """{prelude}
-void probe(const float *x, const float *y, const int *idx, unsigned bits, float *out, float *scattered)
+{signature}
 {{
     const {mt} m = {mask_bits};
     const {it} index = {index_load};
@@ -28,12 +33,13 @@ void probe(const float *x, const float *y, const int *idx, unsigned bits, float 
 """
 
 
-def build(isa_name):
-    isa = ISAS[isa_name]
+def harness(isa: Isa) -> str:
+    """The C of ``probe`` (``PARAMS``): every entry of the float table ``isa`` on the probe's arrays."""
     n = isa.lanes
     out = lambda k: f"out + {k} * {n}"
-    source = HARNESS.format(
-        prelude=isa.prelude, vt=isa.vector_type, mt=isa.mask_type, it=isa.index_type, n=n,
+    return HARNESS.format(
+        prelude=isa.prelude, signature=signature("probe", PARAMS), vt=isa.vector_type, mt=isa.mask_type,
+        it=isa.index_type, n=n,
         mask_bits=isa.mask_bits(s="bits"), index_load=isa.index_load(p="idx"),
         load=isa.load(p="x"), load_b=isa.load(p="y"), broadcast=isa.broadcast(s="x[1]"),
         store_load_mask=isa.store(p=out(0), v=isa.load_mask(p="x", m="m")),
@@ -48,21 +54,11 @@ def build(isa_name):
         store_count=isa.store_mask(p=out(7), m=isa.mask_count(n="3"), v="a"),
         store_zero=isa.store(p=out(8), v=isa.zero()),
     )
-    cdef = "void probe(const float *, const float *, const int *, unsigned, float *, float *);"
-    return compile_c(source, cdef, isa.compile_flags)
 
 
-def test_every_instruction_has_a_meaning():
-    for isa in ISAS.values():
-        assert set(isa.ops) <= set(MEANINGS)
-    for name in VECTOR_ISAS:
-        assert set(ISAS[name].ops) == set(MEANINGS), name
-
-
-@pytest.mark.parametrize("isa_name", VECTOR_ISAS)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_instructions_match_their_scalar_meaning(isa_name, seed):
-    n = ISAS[isa_name].lanes
+def check_lanes(isa: Isa, driver, seed: int) -> None:
+    """Run ``probe`` through ``driver`` on random lanes and compare each entry with its meaning."""
+    n = isa.lanes
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(4 * n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
@@ -71,10 +67,7 @@ def test_instructions_match_their_scalar_meaning(isa_name, seed):
     out = np.full(9 * n + 1, np.nan, dtype=np.float32)
     out[7 * n:8 * n] = -1.0
     scattered = np.zeros(4 * n, dtype=np.float32)
-    module = build(isa_name)
-    ffi = module.ffi
-    ptr = lambda a, t="float *": ffi.cast(t, ffi.from_buffer(a))
-    module.lib.probe(ptr(x), ptr(y), ptr(idx, "int *"), bits, ptr(out), ptr(scattered))
+    driver.call(driver.bind(PARAMS, dict(x=x, y=y, idx=idx, bits=bits, out=out, scattered=scattered)))
     mask = np.array([(bits >> j) & 1 for j in range(n)], dtype=bool)
     a, b, c = x[:n], y, np.full(n, x[1], dtype=np.float32)
     fused = (a.astype(np.float64) * b + c).astype(np.float32)
@@ -91,3 +84,17 @@ def test_instructions_match_their_scalar_meaning(isa_name, seed):
     assert np.array_equal(lane(6), x[np.arange(n) * 3])
     assert np.array_equal(lane(7), np.where(np.arange(n) < 3, a, -1.0))
     assert np.array_equal(lane(8), np.zeros(n))
+
+
+def test_every_instruction_has_a_meaning():
+    for isa in ISAS.values():
+        assert set(isa.ops) <= set(MEANINGS)
+    for name in VECTOR_ISAS:
+        assert set(ISAS[name].ops) == set(MEANINGS), name
+
+
+@pytest.mark.parametrize("isa_name", VECTOR_ISAS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_instructions_match_their_scalar_meaning(isa_name, seed):
+    isa = ISAS[isa_name]
+    check_lanes(isa, in_process(harness(isa), "probe", PARAMS, isa.compile_flags), seed)

@@ -155,3 +155,17 @@ def test_a_guard_that_holds_for_the_whole_block_costs_no_select(isa):
     conv = conv.tile(ow=3, k=lanes).reorder("n", "k_o", "oh", "ow_o", "kh", "kw", "c").vectorize("k_i")
     body = site(count(conv.register_block("kh"), isa), "register block body")
     assert body.work.vector_ops > 0
+
+
+def test_the_neon_model_runs_on_its_modelled_core():
+    """NEON (no ARM core here: modelled): 4 lanes, 4 fmla pipes at the profile's 2.6 GHz; the dot of a
+    quantized schedule is counted on it too, and a register block is cheaper than none."""
+    s = block_2x4("avx2")
+    model = lo.kernel_model(s, "neon", traffic=False)
+    assert model.counts.lanes == 4 and model.hertz == pytest.approx(2.6e9)
+    unblocked = lo.kernel_model(tiles_2x4("avx2"), "neon", traffic=False)
+    assert 0 < model.predicted_seconds < unblocked.predicted_seconds
+    op = lo.Matmul(7, 32, 16, quant=lo.QuantSpec("int8", True, False, "int8"))
+    dot = (lo.Schedule(op).layout("B", "KN4n4k").split("k", 4).tile(j=4).reorder("k_o", "k_i", "j_o")
+           .vectorize("j_i"))
+    assert count(dot, "neon").arithmetic == "dot" and count(dot, "neon").useful_lanes == op.macs / 4

@@ -1,11 +1,26 @@
 """Every generated kernel agrees with the numpy reference, on every ISA here plus scalar."""
+import itertools
+
 import numpy as np
 import pytest
-from helpers import ISAS, check, conv_ops, gemm_ops, matmul_ops, quick_first, rotated, schedules, tiers
+from helpers import (
+    ISAS,
+    check,
+    conv_ops,
+    gemm_ops,
+    matmul_ops,
+    quick_first,
+    rotated,
+    schedules,
+    spatially_blocked_schedules,
+    tiers,
+)
 from hypothesis import assume
 from hypothesis import strategies as st
 
 import loopopt as lo
+from loopopt.cbuild import compile_c
+from loopopt.codegen.vector import exact_offset
 from loopopt.measure import tolerance
 from loopopt.tune.space import candidates
 
@@ -64,6 +79,58 @@ def search_space_conv(isa, data):
 
 test_search_space_convs_quick, test_search_space_convs = tiers(
     search_space_conv, 1, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+def spatially_blocked_conv(isa, data):
+    """A register block of a random conv over spatially blocked activations (``spatially_blocked_schedules``:
+    loads, the operand base's own and a vector's first lane too, in the padding of another spatial block)."""
+    check(data.draw(spatially_blocked_schedules(isa)), isa)
+
+
+test_spatially_blocked_convs_quick, test_spatially_blocked_convs = tiers(
+    spatially_blocked_conv, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+
+
+# issue 31: the block's first load, its operand base, at column (row) -2 of a stride-3 window: block -1
+BASE_IN_THE_PADDING = {
+    "columns": (dict(stride=(1, 3), padding=(0, 2), height=4, width=8), "ow", ("oh", "ow_o"), "NCHW16c4w"),
+    "rows": (dict(stride=(3, 1), padding=(2, 0), height=8, width=4), "oh", ("oh_o", "ow"), "NCHW4c3h"),
+}
+
+
+@pytest.mark.parametrize("geometry, tiled, outer, layout, isa", rotated(BASE_IN_THE_PADDING, ISAS))
+def test_operand_base_in_the_padding_of_a_spatial_block(geometry, tiled, outer, layout, isa):
+    s = (lo.Schedule(lo.Conv2d(3, 16, 1, bias=False, **geometry)).layout("O", "NHWC").layout("W", "HWIO")
+         .tile(**{tiled: 3, "k": 16}).reorder(*outer, "k_o", "c", "kh", "kw").vectorize("k_i")
+         .register_block("c").layout("I", layout))
+    kernel = check(s, isa)
+    assert isa == "scalar" or "lo_base_I = " in kernel.source
+
+
+@pytest.mark.parametrize("isa", quick_first(ISAS))
+def test_strided_vector_from_a_first_lane_in_the_padding(isa):
+    # the lanes' rows 2*oh_o - 1 and 2*oh_o cross a block of NCHW2h: strided(3) from lane 0's element,
+    # at row -1 (block -1) where oh_o = 0; in the plain nest and in a register block
+    op = lo.Conv2d(1, 1, 1, padding=(1, 0), height=1, width=2)
+    s = (lo.Schedule(op).layout("I", "NCHW2h").split("oh", 2)
+         .reorder("n", "k", "oh_o", "ow", "c", "kh", "kw", "oh_i").vectorize("oh_i"))
+    for schedule in (s, s.register_block("c")):
+        assert isa == "scalar" or "I strided(3)" in check(schedule, isa).source
+
+
+@pytest.mark.parametrize("tag", ["NCHW4c3w", "NCHW2h3w"])
+def test_exact_offsets_are_floor_divisions_in_c(tag):
+    # the input's offset of a strided, padded conv reaches rows and columns -2 (block -1, whose C
+    # truncation is block 0): exact_offset's C has the offset's value everywhere in the loop box
+    op = lo.Conv2d(3, 2, 2, stride=3, padding=2, bias=False, height=7, width=8)
+    s = lo.Schedule(op).layout("I", tag).tile(ow=3)
+    offset, names = s.offset("I"), s.loop_names
+    text = exact_offset(s, offset)
+    assert text != offset.to_c()
+    module = compile_c(f"long f({', '.join(f'long {n}' for n in names)}) {{ return {text}; }}",
+                       f"long f({', '.join('long' for _ in names)});")
+    for values in itertools.product(*(range(loop.extent) for loop in s.loops)):
+        assert module.lib.f(*values) == offset.evaluate(dict(zip(names, values)))
 
 
 CONV = {"in_channels": 6, "out_channels": 20, "kernel_size": 3, "padding": 1, "batch": 2, "height": 7,

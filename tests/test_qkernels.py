@@ -17,6 +17,7 @@ from helpers import (
     quick_first,
     rotated,
     schedules,
+    spatially_blocked_schedules,
     tiers,
 )
 from helpers import INT_ISAS as ISAS
@@ -87,6 +88,18 @@ def random_quantized_batched_matmul_schedule(isa, data):
 test_random_quantized_batched_matmul_schedules_quick, test_random_quantized_batched_matmul_schedules = tiers(
     random_quantized_batched_matmul_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)],
     data=st.data())
+
+
+def spatially_blocked_quantized_conv(isa, data):
+    """A register block of a random quantized conv over spatially blocked activations
+    (``spatially_blocked_schedules``: loads in the padding of another spatial block), every QuantSpec,
+    the u8 x s8 dot's form too, on calibrated or full-range data."""
+    s = data.draw(spatially_blocked_schedules(isa, data.draw(SPECS)))
+    check(s, isa, call=data.draw(st.none() | integer_calls(s.op)))
+
+
+test_spatially_blocked_quantized_convs_quick, test_spatially_blocked_quantized_convs = tiers(
+    spatially_blocked_quantized_conv, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s):

@@ -14,10 +14,14 @@ from loopopt.quant_reference import random_call
 
 HERE = Path(__file__).parent
 # the random kernels of sanitized_kernels.py, the regression tests of the two reads past an array
-# that only a sanitizer sees, the quantized register blocks (vector ISAs, packed byte stores) and the dot
-# schedules
+# that only a sanitizer sees, the quantized register blocks (vector ISAs, packed byte stores), the dot
+# schedules and the loads addressed from an element in the padding of a spatially blocked input
 TIER = ("sanitized_kernels.py",
         "test_kernels.py::test_register_block_over_a_partial_channel_block_reads_the_bias_in_bounds",
+        "test_kernels.py::test_operand_base_in_the_padding_of_a_spatial_block",
+        "test_kernels.py::test_strided_vector_from_a_first_lane_in_the_padding",
+        "test_kernels.py::test_spatially_blocked_convs_quick",
+        "test_qkernels.py::test_spatially_blocked_quantized_convs_quick",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_read_the_tables_in_bounds",
         "test_qkernels.py::test_fused_epilogue_dead_lanes_past_the_last_column",
         "test_qkernels.py::test_register_blocks", "test_qkernels.py::test_dot_schedules",

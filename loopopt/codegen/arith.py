@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
 from . import taps, ternary
-from .isa import BF16_ISAS, INT_ISAS, ISAS, Isa
+from .isa import Isa, tables
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
 
@@ -44,11 +44,11 @@ class Arithmetic:
 
     @property
     def ints(self) -> Isa:
-        return INT_ISAS[self.acc.name]
+        return tables(self.acc.name).ints
 
     @property
     def bf16(self) -> Isa:
-        return BF16_ISAS[self.acc.name]
+        return tables(self.acc.name).bf16
 
     @property
     def is_bf16(self) -> bool:
@@ -152,7 +152,7 @@ class Arithmetic:
                          else taps.operand(self.acc.name, tap, ref, column, fill, lanes))
             elif kind == "broadcast":
                 # the group's 4 bytes, at any byte address (an int load there would be misaligned)
-                value = ints.broadcast(s=f"_mm_cvtsi128_si32(_mm_loadu_si32(&{ref}))")
+                value = ints.broadcast_word(p=f"&{ref}")
             elif kind == "strided" and access.stride == DOT:
                 value = ints.load_mask(p=f"&{ref}", m=mask) if mask else ints.load(p=f"&{ref}")
             else:
@@ -240,13 +240,22 @@ def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan],
                bf16_dot: bool = True) -> Arithmetic:
     """The arithmetic of ``schedule`` on ``isa_name``. ``bf16_dot``: a bfloat16 kernel may use the
     table's ``vdpbf16ps`` (kernels compiled to run here pass ``isa.bf16_dot_available``)."""
+    table = tables(isa_name)
     if schedule.op.dtype == "bfloat16":
-        dot = (find_dot_loop(schedule, ISAS[isa_name].lanes, BF16_PAIR, padded_groups=False)
-               if bf16_dot and "dot" in BF16_ISAS[isa_name].ops else None)
-        return Arithmetic("bf16_dot" if dot else "bf16", ISAS[isa_name], schedule, dot_loop=dot)
+        _check_table(table.bf16, isa_name, "bfloat16")
+        dot = (find_dot_loop(schedule, table.floats.lanes, BF16_PAIR, padded_groups=False)
+               if bf16_dot and "dot" in table.bf16.ops else None)
+        return Arithmetic("bf16_dot" if dot else "bf16", table.floats, schedule, dot_loop=dot)
     if plan is None:
-        return Arithmetic("float", ISAS[isa_name], schedule)
+        return Arithmetic("float", table.floats, schedule)
+    _check_table(table.ints, isa_name, "quantized")
     if plan.arithmetic == "dequantize":
-        return Arithmetic("dequantize", ISAS[isa_name], schedule, plan)
-    return Arithmetic("dot" if plan.dot_loop else "integer", INT_ISAS[isa_name], schedule, plan,
-                      plan.dot_loop)
+        return Arithmetic("dequantize", table.floats, schedule, plan)
+    return Arithmetic("dot" if plan.dot_loop else "integer", table.ints, schedule, plan, plan.dot_loop)
+
+
+def _check_table(table: Isa | None, isa_name: str, kind: str) -> None:
+    """ScheduleError if variant ``isa_name`` has no table for ``kind`` kernels."""
+    if table is None:
+        raise ScheduleError(f"isa {isa_name!r} has no {kind} kernels yet (no {kind} instruction table); "
+                            f"use dtype='float32' on it, or another isa")

@@ -21,7 +21,9 @@ from its first load over the whole loop box (a channels-last input's pixels, a p
 block's vectors), the body declares one pointer to that first element per reduction iteration
 (``lo_base_<tensor>``) and indexes it by constants: the C compiler then addresses each load as
 that register plus a displacement, instead of computing (and, beyond its integer registers,
-spilling to the stack) one address per load.
+spilling to the stack) one address per load. The base is taken even where its own load is guarded
+off (a padding tap), so its offset is written exact in C (``vector.exact_offset``: the displacements
+are floor divisions', where a spatially blocked input's block of a column left of the row is -1).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from . import taps, ternary
 from .arith import Arithmetic, load
 from .isa import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
-from .vector import AccessKind, classify_offset
+from .vector import FROM_LANE_ZERO, AccessKind, classify_offset, exact_offset
 
 
 class NestEmitter(Protocol):
@@ -114,7 +116,7 @@ class Base:
     """A pointer to one element of a tensor that a register block's body indexes by constants."""
 
     name: str                              # the C pointer declared per reduction iteration
-    offset: str                            # its element's storage offset (C), in the loop variables
+    offset: str                            # its element's storage offset (C, vector.exact_offset)
     displacement: dict[str, int]           # each load's storage offset (C) -> elements from the base
 
 
@@ -143,7 +145,7 @@ def operand_base(schedule: Schedule, tensor: str, offsets: tuple[Expr, ...]) -> 
         if distance is None:
             return None
         displacement[offset.to_c()] = distance
-    return Base(f"lo_base_{tensor}", offsets[0].to_c(), displacement)
+    return Base(f"lo_base_{tensor}", exact_offset(schedule, offsets[0]), displacement)
 
 
 class RegisterBlock:
@@ -390,12 +392,14 @@ class RegisterBlock:
         em = self.em
         phased = tensor == em.op.inputs[0] and acc.name in self.phased
         acc = self.phased[acc.name] if phased else acc
-        offset = em.schedule.offset(tensor).substitute(acc.bindings).to_c()
-        base = self.bases.get(tensor)
-        ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{offset}]"
+        value = em.schedule.offset(tensor).substitute(acc.bindings)
+        offset = value.to_c()
         if not self.vector:
             return ternary.reference(em.schedule, tensor, offset)
-        kind, base, index = em.kinds[tensor], f"&{ref}", f"lo_stride_{tensor}"
+        kind, base = em.kinds[tensor], self.bases.get(tensor)
+        first = exact_offset(em.schedule, value) if kind.kind in FROM_LANE_ZERO else offset
+        ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{first}]"
+        base, index = f"&{ref}", f"lo_stride_{tensor}"
         if kind.kind == "gather":
             lanes_offset = em.schedule.offset(tensor).substitute(
                 {n: v for n, v in acc.bindings.items() if n != self.vector}).to_c()

@@ -39,7 +39,7 @@ from . import taps
 from .arith import GROUPS, Arithmetic, arithmetic
 from .block import Accumulator, RegisterBlock
 from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from .isa import ISAS, Isa, bf16_dot_available, resolve_isa
+from .isa import Isa, bf16_dot_available, table_variant, tables
 from .params import index_ctype
 from .quantized import QuantPlan, compensation_entries
 from .quantized import plan as quant_plan
@@ -47,7 +47,7 @@ from .vector import AccessKind
 
 # Vector registers of each target (AVX-512: zmm0-31; AVX2: ymm0-15; scalar code: xmm0-15), and the
 # ones a register block leaves to its operands.
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
+REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16, "neon": 32}
 OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
@@ -165,7 +165,7 @@ def count(schedule: Schedule, isa: str = "auto", compiler_vectorizes: bool = Tru
     ``compiler_vectorizes=False`` counts the code as emitted, without what the C compiler's
     vectorizer makes of a scalar nest (``compiler_vectorized``)."""
     quantized = schedule.op.quant is not None
-    name = resolve_isa(isa, integer=quantized)
+    name = table_variant(isa, integer=quantized)
     vectorized = compiler_vectorized(schedule, name) if compiler_vectorizes else None
     if vectorized is not None:
         return replace(_Counter(vectorized[0], name).counts(), compiler_vectorized=vectorized[1])
@@ -251,7 +251,7 @@ class _Counter:
         self.schedule, self.op = schedule, schedule.op
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
-            self.plan = quant_plan(schedule, ISAS[isa].lanes)
+            self.plan = quant_plan(schedule, tables(isa).floats.lanes)
         self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1

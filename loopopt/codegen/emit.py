@@ -18,7 +18,7 @@ from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .isa import Isa
 from .params import KernelParam, check_lane_indices, index_ctype, signature
-from .vector import AccessKind, classify
+from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 
 KERNEL_NAME = "lo_kernel"
 NEST_NAME = "lo_nest"
@@ -86,6 +86,29 @@ def placed_guards(schedule: Schedule) -> tuple[tuple[Bound, int], ...]:
                     for g in schedule.partial_guards)
     return partial + tuple((g, max((depths[d] for d in g.expr.variables()), default=-1))
                            for g in schedule.op.guards)
+
+
+@dataclass(frozen=True)
+class OutputElements:
+    """The output over its logical index space, for passes over every output element (setting it to
+    the bias, scaling it): one ``lo_<letter>`` variable per axis with its size, the output element
+    they name in its storage layout, and the bias element added to it ("" without a bias)."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    element: str
+    bias: str
+
+
+def output_elements(schedule: Schedule) -> OutputElements:
+    """The output element and bias element of each logical output index (``OutputElements``)."""
+    op = schedule.op
+    info = op.tensor(op.output)
+    names = tuple(letter_variable(letter) for letter in info.letters)
+    offset = schedule.layout_of(op.output).offset(tuple(Var(n) for n in names), info.shape).to_c()
+    dims = {e.name: Var(name) for e, name in zip(op.index(op.output), names, strict=True)}
+    bias = f"{op.bias_tensor}[{op.bias_offset().substitute(dims).to_c()}]" if op.bias else ""
+    return OutputElements(names, info.shape, f"{op.output}[{offset}]", bias)
 
 
 @dataclass(frozen=True)
@@ -214,8 +237,11 @@ class _Emitter:
                 if self.dim_depth[d] == depth and v != Var(d)]
 
     def offset(self, tensor: str) -> str:
-        layout = self.schedule.layout_of(tensor)
-        return layout.offset(self.op.index(tensor), self.op.tensor(tensor).shape).to_c()
+        return self._offset(tensor).to_c()
+
+    def _offset(self, tensor: str) -> Expr:
+        """``tensor``'s storage offset in the op's dims."""
+        return self.schedule.layout_of(tensor).offset(self.op.index(tensor), self.op.tensor(tensor).shape)
 
     def ref(self, tensor: str) -> str:
         return ternary.reference(self.schedule, tensor, self.offset(tensor))
@@ -287,18 +313,12 @@ class _Emitter:
     def _output_pass(self) -> tuple[list[str], str, str]:
         """A loop nest over the output's logical index space (``lo_<letter>`` variables, the parallel
         pragma of a parallel schedule): its lines, the output element and the bias element it adds."""
-        out = self.op.output
-        info = self.op.tensor(out)
-        names = [letter_variable(letter) for letter in info.letters]
-        offset = self.schedule.layout_of(out).offset(tuple(Var(n) for n in names), info.shape).to_c()
+        elements = output_elements(self.schedule)
         parallel = self.schedule.parallel_loop is not None
         lines = ["#pragma omp parallel for schedule(static)"] if parallel else []
         lines += ["    " * depth + f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})"
-                  for depth, (name, size) in enumerate(zip(names, info.shape, strict=True))]
-        dims = {e.name: Var(name) for e, name in zip(self.op.index(out), names, strict=True)}
-        bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(dims).to_c()}]" if self.op.bias
-                else "")
-        return lines, f"{out}[{offset}]", bias
+                  for depth, (name, size) in enumerate(zip(elements.names, elements.sizes, strict=True))]
+        return lines, elements.element, elements.bias
 
     def _emit_output_init(self) -> None:
         """Set the output to the bias (or zero) over its logical index space."""
@@ -430,12 +450,14 @@ class _Emitter:
 
     def _load(self, tensor: str, mask: str | None) -> str:
         """A vector of ``tensor``: operands through the arithmetic, the output as accumulators."""
-        isa, kind, ref = self.isa, self.kinds[tensor], self.ref(tensor)
+        isa, kind, offset = self.isa, self.kinds[tensor], self.offset(tensor)
+        first = exact_offset(self.schedule, self._offset(tensor)) if kind.kind in FROM_LANE_ZERO else offset
+        ref = ternary.reference(self.schedule, tensor, first)
         index = (f"lo_stride_{tensor}" if kind.kind == "strided"
                  else isa.index_load(p=f"lo_idx_{tensor}"))
         base = f"&{ref}" if kind.kind == "strided" else tensor
         if tensor in self.op.inputs:
-            return self.arith.operand(tensor, kind, ref, base, index, mask, offset=self.offset(tensor))
+            return self.arith.operand(tensor, kind, ref, base, index, mask, offset=offset)
         return load(isa, kind.kind, ref, base, index, mask)
 
     def _emit_update(self, depth: int, out: str, mask: str | None, reduce: bool, lane_wise: bool) -> None:

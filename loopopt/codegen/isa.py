@@ -164,6 +164,7 @@ INT_MEANINGS = {
     "store": "((int32 *)p)[j] = v lane j",
     "store_mask": "((int32 *)p)[j] = v lane j where mask bit j (others untouched)",
     "broadcast": "every lane = (int32) s",
+    "broadcast_word": "every lane = the int32 at byte address p (any alignment)",
     "fma": "lane j = c_j + a_j * b_j (int32, wrapping)",
     "fma_mask": "lane j = c_j + a_j * b_j where mask bit j, else c_j",
     "sub": "lane j = a_j - b_j (int32, wrapping)",
@@ -190,6 +191,7 @@ INT_MEANINGS = {
     "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
+_WORD = "_mm_cvtsi128_si32(_mm_loadu_si32({p}))"     # the 4 bytes at p as an int, at any byte address
 
 
 def _int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
@@ -210,6 +212,7 @@ AVX512_INT = Isa(
         store="_mm512_storeu_si512((void *)({p}), {v})",
         store_mask="_mm512_mask_storeu_epi32((void *)({p}), {m}, {v})",
         broadcast="_mm512_set1_epi32((int)({s}))",
+        broadcast_word=f"_mm512_set1_epi32((int)({_WORD}))",
         fma="_mm512_add_epi32({c}, _mm512_mullo_epi32({a}, {b}))",
         fma_mask="_mm512_mask_add_epi32({c}, {m}, {c}, _mm512_mullo_epi32({a}, {b}))",
         sub="_mm512_sub_epi32({a}, {b})",
@@ -296,6 +299,7 @@ AVX2_INT = Isa(
         store="_mm256_storeu_si256((__m256i *)(void *)({p}), {v})",
         store_mask="_mm256_maskstore_epi32((int *)(void *)({p}), {m}, {v})",
         broadcast="_mm256_set1_epi32((int)({s}))",
+        broadcast_word=f"_mm256_set1_epi32((int)({_WORD}))",
         fma="_mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b}))",
         fma_mask="_mm256_blendv_epi8({c}, _mm256_add_epi32({c}, _mm256_mullo_epi32({a}, {b})), {m})",
         sub="_mm256_sub_epi32({a}, {b})",
@@ -440,6 +444,42 @@ SCALAR_BF16 = Isa(name="scalar", lanes=1, vector_type="uint16_t", mask_type="uns
 BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, SCALAR_BF16)}
 
 
+# --- every target's tables, by variant name ----------------------------------------------------
+
+@dataclass(frozen=True)
+class IsaTables:
+    """The tables of one instruction-set variant: float32, integer (quantized kernels) and bfloat16
+    (None where the variant has no such kernels yet)."""
+
+    floats: Isa
+    ints: Isa | None
+    bf16: Isa | None
+
+
+TABLES: dict[str, IsaTables] = {name: IsaTables(ISAS[name], INT_ISAS[name], BF16_ISAS[name]) for name in ISAS}
+
+
+def register_tables(tables: IsaTables) -> IsaTables:
+    """Make another target's variant known to the emitter (its module registers it when imported)."""
+    TABLES[tables.floats.name] = tables
+    return tables
+
+
+def tables(name: str) -> IsaTables:
+    """The tables of variant ``name``; ValueError naming the known variants."""
+    if name not in TABLES:
+        raise ValueError(f"no instruction tables for isa {name!r}: known: {', '.join(map(repr, TABLES))} "
+                         f"(another target's variants are known once its target is loaded, e.g. "
+                         f"loopopt.targets.target('neon'))")
+    return TABLES[name]
+
+
+def table_variant(isa: str, integer: bool = False) -> str:
+    """The variant whose tables describe kernels of ``isa``: another target's registered variant as it
+    is (its target checks where it runs), ``"auto"`` or an x86 one through ``resolve_isa``."""
+    return isa if isa in TABLES and isa not in ISAS else resolve_isa(isa, integer)
+
+
 # --- selection: which tables this CPU runs ----------------------------------------------------
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
@@ -480,7 +520,8 @@ def available_int_isas() -> tuple[str, ...]:
 
 def bf16_dot_available(isa: str) -> bool:
     """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16)."""
-    return "dot" in BF16_ISAS[isa].ops and set(BF16_DOT_FLAGS) <= cpu_flags()
+    table = tables(isa).bf16
+    return table is not None and "dot" in table.ops and set(BF16_DOT_FLAGS) <= cpu_flags()
 
 
 def resolve_isa(isa: str, integer: bool = False) -> str:

@@ -7,7 +7,7 @@ from ..schedule import Schedule
 from . import binary
 from .arith import arithmetic
 from .emit import vector_access_kinds
-from .isa import ISAS, bf16_dot_available, resolve_isa
+from .isa import bf16_dot_available, resolve_isa, table_variant, tables
 from .quantized import plan as quant_plan
 
 
@@ -21,7 +21,7 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     if quantized and op.quant.binary:          # packed bits in the kernel's own layouts
         return "\n".join(lines + binary.pseudocode(schedule, resolve_isa(isa or "auto", integer=True)))
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    target = ISAS[resolve_isa(isa or "auto", integer=quantized)]
+    target = tables(table_variant(isa or "auto", integer=quantized)).floats
     plan = quant_plan(schedule, target.lanes) if quantized else None
     dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
@@ -29,7 +29,10 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:
         notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
-                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else [])
+                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else []) + (
+                     [f"bound to {loop.axis}"] if loop.axis else []) + [
+                     f"stage {t} in shared memory ({' x '.join(map(str, schedule.staged_box(t, at).sizes))})"
+                     for t, at in schedule.stages if at == loop.name]
         if loop.name == schedule.register_block_at:
             notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "
                          f"kept in registers from here")

@@ -5,6 +5,10 @@ access is ``broadcast`` (same element in every lane), ``contiguous`` (lane j at
 offset base + j), ``strided`` (base + j*s) or ``gather`` (anything else: per-lane
 offsets). A kind is chosen only if isl proves it for every pair of neighbouring
 lanes of every vector in the loop box, so the fast forms are always correct.
+
+isl proves the kinds with floor division: a contiguous or strided vector's lanes are addressed from
+lane 0's element even where lane 0 is in the padding and the others are not (a stride along a
+spatially blocked axis), so that element's offset is written exact in C (``exact_offset``).
 """
 from __future__ import annotations
 
@@ -12,10 +16,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from ..expr import Const, Expr, Var
+from ..expr import Const, Expr, Var, exact_in_c
 from ..schedule import Schedule
 
 AccessKindName = Literal["broadcast", "contiguous", "strided", "gather"]
+
+
+FROM_LANE_ZERO = ("contiguous", "strided")      # kinds whose lanes are addressed from lane 0's element
 
 
 @dataclass(frozen=True)
@@ -65,3 +72,15 @@ def proves_step(schedule: Schedule, offset: Expr, loop: str, step: int, where: s
     loop box where the isl constraint ``where`` holds."""
     nxt = offset.substitute({loop: Var(loop) + Const(1)})
     return schedule.iterations(where, f"({nxt.to_isl()}) - ({offset.to_isl()}) != {step}").is_empty()
+
+
+@lru_cache(maxsize=4096)
+def exact_offset(schedule: Schedule, offset: Expr) -> str:
+    """C of storage ``offset`` (in the loops or the op's dims), exact where C's truncating ``/`` and
+    ``%`` are not, somewhere in the loop box (``expr.exact_in_c``): for an element that other
+    elements are addressed from even where it is in the padding (lane 0 of a contiguous or strided
+    vector, an operand base)."""
+    def least_inexact(numerator: Expr, divisor: int) -> int | None:
+        value = numerator.substitute(schedule.dim_values)
+        return schedule.least(value, f"({value.to_isl()}) mod {divisor} != 0")
+    return exact_in_c(offset, least_inexact).to_c()

@@ -24,14 +24,17 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops import load_op
 
+from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
-from .lowering import FUSED, FUSED_DOMAIN, LOWERINGS, NotSupported, Value, lower, lowerable
+from .lowering import FUSED, FUSED_DOMAIN, LOWERINGS, Lowering, NotSupported, Value, lower, lowerable
+from .pooling import POOL_ATTRIBUTES, POOLS, unsupported
 from .qdq import fuse
 
 DEVICES = ("CPU",)
+SMALL_INPUT = 4096     # elements: inputs up to this size key a node's lowering by their data too
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class LoopoptRep(BackendRep):
         self.strict = strict
         self.kernels = KernelCache(log, threads, isa)
         self.lowered: dict[str, LoweredNode] = {}
+        self._runs: dict[tuple, tuple[Lowering, Kernel] | None] = {}    # execute's lowerings, by run_key
         self._check_nodes()
         known = known_values(model)
         self.constants = {name: value.data for name, value in known.items() if value.data is not None}
@@ -113,12 +117,15 @@ class LoopoptRep(BackendRep):
         return lowering, compiled.kernel
 
     def execute(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
-        """One compute node on its kernel; None if it must run on the reference."""
-        values = [None if a is None else Value(a.shape, a.dtype, a) for a in inputs]
-        lowered = self._lowering(node, values)
-        if lowered is None:
+        """One compute node on its kernel; None if it must run on the reference. The node is lowered
+        once per ``run_key`` of its inputs, not on every run."""
+        key = (node.name, *map(run_key, inputs))
+        if key not in self._runs:
+            self._runs[key] = self._lowering(node, [None if a is None else Value(a.shape, a.dtype, a)
+                                                    for a in inputs])
+        if self._runs[key] is None:
             return None
-        lowering, kernel = lowered
+        lowering, kernel = self._runs[key]
         return lowering.call(kernel, inputs)
 
     def reference(self, node: onnx.NodeProto, inputs: Sequence[np.ndarray | None],
@@ -144,6 +151,15 @@ class LoopoptRep(BackendRep):
         return {**constants, **given, **dict(zip(names, self._evaluator.run(names, given)))}
 
 
+def run_key(array: np.ndarray | None) -> tuple | None:
+    """What a node's lowering depends on in one input: its shape and dtype, and the data of a small
+    input (the lowerings read the data of scales and zero points, never of activations or weights)."""
+    if array is None:
+        return None
+    array = np.asarray(array)
+    return (array.shape, array.dtype.str, array.tobytes() if array.size <= SMALL_INPUT else None)
+
+
 class _LoopoptNode(OpRun):
     """A compute node inside ReferenceEvaluator: runs on the rep's kernel, else on the reference."""
 
@@ -157,11 +173,27 @@ class _LoopoptNode(OpRun):
         return tuple(outputs)
 
 
+class _PoolNode(OpRun):
+    """A pooling node inside ReferenceEvaluator: ``pooling.POOLS``, else onnx.reference (``unsupported``)."""
+
+    op_domain = ""
+
+    def _run(self, x, **kwargs):
+        node = self.onnx_node
+        given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        values = POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
+        if unsupported(node.op_type, x, values, node.output) is not None:
+            version = self.run_params["opsets"][node.domain]
+            return load_op(node.domain, node.op_type, version)(node, self.run_params).run(x)
+        return (POOLS[node.op_type](x, values),)
+
+
 def _node_classes(rep: LoopoptRep) -> list[type[OpRun]]:
-    """One OpRun class per op type of ``LOWERINGS`` and ``FUSED`` (ReferenceEvaluator finds them by
-    domain and class name)."""
-    return [type(op_type, (_LoopoptNode,), {"rep": rep, "op_domain": domain})
-            for domain, table in (("", LOWERINGS), (FUSED_DOMAIN, FUSED)) for op_type in table]
+    """One OpRun class per op type of ``LOWERINGS`` and ``FUSED`` and per pooling op type
+    (ReferenceEvaluator finds them by domain and class name)."""
+    return ([type(op_type, (_LoopoptNode,), {"rep": rep, "op_domain": domain})
+             for domain, table in (("", LOWERINGS), (FUSED_DOMAIN, FUSED)) for op_type in table]
+            + [type(op_type, (_PoolNode,), {}) for op_type in POOLS])
 
 
 class LoopoptBackend(Backend):

@@ -92,6 +92,7 @@ class KernelCache:
         if key not in self._compiled:
             schedule, source, isa = self.schedule(op)
             kernel = schedule.compile(isa)
+            kernel.hold_weights = True     # the model's weights are constants: packed on the first run, kept
             if schedule.parallel_loop is not None:
                 kernel.set_threads(self.threads)
             self._compiled[key] = Compiled(kernel, schedule, source)

@@ -10,6 +10,7 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class Target(ABC):
 
     name: str                   # registry name: "x86", "neon", "cuda"
     description: str            # one line for tables and ``loopopt targets``
+    has_device = False          # kernels run on a device beside the host (a GPU), not on its CPU
 
     @abstractmethod
     def isas(self) -> tuple[str, ...]:
@@ -50,6 +52,20 @@ class Target(ABC):
     def peak(self, isa: str, dtype: str) -> float:
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
+
+    def peak_source(self, isa: str) -> str:
+        """What ``peak`` is, for a table's heading: a measured core, a device's product of units."""
+        return "one core, machine profile"
+
+    def device(self) -> str | None:
+        """The device the kernels run on, beside the host (e.g. a GPU's name), or None: the host."""
+        return None
+
+    def run_timer(self) -> Callable[[Callable[[], object]], float] | None:
+        """How ``measure`` times one run of this target's kernels: None where the host's clock around
+        the call does (a kernel that returns when it is done); for kernels that run asynchronously on
+        a device, a function that runs the call and returns the seconds the device took."""
+        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

@@ -13,8 +13,11 @@ from .base import Target
 
 TARGETS: dict[str, str] = {
     "x86": "loopopt.targets.x86",
+    "neon": "loopopt.targets.neon",
+    "cuda": "loopopt.targets.cuda",
 }
-HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86"}   # platform.machine() -> the target that runs natively
+# platform.machine() -> the target that runs natively
+HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86", "aarch64": "neon", "arm64": "neon"}
 
 
 def target_names() -> tuple[str, ...]:

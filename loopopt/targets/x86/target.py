@@ -30,6 +30,7 @@ class X86Target(Target):
         return resolve_isa(isa, integer)
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
+        schedule.refuse_gpu_steps(self.name)
         kernel = compile_schedule(schedule, isa)
         kernel.target = self
         return kernel

@@ -1,0 +1,109 @@
+"""Pooling nodes (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool) as whole-array numpy
+reductions over the window's taps, instead of onnx.reference's per-window Python loops.
+
+Each tap of the window is one strided slice of the padded input, combined with ``np.maximum`` or
+summed: a 3x3 MaxPool is 9 vectorized passes over the output. ``POOLS`` maps an op type to a
+function of the node's input and attributes; a node outside what they handle (MaxPool's
+``Indices`` output, ``storage_order``, AveragePool with ``ceil_mode``) runs on onnx.reference, and
+``unsupported`` says why.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..ops import auto_pad
+
+POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
+                   "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
+
+
+def _geometry(x: np.ndarray, attributes: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                                        tuple[tuple[int, int], ...]]:
+    """Kernel, strides, dilations and per-side pads ``((begin, end), ...)`` of a pooling node on ``x``."""
+    spatial = x.ndim - 2
+    kernel = tuple(attributes["kernel_shape"])
+    strides = tuple(attributes["strides"] or (1,) * spatial)
+    dilations = tuple(attributes["dilations"] or (1,) * spatial)
+    mode = attributes["auto_pad"]
+    if mode != "NOTSET":
+        pads = auto_pad(mode, x.shape[2:], kernel, strides, dilations)
+    else:
+        flat = tuple(attributes["pads"] or (0,) * (2 * spatial))
+        pads = tuple(zip(flat[:spatial], flat[spatial:]))
+    return kernel, strides, dilations, pads
+
+
+def _output_size(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: bool) -> int:
+    """ONNX's output size along one dim; with ``ceil_mode`` a last window must start inside the input
+    or its leading pad."""
+    span = size + pad[0] + pad[1] - d * (k - 1) - 1
+    out = (math.ceil(span / s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + pad[0]:
+        out -= 1
+    return out
+
+
+def _taps(x: np.ndarray, attributes: dict, fill: float):
+    """The padded input's strided slice for each tap of the window, and the output's spatial shape."""
+    kernel, strides, dilations, pads = _geometry(x, attributes)
+    ceil = bool(attributes["ceil_mode"])
+    sizes = [_output_size(n, k, s, d, p, ceil)
+             for n, k, s, d, p in zip(x.shape[2:], kernel, strides, dilations, pads)]
+    # pad past the end as far as the last window reaches (ceil_mode may reach beyond the given pad)
+    ends = [max(p[1], (o - 1) * s + d * (k - 1) + 1 - n - p[0])
+            for n, k, s, d, p, o in zip(x.shape[2:], kernel, strides, dilations, pads, sizes)]
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(p[0], e) for p, e in zip(pads, ends)], constant_values=fill)
+    for tap in np.ndindex(*kernel):
+        window = [slice(t * d, t * d + (o - 1) * s + 1, s)
+                  for t, d, s, o in zip(tap, dilations, strides, sizes)]
+        yield (slice(None), slice(None), *window), padded
+
+
+def max_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+    out = None
+    for window, padded in _taps(x, attributes, -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min):
+        out = padded[window].copy() if out is None else np.maximum(out, padded[window], out=out)
+    return out
+
+
+def average_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+    total = count = None
+    ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+    counted = float(attributes["count_include_pad"])     # a pad counts 1 or 0 in the divisor
+    for (window, padded), (_, mask) in zip(_taps(x, attributes, 0.0), _taps(ones, attributes, counted)):
+        total = padded[window].copy() if total is None else total + padded[window]
+        count = mask[window].copy() if count is None else count + mask[window]
+    return (total / count).astype(x.dtype)
+
+
+def global_pool(reduce: Callable[..., np.ndarray]) -> Callable[[np.ndarray, dict], np.ndarray]:
+    """A global pool: ``reduce`` over every spatial dim, kept as size-1 dims."""
+    return lambda x, attributes: reduce(x, axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+
+
+POOLS: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
+    "MaxPool": max_pool,
+    "AveragePool": average_pool,
+    "GlobalMaxPool": global_pool(np.max),
+    "GlobalAveragePool": global_pool(np.mean),
+}
+
+
+def unsupported(op_type: str, x: np.ndarray, attributes: dict, outputs: Sequence[str]) -> str | None:
+    """Why ``POOLS[op_type]`` does not run this node (it runs on onnx.reference then), or None."""
+    if x.ndim < 3:
+        return f"input of rank {x.ndim} (pooling needs N, C and a spatial dim)"
+    if x.dtype.kind not in "fiu":
+        return f"input dtype {x.dtype}"
+    if len([o for o in outputs if o]) > 1:
+        return "the Indices output"
+    if attributes.get("storage_order"):
+        return "storage_order=1"
+    if op_type == "AveragePool" and attributes.get("ceil_mode"):
+        return "AveragePool with ceil_mode=1"
+    if op_type == "AveragePool" and x.dtype.kind != "f":
+        return f"AveragePool of dtype {x.dtype}"
+    return None

@@ -1,0 +1,103 @@
+"""The GPU as the cuda target's kernels see it, through CuPy: whether one is here, its
+architecture, its FFMA peak, device memory, and timing with CUDA events.
+
+CuPy is imported on first use; without it (or without a GPU) every function that needs the device
+raises TargetUnavailableError saying so, and building kernels still works.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from types import ModuleType
+
+from ..base import TargetUnavailableError
+
+# FP32 lanes (FFMA per clock) per multiprocessor, by architecture (CUDA C Programming Guide,
+# "Arithmetic Instructions"): Volta/Turing and the A100 64, Ampere GA10x, Ada and Hopper 128.
+FP32_LANES_PER_SM = {"sm_70": 64, "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128}
+INSTALL_CUPY = "pip install cupy-cuda13x (or cupy-cuda12x, matching the driver's CUDA)"
+
+
+@cache
+def cupy() -> ModuleType:
+    """CuPy, with a GPU it can use; TargetUnavailableError otherwise."""
+    try:
+        import cupy as cp
+    except ImportError:
+        raise TargetUnavailableError(f"running cuda kernels needs CuPy and an NVIDIA GPU: CuPy is not "
+                                     f"installed ({INSTALL_CUPY})") from None
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except cp.cuda.runtime.CUDARuntimeError as err:
+        raise TargetUnavailableError(f"running cuda kernels needs an NVIDIA GPU: {err}") from None
+    if count == 0:
+        raise TargetUnavailableError("running cuda kernels needs an NVIDIA GPU: CUDA sees none here")
+    return cp
+
+
+def present() -> bool:
+    """Whether a GPU can run kernels here."""
+    try:
+        cupy()
+    except TargetUnavailableError:
+        return False
+    return True
+
+
+@cache
+def arch() -> str:
+    """The current device's architecture, e.g. ``sm_90``."""
+    return f"sm_{cupy().cuda.Device().compute_capability}"
+
+
+@cache
+def name() -> str:
+    """The current device's name, e.g. ``NVIDIA H200``."""
+    cp = cupy()
+    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+
+
+def _attribute(attribute: str) -> int:
+    cp = cupy()
+    return cp.cuda.runtime.deviceGetAttribute(getattr(cp.cuda.runtime, attribute), cp.cuda.Device().id)
+
+
+def multiprocessors() -> int:
+    return _attribute("cudaDevAttrMultiProcessorCount")
+
+
+def clock_mhz() -> float:
+    """The device's boost clock (MHz) as CUDA reports it."""
+    return _attribute("cudaDevAttrClockRate") / 1e3
+
+
+@cache
+def ffma_peak_gflops(architecture: str | None = None) -> float:
+    """The device's FP32 FFMA peak: multiprocessors x boost clock x FP32 lanes per SM x 2 flops
+    (``architecture`` defaults to the device's; its lanes from ``FP32_LANES_PER_SM``)."""
+    architecture = architecture or arch()
+    if architecture not in FP32_LANES_PER_SM:
+        raise ValueError(f"no FP32 lane count for {architecture!r}; known: {', '.join(FP32_LANES_PER_SM)}")
+    return multiprocessors() * clock_mhz() * FP32_LANES_PER_SM[architecture] * 2 / 1e3
+
+
+@cache
+def _flush_buffer():
+    """Device memory twice the size of the L2 cache: writing it evicts whatever the L2 held."""
+    return cupy().empty(2 * _attribute("cudaDevAttrL2CacheSize") // 4, dtype="float32")
+
+
+def elapsed(run: Callable[[], object], flush_l2: bool = True) -> float:
+    """Seconds ``run`` takes on the device: CUDA events recorded before and after it on the default
+    stream (the one the kernels launch on), waited for. ``flush_l2`` (default): the L2 cache is
+    overwritten first, outside the events, so the run reads its inputs from device memory (cold),
+    as in a network where other layers ran in between."""
+    cp = cupy()
+    if flush_l2:
+        _flush_buffer().fill(0)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3

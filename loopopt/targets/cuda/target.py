@@ -1,0 +1,75 @@
+"""``CudaTarget``: float32 SIMT kernels of bound schedules for NVIDIA GPUs, built with nvcc.
+
+The instruction-set variants are GPU architectures (``sm_90``, ...): ``"auto"`` is the device's
+where one is present, else ``sm_90``. Building needs only nvcc (``toolchain``); running and timing
+need CuPy and a GPU (``device``). "% of peak" is against the device's FP32 FFMA peak.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...codegen import Generated
+from ...codegen.isa import ISAS
+from ...schedule import Schedule
+from ..base import Target, TargetUnavailableError
+from . import device, toolchain
+from .kernel import CudaKernel
+from .printer import print_kernel
+
+ARCHS = ("sm_90", "sm_89", "sm_86", "sm_80", "sm_75")     # built with -gencode=arch=compute_N,code=sm_N
+DEFAULT_ARCH = "sm_90"
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    description = "NVIDIA GPUs: float32 SIMT CUDA C of bound schedules, built with nvcc, run through CuPy"
+    has_device = True
+
+    def isas(self) -> tuple[str, ...]:
+        return ARCHS
+
+    def available_isas(self, integer: bool = False) -> tuple[str, ...]:
+        """The architectures nvcc builds here (none without nvcc), the device's first."""
+        try:
+            toolchain.nvcc()
+        except TargetUnavailableError:
+            return ()
+        first = device.arch() if device.present() and device.arch() in ARCHS else DEFAULT_ARCH
+        return (first, *(a for a in ARCHS if a != first))
+
+    def resolve_isa(self, isa: str, integer: bool = False) -> str:
+        if isa == "auto":
+            return device.arch() if device.present() and device.arch() in ARCHS else DEFAULT_ARCH
+        if isa not in ARCHS:
+            raise ValueError(f"unknown cuda architecture {isa!r}: choose 'auto' or one of {', '.join(ARCHS)}")
+        return isa
+
+    def compile(self, schedule: Schedule, isa: str = "auto") -> CudaKernel:
+        printed = print_kernel(schedule)            # a schedule the target cannot run: ScheduleError
+        arch = self.resolve_isa(isa)
+        build = toolchain.build(printed.source, arch)
+        generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, ISAS["scalar"],
+                              {}, False)
+        kernel = CudaKernel(schedule, generated, printed, build, arch)
+        kernel.target = self
+        return kernel
+
+    def peak(self, isa: str, dtype: str) -> float:
+        """The device's FP32 FFMA peak (G flops/s; float32 is the only dtype of this target)."""
+        if dtype != "float32":
+            raise ValueError(f"the cuda target has float32 kernels only, not {dtype!r}")
+        return device.ffma_peak_gflops(isa)
+
+    def peak_source(self, isa: str) -> str:
+        return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
+                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2")
+
+    def device(self) -> str:
+        return f"{device.name()} ({device.arch()})"
+
+    def run_timer(self) -> Callable[[Callable[[], object]], float]:
+        """CUDA events around each run (``device.elapsed``)."""
+        return device.elapsed
+
+
+TARGET = CudaTarget()

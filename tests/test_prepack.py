@@ -1,0 +1,68 @@
+"""Prepacked weights: ``Kernel.prepack`` and ``hold_weights`` (the ONNX backend's kernels) give the
+outputs of unpacked calls, for the prepacked array and for any other one, float and int8 (bit-exact,
+the compensation table kept with the weights), and refuse what they cannot take."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loopopt as lo
+from loopopt.quant_reference import random_call, reference_output
+
+CONV = lo.Conv2d(5, 16, 3, stride=2, padding=(1, 2), height=9, width=8, batch=2)
+QCONV = lo.Conv2d(6, 16, 3, padding=1, height=7, width=6,
+                  quant=lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=False,
+                                     output="uint8"))
+
+
+def _float_call(seed: int) -> list[np.ndarray]:
+    inputs = CONV.random_inputs(seed)
+    return [inputs[t] for t in ("I", "W", "B")]
+
+
+def test_prepacked_float_weights_give_the_unpacked_output():
+    schedule = lo.Schedule(CONV).layout("W", "OIHW16i16o")
+    kernel = schedule.compile()
+    (x, w, b), (_, w2, _) = _float_call(1), _float_call(2)
+    kernel.prepack(w)
+    np.testing.assert_allclose(kernel(x, w, b), CONV.reference(x, w, b), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernel(x, w2, b), CONV.reference(x, w2, b), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(kernel(x, w, b), schedule.compile()(x, w, b))
+    before = kernel(x, w, b)
+    w *= 2        # the packed copy is what runs (which is why a prepacked array must not change)
+    np.testing.assert_array_equal(kernel(x, w, b), before)
+
+
+@pytest.mark.parametrize("compensation", ["packed", "kernel"])
+def test_held_int8_weights_are_exact_for_every_weights_array(compensation):
+    """A kernel shared by nodes of one shape holds each node's weights (and compensation table)."""
+    kernel = lo.Schedule(QCONV).compensation(compensation).compile()
+    kernel.hold_weights = True
+    calls = [random_call(QCONV, seed) for seed in (1, 2)]
+    for arrays, params in calls * 2:       # alternating arrays, each packed once and then reused
+        np.testing.assert_array_equal(kernel(*arrays, **params), reference_output(QCONV, arrays, params))
+    assert len(kernel._held) == 2
+    arrays, params = calls[0]
+    shifted = params | {"w_zero_point": params["w_zero_point"] + 1}    # same weights, other zero points
+    np.testing.assert_array_equal(kernel(*arrays, **shifted), reference_output(QCONV, arrays, shifted))
+
+
+def test_prepack_refuses_what_it_cannot_take():
+    kernel = lo.Schedule(CONV).compile()
+    with pytest.raises(ValueError, match=r"prepack takes the weights W as an array of shape \(16, 5, 3, 3\), "
+                                         r"got \(16, 5, 3\)"):
+        kernel.prepack(np.zeros((16, 5, 3), np.float32))
+    binary = lo.Conv2d(64, 16, 1, height=3, width=3, quant=lo.QuantSpec(activation="binary", weight="binary"))
+    with pytest.raises(ValueError, match="a binary kernel packs its weights to bits"):
+        lo.Schedule(binary).compile("scalar").prepack(np.ones((16, 64, 1, 1), np.int8))
+
+
+def test_measure_times_whole_calls_with_prepacked_weights():
+    kernel = lo.Schedule(CONV).layout("W", "OIHW16i16o").compile()
+    timing = lo.measure(kernel, repeats=3, prepacked=True)
+    assert timing.verified and timing.prepacked and timing.end_to_end and len(timing.times) == 3
+    assert timing.scope.startswith("prepacked weights") and "prepacked weights" in str(timing)
+    assert len(kernel._held) == 1
+    winograd = lo.dataflows.winograd(lo.Conv2d(4, 4, 3, padding=1, height=8, width=8)).compile()
+    with pytest.raises(ValueError, match="has no prepacked form"):
+        lo.measure(winograd, repeats=1, prepacked=True)
