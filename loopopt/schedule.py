@@ -127,19 +127,22 @@ def _check_factor(factor: Any, what: str, loop: Loop, limit: int) -> int:
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ScheduleError(f"{what}: factor must be an integer >= 1, got {factor!r}")
     if factor > limit:
-        beyond = "" if limit == loop.extent else (f" (a block may overhang its loop up to the extent rounded "
-                                                  f"up to {BLOCK_OVERHANG}: one partial block)")
+        beyond = "" if limit == loop.extent else (
+            f" (one partial block may overhang its loop up to the extent rounded up to {BLOCK_OVERHANG} or "
+            f"twice the extent)")
         raise ScheduleError(f"{what}: factor {factor} is larger than the extent {loop.extent} of loop "
                             f"{loop.name!r}; use a factor from 1 to {limit}{beyond}")
     return factor
 
 
 def block_limit(extent: int) -> int:
-    """The largest split factor of a loop of ``extent``: the extent rounded up to ``BLOCK_OVERHANG``, so a
-    block larger than a short loop is one partial block (e.g. one masked vector of 16 lanes over 10
-    channels, a register block kept whole on a small layer), and a factor beyond it (``split('ow',
-    100)`` on 14) is refused: it would only add iterations that do not exist."""
-    return -(-extent // BLOCK_OVERHANG) * BLOCK_OVERHANG
+    """The largest split factor of a loop of ``extent``: a block larger than its loop is one partial
+    block, which a block of whole vectors or threads needs on a short loop (one masked vector of 16 lanes
+    over 10 channels, a register block kept whole on a small layer, a GPU block of threads x registers
+    rounded up past the loop: less than twice the extent), so up to the larger of the extent rounded up
+    to ``BLOCK_OVERHANG`` and twice the extent; a factor beyond (``split('ow', 100)`` on 14) would only
+    add iterations that do not exist."""
+    return max(-(-extent // BLOCK_OVERHANG) * BLOCK_OVERHANG, 2 * extent)
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,8 @@ def test_table_plot_and_dict(tmp_path):
     assert result.table().count("\n") >= 3 and "*" in result.table()
     assert result.plot(tmp_path / "tune.png").stat().st_size > 0
     data = result.to_dict()
-    assert len(data["trials"]) == 3 and data["best"]["schedule"] == lo.to_toml(result.best)
+    assert len(data["trials"]) == 3
+    assert data["best"]["schedule"] == lo.to_toml(result.best, algorithm=result.algorithm)   # says what it is
     curve = result.best_so_far()
     assert curve == sorted(curve)
     assert result.first_within(1.0).number == result.best_number
