@@ -450,13 +450,18 @@ class Schedule:
         if current is not None and current.name != loop:
             raise ScheduleError(f"{step}: {current.name!r} is already parallel; fuse loops to "
                                 f"parallelize over more than one")
+        self._refuse_race(step, loop, "threads")
+        return self._annotate(step, loop, parallel=True)
+
+    def _refuse_race(self, step: Step, loop: str, workers: str) -> None:
+        """IllegalScheduleError naming two iterations of ``loop`` that update one output element, if
+        it carries the reduction (running them on different ``workers`` would race)."""
         race = self.carried_dependence(loop)
         if race:
             raise IllegalScheduleError(
                 f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
                 f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
-                f"running them on different threads would race")
-        return self._annotate(step, loop, parallel=True)
+                f"running them on different {workers} would race")
 
     def bind(self, loop: str, axis: str) -> "Schedule":
         """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
@@ -474,12 +479,7 @@ class Schedule:
             raise ScheduleError(f"{step}: {axis} is already bound to loop {holder.name!r}")
         if bound.axis and bound.axis != axis:
             raise ScheduleError(f"{step}: loop {loop!r} is already bound to {bound.axis}")
-        race = self.carried_dependence(loop)
-        if race:
-            raise IllegalScheduleError(
-                f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
-                f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
-                f"running them on different GPU threads would race")
+        self._refuse_race(step, loop, "GPU threads")
         return self._annotate(step, loop, axis=axis)
 
     def stage(self, tensor: str, at: str) -> "Schedule":
