@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
+from loopopt.schedule import block_limit
 from loopopt.targets.x86.lut import check_lut, lut_nest, pack_lut
 from loopopt.targets.x86.lut_format import FORMATS
 
@@ -200,8 +201,10 @@ def lut_schedules(draw, op, fmt):
     units = {op.channel_dim: 32, op.reduction_channel_dim: 2 * FORMATS[fmt].group}
     s = lo.Schedule(op)
     for dim in op.dim_names:
-        if draw(st.integers(0, 2)) == 0:
-            s = s.split(dim, units.get(dim, 1) * draw(st.integers(1, 3)))
+        if draw(st.integers(0, 2)) == 0:    # at most one partial block past the loop (block_limit)
+            unit = units.get(dim, 1)
+            most = max(1, min(3, block_limit(s.loop(dim).extent) // unit))
+            s = s.split(dim, unit * draw(st.integers(1, most)))
     s = s.reorder(*draw(st.permutations(s.loop_names)))
     for tensor in (op.inputs[0], op.output):
         s = s.layout(tensor, draw(st.sampled_from(layout_tags(op.tensor(tensor).letters))))

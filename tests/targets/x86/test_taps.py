@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.codegen import generate, quantized, taps
 from loopopt.codegen.taps import fits
+from loopopt.schedule import block_limit
 from loopopt.targets.x86 import isa as x86_isa
 from loopopt.targets.x86.isa import ISAS
 from loopopt.tune.space import candidates
@@ -65,8 +66,8 @@ def exact_phase_groups(isa, data):
                    groups=groups, batch=data.draw(st.integers(1, 2)),
                    height=data.draw(st.integers(max(1, kh - sum(padding[0])), 4)), width=width,
                    bias=data.draw(st.booleans()), quant=data.draw(SPECS))
-    s = tap_schedule(op, data.draw(st.integers(1, 80)), data.draw(st.integers(1, 2)),
-                     unroll=data.draw(st.booleans()))
+    pixels = data.draw(st.integers(1, min(80, block_limit(lo.Schedule(op).loop("ow").extent))))
+    s = tap_schedule(op, pixels, data.draw(st.integers(1, 2)), unroll=data.draw(st.booleans()))
     kernel = check_quantized(s, isa, call=data.draw(st.none() | integer_calls(op)))
     if isa == "scalar":
         return
