@@ -22,7 +22,8 @@ DEFAULT_ARCH = "sm_90"
 
 class CudaTarget(Target):
     name = "cuda"
-    description = "NVIDIA GPUs: float32 SIMT CUDA C of bound schedules, built with nvcc, run through CuPy"
+    description = ("NVIDIA GPUs: float32 SIMT and float16 tensor-core (tensorize) CUDA C of bound schedules, "
+                   "built with nvcc, run through CuPy")
     has_device = True
 
     def isas(self) -> tuple[str, ...]:
@@ -55,14 +56,18 @@ class CudaTarget(Target):
         return kernel
 
     def peak(self, isa: str, dtype: str) -> float:
-        """The device's FP32 FFMA peak (G flops/s; float32 is the only dtype of this target)."""
+        """The device's peak (G flops/s): FP32 FFMA for float32, dense float16 tensor cores for float16."""
+        if dtype == "float16":
+            return device.tensor_peak_gflops(isa)
         if dtype != "float32":
-            raise ValueError(f"the cuda target has float32 kernels only, not {dtype!r}")
+            raise ValueError(f"the cuda target has float32 kernels only (and float16 on tensor cores), "
+                             f"not {dtype!r}")
         return device.ffma_peak_gflops(isa)
 
     def peak_source(self, isa: str) -> str:
         return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
-                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2")
+                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2 (float16: x "
+                f"{device.TENSOR_F16_FLOPS_PER_SM.get(isa, '?')} tensor-core flops per SM per clock)")
 
     def device(self) -> str:
         return f"{device.name()} ({device.arch()})"
