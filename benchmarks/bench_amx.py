@@ -2,8 +2,9 @@
 and (``--layers``) loopopt's AMX int8 and bf16 layer kernels against its other kernels and the peers.
 
 Run ``python benchmarks/bench_amx.py [--shape M,N,K]`` on a CPU with AMX (one thread). The GEMM
-(``loopopt.amx.AmxGemm``, B packed beforehand) is checked exactly against numpy, then timed on
-prepared buffers on 64-byte boundaries: warm-up, then the median and the fastest of single calls.
+(``amx_runtime.AmxGemm`` of ``loopopt.targets.x86``, B packed beforehand) is checked exactly against numpy,
+then timed on prepared buffers on 64-byte boundaries: warm-up, then the median and the fastest of
+single calls.
 
 ``python benchmarks/bench_amx.py --layers [--rounds N] [--threads 1,2] [--only A,B] [--precisions
 int8] [--write]``: for each layer of LAYERS (``--only``: these, catalogued or of
@@ -45,12 +46,12 @@ from bench_tune import LAYERS as UNCATALOGUED
 from peers import INT8_PEERS, ORT_NO_SPIN, LayerData, PeerUnavailable
 
 import loopopt as lo
-from loopopt.amx import AmxGemm, amx_peak_gops, require_amx
 from loopopt.buffers import aligned_copy, aligned_zeros
-from loopopt.codegen.tiles import tile_plan
 from loopopt.machine import cpu_seconds, others_share
 from loopopt.measure import bf16_tolerance, peak_gflops
 from loopopt.schedule_file import list_schedules
+from loopopt.targets.x86.amx_runtime import AmxGemm, amx_peak_gops, require_amx
+from loopopt.targets.x86.tiles import tile_plan
 from loopopt.tune.space import candidates
 
 LAYERS = ("resnet50.conv1", "resnet50.conv2_x", "resnet50.conv2_x.reduce", "resnet50.conv3_x",

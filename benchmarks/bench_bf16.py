@@ -24,9 +24,9 @@ from bench_reuse import command_line, write_section
 
 import loopopt as lo
 from loopopt.bf16 import bf16_values
-from loopopt.codegen.isa import cpu_flags
 from loopopt.machine import cpu_seconds, machine_profile, others_share
 from loopopt.measure import bf16_tolerance
+from loopopt.targets.x86.isa import cpu_flags
 
 SECTION = "## bf16 vs fp32"
 FP32_RTOL = 1e-4          # PyTorch fp32: within this fraction of the reference's largest magnitude

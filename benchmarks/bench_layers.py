@@ -308,7 +308,7 @@ def layers_table(ops: dict[str, object]) -> str:
 def machine_text(isa: str, others: float | None) -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "unknown CPU")
-    from loopopt.codegen.isa import cpu_flags
+    from loopopt.targets.x86.isa import cpu_flags
     vnni = "avx512_vnni" in cpu_flags()
     peak8 = int8_peak(isa)
     unavailable = "- (`lo.peak_gflops(isa, dtype=\"int8\")` is not available yet)"

@@ -41,11 +41,11 @@ from ggml_ternary import GgmlGemv, library_dir
 
 import loopopt as lo
 from loopopt.cbuild import compile_c
-from loopopt.codegen.binary import LANES
-from loopopt.codegen.isa import INT_ISAS
-from loopopt.kernel import compile_binary
 from loopopt.machine import DRAM_CACHES, StreamRead, cpu_seconds, machine_profile, others_share
 from loopopt.quant_reference import random_call
+from loopopt.targets.x86.binary import LANES
+from loopopt.targets.x86.families import compile_binary
+from loopopt.targets.x86.isa import INT_ISAS
 
 SECTION = "## Low-bit kernels"
 WORD_PRODUCTS = 512          # binary products per XOR + vpopcntq + add (8 uint64 lanes)
@@ -91,7 +91,7 @@ def lut_gemv_schedule(op: lo.Matmul, fmt: str) -> lo.Schedule:
 
 
 def lut_conv_schedule(op: lo.Conv2d, fmt: str) -> lo.Schedule:
-    """A table-lookup conv (``codegen/lut.py``): activations and output channels-last, 4 output columns x 64
+    """A table-lookup conv (``lut.py``): activations and output channels-last, 4 output columns x 64
     output channels (2 column blocks) in 8 accumulators across the taps and input channels; ``k_o``, not a
     table loop, right after ``n``: one image's tables, built before its nest."""
     return (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").split("k", 64).tile(ow=4)

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import loopopt as lo
-from loopopt.codegen.isa import available_int_isas
-from loopopt.codegen.tiles import tile_plan
 from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import list_schedules, stored_schedule
+from loopopt.targets.x86.isa import available_int_isas
+from loopopt.targets.x86.tiles import tile_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"

@@ -9,7 +9,6 @@ from .accuracy import AccuracyReport, quant_accuracy
 from .analysis import Machine, ReuseProfile, reuse, reuse_distances
 from .buffers import MemoryLimitError
 from .cbuild import BuildError
-from .codegen.isa import available_isas
 from .compare import Comparison, compare
 from .contraction import ContractionError
 from .kernel import Kernel
@@ -29,6 +28,7 @@ from .schedule_file import (
     stored_schedule,
     to_toml,
 )
+from .targets.x86.isa import available_isas
 from .tune import TuneError, TuneResult, TuningLogError, best_schedule, best_trial, tune
 
 __all__ = [

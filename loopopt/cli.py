@@ -30,7 +30,7 @@ from .cbuild import BuildError
 from .machine import loopopt_version
 from .ops import DTYPES
 from .targets import TargetUnavailableError
-from .targets.registry import target, target_names
+from .targets.registry import isa_names, target, target_names, target_of_isa
 
 if TYPE_CHECKING:
     from .ops import Conv2d
@@ -284,7 +284,6 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     """One schedule (or Winograd plan) per algorithm of ``--algorithms``: the fastest in ``--log`` on
     this machine and ``--threads`` and ``--isa`` (``auto``: on any ISA, each compiled for the ISA it
     was measured on), else the default (``_default_plan``, on ``--isa``)."""
-    from .codegen.isa import resolve_isa
     from .schedule_file import stored_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
@@ -292,7 +291,8 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     wanted = _algorithms(args.algorithms)
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
-    isa = args.isa if args.isa == "amx" else resolve_isa(args.isa, integer=op.quant is not None)
+    integer = op.quant is not None
+    isa = args.isa if args.isa == "amx" else target_of_isa(args.isa).resolve_isa(args.isa, integer)
     measured = None if args.isa == "auto" else isa
     logged = best_by_algorithm(op, args.log, args.threads, measured) if args.log else {}
     rows = _Rows([], [], [], {name: reason for name, reason in why.items() if reason}, {})
@@ -643,7 +643,7 @@ def _onnx_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reuse", action="store_true", help="skip the reuse and traffic analysis")
     p.add_argument("--budget", type=_positive_float, default=0.5,
                    help="seconds of timed runs per schedule and node (default 0.5)")
-    p.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+    p.add_argument("--isa", default="auto", choices=("auto", *isa_names()),
                    help="ISA of the kernels, the tuning and the comparisons (default auto)")
     p.add_argument("--plot", help="write a PNG of the time per node here")
     p.set_defaults(run=cmd_onnx)
@@ -687,7 +687,7 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--padding", metavar="NAME,...",
                         help="--contraction's inputs read as zero outside their shape")
     parser.add_argument("--batch", type=_positive, help="batch size of the layer or --conv (default 1)")
-    parser.add_argument("--isa", default="auto", choices=("auto", "avx512", "avx2", "scalar", "amx"),
+    parser.add_argument("--isa", default="auto", choices=("auto", *isa_names()),
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")

@@ -1,11 +1,12 @@
 """Compiled kernels: from a Schedule to a callable on numpy arrays (float32 and quantized).
 
-``compile_schedule`` generates the C of a schedule for an ISA, builds it through the
-cache and wraps it in a ``Kernel`` (float ops) or a ``QuantizedKernel`` (quantized ops,
-called with ONNX ``QLinearConv`` parameter names). A call is split into ``prepare``
-(validate, pack into the schedule's storage layouts, precompute per-channel terms),
-``run`` (the timed part) and ``output`` (back to the logical layout). Every C parameter
-is bound by the name codegen gave it (``Generated.params``).
+A target (``targets/``) generates the C of a schedule, builds it through the cache and wraps it
+in a ``Kernel`` (float ops) or a ``QuantizedKernel`` (quantized ops, called with ONNX
+``QLinearConv`` parameter names; ``wrap``), or a kernel class of its own families built on these,
+each calling the compiled function through a driver (``driver.py``; ``cffi_driver`` in this
+process). A call is split into ``prepare`` (validate, pack into the schedule's storage layouts,
+precompute per-channel terms), ``run`` (the timed part) and ``output`` (back to the logical
+layout). Every C parameter is bound by the name codegen gave it (``Generated.params``).
 """
 from __future__ import annotations
 
@@ -17,43 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .amx import require_amx
 from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
-from .codegen import Generated, generate, taps
-from .codegen.binary import (
-    BASE,
-    LANES,
-    POPCOUNTS,
-    BinaryShape,
-    base_table,
-    base_table_shape,
-    block_of,
-    generate_binary,
-    pack_bits_activations,
-    pack_bits_weights,
-    packed_elements,
-)
+from .codegen import Generated
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
-from .codegen.isa import INT_ISAS, ISAS, QUANT_FLAGS, bf16_dot_available, cpu_flags, resolve_isa
-from .codegen.lut import LUT, generate_lut, lut_nest, pack_lut
-from .codegen.lut_format import FORMATS
 from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
-from .codegen.tiles import (
-    TileShape,
-    activations_shape,
-    check_amx_cpu,
-    generate_tiles,
-    pack_activations,
-    pack_weights,
-    tile_plan,
-)
 from .driver import CffiDriver, Driver
 from .quant import QuantParams, check_call, output_multipliers
-from .schedule import Schedule, ScheduleError
+from .schedule import Schedule
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8}
@@ -381,166 +356,6 @@ class QuantizedKernel(Kernel):
         return self.output(buffers)
 
 
-class TileBuffers:
-    """How an AMX tile kernel (``codegen/tiles.py``) stores its inputs, for a kernel class below it
-    in the MRO: the activations channels-last and padded, the weights in B tiles; and ``run`` asks
-    Linux for the tile state first (``require_amx``)."""
-
-    @cached_property
-    def tile_shape(self) -> TileShape:
-        """The op as the schedule's tile kernel sees it (gathered patches store unpadded channels)."""
-        return tile_plan(self.schedule).shape
-
-    def _elements(self, name: str) -> int:
-        op = self.op
-        if name == op.inputs[0]:
-            return math.prod(activations_shape(op, self.tile_shape))
-        if name == op.inputs[1]:
-            return math.prod(self.tile_shape.packed_weights_shape)
-        return super()._elements(name)
-
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        op, shape = self.op, self.tile_shape
-        if tensor == op.inputs[0]:
-            stored = self._zeros(tensor, activations_shape(op, shape), array.dtype)
-            return pack_activations(op, array, stored, shape)
-        if tensor == op.inputs[1]:
-            packed = self._zeros(tensor, shape.packed_weights_shape, array.dtype)
-            return pack_weights(op, array, packed, shape)
-        return super()._pack(tensor, array)
-
-    def run(self, buffers: Buffers) -> None:
-        require_amx()
-        super().run(buffers)
-
-
-class TileKernel(TileBuffers, QuantizedKernel):
-    """A quantized kernel on AMX tiles. The epilogue is fused at the tile store, so there are no raw
-    int32 accumulators to read back."""
-
-    def accumulators(self, buffers: Buffers) -> np.ndarray:
-        raise ValueError("an AMX tile kernel applies the epilogue at each tile store: it keeps no int32 "
-                         "accumulators of the whole output")
-
-
-class Bf16TileKernel(TileBuffers, Kernel):
-    """A bfloat16 kernel on AMX tiles (``_tile_dpbf16ps``, float32 accumulation)."""
-
-
-class BinaryKernel(QuantizedKernel):
-    """A binary op's XNOR + popcount kernel (``codegen/binary.py``), called like the int8 kernels:
-    ``kernel(xq, wq, b, x_scale=, x_zero_point=0, w_scale=, w_zero_point=0)`` (no scales for an int32
-    output). ``prepare`` checks that every value is -1 or +1, packs both operands to bits (the
-    activations with their padding) and computes the ``base`` table of the padding correction; the
-    kernel stores the output channels-last and ``output`` returns it in the logical layout."""
-
-    def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, popcount: str):
-        super().__init__(schedule, generated, driver, None)
-        self.popcount = popcount
-        self.shape = BinaryShape.of(self.op, lanes=LANES[self.isa])
-
-    @property
-    def block(self) -> tuple[int, int]:
-        """The register block the schedule asks for: (output positions, vectors of output channels)."""
-        return block_of(self.schedule, self.isa)
-
-    @property
-    def _output_name(self) -> str:
-        return self.op.output
-
-    def _elements(self, name: str) -> int:
-        if name in self.op.inputs:
-            return packed_elements(self.op, self.isa, name)
-        if name == BASE:
-            return math.prod(base_table_shape(self.op))
-        return self.op.channels if name.startswith("lo_") else Kernel._elements(self, name)
-
-    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
-        """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]`` and the
-        ``base`` table."""
-        op = self.op
-        given = self._given(arrays)
-        for tensor, array in zip(self.generated.arguments, given):
-            if not isinstance(array, np.ndarray):
-                raise TypeError(f"{tensor} must be a numpy array, got {type(array).__name__}")
-            shape = op.tensor(tensor).shape
-            if array.shape != shape and tensor != op.bias_tensor:
-                raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {shape}")
-        qp = self.check_params(tuple(given), params)
-        check_memory(f"the buffers of {op!r}", self.buffer_bytes())
-        x, w = op.inputs
-        weights = pack_bits_weights(op, self.shape, given[1])
-        values: dict[str, Any] = {x: self._copy(x, pack_bits_activations(op, self.shape, given[0])),
-                                  w: self._copy(w, weights),
-                                  BASE: self._copy(BASE, base_table(op, self.shape, weights))}
-        if op.bias:
-            values[op.bias_tensor] = self._copy(op.bias_tensor, qp.bias)
-        values[op.output] = self._zeros(op.output, self.shape.output_shape,
-                                        np.float32 if op.quant.dequantized else np.int32)
-        if op.quant.scaled:
-            values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
-        return self.bind(values)
-
-    def prepack(self, weights: np.ndarray) -> None:
-        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
-                         "it has no prepacked form")
-
-    def output(self, buffers: Buffers) -> np.ndarray:
-        """The output of the last run, from channels-last to the op's logical layout."""
-        stored = buffers.arrays[self.op.output].reshape(self.shape.output_shape)
-        return np.ascontiguousarray(np.moveaxis(stored, -1, 1)).reshape(self.op.tensor(self.op.output).shape)
-
-    def accumulators(self, buffers: Buffers) -> np.ndarray:
-        raise ValueError("a binary kernel applies the epilogue per output: it keeps no raw accumulators")
-
-
-class LutKernel(QuantizedKernel):
-    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
-    packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
-    call, parameters and outputs are the int8 kernels'."""
-
-    @property
-    def format(self):
-        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
-        return FORMATS[self.schedule.weight_format_mode]
-
-    def _elements(self, name: str) -> int:
-        if name == self.op.inputs[1]:
-            return lut_nest(self.schedule).shape.packed_bytes
-        if name == LUT:
-            return lut_nest(self.schedule).table_entries
-        return super()._elements(name)
-
-    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
-        values = super()._parameter_values(qp, wq, out_shape)
-        return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
-
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        if tensor == self.op.inputs[1]:
-            return self._copy(tensor, pack_lut(self.op, array, self.format))
-        return super()._pack(tensor, array)
-
-
-def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
-    """The XNOR + popcount kernel of a binary op (``codegen/binary.py``) on ``isa``. ``popcount``:
-    ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
-    ``"auto"`` (vpopcntq where the CPU has it)."""
-    name = resolve_isa(isa, integer=True)
-    choices = POPCOUNTS[name]
-    if popcount == "auto":
-        popcount = "vpopcntq" if "vpopcntq" in choices and "avx512_vpopcntdq" in cpu_flags() else choices[-1]
-    if popcount not in choices:
-        raise ValueError(f"popcount={popcount!r} is not available on isa {name!r}; allowed: "
-                         f"{', '.join(map(repr, choices))} (or 'auto')")
-    if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
-        raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
-                         "this CPU lacks it: use 'nibble'")
-    generated = generate_binary(schedule, name, popcount)
-    module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
-    driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
-    return BinaryKernel(schedule, generated, driver, popcount)
-
-
 def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
     """``generated`` compiled with ``flags`` (and OpenMP's where it has a parallel loop) into a cffi
     module of the kernel cache, called in this process."""
@@ -549,43 +364,8 @@ def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
     return CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
 
 
-
 def wrap(schedule: Schedule, generated: Generated, driver: Driver) -> Kernel:
     """The kernel of an emitted schedule (``codegen.generate``), called through ``driver``."""
     if generated.plan is not None:
         return QuantizedKernel(schedule, generated, driver, generated.plan)
     return Kernel(schedule, generated, driver)
-
-
-def _compile_tiles(schedule: Schedule) -> Kernel:
-    generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
-    check_amx_cpu()
-    driver = cffi_driver(generated, generated.isa.compile_flags + QUANT_FLAGS)
-    if generated.plan is None:
-        return Bf16TileKernel(schedule, generated, driver)
-    return TileKernel(schedule, generated, driver, generated.plan)
-
-
-def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
-    """Generate C for ``schedule`` on ``isa``, build it through the cache, and wrap it
-    (``isa="amx"``: the AMX tile kernel of a quantized op, ``codegen/tiles.py``)."""
-    quantized = schedule.op.quant is not None
-    if quantized and schedule.op.quant.binary:
-        if isa == "amx":
-            raise ScheduleError("isa 'amx' has no binary kernels; a binary op compiles to XNOR + popcount "
-                             "on 'avx512', 'avx2' or 'scalar'")
-        return compile_binary(schedule, isa)
-    if isa == "amx":
-        return _compile_tiles(schedule)
-    isa_name = resolve_isa(isa, integer=quantized)
-    if schedule.weight_format_mode in FORMATS:
-        generated = generate_lut(schedule, isa_name)
-        driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
-        return LutKernel(schedule, generated, driver, generated.plan)
-    generated = generate(schedule, ISAS[isa_name], bf16_dot=bf16_dot_available(isa_name))
-    # quantized kernels: the integer table's flags; float32 products without contraction (requantization
-    # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
-    flags = INT_ISAS[isa_name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
-    if quantized and generated.plan.tap_dot is not None:
-        flags += taps.compile_flags(isa_name)
-    return wrap(schedule, generated, cffi_driver(generated, flags))

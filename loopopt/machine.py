@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -39,24 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .amx import amx_available, amx_peak_gops
 from .atomic import host_lock, write_text_atomically
-from .cbuild import BuildError, cache_dir, compile_c, compiler, compiler_identity
-from .codegen.amx import AMX
-from .codegen.arith import BF16_PAIR
-from .codegen.isa import (
-    BF16_DOT_FLAGS,
-    BF16_ISAS,
-    INT_ISAS,
-    ISA_PREFERENCE,
-    ISAS,
-    Isa,
-    available_int_isas,
-    available_isas,
-    bf16_dot_available,
-    visible_flags,
-)
-from .codegen.quantized import DOT
+from .cbuild import BuildError, cache_dir, compiler, compiler_identity
+from .targets.x86.isa import visible_flags
+from .targets.x86.profile import KEY_FEATURES, measure_peaks, peak_isas, peak_of, read_kernel, timed
 
 PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
                             # the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its median,
@@ -64,16 +50,8 @@ PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the A
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
-# what the CPU key says about the instruction sets: each feature loopopt has kernels for and the
-# /proc/cpuinfo flags it needs
-KEY_FEATURES = (("avx2", ISAS["avx2"].cpu_flags), ("avx512", ISAS["avx512"].cpu_flags),
-                ("vnni", INT_ISAS["avx512"].cpu_flags), ("bf16", BF16_DOT_FLAGS), ("amx", AMX.cpu_flags))
 VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
-PEAK_ISAS = ISA_PREFERENCE + ("amx",)   # "amx": int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
-AMX_PEAKS = {"int8": "int8", "bfloat16": "bf16"}   # profile dtype -> amx_peak_gops dtype
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
-PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
-PEAK_ITERATIONS = 400_000
 BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
 BANDWIDTH_RUNS = 5         # timed calls per level: their best and their median are kept
 DRAM_CACHES = 4            # the DRAM buffer is this many times the last cache: well beyond it, as a cache
@@ -339,29 +317,7 @@ class MachineProfile:
         if dtype not in self.peaks:
             raise ValueError(f"peak: dtype={dtype!r} is not supported; "
                              f"allowed: {', '.join(map(repr, DTYPES))}")
-        if dtype == "bfloat16":
-            dots = self.peaks[dtype]
-            if isa == "amx":
-                return self._measured(isa, dtype)
-            simd = [peak for name, peak in dots.items() if name != "amx"]
-            dot = max(simd, default=0.0) if isa in ("auto", "scalar") else dots.get(isa, 0.0)
-            return max(dot, self.peak(isa, "float32"))
-        measured = self.peaks[dtype]
-        if isa in ("auto", "scalar") and isa not in measured:
-            best = next((name for name in ISA_PREFERENCE if name in measured), None)
-            return measured[best] if best else self.peaks["float32"]["scalar"]
-        return self._measured(isa, dtype)
-
-    def _measured(self, isa: str, dtype: str) -> float:
-        """The measured peak of ``isa`` and ``dtype``; ValueError saying why there is none."""
-        measured = self.peaks[dtype]
-        if isa in measured:
-            return measured[isa]
-        if isa not in PEAK_ISAS:
-            raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', "
-                             f"{', '.join(map(repr, PEAK_ISAS))}")
-        raise ValueError(f"isa {isa!r} cannot run {dtype} kernels on this CPU ({self.cpu}); "
-                         f"measured: {', '.join(measured) or 'none'}")
+        return peak_of(self.peaks, isa, dtype, self.cpu)
 
     def memory_bandwidth(self) -> float:
         """DRAM read bandwidth in GB/s (one core): the best of the timed passes over a buffer of
@@ -392,7 +348,7 @@ class MachineProfile:
         _check(isinstance(peaks, dict) and set(peaks) == set(DTYPES), "peaks", peaks,
                f"an object with {DTYPES}")
         for dtype, table in peaks.items():
-            isas = PEAK_ISAS if dtype in AMX_PEAKS else ISA_PREFERENCE
+            isas = peak_isas(dtype)
             _check(isinstance(table, dict) and set(table) <= set(isas), f"peaks.{dtype}", table,
                    f"an object keyed by ISAs {isas}")
             for isa, value in table.items():
@@ -468,117 +424,6 @@ def _size(nbytes: int) -> str:
 
 # --- measuring -------------------------------------------------------------------------------------
 
-_PEAK_SOURCE = """{prelude}
-/* {chains} independent multiply-add chains so both vector pipes stay busy. */
-float lo_peak(long iterations)
-{{
-    {vt} acc[{chains}];
-    const {vt} a = {bcast_a}, b = {bcast_b};
-    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
-    for (long it = 0; it < iterations; ++it) {{
-#pragma GCC unroll {chains}
-        for (int i = 0; i < {chains}; ++i) acc[i] = {update};
-    }}
-    {vt} total = {zero};
-    for (int i = 0; i < {chains}; ++i) total = {add};
-    return {hsum};
-}}
-"""
-
-# per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
-_PEAK_KINDS: dict[str, tuple[dict[str, Isa], Callable[[], tuple[str, ...]], tuple[str, str, str],
-                             Callable[[Isa], str], int]] = {
-    "float32": (ISAS, available_isas, ("0.999f", "1e-3f", "1.0f"),
-                lambda t: t.fma(a="a", b="acc[i]", c="b"), 2),
-    "int8": (INT_ISAS, available_int_isas, ("0x01020304", "0x01010101", "1"),
-             lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * DOT),
-    # the float table with the bf16 table's vdpbf16ps: float vectors reinterpreted as bf16 pairs
-    "bfloat16": ({isa: replace(ISAS[isa], prelude=BF16_ISAS[isa].prelude,
-                               compile_flags=BF16_ISAS[isa].compile_flags,
-                               ops=ISAS[isa].ops | {"dot": BF16_ISAS[isa].dot})
-                  for isa in ISAS if "dot" in BF16_ISAS[isa].ops},
-                 lambda: tuple(isa for isa in available_isas() if bf16_dot_available(isa)),
-                 ("0.999f", "1e-3f", "1.0f"), lambda t: t.dot(a="a", b="b", c="acc[i]"), 2 * BF16_PAIR),
-}
-
-_READ_SOURCE = """{prelude}
-#include <stdlib.h>
-
-float *lo_buffer(long n)
-{{
-    float *p = aligned_alloc(64, (size_t)n * sizeof(float));
-    if (p) for (long i = 0; i < n; ++i) p[i] = 1.0f;
-    return p;
-}}
-
-void lo_free(float *p) {{ free(p); }}
-
-/* Read p[0..n) (n a multiple of {step}) `passes` times into {chains} independent sums. */
-float lo_read(const float *p, long n, long passes)
-{{
-    {vt} acc[{chains}];
-    const {vt} one = {one};
-    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
-    for (long r = 0; r < passes; ++r)
-        for (long j = 0; j < n; j += {step}) {{
-#pragma GCC unroll {chains}
-            for (int i = 0; i < {chains}; ++i) acc[i] = {update};
-        }}
-    {vt} total = {zero};
-    for (int i = 0; i < {chains}; ++i) total = {add};
-    return {hsum};
-}}
-"""
-_READ_CDEF = ("float *lo_buffer(long n); void lo_free(float *p); "
-              "float lo_read(const float *p, long n, long passes);")
-
-
-def _timed(function: Callable[..., Any], *args: Any) -> float:
-    start = time.perf_counter()
-    function(*args)
-    return time.perf_counter() - start
-
-
-def _best_of_rounds(function: Callable[..., Any], *args: Any) -> float:
-    """The fastest of PEAK_ROUNDS x PEAK_RUNS calls, the rounds apart by a short pause so that a
-    burst of other work spoils at most some of them."""
-    best = math.inf
-    for round_number in range(PEAK_ROUNDS):
-        if round_number:
-            time.sleep(PEAK_PAUSE)
-        best = min(best, *(_timed(function, *args) for _ in range(PEAK_RUNS)))
-    return best
-
-
-def measure_peak(isa: str, dtype: str = "float32") -> float:
-    """Measure one core's peak (G ops/s) of a SIMD ``isa``: FMA throughput for float32 (2 flops
-    per lane), u8 x s8 dot throughput for int8 (VNNI ``vpdpbusd``, AVX2 ``vpmaddwd`` sequence;
-    8 ops per int32 lane), bf16 pair dot throughput for bfloat16 (``vdpbf16ps``, 4 flops per
-    float32 lane). Best of several short runs."""
-    if dtype not in _PEAK_KINDS:
-        raise ValueError(f"peak: dtype={dtype!r} is not supported; allowed: {', '.join(map(repr, DTYPES))}")
-    tables, _, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
-    table = tables[isa]
-    if not table.vectorizes:
-        raise ValueError(f"measure_peak: {isa!r} is not a SIMD ISA; use measure_scalar_peak()")
-    chains = 12
-    source = _PEAK_SOURCE.format(
-        prelude=table.prelude, chains=chains, vt=table.vector_type,
-        bcast_a=table.broadcast(s=value_a), bcast_b=table.broadcast(s=value_b), zero=table.zero(),
-        update=update(table), add=table.fma(a="acc[i]", b=table.broadcast(s=one), c="total"),
-        hsum=table.hsum(v="total"))
-    module = compile_c(source, "float lo_peak(long iterations);", table.compile_flags)
-    best = _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS)
-    return PEAK_ITERATIONS * chains * table.lanes * ops / best / 1e9
-
-
-def measure_scalar_peak() -> float:
-    """One core's scalar float multiply-add rate (GFLOP/s), the peak of a machine without SIMD."""
-    module = compile_c("float lo_peak(long n){float a=0.f;for(long i=0;i<n;++i)a=a*0.999f+1e-3f;return a;}",
-                       "float lo_peak(long n);")
-    return 2 * PEAK_ITERATIONS / _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS) / 1e9
-
-
 def bandwidth_buffers(caches: tuple[Cache, ...], free_bytes: int) -> dict[str, int]:
     """Buffer bytes per memory level: for each cache, four times the previous one but at most
     half its own size (just past the previous level, surely inside this one; a level that is not
@@ -594,20 +439,6 @@ def bandwidth_buffers(caches: tuple[Cache, ...], free_bytes: int) -> dict[str, i
     return sizes
 
 
-def _read_kernel() -> tuple[Any, int]:
-    """The cffi module of the read kernel (8 independent vector sums, the best SIMD loads) and the
-    floats it reads per step."""
-    table = ISAS[available_isas()[0]]
-    chains = 8
-    step = chains * table.lanes
-    source = _READ_SOURCE.format(
-        prelude=table.prelude, chains=chains, step=step, vt=table.vector_type, one=table.broadcast(s="1.0f"),
-        zero=table.zero(),
-        update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
-        add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
-    return compile_c(source, _READ_CDEF, table.compile_flags), step
-
-
 class StreamRead:
     """A buffer of about ``nbytes`` (rounded up to whole steps: ``self.nbytes``) that a call reads once with
     the read kernel of ``measure_bandwidth``: what streaming that many bytes costs here and now, the
@@ -615,7 +446,7 @@ class StreamRead:
     numpy gives a kernel's arrays."""
 
     def __init__(self, nbytes: int):
-        module, step = _read_kernel()
+        module, step = read_kernel()
         self._n = -(-max(nbytes, 1) // (4 * step)) * step
         self._buffer = np.ones(self._n, np.float32)
         self._pointer = module.ffi.cast("float *", module.ffi.from_buffer(self._buffer))
@@ -630,7 +461,7 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
     """One core's read bandwidth over a buffer of each size (best SIMD loads): after a pass that brings
     the buffer into its level, ``BANDWIDTH_RUNS`` timed calls, each repeating the buffer for about
     ``BANDWIDTH_CALL`` seconds (at least once), their best and median, and how busy the machine was."""
-    module, step = _read_kernel()
+    module, step = read_kernel()
     lib, ffi = module.lib, module.ffi
     result = {}
     for level, nbytes in sizes.items():
@@ -640,9 +471,9 @@ def measure_bandwidth(sizes: Mapping[str, int]) -> dict[str, Bandwidth]:
             raise MemoryError(f"cannot allocate the {level} bandwidth buffer of {_size(4 * n)}")
         try:
             lib.lo_read(buffer, n, 1)                  # brings the buffer into the level
-            passes = max(1, int(BANDWIDTH_CALL / max(_timed(lib.lo_read, buffer, n, 1), 1e-9)))
+            passes = max(1, int(BANDWIDTH_CALL / max(timed(lib.lo_read, buffer, n, 1), 1e-9)))
             start = cpu_seconds()
-            times = [_timed(lib.lo_read, buffer, n, passes) for _ in range(BANDWIDTH_RUNS)]
+            times = [timed(lib.lo_read, buffer, n, passes) for _ in range(BANDWIDTH_RUNS)]
             share = others_share(start)
         finally:
             lib.lo_free(buffer)
@@ -661,14 +492,7 @@ def _free_memory() -> int:
 def measure_profile() -> MachineProfile:
     """Measure this machine's profile now (a few seconds); ``machine_profile`` caches it."""
     start = cpu_seconds()
-    peaks: dict[str, dict[str, float]] = {}
-    for dtype, (tables, available, *_) in _PEAK_KINDS.items():
-        peaks[dtype] = {isa: measure_peak(isa, dtype) for isa in available() if tables[isa].vectorizes}
-    if not peaks["float32"]:
-        peaks["float32"]["scalar"] = measure_scalar_peak()
-    if amx_available():
-        for dtype, tiles in AMX_PEAKS.items():
-            peaks[dtype]["amx"] = amx_peak_gops(tiles)
+    peaks = measure_peaks()
     caches = os_caches()
     bandwidth = measure_bandwidth(bandwidth_buffers(caches, _free_memory()))
     cpu = this_cpu()
@@ -751,8 +575,8 @@ def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
     ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
     u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
     sequence), 8 ops (4 multiply-adds) per int32 lane; ``isa="amx"``: the AMX tile dot
-    ``TDPBUSD`` (``loopopt.amx.amx_peak_gops``), where the CPU has it. ``"bfloat16"``: ``vdpbf16ps``,
-    4 flops per float32 lane (the float32 peak on ISAs without it).
+    ``TDPBUSD`` (``targets.x86.amx_runtime.amx_peak_gops``), where the CPU has it. ``"bfloat16"``:
+    ``vdpbf16ps``, 4 flops per float32 lane (the float32 peak on ISAs without it).
     """
     if dtype not in DTYPES:
         raise ValueError(f"peak_gflops: dtype={dtype!r} is not supported; "

@@ -1,6 +1,6 @@
 """The kernel model: a schedule's predicted time from what its generated kernel executes.
 
-``codegen.costs`` counts the kernel's sites (each a piece of code, its executions and the work of
+``targets.x86.costs`` counts the kernel's sites (each a piece of code, its executions and the work of
 one). The model adds up, over all sites, the cycles each resource of one core needs (``RESOURCES``):
 
 * vector: multiply-adds (an integer update takes several instructions) and the other vector
@@ -33,10 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .analysis import Machine, ReuseProfile, reuse
-from .codegen.costs import KernelCounts, Site, count
-from .codegen.isa import available_isas, tables
+from .codegen.instr import tables
 from .schedule import Schedule
 from .targets.registry import target_of_isa
+from .targets.x86.costs import KernelCounts, Site, count
+from .targets.x86.isa import available_isas
 
 
 @dataclass(frozen=True)

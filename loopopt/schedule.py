@@ -495,9 +495,9 @@ class Schedule:
         input's tiles from shared memory (``stage`` both inputs at one reduction loop) and runs one
         warp per bound ``warp.x|y`` iteration."""
         step = Step("tensorize", (i, j, k, instruction))
-        from .targets.cuda.instructions import instruction as lookup  # lazy: the table is the target's
+        from .targets.registry import target  # lazy facade: the table is the cuda target's
         try:
-            entry = lookup(instruction)
+            entry = target("cuda").matrix_instruction(instruction)
         except ValueError as err:
             raise ScheduleError(f"{step}: {err}") from None
         if self.op.dtype != entry.inputs:
@@ -851,9 +851,10 @@ class Schedule:
         return chosen.compile(self, isa)
 
     def pseudocode(self, isa: Optional[str] = None) -> str:
-        """The loop nest as readable pseudo-code (with vector access kinds for ``isa``)."""
-        from .codegen.pseudocode import render
-        return render(self, isa)
+        """The loop nest as readable pseudo-code (with vector access kinds for ``isa``; None: the
+        host's best), as the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
+        from .targets.registry import target_of_isa
+        return target_of_isa(isa or "auto").pseudocode(self, isa or "auto")
 
     def __str__(self) -> str:
         return self.pseudocode()

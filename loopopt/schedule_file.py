@@ -46,12 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomically
-from .codegen.isa import resolve_isa
-from .codegen.tiles import check_amx_cpu
 from .machine import OtherMachineWarning, cpu_key, machine_mismatch, same_cpu, this_cpu
 from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
+from .targets.registry import target_of_isa
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
               "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage")
@@ -157,7 +156,7 @@ def stored_isa(name_or_path: str | os.PathLike, op: Op | None = None) -> str:
                                     and op.dtype != "bfloat16"):
         return "auto"
     try:
-        check_amx_cpu() if isa == "amx" else resolve_isa(isa)
+        target_of_isa(isa).resolve_isa(isa)
     except ValueError:
         return "auto"
     return isa
@@ -288,7 +287,7 @@ def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", d
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     if isa != "amx":
-        isa = resolve_isa(isa, integer=schedule.op.quant is not None)
+        isa = target_of_isa(isa).resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
     return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
                                                machine_provenance(isa=isa, threads=threads)))

@@ -35,14 +35,16 @@ import numpy as np
 
 from .buffers import aligned_zeros, check_memory
 from .cbuild import compile_c
-from .codegen.isa import QUANT_FLAGS, resolve_isa
-from .codegen.winograd_int8 import (
+from .codegen.quantized import QUANT_FLAGS
+from .ops import Op
+from .quant import check_call, output_multipliers
+from .targets.x86.isa import INT_ISAS, resolve_isa
+from .targets.x86.winograd_int8 import (
     BLOCKS,
     CTYPES,
     G2,
     LANES,
     POSITIONS,
-    REGISTERS,
     TEMPORARIES,
     TILE,
     TUNE_BLOCKS,
@@ -51,8 +53,6 @@ from .codegen.winograd_int8 import (
     compile_flags,
     generate_winograd_int8,
 )
-from .ops import Op
-from .quant import check_call, output_multipliers
 
 ALGORITHM = "winograd F(2x2,3x3)"      # winograd.algorithm_name(2)
 EXACT_LIMIT = 2**29                    # |acc| below this: 4 acc fits int32
@@ -108,11 +108,11 @@ def shape_of(op: Op, isa: str, rows: int | None = None, channels: int | None = N
     if channels is not None and (channels % lanes or channels < lanes):
         raise ValueError(f"gemm_cols={channels} must be a positive multiple of the {lanes} int32 lanes of "
                          f"{isa}")
-    spare = TEMPORARIES[isa]
-    if rows < 1 or rows * vectors + vectors + spare > REGISTERS[isa]:
+    spare, registers = TEMPORARIES[isa], INT_ISAS[isa].registers
+    if rows < 1 or rows * vectors + vectors + spare > registers:
         raise ValueError(f"a {rows} x {vectors} block of int32 vectors and its operands do not fit the "
-                         f"{REGISTERS[isa]} vector registers of {isa}: choose gemm_rows * gemm_cols / "
-                         f"{lanes} + gemm_cols / {lanes} + {spare} <= {REGISTERS[isa]}")
+                         f"{registers} vector registers of {isa}: choose gemm_rows * gemm_cols / "
+                         f"{lanes} + gemm_cols / {lanes} + {spare} <= {registers}")
     return Int8WinogradShape(n, c, op.channels, h, w, wh.out, ww.out, wh.pad, ww.pad, lanes, rows, vectors)
 
 

@@ -10,8 +10,9 @@ import loopopt as lo
 from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
-from loopopt.codegen import ISAS, generate
+from loopopt.codegen import generate
 from loopopt.targets.neon.isa import NEON
+from loopopt.targets.x86.isa import ISAS
 
 SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
 CODEGEN_ISAS = ("avx512", "avx2", "scalar")

@@ -11,16 +11,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import amx, codegen
+from loopopt import codegen
 from loopopt.analysis.items import item_space
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import available_int_isas, tables
+from loopopt.codegen.instr import tables
 from loopopt.codegen.params import KernelParam, signature
 from loopopt.driver import CffiDriver
 from loopopt.layout import Layout
 from loopopt.measure import tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.targets.x86 import amx_runtime
+from loopopt.targets.x86.isa import available_int_isas
 
 ISAS = lo.available_isas()
 INT_ISAS = available_int_isas()                    # the quantized kernels' ISAs here, scalar last
@@ -533,8 +535,8 @@ def python_trace(schedule, granularity, line_size):
 
 def _missing_amx() -> str | None:
     try:
-        amx.require_amx()
-    except amx.AmxUnavailableError as err:
+        amx_runtime.require_amx()
+    except amx_runtime.AmxUnavailableError as err:
         return str(err)
     return None
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.isa import available_int_isas
+from loopopt.targets.x86.isa import available_int_isas
 
 EXAMPLES = 2
 MATMULS = dict(m=st.integers(1, 6), n=st.integers(1, 24), k=st.integers(1, 12))

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.bf16 import bf16_values
-from loopopt.codegen.isa import BF16_DOT_FLAGS, bf16_dot_available
 from loopopt.measure import tolerance
+from loopopt.targets.x86.isa import BF16_DOT_FLAGS, bf16_dot_available
 
 BF16 = "bfloat16"
 needs_dot = pytest.mark.skipif(not bf16_dot_available("avx512"),

@@ -4,7 +4,7 @@ import pytest
 
 import loopopt as lo
 from loopopt import cbuild
-from loopopt.codegen.isa import resolve_isa
+from loopopt.targets.x86.isa import resolve_isa
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cnames import LOAD_STEMS, QUANTIZED_NAMES
-from loopopt.codegen.isa import available_int_isas
+from loopopt.targets.x86.isa import available_int_isas
 
 # names the generators use: loop variables of conv/matmul presets and their splits, helper locals, the
 # epilogue's letters (lo_a/j/r/t come from letters A, J, R, T), tensor names of the presets; the

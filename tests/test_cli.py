@@ -10,9 +10,9 @@ import pytest
 from helpers import quick_first
 
 from loopopt.cli import main, parse_conv
-from loopopt.codegen.isa import bf16_dot_available
 from loopopt.schedule_file import stored_schedule
 from loopopt.targets.neon import toolchain
+from loopopt.targets.x86.isa import bf16_dot_available
 
 ROOT = Path(__file__).resolve().parent.parent
 

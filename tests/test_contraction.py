@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.analysis import reuse
-from loopopt.codegen import ISAS as CODEGEN_ISAS
 from loopopt.codegen import generate
-from loopopt.codegen.isa import available_int_isas
 from loopopt.measure import verify
+from loopopt.targets.x86.isa import ISAS as CODEGEN_ISAS
+from loopopt.targets.x86.isa import available_int_isas
 from loopopt.tune.space import candidates
 
 TENSOR = "C[i,j] += A[i,k,l] * B[l,k,j]"

@@ -5,18 +5,16 @@ from helpers import in_process
 
 from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cbuild import compile_c
-from loopopt.codegen.isa import (
+from loopopt.codegen.instr import BF16_MEANINGS, SHARED_OPS, Isa
+from loopopt.codegen.params import KernelParam, scalar, signature
+from loopopt.targets.x86.isa import (
     BF16_DOT_FLAGS,
     BF16_ISAS,
-    BF16_MEANINGS,
     INT_ISAS,
     ISAS,
-    SHARED_OPS,
-    Isa,
     available_isas,
     bf16_dot_available,
 )
-from loopopt.codegen.params import KernelParam, scalar, signature
 
 VECTOR_ISAS = [name for name in available_isas() if BF16_ISAS[name].vectorizes]
 # entries whose lanes are float32 values, and those whose lanes are int32 bf16 pairs

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 from helpers import in_process
 
-from loopopt.codegen.isa import INT_ISAS, INT_MEANINGS, ISAS, SHARED_OPS, Isa, available_int_isas
+from loopopt.codegen.instr import INT_MEANINGS, SHARED_OPS, Isa
 from loopopt.codegen.params import KernelParam, scalar, signature
+from loopopt.targets.x86.isa import INT_ISAS, ISAS, available_int_isas
 
 VECTOR_ISAS = [name for name in available_int_isas() if INT_ISAS[name].vectorizes]
 

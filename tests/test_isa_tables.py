@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 from helpers import in_process
 
-from loopopt.codegen.isa import ISAS, MEANINGS, Isa, available_isas
+from loopopt.codegen.instr import MEANINGS, Isa
 from loopopt.codegen.params import KernelParam, scalar, signature
+from loopopt.targets.x86.isa import ISAS, available_isas
 
 VECTOR_ISAS = [name for name in available_isas() if ISAS[name].vectorizes]
 

@@ -10,10 +10,11 @@ import pytest
 import loopopt as lo
 from loopopt.buffers import MEMORY_ENV, available_memory
 from loopopt.cli import main
-from loopopt.codegen import ISAS, generate
+from loopopt.codegen import generate
 from loopopt.codegen.params import index_ctype
 from loopopt.measure import tolerance, verify
 from loopopt.quant_reference import random_call
+from loopopt.targets.x86.isa import ISAS
 
 # an input of 3 x 32768 x 32768 = 3.2e9 elements (12.9 GB), of which a stride of 257 reads 128 x 128
 HUGE = dict(in_channels=3, out_channels=1, kernel_size=1, stride=257, height=32768, width=32768)

@@ -2,6 +2,7 @@
 code outside ops.py asking which class an op is, and ruff clean (its configuration in
 pyproject.toml) over loopopt, tests and benchmarks."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,74 @@ def test_every_module_has_a_layer():
     modules = {info.name for info in pkgutil.iter_modules(loopopt.__path__)}
     assert modules == layered, (f"not in a layer: {sorted(modules - layered)}; "
                                 f"unknown: {sorted(layered - modules)}")
+
+
+def _contract(name_start: str) -> dict:
+    import tomllib
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["name"].startswith(name_start))
+
+
+def test_every_module_outside_the_targets_is_kept_from_their_folders():
+    """The forbidden contract (nothing outside ``loopopt.targets`` imports a target's folder) names every
+    top-level module but the targets, so a new module is checked too."""
+    import pkgutil
+
+    import loopopt
+
+    sources = set(_contract("targets: nothing outside")["source_modules"])
+    modules = {f"loopopt.{info.name}" for info in pkgutil.iter_modules(loopopt.__path__)}
+    modules.discard("loopopt.targets")
+    assert sources == modules, (f"not a source: {sorted(modules - sources)}; "
+                                f"unknown: {sorted(sources - modules)}")
+
+
+def _imported_modules(path: Path, package: str) -> set[str]:
+    """The absolute names ``path`` (a module of ``package``) imports: each module, and each name taken
+    from one (``from . import x`` imports the module ``x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_target_folders_are_independent():
+    """A target folder imports no other target's folder (each reaches the shared code, ``targets.base``
+    and ``targets.registry`` only); a new target is a folder and a registry line."""
+    targets = ROOT / "loopopt" / "targets"
+    folders = sorted(p.name for p in targets.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert "x86" in folders
+    crossings = []
+    for folder in folders:
+        for path in (targets / folder).rglob("*.py"):
+            package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+            others = {f"loopopt.targets.{other}" for other in folders if other != folder}
+            crossings += [f"{path.relative_to(ROOT)} -> {m}" for m in _imported_modules(path, package)
+                          if any(m == o or m.startswith(o + ".") for o in others)]
+    assert not crossings, crossings
+
+
+TABLE_FILES = {"codegen/instr.py"}     # the target-neutral tables: the plain-C variant is named "scalar"
+ISA_LITERAL = re.compile(r"[\"'](avx512|avx2|scalar|amx)[\"']")
+# files outside the target folders that still spell an x86 variant's name (issue 25): they are to ask the
+# target instead; the list only shrinks
+ISA_LITERAL_FILES = {
+    "cli.py", "codegen/params.py", "codegen/taps.py", "codegen/ternary.py", "compare.py", "machine.py",
+    "model.py", "onnx/kernels.py", "schedule_file.py", "tune/algorithms.py", "tune/choice.py",
+    "tune/guide.py", "tune/log.py", "tune/rank.py", "tune/result.py", "tune/space.py", "tune/tile_model.py",
+}
+
+
+def test_no_new_isa_literals_outside_the_targets():
+    package = ROOT / "loopopt"
+    names = (path.relative_to(package).as_posix() for path in package.rglob("*.py")
+             if ISA_LITERAL.search(path.read_text()))
+    spelled = {name for name in names if not name.startswith("targets/") and name not in TABLE_FILES}
+    assert spelled <= ISA_LITERAL_FILES, f"ask the target instead: {sorted(spelled - ISA_LITERAL_FILES)}"
+    assert ISA_LITERAL_FILES <= spelled, f"drop from the list: {sorted(ISA_LITERAL_FILES - spelled)}"

@@ -19,10 +19,10 @@ from helpers import check_quantized as check
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.lut import check_lut, lut_nest, pack_lut
-from loopopt.codegen.lut_format import FORMATS
 from loopopt.codegen.ternary import pack_i2s, packed_bytes, unpack_i2s
 from loopopt.quant_reference import random_call
+from loopopt.targets.x86.lut import check_lut, lut_nest, pack_lut
+from loopopt.targets.x86.lut_format import FORMATS
 
 TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, True, s.output, "ternary"))
 

@@ -18,11 +18,11 @@ from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.isa import bf16_dot_available, resolve_isa
-from loopopt.codegen.lut import check_lut
 from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
+from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
+from loopopt.targets.x86.lut import check_lut
 from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined

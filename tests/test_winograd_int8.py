@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt import winograd, winograd_int8
-from loopopt.codegen.winograd_int8 import BLOCKS, LANES, REGISTERS, TEMPORARIES
 from loopopt.quant import QuantSpec, check_call, output_multipliers
 from loopopt.quant_reference import random_call, reference_output
+from loopopt.targets.x86.isa import INT_ISAS
+from loopopt.targets.x86.winograd_int8 import BLOCKS, LANES, TEMPORARIES
 
 SPEC = QuantSpec(activation="uint8", per_channel=True, output="uint8")
 SMALL = lo.Conv2d(17, 19, 3, padding=((0, 1), (2, 1)), bias=True, batch=2, height=7, width=9, quant=SPEC)
@@ -58,7 +59,7 @@ def blocks(draw, isa):
     if draw(st.booleans()):
         return None, None
     vectors = draw(st.integers(1, 4 if isa == "avx512" else 2))
-    rows = draw(st.integers(1, max(1, (REGISTERS[isa] - TEMPORARIES[isa] - vectors) // vectors)))
+    rows = draw(st.integers(1, max(1, (INT_ISAS[isa].registers - TEMPORARIES[isa] - vectors) // vectors)))
     return rows, vectors * LANES[isa]
 
 
@@ -127,7 +128,7 @@ def test_bad_calls_and_blocks():
         lo.dataflows.winograd(SMALL, gemm_cols=24).compile("avx512")
     with pytest.raises(ValueError, match="do not fit the 32 vector registers"):
         lo.dataflows.winograd(SMALL, gemm_rows=8, gemm_cols=64).compile("avx512")
-    assert all((r + 1) * v + TEMPORARIES[isa] <= REGISTERS[isa] for isa, (r, v) in BLOCKS.items())
+    assert all((r + 1) * v + TEMPORARIES[isa] <= INT_ISAS[isa].registers for isa, (r, v) in BLOCKS.items())
 
 
 def test_measure_and_tune_see_it():

@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
 from . import taps, ternary
-from .isa import Isa, tables
+from .instr import Isa, tables
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
 

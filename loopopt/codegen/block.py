@@ -38,7 +38,7 @@ from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
 from . import taps, ternary
 from .arith import Arithmetic, load
-from .isa import Isa
+from .instr import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
 from .vector import FROM_LANE_ZERO, AccessKind, classify_offset, exact_offset
 

@@ -16,7 +16,7 @@ from ..schedule import Schedule
 from . import quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
-from .isa import Isa
+from .instr import Isa
 from .params import KernelParam, check_lane_indices, index_ctype, signature
 from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 

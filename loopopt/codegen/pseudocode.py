@@ -1,29 +1,29 @@
 """A schedule as readable loop-nest pseudo-code."""
 from __future__ import annotations
 
-from typing import Optional
-
 from ..schedule import Schedule
-from . import binary
 from .arith import arithmetic
 from .emit import vector_access_kinds
-from .isa import bf16_dot_available, resolve_isa, table_variant, tables
+from .instr import Isa
 from .quantized import plan as quant_plan
 
 
-def render(schedule: Schedule, isa: Optional[str] = None) -> str:
+def header(schedule: Schedule) -> list[str]:
+    """The first lines of every family's pseudo-code: the op and the schedule's steps."""
+    return [f"# {schedule.op!r}"] + [f"# {step}" for step in schedule.steps]
+
+
+def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False) -> str:
     """The loop nest of ``schedule``: loops with extents and annotations, dim definitions,
-    guards, the statement, and notes (vector access kinds for ``isa``, reassociation)."""
+    guards, the statement, and notes (reassociation; with a float32 table ``target``, the dot loop,
+    the quantized plan and the vector access kinds on it); ``bf16_dot``: a bfloat16 nest may use the
+    table's pair dot."""
     op = schedule.op
-    lines = [f"# {op!r}"]
-    lines += [f"# {step}" for step in schedule.steps]
+    lines = header(schedule)
     quantized = op.quant is not None
-    if quantized and op.quant.binary:          # packed bits in the kernel's own layouts
-        return "\n".join(lines + binary.pseudocode(schedule, resolve_isa(isa or "auto", integer=True)))
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    target = tables(table_variant(isa or "auto", integer=quantized)).floats
-    plan = quant_plan(schedule, target.lanes) if quantized else None
-    dot = arithmetic(schedule, target.name, plan, bf16_dot_available(target.name)).dot_loop
+    plan = quant_plan(schedule, target.lanes) if quantized and target else None
+    dot = arithmetic(schedule, target.name, plan, bf16_dot).dot_loop if target else None
     instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
@@ -59,7 +59,7 @@ def render(schedule: Schedule, isa: Optional[str] = None) -> str:
                     "a pass over the int32 accumulators")
         lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, "
                      f"compensation {plan.compensation}, epilogue {epilogue}")
-    if schedule.vector_loop is not None:
+    if schedule.vector_loop is not None and target is not None:
         kinds = vector_access_kinds(schedule, target)
         text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"
         lines.append(f"# vector loop {schedule.vector_loop.name} on {target.name} "

@@ -58,6 +58,10 @@ DOT = 4   # bytes per lane consumed by one dot instruction
 # Epilogue loops store bytes (which may alias anything) from pointers that OpenMP outlining strips of
 # ``restrict``: tell the compiler the lanes are independent so it still vectorizes them.
 SIMD_PRAGMA = "#pragma omp simd"
+# every integer kernel's flags: float32 products without contraction (requantization must match quant.py
+# bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
+# builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
+QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t"}
 
 

@@ -49,7 +49,6 @@ from typing import Optional
 from ..expr import Var
 from ..ops import Window
 from ..schedule import Schedule
-from .isa import cpu_flags
 from .vector import proves_step
 
 GROUP = 4              # taps per int32 lane of vpdpbusd
@@ -73,7 +72,6 @@ ZIP = {   # the lanes of vectors a, b interleaved: a0 b0 a1 b1 ... (the low half
              "0x31)"),
 }
 ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions of ZIP per vector made
-VBMI_FLAGS = {"avx512": ("avx512vbmi", "-mavx512vbmi")}   # per ISA: the CPU flag and the compile flag
 HELPERS = {
     "avx512": (
         "/* Input bytes b < 64 from column s of a row of n columns (p: its column s): p[b] where\n"
@@ -270,13 +268,6 @@ def interleave_ops(isa: str, count: int) -> int:
 def helpers(isa: str) -> str:
     """The C helpers of the tap dot operands on ``isa``."""
     return HELPERS[isa]
-
-
-def compile_flags(isa: str) -> tuple[str, ...]:
-    """The compile flags of a tap dot kernel on ``isa`` on this CPU: AVX512-VBMI's where it has it
-    (``lo_tap_spread`` is then one byte permute; its C is the same either way)."""
-    cpu, flag = VBMI_FLAGS.get(isa, (None, None))
-    return (flag,) if cpu in cpu_flags() else ()
 
 
 def read_ahead(lanes: int) -> int:

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..codegen.pseudocode import render
+
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..schedule import Schedule
@@ -53,6 +55,12 @@ class Target(ABC):
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
 
+    def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
+        (``Schedule.pseudocode``). The default is the target-neutral nest, without an instruction
+        set's notes; a C-like target passes its table to ``codegen.pseudocode.render``."""
+        return render(schedule)
+
     def peak_source(self, isa: str) -> str:
         """What ``peak`` is, for a table's heading: a measured core, a device's product of units."""
         return "one core, machine profile"
@@ -66,6 +74,12 @@ class Target(ABC):
         the call does (a kernel that returns when it is done); for kernels that run asynchronously on
         a device, a function that runs the call and returns the seconds the device took."""
         return None
+
+    def matrix_instruction(self, name: str):
+        """The entry ``name`` of this target's table of warp-wide matrix instructions (``tensorize``),
+        with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""
+        raise ValueError(f"the {self.name} target has no matrix instructions (tensorize compiles with "
+                         f"target='cuda')")
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

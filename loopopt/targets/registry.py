@@ -12,9 +12,9 @@ from functools import cache
 from .base import Target
 
 TARGETS: dict[str, str] = {
-    "x86": "loopopt.targets.x86",
-    "neon": "loopopt.targets.neon",
-    "cuda": "loopopt.targets.cuda",
+    "x86": "loopopt.targets.x86.target",
+    "neon": "loopopt.targets.neon.target",
+    "cuda": "loopopt.targets.cuda.target",
 }
 # platform.machine() -> the target that runs natively
 HOST_MACHINES = {"x86_64": "x86", "AMD64": "x86", "aarch64": "neon", "arm64": "neon"}
@@ -41,6 +41,11 @@ def host_target() -> Target:
         raise ValueError(f"no target runs natively on a {machine!r} machine; known targets: "
                          f"{', '.join(map(repr, TARGETS))} (pass target=... to build for one)")
     return target(HOST_MACHINES[machine])
+
+
+def isa_names() -> tuple[str, ...]:
+    """Every target's instruction-set variants (what ``isa=`` and ``--isa`` accept besides ``"auto"``)."""
+    return tuple(isa for name in TARGETS for isa in target(name).isas())
 
 
 def target_of_isa(isa: str) -> Target:

@@ -25,7 +25,7 @@ from ..ops import Op
 from ..schedule_file import to_toml
 from ..winograd import algorithm_name, refusal, tiles
 from ..winograd_int8 import tune_blocks
-from .space import REGISTERS, lanes
+from .space import lanes, registers
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
 SHARE = 8                  # each alternative gets at most trials // SHARE trials (at least 1) ...
@@ -85,7 +85,7 @@ def alternatives(op: Op, algorithm: str, isa: str) -> list[Alternative]:
     vector = lanes(op, isa)
     if algorithm == "implicit_gemm":
         blocks = [{"m": m, "k": v * vector} for v in GEMM_VECTORS for m in GEMM_ROWS
-                  if m * v + v + 1 <= REGISTERS[isa]]
+                  if m * v + v + 1 <= registers(isa)]
         schedules = [(implicit_gemm(op, **b), b) for b in blocks]
     else:
         schedules = [(im2col(op, m), {"m": m}) for m in IM2COL_ROWS]

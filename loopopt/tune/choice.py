@@ -13,9 +13,9 @@ ISA and thread count in the process (``loopopt.onnx`` asks once per distinct sha
 """
 from __future__ import annotations
 
-from ..codegen.isa import resolve_isa
 from ..ops import Op
 from ..schedule import ScheduleError
+from ..targets.registry import target_of_isa
 from .log import signature
 from .rank import best, rank
 from .space import Candidate, candidates
@@ -29,7 +29,7 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
     space has none whose schedule builds (e.g. no outer loop to split over ``threads``)."""
     tiles = isa == "auto"                     # the best ISA: AMX tiles compete, as in lo.tune
     if isa != "amx":
-        isa = resolve_isa(isa, integer=op.quant is not None)
+        isa = target_of_isa(isa).resolve_isa(isa, integer=op.quant is not None)
     key = (signature(op), isa, threads, tiles)
     if key not in _chosen:
         space = candidates(op, isa, threads, tiles)

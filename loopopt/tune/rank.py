@@ -42,14 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from ..codegen.binary import LANES as BINARY_LANES
-from ..codegen.binary import block_dims
-from ..codegen.lut_format import COLUMNS
 from ..machine import Cache, machine_profile
 from ..ops import Op
+from ..targets.x86.binary import LANES as BINARY_LANES
+from ..targets.x86.binary import block_dims
+from ..targets.x86.lut_format import COLUMNS
 from .space import (
     DOT,
-    REGISTERS,
     Candidate,
     Knobs,
     Names,
@@ -57,6 +56,7 @@ from .space import (
     dot_elements,
     lanes,
     lut_columns,
+    registers,
     tap_window,
 )
 from .tile_model import tile_time
@@ -136,7 +136,7 @@ def binary_efficiency(candidate: Candidate) -> float:
     vectors = _ceil(knobs.channel_block, BINARY_LANES[isa])
     accumulators = knobs.pixel_block * vectors
     efficiency = BINARY_RATE[isa] * min(1.0, accumulators / CHAINS)
-    if REGISTERS[isa] - accumulators - vectors - 1 < TIGHT_SPARE:                 # the compiler spills
+    if registers(isa) - accumulators - vectors - 1 < TIGHT_SPARE:                 # the compiler spills
         efficiency *= TIGHT
     efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)  # loads per XOR
     efficiency *= _edges(op.channels // op.groups, knobs.channel_block)
@@ -286,7 +286,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    if REGISTERS[candidate.isa] - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
+    if registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT
     efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
     if rolled(candidate):

@@ -26,13 +26,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..codegen.isa import resolve_isa
-from ..codegen.tiles import check_amx_cpu
 from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import schedule_from_toml
+from ..targets.registry import target_of_isa
 from ..winograd import from_name
 from .algorithms import Alternative, alternatives, label, refusals, selected, share
 from .cluster import Runner, outcome, runner
@@ -296,10 +295,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         raise ValueError("algorithms must include one of 'direct', 'implicit_gemm', 'im2col' (the result's "
                          "best is a Schedule), got ('winograd',)")
     tiles = isa == "auto"                     # the best ISA: AMX tiles compete where the CPU has them
-    if isa == "amx":
-        check_amx_cpu()
-    else:
-        isa = resolve_isa(isa, integer=op.quant is not None)
+    isa = target_of_isa(isa).resolve_isa(isa, integer=op.quant is not None)
     why = refusals(op, wanted, isa, threads)
     skipped = {name: reason for name, reason in why.items() if reason}
     pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}

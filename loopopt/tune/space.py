@@ -29,7 +29,7 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
 candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
-knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``codegen/lut.py``) in ``tl1``
+knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``targets/x86/lut.py``) in ``tl1``
 and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
 ``channel_block`` output channels (1-4 or 8 whole column blocks of 32 below the channel count, or all
@@ -38,24 +38,24 @@ GEMV from DRAM needs to keep the hardware prefetcher busy), at most ``MAX_ACCUMU
 block, every order of the reduction dims (taps in their order) inside every order of the loops
 outside the block (the kernel refuses vectorize and unroll; it vectorizes a column block itself);
 with ``threads > 1``, ``parallel`` on the outermost loop between the table build and the register
-block (``codegen.lut.lut_nest``; the kernel refuses it around the table build), where it has at
+block (``targets.x86.lut.lut_nest``; the kernel refuses it around the table build), where it has at
 least ``threads`` iterations in table-lookup units.
 
 A binary op (``QuantSpec(activation="binary", weight="binary")``) has one kernel, XNOR + popcount
-(``codegen/binary.py``), whose one schedule step is its register block: its candidates
+(``targets/x86/binary.py``), whose one schedule step is its register block: its candidates
 (``BinaryKnobs``, one thread) are ``tile(<position dim>=R, <channel dim>=V * lanes)`` for 1 to
 ``BINARY_MAX_POSITIONS`` positions and 1 to ``CHANNEL_VECTORS`` vectors of the ISA's uint64 lanes,
 where the accumulators, the weight vectors and a broadcast leave a register spare.
 
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
-tile kernels take (``codegen/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
+tile kernels take (``targets/x86/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
 outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
 loop and each with it on the channel block's, where that splits at least ``threads`` blocks. A conv
 of one group whose whole patch (taps x channels) takes fewer 64-byte tile K-steps than its taps do
 (ResNet-50 conv1: 147 bytes in 3 steps, not 7 filter rows) has each of them twice: as it is, and
 with its reduction dims fused, taps then channels (knob ``patches``: the kernel gathers each pixel's
-patch into a buffer, ``codegen.tiles.patches``).
+patch into a buffer, ``targets.x86.tiles.patches``).
 """
 from __future__ import annotations
 
@@ -64,20 +64,19 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..codegen.arith import BF16_PAIR
-from ..codegen.binary import LANES as BINARY_LANES
-from ..codegen.binary import block_dims
-from ..codegen.isa import INT_ISAS, ISAS, bf16_dot_available
-from ..codegen.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
-from ..codegen.lut_format import COLUMNS, FORMATS
 from ..codegen.taps import fits
-from ..codegen.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 from ..dataflows import activations_last, table_lookup
 from ..layout import moved_last
 from ..ops import Op, Window
 from ..schedule import Schedule, ScheduleError
 from ..schedule_file import to_toml
+from ..targets.x86.binary import LANES as BINARY_LANES
+from ..targets.x86.binary import block_dims
+from ..targets.x86.isa import INT_ISAS, ISAS, bf16_dot_available
+from ..targets.x86.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
+from ..targets.x86.lut_format import COLUMNS, FORMATS
+from ..targets.x86.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}   # vector (scalar) registers of each ISA
 DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
@@ -154,7 +153,7 @@ class BinaryKnobs:
 @dataclass(frozen=True)
 class TileKnobs:
     """The choices of an AMX candidate: output block (pixels x channels), its loop order and what
-    the threads split (``codegen.tiles.SPLITS``; None: one thread)."""
+    the threads split (``targets.x86.tiles.SPLITS``; None: one thread)."""
 
     pixel_block: int
     channel_block: int
@@ -269,6 +268,11 @@ def has_dot(op: Op, isa: str) -> bool:
     if op.quant is not None:
         return isa != "scalar" and rc >= 2
     return op.dtype == "bfloat16" and bf16_dot_available(isa) and rc % BF16_PAIR == 0
+
+
+def registers(isa: str) -> int:
+    """Vector registers of ``isa`` (its table's ``registers``)."""
+    return ISAS[isa].registers
 
 
 def lanes(op: Op, isa: str) -> int:
@@ -398,7 +402,7 @@ def lut_columns(op: Op, channel_block: int) -> int:
 def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     """The table-lookup candidates of a ternary ``op`` on ``isa`` for ``threads`` threads (for several,
     those with a loop to split: ``_lut_parallel_loop``); none for another op, an ISA the kernel does
-    not run on or an op form it does not take (``codegen.lut.check_lut``)."""
+    not run on or an op form it does not take (``targets.x86.lut.check_lut``)."""
     if not ternary(op) or isa not in LUT_ISAS:
         return []
     roles = Roles.of(op)
@@ -462,7 +466,7 @@ def build_tiles(op: Op, knobs: TileKnobs) -> Schedule:
 
 def fused_reduction(schedule: Schedule) -> Schedule:
     """``schedule`` with the op's reduction dims fused into one loop, taps then channels (the tile
-    kernels then gather each pixel's patch, ``codegen.tiles.patches``)."""
+    kernels then gather each pixel's patch, ``targets.x86.tiles.patches``)."""
     op = schedule.op
     dims = [*(w.tap_dim for w in op.windows), op.reduction_channel_dim]
     schedule = schedule.reorder(*dims)
@@ -591,7 +595,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
         if weights == "packed" and cb == op.channels:
             continue                       # one channel block: packed is the plain layout
         vectors = -(-cb // vector)
-        spare = REGISTERS[isa] - vectors - 1          # registers left after the weights and a broadcast
+        spare = ISAS[isa].registers - vectors - 1          # registers left after the weights and a broadcast
         names = Names.of(roles.rc, cache_block, weights == "dot")
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
@@ -625,7 +629,7 @@ def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     return [Candidate(op, isa, BinaryKnobs(r, v * lanes_))
             for v in range(1, min(CHANNEL_VECTORS, vectors) + 1)
             for r in range(1, min(BINARY_MAX_POSITIONS, max(positions, 1)) + 1)
-            if r * v + v + 2 <= REGISTERS[isa]]
+            if r * v + v + 2 <= ISAS[isa].registers]
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
@@ -639,7 +643,8 @@ def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     found = []
     for pb in sorted({min(m * vector, pixels) for m in range(1, CHANNEL_VECTORS + 1)}):
         vectors = -(-pb // vector)
-        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, (REGISTERS[isa] - 2 * vectors - 2) // vectors)):
+        fit = (ISAS[isa].registers - 2 * vectors - 2) // vectors
+        for cb in _blocks(op.channels, min(MAX_TAP_CHANNELS, fit)):
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-pixels // pb)
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)

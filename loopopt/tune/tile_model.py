@@ -1,6 +1,6 @@
 """The tile model: an AMX candidate's predicted time from what its tile kernel executes.
 
-The kernel model (``lo.kernel_model``) prices SIMD kernels; an AMX tile kernel (``codegen/tiles.py``)
+The kernel model (``lo.kernel_model``) prices SIMD kernels; an AMX tile kernel (``targets/x86/tiles.py``)
 is priced here from its plan (``tile_plan``: blocks, taps, K chunks, tiles per block) and this
 machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes and read bandwidths):
 
@@ -17,7 +17,7 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
   level beyond (``cold_seconds``; VGG conv5_1's 2.4 MB of weights);
 * epilogue: ``EPILOGUE_CYCLES`` per output element written (the quantized epilogue of a tile
   store: compensation, bias, requantization, narrowing), at the clock implied by the VNNI peak;
-* gathered patches (``codegen.tiles.patches``): ``GATHER_CYCLES`` per run of consecutive values
+* gathered patches (``targets.x86.tiles.patches``): ``GATHER_CYCLES`` per run of consecutive values
   copied into the patch buffer (once per pixel block, again for each channel block when the channel
   blocks are outside), which then holds the A tiles' rows (from L1).
 
@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..codegen.amx import MAX_COLSB, TILE
-from ..codegen.tiles import TilePlan, tile_plan
 from ..machine import machine_profile
 from ..schedule import Schedule
+from ..targets.x86.amx import MAX_COLSB, TILE
+from ..targets.x86.tiles import TilePlan, tile_plan
 
 EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue: fitted to ResNet-50 conv2_x int8,
                            # whose AMX kernels ran 0.09-0.135 ms, their dots and loads 0.03-0.06 ms of it

@@ -6,12 +6,12 @@ accumulators and stores, only the bound loops' variables come from loops instead
 from __future__ import annotations
 
 from ...codegen import Generated
-from ...codegen.isa import ISAS
+from ...codegen.instr import SCALAR
 from ...kernel import Kernel, cffi_driver
 from ...schedule import Schedule
 from .printer import HOST, print_kernel
 
-HOST_ISA = ISAS["scalar"]       # scalar C: no vector instructions, as each GPU thread runs it
+HOST_ISA = SCALAR       # scalar C: no vector instructions, as each GPU thread runs it
 
 
 def emulate(schedule: Schedule) -> Kernel:

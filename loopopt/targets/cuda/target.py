@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...codegen import Generated
-from ...codegen.isa import ISAS
+from ...codegen.instr import SCALAR
 from ...schedule import Schedule
 from ..base import Target, TargetUnavailableError
 from . import device, toolchain
+from .instructions import MatrixInstruction, instruction
 from .kernel import CudaKernel
 from .printer import print_kernel
 
@@ -49,7 +50,7 @@ class CudaTarget(Target):
         printed = print_kernel(schedule)            # a schedule the target cannot run: ScheduleError
         arch = self.resolve_isa(isa)
         build = toolchain.build(printed.source, arch)
-        generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, ISAS["scalar"],
+        generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)
         kernel = CudaKernel(schedule, generated, printed, build, arch)
         kernel.target = self
@@ -68,6 +69,9 @@ class CudaTarget(Target):
         return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
                 f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2 (float16: x "
                 f"{device.TENSOR_F16_FLOPS_PER_SM.get(isa, '?')} tensor-core flops per SM per clock)")
+
+    def matrix_instruction(self, name: str) -> MatrixInstruction:
+        return instruction(name)
 
     def device(self) -> str:
         return f"{device.name()} ({device.arch()})"

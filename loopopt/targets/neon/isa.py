@@ -1,5 +1,5 @@
 """NEON instruction tables (AArch64 Advanced SIMD, 128-bit vectors): the x86 tables' operation names
-and meanings (``codegen.isa.MEANINGS``, ``INT_MEANINGS``), so the same emitter prints NEON C from the
+and meanings (``codegen.instr.MEANINGS``, ``INT_MEANINGS``), so the same emitter prints NEON C from the
 same schedules.
 
 fp32 kernels have 4 lanes (``float32x4_t``, ``vfmaq_f32``); integer kernels 4 int32 lanes
@@ -12,7 +12,7 @@ refuses bf16 ops on this variant with a ScheduleError.
 """
 from __future__ import annotations
 
-from ...codegen.isa import (
+from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
     INT_MEANINGS,
@@ -26,6 +26,7 @@ from ...codegen.isa import (
 
 NAME = "neon"
 LANES = 4
+REGISTERS = 32          # v0-v31
 # every NEON kernel is built for this architecture level: Armv8.6-A has the dot product (FEAT_DotProd),
 # the int8 matrix multiplies and usdot (FEAT_I8MM), bf16 and fp16 arithmetic
 ARCH_FLAGS = ("-march=armv8.6-a+i8mm+dotprod+bf16+fp16",)
@@ -144,7 +145,8 @@ def _ops(meanings: dict[str, str], **templates: str) -> dict[str, Instr]:
 
 
 NEON = Isa(
-    name=NAME, lanes=LANES, vector_type="float32x4_t", mask_type="uint32x4_t", index_type="int32x4_t",
+    name=NAME, lanes=LANES, registers=REGISTERS, vector_type="float32x4_t", mask_type="uint32x4_t",
+    index_type="int32x4_t",
     cpu_flags=FLOAT_FEATURES, compile_flags=ARCH_FLAGS, prelude=PRELUDE + INT_PRELUDE,
     ops=_ops(
         MEANINGS,
@@ -171,7 +173,7 @@ NEON = Isa(
 def _beside_floats(vector_type: str, features: tuple[str, ...], prelude: str, meanings: dict[str, str],
                    **templates: str) -> Isa:
     """Another table of this variant: its own lanes' entries, the float table's masks and index vectors."""
-    return Isa(name=NAME, lanes=LANES, vector_type=vector_type, mask_type=NEON.mask_type,
+    return Isa(name=NAME, lanes=LANES, registers=REGISTERS, vector_type=vector_type, mask_type=NEON.mask_type,
                index_type=NEON.index_type, cpu_flags=features, compile_flags=ARCH_FLAGS, prelude=prelude,
                ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(meanings, **templates))
 

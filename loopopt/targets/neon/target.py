@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from ...cbuild import compile_c
 from ...codegen import generate
 from ...codegen.emit import KERNEL_NAME, THREADS_NAME
-from ...codegen.isa import QUANT_FLAGS
 from ...codegen.params import KernelParam, signature
+from ...codegen.pseudocode import render
+from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, wrap
 from ...schedule import Schedule, ScheduleError
@@ -90,6 +91,9 @@ class NeonTarget(Target):
         kernel = wrap(schedule, generated, driver)
         kernel.target = self
         return kernel
+
+    def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        return render(schedule, NEON, bf16_dot=False)
 
     def peak(self, isa: str, dtype: str) -> float:
         return PROFILE.peak(dtype)

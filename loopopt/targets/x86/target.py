@@ -1,15 +1,24 @@
 """``X86Target``: today's x86 generators, build and machine profile behind the Target interface."""
 from __future__ import annotations
 
-from ...amx import amx_available
-from ...codegen.isa import ISA_PREFERENCE, available_int_isas, available_isas, resolve_isa
-from ...codegen.tiles import check_amx_cpu
-from ...kernel import Kernel, compile_schedule
+from ...codegen.pseudocode import header, render
+from ...kernel import Kernel
 from ...machine import machine_profile
 from ...schedule import Schedule
 from ..base import Target
-
-TILE_ISA = "amx"     # the tile variant: quantized and bf16 ops on AMX tiles, chosen explicitly
+from . import binary
+from .amx_runtime import amx_available
+from .families import compile_schedule
+from .isa import (
+    ISA_PREFERENCE,
+    ISAS,
+    TILE_ISA,
+    available_int_isas,
+    available_isas,
+    bf16_dot_available,
+    resolve_isa,
+)
+from .tiles import check_amx_cpu
 
 
 class X86Target(Target):
@@ -34,6 +43,13 @@ class X86Target(Target):
         kernel = compile_schedule(schedule, isa)
         kernel.target = self
         return kernel
+
+    def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        quantized = schedule.op.quant is not None
+        name = resolve_isa(isa, integer=quantized)
+        if quantized and schedule.op.quant.binary:      # packed bits in the kernel's own layouts
+            return "\n".join(header(schedule) + binary.pseudocode(schedule, name))
+        return render(schedule, ISAS[name], bf16_dot_available(name))
 
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops import Op, Window
-from ..schedule import Schedule, ScheduleError
-from .emit import KERNEL_NAME, Generated
+from ...codegen.emit import KERNEL_NAME, Generated
+from ...codegen.params import KernelParam, signature
+from ...codegen.quantized import GroupShape, batch_dim, borders
+from ...ops import Op, Window
+from ...schedule import Schedule, ScheduleError
 from .isa import INT_ISAS
-from .params import KernelParam, signature
-from .quantized import GroupShape, batch_dim, borders
 
 WORD = 64
 LANES = {"avx512": 8, "avx2": 4, "scalar": 1}

@@ -1,7 +1,7 @@
 """AMX tile kernels of quantized and bfloat16 ops: an implicit GEMM with output pixels as tile rows.
 
 ``compile(isa="amx")`` maps an integer quantized or a bfloat16 Conv2d or Matmul onto the AMX tiles
-(``codegen/amx.py``). The op is read through its roles as a GEMM per group: rows are output
+(``targets/x86/amx.py``). The op is read through its roles as a GEMM per group: rows are output
 pixels, columns output channels, the reduction runs over the window taps and, inside each tap,
 the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 activations, or
 ``_tile_dpbssd`` for int8 ones: no +128 shift, so the compensation has no shift term;
@@ -64,7 +64,7 @@ threads, on a loop over the output channels (the channel block's loop) the chann
 group; either as one contiguous range of whole blocks per thread (``schedule(static)``). Each
 thread loads the tile configuration, runs its blocks in the schedule's order and releases the
 tiles (``_tile_loadconfig`` / ``_tile_release`` act on the calling thread's tiles only). Linux's
-AMX permission (``loopopt.amx.require_amx``) is per process: threads started before or after the
+AMX permission (``amx_runtime.require_amx``) is per process: threads started before or after the
 request may use the tiles, each getting its tile state buffer on its first tile instruction. No
 output element is written by two threads (the tails above).
 Refused (``TileError``): float32 ops, ``arithmetic("dequantize")``, a parallel loop over both pixels
@@ -79,14 +79,14 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from ..expr import Var
-from ..ops import Op
-from ..schedule import Fuse, Schedule, ScheduleError
-from . import quantized
+from ...codegen import quantized
+from ...codegen.emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_threads
+from ...codegen.params import KernelParam, index_ctype, signature
+from ...expr import Var
+from ...ops import Op
+from ...schedule import Fuse, Schedule, ScheduleError
 from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
-from .emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_threads
 from .isa import INT_ISAS, cpu_flags
-from .params import KernelParam, index_ctype, signature
 
 WIDE_SHARE = 0.9     # tiles over the padded width against row by row, at most (``TileShape.wide``):
                      # int8 2x2-tile blocks, quiet machine, interleaved: VGG conv5_1 (25 of 38 tiles)

@@ -17,7 +17,7 @@ Templates take tile numbers ``{t}``, ``{c}``, ``{a}``, ``{b}`` as integer litera
 intrinsics paste them into the instruction), ``{p}`` a pointer and ``{stride}`` bytes between
 rows. Code emitted through ``TileConfig.emit`` has its preconditions checked against the
 configuration; a violated one would fault (SIGILL) at run time. Running tile code needs the
-Linux permission of ``loopopt.amx.require_amx``.
+Linux permission of ``loopopt.targets.x86.amx_runtime.require_amx``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 bitnet.cpp style), under the schedule's splits, order and register block.
 
 The reduction is grouped along the input channels of one filter tap: a group is ``fmt.group``
-consecutive input channels of one input pixel (``codegen/lut_format.py``), so a pixel's tables serve
+consecutive input channels of one input pixel (``targets/x86/lut_format.py``), so a pixel's tables serve
 every tap, output position and output channel that reads it, and the table build costs a pass over
 the input, not over the output times the taps. (The fused ``(kh, kw, c)`` run of an im2col row
 would group across taps and give each output position its own tables.) A GEMM is the case without
@@ -46,11 +46,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..expr import Bound, Const, Expr, Var
-from ..ops import Op
-from ..schedule import Schedule, ScheduleError, Split
-from . import quantized
-from .emit import KERNEL_NAME, Generated, with_threads
+from ...codegen import quantized
+from ...codegen.emit import KERNEL_NAME, Generated, with_threads
+from ...codegen.params import KernelParam, signature, storage_elements
+from ...expr import Bound, Const, Expr, Var
+from ...ops import Op
+from ...schedule import Schedule, ScheduleError, Split
 from .isa import INT_ISAS
 from .lut_format import (
     COLUMNS,
@@ -63,7 +64,6 @@ from .lut_format import (
     table_constants_c,
     table_entries_c,
 )
-from .params import KernelParam, signature, storage_elements
 
 LUT = "lo_lut"            # the kernel parameter holding the tables (allocated by prepare)
 LUT_ISAS = ("avx512", "avx2", "scalar")

@@ -33,21 +33,21 @@ from functools import reduce
 
 import islpy as isl
 
-from ..expr import Bound, Expr, Var, divisions
-from ..schedule import Loop, Schedule, ScheduleError
-from . import taps
-from .arith import GROUPS, Arithmetic, arithmetic
-from .block import Accumulator, RegisterBlock
-from .emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
-from .isa import Isa, bf16_dot_available, table_variant, tables
-from .params import index_ctype
-from .quantized import QuantPlan, compensation_entries
-from .quantized import plan as quant_plan
-from .vector import AccessKind
+from ...codegen import taps
+from ...codegen.arith import GROUPS, Arithmetic, arithmetic
+from ...codegen.block import Accumulator, RegisterBlock
+from ...codegen.emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
+from ...codegen.instr import Isa, tables
+from ...codegen.params import index_ctype
+from ...codegen.quantized import QuantPlan, compensation_entries
+from ...codegen.quantized import plan as quant_plan
+from ...codegen.vector import AccessKind
+from ...expr import Bound, Expr, Var, divisions
+from ...schedule import Loop, Schedule, ScheduleError
+from .isa import bf16_dot_available, table_variant
 
-# Vector registers of each target (AVX-512: zmm0-31; AVX2: ymm0-15; scalar code: xmm0-15), and the
-# ones a register block leaves to its operands.
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16, "neon": 32}
+# Of a table's vector registers (``Isa.registers``: AVX-512 zmm0-31, AVX2 ymm0-15, scalar code xmm0-15),
+# the ones a register block leaves to its operands.
 OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
@@ -426,7 +426,7 @@ class _Counter:
                 Site(f"output around loop {loop.name}", self.passing(depth - 1), output, self.lanes)]
 
     def _spilled(self, accumulators: int) -> int:
-        return max(0, accumulators - (REGISTERS[self.arith.acc.name] - OPERAND_REGISTERS))
+        return max(0, accumulators - (self.arith.acc.registers - OPERAND_REGISTERS))
 
     def _block_sites(self, block: RegisterBlock) -> list[Site]:
         s = self.schedule

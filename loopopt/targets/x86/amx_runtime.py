@@ -18,11 +18,11 @@ from typing import Literal
 
 import numpy as np
 
-from .bf16 import to_bf16
-from .buffers import ALIGNMENT, aligned_copy, aligned_zeros
-from .cbuild import compile_c
-from .codegen.amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, indent, vnni_pack
-from .codegen.isa import cpu_flags
+from ...bf16 import to_bf16
+from ...buffers import ALIGNMENT, aligned_copy, aligned_zeros
+from ...cbuild import compile_c
+from .amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, indent, vnni_pack
+from .isa import cpu_flags
 
 SYS_ARCH_PRCTL = 158            # x86-64 system call number
 ARCH_REQ_XCOMP_PERM = 0x1023

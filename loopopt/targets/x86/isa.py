@@ -1,87 +1,35 @@
-"""Instruction tables: one per ISA, each entry a C template with its scalar meaning.
-
-The emitter only ever asks a table for an operation by name; a new ISA is a new
-table. Templates use ``{p}`` (pointer), ``{m}`` (lane mask), ``{v}``/``{a}``/``{b}``/``{c}``
-(vectors), ``{s}`` (scalar), ``{idx}`` (index vector), ``{n}`` (lane count).
-Each ``Instr`` entry records the scalar semantics it implements so tests can check
-every template against it lane by lane. ``ISAS`` holds the float32 tables, ``INT_ISAS``
-the integer (quantized) ones, ``BF16_ISAS`` the bfloat16 operand loads and ``vdpbf16ps``;
-``available_isas`` / ``resolve_isa`` choose among them by
-this CPU's flags.
+"""x86's instruction tables: AVX-512, AVX2 and scalar, each as float32 (``ISAS``), integer
+(``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot) and bfloat16 (``BF16_ISAS``: operand
+loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s operations, each variant's three
+registered with the emitter (``codegen.instr.register_tables``). ``available_isas`` / ``resolve_isa``
+choose among them by this CPU's flags (``cpu_flags``).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from functools import lru_cache
 
-
-@dataclass(frozen=True)
-class Instr:
-    """A C template and the per-lane semantics it implements (for tests and docs)."""
-
-    template: str
-    meaning: str
-
-    def __call__(self, **operands: str) -> str:
-        return self.template.format(**operands)
-
-
-@dataclass(frozen=True)
-class Isa:
-    """An instruction set for float32 kernels: vector width, types, flags and templates."""
-
-    name: str
-    lanes: int
-    vector_type: str
-    mask_type: str
-    index_type: str
-    cpu_flags: tuple[str, ...]          # /proc/cpuinfo flags required
-    compile_flags: tuple[str, ...]
-    prelude: str
-    ops: dict[str, Instr] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> Instr:
-        try:
-            return self.__dict__["ops"][name]
-        except KeyError:
-            raise AttributeError(f"ISA {self.__dict__.get('name')!r} has no instruction {name!r}") from None
-
-    @property
-    def vectorizes(self) -> bool:
-        return self.lanes > 1
-
-
-MEANINGS = {
-    "zero": "every lane 0.0",
-    "load": "lane j = p[j]",
-    "load_mask": "lane j = p[j] if mask bit j else 0.0 (masked-off lanes are not read)",
-    "store": "p[j] = v lane j",
-    "store_mask": "p[j] = v lane j where mask bit j (others untouched)",
-    "broadcast": "every lane = s",
-    "fma": "lane j = a_j * b_j + c_j (one rounding)",
-    "fma_mask": "lane j = a_j * b_j + c_j where mask bit j, else c_j",
-    "gather": "lane j = p[idx_j]",
-    "gather_mask": "lane j = p[idx_j] where mask bit j, else 0.0",
-    "scatter_mask": "p[idx_j] = v_j where mask bit j, lanes in order (distinct indices)",
-    "hsum": "sum of the lanes",
-    "mask_bits": "mask with lane j set iff bit j of the unsigned {s}",
-    "mask_count": "mask with lanes 0..n-1 set",
-    "stride_index": "index vector lane j = j * s",
-    "index_load": "index vector lane j = ((int*)p)[j]",
-}
-
-
-def _table(**templates: str) -> dict[str, Instr]:
-    return {name: Instr(text, MEANINGS[name]) for name, text in templates.items()}
-
+from ...codegen.instr import (
+    BF16_MEANINGS,
+    BF16_PRELUDE,
+    SCALAR,
+    TABLES,
+    Instr,
+    Isa,
+    IsaTables,
+    bf16_table,
+    int_table,
+    register_tables,
+    table,
+    tables,
+)
 
 AVX512 = Isa(
-    name="avx512", lanes=16, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f",),
     compile_flags=("-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mavx2", "-mfma"),
     prelude="#include <immintrin.h>\n",
-    ops=_table(
+    ops=table(
         zero="_mm512_setzero_ps()",
         load="_mm512_loadu_ps({p})",
         load_mask="_mm512_maskz_loadu_ps({m}, {p})",
@@ -103,7 +51,7 @@ AVX512 = Isa(
 )
 
 AVX2 = Isa(
-    name="avx2", lanes=8, vector_type="__m256", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256", mask_type="__m256i", index_type="__m256i",
     cpu_flags=("avx2", "fma"),
     compile_flags=("-mavx2", "-mfma"),
     prelude="""#include <immintrin.h>
@@ -125,7 +73,7 @@ static inline float lo_avx2_hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 """,
-    ops=_table(
+    ops=table(
         zero="_mm256_setzero_ps()",
         load="_mm256_loadu_ps({p})",
         load_mask="_mm256_maskload_ps({p}, {m})",
@@ -145,11 +93,7 @@ static inline float lo_avx2_hsum(__m256 v) {
     ),
 )
 
-# The scalar target ignores vector annotations: the vectorized loop runs as a plain loop.
-SCALAR = Isa(name="scalar", lanes=1, vector_type="float", mask_type="unsigned", index_type="int",
-             cpu_flags=(), compile_flags=(), prelude="", ops={})
 
-ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512, AVX2, SCALAR)}
 
 
 # --- integer tables (quantized kernels) ------------------------------------------------------
@@ -157,54 +101,14 @@ ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512, AVX2, SCALAR)}
 # byte loads widened to int32 and the 4-way u8 x s8 dot product of vpdpbusd. Masks and index
 # vectors are shared with the float table of the same ISA.
 
-INT_MEANINGS = {
-    "zero": "every lane 0",
-    "load": "lane j = ((int32 *)p)[j] (p may be any byte address)",
-    "load_mask": "lane j = ((int32 *)p)[j] if mask bit j else 0",
-    "store": "((int32 *)p)[j] = v lane j",
-    "store_mask": "((int32 *)p)[j] = v lane j where mask bit j (others untouched)",
-    "broadcast": "every lane = (int32) s",
-    "broadcast_word": "every lane = the int32 at byte address p (any alignment)",
-    "fma": "lane j = c_j + a_j * b_j (int32, wrapping)",
-    "fma_mask": "lane j = c_j + a_j * b_j where mask bit j, else c_j",
-    "sub": "lane j = a_j - b_j (int32, wrapping)",
-    "gather": "lane j = ((int32 *)p)[idx_j]",
-    "gather_mask": "lane j = ((int32 *)p)[idx_j] where mask bit j, else 0",
-    "scatter_mask": "((int32 *)p)[idx_j] = v_j where mask bit j, lanes in order (distinct indices)",
-    "hsum": "sum of the lanes (int32, wrapping)",
-    "load_u8": "lane j = ((uint8 *)p)[j]",
-    "load_s8": "lane j = ((int8 *)p)[j]",
-    "load_u8_mask": "lane j = ((uint8 *)p)[j] where mask bit j, else 0 (may read 3 bytes past a lane)",
-    "load_s8_mask": "lane j = ((int8 *)p)[j] where mask bit j, else 0 (may read 3 bytes past a lane)",
-    "gather_b": "lane j = the int32 at byte address (char *)p + idx_j (reads 4 bytes)",
-    "gather_b_mask": "lane j = the int32 at byte address (char *)p + idx_j where mask bit j, else 0",
-    "extend_u8": "lane j = low byte of v_j as uint8",
-    "extend_s8": "lane j = low byte of v_j as int8",
-    "flip": "every byte b of v becomes b ^ 0x80 (int8 x + 128 as uint8)",
-    "dot": "lane j = c_j + sum over q < 4 of uint8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
-    "dot_mask": "dot where mask bit j, else c_j",
-    "to_float": "lane j = (float32) v_j, rounded to nearest even",
-    "store_narrow": "((uint8 *)p)[j] = low byte of v lane j",
-    "store_narrow_mask": "((uint8 *)p)[j] = low byte of v lane j where mask bit j (others untouched)",
-    "pack_u8": "byte L*q + j = lane j of the q-th of a, b, c, d (L lanes), each lane in [0, 255]",
-    "pack_s8": "byte L*q + j = lane j of the q-th of a, b, c, d (L lanes), each lane in [-128, 127]",
-    "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
-}
-SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
 _WORD = "_mm_cvtsi128_si32(_mm_loadu_si32({p}))"     # the 4 bytes at p as an int, at any byte address
 
-
-def _int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
-    shared = {name: floats.ops[name] for name in SHARED_OPS}
-    return shared | {name: Instr(text, INT_MEANINGS[name]) for name, text in templates.items()}
-
-
 AVX512_INT = Isa(
-    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
     compile_flags=AVX512.compile_flags + ("-mavx512vnni",),
     prelude=AVX512.prelude,
-    ops=_int_table(
+    ops=int_table(
         AVX512,
         zero="_mm512_setzero_si512()",
         load="_mm512_loadu_si512((const void *)({p}))",
@@ -245,7 +149,7 @@ AVX512_INT = Isa(
 )
 
 AVX2_INT = Isa(
-    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
     cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags,
     prelude=AVX2.prelude + (
         "/* u8 x s8 -> s32 dot of 4 without saturation: widen each byte to 16 bits, then vpmaddwd. */\n"
@@ -291,7 +195,7 @@ AVX2_INT = Isa(
         "    for (int j = 0; j < 8; ++j) if (m[j]) ((int *)p)[i[j]] = x[j];\n"
         "}\n"
     ),
-    ops=_int_table(
+    ops=int_table(
         AVX2,
         zero="_mm256_setzero_si256()",
         load="_mm256_loadu_si256((const __m256i *)(const void *)({p}))",
@@ -335,14 +239,10 @@ AVX2_INT = Isa(
     ),
 )
 
-SCALAR_INT = Isa(name="scalar", lanes=1, vector_type="int", mask_type="unsigned", index_type="int",
-                 cpu_flags=(), compile_flags=(), prelude="", ops={})
+SCALAR_INT = Isa(name="scalar", lanes=1, registers=16, vector_type="int", mask_type="unsigned",
+                 index_type="int", cpu_flags=(), compile_flags=(), prelude="", ops={})
 
 INT_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_INT, AVX2_INT, SCALAR_INT)}
-# every integer kernel's flags: float32 products without contraction (requantization must match quant.py
-# bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
-# builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
-QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
 
 
 # --- bfloat16 tables -----------------------------------------------------------------------
@@ -352,50 +252,19 @@ QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno
 # int32 lane holding two consecutive bf16 (the lower address in the low half). Masks and index vectors
 # are the float table's.
 
-BF16_MEANINGS = {
-    "value": "the float32 value of the bf16 bits s (exact)",
-    "broadcast": "every lane = the float32 value of the bf16 bits s",
-    "load": "lane j = float32 value of ((uint16 *)p)[j]",
-    "load_mask": "lane j = float32 value of ((uint16 *)p)[j] where mask bit j, else 0.0 "
-                 "(may read 2 bytes past a lane)",
-    "gather": "lane j = float32 value of ((uint16 *)p)[idx_j] (reads 4 bytes)",
-    "gather_mask": "lane j = float32 value of ((uint16 *)p)[idx_j] where mask bit j, else 0.0 "
-                   "(reads 4 bytes)",
-    "pair_zero": "every int32 lane = two bf16 zeros",
-    "broadcast_pair": "every int32 lane = the bf16 pair ((uint16 *)p)[0] (low half), [1] (high half)",
-    "load_pairs": "int32 lane j = the bf16 pair ((uint16 *)p)[2j] (low), [2j+1] (high)",
-    "load_pairs_mask": "int32 lane j = the bf16 pair ((uint16 *)p)[2j], [2j+1] where mask bit j, else 0",
-    "gather_pairs": "int32 lane j = the bf16 pair ((uint16 *)p)[idx_j], [idx_j + 1]",
-    "gather_pairs_mask": "int32 lane j = the bf16 pair ((uint16 *)p)[idx_j], [idx_j + 1] where mask bit j, "
-                         "else 0",
-    "dot": "lane j = (c_j + a_hi_j * b_hi_j) + a_lo_j * b_lo_j of the bf16 pairs of lane j (float32: "
-           "products exact, each sum rounded to nearest even; denormal operands and results flushed to 0)",
-    "dot_mask": "dot where mask bit j, else c_j",
-}
-BF16_PRELUDE = """#include <stdint.h>
-#include <string.h>
-/* The float32 value of a bfloat16 bit pattern: its upper half. */
-static inline float lo_bf16(uint16_t b) {
-    const uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f;
-}
-"""
+VBMI_FLAGS = {"avx512": ("avx512vbmi", "-mavx512vbmi")}   # per ISA: the CPU flag and the compile flag
 BF16_DOT_FLAGS = ("avx512_bf16",)           # /proc/cpuinfo flag of vdpbf16ps, beyond the table's
-
-
-def _bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
-    shared = {name: floats.ops[name] for name in SHARED_OPS}
-    return shared | {name: Instr(text, BF16_MEANINGS[name]) for name, text in templates.items()}
 
 
 _WIDEN512 = "_mm512_castsi512_ps(_mm512_slli_epi32({}, 16))"
 _WIDEN256 = "_mm256_castsi256_ps(_mm256_slli_epi32({}, 16))"
 
 AVX512_BF16 = Isa(
-    name="avx512", lanes=16, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
+    name="avx512", lanes=16, registers=32, vector_type="__m512i", mask_type="__mmask16", index_type="__m512i",
     cpu_flags=("avx512f", "avx512bw", "avx512vl"),
     compile_flags=AVX512.compile_flags + ("-mavx512bf16",),
     prelude=AVX512.prelude + BF16_PRELUDE,
-    ops=_bf16_table(
+    ops=bf16_table(
         AVX512,
         value="lo_bf16({s})",
         # the bits into the high half of each lane (a masked vpbroadcastw, which can read memory)
@@ -420,9 +289,9 @@ AVX512_BF16 = Isa(
 )
 
 AVX2_BF16 = Isa(
-    name="avx2", lanes=8, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
+    name="avx2", lanes=8, registers=16, vector_type="__m256i", mask_type="__m256i", index_type="__m256i",
     cpu_flags=AVX2.cpu_flags, compile_flags=AVX2.compile_flags, prelude=AVX2.prelude + BF16_PRELUDE,
-    ops=_bf16_table(
+    ops=bf16_table(
         AVX2,
         value="lo_bf16({s})",
         broadcast="_mm256_castsi256_ps(_mm256_and_si256(_mm256_set1_epi16((short)({s})), "
@@ -437,41 +306,14 @@ AVX2_BF16 = Isa(
     ),
 )
 
-SCALAR_BF16 = Isa(name="scalar", lanes=1, vector_type="uint16_t", mask_type="unsigned", index_type="int",
-                  cpu_flags=(), compile_flags=(), prelude=BF16_PRELUDE,
+SCALAR_BF16 = Isa(name="scalar", lanes=1, registers=16, vector_type="uint16_t", mask_type="unsigned",
+                  index_type="int", cpu_flags=(), compile_flags=(), prelude=BF16_PRELUDE,
                   ops={"value": Instr("lo_bf16({s})", BF16_MEANINGS["value"])})
 
 BF16_ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512_BF16, AVX2_BF16, SCALAR_BF16)}
-
-
-# --- every target's tables, by variant name ----------------------------------------------------
-
-@dataclass(frozen=True)
-class IsaTables:
-    """The tables of one instruction-set variant: float32, integer (quantized kernels) and bfloat16
-    (None where the variant has no such kernels yet)."""
-
-    floats: Isa
-    ints: Isa | None
-    bf16: Isa | None
-
-
-TABLES: dict[str, IsaTables] = {name: IsaTables(ISAS[name], INT_ISAS[name], BF16_ISAS[name]) for name in ISAS}
-
-
-def register_tables(tables: IsaTables) -> IsaTables:
-    """Make another target's variant known to the emitter (its module registers it when imported)."""
-    TABLES[tables.floats.name] = tables
-    return tables
-
-
-def tables(name: str) -> IsaTables:
-    """The tables of variant ``name``; ValueError naming the known variants."""
-    if name not in TABLES:
-        raise ValueError(f"no instruction tables for isa {name!r}: known: {', '.join(map(repr, TABLES))} "
-                         f"(another target's variants are known once its target is loaded, e.g. "
-                         f"loopopt.targets.target('neon'))")
-    return TABLES[name]
+ISAS: dict[str, Isa] = {isa.name: isa for isa in (AVX512, AVX2, SCALAR)}
+for _name in ISAS:                  # the emitter finds a variant's tables by its name (codegen.instr.tables)
+    register_tables(IsaTables(ISAS[_name], INT_ISAS[_name], BF16_ISAS[_name]))
 
 
 def table_variant(isa: str, integer: bool = False) -> str:
@@ -483,6 +325,7 @@ def table_variant(isa: str, integer: bool = False) -> str:
 # --- selection: which tables this CPU runs ----------------------------------------------------
 
 ISA_PREFERENCE = ("avx512", "avx2", "scalar")
+TILE_ISA = "amx"     # the tile variant: quantized and bf16 ops on AMX tiles, chosen explicitly
 
 
 HIDE_FLAGS_VARIABLE = "LOOPOPT_HIDE_CPU_FLAGS"
@@ -522,6 +365,13 @@ def bf16_dot_available(isa: str) -> bool:
     """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16)."""
     table = tables(isa).bf16
     return table is not None and "dot" in table.ops and set(BF16_DOT_FLAGS) <= cpu_flags()
+
+
+def tap_dot_flags(isa: str) -> tuple[str, ...]:
+    """The compile flags of a tap dot kernel (``codegen/taps.py``) on ``isa`` on this CPU: AVX512-VBMI's
+    where it has it (``lo_tap_spread`` is then one byte permute; its C is the same either way)."""
+    cpu, flag = VBMI_FLAGS.get(isa, (None, None))
+    return (flag,) if cpu in cpu_flags() else ()
 
 
 def resolve_isa(isa: str, integer: bool = False) -> str:

@@ -7,12 +7,12 @@ from helpers import conv_ops, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen.binary import LANES, POPCOUNTS, block_dims
-from loopopt.codegen.isa import available_int_isas, cpu_flags
-from loopopt.kernel import compile_binary
 from loopopt.measure import verify
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.targets.x86.binary import LANES, POPCOUNTS, block_dims
+from loopopt.targets.x86.families import compile_binary
+from loopopt.targets.x86.isa import available_int_isas, cpu_flags
 from loopopt.tune.rank import rank
 from loopopt.tune.space import candidates
 

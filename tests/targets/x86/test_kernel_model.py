@@ -2,8 +2,8 @@
 import pytest
 
 import loopopt as lo
-from loopopt.codegen.costs import count
-from loopopt.codegen.isa import ISAS, available_int_isas, available_isas
+from loopopt.targets.x86.costs import count
+from loopopt.targets.x86.isa import ISAS, available_int_isas, available_isas
 
 VECTOR_ISAS = [isa for isa in available_isas() if isa != "scalar"]
 pytestmark = pytest.mark.skipif(not VECTOR_ISAS, reason="no SIMD ISA on this CPU")

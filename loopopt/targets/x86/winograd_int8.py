@@ -29,7 +29,6 @@ POSITIONS = SPAN * SPAN             # tile positions t of the batched GEMM
 LANES = {"avx512": 16, "avx2": 8, "scalar": 1}           # int32 lanes of a GEMM accumulator
 CHANNEL_ALIGN = 32                  # input channels padded to whole 512-bit vectors of int16
 BLOCKS = {"avx512": (6, 4), "avx2": (4, 2), "scalar": (4, 1)}   # default GEMM block: rows x vectors
-REGISTERS = {"avx512": 32, "avx2": 16, "scalar": 16}
 TEMPORARIES = {"avx512": 1, "avx2": 2, "scalar": 1}   # the broadcast pair (and AVX2's vpmaddwd product)
 # the other GEMM blocks (rows, channels) lo.tune measures (the default first): no spills with GCC 12
 TUNE_BLOCKS = {"avx512": ((7, 48), (12, 32), (4, 64)), "avx2": ((3, 24), (6, 8)), "scalar": ()}

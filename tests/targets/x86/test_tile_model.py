@@ -6,7 +6,7 @@ import pytest
 from helpers import needs_amx, quick_first
 
 import loopopt as lo
-from loopopt.codegen import tiles
+from loopopt.targets.x86 import tiles
 from loopopt.tune import tile_model
 from loopopt.tune.guide import Guide, Price
 from loopopt.tune.rank import rank

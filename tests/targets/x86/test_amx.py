@@ -7,17 +7,10 @@ import numpy as np
 import pytest
 from helpers import needs_amx
 
-from loopopt import amx
 from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cbuild import compile_c
-from loopopt.codegen.amx import (
-    AMX,
-    CONFIG_BYTES,
-    MAX_COLSB,
-    MAX_ROWS,
-    TileConfig,
-    vnni_pack,
-)
+from loopopt.targets.x86 import amx_runtime
+from loopopt.targets.x86.amx import AMX, CONFIG_BYTES, MAX_COLSB, MAX_ROWS, TileConfig, vnni_pack
 
 DOTS = [name for name, instr in AMX.ops.items() if instr.dot is not None]
 C, A, B = 3, 6, 1                   # tile numbers of the probe (any distinct literals)
@@ -185,9 +178,9 @@ def test_bf16_rounds_to_nearest_even():
 
 @pytest.fixture
 def no_permission_yet(monkeypatch):
-    monkeypatch.setattr(amx, "_granted", False)
-    monkeypatch.setattr(amx, "cpu_flags", lambda: frozenset(AMX.cpu_flags) | {"avx512f"})
-    monkeypatch.setattr(amx.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(amx_runtime, "_granted", False)
+    monkeypatch.setattr(amx_runtime, "cpu_flags", lambda: frozenset(AMX.cpu_flags) | {"avx512f"})
+    monkeypatch.setattr(amx_runtime.platform, "machine", lambda: "x86_64")
 
 
 @pytest.mark.parametrize("code, meaning", [
@@ -197,39 +190,40 @@ def no_permission_yet(monkeypatch):
     (errno.EIO, "an unexpected error"),
 ])
 def test_a_refused_permission_names_the_errno_and_its_meaning(no_permission_yet, monkeypatch, code, meaning):
-    monkeypatch.setattr(amx, "_arch_prctl", lambda op, feature: (-1, code))
-    with pytest.raises(amx.AmxUnavailableError) as info:
-        amx.require_amx()
+    monkeypatch.setattr(amx_runtime, "_arch_prctl", lambda op, feature: (-1, code))
+    with pytest.raises(amx_runtime.AmxUnavailableError) as info:
+        amx_runtime.require_amx()
     message = str(info.value)
     assert "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)" in message
     assert errno.errorcode[code] in message and meaning in message
-    assert not amx.amx_available()
+    assert not amx_runtime.amx_available()
 
 
 def test_the_permission_is_requested_once(no_permission_yet, monkeypatch):
     calls = []
-    monkeypatch.setattr(amx, "_arch_prctl", lambda op, feature: calls.append((op, feature)) or (0, 0))
-    assert amx.amx_available() and amx.amx_available()
-    amx.require_amx()
+    monkeypatch.setattr(amx_runtime, "_arch_prctl", lambda op, feature: calls.append((op, feature)) or (0, 0))
+    assert amx_runtime.amx_available() and amx_runtime.amx_available()
+    amx_runtime.require_amx()
     assert calls == [(0x1023, 18)]
 
 
 def test_a_cpu_without_amx_is_told_before_asking_linux(no_permission_yet, monkeypatch):
-    monkeypatch.setattr(amx, "cpu_flags", lambda: frozenset({"avx512f", "amx_tile"}))
-    monkeypatch.setattr(amx, "_arch_prctl", lambda op, feature: pytest.fail("asked Linux"))
-    with pytest.raises(amx.AmxUnavailableError, match="/proc/cpuinfo lacks amx_int8, amx_bf16"):
-        amx.require_amx()
+    monkeypatch.setattr(amx_runtime, "cpu_flags", lambda: frozenset({"avx512f", "amx_tile"}))
+    monkeypatch.setattr(amx_runtime, "_arch_prctl", lambda op, feature: pytest.fail("asked Linux"))
+    with pytest.raises(amx_runtime.AmxUnavailableError, match="/proc/cpuinfo lacks amx_int8, amx_bf16"):
+        amx_runtime.require_amx()
 
 
 def test_another_architecture_is_told(no_permission_yet, monkeypatch):
-    monkeypatch.setattr(amx.platform, "machine", lambda: "aarch64")
-    with pytest.raises(amx.AmxUnavailableError, match="needs an x86-64 CPU; this machine is 'aarch64'"):
-        amx.require_amx()
+    monkeypatch.setattr(amx_runtime.platform, "machine", lambda: "aarch64")
+    refusal = "needs an x86-64 CPU; this machine is 'aarch64'"
+    with pytest.raises(amx_runtime.AmxUnavailableError, match=refusal):
+        amx_runtime.require_amx()
 
 
 @needs_amx
 def test_the_real_request_succeeds_here():
-    assert amx._arch_prctl(amx.ARCH_REQ_XCOMP_PERM, amx.XFEATURE_XTILEDATA) == (0, 0)
+    assert amx_runtime._arch_prctl(amx_runtime.ARCH_REQ_XCOMP_PERM, amx_runtime.XFEATURE_XTILEDATA) == (0, 0)
 
 
 # --- element by element against the meaning (AMX CPUs) ------------------------------------------
@@ -332,17 +326,17 @@ def test_bf16_dot_product_flushes_denormals_to_zero(a, b, c):
 @needs_amx
 @pytest.mark.slow
 def test_amx_peaks():
-    int8, bf16 = amx.amx_peak_gops("int8"), amx.amx_peak_gops("bf16")
+    int8, bf16 = amx_runtime.amx_peak_gops("int8"), amx_runtime.amx_peak_gops("bf16")
     assert int8 > 1.2 * bf16 > 0      # a TDPBUSD does twice the multiply-adds of a TDPBF16PS
 
 
 def test_amx_peak_refuses_other_dtypes():
     with pytest.raises(ValueError, match="dtype='float32' is not supported; allowed: 'int8', 'bf16'"):
-        amx.amx_peak_gops("float32")
+        amx_runtime.amx_peak_gops("float32")
 
 
 def test_pack_b_follows_the_chunks():
-    gemm = amx.AmxGemm(1, 21, 100)
+    gemm = amx_runtime.AmxGemm(1, 21, 100)
     assert gemm.starts == (0, 36)
     b = np.random.default_rng(0).integers(-128, 128, (100, 21)).astype(np.int8)
     packed = gemm.pack_b(b)
@@ -363,7 +357,7 @@ def test_amx_gemm_is_exact(m, n, k):
     rng = np.random.default_rng(m * n * k)
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     b = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    gemm = amx.AmxGemm(m, n, k)
+    gemm = amx_runtime.AmxGemm(m, n, k)
     out = np.full((m, n), -1, np.int32)
     assert gemm(a, gemm.pack_b(b), out) is out
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
@@ -383,7 +377,7 @@ def test_amx_gemm_takes_operands_off_a_cache_line():
     rng = np.random.default_rng(5)
     a = rng.integers(0, 256, (40, 130)).astype(np.uint8)
     b = rng.integers(-128, 128, (130, 20)).astype(np.int8)
-    gemm = amx.AmxGemm(40, 20, 130)
+    gemm = amx_runtime.AmxGemm(40, 20, 130)
     packed = gemm.pack_b(b)
     assert packed.ctypes.data % 64 == 0
     out = off_a_cache_line(np.zeros((40, 20), np.int32), 4)
@@ -393,8 +387,8 @@ def test_amx_gemm_takes_operands_off_a_cache_line():
 
 def test_amx_gemm_refuses_bad_shapes_and_types():
     with pytest.raises(ValueError, match="AmxGemm: k=0 must be a positive int"):
-        amx.AmxGemm(4, 4, 0)
-    gemm = amx.AmxGemm(5, 3, 7)
+        amx_runtime.AmxGemm(4, 4, 0)
+    gemm = amx_runtime.AmxGemm(5, 3, 7)
     with pytest.raises(ValueError, match=r"b must be int8 of shape \(7, 3\), got uint8 \(7, 3\)"):
         gemm.pack_b(np.zeros((7, 3), np.uint8))
     packed = gemm.pack_b(np.zeros((7, 3), np.int8))

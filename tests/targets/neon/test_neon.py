@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.isa import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
+from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
 from loopopt.codegen.params import signature
 from loopopt.measure import verify
 from loopopt.targets import target

@@ -22,8 +22,10 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen import ISAS, generate, quantized, taps
+from loopopt.codegen import generate, quantized, taps
 from loopopt.codegen.taps import fits
+from loopopt.targets.x86 import isa as x86_isa
+from loopopt.targets.x86.isa import ISAS
 from loopopt.tune.space import candidates
 
 
@@ -139,8 +141,8 @@ def test_spread_without_vbmi(conv, monkeypatch):
     (``lo_tap_spread``'s other branch), also exactly; on this CPU it is built without the VBMI flag."""
     if "avx512" not in SIMD_ISAS:
         pytest.skip("no AVX-512 VNNI here")
-    monkeypatch.setattr(taps, "cpu_flags", frozenset)
-    assert taps.compile_flags("avx512") == ()
+    monkeypatch.setattr(x86_isa, "VBMI_FLAGS", {})
+    assert x86_isa.tap_dot_flags("avx512") == ()
     op = lo.Conv2d(**LAYERS[conv], quant=lo.QuantSpec("int8", True, True, "int8"))
     assert check_quantized(tap_schedule(op, 40, 2), "avx512").plan.tap_dot is not None
 

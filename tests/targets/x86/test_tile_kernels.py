@@ -24,9 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.codegen import quantized, tiles
-from loopopt.codegen.amx import TILE
+from loopopt.codegen import quantized
 from loopopt.layout import moved_last
+from loopopt.targets.x86 import tiles
+from loopopt.targets.x86.amx import TILE
 from loopopt.tune.space import _gathers_fewer_steps, fused_reduction
 
 THREADS = 2
@@ -190,7 +191,7 @@ PERMISSION_SCRIPT = """
     import numpy as np
 
     import loopopt as lo
-    from loopopt import amx
+    from loopopt.targets.x86 import amx_runtime
     from loopopt.quant_reference import random_call, reference_output
 
     spec = lo.QuantSpec("uint8", True, False, "uint8")
@@ -206,9 +207,9 @@ PERMISSION_SCRIPT = """
     vnni.set_threads(2)
     assert np.array_equal(vnni(*args, **params), expected)    # starts an OpenMP worker
     threads = len(os.listdir("/proc/self/task"))
-    assert not amx._granted
+    assert not amx_runtime._granted
     assert np.array_equal(tiles(*args, **params), expected)   # the request, then tiles on that worker
-    assert amx._granted and len(os.listdir("/proc/self/task")) == threads
+    assert amx_runtime._granted and len(os.listdir("/proc/self/task")) == threads
     go.set()
     early.join()
     assert np.array_equal(results[0], expected)      # its OpenMP worker is started after the request

@@ -1,0 +1,124 @@
+"""x86's kernel families: the one place that decides how a schedule becomes x86 C.
+
+A ``Family`` is one generator with the schedules it takes (``takes(schedule, isa)``), its build flags
+and its kernel class (``build``). ``FAMILIES`` are asked in order and the first that takes a schedule
+builds it (``family_of``): binary ops (XNOR + popcount, any variant but the tiles), the AMX tiles
+(``isa="amx"``), table-lookup ternary weights (``weight_format("tl1" | "tl2")``), else the SIMD C
+emitter (``codegen/``) with x86's tables. The target, the command line and the search ask
+``family_of`` instead of re-deriving the choice.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...cbuild import compile_c
+from ...codegen import generate
+from ...codegen.emit import KERNEL_NAME, THREADS_NAME
+from ...codegen.quantized import QUANT_FLAGS
+from ...driver import CffiDriver
+from ...kernel import Kernel, cffi_driver, wrap
+from ...schedule import Schedule, ScheduleError
+from .binary import POPCOUNTS, generate_binary
+from .isa import (
+    INT_ISAS,
+    ISA_PREFERENCE,
+    ISAS,
+    TILE_ISA,
+    bf16_dot_available,
+    cpu_flags,
+    resolve_isa,
+    tap_dot_flags,
+)
+from .kernels import Bf16TileKernel, BinaryKernel, LutKernel, TileKernel
+from .lut import generate_lut
+from .lut_format import FORMATS
+from .tiles import check_amx_cpu, generate_tiles
+
+
+@dataclass(frozen=True)
+class Family:
+    """One way a schedule becomes an x86 kernel."""
+
+    name: str
+    generator: str                                  # the module that writes its C
+    takes: Callable[[Schedule, str], bool]          # (schedule, isa as asked) -> this family builds it
+    build: Callable[[Schedule, str], Kernel]        # generate, compile with its flags, wrap in its class
+
+
+def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
+    """The XNOR + popcount kernel of a binary op (``targets/x86/binary.py``) on ``isa``. ``popcount``:
+    ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
+    ``"auto"`` (vpopcntq where the CPU has it)."""
+    name = resolve_isa(isa, integer=True)
+    choices = POPCOUNTS[name]
+    if popcount == "auto":
+        popcount = "vpopcntq" if "vpopcntq" in choices and "avx512_vpopcntdq" in cpu_flags() else choices[-1]
+    if popcount not in choices:
+        raise ValueError(f"popcount={popcount!r} is not available on isa {name!r}; allowed: "
+                         f"{', '.join(map(repr, choices))} (or 'auto')")
+    if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
+        raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
+                         "this CPU lacks it: use 'nibble'")
+    generated = generate_binary(schedule, name, popcount)
+    module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
+    driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
+    return BinaryKernel(schedule, generated, driver, popcount)
+
+
+def _compile_binary(schedule: Schedule, isa: str) -> Kernel:
+    if isa == TILE_ISA:
+        raise ScheduleError(f"isa {TILE_ISA!r} has no binary kernels; a binary op compiles to XNOR + "
+                            f"popcount on {', '.join(map(repr, ISA_PREFERENCE[:-1]))} "
+                            f"or {ISA_PREFERENCE[-1]!r}")
+    return compile_binary(schedule, isa)
+
+
+def _compile_tiles(schedule: Schedule, isa: str) -> Kernel:
+    generated = generate_tiles(schedule)    # a schedule AMX cannot run is refused the same on every CPU
+    check_amx_cpu()
+    driver = cffi_driver(generated, generated.isa.compile_flags + QUANT_FLAGS)
+    if generated.plan is None:
+        return Bf16TileKernel(schedule, generated, driver)
+    return TileKernel(schedule, generated, driver, generated.plan)
+
+
+def _compile_lut(schedule: Schedule, isa: str) -> Kernel:
+    generated = generate_lut(schedule, resolve_isa(isa, integer=True))
+    driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
+    return LutKernel(schedule, generated, driver, generated.plan)
+
+
+def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
+    quantized = schedule.op.quant is not None
+    name = resolve_isa(isa, integer=quantized)
+    generated = generate(schedule, ISAS[name], bf16_dot=bf16_dot_available(name))
+    # quantized kernels: the integer table's flags; float32 products without contraction (requantization
+    # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
+    flags = INT_ISAS[name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
+    if quantized and generated.plan.tap_dot is not None:
+        flags += tap_dot_flags(name)
+    return wrap(schedule, generated, cffi_driver(generated, flags))
+
+
+def _is_binary(schedule: Schedule, isa: str) -> bool:
+    return schedule.op.quant is not None and schedule.op.quant.binary
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("binary", "targets/x86/binary.py", _is_binary, _compile_binary),
+    Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles),
+    Family("table lookup", "targets/x86/lut.py",
+           lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut),
+    Family("simd", "codegen/emit.py", lambda schedule, isa: True, _compile_simd),
+)
+
+
+def family_of(schedule: Schedule, isa: str = "auto") -> Family:
+    """The family that builds ``schedule`` on ``isa`` (as asked: ``"auto"``, a SIMD variant or ``"amx"``)."""
+    return next(family for family in FAMILIES if family.takes(schedule, isa))
+
+
+def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
+    """Generate C for ``schedule`` on ``isa`` with its family, build it through the cache, and wrap it."""
+    return family_of(schedule, isa).build(schedule, isa)
