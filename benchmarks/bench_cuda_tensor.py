@@ -25,8 +25,8 @@ from loopopt.layers import get_layer
 from loopopt.targets.cuda import device
 
 TILES = {  # (block_m, block_n, warps_m, warps_n, depth)
-    "gemm4096": [(128, 128, 2, 4, 32), (128, 256, 2, 4, 16), (256, 128, 4, 2, 16)],
-    "conv": [(128, 128, 2, 4, 32), (128, 64, 4, 2, 32), (256, 128, 4, 2, 16)],
+    "gemm4096": [(128, 128, 2, 4, 32), (128, 256, 2, 4, 32), (256, 128, 4, 2, 32)],
+    "conv": [(128, 64, 4, 2, 32), (128, 128, 2, 4, 32), (128, 128, 2, 4, 64)],
 }
 
 

@@ -112,8 +112,9 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"a tensorized kernel reads both inputs from shared memory: stage A and B"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).bind("i_o", "block.x").bind("j_o", "warp.x"),
      r"loop 'j_o' is bound to a warp axis, which only a tensorized schedule"),
-    (lambda: gpu_wmma(HALF_MATMUL, block_m=256, block_n=256, warps_m=1, warps_n=1, depth=64),
-     r"a tensorized block needs \d+ bytes of shared memory .* at most 49152"),
+    (lambda: gpu_wmma(lo.Matmul(256, 256, 64, dtype="float16"), block_m=256, block_n=256, warps_m=1,
+                      warps_n=1, depth=64),
+     r"a tensorized block needs \d+ bytes of shared memory \(3 buffers .* at most 232448"),
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", WMMA).stage("A", "k_o").stage("B", "k_o")
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
@@ -121,6 +122,12 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
         print_kernel(make())
+
+
+def test_compile_refuses_a_block_over_the_architectures_shared_memory():
+    with pytest.raises(ScheduleError, match=r"the kernel's blocks need 73728 bytes of shared memory; sm_75 "
+                                            r"allows 65536 per block"):
+        gpu_wmma(lo.Matmul(256, 256, 64, dtype="float16")).compile(target="cuda", isa="sm_75")
 
 
 def test_warp_axes_count_32_threads_each():

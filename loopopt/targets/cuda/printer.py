@@ -67,6 +67,7 @@ class CudaSource:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     final: bool                       # each output stored once (no init pass)
+    dynamic_shared_bytes: int = 0     # a tensorized kernel's shared memory (the arch must allow it)
 
 
 def check_schedule(schedule: Schedule) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ...codegen import Generated
 from ...codegen.instr import SCALAR
-from ...schedule import Schedule
+from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
 from . import device, toolchain
 from .instructions import MatrixInstruction, instruction
@@ -18,6 +18,10 @@ from .kernel import CudaKernel
 from .printer import print_kernel
 
 ARCHS = ("sm_90", "sm_89", "sm_86", "sm_80", "sm_75")     # built with -gencode=arch=compute_N,code=sm_N
+# The most shared memory one block may ask for, by architecture (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability": the opt-in maximum per block).
+SHARED_BYTES_PER_BLOCK = {"sm_90": 227 * 1024, "sm_89": 99 * 1024, "sm_86": 99 * 1024, "sm_80": 163 * 1024,
+                          "sm_75": 64 * 1024}
 DEFAULT_ARCH = "sm_90"
 
 
@@ -49,6 +53,10 @@ class CudaTarget(Target):
     def compile(self, schedule: Schedule, isa: str = "auto") -> CudaKernel:
         printed = print_kernel(schedule)            # a schedule the target cannot run: ScheduleError
         arch = self.resolve_isa(isa)
+        if printed.dynamic_shared_bytes > SHARED_BYTES_PER_BLOCK[arch]:
+            raise ScheduleError(f"the kernel's blocks need {printed.dynamic_shared_bytes} bytes of shared "
+                                f"memory; {arch} allows {SHARED_BYTES_PER_BLOCK[arch]} per block (tile "
+                                f"smaller)")
         build = toolchain.build(printed.source, arch)
         generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)

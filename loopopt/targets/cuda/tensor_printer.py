@@ -18,7 +18,8 @@ elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``; 8 elements of pa
 conflicts): an im2col of any index the op has (padding, stride, dilation, fused loops), evaluated
 per element with zero where a guard excludes it. Eight consecutive ``k`` that lie contiguously and
 16-byte aligned in device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
-The next step's copies are issued before this step's products (two buffers). The sums end in
+The copies run two steps ahead of the products (``PIPELINE`` = 3 buffers in dynamic shared memory,
+which the launcher allows once with ``cudaFuncSetAttribute``). The sums end in
 float32 fragments, stored through shared memory to the output with the bias and the output guards.
 """
 from __future__ import annotations
@@ -29,12 +30,14 @@ from functools import cached_property
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...expr import linear_terms
-from ...schedule import MAX_SHARED_BYTES, WARP_SIZE, Loop, Schedule, ScheduleError
+from ...schedule import WARP_SIZE, Loop, Schedule, ScheduleError
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 PAD = 8                    # elements of padding after each tile row
 GROUP = 8                  # halves per 16-byte copy
+PIPELINE = 3               # buffers of pipeline steps in shared memory: copies run two steps ahead
+MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 
 
 class TensorPrinter:
@@ -96,9 +99,10 @@ class TensorPrinter:
         self.accumulators = self.count[self.a] * self.count[self.b]
         self.warp_count = math.prod(loop.extent for loop in self.warps)
         if self.smem_bytes > MAX_SHARED_BYTES:
-            raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory (two "
-                                f"buffers of {self.tiles[self.a]} + {self.tiles[self.b]} tiles of "
-                                f"{self.ins.m} x {self.ld} halves); at most {MAX_SHARED_BYTES}: tile smaller")
+            raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
+                                f"({PIPELINE} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} tiles "
+                                f"of {self.ins.m} x {self.ld} halves); at most {MAX_SHARED_BYTES}: tile "
+                                f"smaller")
 
     @cached_property
     def reads(self) -> dict[str, frozenset[str]]:
@@ -123,7 +127,7 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        return max(2 * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
+        return max(PIPELINE * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
@@ -168,7 +172,7 @@ class TensorPrinter:
     def _buffer(self, tensor: str, step: str) -> str:
         """The first element of ``tensor``'s tiles in the buffer of pipeline step ``step``."""
         offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements
-        return f"(lo_smem_h + ({step}) % 2 * {self.step_elements} + {offset})"
+        return f"(lo_smem_h + ({step}) % {PIPELINE} * {self.step_elements} + {offset})"
 
     def _check(self, guards: list[str]) -> str:
         return " && ".join(f"({g})" for g in guards) or "1"
@@ -339,7 +343,8 @@ class TensorPrinter:
         device, steps = self.syntax.device, math.prod(loop.extent for loop in self.flat)
         half = self.code.half
         if device:
-            self.emit(1, f"__shared__ __align__(128) unsigned char lo_smem[{self.smem_bytes}];")
+            self.emit(1, f"extern __shared__ __align__(128) unsigned char lo_smem[];   /* {self.smem_bytes} "
+                         f"bytes */")
             self.emit(1, "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);")
             self.emit(1, "const int lo_threads = (int) (blockDim.x * blockDim.y);")
             for loop in self.blocks:
@@ -358,16 +363,20 @@ class TensorPrinter:
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
         self.emit(depth, f"for (int lo_i = 0; lo_i < {count}; ++lo_i) {fill}")
         warps = self._warp_variables(depth) if device else 0
-        self._copy(depth, "0")
-        if device:
+        ahead = PIPELINE - 1
+        for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
+            self._copy(depth, str(first))
+            if device:
+                self.emit(depth, "__pipeline_commit();")
+        for _ in range(ahead - min(ahead, steps)) if device else ():
             self.emit(depth, "__pipeline_commit();")
         self.emit(depth, f"for (int lo_r = 0; lo_r < {steps}; ++lo_r) {{")
         body = depth + 1
-        self.emit(body, f"if (lo_r + 1 < {steps})")
-        self._copy(body + 1, "lo_r + 1")
+        self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
+        self._copy(body + 1, f"lo_r + {ahead}")
         if device:
             self.emit(body, "__pipeline_commit();")
-            self.emit(body, "__pipeline_wait_prior(1);")
+            self.emit(body, f"__pipeline_wait_prior({ahead});   /* step lo_r's copies are in */")
             self.emit(body, "__syncthreads();")
         self.emit(body, "{")
         self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
@@ -419,9 +428,14 @@ class TensorPrinter:
                               f"{'void' if t in self.op.inputs else 'float'} *{t}" for t in arguments)
             casts = ", ".join(f"(const __half *) {t}" if t in self.op.inputs else t for t in arguments)
             head = f"int {KERNEL_NAME}({decls}, void *lo_stream)"
+            attribute = (f"cudaFuncSetAttribute({NEST_NAME}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                         f"{self.smem_bytes})")
             parts += [f'extern "C" {head}', "{",
-                      f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, 0, (cudaStream_t) lo_stream>>>"
-                      f"({casts});",
+                      "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
+                      f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
+                      f"return (int) lo_e; lo_ready = 1; }}",
+                      f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
+                      f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",
                       f'extern "C" const char *{ERROR_NAME}(int code)',
                       "{", "    return cudaGetErrorString((cudaError_t) code);", "}"]
@@ -430,4 +444,5 @@ class TensorPrinter:
             decls = ", ".join(f"{'' if t == self.op.output else 'const '}float *{t}" for t in arguments)
             parts += [f"void {KERNEL_NAME}({decls})", "{", f"    {NEST_NAME}({names});", "}"]
             cdef = f"void {KERNEL_NAME}({decls});"
-        return CudaSource("\n".join(parts) + "\n", cdef, arguments, params, self.grid, self.block, True)
+        return CudaSource("\n".join(parts) + "\n", cdef, arguments, params, self.grid, self.block, True,
+                          self.smem_bytes)
