@@ -49,7 +49,8 @@ def loopopt_rows(layer: str, budget: float) -> list[Row]:
              ("bf16, vdpbf16ps", f"{layer}.bf16", "bfloat16")]
     kernels = []
     for _, schedule, dtype in cases:
-        kernel = lo.load_schedule(schedule, lo.get_layer(layer, dtype=dtype)).compile()
+        # the float32 schedule on the bf16 op on purpose (widened + FMA): any_arithmetic
+        kernel = lo.load_schedule(schedule, lo.get_layer(layer, dtype=dtype), any_arithmetic=True).compile()
         kernel.set_threads(1)
         kernels.append(kernel)
     timings = lo.measure_all(kernels, budget=budget)

@@ -4,7 +4,8 @@ User mistakes (unknown layer or schedule, malformed ``--conv`` spec or schedule 
 unwritable path or cache, an op that needs more memory than is available) print one line
 ``loopopt: error: ...`` and exit with status 2, without a traceback. A reader that closes the
 output early (``loopopt layers | head -1``) ends the command quietly with status 141, as a
-command killed by SIGPIPE.
+command killed by SIGPIPE. An interrupt (Ctrl-C, SIGINT) ends it with one line ``loopopt:
+interrupted ...`` (for ``tune``: where the trials measured so far are) and status 130.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ DEFAULT_SCHEDULES = "naive,tiled,output_stationary,weight_stationary,input_stati
 GPU_SCHEDULES = "gpu_naive,gpu_tiled,gpu_staged"   # compare's rows on a GPU target (GPU_PRESETS)
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
+INTERRUPTED = 128 + signal.SIGINT
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
 CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
@@ -63,7 +65,11 @@ EXAMPLES = {
              "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db"],
 }
 STORED_VARIANTS = {"fp32": "", "int8": ".int8", "bf16": ".bf16"}   # stored schedule name = layer + suffix
-INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8"}
+VARIANT_OF = {"float32": "fp32", "int8": "int8", "bfloat16": "bf16"}   # schedule_file.arithmetic -> variant
+INT8_SPEC = {"activation": "uint8", "per_channel": True, "weight_symmetric": True, "output": "uint8",
+             "weight": "int8"}
+QUANT_CHOICES = (("--activation", "activation"), ("--weight", "weight"), ("--per-tensor", "per_tensor"),
+                 ("--asymmetric-weights", "asymmetric_weights"), ("--quant-output", "quant_output"))
 
 
 class UsageError(Exception):
@@ -184,6 +190,32 @@ def parse_contraction(expr: str, sizes: str | None, padding: str | None, dtype: 
 
 
 def _op(args: argparse.Namespace):
+    """The op of ``--layer``/``--conv``/``--matmul``/``--contraction``, quantized as ``--int8`` and the
+    QuantSpec choices say (``_quantized``)."""
+    return _quantized(args, _float_op(args))
+
+
+def _quantized(args: argparse.Namespace, op):
+    """``op`` with the QuantSpec of ``--int8`` (``INT8_SPEC``, changed by ``--activation``, ``--weight``,
+    ``--per-tensor``, ``--asymmetric-weights``, ``--quant-output``); ``op`` itself without ``--int8``."""
+    from .quant import QuantSpec
+    given = [flag for flag, name in QUANT_CHOICES if getattr(args, name) not in (None, False)]
+    if not args.int8:
+        if given:
+            raise UsageError(f"{given[0]} is a choice of the quantized op; it goes with --int8")
+        return op
+    if op.dtype != "float32":
+        raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
+    chosen = {"activation": args.activation, "weight": args.weight, "output": args.quant_output,
+              "per_channel": False if args.per_tensor else None,
+              "weight_symmetric": False if args.asymmetric_weights else None}
+    try:
+        return op.with_quant(QuantSpec(**{**INT8_SPEC, **{k: v for k, v in chosen.items() if v is not None}}))
+    except ValueError as err:
+        raise UsageError(f"--int8: {err}") from None
+
+
+def _float_op(args: argparse.Namespace):
     from .layers import get_layer
     if args.contraction:
         if args.batch is not None:
@@ -251,10 +283,18 @@ def _print(args: argparse.Namespace, data, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
+def _stored_name(layer: str | None, op) -> str | None:
+    """The name of ``layer``'s stored schedule for ``op``'s arithmetic (``layer.int8`` for a quantized
+    op, ...), None without a layer or a stored variant of that arithmetic."""
+    from .schedule_file import arithmetic
+    variant = VARIANT_OF.get(arithmetic(op))
+    return None if layer is None or variant is None else layer + STORED_VARIANTS[variant]
+
+
 def _default_plan(name: str, op, layer: str | None):
-    """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer``
-    (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their presets; Winograd,
-    F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
+    """An algorithm's schedule when no tuning log has one: direct, the stored schedule of ``layer`` for
+    the op's arithmetic (else the ``output_stationary`` preset); ``implicit_gemm`` and ``im2col``, their
+    presets; Winograd, F(4x4,3x3) (quantized: F(2x2,3x3)). Returns (schedule or plan, where it came from)."""
     from .dataflows import PRESETS
     from .schedule_file import list_schedules, load_schedule
     from .winograd import plan
@@ -263,8 +303,9 @@ def _default_plan(name: str, op, layer: str | None):
         return default, f"default plan {default.algorithm.removeprefix('winograd ')}"
     if name != "direct":
         return PRESETS[name](op), "preset"
-    if layer in list_schedules():
-        return load_schedule(layer, op), f"stored schedule {layer}"
+    stored = _stored_name(layer, op)
+    if stored in list_schedules():
+        return load_schedule(stored, op), f"stored schedule {stored}"
     return PRESETS["output_stationary"](op), "preset output_stationary"
 
 
@@ -287,7 +328,6 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     from .schedule_file import stored_isa
     from .tune.algorithms import refusals
     from .tune.log import best_by_algorithm
-    from .winograd import from_name
     wanted = _algorithms(args.algorithms)
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
@@ -299,17 +339,17 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     for name in (a for a in wanted if not why[a]):
         if name in logged:
             trial = logged[name]                 # rebuilt as it was measured: its schedule on its ISA
-            found = from_name(op, trial.schedule) or trial.to_schedule(op, f"tuning log {args.log}")
+            found = trial.to_schedule(op, f"tuning log {args.log}")
             source = f"best of log, {trial.knobs['plan']}" if "plan" in trial.knobs else "best of log"
             rows.isas.append(trial.isa)
         else:
             found, source = _default_plan(name, op, layer)
             stored = source.startswith("stored schedule") and args.isa == "auto"
-            rows.isas.append(stored_isa(layer, op) if stored else isa)
+            rows.isas.append(stored_isa(_stored_name(layer, op), op) if stored else isa)
         rows.schedules.append(found)
         rows.labels.append(f"{name}: {source}")
         if source.startswith("stored schedule"):
-            rows.origins[rows.labels[-1]] = _origin(layer)
+            rows.origins[rows.labels[-1]] = _origin(_stored_name(layer, op))
     return rows
 
 
@@ -386,8 +426,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _loop_nest(args: argparse.Namespace):
+    """The one schedule ``--schedule`` names for ``show`` and ``reuse``; a Winograd plan's file (a
+    pipeline of stages, not one loop nest) is a UsageError saying where it runs."""
+    from .schedule import Schedule
     schedule = _schedule(args.schedule, _op(args))
+    if not isinstance(schedule, Schedule):
+        raise UsageError(f"--schedule {args.schedule} is a {schedule.algorithm} plan, a pipeline of stages, "
+                         f"not one loop nest: {args.command} takes a schedule; compare runs the plan "
+                         f"(loopopt compare --schedules {args.schedule})")
+    return schedule
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    schedule = _loop_nest(args)
     loops = [{"name": loop.name, "extent": loop.extent, "vectorized": loop.vectorized,
               "parallel": loop.parallel, "unroll": loop.unroll} for loop in schedule.loops]
     data = {"op": repr(schedule.op), "steps": [str(s) for s in schedule.steps], "loops": loops,
@@ -403,7 +455,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_reuse(args: argparse.Namespace) -> int:
     from .analysis import Machine, reuse
-    schedule = _schedule(args.schedule, _op(args))
+    schedule = _loop_nest(args)
     profile = reuse(schedule, granularity=args.granularity)
     machine = Machine.detect()
     hierarchy = profile.hierarchy(machine, set_associative=False)
@@ -519,17 +571,14 @@ def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .quant import QuantSpec
     from .schedule_file import save_schedule
     from .tune import tune
+    from .tune.result import describe
+    from .units import duration
     plot, save = _writable(args.plot), _writable(args.save)
     if args.log is not None:
         _writable(args.log)
     op = _op(args)
-    if args.int8:
-        if op.dtype != "float32":
-            raise UsageError(f"--int8 quantizes float32 inputs; it does not combine with --dtype {op.dtype}")
-        op = op.with_quant(QuantSpec(**INT8_SPEC))
     with _executor(args.scheduler) as executor:
         result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                       log=args.log, executor=executor, progress=sys.stderr.isatty() and not args.json,
@@ -539,12 +588,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         notes.append(f"plot written to {result.plot(plot)}")
     if save:
         rate = result.op.flops / result.timing.min / 1e9
-        description = (f"Found by loopopt tune in {len(result.trials)} trials: min "
-                       f"{result.timing.min * 1e3:.3f} ms, {rate:.1f} {result.timing.unit} on "
+        what = describe(result.winner_trial.knobs)
+        what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
+        description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
+                       f"min {duration(result.timing.min)}, {rate:.1f} {result.timing.unit} on "
                        f"{result.threads} thread(s), {result.isa}")
         saved = save_schedule(result.best, save, description=description, isa=result.isa,
-                              threads=result.threads)
-        notes.append(f"schedule saved to {saved}")
+                              threads=result.threads, algorithm=result.algorithm)
+        notes.append(f"{result.algorithm} schedule of trial {result.best_number} saved to {saved}")
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
     return 0
@@ -581,8 +632,6 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
                        description=description, epilog=_examples("tune"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _op_arguments(p)
-    p.add_argument("--int8", action="store_true",
-                   help="quantized: uint8 activations, int8 per-channel weights, uint8 output")
     p.add_argument("--trials", type=_positive, default=64, help="measured candidates at most (default 64)")
     p.add_argument("--seconds", type=_positive_float, help="wall-clock limit of the search (default none)")
     p.add_argument("--threads", type=_positive, default=1, help="threads of the tuned kernel (default 1)")
@@ -592,13 +641,14 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithms", default="auto",
                    help="auto (default: direct, implicit_gemm, im2col and winograd where they apply) or a "
                         "comma-separated subset; the result says which won and by how much (--save saves the "
-                        "best schedule, never a Winograd plan)")
+                        "winner, a Winograd plan too)")
     p.add_argument("--log", help="SQLite tuning log: trials are appended; logged ones are not measured again")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="compile and measure on the workers of this Dask scheduler (tcp://HOST:PORT; "
                         "'local': a LocalCluster of worker processes on this machine); needs pip install "
                         "-e '.[distributed]'")
-    p.add_argument("--save", help="write the best schedule here as TOML (with provenance)")
+    p.add_argument("--save", help="write the winner here as TOML (with provenance and its algorithm; a "
+                                  "Winograd plan too: lo.load_schedule and --schedules read it back)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
     p.set_defaults(run=cmd_tune)
 
@@ -691,6 +741,26 @@ def _op_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instruction set (amx: the AMX tile kernels of a quantized op)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="element type of the inputs (bfloat16: rounded to bf16, float32 accumulation)")
+    _quant_arguments(parser)
+
+
+def _quant_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--int8`` and the QuantSpec choices (``_quantized``), for every command that builds an op."""
+    from .quant import ACTIVATIONS, BINARY, OUTPUTS, WEIGHT_KINDS
+    group = parser.add_argument_group("quantized op (QuantSpec)")
+    group.add_argument("--int8", action="store_true",
+                       help="quantize the op: integer kernels, exact int32 accumulation (default: uint8 "
+                            "activations, int8 weights per output channel, symmetric, uint8 output)")
+    group.add_argument("--activation", choices=(*ACTIVATIONS, BINARY),
+                       help="with --int8: activations (default uint8; binary goes with --weight binary)")
+    group.add_argument("--weight", choices=WEIGHT_KINDS, help="with --int8: weights (default int8)")
+    group.add_argument("--per-tensor", action="store_true",
+                       help="with --int8: one weight scale and zero point (default: per output channel)")
+    group.add_argument("--asymmetric-weights", action="store_true",
+                       help="with --int8: weights with any zero point (default symmetric)")
+    group.add_argument("--quant-output", choices=OUTPUTS,
+                       help="with --int8: the output (default uint8; float32: dequantized; int32: the "
+                            "accumulators)")
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -774,6 +844,20 @@ def _run(argv: Sequence[str] | None) -> int:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"loopopt: error: {message}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")          # after the terminal's ^C and a progress bar's line
+        print(f"loopopt: interrupted{_interrupted_note(args)}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _interrupted_note(args: argparse.Namespace) -> str:
+    """What an interrupted ``tune`` leaves: the trials measured so far in ``--log`` (a rerun resumes)."""
+    if args.command != "tune":
+        return ""
+    if args.log is None:
+        return "; no trial was kept (--log FILE keeps every trial, and a rerun resumes from it)"
+    return f"; the trials measured so far are in the tuning log {args.log} (the same command resumes)"
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -17,6 +17,7 @@ from .progress import Progress
 from .schedule import Schedule
 from .targets import Target, host_target
 from .targets import target as named_target
+from .units import in_unit, time_unit
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -66,6 +67,7 @@ COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "medi
 HOST_PEAK = "one core, machine profile"     # what a host comparison's peak is
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
+TIMES = ("median_ms", "iqr_ms", "predicted_ms")    # shown in the unit of the fastest median (units.time_unit)
 
 
 class Comparison:
@@ -115,9 +117,22 @@ class Comparison:
         key = (lambda r: r.predicted_ms) if self.timing_refusal else (lambda r: r.median_ms)
         return [r.name for r in sorted((r for r in self.rows if r.verified), key=key)]
 
+    def _time_unit(self) -> tuple[str, float]:
+        """The unit of the table's times: the one in which the fastest median (rows not timed: the fastest
+        prediction) has three digits."""
+        times = ([r.median_ms for r in self.rows if r.median_ms is not None]
+                 or [r.predicted_ms for r in self.rows if r.predicted_ms is not None])
+        return time_unit(min(times, default=1.0) * 1e-3)
+
+    def _headings(self) -> list[str]:
+        unit = self._time_unit()[0]
+        return [head.replace(" ms", f" {unit}") if attr in TIMES else head for head, attr, _ in COLUMNS]
+
     def _cells(self, row: Row) -> list[str]:
-        return [CELL[attr](getattr(row, attr)) if attr in CELL else _flag(getattr(row, attr), fmt)
-                for _, attr, fmt in COLUMNS]
+        scale = self._time_unit()[1]
+        return [CELL[attr](getattr(row, attr)) if attr in CELL else
+                _flag(getattr(row, attr), fmt) if attr not in TIMES or getattr(row, attr) is None else
+                in_unit(getattr(row, attr) * 1e-3, scale) for _, attr, fmt in COLUMNS]
 
     def _heading(self) -> list[str]:
         interleaved = f"; runs interleaved over {self.rounds} rounds" if len(self.rows) > 1 else ""
@@ -138,8 +153,8 @@ class Comparison:
             lines.append(f"WARNING: noisy timings ({'; '.join(reasons)}): the ranking by median "
                          f"({ranking}) may not hold; re-run on a quiet machine")
         elif self.timing_refusal:
-            lines.append(f"not timed: {self.timing_refusal}; 'model ms' is the kernel model's prediction on "
-                         f"the target's modelled core; ranking by it: {ranking}")
+            lines.append(f"not timed: {self.timing_refusal}; 'model {self._time_unit()[0]}' is the kernel "
+                         f"model's prediction on the target's modelled core; ranking by it: {ranking}")
         elif len(self.rows) > 1:
             lines.append(f"ranking by interleaved median: {ranking}")
         p = self.provenance
@@ -151,7 +166,7 @@ class Comparison:
         return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:
-        table = [[head for head, _, _ in COLUMNS]] + [self._cells(r) for r in self.rows]
+        table = [self._headings()] + [self._cells(r) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
                            for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in table]
@@ -159,7 +174,7 @@ class Comparison:
         return "\n".join(self._heading() + lines + self._footing())
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in COLUMNS)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self._headings())
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                        for r in self.rows)
         paragraphs = lambda lines: "".join(f"<p>{html.escape(line)}</p>" for line in lines)

@@ -17,6 +17,7 @@ from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
 from .quant_reference import random_call, reference_output
 from .quant_reference import tolerance as quant_tolerance
+from .units import duration
 from .winograd import AnyKernel, WinogradKernel
 
 SPREAD_LIMIT = 0.10        # IQR / median above which a run is noisy
@@ -68,12 +69,15 @@ class Timing:
         return PREPACKED if self.prepacked else END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
-        check = (f"verified (max error {self.max_error:.2e}, {self.relative_error:.1e} of the largest output)"
+        # a timing read back from a tuning log has no relative error (the log keeps the max error only)
+        relative = (f", {self.relative_error:.1e} of the largest output" if math.isfinite(self.relative_error)
+                    else "")
+        check = (f"verified (max error {self.max_error:.2e}{relative})"
                  if self.verified else f"not verified: {self.unverified}" if self.unverified
                  else "NOT verified")
         algorithm = "" if self.algorithm == "direct" else f"{self.algorithm}: "
-        text = (f"{algorithm}median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, "
-                f"IQR {self.iqr * 1e3:.3f}, "
+        text = (f"{algorithm}median {duration(self.median)} (min {duration(self.min)}, "
+                f"IQR {duration(self.iqr)}, "
                 f"n={self.repeats}; {self.scope}), {self.gflops:.2f} {self.unit} = "
                 f"{self.percent_of_peak:.1f}% of {self.peak_gflops:.1f} {self.unit} peak, {check}")
         return text + (f"; NOISY: {self.noise}" if self.noisy else "")

@@ -93,6 +93,7 @@ class Step:
 
 
 MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into accumulators
+BLOCK_OVERHANG = 64         # a split may cover its loop rounded up to this (a vector of the widest lanes)
 # The GPU axes of ``bind`` and CUDA's limits on them (every compute capability from 3.0 on):
 # the extent of each axis, and the threads of one block (the product of the thread axes).
 # ``warp.x|y``: one warp (32 threads) each, for the warp-wide matrix instructions of ``tensorize``.
@@ -122,10 +123,28 @@ class StagedBox:
         return count
 
 
-def _check_factor(factor: Any, what: str) -> int:
+def _check_factor(factor: Any, what: str, loop: Loop, limit: int) -> int:
+    """``factor`` of a split or unroll of ``loop``: an integer from 1 to ``limit`` (ScheduleError naming
+    the factor, the loop's extent and the limit otherwise)."""
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ScheduleError(f"{what}: factor must be an integer >= 1, got {factor!r}")
+    if factor > limit:
+        beyond = "" if limit == loop.extent else (
+            f" (one partial block may overhang its loop up to the extent rounded up to {BLOCK_OVERHANG} or "
+            f"twice the extent)")
+        raise ScheduleError(f"{what}: factor {factor} is larger than the extent {loop.extent} of loop "
+                            f"{loop.name!r}; use a factor from 1 to {limit}{beyond}")
     return factor
+
+
+def block_limit(extent: int) -> int:
+    """The largest split factor of a loop of ``extent``: a block larger than its loop is one partial
+    block, which a block of whole vectors or threads needs on a short loop (one masked vector of 16 lanes
+    over 10 channels, a register block kept whole on a small layer, a GPU block of threads x registers
+    rounded up past the loop: less than twice the extent), so up to the larger of the extent rounded up
+    to ``BLOCK_OVERHANG`` and twice the extent; a factor beyond (``split('ow', 100)`` on 14) would only
+    add iterations that do not exist."""
+    return max(-(-extent // BLOCK_OVERHANG) * BLOCK_OVERHANG, 2 * extent)
 
 
 @dataclass(frozen=True)
@@ -363,7 +382,7 @@ class Schedule:
     def _split(self, step: Step, name: str, factor: int) -> "Schedule":
         """The split of ``name`` as an unvalidated intermediate (no step recorded)."""
         target = self.loop(name, str(step))
-        factor = _check_factor(factor, str(step))
+        factor = _check_factor(factor, str(step), target, block_limit(target.extent))
         if target.vectorized:
             raise ScheduleError(f"{step}: {name!r} is vectorized; split it before vectorizing")
         if target.axis:
@@ -425,7 +444,7 @@ class Schedule:
         """Unroll ``loop`` fully (default) or by ``factor``."""
         step = Step("unroll", (loop,) + ((factor,) if factor is not None else ()))
         target = self.loop(loop, str(step))
-        factor = target.extent if factor is None else _check_factor(factor, str(step))
+        factor = target.extent if factor is None else _check_factor(factor, str(step), target, target.extent)
         return self._annotate(step, loop, unroll=factor)
 
     def parallel(self, loop: str) -> "Schedule":
@@ -436,13 +455,18 @@ class Schedule:
         if current is not None and current.name != loop:
             raise ScheduleError(f"{step}: {current.name!r} is already parallel; fuse loops to "
                                 f"parallelize over more than one")
+        self._refuse_race(step, loop, "threads")
+        return self._annotate(step, loop, parallel=True)
+
+    def _refuse_race(self, step: Step, loop: str, workers: str) -> None:
+        """IllegalScheduleError naming two iterations of ``loop`` that update one output element, if
+        it carries the reduction (running them on different ``workers`` would race)."""
         race = self.carried_dependence(loop)
         if race:
             raise IllegalScheduleError(
                 f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
                 f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
-                f"running them on different threads would race")
-        return self._annotate(step, loop, parallel=True)
+                f"running them on different {workers} would race")
 
     def bind(self, loop: str, axis: str) -> "Schedule":
         """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
@@ -461,12 +485,7 @@ class Schedule:
             raise ScheduleError(f"{step}: {axis} is already bound to loop {holder.name!r}")
         if bound.axis and bound.axis != axis:
             raise ScheduleError(f"{step}: loop {loop!r} is already bound to {bound.axis}")
-        race = self.carried_dependence(loop)
-        if race:
-            raise IllegalScheduleError(
-                f"{step}: loop {loop!r} carries the flow dependence of the reduction into "
-                f"{self.op.output}: iterations {race[0]} and {race[1]} update the same element, so "
-                f"running them on different GPU threads would race")
+        self._refuse_race(step, loop, "GPU threads")
         return self._annotate(step, loop, axis=axis)
 
     def stage(self, tensor: str, at: str) -> "Schedule":

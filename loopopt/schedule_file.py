@@ -29,11 +29,36 @@ schedule directory in turn; in a directory, this CPU's subdirectory comes first,
 directory itself (the generic files), then the other CPUs' subdirectories, closest key first.
 ``stored_schedule(name)`` says which file that is and the CPU it was searched on.
 
-A ``split``/``tile`` factor larger than its loop's extent is clamped to the extent, so
+A ``split``/``tile``/``unroll`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
+
+``algorithm`` says what the file holds: a loop nest of the ``direct``, ``implicit_gemm`` or ``im2col``
+algorithm (``[[step]]`` tables; a file without the key is a loop nest too), or a ``winograd`` plan:
+no steps but a ``[winograd]`` table with its output ``tile`` (F(tile x tile, 3x3)), its GEMM register
+block (``gemm_rows``, ``gemm_cols``; absent: the default) and, in ``[winograd.stages]``, the steps of
+each stage whose schedule differs from the default one (``stage = [{ step }, ...]``)::
+
+    name = "conv80"
+    algorithm = "winograd"
+
+    [winograd]
+    tile = 4
+    gemm_rows = 7
+    gemm_cols = 48
+
+``load_schedule`` returns a ``Schedule`` or, for a Winograd file, the plan (``winograd.plan``); either
+compiles with ``.compile(isa)``.
+
+``made_for`` records the arithmetic of the op a file was made for (``arithmetic``: ``float32``,
+``bfloat16``, ``int8`` or ``binary``; an int8 or binary op's ``QuantSpec`` in ``quant``);
+``save_schedule`` writes both. Loading a file on an op of another arithmetic is refused with the way
+out (``any_arithmetic=True`` replays its steps anyway); a file without ``made_for`` (the presets)
+applies to any op, and a QuantSpec differing within one arithmetic (another output, zero points or
+scale granularity) is the same integer kernel with another epilogue, so it applies.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -51,10 +76,25 @@ from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
 from .targets.registry import target_of_isa
+from .winograd import AnyPlan, WinogradError
+from .winograd import plan as winograd_plan
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
               "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage")
 SUFFIX = ".toml"
+SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
+WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan
+ALGORITHMS = (*SCHEDULE_ALGORITHMS, WINOGRAD)
+WINOGRAD_KEYS = ("tile", "gemm_rows", "gemm_cols", "stages")
+AnySchedule = Schedule | AnyPlan          # what a schedule file holds
+ARITHMETICS = ("float32", "bfloat16", "int8", "binary")
+OTHER_ARITHMETIC = {           # how to get an op of the arithmetic a file was made for
+    "float32": "a float32 op (dtype='float32', no quant; on the command line: without --int8 or --dtype)",
+    "bfloat16": "a bfloat16 op (dtype='bfloat16'; on the command line: --dtype bfloat16)",
+    "int8": "a quantized op (op.with_quant({quant}); on the command line: --int8)",
+    "binary": "a binary op (op.with_quant({quant}); on the command line: --int8 --activation binary "
+              "--weight binary)",
+}
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
 
 
@@ -179,12 +219,40 @@ def _step_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*step\s*\]\]", line)]
 
 
-def load_schedule(name_or_path: str | os.PathLike, op: Op) -> Schedule:
-    """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``."""
+def load_schedule(name_or_path: str | os.PathLike, op: Op, any_arithmetic: bool = False) -> AnySchedule:
+    """Apply the stored schedule ``name_or_path`` (a name in ``schedules/`` or a file) to ``op``: a
+    Schedule, or the Winograd plan a ``winograd`` file describes. A file made for another arithmetic
+    than ``op``'s (``made_for``) is refused unless ``any_arithmetic``."""
     path = find_schedule(name_or_path)
     document, lines = read_schedule_file(path)
+    if not any_arithmetic:
+        _check_arithmetic(document, op, str(path))
     _warn_if_other_machine(path, _provenance(path, document))
-    return _replay(document, lines, op, str(path))
+    return _rebuild(document, lines, op, str(path))
+
+
+def arithmetic(op: Op) -> str:
+    """The arithmetic of ``op`` a schedule file records (``made_for``): ``"float32"``, ``"bfloat16"``,
+    ``"int8"`` (a quantized op: int8/uint8 or ternary weights) or ``"binary"`` (XNOR + popcount)."""
+    if op.quant is not None:
+        return "binary" if op.quant.binary else "int8"
+    return op.dtype
+
+
+def _check_arithmetic(document: dict[str, Any], op: Op, source: str) -> None:
+    """Refuse a document made for another arithmetic than ``op``'s, saying how to get such an op."""
+    made_for = document.get("made_for")
+    if made_for is None:
+        return
+    if made_for not in ARITHMETICS:
+        raise ScheduleFileError(f"{source}: made_for must be one of {', '.join(map(repr, ARITHMETICS))}, "
+                                f"got {made_for!r}")
+    if made_for != arithmetic(op):
+        quant = document.get("quant", {})
+        spec = f"QuantSpec({', '.join(f'{k}={v!r}' for k, v in quant.items())})"
+        raise ScheduleFileError(f"{source} was made for {made_for} ops, not {arithmetic(op)} ones like "
+                                f"{op!r}: apply it to {OTHER_ARITHMETIC[made_for].format(quant=spec)}, or "
+                                f"pass any_arithmetic=True to load_schedule to replay its steps on this op")
 
 
 def _provenance(path: Path, document: dict[str, Any]) -> dict[str, Any]:
@@ -195,14 +263,63 @@ def _provenance(path: Path, document: dict[str, Any]) -> dict[str, Any]:
     return recorded
 
 
-def schedule_from_toml(text: str, op: Op, source: str = "<schedule TOML>") -> Schedule:
-    """The schedule that the TOML ``text`` (as ``to_toml`` writes it) describes, applied to ``op``;
-    ``source`` names the text in errors (e.g. the tuning log it comes from)."""
+def schedule_from_toml(text: str, op: Op, source: str = "<schedule TOML>") -> AnySchedule:
+    """The schedule (or Winograd plan) that the TOML ``text`` (as ``to_toml`` writes it) describes,
+    applied to ``op``; ``source`` names the text in errors (e.g. the tuning log it comes from)."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ScheduleFileError(f"{source}: malformed TOML: {err}") from None
-    return _replay(document, _step_lines(text), op, source)
+    return _rebuild(document, _step_lines(text), op, source)
+
+
+def _rebuild(document: dict[str, Any], lines: list[int], op: Op, source: str) -> AnySchedule:
+    """The schedule or Winograd plan of a parsed schedule document, on ``op``."""
+    algorithm = document.get("algorithm", SCHEDULE_ALGORITHMS[0])
+    if algorithm not in ALGORITHMS:
+        raise ScheduleFileError(f"{source}: algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+                                f"got {algorithm!r}")
+    if algorithm == WINOGRAD:
+        return _winograd(document, op, source)
+    if "winograd" in document:
+        raise ScheduleFileError(f"{source}: a [winograd] table goes with algorithm = 'winograd', not "
+                                f"{algorithm!r}")
+    return _replay(document, lines, op, source)
+
+
+def _winograd(document: dict[str, Any], op: Op, source: str) -> AnyPlan:
+    """The Winograd plan of a parsed ``algorithm = "winograd"`` document, on ``op``."""
+    table = document.get("winograd")
+    if "step" in document or not isinstance(table, dict) or "tile" not in table:
+        raise ScheduleFileError(f"{source}: a winograd plan has no [[step]] tables but a [winograd] table "
+                                f"with tile = 2 or 4 (F(tile x tile, 3x3)), and optionally gemm_rows, "
+                                f"gemm_cols and [winograd.stages]")
+    unknown = sorted(set(table) - set(WINOGRAD_KEYS))
+    if unknown:
+        raise ScheduleFileError(f"{source}: [winograd] has no key {unknown[0]!r}; allowed: "
+                                f"{', '.join(WINOGRAD_KEYS)}")
+    try:
+        found = winograd_plan(op, table["tile"], table.get("gemm_rows"), table.get("gemm_cols"))
+    except WinogradError as err:
+        raise ScheduleFileError(f"{source}: {err}") from None
+    stages = table.get("stages", {})
+    if not isinstance(stages, dict):
+        raise ScheduleFileError(f"{source}: 'stages' must be a table ([winograd.stages]), got {stages!r}")
+    for name, steps in stages.items():
+        if name not in found.schedules:
+            raise ScheduleFileError(f"{source}: [winograd.stages] names stage {name!r}; the stages with a "
+                                    f"schedule of {found.algorithm} of this op are: "
+                                    f"{', '.join(found.schedules) or 'none (its stages are generated)'}")
+        if not isinstance(steps, list):
+            raise ScheduleFileError(f"{source}: stage {name!r} must be a list of steps, got {steps!r}")
+        schedule = Schedule(found.schedules[name].op)
+        for number, entry in enumerate(steps, 1):
+            try:
+                schedule = apply_step(schedule, entry)
+            except (ScheduleError, TypeError) as err:
+                raise ScheduleFileError(f"{source}: stage {name} step {number}: {err}") from None
+        found = found.with_stage(name, schedule)
+    return found
 
 
 def _replay(document: dict[str, Any], lines: list[int], op: Op, source: str) -> Schedule:
@@ -243,7 +360,7 @@ def apply_step(schedule: Schedule, entry: Any) -> Schedule:
         close = difflib.get_close_matches(primitive, PRIMITIVES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ScheduleError(f"unknown primitive {primitive!r}{hint}; use one of {', '.join(PRIMITIVES)}")
-    if primitive in ("split", "tile"):
+    if primitive in ("split", "tile", "unroll"):
         value = _clamped(schedule, primitive, value)
     method = getattr(schedule, primitive)
     if isinstance(value, dict):
@@ -252,7 +369,7 @@ def apply_step(schedule: Schedule, entry: Any) -> Schedule:
 
 
 def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
-    """Factors of a split/tile clamped to the extents of their loops in ``schedule``."""
+    """Factors of a split/tile/unroll clamped to the extents of their loops in ``schedule``."""
     def fit(loop: Any, factor: Any) -> Any:
         if isinstance(factor, int) and not isinstance(factor, bool) and factor > 1:
             return min(factor, schedule.loop(loop, primitive).extent)
@@ -264,33 +381,72 @@ def _clamped(schedule: Schedule, primitive: str, value: Any) -> Any:
     return value
 
 
-def to_toml(schedule: Schedule, name: str = "schedule", description: str = "",
-            provenance: Mapping[str, Any] | None = None) -> str:
-    """The TOML text of ``schedule``'s steps (after a ``[provenance]`` table when given);
-    ``load_schedule`` on it rebuilds the schedule."""
+def to_toml(schedule: AnySchedule, name: str = "schedule", description: str = "",
+            provenance: Mapping[str, Any] | None = None, algorithm: str | None = None,
+            made_for: bool = False) -> str:
+    """The TOML text of ``schedule``'s steps, or of a Winograd plan (module docstring), after a
+    ``[provenance]`` table when given; ``algorithm`` (one of ``SCHEDULE_ALGORITHMS``; a plan's is
+    ``winograd``) names the algorithm a schedule's loop nest is; ``made_for``: record the arithmetic of
+    the schedule's op (``made_for``, and a quantized op's ``quant``). ``load_schedule`` on it rebuilds
+    the schedule or plan."""
+    plan = not isinstance(schedule, Schedule)
+    allowed = (WINOGRAD,) if plan else SCHEDULE_ALGORITHMS
+    if algorithm is not None and algorithm not in allowed:
+        what = "a Winograd plan" if plan else "a schedule (a loop nest)"
+        raise ValueError(f"the algorithm of {what} is one of {', '.join(map(repr, allowed))}, "
+                         f"got {algorithm!r}")
+    algorithm = WINOGRAD if plan else algorithm
     lines = [f"name = {_value(name)}", f"description = {_value(description)}"]
-    if not schedule.steps:
+    if algorithm is not None:
+        lines.append(f"algorithm = {_value(algorithm)}")
+    if made_for:
+        lines.append(f"made_for = {_value(arithmetic(schedule.op))}")
+        if schedule.op.quant is not None:
+            spec = {k: v if isinstance(v, str) else bool(v)       # a numpy bool is a bool here
+                    for k, v in dataclasses.asdict(schedule.op.quant).items()}
+            lines.append(f"quant = {_value(spec)}")
+    if not plan and not schedule.steps:
         lines.append("step = []")
     if provenance:
         lines += ["", "[provenance]"] + [f"{key} = {_value(value)}" for key, value in provenance.items()]
-    for step in schedule.steps:
-        lines += ["", "[[step]]", f"{step.primitive} = {_value(_step_value(step))}"]
+    if plan:
+        lines += _plan_lines(schedule)
+    else:
+        for step in schedule.steps:
+            lines += ["", "[[step]]", f"{step.primitive} = {_value(_step_value(step))}"]
     return "\n".join(lines) + "\n"
 
 
-def save_schedule(schedule: Schedule, path: str | os.PathLike, name: str = "", description: str = "",
-                  isa: str = "auto", threads: int = 1) -> Path:
-    """Write ``schedule`` to ``path`` as TOML, atomically (name defaults to the file's stem), with
-    its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen with
-    (default: the ISA ``compile()`` picks here, one thread; ``"amx"``: a tile schedule, recorded as
-    is: compile it with ``isa="amx"``)."""
+def _plan_lines(plan: AnyPlan) -> list[str]:
+    """The ``[winograd]`` table of ``plan``: its tile, GEMM block and the stage schedules that differ
+    from the default plan's with that tile and block."""
+    lines = ["", "[winograd]", f"tile = {plan.m}"]
+    lines += [f"{key} = {getattr(plan, key)}" for key in ("gemm_rows", "gemm_cols") if getattr(plan, key)]
+    default = winograd_plan(plan.op, plan.m, plan.gemm_rows, plan.gemm_cols).schedules
+    changed = {name: s for name, s in plan.schedules.items() if s.steps != default[name].steps}
+    if changed:
+        lines += ["", "[winograd.stages]"]
+        for name, schedule in changed.items():
+            steps = [f"  {{ {step.primitive} = {_value(_step_value(step))} }}," for step in schedule.steps]
+            lines += [f"{name} = [", *steps, "]"]
+    return lines
+
+
+def save_schedule(schedule: AnySchedule, path: str | os.PathLike, name: str = "", description: str = "",
+                  isa: str = "auto", threads: int = 1, algorithm: str | None = None) -> Path:
+    """Write ``schedule`` (or a Winograd plan) to ``path`` as TOML, atomically (name defaults to the
+    file's stem), with its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen
+    with (default: the ISA ``compile()`` picks here, one thread; ``"amx"``: a tile schedule, recorded as
+    is: compile it with ``isa="amx"``); ``algorithm``: what a schedule's loop nest is (``to_toml``). The
+    file records the arithmetic of the schedule's op (``made_for``, ``quant``)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     if isa != "amx":
         isa = target_of_isa(isa).resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
     return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
-                                               machine_provenance(isa=isa, threads=threads)))
+                                               machine_provenance(isa=isa, threads=threads), algorithm,
+                                               made_for=True))
 
 
 def _step_value(step: Step) -> Any:

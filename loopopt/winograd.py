@@ -192,10 +192,12 @@ def _stages(op: Op, m: int, gemm_rows: int, gemm_cols: int) -> tuple[Stage, ...]
 
 class WinogradPlan:
     """Winograd F(m x m, 3 x 3) of a 2-D conv: its stages (each an op with a Schedule), compiled
-    with ``compile``. ``with_stage`` replaces one stage's schedule (a schedule of the same op)."""
+    with ``compile``; ``gemm_rows`` x ``gemm_cols``: the register block the GEMM stage was built with.
+    ``with_stage`` replaces one stage's schedule (a schedule of the same op)."""
 
-    def __init__(self, op: Op, m: int, stages: tuple[Stage, ...]):
+    def __init__(self, op: Op, m: int, stages: tuple[Stage, ...], gemm_rows: int, gemm_cols: int):
         self.op, self.m, self.stages = op, m, stages
+        self.gemm_rows, self.gemm_cols = gemm_rows, gemm_cols
 
     @property
     def schedules(self) -> dict[str, Schedule]:
@@ -221,7 +223,7 @@ class WinogradPlan:
             raise ValueError(f"the schedule of stage {name!r} must be a Schedule of {old.op!r}, "
                              f"got one of {schedule.op!r}")
         stages = tuple(Stage(s.name, schedule, s.sources) if s.name == name else s for s in self.stages)
-        return WinogradPlan(self.op, self.m, stages)
+        return WinogradPlan(self.op, self.m, stages, self.gemm_rows, self.gemm_cols)
 
     def _check_layouts(self) -> None:
         for stage in self.stages:
@@ -255,7 +257,8 @@ def plan(op: Op, m: int | None = None, gemm_rows: int | None = None,
     _check(op, m)
     if op.quant is not None:
         return Int8WinogradPlan(op, gemm_rows, gemm_cols)
-    return WinogradPlan(op, m, _stages(op, m, int(gemm_rows or 7), int(gemm_cols or 4 * LANES)))
+    rows, cols = int(gemm_rows or 7), int(gemm_cols or 4 * LANES)
+    return WinogradPlan(op, m, _stages(op, m, rows, cols), rows, cols)
 
 
 def filter_transform(w: np.ndarray, m: int) -> np.ndarray:

@@ -132,6 +132,11 @@ class Int8WinogradPlan:
     def __repr__(self) -> str:
         return f"<Int8WinogradPlan {self.algorithm} of {self.op!r}: {', '.join(self.stages)}>"
 
+    @property
+    def schedules(self) -> dict:
+        """No stage is a Schedule (the three stages are generated as they are): empty."""
+        return {}
+
     def compile(self, isa: str = "auto") -> "Int8WinogradKernel":
         """Generate and build the three stages for ``isa`` (``auto``: the best integer ISA here)."""
         name = resolve_isa(isa, integer=True)

@@ -1,12 +1,17 @@
 """Algorithm selection in lo.tune and loopopt compare: direct, implicit GEMM, im2col, Winograd."""
 import json
+import tomllib
 
 import pytest
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.tune import TuneError
+from loopopt.measure import Timing, verify
+from loopopt.schedule_file import SCHEDULE_ALGORITHMS
+from loopopt.tune import TuneError, TuningLog
 from loopopt.tune.algorithms import ALGORITHMS, alternatives, refusals, selected, share
+from loopopt.tune.trial import here
+from loopopt.winograd import WinogradPlan, from_name
 
 CONV = lo.Conv2d(4, 16, 3, padding=1, height=6, width=6)        # Winograd applies
 STRIDED = lo.Conv2d(4, 16, 3, stride=2, height=9, width=9)      # Winograd does not
@@ -68,7 +73,7 @@ def test_tune_labels_every_trial_and_says_which_algorithm_won(tmp_path):
     assert data["algorithm"] == result.algorithm and data["trials"][0]["algorithm"] == "implicit_gemm"
     assert data["by_algorithm"][result.algorithm]["times_winner"] == 1.0
     best = lo.best_schedule(CONV, log=log)
-    assert best == result.best                 # the log's best is a Schedule of any schedule algorithm
+    assert lo.to_toml(best) == lo.to_toml(result.best)     # the log's best is the winner, any algorithm
 
 
 @pytest.mark.slow
@@ -85,8 +90,6 @@ def test_tune_subset_and_skipped():
     with pytest.raises(TuneError, match=r"none of the algorithms \('implicit_gemm',\) can be tried on "
                                         "Matmul.*implicit_gemm: an op without windows"):
         lo.tune(lo.Matmul(8, 16, 8), trials=1, progress=False, algorithms="implicit_gemm")
-    with pytest.raises(ValueError, match="the result's best is a Schedule"):
-        lo.tune(CONV, trials=1, progress=False, algorithms=("winograd",))
 
 
 @pytest.mark.slow
@@ -136,3 +139,55 @@ def test_cli_compare_takes_each_algorithms_best_from_the_log(capsys, tmp_path):
     layer = ["--layer", "resnet50.conv2_x", "--quiet", "--no-reuse"]
     status = main(["compare", *layer, "--algorithms", "direct"])
     assert status == 0 and "direct: stored schedule resnet50.conv2_x" in capsys.readouterr().out
+
+
+def _timing(seconds: float) -> Timing:
+    return Timing(median=seconds, min=seconds, iqr=0.0, repeats=3, gflops=1.0, percent_of_peak=1.0,
+                  peak_gflops=100.0, verified=True, max_error=0.0)
+
+
+def test_best_trial_is_the_logged_winner_whatever_its_algorithm(tmp_path):
+    """A logged Winograd trial faster than the schedules: best_trial and best_schedule give its plan;
+    with algorithms=SCHEDULE_ALGORITHMS (what the ONNX backend asks for) the fastest loop nest."""
+    log, direct = tmp_path / "tune.db", lo.dataflows.output_stationary(CONV)
+    name = "winograd F(2x2,3x3), GEMM 7x48"
+    with TuningLog(log) as tuning_log:
+        tuning_log.append(CONV, lo.to_toml(direct), {}, {}, "avx2", 1, 0.01, here("ok", "", _timing(2e-3)))
+        tuning_log.append(CONV, name, {"algorithm": "winograd", "plan": name}, {}, "avx2", 1, 0.01,
+                          here("ok", "", _timing(1e-3)))
+    best = lo.best_trial(CONV, log=log)
+    assert (best.algorithm, best.timing.min) == ("winograd", 1e-3)
+    plan = lo.best_schedule(CONV, log=log)
+    assert isinstance(plan, WinogradPlan) and (plan.m, plan.gemm_rows, plan.gemm_cols) == (2, 7, 48)
+    assert lo.best_schedule(CONV, log=log, algorithms=SCHEDULE_ALGORITHMS) == direct
+    assert lo.best_trial(CONV, log=log, algorithms="im2col") is None
+
+
+def test_tune_saves_its_winner_a_winograd_plan_too(tmp_path, capsys):
+    """loopopt tune --save writes the measured winner: here a Winograd-only search, whose winner is a
+    plan; the file says so, and loads and compiles back into a verified kernel."""
+    path = tmp_path / "wino.toml"
+    conv = ["--conv", "4,16,3,6,padding=1", "--budget", "0.01", "--trials", "2", "--json"]
+    assert main(["tune", *conv, "--algorithms", "winograd", "--save", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["algorithm"] == "winograd" and data["best"]["schedule"].startswith('name = "schedule"')
+    document = tomllib.loads(path.read_text())
+    assert document["algorithm"] == "winograd" and "winograd" in document["description"]
+    plan = lo.load_schedule(path, CONV)
+    trial = next(t for t in data["trials"] if t["number"] == data["best_trial"])
+    assert lo.to_toml(plan) == lo.to_toml(from_name(CONV, trial["knobs"]["plan"]))
+    assert verify(plan.compile())[0]
+
+
+@pytest.mark.slow
+def test_tune_saves_the_winner_of_a_mixed_search(tmp_path, capsys):
+    """Whichever algorithm wins (the machine decides), --save writes that trial's schedule or plan."""
+    path = tmp_path / "best.toml"
+    assert main(["tune", "--conv", "4,16,3,6,padding=1", "--budget", "0.01", "--trials", "8", "--json",
+                 "--save", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    fastest = min((t for t in data["trials"] if t["status"] == "ok"), key=lambda t: t["timing"]["min_s"])
+    assert data["best_trial"] == fastest["number"] and data["algorithm"] == fastest["algorithm"]
+    assert tomllib.loads(path.read_text())["algorithm"] == fastest["algorithm"]
+    loaded = lo.load_schedule(path, CONV)
+    assert lo.to_toml(loaded, algorithm=fastest["algorithm"]) == data["best"]["schedule"]

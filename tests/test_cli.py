@@ -1,15 +1,20 @@
 """The loopopt command: output, --json, and exit status 2 with one line for user mistakes."""
 import json
 import os
+import select
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from helpers import quick_first
 
-from loopopt.cli import main, parse_conv
+import loopopt as lo
+from loopopt.cli import _op, main, parse_conv, parser
 from loopopt.schedule_file import stored_schedule
 from loopopt.targets.neon import toolchain
 from loopopt.targets.x86.isa import bf16_dot_available
@@ -299,6 +304,112 @@ def test_warnings_print_as_one_line(capsys, tmp_path):
     lines = [line for line in err.splitlines() if "Faraway CPU" in line]
     assert status == 0 and len(lines) == 1 and lines[0].startswith("loopopt: warning: ")
     assert "warnings.warn" not in err and "Warning:" not in err
+
+
+QUANT_FLAGS = ["--int8", "--activation", "int8", "--per-tensor", "--asymmetric-weights", "--quant-output",
+               "int32"]
+
+
+@pytest.mark.parametrize("command", ["compare", "tune", "show", "reuse", "report"])
+def test_int8_and_the_quantspec_choices_on_every_command(command):
+    """Every command that builds an op takes --int8 and the QuantSpec choices (one argument code)."""
+    args = parser().parse_args([command, "--conv", "4,8,3,6", *QUANT_FLAGS])
+    assert _op(args).quant == lo.QuantSpec("int8", per_channel=False, weight_symmetric=False, output="int32")
+    default = _op(parser().parse_args([command, "--conv", "4,8,3,6", "--int8"]))
+    assert default.quant == lo.QuantSpec("uint8", True, True, "uint8")
+    assert _op(parser().parse_args([command, "--conv", "4,8,3,6"])).quant is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quant-output", "float32"], "--quant-output is a choice of the quantized op; it goes with --int8"),
+    (["--per-tensor"], "--per-tensor is a choice of the quantized op; it goes with --int8"),
+    (["--int8", "--weight", "binary"], "--int8: QuantSpec: binary activations and weights go together"),
+    (["--int8", "--dtype", "bfloat16"], "--int8 quantizes float32 inputs; it does not combine with --dtype"),
+    (["--schedules", "naive,resnet50.conv2_x.int8"],
+     "resnet50.conv2_x.int8.toml was made for int8 ops, not float32 ones like Conv2d"),
+])
+def test_quantization_mistakes_are_one_line(capsys, argv, message):
+    status, _, err = run(capsys, "compare", "--conv", "4,8,3,6", "--no-reuse", "--quiet", *argv)
+    assert status == 2 and message in err and err.count("\n") == 1
+
+
+def test_compare_int8_runs_the_stored_int8_schedule(capsys):
+    """compare --int8 compares integer kernels (GOP/s, bit-exact verification), a stored int8 schedule
+    among them; a quantized op refuses a float schedule file with the way out."""
+    conv = ["--conv", "8,16,3,7,padding=1", "--no-reuse", "--quiet", "--json"]
+    status, out, _ = run(capsys, "compare", *conv, "--int8", "--quant-output", "int8", "--schedules",
+                         "naive,resnet50.conv2_x.int8")
+    data = json.loads(out)
+    assert status == 0 and "output='int8'" in data["op"] and all(r["verified"] for r in data["rows"])
+    assert data["rows"][1]["name"] == "resnet50.conv2_x.int8" and data["rows"][1]["max_error"] == 0
+    status, _, err = run(capsys, "compare", *conv, "--int8", "--schedules", "resnet50.conv2_x")
+    assert status == 2 and "made for float32 ops, not int8 ones" in err and "without --int8" in err
+
+
+def _started(argv: list[str], ready) -> tuple[subprocess.Popen, list[str]]:
+    """``loopopt argv`` in a session of its own (so a signal to its group is what a Ctrl-C on its terminal
+    sends), once ``ready(stderr lines so far)`` says it is under way (polled; generous deadline)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "loopopt.cli", *argv], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    while not ready(lines) and process.poll() is None and time.monotonic() < deadline:
+        readable, _, _ = select.select([process.stderr], [], [], 0.2)
+        if readable:
+            lines.append(process.stderr.readline())
+    return process, lines
+
+
+def _interrupted(process: subprocess.Popen, lines: list[str]) -> tuple[int, list[str]]:
+    """Ctrl-C (SIGINT to the process group) and wait for the end: exit status and every stderr line."""
+    assert process.poll() is None, "the command ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=180)
+    return process.returncode, lines + err.splitlines(keepends=True)
+
+
+def test_ctrl_c_during_tune_is_one_line_and_status_130(tmp_path):
+    """A real SIGINT to the group of a running tune (its worker process included, as a terminal sends it):
+    one line saying where the trials are, status 130, no traceback; the logged trials are kept."""
+    log = tmp_path / "tune.db"
+
+    def measured(_lines) -> bool:           # at least one trial in the log: the search is under way
+        try:
+            with sqlite3.connect(f"file:{log}?mode=ro", uri=True) as connection:
+                return connection.execute("SELECT count(*) FROM trials").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False
+
+    process, lines = _started(["tune", "--conv", "32,64,3,28,padding=1", "--trials", "64", "--budget", "0.05",
+                               "--log", str(log)], measured)
+    status, err = _interrupted(process, lines)
+    assert status == 130 and "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
+    assert err[-1].strip() == (f"loopopt: interrupted; the trials measured so far are in the tuning log "
+                               f"{log} (the same command resumes)")
+    assert measured(None)
+
+
+def test_ctrl_c_during_compare_is_one_line_and_status_130():
+    """A real SIGINT during compare (here while it compiles or times a slow naive kernel): one line, 130."""
+    process, lines = _started(["compare", "--conv", "128,128,3,56,padding=1", "--schedules", "naive,tiled",
+                               "--no-reuse"], lambda lines: any("naive: compile" in line for line in lines))
+    status, err = _interrupted(process, lines)
+    assert status == 130 and "Traceback" not in "".join(err) and err[-1] == "loopopt: interrupted\n"
+
+
+@pytest.mark.parametrize("command", ["show", "reuse"])
+def test_show_and_reuse_of_a_winograd_plan_say_where_it_runs(capsys, tmp_path, command):
+    """A saved Winograd plan is not one loop nest: show and reuse refuse it in one line; compare runs it."""
+    conv = ["--conv", "4,8,3,6,padding=1"]
+    path = lo.save_schedule(lo.dataflows.winograd(parse_conv("4,8,3,6,padding=1"), 2), tmp_path / "w.toml")
+    status, _, err = run(capsys, command, *conv, "--schedule", str(path))
+    assert status == 2 and err == (f"loopopt: error: --schedule {path} is a winograd F(2x2,3x3) plan, a "
+                                   f"pipeline of stages, not one loop nest: {command} takes a schedule; "
+                                   f"compare runs the plan (loopopt compare --schedules {path})\n")
+    status, out, _ = run(capsys, "compare", *conv, "--schedules", f"naive,{path}", "--no-reuse", "--quiet",
+                         "--json")
+    assert status == 0 and json.loads(out)["rows"][1]["algorithm"] == "winograd F(2x2,3x3)"
 
 
 @pytest.mark.skipif(toolchain.native(), reason="native AArch64: neon needs no cross toolchain")

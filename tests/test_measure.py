@@ -2,7 +2,9 @@
 
 Times are never asserted: the budget tests run on a fake clock that each kernel run advances."""
 import importlib
+import math
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -151,3 +153,26 @@ def test_timing_and_table_flag_noise():
         row.noisy, row.noise = False, ""
     assert "ranking by interleaved median: b < a" in str(table) and "WARNING" not in str(table)
     assert KERNEL_ONLY in str(table).splitlines()[1]
+
+
+def test_a_microsecond_timing_reads_in_microseconds_and_an_unknown_relative_error_is_left_out():
+    """Times show three significant digits (not "median 0.000 ms"); a timing read back from a tuning log
+    has no relative error, and its line does not print "nan of the largest output"."""
+    timing = Timing(median=5.4e-6, min=5.12e-6, iqr=1.2e-7, repeats=1000, gflops=10.0, percent_of_peak=5.0,
+                    peak_gflops=200.0, verified=True, max_error=1.41e-4, relative_error=2e-7)
+    text = str(timing)
+    assert "median 5.40 us (min 5.12 us, IQR 120 ns, n=1000;" in text
+    assert "verified (max error 1.41e-04, 2.0e-07 of the largest output)" in text
+    logged = replace(timing, relative_error=math.nan)
+    assert "verified (max error 1.41e-04)" in str(logged) and "nan" not in str(logged)
+
+
+def test_a_table_of_microsecond_kernels_shows_its_times_in_microseconds():
+    """The compare table's time columns take the unit of the fastest median: three digits, not 0.003 ms."""
+    rows = [Row("a", "avx2", 0.0054, 0.0051, 0.00012, 9, 1.0, 1.0, True, 0.0, predicted_ms=0.0031),
+            Row("b", "avx2", 0.123, 0.120, 0.004, 9, 1.0, 1.0, True, 0.0)]
+    lines = str(Comparison(OP, rows, {}, 100.0, rounds=5)).splitlines()
+    head = lines[2].split()
+    assert head[2:4] == ["median", "us"] and "IQR us" in lines[2] and "model us" in lines[2]
+    a, b = lines[4].split(), lines[5].split()
+    assert (a[2], a[3], b[2], b[3]) == ("5.40", "0.12", "123", "4.00") and "3.10" in a

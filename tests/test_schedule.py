@@ -71,6 +71,13 @@ def test_vectorizing_a_reduction_needs_reassociation():
     (lambda s: s.vectorize("kw").reorder("kw", "c"), r"must stay innermost"),
     (lambda s: s.fuse("k", "ow"), r"'ow' must be directly inside 'k'"),
     (lambda s: s.unroll("kw", 0), r"factor must be"),
+    (lambda s: s.split("ow", 100), r"split\('ow', 100\): factor 100 is larger than the extent 12 of loop "
+                                   r"'ow'; use a factor from 1 to 64 \(one partial block may overhang its "
+                                   r"loop up to the extent rounded up to 64 or twice the extent\)"),
+    (lambda s: s.tile(ow=4, k=65), r"tile\(ow=4, k=65\): factor 65 is larger than the extent 32 of loop 'k'"),
+    (lambda s: s.unroll("ow", 1000), r"unroll\('ow', 1000\): factor 1000 is larger than the extent 12 of "
+                                     r"loop 'ow'; use a factor from 1 to 12$"),
+    (lambda s: s.split("ow", 4).unroll("ow_i", 5), r"factor 5 is larger than the extent 4 of loop 'ow_i'"),
     (lambda s: s.parallel("oh").parallel("ow"), r"already parallel"),
     (lambda s: s.layout("X", "NCHW"), r"no tensor 'X'"),
     (lambda s: s.layout("I", "NCHX"), r"not a valid format tag for I"),
@@ -133,3 +140,18 @@ def test_register_block_refuses_block_positions_that_alias_under_different_paddi
     s = lo.Schedule(op).tile(n=2).fuse("kw", "n_i")
     with pytest.raises(lo.ScheduleError, match=r"kw_n_i=0 and kw_n_i=2.*cannot be in a register block"):
         s.register_block("c")
+
+
+def test_a_block_may_overhang_a_short_loop_as_one_partial_block():
+    """split/tile factors up to the extent rounded up to 64 or twice the extent are one partial block (a
+    masked vector of 16 lanes over 10 channels, a register block kept whole on a small layer, a GPU
+    block of threads x registers): accepted, guarded; beyond, refused."""
+    s = lo.Schedule(OP).tile(k=16, ow=64)              # ow has 12 iterations, k 32
+    assert s.loop("ow_i").extent == 64 and s.loop("ow_o").extent == 1
+    assert s.isl_map.is_injective() and s.isl_map.domain().is_equal(OP.domain)
+    wide = lo.Schedule(lo.Conv2d(8, 100, 1, height=2, width=2))
+    assert wide.split("k", 199).loop("k_i").extent == 199
+    assert lo.dataflows.gpu_tiled(lo.Matmul(100, 100, 40), threads_x=33, regs_x=4).loop("j_i_i").extent == 33
+    with pytest.raises(lo.ScheduleError, match="factor 201 is larger than the extent 100 of loop 'k'; use a "
+                                               "factor from 1 to 200"):
+        wide.split("k", 201)

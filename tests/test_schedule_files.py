@@ -16,12 +16,34 @@ OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
 ROOT = Path(__file__).resolve().parent.parent
 
 
+OP_OF = {"float32": OP, "int8": OP.with_quant(lo.QuantSpec()),      # the small op of each arithmetic
+         "bfloat16": lo.Conv2d(6, 10, 3, padding=1, height=9, width=11, dtype="bfloat16")}
+VARIANTS = {".int8": "int8", ".bf16": "bfloat16"}           # a layer file's name suffix -> its made_for
+
+
 @pytest.mark.parametrize("path", [pytest.param(path, id=name) for name, path in stored_files()])
 def test_stored_schedules_apply_to_small_op(path):
-    """Every file, generic and per CPU, loaded on an op it was not written for (factors clamped), runs
-    every iteration exactly once."""
-    schedule = load_schedule(path, OP)
-    assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(OP.domain)
+    """Every file, generic and per CPU, loaded on an op it was not written for (factors clamped) but of
+    the arithmetic it was made for, runs every iteration exactly once."""
+    op = OP_OF[tomllib.loads(path.read_text()).get("made_for", "float32")]
+    schedule = load_schedule(path, op)
+    assert schedule.isl_map.is_injective() and schedule.isl_map.domain().is_equal(op.domain)
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, id=name) for name, path in stored_files()])
+def test_stored_layer_schedules_record_their_arithmetic(path):
+    """A layer's file records the arithmetic of its name (plain: float32, .int8, .bf16; the int8 ones the
+    QuantSpec benchmarks/tune_layers.py searched them with); the presets apply to any op (no made_for)."""
+    document = tomllib.loads(path.read_text())
+    layer = path.stem.removesuffix(".int8").removesuffix(".bf16")
+    if layer not in lo.list_layers():
+        assert "made_for" not in document and "quant" not in document
+        return
+    made_for = VARIANTS.get(path.stem.removeprefix(layer), "float32")
+    assert document["made_for"] == made_for
+    assert (made_for == "int8") == ("quant" in document)
+    if made_for == "int8":
+        assert lo.QuantSpec(**document["quant"]) == lo.QuantSpec(output="uint8")
 
 
 @pytest.mark.parametrize("name", list(dataflows.PRESETS))
@@ -37,7 +59,7 @@ def test_round_trip(tmp_path):
     again = load_schedule(path, OP)
     assert again.steps == s.steps and again.loops == s.loops and again.layouts == s.layouts
     recorded = tomllib.loads(path.read_text())["provenance"]
-    assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded) == path.read_text()
+    assert to_toml(again, "mine", 'say "hi"\nthere', provenance=recorded, made_for=True) == path.read_text()
 
 
 @pytest.mark.parametrize("op, build", [
@@ -170,3 +192,114 @@ def test_cpu_directories_hold_their_cpus_schedules_and_are_installed():
         assert data_files[f"share/loopopt/schedules/{key}"] == [f"schedules/{key}/*.toml"]
         for path in directory.glob("*.toml"):
             assert tomllib.loads(path.read_text())["provenance"]["cpu_key"] == key, path
+
+
+WINO_OP = lo.Conv2d(5, 12, 3, padding=1, bias=True, height=7, width=9)
+
+
+def _same_plan(a, b) -> bool:
+    return (type(a), a.m, a.gemm_rows, a.gemm_cols) == (type(b), b.m, b.gemm_rows, b.gemm_cols) and \
+        {n: s.steps for n, s in a.schedules.items()} == {n: s.steps for n, s in b.schedules.items()}
+
+
+@pytest.mark.parametrize("op, m, block", [
+    (WINO_OP, 4, (7, 48)), (WINO_OP, 2, (None, None)),
+    (WINO_OP.with_quant(lo.QuantSpec(output="uint8")), 2, (None, None)),
+    (WINO_OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False)), 2, (4, 32))])
+def test_winograd_plan_saves_and_loads_like_a_schedule(tmp_path, op, m, block):
+    """A Winograd plan (float32 or int8, with or without its GEMM block) saves as algorithm = "winograd"
+    with its tile and block, and loads back as the same plan, which compiles and is verified."""
+    from loopopt.measure import verify
+    plan = lo.dataflows.winograd(op, m, *block)
+    path = save_schedule(plan, tmp_path / "wino.toml", description="a plan")
+    document = tomllib.loads(path.read_text())
+    assert document["algorithm"] == "winograd" and "step" not in document
+    assert document["winograd"]["tile"] == m and document["provenance"]["isa"]
+    loaded = load_schedule(path, op)
+    assert _same_plan(loaded, plan) and to_toml(loaded) == to_toml(plan)
+    assert verify(loaded.compile())[0]
+
+
+def test_winograd_plan_with_replaced_stages_round_trips(tmp_path):
+    """Stages whose schedule differs from the default plan's are written step by step (a stage with no
+    steps too); the others are not."""
+    plan = lo.dataflows.winograd(WINO_OP, 2)
+    gemm = plan.schedules["gemm"]
+    changed = plan.with_stage("gemm", lo.Schedule(gemm.op)).with_stage(
+        "output_cols", lo.Schedule(plan.schedules["output_cols"].op).split("k", 4).unroll("k_i", 2))
+    text = to_toml(changed)
+    assert set(tomllib.loads(text)["winograd"]["stages"]) == {"gemm", "output_cols"}
+    assert _same_plan(lo.schedule_file.schedule_from_toml(text, WINO_OP), changed)
+
+
+@pytest.mark.parametrize("table, message", [
+    ("[winograd]\ntile = 3", r"m \(output tile size\) must be one of \(2, 4\), got 3"),
+    ("[winograd]\ntile = 4\ngemm = 7", "no key 'gemm'; allowed: tile, gemm_rows, gemm_cols, stages"),
+    ("[winograd]\ngemm_rows = 7", "a \\[winograd\\] table with tile = 2 or 4"),
+    ("step = []\n[winograd]\ntile = 4", "a winograd plan has no \\[\\[step\\]\\] tables"),
+    ("[winograd]\ntile = 4\n[winograd.stages]\nfilter = []", "names stage 'filter'; the stages with a"),
+    ("[winograd]\ntile = 4\n[winograd.stages]\ngemm = [{ split = ['q', 2] }]", "stage gemm step 1: .*'q'"),
+])
+def test_bad_winograd_files_say_what_is_wrong(tmp_path, table, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'name = "bad"\nalgorithm = "winograd"\n{table}\n')
+    with pytest.raises(ScheduleFileError, match=f"bad.toml: .*{message}"):
+        load_schedule(path, WINO_OP)
+
+
+def test_winograd_file_on_an_op_it_does_not_apply_to(tmp_path):
+    path = save_schedule(lo.dataflows.winograd(WINO_OP), tmp_path / "wino.toml")
+    with pytest.raises(ScheduleFileError, match=r"wino.toml: winograd F\(4x4,3x3\) takes stride=1"):
+        load_schedule(path, lo.Conv2d(5, 12, 3, stride=2, height=9, width=9))
+
+
+def test_schedule_files_say_their_algorithm(tmp_path):
+    """A loop nest saved with its algorithm records it (and loads as before); an unknown algorithm, or
+    a [winograd] table in a loop nest's file, is refused."""
+    schedule = lo.dataflows.im2col(OP)
+    path = save_schedule(schedule, tmp_path / "cols.toml", algorithm="im2col")
+    assert tomllib.loads(path.read_text())["algorithm"] == "im2col"
+    assert load_schedule(path, OP).steps == schedule.steps
+    assert "algorithm" not in to_toml(schedule)          # the tuning log's text of a candidate is unchanged
+    with pytest.raises(ValueError, match="the algorithm of a schedule .* is one of 'direct', "
+                                         "'implicit_gemm', 'im2col', got 'winograd'"):
+        to_toml(schedule, algorithm="winograd")
+    path.write_text(path.read_text().replace('"im2col"', '"fft"'))
+    with pytest.raises(ScheduleFileError, match="algorithm must be one of 'direct', .*'winograd', got 'fft'"):
+        load_schedule(path, OP)
+    path.write_text(path.read_text().replace('"fft"', '"direct"') + "\n[winograd]\ntile = 4\n")
+    with pytest.raises(ScheduleFileError, match="a \\[winograd\\] table goes with algorithm = 'winograd'"):
+        load_schedule(path, OP)
+
+
+@pytest.mark.parametrize("made, other", [("float32", "int8"), ("int8", "float32"), ("bfloat16", "float32"),
+                                         ("float32", "bfloat16")])
+def test_a_file_refuses_an_op_of_another_arithmetic(tmp_path, made, other):
+    """save_schedule records the arithmetic (and a quantized op's QuantSpec); loading on an op of another
+    arithmetic is refused in one line with the way out, any_arithmetic=True replays it anyway."""
+    schedule = dataflows.output_stationary(OP_OF[made])
+    path = save_schedule(schedule, tmp_path / "made.toml")
+    document = tomllib.loads(path.read_text())
+    assert document["made_for"] == made
+    assert ("quant" in document) == (made == "int8")
+    way_out = {"int8": "op.with_quant(QuantSpec(activation='uint8', per_channel=True, weight_symmetric=True, "
+                       "output='float32', weight='int8')); on the command line: --int8",
+               "float32": "a float32 op", "bfloat16": "--dtype bfloat16"}[made]
+    with pytest.raises(ScheduleFileError, match=f"made.toml was made for {made} ops, not {other} ones like "
+                                                f"Conv2d.*{re.escape(way_out)}.*any_arithmetic=True") as err:
+        load_schedule(path, OP_OF[other])
+    assert "\n" not in str(err.value)
+    assert load_schedule(path, OP_OF[other], any_arithmetic=True).steps == schedule.steps
+
+
+def test_another_quantspec_of_the_same_arithmetic_loads(tmp_path):
+    """Within int8, another QuantSpec (output, zero points, scale granularity) is the same integer kernel with
+    another epilogue: the file applies."""
+    path = save_schedule(dataflows.output_stationary(OP_OF["int8"]), tmp_path / "q.toml")
+    other = OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False, weight_symmetric=False,
+                                       output="int32"))
+    assert load_schedule(path, other).steps == dataflows.output_stationary(other).steps
+    path.write_text(path.read_text().replace('made_for = "int8"', 'made_for = "int4"'))
+    with pytest.raises(ScheduleFileError, match="made_for must be one of 'float32', 'bfloat16', 'int8', "
+                                                "'binary', got 'int4'"):
+        load_schedule(path, OP_OF["int8"])

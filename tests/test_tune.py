@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
 from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut import check_lut
-from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError
+from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError, WorkerDied
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
 from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
@@ -39,6 +40,7 @@ from loopopt.tune.rank import (
 )
 from loopopt.tune.space import Candidate, Knobs, candidates
 from loopopt.tune.trial import here
+from loopopt.units import time_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.02          # seconds of timed runs per candidate: the tests check behaviour, not speed
@@ -96,7 +98,8 @@ def test_table_plot_and_dict(tmp_path):
     assert result.table().count("\n") >= 3 and "*" in result.table()
     assert result.plot(tmp_path / "tune.png").stat().st_size > 0
     data = result.to_dict()
-    assert len(data["trials"]) == 3 and data["best"]["schedule"] == lo.to_toml(result.best)
+    assert len(data["trials"]) == 3
+    assert data["best"]["schedule"] == lo.to_toml(result.best, algorithm=result.algorithm)   # says what it is
     curve = result.best_so_far()
     assert curve == sorted(curve)
     assert result.first_within(1.0).number == result.best_number
@@ -525,7 +528,7 @@ def test_search_reports_the_spearman_of_model_and_measured_time(capsys):
     assert result.fit_spearman == pytest.approx(spearman(*zip(*held)))
     assert result.to_dict()["fit_spearman"] == pytest.approx(result.fit_spearman)
     assert f"the final fit, each trial left out of it: {result.fit_spearman:+.3f}" in str(result)
-    assert "model ms" in result.table()
+    assert f"model {time_unit(result.timing.min)[0]}" in result.table()     # in the unit of the best time
 
 
 def die_with_the_worker(*args):
@@ -677,3 +680,65 @@ def test_two_thread_search_measures_parallel_table_lookups():
         kernel.set_threads(2)
         assert "omp parallel for" in kernel.source and verify(kernel)[0]
     assert ", parallel " in result.table()
+
+
+def test_a_worker_whose_parent_went_away_ends_quietly(tmp_path):
+    """The parent closes its end (it was killed) while the worker runs a call: the worker's answer meets
+    a broken socket and it exits with status 0 and nothing on stderr (no BrokenPipeError traceback)."""
+    parent, child = socket.socketpair()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen([sys.executable, "-m", "loopopt.tune.worker", str(child.fileno())],
+                              pass_fds=(child.fileno(),), env=env, stderr=subprocess.PIPE, text=True)
+    child.close()
+    connection = Connection(parent.detach())
+    connection.send((time.sleep, (2.0,), {}))       # the parent goes away while the worker sleeps
+    connection.close()
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0 and err == ""
+
+
+def test_shutdown_with_cancel_futures_ends_the_call_in_flight():
+    """What an interrupted search does: its executor's calls in flight end at once (their workers are
+    killed), instead of the search waiting for them."""
+    executor = IsolatedExecutor(timeout=600)
+    future = executor.submit(time.sleep, 600)
+    deadline = time.monotonic() + 120
+    while not future.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    executor.shutdown(cancel_futures=True)
+    with pytest.raises(WorkerDied, match="killed by SIGKILL"):
+        future.result(timeout=60)
+
+
+def test_a_damaged_log_is_named_in_one_line_with_every_finding(tmp_path, capsys):
+    """SQLite's integrity findings span lines and rows ("*** in database main ***\\nPage 2: ..."): the
+    error joins them in one line, which the command prints whole (not cut at the first line)."""
+    log = tmp_path / "tune.db"
+    TuningLog(log).close()
+    data = bytearray(log.read_bytes())
+    page = 4096                                   # the second page: the meta table's b-tree
+    data[page + 5:page + 13] = bytes(b ^ 0xA5 for b in data[page + 5:page + 13])
+    log.write_bytes(data)
+    with pytest.raises(TuningLogError) as info:
+        TuningLog(log)
+    message = str(info.value)
+    assert "\n" not in message and "; Page 2" in message and message.endswith("; it was left as it is")
+    assert main(["tune", "--matmul", "8,16,8", "--trials", "1", "--log", str(log)]) == 2
+    assert capsys.readouterr().err == f"loopopt: error: {message}\n"
+
+
+@pytest.mark.parametrize("address", ["lcoal", "tcp://host:port", "tcp://:8786"])
+def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(address):
+    """A mistyped --scheduler is one line and status 2, before a Dask Client exists (one that failed to
+    start would print an 'Exception ignored in Client.__del__' traceback while the exit waits for it)."""
+    pytest.importorskip("dask.distributed")
+    from loopopt.tune.cluster import SchedulerError, dask_client
+    with pytest.raises(SchedulerError, match=f"address '{address}' has no host and port: "
+                                             f"{'did you mean .local.. ' if address == 'lcoal' else ''}give"):
+        with dask_client(address):
+            pass
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "loopopt.cli", "tune", "--matmul", "8,16,8", "--trials", "1",
+                           "--scheduler", address], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and done.stderr.startswith("loopopt: error: the Dask scheduler address")
+    assert done.stderr.count("\n") == 1 and "Exception ignored" not in done.stderr

@@ -12,6 +12,7 @@ from ..dataflows import output_stationary
 from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
+from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..tune import best_trial
 from ..tune.choice import first_choice
 from ..tune.log import signature
@@ -40,8 +41,9 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
                 isa: str | None = None) -> tuple[Schedule, str] | None:
     """The fastest verified schedule of ``op`` in the tuning log on this machine and ``threads`` (and
     ``isa`` if given), with the ISA it was measured on (an AMX trial's schedule must be compiled for
-    AMX); None if none."""
-    best = best_trial(op, log=log, threads=threads, isa=isa)
+    AMX); None if none. A loop nest only (``SCHEDULE_ALGORITHMS``): a node's kernel is one schedule,
+    whose reuse and traffic the report analyses; a Winograd plan in the log is not taken."""
+    best = best_trial(op, log=log, threads=threads, isa=isa, algorithms=SCHEDULE_ALGORITHMS)
     return None if best is None else (best.to_schedule(op, f"tuning log {os.fspath(log)}"), best.isa)
 
 

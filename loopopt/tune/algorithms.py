@@ -22,12 +22,11 @@ from typing import Any
 
 from ..dataflows import im2col, implicit_gemm
 from ..ops import Op
-from ..schedule_file import to_toml
-from ..winograd import algorithm_name, refusal, tiles
+from ..schedule_file import ALGORITHMS, WINOGRAD, AnySchedule, schedule_from_toml, to_toml
+from ..winograd import algorithm_name, from_name, refusal, tiles
 from ..winograd_int8 import tune_blocks
 from .space import lanes, registers
 
-ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
 SHARE = 8                  # each alternative gets at most trials // SHARE trials (at least 1) ...
 DIRECT_SHARE = 2           # ... and all of them together at most trials // DIRECT_SHARE
 GEMM_ROWS = (8, 4, 12)     # implicit GEMM output rows per register block (the preset's 8 first)
@@ -117,4 +116,10 @@ def label(knobs: dict[str, Any]) -> str:
     """The algorithm of a trial by its knobs (``direct`` for a register-blocked candidate; a Winograd
     trial logged before the labels, ``{"algorithm": "winograd F(4x4,3x3)"}``, is ``winograd``)."""
     name = knobs.get("algorithm", "direct")
-    return "winograd" if name.startswith("winograd") else name
+    return WINOGRAD if name.startswith(WINOGRAD) else name
+
+
+def rebuild(op: Op, schedule: str, knobs: dict[str, Any], source: str) -> AnySchedule:
+    """What a trial measured, on ``op``: a Winograd trial's plan (``schedule`` is its name), another
+    trial's schedule (``schedule`` is its TOML; ``source`` names it in errors)."""
+    return from_name(op, schedule) if label(knobs) == WINOGRAD else schedule_from_toml(schedule, op, source)

@@ -25,6 +25,7 @@ host times one kernel at a time. A cluster worker that dies itself comes back as
 from __future__ import annotations
 
 import concurrent.futures
+import difflib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -126,6 +127,21 @@ def outcome(future: Future, timeout: float, wait: float | None = None) -> Outcom
         return failed(error, timeout)
 
 
+def _check_address(address: str) -> None:
+    """Refuse a scheduler address without a host and port (``lcoal``) before any Client exists: a
+    Client that fails to start on it would hang the exit while it closes (``Client.__del__``)."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port
+    except ValueError:             # a port that is not a number
+        port = None
+    if parts.scheme != "inproc" and (not parts.hostname or port is None):
+        close = difflib.get_close_matches(address, [LOCAL], n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SchedulerError(f"the Dask scheduler address {address!r} has no host and port: {hint}give "
+                             f"tcp://HOST:PORT, or 'local' for a cluster on this machine")
+
+
 @contextmanager
 def dask_client(address: str, timeout: float | None = None) -> Iterator[Any]:
     """A ``dask.distributed.Client`` of the scheduler at ``address`` (e.g. ``tcp://host:8786``;
@@ -138,6 +154,8 @@ def dask_client(address: str, timeout: float | None = None) -> Iterator[Any]:
     except ImportError as err:
         raise SchedulerError(f"a Dask scheduler needs dask.distributed ({err}): "
                              f"pip install -e '.[distributed]'") from None
+    if address != LOCAL:
+        _check_address(address)
     if address == LOCAL:
         with distributed.LocalCluster(processes=True, n_workers=os.cpu_count() or 1, threads_per_worker=1,
                                       dashboard_address=None) as cluster, \

@@ -7,8 +7,10 @@ kills its worker (a segfault, ``os.abort``) fails its future with ``WorkerDied``
 signal, one that runs past ``timeout`` seconds with ``TrialTimeout`` after its worker is killed;
 either way a fresh worker takes the next call. An exception raised by ``fn`` comes back as
 ``WorkerError`` with its type and message. Workers are started with this process's
-``sys.path`` and environment, one per ``max_workers``, and stop when the executor shuts down
-(or when this process dies: their socket closes).
+``sys.path`` and environment, one per ``max_workers``, in a session of their own (a Ctrl-C on the
+terminal interrupts this process, not them: it decides), and stop when the executor shuts down
+(``cancel_futures=True``: at once, calls in flight too) or when this process dies (their socket
+closes).
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ class _Worker:
         paths = [p or os.getcwd() for p in sys.path]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         self.process = subprocess.Popen([sys.executable, "-m", "loopopt.tune.worker", str(child.fileno())],
-                                        pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL)
+                                        pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
         child.close()
         self.connection = Connection(parent.detach())
 
@@ -81,10 +84,14 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self) -> None:
-        """End the worker (it was started by this executor) and close the socket."""
+    def kill(self) -> None:
+        """Kill the worker (it was started by this executor): a call in flight fails with WorkerDied."""
         if self.alive:
             self.process.kill()
+
+    def stop(self) -> None:
+        """End the worker and close the socket."""
+        self.kill()
         self.process.wait()
         self.connection.close()
 
@@ -99,8 +106,10 @@ class IsolatedExecutor(Executor):
             raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
         self.timeout, self.max_workers = timeout, max_workers
         self._queue: queue.Queue = queue.Queue()
-        self._threads = [threading.Thread(target=self._dispatch, daemon=True) for _ in range(max_workers)]
-        self._shutdown = False
+        self._threads = [threading.Thread(target=self._dispatch, args=(slot,), daemon=True)
+                         for slot in range(max_workers)]
+        self._workers: list[_Worker | None] = [None] * max_workers     # each dispatcher thread's worker
+        self._shutdown = self._cancelled = False
         for thread in self._threads:
             thread.start()
 
@@ -111,14 +120,16 @@ class IsolatedExecutor(Executor):
         self._queue.put((future, fn, args, kwargs))
         return future
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, slot: int) -> None:
         worker: _Worker | None = None
         while (item := self._queue.get()) is not STOP:
             future, fn, args, kwargs = item
             if not future.set_running_or_notify_cancel():
                 continue
             if worker is None or not worker.alive:
-                worker = _Worker()
+                worker = self._workers[slot] = _Worker()
+            if self._cancelled:          # shutdown(cancel_futures=True) came as this call started
+                worker.kill()
             try:
                 future.set_result(worker.call(fn, args, kwargs, self.timeout))
             except (WorkerDied, TrialTimeout, WorkerError) as err:
@@ -127,12 +138,18 @@ class IsolatedExecutor(Executor):
             worker.stop()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop the workers once the calls submitted are done; ``cancel_futures``: now, the pending
+        calls cancelled and those in flight ended (their workers killed: they fail with WorkerDied)."""
         self._shutdown = True
         if cancel_futures:
+            self._cancelled = True
             while not self._queue.empty():
                 item = self._queue.get_nowait()
                 if item is not STOP:
                     item[0].cancel()
+            for worker in self._workers:
+                if worker is not None:
+                    worker.kill()
         for _ in self._threads:
             self._queue.put(STOP)
         if wait:

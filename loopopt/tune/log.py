@@ -22,13 +22,13 @@ from typing import Any
 from ..machine import fingerprint, loopopt_version, utc_now
 from ..measure import Timing
 from ..ops import Op
-from ..schedule import Schedule
-from ..schedule_file import schedule_from_toml
-from .algorithms import label
+from ..schedule_file import AnySchedule
+from .algorithms import label, rebuild, selected
 from .trial import Outcome
 
 APPLICATION = "loopopt tuning log"
 SCHEMA = 1
+FINDINGS = 4               # of SQLite's integrity findings, a damaged log's error names the first few
 TIMING_COLUMNS = ("median", "min", "iqr", "repeats", "gflops", "percent_of_peak", "peak_gflops", "verified",
                   "max_error", "unit", "end_to_end", "noisy", "other_cpu_share", "noise")
 CREATE = f"""
@@ -70,10 +70,16 @@ class LoggedTrial:
     host: str
     utc: str
 
-    def to_schedule(self, op: Op, source: str = "tuning log") -> Schedule:
-        """The trial's schedule applied to ``op`` (the op it was logged for); compile it with
-        ``self.isa`` to rebuild the kernel that was measured (``"amx"``: a tile schedule)."""
-        return schedule_from_toml(self.schedule, op, source)
+    @property
+    def algorithm(self) -> str:
+        """``direct``, ``implicit_gemm``, ``im2col`` or ``winograd`` (``tune.algorithms``)."""
+        return label(self.knobs)
+
+    def to_schedule(self, op: Op, source: str = "tuning log") -> AnySchedule:
+        """The trial's schedule applied to ``op`` (the op it was logged for), or its Winograd plan;
+        compile it with ``self.isa`` to rebuild the kernel that was measured (``"amx"``: a tile
+        schedule)."""
+        return rebuild(op, self.schedule, self.knobs, source)
 
 
 def signature(op: Op) -> str:
@@ -115,9 +121,12 @@ class TuningLog:
 
     def _check(self, readonly: bool) -> None:
         """Create the tables in an empty database; refuse another application's or schema's."""
-        result = self.connection.execute("PRAGMA quick_check").fetchone()[0]
-        if result != "ok":
-            raise TuningLogError(f"tuning log {self.path} is damaged ({result}); it was left as it is")
+        found = [line.strip() for row in self.connection.execute("PRAGMA quick_check")
+                 for line in row[0].splitlines() if line.strip()]
+        if found != ["ok"]:            # one line: SQLite's findings may span lines and rows
+            more = f"; {len(found) - FINDINGS} more" if len(found) > FINDINGS else ""
+            findings = "; ".join(found[:FINDINGS]) + more
+            raise TuningLogError(f"tuning log {self.path} is damaged ({findings}); it was left as it is")
         query = "SELECT name FROM sqlite_master WHERE type = 'table'"
         tables = {r[0] for r in self.connection.execute(query)}
         if not tables and not readonly:
@@ -196,19 +205,21 @@ def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
     return fastest
 
 
-def best_trial(op: Op, log: str | os.PathLike, threads: int = 1,
-               isa: str | None = None) -> LoggedTrial | None:
+def best_trial(op: Op, log: str | os.PathLike, threads: int = 1, isa: str | None = None,
+               algorithms: str | tuple[str, ...] = "auto") -> LoggedTrial | None:
     """The fastest verified trial of ``op`` in the tuning log ``log`` measured on this machine with
-    ``threads`` threads (and ``isa``, if given), by minimum time, of any schedule algorithm (not a
-    Winograd plan); None if there is none. Its ``isa`` is the ISA it was measured on:
-    ``trial.to_schedule(op).compile(trial.isa)`` rebuilds that kernel (an AMX or AVX2 winner too)."""
-    schedules = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name != "winograd"]
-    return min(schedules, key=lambda t: t.timing.min, default=None)
+    ``threads`` threads (and ``isa``, if given), by minimum time, of any of ``algorithms`` (``"auto"``:
+    every one, a Winograd plan too; ``SCHEDULE_ALGORITHMS``: one loop nest); None if there is none. Its
+    ``isa`` is the ISA it was measured on: ``trial.to_schedule(op).compile(trial.isa)`` rebuilds that
+    kernel (an AMX or AVX2 winner, a Winograd plan too)."""
+    wanted = selected(algorithms)
+    fastest = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name in wanted]
+    return min(fastest, key=lambda t: t.timing.min, default=None)
 
 
-def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1,
-                  isa: str | None = None) -> Schedule | None:
-    """The schedule of ``best_trial(op, log, threads, isa)`` applied to ``op``; None if there is none.
-    It does not carry the ISA it was measured on: ``best_trial`` does."""
-    best = best_trial(op, log, threads, isa)
+def best_schedule(op: Op, log: str | os.PathLike, threads: int = 1, isa: str | None = None,
+                  algorithms: str | tuple[str, ...] = "auto") -> AnySchedule | None:
+    """The schedule (or Winograd plan) of ``best_trial(op, log, threads, isa, algorithms)`` applied to
+    ``op``; None if there is none. It does not carry the ISA it was measured on: ``best_trial`` does."""
+    best = best_trial(op, log, threads, isa, algorithms)
     return None if best is None else best.to_schedule(op, f"tuning log {log}")

@@ -9,8 +9,8 @@ from typing import Any
 
 from ..measure import Timing
 from ..ops import Op
-from ..schedule import Schedule
-from ..winograd import AnyPlan
+from ..schedule_file import AnySchedule
+from ..units import duration, in_unit, time_unit
 from .algorithms import label
 from .fit import spearman, spearman_undefined
 
@@ -56,17 +56,16 @@ class Trial:
 
 @dataclass
 class TuneResult:
-    """The outcome of a search: ``best`` (the fastest verified schedule), its ``timing``, and
-    ``trials`` (every candidate measured, or taken from the log, in order); ``refused`` counts
-    candidates the schedule rejected (not trials), ``elapsed`` the search's wall-clock seconds.
-    ``best`` is the fastest schedule of any schedule algorithm (``direct``, ``implicit_gemm``,
-    ``im2col``); ``winner`` is the Winograd plan when one was faster than ``best`` (else None),
-    ``skipped`` says why an algorithm was not tried."""
+    """The outcome of a search: ``best`` (the fastest verified trial's schedule, whatever its algorithm:
+    a Schedule, or a Winograd plan; either compiles with ``.compile(isa)`` and saves with
+    ``save_schedule``), its ``timing``, and ``trials`` (every candidate measured, or taken from the log,
+    in order); ``refused`` counts candidates the schedule rejected (not trials), ``elapsed`` the
+    search's wall-clock seconds; ``skipped`` says why an algorithm was not tried."""
 
     op: Op
     isa: str
     threads: int
-    best: Schedule
+    best: AnySchedule
     timing: Timing
     trials: list[Trial]
     refused: int = 0
@@ -74,12 +73,11 @@ class TuneResult:
     log: str | None = None
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
-    winner: AnyPlan | None = None          # a faster algorithm than the best schedule
     skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def algorithm(self) -> str:
-        """The algorithm that won: ``winograd`` (``winner``) or the best schedule's algorithm."""
+        """The algorithm that won (``best``'s)."""
         return self.winner_trial.algorithm
 
     @property
@@ -105,9 +103,9 @@ class TuneResult:
             return ""
         (first, best), *rest = fastest.items()
         others = ", ".join(f"{margins[name]:.2f}x faster than {name} (trial {r.number}, min "
-                           f"{r.seconds * 1e3:.3f} ms)" for name, r in rest)
+                           f"{duration(r.seconds)})" for name, r in rest)
         skipped = "".join(f"; {name} not tried: {why}" for name, why in self.skipped.items())
-        return (f"\nalgorithm: {first} won (trial {best.number}, min {best.seconds * 1e3:.3f} ms)"
+        return (f"\nalgorithm: {first} won (trial {best.number}, min {duration(best.seconds)})"
                 + (f", {others}" if others else "") + skipped)
 
     def best_so_far(self) -> list[float | None]:
@@ -181,20 +179,23 @@ class TuneResult:
                 else f"model vs measured: no Spearman figure ({modelled}: {self.model_spearman_undefined})")
 
     def table(self) -> str:
-        """Every trial: status, time, rate, % of peak, the knobs; the best is marked with *."""
+        """Every trial: status, time (in the unit of the fastest, ``units.time_unit``), rate, % of peak,
+        the knobs; the best is marked with *."""
         unit = self.timing.unit
-        lines = [f"{'#':>4}  {'status':8} {'min ms':>9} {unit:>8} {'% peak':>6} {'model ms':>9}  "
+        name, scale = time_unit(self.timing.min)
+        lines = [f"{'#':>4}  {'status':8} {'min ' + name:>9} {unit:>8} {'% peak':>6} {'model ' + name:>9}  "
                  f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
             what = describe(t.knobs) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
-                figures = f"{t.timing.min * 1e3:9.3f} {rate:8.1f} {100 * rate / t.timing.peak_gflops:6.1f}"
+                percent = 100 * rate / t.timing.peak_gflops
+                figures = f"{in_unit(t.timing.min, scale):>9} {rate:8.1f} {percent:6.1f}"
             else:
                 figures = f"{'-':>9} {'-':>8} {'-':>6}"
             model = t.model.get("model_seconds")
-            model = f"{model * 1e3:9.3f}" if model is not None else f"{'-':>9}"
+            model = f"{in_unit(model, scale) if model is not None else '-':>9}"
             lines.append(f"{t.number:>3}{mark}  {t.status:8} {figures} {model}  {t.algorithm:13} {what}")
             if t.error:
                 lines.append(f"{'':14}{t.error}")
@@ -205,8 +206,9 @@ class TuneResult:
         return (f"tuned {self.op!r} on {self.isa}, {self.threads} thread(s): {len(self.trials)} trials "
                 f"({len(self.failed)} failed, {self.refused} candidates refused by the schedule) in "
                 f"{self.elapsed:.1f} s{'; ' + self.stopped if self.stopped else ''}\n"
-                f"best (trial {self.best_number}): min {self.timing.min * 1e3:.3f} ms, {rate:.1f} "
-                f"{self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; {self.timing}\n"
+                f"best (trial {self.best_number}, {self.algorithm}): min {duration(self.timing.min)}, "
+                f"{rate:.1f} {self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; "
+                f"{self.timing}\n"
                 + self._model_line() + self._algorithm_line())
 
     def to_dict(self) -> dict[str, Any]:
@@ -220,7 +222,8 @@ class TuneResult:
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),
                                                               self.margins().values())},
-                "best": {"schedule": to_toml(self.best), **best.to_dict()["timing"]},
+                "best": {"schedule": to_toml(self.best, algorithm=self.algorithm),
+                         **best.to_dict()["timing"]},
                 "trials": [t.to_dict() for t in self.trials]}
 
     def plot(self, path: str | os.PathLike) -> Path:

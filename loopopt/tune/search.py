@@ -30,10 +30,8 @@ from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
-from ..schedule_file import schedule_from_toml
 from ..targets.registry import target_of_isa
-from ..winograd import from_name
-from .algorithms import Alternative, alternatives, label, refusals, selected, share
+from .algorithms import Alternative, alternatives, rebuild, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
@@ -291,9 +289,6 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
     _check(trials, seconds, threads, budget, timeout)
     wanted = selected(algorithms)
-    if wanted == ("winograd",):
-        raise ValueError("algorithms must include one of 'direct', 'implicit_gemm', 'im2col' (the result's "
-                         "best is a Schedule), got ('winograd',)")
     tiles = isa == "auto"                     # the best ISA: AMX tiles compete where the CPU has them
     isa = target_of_isa(isa).resolve_isa(isa, integer=op.quant is not None)
     why = refusals(op, wanted, isa, threads)
@@ -327,8 +322,8 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         finally:
             state.abandon()
     finally:
-        if run.own:
-            run.executor.shutdown()
+        if run.own:            # its workers stop now: a trial still in flight was abandoned
+            run.executor.shutdown(cancel_futures=True)
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
@@ -351,14 +346,12 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
                         f"({reasons[:REASONS]})" if refusals else
                         f"no trial of {op!r} ran: {stopped}")
-    ok = [t for t in done if t.seconds is not None and label(t.knobs) != "winograd"]
+    ok = [t for t in done if t.seconds is not None]
     if not ok:
         errors = "; ".join(dict.fromkeys(f"{t.status}: {t.error}" for t in done))
         raise TuneError(f"all {len(done)} trials of {op!r} failed ({errors[:REASONS]})"
                         + (f"; they are in the tuning log {log}" if log else ""))
     best = min(ok, key=lambda t: t.seconds)
     isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
-    fastest = min((t for t in done if t.seconds is not None), key=lambda t: t.seconds)
-    winner = from_name(op, fastest.schedule) if fastest is not best else None
-    return TuneResult(op, isa, threads, schedule_from_toml(best.schedule, op), best.timing, done,
-                      len(refusals), elapsed, log, stopped, best.number, winner, skipped)
+    return TuneResult(op, isa, threads, rebuild(op, best.schedule, best.knobs, "trial"), best.timing, done,
+                      len(refusals), elapsed, log, stopped, best.number, skipped)
