@@ -416,9 +416,19 @@ def _reduction_channel_last(schedule: Schedule) -> Schedule:
     return schedule
 
 
+def _fragments(extent: int) -> int:
+    """The 16-element fragments that cover ``extent``."""
+    return -(-extent // 16)
+
+
 def _split_tile(schedule: Schedule, loop: str, block: int, warps: int) -> tuple[Schedule, list[str]]:
-    """``loop`` as blocks of ``block`` (a multiple of 16 x ``warps``), warps, fragments and the 16 of a
-    fragment: the four loops' names, outer to inner."""
+    """``loop`` as blocks of about ``block`` (a multiple of 16 x ``warps``; a shorter loop takes fewer
+    warps and a block of its extent rounded up to them), warps, fragments and the 16 of a fragment:
+    the four loops' names, outer to inner."""
+    fragments = _fragments(schedule.loop(loop).extent)
+    warps = max(1, min(warps, fragments))
+    per_warp = -(-min(block // 16, fragments) // warps)
+    block = 16 * warps * per_warp
     schedule = schedule.split(loop, block).split(f"{loop}_i", block // warps).split(f"{loop}_i_i", 16)
     return schedule, [f"{loop}_o", f"{loop}_i_o", f"{loop}_i_i_o", f"{loop}_i_i_i"]
 
@@ -430,7 +440,8 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     ``i``), N the other output dims (``k``; ``j``), K the reduction channels (``c``; ``k``) with the
     other reduction dims (``kh, kw``) outside. A block computes ``block_m x block_n`` outputs (at most:
     a smaller N takes a smaller tile) with ``warps_m x warps_n`` warps (``warp.y``, ``warp.x``), each
-    holding its ``block_m/warps_m x block_n/warps_n`` outputs as 16 x 16 fragments; at each step of
+    holding its ``block_m/warps_m x block_n/warps_n`` outputs as 16 x 16 fragments (a dim shorter than
+    its tile takes a tile of its extent rounded up to 16 x the warps); at each step of
     ``depth`` reduction channels both inputs' tiles are gathered into shared memory (``stage``: the
     im2col, zero at padding) and the fragments multiply them."""
     schedule = _reduction_channel_last(Schedule(op))
@@ -449,12 +460,9 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
         if len(dims) > 1:
             schedule = _fused(schedule, tuple(dims), name)
     m, n = (dims[0] if len(dims) == 1 else name for dims, name in ((m_dims, "m"), (n_dims, "n")))
-    n_extent = schedule.loop(n).extent
-    block_n = min(block_n, -(-n_extent // 16) * 16)
-    warps_n = max(1, min(warps_n, block_n // 16))
-    block_n = -(-block_n // (16 * warps_n)) * 16 * warps_n
     schedule, (m_block, m_warp, m_frag, i) = _split_tile(schedule, m, block_m, warps_m)
     schedule, (n_block, n_warp, n_frag, j) = _split_tile(schedule, n, block_n, warps_n)
+    depth = min(depth, _fragments(schedule.loop(channel).extent) * 16)
     schedule = schedule.split(channel, depth).split(f"{channel}_i", 16)
     c_step, c_inner, k = f"{channel}_o", f"{channel}_i_o", f"{channel}_i_i"
     schedule = schedule.reorder(m_block, n_block, m_warp, n_warp, *others, c_step, c_inner, m_frag, n_frag,

@@ -146,10 +146,11 @@ def test_the_instruction_table_names_its_architecture_and_both_spellings():
 
 # --- the host emulation against the reference -------------------------------------------------------
 
+@pytest.mark.parametrize("tiles", [{}, SMALL_TILES], ids=["default", "small"])
 @pytest.mark.parametrize("op", [HALF_MATMUL, HALF_CONV,
                                 lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
-def test_the_wmma_preset_emulated_matches_the_reference(op):
-    largest, excess = _emulated_error(gpu_wmma(op, **SMALL_TILES))
+def test_the_wmma_preset_emulated_matches_the_reference(op, tiles):
+    largest, excess = _emulated_error(gpu_wmma(op, **tiles))
     assert excess <= 0, largest
 
 
@@ -162,7 +163,8 @@ def _check_emulated(op, tiles):
     assert excess <= 0, largest
 
 
-TILES = st.sampled_from([SMALL_TILES, {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
+TILES = st.sampled_from([{}, SMALL_TILES,
+                         {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
                          {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}])
 test_random_convs_emulated, test_random_convs_emulated_full = tiers(
     _check_emulated, 3, 20, conv_ops(max_hw=9, max_channels=20, dtype="float16"), TILES)
