@@ -14,6 +14,7 @@ import loopopt as lo
 from loopopt.dataflows import WMMA, gpu_wmma
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
+from loopopt.schedule_file import schedule_from_toml, to_toml
 from loopopt.targets import TargetUnavailableError
 from loopopt.targets.cuda import toolchain
 from loopopt.targets.cuda.emulate import emulate
@@ -135,6 +136,13 @@ def test_warp_axes_count_32_threads_each():
                                             r"\(i_o\[8\] warps x j_o\[8\] warps\)"):
         lo.Schedule(lo.Matmul(128, 128, 16, dtype="float16")).split("i", 16).split("j", 16) \
             .bind("i_o", "warp.y").bind("j_o", "warp.x")
+
+
+def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
+    schedule = gpu_wmma(HALF_CONV, **SMALL_TILES)
+    again = schedule_from_toml(to_toml(schedule), HALF_CONV)
+    assert again.tensorized == schedule.tensorized and again.stages == schedule.stages
+    assert print_kernel(again).source == print_kernel(schedule).source
 
 
 def test_the_instruction_table_names_its_architecture_and_both_spellings():
