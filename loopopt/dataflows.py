@@ -395,3 +395,81 @@ def _affine_box(schedule: Schedule, tensor: str, at: str) -> bool:
 
 
 GPU_PRESETS = Presets({f.__name__: f for f in (gpu_naive, gpu_tiled, gpu_staged)})
+
+
+# --- tensor-core presets: float16 ops on the cuda target's matrix instructions -------------------------
+
+WMMA = "wmma_m16n16k16_f16_f32"
+
+
+def _reduction_channel_last(schedule: Schedule) -> Schedule:
+    """Each input stored with the axis its reduction channel (``c``; a Matmul's ``k``) indexes
+    innermost, the output with its channels innermost: the tiles' rows are then runs of 16 bytes in
+    device memory (NCHW -> NHWC, OIHW -> OHWI, a Matmul's KN -> NK)."""
+    op = schedule.op
+    innermost = {t: op.reduction_channel_dim for t in op.inputs} | {op.output: op.channel_dim}
+    for tensor, dim in innermost.items():
+        letters = op.tensor(tensor).default_layout
+        axis = next((a for a, e in enumerate(op.index(tensor)) if e == Var(dim)), None)
+        if axis is not None and axis != len(letters) - 1:
+            schedule = schedule.layout(tensor, moved_last(letters, axis))
+    return schedule
+
+
+def _fragments(extent: int) -> int:
+    """The 16-element fragments that cover ``extent``."""
+    return -(-extent // 16)
+
+
+def _split_tile(schedule: Schedule, loop: str, block: int, warps: int) -> tuple[Schedule, list[str]]:
+    """``loop`` as blocks of about ``block`` (a multiple of 16 x ``warps``; a shorter loop takes fewer
+    warps and a block of its extent rounded up to them), warps, fragments and the 16 of a fragment:
+    the four loops' names, outer to inner."""
+    fragments = _fragments(schedule.loop(loop).extent)
+    warps = max(1, min(warps, fragments))
+    per_warp = -(-min(block // 16, fragments) // warps)
+    block = 16 * warps * per_warp
+    schedule = schedule.split(loop, block).split(f"{loop}_i", block // warps).split(f"{loop}_i_i", 16)
+    return schedule, [f"{loop}_o", f"{loop}_i_o", f"{loop}_i_i_o", f"{loop}_i_i_i"]
+
+
+def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
+             depth: int = 32) -> Schedule:
+    """A float16 op on tensor cores (``tensorize`` onto ``wmma_m16n16k16_f16_f32``) as an implicit
+    GEMM: M the output dims the first input moves with (a conv's ``n, oh, ow``, fused; a Matmul's
+    ``i``), N the other output dims (``k``; ``j``), K the reduction channels (``c``; ``k``) with the
+    other reduction dims (``kh, kw``) outside. A block computes ``block_m x block_n`` outputs (at most:
+    a smaller N takes a smaller tile) with ``warps_m x warps_n`` warps (``warp.y``, ``warp.x``), each
+    holding its ``block_m/warps_m x block_n/warps_n`` outputs as 16 x 16 fragments (a dim shorter than
+    its tile takes a tile of its extent rounded up to 16 x the warps); at each step of
+    ``depth`` reduction channels both inputs' tiles are gathered into shared memory (``stage``: the
+    im2col, zero at padding) and the fragments multiply them."""
+    schedule = _reduction_channel_last(Schedule(op))
+    first = op.inputs[0]
+    reads = {v for e in op.index(first) for v in e.variables()}
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+    m_dims, n_dims = [d for d in outputs if d in reads], [d for d in outputs if d not in reads]
+    if not m_dims or not n_dims:
+        raise ScheduleError(f"gpu_wmma: {op!r} is not a matrix product: every output dim moves "
+                            f"{'' if m_dims else 'no '}input {first} (a grouped conv's or a batched "
+                            f"matmul's inputs share output dims), so no tile of outputs is rows x columns")
+    channel = op.reduction_channel_dim
+    others = [d for d in op.dim_names if d in op.reduction_dims and d != channel]
+    schedule = schedule.reorder(*m_dims, *n_dims, *others, channel)
+    for dims, name in ((m_dims, "m"), (n_dims, "n")):
+        if len(dims) > 1:
+            schedule = _fused(schedule, tuple(dims), name)
+    m, n = (dims[0] if len(dims) == 1 else name for dims, name in ((m_dims, "m"), (n_dims, "n")))
+    schedule, (m_block, m_warp, m_frag, i) = _split_tile(schedule, m, block_m, warps_m)
+    schedule, (n_block, n_warp, n_frag, j) = _split_tile(schedule, n, block_n, warps_n)
+    depth = min(depth, _fragments(schedule.loop(channel).extent) * 16)
+    schedule = schedule.split(channel, depth).split(f"{channel}_i", 16)
+    c_step, c_inner, k = f"{channel}_o", f"{channel}_i_o", f"{channel}_i_i"
+    schedule = schedule.reorder(m_block, n_block, m_warp, n_warp, *others, c_step, c_inner, m_frag, n_frag,
+                                i, j, k)
+    schedule = (schedule.bind(m_block, "block.x").bind(n_block, "block.y")
+                .bind(m_warp, "warp.y").bind(n_warp, "warp.x").tensorize(i, j, k, WMMA))
+    return schedule.stage(op.inputs[0], c_step).stage(op.inputs[1], c_step)
+
+
+TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma,)})

@@ -128,9 +128,13 @@ def _timed(function: Callable[[], object]) -> float:
 
 def tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """Elementwise error bound of a float32 kernel: 2 * n * eps * sum |terms| (+ tiny); of a
-    bfloat16 kernel: ``bf16_tolerance``."""
+    bfloat16 kernel: ``bf16_tolerance``; of a float16 one (tensor cores): the same bound with a
+    unit roundoff of 2^-22 for the sums, as the tensor cores' float32 accumulation truncates the
+    aligned products rather than rounding them to nearest."""
     if op.dtype == "bfloat16":
         return bf16_tolerance(op, inputs)
+    if op.dtype == "float16":
+        return bf16_tolerance(op, inputs, sum_roundoff=2.0 ** -22)
     magnitude = op.magnitude(*(np.abs(inputs[t]) for t in op.call_tensors))
     reduction = max(1, op.macs // max(1, int(np.prod(op.tensor(op.output).shape))))
     terms = reduction + (2 if op.scales else 0)         # the scaled output: a product and a sum more
@@ -142,7 +146,7 @@ def _gamma(terms: int, unit_roundoff: float) -> float:
     return terms * unit_roundoff / (1 - terms * unit_roundoff)
 
 
-def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def bf16_tolerance(op, inputs: dict[str, np.ndarray], sum_roundoff: float = 2.0 ** -24) -> np.ndarray:
     """Elementwise error bound of a bfloat16 kernel against ``op.reference`` (float64 of the inputs
     rounded to bf16, as the kernel rounds them). The products of two bf16 are exact in float32
     (8-bit significands), so only the float32 sums of the ``n`` terms of an output (its reduction
@@ -157,7 +161,7 @@ def bf16_tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
     values = op.operand_values(*(inputs[t] for t in op.inputs))
     magnitudes = [np.abs(v) for v in values] + [np.abs(inputs[t]) for t in op.call_tensors[len(op.inputs):]]
     terms = math.prod(op.extent(d) for d in op.reduction_dims) + int(op.bias) + (2 if op.scales else 0)
-    relative = _gamma(terms, 2.0 ** -24) + _gamma(terms, 2.0 ** -53)
+    relative = _gamma(terms, sum_roundoff) + _gamma(terms, 2.0 ** -53)
     flushed = 2.0 ** -126 * terms * (2 + sum(float(m.max(initial=0.0)) for m in magnitudes[:2]))
     return relative * op.magnitude(*magnitudes) + flushed
 

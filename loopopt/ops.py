@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from .quant import QuantSpec
 
 STATEMENT = "S"
-DTYPES = ("float32", BFLOAT16)   # element types of a float op's inputs (a quantized op: quant=QuantSpec)
+FLOAT16 = "float16"              # IEEE half inputs: the cuda target's tensor-core kernels (``tensorize``)
+DTYPES = ("float32", BFLOAT16, FLOAT16)   # element types of a float op's inputs (quantized: quant=QuantSpec)
 REFERENCE_BLOCK_BYTES = 256 * 2**20   # verification computes the reference in blocks of about this size
 
 
@@ -227,7 +228,10 @@ class Op:
 
 
     def operand_values(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The values the kernel multiplies: the inputs as given (float32), or rounded to bfloat16."""
+        """The values the kernel multiplies: the inputs as given (float32), or rounded to bfloat16 or
+        float16 (nearest even) and held as float32, so that the reference sums them in float32."""
+        if self.dtype == FLOAT16:
+            return tuple(np.asarray(a, np.float32).astype(np.float16).astype(np.float32) for a in arrays)
         if self.dtype != BFLOAT16:
             return arrays
         return tuple(bf16_values(a, name) for a, name in zip(arrays, self.inputs))

@@ -96,8 +96,10 @@ MAX_BLOCK_ELEMENTS = 1024   # output elements one register block may unroll into
 BLOCK_OVERHANG = 64         # a split may cover its loop rounded up to this (a vector of the widest lanes)
 # The GPU axes of ``bind`` and CUDA's limits on them (every compute capability from 3.0 on):
 # the extent of each axis, and the threads of one block (the product of the thread axes).
+# ``warp.x|y``: one warp (32 threads) each, for the warp-wide matrix instructions of ``tensorize``.
 AXIS_LIMITS = {"block.x": 2**31 - 1, "block.y": 65535, "block.z": 65535,
-               "thread.x": 1024, "thread.y": 1024, "thread.z": 64}
+               "thread.x": 1024, "thread.y": 1024, "thread.z": 64, "warp.x": 32, "warp.y": 32}
+WARP_SIZE = 32
 GPU_AXES = tuple(AXIS_LIMITS)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
@@ -164,6 +166,7 @@ class Schedule:
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
     weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
     stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
+    tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -337,6 +340,8 @@ class Schedule:
             self._check_stages(step)
         if self.register_block_at is not None:
             self._check_register_block(step)
+        if self.tensorized:
+            self._check_tensorized(step)
         if self.op.quant is not None or not self.op.dtype.startswith("float"):
             return
         if not self.reassociate:
@@ -465,7 +470,8 @@ class Schedule:
 
     def bind(self, loop: str, axis: str) -> "Schedule":
         """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
-        ``thread.x|y|z``: one thread of the block each), on a GPU target. Refused for a loop that
+        ``thread.x|y|z``: one thread of the block each, ``warp.x|y``: one warp of 32 threads each, for
+        ``tensorize``), on a GPU target. Refused for a loop that
         carries the reduction (its iterations update the same outputs: threads would race), for an
         axis already taken, and where an axis's extent or the threads of a block exceed CUDA's
         limits (``AXIS_LIMITS``, ``MAX_THREADS_PER_BLOCK``)."""
@@ -498,6 +504,66 @@ class Schedule:
             raise ScheduleError(f"{step}: {tensor} is staged already")
         return self._with(step, stages=self.stages + ((tensor, at),))
 
+    def tensorize(self, i: str, j: str, k: str, instruction: str) -> "Schedule":
+        """Run the three innermost loops ``i, j, k`` (in this order) as one warp-wide matrix
+        instruction of the cuda target's table (``targets/cuda/instructions.py``): ``out[i, j] +=
+        a[i, k] * b[k, j]`` on fragments of ``m x n x k`` elements. ``i`` and ``j`` run over outputs
+        only, ``k`` over the reduction only; one input (``a``) varies with ``i`` and ``k``, the other
+        with ``j`` and ``k``, the output with ``i`` and ``j``. The loops' extents are the fragment's
+        (split a loop by it; partial tiles are zero-filled by the guards). The kernel takes each
+        input's tiles from shared memory (``stage`` both inputs at one reduction loop) and runs one
+        warp per bound ``warp.x|y`` iteration."""
+        step = Step("tensorize", (i, j, k, instruction))
+        from .targets.registry import target  # lazy facade: the table is the cuda target's
+        try:
+            entry = target("cuda").matrix_instruction(instruction)
+        except ValueError as err:
+            raise ScheduleError(f"{step}: {err}") from None
+        if self.op.dtype != entry.inputs:
+            raise ScheduleError(f"{step}: {instruction} multiplies {entry.inputs} inputs; {self.op!r} is "
+                                f"{self.op.dtype} (build the op with dtype={entry.inputs!r})")
+        for name, size, role in ((i, entry.m, "m"), (j, entry.n, "n"), (k, entry.k, "k")):
+            extent = self.loop(name, str(step)).extent
+            if extent != size:
+                raise ScheduleError(f"{step}: loop {name!r} has {extent} iterations; {instruction}'s "
+                                    f"{role} is {size} (split the loop by {size}: a partial last tile is "
+                                    f"zero-filled)")
+        return self._with(step, tensorized=(i, j, k, instruction))
+
+    def tensor_roles(self) -> tuple[str, str]:
+        """The inputs of a tensorized schedule as (a, b): ``a`` varies with ``i``, ``b`` with ``j``."""
+        i, j = self.tensorized[:2]
+        first, second = self.op.inputs
+        return (first, second) if i in self.offset(first).variables() else (second, first)
+
+    def _check_tensorized(self, step: Step) -> None:
+        i, j, k, instruction = self.tensorized
+        names = self.loop_names
+        if any(name not in names for name in (i, j, k)) or names[-3:] != (i, j, k):
+            raise ScheduleError(f"{step}: the loops tensorized onto {instruction} ({i}, {j}, {k}) must "
+                                f"stay the three innermost, in that order (innermost now: "
+                                f"{', '.join(names[-3:])})")
+        reduction = self.op.reduction_dims
+        for name, over_reduction in ((i, False), (j, False), (k, True)):
+            loop = self.loop(name)
+            if loop.axis or loop.vectorized or loop.parallel or loop.unroll:
+                raise ScheduleError(f"{step}: the tensorized loop {name!r} takes no other annotation")
+            if bool(self.dims_of(name) & reduction) != over_reduction or (
+                    over_reduction and self.dims_of(name) - reduction):
+                kind = "the reduction only" if over_reduction else "outputs only"
+                dims = ", ".join(sorted(self.dims_of(name)))
+                raise ScheduleError(f"{step}: loop {name!r} (dims {dims}) must "
+                                    f"run over {kind} as {instruction}'s {'k' if over_reduction else 'm/n'}")
+        reads = {t: self.offset(t).variables() for t in self.op.inputs}
+        first, second = self.op.inputs
+        roles = [(a, b) for a, b in ((first, second), (second, first))
+                 if {i, k} <= reads[a] and j not in reads[a] and {j, k} <= reads[b] and i not in reads[b]]
+        written = self.offset(self.op.output).variables()
+        if not roles or not {i, j} <= written or k in written:
+            raise ScheduleError(f"{step}: {i}, {j}, {k} are not a matrix product: one input must vary with "
+                                f"{i} and {k} (not {j}), the other with {j} and {k} (not {i}), the output "
+                                f"with {i} and {j} (not {k})")
+
     def staged_box(self, tensor: str, at: str) -> StagedBox:
         """The box of ``tensor``'s logical index read over the thread loops and the loops inside
         ``at`` (``stage``), the other loops fixed; ScheduleError where an index is not affine in them."""
@@ -516,8 +582,17 @@ class Schedule:
         return StagedBox(tensor, at, tuple(lower), tuple(sizes))
 
     def refuse_gpu_steps(self, target: str) -> None:
-        """ScheduleError where this schedule binds loops to GPU axes or stages tensors in shared
-        memory, which the CPU target ``target`` has not (such a schedule compiles with target='cuda')."""
+        """ScheduleError where this schedule binds loops to GPU axes, stages tensors in shared memory,
+        maps loops onto a matrix instruction or multiplies float16, which the CPU target ``target``
+        has not (such a schedule compiles with target='cuda')."""
+        if self.op.dtype == "float16":
+            raise ScheduleError(f"{self.op!r} multiplies float16, which the {target} target has no kernels "
+                                f"for: compile it with target='cuda' (tensor cores: tensorize), or use "
+                                f"dtype='float32' or 'bfloat16'")
+        if self.tensorized:
+            raise ScheduleError(f"loops {', '.join(self.tensorized[:3])} are tensorized onto "
+                                f"{self.tensorized[3]}, a GPU instruction; the {target} target has none: "
+                                f"compile with target='cuda'")
         if self.bound_loops:
             loop = self.bound_loops[0]
             raise ScheduleError(f"loop {loop.name!r} is bound to the GPU axis {loop.axis}; the {target} "
@@ -540,6 +615,8 @@ class Schedule:
         if inside:
             raise ScheduleError(f"{step}: the loop {inside[0].name!r} bound to {inside[0].axis} lies inside "
                                 f"the stage at {at!r}; stage at a loop inside every bound loop")
+        if self.tensorized:
+            return      # tiles gathered per iteration (any index): the cuda printer sizes them
         total = sum(4 * self.staged_box(tensor, at).elements for tensor, _ in self.stages)
         if total > MAX_SHARED_BYTES:
             boxes = ", ".join(f"{t} {' x '.join(map(str, self.staged_box(t, at).sizes))}"
@@ -642,10 +719,13 @@ class Schedule:
                 raise ScheduleError(f"{step}: loop {loop.name!r} bound to {loop.axis} has {loop.extent} "
                                     f"iterations; CUDA allows at most {AXIS_LIMITS[loop.axis]} on that axis "
                                     f"(split it and bind the parts to two axes)")
-            threads *= loop.extent if loop.axis.startswith("thread.") else 1
+            threads *= 1 if loop.axis.startswith("block.") else loop.extent
+        if any(loop.axis.startswith("warp.") for loop in self.bound_loops):
+            threads *= WARP_SIZE
         if threads > MAX_THREADS_PER_BLOCK:
-            sizes = " x ".join(f"{loop.name}[{loop.extent}]" for loop in self.bound_loops
-                               if loop.axis.startswith("thread."))
+            sizes = " x ".join(f"{loop.name}[{loop.extent}]"
+                               + (" warps" if loop.axis.startswith("warp.") else "")
+                               for loop in self.bound_loops if not loop.axis.startswith("block."))
             raise ScheduleError(f"{step}: a block would have {threads} threads ({sizes}); CUDA allows at "
                                 f"most {MAX_THREADS_PER_BLOCK} per block (bind smaller loops to thread axes)")
 

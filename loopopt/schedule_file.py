@@ -80,7 +80,7 @@ from .winograd import AnyPlan, WinogradError
 from .winograd import plan as winograd_plan
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize")
 SUFFIX = ".toml"
 SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
 WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan
@@ -331,10 +331,13 @@ def _replay(document: dict[str, Any], lines: list[int], op: Op, source: str) -> 
     if not isinstance(steps, list):
         raise ScheduleFileError(f"{source}: 'step' must be an array of tables ([[step]])")
     schedule = Schedule(op)
+    # a tensorized schedule's splits are fragment and tile sizes, kept as they are on a smaller op
+    # (its partial tiles zero-filled); the others' factors are clamped to the loops' extents
+    clamp = not any(isinstance(entry, dict) and "tensorize" in entry for entry in steps)
     for number, (line, entry) in enumerate(zip(lines, steps), 1):
         where = f"{source}:{line}: step {number}"
         try:
-            schedule = apply_step(schedule, entry)
+            schedule = apply_step(schedule, entry, clamp)
         except (ScheduleError, TypeError) as err:
             raise ScheduleFileError(f"{where}: {err}") from None
     return schedule
@@ -350,8 +353,9 @@ def _warn_if_other_machine(path: Path, recorded: Mapping[str, Any]) -> None:
                       f"schedule here", OtherMachineWarning, stacklevel=3)
 
 
-def apply_step(schedule: Schedule, entry: Any) -> Schedule:
-    """Apply one ``[[step]]`` table to ``schedule``."""
+def apply_step(schedule: Schedule, entry: Any, clamp: bool = True) -> Schedule:
+    """Apply one ``[[step]]`` table to ``schedule`` (``clamp``: a split, tile or unroll factor
+    clamped to its loop's extent)."""
     if not isinstance(entry, dict) or len(entry) != 1:
         raise ScheduleError(f"a step must have exactly one key, the primitive ({', '.join(PRIMITIVES)}), "
                             f"got {entry!r}")
@@ -360,7 +364,7 @@ def apply_step(schedule: Schedule, entry: Any) -> Schedule:
         close = difflib.get_close_matches(primitive, PRIMITIVES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ScheduleError(f"unknown primitive {primitive!r}{hint}; use one of {', '.join(PRIMITIVES)}")
-    if primitive in ("split", "tile", "unroll"):
+    if clamp and primitive in ("split", "tile", "unroll"):
         value = _clamped(schedule, primitive, value)
     method = getattr(schedule, primitive)
     if isinstance(value, dict):

@@ -128,8 +128,9 @@ def test_measure_verifies_a_bf16_kernel():
 
 
 def test_dtype_is_checked_and_carried():
-    with pytest.raises(ValueError, match="dtype 'float16' is not supported: allowed 'float32', 'bfloat16'"):
-        lo.Conv2d(4, 4, 3, dtype="float16")
+    with pytest.raises(ValueError, match="dtype 'float64' is not supported: allowed 'float32', 'bfloat16', "
+                                         "'float16'"):
+        lo.Conv2d(4, 4, 3, dtype="float64")
     with pytest.raises(ValueError, match="dtype 'int8' is not supported"):
         lo.Matmul(4, 4, 4, dtype="int8")
     spec = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="float32")

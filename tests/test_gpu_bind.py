@@ -49,7 +49,7 @@ def test_a_fused_loop_over_a_reduction_dim_is_refused():
 
 @pytest.mark.parametrize("call, message", [
     (lambda s: s.bind("nope", "block.z"), r"there is no loop named 'nope'"),
-    (lambda s: s.bind("n", "warp.x"), r"'warp.x' is not a GPU axis; choose one of 'block.x'"),
+    (lambda s: s.bind("n", "lane.x"), r"'lane.x' is not a GPU axis; choose one of 'block.x'"),
     (lambda s: s.bind("n", "block.x"), r"block.x is already bound to loop 'k_o'"),
     (lambda s: s.bind("ow", "thread.z"), r"loop 'ow' is already bound to thread.x"),
     (lambda s: s.split("ow", 2), r"'ow' is bound to thread.x; split it before binding"),

@@ -59,8 +59,8 @@ def test_access_maps_and_dependences():
     (dict(in_channels=4, out_channels=4, kernel_size=3, padding=-1), ValueError, "padding must be >= 0"),
     (dict(in_channels=4, out_channels=4, kernel_size=(1, 2, 3)), TypeError,
      "kernel_size must be an int or a pair"),
-    (dict(in_channels=4, out_channels=4, kernel_size=3, dtype="float16"), ValueError,
-     "dtype 'float16' is not supported"),
+    (dict(in_channels=4, out_channels=4, kernel_size=3, dtype="float64"), ValueError,
+     "dtype 'float64' is not supported"),
     (dict(in_channels=4, out_channels=4, kernel_size=3, bias=1), TypeError, "bias must be True or False"),
 ])
 def test_bad_shapes(kwargs, error, message):

@@ -75,6 +75,12 @@ class Target(ABC):
         a device, a function that runs the call and returns the seconds the device took."""
         return None
 
+    def matrix_instruction(self, name: str):
+        """The entry ``name`` of this target's table of warp-wide matrix instructions (``tensorize``),
+        with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""
+        raise ValueError(f"the {self.name} target has no matrix instructions (tensorize compiles with "
+                         f"target='cuda')")
+
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
         return None

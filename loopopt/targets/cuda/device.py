@@ -15,6 +15,9 @@ from ..base import TargetUnavailableError
 # FP32 lanes (FFMA per clock) per multiprocessor, by architecture (CUDA C Programming Guide,
 # "Arithmetic Instructions"): Volta/Turing and the A100 64, Ampere GA10x, Ada and Hopper 128.
 FP32_LANES_PER_SM = {"sm_70": 64, "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128}
+# Dense float16 tensor-core flops per clock per multiprocessor, float32 accumulation (the vendor's
+# V100, A100 and H100 datasheets: peak / (SMs x boost clock)); other architectures have no figure here.
+TENSOR_F16_FLOPS_PER_SM = {"sm_70": 1024, "sm_80": 2048, "sm_90": 4096}
 INSTALL_CUPY = "pip install cupy-cuda13x (or cupy-cuda12x, matching the driver's CUDA)"
 
 
@@ -79,6 +82,17 @@ def ffma_peak_gflops(architecture: str | None = None) -> float:
     if architecture not in FP32_LANES_PER_SM:
         raise ValueError(f"no FP32 lane count for {architecture!r}; known: {', '.join(FP32_LANES_PER_SM)}")
     return multiprocessors() * clock_mhz() * FP32_LANES_PER_SM[architecture] * 2 / 1e3
+
+
+@cache
+def tensor_peak_gflops(architecture: str | None = None) -> float:
+    """The device's dense float16 tensor-core peak: multiprocessors x boost clock x
+    ``TENSOR_F16_FLOPS_PER_SM``."""
+    architecture = architecture or arch()
+    if architecture not in TENSOR_F16_FLOPS_PER_SM:
+        raise ValueError(f"no float16 tensor-core rate for {architecture!r}; known: "
+                         f"{', '.join(TENSOR_F16_FLOPS_PER_SM)}")
+    return multiprocessors() * clock_mhz() * TENSOR_F16_FLOPS_PER_SM[architecture] / 1e3
 
 
 @cache

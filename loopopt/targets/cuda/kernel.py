@@ -45,19 +45,25 @@ class CudaKernel(Kernel):
             self._check(tensor, array, self.op.tensor(tensor).shape)
             is_bias = self.op.bias and tensor == self.op.bias_tensor
             packed = array if is_bias else self.schedule.layout_of(tensor).to_storage(array)
-            stored[tensor] = cp.asarray(packed)
+            stored[tensor] = cp.asarray(packed.astype(self._dtype(tensor), copy=False))
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
         return self.bind(stored)
 
+    def _dtype(self, tensor: str) -> np.dtype:
+        """The element type of ``tensor`` on the device: float16 for a float16 op's inputs, else float32."""
+        return np.dtype(np.float16 if self.op.dtype == "float16" and tensor in self.op.inputs else np.float32)
+
     def bind(self, values: dict[str, Any]) -> Buffers:
         """Buffers of device arrays by parameter name (``__cuda_array_interface__``), each checked to
-        be float32, C-contiguous and of its storage shape (the bias: its logical shape)."""
+        be of its element type (``_dtype``), C-contiguous and of its storage shape (the bias: its
+        logical shape)."""
         addresses = {}
         for param in self.generated.params:
             shape = (self.op.tensor(param.name).shape if self.op.bias and param.name == self.op.bias_tensor
                      else self._storage_shape(param.name))
-            addresses[param.name] = _device_pointer(param.name, values[param.name], shape)
+            addresses[param.name] = _device_pointer(param.name, values[param.name], shape,
+                                                    self._dtype(param.name))
         return Buffers(values, self._bind(addresses))
 
     def output(self, buffers: Buffers) -> np.ndarray:
@@ -75,20 +81,20 @@ class CudaKernel(Kernel):
         return super().__call__(*arrays)
 
 
-def _device_pointer(name: str, array: Any, shape: tuple[int, ...]) -> int:
-    """The device address of ``array`` (``__cuda_array_interface__``); TypeError/ValueError naming
-    what is wrong with it."""
+def _device_pointer(name: str, array: Any, shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """The device address of ``array`` (``__cuda_array_interface__``, of ``dtype``); TypeError/
+    ValueError naming what is wrong with it."""
     interface = getattr(array, "__cuda_array_interface__", None)
     if interface is None:
         raise TypeError(f"{name} must be a device array (CuPy, PyTorch: __cuda_array_interface__), got "
                         f"{type(array).__name__}")
-    if np.dtype(interface["typestr"]) != np.float32:
-        raise TypeError(f"{name} has dtype {np.dtype(interface['typestr'])}; this kernel takes float32")
+    if np.dtype(interface["typestr"]) != dtype:
+        raise TypeError(f"{name} has dtype {np.dtype(interface['typestr'])}; this kernel takes {dtype}")
     if tuple(interface["shape"]) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(interface['shape'])}; the kernel expects {tuple(shape)} "
                          f"(its storage layout)")
     strides = interface.get("strides")
-    contiguous = tuple(4 * math.prod(shape[i + 1:]) for i in range(len(shape)))
+    contiguous = tuple(dtype.itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
     if strides is not None and tuple(strides) != contiguous and math.prod(shape) > 1:
         raise ValueError(f"{name} is not C-contiguous (strides {tuple(strides)}); pass a contiguous copy")
     return interface["data"][0]

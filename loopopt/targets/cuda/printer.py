@@ -67,14 +67,24 @@ class CudaSource:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     final: bool                       # each output stored once (no init pass)
+    dynamic_shared_bytes: int = 0     # a tensorized kernel's shared memory (the arch must allow it)
 
 
 def check_schedule(schedule: Schedule) -> None:
-    """ScheduleError unless the cuda target runs ``schedule``: a float32 op, no CPU annotations."""
+    """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16: tensorized),
+    no CPU annotations, warp axes only with ``tensorize``."""
     op = schedule.op
-    if op.quant is not None or op.dtype != "float32":
+    if op.quant is not None or op.dtype not in ("float32", "float16"):
         kind = f"quantized ({op.quant})" if op.quant is not None else op.dtype
-        raise ScheduleError(f"the cuda target runs float32 ops; {op!r} is {kind}")
+        raise ScheduleError(f"the cuda target runs float32 ops; {op!r} is {kind} (float16 ops run "
+                            f"tensorized)")
+    if op.dtype == "float16" and not schedule.tensorized:
+        raise ScheduleError(f"{op!r} multiplies float16, which the cuda target runs on tensor cores only: "
+                            f"tensorize(i, j, k, 'wmma_m16n16k16_f16_f32') three innermost loops")
+    warps = [loop.name for loop in schedule.bound_loops if loop.axis.startswith("warp.")]
+    if warps and not schedule.tensorized:
+        raise ScheduleError(f"loop {warps[0]!r} is bound to a warp axis, which only a tensorized schedule "
+                            f"(tensorize) has; bind it to a thread axis")
     for loop in schedule.loops:
         if loop.vectorized or loop.parallel:
             kind = "vectorized" if loop.vectorized else "parallel"
@@ -92,6 +102,9 @@ def launch_shape(schedule: Schedule) -> tuple[tuple[int, int, int], tuple[int, i
 def print_kernel(schedule: Schedule, syntax: Syntax = CUDA) -> CudaSource:
     """The kernel of ``schedule`` in ``syntax`` (ScheduleError where the target cannot run it)."""
     check_schedule(schedule)
+    if schedule.tensorized:
+        from .tensor_printer import TensorPrinter  # it builds on this module's names
+        return TensorPrinter(schedule, syntax).source()
     return _Printer(schedule, syntax).source()
 
 

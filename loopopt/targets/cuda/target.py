@@ -10,19 +10,25 @@ from collections.abc import Callable
 
 from ...codegen import Generated
 from ...codegen.instr import SCALAR
-from ...schedule import Schedule
+from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
 from . import device, toolchain
+from .instructions import MatrixInstruction, instruction
 from .kernel import CudaKernel
 from .printer import print_kernel
 
 ARCHS = ("sm_90", "sm_89", "sm_86", "sm_80", "sm_75")     # built with -gencode=arch=compute_N,code=sm_N
+# The most shared memory one block may ask for, by architecture (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability": the opt-in maximum per block).
+SHARED_BYTES_PER_BLOCK = {"sm_90": 227 * 1024, "sm_89": 99 * 1024, "sm_86": 99 * 1024, "sm_80": 163 * 1024,
+                          "sm_75": 64 * 1024}
 DEFAULT_ARCH = "sm_90"
 
 
 class CudaTarget(Target):
     name = "cuda"
-    description = "NVIDIA GPUs: float32 SIMT CUDA C of bound schedules, built with nvcc, run through CuPy"
+    description = ("NVIDIA GPUs: float32 SIMT and float16 tensor-core (tensorize) CUDA C of bound schedules, "
+                   "built with nvcc, run through CuPy")
     has_device = True
 
     def isas(self) -> tuple[str, ...]:
@@ -47,6 +53,10 @@ class CudaTarget(Target):
     def compile(self, schedule: Schedule, isa: str = "auto") -> CudaKernel:
         printed = print_kernel(schedule)            # a schedule the target cannot run: ScheduleError
         arch = self.resolve_isa(isa)
+        if printed.dynamic_shared_bytes > SHARED_BYTES_PER_BLOCK[arch]:
+            raise ScheduleError(f"the kernel's blocks need {printed.dynamic_shared_bytes} bytes of shared "
+                                f"memory; {arch} allows {SHARED_BYTES_PER_BLOCK[arch]} per block (tile "
+                                f"smaller)")
         build = toolchain.build(printed.source, arch)
         generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)
@@ -55,14 +65,21 @@ class CudaTarget(Target):
         return kernel
 
     def peak(self, isa: str, dtype: str) -> float:
-        """The device's FP32 FFMA peak (G flops/s; float32 is the only dtype of this target)."""
+        """The device's peak (G flops/s): FP32 FFMA for float32, dense float16 tensor cores for float16."""
+        if dtype == "float16":
+            return device.tensor_peak_gflops(isa)
         if dtype != "float32":
-            raise ValueError(f"the cuda target has float32 kernels only, not {dtype!r}")
+            raise ValueError(f"the cuda target has float32 kernels only (and float16 on tensor cores), "
+                             f"not {dtype!r}")
         return device.ffma_peak_gflops(isa)
 
     def peak_source(self, isa: str) -> str:
         return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
-                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2")
+                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2 (float16: x "
+                f"{device.TENSOR_F16_FLOPS_PER_SM.get(isa, '?')} tensor-core flops per SM per clock)")
+
+    def matrix_instruction(self, name: str) -> MatrixInstruction:
+        return instruction(name)
 
     def device(self) -> str:
         return f"{device.name()} ({device.arch()})"

@@ -75,6 +75,14 @@ def nvcc() -> Path:
     return wheel
 
 
+def tool(name: str) -> Path | None:
+    """A CUDA tool (``cuobjdump``, ``nvdisasm``) beside nvcc, in the pip wheels or on PATH; None if none."""
+    wheel = _wheel_nvcc()
+    folders = [nvcc().parent] + ([wheel.parent] if wheel else [])
+    found = next((folder / name for folder in folders if (folder / name).is_file()), None)
+    return found or (Path(shutil.which(name)) if shutil.which(name) else None)
+
+
 @cache
 def nvcc_version() -> str:
     """nvcc's release line, e.g. ``Cuda compilation tools, release 13.0, V13.0.88``."""

@@ -1,0 +1,448 @@
+"""CUDA C of a tensorized schedule (``Schedule.tensorize``): warps of tensor-core fragments, their
+operands' tiles gathered into shared memory, double-buffered; and the same kernel as host C, where
+the fragment operations are their scalar meaning (``instructions.py``) and warps and blocks loops.
+
+The schedule's shape, outer to inner (a ScheduleError names the loop that breaks it):
+
+* loops bound to ``block.*`` (the grid) and to ``warp.*`` (the warps of a block); no ``thread.*``;
+* the *flat* reduction loops, up to the loop both inputs are staged at: one iteration of their
+  product is one pipeline step;
+* loops over the reduction (its steps inside one staged tile) and *fragment* loops over outputs
+  (each warp holds one accumulator fragment per iteration of its fragment loops; a fragment loop
+  moves one input only);
+* the tensorized ``i, j, k``.
+
+Each pipeline step copies, for each input, every value the block's warps read in that step into a
+tile per iteration of the (warp, inner and fragment) loops the input varies with, ``16 x (16 + 8)``
+elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``; 8 elements of padding against bank
+conflicts): an im2col of any index the op has (padding, stride, dilation, fused loops), evaluated
+per element with zero where a guard excludes it. Eight consecutive ``k`` that lie contiguously and
+16-byte aligned in device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
+The copies run two steps ahead of the products (``PIPELINE`` = 3 buffers in dynamic shared memory,
+which the launcher allows once with ``cudaFuncSetAttribute``). The sums end in
+float32 fragments, stored through shared memory to the output with the bias and the output guards.
+"""
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+from ...codegen.emit import kernel_arguments
+from ...codegen.params import KernelParam, index_ctype
+from ...expr import linear_terms
+from ...schedule import WARP_SIZE, Loop, Schedule, ScheduleError
+from .instructions import instruction
+from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
+
+PAD = 8                    # elements of padding after each tile row
+GROUP = 8                  # halves per 16-byte copy
+PIPELINE = 3               # buffers of pipeline steps in shared memory: copies run two steps ahead
+MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
+
+
+class TensorPrinter:
+    """The kernel of a tensorized ``schedule`` in ``syntax`` (``printer.CUDA`` or ``printer.HOST``)."""
+
+    def __init__(self, schedule: Schedule, syntax: Syntax):
+        self.s, self.syntax, self.op = schedule, syntax, schedule.op
+        i, j, k, name = schedule.tensorized
+        self.i, self.j, self.k = i, j, k
+        self.ins = instruction(name)
+        self.code = self.ins.cuda if syntax.device else self.ins.scalar
+        self.a, self.b = schedule.tensor_roles()
+        self.row = {self.a: i, self.b: j}
+        self.int_type = index_ctype(schedule)
+        self.ld = self.ins.k + PAD
+        self.lines: list[str] = []
+        self._classify()
+
+    # --- the schedule's shape ---------------------------------------------------------------
+    def _reduction(self, loop: Loop) -> bool:
+        return bool(self.s.dims_of(loop.name) & self.op.reduction_dims)
+
+    def _classify(self) -> None:
+        s = self.s
+        staged = {tensor for tensor, _ in s.stages}
+        if staged != set(self.op.inputs):
+            raise ScheduleError(f"a tensorized kernel reads both inputs from shared memory: stage "
+                                f"{' and '.join(sorted(set(self.op.inputs) - staged))} at a reduction loop "
+                                f"(stage(tensor, loop))")
+        threads = [loop.name for loop in s.bound_loops if loop.axis.startswith("thread.")]
+        if threads:
+            raise ScheduleError(f"loop {threads[0]!r} is bound to a thread axis; a tensorized kernel's "
+                                f"threads "
+                                f"are the lanes of its warps: bind loops to warp.x|y")
+        self.at = at = s.position(s.stages[0][1])
+        self.blocks = [loop for loop in s.loops if loop.axis.startswith("block.")]
+        self.warps = [loop for loop in s.loops if loop.axis.startswith("warp.")]
+        self.flat = [loop for loop in s.loops[:at + 1] if not loop.axis]
+        for loop in self.flat:
+            if not self._reduction(loop):
+                raise ScheduleError(f"loop {loop.name!r} runs over outputs outside the stage at "
+                                    f"{s.stages[0][1]!r}; bind it to a block axis or move it inside the "
+                                    f"stage")
+        if not self._reduction(s.loops[at]):
+            raise ScheduleError(f"the inputs are staged at {s.stages[0][1]!r}, which runs over outputs; "
+                                f"stage "
+                                f"them at a reduction loop")
+        self.inner = [loop for loop in s.loops[at + 1:-3] if self._reduction(loop)]
+        self.fragments = {self.a: [], self.b: []}
+        for loop in s.loops[at + 1:-3]:
+            if self._reduction(loop):
+                continue
+            moves = [t for t in self.op.inputs if loop.name in self.reads[t]]
+            if len(moves) != 1:
+                raise ScheduleError(f"the fragment loop {loop.name!r} must move exactly one input's tiles "
+                                    f"(it moves {', '.join(moves) or 'none'})")
+            self.fragments[moves[0]].append(loop)
+        self.count = {t: math.prod(loop.extent for loop in self.fragments[t]) for t in self.op.inputs}
+        self.accumulators = self.count[self.a] * self.count[self.b]
+        self.warp_count = math.prod(loop.extent for loop in self.warps)
+        if self.smem_bytes > MAX_SHARED_BYTES:
+            raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
+                                f"({PIPELINE} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} tiles "
+                                f"of {self.ins.m} x {self.ld} halves); at most {MAX_SHARED_BYTES}: tile "
+                                f"smaller")
+
+    @cached_property
+    def reads(self) -> dict[str, frozenset[str]]:
+        return {t: self.s.offset(t).variables() for t in self.op.inputs}
+
+    def tile_loops(self, tensor: str) -> list[Loop]:
+        """The loops whose iterations give ``tensor`` a tile of its own in one step, outer first."""
+        inside = self.warps + list(self.s.loops[self.at + 1:-3])
+        return [loop for loop in inside if loop.name in self.reads[tensor]]
+
+    @cached_property
+    def tiles(self) -> dict[str, int]:
+        return {t: math.prod(loop.extent for loop in self.tile_loops(t)) for t in self.op.inputs}
+
+    @property
+    def tile_elements(self) -> int:
+        return self.ins.m * self.ld
+
+    @property
+    def step_elements(self) -> int:
+        return (self.tiles[self.a] + self.tiles[self.b]) * self.tile_elements
+
+    @property
+    def smem_bytes(self) -> int:
+        return max(PIPELINE * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
+
+    @cached_property
+    def guards(self) -> dict[str, list[str]]:
+        """The guards each input's copy applies (those over loops it knows), and ``out``'s (those over
+        no reduction loop); ScheduleError for a guard of the products that neither input knows."""
+        reduction = {loop.name for loop in self.s.loops if self._reduction(loop)}
+        outer = {loop.name for loop in self.blocks + self.flat}
+        known = {t: outer | {loop.name for loop in self.tile_loops(t)} | {self.row[t], self.k}
+                 for t in self.op.inputs}
+        placed: dict[str, list[str]] = {t: [] for t in (*self.op.inputs, "out")}
+        for guard in self.s.guards:
+            names = guard.expr.variables()
+            fits = [t for t in self.op.inputs if names <= known[t]]
+            for t in fits:
+                placed[t].append(guard.to_c())
+            if not names & reduction:
+                placed["out"].append(guard.to_c())
+            elif not fits:
+                raise ScheduleError(f"the guard {guard.to_c()} involves loops of both inputs; a tensorized "
+                                    f"kernel zero-fills one input's tile per guard")
+        return placed
+
+    # --- text --------------------------------------------------------------------------------
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def _define(self, depth: int, loops: list[Loop], flat: str) -> None:
+        """Each of ``loops`` from the mixed-radix number ``flat`` (first loop most significant)."""
+        stride = math.prod(loop.extent for loop in loops)
+        for loop in loops:
+            stride //= loop.extent
+            value = f"{flat} / {stride}" if stride > 1 else flat
+            wrap = f" % {loop.extent}" if stride * loop.extent < math.prod(x.extent for x in loops) else ""
+            self.emit(depth, f"const {self.int_type} {loop.name} = ({self.int_type}) ({value}{wrap});")
+
+    def _tile_index(self, tensor: str) -> str:
+        index = "0"
+        for loop in self.tile_loops(tensor):
+            index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
+        return index
+
+    def _buffer(self, tensor: str, step: str) -> str:
+        """The first element of ``tensor``'s tiles in the buffer of pipeline step ``step``."""
+        offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements
+        return f"(lo_smem_h + ({step}) % {PIPELINE} * {self.step_elements} + {offset})"
+
+    def _check(self, guards: list[str]) -> str:
+        return " && ".join(f"({g})" for g in guards) or "1"
+
+    # --- the copies of one pipeline step ----------------------------------------------------
+    def _copy(self, depth: int, step: str) -> None:
+        self.emit(depth, "{")
+        self.emit(depth + 1, f"const {self.int_type} lo_step = {step};")
+        self._define(depth + 1, self.flat, "lo_step")
+        for tensor in self.op.inputs:
+            self._copy_tensor(depth + 1, tensor)
+        self.emit(depth, "}")
+
+    def _copy_tensor(self, depth: int, tensor: str) -> None:
+        groups = self.tiles[tensor] * self.ins.m * (self.ins.k // GROUP)
+        first, step = ("lo_thread", "lo_threads") if self.syntax.device else ("0", "1")
+        self.emit(depth, f"for (int lo_g = {first}; lo_g < {groups}; lo_g += {step}) {{")
+        inner = depth + 1
+        per_row = self.ins.k // GROUP
+        self._define(inner, self.tile_loops(tensor), f"lo_g / {self.ins.m * per_row}")
+        row = self.row[tensor]
+        self.emit(inner, f"const {self.int_type} {row} = lo_g / {per_row} % {self.ins.m};")
+        self.emit(inner, f"const {self.int_type} lo_k0 = lo_g % {per_row} * {GROUP};")
+        half = self.code.half
+        tile = self._tile_index(tensor)
+        self.emit(inner, f"{half} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
+                         f"{self.tile_elements} + {row} * {self.ld} + lo_k0;")
+        offset, valid = self.s.offset(tensor).to_c(), self._check(self.guards[tensor])
+        k = self.k
+        try:
+            contiguous = linear_terms(self.s.offset(tensor), frozenset([k]))[0].get(k) == 1
+        except ValueError:      # k inside a division: no run of consecutive elements
+            contiguous = False
+        if contiguous:
+            self.emit(inner, "int lo_valid = 0;")
+            self.emit(inner, f"{self.syntax.unroll} {GROUP}")
+            self.emit(inner, f"for (int lo_e = 0; lo_e < {GROUP}; ++lo_e) {{ const {self.int_type} {k} = "
+                             f"lo_k0 + lo_e; lo_valid += ({valid}) ? 1 : 0; }}")
+            self.emit(inner, f"{self.int_type} lo_first = 1;")
+            self.emit(inner, f"if (lo_valid == {GROUP}) {{ const {self.int_type} {k} = lo_k0; "
+                             f"lo_first = {offset}; }}")
+            self.emit(inner, f"if (lo_valid == {GROUP} && lo_first % {GROUP} == 0) {{")
+            self.emit(inner + 1, f"LO_COPY16(lo_dst, {tensor} + lo_first);")
+            self.emit(inner, "} else {")
+            inner += 1
+        self.emit(inner, f"{self.syntax.unroll} {GROUP}")
+        self.emit(inner, f"for (int lo_e = 0; lo_e < {GROUP}; ++lo_e) {{")
+        self.emit(inner + 1, f"const {self.int_type} {k} = lo_k0 + lo_e;")
+        self.emit(inner + 1, f"lo_dst[lo_e] = ({valid}) ? {tensor}[{offset}] : LO_ZERO;")
+        self.emit(inner, "}")
+        if contiguous:
+            self.emit(inner - 1, "}")
+        self.emit(depth, "}")
+
+    # --- the products of one pipeline step --------------------------------------------------
+    def _acc(self, index: str) -> str:
+        return f"lo_acc[{index}]" if self.syntax.device else f"lo_acc[lo_w * {self.accumulators} + {index}]"
+
+    def _products(self, depth: int) -> None:
+        steps = math.prod(loop.extent for loop in self.inner)
+        na, nb = self.count[self.a], self.count[self.b]
+        self.emit(depth, f"{self.syntax.unroll} {steps}")
+        self.emit(depth, f"for (int lo_q = 0; lo_q < {steps}; ++lo_q) {{")
+        inner = depth + 1
+        self._define(inner, self.inner, "lo_q")
+        self.emit(inner, self.code.declare_a.format(name="lo_a", count=na))
+        self.emit(inner, self.code.declare_b.format(name="lo_b", count=nb))
+        for tensor, name, load in ((self.a, "lo_a", self.code.load_a), (self.b, "lo_b", self.code.load_b)):
+            self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
+            self.emit(inner, f"for (int lo_f = 0; lo_f < {self.count[tensor]}; ++lo_f) {{")
+            self._define(inner + 1, self.fragments[tensor], "lo_f")
+            ptr = f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * {self.tile_elements})"
+            self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr, ld=self.ld))
+            self.emit(inner, "}")
+        self.emit(inner, f"{self.syntax.unroll} {na}")
+        self.emit(inner, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
+        self.emit(inner + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(inner + 1, f"for (int lo_fb = 0; lo_fb < {nb}; ++lo_fb) {{")
+        self.emit(inner + 2, self.code.mma.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), a="lo_a[lo_fa]",
+                                                  b="lo_b[lo_fb]"))
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        self.emit(depth, "}")
+
+    # --- the output -------------------------------------------------------------------------
+    def _store_statement(self) -> str:
+        out, value = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]", "lo_scratch[lo_e]"
+        bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(self.s.dim_values).to_c()}]"
+                if self.op.bias else "")
+        if self.op.scales is not None:
+            alpha, beta = self.op.scales
+            term = f" + {float(beta)!r}f * {bias}" if bias and beta else ""
+            return f"{out} = {float(alpha)!r}f * {value}{term};"
+        return f"{out} = {f'{bias} + ' if bias else ''}{value};"
+
+    def _epilogue(self, depth: int) -> None:
+        na, nb = self.count[self.a], self.count[self.b]
+        n = self.ins.fragment_elements
+        if self.syntax.device:
+            self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
+            self.emit(depth, f"float *lo_scratch = (float *) lo_smem + lo_w * {n};")
+            lane, lanes, sync = "lo_thread % 32", WARP_SIZE, "__syncwarp();"
+        else:
+            self.emit(depth, f"float lo_scratch[{n}];")
+            lane, lanes, sync = "0", 1, ""
+        self.emit(depth, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"for (int lo_fb = 0; lo_fb < {nb}; ++lo_fb) {{")
+        inner = depth + 2
+        self._define(inner, self.fragments[self.b], "lo_fb")
+        self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
+                                                ld=self.ins.n))
+        if sync:
+            self.emit(inner, sync)
+        self.emit(inner, f"for (int lo_e = {lane}; lo_e < {n}; lo_e += {lanes}) {{")
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+        self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+        self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
+        self.emit(inner, "}")
+        if sync:
+            self.emit(inner, sync)
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    # --- the kernel ---------------------------------------------------------------------------
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        extent = {loop.axis: loop.extent for loop in self.blocks}
+        return tuple(extent.get(f"block.{a}", 1) for a in "xyz")
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        extent = {loop.axis: loop.extent for loop in self.warps}
+        return (WARP_SIZE * extent.get("warp.x", 1), extent.get("warp.y", 1), 1)
+
+    def _declaration(self, tensor: str, restrict: str) -> str:
+        element = self.code.half if tensor in self.op.inputs else "float"
+        return f"{'' if tensor == self.op.output else 'const '}{element} *{restrict} {tensor}"
+
+    def _signature(self, name: str, restrict: str) -> str:
+        params = ", ".join(self._declaration(t, restrict) for t in kernel_arguments(self.s))
+        return f"{self.syntax.kernel} {name}({params})"
+
+    def _warp_variables(self, depth: int) -> int:
+        """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns
+        how many were opened)."""
+        if self.syntax.device:
+            for loop in self.warps:
+                source = "threadIdx.x / 32" if loop.axis == "warp.x" else "threadIdx.y"
+                self.emit(depth, f"const {self.int_type} {loop.name} = ({self.int_type}) {source};")
+            self.emit(depth, "const int lo_w = (int) (threadIdx.y * (blockDim.x / 32) + threadIdx.x / 32);")
+            return 0
+        for offset, loop in enumerate(self.warps):
+            self.emit(depth + offset, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
+                                      f"++{loop.name}) {{")
+        by_axis = {loop.axis: loop.name for loop in self.warps}
+        warps_x = next((loop.extent for loop in self.warps if loop.axis == "warp.x"), 1)
+        self.emit(depth + len(self.warps), f"const int lo_w = (int) ({by_axis.get('warp.y', '0')} * "
+                                           f"{warps_x} + {by_axis.get('warp.x', '0')});")
+        return len(self.warps)
+
+    def _close(self, depth: int, count: int) -> None:
+        for offset in reversed(range(count)):
+            self.emit(depth + offset, "}")
+
+    def _nest(self) -> list[str]:
+        self.lines = [self._signature(NEST_NAME, self.syntax.restrict), "{"]
+        device, steps = self.syntax.device, math.prod(loop.extent for loop in self.flat)
+        half = self.code.half
+        if device:
+            self.emit(1, f"extern __shared__ __align__(128) unsigned char lo_smem[];   /* {self.smem_bytes} "
+                         f"bytes */")
+            self.emit(1, "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);")
+            self.emit(1, "const int lo_threads = (int) (blockDim.x * blockDim.y);")
+            for loop in self.blocks:
+                self.emit(1, f"const {self.int_type} {loop.name} = ({self.int_type}) "
+                             f"blockIdx.{loop.axis[-1]};")
+            depth = 1
+        else:
+            self.emit(1, f"static float lo_smem_f[{self.smem_bytes // 2}];")
+            for depth, loop in enumerate(self.blocks, start=1):
+                self.emit(depth, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
+                                 f"++{loop.name}) {{")
+            depth = len(self.blocks) + 1
+        self.emit(depth, f"{half} *lo_smem_h = ({half} *) {'lo_smem' if device else 'lo_smem_f'};")
+        count = self.accumulators * (1 if device else self.warp_count)
+        self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
+        fill = self.code.fill.format(acc="lo_acc[lo_i]")
+        self.emit(depth, f"for (int lo_i = 0; lo_i < {count}; ++lo_i) {fill}")
+        warps = self._warp_variables(depth) if device else 0
+        ahead = PIPELINE - 1
+        for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
+            self._copy(depth, str(first))
+            if device:
+                self.emit(depth, "__pipeline_commit();")
+        for _ in range(ahead - min(ahead, steps)) if device else ():
+            self.emit(depth, "__pipeline_commit();")
+        self.emit(depth, f"for (int lo_r = 0; lo_r < {steps}; ++lo_r) {{")
+        body = depth + 1
+        self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
+        self._copy(body + 1, f"lo_r + {ahead}")
+        if device:
+            self.emit(body, "__pipeline_commit();")
+            self.emit(body, f"__pipeline_wait_prior({ahead});   /* step lo_r's copies are in */")
+            self.emit(body, "__syncthreads();")
+        self.emit(body, "{")
+        self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
+        opened = 0 if device else self._warp_variables(body + 1)
+        self._products(body + 1 + opened)
+        self._close(body + 1, opened)
+        self.emit(body, "}")
+        if device:
+            self.emit(body, "__syncthreads();")
+        self.emit(depth, "}")
+        opened = warps if device else self._warp_variables(depth)
+        self._epilogue(depth + opened)
+        self._close(depth, opened)
+        if not device:
+            self._close(1, len(self.blocks))
+        self.emit(0, "}")
+        return self.lines
+
+    def _macros(self) -> list[str]:
+        if self.syntax.device:
+            return [self.ins.header,
+                    "#define LO_ZERO __float2half(0.0f)",
+                    "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
+        return ["#define LO_ZERO 0.0f",
+                f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {GROUP}; ++lo_c) "
+                f"(dst)[lo_c] = (src)[lo_c]"]
+
+    def _header(self) -> list[str]:
+        s = self.s
+        loops = ", ".join(f"{loop.name}[{loop.extent}]" + (f" ({loop.axis})" if loop.axis else "")
+                          for loop in s.loops)
+        return ([f"/* loopopt {self.syntax.name} tensor-core kernel ({self.ins.name}) for {self.op!r}"]
+                + [f" * step {n + 1}: {step}" for n, step in enumerate(s.steps)]
+                + [" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in s.layouts),
+                   f" * loops: {loops}",
+                   f" * grid {self.grid}, block {self.block}; {self.accumulators} accumulator "
+                   f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory", " */"])
+
+    def source(self) -> CudaSource:
+        nest = self._nest()
+        device = self.syntax.device
+        parts = self._header() + ["#include <stddef.h>"] + (["#include <cuda_runtime.h>"] if device else [])
+        parts += self._macros() + [""] + nest + [""]
+        arguments = kernel_arguments(self.s)
+        params = tuple(KernelParam(t, "float", const=t != self.op.output) for t in arguments)
+        names = ", ".join(arguments)
+        if device:
+            decls = ", ".join(f"{'' if t == self.op.output else 'const '}"
+                              f"{'void' if t in self.op.inputs else 'float'} *{t}" for t in arguments)
+            casts = ", ".join(f"(const __half *) {t}" if t in self.op.inputs else t for t in arguments)
+            head = f"int {KERNEL_NAME}({decls}, void *lo_stream)"
+            attribute = (f"cudaFuncSetAttribute({NEST_NAME}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                         f"{self.smem_bytes})")
+            parts += [f'extern "C" {head}', "{",
+                      "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
+                      f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
+                      f"return (int) lo_e; lo_ready = 1; }}",
+                      f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
+                      f"(cudaStream_t) lo_stream>>>({casts});",
+                      "    return (int) cudaGetLastError();", "}", "",
+                      f'extern "C" const char *{ERROR_NAME}(int code)',
+                      "{", "    return cudaGetErrorString((cudaError_t) code);", "}"]
+            cdef = f"{head};\nconst char *{ERROR_NAME}(int code);"
+        else:
+            decls = ", ".join(f"{'' if t == self.op.output else 'const '}float *{t}" for t in arguments)
+            parts += [f"void {KERNEL_NAME}({decls})", "{", f"    {NEST_NAME}({names});", "}"]
+            cdef = f"void {KERNEL_NAME}({decls});"
+        return CudaSource("\n".join(parts) + "\n", cdef, arguments, params, self.grid, self.block, True,
+                          self.smem_bytes)

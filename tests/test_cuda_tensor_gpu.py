@@ -1,0 +1,28 @@
+"""The cuda target's tensor-core kernels (``gpu_wmma``) on an NVIDIA GPU (``-m gpu``; skipped with
+the reason where there is none): float16 inputs, float32 sums, against the reference of the
+half-rounded inputs, over tails, padding, stride, dilation, batch, bias and scales."""
+import pytest
+from test_cuda_gpu import needs_gpu
+
+import loopopt as lo
+from loopopt.dataflows import gpu_wmma
+from loopopt.measure import verify
+
+pytestmark = pytest.mark.gpu
+
+OPS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
+                 dtype="float16"),
+       lo.Conv2d(3, 20, 5, padding=2, height=17, width=19, batch=3, dtype="float16"),
+       lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
+       lo.Conv2d(64, 64, 3, padding=1, height=14, width=14, batch=4, dtype="float16"),
+       lo.Matmul(37, 45, 13, dtype="float16"), lo.Matmul(300, 260, 200, dtype="float16"),
+       lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
+TILES = [{}, {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}]
+
+
+@needs_gpu
+@pytest.mark.parametrize("tiles", TILES, ids=["default", "small"])
+@pytest.mark.parametrize("op", OPS, ids=repr)
+def test_wmma_kernels_match_the_reference_on_the_gpu(op, tiles):
+    ok, error = verify(gpu_wmma(op, **tiles).compile(target="cuda"), seed=11)
+    assert ok, error
