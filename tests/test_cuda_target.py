@@ -196,8 +196,8 @@ def random_matmul(data):
     emulated(data.draw(gpu_schedules(op)))
 
 
-test_emulated_convs_quick, test_emulated_convs = tiers(random_conv, 3, 15, data=st.data())
-test_emulated_matmuls_quick, test_emulated_matmuls = tiers(random_matmul, 2, 10, data=st.data())
+test_emulated_convs_quick, test_emulated_convs = tiers(random_conv, 3, 10, data=st.data())
+test_emulated_matmuls_quick, test_emulated_matmuls = tiers(random_matmul, 2, 6, data=st.data())
 
 
 # --- nvcc ------------------------------------------------------------------------------------------------

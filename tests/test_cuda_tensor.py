@@ -175,9 +175,9 @@ TILES = st.sampled_from([{}, SMALL_TILES,
                          {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
                          {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}])
 test_random_convs_emulated, test_random_convs_emulated_full = tiers(
-    _check_emulated, 3, 12, conv_ops(max_hw=9, max_channels=20, dtype="float16"), TILES)
+    _check_emulated, 3, 8, conv_ops(max_hw=9, max_channels=20, dtype="float16"), TILES)
 test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
-    _check_emulated, 2, 10, st.one_of(matmul_ops(max_mn=40, max_k=50, batched=False, dtype="float16"),
+    _check_emulated, 2, 6, st.one_of(matmul_ops(max_mn=40, max_k=50, batched=False, dtype="float16"),
                                       gemm_ops(max_mn=40, max_k=50, dtype="float16")), TILES)
 
 

@@ -88,7 +88,7 @@ def spatially_blocked_conv(isa, data):
 
 
 test_spatially_blocked_convs_quick, test_spatially_blocked_convs = tiers(
-    spatially_blocked_conv, 2, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    spatially_blocked_conv, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 # issue 31: the block's first load, its operand base, at column (row) -2 of a stride-3 window: block -1

@@ -99,7 +99,7 @@ def spatially_blocked_quantized_conv(isa, data):
 
 
 test_spatially_blocked_quantized_convs_quick, test_spatially_blocked_quantized_convs = tiers(
-    spatially_blocked_quantized_conv, 1, 8, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    spatially_blocked_quantized_conv, 1, 5, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
 
 
 def vnni_conv(s):

@@ -76,7 +76,7 @@ def random_conv_schedule(data):
     check(data.draw(schedules(op, ISA)), ISA)
 
 
-test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 1, 10,
+test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 1, 6,
                                                                           data=st.data())
 
 
@@ -87,7 +87,7 @@ def random_bf16_conv_schedule(data):
 
 
 test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = both_tiers(
-    random_bf16_conv_schedule, 1, 6, data=st.data())
+    random_bf16_conv_schedule, 1, 4, data=st.data())
 
 
 def random_quantized_conv_schedule(data):
@@ -98,7 +98,7 @@ def random_quantized_conv_schedule(data):
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = both_tiers(
-    random_quantized_conv_schedule, 1, 10, data=st.data())
+    random_quantized_conv_schedule, 1, 6, data=st.data())
 
 
 def check_random_schedule(data, op, quantized: bool) -> None:
@@ -118,7 +118,7 @@ def random_nd_conv_schedule(data, quantized):
 
 
 test_random_nd_conv_schedules_quick, test_random_nd_conv_schedules = both_tiers(
-    random_nd_conv_schedule, 1, 6, data=st.data(), quantized=st.booleans())
+    random_nd_conv_schedule, 1, 4, data=st.data(), quantized=st.booleans())
 
 
 def random_matmul_schedule(data, quantized):
@@ -127,7 +127,7 @@ def random_matmul_schedule(data, quantized):
 
 
 test_random_matmul_schedules_quick, test_random_matmul_schedules = both_tiers(
-    random_matmul_schedule, 1, 6, data=st.data(), quantized=st.booleans())
+    random_matmul_schedule, 1, 4, data=st.data(), quantized=st.booleans())
 
 
 def usdot_conv(s: lo.Schedule) -> lo.Schedule:
