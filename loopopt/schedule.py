@@ -693,12 +693,17 @@ class Schedule:
         if par.vectorized:
             raise ScheduleError(f"{step}: loop {par.name!r} would be both parallel and vectorized; split it, "
                                 f"parallelize the outer part and vectorize the inner one")
-        summed = sorted(d for d in self.op.reduction_dims if par.name in self.dim_values[d].variables())
+        summed = self._reduction_dims_over(par.name)
         if summed:
             raise IllegalScheduleError(
                 f"{step}: the parallel loop {par.name!r} runs over the reduction dim(s) {', '.join(summed)}: "
                 f"threads would race on the outputs the kernel reads and writes around its guarded "
                 f"updates; parallelize a loop over outputs only")
+
+    def _reduction_dims_over(self, loop: str) -> list[str]:
+        """The reduction dims whose value loop ``loop`` takes part in, sorted (threads or GPU threads
+        over such a loop would race on the outputs)."""
+        return sorted(d for d in self.op.reduction_dims if loop in self.dim_values[d].variables())
 
     def _check_bound(self, step: Step) -> None:
         """A bound loop is not vectorized or parallel (CPU annotations), runs over outputs only (as
@@ -709,7 +714,7 @@ class Schedule:
                 kind = "vectorized" if loop.vectorized else "parallel"
                 raise ScheduleError(f"{step}: loop {loop.name!r} is bound to {loop.axis} and {kind}; a "
                                     f"bound loop takes no CPU annotation")
-            summed = sorted(d for d in self.op.reduction_dims if loop.name in self.dim_values[d].variables())
+            summed = self._reduction_dims_over(loop.name)
             if summed:
                 raise IllegalScheduleError(
                     f"{step}: the loop {loop.name!r} bound to {loop.axis} runs over the reduction dim(s) "

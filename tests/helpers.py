@@ -543,3 +543,13 @@ def _missing_amx() -> str | None:
 
 MISSING_AMX = _missing_amx()       # why this process cannot run tile code (None: it can)
 needs_amx = pytest.mark.skipif(MISSING_AMX is not None, reason=f"needs AMX: {MISSING_AMX}")
+
+
+def needs(probe) -> pytest.MarkDecorator:
+    """Skip where ``probe()`` (a toolchain or device lookup) raises TargetUnavailableError, with its
+    reason."""
+    try:
+        probe()
+    except lo.targets.TargetUnavailableError as err:
+        return pytest.mark.skipif(True, reason=str(err))
+    return pytest.mark.skipif(False, reason="available")

@@ -2,25 +2,17 @@
 numerics against the reference, device arrays without copies, timing with CUDA events."""
 import numpy as np
 import pytest
+from helpers import needs
 
 import loopopt as lo
 from loopopt.dataflows import GPU_PRESETS
 from loopopt.measure import verify
-from loopopt.targets.base import TargetUnavailableError
 from loopopt.targets.cuda import device
 
 pytestmark = pytest.mark.gpu
 
 
-def _why_not() -> str:
-    try:
-        device.cupy()
-    except TargetUnavailableError as err:
-        return str(err)
-    return ""
-
-
-needs_gpu = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "a GPU is here")
+needs_gpu = needs(device.cupy)
 
 OPS = [lo.Conv2d(8, 12, 3, stride=2, padding=(1, 2), dilation=2, groups=2, height=13, width=11, batch=2),
        lo.Conv2d(3, 20, 5, padding=2, height=17, width=19, batch=3),

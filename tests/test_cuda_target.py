@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import conv_ops, gemm_ops, layout_tags, matmul_ops, tiers
+from helpers import conv_ops, gemm_ops, layout_tags, matmul_ops, needs, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -23,15 +23,7 @@ GOLDEN = Path(__file__).parent / "data" / "cuda"
 SMALL = lo.Conv2d(8, 16, 3, padding=1, height=10, width=10, batch=2)
 
 
-def _nvcc_missing() -> str:
-    try:
-        toolchain.nvcc()
-    except TargetUnavailableError as err:
-        return str(err)
-    return ""
-
-
-needs_nvcc = pytest.mark.skipif(bool(_nvcc_missing()), reason=_nvcc_missing() or "nvcc is here")
+needs_nvcc = needs(toolchain.nvcc)
 
 
 def _bound(op=SMALL) -> lo.Schedule:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import conv_ops, gemm_ops, matmul_ops, tiers
+from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -15,7 +15,6 @@ from loopopt.dataflows import WMMA, gpu_wmma
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
-from loopopt.targets import TargetUnavailableError
 from loopopt.targets.cuda import toolchain
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
@@ -27,15 +26,7 @@ HALF_CONV = lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13
 SMALL_TILES = {"block_m": 32, "block_n": 32, "warps_m": 2, "warps_n": 1, "depth": 32}
 
 
-def _nvcc_missing() -> str:
-    try:
-        toolchain.nvcc()
-    except TargetUnavailableError as err:
-        return str(err)
-    return ""
-
-
-needs_nvcc = pytest.mark.skipif(bool(_nvcc_missing()), reason=_nvcc_missing() or "nvcc is here")
+needs_nvcc = needs(toolchain.nvcc)
 
 
 def _emulated_error(schedule: lo.Schedule, seed: int = 0) -> tuple[float, float]:
