@@ -287,13 +287,13 @@ def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
 
 # --- float kernels ----------------------------------------------------------------------------------
 
-def check(schedule: lo.Schedule, isa: str, threads: int = 1):
-    """The kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with the op's numpy
-    reference; returns the kernel."""
+def check(schedule: lo.Schedule, isa: str, threads: int = 1, kernel=None):
+    """The kernel of ``schedule`` on ``isa`` (on ``threads`` threads; ``kernel``: that kernel, built
+    already) agrees with the op's numpy reference; returns the kernel."""
     op = schedule.op
     inputs = op.random_inputs(seed=1)
     args = [inputs[t] for t in op.call_tensors]
-    kernel = schedule.compile(isa)
+    kernel = schedule.compile(isa) if kernel is None else kernel
     kernel.set_threads(threads)
     result = kernel(*args)
     expected = op.reference(*args)
@@ -444,12 +444,13 @@ def tap_convs(draw):
                      quant=draw(SPECS))
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1):
-    """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with quant.py's
-    exact reference (raw products exactly, requantized and int32 outputs bit for bit, float outputs
-    within their bound), on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1, kernel=None):
+    """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads; ``kernel``: that kernel,
+    built already) agrees with quant.py's exact reference (raw products exactly, requantized and int32
+    outputs bit for bit, float outputs within their bound), on ``call`` (``(arrays, params)``) or else
+    on ``random_call(op, seed)``."""
     op = schedule.op
-    kernel = schedule.compile(isa)
+    kernel = schedule.compile(isa) if kernel is None else kernel
     kernel.set_threads(threads)
     args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)

@@ -3,6 +3,7 @@ under ``qemu-aarch64 -cpu max`` here (natively on an AArch64 machine). Skipped, 
 the cross compiler or the emulator is missing (README: how to install them)."""
 import json
 import warnings
+from functools import cache
 
 import numpy as np
 import pytest
@@ -19,7 +20,6 @@ from helpers import (
     quantized_schedules,
     schedules,
 )
-from helpers import tiers as both_tiers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,8 @@ from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.neon import toolchain
 from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_INT
-from loopopt.targets.neon.target import function_driver
+from loopopt.targets.neon.runner import RunnerCase
+from loopopt.targets.neon.target import function_drivers
 
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
@@ -46,88 +47,89 @@ def test_tables_have_every_operation_and_its_meaning():
     assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
 
 
+@cache
+def probes() -> dict[str, tuple]:
+    """Each table's probe (the x86 table tests' harnesses) as a case of one runner: its module and driver."""
+    harnesses = {"float": (float_tables, float_tables.harness(NEON), NEON),
+                 "int": (int_tables, int_tables.harness(NEON_INT, NEON), NEON_INT),
+                 "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16)}
+    cases = [RunnerCase(source, "probe", module.PARAMS, table.compile_flags)
+             for module, source, table in harnesses.values()]
+    drivers = function_drivers(cases)
+    return {name: (module, table, driver)
+            for (name, (module, _, table)), driver in zip(harnesses.items(), drivers, strict=True)}
+
+
+@pytest.mark.parametrize("table", ["float", "int", "bf16"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_float_instructions_match_their_scalar_meaning(seed):
-    driver = function_driver(float_tables.harness(NEON), "probe", float_tables.PARAMS, NEON.compile_flags)
-    float_tables.check_lanes(NEON, driver, seed)
-
-
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_int_instructions_match_their_scalar_meaning(seed):
-    source = int_tables.harness(NEON_INT, NEON)
-    driver = function_driver(source, "probe", int_tables.PARAMS, NEON_INT.compile_flags)
-    int_tables.check_lanes(NEON_INT, driver, seed)
-
-
-
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_bf16_instructions_match_their_scalar_meaning(seed):
-    source = bf16_tables.harness(NEON_BF16, NEON, NEON_INT)
-    driver = function_driver(source, "probe", bf16_tables.PARAMS, NEON_BF16.compile_flags)
-    bf16_tables.check_lanes(NEON_BF16, driver, seed)
+def test_instructions_match_their_scalar_meaning(table, seed):
+    """Every entry of the float, int and bf16 tables lane by lane against its scalar meaning."""
+    module, isa, driver = probes()[table]
+    module.check_lanes(isa, driver, seed)
 
 
 # --- kernels against the reference ---------------------------------------------------------------
 
-def random_conv_schedule(data):
-    """A random legal schedule of a random fp32 conv (odd sizes, tails, padding, stride, dilation, groups,
-    batch), within float32 rounding of the reference."""
-    op = data.draw(conv_ops(max_hw=7))
-    check(data.draw(schedules(op, ISA)), ISA)
+def quantized_or_not(op_strategy):
+    """Schedules of an fp32 op drawn from ``op_strategy``, or of it with a random QuantSpec."""
+    @st.composite
+    def draw_schedule(draw):
+        op = draw(op_strategy)
+        if draw(st.booleans()):
+            return draw(quantized_schedules(op.with_quant(draw(SPECS)), ISA))
+        return draw(schedules(op, ISA))
+    return draw_schedule()
 
 
-test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 1, 6,
-                                                                          data=st.data())
+def conv_schedules(max_hw: int, dtype: str = "float32"):
+    """Schedules of random convs of ``dtype``."""
+    return conv_ops(max_hw=max_hw, dtype=dtype).flatmap(lambda op: schedules(op, ISA))
 
 
-def random_bf16_conv_schedule(data):
-    """A random legal schedule of a random bfloat16 conv: operands widened to fp32 lanes, within the bf16
-    summation bound."""
-    check(data.draw(schedules(data.draw(conv_ops(max_hw=6, dtype="bfloat16")), ISA)), ISA)
+FAMILIES = {
+    # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
+    "float32 conv": conv_schedules(7),
+    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
+    "bfloat16 conv": conv_schedules(6, "bfloat16"),
+    # every QuantSpec, either compensation, sometimes dequantizing: bit-exact
+    "int8 conv": conv_ops(max_hw=7).flatmap(lambda op: SPECS.flatmap(
+        lambda spec: quantized_schedules(op.with_quant(spec), ISA))),
+    # Conv1d or Conv3d (per-side pads, stride, dilation, groups, batch), fp32 or int8
+    "1-d/3-d conv": quantized_or_not(st.sampled_from([1, 3]).flatmap(
+        lambda spatial: conv_ops(max_hw=6, spatial=spatial, max_channels=4))),
+    # transposed operands, batch dims, fp32 or int8
+    "matmul": quantized_or_not(matmul_ops(max_mn=9, max_k=13)),
+}
 
 
-test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = both_tiers(
-    random_bf16_conv_schedule, 1, 4, data=st.data())
+def check_batch(batch: list[lo.Schedule]) -> None:
+    """The schedules' kernels, built into one runner, each against its reference (int8 bit-exact)."""
+    for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
+        if schedule.op.quant is not None:
+            check_quantized(schedule, ISA, kernel=kernel)
+        else:
+            check(schedule, ISA, kernel=kernel)
 
 
-def random_quantized_conv_schedule(data):
-    """A random legal schedule of a random int8 conv (every QuantSpec; either compensation, sometimes
-    dequantizing), bit-exact against quant.py's reference (float outputs within their bound)."""
-    op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(SPECS))
-    check_quantized(data.draw(quantized_schedules(op, ISA)), ISA)
+def every_family(per_family: int):
+    """``per_family`` random legal schedules of every family of ``FAMILIES``, in one list."""
+    lists = (st.lists(family, min_size=per_family, max_size=per_family) for family in FAMILIES.values())
+    return st.tuples(*lists).map(lambda drawn: [s for batch in drawn for s in batch])
 
 
-test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = both_tiers(
-    random_quantized_conv_schedule, 1, 6, data=st.data())
+@settings(max_examples=1, **HYPOTHESIS)
+@given(batch=every_family(1))
+def test_random_schedules_of_every_family_quick(batch):
+    """A random schedule of each family, one runner for them all."""
+    check_batch(batch)
 
 
-def check_random_schedule(data, op, quantized: bool) -> None:
-    """A random legal schedule of float ``op`` or, ``quantized``, of ``op`` with a random QuantSpec (either
-    compensation, sometimes dequantizing) agrees with the reference (int8 bit-exact)."""
-    if quantized:
-        check_quantized(data.draw(quantized_schedules(op.with_quant(data.draw(SPECS)), ISA)), ISA)
-    else:
-        check(data.draw(schedules(op, ISA)), ISA)
-
-
-def random_nd_conv_schedule(data, quantized):
-    """A random legal schedule of a random Conv1d or Conv3d (per-side pads, stride, dilation, groups,
-    batch), fp32 or int8 (every QuantSpec, either compensation)."""
-    check_random_schedule(data, data.draw(conv_ops(max_hw=6, spatial=data.draw(st.sampled_from([1, 3])),
-                                                    max_channels=4)), quantized)
-
-
-test_random_nd_conv_schedules_quick, test_random_nd_conv_schedules = both_tiers(
-    random_nd_conv_schedule, 1, 4, data=st.data(), quantized=st.booleans())
-
-
-def random_matmul_schedule(data, quantized):
-    """A random legal schedule of a random matmul (transposed operands, batch dims), fp32 or int8."""
-    check_random_schedule(data, data.draw(matmul_ops(max_mn=9, max_k=13)), quantized)
-
-
-test_random_matmul_schedules_quick, test_random_matmul_schedules = both_tiers(
-    random_matmul_schedule, 1, 4, data=st.data(), quantized=st.booleans())
+@pytest.mark.slow
+@settings(max_examples=2, **HYPOTHESIS)
+@given(batch=every_family(2))
+def test_random_schedules_of_every_family(batch):
+    """Two random schedules of each family per runner."""
+    check_batch(batch)
 
 
 def usdot_conv(s: lo.Schedule) -> lo.Schedule:
@@ -149,17 +151,21 @@ def test_usdot_schedules_are_exact(spec, block, parallel):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet50.conv2_x", "resnet50.conv2_x.int8",
-                                  "mobilenetv2.block2.depthwise.int8", "resnet50.conv1.int8"])
-def test_stored_schedules_verify(name):
-    """Stored x86 schedules of whole layers run on NEON and verify (int8 bit-exact)."""
-    quant = lo.QuantSpec("uint8", True, True, "uint8") if name.endswith(".int8") else None
-    op = lo.get_layer(name.removesuffix(".int8"), quant=quant)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")     # found on another (x86) CPU
-        s = lo.load_schedule(name, op)
-    ok, error = verify(s.compile(target="neon"))
-    assert ok, error
+def test_stored_schedules_verify():
+    """Stored x86 schedules of whole layers run on NEON (one runner for them all) and verify (int8
+    bit-exact)."""
+    names = ["resnet50.conv2_x", "resnet50.conv2_x.int8", "mobilenetv2.block2.depthwise.int8",
+             "resnet50.conv1.int8"]
+    stored = []
+    for name in names:
+        quant = lo.QuantSpec("uint8", True, True, "uint8") if name.endswith(".int8") else None
+        op = lo.get_layer(name.removesuffix(".int8"), quant=quant)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # found on another (x86) CPU
+            stored.append(lo.load_schedule(name, op))
+    for name, kernel in zip(names, target("neon").compile_many(stored), strict=True):
+        ok, error = verify(kernel)
+        assert ok, (name, error)
 
 
 TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
@@ -206,7 +212,7 @@ def test_a_runner_that_fails_is_an_error_with_its_message():
         pytest.skip("native AArch64: no runner")
     params = float_tables.PARAMS
     source = f"#include <stdint.h>\n{signature('probe', params)} {{ (void)x; __builtin_trap(); }}\n"
-    driver = function_driver(source, "probe", params, NEON.compile_flags)
+    [driver] = function_drivers([RunnerCase(source, "probe", params, NEON.compile_flags)])
     arrays = dict(x=np.zeros(4, np.float32), y=np.zeros(4, np.float32), idx=np.zeros(4, np.int32), bits=0,
                   out=np.zeros(4, np.float32), scattered=np.zeros(4, np.float32))
     with pytest.raises(RuntimeError, match="failed under qemu-aarch64"):
