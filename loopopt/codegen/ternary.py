@@ -18,6 +18,7 @@ byte index and shift computed per lane), and a scalar accessor everywhere else.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -141,14 +142,47 @@ static inline {v} lo_i2s_groups(const uint8_t *p, {v} e, {m} m) {{
                         {x}_set1_epi8(1));
 }}
 """
-VECTOR_C = {"avx512": AVX512_C + UNPACK_C.format(v="__m512i", m="__mmask16", x="_mm512", bits=512),
-            "avx2": AVX2_C + UNPACK_C.format(v="__m256i", m="__m256i", x="_mm256", bits=256), "scalar": ""}
-ALL_LANES = {"avx512": "(__mmask16)0xffff", "avx2": "_mm256_set1_epi32(-1)"}
+
+
+@dataclass(frozen=True)
+class PackedForms:
+    """One SIMD variant's C for i2_s weights: ``helpers`` defines ``lo_i2s_vector`` (an aligned whole
+    dot vector), ``lo_i2s_lanes`` and ``lo_i2s_groups`` (per lane: one weight, or a dot group's 4
+    codes as bytes minus 1, of the elements of an int32 vector, lanes off in a mask left 0 before
+    unpacking); the templates: ``splat`` (``{s}`` in every int32 lane), ``minus_one`` (1 subtracted
+    from each byte of ``{v}``), ``add`` (``{a} + {b}`` lane-wise), ``lane_numbers`` (lane j: j) and
+    ``all_lanes`` (a mask of every lane)."""
+
+    helpers: str
+    splat: str
+    minus_one: str
+    add: str
+    lane_numbers: str
+    all_lanes: str
+
+
+def _x86_forms(helpers: str, x: str, mask_all: str, lane_numbers: str) -> PackedForms:
+    return PackedForms(helpers, f"{x}_set1_epi32((int)({{s}}))", f"{x}_sub_epi8({{v}}, {x}_set1_epi8(1))",
+                       f"{x}_add_epi32({{a}}, {{b}})", lane_numbers, mask_all)
+
+
+FORMS: dict[str, PackedForms] = {
+    "avx512": _x86_forms(AVX512_C + UNPACK_C.format(v="__m512i", m="__mmask16", x="_mm512", bits=512),
+                         "_mm512", "(__mmask16)0xffff",
+                         "_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)"),
+    "avx2": _x86_forms(AVX2_C + UNPACK_C.format(v="__m256i", m="__m256i", x="_mm256", bits=256),
+                       "_mm256", "_mm256_set1_epi32(-1)", "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)"),
+}
+
+
+def register_forms(isa: str, forms: PackedForms) -> None:
+    """Give SIMD variant ``isa`` (of a target's own tables) its i2_s C."""
+    FORMS[isa] = forms
 
 
 def helpers(isa: str) -> str:
     """The C helpers of an i2_s kernel on ``isa`` (file scope)."""
-    return "#include <string.h>\n" + SCALAR_C + VECTOR_C[isa]
+    return "#include <string.h>\n" + SCALAR_C + (FORMS[isa].helpers if isa in FORMS else "")
 
 
 def element(tensor: str, offset: str) -> str:
@@ -166,23 +200,21 @@ def operand(isa: str, kind: str, dot: bool, fast: bool, tensor: str, offset: str
     """A vector of i2_s weights on ``isa``: dot groups (bytes, 4 per lane) if ``dot``, else one weight
     per int32 lane. ``kind`` is the access kind along the vector loop, ``offset`` lane 0's element,
     ``lanes`` an int32 vector of every lane's element (C), ``fast`` the aligned whole-vector load."""
-    prefix = {"avx512": "_mm512", "avx2": "_mm256"}[isa]
+    forms = FORMS[isa]
     if kind == "broadcast":
         value = f"lo_i2s_group({tensor}, {offset})" if dot else element(tensor, offset)
-        vector = f"{prefix}_set1_epi32((int)({value}))"
-        return f"{prefix}_sub_epi8({vector}, {prefix}_set1_epi8(1))" if dot else vector
+        vector = forms.splat.format(s=value)
+        return forms.minus_one.format(v=vector) if dot else vector
     if dot and fast:
         return f"lo_i2s_vector({tensor}, {offset})"
-    return f"lo_i2s_{'groups' if dot else 'lanes'}({tensor}, {lanes}, {mask or ALL_LANES[isa]})"
+    return f"lo_i2s_{'groups' if dot else 'lanes'}({tensor}, {lanes}, {mask or forms.all_lanes})"
 
 
 def element_lanes(isa: str, kind: str, offset: str, index: str) -> str:
     """An int32 vector of the element each lane reads: ``index`` (a gather's absolute offsets, or a
     strided access's lane steps added to ``offset``), or ``offset + j`` for a contiguous access."""
-    prefix = {"avx512": "_mm512", "avx2": "_mm256"}[isa]
+    forms = FORMS[isa]
     if kind == "gather":
         return index
-    steps = index if kind == "strided" else (
-        "_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)" if isa == "avx512"
-        else "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)")
-    return f"{prefix}_add_epi32({prefix}_set1_epi32((int)({offset})), {steps})"
+    steps = index if kind == "strided" else forms.lane_numbers
+    return forms.add.format(a=forms.splat.format(s=offset), b=steps)

@@ -28,11 +28,9 @@ def check_schedule(schedule: Schedule) -> None:
         raise ScheduleError("isa 'neon' has no binary (XNOR + popcount, cnt) kernels yet; binary ops run on "
                             "target 'x86'")
     packed = schedule.weight_format_mode
-    if packed != "int8":
-        kind = ("cannot unpack i2_s ternary weights" if packed == "i2_s"
-                else "has no table-lookup (tbl) kernels")
-        raise ScheduleError(f"isa 'neon' {kind} yet: weight_format({packed!r}) runs on target 'x86'; "
-                            f"without it the ternary weights are int8 bytes, which NEON runs")
+    if packed not in ("int8", "i2_s"):
+        raise ScheduleError(f"isa 'neon' has no table-lookup (tbl) kernels yet: weight_format({packed!r}) "
+                            f"runs on target 'x86'; NEON runs weight_format('i2_s') and int8 ternary weights")
 
 
 def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:

@@ -37,6 +37,7 @@ from loopopt.targets.neon.target import function_drivers
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
 ISA = "neon"
+TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, True, s.output, "ternary"))
 
 
 def test_tables_have_every_operation_and_its_meaning():
@@ -86,6 +87,21 @@ def conv_schedules(max_hw: int, dtype: str = "float32"):
     return conv_ops(max_hw=max_hw, dtype=dtype).flatmap(lambda op: schedules(op, ISA))
 
 
+@st.composite
+def i2s_dot_schedules(draw):
+    """The dot form of a random ternary conv in i2_s (c split by 4, 4 input channels innermost in the
+    weights) under random output-channel blocks and tiles, vectorized along output channels (aligned
+    vectors or gathered dot groups) or along output columns (broadcast dot groups)."""
+    op = draw(conv_ops(max_hw=6)).with_quant(draw(TERNARY_SPECS))
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC")
+         .layout("W", draw(st.sampled_from(["OIHW4o4i", "OIHW16o4i", "OHWI"]))).split("c", 4)
+         .tile(ow=draw(st.integers(1, 4)), k=draw(st.sampled_from([4, 8])))
+         .reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "ow_i", "k_i"))
+    if draw(st.booleans()):
+        s = s.reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "k_i", "ow_i")
+    return s.vectorize(s.loop_names[-1]).weight_format("i2_s")
+
+
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
@@ -99,6 +115,12 @@ FAMILIES = {
         lambda spatial: conv_ops(max_hw=6, spatial=spatial, max_channels=4))),
     # transposed operands, batch dims, fp32 or int8
     "matmul": quantized_or_not(matmul_ops(max_mn=9, max_k=13)),
+    # ternary weights stored as i2_s (2 bits each), unpacked in registers: bit-exact
+    "i2_s conv": conv_ops(max_hw=7).flatmap(lambda op: TERNARY_SPECS.flatmap(
+        lambda spec: quantized_schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
+    "i2_s dot conv": i2s_dot_schedules(),
+    "i2_s matmul": matmul_ops(max_mn=9, max_k=70).flatmap(lambda op: TERNARY_SPECS.flatmap(
+        lambda spec: schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
 }
 
 
@@ -132,22 +154,35 @@ def test_random_schedules_of_every_family(batch):
     check_batch(batch)
 
 
-def usdot_conv(s: lo.Schedule) -> lo.Schedule:
-    """4 input channels per lane of the weights: c_i is the dot loop (usdot), 4 output channels a vector."""
-    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW4o4i").split("c", 4).tile(ow=3, k=4)
-            .reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", "ow_i", "c_i", "k_i").vectorize("k_i"))
+def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
+    """Input channels innermost in the ``weights`` layout: c_i is the dot loop (usdot), 4 output channels
+    a vector."""
+    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", weights).split("c", 4)
+            .tile(ow=3, k=4).reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", "ow_i", "c_i", "k_i")
+            .vectorize("k_i"))
 
 
 @settings(max_examples=1, **HYPOTHESIS)
-@given(spec=SPECS, block=st.booleans(), parallel=st.booleans())
-def test_usdot_schedules_are_exact(spec, block, parallel):
-    """The dot loop on vusdotq_s32 (int8 activations shifted to u8 in the kernel), with a register block
-    or a parallel loop, padding, stride, groups and a channel count not a multiple of 4: bit-exact."""
-    op = lo.Conv2d(12, 10, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=5, width=7, quant=spec)
-    s = usdot_conv(lo.Schedule(op))
-    s = s.register_block("c_o") if block else s
-    kernel = check_quantized(s.parallel("oh") if parallel else s, ISA, threads=2 if parallel else 1)
-    assert kernel.plan.dot_loop == "c_i" and "vusdotq_s32" in kernel.source
+@given(spec=SPECS, ternary=TERNARY_SPECS, block=st.booleans(), parallel=st.booleans())
+def test_dot_schedules_are_exact(spec, ternary, block, parallel):
+    """The dot loop on vusdotq_s32 (int8 activations shifted to u8 in the kernel) over int8 weights and
+    over i2_s ternary weights (a 16-weight vector one load in blocks of 4 or 16 output channels; per lane
+    dot groups, 4 codes each, from OHWI), with a register block or a parallel loop, padding, stride,
+    groups and a channel count not a multiple of 4: bit-exact."""
+    def dot_form(quant: lo.QuantSpec, channels: int, weights: str) -> lo.Schedule:
+        op = lo.Conv2d(channels, 10, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=5, width=7,
+                       quant=quant)
+        s = usdot_conv(lo.Schedule(op), weights)
+        s = s.register_block("c_o") if block else s
+        return s.parallel("oh") if parallel else s
+
+    batch = [dot_form(spec, 12, "OIHW4o4i"), dot_form(ternary, 12, "OIHW4o4i").weight_format("i2_s"),
+             dot_form(ternary, 12, "OIHW16o4i").weight_format("i2_s"),
+             dot_form(ternary, 16, "OHWI").weight_format("i2_s")]
+    packed = ["", "lo_i2s_vector(W", "lo_i2s_vector(W", "lo_i2s_groups(W"]
+    for schedule, kernel, form in zip(batch, target("neon").compile_many(batch), packed, strict=True):
+        check_quantized(schedule, ISA, threads=2 if parallel else 1, kernel=kernel)
+        assert kernel.plan.dot_loop == "c_i" and "vusdotq_s32" in kernel.source and form in kernel.source
 
 
 @pytest.mark.slow
@@ -172,7 +207,6 @@ TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
 
 
 @pytest.mark.parametrize("build, reason", [
-    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("i2_s"), "i2_s"),
     (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1"), "tbl"),
     (lambda: lo.Schedule(lo.Matmul(1, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))),
      "XNOR"),
