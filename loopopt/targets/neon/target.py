@@ -3,19 +3,21 @@ under emulation (``toolchain.py``), with a modelled core (``profile.py``)."""
 from __future__ import annotations
 
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...cbuild import compile_c
 from ...codegen import generate
-from ...codegen.emit import KERNEL_NAME, THREADS_NAME, Generated
+from ...codegen.emit import KERNEL_NAME, THREADS_NAME
 from ...codegen.params import signature
-from ...codegen.pseudocode import render
+from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, wrap
 from ...schedule import Schedule, ScheduleError
 from ..base import Target
-from . import toolchain
+from ..binary import BinaryKernel, generate_binary
+from ..binary import pseudocode as pseudocode_of_binary
+from . import binary, toolchain
 from .isa import NAME, NEON, NEON_INT
 from .profile import PROFILE
 from .runner import EmulatedDriver, RunnerCase
@@ -23,10 +25,6 @@ from .runner import EmulatedDriver, RunnerCase
 
 def check_schedule(schedule: Schedule) -> None:
     """ScheduleError naming what NEON cannot run yet (the same on every machine)."""
-    op = schedule.op
-    if op.quant is not None and op.quant.binary:
-        raise ScheduleError("isa 'neon' has no binary (XNOR + popcount, cnt) kernels yet; binary ops run on "
-                            "target 'x86'")
     packed = schedule.weight_format_mode
     if packed not in ("int8", "i2_s"):
         raise ScheduleError(f"isa 'neon' has no table-lookup (tbl) kernels yet: weight_format({packed!r}) "
@@ -51,23 +49,32 @@ def native_driver(case: RunnerCase) -> Driver:
     return CffiDriver(module, case.function, case.threads)
 
 
-def kernel_case(schedule: Schedule) -> tuple[Generated, RunnerCase]:
-    """``schedule``'s NEON C and its runner case; ScheduleError for what NEON cannot run (before any
-    machine check)."""
+def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kernel]]:
+    """``schedule``'s NEON C as a runner case, and how its kernel wraps a driver of it; ScheduleError
+    for what NEON cannot run (before any machine check)."""
     schedule.refuse_gpu_steps(NeonTarget.name)
+    if is_binary(schedule):
+        generated = generate_binary(schedule, binary.VARIANT, binary.POPCOUNT)
+        flags = generated.compile_flags + QUANT_FLAGS
+        case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
+        return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
     check_schedule(schedule)
     generated = generate(schedule, NEON, bf16_dot=False)
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
     flags += ("-fopenmp",) if generated.openmp else ()
     threads = THREADS_NAME if generated.openmp else None
-    return generated, RunnerCase(generated.source, KERNEL_NAME, generated.params, flags, threads,
-                                 generated.read_ahead)
+    case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags, threads, generated.read_ahead)
+    return case, lambda driver: wrap(schedule, generated, driver)
+
+
+def is_binary(schedule: Schedule) -> bool:
+    return schedule.op.quant is not None and schedule.op.quant.binary
 
 
 class NeonTarget(Target):
     name = "neon"
-    description = ("AArch64 NEON C (fp32 fmla, int8 usdot), native through cffi on an ARM machine, else "
-                   "cross-compiled and run under qemu-aarch64")
+    description = ("AArch64 NEON C (fp32 fmla, int8 usdot, binary cnt), native through cffi on an ARM "
+                   "machine, else cross-compiled and run under qemu-aarch64")
 
     def isas(self) -> tuple[str, ...]:
         return (NAME,)
@@ -99,14 +106,15 @@ class NeonTarget(Target):
         executable for them all."""
         built = [kernel_case(schedule) for schedule in schedules]
         self.resolve_isa(isa, integer=any(schedule.op.quant is not None for schedule in schedules))
-        drivers = function_drivers([case for _, case in built])
-        kernels = [wrap(schedule, generated, driver)
-                   for schedule, (generated, _), driver in zip(schedules, built, drivers, strict=True)]
+        drivers = function_drivers([case for case, _ in built])
+        kernels = [kernel_of(driver) for (_, kernel_of), driver in zip(built, drivers, strict=True)]
         for kernel in kernels:
             kernel.target = self
         return kernels
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        if is_binary(schedule):     # packed bits in the kernel's own layouts
+            return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
         return render(schedule, NEON, bf16_dot=False)
 
     def peak(self, isa: str, dtype: str) -> float:

@@ -19,7 +19,8 @@ from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver
 from ...kernel import Kernel, cffi_driver, wrap
 from ...schedule import Schedule, ScheduleError
-from .binary import POPCOUNTS, generate_binary
+from ..binary import BinaryKernel, generate_binary
+from .binary import POPCOUNTS, VARIANTS
 from .isa import (
     INT_ISAS,
     ISA_PREFERENCE,
@@ -30,7 +31,7 @@ from .isa import (
     resolve_isa,
     tap_dot_flags,
 )
-from .kernels import Bf16TileKernel, BinaryKernel, LutKernel, TileKernel
+from .kernels import Bf16TileKernel, LutKernel, TileKernel
 from .lut import generate_lut
 from .lut_format import FORMATS
 from .tiles import check_amx_cpu, generate_tiles
@@ -47,7 +48,7 @@ class Family:
 
 
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
-    """The XNOR + popcount kernel of a binary op (``targets/x86/binary.py``) on ``isa``. ``popcount``:
+    """The XNOR + popcount kernel of a binary op (``targets/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
     name = resolve_isa(isa, integer=True)
@@ -60,10 +61,10 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
         raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
                          "this CPU lacks it: use 'nibble'")
-    generated = generate_binary(schedule, name, popcount)
+    generated = generate_binary(schedule, VARIANTS[name], popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
     driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
-    return BinaryKernel(schedule, generated, driver, popcount)
+    return BinaryKernel(schedule, generated, driver, VARIANTS[name], popcount)
 
 
 def _compile_binary(schedule: Schedule, isa: str) -> Kernel:

@@ -5,9 +5,10 @@ from ...codegen.pseudocode import header, render
 from ...kernel import Kernel
 from ...machine import machine_profile
 from ...schedule import Schedule
+from .. import binary
 from ..base import Target
-from . import binary
 from .amx_runtime import amx_available
+from .binary import VARIANTS
 from .families import compile_schedule
 from .isa import (
     ISA_PREFERENCE,
@@ -48,7 +49,7 @@ class X86Target(Target):
         quantized = schedule.op.quant is not None
         name = resolve_isa(isa, integer=quantized)
         if quantized and schedule.op.quant.binary:      # packed bits in the kernel's own layouts
-            return "\n".join(header(schedule) + binary.pseudocode(schedule, name))
+            return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[name]))
         return render(schedule, ISAS[name], bf16_dot_available(name))
 
     def peak(self, isa: str, dtype: str) -> float:

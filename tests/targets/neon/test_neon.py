@@ -13,7 +13,10 @@ import test_isa_tables as float_tables
 from helpers import (
     HYPOTHESIS,
     SPECS,
+    SPECS_BINARY,
+    binary_convs,
     check,
+    check_binary,
     check_quantized,
     conv_ops,
     matmul_ops,
@@ -29,6 +32,7 @@ from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_
 from loopopt.codegen.params import signature
 from loopopt.measure import verify
 from loopopt.targets import target
+from loopopt.targets.binary import block_dims
 from loopopt.targets.neon import toolchain
 from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
@@ -102,6 +106,18 @@ def i2s_dot_schedules(draw):
     return s.vectorize(s.loop_names[-1]).weight_format("i2_s")
 
 
+@st.composite
+def binary_schedules(draw, op_strategy):
+    """Schedules of a binary op drawn from ``op_strategy``: the default register block or a random one
+    (1 to 7 output positions x 1 to 3 vectors of 2 output channels)."""
+    op = draw(op_strategy)
+    s = lo.Schedule(op)
+    if draw(st.booleans()):
+        positions, channels = block_dims(op)
+        s = s.tile(**{positions: draw(st.integers(1, 7)), channels: 2 * draw(st.integers(1, 3))})
+    return s
+
+
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
@@ -119,6 +135,10 @@ FAMILIES = {
     "i2_s conv": conv_ops(max_hw=7).flatmap(lambda op: TERNARY_SPECS.flatmap(
         lambda spec: quantized_schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
     "i2_s dot conv": i2s_dot_schedules(),
+    # binary XNOR + popcount (cnt), 1 or 2 words of input channels per group, register-block tails
+    "binary conv": binary_schedules(binary_convs(2)),
+    "binary matmul": binary_schedules(st.builds(lo.Matmul, st.integers(1, 9), st.integers(1, 27),
+                                                st.integers(1, 200), quant=SPECS_BINARY)),
     "i2_s matmul": matmul_ops(max_mn=9, max_k=70).flatmap(lambda op: TERNARY_SPECS.flatmap(
         lambda spec: schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
 }
@@ -127,7 +147,9 @@ FAMILIES = {
 def check_batch(batch: list[lo.Schedule]) -> None:
     """The schedules' kernels, built into one runner, each against its reference (int8 bit-exact)."""
     for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
-        if schedule.op.quant is not None:
+        if schedule.op.quant is not None and schedule.op.quant.binary:
+            check_binary(kernel)
+        elif schedule.op.quant is not None:
             check_quantized(schedule, ISA, kernel=kernel)
         else:
             check(schedule, ISA, kernel=kernel)
@@ -208,8 +230,8 @@ TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
 
 @pytest.mark.parametrize("build, reason", [
     (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1"), "tbl"),
-    (lambda: lo.Schedule(lo.Matmul(1, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))),
-     "XNOR"),
+    (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
+     .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
 ])
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
@@ -221,10 +243,13 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
         pytest.skip("native AArch64: neon kernels are timed")
     op = lo.Conv2d(4, 8, 3, padding=1, height=6, width=6)
     s = lo.Schedule(op).reorder("n", "oh", "ow", "c", "kh", "kw", "k").vectorize("k")
-    kernel = s.compile(target="neon")
+    binary = lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
+    kernel, binary_kernel = target("neon").compile_many([s, binary])
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
+    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
+        lo.measure(binary_kernel)
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
