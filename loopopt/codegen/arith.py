@@ -223,7 +223,10 @@ class Arithmetic:
         """``c`` plus the product of operand vectors ``a`` (activations) and ``b`` (weights)."""
         table = {"integer": self.ints, "dot": self.ints, "bf16_dot": self.bf16}.get(self.name, self.acc)
         if self.name in ("dot", "bf16_dot"):
-            return table.dot_mask(a=a, b=b, c=c, m=mask) if mask else table.dot(a=a, b=b, c=c)
+            dot = self.plan.dot_instruction if self.name == "dot" else "dot"
+            if mask:
+                return getattr(table, f"{dot}_mask")(a=a, b=b, c=c, m=mask)
+            return getattr(table, dot)(a=a, b=b, c=c)
         return table.fma_mask(a=a, b=b, c=c, m=mask) if mask else table.fma(a=a, b=b, c=c)
 
 

@@ -119,6 +119,11 @@ INT_MEANINGS = {
     "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
+# an integer table's optional s8 x s8 dot (int8 activations then feed it unshifted: codegen/quantized.py)
+SIGNED_DOT_MEANINGS = {
+    "dot_s8": "lane j = c_j + sum over q < 4 of int8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
+    "dot_s8_mask": "dot_s8 where mask bit j, else c_j",
+}
 
 
 def int_table(floats: Isa, **templates: str) -> dict[str, Instr]:

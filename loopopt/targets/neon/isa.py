@@ -4,11 +4,12 @@ same schedules.
 
 fp32 kernels have 4 lanes (``float32x4_t``, ``vfmaq_f32``); integer kernels 4 int32 lanes
 (``int32x4_t``), their ``dot`` the u8 x s8 4-way dot product ``vusdotq_s32`` (FEAT_I8MM), the same
-meaning as x86's ``vpdpbusd``. NEON has no mask registers and no gather or scatter: a mask is a
+meaning as x86's ``vpdpbusd``, for uint8 activations; int8 activations feed ``dot_s8``, the s8 x s8
+``vdotq_s32`` (FEAT_DotProd), unshifted (``codegen.quantized.has_signed_dot``); bfloat16 operands are
+widened to fp32 lanes. NEON has no mask registers and no gather or scatter: a mask is a
 ``uint32x4_t`` whose set lanes are all ones (``vbslq`` selects by it), and masked loads and stores,
 gathers and scatters are small static inline helpers of the prelude that touch only the lanes they
-name, lane by lane (as AVX2's scatter does). There is no bfloat16 table yet: ``codegen.arith``
-refuses bf16 ops on this variant with a ScheduleError.
+name, lane by lane (as AVX2's scatter does).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ...codegen.instr import (
     INT_MEANINGS,
     MEANINGS,
     SHARED_OPS,
+    SIGNED_DOT_MEANINGS,
     Instr,
     Isa,
     IsaTables,
@@ -179,7 +181,7 @@ def _beside_floats(vector_type: str, features: tuple[str, ...], prelude: str, me
 
 
 NEON_INT = _beside_floats(
-    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS,
+    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS | SIGNED_DOT_MEANINGS,
     zero="vdupq_n_s32(0)",
     load="vld1q_s32((const int32_t *)(const void *)({p}))",
     load_mask="lo_neon_load_mask_s32((const void *)({p}), {m})",
@@ -206,6 +208,8 @@ NEON_INT = _beside_floats(
     dot="vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b}))",
     dot_mask="vbslq_s32({m}, vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b})), "
              "{c})",
+    dot_s8="vdotq_s32({c}, vreinterpretq_s8_s32({a}), vreinterpretq_s8_s32({b}))",
+    dot_s8_mask="vbslq_s32({m}, vdotq_s32({c}, vreinterpretq_s8_s32({a}), vreinterpretq_s8_s32({b})), {c})",
     to_float="vcvtq_f32_s32({v})",
     store_narrow="lo_neon_store_narrow((void *)({p}), {v})",
     store_narrow_mask="lo_neon_store_narrow_mask((void *)({p}), {m}, {v})",

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
-from loopopt.codegen.params import signature
+from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS, SIGNED_DOT_MEANINGS
+from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
@@ -46,29 +46,66 @@ TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, Tr
 
 def test_tables_have_every_operation_and_its_meaning():
     assert set(NEON.ops) == set(MEANINGS)
-    assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS)
+    assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS) | set(SIGNED_DOT_MEANINGS)
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
     widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
     assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
 
 
+SIGNED_DOT_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "int32_t", const=True),
+                     KernelParam("c", "int32_t", const=True), scalar("bits", "unsigned"),
+                     KernelParam("out", "int32_t"))
+
+
+def signed_dot_harness() -> str:
+    """The C of a probe of the optional s8 x s8 dot (``SIGNED_DOT_MEANINGS``): ``dot_s8`` and ``dot_s8_mask``
+    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``."""
+    t = NEON_INT
+    loads = {name: t.load(p=name) for name in "abc"}
+    return (f"{t.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    {t.store(p='out', v=t.dot_s8(**loads))};\n"
+            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n}}\n")
+
+
+class SignedDotProbe:
+    """``check_lanes`` of the s8 x s8 dot against its meaning, on random bytes and sums."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        a, b = (rng.integers(-128, 128, (4, 4), dtype=np.int8) for _ in range(2))
+        c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(8, np.int32)
+        values = dict(a=a.view(np.int32).reshape(-1), b=b.view(np.int32).reshape(-1), c=c, bits=bits, out=out)
+        driver.call(driver.bind(SIGNED_DOT_PARAMS, values))
+        dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
+        mask = (bits >> np.arange(4)) & 1 == 1
+        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
+
+
 @cache
 def probes() -> dict[str, tuple]:
-    """Each table's probe (the x86 table tests' harnesses) as a case of one runner: its module and driver."""
-    harnesses = {"float": (float_tables, float_tables.harness(NEON), NEON),
-                 "int": (int_tables, int_tables.harness(NEON_INT, NEON), NEON_INT),
-                 "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16)}
-    cases = [RunnerCase(source, "probe", module.PARAMS, table.compile_flags)
-             for module, source, table in harnesses.values()]
+    """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
+    its module, table and driver."""
+    harnesses = {"float": (float_tables, float_tables.harness(NEON), NEON, float_tables.PARAMS),
+                 "int": (int_tables, int_tables.harness(NEON_INT, NEON), NEON_INT, int_tables.PARAMS),
+                 "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
+                          bf16_tables.PARAMS),
+                 "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS)}
+    cases = [RunnerCase(source, "probe", params, table.compile_flags)
+             for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
     return {name: (module, table, driver)
-            for (name, (module, _, table)), driver in zip(harnesses.items(), drivers, strict=True)}
+            for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
-    """Every entry of the float, int and bf16 tables lane by lane against its scalar meaning."""
+    """Every entry of the float, int and bf16 tables, and the s8 x s8 dot, lane by lane against its scalar
+    meaning."""
     module, isa, driver = probes()[table]
     module.check_lanes(isa, driver, seed)
 
@@ -170,9 +207,9 @@ def test_random_schedules_of_every_family_quick(batch):
 
 @pytest.mark.slow
 @settings(max_examples=2, **HYPOTHESIS)
-@given(batch=every_family(2))
+@given(batch=every_family(1))
 def test_random_schedules_of_every_family(batch):
-    """Two random schedules of each family per runner."""
+    """Two more runners of a random schedule of each family."""
     check_batch(batch)
 
 
@@ -187,7 +224,7 @@ def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
 @settings(max_examples=1, **HYPOTHESIS)
 @given(spec=SPECS, ternary=TERNARY_SPECS, block=st.booleans(), parallel=st.booleans())
 def test_dot_schedules_are_exact(spec, ternary, block, parallel):
-    """The dot loop on vusdotq_s32 (int8 activations shifted to u8 in the kernel) over int8 weights and
+    """The dot loop on vusdotq_s32 (uint8 activations) or vdotq_s32 (int8 activations) over int8 weights and
     over i2_s ternary weights (a 16-weight vector one load in blocks of 4 or 16 output channels; per lane
     dot groups, 4 codes each, from OHWI), with a register block or a parallel loop, padding, stride,
     groups and a channel count not a multiple of 4: bit-exact."""
@@ -198,13 +235,17 @@ def test_dot_schedules_are_exact(spec, ternary, block, parallel):
         s = s.register_block("c_o") if block else s
         return s.parallel("oh") if parallel else s
 
-    batch = [dot_form(spec, 12, "OIHW4o4i"), dot_form(ternary, 12, "OIHW4o4i").weight_format("i2_s"),
+    signed, unsigned = (lo.QuantSpec(activation, spec.per_channel, spec.weight_symmetric, spec.output,
+                                     spec.weight) for activation in ("int8", "uint8"))
+    batch = [dot_form(signed, 12, "OIHW4o4i"), dot_form(unsigned, 12, "OIHW4o4i"),
+             dot_form(ternary, 12, "OIHW4o4i").weight_format("i2_s"),
              dot_form(ternary, 12, "OIHW16o4i").weight_format("i2_s"),
              dot_form(ternary, 16, "OHWI").weight_format("i2_s")]
-    packed = ["", "lo_i2s_vector(W", "lo_i2s_vector(W", "lo_i2s_groups(W"]
+    packed = ["", "", "lo_i2s_vector(W", "lo_i2s_vector(W", "lo_i2s_groups(W"]
     for schedule, kernel, form in zip(batch, target("neon").compile_many(batch), packed, strict=True):
         check_quantized(schedule, ISA, threads=2 if parallel else 1, kernel=kernel)
-        assert kernel.plan.dot_loop == "c_i" and "vusdotq_s32" in kernel.source and form in kernel.source
+        dot = "vdotq_s32" if schedule.op.quant.activation == "int8" else "vusdotq_s32"
+        assert kernel.plan.dot_loop == "c_i" and dot in kernel.source and form in kernel.source
 
 
 @pytest.mark.slow
