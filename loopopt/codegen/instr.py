@@ -169,6 +169,18 @@ static inline float lo_bf16(uint16_t b) {
 """
 
 
+# float16 operands (IEEE half bit patterns) widened to the float table's float32 lanes, where a variant
+# converts them (e.g. NEON's vcvt_f32_f16): the bf16 widening entries' names with half meanings
+F16_MEANINGS = {
+    "value": "the float32 value of the half bits s (exact)",
+    "broadcast": "every lane = the float32 value of the half bits s",
+    "load": "lane j = float32 value of the half ((uint16 *)p)[j]",
+    "load_mask": "lane j = float32 value of the half ((uint16 *)p)[j] where mask bit j, else 0.0",
+    "gather": "lane j = float32 value of the half ((uint16 *)p)[idx_j]",
+    "gather_mask": "lane j = float32 value of the half ((uint16 *)p)[idx_j] where mask bit j, else 0.0",
+}
+
+
 def bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
     """A bfloat16 table's operations: ``floats``' shared ones and these (each named in ``BF16_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
@@ -179,12 +191,13 @@ def bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
 
 @dataclass(frozen=True)
 class IsaTables:
-    """The tables of one instruction-set variant: float32, integer (quantized kernels) and bfloat16
-    (None where the variant has no such kernels yet)."""
+    """The tables of one instruction-set variant: float32, integer (quantized kernels), bfloat16 and
+    float16 operands widened to float32 (None where the variant has no such kernels yet)."""
 
     floats: Isa
     ints: Isa | None
     bf16: Isa | None
+    f16: Isa | None = None
 
 
 TABLES: dict[str, IsaTables] = {}      # variant name -> its tables, as each target registers them

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
+    F16_MEANINGS,
     INT_MEANINGS,
     MEANINGS,
     SHARED_OPS,
@@ -242,4 +243,28 @@ NEON_BF16 = _beside_floats(
     gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
 )
 
-TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16))
+F16_GATHER = """/* half lanes widened to float32: the masked lanes' elements only */
+static inline float32x4_t lo_neon_f16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {
+    uint32_t m[4]; int32_t i[4]; uint16_t x[4];
+    vst1q_u32(m, mask); vst1q_s32(i, idx);
+    for (int j = 0; j < 4; ++j) x[j] = m[j] ? p[i[j]] : 0;
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x)));
+}
+static inline float lo_f16(uint16_t b) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(b))), 0);
+}
+"""
+
+# float16 (FEAT_FP16 storage; float32 arithmetic, the reference's meaning): halves widened by
+# vcvt_f32_f16 and multiply-added in float32 lanes with the float table's fma
+NEON_F16 = _beside_floats(
+    "uint16x4_t", FLOAT_FEATURES, NEON.prelude + F16_GATHER, F16_MEANINGS,
+    value="lo_f16({s})",
+    broadcast="vdupq_n_f32(lo_f16({s}))",
+    load="vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)({p}))))",
+    load_mask="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
+    gather="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
+    gather_mask="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
+)
+
+TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16, NEON_F16))

@@ -52,7 +52,7 @@ def native_driver(case: RunnerCase) -> Driver:
 def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kernel]]:
     """``schedule``'s NEON C as a runner case, and how its kernel wraps a driver of it; ScheduleError
     for what NEON cannot run (before any machine check)."""
-    schedule.refuse_gpu_steps(NeonTarget.name)
+    schedule.refuse_gpu_steps(NeonTarget.name, float16=True)
     if is_binary(schedule):
         generated = generate_binary(schedule, binary.VARIANT, binary.POPCOUNT)
         flags = generated.compile_flags + QUANT_FLAGS

@@ -28,13 +28,20 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS, SIGNED_DOT_MEANINGS
+from loopopt.codegen.instr import (
+    BF16_MEANINGS,
+    F16_MEANINGS,
+    INT_MEANINGS,
+    MEANINGS,
+    SHARED_OPS,
+    SIGNED_DOT_MEANINGS,
+)
 from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
 from loopopt.targets.neon import toolchain
-from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_INT
+from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
 
@@ -50,6 +57,8 @@ def test_tables_have_every_operation_and_its_meaning():
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
     widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
     assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
+    assert set(NEON_F16.ops) == set(F16_MEANINGS) | set(SHARED_OPS)
+    assert all(NEON_F16.ops[name].meaning == F16_MEANINGS[name] for name in F16_MEANINGS)
 
 
 SIGNED_DOT_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "int32_t", const=True),
@@ -85,6 +94,43 @@ class SignedDotProbe:
         assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
 
 
+F16_PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int32_t", const=True),
+              scalar("bits", "unsigned"), KernelParam("out", "float"))
+
+
+def f16_harness() -> str:
+    """The C of a probe of the float16 table: each widening entry on the halves ``h`` (lanes 0-3 of
+    ``out`` per entry, the scalar ``value`` last)."""
+    t, f = NEON_F16, NEON
+    entries = [t.broadcast(s="h[3]"), t.load(p="h + 1"), t.load_mask(p="h + 1", m="m"),
+               t.gather(p="h", idx="index"), t.gather_mask(p="h", idx="index", m="m")]
+    stores = "".join(f"    {f.store(p=f'out + {4 * k}', v=v)};\n" for k, v in enumerate(entries))
+    return (f"{t.prelude}\n{signature('probe', F16_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    const {t.index_type} index = {t.index_load(p='idx')};\n{stores}"
+            f"    out[20] = {t.value(s='h[5]')};\n}}\n")
+
+
+class F16Probe:
+    """``check_lanes`` of the float16 table against its meanings (``F16_MEANINGS``): halves including
+    subnormals, signed zeros and infinities, widened exactly."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        h = rng.normal(0, 1000, 16).astype(np.float16)
+        h[[0, 5, 9, 12]] = np.array([6e-8, -0.0, np.inf, -3e-5], np.float16)      # subnormal, -0, inf
+        idx = rng.integers(0, 16, 4).astype(np.int32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(21, np.float32)
+        driver.call(driver.bind(F16_PARAMS, dict(h=h.view(np.uint16), idx=idx, bits=bits, out=out)))
+        x = h.astype(np.float32)
+        mask = (bits >> np.arange(4)) & 1 == 1
+        expected = np.concatenate([np.full(4, x[3]), x[1:5], np.where(mask, x[1:5], 0), x[idx],
+                                   np.where(mask, x[idx], 0), [x[5]]]).astype(np.float32)
+        assert np.array_equal(out.view(np.uint32), expected.view(np.uint32)), (out, expected)
+
+
 @cache
 def probes() -> dict[str, tuple]:
     """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
@@ -93,7 +139,8 @@ def probes() -> dict[str, tuple]:
                  "int": (int_tables, int_tables.harness(NEON_INT, NEON), NEON_INT, int_tables.PARAMS),
                  "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
                           bf16_tables.PARAMS),
-                 "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS)}
+                 "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
@@ -101,11 +148,11 @@ def probes() -> dict[str, tuple]:
             for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
-    """Every entry of the float, int and bf16 tables, and the s8 x s8 dot, lane by lane against its scalar
-    meaning."""
+    """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
+    scalar meaning."""
     module, isa, driver = probes()[table]
     module.check_lanes(isa, driver, seed)
 
@@ -160,6 +207,10 @@ FAMILIES = {
     "float32 conv": conv_schedules(7),
     # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
     "bfloat16 conv": conv_schedules(6, "bfloat16"),
+    # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
+    "float16 conv or matmul": st.one_of(
+        conv_schedules(6, "float16"),
+        matmul_ops(max_mn=9, max_k=13, dtype="float16").flatmap(lambda op: schedules(op, ISA))),
     # every QuantSpec, either compensation, sometimes dequantizing: bit-exact
     "int8 conv": conv_ops(max_hw=7).flatmap(lambda op: SPECS.flatmap(
         lambda spec: quantized_schedules(op.with_quant(spec), ISA))),
