@@ -588,7 +588,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         notes.append(f"plot written to {result.plot(plot)}")
     if save:
         rate = result.op.flops / result.timing.min / 1e9
-        what = describe(result.winner_trial.knobs)
+        what = describe(result.winner_trial.knobs, result.isa)
         what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
         description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
                        f"min {duration(result.timing.min)}, {rate:.1f} {result.timing.unit} on "

@@ -54,7 +54,7 @@ def default_schedule(op: Op, threads: int = 1, isa: str = "auto") -> tuple[Sched
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
-    return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict())}", chosen.isa
+    return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict(), chosen.isa)}", chosen.isa
 
 
 @dataclass(frozen=True)

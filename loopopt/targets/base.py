@@ -18,6 +18,7 @@ from ..codegen.pseudocode import render
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..schedule import Schedule
+    from .search import SearchRules
 
 
 class TargetUnavailableError(RuntimeError):
@@ -80,6 +81,12 @@ class Target(ABC):
         with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""
         raise ValueError(f"the {self.name} target has no matrix instructions (tensorize compiles with "
                          f"target='cuda')")
+
+    def search_rules(self) -> SearchRules:
+        """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
+        (``targets/search.py``); a ValueError where it has none."""
+        raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
+                         f"(isa='auto' on an x86 host, or one of x86's variants)")
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

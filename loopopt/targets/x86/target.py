@@ -18,6 +18,7 @@ from .isa import (
     bf16_dot_available,
     resolve_isa,
 )
+from .search import X86Search
 from .tiles import check_amx_cpu
 
 
@@ -54,5 +55,9 @@ class X86Target(Target):
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)
 
+    def search_rules(self) -> X86Search:
+        return SEARCH
 
+
+SEARCH = X86Search()
 TARGET = X86Target()

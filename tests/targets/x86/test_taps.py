@@ -27,7 +27,7 @@ from loopopt.codegen.taps import fits
 from loopopt.schedule import block_limit
 from loopopt.targets.x86 import isa as x86_isa
 from loopopt.targets.x86.isa import ISAS
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.space import candidates
 
 
 def exact_tap_dot(isa, data):
