@@ -52,6 +52,7 @@ OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
 OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4, "bf16": 2, "bf16_dot": 0}
+ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions per vector a phase group's zip makes (taps.interleave)
 TAP_SPREAD_OPS = 2       # and a tap dot's activations (codegen/taps.py): permute and shuffle after the load
 EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per output vector
 
@@ -446,7 +447,7 @@ class _Counter:
             store += Work(guard_checks=1 if guards.store else 0) + self._block_store(block, mask is not None)
         setup += self._lane_masks(setup_masks)
         for group in block.phase_groups:      # the phase groups interleaved back (taps.interleave)
-            store += Work(vector_ops=taps.interleave_ops(self.arith.acc.name, len(group)))
+            store += Work(vector_ops=ZIP_OPS[self.arith.ints.name] * taps.zips(len(group)))
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
         inside = [*block.reduction, *([block.chunk_loop] if block.chunk_loop else [])]
