@@ -332,7 +332,7 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
     integer = op.quant is not None
-    isa = args.isa if args.isa == "amx" else target_of_isa(args.isa).resolve_isa(args.isa, integer)
+    isa = target_of_isa(args.isa).resolve_isa(args.isa, integer)
     measured = None if args.isa == "auto" else isa
     logged = best_by_algorithm(op, args.log, args.threads, measured) if args.log else {}
     rows = _Rows([], [], [], {name: reason for name, reason in why.items() if reason}, {})

@@ -58,6 +58,45 @@ EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per outpu
 
 
 @dataclass(frozen=True)
+class CoreCosts:
+    """Throughputs (per cycle) and latencies (cycles) of one core running one ISA's kernels."""
+
+    fma_per_cycle: float        # vector multiply-add instructions per cycle (the peak's unit)
+    vector_per_cycle: float     # vector instructions per cycle, multiply-adds included (same ports)
+    loads_per_cycle: float
+    stores_per_cycle: float
+    issue_per_cycle: float      # instructions per cycle through the front end
+    gather_lane: float          # load-port cycles per gathered lane
+    scatter_lane: float         # store-port cycles per scattered lane
+    masked: float               # extra vector instructions of a masked load, store or update
+    mask: float                 # instructions forming a lane mask from bits
+    hsum: float                 # instructions of a horizontal sum
+    loop_iteration: float       # instructions of a scalar loop trip
+    definition: float           # instructions of a scalar index computation
+    division: float             # instructions of a floor division or remainder by a constant
+    guard_check: float          # instructions of a scalar bound check
+    lane_step: float            # instructions of one step of a scalar loop over lanes
+    store_forward: float        # cycles from a store to a load of the same address
+    scalar_add_latency: float   # scalar code: the chain's add (products are not contracted)
+    window: float               # instructions in flight (the reorder buffer)
+
+
+# the kernel model's constants (``model.py``) of the benchmark machine's core, a Sapphire Rapids
+# generation Xeon (Golden Cove; the model's docstring says where each comes from)
+GOLDEN_COVE = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
+                        issue_per_cycle=6, gather_lane=0.4, scatter_lane=0.9, masked=0, mask=1, hsum=6,
+                        loop_iteration=2, definition=1, division=8, guard_check=2, lane_step=1,
+                        store_forward=5, scalar_add_latency=2, window=512)
+X86_CORE_COSTS = {
+    "avx512": GOLDEN_COVE,
+    # 256-bit loads on 3 ports; no mask registers: a masked load or update is a blend, a mask 3
+    # instructions, a scatter lane by lane
+    "avx2": replace(GOLDEN_COVE, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
+    "scalar": GOLDEN_COVE,
+}
+
+
+@dataclass(frozen=True)
 class Work:
     """Instructions and events of one execution of a site."""
 

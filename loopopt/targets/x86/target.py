@@ -4,6 +4,7 @@ from __future__ import annotations
 from ...codegen.pseudocode import header, render
 from ...kernel import Kernel
 from ...machine import machine_profile
+from ...ops import Op
 from ...schedule import Schedule
 from ..base import Target
 from . import binary
@@ -54,6 +55,9 @@ class X86Target(Target):
 
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)
+
+    def computes(self, isa: str, op: Op) -> bool:
+        return isa != TILE_ISA or op.quant is not None or op.dtype == "bfloat16"
 
     def search_rules(self) -> X86Search:
         return SEARCH
