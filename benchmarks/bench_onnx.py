@@ -10,9 +10,12 @@ models each quantized node's output against onnxruntime's on the same inputs, in
 with which of the two is exact (loopopt.onnx.exact) where they differ.
 
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
-                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--write]
+                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--whole-only]
+                                    [--write]
 
-``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md.
+``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
+``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
+"Whole models end to end vs onnxruntime".
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.report import RAN, TUNED, model_report, random_inputs  # noqa: E402
 
 SECTION = "## Whole models vs onnxruntime"
+WHOLE_SECTION = "## Whole models end to end vs onnxruntime"
 OPSET = 19           # onnx.reference runs (De)QuantizeLinear from opset 19
 
 
@@ -144,14 +148,16 @@ def output_check(path: Path, threads: int) -> str:
     return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
-def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float]:
+def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float, list[str]]:
     """Median seconds of the whole model, ``rep.run`` (prepared once, strict) and onnxruntime's
-    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds."""
+    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds; and the
+    nodes the rep runs on onnx.reference."""
     import onnx
     import onnxruntime
     model = onnx.load(str(path))
     inputs = random_inputs(model, seed=3)
     rep = backend.prepare(model, strict=True, threads=threads)
+    fallbacks = [f"{step.node} ({step.op_type}: {step.reason})" for step in rep.fallbacks()]
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -163,7 +169,7 @@ def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float]:
             call()
             if round_:
                 kept.append(time.perf_counter() - start)
-    return float(np.median(times[0])), float(np.median(times[1]))
+    return float(np.median(times[0])), float(np.median(times[1])), fallbacks
 
 
 def integer_text(report) -> str:
@@ -186,6 +192,27 @@ def row(name: str, precision: str, threads: int, report, check: str, whole: tupl
     return "| " + " | ".join(cells) + " |"
 
 
+def whole_row(name: str, precision: str, threads: int, check: str,
+              whole: tuple[float, float, list[str]]) -> str:
+    cells = [name, precision, str(threads), f"{whole[0] * 1e3:.1f}", f"{whole[1] * 1e3:.1f}",
+             f"{whole[1] / whole[0]:.2f}", ", ".join(whole[2]) or "none", check]
+    return "| " + " | ".join(cells) + " |"
+
+
+def whole_text(lines: list[str], resolution: int, rounds: int) -> str:
+    """The description and table of a ``--whole-only`` run."""
+    return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
+            f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
+            "QOperator and in QDQ format (Conv and MatMul quantized). Each row times the whole model end to "
+            "end: `rep.run` of `loopopt.onnx.backend.prepare(model, strict=True, threads=...)` (default "
+            "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
+            "pooling steps on the kernels' storage layouts) against onnxruntime's `session.run` (its default "
+            f"graph optimizations), same inputs and thread count, alternating, median of {rounds} rounds. "
+            "ORT/loopopt > 1: loopopt is faster.\n\n"
+            "| model | precision | threads | loopopt rep.run ms | onnxruntime session.run ms | ORT/loopopt | "
+            "nodes on onnx.reference | output |\n" + "|---" * 8 + "|\n" + "\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,mobilenetv2")
@@ -202,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15,
                         help="alternating rounds of the whole-model timing (default 15)")
     parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the whole-model timing and output check (no per-node reports)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -214,15 +243,29 @@ def main(argv: list[str] | None = None) -> None:
             files = export(name, args.resolution, Path(folder))
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
+                    check = output_check(files[precision], threads)
+                    whole = whole_model(files[precision], threads, args.rounds)
+                    if args.whole_only:
+                        lines.append(whole_row(name, precision, threads, check, whole))
+                        print(lines[-1], flush=True)
+                        continue
                     trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
                                           log=args.log, reuse=False, budget=args.budget, isa=args.isa)
-                    check = output_check(files[precision], threads)
-                    whole = whole_model(files[precision], threads, args.rounds)
                     lines.append(row(name, precision, threads, report, check, whole))
                     print(lines[-1], flush=True)
                     print(report.table(), file=sys.stderr, flush=True)
     isa = lo.available_isas()[0]
+    heading = "\n\n".join([
+        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
+        f"```\n{command}\n```",
+        f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
+    if args.whole_only:
+        text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds)
+        print(text)
+        if args.write:
+            write_section(text, WHOLE_SECTION)
+        return
     text = "\n\n".join([
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
         f"```\n{command}\n```",

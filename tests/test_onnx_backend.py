@@ -213,6 +213,8 @@ def test_not_strict_runs_an_unsupported_node_on_the_reference():
     rep = backend.prepare(proto)
     assert not rep.lowered["conv64"].on_kernel and "float64" in rep.lowered["conv64"].reason
     assert "onnx.reference" in str(rep.lowered["conv64"])
+    assert [(f.node, f.engine) for f in rep.fallbacks()] == [("conv64", "onnx.reference")]
+    assert "float64" in rep.fallbacks()[0].reason and set(rep.profile([x, w], runs=1)) == {"conv64"}
     want = ReferenceEvaluator(proto).run(None, {"x": x, "w": w})[0]
     np.testing.assert_allclose(rep.run([x, w])[0], want, rtol=1e-12)
 

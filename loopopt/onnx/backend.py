@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -217,8 +217,13 @@ class LoopoptRep(BackendRep):
         return {node: float(np.median([t[node] for t in times])) for node in times[0]}
 
     def fallbacks(self) -> list[Step]:
-        """The nodes onnx.reference runs (``Step.reason`` says why)."""
-        return self.plan.fallbacks()
+        """The nodes onnx.reference runs (``Step.reason`` says why): those known at prepare, and compute
+        nodes of dynamic shapes whose lowering a run found the op model cannot express."""
+        lowered = self.lowered
+        return [replace(step, engine=REFERENCE, reason=lowered[step.node].reason)
+                if step.node in lowered and not lowered[step.node].on_kernel else step
+                for step in self.plan.steps
+                if step.engine == REFERENCE or (step.node in lowered and not lowered[step.node].on_kernel)]
 
 
 def run_key(array: np.ndarray | None) -> tuple | None:

@@ -139,8 +139,12 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
         raise NotSupported(f"DequantizeLinear of dtype {x.dtype if x else 'unknown'} (uint8, int8, int32)")
 
     def formula(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
-        shifted = q.astype(np.float32) if zero is None else q.astype(np.float32) - _scalar(zero)
-        return (shifted * _scalar(scale)).astype(scale.dtype)
+        shifted = q.astype(np.float32)
+        if zero is not None:      # in place where the difference is float32 (an 8-bit zero point)
+            into = shifted if np.result_type(shifted, zero) == shifted.dtype else None
+            shifted = np.subtract(shifted, _scalar(zero), out=into)
+        into = shifted if np.result_type(shifted, scale) == shifted.dtype else None
+        return np.multiply(shifted, _scalar(scale), out=into).astype(scale.dtype, copy=False)
 
     return lambda inputs, reuse: [formula(*(*inputs, None)[:3])]
 

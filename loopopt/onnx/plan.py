@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KERNEL, NUMPY, REFERENCE = "loopopt kernel", "numpy", "onnx.reference"
+KERNEL, NUMPY, REFERENCE = "loopopt kernel", "numpy", "onnx.reference"    # what runs a step
 
 
 @dataclass
@@ -72,7 +72,3 @@ class Plan:
         """The model's outputs on ``given``, each C-contiguous in its logical layout."""
         values = self.run(given)
         return [np.ascontiguousarray(values[name]) for name in self.outputs]
-
-    def fallbacks(self) -> list[Step]:
-        """The steps onnx.reference runs."""
-        return [step for step in self.steps if step.engine == REFERENCE]
