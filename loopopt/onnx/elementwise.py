@@ -54,6 +54,8 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Ru
             low, high = (inputs[i] if i < len(inputs) else None for i in (1, 2))
         if low is None and high is None:
             return [x if reuse else x.copy()]
+        if low is not None and high is not None:      # one pass
+            return [np.clip(x, np.asarray(low, x.dtype), np.asarray(high, x.dtype), out=_out(x, reuse))]
         if low is not None:
             x = np.maximum(x, np.asarray(low, x.dtype), out=_out(x, reuse))
             reuse = True      # x is now a buffer of this node's own
