@@ -80,7 +80,8 @@ from .winograd import AnyPlan, WinogradError
 from .winograd import plan as winograd_plan
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize",
+              "split_k")
 SUFFIX = ".toml"
 SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
 WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan
