@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
 
+from .activation import Clip
 from .cnames import check_user_name
 from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
@@ -170,6 +171,7 @@ class Schedule:
     tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
+    epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -495,7 +497,7 @@ class Schedule:
         """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
         ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
         by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
-        ``at`` then come from there. ``stages`` (tensorized schedules, 1 to ``MAX_PIPELINE_STAGES``;
+        ``at`` then come from there. ``stages`` (tensorized schedules, 2 to ``MAX_PIPELINE_STAGES``;
         3 when not given): the copies of one iteration of ``at`` go into a ring of that many buffers,
         ``stages - 1`` iterations ahead of the products. Refused for a tensor that is not an input or
         is staged already, stages at different loops or of different depths, a bound loop inside
@@ -503,8 +505,8 @@ class Schedule:
         ``MAX_SHARED_BYTES`` together."""
         step = Step("stage", (tensor, at) + ((stages,) if stages is not None else ()))
         self.loop(at, str(step))
-        if stages is not None and not 1 <= stages <= MAX_PIPELINE_STAGES:
-            raise ScheduleError(f"{step}: stages={stages!r}; a ring has 1 to {MAX_PIPELINE_STAGES} buffers")
+        if stages is not None and not 2 <= stages <= MAX_PIPELINE_STAGES:
+            raise ScheduleError(f"{step}: stages={stages!r}; a ring has 2 to {MAX_PIPELINE_STAGES} buffers")
         if stages is not None and self.pipeline_stages not in (None, stages):
             raise ScheduleError(f"{step}: the tensors staged already have stages={self.pipeline_stages}; "
                                 f"stage every input with the same depth")
@@ -515,6 +517,18 @@ class Schedule:
             raise ScheduleError(f"{step}: {tensor} is staged already")
         return self._with(step, stages=self.stages + ((tensor, at),),
                           pipeline_stages=self.pipeline_stages if stages is None else stages)
+
+    def clip(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
+        """Clip each output to ``[low, high]`` (after the bias and a Gemm's scales) in the kernel's store:
+        a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The kernel then
+        computes ``activation.Clip(low, high).apply(op.reference(...))``. The cuda target's
+        tensor-core kernels fuse it; refused there with ``split_k`` (a clip needs each output's whole
+        sum), by the SIMT kernels and by the CPU targets; ValueError for bad bounds."""
+        epilogue = Clip(low, high)
+        step = Step("clip", (), tuple(epilogue.bounds.items()))
+        if self.epilogue is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}); clip once")
+        return self._with(step, epilogue=epilogue)
 
     def split_k(self, loop: str) -> "Schedule":
         """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each
@@ -633,6 +647,9 @@ class Schedule:
         if self.stages:
             raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
                                 f"has none: compile with target='cuda'")
+        if self.epilogue is not None:
+            raise ScheduleError(f"the outputs are clipped in the store ({self.epilogue}), which the {target} "
+                                f"target does not fuse: compile with target='cuda' (tensorized)")
 
     def _check_stages(self, step: Step) -> None:
         ats = {at for _, at in self.stages}

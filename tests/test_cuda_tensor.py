@@ -36,8 +36,12 @@ def _emulated_error(schedule: lo.Schedule, seed: int = 0) -> tuple[float, float]
     op = schedule.op
     inputs = op.random_inputs(seed=seed)
     args = [inputs[t] for t in op.call_tensors]
-    out = emulate(schedule)(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
-    error = np.abs(out.astype(np.float64) - op.reference(*args))
+    kernel = emulate(schedule)
+    out = kernel(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
+    expected = op.reference(*args)
+    if kernel.epilogue is not None:
+        expected = kernel.epilogue.apply(expected)
+    error = np.abs(out.astype(np.float64) - expected)
     return float(error.max()), float((error - tolerance(op, inputs)).max())
 
 
@@ -129,14 +133,31 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.split_k("j_o"), r"split_k\('j_o'\): loop 'j_o' \(dims j\) must run over the reduction only"),
     (lambda s: s.split_k("k_o").split_k("k_o"), r"loop 'k_o' is already bound to block.z"),
     (lambda s: s.bind("i_o", "block.z").split_k("k_o"), r"block.z is already bound to loop 'i_o'"),
-    (lambda s: s.stage("A", "k_o", stages=9), r"stages=9; a ring has 1 to 8 buffers"),
+    (lambda s: s.stage("A", "k_o", stages=9), r"stages=9; a ring has 2 to 8 buffers"),
     (lambda s: s.stage("A", "k_o", stages=2).stage("B", "k_o", stages=3),
      r"the tensors staged already have stages=2; stage every input with the same depth"),
     (lambda s: gpu_mma(HALF_MATMUL, split_k=0), r"gpu_wmma: split_k=0; choose 1"),
+    (lambda s: s.clip(0.0).clip(1.0),
+     r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
+    (lambda s: print_kernel(gpu_mma(HALF_CONV, split_k=2).clip(0.0)),
+     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('steps_o'\)"),
+    (lambda s: lo.Schedule(lo.Matmul(4, 4, 4)).clip(high=6.0).compile(target="x86"),
+     r"clipped in the store \(Clip\(low=None, high=6.0\)\), which the x86 target does not fuse"),
+    (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").clip(0.0)),
+     r"clip: Clip\(low=0.0, high=None\) needs a tensorized schedule"),
 ])
-def test_split_k_and_pipeline_stages_refuse_what_they_cannot_mean(make, message):
+def test_split_k_pipeline_stages_and_clip_refuse_what_they_cannot_mean(make, message):
     with pytest.raises(ScheduleError, match=message):
         make(_tiles())
+
+
+@pytest.mark.parametrize("low, high, message", [
+    (None, None, r"clip: give low, high or both"), (2.0, 1.0, r"clip: low=2.0 is above high=1.0"),
+    (float("nan"), None, r"clip: low=nan; a bound is a finite number or None"),
+    ("0", None, r"clip: low='0'; a bound is a finite number")])
+def test_clip_refuses_bounds_it_cannot_apply(low, high, message):
+    with pytest.raises(ValueError, match=message):
+        _tiles().clip(low, high)
 
 
 def test_split_k_runs_the_reduction_across_block_z_adding_the_shares():
@@ -166,6 +187,8 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
     again = schedule_from_toml(to_toml(schedule), HALF_CONV)
     assert again.tensorized == schedule.tensorized and again.stages == schedule.stages
     assert (again.pipeline_stages, again.split_k_loop) == (4, "steps_o")
+    clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
+    assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
     assert print_kernel(again).source == print_kernel(schedule).source
 
 
@@ -196,12 +219,13 @@ def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
 
 # --- the host emulation against the reference -------------------------------------------------------
 
-@pytest.mark.parametrize("make, tiles", [(gpu_wmma, {}), (gpu_mma, SMALL_TILES | {"split_k": 2})],
-                         ids=["wmma default", "mma small split_k=2"])
+@pytest.mark.parametrize("make", [lambda op: gpu_wmma(op).clip(low=0.0),
+                                  lambda op: gpu_mma(op, **SMALL_TILES, split_k=2)],
+                         ids=["wmma default relu", "mma small split_k=2"])
 @pytest.mark.parametrize("op", [HALF_MATMUL, HALF_CONV,
                                 lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
-def test_the_tensor_presets_emulated_match_the_reference(op, make, tiles):
-    largest, excess = _emulated_error(make(op, **tiles))
+def test_the_tensor_presets_emulated_match_the_reference(op, make):
+    largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest
 
 

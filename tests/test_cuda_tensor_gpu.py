@@ -19,15 +19,16 @@ OPS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, wid
        lo.Matmul(37, 45, 13, dtype="float16"), lo.Matmul(300, 260, 200, dtype="float16"),
        lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
 SMALL = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}
-VARIANTS = {"wmma": (gpu_wmma, {}), "wmma small": (gpu_wmma, SMALL), "mma": (gpu_mma, {}),
-            "mma small split_k=3": (gpu_mma, SMALL | {"split_k": 3}),
-            "mma split_k=2 stages=2": (gpu_mma, {"split_k": 2, "stages": 2})}
+VARIANTS = {"wmma": lambda op: gpu_wmma(op),
+            "wmma small relu6": lambda op: gpu_wmma(op, **SMALL).clip(0.0, 6.0),
+            "mma": lambda op: gpu_mma(op), "mma small split_k=3": lambda op: gpu_mma(op, **SMALL, split_k=3),
+            "mma split_k=2 stages=2": lambda op: gpu_mma(op, split_k=2, stages=2),
+            "mma relu": lambda op: gpu_mma(op).clip(low=0.0)}
 
 
 @needs_gpu
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("op", OPS, ids=repr)
 def test_tensor_kernels_match_the_reference_on_the_gpu(op, variant):
-    make, arguments = VARIANTS[variant]
-    ok, error = verify(make(op, **arguments).compile(target="cuda"), seed=11)
+    ok, error = verify(VARIANTS[variant](op).compile(target="cuda"), seed=11)
     assert ok, error

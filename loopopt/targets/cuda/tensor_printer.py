@@ -99,6 +99,10 @@ class TensorPrinter:
         self.count = {t: math.prod(loop.extent for loop in self.fragments[t]) for t in self.op.inputs}
         self.accumulators = self.count[self.a] * self.count[self.b]
         self.warp_count = math.prod(loop.extent for loop in self.warps)
+        if self.s.split_k_loop and self.s.epilogue:
+            raise ScheduleError(f"the outputs are clipped ({self.s.epilogue}), which needs each output's "
+                                f"whole sum; split_k({self.s.split_k_loop!r}) adds partial sums: drop one of "
+                                f"them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
@@ -280,7 +284,8 @@ class TensorPrinter:
             value = f"{float(alpha)!r}f * {value}"
         if not self.s.split_k_loop:
             terms = (value, bias) if self.op.scales is not None else (bias, value)
-            return f"{out} = {' + '.join(t for t in terms if t)};"
+            total = " + ".join(t for t in terms if t)
+            return f"{out} = {self.s.epilogue.c(total) if self.s.epilogue else total};"
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"
 
@@ -394,20 +399,19 @@ class TensorPrinter:
             self.emit(depth, "__pipeline_commit();")
         self.emit(depth, f"for (int lo_r = 0; lo_r < {steps}; ++lo_r) {{")
         body = depth + 1
+        if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
+            self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
+            self.emit(body, "__syncthreads();")
         self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
         self._copy(body + 1, f"lo_r + {ahead}")
         if device:
             self.emit(body, "__pipeline_commit();")
-            self.emit(body, f"__pipeline_wait_prior({ahead});   /* step lo_r's copies are in */")
-            self.emit(body, "__syncthreads();")
         self.emit(body, "{")
         self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
         opened = 0 if device else self._warp_variables(body + 1)
         self._products(body + 1 + opened)
         self._close(body + 1, opened)
         self.emit(body, "}")
-        if device:
-            self.emit(body, "__syncthreads();")
         self.emit(depth, "}")
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
