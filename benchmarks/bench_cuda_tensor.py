@@ -40,6 +40,8 @@ CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, 
           lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
+TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
+LONG = {"block_n": 256, "warps_n": 8}                     # 128 x 256 tiles, 16 warps of 64 x 32
 
 
 def half_op(case: str) -> lo.Op:
@@ -64,14 +66,13 @@ def filling_split(op: lo.Op, tiles: dict) -> int:
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) pairs timed for ``case``."""
+    deep = {"depth": 64, "stages": 3}
     if case == "gemm4096":
-        return [("gpu_wmma", {}), ("gpu_mma", {}), ("gpu_mma", {"depth": 64, "stages": 3}),
-                ("gpu_mma", {"block_n": 256, "stages": 3}),
-                ("gpu_mma", {"block_m": 256, "warps_m": 4, "warps_n": 2, "stages": 3})]
+        return [("gpu_wmma", {}), ("gpu_mma", {}), ("gpu_mma", deep), ("gpu_mma", TALL), ("gpu_mma", LONG),
+                ("gpu_mma", TALL | {"stages": 3}), ("gpu_mma", LONG | deep)]
     if case.endswith(".n32"):
-        deep = {"depth": 64, "stages": 3}
-        return [("gpu_wmma", WIDE), ("gpu_mma", {}), ("gpu_mma", WIDE), ("gpu_mma", deep),
-                ("gpu_mma", WIDE | deep)]
+        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, TALL)
+                                      for extra in ({}, deep, {"split_k": 2}, {"split_k": 3}))]
     chosen = [("gpu_wmma", WIDE)]
     for tiles in ({}, WIDE, SMALL):
         fill = filling_split(op, tiles)
