@@ -402,19 +402,16 @@ class TensorPrinter:
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
             self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
             self.emit(body, "__syncthreads();")
+        self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
+        self._copy(body + 1, f"lo_r + {ahead}")
+        if device:
+            self.emit(body, "__pipeline_commit();")
         self.emit(body, "{")
         self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
         opened = 0 if device else self._warp_variables(body + 1)
         self._products(body + 1 + opened)
         self._close(body + 1, opened)
         self.emit(body, "}")
-        # the copies after the products: a warp computes its addresses while the tensor cores still
-        # work through the products the warps queued (before them, every warp would do its address
-        # arithmetic at once after the barrier, with the tensor cores idle)
-        self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
-        self._copy(body + 1, f"lo_r + {ahead}")
-        if device:
-            self.emit(body, "__pipeline_commit();")
         self.emit(depth, "}")
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
