@@ -21,8 +21,10 @@ where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-
 device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
-``cudaFuncSetAttribute``). The sums end in
-float32 fragments, stored through shared memory to the output with the bias and the output guards.
+``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
+read, products). The sums end in float32 fragments, stored through shared memory to the output with
+the bias, a Gemm's scales, the ``clip`` epilogue and the output guards; under ``split_k`` each block
+adds its share with ``atomicAdd`` (``LO_ADD``) into the output the launcher zeroed.
 """
 from __future__ import annotations
 
