@@ -139,8 +139,8 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: gpu_mma(HALF_MATMUL, split_k=0), r"gpu_wmma: split_k=0; choose 1"),
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
-    (lambda s: print_kernel(gpu_mma(HALF_CONV, split_k=2).clip(0.0)),
-     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('steps_o'\)"),
+    (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
+     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('k_o_o'\)"),
     (lambda s: lo.Schedule(lo.Matmul(4, 4, 4)).clip(high=6.0).compile(target="x86"),
      r"clipped in the store \(Clip\(low=None, high=6.0\)\), which the x86 target does not fuse"),
     (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").clip(0.0)),
@@ -183,10 +183,10 @@ def test_warp_axes_count_32_threads_each():
 
 
 def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
-    schedule = gpu_mma(HALF_CONV, **SMALL_TILES, split_k=2)
-    again = schedule_from_toml(to_toml(schedule), HALF_CONV)
+    schedule = gpu_mma(HALF_MATMUL, **SMALL_TILES, split_k=2)
+    again = schedule_from_toml(to_toml(schedule), HALF_MATMUL)
     assert again.tensorized == schedule.tensorized and again.stages == schedule.stages
-    assert (again.pipeline_stages, again.split_k_loop) == (4, "steps_o")
+    assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
     clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
     assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
     assert print_kernel(again).source == print_kernel(schedule).source
@@ -219,11 +219,18 @@ def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
 
 # --- the host emulation against the reference -------------------------------------------------------
 
-@pytest.mark.parametrize("make", [lambda op: gpu_wmma(op).clip(low=0.0),
-                                  lambda op: gpu_mma(op, **SMALL_TILES, split_k=2)],
-                         ids=["wmma default relu", "mma small split_k=2"])
-@pytest.mark.parametrize("op", [HALF_MATMUL, HALF_CONV,
-                                lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
+_WMMA_RELU = ("wmma default relu", lambda op: gpu_wmma(op).clip(low=0.0))
+_MMA_SPLIT = ("mma small split_k=2", lambda op: gpu_mma(op, **SMALL_TILES, split_k=2))
+_WMMA_CLIP = ("wmma small clip", lambda op: gpu_wmma(op, **SMALL_TILES).clip(-1.0, 6.0))
+_GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
+
+
+@pytest.mark.parametrize("op, make", [
+    pytest.param(op, make, id=f"{op!r}-{name}", marks=() if quick else pytest.mark.slow)
+    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, True),
+                                    (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
+                                    (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
+                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])
 def test_the_tensor_presets_emulated_match_the_reference(op, make):
     largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest
@@ -253,6 +260,7 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
 
 # --- compile-only builds -------------------------------------------------------------------------
 
+@pytest.mark.slow        # nvcc builds: the quick tier builds one kernel (test_cuda_target.py)
 @needs_nvcc
 @pytest.mark.parametrize("schedule, expected", [
     (lambda: gpu_mma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["LDSM.16.M88.4"]),
