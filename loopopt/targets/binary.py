@@ -31,6 +31,7 @@ popcounts (``lo_popcount``). ``R`` and ``V`` come from the schedule's register b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,8 @@ WORD = 64
 MAX_ACCUMULATORS = 64   # R x V of one register block
 BASE = "lo_base"        # the per-class, per-channel ``base`` table
 NO_UNROLL = "    #pragma GCC unroll 1"
+NOT_PREPACKED = ("a binary kernel packs its weights to bits and their padding table on every call; "
+                 "it has no prepacked form")
 
 
 def padded_extent(w: Window) -> int:
@@ -379,7 +382,8 @@ def generate_binary(schedule: Schedule, variant: BinaryVariant, popcount: str) -
 
 def pseudocode(schedule: Schedule, variant: BinaryVariant) -> list[str]:
     """The kernel's nest on ``variant`` as pseudo-code lines (what ``Schedule.pseudocode`` prints for a
-    binary op)."""
+    binary op): ``generate_binary``'s loops (named without their ``lo_`` prefix), the register block's
+    taps and words summed in one loop of its block function."""
     op = schedule.op
     isa = variant.name
     s = BinaryShape.of(op, lanes=variant.lanes)
@@ -387,20 +391,23 @@ def pseudocode(schedule: Schedule, variant: BinaryVariant) -> list[str]:
     r_full, v_full = min(r_full, s.positions), min(v_full, s.kpad // s.lanes)
     channels = v_full * s.lanes
     x, w = op.inputs
-    return [f"# binary XNOR + popcount kernel (codegen/binary.py) on {isa}: register block {r_full} output "
-            f"positions x {v_full} vector(s) of {s.lanes} output channel(s), kept across the taps and words",
+    steps = s.rows.taps * s.cols.taps * s.words
+    return [f"# binary XNOR + popcount kernel (targets/binary.py) on {isa}: register block {r_full} "
+            f"output positions x {v_full} vector(s) of {s.lanes} output channel(s), kept across the taps and "
+            f"words",
             f"for n in 0..{s.batch}:",
             f"  for g in 0..{s.groups}:",
-            f"    for p_o in 0..{-(-s.positions // r_full)}:    # blocks of {r_full} output positions "
-            f"(rows x columns, row-major)",
-            f"      for k_o in 0..{-(-s.kpad // channels)}:    # blocks of {channels} output channels",
-            f"        for kh in 0..{s.rows.taps}:",
-            f"          for kw in 0..{s.cols.taps}:",
-            f"            for word in 0..{s.words}:    # 64 input channels per uint64 word",
-            f"              S[p, k] += popcount({x}_bits[n, g, ih, iw, word] XOR "
-            f"{w}_bits[g, kh, kw, word, k])    # {r_full} x {channels} accumulators",
-            f"        {op.output}[n, oh, ow, k] = epilogue(base[class(oh), class(ow), k] - 2 * S[p, k])"
-            f"    # base: the padding correction ({op.output} stored channels-last)"]
+            f"    for p in 0..{s.positions} step {r_full}:    # blocks of {r_full} output positions (rows x "
+            f"columns, row-major)",
+            f"      for r in 0..{r_full}:    # each position's input window (past the end: the last one)",
+            f"      for kb in 0..{s.kpad} step {channels}:    # blocks of {channels} output channels",
+            f"        S[r, k] += popcount({x}_bits[n, g, window(p + r) + tap, word] XOR "
+            f"{w}_bits[g, tap, word, kb + k])    # one loop over the {s.rows.taps} x {s.cols.taps} taps x "
+            f"{s.words} words ({steps} steps), {r_full} x {channels} accumulators",
+            f"        for r in 0..{r_full}:    # the block's positions in the output",
+            f"          for j in 0..{channels}:    # its channels in the output",
+            f"            {op.output}[n, p + r, kb + j] = epilogue(base[class(oh), class(ow), kb + j] "
+            f"- 2 * S[r, j])    # base: the padding correction ({op.output} stored channels-last)"]
 
 
 def packed_elements(op: Op, lanes: int, name: str) -> int:
@@ -439,7 +446,7 @@ class BinaryKernel(QuantizedKernel):
             return math.prod(base_table_shape(self.op))
         return self.op.channels if name.startswith("lo_") else Kernel._elements(self, name)
 
-    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+    def _values(self, *arrays: np.ndarray, **params: Any) -> dict[str, Any]:
         """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]`` and the
         ``base`` table."""
         op = self.op
@@ -463,11 +470,13 @@ class BinaryKernel(QuantizedKernel):
                                         np.float32 if op.quant.dequantized else np.int32)
         if op.quant.scaled:
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
-        return self.bind(values)
+        return values
 
     def prepack(self, weights: np.ndarray) -> None:
-        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
-                         "it has no prepacked form")
+        raise ValueError(NOT_PREPACKED)
+
+    def with_constants(self, *constants: np.ndarray, **params: Any) -> Callable[[np.ndarray], np.ndarray]:
+        raise ValueError(NOT_PREPACKED)
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, from channels-last to the op's logical layout."""

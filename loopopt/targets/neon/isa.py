@@ -13,12 +13,15 @@ name, lane by lane (as AVX2's scatter does).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
     F16_MEANINGS,
     INT_MEANINGS,
     MEANINGS,
+    PACKED_MEANINGS,
     SHARED_OPS,
     SIGNED_DOT_MEANINGS,
     Instr,
@@ -26,6 +29,8 @@ from ...codegen.instr import (
     IsaTables,
     register_tables,
 )
+from .packed import ENTRIES as PACKED
+from .packed import I2S_HELPERS
 
 NAME = "neon"
 LANES = 4
@@ -181,8 +186,8 @@ def _beside_floats(vector_type: str, features: tuple[str, ...], prelude: str, me
                ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(meanings, **templates))
 
 
-NEON_INT = _beside_floats(
-    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS | SIGNED_DOT_MEANINGS,
+NEON_INT = replace(_beside_floats(
+    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS | SIGNED_DOT_MEANINGS | PACKED_MEANINGS, **PACKED,
     zero="vdupq_n_s32(0)",
     load="vld1q_s32((const int32_t *)(const void *)({p}))",
     load_mask="lo_neon_load_mask_s32((const void *)({p}), {m})",
@@ -222,7 +227,7 @@ NEON_INT = _beside_floats(
             "vqmovn_s16(vcombine_s16(vqmovn_s32({a}), vqmovn_s32({b}))), "
             "vqmovn_s16(vcombine_s16(vqmovn_s32({c}), vqmovn_s32({d})))))",
     store_bytes="lo_neon_store_bytes((void *)({p}), {v}, {n})",
-)
+), helpers={"i2_s": I2S_HELPERS})
 
 BF16_GATHER = """/* bf16 lanes widened to float32: the masked lanes' elements only */
 static inline float32x4_t lo_neon_bf16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {

@@ -4,7 +4,6 @@ table: ``vpshufb`` twice, ``vpsadbw`` to 64-bit sums) and scalar (``__builtin_po
 from __future__ import annotations
 
 from ..binary import BinaryVariant, Ops, Popcount
-from ..binary import block_dims as block_dims  # the search's register-block dims (tune/space.py, rank.py)
 from .isa import INT_ISAS
 
 WORD = 64
