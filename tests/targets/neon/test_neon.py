@@ -301,6 +301,18 @@ def test_dot_schedules_are_exact(spec, ternary, block, parallel):
         assert kernel.plan.dot_loop == "c_i" and dot in kernel.source and form in kernel.source
 
 
+def test_the_kernel_model_counts_no_shift_for_int8_activations_on_neon():
+    """int8 activations feed vdotq_s32 as they are on NEON (no flip to count: the same predicted time as
+    uint8 ones), while x86's u8 x s8 dot flips them."""
+    def predicted(activation: str, isa: str) -> float:
+        spec = lo.QuantSpec(activation, True, False, "int8")
+        op = lo.Conv2d(16, 16, 3, padding=1, height=8, width=8, quant=spec)
+        return lo.kernel_model(usdot_conv(lo.Schedule(op)), isa, traffic=False).predicted_seconds
+
+    assert predicted("int8", "neon") == predicted("uint8", "neon")
+    assert predicted("int8", "avx2") > predicted("uint8", "avx2")
+
+
 @pytest.mark.slow
 def test_stored_schedules_verify():
     """Stored x86 schedules of whole layers run on NEON (one runner for them all) and verify (int8
