@@ -276,10 +276,14 @@ def _writable(path: str | None) -> Path | None:
     return target
 
 
-def _print(args: argparse.Namespace, data, text: str) -> None:
-    if args.json and isinstance(data, dict) and "provenance" not in data:
+def _print(args: argparse.Namespace, data: dict, text: str) -> None:
+    """``text``, or with ``--json`` the object ``data`` with its ``units`` (``units.json_units``: SI units,
+    each key named by its unit) and ``provenance`` where it has none of its own."""
+    if args.json:
         from .machine import provenance
-        data = {**data, "provenance": provenance(isa=data.get("isa"))}
+        from .units import json_units
+        where = data.get("provenance") or provenance(isa=data.get("isa"))
+        data = {"units": json_units(), **data, "provenance": where}
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
@@ -369,7 +373,8 @@ def _comparison(args: argparse.Namespace):
         variants = target(args.target).isas()
         rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
-                   progress=not args.quiet, threads=args.threads, origins=rows.origins,
+                   progress=not args.quiet and sys.stderr.isatty() and not args.json, threads=args.threads,
+                   origins=rows.origins,
                    target=args.target), rows.skipped
 
 
@@ -466,8 +471,8 @@ def cmd_reuse(args: argparse.Namespace) -> int:
                                        for c in machine.caches}}
                         for t in profile.tensors},
             "levels": [{"name": lv.name, "accesses": lv.accesses, "misses": lv.misses, "bytes": lv.bytes,
-                        "energy_pj": lv.energy_pj} for lv in hierarchy.levels],
-            "energy_pj": hierarchy.energy_pj}
+                        "energy_j": lv.energy_pj * 1e-12} for lv in hierarchy.levels],
+            "compute_energy_j": hierarchy.compute_energy_pj * 1e-12, "energy_j": hierarchy.energy_pj * 1e-12}
     _print(args, data, f"{profile.summary(machine)}\n\n{hierarchy.table()}")
     return 0
 
@@ -483,6 +488,7 @@ def _stored_variants(layer: str, names: set[str]) -> dict:
 def cmd_layers(args: argparse.Namespace) -> int:
     from .layers import LAYERS
     from .schedule_file import list_schedules
+    from .units import significant
     names = set(list_schedules())
     specs = [s for s in LAYERS.values() if args.filter in s.name]
     rows, notes = [], {}
@@ -491,18 +497,21 @@ def cmd_layers(args: argparse.Namespace) -> int:
     lines = [line(name="name", C="C", K="K", kernel="kernel", HW="HxW", stride="stride", groups="groups",
                   kind="kind", GFLOP="GFLOP", stored="stored schedules [where searched]")]
     for spec in specs:
-        row = {"name": spec.name, "C": spec.in_channels, "K": spec.out_channels, "kernel": spec.kernel_size,
-               "HW": spec.size, "stride": spec.stride, "padding": spec.padding, "groups": spec.groups,
-               "kind": spec.kind, "GFLOP": round(spec.conv().flops / 1e9, 3)}
+        flops = spec.conv().flops
+        row = {"name": spec.name, "in_channels": spec.in_channels, "out_channels": spec.out_channels,
+               "kernel_size": spec.kernel_size, "size": spec.size, "stride": spec.stride,
+               "padding": spec.padding, "groups": spec.groups, "kind": spec.kind, "flops": flops}
         stored = _stored_variants(spec.name, names)
         row["stored"] = {variant: {"path": str(found.path), "cpu": found.cpu, "cpu_key": found.cpu_key,
                                    "this_cpu": found.this_cpu} for variant, found in stored.items()}
         cells = [f"{variant} [{notes.setdefault(found.summary(), len(notes) + 1)}]"
                  for variant, found in stored.items()]
         rows.append(row)
-        lines.append(line(**{**row, "stored": " ".join(cells) or "-"}))
+        lines.append(line(name=spec.name, C=spec.in_channels, K=spec.out_channels, kernel=spec.kernel_size,
+                          HW=spec.size, stride=spec.stride, groups=spec.groups, kind=spec.kind,
+                          GFLOP=significant(flops / 1e9), stored=" ".join(cells) or "-"))
     lines += [f"[{number}] {summary}" for summary, number in notes.items()]
-    _print(args, rows, "\n".join(lines))
+    _print(args, {"filter": args.filter, "layers": rows}, "\n".join(lines))
     return 0
 
 

@@ -111,7 +111,7 @@ def test_cli_compare_shows_each_algorithm(capsys):
     data = json.loads(capsys.readouterr().out)
     rows = data["rows"]
     assert status == 0 and [r["name"] for r in rows] == ["direct: preset output_stationary", "im2col: preset"]
-    assert all(r["verified"] and r["relative_error"] is not None and r["gflops"] > 0 for r in rows)
+    assert all(r["verified"] and r["relative_error"] is not None and r["rate"] > 0 for r in rows)
     assert "stride=1" in data["skipped"]["winograd"]
     status = main(["compare", *conv, "--algorithms", "--schedules", "naive"])
     assert status == 2 and "does not combine with --schedules" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import needs_amx
+from json_schemas import check
 
 import loopopt as lo
 from loopopt.cli import main
@@ -297,6 +298,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
                    str(log), "--save", str(saved)])
     out, err = capsys.readouterr()
     data = json.loads(out)
+    check("tune", data, rate="GFLOP/s")
     assert status == 0 and err == "" and len(data["trials"]) == 2 and data["saved"] == str(saved)
     assert data["provenance"]["fingerprint"] == lo.machine_profile().fingerprint
     assert "model_spearman" in data and all("model_seconds" in t["model"] for t in data["trials"])

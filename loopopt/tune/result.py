@@ -10,7 +10,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule_file import AnySchedule
-from ..units import duration, in_unit, time_unit
+from ..units import duration, in_unit, json_units, time_unit
 from .algorithms import label
 from .fit import spearman, spearman_undefined
 
@@ -49,8 +49,8 @@ class Trial:
                 "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
                 "timing": None if timing is None else {
                     "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
-                    "repeats": timing.repeats, "gflops": timing.gflops,
-                    "percent_of_peak": timing.percent_of_peak, "unit": timing.unit,
+                    "repeats": timing.repeats, "rate": timing.gflops,
+                    "percent_of_peak": timing.percent_of_peak,
                     "verified": timing.verified, "noisy": timing.noisy, "noise": timing.noise}}
 
 
@@ -214,7 +214,8 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         from ..schedule_file import to_toml
         best = next(t for t in self.trials if t.number == self.best_number)
-        return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
+        return {"op": repr(self.op), "units": json_units(self.op), "isa": self.isa, "threads": self.threads,
+                "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
                 "ranking_spearman": self.ranking_spearman, "fit_spearman": self.fit_spearman,
