@@ -14,6 +14,25 @@ from ..units import duration, in_unit, json_units, time_unit
 from .algorithms import label
 from .fit import spearman, spearman_undefined
 
+CONVERGED = 0.02           # the best rate gained less than this share over the last third of the trials
+JUDGED = 6                 # trials a search needs before it says whether it converged
+EXHAUSTED = "every candidate was tried"    # TuneResult.stopped of a search that tried the whole space
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Whether a search converged: ``gain`` is the share by which the best rate grew over the last third
+    of the trials (from trial ``since`` on); ``converged`` is None where there were too few trials to say."""
+
+    converged: bool | None
+    gain: float | None
+    since: int
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"converged": self.converged, "gain_last_third": self.gain, "since_trial": self.since,
+                "verdict": self.verdict}
+
 
 @dataclass(frozen=True)
 class Trial:
@@ -74,6 +93,30 @@ class TuneResult:
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
     skipped: dict[str, str] = field(default_factory=dict)
+    cut: dict[str, str] = field(default_factory=dict)     # algorithm -> why it got no more trials
+
+    @property
+    def convergence(self) -> Convergence:
+        """Whether the search converged: "converged" where the best rate gained under ``CONVERGED`` over
+        the last third of the trials (or every candidate was tried), else "still improving" with the
+        advice to run more trials; no verdict with fewer than ``JUDGED`` trials."""
+        curve, count = self.best_so_far(), len(self.trials)
+        since = count - count // 3 + 1                    # the first trial of the last third
+        if self.stopped == EXHAUSTED:
+            return Convergence(True, None, since, f"converged: {EXHAUSTED}")
+        if count < JUDGED:
+            return Convergence(None, None, since, f"too few trials ({count}, fewer than {JUDGED}) to say "
+                                                  f"whether the search converged")
+        before, final = curve[since - 2], curve[-1]
+        if before is None:
+            return Convergence(False, None, since, f"still improving: no verified trial before trial "
+                                                   f"{since}; run more trials")
+        gain = final / before - 1
+        growth = f"the best gained {100 * gain:.1f}% over the last third of the trials ({since}-{count})"
+        if gain < CONVERGED:
+            return Convergence(True, gain, since, f"converged: {growth}, under {100 * CONVERGED:.0f}%")
+        return Convergence(False, gain, since, f"still improving: {growth}; run more trials (with the same "
+                                               f"log a rerun resumes)")
 
     @property
     def algorithm(self) -> str:
@@ -99,14 +142,15 @@ class TuneResult:
 
     def _algorithm_line(self) -> str:
         fastest, margins = self.by_algorithm(), self.margins()
-        if len(fastest) < 2 and not self.skipped:
+        if len(fastest) < 2 and not self.skipped and not self.cut:
             return ""
         (first, best), *rest = fastest.items()
         others = ", ".join(f"{margins[name]:.2f}x faster than {name} (trial {r.number}, min "
                            f"{duration(r.seconds)})" for name, r in rest)
         skipped = "".join(f"; {name} not tried: {why}" for name, why in self.skipped.items())
+        cut = "".join(f"; {name} stopped early: {why}" for name, why in self.cut.items())
         return (f"\nalgorithm: {first} won (trial {best.number}, min {duration(best.seconds)})"
-                + (f", {others}" if others else "") + skipped)
+                + (f", {others}" if others else "") + skipped + cut)
 
     def best_so_far(self) -> list[float | None]:
         """After each trial, the best rate (G(FL)OP/s of the minimum time) found so far."""
@@ -209,6 +253,7 @@ class TuneResult:
                 f"best (trial {self.best_number}, {self.algorithm}): min {duration(self.timing.min)}, "
                 f"{rate:.1f} {self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; "
                 f"{self.timing}\n"
+                f"search: {self.convergence.verdict}\n"
                 + self._model_line() + self._algorithm_line())
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,7 +264,8 @@ class TuneResult:
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
                 "ranking_spearman": self.ranking_spearman, "fit_spearman": self.fit_spearman,
-                "algorithm": self.algorithm, "skipped": self.skipped,
+                "algorithm": self.algorithm, "skipped": self.skipped, "cut": self.cut,
+                "convergence": self.convergence.to_dict(),
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),
                                                               self.margins().values())},
