@@ -56,7 +56,7 @@ EXAMPLES = {
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
     "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
-    "cache": ["loopopt cache info", "loopopt cache clear"],
+    "cache": ["loopopt cache info", "loopopt cache trim", "loopopt cache clear"],
     "onnx": ["loopopt onnx model.onnx --plot where.png",
              "loopopt onnx model.onnx --tune --trials 16 --log tune.db --threads 2 --json"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
@@ -551,10 +551,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cbuild import cache_info, clear_cache
-    info = clear_cache() if args.action == "clear" else cache_info()
+    from .cbuild import cache_info, clear_cache, trim_cache
+    info = {"info": cache_info, "trim": trim_cache, "clear": clear_cache}[args.action]()
     data = {"action": args.action, **dataclasses.asdict(info)}
-    _print(args, data, f"removed from {info}" if args.action == "clear" else str(info))
+    _print(args, data, str(info) if args.action == "info" else info.removed())
     return 0
 
 
@@ -834,8 +834,10 @@ def parser() -> argparse.ArgumentParser:
     _compare_arguments(p)
     p.add_argument("--output", "-o", default="report.md", help="report file (.md, .html or .htm)")
     p.set_defaults(run=cmd_report)
-    p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): its size, or clear it")
-    p.add_argument("action", choices=("info", "clear"), help="info: path, kernels, size; clear: remove them")
+    p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): what its space holds, trim or clear it")
+    p.add_argument("action", choices=("info", "trim", "clear"),
+                   help="info: path, kernels and precompiled headers with their sizes; trim: remove the "
+                        "precompiled headers and failed sources, keep the kernels; clear: remove all")
     p.set_defaults(run=cmd_cache)
     _machine_parser(sub, json_flag)
     _tune_parser(sub, json_flag)
