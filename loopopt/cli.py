@@ -42,6 +42,12 @@ USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 INTERRUPTED = 128 + signal.SIGINT
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
+REPORT_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;"
+                "color:#222}table{border-collapse:collapse;font-size:0.9em}"
+                "th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}th{background:#f3f3f3}"
+                "td:first-child,td:nth-child(2){text-align:left}img{max-width:100%}"
+                "figcaption{color:#555;font-size:0.9em}")
+FIGURE_NOTE = "Each panel's title says what it shows; the line under it, what to look for."
 CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
 MATMUL_SYNTAX = "M,N,K[,batch=B[xB2...]][,trans_a=0|1][,trans_b=0|1]"
@@ -54,7 +60,8 @@ EXAMPLES = {
                 "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db",
                 "loopopt compare --target cuda --layer resnet50.conv2_x --batch 32"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
-    "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
+    "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element",
+              "loopopt reuse --layer resnet50.conv2_x --schedule output_stationary --plot reuse.png"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
     "cache": ["loopopt cache info", "loopopt cache trim", "loopopt cache clear"],
     "onnx": ["loopopt onnx model.onnx --plot where.png",
@@ -460,6 +467,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_reuse(args: argparse.Namespace) -> int:
     from .analysis import Machine, reuse
+    plot = _writable(args.plot)
     schedule = _loop_nest(args)
     profile = reuse(schedule, granularity=args.granularity)
     machine = Machine.detect()
@@ -472,8 +480,14 @@ def cmd_reuse(args: argparse.Namespace) -> int:
                         for t in profile.tensors},
             "levels": [{"name": lv.name, "accesses": lv.accesses, "misses": lv.misses, "bytes": lv.bytes,
                         "energy_j": lv.energy_pj * 1e-12} for lv in hierarchy.levels],
-            "compute_energy_j": hierarchy.compute_energy_pj * 1e-12, "energy_j": hierarchy.energy_pj * 1e-12}
-    _print(args, data, f"{profile.summary(machine)}\n\n{hierarchy.table()}")
+            "compute_energy_j": hierarchy.compute_energy_pj * 1e-12, "energy_j": hierarchy.energy_pj * 1e-12,
+            "plot": str(plot) if plot else None}
+    text = f"{profile.summary(machine)}\n\n{hierarchy.table()}"
+    if plot:
+        from .plot import plot_reuse
+        name = Path(args.schedule).name.removesuffix(".toml")
+        text += f"\nplot written to {plot_reuse(profile, plot, name)}"
+    _print(args, data, text)
     return 0
 
 
@@ -537,11 +551,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
     if REPORT_SUFFIXES[output.suffix.lower()] == "HTML":
-        body = "".join(f"<h2>{html.escape(c)}</h2>"
-                       f"<img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>" for c, b in figures)
-        text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
-                f"<h1>loopopt report</h1>{cmp._repr_html_()}<pre>{html.escape(notes)}</pre>{body}"
-                "</body></html>")
+        body = "".join(f"<h2>{html.escape(c)}</h2><figure><img alt='{html.escape(c)}' "
+                       f"src='data:image/png;base64,{b}'><figcaption>{html.escape(FIGURE_NOTE)}</figcaption>"
+                       f"</figure>" for c, b in figures)
+        skipped_notes = f"<pre>{html.escape(notes.strip())}</pre>" if notes.strip() else ""
+        text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title>"
+                f"<style>{REPORT_STYLE}</style></head><body><h1>loopopt report</h1>{cmp._repr_html_()}"
+                f"{skipped_notes}{body}</body></html>")
     else:
         body = "".join(f"\n## {c}\n\n![{c}](data:image/png;base64,{b})\n" for c, b in figures)
         text = f"# loopopt report\n\n```\n{cmp}{notes}\n```\n{body}"
@@ -826,6 +842,7 @@ def parser() -> argparse.ArgumentParser:
     _op_arguments(p)
     p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
     p.add_argument("--granularity", default="line", choices=("line", "element"))
+    p.add_argument("--plot", help="write its reuse-distance histograms and miss-ratio curve (PNG) here")
     p.set_defaults(run=cmd_reuse)
     p = add("layers", "catalog of real layer shapes")
     p.add_argument("--filter", default="", help="only names containing this text (e.g. resnet50)")

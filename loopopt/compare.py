@@ -185,6 +185,11 @@ class Comparison:
                      f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
                      + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
+        winograd = [r.name for r in self.rows if r.algorithm.startswith("winograd")]
+        if winograd:
+            lines.append(f"{', '.join(winograd)}: {self.unit} and % peak are direct-equivalent (the direct "
+                         f"algorithm's operations over the Winograd time; it does fewer multiplications, so "
+                         f"it can pass the peak)")
         return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:

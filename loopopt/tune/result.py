@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,33 +275,43 @@ class TuneResult:
                 "trials": [t.to_dict() for t in self.trials]}
 
     def plot(self, path: str | os.PathLike) -> Path:
-        """Write a PNG of each trial's rate and the best so far against the trial number, with
-        this machine's peak; failed trials are marked at the bottom."""
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        """Write ``figure()`` as a PNG to ``path``."""
+        path = Path(path)
+        self.figure().savefig(path, dpi=120)
+        return path
 
-        from ..plot import colour
+    def figure(self):
+        """Each trial's rate (of its minimum time) against the trial number, coloured by its algorithm,
+        the best so far and this machine's peak, failed trials marked at 0; the caption says whether
+        the search converged (a matplotlib Figure)."""
+        from ..plot import CAPTION_WIDTH, WINOGRAD_NOTE, Figure, caption, legend_outside, palette
         unit = self.timing.unit
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ok = [(t.number, self.op.flops / t.seconds / 1e9) for t in self.trials if t.seconds is not None]
-        ax.scatter(*zip(*ok), s=14, color=colour(1), label=f"trial ({unit} of its minimum time)")
+        fig = Figure(figsize=(8, 4.5), layout="constrained")
+        ax = fig.subplots()
+        ok = [t for t in self.trials if t.seconds is not None]
+        algorithms = list(dict.fromkeys(t.algorithm for t in ok))
+        for name, shade in zip(algorithms, palette(len(algorithms))):
+            mine = [t for t in ok if t.algorithm == name]
+            ax.scatter([t.number for t in mine], [self.op.flops / t.seconds / 1e9 for t in mine], s=18,
+                       color=shade, label=name, zorder=3)
         curve = [(t.number, b) for t, b in zip(self.trials, self.best_so_far()) if b is not None]
-        ax.step(*zip(*curve), where="post", color=colour(0), label="best so far")
+        ax.step(*zip(*curve), where="post", color="black", linewidth=1, label="best so far")
         failed = [t.number for t in self.failed]
         if failed:
-            ax.scatter(failed, [0] * len(failed), marker="x", color=colour(3), label="failed trial")
-        ax.axhline(self.timing.peak_gflops, color="black", linestyle="--", linewidth=1,
-                   label=f"peak {self.timing.peak_gflops:.0f} {unit}")
+            ax.scatter(failed, [0] * len(failed), marker="x", color="black", label="failed trial")
+        peak = self.timing.peak_gflops
+        ax.axhline(peak, color="grey", linestyle="--", linewidth=1, label=f"peak {peak:.0f} {unit}")
+        ax.set_ylim(0, 1.1 * max([peak] + [b for _, b in curve]))
+        ax.set_xlim(0.5, len(self.trials) + 0.5)
         ax.set_xlabel("trial")
-        ax.set_ylabel(unit)
-        ax.set_title(f"tune {self.op!r}"[:90], fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        ax.set_ylabel(f"{unit} of the trial's minimum time")
+        notes = [f"search: {self.convergence.verdict}"]
+        if "winograd" in algorithms:
+            notes.append(WINOGRAD_NOTE.removeprefix("* "))
+        caption(ax, "\n".join(textwrap.wrap(f"tune {self.op!r}", CAPTION_WIDTH)),
+                "higher is faster; where the black line goes flat, more trials stopped paying", *notes)
+        legend_outside(ax)
+        return fig
 
 
 def describe(k: dict) -> str:
