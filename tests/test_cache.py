@@ -197,7 +197,7 @@ def test_info_trim_and_clear(cache, capsys):
                                             "sources\n")
     kept = cache_info()
     assert (kept.entries, kept.headers, kept.header_bytes, kept.failed, kept.builds) == (3, 0, 0, 0, 0)
-    assert load(7, cache).stdout == "7\n"            # the kernels stay usable
+    assert all(cbuild._trusted(so) for so in cache.glob("*.so"))     # the kernels stay, loadable
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"removed from {cache}: ") and ": 3 kernels, 0 precompiled headers" in out
