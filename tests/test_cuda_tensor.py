@@ -145,8 +145,9 @@ def test_the_instruction_table_names_its_architecture_and_both_spellings():
 
 # --- the host emulation against the reference -------------------------------------------------------
 
-@pytest.mark.parametrize("tiles", [{}, SMALL_TILES], ids=["default", "small"])
-@pytest.mark.parametrize("op", [HALF_MATMUL, HALF_CONV,
+@pytest.mark.parametrize("tiles", [pytest.param({}, marks=pytest.mark.slow), SMALL_TILES],
+                         ids=["default", "small"])
+@pytest.mark.parametrize("op", [HALF_MATMUL, pytest.param(HALF_CONV, marks=pytest.mark.slow),
                                 lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
 def test_the_wmma_preset_emulated_matches_the_reference(op, tiles):
     largest, excess = _emulated_error(gpu_wmma(op, **tiles))
@@ -174,6 +175,7 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
 
 # --- compile-only builds -------------------------------------------------------------------------
 
+@pytest.mark.slow        # nvcc builds: the quick tier builds one kernel (test_cuda_target.py)
 @needs_nvcc
 @pytest.mark.parametrize("op", [lo.Matmul(4096, 4096, 4096, dtype="float16"),
                                 lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=32,

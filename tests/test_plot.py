@@ -51,9 +51,9 @@ def _synthetic(level_bytes, *, median_ms=1.0, min_ms=0.9, iqr_ms=0.1, gflops=Non
     return Comparison(op, rows, {r.name: profile for r in rows}, peak, provenance={})
 
 
-# the quick tier: the conv's dashboard (every plot in one figure; the ten-row dashboard below checks
-# the layout); the other pairs are slow
-QUICK_PLOTS = {("conv", "dashboard")}
+# the quick tier: the conv's dashboard (every plot in one figure) and its roofline alone (the ten-row
+# dashboard below checks the layout); the other pairs are slow
+QUICK_PLOTS = {("conv", "dashboard"), ("conv", "plot_roofline")}
 
 
 @pytest.mark.parametrize("kind, name", [
@@ -67,6 +67,7 @@ def test_plot_writes_png_without_warnings(comparisons, tmp_path, capfd, kind, na
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_first_matplotlib_import_says_nothing(tmp_path):
     """A first import in a process whose matplotlib config dir cannot be created (matplotlib logs
     a temporary-directory notice and builds a font cache) prints nothing on stderr."""

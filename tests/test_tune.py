@@ -110,6 +110,7 @@ def test_table_plot_and_dict(tmp_path):
     assert curve[-1] == pytest.approx(OPS["matmul"].flops / result.timing.min / 1e9)
 
 
+@pytest.mark.slow
 def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     log = tmp_path / "tune.db"
     op = OPS["depthwise"]
@@ -193,6 +194,7 @@ def logged_so_far(log) -> list:
         return []
 
 
+@pytest.mark.slow
 def test_kill_9_mid_search_keeps_the_logged_trials(tmp_path):
     log = tmp_path / "tune.db"
     script = (f"import loopopt as lo; lo.tune(lo.Matmul(7, 40, 19), trials=60, budget={BUDGET}, "
@@ -729,7 +731,8 @@ def test_a_damaged_log_is_named_in_one_line_with_every_finding(tmp_path, capsys)
     assert capsys.readouterr().err == f"loopopt: error: {message}\n"
 
 
-@pytest.mark.parametrize("address", ["lcoal", "tcp://host:port", "tcp://:8786"])
+@pytest.mark.parametrize("address", ["lcoal", *(pytest.param(a, marks=pytest.mark.slow)
+                                                for a in ("tcp://host:port", "tcp://:8786"))])
 def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(address):
     """A mistyped --scheduler is one line and status 2, before a Dask Client exists (one that failed to
     start would print an 'Exception ignored in Client.__del__' traceback while the exit waits for it)."""

@@ -411,6 +411,7 @@ def test_amx_peaks_in_the_machine_profile():
     assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
 
 
+@pytest.mark.slow
 @needs_amx
 def test_compare_on_tiles():
     """``lo.compare(isa="amx")``: no kernel-model figure (it has no AMX costs), % of the AMX bf16 peak."""

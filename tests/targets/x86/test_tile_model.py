@@ -32,6 +32,7 @@ def _tiles(op, pixels, channels, channels_outer=True):
     return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer)).schedule
 
 
+@pytest.mark.slow
 @needs_amx
 def test_tile_model_counts_the_rows_and_loads_the_kernel_runs():
     # 19 x 19 pixels numbered over the 21-wide padded rows (TileShape.wide): 397 numbers, 13 blocks
