@@ -68,6 +68,7 @@ def test_plot_writes_png_without_warnings(comparisons, tmp_path, capfd, kind, na
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_first_matplotlib_import_says_nothing(tmp_path):
     """A first import in a process whose matplotlib config dir cannot be created (matplotlib logs
     a temporary-directory notice and builds a font cache) prints nothing on stderr."""

@@ -34,6 +34,11 @@ RAN, TUNED = "ran", "tuned"   # comparison rows: the schedule the backend ran, t
 LOOPOPT_KEYS = ("median_s", "rate", "percent_of_peak", "verified", "dram_bytes", "misses")   # a row in --json
 
 
+
+def _seconds(ms: float | None) -> float | None:
+    """Milliseconds (the report's fields) in seconds (its JSON, ``units.JSON_UNITS``)."""
+    return None if ms is None else ms * 1e-3
+
 @dataclass
 class NodeReport:
     """One compute node: its lowering and the figures measured for it (times in ms)."""
@@ -62,11 +67,24 @@ class NodeReport:
                 "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
                 "absorbed": list(lowered.absorbed), "flops": round(self.mflop * 1e6),
                 "rate_unit": rate_unit(lowered.op) if lowered.op else None,
-                "onnxruntime_s": None if self.onnxruntime_ms is None else self.onnxruntime_ms * 1e-3,
+                "onnxruntime_s": _seconds(self.onnxruntime_ms),
                 "tune_error": self.tune_error or None,
                 "integer_check": self.integer.to_dict() if self.integer else None,
                 "loopopt": {r.name: {k: v for k, v in json_row(r).items() if k in LOOPOPT_KEYS}
                             for r in rows}}
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A node the backend runs on onnx.reference: why, and its median time in a run of the model."""
+
+    node: str
+    op_type: str
+    reason: str
+    ms: float
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.op_type}) {self.ms:.3f} ms: {self.reason}"
 
 
 @dataclass
@@ -76,6 +94,8 @@ class ModelReport:
     model: str
     threads: int
     nodes: list[NodeReport] = field(default_factory=list)
+    engines_ms: dict[str, float] = field(default_factory=dict)   # a run of the whole plan, by engine
+    fallbacks: list[Fallback] = field(default_factory=list)     # the nodes onnx.reference runs
 
     @property
     def timed(self) -> list[NodeReport]:
@@ -123,9 +143,11 @@ class ModelReport:
             lines.append(f"  all {len(checked)} nodes: {self.integer_total}")
         lines += [f"{n.lowered.node} absorbs {', '.join(n.lowered.absorbed)}" for n in self.nodes
                   if n.lowered.absorbed]
-        reference = [n.lowered.node for n in self.nodes if not n.lowered.on_kernel]
-        if reference:
-            lines.append(f"on onnx.reference (not timed): {', '.join(reference)}")
+        if self.engines_ms:
+            parts = ", ".join(f"{engine} {ms:.3f}" for engine, ms in self.engines_ms.items())
+            lines.append(f"whole model, each node timed in a run of the plan: "
+                         f"{sum(self.engines_ms.values()):.3f} ms ({parts})")
+        lines += [f"on onnx.reference: {fallback}" for fallback in self.fallbacks]
         return "\n".join(lines)
 
     @property
@@ -141,8 +163,11 @@ class ModelReport:
         integer = self.integer_total
         return {"model": self.model, "units": json_units(), "threads": self.threads,
                 "nodes": [n.to_dict() for n in self.nodes],
-                "total_s": {runtime: None if ms is None else ms * 1e-3 for runtime, ms in totals.items()},
-                "integer_check": integer.to_dict() if integer else None}
+                "total_s": {runtime: _seconds(ms) for runtime, ms in totals.items()},
+                "integer_check": integer.to_dict() if integer else None,
+                "whole_model_s": {engine: _seconds(ms) for engine, ms in self.engines_ms.items()},
+                "onnx_reference": [{"node": f.node, "op_type": f.op_type, "reason": f.reason,
+                                    "median_s": _seconds(f.ms)} for f in self.fallbacks]}
 
     def plot(self, path: str | Path) -> Path:
         """Where the time goes: per compute node, loopopt (default, tuned) vs onnxruntime, in ms."""
@@ -221,6 +246,11 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
     rep = LoopoptRep(proto, strict=False, log=logged, threads=threads, isa=isa)
     values = rep.values(inputs)       # fixes every shape, lowers every compute node
     report = ModelReport(name, threads)
+    times = rep.profile(inputs)
+    for step in rep.plan.steps:
+        report.engines_ms[step.engine] = report.engines_ms.get(step.engine, 0.0) + times[step.node] * 1e3
+    report.fallbacks = [Fallback(step.node, step.op_type, step.reason, times[step.node] * 1e3)
+                        for step in rep.fallbacks()]
     tuned: dict[str, Any] = {}
     nodes = [(node, rep.lowered[node.name]) for node in rep.prepared.graph.node if node.name in rep.lowered]
     for index, (node, lowered) in enumerate(nodes, 1):
