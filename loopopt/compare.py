@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .codegen.instr import SCALAR
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, checked, measure_all
 from .model import CORE_COSTS, kernel_model
@@ -296,7 +297,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
                              machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
-    resolved = rows[0].isa if rows else "scalar"
+    resolved = rows[0].isa if rows else SCALAR.name
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
     dtype = op.dtype if op.quant is None else "int8"
     peak = chosen.peak(resolved, dtype) if chosen is not None else peak_gflops(resolved, dtype)

@@ -22,7 +22,7 @@ import loopopt as lo
 from loopopt.cbuild import compile_c
 from loopopt.codegen.vector import exact_offset
 from loopopt.measure import tolerance
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.space import candidates
 
 
 def random_conv_schedule(isa, data):

@@ -28,7 +28,7 @@ from loopopt.codegen import quantized
 from loopopt.layout import moved_last
 from loopopt.targets.x86 import tiles
 from loopopt.targets.x86.amx import TILE
-from loopopt.tune.space import _gathers_fewer_steps, fused_reduction
+from loopopt.targets.x86.space import _gathers_fewer_steps, fused_reduction
 
 THREADS = 2
 
