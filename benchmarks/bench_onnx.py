@@ -10,9 +10,12 @@ models each quantized node's output against onnxruntime's on the same inputs, in
 with which of the two is exact (loopopt.onnx.exact) where they differ.
 
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
-                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--write]
+                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--whole-only]
+                                    [--write]
 
-``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md.
+``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
+``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
+"Whole models end to end vs onnxruntime".
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +42,7 @@ from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.report import RAN, TUNED, model_report, random_inputs  # noqa: E402
 
 SECTION = "## Whole models vs onnxruntime"
+WHOLE_SECTION = "## Whole models end to end vs onnxruntime"
 OPSET = 19           # onnx.reference runs (De)QuantizeLinear from opset 19
 
 
@@ -144,14 +149,26 @@ def output_check(path: Path, threads: int) -> str:
     return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
-def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float]:
-    """Median seconds of the whole model, ``rep.run`` (prepared once, strict) and onnxruntime's
-    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds."""
+class Whole(NamedTuple):
+    """Seconds of the whole model end to end: loopopt's ``rep.run`` and onnxruntime's ``session.run``
+    (medians and minimums over the rounds), and the nodes the rep runs on onnx.reference."""
+
+    ours: float
+    theirs: float
+    ours_min: float
+    theirs_min: float
+    fallbacks: list[str]
+
+
+def whole_model(path: Path, threads: int, rounds: int) -> Whole:
+    """The whole model, ``rep.run`` (prepared once, strict) and onnxruntime's ``session.run`` on the
+    same inputs and thread count, alternating over ``rounds`` rounds."""
     import onnx
     import onnxruntime
     model = onnx.load(str(path))
     inputs = random_inputs(model, seed=3)
     rep = backend.prepare(model, strict=True, threads=threads)
+    fallbacks = [f"{step.node} ({step.op_type}: {step.reason})" for step in rep.fallbacks()]
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -163,7 +180,8 @@ def whole_model(path: Path, threads: int, rounds: int) -> tuple[float, float]:
             call()
             if round_:
                 kept.append(time.perf_counter() - start)
-    return float(np.median(times[0])), float(np.median(times[1]))
+    ours, theirs = times
+    return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs), fallbacks)
 
 
 def integer_text(report) -> str:
@@ -173,17 +191,41 @@ def integer_text(report) -> str:
     return "-" if total is None else f"{sum(n.integer is not None for n in report.nodes)} nodes: {total}"
 
 
-def row(name: str, precision: str, threads: int, report, check: str, whole: tuple[float, float]) -> str:
+def row(name: str, precision: str, threads: int, report, check: str, whole: Whole) -> str:
     ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
     ran = sum(n.row(RAN).median_ms for n in report.timed)
     tuned = [n.row(TUNED) or n.row(RAN) for n in report.timed]   # a node lo.tune could not: its ran time
     tuned_ms = sum(t.median_ms for t in tuned) if any(n.row(TUNED) for n in report.timed) else None
     mflop = sum(n.mflop for n in report.timed)
-    cells = [name, precision, str(threads), f"{whole[0] * 1e3:.1f}", f"{whole[1] * 1e3:.1f}",
-             f"{whole[1] / whole[0]:.2f}", str(len(report.timed)), f"{mflop:.0f}", f"{ran:.2f}",
+    cells = [name, precision, str(threads), f"{whole.ours * 1e3:.1f}", f"{whole.theirs * 1e3:.1f}",
+             f"{whole.theirs / whole.ours:.2f}", str(len(report.timed)), f"{mflop:.0f}", f"{ran:.2f}",
              "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
              f"{theirs / ours:.2f}" if theirs else "-", check, integer_text(report)]
     return "| " + " | ".join(cells) + " |"
+
+
+def whole_row(name: str, precision: str, threads: int, check: str, whole: Whole) -> str:
+    cells = [name, precision, str(threads), f"{whole.ours * 1e3:.1f}", f"{whole.theirs * 1e3:.1f}",
+             f"{whole.theirs / whole.ours:.2f}", f"{whole.ours_min * 1e3:.1f}",
+             f"{whole.theirs_min * 1e3:.1f}", f"{whole.theirs_min / whole.ours_min:.2f}",
+             ", ".join(whole.fallbacks) or "none", check]
+    return "| " + " | ".join(cells) + " |"
+
+
+def whole_text(lines: list[str], resolution: int, rounds: int) -> str:
+    """The description and table of a ``--whole-only`` run."""
+    return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
+            f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
+            "QOperator and in QDQ format (Conv and MatMul quantized). Each row times the whole model end to "
+            "end: `rep.run` of `loopopt.onnx.backend.prepare(model, strict=True, threads=...)` (default "
+            "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
+            "pooling steps on the kernels' storage layouts) against onnxruntime's `session.run` (its default "
+            f"graph optimizations), same inputs and thread count, alternating, {rounds} rounds: the median "
+            "and the minimum (the run least disturbed by other processes) of each. ORT/loopopt > 1: loopopt "
+            "is faster.\n\n"
+            "| model | precision | threads | loopopt rep.run ms | onnxruntime session.run ms | ORT/loopopt | "
+            "loopopt min ms | onnxruntime min ms | ORT/loopopt (min) | nodes on onnx.reference | output |\n"
+            + "|---" * 11 + "|\n" + "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15,
                         help="alternating rounds of the whole-model timing (default 15)")
     parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the whole-model timing and output check (no per-node reports)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -214,15 +258,29 @@ def main(argv: list[str] | None = None) -> None:
             files = export(name, args.resolution, Path(folder))
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
+                    check = output_check(files[precision], threads)
+                    whole = whole_model(files[precision], threads, args.rounds)
+                    if args.whole_only:
+                        lines.append(whole_row(name, precision, threads, check, whole))
+                        print(lines[-1], flush=True)
+                        continue
                     trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
                                           log=args.log, reuse=False, budget=args.budget, isa=args.isa)
-                    check = output_check(files[precision], threads)
-                    whole = whole_model(files[precision], threads, args.rounds)
                     lines.append(row(name, precision, threads, report, check, whole))
                     print(lines[-1], flush=True)
                     print(report.table(), file=sys.stderr, flush=True)
     isa = lo.available_isas()[0]
+    heading = "\n\n".join([
+        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
+        f"```\n{command}\n```",
+        f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
+    if args.whole_only:
+        text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds)
+        print(text)
+        if args.write:
+            write_section(text, WHOLE_SECTION)
+        return
     text = "\n\n".join([
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
         f"```\n{command}\n```",

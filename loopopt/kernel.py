@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -51,6 +52,7 @@ class Kernel:
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
+        self.epilogue = schedule.epilogue      # a clip applied to the outputs: the reference applies it too
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
@@ -176,6 +178,10 @@ class Kernel:
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
         """Validate logical-layout inputs and copy them into the schedule's storage layouts."""
+        return self.bind(self._values(*arrays))
+
+    def _values(self, *arrays: np.ndarray) -> dict[str, Any]:
+        """``prepare``'s buffers (and a quantized kernel's scalars) by C parameter name, before binding."""
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments[:-1], given):
             self._check(tensor, array, self.op.tensor(tensor).shape)
@@ -187,7 +193,41 @@ class Kernel:
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
                                    np.float32)
-        return Buffers(storage, self._bind(storage))
+        return storage
+
+    def with_constants(self, *constants: np.ndarray, **params: Any) -> Callable[[np.ndarray], np.ndarray]:
+        """This kernel as a function of its first input only (a model's activations): ``constants``,
+        its other inputs (the weights, a bias), and the quantization ``params`` are checked, packed and
+        kept now. Each call checks and packs the activations (no copy when their memory already is the
+        storage layout: a previous kernel's output view), runs, and returns the output in the logical
+        layout, as a view of the kernel's storage where the layout allows (``Layout.view``)."""
+        name = self.op.inputs[0]
+        shape, dtype = self.op.tensor(name).shape, self._activation_dtype
+        values = self._values(np.zeros(shape, dtype), *constants, **params)
+        params = {p.name for p in self.generated.params}
+        fresh = {n: values[n] for n in self._written if n in values and n in params}
+
+        def call(x: np.ndarray) -> np.ndarray:
+            if x.shape != shape or x.dtype != dtype:
+                raise ValueError(f"{name} has shape {x.shape} and dtype {x.dtype}; {self.op!r} expects "
+                                 f"{shape} and {dtype}")
+            call_values = values | {name: self._packed(name, x)}
+            call_values |= {n: self._zeros(n, a.shape, a.dtype) for n, a in fresh.items()}
+            buffers = self.bind(call_values)
+            self.run(buffers)
+            return self._logical(buffers.arrays[self._output_name], view=True)
+
+        return call
+
+    @property
+    def _activation_dtype(self) -> np.dtype:
+        """The dtype of the first input as a call gives it."""
+        return np.dtype(np.float32)
+
+    @property
+    def _written(self) -> tuple[str, ...]:
+        """The buffers a run writes (fresh ones for each call of ``with_constants``)."""
+        return (self.op.output,)
 
     def prepack(self, weights: np.ndarray) -> None:
         """Pack the constant operand ``weights`` (``op.inputs[1]``, logical layout) into its storage
@@ -225,9 +265,13 @@ class Kernel:
         """Execute the kernel on prepared buffers (the timed part)."""
         self.driver.call(buffers.pointers)
 
-    def _logical(self, stored: np.ndarray) -> np.ndarray:
+    def _logical(self, stored: np.ndarray, view: bool = False) -> np.ndarray:
+        """The output in the op's logical layout: a C-contiguous copy, or with ``view`` a view of
+        ``stored`` where the layout allows."""
         out = self.op.output
-        return self.schedule.layout_of(out).from_storage(stored, self.op.tensor(out).shape)
+        layout, shape = self.schedule.layout_of(out), self.op.tensor(out).shape
+        logical = layout.view(stored, shape) if view else None
+        return layout.from_storage(stored, shape) if logical is None else logical
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, in the op's logical layout."""
@@ -295,6 +339,9 @@ class QuantizedKernel(Kernel):
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
         """Validate, pack into the schedule's layouts, precompute per-channel terms."""
+        return self.bind(self._values(*arrays, **params))
+
+    def _values(self, *arrays: np.ndarray, **params: Any) -> dict[str, Any]:
         op, plan = self.op, self.plan
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments, given):
@@ -313,7 +360,15 @@ class QuantizedKernel(Kernel):
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
         values[op.output] = self._zeros(op.output, out_shape, np.int32 if plan.integer else np.float32)
         values.update(self._parameter_values(qp, given[1], out_shape))
-        return self.bind(values)
+        return values
+
+    @property
+    def _activation_dtype(self) -> np.dtype:
+        return np.dtype(self.op.quant.activation)
+
+    @property
+    def _written(self) -> tuple[str, ...]:
+        return (self.op.output, "Y", "lo_xsum")
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
         op, spec, plan = self.op, self.op.quant, self.plan

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .buffers import aligned_copy
+from .buffers import ALIGNMENT, aligned_copy
 from .expr import Expr
 
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
@@ -88,12 +88,22 @@ class Layout:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
         ``buffers.aligned_zeros``)."""
-        padded_shape = [-(-n // self.block(name)) * self.block(name)
-                        for name, n in zip(self.letters, array.shape)]
+        padded_shape, split_shape, perm = self._split(array.shape)
         padded = array
-        if tuple(padded_shape) != array.shape:       # a blocked dim padded with zeros to its block
+        if padded_shape != array.shape:       # a blocked dim padded with zeros to its block
             padded = np.zeros(padded_shape, dtype=array.dtype)
             padded[tuple(slice(0, n) for n in array.shape)] = array
+        stored = padded.reshape(split_shape).transpose(perm)
+        if stored.flags.c_contiguous and not tail_bytes and not exact and stored.ctypes.data % ALIGNMENT == 0:
+            return stored       # the array's memory already is this layout (a kernel only reads its inputs)
+        return aligned_copy(stored, tail_bytes, exact)
+
+    @lru_cache(maxsize=4096)       # noqa: B019
+    def _split(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """For a logical ``shape``: its shape padded to whole blocks, that shape with each blocked dim
+        split in two (outer, block), and the permutation of the split dims into storage order."""
+        padded_shape = tuple(-(-n // self.block(letter)) * self.block(letter)
+                             for letter, n in zip(self.letters, shape))
         split_shape, split_axes = [], {}
         for letter, n in zip(self.letters, padded_shape):
             size = self.block(letter)
@@ -102,8 +112,16 @@ class Layout:
             if size > 1:
                 split_axes[(letter, size)] = len(split_shape)
                 split_shape.append(size)
-        perm = [split_axes[(name, b)] for name, b in self.order if (name, b) in split_axes]
-        return aligned_copy(padded.reshape(split_shape).transpose(perm), tail_bytes, exact)
+        perm = tuple(split_axes[(name, b)] for name, b in self.order if (name, b) in split_axes)
+        return padded_shape, tuple(split_shape), perm
+
+    def view(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+        """The logical array of ``shape`` as a view of ``stored`` (no copy: its strides say the
+        layout), or None when this layout blocks a dim (its blocks do not merge into one axis)."""
+        if any(block for _, block in self.order):
+            return None
+        storage_pos = {letter: i for i, (letter, _) in enumerate(self.order)}
+        return stored.reshape(self.storage_shape(shape)).transpose([storage_pos[n] for n in self.letters])
 
     def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Inverse of ``to_storage``: the logical array of ``shape``."""

@@ -80,7 +80,8 @@ from .winograd import AnyPlan, WinogradError
 from .winograd import plan as winograd_plan
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize",
+              "split_k", "clip")
 SUFFIX = ".toml"
 SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
 WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan
@@ -460,11 +461,13 @@ def _step_value(step: Step) -> Any:
 
 
 def _value(value: Any) -> str:
-    """A TOML literal of a str, int, list or dict of those."""
+    """A TOML literal of a str, int, float (finite), list or dict of those."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return repr(value)
     if isinstance(value, str):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         return f'"{escaped}"'

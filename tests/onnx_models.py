@@ -171,3 +171,54 @@ def qdq_model(bias_scale: float = 1.0, float_conv_output: bool = False) -> onnx.
                ("gq", TensorProto.UINT8, [1, 4])]
     outputs += [("c", TensorProto.FLOAT, [1, 6, 4, 5])] if float_conv_output else []
     return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 10])], outputs, inits, opset=21)
+
+
+def residual_net() -> onnx.ModelProto:
+    """A ResNet-18-shaped stem and basic block and a MobileNetV2 inverted residual (expansion 1), small,
+    on small_cnn's input with its first Conv and its Gemm (the same kernels): Conv 3->8 (3x3) + Relu,
+    MaxPool 3x3/2; Conv 8->8 + Relu, Conv 8->8, Add of the block's input, Relu; depthwise Conv 3x3 +
+    Clip(0, 6), Conv 1x1 8->8, Add; GlobalAveragePool, Flatten, Gemm 8->5."""
+    conv = lambda x, w, y, **attrs: helper.make_node("Conv", [x, w, f"{w}_b"], [y], name=w, **attrs)
+    nodes = [
+        conv("x", "stem", "s", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["s"], ["sr"]),
+        helper.make_node("MaxPool", ["sr"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        conv("p", "body1", "b1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["b1"], ["b1r"]),
+        conv("b1r", "body2", "b2", pads=[1, 1, 1, 1]), helper.make_node("Add", ["b2", "p"], ["a"]),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        conv("ar", "depthwise", "d", pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Clip", ["d", "zero", "six"], ["dr"]),
+        conv("dr", "project", "j"), helper.make_node("Add", ["j", "ar"], ["m"]),
+        helper.make_node("GlobalAveragePool", ["m"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], transB=1, alpha=0.5, name="fc"),
+    ]
+    shapes = {"stem": (8, 3, 3, 3), "body1": (8, 8, 3, 3), "body2": (8, 8, 3, 3), "depthwise": (8, 1, 3, 3),
+              "project": (8, 8, 1, 1), "fc": (5, 8)}
+    inits = [_init("zero", np.float32(0)), _init("six", np.float32(6))]
+    inits += [t for name, shape in shapes.items() for t in (_init(name, _weights(*shape)),
+                                                            _init(f"{name}_b", _weights(shape[0])))]
+    return model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 11])], [("y", TensorProto.FLOAT, [2, 5])],
+                 inits, opset=21)
+
+
+def quantized(proto: onnx.ModelProto, folder, quant_format: str = "QOperator") -> onnx.ModelProto:
+    """``proto``'s Conv and MatMul nodes quantized by onnxruntime's ``quantize_static`` (uint8
+    activations, int8 per-channel weights, calibrated on 4 random inputs) in ``quant_format``
+    (QOperator or QDQ), as benchmarks/bench_onnx.py quantizes its models; written to ``folder``."""
+    from onnxruntime import quantization
+
+    shape = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    name = proto.graph.input[0].name
+    inputs = iter([{name: RNG.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+    class Reader(quantization.CalibrationDataReader):
+        def get_next(self):
+            return next(inputs, None)
+
+    source, target = f"{folder}/model.onnx", f"{folder}/model.{quant_format}.onnx"
+    onnx.save(proto, source)
+    quantization.quantize_static(source, target, Reader(), quant_format=getattr(quantization.QuantFormat,
+                                                                                quant_format),
+                                 op_types_to_quantize=["Conv", "MatMul"], per_channel=True,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    return onnx.load(target)

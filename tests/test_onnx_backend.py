@@ -9,11 +9,20 @@ from helpers import tiers
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, shape_inference
 from onnx.reference import ReferenceEvaluator
-from onnx_models import expected, model, quantized_model, small_cnn, transformer_block
+from onnx_models import (
+    expected,
+    model,
+    quantized,
+    quantized_model,
+    residual_net,
+    small_cnn,
+    transformer_block,
+)
 
 from loopopt.onnx import backend
 from loopopt.onnx.exact import exact_output
 from loopopt.onnx.graph import static_input_shapes
+from loopopt.onnx.plan import KERNEL, NUMPY
 
 RNG = np.random.default_rng(3)
 
@@ -35,6 +44,53 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
     compiled = len(rep.kernels)
     rep.run({"x": _x(2, 3, 9, 11)})
     assert len(rep.kernels) == compiled == 4     # built once per shape, at prepare
+
+
+def test_residual_net_runs_on_kernels_and_numpy_and_matches():
+    """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference (Relu in place on the conv's
+    output), its output onnxruntime's and every intermediate value onnx.reference's."""
+    proto = residual_net()
+    rep = backend.prepare(proto, strict=True)
+    assert rep.fallbacks() == []
+    engines = {step.op_type: step.engine for step in rep.plan.steps}
+    assert engines == {"Conv": KERNEL, "Gemm": KERNEL, "Relu": NUMPY, "MaxPool": NUMPY, "Add": NUMPY,
+                       "Clip": NUMPY, "GlobalAveragePool": NUMPY, "Flatten": NUMPY}
+    assert {s.inputs[0] for s in rep.plan.steps if s.reuse} >= {"s", "b1", "a", "d"}   # not "p": Add reads it
+    x = _x(2, 3, 9, 11)
+    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    reference = ReferenceEvaluator(proto).run(None, {"x": x}, intermediate=True)
+    values = rep.values([x])
+    for name in ("sr", "p", "b1r", "ar", "dr", "m", "f"):
+        np.testing.assert_allclose(values[name], reference[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant_format", ["QOperator", "QDQ"])
+def test_quantized_residual_net_matches_onnxruntime(quant_format, tmp_path):
+    """The residual net quantized by onnxruntime (QLinearConv, or DequantizeLinear -> Conv ->
+    QuantizeLinear groups) runs with no node on onnx.reference; its quantized values agree with
+    onnxruntime's within one step."""
+    proto = quantized(residual_net(), tmp_path, quant_format)
+    rep = backend.prepare(proto, strict=True)
+    assert rep.fallbacks() == []
+    x = _x(2, 3, 9, 11)
+    got, want = rep.run([x])[0], expected(proto, [x])[0]
+    np.testing.assert_allclose(got, want, atol=0.05)
+    values = rep.values([x])
+    names = [n.output[0] for n in proto.graph.node if n.op_type in ("QuantizeLinear", "QLinearConv")]
+    ours = [values[n] for n in names if n in values]
+    theirs = expected(_with_outputs(proto, [n for n in names if n in values]), [x])
+    assert len(ours) >= 5
+    assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(ours, theirs))
+
+
+def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """``proto`` with the values ``names`` as its outputs."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    del copy.graph.output[:]
+    copy.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.UINT8, None) for n in names)
+    return copy
 
 
 @pytest.mark.slow
@@ -157,6 +213,8 @@ def test_not_strict_runs_an_unsupported_node_on_the_reference():
     rep = backend.prepare(proto)
     assert not rep.lowered["conv64"].on_kernel and "float64" in rep.lowered["conv64"].reason
     assert "onnx.reference" in str(rep.lowered["conv64"])
+    assert [(f.node, f.engine) for f in rep.fallbacks()] == [("conv64", "onnx.reference")]
+    assert "float64" in rep.fallbacks()[0].reason and set(rep.profile([x, w], runs=1)) == {"conv64"}
     want = ReferenceEvaluator(proto).run(None, {"x": x, "w": w})[0]
     np.testing.assert_allclose(rep.run([x, w])[0], want, rtol=1e-12)
 

@@ -36,6 +36,8 @@ def test_report_table_with_reuse_of_a_quantized_model():
     table = report.table()
     assert "qconv" in table and "Matmul(m=1, n=7, k=120, quant=" in table
     assert "total over the compute nodes" in table
+    assert "whole model, each node timed in a run of the plan" in table and report.fallbacks == []
+    assert set(report.engines_ms) == {"loopopt kernel", "numpy"}      # Quantize/DequantizeLinear, Flatten
     assert all(n.best.dram_bytes is not None for n in report.timed)
     if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
         assert "integer outputs vs onnxruntime" in table

@@ -47,14 +47,37 @@ def test_held_int8_weights_are_exact_for_every_weights_array(compensation):
     np.testing.assert_array_equal(kernel(*arrays, **shifted), reference_output(QCONV, arrays, shifted))
 
 
+def test_with_constants_gives_the_call_output_on_strided_activations():
+    """``with_constants``: the weights, bias and int8 parameters bound once; activations given as a
+    view of channels-last memory (a previous kernel's output) read as they are; the output a view of
+    the kernel's storage in the logical layout."""
+    schedule = lo.Schedule(CONV).layout("I", "NHWC").layout("O", "NHWC")
+    kernel = schedule.compile()
+    (x, w, b), (x2, _, _) = _float_call(1), _float_call(3)
+    call = kernel.with_constants(w, b)
+    for given in (x, np.ascontiguousarray(x2.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        out = call(given)
+        assert not out.flags.c_contiguous and out.base is not None          # NHWC storage, viewed as NCHW
+        np.testing.assert_array_equal(out, kernel(np.ascontiguousarray(given), w, b))
+    with pytest.raises(ValueError, match=r"I has shape \(2, 5, 9, 7\) and dtype float32; .* expects"):
+        call(np.zeros((2, 5, 9, 7), np.float32))
+    qkernel = lo.Schedule(QCONV).compensation("packed").compile()      # test_held_int8_...'s kernel
+    (qx, qw, qb), params = random_call(QCONV, 4)
+    np.testing.assert_array_equal(qkernel.with_constants(qw, qb, **params)(qx),
+                                  reference_output(QCONV, [qx, qw, qb], params))
+
+
 def test_prepack_refuses_what_it_cannot_take():
     kernel = lo.Schedule(CONV).compile()
     with pytest.raises(ValueError, match=r"prepack takes the weights W as an array of shape \(16, 5, 3, 3\), "
                                          r"got \(16, 5, 3\)"):
         kernel.prepack(np.zeros((16, 5, 3), np.float32))
     binary = lo.Conv2d(64, 16, 1, height=3, width=3, quant=lo.QuantSpec(activation="binary", weight="binary"))
+    binary_kernel = lo.Schedule(binary).compile("scalar")
     with pytest.raises(ValueError, match="a binary kernel packs its weights to bits"):
-        lo.Schedule(binary).compile("scalar").prepack(np.ones((16, 64, 1, 1), np.int8))
+        binary_kernel.prepack(np.ones((16, 64, 1, 1), np.int8))
+    with pytest.raises(ValueError, match="a binary kernel packs its weights to bits"):
+        binary_kernel.with_constants(np.ones((16, 64, 1, 1), np.int8))
 
 
 def test_measure_times_whole_calls_with_prepacked_weights():

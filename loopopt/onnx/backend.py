@@ -3,22 +3,25 @@
 Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm nodes, and the
 DequantizeLinear -> Conv/MatMul/Gemm (-> QuantizeLinear) groups of QDQ models (``qdq.fuse``),
 run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given, else the
-default register-blocked one); every other node runs on ``onnx.reference.ReferenceEvaluator``,
-which calls loopopt's implementations for those op types. ``rep.lowered`` says, per compute
-node, which loopopt op and schedule ran it, the nodes a fused group absorbed (or why the
-reference ran it). ``strict=True`` raises NotImplementedError naming the node and what is
-missing instead of running a compute node on the reference.
+default register-blocked one) with their weights packed at prepare; pooling (``pooling.POOLS``)
+and elementwise nodes (``elementwise.ELEMENTWISE``) run in numpy on the kernels' storage layouts;
+every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
+that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
+the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
+node onnx.reference runs, with the reason, and ``rep.profile(inputs)`` what each node costs.
+``strict=True`` raises NotImplementedError naming the node and what is missing instead of running
+a compute node on the reference.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, shape_inference
 from onnx.backend.base import Backend, BackendRep
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
@@ -27,9 +30,11 @@ from onnx.reference.ops import load_op
 from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
+from .elementwise import ELEMENTWISE, VIEWS
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
-from .lowering import FUSED, FUSED_DOMAIN, LOWERINGS, Lowering, NotSupported, Value, lower, lowerable
+from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
+from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
 from .pooling import POOL_ATTRIBUTES, POOLS, unsupported
 from .qdq import fuse
 
@@ -80,8 +85,10 @@ class LoopoptRep(BackendRep):
         self.constants = {name: value.data for name, value in known.items() if value.data is not None}
         fused = fuse(model, [node_label(node, i) for i, node in enumerate(model.graph.node)], known)
         self.prepared, self.groups, self.skipped = fused.model, fused.groups, fused.skipped
-        self._evaluator = ReferenceEvaluator(self.prepared, new_ops=_node_classes(self))
+        self._evaluator = ReferenceEvaluator(self.prepared, new_ops=_fused_classes(self))
+        self._bound: dict[str, Any] = {}     # node -> its kernel with the node's constants packed
         self._lower_static(known)
+        self.plan = self._plan(known)
 
     def _check_nodes(self) -> None:
         for index, node in enumerate(self.model.graph.node):
@@ -90,10 +97,63 @@ class LoopoptRep(BackendRep):
                                           f"{node.op_type} is not supported (only the default ONNX domain)")
 
     def _lower_static(self, known: dict[str, Value]) -> None:
-        """Lower and compile every compute node whose input shapes are static in the model."""
+        """Lower and compile every compute node whose input shapes are static in the model; one whose
+        inputs after the first are constants gets its kernel bound to them (``Lowering.bind``)."""
         for node in self.prepared.graph.node:
             if lowerable(node) and all(not n or n in known for n in node.input):
-                self._lowering(node, [known[n] if n else None for n in node.input])
+                values = [known[n] if n else None for n in node.input]
+                lowered = self._lowering(node, values)
+                if lowered is not None and all(v is None or v.data is not None for v in values[1:]):
+                    lowering, kernel = lowered
+                    self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values])
+
+    def _plan(self, known: dict[str, Value]) -> Plan:
+        """The execution plan: one step per node of ``prepared`` (Constant nodes are constants)."""
+        opset = {o.domain or "": o.version for o in self.prepared.opset_import}
+        steps = []
+        for node, runtime in zip(self.prepared.graph.node, self._evaluator.rt_nodes_):
+            if all(name in self.constants for name in node.output):
+                continue
+            values = [known.get(n) if n else None for n in node.input]
+            step = dict(node=node.name, op_type=node.op_type, inputs=tuple(node.input),
+                        outputs=tuple(node.output))
+            if lowerable(node):
+                engine = self._kernel_engine(node)
+                steps.append(Step(**step, run=self._kernel_step(node, runtime),
+                                  owns_outputs=engine["engine"] == KERNEL, **engine))
+            elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
+                steps.append(Step(**step, run=_pool_step(node, runtime), engine=NUMPY, owns_outputs=True))
+            elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
+                try:
+                    run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1))
+                    steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=node.op_type not in VIEWS))
+                except NotSupported as error:
+                    steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
+                                      owns_outputs=False, reason=error.reason))
+            else:
+                steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
+                                  reason=f"no loopopt or numpy implementation of {node.op_type}"))
+        return Plan(steps, self.constants, [value.name for value in self.prepared.graph.output])
+
+    def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
+        """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""
+        lowered = self.lowered.get(node.name)
+        if lowered is not None and not lowered.on_kernel:
+            return dict(engine=REFERENCE, reason=lowered.reason)
+        return dict(engine=KERNEL)
+
+    def _kernel_step(self, node: onnx.NodeProto, runtime: OpRun) -> Any:
+        """A compute node's run: its bound kernel, else ``execute`` (lowered once per run_key) and the
+        reference where the op model cannot express it."""
+        if node.name in self._bound:
+            bound = self._bound[node.name]
+            return lambda inputs, reuse: bound(inputs[0])
+
+        def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+            outputs = self.execute(node, inputs)
+            return list(runtime.run(*inputs)) if outputs is None else outputs
+
+        return run
 
     def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None]):
         """The node's lowering and compiled kernel (recorded in ``lowered``); None when the op
@@ -141,14 +201,29 @@ class LoopoptRep(BackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         """The model's outputs for ``inputs`` (a list in graph-input order, a dict, or one array)."""
-        return list(self._evaluator.run(None, feeds(self.model, inputs)))
+        return self.plan.outputs_of(feeds(self.model, inputs))
 
     def values(self, inputs: Any) -> dict[str, np.ndarray]:
-        """Every value of ``prepared`` on ``inputs``: the initializers, the inputs and each node's outputs."""
+        """Every value of ``prepared`` on ``inputs``: the constants, the inputs and each node's outputs."""
+        return self.plan.run(feeds(self.model, inputs), keep=True)
+
+    def profile(self, inputs: Any, runs: int = 3) -> dict[str, float]:
+        """Each node's median seconds over ``runs`` runs of the plan on ``inputs``, by node name."""
         given = feeds(self.model, inputs)
-        names = [name for node in self.prepared.graph.node for name in node.output if name]
-        constants = {init.name: numpy_helper.to_array(init) for init in self.model.graph.initializer}
-        return {**constants, **given, **dict(zip(names, self._evaluator.run(names, given)))}
+        times: list[dict[str, float]] = []
+        for _ in range(runs):
+            times.append({})
+            self.plan.run(given, times=times[-1])
+        return {node: float(np.median([t[node] for t in times])) for node in times[0]}
+
+    def fallbacks(self) -> list[Step]:
+        """The nodes onnx.reference runs (``Step.reason`` says why): those known at prepare, and compute
+        nodes of dynamic shapes whose lowering a run found the op model cannot express."""
+        lowered = self.lowered
+        return [replace(step, engine=REFERENCE, reason=lowered[step.node].reason)
+                if step.node in lowered and not lowered[step.node].on_kernel else step
+                for step in self.plan.steps
+                if step.engine == REFERENCE or (step.node in lowered and not lowered[step.node].on_kernel)]
 
 
 def run_key(array: np.ndarray | None) -> tuple | None:
@@ -160,40 +235,37 @@ def run_key(array: np.ndarray | None) -> tuple | None:
     return (array.shape, array.dtype.str, array.tobytes() if array.size <= SMALL_INPUT else None)
 
 
-class _LoopoptNode(OpRun):
-    """A compute node inside ReferenceEvaluator: runs on the rep's kernel, else on the reference."""
+class _FusedGroup(OpRun):
+    """A fused QDQ node on onnx.reference: the original nodes of its group (``LoopoptRep.reference``)."""
 
-    op_domain = ""
+    op_domain = FUSED_DOMAIN
     rep: LoopoptRep
 
     def _run(self, *inputs, **kwargs):
-        outputs = self.rep.execute(self.onnx_node, inputs)
-        if outputs is None:
-            return self.rep.reference(self.onnx_node, inputs, self.run_params)
-        return tuple(outputs)
+        return self.rep.reference(self.onnx_node, inputs, self.run_params)
 
 
-class _PoolNode(OpRun):
-    """A pooling node inside ReferenceEvaluator: ``pooling.POOLS``, else onnx.reference (``unsupported``)."""
-
-    op_domain = ""
-
-    def _run(self, x, **kwargs):
-        node = self.onnx_node
-        given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        values = POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
-        if unsupported(node.op_type, x, values, node.output) is not None:
-            version = self.run_params["opsets"][node.domain]
-            return load_op(node.domain, node.op_type, version)(node, self.run_params).run(x)
-        return (POOLS[node.op_type](x, values),)
+def _fused_classes(rep: LoopoptRep) -> list[type[OpRun]]:
+    """One OpRun class per op type of ``FUSED`` (ReferenceEvaluator finds them by domain and class name)."""
+    return [type(op_type, (_FusedGroup,), {"rep": rep}) for op_type in FUSED]
 
 
-def _node_classes(rep: LoopoptRep) -> list[type[OpRun]]:
-    """One OpRun class per op type of ``LOWERINGS`` and ``FUSED`` and per pooling op type
-    (ReferenceEvaluator finds them by domain and class name)."""
-    return ([type(op_type, (_LoopoptNode,), {"rep": rep, "op_domain": domain})
-             for domain, table in (("", LOWERINGS), (FUSED_DOMAIN, FUSED)) for op_type in table]
-            + [type(op_type, (_PoolNode,), {}) for op_type in POOLS])
+def _reference_step(runtime: OpRun) -> Any:
+    """A node's run on its onnx.reference implementation."""
+    return lambda inputs, reuse: runtime.run(*inputs)
+
+
+def _pool_step(node: onnx.NodeProto, runtime: OpRun) -> Any:
+    """A pooling node's run: ``pooling.POOLS``, else onnx.reference (``unsupported`` says when)."""
+    given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    values = POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
+        if unsupported(node.op_type, inputs[0], values, node.output) is not None:
+            return runtime.run(*inputs)
+        return [POOLS[node.op_type](inputs[0], values)]
+
+    return run
 
 
 class LoopoptBackend(Backend):

@@ -22,7 +22,7 @@ from ..kernel import Kernel
 from ..ops import AUTO_PADS, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
 from ..quant import PARAM_NAMES, QuantSpec, check_quant_params, symmetric_zero_point
 
-Call = Callable[[Kernel, Sequence[np.ndarray]], list[np.ndarray]]
+Inputs = Sequence[np.ndarray | None]
 
 
 class NotSupported(Exception):
@@ -43,13 +43,38 @@ class Value:
     data: np.ndarray | None = None
 
 
+def _same(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def _one(array: np.ndarray) -> list[np.ndarray]:
+    return [array]
+
+
 @dataclass(frozen=True)
 class Lowering:
-    """A node as a loopopt op, and how its kernel runs the node (``call(kernel, inputs)``)."""
+    """A node as a loopopt op, and how its kernel runs the node: the kernel's first array is
+    ``activation(inputs[0])``, the rest and the quantization parameters are ``constants(inputs)``
+    (the node's other inputs: weights, bias, scales), and ``result`` makes the kernel's output the
+    node's outputs."""
 
     op: Op
-    call: Call
+    constants: Callable[[Inputs], tuple[list[np.ndarray], dict]]
+    activation: Callable[[np.ndarray], np.ndarray] = _same
+    result: Callable[[np.ndarray], list[np.ndarray]] = _one
     note: str = ""    # what the importer does around the kernel (batch folded into the rows, ...)
+
+    def call(self, kernel: Kernel, inputs: Inputs) -> list[np.ndarray]:
+        """The node's outputs for ``inputs``: one call of ``kernel``."""
+        arrays, params = self.constants(inputs)
+        return self.result(run_kernel(kernel, self.activation(inputs[0]), *arrays, **params))
+
+    def bind(self, kernel: Kernel, inputs: Inputs) -> Callable[[np.ndarray], list[np.ndarray]]:
+        """The node's outputs as a function of its first input, every other input the constant of
+        ``inputs`` (checked and packed once: ``Kernel.with_constants``)."""
+        arrays, params = self.constants(inputs)
+        call = kernel.with_constants(*(np.ascontiguousarray(a) for a in arrays), **params)
+        return lambda x: self.result(call(self.activation(x)))
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:
@@ -142,12 +167,7 @@ def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     x, w, b = values[0], values[1], _input(values, 2)
     _float32(node, values)
     geometry = conv_geometry(node, x, w, b is not None)
-    op = geometry.op()
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [run_kernel(kernel, *(a for a in inputs[:3] if a is not None))]
-
-    return Lowering(op, call)
+    return Lowering(geometry.op(), lambda inputs: ([a for a in inputs[1:3] if a is not None], {}))
 
 
 @dataclass(frozen=True)
@@ -157,7 +177,7 @@ class Quantization:
     point as 0)."""
 
     spec: QuantSpec
-    params: Callable[[Sequence[np.ndarray | None]], dict]
+    params: Callable[[Inputs], dict]
 
 
 # input index -> the kernel's parameter name
@@ -233,13 +253,8 @@ def _quantized_conv(node: onnx.NodeProto, values: Sequence[Value | None], weight
     bias_of = _bias(values, bias, output)
     geometry = conv_geometry(node, x, w, bias_of is not None)
     quant = quantization(node, values, w.shape[0], weights, names, output)
-    op = geometry.op(quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [inputs[0], inputs[weights]] + ([bias_of(inputs)] if bias_of else [])
-        return [run_kernel(kernel, *arrays, **quant.params(inputs))]
-
-    return Lowering(op, call)
+    return Lowering(geometry.op(quant.spec), lambda inputs: (
+        [inputs[weights]] + ([bias_of(inputs)] if bias_of else []), quant.params(inputs)))
 
 
 def lower_conv_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
@@ -294,21 +309,24 @@ class MatmulShape:
         except (ValueError, TypeError) as error:
             raise NotSupported(str(error)) from error
 
-    def run(self, product: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray,
-            b: np.ndarray) -> np.ndarray:
-        """``product`` (one kernel call) on the operands as the op takes them, shaped as ONNX MatMul's
-        output."""
+    def left(self, a: np.ndarray) -> np.ndarray:
+        """A as the op takes it (a vector promoted; the batch broadcast, or folded into the rows)."""
         a2 = a[None, :] if self.a_vector else a
-        b2 = b[:, None] if self.b_vector else b
         if self.b_batched:
-            out = product(np.broadcast_to(a2, (*self.batch, self.m, self.k)),
-                          np.broadcast_to(b2, (*self.batch, self.k, self.n)))
-        else:
-            out = product(a2.reshape(self.rows, self.k), b2)
+            return np.broadcast_to(a2, (*self.batch, self.m, self.k))
+        return a2.reshape(self.rows, self.k)
+
+    def right(self, b: np.ndarray) -> np.ndarray:
+        """B as the op takes it."""
+        b2 = b[:, None] if self.b_vector else b
+        return np.broadcast_to(b2, (*self.batch, self.k, self.n)) if self.b_batched else b2
+
+    def result(self, out: np.ndarray) -> list[np.ndarray]:
+        """The kernel's output shaped as ONNX MatMul's output."""
         out = out.reshape(*self.batch, self.m, self.n)
         if self.a_vector:
             out = out[..., 0, :]
-        return out[..., 0] if self.b_vector else out
+        return [out[..., 0] if self.b_vector else out]
 
     @property
     def note(self) -> str:
@@ -320,12 +338,8 @@ def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Loweri
     attributes(node, {})
     _float32(node, values)
     shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    op = shape.op()
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b), inputs[0], inputs[1])]
-
-    return Lowering(op, call, shape.note)
+    return Lowering(shape.op(), lambda inputs: ([shape.right(inputs[1])], {}), shape.left, shape.result,
+                    shape.note)
 
 
 def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
@@ -335,13 +349,9 @@ def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weig
     attributes(node, {})
     shape = MatmulShape.of(node, values[0].shape, values[weights].shape)
     quant = quantization(node, values, shape.n, weights, names, output)
-    op = shape.op(quant.spec)
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        params = quant.params(inputs)
-        return [shape.run(lambda a, b: run_kernel(kernel, a, b, **params), inputs[0], inputs[weights])]
-
-    return Lowering(op, call, shape.note)
+    return Lowering(shape.op(quant.spec),
+                    lambda inputs: ([shape.right(inputs[weights])], quant.params(inputs)),
+                    shape.left, shape.result, shape.note)
 
 
 def lower_matmul_integer(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
@@ -376,12 +386,8 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
                   beta=float(attrs["beta"]), c_shape=c_shape)
     except (ValueError, TypeError) as error:
         raise NotSupported(f"Gemm with {error}") from error
-
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [inputs[0], inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else [])
-        return [run_kernel(kernel, *arrays)]
-
-    return Lowering(op, call)
+    return Lowering(op, lambda inputs: ([inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else []),
+                                        {}))
 
 
 # ---------------------------------------------------------------- fused QDQ patterns
@@ -437,16 +443,14 @@ def lower_qdq_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowe
     except (ValueError, TypeError) as error:
         raise NotSupported(str(error)) from error
     if bias_of is None:
-        return Lowering(op, lambda kernel, inputs: [run_kernel(kernel, inputs[0], inputs[3],
-                                                               **quant.params(inputs))])
+        return Lowering(op, lambda inputs: ([inputs[3]], quant.params(inputs)))
 
-    def call(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def constants(inputs: Inputs) -> tuple[list[np.ndarray], dict]:
         w = inputs[3] if trans_b else inputs[3].T
-        out = run_kernel(kernel, inputs[0].reshape(m, k, 1, 1), w.reshape(n, k, 1, 1),
-                         np.reshape(bias_of(inputs), n), **quant.params(inputs))
-        return [out.reshape(m, n)]
+        return [w.reshape(n, k, 1, 1), np.reshape(bias_of(inputs), n)], quant.params(inputs)
 
-    return Lowering(op, call, "as a 1x1 Conv2d over a batch of m (for the bias)")
+    return Lowering(op, constants, lambda x: x.reshape(m, k, 1, 1), lambda out: [out.reshape(m, n)],
+                    "as a 1x1 Conv2d over a batch of m (for the bias)")
 
 
 Lower = Callable[[onnx.NodeProto, Sequence[Value | None]], Lowering]

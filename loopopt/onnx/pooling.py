@@ -20,16 +20,19 @@ POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0,
                    "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
 
 
-def _geometry(x: np.ndarray, attributes: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
-                                                        tuple[tuple[int, int], ...]]:
-    """Kernel, strides, dilations and per-side pads ``((begin, end), ...)`` of a pooling node on ``x``."""
-    spatial = x.ndim - 2
+Geometry = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def _geometry(sizes: tuple[int, ...], attributes: dict) -> Geometry:
+    """Kernel, strides, dilations and per-side pads ``((begin, end), ...)`` of a pooling node on an
+    input of spatial ``sizes``."""
+    spatial = len(sizes)
     kernel = tuple(attributes["kernel_shape"])
     strides = tuple(attributes["strides"] or (1,) * spatial)
     dilations = tuple(attributes["dilations"] or (1,) * spatial)
     mode = attributes["auto_pad"]
     if mode != "NOTSET":
-        pads = auto_pad(mode, x.shape[2:], kernel, strides, dilations)
+        pads = auto_pad(mode, sizes, kernel, strides, dilations)
     else:
         flat = tuple(attributes["pads"] or (0,) * (2 * spatial))
         pads = tuple(zip(flat[:spatial], flat[spatial:]))
@@ -47,36 +50,46 @@ def _output_size(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: 
 
 
 def _taps(x: np.ndarray, attributes: dict, fill: float):
-    """The padded input's strided slice for each tap of the window, and the output's spatial shape."""
-    kernel, strides, dilations, pads = _geometry(x, attributes)
+    """The padded input's strided slice for each tap of the window, channels-last: ``x`` is
+    ``(N, spatial..., C)`` (a channels-last view of the node's input; the taps then read whole
+    rows of channels, and the output of a channels-last kernel is read without a transpose)."""
+    kernel, strides, dilations, pads = _geometry(x.shape[1:-1], attributes)
     ceil = bool(attributes["ceil_mode"])
     sizes = [_output_size(n, k, s, d, p, ceil)
-             for n, k, s, d, p in zip(x.shape[2:], kernel, strides, dilations, pads)]
+             for n, k, s, d, p in zip(x.shape[1:-1], kernel, strides, dilations, pads)]
     # pad past the end as far as the last window reaches (ceil_mode may reach beyond the given pad)
     ends = [max(p[1], (o - 1) * s + d * (k - 1) + 1 - n - p[0])
-            for n, k, s, d, p, o in zip(x.shape[2:], kernel, strides, dilations, pads, sizes)]
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(p[0], e) for p, e in zip(pads, ends)], constant_values=fill)
+            for n, k, s, d, p, o in zip(x.shape[1:-1], kernel, strides, dilations, pads, sizes)]
+    padded = np.pad(x, [(0, 0)] + [(p[0], e) for p, e in zip(pads, ends)] + [(0, 0)], constant_values=fill)
     for tap in np.ndindex(*kernel):
         window = [slice(t * d, t * d + (o - 1) * s + 1, s)
                   for t, d, s, o in zip(tap, dilations, strides, sizes)]
-        yield (slice(None), slice(None), *window), padded
+        yield (slice(None), *window, slice(None)), padded
+
+
+def _channels_last(x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, 1, -1)
 
 
 def max_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+    """MaxPool, returned as a channels-last array viewed in the logical (N, C, spatial...) order."""
     out = None
-    for window, padded in _taps(x, attributes, -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min):
+    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    for window, padded in _taps(_channels_last(x), attributes, fill):
         out = padded[window].copy() if out is None else np.maximum(out, padded[window], out=out)
-    return out
+    return np.moveaxis(out, -1, 1)
 
 
 def average_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+    """AveragePool, returned as ``max_pool`` returns its output."""
     total = count = None
-    ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+    ones = np.ones((1, *x.shape[2:], 1), x.dtype)
     counted = float(attributes["count_include_pad"])     # a pad counts 1 or 0 in the divisor
-    for (window, padded), (_, mask) in zip(_taps(x, attributes, 0.0), _taps(ones, attributes, counted)):
+    for (window, padded), (_, mask) in zip(_taps(_channels_last(x), attributes, 0.0),
+                                           _taps(ones, attributes, counted)):
         total = padded[window].copy() if total is None else total + padded[window]
         count = mask[window].copy() if count is None else count + mask[window]
-    return (total / count).astype(x.dtype)
+    return np.moveaxis((total / count).astype(x.dtype), -1, 1)
 
 
 def global_pool(reduce: Callable[..., np.ndarray]) -> Callable[[np.ndarray, dict], np.ndarray]:

@@ -67,6 +67,19 @@ class NodeReport:
                                      "dram_bytes": r.dram_bytes, "misses": r.misses} for r in rows}}
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """A node the backend runs on onnx.reference: why, and its median time in a run of the model."""
+
+    node: str
+    op_type: str
+    reason: str
+    ms: float
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.op_type}) {self.ms:.3f} ms: {self.reason}"
+
+
 @dataclass
 class ModelReport:
     """The report of a model: one NodeReport per compute node, in graph order."""
@@ -74,6 +87,8 @@ class ModelReport:
     model: str
     threads: int
     nodes: list[NodeReport] = field(default_factory=list)
+    engines_ms: dict[str, float] = field(default_factory=dict)   # a run of the whole plan, by engine
+    fallbacks: list[Fallback] = field(default_factory=list)     # the nodes onnx.reference runs
 
     @property
     def timed(self) -> list[NodeReport]:
@@ -121,9 +136,11 @@ class ModelReport:
             lines.append(f"  all {len(checked)} nodes: {self.integer_total}")
         lines += [f"{n.lowered.node} absorbs {', '.join(n.lowered.absorbed)}" for n in self.nodes
                   if n.lowered.absorbed]
-        reference = [n.lowered.node for n in self.nodes if not n.lowered.on_kernel]
-        if reference:
-            lines.append(f"on onnx.reference (not timed): {', '.join(reference)}")
+        if self.engines_ms:
+            parts = ", ".join(f"{engine} {ms:.3f}" for engine, ms in self.engines_ms.items())
+            lines.append(f"whole model, each node timed in a run of the plan: "
+                         f"{sum(self.engines_ms.values()):.3f} ms ({parts})")
+        lines += [f"on onnx.reference: {fallback}" for fallback in self.fallbacks]
         return "\n".join(lines)
 
     @property
@@ -136,7 +153,10 @@ class ModelReport:
         totals = {runtime: self.total_ms(runtime) for runtime in ("loopopt", "onnxruntime")}
         integer = self.integer_total
         return {"model": self.model, "threads": self.threads, "nodes": [n.to_dict() for n in self.nodes],
-                "total_ms": totals, "integer_check": integer.to_dict() if integer else None}
+                "total_ms": totals, "integer_check": integer.to_dict() if integer else None,
+                "whole_model_ms": self.engines_ms,
+                "onnx_reference": [{"node": f.node, "op_type": f.op_type, "reason": f.reason, "ms": f.ms}
+                                   for f in self.fallbacks]}
 
     def plot(self, path: str | Path) -> Path:
         """Where the time goes: per compute node, loopopt (default, tuned) vs onnxruntime, in ms."""
@@ -215,6 +235,11 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
     rep = LoopoptRep(proto, strict=False, log=logged, threads=threads, isa=isa)
     values = rep.values(inputs)       # fixes every shape, lowers every compute node
     report = ModelReport(name, threads)
+    times = rep.profile(inputs)
+    for step in rep.plan.steps:
+        report.engines_ms[step.engine] = report.engines_ms.get(step.engine, 0.0) + times[step.node] * 1e3
+    report.fallbacks = [Fallback(step.node, step.op_type, step.reason, times[step.node] * 1e3)
+                        for step in rep.fallbacks()]
     tuned: dict[str, Any] = {}
     nodes = [(node, rep.lowered[node.name]) for node in rep.prepared.graph.node if node.name in rep.lowered]
     for index, (node, lowered) in enumerate(nodes, 1):

@@ -4,6 +4,7 @@ table-lookup ternary kernels (``LutKernel``); each packs its operands the way it
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +31,9 @@ from .binary import (
 from .lut import LUT, lut_nest, pack_lut
 from .lut_format import FORMATS
 from .tiles import TileShape, activations_shape, pack_activations, pack_weights, tile_plan
+
+NOT_PREPACKED = ("a binary kernel packs its weights to bits and their padding table on every call; "
+                 "it has no prepacked form")
 
 
 class TileBuffers:
@@ -106,7 +110,7 @@ class BinaryKernel(QuantizedKernel):
             return math.prod(base_table_shape(self.op))
         return self.op.channels if name.startswith("lo_") else Kernel._elements(self, name)
 
-    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+    def _values(self, *arrays: np.ndarray, **params: Any) -> dict[str, Any]:
         """Validate, pack both operands to bits, compute the multipliers ``sx * sw[k]`` and the
         ``base`` table."""
         op = self.op
@@ -130,11 +134,13 @@ class BinaryKernel(QuantizedKernel):
                                         np.float32 if op.quant.dequantized else np.int32)
         if op.quant.scaled:
             values["lo_mult"] = self._copy("lo_mult", output_multipliers(op.quant, qp, op.channels))
-        return self.bind(values)
+        return values
 
     def prepack(self, weights: np.ndarray) -> None:
-        raise ValueError("a binary kernel packs its weights to bits and their padding table on every call; "
-                         "it has no prepacked form")
+        raise ValueError(NOT_PREPACKED)
+
+    def with_constants(self, *constants: np.ndarray, **params: Any) -> Callable[[np.ndarray], np.ndarray]:
+        raise ValueError(NOT_PREPACKED)
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, from channels-last to the op's logical layout."""

@@ -1,0 +1,93 @@
+"""Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
+inputs stored in any axis order (as a kernel's output view reaches them), in place or not; and what
+they leave to the reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import tiers
+from hypothesis import strategies as st
+from onnx import helper
+from onnx.reference.ops import load_op
+
+from loopopt.onnx.elementwise import ELEMENTWISE
+from loopopt.onnx.lowering import NotSupported, Value
+
+OPSET = 21
+RUN_PARAMS = {"opsets": {"": OPSET}, "log": lambda *args: None, "verbose": 0, "new_ops": None,
+              "existing_functions": {}, "evaluator_cls": None}
+FLOAT_OPS = ("Relu", "Clip", "Add", "Sub", "Mul", "Div")
+
+
+def _stored(data, array: np.ndarray) -> np.ndarray:
+    """``array`` as a view of a copy stored in a random axis order (a kernel's output view)."""
+    if array.ndim < 2:
+        return array
+    order = data.draw(st.permutations(range(array.ndim)))
+    return np.ascontiguousarray(array.transpose(order)).transpose(np.argsort(order))
+
+
+def _case(data) -> tuple[str, list[np.ndarray | None], dict]:
+    """An op type, its inputs and attributes."""
+    op_type = data.draw(st.sampled_from(FLOAT_OPS + ("Flatten", "Reshape", "DequantizeLinear",
+                                                     "QuantizeLinear")))
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    x = _stored(data, (rng.standard_normal(shape) * 4).astype(np.float32))
+    if op_type == "Relu":
+        return op_type, [x], {}
+    if op_type == "Clip":
+        low, high = sorted(rng.standard_normal(2).astype(np.float32))
+        bounds = data.draw(st.sampled_from([(low, high), (low, None), (None, high)]))
+        return op_type, [x, *(None if b is None else np.float32(b) for b in bounds)], {}
+    if op_type in ("Add", "Sub", "Mul", "Div"):
+        tail = shape[data.draw(st.integers(0, len(shape))):]       # broadcast: a suffix, some dims 1
+        other = tuple(d if data.draw(st.booleans()) else 1 for d in tail)
+        return op_type, [x, _stored(data, rng.standard_normal(other).astype(np.float32) + 0.5)], {}
+    if op_type == "Flatten":
+        return op_type, [x], {"axis": data.draw(st.integers(-len(shape), len(shape)))}
+    if op_type == "Reshape":
+        target = [0, -1] + [1] * data.draw(st.integers(0, 1)) if len(shape) > 1 else [-1]
+        return op_type, [x, np.array(target, np.int64)], {}
+    dtype = data.draw(st.sampled_from([np.uint8, np.int8]))
+    info = np.iinfo(dtype)
+    scale, zero = np.float32(rng.uniform(0.01, 1)), dtype(rng.integers(info.min, info.max + 1))
+    if op_type == "QuantizeLinear":
+        return op_type, [x * 40, scale, zero], {}
+    q = _stored(data, rng.integers(info.min, info.max + 1, shape).astype(dtype))
+    return op_type, [q, scale, zero], {}
+
+
+def _check_elementwise_node(data):
+    op_type, inputs, attributes = _case(data)
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    node = helper.make_node(op_type, names, ["y"], **attributes)
+    want = load_op("", op_type, OPSET)(node, RUN_PARAMS).run(*inputs)[0]
+    values = [None if a is None else Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
+    run = ELEMENTWISE[op_type](node, values, OPSET)
+    before = [None if a is None else np.array(a) for a in inputs]
+    got = run(inputs, False)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
+    for given, kept in zip(inputs, before):
+        np.testing.assert_array_equal(given, kept)   # not in place: the inputs unchanged
+    in_place = run([None if a is None else np.asarray(a).copy(order="K") for a in inputs], True)[0]
+    np.testing.assert_array_equal(in_place, want)
+
+
+test_elementwise_node_quick, test_elementwise_node_slow = tiers(_check_elementwise_node, 25, 300, st.data())
+
+
+@pytest.mark.parametrize("op_type, inputs, opset, reason", [
+    ("Add", [np.zeros(2, np.int32), np.zeros(2, np.int32)], OPSET, "Add of dtypes int32, int32"),
+    ("Add", [np.zeros(2, np.float32), np.zeros(2, np.float32)], 6, "its broadcast attribute"),
+    ("DequantizeLinear", [np.zeros(2, np.uint8), np.ones(2, np.float32), np.zeros(2, np.uint8)], OPSET,
+     "a scale or zero point of shape (2,)"),
+    ("QuantizeLinear", [np.zeros(2, np.float32), np.float32(1), np.uint16(0)], OPSET,
+     "QuantizeLinear from float32 to uint16"),
+])
+def test_what_elementwise_leaves_to_the_reference(op_type, inputs, opset, reason):
+    node = helper.make_node(op_type, [f"i{k}" for k in range(len(inputs))], ["y"])
+    values = [Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
+    with pytest.raises(NotSupported, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        ELEMENTWISE[op_type](node, values, opset)
