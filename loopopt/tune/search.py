@@ -38,7 +38,7 @@ from .algorithms import Alternative, alternatives, rebuild, refusals, selected, 
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
-from .result import Trial, TuneResult
+from .result import EXHAUSTED, Trial, TuneResult
 from .trial import Task, here
 
 BROAD = 8                  # the first trials each take a new block shape
@@ -46,6 +46,7 @@ EXPLORE = 0.2              # share of later trials that take the best-ranked unt
 NEIGHBOURS = 3             # a neighbour is picked at random among the best-ranked this many
 SCORED_NEIGHBOURS = 6      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
+FAR_BEHIND = 4.0           # an algorithm this many times slower than the best so far gets no more trials
 REASONS = 600              # characters of failure reasons quoted in an error
 
 
@@ -159,6 +160,7 @@ class _Search:
         self.seen: set[str] = set()
         self.stopped = ""
         self.candidate_of: dict[int, int] = {}      # trial number -> candidate index (the direct search's)
+        self.cut: dict[str, str] = {}              # algorithm -> why its remaining candidates were not tried
 
     def search(self, trials: int, seconds: float | None) -> None:
         """Start trials and collect them until ``trials`` ended, ``seconds`` passed or none is left."""
@@ -177,7 +179,7 @@ class _Search:
                 return
             picked = self.walk.next()
             if picked is None:
-                self.stopped = "every candidate was tried"
+                self.stopped = EXHAUSTED
                 return
             index, candidate = picked
             try:
@@ -232,11 +234,21 @@ class _Search:
 
     def alternative_trials(self, trials: list[Alternative], seconds: float | None) -> None:
         """Measure each candidate of another algorithm than ``direct`` as one trial, one after the
-        other, before the schedule search (taken from the log when it has them), until ``seconds``."""
+        other (taken from the log when it has them), until ``seconds``; an algorithm whose fastest
+        trial is ``FAR_BEHIND`` times slower than the best so far gets no more (``cut`` says so, and
+        its trials go to the direct search)."""
+        left = {a.algorithm: sum(t.algorithm == a.algorithm for t in trials) for a in trials}
         for alternative in trials:
             if seconds is not None and time.perf_counter() - self.start >= seconds:
                 self.stopped = f"time limit of {seconds:g} s reached"
                 return
+            name = alternative.algorithm
+            behind = self._behind(name)
+            if behind:
+                given = "went to the direct search" if self.walk.guide.candidates else "were not tried"
+                self.cut.setdefault(name, f"{behind}; its other {left[name]} candidate(s) {given}")
+                continue
+            left[name] -= 1
             self.seen.add(alternative.schedule)
             logged = self.known.get(alternative.schedule)
             if logged is None:
@@ -252,6 +264,20 @@ class _Search:
                                    timing, error, logged=logged is not None,
                                    elapsed=time.perf_counter() - self.start))
             self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
+    def _behind(self, algorithm: str) -> str:
+        """How far ``algorithm``'s fastest trial is behind the best trial so far, where it is at least
+        ``FAR_BEHIND`` times slower ("" otherwise, or before both have a verified trial)."""
+        ok = [t for t in self.done if t.seconds is not None]
+        own = [t for t in ok if t.algorithm == algorithm]
+        if not own:
+            return ""
+        best, fastest = min(ok, key=lambda t: t.seconds), min(own, key=lambda t: t.seconds)
+        ratio = fastest.seconds / best.seconds
+        if ratio < FAR_BEHIND:
+            return ""
+        return (f"its fastest (trial {fastest.number}) was {ratio:.1f}x slower than the best so far "
+                f"({best.algorithm}, trial {best.number})")
 
     def held_out(self) -> list[Trial]:
         """The trials done, each verified trial of the direct search with the final fit's prediction of
@@ -319,7 +345,9 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
                         start)
         try:
-            state.alternative_trials([c for a, found in pool.items() for c in found[:given[a]]], seconds)
+            if space and pool:     # the direct search's best-ranked candidate, the others' yardstick
+                state.search(1, seconds)
+            state.alternative_trials(_in_turn([found[:given[a]] for a, found in pool.items()]), seconds)
             if space:
                 state.search(trials, seconds)
         finally:
@@ -330,7 +358,14 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
-                   state.stopped, skipped)
+                   state.stopped, skipped, state.cut)
+
+
+def _in_turn(lists: list[list[Alternative]]) -> list[Alternative]:
+    """The first candidate of each algorithm, then the second of each, ... (the presets first, so every
+    algorithm is measured before any gets a second trial)."""
+    deepest = max(map(len, lists), default=0)
+    return [row[depth] for depth in range(deepest) for row in lists if depth < len(row)]
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -343,7 +378,7 @@ def _progress_label(op: Op, done: list[Trial]) -> str:
 
 
 def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[str], elapsed: float,
-            log: str | None, stopped: str, skipped: dict[str, str]) -> TuneResult:
+            log: str | None, stopped: str, skipped: dict[str, str], cut: dict[str, str]) -> TuneResult:
     if not done:
         reasons = "; ".join(dict.fromkeys(refusals))
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
@@ -357,4 +392,4 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
     best = min(ok, key=lambda t: t.seconds)
     isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
     return TuneResult(op, isa, threads, rebuild(op, best.schedule, best.knobs, "trial"), best.timing, done,
-                      len(refusals), elapsed, log, stopped, best.number, skipped)
+                      len(refusals), elapsed, log, stopped, best.number, skipped, cut)

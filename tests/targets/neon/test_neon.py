@@ -194,8 +194,8 @@ def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
                  "naive,output_stationary", "--no-reuse", "--quiet", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [row["isa"] for row in data["rows"]] == ["neon", "neon"]
-    assert all(r["verified"] and r["median_ms"] is None and r["predicted_ms"] > 0 for r in data["rows"])
-    assert data["peak_gflops"] == target("neon").peak("neon", "float32")
+    assert all(r["verified"] and r["median_s"] is None and r["predicted_s"] > 0 for r in data["rows"])
+    assert data["peak"] == target("neon").peak("neon", "float32")
     assert main(["compare", "--target", "neon", "--matmul", "4,4,4", "--plot", "x.png"]) != 0
     assert "--plot draws measured times" in capsys.readouterr().err
 
