@@ -263,11 +263,12 @@ def publish(target: Path, build: Callable[[Path], None]) -> Path:
 
 
 def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path,
-                 name: str = PCH_NAME) -> bool:
+                 name: str = PCH_NAME, uses: int = 1) -> bool:
     """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then the SIMD header
     the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's compile) for
-    this ``compiler_call`` (compiler and flags) into the build ``folder`` (in the cache) as ``name``,
-    building it first if the cache has none and it pays off (``_pays_off``). Hard links, so that a cache
+    this ``compiler_call`` (compiler and flags) into the build ``folder`` (in the cache) as ``name``
+    (for ``uses`` translation units of the build), building it first if the cache has none and it pays
+    off (``_pays_off``). Hard links, so that a cache
     cleared meanwhile cannot take it from the build. False if it does not pay off yet or this compiler
     cannot precompile it (one it finds unusable, it reads as text)."""
     key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
@@ -275,16 +276,16 @@ def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, fo
     compiled = header.with_name(header.name + ".gch")
     if _hard_link(header, compiled, folder / name):
         return True
-    return _pays_off(header.with_name(header.name + PCH_USES)) and \
+    return _pays_off(header.with_name(header.name + PCH_USES), uses) and \
         _precompile(compiler_call, prelude, header, compiled, folder) and \
         _hard_link(header, compiled, folder / name)
 
 
-def _pays_off(uses: Path) -> bool:
-    """Count one more build of a prelude in ``uses`` (a byte appended: atomic among processes); True once
-    ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
+def _pays_off(uses: Path, count: int = 1) -> bool:
+    """Count ``count`` more builds of a prelude in ``uses`` (a byte appended each: atomic among
+    processes); True once ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
     with uses.open("ab") as counter:
-        counter.write(b".")
+        counter.write(b"." * count)
         return counter.tell() > PRECOMPILE_AFTER
 
 

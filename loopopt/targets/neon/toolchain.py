@@ -118,8 +118,9 @@ def build_runner(cases: Sequence[RunnerCase], tools: Emulation) -> Path:
             openmp = OPENMP in flags
             if openmp not in includes:
                 header = f"lo_neon{'_omp' * openmp}.h"
+                units_of = sum(len(group) for other, group in groups.items() if (OPENMP in other) == openmp)
                 precompiled = link_prelude((*compiler, *CROSS_FLAGS, *ARCH_FLAGS, *(OPENMP,) * openmp),
-                                           identity, SIMD_HEADER, folder, header)
+                                           identity, SIMD_HEADER, folder, header, units_of)
                 includes[openmp] = f'#include "{header}"\n' if precompiled else ""
             include = includes[openmp]
             for index in indices:
