@@ -12,7 +12,7 @@ from typing import Any
 from .codegen.instr import SCALAR
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, checked, measure_all
-from .model import CORE_COSTS, kernel_model
+from .model import core_costs, kernel_model
 from .ops import Op
 from .progress import Progress
 from .schedule import Schedule
@@ -318,7 +318,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
             profiles[name] = analysis.reuse(schedule, granularity="line")
             _add_hierarchy(row, profiles[name].hierarchy(machine, set_associative=False))
     for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
-        if not one or kernel.isa not in CORE_COSTS:    # AMX tiles: the kernel model has no costs for them
+        if not one or core_costs(kernel.isa) is None:    # AMX tiles: the kernel model has no costs for them
             continue
         model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
                              machine=machine)

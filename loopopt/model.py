@@ -19,24 +19,25 @@ The kernel takes as many cycles as its busiest resource (out-of-order execution 
 others), at the clock implied by the measured peak (``lo.peak_gflops``: a cycle issues
 ``fma_per_cycle`` multiply-adds of the ISA's lanes), on one thread.
 
-The constants (``CORE_COSTS``, one table per ISA: x86's from ``targets/x86/costs.py``) are those of the
-benchmark machine's core, an Intel Xeon of the Sapphire Rapids generation (Golden Cove): 2 FMA ports, 2
-vector loads and 1 vector store per cycle, 6-wide rename, a 512-entry reorder buffer, FMA latency 4,
-scalar add latency 2 (in ISO C mode the compiler does not contract ``a * b + c``), about 5 cycles of store
-forwarding. The gather and scatter costs per lane were measured with a microbenchmark on that machine; the
-costs of a guard check, a lane step, an index definition and a division were chosen by a grid search on
-ResNet-50 conv2_x schedules (docs/benchmarks.md, "Model vs measured"). The AVX2 table differs where AVX2
-has no mask registers and no scatter.
+The constants (``core_costs``, one table per ISA from its target: x86's in ``targets/x86/costs.py``) are
+those of the benchmark machine's core, an Intel Xeon of the Sapphire Rapids generation (Golden Cove): 2
+FMA ports, 2 vector loads and 1 vector store per cycle, 6-wide rename, a 512-entry reorder buffer, FMA
+latency 4, scalar add latency 2 (in ISO C mode the compiler does not contract ``a * b + c``), about 5
+cycles of store forwarding. The gather and scatter costs per lane were measured with a microbenchmark on
+that machine; the costs of a guard check, a lane step, an index definition and a division were chosen by
+a grid search on ResNet-50 conv2_x schedules (docs/benchmarks.md, "Model vs measured"). The AVX2 table
+differs where AVX2 has no mask registers and no scatter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .analysis import Machine, ReuseProfile, reuse
 from .codegen.instr import tables
 from .schedule import Schedule
+from .targets.core_costs import CoreCosts
 from .targets.registry import target_of_isa
-from .targets.x86.costs import GOLDEN_COVE, X86_CORE_COSTS, CoreCosts, KernelCounts, Site, count
+from .targets.x86.costs import KernelCounts, Site, count
 from .targets.x86.isa import available_isas
 
 UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1,   # per vector update
@@ -44,16 +45,6 @@ UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1,   # 
 UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4,       # vpmulld + vpaddd: 10 + 1
                   "bf16": 4, "bf16_dot": 5}    # vdpbf16ps: taken as vpdpbusd's (not measured here)
 
-CORE_COSTS = {
-    **X86_CORE_COSTS,
-    # modelled, not measured (no ARM core here): a Neoverse V1 class core (targets/neon/profile.py) from
-    # Arm's software optimization guide: four 128-bit SIMD pipes, 3 loads and 2 stores per cycle, 8-wide
-    # dispatch, a 256-entry reorder buffer; no mask registers or gathers: masked accesses, gathers and
-    # scatters are lane-by-lane helpers (a lane through memory each), a mask 3 instructions (dup, tst)
-    "neon": replace(GOLDEN_COVE, fma_per_cycle=4, vector_per_cycle=4, loads_per_cycle=3, stores_per_cycle=2,
-                    issue_per_cycle=8, gather_lane=1.0, scatter_lane=1.0, masked=6, mask=3, hsum=2,
-                    window=256),
-}
 # bytes per cycle each level delivers to the one above it (L2 -> L1, L3 -> L2, DRAM -> L3), one core
 BANDWIDTH = {"L2": 32.0, "L3": 10.0, "DRAM": 4.0}
 
@@ -141,12 +132,18 @@ def memory_cycles(profile: ReuseProfile, machine: Machine | None = None,
     return cycles
 
 
+def core_costs(isa: str) -> CoreCosts | None:
+    """The constants of the core that runs ``isa``'s kernels (``Target.core_costs``), or None where
+    the model has none (x86's AMX tiles)."""
+    return target_of_isa(isa).core_costs(isa)
+
+
 def clock(isa: str) -> float:
     """Cycles per second implied by the peak of ``isa`` (its target's: measured on x86, modelled for
     neon; scalar: of the best ISA this CPU runs)."""
     name = isa if tables(isa).floats.vectorizes else available_isas()[0]
     lanes = tables(name).floats.lanes
-    return target_of_isa(name).peak(name, "float32") * 1e9 / (2 * lanes * CORE_COSTS[name].fma_per_cycle)
+    return target_of_isa(name).peak(name, "float32") * 1e9 / (2 * lanes * core_costs(name).fma_per_cycle)
 
 
 def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | None = None,
@@ -166,7 +163,7 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
                          "bfloat16 and int8 SIMD nests")
     target_of_isa(isa)              # loads the target that registers ``isa``'s tables (e.g. neon)
     counts = count(schedule, isa)
-    costs = CORE_COSTS[counts.isa]
+    costs = core_costs(counts.isa)
     resources = dict.fromkeys(RESOURCES, 0.0)
     for site in counts.sites:
         for name, cycles in site_resources(site, costs, counts.arithmetic).items():

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..ops import Op
     from ..schedule import Schedule
+    from .core_costs import CoreCosts
     from .search import SearchRules
 
 
@@ -93,6 +94,11 @@ class Target(ABC):
         (``targets/search.py``); a ValueError where it has none."""
         raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
                          f"(isa='auto' on an x86 host, or one of x86's variants)")
+
+    def core_costs(self, isa: str) -> CoreCosts | None:
+        """The kernel model's constants of the core that runs variant ``isa``'s kernels (``model.py``),
+        or None where the model has none (its kernels are not priced: x86's AMX tiles, CUDA)."""
+        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..model import CORE_COSTS, kernel_model
+from ..model import core_costs, kernel_model
 from ..schedule import ScheduleError
 from ..targets.search import KERNEL, SHAPE_FEATURES, Candidate, SearchRules, Traits
 from .fit import Fit
@@ -77,7 +77,7 @@ def price(candidate: Candidate, rules: SearchRules) -> Price | None:
     for a candidate of another family (x86: an AMX candidate's, the tile model's); None for what no
     model has costs for (``rules.unpriced``: table lookups, binary kernels)."""
     family = rules.family(candidate)
-    if rules.unpriced(candidate) or (family == KERNEL and candidate.isa not in CORE_COSTS):
+    if rules.unpriced(candidate) or (family == KERNEL and core_costs(candidate.isa) is None):
         return None
     try:
         if family != KERNEL:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core_costs import CoreCosts
 from .isa import LANES
 
 
@@ -29,3 +30,13 @@ class CoreProfile:
 
 
 PROFILE = CoreProfile(core="Neoverse V1 (modelled, not measured)", clock_ghz=2.6, simd_pipes=4)
+
+# The kernel model's constants of that core (modelled, not measured), from Arm's software optimization
+# guide: four 128-bit SIMD pipes, 3 loads and 2 stores per cycle, 8-wide dispatch, a 256-entry reorder
+# buffer; no mask registers or gathers: masked accesses, gathers and scatters are lane-by-lane helpers
+# (a lane through memory each), a mask 3 instructions (dup, tst). Scalar events, store forwarding and
+# the scalar add's latency are taken as x86's Golden Cove's (targets/x86/costs.py).
+CORE_COSTS = CoreCosts(fma_per_cycle=4, vector_per_cycle=4, loads_per_cycle=3, stores_per_cycle=2,
+                       issue_per_cycle=8, gather_lane=1.0, scatter_lane=1.0, masked=6, mask=3, hsum=2,
+                       loop_iteration=2, definition=1, division=8, guard_check=2, lane_step=1,
+                       store_forward=5, scalar_add_latency=2, window=256)

@@ -17,9 +17,10 @@ from ...schedule import Schedule, ScheduleError
 from ..base import Target
 from ..binary import BinaryKernel, generate_binary
 from ..binary import pseudocode as pseudocode_of_binary
+from ..core_costs import CoreCosts
 from . import binary, toolchain
 from .isa import NAME, NEON, NEON_INT
-from .profile import PROFILE
+from .profile import CORE_COSTS, PROFILE
 from .runner import EmulatedDriver, RunnerCase
 
 
@@ -119,6 +120,9 @@ class NeonTarget(Target):
 
     def peak(self, isa: str, dtype: str) -> float:
         return PROFILE.peak(dtype)
+
+    def core_costs(self, isa: str) -> CoreCosts | None:
+        return CORE_COSTS
 
     def timing_refusal(self) -> str | None:
         if toolchain.native():

@@ -44,6 +44,7 @@ from ...codegen.quantized import plan as quant_plan
 from ...codegen.vector import AccessKind
 from ...expr import Bound, Expr, Var, divisions
 from ...schedule import Loop, Schedule, ScheduleError
+from ..core_costs import CoreCosts
 from .isa import bf16_dot_available, table_variant
 
 # Of a table's vector registers (``Isa.registers``: AVX-512 zmm0-31, AVX2 ymm0-15, scalar code xmm0-15),
@@ -55,30 +56,6 @@ OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4, "bf16": 2, "
 ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions per vector a phase group's zip makes (taps.interleave)
 TAP_SPREAD_OPS = 2       # and a tap dot's activations (codegen/taps.py): permute and shuffle after the load
 EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per output vector
-
-
-@dataclass(frozen=True)
-class CoreCosts:
-    """Throughputs (per cycle) and latencies (cycles) of one core running one ISA's kernels."""
-
-    fma_per_cycle: float        # vector multiply-add instructions per cycle (the peak's unit)
-    vector_per_cycle: float     # vector instructions per cycle, multiply-adds included (same ports)
-    loads_per_cycle: float
-    stores_per_cycle: float
-    issue_per_cycle: float      # instructions per cycle through the front end
-    gather_lane: float          # load-port cycles per gathered lane
-    scatter_lane: float         # store-port cycles per scattered lane
-    masked: float               # extra vector instructions of a masked load, store or update
-    mask: float                 # instructions forming a lane mask from bits
-    hsum: float                 # instructions of a horizontal sum
-    loop_iteration: float       # instructions of a scalar loop trip
-    definition: float           # instructions of a scalar index computation
-    division: float             # instructions of a floor division or remainder by a constant
-    guard_check: float          # instructions of a scalar bound check
-    lane_step: float            # instructions of one step of a scalar loop over lanes
-    store_forward: float        # cycles from a store to a load of the same address
-    scalar_add_latency: float   # scalar code: the chain's add (products are not contracted)
-    window: float               # instructions in flight (the reorder buffer)
 
 
 # the kernel model's constants (``model.py``) of the benchmark machine's core, a Sapphire Rapids

@@ -6,7 +6,9 @@ from ...machine import machine_profile
 from ...ops import Op
 from ...schedule import Schedule
 from ..base import Target
+from ..core_costs import CoreCosts
 from .amx_runtime import amx_available
+from .costs import X86_CORE_COSTS
 from .families import compile_schedule, family_of
 from .isa import (
     ISA_PREFERENCE,
@@ -47,6 +49,9 @@ class X86Target(Target):
 
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)
+
+    def core_costs(self, isa: str) -> CoreCosts | None:
+        return X86_CORE_COSTS.get(isa)
 
     def computes(self, isa: str, op: Op) -> bool:
         return isa != TILE_ISA or op.quant is not None or op.dtype == "bfloat16"
