@@ -26,7 +26,7 @@ from loopopt.schedule_file import schedule_from_toml
 from loopopt.targets.registry import target
 from loopopt.targets.search import Candidate
 from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
-from loopopt.targets.x86.lut import check_lut
+from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     TAIL,
     conflict_lines,
@@ -640,7 +640,7 @@ def test_a_wide_ternary_gemv_has_table_lookup_candidates_of_8_column_blocks_firs
     lut = [c for c in candidates(op, "avx512") if is_table_lookup(c)]
     assert {c.knobs.weight_format for c in lut} == {"tl1", "tl2"}
     assert sorted({c.knobs.channel_block for c in lut}) == [32, 64, 96, 128, 256]
-    assert all(check_lut(c.schedule, "avx512") is None for c in lut)
+    assert all(check_lut_on(c.schedule, "avx512") is None for c in lut)
     assert rank(lut)[0].knobs.channel_block == 256
 
 
@@ -658,9 +658,9 @@ def test_ternary_search_tries_every_weight_format(op):
     assert all(k.pixel_block * -(-k.channel_block // 32) <= 16 for k in lut)          # accumulators
     depthwise = lo.Conv2d(16, 16, 3, groups=16, padding=1, height=5, width=5, quant=TERNARY)
     blocks = [c for c in candidates(depthwise, isa) if is_table_lookup(c)]   # 16 column blocks: one position
-    assert blocks and all(c.knobs.pixel_block == 1 and check_lut(c.schedule, isa) is None for c in blocks)
+    assert blocks and all(c.knobs.pixel_block == 1 and check_lut_on(c.schedule, isa) is None for c in blocks)
     threaded = [c for c in candidates(op, isa, threads=2) if is_table_lookup(c)]
-    assert threaded and all(c.knobs.parallel and check_lut(c.schedule, isa) is None for c in threaded)
+    assert threaded and all(c.knobs.parallel and check_lut_on(c.schedule, isa) is None for c in threaded)
     result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
     formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")
     assert formats == ["i2_s", "tl1", "tl2"]

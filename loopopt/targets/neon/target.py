@@ -13,23 +13,19 @@ from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, wrap
-from ...schedule import Schedule, ScheduleError
+from ...schedule import Schedule
 from ..base import Target
 from ..binary import BinaryKernel, generate_binary
 from ..binary import pseudocode as pseudocode_of_binary
 from ..core_costs import CoreCosts
+from ..lut import LutKernel, generate_lut
+from ..lut import pseudocode as pseudocode_of_lut
+from ..lut_format import FORMATS
 from . import binary, toolchain
 from .isa import NAME, NEON, NEON_INT
+from .lut import LOOKUP
 from .profile import CORE_COSTS, PROFILE
 from .runner import EmulatedDriver, RunnerCase
-
-
-def check_schedule(schedule: Schedule) -> None:
-    """ScheduleError naming what NEON cannot run yet (the same on every machine)."""
-    packed = schedule.weight_format_mode
-    if packed not in ("int8", "i2_s"):
-        raise ScheduleError(f"isa 'neon' has no table-lookup (tbl) kernels yet: weight_format({packed!r}) "
-                            f"runs on target 'x86'; NEON runs weight_format('i2_s') and int8 ternary weights")
 
 
 def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:
@@ -59,12 +55,14 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
         flags = generated.compile_flags + QUANT_FLAGS
         case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
         return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
-    check_schedule(schedule)
-    generated = generate(schedule, NEON, bf16_dot=False)
+    table_lookup = is_table_lookup(schedule)
+    generated = generate_lut(schedule, LOOKUP) if table_lookup else generate(schedule, NEON, bf16_dot=False)
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
     flags += ("-fopenmp",) if generated.openmp else ()
     threads = THREADS_NAME if generated.openmp else None
     case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags, threads, generated.read_ahead)
+    if table_lookup:
+        return case, lambda driver: LutKernel(schedule, generated, driver, generated.plan)
     return case, lambda driver: wrap(schedule, generated, driver)
 
 
@@ -72,10 +70,14 @@ def is_binary(schedule: Schedule) -> bool:
     return schedule.op.quant is not None and schedule.op.quant.binary
 
 
+def is_table_lookup(schedule: Schedule) -> bool:
+    return schedule.weight_format_mode in FORMATS
+
+
 class NeonTarget(Target):
     name = "neon"
-    description = ("AArch64 NEON C (fp32 fmla, int8 usdot, binary cnt), native through cffi on an ARM "
-                   "machine, else cross-compiled and run under qemu-aarch64")
+    description = ("AArch64 NEON C (fp32 fmla, int8 usdot, ternary tbl lookups, binary cnt), native through "
+                   "cffi on an ARM machine, else cross-compiled and run under qemu-aarch64")
 
     def isas(self) -> tuple[str, ...]:
         return (NAME,)
@@ -116,6 +118,8 @@ class NeonTarget(Target):
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         if is_binary(schedule):     # packed bits in the kernel's own layouts
             return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
+        if is_table_lookup(schedule):
+            return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
         return render(schedule, NEON, bf16_dot=False)
 
     def peak(self, isa: str, dtype: str) -> float:

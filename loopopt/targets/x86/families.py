@@ -20,9 +20,11 @@ from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver
 from ...kernel import Kernel, cffi_driver, wrap
 from ...schedule import Schedule, ScheduleError
-from .. import binary
+from .. import binary, lut
 from ..binary import BinaryKernel, generate_binary
-from . import lut, tiles
+from ..lut import LutKernel, generate_lut
+from ..lut_format import FORMATS
+from . import tiles
 from .binary import POPCOUNTS, VARIANTS
 from .isa import (
     INT_ISAS,
@@ -34,9 +36,8 @@ from .isa import (
     resolve_isa,
     tap_dot_flags,
 )
-from .kernels import Bf16TileKernel, LutKernel, TileKernel
-from .lut import generate_lut
-from .lut_format import FORMATS
+from .kernels import Bf16TileKernel, TileKernel
+from .lut_c import LookupC, check_lut_on
 from .tiles import check_amx_cpu, generate_tiles
 
 
@@ -89,7 +90,9 @@ def _compile_tiles(schedule: Schedule, isa: str) -> Kernel:
 
 
 def _compile_lut(schedule: Schedule, isa: str) -> Kernel:
-    generated = generate_lut(schedule, resolve_isa(isa, integer=True))
+    name = resolve_isa(isa, integer=True)
+    check_lut_on(schedule, name)
+    generated = generate_lut(schedule, LookupC(name))
     driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
     return LutKernel(schedule, generated, driver, generated.plan)
 
@@ -120,7 +123,9 @@ def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
 
 
 def _lut_pseudocode(schedule: Schedule, isa: str) -> str:
-    return "\n".join(header(schedule) + lut.pseudocode(schedule, resolve_isa(isa, integer=True)))
+    name = resolve_isa(isa, integer=True)
+    check_lut_on(schedule, name)
+    return "\n".join(header(schedule) + lut.pseudocode(schedule, LookupC(name)))
 
 
 def _is_binary(schedule: Schedule, isa: str) -> bool:
@@ -131,7 +136,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("binary", "targets/binary.py", _is_binary, _compile_binary, _binary_pseudocode),
     Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles,
            _tiles_pseudocode),
-    Family("table lookup", "targets/x86/lut.py",
+    Family("table lookup", "targets/lut.py",
            lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut, _lut_pseudocode),
     Family("simd", "codegen/emit.py", lambda schedule, isa: True, _compile_simd, _simd_pseudocode),
 )

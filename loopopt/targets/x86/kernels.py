@@ -1,19 +1,16 @@
 """The kernel classes of x86's own families, built on ``kernel.Kernel`` / ``QuantizedKernel``: AMX tile
-kernels (``TileKernel``, ``Bf16TileKernel``) and table-lookup ternary kernels (``LutKernel``); each packs
-its operands the way its generator reads them (binary kernels: ``targets/binary.py``'s ``BinaryKernel``)."""
+kernels (``TileKernel``, ``Bf16TileKernel``); each packs its operands the way its generator reads them
+(binary kernels: ``targets/binary.py``'s ``BinaryKernel``, table-lookup ones: ``targets/lut.py``'s
+``LutKernel``)."""
 from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
 from ...kernel import Buffers, Kernel, QuantizedKernel
-from ...quant import QuantParams
 from .amx_runtime import require_amx
-from .lut import LUT, lut_nest, pack_lut
-from .lut_format import FORMATS
 from .tiles import TileShape, activations_shape, pack_activations, pack_weights, tile_plan
 
 
@@ -61,30 +58,3 @@ class TileKernel(TileBuffers, QuantizedKernel):
 
 class Bf16TileKernel(TileBuffers, Kernel):
     """A bfloat16 kernel on AMX tiles (``_tile_dpbf16ps``, float32 accumulation)."""
-
-
-class LutKernel(QuantizedKernel):
-    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``codegen/lut.py``): ``prepare``
-    packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
-    call, parameters and outputs are the int8 kernels'."""
-
-    @property
-    def format(self):
-        """The table-lookup format (``codegen.lut_format.FORMATS``)."""
-        return FORMATS[self.schedule.weight_format_mode]
-
-    def _elements(self, name: str) -> int:
-        if name == self.op.inputs[1]:
-            return lut_nest(self.schedule).shape.packed_bytes
-        if name == LUT:
-            return lut_nest(self.schedule).table_entries
-        return super()._elements(name)
-
-    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
-        values = super()._parameter_values(qp, wq, out_shape)
-        return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
-
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        if tensor == self.op.inputs[1]:
-            return self._copy(tensor, pack_lut(self.op, array, self.format))
-        return super()._pack(tensor, array)

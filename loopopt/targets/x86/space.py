@@ -29,7 +29,7 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
 
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
 candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
-knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``targets/x86/lut.py``) in ``tl1``
+knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``targets/lut.py``) in ``tl1``
 and ``tl2``:
 channels-last activations and output, a register block of ``pixel_block`` positions times
 ``channel_block`` output channels (1-4 or 8 whole column blocks of 32 below the channel count, or all
@@ -38,7 +38,7 @@ GEMV from DRAM needs to keep the hardware prefetcher busy), at most ``MAX_ACCUMU
 block, every order of the reduction dims (taps in their order) inside every order of the loops
 outside the block (the kernel refuses vectorize and unroll; it vectorizes a column block itself);
 with ``threads > 1``, ``parallel`` on the outermost loop between the table build and the register
-block (``targets.x86.lut.lut_nest``; the kernel refuses it around the table build), where it has at
+block (``targets.lut.lut_nest``; the kernel refuses it around the table build), where it has at
 least ``threads`` iterations in table-lookup units.
 
 A binary op (``QuantSpec(activation="binary", weight="binary")``) has one kernel, XNOR + popcount
@@ -69,11 +69,12 @@ from ...layout import moved_last
 from ...ops import Op, Window
 from ...schedule import Schedule, ScheduleError
 from ..binary import block_dims
+from ..lut import MAX_ACCUMULATORS, lut_nest, lut_shape
+from ..lut_format import COLUMNS, FORMATS
 from ..search import Candidate
 from .binary import LANES as BINARY_LANES
 from .isa import INT_ISAS, ISAS, TILE_ISA, bf16_dot_available
-from .lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
-from .lut_format import COLUMNS, FORMATS
+from .lut_c import LUT_ISAS, check_lut_on
 from .tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 
 DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
@@ -382,7 +383,7 @@ def lut_columns(op: Op, channel_block: int) -> int:
 def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     """The table-lookup candidates of a ternary ``op`` on ``isa`` for ``threads`` threads (for several,
     those with a loop to split: ``_lut_parallel_loop``); none for another op, an ISA the kernel does
-    not run on or an op form it does not take (``targets.x86.lut.check_lut``)."""
+    not run on or an op form it does not take (``targets.x86.lut_c.check_lut_on``)."""
     if not ternary(op) or isa not in LUT_ISAS:
         return []
     roles = Roles.of(op)
@@ -392,7 +393,7 @@ def lut_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     probe = LutKnobs(LUT_FORMATS[0], 1, COLUMNS if split else op.channels, roles.reduction,
                      (*roles.others, f"{roles.pixel}_o", *([f"{roles.channel}_o"] if split else [])))
     try:
-        check_lut(build_lut(op, probe), isa)
+        check_lut_on(build_lut(op, probe), isa)
     except ScheduleError:
         return []
     # 1-4 or 8 column blocks below the channel count, and all the channels where a block of one position

@@ -25,6 +25,7 @@ from helpers import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ternary import extreme_call, lut_schedules
 
 import loopopt as lo
 from loopopt.cli import main
@@ -231,6 +232,13 @@ FAMILIES = {
                                                 st.integers(1, 200), quant=SPECS_BINARY)),
     "i2_s matmul": matmul_ops(max_mn=9, max_k=70).flatmap(lambda op: TERNARY_SPECS.flatmap(
         lambda spec: schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
+    # ternary table lookups (tbl): random splits (column blocks, index bytes), orders, register blocks,
+    # parallel loops and activation/output layouts of a conv in TL1 and a matmul in TL2: bit-exact
+    "tl1 conv": conv_ops(max_hw=6, max_channels=14, spatial=2).flatmap(lambda op: TERNARY_SPECS.flatmap(
+        lambda spec: lut_schedules(op.with_quant(spec), "tl1"))),
+    "tl2 matmul": st.builds(lo.Matmul, st.integers(1, 4), st.integers(1, 70), st.integers(1, 300),
+                            trans_a=st.booleans(), trans_b=st.booleans()).flatmap(
+        lambda op: TERNARY_SPECS.flatmap(lambda spec: lut_schedules(op.with_quant(spec), "tl2"))),
 }
 
 
@@ -333,8 +341,33 @@ def test_stored_schedules_verify():
 TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
 
 
+@pytest.mark.slow
+@settings(max_examples=1, **HYPOTHESIS)
+@given(data=st.data(), fmt=st.sampled_from(["tl1", "tl2"]), k=st.integers(1, 700))
+def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
+    """TL1 and TL2 (the other format too) with activations at the ends of their range half of the time:
+    the GEMV of bench_lowbit (8 column blocks in registers over a reduction longer than the int16 chunk,
+    a partial last block), a grouped, strided conv with more than one column block per group, and
+    another conv on 2 threads; bit-exact."""
+    other = "tl2" if fmt == "tl1" else "tl1"
+    gemv = lo.Matmul(2, data.draw(st.integers(225, 300)), k, quant=data.draw(TERNARY_SPECS))
+    conv = lo.Conv2d(6, 2 * data.draw(st.integers(33, 40)), 3, stride=(2, 1), padding=((1, 0), (2, 1)), groups=2,
+                     batch=2, height=7, width=6, quant=data.draw(TERNARY_SPECS))
+    threaded = lo.Conv2d(8, 40, 3, padding=1, height=5, width=5, quant=data.draw(TERNARY_SPECS))
+    batch = [lo.Schedule(gemv).split("j", 256).reorder("i", "j_o", "k", "j_i").register_block("k")
+             .weight_format(fmt), lo.Schedule(conv).weight_format(other),
+             lo.Schedule(threaded).reorder("n", "k", "oh", "ow", "c", "kh", "kw").parallel("k")
+             .weight_format(fmt)]
+    for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
+        check_quantized(schedule, ISA, call=extreme_call(schedule.op, 1, data),
+                        threads=2 if schedule.parallel_loop else 1, kernel=kernel)
+        assert "vqtbl1q_u8" in kernel.source and "vld2q_u8" in kernel.source
+
+
 @pytest.mark.parametrize("build, reason", [
-    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1"), "tbl"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).split("k", 8)
+     .weight_format("tl1"),
+     r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
 ])

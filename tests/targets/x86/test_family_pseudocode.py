@@ -10,9 +10,10 @@ import loopopt as lo
 from loopopt.codegen import generate
 from loopopt.codegen.emit import KERNEL_NAME
 from loopopt.targets.binary import generate_binary
+from loopopt.targets.lut import generate_lut
 from loopopt.targets.x86.binary import VARIANTS
 from loopopt.targets.x86.isa import ISAS
-from loopopt.targets.x86.lut import generate_lut
+from loopopt.targets.x86.lut_c import LookupC
 from loopopt.targets.x86.space import candidates
 from loopopt.targets.x86.tiles import generate_tiles
 from loopopt.targets.x86.winograd_int8 import generate_winograd_int8
@@ -114,7 +115,7 @@ def test_amx_tiles_of_gathered_patches():
     lo.Schedule(lo.Matmul(1, 64, 3000, quant=TERNARY)).weight_format("tl1"),    # int16 sums in chunks
 ], ids=["conv", "gemm-block-threads", "gemv-chunks"])
 def test_table_lookup(schedule):
-    check(schedule, ISA, generate_lut(schedule, ISA).source)
+    check(schedule, ISA, generate_lut(schedule, LookupC(ISA)).source)
 
 
 def test_binary():

@@ -1,8 +1,10 @@
 """Ternary convolutions and GEMMs by table lookup, ``Schedule.weight_format("tl1" | "tl2")`` (T-MAC /
-bitnet.cpp style), under the schedule's splits, order and register block.
+bitnet.cpp style), under the schedule's splits, order and register block: the nest, the tables'
+workspace and the kernel class are shared by the targets; each prints the C of the table build and of
+one lookup step through a ``Lookup`` (x86: ``targets/x86/lut_c.py``, NEON: ``targets/neon/lut.py``).
 
 The reduction is grouped along the input channels of one filter tap: a group is ``fmt.group``
-consecutive input channels of one input pixel (``targets/x86/lut_format.py``), so a pixel's tables serve
+consecutive input channels of one input pixel (``targets/lut_format.py``), so a pixel's tables serve
 every tap, output position and output channel that reads it, and the table build costs a pass over
 the input, not over the output times the taps. (The fused ``(kh, kw, c)`` run of an im2col row
 would group across taps and give each output position its own tables.) A GEMM is the case without
@@ -41,34 +43,91 @@ packed in the format's own order); layouts of the activations and the output app
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from ...codegen import quantized
-from ...codegen.emit import KERNEL_NAME, Generated, with_threads
-from ...codegen.params import KernelParam, signature, storage_elements
-from ...expr import Bound, Const, Expr, Var
-from ...ops import Op
-from ...schedule import Schedule, ScheduleError, Split
-from .isa import INT_ISAS
-from .lut_format import (
-    COLUMNS,
-    ENTRIES,
-    FORMATS,
-    LookupC,
-    LutFormat,
-    LutShape,
-    pack,
-    table_constants_c,
-    table_entries_c,
-)
+from ..codegen import quantized
+from ..codegen.emit import KERNEL_NAME, Generated, with_threads
+from ..codegen.instr import Isa
+from ..codegen.params import KernelParam, signature, storage_elements
+from ..expr import Bound, Const, Expr, Var
+from ..kernel import QuantizedKernel
+from ..ops import Op
+from ..quant import QuantParams
+from ..schedule import Schedule, ScheduleError, Split
+from .lut_format import COLUMNS, ENTRIES, FORMATS, LutFormat, LutShape, pack
 
 LUT = "lo_lut"            # the kernel parameter holding the tables (allocated by prepare)
-LUT_ISAS = ("avx512", "avx2", "scalar")
 MAX_ACCUMULATORS = 16     # block positions of a register block (32 output channels each)
 TABLE = 2 * ENTRIES       # int16 slots of one byte's two groups
+
+
+class Lookup(ABC):
+    """A target's C of the table-lookup kernel on one instruction set: the table build, its int16 sum
+    variables per accumulator (32 output channels), the loads of a byte of indices (and sign words) and
+    of a table, the step, and the widening to int32."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The instruction-set variant, for the kernel's header and pseudo-code."""
+
+    @property
+    @abstractmethod
+    def table_isa(self) -> Isa:
+        """The integer table whose compile flags the kernel is built with."""
+
+    @property
+    @abstractmethod
+    def includes(self) -> list[str]:
+        """The ``#include`` lines of its intrinsics."""
+
+    @property
+    @abstractmethod
+    def vector(self) -> bool:
+        """Whether the sums are int16 vectors (widened every ``fmt.chunk`` steps) or int32 scalars."""
+
+    @abstractmethod
+    def constants(self, fmt: LutFormat) -> list[str]:
+        """C constants of the table build (the classes' weights)."""
+
+    @abstractmethod
+    def entries(self, fmt: LutFormat, table: str, xs: list[str]) -> list[str]:
+        """C storing the ``ENTRIES`` int16 table slots at pointer ``table`` of one group of activations
+        ``xs`` (C ints): entry ``e`` the dot product with ``fmt.classes[e]``, 0 past the classes."""
+
+    @abstractmethod
+    def declare(self, acc: str) -> list[str]:
+        """Zeroed sums of accumulator ``acc`` and its int32 totals."""
+
+    @abstractmethod
+    def indices(self, name: str, at: str, signs: str | None) -> list[str]:
+        """Load the 32 index bytes at ``at`` (a uint8 pointer) as ``name``: the two groups' indices
+        (and, signed, their sign masks from the uint32 words at ``signs``)."""
+
+    @abstractmethod
+    def table(self, name: str, at: str) -> list[str]:
+        """Load the two groups' tables at int16 pointer ``at`` as ``name``."""
+
+    @abstractmethod
+    def step(self, acc: str, ind: str, tab: str, signed: bool) -> list[str]:
+        """Add the entries of both groups of one byte, looked up in ``tab`` by ``ind``, to ``acc``."""
+
+    @abstractmethod
+    def widen(self, acc: str) -> list[str]:
+        """Add the int16 sums of ``acc`` to its int32 totals and zero them (vector sums)."""
+
+    @abstractmethod
+    def totals(self, acc: str) -> str:
+        """The int array of the 32 int32 totals of ``acc`` (after ``widen``)."""
+
+    def prelude(self) -> list[str]:
+        """Constants of the steps."""
+        return []
 
 
 def _where(schedule: Schedule) -> str:
@@ -236,11 +295,10 @@ def _units(op: Op, shape: LutShape) -> dict[str, tuple[int, int, str]]:
     return units
 
 
-def check_lut(schedule: Schedule, isa: str) -> None:
-    """ScheduleError with the reason unless the table-lookup kernel takes ``schedule`` on ``isa``."""
+def check_lut(schedule: Schedule) -> None:
+    """ScheduleError with the reason unless the table-lookup kernel takes ``schedule`` (the same on
+    every target)."""
     op, where = schedule.op, _where(schedule)
-    if isa not in LUT_ISAS:
-        raise ScheduleError(f"{where} runs on {', '.join(LUT_ISAS)}, not on {isa!r}")
     _check_form(op, where)
     refusals = [
         (schedule.arithmetic_mode != "integer", "arithmetic('dequantize'): the kernel sums table entries "
@@ -335,7 +393,7 @@ def _nested(openers: list[str], body: list[str]) -> list[str]:
     return lines + ["    " * depth + "}" for depth in reversed(range(len(openers)))]
 
 
-def _table_build(nest: LutNest, isa: str) -> list[str]:
+def _table_build(nest: LutNest, lookup: Lookup) -> list[str]:
     """C building the tables of the pixels and channel bytes one iteration of the table loops reads."""
     op, shape, fmt = nest.op, nest.shape, nest.shape.fmt
     dims = nest.table_dims
@@ -358,7 +416,7 @@ def _table_build(nest: LutNest, isa: str) -> list[str]:
     slot = _flat(slots, dims)
     body = _nested([_loop("lo_h", 2)], [
         "const int lo_p = 2 * lo_q + lo_h;   /* the group of input channels */", *reads,
-        *table_entries_c(fmt, isa, f"{LUT} + ({slot.to_c()}) * {TABLE} + lo_h * {ENTRIES}", xs)])
+        *lookup.entries(fmt, f"{LUT} + ({slot.to_c()}) * {TABLE} + lo_h * {ENTRIES}", xs)])
     body = _nested([_loop("lo_tq", dims[-1][1])],
                    ["const int lo_q = lo_qb + lo_tq;", f"if (lo_q >= {shape.bytes}) continue;", *body])
     # a pixel in the padding gets tables of zeros, so the steps need no padding guard
@@ -439,7 +497,7 @@ def _all(bounds: list[Bound]) -> str:
     return " && ".join(f"({b.to_c()})" for b in bounds) or "1"
 
 
-def _step(positions: list[Position], lookup: LookupC, signed: bool) -> list[str]:
+def _step(positions: list[Position], lookup: Lookup, signed: bool) -> list[str]:
     """C of one step of every block position: each shared load once, right before the first position
     that uses it (short live ranges), then each guarded addition."""
     indices = list(dict.fromkeys((p.indices, p.signs) for p in positions))
@@ -458,7 +516,7 @@ def _step(positions: list[Position], lookup: LookupC, signed: bool) -> list[str]
     return lines
 
 
-def _flush(positions: list[Position], lookup: LookupC, op: Op, kg: int) -> list[str]:
+def _flush(positions: list[Position], lookup: Lookup, op: Op, kg: int) -> list[str]:
     """C adding each block position's int32 sums to the workspace ``O``."""
     lines = []
     for p in positions:
@@ -479,7 +537,7 @@ def _region_loops(nest: LutNest, vector: bool) -> tuple[list[tuple[str, int]], i
     return loops, fits, chunk
 
 
-def _region(nest: LutNest, lookup: LookupC, positions: list[Position]) -> list[str]:
+def _region(nest: LutNest, lookup: Lookup, positions: list[Position]) -> list[str]:
     """C of the accumulation region: zeroed accumulators, its reduction loops around the steps (int16
     sums widened every ``fmt.chunk`` steps at most), the flush."""
     fmt = nest.shape.fmt
@@ -511,16 +569,17 @@ def _describe(nest: LutNest) -> str:
             f"{f'; on OpenMP threads: {parallel.name}' if parallel else ''}")
 
 
-def pseudocode(schedule: Schedule, isa: str) -> list[str]:
-    """The kernel's nest on ``isa`` as pseudo-code lines (what ``Schedule.pseudocode`` prints for a
-    table-lookup schedule): the loops of ``generate_lut``'s nest in table-lookup units, where the tables
-    are built, the accumulation region with its int16 chunks, the flush and the epilogue pass."""
-    check_lut(schedule, isa)
+def pseudocode(schedule: Schedule, lookup: Lookup) -> list[str]:
+    """The kernel's nest on ``lookup``'s instruction set as pseudo-code lines (what
+    ``Schedule.pseudocode`` prints for a table-lookup schedule): the loops of ``generate_lut``'s nest in
+    table-lookup units, where the tables are built, the accumulation region with its int16 chunks, the
+    flush and the epilogue pass."""
+    check_lut(schedule)
     nest = lut_nest(schedule)
     op, fmt, parallel = nest.op, nest.shape.fmt, schedule.parallel_loop
     sign = " and a sign bit" if fmt.signed else ""
-    lines = [f"# table-lookup kernel (targets/x86/lut.py) on {isa}: ternary weights in {fmt.name} (a 4-bit "
-             f"index per {fmt.group} weights{sign}), {COLUMNS} output channels per column block, "
+    lines = [f"# table-lookup kernel (targets/lut.py) on {lookup.name}: ternary weights in {fmt.name} "
+             f"(a 4-bit index per {fmt.group} weights{sign}), {COLUMNS} output channels per column block, "
              f"{2 * fmt.group} input channels per index byte; sums added to the int32 workspace {op.output}"]
     depth = 0
 
@@ -544,7 +603,7 @@ def pseudocode(schedule: Schedule, isa: str) -> list[str]:
     accumulators = math.prod(e for n, e in nest.loops if n in nest.block)
     line(f"# {accumulators} accumulator(s) of {COLUMNS} int16 sums in registers"
          + (f" (block {', '.join(block)}, unrolled)" if block else ""))
-    loops, fits, chunk = _region_loops(nest, LookupC(isa).vector)
+    loops, fits, chunk = _region_loops(nest, lookup.vector)
     for i, (name, extent) in enumerate(loops):
         if i == len(loops) - 1 and fits == len(loops):
             line(f"for {name}_c in 0..{extent} step {chunk}:    # int16 sums widened after each chunk")
@@ -560,14 +619,13 @@ def pseudocode(schedule: Schedule, isa: str) -> list[str]:
     return lines + [f"# epilogue pass over {op.output}: compensation, bias, scales (codegen/quantized.py)"]
 
 
-def generate_lut(schedule: Schedule, isa: str) -> Generated:
-    """The C kernel of a ternary conv or GEMM in the schedule's table-lookup format on ``isa``
-    (``check_lut`` first)."""
-    check_lut(schedule, isa)
+def generate_lut(schedule: Schedule, lookup: Lookup) -> Generated:
+    """The C kernel of a ternary conv or GEMM in the schedule's table-lookup format, printed by
+    ``lookup`` (``check_lut`` first)."""
+    check_lut(schedule)
     nest = lut_nest(schedule)
     op, fmt = schedule.op, nest.shape.fmt
     qp = replace(quantized.plan(schedule, 1), fused_epilogue=False)
-    lookup = LookupC(isa)
     a, w = op.inputs
     params = (KernelParam(a, qp.activation_type, const=True), KernelParam(w, "uint8_t", const=True),
               *((KernelParam(op.bias_tensor, qp.bias_type, const=True),) if op.bias else ()),
@@ -577,22 +635,50 @@ def generate_lut(schedule: Schedule, isa: str) -> Generated:
     parallel = schedule.parallel_loop
     inner = [f"{quantized.PARALLEL_FOR}\n" * (parallel is not None and n == parallel.name) + _loop(n, e)
              for n, e in nest.loops[nest.table_at:nest.region]]
-    nest_lines = _table_build(nest, isa) + _nested(inner, nest_lines)
-    body = [*quantized.constants(schedule, qp), *table_constants_c(fmt, isa), *lookup.prelude(),
+    nest_lines = _table_build(nest, lookup) + _nested(inner, nest_lines)
+    body = [*quantized.constants(schedule, qp), *lookup.constants(fmt), *lookup.prelude(),
             f"memset({op.output}, 0, sizeof(int32_t) * {storage_elements(schedule, op.output)});",
             *_nested([_loop(n, e) for n, e in nest.loops[:nest.table_at]], nest_lines),
             *quantized.epilogue(schedule, qp)]
     header = (f"/* loopopt table-lookup kernel (codegen/lut.py) for {op!r}\n"
-              f" * isa: {isa}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
+              f" * isa: {lookup.name}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
               f"{' and a sign bit' if fmt.signed else ''}, 32 output channels per column block)\n"
               f"{_describe(nest)} */")
     openmp = parallel is not None
     prelude = ["#include <stddef.h>", "#include <string.h>", quantized.static_tables(schedule, qp)]
-    prelude += ["#include <immintrin.h>"] if isa != "scalar" else []
+    prelude += lookup.includes
     prelude += ["#include <omp.h>"] if openmp else []
     source = "\n".join([header, *prelude, "", f"{signature(KERNEL_NAME, params)}\n{{",
                         *("    " + line for line in body), "}", ""])
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = {w: nest.weights_read_ahead, LUT: nest.tables_read_ahead}
-    return Generated(source, cdef, op.call_tensors + (op.output,), params, INT_ISAS[isa], {}, openmp, plan=qp,
-                     read_ahead=ahead, compile_flags=INT_ISAS[isa].compile_flags)
+    isa = lookup.table_isa
+    return Generated(source, cdef, op.call_tensors + (op.output,), params, isa, {}, openmp, plan=qp,
+                     read_ahead=ahead, compile_flags=isa.compile_flags)
+
+
+class LutKernel(QuantizedKernel):
+    """A ternary conv or GEMM with ``weight_format("tl1" | "tl2")`` (``generate_lut``): ``prepare``
+    packs the weights to 4-bit group indices (and sign bits) and allocates the tables workspace; the
+    call, parameters and outputs are the int8 kernels'."""
+
+    @property
+    def format(self):
+        """The table-lookup format (``lut_format.FORMATS``)."""
+        return FORMATS[self.schedule.weight_format_mode]
+
+    def _elements(self, name: str) -> int:
+        if name == self.op.inputs[1]:
+            return lut_nest(self.schedule).shape.packed_bytes
+        if name == LUT:
+            return lut_nest(self.schedule).table_entries
+        return super()._elements(name)
+
+    def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
+        values = super()._parameter_values(qp, wq, out_shape)
+        return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
+
+    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+        if tensor == self.op.inputs[1]:
+            return self._copy(tensor, pack_lut(self.op, array, self.format))
+        return super()._pack(tensor, array)
