@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..cnames import letter_variable
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import quantized, taps, ternary
+from . import cprint, quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
@@ -247,7 +247,7 @@ class _Emitter:
         return ternary.reference(self.schedule, tensor, self.offset(tensor))
 
     def emit(self, depth: int, text: str) -> None:
-        self.lines.append("    " * (depth + 1) + text)
+        self.lines.append(cprint.line(depth + 1, text))
 
     # --- the function ------------------------------------------------------------------
     def function_body(self) -> str:
@@ -316,8 +316,8 @@ class _Emitter:
         elements = output_elements(self.schedule)
         parallel = self.schedule.parallel_loop is not None
         lines = ["#pragma omp parallel for schedule(static)"] if parallel else []
-        lines += ["    " * depth + f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})"
-                  for depth, (name, size) in enumerate(zip(elements.names, elements.sizes, strict=True))]
+        lines += cprint.staircase([cprint.for_loop(self.int_type, name, size)
+                                   for name, size in zip(elements.names, elements.sizes, strict=True)])
         return lines, elements.element, elements.bias
 
     def _emit_output_init(self) -> None:
@@ -367,8 +367,7 @@ class _Emitter:
             self.emit(indent, "#pragma omp parallel for schedule(static)")
         if loop.unroll and not loop.parallel:  # both pragmas must directly precede the loop
             self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
-        self.emit(indent, f"for ({self.int_type} {loop.name} = {begin}; {loop.name} < {end}; "
-                          f"++{loop.name}) {{")
+        self.emit(indent, cprint.for_loop(self.int_type, loop.name, end, begin) + " {")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):
@@ -406,7 +405,7 @@ class _Emitter:
             self.emit(inner, f"{isa.vector_type} lo_acc = {isa.zero()};")
         if loop.unroll:
             self.emit(inner, f"#pragma GCC unroll {min(loop.unroll, -(-loop.extent // isa.lanes))}")
-        self.emit(inner, f"for ({self.int_type} {v} = 0; {v} < {loop.extent}; {v} += {isa.lanes}) {{")
+        self.emit(inner, cprint.for_loop(self.int_type, v, loop.extent, step=isa.lanes) + " {")
         body = inner + 1
         for line in self._defs_at(depth):
             self.emit(body, line)
@@ -434,7 +433,7 @@ class _Emitter:
         for tensor in gathered:
             check_lane_indices(self.schedule, tensor, "gather", 0, isa.lanes)   # also a lane-wise output
             self.emit(depth, f"int lo_idx_{tensor}[{isa.lanes}];")
-        self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_j", isa.lanes) + " {")
         self.emit(depth + 1, f"const {self.int_type} {v} = lo_v0 + lo_j;")
         for line in self._defs_at(self.position[v]):
             self.emit(depth + 1, line)
@@ -472,8 +471,8 @@ class _Emitter:
             self.emit(depth, f"{arith.scalar_type} lo_prod[{isa.lanes}];")
             self.emit(depth, isa.store(p="lo_prod", v=arith.update("lo_a", "lo_b", isa.zero(), None)) + ";")
             valid = "(lo_bits >> lo_j) & 1u" if mask else "1"
-            self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) "
-                             f"if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
+            self.emit(depth, cprint.for_loop("int", "lo_j", isa.lanes) +
+                             f" if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
             return
         self.emit(depth, f"{vt} lo_o = {self._load(out, mask)};")
         self.emit(depth, f"lo_o = {arith.update('lo_a', 'lo_b', 'lo_o', None)};")
