@@ -48,3 +48,8 @@ def loop_nest(headers: Sequence[str], body: Iterable[str], depth: int = 0) -> li
     """``body`` in the block of the innermost of ``headers``, each outer loop's one statement the
     next loop (a staircase without braces)."""
     return staircase(headers[:-1], depth) + block(headers[-1], body, depth + len(headers) - 1)
+
+
+def text(lines: Iterable[str], depth: int = 0) -> str:
+    """``lines`` ``depth`` levels in, joined into one text (a template's slot)."""
+    return "\n".join(indented(lines, depth))
