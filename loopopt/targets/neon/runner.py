@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...codegen import cprint
 from ...codegen.params import KernelParam
 from ...driver import Driver
 
@@ -54,17 +55,17 @@ def runner_source(source: str, function: str, params: tuple[KernelParam, ...],
                   threads: str | None = None) -> str:
     """``source`` (which defines ``function`` taking ``params``, and the thread-count setter
     ``threads`` if any) followed by the runner's ``main`` (module docstring)."""
-    lines = [f"    if (threads > 0) {threads}(threads);" if threads else "    (void)threads;"]
+    lines = [f"if (threads > 0) {threads}(threads);" if threads else "(void)threads;"]
     for p in params:
         if p.pointer:
-            lines.append(f"    size_t lo_size_{p.name}; {p.ctype} *{p.name} = lo_buffer(&lo_size_{p.name});")
+            lines.append(f"size_t lo_size_{p.name}; {p.ctype} *{p.name} = lo_buffer(&lo_size_{p.name});")
         else:
             read = "lo_real()" if p.ctype in FLOAT_SCALARS else "lo_integer()"
-            lines.append(f"    const {p.ctype} {p.name} = ({p.ctype}){read};")
-    lines.append(f"    {function}({', '.join(p.name for p in params)});")
-    lines += [f"    fwrite({p.name}, 1, lo_size_{p.name}, stdout);" for p in params
+            lines.append(f"const {p.ctype} {p.name} = ({p.ctype}){read};")
+    lines.append(f"{function}({', '.join(p.name for p in params)});")
+    lines += [f"fwrite({p.name}, 1, lo_size_{p.name}, stdout);" for p in params
               if p.pointer and not p.const]
-    return source + RUNNER_MAIN.replace("{body}", "\n".join(lines))
+    return source + RUNNER_MAIN.replace("{body}", cprint.text(lines, 1))
 
 
 class EmulatedDriver(Driver):
