@@ -24,11 +24,12 @@ def for_loop(int_type: str, name: str, end: object, begin: object = 0, step: obj
     return f"for ({int_type} {name} = {begin}; {name} < {end}; {advance})"
 
 
-def block(header: str, body: Iterable[str], depth: int = 0) -> list[str]:
+def block(header: str, body: Iterable[str], depth: int = 0, note: str = "") -> list[str]:
     """``header {``, ``body`` one level in, ``}``, all at ``depth``; an empty header opens a bare
-    block. A header of several lines (a pragma before a loop) puts each at ``depth``."""
+    block. A header of several lines (a pragma before a loop) puts each at ``depth``; ``note`` (a
+    comment) follows the opening brace."""
     *before, last = header.split("\n")
-    return [*(line(depth, text) for text in before), line(depth, f"{last} {{" if last else "{"),
+    return [*(line(depth, text) for text in before), line(depth, f"{last} {{" if last else "{") + note,
             *indented(body, depth + 1), line(depth, "}")]
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...codegen import cprint
+
 COLUMNS = 32        # output channels per column block: the int16 lanes of a 512-bit register
 ENTRIES = 16        # int16 entries per group's table
 INT16_MAX = 32767
@@ -163,7 +165,7 @@ def table_entries_c(fmt: LutFormat, isa: str, table: str, xs: list[str]) -> list
     low bytes of the entries, then their 16 high bytes)."""
     if isa == "scalar":
         dot = " + ".join(f"lo_coef[lo_e][{j}] * {x}" for j, x in enumerate(xs))
-        return [f"for (int lo_e = 0; lo_e < {len(fmt.classes)}; ++lo_e) ({table})[lo_e] = (int16_t)({dot});"]
+        return [cprint.for_loop("int", "lo_e", len(fmt.classes)) + f" ({table})[lo_e] = (int16_t)({dot});"]
     terms = [f"_mm256_sign_epi16(_mm256_set1_epi16((short){x}), lo_coef{j})" for j, x in enumerate(xs)]
     entries = terms[0]
     for term in terms[1:]:
@@ -257,7 +259,7 @@ class LookupC:
                 value = f"{tab}[{16 * h} + (({ind}[lo_c] >> {4 * h}) & 15)]"
                 if signed:
                     value = f"((({ind}s[{h}] >> lo_c) & 1u) ? -{value} : {value})"
-                lines.append(f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {acc}[lo_c] += {value};")
+                lines.append(cprint.for_loop("int", "lo_c", COLUMNS) + f" {acc}[lo_c] += {value};")
         return lines
 
     def widen(self, acc: str) -> list[str]:
