@@ -17,6 +17,7 @@ from . import cprint, quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
+from .nest import lower
 from .params import KernelParam, check_lane_indices, index_ctype, signature
 from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 
@@ -69,23 +70,10 @@ def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
     return {t: classify(schedule, t, isa.lanes) for t in schedule.op.tensors}
 
 
-def dim_depths(schedule: Schedule) -> dict[str, int]:
-    """The loop depth at which the nest defines each op dim (its innermost loop; -1: before all loops)."""
-    position = {name: i for i, name in enumerate(schedule.loop_names)}
-    return {d: max((position[v] for v in e.variables() if v in position), default=-1)
-            for d, e in schedule.dim_values.items()}
-
-
 def placed_guards(schedule: Schedule) -> tuple[tuple[Bound, int], ...]:
     """The guards as the plain nest checks them, each with its loop depth, in the order of
-    ``schedule.guards``: partial blocks (over loops) where their innermost loop opens, then the
-    op's guards (over dims) where all their dims are defined."""
-    depths = dim_depths(schedule)
-    position = {name: i for i, name in enumerate(schedule.loop_names)}
-    partial = tuple((g, max((position[v] for v in g.expr.variables()), default=-1))
-                    for g in schedule.partial_guards)
-    return partial + tuple((g, max((depths[d] for d in g.expr.variables()), default=-1))
-                           for g in schedule.op.guards)
+    ``schedule.guards`` (``nest.lower``'s placement)."""
+    return tuple((g.bound, g.depth) for g in lower(schedule).guards)
 
 
 @dataclass(frozen=True)
@@ -211,8 +199,7 @@ class _Emitter:
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
-        self.dim_depth = dim_depths(schedule)
-        self.placed = placed_guards(schedule)
+        self.nest = lower(schedule)
         self.int_type = index_ctype(schedule)      # of loop variables, dims and offsets
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
@@ -230,11 +217,10 @@ class _Emitter:
         return max((self.position[v] for v in expr.variables() if v in self.position), default=-1)
 
     def _guards_at(self, depth: int) -> list[Bound]:
-        return [guard for guard, at in self.placed if at == depth]
+        return self.nest.guards_at(depth)
 
     def _defs_at(self, depth: int) -> list[str]:
-        return [f"const {self.int_type} {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
-                if self.dim_depth[d] == depth and v != Var(d)]
+        return [f"const {self.int_type} {d.dim} = {d.value.to_c()};" for d in self.nest.definitions_at(depth)]
 
     def offset(self, tensor: str) -> str:
         return self._offset(tensor).to_c()

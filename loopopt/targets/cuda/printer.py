@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ...codegen import cprint
-from ...codegen.emit import dim_depths, kernel_arguments, output_elements, placed_guards
+from ...codegen.emit import kernel_arguments, output_elements, placed_guards
+from ...codegen.nest import dim_depths
 from ...codegen.params import KernelParam, index_ctype, signature
 from ...expr import Bound, Var
 from ...schedule import Schedule, ScheduleError
