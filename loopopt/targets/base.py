@@ -71,6 +71,11 @@ class Target(ABC):
         """The device the kernels run on, beside the host (e.g. a GPU's name), or None: the host."""
         return None
 
+    def fingerprint(self) -> str | None:
+        """What the tuning log keys this target's trials by where that is not this host (its
+        ``machine.fingerprint``, None, the default): a device target's device."""
+        return None
+
     def run_timer(self) -> Callable[[Callable[[], object]], float] | None:
         """How ``measure`` times one run of this target's kernels: None where the host's clock around
         the call does (a kernel that returns when it is done); for kernels that run asynchronously on
