@@ -97,7 +97,8 @@ class Target(ABC):
         """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
         (``targets/search.py``); a ValueError where it has none."""
         raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
-                         f"(isa='auto' on an x86 host, or one of x86's variants)")
+                         f"(isa='auto' on an x86 host, or one of x86's variants) and cuda kernels "
+                         f"(target='cuda')")
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
