@@ -220,7 +220,7 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
         head, python, rest = generated.read_text().partition(PYTHON_H)
         prelude = head + python + "".join(header for header in INTRINSICS if header in source)
         compiler_call = (*shlex.split(cc), *compile_flags, *flags)
-        if python and _link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
+        if python and link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
             generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
         run_compiler([*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags],
                      name, generated, target)
@@ -228,10 +228,10 @@ def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags
     publish(target, build)
 
 
-def run_compiler(command: list[str], name: str, source: Path, target: Path) -> None:
-    """Run a compiler ``command`` on ``source``; BuildError with its messages if it fails (the source
-    kept next to ``target`` as ``*.failed.c``)."""
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def run_compiler(command: list[str], name: str, source: Path, target: Path, cwd: Path | None = None) -> None:
+    """Run a compiler ``command`` (in folder ``cwd``) on ``source``; BuildError with its messages if it
+    fails (the source kept next to ``target`` as ``*.failed.c``)."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
     if done.returncode != 0:
         failed = target.with_suffix(".failed.c")
         shutil.copy(source, failed)
@@ -262,38 +262,41 @@ def publish(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
-def _link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path) -> bool:
+def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path,
+                 name: str = PCH_NAME, uses: int = 1) -> bool:
     """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then the SIMD header
     the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's compile) for
-    this ``compiler_call`` (compiler and flags) into the build ``folder`` as ``PCH_NAME``, building it
-    first if the cache has none and it pays off (``_pays_off``). Hard links, so that a cache cleared
-    meanwhile cannot take it from the build. False if it does not pay off yet or this compiler cannot
-    precompile it (one it finds unusable, it reads as text)."""
+    this ``compiler_call`` (compiler and flags) into the build ``folder`` (in the cache) as ``name``
+    (for ``uses`` translation units of the build), building it first if the cache has none and it pays
+    off (``_pays_off``). Hard links, so that a cache
+    cleared meanwhile cannot take it from the build. False if it does not pay off yet or this compiler
+    cannot precompile it (one it finds unusable, it reads as text)."""
     key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
     header = folder.parent / f"{PCH_PREFIX}{key}.h"
     compiled = header.with_name(header.name + ".gch")
-    if _hard_link(header, compiled, folder):
+    if _hard_link(header, compiled, folder / name):
         return True
-    return _pays_off(header.with_name(header.name + PCH_USES)) and \
-        _precompile(compiler_call, prelude, header, compiled, folder) and _hard_link(header, compiled, folder)
+    return _pays_off(header.with_name(header.name + PCH_USES), uses) and \
+        _precompile(compiler_call, prelude, header, compiled, folder) and \
+        _hard_link(header, compiled, folder / name)
 
 
-def _pays_off(uses: Path) -> bool:
-    """Count one more build of a prelude in ``uses`` (a byte appended: atomic among processes); True once
-    ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
+def _pays_off(uses: Path, count: int = 1) -> bool:
+    """Count ``count`` more builds of a prelude in ``uses`` (a byte appended each: atomic among
+    processes); True once ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
     with uses.open("ab") as counter:
-        counter.write(b".")
+        counter.write(b"." * count)
         return counter.tell() > PRECOMPILE_AFTER
 
 
-def _hard_link(header: Path, compiled: Path, folder: Path) -> bool:
-    """Link ``header`` and its ``compiled`` form into ``folder`` as ``PCH_NAME``; False if either is gone."""
+def _hard_link(header: Path, compiled: Path, link: Path) -> bool:
+    """Link ``header`` and its ``compiled`` form as ``link`` and ``link.gch``; False if either is gone."""
     try:
-        os.link(header, folder / PCH_NAME)
-        os.link(compiled, folder / f"{PCH_NAME}.gch")
+        os.link(header, link)
+        os.link(compiled, link.with_name(link.name + ".gch"))
         return True
     except OSError:
-        (folder / PCH_NAME).unlink(missing_ok=True)
+        link.unlink(missing_ok=True)
         return False
 
 

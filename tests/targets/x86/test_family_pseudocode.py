@@ -9,7 +9,8 @@ import pytest
 import loopopt as lo
 from loopopt.codegen import generate
 from loopopt.codegen.emit import KERNEL_NAME
-from loopopt.targets.x86.binary import generate_binary
+from loopopt.targets.binary import generate_binary
+from loopopt.targets.x86.binary import VARIANTS
 from loopopt.targets.x86.isa import ISAS
 from loopopt.targets.x86.lut import generate_lut
 from loopopt.targets.x86.space import candidates
@@ -118,7 +119,7 @@ def test_table_lookup(schedule):
 
 def test_binary():
     schedule = lo.Schedule(lo.Conv2d(64, 64, 3, padding=1, height=6, width=6, quant=BINARY))
-    source = generate_binary(schedule, ISA, "nibble").source
+    source = generate_binary(schedule, VARIANTS[ISA], "nibble").source
     check(schedule, ISA, source, prefixed=True)
     for name, begin, end, step in STEP.findall(schedule.pseudocode(ISA)):    # the position and channel blocks
         assert f"lo_{name} = {begin}; lo_{name} < {end}; lo_{name} += {step})" in source
