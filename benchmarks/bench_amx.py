@@ -51,8 +51,8 @@ from loopopt.machine import cpu_seconds, others_share
 from loopopt.measure import bf16_tolerance, peak_gflops
 from loopopt.schedule_file import list_schedules
 from loopopt.targets.x86.amx_runtime import AmxGemm, amx_peak_gops, require_amx
+from loopopt.targets.x86.space import candidates
 from loopopt.targets.x86.tiles import tile_plan
-from loopopt.tune.space import candidates
 
 LAYERS = ("resnet50.conv1", "resnet50.conv2_x", "resnet50.conv2_x.reduce", "resnet50.conv3_x",
           "resnet50.conv4_x", "mobilenetv2.block2.project")

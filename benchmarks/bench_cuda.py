@@ -14,16 +14,12 @@ dilation, groups, batch, tails, the init pass), verified once each: the run to p
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
+from cuda_bench import events_median, main, markdown
 
 import loopopt as lo
 from loopopt.dataflows import GPU_PRESETS
 from loopopt.layers import get_layer
 from loopopt.measure import tolerance, verify
-from loopopt.targets.cuda import device, toolchain
 
 CASES = {f"{layer}.n{batch}": (lambda layer=layer, batch=batch: get_layer(f"resnet50.{layer}", batch=batch))
          for batch in (32, 1) for layer in ("conv2_x", "conv3_x", "conv4_x")}
@@ -37,13 +33,6 @@ CHECKS = {
 }
 
 
-def _events_median(call, repeats: int = 50, warmup: int = 10) -> float:
-    """Seconds of one ``call`` on the GPU: the median of ``repeats`` CUDA-event timings."""
-    for _ in range(warmup):
-        call()
-    return statistics.median(device.elapsed(call) for _ in range(repeats))
-
-
 def peer(op) -> tuple[str, float]:
     """cuDNN (conv) or cuBLAS (GEMM) through PyTorch on ``op``'s shapes, float32, TF32 off."""
     import torch
@@ -53,12 +42,12 @@ def peer(op) -> tuple[str, float]:
     shapes = [op.tensor(t).shape for t in op.inputs]
     a, b = (torch.randn(*s, device="cuda") for s in shapes)
     if not op.windows:
-        return "cuBLAS (torch.mm)", _events_median(lambda: torch.mm(a, b))
+        return "cuBLAS (torch.mm)", events_median(lambda: torch.mm(a, b))
     bias = torch.randn(op.channels, device="cuda") if op.bias else None
     w = op.windows
     stride, pad, dilation = (tuple(getattr(x, f) for x in w) for f in ("stride", "pad", "dilation"))
     call = lambda: torch.nn.functional.conv2d(a, b, bias, stride, pad, dilation, op.groups)
-    return f"cuDNN {torch.backends.cudnn.version()} (torch.conv2d)", _events_median(call)
+    return f"cuDNN {torch.backends.cudnn.version()} (torch.conv2d)", events_median(call)
 
 
 def bench(names: list[str]) -> list[dict]:
@@ -114,43 +103,14 @@ def check() -> bool:
     return ok
 
 
-def environment() -> dict:
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
-    return {"gpu": device.name(), "arch": device.arch(), "driver": driver, "nvcc": toolchain.nvcc_version(),
-            "ffma_peak_gflops": device.ffma_peak_gflops()}
-
-
 def table(rows: list[dict]) -> str:
-    lines = ["| case | loopopt kernel | median ms | GFLOP/s | % of FFMA peak | verified | regs | spills "
-             "| peer | peer ms | loopopt / peer time |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['case']} | {r['kernel']} | {r['median_ms']:.3f} | {r['gflops']:.0f} | "
-                     f"{r['percent_of_peak']:.1f} | {'yes' if r['verified'] else 'NO'} | {r['registers']} | "
-                     f"{r['spill_bytes']} | {r['peer']} | {r['peer_ms']:.3f} | "
-                     f"{r['median_ms'] / r['peer_ms']:.1f}x |")
-    return "\n".join(lines)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help=f"comma-separated cases of {', '.join(CASES)}")
-    parser.add_argument("--json", help="write the environment and rows to this file")
-    parser.add_argument("--check", action="store_true",
-                        help="small kernels verified once (for the sanitizer)")
-    args = parser.parse_args()
-    if args.check:
-        return 0 if check() else 1
-    env = environment()
-    print(json.dumps(env))
-    rows = bench(args.only.split(",") if args.only else list(CASES))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "rows": rows}, f, indent=1)
-    print(table(rows))
-    return 0 if all(r["verified"] for r in rows) else 1
+    header = ["case", "loopopt kernel", "median ms", "GFLOP/s", "% of FFMA peak", "verified", "regs",
+              "spills", "peer", "peer ms", "loopopt / peer time"]
+    return markdown(header, [[r["case"], r["kernel"], f"{r['median_ms']:.3f}", f"{r['gflops']:.0f}",
+                              f"{r['percent_of_peak']:.1f}", "yes" if r["verified"] else "NO", r["registers"],
+                              r["spill_bytes"], r["peer"], f"{r['peer_ms']:.3f}",
+                              f"{r['median_ms'] / r['peer_ms']:.1f}x"] for r in rows])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(__doc__, list(CASES), bench, table, check))

@@ -1,40 +1,83 @@
-"""The cuda target's tensor-core kernels (``gpu_wmma``: float16 inputs, float32 sums, WMMA
-m16n16k16) on an NVIDIA GPU, next to cuBLAS / cuDNN in float16 through PyTorch in the same run: a
-4096^3 GEMM (B stored N x K) and ResNet-50's 3x3 convs conv2_x, conv3_x, conv4_x at N=32 (NHWC
-activations and output, OHWI weights; PyTorch's tensors channels_last). A few tile shapes each.
+"""The cuda target's tensor-core kernels on an NVIDIA GPU (``gpu_wmma``: WMMA m16n16k16; ``gpu_mma``:
+``mma.sync`` m16n8k16 with ``ldmatrix`` from swizzled tiles, a deeper ring, split-K; float16 inputs,
+float32 sums), next to cuBLAS / cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM and
+BERT's 384x768x3072 (B stored N x K), and ResNet-50's 3x3 convs conv2_x, conv3_x, conv4_x at N=32
+and N=1 (NHWC activations and output, OHWI weights; PyTorch's tensors channels_last). A few tile
+shapes, depths and split-K counts each (``variants``), built in parallel before any timing.
 
 Every loopopt output is checked against float64 PyTorch on the GPU of the same float16-rounded
 inputs (‖out − ref‖ / ‖ref‖ under 1e-4, no element left unwritten: the output starts as NaN).
 Times: CUDA events around each launch on device arrays (no copies), the L2 cache overwritten before
 each run, median of 50 after 10 warm-ups; the peers the same way.
 
-``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x] [--json PATH]`` prints the device,
-driver, nvcc, every variant and a Markdown table of each case's best.
+``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
+driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
+every guard kind under each preset and split-K, verified once (the run to put under
+``compute-sanitizer``).
 """
 from __future__ import annotations
 
-import argparse
 import json
+import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from bench_cuda import _events_median, environment
+from cuda_bench import events_median, main, markdown
 
 import loopopt as lo
-from loopopt.dataflows import gpu_wmma
+from loopopt.dataflows import TENSOR_PRESETS
 from loopopt.layers import get_layer
-from loopopt.targets.cuda import device
+from loopopt.measure import verify
+from loopopt.targets.cuda import device, toolchain
+from loopopt.targets.cuda.printer import print_kernel
 
-TILES = {  # (block_m, block_n, warps_m, warps_n, depth)
-    "gemm4096": [(128, 128, 2, 4, 32), (128, 256, 2, 4, 32), (256, 128, 4, 2, 32)],
-    "conv": [(128, 64, 4, 2, 32), (128, 128, 2, 4, 32), (128, 128, 2, 4, 64)],
-}
+CASES = ["gemm4096", "bert", *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x",
+                                                                                       "conv4_x"))]
+CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
+                    dtype="float16"),
+          lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
+          lo.Matmul(300, 260, 200, dtype="float16"),
+          lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
+WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
+SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
+TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
+LONG = {"block_n": 256, "warps_n": 8}                     # 128 x 256 tiles, 16 warps of 64 x 32
 
 
 def half_op(case: str) -> lo.Op:
     if case == "gemm4096":
         return lo.Matmul(4096, 4096, 4096, dtype="float16")
-    layer = get_layer(f"resnet50.{case}", batch=32)
+    if case == "bert":
+        return lo.Matmul(384, 768, 3072, dtype="float16")
+    layer, batch = case.split(".n")
+    layer = get_layer(f"resnet50.{layer}", batch=int(batch))
     return type(layer)(**{**layer.arguments, "dtype": "float16"})
+
+
+def filling_split(op: lo.Op, tiles: dict) -> int:
+    """The split-K count that brings the blocks of ``gpu_mma(op, **tiles)`` to about one per SM (at
+    most one reduction step per block)."""
+    schedule = TENSOR_PRESETS["gpu_mma"](op, **tiles)
+    blocks = math.prod(loop.extent for loop in schedule.bound_loops if loop.axis.startswith("block."))
+    steps = math.prod(loop.extent for loop in schedule.loops[:schedule.position(schedule.stages[0][1]) + 1]
+                      if not loop.axis)
+    return max(1, min(steps, round(device.multiprocessors() / blocks)))
+
+
+def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
+    """The (preset, arguments) pairs timed for ``case``."""
+    deep = {"depth": 64, "stages": 3}
+    if case == "gemm4096":
+        return [("gpu_wmma", {}), ("gpu_mma", {}), ("gpu_mma", deep), ("gpu_mma", TALL), ("gpu_mma", LONG),
+                ("gpu_mma", TALL | {"stages": 3}), ("gpu_mma", LONG | deep)]
+    if case.endswith(".n32"):
+        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, TALL)
+                                      for extra in ({}, deep, {"split_k": 2}, {"split_k": 3}))]
+    chosen = [("gpu_wmma", WIDE)]
+    for tiles in ({}, WIDE, SMALL):
+        fill = filling_split(op, tiles)
+        chosen += [("gpu_mma", tiles | {"split_k": parts}) for parts in sorted({1, fill, 2 * fill})]
+    return chosen
 
 
 def torch_tensors(op: lo.Op, seed: int = 0) -> tuple[list, list]:
@@ -58,13 +101,13 @@ def peer(op: lo.Op, logical: list) -> tuple[str, float]:
     torch.backends.cudnn.benchmark = True
     if not op.windows:
         a, b = logical
-        return "cuBLAS (torch.matmul fp16)", _events_median(lambda: torch.matmul(a, b))
+        return "cuBLAS (torch.matmul fp16)", events_median(lambda: torch.matmul(a, b))
     x, w, bias = logical
     wins = op.windows
     stride, pad, dilation = (tuple(getattr(v, f) for v in wins) for f in ("stride", "pad", "dilation"))
     half_bias = bias.half()
     call = lambda: torch.nn.functional.conv2d(x, w, half_bias, stride, pad, dilation, op.groups)
-    return f"cuDNN {torch.backends.cudnn.version()} (torch conv2d fp16 NHWC)", _events_median(call)
+    return f"cuDNN {torch.backends.cudnn.version()} (torch conv2d fp16 NHWC)", events_median(call)
 
 
 def reference(op: lo.Op, logical: list):
@@ -80,10 +123,10 @@ def reference(op: lo.Op, logical: list):
     return out.permute(0, 2, 3, 1)
 
 
-def run_variant(op: lo.Op, tiles: tuple, stored: list, expected) -> dict:
+def run_variant(kernel, stored: list, expected) -> dict:
     import cupy as cp
     import torch
-    kernel = gpu_wmma(op, *tiles).compile(target="cuda")
+    op = kernel.op
     shape = kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
     out = cp.full(shape, np.nan, dtype=np.float32)
     values = dict(zip(op.call_tensors, stored)) | {op.output: out}
@@ -92,59 +135,68 @@ def run_variant(op: lo.Op, tiles: tuple, stored: list, expected) -> dict:
     got = torch.as_tensor(out, device="cuda").double()
     written = not bool(torch.isnan(got).any())
     relative = float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
-    seconds = _events_median(lambda: kernel.run(buffers))
-    return {"tiles": tiles, "median_ms": seconds * 1e3, "tflops": op.flops / seconds / 1e12,
+    seconds = events_median(lambda: kernel.run(buffers))
+    return {"median_ms": seconds * 1e3, "tflops": op.flops / seconds / 1e12,
             "percent_of_peak": 100 * op.flops / seconds / 1e9 / device.tensor_peak_gflops(),
             "relative_error": relative, "verified": written and relative < 1e-4,
             "registers": kernel.build.registers, "spill_bytes": kernel.build.spill_bytes}
 
 
+def build_all(schedules: list[lo.Schedule]) -> None:
+    """Every schedule's kernel built into the cache, nvcc running on all cores."""
+    arch = device.arch()
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(lambda s: toolchain.build(print_kernel(s).source, arch), schedules))
+
+
 def bench(cases: list[str]) -> list[dict]:
+    ops = {case: half_op(case) for case in cases}
+    chosen = {case: [(preset, arguments, TENSOR_PRESETS[preset](op, **arguments))
+                     for preset, arguments in variants(case, op)] for case, op in ops.items()}
+    build_all([schedule for runs in chosen.values() for *_, schedule in runs])
     rows = []
-    for case in cases:
-        op = half_op(case)
+    for case, op in ops.items():
         logical, stored = torch_tensors(op)
         peer_name, peer_seconds = peer(op, logical)
         expected = reference(op, logical)
-        for tiles in TILES["gemm4096" if case == "gemm4096" else "conv"]:
-            row = {"case": case, "op": repr(op), "peer": peer_name, "peer_ms": peer_seconds * 1e3,
-                   "peer_tflops": op.flops / peer_seconds / 1e12} | run_variant(op, tiles, stored, expected)
+        for preset, arguments, schedule in chosen[case]:
+            row = {"case": case, "op": repr(op), "kernel": preset, "arguments": arguments, "peer": peer_name,
+                   "peer_ms": peer_seconds * 1e3, "peer_tflops": op.flops / peer_seconds / 1e12}
+            row |= run_variant(schedule.compile(target="cuda"), stored, expected)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    best = {}
+    """Each case's fastest verified variant against its peer."""
+    best: dict[str, dict] = {}
     for r in rows:
         if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
             best[r["case"]] = r
-    lines = ["| case (fp16 in, fp32 sums) | tiles (bm, bn, wm, wn, depth) | median ms | TFLOP/s "
-             "| % TC peak | "
-             "rel. error | regs | peer | peer ms | peer TFLOP/s | loopopt / peer time |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in best.values():
-        lines.append(f"| {r['case']} | {tuple(r['tiles'])} | {r['median_ms']:.3f} | {r['tflops']:.0f} | "
-                     f"{r['percent_of_peak']:.1f} | {r['relative_error']:.1e} | {r['registers']} | "
-                     f"{r['peer']} | "
-                     f"{r['peer_ms']:.3f} | {r['peer_tflops']:.0f} | {r['median_ms'] / r['peer_ms']:.2f}x |")
-    return "\n".join(lines)
+    header = ["case (fp16 in, fp32 sums)", "kernel", "arguments", "median ms", "TFLOP/s", "% TC peak",
+              "rel. error", "regs", "peer", "peer ms", "peer TFLOP/s", "peer / loopopt time"]
+    return markdown(header, [[r["case"], r["kernel"], ", ".join(f"{k}={v}" for k, v in r["arguments"].items())
+                              or "defaults", f"{r['median_ms']:.3f}", f"{r['tflops']:.0f}",
+                              f"{r['percent_of_peak']:.1f}",
+                              f"{r['relative_error']:.1e}", r["registers"], r["peer"], f"{r['peer_ms']:.3f}",
+                              f"{r['peer_tflops']:.0f}", f"{r['peer_ms'] / r['median_ms']:.2f}x"]
+                             for r in best.values()])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated cases of gemm4096, conv2_x, conv3_x, conv4_x")
-    parser.add_argument("--json", help="write the environment and rows to this file")
-    args = parser.parse_args()
-    env = environment() | {"tensor_peak_gflops": device.tensor_peak_gflops()}
-    print(json.dumps(env), flush=True)
-    rows = bench(args.only.split(",") if args.only else ["gemm4096", "conv2_x", "conv3_x", "conv4_x"])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "rows": rows}, f, indent=1)
-    print(table(rows))
-    return 0 if all(r["verified"] for r in rows) else 1
+def check() -> bool:
+    """Every CHECKS op under each tensor preset, with small tiles and with split-K, verified once."""
+    small = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}
+    runs = [(f"{op!r} {preset} {arguments}", make(op, **arguments)) for op in CHECKS
+            for preset, make in TENSOR_PRESETS.items() for arguments in ({}, small, {"split_k": 3})]
+    build_all([schedule for _, schedule in runs])
+    ok = True
+    for what, schedule in runs:
+        good, error = verify(schedule.compile(target="cuda"), seed=7)
+        ok &= good
+        print(f"{what}: {'verified' if good else 'WRONG'} (max error {error:.2e})", flush=True)
+    return ok
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(__doc__, CASES, bench, table, check))

@@ -50,10 +50,12 @@ from tune_layers import LAYERS as CATALOG_LAYERS
 import loopopt as lo
 from loopopt import machine
 from loopopt.ops import Op
+from loopopt.targets.registry import target
+from loopopt.targets.search import Candidate
+from loopopt.targets.x86.rank import figures as figures_of
+from loopopt.targets.x86.space import Knobs, TileKnobs
 from loopopt.tune.fit import spearman
-from loopopt.tune.guide import Guide, price
-from loopopt.tune.rank import figures as figures_of
-from loopopt.tune.space import Candidate, Knobs, TileKnobs
+from loopopt.tune.guide import Guide
 
 SECTION = "## Ranking model vs tuning logs"
 GOAL = 0.8                        # the issue's goal: Spearman >= 0.8 over each search's trials
@@ -143,8 +145,8 @@ def searches(paths: Iterable[str], ops: dict[str, Op], wanted: str = "") -> list
 
 def predictions(search: Search) -> dict[str, list[float | None]]:
     """Each figure of ``FIGURES`` for every trial of ``search`` (None where there is none)."""
-    guide = Guide([replace(c, model=tuple(figures_of(c).items())) for c in search.candidates], price,
-                  search.threads)
+    guide = Guide([replace(c, model=tuple(figures_of(c).items())) for c in search.candidates],
+                  target("x86").search_rules(), threads=search.threads)
     figures: dict[str, list[float | None]] = {name: [] for name in FIGURES}
     figures["logged"] = list(search.logged)
     for index, seconds in enumerate(search.measured):

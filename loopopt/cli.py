@@ -332,7 +332,7 @@ def _algorithm_rows(args: argparse.Namespace, op) -> _Rows:
     layer = None if args.conv or args.matmul or args.contraction else args.layer
     why = refusals(op, wanted, args.isa, 1)          # compare runs the GEMM presets on one thread
     integer = op.quant is not None
-    isa = args.isa if args.isa == "amx" else target_of_isa(args.isa).resolve_isa(args.isa, integer)
+    isa = target_of_isa(args.isa).resolve_isa(args.isa, integer)
     measured = None if args.isa == "auto" else isa
     logged = best_by_algorithm(op, args.log, args.threads, measured) if args.log else {}
     rows = _Rows([], [], [], {name: reason for name, reason in why.items() if reason}, {})
@@ -588,7 +588,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         notes.append(f"plot written to {result.plot(plot)}")
     if save:
         rate = result.op.flops / result.timing.min / 1e9
-        what = describe(result.winner_trial.knobs)
+        what = describe(result.winner_trial.knobs, result.isa)
         what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
         description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
                        f"min {duration(result.timing.min)}, {rate:.1f} {result.timing.unit} on "

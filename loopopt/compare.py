@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .codegen.instr import SCALAR
 from .machine import peak_gflops, provenance
 from .measure import END_TO_END, KERNEL_ONLY, ROUNDS, Timing, checked, measure_all
 from .model import CORE_COSTS, kernel_model
@@ -260,6 +261,8 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
         raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
     refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
     device = chosen is not None and chosen.has_device     # the reuse analysis models the host's caches
+    if device:
+        chosen.device()     # a device target without its device says so here, before anything is built
     analysis = _analysis() if reuse and not device else None
     note = ("" if analysis or not reuse else f"no reuse analysis on target {chosen.name!r} (it models CPU "
             f"caches)" if device else "reuse analysis unavailable (loopopt.analysis not installed)")
@@ -294,7 +297,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
                              machine=machine)
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
-    resolved = rows[0].isa if rows else "scalar"
+    resolved = rows[0].isa if rows else SCALAR.name
     # quantized ops: GOP/s against the int8 (dot instruction) peak, as measure reports them
     dtype = op.dtype if op.quant is None else "int8"
     peak = chosen.peak(resolved, dtype) if chosen is not None else peak_gflops(resolved, dtype)

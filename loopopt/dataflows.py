@@ -400,6 +400,7 @@ GPU_PRESETS = Presets({f.__name__: f for f in (gpu_naive, gpu_tiled, gpu_staged)
 # --- tensor-core presets: float16 ops on the cuda target's matrix instructions -------------------------
 
 WMMA = "wmma_m16n16k16_f16_f32"
+MMA = "mma_m16n8k16_f16_f32"
 
 
 def _reduction_channel_last(schedule: Schedule) -> Schedule:
@@ -434,16 +435,22 @@ def _split_tile(schedule: Schedule, loop: str, block: int, warps: int) -> tuple[
 
 
 def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
-             depth: int = 32) -> Schedule:
-    """A float16 op on tensor cores (``tensorize`` onto ``wmma_m16n16k16_f16_f32``) as an implicit
-    GEMM: M the output dims the first input moves with (a conv's ``n, oh, ow``, fused; a Matmul's
-    ``i``), N the other output dims (``k``; ``j``), K the reduction channels (``c``; ``k``) with the
-    other reduction dims (``kh, kw``) outside. A block computes ``block_m x block_n`` outputs (at most:
-    a smaller N takes a smaller tile) with ``warps_m x warps_n`` warps (``warp.y``, ``warp.x``), each
-    holding its ``block_m/warps_m x block_n/warps_n`` outputs as 16 x 16 fragments (a dim shorter than
-    its tile takes a tile of its extent rounded up to 16 x the warps); at each step of
-    ``depth`` reduction channels both inputs' tiles are gathered into shared memory (``stage``: the
-    im2col, zero at padding) and the fragments multiply them."""
+             depth: int = 32, instruction: str = WMMA, stages: int | None = None,
+             split_k: int = 1) -> Schedule:
+    """A float16 op on tensor cores (``tensorize`` onto ``instruction``, by default
+    ``wmma_m16n16k16_f16_f32``) as an implicit GEMM: M the output dims the first input moves with (a
+    conv's ``n, oh, ow``, fused; a Matmul's ``i``), N the other output dims (``k``; ``j``), K the
+    reduction channels (``c``; ``k``) with the other reduction dims (``kh, kw``) outside. A block
+    computes ``block_m x block_n`` outputs (at most: a smaller N takes a smaller tile) with ``warps_m x
+    warps_n`` warps (``warp.y``, ``warp.x``), each holding its ``block_m/warps_m x block_n/warps_n``
+    outputs as 16 x 16 fragments (a dim shorter than its tile takes a tile of its extent rounded up to
+    16 x the warps); at each step of ``depth`` reduction channels both inputs' tiles are gathered into
+    shared memory (``stage``: the im2col, zero at padding; a ring of ``stages`` buffers) and the
+    fragments multiply them. ``split_k`` > 1: the steps (``kh, kw`` and the channel steps, fused) are
+    shared out among that many blocks along ``block.z`` (``Schedule.split_k``), for shapes whose
+    output tiles launch too few blocks."""
+    if split_k < 1:
+        raise ScheduleError(f"gpu_wmma: split_k={split_k!r}; choose 1 (no split) or more blocks per tile")
     schedule = _reduction_channel_last(Schedule(op))
     first = op.inputs[0]
     reads = {v for e in op.index(first) for v in e.variables()}
@@ -468,8 +475,22 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     schedule = schedule.reorder(m_block, n_block, m_warp, n_warp, *others, c_step, c_inner, m_frag, n_frag,
                                 i, j, k)
     schedule = (schedule.bind(m_block, "block.x").bind(n_block, "block.y")
-                .bind(m_warp, "warp.y").bind(n_warp, "warp.x").tensorize(i, j, k, WMMA))
-    return schedule.stage(op.inputs[0], c_step).stage(op.inputs[1], c_step)
+                .bind(m_warp, "warp.y").bind(n_warp, "warp.x").tensorize(i, j, k, instruction))
+    if split_k > 1:
+        steps = "steps" if others else c_step
+        if others:
+            schedule = _fused(schedule, (*others, c_step), steps)
+        share = -(-schedule.loop(steps).extent // split_k)
+        schedule = schedule.split(steps, share).split_k(f"{steps}_o")
+        c_step = f"{steps}_i"
+    return schedule.stage(op.inputs[0], c_step, stages).stage(op.inputs[1], c_step, stages)
 
 
-TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma,)})
+def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
+            depth: int = 32, stages: int = 4, split_k: int = 1) -> Schedule:
+    """``gpu_wmma`` on ``mma.sync.m16n8k16`` (``mma_m16n8k16_f16_f32``: ``ldmatrix`` from XOR-swizzled
+    tiles without padding) with a four-buffer ring of staged tiles."""
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, MMA, stages, split_k)
+
+
+TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma)})

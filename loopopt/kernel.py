@@ -52,6 +52,7 @@ class Kernel:
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
+        self.epilogue = schedule.epilogue      # a clip applied to the outputs: the reference applies it too
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source

@@ -44,9 +44,10 @@ from .cbuild import BuildError, cache_dir, compiler, compiler_identity
 from .targets.x86.isa import visible_flags
 from .targets.x86.profile import KEY_FEATURES, measure_peaks, peak_isas, peak_of, read_kernel, timed
 
-PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak ("amx") where
-                            # the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its median,
-                            # runs and the other processes' CPU share, the DRAM buffer is 4x the last cache
+PROFILE_FORMAT = 5          # 2: bfloat16 peaks; 3: the int8 peaks include the AMX tile peak (TILE_ISA)
+                            # where the CPU has it; 4: so do the bfloat16 peaks; 5: each bandwidth has its
+                            # median, runs and the other processes' CPU share, the DRAM buffer is 4x the
+                            # last cache
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 DTYPES = ("float32", "int8", "bfloat16")
 UNITS = ("GFLOP/s", "GOP/s", "GFLOP/s")
@@ -574,7 +575,7 @@ def peak_gflops(isa: str = "auto", dtype: str = "float32") -> float:
 
     ``dtype="float32"``: FMA throughput (2 flops per lane). ``"int8"``: throughput of the
     u8 x s8 dot instruction of the integer table (VNNI ``vpdpbusd``; AVX2 ``vpmaddwd``
-    sequence), 8 ops (4 multiply-adds) per int32 lane; ``isa="amx"``: the AMX tile dot
+    sequence), 8 ops (4 multiply-adds) per int32 lane; x86's tile variant (``TILE_ISA``): the AMX tile dot
     ``TDPBUSD`` (``targets.x86.amx_runtime.amx_peak_gops``), where the CPU has it. ``"bfloat16"``:
     ``vdpbf16ps``, 4 flops per float32 lane (the float32 peak on ISAs without it).
     """

@@ -230,6 +230,8 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
         if op.quant is None:
             inputs = dict(zip(op.call_tensors, block, strict=True))
             expected = op.reference(*block)
+            if kernel.epilogue is not None:
+                expected = kernel.epilogue.apply(expected)
             winograd = isinstance(kernel, WinogradKernel)
             bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs)
         else:

@@ -19,14 +19,14 @@ The kernel takes as many cycles as its busiest resource (out-of-order execution 
 others), at the clock implied by the measured peak (``lo.peak_gflops``: a cycle issues
 ``fma_per_cycle`` multiply-adds of the ISA's lanes), on one thread.
 
-The constants (``CORE_COSTS``, one table per ISA) are those of the benchmark machine's core, an
-Intel Xeon of the Sapphire Rapids generation (Golden Cove): 2 FMA ports, 2 vector loads and 1 vector
-store per cycle, 6-wide rename, a 512-entry reorder buffer, FMA latency 4, scalar add latency 2 (in
-ISO C mode the compiler does not contract ``a * b + c``), about 5 cycles of store forwarding. The
-gather and scatter costs per lane were measured with a microbenchmark on that machine; the costs of
-a guard check, a lane step, an index definition and a division were chosen by a grid search on
-ResNet-50 conv2_x schedules (docs/benchmarks.md, "Model vs measured"). The AVX2 table differs where
-AVX2 has no mask registers and no scatter.
+The constants (``CORE_COSTS``, one table per ISA: x86's from ``targets/x86/costs.py``) are those of the
+benchmark machine's core, an Intel Xeon of the Sapphire Rapids generation (Golden Cove): 2 FMA ports, 2
+vector loads and 1 vector store per cycle, 6-wide rename, a 512-entry reorder buffer, FMA latency 4,
+scalar add latency 2 (in ISO C mode the compiler does not contract ``a * b + c``), about 5 cycles of store
+forwarding. The gather and scatter costs per lane were measured with a microbenchmark on that machine; the
+costs of a guard check, a lane step, an index definition and a division were chosen by a grid search on
+ResNet-50 conv2_x schedules (docs/benchmarks.md, "Model vs measured"). The AVX2 table differs where AVX2
+has no mask registers and no scatter.
 """
 from __future__ import annotations
 
@@ -36,54 +36,21 @@ from .analysis import Machine, ReuseProfile, reuse
 from .codegen.instr import tables
 from .schedule import Schedule
 from .targets.registry import target_of_isa
-from .targets.x86.costs import KernelCounts, Site, count
+from .targets.x86.costs import GOLDEN_COVE, X86_CORE_COSTS, CoreCosts, KernelCounts, Site, count
 from .targets.x86.isa import available_isas
-
-
-@dataclass(frozen=True)
-class CoreCosts:
-    """Throughputs (per cycle) and latencies (cycles) of one core running one ISA's kernels."""
-
-    fma_per_cycle: float        # vector multiply-add instructions per cycle (the peak's unit)
-    vector_per_cycle: float     # vector instructions per cycle, multiply-adds included (same ports)
-    loads_per_cycle: float
-    stores_per_cycle: float
-    issue_per_cycle: float      # instructions per cycle through the front end
-    gather_lane: float          # load-port cycles per gathered lane
-    scatter_lane: float         # store-port cycles per scattered lane
-    masked: float               # extra vector instructions of a masked load, store or update
-    mask: float                 # instructions forming a lane mask from bits
-    hsum: float                 # instructions of a horizontal sum
-    loop_iteration: float       # instructions of a scalar loop trip
-    definition: float           # instructions of a scalar index computation
-    division: float             # instructions of a floor division or remainder by a constant
-    guard_check: float          # instructions of a scalar bound check
-    lane_step: float            # instructions of one step of a scalar loop over lanes
-    store_forward: float        # cycles from a store to a load of the same address
-    scalar_add_latency: float   # scalar code: the chain's add (products are not contracted)
-    window: float               # instructions in flight (the reorder buffer)
-
 
 UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1,   # per vector update
                        "bf16": 1, "bf16_dot": 1}
 UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4,       # vpmulld + vpaddd: 10 + 1
                   "bf16": 4, "bf16_dot": 5}    # vdpbf16ps: taken as vpdpbusd's (not measured here)
 
-_AVX512 = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
-                    issue_per_cycle=6, gather_lane=0.4, scatter_lane=0.9, masked=0, mask=1, hsum=6,
-                    loop_iteration=2, definition=1, division=8, guard_check=2, lane_step=1, store_forward=5,
-                    scalar_add_latency=2, window=512)
 CORE_COSTS = {
-    "avx512": _AVX512,
-    # 256-bit loads on 3 ports; no mask registers: a masked load or update is a blend, a mask 3
-    # instructions, a scatter lane by lane
-    "avx2": replace(_AVX512, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
-    "scalar": _AVX512,
+    **X86_CORE_COSTS,
     # modelled, not measured (no ARM core here): a Neoverse V1 class core (targets/neon/profile.py) from
     # Arm's software optimization guide: four 128-bit SIMD pipes, 3 loads and 2 stores per cycle, 8-wide
     # dispatch, a 256-entry reorder buffer; no mask registers or gathers: masked accesses, gathers and
     # scatters are lane-by-lane helpers (a lane through memory each), a mask 3 instructions (dup, tst)
-    "neon": replace(_AVX512, fma_per_cycle=4, vector_per_cycle=4, loads_per_cycle=3, stores_per_cycle=2,
+    "neon": replace(GOLDEN_COVE, fma_per_cycle=4, vector_per_cycle=4, loads_per_cycle=3, stores_per_cycle=2,
                     issue_per_cycle=8, gather_lane=1.0, scatter_lane=1.0, masked=6, mask=3, hsum=2,
                     window=256),
 }

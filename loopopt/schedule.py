@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
 
+from .activation import Clip
 from .cnames import check_user_name
 from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
@@ -103,6 +104,7 @@ WARP_SIZE = 32
 GPU_AXES = tuple(AXIS_LIMITS)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
+MAX_PIPELINE_STAGES = 8        # buffers of a tensorized kernel's ring of staged tiles (``stage(stages=)``)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,9 @@ class Schedule:
     weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
     stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
     tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
+    pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
+    split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
+    epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -488,21 +493,63 @@ class Schedule:
         self._refuse_race(step, loop, "GPU threads")
         return self._annotate(step, loop, axis=axis)
 
-    def stage(self, tensor: str, at: str) -> "Schedule":
+    def stage(self, tensor: str, at: str, stages: Optional[int] = None) -> "Schedule":
         """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
         ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
         by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
-        ``at`` then come from there. Refused for a tensor that is not an input or is staged already,
-        stages at different loops, a bound loop inside ``at``, an index not affine in the loops
-        inside (a fused loop there), and boxes over ``MAX_SHARED_BYTES`` together."""
-        step = Step("stage", (tensor, at))
+        ``at`` then come from there. ``stages`` (tensorized schedules, 2 to ``MAX_PIPELINE_STAGES``;
+        3 when not given): the copies of one iteration of ``at`` go into a ring of that many buffers,
+        ``stages - 1`` iterations ahead of the products. Refused for a tensor that is not an input or
+        is staged already, stages at different loops or of different depths, a bound loop inside
+        ``at``, an index not affine in the loops inside (a fused loop there), and boxes over
+        ``MAX_SHARED_BYTES`` together."""
+        step = Step("stage", (tensor, at) + ((stages,) if stages is not None else ()))
         self.loop(at, str(step))
+        if stages is not None and not 2 <= stages <= MAX_PIPELINE_STAGES:
+            raise ScheduleError(f"{step}: stages={stages!r}; a ring has 2 to {MAX_PIPELINE_STAGES} buffers")
+        if stages is not None and self.pipeline_stages not in (None, stages):
+            raise ScheduleError(f"{step}: the tensors staged already have stages={self.pipeline_stages}; "
+                                f"stage every input with the same depth")
         if tensor not in self.op.inputs:
             raise ScheduleError(f"{step}: only the inputs are staged; choose one of "
                                 f"{', '.join(self.op.inputs)}")
         if any(staged == tensor for staged, _ in self.stages):
             raise ScheduleError(f"{step}: {tensor} is staged already")
-        return self._with(step, stages=self.stages + ((tensor, at),))
+        return self._with(step, stages=self.stages + ((tensor, at),),
+                          pipeline_stages=self.pipeline_stages if stages is None else stages)
+
+    def clip(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
+        """Clip each output to ``[low, high]`` (after the bias and a Gemm's scales) in the kernel's store:
+        a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The kernel then
+        computes ``activation.Clip(low, high).apply(op.reference(...))``. The cuda target's
+        tensor-core kernels fuse it; refused there with ``split_k`` (a clip needs each output's whole
+        sum), by the SIMT kernels and by the CPU targets; ValueError for bad bounds."""
+        epilogue = Clip(low, high)
+        step = Step("clip", (), tuple(epilogue.bounds.items()))
+        if self.epilogue is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}); clip once")
+        return self._with(step, epilogue=epilogue)
+
+    def split_k(self, loop: str) -> "Schedule":
+        """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each
+        block sums its share of the reduction and adds it to the outputs with ``atomicAdd`` (the
+        output is zeroed before the launch; the bias and a Gemm's ``beta * C`` come with the first
+        share). For the shapes whose output tiles alone launch too few blocks to fill the GPU (split
+        the reduction loop first: ``split(loop, factor)``, then ``split_k`` the outer part). Refused
+        for a loop over outputs (``bind`` it to a block axis), a loop bound already, and a taken
+        ``block.z``."""
+        step = Step("split_k", (loop,))
+        bound = self.loop(loop, str(step))
+        if not self._reduction_dims_over(loop) or self.dims_of(loop) - self.op.reduction_dims:
+            dims = ", ".join(sorted(self.dims_of(loop)))
+            raise ScheduleError(f"{step}: loop {loop!r} (dims {dims}) must run over the reduction only; "
+                                f"bind a loop over outputs to a block axis")
+        if bound.axis:
+            raise ScheduleError(f"{step}: loop {loop!r} is already bound to {bound.axis}")
+        holder = next((other for other in self.bound_loops if other.axis == "block.z"), None)
+        if holder is not None:
+            raise ScheduleError(f"{step}: block.z is already bound to loop {holder.name!r}")
+        return replace(self, split_k_loop=loop)._annotate(step, loop, axis="block.z")
 
     def tensorize(self, i: str, j: str, k: str, instruction: str) -> "Schedule":
         """Run the three innermost loops ``i, j, k`` (in this order) as one warp-wide matrix
@@ -600,6 +647,9 @@ class Schedule:
         if self.stages:
             raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
                                 f"has none: compile with target='cuda'")
+        if self.epilogue is not None:
+            raise ScheduleError(f"the outputs are clipped in the store ({self.epilogue}), which the {target} "
+                                f"target does not fuse: compile with target='cuda' (tensorized)")
 
     def _check_stages(self, step: Step) -> None:
         ats = {at for _, at in self.stages}
@@ -715,7 +765,7 @@ class Schedule:
                 raise ScheduleError(f"{step}: loop {loop.name!r} is bound to {loop.axis} and {kind}; a "
                                     f"bound loop takes no CPU annotation")
             summed = self._reduction_dims_over(loop.name)
-            if summed:
+            if summed and loop.name != self.split_k_loop:
                 raise IllegalScheduleError(
                     f"{step}: the loop {loop.name!r} bound to {loop.axis} runs over the reduction dim(s) "
                     f"{', '.join(summed)}: GPU threads would race on the outputs they add to; bind a "

@@ -80,7 +80,8 @@ from .winograd import AnyPlan, WinogradError
 from .winograd import plan as winograd_plan
 
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
-              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize")
+              "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize",
+              "split_k", "clip")
 SUFFIX = ".toml"
 SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
 WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan
@@ -188,18 +189,19 @@ def stored_schedule(name_or_path: str | os.PathLike) -> StoredSchedule:
 
 def stored_isa(name_or_path: str | os.PathLike, op: Op | None = None) -> str:
     """The ISA to compile a stored schedule on: the one its provenance records when this CPU runs it
-    (``"amx"``: a tile schedule, which ``"auto"`` would compile for the SIMD units; not for a float32
-    ``op``, which the tiles do not multiply), else ``"auto"``."""
+    (x86's AMX tiles: a tile schedule, which ``"auto"`` would compile for the SIMD units), else
+    ``"auto"``; also ``"auto"`` for an ``op`` that variant does not compute (``Target.computes``: the
+    tiles do not multiply float32)."""
     path = find_schedule(name_or_path)
     isa = _provenance(path, read_schedule_file(path)[0]).get("isa")
-    if not isinstance(isa, str) or (isa == "amx" and op is not None and op.quant is None
-                                    and op.dtype != "bfloat16"):
+    if not isinstance(isa, str):
         return "auto"
     try:
-        target_of_isa(isa).resolve_isa(isa)
+        target = target_of_isa(isa)
+        target.resolve_isa(isa)
     except ValueError:
         return "auto"
-    return isa
+    return isa if op is None or target.computes(isa, op) else "auto"
 
 
 def read_schedule_file(path: Path) -> tuple[dict[str, Any], list[int]]:
@@ -440,13 +442,12 @@ def save_schedule(schedule: AnySchedule, path: str | os.PathLike, name: str = ""
                   isa: str = "auto", threads: int = 1, algorithm: str | None = None) -> Path:
     """Write ``schedule`` (or a Winograd plan) to ``path`` as TOML, atomically (name defaults to the
     file's stem), with its provenance: this machine, now, and the ``isa`` and ``threads`` it was chosen
-    with (default: the ISA ``compile()`` picks here, one thread; ``"amx"``: a tile schedule, recorded as
-    is: compile it with ``isa="amx"``); ``algorithm``: what a schedule's loop nest is (``to_toml``). The
-    file records the arithmetic of the schedule's op (``made_for``, ``quant``)."""
+    with (default: the ISA ``compile()`` picks here, one thread; x86's tile variant: a tile schedule,
+    recorded as is: compile it with that variant); ``algorithm``: what a schedule's loop nest is
+    (``to_toml``). The file records the arithmetic of the schedule's op (``made_for``, ``quant``)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    if isa != "amx":
-        isa = target_of_isa(isa).resolve_isa(isa, integer=schedule.op.quant is not None)
+    isa = target_of_isa(isa).resolve_isa(isa, integer=schedule.op.quant is not None)
     path = Path(path)
     return write_text_atomically(path, to_toml(schedule, name or path.stem, description,
                                                machine_provenance(isa=isa, threads=threads), algorithm,
@@ -460,11 +461,13 @@ def _step_value(step: Step) -> Any:
 
 
 def _value(value: Any) -> str:
-    """A TOML literal of a str, int, list or dict of those."""
+    """A TOML literal of a str, int, float (finite), list or dict of those."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return repr(value)
     if isinstance(value, str):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         return f'"{escaped}"'

@@ -313,6 +313,7 @@ class WinogradKernel:
     timed part); ``output`` crops the whole tiles to the output and moves it to NCHW."""
 
     threads = 1
+    epilogue = None      # no clip fused (``Kernel.epilogue``)
 
     def __init__(self, plan: WinogradPlan, kernels: list["Kernel"]):
         self.plan, self.op, self.m, self.kernels = plan, plan.op, plan.m, kernels

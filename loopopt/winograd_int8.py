@@ -195,6 +195,7 @@ class Int8WinogradKernel:
     part); ``output`` moves the NHWC output to NCHW."""
 
     threads = 1
+    epilogue = None      # no clip fused (``Kernel.epilogue``)
 
     def __init__(self, plan: Int8WinogradPlan, shape: Int8WinogradShape, isa: str, source: str, module):
         self.plan, self.op, self.shape, self.isa, self.source = plan, plan.op, shape, isa, source

@@ -40,15 +40,24 @@ def in_process(source: str, function: str, params: tuple[KernelParam, ...],
 
 # --- tiers ------------------------------------------------------------------------------------------
 
-def tiers(body, quick: int, full: int, *strategies, marks=(), **named_strategies):
+_QUICK_ISA_TURN = itertools.count()
+
+
+def tiers(body, quick: int, full: int, *strategies, marks=(), isas=None, **named_strategies):
     """Two hypothesis tests of ``body``, ``full`` examples in all: ``quick`` of them in the quick tier,
-    the others marked slow; ``marks`` (e.g. a parametrize) apply to both."""
+    the others marked slow; ``marks`` (e.g. a parametrize) apply to both. ``isas``: ``body`` takes an
+    ``isa`` parameter; the slow test runs on every one of ``isas``, the quick one on a single ISA, taken
+    in turn by successive calls so that the quick tier still runs each (one compile, not one per ISA)."""
     def variant(examples, *extra):
         test = settings(max_examples=examples, **HYPOTHESIS)(given(*strategies, **named_strategies)(body))
         for mark in (*marks, *extra):
             test = mark(test)
         return test
-    return variant(quick), variant(full - quick, pytest.mark.slow)
+    if isas is None:
+        return variant(quick), variant(full - quick, pytest.mark.slow)
+    turn = isas[next(_QUICK_ISA_TURN) % len(isas)]
+    return (variant(quick, pytest.mark.parametrize("isa", [turn])),
+            variant(full - quick, pytest.mark.slow, pytest.mark.parametrize("isa", isas)))
 
 
 def quick_first(values):

@@ -35,7 +35,7 @@ def random_conv_schedule(isa, data):
 
 
 test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = tiers(
-    random_conv_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_conv_schedule, 1, 12, isas=ISAS, data=st.data())
 
 
 def random_matmul_schedule(isa, data):
@@ -44,7 +44,7 @@ def random_matmul_schedule(isa, data):
 
 
 test_random_bf16_matmul_schedules_quick, test_random_bf16_matmul_schedules = tiers(
-    random_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_matmul_schedule, 1, 6, isas=ISAS, data=st.data())
 
 
 def random_new_op_schedule(isa, data):
@@ -55,7 +55,7 @@ def random_new_op_schedule(isa, data):
 
 
 test_random_bf16_new_op_schedules_quick, test_random_bf16_new_op_schedules = tiers(
-    random_new_op_schedule, 1, 9, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_new_op_schedule, 1, 9, isas=ISAS, data=st.data())
 
 
 def matmul_dot_schedule(op: lo.Matmul, block: bool) -> lo.Schedule:

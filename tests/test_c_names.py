@@ -67,7 +67,7 @@ def float_kernel(isa, data):
 
 
 test_float_names_quick, test_float_names = tiers(
-    float_kernel, 1, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    float_kernel, 1, 16, isas=ISAS, data=st.data())
 
 
 def quantized_kernel(isa, data):
@@ -79,7 +79,7 @@ def quantized_kernel(isa, data):
 
 
 test_quantized_names_quick, test_quantized_names = tiers(
-    quantized_kernel, 1, 16, marks=[pytest.mark.parametrize("isa", available_int_isas())], data=st.data())
+    quantized_kernel, 1, 16, isas=available_int_isas(), data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(available_int_isas()))

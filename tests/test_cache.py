@@ -119,6 +119,7 @@ def test_damaged_entry_is_rebuilt_before_it_is_loaded(cache, damage):
     assert cbuild._trusted(rebuilt)
 
 
+@pytest.mark.slow
 def test_concurrent_compiles_of_one_kernel_all_succeed(cache):
     code = f"from loopopt.cbuild import compile_c\nprint(compile_c({source(4)!r}, {CDEF!r}).lib.lo_value())"
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache)}
@@ -197,6 +198,7 @@ INTRINSIC_SOURCE = ("#include <immintrin.h>\n"
                     "int lo_value(void) {{ return _mm_cvtsi128_si32(_mm_set1_epi32({})); }}")
 
 
+@pytest.mark.slow
 def test_preludes_are_precompiled_once_and_a_damaged_one_is_only_slower(cache):
     """Kernels of one compiler and flags share a precompiled prelude (cffi's lines to <Python.h>, and
     <immintrin.h> where the kernel includes it); a damaged one is read as text, a missing one rebuilt."""

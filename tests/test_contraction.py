@@ -28,7 +28,7 @@ from loopopt.codegen import generate
 from loopopt.measure import verify
 from loopopt.targets.x86.isa import ISAS as CODEGEN_ISAS
 from loopopt.targets.x86.isa import available_int_isas
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.space import candidates
 
 TENSOR = "C[i,j] += A[i,k,l] * B[l,k,j]"
 STENCIL = "O[i,j] += I[i+di-1, j+dj-1] * W[di,dj]"
@@ -63,7 +63,7 @@ def random_contraction_schedule(isa, data):
 
 
 test_random_contraction_schedules_quick, test_random_contraction_schedules = tiers(
-    random_contraction_schedule, 2, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data()
+    random_contraction_schedule, 2, 10, isas=ISAS, data=st.data()
 )
 
 
@@ -162,7 +162,7 @@ def test_conv_written_as_a_contraction_is_scheduled_as_conv2d(isa):
         assert lo.to_toml(ours) == lo.to_toml(theirs) and _source(ours, isa) == _source(theirs, isa)
     ours, theirs = candidates(op, isa), candidates(conv, isa)
     assert [c.knobs for c in ours] == [c.knobs for c in theirs]
-    assert [c.toml for c in ours[:8]] == [c.toml for c in theirs[:8]]
+    assert [lo.to_toml(c.schedule) for c in ours[:8]] == [lo.to_toml(c.schedule) for c in theirs[:8]]
     assert _source(ours[0].schedule, isa) == _source(theirs[0].schedule, isa)
     check(ours[0].schedule, isa)
 
@@ -297,7 +297,7 @@ def random_quantized_contraction_schedule(isa, data):
 
 
 test_random_quantized_contractions_quick, test_random_quantized_contractions = tiers(
-    random_quantized_contraction_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", INT_ISAS)],
+    random_quantized_contraction_schedule, 2, 16, isas=INT_ISAS,
     data=st.data())
 
 

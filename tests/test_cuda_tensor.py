@@ -1,7 +1,9 @@
-"""Tensor-core kernels of the cuda target without a GPU: float16 ops, the ``tensorize`` step and its
-refusals, the ``gpu_wmma`` preset's host emulation (the fragment operations' scalar meaning) against
-the reference over random ops, and compile-only nvcc builds (0 spills, ``HMMA`` and 16-byte
-``LDGSTS`` in the SASS; skipped with the reason without nvcc or cuobjdump)."""
+"""Tensor-core kernels of the cuda target without a GPU: float16 ops, the ``tensorize``, ``stage(stages=)``
+and ``split_k`` steps and their refusals, the ``gpu_wmma`` and ``gpu_mma`` presets' host emulation (the
+fragment operations' scalar meaning, through the swizzled tile layout; split-K shares added) against
+the reference over random ops, and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and
+16-byte ``LDGSTS`` in the SASS, ``REDG`` for split-K; skipped with the reason without nvcc or
+cuobjdump)."""
 import subprocess
 from dataclasses import replace
 
@@ -11,7 +13,7 @@ from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import WMMA, gpu_wmma
+from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wmma
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
@@ -34,8 +36,12 @@ def _emulated_error(schedule: lo.Schedule, seed: int = 0) -> tuple[float, float]
     op = schedule.op
     inputs = op.random_inputs(seed=seed)
     args = [inputs[t] for t in op.call_tensors]
-    out = emulate(schedule)(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
-    error = np.abs(out.astype(np.float64) - op.reference(*args))
+    kernel = emulate(schedule)
+    out = kernel(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
+    expected = op.reference(*args)
+    if kernel.epilogue is not None:
+        expected = kernel.epilogue.apply(expected)
+    error = np.abs(out.astype(np.float64) - expected)
     return float(error.max()), float((error - tolerance(op, inputs)).max())
 
 
@@ -74,7 +80,7 @@ def test_tensorize_records_the_three_loops_and_the_instruction():
 
 @pytest.mark.parametrize("make, message", [
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", "mma_m8n8k4"),
-     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32"),
+     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).tensorize("i_i", "j_i", "k_i", WMMA),
      r"multiplies float16 inputs; Matmul\(.*\) is float32 \(build the op with dtype='float16'\)"),
     (lambda: lo.Schedule(HALF_MATMUL).split("i", 8).split("j", 16).split("k", 16)
@@ -110,10 +116,57 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", WMMA).stage("A", "k_o").stage("B", "k_o")
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
+    (lambda: gpu_mma(lo.Matmul(256, 256, 64, dtype="float16"), depth=64, stages=8),
+     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 halves\); at most 232448: tile smaller or "
+     r"fewer stages"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).split("k", 8).bind("i", "thread.x").split_k("k_o"),
+     r"split_k\('k_o'\) needs a tensorized schedule"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "thread.x").stage("A", "k", stages=2),
+     r"stage\(..., stages=2\) needs a tensorized schedule"),
 ])
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
         print_kernel(make())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda s: s.split_k("j_o"), r"split_k\('j_o'\): loop 'j_o' \(dims j\) must run over the reduction only"),
+    (lambda s: s.split_k("k_o").split_k("k_o"), r"loop 'k_o' is already bound to block.z"),
+    (lambda s: s.bind("i_o", "block.z").split_k("k_o"), r"block.z is already bound to loop 'i_o'"),
+    (lambda s: s.stage("A", "k_o", stages=9), r"stages=9; a ring has 2 to 8 buffers"),
+    (lambda s: s.stage("A", "k_o", stages=2).stage("B", "k_o", stages=3),
+     r"the tensors staged already have stages=2; stage every input with the same depth"),
+    (lambda s: gpu_mma(HALF_MATMUL, split_k=0), r"gpu_wmma: split_k=0; choose 1"),
+    (lambda s: s.clip(0.0).clip(1.0),
+     r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
+    (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
+     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('k_o_o'\)"),
+    (lambda s: lo.Schedule(lo.Matmul(4, 4, 4)).clip(high=6.0).compile(target="x86"),
+     r"clipped in the store \(Clip\(low=None, high=6.0\)\), which the x86 target does not fuse"),
+    (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").clip(0.0)),
+     r"clip: Clip\(low=0.0, high=None\) needs a tensorized schedule"),
+])
+def test_split_k_pipeline_stages_and_clip_refuse_what_they_cannot_mean(make, message):
+    with pytest.raises(ScheduleError, match=message):
+        make(_tiles())
+
+
+@pytest.mark.parametrize("low, high, message", [
+    (None, None, r"clip: give low, high or both"), (2.0, 1.0, r"clip: low=2.0 is above high=1.0"),
+    (float("nan"), None, r"clip: low=nan; a bound is a finite number or None"),
+    ("0", None, r"clip: low='0'; a bound is a finite number")])
+def test_clip_refuses_bounds_it_cannot_apply(low, high, message):
+    with pytest.raises(ValueError, match=message):
+        _tiles().clip(low, high)
+
+
+def test_split_k_runs_the_reduction_across_block_z_adding_the_shares():
+    s = gpu_mma(HALF_CONV, split_k=3)
+    assert s.split_k_loop == "steps_o" and s.loop("steps_o").axis == "block.z"
+    printed = print_kernel(s)
+    assert printed.grid[2] == 3 and "atomicAdd" in printed.source
+    assert "cudaMemsetAsync(O, 0," in printed.source
+    assert "LO_ADD(O[" in printed.source and "(steps_o == 0 ? B[" in printed.source
 
 
 def test_compile_refuses_a_block_over_the_architectures_shared_memory():
@@ -130,9 +183,12 @@ def test_warp_axes_count_32_threads_each():
 
 
 def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
-    schedule = gpu_wmma(HALF_CONV, **SMALL_TILES)
-    again = schedule_from_toml(to_toml(schedule), HALF_CONV)
+    schedule = gpu_mma(HALF_MATMUL, **SMALL_TILES, split_k=2)
+    again = schedule_from_toml(to_toml(schedule), HALF_MATMUL)
     assert again.tensorized == schedule.tensorized and again.stages == schedule.stages
+    assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
+    clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
+    assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
     assert print_kernel(again).source == print_kernel(schedule).source
 
 
@@ -141,30 +197,60 @@ def test_the_instruction_table_names_its_architecture_and_both_spellings():
     assert (entry.m, entry.n, entry.k, entry.inputs, entry.accumulator, entry.arch) == (
         16, 16, 16, "float16", "float32", "sm_70")
     assert "mma_sync" in entry.cuda.mma and "lo_q" in entry.scalar.mma
+    entry = INSTRUCTIONS[MMA]
+    assert (entry.m, entry.n, entry.k, entry.arch, entry.tile_elements) == (16, 16, 16, "sm_80", 256)
+    assert "LO_LDSM_X4" in entry.cuda.load_a and "ldmatrix" in entry.header
+    assert "LO_TILE" in entry.scalar.load_b
+
+
+def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
+    """Eight rows of one 16-byte column (what one ldmatrix phase reads) start in eight different
+    groups of four banks, and the layout is a permutation of the 16 x 16 tile."""
+    tile = INSTRUCTIONS[MMA].tile.partition("LO_TILE(row, col) ")[2]
+
+    def offset(row: int, col: int) -> int:
+        return eval(tile.replace("row", str(row)).replace("col", str(col)))
+    assert sorted(offset(r, c) for r in range(16) for c in range(16)) == list(range(256))
+    for first in (0, 8):
+        for col in (0, 8):
+            banks = {offset(first + r, col) * 2 // 16 % 8 for r in range(8)}
+            assert len(banks) == 8
 
 
 # --- the host emulation against the reference -------------------------------------------------------
 
-@pytest.mark.parametrize("tiles", [{}, SMALL_TILES], ids=["default", "small"])
-@pytest.mark.parametrize("op", [HALF_MATMUL, HALF_CONV,
-                                lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
-def test_the_wmma_preset_emulated_matches_the_reference(op, tiles):
-    largest, excess = _emulated_error(gpu_wmma(op, **tiles))
+_WMMA_RELU = ("wmma default relu", lambda op: gpu_wmma(op).clip(low=0.0))
+_MMA_SPLIT = ("mma small split_k=2", lambda op: gpu_mma(op, **SMALL_TILES, split_k=2))
+_WMMA_CLIP = ("wmma small clip", lambda op: gpu_wmma(op, **SMALL_TILES).clip(-1.0, 6.0))
+_GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
+
+
+@pytest.mark.parametrize("op, make", [
+    pytest.param(op, make, id=f"{op!r}-{name}", marks=() if quick else pytest.mark.slow)
+    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, True),
+                                    (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
+                                    (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
+                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])
+def test_the_tensor_presets_emulated_match_the_reference(op, make):
+    largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest
 
 
-def _check_emulated(op, tiles):
+def _check_emulated(op, make_tiles):
+    make, tiles = make_tiles
     if op.groups > 1:
         with pytest.raises(ScheduleError, match="not a matrix product"):
-            gpu_wmma(op, **tiles)
+            make(op, **tiles)
         return
-    largest, excess = _emulated_error(gpu_wmma(op, **tiles), seed=5)
+    largest, excess = _emulated_error(make(op, **tiles), seed=5)
     assert excess <= 0, largest
 
 
-TILES = st.sampled_from([{}, SMALL_TILES,
-                         {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
-                         {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}])
+TILES = st.tuples(st.sampled_from([gpu_wmma, gpu_mma]),
+                  st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 2},
+                                   {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
+                                   {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48,
+                                    "split_k": 2}]))
 test_random_convs_emulated, test_random_convs_emulated_full = tiers(
     _check_emulated, 3, 8, conv_ops(max_hw=9, max_channels=20, dtype="float16"), TILES)
 test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
@@ -174,13 +260,14 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
 
 # --- compile-only builds -------------------------------------------------------------------------
 
+@pytest.mark.slow        # nvcc builds: the quick tier builds one kernel (test_cuda_target.py)
 @needs_nvcc
-@pytest.mark.parametrize("op", [lo.Matmul(4096, 4096, 4096, dtype="float16"),
-                                lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=32,
-                                          dtype="float16")],
-                         ids=["gemm4096", "conv2_x"])
-def test_wmma_kernels_build_for_sm_90_with_hmma_and_no_spills(op):
-    kernel = gpu_wmma(op).compile(target="cuda", isa="sm_90")
+@pytest.mark.parametrize("schedule, expected", [
+    (lambda: gpu_mma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["LDSM.16.M88.4"]),
+    (lambda: gpu_wmma(lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=1, dtype="float16"),
+                      split_k=4), ["REDG.E.ADD.F32"])], ids=["gemm4096 mma", "conv2_x.n1 wmma split_k"])
+def test_tensor_kernels_build_for_sm_90_with_hmma_and_no_spills(schedule, expected):
+    kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
     cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
@@ -190,4 +277,5 @@ def test_wmma_kernels_build_for_sm_90_with_hmma_and_no_spills(op):
     sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
                           text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
     assert "HMMA.16816.F32" in sass and "LDGSTS.E.BYPASS.128" in sass
+    assert all(instruction in sass for instruction in expected), expected
     assert "LDL" not in sass and "STL" not in sass

@@ -1,11 +1,12 @@
-"""The cuda target's tensor-core kernels (``gpu_wmma``) on an NVIDIA GPU (``-m gpu``; skipped with
-the reason where there is none): float16 inputs, float32 sums, against the reference of the
-half-rounded inputs, over tails, padding, stride, dilation, batch, bias and scales."""
+"""The cuda target's tensor-core kernels (``gpu_wmma``, ``gpu_mma``) on an NVIDIA GPU (``-m gpu``;
+skipped with the reason where there is none): float16 inputs, float32 sums, against the reference of
+the half-rounded inputs, over tails, padding, stride, dilation, batch, bias and scales, with and
+without split-K."""
 import pytest
 from test_cuda_gpu import needs_gpu
 
 import loopopt as lo
-from loopopt.dataflows import gpu_wmma
+from loopopt.dataflows import gpu_mma, gpu_wmma
 from loopopt.measure import verify
 
 pytestmark = pytest.mark.gpu
@@ -17,12 +18,17 @@ OPS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, wid
        lo.Conv2d(64, 64, 3, padding=1, height=14, width=14, batch=4, dtype="float16"),
        lo.Matmul(37, 45, 13, dtype="float16"), lo.Matmul(300, 260, 200, dtype="float16"),
        lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
-TILES = [{}, {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}]
+SMALL = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}
+VARIANTS = {"wmma": lambda op: gpu_wmma(op),
+            "wmma small relu6": lambda op: gpu_wmma(op, **SMALL).clip(0.0, 6.0),
+            "mma": lambda op: gpu_mma(op), "mma small split_k=3": lambda op: gpu_mma(op, **SMALL, split_k=3),
+            "mma split_k=2 stages=2": lambda op: gpu_mma(op, split_k=2, stages=2),
+            "mma relu": lambda op: gpu_mma(op).clip(low=0.0)}
 
 
 @needs_gpu
-@pytest.mark.parametrize("tiles", TILES, ids=["default", "small"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("op", OPS, ids=repr)
-def test_wmma_kernels_match_the_reference_on_the_gpu(op, tiles):
-    ok, error = verify(gpu_wmma(op, **tiles).compile(target="cuda"), seed=11)
+def test_tensor_kernels_match_the_reference_on_the_gpu(op, variant):
+    ok, error = verify(VARIANTS[variant](op).compile(target="cuda"), seed=11)
     assert ok, error

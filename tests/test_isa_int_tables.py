@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from helpers import in_process
 
-from loopopt.codegen.instr import INT_MEANINGS, SHARED_OPS, Isa
+from loopopt.codegen.instr import INT_MEANINGS, PACKED_MEANINGS, SHARED_OPS, Isa
 from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.targets.x86.isa import INT_ISAS, ISAS, available_int_isas
 
@@ -34,7 +34,16 @@ PROBES = {
     "dot_mask": "{dot_mask}",
     "pack_u8": "{pack_u8}",
     "pack_s8": "{pack_s8}",
+    # the tap dot's and i2_s weights' byte operations (PACKED_MEANINGS)
+    "mask_all": "{mask_all}",
+    "iota": "{iota}",
+    "offset_index": "{offset_index}",
+    "sub_one_bytes": "{sub_one_bytes}",
+    "tap_spread": "{tap_spread}",
+    "zip_low": "{zip_low}",
+    "zip_high": "{zip_high}",
 }
+STRIDE = 2               # the tap spread probed: lane j's group of 4 bytes starts at byte 2 j
 
 PARAMS = (KernelParam("x", "int", const=True), KernelParam("y", "int", const=True),
           KernelParam("bytes", "unsigned char", const=True), KernelParam("idx", "int", const=True),
@@ -81,11 +90,17 @@ def harness(isa: Isa, floats: Isa) -> str:
         pack_u8=isa.pack_u8(**{k: isa.extend_u8(v=v) for k, v in zip("abcd", "abca")}),
         pack_s8=isa.pack_s8(**{k: isa.extend_s8(v=v) for k, v in zip("abcd", "abca")}),
     )
+    if packed(isa):
+        ops.update(
+            mask_all=isa.fma_mask(a="a", b="b", c="c", m=isa.mask_all()), iota=isa.iota(),
+            offset_index=isa.offset_index(s="x[2]", idx="index"), sub_one_bytes=isa.sub_one_bytes(v="a"),
+            tap_spread=isa.tap_spread(v="a", **{k: ", ".join(map(str, v)) for k, v in spread(n).items()}),
+            zip_low=isa.zip_low(a="a", b="b"), zip_high=isa.zip_high(a="a", b="b"))
     stores = "\n".join(f"    {isa.store(p=f'out + {k} * {n}', v=PROBES[name].format(**ops))};"
-                       for k, name in enumerate(PROBES))
+                       for k, name in enumerate(probes(isa)))
     return HARNESS.format(
-        prelude=isa.prelude, signature=signature("probe", PARAMS), vt=isa.vector_type, mt=isa.mask_type,
-        it=isa.index_type,
+        prelude=isa.prelude + isa.helpers.get("taps", ""), signature=signature("probe", PARAMS),
+        vt=isa.vector_type, mt=isa.mask_type, it=isa.index_type,
         mask_bits=isa.mask_bits(s="bits"), index_load=isa.index_load(p="idx"),
         load_a=isa.load(p="x"), load_b=isa.load(p="y"), load_c=isa.load(p="y + 1"), stores=stores,
         store_mask=isa.store_mask(p=f"out + {len(PROBES)} * {n}", m="m", v="a"),
@@ -96,13 +111,31 @@ def harness(isa: Isa, floats: Isa) -> str:
         store_bytes=isa.store_bytes(p=f"narrowed + {2 * n}", v="a", n=f"{4 * n} - 5"))
 
 
+def packed(isa: Isa) -> bool:
+    """Whether ``isa`` has the tap dot's and i2_s weights' byte operations (all of them or none)."""
+    return set(PACKED_MEANINGS) <= set(isa.ops)
+
+
+def probes(isa: Isa) -> list[str]:
+    """The entries of ``PROBES`` that ``isa`` has, in order."""
+    return [name for name in PROBES if name not in PACKED_MEANINGS or packed(isa)]
+
+
+def spread(lanes: int) -> dict[str, list[int]]:
+    """The index vectors of a tap spread (codegen/taps.py) of stride ``STRIDE``, unit dilation."""
+    groups = [sum((j * STRIDE + t) << (8 * t) for t in range(4)) for j in range(4)] * (lanes // 4)
+    return {"dwords": [q * STRIDE + i for q in range(lanes // 4) for i in range(4)], "bytes": groups,
+            "picks": [p + (j // 4) * 4 * STRIDE * 0x01010101 for j, p in enumerate(groups)]}
+
+
 def test_every_int_instruction_has_a_meaning():
+    every = set(INT_MEANINGS) | set(SHARED_OPS) | set(PACKED_MEANINGS)
     for isa in INT_ISAS.values():
-        assert set(isa.ops) <= set(INT_MEANINGS) | set(SHARED_OPS)
+        assert set(isa.ops) <= every
     for name in VECTOR_ISAS:
-        assert set(INT_ISAS[name].ops) == set(INT_MEANINGS) | set(SHARED_OPS), name
+        assert set(INT_ISAS[name].ops) == every, name
         assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float", "store_narrow",
-                              "store_narrow_mask", "store_bytes"} == set(INT_MEANINGS)
+                              "store_narrow_mask", "store_bytes"} == set(INT_MEANINGS) | set(PACKED_MEANINGS)
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)
@@ -137,6 +170,7 @@ def check_lanes(isa: Isa, driver, seed: int) -> None:
     au8 = a.astype(np.int32).view(np.uint8).reshape(n, 4).astype(np.int64)
     bs8 = b.astype(np.int32).view(np.int8).reshape(n, 4).astype(np.int64)
     dot = wrap(c + (au8 * bs8).sum(axis=1))
+    picks = np.array(spread(n)["picks"], dtype="<u4").view(np.uint8)         # the spread's source bytes
     expected = {
         "zero": np.zeros(n), "load": x[1:n + 1], "load_mask": np.where(mask, x[1:n + 1], 0),
         "broadcast": np.full(n, x[2]), "broadcast_word": np.full(n, word(np.array([1]))[0]),
@@ -150,8 +184,13 @@ def check_lanes(isa: Isa, driver, seed: int) -> None:
         "dot": dot, "dot_mask": np.where(mask, dot, c),
         "pack_u8": np.concatenate([a, b, c, a]).astype(np.uint8).view(np.int32),
         "pack_s8": np.concatenate([a, b, c, a]).astype(np.int8).view(np.int32),
+        "mask_all": wrap(c + a * b), "iota": np.arange(n), "offset_index": wrap(x[2] + idx.astype(np.int64)),
+        "sub_one_bytes": (a.astype(np.int32).view(np.uint8) - np.uint8(1)).view(np.int32),
+        "tap_spread": a.astype(np.int32).view(np.uint8)[picks].view(np.int32),
+        "zip_low": np.stack([a[:n // 2], b[:n // 2]], axis=1).reshape(-1),
+        "zip_high": np.stack([a[n // 2:], b[n // 2:]], axis=1).reshape(-1),
     }
-    for k, name in enumerate(PROBES):
+    for k, name in enumerate(probes(isa)):
         assert np.array_equal(out[k * n:(k + 1) * n], wrap(expected[name])), name
     assert np.array_equal(out[len(PROBES) * n:], np.where(mask, x[:n], -7)), "store_mask"
     assert sums[0] == wrap(a.sum()), "hsum"

@@ -22,7 +22,7 @@ import loopopt as lo
 from loopopt.cbuild import compile_c
 from loopopt.codegen.vector import exact_offset
 from loopopt.measure import tolerance
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.space import candidates
 
 
 def random_conv_schedule(isa, data):
@@ -32,7 +32,7 @@ def random_conv_schedule(isa, data):
 
 
 test_random_conv_schedules_quick, test_random_conv_schedules = tiers(
-    random_conv_schedule, 2, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_conv_schedule, 2, 12, isas=ISAS, data=st.data())
 
 
 def random_conv_nd_schedule(isa, spatial, data):
@@ -42,8 +42,8 @@ def random_conv_nd_schedule(isa, spatial, data):
 
 
 test_random_conv_nd_schedules_quick, test_random_conv_nd_schedules = tiers(
-    random_conv_nd_schedule, 1, 8, marks=[pytest.mark.parametrize("isa", ISAS),
-                                          pytest.mark.parametrize("spatial", [1, 3])], data=st.data())
+    random_conv_nd_schedule, 1, 8, isas=ISAS, marks=[pytest.mark.parametrize("spatial", [1, 3])],
+    data=st.data())
 
 
 def random_matmul_schedule(isa, data):
@@ -53,7 +53,7 @@ def random_matmul_schedule(isa, data):
 
 
 test_random_matmul_schedules_quick, test_random_matmul_schedules = tiers(
-    random_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_matmul_schedule, 1, 6, isas=ISAS, data=st.data())
 
 
 def random_gemm_schedule(isa, data):
@@ -63,7 +63,7 @@ def random_gemm_schedule(isa, data):
 
 
 test_random_gemm_schedules_quick, test_random_gemm_schedules = tiers(
-    random_gemm_schedule, 1, 8, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_gemm_schedule, 1, 8, isas=ISAS, data=st.data())
 
 
 def search_space_conv(isa, data):
@@ -78,7 +78,7 @@ def search_space_conv(isa, data):
 
 
 test_search_space_convs_quick, test_search_space_convs = tiers(
-    search_space_conv, 1, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    search_space_conv, 1, 10, isas=ISAS, data=st.data())
 
 
 def spatially_blocked_conv(isa, data):
@@ -88,7 +88,7 @@ def spatially_blocked_conv(isa, data):
 
 
 test_spatially_blocked_convs_quick, test_spatially_blocked_convs = tiers(
-    spatially_blocked_conv, 2, 6, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    spatially_blocked_conv, 2, 6, isas=ISAS, data=st.data())
 
 
 # issue 31: the block's first load, its operand base, at column (row) -2 of a stride-3 window: block -1
@@ -257,7 +257,7 @@ def cache_blocked_schedule(isa, data):
 
 
 test_cache_blocked_schedules_quick, test_cache_blocked_schedules = tiers(
-    cache_blocked_schedule, 2, 14, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    cache_blocked_schedule, 2, 14, isas=ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))

@@ -46,10 +46,9 @@ def _synthetic(level_bytes, *, median_ms=1.0, min_ms=0.9, iqr_ms=0.1, gflops=Non
     return Comparison(op, rows, {r.name: profile for r in rows}, peak, provenance={})
 
 
-# the quick tier: the dashboard (every plot in one figure) of both ops and the conv's speed and
-# roofline plots alone; the other pairs are slow
-QUICK_PLOTS = {("conv", "dashboard"), ("matmul", "dashboard"), ("conv", "plot_runtime"),
-               ("conv", "plot_roofline")}
+# the quick tier: the conv's dashboard (every plot in one figure) and its roofline alone; the other
+# pairs are slow
+QUICK_PLOTS = {("conv", "dashboard"), ("conv", "plot_roofline")}
 
 
 @pytest.mark.parametrize("kind, name", [
@@ -63,6 +62,7 @@ def test_plot_writes_png_without_warnings(comparisons, tmp_path, capfd, kind, na
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_first_matplotlib_import_says_nothing(tmp_path):
     """A first import in a process whose matplotlib config dir cannot be created (matplotlib logs
     a temporary-directory notice and builds a font cache) prints nothing on stderr."""

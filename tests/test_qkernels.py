@@ -45,7 +45,7 @@ def random_quantized_conv_schedule(isa, data):
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(
-    random_quantized_conv_schedule, 2, 16, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_conv_schedule, 2, 16, isas=ISAS, data=st.data())
 
 
 def random_quantized_matmul_schedule(isa, data):
@@ -56,7 +56,7 @@ def random_quantized_matmul_schedule(isa, data):
 
 
 test_random_quantized_matmul_schedules_quick, test_random_quantized_matmul_schedules = tiers(
-    random_quantized_matmul_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_matmul_schedule, 1, 12, isas=ISAS, data=st.data())
 
 
 def random_quantized_nd_conv_schedule(isa, data):
@@ -72,7 +72,7 @@ def random_quantized_nd_conv_schedule(isa, data):
 
 
 test_random_quantized_nd_conv_schedules_quick, test_random_quantized_nd_conv_schedules = tiers(
-    random_quantized_nd_conv_schedule, 2, 14, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_quantized_nd_conv_schedule, 2, 14, isas=ISAS, data=st.data())
 
 
 def random_quantized_batched_matmul_schedule(isa, data):
@@ -86,7 +86,7 @@ def random_quantized_batched_matmul_schedule(isa, data):
 
 
 test_random_quantized_batched_matmul_schedules_quick, test_random_quantized_batched_matmul_schedules = tiers(
-    random_quantized_batched_matmul_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)],
+    random_quantized_batched_matmul_schedule, 1, 12, isas=ISAS,
     data=st.data())
 
 
@@ -99,7 +99,7 @@ def spatially_blocked_quantized_conv(isa, data):
 
 
 test_spatially_blocked_quantized_convs_quick, test_spatially_blocked_quantized_convs = tiers(
-    spatially_blocked_quantized_conv, 1, 5, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    spatially_blocked_quantized_conv, 1, 5, isas=ISAS, data=st.data())
 
 
 def vnni_conv(s):
@@ -336,7 +336,7 @@ def exact_packed_runs(isa, data):
 
 ISAS_LANES = {"avx512": 16, "avx2": 8}
 test_exact_packed_runs_quick, test_exact_packed_runs = tiers(
-    exact_packed_runs, 1, 10, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    exact_packed_runs, 1, 10, isas=ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))

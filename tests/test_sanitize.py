@@ -93,6 +93,7 @@ def test_address_sanitizer_needs_its_runtime_preloaded(monkeypatch, tmp_path):
         lo.Schedule(lo.Matmul(2, 3, 4)).compile("scalar")
 
 
+@pytest.mark.slow     # a sanitizer prelude of its own: the quick tier leaves it out
 def test_sanitized_kernels_are_cache_entries_of_their_own_with_exact_buffers(monkeypatch, tmp_path):
     # the undefined-behaviour sanitizer's runtime loads with the kernel: no preloading needed
     monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(tmp_path))

@@ -36,7 +36,7 @@ def random_ternary_conv_schedule(isa, data):
 
 
 test_random_ternary_conv_schedules_quick, test_random_ternary_conv_schedules = tiers(
-    random_ternary_conv_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_ternary_conv_schedule, 1, 12, isas=ISAS, data=st.data())
 
 
 def random_ternary_matmul_schedule(isa, data, m, n, k):
@@ -46,7 +46,7 @@ def random_ternary_matmul_schedule(isa, data, m, n, k):
 
 
 test_random_ternary_matmul_schedules_quick, test_random_ternary_matmul_schedules = tiers(
-    random_ternary_matmul_schedule, 1, 6, marks=[pytest.mark.parametrize("isa", ISAS)],
+    random_ternary_matmul_schedule, 1, 6, isas=ISAS,
     data=st.data(), m=st.integers(1, 9), n=st.integers(1, 37), k=st.integers(1, 70))
 
 
@@ -69,7 +69,7 @@ def random_ternary_dot_schedule(isa, data):
 
 
 test_random_ternary_dot_schedules_quick, test_random_ternary_dot_schedules = tiers(
-    random_ternary_dot_schedule, 1, 12, marks=[pytest.mark.parametrize("isa", ISAS)], data=st.data())
+    random_ternary_dot_schedule, 1, 12, isas=ISAS, data=st.data())
 
 
 def vnni_conv(s, block=16):

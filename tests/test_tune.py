@@ -22,13 +22,11 @@ from loopopt.cli import main
 from loopopt.machine import Cache
 from loopopt.measure import Timing, verify
 from loopopt.schedule_file import schedule_from_toml
+from loopopt.targets.registry import target
+from loopopt.targets.search import Candidate
 from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut import check_lut
-from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError, WorkerDied
-from loopopt.tune.choice import first_choice
-from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
-from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price, imbalance
-from loopopt.tune.rank import (
+from loopopt.targets.x86.rank import (
     TAIL,
     conflict_lines,
     out_of_order,
@@ -38,13 +36,19 @@ from loopopt.tune.rank import (
     strided_seconds,
     tail,
 )
-from loopopt.tune.space import Candidate, Knobs, candidates
+from loopopt.targets.x86.search import imbalance
+from loopopt.targets.x86.space import Knobs, candidates, is_table_lookup
+from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError, WorkerDied
+from loopopt.tune.choice import first_choice
+from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
+from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price
 from loopopt.tune.trial import here
 from loopopt.units import time_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.02          # seconds of timed runs per candidate: the tests check behaviour, not speed
 QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
+X86 = target("x86").search_rules()
 
 OPS = {
     "conv": lo.Conv2d(5, 24, 3, stride=2, padding=1, height=11, width=9),
@@ -109,6 +113,7 @@ def test_table_plot_and_dict(tmp_path):
     assert curve[-1] == pytest.approx(OPS["matmul"].flops / result.timing.min / 1e9)
 
 
+@pytest.mark.slow
 def test_resume_skips_measured_candidates_and_best_schedule(tmp_path):
     log = tmp_path / "tune.db"
     op = OPS["depthwise"]
@@ -192,6 +197,7 @@ def logged_so_far(log) -> list:
         return []
 
 
+@pytest.mark.slow
 def test_kill_9_mid_search_keeps_the_logged_trials(tmp_path):
     log = tmp_path / "tune.db"
     script = (f"import loopopt as lo; lo.tune(lo.Matmul(7, 40, 19), trials=60, budget={BUDGET}, "
@@ -373,7 +379,7 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     found = [c for c in rank(candidates(op, "avx512", threads=2)) if c.knobs.parallel == "i_o"]
     uneven = next(c for c in found if c.knobs.pixel_block == 1)          # 7 rows: 4 and 3, 8/7 of even
     assert imbalance(uneven, 2) == pytest.approx(8 / 7) and imbalance(uneven, 1) == 1
-    guide = Guide([uneven], model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
+    guide = Guide([uneven], X86, model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
     stream = uneven.figures["stream_seconds"]
     assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
     features = dict(zip(FEATURES, guide.features(0), strict=True))
@@ -390,7 +396,7 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     assert features["pixel_loop"] == outer.index("i_o") / (len(outer) - 1) and len(outer) > 1
     assert features["channel_loop"] == (outer.index("j_o") / (len(outer) - 1) if "j_o" in outer else -1)
     assert features["cache_loop"] == -1 and features["channels_order"] == 1
-    unpriced = Guide([uneven], model=lambda c: None)               # a table lookup: the heuristic's time
+    unpriced = Guide([uneven], X86, model=lambda c: None)               # a table lookup: the heuristic's time
     assert unpriced.fitted(0) == pytest.approx(uneven.figures["predicted_seconds"])
     assert dict(zip(FEATURES, unpriced.features(0), strict=True))["unpriced"] == 1
     assert "model_seconds" not in unpriced.figures(0)
@@ -447,7 +453,7 @@ def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
     ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
     # a wrong model, wrong enough that the prior (its blend with the heuristic) reverses the heuristic
-    guide = Guide(ranked, model=lambda c: Price(1e-12 / c.figures["predicted_seconds"] ** 3))
+    guide = Guide(ranked, X86, model=lambda c: Price(1e-12 / c.figures["predicted_seconds"] ** 3))
     guide.score_best(60)
     before = guide.order(range(60))
     assert before == sorted(range(60), key=lambda i: (guide.prior(i), i))    # the prior's order: a wrong one
@@ -465,7 +471,7 @@ def test_held_out_predictions_leave_each_trial_out_of_its_fit():
     measured = {i: (1 + i % 5) * 1e-4 for i in range(12)}
 
     def held(times):
-        guide = Guide(ranked, model=lambda c: Price(c.figures["predicted_seconds"]))
+        guide = Guide(ranked, X86, model=lambda c: Price(c.figures["predicted_seconds"]))
         for index, seconds in times.items():
             guide.observe(index, seconds)
         return guide.held_out()
@@ -606,8 +612,9 @@ def test_any_executor_runs_trials_in_flight_each_in_a_child_process(tmp_path):
 
 def test_walk_neighbours_are_of_one_kind():
     """A register-block candidate and an AMX candidate are never neighbours (their knobs differ in kind)."""
+    from loopopt.targets.search import Candidate
+    from loopopt.targets.x86.space import TileKnobs
     from loopopt.tune.search import _differs_once
-    from loopopt.tune.space import Candidate, TileKnobs
     op = lo.Conv2d(16, 32, 3, padding=1, height=6, width=20, quant=lo.QuantSpec())
     simd = candidates(op, "avx512")[0]
     tiles = [Candidate(op, "amx", TileKnobs(32, 32, outer)) for outer in (True, False)]
@@ -628,7 +635,7 @@ def test_a_wide_ternary_gemv_has_table_lookup_candidates_of_8_column_blocks_firs
     candidates (the op form is probed with one column block), and the ranking puts 8 column blocks
     (256 channels: 8 weight rows streamed at once) first."""
     op = lo.Matmul(1, 2050, 64, quant=TERNARY)
-    lut = [c for c in candidates(op, "avx512") if c.table_lookup]
+    lut = [c for c in candidates(op, "avx512") if is_table_lookup(c)]
     assert {c.knobs.weight_format for c in lut} == {"tl1", "tl2"}
     assert sorted({c.knobs.channel_block for c in lut}) == [32, 64, 96, 128, 256]
     assert all(check_lut(c.schedule, "avx512") is None for c in lut)
@@ -644,13 +651,13 @@ def test_ternary_search_tries_every_weight_format(op):
     isa = lo.available_isas()[0]
     space = candidates(op, isa)
     assert {c.knobs.as_dict()["weight_format"] for c in space} == {"i2_s", "tl1", "tl2"}
-    lut = [c.knobs for c in space if c.table_lookup]
+    lut = [c.knobs for c in space if is_table_lookup(c)]
     assert all(k.channel_block % 32 == 0 or k.channel_block == op.channels for k in lut)
     assert all(k.pixel_block * -(-k.channel_block // 32) <= 16 for k in lut)          # accumulators
     depthwise = lo.Conv2d(16, 16, 3, groups=16, padding=1, height=5, width=5, quant=TERNARY)
-    blocks = [c for c in candidates(depthwise, isa) if c.table_lookup]      # 16 column blocks: one position
+    blocks = [c for c in candidates(depthwise, isa) if is_table_lookup(c)]   # 16 column blocks: one position
     assert blocks and all(c.knobs.pixel_block == 1 and check_lut(c.schedule, isa) is None for c in blocks)
-    threaded = [c for c in candidates(op, isa, threads=2) if c.table_lookup]
+    threaded = [c for c in candidates(op, isa, threads=2) if is_table_lookup(c)]
     assert threaded and all(c.knobs.parallel and check_lut(c.schedule, isa) is None for c in threaded)
     result = lo.tune(op, trials=3, isa=isa, budget=BUDGET, progress=False, algorithms="direct")
     formats = sorted(t.knobs["weight_format"] for t in result.trials if t.status == "ok")
@@ -727,7 +734,8 @@ def test_a_damaged_log_is_named_in_one_line_with_every_finding(tmp_path, capsys)
     assert capsys.readouterr().err == f"loopopt: error: {message}\n"
 
 
-@pytest.mark.parametrize("address", ["lcoal", "tcp://host:port", "tcp://:8786"])
+@pytest.mark.parametrize("address", ["lcoal", *(pytest.param(a, marks=pytest.mark.slow)
+                                                for a in ("tcp://host:port", "tcp://:8786"))])
 def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(address):
     """A mistyped --scheduler is one line and status 2, before a Dask Client exists (one that failed to
     start would print an 'Exception ignored in Client.__del__' traceback while the exit waits for it)."""

@@ -148,8 +148,8 @@ class Arithmetic:
                 column = taps.column(self.schedule, tap, bindings or {})
                 fill = "lo_zx" if self.plan.tap_fill else str(0x80 if self.plan.shift else 0)
                 lanes = valid or self.acc.lanes
-                value = (taps.phase_operand(self.acc.name, tap, ref, column, fill, lanes) if phased
-                         else taps.operand(self.acc.name, tap, ref, column, fill, lanes))
+                value = (taps.phase_operand(tap, ref, column, fill, lanes) if phased
+                         else taps.operand(ints, tap, ref, column, fill, lanes))
             elif kind == "broadcast":
                 # the group's 4 bytes, at any byte address (an int load there would be misaligned)
                 value = ints.broadcast_word(p=f"&{ref}")
@@ -176,11 +176,11 @@ class Arithmetic:
 
     def _packed(self, access: AccessKind, offset: str, index: str, mask: str | None) -> str:
         """A vector of i2_s-packed ternary weights (``ternary``): dot groups or int32 lanes."""
-        dot, isa = self.name == "dot", self.acc.name
+        dot, ints = self.name == "dot", self.ints
         fast = (dot and access.kind == "strided" and access.stride == DOT
                 and ternary.vectors_aligned(self.schedule, self.dot_loop, self.acc.lanes))
-        lanes = "" if access.kind == "broadcast" else ternary.element_lanes(isa, access.kind, offset, index)
-        return ternary.operand(isa, access.kind, dot, fast, self.schedule.op.inputs[1], offset, lanes, mask)
+        lanes = "" if access.kind == "broadcast" else ternary.element_lanes(ints, access.kind, offset, index)
+        return ternary.operand(ints, access.kind, dot, fast, self.schedule.op.inputs[1], offset, lanes, mask)
 
     def _pairs(self, access: AccessKind, ref: str, base: str, index: str, mask: str | None) -> str:
         """A vector of bf16 pairs (two consecutive reduction iterations per lane) for ``vdpbf16ps``."""

@@ -262,7 +262,7 @@ class RegisterBlock:
         the first at a multiple of ``P`` vectors, the others alike, whose updates need no lane mask
         other than their valid lanes. None where the accumulators start from the output or from a
         bias that varies along the lanes."""
-        count = taps.phases(tap, self.em.isa.name) if tap is not None and self.vector else 1
+        count = taps.phases(tap, self.em.arith.ints) if tap is not None and self.vector else 1
         if (count == 1 or self.chunk_loop is not None or self.loads_output
                 or (self.starts_output and self.bias and self.bias_kind != "broadcast")):
             return []
@@ -336,7 +336,7 @@ class RegisterBlock:
         else:
             em.emit_loop(self.start, inner, inside_block=True)
         for group in self.phase_groups:
-            for line in taps.interleave(em.isa.name, [acc.name for acc in group]):
+            for line in taps.interleave(em.arith.ints, [acc.name for acc in group]):
                 em.emit(inner, line)
         for run in self._byte_runs():
             if len(run) > 1:

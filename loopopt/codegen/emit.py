@@ -152,9 +152,9 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
     if plan and plan.packed_weights:
-        tables += ternary.helpers(isa.name)
+        tables += ternary.helpers(arith.ints)
     if plan and plan.tap_dot:
-        tables += taps.helpers(isa.name)
+        tables += taps.helpers(arith.ints)
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",

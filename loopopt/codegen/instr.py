@@ -38,6 +38,9 @@ class Isa:
     prelude: str
     registers: int                      # vector registers (scalar code: the float registers it uses)
     ops: dict[str, Instr] = field(default_factory=dict)
+    # file-scope C helpers of the optional kernel features a variant has, by feature (``"taps"``: the tap
+    # dot's window loads, codegen/taps.py; ``"i2_s"``: the packed ternary weights' unpacking, ternary.py)
+    helpers: dict[str, str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Instr:
         try:
@@ -119,12 +122,28 @@ INT_MEANINGS = {
     "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
+# the byte operations of two optional features, in the integer tables of the variants that have them:
+# tap dots (codegen/taps.py: a window of activation bytes spread into dot groups; phase groups zipped back
+# in order) and i2_s ternary weights (codegen/ternary.py: codes w + 1 unpacked to signed bytes)
+PACKED_MEANINGS = {
+    "mask_all": "mask with every lane set",
+    "iota": "index vector lane j = j",
+    "offset_index": "index vector lane j = (int) s + idx_j",
+    "sub_one_bytes": "every byte b of v becomes b - 1 (wrapping)",
+    "tap_spread": "byte i of the result = byte picks_i of v (picks, dwords and bytes are int32 index "
+                  "vectors: picks byte-wise; dwords then bytes the same picks as a dword permute of v "
+                  "followed by a byte shuffle within each 128-bit lane)",
+    "zip_low": "lane 2j = a_j, lane 2j+1 = b_j for j < n/2 (n lanes)",
+    "zip_high": "lane 2j = a_{n/2+j}, lane 2j+1 = b_{n/2+j} for j < n/2 (n lanes)",
+}
 
 
 def int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
-    """An integer table's operations: ``floats``' shared ones and these (each named in ``INT_MEANINGS``)."""
+    """An integer table's operations: ``floats``' shared ones and these (each named in ``INT_MEANINGS``
+    or ``PACKED_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
-    return shared | {name: Instr(text, INT_MEANINGS[name]) for name, text in templates.items()}
+    meanings = INT_MEANINGS | PACKED_MEANINGS
+    return shared | {name: Instr(text, meanings[name]) for name, text in templates.items()}
 
 
 # --- bfloat16 tables -----------------------------------------------------------------------

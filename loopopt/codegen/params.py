@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schedule import Schedule, ScheduleError
+from .instr import SCALAR
 
 INT_MAX = 2**31 - 1
 WIDE_INDEX = "ptrdiff_t"
@@ -76,8 +77,9 @@ def check_lane_indices(schedule: Schedule, tensor: str, kind: str, stride: int, 
             raise ScheduleError(f"vectorizing {schedule.vector_loop.name!r} gathers {tensor}, whose {size} "
                                 f"elements are too many for the 32-bit lane indices of vector gathers "
                                 f"(at most {INT_MAX // 2}); vectorize a loop along which {tensor} is "
-                                f"contiguous, strided or constant, or use isa='scalar'")
+                                f"contiguous, strided or constant, or use isa={SCALAR.name!r}")
     elif kind == "strided" and stride * (lanes - 1) > INT_MAX:
         raise ScheduleError(f"vectorizing {schedule.vector_loop.name!r} reads {tensor} with a stride of "
                             f"{stride} elements, too large for the 32-bit lane indices of {lanes} lanes "
-                            f"(at most {INT_MAX // (lanes - 1)}); vectorize another loop or use isa='scalar'")
+                            f"(at most {INT_MAX // (lanes - 1)}); vectorize another loop or use "
+                            f"isa={SCALAR.name!r}")

@@ -17,7 +17,7 @@ A schedule selects it (``find``) with
   blocked by a multiple of 4 (``OIHW4w``: zero-padded, so a group's missing taps weigh 0);
 * ``s <= 4`` and ``s + d <= 5``: the groups of 4 neighbouring lanes lie in 16 input bytes.
 
-The kernel loads a window of input bytes from column ``col`` (64 bytes on AVX-512, 32 on AVX2),
+The kernel loads a window of input bytes from column ``col`` (4 bytes per int32 lane: 64 on AVX-512),
 moves each 128-bit lane's 16 bytes into place with one dword permute (the 4 lanes of 128-bit lane
 ``q`` start at byte ``4*q*s``, a dword boundary) and picks the groups with one byte shuffle. Bytes
 at columns outside the input row ``[0, size)`` read as the activation's zero (a window whose used
@@ -49,67 +49,15 @@ from typing import Optional
 from ..expr import Var
 from ..ops import Window
 from ..schedule import Schedule
+from .instr import Isa
 from .vector import proves_step
 
 GROUP = 4              # taps per int32 lane of vpdpbusd
 LANE_BYTES = 16        # bytes of a 128-bit lane: the reach of the byte shuffle
-WINDOW_BYTES = {"avx512": 64, "avx2": 32}
-SPREAD = {   # the operand from a window (operands: window, dword permute, byte shuffle, byte permute indices)
-    "avx512": "lo_tap_spread({v}, _mm512_setr_epi32({dwords}), _mm512_setr_epi32({bytes}), "
-              "_mm512_setr_epi32({picks}))",
-    "avx2": "_mm256_shuffle_epi8(_mm256_permutevar8x32_epi32({v}, _mm256_setr_epi32({dwords})), "
-            "_mm256_setr_epi32({bytes}))",
-}
 PHASED_STRIDES = (1, 2)  # strides whose tap dots run in phase groups (``phases``)
-ZIP = {   # the lanes of vectors a, b interleaved: a0 b0 a1 b1 ... (the low half), then the high half
-    "avx512": ("_mm512_permutex2var_epi32({a}, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, "
-               "5, 21, 6, 22, 7, 23), {b})",
-               "_mm512_permutex2var_epi32({a}, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, "
-               "13, 29, 14, 30, 15, 31), {b})"),
-    "avx2": ("_mm256_permute2x128_si256(_mm256_unpacklo_epi32({a}, {b}), _mm256_unpackhi_epi32({a}, {b}), "
-             "0x20)",
-             "_mm256_permute2x128_si256(_mm256_unpacklo_epi32({a}, {b}), _mm256_unpackhi_epi32({a}, {b}), "
-             "0x31)"),
-}
-ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions of ZIP per vector made
-HELPERS = {
-    "avx512": (
-        "/* Input bytes b < 64 from column s of a row of n columns (p: its column s): p[b] where\n"
-        "   0 <= s + b < n and b < span, else the byte f. A window whose span lies in the row is one\n"
-        "   load (its bytes past the span may lie past the row: the tensor has 64 readable bytes\n"
-        "   after its end); the others a byte-masked load of the row's bytes only. */\n"
-        "static inline __m512i lo_tap_window(const void *p, long s, long n, long span, int f) {\n"
-        "    if (s >= 0 && s + span <= n) return _mm512_loadu_si512(p);\n"
-        "    const long lo = s < 0 ? -s : 0, hi = n - s < span ? n - s : span;\n"
-        "    const __mmask64 m = hi <= lo ? 0 : (~0ULL >> (64 - (hi - lo))) << lo;\n"
-        "    return _mm512_mask_loadu_epi8(_mm512_set1_epi8((char)f), m, p);\n"
-        "}\n"
-        "/* The dot groups of window v: one byte permute (vpermb) where the compiler targets AVX512-VBMI,\n"
-        "   else a dword permute, then a byte shuffle within 128-bit lanes. */\n"
-        "static inline __m512i lo_tap_spread(__m512i v, __m512i dwords, __m512i bytes, __m512i picks) {\n"
-        "#ifdef __AVX512VBMI__\n"
-        "    (void)dwords; (void)bytes;\n"
-        "    return _mm512_permutexvar_epi8(picks, v);\n"
-        "#else\n"
-        "    (void)picks;\n"
-        "    return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, v), bytes);\n"
-        "#endif\n"
-        "}\n"),
-    "avx2": (
-        "/* Input bytes b < 32 from column s of a row of n columns (p: its column s): p[b] where\n"
-        "   0 <= s + b < n and b < span, else the byte f. A window whose span lies in the row is one\n"
-        "   load (its bytes past the span may lie past the row: the tensor has 32 readable bytes\n"
-        "   after its end); the others are assembled byte by byte from the row only. */\n"
-        "static inline __m256i lo_tap_window(const void *p, long s, long n, long span, int f) {\n"
-        "    if (s >= 0 && s + span <= n) return _mm256_loadu_si256((const __m256i *)p);\n"
-        "    unsigned char b[32];\n"
-        "    for (long i = 0; i < 32; ++i)\n"
-        "        b[i] = i < span && s + i >= 0 && s + i < n ? ((const unsigned char *)p)[i]\n"
-        "                                                   : (unsigned char)f;\n"
-        "    return _mm256_loadu_si256((const __m256i *)(const void *)b);\n"
-        "}\n"),
-}
-
+# The variant's integer table prints it (``codegen.instr.PACKED_MEANINGS``: ``tap_spread``, ``zip_low``,
+# ``zip_high``; its ``helpers["taps"]`` define ``lo_tap_window``, a window of 4 bytes per int32 lane
+# from a column, bytes outside the row filled, and ``lo_tap_spread`` where its ``tap_spread`` calls it).
 
 @dataclass(frozen=True)
 class TapDot:
@@ -205,11 +153,11 @@ def column(schedule: Schedule, tap: TapDot, bindings: dict) -> str:
     return tap.window.input_index.substitute(schedule.dim_values).substitute(bindings).to_c()
 
 
-def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
-    """C of a dot operand of ``isa``'s lanes: the groups of the window of input bytes from element
-    ``ref`` (at column ``col``), bytes outside the row filled with the byte of C int ``fill`` (in
-    the first ``valid`` lanes' groups; the other lanes' products are not used)."""
-    lanes = WINDOW_BYTES[isa] // GROUP
+def operand(ints: Isa, tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
+    """C of a dot operand of the integer table ``ints``'s lanes: the groups of the window of input bytes
+    from element ``ref`` (at column ``col``), bytes outside the row filled with the byte of C int
+    ``fill`` (in the first ``valid`` lanes' groups; the other lanes' products are not used)."""
+    lanes = ints.lanes
     s, d = tap.window.stride, tap.window.dilation
     window = f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(valid)}, {fill})"
     dwords = ", ".join(str(q * s + i) for q in range(lanes // GROUP) for i in range(GROUP))
@@ -218,29 +166,30 @@ def operand(isa: str, tap: TapDot, ref: str, col: str, fill: str, valid: int) ->
     # the byte permute reads the window's bytes directly: lane j's group starts at byte j * s
     picks = ", ".join(f"0x{p + (j // GROUP) * GROUP * s * 0x01010101:08x}"
                       for j, p in enumerate(groups * (lanes // GROUP)))
-    return SPREAD[isa].format(v=window, dwords=dwords, bytes=indices, picks=picks)
+    return ints.tap_spread(v=window, dwords=dwords, bytes=indices, picks=picks)
 
 
-def phases(tap: TapDot, isa: str) -> int:
-    """How many consecutive vectors of outputs a phase group of ``tap`` on ``isa`` takes (module
-    docstring, "Phases"): ``4 / stride`` where the lanes of each phase then step by 4 input bytes
-    (unit dilation, a stride in ``PHASED_STRIDES``), else 1 (each vector spread on its own)."""
+def phases(tap: TapDot, ints: Isa) -> int:
+    """How many consecutive vectors of outputs a phase group of ``tap`` on the integer table ``ints``
+    takes (module docstring, "Phases"): ``4 / stride`` where the lanes of each phase then step by 4 input
+    bytes (unit dilation, a stride in ``PHASED_STRIDES``) and the table zips vectors, else 1 (each
+    vector spread on its own)."""
     s, d = tap.window.stride, tap.window.dilation
-    return GROUP // s if isa in ZIP and d == 1 and s in PHASED_STRIDES else 1
+    return GROUP // s if "zip_low" in ints.ops and d == 1 and s in PHASED_STRIDES else 1
 
 
-def phase_operand(isa: str, tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
+def phase_operand(tap: TapDot, ref: str, col: str, fill: str, valid: int) -> str:
     """C of a dot operand of one phase (lane ``j``: the group of input bytes ``col + 4j .. + 3``):
     the window of input bytes from element ``ref`` at column ``col`` as it is, no permute (bytes
     outside the row filled in the first ``valid`` lanes' groups, as ``operand``)."""
     return f"lo_tap_window(&{ref}, {col}, {tap.window.size}, {tap.span(valid, GROUP)}, {fill})"
 
 
-def interleave(isa: str, names: list[str]) -> list[str]:
+def interleave(ints: Isa, names: list[str]) -> list[str]:
     """C statements that turn the phase accumulators ``names`` (``names[q]`` lane ``j``: output
     ``len(names) * j + q`` of the group) into consecutive vectors (``names[i]`` lane ``j``: output
-    ``lanes * i + j``): ``log2(len(names))`` rounds of two-vector zips (``ZIP``)."""
-    vector = {"avx512": "__m512i", "avx2": "__m256i"}[isa]
+    ``lanes * i + j``): ``log2(len(names))`` rounds of two-vector zips (``zip_low``, ``zip_high``)."""
+    vector = ints.vector_type
     lines: list[str] = []
 
     def merged(parts: list[str]) -> list[str]:
@@ -250,8 +199,8 @@ def interleave(isa: str, names: list[str]) -> list[str]:
         result = []
         for even, odd in zip(evens, odds):
             low, high = f"lo_z{len(lines)}a", f"lo_z{len(lines)}b"
-            lines.append(f"const {vector} {low} = {ZIP[isa][0].format(a=even, b=odd)}, "
-                         f"{high} = {ZIP[isa][1].format(a=even, b=odd)};")
+            lines.append(f"const {vector} {low} = {ints.zip_low(a=even, b=odd)}, "
+                         f"{high} = {ints.zip_high(a=even, b=odd)};")
             result += [low, high]
         return result
 
@@ -260,14 +209,15 @@ def interleave(isa: str, names: list[str]) -> list[str]:
     return ["{"] + ["    " + line for line in lines + moves] + ["}"]
 
 
-def interleave_ops(isa: str, count: int) -> int:
-    """Vector instructions of ``interleave`` on ``count`` phase accumulators."""
-    return ZIP_OPS[isa] * count * (count.bit_length() - 1)
+def zips(count: int) -> int:
+    """Zips (``zip_low`` or ``zip_high``, each making one vector) of ``interleave`` on ``count`` phase
+    accumulators."""
+    return count * (count.bit_length() - 1)
 
 
-def helpers(isa: str) -> str:
-    """The C helpers of the tap dot operands on ``isa``."""
-    return HELPERS[isa]
+def helpers(ints: Isa) -> str:
+    """The C helpers of the tap dot operands of the integer table ``ints``."""
+    return ints.helpers["taps"]
 
 
 def read_ahead(lanes: int) -> int:

@@ -7,7 +7,9 @@ blocked dims zero-padded, so padding weights are 0): element ``e`` lives in bloc
 ``i, i + 16, i + 32, i + 48`` of its block (bitnet.cpp's i2_s interleaves the same way, in blocks
 of 128), so a 512-bit vector of 64 weights is one 16-byte load broadcast to the four 128-bit
 lanes, a shift of each lane by 0, 2, 4, 6 bits, an AND with 3 and a byte subtraction of 1;
-AVX2 takes 32 weights from one 16-byte load the same way.
+AVX2 takes 32 weights from one 16-byte load the same way (the variant's vector helpers and table
+entries print it: ``Isa.helpers["i2_s"]``, ``codegen.instr.PACKED_MEANINGS``; x86's in
+``targets/x86/packed_c.py``).
 
 The kernel sees signed weights again (the ``-1`` in registers), so the integer plan, the
 compensation and the epilogue are those of symmetric int8 weights and the sums are exact.
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..expr import Expr
 from ..schedule import Schedule
+from .instr import Isa
 
 BLOCK = 64           # elements per packed block
 BLOCK_BYTES = 16     # bytes per packed block
@@ -95,60 +98,12 @@ static inline int lo_i2s_group(const uint8_t *p, ptrdiff_t e) {
 }
 """
 
-AVX512_C = """\
-/* the 64 weights e .. e + 63 (e a multiple of 64) as bytes: one 16-byte load in each 128-bit lane,
- * lane L shifted by 2 L bits */
-static inline __m512i lo_i2s_vector(const uint8_t *p, ptrdiff_t e) {
-    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(p + (e >> 2))));
-    const __m512i t = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 2, 2, 4, 4, 6, 6));
-    return _mm512_sub_epi8(_mm512_and_si512(t, _mm512_set1_epi8(3)), _mm512_set1_epi8(1));
-}
-/* lane j: the 32 bits holding element e[j], shifted so that its code is in bits 0-1 (lanes off in m: 0) */
-static inline __m512i lo_i2s_gather(const uint8_t *p, __m512i e, __mmask16 m) {
-    const __m512i at = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(e, 6), 4),
-                                       _mm512_and_si512(e, _mm512_set1_epi32(15)));
-    const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, at, (const void *)p, 1);
-    return _mm512_srlv_epi32(v, _mm512_and_si512(_mm512_srli_epi32(e, 3), _mm512_set1_epi32(6)));
-}
-"""
-
-AVX2_C = """\
-/* the 32 weights e .. e + 31 (e a multiple of 32) as bytes: one 16-byte load in both 128-bit lanes,
- * shifted by s and s + 2 bits (s = 0 for the first half of a block, 4 for the second) */
-static inline __m256i lo_i2s_vector(const uint8_t *p, ptrdiff_t e) {
-    const __m256i v = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)(p + ((e >> 6) << 4))));
-    const __m256i s = _mm256_add_epi64(_mm256_set1_epi64x((e >> 3) & 6), _mm256_setr_epi64x(0, 0, 2, 2));
-    const __m256i t = _mm256_srlv_epi64(v, s);
-    return _mm256_sub_epi8(_mm256_and_si256(t, _mm256_set1_epi8(3)), _mm256_set1_epi8(1));
-}
-static inline __m256i lo_i2s_gather(const uint8_t *p, __m256i e, __m256i m) {
-    const __m256i at = _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(e, 6), 4),
-                                       _mm256_and_si256(e, _mm256_set1_epi32(15)));
-    const __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)p,
-                                                  at, m, 1);
-    return _mm256_srlv_epi32(v, _mm256_and_si256(_mm256_srli_epi32(e, 3), _mm256_set1_epi32(6)));
-}
-"""
-
-# from each lane's gathered bits: one weight per int32 lane, or a dot group of 4 bytes
-UNPACK_C = """\
-static inline {v} lo_i2s_lanes(const uint8_t *p, {v} e, {m} m) {{
-    return {x}_sub_epi32({x}_and_si{bits}(lo_i2s_gather(p, e, m), {x}_set1_epi32(3)), {x}_set1_epi32(1));
-}}
-static inline {v} lo_i2s_groups(const uint8_t *p, {v} e, {m} m) {{
-    return {x}_sub_epi8({x}_and_si{bits}(lo_i2s_gather(p, e, m), {x}_set1_epi32(0x03030303)),
-                        {x}_set1_epi8(1));
-}}
-"""
-VECTOR_C = {"avx512": AVX512_C + UNPACK_C.format(v="__m512i", m="__mmask16", x="_mm512", bits=512),
-            "avx2": AVX2_C + UNPACK_C.format(v="__m256i", m="__m256i", x="_mm256", bits=256), "scalar": ""}
-ALL_LANES = {"avx512": "(__mmask16)0xffff", "avx2": "_mm256_set1_epi32(-1)"}
-
-
-def helpers(isa: str) -> str:
-    """The C helpers of an i2_s kernel on ``isa`` (file scope)."""
-    return "#include <string.h>\n" + SCALAR_C + VECTOR_C[isa]
+def helpers(ints: Isa) -> str:
+    """The C helpers of an i2_s kernel of the integer table ``ints`` (file scope): the scalar accessors,
+    and the variant's vector ones (its ``helpers["i2_s"]``: ``lo_i2s_vector``, a whole dot vector of 4
+    weights per lane from an aligned element; ``lo_i2s_lanes`` and ``lo_i2s_groups``, the weight or the
+    dot group of each lane's element, lanes off in the mask 0)."""
+    return "#include <string.h>\n" + SCALAR_C + ints.helpers.get("i2_s", "")
 
 
 def element(tensor: str, offset: str) -> str:
@@ -161,28 +116,24 @@ def reference(schedule: Schedule, tensor: str, offset: str) -> str:
     return element(tensor, offset) if packed(schedule, tensor) else f"{tensor}[{offset}]"
 
 
-def operand(isa: str, kind: str, dot: bool, fast: bool, tensor: str, offset: str, lanes: str,
+def operand(ints: Isa, kind: str, dot: bool, fast: bool, tensor: str, offset: str, lanes: str,
             mask: str | None) -> str:
-    """A vector of i2_s weights on ``isa``: dot groups (bytes, 4 per lane) if ``dot``, else one weight
-    per int32 lane. ``kind`` is the access kind along the vector loop, ``offset`` lane 0's element,
-    ``lanes`` an int32 vector of every lane's element (C), ``fast`` the aligned whole-vector load."""
-    prefix = {"avx512": "_mm512", "avx2": "_mm256"}[isa]
+    """A vector of i2_s weights of the integer table ``ints``: dot groups (bytes, 4 per lane) if ``dot``,
+    else one weight per int32 lane. ``kind`` is the access kind along the vector loop, ``offset`` lane
+    0's element, ``lanes`` an int32 vector of every lane's element (C), ``fast`` the aligned whole-vector
+    load."""
     if kind == "broadcast":
         value = f"lo_i2s_group({tensor}, {offset})" if dot else element(tensor, offset)
-        vector = f"{prefix}_set1_epi32((int)({value}))"
-        return f"{prefix}_sub_epi8({vector}, {prefix}_set1_epi8(1))" if dot else vector
+        vector = ints.broadcast(s=value)
+        return ints.sub_one_bytes(v=vector) if dot else vector
     if dot and fast:
         return f"lo_i2s_vector({tensor}, {offset})"
-    return f"lo_i2s_{'groups' if dot else 'lanes'}({tensor}, {lanes}, {mask or ALL_LANES[isa]})"
+    return f"lo_i2s_{'groups' if dot else 'lanes'}({tensor}, {lanes}, {mask or ints.mask_all()})"
 
 
-def element_lanes(isa: str, kind: str, offset: str, index: str) -> str:
+def element_lanes(ints: Isa, kind: str, offset: str, index: str) -> str:
     """An int32 vector of the element each lane reads: ``index`` (a gather's absolute offsets, or a
     strided access's lane steps added to ``offset``), or ``offset + j`` for a contiguous access."""
-    prefix = {"avx512": "_mm512", "avx2": "_mm256"}[isa]
     if kind == "gather":
         return index
-    steps = index if kind == "strided" else (
-        "_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)" if isa == "avx512"
-        else "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)")
-    return f"{prefix}_add_epi32({prefix}_set1_epi32((int)({offset})), {steps})"
+    return ints.offset_index(s=offset, idx=index if kind == "strided" else ints.iota())

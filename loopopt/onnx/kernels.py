@@ -49,12 +49,13 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
 
 def default_schedule(op: Op, threads: int = 1, isa: str = "auto") -> tuple[Schedule, str, str]:
     """The default schedule of ``op`` (the search's first choice, else ``stationary_schedule``), its
-    source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: "amx")."""
+    source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: x86's tile
+    variant)."""
     chosen = first_choice(op, isa, threads)
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
-    return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict())}", chosen.isa
+    return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict(), chosen.isa)}", chosen.isa
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from ..codegen.pseudocode import render
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
+    from ..ops import Op
     from ..schedule import Schedule
+    from .search import SearchRules
 
 
 class TargetUnavailableError(RuntimeError):
@@ -80,6 +82,17 @@ class Target(ABC):
         with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""
         raise ValueError(f"the {self.name} target has no matrix instructions (tensorize compiles with "
                          f"target='cuda')")
+
+    def computes(self, isa: str, op: Op) -> bool:
+        """Whether variant ``isa`` computes ``op``'s arithmetic (x86's AMX tiles: quantized and bfloat16
+        ops only); the default: every variant computes every op it is given."""
+        return True
+
+    def search_rules(self) -> SearchRules:
+        """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
+        (``targets/search.py``); a ValueError where it has none."""
+        raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
+                         f"(isa='auto' on an x86 host, or one of x86's variants)")
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

@@ -13,7 +13,7 @@
 
 The GEMM forms of a conv do not apply to an op without windows (a Matmul is a GEMM already: its
 direct candidates are GEMM schedules). The alternatives are one-thread schedules; with several
-threads or on AMX they are skipped with the reason.
+threads or where the target's rules refuse them (x86: the AMX search) they are skipped with the reason.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from typing import Any
 from ..dataflows import im2col, implicit_gemm
 from ..ops import Op
 from ..schedule_file import ALGORITHMS, WINOGRAD, AnySchedule, schedule_from_toml, to_toml
+from ..targets.registry import target_of_isa
 from ..winograd import algorithm_name, from_name, refusal, tiles
 from ..winograd_int8 import tune_blocks
-from .space import lanes, registers
 
 SHARE = 8                  # each alternative gets at most trials // SHARE trials (at least 1) ...
 DIRECT_SHARE = 2           # ... and all of them together at most trials // DIRECT_SHARE
@@ -61,15 +61,14 @@ def refusals(op: Op, algorithms: tuple[str, ...], isa: str, threads: int) -> dic
     if op.quant is not None and op.quant.binary:
         one = "a binary op has one kernel, XNOR + popcount, searched over its register blocks"
         return {name: "" if name == "direct" else one for name in algorithms}
-    why = {"direct": ""}
+    why, rules = {"direct": ""}, target_of_isa(isa).search_rules()
     for name in ("implicit_gemm", "im2col"):
         why[name] = ("an op without windows (a Matmul) is a GEMM already: its direct candidates are GEMM "
                      "schedules" if not op.windows else
                      f"the {name} candidates are one-thread schedules, not {threads}" if threads > 1 else
-                     "the AMX search has only tile candidates" if isa == "amx" else "")
+                     rules.refusal(isa))
     why["winograd"] = refusal(op) or (f"the Winograd pipeline runs on one thread, not {threads}"
-                                      if threads > 1 else "the AMX search has only tile candidates"
-                                      if isa == "amx" else "")
+                                      if threads > 1 else rules.refusal(isa))
     return {name: why[name] for name in algorithms}
 
 
@@ -81,10 +80,11 @@ def alternatives(op: Op, algorithm: str, isa: str) -> list[Alternative]:
         if op.quant is not None:          # int8: other GEMM blocks too
             names += [algorithm_name(m, block) for m in tiles(op) for block in tune_blocks(isa)]
         return [Alternative("winograd", name, {"algorithm": "winograd", "plan": name}) for name in names]
-    vector = lanes(op, isa)
+    rules = target_of_isa(isa).search_rules()
+    vector = rules.lanes(op, isa)
     if algorithm == "implicit_gemm":
         blocks = [{"m": m, "k": v * vector} for v in GEMM_VECTORS for m in GEMM_ROWS
-                  if m * v + v + 1 <= registers(isa)]
+                  if m * v + v + 1 <= rules.registers(isa)]
         schedules = [(implicit_gemm(op, **b), b) for b in blocks]
     else:
         schedules = [(im2col(op, m), {"m": m}) for m in IM2COL_ROWS]

@@ -1,24 +1,23 @@
 """The search's first choice, without measuring: a good schedule for an op that was never tuned.
 
-``first_choice(op)`` is the candidate of the search space (``space.candidates``) that the ranking
-heuristic (``rank``) puts first, as ``lo.tune`` orders the space before its first trial, and whose
-schedule builds. So a quantized op gets the dot-product loop and packed weights where its ISA has
-them (with ``isa="auto"``, AMX tiles where the CPU has AMX and the heuristic puts them first), a
-depthwise one its unrolled taps, a layer whose weights outgrow L2 the channel block loop outside
-the rows. The kernel model that reorders the search's shortlist is left out: on ResNet-18's layers it takes
-0.1-0.5 s per candidate on this project's shared 2-core Xeon, about what compiling one costs, while
-ranking the whole space (up to about 47,000 candidates, figures computed once per distinct block
-and loop order) takes 0.05-1 s. No compile, no measurement; the choice is cached per op signature,
-ISA and thread count in the process (``loopopt.onnx`` asks once per distinct shape of a model).
+``first_choice(op)`` is the candidate of the search space (``SearchRules.candidates`` of the ISA's target)
+that its ranking heuristic (``SearchRules.rank``) puts first, as ``lo.tune`` orders the space before its first
+trial, and whose schedule builds. So a quantized op gets the dot-product loop and packed weights where its ISA
+has them (with ``isa="auto"``, AMX tiles where the CPU has AMX and the heuristic puts them first), a depthwise
+one its unrolled taps, a layer whose weights outgrow L2 the channel block loop outside the rows. The kernel
+model that reorders the search's shortlist is left out: on ResNet-18's layers it takes 0.1-0.5 s per candidate
+on this project's shared 2-core Xeon, about what compiling one costs, while ranking the whole space (up to
+about 47,000 candidates, figures computed once per distinct block and loop order) takes 0.05-1 s. No compile,
+no measurement; the choice is cached per op signature, ISA and thread count in the process (``loopopt.onnx``
+asks once per distinct shape of a model).
 """
 from __future__ import annotations
 
 from ..ops import Op
 from ..schedule import ScheduleError
 from ..targets.registry import target_of_isa
+from ..targets.search import Candidate
 from .log import signature
-from .rank import best, rank
-from .space import Candidate, candidates
 
 _chosen: dict[tuple[str, str, int, bool], Candidate | None] = {}
 
@@ -27,15 +26,16 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
     """The candidate the ranking heuristic puts first for ``op`` on ``isa`` ("auto": the best this CPU
     has, AMX tiles included where it has them) with ``threads`` threads, or None when the search
     space has none whose schedule builds (e.g. no outer loop to split over ``threads``)."""
-    tiles = isa == "auto"                     # the best ISA: AMX tiles compete, as in lo.tune
-    if isa != "amx":
-        isa = target_of_isa(isa).resolve_isa(isa, integer=op.quant is not None)
-    key = (signature(op), isa, threads, tiles)
+    auto = isa == "auto"                # the best ISA: the target's other kernels compete, as in lo.tune
+    target = target_of_isa(isa)
+    isa = target.resolve_isa(isa, integer=op.quant is not None)
+    key = (signature(op), isa, threads, auto)
     if key not in _chosen:
-        space = candidates(op, isa, threads, tiles)
-        first = best(space)
+        rules = target.search_rules()
+        space = rules.candidates(op, isa, threads, auto)
+        first = rules.best(space)
         if first is not None and not _builds(first):
-            first = next((c for c in rank(space) if _builds(c)), None)
+            first = next((c for c in rules.rank(space) if _builds(c)), None)
         _chosen[key] = first
     return _chosen[key]
 

@@ -4,7 +4,8 @@ The kernel model (``lo.kernel_model``) predicts a schedule's time from what its 
 executes. Measured on this project's Xeon (2 cores shared with other work): without its memory term
 it takes 13-60 ms on a random candidate and 22-121 ms on the heuristic's best ones (larger, unrolled
 register blocks: more sites to count), with it (a reuse-distance profile per candidate) 0.2-1.4 s,
-about what compiling and timing the candidate costs; the ranking heuristic (``rank.py``) takes about
+about what compiling and timing the candidate costs; x86's ranking heuristic (``targets/x86/rank.py``,
+the target's ``SearchRules.rank``) takes about
 50 us, and a search space holds up to about 13,500 candidates. So the heuristic orders them all, and
 the kernel model without its memory term scores the heuristic's best ``shortlist(picks)`` (24, and
 one more per candidate the walk has picked: about 10 s in a search of 64 trials; it depends on the
@@ -14,18 +15,19 @@ fitted time, the others after them in the heuristic's order. A scored candidate'
 model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2) and ``strided_seconds``
 (plain weight rows a channel row apart, from L2): the memory terms the kernel model without traffic
 leaves out, cheap enough for every candidate; times the share of a thread's work the
-busiest thread has (``imbalance``: a parallel loop whose iterations do not split evenly), the
-model's part times ``rank.tail`` (a partial block of a padded window); before any trial a candidate
+busiest thread has (``Traits.imbalance``: a parallel loop whose iterations do not split evenly), the
+model's part times ``Traits.tail`` (a partial block of a padded window); before any trial a candidate
 is predicted by the geometric mean of that time and the heuristic's (``Guide.prior``). Each
 verified trial refits the prediction (``fit.Fit`` over ``FEATURES``: the prior's scale, and weights
 on the heuristic's time and on what the model prices poorly, where the measurements side with
-them), and the untried candidates are reordered by it. An AMX candidate's model time is the tile
-model's (``tile_model``: the kernel model has no costs for tiles); its trials are fitted apart from
-the SIMD ones (``FAMILIES``: one model's bias says nothing of the other's; the fit of the SIMD
+them), and the untried candidates are reordered by it. The target's rules may price a family of
+candidates with their own model (``SearchRules.families``, ``own_seconds``): x86's AMX candidates get
+the tile model's time (``targets/x86/tile_model.py``: the kernel model has no costs for tiles); their
+trials are fitted apart from the SIMD ones (one model's bias says nothing of the other's; the fit of the SIMD
 trials, applied to the AMX candidates' times, had put those of VGG conv5_1 int8 at 0.001-0.04 ms in
 a one-thread search and at 1e7-1e12 ms in a two-thread one), and count in the Spearman figure. A
 table-lookup candidate of a ternary op (``tl1``, ``tl2``: the model has no costs for table builds
-and lookups) or a binary op's (XNOR + popcount) counts the heuristic's time (``rank.LUT_SHARE`` or
+and lookups) or a binary op's (XNOR + popcount) counts the heuristic's time (x86's ``rank.LUT_SHARE`` or
 ``rank.BINARY_RATE`` of the int8 dot peak, scaled by its block) as its model time, with the feature
 ``unpriced`` set, and records no ``model_seconds`` (it is left out of the Spearman figure).
 """
@@ -37,10 +39,8 @@ from dataclasses import dataclass
 
 from ..model import CORE_COSTS, kernel_model
 from ..schedule import ScheduleError
+from ..targets.search import KERNEL, SHAPE_FEATURES, Candidate, SearchRules, Traits
 from .fit import Fit
-from .rank import outer_extents, rolled, tail
-from .space import Candidate, Knobs, Roles
-from .tile_model import tile_time
 
 MIN_SHORTLIST = 24         # the heuristic's best scored by the kernel model before the first pick
 SHORTLIST_PER_PICK = 1     # and more of them after each pick
@@ -50,15 +50,12 @@ BLEND = 0.5                # weight of the heuristic's log time in the prior pre
 # feature), the log of the heuristic's time, the share of the modelled time that is memory terms
 # (``memory_seconds``), plain weights of a block that is part of the channels (rows a channel row
 # apart), a cache block of the reduction channels, an innermost reduction loop not unrolled
-# (``rank.rolled``), the logs of the kernel model's load, latency and issue cycles over its vector
+# (``Traits.rolled``), the logs of the kernel model's load, latency and issue cycles over its vector
 # cycles (AMX: 1), a candidate no model prices (table lookups), and the shape of a register-blocked
-# candidate's nest (``shape``; 0 for the others), which neither model prices in full: the logs of its
-# block's pixels and channels, where the channel block, pixel block and cache block loops are among
-# the outer loops and where the reduction channels are in the reduction order.
+# candidate's nest (``targets.search.SHAPE_FEATURES``; 0 for the others), which neither model prices
+# in full. What the target's rules say of a candidate (``Traits``) comes from ``SearchRules.traits``.
 FEATURES = ("model", "heuristic", "stream", "strided", "cache_block", "rolled", "load", "latency", "issue",
-            "unpriced", "pixels", "channels", "channel_loop", "pixel_loop", "cache_loop", "channels_order")
-SHAPE = 6                  # the last features: ``shape``
-FAMILIES = ("kernel", "tiles")   # the models, each with its own fit: the kernel model, the tile model
+            "unpriced", *SHAPE_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -75,15 +72,16 @@ class Price:
 Model = Callable[[Candidate], "Price | None"]
 
 
-def price(candidate: Candidate) -> Price | None:
-    """The kernel model's price of a candidate, without its memory term; an AMX candidate's time the
-    tile model's (None for what neither has costs for: table lookups, binary kernels)."""
-    if (candidate.table_lookup or candidate.binary
-            or (candidate.isa not in CORE_COSTS and candidate.isa != "amx")):
+def price(candidate: Candidate, rules: SearchRules) -> Price | None:
+    """The kernel model's price of a candidate, without its memory term; the rules' own model's time
+    for a candidate of another family (x86: an AMX candidate's, the tile model's); None for what no
+    model has costs for (``rules.unpriced``: table lookups, binary kernels)."""
+    family = rules.family(candidate)
+    if rules.unpriced(candidate) or (family == KERNEL and candidate.isa not in CORE_COSTS):
         return None
     try:
-        if candidate.isa == "amx":
-            return Price(tile_time(candidate.schedule).predicted_seconds)
+        if family != KERNEL:
+            return Price(rules.own_seconds(candidate))
         model = kernel_model(candidate.schedule, candidate.isa, traffic=False)
     except ScheduleError:
         return Price(math.inf)
@@ -91,46 +89,6 @@ def price(candidate: Candidate) -> Price | None:
     vector = max(cycles["vector"], 1.0)
     return Price(model.predicted_seconds, cycles["load"] / vector, cycles["latency"] / vector,
                  cycles["issue"] / vector)
-
-
-def family(candidate: Candidate) -> str:
-    """Which model prices a candidate, and so which fit corrects it: ``"tiles"`` or ``"kernel"``."""
-    return "tiles" if candidate.isa == "amx" else "kernel"
-
-
-def imbalance(candidate: Candidate, threads: int) -> float:
-    """The busiest thread's share of the work over an even share (1: the parallel loop's iterations
-    split evenly over ``threads``, or one thread)."""
-    knobs = candidate.knobs
-    if threads == 1 or not isinstance(knobs, Knobs) or not knobs.parallel:
-        return 1.0
-    extent = outer_extents(candidate.op, knobs)[knobs.parallel]
-    return -(-extent // threads) * threads / extent
-
-
-def shape(candidate: Candidate) -> tuple[float, ...]:
-    """The ``SHAPE`` features of a register-blocked candidate (zeros for the others): the logs of its
-    block's pixels and channels; the places of the channel block, pixel block and cache block loops
-    among the outer loops (0 outermost, 1 innermost, -1 absent) and of the reduction channels in the
-    reduction order (0 outermost, 1 innermost or alone). Within one search the measured trials tell
-    these apart where the models do not: over the 11 one-thread searches of ``bench_tune.py`` on a
-    quiet machine (``benchmarks/bench_rank.py``) the median Spearman of the prediction each trial was
-    picked by went from +0.51 to +0.58 with them, of the final fit (leave one out) from +0.51 to +0.67;
-    over 9 fp32 and 9 int8 catalog searches, +0.53 -> +0.67 and +0.68 -> +0.64, and +0.72 -> +0.80 and
-    +0.75 -> +0.79."""
-    knobs = candidate.knobs
-    if not isinstance(knobs, Knobs):
-        return (0.0,) * SHAPE
-    roles = Roles.of(candidate.op, knobs.pixel)
-
-    def place(names: tuple[str, ...], name: str) -> float:
-        if name not in names:
-            return -1.0
-        return names.index(name) / (len(names) - 1) if len(names) > 1 else 1.0
-
-    loops = [place(knobs.outer, f"{dim}_o") for dim in (roles.channel, roles.pixel, roles.rc)]
-    order = place(knobs.reduction, roles.rc)
-    return (math.log(knobs.pixel_block), math.log(knobs.channel_block), *loops, order)
 
 
 def memory_seconds(candidate: Candidate) -> float:
@@ -151,22 +109,33 @@ def _log(value: float) -> float:
 
 class Guide:
     """The candidates of one search (``ranked``: the heuristic's order, each with its
-    ``predicted_seconds``) on ``threads`` threads, the kernel model's prices of some of them, and
-    the fit."""
+    ``predicted_seconds``) under a target's search ``rules`` on ``threads`` threads, the prices of
+    some of them (``model``; None: ``price``, the kernel model or the rules' own) and the fit of each
+    of the rules' ``families``."""
 
-    def __init__(self, ranked: Sequence[Candidate], model: Model = price, threads: int = 1):
+    def __init__(self, ranked: Sequence[Candidate], rules: SearchRules, model: Model | None = None,
+                 threads: int = 1):
         self.candidates = list(ranked)
-        self.model, self.threads = model, threads
+        self.rules, self.threads = rules, threads
+        self.model = model or (lambda candidate: price(candidate, rules))
         self.scores: dict[int, Price | None] = {}
         self.known: dict[int, tuple[float, ...]] = {}
-        self.samples: dict[str, list[tuple[tuple[float, ...], float]]] = {name: [] for name in FAMILIES}
-        self.sampled: dict[str, list[int]] = {name: [] for name in FAMILIES}     # their candidates
-        self.fits = {name: Fit() for name in FAMILIES}
+        self._traits: dict[int, Traits] = {}
+        families = rules.families
+        self.samples: dict[str, list[tuple[tuple[float, ...], float]]] = {name: [] for name in families}
+        self.sampled: dict[str, list[int]] = {name: [] for name in families}     # their candidates
+        self.fits = {name: Fit() for name in families}
 
     def score_best(self, count: int) -> None:
         """Score the heuristic's best ``count`` candidates (those not scored yet)."""
         for index in range(min(count, len(self.candidates))):
             self.score(index)
+
+    def traits(self, index: int) -> Traits:
+        """What the rules say of candidate ``index`` besides its times (computed once)."""
+        if index not in self._traits:
+            self._traits[index] = self.rules.traits(self.candidates[index], self.threads)
+        return self._traits[index]
 
     def heuristic(self, index: int) -> float:
         return self.candidates[index].figures["predicted_seconds"]
@@ -178,15 +147,14 @@ class Guide:
         return self.scores[index]
 
     def modelled(self, index: int) -> float | None:
-        """The kernel model's time of candidate ``index`` times its ``rank.tail`` (a partial block of a
-        padded window, which the model prices too low) plus the heuristic's memory terms
-        (``memory_seconds``), times its thread ``imbalance``; None: not modelled."""
+        """The kernel model's time of candidate ``index`` times its ``Traits.tail`` (x86: a partial block
+        of a padded window, which the model prices too low) plus the heuristic's memory terms
+        (``memory_seconds``), times its thread ``Traits.imbalance``; None: not modelled."""
         model = self.score(index)
         if model is None:
             return None
-        candidate = self.candidates[index]
-        return ((model.seconds * tail(candidate) + memory_seconds(candidate))
-                * imbalance(candidate, self.threads))
+        traits = self.traits(index)
+        return (model.seconds * traits.tail + memory_seconds(self.candidates[index])) * traits.imbalance
 
     def prior(self, index: int) -> float:
         """The prediction of candidate ``index`` before any trial (the fit's prior): the geometric mean
@@ -206,27 +174,24 @@ class Guide:
         """The ``FEATURES`` of candidate ``index`` (scoring it if it was not); a candidate the model
         does not price has the heuristic's time in place of the prior's."""
         if index not in self.known:
-            candidate, model = self.candidates[index], self.score(index)
+            model, traits = self.score(index), self.traits(index)
             heuristic = self.heuristic(index)
             if model is None:
                 self.known[index] = ((math.log(heuristic), math.log(heuristic)) + (0.0,) * 7 + (1.0,)
-                                     + shape(candidate))
+                                     + traits.shape)
             else:
-                knobs = candidate.knobs
                 modelled, prior = self.modelled(index), self.prior(index)
-                memory = memory_seconds(candidate)
-                blocked = isinstance(knobs, Knobs)       # a register block (not AMX tiles)
-                strided = blocked and knobs.weights == "plain" and knobs.channel_block < candidate.op.channels
+                memory = memory_seconds(self.candidates[index])
                 self.known[index] = (
                     math.log(prior) if math.isfinite(prior) else math.inf, math.log(heuristic),
-                    memory / modelled if math.isfinite(modelled) else 0.0, float(strided),
-                    float(blocked and knobs.cache_block > 0), float(blocked and rolled(candidate)),
-                    _log(model.load), _log(model.latency), _log(model.issue), 0.0) + shape(candidate)
+                    memory / modelled if math.isfinite(modelled) else 0.0, float(traits.strided),
+                    float(traits.cache_block), float(traits.rolled),
+                    _log(model.load), _log(model.latency), _log(model.issue), 0.0) + traits.shape
         return self.known[index]
 
     def fitted(self, index: int) -> float:
         """The fitted time of candidate ``index`` (scoring it if it was not)."""
-        return self.fits[family(self.candidates[index])].predict(self.features(index))
+        return self.fits[self.rules.family(self.candidates[index])].predict(self.features(index))
 
     def order(self, indices: Iterable[int]) -> list[int]:
         """``indices`` best first: the scored by fitted time, then the others in the heuristic's order."""
@@ -238,7 +203,7 @@ class Guide:
         """A trial of candidate ``index`` measured ``seconds`` (None: failed); refit on verified trials."""
         features = self.features(index)
         if seconds is not None and math.isfinite(features[0]):
-            name = family(self.candidates[index])
+            name = self.rules.family(self.candidates[index])
             self.samples[name].append((features, seconds))
             self.sampled[name].append(index)
             self.fits[name] = Fit.of(self.samples[name])

@@ -77,7 +77,7 @@ class LoggedTrial:
 
     def to_schedule(self, op: Op, source: str = "tuning log") -> AnySchedule:
         """The trial's schedule applied to ``op`` (the op it was logged for), or its Winograd plan;
-        compile it with ``self.isa`` to rebuild the kernel that was measured (``"amx"``: a tile
+        compile it with ``self.isa`` to rebuild the kernel that was measured (the tile variant: a tile
         schedule)."""
         return rebuild(op, self.schedule, self.knobs, source)
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..measure import Timing
 from ..ops import Op
 from ..schedule_file import AnySchedule
+from ..targets.registry import target_of_isa
 from ..units import duration, in_unit, time_unit
 from .algorithms import label
 from .fit import spearman, spearman_undefined
@@ -187,7 +188,7 @@ class TuneResult:
                  f"{'algorithm':13} candidate"]
         for t in self.trials:
             mark = "*" if t.number == self.best_number else " "
-            what = describe(t.knobs) + (" (log)" if t.logged else "")
+            what = describe(t.knobs, self.isa) + (" (log)" if t.logged else "")
             if t.timing is not None and t.status == "ok":
                 rate = self.op.flops / t.timing.min / 1e9
                 percent = 100 * rate / t.timing.peak_gflops
@@ -256,29 +257,11 @@ class TuneResult:
         return path
 
 
-def describe(k: dict) -> str:
-    """A candidate's knobs in a few words (a Winograd trial's plan, a GEMM-form preset's block, an AMX
-    candidate's, a binary op's, a table-lookup candidate's, or a register block's, with its weight format
-    if not int8)."""
+def describe(k: dict, isa: str) -> str:
+    """A trial's knobs in a few words: a Winograd trial's plan, a GEMM-form preset's block, or a direct
+    candidate's as the search rules of ``isa``'s target say."""
     if "plan" in k:
         return k["plan"]
     if "algorithm" in k:
         return f"{k['algorithm']} preset, " + ", ".join(f"{n}={v}" for n, v in k.items() if n != "algorithm")
-    if k.get("isa") == "amx":
-        order = "channel blocks outer" if k["channels_outer"] else "pixels outer"
-        split = f", {k['parallel']} split over threads" if k.get("parallel") else ""
-        gathered = ", patches gathered" if k.get("patches") else ""
-        return f"AMX tiles, {k['pixel_block']}x{k['channel_block']} block, {order}{split}{gathered}"
-    if k.get("kernel") == "binary":
-        return f"XNOR + popcount, {k['pixel_block']}x{k['channel_block']} block"
-    if "weights" not in k:
-        return (f"{k['weight_format']} table lookup, {k['pixel_block']}x{k['channel_block']} block, "
-                f"reduction {','.join(k['reduction'])}, outer {','.join(k['outer'])}"
-                + (f", parallel {k['parallel']}" if k.get("parallel") else ""))
-    fmt = f"{k['weight_format']} " if "weight_format" in k else ""
-    along = f" along {k['pixel']}" if "pixel" in k else ""
-    return (f"{k['pixel_block']}x{k['channel_block']} block{along}, {fmt}weights {k['weights']}, reduction "
-            f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
-            + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
-            + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
-            + (f", parallel {k['parallel']}" if k["parallel"] else ""))
+    return target_of_isa(isa).search_rules().describe(k)

@@ -1,8 +1,9 @@
 """The search loop of ``lo.tune``: pick the next candidate, measure it in isolation, log it.
 
-Candidates come from the search space (``space.candidates``), ordered by the guide (``guide``:
-the heuristic ``rank`` for all, the kernel model for its shortlist, refitted to the measured
-trials as they come in; "best-ranked" below is in that order). The first BROAD trials take the
+Candidates come from the search space of the ISA's target (``Target.search_rules()``), ordered by
+the guide (``guide``: the rules' heuristic ``rank`` for all, the kernel model for its shortlist,
+refitted to the measured trials as they come in; "best-ranked" below is in that order). The first
+BROAD trials take the
 best-ranked candidate of each kind not yet tried (ISA and weight format: AMX tiles, a ternary op's
 ``i2_s``, ``tl1`` and ``tl2``), then of each not yet tried register block shape (pixels x channels,
 the dim the pixels run along, the cache block), so the search starts broad; later trials mostly
@@ -30,15 +31,14 @@ from ..machine import machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
+from ..schedule_file import to_toml
 from ..targets.registry import target_of_isa
+from ..targets.search import Candidate, Ranker
 from .algorithms import Alternative, alternatives, rebuild, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
-from .rank import Ranker
-from .rank import rank as heuristic
 from .result import Trial, TuneResult
-from .space import Candidate, candidates
 from .trial import Task, here
 
 BROAD = 8                  # the first trials each take a new block shape
@@ -58,7 +58,7 @@ KIND = 2                   # the leading fields of a block shape that name its k
 
 def _block(candidate: Candidate) -> tuple:
     """A candidate's block shape: ISA, weight format (None: one byte per weight), pixels, channels, the
-    position dim along which the pixels run (None: the default, ``space.Roles.pixel``) and the cache
+    position dim along which the pixels run (None: the default, x86's ``Roles.pixel``) and the cache
     block of the reduction channels (None: a kind without one), which no single-knob step of the
     walk changes (the outer loops change with it)."""
     knobs = candidate.knobs
@@ -181,7 +181,7 @@ class _Search:
                 return
             index, candidate = picked
             try:
-                toml = candidate.toml
+                toml = to_toml(candidate.schedule)
             except ScheduleError as err:
                 self.refusals.append(str(err))
                 self.walk.forget(index)
@@ -268,7 +268,7 @@ class _Search:
 
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
-         budget: float = 0.2, timeout: float = 300.0, rank: Ranker = heuristic,
+         budget: float = 0.2, timeout: float = 300.0, rank: Ranker | None = None,
          algorithms: str | tuple[str, ...] = "auto") -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
@@ -280,17 +280,20 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     workers, one timing at a time per host, recorded as they finish; see ``cluster``). With
     ``log`` (a file path) every trial is appended to that SQLite tuning log, and candidates
     already in it for this op, ISA, thread count and machine are taken from it instead of
-    measured again. ``rank`` orders the candidates first (default: the built-in heuristic), the
-    kernel model reorders its best, refitted to the measured trials (``guide``); ``progress``
-    shows a progress bar on stderr. ``algorithms``: ``"auto"`` (every one that applies) or a subset of
+    measured again. ``rank`` orders the candidates first (None: the target's heuristic,
+    ``SearchRules.rank``), the kernel model reorders its best, refitted to the measured trials
+    (``guide``); ``progress`` shows a progress bar on stderr. ``algorithms``: ``"auto"`` (every one
+    that applies) or a subset of
     ``"direct"``, ``"implicit_gemm"``, ``"im2col"``, ``"winograd"`` (``tune.algorithms``): the other
     algorithms' few candidates are measured first, sharing ``trials`` with the direct search
     (``algorithms.share``); ``skipped`` says why one was not tried, and the result which algorithm
     won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
     _check(trials, seconds, threads, budget, timeout)
     wanted = selected(algorithms)
-    tiles = isa == "auto"                     # the best ISA: AMX tiles compete where the CPU has them
-    isa = target_of_isa(isa).resolve_isa(isa, integer=op.quant is not None)
+    auto = isa == "auto"                      # the best ISA: the target's other kernels compete (AMX tiles)
+    target = target_of_isa(isa)
+    isa = target.resolve_isa(isa, integer=op.quant is not None)
+    rules = target.search_rules()
     why = refusals(op, wanted, isa, threads)
     skipped = {name: reason for name, reason in why.items() if reason}
     pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
@@ -301,14 +304,14 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     if "direct" not in wanted and not any(given.values()):
         raise TuneError(f"none of the algorithms {wanted} can be tried on {op!r}: "
                         + "; ".join(f"{name}: {why}" for name, why in skipped.items()))
-    space = candidates(op, isa, threads, tiles) if "direct" in wanted else []
+    space = rules.candidates(op, isa, threads, auto) if "direct" in wanted else []
     if "direct" in wanted and not space:
         raise TuneError(f"no candidate schedule for {op!r} with {threads} threads: no outer loop of the "
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
     start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
-    walk = Walk(Guide(rank(space), threads=threads), BROAD, seed)
+    walk = Walk(Guide((rank or rules.rank)(space), rules, threads=threads), BROAD, seed)
     run = runner(executor, timeout)
     tuning_log = None
     try:

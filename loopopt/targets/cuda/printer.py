@@ -81,6 +81,13 @@ def check_schedule(schedule: Schedule) -> None:
     if op.dtype == "float16" and not schedule.tensorized:
         raise ScheduleError(f"{op!r} multiplies float16, which the cuda target runs on tensor cores only: "
                             f"tensorize(i, j, k, 'wmma_m16n16k16_f16_f32') three innermost loops")
+    gpu_only = [what for what, given in ((f"split_k({schedule.split_k_loop!r})", schedule.split_k_loop),
+                                         (f"stage(..., stages={schedule.pipeline_stages})",
+                                          schedule.pipeline_stages is not None),
+                                         (f"clip: {schedule.epilogue}", schedule.epilogue)) if given]
+    if gpu_only and not schedule.tensorized:
+        raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
+                            f"one buffer, bind loops over outputs only and store plain sums")
     warps = [loop.name for loop in schedule.bound_loops if loop.axis.startswith("warp.")]
     if warps and not schedule.tensorized:
         raise ScheduleError(f"loop {warps[0]!r} is bound to a warp axis, which only a tensorized schedule "

@@ -13,14 +13,18 @@ The schedule's shape, outer to inner (a ScheduleError names the loop that breaks
 * the tensorized ``i, j, k``.
 
 Each pipeline step copies, for each input, every value the block's warps read in that step into a
-tile per iteration of the (warp, inner and fragment) loops the input varies with, ``16 x (16 + 8)``
-elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``; 8 elements of padding against bank
-conflicts): an im2col of any index the op has (padding, stride, dilation, fused loops), evaluated
-per element with zero where a guard excludes it. Eight consecutive ``k`` that lie contiguously and
-16-byte aligned in device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
-The copies run two steps ahead of the products (``PIPELINE`` = 3 buffers in dynamic shared memory,
-which the launcher allows once with ``cudaFuncSetAttribute``). The sums end in
-float32 fragments, stored through shared memory to the output with the bias and the output guards.
+tile per iteration of the (warp, inner and fragment) loops the input varies with, ``16 x 16``
+elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the instruction's
+``LO_TILE`` says (padded rows for WMMA, XOR-swizzled 16-byte halves for ``mma.sync``): an im2col
+of any index the op has (padding, stride, dilation, fused loops), evaluated per element with zero
+where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-byte aligned in
+device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
+The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE``
+= 3 buffers by default, in dynamic shared memory, which the launcher allows once with
+``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
+read, products). The sums end in float32 fragments, stored through shared memory to the output with
+the bias, a Gemm's scales, the ``clip`` epilogue and the output guards; under ``split_k`` each block
+adds its share with ``atomicAdd`` (``LO_ADD``) into the output the launcher zeroed.
 """
 from __future__ import annotations
 
@@ -34,9 +38,8 @@ from ...schedule import WARP_SIZE, Loop, Schedule, ScheduleError
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
-PAD = 8                    # elements of padding after each tile row
 GROUP = 8                  # halves per 16-byte copy
-PIPELINE = 3               # buffers of pipeline steps in shared memory: copies run two steps ahead
+PIPELINE = 3               # buffers of pipeline steps in shared memory by default: copies run two ahead
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 
 
@@ -52,7 +55,7 @@ class TensorPrinter:
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.int_type = index_ctype(schedule)
-        self.ld = self.ins.k + PAD
+        self.pipeline = schedule.pipeline_stages or PIPELINE
         self.lines: list[str] = []
         self._classify()
 
@@ -98,11 +101,15 @@ class TensorPrinter:
         self.count = {t: math.prod(loop.extent for loop in self.fragments[t]) for t in self.op.inputs}
         self.accumulators = self.count[self.a] * self.count[self.b]
         self.warp_count = math.prod(loop.extent for loop in self.warps)
+        if self.s.split_k_loop and self.s.epilogue:
+            raise ScheduleError(f"the outputs are clipped ({self.s.epilogue}), which needs each output's "
+                                f"whole sum; split_k({self.s.split_k_loop!r}) adds partial sums: drop one of "
+                                f"them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
-                                f"({PIPELINE} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} tiles "
-                                f"of {self.ins.m} x {self.ld} halves); at most {MAX_SHARED_BYTES}: tile "
-                                f"smaller")
+                                f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
+                                f"tiles of {self.ins.tile_elements} halves); at most {MAX_SHARED_BYTES}: "
+                                f"tile smaller or fewer stages")
 
     @cached_property
     def reads(self) -> dict[str, frozenset[str]]:
@@ -118,8 +125,14 @@ class TensorPrinter:
         return {t: math.prod(loop.extent for loop in self.tile_loops(t)) for t in self.op.inputs}
 
     @property
+    def output_elements(self) -> int:
+        """The elements of the output's storage (zeroed before a ``split_k`` kernel adds to it)."""
+        op = self.op
+        return math.prod(self.s.layout_of(op.output).storage_shape(op.tensor(op.output).shape))
+
+    @property
     def tile_elements(self) -> int:
-        return self.ins.m * self.ld
+        return self.ins.tile_elements
 
     @property
     def step_elements(self) -> int:
@@ -127,7 +140,7 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        return max(PIPELINE * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
+        return max(self.pipeline * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
@@ -172,7 +185,7 @@ class TensorPrinter:
     def _buffer(self, tensor: str, step: str) -> str:
         """The first element of ``tensor``'s tiles in the buffer of pipeline step ``step``."""
         offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements
-        return f"(lo_smem_h + ({step}) % {PIPELINE} * {self.step_elements} + {offset})"
+        return f"(lo_smem_h + ({step}) % {self.pipeline} * {self.step_elements} + {offset})"
 
     def _check(self, guards: list[str]) -> str:
         return " && ".join(f"({g})" for g in guards) or "1"
@@ -188,7 +201,9 @@ class TensorPrinter:
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         groups = self.tiles[tensor] * self.ins.m * (self.ins.k // GROUP)
-        first, step = ("lo_thread", "lo_threads") if self.syntax.device else ("0", "1")
+        first, step = ("lo_thread", str(math.prod(self.block))) if self.syntax.device else ("0", "1")
+        if self.syntax.device:     # a known count: unrolled, each group's index arithmetic leaves the loop
+            self.emit(depth, f"{self.syntax.unroll}")
         self.emit(depth, f"for (int lo_g = {first}; lo_g < {groups}; lo_g += {step}) {{")
         inner = depth + 1
         per_row = self.ins.k // GROUP
@@ -199,7 +214,7 @@ class TensorPrinter:
         half = self.code.half
         tile = self._tile_index(tensor)
         self.emit(inner, f"{half} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
-                         f"{self.tile_elements} + {row} * {self.ld} + lo_k0;")
+                         f"{self.tile_elements} + LO_TILE({row}, lo_k0);")
         offset, valid = self.s.offset(tensor).to_c(), self._check(self.guards[tensor])
         k = self.k
         try:
@@ -245,7 +260,7 @@ class TensorPrinter:
             self.emit(inner, f"for (int lo_f = 0; lo_f < {self.count[tensor]}; ++lo_f) {{")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
             ptr = f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * {self.tile_elements})"
-            self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr, ld=self.ld))
+            self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
         self.emit(inner, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
@@ -259,14 +274,22 @@ class TensorPrinter:
 
     # --- the output -------------------------------------------------------------------------
     def _store_statement(self) -> str:
+        """The output element's store: ``sums (x alpha) + bias (x beta)``; under ``split_k`` each
+        block's share is added (``LO_ADD``: ``atomicAdd`` on the GPU) and the first share brings the
+        bias."""
         out, value = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]", "lo_scratch[lo_e]"
         bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(self.s.dim_values).to_c()}]"
                 if self.op.bias else "")
         if self.op.scales is not None:
             alpha, beta = self.op.scales
-            term = f" + {float(beta)!r}f * {bias}" if bias and beta else ""
-            return f"{out} = {float(alpha)!r}f * {value}{term};"
-        return f"{out} = {f'{bias} + ' if bias else ''}{value};"
+            bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
+            value = f"{float(alpha)!r}f * {value}"
+        if not self.s.split_k_loop:
+            terms = (value, bias) if self.op.scales is not None else (bias, value)
+            total = " + ".join(t for t in terms if t)
+            return f"{out} = {self.s.epilogue.c(total) if self.s.epilogue else total};"
+        first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
+        return f"LO_ADD({out}, {value}{first});"
 
     def _epilogue(self, depth: int) -> None:
         na, nb = self.count[self.a], self.count[self.b]
@@ -278,8 +301,12 @@ class TensorPrinter:
         else:
             self.emit(depth, f"float lo_scratch[{n}];")
             lane, lanes, sync = "0", 1, ""
+        if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
+            self.emit(depth, f"{self.syntax.unroll} {na}")
         self.emit(depth, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
         self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        if sync:
+            self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
         self.emit(depth + 1, f"for (int lo_fb = 0; lo_fb < {nb}; ++lo_fb) {{")
         inner = depth + 2
         self._define(inner, self.fragments[self.b], "lo_fb")
@@ -346,13 +373,15 @@ class TensorPrinter:
             self.emit(1, f"extern __shared__ __align__(128) unsigned char lo_smem[];   /* {self.smem_bytes} "
                          f"bytes */")
             self.emit(1, "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);")
-            self.emit(1, "const int lo_threads = (int) (blockDim.x * blockDim.y);")
             for loop in self.blocks:
                 self.emit(1, f"const {self.int_type} {loop.name} = ({self.int_type}) "
                              f"blockIdx.{loop.axis[-1]};")
             depth = 1
         else:
             self.emit(1, f"static float lo_smem_f[{self.smem_bytes // 2}];")
+            if self.s.split_k_loop:      # the shares are added: the output starts at zero
+                self.emit(1, f"for (size_t lo_o = 0; lo_o < {self.output_elements}; ++lo_o) "
+                             f"{self.op.output}[lo_o] = 0.0f;")
             for depth, loop in enumerate(self.blocks, start=1):
                 self.emit(depth, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
                                  f"++{loop.name}) {{")
@@ -363,7 +392,7 @@ class TensorPrinter:
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
         self.emit(depth, f"for (int lo_i = 0; lo_i < {count}; ++lo_i) {fill}")
         warps = self._warp_variables(depth) if device else 0
-        ahead = PIPELINE - 1
+        ahead = self.pipeline - 1
         for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
             self._copy(depth, str(first))
             if device:
@@ -372,20 +401,19 @@ class TensorPrinter:
             self.emit(depth, "__pipeline_commit();")
         self.emit(depth, f"for (int lo_r = 0; lo_r < {steps}; ++lo_r) {{")
         body = depth + 1
+        if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
+            self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
+            self.emit(body, "__syncthreads();")
         self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
         self._copy(body + 1, f"lo_r + {ahead}")
         if device:
             self.emit(body, "__pipeline_commit();")
-            self.emit(body, f"__pipeline_wait_prior({ahead});   /* step lo_r's copies are in */")
-            self.emit(body, "__syncthreads();")
         self.emit(body, "{")
         self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
         opened = 0 if device else self._warp_variables(body + 1)
         self._products(body + 1 + opened)
         self._close(body + 1, opened)
         self.emit(body, "}")
-        if device:
-            self.emit(body, "__syncthreads();")
         self.emit(depth, "}")
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
@@ -397,10 +425,11 @@ class TensorPrinter:
 
     def _macros(self) -> list[str]:
         if self.syntax.device:
-            return [self.ins.header,
+            return [self.ins.header, self.ins.tile,
+                    "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     "#define LO_ZERO __float2half(0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return ["#define LO_ZERO 0.0f",
+        return [self.ins.tile, "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {GROUP}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
 
@@ -430,10 +459,14 @@ class TensorPrinter:
             head = f"int {KERNEL_NAME}({decls}, void *lo_stream)"
             attribute = (f"cudaFuncSetAttribute({NEST_NAME}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                          f"{self.smem_bytes})")
+            zero = (f"    {{ cudaError_t lo_e = cudaMemsetAsync({self.op.output}, 0, "
+                    f"{4 * self.output_elements}, (cudaStream_t) lo_stream); if (lo_e != cudaSuccess) "
+                    f"return (int) lo_e; }}   /* split_k: the shares are added to zero */")
             parts += [f'extern "C" {head}', "{",
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
+                      *([zero] if self.s.split_k_loop else []),
                       f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",

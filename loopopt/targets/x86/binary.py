@@ -388,27 +388,31 @@ def generate_binary(schedule: Schedule, isa: str, popcount: str) -> Generated:
 
 def pseudocode(schedule: Schedule, isa: str) -> list[str]:
     """The kernel's nest on ``isa`` as pseudo-code lines (what ``Schedule.pseudocode`` prints for a binary
-    op)."""
+    op): ``generate_binary``'s loops (named without their ``lo_`` prefix), the register block's taps and
+    words summed in one loop of its block function."""
     op = schedule.op
     s = BinaryShape.of(op, lanes=LANES[isa])
     r_full, v_full = block_of(schedule, isa)
     r_full, v_full = min(r_full, s.positions), min(v_full, s.kpad // s.lanes)
     channels = v_full * s.lanes
     x, w = op.inputs
-    return [f"# binary XNOR + popcount kernel (codegen/binary.py) on {isa}: register block {r_full} output "
-            f"positions x {v_full} vector(s) of {s.lanes} output channel(s), kept across the taps and words",
+    steps = s.rows.taps * s.cols.taps * s.words
+    return [f"# binary XNOR + popcount kernel (targets/x86/binary.py) on {isa}: register block {r_full} "
+            f"output positions x {v_full} vector(s) of {s.lanes} output channel(s), kept across the taps and "
+            f"words",
             f"for n in 0..{s.batch}:",
             f"  for g in 0..{s.groups}:",
-            f"    for p_o in 0..{-(-s.positions // r_full)}:    # blocks of {r_full} output positions "
-            f"(rows x columns, row-major)",
-            f"      for k_o in 0..{-(-s.kpad // channels)}:    # blocks of {channels} output channels",
-            f"        for kh in 0..{s.rows.taps}:",
-            f"          for kw in 0..{s.cols.taps}:",
-            f"            for word in 0..{s.words}:    # 64 input channels per uint64 word",
-            f"              S[p, k] += popcount({x}_bits[n, g, ih, iw, word] XOR "
-            f"{w}_bits[g, kh, kw, word, k])    # {r_full} x {channels} accumulators",
-            f"        {op.output}[n, oh, ow, k] = epilogue(base[class(oh), class(ow), k] - 2 * S[p, k])"
-            f"    # base: the padding correction ({op.output} stored channels-last)"]
+            f"    for p in 0..{s.positions} step {r_full}:    # blocks of {r_full} output positions (rows x "
+            f"columns, row-major)",
+            f"      for r in 0..{r_full}:    # each position's input window (past the end: the last one)",
+            f"      for kb in 0..{s.kpad} step {channels}:    # blocks of {channels} output channels",
+            f"        S[r, k] += popcount({x}_bits[n, g, window(p + r) + tap, word] XOR "
+            f"{w}_bits[g, tap, word, kb + k])    # one loop over the {s.rows.taps} x {s.cols.taps} taps x "
+            f"{s.words} words ({steps} steps), {r_full} x {channels} accumulators",
+            f"        for r in 0..{r_full}:    # the block's positions in the output",
+            f"          for j in 0..{channels}:    # its channels in the output",
+            f"            {op.output}[n, p + r, kb + j] = epilogue(base[class(oh), class(ow), kb + j] "
+            f"- 2 * S[r, j])    # base: the padding correction ({op.output} stored channels-last)"]
 
 
 def packed_elements(op: Op, isa: str, name: str) -> int:

@@ -52,8 +52,48 @@ OPERAND_REGISTERS = 2
 # Vector instructions that turn a loaded operand into products' lanes, per arithmetic: widen bytes
 # (integer); widen, subtract the zero point, convert, scale (dequantize).
 OPERAND_OPS = {"float": 0, "integer": 1, "dot": 0, "dequantize": 4, "bf16": 2, "bf16_dot": 0}
+ZIP_OPS = {"avx512": 1, "avx2": 2}     # instructions per vector a phase group's zip makes (taps.interleave)
 TAP_SPREAD_OPS = 2       # and a tap dot's activations (codegen/taps.py): permute and shuffle after the load
 EPILOGUE_OPS = 10        # vector instructions of a quantized epilogue per output vector
+
+
+@dataclass(frozen=True)
+class CoreCosts:
+    """Throughputs (per cycle) and latencies (cycles) of one core running one ISA's kernels."""
+
+    fma_per_cycle: float        # vector multiply-add instructions per cycle (the peak's unit)
+    vector_per_cycle: float     # vector instructions per cycle, multiply-adds included (same ports)
+    loads_per_cycle: float
+    stores_per_cycle: float
+    issue_per_cycle: float      # instructions per cycle through the front end
+    gather_lane: float          # load-port cycles per gathered lane
+    scatter_lane: float         # store-port cycles per scattered lane
+    masked: float               # extra vector instructions of a masked load, store or update
+    mask: float                 # instructions forming a lane mask from bits
+    hsum: float                 # instructions of a horizontal sum
+    loop_iteration: float       # instructions of a scalar loop trip
+    definition: float           # instructions of a scalar index computation
+    division: float             # instructions of a floor division or remainder by a constant
+    guard_check: float          # instructions of a scalar bound check
+    lane_step: float            # instructions of one step of a scalar loop over lanes
+    store_forward: float        # cycles from a store to a load of the same address
+    scalar_add_latency: float   # scalar code: the chain's add (products are not contracted)
+    window: float               # instructions in flight (the reorder buffer)
+
+
+# the kernel model's constants (``model.py``) of the benchmark machine's core, a Sapphire Rapids
+# generation Xeon (Golden Cove; the model's docstring says where each comes from)
+GOLDEN_COVE = CoreCosts(fma_per_cycle=2, vector_per_cycle=2, loads_per_cycle=2, stores_per_cycle=1,
+                        issue_per_cycle=6, gather_lane=0.4, scatter_lane=0.9, masked=0, mask=1, hsum=6,
+                        loop_iteration=2, definition=1, division=8, guard_check=2, lane_step=1,
+                        store_forward=5, scalar_add_latency=2, window=512)
+X86_CORE_COSTS = {
+    "avx512": GOLDEN_COVE,
+    # 256-bit loads on 3 ports; no mask registers: a masked load or update is a blend, a mask 3
+    # instructions, a scatter lane by lane
+    "avx2": replace(GOLDEN_COVE, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
+    "scalar": GOLDEN_COVE,
+}
 
 
 @dataclass(frozen=True)
@@ -446,7 +486,7 @@ class _Counter:
             store += Work(guard_checks=1 if guards.store else 0) + self._block_store(block, mask is not None)
         setup += self._lane_masks(setup_masks)
         for group in block.phase_groups:      # the phase groups interleaved back (taps.interleave)
-            store += Work(vector_ops=taps.interleave_ops(self.arith.acc.name, len(group)))
+            store += Work(vector_ops=ZIP_OPS[self.arith.ints.name] * taps.zips(len(group)))
         # the C compiler evaluates a condition, or builds a lane mask, once however many updates use it
         body, conditions, masks = Work(), set(), set()
         inside = [*block.reduction, *([block.chunk_loop] if block.chunk_loop else [])]

@@ -1,11 +1,11 @@
 """x86's kernel families: the one place that decides how a schedule becomes x86 C.
 
-A ``Family`` is one generator with the schedules it takes (``takes(schedule, isa)``), its build flags
-and its kernel class (``build``). ``FAMILIES`` are asked in order and the first that takes a schedule
-builds it (``family_of``): binary ops (XNOR + popcount, any variant but the tiles), the AMX tiles
-(``isa="amx"``), table-lookup ternary weights (``weight_format("tl1" | "tl2")``), else the SIMD C
-emitter (``codegen/``) with x86's tables. The target, the command line and the search ask
-``family_of`` instead of re-deriving the choice.
+A ``Family`` is one generator with the schedules it takes (``takes(schedule, isa)``), its build flags and
+its kernel class (``build``), and the pseudo-code of the nest its kernel runs (``pseudocode``).
+``FAMILIES`` are asked in order and the first that takes a schedule builds it (``family_of``): binary ops
+(XNOR + popcount, any variant but the tiles), the AMX tiles (``isa="amx"``), table-lookup ternary weights
+(``weight_format("tl1" | "tl2")``), else the SIMD C emitter (``codegen/``) with x86's tables. The target,
+the command line and the search ask ``family_of`` instead of re-deriving the choice.
 """
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from ...cbuild import compile_c
 from ...codegen import generate
 from ...codegen.emit import KERNEL_NAME, THREADS_NAME
+from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver
 from ...kernel import Kernel, cffi_driver, wrap
 from ...schedule import Schedule, ScheduleError
+from . import binary, lut, tiles
 from .binary import POPCOUNTS, generate_binary
 from .isa import (
     INT_ISAS,
@@ -44,6 +46,7 @@ class Family:
     generator: str                                  # the module that writes its C
     takes: Callable[[Schedule, str], bool]          # (schedule, isa as asked) -> this family builds it
     build: Callable[[Schedule, str], Kernel]        # generate, compile with its flags, wrap in its class
+    pseudocode: Callable[[Schedule, str], str]      # its kernel's nest as Schedule.pseudocode prints it
 
 
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
@@ -101,16 +104,34 @@ def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
     return wrap(schedule, generated, cffi_driver(generated, flags))
 
 
+def _simd_pseudocode(schedule: Schedule, isa: str) -> str:
+    name = resolve_isa(isa, integer=schedule.op.quant is not None)
+    return render(schedule, ISAS[name], bf16_dot_available(name))
+
+
+def _binary_pseudocode(schedule: Schedule, isa: str) -> str:   # packed bits in the kernel's own layouts
+    return "\n".join(header(schedule) + binary.pseudocode(schedule, resolve_isa(isa, integer=True)))
+
+
+def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
+    return "\n".join(header(schedule) + tiles.pseudocode(schedule))
+
+
+def _lut_pseudocode(schedule: Schedule, isa: str) -> str:
+    return "\n".join(header(schedule) + lut.pseudocode(schedule, resolve_isa(isa, integer=True)))
+
+
 def _is_binary(schedule: Schedule, isa: str) -> bool:
     return schedule.op.quant is not None and schedule.op.quant.binary
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("binary", "targets/x86/binary.py", _is_binary, _compile_binary),
-    Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles),
+    Family("binary", "targets/x86/binary.py", _is_binary, _compile_binary, _binary_pseudocode),
+    Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles,
+           _tiles_pseudocode),
     Family("table lookup", "targets/x86/lut.py",
-           lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut),
-    Family("simd", "codegen/emit.py", lambda schedule, isa: True, _compile_simd),
+           lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut, _lut_pseudocode),
+    Family("simd", "codegen/emit.py", lambda schedule, isa: True, _compile_simd, _simd_pseudocode),
 )
 
 

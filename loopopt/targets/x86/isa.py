@@ -23,6 +23,7 @@ from ...codegen.instr import (
     table,
     tables,
 )
+from .packed_c import HELPERS, PACKED
 
 AVX512 = Isa(
     name="avx512", lanes=16, registers=32, vector_type="__m512", mask_type="__mmask16", index_type="__m512i",
@@ -145,7 +146,9 @@ AVX512_INT = Isa(
         pack_s8="_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, "
                 "11, 15), _mm512_packs_epi16(_mm512_packs_epi32({a}, {b}), _mm512_packs_epi32({c}, {d})))",
         store_bytes="_mm512_mask_storeu_epi8((void *)({p}), (__mmask64)(~0ULL >> (64 - ({n}))), {v})",
+        **PACKED["avx512"],
     ),
+    helpers=HELPERS["avx512"],
 )
 
 AVX2_INT = Isa(
@@ -236,7 +239,9 @@ AVX2_INT = Isa(
         pack_s8="_mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32({a}, {b}), "
                 "_mm256_packs_epi32({c}, {d})), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))",
         store_bytes="lo_avx2_store_bytes((void *)({p}), {v}, {n})",
+        **PACKED["avx2"],
     ),
+    helpers=HELPERS["avx2"],
 )
 
 SCALAR_INT = Isa(name="scalar", lanes=1, registers=16, vector_type="int", mask_type="unsigned",

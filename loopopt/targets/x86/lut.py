@@ -469,14 +469,21 @@ def _flush(positions: list[Position], lookup: LookupC, op: Op, kg: int) -> list[
     return lines
 
 
+def _region_loops(nest: LutNest, vector: bool) -> tuple[list[tuple[str, int]], int, float]:
+    """The accumulation region's loops (the block loops left out: unrolled into accumulators), the first
+    of the shortest run of inner loops whose steps all fit in int16 sums (widened after each of its runs;
+    when it is the innermost loop alone, that loop runs in chunks) and the steps per chunk."""
+    loops = [(n, e) for n, e in nest.loops[nest.region:] if n not in nest.block]
+    chunk = nest.shape.fmt.chunk if vector else math.inf
+    fits = next(i for i in range(len(loops) + 1) if math.prod(e for _, e in loops[i:]) <= chunk)
+    return loops, fits, chunk
+
+
 def _region(nest: LutNest, lookup: LookupC, positions: list[Position]) -> list[str]:
     """C of the accumulation region: zeroed accumulators, its reduction loops around the steps (int16
     sums widened every ``fmt.chunk`` steps at most), the flush."""
     fmt = nest.shape.fmt
-    loops = [(n, e) for n, e in nest.loops[nest.region:] if n not in nest.block]
-    chunk = fmt.chunk if lookup.vector else math.inf
-    # the shortest run of inner loops whose steps all fit in int16: widened after each of its runs
-    fits = next(i for i in range(len(loops) + 1) if math.prod(e for _, e in loops[i:]) <= chunk)
+    loops, fits, chunk = _region_loops(nest, lookup.vector)
     widen = [line for p in positions for line in lookup.widen(p.acc)]
     body = _step(positions, lookup, fmt.signed)
     for i in reversed(range(len(loops))):
@@ -502,6 +509,55 @@ def _describe(nest: LutNest) -> str:
             f" * tables built inside: {table}; accumulated in registers over: {region}"
             f"{'; block: ' + ', '.join(nest.block) if nest.block else ''}"
             f"{f'; on OpenMP threads: {parallel.name}' if parallel else ''}")
+
+
+def pseudocode(schedule: Schedule, isa: str) -> list[str]:
+    """The kernel's nest on ``isa`` as pseudo-code lines (what ``Schedule.pseudocode`` prints for a
+    table-lookup schedule): the loops of ``generate_lut``'s nest in table-lookup units, where the tables
+    are built, the accumulation region with its int16 chunks, the flush and the epilogue pass."""
+    check_lut(schedule, isa)
+    nest = lut_nest(schedule)
+    op, fmt, parallel = nest.op, nest.shape.fmt, schedule.parallel_loop
+    sign = " and a sign bit" if fmt.signed else ""
+    lines = [f"# table-lookup kernel (targets/x86/lut.py) on {isa}: ternary weights in {fmt.name} (a 4-bit "
+             f"index per {fmt.group} weights{sign}), {COLUMNS} output channels per column block, "
+             f"{2 * fmt.group} input channels per index byte; sums added to the int32 workspace {op.output}"]
+    depth = 0
+
+    def line(text: str) -> None:
+        lines.append("  " * depth + text)
+
+    def loop(name: str, extent: int, note: str = "") -> None:
+        nonlocal depth
+        threads = "on OpenMP threads" if parallel is not None and name == parallel.name else ""
+        notes = ", ".join(n for n in (threads, note) if n)
+        line(f"for {name} in 0..{extent}:" + (f"    # {notes}" if notes else ""))
+        depth += 1
+
+    for name, extent in nest.loops[:nest.table_at]:
+        loop(name, extent)
+    line(f"# build the tables ({LUT}) of the input pixels and channel bytes "
+         + ("this iteration reads" if nest.table_at else "of the whole input"))
+    for name, extent in nest.loops[nest.table_at:nest.region]:
+        loop(name, extent)
+    block = [f"{n}[{e}]" for n, e in nest.loops[nest.region:] if n in nest.block]
+    accumulators = math.prod(e for n, e in nest.loops if n in nest.block)
+    line(f"# {accumulators} accumulator(s) of {COLUMNS} int16 sums in registers"
+         + (f" (block {', '.join(block)}, unrolled)" if block else ""))
+    loops, fits, chunk = _region_loops(nest, LookupC(isa).vector)
+    for i, (name, extent) in enumerate(loops):
+        if i == len(loops) - 1 and fits == len(loops):
+            line(f"for {name}_c in 0..{extent} step {chunk}:    # int16 sums widened after each chunk")
+            depth += 1
+            line(f"for {name} in {name}_c..min({name}_c + {chunk}, {extent}):")
+            depth += 1
+        else:
+            loop(name, extent, "int16 sums widened to int32 after each iteration" if i == fits - 1 else "")
+    line(f"S += lookup(table[{op.inputs[0]} pixel, index byte], {op.inputs[1]} indices)    # one step per "
+         f"accumulator")
+    depth = nest.region                          # after the region's loops
+    line(f"{op.output}[...] += S    # the accumulators' int32 totals, flushed to the workspace")
+    return lines + [f"# epilogue pass over {op.output}: compensation, bias, scales (codegen/quantized.py)"]
 
 
 def generate_lut(schedule: Schedule, isa: str) -> Generated:

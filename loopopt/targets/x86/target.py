@@ -1,23 +1,21 @@
 """``X86Target``: today's x86 generators, build and machine profile behind the Target interface."""
 from __future__ import annotations
 
-from ...codegen.pseudocode import header, render
 from ...kernel import Kernel
 from ...machine import machine_profile
+from ...ops import Op
 from ...schedule import Schedule
 from ..base import Target
-from . import binary
 from .amx_runtime import amx_available
-from .families import compile_schedule
+from .families import compile_schedule, family_of
 from .isa import (
     ISA_PREFERENCE,
-    ISAS,
     TILE_ISA,
     available_int_isas,
     available_isas,
-    bf16_dot_available,
     resolve_isa,
 )
+from .search import X86Search
 from .tiles import check_amx_cpu
 
 
@@ -45,14 +43,17 @@ class X86Target(Target):
         return kernel
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
-        quantized = schedule.op.quant is not None
-        name = resolve_isa(isa, integer=quantized)
-        if quantized and schedule.op.quant.binary:      # packed bits in the kernel's own layouts
-            return "\n".join(header(schedule) + binary.pseudocode(schedule, name))
-        return render(schedule, ISAS[name], bf16_dot_available(name))
+        return family_of(schedule, isa).pseudocode(schedule, isa)
 
     def peak(self, isa: str, dtype: str) -> float:
         return machine_profile().peak(isa, dtype)
 
+    def computes(self, isa: str, op: Op) -> bool:
+        return isa != TILE_ISA or op.quant is not None or op.dtype == "bfloat16"
 
+    def search_rules(self) -> X86Search:
+        return SEARCH
+
+
+SEARCH = X86Search()
 TARGET = X86Target()

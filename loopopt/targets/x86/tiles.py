@@ -612,6 +612,67 @@ class Flavour:
     vector_narrow: Callable[[int], list[str]] | None = None   # the second pass as masked vector stores
 
 
+def _block_loops(plan: TilePlan) -> list[tuple[str, str, str, str]]:
+    """The loops over a kernel's output blocks, outermost first: (name, begin, end, what it runs over);
+    a thread runs its range ``lo_begin .. lo_end`` of the split blocks."""
+    s, split = plan.shape, plan.parallel
+    threads = ("lo_begin", "lo_end")
+    channels = threads if split == "channels" else ("0", str(plan.channel_blocks))
+    loops = {"g": ("t_g", "0", str(s.groups), "groups"),
+             "c": ("t_cb", *channels, f"channel blocks of {plan.col_tiles} tile(s) of {TILE} channels"
+                   + (f" ({plan.channel_blocks}), split over the threads" if split == "channels" else "")),
+             "l": ("t_line", "0", str(s.lines), "output lines"),
+             "p": ("t_pb", "0", str(plan.pixel_blocks),
+                   f"pixel blocks of {plan.block_pixels} pixels (the last shifted back to the line's end)"),
+             "u": ("t_lp", *threads,
+                   f"the pixel blocks of all lines ({s.lines * plan.pixel_blocks}), split over the threads")}
+    order = "gclp" if plan.channels_outer else "glpc"
+    return [loops[key] for key in (order.replace("lp", "u") if split == "pixels" else order)]
+
+
+def pseudocode(schedule: Schedule) -> list[str]:
+    """The kernel's nest as pseudo-code lines (what ``Schedule.pseudocode`` prints for ``isa="amx"``):
+    ``generate_tiles``' loops over output blocks, the gathered patches, the tap and K-chunk loops of the
+    tile dots and the block's store through its epilogue."""
+    plan = tile_plan(schedule)
+    s, op = plan.shape, schedule.op
+    x, w = op.inputs
+    what = "int8" if s.element == 1 else "bfloat16"
+    lines = [f"# AMX tile kernel (targets/x86/tiles.py), {what}: output blocks of {plan.block_pixels} "
+             f"pixels x {plan.col_tiles * TILE} channels in {plan.row_tiles} x {plan.col_tiles} accumulator "
+             f"tile(s), {op.output} channels-last"]
+    if op.quant is not None:
+        qp = tile_quant_plan(schedule)
+        if _folded(schedule, qp):
+            lines.append(f"for t_e in 0..{quantized.compensation_entries(op, qp)}:    # {quantized.FOLDED} = "
+                         f"bias - (zx + shift) x compensation, per compensation entry")
+        if qp.activation_sums:
+            sums = [("t_n", s.batch), ("t_g", s.groups), ("t_oh", s.rows.out), ("t_ow", s.cols.out),
+                    ("t_kh", s.rows.taps), ("t_kw", s.cols.taps), ("t_c", s.cg)]
+            lines += ["  " * i + f"for {name} in 0..{extent}:" for i, (name, extent) in enumerate(sums)]
+            lines.append("  " * len(sums) + f"lo_xsum[t_n, t_g, t_oh, t_ow] += {x}[...]    # activation sums "
+                         "over each output position's taps (asymmetric weights)")
+    depth = 0
+    for name, begin, end, note in _block_loops(plan):
+        lines.append("  " * depth + f"for {name} in {begin}..{end}:    # {note}")
+        depth += 1
+    count, length = s.runs
+    body = [f"for t_r in 0..{plan.block_pixels}:    # gather each pixel's patch into lo_patch (once per "
+            f"pixel block)",
+            f"  for t_u in 0..{count}:    # runs of {length} consecutive values"] if s.patch else []
+    body += ["# zero the accumulator tiles",
+             f"for t_kh in 0..{s.row_taps}:",
+             f"  for t_kw in 0..{s.column_taps}:",
+             f"    for t_q in 0..{len(s.starts)}:    # K chunks of {s.chunk_bytes} bytes",
+             f"      {plan.dot}: {plan.row_tiles} A tile(s) of {x} x {plan.col_tiles} B tile(s) of {w} into "
+             f"the accumulators",
+             "# store the accumulator tiles to lo_acc",
+             f"for t_r in t_r1..{plan.block_pixels}:    # the block's rows the block before it did not write",
+             f"  for t_c in t_c1..t_cols:    # its columns (whole rows: 0..{plan.scratch_columns})",
+             f"    {op.output}[pixel, t_g, t_c0 + t_c] = epilogue(lo_acc[t_r, t_c])"]
+    return lines + ["  " * depth + line for line in body]
+
+
 def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     """The kernel function's statements (pointer offsets in values, tile strides in bytes)."""
     op, s, block = schedule.op, plan.shape, plan.block
@@ -622,24 +683,17 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     step = sw * s.channels                                                 # values between tile rows
     per_tile = s.row_taps * s.column_taps * len(s.starts) * s.tile_bytes // s.element   # a tile column's
     bp, sc = plan.block_pixels, plan.scratch_columns
-    blocks_p, blocks_c = plan.pixel_blocks, plan.channel_blocks
+    blocks_p = plan.pixel_blocks
     line_base = ("0" if s.gemm else f"(ptrdiff_t)t_line * {hp * wp}" if s.wide else
                  f"((ptrdiff_t)(t_line / {rows.out}) * {hp} + t_line % {rows.out} * {rows.stride}) * {wp}")
-    loops = {"g": f"for ({it} t_g = 0; t_g < {s.groups}; ++t_g)",
-             "c": f"for ({it} t_cb = 0; t_cb < {blocks_c}; ++t_cb)",
-             "l": f"for ({it} t_line = 0; t_line < {s.lines}; ++t_line)",
-             "p": f"for ({it} t_pb = 0; t_pb < {blocks_p}; ++t_pb)",
-             "u": f"for ({it} t_lp = lo_begin; t_lp < lo_end; ++t_lp)"}      # this thread's pixel blocks
-    order = "gclp" if plan.channels_outer else "glpc"
+    outer = _block_loops(plan)
     inner = []
     if plan.parallel == "pixels":
-        order = order.replace("lp", "u")
         inner.append(f"const {it} t_line = t_lp / {blocks_p}, t_pb = t_lp % {blocks_p};")
-    elif plan.parallel == "channels":
-        loops["c"] = f"for ({it} t_cb = lo_begin; t_cb < lo_end; ++t_cb)"   # this thread's channel blocks
     tiles = [f"{flavour.acc_type} lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
              f"{AMX.loadconfig(p='&lo_config')};"]
-    tiles += ["    " * depth + loops[key] for depth, key in enumerate(order)]
+    tiles += ["    " * depth + f"for ({it} {name} = {begin}; {name} < {end}; ++{name})"
+              for depth, (name, begin, end, _) in enumerate(outer)]
     inner += [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
              f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
              f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
@@ -689,7 +743,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
                       f"            const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
             inner += ["            " + line for line in statements] + ["        }", "    }"]
     inner.append("}")
-    depth = len(order)
+    depth = len(outer)
     tiles += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
     tiles.append(f"{AMX.release()};")
     if plan.parallel is None:
@@ -762,12 +816,17 @@ def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
                    fused_epilogue=True)
 
 
+def _folded(schedule: Schedule, qp: quantized.QuantPlan) -> bool:
+    """Whether the int8 epilogue adds one folded value per compensation entry (``folded_offsets``)."""
+    return quantized.tap_window_index(schedule.op, qp) is None and not schedule.op.quant.dequantized
+
+
 def _int8(schedule: Schedule, plan: TilePlan, value: str) -> tuple[Flavour, tuple[KernelParam, ...],
                                                                      quantized.QuantPlan, str]:
     op = schedule.op
     qp = tile_quant_plan(schedule)
     prologue = quantized.constants(schedule, qp)
-    folded = quantized.tap_window_index(op, qp) is None and not op.quant.dequantized
+    folded = _folded(schedule, qp)
     if folded:
         prologue += quantized.folded_offsets(schedule, qp)
     if qp.activation_sums:

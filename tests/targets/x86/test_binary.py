@@ -13,8 +13,8 @@ from loopopt.quant_reference import tolerance as quant_tolerance
 from loopopt.targets.x86.binary import LANES, POPCOUNTS, block_dims
 from loopopt.targets.x86.families import compile_binary
 from loopopt.targets.x86.isa import available_int_isas, cpu_flags
-from loopopt.tune.rank import rank
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.rank import rank
+from loopopt.targets.x86.space import candidates, is_binary
 
 VARIANTS = [(isa, popcount) for isa in available_int_isas() for popcount in POPCOUNTS[isa]
             if popcount != "vpopcntq" or "avx512_vpopcntdq" in cpu_flags()]
@@ -146,7 +146,7 @@ def test_tune_candidates_are_the_register_blocks():
     isa = available_int_isas()[0]
     space = rank(candidates(TUNED, isa))
     blocks = {(c.knobs.pixel_block, c.knobs.channel_block) for c in space}
-    assert all(c.binary for c in space) and len(blocks) == len(space) > 1
+    assert all(is_binary(c) for c in space) and len(blocks) == len(space) > 1
     assert all(channels % LANES[isa] == 0 for _, channels in blocks)
     assert all(c.figures["predicted_seconds"] > 0 for c in space)
     assert candidates(TUNED, isa, threads=2) == [] and candidates(TUNED, "amx") == []

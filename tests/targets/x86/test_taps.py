@@ -26,8 +26,9 @@ from loopopt.codegen import generate, quantized, taps
 from loopopt.codegen.taps import fits
 from loopopt.schedule import block_limit
 from loopopt.targets.x86 import isa as x86_isa
+from loopopt.targets.x86.isa import INT_ISAS as INT_TABLES
 from loopopt.targets.x86.isa import ISAS
-from loopopt.tune.space import candidates
+from loopopt.targets.x86.space import candidates
 
 
 def exact_tap_dot(isa, data):
@@ -46,10 +47,10 @@ def exact_tap_dot(isa, data):
 
 
 test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
-    exact_tap_dot, 2, 14, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+    exact_tap_dot, 2, 14, isas=INT_ISAS, data=st.data())
 
 
-ZIPS = {"avx512": "_mm512_permutex2var_epi32", "avx2": "_mm256_unpacklo_epi32"}   # taps.ZIP's mark
+ZIPS = {"avx512": "_mm512_permutex2var_epi32", "avx2": "_mm256_unpacklo_epi32"}   # the zip_low entry's mark
 
 
 def exact_phase_groups(isa, data):
@@ -72,14 +73,14 @@ def exact_phase_groups(isa, data):
     if isa == "scalar":
         return
     assert fits(op.windows[-1]) and kernel.plan.tap_dot is not None
-    count = taps.phases(kernel.plan.tap_dot, isa)
+    count = taps.phases(kernel.plan.tap_dot, INT_TABLES[isa])
     assert count == (4 // stride if stride in taps.PHASED_STRIDES and dilation == 1 else 1)
     grouped = count > 1 and s.loop("ow_i").extent > (count - 1) * ISAS[isa].lanes   # the last one partial
     assert (ZIPS[isa] in kernel.source) == grouped, (s, isa)
 
 
 test_exact_phase_groups_quick, test_exact_phase_groups = tiers(
-    exact_phase_groups, 1, 12, marks=[pytest.mark.parametrize("isa", INT_ISAS)], data=st.data())
+    exact_phase_groups, 1, 12, isas=INT_ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", INT_ISAS)

@@ -28,7 +28,7 @@ from loopopt.codegen import quantized
 from loopopt.layout import moved_last
 from loopopt.targets.x86 import tiles
 from loopopt.targets.x86.amx import TILE
-from loopopt.tune.space import _gathers_fewer_steps, fused_reduction
+from loopopt.targets.x86.space import _gathers_fewer_steps, fused_reduction
 
 THREADS = 2
 
@@ -411,6 +411,7 @@ def test_amx_peaks_in_the_machine_profile():
     assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
 
 
+@pytest.mark.slow
 @needs_amx
 def test_compare_on_tiles():
     """``lo.compare(isa="amx")``: no kernel-model figure (it has no AMX costs), % of the AMX bf16 peak."""

@@ -1,4 +1,4 @@
-"""The tile model of AMX candidates (loopopt/tune/tile_model.py) and how the search orders them: the
+"""The tile model of AMX candidates (loopopt/targets/x86/tile_model.py) and how the search orders them: the
 loads priced at the level that holds their operand, the rows a kernel really computes, AMX trials
 fitted apart from the SIMD ones, AMX candidates ranked first where they win, and none on a CPU without
 AMX (an AMD Zen 4)."""
@@ -6,12 +6,13 @@ import pytest
 from helpers import needs_amx, quick_first
 
 import loopopt as lo
-from loopopt.targets.x86 import tiles
-from loopopt.tune import tile_model
+from loopopt.targets.registry import target
+from loopopt.targets.search import Candidate
+from loopopt.targets.x86 import tile_model, tiles
+from loopopt.targets.x86.rank import rank
+from loopopt.targets.x86.space import TileKnobs, candidates
+from loopopt.targets.x86.tile_model import cold_seconds, load_seconds, tile_time
 from loopopt.tune.guide import Guide, Price
-from loopopt.tune.rank import rank
-from loopopt.tune.space import Candidate, TileKnobs, candidates
-from loopopt.tune.tile_model import cold_seconds, load_seconds, tile_time
 
 QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
 VGG = lo.Conv2d(512, 512, 3, padding=1, height=19, width=19, quant=QUANT)     # SSD300's conv5_1, int8
@@ -32,6 +33,7 @@ def _tiles(op, pixels, channels, channels_outer=True):
     return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer)).schedule
 
 
+@pytest.mark.slow
 @needs_amx
 def test_tile_model_counts_the_rows_and_loads_the_kernel_runs():
     # 19 x 19 pixels numbered over the 21-wide padded rows (TileShape.wide): 397 numbers, 13 blocks
@@ -50,7 +52,8 @@ def test_amx_trials_are_fitted_apart_from_the_simd_ones():
     simd = [Candidate(op, "avx512", c.knobs, (("predicted_seconds", 1e-3 * (i + 1)),))
             for i, c in enumerate(candidates(op, "avx512")[:4])]
     amx = Candidate(op, "amx", TileKnobs(32, 32, True), (("predicted_seconds", 5e-4),))
-    guide = Guide([amx, *simd], model=lambda c: Price(c.figures["predicted_seconds"]))
+    guide = Guide([amx, *simd], target("x86").search_rules(),
+                  model=lambda c: Price(c.figures["predicted_seconds"]))
     guide.score_best(5)
     for index in (1, 2, 3):                      # the SIMD kernels ran 10x slower than their model
         guide.observe(index, 10 * guide.heuristic(index))

@@ -48,7 +48,7 @@ A binary op (``QuantSpec(activation="binary", weight="binary")``) has one kernel
 where the accumulators, the weight vectors and a broadcast leave a register spare.
 
 On a CPU with AMX, a search on the best ISA (``isa="auto"``) of a quantized or bfloat16 op that the
-tile kernels take (``targets/x86/tiles.py``: not depthwise) also has AMX candidates (ISA ``"amx"``): a
+tile kernels take (``targets/x86/tiles.py``: not depthwise) also has AMX candidates (ISA ``TILE_ISA``): a
 pixel block and a channel block of 16 or 32 (1 or 2 tiles each) and which of the two block loops is
 outside, on channels-last output; with ``threads > 1``, each with ``parallel`` on the pixel block's
 loop and each with it on the channel block's, where that splits at least ``threads`` blocks. A conv
@@ -61,21 +61,20 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from functools import cached_property
 
-from ..codegen.arith import BF16_PAIR
-from ..codegen.taps import fits
-from ..dataflows import activations_last, table_lookup
-from ..layout import moved_last
-from ..ops import Op, Window
-from ..schedule import Schedule, ScheduleError
-from ..schedule_file import to_toml
-from ..targets.x86.binary import LANES as BINARY_LANES
-from ..targets.x86.binary import block_dims
-from ..targets.x86.isa import INT_ISAS, ISAS, bf16_dot_available
-from ..targets.x86.lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
-from ..targets.x86.lut_format import COLUMNS, FORMATS
-from ..targets.x86.tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
+from ...codegen.arith import BF16_PAIR
+from ...codegen.taps import fits
+from ...dataflows import activations_last, table_lookup
+from ...layout import moved_last
+from ...ops import Op, Window
+from ...schedule import Schedule, ScheduleError
+from ..search import Candidate
+from .binary import LANES as BINARY_LANES
+from .binary import block_dims
+from .isa import INT_ISAS, ISAS, TILE_ISA, bf16_dot_available
+from .lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
+from .lut_format import COLUMNS, FORMATS
+from .tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_plan
 
 DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
@@ -115,6 +114,9 @@ class Knobs:
                 "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
                 "parallel": self.parallel, **fmt, **along}
 
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return build(op, self, lanes(op, isa))
+
 
 @dataclass(frozen=True)
 class LutKnobs:
@@ -137,6 +139,9 @@ class LutKnobs:
                 "channel_block": self.channel_block, "reduction": list(self.reduction),
                 "outer": list(self.outer), **threads}
 
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return build_lut(op, self)
+
 
 @dataclass(frozen=True)
 class BinaryKnobs:
@@ -148,6 +153,9 @@ class BinaryKnobs:
 
     def as_dict(self) -> dict:
         return {"kernel": "binary", "pixel_block": self.pixel_block, "channel_block": self.channel_block}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return build_binary(op, self)
 
 
 @dataclass(frozen=True)
@@ -162,8 +170,11 @@ class TileKnobs:
     patches: bool = False          # the reduction dims fused: each pixel's patch gathered
 
     def as_dict(self) -> dict:
-        return {"isa": "amx", "pixel_block": self.pixel_block, "channel_block": self.channel_block,
+        return {"isa": TILE_ISA, "pixel_block": self.pixel_block, "channel_block": self.channel_block,
                 "channels_outer": self.channels_outer, "parallel": self.parallel, "patches": self.patches}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return build_tiles(op, self)
 
 
 @dataclass(frozen=True)
@@ -214,45 +225,14 @@ class Names:
                    f"{inner}_i" if dot else None)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One point of the search space: an op, its ISA and the knobs; ``model`` holds the
-    ranking model's figures (empty until ranked)."""
+def is_table_lookup(candidate: Candidate) -> bool:
+    """True for a table-lookup (``tl1``, ``tl2``) candidate."""
+    return isinstance(candidate.knobs, LutKnobs)
 
-    op: Op
-    isa: str
-    knobs: Knobs | TileKnobs | LutKnobs | BinaryKnobs
-    model: tuple[tuple[str, float], ...] = ()
 
-    @property
-    def figures(self) -> dict[str, float]:
-        return dict(self.model)
-
-    @cached_property
-    def schedule(self) -> Schedule:
-        """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
-        if self.isa == "amx":
-            return build_tiles(self.op, self.knobs)
-        if self.table_lookup:
-            return build_lut(self.op, self.knobs)
-        if self.binary:
-            return build_binary(self.op, self.knobs)
-        return build(self.op, self.knobs, lanes(self.op, self.isa))
-
-    @property
-    def table_lookup(self) -> bool:
-        """True for a table-lookup (``tl1``, ``tl2``) candidate."""
-        return isinstance(self.knobs, LutKnobs)
-
-    @property
-    def binary(self) -> bool:
-        """True for a binary op's XNOR + popcount candidate."""
-        return isinstance(self.knobs, BinaryKnobs)
-
-    @cached_property
-    def toml(self) -> str:
-        """The schedule as TOML: what the worker compiles and the log stores."""
-        return to_toml(self.schedule)
+def is_binary(candidate: Candidate) -> bool:
+    """True for a binary op's XNOR + popcount candidate."""
+    return isinstance(candidate.knobs, BinaryKnobs)
 
 
 def dot_elements(op: Op) -> int:
@@ -499,7 +479,7 @@ def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
         return []
     splits = [None] if threads == 1 else list(SPLITS)
     gathers = (False, True) if _gathers_fewer_steps(op) else (False,)
-    found = [Candidate(op, "amx", TileKnobs(pb, cb, outer, split, patch))
+    found = [Candidate(op, TILE_ISA, TileKnobs(pb, cb, outer, split, patch))
              for patch, pb, cb, outer, split in itertools.product(gathers, BLOCKS, BLOCKS, (True, False),
                                                                   splits)]
     return [c for c in found if threads == 1 or tile_plan(c.schedule).units >= threads]
@@ -565,12 +545,12 @@ def cache_block_sizes(extent: int) -> list[int]:
 
 
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
-    """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``"amx"``: the
+    """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``TILE_ISA``: the
     AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
     best ISA, ``isa="auto"``)."""
     if op.quant is not None and op.quant.binary:
         return binary_candidates(op, isa, threads)
-    if isa == "amx":
+    if isa == TILE_ISA:
         return tile_candidates(op, threads)
     found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
     found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []

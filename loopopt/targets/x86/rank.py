@@ -38,30 +38,31 @@ and edge blocks; every candidate of one search has the same rate, so it orders t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from ..machine import Cache, machine_profile
-from ..ops import Op
-from ..targets.x86.binary import LANES as BINARY_LANES
-from ..targets.x86.binary import block_dims
-from ..targets.x86.lut_format import COLUMNS
+from ...machine import Cache, machine_profile
+from ...ops import Op
+from ..search import Candidate
+from .binary import LANES as BINARY_LANES
+from .binary import block_dims
+from .isa import TILE_ISA
+from .lut_format import COLUMNS
 from .space import (
     DOT,
-    Candidate,
     Knobs,
     Names,
     Roles,
     dot_elements,
+    is_binary,
+    is_table_lookup,
     lanes,
     lut_columns,
     registers,
     tap_window,
 )
 from .tile_model import tile_time
-
-Ranker = Callable[[Sequence[Candidate]], list[Candidate]]
 
 CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
@@ -170,7 +171,7 @@ def tail(candidate: Candidate) -> float:
     1.02x; conv3_x 5x64 and 6x64 (14/15) 1.12-1.15x of 4x64, the model 1.01x. A GEMM's partial row
     blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48)."""
     knobs, op = candidate.knobs, candidate.op
-    if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
+    if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
     pixel = Roles.of(op, knobs.pixel).pixel
     window = next((w for w in op.windows if w.out_dim == pixel), None)
@@ -268,13 +269,13 @@ def figures(candidate: Candidate) -> dict[str, float]:
     ``stream_seconds`` (its operands from beyond L2) and ``predicted_seconds`` (their sum; on one
     core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
-    if candidate.isa == "amx":
+    if candidate.isa == TILE_ISA:
         seconds = tile_time(candidate.schedule).predicted_seconds        # its loads count their levels
-        peak = _peak("amx", "int8" if op.quant is not None else op.dtype)
+        peak = _peak(TILE_ISA, "int8" if op.quant is not None else op.dtype)
         return {"efficiency": op.flops / (peak * seconds), "stream_seconds": 0.0,
                 "predicted_seconds": seconds}
-    if candidate.table_lookup or candidate.binary:
-        efficiency = lut_efficiency(candidate) if candidate.table_lookup else binary_efficiency(candidate)
+    if is_table_lookup(candidate) or is_binary(candidate):
+        efficiency = lut_efficiency(candidate) if is_table_lookup(candidate) else binary_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
     roles, _, bandwidth = _operands(op)
@@ -326,7 +327,7 @@ def _reads(candidate: Candidate) -> tuple:
     unrolled (only whether the innermost reduction loop is); candidates that differ only there share
     their figures."""
     knobs = candidate.knobs
-    if candidate.isa == "amx" or candidate.table_lookup or candidate.binary:
+    if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return candidate.op, candidate.isa, knobs
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
             knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel)

@@ -37,10 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..machine import machine_profile
-from ..schedule import Schedule
-from ..targets.x86.amx import MAX_COLSB, TILE
-from ..targets.x86.tiles import TilePlan, tile_plan
+from ...machine import machine_profile
+from ...schedule import Schedule
+from .amx import MAX_COLSB, TILE
+from .isa import TILE_ISA
+from .tiles import TilePlan, tile_plan
 
 EPILOGUE_CYCLES = 1.0      # cycles per output element of the epilogue: fitted to ResNet-50 conv2_x int8,
                            # whose AMX kernels ran 0.09-0.135 ms, their dots and loads 0.03-0.06 ms of it
@@ -111,7 +112,7 @@ def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
     steps = s.row_taps * s.column_taps * len(s.starts)            # tap-chunks each block reduces over
     blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks
     dot_ops = 2 * TILE * TILE * s.values                          # a full dot's operations
-    peak = machine_profile().peak("amx", "int8" if quantized else "bfloat16") * 1e9
+    peak = machine_profile().peak(TILE_ISA, "int8" if quantized else "bfloat16") * 1e9
     dots = blocks * steps * plan.row_tiles * plan.col_tiles * dot_ops / peak
     b_set = (plan.col_tiles if plan.channels_outer else s.channel_tiles) * steps * s.tile_bytes
     b = load_seconds(blocks * steps * plan.col_tiles * s.tile_bytes, b_set)

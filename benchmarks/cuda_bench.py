@@ -1,0 +1,70 @@
+"""What the cuda target's benchmarks share (``bench_cuda.py``: float32 SIMT, ``bench_cuda_tensor.py``:
+float16 tensor cores): CUDA-event medians with the L2 cache overwritten before each run, the
+environment line (GPU, driver, nvcc), the command line (``main``: ``--only``, ``--json``, ``--check``),
+the Markdown table and the ending (JSON written, table printed, exit status 1 unless every row was
+verified)."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+from collections.abc import Callable, Sequence
+
+from loopopt.targets.cuda import device, toolchain
+
+
+def events_median(call: Callable[[], object], repeats: int = 50, warmup: int = 10) -> float:
+    """Seconds of one ``call`` on the GPU: the median of ``repeats`` CUDA-event timings, each after the
+    L2 cache was overwritten (``device.elapsed``: cold inputs)."""
+    for _ in range(warmup):
+        call()
+    return statistics.median(device.elapsed(call) for _ in range(repeats))
+
+
+def environment() -> dict:
+    """The GPU, its architecture, the driver, nvcc and the FFMA and float16 tensor-core peaks."""
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip()
+    return {"gpu": device.name(), "arch": device.arch(), "driver": driver, "nvcc": toolchain.nvcc_version(),
+            "ffma_peak_gflops": device.ffma_peak_gflops(), "tensor_peak_gflops": device.tensor_peak_gflops()}
+
+
+def main(doc: str, cases: Sequence[str], bench: Callable[[list[str]], list[dict]],
+         table: Callable[[list[dict]], str], check: Callable[[], bool]) -> int:
+    """A benchmark's command line: ``--only`` (a comma-separated subset of ``cases``), ``--json`` (where
+    the environment and the rows go), ``--check`` (``check()`` alone: small kernels verified once, the
+    run to put under ``compute-sanitizer``). Prints the environment, ``bench``'s rows as they come
+    and ``table`` of them; the exit status is 0 if every row (or the check) was verified, else 1."""
+    arguments = argparse.ArgumentParser(description=doc.splitlines()[0])
+    arguments.add_argument("--only", type=lambda text: _cases(text, cases),
+                           help=f"comma-separated cases of {', '.join(cases)}")
+    arguments.add_argument("--json", help="write the environment and rows to this file")
+    arguments.add_argument("--check", action="store_true",
+                           help="small kernels verified once (for the sanitizer)")
+    args = arguments.parse_args()
+    if args.check:
+        return 0 if check() else 1
+    env = environment()
+    print(json.dumps(env), flush=True)
+    rows = bench(args.only or list(cases))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "rows": rows}, f, indent=1)
+    print(table(rows))
+    return 0 if all(r["verified"] for r in rows) else 1
+
+
+def _cases(text: str, cases: Sequence[str]) -> list[str]:
+    chosen = text.split(",")
+    unknown = [c for c in chosen if c not in cases]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown case {unknown[0]!r}; choose from {', '.join(cases)}")
+    return chosen
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table of ``rows`` under ``header``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

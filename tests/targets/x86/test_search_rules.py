@@ -1,0 +1,81 @@
+"""x86's search rules behind the Target interface (targets/x86/search.py): the search space gives the
+same candidates in the same order, and a seeded walk over them picks the same trials, as before the
+rules moved out of tune/ (digests of the knobs taken at that commit), on any CPU (the AMX check is
+bypassed: the tile candidates are pinned too). That tune/ reads no x86 module and spells no ISA name
+is kept by the import contracts and tests/test_structure.py."""
+import hashlib
+import json
+
+import pytest
+
+import loopopt as lo
+from loopopt.targets.registry import target
+from loopopt.targets.search import Candidate
+from loopopt.targets.x86 import space
+from loopopt.tune.guide import Guide
+from loopopt.tune.search import Walk
+
+RULES = target("x86").search_rules()
+QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
+OPS = {
+    "conv": lo.Conv2d(5, 24, 3, stride=2, padding=1, height=11, width=9),
+    "matmul": lo.Matmul(7, 40, 19),
+    "qconv": lo.Conv2d(12, 20, 3, padding=1, height=6, width=7, quant=QUANT),
+    "qdepthwise": lo.Conv2d(16, 16, 3, padding=1, groups=16, height=7, width=7, quant=QUANT),
+    "ternary": lo.Conv2d(8, 64, 3, height=5, width=5, quant=lo.QuantSpec(weight="ternary")),
+    "binary": lo.Conv2d(64, 64, 3, padding=1, height=6, width=6,
+                        quant=lo.QuantSpec(activation="binary", weight="binary")),
+}
+# (op, isa, threads, auto) -> (count, digest of [isa, knobs] in order)
+SPACES = {
+    ("conv", "avx2", 1, False): (672, "41a4ad671afadeb8"),
+    ("conv", "scalar", 2, False): (1056, "dc02526b0651ce3d"),
+    ("matmul", "avx512", 2, False): (116, "c8932100f2ec7eb4"),
+    ("qconv", "avx512", 1, True): (1009, "d7507ccc527439bb"),      # AMX tiles compete
+    ("qconv", "amx", 2, False): (24, "63ed401d133e48a0"),
+    ("qconv", "avx2", 1, False): (1648, "18b27d2a3670857c"),
+    ("qdepthwise", "avx512", 2, False): (58, "cc55ddaad81fa4f0"),  # tap dots
+    ("ternary", "avx512", 1, False): (1099, "1a0aa8b4ea197320"),   # i2_s blocks, tl1 and tl2 lookups
+    ("binary", "avx512", 1, False): (24, "084be69eac113788"),
+    ("binary", "scalar", 2, False): (0, "4f53cda18c2baa0c"),
+}
+WALKS = {"conv": "91e0c885fff5faad", "qconv": "73bfdd8501221d5f"}   # 12 picks, seed 7, on avx512
+
+
+def _digest(items) -> str:
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+@pytest.fixture(autouse=True)
+def _any_cpu(monkeypatch):
+    monkeypatch.setattr(space, "check_amx_cpu", lambda: None)    # tile candidates on a CPU without AMX too
+
+
+def test_the_search_space_is_what_it_was_before_the_move():
+    found = {}
+    for (name, isa, threads, auto), _ in SPACES.items():
+        candidates = RULES.candidates(OPS[name], isa, threads, auto)
+        knobs = [[c.isa, c.knobs.as_dict()] for c in candidates]
+        found[name, isa, threads, auto] = (len(candidates), _digest(knobs))
+    assert found == SPACES
+
+
+def test_a_seeded_walk_picks_what_it_picked_before_the_move():
+    """A fixed ranking (the space's order), no model, times derived from the knobs: the walk's picks
+    depend only on the candidates, the guide's features (``SearchRules.traits``) and the seed."""
+    def picks(op):
+        ranked = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", 1.0 + i),))
+                  for i, c in enumerate(RULES.candidates(op, "avx512"))]
+        walk, found = Walk(Guide(ranked, RULES, model=lambda _: None), 8, 7), []
+        for _ in range(12):
+            index, candidate = walk.next()
+            found.append(candidate.knobs.as_dict())
+            seconds = int(hashlib.sha256(json.dumps(found[-1]).encode()).hexdigest(), 16) % 1000
+            walk.observe(index, 1.0 + seconds / 1000)
+        return _digest(found)
+    assert {name: picks(OPS[name]) for name in WALKS} == WALKS
+
+
+def test_a_target_without_search_rules_says_so():
+    with pytest.raises(ValueError, match="the cuda target has no search rules"):
+        target("cuda").search_rules()
