@@ -30,7 +30,7 @@ from onnx.reference.ops import load_op
 from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
-from .elementwise import ELEMENTWISE, VIEWS
+from .elementwise import ELEMENTWISE, VIEWS, fuse_lookups
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
@@ -143,7 +143,9 @@ class LoopoptRep(BackendRep):
             else:
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
-        return Plan(steps, self.constants, [value.name for value in self.prepared.graph.output])
+        outputs = [value.name for value in self.prepared.graph.output]
+        dtypes = {name: value.dtype for name, value in known.items()}
+        return Plan(fuse_lookups(steps, self.constants, dtypes, outputs), self.constants, outputs)
 
     def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
         """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""
