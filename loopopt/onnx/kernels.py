@@ -2,7 +2,9 @@
 options, quantization). The schedule is the tuning log's best when a log has one, else the default:
 the tune search's first choice (``tune.choice.first_choice``: the candidate the search ranks first,
 without measuring), or ``dataflows.output_stationary`` for an op whose search space has no
-candidate (e.g. no outer loop to split over the threads); the source says which."""
+candidate (e.g. no outer loop to split over the threads); where the first choice would store the
+activations in another layout than the one they arrive in, the best-ranked candidate that reads them
+as they arrive (``tune.choice.first_reading``); the source says which."""
 from __future__ import annotations
 
 import os
