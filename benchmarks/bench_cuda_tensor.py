@@ -42,6 +42,7 @@ WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
 LONG = {"block_n": 256, "warps_n": 8}                     # 128 x 256 tiles, 16 warps of 64 x 32
+THIRDS = {"block_m": 192, "warps_m": 3, "warps_n": 4}     # 192 x 128 tiles: conv3_x N=32 in one wave
 
 
 def half_op(case: str) -> lo.Op:
@@ -71,7 +72,7 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
         return [("gpu_wmma", {}), ("gpu_mma", {}), ("gpu_mma", deep), ("gpu_mma", TALL), ("gpu_mma", LONG),
                 ("gpu_mma", TALL | {"stages": 3}), ("gpu_mma", LONG | deep)]
     if case.endswith(".n32"):
-        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, TALL)
+        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, TALL, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2}, {"split_k": 3}))]
     chosen = [("gpu_wmma", WIDE)]
     for tiles in ({}, WIDE, SMALL):

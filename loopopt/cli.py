@@ -42,6 +42,12 @@ USAGE_ERROR = 2
 BROKEN_PIPE = 128 + signal.SIGPIPE
 INTERRUPTED = 128 + signal.SIGINT
 REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML"}
+REPORT_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;"
+                "color:#222}table{border-collapse:collapse;font-size:0.9em}"
+                "th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}th{background:#f3f3f3}"
+                "td:first-child,td:nth-child(2){text-align:left}img{max-width:100%}"
+                "figcaption{color:#555;font-size:0.9em}")
+FIGURE_NOTE = "Each panel's title says what it shows; the line under it, what to look for."
 CONV_SYNTAX = "C,K,KH[xKW],H[xW][,stride=S][,padding=P][,dilation=D][,groups=G][,bias=0|1]"
 CONV_OPTIONS = ("stride", "padding", "dilation", "groups", "bias")
 MATMUL_SYNTAX = "M,N,K[,batch=B[xB2...]][,trans_a=0|1][,trans_b=0|1]"
@@ -54,15 +60,17 @@ EXAMPLES = {
                 "loopopt compare --layer resnet50.conv3_x --algorithms --log tune.db",
                 "loopopt compare --target cuda --layer resnet50.conv2_x --batch 32"],
     "show": ["loopopt show --conv 96,96,3,28,padding=1,groups=96 --schedule output_stationary --no-source"],
-    "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element"],
+    "reuse": ["loopopt reuse --conv 64,64,1x3,56x28,padding=0x1 --schedule tiled --granularity element",
+              "loopopt reuse --layer resnet50.conv2_x --schedule output_stationary --plot reuse.png"],
     "report": ["loopopt report --layer mobilenetv2.block2.depthwise -o report.html"],
-    "cache": ["loopopt cache info", "loopopt cache clear"],
+    "cache": ["loopopt cache info", "loopopt cache trim", "loopopt cache clear"],
     "onnx": ["loopopt onnx model.onnx --plot where.png",
              "loopopt onnx model.onnx --tune --trials 16 --log tune.db --threads 2 --json"],
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
              "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json",
              "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd",
-             "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db"],
+             "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db",
+             "loopopt tune --target cuda --layer resnet50.conv2_x --dtype float16 --trials 16 --log gpu.db"],
 }
 STORED_VARIANTS = {"fp32": "", "int8": ".int8", "bf16": ".bf16"}   # stored schedule name = layer + suffix
 VARIANT_OF = {"float32": "fp32", "int8": "int8", "bfloat16": "bf16"}   # schedule_file.arithmetic -> variant
@@ -276,10 +284,14 @@ def _writable(path: str | None) -> Path | None:
     return target
 
 
-def _print(args: argparse.Namespace, data, text: str) -> None:
-    if args.json and isinstance(data, dict) and "provenance" not in data:
+def _print(args: argparse.Namespace, data: dict, text: str) -> None:
+    """``text``, or with ``--json`` the object ``data`` with its ``units`` (``units.json_units``: SI units,
+    each key named by its unit) and ``provenance`` where it has none of its own."""
+    if args.json:
         from .machine import provenance
-        data = {**data, "provenance": provenance(isa=data.get("isa"))}
+        from .units import json_units
+        where = data.get("provenance") or provenance(isa=data.get("isa"))
+        data = {"units": json_units(), **data, "provenance": where}
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 
 
@@ -369,7 +381,8 @@ def _comparison(args: argparse.Namespace):
         variants = target(args.target).isas()
         rows.isas[:] = [isa if isa in variants else "auto" for isa in rows.isas]
     return compare(op, rows.schedules, rows.labels, isa=rows.isas, reuse=not args.no_reuse,
-                   progress=not args.quiet, threads=args.threads, origins=rows.origins,
+                   progress=not args.quiet and sys.stderr.isatty() and not args.json, threads=args.threads,
+                   origins=rows.origins,
                    target=args.target), rows.skipped
 
 
@@ -455,6 +468,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_reuse(args: argparse.Namespace) -> int:
     from .analysis import Machine, reuse
+    plot = _writable(args.plot)
     schedule = _loop_nest(args)
     profile = reuse(schedule, granularity=args.granularity)
     machine = Machine.detect()
@@ -466,9 +480,15 @@ def cmd_reuse(args: argparse.Namespace) -> int:
                                        for c in machine.caches}}
                         for t in profile.tensors},
             "levels": [{"name": lv.name, "accesses": lv.accesses, "misses": lv.misses, "bytes": lv.bytes,
-                        "energy_pj": lv.energy_pj} for lv in hierarchy.levels],
-            "energy_pj": hierarchy.energy_pj}
-    _print(args, data, f"{profile.summary(machine)}\n\n{hierarchy.table()}")
+                        "energy_j": lv.energy_pj * 1e-12} for lv in hierarchy.levels],
+            "compute_energy_j": hierarchy.compute_energy_pj * 1e-12, "energy_j": hierarchy.energy_pj * 1e-12,
+            "plot": str(plot) if plot else None}
+    text = f"{profile.summary(machine)}\n\n{hierarchy.table()}"
+    if plot:
+        from .plot import plot_reuse
+        name = Path(args.schedule).name.removesuffix(".toml")
+        text += f"\nplot written to {plot_reuse(profile, plot, name)}"
+    _print(args, data, text)
     return 0
 
 
@@ -483,6 +503,7 @@ def _stored_variants(layer: str, names: set[str]) -> dict:
 def cmd_layers(args: argparse.Namespace) -> int:
     from .layers import LAYERS
     from .schedule_file import list_schedules
+    from .units import significant
     names = set(list_schedules())
     specs = [s for s in LAYERS.values() if args.filter in s.name]
     rows, notes = [], {}
@@ -491,18 +512,21 @@ def cmd_layers(args: argparse.Namespace) -> int:
     lines = [line(name="name", C="C", K="K", kernel="kernel", HW="HxW", stride="stride", groups="groups",
                   kind="kind", GFLOP="GFLOP", stored="stored schedules [where searched]")]
     for spec in specs:
-        row = {"name": spec.name, "C": spec.in_channels, "K": spec.out_channels, "kernel": spec.kernel_size,
-               "HW": spec.size, "stride": spec.stride, "padding": spec.padding, "groups": spec.groups,
-               "kind": spec.kind, "GFLOP": round(spec.conv().flops / 1e9, 3)}
+        flops = spec.conv().flops
+        row = {"name": spec.name, "in_channels": spec.in_channels, "out_channels": spec.out_channels,
+               "kernel_size": spec.kernel_size, "size": spec.size, "stride": spec.stride,
+               "padding": spec.padding, "groups": spec.groups, "kind": spec.kind, "flops": flops}
         stored = _stored_variants(spec.name, names)
         row["stored"] = {variant: {"path": str(found.path), "cpu": found.cpu, "cpu_key": found.cpu_key,
                                    "this_cpu": found.this_cpu} for variant, found in stored.items()}
         cells = [f"{variant} [{notes.setdefault(found.summary(), len(notes) + 1)}]"
                  for variant, found in stored.items()]
         rows.append(row)
-        lines.append(line(**{**row, "stored": " ".join(cells) or "-"}))
+        lines.append(line(name=spec.name, C=spec.in_channels, K=spec.out_channels, kernel=spec.kernel_size,
+                          HW=spec.size, stride=spec.stride, groups=spec.groups, kind=spec.kind,
+                          GFLOP=significant(flops / 1e9), stored=" ".join(cells) or "-"))
     lines += [f"[{number}] {summary}" for summary, number in notes.items()]
-    _print(args, rows, "\n".join(lines))
+    _print(args, {"filter": args.filter, "layers": rows}, "\n".join(lines))
     return 0
 
 
@@ -528,11 +552,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     notes = "".join(f"\n{note}" for note in _skipped_notes(skipped))
     figures = [(c, base64.b64encode(png).decode()) for c, png in _figures(cmp)]
     if REPORT_SUFFIXES[output.suffix.lower()] == "HTML":
-        body = "".join(f"<h2>{html.escape(c)}</h2>"
-                       f"<img alt='{html.escape(c)}' src='data:image/png;base64,{b}'>" for c, b in figures)
-        text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title></head><body>"
-                f"<h1>loopopt report</h1>{cmp._repr_html_()}<pre>{html.escape(notes)}</pre>{body}"
-                "</body></html>")
+        body = "".join(f"<h2>{html.escape(c)}</h2><figure><img alt='{html.escape(c)}' "
+                       f"src='data:image/png;base64,{b}'><figcaption>{html.escape(FIGURE_NOTE)}</figcaption>"
+                       f"</figure>" for c, b in figures)
+        skipped_notes = f"<pre>{html.escape(notes.strip())}</pre>" if notes.strip() else ""
+        text = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopopt report</title>"
+                f"<style>{REPORT_STYLE}</style></head><body><h1>loopopt report</h1>{cmp._repr_html_()}"
+                f"{skipped_notes}{body}</body></html>")
     else:
         body = "".join(f"\n## {c}\n\n![{c}](data:image/png;base64,{b})\n" for c, b in figures)
         text = f"# loopopt report\n\n```\n{cmp}{notes}\n```\n{body}"
@@ -542,10 +568,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cbuild import cache_info, clear_cache
-    info = clear_cache() if args.action == "clear" else cache_info()
+    from .cbuild import cache_info, clear_cache, trim_cache
+    info = {"info": cache_info, "trim": trim_cache, "clear": clear_cache}[args.action]()
     data = {"action": args.action, **dataclasses.asdict(info)}
-    _print(args, data, f"removed from {info}" if args.action == "clear" else str(info))
+    _print(args, data, str(info) if args.action == "info" else info.removed())
     return 0
 
 
@@ -582,7 +608,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     with _executor(args.scheduler) as executor:
         result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                       log=args.log, executor=executor, progress=sys.stderr.isatty() and not args.json,
-                      seed=args.seed, budget=args.budget, algorithms=_algorithms(args.algorithms))
+                      seed=args.seed, budget=args.budget, algorithms=_algorithms(args.algorithms),
+                      target=args.target)
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -650,6 +677,10 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--save", help="write the winner here as TOML (with provenance and its algorithm; a "
                                   "Winograd plan too: lo.load_schedule and --schedules read it back)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
+    p.add_argument("--target", choices=target_names(),
+                   help="search this target's kernels (default: the one --isa belongs to); cuda: the GPU "
+                        "presets' tiles (--dtype float16: tensor cores), compiled on every core, timed on "
+                        "the GPU one at a time, logged under the GPU's name")
     p.set_defaults(run=cmd_tune)
 
 
@@ -817,6 +848,7 @@ def parser() -> argparse.ArgumentParser:
     _op_arguments(p)
     p.add_argument("--schedule", default="naive", help="schedule name or TOML path")
     p.add_argument("--granularity", default="line", choices=("line", "element"))
+    p.add_argument("--plot", help="write its reuse-distance histograms and miss-ratio curve (PNG) here")
     p.set_defaults(run=cmd_reuse)
     p = add("layers", "catalog of real layer shapes")
     p.add_argument("--filter", default="", help="only names containing this text (e.g. resnet50)")
@@ -825,8 +857,10 @@ def parser() -> argparse.ArgumentParser:
     _compare_arguments(p)
     p.add_argument("--output", "-o", default="report.md", help="report file (.md, .html or .htm)")
     p.set_defaults(run=cmd_report)
-    p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): its size, or clear it")
-    p.add_argument("action", choices=("info", "clear"), help="info: path, kernels, size; clear: remove them")
+    p = add("cache", "the kernel cache ($LOOPOPT_CACHE_DIR): what its space holds, trim or clear it")
+    p.add_argument("action", choices=("info", "trim", "clear"),
+                   help="info: path, kernels and precompiled headers with their sizes; trim: remove the "
+                        "precompiled headers and failed sources, keep the kernels; clear: remove all")
     p.set_defaults(run=cmd_cache)
     _machine_parser(sub, json_flag)
     _tune_parser(sub, json_flag)

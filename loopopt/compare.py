@@ -18,7 +18,7 @@ from .progress import Progress
 from .schedule import Schedule
 from .targets import Target, host_target
 from .targets import target as named_target
-from .units import in_unit, time_unit
+from .units import in_unit, json_units, rate_unit, time_unit
 from .winograd import AnyPlan
 
 MEASURE_BUDGET = 0.5          # seconds of timed runs per schedule (measure adapts the repeats)
@@ -60,7 +60,7 @@ def _flag(value: object, fmt: str) -> str:
 
 
 COLUMNS = (("schedule", "name", "{}"), ("isa", "isa", "{}"), ("median ms", "median_ms", "{:.3f}"),
-           ("IQR ms", "iqr_ms", "{:.3f}"), ("GFLOP/s", "gflops", "{:.2f}"),
+           ("IQR ms", "iqr_ms", "{:.3f}"), ("rate", "gflops", "{:.2f}"),
            ("% peak", "percent_of_peak", "{:.1f}"), ("ok", "verified", "{}"),
            ("err/max", "relative_error", "{:.1e}"), ("noise", "noisy", "{}"),
            ("model ms", "predicted_ms", "{:.3f}"), ("DRAM MB", "dram_bytes", "{:.2f}"),
@@ -69,6 +69,27 @@ HOST_PEAK = "one core, machine profile"     # what a host comparison's peak is
 CELL = {"noisy": lambda value: "NOISY" if value else "-",
         "dram_bytes": lambda value: _flag(value and value / 1e6, "{:.2f}")}
 TIMES = ("median_ms", "iqr_ms", "predicted_ms")    # shown in the unit of the fastest median (units.time_unit)
+# a Row's field -> its JSON key in the units of units.JSON_UNITS, and the factor to them
+JSON_FIELDS = {"median_ms": ("median_s", 1e-3), "min_ms": ("min_s", 1e-3), "iqr_ms": ("iqr_s", 1e-3),
+               "predicted_ms": ("predicted_s", 1e-3), "gflops": ("rate", 1.0),
+               "energy_uj": ("energy_j", 1e-6), "level_energy_uj": ("level_energy_j", 1e-6)}
+
+
+def json_row(row: Row) -> dict[str, Any]:
+    """``row`` in the JSON outputs' units (``units.JSON_UNITS``): times in s, energy in J, the rate under
+    ``rate`` (GFLOP/s or GOP/s, as the document's ``units`` say)."""
+    data = {}
+    for key, value in asdict(row).items():
+        name, factor = JSON_FIELDS.get(key, (key, None))
+        data[name] = value if factor is None else _scaled(value, factor)
+    return data
+
+
+def _scaled(value, factor: float):
+    """``value`` (a number, None, or a dict of them) times ``factor``."""
+    if isinstance(value, dict):
+        return {key: _scaled(v, factor) for key, v in value.items()}
+    return None if value is None else value * factor
 
 
 class Comparison:
@@ -93,7 +114,7 @@ class Comparison:
     @property
     def unit(self) -> str:
         """GFLOP/s, or GOP/s for a quantized op (integer operations, 2 per multiply-accumulate)."""
-        return "GFLOP/s" if self.op.quant is None else "GOP/s"
+        return rate_unit(self.op)
 
     @property
     def noisy(self) -> bool:
@@ -127,7 +148,8 @@ class Comparison:
 
     def _headings(self) -> list[str]:
         unit = self._time_unit()[0]
-        return [head.replace(" ms", f" {unit}") if attr in TIMES else head for head, attr, _ in COLUMNS]
+        return [head.replace(" ms", f" {unit}") if attr in TIMES else self.unit if attr == "gflops" else head
+                for head, attr, _ in COLUMNS]
 
     def _cells(self, row: Row) -> list[str]:
         scale = self._time_unit()[1]
@@ -164,6 +186,11 @@ class Comparison:
                      f"loopopt {p['loopopt']}, {p['compiler']}, {p['utc']}"
                      + (f"; kernels on {p['device']}" if "device" in p else ""))
         lines += [f"{name}: {origin}" for name, origin in self.origins.items()]
+        winograd = [r.name for r in self.rows if r.algorithm.startswith("winograd")]
+        if winograd:
+            lines.append(f"{', '.join(winograd)}: {self.unit} and % peak are direct-equivalent (the direct "
+                         f"algorithm's operations over the Winograd time; it does fewer multiplications, so "
+                         f"it can pass the peak)")
         return lines + ([self.note] if self.note else [])
 
     def __str__(self) -> str:
@@ -183,23 +210,23 @@ class Comparison:
         return f"{paragraphs(self._heading())}{table}{paragraphs(self._footing())}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The comparison as JSON-ready data, with how (``timing``) and where (``provenance``) it was
-        measured."""
+        """The comparison as JSON-ready data in the units of ``units.JSON_UNITS`` (``units``; rows as
+        ``json_row``), with how (``timing``) and where (``provenance``) it was measured."""
         timing = {"scope": END_TO_END if self.end_to_end else KERNEL_ONLY, "end_to_end": self.end_to_end,
                   "rounds": self.rounds, "other_cpu_share": self.other_cpu_share, "noisy": self.noisy}
-        return {"op": repr(self.op), "flops": self.op.flops, "peak_gflops": self.peak, "note": self.note,
-                "timing": timing, "ranking": self.ranking(), "provenance": self.provenance,
-                "origins": self.origins,
-                "rows": [asdict(r) for r in self.rows]}
+        return {"op": repr(self.op), "units": json_units(self.op), "flops": self.op.flops, "peak": self.peak,
+                "note": self.note, "timing": timing, "ranking": self.ranking(), "provenance": self.provenance,
+                "origins": self.origins, "rows": [json_row(r) for r in self.rows]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_csv(self, path: str | Path) -> Path:
-        """One line per row (nested per-level figures left out), each with the provenance columns."""
+        """One line per row as ``json_row`` (nested per-level figures left out), each with the provenance
+        columns."""
         path = Path(path)
         where = {f"provenance_{k}": v for k, v in self.provenance.items() if k != "isa"}
-        flat = [{**{k: v for k, v in asdict(r).items() if not isinstance(v, dict)}, **where}
+        flat = [{**{k: v for k, v in json_row(r).items() if not isinstance(v, dict)}, **where}
                 for r in self.rows]
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(flat[0]))

@@ -28,6 +28,7 @@ from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
+from .ops import FLOAT16
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
 
@@ -149,8 +150,11 @@ class Kernel:
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a numpy array, got {type(array).__name__}")
         bf16_input = self.op.dtype == BFLOAT16 and name in self.op.inputs
-        if array.dtype != np.float32 and not (bf16_input and is_bf16_array(array)):
-            allowed = "float32 or ml_dtypes.bfloat16" if bf16_input else "float32"
+        f16_input = self.op.dtype == FLOAT16 and name in self.op.inputs
+        if array.dtype != np.float32 and not (bf16_input and is_bf16_array(array)) and \
+                not (f16_input and array.dtype == np.float16):
+            allowed = ("float32 or ml_dtypes.bfloat16" if bf16_input else "float32 or float16" if f16_input
+                       else "float32")
             raise TypeError(f"{name} has dtype {array.dtype}; this kernel takes {allowed} "
                             f"(convert with {name}.astype(np.float32))")
         if array.shape != shape:
@@ -257,8 +261,12 @@ class Kernel:
         return id(weights) in self._held and self._held[id(weights)][0] is weights
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        """An input array as the kernel stores its elements: float32, or bf16 bit patterns (rounded to
-        nearest even here, before packing, so a tile layout packs the same bits)."""
+        """An input array as the kernel stores its elements: float32, or bf16 or half bit patterns
+        (rounded to nearest even here, before packing, so a tile layout packs the same bits; halves
+        where the C parameter holds them: a kernel that widens float16 itself, else float32 values)."""
+        if self.op.dtype == FLOAT16 and any(p.name == tensor and p.ctype == "uint16_t"
+                                            for p in self.generated.params):
+            return np.ascontiguousarray(array.astype(np.float16)).view(np.uint16)
         return bf16_bits(array, tensor) if self.op.dtype == BFLOAT16 else array
 
     def run(self, buffers: Buffers) -> None:

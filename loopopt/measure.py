@@ -184,7 +184,10 @@ def check_timeable(kernel: Measurable) -> None:
     if refusal is None:
         return
     from .model import kernel_model
-    predicted = kernel_model(kernel.schedule, kernel.isa, traffic=False).predicted_seconds
+    try:
+        predicted = kernel_model(kernel.schedule, kernel.isa, traffic=False).predicted_seconds
+    except ValueError as err:       # a kernel the model does not price
+        raise TimingRefusedError(f"{refusal}: no time measured, and no prediction: {err}") from None
     raise TimingRefusedError(f"{refusal}: no time measured; the kernel model predicts "
                              f"{predicted * 1e3:.3f} ms on its modelled core "
                              f"(lo.kernel_model(schedule, isa={kernel.isa!r}))")

@@ -161,6 +161,9 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     associative LRU."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
+    if schedule.op.quant is not None and schedule.op.quant.binary:
+        raise ValueError("the kernel model does not price binary (XNOR + popcount) kernels; it prices float, "
+                         "bfloat16 and int8 SIMD nests")
     target_of_isa(isa)              # loads the target that registers ``isa``'s tables (e.g. neon)
     counts = count(schedule, isa)
     costs = CORE_COSTS[counts.isa]

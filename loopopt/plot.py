@@ -1,7 +1,10 @@
-"""Plots of a Comparison (matplotlib, Okabe-Ito colour-blind-safe palette).
+"""Plots of a Comparison (matplotlib, Okabe-Ito colour-blind-safe palette; ``palette`` keeps the colours
+distinct past its 8).
 
 Every ``plot_*`` function writes one figure to ``path`` and returns the path; each draws
-through a ``draw_*(ax, comparison)`` function that ``dashboard`` reuses. Figures are
+through a ``draw_*(ax, comparison)`` function that ``dashboard`` reuses. Every panel has a title and a
+one-line caption under it saying what to look for (``CAPTIONS``); legends sit outside the axes, never
+over the data. Figures are
 ``matplotlib.figure.Figure`` objects saved directly (no pyplot, so no backend is chosen and
 no global figure state is touched) with constrained layout; the notices matplotlib logs on a
 first import (building its font cache, a temporary config directory) are held back.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .machine import machine_profile
+from .units import duration
 
 
 def _import_quietly() -> tuple:
@@ -30,17 +35,18 @@ def _import_quietly() -> tuple:
         from matplotlib import colormaps, figure, lines, ticker
     finally:
         logger.setLevel(level)
-    return (figure.Figure, lines.Line2D, ticker.LogLocator, ticker.FuncFormatter, ticker.NullFormatter,
-            colormaps["cividis"])
+    return (figure.Figure, lines.Line2D, ticker.LogLocator, ticker.MaxNLocator, ticker.FuncFormatter,
+            ticker.NullFormatter, colormaps["cividis"], colormaps["tab20"], colormaps["turbo"])
 
 
-Figure, Line2D, LogLocator, FuncFormatter, NullFormatter, LEVEL_COLOURS = _import_quietly()
+(Figure, Line2D, LogLocator, MaxNLocator, FuncFormatter, NullFormatter, LEVEL_COLOURS, TAB20,
+ TURBO) = _import_quietly()
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.axis import Axis
 
-    from .analysis import CacheLevel
+    from .analysis import CacheLevel, ReuseProfile
     from .compare import Comparison, Row
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -50,10 +56,50 @@ MEMORY_LEVELS = LEVEL_ORDER[1:]          # levels with a measured bandwidth (reg
 LEVEL_STYLE = {"L1": ("o", ":", 25), "L2": ("s", "-.", 45), "L3": ("^", "--", 70), "DRAM": ("D", "-", 100)}
 CONSTANT_BELOW = 0.01   # coefficient of variation under which a level's traffic counts as the same for all
 WHISKERS = "whiskers: IQR (median ± IQR/2, clipped to the fastest run and the peak)"
+DENSE_DECADES = 2.5     # a log axis over more decades is ticked at powers of ten only
+CAPTION_WIDTH = 72      # characters of a caption line (a dashboard panel is about this wide at its font)
+CAPTIONS = {      # one line each (at most CAPTION_WIDTH characters): what to look for
+    "runtime": "further right is faster; the dashed line is the peak",
+    "roofline": "far under its roof: speed left on the table; filled marker: the limit",
+    "traffic_vs_time": "down-left is better; a rising trend means this traffic costs time",
+    "traffic": "lower bars move fewer bytes; compare the schedules' bars at each level",
+    "miss_ratio": "lower is better; a drop left of a cache's line is data that cache keeps",
+    "histogram": "accesses left of a cache's line are reuses that cache catches",
+    "energy": "lower stacks cost less energy; DRAM's share grows as data leaves cache",
+}
+WINOGRAD_MARK = " *"     # on a Winograd row's label: its rate counts the direct algorithm's operations
+WINOGRAD_NOTE = ("* Winograd: direct-equivalent rate (the direct algorithm's operations over its time), so "
+                 "it can pass the peak")
 
 
-def colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+def palette(count: int) -> list[str]:
+    """``count`` distinct colours: the Okabe-Ito palette (colour-blind safe) up to 8, tab20 up to 20,
+    evenly spaced colours of the turbo map beyond."""
+    if count <= len(PALETTE):
+        return list(PALETTE[:count])
+    if count <= TAB20.N:
+        return [_hex(TAB20(i)) for i in range(count)]
+    return [_hex(TURBO(x)) for x in np.linspace(0.0, 1.0, count)]
+
+
+def _hex(rgba: Sequence[float]) -> str:
+    return "#" + "".join(f"{round(255 * c):02x}" for c in rgba[:3])
+
+
+def colour(index: int, count: int = len(PALETTE)) -> str:
+    """The colour of item ``index`` of ``count`` (``palette``)."""
+    return palette(max(count, index + 1))[index]
+
+
+def caption(ax: Axes, title: str, text: str, *notes: str) -> None:
+    """``title`` over the panel and under it the one-line ``text`` (what to look for) and any ``notes``
+    (what the panel's figures mean), each wrapped only if longer than ``CAPTION_WIDTH``."""
+    lines = [line for part in (text, *notes) for line in textwrap.wrap(part, CAPTION_WIDTH)]
+    ax.set_title("\n".join([title, *lines]), fontsize=9)
+
+
+def _is_winograd(row: Row) -> bool:
+    return row.algorithm.startswith("winograd")
 
 
 def _caches() -> tuple[CacheLevel, ...]:
@@ -63,11 +109,15 @@ def _caches() -> tuple[CacheLevel, ...]:
 
 
 def _mark_levels(ax: Axes) -> None:
-    for cache in _caches():
-        lines = cache.size // cache.line_size
+    """A dotted line at each cache's capacity in lines, named at its top; the (log) axis reaches past the
+    largest, so that every name is inside it."""
+    capacities = {cache.name: cache.size // cache.line_size for cache in _caches()}
+    for name, lines in capacities.items():
         ax.axvline(lines, color="grey", linestyle=":", linewidth=1)
-        ax.text(lines, 1.0, f" {cache.name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
+        ax.text(lines, 1.0, f" {name}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
                 color="grey")
+    if capacities:
+        ax.set_xlim(right=max(ax.get_xlim()[1], 8 * max(capacities.values())))
 
 
 def _require_reuse(cmp: Comparison) -> None:
@@ -75,13 +125,25 @@ def _require_reuse(cmp: Comparison) -> None:
         raise ValueError("this plot needs the reuse analysis: run compare(..., reuse=True)")
 
 
-def _legend(ax: Axes, **options) -> None:
-    ax.legend(fontsize=7, **options)
+def legend_outside(ax: Axes, **options) -> None:
+    """The legend of ``ax`` outside it, right of its top corner (never over the data)."""
+    ax.legend(fontsize=7, **{"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0,
+                             **options})
+
+
+class _SpanLogLocator(LogLocator):
+    """Log ticks at 1, 2 and 5 times powers of ten over up to ``DENSE_DECADES`` decades, at powers of ten
+    over more (so that the labels never crowd)."""
+
+    def tick_values(self, vmin: float, vmax: float):
+        low, high = sorted((max(vmin, 1e-300), max(vmax, 1e-300)))
+        self.set_params(subs=(1.0, 2.0, 5.0) if math.log10(high / low) <= DENSE_DECADES else (1.0,))
+        return super().tick_values(vmin, vmax)
 
 
 def _plain_log(axis: Axis) -> None:
-    """Log ticks at 1, 2 and 5 times powers of ten, labelled as plain numbers."""
-    axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    """Log ticks (``_SpanLogLocator``) labelled as plain numbers."""
+    axis.set_major_locator(_SpanLogLocator())
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -100,26 +162,32 @@ def whisker_range(row: Row, flops: float, peak: float) -> tuple[float, float]:
 def draw_runtime(ax: Axes, cmp: Comparison) -> None:
     """Measured speed per schedule on a log axis (G ops/s below, the median time on top), with the
     clipped interquartile whiskers and this machine's peak."""
-    names = [r.name for r in cmp.rows]
+    names = [r.name + (WINOGRAD_MARK if _is_winograd(r) else "") for r in cmp.rows]
     y = np.arange(len(names))
+    colours, ends = palette(len(names)), []
     for i, r in enumerate(cmp.rows):
         low, high = whisker_range(r, cmp.op.flops, cmp.peak)
-        ax.errorbar(r.gflops, i, xerr=[[r.gflops - low], [high - r.gflops]], fmt="o", color=colour(i),
+        ends += [low, high]
+        ax.errorbar(r.gflops, i, xerr=[[r.gflops - low], [high - r.gflops]], fmt="o", color=colours[i],
                     capsize=3, markersize=7)
-        ax.annotate(f"{r.median_ms:.3g} ms", (r.gflops, i), xytext=(0, 7), textcoords="offset points",
+        ax.annotate(duration(r.median_ms * 1e-3), (r.gflops, i), xytext=(0, 7), textcoords="offset points",
                     ha="center", fontsize=7)
     ax.axvline(cmp.peak, color="black", linestyle="--", linewidth=1, label=f"peak {cmp.peak:.0f} {cmp.unit}")
     ax.set_xscale("log")
+    ax.set_xlim(min(ends) / 1.6, max(ends + [cmp.peak]) * 1.6)     # every whisker, label and the peak
     ax.set_yticks(y, names)
-    ax.set_ylim(len(names) - 0.4, -0.6)            # first schedule on top
+    ax.set_ylim(len(names) - 0.4, -0.7)            # first schedule on top
     ax.set_xlabel(f"throughput ({cmp.unit}, log)")
     _plain_log(ax.xaxis)
     ms = lambda g: cmp.op.flops / np.maximum(g, 1e-12) / 1e6   # its own inverse
     top = ax.secondary_xaxis("top", functions=(ms, ms))
     top.set_xlabel("median time (ms)", fontsize=8)
     _plain_log(top.xaxis)
-    ax.set_title(f"measured speed\n{WHISKERS}", fontsize=10)
-    _legend(ax, loc="lower right")
+    notes = [WHISKERS] + ([WINOGRAD_NOTE] if any(_is_winograd(r) for r in cmp.rows) else [])
+    if cmp.noisy:
+        notes.append("NOISY timings: other processes disturbed them; the ranking may not hold")
+    caption(ax, "measured speed", CAPTIONS["runtime"], *notes)
+    legend_outside(ax)
 
 
 # --- hierarchical roofline ---------------------------------------------------------------------------
@@ -173,32 +241,36 @@ def draw_roofline(ax: Axes, cmp: Comparison, bandwidth: Mapping[str, float] | No
             linewidth=1.5, gid="roof:compute")
     sizes = {c.name: c.size for c in _caches()}
     faded = False
+    colours = palette(len(cmp.rows))
     for i, (r, intensity) in enumerate(zip(cmp.rows, intensities)):
         warm = warm_levels(list(intensity), r.level_bytes["DRAM"], sizes)
         limit, _ = bound({lv: intensity[lv] for lv in warm}, bandwidth, cmp.peak)
         faded |= len(warm) < len(intensity)
-        ax.plot(sorted(intensity.values()), [r.gflops] * len(intensity), color=colour(i), linewidth=0.8,
+        ax.plot(sorted(intensity.values()), [r.gflops] * len(intensity), color=colours[i], linewidth=0.8,
                 alpha=0.6)
         for depth, (lv, oi) in enumerate(reversed(intensity.items())):
             marker, _, area = LEVEL_STYLE[lv]
-            ax.scatter(oi, r.gflops, marker=marker, s=area, zorder=3 + depth, edgecolors=colour(i),
-                       facecolors=colour(i) if lv == limit else "white", linewidths=1.5,
+            ax.scatter(oi, r.gflops, marker=marker, s=area, zorder=3 + depth, edgecolors=colours[i],
+                       facecolors=colours[i] if lv == limit else "white", linewidths=1.5,
                        alpha=1.0 if lv in warm else 0.3, gid=f"point:{r.name}:{lv}")
-        ax.plot([], [], color=colour(i), linewidth=4, label=f"{r.name}: {limit}-bound")
+        mark = WINOGRAD_MARK if _is_winograd(r) else ""
+        ax.plot([], [], color=colours[i], linewidth=4, label=f"{r.name}{mark}: {limit}-bound")
     level_handles = [Line2D([], [], color="dimgrey", linestyle=style, marker=marker, markerfacecolor="white",
                             label=f"{lv} {bandwidth[lv]:.0f} GB/s")
                      for lv in levels for marker, style, _ in [LEVEL_STYLE[lv]]]
     level_handles.append(Line2D([], [], color="black", linewidth=1.5, label=f"peak {cmp.peak:.0f} {unit}"))
-    ax.add_artist(ax.legend(handles=level_handles, fontsize=7, loc="lower right", title="roofs (read)",
-                            title_fontsize=7))
-    _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.add_artist(ax.legend(handles=level_handles, fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0),
+                            borderaxespad=0.0, title="roofs (read)", title_fontsize=7))
+    legend_outside(ax)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log(ax.yaxis)
     ax.set_xlabel(f"intensity ({per} per byte delivered by the level)")
     ax.set_ylabel(f"measured throughput ({unit})")
-    first_run = "\nfaded: traffic of a first run only (the data fits in an inner cache)" if faded else ""
-    ax.set_title(f"hierarchical roofline (filled marker: the bounding roof){first_run}", fontsize=10)
+    notes = ["faded: traffic of a first run only (the data fits in an inner cache)"] if faded else []
+    if any(_is_winograd(r) for r in cmp.rows):
+        notes.append(WINOGRAD_NOTE)
+    caption(ax, "hierarchical roofline", CAPTIONS["roofline"], *notes)
 
 
 # --- traffic -----------------------------------------------------------------------------------------
@@ -231,11 +303,14 @@ def draw_traffic_vs_time(ax: Axes, cmp: Comparison) -> None:
     _require_reuse(cmp)
     level, spread = varying_level(_memory_traffic(cmp))
     shown = level or "DRAM"
+    colours = palette(len(cmp.rows))
     for i, r in enumerate(cmp.rows):
-        ax.scatter(r.level_bytes[shown] / 1e6, r.median_ms, color=colour(i), label=r.name, s=40, zorder=3)
+        ax.scatter(r.level_bytes[shown] / 1e6, r.median_ms, color=colours[i], label=r.name, s=40, zorder=3)
     traffic = [r.level_bytes[shown] for r in cmp.rows]
     if min(traffic) > 0 and max(traffic) >= 10 * min(traffic):
         ax.set_xscale("log")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(4))
     ax.set_yscale("log")
     _plain_log(ax.yaxis)
     ax.set_xlabel(f"predicted {shown} traffic (MB)")
@@ -243,8 +318,9 @@ def draw_traffic_vs_time(ax: Axes, cmp: Comparison) -> None:
     spreads = ", ".join(f"{lv} {100 * cv:.0f}%" for lv, cv in spread.items())
     why = ("the level whose traffic varies most across schedules" if level else
            f"no level's traffic varies by {100 * CONSTANT_BELOW:.0f}% or more across schedules")
-    ax.set_title(f"{shown} traffic vs time: {why}\n(coefficient of variation: {spreads})", fontsize=9)
-    _legend(ax)
+    caption(ax, f"{shown} traffic vs time: {why}", CAPTIONS["traffic_vs_time"],
+            f"coefficient of variation: {spreads}")
+    legend_outside(ax)
 
 
 def draw_traffic(ax: Axes, cmp: Comparison) -> None:
@@ -252,14 +328,15 @@ def draw_traffic(ax: Axes, cmp: Comparison) -> None:
     _require_reuse(cmp)
     levels = [lv for lv in LEVEL_ORDER if lv in cmp.rows[0].level_bytes]
     width = 0.8 / len(cmp.rows)
+    colours = palette(len(cmp.rows))
     for i, r in enumerate(cmp.rows):
         ax.bar(np.arange(len(levels)) + (i - (len(cmp.rows) - 1) / 2) * width,
-               [max(r.level_bytes[lv], 1) / 1e6 for lv in levels], width, color=colour(i), label=r.name)
+               [max(r.level_bytes[lv], 1) / 1e6 for lv in levels], width, color=colours[i], label=r.name)
     ax.set_xticks(np.arange(len(levels)), levels)
     ax.set_yscale("log")
     ax.set_ylabel("predicted traffic (MB, log)")
-    ax.set_title("predicted bytes delivered by each level (scalar-trace model)")
-    _legend(ax)
+    caption(ax, "predicted bytes delivered by each level (scalar-trace model)", CAPTIONS["traffic"])
+    legend_outside(ax)
 
 
 def draw_energy(ax: Axes, cmp: Comparison) -> None:
@@ -275,47 +352,67 @@ def draw_energy(ax: Axes, cmp: Comparison) -> None:
                label=key)
         bottom += values
     ax.set_ylabel("predicted energy (uJ)")
-    ax.set_title("predicted energy per level (scalar-trace model)")
-    ax.tick_params(axis="x", rotation=30)
-    _legend(ax)
+    caption(ax, "predicted energy per level (scalar-trace model)", CAPTIONS["energy"])
+    ax.tick_params(axis="x", rotation=30 if len(names) <= 4 else 90)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right" if len(names) <= 4 else "center")
+    legend_outside(ax)
 
 
 # --- reuse -------------------------------------------------------------------------------------------
 
 def draw_miss_ratio(ax: Axes, cmp: Comparison) -> None:
-    """Miss ratio of a fully associative LRU cache vs its capacity, per schedule."""
+    """Miss ratio of a fully associative LRU cache vs its capacity, per schedule (both axes log)."""
     _require_reuse(cmp)
-    for i, (name, profile) in enumerate(cmp.profiles.items()):
+    draw_miss_ratios(ax, cmp.profiles)
+
+
+def draw_miss_ratios(ax: Axes, profiles: Mapping[str, ReuseProfile]) -> None:
+    """Miss ratio of a fully associative LRU cache vs its capacity of each of ``profiles`` (name ->
+    profile), on log axes down to the smallest ratio drawn (a ratio of 0 is left out)."""
+    colours, smallest = palette(len(profiles)), 1.0
+    for i, (name, profile) in enumerate(profiles.items()):
         capacity, ratio = profile.miss_ratio_curve()
-        ax.step(np.maximum(capacity, 1), ratio, where="post", color=colour(i), label=name)
+        ax.step(np.maximum(capacity, 1), np.where(ratio > 0, ratio, np.nan), where="post", color=colours[i],
+                label=name)
+        smallest = min(smallest, ratio[ratio > 0].min(initial=1.0))
     ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(smallest / 2, 1.5)
+    _plain_log(ax.yaxis)
     ax.set_xlabel("cache capacity (64-byte lines)")
-    ax.set_ylabel("miss ratio")
-    ax.set_title("miss-ratio curves")
+    ax.set_ylabel("miss ratio (log)")
+    caption(ax, "miss-ratio curves (fully associative LRU)", CAPTIONS["miss_ratio"])
     _mark_levels(ax)
-    _legend(ax)
+    legend_outside(ax)
 
 
 def draw_histogram(ax: Axes, cmp: Comparison, tensor: str) -> None:
     """Reuse-distance histogram of ``tensor`` (log2 bins, cold at the right) per schedule."""
     _require_reuse(cmp)
+    draw_histograms(ax, cmp.profiles, tensor)
+
+
+def draw_histograms(ax: Axes, profiles: Mapping[str, ReuseProfile], tensor: str) -> None:
+    """Reuse-distance histogram of ``tensor`` (log2 bins, cold at the right) of each of ``profiles``."""
     largest = max(max((d for d in p.histogram(tensor) if d != math.inf), default=1)
-                  for p in cmp.profiles.values())
+                  for p in profiles.values())
     edges = 2.0 ** np.arange(0, math.ceil(math.log2(largest + 1)) + 2)
     cold_bin = edges[-1]
-    for i, (name, profile) in enumerate(cmp.profiles.items()):
+    colours = palette(len(profiles))
+    for i, (name, profile) in enumerate(profiles.items()):
         hist = profile.histogram(tensor)
         values = np.array([cold_bin if d == math.inf else d + 1 for d in hist], dtype=float)
         ax.hist(values, bins=np.append(edges, cold_bin * 2), weights=list(hist.values()), histtype="step",
-                color=colour(i), label=name, linewidth=1.5)
+                color=colours[i], label=name, linewidth=1.5)
     ax.text(cold_bin * 1.4, 0.5, "cold", transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("reuse distance + 1 (64-byte lines; rightmost bin: cold)")
     ax.set_ylabel("accesses")
-    ax.set_title(f"reuse distances of {tensor}")
+    caption(ax, f"reuse distances of {tensor}", CAPTIONS["histogram"])
     _mark_levels(ax)
-    _legend(ax)
+    legend_outside(ax)
 
 
 # --- figures -----------------------------------------------------------------------------------------
@@ -356,30 +453,56 @@ def plot_bars(path: str | Path, labels: Sequence[str], series: Mapping[str, Sequ
     fig = Figure(figsize=(8, 1.2 + 0.45 * len(labels) * max(1, len(series)) ** 0.5), layout="constrained")
     ax = fig.subplots()
     height = 0.8 / max(1, len(series))
+    colours = palette(len(series))
     for index, (name, values) in enumerate(series.items()):
         rows = [(i, v) for i, v in enumerate(values) if v is not None]
         ax.barh([i + index * height for i, _ in rows], [v for _, v in rows], height=height, label=name,
-                color=colour(index))
+                color=colours[index])
     ax.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    _legend(ax)
+    legend_outside(ax)
     return _save(fig, path)
 
 
 def plot_histograms(cmp: Comparison, path: str | Path) -> Path:
     """One reuse-distance histogram per tensor, side by side."""
-    tensors = cmp.op.tensors
-    fig = Figure(figsize=(5 * len(tensors), 4), layout="constrained")
-    for ax, tensor in zip(fig.subplots(1, len(tensors), squeeze=False).flat, tensors):
-        draw_histogram(ax, cmp, tensor)
-    return _save(fig, path)
+    _require_reuse(cmp)
+    return _save(reuse_figure(cmp.profiles, cmp.op.tensors, miss_ratios=False), path)
+
+
+def plot_reuse(profile: ReuseProfile, path: str | Path, name: str = "schedule") -> Path:
+    """The reuse picture of one schedule (``loopopt reuse --plot``): its reuse-distance histogram per
+    tensor and its miss-ratio curve, each with its caption."""
+    return _save(reuse_figure({name: profile}, profile.tensors, miss_ratios=True), path)
+
+
+def reuse_figure(profiles: Mapping[str, ReuseProfile], tensors: Sequence[str], miss_ratios: bool) -> Figure:
+    """The histogram of each tensor of ``profiles`` (and with ``miss_ratios`` their miss-ratio curves),
+    two panels a row."""
+    panels = len(tensors) + miss_ratios
+    columns = min(2, panels)
+    rows = -(-panels // columns)
+    fig = Figure(figsize=(7.5 * columns, 4.5 * rows), layout="constrained")
+    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
+    for ax, tensor in zip(axes, tensors):
+        draw_histograms(ax, profiles, tensor)
+    if miss_ratios:
+        draw_miss_ratios(axes[len(tensors)], profiles)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig
 
 
 def dashboard(cmp: Comparison, path: str | Path) -> Path:
     """Runtime, hierarchical roofline, traffic vs time, traffic per level, miss ratios and energy
     in one image (runtime only when the comparison has no reuse analysis)."""
+    return _save(dashboard_figure(cmp), path)
+
+
+def dashboard_figure(cmp: Comparison) -> Figure:
+    """The figure ``dashboard`` saves."""
     draws = [draw_runtime]
     if cmp.profiles:
         draws += [draw_roofline, draw_traffic_vs_time, draw_traffic, draw_miss_ratio, draw_energy]
@@ -389,7 +512,7 @@ def dashboard(cmp: Comparison, path: str | Path) -> Path:
     for ax, draw in zip(fig.subplots(rows, columns, squeeze=False).flat, draws):
         draw(ax, _rows_for(draw, cmp))
     fig.suptitle(repr(cmp.op), fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 FIGURES: tuple[tuple[str, Callable[[Comparison, str | Path], Path], bool], ...] = (

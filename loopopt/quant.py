@@ -47,7 +47,7 @@ class QuantSpec:
     per output channel; stored one byte per weight, or 2 bits with ``Schedule.weight_format("i2_s")``.
     ``activation="binary", weight="binary"`` (always together): values in {-1, +1} given as int8,
     zero points 0, output ``"int32"`` or ``"float32"``; the kernel packs them to bits (XNOR +
-    popcount, ``targets/x86/binary.py``).
+    popcount, ``targets/binary.py``).
     ``output``: dequantized ``"float32"``, requantized ``"uint8"``/``"int8"``, or ``"int32"``: the
     raw accumulators ``sum (x - zx) * (w - zw[k])``
     (+ an int32 bias if the op has one), no scales (ONNX ``ConvInteger``/``MatMulInteger``).

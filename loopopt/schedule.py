@@ -628,11 +628,12 @@ class Schedule:
             sizes.append(1 + sum(abs(c) * (inside[n] - 1) for n, c in terms.items()))
         return StagedBox(tensor, at, tuple(lower), tuple(sizes))
 
-    def refuse_gpu_steps(self, target: str) -> None:
+    def refuse_gpu_steps(self, target: str, float16: bool = False) -> None:
         """ScheduleError where this schedule binds loops to GPU axes, stages tensors in shared memory,
-        maps loops onto a matrix instruction or multiplies float16, which the CPU target ``target``
-        has not (such a schedule compiles with target='cuda')."""
-        if self.op.dtype == "float16":
+        maps loops onto a matrix instruction or multiplies float16 (unless ``float16``: the target
+        widens it), which the CPU target ``target`` has not (such a schedule compiles with
+        target='cuda')."""
+        if self.op.dtype == "float16" and not float16:
             raise ScheduleError(f"{self.op!r} multiplies float16, which the {target} target has no kernels "
                                 f"for: compile it with target='cuda' (tensor cores: tensorize), or use "
                                 f"dtype='float32' or 'bfloat16'")

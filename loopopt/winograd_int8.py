@@ -53,6 +53,7 @@ from .targets.x86.winograd_int8 import (
     compile_flags,
     generate_winograd_int8,
 )
+from .targets.x86.winograd_int8 import pseudocode as stage_pseudocode
 
 ALGORITHM = "winograd F(2x2,3x3)"      # winograd.algorithm_name(2)
 EXACT_LIMIT = 2**29                    # |acc| below this: 4 acc fits int32
@@ -136,6 +137,13 @@ class Int8WinogradPlan:
     def schedules(self) -> dict:
         """No stage is a Schedule (the three stages are generated as they are): empty."""
         return {}
+
+    def pseudocode(self, isa: str = "auto") -> str:
+        """The three stages' loop nests for ``isa`` as readable pseudo-code (``Schedule.pseudocode``'s
+        counterpart: the stages are generated C, not schedules)."""
+        name = resolve_isa(isa, integer=True)
+        shape = shape_of(self.op, name, self.gemm_rows, self.gemm_cols)
+        return "\n".join([f"# {self.op!r}", f"# {self.algorithm}", *stage_pseudocode(shape, name)])
 
     def compile(self, isa: str = "auto") -> "Int8WinogradKernel":
         """Generate and build the three stages for ``isa`` (``auto``: the best integer ISA here)."""

@@ -11,6 +11,9 @@ from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
 from loopopt.codegen import generate
+from loopopt.targets.binary import generate_binary
+from loopopt.targets.neon.binary import POPCOUNT as BINARY_POPCOUNT
+from loopopt.targets.neon.binary import VARIANT as BINARY_VARIANT
 from loopopt.targets.neon.isa import NEON
 from loopopt.targets.x86.isa import ISAS
 
@@ -79,10 +82,32 @@ def corpus() -> Iterator[tuple[str, lo.Schedule]]:
                     yield f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
 
 
+def _dot_form(quant: lo.QuantSpec) -> lo.Schedule:
+    """A conv whose input channels are the dot loop (4 innermost in the weights), 4 output channels a
+    vector."""
+    op = lo.Conv2d(12, 10, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=5, width=7, quant=quant)
+    return (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW4o4i").split("c", 4)
+            .tile(ow=3, k=4).reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", "ow_i", "c_i", "k_i")
+            .vectorize("k_i"))
+
+
+def neon_kernels() -> Iterator[tuple[str, str]]:
+    """NEON's own kernel forms (every tier): the s8 x s8 and u8 x s8 dot, i2_s weights, binary (cnt)."""
+    ternary = lo.QuantSpec("int8", True, True, "int8", "ternary")
+    binary = lo.QuantSpec("binary", True, True, "float32", "binary")
+    yield "dot.s8/neon", _source(_dot_form(lo.QuantSpec("int8", True, False, "uint8")), NEON)
+    yield "dot.u8/neon", _source(_dot_form(lo.QuantSpec("uint8", True, False, "int8")), NEON)
+    yield "dot.i2_s/neon", _source(_dot_form(ternary).weight_format("i2_s"), NEON)
+    conv = lo.Conv2d(70, 10, 3, padding=1, groups=2, height=6, width=5, quant=binary)
+    conv = lo.Schedule(conv).tile(ow=3, k=4)
+    generated = generate_binary(conv, BINARY_VARIANT, BINARY_POPCOUNT)
+    yield "binary.conv/neon", generated.source + "\0" + generated.cdef
+
+
 def hashes(every: int = 1) -> dict[str, str]:
     """sha256 of the generated source and cdef of every corpus entry on every ISA (or the error), and of
     the reuse engines' trace nests (float ops); with ``every=n`` only each n-th corpus entry."""
-    result = {}
+    result = {key: _sha(source) for key, source in neon_kernels()}
     for number, (key, schedule) in enumerate(corpus()):
         if key in NEON_ENTRIES:
             result[f"{key}/neon"] = _sha(_source(schedule, NEON))

@@ -296,13 +296,13 @@ def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
 
 # --- float kernels ----------------------------------------------------------------------------------
 
-def check(schedule: lo.Schedule, isa: str, threads: int = 1):
-    """The kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with the op's numpy
-    reference; returns the kernel."""
+def check(schedule: lo.Schedule, isa: str, threads: int = 1, kernel=None):
+    """The kernel of ``schedule`` on ``isa`` (on ``threads`` threads; ``kernel``: that kernel, built
+    already) agrees with the op's numpy reference; returns the kernel."""
     op = schedule.op
     inputs = op.random_inputs(seed=1)
     args = [inputs[t] for t in op.call_tensors]
-    kernel = schedule.compile(isa)
+    kernel = schedule.compile(isa) if kernel is None else kernel
     kernel.set_threads(threads)
     result = kernel(*args)
     expected = op.reference(*args)
@@ -453,12 +453,13 @@ def tap_convs(draw):
                      quant=draw(SPECS))
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1):
-    """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads) agrees with quant.py's
-    exact reference (raw products exactly, requantized and int32 outputs bit for bit, float outputs
-    within their bound), on ``call`` (``(arrays, params)``) or else on ``random_call(op, seed)``."""
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1, kernel=None):
+    """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads; ``kernel``: that kernel,
+    built already) agrees with quant.py's exact reference (raw products exactly, requantized and int32
+    outputs bit for bit, float outputs within their bound), on ``call`` (``(arrays, params)``) or else
+    on ``random_call(op, seed)``."""
     op = schedule.op
-    kernel = schedule.compile(isa)
+    kernel = schedule.compile(isa) if kernel is None else kernel
     kernel.set_threads(threads)
     args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)
@@ -475,6 +476,42 @@ def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, t
         bound = quant_tolerance(op, args, params, schedule.arithmetic_mode == "dequantize")
         assert np.all(np.abs(result - expected) <= bound), (where, float(np.abs(result - expected).max()))
     return kernel
+
+
+# --- binary kernels -------------------------------------------------------------------------------
+
+SPECS_BINARY = st.builds(lambda per_channel, output: lo.QuantSpec("binary", per_channel, True, output,
+                                                                  "binary"),
+                         st.booleans(), st.sampled_from(["int32", "float32"]))
+
+
+def check_binary(kernel, seed: int = 1):
+    """A binary op's XNOR + popcount ``kernel`` against quant.py's reference on a random call (int32
+    outputs bit for bit, float outputs within their bound); returns the kernel."""
+    op = kernel.op
+    args, params = random_call(op, seed)
+    result = kernel(*args, **params)
+    expected = reference_output(op, args, params)
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    if op.quant.dequantized:
+        assert np.all(np.abs(result - expected) <= quant_tolerance(op, args, params, False))
+    else:
+        assert np.array_equal(result, expected), np.abs(result.astype(int) - expected).max()
+    return kernel
+
+
+@st.composite
+def binary_convs(draw, words):
+    """A random 2-D or 1-D binary conv (padding symmetric or per side, stride, dilation, groups,
+    depthwise, batch, bias) with 1 to ``words`` words of input channels per group (not a multiple of
+    64), up to 3 vectors and a tail of output channels per group."""
+    base = draw(conv_ops(max_hw=7, spatial=draw(st.sampled_from([2, 2, 1]))))
+    cg = draw(st.integers(1, 64 * words))
+    kg = draw(st.one_of(st.just(base.out_channels // base.groups), st.integers(1, 27)))
+    conv = type(base)
+    return conv(cg * base.groups, kg * base.groups, base.kernel_size, stride=base.stride, padding=base.pads,
+                dilation=base.dilation, groups=base.groups, bias=base.bias, batch=base.batch,
+                quant=draw(SPECS_BINARY), **dict(zip(conv.SIZES, base.sizes)))
 
 
 # --- reuse distances --------------------------------------------------------------------------------

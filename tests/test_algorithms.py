@@ -1,4 +1,5 @@
 """Algorithm selection in lo.tune and loopopt compare: direct, implicit GEMM, im2col, Winograd."""
+import concurrent.futures
 import json
 import tomllib
 
@@ -61,7 +62,8 @@ def test_tune_labels_every_trial_and_says_which_algorithm_won(tmp_path):
     log = str(tmp_path / "tune.db")
     result = lo.tune(CONV, trials=8, budget=0.01, progress=False, log=log)
     labels = [t.algorithm for t in result.trials]
-    assert labels[:4] == ["implicit_gemm", "im2col", "winograd", "direct"] and set(labels[3:]) == {"direct"}
+    # the direct search's first candidate (the yardstick), then each other algorithm's preset in turn
+    assert labels[:4] == ["direct", "implicit_gemm", "im2col", "winograd"] and set(labels[4:]) == {"direct"}
     assert len(result.trials) == 8 and not result.skipped
     fastest = result.by_algorithm()
     assert set(fastest) == set(ALGORITHMS) and list(fastest)[0] == result.algorithm
@@ -70,7 +72,7 @@ def test_tune_labels_every_trial_and_says_which_algorithm_won(tmp_path):
     assert f"algorithm: {result.algorithm} won" in str(result) and "faster than" in str(result)
     assert "implicit_gemm preset, m=8, k=16" in result.table() or "implicit_gemm preset" in result.table()
     data = json.loads(json.dumps(result.to_dict(), default=str))
-    assert data["algorithm"] == result.algorithm and data["trials"][0]["algorithm"] == "implicit_gemm"
+    assert data["algorithm"] == result.algorithm and data["trials"][1]["algorithm"] == "implicit_gemm"
     assert data["by_algorithm"][result.algorithm]["times_winner"] == 1.0
     best = lo.best_schedule(CONV, log=log)
     assert lo.to_toml(best) == lo.to_toml(result.best)     # the log's best is the winner, any algorithm
@@ -97,7 +99,7 @@ def test_cli_tune_takes_algorithms(capsys):
     status = main(["tune", "--conv", "4,16,3,6,padding=1", "--trials", "2", "--budget", "0.01",
                    "--algorithms", "direct,im2col", "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert status == 0 and [t["algorithm"] for t in data["trials"]] == ["im2col", "direct"]
+    assert status == 0 and [t["algorithm"] for t in data["trials"]] == ["direct", "im2col"]
     assert set(data["by_algorithm"]) == {"direct", "im2col"}
     status = main(["tune", "--conv", "4,16,3,6", "--trials", "1", "--algorithms", "direct,fft"])
     err = capsys.readouterr().err
@@ -111,7 +113,7 @@ def test_cli_compare_shows_each_algorithm(capsys):
     data = json.loads(capsys.readouterr().out)
     rows = data["rows"]
     assert status == 0 and [r["name"] for r in rows] == ["direct: preset output_stationary", "im2col: preset"]
-    assert all(r["verified"] and r["relative_error"] is not None and r["gflops"] > 0 for r in rows)
+    assert all(r["verified"] and r["relative_error"] is not None and r["rate"] > 0 for r in rows)
     assert "stride=1" in data["skipped"]["winograd"]
     status = main(["compare", *conv, "--algorithms", "--schedules", "naive"])
     assert status == 2 and "does not combine with --schedules" in capsys.readouterr().err
@@ -144,6 +146,47 @@ def test_cli_compare_takes_each_algorithms_best_from_the_log(capsys, tmp_path):
 def _timing(seconds: float) -> Timing:
     return Timing(median=seconds, min=seconds, iqr=0.0, repeats=3, gflops=1.0, percent_of_peak=1.0,
                   peak_gflops=100.0, verified=True, max_error=0.0)
+
+
+class AlgorithmTimedExecutor(concurrent.futures.Executor):
+    """A fake measurement: each trial 'takes' the seconds of its algorithm (``seconds``, by the schedule
+    or plan name its candidates compile), a direct schedule 1 ms."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds = {c.schedule: s for name, s in seconds.items()
+                        for c in alternatives(CONV, name, "avx2")}
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = concurrent.futures.Future()
+        future.set_result(here("ok", "", _timing(self.seconds.get(args[0].schedule, 1e-3))))
+        return future
+
+
+FAR_BEHIND_TIMES = {"implicit_gemm": 10e-3, "im2col": 1.5e-3, "winograd": 0.5e-3}   # 20x, 3x behind
+
+
+def test_an_algorithm_far_behind_gets_no_more_trials():
+    """Every algorithm's first candidate in turn; one 4x or more slower than the best so far gets no more
+    trials, and the result says so."""
+    result = lo.tune(CONV, trials=6, isa="avx2", executor=AlgorithmTimedExecutor(FAR_BEHIND_TIMES),
+                     progress=False, algorithms=("implicit_gemm", "im2col", "winograd"))
+    order = [t.algorithm for t in result.trials]
+    assert order == ["implicit_gemm", "im2col", "winograd", "im2col", "winograd"]
+    why = ("its fastest (trial 1) was 20.0x slower than the best so far (winograd, trial 3); its other 1 "
+           "candidate(s) were not tried")
+    assert result.cut == {"implicit_gemm": why} and result.to_dict()["cut"] == result.cut
+    assert f"implicit_gemm stopped early: {why}" in str(result)
+
+
+@pytest.mark.slow
+def test_a_mixed_search_gives_the_trials_of_an_algorithm_far_behind_to_the_direct_search():
+    """One direct trial first (the yardstick), then the others in turn; the cut one's trial goes to direct."""
+    result = lo.tune(CONV, trials=16, isa="avx2", executor=AlgorithmTimedExecutor(FAR_BEHIND_TIMES),
+                     progress=False)
+    order = [t.algorithm for t in result.trials]
+    assert order[:4] == ["direct", "implicit_gemm", "im2col", "winograd"] and len(order) == 16
+    assert (order.count("implicit_gemm"), order.count("im2col"), order.count("winograd")) == (1, 2, 2)
+    assert result.cut["implicit_gemm"].endswith("its other 1 candidate(s) went to the direct search")
 
 
 def test_best_trial_is_the_logged_winner_whatever_its_algorithm(tmp_path):

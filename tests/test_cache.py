@@ -167,8 +167,10 @@ def test_folder_of_a_killed_build_is_cleaned(cache, tmp_path):
     assert len(list(cache.glob("*.so"))) == len(list(cache.glob("*.sha256"))) == 1   # only the finished build
 
 
-def test_info_and_clear(cache, capsys):
-    for value in (7, 8):
+def test_info_trim_and_clear(cache, capsys):
+    """info lists kernels and precompiled headers apart; trim removes the headers, failed sources and
+    abandoned build folders and keeps the kernels; clear removes all of loopopt's files."""
+    for value in (7, 8, 9):                        # the third build of these flags precompiles the headers
         compile_c(source(value), CDEF)
     with pytest.raises(cbuild.BuildError, match="failed.c"):
         compile_c("int lo_value(void) { return }", CDEF)
@@ -178,17 +180,28 @@ def test_info_and_clear(cache, capsys):
     mine = cache / "notes.txt"                     # not loopopt's: a cache dir pointed at a shared folder
     mine.write_text("keep me")
     info = cache_info()
-    assert (info.path, info.entries, info.builds, info.failed) == (cache, 2, 1, 1)
+    assert (info.path, info.entries, info.builds, info.failed, info.headers) == (cache, 3, 1, 1, 1)
     files = [p for p in cache.iterdir() if p.name.startswith("_loopopt_")]
     assert info.bytes == sum(p.stat().st_size for p in files) + 1000
+    headers = [p for p in files if p.name.startswith(cbuild.PCH_PREFIX)]
+    assert info.header_bytes == sum(p.stat().st_size for p in headers) > info.bytes / 2
     assert main(["cache", "info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data.pop("provenance")["loopopt"]
-    assert data == {"action": "info", "path": str(cache), "entries": 2, "bytes": info.bytes, "builds": 1,
-                    "failed": 1}
+    assert data.pop("provenance")["loopopt"] and data.pop("units")["data"] == "bytes"
+    assert data == {"action": "info", "path": str(cache), "entries": 3, "bytes": info.bytes, "builds": 1,
+                    "failed": 1, "headers": 1, "header_bytes": info.header_bytes}
+    assert main(["cache", "info"]) == 0
+    assert f"3 kernels ({(info.bytes - info.header_bytes) / 1e6:.2f} MB with the rest), 1 precompiled " \
+           f"headers ({info.header_bytes / 1e6:.2f} MB" in capsys.readouterr().out
+    assert main(["cache", "trim"]) == 0
+    assert capsys.readouterr().out.endswith(": 0 kernels, 1 precompiled headers, 1 build folders, 1 failed "
+                                            "sources\n")
+    kept = cache_info()
+    assert (kept.entries, kept.headers, kept.header_bytes, kept.failed, kept.builds) == (3, 0, 0, 0, 0)
+    assert all(cbuild._trusted(so) for so in cache.glob("*.so"))     # the kernels stay, loadable
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"removed from {cache}: 2 kernels") and "1 build folders, 1 failed sources" in out
+    assert out.startswith(f"removed from {cache}: ") and ": 3 kernels, 0 precompiled headers" in out
     assert sorted(cache.iterdir()) == [mine]
     assert (cache_info().entries, cache_info().bytes) == (0, 0)
     assert clear_cache().entries == 0
@@ -199,15 +212,18 @@ INTRINSIC_SOURCE = ("#include <immintrin.h>\n"
 
 
 @pytest.mark.slow
-def test_preludes_are_precompiled_once_and_a_damaged_one_is_only_slower(cache):
+def test_preludes_are_precompiled_once_they_pay_off_and_a_damaged_one_is_only_slower(cache):
     """Kernels of one compiler and flags share a precompiled prelude (cffi's lines to <Python.h>, and
-    <immintrin.h> where the kernel includes it); a damaged one is read as text, a missing one rebuilt."""
+    <immintrin.h> where the kernel includes it), made by the third build of those (a flag set used once or
+    twice gets none); a damaged one is read as text, a missing one rebuilt."""
     def preludes():
         return sorted(p.name for p in cache.glob(f"{cbuild.PCH_PREFIX}*.h.gch"))
 
+    assert [compile_c(INTRINSIC_SOURCE.format(v), CDEF).lib.lo_value() for v in (1, 2)] == [1, 2]
+    assert preludes() == []
     assert compile_c(INTRINSIC_SOURCE.format(3), CDEF).lib.lo_value() == 3
-    assert compile_c(source(4), CDEF).lib.lo_value() == 4     # no intrinsics: a prelude of its own
-    assert len(first := preludes()) == 2
+    assert compile_c(source(4), CDEF).lib.lo_value() == 4     # no intrinsics: a prelude of its own, not yet
+    assert len(first := preludes()) == 1
     assert compile_c(INTRINSIC_SOURCE.format(5), CDEF).lib.lo_value() == 5
     assert preludes() == first
     for compiled in cache.glob("*.gch"):

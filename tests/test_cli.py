@@ -1,6 +1,8 @@
 """The loopopt command: output, --json, and exit status 2 with one line for user mistakes."""
+import contextlib
 import json
 import os
+import pty
 import select
 import signal
 import sqlite3
@@ -12,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from helpers import quick_first
+from json_schemas import check
 
 import loopopt as lo
 from loopopt.cli import _op, main, parse_conv, parser
+from loopopt.layers import get_layer
 from loopopt.schedule_file import stored_schedule
 from loopopt.targets.neon import toolchain
 from loopopt.targets.x86.isa import bf16_dot_available
@@ -35,8 +39,10 @@ def test_layers(capsys):
     status, out, _ = run(capsys, "layers", "--filter", "resnet50")
     assert status == 0 and "resnet50.conv2_x " in out and "vgg16" not in out
     status, out, _ = run(capsys, "layers", "--json")
-    rows = {r["name"]: r for r in json.loads(out)}
-    conv2_x = {"C": 64, "K": 64, "HW": 56, "padding": 1}
+    check("layers", json.loads(out))
+    rows = {r["name"]: r for r in json.loads(out)["layers"]}
+    conv2_x = {"in_channels": 64, "out_channels": 64, "size": 56, "padding": 1,
+               "flops": get_layer("resnet50.conv2_x").flops}
     assert status == 0 and rows["resnet50.conv2_x"].items() >= conv2_x.items()
     assert rows["mobilenetv2.block2.depthwise"]["kind"] == "depthwise"
 
@@ -50,6 +56,8 @@ def test_layers(capsys):
     line = next(line for line in out.splitlines() if line.startswith("resnet50.conv2_x "))
     number = line.split("fp32 [")[1].split("]")[0]
     assert f"[{number}] {found.summary()}" in out.splitlines()
+    status, out, _ = run(capsys, "layers", "--filter", "mobilenetv2.block2.depthwise")     # 5.35 MFLOP
+    assert status == 0 and " 0.00535 " in out
 
 
 def test_compare_json_and_plot(capsys, tmp_path):
@@ -57,6 +65,7 @@ def test_compare_json_and_plot(capsys, tmp_path):
     status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary",
                          "--plot", str(plot), "--json", "--quiet")
     data = json.loads(out)
+    check("compare", data, rate="GFLOP/s")
     assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", "output_stationary"]
     assert all(r["verified"] for r in data["rows"]) and plot.stat().st_size > 0
     assert set(data["provenance"]) == PROVENANCE
@@ -67,9 +76,11 @@ def test_show_and_reuse(capsys):
     status, out, _ = run(capsys, "show", *SMALL, "--schedule", "tiled")
     assert status == 0 and "for i_o" in out and "generated C" in out
     status, out, _ = run(capsys, "reuse", *SMALL, "--schedule", "tiled", "--json")
+    check("reuse", json.loads(out))
     assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
     assert set(json.loads(out)["provenance"]) == PROVENANCE - {"isa", "threads"}
     status, out, _ = run(capsys, "show", *SMALL, "--schedule", "tiled", "--json")
+    check("show", json.loads(out))
     assert status == 0 and json.loads(out)["provenance"]["isa"] == json.loads(out)["isa"]
 
 
@@ -86,9 +97,10 @@ def test_bf16_dtype(capsys):
     data = json.loads(out)
     assert status == 0 and "dtype='bfloat16'" in data["op"] and "uint16_t *restrict I" in data["source"]
     assert ("vdpbf16ps" in data["pseudocode"]) == bf16_dot_available(data["isa"])
-    status, out, _ = run(capsys, "compare", *SMALL, "--dtype", "bfloat16", "--schedules", "naive", "--json",
-                         "--quiet", "--no-reuse")
-    assert status == 0 and json.loads(out)["rows"][0]["verified"]
+    status, out, err = run(capsys, "compare", *SMALL, "--dtype", "bfloat16", "--schedules", "naive",
+                           "--no-reuse")
+    row = next(line for line in out.splitlines() if line.startswith("naive "))
+    assert status == 0 and " yes " in row and err == ""     # verified; no progress bar: stderr is no terminal
 
 
 def test_contraction(capsys):
@@ -115,7 +127,9 @@ def test_machine(capsys):
 @pytest.mark.parametrize("suffix", quick_first(["md", "html"]))
 def test_report(capsys, tmp_path, suffix):
     path = tmp_path / f"r.{suffix}"
-    status, _, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path))
+    status, out, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path),
+                         "--json")
+    check("report", json.loads(out), rate="GFLOP/s")
     text = path.read_text()
     assert status == 0 and "data:image/png;base64," in text
     assert "measured on " in text and "kernel run only" in text       # provenance and what was timed
@@ -340,6 +354,7 @@ def test_compare_int8_runs_the_stored_int8_schedule(capsys):
     status, out, _ = run(capsys, "compare", *conv, "--int8", "--quant-output", "int8", "--schedules",
                          "naive,resnet50.conv2_x.int8")
     data = json.loads(out)
+    check("compare", data, rate="GOP/s")
     assert status == 0 and "output='int8'" in data["op"] and all(r["verified"] for r in data["rows"])
     assert data["rows"][1]["name"] == "resnet50.conv2_x.int8" and data["rows"][1]["max_error"] == 0
     status, _, err = run(capsys, "compare", *conv, "--int8", "--schedules", "resnet50.conv2_x")
@@ -391,11 +406,26 @@ def test_ctrl_c_during_tune_is_one_line_and_status_130(tmp_path):
 
 
 def test_ctrl_c_during_compare_is_one_line_and_status_130():
-    """A real SIGINT during compare (here while it compiles or times a slow naive kernel): one line, 130."""
-    process, lines = _started(["compare", "--conv", "128,128,3,56,padding=1", "--schedules", "naive,tiled",
-                               "--no-reuse"], lambda lines: any("naive: compile" in line for line in lines))
-    status, err = _interrupted(process, lines)
-    assert status == 130 and "Traceback" not in "".join(err) and err[-1] == "loopopt: interrupted\n"
+    """A real SIGINT during compare (here while it compiles or times a slow naive kernel), its stderr a
+    terminal: the progress bar shows there (only there: a pipe gets none), then one line, status 130."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    terminal, stderr = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "loopopt.cli", "compare", "--conv",
+                                "128,128,3,56,padding=1", "--schedules", "naive,tiled", "--no-reuse"],
+                               env=env, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+    os.close(stderr)
+    shown = b""
+    while b"naive: compile" not in shown and process.poll() is None:
+        shown += os.read(terminal, 4096)
+    os.killpg(process.pid, signal.SIGINT)
+    status = process.wait(timeout=180)
+    with contextlib.suppress(OSError):          # EIO: the terminal's other end closed
+        while chunk := os.read(terminal, 4096):
+            shown += chunk
+    os.close(terminal)
+    text = shown.decode().replace("\r\n", "\n")
+    assert status == 130 and "[" in text and "Traceback" not in text
+    assert text.endswith("\nloopopt: interrupted\n")
 
 
 @pytest.mark.parametrize("command", ["show", "reuse"])

@@ -4,6 +4,7 @@ import json
 
 import onnx
 import pytest
+from json_schemas import check
 from onnx import TensorProto, helper
 from onnx_models import model, quantized_model, small_cnn
 
@@ -22,13 +23,14 @@ def test_report_of_a_cnn(capsys, tmp_path):
     onnx.save(small_cnn(), path)
     assert main(["onnx", str(path), "--json", "--no-reuse", "--budget", "0.01", "--plot", str(plot)]) == 0
     data = json.loads(capsys.readouterr().out)
+    check("onnx", data)
     assert [n["node"] for n in data["nodes"]] == ["conv1", "depthwise", "pointwise", "fc"]
     for node in data["nodes"]:
         ran = node["loopopt"]["ran"]
-        assert ran["median_ms"] > 0 and ran["verified"] and node["mflop"] > 0
-        assert (node["onnxruntime_ms"] is not None) == HAVE_ORT
+        assert ran["median_s"] > 0 and ran["verified"] and node["flops"] > 0
+        assert (node["onnxruntime_s"] is not None) == HAVE_ORT
         assert node["integer_check"] is None and node["absorbed"] == []     # a float model
-    assert data["total_ms"]["loopopt"] > 0 and plot.stat().st_size > 0
+    assert data["total_s"]["loopopt"] > 0 and plot.stat().st_size > 0
 
 
 def test_report_table_with_reuse_of_a_quantized_model():

@@ -9,13 +9,18 @@ import textwrap
 import warnings
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 
 import loopopt as lo
 from loopopt import dataflows, plot
+from loopopt.analysis import Machine
 from loopopt.cli import main
-from loopopt.compare import Comparison, Row, compare
+from loopopt.compare import Comparison, Row, _add_hierarchy, compare
+from loopopt.measure import Timing
+from loopopt.tune import Trial, TuneResult
 
 PLOTS = ["plot_runtime", "plot_miss_ratio", "plot_traffic", "plot_energy", "plot_traffic_vs_time",
          "plot_dram_vs_time", "plot_roofline", "plot_histograms", "dashboard"]
@@ -46,8 +51,8 @@ def _synthetic(level_bytes, *, median_ms=1.0, min_ms=0.9, iqr_ms=0.1, gflops=Non
     return Comparison(op, rows, {r.name: profile for r in rows}, peak, provenance={})
 
 
-# the quick tier: the conv's dashboard (every plot in one figure) and its roofline alone; the other
-# pairs are slow
+# the quick tier: the conv's dashboard (every plot in one figure) and its roofline alone (the ten-row
+# dashboard below checks the layout); the other pairs are slow
 QUICK_PLOTS = {("conv", "dashboard"), ("conv", "plot_roofline")}
 
 
@@ -62,6 +67,7 @@ def test_plot_writes_png_without_warnings(comparisons, tmp_path, capfd, kind, na
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_first_matplotlib_import_says_nothing(tmp_path):
     """A first import in a process whose matplotlib config dir cannot be created (matplotlib logs
@@ -180,3 +186,115 @@ def test_reuse_plots_need_analysis(tmp_path):
     assert cmp.plot(tmp_path / "only_runtime.png").stat().st_size > 0
     with pytest.raises(ValueError, match="reuse"):
         plot.plot_roofline(cmp, tmp_path / "r.png")
+
+
+def layout_problems(fig: Figure) -> list[str]:
+    """What in ``fig`` (drawn, by the window bounding boxes of its artists) overlaps: a legend over any
+    panel's data area or over another legend, two tick labels of one axis, a title over another panel;
+    and text outside the figure."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    areas = [ax.get_window_extent(renderer).shrunk(0.99, 0.99) for ax in panels]
+    legends = [legend for ax in panels for legend in dict.fromkeys(ax.findobj(Legend))]
+    boxes = [legend.get_window_extent(renderer) for legend in legends]
+    found = [f"legend {i} over panel {j}" for i, box in enumerate(boxes) for j, area in enumerate(areas)
+             if box.overlaps(area)]
+    found += [f"legends {i} and {j} overlap" for i, a in enumerate(boxes) for j, b in enumerate(boxes)
+              if i < j and a.overlaps(b)]
+    for index, ax in enumerate(panels):
+        for axis in [ax.xaxis, ax.yaxis] + [a for child in ax.child_axes for a in (child.xaxis, child.yaxis)]:
+            low, high = sorted(axis.get_view_interval())
+            labels = [label.get_window_extent(renderer).shrunk(0.98, 0.98) for tick, label in
+                      zip(axis.get_majorticklocs(), axis.get_majorticklabels())
+                      if low <= tick <= high and label.get_visible() and label.get_text()]
+            found += [f"panel {index}: tick labels {a} and {b} overlap" for i, a in enumerate(labels)
+                      for b in labels[i + 1:] if a.overlaps(b)]
+        title = ax.title.get_window_extent(renderer)
+        found += [f"title of panel {index} over panel {j}" for j, area in enumerate(areas)
+                  if j != index and title.overlaps(area)]
+        inside = fig.bbox.padded(1)
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label):
+            box = text.get_window_extent(renderer)
+            if text.get_text() and not (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)):
+                found.append(f"panel {index}: {text.get_text()[:30]!r} outside the figure")
+    return found
+
+
+def _ten_rows() -> Comparison:
+    """A comparison of ten rows (a Winograd one, a noisy one) of a tiny matmul, with made-up timings and
+    the reuse analysis of its naive schedule for every row."""
+    op = lo.Matmul(4, 4, 4)
+    profile = lo.reuse(lo.Schedule(op), granularity="line")
+    hierarchy = profile.hierarchy(Machine.detect(), set_associative=False)
+    rows = []
+    for i in range(10):
+        ms = 0.01 * (i + 1)
+        rows.append(Row(f"schedule_{i}" + "_with_a_long_name" * (i == 7), "avx2", ms, ms * 0.9, ms * 0.1, 10,
+                        op.flops / ms / 1e6, 1.0, True, 0.0, noisy=i == 3,
+                        algorithm="winograd F(2x2,3x3)" if i == 9 else "direct"))
+        _add_hierarchy(rows[-1], hierarchy)
+    return Comparison(op, rows, {r.name: profile for r in rows}, 100.0, provenance={})
+
+
+def test_captions_are_one_line():
+    assert all(len(text) <= plot.CAPTION_WIDTH for text in plot.CAPTIONS.values())
+
+
+def test_palette_stays_distinct_for_any_number_of_rows():
+    assert plot.palette(8) == list(plot.PALETTE)
+    assert all(len(set(plot.palette(n))) == n for n in (1, 5, 9, 20, 21, 64))
+
+
+def test_a_ten_row_dashboard_keeps_legends_off_the_data_and_its_text_apart():
+    """Legends outside every panel, no overlapping labels; distinct colours; a caption under each title;
+    the Winograd row marked direct-equivalent, the noisy timing said; miss ratios on a log axis."""
+    cmp = _ten_rows()
+    fig = plot.dashboard_figure(cmp)
+    assert layout_problems(fig) == []
+    runtime, roofline, _, _, misses, _ = fig.axes[:6]
+    assert all(ax.get_title().count("\n") >= 1 for ax in fig.axes[:6])        # title and caption
+    assert [label.get_text() for label in runtime.get_yticklabels()][-1] == "schedule_9 *"
+    assert "direct-equivalent" in runtime.get_title() and "NOISY" in runtime.get_title()
+    colours = {tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
+               for line in misses.get_lines() if line.get_label().startswith("schedule_")}
+    assert len(colours) == 10 and misses.get_yscale() == "log"
+    assert "direct-equivalent" in roofline.get_title()
+
+
+def test_layout_problems_finds_a_legend_over_the_data():
+    ax = Figure().subplots()
+    ax.plot([0, 1], [0, 1], label="data")
+    ax.legend(loc="center")
+    assert layout_problems(ax.figure) == ["legend 0 over panel 0"]
+
+
+def test_tune_plot_is_coloured_by_algorithm_and_says_whether_the_search_converged():
+    op = lo.Conv2d(4, 16, 3, padding=1, height=6, width=6)
+    seconds = [4e-3, 8e-3, 1e-3, 3e-3, 2.5e-3, None, 2e-3, 1.9e-3]
+    names = ["direct", "im2col", "winograd", "direct", "direct", "direct", "direct", "direct"]
+    trials = [Trial(n, "", {"algorithm": a}, {}, "ok" if s else "error",
+                    s and Timing(s, s, 0.0, 1, 1.0, 1.0, 0.1, True, 0.0), "")
+              for n, (s, a) in enumerate(zip(seconds, names), 1)]
+    result = TuneResult(op, "avx2", 1, lo.Schedule(op), trials[2].timing, trials, best_number=3)
+    fig = result.figure()
+    assert layout_problems(fig) == []
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:3] == ["direct", "im2col", "winograd"] and "failed trial" in labels
+    assert len({tuple(c.get_facecolor()[0]) for c in ax.collections[:3]}) == 3
+    assert "search: converged" in ax.get_title() and "direct-equivalent" in ax.get_title()
+
+
+def test_reuse_plot(tmp_path, capsys, monkeypatch):
+    """loopopt reuse --plot: the schedule's histograms per tensor and its miss-ratio curve, laid out
+    without overlaps (drawn once, here; ``_save`` writes every figure's PNG and is tested above)."""
+    path, figures = tmp_path / "reuse.png", []
+    monkeypatch.setattr(plot, "_save", lambda fig, where: figures.append(fig) or where)
+    assert main(["reuse", "--matmul", "8,16,8", "--schedule", "tiled", "--plot", str(path)]) == 0
+    assert f"plot written to {path}" in capsys.readouterr().out
+    titles = [ax.get_title().split("\n")[0] for ax in figures[0].axes if ax.get_visible()]
+    assert titles == ["reuse distances of A", "reuse distances of B", "reuse distances of C",
+                      "miss-ratio curves (fully associative LRU)"]
+    assert layout_problems(figures[0]) == []

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import needs_amx
+from json_schemas import check
 
 import loopopt as lo
 from loopopt.cli import main
@@ -38,7 +39,7 @@ from loopopt.targets.x86.rank import (
 )
 from loopopt.targets.x86.search import imbalance
 from loopopt.targets.x86.space import Knobs, candidates, is_table_lookup
-from loopopt.tune import IsolatedExecutor, TuneError, TuningLog, TuningLogError, WorkerDied
+from loopopt.tune import IsolatedExecutor, Trial, TuneError, TuningLog, TuningLogError, WorkerDied
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
 from loopopt.tune.guide import FEATURES, SMALLEST, Guide, Price
@@ -303,6 +304,7 @@ def test_cli_tune_json_and_save(tmp_path, capsys):
                    str(log), "--save", str(saved)])
     out, err = capsys.readouterr()
     data = json.loads(out)
+    check("tune", data, rate="GFLOP/s")
     assert status == 0 and err == "" and len(data["trials"]) == 2 and data["saved"] == str(saved)
     assert data["provenance"]["fingerprint"] == lo.machine_profile().fingerprint
     assert "model_spearman" in data and all("model_seconds" in t["model"] for t in data["trials"])
@@ -750,3 +752,27 @@ def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(
                            "--scheduler", address], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 2 and done.stderr.startswith("loopopt: error: the Dask scheduler address")
     assert done.stderr.count("\n") == 1 and "Exception ignored" not in done.stderr
+
+
+def _result_of(seconds: list[float | None], stopped: str = "") -> lo.TuneResult:
+    """A TuneResult of trials that took ``seconds`` (None: failed) of the matmul, without measuring."""
+    timings = [None if s is None else Timing(s, s, 0.0, 1, 1.0, 1.0, 100.0, True, 0.0) for s in seconds]
+    trials = [Trial(n, "", {}, {}, "ok" if t else "error", t, "") for n, t in enumerate(timings, 1)]
+    best = min((t for t in trials if t.seconds), key=lambda t: t.seconds)
+    return lo.TuneResult(OPS["matmul"], "avx2", 1, lo.Schedule(OPS["matmul"]), best.timing, trials,
+                         stopped=stopped, best_number=best.number)
+
+
+def test_the_search_says_whether_it_converged():
+    """Converged: the best gained under 2% over the last third of the trials; else still improving."""
+    flat = _result_of([4e-3, 2e-3, 1.01e-3, 1e-3, 1e-3, 3e-3, 1e-3, 2e-3, 1.005e-3])
+    assert flat.convergence.converged and flat.convergence.since == 7
+    assert "search: converged: the best gained 0.0% over the last third of the trials (7-9)" in str(flat)
+    rising = _result_of([None, 4e-3, 3e-3, 3e-3, 2e-3, 3e-3, 1e-3, 1e-3, 1e-3])
+    assert rising.convergence.converged is False and rising.convergence.gain == pytest.approx(1.0)
+    assert rising.to_dict()["convergence"]["verdict"].startswith("still improving: the best gained 100.0% "
+                                                                 "over the last third of the trials (7-9); "
+                                                                 "run more trials")
+    assert _result_of([None] * 6 + [1e-3]).convergence.verdict.startswith("still improving: no verified")
+    assert _result_of([1e-3] * 5).convergence.converged is None
+    assert _result_of([1e-3] * 2, stopped="every candidate was tried").convergence.converged

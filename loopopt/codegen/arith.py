@@ -48,7 +48,9 @@ class Arithmetic:
 
     @property
     def bf16(self) -> Isa:
-        return tables(self.acc.name).bf16
+        """The table of the op's narrow float operands: bfloat16, or float16 (widened the same way)."""
+        variant = tables(self.acc.name)
+        return variant.f16 if self.schedule.op.dtype == "float16" else variant.bf16
 
     @property
     def is_bf16(self) -> bool:
@@ -223,7 +225,10 @@ class Arithmetic:
         """``c`` plus the product of operand vectors ``a`` (activations) and ``b`` (weights)."""
         table = {"integer": self.ints, "dot": self.ints, "bf16_dot": self.bf16}.get(self.name, self.acc)
         if self.name in ("dot", "bf16_dot"):
-            return table.dot_mask(a=a, b=b, c=c, m=mask) if mask else table.dot(a=a, b=b, c=c)
+            dot = self.plan.dot_instruction if self.name == "dot" else "dot"
+            if mask:
+                return getattr(table, f"{dot}_mask")(a=a, b=b, c=c, m=mask)
+            return getattr(table, dot)(a=a, b=b, c=c)
         return table.fma_mask(a=a, b=b, c=c, m=mask) if mask else table.fma(a=a, b=b, c=c)
 
 
@@ -241,6 +246,9 @@ def arithmetic(schedule: Schedule, isa_name: str, plan: Optional[QuantPlan],
     """The arithmetic of ``schedule`` on ``isa_name``. ``bf16_dot``: a bfloat16 kernel may use the
     table's ``vdpbf16ps`` (kernels compiled to run here pass ``isa.bf16_dot_available``)."""
     table = tables(isa_name)
+    if schedule.op.dtype == "float16":       # widened to float32 lanes like bfloat16, without a pair dot
+        _check_table(table.f16, isa_name, "float16")
+        return Arithmetic("bf16", table.floats, schedule)
     if schedule.op.dtype == "bfloat16":
         _check_table(table.bf16, isa_name, "bfloat16")
         dot = (find_dot_loop(schedule, table.floats.lanes, BF16_PAIR, padded_groups=False)

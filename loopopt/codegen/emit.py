@@ -139,7 +139,8 @@ def vector_loop_plan(schedule: Schedule, isa: Isa, kinds: dict[str, AccessKind],
 def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     """The complete C translation unit of ``schedule`` for ``isa`` (``bf16_dot``: a bfloat16 kernel
     may use ``vdpbf16ps``; the C of a schedule depends only on these arguments, not on this CPU)."""
-    plan = quantized.plan(schedule, isa.lanes) if schedule.op.quant is not None else None
+    plan = (quantized.plan(schedule, isa.lanes, quantized.has_signed_dot(isa.name))
+            if schedule.op.quant is not None else None)
     arith = arithmetic(schedule, isa.name, plan, bf16_dot)
     isa = arith.acc
     args = kernel_arguments(schedule)

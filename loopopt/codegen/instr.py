@@ -122,6 +122,11 @@ INT_MEANINGS = {
     "store_bytes": "((uint8 *)p)[i] = byte i of v for i < n (n: 1 to 4 L; the others untouched)",
 }
 SHARED_OPS = ("mask_bits", "mask_count", "stride_index", "index_load")
+# an integer table's optional s8 x s8 dot (int8 activations then feed it unshifted: codegen/quantized.py)
+SIGNED_DOT_MEANINGS = {
+    "dot_s8": "lane j = c_j + sum over q < 4 of int8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
+    "dot_s8_mask": "dot_s8 where mask bit j, else c_j",
+}
 # the byte operations of two optional features, in the integer tables of the variants that have them:
 # tap dots (codegen/taps.py: a window of activation bytes spread into dot groups; phase groups zipped back
 # in order) and i2_s ternary weights (codegen/ternary.py: codes w + 1 unpacked to signed bytes)
@@ -183,6 +188,18 @@ static inline float lo_bf16(uint16_t b) {
 """
 
 
+# float16 operands (IEEE half bit patterns) widened to the float table's float32 lanes, where a variant
+# converts them (e.g. NEON's vcvt_f32_f16): the bf16 widening entries' names with half meanings
+F16_MEANINGS = {
+    "value": "the float32 value of the half bits s (exact)",
+    "broadcast": "every lane = the float32 value of the half bits s",
+    "load": "lane j = float32 value of the half ((uint16 *)p)[j]",
+    "load_mask": "lane j = float32 value of the half ((uint16 *)p)[j] where mask bit j, else 0.0",
+    "gather": "lane j = float32 value of the half ((uint16 *)p)[idx_j]",
+    "gather_mask": "lane j = float32 value of the half ((uint16 *)p)[idx_j] where mask bit j, else 0.0",
+}
+
+
 def bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
     """A bfloat16 table's operations: ``floats``' shared ones and these (each named in ``BF16_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
@@ -193,12 +210,13 @@ def bf16_table(floats: Isa, **templates: str) -> dict[str, Instr]:
 
 @dataclass(frozen=True)
 class IsaTables:
-    """The tables of one instruction-set variant: float32, integer (quantized kernels) and bfloat16
-    (None where the variant has no such kernels yet)."""
+    """The tables of one instruction-set variant: float32, integer (quantized kernels), bfloat16 and
+    float16 operands widened to float32 (None where the variant has no such kernels yet)."""
 
     floats: Isa
     ints: Isa | None
     bf16: Isa | None
+    f16: Isa | None = None
 
 
 TABLES: dict[str, IsaTables] = {}      # variant name -> its tables, as each target registers them

@@ -5,6 +5,7 @@ from ..schedule import Schedule
 from .arith import arithmetic
 from .emit import vector_access_kinds
 from .instr import Isa
+from .quantized import has_signed_dot
 from .quantized import plan as quant_plan
 
 
@@ -22,9 +23,10 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     lines = header(schedule)
     quantized = op.quant is not None
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
-    plan = quant_plan(schedule, target.lanes) if quantized and target else None
+    plan = quant_plan(schedule, target.lanes, has_signed_dot(target.name)) if quantized and target else None
     dot = arithmetic(schedule, target.name, plan, bf16_dot).dot_loop if target else None
-    instruction = "u8 x s8 dot" if quantized else "bf16 pair dot (vdpbf16ps)"
+    instruction = ("bf16 pair dot (vdpbf16ps)" if not quantized else
+                   "s8 x s8 dot" if plan is not None and plan.dot_instruction == "dot_s8" else "u8 x s8 dot")
     indent = ""
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     for loop in schedule.loops:

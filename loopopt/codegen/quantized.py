@@ -3,7 +3,8 @@
 With integer arithmetic the reduction nest accumulates the raw products of the stored
 integers, ``P = sum x' * w'`` over the valid taps, into an int32 workspace laid out like
 the output (``O``); ``x' = x + shift`` where ``shift`` is 128 when int8 activations feed
-the u8 x s8 dot instruction (``x ^ 0x80``), else 0, and ``w' = w + weight_shift`` are the
+the u8 x s8 dot instruction (``x ^ 0x80``), else 0 (also for int8 activations where the integer
+table has the s8 x s8 dot: ``has_signed_dot``), and ``w' = w + weight_shift`` are the
 weights as stored: uint8 weights are shifted by -128 (``w ^ 0x80``, int8) when they are
 packed, and so are their zero points (``zw' = zw - 128``), so every nest multiplies s8
 weights and uint8 weights cost nothing in the kernel. The exact accumulator of DESIGN.md,
@@ -51,6 +52,7 @@ from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
 from . import taps, ternary
+from .instr import SIGNED_DOT_MEANINGS, tables
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
 
@@ -84,12 +86,25 @@ class QuantPlan:
     tap_fill: bool = False        # the tap dot's padding bytes hold the activations' zero point
 
     @property
+    def dot_instruction(self) -> str:
+        """The integer table's dot entry the reduction uses: ``dot_s8`` for unshifted int8 activations
+        (``SIGNED_DOT_MEANINGS``), else the u8 x s8 ``dot``."""
+        return "dot_s8" if self.activation_type == "int8_t" and not self.shift else "dot"
+
+    @property
     def integer(self) -> bool:
         return self.arithmetic == "integer"
 
 
-def plan(schedule: Schedule, lanes: int) -> QuantPlan:
-    """The plan of ``schedule`` on a target with ``lanes`` int32 lanes (1: scalar)."""
+def has_signed_dot(isa_name: str) -> bool:
+    """Whether variant ``isa_name``'s integer table has the s8 x s8 dot (``SIGNED_DOT_MEANINGS``)."""
+    ints = tables(isa_name).ints
+    return ints is not None and set(SIGNED_DOT_MEANINGS) <= set(ints.ops)
+
+
+def plan(schedule: Schedule, lanes: int, signed_dot: bool = False) -> QuantPlan:
+    """The plan of ``schedule`` on a target with ``lanes`` int32 lanes (1: scalar); ``signed_dot``: its
+    integer table has the s8 x s8 dot (``has_signed_dot``), which int8 activations feed unshifted."""
     spec = schedule.op.quant
     integer = schedule.arithmetic_mode == "integer"
     tap = taps.find(schedule, lanes) if integer else None
@@ -99,7 +114,7 @@ def plan(schedule: Schedule, lanes: int) -> QuantPlan:
         dot = tap = None   # a dot group of packed weights is one 32-bit read: it must start on 4 elements
     return QuantPlan(
         arithmetic=schedule.arithmetic_mode, compensation=schedule.compensation_mode, dot_loop=dot,
-        shift=128 if dot and spec.activation == "int8" else 0,
+        shift=128 if dot and spec.activation == "int8" and not signed_dot else 0,
         weight_shift=-128 if spec.weight == "uint8" else 0,
         activation_sums=integer and not spec.weight_symmetric,
         fused_epilogue=(integer and schedule.register_block_at is not None

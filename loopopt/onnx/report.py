@@ -18,11 +18,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..compare import MEASURE_BUDGET, Row, compare
+from ..compare import MEASURE_BUDGET, Row, compare, json_row
 from ..measure import repeat_count
 from ..plot import plot_bars
 from ..tune import TuneError, tune
 from ..tune.log import signature
+from ..units import json_units, rate_unit
 from .backend import LoopoptRep, LoweredNode
 from .exact import IntegerCheck, integer_check
 from .graph import dtype_of, load_model, runtime_inputs, static_input_shapes
@@ -30,7 +31,13 @@ from .kernels import DEFAULT
 
 ORT_BUDGET = 0.3     # seconds of timed onnxruntime runs per node
 RAN, TUNED = "ran", "tuned"   # comparison rows: the schedule the backend ran, the one tuned here
+LOOPOPT_KEYS = ("median_s", "rate", "percent_of_peak", "verified", "dram_bytes", "misses")   # a row in --json
 
+
+
+def _seconds(ms: float | None) -> float | None:
+    """Milliseconds (the report's fields) in seconds (its JSON, ``units.JSON_UNITS``)."""
+    return None if ms is None else ms * 1e-3
 
 @dataclass
 class NodeReport:
@@ -58,13 +65,13 @@ class NodeReport:
         return {"node": lowered.node, "op_type": lowered.op_type,
                 "op": repr(lowered.op) if lowered.op else None,
                 "schedule_source": lowered.source, "note": lowered.note, "reason": lowered.reason or None,
-                "absorbed": list(lowered.absorbed), "mflop": self.mflop,
-                "onnxruntime_ms": self.onnxruntime_ms,
+                "absorbed": list(lowered.absorbed), "flops": round(self.mflop * 1e6),
+                "rate_unit": rate_unit(lowered.op) if lowered.op else None,
+                "onnxruntime_s": _seconds(self.onnxruntime_ms),
                 "tune_error": self.tune_error or None,
                 "integer_check": self.integer.to_dict() if self.integer else None,
-                "loopopt": {r.name: {"median_ms": r.median_ms, "gflops": r.gflops,
-                                     "percent_of_peak": r.percent_of_peak, "verified": r.verified,
-                                     "dram_bytes": r.dram_bytes, "misses": r.misses} for r in rows}}
+                "loopopt": {r.name: {k: v for k, v in json_row(r).items() if k in LOOPOPT_KEYS}
+                            for r in rows}}
 
 
 @dataclass(frozen=True)
@@ -150,13 +157,17 @@ class ModelReport:
         return IntegerCheck.total(checks) if checks else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The report in the JSON outputs' units (``units.JSON_UNITS``: times in s, each node's rate in its
+        ``rate_unit``)."""
         totals = {runtime: self.total_ms(runtime) for runtime in ("loopopt", "onnxruntime")}
         integer = self.integer_total
-        return {"model": self.model, "threads": self.threads, "nodes": [n.to_dict() for n in self.nodes],
-                "total_ms": totals, "integer_check": integer.to_dict() if integer else None,
-                "whole_model_ms": self.engines_ms,
-                "onnx_reference": [{"node": f.node, "op_type": f.op_type, "reason": f.reason, "ms": f.ms}
-                                   for f in self.fallbacks]}
+        return {"model": self.model, "units": json_units(), "threads": self.threads,
+                "nodes": [n.to_dict() for n in self.nodes],
+                "total_s": {runtime: _seconds(ms) for runtime, ms in totals.items()},
+                "integer_check": integer.to_dict() if integer else None,
+                "whole_model_s": {engine: _seconds(ms) for engine, ms in self.engines_ms.items()},
+                "onnx_reference": [{"node": f.node, "op_type": f.op_type, "reason": f.reason,
+                                    "median_s": _seconds(f.ms)} for f in self.fallbacks]}
 
     def plot(self, path: str | Path) -> Path:
         """Where the time goes: per compute node, loopopt (default, tuned) vs onnxruntime, in ms."""

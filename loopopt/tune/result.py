@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,28 @@ from ..measure import Timing
 from ..ops import Op
 from ..schedule_file import AnySchedule
 from ..targets.registry import target_of_isa
-from ..units import duration, in_unit, time_unit
+from ..units import duration, in_unit, json_units, time_unit
 from .algorithms import label
 from .fit import spearman, spearman_undefined
+
+CONVERGED = 0.02           # the best rate gained less than this share over the last third of the trials
+JUDGED = 6                 # trials a search needs before it says whether it converged
+EXHAUSTED = "every candidate was tried"    # TuneResult.stopped of a search that tried the whole space
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Whether a search converged: ``gain`` is the share by which the best rate grew over the last third
+    of the trials (from trial ``since`` on); ``converged`` is None where there were too few trials to say."""
+
+    converged: bool | None
+    gain: float | None
+    since: int
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"converged": self.converged, "gain_last_third": self.gain, "since_trial": self.since,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -50,8 +70,8 @@ class Trial:
                 "knobs": self.knobs, "model": self.model, "schedule": self.schedule,
                 "timing": None if timing is None else {
                     "median_s": timing.median, "min_s": timing.min, "iqr_s": timing.iqr,
-                    "repeats": timing.repeats, "gflops": timing.gflops,
-                    "percent_of_peak": timing.percent_of_peak, "unit": timing.unit,
+                    "repeats": timing.repeats, "rate": timing.gflops,
+                    "percent_of_peak": timing.percent_of_peak,
                     "verified": timing.verified, "noisy": timing.noisy, "noise": timing.noise}}
 
 
@@ -75,6 +95,30 @@ class TuneResult:
     stopped: str = ""                           # why the search ended
     best_number: int = field(default=0)
     skipped: dict[str, str] = field(default_factory=dict)
+    cut: dict[str, str] = field(default_factory=dict)     # algorithm -> why it got no more trials
+
+    @property
+    def convergence(self) -> Convergence:
+        """Whether the search converged: "converged" where the best rate gained under ``CONVERGED`` over
+        the last third of the trials (or every candidate was tried), else "still improving" with the
+        advice to run more trials; no verdict with fewer than ``JUDGED`` trials."""
+        curve, count = self.best_so_far(), len(self.trials)
+        since = count - count // 3 + 1                    # the first trial of the last third
+        if self.stopped == EXHAUSTED:
+            return Convergence(True, None, since, f"converged: {EXHAUSTED}")
+        if count < JUDGED:
+            return Convergence(None, None, since, f"too few trials ({count}, fewer than {JUDGED}) to say "
+                                                  f"whether the search converged")
+        before, final = curve[since - 2], curve[-1]
+        if before is None:
+            return Convergence(False, None, since, f"still improving: no verified trial before trial "
+                                                   f"{since}; run more trials")
+        gain = final / before - 1
+        growth = f"the best gained {100 * gain:.1f}% over the last third of the trials ({since}-{count})"
+        if gain < CONVERGED:
+            return Convergence(True, gain, since, f"converged: {growth}, under {100 * CONVERGED:.0f}%")
+        return Convergence(False, gain, since, f"still improving: {growth}; run more trials (with the same "
+                                               f"log a rerun resumes)")
 
     @property
     def algorithm(self) -> str:
@@ -100,14 +144,15 @@ class TuneResult:
 
     def _algorithm_line(self) -> str:
         fastest, margins = self.by_algorithm(), self.margins()
-        if len(fastest) < 2 and not self.skipped:
+        if len(fastest) < 2 and not self.skipped and not self.cut:
             return ""
         (first, best), *rest = fastest.items()
         others = ", ".join(f"{margins[name]:.2f}x faster than {name} (trial {r.number}, min "
                            f"{duration(r.seconds)})" for name, r in rest)
         skipped = "".join(f"; {name} not tried: {why}" for name, why in self.skipped.items())
+        cut = "".join(f"; {name} stopped early: {why}" for name, why in self.cut.items())
         return (f"\nalgorithm: {first} won (trial {best.number}, min {duration(best.seconds)})"
-                + (f", {others}" if others else "") + skipped)
+                + (f", {others}" if others else "") + skipped + cut)
 
     def best_so_far(self) -> list[float | None]:
         """After each trial, the best rate (G(FL)OP/s of the minimum time) found so far."""
@@ -210,16 +255,19 @@ class TuneResult:
                 f"best (trial {self.best_number}, {self.algorithm}): min {duration(self.timing.min)}, "
                 f"{rate:.1f} {self.timing.unit} = {100 * rate / self.timing.peak_gflops:.1f}% of peak; "
                 f"{self.timing}\n"
+                f"search: {self.convergence.verdict}\n"
                 + self._model_line() + self._algorithm_line())
 
     def to_dict(self) -> dict[str, Any]:
         from ..schedule_file import to_toml
         best = next(t for t in self.trials if t.number == self.best_number)
-        return {"op": repr(self.op), "isa": self.isa, "threads": self.threads, "elapsed_s": self.elapsed,
+        return {"op": repr(self.op), "units": json_units(self.op), "isa": self.isa, "threads": self.threads,
+                "elapsed_s": self.elapsed,
                 "refused": self.refused, "log": self.log, "stopped": self.stopped,
                 "best_trial": self.best_number, "model_spearman": self.model_spearman,
                 "ranking_spearman": self.ranking_spearman, "fit_spearman": self.fit_spearman,
-                "algorithm": self.algorithm, "skipped": self.skipped,
+                "algorithm": self.algorithm, "skipped": self.skipped, "cut": self.cut,
+                "convergence": self.convergence.to_dict(),
                 "by_algorithm": {name: {"trial": t.number, "min_s": t.seconds, "times_winner": margin}
                                  for (name, t), margin in zip(self.by_algorithm().items(),
                                                               self.margins().values())},
@@ -228,33 +276,43 @@ class TuneResult:
                 "trials": [t.to_dict() for t in self.trials]}
 
     def plot(self, path: str | os.PathLike) -> Path:
-        """Write a PNG of each trial's rate and the best so far against the trial number, with
-        this machine's peak; failed trials are marked at the bottom."""
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        """Write ``figure()`` as a PNG to ``path``."""
+        path = Path(path)
+        self.figure().savefig(path, dpi=120)
+        return path
 
-        from ..plot import colour
+    def figure(self):
+        """Each trial's rate (of its minimum time) against the trial number, coloured by its algorithm,
+        the best so far and this machine's peak, failed trials marked at 0; the caption says whether
+        the search converged (a matplotlib Figure)."""
+        from ..plot import CAPTION_WIDTH, WINOGRAD_NOTE, Figure, caption, legend_outside, palette
         unit = self.timing.unit
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ok = [(t.number, self.op.flops / t.seconds / 1e9) for t in self.trials if t.seconds is not None]
-        ax.scatter(*zip(*ok), s=14, color=colour(1), label=f"trial ({unit} of its minimum time)")
+        fig = Figure(figsize=(8, 4.5), layout="constrained")
+        ax = fig.subplots()
+        ok = [t for t in self.trials if t.seconds is not None]
+        algorithms = list(dict.fromkeys(t.algorithm for t in ok))
+        for name, shade in zip(algorithms, palette(len(algorithms))):
+            mine = [t for t in ok if t.algorithm == name]
+            ax.scatter([t.number for t in mine], [self.op.flops / t.seconds / 1e9 for t in mine], s=18,
+                       color=shade, label=name, zorder=3)
         curve = [(t.number, b) for t, b in zip(self.trials, self.best_so_far()) if b is not None]
-        ax.step(*zip(*curve), where="post", color=colour(0), label="best so far")
+        ax.step(*zip(*curve), where="post", color="black", linewidth=1, label="best so far")
         failed = [t.number for t in self.failed]
         if failed:
-            ax.scatter(failed, [0] * len(failed), marker="x", color=colour(3), label="failed trial")
-        ax.axhline(self.timing.peak_gflops, color="black", linestyle="--", linewidth=1,
-                   label=f"peak {self.timing.peak_gflops:.0f} {unit}")
+            ax.scatter(failed, [0] * len(failed), marker="x", color="black", label="failed trial")
+        peak = self.timing.peak_gflops
+        ax.axhline(peak, color="grey", linestyle="--", linewidth=1, label=f"peak {peak:.0f} {unit}")
+        ax.set_ylim(0, 1.1 * max([peak] + [b for _, b in curve]))
+        ax.set_xlim(0.5, len(self.trials) + 0.5)
         ax.set_xlabel("trial")
-        ax.set_ylabel(unit)
-        ax.set_title(f"tune {self.op!r}"[:90], fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        ax.set_ylabel(f"{unit} of the trial's minimum time")
+        notes = [f"search: {self.convergence.verdict}"]
+        if "winograd" in algorithms:
+            notes.append(WINOGRAD_NOTE.removeprefix("* "))
+        caption(ax, "\n".join(textwrap.wrap(f"tune {self.op!r}", CAPTION_WIDTH)),
+                "higher is faster; where the black line goes flat, more trials stopped paying", *notes)
+        legend_outside(ax)
+        return fig
 
 
 def describe(k: dict, isa: str) -> str:

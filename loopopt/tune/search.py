@@ -21,24 +21,27 @@ and recorded as ``timeout``.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import random
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..machine import machine_profile
+from ..machine import fingerprint, machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import to_toml
+from ..targets import Target
+from ..targets.registry import target as named_target
 from ..targets.registry import target_of_isa
 from ..targets.search import Candidate, Ranker
 from .algorithms import Alternative, alternatives, rebuild, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
-from .result import Trial, TuneResult
+from .result import EXHAUSTED, Trial, TuneResult
 from .trial import Task, here
 
 BROAD = 8                  # the first trials each take a new block shape
@@ -46,6 +49,7 @@ EXPLORE = 0.2              # share of later trials that take the best-ranked unt
 NEIGHBOURS = 3             # a neighbour is picked at random among the best-ranked this many
 SCORED_NEIGHBOURS = 6      # neighbours of the best trial scored by the kernel model when considered
 GRACE = 10.0               # s a future may take beyond the trial timeout (the executor's own kill)
+FAR_BEHIND = 4.0           # an algorithm this many times slower than the best so far gets no more trials
 REASONS = 600              # characters of failure reasons quoted in an error
 
 
@@ -148,17 +152,19 @@ class _Search:
     """One search's state: the walk, the trials done (numbered as they finish) and those in flight."""
 
     def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
-                 tuning_log: TuningLog | None, bar: Progress, start: float):
+                 tuning_log: TuningLog | None, bar: Progress, start: float, machine: str):
         self.op, self.threads, self.budget, self.timeout, self.start = op, threads, budget, timeout, start
-        self.isa = isa
+        self.isa, self.machine = isa, machine        # machine: the log's key of where the kernels run
         self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
-        self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
+        self.known = ({t.schedule: t for t in tuning_log.trials(op, isa, threads, machine)} if tuning_log
+                      else {})
         self.done: list[Trial] = []
         self.in_flight: dict[Future, _InFlight] = {}
         self.refusals: list[str] = []
         self.seen: set[str] = set()
         self.stopped = ""
         self.candidate_of: dict[int, int] = {}      # trial number -> candidate index (the direct search's)
+        self.cut: dict[str, str] = {}              # algorithm -> why its remaining candidates were not tried
 
     def search(self, trials: int, seconds: float | None) -> None:
         """Start trials and collect them until ``trials`` ended, ``seconds`` passed or none is left."""
@@ -177,7 +183,7 @@ class _Search:
                 return
             picked = self.walk.next()
             if picked is None:
-                self.stopped = "every candidate was tried"
+                self.stopped = EXHAUSTED
                 return
             index, candidate = picked
             try:
@@ -215,6 +221,7 @@ class _Search:
                 result = here("timeout", f"no result within {self.timeout + GRACE:g} s; the search gave up")
             else:
                 continue
+            result = replace(result, fingerprint=self.machine)
             del self.in_flight[future]
             knobs, candidate = trial.candidate.knobs.as_dict(), trial.candidate
             if self.tuning_log is not None:
@@ -232,16 +239,27 @@ class _Search:
 
     def alternative_trials(self, trials: list[Alternative], seconds: float | None) -> None:
         """Measure each candidate of another algorithm than ``direct`` as one trial, one after the
-        other, before the schedule search (taken from the log when it has them), until ``seconds``."""
+        other (taken from the log when it has them), until ``seconds``; an algorithm whose fastest
+        trial is ``FAR_BEHIND`` times slower than the best so far gets no more (``cut`` says so, and
+        its trials go to the direct search)."""
+        left = {a.algorithm: sum(t.algorithm == a.algorithm for t in trials) for a in trials}
         for alternative in trials:
             if seconds is not None and time.perf_counter() - self.start >= seconds:
                 self.stopped = f"time limit of {seconds:g} s reached"
                 return
+            name = alternative.algorithm
+            behind = self._behind(name)
+            if behind:
+                given = "went to the direct search" if self.walk.guide.candidates else "were not tried"
+                self.cut.setdefault(name, f"{behind}; its other {left[name]} candidate(s) {given}")
+                continue
+            left[name] -= 1
             self.seen.add(alternative.schedule)
             logged = self.known.get(alternative.schedule)
             if logged is None:
                 result = outcome(self.run.submit(Task(self.op, alternative.schedule, self.isa, self.threads,
                                                       self.budget), self.timeout), self.timeout)
+                result = replace(result, fingerprint=self.machine)
                 if self.tuning_log is not None:
                     self.tuning_log.append(self.op, alternative.schedule, alternative.knobs, {}, self.isa,
                                            self.threads, self.budget, result)
@@ -252,6 +270,20 @@ class _Search:
                                    timing, error, logged=logged is not None,
                                    elapsed=time.perf_counter() - self.start))
             self.bar.update(len(self.done), _progress_label(self.op, self.done))
+
+    def _behind(self, algorithm: str) -> str:
+        """How far ``algorithm``'s fastest trial is behind the best trial so far, where it is at least
+        ``FAR_BEHIND`` times slower ("" otherwise, or before both have a verified trial)."""
+        ok = [t for t in self.done if t.seconds is not None]
+        own = [t for t in ok if t.algorithm == algorithm]
+        if not own:
+            return ""
+        best, fastest = min(ok, key=lambda t: t.seconds), min(own, key=lambda t: t.seconds)
+        ratio = fastest.seconds / best.seconds
+        if ratio < FAR_BEHIND:
+            return ""
+        return (f"its fastest (trial {fastest.number}) was {ratio:.1f}x slower than the best so far "
+                f"({best.algorithm}, trial {best.number})")
 
     def held_out(self) -> list[Trial]:
         """The trials done, each verified trial of the direct search with the final fit's prediction of
@@ -269,7 +301,7 @@ class _Search:
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
          budget: float = 0.2, timeout: float = 300.0, rank: Ranker | None = None,
-         algorithms: str | tuple[str, ...] = "auto") -> TuneResult:
+         algorithms: str | tuple[str, ...] = "auto", target: str | Target | None = None) -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -287,13 +319,19 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     ``"direct"``, ``"implicit_gemm"``, ``"im2col"``, ``"winograd"`` (``tune.algorithms``): the other
     algorithms' few candidates are measured first, sharing ``trials`` with the direct search
     (``algorithms.share``); ``skipped`` says why one was not tried, and the result which algorithm
-    won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
+    won and by how much (``TuneResult.algorithm``, ``by_algorithm``). ``target``: search that target's
+    kernels (``"cuda"``: ``isa`` is then its variant, ``"auto"`` the device's); None: the target ``isa``
+    belongs to. A target whose kernels run on a device (a GPU) says first, in one line, when there is
+    none here; its candidates compile in parallel (a worker process per core) and are timed one at a
+    time, and the log keys its trials by the device (``Target.fingerprint``)."""
     _check(trials, seconds, threads, budget, timeout)
     wanted = selected(algorithms)
     auto = isa == "auto"                      # the best ISA: the target's other kernels compete (AMX tiles)
-    target = target_of_isa(isa)
-    isa = target.resolve_isa(isa, integer=op.quant is not None)
-    rules = target.search_rules()
+    chosen = target_of_isa(isa) if target is None else named_target(target)
+    if chosen.has_device:
+        chosen.device()           # no device here: TargetUnavailableError says so before anything is built
+    isa = chosen.resolve_isa(isa, integer=op.quant is not None)
+    rules = chosen.search_rules()
     why = refusals(op, wanted, isa, threads)
     skipped = {name: reason for name, reason in why.items() if reason}
     pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
@@ -312,14 +350,16 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
     walk = Walk(Guide((rank or rules.rank)(space), rules, threads=threads), BROAD, seed)
-    run = runner(executor, timeout)
+    run = runner(executor, timeout, (os.cpu_count() or 1) if chosen.has_device else 1)
     tuning_log = None
     try:
         tuning_log = TuningLog(log) if log is not None else None
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
-                        start)
+                        start, chosen.fingerprint() or fingerprint())
         try:
-            state.alternative_trials([c for a, found in pool.items() for c in found[:given[a]]], seconds)
+            if space and pool:     # the direct search's best-ranked candidate, the others' yardstick
+                state.search(1, seconds)
+            state.alternative_trials(_in_turn([found[:given[a]] for a, found in pool.items()]), seconds)
             if space:
                 state.search(trials, seconds)
         finally:
@@ -330,7 +370,14 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
         if tuning_log is not None:
             tuning_log.close()
     return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
-                   state.stopped, skipped)
+                   state.stopped, skipped, state.cut)
+
+
+def _in_turn(lists: list[list[Alternative]]) -> list[Alternative]:
+    """The first candidate of each algorithm, then the second of each, ... (the presets first, so every
+    algorithm is measured before any gets a second trial)."""
+    deepest = max(map(len, lists), default=0)
+    return [row[depth] for depth in range(deepest) for row in lists if depth < len(row)]
 
 
 def _progress_label(op: Op, done: list[Trial]) -> str:
@@ -343,7 +390,7 @@ def _progress_label(op: Op, done: list[Trial]) -> str:
 
 
 def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[str], elapsed: float,
-            log: str | None, stopped: str, skipped: dict[str, str]) -> TuneResult:
+            log: str | None, stopped: str, skipped: dict[str, str], cut: dict[str, str]) -> TuneResult:
     if not done:
         reasons = "; ".join(dict.fromkeys(refusals))
         raise TuneError(f"no legal candidate for {op!r}: the schedule refused all {len(refusals)} candidates "
@@ -357,4 +404,4 @@ def _result(op: Op, isa: str, threads: int, done: list[Trial], refusals: list[st
     best = min(ok, key=lambda t: t.seconds)
     isa = best.knobs.get("isa", isa)          # an AMX candidate may win a search on the best SIMD ISA
     return TuneResult(op, isa, threads, rebuild(op, best.schedule, best.knobs, "trial"), best.timing, done,
-                      len(refusals), elapsed, log, stopped, best.number, skipped)
+                      len(refusals), elapsed, log, stopped, best.number, skipped, cut)

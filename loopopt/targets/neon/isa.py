@@ -4,25 +4,33 @@ same schedules.
 
 fp32 kernels have 4 lanes (``float32x4_t``, ``vfmaq_f32``); integer kernels 4 int32 lanes
 (``int32x4_t``), their ``dot`` the u8 x s8 4-way dot product ``vusdotq_s32`` (FEAT_I8MM), the same
-meaning as x86's ``vpdpbusd``. NEON has no mask registers and no gather or scatter: a mask is a
+meaning as x86's ``vpdpbusd``, for uint8 activations; int8 activations feed ``dot_s8``, the s8 x s8
+``vdotq_s32`` (FEAT_DotProd), unshifted (``codegen.quantized.has_signed_dot``); bfloat16 operands are
+widened to fp32 lanes. NEON has no mask registers and no gather or scatter: a mask is a
 ``uint32x4_t`` whose set lanes are all ones (``vbslq`` selects by it), and masked loads and stores,
 gathers and scatters are small static inline helpers of the prelude that touch only the lanes they
-name, lane by lane (as AVX2's scatter does). There is no bfloat16 table yet: ``codegen.arith``
-refuses bf16 ops on this variant with a ScheduleError.
+name, lane by lane (as AVX2's scatter does).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
+    F16_MEANINGS,
     INT_MEANINGS,
     MEANINGS,
+    PACKED_MEANINGS,
     SHARED_OPS,
+    SIGNED_DOT_MEANINGS,
     Instr,
     Isa,
     IsaTables,
     register_tables,
 )
+from .packed import ENTRIES as PACKED
+from .packed import I2S_HELPERS
 
 NAME = "neon"
 LANES = 4
@@ -178,8 +186,8 @@ def _beside_floats(vector_type: str, features: tuple[str, ...], prelude: str, me
                ops={name: NEON.ops[name] for name in SHARED_OPS} | _ops(meanings, **templates))
 
 
-NEON_INT = _beside_floats(
-    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS,
+NEON_INT = replace(_beside_floats(
+    "int32x4_t", INT_FEATURES, NEON.prelude, INT_MEANINGS | SIGNED_DOT_MEANINGS | PACKED_MEANINGS, **PACKED,
     zero="vdupq_n_s32(0)",
     load="vld1q_s32((const int32_t *)(const void *)({p}))",
     load_mask="lo_neon_load_mask_s32((const void *)({p}), {m})",
@@ -206,6 +214,8 @@ NEON_INT = _beside_floats(
     dot="vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b}))",
     dot_mask="vbslq_s32({m}, vusdotq_s32({c}, vreinterpretq_u8_s32({a}), vreinterpretq_s8_s32({b})), "
              "{c})",
+    dot_s8="vdotq_s32({c}, vreinterpretq_s8_s32({a}), vreinterpretq_s8_s32({b}))",
+    dot_s8_mask="vbslq_s32({m}, vdotq_s32({c}, vreinterpretq_s8_s32({a}), vreinterpretq_s8_s32({b})), {c})",
     to_float="vcvtq_f32_s32({v})",
     store_narrow="lo_neon_store_narrow((void *)({p}), {v})",
     store_narrow_mask="lo_neon_store_narrow_mask((void *)({p}), {m}, {v})",
@@ -217,7 +227,7 @@ NEON_INT = _beside_floats(
             "vqmovn_s16(vcombine_s16(vqmovn_s32({a}), vqmovn_s32({b}))), "
             "vqmovn_s16(vcombine_s16(vqmovn_s32({c}), vqmovn_s32({d})))))",
     store_bytes="lo_neon_store_bytes((void *)({p}), {v}, {n})",
-)
+), helpers={"i2_s": I2S_HELPERS})
 
 BF16_GATHER = """/* bf16 lanes widened to float32: the masked lanes' elements only */
 static inline float32x4_t lo_neon_bf16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {
@@ -238,4 +248,28 @@ NEON_BF16 = _beside_floats(
     gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
 )
 
-TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16))
+F16_GATHER = """/* half lanes widened to float32: the masked lanes' elements only */
+static inline float32x4_t lo_neon_f16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {
+    uint32_t m[4]; int32_t i[4]; uint16_t x[4];
+    vst1q_u32(m, mask); vst1q_s32(i, idx);
+    for (int j = 0; j < 4; ++j) x[j] = m[j] ? p[i[j]] : 0;
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x)));
+}
+static inline float lo_f16(uint16_t b) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(b))), 0);
+}
+"""
+
+# float16 (FEAT_FP16 storage; float32 arithmetic, the reference's meaning): halves widened by
+# vcvt_f32_f16 and multiply-added in float32 lanes with the float table's fma
+NEON_F16 = _beside_floats(
+    "uint16x4_t", FLOAT_FEATURES, NEON.prelude + F16_GATHER, F16_MEANINGS,
+    value="lo_f16({s})",
+    broadcast="vdupq_n_f32(lo_f16({s}))",
+    load="vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)({p}))))",
+    load_mask="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
+    gather="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
+    gather_mask="lo_neon_f16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
+)
+
+TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16, NEON_F16))

@@ -18,9 +18,10 @@ class CoreProfile:
     simd_pipes: int            # 128-bit pipes, each one fmla or dot instruction per cycle
 
     def peak(self, dtype: str) -> float:
-        """G ops/s of one core: fp32 ``fmla`` (2 flops per lane; bfloat16 too, widened to fp32), or int8
-        ``usdot`` (4 multiply-adds per int32 lane, 2 ops each); ValueError for another dtype."""
-        per_lane = {"float32": 2, "bfloat16": 2, "int8": 8}
+        """G ops/s of one core: fp32 ``fmla`` (2 flops per lane; bfloat16 and float16 too, widened to
+        fp32), or int8 ``sdot``/``usdot`` (4 multiply-adds per int32 lane, 2 ops each); ValueError for
+        another dtype."""
+        per_lane = {"float32": 2, "bfloat16": 2, "float16": 2, "int8": 8}
         if dtype not in per_lane:
             raise ValueError(f"target 'neon' has no {dtype} kernels yet: peaks for "
                              f"{', '.join(map(repr, per_lane))}")

@@ -3,57 +3,78 @@ under emulation (``toolchain.py``), with a modelled core (``profile.py``)."""
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 
 from ...cbuild import compile_c
 from ...codegen import generate
 from ...codegen.emit import KERNEL_NAME, THREADS_NAME
-from ...codegen.params import KernelParam, signature
-from ...codegen.pseudocode import render
+from ...codegen.params import signature
+from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, wrap
 from ...schedule import Schedule, ScheduleError
 from ..base import Target
-from . import toolchain
+from ..binary import BinaryKernel, generate_binary
+from ..binary import pseudocode as pseudocode_of_binary
+from . import binary, toolchain
 from .isa import NAME, NEON, NEON_INT
 from .profile import PROFILE
-from .runner import EmulatedDriver, runner_source
+from .runner import EmulatedDriver, RunnerCase
 
 
 def check_schedule(schedule: Schedule) -> None:
     """ScheduleError naming what NEON cannot run yet (the same on every machine)."""
-    op = schedule.op
-    if op.quant is not None and op.quant.binary:
-        raise ScheduleError("isa 'neon' has no binary (XNOR + popcount, cnt) kernels yet; binary ops run on "
-                            "target 'x86'")
     packed = schedule.weight_format_mode
-    if packed != "int8":
-        kind = ("cannot unpack i2_s ternary weights" if packed == "i2_s"
-                else "has no table-lookup (tbl) kernels")
-        raise ScheduleError(f"isa 'neon' {kind} yet: weight_format({packed!r}) runs on target 'x86'; "
-                            f"without it the ternary weights are int8 bytes, which NEON runs")
+    if packed not in ("int8", "i2_s"):
+        raise ScheduleError(f"isa 'neon' has no table-lookup (tbl) kernels yet: weight_format({packed!r}) "
+                            f"runs on target 'x86'; NEON runs weight_format('i2_s') and int8 ternary weights")
 
 
-def function_driver(source: str, function: str, params: tuple[KernelParam, ...], flags: tuple[str, ...],
-                    threads: str | None = None, read_ahead: Mapping[str, int] | None = None) -> Driver:
-    """A driver of ``function`` (taking ``params``; ``threads``: its OpenMP thread-count setter) of the
-    C ``source`` built with ``flags`` (``-fopenmp`` among them for a parallel one): in this process on
-    an AArch64 machine, else a runner under the emulator (``read_ahead``: bytes read past arrays)."""
+def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:
+    """A driver of each case's function: in this process on an AArch64 machine (a cffi module each),
+    else a case of one runner of them all under the emulator (one build for all)."""
     if toolchain.native():
-        setter = f"\nvoid {threads}(int n);" if threads else ""
-        cdef = f"{signature(function, params, restrict=False)};{setter}"
-        module = compile_c(source, cdef, flags, ("-fopenmp",) if threads else ())
-        return CffiDriver(module, function, threads)
+        return [native_driver(case) for case in cases]
     tools = toolchain.emulation()
-    runner = toolchain.build_runner(runner_source(source, function, params, threads), flags, tools)
-    return EmulatedDriver((*tools.command, str(runner)), params, read_ahead or {})
+    runner = toolchain.build_runner(cases, tools)
+    return [EmulatedDriver((*tools.command, str(runner)), index, case) for index, case in enumerate(cases)]
+
+
+def native_driver(case: RunnerCase) -> Driver:
+    """``case``'s function built through cffi and called in this process."""
+    setter = f"\nvoid {case.threads}(int n);" if case.threads else ""
+    cdef = f"{signature(case.function, case.params, restrict=False)};{setter}"
+    module = compile_c(case.source, cdef, case.flags, ("-fopenmp",) if case.threads else ())
+    return CffiDriver(module, case.function, case.threads)
+
+
+def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kernel]]:
+    """``schedule``'s NEON C as a runner case, and how its kernel wraps a driver of it; ScheduleError
+    for what NEON cannot run (before any machine check)."""
+    schedule.refuse_gpu_steps(NeonTarget.name, float16=True)
+    if is_binary(schedule):
+        generated = generate_binary(schedule, binary.VARIANT, binary.POPCOUNT)
+        flags = generated.compile_flags + QUANT_FLAGS
+        case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
+        return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
+    check_schedule(schedule)
+    generated = generate(schedule, NEON, bf16_dot=False)
+    flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
+    flags += ("-fopenmp",) if generated.openmp else ()
+    threads = THREADS_NAME if generated.openmp else None
+    case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags, threads, generated.read_ahead)
+    return case, lambda driver: wrap(schedule, generated, driver)
+
+
+def is_binary(schedule: Schedule) -> bool:
+    return schedule.op.quant is not None and schedule.op.quant.binary
 
 
 class NeonTarget(Target):
     name = "neon"
-    description = ("AArch64 NEON C (fp32 fmla, int8 usdot), native through cffi on an ARM machine, else "
-                   "cross-compiled and run under qemu-aarch64")
+    description = ("AArch64 NEON C (fp32 fmla, int8 usdot, binary cnt), native through cffi on an ARM "
+                   "machine, else cross-compiled and run under qemu-aarch64")
 
     def isas(self) -> tuple[str, ...]:
         return (NAME,)
@@ -78,21 +99,22 @@ class NeonTarget(Target):
         return NAME
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
-        schedule.refuse_gpu_steps(self.name)
-        check_schedule(schedule)
-        generated = generate(schedule, NEON, bf16_dot=False)     # refusals before any machine check
-        quantized = schedule.op.quant is not None
-        self.resolve_isa(isa, integer=quantized)
-        flags = generated.compile_flags + (QUANT_FLAGS if quantized else ())
-        flags += ("-fopenmp",) if generated.openmp else ()
-        threads = THREADS_NAME if generated.openmp else None
-        driver = function_driver(generated.source, KERNEL_NAME, generated.params, flags, threads,
-                                 generated.read_ahead)
-        kernel = wrap(schedule, generated, driver)
-        kernel.target = self
-        return kernel
+        return self.compile_many([schedule], isa)[0]
+
+    def compile_many(self, schedules: Sequence[Schedule], isa: str = "auto") -> list[Kernel]:
+        """The kernels of ``schedules`` (as ``compile``), built together: under emulation one runner
+        executable for them all."""
+        built = [kernel_case(schedule) for schedule in schedules]
+        self.resolve_isa(isa, integer=any(schedule.op.quant is not None for schedule in schedules))
+        drivers = function_drivers([case for case, _ in built])
+        kernels = [kernel_of(driver) for (_, kernel_of), driver in zip(built, drivers, strict=True)]
+        for kernel in kernels:
+            kernel.target = self
+        return kernels
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        if is_binary(schedule):     # packed bits in the kernel's own layouts
+            return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
         return render(schedule, NEON, bf16_dot=False)
 
     def peak(self, isa: str, dtype: str) -> float:

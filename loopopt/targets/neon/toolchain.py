@@ -14,12 +14,15 @@ import os
 import platform
 import shlex
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ...cbuild import BuildError, cache_dir, compiler_identity, publish, run_compiler
+from ...cbuild import BuildError, cache_dir, compiler_identity, link_prelude, publish, run_compiler
 from ..base import TargetUnavailableError
+from .isa import ARCH_FLAGS
+from .runner import RunnerCase, case_name, case_unit, runner_main
 
 NATIVE_MACHINES = ("aarch64", "arm64")
 CROSS_CC_ENV = "LOOPOPT_NEON_CC"
@@ -27,8 +30,13 @@ CROSS_CC = "aarch64-linux-gnu-gcc"
 EMULATORS = ("qemu-aarch64", "qemu-aarch64-static")
 EMULATOR_CPU = ("-cpu", "max")
 CROSS_FLAGS = ("-O2", "-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label",
-               "-Wno-unused-function", "-static")
+               "-Wno-unused-function", "-pthread", "-static")
 RUNNER_PREFIX = "_loopopt_neon_"
+# precompiled with CROSS_FLAGS and ARCH_FLAGS, and OPENMP where a unit has it (GCC 12 crashes on OpenMP code
+# after a header precompiled without), then used with every kernel's other flags (QUANT_FLAGS; -pthread on
+# every unit defines the _REENTRANT of -fopenmp); GCC reads the header as text where it cannot use it
+SIMD_HEADER = "#include <arm_neon.h>\n"
+OPENMP = "-fopenmp"
 INSTALL_HINT = "apt-get install -y gcc-aarch64-linux-gnu qemu-user"
 
 
@@ -82,19 +90,47 @@ def emulation() -> Emulation:
     return Emulation(os.environ.get(CROSS_CC_ENV, CROSS_CC), emulator)
 
 
-def build_runner(source: str, flags: tuple[str, ...], tools: Emulation) -> Path:
-    """The runner executable of ``source`` (a kernel and the runner's main) cross-compiled with
-    ``flags``, from the kernel cache or built into it."""
-    all_flags = CROSS_FLAGS + flags
+def build_runner(cases: Sequence[RunnerCase], tools: Emulation) -> Path:
+    """The runner executable of ``cases`` (``runner.py``), from the kernel cache or built into it: the
+    cases' translation units compiled with one compiler run per set of flags (``<arm_neon.h>``
+    precompiled), then linked with the runner's ``main`` into one static executable."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, case in enumerate(cases):
+        groups.setdefault(CROSS_FLAGS + case.flags, []).append(index)
+    units = [case_unit(case, index) for index, case in enumerate(cases)]
+    main = runner_main(cases)
     identity = compiler_identity(tools.compiler)
-    key = hashlib.sha256("\0".join([source, tools.compiler, identity, " ".join(all_flags)]).encode())
+    link_flags = (OPENMP,) if any(case.threads for case in cases) else ()
+    key = hashlib.sha256("\0".join([tools.compiler, identity, main, *link_flags,
+                                    *(" ".join(flags) for flags in groups), *units]).encode())
     name = f"{RUNNER_PREFIX}{key.hexdigest()[:24]}"
+    compiler = shlex.split(tools.compiler)
 
     def build(built: Path) -> None:
-        written = built.parent / f"{name}.c"
-        written.write_text(source)
-        command = [*shlex.split(tools.compiler), *all_flags, str(written), "-o", str(built)]
-        run_compiler(command, name, written, built.parent.parent / name)
+        folder = built.parent
+        listing = folder / f"{name}.c"       # every unit, kept as the failed source if a build fails
+        listing.write_text("\n".join(f"/* ---- {case_name(i)}.c ---- */\n{unit}"
+                                     for i, unit in enumerate(units)))
+        objects = []
+        includes: dict[bool, str] = {}     # by OpenMP or not: the precompiled header's include, or ""
+        for flags, indices in groups.items():
+            call = (*compiler, *flags)
+            openmp = OPENMP in flags
+            if openmp not in includes:
+                header = f"lo_neon{'_omp' * openmp}.h"
+                units_of = sum(len(group) for other, group in groups.items() if (OPENMP in other) == openmp)
+                precompiled = link_prelude((*compiler, *CROSS_FLAGS, *ARCH_FLAGS, *(OPENMP,) * openmp),
+                                           identity, SIMD_HEADER, folder, header, units_of)
+                includes[openmp] = f'#include "{header}"\n' if precompiled else ""
+            include = includes[openmp]
+            for index in indices:
+                (folder / f"{case_name(index)}.c").write_text(include + units[index])
+            run_compiler([*call, "-c", *(f"{case_name(index)}.c" for index in indices)], name, listing,
+                         folder.parent / name, cwd=folder)
+            objects += [str(folder / f"{case_name(index)}.o") for index in indices]
+        (folder / "main.c").write_text(main)
+        run_compiler([*compiler, *CROSS_FLAGS, *link_flags, str(folder / "main.c"), *objects,
+                      "-o", str(built)], name, listing, folder.parent / name)
 
     try:
         return publish(cache_dir() / name, build)

@@ -39,7 +39,7 @@ from ...codegen.block import Accumulator, RegisterBlock
 from ...codegen.emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
 from ...codegen.instr import Isa, tables
 from ...codegen.params import index_ctype
-from ...codegen.quantized import QuantPlan, compensation_entries
+from ...codegen.quantized import QuantPlan, compensation_entries, has_signed_dot
 from ...codegen.quantized import plan as quant_plan
 from ...codegen.vector import AccessKind
 from ...expr import Bound, Expr, Var, divisions
@@ -291,7 +291,7 @@ class _Counter:
         self.schedule, self.op = schedule, schedule.op
         self.plan: QuantPlan | None = None
         if self.op.quant is not None:
-            self.plan = quant_plan(schedule, tables(isa).floats.lanes)
+            self.plan = quant_plan(schedule, tables(isa).floats.lanes, has_signed_dot(isa))
         self.arith = arithmetic(schedule, isa, self.plan, bf16_dot_available(isa))
         self.kinds = vector_access_kinds(schedule, self.arith.acc)
         self.lanes = self.arith.acc.lanes if self.kinds else 1

@@ -20,8 +20,10 @@ from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver
 from ...kernel import Kernel, cffi_driver, wrap
 from ...schedule import Schedule, ScheduleError
-from . import binary, lut, tiles
-from .binary import POPCOUNTS, generate_binary
+from .. import binary
+from ..binary import BinaryKernel, generate_binary
+from . import lut, tiles
+from .binary import POPCOUNTS, VARIANTS
 from .isa import (
     INT_ISAS,
     ISA_PREFERENCE,
@@ -32,7 +34,7 @@ from .isa import (
     resolve_isa,
     tap_dot_flags,
 )
-from .kernels import Bf16TileKernel, BinaryKernel, LutKernel, TileKernel
+from .kernels import Bf16TileKernel, LutKernel, TileKernel
 from .lut import generate_lut
 from .lut_format import FORMATS
 from .tiles import check_amx_cpu, generate_tiles
@@ -50,7 +52,7 @@ class Family:
 
 
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
-    """The XNOR + popcount kernel of a binary op (``targets/x86/binary.py``) on ``isa``. ``popcount``:
+    """The XNOR + popcount kernel of a binary op (``targets/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
     name = resolve_isa(isa, integer=True)
@@ -63,10 +65,10 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
         raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
                          "this CPU lacks it: use 'nibble'")
-    generated = generate_binary(schedule, name, popcount)
+    generated = generate_binary(schedule, VARIANTS[name], popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
     driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
-    return BinaryKernel(schedule, generated, driver, popcount)
+    return BinaryKernel(schedule, generated, driver, VARIANTS[name], popcount)
 
 
 def _compile_binary(schedule: Schedule, isa: str) -> Kernel:
@@ -110,7 +112,7 @@ def _simd_pseudocode(schedule: Schedule, isa: str) -> str:
 
 
 def _binary_pseudocode(schedule: Schedule, isa: str) -> str:   # packed bits in the kernel's own layouts
-    return "\n".join(header(schedule) + binary.pseudocode(schedule, resolve_isa(isa, integer=True)))
+    return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[resolve_isa(isa, integer=True)]))
 
 
 def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
@@ -126,7 +128,7 @@ def _is_binary(schedule: Schedule, isa: str) -> bool:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("binary", "targets/x86/binary.py", _is_binary, _compile_binary, _binary_pseudocode),
+    Family("binary", "targets/binary.py", _is_binary, _compile_binary, _binary_pseudocode),
     Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles,
            _tiles_pseudocode),
     Family("table lookup", "targets/x86/lut.py",

@@ -44,9 +44,9 @@ from functools import lru_cache
 
 from ...machine import Cache, machine_profile
 from ...ops import Op
+from ..binary import block_dims
 from ..search import Candidate
 from .binary import LANES as BINARY_LANES
-from .binary import block_dims
 from .isa import TILE_ISA
 from .lut_format import COLUMNS
 from .space import (

@@ -68,9 +68,9 @@ from ...dataflows import activations_last, table_lookup
 from ...layout import moved_last
 from ...ops import Op, Window
 from ...schedule import Schedule, ScheduleError
+from ..binary import block_dims
 from ..search import Candidate
 from .binary import LANES as BINARY_LANES
-from .binary import block_dims
 from .isa import INT_ISAS, ISAS, TILE_ISA, bf16_dot_available
 from .lut import LUT_ISAS, MAX_ACCUMULATORS, check_lut, lut_nest, lut_shape
 from .lut_format import COLUMNS, FORMATS

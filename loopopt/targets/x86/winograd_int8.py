@@ -210,16 +210,21 @@ def gemm_blocks(s: Int8WinogradShape) -> list[tuple[int, int]]:
     return sorted({(r, j) for _, r in _split(s.tiles, s.rows) for _, j in _split(vectors, s.vectors)})
 
 
-def _gemm(s: Int8WinogradShape) -> list[str]:
+def _gemm_runs(s: Int8WinogradShape) -> list[tuple[int, int, int, int, int, int]]:
+    """The GEMM's runs of one register block (whole blocks, then the tails): the output channel loop
+    ``kb`` (begin, end, step), the first tile ``p`` and the block's tiles and vectors."""
     vectors = s.kpad // s.lanes
+    return [(k0 * s.lanes, (k0 + (vectors - k0) // j * j) * s.lanes, j * s.lanes, p0, r, j)
+            for k0, j in _split(vectors, s.vectors) for p0, r in _split(s.tiles, s.rows)]
+
+
+def _gemm(s: Int8WinogradShape) -> list[str]:
     body = []
-    for k0, j in _split(vectors, s.vectors):
-        for p0, r in _split(s.tiles, s.rows):
-            loop = (f"for (ptrdiff_t kb = {k0 * s.lanes}; kb < {(k0 + (vectors - k0) // j * j) * s.lanes}; "
-                    f"kb += {j * s.lanes})")
-            rows = f"for (ptrdiff_t p = {p0}; p + {r} <= {s.tiles}; p += {r})"
-            call = (f"lo_block_{r}_{j}(v + p * {s.cpad}, u + kb * 2, m + p * {s.kpad} + kb);")
-            body += [f"        {loop}", f"        {rows}", f"            {call}"]
+    for begin, end, step, p0, r, j in _gemm_runs(s):
+        loop = f"for (ptrdiff_t kb = {begin}; kb < {end}; kb += {step})"
+        rows = f"for (ptrdiff_t p = {p0}; p + {r} <= {s.tiles}; p += {r})"
+        call = (f"lo_block_{r}_{j}(v + p * {s.cpad}, u + kb * 2, m + p * {s.kpad} + kb);")
+        body += [f"        {loop}", f"        {rows}", f"            {call}"]
     return [
         "void lo_gemm(const int16_t *restrict V, const int16_t *restrict U, int32_t *restrict M)",
         "{",
@@ -293,6 +298,28 @@ def _output_transform(s: Int8WinogradShape, spec, bias: bool) -> list[str]:
         "    }",
         "}",
     ]
+
+
+def pseudocode(s: Int8WinogradShape, isa: str) -> list[str]:
+    """The three stages' loops on ``isa`` as pseudo-code lines (``Int8WinogradPlan.pseudocode``), each
+    stage function's loops with the loop of the block function it calls inside them."""
+    lines = [f"# int8 Winograd F(2x2,3x3) (targets/x86/winograd_int8.py) on {isa}: three stages, the GEMM on "
+             f"int16 pairs in blocks of {s.rows} tiles x {s.vectors} x {s.lanes} output channels",
+             f"# lo_input_transform: V = B^T (X - zx) B per {SPAN} x {SPAN} input tile (int16)",
+             f"for n in 0..{s.n}:", f"  for th in 0..{s.th}:", f"    for tw in 0..{s.tw}:",
+             f"      for c in 0..{s.cpad}:", "        V[.., tile, c] = B^T d B",
+             f"# lo_gemm: M[t] = V[t] U[t] for each of the {POSITIONS} tile positions (int32)",
+             f"for t in 0..{POSITIONS}:"]
+    for begin, end, step, p0, r, j in _gemm_runs(s):
+        lines += [f"  for kb in {begin}..{end} step {step}:",
+                  f"    for p in {p0}..{s.tiles} step {r}:    # whole blocks: p + {r} <= {s.tiles}",
+                  f"      for c2 in 0..{s.cpad // 2}:    # lo_block_{r}_{j}: the channel pairs",
+                  f"        M[t, p.., kb..] += V[t, p.., c pair] x U[t, c pair, kb..]    # {r} x {j} "
+                  f"accumulators"]
+    return lines + [f"# lo_output_transform: Y = epilogue((A^T M A) >> {SCALE.bit_length() - 1}) per "
+                    f"{TILE} x {TILE} output tile",
+                    f"for n in 0..{s.n}:", f"  for th in 0..{s.th}:", f"    for tw in 0..{s.tw}:",
+                    f"      for k in 0..{s.k}:    # lo_output_tile", "        Y[n, .., k] = epilogue(..)"]
 
 
 def cdef(spec) -> str:

@@ -3,6 +3,7 @@ under ``qemu-aarch64 -cpu max`` here (natively on an AArch64 machine). Skipped, 
 the cross compiler or the emulator is missing (README: how to install them)."""
 import json
 import warnings
+from functools import cache
 
 import numpy as np
 import pytest
@@ -12,164 +13,330 @@ import test_isa_tables as float_tables
 from helpers import (
     HYPOTHESIS,
     SPECS,
+    SPECS_BINARY,
+    binary_convs,
     check,
+    check_binary,
     check_quantized,
     conv_ops,
     matmul_ops,
     quantized_schedules,
     schedules,
 )
-from helpers import tiers as both_tiers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.codegen.instr import BF16_MEANINGS, INT_MEANINGS, MEANINGS, SHARED_OPS
-from loopopt.codegen.params import signature
+from loopopt.codegen.instr import (
+    BF16_MEANINGS,
+    F16_MEANINGS,
+    INT_MEANINGS,
+    MEANINGS,
+    PACKED_MEANINGS,
+    SHARED_OPS,
+    SIGNED_DOT_MEANINGS,
+)
+from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
+from loopopt.targets.binary import block_dims
 from loopopt.targets.neon import toolchain
-from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_INT
-from loopopt.targets.neon.target import function_driver
+from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
+from loopopt.targets.neon.runner import RunnerCase
+from loopopt.targets.neon.target import function_drivers
 
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
 ISA = "neon"
+TERNARY_SPECS = SPECS.map(lambda s: lo.QuantSpec(s.activation, s.per_channel, True, s.output, "ternary"))
 
 
 def test_tables_have_every_operation_and_its_meaning():
     assert set(NEON.ops) == set(MEANINGS)
-    assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS)
+    optional = set(SIGNED_DOT_MEANINGS) | set(PACKED_MEANINGS)
+    assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS) | optional
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
     widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
     assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
+    assert set(NEON_F16.ops) == set(F16_MEANINGS) | set(SHARED_OPS)
+    assert all(NEON_F16.ops[name].meaning == F16_MEANINGS[name] for name in F16_MEANINGS)
 
 
+SIGNED_DOT_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "int32_t", const=True),
+                     KernelParam("c", "int32_t", const=True), scalar("bits", "unsigned"),
+                     KernelParam("out", "int32_t"))
+
+
+def signed_dot_harness() -> str:
+    """The C of a probe of the optional s8 x s8 dot (``SIGNED_DOT_MEANINGS``): ``dot_s8`` and ``dot_s8_mask``
+    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``."""
+    t = NEON_INT
+    loads = {name: t.load(p=name) for name in "abc"}
+    return (f"{t.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    {t.store(p='out', v=t.dot_s8(**loads))};\n"
+            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n}}\n")
+
+
+class SignedDotProbe:
+    """``check_lanes`` of the s8 x s8 dot against its meaning, on random bytes and sums."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        a, b = (rng.integers(-128, 128, (4, 4), dtype=np.int8) for _ in range(2))
+        c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(8, np.int32)
+        values = dict(a=a.view(np.int32).reshape(-1), b=b.view(np.int32).reshape(-1), c=c, bits=bits, out=out)
+        driver.call(driver.bind(SIGNED_DOT_PARAMS, values))
+        dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
+        mask = (bits >> np.arange(4)) & 1 == 1
+        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
+
+
+F16_PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int32_t", const=True),
+              scalar("bits", "unsigned"), KernelParam("out", "float"))
+
+
+def f16_harness() -> str:
+    """The C of a probe of the float16 table: each widening entry on the halves ``h`` (lanes 0-3 of
+    ``out`` per entry, the scalar ``value`` last)."""
+    t, f = NEON_F16, NEON
+    entries = [t.broadcast(s="h[3]"), t.load(p="h + 1"), t.load_mask(p="h + 1", m="m"),
+               t.gather(p="h", idx="index"), t.gather_mask(p="h", idx="index", m="m")]
+    stores = "".join(f"    {f.store(p=f'out + {4 * k}', v=v)};\n" for k, v in enumerate(entries))
+    return (f"{t.prelude}\n{signature('probe', F16_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    const {t.index_type} index = {t.index_load(p='idx')};\n{stores}"
+            f"    out[20] = {t.value(s='h[5]')};\n}}\n")
+
+
+class F16Probe:
+    """``check_lanes`` of the float16 table against its meanings (``F16_MEANINGS``): halves including
+    subnormals, signed zeros and infinities, widened exactly."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        h = rng.normal(0, 1000, 16).astype(np.float16)
+        h[[0, 5, 9, 12]] = np.array([6e-8, -0.0, np.inf, -3e-5], np.float16)      # subnormal, -0, inf
+        idx = rng.integers(0, 16, 4).astype(np.int32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(21, np.float32)
+        driver.call(driver.bind(F16_PARAMS, dict(h=h.view(np.uint16), idx=idx, bits=bits, out=out)))
+        x = h.astype(np.float32)
+        mask = (bits >> np.arange(4)) & 1 == 1
+        expected = np.concatenate([np.full(4, x[3]), x[1:5], np.where(mask, x[1:5], 0), x[idx],
+                                   np.where(mask, x[idx], 0), [x[5]]]).astype(np.float32)
+        assert np.array_equal(out.view(np.uint32), expected.view(np.uint32)), (out, expected)
+
+
+@cache
+def probes() -> dict[str, tuple]:
+    """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
+    its module, table and driver."""
+    harnesses = {"float": (float_tables, float_tables.harness(NEON), NEON, float_tables.PARAMS),
+                 "int": (int_tables, int_tables.harness(NEON_INT, NEON), NEON_INT, int_tables.PARAMS),
+                 "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
+                          bf16_tables.PARAMS),
+                 "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
+    cases = [RunnerCase(source, "probe", params, table.compile_flags)
+             for _, source, table, params in harnesses.values()]
+    drivers = function_drivers(cases)
+    return {name: (module, table, driver)
+            for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
+
+
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_float_instructions_match_their_scalar_meaning(seed):
-    driver = function_driver(float_tables.harness(NEON), "probe", float_tables.PARAMS, NEON.compile_flags)
-    float_tables.check_lanes(NEON, driver, seed)
-
-
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_int_instructions_match_their_scalar_meaning(seed):
-    source = int_tables.harness(NEON_INT, NEON)
-    driver = function_driver(source, "probe", int_tables.PARAMS, NEON_INT.compile_flags)
-    int_tables.check_lanes(NEON_INT, driver, seed)
-
-
-
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_bf16_instructions_match_their_scalar_meaning(seed):
-    source = bf16_tables.harness(NEON_BF16, NEON, NEON_INT)
-    driver = function_driver(source, "probe", bf16_tables.PARAMS, NEON_BF16.compile_flags)
-    bf16_tables.check_lanes(NEON_BF16, driver, seed)
+def test_instructions_match_their_scalar_meaning(table, seed):
+    """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
+    scalar meaning."""
+    module, isa, driver = probes()[table]
+    module.check_lanes(isa, driver, seed)
 
 
 # --- kernels against the reference ---------------------------------------------------------------
 
-def random_conv_schedule(data):
-    """A random legal schedule of a random fp32 conv (odd sizes, tails, padding, stride, dilation, groups,
-    batch), within float32 rounding of the reference."""
-    op = data.draw(conv_ops(max_hw=7))
-    check(data.draw(schedules(op, ISA)), ISA)
+def quantized_or_not(op_strategy):
+    """Schedules of an fp32 op drawn from ``op_strategy``, or of it with a random QuantSpec."""
+    @st.composite
+    def draw_schedule(draw):
+        op = draw(op_strategy)
+        if draw(st.booleans()):
+            return draw(quantized_schedules(op.with_quant(draw(SPECS)), ISA))
+        return draw(schedules(op, ISA))
+    return draw_schedule()
 
 
-test_random_conv_schedules_quick, test_random_conv_schedules = both_tiers(random_conv_schedule, 1, 6,
-                                                                          data=st.data())
+def conv_schedules(max_hw: int, dtype: str = "float32"):
+    """Schedules of random convs of ``dtype``."""
+    return conv_ops(max_hw=max_hw, dtype=dtype).flatmap(lambda op: schedules(op, ISA))
 
 
-def random_bf16_conv_schedule(data):
-    """A random legal schedule of a random bfloat16 conv: operands widened to fp32 lanes, within the bf16
-    summation bound."""
-    check(data.draw(schedules(data.draw(conv_ops(max_hw=6, dtype="bfloat16")), ISA)), ISA)
+@st.composite
+def i2s_dot_schedules(draw):
+    """The dot form of a random ternary conv in i2_s (c split by 4, 4 input channels innermost in the
+    weights) under random output-channel blocks and tiles, vectorized along output channels (aligned
+    vectors or gathered dot groups) or along output columns (broadcast dot groups)."""
+    op = draw(conv_ops(max_hw=6)).with_quant(draw(TERNARY_SPECS))
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC")
+         .layout("W", draw(st.sampled_from(["OIHW4o4i", "OIHW16o4i", "OHWI"]))).split("c", 4)
+         .tile(ow=draw(st.integers(1, 4)), k=draw(st.sampled_from([4, 8])))
+         .reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "ow_i", "k_i"))
+    if draw(st.booleans()):
+        s = s.reorder("k_o", "oh", "ow_o", "c_o", "kh", "kw", "c_i", "k_i", "ow_i")
+    return s.vectorize(s.loop_names[-1]).weight_format("i2_s")
 
 
-test_random_bf16_conv_schedules_quick, test_random_bf16_conv_schedules = both_tiers(
-    random_bf16_conv_schedule, 1, 4, data=st.data())
+@st.composite
+def binary_schedules(draw, op_strategy):
+    """Schedules of a binary op drawn from ``op_strategy``: the default register block or a random one
+    (1 to 7 output positions x 1 to 3 vectors of 2 output channels)."""
+    op = draw(op_strategy)
+    s = lo.Schedule(op)
+    if draw(st.booleans()):
+        positions, channels = block_dims(op)
+        s = s.tile(**{positions: draw(st.integers(1, 7)), channels: 2 * draw(st.integers(1, 3))})
+    return s
 
 
-def random_quantized_conv_schedule(data):
-    """A random legal schedule of a random int8 conv (every QuantSpec; either compensation, sometimes
-    dequantizing), bit-exact against quant.py's reference (float outputs within their bound)."""
-    op = data.draw(conv_ops(max_hw=7)).with_quant(data.draw(SPECS))
-    check_quantized(data.draw(quantized_schedules(op, ISA)), ISA)
+FAMILIES = {
+    # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
+    "float32 conv": conv_schedules(7),
+    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
+    "bfloat16 conv": conv_schedules(6, "bfloat16"),
+    # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
+    "float16 conv or matmul": st.one_of(
+        conv_schedules(6, "float16"),
+        matmul_ops(max_mn=9, max_k=13, dtype="float16").flatmap(lambda op: schedules(op, ISA))),
+    # every QuantSpec, either compensation, sometimes dequantizing: bit-exact
+    "int8 conv": conv_ops(max_hw=7).flatmap(lambda op: SPECS.flatmap(
+        lambda spec: quantized_schedules(op.with_quant(spec), ISA))),
+    # Conv1d or Conv3d (per-side pads, stride, dilation, groups, batch), fp32 or int8
+    "1-d/3-d conv": quantized_or_not(st.sampled_from([1, 3]).flatmap(
+        lambda spatial: conv_ops(max_hw=6, spatial=spatial, max_channels=4))),
+    # transposed operands, batch dims, fp32 or int8
+    "matmul": quantized_or_not(matmul_ops(max_mn=9, max_k=13)),
+    # ternary weights stored as i2_s (2 bits each), unpacked in registers: bit-exact
+    "i2_s conv": conv_ops(max_hw=7).flatmap(lambda op: TERNARY_SPECS.flatmap(
+        lambda spec: quantized_schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
+    "i2_s dot conv": i2s_dot_schedules(),
+    # binary XNOR + popcount (cnt), 1 or 2 words of input channels per group, register-block tails
+    "binary conv": binary_schedules(binary_convs(2)),
+    "binary matmul": binary_schedules(st.builds(lo.Matmul, st.integers(1, 9), st.integers(1, 27),
+                                                st.integers(1, 200), quant=SPECS_BINARY)),
+    "i2_s matmul": matmul_ops(max_mn=9, max_k=70).flatmap(lambda op: TERNARY_SPECS.flatmap(
+        lambda spec: schedules(op.with_quant(spec), ISA))).map(lambda s: s.weight_format("i2_s")),
+}
 
 
-test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = both_tiers(
-    random_quantized_conv_schedule, 1, 6, data=st.data())
+def check_batch(batch: list[lo.Schedule]) -> None:
+    """The schedules' kernels, built into one runner, each against its reference (int8 bit-exact)."""
+    for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
+        if schedule.op.quant is not None and schedule.op.quant.binary:
+            check_binary(kernel)
+        elif schedule.op.quant is not None:
+            check_quantized(schedule, ISA, kernel=kernel)
+        else:
+            check(schedule, ISA, kernel=kernel)
 
 
-def check_random_schedule(data, op, quantized: bool) -> None:
-    """A random legal schedule of float ``op`` or, ``quantized``, of ``op`` with a random QuantSpec (either
-    compensation, sometimes dequantizing) agrees with the reference (int8 bit-exact)."""
-    if quantized:
-        check_quantized(data.draw(quantized_schedules(op.with_quant(data.draw(SPECS)), ISA)), ISA)
-    else:
-        check(data.draw(schedules(op, ISA)), ISA)
-
-
-def random_nd_conv_schedule(data, quantized):
-    """A random legal schedule of a random Conv1d or Conv3d (per-side pads, stride, dilation, groups,
-    batch), fp32 or int8 (every QuantSpec, either compensation)."""
-    check_random_schedule(data, data.draw(conv_ops(max_hw=6, spatial=data.draw(st.sampled_from([1, 3])),
-                                                    max_channels=4)), quantized)
-
-
-test_random_nd_conv_schedules_quick, test_random_nd_conv_schedules = both_tiers(
-    random_nd_conv_schedule, 1, 4, data=st.data(), quantized=st.booleans())
-
-
-def random_matmul_schedule(data, quantized):
-    """A random legal schedule of a random matmul (transposed operands, batch dims), fp32 or int8."""
-    check_random_schedule(data, data.draw(matmul_ops(max_mn=9, max_k=13)), quantized)
-
-
-test_random_matmul_schedules_quick, test_random_matmul_schedules = both_tiers(
-    random_matmul_schedule, 1, 4, data=st.data(), quantized=st.booleans())
-
-
-def usdot_conv(s: lo.Schedule) -> lo.Schedule:
-    """4 input channels per lane of the weights: c_i is the dot loop (usdot), 4 output channels a vector."""
-    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW4o4i").split("c", 4).tile(ow=3, k=4)
-            .reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", "ow_i", "c_i", "k_i").vectorize("k_i"))
+def every_family(per_family: int):
+    """``per_family`` random legal schedules of every family of ``FAMILIES``, in one list."""
+    lists = (st.lists(family, min_size=per_family, max_size=per_family) for family in FAMILIES.values())
+    return st.tuples(*lists).map(lambda drawn: [s for batch in drawn for s in batch])
 
 
 @settings(max_examples=1, **HYPOTHESIS)
-@given(spec=SPECS, block=st.booleans(), parallel=st.booleans())
-def test_usdot_schedules_are_exact(spec, block, parallel):
-    """The dot loop on vusdotq_s32 (int8 activations shifted to u8 in the kernel), with a register block
-    or a parallel loop, padding, stride, groups and a channel count not a multiple of 4: bit-exact."""
-    op = lo.Conv2d(12, 10, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=5, width=7, quant=spec)
-    s = usdot_conv(lo.Schedule(op))
-    s = s.register_block("c_o") if block else s
-    kernel = check_quantized(s.parallel("oh") if parallel else s, ISA, threads=2 if parallel else 1)
-    assert kernel.plan.dot_loop == "c_i" and "vusdotq_s32" in kernel.source
+@given(batch=every_family(1))
+def test_random_schedules_of_every_family_quick(batch):
+    """A random schedule of each family, one runner for them all."""
+    check_batch(batch)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet50.conv2_x", "resnet50.conv2_x.int8",
-                                  "mobilenetv2.block2.depthwise.int8", "resnet50.conv1.int8"])
-def test_stored_schedules_verify(name):
-    """Stored x86 schedules of whole layers run on NEON and verify (int8 bit-exact)."""
-    quant = lo.QuantSpec("uint8", True, True, "uint8") if name.endswith(".int8") else None
-    op = lo.get_layer(name.removesuffix(".int8"), quant=quant)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")     # found on another (x86) CPU
-        s = lo.load_schedule(name, op)
-    ok, error = verify(s.compile(target="neon"))
-    assert ok, error
+@settings(max_examples=2, **HYPOTHESIS)
+@given(batch=every_family(1))
+def test_random_schedules_of_every_family(batch):
+    """Two more runners of a random schedule of each family."""
+    check_batch(batch)
+
+
+def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
+    """Input channels innermost in the ``weights`` layout: c_i is the dot loop (usdot), 4 output channels
+    a vector."""
+    return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", weights).split("c", 4)
+            .tile(ow=3, k=4).reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", "ow_i", "c_i", "k_i")
+            .vectorize("k_i"))
+
+
+@settings(max_examples=1, **HYPOTHESIS)
+@given(spec=SPECS, ternary=TERNARY_SPECS, block=st.booleans(), parallel=st.booleans())
+def test_dot_schedules_are_exact(spec, ternary, block, parallel):
+    """The dot loop on vusdotq_s32 (uint8 activations) or vdotq_s32 (int8 activations) over int8 weights and
+    over i2_s ternary weights (a 16-weight vector one load in blocks of 4 or 16 output channels; per lane
+    dot groups, 4 codes each, from OHWI), with a register block or a parallel loop, padding, stride,
+    groups and a channel count not a multiple of 4: bit-exact."""
+    def dot_form(quant: lo.QuantSpec, channels: int, weights: str) -> lo.Schedule:
+        op = lo.Conv2d(channels, 10, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=5, width=7,
+                       quant=quant)
+        s = usdot_conv(lo.Schedule(op), weights)
+        s = s.register_block("c_o") if block else s
+        return s.parallel("oh") if parallel else s
+
+    signed, unsigned = (lo.QuantSpec(activation, spec.per_channel, spec.weight_symmetric, spec.output,
+                                     spec.weight) for activation in ("int8", "uint8"))
+    batch = [dot_form(signed, 12, "OIHW4o4i"), dot_form(unsigned, 12, "OIHW4o4i"),
+             dot_form(ternary, 12, "OIHW4o4i").weight_format("i2_s"),
+             dot_form(ternary, 12, "OIHW16o4i").weight_format("i2_s"),
+             dot_form(ternary, 16, "OHWI").weight_format("i2_s")]
+    packed = ["", "", "lo_i2s_vector(W", "lo_i2s_vector(W", "lo_i2s_groups(W"]
+    for schedule, kernel, form in zip(batch, target("neon").compile_many(batch), packed, strict=True):
+        check_quantized(schedule, ISA, threads=2 if parallel else 1, kernel=kernel)
+        dot = "vdotq_s32" if schedule.op.quant.activation == "int8" else "vusdotq_s32"
+        assert kernel.plan.dot_loop == "c_i" and dot in kernel.source and form in kernel.source
+
+
+def test_the_kernel_model_counts_no_shift_for_int8_activations_on_neon():
+    """int8 activations feed vdotq_s32 as they are on NEON: no flip to count, the same predicted time as
+    uint8 ones (x86's u8 x s8 dot would count one per activation vector)."""
+    def predicted(activation: str, isa: str) -> float:
+        spec = lo.QuantSpec(activation, True, False, "int8")
+        op = lo.Conv2d(16, 16, 3, padding=1, height=8, width=8, quant=spec)
+        return lo.kernel_model(usdot_conv(lo.Schedule(op)), isa, traffic=False).predicted_seconds
+
+    assert predicted("int8", "neon") == predicted("uint8", "neon")
+
+
+@pytest.mark.slow
+def test_stored_schedules_verify():
+    """Stored x86 schedules of whole layers run on NEON (one runner for them all) and verify (int8
+    bit-exact)."""
+    names = ["resnet50.conv2_x", "resnet50.conv2_x.int8", "mobilenetv2.block2.depthwise.int8",
+             "resnet50.conv1.int8"]
+    stored = []
+    for name in names:
+        quant = lo.QuantSpec("uint8", True, True, "uint8") if name.endswith(".int8") else None
+        op = lo.get_layer(name.removesuffix(".int8"), quant=quant)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # found on another (x86) CPU
+            stored.append(lo.load_schedule(name, op))
+    for name, kernel in zip(names, target("neon").compile_many(stored), strict=True):
+        ok, error = verify(kernel)
+        assert ok, (name, error)
 
 
 TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
 
 
 @pytest.mark.parametrize("build, reason", [
-    (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("i2_s"), "i2_s"),
     (lambda: lo.Schedule(lo.Conv2d(4, 4, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1"), "tbl"),
-    (lambda: lo.Schedule(lo.Matmul(1, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))),
-     "XNOR"),
+    (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
+     .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
 ])
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
@@ -181,10 +348,13 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
         pytest.skip("native AArch64: neon kernels are timed")
     op = lo.Conv2d(4, 8, 3, padding=1, height=6, width=6)
     s = lo.Schedule(op).reorder("n", "oh", "ow", "c", "kh", "kw", "k").vectorize("k")
-    kernel = s.compile(target="neon")
+    binary = lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
+    kernel, binary_kernel = target("neon").compile_many([s, binary])
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
+    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
+        lo.measure(binary_kernel)
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
@@ -194,8 +364,8 @@ def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
                  "naive,output_stationary", "--no-reuse", "--quiet", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [row["isa"] for row in data["rows"]] == ["neon", "neon"]
-    assert all(r["verified"] and r["median_ms"] is None and r["predicted_ms"] > 0 for r in data["rows"])
-    assert data["peak_gflops"] == target("neon").peak("neon", "float32")
+    assert all(r["verified"] and r["median_s"] is None and r["predicted_s"] > 0 for r in data["rows"])
+    assert data["peak"] == target("neon").peak("neon", "float32")
     assert main(["compare", "--target", "neon", "--matmul", "4,4,4", "--plot", "x.png"]) != 0
     assert "--plot draws measured times" in capsys.readouterr().err
 
@@ -206,7 +376,7 @@ def test_a_runner_that_fails_is_an_error_with_its_message():
         pytest.skip("native AArch64: no runner")
     params = float_tables.PARAMS
     source = f"#include <stdint.h>\n{signature('probe', params)} {{ (void)x; __builtin_trap(); }}\n"
-    driver = function_driver(source, "probe", params, NEON.compile_flags)
+    [driver] = function_drivers([RunnerCase(source, "probe", params, NEON.compile_flags)])
     arrays = dict(x=np.zeros(4, np.float32), y=np.zeros(4, np.float32), idx=np.zeros(4, np.int32), bits=0,
                   out=np.zeros(4, np.float32), scattered=np.zeros(4, np.float32))
     with pytest.raises(RuntimeError, match="failed under qemu-aarch64"):

@@ -3,14 +3,15 @@ quant.py's exact reference (int32 bit for bit, float32 within float32 rounding) 
 here plus scalar and every popcount this CPU runs; the packing and the refusals."""
 import numpy as np
 import pytest
-from helpers import conv_ops, tiers
+from helpers import SPECS_BINARY as SPECS
+from helpers import binary_convs, check_binary, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.measure import verify
-from loopopt.quant_reference import random_call, reference_output
-from loopopt.quant_reference import tolerance as quant_tolerance
-from loopopt.targets.x86.binary import LANES, POPCOUNTS, block_dims
+from loopopt.quant_reference import random_call
+from loopopt.targets.binary import block_dims
+from loopopt.targets.x86.binary import LANES, POPCOUNTS
 from loopopt.targets.x86.families import compile_binary
 from loopopt.targets.x86.isa import available_int_isas, cpu_flags
 from loopopt.targets.x86.rank import rank
@@ -18,8 +19,6 @@ from loopopt.targets.x86.space import candidates, is_binary
 
 VARIANTS = [(isa, popcount) for isa in available_int_isas() for popcount in POPCOUNTS[isa]
             if popcount != "vpopcntq" or "avx512_vpopcntdq" in cpu_flags()]
-SPECS = st.builds(lambda per_channel, output: lo.QuantSpec("binary", per_channel, True, output, "binary"),
-                  st.booleans(), st.sampled_from(["int32", "float32"]))
 
 
 def check(op, isa, popcount, seed=1, block=None):
@@ -29,16 +28,7 @@ def check(op, isa, popcount, seed=1, block=None):
     if block is not None:
         positions, channels = block_dims(op)
         schedule = schedule.tile(**{positions: block[0], channels: block[1]})
-    kernel = compile_binary(schedule, isa, popcount)
-    args, params = random_call(op, seed)
-    result = kernel(*args, **params)
-    expected = reference_output(op, args, params)
-    assert result.dtype == expected.dtype and result.shape == expected.shape
-    if op.quant.dequantized:
-        assert np.all(np.abs(result - expected) <= quant_tolerance(op, args, params, False))
-    else:
-        assert np.array_equal(result, expected), np.abs(result.astype(int) - expected).max()
-    return kernel
+    return check_binary(compile_binary(schedule, isa, popcount), seed)
 
 
 def draw_block(data, isa):
@@ -50,18 +40,9 @@ def draw_block(data, isa):
 
 
 def random_binary_conv(variant, data, words):
-    """A random 2-D or 1-D conv (padding symmetric or per side, stride, dilation, groups, depthwise, batch,
-    bias) with 1 to 3 words of input channels per group (not a multiple of 64), up to 3 vectors and a
-    tail of output channels per group, under a random register block (tails of positions and of channel
-    vectors)."""
-    base = data.draw(conv_ops(max_hw=7, spatial=data.draw(st.sampled_from([2, 2, 1]))))
-    cg = data.draw(st.integers(1, 64 * words))
-    kg = data.draw(st.one_of(st.just(base.out_channels // base.groups), st.integers(1, 27)))
-    conv = type(base)
-    op = conv(cg * base.groups, kg * base.groups, base.kernel_size, stride=base.stride, padding=base.pads,
-              dilation=base.dilation, groups=base.groups, bias=base.bias, batch=base.batch,
-              quant=data.draw(SPECS), **dict(zip(conv.SIZES, base.sizes)))
-    check(op, *variant, block=draw_block(data, variant[0]))
+    """A random binary conv (``binary_convs``) under a random register block (tails of positions and of
+    channel vectors)."""
+    check(data.draw(binary_convs(words)), *variant, block=draw_block(data, variant[0]))
 
 
 test_random_binary_convs_quick, test_random_binary_convs = tiers(

@@ -6,6 +6,7 @@ import pytest
 from helpers import INT_ISAS, needs_amx
 
 import loopopt as lo
+from loopopt.targets.binary import BinaryKernel
 from loopopt.targets.x86 import kernels
 from loopopt.targets.x86.families import FAMILIES, family_of
 
@@ -33,7 +34,7 @@ def test_the_family_of_each_kind_of_schedule(isa):
 
 @pytest.mark.parametrize("isa", INT_ISAS)
 def test_each_family_builds_its_kernel_class(isa):
-    assert isinstance(lo.Schedule(lo.Conv2d(**CONV, quant=BINARY)).compile(isa), kernels.BinaryKernel)
+    assert isinstance(lo.Schedule(lo.Conv2d(**CONV, quant=BINARY)).compile(isa), BinaryKernel)
     lut = lo.Schedule(lo.Matmul(4, 32, 96, quant=TERNARY)).weight_format("tl1").compile(isa)
     assert isinstance(lut, kernels.LutKernel)
     quantized = lo.Schedule(lo.Conv2d(**CONV, quant=lo.QuantSpec())).compile(isa)

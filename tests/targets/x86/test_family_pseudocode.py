@@ -1,6 +1,7 @@
 """Schedule.pseudocode() prints the nest each x86 kernel family runs (targets/x86/families.py: binary,
-AMX tiles, table lookup, SIMD): its loops, their extents and their nesting are those of the generated C,
-for a few schedules per family (the C generated, not built: the same on every CPU)."""
+AMX tiles, table lookup, SIMD), and Int8WinogradPlan.pseudocode() its three stages: their loops, extents
+and nesting are those of the generated C, for a few schedules per family (the C generated, not built:
+the same on every CPU)."""
 import re
 
 import pytest
@@ -8,11 +9,14 @@ import pytest
 import loopopt as lo
 from loopopt.codegen import generate
 from loopopt.codegen.emit import KERNEL_NAME
-from loopopt.targets.x86.binary import generate_binary
+from loopopt.targets.binary import generate_binary
+from loopopt.targets.x86.binary import VARIANTS
 from loopopt.targets.x86.isa import ISAS
 from loopopt.targets.x86.lut import generate_lut
 from loopopt.targets.x86.space import candidates
 from loopopt.targets.x86.tiles import generate_tiles
+from loopopt.targets.x86.winograd_int8 import generate_winograd_int8
+from loopopt.winograd_int8 import Int8WinogradPlan, shape_of
 
 ISA = "avx2"                   # on every machine of the fleet
 C_LOOP = re.compile(r"^(\s*)for \((?:const )?[\w ]+? (\w+) = (\w+); \2 < ([\w+ ]+?)[;&]")
@@ -115,7 +119,7 @@ def test_table_lookup(schedule):
 
 def test_binary():
     schedule = lo.Schedule(lo.Conv2d(64, 64, 3, padding=1, height=6, width=6, quant=BINARY))
-    source = generate_binary(schedule, ISA, "nibble").source
+    source = generate_binary(schedule, VARIANTS[ISA], "nibble").source
     check(schedule, ISA, source, prefixed=True)
     for name, begin, end, step in STEP.findall(schedule.pseudocode(ISA)):    # the position and channel blocks
         assert f"lo_{name} = {begin}; lo_{name} < {end}; lo_{name} += {step})" in source
@@ -126,3 +130,19 @@ def test_simd():
     schedule = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC")
                 .reorder("n", "oh", "ow", "kh", "kw", "c", "k").vectorize("k"))
     check(schedule, ISA, generate(schedule, ISAS[ISA]).source)
+
+
+ANY_LOOP = re.compile(r"for \(\w+ (\w+) = (\w+); \1(?: \+ \d+)? <=? (\w+); (?:\+\+\1|\1 \+= (\d+))\)")
+STEPPED = re.compile(r"for (\w+) in (\w+)\.\.(\w+)(?: step (\d+))?:")
+
+
+@pytest.mark.parametrize("width", [8, 13])
+def test_int8_winograd_stages(width):
+    """Every loop of the three stage functions and their block functions, with its bounds and step
+    (the GEMM's whole blocks and tails), is one of the pseudo-code's and the other way round."""
+    op = lo.Conv2d(16, 40, 3, padding=1, height=9, width=width, quant=QUANT)
+    source = generate_winograd_int8(repr(op), shape_of(op, ISA), op.quant, op.bias, ISA)
+    generated = sorted((name, begin, end, step or "1") for name, begin, end, step in ANY_LOOP.findall(source))
+    printed = sorted((name, begin, end, step or "1")
+                     for name, begin, end, step in STEPPED.findall(Int8WinogradPlan(op).pseudocode(ISA)))
+    assert len(printed) > 8 and printed == generated
