@@ -69,7 +69,8 @@ EXAMPLES = {
     "tune": ["loopopt tune --conv 48,96,3,75,stride=2,padding=1 --trials 32 --log tune.db --save mine.toml",
              "loopopt tune --matmul 384,768,3072 --int8 --seconds 60 --json",
              "loopopt tune --layer resnet50.conv3_x --algorithms direct,winograd",
-             "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db"],
+             "loopopt tune --conv 64,64,3,56,padding=1 --scheduler tcp://scheduler:8786 --log tune.db",
+             "loopopt tune --target cuda --layer resnet50.conv2_x --dtype float16 --trials 16 --log gpu.db"],
 }
 STORED_VARIANTS = {"fp32": "", "int8": ".int8", "bf16": ".bf16"}   # stored schedule name = layer + suffix
 VARIANT_OF = {"float32": "fp32", "int8": "int8", "bfloat16": "bf16"}   # schedule_file.arithmetic -> variant
@@ -607,7 +608,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     with _executor(args.scheduler) as executor:
         result = tune(op, trials=args.trials, seconds=args.seconds, threads=args.threads, isa=args.isa,
                       log=args.log, executor=executor, progress=sys.stderr.isatty() and not args.json,
-                      seed=args.seed, budget=args.budget, algorithms=_algorithms(args.algorithms))
+                      seed=args.seed, budget=args.budget, algorithms=_algorithms(args.algorithms),
+                      target=args.target)
     notes = []
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
@@ -675,6 +677,10 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--save", help="write the winner here as TOML (with provenance and its algorithm; a "
                                   "Winograd plan too: lo.load_schedule and --schedules read it back)")
     p.add_argument("--plot", help="write a PNG of the rate per trial and the best so far here")
+    p.add_argument("--target", choices=target_names(),
+                   help="search this target's kernels (default: the one --isa belongs to); cuda: the GPU "
+                        "presets' tiles (--dtype float16: tensor cores), compiled on every core, timed on "
+                        "the GPU one at a time, logged under the GPU's name")
     p.set_defaults(run=cmd_tune)
 
 

@@ -19,10 +19,13 @@ from onnx_models import (
     transformer_block,
 )
 
+import loopopt as lo
 from loopopt.onnx import backend
 from loopopt.onnx.exact import exact_output
 from loopopt.onnx.graph import static_input_shapes
+from loopopt.onnx.kernels import default_schedule
 from loopopt.onnx.plan import KERNEL, NUMPY
+from loopopt.tune.choice import first_reading
 
 RNG = np.random.default_rng(3)
 
@@ -181,6 +184,24 @@ def test_default_is_output_stationary_when_the_search_space_has_no_candidate():
     assert rep.lowered["mm"].source == ("default output_stationary (the search space has no candidate for "
                                         "2 thread(s))")
     np.testing.assert_allclose(rep.run([a, b])[0], a @ b, rtol=1e-5)
+
+
+def test_default_schedule_reads_its_input_as_it_arrives():
+    """Where the first choice would store the activations in another layout than the one they arrive
+    in, the default is the best-ranked candidate (same ISA) that reads them as they are, if one is
+    ranked high enough; a layout the first choice reads already changes nothing."""
+    quant = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
+    op = lo.Conv2d(96, 96, 3, stride=2, padding=1, groups=96, bias=True, height=112, width=112, quant=quant)
+    first, first_source, _ = default_schedule(op)
+    assert default_schedule(op, arrives=first.layout_of("I").tag)[1] == first_source
+    other = "NCHW" if first.layout_of("I").tag == "NHWC" else "NHWC"
+    schedule, source, isa = default_schedule(op, arrives=other)
+    reading = first_reading(op, other)
+    if reading is None:
+        assert source == first_source
+    else:
+        assert schedule.layout_of("I").tag == other and reading[0].schedule is schedule
+        assert source.startswith(f"default best-ranked candidate reading {other} as its input arrives (rank ")
 
 
 def test_gemm_node_transposes_alpha_beta():

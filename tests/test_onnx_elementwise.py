@@ -1,15 +1,18 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
-inputs stored in any axis order (as a kernel's output view reaches them), in place or not; and what
-they leave to the reference."""
+inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
+leave to the reference; quantize chains as one lookup."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from helpers import tiers
 from hypothesis import strategies as st
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops import load_op
+from onnx_models import model
 
+from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
 
@@ -91,3 +94,33 @@ def test_what_elementwise_leaves_to_the_reference(op_type, inputs, opset, reason
     values = [Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
     with pytest.raises(NotSupported, match=reason.replace("(", r"\(").replace(")", r"\)")):
         ELEMENTWISE[op_type](node, values, opset)
+
+
+def test_quantize_chains_run_as_one_lookup():
+    """QuantizeLinear -> DequantizeLinear -> Relu -> QuantizeLinear (int8) -> DequantizeLinear -> Clip
+    -> QuantizeLinear (uint8): both chains one lookup step each, the same bits as onnx.reference; a
+    chain whose inner value is also an output stays as it is."""
+    u8, i8 = np.uint8, np.int8
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("s1", np.float32(0.05)), ("z1", u8(120)), ("s2", np.float32(0.03)), ("z2", i8(-7)),
+              ("s3", np.float32(0.02)), ("z3", u8(3)), ("low", np.float32(-0.5)), ("high", np.float32(1.5))]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z1"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"]),
+             helper.make_node("Relu", ["d1"], ["r1"]),
+             helper.make_node("QuantizeLinear", ["r1", "s2", "z2"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"]),
+             helper.make_node("Clip", ["d2", "low", "high"], ["c2"]),
+             helper.make_node("QuantizeLinear", ["c2", "s3", "z3"], ["y"])]
+    for inner in ((), ("c2",)):
+        proto = model(nodes, [("x", TensorProto.FLOAT, [2, 3, 5, 4])],
+                      [("y", TensorProto.UINT8, None)] + [(n, TensorProto.FLOAT, None) for n in inner],
+                      inits, opset=OPSET)
+        rep = backend.prepare(proto, strict=True)
+        chains = [s.op_type for s in rep.plan.steps if "->" in s.op_type]
+        assert chains == ["DequantizeLinear -> Relu -> QuantizeLinear"] + (
+            [] if inner else ["DequantizeLinear -> Clip -> QuantizeLinear"])
+        x = np.random.default_rng(5).standard_normal((2, 3, 5, 4)).astype(np.float32) * 4
+        stored = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        want = ReferenceEvaluator(proto).run(None, {"x": x})
+        for got, expected in zip(rep.run([stored]), want):
+            np.testing.assert_array_equal(got, expected)

@@ -141,3 +141,18 @@ def test_x86_intrinsics_only_in_the_x86_folder():
     spelled = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py")
                      if not path.is_relative_to(x86) and X86_INTRINSIC.search(path.read_text()))
     assert not spelled, f"x86 intrinsics outside targets/x86: {spelled}"
+
+
+HAND_INDENT = re.compile(r"""["'] {4,}["'] ?[*+]|\{' {4,}' \*""")     # "    " * depth, "    " + line
+
+
+def test_c_indentation_only_in_the_printer():
+    """C printers indent through ``codegen/cprint.py`` (``line``, ``indented``, ``block``, ``nest``),
+    never by multiplying or prefixing spaces themselves."""
+    package = ROOT / "loopopt"
+    printer = package / "codegen" / "cprint.py"
+    sites = sorted(f"{path.relative_to(package).as_posix()}:{number}"
+                   for path in package.rglob("*.py") if path != printer
+                   for number, text in enumerate(path.read_text().splitlines(), 1)
+                   if HAND_INDENT.search(text))
+    assert not sites, f"hand-indented C (use codegen/cprint.py): {sites}"

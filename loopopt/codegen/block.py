@@ -36,7 +36,7 @@ from ..cnames import load_variable
 from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
-from . import taps, ternary
+from . import cprint, taps, ternary
 from .arith import Arithmetic, load
 from .instr import Isa
 from .quantized import SIMD_PRAGMA, epilogue_statements
@@ -421,8 +421,7 @@ class RegisterBlock:
         chunk_bits = None
         if self.chunk_loop:
             loop = em.schedule.loop(self.chunk_loop)
-            em.emit(indent, f"for ({em.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
-                            f"{loop.name} += {self.lanes}) {{")
+            em.emit(indent, cprint.for_loop(em.int_type, loop.name, loop.extent, step=self.lanes) + " {")
             indent += 1
             if self.vector and loop.extent % self.lanes:
                 left = f"({loop.extent} - {loop.name})"
@@ -602,7 +601,7 @@ class RegisterBlock:
         outer = {name: value for name, value in acc.bindings.items() if name != self.vector}
         index = [e.substitute(outer).substitute(lane) for e in index]
         # a packed run's last vector computes every lane (a dead one a clamped position's value, not stored)
-        lanes = f"for (int lo_j = 0; lo_j < {self.lanes if target else acc.valid_lanes}; ++lo_j) {{"
+        lanes = cprint.for_loop("int", "lo_j", self.lanes if target else acc.valid_lanes) + " {"
         first = f"const {em.int_type} lo_lane = {self._base(acc)} + lo_j;"
         whole = not bits and em.kinds[em.op.output].kind == "contiguous"
         narrow = em.op.quant.requantized          # int lanes, narrowed to bytes when stored

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from ..cnames import letter_variable
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import quantized, taps, ternary
+from . import cprint, quantized, taps, ternary
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
+from .nest import lower
 from .params import KernelParam, check_lane_indices, index_ctype, signature
 from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 
@@ -69,23 +70,10 @@ def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
     return {t: classify(schedule, t, isa.lanes) for t in schedule.op.tensors}
 
 
-def dim_depths(schedule: Schedule) -> dict[str, int]:
-    """The loop depth at which the nest defines each op dim (its innermost loop; -1: before all loops)."""
-    position = {name: i for i, name in enumerate(schedule.loop_names)}
-    return {d: max((position[v] for v in e.variables() if v in position), default=-1)
-            for d, e in schedule.dim_values.items()}
-
-
 def placed_guards(schedule: Schedule) -> tuple[tuple[Bound, int], ...]:
     """The guards as the plain nest checks them, each with its loop depth, in the order of
-    ``schedule.guards``: partial blocks (over loops) where their innermost loop opens, then the
-    op's guards (over dims) where all their dims are defined."""
-    depths = dim_depths(schedule)
-    position = {name: i for i, name in enumerate(schedule.loop_names)}
-    partial = tuple((g, max((position[v] for v in g.expr.variables()), default=-1))
-                    for g in schedule.partial_guards)
-    return partial + tuple((g, max((depths[d] for d in g.expr.variables()), default=-1))
-                           for g in schedule.op.guards)
+    ``schedule.guards`` (``nest.lower``'s placement)."""
+    return tuple((g.bound, g.depth) for g in lower(schedule).guards)
 
 
 @dataclass(frozen=True)
@@ -212,8 +200,7 @@ class _Emitter:
         self.op = schedule.op
         self.position = {name: i for i, name in enumerate(schedule.loop_names)}
         self.vector = schedule.vector_loop if kinds else None
-        self.dim_depth = dim_depths(schedule)
-        self.placed = placed_guards(schedule)
+        self.nest = lower(schedule)
         self.int_type = index_ctype(schedule)      # of loop variables, dims and offsets
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
@@ -231,11 +218,10 @@ class _Emitter:
         return max((self.position[v] for v in expr.variables() if v in self.position), default=-1)
 
     def _guards_at(self, depth: int) -> list[Bound]:
-        return [guard for guard, at in self.placed if at == depth]
+        return self.nest.guards_at(depth)
 
     def _defs_at(self, depth: int) -> list[str]:
-        return [f"const {self.int_type} {d} = {v.to_c()};" for d, v in self.schedule.dim_values.items()
-                if self.dim_depth[d] == depth and v != Var(d)]
+        return [f"const {self.int_type} {d.dim} = {d.value.to_c()};" for d in self.nest.definitions_at(depth)]
 
     def offset(self, tensor: str) -> str:
         return self._offset(tensor).to_c()
@@ -248,7 +234,7 @@ class _Emitter:
         return ternary.reference(self.schedule, tensor, self.offset(tensor))
 
     def emit(self, depth: int, text: str) -> None:
-        self.lines.append("    " * (depth + 1) + text)
+        self.lines.append(cprint.line(depth + 1, text))
 
     # --- the function ------------------------------------------------------------------
     def function_body(self) -> str:
@@ -317,8 +303,8 @@ class _Emitter:
         elements = output_elements(self.schedule)
         parallel = self.schedule.parallel_loop is not None
         lines = ["#pragma omp parallel for schedule(static)"] if parallel else []
-        lines += ["    " * depth + f"for ({self.int_type} {name} = 0; {name} < {size}; ++{name})"
-                  for depth, (name, size) in enumerate(zip(elements.names, elements.sizes, strict=True))]
+        lines += cprint.staircase([cprint.for_loop(self.int_type, name, size)
+                                   for name, size in zip(elements.names, elements.sizes, strict=True)])
         return lines, elements.element, elements.bias
 
     def _emit_output_init(self) -> None:
@@ -368,8 +354,7 @@ class _Emitter:
             self.emit(indent, "#pragma omp parallel for schedule(static)")
         if loop.unroll and not loop.parallel:  # both pragmas must directly precede the loop
             self.emit(indent, f"#pragma GCC unroll {min(loop.unroll, loop.extent)}")
-        self.emit(indent, f"for ({self.int_type} {loop.name} = {begin}; {loop.name} < {end}; "
-                          f"++{loop.name}) {{")
+        self.emit(indent, cprint.for_loop(self.int_type, loop.name, end, begin) + " {")
         for line in self._defs_at(depth):
             self.emit(indent + 1, line)
         for guard in self._guards_at(depth):
@@ -407,7 +392,7 @@ class _Emitter:
             self.emit(inner, f"{isa.vector_type} lo_acc = {isa.zero()};")
         if loop.unroll:
             self.emit(inner, f"#pragma GCC unroll {min(loop.unroll, -(-loop.extent // isa.lanes))}")
-        self.emit(inner, f"for ({self.int_type} {v} = 0; {v} < {loop.extent}; {v} += {isa.lanes}) {{")
+        self.emit(inner, cprint.for_loop(self.int_type, v, loop.extent, step=isa.lanes) + " {")
         body = inner + 1
         for line in self._defs_at(depth):
             self.emit(body, line)
@@ -435,7 +420,7 @@ class _Emitter:
         for tensor in gathered:
             check_lane_indices(self.schedule, tensor, "gather", 0, isa.lanes)   # also a lane-wise output
             self.emit(depth, f"int lo_idx_{tensor}[{isa.lanes}];")
-        self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_j", isa.lanes) + " {")
         self.emit(depth + 1, f"const {self.int_type} {v} = lo_v0 + lo_j;")
         for line in self._defs_at(self.position[v]):
             self.emit(depth + 1, line)
@@ -473,8 +458,8 @@ class _Emitter:
             self.emit(depth, f"{arith.scalar_type} lo_prod[{isa.lanes}];")
             self.emit(depth, isa.store(p="lo_prod", v=arith.update("lo_a", "lo_b", isa.zero(), None)) + ";")
             valid = "(lo_bits >> lo_j) & 1u" if mask else "1"
-            self.emit(depth, f"for (int lo_j = 0; lo_j < {isa.lanes}; ++lo_j) "
-                             f"if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
+            self.emit(depth, cprint.for_loop("int", "lo_j", isa.lanes) +
+                             f" if ({valid}) {out}[lo_idx_{out}[lo_j]] += lo_prod[lo_j];")
             return
         self.emit(depth, f"{vt} lo_o = {self._load(out, mask)};")
         self.emit(depth, f"lo_o = {arith.update('lo_a', 'lo_b', 'lo_o', None)};")

@@ -5,6 +5,7 @@ from ..schedule import Schedule
 from .arith import arithmetic
 from .emit import vector_access_kinds
 from .instr import Isa
+from .nest import lower
 from .quantized import has_signed_dot
 from .quantized import plan as quant_plan
 
@@ -27,29 +28,16 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     dot = arithmetic(schedule, target.name, plan, bf16_dot).dot_loop if target else None
     instruction = ("bf16 pair dot (vdpbf16ps)" if not quantized else
                    "s8 x s8 dot" if plan is not None and plan.dot_instruction == "dot_s8" else "u8 x s8 dot")
+    nest = lower(schedule, (dot, instruction) if dot else None)
     indent = ""
-    blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
-    for loop in schedule.loops:
-        notes = [name for flag, name in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized"))
-                 if flag] + ([f"unroll {loop.unroll}"] if loop.unroll else []) + (
-                     [f"bound to {loop.axis}"] if loop.axis else []) + [
-                     f"stage {t} in shared memory ({' x '.join(map(str, schedule.staged_box(t, at).sizes))})"
-                     for t, at in schedule.stages if at == loop.name]
-        if loop.name == schedule.register_block_at:
-            notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "
-                         f"kept in registers from here")
-        elif loop.name in blocked[1]:
-            notes.append("block loop (unrolled into accumulators)")
-        if loop.name == dot:
-            notes.append(f"dot loop: each {instruction} instruction consumes its {loop.extent} iterations")
-        suffix = f"    # {', '.join(notes)}" if notes else ""
+    for loop in nest.loops:
+        suffix = f"    # {', '.join(loop.notes)}" if loop.notes else ""
         lines.append(f"{indent}for {loop.name} in 0..{loop.extent}:{suffix}")
         indent += "  "
-    defs = [f"{d} = {v.to_c()}" for d, v in schedule.dim_values.items() if v.to_c() != d]
-    if defs:
-        lines.append(f"{indent}# {', '.join(defs)}")
-    if schedule.guards:
-        condition = " and ".join(g.to_c().replace("&&", "and") for g in schedule.guards)
+    if nest.definitions:
+        lines.append(f"{indent}# {', '.join(f'{d.dim} = {d.value.to_c()}' for d in nest.definitions)}")
+    if nest.guards:
+        condition = " and ".join(g.in_loops.to_c().replace("&&", "and") for g in nest.guards)
         lines.append(f"{indent}if {condition}:")
         indent += "  "
     a, b = op.inputs

@@ -51,7 +51,7 @@ from ..cnames import letter_variable
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
-from . import taps, ternary
+from . import cprint, taps, ternary
 from .instr import SIGNED_DOT_MEANINGS, tables
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
@@ -459,21 +459,13 @@ def _tap_sum(op: Op, valid: list[str], term: str, it: str) -> list[str]:
     """``s += term`` over the reduction: one loop per window's taps, those whose positions are valid
     (``valid``: a C condition per window), then the other reduction dims (a conv's input channels);
     ``it`` is the C type of the loop variables."""
-    loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
+    loop = lambda dim, extent: cprint.for_loop(it, dim, extent)
     taps = {w.tap_dim for w in op.windows}
     others = [d for d in op.dim_names if d in op.reduction_dims and d not in taps]
-    lines = ["int s = 0;"] + [f"{'    ' * depth}{loop(w.tap_dim, w.taps)} if ({ok})"
-                              for depth, (w, ok) in enumerate(zip(op.windows, valid, strict=True))]
-    lines += [f"{'    ' * depth}{loop(d, op.extent(d))}" for depth, d in enumerate(others, len(op.windows))]
+    headers = [f"{loop(w.tap_dim, w.taps)} if ({ok})" for w, ok in zip(op.windows, valid, strict=True)]
+    lines = ["int s = 0;", *cprint.staircase(headers + [loop(d, op.extent(d)) for d in others])]
     lines[-1] += f" s += {term};"
     return lines
-
-
-def _nest(loops: list[str], body: list[str]) -> list[str]:
-    """``loops`` nested, the innermost opening the block of ``body``."""
-    lines = [f"{'    ' * depth}{loop}" for depth, loop in enumerate(loops)]
-    lines[-1] += " {"
-    return lines + ["    " * len(loops) + line for line in body] + ["    " * (len(loops) - 1) + "}"]
 
 
 def _flat(terms: list[tuple[str, int]]) -> str:
@@ -501,7 +493,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     lines: list[str] = []
     a, w = op.inputs
     k, c = op.channel_dim, op.reduction_channel_dim
-    loop = lambda dim, extent: f"for ({it} {dim} = 0; {dim} < {extent}; ++{dim})"
+    loop = lambda dim, extent: cprint.for_loop(it, dim, extent)
     windows = op.windows
     if qp.compensation == "kernel":
         wbatch = [(d, op.extent(d)) for d in weight_batch_dims(op)]
@@ -522,7 +514,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         loops = [loop(d, n) for d, n in wbatch] + [loop(k, op.channels)] + [loop(v, n) for v, n in classes]
         rows = [cls for i, cls in enumerate(classes) if i != at] + [(k, op.channels)]
         rows += [classes[at]] if at is not None else []
-        lines += _nest(loops, body + [f"lo_comp[{_flat(wbatch + rows)}] = s;"])
+        lines += cprint.loop_nest(loops, body + [f"lo_comp[{_flat(wbatch + rows)}] = s;"])
     if qp.activation_sums:
         shift = f" + {qp.shift}" if qp.shift else ""
         lines.append("/* activation sums S over the valid taps of each output position "
@@ -539,7 +531,8 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         xoff = _storage_offset(schedule, a, index)
         body = _tap_sum(op, [Bound(win.input_index, 0, win.size).to_c() for win in windows],
                         f"{a}[{xoff}]{shift}", it)
-        lines += _nest([loop(d, n) for d, n in positions], body + [f"lo_xsum[{_flat(positions)}] = s;"])
+        lines += cprint.loop_nest([loop(d, n) for d, n in positions],
+                                  body + [f"lo_xsum[{_flat(positions)}] = s;"])
     return lines
 
 
@@ -584,13 +577,13 @@ def output_loops(schedule: Schedule) -> tuple[list[str], list[str], str]:
     for letter, block in layout.order:
         name, size = letter_variable(letter), layout.block(letter)
         if size == 1:
-            loops.append(f"for ({it} {name} = 0; {name} < {extent[letter]}; ++{name})")
+            loops.append(cprint.for_loop(it, name, extent[letter]))
         elif block:
-            loops.append(f"for ({it} {name}_i = 0; {name}_i < {size}; ++{name}_i)")
+            loops.append(cprint.for_loop(it, f"{name}_i", size))
             defs += [f"const {it} {name} = {name}_o * {size} + {name}_i;",
                      f"if ({name} >= {extent[letter]}) continue;"]
         else:
-            loops.append(f"for ({it} {name}_o = 0; {name}_o < {-(-extent[letter] // size)}; ++{name}_o)")
+            loops.append(cprint.for_loop(it, f"{name}_o", -(-extent[letter] // size)))
     names = [letter_variable(letter) for letter in info.letters]
     return loops, defs, layout.offset(tuple(Var(n) for n in names), info.shape).to_c()
 
@@ -614,8 +607,8 @@ def folded_offsets(schedule: Schedule, qp: QuantPlan) -> list[str]:
     bias = f"{op.bias_tensor}[t_e % {op.channels}] " if op.bias and not op.quant.dequantized else "0 "
     return [f"int32_t {FOLDED}[{entries}] __attribute__((aligned(64)));   /* bias - (zx + shift) x comp */",
             SIMD_PRAGMA,
-            f"for ({it} t_e = 0; t_e < {entries}; ++t_e) "
-            f"{FOLDED}[t_e] = {bias}- (lo_zx + {qp.shift}) * lo_comp[t_e];"]
+            cprint.for_loop(it, "t_e", entries) +
+            f" {FOLDED}[t_e] = {bias}- (lo_zx + {qp.shift}) * lo_comp[t_e];"]
 
 
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
@@ -672,11 +665,6 @@ def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     body = defs + epilogue_statements(schedule, qp, f"{op.output}[{offset}]")
     lines = ["/* epilogue: compensation, bias" + (", scale" if op.quant.scaled else "")
              + (", requantization" if op.quant.requantized else "")
-             + ", in the output's storage order */", "{"] + ["    " + p for p in _omp(schedule)]
-    for depth, loop in enumerate(loops):
-        if depth == len(loops) - 1:
-            lines.append("    " * (depth + 1) + SIMD_PRAGMA)
-        lines.append("    " * (depth + 1) + loop + (" {" if depth == len(loops) - 1 else ""))
-    lines += ["    " * (len(loops) + 1) + line for line in body]
-    lines += ["    " * len(loops) + "}", "}"]
-    return lines
+             + ", in the output's storage order */"]
+    loops = [*loops[:-1], f"{SIMD_PRAGMA}\n{loops[-1]}"]
+    return lines + cprint.block("", [*_omp(schedule), *cprint.loop_nest(loops, body)])

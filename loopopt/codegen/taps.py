@@ -49,6 +49,7 @@ from typing import Optional
 from ..expr import Var
 from ..ops import Window
 from ..schedule import Schedule
+from . import cprint
 from .instr import Isa
 from .vector import proves_step
 
@@ -206,7 +207,7 @@ def interleave(ints: Isa, names: list[str]) -> list[str]:
 
     final = merged(list(names))
     moves = [f"{name} = {value};" for name, value in zip(names, final)]
-    return ["{"] + ["    " + line for line in lines + moves] + ["}"]
+    return cprint.block("", lines + moves)
 
 
 def zips(count: int) -> int:

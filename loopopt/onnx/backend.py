@@ -30,7 +30,7 @@ from onnx.reference.ops import load_op
 from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
-from .elementwise import ELEMENTWISE, VIEWS
+from .elementwise import ELEMENTWISE, VIEWS, fuse_lookups
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
@@ -97,15 +97,25 @@ class LoopoptRep(BackendRep):
                                           f"{node.op_type} is not supported (only the default ONNX domain)")
 
     def _lower_static(self, known: dict[str, Value]) -> None:
-        """Lower and compile every compute node whose input shapes are static in the model; one whose
-        inputs after the first are constants gets its kernel bound to them (``Lowering.bind``)."""
+        """Lower and compile every compute node whose input shapes are static in the model, in graph
+        order, each preferring a schedule that stores its activations in the memory order they arrive
+        in (``order``); one whose inputs after the first are constants gets its kernel bound to them
+        (``Lowering.bind``)."""
+        order: dict[str, tuple[int, ...]] = {}     # value -> its axes in memory order, where not logical
         for node in self.prepared.graph.node:
             if lowerable(node) and all(not n or n in known for n in node.input):
                 values = [known[n] if n else None for n in node.input]
-                lowered = self._lowering(node, values)
+                lowered = self._lowering(node, values, order.get(node.input[0]))
                 if lowered is not None and all(v is None or v.data is not None for v in values[1:]):
                     lowering, kernel = lowered
                     self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values])
+                    order.update(dict.fromkeys(node.output[:1], lowering.output_order(kernel)))
+            elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS and node.input[0] in known:
+                rank = len(known[node.input[0]].shape)    # pools compute channels-last
+                order[node.output[0]] = (0, *range(2, rank), 1)
+            elif node.op_type in ELEMENTWISE and node.op_type not in VIEWS and node.input[0] in order:
+                order[node.output[0]] = order[node.input[0]]    # numpy keeps its first input's order
+        self._orders = {name: axes for name, axes in order.items() if axes is not None}
 
     def _plan(self, known: dict[str, Value]) -> Plan:
         """The execution plan: one step per node of ``prepared`` (Constant nodes are constants)."""
@@ -133,7 +143,9 @@ class LoopoptRep(BackendRep):
             else:
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
-        return Plan(steps, self.constants, [value.name for value in self.prepared.graph.output])
+        outputs = [value.name for value in self.prepared.graph.output]
+        dtypes = {name: value.dtype for name, value in known.items()}
+        return Plan(fuse_lookups(steps, self.constants, dtypes, outputs), self.constants, outputs)
 
     def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
         """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""
@@ -155,9 +167,11 @@ class LoopoptRep(BackendRep):
 
         return run
 
-    def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None]):
+    def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None],
+                  arrives: tuple[int, ...] | None = None):
         """The node's lowering and compiled kernel (recorded in ``lowered``); None when the op
-        model cannot express it (non-strict: recorded with the reason)."""
+        model cannot express it (non-strict: recorded with the reason). ``arrives``: the memory order
+        of the first input's axes where it is not the logical one."""
         label = node.name
         absorbed = self.groups[label].absorbed if label in self.groups else ()
         try:
@@ -168,7 +182,7 @@ class LoopoptRep(BackendRep):
                                           f"kernel: {error}") from error
             self.lowered[label] = LoweredNode(label, node.op_type, reason=error.reason, absorbed=absorbed)
             return None
-        compiled = self.kernels.get(lowering.op)
+        compiled = self.kernels.get(lowering.op, lowering.input_layout(arrives))
         skipped = f"not fused with its DequantizeLinear inputs: {self.skipped[label]}" \
             if label in self.skipped else ""
         note = "; ".join(text for text in (lowering.note, skipped) if text)

@@ -8,16 +8,20 @@ to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``
 buffer may be overwritten, as nothing else reads it). A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
+A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
+values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``).
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
 
 from .lowering import NotSupported, Value, attributes
+from .plan import NUMPY, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
 Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int], Run]
@@ -190,3 +194,57 @@ ELEMENTWISE: dict[str, Builder] = {
 
 # the op types whose outputs may be views of their inputs (their buffers are not their own)
 VIEWS = ("Flatten", "Reshape", "Identity")
+
+
+LOOKUP_BETWEEN = ("Relu", "Clip")     # what a lookup chain may hold between its Dequantize and Quantize
+
+
+def lookup(table: np.ndarray) -> Run:
+    """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
+    input's memory order."""
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        q = inputs[0]
+        order = np.argsort(q.strides, kind="stable")[::-1]      # the axes outer to inner in memory
+        return [np.take(table, q.transpose(order).view(np.uint8)).transpose(np.argsort(order))]
+
+    return run
+
+
+def lookup_table(chain: Sequence[tuple[Run, list[np.ndarray | None]]], dtype: np.dtype) -> np.ndarray:
+    """What ``chain`` (each step's run and its inputs after the first) gives for each of the 256 values
+    of an 8-bit ``dtype``, indexed by bit pattern: the steps' own arithmetic, so the same bits."""
+    values = np.arange(256, dtype=np.uint8).view(dtype)
+    for run, rest in chain:
+        values = run([values, *rest], False)[0]
+    return values
+
+
+def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], dtypes: dict[str, np.dtype],
+                 outputs: Sequence[str]) -> list[Step]:
+    """``steps`` with each DequantizeLinear -> (Relu | Clip)* -> QuantizeLinear chain of numpy steps
+    on an 8-bit input (``dtypes``: what is known of the values' dtypes) whose other inputs are
+    ``constants`` and whose inner values nothing else reads replaced by one ``lookup`` step."""
+    readers = Counter(name for step in steps for name in step.inputs if name)
+    producer = {name: step for step in steps for name in step.outputs}
+    private = lambda name: readers[name] == 1 and name not in outputs
+    fused: dict[str, Step] = {}       # the last step of a chain -> its lookup step
+    for step in steps:
+        if step.op_type != "QuantizeLinear" or step.engine != NUMPY:
+            continue
+        chain = [step]
+        while (chain[0].inputs[0] in producer and private(chain[0].inputs[0])
+               and producer[chain[0].inputs[0]].op_type in LOOKUP_BETWEEN + ("DequantizeLinear",)
+               and producer[chain[0].inputs[0]].engine == NUMPY and chain[0].op_type != "DequantizeLinear"):
+            chain.insert(0, producer[chain[0].inputs[0]])
+        source = chain[0].inputs[0]
+        if (chain[0].op_type != "DequantizeLinear" or dtypes.get(source) not in INTEGER_RANGES
+                or any(n and n not in constants for s in chain for n in s.inputs[1:])):
+            continue
+        table = lookup_table([(s.run, [constants[n] if n else None for n in s.inputs[1:]]) for s in chain],
+                             dtypes[source])
+        fused[step.node] = Step(step.node, " -> ".join(s.op_type for s in chain), (source,), step.outputs,
+                                lookup(table), NUMPY, owns_outputs=True)
+        for inner in chain[:-1]:
+            fused[inner.node] = None
+    return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

@@ -2,7 +2,9 @@
 options, quantization). The schedule is the tuning log's best when a log has one, else the default:
 the tune search's first choice (``tune.choice.first_choice``: the candidate the search ranks first,
 without measuring), or ``dataflows.output_stationary`` for an op whose search space has no
-candidate (e.g. no outer loop to split over the threads); the source says which."""
+candidate (e.g. no outer loop to split over the threads); where the first choice would store the
+activations in another layout than the one they arrive in, the best-ranked candidate that reads them
+as they arrive (``tune.choice.first_reading``); the source says which."""
 from __future__ import annotations
 
 import os
@@ -14,12 +16,13 @@ from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..tune import best_trial
-from ..tune.choice import first_choice
+from ..tune.choice import first_choice, first_reading
 from ..tune.log import signature
 from ..tune.result import describe
 
 DEFAULT = "default"                                 # the start of a default schedule's source
 RANKED = f"{DEFAULT} first choice of the search"    # + its knobs
+READING = f"{DEFAULT} best-ranked candidate reading"  # + the layout, its rank and knobs
 FALLBACK = f"{DEFAULT} output_stationary"            # + why the search had no candidate
 
 
@@ -47,14 +50,23 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
     return None if best is None else (best.to_schedule(op, f"tuning log {os.fspath(log)}"), best.isa)
 
 
-def default_schedule(op: Op, threads: int = 1, isa: str = "auto") -> tuple[Schedule, str, str]:
+def default_schedule(op: Op, threads: int = 1, isa: str = "auto",
+                     arrives: str | None = None) -> tuple[Schedule, str, str]:
     """The default schedule of ``op`` (the search's first choice, else ``stationary_schedule``), its
     source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: x86's tile
-    variant)."""
+    variant). ``arrives``: the layout (a format tag) the first input arrives in; where the first choice
+    stores it otherwise, the best-ranked candidate that stores it so (``first_reading``), if any."""
     chosen = first_choice(op, isa, threads)
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
+    reading = None
+    if arrives is not None and chosen.schedule.layout_of(op.inputs[0]).tag != arrives:
+        reading = first_reading(op, arrives, isa, threads)
+    if reading is not None:
+        candidate, rank = reading
+        return (candidate.schedule, f"{READING} {arrives} as its input arrives (rank {rank}): "
+                f"{describe(candidate.knobs.as_dict(), candidate.isa)}", candidate.isa)
     return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict(), chosen.isa)}", chosen.isa
 
 
@@ -73,25 +85,27 @@ class KernelCache:
 
     def __init__(self, log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
         self.log, self.threads, self.isa = log, threads, isa
-        self._compiled: dict[str, Compiled] = {}
+        self._compiled: dict[tuple[str, str], Compiled] = {}
 
     def __len__(self) -> int:
         """How many kernels have been compiled."""
         return len(self._compiled)
 
-    def schedule(self, op: Op) -> tuple[Schedule, str, str]:
-        """The schedule ``op`` runs with, its source and the ISA to compile it for."""
+    def schedule(self, op: Op, arrives: str | None = None) -> tuple[Schedule, str, str]:
+        """The schedule ``op`` runs with, its source and the ISA to compile it for (``arrives``: the
+        layout its first input arrives in, see ``default_schedule``)."""
         isa = None if self.isa == "auto" else self.isa
         best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
         if best is not None:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
-        return default_schedule(op, self.threads, self.isa)
+        return default_schedule(op, self.threads, self.isa, arrives)
 
-    def get(self, op: Op) -> Compiled:
-        """The compiled kernel of ``op`` (compiled on the first request for its signature)."""
-        key = signature(op)
+    def get(self, op: Op, arrives: str | None = None) -> Compiled:
+        """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the
+        logical one), compiled on the first request for its signature and schedule."""
+        schedule, source, isa = self.schedule(op, arrives)
+        key = (signature(op), source)
         if key not in self._compiled:
-            schedule, source, isa = self.schedule(op)
             kernel = schedule.compile(isa)
             kernel.hold_weights = True     # the model's weights are constants: packed on the first run, kept
             if schedule.parallel_loop is not None:

@@ -64,6 +64,24 @@ class Lowering:
     result: Callable[[np.ndarray], list[np.ndarray]] = _one
     note: str = ""    # what the importer does around the kernel (batch folded into the rows, ...)
 
+    def input_layout(self, order: tuple[int, ...] | None) -> str | None:
+        """The format tag of the kernel's first input stored with its axes in ``order`` (the memory
+        order of the node's input, which reaches the kernel as it is), or None (the logical order, or
+        the node reshapes its input first)."""
+        letters = self.op.tensor(self.op.inputs[0]).letters
+        if order is None or self.activation is not _same or len(order) != len(letters):
+            return None
+        return "".join(letters[axis] for axis in order)
+
+    def output_order(self, kernel: Kernel) -> tuple[int, ...] | None:
+        """The memory order of the node's output axes as the kernel returns it (a view of its storage
+        in a permutation layout), or None (the logical order, or a blocked layout copied back)."""
+        out = self.op.output
+        layout = kernel.schedule.layout_of(out)
+        if self.result is not _one or any(block for _, block in layout.order):
+            return None
+        return tuple(layout.letters.index(letter) for letter, _ in layout.order)
+
     def call(self, kernel: Kernel, inputs: Inputs) -> list[np.ndarray]:
         """The node's outputs for ``inputs``: one call of ``kernel``."""
         arrays, params = self.constants(inputs)

@@ -1,7 +1,8 @@
 """Pooling nodes (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool) as whole-array numpy
 reductions over the window's taps, instead of onnx.reference's per-window Python loops.
 
-Each tap of the window is one strided slice of the padded input, combined with ``np.maximum`` or
+Each tap of the window is one strided slice of the input (MaxPool: of the unpadded input, into the
+output positions it reaches; AveragePool: of the padded input), combined with ``np.maximum`` or
 summed: a 3x3 MaxPool is 9 vectorized passes over the output. ``POOLS`` maps an op type to a
 function of the node's input and attributes; a node outside what they handle (MaxPool's
 ``Indices`` output, ``storage_order``, AveragePool with ``ceil_mode``) runs on onnx.reference, and
@@ -67,16 +68,42 @@ def _taps(x: np.ndarray, attributes: dict, fill: float):
         yield (slice(None), *window, slice(None)), padded
 
 
+def _tap_ranges(x: np.ndarray, attributes: dict):
+    """The output's shape and, for each tap of the window, the output positions whose tap falls inside
+    the unpadded input and the strided slice of the input it reads there, channels-last (``x`` as in
+    ``_taps``); a tap inside the pads for every output is left out."""
+    kernel, strides, dilations, pads = _geometry(x.shape[1:-1], attributes)
+    ceil = bool(attributes["ceil_mode"])
+    sizes = [_output_size(n, k, s, d, p, ceil)
+             for n, k, s, d, p in zip(x.shape[1:-1], kernel, strides, dilations, pads)]
+    shape = (x.shape[0], *sizes, x.shape[-1])
+    taps = []
+    for tap in np.ndindex(*kernel):
+        outs, ins = [slice(None)], [slice(None)]
+        for n, t, s, d, p, o in zip(x.shape[1:-1], tap, strides, dilations, pads, sizes):
+            offset = t * d - p[0]                  # the input index output 0 reads at this tap
+            first, last = max(0, -(offset // s)), min(o - 1, (n - 1 - offset) // s)
+            if first > last:
+                break
+            outs.append(slice(first, last + 1))
+            ins.append(slice(first * s + offset, last * s + offset + 1, s))
+        else:
+            taps.append(((*outs, slice(None)), (*ins, slice(None))))
+    return shape, taps
+
+
 def _channels_last(x: np.ndarray) -> np.ndarray:
     return np.moveaxis(x, 1, -1)
 
 
 def max_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
-    """MaxPool, returned as a channels-last array viewed in the logical (N, C, spatial...) order."""
-    out = None
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    for window, padded in _taps(_channels_last(x), attributes, fill):
-        out = padded[window].copy() if out is None else np.maximum(out, padded[window], out=out)
+    """MaxPool, returned as a channels-last array viewed in the logical (N, C, spatial...) order: each
+    tap's maximum taken into the output positions it reaches inside the input (no padded copy)."""
+    last = _channels_last(x)
+    shape, taps = _tap_ranges(last, attributes)
+    out = np.full(shape, -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min, x.dtype)
+    for window, read in taps:
+        np.maximum(out[window], last[read], out=out[window])
     return np.moveaxis(out, -1, 1)
 
 

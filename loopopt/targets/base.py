@@ -72,6 +72,11 @@ class Target(ABC):
         """The device the kernels run on, beside the host (e.g. a GPU's name), or None: the host."""
         return None
 
+    def fingerprint(self) -> str | None:
+        """What the tuning log keys this target's trials by where that is not this host (its
+        ``machine.fingerprint``, None, the default): a device target's device."""
+        return None
+
     def run_timer(self) -> Callable[[Callable[[], object]], float] | None:
         """How ``measure`` times one run of this target's kernels: None where the host's clock around
         the call does (a kernel that returns when it is done); for kernels that run asynchronously on
@@ -93,7 +98,8 @@ class Target(ABC):
         """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
         (``targets/search.py``); a ValueError where it has none."""
         raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
-                         f"(isa='auto' on an x86 host, or one of x86's variants)")
+                         f"(isa='auto' on an x86 host, or one of x86's variants) and cuda kernels "
+                         f"(target='cuda')")
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         """The kernel model's constants of the core that runs variant ``isa``'s kernels (``model.py``),

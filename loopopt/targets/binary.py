@@ -33,11 +33,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ..buffers import check_memory
+from ..codegen import cprint
 from ..codegen.emit import KERNEL_NAME, Generated
 from ..codegen.instr import Isa
 from ..codegen.params import KernelParam, signature
@@ -51,7 +53,8 @@ from ..schedule import Schedule, ScheduleError
 WORD = 64
 MAX_ACCUMULATORS = 64   # R x V of one register block
 BASE = "lo_base"        # the per-class, per-channel ``base`` table
-NO_UNROLL = "    #pragma GCC unroll 1"
+NO_UNROLL = "#pragma GCC unroll 1"
+_loop = partial(cprint.for_loop, "ptrdiff_t")
 NOT_PREPACKED = ("a binary kernel packs its weights to bits and their padding table on every call; "
                  "it has no prepacked form")
 
@@ -256,28 +259,27 @@ def _block(s: BinaryShape, ops: Ops, r_count: int, v_count: int) -> list[str]:
     r, c, lanes = s.rows, s.cols, s.lanes
     acc = [[f"lo_a{i}_{j}" for j in range(v_count)] for i in range(r_count)]
     lines = [f"static inline void lo_block_{r_count}x{v_count}(const uint64_t *const *lo_xp, "
-             "const uint64_t *restrict lo_w, uint64_t *restrict lo_sums)", "{",
-             *(f"    const uint64_t *restrict lo_x{i} = lo_xp[{i}];" for i in range(r_count)),
-             f"    {ops.t} {', '.join(f'{a} = {ops.zero}' for row in acc for a in row)};",
-             # one loop over the taps and words (the weights' order; lo_xoff: the activation word of each
-             # step): each step updates each accumulator once. Unrolled, gcc reassociates the sums of
-             # several steps into trees of temporaries and spills the accumulators
-             NO_UNROLL, f"    for (ptrdiff_t lo_s = 0; lo_s < {r.taps * c.taps * s.words}; ++lo_s) {{",
-             "        const ptrdiff_t lo_t = lo_xoff[lo_s];",
-             f"        const uint64_t *lo_wt = lo_w + lo_s * {s.kpad};",
-             *(f"        const {ops.t} lo_w{j} = {ops.load.format(p=f'lo_wt + {j * lanes}')};"
-               for j in range(v_count))]
+             "const uint64_t *restrict lo_w, uint64_t *restrict lo_sums)"]
+    step = ["const ptrdiff_t lo_t = lo_xoff[lo_s];",
+            f"const uint64_t *lo_wt = lo_w + lo_s * {s.kpad};",
+            *(f"const {ops.t} lo_w{j} = {ops.load.format(p=f'lo_wt + {j * lanes}')};"
+              for j in range(v_count))]
     for i in range(r_count):
-        lines.append(f"        {{ const {ops.t} lo_b = {ops.set1.format(s=f'lo_x{i}[lo_t]')};")
+        step.append(f"{{ const {ops.t} lo_b = {ops.set1.format(s=f'lo_x{i}[lo_t]')};")
         for j in range(v_count):
             term = f"lo_popcount({ops.xor.format(a='lo_b', b=f'lo_w{j}')})"
-            lines.append(f"          {acc[i][j]} = {ops.add.format(a=acc[i][j], b=term)};")
-        lines.append("        }")
-    lines += ["    }",
-              *(f"    {ops.store.format(p=f'lo_sums + {(i * v_count + j) * lanes}', v=acc[i][j])};"
-                for i in range(r_count) for j in range(v_count)),
-              "}"]
-    return lines
+            step.append(f"  {acc[i][j]} = {ops.add.format(a=acc[i][j], b=term)};")   # in the braces above
+        step.append("}")
+    # one loop over the taps and words (the weights' order; lo_xoff: the activation word of each
+    # step): each step updates each accumulator once. Unrolled, gcc reassociates the sums of
+    # several steps into trees of temporaries and spills the accumulators
+    steps = f"{NO_UNROLL}\n{_loop('lo_s', r.taps * c.taps * s.words)}"
+    body = [*(f"const uint64_t *restrict lo_x{i} = lo_xp[{i}];" for i in range(r_count)),
+            f"{ops.t} {', '.join(f'{a} = {ops.zero}' for row in acc for a in row)};",
+            *cprint.block(steps, step),
+            *(f"{ops.store.format(p=f'lo_sums + {(i * v_count + j) * lanes}', v=acc[i][j])};"
+              for i in range(r_count) for j in range(v_count))]
+    return lines + cprint.block("", body)
 
 
 def _nest(op: Op, s: BinaryShape, block: tuple[int, int]) -> tuple[list[str], list[str]]:
@@ -299,14 +301,14 @@ def _nest(op: Op, s: BinaryShape, block: tuple[int, int]) -> tuple[list[str], li
         """The block call for the full or tail extents (tails only where the extents leave one)."""
         calls = {(rc, vc): call(rc, vc) for rc in {r_full, r_tail} - {0} for vc in {v_full, v_tail} - {0}}
         if len(calls) == 1:
-            return [f"        {next(iter(calls.values()))}"]
+            return [next(iter(calls.values()))]
         out = []
         for (rc, vc), text in calls.items():
             conds = ([r_cond if rc == r_full else f"!({r_cond})"] if r_tail else []) + \
                     ([v_cond if vc == v_full else f"!({v_cond})"] if v_tail else [])
             keyword = "if" if not out else "else if" if len(out) < len(calls) - 1 else "else"
             test = f" ({' && '.join(conds)})" if keyword != "else" else ""
-            out.append(f"        {keyword}{test} {text}")
+            out.append(f"{keyword}{test} {text}")
         return out
 
     offsets = [(kh * r.dilation * pcols + kw * c.dilation) * s.words + cw
@@ -314,42 +316,32 @@ def _nest(op: Op, s: BinaryShape, block: tuple[int, int]) -> tuple[list[str], li
     tables = [f"static const ptrdiff_t lo_xoff[{len(offsets)}] = {{{', '.join(map(str, offsets))}}};",
               f"static const int lo_rclass[{r.out}] = {{{', '.join(map(str, row_classes))}}};",
               f"static const int lo_cclass[{c.out}] = {{{', '.join(map(str, col_classes))}}};"]
-    return tables, [
-        f"for (ptrdiff_t lo_n = 0; lo_n < {s.batch}; ++lo_n)",
-        f"for (ptrdiff_t lo_g = 0; lo_g < {s.groups}; ++lo_g) {{",
-        f"    const uint64_t *lo_xg = {x} + (lo_n * {s.groups} + lo_g) * {prows * pcols * s.words};",
-        f"    const uint64_t *lo_wg = {w} + lo_g * {r.taps * c.taps * s.words * s.kpad};",
-        f"    for (ptrdiff_t lo_p = 0; lo_p < {s.positions}; lo_p += {r_full}) {{",
-        f"        const uint64_t *lo_xp[{r_full}];",
-        f"        for (int lo_r = 0; lo_r < {r_full}; ++lo_r) {{   /* past the end: the last position */",
-        f"            const ptrdiff_t lo_q = lo_p + lo_r < {s.positions} ? lo_p + lo_r : {s.positions - 1};",
-        f"            const ptrdiff_t lo_oh = lo_q / {c.out}, lo_ow = lo_q % {c.out};",
-        f"            lo_xp[lo_r] = lo_xg + (lo_oh * {r.stride * pcols} + lo_ow * {c.stride}) * {s.words};",
-        "        }",
-        f"        for (ptrdiff_t lo_kb = 0; lo_kb < {s.kpad}; lo_kb += {v_full * lanes}) {{",
-        f"            uint64_t lo_sums[{r_full * v_full * lanes}];",
-        *("    " + line for line in choose(f"lo_p + {r_full} <= {s.positions}",
-                                         f"lo_kb + {v_full * lanes} <= {s.kpad}")),
-        f"            const int lo_v = lo_kb + {v_full * lanes} <= {s.kpad} ? {v_full * lanes} : "
-        f"{v_tail * lanes};",
-        f"            const int lo_jn = lo_v < {s.kg} - lo_kb ? lo_v : {s.kg} - lo_kb;",
-        f"            for (int lo_r = 0; lo_r < {r_full} && lo_p + lo_r < {s.positions}; ++lo_r) {{",
-        f"                const ptrdiff_t lo_oh = (lo_p + lo_r) / {c.out}, lo_ow = (lo_p + lo_r) % {c.out};",
-        f"                const int32_t *lo_bp = {BASE} + (lo_rclass[lo_oh] * {col_count} "
-        f"+ lo_cclass[lo_ow]) * {channels} + lo_g * {s.kg} + lo_kb;",
-        "                const uint64_t *lo_sp = lo_sums + lo_r * lo_v;",
-        f"                const ptrdiff_t lo_y0 = ((lo_n * {s.positions}) + lo_p + lo_r) * {channels} "
-        f"+ lo_g * {s.kg} + lo_kb;",
-        "                for (int lo_j = 0; lo_j < lo_jn; ++lo_j) {",
-        f"                    const ptrdiff_t lo_ch = lo_g * {s.kg} + lo_kb + lo_j, lo_y = lo_y0 + lo_j;",
-        "                    const int lo_acc = lo_bp[lo_j] - 2 * (int)lo_sp[lo_j];",
-        f"                    {_epilogue(op)}",
-        "                }",
-        "            }",
-        "        }",
-        "    }",
-        "}",
-    ]
+    channel = [f"const ptrdiff_t lo_ch = lo_g * {s.kg} + lo_kb + lo_j, lo_y = lo_y0 + lo_j;",
+               "const int lo_acc = lo_bp[lo_j] - 2 * (int)lo_sp[lo_j];", _epilogue(op)]
+    position = [f"const ptrdiff_t lo_oh = (lo_p + lo_r) / {c.out}, lo_ow = (lo_p + lo_r) % {c.out};",
+                f"const int32_t *lo_bp = {BASE} + (lo_rclass[lo_oh] * {col_count} "
+                f"+ lo_cclass[lo_ow]) * {channels} + lo_g * {s.kg} + lo_kb;",
+                "const uint64_t *lo_sp = lo_sums + lo_r * lo_v;",
+                f"const ptrdiff_t lo_y0 = ((lo_n * {s.positions}) + lo_p + lo_r) * {channels} "
+                f"+ lo_g * {s.kg} + lo_kb;", *cprint.block(cprint.for_loop("int", "lo_j", "lo_jn"), channel)]
+    stored = f"{r_full} && lo_p + lo_r < {s.positions}"          # the block's rows, the last one's end
+    columns = [f"uint64_t lo_sums[{r_full * v_full * lanes}];",
+               *choose(f"lo_p + {r_full} <= {s.positions}", f"lo_kb + {v_full * lanes} <= {s.kpad}"),
+               f"const int lo_v = lo_kb + {v_full * lanes} <= {s.kpad} ? {v_full * lanes} : "
+               f"{v_tail * lanes};",
+               f"const int lo_jn = lo_v < {s.kg} - lo_kb ? lo_v : {s.kg} - lo_kb;",
+               *cprint.block(cprint.for_loop("int", "lo_r", stored), position)]
+    pointers = [f"const ptrdiff_t lo_q = lo_p + lo_r < {s.positions} ? lo_p + lo_r : {s.positions - 1};",
+                f"const ptrdiff_t lo_oh = lo_q / {c.out}, lo_ow = lo_q % {c.out};",
+                f"lo_xp[lo_r] = lo_xg + (lo_oh * {r.stride * pcols} + lo_ow * {c.stride}) * {s.words};"]
+    rows = [f"const uint64_t *lo_xp[{r_full}];",
+            *cprint.block(cprint.for_loop("int", "lo_r", r_full), pointers,
+                          note="   /* past the end: the last position */"),
+            *cprint.block(_loop("lo_kb", s.kpad, step=v_full * lanes), columns)]
+    group = [f"const uint64_t *lo_xg = {x} + (lo_n * {s.groups} + lo_g) * {prows * pcols * s.words};",
+             f"const uint64_t *lo_wg = {w} + lo_g * {r.taps * c.taps * s.words * s.kpad};",
+             *cprint.block(_loop("lo_p", s.positions, step=r_full), rows)]
+    return tables, [_loop("lo_n", s.batch), *cprint.block(_loop("lo_g", s.groups), group)]
 
 
 def generate_binary(schedule: Schedule, variant: BinaryVariant, popcount: str) -> Generated:
@@ -371,7 +363,7 @@ def generate_binary(schedule: Schedule, variant: BinaryVariant, popcount: str) -
               f"{shape.lanes} uint64 lane(s) of output channels, popcount: {popcount} */")
     tables, nest = _nest(op, shape, (r_full, v_full))
     functions = [line for rc, vc in blocks for line in _block(shape, ops, rc, vc) + [""]]
-    body = ["    " + line for line in nest]
+    body = cprint.indented(nest)
     source = "\n".join([header, *prelude, "", *tables, "", *functions,
                         f"{signature(KERNEL_NAME, params)}\n{{", *body, "}", ""])
     flags = variant.table.compile_flags + variant.popcounts[popcount].flags

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen import quantized
+from ..codegen import cprint, quantized
 from ..codegen.emit import KERNEL_NAME, Generated, with_threads
 from ..codegen.instr import Isa
 from ..codegen.params import KernelParam, signature, storage_elements
@@ -382,15 +382,7 @@ def lut_nest(schedule: Schedule) -> LutNest:
 # --- C ----------------------------------------------------------------------------------------------
 
 def _loop(name: str, extent: int) -> str:
-    return f"for (int {name} = 0; {name} < {extent}; ++{name}) {{"
-
-
-def _nested(openers: list[str], body: list[str]) -> list[str]:
-    """``body`` inside the loops ``openers`` (each opening a brace, after the lines of a pragma before
-    it), indented."""
-    lines = [("    " * depth) + line for depth, opener in enumerate(openers) for line in opener.split("\n")]
-    lines += ["    " * len(openers) + line for line in body]
-    return lines + ["    " * depth + "}" for depth in reversed(range(len(openers)))]
+    return cprint.for_loop("int", name, extent)
 
 
 def _table_build(nest: LutNest, lookup: Lookup) -> list[str]:
@@ -414,20 +406,20 @@ def _table_build(nest: LutNest, lookup: Lookup) -> list[str]:
         reads.append(f"const int {x} = lo_inside && {channel.to_c()} < {shape.cg} ? {value} : 0;")
     slots = [Var("lo_tn"), Var("lo_tg"), *(Var(f"lo_t{i}") for i in range(len(op.windows))), Var("lo_tq")]
     slot = _flat(slots, dims)
-    body = _nested([_loop("lo_h", 2)], [
+    body = cprint.nest([_loop("lo_h", 2)], [
         "const int lo_p = 2 * lo_q + lo_h;   /* the group of input channels */", *reads,
         *lookup.entries(fmt, f"{LUT} + ({slot.to_c()}) * {TABLE} + lo_h * {ENTRIES}", xs)])
-    body = _nested([_loop("lo_tq", dims[-1][1])],
+    body = cprint.nest([_loop("lo_tq", dims[-1][1])],
                    ["const int lo_q = lo_qb + lo_tq;", f"if (lo_q >= {shape.bytes}) continue;", *body])
     # a pixel in the padding gets tables of zeros, so the steps need no padding guard
     inside = " && ".join(f"0 <= lo_i{i} && lo_i{i} < {w.size}" for i, w in enumerate(op.windows)) or "1"
     body = [f"const int lo_inside = {inside};", *body]
     for i in reversed(range(len(op.windows))):
         position = f"const int lo_i{i} = lo_b{i} + lo_t{i};"
-        body = _nested([_loop(f"lo_t{i}", dims[2 + i][1])], [position, *body])
-    body = _nested([_loop("lo_tn", dims[0][1]), _loop("lo_tg", op.groups)], body)
-    return lines + body[:1] + ["    const int lo_n = lo_nb + lo_tn;",
-                               f"    if (lo_n >= {op.extent(_batch(op))}) continue;"] + body[1:]
+        body = cprint.nest([_loop(f"lo_t{i}", dims[2 + i][1])], [position, *body])
+    body = cprint.nest([_loop("lo_tn", dims[0][1]), _loop("lo_tg", op.groups)], body)
+    return lines + body[:1] + cprint.indented(["const int lo_n = lo_nb + lo_tn;",
+                                               f"if (lo_n >= {op.extent(_batch(op))}) continue;"]) + body[1:]
 
 
 def _flat(values: list[Expr], dims) -> Expr:
@@ -512,7 +504,7 @@ def _step(positions: list[Position], lookup: Lookup, signed: bool) -> list[str]:
             lines += lookup.table(tab, p.table)
         loaded |= {ind, tab}
         step = lookup.step(p.acc, ind, tab, signed)
-        lines += step if p.valid == "1" else [f"if ({p.valid}) {{", *("    " + s for s in step), "}"]
+        lines += step if p.valid == "1" else cprint.block(f"if ({p.valid})", step)
     return lines
 
 
@@ -523,7 +515,7 @@ def _flush(positions: list[Position], lookup: Lookup, op: Op, kg: int) -> list[s
         body = [*lookup.widen(p.acc),
                 f"for (int lo_c = 0; lo_c < {COLUMNS} && {p.columns.to_c()} + lo_c < {kg}; ++lo_c) "
                 f"{op.output}[{p.output.to_c()}] += {lookup.totals(p.acc)}[lo_c];"]
-        lines += ["{" if p.stored == "1" else f"if ({p.stored}) {{", *("    " + b for b in body), "}"]
+        lines += cprint.block("" if p.stored == "1" else f"if ({p.stored})", body)
     return lines
 
 
@@ -547,15 +539,13 @@ def _region(nest: LutNest, lookup: Lookup, positions: list[Position]) -> list[st
     for i in reversed(range(len(loops))):
         name, extent = loops[i]
         if i == len(loops) - 1 and fits == len(loops):
-            inner = _nested([f"for (int {name} = {name}_c; {name} < {name}_c + {chunk} && {name} < {extent}; "
-                             f"++{name}) {{"], body)
-            body = _nested([f"for (int {name}_c = 0; {name}_c < {extent}; {name}_c += {chunk}) {{"],
-                           inner + widen)
+            within = f"{name}_c + {chunk} && {name} < {extent}"        # the chunk, the loop's end
+            inner = cprint.nest([cprint.for_loop("int", name, within, begin=f"{name}_c")], body)
+            body = cprint.nest([cprint.for_loop("int", f"{name}_c", extent, step=chunk)], inner + widen)
         else:
-            body = _nested([_loop(name, extent)], body + (widen if i == fits - 1 else []))
+            body = cprint.nest([_loop(name, extent)], body + (widen if i == fits - 1 else []))
     declarations = [line for p in positions for line in lookup.declare(p.acc)]
-    return ["{", *("    " + line for line in declarations + body + _flush(positions, lookup, nest.op,
-                                                                           nest.shape.kg)), "}"]
+    return cprint.block("", declarations + body + _flush(positions, lookup, nest.op, nest.shape.kg))
 
 
 def _describe(nest: LutNest) -> str:
@@ -635,10 +625,10 @@ def generate_lut(schedule: Schedule, lookup: Lookup) -> Generated:
     parallel = schedule.parallel_loop
     inner = [f"{quantized.PARALLEL_FOR}\n" * (parallel is not None and n == parallel.name) + _loop(n, e)
              for n, e in nest.loops[nest.table_at:nest.region]]
-    nest_lines = _table_build(nest, lookup) + _nested(inner, nest_lines)
+    nest_lines = _table_build(nest, lookup) + cprint.nest(inner, nest_lines)
     body = [*quantized.constants(schedule, qp), *lookup.constants(fmt), *lookup.prelude(),
             f"memset({op.output}, 0, sizeof(int32_t) * {storage_elements(schedule, op.output)});",
-            *_nested([_loop(n, e) for n, e in nest.loops[:nest.table_at]], nest_lines),
+            *cprint.nest([_loop(n, e) for n, e in nest.loops[:nest.table_at]], nest_lines),
             *quantized.epilogue(schedule, qp)]
     header = (f"/* loopopt table-lookup kernel (codegen/lut.py) for {op!r}\n"
               f" * isa: {lookup.name}; weights: ternary, {fmt.name} (a 4-bit index per {fmt.group} weights"
@@ -649,7 +639,7 @@ def generate_lut(schedule: Schedule, lookup: Lookup) -> Generated:
     prelude += lookup.includes
     prelude += ["#include <omp.h>"] if openmp else []
     source = "\n".join([header, *prelude, "", f"{signature(KERNEL_NAME, params)}\n{{",
-                        *("    " + line for line in body), "}", ""])
+                        *cprint.indented(body), "}", ""])
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = {w: nest.weights_read_ahead, LUT: nest.tables_read_ahead}
     isa = lookup.table_isa

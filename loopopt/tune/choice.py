@@ -20,6 +20,8 @@ from ..targets.search import Candidate
 from .log import signature
 
 _chosen: dict[tuple[str, str, int, bool], Candidate | None] = {}
+_ranked: dict[tuple[str, str, int, bool], list[Candidate]] = {}
+READING_WINDOW = 40     # how far down the ranking ``first_reading`` looks
 
 
 def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | None:
@@ -35,9 +37,37 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
         space = rules.candidates(op, isa, threads, auto)
         first = rules.best(space)
         if first is not None and not _builds(first):
-            first = next((c for c in rules.rank(space) if _builds(c)), None)
+            first = next((c for c in _ranking(key, rules, space) if _builds(c)), None)
         _chosen[key] = first
     return _chosen[key]
+
+
+def first_reading(op: Op, layout: str, isa: str = "auto", threads: int = 1) -> tuple[Candidate, int] | None:
+    """The best-ranked candidate (within the first ``READING_WINDOW``) that stores ``op``'s first input
+    in ``layout`` (a format tag) and runs on the first choice's ISA, and its rank; None if none does.
+    The ONNX backend takes it where the first choice would read its input in another layout than the
+    one it arrives in (a conversion per call)."""
+    first = first_choice(op, isa, threads)
+    if first is None:
+        return None
+    auto = isa == "auto"
+    target = target_of_isa(isa)
+    isa = target.resolve_isa(isa, integer=op.quant is not None)
+    rules = target.search_rules()
+    key = (signature(op), isa, threads, auto)
+    ranked = _ranking(key, rules, rules.candidates(op, isa, threads, auto) if key not in _ranked else [])
+    for rank, candidate in enumerate(ranked[:READING_WINDOW]):
+        if (candidate.isa == first.isa and _builds(candidate)
+                and candidate.schedule.layout_of(op.inputs[0]).tag == layout):
+            return candidate, rank
+    return None
+
+
+def _ranking(key: tuple[str, str, int, bool], rules, space: list[Candidate]) -> list[Candidate]:
+    """The ranked search space of ``key`` (ranked once per op signature, ISA and thread count)."""
+    if key not in _ranked:
+        _ranked[key] = rules.rank(space)
+    return _ranked[key]
 
 
 def _builds(candidate: Candidate) -> bool:

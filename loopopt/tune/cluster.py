@@ -4,7 +4,8 @@ cluster.
 ``runner(executor, timeout)`` turns what ``lo.tune(executor=...)`` was given into a ``Runner``:
 the executor to submit to, the function it runs per trial and how many trials to keep in flight.
 
-* None: an ``IsolatedExecutor(timeout)`` of this process (one worker process, one trial at a time).
+* None: an ``IsolatedExecutor(timeout)`` of this process (one worker process, one trial at a time; a
+  search of a device target's kernels: one per core, each compiling, one timing at a time).
 * An ``IsolatedExecutor``: ``run_trial`` in its worker processes, ``max_workers`` trials in flight.
 * A ``dask.distributed.Client`` (recognised by its ``get_executor`` and ``nthreads`` methods, so
   Dask is not imported here): its ``concurrent.futures`` view, ``client.get_executor(pure=False)``
@@ -64,11 +65,11 @@ def _is_dask_client(executor: Any) -> bool:
     return callable(getattr(executor, "get_executor", None)) and callable(getattr(executor, "nthreads", None))
 
 
-def runner(executor: Any, timeout: float) -> Runner:
-    """The ``Runner`` of what ``lo.tune(executor=...)`` was given (module docstring); a TypeError
-    names anything else."""
+def runner(executor: Any, timeout: float, workers: int = 1) -> Runner:
+    """The ``Runner`` of what ``lo.tune(executor=...)`` was given (module docstring; None: ``workers``
+    worker processes); a TypeError names anything else."""
     if executor is None:
-        return Runner(IsolatedExecutor(timeout), run_trial, 1, own=True)
+        return Runner(IsolatedExecutor(timeout, workers), run_trial, workers, own=True)
     if isinstance(executor, IsolatedExecutor):
         return Runner(executor, run_trial, executor.max_workers, own=False)
     if _is_dask_client(executor):

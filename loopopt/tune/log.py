@@ -23,6 +23,7 @@ from ..machine import fingerprint, loopopt_version, utc_now
 from ..measure import Timing
 from ..ops import Op
 from ..schedule_file import AnySchedule
+from ..targets.registry import target_of_isa
 from .algorithms import label, rebuild, selected
 from .trial import Outcome
 
@@ -175,10 +176,12 @@ class TuningLog:
 
     def trials(self, op: Op, isa: str | None = None, threads: int | None = None,
                machine: str | None = None) -> list[LoggedTrial]:
-        """The logged trials of ``op`` on this machine (``machine``: another fingerprint), oldest
+        """The logged trials of ``op`` on this machine (``machine``: another fingerprint; with ``isa``,
+        the key of where its target's kernels run, ``Target.fingerprint``: a GPU's name), oldest
         first, optionally of one ISA and thread count."""
         query = "SELECT * FROM trials WHERE op = ? AND fingerprint = ?"
-        params: list[Any] = [signature(op), machine or fingerprint()]
+        where = machine or (isa is not None and target_of_isa(isa).fingerprint()) or fingerprint()
+        params: list[Any] = [signature(op), where]
         for column, value in (("isa", isa), ("threads", threads)):
             if value is not None:
                 query += f" AND {column} = ?"

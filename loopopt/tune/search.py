@@ -21,17 +21,20 @@ and recorded as ``timeout``.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import random
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..machine import machine_profile
+from ..machine import fingerprint, machine_profile
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
 from ..schedule_file import to_toml
+from ..targets import Target
+from ..targets.registry import target as named_target
 from ..targets.registry import target_of_isa
 from ..targets.search import Candidate, Ranker
 from .algorithms import Alternative, alternatives, rebuild, refusals, selected, share
@@ -149,11 +152,12 @@ class _Search:
     """One search's state: the walk, the trials done (numbered as they finish) and those in flight."""
 
     def __init__(self, op: Op, isa: str, threads: int, budget: float, timeout: float, walk: Walk, run: Runner,
-                 tuning_log: TuningLog | None, bar: Progress, start: float):
+                 tuning_log: TuningLog | None, bar: Progress, start: float, machine: str):
         self.op, self.threads, self.budget, self.timeout, self.start = op, threads, budget, timeout, start
-        self.isa = isa
+        self.isa, self.machine = isa, machine        # machine: the log's key of where the kernels run
         self.walk, self.run, self.tuning_log, self.bar = walk, run, tuning_log, bar
-        self.known = {t.schedule: t for t in tuning_log.trials(op, isa, threads)} if tuning_log else {}
+        self.known = ({t.schedule: t for t in tuning_log.trials(op, isa, threads, machine)} if tuning_log
+                      else {})
         self.done: list[Trial] = []
         self.in_flight: dict[Future, _InFlight] = {}
         self.refusals: list[str] = []
@@ -217,6 +221,7 @@ class _Search:
                 result = here("timeout", f"no result within {self.timeout + GRACE:g} s; the search gave up")
             else:
                 continue
+            result = replace(result, fingerprint=self.machine)
             del self.in_flight[future]
             knobs, candidate = trial.candidate.knobs.as_dict(), trial.candidate
             if self.tuning_log is not None:
@@ -254,6 +259,7 @@ class _Search:
             if logged is None:
                 result = outcome(self.run.submit(Task(self.op, alternative.schedule, self.isa, self.threads,
                                                       self.budget), self.timeout), self.timeout)
+                result = replace(result, fingerprint=self.machine)
                 if self.tuning_log is not None:
                     self.tuning_log.append(self.op, alternative.schedule, alternative.knobs, {}, self.isa,
                                            self.threads, self.budget, result)
@@ -295,7 +301,7 @@ class _Search:
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
          budget: float = 0.2, timeout: float = 300.0, rank: Ranker | None = None,
-         algorithms: str | tuple[str, ...] = "auto") -> TuneResult:
+         algorithms: str | tuple[str, ...] = "auto", target: str | Target | None = None) -> TuneResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -313,13 +319,19 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     ``"direct"``, ``"implicit_gemm"``, ``"im2col"``, ``"winograd"`` (``tune.algorithms``): the other
     algorithms' few candidates are measured first, sharing ``trials`` with the direct search
     (``algorithms.share``); ``skipped`` says why one was not tried, and the result which algorithm
-    won and by how much (``TuneResult.algorithm``, ``by_algorithm``)."""
+    won and by how much (``TuneResult.algorithm``, ``by_algorithm``). ``target``: search that target's
+    kernels (``"cuda"``: ``isa`` is then its variant, ``"auto"`` the device's); None: the target ``isa``
+    belongs to. A target whose kernels run on a device (a GPU) says first, in one line, when there is
+    none here; its candidates compile in parallel (a worker process per core) and are timed one at a
+    time, and the log keys its trials by the device (``Target.fingerprint``)."""
     _check(trials, seconds, threads, budget, timeout)
     wanted = selected(algorithms)
     auto = isa == "auto"                      # the best ISA: the target's other kernels compete (AMX tiles)
-    target = target_of_isa(isa)
-    isa = target.resolve_isa(isa, integer=op.quant is not None)
-    rules = target.search_rules()
+    chosen = target_of_isa(isa) if target is None else named_target(target)
+    if chosen.has_device:
+        chosen.device()           # no device here: TargetUnavailableError says so before anything is built
+    isa = chosen.resolve_isa(isa, integer=op.quant is not None)
+    rules = chosen.search_rules()
     why = refusals(op, wanted, isa, threads)
     skipped = {name: reason for name, reason in why.items() if reason}
     pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
@@ -338,12 +350,12 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     start = time.perf_counter()
     machine_profile()                 # measured once here, not by each worker
     walk = Walk(Guide((rank or rules.rank)(space), rules, threads=threads), BROAD, seed)
-    run = runner(executor, timeout)
+    run = runner(executor, timeout, (os.cpu_count() or 1) if chosen.has_device else 1)
     tuning_log = None
     try:
         tuning_log = TuningLog(log) if log is not None else None
         state = _Search(op, isa, threads, budget, timeout, walk, run, tuning_log, Progress(trials, progress),
-                        start)
+                        start, chosen.fingerprint() or fingerprint())
         try:
             if space and pool:     # the direct search's best-ranked candidate, the others' yardstick
                 state.search(1, seconds)

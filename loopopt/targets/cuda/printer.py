@@ -28,7 +28,9 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ...codegen.emit import dim_depths, kernel_arguments, output_elements, placed_guards
+from ...codegen import cprint
+from ...codegen.emit import kernel_arguments, output_elements, placed_guards
+from ...codegen.nest import dim_depths
 from ...codegen.params import KernelParam, index_ctype, signature
 from ...expr import Bound, Var
 from ...schedule import Schedule, ScheduleError
@@ -171,7 +173,7 @@ class _Printer:
 
     # --- text --------------------------------------------------------------------------------
     def emit(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text)
+        self.lines.append(cprint.line(depth, text))
 
     def _declaration(self, param: KernelParam) -> str:
         return f"{'const ' if param.const else ''}float *{self.syntax.restrict} {param.name}"
@@ -207,7 +209,7 @@ class _Printer:
             info = self.op.tensor(tensor)
             if not device:
                 self.emit(indent, f"float lo_s_{tensor}[{box.elements}];")
-            self.emit(indent, f"for (int lo_t = {first}; lo_t < {box.elements}; lo_t += {step}) {{")
+            self.emit(indent, cprint.for_loop("int", "lo_t", box.elements, first, step=step) + " {")
             names, stride = [f"lo_{tensor}{axis}" for axis in range(len(box.sizes))], box.elements
             for name, lower, size in zip(names, box.lower, box.sizes):
                 stride //= size
@@ -250,8 +252,7 @@ class _Printer:
         if count:
             self.emit(indent, f"{self.syntax.unroll} {min(count, loop.extent)}")
         note = f"   /* bound to {loop.axis} on the GPU */" if loop.axis else ""
-        self.emit(indent, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
-                          f"++{loop.name}) {{{note}")
+        self.emit(indent, cprint.for_loop(self.int_type, loop.name, loop.extent) + f" {{{note}")
 
     def _open_guards(self, guards: list[Bound], indent: int) -> int:
         for depth, guard in enumerate(guards):
@@ -344,7 +345,7 @@ class _Printer:
             self.emit(1, f"for ({self.int_type} lo_i = ({self.int_type}) blockIdx.x * blockDim.x + "
                          f"threadIdx.x; lo_i < {total}; lo_i += ({self.int_type}) gridDim.x * blockDim.x) {{")
         else:
-            self.emit(1, f"for ({self.int_type} lo_i = 0; lo_i < {total}; ++lo_i) {{")
+            self.emit(1, cprint.for_loop(self.int_type, "lo_i", total) + " {")
         stride = total
         for letter, size in zip(elements.names, elements.sizes):
             stride //= size

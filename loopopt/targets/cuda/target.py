@@ -12,6 +12,7 @@ from ...codegen import Generated
 from ...codegen.instr import SCALAR
 from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
+from ..search import SearchRules
 from . import device, toolchain
 from .instructions import MatrixInstruction, instruction
 from .kernel import CudaKernel
@@ -83,6 +84,14 @@ class CudaTarget(Target):
 
     def device(self) -> str:
         return f"{device.name()} ({device.arch()})"
+
+    def search_rules(self) -> SearchRules:
+        from .search import CudaSearch  # the presets' module: imported when a search asks
+        return CudaSearch()
+
+    def fingerprint(self) -> str:
+        """The tuning log's key of this target's trials: the device (name and architecture)."""
+        return self.device()
 
     def run_timer(self) -> Callable[[Callable[[], object]], float]:
         """CUDA events around each run (``device.elapsed``)."""

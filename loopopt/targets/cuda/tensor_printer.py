@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
+from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...expr import linear_terms
@@ -165,7 +166,7 @@ class TensorPrinter:
 
     # --- text --------------------------------------------------------------------------------
     def emit(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text)
+        self.lines.append(cprint.line(depth, text))
 
     def _define(self, depth: int, loops: list[Loop], flat: str) -> None:
         """Each of ``loops`` from the mixed-radix number ``flat`` (first loop most significant)."""
@@ -204,7 +205,7 @@ class TensorPrinter:
         first, step = ("lo_thread", str(math.prod(self.block))) if self.syntax.device else ("0", "1")
         if self.syntax.device:     # a known count: unrolled, each group's index arithmetic leaves the loop
             self.emit(depth, f"{self.syntax.unroll}")
-        self.emit(depth, f"for (int lo_g = {first}; lo_g < {groups}; lo_g += {step}) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_g", groups, first, step=step) + " {")
         inner = depth + 1
         per_row = self.ins.k // GROUP
         self._define(inner, self.tile_loops(tensor), f"lo_g / {self.ins.m * per_row}")
@@ -224,7 +225,7 @@ class TensorPrinter:
         if contiguous:
             self.emit(inner, "int lo_valid = 0;")
             self.emit(inner, f"{self.syntax.unroll} {GROUP}")
-            self.emit(inner, f"for (int lo_e = 0; lo_e < {GROUP}; ++lo_e) {{ const {self.int_type} {k} = "
+            self.emit(inner, cprint.for_loop("int", "lo_e", GROUP) + f" {{ const {self.int_type} {k} = "
                              f"lo_k0 + lo_e; lo_valid += ({valid}) ? 1 : 0; }}")
             self.emit(inner, f"{self.int_type} lo_first = 1;")
             self.emit(inner, f"if (lo_valid == {GROUP}) {{ const {self.int_type} {k} = lo_k0; "
@@ -234,7 +235,7 @@ class TensorPrinter:
             self.emit(inner, "} else {")
             inner += 1
         self.emit(inner, f"{self.syntax.unroll} {GROUP}")
-        self.emit(inner, f"for (int lo_e = 0; lo_e < {GROUP}; ++lo_e) {{")
+        self.emit(inner, cprint.for_loop("int", "lo_e", GROUP) + " {")
         self.emit(inner + 1, f"const {self.int_type} {k} = lo_k0 + lo_e;")
         self.emit(inner + 1, f"lo_dst[lo_e] = ({valid}) ? {tensor}[{offset}] : LO_ZERO;")
         self.emit(inner, "}")
@@ -250,22 +251,22 @@ class TensorPrinter:
         steps = math.prod(loop.extent for loop in self.inner)
         na, nb = self.count[self.a], self.count[self.b]
         self.emit(depth, f"{self.syntax.unroll} {steps}")
-        self.emit(depth, f"for (int lo_q = 0; lo_q < {steps}; ++lo_q) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_q", steps) + " {")
         inner = depth + 1
         self._define(inner, self.inner, "lo_q")
         self.emit(inner, self.code.declare_a.format(name="lo_a", count=na))
         self.emit(inner, self.code.declare_b.format(name="lo_b", count=nb))
         for tensor, name, load in ((self.a, "lo_a", self.code.load_a), (self.b, "lo_b", self.code.load_b)):
             self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
-            self.emit(inner, f"for (int lo_f = 0; lo_f < {self.count[tensor]}; ++lo_f) {{")
+            self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
             ptr = f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * {self.tile_elements})"
             self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
-        self.emit(inner, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
+        self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
         self.emit(inner + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(inner + 1, f"for (int lo_fb = 0; lo_fb < {nb}; ++lo_fb) {{")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
         self.emit(inner + 2, self.code.mma.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), a="lo_a[lo_fa]",
                                                   b="lo_b[lo_fb]"))
         self.emit(inner + 1, "}")
@@ -303,18 +304,18 @@ class TensorPrinter:
             lane, lanes, sync = "0", 1, ""
         if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
             self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, f"for (int lo_fa = 0; lo_fa < {na}; ++lo_fa) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
         self._define(depth + 1, self.fragments[self.a], "lo_fa")
         if sync:
             self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, f"for (int lo_fb = 0; lo_fb < {nb}; ++lo_fb) {{")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
         inner = depth + 2
         self._define(inner, self.fragments[self.b], "lo_fb")
         self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
                                                 ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
-        self.emit(inner, f"for (int lo_e = {lane}; lo_e < {n}; lo_e += {lanes}) {{")
+        self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
         self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
         self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
         self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
@@ -353,8 +354,7 @@ class TensorPrinter:
             self.emit(depth, "const int lo_w = (int) (threadIdx.y * (blockDim.x / 32) + threadIdx.x / 32);")
             return 0
         for offset, loop in enumerate(self.warps):
-            self.emit(depth + offset, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
-                                      f"++{loop.name}) {{")
+            self.emit(depth + offset, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
         by_axis = {loop.axis: loop.name for loop in self.warps}
         warps_x = next((loop.extent for loop in self.warps if loop.axis == "warp.x"), 1)
         self.emit(depth + len(self.warps), f"const int lo_w = (int) ({by_axis.get('warp.y', '0')} * "
@@ -380,17 +380,16 @@ class TensorPrinter:
         else:
             self.emit(1, f"static float lo_smem_f[{self.smem_bytes // 2}];")
             if self.s.split_k_loop:      # the shares are added: the output starts at zero
-                self.emit(1, f"for (size_t lo_o = 0; lo_o < {self.output_elements}; ++lo_o) "
+                self.emit(1, cprint.for_loop("size_t", "lo_o", self.output_elements) + " "
                              f"{self.op.output}[lo_o] = 0.0f;")
             for depth, loop in enumerate(self.blocks, start=1):
-                self.emit(depth, f"for ({self.int_type} {loop.name} = 0; {loop.name} < {loop.extent}; "
-                                 f"++{loop.name}) {{")
+                self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
             depth = len(self.blocks) + 1
         self.emit(depth, f"{half} *lo_smem_h = ({half} *) {'lo_smem' if device else 'lo_smem_f'};")
         count = self.accumulators * (1 if device else self.warp_count)
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
-        self.emit(depth, f"for (int lo_i = 0; lo_i < {count}; ++lo_i) {fill}")
+        self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
         warps = self._warp_variables(depth) if device else 0
         ahead = self.pipeline - 1
         for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
@@ -399,7 +398,7 @@ class TensorPrinter:
                 self.emit(depth, "__pipeline_commit();")
         for _ in range(ahead - min(ahead, steps)) if device else ():
             self.emit(depth, "__pipeline_commit();")
-        self.emit(depth, f"for (int lo_r = 0; lo_r < {steps}; ++lo_r) {{")
+        self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
         body = depth + 1
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
             self.emit(body, f"__pipeline_wait_prior({ahead - 1});")

@@ -21,7 +21,7 @@ Linux permission of ``loopopt.targets.x86.amx_runtime.require_amx``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -260,11 +260,6 @@ class TileBlock:
     def stores(self, c: Callable[[int, int], str], ldc: int) -> list[str]:
         """Store accumulator (i, j) to pointer ``c(i, j)`` (row stride ``ldc`` bytes)."""
         return [f"{self.config.emit('stored', t=t, p=c(i, j), stride=ldc)};" for i, j, t in self.accumulators]
-
-
-def indent(statements: Iterable[str], spaces: int) -> str:
-    """The statements as lines indented by ``spaces``."""
-    return "\n".join(" " * spaces + line for line in statements)
 
 
 def chunk_starts(k: int) -> tuple[int, ...]:

@@ -21,7 +21,8 @@ import numpy as np
 from ...bf16 import to_bf16
 from ...buffers import ALIGNMENT, aligned_copy, aligned_zeros
 from ...cbuild import compile_c
-from .amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, indent, vnni_pack
+from ...codegen import cprint
+from .amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, vnni_pack
 from .isa import cpu_flags
 
 SYS_ARCH_PRCTL = 158            # x86-64 system call number
@@ -130,10 +131,10 @@ def amx_peak_gops(dtype: Literal["int8", "bf16"] = "int8") -> float:
     tile_bytes = TILE * MAX_COLSB
     source = _PEAK_SOURCE.format(
         prelude=AMX.prelude, config=block.config.c_initializer(), loadconfig=AMX.loadconfig(p="&lo_config"),
-        loads=indent(block.loads(lambda i: f"a + {i * tile_bytes}", MAX_COLSB,
-                                  lambda j: f"b + {j * tile_bytes}", MAX_COLSB), 4),
-        zeros=indent(block.zeros(), 4), dots=indent(block.dots(name), 8),
-        stores=indent(block.stores(lambda i, j: f"c + {(2 * i + j) * tile_bytes}", MAX_COLSB), 4),
+        loads=cprint.text(block.loads(lambda i: f"a + {i * tile_bytes}", MAX_COLSB,
+                                  lambda j: f"b + {j * tile_bytes}", MAX_COLSB), 1),
+        zeros=cprint.text(block.zeros(), 1), dots=cprint.text(block.dots(name), 2),
+        stores=cprint.text(block.stores(lambda i, j: f"c + {(2 * i + j) * tile_bytes}", MAX_COLSB), 1),
         release=AMX.release())
     module = compile_c(source, _PEAK_CDEF, AMX.compile_flags)
     rng = np.random.default_rng(0)
@@ -224,8 +225,9 @@ class AmxGemm:
                 regions.append(_REGION.format(
                     loadconfig=AMX.loadconfig(p=f"&{name}"), rows=rows, cols=cols, mb0=mb0, mb1=mb1, nb0=nb0,
                     nb1=nb1, block_a=BLOCK * self.lda, block_b=2 * chunks * tile_b, block_c=BLOCK * self.n,
-                    block=BLOCK, chunks=chunks, zeros=indent(block.zeros(), 12), loads=indent(loads, 16),
-                    dots=indent(block.dots("dpbusd"), 16), stores=indent(stores, 12)))
+                    block=BLOCK, chunks=chunks, zeros=cprint.text(block.zeros(), 3),
+                    loads=cprint.text(loads, 4), dots=cprint.text(block.dots("dpbusd"), 4),
+                    stores=cprint.text(stores, 3)))
         return _GEMM_SOURCE.format(
             prelude=AMX.prelude, m=self.m, n=self.n, k=self.k, lda=self.lda, chunks=chunks, kc=self.kc,
             starts=", ".join(map(str, self.starts)), configs="\n".join(configs), regions="\n".join(regions),

@@ -36,8 +36,9 @@ import islpy as isl
 from ...codegen import taps
 from ...codegen.arith import GROUPS, Arithmetic, arithmetic
 from ...codegen.block import Accumulator, RegisterBlock
-from ...codegen.emit import dim_depths, placed_guards, vector_access_kinds, vector_loop_plan
+from ...codegen.emit import placed_guards, vector_access_kinds, vector_loop_plan
 from ...codegen.instr import Isa, tables
+from ...codegen.nest import dim_depths
 from ...codegen.params import index_ctype
 from ...codegen.quantized import QuantPlan, compensation_entries, has_signed_dot
 from ...codegen.quantized import plan as quant_plan

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...codegen import cprint
 from ...codegen.instr import Isa
 from ...schedule import Schedule, ScheduleError
 from ..lut import Lookup, check_lut
@@ -74,8 +75,8 @@ class LookupC(Lookup):
         low bytes of the entries, then their 16 high bytes)."""
         if self.isa == "scalar":
             dot = " + ".join(f"lo_coef[lo_e][{j}] * {x}" for j, x in enumerate(xs))
-            return [f"for (int lo_e = 0; lo_e < {len(fmt.classes)}; ++lo_e) "
-                    f"({table})[lo_e] = (int16_t)({dot});"]
+            loop = cprint.for_loop("int", "lo_e", len(fmt.classes))
+            return [f"{loop} ({table})[lo_e] = (int16_t)({dot});"]
         terms = [f"_mm256_sign_epi16(_mm256_set1_epi16((short){x}), lo_coef{j})" for j, x in enumerate(xs)]
         entries = terms[0]
         for term in terms[1:]:
@@ -157,7 +158,7 @@ class LookupC(Lookup):
                 value = f"{tab}[{16 * h} + (({ind}[lo_c] >> {4 * h}) & 15)]"
                 if signed:
                     value = f"((({ind}s[{h}] >> lo_c) & 1u) ? -{value} : {value})"
-                lines.append(f"for (int lo_c = 0; lo_c < {COLUMNS}; ++lo_c) {acc}[lo_c] += {value};")
+                lines.append(cprint.for_loop("int", "lo_c", COLUMNS) + f" {acc}[lo_c] += {value};")
         return lines
 
     def widen(self, acc: str) -> list[str]:

@@ -79,13 +79,13 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from ...codegen import quantized
+from ...codegen import cprint, quantized
 from ...codegen.emit import KERNEL_NAME, Generated, kernel_arguments, thread_range, with_threads
 from ...codegen.params import KernelParam, index_ctype, signature
 from ...expr import Var
 from ...ops import Op
 from ...schedule import Fuse, Schedule, ScheduleError
-from .amx import AMX, MAX_COLSB, TILE, TileBlock, indent
+from .amx import AMX, MAX_COLSB, TILE, TileBlock
 from .isa import INT_ISAS, cpu_flags
 
 WIDE_SHARE = 0.9     # tiles over the padded width against row by row, at most (``TileShape.wide``):
@@ -562,16 +562,13 @@ def _activation_sums(plan: TilePlan, x_name: str, it: str) -> list[str]:
     hp, wp = s.padded
     x = (f"{x_name}[(((ptrdiff_t)t_n * {hp} + t_oh * {rows.stride} + t_kh * {rows.dilation}) * {wp} + "
          f"t_ow * {cols.stride} + t_kw * {cols.dilation}) * {s.channels} + t_g * {s.pitch} + t_c]")
-    loop = lambda var, extent: f"for ({it} {var} = 0; {var} < {extent}; ++{var})"
+    loop = partial(cprint.for_loop, it)
     threads = ["#pragma omp parallel for collapse(3) schedule(static)"] if plan.parallel else []
+    positions = [loop("t_n", s.batch), loop("t_g", s.groups), loop("t_oh", rows.out), loop("t_ow", cols.out)]
+    taps = [loop("t_kh", rows.taps), loop("t_kw", cols.taps), f"{loop('t_c', s.cg)} s += {x};"]
+    total = f"lo_xsum[((t_n * {s.groups} + t_g) * {rows.out} + t_oh) * {cols.out} + t_ow] = s;"
     return ["/* activation sums S over each output position's taps (asymmetric weights) */", *threads,
-            loop("t_n", s.batch), f"    {loop('t_g', s.groups)}", f"        {loop('t_oh', rows.out)}",
-            f"            {loop('t_ow', cols.out)} {{", "                int s = 0;",
-            f"                {loop('t_kh', rows.taps)}", f"                    {loop('t_kw', cols.taps)}",
-            f"                        {loop('t_c', s.cg)} s += {x};",
-            f"                lo_xsum[((t_n * {s.groups} + t_g) * {rows.out} + t_oh) * {cols.out} + t_ow] "
-            "= s;",
-            "            }"]
+            *cprint.loop_nest(positions, ["int s = 0;", *cprint.staircase(taps), total])]
 
 
 def _pixel_position(plan: TilePlan, it: str, batch: str) -> list[str]:
@@ -692,8 +689,7 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
         inner.append(f"const {it} t_line = t_lp / {blocks_p}, t_pb = t_lp % {blocks_p};")
     tiles = [f"{flavour.acc_type} lo_acc[{bp * sc}] __attribute__((aligned(64)));   /* one output block */",
              f"{AMX.loadconfig(p='&lo_config')};"]
-    tiles += ["    " * depth + f"for ({it} {name} = {begin}; {name} < {end}; ++{name})"
-              for depth, (name, begin, end, _) in enumerate(outer)]
+    tiles += cprint.staircase([cprint.for_loop(it, name, end, begin) for name, begin, end, _ in outer])
     inner += [f"const {it} t_p0 = t_pb * {bp} < {s.pixels - bp} ? t_pb * {bp} : {s.pixels - bp};",
              f"const {it} t_j0 = t_cb * {plan.col_tiles} < {s.channel_tiles - plan.col_tiles} ? "
              f"t_cb * {plan.col_tiles} : {s.channel_tiles - plan.col_tiles};   /* first channel tile */",
@@ -713,9 +709,8 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
         step = s.patch_pitch
     inner += block.zeros()
     row_offset = lambda i: 0 if i == 0 else bp - TILE
-    tap_loops = [f"for (int t_kh = 0; t_kh < {s.row_taps}; ++t_kh)",
-                 f"    for (int t_kw = 0; t_kw < {s.column_taps}; ++t_kw)",
-                 f"        for (int t_q = 0; t_q < {len(s.starts)}; ++t_q) {{"]
+    tap_loops = [cprint.for_loop("int", "t_kh", s.row_taps), cprint.for_loop("int", "t_kw", s.column_taps),
+                 cprint.for_loop("int", "t_q", len(s.starts))]
     tap = [f"const {flavour.activation_type} *t_at = t_a + ((ptrdiff_t)t_kh * {rows.dilation * wp} + t_kw * "
            f"{cols.dilation}) * {s.channels} + lo_starts[t_q];",
            f"const {flavour.weight_type} *t_bt = t_b + "
@@ -723,36 +718,32 @@ def _body(schedule: Schedule, plan: TilePlan, flavour: Flavour) -> list[str]:
     tap += block.loads(lambda i: f"t_at + {row_offset(i) * step}", step * s.element,
                        lambda j: f"t_bt + {j * per_tile}", MAX_COLSB)
     tap += block.dots(plan.dot)
-    inner += tap_loops + ["            " + line for line in tap] + ["        }"]
+    inner += cprint.loop_nest(tap_loops, tap)
     inner += block.stores(lambda i, j: f"lo_acc + {row_offset(i) * sc + j * TILE}", 4 * sc)
     # a shifted last block writes only what the block before it did not
     inner += [f"const {it} t_c0 = t_j0 * {TILE}, t_cols = {s.kg} - t_c0 < {sc} ? {s.kg} - t_c0 : {sc};",
-              f"const {it} t_r1 = t_pb * {bp} - t_p0, t_c1 = (t_cb * {plan.col_tiles} - t_j0) * {TILE};",
-              f"for ({it} t_r = t_r1; t_r < {bp}; ++t_r) {{"]
-    inner += ["    " + line for line in _pixel_position(plan, it, quantized.batch_dim(op))]
+              f"const {it} t_r1 = t_pb * {bp} - t_p0, t_c1 = (t_cb * {plan.col_tiles} - t_j0) * {TILE};"]
+    row = _pixel_position(plan, it, quantized.batch_dim(op))
     for statements in (flavour.epilogue, flavour.narrow) if flavour.narrow else (flavour.epilogue,):
         if statements is flavour.narrow and flavour.vector_narrow:
-            inner += ["    {", f"        const {it} {op.channel_dim} = t_g * {s.kg} + t_c0;"]
-            inner += ["        " + line for line in flavour.vector_narrow(sc)] + ["    }"]
+            row += cprint.block("", [f"const {it} {op.channel_dim} = t_g * {s.kg} + t_c0;",
+                                     *flavour.vector_narrow(sc)])
             continue
         # a row of all the block's columns (most rows) runs a loop of constant trip count: whole vectors
         for condition, begin, end in ((f"if (t_c1 == 0 && t_cols == {sc})", "0", str(sc)),
                                       ("else", "t_c1", "t_cols")):
-            inner += [f"    {condition} {{", "        " + quantized.SIMD_PRAGMA,
-                      f"        for ({it} t_c = {begin}; t_c < {end}; ++t_c) {{",
-                      f"            const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;"]
-            inner += ["            " + line for line in statements] + ["        }", "    }"]
-    inner.append("}")
-    depth = len(outer)
-    tiles += ["    " * depth + "{"] + ["    " * (depth + 1) + line for line in inner] + ["    " * depth + "}"]
+            columns = f"{quantized.SIMD_PRAGMA}\n{cprint.for_loop(it, 't_c', end, begin)}"
+            row += cprint.block(condition, cprint.block(
+                columns, [f"const {it} {op.channel_dim} = t_g * {s.kg} + t_c0 + t_c;", *statements]))
+    inner += cprint.block(cprint.for_loop(it, "t_r", bp, "t_r1"), row)
+    tiles += cprint.block("", inner, len(outer))
     tiles.append(f"{AMX.release()};")
     if plan.parallel is None:
         return flavour.prologue + flavour.scratch + tiles
     # each thread: its scratch, its range of whole blocks, its own tile configuration
-    ranged = thread_range(it, plan.units) + ["if (lo_begin < lo_end) {"] + ["    " + line for line in tiles]
-    region = ["    " + line for line in flavour.scratch + ranged + ["}"]]
+    ranged = thread_range(it, plan.units) + cprint.block("if (lo_begin < lo_end)", tiles)
     return flavour.prologue + [f"/* {SPLITS[plan.parallel]} split over the threads */",
-                               "#pragma omp parallel", "{", *region, "}"]
+                               "#pragma omp parallel", *cprint.block("", flavour.scratch + ranged)]
 
 
 def _flat_position(shape: TileShape) -> tuple[str, str, str]:
@@ -797,16 +788,14 @@ def _gather(plan: TilePlan, it: str, value_type: str) -> list[str]:
         copy = f"_mm512_mask_storeu_epi8({target}, {mask}, _mm512_maskz_loadu_epi8({mask}, {origin}));"
     else:
         copy = f"memcpy({target}, {origin}, {size});"
-    return ["if (t_line != lo_line || t_p0 != lo_p0) {",
-            "    lo_line = t_line, lo_p0 = t_p0;",
-            f"    for ({it} t_r = 0; t_r < {plan.block_pixels}; ++t_r) {{",
-            f"        const {it} t_p = t_p0 + t_r;",
-            f"        const {value_type} *t_w = t_a + {_window(s)};   /* the pixel's window */",
-            f"        for (int t_u = 0; t_u < {count}; ++t_u)   /* runs of {length} consecutive values */",
-            f"            {copy}",
-            "    }",
-            '    __asm__ volatile("" ::: "memory");',
-            "}"]
+    runs = f"{cprint.for_loop('int', 't_u', count)}   /* runs of {length} consecutive values */"
+    pixel = [f"const {it} t_p = t_p0 + t_r;",
+             f"const {value_type} *t_w = t_a + {_window(s)};   /* the pixel's window */",
+             *cprint.staircase([runs, copy])]
+    return cprint.block("if (t_line != lo_line || t_p0 != lo_p0)", [
+        "lo_line = t_line, lo_p0 = t_p0;",
+        *cprint.block(cprint.for_loop(it, "t_r", plan.block_pixels), pixel),
+        '__asm__ volatile("" ::: "memory");'])
 
 
 def tile_quant_plan(schedule: Schedule) -> quantized.QuantPlan:
@@ -918,7 +907,7 @@ def generate_tiles(schedule: Schedule) -> Generated:
         omp=("#include <omp.h>\n" if plan.parallel else "") + ("#include <string.h>\n" if s.patch else ""),
         tables=tables + (LANE_MASK if flavour.vector_narrow else ""),
         config=plan.block.config.c_initializer(), starts=", ".join(map(str, s.starts)),
-        signature=signature(KERNEL_NAME, params), body=indent(_body(schedule, plan, flavour), 4))
+        signature=signature(KERNEL_NAME, params), body=cprint.text(_body(schedule, plan, flavour), 1))
     openmp = plan.parallel is not None
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = {op.inputs[0]: s.read_ahead * s.element} if s.read_ahead else {}

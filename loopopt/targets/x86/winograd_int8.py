@@ -18,9 +18,11 @@ Every value is an integer and every stage exact (the range argument is in ``loop
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from ...codegen import cprint
 from .isa import INT_ISAS
 
 TILE = 2                            # m of F(m x m, 3 x 3)
@@ -147,6 +149,9 @@ def _combination(row: tuple[int, ...], terms: list[str]) -> str:
     return text
 
 
+_loop = partial(cprint.for_loop, "ptrdiff_t")      # the stages' loops run over ptrdiff_t
+
+
 def _input_transform(s: Int8WinogradShape, activation: str) -> list[str]:
     rows, cols = s.activations_shape[1:3]
     d = [[f"d{i}{j}" for j in range(SPAN)] for i in range(SPAN)]
@@ -157,22 +162,18 @@ def _input_transform(s: Int8WinogradShape, activation: str) -> list[str]:
     stores = [f"v[{(a * SPAN + b) * s.tiles * s.cpad}] = "
               f"(int16_t)({_combination(BT[b], [f'r{a}{j}' for j in range(SPAN)])});"
               for a in range(SPAN) for b in range(SPAN)]
-    return [
-        f"void lo_input_transform(const {CTYPES[activation]} *restrict X, int16_t *restrict V, int lo_zx)",
-        "{",
-        f"    for (ptrdiff_t n = 0; n < {s.n}; ++n)",
-        f"    for (ptrdiff_t th = 0; th < {s.th}; ++th)",
-        f"    for (ptrdiff_t tw = 0; tw < {s.tw}; ++tw) {{",
-        f"        const {CTYPES[activation]} *restrict x = "
-        f"X + ((n * {rows} + {TILE} * th) * {cols} + {TILE} * tw) * {s.cpad};",
-        f"        int16_t *restrict v0 = V + ((n * {s.th} + th) * {s.tw} + tw) * {s.cpad};",
-        f"        for (ptrdiff_t c = 0; c < {s.cpad}; ++c) {{",
-        "            int16_t *restrict v = v0 + c;",
-        *(f"            {line}" for line in loads + rowwise + stores),
-        "        }",
-        "    }",
-        "}",
-    ]
+    tile = [f"const {CTYPES[activation]} *restrict x = "
+            f"X + ((n * {rows} + {TILE} * th) * {cols} + {TILE} * tw) * {s.cpad};",
+            f"int16_t *restrict v0 = V + ((n * {s.th} + th) * {s.tw} + tw) * {s.cpad};",
+            *cprint.block(_loop("c", s.cpad), ["int16_t *restrict v = v0 + c;", *loads, *rowwise, *stores])]
+    signature = (f"void lo_input_transform(const {CTYPES[activation]} *restrict X, int16_t *restrict V, "
+                 "int lo_zx)")
+    return [signature, *cprint.block("", _tiles(s, tile))]
+
+
+def _tiles(s: Int8WinogradShape, body: list[str]) -> list[str]:
+    """``body`` in the loops over the images and their tiles (one level, the loops collapsed)."""
+    return [_loop("n", s.n), _loop("th", s.th), *cprint.block(_loop("tw", s.tw), body)]
 
 
 def _gemm_block(s: Int8WinogradShape, rows: int, vectors: int) -> list[str]:
@@ -180,22 +181,17 @@ def _gemm_block(s: Int8WinogradShape, rows: int, vectors: int) -> list[str]:
     channel pairs."""
     acc = [[f"a{r}_{j}" for j in range(vectors)] for r in range(rows)]
     step = 2 * s.lanes
-    return [
-        f"static inline void lo_block_{rows}_{vectors}(const int16_t *restrict v, const int16_t *restrict u, "
-        "int32_t *restrict m)",
-        "{",
-        *(f"    lo_vec {', '.join(f'{a} = lo_zero()' for a in row)};" for row in acc),
-        f"    for (ptrdiff_t c2 = 0; c2 < {s.cpad // 2}; ++c2) {{",
-        f"        const int16_t *restrict uc = u + c2 * {2 * s.kpad};",
-        *(f"        const lo_vec b{j} = lo_load(uc + {j * step});" for j in range(vectors)),
-        *(f"        {{ const lo_vec x = lo_pair(v + {r * s.cpad} + 2 * c2); "
-          + " ".join(f"{acc[r][j]} = lo_dot({acc[r][j]}, x, b{j});" for j in range(vectors)) + " }"
-          for r in range(rows)),
-        "    }",
-        *(f"    lo_store(m + {r * s.kpad + j * s.lanes}, {acc[r][j]});"
-          for r in range(rows) for j in range(vectors)),
-        "}",
-    ]
+    pair = [f"const int16_t *restrict uc = u + c2 * {2 * s.kpad};",
+            *(f"const lo_vec b{j} = lo_load(uc + {j * step});" for j in range(vectors)),
+            *(f"{{ const lo_vec x = lo_pair(v + {r * s.cpad} + 2 * c2); "
+              + " ".join(f"{acc[r][j]} = lo_dot({acc[r][j]}, x, b{j});" for j in range(vectors)) + " }"
+              for r in range(rows))]
+    body = [*(f"lo_vec {', '.join(f'{a} = lo_zero()' for a in row)};" for row in acc),
+            *cprint.block(_loop("c2", s.cpad // 2), pair),
+            *(f"lo_store(m + {r * s.kpad + j * s.lanes}, {acc[r][j]});"
+              for r in range(rows) for j in range(vectors))]
+    return [f"static inline void lo_block_{rows}_{vectors}(const int16_t *restrict v, "
+            "const int16_t *restrict u, int32_t *restrict m)", *cprint.block("", body)]
 
 
 def _split(extent: int, block: int) -> list[tuple[int, int]]:
@@ -221,21 +217,14 @@ def _gemm_runs(s: Int8WinogradShape) -> list[tuple[int, int, int, int, int, int]
 def _gemm(s: Int8WinogradShape) -> list[str]:
     body = []
     for begin, end, step, p0, r, j in _gemm_runs(s):
-        loop = f"for (ptrdiff_t kb = {begin}; kb < {end}; kb += {step})"
         rows = f"for (ptrdiff_t p = {p0}; p + {r} <= {s.tiles}; p += {r})"
         call = (f"lo_block_{r}_{j}(v + p * {s.cpad}, u + kb * 2, m + p * {s.kpad} + kb);")
-        body += [f"        {loop}", f"        {rows}", f"            {call}"]
-    return [
-        "void lo_gemm(const int16_t *restrict V, const int16_t *restrict U, int32_t *restrict M)",
-        "{",
-        f"    for (ptrdiff_t t = 0; t < {POSITIONS}; ++t) {{",
-        f"        const int16_t *restrict v = V + t * {s.tiles * s.cpad};",
-        f"        const int16_t *restrict u = U + t * {s.cpad * s.kpad};",
-        f"        int32_t *restrict m = M + t * {s.tiles * s.kpad};",
-        *body,
-        "    }",
-        "}",
-    ]
+        body += [_loop("kb", end, begin, step), *cprint.staircase([rows, call])]
+    position = [f"const int16_t *restrict v = V + t * {s.tiles * s.cpad};",
+                f"const int16_t *restrict u = U + t * {s.cpad * s.kpad};",
+                f"int32_t *restrict m = M + t * {s.tiles * s.kpad};", *body]
+    return ["void lo_gemm(const int16_t *restrict V, const int16_t *restrict U, int32_t *restrict M)",
+            *cprint.block("", cprint.block(_loop("t", POSITIONS), position))]
 
 
 def _epilogue(spec, bias: bool) -> list[str]:
@@ -261,43 +250,28 @@ def _output_transform(s: Int8WinogradShape, spec, bias: bool) -> list[str]:
     for r in range(TILE):
         for q in range(TILE):
             value = _combination(AT[q], [f"z{r}{j}" for j in range(SPAN)])
-            stores += [f"if ({r} < rows && {q} < cols) {{",
-                       f"    int acc = ({value}) >> 2;       /* exact: a multiple of {SCALE} */",
-                       f"    {out} *restrict y = Y + {(r * s.ow + q) * s.k} + k;",
-                       *(f"    {line}" for line in _epilogue(spec, bias)), "}"]
+            stores += cprint.block(f"if ({r} < rows && {q} < cols)", [
+                f"int acc = ({value}) >> 2;       /* exact: a multiple of {SCALE} */",
+                f"{out} *restrict y = Y + {(r * s.ow + q) * s.k} + k;", *_epilogue(spec, bias)])
     clamp = []
     if spec.requantized:
         info = np.iinfo(spec.output)
-        clamp = [f"    const float lo_low = (float)({int(info.min)} - lo_zy), "
+        clamp = [f"const float lo_low = (float)({int(info.min)} - lo_zy), "
                  f"lo_high = (float)({int(info.max)} - lo_zy);"]
-    tile = [
-        f"static inline __attribute__((always_inline)) void lo_output_tile(const int32_t *restrict M, "
-        f"{out} *restrict Y, "
-        f"const {b} *restrict B, const float *restrict lo_mult, int lo_zy, const int rows, const int cols)",
-        "{",
-        *clamp,
-        f"    for (ptrdiff_t k = 0; k < {s.k}; ++k) {{",
-        "        const int32_t *restrict mk = M + k;",
-        *(f"        {line}" for line in loads + rowwise + stores),
-        "    }",
-        "}",
-    ]
-    return tile + [
-        f"void lo_output_transform(const int32_t *restrict M, {out} *restrict Y, const {b} *restrict B, "
-        "const float *restrict lo_mult, int lo_zy)",
-        "{",
-        f"    for (ptrdiff_t n = 0; n < {s.n}; ++n)",
-        f"    for (ptrdiff_t th = 0; th < {s.th}; ++th)",
-        f"    for (ptrdiff_t tw = 0; tw < {s.tw}; ++tw) {{",
-        f"        const int32_t *restrict mp = M + ((n * {s.th} + th) * {s.tw} + tw) * {s.kpad};",
-        f"        {out} *restrict y = Y + ((n * {s.oh} + {TILE} * th) * {s.ow} + {TILE} * tw) * {s.k};",
-        f"        const int rows = {s.oh} - {TILE} * (int)th, cols = {s.ow} - {TILE} * (int)tw;",
-        f"        if (rows >= {TILE} && cols >= {TILE})",
-        f"            lo_output_tile(mp, y, B, lo_mult, lo_zy, {TILE}, {TILE});",
-        "        else lo_output_tile(mp, y, B, lo_mult, lo_zy, rows, cols);",
-        "    }",
-        "}",
-    ]
+    channel = ["const int32_t *restrict mk = M + k;", *loads, *rowwise, *stores]
+    tile = [f"static inline __attribute__((always_inline)) void lo_output_tile(const int32_t *restrict M, "
+            f"{out} *restrict Y, const {b} *restrict B, const float *restrict lo_mult, int lo_zy, "
+            "const int rows, const int cols)",
+            *cprint.block("", [*clamp, *cprint.block(_loop("k", s.k), channel)])]
+    output = [f"const int32_t *restrict mp = M + ((n * {s.th} + th) * {s.tw} + tw) * {s.kpad};",
+              f"{out} *restrict y = Y + ((n * {s.oh} + {TILE} * th) * {s.ow} + {TILE} * tw) * {s.k};",
+              f"const int rows = {s.oh} - {TILE} * (int)th, cols = {s.ow} - {TILE} * (int)tw;",
+              *cprint.staircase([f"if (rows >= {TILE} && cols >= {TILE})",
+                                 f"lo_output_tile(mp, y, B, lo_mult, lo_zy, {TILE}, {TILE});"]),
+              "else lo_output_tile(mp, y, B, lo_mult, lo_zy, rows, cols);"]
+    signature = (f"void lo_output_transform(const int32_t *restrict M, {out} *restrict Y, "
+                 f"const {b} *restrict B, const float *restrict lo_mult, int lo_zy)")
+    return tile + [signature, *cprint.block("", _tiles(s, output))]
 
 
 def pseudocode(s: Int8WinogradShape, isa: str) -> list[str]:

@@ -351,8 +351,8 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
     another conv on 2 threads; bit-exact."""
     other = "tl2" if fmt == "tl1" else "tl1"
     gemv = lo.Matmul(2, data.draw(st.integers(225, 300)), k, quant=data.draw(TERNARY_SPECS))
-    conv = lo.Conv2d(6, 2 * data.draw(st.integers(33, 40)), 3, stride=(2, 1), padding=((1, 0), (2, 1)), groups=2,
-                     batch=2, height=7, width=6, quant=data.draw(TERNARY_SPECS))
+    conv = lo.Conv2d(6, 2 * data.draw(st.integers(33, 40)), 3, stride=(2, 1), padding=((1, 0), (2, 1)),
+                     groups=2, batch=2, height=7, width=6, quant=data.draw(TERNARY_SPECS))
     threaded = lo.Conv2d(8, 40, 3, padding=1, height=5, width=5, quant=data.draw(TERNARY_SPECS))
     batch = [lo.Schedule(gemv).split("j", 256).reorder("i", "j_o", "k", "j_i").register_block("k")
              .weight_format(fmt), lo.Schedule(conv).weight_format(other),

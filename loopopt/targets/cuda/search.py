@@ -1,0 +1,440 @@
+"""The cuda target's search rules (``SearchRules``): the GPU presets' knobs as candidates, legal by
+construction, ranked by a cost model of waves, occupancy and bytes moved per level.
+
+Candidates: a float32 op's SIMT presets (``gpu_tiled``, ``gpu_staged``: threads and register blocks,
+the staged step's depth); a float16 op's tensor-core presets (``gpu_mma`` on ``sm_80`` and newer,
+``gpu_wmma``: block and warp tiles, depth, stages, split-K). Each knob is clamped to the op as the
+preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
+the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
+``MAX_ACCUMULATORS`` accumulator registers per thread (spills).
+
+The cost model (``Gpu``: the device's multiprocessors and clock where a GPU is present, else the
+architecture's data-centre part, ``ARCH``): blocks are resident ``occupancy`` at a time per SM (shared
+memory, threads and registers per SM), so the grid runs in ``waves`` over the SMs; each wave takes the
+longest of its blocks' arithmetic (tensor-core or FFMA rate, less with fewer warps or independent
+accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads and their
+global loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``); the
+whole kernel takes at least its device-memory bytes (inputs once, the output once per split-K share)
+at the HBM rate; plus a launch and each block round's pipeline fill. Split-K shares a tile's reduction
+among blocks: a batch-1 conv whose tiles fill a few SMs ranks split-K first; a large GEMM, whose
+tiles fill the SMs many times, ranks the large tiles first (fewer bytes per flop from L2).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from functools import cache
+
+from ...dataflows import gpu_mma, gpu_staged, gpu_tiled, gpu_wmma
+from ...expr import linear_terms
+from ...ops import Op
+from ...schedule import Schedule
+from ..search import Candidate, SearchRules
+from . import device
+from .target import SHARED_BYTES_PER_BLOCK
+
+WARP = 32
+MAX_THREADS = 1024                 # threads per block (every architecture here)
+REGISTERS_PER_SM = 65536
+MAX_BLOCKS_PER_SM = 32
+MAX_ACCUMULATORS = 128             # float32 accumulators per thread (more spill beside the fragments)
+OVERHEAD_REGISTERS = 40            # per thread: addresses, loop counters, fragments in flight
+STATIC_SHARED = 48 * 1024          # the SIMT presets' staged tiles are static shared memory
+LAUNCH_SECONDS = 4e-6              # one launch, as CUDA events around it see it
+FILL_CYCLES = 800                  # a block round's first global loads (the pipeline's fill)
+LOAD_LATENCY = 600                 # cycles of one step's global loads (a ring of s stages: s - 1 in flight)
+STEP_CYCLES = 40                   # one reduction step's barrier and address arithmetic
+L1_BYTES_PER_CLOCK = 128           # shared memory / L1 per SM per clock
+L2_BYTES_PER_CLOCK = 32            # L2 to each SM per clock, all SMs loading at once
+BUSY_WARPS = 8                     # warps per SM the tensor cores (and FFMA pipes) need to stay busy
+BUSY_ACCUMULATORS = 8              # independent FFMAs per SIMT thread that hide the FFMA latency
+
+
+@dataclass(frozen=True)
+class Arch:
+    """An architecture's figures (its data-centre part: H100/H200, L40S, A10, A100, T4)."""
+
+    multiprocessors: int
+    clock_mhz: float
+    shared_per_sm: int             # bytes of shared memory per SM
+    threads_per_sm: int
+    hbm_bytes_per_s: float
+    tensor_flops_per_clock: int    # dense float16 tensor-core flops per SM per clock, float32 sums
+
+
+ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
+        "sm_89": Arch(142, 2520, 100 * 1024, 1536, 0.864e12, 512),
+        "sm_86": Arch(72, 1695, 100 * 1024, 1536, 0.6e12, 512),
+        "sm_80": Arch(108, 1410, 164 * 1024, 2048, 2.0e12, 2048),
+        "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
+TENSOR_PRESETS = {"gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
+SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
+MMA_ARCH = "sm_80"                 # the oldest architecture with mma.sync.m16n8k16
+BLOCKS = (32, 64, 128, 256)
+WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
+DEPTHS = (32, 64)
+STAGES = {"gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}   # deeper rings first: they win ties
+SPLITS = (1, 2, 4, 8, 16)
+THREADS_X, THREADS_Y, REGS, SIMT_DEPTHS = (8, 16, 32), (4, 8, 16), (1, 2, 4, 8), (8, 16, 32)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What the cost model reads of the GPU: the device's SMs and clock where one is present, else
+    the architecture's (``ARCH``)."""
+
+    arch: str
+    multiprocessors: int
+    clock_hz: float
+    figures: Arch
+
+
+
+@cache
+def gpu_of(arch: str) -> Gpu:
+    """The ``Gpu`` a search on ``arch`` models: this machine's device where it is of ``arch``."""
+    figures = ARCH[arch]
+    if device.present() and device.arch() == arch:
+        return Gpu(arch, device.multiprocessors(), device.clock_mhz() * 1e6, figures)
+    return Gpu(arch, figures.multiprocessors, figures.clock_mhz * 1e6, figures)
+
+
+@dataclass(frozen=True)
+class TensorKnobs:
+    """A tensor-core candidate: ``preset`` (``gpu_mma``, ``gpu_wmma``) with its tiles, as the preset
+    clamps them to the op."""
+
+    preset: str
+    block_m: int
+    block_n: int
+    warps_m: int
+    warps_n: int
+    depth: int
+    stages: int
+    split_k: int
+
+    @property
+    def pixel_block(self) -> int:
+        return self.block_m
+
+    @property
+    def channel_block(self) -> int:
+        return self.block_n
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preset"}
+        return TENSOR_PRESETS[self.preset](op, **knobs)
+
+    def work(self, op: Op, gpu: Gpu) -> Work:
+        return tensor_work(op, self, gpu)
+
+
+@dataclass(frozen=True)
+class SimtKnobs:
+    """A float32 candidate: ``preset`` (``gpu_tiled``, ``gpu_staged``) with its threads and register
+    blocks (``depth``: the staged step, 0 for ``gpu_tiled``), as the preset clamps them to the op."""
+
+    preset: str
+    threads_x: int
+    threads_y: int
+    regs_x: int
+    regs_y: int
+    depth: int
+
+    @property
+    def pixel_block(self) -> int:
+        return self.threads_x * self.regs_x
+
+    @property
+    def channel_block(self) -> int:
+        return self.threads_y * self.regs_y
+
+    @property
+    def threads(self) -> int:
+        return self.threads_x * self.threads_y
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "depth")}
+        if self.preset == "gpu_staged":
+            knobs["depth"] = self.depth
+        return SIMT_PRESETS[self.preset](op, **knobs)
+
+    def work(self, op: Op, gpu: Gpu) -> Work:
+        return simt_work(op, self, gpu)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One block's work and the grid's, as the cost model counts them."""
+
+    blocks: int
+    threads: int                   # per block
+    registers: int                 # per thread
+    shared: int                    # bytes of shared memory per block
+    flops: float                   # per block
+    steps: int                     # reduction steps per block (a barrier each)
+    l1_bytes: float                # per block: shared-memory / L1 reads
+    l2_bytes: float                # per block: global loads (its inputs' tiles over its reduction share)
+    hbm_bytes: float               # the whole kernel: device-memory traffic
+    latency: float                 # cycles a block takes at least: its steps' loads, ``stages - 1`` in flight
+    rate: float                    # flops per SM per clock, the SM busy
+    busy: float                    # 0..1: how busy a thread's independent work keeps it (SIMT: accumulators)
+
+
+# --- the op as the presets see it -------------------------------------------------------------------
+
+def _outputs(op: Op) -> list[str]:
+    return [d for d in op.dim_names if d not in op.reduction_dims]
+
+
+def _product(op: Op, dims: Sequence[str]) -> int:
+    return math.prod(op.extent(d) for d in dims)
+
+
+def _fragments(extent: int) -> int:
+    return -(-extent // 16)
+
+
+def _clamp_tile(extent: int, block: int, warps: int) -> tuple[int, int]:
+    """A tile of ``block`` rows over ``warps`` warps as ``dataflows.gpu_wmma`` clamps it to ``extent``."""
+    fragments = _fragments(extent)
+    warps = max(1, min(warps, fragments))
+    per_warp = -(-min(block // 16, fragments) // warps)
+    return 16 * warps * per_warp, warps
+
+
+def _matrix(op: Op) -> tuple[int, int, int, int] | None:
+    """A float16 op as ``gpu_wmma``'s implicit GEMM: M, N, the reduction channels and the other
+    reduction dims' product; None where it is not rows x columns (grouped, batched)."""
+    reads = {v for e in op.index(op.inputs[0]) for v in e.variables()}
+    m_dims = [d for d in _outputs(op) if d in reads]
+    n_dims = [d for d in _outputs(op) if d not in reads]
+    if not m_dims or not n_dims:
+        return None
+    channel = op.reduction_channel_dim
+    others = [d for d in op.dim_names if d in op.reduction_dims and d != channel]
+    return _product(op, m_dims), _product(op, n_dims), op.extent(channel), _product(op, others)
+
+
+def _device_bytes(op: Op, split: int) -> float:
+    """Device-memory bytes of a kernel: each input once, the output once per split-K share (float32)."""
+    inputs = sum(math.prod(op.tensor(t).shape) * (2 if op.dtype == "float16" else 4) for t in op.inputs)
+    return inputs + 4 * math.prod(op.tensor(op.output).shape) * split
+
+
+# --- candidates -------------------------------------------------------------------------------------
+
+def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
+    """The tensor-core candidates of a float16 ``op`` on ``arch``, clamped and distinct."""
+    matrix = _matrix(op)
+    if matrix is None:
+        return []
+    m, n, channels, others = matrix
+    presets = [p for p in TENSOR_PRESETS if p != "gpu_mma" or int(arch[3:]) >= int(MMA_ARCH[3:])]
+    found: dict[TensorKnobs, None] = {}
+    for preset in presets:
+        for bm, bn, (wm, wn), depth, stages, split in _grid(BLOCKS, BLOCKS, WARPS, DEPTHS, STAGES[preset],
+                                                            SPLITS):
+            block_m, warps_m = _clamp_tile(m, bm, wm)
+            block_n, warps_n = _clamp_tile(n, bn, wn)
+            depth = min(depth, _fragments(channels) * 16)
+            steps = others * -(-channels // depth)
+            share = -(-steps // split)
+            knobs = TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share))
+            if _legal(knobs.threads, block_m * block_n // knobs.threads, tensor_shared(knobs),
+                      SHARED_BYTES_PER_BLOCK[arch]):
+                found[knobs] = None
+    return list(found)
+
+
+def _grid(*choices: Sequence) -> list[tuple]:
+    combos: list[tuple] = [()]
+    for options in choices:
+        combos = [(*combo, option) for combo in combos for option in options]
+    return combos
+
+
+def tensor_shared(knobs: TensorKnobs) -> int:
+    """Bytes of shared memory a tensor-core block asks for: ``stages`` buffers of both inputs' tiles
+    (float16; ``gpu_wmma`` pads each row by 16 elements against bank conflicts)."""
+    row = knobs.depth + (16 if knobs.preset == "gpu_wmma" else 0)
+    return knobs.stages * (knobs.block_m + knobs.block_n) * row * 2
+
+
+def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
+    """Whether a block fits: threads, accumulator registers per thread and shared memory (``limit``)."""
+    return threads <= MAX_THREADS and accumulators <= MAX_ACCUMULATORS and shared <= limit
+
+
+def _simt_axes(op: Op) -> tuple[str, str]:
+    """The output dims ``gpu_tiled`` maps onto ``thread.x`` and ``thread.y`` (``dataflows._gpu_rows``)."""
+    outputs = _outputs(op)
+    x = outputs[-1]
+    return x, (op.channel_dim if op.channel_dim != x else (outputs[:-1] or [x])[-1])
+
+
+def simt_candidates(op: Op, arch: str) -> list[SimtKnobs]:
+    """The SIMT candidates of a float32 ``op``, clamped and distinct; a staged one whose tiles outgrow
+    ``STATIC_SHARED`` is left out."""
+    x, y = _simt_axes(op)
+    channel = op.reduction_channel_dim
+    found: dict[SimtKnobs, None] = {}
+    for preset in SIMT_PRESETS:
+        depths = SIMT_DEPTHS if preset == "gpu_staged" and channel in op.reduction_dims else (0,)
+        for tx, ty, rx, ry, depth in _grid(THREADS_X, THREADS_Y, REGS, REGS, depths):
+            tx, ty = min(tx, op.extent(x)), min(ty, op.extent(y))
+            rx, ry = max(1, min(rx, -(-op.extent(x) // tx))), max(1, min(ry, -(-op.extent(y) // ty)))
+            knobs = SimtKnobs(preset, tx, ty, rx, ry, min(depth, op.extent(channel)) if depth else 0)
+            if _legal(knobs.threads, rx * ry, simt_shared(op, knobs), STATIC_SHARED):
+                found[knobs] = None
+    return list(found)
+
+
+def _spans(op: Op, knobs: SimtKnobs) -> dict[str, int]:
+    """How far each dim runs within one block's reduction step (``depth`` channels; all of them unstaged)."""
+    x, y = _simt_axes(op)
+    spans = {x: knobs.pixel_block, y: knobs.channel_block}
+    for dim in op.reduction_dims:
+        spans[dim] = knobs.depth if dim == op.reduction_channel_dim and knobs.depth else op.extent(dim)
+    return {d: min(s, op.extent(d)) for d, s in spans.items()}
+
+
+def _box_bytes(op: Op, spans: dict[str, int]) -> dict[str, int]:
+    """Bytes of each input's box over ``spans`` (the other dims fixed); an input whose index is not
+    affine in them (a grouped conv's activations) is left out, as ``gpu_staged`` leaves it unstaged."""
+    boxes = {}
+    for tensor in op.inputs:
+        try:
+            sizes = []
+            for expr in op.index(tensor):
+                terms, _ = linear_terms(expr, frozenset(spans))
+                sizes.append(1 + sum(abs(c) * (spans[d] - 1) for d, c in terms.items()))
+        except ValueError:
+            continue
+        boxes[tensor] = 4 * math.prod(sizes)
+    return boxes
+
+
+def simt_shared(op: Op, knobs: SimtKnobs) -> int:
+    """Bytes of shared memory a ``gpu_staged`` block's tiles take (0 for ``gpu_tiled``)."""
+    return sum(_box_bytes(op, _spans(op, knobs)).values()) if knobs.preset == "gpu_staged" else 0
+
+
+# --- the cost model ---------------------------------------------------------------------------------
+
+def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu) -> Work:
+    """A tensor-core candidate's work: float16 tiles of both inputs over its reduction share."""
+    m, n, channels, others = _matrix(op)
+    steps = others * -(-channels // knobs.depth)
+    share = -(-steps // knobs.split_k)
+    reduction = share * knobs.depth                        # reduction elements per block
+    blocks = -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k
+    accumulators = knobs.block_m * knobs.block_n // knobs.threads
+    padded = 1.25 if knobs.preset == "gpu_wmma" else 1.0   # wmma's fragment loads: more shared traffic
+    return Work(blocks, knobs.threads, accumulators + OVERHEAD_REGISTERS, tensor_shared(knobs),
+                2.0 * knobs.block_m * knobs.block_n * reduction, share,
+                padded * 2 * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
+                2.0 * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k),
+                share * LOAD_LATENCY / max(1, knobs.stages - 1), gpu.figures.tensor_flops_per_clock, 1.0)
+
+
+def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
+    """A SIMT candidate's work: float32 register blocks, their operands' boxes from L2 at each step."""
+    x, y = _simt_axes(op)
+    reduction = _product(op, [d for d in op.dim_names if d in op.reduction_dims])
+    blocks = (-(-op.extent(x) // knobs.pixel_block) * -(-op.extent(y) // knobs.channel_block)
+              * _product(op, [d for d in _outputs(op) if d not in (x, y)]))
+    step = knobs.depth or op.extent(op.reduction_channel_dim)
+    steps = -(-op.extent(op.reduction_channel_dim) // step)
+    l2 = sum(_box_bytes(op, _spans(op, knobs)).values()) * steps
+    # gpu_tiled reads its operands through L1 (a cache, half shared memory's rate)
+    l1 = knobs.threads * (knobs.regs_x + knobs.regs_y) * reduction * 4 * (2 if knobs.depth == 0 else 1)
+    accumulators = knobs.regs_x * knobs.regs_y
+    return Work(blocks, knobs.threads, accumulators + knobs.regs_x + knobs.regs_y + OVERHEAD_REGISTERS // 2,
+                simt_shared(op, knobs), 2.0 * knobs.pixel_block * knobs.channel_block * reduction, steps, l1,
+                l2, _device_bytes(op, 1), 0.0, 2 * device.FP32_LANES_PER_SM[gpu.arch],
+                min(1.0, accumulators / BUSY_ACCUMULATORS))
+
+
+def occupancy(work: Work, gpu: Gpu) -> int:
+    """Blocks resident per SM at once: the least that shared memory, threads and registers allow."""
+    figures = gpu.figures
+    by_shared = figures.shared_per_sm // work.shared if work.shared else MAX_BLOCKS_PER_SM
+    by_threads = figures.threads_per_sm // work.threads
+    by_registers = REGISTERS_PER_SM // (work.threads * work.registers)
+    return max(1, min(by_shared, by_threads, by_registers, MAX_BLOCKS_PER_SM))
+
+
+def predict(work: Work, gpu: Gpu) -> dict[str, float]:
+    """The cost model's figures of a kernel: its ``predicted_seconds`` and what makes them;
+    ``block_cycles``, a block's arithmetic, reads and load latency as if none overlapped, breaks ties
+    (a kernel bound by device memory: the block that leaves the SM idlest)."""
+    resident = min(occupancy(work, gpu), -(-work.blocks // gpu.multiprocessors))
+    waves = -(-work.blocks // (resident * gpu.multiprocessors))
+    warps = resident * work.threads / WARP
+    busy = min(1.0, warps / BUSY_WARPS) * work.busy
+    cycles = (work.flops / (work.rate * busy), work.l1_bytes / L1_BYTES_PER_CLOCK,
+              work.l2_bytes / L2_BYTES_PER_CLOCK)
+    per_wave = max(resident * max(cycles), work.latency) / gpu.clock_hz
+    overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / gpu.clock_hz
+    hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
+    seconds = LAUNCH_SECONDS + max(waves * per_wave, hbm) + overhead
+    return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
+            "blocks": float(work.blocks), "occupancy": float(resident),
+            "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes}
+
+
+def figures(candidate: Candidate) -> dict[str, float]:
+    """The cost model's figures of ``candidate``."""
+    gpu = gpu_of(candidate.isa)
+    return predict(candidate.knobs.work(candidate.op, gpu), gpu)
+
+
+class CudaSearch(SearchRules):
+    """The GPU presets' tiles searched on the cuda target (no other algorithm: the implicit GEMM is
+    the tensor-core presets' own)."""
+
+    def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
+        if op.quant is not None or threads != 1:
+            return []
+        space: Callable[[Op, str], list] = tensor_candidates if op.dtype == "float16" else simt_candidates
+        return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
+
+    def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        priced = [Candidate(c.op, c.isa, c.knobs, tuple(figures(c).items())) for c in candidates]
+        order = sorted(range(len(priced)), key=lambda i: (priced[i].figures["predicted_seconds"],
+                                                          priced[i].figures["block_cycles"], i))
+        return [priced[i] for i in order]
+
+    def unpriced(self, candidate: Candidate) -> bool:
+        return True                 # the kernel model counts CPU cores: the cost model's time stands in
+
+    def lanes(self, op: Op, isa: str) -> int:
+        return WARP
+
+    def registers(self, isa: str) -> int:
+        return REGISTERS_PER_SM
+
+    def refusal(self, isa: str) -> str:
+        return (f"the cuda search has only the GPU presets' candidates ({', '.join(TENSOR_PRESETS)}: the "
+                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)})")
+
+    def describe(self, knobs: dict) -> str:
+        if knobs["preset"] in TENSOR_PRESETS:
+            return (f"{knobs['preset']} {knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x"
+                    f"{knobs['warps_n']} warps, depth {knobs['depth']}, {knobs['stages']} stages"
+                    + (f", split-K {knobs['split_k']}" if knobs["split_k"] > 1 else ""))
+        return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
+                f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
+                + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

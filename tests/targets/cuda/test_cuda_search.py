@@ -1,0 +1,150 @@
+"""The cuda target's search rules (targets/cuda/search.py) without a GPU: candidates legal by
+construction (threads, shared memory as the printer allocates it, accumulators), the cost model's
+ranking (a batch-1 conv ranks split-K first, a large GEMM large tiles first), ranked candidates of
+random ops in host emulation against the reference, and ``lo.tune(op, target="cuda")`` refusing in one
+line where there is no GPU, before anything is built. On a GPU (``-m gpu``): a search of 8 trials,
+its winner verified and its trials logged under the GPU's name."""
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.cli import main
+from loopopt.measure import tolerance
+from loopopt.targets import TargetUnavailableError
+from loopopt.targets.cuda import device
+from loopopt.targets.cuda.emulate import emulate
+from loopopt.targets.cuda.printer import print_kernel
+from loopopt.targets.cuda.search import (
+    MAX_ACCUMULATORS,
+    MAX_THREADS,
+    STATIC_SHARED,
+    CudaSearch,
+    simt_shared,
+    tensor_shared,
+)
+from loopopt.targets.cuda.target import SHARED_BYTES_PER_BLOCK
+from loopopt.targets.registry import target
+from loopopt.tune import TuningLog, best_trial
+from loopopt.tune.choice import first_choice
+
+RULES = target("cuda").search_rules()
+ARCH = "sm_90"
+CONV2_X_N1 = lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=1, dtype="float16")
+BIG_GEMM = lo.Matmul(4096, 4096, 4096, dtype="float16")
+OPS = [CONV2_X_N1, lo.Matmul(37, 45, 40, dtype="float16"),
+       lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
+       lo.Conv2d(8, 12, 3, padding=1, groups=2, height=13, width=11), lo.Matmul(300, 260, 200)]
+no_gpu = pytest.mark.skipif(device.present(), reason="a GPU is here: the search runs")
+needs_gpu = needs(device.cupy)
+
+
+@cache
+def _ranked(op, arch=ARCH):
+    return RULES.rank(RULES.candidates(op, arch))
+
+
+@pytest.mark.parametrize("op", OPS, ids=repr)
+def test_every_candidate_fits_a_block(op):
+    candidates = RULES.candidates(op, ARCH)
+    assert candidates and len({c.knobs for c in candidates}) == len(candidates)
+    for knobs in (c.knobs for c in candidates):
+        assert knobs.threads <= MAX_THREADS and knobs.pixel_block * knobs.channel_block <= (
+            MAX_ACCUMULATORS * knobs.threads)
+        limit = SHARED_BYTES_PER_BLOCK[ARCH] if op.dtype == "float16" else STATIC_SHARED
+        assert (tensor_shared(knobs) if op.dtype == "float16" else simt_shared(op, knobs)) <= limit
+
+
+@pytest.mark.slow
+def test_the_shared_memory_counted_is_the_printed_kernels():
+    op = lo.Matmul(300, 260, 200, dtype="float16")
+    candidates = RULES.candidates(op, "sm_86")           # 99 KiB a block: the deep rings are left out
+    largest = max(candidates, key=lambda c: tensor_shared(c.knobs))
+    assert tensor_shared(largest.knobs) <= SHARED_BYTES_PER_BLOCK["sm_86"] < max(
+        tensor_shared(c.knobs) for c in RULES.candidates(op, ARCH))
+    for candidate in (largest, _ranked(op)[0]):
+        printed = print_kernel(candidate.schedule)
+        assert printed.dynamic_shared_bytes == tensor_shared(candidate.knobs)
+        assert np.prod(printed.block) == candidate.knobs.threads
+
+
+def test_a_batch_one_conv_ranks_split_k_first():
+    first = _ranked(CONV2_X_N1)[0]
+    assert first.knobs.split_k > 1 and first.figures["waves"] == 1
+    unsplit = next(c for c in _ranked(CONV2_X_N1) if c.knobs == replace(first.knobs, split_k=1))
+    assert unsplit.figures["blocks"] < 132 / 4 < 132 / 2 < first.figures["blocks"] <= 132
+    assert unsplit.figures["predicted_seconds"] > 1.3 * first.figures["predicted_seconds"]
+
+
+def test_a_large_gemm_ranks_large_tiles_first():
+    ranked = _ranked(BIG_GEMM)
+    first = ranked[0].knobs
+    assert first.block_m * first.block_n >= 128 * 256 and first.split_k == 1
+    small = next(c for c in ranked if c.knobs.block_m * c.knobs.block_n <= 64 * 64)
+    assert small.figures["l2_bytes"] > 2.5 * ranked[0].figures["l2_bytes"]      # 2/64 vs 1/128 + 1/256
+    assert small.figures["predicted_seconds"] > 1.5 * ranked[0].figures["predicted_seconds"]
+
+
+def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
+    chosen = first_choice(CONV2_X_N1, ARCH)
+    assert chosen.knobs == _ranked(CONV2_X_N1)[0].knobs and chosen.schedule.split_k
+    assert {c.knobs.preset for c in RULES.candidates(CONV2_X_N1, "sm_75")} == {"gpu_wmma"}
+    assert RULES.candidates(lo.Conv2d(16, 16, 3, height=8, width=8, quant=lo.QuantSpec()), ARCH) == []
+    assert "gpu_mma 128x64 block" in RULES.describe(chosen.knobs.as_dict())
+
+
+@no_gpu
+def test_tune_without_a_gpu_says_so_in_one_line_before_building(monkeypatch, capsys):
+    def no_candidates(*args):
+        raise AssertionError("candidates built before the device was asked for")
+    monkeypatch.setattr(CudaSearch, "candidates", no_candidates)
+    with pytest.raises(TargetUnavailableError, match="needs CuPy and an NVIDIA GPU"):
+        lo.tune(CONV2_X_N1, target="cuda", trials=2)
+    assert main(["tune", "--target", "cuda", "--matmul", "64,64,64", "--dtype", "float16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NVIDIA GPU" in err
+
+
+def _emulated_excess(candidate, seed: int = 5) -> float:
+    op = candidate.op
+    inputs = op.random_inputs(seed=seed)
+    args = [inputs[t] for t in op.call_tensors]
+    out = emulate(candidate.schedule)(*op.operand_values(*args[:2]), *args[2:])
+    return float((np.abs(out.astype(np.float64) - op.reference(*args)) - tolerance(op, inputs)).max())
+
+
+def _check_ranked_emulated(op, pick):
+    """The best-ranked candidate and one drawn from the rest compute ``op``."""
+    ranked = _ranked(op)
+    if not ranked:                      # a grouped conv is not rows x columns: no tensor-core tile
+        assert op.dtype == "float16" and op.groups > 1
+        return
+    for candidate in {ranked[0], ranked[pick % len(ranked)]}:
+        assert _emulated_excess(candidate) <= 0, candidate.knobs
+
+
+test_ranked_convs_emulated, test_ranked_convs_emulated_full = tiers(
+    _check_ranked_emulated, 1, 6, st.one_of(conv_ops(max_hw=9, max_channels=12, dtype="float16"),
+                                            conv_ops(max_hw=9, max_channels=6)), st.integers(0, 10**6))
+test_ranked_matmuls_emulated, test_ranked_matmuls_emulated_full = tiers(
+    _check_ranked_emulated, 1, 4, st.one_of(matmul_ops(max_mn=40, max_k=50, batched=False, dtype="float16"),
+                                            gemm_ops(max_mn=30, max_k=40)), st.integers(0, 10**6))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("op", [lo.Conv2d(64, 96, 3, padding=1, height=28, width=28, batch=2,
+                                          dtype="float16"), lo.Matmul(300, 260, 200)], ids=repr)
+def test_a_gpu_search_verifies_and_logs_its_trials(op, tmp_path):
+    log = tmp_path / "gpu.db"
+    result = lo.tune(op, target="cuda", trials=8, log=str(log), progress=False)
+    assert result.timing.verified and result.isa == device.arch()
+    assert len(result.trials) == 8 and all(t.status == "ok" for t in result.trials)
+    with TuningLog(log, readonly=True) as logged:
+        trials = logged.trials(op, result.isa, 1, machine=target("cuda").fingerprint())
+    assert len(trials) == 8 and device.name() in trials[0].fingerprint
+    assert best_trial(op, log, isa=result.isa).timing.min == result.timing.min
