@@ -7,6 +7,7 @@ from helpers import INT_ISAS, needs_amx
 
 import loopopt as lo
 from loopopt.targets.binary import BinaryKernel
+from loopopt.targets.lut import LutKernel
 from loopopt.targets.x86 import kernels
 from loopopt.targets.x86.families import FAMILIES, family_of
 
@@ -36,7 +37,7 @@ def test_the_family_of_each_kind_of_schedule(isa):
 def test_each_family_builds_its_kernel_class(isa):
     assert isinstance(lo.Schedule(lo.Conv2d(**CONV, quant=BINARY)).compile(isa), BinaryKernel)
     lut = lo.Schedule(lo.Matmul(4, 32, 96, quant=TERNARY)).weight_format("tl1").compile(isa)
-    assert isinstance(lut, kernels.LutKernel)
+    assert isinstance(lut, LutKernel)
     quantized = lo.Schedule(lo.Conv2d(**CONV, quant=lo.QuantSpec())).compile(isa)
     assert type(quantized) is lo.kernel.QuantizedKernel
     assert type(lo.Schedule(lo.Conv2d(**CONV)).compile(isa)) is lo.kernel.Kernel
