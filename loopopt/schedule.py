@@ -105,6 +105,7 @@ GPU_AXES = tuple(AXIS_LIMITS)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
 MAX_PIPELINE_STAGES = 8        # buffers of a tensorized kernel's ring of staged tiles (``stage(stages=)``)
+PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run two steps ahead
 
 
 @dataclass(frozen=True)

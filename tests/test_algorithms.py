@@ -206,6 +206,7 @@ def test_best_trial_is_the_logged_winner_whatever_its_algorithm(tmp_path):
     assert lo.best_trial(CONV, log=log, algorithms="im2col") is None
 
 
+@pytest.mark.slow
 def test_tune_saves_its_winner_a_winograd_plan_too(tmp_path, capsys):
     """loopopt tune --save writes the measured winner: here a Winograd-only search, whose winner is a
     plan; the file says so, and loads and compiles back into a verified kernel."""

@@ -73,7 +73,7 @@ def conv_dot(data, block):
 
 
 test_bf16_conv_dot_quick, test_bf16_conv_dot = tiers(
-    conv_dot, 2, 12, marks=[needs_dot, pytest.mark.parametrize("block", [True, False])], data=st.data())
+    conv_dot, 1, 12, marks=[needs_dot, pytest.mark.parametrize("block", [True, False])], data=st.data())
 
 
 def matmul_dot(block, m, n, pairs):

@@ -384,6 +384,7 @@ def _interrupted(process: subprocess.Popen, lines: list[str]) -> tuple[int, list
     return process.returncode, lines + err.splitlines(keepends=True)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_tune_is_one_line_and_status_130(tmp_path):
     """A real SIGINT to the group of a running tune (its worker process included, as a terminal sends it):
     one line saying where the trials are, status 130, no traceback; the logged trials are kept."""

@@ -63,7 +63,7 @@ def random_contraction_schedule(isa, data):
 
 
 test_random_contraction_schedules_quick, test_random_contraction_schedules = tiers(
-    random_contraction_schedule, 2, 10, isas=ISAS, data=st.data()
+    random_contraction_schedule, 1, 10, isas=ISAS, data=st.data()
 )
 
 
@@ -297,7 +297,7 @@ def random_quantized_contraction_schedule(isa, data):
 
 
 test_random_quantized_contractions_quick, test_random_quantized_contractions = tiers(
-    random_quantized_contraction_schedule, 2, 16, isas=INT_ISAS,
+    random_quantized_contraction_schedule, 1, 16, isas=INT_ISAS,
     data=st.data())
 
 

@@ -279,3 +279,19 @@ def test_tensor_kernels_build_for_sm_90_with_hmma_and_no_spills(schedule, expect
     assert "HMMA.16816.F32" in sass and "LDGSTS.E.BYPASS.128" in sass
     assert all(instruction in sass for instruction in expected), expected
     assert "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.parametrize("make", [gpu_wmma, gpu_mma])
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_outputs_in_the_padding_keep_their_bias(make, split_k):
+    """A 1x1 conv over a padded row: the outer outputs read only padding, so they are their bias alone
+    (the padding guard zero-fills the input's tile; it once also skipped their store)."""
+    op = lo.Conv2d(1, 1, 1, padding=(0, 1), height=1, width=1, dtype="float16")
+    schedule = make(op, block_m=32, block_n=32, warps_m=2, warps_n=1, depth=32, split_k=split_k, stages=2)
+    largest, excess = _emulated_error(schedule, seed=5)
+    assert excess <= 0, largest
+
+
+def test_the_pseudocode_of_a_tensorized_schedule_names_its_staged_tiles():
+    text = gpu_mma(HALF_CONV, **SMALL_TILES).pseudocode("sm_90")       # the preset stages 4 buffers
+    assert "stage I's tile in shared memory (gathered as a matrix operand, 4-buffer ring)" in text

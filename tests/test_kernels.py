@@ -32,7 +32,7 @@ def random_conv_schedule(isa, data):
 
 
 test_random_conv_schedules_quick, test_random_conv_schedules = tiers(
-    random_conv_schedule, 2, 12, isas=ISAS, data=st.data())
+    random_conv_schedule, 1, 12, isas=ISAS, data=st.data())
 
 
 def random_conv_nd_schedule(isa, spatial, data):
@@ -257,7 +257,7 @@ def cache_blocked_schedule(isa, data):
 
 
 test_cache_blocked_schedules_quick, test_cache_blocked_schedules = tiers(
-    cache_blocked_schedule, 2, 14, isas=ISAS, data=st.data())
+    cache_blocked_schedule, 1, 14, isas=ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))

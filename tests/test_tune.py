@@ -691,6 +691,7 @@ def test_two_thread_search_measures_parallel_table_lookups():
     assert ", parallel " in result.table()
 
 
+@pytest.mark.slow
 def test_a_worker_whose_parent_went_away_ends_quietly(tmp_path):
     """The parent closes its end (it was killed) while the worker runs a call: the worker's answer meets
     a broken socket and it exits with status 0 and nothing on stderr (no BrokenPipeError traceback)."""
@@ -736,8 +737,8 @@ def test_a_damaged_log_is_named_in_one_line_with_every_finding(tmp_path, capsys)
     assert capsys.readouterr().err == f"loopopt: error: {message}\n"
 
 
-@pytest.mark.parametrize("address", ["lcoal", *(pytest.param(a, marks=pytest.mark.slow)
-                                                for a in ("tcp://host:port", "tcp://:8786"))])
+@pytest.mark.slow      # a CLI subprocess and a Dask import each
+@pytest.mark.parametrize("address", ["lcoal", "tcp://host:port", "tcp://:8786"])
 def test_a_scheduler_address_without_host_and_port_is_refused_before_any_client(address):
     """A mistyped --scheduler is one line and status 2, before a Dask Client exists (one that failed to
     start would print an 'Exception ignored in Client.__del__' traceback while the exit waits for it)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..expr import Bound, Expr, Var
-from ..schedule import Schedule
+from ..schedule import PIPELINE_STAGES, Schedule
 
 OUTSIDE = -1       # the depth of what the nest computes before its first loop
 
@@ -80,14 +80,22 @@ def dim_depths(schedule: Schedule) -> dict[str, int]:
             for d, e in schedule.dim_values.items()}
 
 
+def _stage_note(schedule: Schedule, tensor: str, at: str) -> str:
+    """What ``stage(tensor, at)`` copies: a box of the tensor, or (tensorized schedules) the operand's
+    tile of the matrix product, gathered element by element through a ring of buffers."""
+    if schedule.tensorized:
+        return (f"stage {tensor}'s tile in shared memory (gathered as a matrix operand, "
+                f"{schedule.pipeline_stages or PIPELINE_STAGES}-buffer ring)")
+    return f"stage {tensor} in shared memory ({' x '.join(map(str, schedule.staged_box(tensor, at).sizes))})"
+
+
 def _notes(schedule: Schedule, name: str, dot: tuple[str, str] | None) -> tuple[str, ...]:
     """The annotations of loop ``name``."""
     loop, op = schedule.loop(name), schedule.op
     notes = [text for flag, text in ((loop.parallel, "parallel"), (loop.vectorized, "vectorized")) if flag]
     notes += [f"unroll {loop.unroll}"] if loop.unroll else []
     notes += [f"bound to {loop.axis}"] if loop.axis else []
-    notes += [f"stage {t} in shared memory ({' x '.join(map(str, schedule.staged_box(t, at).sizes))})"
-              for t, at in schedule.stages if at == name]
+    notes += [_stage_note(schedule, t, at) for t, at in schedule.stages if at == name]
     blocked = schedule.block_loops() if schedule.register_block_at is not None else ((), ())
     if name == schedule.register_block_at:
         notes.append(f"register block: {op.output} over {', '.join(blocked[1]) or 'one element'} "

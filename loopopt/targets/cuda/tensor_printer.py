@@ -19,7 +19,7 @@ elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the 
 of any index the op has (padding, stride, dilation, fused loops), evaluated per element with zero
 where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-byte aligned in
 device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
-The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE``
+The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
 read, products). The sums end in float32 fragments, stored through shared memory to the output with
@@ -35,12 +35,11 @@ from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...expr import linear_terms
-from ...schedule import WARP_SIZE, Loop, Schedule, ScheduleError
+from ...schedule import PIPELINE_STAGES, WARP_SIZE, Loop, Schedule, ScheduleError
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 GROUP = 8                  # halves per 16-byte copy
-PIPELINE = 3               # buffers of pipeline steps in shared memory by default: copies run two ahead
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 
 
@@ -56,7 +55,7 @@ class TensorPrinter:
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.int_type = index_ctype(schedule)
-        self.pipeline = schedule.pipeline_stages or PIPELINE
+        self.pipeline = schedule.pipeline_stages or PIPELINE_STAGES
         self.lines: list[str] = []
         self._classify()
 
@@ -145,19 +144,22 @@ class TensorPrinter:
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
-        """The guards each input's copy applies (those over loops it knows), and ``out``'s (those over
-        no reduction loop); ScheduleError for a guard of the products that neither input knows."""
+        """The guards each input's copy applies (those over loops it knows), and ``out``'s: the
+        iteration domain's own bounds (split tails) over no reduction loop. The op's guards (padding)
+        only zero-fill input reads: an output they exclude every product of still gets its bias.
+        ScheduleError for a guard of the products that neither input knows."""
         reduction = {loop.name for loop in self.s.loops if self._reduction(loop)}
         outer = {loop.name for loop in self.blocks + self.flat}
         known = {t: outer | {loop.name for loop in self.tile_loops(t)} | {self.row[t], self.k}
                  for t in self.op.inputs}
         placed: dict[str, list[str]] = {t: [] for t in (*self.op.inputs, "out")}
-        for guard in self.s.guards:
+        domain = len(self.s.partial_guards)          # s.guards: the domain's bounds, then the op's
+        for index, guard in enumerate(self.s.guards):
             names = guard.expr.variables()
             fits = [t for t in self.op.inputs if names <= known[t]]
             for t in fits:
                 placed[t].append(guard.to_c())
-            if not names & reduction:
+            if index < domain and not names & reduction:
                 placed["out"].append(guard.to_c())
             elif not fits:
                 raise ScheduleError(f"the guard {guard.to_c()} involves loops of both inputs; a tensorized "

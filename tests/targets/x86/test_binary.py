@@ -46,7 +46,7 @@ def random_binary_conv(variant, data, words):
 
 
 test_random_binary_convs_quick, test_random_binary_convs = tiers(
-    random_binary_conv, 2, 16, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
+    random_binary_conv, 1, 16, marks=[pytest.mark.parametrize("variant", VARIANTS, ids=str)], data=st.data(),
     words=st.integers(1, 3))
 
 
@@ -123,6 +123,7 @@ TUNED = lo.Conv2d(70, 20, 3, padding=1, height=5, width=6,
                   quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
 
 
+@pytest.mark.slow
 def test_tune_candidates_are_the_register_blocks():
     isa = available_int_isas()[0]
     space = rank(candidates(TUNED, isa))

@@ -81,7 +81,7 @@ def random_tile_conv(data):
 
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
-    random_tile_conv, 2, 20, marks=[needs_amx], data=st.data())
+    random_tile_conv, 1, 20, marks=[needs_amx], data=st.data())
 
 
 def random_tile_conv1d(data):
@@ -103,7 +103,7 @@ def random_tile_matmul(data, m, n, k):
 
 
 test_random_tile_matmuls_quick, test_random_tile_matmuls = tiers(
-    random_tile_matmul, 2, 14, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
+    random_tile_matmul, 1, 14, marks=[needs_amx], data=st.data(), m=st.integers(1, 70),
     n=st.integers(1, 70), k=st.integers(1, 150))
 
 
@@ -112,7 +112,7 @@ def random_bf16_tile_conv(data):
 
 
 test_random_bf16_tile_convs_quick, test_random_bf16_tile_convs = tiers(
-    random_bf16_tile_conv, 2, 14, marks=[needs_amx], data=st.data())
+    random_bf16_tile_conv, 1, 14, marks=[needs_amx], data=st.data())
 
 
 def random_bf16_tile_matmul(data, m, n, k):
