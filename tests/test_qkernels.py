@@ -45,7 +45,7 @@ def random_quantized_conv_schedule(isa, data):
 
 
 test_random_quantized_conv_schedules_quick, test_random_quantized_conv_schedules = tiers(
-    random_quantized_conv_schedule, 1, 16, isas=ISAS, data=st.data())
+    random_quantized_conv_schedule, 1, 11, isas=ISAS, data=st.data())
 
 
 def random_quantized_matmul_schedule(isa, data):
@@ -72,7 +72,7 @@ def random_quantized_nd_conv_schedule(isa, data):
 
 
 test_random_quantized_nd_conv_schedules_quick, test_random_quantized_nd_conv_schedules = tiers(
-    random_quantized_nd_conv_schedule, 1, 14, isas=ISAS, data=st.data())
+    random_quantized_nd_conv_schedule, 1, 9, isas=ISAS, data=st.data())
 
 
 def random_quantized_batched_matmul_schedule(isa, data):
@@ -86,7 +86,7 @@ def random_quantized_batched_matmul_schedule(isa, data):
 
 
 test_random_quantized_batched_matmul_schedules_quick, test_random_quantized_batched_matmul_schedules = tiers(
-    random_quantized_batched_matmul_schedule, 1, 12, isas=ISAS,
+    random_quantized_batched_matmul_schedule, 1, 8, isas=ISAS,
     data=st.data())
 
 
@@ -336,7 +336,7 @@ def exact_packed_runs(isa, data):
 
 ISAS_LANES = {"avx512": 16, "avx2": 8}
 test_exact_packed_runs_quick, test_exact_packed_runs = tiers(
-    exact_packed_runs, 1, 10, isas=ISAS, data=st.data())
+    exact_packed_runs, 1, 7, isas=ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", quick_first(ISAS))

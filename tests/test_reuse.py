@@ -50,7 +50,7 @@ def engine_matches_brute_force(schedule, granularity_line):
 
 
 test_engine_matches_brute_force_quick, test_engine_matches_brute_force = tiers(
-    engine_matches_brute_force, 5, 40, reuse_schedules(), st.sampled_from(GRANULARITIES))
+    engine_matches_brute_force, 5, 26, reuse_schedules(), st.sampled_from(GRANULARITIES))
 
 
 def caches_match_simulator(schedule, geometry):

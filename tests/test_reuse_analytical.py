@@ -33,7 +33,7 @@ def analytical_equals_trace_and_brute_force(schedule, granularity_line, simulate
 
 
 test_analytical_equals_trace_and_brute_force_quick, test_analytical_equals_trace_and_brute_force = tiers(
-    analytical_equals_trace_and_brute_force, 1, 10,
+    analytical_equals_trace_and_brute_force, 1, 7,
     reuse_schedules(), st.sampled_from(GRANULARITIES), st.sampled_from([0, 64]))
 
 

@@ -47,7 +47,7 @@ def exact_tap_dot(isa, data):
 
 
 test_exact_tap_dot_quick, test_exact_tap_dot = tiers(
-    exact_tap_dot, 1, 14, isas=INT_ISAS, data=st.data())
+    exact_tap_dot, 1, 9, isas=INT_ISAS, data=st.data())
 
 
 ZIPS = {"avx512": "_mm512_permutex2var_epi32", "avx2": "_mm256_unpacklo_epi32"}   # the zip_low entry's mark
@@ -80,7 +80,7 @@ def exact_phase_groups(isa, data):
 
 
 test_exact_phase_groups_quick, test_exact_phase_groups = tiers(
-    exact_phase_groups, 1, 12, isas=INT_ISAS, data=st.data())
+    exact_phase_groups, 1, 8, isas=INT_ISAS, data=st.data())
 
 
 @pytest.mark.parametrize("isa", INT_ISAS)
