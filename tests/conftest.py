@@ -11,3 +11,9 @@ os.environ.setdefault("LOOPOPT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(items):
+    """The sanitizer tier first: one test of minutes in a subprocess, which started near the end of a
+    ``-n auto`` run left the other workers idle while it finished."""
+    items.sort(key=lambda item: item.get_closest_marker("sanitize") is None)
