@@ -287,9 +287,9 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     if chosen is not None and chosen is not host_target() and not all(single):
         raise ValueError(f"a Winograd plan runs on the host only; compare it without target={chosen.name!r}")
     refusal = (chosen.timing_refusal() if chosen is not None else None) or ""
+    if chosen is not None:
+        chosen.require_device()
     device = chosen is not None and chosen.has_device     # the reuse analysis models the host's caches
-    if device:
-        chosen.device()     # a device target without its device says so here, before anything is built
     analysis = _analysis() if reuse and not device else None
     note = ("" if analysis or not reuse else f"no reuse analysis on target {chosen.name!r} (it models CPU "
             f"caches)" if device else "reuse analysis unavailable (loopopt.analysis not installed)")

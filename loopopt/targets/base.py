@@ -72,6 +72,12 @@ class Target(ABC):
         """The device the kernels run on, beside the host (e.g. a GPU's name), or None: the host."""
         return None
 
+    def require_device(self) -> None:
+        """TargetUnavailableError saying what is missing where this target's device is not here
+        (nothing for a target that runs on the host): asked before anything is built."""
+        if self.has_device:
+            self.device()
+
     def fingerprint(self) -> str | None:
         """What the tuning log keys this target's trials by where that is not this host (its
         ``machine.fingerprint``, None, the default): a device target's device."""

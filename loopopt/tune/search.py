@@ -328,8 +328,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     wanted = selected(algorithms)
     auto = isa == "auto"                      # the best ISA: the target's other kernels compete (AMX tiles)
     chosen = target_of_isa(isa) if target is None else named_target(target)
-    if chosen.has_device:
-        chosen.device()           # no device here: TargetUnavailableError says so before anything is built
+    chosen.require_device()
     isa = chosen.resolve_isa(isa, integer=op.quant is not None)
     rules = chosen.search_rules()
     why = refusals(op, wanted, isa, threads)

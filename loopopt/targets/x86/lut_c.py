@@ -30,6 +30,7 @@ def check_lut_on(schedule: Schedule, isa: str) -> None:
                             f"not on {isa!r}")
     check_lut(schedule)
 
+
 @dataclass(frozen=True)
 class LookupC(Lookup):
     """The C of the table build and the lookup steps of one x86 ISA (``avx512``, ``avx2``, ``scalar``)."""
