@@ -32,6 +32,7 @@ from ...ops import Op
 from ...schedule import Schedule
 from ..search import Candidate, SearchRules
 from . import device
+from .instructions import MMA_F16_F32, WMMA_F16_F32
 from .target import SHARED_BYTES_PER_BLOCK
 
 WARP = 32
@@ -69,8 +70,8 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_80": Arch(108, 1410, 164 * 1024, 2048, 2.0e12, 2048),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
+PRESET_INSTRUCTIONS = {"gpu_mma": MMA_F16_F32, "gpu_wmma": WMMA_F16_F32}   # each tensor preset's entry
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-MMA_ARCH = "sm_80"                 # the oldest architecture with mma.sync.m16n8k16
 BLOCKS = (32, 64, 128, 256)
 WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
 DEPTHS = (32, 64)
@@ -241,7 +242,7 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     if matrix is None:
         return []
     m, n, channels, others = matrix
-    presets = [p for p in TENSOR_PRESETS if p != "gpu_mma" or int(arch[3:]) >= int(MMA_ARCH[3:])]
+    presets = [p for p in TENSOR_PRESETS if int(arch[3:]) >= int(PRESET_INSTRUCTIONS[p].arch[3:])]
     found: dict[TensorKnobs, None] = {}
     for preset in presets:
         for bm, bn, (wm, wn), depth, stages, split in _grid(BLOCKS, BLOCKS, WARPS, DEPTHS, STAGES[preset],
@@ -266,10 +267,14 @@ def _grid(*choices: Sequence) -> list[tuple]:
 
 
 def tensor_shared(knobs: TensorKnobs) -> int:
-    """Bytes of shared memory a tensor-core block asks for: ``stages`` buffers of both inputs' tiles
-    (float16; ``gpu_wmma`` pads each row by 16 elements against bank conflicts)."""
-    row = knobs.depth + (16 if knobs.preset == "gpu_wmma" else 0)
-    return knobs.stages * (knobs.block_m + knobs.block_n) * row * 2
+    """Bytes of shared memory a tensor-core block asks for, as the tensor printer allocates them:
+    ``stages`` buffers of both inputs' tiles, each fragment in its instruction's layout
+    (``tile_elements`` halves: WMMA pads its rows against bank conflicts), or the epilogue's float
+    scratch of one fragment per warp where that is more."""
+    entry = PRESET_INSTRUCTIONS[knobs.preset]
+    fragments = (-(-knobs.block_m // entry.m) + -(-knobs.block_n // entry.n)) * -(-knobs.depth // entry.k)
+    return max(knobs.stages * 2 * fragments * entry.tile_elements,
+               knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
 
 
 def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
