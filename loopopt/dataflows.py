@@ -304,7 +304,7 @@ PRESETS = Presets({f.__name__: f for f in (naive, interchanged, tiled, output_st
 
 # --- GPU presets: bound schedules for the cuda target (``s.compile(target="cuda")``) -------------------
 
-def _gpu_rows(op: Op) -> tuple[str, str, tuple[str, ...]]:
+def gpu_rows(op: Op) -> tuple[str, str, tuple[str, ...]]:
     """The output dims a GPU preset maps onto threads: ``x`` the last output dim (along which the
     output is contiguous in its default layout: ``ow``, a Matmul's ``j``), ``y`` the output channels
     (``k``; a Matmul's rows ``i``), and the other output dims (``n, oh``) outermost."""
@@ -327,7 +327,7 @@ def gpu_naive(op: Op, threads: int = 128) -> Schedule:
     """One GPU thread per output: the last output dim (``ow``; Matmul ``j``) split into blocks of
     ``threads`` threads (``thread.x``), every other output dim and those blocks fused into
     ``block.x``; each thread runs the whole reduction (``c, kh, kw``) of its output, in a register."""
-    x = _gpu_rows(op)[0]
+    x = gpu_rows(op)[0]
     outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != x]
     schedule = Schedule(op).split(x, _fit(Schedule(op), x, threads))
     reduction = [d for d in op.dim_names if d in op.reduction_dims]
@@ -339,7 +339,7 @@ def _gpu_tiles(op: Op, threads_x: int, threads_y: int, regs_x: int, regs_y: int,
                depth: int = 0) -> tuple[Schedule, list[str]]:
     """``gpu_tiled``'s bound nest and its reduction loops; ``depth`` > 0: the input channels (a
     Matmul's ``k``) split by ``depth``, their outer loop first among the reduction loops."""
-    x, y, rest = _gpu_rows(op)
+    x, y, rest = gpu_rows(op)
     schedule = Schedule(op)
     tx, ty = _fit(schedule, x, threads_x), _fit(schedule, y, threads_y)
     rx = max(1, min(regs_x, -(-schedule.loop(x).extent // tx)))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import cache
 
-from ...dataflows import gpu_mma, gpu_staged, gpu_tiled, gpu_wmma
+from ...dataflows import gpu_mma, gpu_rows, gpu_staged, gpu_tiled, gpu_wmma
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import Schedule
@@ -282,17 +282,10 @@ def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
     return threads <= MAX_THREADS and accumulators <= MAX_ACCUMULATORS and shared <= limit
 
 
-def _simt_axes(op: Op) -> tuple[str, str]:
-    """The output dims ``gpu_tiled`` maps onto ``thread.x`` and ``thread.y`` (``dataflows._gpu_rows``)."""
-    outputs = _outputs(op)
-    x = outputs[-1]
-    return x, (op.channel_dim if op.channel_dim != x else (outputs[:-1] or [x])[-1])
-
-
 def simt_candidates(op: Op, arch: str) -> list[SimtKnobs]:
     """The SIMT candidates of a float32 ``op``, clamped and distinct; a staged one whose tiles outgrow
     ``STATIC_SHARED`` is left out."""
-    x, y = _simt_axes(op)
+    x, y, _ = gpu_rows(op)
     channel = op.reduction_channel_dim
     found: dict[SimtKnobs, None] = {}
     for preset in SIMT_PRESETS:
@@ -308,7 +301,7 @@ def simt_candidates(op: Op, arch: str) -> list[SimtKnobs]:
 
 def _spans(op: Op, knobs: SimtKnobs) -> dict[str, int]:
     """How far each dim runs within one block's reduction step (``depth`` channels; all of them unstaged)."""
-    x, y = _simt_axes(op)
+    x, y, _ = gpu_rows(op)
     spans = {x: knobs.pixel_block, y: knobs.channel_block}
     for dim in op.reduction_dims:
         spans[dim] = knobs.depth if dim == op.reduction_channel_dim and knobs.depth else op.extent(dim)
@@ -356,10 +349,10 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu) -> Work:
 
 def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
     """A SIMT candidate's work: float32 register blocks, their operands' boxes from L2 at each step."""
-    x, y = _simt_axes(op)
+    x, y, rest = gpu_rows(op)
     reduction = _product(op, [d for d in op.dim_names if d in op.reduction_dims])
     blocks = (-(-op.extent(x) // knobs.pixel_block) * -(-op.extent(y) // knobs.channel_block)
-              * _product(op, [d for d in _outputs(op) if d not in (x, y)]))
+              * _product(op, rest))
     step = knobs.depth or op.extent(op.reduction_channel_dim)
     steps = -(-op.extent(op.reduction_channel_dim) // step)
     l2 = sum(_box_bytes(op, _spans(op, knobs)).values()) * steps
