@@ -142,9 +142,10 @@ class Kernel:
         """A copy of ``array`` for parameter ``name`` (see ``_zeros``)."""
         return aligned_copy(array, self._ahead(name), self.exact)
 
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
-        """``array`` in ``tensor``'s storage layout (see ``_zeros``)."""
-        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact)
+    def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+        """``array`` in ``tensor``'s storage layout (see ``_zeros``); ``into``: a buffer an earlier
+        packing of this tensor returned, written where a copy is needed (``Layout.to_storage``)."""
+        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact, into)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -202,24 +203,30 @@ class Kernel:
     def with_constants(self, *constants: np.ndarray, **params: Any) -> Callable[[np.ndarray], np.ndarray]:
         """This kernel as a function of its first input only (a model's activations): ``constants``,
         its other inputs (the weights, a bias), and the quantization ``params`` are checked, packed and
-        kept now. Each call checks and packs the activations (no copy when their memory already is the
-        storage layout: a previous kernel's output view), runs, and returns the output in the logical
-        layout, as a view of the kernel's storage where the layout allows (``Layout.view``)."""
+        kept now, and so are the buffers a run writes and the call's bound arguments. Each call checks
+        and packs the activations (into the buffer of the first call, or no copy when their memory
+        already is the storage layout: a previous kernel's output view), runs, and returns the output
+        in the logical layout, as a view of the kernel's storage where the layout allows
+        (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it."""
         name = self.op.inputs[0]
         shape, dtype = self.op.tensor(name).shape, self._activation_dtype
         values = self._values(np.zeros(shape, dtype), *constants, **params)
-        params = {p.name for p in self.generated.params}
-        fresh = {n: values[n] for n in self._written if n in values and n in params}
+        slot = next(i for i, p in enumerate(self.generated.params) if p.name == name)
+        arguments = list(self._bind(values))
+        kept, kept_argument = values[name], arguments[slot]
+        stored = values[self._output_name]
+        layout, out_shape = self.schedule.layout_of(self.op.output), self.op.tensor(self.op.output).shape
+        view = layout.view(stored, out_shape)
 
         def call(x: np.ndarray) -> np.ndarray:
             if x.shape != shape or x.dtype != dtype:
                 raise ValueError(f"{name} has shape {x.shape} and dtype {x.dtype}; {self.op!r} expects "
                                  f"{shape} and {dtype}")
-            call_values = values | {name: self._packed(name, x)}
-            call_values |= {n: self._zeros(n, a.shape, a.dtype) for n, a in fresh.items()}
-            buffers = self.bind(call_values)
-            self.run(buffers)
-            return self._logical(buffers.arrays[self._output_name], view=True)
+            packed = self._packed(name, x, into=kept)
+            arguments[slot] = kept_argument if packed is kept else \
+                self.driver.bind((self.generated.params[slot],), {name: packed})[0]
+            self.run(Buffers(values, tuple(arguments)))
+            return layout.from_storage(stored, out_shape) if view is None else view
 
         return call
 
@@ -227,11 +234,6 @@ class Kernel:
     def _activation_dtype(self) -> np.dtype:
         """The dtype of the first input as a call gives it."""
         return np.dtype(np.float32)
-
-    @property
-    def _written(self) -> tuple[str, ...]:
-        """The buffers a run writes (fresh ones for each call of ``with_constants``)."""
-        return (self.op.output,)
 
     def prepack(self, weights: np.ndarray) -> None:
         """Pack the constant operand ``weights`` (``op.inputs[1]``, logical layout) into its storage
@@ -246,15 +248,15 @@ class Kernel:
             raise ValueError(f"prepack takes the weights {tensor} as an array of shape {shape}, got {given}")
         self._held[id(weights)] = (weights, self._pack(tensor, self._element(tensor, weights)))
 
-    def _packed(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _packed(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``array`` of input ``tensor`` packed for the kernel (the weights prepacked when they are
-        the array ``prepack`` was given)."""
+        the array ``prepack`` was given; ``into``: see ``_pack``)."""
         if tensor == self.op.inputs[1] and self._prepacked(array):
             return self._held[id(array)][1]
         if tensor == self.op.inputs[1] and self.hold_weights:
             self.prepack(array)
             return self._held[id(array)][1]
-        return self._pack(tensor, self._element(tensor, array))
+        return self._pack(tensor, self._element(tensor, array), into)
 
     def _prepacked(self, weights: np.ndarray) -> bool:
         """Whether ``weights`` is an array ``prepack`` was given (the same object)."""
@@ -335,10 +337,10 @@ class QuantizedKernel(Kernel):
         ``quant.check_call``)."""
         return check_call(self.op.quant, self.op.channels, repr(self.op), list(arrays), params)
 
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each."""
         if tensor != self.op.inputs[1] or not self.plan.packed_weights:
-            return super()._pack(tensor, array)
+            return super()._pack(tensor, array, into)
         return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
@@ -373,10 +375,6 @@ class QuantizedKernel(Kernel):
     @property
     def _activation_dtype(self) -> np.dtype:
         return np.dtype(self.op.quant.activation)
-
-    @property
-    def _written(self) -> tuple[str, ...]:
-        return (self.op.output, "Y", "lo_xsum")
 
     def _parameter_values(self, qp: QuantParams, wq: np.ndarray, out_shape) -> dict[str, Any]:
         op, spec, plan = self.op, self.op.quant, self.plan

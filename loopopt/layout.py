@@ -84,10 +84,12 @@ class Layout:
             total = total + part * stride
         return total
 
-    def to_storage(self, array: np.ndarray, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
+    def to_storage(self, array: np.ndarray, tail_bytes: int = 0, exact: bool = False,
+                   into: np.ndarray | None = None) -> np.ndarray:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
-        ``buffers.aligned_zeros``)."""
+        ``buffers.aligned_zeros``), or in ``into``: a buffer an earlier call returned for an array of
+        this shape, whose tail is still zero (where no dim is padded; else a new buffer)."""
         padded_shape, split_shape, perm = self._split(array.shape)
         padded = array
         if padded_shape != array.shape:       # a blocked dim padded with zeros to its block
@@ -96,6 +98,9 @@ class Layout:
         stored = padded.reshape(split_shape).transpose(perm)
         if stored.flags.c_contiguous and not tail_bytes and not exact and stored.ctypes.data % ALIGNMENT == 0:
             return stored       # the array's memory already is this layout (a kernel only reads its inputs)
+        if into is not None and padded is array and into.shape == stored.shape:
+            np.copyto(into, stored)
+            return into
         return aligned_copy(stored, tail_bytes, exact)
 
     @lru_cache(maxsize=4096)       # noqa: B019

@@ -51,7 +51,8 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
 
 def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference (Relu in place on the conv's
-    output), its output onnxruntime's and every intermediate value onnx.reference's."""
+    output), its output onnxruntime's and every intermediate value onnx.reference's; the plan's
+    buffers reused across runs: a second run on other inputs right, and the first run's output kept."""
     proto = residual_net()
     rep = backend.prepare(proto, strict=True)
     assert rep.fallbacks() == []
@@ -60,7 +61,13 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
                        "Clip": NUMPY, "GlobalAveragePool": NUMPY, "Flatten": NUMPY}
     assert {s.inputs[0] for s in rep.plan.steps if s.reuse} >= {"s", "b1", "a", "d"}   # not "p": Add reads it
     x = _x(2, 3, 9, 11)
-    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    first = rep.run([x])[0]
+    np.testing.assert_allclose(first, expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    kept = first.copy()
+    x2 = _x(2, 3, 9, 11)
+    np.testing.assert_allclose(rep.run([x2])[0], expected(proto, [x2])[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(first, kept)          # the kernels' reused buffers: outputs copied out
+    np.testing.assert_array_equal(rep.run([x])[0], kept)
     reference = ReferenceEvaluator(proto).run(None, {"x": x}, intermediate=True)
     values = rep.values([x])
     for name in ("sr", "p", "b1r", "ar", "dr", "m", "f"):
@@ -119,6 +126,12 @@ def test_quantized_model_within_one_lsb():
     for g, w in zip(got[:2], want[:2]):
         assert g.dtype == w.dtype == np.uint8
         assert np.abs(g.astype(int) - w.astype(int)).max() <= 1
+    kept = [g.copy() for g in got]
+    again = rep.run([x])                                  # the int8 kernels' buffers reused
+    rep.run([_x(1, 3, 8, 10)])
+    for g, a, k in zip(got, again, kept):
+        np.testing.assert_array_equal(g, k)               # not aliased to a later run's buffers
+        np.testing.assert_array_equal(a, k)
 
 
 def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray]]:

@@ -1,6 +1,6 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
 inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
-leave to the reference; quantize chains as one lookup."""
+leave to the reference; quantize chains as one lookup (the compiled byte maps over every tail)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +15,8 @@ from onnx_models import model
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
+from loopopt.targets.bytemap import portable_byte_map
+from loopopt.targets.registry import host_target
 
 OPSET = 21
 RUN_PARAMS = {"opsets": {"": OPSET}, "log": lambda *args: None, "verbose": 0, "new_ops": None,
@@ -124,3 +126,56 @@ def test_quantize_chains_run_as_one_lookup():
         want = ReferenceEvaluator(proto).run(None, {"x": x})
         for got, expected in zip(rep.run([stored]), want):
             np.testing.assert_array_equal(got, expected)
+
+
+def _check_lookup_chain(data):
+    """DequantizeLinear -> Relu or Clip -> QuantizeLinear of random scales, zero points and 8-bit
+    dtypes over a random shape stored in a random axis order: one lookup step on the host's compiled
+    byte map, the same bits as onnx.reference, not in place and in place."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    source, target = (data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2))
+    zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in (source, target)]
+    scales = [np.float32(rng.uniform(0.005, 0.5)) for _ in range(2)]
+    between = data.draw(st.sampled_from(["Relu", "Clip"]))
+    low, high = sorted(rng.uniform(-3, 3, 2).astype(np.float32))
+    shape = [*data.draw(st.lists(st.integers(1, 6), min_size=0, max_size=3)), data.draw(st.integers(1, 140))]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("s1", scales[0]), ("z1", zeros[0]), ("s2", scales[1]), ("z2", zeros[1]),
+              ("low", low), ("high", high)]]
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s1", "z1"], ["d"]),
+             helper.make_node(between, ["d", "low", "high"][:1 if between == "Relu" else 3], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "s2", "z2"], ["y"])]
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    proto = model(nodes, [("q", elem[source], shape)], [("y", elem[target], shape)], inits, opset=OPSET)
+    rep = backend.prepare(proto, strict=True)
+    [step] = rep.plan.steps
+    assert step.op_type == f"DequantizeLinear -> {between} -> QuantizeLinear"
+    info = np.iinfo(source)
+    q = _stored(data, rng.integers(info.min, info.max + 1, shape).astype(source))
+    want = ReferenceEvaluator(proto).run(None, {"q": q})[0]
+    kept = q.copy(order="K")
+    got = rep.run([q])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(q, kept)                   # a graph input: not overwritten
+    np.testing.assert_array_equal(step.run([kept], True)[0], want)      # in place
+
+
+test_lookup_chain_quick, test_lookup_chain_slow = tiers(_check_lookup_chain, 15, 120, st.data())
+
+
+@pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
+                         ids=lambda m: m.name)
+def test_byte_map_matches_numpy_over_tails(byte_map):
+    """Every length 0-200 (the vector steps' tails) and in place, against numpy's indexing."""
+    rng = np.random.default_rng(11)
+    table = rng.integers(0, 256, 256).astype(np.uint8)
+    for n in range(201):
+        src = rng.integers(0, 256, n).astype(np.uint8)
+        dst = np.empty_like(src)
+        byte_map(table, src, dst)
+        np.testing.assert_array_equal(dst, table[src])
+        byte_map(table, src, src)
+        np.testing.assert_array_equal(src, dst)
+    with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
+        byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))

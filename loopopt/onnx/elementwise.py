@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
+from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
 
@@ -199,14 +200,27 @@ VIEWS = ("Flatten", "Reshape", "Identity")
 LOOKUP_BETWEEN = ("Relu", "Clip")     # what a lookup chain may hold between its Dequantize and Quantize
 
 
+def memory_order(array: np.ndarray) -> np.ndarray | None:
+    """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
+    not fill one contiguous run (a strided slice)."""
+    order = np.argsort(array.strides, kind="stable")[::-1]      # the axes outer to inner in memory
+    stored = array.transpose(order)
+    return stored.reshape(-1) if stored.flags.c_contiguous else None
+
+
 def lookup(table: np.ndarray) -> Run:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
-    input's memory order."""
+    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``); in place
+    where the input's buffer may be overwritten."""
+    byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q = inputs[0]
-        order = np.argsort(q.strides, kind="stable")[::-1]      # the axes outer to inner in memory
-        return [np.take(table, q.transpose(order).view(np.uint8)).transpose(np.argsort(order))]
+        if memory_order(q) is None:
+            q, reuse = np.ascontiguousarray(q), True
+        out = q if reuse else np.empty_like(q, dtype=table.dtype)       # the same memory order
+        byte_map(bits, memory_order(q).view(np.uint8), memory_order(out).view(np.uint8))
+        return [out.view(table.dtype)]
 
     return run
 

@@ -7,6 +7,9 @@ channels-last, say): the next kernel whose storage layout is the same reads that
 and elementwise steps keep its order, so layouts are converted only where a consumer needs another
 one, and at the model's outputs. A step may overwrite its first input when that value is a buffer
 of its producer's own that no other step reads (``Step.reuse``: Relu in place on a conv's output).
+A kernel step writes the same buffers on every run (``Kernel.with_constants``), so a run's values
+are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
+every value, and a plan runs one call at a time.
 """
 from __future__ import annotations
 
@@ -53,8 +56,9 @@ class Plan:
 
     def run(self, given: dict[str, np.ndarray], keep: bool = False,
             times: dict[str, float] | None = None) -> dict[str, np.ndarray]:
-        """The values of a run on ``given`` (the graph's inputs): the outputs, or with ``keep`` every
-        value (and no step then overwrites an input). ``times``: each step's seconds, by node."""
+        """The values of a run on ``given`` (the graph's inputs): the outputs, as views the next run
+        overwrites, or with ``keep`` a copy of every value (and no step then overwrites an input).
+        ``times``: each step's seconds, by node."""
         values = {"": None, **self.constants, **given}
         for step, dead in zip(self.steps, self._dead):
             start = time.perf_counter() if times is not None else 0.0
@@ -66,9 +70,12 @@ class Plan:
                 for name in dead:
                     del values[name]
         del values[""]
+        if keep:
+            return {name: value if name in self.constants else np.array(value)
+                    for name, value in values.items()}
         return values
 
     def outputs_of(self, given: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The model's outputs on ``given``, each C-contiguous in its logical layout."""
+        """The model's outputs on ``given``, each a C-contiguous array of its own in its logical layout."""
         values = self.run(given)
-        return [np.ascontiguousarray(values[name]) for name in self.outputs]
+        return [np.array(values[name], order="C") for name in self.outputs]

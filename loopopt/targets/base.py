@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
+from .bytemap import ByteMap, portable_byte_map
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -111,6 +112,11 @@ class Target(ABC):
         """The kernel model's constants of the core that runs variant ``isa``'s kernels (``model.py``),
         or None where the model has none (its kernels are not priced: x86's AMX tiles, CUDA)."""
         return None
+
+    def byte_map(self) -> ByteMap:
+        """The 8-bit table lookup over a byte array on this host (``targets/bytemap.py``): the
+        portable C loop, unless the target has a vector version its CPU runs."""
+        return portable_byte_map()
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""

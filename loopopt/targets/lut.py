@@ -668,7 +668,7 @@ class LutKernel(QuantizedKernel):
         values = super()._parameter_values(qp, wq, out_shape)
         return values | {LUT: self._zeros(LUT, (self._elements(LUT),), np.int16)}
 
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         if tensor == self.op.inputs[1]:
             return self._copy(tensor, pack_lut(self.op, array, self.format))
-        return super()._pack(tensor, array)
+        return super()._pack(tensor, array, into)

@@ -32,15 +32,15 @@ class TileBuffers:
             return math.prod(self.tile_shape.packed_weights_shape)
         return super()._elements(name)
 
-    def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
+    def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         op, shape = self.op, self.tile_shape
-        if tensor == op.inputs[0]:
-            stored = self._zeros(tensor, activations_shape(op, shape), array.dtype)
+        if tensor == op.inputs[0]:       # ``into``'s padding is still zero: packing writes the interior only
+            stored = self._zeros(tensor, activations_shape(op, shape), array.dtype) if into is None else into
             return pack_activations(op, array, stored, shape)
         if tensor == op.inputs[1]:
             packed = self._zeros(tensor, shape.packed_weights_shape, array.dtype)
             return pack_weights(op, array, packed, shape)
-        return super()._pack(tensor, array)
+        return super()._pack(tensor, array, into)
 
     def run(self, buffers: Buffers) -> None:
         require_amx()

@@ -6,8 +6,10 @@ from ...machine import machine_profile
 from ...ops import Op
 from ...schedule import Schedule
 from ..base import Target
+from ..bytemap import ByteMap
 from ..core_costs import CoreCosts
 from .amx_runtime import amx_available
+from .bytemap_c import x86_byte_map
 from .costs import X86_CORE_COSTS
 from .families import compile_schedule, family_of
 from .isa import (
@@ -55,6 +57,9 @@ class X86Target(Target):
 
     def computes(self, isa: str, op: Op) -> bool:
         return isa != TILE_ISA or op.quant is not None or op.dtype == "bfloat16"
+
+    def byte_map(self) -> ByteMap:
+        return x86_byte_map()
 
     def search_rules(self) -> X86Search:
         return SEARCH
