@@ -219,10 +219,14 @@ class TensorPrinter:
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         rows = self.rows[tensor]
         groups = self.tiles[tensor] * rows * (self.ins.k // GROUP)
-        first, step = ("lo_thread", str(math.prod(self.block))) if self.syntax.device else ("0", "1")
+        threads = math.prod(self.block)
         if self.syntax.device:     # a known count: unrolled, each group's index arithmetic leaves the loop
             self.emit(depth, f"{self.syntax.unroll}")
-        self.emit(depth, cprint.for_loop("int", "lo_g", groups, first, step=step) + " {")
+            self.emit(depth, cprint.for_loop("int", "lo_u", -(-groups // threads)) + " {")
+            self.emit(depth + 1, f"const int lo_g = lo_thread + lo_u * {threads};")
+            self.emit(depth + 1, f"if ({'1' if groups % threads == 0 else f'lo_g < {groups}'}) {{")
+        else:
+            self.emit(depth, cprint.for_loop("int", "lo_g", groups) + " {")
         inner = depth + 1
         # the groups in the order (tiles over outputs, row, tiles over the reduction, 16 bytes of k): a
         # row's consecutive k of the whole step go to consecutive threads (whole 128-byte lines a warp)
@@ -265,6 +269,8 @@ class TensorPrinter:
         self.emit(inner, "}")
         if contiguous:
             self.emit(inner - 1, "}")
+        if self.syntax.device:
+            self.emit(depth + 1, "}")
         self.emit(depth, "}")
 
     # --- the products of one pipeline step --------------------------------------------------
