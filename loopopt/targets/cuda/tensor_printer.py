@@ -220,14 +220,17 @@ class TensorPrinter:
         rows = self.rows[tensor]
         groups = self.tiles[tensor] * rows * (self.ins.k // GROUP)
         threads = math.prod(self.block)
-        if self.syntax.device:     # a known count: unrolled, each group's index arithmetic leaves the loop
+        ragged = self.syntax.device and groups % threads != 0
+        inner = depth + 1
+        if self.syntax.device:     # a count known to nvcc: unrolled, the index arithmetic folds
             self.emit(depth, f"{self.syntax.unroll}")
             self.emit(depth, cprint.for_loop("int", "lo_u", -(-groups // threads)) + " {")
-            self.emit(depth + 1, f"const int lo_g = lo_thread + lo_u * {threads};")
-            self.emit(depth + 1, f"if ({'1' if groups % threads == 0 else f'lo_g < {groups}'}) {{")
+            self.emit(inner, f"const int lo_g = lo_thread + lo_u * {threads};")
+            if ragged:
+                self.emit(inner, f"if (lo_g < {groups}) {{")
+                inner += 1
         else:
             self.emit(depth, cprint.for_loop("int", "lo_g", groups) + " {")
-        inner = depth + 1
         # the groups in the order (tiles over outputs, row, tiles over the reduction, 16 bytes of k): a
         # row's consecutive k of the whole step go to consecutive threads (whole 128-byte lines a warp)
         per_row = self.ins.k // GROUP
@@ -269,7 +272,7 @@ class TensorPrinter:
         self.emit(inner, "}")
         if contiguous:
             self.emit(inner - 1, "}")
-        if self.syntax.device:
+        if ragged:
             self.emit(depth + 1, "}")
         self.emit(depth, "}")
 
