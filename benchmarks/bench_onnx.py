@@ -1,4 +1,4 @@
-"""Whole models through loopopt.onnx vs onnxruntime: a ResNet-18-shaped and a MobileNetV2-shaped network
+"""Whole models through loopopt.onnx vs onnxruntime: ResNet-18-, ResNet-50- and MobileNetV2-shaped networks
 (written here in PyTorch, random weights, exported with torch.onnx.export; no downloads), fp32 and int8
 (onnxruntime.quantization.quantize_static: QOperator format, QLinearConv / QLinearMatMul; and QDQ
 format, DequantizeLinear -> Conv/MatMul -> QuantizeLinear groups), 1 and 2 threads. Per model: the
@@ -10,12 +10,16 @@ models each quantized node's output against onnxruntime's on the same inputs, in
 with which of the two is exact (loopopt.onnx.exact) where they differ.
 
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
-                                    [--tune-trials N] [--tune-models a,b] [--log FILE] [--whole-only]
-                                    [--write]
+                                    [--models resnet18,mobilenetv2,resnet50] [--tune-trials N]
+                                    [--tune-models a,b] [--log FILE] [--whole-only [--tuned-log FILE
+                                    [--prepare-trials N]]] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
 ``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
-"Whole models end to end vs onnxruntime".
+"Whole models end to end vs onnxruntime". ``--tuned-log`` adds a third contender to the whole-model
+rounds: the model prepared with that tuning log (``prepare(..., log=FILE, tune=N)`` with
+``--prepare-trials N``: each distinct op tuned into the log first; the log resumes, so a second run
+measures nothing again).
 """
 from __future__ import annotations
 
@@ -100,7 +104,36 @@ def mobilenetv2(torch):
     return nn.Sequential(*layers)
 
 
-MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2}
+def resnet50(torch):
+    """ResNet-50's layer shapes (Bottlenecks 1x1-3x3-1x1, expansion 4, 3-4-6-3 blocks of widths
+    64-128-256-512, 1000 classes), batch norm folded on export."""
+    nn = torch.nn
+
+    def conv(c: int, k: int, size: int, stride: int = 1) -> list:
+        return [nn.Conv2d(c, k, size, stride, size // 2, bias=False), nn.BatchNorm2d(k)]
+
+    class Bottleneck(nn.Module):
+        def __init__(self, c: int, width: int, stride: int):
+            super().__init__()
+            k = 4 * width
+            self.body = nn.Sequential(*conv(c, width, 1), nn.ReLU(), *conv(width, width, 3, stride),
+                                      nn.ReLU(), *conv(width, k, 1))
+            self.down = nn.Sequential(*conv(c, k, 1, stride)) if stride > 1 or c != k else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.down(x))
+
+    layers = [*conv(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    c = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(c, width, stride if i == 0 else 1))
+            c = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 1000)]
+    return nn.Sequential(*layers)
+
+
+MODELS = {"resnet18": resnet18, "mobilenetv2": mobilenetv2, "resnet50": resnet50}
 
 
 def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
@@ -134,35 +167,34 @@ def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
     return files
 
 
-def output_check(path: Path, threads: int) -> str:
-    """The whole model's output through loopopt.onnx.backend (strict) vs onnxruntime's."""
-    import onnx
-    import onnxruntime
-    model = onnx.load(str(path))
+def output_check(rep, session, model) -> str:
+    """The whole model's output through ``rep`` (loopopt.onnx.backend, strict) vs ``session``'s."""
     inputs = random_inputs(model, seed=2)
-    ours = backend.prepare(model, strict=True, threads=threads).run(inputs)[0]
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    theirs = session.run(None, inputs)[0]
+    ours, theirs = rep.run(inputs)[0], session.run(None, inputs)[0]
     diff = float(np.abs(ours - theirs).max())
     return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
 
 
 class Whole(NamedTuple):
     """Seconds of the whole model end to end: loopopt's ``rep.run`` and onnxruntime's ``session.run``
-    (medians and minimums over the rounds), and the nodes the rep runs on onnx.reference."""
+    (medians and minimums over the rounds), loopopt's with the tuning log (None without one), the
+    nodes the rep runs on onnx.reference, and its output against onnxruntime's (``output_check``)."""
 
     ours: float
     theirs: float
     ours_min: float
     theirs_min: float
     fallbacks: list[str]
+    check: str
+    tuned: float | None = None
+    tuned_min: float | None = None
 
 
-def whole_model(path: Path, threads: int, rounds: int) -> Whole:
-    """The whole model, ``rep.run`` (prepared once, strict) and onnxruntime's ``session.run`` on the
-    same inputs and thread count, alternating over ``rounds`` rounds."""
+def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = None,
+                prepare_trials: int = 0) -> Whole:
+    """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
+    prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
+    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds."""
     import onnx
     import onnxruntime
     model = onnx.load(str(path))
@@ -172,16 +204,22 @@ def whole_model(path: Path, threads: int, rounds: int) -> Whole:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    calls = (lambda: rep.run(inputs), lambda: session.run(None, inputs))
-    times: tuple[list[float], list[float]] = ([], [])
-    for round_ in range(rounds + 1):         # the first round warms both up
+    check = output_check(rep, session, model)
+    calls = [lambda: rep.run(inputs), lambda: session.run(None, inputs)]
+    if tuned_log is not None:
+        tuned = backend.prepare(model, strict=True, threads=threads, log=tuned_log, tune=prepare_trials)
+        calls.append(lambda: tuned.run(inputs))
+    times: list[list[float]] = [[] for _ in calls]
+    for round_ in range(rounds + 1):         # the first round warms them up
         for call, kept in zip(calls, times):
             start = time.perf_counter()
             call()
             if round_:
                 kept.append(time.perf_counter() - start)
-    ours, theirs = times
-    return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs), fallbacks)
+    ours, theirs, *tuned_times = times
+    tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
+    return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs), fallbacks, check,
+                 *tuned_ms)
 
 
 def integer_text(report) -> str:
@@ -191,7 +229,7 @@ def integer_text(report) -> str:
     return "-" if total is None else f"{sum(n.integer is not None for n in report.nodes)} nodes: {total}"
 
 
-def row(name: str, precision: str, threads: int, report, check: str, whole: Whole) -> str:
+def row(name: str, precision: str, threads: int, report, whole: Whole) -> str:
     ours, theirs = report.total_ms("loopopt"), report.total_ms("onnxruntime")
     ran = sum(n.row(RAN).median_ms for n in report.timed)
     tuned = [n.row(TUNED) or n.row(RAN) for n in report.timed]   # a node lo.tune could not: its ran time
@@ -200,32 +238,46 @@ def row(name: str, precision: str, threads: int, report, check: str, whole: Whol
     cells = [name, precision, str(threads), f"{whole.ours * 1e3:.1f}", f"{whole.theirs * 1e3:.1f}",
              f"{whole.theirs / whole.ours:.2f}", str(len(report.timed)), f"{mflop:.0f}", f"{ran:.2f}",
              "-" if tuned_ms is None else f"{tuned_ms:.2f}", f"{theirs:.2f}" if theirs else "-",
-             f"{theirs / ours:.2f}" if theirs else "-", check, integer_text(report)]
+             f"{theirs / ours:.2f}" if theirs else "-", whole.check, integer_text(report)]
     return "| " + " | ".join(cells) + " |"
 
 
-def whole_row(name: str, precision: str, threads: int, check: str, whole: Whole) -> str:
+def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     cells = [name, precision, str(threads), f"{whole.ours * 1e3:.1f}", f"{whole.theirs * 1e3:.1f}",
              f"{whole.theirs / whole.ours:.2f}", f"{whole.ours_min * 1e3:.1f}",
-             f"{whole.theirs_min * 1e3:.1f}", f"{whole.theirs_min / whole.ours_min:.2f}",
-             ", ".join(whole.fallbacks) or "none", check]
+             f"{whole.theirs_min * 1e3:.1f}", f"{whole.theirs_min / whole.ours_min:.2f}"]
+    if whole.tuned is not None:
+        cells += [f"{whole.tuned * 1e3:.1f}", f"{whole.theirs / whole.tuned:.2f}",
+                  f"{whole.theirs_min / whole.tuned_min:.2f}"]
+    cells += [", ".join(whole.fallbacks) or "none", whole.check]
     return "| " + " | ".join(cells) + " |"
 
 
-def whole_text(lines: list[str], resolution: int, rounds: int) -> str:
+def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
+               prepare_trials: int = 0) -> str:
     """The description and table of a ``--whole-only`` run."""
+    tuned = "" if tuned_log is None else (
+        " The `tuned` columns time a third contender in the same rounds: the model prepared with a tuning "
+        f"log (`prepare(model, strict=True, threads=..., log=..., tune={prepare_trials})`: "
+        + (f"each distinct compute op tuned with {prepare_trials} trials into the log first, trials "
+           "already logged taken from it" if prepare_trials else "the log's best schedules, no new trials")
+        + "), against the same onnxruntime rounds.")
+    columns = ["model", "precision", "threads", "loopopt rep.run ms", "onnxruntime session.run ms",
+               "ORT/loopopt", "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
+    if tuned_log is not None:
+        columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
+    columns += ["nodes on onnx.reference", "output"]
     return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
             f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
             "QOperator and in QDQ format (Conv and MatMul quantized). Each row times the whole model end to "
             "end: `rep.run` of `loopopt.onnx.backend.prepare(model, strict=True, threads=...)` (default "
             "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
-            "pooling steps on the kernels' storage layouts) against onnxruntime's `session.run` (its default "
+            "pooling steps on the kernels' storage layouts, 8-bit lookups between int8 kernels) against "
+            "onnxruntime's `session.run` (its default "
             f"graph optimizations), same inputs and thread count, alternating, {rounds} rounds: the median "
             "and the minimum (the run least disturbed by other processes) of each. ORT/loopopt > 1: loopopt "
-            "is faster.\n\n"
-            "| model | precision | threads | loopopt rep.run ms | onnxruntime session.run ms | ORT/loopopt | "
-            "loopopt min ms | onnxruntime min ms | ORT/loopopt (min) | nodes on onnx.reference | output |\n"
-            + "|---" * 11 + "|\n" + "\n".join(lines))
+            f"is faster.{tuned}\n\n"
+            "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n" + "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -246,6 +298,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
     parser.add_argument("--whole-only", action="store_true",
                         help="only the whole-model timing and output check (no per-node reports)")
+    parser.add_argument("--tuned-log",
+                        help="--whole-only: also time each model prepared with this tuning log")
+    parser.add_argument("--prepare-trials", type=int, default=0,
+                        help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
+                             "into the log first (default 0: the log as it is)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -258,16 +315,16 @@ def main(argv: list[str] | None = None) -> None:
             files = export(name, args.resolution, Path(folder))
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
-                    check = output_check(files[precision], threads)
-                    whole = whole_model(files[precision], threads, args.rounds)
+                    whole = whole_model(files[precision], threads, args.rounds, args.tuned_log,
+                                        args.prepare_trials)
                     if args.whole_only:
-                        lines.append(whole_row(name, precision, threads, check, whole))
+                        lines.append(whole_row(name, precision, threads, whole))
                         print(lines[-1], flush=True)
                         continue
                     trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
                                           log=args.log, reuse=False, budget=args.budget, isa=args.isa)
-                    lines.append(row(name, precision, threads, report, check, whole))
+                    lines.append(row(name, precision, threads, report, whole))
                     print(lines[-1], flush=True)
                     print(report.table(), file=sys.stderr, flush=True)
     isa = lo.available_isas()[0]
@@ -276,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
         f"```\n{command}\n```",
         f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
     if args.whole_only:
-        text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds)
+        text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds, args.tuned_log,
+                                               args.prepare_trials)
         print(text)
         if args.write:
             write_section(text, WHOLE_SECTION)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .atomic import host_lock, write_text_atomically
-from .cbuild import BuildError, cache_dir, compiler, compiler_identity
+from .cbuild import CACHE_ENV, BuildError, cache_dir, compiler, compiler_identity
 from .targets.x86.isa import visible_flags
 from .targets.x86.profile import KEY_FEATURES, measure_peaks, peak_isas, peak_of, read_kernel, timed
 
@@ -505,6 +505,7 @@ def measure_profile() -> MachineProfile:
 # --- the cached profile ----------------------------------------------------------------------------
 
 _profiles: dict[Path, MachineProfile] = {}
+_paths: dict[tuple[str | None, str | None], Path] = {}   # profile_path() by $CC and the cache's variable
 
 
 def profile_path() -> Path:
@@ -540,8 +541,11 @@ def store_profile(path: Path, profile: MachineProfile) -> None:
 
 def machine_profile(remeasure: bool = False) -> MachineProfile:
     """This machine's profile: from memory, else from the cache file, else measured (a few seconds,
-    once per machine and compiler) and stored. ``remeasure=True`` measures and stores it again."""
-    path = profile_path()
+    once per machine and compiler) and stored. ``remeasure=True`` measures and stores it again. The
+    path is found once per compiler and cache setting (the search's ranking asks for the profile per
+    candidate: finding the compiler and the cache each time cost it a millisecond)."""
+    setting = (os.environ.get("CC"), os.environ.get(CACHE_ENV))
+    path = _paths.get(setting) or _paths.setdefault(setting, profile_path())
     profile = None if remeasure else _profiles.get(path) or load_profile(path)
     if profile is None:
         with host_lock(_lock_name(path)):   # processes starting together measure once and share it

@@ -347,3 +347,32 @@ def _check_integer_node(data):
 
 
 test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 20, st.data())
+
+
+@pytest.mark.slow
+def test_prepare_tunes_each_op_into_the_log_and_resumes(tmp_path, capsys):
+    """``prepare(tune=2, log=...)``: the conv tuned with 2 trials into the log (one line on stderr),
+    run with the log's best; again: the trials taken from the log, none measured twice; a prepare
+    without ``tune`` reads the log."""
+    import sqlite3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    proto = model(nodes, [("x", TensorProto.FLOAT, [1, 8, 6, 6])], [("y", TensorProto.FLOAT, None)],
+                  [onnx.numpy_helper.from_array(_x(16, 8, 3, 3), "w")])
+    log = tmp_path / "tune.db"
+    x = _x(1, 8, 6, 6)
+    for tune in (2, 2, 0):
+        rep = backend.prepare(proto, strict=True, tune=tune, log=log)
+        assert rep.lowered["conv"].source == f"tuning log {log}"
+        np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+        with sqlite3.connect(log) as db:
+            assert db.execute("select count(*) from trials").fetchone() == (2,)
+        lines = capsys.readouterr().err.splitlines()
+        assert len([line for line in lines if line.startswith("tune op 1 Conv2d(8, 16")]) == (tune > 0)
+
+
+def test_prepare_refuses_tune_without_a_log():
+    with pytest.raises(ValueError, match="tune=2 needs log=: the tuning log that keeps the trials"):
+        backend.prepare(small_cnn(), tune=2)
+    with pytest.raises(ValueError, match=r"tune must be .* \(an integer >= 0\), got -1"):
+        backend.prepare(small_cnn(), tune=-1, log="unused.db")

@@ -2,8 +2,9 @@
 
 Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm nodes, and the
 DequantizeLinear -> Conv/MatMul/Gemm (-> QuantizeLinear) groups of QDQ models (``qdq.fuse``),
-run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given, else the
-default register-blocked one) with their weights packed at prepare; pooling (``pooling.POOLS``)
+run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given, ``tune=N`` tuning
+each op into it first, else the default register-blocked one) with their weights packed at prepare;
+pooling (``pooling.POOLS``)
 and elementwise nodes (``elementwise.ELEMENTWISE``) run in numpy on the kernels' storage layouts;
 every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
 that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
@@ -74,10 +75,10 @@ class LoopoptRep(BackendRep):
     Conv/MatMul/Gemm with a dequantized operand was not fused)."""
 
     def __init__(self, model: onnx.ModelProto, strict: bool = False,
-                 log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
+                 log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto", tune: int = 0):
         self.model = model
         self.strict = strict
-        self.kernels = KernelCache(log, threads, isa)
+        self.kernels = KernelCache(log, threads, isa, tune)
         self.lowered: dict[str, LoweredNode] = {}
         self._runs: dict[tuple, tuple[Lowering, Kernel] | None] = {}    # execute's lowerings, by run_key
         self._check_nodes()
@@ -296,13 +297,16 @@ class LoopoptBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", strict: bool = False,
-                log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto",
+                log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto", tune: int = 0,
                 **kwargs: Any) -> LoopoptRep:
         """A rep of ``model`` (ModelProto, path or bytes); compute nodes with static shapes are
         lowered and compiled now, the others at the first run; kernels for ``isa`` ("auto": the
-        best this CPU has, and a logged schedule on the ISA it was measured on)."""
+        best this CPU has, and a logged schedule on the ISA it was measured on). ``tune``: first tune
+        each distinct compute op with that many trials into the tuning log ``log`` (one line on
+        stderr per op; trials already in the log are not measured again), whose best schedules then
+        run the nodes."""
         cls._device(device)
-        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads, isa=isa)
+        return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads, isa=isa, tune=tune)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:

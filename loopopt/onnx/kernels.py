@@ -4,10 +4,15 @@ the tune search's first choice (``tune.choice.first_choice``: the candidate the 
 without measuring), or ``dataflows.output_stationary`` for an op whose search space has no
 candidate (e.g. no outer loop to split over the threads); where the first choice would store the
 activations in another layout than the one they arrive in, the best-ranked candidate that reads them
-as they arrive (``tune.choice.first_reading``); the source says which."""
+as they arrive (``tune.choice.first_reading``); the source says which. With ``tune_trials`` the cache
+tunes each distinct op first (``lo.tune``, its trials appended to the log, so a later prepare with
+the same log measures nothing again and one without ``tune`` reads the results), one line on stderr
+per op."""
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 
 from ..dataflows import output_stationary
@@ -15,7 +20,7 @@ from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
-from ..tune import best_trial
+from ..tune import TuneError, best_trial, tune
 from ..tune.choice import first_choice, first_reading
 from ..tune.log import signature
 from ..tune.result import describe
@@ -81,11 +86,19 @@ class Compiled:
 
 class KernelCache:
     """Compiled kernels by op signature, for one backend rep (``log``: a tuning log to take the
-    best schedules from; ``threads``: the thread count they are chosen and built for)."""
+    best schedules from; ``threads``: the thread count they are chosen and built for;
+    ``tune_trials``: tune each distinct op with that many trials first, into ``log``)."""
 
-    def __init__(self, log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto"):
-        self.log, self.threads, self.isa = log, threads, isa
+    def __init__(self, log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto",
+                 tune_trials: int = 0):
+        if isinstance(tune_trials, bool) or not isinstance(tune_trials, int) or tune_trials < 0:
+            raise ValueError(f"tune must be a number of trials per op (an integer >= 0), got {tune_trials!r}")
+        if tune_trials and log is None:
+            raise ValueError(f"tune={tune_trials} needs log=: the tuning log that keeps the trials (a later "
+                             "prepare with the same log reads them)")
+        self.log, self.threads, self.isa, self.tune_trials = log, threads, isa, tune_trials
         self._compiled: dict[tuple[str, str], Compiled] = {}
+        self._tuned: set[str] = set()       # signatures of the ops tuned (or found in the log) by this cache
 
     def __len__(self) -> int:
         """How many kernels have been compiled."""
@@ -94,11 +107,27 @@ class KernelCache:
     def schedule(self, op: Op, arrives: str | None = None) -> tuple[Schedule, str, str]:
         """The schedule ``op`` runs with, its source and the ISA to compile it for (``arrives``: the
         layout its first input arrives in, see ``default_schedule``)."""
+        if self.tune_trials and signature(op) not in self._tuned:
+            self._tune(op)
         isa = None if self.isa == "auto" else self.isa
         best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
         if best is not None:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
         return default_schedule(op, self.threads, self.isa, arrives)
+
+    def _tune(self, op: Op) -> None:
+        """``lo.tune`` of ``op`` (loop nests only: what a node's kernel runs) into the log, and its line on
+        stderr; a search that finds no schedule says why, and the op keeps its default."""
+        self._tuned.add(signature(op))
+        start = time.perf_counter()
+        try:
+            result = tune(op, trials=self.tune_trials, threads=self.threads, isa=self.isa,
+                          log=os.fspath(self.log), progress=False, algorithms=SCHEDULE_ALGORITHMS)
+            said = f"best {result.timing.min * 1e3:.3f} ms on {result.isa} of {len(result.trials)} trials"
+        except TuneError as error:
+            said = f"no schedule found, the default runs it: {error}"
+        print(f"tune op {len(self._tuned)} {op!r}: {said} ({time.perf_counter() - start:.0f} s)",
+              file=sys.stderr, flush=True)
 
     def get(self, op: Op, arrives: str | None = None) -> Compiled:
         """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the

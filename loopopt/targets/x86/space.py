@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ...codegen.arith import BF16_PAIR
 from ...codegen.taps import fits
@@ -192,7 +193,11 @@ class Roles:
     @classmethod
     def of(cls, op: Op, pixel: str | None = None) -> Roles:
         """The roles of ``op``'s dims with the block along ``pixel`` (None: the innermost position dim
-        of extent > 1)."""
+        of extent > 1); found once per op and pixel (the ranking asks per candidate)."""
+        return _roles(cls, op, pixel)
+
+    @classmethod
+    def _of(cls, op: Op, pixel: str | None) -> Roles:
         outputs = [d for d in op.dim_names if d not in op.reduction_dims]
         positions = [d for d in outputs if d != op.channel_dim]
         wide = [d for d in positions if op.extent(d) > 1]
@@ -200,6 +205,11 @@ class Roles:
         return cls(op.channel_dim, pixel, tuple(d for d in positions if d != pixel),
                    tuple(d for d in op.dim_names if d in op.reduction_dims), op.reduction_channel_dim,
                    tuple(w.tap_dim for w in op.windows))
+
+
+@lru_cache(maxsize=4096)
+def _roles(cls: type[Roles], op: Op, pixel: str | None) -> Roles:
+    return cls._of(op, pixel)
 
 
 def pixel_dims(op: Op) -> list[str | None]:
