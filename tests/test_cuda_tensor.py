@@ -80,9 +80,9 @@ def test_tensorize_records_the_three_loops_and_the_instruction():
 
 @pytest.mark.parametrize("make, message", [
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", "mma_m8n8k4"),
-     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32"),
+     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32, "),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).tensorize("i_i", "j_i", "k_i", WMMA),
-     r"multiplies float16 inputs; Matmul\(.*\) is float32 \(build the op with dtype='float16'\)"),
+     r"multiplies float16 \(the input moving with i_i\) by float16; Matmul\(.*\) gives float32 by float32"),
     (lambda: lo.Schedule(HALF_MATMUL).split("i", 8).split("j", 16).split("k", 16)
      .reorder("i_o", "j_o", "k_o", "i_i", "j_i", "k_i").tensorize("i_i", "j_i", "k_i", WMMA),
      r"loop 'i_i' has 8 iterations; wmma_m16n16k16_f16_f32's m is 16 \(split the loop by 16"),
@@ -117,7 +117,7 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
     (lambda: gpu_mma(lo.Matmul(256, 256, 64, dtype="float16"), depth=64, stages=8),
-     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 halves\); at most 232448: tile smaller or "
+     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 512 bytes\); at most 232448: tile smaller or "
      r"fewer stages"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).split("k", 8).bind("i", "thread.x").split_k("k_o"),
      r"split_k\('k_o'\) needs a tensorized schedule"),
@@ -194,8 +194,8 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
 
 def test_the_instruction_table_names_its_architecture_and_both_spellings():
     entry = INSTRUCTIONS[WMMA]
-    assert (entry.m, entry.n, entry.k, entry.inputs, entry.accumulator, entry.arch) == (
-        16, 16, 16, "float16", "float32", "sm_70")
+    assert (entry.m, entry.n, entry.k, entry.operands, entry.accumulator, entry.arch) == (
+        16, 16, 16, ("float16", "float16"), "float32", "sm_70")
     assert "mma_sync" in entry.cuda.mma and "lo_q" in entry.scalar.mma
     entry = INSTRUCTIONS[MMA]
     assert (entry.m, entry.n, entry.k, entry.arch, entry.tile_elements) == (16, 16, 16, "sm_80", 256)
@@ -203,17 +203,19 @@ def test_the_instruction_table_names_its_architecture_and_both_spellings():
     assert "LO_TILE" in entry.scalar.load_b
 
 
-def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
+@pytest.mark.parametrize("name", [MMA, "mma_m16n8k16_bf16_f32", "mma_m16n8k32_s8_s32"])
+def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank(name):
     """Eight rows of one 16-byte column (what one ldmatrix phase reads) start in eight different
-    groups of four banks, and the layout is a permutation of the 16 x 16 tile."""
-    tile = INSTRUCTIONS[MMA].tile.partition("LO_TILE(row, col) ")[2]
+    groups of four banks, and the layout is a permutation of the 16-row tile (32 bytes a row)."""
+    entry = INSTRUCTIONS[name]
+    tile = entry.tile.partition("LO_TILE(row, col) ")[2]
 
     def offset(row: int, col: int) -> int:
         return eval(tile.replace("row", str(row)).replace("col", str(col)))
-    assert sorted(offset(r, c) for r in range(16) for c in range(16)) == list(range(256))
+    assert sorted(offset(r, c) for r in range(16) for c in range(entry.k)) == list(range(16 * entry.k))
     for first in (0, 8):
-        for col in (0, 8):
-            banks = {offset(first + r, col) * 2 // 16 % 8 for r in range(8)}
+        for col in (0, entry.k // 2):
+            banks = {offset(first + r, col) * entry.element_bytes // 16 % 8 for r in range(8)}
             assert len(banks) == 8
 
 
@@ -227,7 +229,7 @@ _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
 
 @pytest.mark.parametrize("op, make", [
     pytest.param(op, make, id=f"{op!r}-{name}", marks=() if quick else pytest.mark.slow)
-    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, True),
+    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, False),
                                     (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
                                     (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])

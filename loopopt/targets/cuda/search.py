@@ -269,11 +269,11 @@ def _grid(*choices: Sequence) -> list[tuple]:
 def tensor_shared(knobs: TensorKnobs) -> int:
     """Bytes of shared memory a tensor-core block asks for, as the tensor printer allocates them:
     ``stages`` buffers of both inputs' tiles, each fragment in its instruction's layout
-    (``tile_elements`` halves: WMMA pads its rows against bank conflicts), or the epilogue's float
+    (``tile_bytes``: WMMA pads its rows against bank conflicts), or the epilogue's float
     scratch of one fragment per warp where that is more."""
     entry = PRESET_INSTRUCTIONS[knobs.preset]
     fragments = (-(-knobs.block_m // entry.m) + -(-knobs.block_n // entry.n)) * -(-knobs.depth // entry.k)
-    return max(knobs.stages * 2 * fragments * entry.tile_elements,
+    return max(knobs.stages * fragments * entry.tile_bytes,
                knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
 
 
