@@ -48,7 +48,7 @@ def _check_int8(op, spec, tiles):
 
 
 # each example builds a host kernel (seconds): the quick tier has the two examples below
-_, test_int8_convs_emulated = tiers(_check_int8, 1, 4, conv_ops(max_hw=9, max_channels=40), SPECS, TILES)
+_, test_int8_convs_emulated = tiers(_check_int8, 1, 3, conv_ops(max_hw=9, max_channels=40), SPECS, TILES)
 _, test_int8_matmuls_emulated = tiers(_check_int8, 1, 3, matmul_ops(max_mn=40, max_k=70, batched=False),
                                       SPECS, TILES)
 
