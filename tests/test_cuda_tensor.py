@@ -295,5 +295,7 @@ def test_outputs_in_the_padding_keep_their_bias(make, split_k):
 
 
 def test_the_pseudocode_of_a_tensorized_schedule_names_its_staged_tiles():
-    text = gpu_mma(HALF_CONV, **SMALL_TILES).pseudocode("sm_90")       # the preset stages 4 buffers
+    schedule = gpu_mma(HALF_CONV, **SMALL_TILES)
+    text = schedule.pseudocode("sm_90")       # the preset stages 4 buffers
     assert "stage I's tile in shared memory (gathered as a matrix operand, 4-buffer ring)" in text
+    assert str(schedule) == text      # a GPU schedule prints as the cuda target's, not the host's
