@@ -404,8 +404,8 @@ class CudaSearch(SearchRules):
     the tensor-core presets' own)."""
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
-        if op.quant is not None or threads != 1:
-            return []
+        if op.quant is not None or op.dtype not in ("float32", "float16") or threads != 1:
+            return []           # bfloat16 and int8 ops: their presets run, unsearched (gpu_mma)
         space: Callable[[Op, str], list] = tensor_candidates if op.dtype == "float16" else simt_candidates
         return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
 
@@ -426,7 +426,8 @@ class CudaSearch(SearchRules):
 
     def refusal(self, isa: str) -> str:
         return (f"the cuda search has only the GPU presets' candidates ({', '.join(TENSOR_PRESETS)}: the "
-                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)})")
+                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)}) of float32 and float16 ops; "
+                f"bfloat16 and quantized ops run their preset, gpu_mma(op), unsearched")
 
     def describe(self, knobs: dict) -> str:
         if knobs["preset"] in TENSOR_PRESETS:
