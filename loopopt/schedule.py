@@ -80,6 +80,16 @@ class Fuse:
     inner_extent: int
 
 
+def matrix_instruction(name: str, where: str):
+    """The cuda target's matrix-instruction entry ``name`` (``targets/cuda/instructions.py``; a lazy
+    facade, as ``compile``); ScheduleError starting with ``where`` that names the known ones."""
+    from .targets.registry import target  # lazy facade: the table is the cuda target's
+    try:
+        return target("cuda").matrix_instruction(name)
+    except ValueError as err:
+        raise ScheduleError(f"{where}: {err}") from None
+
+
 @dataclass(frozen=True)
 class Step:
     """One primitive application, kept to print and to save a schedule."""
@@ -944,16 +954,6 @@ class Schedule:
 
     def __str__(self) -> str:
         return self.pseudocode()
-
-
-def matrix_instruction(name: str, where: str):
-    """The cuda target's matrix instruction ``name`` (``targets/cuda/instructions.py``; a lazy facade,
-    as ``compile``); ScheduleError starting with ``where`` that names the known ones."""
-    from .targets.registry import target
-    try:
-        return target("cuda").matrix_instruction(name)
-    except ValueError as err:
-        raise ScheduleError(f"{where}: {err}") from None
 
 
 def _point(point: isl.Point, names: tuple[str, ...]) -> str:

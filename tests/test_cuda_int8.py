@@ -100,7 +100,7 @@ def test_the_int8_entries_take_32_bytes_a_tile_row_in_the_halves_layout():
     s8, half = INSTRUCTIONS["mma_m16n8k32_s8_s32"], INSTRUCTIONS["mma_m16n8k16_f16_f32"]
     assert (s8.m, s8.n, s8.k, s8.operands, s8.accumulator, s8.arch) == (
         16, 16, 32, ("int8", "int8"), "int32", "sm_80")
-    assert s8.tile_bytes == half.tile_bytes == 512 and "m16n8k32.row.col.s32.s8.s8.s32" in s8.header
+    assert s8.row_bytes == half.row_bytes == 32 and "m16n8k32.row.col.s32.s8.s8.s32" in s8.header
     assert "s32.u8.s8.s32" in INSTRUCTIONS["mma_m16n8k32_u8s8_s32"].header
     assert tensor_entry(lo.Matmul(16, 16, 16, quant=lo.QuantSpec(activation="int8"))) == s8.name
 
