@@ -100,6 +100,11 @@ class Target(ABC):
         ops only); the default: every variant computes every op it is given."""
         return True
 
+    def bf16_dot(self, isa: str) -> bool:
+        """Whether variant ``isa``'s bfloat16 kernels consume the reduction in pairs with its bf16 table's
+        ``dot`` where a schedule allows (the instruction runs where the kernels do); the default: no."""
+        return False
+
     def search_rules(self) -> SearchRules:
         """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
         (``targets/search.py``); a ValueError where it has none."""

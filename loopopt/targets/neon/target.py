@@ -22,7 +22,7 @@ from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
 from . import binary, toolchain
-from .isa import NAME, NEON, NEON_INT
+from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
 from .lut import LOOKUP
 from .profile import CORE_COSTS, PROFILE
 from .runner import EmulatedDriver, RunnerCase
@@ -56,7 +56,8 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
         case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
         return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
     table_lookup = is_table_lookup(schedule)
-    generated = generate_lut(schedule, LOOKUP) if table_lookup else generate(schedule, NEON, bf16_dot=False)
+    generated = (generate_lut(schedule, LOOKUP) if table_lookup
+                 else generate(schedule, NEON, bf16_dot=TARGET.bf16_dot(NAME)))
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
     flags += ("-fopenmp",) if generated.openmp else ()
     threads = THREADS_NAME if generated.openmp else None
@@ -120,7 +121,11 @@ class NeonTarget(Target):
             return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
         if is_table_lookup(schedule):
             return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
-        return render(schedule, NEON, bf16_dot=False)
+        return render(schedule, NEON, self.bf16_dot(NAME))
+
+    def bf16_dot(self, isa: str) -> bool:
+        """bfmlalb/bfmlalt (FEAT_BF16): under emulation (``-cpu max`` has it), natively where the CPU does."""
+        return not toolchain.native() or set(BF16_DOT_FEATURES) <= toolchain.cpu_features()
 
     def peak(self, isa: str, dtype: str) -> float:
         return PROFILE.peak(dtype)

@@ -18,7 +18,9 @@ from helpers import (
     check,
     check_binary,
     check_quantized,
+    conv_dot_schedule,
     conv_ops,
+    even_conv_ops,
     matmul_ops,
     quantized_schedules,
     schedules,
@@ -28,6 +30,7 @@ from hypothesis import strategies as st
 from test_ternary import extreme_call, lut_schedules
 
 import loopopt as lo
+from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cli import main
 from loopopt.codegen.instr import (
     BF16_MEANINGS,
@@ -58,8 +61,9 @@ def test_tables_have_every_operation_and_its_meaning():
     optional = set(SIGNED_DOT_MEANINGS) | set(PACKED_MEANINGS)
     assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS) | optional
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
-    widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
-    assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
+    assert set(NEON_BF16.ops) == set(BF16_MEANINGS) | set(SHARED_OPS)
+    assert all(NEON_BF16.ops[name].meaning == BF16_MEANINGS[name] for name in BF16_MEANINGS if name != "dot")
+    assert "denormal operands and results kept" in NEON_BF16.ops["dot"].meaning
     assert set(NEON_F16.ops) == set(F16_MEANINGS) | set(SHARED_OPS)
     assert all(NEON_F16.ops[name].meaning == F16_MEANINGS[name] for name in F16_MEANINGS)
 
@@ -134,6 +138,32 @@ class F16Probe:
         assert np.array_equal(out.view(np.uint32), expected.view(np.uint32)), (out, expected)
 
 
+class Bf16DenormalProbe:
+    """``check_lanes`` of the bf16 pair dot (bfmlalt, bfmlalb) on denormal products: kept, not flushed as
+    x86's vdpbf16ps (and NEON's bfdot) flush them; through the bf16 table's probe."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n = isa.lanes
+        h = to_bf16(rng.standard_normal(4 * n + 8).astype(np.float32))
+        h[:2 * n] = to_bf16(rng.uniform(1, 2, 2 * n).astype(np.float32) * np.float32(2.0 ** -130))
+        h[2] = 0x0005                                # lane 1's low a: a denormal bf16 operand
+        c_in = np.zeros(n, np.float32)
+        c_in[1] = np.float32(2.0 ** -126)            # the smallest normal plus denormal products
+        table = bf16_tables.probes(isa)
+        out = np.zeros(len(table) * n, np.float32)
+        pairs = np.zeros(len(table) * n, np.int32)
+        driver.call(driver.bind(bf16_tables.PARAMS, dict(h=h, idx=np.zeros(n, np.int32), bits=0, c_in=c_in,
+                                                         out=out, pairs=pairs)))
+        value, lanes = bf16_to_float32(h), np.arange(n)
+        a_lo, a_hi, b_lo, b_hi = (value[base + 2 * lanes + half] for base in (0, 2 * n) for half in (0, 1))
+        dot = (c_in + a_hi * b_hi) + a_lo * b_lo               # numpy float32: denormals kept
+        k = list(table).index("dot")
+        assert np.all(dot != 0) and np.any(np.abs(dot) < 2.0 ** -126), dot     # the probe reaches denormals
+        assert np.array_equal(out[k * n:(k + 1) * n].view(np.uint32), dot.view(np.uint32)), (out, dot)
+
+
 @cache
 def probes() -> dict[str, tuple]:
     """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
@@ -147,11 +177,12 @@ def probes() -> dict[str, tuple]:
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
-    return {name: (module, table, driver)
-            for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
+    built = {name: (module, table, driver)
+             for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
+    return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -210,6 +241,9 @@ FAMILIES = {
     "float32 conv": conv_schedules(7),
     # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
     "bfloat16 conv": conv_schedules(6, "bfloat16"),
+    # bfloat16 in pairs of input channels (OIHW16o2i): bfmlalt + bfmlalb per pair
+    "bfloat16 pair dot conv": even_conv_ops(6).flatmap(
+        lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
