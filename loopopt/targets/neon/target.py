@@ -26,6 +26,7 @@ from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
 from .lut import LOOKUP
 from .profile import CORE_COSTS, PROFILE
 from .runner import EmulatedDriver, RunnerCase
+from .search import NeonSearch
 
 
 def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:
@@ -122,6 +123,9 @@ class NeonTarget(Target):
         if is_table_lookup(schedule):
             return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
         return render(schedule, NEON, self.bf16_dot(NAME))
+
+    def search_rules(self) -> NeonSearch:
+        return NeonSearch()
 
     def bf16_dot(self, isa: str) -> bool:
         """bfmlalb/bfmlalt (FEAT_BF16): under emulation (``-cpu max`` has it), natively where the CPU does."""

@@ -49,6 +49,7 @@ from loopopt.targets.neon import toolchain
 from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
+from loopopt.tune import RankedResult
 
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
@@ -448,3 +449,59 @@ def test_a_runner_that_fails_is_an_error_with_its_message():
                   out=np.zeros(4, np.float32), scattered=np.zeros(4, np.float32))
     with pytest.raises(RuntimeError, match="failed under qemu-aarch64"):
         driver.call(driver.bind(params, arrays))
+
+
+# --- the search ------------------------------------------------------------------------------------
+
+def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResult:
+    """``lo.tune(op, target="neon")`` under emulation: every candidate priced by the kernel model, in its
+    order, the best ``trials`` built and verified, nothing timed, nothing logged."""
+    log = tmp_path / "tune.db"
+    result = lo.tune(op, trials=trials, threads=threads, target="neon", log=str(log), progress=False)
+    predicted = [c.predicted_seconds for c in result.candidates]
+    assert predicted == sorted(predicted) and all(p > 0 for p in predicted)
+    assert [c.verified for c in result.candidates[:trials]] == [True] * trials
+    assert all(c.verified is None for c in result.candidates[trials:])
+    assert result.best.op == op and result.winner.rank == 1 and not log.exists()
+    text = str(result)
+    assert "not timed: neon kernels run under an emulator" in text and "nothing was timed" in text
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["timed"] is False and "median_s" not in json.dumps(data) and data["best"]["verified"]
+    if threads > 1:
+        assert all(c.knobs["parallel"] for c in result.candidates)
+    return result
+
+
+def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
+    if toolchain.native():
+        pytest.skip("native AArch64: lo.tune times neon kernels")
+    check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 2, 1, tmp_path)
+
+
+@pytest.mark.slow
+def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
+    """An int8 GEMM on 2 threads (a parallel loop per candidate), and the command line: the winner saved
+    with how it was found (no time), --plot refused."""
+    if toolchain.native():
+        pytest.skip("native AArch64: lo.tune times neon kernels")
+    spec = lo.QuantSpec("int8", True, False, "int8")
+    check_untimed_search(lo.Matmul(9, 13, 21, quant=spec), 3, 2, tmp_path)
+    saved = tmp_path / "best.toml"
+    assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--trials", "1", "--save", str(saved)]) == 0
+    assert "without timing" in saved.read_text() and "rank 1 saved" in capsys.readouterr().out
+    assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--plot", str(tmp_path / "x.png")]) != 0
+    assert "--plot draws measured times" in capsys.readouterr().err
+
+
+def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
+    rules = target("neon").search_rules()
+    op = lo.Conv2d(8, 20, 3, height=9, width=9)
+    space = rules.candidates(op, ISA)
+    for c in space:
+        vectors = -(-c.knobs.channel_block // 4)
+        assert vectors * c.knobs.pixel_block + vectors + 1 <= 32
+    assert {c.knobs.channel_block for c in space} == {4, 8, 12, 16}
+    assert not rules.candidates(lo.Conv2d(8, 20, 3, height=3, width=3, batch=1), ISA, threads=64)
+    binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
+    with pytest.raises(ValueError, match="no candidates for binary ops"):
+        rules.candidates(binary, ISA)
