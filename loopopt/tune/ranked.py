@@ -1,5 +1,6 @@
 """``lo.tune`` where its target cannot time kernels here (``Target.timing_refusal``, e.g. NEON kernels under
-an emulator): the search's candidates ranked by the kernel model on the target's modelled core, the
+an emulator): the search's candidates ranked by the kernel model on the target's modelled core (a
+family the kernel model does not count, by the rules' own model: NEON's smmla/usmmla blocks), the
 best-ranked built together (``Target.compile_many``) and verified against the reference where they run
 (the emulator); the best verified one wins. Nothing is timed: the result says so and shows predicted
 times only, and no trial goes into the tuning log (its trials are timed ones)."""
@@ -15,7 +16,7 @@ from ..model import kernel_model
 from ..ops import Op
 from ..schedule import Schedule, ScheduleError
 from ..targets.base import Target
-from ..targets.search import Candidate, SearchRules
+from ..targets.search import KERNEL, Candidate, SearchRules
 from ..units import duration
 
 VERIFIED = 4        # the best-ranked candidates built and verified at most (``trials`` fewer)
@@ -95,7 +96,8 @@ class RankedResult:
         passed = sum(bool(c.verified) for c in self.candidates)
         lines = [f"not timed: {self.not_timed}",
                  f"ranked {len(self.candidates)} candidates of {self.op!r} on {self.isa} ({self.threads} "
-                 f"thread(s)) by the kernel model's predicted time on the modelled core; built the best "
+                 f"thread(s)) by the predicted time on the modelled core (the kernel model's, or the search "
+                 f"rules' own for a kernel it does not count); built the best "
                  f"{built} and verified them where they run ({passed} verified)",
                  f"best: rank {best.rank}, {best.description}: predicted {duration(best.predicted_seconds)} "
                  f"(a prediction, not a measurement)"]
@@ -119,7 +121,7 @@ def ranked_search(op: Op, isa: str, threads: int, chosen: Target, rules: SearchR
     priced, refused = [], 0
     for candidate in rules.rank(space):
         try:
-            priced.append((kernel_model(candidate.schedule, isa, traffic=False).predicted_seconds, candidate))
+            priced.append((_predicted(rules, candidate), candidate))
         except (ScheduleError, ValueError):
             refused += 1
     if not priced:
@@ -141,6 +143,14 @@ def ranked_search(op: Op, isa: str, threads: int, chosen: Target, rules: SearchR
     best = top[next(i for i, (ok, _) in enumerate(checks) if ok)].schedule
     return RankedResult(op, isa, threads, best, ranked, not_timed, refused, time.perf_counter() - start,
                         dict(skipped or {}), note)
+
+
+def _predicted(rules: SearchRules, candidate: Candidate) -> float:
+    """The kernel model's seconds of ``candidate`` without the memory traffic, or its family's own model's
+    (``SearchRules.own_seconds``)."""
+    if rules.family(candidate) != KERNEL:
+        return rules.own_seconds(candidate)
+    return kernel_model(candidate.schedule, candidate.isa, traffic=False).predicted_seconds
 
 
 def _verified(kernel, threads: int) -> tuple[bool, str]:

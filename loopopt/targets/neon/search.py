@@ -6,18 +6,23 @@ best-ranked under the emulator, timing nothing (``tune/ranked.py``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...dataflows import output_stationary
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
-from ..search import Candidate, SearchRules
+from ..search import KERNEL, Candidate, SearchRules
+from . import mmla
 from .isa import LANES, REGISTERS
 from .profile import CORE_COSTS, PROFILE
 
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors of 4 lanes
 MAX_PIXEL_BLOCK = 12           # output positions per register block at most
 FMA_LATENCY = 4                # cycles of a dependent fmla (Neoverse V1, modelled)
+MMLA = "mmla"                  # the family of smmla/usmmla candidates (priced by ``mmla_seconds``)
+MMLA_ROWS = 8                  # rows per mmla register block at most
+MMLA_COLUMN_PAIRS = 4          # column pairs per mmla register block at most
+EPILOGUE_INSTRUCTIONS = 8      # instructions of the epilogue pass per output (modelled)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,24 @@ class Knobs:
     def schedule(self, op: Op, isa: str) -> Schedule:
         schedule = output_stationary(op, k=self.channel_block, ow=self.pixel_block, j=self.channel_block,
                                      i=self.pixel_block)
+        return schedule.parallel(self.parallel) if self.parallel else schedule
+
+
+@dataclass(frozen=True)
+class MmlaKnobs:
+    """A register block of ``pixel_block`` rows x ``channel_block`` columns (even) on smmla/usmmla
+    (``mmla.preset``), and the loop run on threads (None: one thread)."""
+
+    pixel_block: int
+    channel_block: int
+    parallel: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"kernel": MMLA, "pixel_block": self.pixel_block, "channel_block": self.channel_block,
+                "parallel": self.parallel}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        schedule = mmla.preset(op, self.pixel_block, self.channel_block)
         return schedule.parallel(self.parallel) if self.parallel else schedule
 
 
@@ -65,23 +88,54 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
     if op.quant is not None and op.quant.binary:
         raise ValueError(f"the neon search has no candidates for binary ops yet ({op!r}): compile "
                          f"lo.Schedule(op) with target='neon' (its default register block)")
-    found = []
     channels = sorted({min(m * LANES, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
+    blocks = []
     for channel_block in channels:
         vectors = -(-channel_block // LANES)
         limit = min(MAX_PIXEL_BLOCK, (REGISTERS - vectors - 1) // vectors, op.extent(pixel_dim(op)))
-        for pixel_block in range(1, limit + 1):
-            knobs = Knobs(pixel_block, channel_block)
-            if threads > 1:
-                try:
-                    loop = parallel_loop(knobs.schedule(op, "neon"), threads)
-                except ScheduleError:
-                    continue
-                if loop is None:
-                    continue
-                knobs = Knobs(pixel_block, channel_block, loop)
-            found.append(Candidate(op, "neon", knobs))
-    return found
+        blocks += [Knobs(pixel_block, channel_block) for pixel_block in range(1, limit + 1)]
+    if is_gemm(op):
+        pairs = range(1, -(-op.channels // 2) + 1)
+        blocks += [MmlaKnobs(rows, 2 * columns) for columns in pairs[:MMLA_COLUMN_PAIRS]
+                   for rows in range(2, min(MMLA_ROWS, op.extent(pixel_dim(op)) + 1) + 1, 2)
+                   if rows // 2 * (columns + 1) + 1 <= REGISTERS]
+    return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads)) is not None]
+
+
+def is_gemm(op: Op) -> bool:
+    """A quantized op without windows over one reduction dim (a Matmul): smmla/usmmla apply."""
+    return (op.quant is not None and not op.windows and op.reduction_dims == {op.reduction_channel_dim})
+
+
+def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
+    """The candidate of ``knobs``, with the outermost output loop of enough iterations on ``threads``
+    threads (None where it has none)."""
+    if threads == 1:
+        return Candidate(op, "neon", knobs)
+    try:
+        loop = parallel_loop(knobs.schedule(op, "neon"), threads)
+    except ScheduleError:
+        return None
+    return None if loop is None else Candidate(op, "neon", replace(knobs, parallel=loop))
+
+
+def mmla_seconds(candidate: Candidate) -> float:
+    """The time of an mmla candidate on the modelled core: per register block and step of 8 channels,
+    its smmla/usmmla (taken at the dot's rate: ``fma_per_cycle``, not measured) or its loads (two 8-byte
+    rows per row pair, a 16-byte weight block per column pair), whichever takes longer; the stores of
+    the int32 sums and the epilogue pass (about 8 instructions an output) through the front end."""
+    op, knobs = candidate.op, candidate.knobs
+    rows_dim = pixel_dim(op)
+    row_pairs, column_pairs = -(-knobs.pixel_block // 2), knobs.channel_block // 2
+    outputs = op.flops // (2 * op.extent(op.reduction_channel_dim))
+    blocks = (outputs // (op.extent(rows_dim) * op.channels) * -(-op.extent(rows_dim) // knobs.pixel_block)
+              * -(-op.channels // knobs.channel_block))
+    steps = -(-op.extent(op.reduction_channel_dim) // mmla.DEPTH)
+    per_step = max(row_pairs * column_pairs / CORE_COSTS.fma_per_cycle,
+                   (2 * row_pairs + column_pairs) / CORE_COSTS.loads_per_cycle)
+    cycles = blocks * (steps * per_step + 4 * row_pairs * column_pairs / CORE_COSTS.stores_per_cycle)
+    cycles += EPILOGUE_INSTRUCTIONS * outputs / CORE_COSTS.issue_per_cycle
+    return cycles / (PROFILE.clock_ghz * 1e9)
 
 
 def heuristic_seconds(candidate: Candidate) -> float:
@@ -103,13 +157,22 @@ def heuristic_seconds(candidate: Candidate) -> float:
 class NeonSearch(SearchRules):
     """Register blocks of the output-stationary preset, searched on NEON."""
 
+    families = (KERNEL, MMLA)
+
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
         return candidates(op, threads)
+
+    def family(self, candidate: Candidate) -> str:
+        return MMLA if isinstance(candidate.knobs, MmlaKnobs) else KERNEL
+
+    def own_seconds(self, candidate: Candidate) -> float:
+        return mmla_seconds(candidate)
 
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The candidates by ``heuristic_seconds`` (ties: smaller blocks first); the search's kernel model
         reorders them (``tune``)."""
-        priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", heuristic_seconds(c)),))
+        priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", self.own_seconds(c) if
+                                                    self.family(c) == MMLA else heuristic_seconds(c)),))
                   for c in candidates]
         return sorted(priced, key=lambda c: (c.figures["predicted_seconds"], c.knobs.pixel_block,
                                              c.knobs.channel_block))
@@ -122,4 +185,5 @@ class NeonSearch(SearchRules):
 
     def describe(self, knobs: dict) -> str:
         split = f", {knobs['parallel']} split over threads" if knobs.get("parallel") else ""
-        return f"{knobs['pixel_block']}x{knobs['channel_block']} register block (output stationary){split}"
+        kind = "smmla/usmmla" if knobs.get("kernel") == MMLA else "output stationary"
+        return f"{knobs['pixel_block']}x{knobs['channel_block']} register block ({kind}){split}"

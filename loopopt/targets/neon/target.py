@@ -12,7 +12,7 @@ from ...codegen.params import signature
 from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
-from ...kernel import Kernel, wrap
+from ...kernel import Kernel, QuantizedKernel, wrap
 from ...schedule import Schedule
 from ..base import Target
 from ..binary import BinaryKernel, generate_binary
@@ -21,7 +21,7 @@ from ..core_costs import CoreCosts
 from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
-from . import binary, toolchain
+from . import binary, mmla, toolchain
 from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
 from .lut import LOOKUP
 from .profile import CORE_COSTS, PROFILE
@@ -56,6 +56,12 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
         flags = generated.compile_flags + QUANT_FLAGS
         case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
         return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
+    if mmla.is_mmla(schedule):
+        generated = mmla.generate_mmla(schedule)
+        flags = generated.compile_flags + QUANT_FLAGS + (("-fopenmp",) if generated.openmp else ())
+        case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags,
+                          THREADS_NAME if generated.openmp else None, generated.read_ahead)
+        return case, lambda driver: QuantizedKernel(schedule, generated, driver, generated.plan)
     table_lookup = is_table_lookup(schedule)
     generated = (generate_lut(schedule, LOOKUP) if table_lookup
                  else generate(schedule, NEON, bf16_dot=TARGET.bf16_dot(NAME)))
@@ -122,6 +128,8 @@ class NeonTarget(Target):
             return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
         if is_table_lookup(schedule):
             return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
+        if mmla.is_mmla(schedule):
+            return "\n".join(mmla.pseudocode(schedule))
         return render(schedule, NEON, self.bf16_dot(NAME))
 
     def search_rules(self) -> NeonSearch:

@@ -45,7 +45,7 @@ from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
-from loopopt.targets.neon import toolchain
+from loopopt.targets.neon import mmla, toolchain
 from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
@@ -100,6 +100,41 @@ class SignedDotProbe:
         dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
         mask = (bits >> np.arange(4)) & 1 == 1
         assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
+
+
+def mmla_harness() -> str:
+    """The C of a probe of the int8 matrix multiplies (``mmla.ENTRIES``): smmla then usmmla of the 16 bytes
+    ``a`` and ``b`` onto the sums ``c``."""
+    smmla, usmmla = mmla.ENTRIES["smmla"], mmla.ENTRIES["usmmla"]
+    a, b, c = "vld1q_s32(a)", "vreinterpretq_s8_s32(vld1q_s32(b))", "vld1q_s32(c)"
+    signed = smmla(c=c, a=f"vreinterpretq_s8_s32({a})", b=b)
+    unsigned = usmmla(c=c, a=f"vreinterpretq_u8_s32({a})", b=b)
+    return (f"{NEON_INT.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n    (void)bits;\n"
+            f"    vst1q_s32(out, {signed});\n    vst1q_s32(out + 4, {unsigned});\n}}\n")
+
+
+def mmla_meaning(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The scalar meaning of smmla / usmmla (``a``'s bytes as int8 or uint8): the 2x2 block c + A @ B^T of
+    the 2x8 rows of ``a`` and of ``b``, row-major, wrapping int32."""
+    block = a.astype(np.int64).reshape(2, 8) @ b.astype(np.int64).reshape(2, 8).T
+    return (c.astype(np.int64) + block.reshape(4)).astype(np.int32)
+
+
+class MmlaProbe:
+    """``check_lanes`` of smmla and usmmla against ``mmla_meaning``, on random bytes (the ends of the
+    ranges among them) and sums near the int32 limits (wrapping)."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        a, b = (rng.integers(-128, 128, 16, dtype=np.int8) for _ in range(2))
+        a[:2], b[:2] = [-128, 127], [-128, -128]
+        c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
+        out = np.zeros(8, np.int32)
+        driver.call(driver.bind(SIGNED_DOT_PARAMS, dict(a=a.view(np.int32), b=b.view(np.int32), c=c, bits=0,
+                                                        out=out)))
+        assert np.array_equal(out[:4], mmla_meaning(c, a, b)), (out[:4], mmla_meaning(c, a, b))
+        assert np.array_equal(out[4:], mmla_meaning(c, a.view(np.uint8), b)), out[4:]
 
 
 F16_PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int32_t", const=True),
@@ -174,7 +209,8 @@ def probes() -> dict[str, tuple]:
                  "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
                           bf16_tables.PARAMS),
                  "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
-                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS),
+                 "mmla": (MmlaProbe, mmla_harness(), NEON_INT, SIGNED_DOT_PARAMS)}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
@@ -183,7 +219,7 @@ def probes() -> dict[str, tuple]:
     return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals", "mmla"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -237,6 +273,21 @@ def binary_schedules(draw, op_strategy):
     return s
 
 
+def mmla_schedules(op_strategy):
+    """Schedules of a quantized GEMM drawn from ``op_strategy`` on smmla/usmmla: weights in 2 column x 8
+    channel blocks, activation rows unblocked, a register block of 1 to 7 rows x 2 to 8 columns, a
+    parallel outer loop or none."""
+    @st.composite
+    def draw_schedule(draw):
+        op = draw(op_strategy)
+        batch = "".join(letter for letter in op.tensor("B").letters if letter not in "KN")
+        s = (lo.Schedule(op).layout("A", batch + "MK").layout("B", batch + "NK2n8k")
+             .tile(i=draw(st.integers(1, 7)), j=2 * draw(st.integers(1, 4))))
+        parallel = draw(st.sampled_from([None, "i_o", "j_o"]))
+        return s.parallel(parallel) if parallel else s
+    return draw_schedule()
+
+
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
@@ -245,6 +296,9 @@ FAMILIES = {
     # bfloat16 in pairs of input channels (OIHW16o2i): bfmlalt + bfmlalb per pair
     "bfloat16 pair dot conv": even_conv_ops(6).flatmap(
         lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block))),
+    # int8 GEMMs on smmla (int8 activations) / usmmla (uint8): 2x2 output blocks, every QuantSpec, bit-exact
+    "int8 mmla matmul": mmla_schedules(matmul_ops(max_mn=9, max_k=40).flatmap(
+        lambda op: SPECS.map(op.with_quant))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
@@ -283,7 +337,7 @@ def check_batch(batch: list[lo.Schedule]) -> None:
         if schedule.op.quant is not None and schedule.op.quant.binary:
             check_binary(kernel)
         elif schedule.op.quant is not None:
-            check_quantized(schedule, ISA, kernel=kernel)
+            check_quantized(schedule, ISA, threads=2 if schedule.parallel_loop else 1, kernel=kernel)
         else:
             check(schedule, ISA, kernel=kernel)
 
@@ -374,6 +428,7 @@ def test_stored_schedules_verify():
 
 
 TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
+INT8 = lo.QuantSpec("uint8", True, False, "uint8")
 
 
 @pytest.mark.slow
@@ -405,10 +460,28 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
      r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
+     r"takes a Matmul; Conv2d.* is a convolution"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k"), r"tile\(i=R, j=C\)"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=2, j=3),
+     r"tile\(j=3\): a weight block holds 2 columns"),
+    (lambda: lo.Schedule(lo.Matmul(40, 40, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=12, j=16),
+     r"6 x 8 accumulators, 6 activation registers and a weight register are 55 of the 32"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8, trans_a=True)).layout("B", "NK2n8k").tile(i=2, j=2),
+     r"layout\('A', 'KM'\): smmla reads 8 channels of an activation row"),
 ])
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
         build().compile(target="neon")
+
+
+def test_the_mmla_instruction_follows_the_activations():
+    """usmmla for uint8 activations, smmla for int8 ones (the weights are stored s8 either way)."""
+    for activation, instruction in (("uint8", "vusmmlaq_s32"), ("int8", "vmmlaq_s32")):
+        op = lo.Matmul(5, 6, 17, quant=lo.QuantSpec(activation, True, False, "int8"))
+        source = mmla.generate_mmla(lo.Schedule(op).layout("B", "NK2n8k").tile(i=4, j=4)).source
+        other = "vmmlaq_s32" if instruction == "vusmmlaq_s32" else "vusmmlaq_s32"
+        assert instruction in source and other not in source
 
 
 def test_measure_refuses_an_emulated_time_and_predicts_one():
@@ -475,7 +548,7 @@ def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResul
 def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
     if toolchain.native():
         pytest.skip("native AArch64: lo.tune times neon kernels")
-    check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 2, 1, tmp_path)
+    check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 1, 1, tmp_path)
 
 
 @pytest.mark.slow
@@ -485,7 +558,8 @@ def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
     if toolchain.native():
         pytest.skip("native AArch64: lo.tune times neon kernels")
     spec = lo.QuantSpec("int8", True, False, "int8")
-    check_untimed_search(lo.Matmul(9, 13, 21, quant=spec), 3, 2, tmp_path)
+    result = check_untimed_search(lo.Matmul(9, 13, 21, quant=spec), 2, 2, tmp_path)
+    assert "smmla" in result.candidates[0].description       # the model's pick: the int8 matrix multiply
     saved = tmp_path / "best.toml"
     assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--trials", "1", "--save", str(saved)]) == 0
     assert "without timing" in saved.read_text() and "rank 1 saved" in capsys.readouterr().out
@@ -502,6 +576,11 @@ def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
         assert vectors * c.knobs.pixel_block + vectors + 1 <= 32
     assert {c.knobs.channel_block for c in space} == {4, 8, 12, 16}
     assert not rules.candidates(lo.Conv2d(8, 20, 3, height=3, width=3, batch=1), ISA, threads=64)
+    gemm = rules.candidates(lo.Matmul(9, 13, 21, quant=INT8), ISA)
+    mmla_blocks = [c.knobs for c in gemm if rules.family(c) == "mmla"]
+    assert mmla_blocks and all(k.channel_block % 2 == 0 for k in mmla_blocks)
+    assert all(mmla.is_mmla(c.schedule) for c in gemm if rules.family(c) == "mmla")
+    assert all(rules.own_seconds(c) > 0 for c in gemm if rules.family(c) == "mmla")
     binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
     with pytest.raises(ValueError, match="no candidates for binary ops"):
         rules.candidates(binary, ISA)
