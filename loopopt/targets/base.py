@@ -122,6 +122,11 @@ class Target(ABC):
         or None where the model has none (its kernels are not priced: x86's AMX tiles, CUDA)."""
         return None
 
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
+        ``schedule``'s kernel on this target (a kernel family of the target's own), or None: it does."""
+        return None
+
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
         return None

@@ -145,6 +145,15 @@ class NeonTarget(Target):
     def core_costs(self, isa: str) -> CoreCosts | None:
         return CORE_COSTS
 
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        if mmla.is_mmla(schedule):
+            return ("the kernel model does not count neon's smmla/usmmla kernels (targets/neon/mmla.py); "
+                    "lo.tune prices them with the neon search's own model (mmla_seconds)")
+        if is_table_lookup(schedule):
+            return (f"the kernel model does not count table-lookup kernels "
+                    f"({schedule.weight_format_mode}: targets/lut.py)")
+        return None
+
     def timing_refusal(self) -> str | None:
         if toolchain.native():
             return None

@@ -490,12 +490,18 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
     op = lo.Conv2d(4, 8, 3, padding=1, height=6, width=6)
     s = lo.Schedule(op).reorder("n", "oh", "ow", "c", "kh", "kw", "k").vectorize("k")
     binary = lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
-    kernel, binary_kernel = target("neon").compile_many([s, binary])
+    gemm = mmla.preset(lo.Matmul(4, 6, 16, quant=INT8))
+    kernel, binary_kernel, mmla_kernel = target("neon").compile_many([s, binary, gemm])
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
         lo.measure(binary_kernel)
+    with pytest.raises(lo.TimingRefusedError, match=r"no prediction: .* does not count neon's smmla/usmmla"):
+        lo.measure(mmla_kernel)
+    lookup = lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1")
+    with pytest.raises(ValueError, match=r"does not count table-lookup kernels \(tl1"):
+        lo.kernel_model(lookup, ISA)
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
