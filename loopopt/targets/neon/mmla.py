@@ -1,20 +1,23 @@
-"""int8 GEMMs on the 8-way int8 matrix multiplies of FEAT_I8MM: ``smmla`` (s8 x s8) and ``usmmla`` (u8 x s8),
-each a 2x2 block of int32 outputs from two 8-byte rows of activations and two 8-byte columns of weights,
-the instruction chosen from the QuantSpec's activations as the int8 dot is.
+"""int8 GEMMs and convolutions on the 8-way int8 matrix multiplies of FEAT_I8MM: ``smmla`` (s8 x s8)
+and ``usmmla`` (u8 x s8), each a 2x2 block of int32 outputs from two 8-byte rows of activations and two
+8-byte columns of weights, the instruction chosen from the QuantSpec's activations as the int8 dot is.
 
-The family applies to a quantized Matmul whose weights are stored in mmla's operand order: a layout
-of ``B`` whose two innermost blocks are 2 output columns and 8 reduction channels (``KN`` weights:
-``NK2n8k``, with batch dims ``BNK2n8k``), so one 16-byte load is the instruction's second operand;
-``prepare`` stores them so, zero-padded (a partial last block of columns or channels multiplies by 0).
-The activations' rows are read as they are stored (channels innermost: ``MK``), 8 bytes a row, two
-rows per 128-bit register; past the last channel a row reads on into the next (times a zero weight).
+The family applies to a quantized Matmul, or a convolution of one group, whose weights are stored in
+mmla's operand order: a layout whose two innermost blocks are 2 output channels and 8 input channels
+(a Matmul's ``KN`` weights: ``NK2n8k``, with batch dims ``BNK2n8k``; a conv's ``OIHW``: e.g.
+``HWOI2o8i``), so one 16-byte load is the instruction's second operand; ``prepare`` stores them so,
+zero-padded (a partial last block of columns or channels multiplies by 0). The activations' rows (a
+GEMM's rows, a conv's output positions along its last window) are read as they are stored (channels
+innermost: ``MK``, ``NHWC``), 8 bytes a row and filter tap, two rows per 128-bit register; past the
+last channel a row reads on into the next (times a zero weight); a row whose tap falls in the
+padding is 8 zero bytes (not summed: the compensation counts the valid taps only).
 
-From the schedule: ``tile(i=R, j=C)`` is the register block (``ceil(R/2) x C/2`` accumulators, each
-2 rows x 2 columns of outputs), the loops outside it in the schedule's order, ``parallel`` on one of
-them; the kernel steps the reduction 8 channels at a time itself. The sums are exact int32 (wrapping as
-the reference does) into the workspace ``O``; the epilogue pass of ``codegen/quantized.py`` applies
-compensation, bias and scales, as for the table-lookup kernels. Steps that do not apply are refused
-with the reason."""
+From the schedule: ``tile(<rows>=R, <channels>=C)`` (``tile(i=R, j=C)``, ``tile(ow=R, k=C)``) is the
+register block (``ceil(R/2) x C/2`` accumulators, each 2 rows x 2 columns of outputs), the loops
+outside it in the schedule's order, ``parallel`` on one of them; the kernel steps the filter taps and
+the channels, 8 at a time, itself. The sums are exact int32 (wrapping as the reference does) into the
+workspace ``O``; the epilogue pass of ``codegen/quantized.py`` applies compensation, bias and scales,
+as for the table-lookup kernels. Steps that do not apply are refused with the reason."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -24,7 +27,7 @@ from ...codegen.emit import KERNEL_NAME, Generated, with_threads
 from ...codegen.instr import Instr
 from ...codegen.params import KernelParam, index_ctype, signature
 from ...codegen.pseudocode import header
-from ...expr import Const, Expr, Var
+from ...expr import Bound, Const, Expr, Var
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
 from .isa import NEON_INT
@@ -101,9 +104,9 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
     """The form of an mmla schedule (``is_mmla``); ScheduleError naming what does not apply."""
     op = schedule.op
     rows_dim, cols_dim, red = _dims(schedule.op)
-    if op.windows or op.reduction_dims != {red}:
-        raise ScheduleError(f"the int8 matrix multiply (smmla/usmmla, weights in 2n8k blocks) takes a "
-                            f"Matmul; {op!r} is a convolution: store its weights in another layout")
+    if getattr(op, "groups", 1) > 1 or op.reduction_dims != {red, *_taps(op)}:
+        raise ScheduleError(f"the int8 matrix multiply (smmla/usmmla, weights in 2x8 blocks) takes a GEMM or "
+                            f"a convolution of one group; {op!r} is not: store its weights in another layout")
     if schedule.weight_format_mode != "int8":
         raise ScheduleError(f"weight_format({schedule.weight_format_mode!r}): smmla/usmmla multiply int8 "
                             f"weights, one byte each")
@@ -123,11 +126,12 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
         raise ScheduleError(f"the int8 matrix multiply takes its register block from tile({rows_dim}=R, "
                             f"{cols_dim}=C) (R x C outputs in ceil(R/2) x C/2 accumulators of 2x2): tile the "
                             f"rows and the columns")
-    inner = {red, *block}
-    if set(names[-3:]) != inner:
+    inner = {*op.reduction_dims, *block}
+    depth = len(inner)
+    if set(names[-depth:]) != inner:
         raise ScheduleError(f"the int8 matrix multiply runs {', '.join(sorted(inner))} innermost (its "
                             f"register block over the whole reduction, 8 channels a step); innermost now: "
-                            f"{', '.join(names[-3:])}")
+                            f"{', '.join(names[-depth:])}")
     for loop in schedule.loops:
         if loop.vectorized or loop.unroll or (loop.parallel and loop.name in inner):
             raise ScheduleError(f"loop {loop.name!r}: the int8 matrix multiply vectorizes and unrolls its "
@@ -136,14 +140,14 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
         raise ScheduleError("register_block: the int8 matrix multiply keeps its tile in registers itself")
     batch = (d for d in op.dim_names if d not in op.reduction_dims and d not in (rows_dim, cols_dim))
     allowed = {*batch, f"{rows_dim}_o", f"{cols_dim}_o"}
-    if set(names[:-3]) != allowed:
+    if set(names[:-depth]) != allowed:
         raise ScheduleError(f"the int8 matrix multiply runs the loops {', '.join(sorted(allowed))} around "
-                            f"its register block (in any order); these are {', '.join(names[:-3])}")
+                            f"its register block (in any order); these are {', '.join(names[:-depth])}")
     rows, columns = schedule.loop(block[0]).extent, schedule.loop(block[1]).extent
     if columns % COLUMNS and columns != op.extent(cols_dim):
         raise ScheduleError(f"tile({cols_dim}={columns}): a weight block holds {COLUMNS} columns; tile the "
                             f"columns by an even number")
-    form = MmlaForm(tuple((loop.name, loop.extent, loop.parallel) for loop in schedule.loops[:-3]), rows,
+    form = MmlaForm(tuple((loop.name, loop.extent, loop.parallel) for loop in schedule.loops[:-depth]), rows,
                     -(-columns // COLUMNS) * COLUMNS)
     used = form.row_pairs * form.column_pairs + form.row_pairs + 1
     if used > ACCUMULATOR_REGISTERS:
@@ -151,6 +155,11 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
                             f"{form.column_pairs} accumulators, {form.row_pairs} activation registers and a "
                             f"weight register are {used} of the {ACCUMULATOR_REGISTERS} vector registers")
     return form
+
+
+def _taps(op: Op) -> tuple[str, ...]:
+    """A convolution's filter tap dims (none for a GEMM)."""
+    return tuple(w.tap_dim for w in op.windows)
 
 
 def _dims(op: Op) -> tuple[str, str, str]:
@@ -185,15 +194,15 @@ def generate_mmla(schedule: Schedule) -> Generated:
     output = _offset(schedule, op.output, {rows_dim: Var("lo_r"), cols_dim: Var("lo_c")})
     mma = ENTRIES[instruction(schedule)]
     update = f"lo_acc[lo_p][lo_q] = {mma(c='lo_acc[lo_p][lo_q]', a='lo_x[lo_p]', b='lo_w')};"
-    step = [f"const {vector}_t *lo_a0 = (const {vector}_t *)&{a}[{row('lo_r0')}] + {DEPTH} * lo_s;",
-            f"const {vector}_t *lo_a1 = (const {vector}_t *)&{a}[{row('lo_r1')}] + {DEPTH} * lo_s;"]
+    step = [_row_bytes(schedule, f"lo_h{half}", f"lo_r{half}", row(f"lo_r{half}"), vector, byte)
+            for half in (0, 1)]
     body = [
         f"{vector}x16_t lo_x[{form.row_pairs}];",
         *cprint.block(cprint.for_loop("int", "lo_p", form.row_pairs), [
             f"const {it} lo_r0 = {first_row.to_c()} + 2 * lo_p < {m - 1} ? {first_row.to_c()} + 2 * lo_p : "
             f"{m - 1};",
             f"const {it} lo_r1 = lo_r0 + 1 < {m - 1} ? lo_r0 + 1 : {m - 1};",
-            *step, f"lo_x[lo_p] = vcombine_{byte}(vld1_{byte}(lo_a0), vld1_{byte}(lo_a1));"]),
+            *step, f"lo_x[lo_p] = vcombine_{byte}(lo_h0, lo_h1);"]),
         *cprint.block(cprint.for_loop("int", "lo_q", form.column_pairs), [
             f"const {it} lo_pair = {first_col.to_c()} / 2 + lo_q < {last_pair} ? "
             f"{first_col.to_c()} / 2 + lo_q : {last_pair};",
@@ -215,7 +224,8 @@ def generate_mmla(schedule: Schedule) -> Generated:
         f"int32x4_t lo_acc[{form.row_pairs}][{form.column_pairs}];",
         *cprint.nest([cprint.for_loop("int", "lo_p", form.row_pairs), cprint.for_loop("int", "lo_q",
                       form.column_pairs)], ["lo_acc[lo_p][lo_q] = vdupq_n_s32(0);"]),
-        *cprint.block(cprint.for_loop(it, "lo_s", steps), body),
+        *cprint.nest([cprint.for_loop(it, tap, op.extent(tap)) for tap in _taps(op)]
+                     + [cprint.for_loop(it, "lo_s", steps)], body),
         *cprint.nest([cprint.for_loop("int", "lo_p", form.row_pairs), cprint.for_loop("int", "lo_q",
                       form.column_pairs)], store),
     ]
@@ -240,6 +250,20 @@ def generate_mmla(schedule: Schedule) -> Generated:
                      read_ahead=ahead, compile_flags=NEON_INT.compile_flags)
 
 
+def _row_bytes(schedule: Schedule, name: str, row: str, offset: str, vector: str, byte: str) -> str:
+    """C of ``name``, the 8 activation bytes of output row ``row`` at the current taps and step: zeros
+    where a window reads the padding (the product of a padded tap is not summed: the compensation counts
+    the valid taps only)."""
+    op = schedule.op
+    rows_dim = _dims(op)[0]
+    load = f"vld1_{byte}((const {vector}_t *)&{op.inputs[0]}[{offset}] + {DEPTH} * lo_s)"
+    valid = [f"({Bound(w.input_index.substitute({rows_dim: Var(row)}), 0, w.size).to_c()})"
+             for w in op.windows]
+    if not valid:
+        return f"const {vector}x8_t {name} = {load};"
+    return f"const {vector}x8_t {name} = ({' && '.join(valid)}) ? {load} : vdup_n_{byte}(0);"
+
+
 def pseudocode(schedule: Schedule) -> list[str]:
     """The kernel of an mmla schedule in a few lines."""
     form = mmla_form(schedule)
@@ -251,10 +275,13 @@ def pseudocode(schedule: Schedule) -> list[str]:
     pad = "  " * len(form.outer)
     name = instruction(schedule)
     layouts = "# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts)
+    taps = [f"{pad}{'  ' * depth}for {tap} in 0..{op.extent(tap)}:" for depth, tap in enumerate(_taps(op))]
+    inner = pad + "  " * len(taps)
     return header(schedule) + [layouts] + outer + [
-        f"{pad}acc[{form.row_pairs}][{form.column_pairs}] = 0    # 2x2 int32 outputs each",
-        f"{pad}for s in 0..{-(-op.extent(red) // DEPTH)}:    # {DEPTH} {red} a step",
-        f"{pad}  x[p] = 8 bytes of {a} rows 2p, 2p+1 at {red} = 8s    # p < {form.row_pairs}",
-        f"{pad}  acc[p][q] = {name}(acc[p][q], x[p], {w} block (columns 2q, 2q+1; {red} 8s..8s+7))",
+        f"{pad}acc[{form.row_pairs}][{form.column_pairs}] = 0    # 2x2 int32 outputs each", *taps,
+        f"{inner}for s in 0..{-(-op.extent(red) // DEPTH)}:    # {DEPTH} {red} a step"
+        + (" (a padded tap's rows: zeros)" if op.windows else ""),
+        f"{inner}  x[p] = 8 bytes of {a} rows 2p, 2p+1 at {red} = 8s    # p < {form.row_pairs}",
+        f"{inner}  acc[p][q] = {name}(acc[p][q], x[p], {w} block (columns 2q, 2q+1; {red} 8s..8s+7))",
         f"{pad}O[{rows_dim}, {cols_dim}] = acc    # int32 sums, in the block's bounds",
         "# epilogue pass over O: compensation, bias, scales (codegen/quantized.py)"]

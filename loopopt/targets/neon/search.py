@@ -5,6 +5,7 @@ machine ``lo.tune`` times them; under emulation it ranks them by the kernel mode
 best-ranked under the emulator, timing nothing (``tune/ranked.py``)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -94,7 +95,7 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
         vectors = -(-channel_block // LANES)
         limit = min(MAX_PIXEL_BLOCK, (REGISTERS - vectors - 1) // vectors, op.extent(pixel_dim(op)))
         blocks += [Knobs(pixel_block, channel_block) for pixel_block in range(1, limit + 1)]
-    if is_gemm(op):
+    if mmla_applies(op):
         pairs = range(1, -(-op.channels // 2) + 1)
         blocks += [MmlaKnobs(rows, 2 * columns) for columns in pairs[:MMLA_COLUMN_PAIRS]
                    for rows in range(2, min(MMLA_ROWS, op.extent(pixel_dim(op)) + 1) + 1, 2)
@@ -102,9 +103,11 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
     return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads)) is not None]
 
 
-def is_gemm(op: Op) -> bool:
-    """A quantized op without windows over one reduction dim (a Matmul): smmla/usmmla apply."""
-    return (op.quant is not None and not op.windows and op.reduction_dims == {op.reduction_channel_dim})
+def mmla_applies(op: Op) -> bool:
+    """A quantized GEMM or convolution of one group: smmla/usmmla apply (``mmla.py``)."""
+    taps = {w.tap_dim for w in op.windows}
+    return (op.quant is not None and getattr(op, "groups", 1) == 1
+            and op.reduction_dims == {op.reduction_channel_dim, *taps})
 
 
 def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
@@ -127,10 +130,12 @@ def mmla_seconds(candidate: Candidate) -> float:
     op, knobs = candidate.op, candidate.knobs
     rows_dim = pixel_dim(op)
     row_pairs, column_pairs = -(-knobs.pixel_block // 2), knobs.channel_block // 2
-    outputs = op.flops // (2 * op.extent(op.reduction_channel_dim))
+    reduction = math.prod(op.extent(d) for d in op.reduction_dims)
+    outputs = op.flops // (2 * reduction)
     blocks = (outputs // (op.extent(rows_dim) * op.channels) * -(-op.extent(rows_dim) // knobs.pixel_block)
               * -(-op.channels // knobs.channel_block))
-    steps = -(-op.extent(op.reduction_channel_dim) // mmla.DEPTH)
+    channels = op.extent(op.reduction_channel_dim)
+    steps = reduction // channels * -(-channels // mmla.DEPTH)        # per filter tap, 8 channels a step
     per_step = max(row_pairs * column_pairs / CORE_COSTS.fma_per_cycle,
                    (2 * row_pairs + column_pairs) / CORE_COSTS.loads_per_cycle)
     cycles = blocks * (steps * per_step + 4 * row_pairs * column_pairs / CORE_COSTS.stores_per_cycle)

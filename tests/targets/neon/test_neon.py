@@ -76,41 +76,18 @@ SIGNED_DOT_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "
 
 def signed_dot_harness() -> str:
     """The C of a probe of the optional s8 x s8 dot (``SIGNED_DOT_MEANINGS``): ``dot_s8`` and ``dot_s8_mask``
-    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``."""
+    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``; then smmla and usmmla
+    (``mmla.ENTRIES``) of the same 16 bytes ``a``, ``b`` onto ``c``."""
     t = NEON_INT
     loads = {name: t.load(p=name) for name in "abc"}
+    weights = f"vreinterpretq_s8_s32({loads['b']})"
+    signed = mmla.ENTRIES["smmla"](c=loads["c"], a=f"vreinterpretq_s8_s32({loads['a']})", b=weights)
+    unsigned = mmla.ENTRIES["usmmla"](c=loads["c"], a=f"vreinterpretq_u8_s32({loads['a']})", b=weights)
     return (f"{t.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n"
             f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
             f"    {t.store(p='out', v=t.dot_s8(**loads))};\n"
-            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n}}\n")
-
-
-class SignedDotProbe:
-    """``check_lanes`` of the s8 x s8 dot against its meaning, on random bytes and sums."""
-
-    @staticmethod
-    def check_lanes(isa, driver, seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        a, b = (rng.integers(-128, 128, (4, 4), dtype=np.int8) for _ in range(2))
-        c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
-        bits = int(rng.integers(0, 16))
-        out = np.zeros(8, np.int32)
-        values = dict(a=a.view(np.int32).reshape(-1), b=b.view(np.int32).reshape(-1), c=c, bits=bits, out=out)
-        driver.call(driver.bind(SIGNED_DOT_PARAMS, values))
-        dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
-        mask = (bits >> np.arange(4)) & 1 == 1
-        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
-
-
-def mmla_harness() -> str:
-    """The C of a probe of the int8 matrix multiplies (``mmla.ENTRIES``): smmla then usmmla of the 16 bytes
-    ``a`` and ``b`` onto the sums ``c``."""
-    smmla, usmmla = mmla.ENTRIES["smmla"], mmla.ENTRIES["usmmla"]
-    a, b, c = "vld1q_s32(a)", "vreinterpretq_s8_s32(vld1q_s32(b))", "vld1q_s32(c)"
-    signed = smmla(c=c, a=f"vreinterpretq_s8_s32({a})", b=b)
-    unsigned = usmmla(c=c, a=f"vreinterpretq_u8_s32({a})", b=b)
-    return (f"{NEON_INT.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n    (void)bits;\n"
-            f"    vst1q_s32(out, {signed});\n    vst1q_s32(out + 4, {unsigned});\n}}\n")
+            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n"
+            f"    {t.store(p='out + 8', v=signed)};\n    {t.store(p='out + 12', v=unsigned)};\n}}\n")
 
 
 def mmla_meaning(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -120,21 +97,25 @@ def mmla_meaning(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (c.astype(np.int64) + block.reshape(4)).astype(np.int32)
 
 
-class MmlaProbe:
-    """``check_lanes`` of smmla and usmmla against ``mmla_meaning``, on random bytes (the ends of the
-    ranges among them) and sums near the int32 limits (wrapping)."""
+class SignedDotProbe:
+    """``check_lanes`` of the s8 x s8 dot against its meaning, and of smmla / usmmla against
+    ``mmla_meaning``, on random bytes (the ends of the range among them) and sums (wrapping)."""
 
     @staticmethod
     def check_lanes(isa, driver, seed: int) -> None:
         rng = np.random.default_rng(seed)
-        a, b = (rng.integers(-128, 128, 16, dtype=np.int8) for _ in range(2))
-        a[:2], b[:2] = [-128, 127], [-128, -128]
+        a, b = (rng.integers(-128, 128, (4, 4), dtype=np.int8) for _ in range(2))
+        a[0, :2], b[0, :2] = [-128, 127], [-128, -128]
         c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
-        out = np.zeros(8, np.int32)
-        driver.call(driver.bind(SIGNED_DOT_PARAMS, dict(a=a.view(np.int32), b=b.view(np.int32), c=c, bits=0,
-                                                        out=out)))
-        assert np.array_equal(out[:4], mmla_meaning(c, a, b)), (out[:4], mmla_meaning(c, a, b))
-        assert np.array_equal(out[4:], mmla_meaning(c, a.view(np.uint8), b)), out[4:]
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(16, np.int32)
+        values = dict(a=a.view(np.int32).reshape(-1), b=b.view(np.int32).reshape(-1), c=c, bits=bits, out=out)
+        driver.call(driver.bind(SIGNED_DOT_PARAMS, values))
+        dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
+        mask = (bits >> np.arange(4)) & 1 == 1
+        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:8], np.where(mask, dot, c)), (out, dot)
+        assert np.array_equal(out[8:12], mmla_meaning(c, a, b)), (out[8:12], mmla_meaning(c, a, b))
+        assert np.array_equal(out[12:], mmla_meaning(c, a.view(np.uint8), b)), out[12:]
 
 
 F16_PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int32_t", const=True),
@@ -209,8 +190,7 @@ def probes() -> dict[str, tuple]:
                  "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
                           bf16_tables.PARAMS),
                  "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
-                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS),
-                 "mmla": (MmlaProbe, mmla_harness(), NEON_INT, SIGNED_DOT_PARAMS)}
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
@@ -219,7 +199,7 @@ def probes() -> dict[str, tuple]:
     return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals", "mmla"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -274,16 +254,13 @@ def binary_schedules(draw, op_strategy):
 
 
 def mmla_schedules(op_strategy):
-    """Schedules of a quantized GEMM drawn from ``op_strategy`` on smmla/usmmla: weights in 2 column x 8
-    channel blocks, activation rows unblocked, a register block of 1 to 7 rows x 2 to 8 columns, a
-    parallel outer loop or none."""
+    """Schedules of a quantized GEMM or conv drawn from ``op_strategy`` on smmla/usmmla (``mmla.preset``:
+    weights in 2 column x 8 channel blocks, activation rows with their channels innermost), a register
+    block of 1 to 7 rows x 2 to 8 columns, one of the two outermost loops parallel or none."""
     @st.composite
     def draw_schedule(draw):
-        op = draw(op_strategy)
-        batch = "".join(letter for letter in op.tensor("B").letters if letter not in "KN")
-        s = (lo.Schedule(op).layout("A", batch + "MK").layout("B", batch + "NK2n8k")
-             .tile(i=draw(st.integers(1, 7)), j=2 * draw(st.integers(1, 4))))
-        parallel = draw(st.sampled_from([None, "i_o", "j_o"]))
+        s = mmla.preset(draw(op_strategy), draw(st.integers(1, 7)), 2 * draw(st.integers(1, 4)))
+        parallel = draw(st.sampled_from([None, *s.loop_names[:2]]))
         return s.parallel(parallel) if parallel else s
     return draw_schedule()
 
@@ -291,14 +268,15 @@ def mmla_schedules(op_strategy):
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
-    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
-    "bfloat16 conv": conv_schedules(6, "bfloat16"),
-    # bfloat16 in pairs of input channels (OIHW16o2i): bfmlalt + bfmlalb per pair
-    "bfloat16 pair dot conv": even_conv_ops(6).flatmap(
-        lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block))),
+    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound, or in pairs of input
+    # channels (OIHW16o2i) on bfmlalt + bfmlalb
+    "bfloat16 conv": st.one_of(conv_schedules(6, "bfloat16"), even_conv_ops(6).flatmap(
+        lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block)))),
     # int8 GEMMs on smmla (int8 activations) / usmmla (uint8): 2x2 output blocks, every QuantSpec, bit-exact
-    "int8 mmla matmul": mmla_schedules(matmul_ops(max_mn=9, max_k=40).flatmap(
-        lambda op: SPECS.map(op.with_quant))),
+    # and convs of one group (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros)
+    "int8 mmla matmul or conv": mmla_schedules(st.one_of(matmul_ops(max_mn=9, max_k=40), st.sampled_from(
+        [1, 2, 3]).flatmap(lambda spatial: conv_ops(max_hw=5, spatial=spatial, max_channels=12)).filter(
+        lambda op: op.groups == 1)).flatmap(lambda op: SPECS.map(op.with_quant))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
@@ -460,8 +438,8 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
      r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
-    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
-     r"takes a Matmul; Conv2d.* is a convolution"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, groups=2, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
+     r"takes a GEMM or a convolution of one group"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k"), r"tile\(i=R, j=C\)"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=2, j=3),
      r"tile\(j=3\): a weight block holds 2 columns"),
@@ -490,15 +468,14 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
     op = lo.Conv2d(4, 8, 3, padding=1, height=6, width=6)
     s = lo.Schedule(op).reorder("n", "oh", "ow", "c", "kh", "kw", "k").vectorize("k")
     binary = lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
-    gemm = mmla.preset(lo.Matmul(4, 6, 16, quant=INT8))
-    kernel, binary_kernel, mmla_kernel = target("neon").compile_many([s, binary, gemm])
+    kernel, binary_kernel = target("neon").compile_many([s, binary])
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
         lo.measure(binary_kernel)
-    with pytest.raises(lo.TimingRefusedError, match=r"no prediction: .* does not count neon's smmla/usmmla"):
-        lo.measure(mmla_kernel)
+    with pytest.raises(ValueError, match=r"does not count neon's smmla/usmmla kernels"):
+        lo.kernel_model(mmla.preset(lo.Matmul(4, 6, 16, quant=INT8)), ISA)
     lookup = lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1")
     with pytest.raises(ValueError, match=r"does not count table-lookup kernels \(tl1"):
         lo.kernel_model(lookup, ISA)
@@ -551,6 +528,7 @@ def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResul
     return result
 
 
+@pytest.mark.slow
 def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
     if toolchain.native():
         pytest.skip("native AArch64: lo.tune times neon kernels")
