@@ -273,6 +273,7 @@ NEON_BF16 = _beside_floats(
     dot="lo_neon_bf16_dot({c}, {a}, {b})",
     dot_mask="vbslq_f32({m}, lo_neon_bf16_dot({c}, {a}, {b}), {c})",
 )
+NEON_BF16 = replace(NEON_BF16, mnemonics={"dot": "bfmlalt + bfmlalb"})
 
 F16_GATHER = """/* half lanes widened to float32: the masked lanes' elements only */
 static inline float32x4_t lo_neon_f16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {

@@ -292,6 +292,7 @@ AVX512_BF16 = Isa(
         dot="_mm512_dpbf16_ps({c}, (__m512bh)({a}), (__m512bh)({b}))",
         dot_mask="_mm512_mask_dpbf16_ps({c}, {m}, (__m512bh)({a}), (__m512bh)({b}))",
     ),
+    mnemonics={"dot": "vdpbf16ps"},
 )
 
 AVX2_BF16 = Isa(
