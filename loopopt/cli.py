@@ -674,7 +674,8 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=target_names(),
                    help="search this target's kernels (default: the one --isa belongs to); cuda: the GPU "
                         "presets' tiles (--dtype float16: tensor cores), compiled on every core, timed on "
-                        "the GPU one at a time, logged under the GPU's name")
+                        "the GPU one at a time, logged under the GPU's name; neon under emulation: ranked "
+                        "by the kernel model, the best verified under qemu, nothing timed or logged")
     p.set_defaults(run=cmd_tune)
 
 
