@@ -50,6 +50,8 @@ from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
 from loopopt.tune import RankedResult
+from loopopt.tune.guide import Guide
+from loopopt.tune.search import BROAD, Walk
 
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
@@ -549,6 +551,21 @@ def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
     assert "without timing" in saved.read_text() and "rank 1 saved" in capsys.readouterr().out
     assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--plot", str(tmp_path / "x.png")]) != 0
     assert "--plot draws measured times" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_timed_search_walks_both_families():
+    """What ``lo.tune`` does natively (here without timing: made-up times): the guide prices the SIMD
+    blocks by the kernel model and the mmla blocks by the rules' own model, and the walk reaches both."""
+    rules = target("neon").search_rules()
+    op = lo.Matmul(16, 24, 64, quant=INT8)
+    walk = Walk(Guide(rules.rank(rules.candidates(op, ISA)), rules), BROAD, 0)
+    families = set()
+    for step in range(6):
+        index, candidate = walk.next()
+        walk.observe(index, 1e-6 * (1 + step))
+        families.add(rules.family(candidate))
+    assert families == {"kernel", "mmla"}
 
 
 def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
