@@ -20,9 +20,10 @@ from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
-from ..tune import TuneError, best_trial, tune
+from ..tune import RankedResult, TuneError, best_trial, tune
 from ..tune.choice import first_choice, first_reading
 from ..tune.log import signature
+from ..tune.ranked import UntimedSearchError
 from ..tune.result import describe
 
 DEFAULT = "default"                                 # the start of a default schedule's source
@@ -123,8 +124,11 @@ class KernelCache:
         try:
             result = tune(op, trials=self.tune_trials, threads=self.threads, isa=self.isa,
                           log=os.fspath(self.log), progress=False, algorithms=SCHEDULE_ALGORITHMS)
-            said = f"best {result.timing.min * 1e3:.3f} ms on {result.isa} of {len(result.trials)} trials"
-        except TuneError as error:
+            if isinstance(result, RankedResult):      # a target that cannot time here: nothing logged
+                said = f"not timed here ({result.not_timed}), the default runs it"
+            else:
+                said = f"best {result.timing.min * 1e3:.3f} ms on {result.isa} of {len(result.trials)} trials"
+        except (TuneError, UntimedSearchError) as error:
             said = f"no schedule found, the default runs it: {error}"
         print(f"tune op {len(self._tuned)} {op!r}: {said} ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
@@ -54,6 +54,11 @@ class Target(ABC):
         target cannot run is a ScheduleError (checked first, the same on every machine); a variant
         this machine lacks is a ValueError; a missing toolchain a TargetUnavailableError."""
 
+    def compile_many(self, schedules: Sequence[Schedule], isa: str = "auto") -> list[Kernel]:
+        """The kernels of ``schedules`` (as ``compile``); a target that builds many at once faster
+        (NEON under emulation: one runner executable) overrides it."""
+        return [self.compile(schedule, isa) for schedule in schedules]
+
     @abstractmethod
     def peak(self, isa: str, dtype: str) -> float:
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
@@ -90,6 +95,12 @@ class Target(ABC):
         a device, a function that runs the call and returns the seconds the device took."""
         return None
 
+    def graph_timer(self, run: Callable[[], object]) -> Callable[[], float]:
+        """A function of no arguments giving the seconds of one ``run`` replayed inside a CUDA graph
+        (``measure(..., graph=True)``); ValueError for a target whose kernels run on the host."""
+        raise ValueError(f"graph=True times kernels replayed in a CUDA graph; the {self.name} target's "
+                         f"kernels run on the host: measure them without it")
+
     def matrix_instruction(self, name: str):
         """The entry ``name`` of this target's table of warp-wide matrix instructions (``tensorize``),
         with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""
@@ -101,12 +112,17 @@ class Target(ABC):
         ops only); the default: every variant computes every op it is given."""
         return True
 
+    def bf16_dot(self, isa: str) -> bool:
+        """Whether variant ``isa``'s bfloat16 kernels consume the reduction in pairs with its bf16 table's
+        ``dot`` where a schedule allows (the instruction runs where the kernels do); the default: no."""
+        return False
+
     def search_rules(self) -> SearchRules:
         """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
         (``targets/search.py``); a ValueError where it has none."""
         raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
-                         f"(isa='auto' on an x86 host, or one of x86's variants) and cuda kernels "
-                         f"(target='cuda')")
+                         f"(isa='auto' on an x86 host, or one of x86's variants), neon kernels "
+                         f"(target='neon') and cuda kernels (target='cuda')")
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         """The kernel model's constants of the core that runs variant ``isa``'s kernels (``model.py``),
@@ -117,6 +133,11 @@ class Target(ABC):
         """The 8-bit table lookup over a byte array on this host (``targets/bytemap.py``): the
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
+
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
+        ``schedule``'s kernel on this target (a kernel family of the target's own), or None: it does."""
+        return None
 
     def timing_refusal(self) -> str | None:
         """Why kernels of this target cannot be timed here (e.g. they run under an emulator), or None."""
