@@ -208,6 +208,9 @@ def binary_schedules(draw, op_strategy):
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
+    # a residual add and a clip fused into the store (vaddq, vmaxq, vminq) or a pass after the nest
+    "float32 conv + epilogue": st.tuples(conv_schedules(6), st.sampled_from([(0.0, 6.0), (None, 0.5)])).map(
+        lambda drawn: drawn[0].add_residual().clip(*drawn[1])),
     # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
     "bfloat16 conv": conv_schedules(6, "bfloat16"),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
