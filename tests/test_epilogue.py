@@ -30,11 +30,11 @@ def _with_epilogue(schedule: lo.Schedule, residual: bool, clip) -> lo.Schedule:
 
 
 def _matches(data, isa):
-    """A random op (conv with padding, stride, dilation, groups and batch; matmul; Gemm with scales) and
-    schedule (splits, reorders, layouts, parallel and vector loops, register blocks) with a residual
-    and/or a clip computes the reference's epilogue."""
+    """A random op (conv with padding, stride, dilation, groups and batch; matmul; Gemm with scales; a
+    bfloat16 conv) and schedule (splits, reorders, layouts, parallel and vector loops, register blocks)
+    with a residual and/or a clip computes the reference's epilogue."""
     op = data.draw(st.one_of(conv_ops(max_hw=7), matmul_ops(max_mn=13, max_k=11),
-                             gemm_ops(max_mn=13, max_k=11)))
+                             gemm_ops(max_mn=13, max_k=11), conv_ops(max_hw=6, dtype="bfloat16")))
     residual = data.draw(st.booleans())
     clip = data.draw(st.sampled_from(CLIPS[0 if residual else 1:]))
     schedule = _with_epilogue(data.draw(schedules(op, isa)), residual, clip)
