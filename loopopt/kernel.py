@@ -130,11 +130,12 @@ class Kernel:
 
     def call_bytes(self) -> dict[str, int]:
         """Bytes of one call on new inputs, which ``measure`` checks before making them: the inputs
-        as float32 (random data, which quantized inputs are made from), ``buffer_bytes`` and the
-        output in logical layout."""
+        (and a residual) as float32 (random data, which quantized inputs are made from), ``buffer_bytes``
+        and the output in logical layout."""
         op = self.op
         output = next(p for p in self.generated.params if p.name == self._output_name)
-        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in op.call_tensors)
+        given = op.call_tensors + ((op.output,) if self.schedule.residual else ())    # the residual's shape
+        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in given)
         return {"inputs": inputs, **self.buffer_bytes(),
                 "output": math.prod(op.tensor(op.output).shape) * CTYPE_BYTES[output.ctype]}
 

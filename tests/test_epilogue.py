@@ -79,6 +79,7 @@ def test_the_kernel_takes_the_residual_after_the_bias_and_with_each_call():
                                          r"one of shape \(1, 5, 4, 6\)"):
         call(x, r[0])
     assert kernel.generated.arguments == ("I", "W", "B", RESIDUAL, "O")
+    assert kernel.call_bytes()["inputs"] == 4 * (x.size + w.size + b.size + r.size)
     assert "O[n, k, oh, ow] = O[n, k, oh, ow] + lo_residual[n, k, oh, ow]" in \
         output_stationary(op).add_residual().pseudocode(ISAS[0])
 
