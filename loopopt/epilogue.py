@@ -34,6 +34,11 @@ class Epilogue:
         parts = (["+ residual"] if self.residual else []) + ([str(self.clip)] if self.clip else [])
         return ", then ".join(parts)
 
+    @property
+    def operations(self) -> int:
+        """Vector operations per output vector (an add, a max, a min; the residual's load aside)."""
+        return int(self.residual) + sum(b is not None for b in (self.clip.low, self.clip.high) if self.clip)
+
     def apply(self, values: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """``values`` (the op's reference output) with the residual added, then clipped."""
         if self.residual:

@@ -19,6 +19,7 @@ from loopopt.measure import checked
 from loopopt.onnx import backend
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
+from loopopt.targets.x86.costs import count
 
 CLIPS = [None, (0.0, None), (0.0, 6.0), (None, 0.25), (-0.5, 0.5)]
 
@@ -61,6 +62,13 @@ def test_a_block_holding_final_sums_applies_it_to_its_accumulators():
     assert checked(kernel)[0]
     plain = lo.Schedule(op).clip(low=0.0).compile(kernel.isa)
     assert "O: Clip(low=0.0, high=None), over its storage after the nest" in plain.source
+    # the x86 kernel model counts the pass as a site, the block's epilogue in its stores
+    assert "epilogue" in [site.name for site in count(lo.Schedule(op).clip(low=0.0), "avx2").sites]
+    stores = {name: next(site.work for site in count(s, "avx2").sites if site.name == "register block store")
+              for name, s in (("fused", schedule), ("plain", output_stationary(op)))}
+    fused, plain = stores["fused"], stores["plain"]      # per accumulator: a residual load, add, max, min
+    assert fused.vector_ops == plain.vector_ops + 3 * fused.stores
+    assert fused.loads == plain.loads + fused.stores
 
 
 def test_the_kernel_takes_the_residual_after_the_bias_and_with_each_call():
