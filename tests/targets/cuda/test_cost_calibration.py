@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import loopopt as lo
+from loopopt.dataflows import TENSOR_PRESETS
 from loopopt.targets.cuda import costs as costs_module
 from loopopt.targets.cuda.calibration import FITTED, GRID, fit, load
 from loopopt.targets.cuda.costs import COSTS, Costs
@@ -73,3 +74,10 @@ def test_the_search_prices_tensor_candidates_by_the_cost_model():
                                                               for c in candidates]
     simt = RULES.candidates(lo.Matmul(64, 64, 64), "sm_90")[0]
     assert RULES.unpriced(simt) and price(simt, RULES) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [2, 32], ids=lambda i: CALIBRATION.rows[i].label())
+def test_a_rows_knobs_build_the_schedule_it_was_timed_with(index):
+    row = CALIBRATION.rows[index]          # conv2_x N=32 on mma; conv4_x N=1 on wgmma, split-K 32 -> 18
+    assert row.knobs.schedule(row.op, "sm_90") == TENSOR_PRESETS[row.preset](row.op, **dict(row.arguments))
