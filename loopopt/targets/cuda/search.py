@@ -197,7 +197,7 @@ class SimtKnobs:
             knobs["depth"] = self.depth
         return SIMT_PRESETS[self.preset](op, **knobs)
 
-    def work(self, op: Op, gpu: Gpu, costs: Costs = COSTS) -> Work:
+    def work(self, op: Op, gpu: Gpu) -> Work:
         return simt_work(op, self, gpu)
 
 
@@ -463,6 +463,8 @@ class CudaSearch(SearchRules):
     """The GPU presets' tiles searched on the cuda target (no other algorithm: the implicit GEMM is
     the tensor-core presets' own)."""
 
+    families = (KERNEL, COST_MODEL)
+
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
         if op.quant is not None or threads != 1:
             return []
@@ -474,8 +476,6 @@ class CudaSearch(SearchRules):
         order = sorted(range(len(priced)), key=lambda i: (priced[i].figures["predicted_seconds"],
                                                           priced[i].figures["block_cycles"], i))
         return [priced[i] for i in order]
-
-    families = (KERNEL, COST_MODEL)
 
     def family(self, candidate: Candidate) -> str:
         return COST_MODEL if candidate.knobs.preset in TENSOR_PRESETS else KERNEL
