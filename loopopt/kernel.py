@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
+from .bf16 import BFLOAT16, bf16_bits, bf16_values, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated
@@ -33,7 +33,7 @@ from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
-               "uint64_t": 8}
+               "uint64_t": 8, "__half": 2, "__nv_bfloat16": 2}     # the last two: CUDA's 16-bit floats
 
 
 @dataclass
@@ -263,11 +263,15 @@ class Kernel:
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """An input array as the kernel stores its elements: float32, or bf16 or half bit patterns
         (rounded to nearest even here, before packing, so a tile layout packs the same bits; halves
-        where the C parameter holds them: a kernel that widens float16 itself, else float32 values)."""
-        if self.op.dtype == FLOAT16 and any(p.name == tensor and p.ctype == "uint16_t"
-                                            for p in self.generated.params):
-            return np.ascontiguousarray(array.astype(np.float16)).view(np.uint16)
-        return bf16_bits(array, tensor) if self.op.dtype == BFLOAT16 else array
+        where the C parameter holds them: a kernel that widens them itself, else their float32 values:
+        the cuda target's host emulation)."""
+        halves = any(p.name == tensor and p.ctype == "uint16_t" for p in self.generated.params)
+        if self.op.dtype == FLOAT16:
+            rounded = np.ascontiguousarray(array.astype(np.float16))
+            return rounded.view(np.uint16) if halves else rounded.astype(np.float32)
+        if self.op.dtype == BFLOAT16:
+            return bf16_bits(array, tensor) if halves else bf16_values(array, tensor)
+        return array
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""

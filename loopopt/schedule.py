@@ -80,11 +80,14 @@ class Fuse:
     inner_extent: int
 
 
-def matrix_instruction(name: str):
-    """The cuda target's matrix-instruction entry ``name`` (``tensorize``; ValueError naming the
-    known ones)."""
+def matrix_instruction(name: str, where: str):
+    """The cuda target's matrix-instruction entry ``name`` (``targets/cuda/instructions.py``; a lazy
+    facade, as ``compile``); ScheduleError starting with ``where`` that names the known ones."""
     from .targets.registry import target  # lazy facade: the table is the cuda target's
-    return target("cuda").matrix_instruction(name)
+    try:
+        return target("cuda").matrix_instruction(name)
+    except ValueError as err:
+        raise ScheduleError(f"{where}: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -569,20 +572,28 @@ class Schedule:
         input's tiles from shared memory (``stage`` both inputs at one reduction loop) and runs one
         warp per bound ``warp.x|y`` iteration."""
         step = Step("tensorize", (i, j, k, instruction))
-        try:
-            entry = matrix_instruction(instruction)
-        except ValueError as err:
-            raise ScheduleError(f"{step}: {err}") from None
-        if self.op.dtype != entry.inputs:
-            raise ScheduleError(f"{step}: {instruction} multiplies {entry.inputs} inputs; {self.op!r} is "
-                                f"{self.op.dtype} (build the op with dtype={entry.inputs!r})")
+        entry = matrix_instruction(instruction, str(step))
         for name, size, role in ((i, entry.m, "m"), (j, entry.n, "n"), (k, entry.k, "k")):
             extent = self.loop(name, str(step)).extent
             if extent != size:
                 raise ScheduleError(f"{step}: loop {name!r} has {extent} iterations; {instruction}'s "
                                     f"{role} is {size} (split the loop by {size}: a partial last tile is "
                                     f"zero-filled)")
-        return self._with(step, tensorized=(i, j, k, instruction))
+        tensorized = self._with(step, tensorized=(i, j, k, instruction))
+        given = tuple(tensorized.operand_dtype(t) for t in tensorized.tensor_roles())
+        if given != entry.operands:
+            a, b = entry.operands
+            raise ScheduleError(f"{step}: {instruction} multiplies {a} (the input moving with {i}) by {b}; "
+                                f"{self.op!r} gives {given[0]} by {given[1]} (build the op with the dtype or "
+                                f"QuantSpec it takes, or pick the entry of its types)")
+        return tensorized
+
+    def operand_dtype(self, tensor: str) -> str:
+        """The element type input ``tensor`` is multiplied in: the op's dtype, or a quantized op's
+        stored integers (``QuantSpec.activation`` for the first input, ``weight`` for the second)."""
+        if self.op.quant is None:
+            return self.op.dtype
+        return self.op.quant.activation if tensor == self.op.inputs[0] else self.op.quant.weight
 
     def tensor_roles(self) -> tuple[str, str]:
         """The inputs of a tensorized schedule as (a, b): ``a`` varies with ``i``, ``b`` with ``j``."""
@@ -934,8 +945,11 @@ class Schedule:
 
     def pseudocode(self, isa: Optional[str] = None) -> str:
         """The loop nest as readable pseudo-code (with vector access kinds for ``isa``; None: the
-        host's best), as the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
-        from .targets.registry import target_of_isa
+        host's best, or the cuda target's default architecture for a schedule bound to GPU axes), as
+        the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
+        from .targets.registry import target, target_of_isa
+        if isa is None and (self.tensorized or self.bound_loops):
+            return target("cuda").pseudocode(self, "auto")
         return target_of_isa(isa or "auto").pseudocode(self, isa or "auto")
 
     def __str__(self) -> str:
