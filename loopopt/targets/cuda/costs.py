@@ -43,13 +43,13 @@ class Costs:
     # tiles from L2 in 711k cycles at 67% of the L2's throughput (Nsight): 1.61e9 / (0.67 x 711e3 x 132).
     l2_bytes_per_clock: float = 25.6
     # counted: a warp's instructions per pipeline step as the current printer's kernels compile (SASS
-    # of the calibration rows' kernels at commit 38e10c1, the main loop's body; least squares over the
-    # 24 rows whose loop is one step, ``step_instructions`` in the rows' file): 100 besides its copies
-    # and products (barrier, ring indices, fences, the loop), 2 per 16-byte copy of a plain matrix's
+    # of the calibration rows' kernels at commit 9db1a75, the main loop's body; least squares over the
+    # 24 rows whose loop is one step, ``step_instructions`` in the rows' file): 108 besides its copies
+    # and products (barrier, ring indices, fences, the loop), 1.5 per 16-byte copy of a plain matrix's
     # tile (the unrolled copies' addresses fold into one base), 36 per copy of a conv's tiles (im2col
     # and window indices, the padding guard).
-    step_fixed: float = 100.0
-    copy_affine: float = 2.0
+    step_fixed: float = 108.0
+    copy_affine: float = 1.5
     copy_gather: float = 36.0
 
 
