@@ -40,6 +40,7 @@ class CudaKernel(Kernel):
         return self.build.report
 
     def _storage_shape(self, tensor: str) -> tuple[int, ...]:
+        tensor = self._tensor_of(tensor)
         return self.schedule.layout_of(tensor).storage_shape(self.op.tensor(tensor).shape)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
@@ -49,10 +50,11 @@ class CudaKernel(Kernel):
         given = self._given(arrays)
         stored: dict[str, Any] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
-            self._check(tensor, array, self.op.tensor(tensor).shape)
+            self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
             is_bias = self.op.bias and tensor == self.op.bias_tensor
             element = bf16_bits(array, tensor) if self._dtype(tensor) == np.uint16 else array
-            packed = element if is_bias else self.schedule.layout_of(tensor).to_storage(element)
+            layout = self.schedule.layout_of(self._tensor_of(tensor))      # the residual: the output's
+            packed = element if is_bias else layout.to_storage(element)
             stored[tensor] = cp.asarray(packed.astype(self._dtype(tensor), copy=False))
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
