@@ -19,7 +19,9 @@ and ``<immintrin.h>``), but a precompiled header takes about 1.7 s to build and 
 every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
 one only under the flags it was made with. So the first ``PRECOMPILE_AFTER`` builds of a compiler and
 flag set parse the headers (each appends a byte to ``_loopopt_pch_*.h.uses``) and the next one
-precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one. A
+precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one.
+``$LOOPOPT_PRECOMPILE_AFTER`` overrides the count (the test suite, which builds nearly every flag set
+many times, sets 0: precompiled at the first build). A
 precompiled header the compiler finds unusable it reads as text; a missing one is built again.
 ``trim_cache`` removes them (and failed sources and abandoned build folders), keeping the kernels.
 
@@ -70,6 +72,7 @@ PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin
 PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
 PCH_USES = ".uses"                    # a prelude's builds without its precompiled form, one byte each
 PRECOMPILE_AFTER = 2                  # builds of a flag set that parse the headers before precompiling them
+PRECOMPILE_ENV = "LOOPOPT_PRECOMPILE_AFTER"   # overrides it (the test suite sets 0)
 _BUILD_FOLDER = re.compile(rf"{BUILD_PREFIX}[a-z0-9_]{{8}}")   # the names tempfile.mkdtemp gives
 
 
@@ -281,12 +284,22 @@ def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, fo
         _hard_link(header, compiled, folder / name)
 
 
+def precompile_after() -> int:
+    """Builds of a flag set that parse the headers before the next precompiles them: ``PRECOMPILE_AFTER``,
+    or ``$LOOPOPT_PRECOMPILE_AFTER`` (a whole number; ValueError naming anything else)."""
+    value = os.environ.get(PRECOMPILE_ENV, str(PRECOMPILE_AFTER))
+    if not value.isdigit():
+        raise ValueError(f"{PRECOMPILE_ENV}={value!r}: expected a whole number of builds (0 precompiles the "
+                         f"headers at a flag set's first build; default {PRECOMPILE_AFTER})")
+    return int(value)
+
+
 def _pays_off(uses: Path, count: int = 1) -> bool:
     """Count ``count`` more builds of a prelude in ``uses`` (a byte appended each: atomic among
-    processes); True once ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
+    processes); True once ``precompile_after()`` builds went without its precompiled form."""
     with uses.open("ab") as counter:
         counter.write(b"." * count)
-        return counter.tell() > PRECOMPILE_AFTER
+        return counter.tell() > precompile_after()
 
 
 def _hard_link(header: Path, compiled: Path, link: Path) -> bool:
