@@ -1,6 +1,7 @@
 """The cuda target's tensor-core kernels on an NVIDIA GPU (``gpu_wmma``: WMMA m16n16k16; ``gpu_mma``:
-``mma.sync`` m16n8k16 with ``ldmatrix`` from swizzled tiles, a deeper ring, split-K; float16 inputs,
-float32 sums), next to cuBLAS / cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM and
+``mma.sync`` m16n8k16 with ``ldmatrix`` from swizzled tiles, a deeper ring, split-K; ``gpu_wgmma``:
+Hopper's ``wgmma.mma_async`` m64nNk16 from descriptors; float16 inputs, float32 sums), next to cuBLAS
+/ cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM and
 BERT's 384x768x3072 (B stored N x K), and ResNet-50's 3x3 convs conv2_x, conv3_x, conv4_x at N=32
 and N=1 (NHWC activations and output, OHWI weights; PyTorch's tensors channels_last). A few tile
 shapes, depths and split-K counts each (``variants``), built in parallel before any timing.
@@ -30,6 +31,7 @@ from loopopt.layers import get_layer
 from loopopt.measure import verify
 from loopopt.targets.cuda import device, toolchain
 from loopopt.targets.cuda.printer import print_kernel
+from loopopt.targets.cuda.target import build_arch
 
 CASES = ["gemm4096", "bert", *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x",
                                                                                        "conv4_x"))]
@@ -43,6 +45,8 @@ SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
 LONG = {"block_n": 256, "warps_n": 8}                     # 128 x 256 tiles, 16 warps of 64 x 32
 THIRDS = {"block_m": 192, "warps_m": 3, "warps_n": 4}     # 192 x 128 tiles: conv3_x N=32 in one wave
+GROUPS_TALL = {"block_m": 256, "block_n": 128, "warps_m": 4}   # wgmma: 4 warpgroups of 64 x 128
+GROUP_SMALL = {"block_m": 64, "block_n": 128, "warps_m": 1}    # wgmma: one warpgroup of 64 x 128
 
 
 def half_op(case: str) -> lo.Op:
@@ -55,10 +59,10 @@ def half_op(case: str) -> lo.Op:
     return type(layer)(**{**layer.arguments, "dtype": "float16"})
 
 
-def filling_split(op: lo.Op, tiles: dict) -> int:
-    """The split-K count that brings the blocks of ``gpu_mma(op, **tiles)`` to about one per SM (at
+def filling_split(op: lo.Op, tiles: dict, preset: str = "gpu_mma") -> int:
+    """The split-K count that brings the blocks of ``preset(op, **tiles)`` to about one per SM (at
     most one reduction step per block)."""
-    schedule = TENSOR_PRESETS["gpu_mma"](op, **tiles)
+    schedule = TENSOR_PRESETS[preset](op, **tiles)
     blocks = math.prod(loop.extent for loop in schedule.bound_loops if loop.axis.startswith("block."))
     steps = math.prod(loop.extent for loop in schedule.loops[:schedule.position(schedule.stages[0][1]) + 1]
                       if not loop.axis)
@@ -69,15 +73,29 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) pairs timed for ``case``."""
     deep = {"depth": 64, "stages": 3}
     if case == "gemm4096":
-        return [("gpu_wmma", {}), ("gpu_mma", {}), ("gpu_mma", deep), ("gpu_mma", TALL), ("gpu_mma", LONG),
-                ("gpu_mma", TALL | {"stages": 3}), ("gpu_mma", LONG | deep)]
+        return [("gpu_mma", {}), ("gpu_mma", LONG | deep),
+                *(("gpu_wgmma", tiles) for tiles in ({}, {"stages": 3}, {"depth": 32, "stages": 6},
+                                                      {"depth": 32, "stages": 8}, GROUPS_TALL,
+                                                      GROUPS_TALL | {"depth": 32, "stages": 6},
+                                                      {"block_n": 128},
+                                                      {"block_n": 128, "depth": 32}))]
+    if case == "bert":
+        return [("gpu_mma", {"split_k": 16}),
+                *(("gpu_wgmma", tiles | {"split_k": parts}) for tiles in ({}, {"block_n": 128}, GROUP_SMALL)
+                  for parts in sorted({1, filling_split(op, tiles, "gpu_wgmma"),
+                                       2 * filling_split(op, tiles, "gpu_wgmma")}))]
     if case.endswith(".n32"):
-        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, TALL, THIRDS)
-                                      for extra in ({}, deep, {"split_k": 2}, {"split_k": 3}))]
+        return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
+                                      for extra in ({}, deep, {"split_k": 2})),
+                *(("gpu_wgmma", tiles | extra) for tiles in ({}, GROUPS_TALL, GROUP_SMALL)
+                  for extra in ({}, {"stages": 3}, {"split_k": 2}))]
     chosen = [("gpu_wmma", WIDE)]
     for tiles in ({}, WIDE, SMALL):
         fill = filling_split(op, tiles)
         chosen += [("gpu_mma", tiles | {"split_k": parts}) for parts in sorted({1, fill, 2 * fill})]
+    for tiles in ({}, GROUP_SMALL):
+        fill = filling_split(op, tiles, "gpu_wgmma")
+        chosen += [("gpu_wgmma", tiles | {"split_k": parts}) for parts in sorted({1, fill, 2 * fill})]
     return chosen
 
 
@@ -147,7 +165,7 @@ def build_all(schedules: list[lo.Schedule]) -> None:
     """Every schedule's kernel built into the cache, nvcc running on all cores."""
     arch = device.arch()
     with ThreadPoolExecutor() as pool:
-        list(pool.map(lambda s: toolchain.build(print_kernel(s).source, arch), schedules))
+        list(pool.map(lambda s: toolchain.build(print_kernel(s).source, build_arch(s, arch)), schedules))
 
 
 def bench(cases: list[str]) -> list[dict]:

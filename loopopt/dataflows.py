@@ -14,12 +14,13 @@ position (``ow``) is "the output column", ``channel_dim`` the output channels (`
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 
 from .expr import Var
 from .layout import moved_last
 from .ops import Op
-from .schedule import Schedule, ScheduleError
+from .schedule import Schedule, ScheduleError, matrix_instruction
 from .winograd import AnyPlan, plan
 
 LANES = 16
@@ -417,21 +418,42 @@ def _reduction_channel_last(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def _fragments(extent: int) -> int:
-    """The 16-element fragments that cover ``extent``."""
-    return -(-extent // 16)
+def _fragments(extent: int, size: int = 16) -> int:
+    """The fragments of ``size`` elements that cover ``extent``."""
+    return -(-extent // size)
 
 
-def _split_tile(schedule: Schedule, loop: str, block: int, warps: int) -> tuple[Schedule, list[str]]:
-    """``loop`` as blocks of about ``block`` (a multiple of 16 x ``warps``; a shorter loop takes fewer
-    warps and a block of its extent rounded up to them), warps, fragments and the 16 of a fragment:
-    the four loops' names, outer to inner."""
-    fragments = _fragments(schedule.loop(loop).extent)
+def clamp_tile(extent: int, block: int, warps: int, size: int) -> tuple[int, int]:
+    """A tile of about ``block`` rows of fragments of ``size`` over ``warps`` warps, clamped to a loop
+    of ``extent``: (the block's rows, a multiple of ``size`` x warps; the warps), a shorter loop taking
+    fewer warps and a block of its extent rounded up to them."""
+    fragments = _fragments(extent, size)
     warps = max(1, min(warps, fragments))
-    per_warp = -(-min(block // 16, fragments) // warps)
-    block = 16 * warps * per_warp
-    schedule = schedule.split(loop, block).split(f"{loop}_i", block // warps).split(f"{loop}_i_i", 16)
+    per_warp = -(-min(max(1, block // size), fragments) // warps)
+    return size * warps * per_warp, warps
+
+
+def _split_tile(schedule: Schedule, loop: str, block: int, warps: int,
+                size: int) -> tuple[Schedule, list[str]]:
+    """``loop`` as blocks of about ``block`` (``clamp_tile``), warps, fragments and the ``size`` of a
+    fragment: the four loops' names, outer to inner."""
+    block, warps = clamp_tile(schedule.loop(loop).extent, block, warps, size)
+    schedule = schedule.split(loop, block).split(f"{loop}_i", block // warps).split(f"{loop}_i_i", size)
     return schedule, [f"{loop}_o", f"{loop}_i_o", f"{loop}_i_i_o", f"{loop}_i_i_i"]
+
+
+def _matrix_dims(op: Op, preset: str) -> tuple[list[str], list[str]]:
+    """The output dims of ``op`` as an implicit GEMM's M (those the first input moves with) and N;
+    ScheduleError where either is empty (not rows x columns)."""
+    first = op.inputs[0]
+    reads = {v for e in op.index(first) for v in e.variables()}
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+    m_dims, n_dims = [d for d in outputs if d in reads], [d for d in outputs if d not in reads]
+    if not m_dims or not n_dims:
+        raise ScheduleError(f"{preset}: {op!r} is not a matrix product: every output dim moves "
+                            f"{'' if m_dims else 'no '}input {first} (a grouped conv's or a batched "
+                            f"matmul's inputs share output dims), so no tile of outputs is rows x columns")
+    return m_dims, n_dims
 
 
 def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
@@ -451,15 +473,12 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     output tiles launch too few blocks."""
     if split_k < 1:
         raise ScheduleError(f"gpu_wmma: split_k={split_k!r}; choose 1 (no split) or more blocks per tile")
+    try:
+        entry = matrix_instruction(instruction)
+    except ValueError as err:
+        raise ScheduleError(f"gpu_wmma: {err}") from None
     schedule = _reduction_channel_last(Schedule(op))
-    first = op.inputs[0]
-    reads = {v for e in op.index(first) for v in e.variables()}
-    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
-    m_dims, n_dims = [d for d in outputs if d in reads], [d for d in outputs if d not in reads]
-    if not m_dims or not n_dims:
-        raise ScheduleError(f"gpu_wmma: {op!r} is not a matrix product: every output dim moves "
-                            f"{'' if m_dims else 'no '}input {first} (a grouped conv's or a batched "
-                            f"matmul's inputs share output dims), so no tile of outputs is rows x columns")
+    m_dims, n_dims = _matrix_dims(op, "gpu_wmma")
     channel = op.reduction_channel_dim
     others = [d for d in op.dim_names if d in op.reduction_dims and d != channel]
     schedule = schedule.reorder(*m_dims, *n_dims, *others, channel)
@@ -467,10 +486,10 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
         if len(dims) > 1:
             schedule = _fused(schedule, tuple(dims), name)
     m, n = (dims[0] if len(dims) == 1 else name for dims, name in ((m_dims, "m"), (n_dims, "n")))
-    schedule, (m_block, m_warp, m_frag, i) = _split_tile(schedule, m, block_m, warps_m)
-    schedule, (n_block, n_warp, n_frag, j) = _split_tile(schedule, n, block_n, warps_n)
-    depth = min(depth, _fragments(schedule.loop(channel).extent) * 16)
-    schedule = schedule.split(channel, depth).split(f"{channel}_i", 16)
+    schedule, (m_block, m_warp, m_frag, i) = _split_tile(schedule, m, block_m, warps_m, entry.m)
+    schedule, (n_block, n_warp, n_frag, j) = _split_tile(schedule, n, block_n, warps_n, entry.n)
+    depth = min(depth, _fragments(schedule.loop(channel).extent, entry.k) * entry.k)
+    schedule = schedule.split(channel, depth).split(f"{channel}_i", entry.k)
     c_step, c_inner, k = f"{channel}_o", f"{channel}_i_o", f"{channel}_i_i"
     schedule = schedule.reorder(m_block, n_block, m_warp, n_warp, *others, c_step, c_inner, m_frag, n_frag,
                                 i, j, k)
@@ -493,4 +512,27 @@ def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, wa
     return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, MMA, stages, split_k)
 
 
-TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma)})
+def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
+    """The ``wgmma_m64nNk16_f16_f32`` entry of a block of ``block_n`` columns over ``warps_n``
+    warpgroups on an op of ``columns`` (N): the narrowest N of 64, 128, 256 that covers a group's
+    columns (256 beyond: more fragments)."""
+    group = -(-min(block_n, columns) // max(1, warps_n))
+    width = next((n for n in (64, 128) if group <= n), 256)
+    return f"wgmma_m64n{width}k16_f16_f32"
+
+
+def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
+              depth: int = 64, stages: int = 4, split_k: int = 1) -> Schedule:
+    """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
+    iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
+    64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
+    need; both inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through
+    matrix descriptors, the copies of the next ``stages - 2`` steps in flight while a step's products
+    run (``stages`` >= 3)."""
+    _, n_dims = _matrix_dims(op, "gpu_wgmma")
+    columns = math.prod(op.extent(d) for d in n_dims)
+    entry = wgmma_instruction(columns, block_n, warps_n)
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k)
+
+
+TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})

@@ -80,6 +80,13 @@ class Fuse:
     inner_extent: int
 
 
+def matrix_instruction(name: str):
+    """The cuda target's matrix-instruction entry ``name`` (``tensorize``; ValueError naming the
+    known ones)."""
+    from .targets.registry import target  # lazy facade: the table is the cuda target's
+    return target("cuda").matrix_instruction(name)
+
+
 @dataclass(frozen=True)
 class Step:
     """One primitive application, kept to print and to save a schedule."""
@@ -562,9 +569,8 @@ class Schedule:
         input's tiles from shared memory (``stage`` both inputs at one reduction loop) and runs one
         warp per bound ``warp.x|y`` iteration."""
         step = Step("tensorize", (i, j, k, instruction))
-        from .targets.registry import target  # lazy facade: the table is the cuda target's
         try:
-            entry = target("cuda").matrix_instruction(instruction)
+            entry = matrix_instruction(instruction)
         except ValueError as err:
             raise ScheduleError(f"{step}: {err}") from None
         if self.op.dtype != entry.inputs:

@@ -13,7 +13,7 @@ from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wmma
+from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wgmma, gpu_wmma, wgmma_instruction
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
@@ -80,7 +80,8 @@ def test_tensorize_records_the_three_loops_and_the_instruction():
 
 @pytest.mark.parametrize("make, message", [
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", "mma_m8n8k4"),
-     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32"),
+     r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32, "
+     r"wgmma_m64n64k16_f16_f32, wgmma_m64n128k16_f16_f32, wgmma_m64n256k16_f16_f32"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).tensorize("i_i", "j_i", "k_i", WMMA),
      r"multiplies float16 inputs; Matmul\(.*\) is float32 \(build the op with dtype='float16'\)"),
     (lambda: lo.Schedule(HALF_MATMUL).split("i", 8).split("j", 16).split("k", 16)
@@ -117,8 +118,14 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
     (lambda: gpu_mma(lo.Matmul(256, 256, 64, dtype="float16"), depth=64, stages=8),
-     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 halves\); at most 232448: tile smaller or "
-     r"fewer stages"),
+     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 \+ 256 halves\); at most 232448: tile "
+     r"smaller or fewer stages"),
+    (lambda: gpu_wgmma(HALF_MATMUL, stages=2),
+     r"wgmma_m64n64k16_f16_f32 runs behind its threads: .* needs 3 or more buffers, not stages=2"),
+    (lambda: gpu_wgmma(lo.Matmul(1024, 256, 64, dtype="float16"), block_m=1024, warps_m=16, depth=16,
+                       stages=3),
+     r"a block of 16 issuing groups of 128 threads \(wgmma_m64n256k16_f16_f32\) has 2048 threads; CUDA "
+     r"allows at most 1024"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).split("k", 8).bind("i", "thread.x").split_k("k_o"),
      r"split_k\('k_o'\) needs a tensorized schedule"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "thread.x").stage("A", "k", stages=2),
@@ -198,9 +205,33 @@ def test_the_instruction_table_names_its_architecture_and_both_spellings():
         16, 16, 16, "float16", "float32", "sm_70")
     assert "mma_sync" in entry.cuda.mma and "lo_q" in entry.scalar.mma
     entry = INSTRUCTIONS[MMA]
-    assert (entry.m, entry.n, entry.k, entry.arch, entry.tile_elements) == (16, 16, 16, "sm_80", 256)
+    assert (entry.m, entry.n, entry.k, entry.arch, entry.a_tile_elements) == (16, 16, 16, "sm_80", 256)
     assert "LO_LDSM_X4" in entry.cuda.load_a and "ldmatrix" in entry.header
     assert "LO_TILE" in entry.scalar.load_b
+
+
+def test_the_wgmma_entries_issue_by_warpgroup_from_descriptors_of_swizzled_tiles():
+    for n in (64, 128, 256):
+        entry = INSTRUCTIONS[f"wgmma_m64n{n}k16_f16_f32"]
+        assert (entry.m, entry.n, entry.k, entry.arch, entry.lanes, entry.asynchronous) == (
+            64, n, 16, "sm_90a", 128, True)
+        assert (entry.a_tile_elements, entry.b_tile_elements) == (1024, 16 * n)
+        assert entry.tile == INSTRUCTIONS[MMA].tile
+        assert f"m64n{n}k16.f32.f16.f16" in entry.header and "wgmma.wait_group" in entry.cuda.retire
+    assert not INSTRUCTIONS[MMA].asynchronous
+    assert [wgmma_instruction(columns, 256, 2) for columns in (40, 200, 300, 4096)] == [
+        f"wgmma_m64n{n}k16_f16_f32" for n in (64, 128, 128, 128)]
+
+
+def test_the_swizzled_tile_is_wgmma_s_32_byte_swizzle():
+    """The mma and wgmma tiles' LO_TILE is the 32-byte swizzle wgmma's descriptors name (layout type
+    3): byte ``row * 32 + 2 col`` with bit 4 XORed with bit 7, on a 64-row tile."""
+    tile = INSTRUCTIONS[MMA].tile.partition("LO_TILE(row, col) ")[2]
+    for row in range(64):
+        for col in range(16):
+            byte = row * 32 + 2 * col
+            expected = byte ^ ((byte >> 7 & 1) << 4)
+            assert 2 * eval(tile.replace("row", str(row)).replace("col", str(col))) == expected
 
 
 def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
@@ -222,12 +253,17 @@ def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
 _WMMA_RELU = ("wmma default relu", lambda op: gpu_wmma(op).clip(low=0.0))
 _MMA_SPLIT = ("mma small split_k=2", lambda op: gpu_mma(op, **SMALL_TILES, split_k=2))
 _WMMA_CLIP = ("wmma small clip", lambda op: gpu_wmma(op, **SMALL_TILES).clip(-1.0, 6.0))
+_WGMMA_SPLIT = ("wgmma small split_k=2", lambda op: gpu_wgmma(op, **SMALL_TILES, split_k=2))
+_WGMMA_TALL = ("wgmma tall relu", lambda op: gpu_wgmma(op, block_m=128, block_n=128, warps_m=1, warps_n=2,
+                                                       depth=48, stages=3).clip(low=0.0))
 _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
 
 
 @pytest.mark.parametrize("op, make", [
     pytest.param(op, make, id=f"{op!r}-{name}", marks=() if quick else pytest.mark.slow)
     for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, True),
+                                    (HALF_CONV, _WGMMA_SPLIT, True), (lo.Matmul(150, 70, 60, dtype="float16"),
+                                                                       _WGMMA_TALL, False),
                                     (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
                                     (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])
@@ -246,8 +282,8 @@ def _check_emulated(op, make_tiles):
     assert excess <= 0, largest
 
 
-TILES = st.tuples(st.sampled_from([gpu_wmma, gpu_mma]),
-                  st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 2},
+TILES = st.tuples(st.sampled_from([gpu_wmma, gpu_mma, gpu_wgmma]),
+                  st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 3},
                                    {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
                                    {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48,
                                     "split_k": 2}]))
@@ -258,15 +294,45 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
                                       gemm_ops(max_mn=40, max_k=50, dtype="float16")), TILES)
 
 
+def _wrong_stride(entry):
+    return replace(entry, host_header=entry.host_header.replace("(256 >> 4) << 32", "(512 >> 4) << 32"))
+
+
+def _wide_swizzle(entry):
+    return replace(entry, host_header=entry.host_header.replace("3ull << 62", "1ull << 62"))
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(lambda entry: replace(entry, tile="#define LO_TILE(row, col) ((row) * 16 + (col))"),
+                 id="tile unswizzled"),
+    pytest.param(_wrong_stride, id="stride 512", marks=pytest.mark.slow),
+    pytest.param(_wide_swizzle, id="128-byte swizzle", marks=pytest.mark.slow)])
+def test_the_wgmma_emulation_reads_the_tiles_as_the_descriptors_say(monkeypatch, mutate):
+    """A tile laid out otherwise than its descriptor says (the copies' LO_TILE, the descriptor's
+    stride or swizzle) reads wrong elements in the emulation: the sums miss the reference."""
+    name = "wgmma_m64n64k16_f16_f32"
+    monkeypatch.setitem(INSTRUCTIONS, name, mutate(INSTRUCTIONS[name]))
+    largest, excess = _emulated_error(gpu_wgmma(HALF_MATMUL))
+    assert excess > 0.1, largest
+
+
+def test_wgmma_is_refused_off_hopper_before_nvcc_runs():
+    with pytest.raises(ScheduleError, match=r"wgmma_m64n64k16_f16_f32 needs sm_90a; the kernel is built for "
+                                            r"sm_80"):
+        gpu_wgmma(HALF_MATMUL).compile(target="cuda", isa="sm_80")
+
+
 # --- compile-only builds -------------------------------------------------------------------------
 
 @pytest.mark.slow        # nvcc builds: the quick tier builds one kernel (test_cuda_target.py)
 @needs_nvcc
 @pytest.mark.parametrize("schedule, expected", [
-    (lambda: gpu_mma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["LDSM.16.M88.4"]),
+    (lambda: gpu_mma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HMMA.16816.F32", "LDSM.16.M88.4"]),
     (lambda: gpu_wmma(lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=1, dtype="float16"),
-                      split_k=4), ["REDG.E.ADD.F32"])], ids=["gemm4096 mma", "conv2_x.n1 wmma split_k"])
-def test_tensor_kernels_build_for_sm_90_with_hmma_and_no_spills(schedule, expected):
+                      split_k=4), ["HMMA.16816.F32", "REDG.E.ADD.F32"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HGMMA.64x256x16.F32"])],
+    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma"])
+def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
     cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
@@ -276,7 +342,7 @@ def test_tensor_kernels_build_for_sm_90_with_hmma_and_no_spills(schedule, expect
                     "the SASS is unchecked")
     sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
                           text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
-    assert "HMMA.16816.F32" in sass and "LDGSTS.E.BYPASS.128" in sass
+    assert "LDGSTS.E.BYPASS.128" in sass
     assert all(instruction in sass for instruction in expected), expected
     assert "LDL" not in sass and "STL" not in sass
 

@@ -1,13 +1,14 @@
 """The cuda target's tensor-core kernels (``gpu_wmma``, ``gpu_mma``) on an NVIDIA GPU (``-m gpu``;
 skipped with the reason where there is none): float16 inputs, float32 sums, against the reference of
 the half-rounded inputs, over tails, padding, stride, dilation, batch, bias and scales, with and
-without split-K."""
+without split-K; ``gpu_wgmma`` on Hopper only."""
 import pytest
 from test_cuda_gpu import needs_gpu
 
 import loopopt as lo
-from loopopt.dataflows import gpu_mma, gpu_wmma
+from loopopt.dataflows import gpu_mma, gpu_wgmma, gpu_wmma
 from loopopt.measure import verify
+from loopopt.targets.cuda import device
 
 pytestmark = pytest.mark.gpu
 
@@ -23,12 +24,18 @@ VARIANTS = {"wmma": lambda op: gpu_wmma(op),
             "wmma small relu6": lambda op: gpu_wmma(op, **SMALL).clip(0.0, 6.0),
             "mma": lambda op: gpu_mma(op), "mma small split_k=3": lambda op: gpu_mma(op, **SMALL, split_k=3),
             "mma split_k=2 stages=2": lambda op: gpu_mma(op, split_k=2, stages=2),
-            "mma relu": lambda op: gpu_mma(op).clip(low=0.0)}
+            "mma relu": lambda op: gpu_mma(op).clip(low=0.0),
+            "wgmma": lambda op: gpu_wgmma(op),
+            "wgmma small split_k=3": lambda op: gpu_wgmma(op, **SMALL, split_k=3),
+            "wgmma tall stages=3 relu": lambda op: gpu_wgmma(op, block_m=256, block_n=128, warps_m=4,
+                                                             stages=3).clip(low=0.0)}
 
 
 @needs_gpu
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("op", OPS, ids=repr)
 def test_tensor_kernels_match_the_reference_on_the_gpu(op, variant):
+    if variant.startswith("wgmma") and device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
     ok, error = verify(VARIANTS[variant](op).compile(target="cuda"), seed=11)
     assert ok, error

@@ -30,6 +30,12 @@ class FragmentCode:
     load_b: str
     mma: str               # {acc} += {a} x {b}
     store: str             # tile {ptr}, {ld} (float) <- {acc}
+    # An asynchronous instruction's statements around a pipeline step's products (none: synchronous).
+    publish: str = ""      # after a step's copies landed, before the barrier: visible to the instruction
+    begin: str = ""        # before a step's products
+    end: str = ""          # after them: the step's products form one group
+    retire: str = ""       # after the next step's copies are issued: every group but the last done
+    drain: str = ""        # before the epilogue: every group done
 
 
 @dataclass(frozen=True)
@@ -44,14 +50,39 @@ class MatrixInstruction:
     accumulator: str
     arch: str              # the oldest architecture that has it (sm_XY)
     header: str            # what the CUDA source includes (and defines) for it
-    tile_elements: int     # halves of shared memory per input tile (m x k and its padding)
+    row_elements: int      # halves of shared memory per input tile row (k and its padding)
     tile: str              # #define LO_TILE(row, col): an element's offset in its input tile
     cuda: FragmentCode
     scalar: FragmentCode
+    lanes: int = 32        # the threads that issue it together: a warp, or a warpgroup of four
+    tile_alignment: int = 128       # bytes each tile's start is aligned to (a swizzle's repeat)
+    group_sync: str = "__syncwarp();"   # the lanes of one instruction meet (the epilogue's scratch)
+    host_header: str = ""  # what the host emulation defines for the scalar spelling
 
     @property
     def fragment_elements(self) -> int:
         return self.m * self.n
+
+    @property
+    def a_tile_elements(self) -> int:
+        """Halves of shared memory per ``m x k`` tile of A."""
+        return self.m * self.row_elements
+
+    @property
+    def b_tile_elements(self) -> int:
+        """Halves of shared memory per ``n x k`` tile of B."""
+        return self.n * self.row_elements
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether its products run behind the issuing threads (``wgmma.mma_async``)."""
+        return bool(self.cuda.end)
+
+    def runs_on(self, arch: str) -> bool:
+        """Whether ``arch`` (``sm_XY``) has it: an ``sm_XYa`` entry only that exact architecture."""
+        if self.arch.endswith("a"):
+            return arch == self.arch[:-1]
+        return int(arch[3:]) >= int(self.arch[3:])
 
 
 _WMMA = "nvcuda::wmma::"
@@ -85,7 +116,7 @@ _HEADER = "#include <cuda_fp16.h>\n#include <cuda_pipeline.h>"
 _PADDED_ROW = 16 + 8       # WMMA tiles: 8 halves of padding after each row against bank conflicts
 WMMA_F16_F32 = MatrixInstruction(
     name="wmma_m16n16k16_f16_f32", m=16, n=16, k=16, inputs="float16", accumulator="float32", arch="sm_70",
-    header="#include <mma.h>\n" + _HEADER, tile_elements=16 * _PADDED_ROW,
+    header="#include <mma.h>\n" + _HEADER, row_elements=_PADDED_ROW,
     tile=f"#define LO_TILE(row, col) ((row) * {_PADDED_ROW} + (col))",
     cuda=FragmentCode(
         half="__half",
@@ -117,10 +148,14 @@ _MMA_MACROS = r"""
 #define LO_MMA_STORE(p, ld, d) for (int lo_h = 0; lo_h < 2; ++lo_h) for (int lo_r = 0; lo_r < 2; ++lo_r) { \
     float *lo_row = (p) + (LO_LANE / 4 + 8 * lo_r) * (ld) + 8 * lo_h + 2 * (LO_LANE % 4); \
     lo_row[0] = (d)[4 * lo_h + 2 * lo_r]; lo_row[1] = (d)[4 * lo_h + 2 * lo_r + 1]; }"""
+# Rows of 32 bytes (16 halves of k) whose two 16-byte halves swap on every other group of four rows:
+# the rows one ldmatrix phase reads hit all 32 banks, and it is wgmma's 32-byte swizzle (the address's
+# bit 4 XOR its bit 7) of a tile starting on 256 bytes.
+_SWIZZLED_32B = ("#define LO_TILE(row, col) ((row) * 16 + ((((col) >> 3) ^ (((row) >> 2) & 1)) << 3) "
+                 "+ ((col) & 7))")
 MMA_F16_F32 = MatrixInstruction(
     name="mma_m16n8k16_f16_f32", m=16, n=16, k=16, inputs="float16", accumulator="float32", arch="sm_80",
-    header=_HEADER + _MMA_MACROS, tile_elements=16 * 16,
-    tile="#define LO_TILE(row, col) ((row) * 16 + ((((col) >> 3) ^ (((row) >> 2) & 1)) << 3) + ((col) & 7))",
+    header=_HEADER + _MMA_MACROS, row_elements=16, tile=_SWIZZLED_32B,
     cuda=FragmentCode(
         half="__half",
         declare_a="unsigned {name}[{count}][4];",
@@ -133,7 +168,101 @@ MMA_F16_F32 = MatrixInstruction(
         store="LO_MMA_STORE({ptr}, {ld}, {acc});"),
     scalar=_scalar("LO_TILE(lo_e / 16, lo_e % 16)", "LO_TILE(lo_e % 16, lo_e / 16)"))
 
-INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32)}
+
+# wgmma.mma_async m64nNk16 (sm_90a) through inline PTX: a warpgroup's 128 threads issue it together;
+# A (64 x 16) and B (N x 16) are read by the tensor cores from shared memory through 64-bit matrix
+# descriptors (PTX ISA, "Matrix Descriptor Format": start address >> 4 in bits 0-13, the leading
+# byte offset >> 4 in 16-29 (unused by a K-major swizzled tile: 1), the stride byte offset >> 4 in
+# 32-45 (between groups of eight rows: 256 bytes here), the layout type in 62-63 (3: 32-byte swizzle)).
+# Both tiles are K-major (imm-trans 0), laid out by _SWIZZLED_32B. The accumulator: N/2 floats per
+# thread, warp w of the group holding rows 16 w + l / 4 and + 8 (l its lane), columns 8 c + 2 (l % 4)
+# and + 1 of each group c of eight columns ("Matrix Fragments for wgmma.mma_async .m64nNk16").
+WGMMA_N = (64, 128, 256)     # the widths the presets and the search use
+_DESCRIPTOR = ("#define LO_DESCRIPTOR(address) ((((unsigned long long) (address) & 0x3FFFF) >> 4) "
+               "| (1ull << 16) | ((unsigned long long) (256 >> 4) << 32) | (3ull << 62))")
+_WGMMA_MACROS = _DESCRIPTOR + r"""
+#define LO_LANE ((int) (threadIdx.x & 127))
+#define LO_DESC(p) LO_DESCRIPTOR(__cvta_generic_to_shared(p))
+#define LO_GROUP_SYNC() asm volatile("bar.sync %0, 128;" \
+    :: "r"(1 + (int) (threadIdx.x + blockDim.x * threadIdx.y) / 128) : "memory")
+#define LO_WGMMA_STORE(p, ld, d, n) _Pragma("unroll") for (int lo_c = 0; lo_c < (n) / 8; ++lo_c) \
+    _Pragma("unroll") for (int lo_r = 0; lo_r < 2; ++lo_r) { \
+    float *lo_row = (p) + (LO_LANE / 32 * 16 + LO_LANE % 32 / 4 + 8 * lo_r) * (ld) \
+        + 8 * lo_c + 2 * (LO_LANE % 4); \
+    lo_row[0] = (d)[4 * lo_c + 2 * lo_r]; lo_row[1] = (d)[4 * lo_c + 2 * lo_r + 1]; }"""
+# The host's meaning of one wgmma from the descriptors alone: element (row, k) of an operand lies at
+# byte start + row / 8 * stride + row % 8 * width + 2 k, width the swizzle's row (32, 64 or 128 bytes
+# for layout types 3, 2, 1), whose 16-byte chunk bits are XORed with the address's bits from bit 7:
+# a tile that the copies laid out otherwise than the descriptor says reads wrong values here.
+_WGMMA_HOST = _DESCRIPTOR + r"""
+#define LO_DESC(p) LO_DESCRIPTOR(((p) - lo_smem_h) * 2)
+static float lo_operand(const float *smem, unsigned long long d, int row, int k)
+{
+    unsigned start = (unsigned) (d & 0x3FFF) << 4, stride = (unsigned) (d >> 32 & 0x3FFF) << 4;
+    unsigned width = 16u << (4 - (unsigned) (d >> 62));
+    unsigned at = start + row / 8 * stride + row % 8 * width + 2 * k;
+    at ^= (at >> 7 & (width / 16 - 1)) << 4;
+    return smem[at / 2];
+}
+static void lo_wgmma(float *acc, const float *smem, unsigned long long da, unsigned long long db, int n)
+{
+    for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < n; ++c)
+            for (int q = 0; q < 16; ++q)
+                acc[r * n + c] += lo_operand(smem, da, r, q) * lo_operand(smem, db, c, q);
+}"""
+
+
+def _asm(statement: str) -> str:
+    return f'asm volatile("{statement};" ::: "memory");'
+
+
+def _wgmma_macro(n: int) -> str:
+    """``LO_WGMMA(d, da, db)``: ``d`` (n / 2 floats) += A(da) x B(db), both K-major."""
+    regs = n // 2
+    outputs = ", ".join(f'"+f"((d)[{r}])' for r in range(regs))
+    accumulators = ", ".join(f"%{r}" for r in range(regs))
+    return (f'#define LO_WGMMA(d, da, db) asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; '
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{accumulators}}}, %{regs}, %{regs + 1}, '
+            f'p, 1, 1, 0, 0; }}" : {outputs} : "l"(da), "l"(db), "r"(1))')
+
+
+def _wgmma(n: int) -> MatrixInstruction:
+    each = f"for (int lo_e = 0; lo_e < {64 * n}; ++lo_e) "
+    return MatrixInstruction(
+        name=f"wgmma_m64n{n}k16_f16_f32", m=64, n=n, k=16, inputs="float16", accumulator="float32",
+        arch="sm_90a", header=_HEADER + "\n" + _WGMMA_MACROS + "\n" + _wgmma_macro(n), row_elements=16,
+        tile=_SWIZZLED_32B, lanes=128, tile_alignment=256, group_sync="LO_GROUP_SYNC();",
+        host_header=_WGMMA_HOST,
+        cuda=FragmentCode(
+            half="__half",
+            declare_a="unsigned long long {name}[{count}];",
+            declare_b="unsigned long long {name}[{count}];",
+            declare_acc=f"float {{name}}[{{count}}][{n // 2}];",
+            fill=f"for (int lo_e = 0; lo_e < {n // 2}; ++lo_e) {{acc}}[lo_e] = 0.0f;",
+            load_a="{a} = LO_DESC({ptr});",
+            load_b="{b} = LO_DESC({ptr});",
+            mma="LO_WGMMA({acc}, {a}, {b});",
+            store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});",
+            publish=_asm("fence.proxy.async.shared::cta"),
+            begin=_asm("wgmma.fence.sync.aligned"),
+            end=_asm("wgmma.commit_group.sync.aligned"),
+            retire=_asm("wgmma.wait_group.sync.aligned 1"),
+            drain=_asm("wgmma.wait_group.sync.aligned 0")),
+        scalar=FragmentCode(
+            half="float",
+            declare_a="unsigned long long {name}[{count}];",
+            declare_b="unsigned long long {name}[{count}];",
+            declare_acc=f"float {{name}}[{{count}}][{64 * n}];",
+            fill=each + "{acc}[lo_e] = 0.0f;",
+            load_a="{a} = LO_DESC({ptr});",
+            load_b="{b} = LO_DESC({ptr});",
+            mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
+            store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];"))
+
+
+WGMMA_F16_F32 = {n: _wgmma(n) for n in WGMMA_N}
+INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32, *WGMMA_F16_F32.values())}
 
 
 def instruction(name: str) -> MatrixInstruction:

@@ -2,11 +2,12 @@
 construction, ranked by a cost model of waves, occupancy and bytes moved per level.
 
 Candidates: a float32 op's SIMT presets (``gpu_tiled``, ``gpu_staged``: threads and register blocks,
-the staged step's depth); a float16 op's tensor-core presets (``gpu_mma`` on ``sm_80`` and newer,
-``gpu_wmma``: block and warp tiles, depth, stages, split-K). Each knob is clamped to the op as the
+the staged step's depth); a float16 op's tensor-core presets (``gpu_wgmma`` on ``sm_90``, ``gpu_mma``
+on ``sm_80`` and newer, ``gpu_wmma``: block and warp (warpgroup) tiles, depth, stages, split-K). Each
+knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
-``MAX_ACCUMULATORS`` accumulator registers per thread (spills).
+``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
 
 The cost model (``Gpu``: the device's multiprocessors and clock where a GPU is present, else the
 architecture's data-centre part, ``ARCH``): blocks are resident ``occupancy`` at a time per SM (shared
@@ -26,13 +27,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import cache
 
-from ...dataflows import gpu_mma, gpu_rows, gpu_staged, gpu_tiled, gpu_wmma
+from ...dataflows import (
+    clamp_tile,
+    gpu_mma,
+    gpu_rows,
+    gpu_staged,
+    gpu_tiled,
+    gpu_wgmma,
+    gpu_wmma,
+    wgmma_instruction,
+)
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import Schedule
 from ..search import Candidate, SearchRules
 from . import device
-from .instructions import MMA_F16_F32, WMMA_F16_F32
+from .instructions import MMA_F16_F32, WGMMA_F16_F32, WMMA_F16_F32, MatrixInstruction, instruction
 from .target import SHARED_BYTES_PER_BLOCK
 
 WARP = 32
@@ -69,13 +79,20 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_86": Arch(72, 1695, 100 * 1024, 1536, 0.6e12, 512),
         "sm_80": Arch(108, 1410, 164 * 1024, 2048, 2.0e12, 2048),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
-TENSOR_PRESETS = {"gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
-PRESET_INSTRUCTIONS = {"gpu_mma": MMA_F16_F32, "gpu_wmma": WMMA_F16_F32}   # each tensor preset's entry
+TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
+# each tensor preset's entry (gpu_wgmma's N follows its tiles: ``preset_instruction``)
+PRESET_INSTRUCTIONS = {"gpu_wgmma": WGMMA_F16_F32[256], "gpu_mma": MMA_F16_F32,
+                       "gpu_wmma": WMMA_F16_F32}
+# The share of the architecture's tensor rate a warp-synchronous instruction reaches where an
+# asynchronous one exists: on Hopper mma.sync issues at about two thirds of wgmma's rate (an estimate;
+# the 4096^3 GEMM measured 240 TFLOP/s on mma.sync against cuBLAS's wgmma at 766 on the H200).
+SYNC_TENSOR_SHARE = {"sm_90": 0.65}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
 BLOCKS = (32, 64, 128, 256)
 WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
 DEPTHS = (32, 64)
-STAGES = {"gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}   # deeper rings first: they win ties
+# deeper rings first: they win ties
+STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
 SPLITS = (1, 2, 4, 8, 16)
 THREADS_X, THREADS_Y, REGS, SIMT_DEPTHS = (8, 16, 32), (4, 8, 16), (1, 2, 4, 8), (8, 16, 32)
 
@@ -124,8 +141,15 @@ class TensorKnobs:
         return self.block_n
 
     @property
+    def instruction(self) -> MatrixInstruction:
+        """The entry the preset tensorizes onto (gpu_wgmma's N from its clamped block)."""
+        if self.preset == "gpu_wgmma":
+            return instruction(wgmma_instruction(self.block_n, self.block_n, self.warps_n))
+        return PRESET_INSTRUCTIONS[self.preset]
+
+    @property
     def threads(self) -> int:
-        return WARP * self.warps_m * self.warps_n
+        return self.instruction.lanes * self.warps_m * self.warps_n
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -203,16 +227,8 @@ def _product(op: Op, dims: Sequence[str]) -> int:
     return math.prod(op.extent(d) for d in dims)
 
 
-def _fragments(extent: int) -> int:
-    return -(-extent // 16)
-
-
-def _clamp_tile(extent: int, block: int, warps: int) -> tuple[int, int]:
-    """A tile of ``block`` rows over ``warps`` warps as ``dataflows.gpu_wmma`` clamps it to ``extent``."""
-    fragments = _fragments(extent)
-    warps = max(1, min(warps, fragments))
-    per_warp = -(-min(block // 16, fragments) // warps)
-    return 16 * warps * per_warp, warps
+def _fragments(extent: int, size: int) -> int:
+    return -(-extent // size)
 
 
 def _matrix(op: Op) -> tuple[int, int, int, int] | None:
@@ -242,14 +258,16 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     if matrix is None:
         return []
     m, n, channels, others = matrix
-    presets = [p for p in TENSOR_PRESETS if int(arch[3:]) >= int(PRESET_INSTRUCTIONS[p].arch[3:])]
+    presets = [p for p in TENSOR_PRESETS if PRESET_INSTRUCTIONS[p].runs_on(arch)]
     found: dict[TensorKnobs, None] = {}
     for preset in presets:
         for bm, bn, (wm, wn), depth, stages, split in _grid(BLOCKS, BLOCKS, WARPS, DEPTHS, STAGES[preset],
                                                             SPLITS):
-            block_m, warps_m = _clamp_tile(m, bm, wm)
-            block_n, warps_n = _clamp_tile(n, bn, wn)
-            depth = min(depth, _fragments(channels) * 16)
+            entry = (instruction(wgmma_instruction(n, bn, wn)) if preset == "gpu_wgmma"
+                     else PRESET_INSTRUCTIONS[preset])
+            block_m, warps_m = clamp_tile(m, bm, wm, entry.m)
+            block_n, warps_n = clamp_tile(n, bn, wn, entry.n)
+            depth = min(depth, _fragments(channels, entry.k) * entry.k)
             steps = others * -(-channels // depth)
             share = -(-steps // split)
             knobs = TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share))
@@ -268,18 +286,20 @@ def _grid(*choices: Sequence) -> list[tuple]:
 
 def tensor_shared(knobs: TensorKnobs) -> int:
     """Bytes of shared memory a tensor-core block asks for, as the tensor printer allocates them:
-    ``stages`` buffers of both inputs' tiles, each fragment in its instruction's layout
-    (``tile_elements`` halves: WMMA pads its rows against bank conflicts), or the epilogue's float
-    scratch of one fragment per warp where that is more."""
-    entry = PRESET_INSTRUCTIONS[knobs.preset]
-    fragments = (-(-knobs.block_m // entry.m) + -(-knobs.block_n // entry.n)) * -(-knobs.depth // entry.k)
-    return max(knobs.stages * 2 * fragments * entry.tile_elements,
-               knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
+    ``stages`` buffers of both inputs' tiles, each fragment in its instruction's layout (its tile
+    elements: WMMA pads its rows against bank conflicts), or the epilogue's float scratch of one
+    fragment per warp (warpgroup) where that is more."""
+    entry = knobs.instruction
+    halves = (-(-knobs.block_m // entry.m) * entry.a_tile_elements
+              + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
+    return max(knobs.stages * 2 * halves, knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
 
 
 def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
-    """Whether a block fits: threads, accumulator registers per thread and shared memory (``limit``)."""
-    return threads <= MAX_THREADS and accumulators <= MAX_ACCUMULATORS and shared <= limit
+    """Whether a block fits: threads, accumulator registers per thread (and the SM's registers for
+    them and the overhead) and shared memory (``limit``)."""
+    return (threads <= MAX_THREADS and accumulators <= MAX_ACCUMULATORS
+            and threads * (accumulators + OVERHEAD_REGISTERS) <= REGISTERS_PER_SM and shared <= limit)
 
 
 def simt_candidates(op: Op, arch: str) -> list[SimtKnobs]:
@@ -340,11 +360,14 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu) -> Work:
     blocks = -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k
     accumulators = knobs.block_m * knobs.block_n // knobs.threads
     padded = 1.25 if knobs.preset == "gpu_wmma" else 1.0   # wmma's fragment loads: more shared traffic
+    entry = knobs.instruction
+    rate = gpu.figures.tensor_flops_per_clock * (
+        1.0 if entry.asynchronous else SYNC_TENSOR_SHARE.get(gpu.arch, 1.0))
     return Work(blocks, knobs.threads, accumulators + OVERHEAD_REGISTERS, tensor_shared(knobs),
                 2.0 * knobs.block_m * knobs.block_n * reduction, share,
                 padded * 2 * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
                 2.0 * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k),
-                share * LOAD_LATENCY / max(1, knobs.stages - 1), gpu.figures.tensor_flops_per_clock, 1.0)
+                share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0)
 
 
 def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
@@ -430,8 +453,9 @@ class CudaSearch(SearchRules):
 
     def describe(self, knobs: dict) -> str:
         if knobs["preset"] in TENSOR_PRESETS:
+            groups = "warpgroups" if knobs["preset"] == "gpu_wgmma" else "warps"
             return (f"{knobs['preset']} {knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x"
-                    f"{knobs['warps_n']} warps, depth {knobs['depth']}, {knobs['stages']} stages"
+                    f"{knobs['warps_n']} {groups}, depth {knobs['depth']}, {knobs['stages']} stages"
                     + (f", split-K {knobs['split_k']}" if knobs["split_k"] > 1 else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"

@@ -26,6 +26,19 @@ SHARED_BYTES_PER_BLOCK = {"sm_90": 227 * 1024, "sm_89": 99 * 1024, "sm_86": 99 *
 DEFAULT_ARCH = "sm_90"
 
 
+def build_arch(schedule: Schedule, arch: str) -> str:
+    """What nvcc builds ``schedule`` for on ``arch``: ``arch``, or its architecture-specific variant
+    (``sm_90a``) where the tensorized instruction needs one; ScheduleError where ``arch`` lacks it."""
+    if not schedule.tensorized:
+        return arch
+    entry = instruction(schedule.tensorized[3])
+    if not entry.runs_on(arch):
+        raise ScheduleError(f"{entry.name} needs {entry.arch}"
+                            f"{'' if entry.arch.endswith('a') else ' or newer'}; the kernel is built for "
+                            f"{arch}")
+    return entry.arch if entry.arch.endswith("a") else arch
+
+
 class CudaTarget(Target):
     name = "cuda"
     description = ("NVIDIA GPUs: float32 SIMT and float16 tensor-core (tensorize) CUDA C of bound schedules, "
@@ -58,7 +71,7 @@ class CudaTarget(Target):
             raise ScheduleError(f"the kernel's blocks need {printed.dynamic_shared_bytes} bytes of shared "
                                 f"memory; {arch} allows {SHARED_BYTES_PER_BLOCK[arch]} per block (tile "
                                 f"smaller)")
-        build = toolchain.build(printed.source, arch)
+        build = toolchain.build(printed.source, build_arch(schedule, arch))
         generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)
         kernel = CudaKernel(schedule, generated, printed, build, arch)

@@ -1,6 +1,7 @@
-"""CUDA C of a tensorized schedule (``Schedule.tensorize``): warps of tensor-core fragments, their
-operands' tiles gathered into shared memory, double-buffered; and the same kernel as host C, where
-the fragment operations are their scalar meaning (``instructions.py``) and warps and blocks loops.
+"""CUDA C of a tensorized schedule (``Schedule.tensorize``): warps (or warpgroups) of tensor-core
+fragments, their operands' tiles gathered into shared memory, in a ring of buffers; and the same
+kernel as host C, where the fragment operations are their scalar meaning (``instructions.py``) and
+warps and blocks loops.
 
 The schedule's shape, outer to inner (a ScheduleError names the loop that breaks it):
 
@@ -13,18 +14,23 @@ The schedule's shape, outer to inner (a ScheduleError names the loop that breaks
 * the tensorized ``i, j, k``.
 
 Each pipeline step copies, for each input, every value the block's warps read in that step into a
-tile per iteration of the (warp, inner and fragment) loops the input varies with, ``16 x 16``
-elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the instruction's
-``LO_TILE`` says (padded rows for WMMA, XOR-swizzled 16-byte halves for ``mma.sync``): an im2col
-of any index the op has (padding, stride, dilation, fused loops), evaluated per element with zero
-where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-byte aligned in
-device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``).
+tile per iteration of the (warp, inner and fragment) loops the input varies with, ``m x 16`` (``a``)
+or ``n x 16`` (``b``) elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the
+instruction's ``LO_TILE`` says (padded rows for WMMA, 32-byte-swizzled rows for ``mma.sync`` and
+``wgmma``): an im2col of any index the op has (padding, stride, dilation, fused loops), evaluated per
+element with zero where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-byte
+aligned in device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``); the
+groups go to threads row by row across the step's whole depth, so a warp reads whole 128-byte lines.
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
-read, products). The sums end in float32 fragments, stored through shared memory to the output with
-the bias, a Gemm's scales, the ``clip`` epilogue and the output guards; under ``split_k`` each block
-adds its share with ``atomicAdd`` (``LO_ADD``) into the output the launcher zeroed.
+read, products). An asynchronous instruction (``wgmma.mma_async``: a warpgroup of 128 threads per
+``warp.*`` iteration, the tiles read through matrix descriptors) runs ``stages - 2`` steps of copies
+ahead: wait, ``fence.proxy.async``, sync, the step's products as one group, the copies into the
+buffer of two steps before, then a wait for every group but the last. The sums end in float32
+fragments, stored through shared memory to the output with the bias, a Gemm's scales, the ``clip``
+epilogue and the output guards; under ``split_k`` each block adds its share with ``atomicAdd``
+(``LO_ADD``) into the output the launcher zeroed.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...expr import linear_terms
-from ...schedule import PIPELINE_STAGES, WARP_SIZE, Loop, Schedule, ScheduleError
+from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -54,6 +60,8 @@ class TensorPrinter:
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
+        self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
+        self.tile_elements = {self.a: self.ins.a_tile_elements, self.b: self.ins.b_tile_elements}
         self.int_type = index_ctype(schedule)
         self.pipeline = schedule.pipeline_stages or PIPELINE_STAGES
         self.lines: list[str] = []
@@ -101,6 +109,15 @@ class TensorPrinter:
         self.count = {t: math.prod(loop.extent for loop in self.fragments[t]) for t in self.op.inputs}
         self.accumulators = self.count[self.a] * self.count[self.b]
         self.warp_count = math.prod(loop.extent for loop in self.warps)
+        threads = self.ins.lanes * self.warp_count
+        if threads > MAX_THREADS_PER_BLOCK:
+            raise ScheduleError(f"a block of {self.warp_count} issuing groups of {self.ins.lanes} threads "
+                                f"({self.ins.name}) has {threads} threads; CUDA allows at most "
+                                f"{MAX_THREADS_PER_BLOCK}: bind fewer warp iterations")
+        if self.ins.asynchronous and self.pipeline < 3:
+            raise ScheduleError(f"{self.ins.name} runs behind its threads: the copies of a step go into the "
+                                f"buffer of two steps before, so the ring needs 3 or more buffers, not "
+                                f"stages={self.pipeline}")
         if self.s.split_k_loop and self.s.epilogue:
             raise ScheduleError(f"the outputs are clipped ({self.s.epilogue}), which needs each output's "
                                 f"whole sum; split_k({self.s.split_k_loop!r}) adds partial sums: drop one of "
@@ -108,8 +125,9 @@ class TensorPrinter:
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
-                                f"tiles of {self.ins.tile_elements} halves); at most {MAX_SHARED_BYTES}: "
-                                f"tile smaller or fewer stages")
+                                f"tiles of {self.tile_elements[self.a]} + {self.tile_elements[self.b]} "
+                                f"halves); "
+                                f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
 
     @cached_property
     def reads(self) -> dict[str, frozenset[str]]:
@@ -131,12 +149,8 @@ class TensorPrinter:
         return math.prod(self.s.layout_of(op.output).storage_shape(op.tensor(op.output).shape))
 
     @property
-    def tile_elements(self) -> int:
-        return self.ins.tile_elements
-
-    @property
     def step_elements(self) -> int:
-        return (self.tiles[self.a] + self.tiles[self.b]) * self.tile_elements
+        return sum(self.tiles[t] * self.tile_elements[t] for t in self.op.inputs)
 
     @property
     def smem_bytes(self) -> int:
@@ -187,7 +201,7 @@ class TensorPrinter:
 
     def _buffer(self, tensor: str, step: str) -> str:
         """The first element of ``tensor``'s tiles in the buffer of pipeline step ``step``."""
-        offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements
+        offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements[self.a]
         return f"(lo_smem_h + ({step}) % {self.pipeline} * {self.step_elements} + {offset})"
 
     def _check(self, guards: list[str]) -> str:
@@ -203,21 +217,36 @@ class TensorPrinter:
         self.emit(depth, "}")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
-        groups = self.tiles[tensor] * self.ins.m * (self.ins.k // GROUP)
-        first, step = ("lo_thread", str(math.prod(self.block))) if self.syntax.device else ("0", "1")
-        if self.syntax.device:     # a known count: unrolled, each group's index arithmetic leaves the loop
-            self.emit(depth, f"{self.syntax.unroll}")
-        self.emit(depth, cprint.for_loop("int", "lo_g", groups, first, step=step) + " {")
+        rows = self.rows[tensor]
+        groups = self.tiles[tensor] * rows * (self.ins.k // GROUP)
+        threads = math.prod(self.block)
+        ragged = self.syntax.device and groups % threads != 0
         inner = depth + 1
+        if self.syntax.device:     # a count known to nvcc: unrolled, the index arithmetic folds
+            self.emit(depth, f"{self.syntax.unroll}")
+            self.emit(depth, cprint.for_loop("int", "lo_u", -(-groups // threads)) + " {")
+            self.emit(inner, f"const int lo_g = lo_thread + lo_u * {threads};")
+            if ragged:
+                self.emit(inner, f"if (lo_g < {groups}) {{")
+                inner += 1
+        else:
+            self.emit(depth, cprint.for_loop("int", "lo_g", groups) + " {")
+        # the groups in the order (tiles over outputs, row, tiles over the reduction, 16 bytes of k): a
+        # row's consecutive k of the whole step go to consecutive threads (whole 128-byte lines a warp)
         per_row = self.ins.k // GROUP
-        self._define(inner, self.tile_loops(tensor), f"lo_g / {self.ins.m * per_row}")
+        along = [loop for loop in self.tile_loops(tensor) if loop in self.inner]
+        across = [loop for loop in self.tile_loops(tensor) if loop not in self.inner]
+        span = per_row * math.prod(loop.extent for loop in along)       # groups of one row in a step
+        self._define(inner, across, f"lo_g / {rows * span}")
         row = self.row[tensor]
-        self.emit(inner, f"const {self.int_type} {row} = lo_g / {per_row} % {self.ins.m};")
+        self.emit(inner, f"const {self.int_type} {row} = lo_g / {span} % {rows};")
+        if along:
+            self._define(inner, along, f"(lo_g / {per_row} % {span // per_row})")
         self.emit(inner, f"const {self.int_type} lo_k0 = lo_g % {per_row} * {GROUP};")
         half = self.code.half
         tile = self._tile_index(tensor)
         self.emit(inner, f"{half} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
-                         f"{self.tile_elements} + LO_TILE({row}, lo_k0);")
+                         f"{self.tile_elements[tensor]} + LO_TILE({row}, lo_k0);")
         offset, valid = self.s.offset(tensor).to_c(), self._check(self.guards[tensor])
         k = self.k
         try:
@@ -243,6 +272,8 @@ class TensorPrinter:
         self.emit(inner, "}")
         if contiguous:
             self.emit(inner - 1, "}")
+        if ragged:
+            self.emit(depth + 1, "}")
         self.emit(depth, "}")
 
     # --- the products of one pipeline step --------------------------------------------------
@@ -262,7 +293,8 @@ class TensorPrinter:
             self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
-            ptr = f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * {self.tile_elements})"
+            ptr = (f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
+                   f"{self.tile_elements[tensor]})")
             self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
@@ -298,9 +330,12 @@ class TensorPrinter:
         na, nb = self.count[self.a], self.count[self.b]
         n = self.ins.fragment_elements
         if self.syntax.device:
+            if self.code.drain:
+                self.emit(depth, self.code.drain)
             self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
             self.emit(depth, f"float *lo_scratch = (float *) lo_smem + lo_w * {n};")
-            lane, lanes, sync = "lo_thread % 32", WARP_SIZE, "__syncwarp();"
+            lanes = self.ins.lanes
+            lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
             self.emit(depth, f"float lo_scratch[{n}];")
             lane, lanes, sync = "0", 1, ""
@@ -336,7 +371,7 @@ class TensorPrinter:
     @property
     def block(self) -> tuple[int, int, int]:
         extent = {loop.axis: loop.extent for loop in self.warps}
-        return (WARP_SIZE * extent.get("warp.x", 1), extent.get("warp.y", 1), 1)
+        return (self.ins.lanes * extent.get("warp.x", 1), extent.get("warp.y", 1), 1)
 
     def _declaration(self, tensor: str, restrict: str) -> str:
         element = self.code.half if tensor in self.op.inputs else "float"
@@ -350,10 +385,12 @@ class TensorPrinter:
         """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns
         how many were opened)."""
         if self.syntax.device:
+            lanes = self.ins.lanes
             for loop in self.warps:
-                source = "threadIdx.x / 32" if loop.axis == "warp.x" else "threadIdx.y"
+                source = f"threadIdx.x / {lanes}" if loop.axis == "warp.x" else "threadIdx.y"
                 self.emit(depth, f"const {self.int_type} {loop.name} = ({self.int_type}) {source};")
-            self.emit(depth, "const int lo_w = (int) (threadIdx.y * (blockDim.x / 32) + threadIdx.x / 32);")
+            self.emit(depth, f"const int lo_w = (int) (threadIdx.y * (blockDim.x / {lanes}) + threadIdx.x / "
+                             f"{lanes});")
             return 0
         for offset, loop in enumerate(self.warps):
             self.emit(depth + offset, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
@@ -372,8 +409,8 @@ class TensorPrinter:
         device, steps = self.syntax.device, math.prod(loop.extent for loop in self.flat)
         half = self.code.half
         if device:
-            self.emit(1, f"extern __shared__ __align__(128) unsigned char lo_smem[];   /* {self.smem_bytes} "
-                         f"bytes */")
+            self.emit(1, f"extern __shared__ __align__({self.ins.tile_alignment}) unsigned char lo_smem[];   "
+                         f"/* {self.smem_bytes} bytes */")
             self.emit(1, "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);")
             for loop in self.blocks:
                 self.emit(1, f"const {self.int_type} {loop.name} = ({self.int_type}) "
@@ -393,7 +430,10 @@ class TensorPrinter:
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
         self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
         warps = self._warp_variables(depth) if device else 0
-        ahead = self.pipeline - 1
+        code = self.code
+        # copies run ahead of the products: into the buffer the step before read, or, where the
+        # products run behind the threads (async), the one two steps before (whose group retired)
+        ahead = self.pipeline - (2 if self.ins.asynchronous else 1)
         for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
             self._copy(depth, str(first))
             if device:
@@ -404,17 +444,25 @@ class TensorPrinter:
         body = depth + 1
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
             self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
+            if code.publish:
+                self.emit(body, code.publish)
             self.emit(body, "__syncthreads();")
-        self.emit(body, f"if (lo_r + {ahead} < {steps})   /* into the buffer step lo_r - 1 read */")
-        self._copy(body + 1, f"lo_r + {ahead}")
-        if device:
-            self.emit(body, "__pipeline_commit();")
+        if not self.ins.asynchronous:
+            self._copy_ahead(body, ahead, steps)
         self.emit(body, "{")
         self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
         opened = 0 if device else self._warp_variables(body + 1)
+        if device and code.begin:
+            self.emit(body + 1, code.begin)
         self._products(body + 1 + opened)
+        if device and code.end:
+            self.emit(body + 1, code.end)
         self._close(body + 1, opened)
         self.emit(body, "}")
+        if self.ins.asynchronous:
+            self._copy_ahead(body, ahead, steps)
+            if device:
+                self.emit(body, code.retire)
         self.emit(depth, "}")
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
@@ -424,13 +472,22 @@ class TensorPrinter:
         self.emit(0, "}")
         return self.lines
 
+    def _copy_ahead(self, depth: int, ahead: int, steps: int) -> None:
+        """The copies of step ``lo_r + ahead`` and, on the device, their commit."""
+        before = "step lo_r - 2 read (its group retired)" if self.ins.asynchronous else "step lo_r - 1 read"
+        self.emit(depth, f"if (lo_r + {ahead} < {steps})   /* into the buffer {before} */")
+        self._copy(depth + 1, f"lo_r + {ahead}")
+        if self.syntax.device:
+            self.emit(depth, "__pipeline_commit();")
+
     def _macros(self) -> list[str]:
         if self.syntax.device:
             return [self.ins.header, self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     "#define LO_ZERO __float2half(0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return [self.ins.tile, "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
+        return [*([self.ins.host_header] if self.ins.host_header else []), self.ins.tile,
+                "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {GROUP}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
 
