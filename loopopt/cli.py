@@ -599,8 +599,8 @@ def _machine_parser(sub, json_flag: argparse.ArgumentParser) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .schedule_file import save_schedule
     from .tune import tune
-    from .tune.result import describe
-    from .units import duration
+    if args.plot:
+        _check_drawable(args, "--plot")
     plot, save = _writable(args.plot), _writable(args.save)
     if args.log is not None:
         _writable(args.log)
@@ -614,15 +614,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if plot:
         notes.append(f"plot written to {result.plot(plot)}")
     if save:
-        rate = result.op.flops / result.timing.min / 1e9
-        what = describe(result.winner_trial.knobs, result.isa)
-        what = what if what.startswith(result.algorithm) else f"{result.algorithm} ({what})"
-        description = (f"Found by loopopt tune in {len(result.trials)} trials: {what}, "
-                       f"min {duration(result.timing.min)}, {rate:.1f} {result.timing.unit} on "
-                       f"{result.threads} thread(s), {result.isa}")
-        saved = save_schedule(result.best, save, description=description, isa=result.isa,
+        saved = save_schedule(result.best, save, description=result.provenance(), isa=result.isa,
                               threads=result.threads, algorithm=result.algorithm)
-        notes.append(f"{result.algorithm} schedule of trial {result.best_number} saved to {saved}")
+        notes.append(f"{result.algorithm} schedule of {result.winner_label} saved to {saved}")
     data = {**result.to_dict(), "plot": str(plot) if plot else None, "saved": str(save) if save else None}
     _print(args, data, "\n".join([result.table(), "", str(result), *notes]))
     return 0
@@ -680,7 +674,8 @@ def _tune_parser(sub, json_flag: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=target_names(),
                    help="search this target's kernels (default: the one --isa belongs to); cuda: the GPU "
                         "presets' tiles (--dtype float16: tensor cores), compiled on every core, timed on "
-                        "the GPU one at a time, logged under the GPU's name")
+                        "the GPU one at a time, logged under the GPU's name; neon under emulation: ranked "
+                        "by the kernel model, the best verified under qemu, nothing timed or logged")
     p.set_defaults(run=cmd_tune)
 
 

@@ -135,8 +135,9 @@ class Comparison:
 
     def ranking(self) -> list[str]:
         """Names of the verified rows, fastest first by their (interleaved) median, or where they were not
-        timed by the kernel model's prediction."""
-        key = (lambda r: r.predicted_ms) if self.timing_refusal else (lambda r: r.median_ms)
+        timed by the kernel model's prediction (rows without one last)."""
+        key = ((lambda r: (r.predicted_ms is None, r.predicted_ms or 0.0)) if self.timing_refusal
+               else (lambda r: r.median_ms))
         return [r.name for r in sorted((r for r in self.rows if r.verified), key=key)]
 
     def _time_unit(self) -> tuple[str, float]:
@@ -320,8 +321,11 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
     for name, schedule, kernel, row, one in zip(names, schedules, kernels, rows, single, strict=True):
         if not one or core_costs(kernel.isa) is None:    # AMX tiles: the kernel model has no costs for them
             continue
-        model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
-                             machine=machine)
+        try:
+            model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
+                                 machine=machine)
+        except ValueError:          # a kernel the model does not count (Target.unmodelled): no prediction
+            continue
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")
     resolved = rows[0].isa if rows else SCALAR.name

@@ -161,7 +161,9 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     if schedule.op.quant is not None and schedule.op.quant.binary:
         raise ValueError("the kernel model does not price binary (XNOR + popcount) kernels; it prices float, "
                          "bfloat16 and int8 SIMD nests")
-    target_of_isa(isa)              # loads the target that registers ``isa``'s tables (e.g. neon)
+    unmodelled = target_of_isa(isa).unmodelled(schedule)   # (loads the target that registers isa's tables)
+    if unmodelled:
+        raise ValueError(unmodelled)
     counts = count(schedule, isa)
     costs = core_costs(counts.isa)
     resources = dict.fromkeys(RESOURCES, 0.0)

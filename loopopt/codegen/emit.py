@@ -173,7 +173,8 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
     lines = [f"/* loopopt kernel for {schedule.op!r}",
              f" * isa: {isa.name} ({isa.lanes} lane(s) of {arith.scalar_type}32), arithmetic: {arith.name}"]
     if arith.dot_loop:
-        kind = "u8 x s8 -> s32" if arith.plan is not None else "bf16 pairs -> fp32, vdpbf16ps"
+        kind = ("u8 x s8 -> s32" if arith.plan is not None
+                else f"bf16 pairs -> fp32, {arith.bf16.mnemonics.get('dot', 'pair dot')}")
         lines.append(f" * dot loop {arith.dot_loop}: its {arith.group} iterations are consumed by "
                      f"each dot instruction ({kind})")
     if arith.plan is not None and arith.plan.tap_dot:

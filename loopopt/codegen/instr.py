@@ -41,6 +41,8 @@ class Isa:
     # file-scope C helpers of the optional kernel features a variant has, by feature (``"taps"``: the tap
     # dot's window loads, codegen/taps.py; ``"i2_s"``: the packed ternary weights' unpacking, ternary.py)
     helpers: dict[str, str] = field(default_factory=dict)
+    # the instructions an entry prints, where comments name them (``"dot"``: x86's ``vdpbf16ps``)
+    mnemonics: dict[str, str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Instr:
         try:

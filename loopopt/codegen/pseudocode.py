@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..schedule import Schedule
 from .arith import arithmetic
 from .emit import vector_access_kinds
-from .instr import Isa
+from .instr import Isa, tables
 from .nest import lower
 from .quantized import has_signed_dot
 from .quantized import plan as quant_plan
@@ -26,7 +26,9 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     lines.append("# layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     plan = quant_plan(schedule, target.lanes, has_signed_dot(target.name)) if quantized and target else None
     dot = arithmetic(schedule, target.name, plan, bf16_dot).dot_loop if target else None
-    instruction = ("bf16 pair dot (vdpbf16ps)" if not quantized else
+    bf16 = tables(target.name).bf16 if target and not quantized else None
+    pair = bf16.mnemonics.get("dot", "pair dot") if bf16 is not None else "pair dot"
+    instruction = (f"bf16 pair dot ({pair})" if not quantized else
                    "s8 x s8 dot" if plan is not None and plan.dot_instruction == "dot_s8" else "u8 x s8 dot")
     nest = lower(schedule, (dot, instruction) if dot else None)
     indent = ""

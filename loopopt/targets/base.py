@@ -10,7 +10,7 @@ registry line.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
@@ -52,6 +52,11 @@ class Target(ABC):
         """Generate, build (cached) and load ``schedule``'s kernel for variant ``isa``. A schedule this
         target cannot run is a ScheduleError (checked first, the same on every machine); a variant
         this machine lacks is a ValueError; a missing toolchain a TargetUnavailableError."""
+
+    def compile_many(self, schedules: Sequence[Schedule], isa: str = "auto") -> list[Kernel]:
+        """The kernels of ``schedules`` (as ``compile``); a target that builds many at once faster
+        (NEON under emulation: one runner executable) overrides it."""
+        return [self.compile(schedule, isa) for schedule in schedules]
 
     @abstractmethod
     def peak(self, isa: str, dtype: str) -> float:
@@ -100,16 +105,26 @@ class Target(ABC):
         ops only); the default: every variant computes every op it is given."""
         return True
 
+    def bf16_dot(self, isa: str) -> bool:
+        """Whether variant ``isa``'s bfloat16 kernels consume the reduction in pairs with its bf16 table's
+        ``dot`` where a schedule allows (the instruction runs where the kernels do); the default: no."""
+        return False
+
     def search_rules(self) -> SearchRules:
         """How ``lo.tune`` searches this target's kernels: candidates, ranking, cost models
         (``targets/search.py``); a ValueError where it has none."""
         raise ValueError(f"the {self.name} target has no search rules: lo.tune searches x86 kernels "
-                         f"(isa='auto' on an x86 host, or one of x86's variants) and cuda kernels "
-                         f"(target='cuda')")
+                         f"(isa='auto' on an x86 host, or one of x86's variants), neon kernels "
+                         f"(target='neon') and cuda kernels (target='cuda')")
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         """The kernel model's constants of the core that runs variant ``isa``'s kernels (``model.py``),
         or None where the model has none (its kernels are not priced: x86's AMX tiles, CUDA)."""
+        return None
+
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
+        ``schedule``'s kernel on this target (a kernel family of the target's own), or None: it does."""
         return None
 
     def timing_refusal(self) -> str | None:

@@ -12,12 +12,15 @@ trials), ``guide`` and ``fit`` (the kernel model's order, refitted to the measur
 ``choice`` (the first choice without measuring: the default schedule of an op never tuned),
 ``trial`` (what a worker measures), ``executor`` (worker processes with a timeout), ``cluster``
 (any executor, a Dask cluster included), ``log`` (the SQLite log), ``search`` (the loop), ``result``
-(``TuneResult``).
+(``TuneResult``), ``ranked`` (where the target cannot time kernels here, e.g. NEON under an emulator:
+the kernel model's ranking, the best verified, nothing timed: ``RankedResult``).
 """
 from .executor import IsolatedExecutor, TrialTimeout, WorkerDied, WorkerError
 from .log import LoggedTrial, TuningLog, TuningLogError, best_schedule, best_trial
+from .ranked import RankedCandidate, RankedResult
 from .result import Trial, TuneResult
 from .search import TuneError, tune
 
-__all__ = ["IsolatedExecutor", "LoggedTrial", "Trial", "TrialTimeout", "TuneError", "TuneResult", "TuningLog",
-           "TuningLogError", "WorkerDied", "WorkerError", "best_schedule", "best_trial", "tune"]
+__all__ = ["IsolatedExecutor", "LoggedTrial", "RankedCandidate", "RankedResult", "Trial", "TrialTimeout",
+           "TuneError", "TuneResult", "TuningLog", "TuningLogError", "WorkerDied", "WorkerError",
+           "best_schedule", "best_trial", "tune"]

@@ -130,6 +130,20 @@ class TuneResult:
         """The fastest verified trial of any algorithm."""
         return min((t for t in self.trials if t.seconds is not None), key=lambda t: t.seconds)
 
+    @property
+    def winner_label(self) -> str:
+        """The winner in a few words: its trial."""
+        return f"trial {self.best_number}"
+
+    def provenance(self) -> str:
+        """How the winner was found and its time (what a saved schedule's description records)."""
+        rate = self.op.flops / self.timing.min / 1e9
+        what = describe(self.winner_trial.knobs, self.isa)
+        what = what if what.startswith(self.algorithm) else f"{self.algorithm} ({what})"
+        return (f"Found by loopopt tune in {len(self.trials)} trials: {what}, min "
+                f"{duration(self.timing.min)}, {rate:.1f} {self.timing.unit} on {self.threads} thread(s), "
+                f"{self.isa}")
+
     def by_algorithm(self) -> dict[str, Trial]:
         """The fastest verified trial of each algorithm tried, fastest first."""
         fastest: dict[str, Trial] = {}

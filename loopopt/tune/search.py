@@ -36,11 +36,12 @@ from ..schedule_file import to_toml
 from ..targets import Target
 from ..targets.registry import target as named_target
 from ..targets.registry import target_of_isa
-from ..targets.search import Candidate, Ranker
+from ..targets.search import Candidate, Ranker, SearchRules
 from .algorithms import Alternative, alternatives, rebuild, refusals, selected, share
 from .cluster import Runner, outcome, runner
 from .guide import Guide, shortlist
 from .log import TuningLog
+from .ranked import RankedResult, UntimedSearchError, ranked_search
 from .result import EXHAUSTED, Trial, TuneResult
 from .trial import Task, here
 
@@ -301,7 +302,8 @@ class _Search:
 def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 1, isa: str = "auto",
          log: str | None = None, executor: Any = None, progress: bool = True, seed: int = 0, *,
          budget: float = 0.2, timeout: float = 300.0, rank: Ranker | None = None,
-         algorithms: str | tuple[str, ...] = "auto", target: str | Target | None = None) -> TuneResult:
+         algorithms: str | tuple[str, ...] = "auto", target: str | Target | None = None
+         ) -> TuneResult | RankedResult:
     """Search the fastest verified schedule of ``op`` within ``trials`` measured candidates and
     ``seconds`` of wall-clock time (None: no limit), for ``threads`` threads on ``isa``.
 
@@ -323,7 +325,10 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     kernels (``"cuda"``: ``isa`` is then its variant, ``"auto"`` the device's); None: the target ``isa``
     belongs to. A target whose kernels run on a device (a GPU) says first, in one line, when there is
     none here; its candidates compile in parallel (a worker process per core) and are timed one at a
-    time, and the log keys its trials by the device (``Target.fingerprint``)."""
+    time, and the log keys its trials by the device (``Target.fingerprint``). A target that cannot time
+    its kernels here (``Target.timing_refusal``: NEON under an emulator) gets a ``RankedResult``
+    instead (``tune/ranked.py``): its candidates ranked by the kernel model, the best ``min(trials, 4)``
+    built and verified, nothing timed and nothing logged."""
     _check(trials, seconds, threads, budget, timeout)
     wanted = selected(algorithms)
     auto = isa == "auto"                      # the best ISA: the target's other kernels compete (AMX tiles)
@@ -331,6 +336,9 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
     chosen.require_device()
     isa = chosen.resolve_isa(isa, integer=op.quant is not None)
     rules = chosen.search_rules()
+    not_timed = chosen.timing_refusal()
+    if not_timed is not None:
+        return _untimed(op, isa, threads, chosen, rules, auto, trials, not_timed, log, wanted)
     why = refusals(op, wanted, isa, threads)
     skipped = {name: reason for name, reason in why.items() if reason}
     pool = {name: alternatives(op, name, isa) for name in wanted if name != "direct" and not why[name]}
@@ -370,6 +378,25 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
             tuning_log.close()
     return _result(op, isa, threads, state.held_out(), state.refusals, time.perf_counter() - start, log,
                    state.stopped, skipped, state.cut)
+
+
+def _untimed(op: Op, isa: str, threads: int, chosen: Target, rules: SearchRules, auto: bool, trials: int,
+             not_timed: str, log: str | None, wanted: tuple[str, ...]) -> RankedResult:
+    """The search of a target that cannot time kernels here: ranked by the kernel model, the best
+    verified, nothing timed (``ranked.py``); the direct search only."""
+    if "direct" not in wanted:
+        raise TuneError(f"the algorithms {wanted} are not searched where nothing is timed ({not_timed}): "
+                        f"ask for 'direct'")
+    space = rules.candidates(op, isa, threads, auto)
+    if not space:
+        raise TuneError(f"no candidate schedule for {op!r} with {threads} threads on {isa}")
+    why = refusals(op, wanted, isa, threads)
+    skipped = {name: why[name] or "not searched where nothing is timed"
+               for name in wanted if name != "direct"}
+    try:
+        return ranked_search(op, isa, threads, chosen, rules, space, trials, not_timed, log, skipped)
+    except UntimedSearchError as err:
+        raise TuneError(str(err)) from None
 
 
 def _in_turn(lists: list[list[Alternative]]) -> list[Alternative]:

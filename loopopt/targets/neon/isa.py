@@ -40,6 +40,7 @@ REGISTERS = 32          # v0-v31
 ARCH_FLAGS = ("-march=armv8.6-a+i8mm+dotprod+bf16+fp16",)
 FLOAT_FEATURES = ("asimd",)                   # /proc/cpuinfo "Features" of an AArch64 core
 INT_FEATURES = ("asimd", "asimddp", "i8mm")   # usdot: FEAT_I8MM
+BF16_DOT_FEATURES = ("bf16",)                 # the bf16 table's pair dot (bfmlalb/bfmlalt): FEAT_BF16
 
 PRELUDE = """#include <arm_neon.h>
 #include <stddef.h>
@@ -238,15 +239,41 @@ static inline float32x4_t lo_neon_bf16_gather(const uint16_t *p, int32x4_t idx, 
 }
 """
 
+BF16_DOT = """/* the bf16 pair dot: bfmlalt (the odd, high halves) then bfmlalb (the even, low halves), each a
+   fused multiply-add of the widened values that honours the FPCR (round to nearest, denormals kept) */
+static inline float32x4_t lo_neon_bf16_dot(float32x4_t c, int32x4_t a, int32x4_t b) {
+    const bfloat16x8_t x = vreinterpretq_bf16_s32(a), y = vreinterpretq_bf16_s32(b);
+    return vbfmlalbq_f32(vbfmlaltq_f32(c, x, y), x, y);
+}
+"""
+# NEON's pair dot keeps denormals (x86's vdpbf16ps flushes them): the x86 meaning otherwise
+DOT_MEANINGS = {
+    "dot": "lane j = (c_j + a_hi_j * b_hi_j) + a_lo_j * b_lo_j of the bf16 pairs of lane j (float32: "
+           "products exact, each sum rounded to nearest even; denormal operands and results kept)",
+    "dot_mask": BF16_MEANINGS["dot_mask"],
+}
+
+# bfloat16 operands: widened to fp32 lanes (vshll by 16) for vfmaq_f32, or, where the reduction runs in
+# pairs, int32 lanes of two bf16 each (the lower address in the low half) for the pair dot
 NEON_BF16 = _beside_floats(
-    "uint16x4_t", FLOAT_FEATURES, NEON.prelude + BF16_PRELUDE + BF16_GATHER, BF16_MEANINGS,
+    "int32x4_t", FLOAT_FEATURES, NEON.prelude + BF16_PRELUDE + BF16_GATHER + BF16_DOT,
+    BF16_MEANINGS | DOT_MEANINGS,
     value="lo_bf16({s})",
     broadcast="vdupq_n_f32(lo_bf16({s}))",
     load="vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(const void *)({p})), 16))",
     load_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), lo_neon_lanes(), {m})",
     gather="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, vdupq_n_u32(~0u))",
     gather_mask="lo_neon_bf16_gather((const uint16_t *)(const void *)({p}), {idx}, {m})",
+    pair_zero="vdupq_n_s32(0)",
+    broadcast_pair="vdupq_n_s32(lo_neon_word((const void *)({p})))",
+    load_pairs=NEON_INT.ops["load"].template,
+    load_pairs_mask=NEON_INT.ops["load_mask"].template,
+    gather_pairs="lo_neon_gather_s32((const void *)({p}), {idx}, vdupq_n_u32(~0u), 2)",
+    gather_pairs_mask="lo_neon_gather_s32((const void *)({p}), {idx}, {m}, 2)",
+    dot="lo_neon_bf16_dot({c}, {a}, {b})",
+    dot_mask="vbslq_f32({m}, lo_neon_bf16_dot({c}, {a}, {b}), {c})",
 )
+NEON_BF16 = replace(NEON_BF16, mnemonics={"dot": "bfmlalt + bfmlalb"})
 
 F16_GATHER = """/* half lanes widened to float32: the masked lanes' elements only */
 static inline float32x4_t lo_neon_f16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {

@@ -12,7 +12,7 @@ from ...codegen.params import signature
 from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
 from ...driver import CffiDriver, Driver
-from ...kernel import Kernel, wrap
+from ...kernel import Kernel, QuantizedKernel, wrap
 from ...schedule import Schedule
 from ..base import Target
 from ..binary import BinaryKernel, generate_binary
@@ -21,11 +21,12 @@ from ..core_costs import CoreCosts
 from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
-from . import binary, toolchain
-from .isa import NAME, NEON, NEON_INT
+from . import binary, mmla, toolchain
+from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
 from .lut import LOOKUP
 from .profile import CORE_COSTS, PROFILE
 from .runner import EmulatedDriver, RunnerCase
+from .search import NeonSearch
 
 
 def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:
@@ -55,8 +56,15 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
         flags = generated.compile_flags + QUANT_FLAGS
         case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
         return case, lambda driver: BinaryKernel(schedule, generated, driver, binary.VARIANT, binary.POPCOUNT)
+    if mmla.is_mmla(schedule):
+        generated = mmla.generate_mmla(schedule)
+        flags = generated.compile_flags + QUANT_FLAGS + (("-fopenmp",) if generated.openmp else ())
+        case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags,
+                          THREADS_NAME if generated.openmp else None, generated.read_ahead)
+        return case, lambda driver: QuantizedKernel(schedule, generated, driver, generated.plan)
     table_lookup = is_table_lookup(schedule)
-    generated = generate_lut(schedule, LOOKUP) if table_lookup else generate(schedule, NEON, bf16_dot=False)
+    generated = (generate_lut(schedule, LOOKUP) if table_lookup
+                 else generate(schedule, NEON, bf16_dot=TARGET.bf16_dot(NAME)))
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
     flags += ("-fopenmp",) if generated.openmp else ()
     threads = THREADS_NAME if generated.openmp else None
@@ -120,13 +128,31 @@ class NeonTarget(Target):
             return "\n".join(header(schedule) + pseudocode_of_binary(schedule, binary.VARIANT))
         if is_table_lookup(schedule):
             return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
-        return render(schedule, NEON, bf16_dot=False)
+        if mmla.is_mmla(schedule):
+            return "\n".join(mmla.pseudocode(schedule))
+        return render(schedule, NEON, self.bf16_dot(NAME))
+
+    def search_rules(self) -> NeonSearch:
+        return NeonSearch()
+
+    def bf16_dot(self, isa: str) -> bool:
+        """bfmlalb/bfmlalt (FEAT_BF16): under emulation (``-cpu max`` has it), natively where the CPU does."""
+        return not toolchain.native() or set(BF16_DOT_FEATURES) <= toolchain.cpu_features()
 
     def peak(self, isa: str, dtype: str) -> float:
         return PROFILE.peak(dtype)
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         return CORE_COSTS
+
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        if mmla.is_mmla(schedule):
+            return ("the kernel model does not count neon's smmla/usmmla kernels (targets/neon/mmla.py); "
+                    "lo.tune prices them with the neon search's own model (mmla_seconds)")
+        if is_table_lookup(schedule):
+            return (f"the kernel model does not count table-lookup kernels "
+                    f"({schedule.weight_format_mode}: targets/lut.py)")
+        return None
 
     def timing_refusal(self) -> str | None:
         if toolchain.native():

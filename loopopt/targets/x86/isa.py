@@ -23,6 +23,7 @@ from ...codegen.instr import (
     table,
     tables,
 )
+from ..registry import target_of_isa
 from .packed_c import HELPERS, PACKED
 
 AVX512 = Isa(
@@ -291,6 +292,7 @@ AVX512_BF16 = Isa(
         dot="_mm512_dpbf16_ps({c}, (__m512bh)({a}), (__m512bh)({b}))",
         dot_mask="_mm512_mask_dpbf16_ps({c}, {m}, (__m512bh)({a}), (__m512bh)({b}))",
     ),
+    mnemonics={"dot": "vdpbf16ps"},
 )
 
 AVX2_BF16 = Isa(
@@ -367,7 +369,10 @@ def available_int_isas() -> tuple[str, ...]:
 
 
 def bf16_dot_available(isa: str) -> bool:
-    """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16)."""
+    """Whether ``isa``'s bf16 table has ``dot`` (vdpbf16ps) and this CPU runs it (flag avx512_bf16); another
+    target's variant: as its target says (``Target.bf16_dot``)."""
+    if isa in TABLES and isa not in ISAS:
+        return target_of_isa(isa).bf16_dot(isa)
     table = tables(isa).bf16
     return table is not None and "dot" in table.ops and set(BF16_DOT_FLAGS) <= cpu_flags()
 

@@ -18,7 +18,9 @@ from helpers import (
     check,
     check_binary,
     check_quantized,
+    conv_dot_schedule,
     conv_ops,
+    even_conv_ops,
     matmul_ops,
     quantized_schedules,
     schedules,
@@ -28,6 +30,7 @@ from hypothesis import strategies as st
 from test_ternary import extreme_call, lut_schedules
 
 import loopopt as lo
+from loopopt.bf16 import bf16_to_float32, to_bf16
 from loopopt.cli import main
 from loopopt.codegen.instr import (
     BF16_MEANINGS,
@@ -42,10 +45,13 @@ from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
-from loopopt.targets.neon import toolchain
+from loopopt.targets.neon import mmla, toolchain
 from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
+from loopopt.tune import RankedResult
+from loopopt.tune.guide import Guide
+from loopopt.tune.search import BROAD, Walk
 
 MISSING = toolchain.missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"neon kernels cannot run here: {MISSING}")
@@ -58,8 +64,9 @@ def test_tables_have_every_operation_and_its_meaning():
     optional = set(SIGNED_DOT_MEANINGS) | set(PACKED_MEANINGS)
     assert set(NEON_INT.ops) == set(INT_MEANINGS) | set(SHARED_OPS) | optional
     assert all(NEON.ops[name].meaning == MEANINGS[name] for name in NEON.ops)
-    widening = ("value", "broadcast", "load", "load_mask", "gather", "gather_mask")
-    assert set(NEON_BF16.ops) == set(widening) | set(SHARED_OPS) and set(widening) <= set(BF16_MEANINGS)
+    assert set(NEON_BF16.ops) == set(BF16_MEANINGS) | set(SHARED_OPS)
+    assert all(NEON_BF16.ops[name].meaning == BF16_MEANINGS[name] for name in BF16_MEANINGS if name != "dot")
+    assert "denormal operands and results kept" in NEON_BF16.ops["dot"].meaning
     assert set(NEON_F16.ops) == set(F16_MEANINGS) | set(SHARED_OPS)
     assert all(NEON_F16.ops[name].meaning == F16_MEANINGS[name] for name in F16_MEANINGS)
 
@@ -71,30 +78,46 @@ SIGNED_DOT_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "
 
 def signed_dot_harness() -> str:
     """The C of a probe of the optional s8 x s8 dot (``SIGNED_DOT_MEANINGS``): ``dot_s8`` and ``dot_s8_mask``
-    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``."""
+    of the words ``a``, ``b`` and sums ``c``, under the mask of ``bits``; then smmla and usmmla
+    (``mmla.ENTRIES``) of the same 16 bytes ``a``, ``b`` onto ``c``."""
     t = NEON_INT
     loads = {name: t.load(p=name) for name in "abc"}
+    weights = f"vreinterpretq_s8_s32({loads['b']})"
+    signed = mmla.ENTRIES["smmla"](c=loads["c"], a=f"vreinterpretq_s8_s32({loads['a']})", b=weights)
+    unsigned = mmla.ENTRIES["usmmla"](c=loads["c"], a=f"vreinterpretq_u8_s32({loads['a']})", b=weights)
     return (f"{t.prelude}\n{signature('probe', SIGNED_DOT_PARAMS)}\n{{\n"
             f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
             f"    {t.store(p='out', v=t.dot_s8(**loads))};\n"
-            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n}}\n")
+            f"    {t.store(p='out + 4', v=t.dot_s8_mask(**loads, m='m'))};\n"
+            f"    {t.store(p='out + 8', v=signed)};\n    {t.store(p='out + 12', v=unsigned)};\n}}\n")
+
+
+def mmla_meaning(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The scalar meaning of smmla / usmmla (``a``'s bytes as int8 or uint8): the 2x2 block c + A @ B^T of
+    the 2x8 rows of ``a`` and of ``b``, row-major, wrapping int32."""
+    block = a.astype(np.int64).reshape(2, 8) @ b.astype(np.int64).reshape(2, 8).T
+    return (c.astype(np.int64) + block.reshape(4)).astype(np.int32)
 
 
 class SignedDotProbe:
-    """``check_lanes`` of the s8 x s8 dot against its meaning, on random bytes and sums."""
+    """``check_lanes`` of the s8 x s8 dot against its meaning, and of smmla / usmmla against
+    ``mmla_meaning``, on random bytes (the ends of the range among them) and sums (wrapping)."""
 
     @staticmethod
     def check_lanes(isa, driver, seed: int) -> None:
         rng = np.random.default_rng(seed)
         a, b = (rng.integers(-128, 128, (4, 4), dtype=np.int8) for _ in range(2))
+        a[0, :2], b[0, :2] = [-128, 127], [-128, -128]
         c = rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)
         bits = int(rng.integers(0, 16))
-        out = np.zeros(8, np.int32)
+        out = np.zeros(16, np.int32)
         values = dict(a=a.view(np.int32).reshape(-1), b=b.view(np.int32).reshape(-1), c=c, bits=bits, out=out)
         driver.call(driver.bind(SIGNED_DOT_PARAMS, values))
         dot = (c.astype(np.int64) + (a.astype(np.int64) * b).sum(axis=1)).astype(np.int32)   # wrapping
         mask = (bits >> np.arange(4)) & 1 == 1
-        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:], np.where(mask, dot, c)), (out, dot)
+        assert np.array_equal(out[:4], dot) and np.array_equal(out[4:8], np.where(mask, dot, c)), (out, dot)
+        assert np.array_equal(out[8:12], mmla_meaning(c, a, b)), (out[8:12], mmla_meaning(c, a, b))
+        assert np.array_equal(out[12:], mmla_meaning(c, a.view(np.uint8), b)), out[12:]
 
 
 F16_PARAMS = (KernelParam("h", "uint16_t", const=True), KernelParam("idx", "int32_t", const=True),
@@ -134,6 +157,32 @@ class F16Probe:
         assert np.array_equal(out.view(np.uint32), expected.view(np.uint32)), (out, expected)
 
 
+class Bf16DenormalProbe:
+    """``check_lanes`` of the bf16 pair dot (bfmlalt, bfmlalb) on denormal products: kept, not flushed as
+    x86's vdpbf16ps (and NEON's bfdot) flush them; through the bf16 table's probe."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n = isa.lanes
+        h = to_bf16(rng.standard_normal(4 * n + 8).astype(np.float32))
+        h[:2 * n] = to_bf16(rng.uniform(1, 2, 2 * n).astype(np.float32) * np.float32(2.0 ** -130))
+        h[2] = 0x0005                                # lane 1's low a: a denormal bf16 operand
+        c_in = np.zeros(n, np.float32)
+        c_in[1] = np.float32(2.0 ** -126)            # the smallest normal plus denormal products
+        table = bf16_tables.probes(isa)
+        out = np.zeros(len(table) * n, np.float32)
+        pairs = np.zeros(len(table) * n, np.int32)
+        driver.call(driver.bind(bf16_tables.PARAMS, dict(h=h, idx=np.zeros(n, np.int32), bits=0, c_in=c_in,
+                                                         out=out, pairs=pairs)))
+        value, lanes = bf16_to_float32(h), np.arange(n)
+        a_lo, a_hi, b_lo, b_hi = (value[base + 2 * lanes + half] for base in (0, 2 * n) for half in (0, 1))
+        dot = (c_in + a_hi * b_hi) + a_lo * b_lo               # numpy float32: denormals kept
+        k = list(table).index("dot")
+        assert np.all(dot != 0) and np.any(np.abs(dot) < 2.0 ** -126), dot     # the probe reaches denormals
+        assert np.array_equal(out[k * n:(k + 1) * n].view(np.uint32), dot.view(np.uint32)), (out, dot)
+
+
 @cache
 def probes() -> dict[str, tuple]:
     """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
@@ -147,11 +196,12 @@ def probes() -> dict[str, tuple]:
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
-    return {name: (module, table, driver)
-            for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
+    built = {name: (module, table, driver)
+             for (name, (module, _, table, _)), driver in zip(harnesses.items(), drivers, strict=True)}
+    return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -205,11 +255,30 @@ def binary_schedules(draw, op_strategy):
     return s
 
 
+def mmla_schedules(op_strategy):
+    """Schedules of a quantized GEMM or conv drawn from ``op_strategy`` on smmla/usmmla (``mmla.preset``:
+    weights in 2 column x 8 channel blocks, activation rows with their channels innermost), a register
+    block of 1 to 7 rows x 2 to 8 columns, one of the two outermost loops parallel or none."""
+    @st.composite
+    def draw_schedule(draw):
+        s = mmla.preset(draw(op_strategy), draw(st.integers(1, 7)), 2 * draw(st.integers(1, 4)))
+        parallel = draw(st.sampled_from([None, *s.loop_names[:2]]))
+        return s.parallel(parallel) if parallel else s
+    return draw_schedule()
+
+
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
-    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound
-    "bfloat16 conv": conv_schedules(6, "bfloat16"),
+    # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound, or in pairs of input
+    # channels (OIHW16o2i) on bfmlalt + bfmlalb
+    "bfloat16 conv": st.one_of(conv_schedules(6, "bfloat16"), even_conv_ops(6).flatmap(
+        lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block)))),
+    # int8 GEMMs on smmla (int8 activations) / usmmla (uint8): 2x2 output blocks, every QuantSpec, bit-exact
+    # and convs of one group (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros)
+    "int8 mmla matmul or conv": mmla_schedules(st.one_of(matmul_ops(max_mn=9, max_k=40), st.sampled_from(
+        [1, 2, 3]).flatmap(lambda spatial: conv_ops(max_hw=5, spatial=spatial, max_channels=12)).filter(
+        lambda op: op.groups == 1)).flatmap(lambda op: SPECS.map(op.with_quant))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
@@ -248,7 +317,7 @@ def check_batch(batch: list[lo.Schedule]) -> None:
         if schedule.op.quant is not None and schedule.op.quant.binary:
             check_binary(kernel)
         elif schedule.op.quant is not None:
-            check_quantized(schedule, ISA, kernel=kernel)
+            check_quantized(schedule, ISA, threads=2 if schedule.parallel_loop else 1, kernel=kernel)
         else:
             check(schedule, ISA, kernel=kernel)
 
@@ -339,6 +408,7 @@ def test_stored_schedules_verify():
 
 
 TERNARY = lo.QuantSpec("int8", True, True, "int8", "ternary")
+INT8 = lo.QuantSpec("uint8", True, False, "uint8")
 
 
 @pytest.mark.slow
@@ -370,10 +440,28 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
      r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, groups=2, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
+     r"takes a GEMM or a convolution of one group"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k"), r"tile\(i=R, j=C\)"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=2, j=3),
+     r"tile\(j=3\): a weight block holds 2 columns"),
+    (lambda: lo.Schedule(lo.Matmul(40, 40, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=12, j=16),
+     r"6 x 8 accumulators, 6 activation registers and a weight register are 55 of the 32"),
+    (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8, trans_a=True)).layout("B", "NK2n8k").tile(i=2, j=2),
+     r"layout\('A', 'KM'\): smmla reads 8 channels of an activation row"),
 ])
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
         build().compile(target="neon")
+
+
+def test_the_mmla_instruction_follows_the_activations():
+    """usmmla for uint8 activations, smmla for int8 ones (the weights are stored s8 either way)."""
+    for activation, instruction in (("uint8", "vusmmlaq_s32"), ("int8", "vmmlaq_s32")):
+        op = lo.Matmul(5, 6, 17, quant=lo.QuantSpec(activation, True, False, "int8"))
+        source = mmla.generate_mmla(lo.Schedule(op).layout("B", "NK2n8k").tile(i=4, j=4)).source
+        other = "vmmlaq_s32" if instruction == "vusmmlaq_s32" else "vusmmlaq_s32"
+        assert instruction in source and other not in source
 
 
 def test_measure_refuses_an_emulated_time_and_predicts_one():
@@ -388,6 +476,11 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
         lo.measure(kernel)
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
         lo.measure(binary_kernel)
+    with pytest.raises(ValueError, match=r"does not count neon's smmla/usmmla kernels"):
+        lo.kernel_model(mmla.preset(lo.Matmul(4, 6, 16, quant=INT8)), ISA)
+    lookup = lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1")
+    with pytest.raises(ValueError, match=r"does not count table-lookup kernels \(tl1"):
+        lo.kernel_model(lookup, ISA)
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
@@ -414,3 +507,81 @@ def test_a_runner_that_fails_is_an_error_with_its_message():
                   out=np.zeros(4, np.float32), scattered=np.zeros(4, np.float32))
     with pytest.raises(RuntimeError, match="failed under qemu-aarch64"):
         driver.call(driver.bind(params, arrays))
+
+
+# --- the search ------------------------------------------------------------------------------------
+
+def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResult:
+    """``lo.tune(op, target="neon")`` under emulation: every candidate priced by the kernel model, in its
+    order, the best ``trials`` built and verified, nothing timed, nothing logged."""
+    log = tmp_path / "tune.db"
+    result = lo.tune(op, trials=trials, threads=threads, target="neon", log=str(log), progress=False)
+    predicted = [c.predicted_seconds for c in result.candidates]
+    assert predicted == sorted(predicted) and all(p > 0 for p in predicted)
+    assert [c.verified for c in result.candidates[:trials]] == [True] * trials
+    assert all(c.verified is None for c in result.candidates[trials:])
+    assert result.best.op == op and result.winner.rank == 1 and not log.exists()
+    text = str(result)
+    assert "not timed: neon kernels run under an emulator" in text and "nothing was timed" in text
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["timed"] is False and "median_s" not in json.dumps(data) and data["best"]["verified"]
+    if threads > 1:
+        assert all(c.knobs["parallel"] for c in result.candidates)
+    return result
+
+
+@pytest.mark.slow
+def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
+    if toolchain.native():
+        pytest.skip("native AArch64: lo.tune times neon kernels")
+    check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 1, 1, tmp_path)
+
+
+@pytest.mark.slow
+def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
+    """An int8 GEMM on 2 threads (a parallel loop per candidate), and the command line: the winner saved
+    with how it was found (no time), --plot refused."""
+    if toolchain.native():
+        pytest.skip("native AArch64: lo.tune times neon kernels")
+    spec = lo.QuantSpec("int8", True, False, "int8")
+    result = check_untimed_search(lo.Matmul(9, 13, 21, quant=spec), 2, 2, tmp_path)
+    assert "smmla" in result.candidates[0].description       # the model's pick: the int8 matrix multiply
+    saved = tmp_path / "best.toml"
+    assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--trials", "1", "--save", str(saved)]) == 0
+    assert "without timing" in saved.read_text() and "rank 1 saved" in capsys.readouterr().out
+    assert main(["tune", "--target", "neon", "--matmul", "5,8,7", "--plot", str(tmp_path / "x.png")]) != 0
+    assert "--plot draws measured times" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_timed_search_walks_both_families():
+    """What ``lo.tune`` does natively (here without timing: made-up times): the guide prices the SIMD
+    blocks by the kernel model and the mmla blocks by the rules' own model, and the walk reaches both."""
+    rules = target("neon").search_rules()
+    op = lo.Matmul(16, 24, 64, quant=INT8)
+    walk = Walk(Guide(rules.rank(rules.candidates(op, ISA)), rules), BROAD, 0)
+    families = set()
+    for step in range(6):
+        index, candidate = walk.next()
+        walk.observe(index, 1e-6 * (1 + step))
+        families.add(rules.family(candidate))
+    assert families == {"kernel", "mmla"}
+
+
+def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
+    rules = target("neon").search_rules()
+    op = lo.Conv2d(8, 20, 3, height=9, width=9)
+    space = rules.candidates(op, ISA)
+    for c in space:
+        vectors = -(-c.knobs.channel_block // 4)
+        assert vectors * c.knobs.pixel_block + vectors + 1 <= 32
+    assert {c.knobs.channel_block for c in space} == {4, 8, 12, 16}
+    assert not rules.candidates(lo.Conv2d(8, 20, 3, height=3, width=3, batch=1), ISA, threads=64)
+    gemm = rules.candidates(lo.Matmul(9, 13, 21, quant=INT8), ISA)
+    mmla_blocks = [c.knobs for c in gemm if rules.family(c) == "mmla"]
+    assert mmla_blocks and all(k.channel_block % 2 == 0 for k in mmla_blocks)
+    assert all(mmla.is_mmla(c.schedule) for c in gemm if rules.family(c) == "mmla")
+    assert all(rules.own_seconds(c) > 0 for c in gemm if rules.family(c) == "mmla")
+    binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
+    with pytest.raises(ValueError, match="no candidates for binary ops"):
+        rules.candidates(binary, ISA)

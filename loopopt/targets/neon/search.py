@@ -1,0 +1,194 @@
+"""NEON's search rules (``SearchRules``): register blocks of the output-stationary preset (an output
+block of positions x vectors of output channels in the 32 vector registers over the whole reduction),
+ranked first by a heuristic of the modelled core, then by the search's kernel model. On an AArch64
+machine ``lo.tune`` times them; under emulation it ranks them by the kernel model and verifies the
+best-ranked under the emulator, timing nothing (``tune/ranked.py``)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ...dataflows import output_stationary
+from ...ops import Op
+from ...schedule import Schedule, ScheduleError
+from ..search import KERNEL, Candidate, SearchRules
+from . import mmla
+from .isa import LANES, REGISTERS
+from .profile import CORE_COSTS, PROFILE
+
+CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors of 4 lanes
+MAX_PIXEL_BLOCK = 12           # output positions per register block at most
+FMA_LATENCY = 4                # cycles of a dependent fmla (Neoverse V1, modelled)
+MMLA = "mmla"                  # the family of smmla/usmmla candidates (priced by ``mmla_seconds``)
+MMLA_ROWS = 8                  # rows per mmla register block at most
+MMLA_COLUMN_PAIRS = 4          # column pairs per mmla register block at most
+EPILOGUE_INSTRUCTIONS = 8      # instructions of the epilogue pass per output (modelled)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A register block of ``pixel_block`` output positions (Matmul: rows) x ``channel_block`` output
+    channels, and the loop run on threads (None: one thread)."""
+
+    pixel_block: int
+    channel_block: int
+    parallel: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"pixel_block": self.pixel_block, "channel_block": self.channel_block,
+                "parallel": self.parallel}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        schedule = output_stationary(op, k=self.channel_block, ow=self.pixel_block, j=self.channel_block,
+                                     i=self.pixel_block)
+        return schedule.parallel(self.parallel) if self.parallel else schedule
+
+
+@dataclass(frozen=True)
+class MmlaKnobs:
+    """A register block of ``pixel_block`` rows x ``channel_block`` columns (even) on smmla/usmmla
+    (``mmla.preset``), and the loop run on threads (None: one thread)."""
+
+    pixel_block: int
+    channel_block: int
+    parallel: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"kernel": MMLA, "pixel_block": self.pixel_block, "channel_block": self.channel_block,
+                "parallel": self.parallel}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        schedule = mmla.preset(op, self.pixel_block, self.channel_block)
+        return schedule.parallel(self.parallel) if self.parallel else schedule
+
+
+def parallel_loop(schedule: Schedule, threads: int) -> str | None:
+    """The outermost loop of output positions or channels outside the register block with at least
+    ``threads`` iterations (None: none has)."""
+    outputs = schedule.offset(schedule.op.output).variables()
+    for loop in schedule.loops:
+        if loop.name not in outputs or loop.name == schedule.register_block_at:
+            return None
+        if loop.extent >= threads:
+            return loop.name
+    return None
+
+
+def pixel_dim(op: Op) -> str:
+    """The dim of ``output_stationary``'s block of positions: the output column (Matmul: the rows)."""
+    if op.windows:
+        return op.windows[-1].out_dim
+    return [d for d in op.dim_names if d not in op.reduction_dims and d != op.channel_dim][-1]
+
+
+def candidates(op: Op, threads: int = 1) -> list[Candidate]:
+    """Every register block of ``op`` whose accumulators, a weight vector each and a broadcast fit the
+    32 registers, channel blocks of 1 to 4 vectors; with ``threads`` > 1 those with an outer loop to split.
+    ValueError for a binary op (its XNOR-popcount kernel is not searched on NEON yet)."""
+    if op.quant is not None and op.quant.binary:
+        raise ValueError(f"the neon search has no candidates for binary ops yet ({op!r}): compile "
+                         f"lo.Schedule(op) with target='neon' (its default register block)")
+    channels = sorted({min(m * LANES, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
+    blocks = []
+    for channel_block in channels:
+        vectors = -(-channel_block // LANES)
+        limit = min(MAX_PIXEL_BLOCK, (REGISTERS - vectors - 1) // vectors, op.extent(pixel_dim(op)))
+        blocks += [Knobs(pixel_block, channel_block) for pixel_block in range(1, limit + 1)]
+    if mmla_applies(op):
+        pairs = range(1, -(-op.channels // 2) + 1)
+        blocks += [MmlaKnobs(rows, 2 * columns) for columns in pairs[:MMLA_COLUMN_PAIRS]
+                   for rows in range(2, min(MMLA_ROWS, op.extent(pixel_dim(op)) + 1) + 1, 2)
+                   if rows // 2 * (columns + 1) + 1 <= REGISTERS]
+    return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads)) is not None]
+
+
+def mmla_applies(op: Op) -> bool:
+    """A quantized GEMM or convolution of one group: smmla/usmmla apply (``mmla.py``)."""
+    taps = {w.tap_dim for w in op.windows}
+    return (op.quant is not None and getattr(op, "groups", 1) == 1
+            and op.reduction_dims == {op.reduction_channel_dim, *taps})
+
+
+def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
+    """The candidate of ``knobs``, with the outermost output loop of enough iterations on ``threads``
+    threads (None where it has none)."""
+    if threads == 1:
+        return Candidate(op, "neon", knobs)
+    try:
+        loop = parallel_loop(knobs.schedule(op, "neon"), threads)
+    except ScheduleError:
+        return None
+    return None if loop is None else Candidate(op, "neon", replace(knobs, parallel=loop))
+
+
+def mmla_seconds(candidate: Candidate) -> float:
+    """The time of an mmla candidate on the modelled core: per register block and step of 8 channels,
+    its smmla/usmmla (taken at the dot's rate: ``fma_per_cycle``, not measured) or its loads (two 8-byte
+    rows per row pair, a 16-byte weight block per column pair), whichever takes longer; the stores of
+    the int32 sums and the epilogue pass (about 8 instructions an output) through the front end."""
+    op, knobs = candidate.op, candidate.knobs
+    rows_dim = pixel_dim(op)
+    row_pairs, column_pairs = -(-knobs.pixel_block // 2), knobs.channel_block // 2
+    reduction = math.prod(op.extent(d) for d in op.reduction_dims)
+    outputs = op.flops // (2 * reduction)
+    blocks = (outputs // (op.extent(rows_dim) * op.channels) * -(-op.extent(rows_dim) // knobs.pixel_block)
+              * -(-op.channels // knobs.channel_block))
+    channels = op.extent(op.reduction_channel_dim)
+    steps = reduction // channels * -(-channels // mmla.DEPTH)        # per filter tap, 8 channels a step
+    per_step = max(row_pairs * column_pairs / CORE_COSTS.fma_per_cycle,
+                   (2 * row_pairs + column_pairs) / CORE_COSTS.loads_per_cycle)
+    cycles = blocks * (steps * per_step + 4 * row_pairs * column_pairs / CORE_COSTS.stores_per_cycle)
+    cycles += EPILOGUE_INSTRUCTIONS * outputs / CORE_COSTS.issue_per_cycle
+    return cycles / (PROFILE.clock_ghz * 1e9)
+
+
+def heuristic_seconds(candidate: Candidate) -> float:
+    """A first guess of ``candidate``'s time on the modelled core: the op's multiply-adds at the peak,
+    slowed where the block has fewer independent accumulators than the multiply-add pipes times their
+    latency, where its loads (a vector of weights per channel vector, a broadcast per position) outrun
+    the load pipes, and by the lanes the edge blocks leave idle."""
+    op, knobs = candidate.op, candidate.knobs
+    vectors = -(-knobs.channel_block // LANES)
+    accumulators = vectors * knobs.pixel_block
+    in_flight = min(1.0, accumulators / (CORE_COSTS.fma_per_cycle * FMA_LATENCY))
+    loads = min(1.0, accumulators / CORE_COSTS.fma_per_cycle
+                / ((vectors + knobs.pixel_block) / CORE_COSTS.loads_per_cycle))
+    used = op.channels / (-(-op.channels // knobs.channel_block) * vectors * LANES)
+    dtype = "int8" if op.quant is not None else op.dtype
+    return op.flops / (PROFILE.peak(dtype) * 1e9 * in_flight * loads * used)
+
+
+class NeonSearch(SearchRules):
+    """Register blocks of the output-stationary preset, searched on NEON."""
+
+    families = (KERNEL, MMLA)
+
+    def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
+        return candidates(op, threads)
+
+    def family(self, candidate: Candidate) -> str:
+        return MMLA if isinstance(candidate.knobs, MmlaKnobs) else KERNEL
+
+    def own_seconds(self, candidate: Candidate) -> float:
+        return mmla_seconds(candidate)
+
+    def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The candidates by ``heuristic_seconds`` (ties: smaller blocks first); the search's kernel model
+        reorders them (``tune``)."""
+        priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", self.own_seconds(c) if
+                                                    self.family(c) == MMLA else heuristic_seconds(c)),))
+                  for c in candidates]
+        return sorted(priced, key=lambda c: (c.figures["predicted_seconds"], c.knobs.pixel_block,
+                                             c.knobs.channel_block))
+
+    def lanes(self, op: Op, isa: str) -> int:
+        return LANES
+
+    def registers(self, isa: str) -> int:
+        return REGISTERS
+
+    def describe(self, knobs: dict) -> str:
+        split = f", {knobs['parallel']} split over threads" if knobs.get("parallel") else ""
+        kind = "smmla/usmmla" if knobs.get("kernel") == MMLA else "output stationary"
+        return f"{knobs['pixel_block']}x{knobs['channel_block']} register block ({kind}){split}"
