@@ -122,13 +122,18 @@ def test_damaged_entry_is_rebuilt_before_it_is_loaded(cache, damage):
 
 @pytest.mark.slow
 def test_concurrent_compiles_of_one_kernel_all_succeed(cache):
+    """Three processes building one kernel at once all succeed; one of them precompiles the prelude
+    (precompiled at the first build here), the others wait for it and link it: one build counted."""
     code = f"from loopopt.cbuild import compile_c\nprint(compile_c({source(4)!r}, {CDEF!r}).lib.lo_value())"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache)}
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache),
+                   cbuild.PRECOMPILE_ENV: "0"}
     runs = [subprocess.Popen([sys.executable, "-c", code], env=environment, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [run.communicate(timeout=120) for run in runs]
     assert [run.returncode for run in runs] == [0, 0, 0] and [out for out, _ in results] == ["4\n"] * 3
     assert cbuild._trusted(entry(cache)) and cache_info().builds == 0
+    (uses,) = cache.glob(f"{cbuild.PCH_PREFIX}*{cbuild.PCH_USES}")
+    assert uses.read_bytes() == b"." and cache_info().headers == 1
 
 
 def old(path: Path) -> None:
