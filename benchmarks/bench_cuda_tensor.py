@@ -9,7 +9,8 @@ shapes, depths and split-K counts each (``variants``), built in parallel before 
 Every loopopt output is checked against float64 PyTorch on the GPU of the same float16-rounded
 inputs (‖out − ref‖ / ‖ref‖ under 1e-4, no element left unwritten: the output starts as NaN).
 Times: CUDA events around each launch on device arrays (no copies), the L2 cache overwritten before
-each run, median of 50 after 10 warm-ups; the peers the same way.
+each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
+replays, per launch: no launch overhead, L2 warm); the peers both ways.
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
@@ -23,7 +24,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from cuda_bench import events_median, main, markdown
+from cuda_bench import events_median, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
 from loopopt.dataflows import TENSOR_PRESETS
@@ -113,20 +114,23 @@ def torch_tensors(op: lo.Op, seed: int = 0) -> tuple[list, list]:
     return [a, b, bias], [a.permute(0, 2, 3, 1).contiguous(), b.permute(0, 2, 3, 1).contiguous(), bias]
 
 
-def peer(op: lo.Op, logical: list) -> tuple[str, float]:
-    """cuBLAS / cuDNN in float16 (float32 accumulation) on the same inputs: name and seconds."""
+def peer(op: lo.Op, logical: list) -> tuple[str, float, float]:
+    """cuBLAS / cuDNN in float16 (float32 accumulation) on the same inputs: name, seconds of one call
+    (L2 flushed) and inside a CUDA graph."""
     import torch
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cudnn.benchmark = True
     if not op.windows:
         a, b = logical
-        return "cuBLAS (torch.matmul fp16)", events_median(lambda: torch.matmul(a, b))
+        call = lambda: torch.matmul(a, b)
+        return "cuBLAS (torch.matmul fp16)", events_median(call), torch_graph_median(call)
     x, w, bias = logical
     wins = op.windows
     stride, pad, dilation = (tuple(getattr(v, f) for v in wins) for f in ("stride", "pad", "dilation"))
     half_bias = bias.half()
     call = lambda: torch.nn.functional.conv2d(x, w, half_bias, stride, pad, dilation, op.groups)
-    return f"cuDNN {torch.backends.cudnn.version()} (torch conv2d fp16 NHWC)", events_median(call)
+    return (f"cuDNN {torch.backends.cudnn.version()} (torch conv2d fp16 NHWC)", events_median(call),
+            torch_graph_median(call))
 
 
 def reference(op: lo.Op, logical: list):
@@ -155,7 +159,8 @@ def run_variant(kernel, stored: list, expected) -> dict:
     written = not bool(torch.isnan(got).any())
     relative = float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
     seconds = events_median(lambda: kernel.run(buffers))
-    return {"median_ms": seconds * 1e3, "tflops": op.flops / seconds / 1e12,
+    return {"median_ms": seconds * 1e3, "graph_ms": graph_median(lambda: kernel.run(buffers)) * 1e3,
+            "tflops": op.flops / seconds / 1e12,
             "percent_of_peak": 100 * op.flops / seconds / 1e9 / device.tensor_peak_gflops(),
             "relative_error": relative, "verified": written and relative < 1e-4,
             "registers": kernel.build.registers, "spill_bytes": kernel.build.spill_bytes}
@@ -176,11 +181,12 @@ def bench(cases: list[str]) -> list[dict]:
     rows = []
     for case, op in ops.items():
         logical, stored = torch_tensors(op)
-        peer_name, peer_seconds = peer(op, logical)
+        peer_name, peer_seconds, peer_graph = peer(op, logical)
         expected = reference(op, logical)
         for preset, arguments, schedule in chosen[case]:
             row = {"case": case, "op": repr(op), "kernel": preset, "arguments": arguments, "peer": peer_name,
-                   "peer_ms": peer_seconds * 1e3, "peer_tflops": op.flops / peer_seconds / 1e12}
+                   "peer_ms": peer_seconds * 1e3, "peer_tflops": op.flops / peer_seconds / 1e12,
+                   "peer_graph_ms": peer_graph * 1e3}
             row |= run_variant(schedule.compile(target="cuda"), stored, expected)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -194,12 +200,15 @@ def table(rows: list[dict]) -> str:
         if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
             best[r["case"]] = r
     header = ["case (fp16 in, fp32 sums)", "kernel", "arguments", "median ms", "TFLOP/s", "% TC peak",
-              "rel. error", "regs", "peer", "peer ms", "peer TFLOP/s", "peer / loopopt time"]
+              "rel. error", "regs", "peer", "peer ms", "peer TFLOP/s", "peer / loopopt time",
+              "graph ms", "peer graph ms", "peer / loopopt in a graph"]
     return markdown(header, [[r["case"], r["kernel"], ", ".join(f"{k}={v}" for k, v in r["arguments"].items())
                               or "defaults", f"{r['median_ms']:.3f}", f"{r['tflops']:.0f}",
                               f"{r['percent_of_peak']:.1f}",
                               f"{r['relative_error']:.1e}", r["registers"], r["peer"], f"{r['peer_ms']:.3f}",
-                              f"{r['peer_tflops']:.0f}", f"{r['peer_ms'] / r['median_ms']:.2f}x"]
+                              f"{r['peer_tflops']:.0f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
+                              f"{r['graph_ms']:.3f}", f"{r['peer_graph_ms']:.3f}",
+                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x"]
                              for r in best.values()])
 
 

@@ -1,5 +1,6 @@
 """What the cuda target's benchmarks share (``bench_cuda.py``: float32 SIMT, ``bench_cuda_tensor.py``:
-float16 tensor cores): CUDA-event medians with the L2 cache overwritten before each run, the
+float16 tensor cores, ``bench_cuda_int8.py``: int8 and bfloat16): CUDA-event medians with the L2 cache
+overwritten before each run and medians inside a CUDA graph (loopopt's kernels and PyTorch's), the
 environment line (GPU, driver, nvcc), the command line (``main``: ``--only``, ``--json``, ``--check``),
 the Markdown table and the ending (JSON written, table printed, exit status 1 unless every row was
 verified)."""
@@ -20,6 +21,39 @@ def events_median(call: Callable[[], object], repeats: int = 50, warmup: int = 1
     for _ in range(warmup):
         call()
     return statistics.median(device.elapsed(call) for _ in range(repeats))
+
+
+def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
+    """Seconds of one ``call`` (a loopopt kernel run) replayed inside a CUDA graph: the median of
+    ``repeats`` replays of ``device.GRAPH_LAUNCHES`` captured calls, per call (``device.graph_timer``:
+    back to back, L2 warm, no launch overhead)."""
+    timed = device.graph_timer(call)
+    return statistics.median(timed() for _ in range(repeats))
+
+
+def torch_graph_median(call: Callable[[], object], repeats: int = 20) -> float:
+    """``graph_median`` of a PyTorch call (a peer): captured with ``torch.cuda.graph``, timed with
+    PyTorch's events."""
+    import torch
+    launches, stream = device.GRAPH_LAUNCHES, torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):          # cuDNN and cuBLAS choose and allocate outside the capture
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            call()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / launches)
+    return statistics.median(times)
 
 
 def environment() -> dict:

@@ -402,6 +402,25 @@ GPU_PRESETS = Presets({f.__name__: f for f in (gpu_naive, gpu_tiled, gpu_staged)
 
 WMMA = "wmma_m16n16k16_f16_f32"
 MMA = "mma_m16n8k16_f16_f32"
+# the entries each op's element types run on (Schedule.operand_dtype of its inputs), WMMA then mma.sync
+TENSOR_ENTRIES = {("float16", "float16"): (WMMA, MMA),
+                  ("bfloat16", "bfloat16"): ("wmma_m16n16k16_bf16_f32", "mma_m16n8k16_bf16_f32"),
+                  ("int8", "int8"): (None, "mma_m16n8k32_s8_s32"),
+                  ("uint8", "int8"): (None, "mma_m16n8k32_u8s8_s32")}
+
+
+def tensor_entry(op: Op, wmma: bool = False) -> str:
+    """The matrix instruction ``op``'s inputs run on: its mma.sync entry, or with ``wmma`` its WMMA one
+    (ScheduleError naming the types that have none)."""
+    schedule = Schedule(op)
+    types = tuple(schedule.operand_dtype(t) for t in op.inputs)
+    entry = TENSOR_ENTRIES.get(types, (None, None))[0 if wmma else 1]
+    if entry is None:
+        kinds = ", ".join(f"{a} x {b}" for (a, b), entries in TENSOR_ENTRIES.items()
+                          if entries[0 if wmma else 1])
+        raise ScheduleError(f"{op!r} multiplies {types[0]} by {types[1]}; the cuda target's "
+                            f"{'WMMA' if wmma else 'mma.sync'} entries take {kinds}")
+    return entry
 
 
 def _reduction_channel_last(schedule: Schedule) -> Schedule:
@@ -457,26 +476,27 @@ def _matrix_dims(op: Op, preset: str) -> tuple[list[str], list[str]]:
 
 
 def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
-             depth: int = 32, instruction: str = WMMA, stages: int | None = None,
+             depth: int = 32, instruction: str | None = None, stages: int | None = None,
              split_k: int = 1) -> Schedule:
-    """A float16 op on tensor cores (``tensorize`` onto ``instruction``, by default
-    ``wmma_m16n16k16_f16_f32``) as an implicit GEMM: M the output dims the first input moves with (a
-    conv's ``n, oh, ow``, fused; a Matmul's ``i``), N the other output dims (``k``; ``j``), K the
-    reduction channels (``c``; ``k``) with the other reduction dims (``kh, kw``) outside. A block
-    computes ``block_m x block_n`` outputs (at most: a smaller N takes a smaller tile) with ``warps_m x
-    warps_n`` warps (``warp.y``, ``warp.x``), each holding its ``block_m/warps_m x block_n/warps_n``
-    outputs as 16 x 16 fragments (a dim shorter than its tile takes a tile of its extent rounded up to
-    16 x the warps); at each step of ``depth`` reduction channels both inputs' tiles are gathered into
-    shared memory (``stage``: the im2col, zero at padding; a ring of ``stages`` buffers) and the
-    fragments multiply them. ``split_k`` > 1: the steps (``kh, kw`` and the channel steps, fused) are
-    shared out among that many blocks along ``block.z`` (``Schedule.split_k``), for shapes whose
-    output tiles launch too few blocks."""
+    """A float16, bfloat16 or quantized op on tensor cores (``tensorize`` onto ``instruction``, by
+    default the WMMA entry of its types, ``tensor_entry``) as an implicit GEMM: M the output dims the
+    first input moves with (a conv's ``n, oh, ow``, fused; a Matmul's ``i``), N the other output dims
+    (``k``; ``j``), K the reduction channels (``c``; ``k``) with the other reduction dims (``kh, kw``)
+    outside. A block computes ``block_m x block_n`` outputs (at most: a smaller N takes a smaller
+    tile) with ``warps_m x warps_n`` warps (``warp.y``, ``warp.x``), each holding its ``block_m/warps_m
+    x block_n/warps_n`` outputs as 16 x 16 fragments (a dim shorter than its tile takes a tile of its
+    extent rounded up to 16 x the warps); at each step of ``depth`` reduction channels (a multiple of
+    the instruction's ``k``) both inputs' tiles are gathered into shared memory (``stage``: the
+    im2col, zero at padding; a ring of ``stages`` buffers) and the fragments multiply them.
+    ``split_k`` > 1: the steps (``kh, kw`` and the channel steps, fused) are shared out among that many
+    blocks along ``block.z`` (``Schedule.split_k``), for shapes whose output tiles launch too few
+    blocks."""
     if split_k < 1:
         raise ScheduleError(f"gpu_wmma: split_k={split_k!r}; choose 1 (no split) or more blocks per tile")
-    try:
-        entry = matrix_instruction(instruction)
-    except ValueError as err:
-        raise ScheduleError(f"gpu_wmma: {err}") from None
+    instruction = instruction or tensor_entry(op, wmma=True)
+    entry = matrix_instruction(instruction, "gpu_wmma")
+    if depth % entry.k:
+        raise ScheduleError(f"gpu_wmma: depth={depth!r} is not a multiple of {instruction}'s k ({entry.k})")
     schedule = _reduction_channel_last(Schedule(op))
     m_dims, n_dims = _matrix_dims(op, "gpu_wmma")
     channel = op.reduction_channel_dim
@@ -506,10 +526,14 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
 
 
 def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
-            depth: int = 32, stages: int = 4, split_k: int = 1) -> Schedule:
-    """``gpu_wmma`` on ``mma.sync.m16n8k16`` (``mma_m16n8k16_f16_f32``: ``ldmatrix`` from XOR-swizzled
-    tiles without padding) with a four-buffer ring of staged tiles."""
-    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, MMA, stages, split_k)
+            depth: int | None = None, stages: int = 4, split_k: int = 1) -> Schedule:
+    """``gpu_wmma`` on ``mma.sync`` (the entry of the op's types, ``tensor_entry``: ``m16n8k16`` for
+    float16 and bfloat16, ``m16n8k32`` for int8 and uint8 x int8; ``ldmatrix`` from XOR-swizzled tiles
+    without padding) with a four-buffer ring of staged tiles; ``depth`` by default two of the entry's
+    ``k`` (32 halves or 64 bytes a row)."""
+    instruction = tensor_entry(op)
+    depth = depth or 2 * matrix_instruction(instruction, "gpu_mma").k
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k)
 
 
 def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:

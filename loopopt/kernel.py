@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .bf16 import BFLOAT16, bf16_bits, is_bf16_array
+from .bf16 import BFLOAT16, bf16_bits, bf16_values, is_bf16_array
 from .buffers import aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated
@@ -28,12 +28,13 @@ from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
+from .epilogue import RESIDUAL
 from .ops import FLOAT16
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
-               "uint64_t": 8}
+               "uint64_t": 8, "__half": 2, "__nv_bfloat16": 2}     # the last two: CUDA's 16-bit floats
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Kernel:
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
-        self.epilogue = schedule.epilogue      # a clip applied to the outputs: the reference applies it too
+        self.epilogue = schedule.fused_epilogue   # residual add and clip of the outputs: the reference's too
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
@@ -87,8 +88,15 @@ class Kernel:
         return self.op.output
 
     def _elements(self, name: str) -> int:
-        """Elements of the array parameter ``name`` (a tensor in its storage layout, or the bias)."""
+        """Elements of the array parameter ``name`` (a tensor or the residual in its storage layout, or
+        the bias)."""
+        name = self._tensor_of(name)
         return storage_elements(self.schedule, name) if name in self.op.tensors else self.op.channels
+
+    def _tensor_of(self, name: str) -> str:
+        """The op tensor whose layout and shape the array parameter ``name`` has (the residual's: the
+        output)."""
+        return self.op.output if name == RESIDUAL else name
 
     def buffer_bytes(self) -> dict[str, int]:
         """Bytes ``prepare`` allocates: ``packed buffers`` (the call's tensors in their storage
@@ -122,11 +130,12 @@ class Kernel:
 
     def call_bytes(self) -> dict[str, int]:
         """Bytes of one call on new inputs, which ``measure`` checks before making them: the inputs
-        as float32 (random data, which quantized inputs are made from), ``buffer_bytes`` and the
-        output in logical layout."""
+        (and a residual) as float32 (random data, which quantized inputs are made from), ``buffer_bytes``
+        and the output in logical layout."""
         op = self.op
         output = next(p for p in self.generated.params if p.name == self._output_name)
-        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in op.call_tensors)
+        given = op.call_tensors + ((op.output,) if self.schedule.residual else ())    # the residual's shape
+        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in given)
         return {"inputs": inputs, **self.buffer_bytes(),
                 "output": math.prod(op.tensor(op.output).shape) * CTYPE_BYTES[output.ctype]}
 
@@ -144,7 +153,8 @@ class Kernel:
 
     def _pack(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``)."""
-        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact)
+        layout = self.schedule.layout_of(self._tensor_of(tensor))
+        return layout.to_storage(array, self._ahead(tensor), self.exact)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -188,7 +198,7 @@ class Kernel:
         """``prepare``'s buffers (and a quantized kernel's scalars) by C parameter name, before binding."""
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments[:-1], given):
-            self._check(tensor, array, self.op.tensor(tensor).shape)
+            self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
         check_memory(f"the buffers of {self.op!r}", self.buffer_bytes())
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
@@ -204,18 +214,30 @@ class Kernel:
         its other inputs (the weights, a bias), and the quantization ``params`` are checked, packed and
         kept now. Each call checks and packs the activations (no copy when their memory already is the
         storage layout: a previous kernel's output view), runs, and returns the output in the logical
-        layout, as a view of the kernel's storage where the layout allows (``Layout.view``)."""
+        layout, as a view of the kernel's storage where the layout allows (``Layout.view``). A kernel that
+        adds a residual (``Schedule.add_residual``) takes it with each call: ``call(x, residual)``."""
         name = self.op.inputs[0]
         shape, dtype = self.op.tensor(name).shape, self._activation_dtype
-        values = self._values(np.zeros(shape, dtype), *constants, **params)
+        out_shape = self.op.tensor(self.op.output).shape
+        residual = (np.zeros(out_shape, np.float32),) if self.schedule.residual else ()
+        values = self._values(np.zeros(shape, dtype), *constants, *residual, **params)
         params = {p.name for p in self.generated.params}
         fresh = {n: values[n] for n in self._written if n in values and n in params}
 
-        def call(x: np.ndarray) -> np.ndarray:
+        def call(x: np.ndarray, *others: np.ndarray) -> np.ndarray:
+            """The output on activations ``x`` (and the residual, when the kernel adds one)."""
             if x.shape != shape or x.dtype != dtype:
                 raise ValueError(f"{name} has shape {x.shape} and dtype {x.dtype}; {self.op!r} expects "
                                  f"{shape} and {dtype}")
+            if len(others) != len(residual):
+                raise ValueError(f"this kernel takes {1 + len(residual)} array(s) per call "
+                                 f"({name}{', the residual' if residual else ''}), got {1 + len(others)}")
             call_values = values | {name: self._packed(name, x)}
+            for array in others:
+                if array.shape != out_shape or array.dtype != np.float32:
+                    raise ValueError(f"the residual has shape {array.shape} and dtype {array.dtype}; "
+                                     f"{self.op!r} adds one of shape {out_shape} and dtype float32")
+                call_values[RESIDUAL] = self._packed(RESIDUAL, array)
             call_values |= {n: self._zeros(n, a.shape, a.dtype) for n, a in fresh.items()}
             buffers = self.bind(call_values)
             self.run(buffers)
@@ -263,11 +285,17 @@ class Kernel:
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """An input array as the kernel stores its elements: float32, or bf16 or half bit patterns
         (rounded to nearest even here, before packing, so a tile layout packs the same bits; halves
-        where the C parameter holds them: a kernel that widens float16 itself, else float32 values)."""
-        if self.op.dtype == FLOAT16 and any(p.name == tensor and p.ctype == "uint16_t"
-                                            for p in self.generated.params):
-            return np.ascontiguousarray(array.astype(np.float16)).view(np.uint16)
-        return bf16_bits(array, tensor) if self.op.dtype == BFLOAT16 else array
+        where the C parameter holds them: a kernel that widens them itself, else their float32 values:
+        the cuda target's host emulation)."""
+        if tensor not in self.op.inputs:     # the residual: float32 as given
+            return array
+        halves = any(p.name == tensor and p.ctype == "uint16_t" for p in self.generated.params)
+        if self.op.dtype == FLOAT16:
+            rounded = np.ascontiguousarray(array.astype(np.float16))
+            return rounded.view(np.uint16) if halves else rounded.astype(np.float32)
+        if self.op.dtype == BFLOAT16:
+            return bf16_bits(array, tensor) if halves else bf16_values(array, tensor)
+        return array
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""

@@ -28,6 +28,7 @@ PROGRESS_INTERVAL = 1.0    # s between two progress updates
 KERNEL_ONLY = "kernel run only, layout packing and unpacking excluded"
 END_TO_END = "end to end: packing, kernel run and unpacking"
 PREPACKED = "prepacked weights: activations packed per call, weights packed once, kernel run, unpacking"
+GRAPH = "kernel runs replayed back to back inside a CUDA graph, L2 not flushed"
 
 _clock: Callable[[], float] = time.perf_counter
 
@@ -61,11 +62,15 @@ class Timing:
     relative_error: float = float("nan")   # max_error / the reference output's largest magnitude
     algorithm: str = "direct"  # "direct" (one schedule's nest) or "winograd F(4x4,3x3)" (a pipeline)
     prepacked: bool = False    # whole calls with the weights packed once (``measure(..., prepacked=True)``)
+    graph: bool = False        # kernel runs replayed in a CUDA graph (``measure(..., graph=True)``)
 
     @property
     def scope(self) -> str:
-        """What the times cover: the kernel run only (default), whole calls with the weights prepacked
-        (the scope a comparison with a framework quotes), or whole calls."""
+        """What the times cover: the kernel run only (default; on a GPU one launch with the L2 cache
+        overwritten before it), runs replayed inside a CUDA graph, whole calls with the weights
+        prepacked (the scope a comparison with a framework quotes), or whole calls."""
+        if self.graph:
+            return GRAPH
         return PREPACKED if self.prepacked else END_TO_END if self.end_to_end else KERNEL_ONLY
 
     def __str__(self) -> str:
@@ -199,10 +204,15 @@ def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[n
 
 
 def _call(kernel: Measurable, seed: int) -> tuple[list[np.ndarray], dict]:
-    """Random arrays and keyword parameters of one call (quantized: calibrated parameters)."""
+    """Random arrays and keyword parameters of one call (quantized: calibrated parameters; a kernel
+    adding a residual: a random one last)."""
     if kernel.op.quant is not None:
         return random_call(kernel.op, seed)
-    return _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
+    arrays = _call_arguments(kernel, kernel.op.random_inputs(seed))
+    if kernel.epilogue is not None and kernel.epilogue.residual:
+        shape = kernel.op.tensor(kernel.op.output).shape
+        arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
+    return arrays, {}
 
 
 def verify(kernel: Measurable, seed: int = 0) -> tuple[bool, float]:
@@ -229,14 +239,16 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
     result = kernel(*args, **params)
     ok, worst, largest = True, 0.0, 0.0
     for rows in blocks:
-        block = [args[0][rows], *args[1:]]
+        block = [args[0][rows], *args[1:len(op.call_tensors)]]
         if op.quant is None:
             inputs = dict(zip(op.call_tensors, block, strict=True))
             expected = op.reference(*block)
-            if kernel.epilogue is not None:
-                expected = kernel.epilogue.apply(expected)
             winograd = isinstance(kernel, WinogradKernel)
             bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs)
+            if kernel.epilogue is not None:
+                residual = args[-1][rows] if kernel.epilogue.residual else None
+                expected = kernel.epilogue.apply(expected, residual)
+                bound = bound + np.finfo(np.float32).eps * np.abs(expected)   # the residual's one rounding
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else
@@ -250,17 +262,16 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
 
 def measure(kernel: Measurable, repeats: int | None = None, warmup: int = 1, budget: float = 1.0,
             verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-            progress: bool | None = None, prepacked: bool = False) -> Timing:
+            progress: bool | None = None, prepacked: bool = False, graph: bool = False) -> Timing:
     """Time ``kernel`` (see ``measure_all``, of which this is the one-kernel case)."""
     return measure_all([kernel], repeats, warmup, budget, verify_output=verify_output, seed=seed,
-                       prepacked=prepacked,
-                       end_to_end=end_to_end, progress=progress)[0]
+                       prepacked=prepacked, end_to_end=end_to_end, progress=progress, graph=graph)[0]
 
 
 def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmup: int = 1,
                 budget: float = 1.0,
                 rounds: int = ROUNDS, verify_output: bool = True, seed: int = 0, end_to_end: bool = False,
-                progress: bool | None = None, prepacked: bool = False) -> list[Timing]:
+                progress: bool | None = None, prepacked: bool = False, graph: bool = False) -> list[Timing]:
     """Time several kernels on the same noise: ``warmup`` untimed runs of each (the first sizes
     its repeat count), then ``repeats`` timed runs of each (default: as many as fit ``budget``
     seconds per kernel, see ``repeat_count``) interleaved over ``rounds`` rounds
@@ -269,7 +280,9 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     By default only ``kernel.run`` on buffers prepared once is timed (packing into and unpacking
     from the storage layouts excluded); ``end_to_end=True`` times the whole call; ``prepacked=True``
     the whole call with the weights packed once before (``Kernel.prepack``: what a framework's call
-    costs, the scope to quote against one). ``progress``:
+    costs, the scope to quote against one). ``graph=True`` (a GPU target's kernels): each timed sample
+    is the kernel run replayed ``device.GRAPH_LAUNCHES`` times inside a CUDA graph, per run: the time
+    inside a captured network, without the per-call launch overhead and L2 flush. ``progress``:
     a progress bar on stderr for timing expected to last over LONG_MEASUREMENT seconds (default:
     when stderr is a terminal)."""
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
@@ -278,6 +291,8 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if not budget > 0:
         raise ValueError(f"budget must be > 0 seconds, got {budget}")
+    if graph and (end_to_end or prepacked):
+        raise ValueError("graph=True replays the kernel run alone; it excludes end_to_end and prepacked")
     for kernel in kernels:
         if not isinstance(kernel, Measurable):
             hint = ("; call .compile() first: measure(schedule.compile())" if hasattr(kernel, "compile")
@@ -287,7 +302,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
         check_timeable(kernel)
         check_memory(f"measuring {kernel.op!r}", kernel.call_bytes())
     runners = [_runner(kernel, seed, end_to_end, prepacked) for kernel in kernels]
-    timers = [_timer(kernel) for kernel in kernels]
+    timers = [_graph_timer(kernel, run) if graph else _timer(kernel) for kernel, run in zip(kernels, runners)]
     firsts = [timer(run) for timer, run in zip(timers, runners)]
     for _ in range(max(0, warmup - 1)):
         for run in runners:
@@ -299,7 +314,7 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     times = _run_interleaved(runners, timers, interleaved_order(counts, rounds), show)
     share = others_share(start)
     return [replace(_timing(kernel, kernel_times, share, end_to_end or prepacked, verify_output, seed),
-                    prepacked=prepacked) for kernel, kernel_times in zip(kernels, times)]
+                    prepacked=prepacked, graph=graph) for kernel, kernel_times in zip(kernels, times)]
 
 
 def _runner(kernel: Measurable, seed: int, end_to_end: bool, prepacked: bool) -> Callable[[], object]:
@@ -321,6 +336,16 @@ def _timer(kernel: Measurable) -> Callable[[Callable[[], object]], float]:
     host clock (``_timed``; also for kernels built outside a target: Winograd pipelines, the tuner's)."""
     target = getattr(kernel, "target", None)
     return (target.run_timer() if target is not None else None) or _timed
+
+
+def _graph_timer(kernel: Measurable, run: Callable[[], object]) -> Callable[[Callable[[], object]], float]:
+    """What times one sample of ``kernel`` with ``graph=True``: ``run`` replayed inside a CUDA graph
+    (``Target.graph_timer``; ValueError for a kernel of no device target)."""
+    target = getattr(kernel, "target", None)
+    if target is None:
+        raise ValueError(f"graph=True times a device target's kernels; {kernel!r} was built by none")
+    replay = target.graph_timer(run)
+    return lambda _run: replay()
 
 
 def _peak(kernel: Measurable, dtype: str) -> float:

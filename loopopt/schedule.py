@@ -17,6 +17,7 @@ import islpy as isl
 
 from .activation import Clip
 from .cnames import check_user_name
+from .epilogue import Epilogue
 from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
 from .ops import STATEMENT, Op
@@ -80,11 +81,14 @@ class Fuse:
     inner_extent: int
 
 
-def matrix_instruction(name: str):
-    """The cuda target's matrix-instruction entry ``name`` (``tensorize``; ValueError naming the
-    known ones)."""
+def matrix_instruction(name: str, where: str):
+    """The cuda target's matrix-instruction entry ``name`` (``targets/cuda/instructions.py``; a lazy
+    facade, as ``compile``); ScheduleError starting with ``where`` that names the known ones."""
     from .targets.registry import target  # lazy facade: the table is the cuda target's
-    return target("cuda").matrix_instruction(name)
+    try:
+        return target("cuda").matrix_instruction(name)
+    except ValueError as err:
+        raise ScheduleError(f"{where}: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,7 @@ class Schedule:
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
+    residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -527,16 +532,46 @@ class Schedule:
                           pipeline_stages=self.pipeline_stages if stages is None else stages)
 
     def clip(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
-        """Clip each output to ``[low, high]`` (after the bias and a Gemm's scales) in the kernel's store:
-        a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The kernel then
-        computes ``activation.Clip(low, high).apply(op.reference(...))``. The cuda target's
-        tensor-core kernels fuse it; refused there with ``split_k`` (a clip needs each output's whole
-        sum), by the SIMT kernels and by the CPU targets; ValueError for bad bounds."""
+        """Clip each output to ``[low, high]`` (after the bias, a Gemm's scales and the residual) in the
+        kernel's store: a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The
+        kernel then computes ``activation.Clip(low, high).apply(op.reference(...))``. Float kernels
+        fuse it: the CPU SIMD emitter and the cuda target's tensor-core kernels (refused there with
+        ``split_k``: a clip needs each output's whole sum); refused by the quantized families and the
+        SIMT kernels; ValueError for bad bounds."""
         epilogue = Clip(low, high)
         step = Step("clip", (), tuple(epilogue.bounds.items()))
         if self.epilogue is not None:
             raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}); clip once")
         return self._with(step, epilogue=epilogue)
+
+    def add_residual(self) -> "Schedule":
+        """Add a second tensor of the output's shape to each output once its sum is complete, before
+        the store (and before ``clip``): ``out = clip(op.reference(...) + residual)``, a ResNet block's
+        shortcut. The kernel takes the residual as one more array after the op's inputs and bias, in
+        the output's layout (``epilogue.RESIDUAL``). Float kernels of the CPU SIMD emitter and the cuda
+        target's tensor-core kernels fuse it (refused there with ``split_k``); refused by the quantized
+        families and the SIMT kernels."""
+        step = Step("add_residual", ())
+        if self.residual:
+            raise ScheduleError(f"{step}: the residual is added already; add it once")
+        if self.epilogue is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}), and the "
+                                f"residual is added before the clip: add_residual() first, then clip")
+        return self._with(step, residual=True)
+
+    @property
+    def fused_epilogue(self) -> Optional[Epilogue]:
+        """What the kernel applies to each output before its store (``add_residual``, ``clip``), or None."""
+        if self.epilogue is None and not self.residual:
+            return None
+        return Epilogue(self.epilogue, self.residual)
+
+    def refuse_epilogue(self, family: str, reason: str) -> None:
+        """ScheduleError naming ``family`` and ``reason`` where this schedule fuses an epilogue (a kernel
+        family that has none)."""
+        if self.fused_epilogue is not None:
+            raise ScheduleError(f"{family} kernels fuse no epilogue ({self.fused_epilogue}): {reason}; "
+                                f"leave out clip/add_residual and apply it after the kernel")
 
     def split_k(self, loop: str) -> "Schedule":
         """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each
@@ -569,20 +604,28 @@ class Schedule:
         input's tiles from shared memory (``stage`` both inputs at one reduction loop) and runs one
         warp per bound ``warp.x|y`` iteration."""
         step = Step("tensorize", (i, j, k, instruction))
-        try:
-            entry = matrix_instruction(instruction)
-        except ValueError as err:
-            raise ScheduleError(f"{step}: {err}") from None
-        if self.op.dtype != entry.inputs:
-            raise ScheduleError(f"{step}: {instruction} multiplies {entry.inputs} inputs; {self.op!r} is "
-                                f"{self.op.dtype} (build the op with dtype={entry.inputs!r})")
+        entry = matrix_instruction(instruction, str(step))
         for name, size, role in ((i, entry.m, "m"), (j, entry.n, "n"), (k, entry.k, "k")):
             extent = self.loop(name, str(step)).extent
             if extent != size:
                 raise ScheduleError(f"{step}: loop {name!r} has {extent} iterations; {instruction}'s "
                                     f"{role} is {size} (split the loop by {size}: a partial last tile is "
                                     f"zero-filled)")
-        return self._with(step, tensorized=(i, j, k, instruction))
+        tensorized = self._with(step, tensorized=(i, j, k, instruction))
+        given = tuple(tensorized.operand_dtype(t) for t in tensorized.tensor_roles())
+        if given != entry.operands:
+            a, b = entry.operands
+            raise ScheduleError(f"{step}: {instruction} multiplies {a} (the input moving with {i}) by {b}; "
+                                f"{self.op!r} gives {given[0]} by {given[1]} (build the op with the dtype or "
+                                f"QuantSpec it takes, or pick the entry of its types)")
+        return tensorized
+
+    def operand_dtype(self, tensor: str) -> str:
+        """The element type input ``tensor`` is multiplied in: the op's dtype, or a quantized op's
+        stored integers (``QuantSpec.activation`` for the first input, ``weight`` for the second)."""
+        if self.op.quant is None:
+            return self.op.dtype
+        return self.op.quant.activation if tensor == self.op.inputs[0] else self.op.quant.weight
 
     def tensor_roles(self) -> tuple[str, str]:
         """The inputs of a tensorized schedule as (a, b): ``a`` varies with ``i``, ``b`` with ``j``."""
@@ -655,9 +698,6 @@ class Schedule:
         if self.stages:
             raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
                                 f"has none: compile with target='cuda'")
-        if self.epilogue is not None:
-            raise ScheduleError(f"the outputs are clipped in the store ({self.epilogue}), which the {target} "
-                                f"target does not fuse: compile with target='cuda' (tensorized)")
 
     def _check_stages(self, step: Step) -> None:
         ats = {at for _, at in self.stages}
@@ -934,8 +974,11 @@ class Schedule:
 
     def pseudocode(self, isa: Optional[str] = None) -> str:
         """The loop nest as readable pseudo-code (with vector access kinds for ``isa``; None: the
-        host's best), as the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
-        from .targets.registry import target_of_isa
+        host's best, or the cuda target's default architecture for a schedule bound to GPU axes), as
+        the target ``isa`` belongs to prints it (a lazy facade, as ``compile``)."""
+        from .targets.registry import target, target_of_isa
+        if isa is None and (self.tensorized or self.bound_loops):
+            return target("cuda").pseudocode(self, "auto")
         return target_of_isa(isa or "auto").pseudocode(self, isa or "auto")
 
     def __str__(self) -> str:

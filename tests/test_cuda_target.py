@@ -39,13 +39,15 @@ def test_the_registry_has_the_cuda_target_and_its_architectures():
     assert target_of_isa("sm_80") is cuda
     with pytest.raises(ValueError, match=r"unknown cuda architecture 'sm_91': choose 'auto' or one of sm_90"):
         cuda.resolve_isa("sm_91")
-    with pytest.raises(ValueError, match="float32 kernels only"):
-        cuda.peak("sm_90", "int8")
+    with pytest.raises(ValueError, match=r"float32 kernels \(and float16, bfloat16 and int8 on tensor"):
+        cuda.peak("sm_90", "float64")
 
 
 @pytest.mark.parametrize("schedule, message", [
-    (lo.Schedule(lo.Conv2d(4, 4, 3, dtype="bfloat16")), r"the cuda target runs float32 ops; .* is bfloat16"),
-    (lo.Schedule(lo.Conv2d(4, 4, 3, quant=lo.QuantSpec())), r"float32 ops; .* is quantized"),
+    (lo.Schedule(lo.Conv2d(4, 4, 3, dtype="bfloat16")), r"multiplies bfloat16, which the cuda target runs on "
+                                                         r"tensor cores only: tensorize"),
+    (lo.Schedule(lo.Conv2d(4, 4, 3, quant=lo.QuantSpec())), r"is quantized .*, which the cuda target runs on "
+                                                             r"tensor cores only"),
     (lo.Schedule(SMALL).vectorize("kw"), r"loop 'kw' is vectorized, a CPU annotation .* bind loops"),
     (lo.Schedule(SMALL).parallel("n"), r"loop 'n' is parallel"),
 ])
@@ -249,3 +251,9 @@ def test_compare_on_the_cuda_target_without_a_gpu_ends_with_one_line_saying_why(
     assert main(["compare", "--target", "cuda", "--matmul", "16,16,16", "--quiet"]) != 0
     error = capsys.readouterr().err.strip().splitlines()
     assert error[-1].startswith("loopopt: error: running cuda kernels needs CuPy and an NVIDIA GPU")
+
+
+def test_a_host_target_refuses_cuda_graph_timing():
+    with pytest.raises(ValueError, match=r"graph=True times kernels replayed in a CUDA graph; the x86 "
+                                         r"target.s kernels run on the host"):
+        target("x86").graph_timer(lambda: None)

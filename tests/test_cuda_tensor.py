@@ -37,10 +37,12 @@ def _emulated_error(schedule: lo.Schedule, seed: int = 0) -> tuple[float, float]
     inputs = op.random_inputs(seed=seed)
     args = [inputs[t] for t in op.call_tensors]
     kernel = emulate(schedule)
-    out = kernel(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
+    residual = np.random.default_rng(seed).standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    added = [residual] if schedule.residual else []
+    out = kernel(*op.operand_values(*args[:2]), *args[2:], *added)    # the values a float16 kernel reads
     expected = op.reference(*args)
     if kernel.epilogue is not None:
-        expected = kernel.epilogue.apply(expected)
+        expected = kernel.epilogue.apply(expected, residual)
     error = np.abs(out.astype(np.float64) - expected)
     return float(error.max()), float((error - tolerance(op, inputs)).max())
 
@@ -81,9 +83,10 @@ def test_tensorize_records_the_three_loops_and_the_instruction():
 @pytest.mark.parametrize("make, message", [
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", "mma_m8n8k4"),
      r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32, "
+     r"wmma_m16n16k16_bf16_f32, mma_m16n8k16_bf16_f32, mma_m16n8k32_s8_s32, mma_m16n8k32_u8s8_s32, "
      r"wgmma_m64n64k16_f16_f32, wgmma_m64n128k16_f16_f32, wgmma_m64n256k16_f16_f32"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).tensorize("i_i", "j_i", "k_i", WMMA),
-     r"multiplies float16 inputs; Matmul\(.*\) is float32 \(build the op with dtype='float16'\)"),
+     r"multiplies float16 \(the input moving with i_i\) by float16; Matmul\(.*\) gives float32 by float32"),
     (lambda: lo.Schedule(HALF_MATMUL).split("i", 8).split("j", 16).split("k", 16)
      .reorder("i_o", "j_o", "k_o", "i_i", "j_i", "k_i").tensorize("i_i", "j_i", "k_i", WMMA),
      r"loop 'i_i' has 8 iterations; wmma_m16n16k16_f16_f32's m is 16 \(split the loop by 16"),
@@ -118,8 +121,8 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
     (lambda: gpu_mma(lo.Matmul(256, 256, 64, dtype="float16"), depth=64, stages=8),
-     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 \+ 256 halves\); at most 232448: tile "
-     r"smaller or fewer stages"),
+     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 \+ 256 elements of 2 bytes\); at most "
+     r"232448: tile smaller or fewer stages"),
     (lambda: gpu_wgmma(HALF_MATMUL, stages=2),
      r"wgmma_m64n64k16_f16_f32 runs behind its threads: .* needs 3 or more buffers, not stages=2"),
     (lambda: gpu_wgmma(lo.Matmul(1024, 256, 64, dtype="float16"), block_m=1024, warps_m=16, depth=16,
@@ -147,9 +150,11 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
     (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
-     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('k_o_o'\)"),
-    (lambda s: lo.Schedule(lo.Matmul(4, 4, 4)).clip(high=6.0).compile(target="x86"),
-     r"clipped in the store \(Clip\(low=None, high=6.0\)\), which the x86 target does not fuse"),
+     r"epilogue \(Clip\(low=0.0, high=None\)\) needs each output's whole sum; split_k\('k_o_o'\)"),
+    (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).add_residual()),
+     r"epilogue \(\+ residual\) needs each output's whole sum"),
+    (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").add_residual()),
+     r"add_residual\(\) needs a tensorized schedule"),
     (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").clip(0.0)),
      r"clip: Clip\(low=0.0, high=None\) needs a tensorized schedule"),
 ])
@@ -201,8 +206,8 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
 
 def test_the_instruction_table_names_its_architecture_and_both_spellings():
     entry = INSTRUCTIONS[WMMA]
-    assert (entry.m, entry.n, entry.k, entry.inputs, entry.accumulator, entry.arch) == (
-        16, 16, 16, "float16", "float32", "sm_70")
+    assert (entry.m, entry.n, entry.k, entry.operands, entry.accumulator, entry.arch) == (
+        16, 16, 16, ("float16", "float16"), "float32", "sm_70")
     assert "mma_sync" in entry.cuda.mma and "lo_q" in entry.scalar.mma
     entry = INSTRUCTIONS[MMA]
     assert (entry.m, entry.n, entry.k, entry.arch, entry.a_tile_elements) == (16, 16, 16, "sm_80", 256)
@@ -223,28 +228,33 @@ def test_the_wgmma_entries_issue_by_warpgroup_from_descriptors_of_swizzled_tiles
         f"wgmma_m64n{n}k16_f16_f32" for n in (64, 128, 128, 128)]
 
 
-def test_the_swizzled_tile_is_wgmma_s_32_byte_swizzle():
-    """The mma and wgmma tiles' LO_TILE is the 32-byte swizzle wgmma's descriptors name (layout type
-    3): byte ``row * 32 + 2 col`` with bit 4 XORed with bit 7, on a 64-row tile."""
-    tile = INSTRUCTIONS[MMA].tile.partition("LO_TILE(row, col) ")[2]
+@pytest.mark.parametrize("name", [MMA, "mma_m16n8k32_s8_s32"])
+def test_the_swizzled_tile_is_wgmma_s_32_byte_swizzle(name):
+    """The mma tiles' (16-bit and int8; wgmma's is the 16-bit one) LO_TILE is the 32-byte swizzle
+    wgmma's descriptors name (layout type 3): byte ``row * 32 + col x element bytes`` with bit 4 XORed
+    with bit 7, on a 64-row tile."""
+    entry = INSTRUCTIONS[name]
+    tile = entry.tile.partition("LO_TILE(row, col) ")[2]
     for row in range(64):
-        for col in range(16):
-            byte = row * 32 + 2 * col
-            expected = byte ^ ((byte >> 7 & 1) << 4)
-            assert 2 * eval(tile.replace("row", str(row)).replace("col", str(col))) == expected
+        for col in range(entry.k):
+            byte = row * 32 + entry.element_bytes * col
+            offset = eval(tile.replace("row", str(row)).replace("col", str(col)))
+            assert entry.element_bytes * offset == byte ^ ((byte >> 7 & 1) << 4)
 
 
-def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
+@pytest.mark.parametrize("name", [MMA, "mma_m16n8k16_bf16_f32", "mma_m16n8k32_s8_s32"])
+def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank(name):
     """Eight rows of one 16-byte column (what one ldmatrix phase reads) start in eight different
-    groups of four banks, and the layout is a permutation of the 16 x 16 tile."""
-    tile = INSTRUCTIONS[MMA].tile.partition("LO_TILE(row, col) ")[2]
+    groups of four banks, and the layout is a permutation of the 16-row tile (32 bytes a row)."""
+    entry = INSTRUCTIONS[name]
+    tile = entry.tile.partition("LO_TILE(row, col) ")[2]
 
     def offset(row: int, col: int) -> int:
         return eval(tile.replace("row", str(row)).replace("col", str(col)))
-    assert sorted(offset(r, c) for r in range(16) for c in range(16)) == list(range(256))
+    assert sorted(offset(r, c) for r in range(16) for c in range(entry.k)) == list(range(16 * entry.k))
     for first in (0, 8):
-        for col in (0, 8):
-            banks = {offset(first + r, col) * 2 // 16 % 8 for r in range(8)}
+        for col in (0, entry.k // 2):
+            banks = {offset(first + r, col) * entry.element_bytes // 16 % 8 for r in range(8)}
             assert len(banks) == 8
 
 
@@ -253,6 +263,10 @@ def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank():
 _WMMA_RELU = ("wmma default relu", lambda op: gpu_wmma(op).clip(low=0.0))
 _MMA_SPLIT = ("mma small split_k=2", lambda op: gpu_mma(op, **SMALL_TILES, split_k=2))
 _WMMA_CLIP = ("wmma small clip", lambda op: gpu_wmma(op, **SMALL_TILES).clip(-1.0, 6.0))
+_WMMA_RESIDUAL = ("wmma small residual relu6",
+                  lambda op: gpu_wmma(op, **SMALL_TILES).add_residual().clip(0.0, 6.0))
+_MMA_RESIDUAL = ("mma residual", lambda op: gpu_mma(op).add_residual())
+_WGMMA_RESIDUAL = ("wgmma small residual", lambda op: gpu_wgmma(op, **SMALL_TILES).add_residual())
 _WGMMA_SPLIT = ("wgmma small split_k=2", lambda op: gpu_wgmma(op, **SMALL_TILES, split_k=2))
 _WGMMA_TALL = ("wgmma tall relu", lambda op: gpu_wgmma(op, block_m=128, block_n=128, warps_m=1, warps_n=2,
                                                        depth=48, stages=3).clip(low=0.0))
@@ -261,12 +275,14 @@ _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
 
 @pytest.mark.parametrize("op, make", [
     pytest.param(op, make, id=f"{op!r}-{name}", marks=() if quick else pytest.mark.slow)
-    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, True),
+    for op, (name, make), quick in [(HALF_MATMUL, _MMA_SPLIT, True), (_GEMM, _WMMA_CLIP, False),
                                     (HALF_CONV, _WGMMA_SPLIT, True), (lo.Matmul(150, 70, 60, dtype="float16"),
                                                                        _WGMMA_TALL, False),
                                     (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
-                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])
+                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False),
+                                    (HALF_CONV, _WMMA_RESIDUAL, True), (_GEMM, _MMA_RESIDUAL, False),
+                                    (HALF_CONV, _WGMMA_RESIDUAL, False)]])
 def test_the_tensor_presets_emulated_match_the_reference(op, make):
     largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest
@@ -322,6 +338,15 @@ def test_wgmma_is_refused_off_hopper_before_nvcc_runs():
         gpu_wgmma(HALF_MATMUL).compile(target="cuda", isa="sm_80")
 
 
+def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
+    """Four warpgroups (512 threads) get 128 registers each, which ptxas is told (a conv4_x kernel
+    took 132 and failed to launch); two (256 threads, 255 registers each) need no bound."""
+    op = lo.Matmul(256, 64, 32, dtype="float16")
+    four = print_kernel(gpu_wgmma(op, block_m=256, block_n=64, warps_m=4)).source
+    assert "__global__ void __launch_bounds__(512) lo_nest(" in four
+    assert "__launch_bounds__" not in print_kernel(gpu_wgmma(op)).source
+
+
 # --- compile-only builds -------------------------------------------------------------------------
 
 @pytest.mark.slow        # nvcc builds: the quick tier builds one kernel (test_cuda_target.py)
@@ -335,6 +360,7 @@ def test_wgmma_is_refused_off_hopper_before_nvcc_runs():
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
+    assert kernel.build.registers * np.prod(kernel.printed.block) <= 65536, kernel.report
     cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("no cuobjdump and nvdisasm here (pip install nvidia-cuda-cuobjdump "
@@ -359,5 +385,7 @@ def test_outputs_in_the_padding_keep_their_bias(make, split_k):
 
 
 def test_the_pseudocode_of_a_tensorized_schedule_names_its_staged_tiles():
-    text = gpu_mma(HALF_CONV, **SMALL_TILES).pseudocode("sm_90")       # the preset stages 4 buffers
+    schedule = gpu_mma(HALF_CONV, **SMALL_TILES)
+    text = schedule.pseudocode("sm_90")       # the preset stages 4 buffers
     assert "stage I's tile in shared memory (gathered as a matrix operand, 4-buffer ring)" in text
+    assert str(schedule) == text      # a GPU schedule prints as the cuda target's, not the host's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..dataflows import output_stationary
 from ..kernel import Kernel
@@ -19,6 +20,9 @@ from ..tune import best_trial
 from ..tune.choice import first_choice, first_reading
 from ..tune.log import signature
 from ..tune.result import describe
+
+if TYPE_CHECKING:
+    from .epilogues import Chain
 
 DEFAULT = "default"                                 # the start of a default schedule's source
 RANKED = f"{DEFAULT} first choice of the search"    # + its knobs
@@ -100,11 +104,14 @@ class KernelCache:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
         return default_schedule(op, self.threads, self.isa, arrives)
 
-    def get(self, op: Op, arrives: str | None = None) -> Compiled:
+    def get(self, op: Op, arrives: str | None = None, chain: Chain | None = None) -> Compiled:
         """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the
-        logical one), compiled on the first request for its signature and schedule."""
+        logical one), with the epilogue of ``chain`` if given (``epilogues``), compiled on the first
+        request for its signature, schedule and epilogue."""
         schedule, source, isa = self.schedule(op, arrives)
-        key = (signature(op), source)
+        if chain is not None:
+            schedule = chain.apply(schedule)
+        key = (signature(op), source, str(chain.epilogue) if chain is not None else "")
         if key not in self._compiled:
             kernel = schedule.compile(isa)
             kernel.hold_weights = True     # the model's weights are constants: packed on the first run, kept

@@ -94,6 +94,12 @@ class Target(ABC):
         a device, a function that runs the call and returns the seconds the device took."""
         return None
 
+    def graph_timer(self, run: Callable[[], object]) -> Callable[[], float]:
+        """A function of no arguments giving the seconds of one ``run`` replayed inside a CUDA graph
+        (``measure(..., graph=True)``); ValueError for a target whose kernels run on the host."""
+        raise ValueError(f"graph=True times kernels replayed in a CUDA graph; the {self.name} target's "
+                         f"kernels run on the host: measure them without it")
+
     def matrix_instruction(self, name: str):
         """The entry ``name`` of this target's table of warp-wide matrix instructions (``tensorize``),
         with its ``m, n, k`` and ``inputs`` dtype; ValueError where it has none of that name."""

@@ -1,5 +1,6 @@
 """``CudaDriver``: calls a built kernel's launcher (``printer.KERNEL_NAME``), loaded with cffi's ABI
-mode, on device pointers; it launches on the default stream, on which ``device.elapsed`` times it."""
+mode, on device pointers; it launches on CuPy's current stream (the default one unless a ``with stream``
+says otherwise), on which ``device.elapsed`` times it and ``device.graph_timer`` captures it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ import cffi
 
 from ...codegen.params import KernelParam
 from ...driver import Driver
+from . import device
 from .printer import ERROR_NAME, KERNEL_NAME, CudaSource
 from .toolchain import Build
 
@@ -18,7 +20,8 @@ class CudaError(RuntimeError):
 
 
 class CudaDriver(Driver):
-    """The launcher of one built kernel: its arguments are device addresses (ints), one per parameter."""
+    """The launcher of one built kernel: its arguments are device addresses (ints), one per pointer
+    parameter, and the scalars."""
 
     def __init__(self, build: Build, printed: CudaSource):
         self._ffi = cffi.FFI()
@@ -29,11 +32,12 @@ class CudaDriver(Driver):
         self._shape = f"grid {printed.grid}, block {printed.block}"
 
     def bind(self, params: tuple[KernelParam, ...], values: Mapping[str, Any]) -> tuple:
-        return tuple(self._ffi.cast("float *", values[p.name]) for p in params)
+        return tuple(self._ffi.cast("void *", values[p.name]) if p.pointer else values[p.name]
+                     for p in params)
 
     def call(self, arguments: tuple) -> None:
         """Launch (asynchronous: a copy back or an event waits for it); CudaError if CUDA refuses."""
-        code = self._launch(*arguments, self._ffi.NULL)
+        code = self._launch(*arguments, self._ffi.cast("void *", device.stream_pointer()))
         if code:
             message = self._ffi.string(self._error_string(code)).decode()
             raise CudaError(f"launching the kernel ({self._shape}): CUDA error {code}: {message}")

@@ -1,6 +1,7 @@
 """``CudaKernel``: a built CUDA kernel called on numpy arrays (copied to and from the device) or,
 without copies, on device arrays of CuPy, PyTorch or any library with ``__cuda_array_interface__``;
-``CudaDriver`` launches it."""
+``CudaDriver`` launches it. ``QuantizedCudaKernel``: a quantized op's, called with the quantization
+parameters as on the CPU."""
 from __future__ import annotations
 
 import math
@@ -8,13 +9,19 @@ from typing import Any
 
 import numpy as np
 
+from ...bf16 import bf16_bits
 from ...codegen import Generated
 from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
-from . import device
+from . import device, quantized
 from .driver import CudaDriver
 from .printer import CudaSource
 from .toolchain import Build
+
+# the element type a device array of each C type holds (a bfloat16 as its bit pattern)
+DEVICE_DTYPES = {"float": np.dtype(np.float32), "__half": np.dtype(np.float16),
+                 "__nv_bfloat16": np.dtype(np.uint16), "int32_t": np.dtype(np.int32),
+                 "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8)}
 
 
 class CudaKernel(Kernel):
@@ -33,6 +40,7 @@ class CudaKernel(Kernel):
         return self.build.report
 
     def _storage_shape(self, tensor: str) -> tuple[int, ...]:
+        tensor = self._tensor_of(tensor)
         return self.schedule.layout_of(tensor).storage_shape(self.op.tensor(tensor).shape)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
@@ -42,29 +50,39 @@ class CudaKernel(Kernel):
         given = self._given(arrays)
         stored: dict[str, Any] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
-            self._check(tensor, array, self.op.tensor(tensor).shape)
+            self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            packed = array if is_bias else self.schedule.layout_of(tensor).to_storage(array)
+            element = bf16_bits(array, tensor) if self._dtype(tensor) == np.uint16 else array
+            # the bias as given; a tensor in its storage layout (the residual in the output's)
+            packed = (element if is_bias
+                      else self.schedule.layout_of(self._tensor_of(tensor)).to_storage(element))
             stored[tensor] = cp.asarray(packed.astype(self._dtype(tensor), copy=False))
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
         return self.bind(stored)
 
-    def _dtype(self, tensor: str) -> np.dtype:
-        """The element type of ``tensor`` on the device: float16 for a float16 op's inputs, else float32."""
-        return np.dtype(np.float16 if self.op.dtype == "float16" and tensor in self.op.inputs else np.float32)
+    def _dtype(self, name: str) -> np.dtype:
+        """The element type of parameter ``name`` on the device (``DEVICE_DTYPES``)."""
+        return next(DEVICE_DTYPES[p.ctype] for p in self.generated.params if p.name == name)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
+        the bias's logical one, a per-channel array's channels."""
+        if self.op.bias and name == self.op.bias_tensor:
+            return self.op.tensor(name).shape
+        tensor = self._tensor_of(name)          # the residual's: the output's
+        return self._storage_shape(name) if tensor in self.op.tensors else (self.op.channels,)
 
     def bind(self, values: dict[str, Any]) -> Buffers:
         """Buffers of device arrays by parameter name (``__cuda_array_interface__``), each checked to
-        be of its element type (``_dtype``), C-contiguous and of its storage shape (the bias: its
-        logical shape)."""
-        addresses = {}
+        be of its element type (``_dtype``), C-contiguous and of its shape (``_shape``), and the
+        scalars."""
+        arguments = {}
         for param in self.generated.params:
-            shape = (self.op.tensor(param.name).shape if self.op.bias and param.name == self.op.bias_tensor
-                     else self._storage_shape(param.name))
-            addresses[param.name] = _device_pointer(param.name, values[param.name], shape,
-                                                    self._dtype(param.name))
-        return Buffers(values, self._bind(addresses))
+            arguments[param.name] = (_device_pointer(param.name, values[param.name], self._shape(param.name),
+                                                     self._dtype(param.name)) if param.pointer
+                                     else values[param.name])
+        return Buffers(values, self._bind(arguments))
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, copied to the host, in the op's logical layout."""
@@ -74,7 +92,7 @@ class CudaKernel(Kernel):
         if arrays and all(hasattr(a, "__cuda_array_interface__") for a in arrays if a is not None):
             given = self._given(arrays)
             values = dict(zip(self.generated.arguments[:-1], given, strict=True))
-            out = device.cupy().empty(self._storage_shape(self.op.output), dtype=np.float32)
+            out = device.cupy().empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
             buffers = self.bind(values | {self.op.output: out})
             self.run(buffers)
             return out
@@ -98,3 +116,19 @@ def _device_pointer(name: str, array: Any, shape: tuple[int, ...], dtype: np.dty
     if strides is not None and tuple(strides) != contiguous and math.prod(shape) > 1:
         raise ValueError(f"{name} is not C-contiguous (strides {tuple(strides)}); pass a contiguous copy")
     return interface["data"][0]
+
+
+class QuantizedCudaKernel(CudaKernel):
+    """A quantized op's CUDA kernel: ``kernel(xq, wq, b, x_zero_point=..., ...)`` on numpy arrays, as a
+    CPU ``QuantizedKernel`` is called; the per-channel values (``quantized.call_values``) are computed
+    on the host and copied with the arrays, outside the timed ``run``."""
+
+    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+        cp = device.cupy()
+        values = quantized.call_values(self, arrays, params)
+        return self.bind({n: cp.asarray(v) if isinstance(v, np.ndarray) else v for n, v in values.items()})
+
+    def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
+        buffers = self.prepare(*arrays, **params)
+        self.run(buffers)
+        return self.output(buffers)

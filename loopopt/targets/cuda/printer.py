@@ -73,20 +73,20 @@ class CudaSource:
 
 
 def check_schedule(schedule: Schedule) -> None:
-    """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16: tensorized),
-    no CPU annotations, warp axes only with ``tensorize``."""
+    """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16, bfloat16 and
+    quantized ops: tensorized), no CPU annotations, warp axes only with ``tensorize``."""
     op = schedule.op
-    if op.quant is not None or op.dtype not in ("float32", "float16"):
-        kind = f"quantized ({op.quant})" if op.quant is not None else op.dtype
-        raise ScheduleError(f"the cuda target runs float32 ops; {op!r} is {kind} (float16 ops run "
-                            f"tensorized)")
-    if op.dtype == "float16" and not schedule.tensorized:
-        raise ScheduleError(f"{op!r} multiplies float16, which the cuda target runs on tensor cores only: "
-                            f"tensorize(i, j, k, 'wmma_m16n16k16_f16_f32') three innermost loops")
+    if op.quant is not None or op.dtype != "float32":
+        if not schedule.tensorized:
+            kind = f"quantized ({op.quant})" if op.quant is not None else f"multiplies {op.dtype}"
+            raise ScheduleError(f"{op!r} is {kind}, which the cuda target runs on tensor cores only: "
+                                f"tensorize(i, j, k, instruction) three innermost loops (dataflows.gpu_mma "
+                                f"picks the instruction)")
     gpu_only = [what for what, given in ((f"split_k({schedule.split_k_loop!r})", schedule.split_k_loop),
                                          (f"stage(..., stages={schedule.pipeline_stages})",
                                           schedule.pipeline_stages is not None),
-                                         (f"clip: {schedule.epilogue}", schedule.epilogue)) if given]
+                                         (f"clip: {schedule.epilogue}", schedule.epilogue),
+                                         ("add_residual()", schedule.residual)) if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
                             f"one buffer, bind loops over outputs only and store plain sums")

@@ -44,10 +44,10 @@ from ..search import Candidate, SearchRules
 from . import device
 from .instructions import MMA_F16_F32, WGMMA_F16_F32, WMMA_F16_F32, MatrixInstruction, instruction
 from .target import SHARED_BYTES_PER_BLOCK
+from .tensor_printer import REGISTERS_PER_SM
 
 WARP = 32
 MAX_THREADS = 1024                 # threads per block (every architecture here)
-REGISTERS_PER_SM = 65536
 MAX_BLOCKS_PER_SM = 32
 MAX_ACCUMULATORS = 128             # float32 accumulators per thread (more spill beside the fragments)
 OVERHEAD_REGISTERS = 40            # per thread: addresses, loop counters, fragments in flight
@@ -290,9 +290,10 @@ def tensor_shared(knobs: TensorKnobs) -> int:
     elements: WMMA pads its rows against bank conflicts), or the epilogue's float scratch of one
     fragment per warp (warpgroup) where that is more."""
     entry = knobs.instruction
-    halves = (-(-knobs.block_m // entry.m) * entry.a_tile_elements
-              + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
-    return max(knobs.stages * 2 * halves, knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
+    elements = (-(-knobs.block_m // entry.m) * entry.a_tile_elements
+                + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
+    return max(knobs.stages * entry.element_bytes * elements,
+               knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
 
 
 def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
@@ -427,8 +428,8 @@ class CudaSearch(SearchRules):
     the tensor-core presets' own)."""
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
-        if op.quant is not None or threads != 1:
-            return []
+        if op.quant is not None or op.dtype not in ("float32", "float16") or threads != 1:
+            return []           # bfloat16 and int8 ops: their presets run, unsearched (gpu_mma)
         space: Callable[[Op, str], list] = tensor_candidates if op.dtype == "float16" else simt_candidates
         return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
 
@@ -449,7 +450,8 @@ class CudaSearch(SearchRules):
 
     def refusal(self, isa: str) -> str:
         return (f"the cuda search has only the GPU presets' candidates ({', '.join(TENSOR_PRESETS)}: the "
-                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)})")
+                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)}) of float32 and float16 ops; "
+                f"bfloat16 and quantized ops run their preset, gpu_mma(op), unsearched")
 
     def describe(self, knobs: dict) -> str:
         if knobs["preset"] in TENSOR_PRESETS:

@@ -15,7 +15,7 @@ from ..base import Target, TargetUnavailableError
 from ..search import SearchRules
 from . import device, toolchain
 from .instructions import MatrixInstruction, instruction
-from .kernel import CudaKernel
+from .kernel import CudaKernel, QuantizedCudaKernel
 from .printer import print_kernel
 
 ARCHS = ("sm_90", "sm_89", "sm_86", "sm_80", "sm_75")     # built with -gencode=arch=compute_N,code=sm_N
@@ -41,8 +41,8 @@ def build_arch(schedule: Schedule, arch: str) -> str:
 
 class CudaTarget(Target):
     name = "cuda"
-    description = ("NVIDIA GPUs: float32 SIMT and float16 tensor-core (tensorize) CUDA C of bound schedules, "
-                   "built with nvcc, run through CuPy")
+    description = ("NVIDIA GPUs: float32 SIMT and float16, bfloat16 and int8 tensor-core (tensorize) CUDA C "
+                   "of bound schedules, built with nvcc, run through CuPy")
     has_device = True
 
     def isas(self) -> tuple[str, ...]:
@@ -74,23 +74,28 @@ class CudaTarget(Target):
         build = toolchain.build(printed.source, build_arch(schedule, arch))
         generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)
-        kernel = CudaKernel(schedule, generated, printed, build, arch)
+        kind = QuantizedCudaKernel if schedule.op.quant is not None else CudaKernel
+        kernel = kind(schedule, generated, printed, build, arch)
         kernel.target = self
         return kernel
 
     def peak(self, isa: str, dtype: str) -> float:
-        """The device's peak (G flops/s): FP32 FFMA for float32, dense float16 tensor cores for float16."""
-        if dtype == "float16":
+        """The device's peak (G flops/s, int8: G ops/s): FP32 FFMA for float32, dense tensor cores for
+        float16 and bfloat16 (the same rate) and int8 (twice it)."""
+        if dtype in ("float16", "bfloat16"):
             return device.tensor_peak_gflops(isa)
+        if dtype == "int8":
+            return device.INT8_PER_F16 * device.tensor_peak_gflops(isa)
         if dtype != "float32":
-            raise ValueError(f"the cuda target has float32 kernels only (and float16 on tensor cores), "
-                             f"not {dtype!r}")
+            raise ValueError(f"the cuda target has float32 kernels (and float16, bfloat16 and int8 on tensor "
+                             f"cores), not {dtype!r}")
         return device.ffma_peak_gflops(isa)
 
     def peak_source(self, isa: str) -> str:
         return (f"{device.name()}'s FFMA peak: {device.multiprocessors()} SMs x {device.clock_mhz():.0f} "
-                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2 (float16: x "
-                f"{device.TENSOR_F16_FLOPS_PER_SM.get(isa, '?')} tensor-core flops per SM per clock)")
+                f"MHz x {device.FP32_LANES_PER_SM[isa]} FP32 lanes x 2 (float16 and bfloat16: x "
+                f"{device.TENSOR_F16_FLOPS_PER_SM.get(isa, '?')} tensor-core flops per SM per clock; int8: "
+                f"x {device.INT8_PER_F16} that)")
 
     def matrix_instruction(self, name: str) -> MatrixInstruction:
         return instruction(name)
@@ -105,6 +110,10 @@ class CudaTarget(Target):
     def fingerprint(self) -> str:
         """The tuning log's key of this target's trials: the device (name and architecture)."""
         return self.device()
+
+    def graph_timer(self, run: Callable[[], object]) -> Callable[[], float]:
+        """``run`` replayed in a CUDA graph (``device.graph_timer``)."""
+        return device.graph_timer(run)
 
     def run_timer(self) -> Callable[[Callable[[], object]], float]:
         """CUDA events around each run (``device.elapsed``)."""

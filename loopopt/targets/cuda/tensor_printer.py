@@ -14,13 +14,14 @@ The schedule's shape, outer to inner (a ScheduleError names the loop that breaks
 * the tensorized ``i, j, k``.
 
 Each pipeline step copies, for each input, every value the block's warps read in that step into a
-tile per iteration of the (warp, inner and fragment) loops the input varies with, ``m x 16`` (``a``)
-or ``n x 16`` (``b``) elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the
+tile per iteration of the (warp, inner and fragment) loops the input varies with, ``m x k`` (``a``)
+or ``n x k`` (``b``) elements (row: ``i`` for ``a``, ``j`` for ``b``; column: ``k``) laid out as the
 instruction's ``LO_TILE`` says (padded rows for WMMA, 32-byte-swizzled rows for ``mma.sync`` and
 ``wgmma``): an im2col of any index the op has (padding, stride, dilation, fused loops), evaluated per
-element with zero where a guard excludes it. Eight consecutive ``k`` that lie contiguously and 16-byte
-aligned in device memory are copied by one 16-byte ``cp.async`` (``__pipeline_memcpy_async``); the
-groups go to threads row by row across the step's whole depth, so a warp reads whole 128-byte lines.
+element with zero where a guard excludes it. Consecutive ``k`` of 16 bytes (8 halves, 16 int8) that lie
+contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp.async``
+(``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
+warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
@@ -31,6 +32,16 @@ buffer of two steps before, then a wait for every group but the last. The sums e
 fragments, stored through shared memory to the output with the bias, a Gemm's scales, the ``clip``
 epilogue and the output guards; under ``split_k`` each block adds its share with ``atomicAdd``
 (``LO_ADD``) into the output the launcher zeroed.
+
+A quantized op (``QuantSpec``: uint8 or int8 activations, symmetric int8 weights) runs on an int8
+entry, whose fragments sum the stored integers exactly in int32: ``P = sum x * w``. Where a guard
+excludes an activation (padding, a tail) its tile holds the activations' zero point ``zx``, so that
+``x - zx`` is 0 there, and a weights tile is filled (with 0) at the reduction's tails only, where no
+weight exists; every product the op excludes is then ``zx * w``, and the exact accumulator
+``acc = sum (x - zx) * w`` is ``P - zx * T[k]`` with ``T[k]`` the sum of channel ``k``'s weights, one
+int32 per channel (``lo_comp``, computed with the call's parameters: ``quantized.call_values``). The
+epilogue is the CPU kernels' (``quant.requantize_output``): int32, dequantized or requantized output;
+under ``split_k`` the int32 shares are added exactly with integer atomics.
 """
 from __future__ import annotations
 
@@ -40,13 +51,16 @@ from functools import cached_property
 from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
-from ...expr import linear_terms
+from ...epilogue import RESIDUAL
+from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
+from . import quantized
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
-GROUP = 8                  # halves per 16-byte copy
+COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
+REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
 
 
 class TensorPrinter:
@@ -58,6 +72,8 @@ class TensorPrinter:
         self.i, self.j, self.k = i, j, k
         self.ins = instruction(name)
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
+        self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
+        self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
@@ -118,15 +134,19 @@ class TensorPrinter:
             raise ScheduleError(f"{self.ins.name} runs behind its threads: the copies of a step go into the "
                                 f"buffer of two steps before, so the ring needs 3 or more buffers, not "
                                 f"stages={self.pipeline}")
-        if self.s.split_k_loop and self.s.epilogue:
-            raise ScheduleError(f"the outputs are clipped ({self.s.epilogue}), which needs each output's "
-                                f"whole sum; split_k({self.s.split_k_loop!r}) adds partial sums: drop one of "
-                                f"them")
+        if self.quant is not None and self.s.split_k_loop and self.op.quant.output != "int32":
+            raise ScheduleError(f"split_k({self.s.split_k_loop!r}) adds int32 shares exactly into an int32 "
+                                f"output; {self.op!r} is requantized or dequantized "
+                                f"(output={self.op.quant.output!r}), which needs each output's whole sum: "
+                                f"drop split_k or quantize with output='int32'")
+        if self.s.split_k_loop and self.s.fused_epilogue:
+            raise ScheduleError(f"the epilogue ({self.s.fused_epilogue}) needs each output's whole sum; "
+                                f"split_k({self.s.split_k_loop!r}) adds partial sums: drop one of them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
                                 f"tiles of {self.tile_elements[self.a]} + {self.tile_elements[self.b]} "
-                                f"halves); "
+                                f"elements of {self.ins.element_bytes} bytes); "
                                 f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
 
     @cached_property
@@ -154,13 +174,15 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        return max(self.pipeline * 2 * self.step_elements, self.warp_count * self.ins.fragment_elements * 4)
+        return max(self.pipeline * self.ins.element_bytes * self.step_elements,
+                   self.warp_count * self.ins.fragment_elements * 4)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
         """The guards each input's copy applies (those over loops it knows), and ``out``'s: the
         iteration domain's own bounds (split tails) over no reduction loop. The op's guards (padding)
         only zero-fill input reads: an output they exclude every product of still gets its bias.
+        A quantized op's weights take the domain's bounds only (see the module docstring).
         ScheduleError for a guard of the products that neither input knows."""
         reduction = {loop.name for loop in self.s.loops if self._reduction(loop)}
         outer = {loop.name for loop in self.blocks + self.flat}
@@ -170,7 +192,12 @@ class TensorPrinter:
         domain = len(self.s.partial_guards)          # s.guards: the domain's bounds, then the op's
         for index, guard in enumerate(self.s.guards):
             names = guard.expr.variables()
-            fits = [t for t in self.op.inputs if names <= known[t]]
+            fits = [t for t in self.op.inputs if names <= known[t]
+                    and (self.quant is None or t == self.op.inputs[0] or index < domain)]
+            if self.quant is not None and index < domain and names & reduction \
+                    and self.op.inputs[1] not in fits:
+                raise ScheduleError(f"the guard {guard.to_c()} skips reduction steps the weights' copy "
+                                    f"cannot see; a quantized kernel fills the weights' tails with 0")
             for t in fits:
                 placed[t].append(guard.to_c())
             if index < domain and not names & reduction:
@@ -217,8 +244,8 @@ class TensorPrinter:
         self.emit(depth, "}")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
-        rows = self.rows[tensor]
-        groups = self.tiles[tensor] * rows * (self.ins.k // GROUP)
+        rows, group = self.rows[tensor], self.group
+        groups = self.tiles[tensor] * rows * (self.ins.k // group)
         threads = math.prod(self.block)
         ragged = self.syntax.device and groups % threads != 0
         inner = depth + 1
@@ -233,7 +260,7 @@ class TensorPrinter:
             self.emit(depth, cprint.for_loop("int", "lo_g", groups) + " {")
         # the groups in the order (tiles over outputs, row, tiles over the reduction, 16 bytes of k): a
         # row's consecutive k of the whole step go to consecutive threads (whole 128-byte lines a warp)
-        per_row = self.ins.k // GROUP
+        per_row = self.ins.k // group
         along = [loop for loop in self.tile_loops(tensor) if loop in self.inner]
         across = [loop for loop in self.tile_loops(tensor) if loop not in self.inner]
         span = per_row * math.prod(loop.extent for loop in along)       # groups of one row in a step
@@ -242,10 +269,9 @@ class TensorPrinter:
         self.emit(inner, f"const {self.int_type} {row} = lo_g / {span} % {rows};")
         if along:
             self._define(inner, along, f"(lo_g / {per_row} % {span // per_row})")
-        self.emit(inner, f"const {self.int_type} lo_k0 = lo_g % {per_row} * {GROUP};")
-        half = self.code.half
+        self.emit(inner, f"const {self.int_type} lo_k0 = lo_g % {per_row} * {group};")
         tile = self._tile_index(tensor)
-        self.emit(inner, f"{half} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
+        self.emit(inner, f"{self.code.element} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
                          f"{self.tile_elements[tensor]} + LO_TILE({row}, lo_k0);")
         offset, valid = self.s.offset(tensor).to_c(), self._check(self.guards[tensor])
         k = self.k
@@ -255,26 +281,33 @@ class TensorPrinter:
             contiguous = False
         if contiguous:
             self.emit(inner, "int lo_valid = 0;")
-            self.emit(inner, f"{self.syntax.unroll} {GROUP}")
-            self.emit(inner, cprint.for_loop("int", "lo_e", GROUP) + f" {{ const {self.int_type} {k} = "
+            self.emit(inner, f"{self.syntax.unroll} {group}")
+            self.emit(inner, cprint.for_loop("int", "lo_e", group) + f" {{ const {self.int_type} {k} = "
                              f"lo_k0 + lo_e; lo_valid += ({valid}) ? 1 : 0; }}")
             self.emit(inner, f"{self.int_type} lo_first = 1;")
-            self.emit(inner, f"if (lo_valid == {GROUP}) {{ const {self.int_type} {k} = lo_k0; "
+            self.emit(inner, f"if (lo_valid == {group}) {{ const {self.int_type} {k} = lo_k0; "
                              f"lo_first = {offset}; }}")
-            self.emit(inner, f"if (lo_valid == {GROUP} && lo_first % {GROUP} == 0) {{")
+            self.emit(inner, f"if (lo_valid == {group} && lo_first % {group} == 0) {{")
             self.emit(inner + 1, f"LO_COPY16(lo_dst, {tensor} + lo_first);")
             self.emit(inner, "} else {")
             inner += 1
-        self.emit(inner, f"{self.syntax.unroll} {GROUP}")
-        self.emit(inner, cprint.for_loop("int", "lo_e", GROUP) + " {")
+        self.emit(inner, f"{self.syntax.unroll} {group}")
+        self.emit(inner, cprint.for_loop("int", "lo_e", group) + " {")
         self.emit(inner + 1, f"const {self.int_type} {k} = lo_k0 + lo_e;")
-        self.emit(inner + 1, f"lo_dst[lo_e] = ({valid}) ? {tensor}[{offset}] : LO_ZERO;")
+        self.emit(inner + 1, f"lo_dst[lo_e] = ({valid}) ? {tensor}[{offset}] : {self._fill(tensor)};")
         self.emit(inner, "}")
         if contiguous:
             self.emit(inner - 1, "}")
         if ragged:
             self.emit(depth + 1, "}")
         self.emit(depth, "}")
+
+    def _fill(self, tensor: str) -> str:
+        """What ``tensor``'s tile holds where a guard excludes the element: zero, or a quantized op's
+        activation zero point (see the module docstring)."""
+        if self.quant is None:
+            return "LO_ZERO"
+        return "lo_zx" if tensor == self.op.inputs[0] else "0"
 
     # --- the products of one pipeline step --------------------------------------------------
     def _acc(self, index: str) -> str:
@@ -315,6 +348,9 @@ class TensorPrinter:
         out, value = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]", "lo_scratch[lo_e]"
         bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(self.s.dim_values).to_c()}]"
                 if self.op.bias else "")
+        if self.quant is not None:
+            channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
+            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop)
         if self.op.scales is not None:
             alpha, beta = self.op.scales
             bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
@@ -322,6 +358,8 @@ class TensorPrinter:
         if not self.s.split_k_loop:
             terms = (value, bias) if self.op.scales is not None else (bias, value)
             total = " + ".join(t for t in terms if t)
+            if self.s.residual:         # the residual is stored in the output's layout
+                total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
             return f"{out} = {self.s.epilogue.c(total) if self.s.epilogue else total};"
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"
@@ -333,11 +371,11 @@ class TensorPrinter:
             if self.code.drain:
                 self.emit(depth, self.code.drain)
             self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
-            self.emit(depth, f"float *lo_scratch = (float *) lo_smem + lo_w * {n};")
-            lanes = self.ins.lanes
+            accumulator, lanes = self.code.accumulator, self.ins.lanes
+            self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * {n};")
             lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
-            self.emit(depth, f"float lo_scratch[{n}];")
+            self.emit(depth, f"{self.code.accumulator} lo_scratch[{n}];")
             lane, lanes, sync = "0", 1, ""
         if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
             self.emit(depth, f"{self.syntax.unroll} {na}")
@@ -373,13 +411,25 @@ class TensorPrinter:
         extent = {loop.axis: loop.extent for loop in self.warps}
         return (self.ins.lanes * extent.get("warp.x", 1), extent.get("warp.y", 1), 1)
 
-    def _declaration(self, tensor: str, restrict: str) -> str:
-        element = self.code.half if tensor in self.op.inputs else "float"
-        return f"{'' if tensor == self.op.output else 'const '}{element} *{restrict} {tensor}"
+    @cached_property
+    def params(self) -> tuple[KernelParam, ...]:
+        """The nest's parameters: the tensors (the inputs of the element type the tiles hold, float32
+        bias and output) and a quantized op's (``quantized.parameters``)."""
+        if self.quant is not None:
+            return quantized.parameters(self.op)
+        return tuple(KernelParam(t, self.code.element if t in self.op.inputs else "float",
+                                 const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
-        params = ", ".join(self._declaration(t, restrict) for t in kernel_arguments(self.s))
-        return f"{self.syntax.kernel} {name}({params})"
+        params = ", ".join(p.declaration() if not p.pointer else
+                           f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
+                           for p in self.params)
+        threads = math.prod(self.block)
+        # a block whose threads could want more than the SM's registers (255 each): ptxas keeps to
+        # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
+        bounds = (f" __launch_bounds__({threads})" if self.syntax.device and threads * 255 > REGISTERS_PER_SM
+                  else "")
+        return f"{self.syntax.kernel}{bounds} {name}({params})"
 
     def _warp_variables(self, depth: int) -> int:
         """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns
@@ -407,7 +457,7 @@ class TensorPrinter:
     def _nest(self) -> list[str]:
         self.lines = [self._signature(NEST_NAME, self.syntax.restrict), "{"]
         device, steps = self.syntax.device, math.prod(loop.extent for loop in self.flat)
-        half = self.code.half
+        half = self.code.element
         if device:
             self.emit(1, f"extern __shared__ __align__({self.ins.tile_alignment}) unsigned char lo_smem[];   "
                          f"/* {self.smem_bytes} bytes */")
@@ -417,14 +467,14 @@ class TensorPrinter:
                              f"blockIdx.{loop.axis[-1]};")
             depth = 1
         else:
-            self.emit(1, f"static float lo_smem_f[{self.smem_bytes // 2}];")
+            self.emit(1, f"static {half} lo_smem_host[{self.pipeline * self.step_elements}];")
             if self.s.split_k_loop:      # the shares are added: the output starts at zero
                 self.emit(1, cprint.for_loop("size_t", "lo_o", self.output_elements) + " "
-                             f"{self.op.output}[lo_o] = 0.0f;")
+                             f"{self.op.output}[lo_o] = 0;")
             for depth, loop in enumerate(self.blocks, start=1):
                 self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
             depth = len(self.blocks) + 1
-        self.emit(depth, f"{half} *lo_smem_h = ({half} *) {'lo_smem' if device else 'lo_smem_f'};")
+        self.emit(depth, f"{half} *lo_smem_h = {'(' + half + ' *) lo_smem' if device else 'lo_smem_host'};")
         count = self.accumulators * (1 if device else self.warp_count)
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
@@ -484,11 +534,11 @@ class TensorPrinter:
         if self.syntax.device:
             return [self.ins.header, self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
-                    "#define LO_ZERO __float2half(0.0f)",
+                    f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return [*([self.ins.host_header] if self.ins.host_header else []), self.ins.tile,
+        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
-                f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {GROUP}; ++lo_c) "
+                f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
 
     def _header(self) -> list[str]:
@@ -505,15 +555,17 @@ class TensorPrinter:
     def source(self) -> CudaSource:
         nest = self._nest()
         device = self.syntax.device
-        parts = self._header() + ["#include <stddef.h>"] + (["#include <cuda_runtime.h>"] if device else [])
+        parts = self._header() + ["#include <stddef.h>", "#include <stdint.h>"] + (
+            ["#include <cuda_runtime.h>"] if device else [])
         parts += self._macros() + [""] + nest + [""]
-        arguments = kernel_arguments(self.s)
-        params = tuple(KernelParam(t, "float", const=t != self.op.output) for t in arguments)
-        names = ", ".join(arguments)
-        if device:
-            decls = ", ".join(f"{'' if t == self.op.output else 'const '}"
-                              f"{'void' if t in self.op.inputs else 'float'} *{t}" for t in arguments)
-            casts = ", ".join(f"(const __half *) {t}" if t in self.op.inputs else t for t in arguments)
+        params = self.params
+        arguments = kernel_arguments(self.s)      # the call's tensors (an integer output's bias: lo_comp)
+        names = ", ".join(p.name for p in params)
+        if device:      # the launcher takes untyped device addresses and the scalars
+            decls = ", ".join(p.declaration() if not p.pointer else
+                              f"{'const ' if p.const else ''}void *{p.name}" for p in params)
+            casts = ", ".join(p.name if not p.pointer else
+                              f"({'const ' if p.const else ''}{p.ctype} *) {p.name}" for p in params)
             head = f"int {KERNEL_NAME}({decls}, void *lo_stream)"
             attribute = (f"cudaFuncSetAttribute({NEST_NAME}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                          f"{self.smem_bytes})")
@@ -532,7 +584,7 @@ class TensorPrinter:
                       "{", "    return cudaGetErrorString((cudaError_t) code);", "}"]
             cdef = f"{head};\nconst char *{ERROR_NAME}(int code);"
         else:
-            decls = ", ".join(f"{'' if t == self.op.output else 'const '}float *{t}" for t in arguments)
+            decls = ", ".join(p.declaration(restrict=False) for p in params)
             parts += [f"void {KERNEL_NAME}({decls})", "{", f"    {NEST_NAME}({names});", "}"]
             cdef = f"void {KERNEL_NAME}({decls});"
         return CudaSource("\n".join(parts) + "\n", cdef, arguments, params, self.grid, self.block, True,

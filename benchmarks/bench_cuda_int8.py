@@ -1,0 +1,220 @@
+"""The cuda target's int8 and bfloat16 tensor-core kernels on an NVIDIA GPU (``gpu_mma``:
+``mma.sync.m16n8k32`` s8 x s8 / u8 x s8 -> s32 and ``m16n8k16`` bf16 -> f32, ``ldmatrix`` from swizzled
+tiles), next to PyTorch in the same run: an int8 GEMM 4096^3 (int32 output) against ``torch._int_mm``
+and Triton's int8 GEMM (the faster of them in the table),
+ResNet-50's conv2_x at N=32 quantized (uint8 activations, per-channel int8 weights, requantized uint8
+output: Composable Kernel's quantized conv) against cuDNN's float16 conv of the same shape (PyTorch
+has no int8 conv on the GPU), and a bfloat16 GEMM 4096^3 against cuBLAS.
+
+Every output is checked on the GPU: the int8 ones bit for bit (``torch._int_mm`` minus the zero-point
+term; the conv's int32 sums from a float64 conv, exact, then ``quant.requantize_output``), the bf16
+one within 1e-4 relative to float64 of the same rounded inputs. Times: CUDA events around one launch
+with the L2 cache overwritten (median of 50) and inside a CUDA graph (``cuda_bench``); the peers both
+ways.
+
+``python benchmarks/bench_cuda_int8.py [--only gemm4096.s8] [--json PATH]``; ``--check``: small int8
+kernels of every guard kind, output kind and split-K verified once (the run for ``compute-sanitizer``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from bench_cuda_tensor import build_all
+from cuda_bench import events_median, graph_median, main, markdown, torch_graph_median
+
+import loopopt as lo
+from loopopt.dataflows import gpu_mma
+from loopopt.layers import get_layer
+from loopopt.measure import checked
+from loopopt.quant import requantize_output
+from loopopt.quant_reference import random_call
+from loopopt.targets.cuda import device
+
+CASES = ["gemm4096.s8", "conv2_x.n32.u8", "gemm4096.bf16"]
+TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}
+LONG = {"block_n": 256, "warps_n": 8}
+WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}
+CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
+          lo.Conv2d(64, 72, 1, height=7, width=9, bias=False), lo.Matmul(300, 260, 200)]
+CHECK_SPECS = [lo.QuantSpec(activation="uint8", output="uint8"),
+               lo.QuantSpec(activation="int8", output="int32"),
+               lo.QuantSpec(activation="uint8", per_channel=False, output="float32")]
+
+
+def case_op(case: str) -> lo.Op:
+    if case == "gemm4096.s8":
+        return lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="int8", output="int32"))
+    if case == "gemm4096.bf16":
+        return lo.Matmul(4096, 4096, 4096, dtype="bfloat16")
+    layer = get_layer("resnet50.conv2_x", batch=32)
+    return type(layer)(**layer.arguments, quant=lo.QuantSpec(activation="uint8", output="uint8"))
+
+
+def variants(case: str) -> list[dict]:
+    if case.startswith("conv"):
+        return [{}, WIDE, TALL, {"depth": 64}]
+    deep = {"depth": 128 if case.endswith("s8") else 64, "stages": 3}
+    return [{}, deep, TALL, LONG, TALL | {"stages": 3}]
+
+
+def inputs(op: lo.Op) -> tuple[list[np.ndarray], dict]:
+    if op.quant is not None:
+        return random_call(op, seed=0)
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(op.tensor(t).shape).astype(np.float32) for t in op.inputs], {}
+
+
+def expected(op: lo.Op, args: list[np.ndarray], params: dict):
+    """The exact output (int8 cases, numpy) or the float64 one (bf16, a torch tensor on the GPU)."""
+    import torch
+    x, w = (torch.as_tensor(a, device="cuda") for a in args[:2])
+    if op.quant is None:
+        a, b = (torch.as_tensor(v, device="cuda").double() for v in op.operand_values(*args))
+        return torch.matmul(a, b)
+    zx = int(params["x_zero_point"])
+    if not op.windows:
+        sums = torch._int_mm(x, w) - zx * w.int().sum(dim=0)
+        return sums.cpu().numpy()
+    wins = op.windows
+    stride, pad, dilation = (tuple(getattr(v, f) for v in wins) for f in ("stride", "pad", "dilation"))
+    sums = torch.nn.functional.conv2d(x.double() - zx, w.double(), None, stride, pad, dilation, op.groups)
+    return requantize_output(sums.cpu().numpy().astype(np.int32), params["x_scale"], params["w_scale"],
+                             params["y_scale"], params["y_zero_point"], "uint8", args[2] if op.bias else None)
+
+
+def triton_int8_matmul(a, b):
+    """Triton's int8 GEMM (its tutorial's blocked matmul, ``tl.dot`` on int8 into int32; 128 x 256 x 128
+    tiles, 8 warps, 3 stages) of two int8 tensors whose sizes the tiles divide: a call of no arguments
+    filling the int32 output it returns with it."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(a_ptr, b_ptr, c_ptr, m, n, k, tile_m: tl.constexpr, tile_n: tl.constexpr, tile_k: tl.constexpr,
+               group: tl.constexpr):
+        pid, tiles_m, tiles_n = tl.program_id(0), tl.cdiv(m, tile_m), tl.cdiv(n, tile_n)
+        first = pid // (group * tiles_n) * group
+        rows = tl.minimum(tiles_m - first, group)
+        pm, pn = first + pid % (group * tiles_n) % rows, pid % (group * tiles_n) // rows
+        rm, rn = pm * tile_m + tl.arange(0, tile_m), pn * tile_n + tl.arange(0, tile_n)
+        rk = tl.arange(0, tile_k)
+        a_at, b_at = a_ptr + rm[:, None] * k + rk[None, :], b_ptr + rk[:, None] * n + rn[None, :]
+        acc = tl.zeros((tile_m, tile_n), dtype=tl.int32)
+        for _ in range(0, k, tile_k):
+            acc += tl.dot(tl.load(a_at), tl.load(b_at), out_dtype=tl.int32)
+            a_at += tile_k
+            b_at += tile_k * n
+        tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc)
+
+    (m, k), n = a.shape, b.shape[1]
+    out = torch.empty(m, n, dtype=torch.int32, device="cuda")
+    grid = (triton.cdiv(m, 128) * triton.cdiv(n, 256),)
+    return lambda: kernel[grid](a, b, out, m, n, k, 128, 256, 128, 8, num_warps=8, num_stages=3), out
+
+
+def peers(op: lo.Op, args: list[np.ndarray]) -> list[tuple[str, float, float]]:
+    """The peers of ``op``'s case: name, seconds of one call (L2 flushed) and inside a CUDA graph (the
+    int8 GEMM's: ``torch._int_mm`` and Triton, each checked equal to the other)."""
+    import torch
+    torch.backends.cudnn.benchmark = True
+    if op.quant is None:
+        a, b = (torch.as_tensor(v, device="cuda").bfloat16() for v in args[:2])
+        calls = [("cuBLAS (torch.matmul bf16)", lambda: torch.matmul(a, b))]
+    elif not op.windows:
+        a, b = (torch.as_tensor(v, device="cuda") for v in args[:2])
+        triton_call, triton_out = triton_int8_matmul(a, b)
+        triton_call()
+        if not torch.equal(triton_out, torch._int_mm(a, b)):
+            raise AssertionError("Triton's int8 GEMM differs from torch._int_mm")
+        calls = [("torch._int_mm (int8 -> int32)", lambda: torch._int_mm(a, b)),
+                 ("Triton int8 (tl.dot -> int32)", triton_call)]
+    else:
+        x = torch.randn(*op.tensor(op.inputs[0]).shape, device="cuda").half().contiguous(
+            memory_format=torch.channels_last)
+        w = torch.randn(*op.tensor(op.inputs[1]).shape, device="cuda").half().contiguous(
+            memory_format=torch.channels_last)
+        calls = [(f"cuDNN {torch.backends.cudnn.version()} fp16 conv (no int8 conv in PyTorch)",
+                  lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))]
+    return [(name, events_median(call), torch_graph_median(call)) for name, call in calls]
+
+
+def run_variant(kernel, args: list[np.ndarray], params: dict, want) -> dict:
+    import torch
+    buffers = kernel.prepare(*args, **params)
+    kernel.run(buffers)
+    got = kernel.output(buffers)
+    if kernel.op.quant is not None:
+        verified, error = bool(np.array_equal(got, want)), float(np.abs(got.astype(np.int64) - want).max())
+    else:
+        result = torch.as_tensor(got, device="cuda").double()
+        error = float(torch.linalg.vector_norm(result - want) / torch.linalg.vector_norm(want))
+        verified = error < 1e-4
+    seconds = events_median(lambda: kernel.run(buffers))
+    graph = graph_median(lambda: kernel.run(buffers))
+    return {"median_ms": seconds * 1e3, "graph_ms": graph * 1e3, "tops": kernel.op.flops / seconds / 1e12,
+            "graph_tops": kernel.op.flops / graph / 1e12, "error": error, "verified": verified,
+            "registers": kernel.build.registers, "spill_bytes": kernel.build.spill_bytes}
+
+
+def bench(cases: list[str]) -> list[dict]:
+    ops = {case: case_op(case) for case in cases}
+    chosen = {case: [(arguments, gpu_mma(op, **arguments)) for arguments in variants(case)]
+              for case, op in ops.items()}
+    build_all([schedule for runs in chosen.values() for _, schedule in runs])
+    rows = []
+    for case, op in ops.items():
+        args, params = inputs(op)
+        want = expected(op, args, params)
+        timed = peers(op, args)
+        name, peer_seconds, peer_graph = min(timed, key=lambda p: p[1])      # the fastest peer
+        for arguments, schedule in chosen[case]:
+            row = {"case": case, "op": repr(op), "instruction": schedule.tensorized[3],
+                   "arguments": arguments,
+                   "peer": name, "peer_ms": peer_seconds * 1e3, "peer_graph_ms": peer_graph * 1e3,
+                   "peers": {p: {"ms": s * 1e3, "graph_ms": g * 1e3} for p, s, g in timed}}
+            row |= run_variant(schedule.compile(target="cuda"), args, params, want)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Each case's fastest verified variant (by its one-launch time) against its peer."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
+            best[r["case"]] = r
+    header = ["case", "instruction", "arguments", "ms (one launch, L2 flushed)", "TOP/s", "ms in a graph",
+              "TOP/s in a graph", "peer", "peer ms", "peer ms in a graph", "peer / loopopt", "in a graph"]
+    return markdown(header, [[r["case"], r["instruction"],
+                              ", ".join(f"{k}={v}" for k, v in r["arguments"].items()) or "defaults",
+                              f"{r['median_ms']:.3f}", f"{r['tops']:.0f}", f"{r['graph_ms']:.3f}",
+                              f"{r['graph_tops']:.0f}", r["peer"], f"{r['peer_ms']:.3f}",
+                              f"{r['peer_graph_ms']:.3f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
+                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x"] for r in best.values()])
+
+
+def check() -> bool:
+    """Every CHECKS shape under each CHECK_SPECS spec with default and small tiles (split-K 3 on int32),
+    verified once, bit for bit."""
+    small = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 96}
+    runs = []
+    for shape in CHECKS:
+        for spec in CHECK_SPECS:
+            op = type(shape)(**shape.arguments, quant=spec)
+            tiles = [{}, small] + ([small | {"split_k": 3}] if spec.output == "int32" else [])
+            runs += [(f"{op!r} {arguments}", gpu_mma(op, **arguments)) for arguments in tiles]
+    build_all([schedule for _, schedule in runs])
+    ok = True
+    for what, schedule in runs:
+        good, error, _ = checked(schedule.compile(target="cuda"), seed=7)
+        ok &= good
+        print(f"{what}: {'verified' if good else 'WRONG'} (max error {error:.2e})", flush=True)
+    return ok
+
+
+if __name__ == "__main__":
+    device.cupy()
+    raise SystemExit(main(__doc__, CASES, bench, table, check))
