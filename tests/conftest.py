@@ -8,8 +8,8 @@ from hypothesis import settings
 # Each test session builds into its own kernel cache unless one is given.
 os.environ.setdefault("LOOPOPT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "loopopt-test-cache"))
 # The suite builds nearly every flag set many times: precompiling the headers at a flag set's first build
-# spares the two builds that would parse them first (about 0.45 CPU-s each; 13 CPU-s of the quick tier's
-# 209 with an empty cache). tests/test_cache.py checks the default policy.
+# spares the two builds that would parse them first (about 0.45 CPU-s each with an empty cache).
+# tests/test_cache.py checks the default policy.
 os.environ.setdefault("LOOPOPT_PRECOMPILE_AFTER", "0")
 # loopopt's bytecode, brought up to date here (a stat per module when it is): where PYTHONDONTWRITEBYTECODE
 # is set, as on the team's machines, every python the suite starts (each xdist worker, the command-line
