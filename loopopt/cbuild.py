@@ -19,7 +19,9 @@ and ``<immintrin.h>``), but a precompiled header takes about 1.7 s to build and 
 every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
 one only under the flags it was made with. So the first ``PRECOMPILE_AFTER`` builds of a compiler and
 flag set parse the headers (each appends a byte to ``_loopopt_pch_*.h.uses``) and the next one
-precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one. A
+precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one.
+``$LOOPOPT_PRECOMPILE_AFTER`` overrides the count (the test suite, which builds nearly every flag set
+many times, sets 0: precompiled at the first build). A
 precompiled header the compiler finds unusable it reads as text; a missing one is built again.
 ``trim_cache`` removes them (and failed sources and abandoned build folders), keeping the kernels.
 
@@ -52,6 +54,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import BinaryIO
 
 import cffi
 from cffi.recompiler import make_c_source
@@ -70,6 +73,7 @@ PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin
 PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
 PCH_USES = ".uses"                    # a prelude's builds without its precompiled form, one byte each
 PRECOMPILE_AFTER = 2                  # builds of a flag set that parse the headers before precompiling them
+PRECOMPILE_ENV = "LOOPOPT_PRECOMPILE_AFTER"   # overrides it (the test suite sets 0)
 _BUILD_FOLDER = re.compile(rf"{BUILD_PREFIX}[a-z0-9_]{{8}}")   # the names tempfile.mkdtemp gives
 
 
@@ -270,23 +274,38 @@ def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, fo
     (for ``uses`` translation units of the build), building it first if the cache has none and it pays
     off (``_pays_off``). Hard links, so that a cache
     cleared meanwhile cannot take it from the build. False if it does not pay off yet or this compiler
-    cannot precompile it (one it finds unusable, it reads as text)."""
+    cannot precompile it (one it finds unusable, it reads as text). Processes needing a prelude that is
+    missing take turns (an ``flock`` on its ``.uses`` counter): one precompiles it, the others wait and
+    link it (two test workers starting on one flag set each built it: 26 builds of 21 headers)."""
     key = hashlib.sha256("\0".join([*compiler_call, identity, prelude]).encode()).hexdigest()[:24]
     header = folder.parent / f"{PCH_PREFIX}{key}.h"
     compiled = header.with_name(header.name + ".gch")
     if _hard_link(header, compiled, folder / name):
         return True
-    return _pays_off(header.with_name(header.name + PCH_USES), uses) and \
-        _precompile(compiler_call, prelude, header, compiled, folder) and \
-        _hard_link(header, compiled, folder / name)
+    with header.with_name(header.name + PCH_USES).open("ab") as counter:
+        fcntl.flock(counter, fcntl.LOCK_EX)      # released when the file closes, or its process dies
+        if _hard_link(header, compiled, folder / name):      # precompiled while this process waited
+            return True
+        return _pays_off(counter, uses) and _precompile(compiler_call, prelude, header, compiled, folder) \
+            and _hard_link(header, compiled, folder / name)
 
 
-def _pays_off(uses: Path, count: int = 1) -> bool:
-    """Count ``count`` more builds of a prelude in ``uses`` (a byte appended each: atomic among
-    processes); True once ``PRECOMPILE_AFTER`` builds went without its precompiled form."""
-    with uses.open("ab") as counter:
-        counter.write(b"." * count)
-        return counter.tell() > PRECOMPILE_AFTER
+def precompile_after() -> int:
+    """Builds of a flag set that parse the headers before the next precompiles them: ``PRECOMPILE_AFTER``,
+    or ``$LOOPOPT_PRECOMPILE_AFTER`` (a whole number; ValueError naming anything else)."""
+    value = os.environ.get(PRECOMPILE_ENV, str(PRECOMPILE_AFTER))
+    if not value.isdigit():
+        raise ValueError(f"{PRECOMPILE_ENV}={value!r}: expected a whole number of builds (0 precompiles the "
+                         f"headers at a flag set's first build; default {PRECOMPILE_AFTER})")
+    return int(value)
+
+
+def _pays_off(counter: BinaryIO, count: int = 1) -> bool:
+    """Count ``count`` more builds of a prelude in its ``.uses`` file ``counter`` (a byte appended each);
+    True once ``precompile_after()`` builds went without its precompiled form."""
+    counter.write(b"." * count)
+    counter.flush()
+    return os.fstat(counter.fileno()).st_size > precompile_after()
 
 
 def _hard_link(header: Path, compiled: Path, link: Path) -> bool:

@@ -28,6 +28,7 @@ from .codegen.params import storage_elements
 from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
+from .epilogue import RESIDUAL
 from .ops import FLOAT16
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
@@ -53,7 +54,7 @@ class Kernel:
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule
         self.op = schedule.op
-        self.epilogue = schedule.epilogue      # a clip applied to the outputs: the reference applies it too
+        self.epilogue = schedule.fused_epilogue   # residual add and clip of the outputs: the reference's too
         self.generated = generated
         self.isa = generated.isa.name
         self.source = generated.source
@@ -87,8 +88,15 @@ class Kernel:
         return self.op.output
 
     def _elements(self, name: str) -> int:
-        """Elements of the array parameter ``name`` (a tensor in its storage layout, or the bias)."""
+        """Elements of the array parameter ``name`` (a tensor or the residual in its storage layout, or
+        the bias)."""
+        name = self._tensor_of(name)
         return storage_elements(self.schedule, name) if name in self.op.tensors else self.op.channels
+
+    def _tensor_of(self, name: str) -> str:
+        """The op tensor whose layout and shape the array parameter ``name`` has (the residual's: the
+        output)."""
+        return self.op.output if name == RESIDUAL else name
 
     def buffer_bytes(self) -> dict[str, int]:
         """Bytes ``prepare`` allocates: ``packed buffers`` (the call's tensors in their storage
@@ -122,11 +130,12 @@ class Kernel:
 
     def call_bytes(self) -> dict[str, int]:
         """Bytes of one call on new inputs, which ``measure`` checks before making them: the inputs
-        as float32 (random data, which quantized inputs are made from), ``buffer_bytes`` and the
-        output in logical layout."""
+        (and a residual) as float32 (random data, which quantized inputs are made from), ``buffer_bytes``
+        and the output in logical layout."""
         op = self.op
         output = next(p for p in self.generated.params if p.name == self._output_name)
-        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in op.call_tensors)
+        given = op.call_tensors + ((op.output,) if self.schedule.residual else ())    # the residual's shape
+        inputs = 4 * sum(math.prod(op.tensor(t).shape) for t in given)
         return {"inputs": inputs, **self.buffer_bytes(),
                 "output": math.prod(op.tensor(op.output).shape) * CTYPE_BYTES[output.ctype]}
 
@@ -145,7 +154,8 @@ class Kernel:
     def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``); ``into``: a buffer an earlier
         packing of this tensor returned, written where a copy is needed (``Layout.to_storage``)."""
-        return self.schedule.layout_of(tensor).to_storage(array, self._ahead(tensor), self.exact, into)
+        layout = self.schedule.layout_of(self._tensor_of(tensor))
+        return layout.to_storage(array, self._ahead(tensor), self.exact, into)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -189,7 +199,7 @@ class Kernel:
         """``prepare``'s buffers (and a quantized kernel's scalars) by C parameter name, before binding."""
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments[:-1], given):
-            self._check(tensor, array, self.op.tensor(tensor).shape)
+            self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
         check_memory(f"the buffers of {self.op!r}", self.buffer_bytes())
         storage: dict[str, np.ndarray] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
@@ -207,24 +217,43 @@ class Kernel:
         and packs the activations (into the buffer of the first call, or no copy when their memory
         already is the storage layout: a previous kernel's output view), runs, and returns the output
         in the logical layout, as a view of the kernel's storage where the layout allows
-        (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it."""
+        (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A kernel
+        that adds a residual (``Schedule.add_residual``) takes it with each call: ``call(x, residual)``."""
         name = self.op.inputs[0]
         shape, dtype = self.op.tensor(name).shape, self._activation_dtype
-        values = self._values(np.zeros(shape, dtype), *constants, **params)
-        slot = next(i for i, p in enumerate(self.generated.params) if p.name == name)
+        out_shape = self.op.tensor(self.op.output).shape
+        residual = (np.zeros(out_shape, np.float32),) if self.schedule.residual else ()
+        values = self._values(np.zeros(shape, dtype), *constants, *residual, **params)
         arguments = list(self._bind(values))
-        kept, kept_argument = values[name], arguments[slot]
+        slots = {p.name: i for i, p in enumerate(self.generated.params)}
+        # per array a call gives: the buffer its first packing returned, and that buffer bound
+        first = {n: (values[n], arguments[slots[n]]) for n in (name, *([RESIDUAL] if residual else ()))}
         stored = values[self._output_name]
-        layout, out_shape = self.schedule.layout_of(self.op.output), self.op.tensor(self.op.output).shape
+        layout = self.schedule.layout_of(self.op.output)
         view = layout.view(stored, out_shape)
 
-        def call(x: np.ndarray) -> np.ndarray:
+        def place(tensor: str, array: np.ndarray) -> None:
+            """``array`` packed for parameter ``tensor`` (into its first buffer where a copy is needed)
+            and bound."""
+            kept, argument = first[tensor]
+            packed = self._packed(tensor, array, into=kept)
+            arguments[slots[tensor]] = argument if packed is kept else \
+                self.driver.bind((self.generated.params[slots[tensor]],), {tensor: packed})[0]
+
+        def call(x: np.ndarray, *others: np.ndarray) -> np.ndarray:
+            """The output on activations ``x`` (and the residual, when the kernel adds one)."""
             if x.shape != shape or x.dtype != dtype:
                 raise ValueError(f"{name} has shape {x.shape} and dtype {x.dtype}; {self.op!r} expects "
                                  f"{shape} and {dtype}")
-            packed = self._packed(name, x, into=kept)
-            arguments[slot] = kept_argument if packed is kept else \
-                self.driver.bind((self.generated.params[slot],), {name: packed})[0]
+            if len(others) != len(residual):
+                raise ValueError(f"this kernel takes {1 + len(residual)} array(s) per call "
+                                 f"({name}{', the residual' if residual else ''}), got {1 + len(others)}")
+            place(name, x)
+            for array in others:
+                if array.shape != out_shape or array.dtype != np.float32:
+                    raise ValueError(f"the residual has shape {array.shape} and dtype {array.dtype}; "
+                                     f"{self.op!r} adds one of shape {out_shape} and dtype float32")
+                place(RESIDUAL, array)
             self.run(Buffers(values, tuple(arguments)))
             return layout.from_storage(stored, out_shape) if view is None else view
 
@@ -267,6 +296,8 @@ class Kernel:
         (rounded to nearest even here, before packing, so a tile layout packs the same bits; halves
         where the C parameter holds them: a kernel that widens them itself, else their float32 values:
         the cuda target's host emulation)."""
+        if tensor not in self.op.inputs:     # the residual: float32 as given
+            return array
         halves = any(p.name == tensor and p.ctype == "uint16_t" for p in self.generated.params)
         if self.op.dtype == FLOAT16:
             rounded = np.ascontiguousarray(array.astype(np.float16))

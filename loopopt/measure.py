@@ -204,10 +204,15 @@ def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[n
 
 
 def _call(kernel: Measurable, seed: int) -> tuple[list[np.ndarray], dict]:
-    """Random arrays and keyword parameters of one call (quantized: calibrated parameters)."""
+    """Random arrays and keyword parameters of one call (quantized: calibrated parameters; a kernel
+    adding a residual: a random one last)."""
     if kernel.op.quant is not None:
         return random_call(kernel.op, seed)
-    return _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
+    arrays = _call_arguments(kernel, kernel.op.random_inputs(seed))
+    if kernel.epilogue is not None and kernel.epilogue.residual:
+        shape = kernel.op.tensor(kernel.op.output).shape
+        arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
+    return arrays, {}
 
 
 def verify(kernel: Measurable, seed: int = 0) -> tuple[bool, float]:
@@ -234,14 +239,16 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
     result = kernel(*args, **params)
     ok, worst, largest = True, 0.0, 0.0
     for rows in blocks:
-        block = [args[0][rows], *args[1:]]
+        block = [args[0][rows], *args[1:len(op.call_tensors)]]
         if op.quant is None:
             inputs = dict(zip(op.call_tensors, block, strict=True))
             expected = op.reference(*block)
-            if kernel.epilogue is not None:
-                expected = kernel.epilogue.apply(expected)
             winograd = isinstance(kernel, WinogradKernel)
             bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs)
+            if kernel.epilogue is not None:
+                residual = args[-1][rows] if kernel.epilogue.residual else None
+                expected = kernel.epilogue.apply(expected, residual)
+                bound = bound + np.finfo(np.float32).eps * np.abs(expected)   # the residual's one rounding
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else

@@ -17,6 +17,7 @@ import islpy as isl
 
 from .activation import Clip
 from .cnames import check_user_name
+from .epilogue import Epilogue
 from .expr import Bound, Const, Expr, Var, linear_terms
 from .layout import Layout
 from .ops import STATEMENT, Op
@@ -183,6 +184,7 @@ class Schedule:
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
+    residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -530,16 +532,46 @@ class Schedule:
                           pipeline_stages=self.pipeline_stages if stages is None else stages)
 
     def clip(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
-        """Clip each output to ``[low, high]`` (after the bias and a Gemm's scales) in the kernel's store:
-        a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The kernel then
-        computes ``activation.Clip(low, high).apply(op.reference(...))``. The cuda target's
-        tensor-core kernels fuse it; refused there with ``split_k`` (a clip needs each output's whole
-        sum), by the SIMT kernels and by the CPU targets; ValueError for bad bounds."""
+        """Clip each output to ``[low, high]`` (after the bias, a Gemm's scales and the residual) in the
+        kernel's store: a fused activation (ReLU: ``clip(low=0.0)``; ReLU6: ``clip(0.0, 6.0)``). The
+        kernel then computes ``activation.Clip(low, high).apply(op.reference(...))``. Float kernels
+        fuse it: the CPU SIMD emitter and the cuda target's tensor-core kernels (refused there with
+        ``split_k``: a clip needs each output's whole sum); refused by the quantized families and the
+        SIMT kernels; ValueError for bad bounds."""
         epilogue = Clip(low, high)
         step = Step("clip", (), tuple(epilogue.bounds.items()))
         if self.epilogue is not None:
             raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}); clip once")
         return self._with(step, epilogue=epilogue)
+
+    def add_residual(self) -> "Schedule":
+        """Add a second tensor of the output's shape to each output once its sum is complete, before
+        the store (and before ``clip``): ``out = clip(op.reference(...) + residual)``, a ResNet block's
+        shortcut. The kernel takes the residual as one more array after the op's inputs and bias, in
+        the output's layout (``epilogue.RESIDUAL``). Float kernels of the CPU SIMD emitter and the cuda
+        target's tensor-core kernels fuse it (refused there with ``split_k``); refused by the quantized
+        families and the SIMT kernels."""
+        step = Step("add_residual", ())
+        if self.residual:
+            raise ScheduleError(f"{step}: the residual is added already; add it once")
+        if self.epilogue is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}), and the "
+                                f"residual is added before the clip: add_residual() first, then clip")
+        return self._with(step, residual=True)
+
+    @property
+    def fused_epilogue(self) -> Optional[Epilogue]:
+        """What the kernel applies to each output before its store (``add_residual``, ``clip``), or None."""
+        if self.epilogue is None and not self.residual:
+            return None
+        return Epilogue(self.epilogue, self.residual)
+
+    def refuse_epilogue(self, family: str, reason: str) -> None:
+        """ScheduleError naming ``family`` and ``reason`` where this schedule fuses an epilogue (a kernel
+        family that has none)."""
+        if self.fused_epilogue is not None:
+            raise ScheduleError(f"{family} kernels fuse no epilogue ({self.fused_epilogue}): {reason}; "
+                                f"leave out clip/add_residual and apply it after the kernel")
 
     def split_k(self, loop: str) -> "Schedule":
         """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each
@@ -666,9 +698,6 @@ class Schedule:
         if self.stages:
             raise ScheduleError(f"{self.stages[0][0]} is staged in GPU shared memory; the {target} target "
                                 f"has none: compile with target='cuda'")
-        if self.epilogue is not None:
-            raise ScheduleError(f"the outputs are clipped in the store ({self.epilogue}), which the {target} "
-                                f"target does not fuse: compile with target='cuda' (tensorized)")
 
     def _check_stages(self, step: Step) -> None:
         ats = {at for _, at in self.stages}

@@ -1,10 +1,20 @@
+import compileall
 import os
 import tempfile
+from pathlib import Path
 
 from hypothesis import settings
 
 # Each test session builds into its own kernel cache unless one is given.
 os.environ.setdefault("LOOPOPT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "loopopt-test-cache"))
+# The suite builds nearly every flag set many times: precompiling the headers at a flag set's first build
+# spares the two builds that would parse them first (about 0.45 CPU-s each with an empty cache).
+# tests/test_cache.py checks the default policy.
+os.environ.setdefault("LOOPOPT_PRECOMPILE_AFTER", "0")
+# loopopt's bytecode, brought up to date here (a stat per module when it is): where PYTHONDONTWRITEBYTECODE
+# is set, as on the team's machines, every python the suite starts (each xdist worker, the command-line
+# tests' subprocesses, the sanitizer tier) would otherwise compile loopopt from source, 1.3 CPU-s each.
+compileall.compile_dir(Path(__file__).resolve().parent.parent / "loopopt", quiet=1)
 
 # CI draws the same examples on every run, so that whether a submission lands does not depend on
 # the draw and a CI failure reproduces (with CI=true); local runs explore new examples each time.

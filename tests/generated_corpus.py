@@ -13,6 +13,7 @@ from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
 from loopopt.codegen import generate
+from loopopt.dataflows import output_stationary
 from loopopt.targets.binary import generate_binary
 from loopopt.targets.neon import mmla
 from loopopt.targets.neon.binary import POPCOUNT as BINARY_POPCOUNT
@@ -114,10 +115,21 @@ def neon_kernels() -> Iterator[tuple[str, str]]:
     yield "mmla.conv/neon", generated.source + "\0" + generated.cdef
 
 
+def epilogue_kernels() -> Iterator[tuple[str, str]]:
+    """Fused epilogues (every tier): a residual and ReLU6 on a register block's accumulators (x86 and
+    NEON), a clip in the pass after a Gemm's scaled output."""
+    block = output_stationary(lo.Conv2d(**SMALL_CONVS[1][1])).add_residual().clip(0.0, 6.0)
+    yield "epilogue.block/avx512", _source(block, ISAS["avx512"])
+    yield "epilogue.block/neon", _source(block, NEON)
+    gemm = lo.Schedule(lo.Gemm(9, 13, 7, alpha=0.5, beta=2.0)).reorder("i", "k", "j").vectorize("j")
+    gemm = gemm.clip(high=1.0)
+    yield "epilogue.pass/avx2", _source(gemm, ISAS["avx2"])
+
+
 def hashes(every: int = 1) -> dict[str, str]:
     """sha256 of the generated source and cdef of every corpus entry on every ISA (or the error), and of
     the reuse engines' trace nests (float ops); with ``every=n`` only each n-th corpus entry."""
-    result = {key: _sha(source) for key, source in neon_kernels()}
+    result = {key: _sha(source) for key, source in (*neon_kernels(), *epilogue_kernels())}
     for number, (key, schedule) in enumerate(corpus()):
         if key in NEON_ENTRIES:
             result[f"{key}/neon"] = _sha(_source(schedule, NEON))

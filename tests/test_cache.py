@@ -26,9 +26,10 @@ def source(value: int) -> str:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """An empty cache directory of this test only."""
+    """An empty cache directory of this test only, precompiling headers by the library's default."""
     path = tmp_path / "cache"
     monkeypatch.setenv("LOOPOPT_CACHE_DIR", str(path))
+    monkeypatch.delenv(cbuild.PRECOMPILE_ENV, raising=False)
     return path
 
 
@@ -121,18 +122,43 @@ def test_damaged_entry_is_rebuilt_before_it_is_loaded(cache, damage):
 
 @pytest.mark.slow
 def test_concurrent_compiles_of_one_kernel_all_succeed(cache):
+    """Three processes building one kernel at once all succeed; one of them precompiles the prelude
+    (precompiled at the first build here), the others wait for it and link it: one build counted."""
     code = f"from loopopt.cbuild import compile_c\nprint(compile_c({source(4)!r}, {CDEF!r}).lib.lo_value())"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache)}
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPOPT_CACHE_DIR": str(cache),
+                   cbuild.PRECOMPILE_ENV: "0"}
     runs = [subprocess.Popen([sys.executable, "-c", code], env=environment, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [run.communicate(timeout=120) for run in runs]
     assert [run.returncode for run in runs] == [0, 0, 0] and [out for out, _ in results] == ["4\n"] * 3
     assert cbuild._trusted(entry(cache)) and cache_info().builds == 0
+    (uses,) = cache.glob(f"{cbuild.PCH_PREFIX}*{cbuild.PCH_USES}")
+    assert uses.read_bytes() == b"." and cache_info().headers == 1
 
 
 def old(path: Path) -> None:
     then = time.time() - 2 * cbuild.STALE_BUILD_SECONDS
     os.utime(path, (then, then))
+
+
+def wait_until_unlocked(folder: Path, timeout: float = 60) -> None:
+    """Wait until no process holds ``folder``'s build lock. ``wait()`` on a build killed with its process
+    group returns when the build is gone, not its forked children: a child between fork and exec (the
+    build starting its compiler) shares the lock's open file until it too has exited, which under load
+    can be after the parent was reaped (a process forking in a loop, killed so: its lock outlived
+    wait() in 2 of 40 runs on this loaded machine)."""
+    deadline = time.time() + timeout
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                assert time.time() < deadline, f"{folder} still locked {timeout} s after its build was killed"
+                time.sleep(0.01)
+    finally:
+        os.close(handle)                           # releases the lock taken
 
 
 def test_folder_of_a_killed_build_is_cleaned(cache, tmp_path):
@@ -151,6 +177,7 @@ def test_folder_of_a_killed_build_is_cleaned(cache, tmp_path):
     finally:
         os.killpg(build.pid, signal.SIGKILL)       # the build and its compiler, as a kill -9 of the job
         build.wait()
+    wait_until_unlocked(killed)
     old(killed)
     young = cache / "build-young123"
     young.mkdir()                                  # may be a build that has not locked its folder yet
@@ -165,6 +192,17 @@ def test_folder_of_a_killed_build_is_cleaned(cache, tmp_path):
     finally:
         os.close(held)
     assert len(list(cache.glob("*.so"))) == len(list(cache.glob("*.sha256"))) == 1   # only the finished build
+
+
+def test_precompile_after_from_the_environment(cache, monkeypatch):
+    """$LOOPOPT_PRECOMPILE_AFTER=0 (the test suite's) precompiles the headers at a flag set's first build;
+    anything but a whole number is refused naming it."""
+    monkeypatch.setenv(cbuild.PRECOMPILE_ENV, "0")
+    assert compile_c(source(12), CDEF).lib.lo_value() == 12
+    assert len(list(cache.glob(f"{cbuild.PCH_PREFIX}*.h.gch"))) == 1
+    monkeypatch.setenv(cbuild.PRECOMPILE_ENV, "two")
+    with pytest.raises(ValueError, match="LOOPOPT_PRECOMPILE_AFTER='two': expected a whole number of builds"):
+        cbuild.precompile_after()
 
 
 def test_info_trim_and_clear(cache, capsys):

@@ -90,6 +90,7 @@ def test_bfloat16_presets_emulated_match_the_reference(make):
      r"mma_m16n8k32_s8_s32 multiplies int8 \(the input moving with .*\) by int8; "
      r"Conv2d\(.*\) gives uint8 by int8"),
     (lambda: gpu_mma(INT8_CONV).clip(0.0, 6.0), r"clip \(.*\) applies to float outputs"),
+    (lambda: gpu_mma(INT8_CONV).add_residual(), r"add_residual \(\+ residual\) applies to float outputs"),
 ])
 def test_quantized_tensor_schedules_the_target_cannot_run_are_refused(make, message):
     with pytest.raises(ScheduleError, match=message):

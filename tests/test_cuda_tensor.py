@@ -37,10 +37,12 @@ def _emulated_error(schedule: lo.Schedule, seed: int = 0) -> tuple[float, float]
     inputs = op.random_inputs(seed=seed)
     args = [inputs[t] for t in op.call_tensors]
     kernel = emulate(schedule)
-    out = kernel(*op.operand_values(*args[:2]), *args[2:])    # the values a float16 kernel reads
+    residual = np.random.default_rng(seed).standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    added = [residual] if schedule.residual else []
+    out = kernel(*op.operand_values(*args[:2]), *args[2:], *added)    # the values a float16 kernel reads
     expected = op.reference(*args)
     if kernel.epilogue is not None:
-        expected = kernel.epilogue.apply(expected)
+        expected = kernel.epilogue.apply(expected, residual)
     error = np.abs(out.astype(np.float64) - expected)
     return float(error.max()), float((error - tolerance(op, inputs)).max())
 
@@ -148,9 +150,11 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
     (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
-     r"clipped \(Clip\(low=0.0, high=None\)\), which needs each output's whole sum; split_k\('k_o_o'\)"),
-    (lambda s: lo.Schedule(lo.Matmul(4, 4, 4)).clip(high=6.0).compile(target="x86"),
-     r"clipped in the store \(Clip\(low=None, high=6.0\)\), which the x86 target does not fuse"),
+     r"epilogue \(Clip\(low=0.0, high=None\)\) needs each output's whole sum; split_k\('k_o_o'\)"),
+    (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).add_residual()),
+     r"epilogue \(\+ residual\) needs each output's whole sum"),
+    (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").add_residual()),
+     r"add_residual\(\) needs a tensorized schedule"),
     (lambda s: print_kernel(lo.Schedule(lo.Matmul(4, 4, 4)).bind("i", "thread.x").clip(0.0)),
      r"clip: Clip\(low=0.0, high=None\) needs a tensorized schedule"),
 ])
@@ -259,6 +263,10 @@ def test_the_mma_tiles_are_swizzled_so_each_ldmatrix_phase_hits_every_bank(name)
 _WMMA_RELU = ("wmma default relu", lambda op: gpu_wmma(op).clip(low=0.0))
 _MMA_SPLIT = ("mma small split_k=2", lambda op: gpu_mma(op, **SMALL_TILES, split_k=2))
 _WMMA_CLIP = ("wmma small clip", lambda op: gpu_wmma(op, **SMALL_TILES).clip(-1.0, 6.0))
+_WMMA_RESIDUAL = ("wmma small residual relu6",
+                  lambda op: gpu_wmma(op, **SMALL_TILES).add_residual().clip(0.0, 6.0))
+_MMA_RESIDUAL = ("mma residual", lambda op: gpu_mma(op).add_residual())
+_WGMMA_RESIDUAL = ("wgmma small residual", lambda op: gpu_wgmma(op, **SMALL_TILES).add_residual())
 _WGMMA_SPLIT = ("wgmma small split_k=2", lambda op: gpu_wgmma(op, **SMALL_TILES, split_k=2))
 _WGMMA_TALL = ("wgmma tall relu", lambda op: gpu_wgmma(op, block_m=128, block_n=128, warps_m=1, warps_n=2,
                                                        depth=48, stages=3).clip(low=0.0))
@@ -272,7 +280,9 @@ _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
                                                                        _WGMMA_TALL, False),
                                     (HALF_MATMUL, _WMMA_CLIP, False), (_GEMM, _MMA_SPLIT, False),
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
-                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False)]])
+                                    (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False),
+                                    (HALF_CONV, _WMMA_RESIDUAL, True), (_GEMM, _MMA_RESIDUAL, False),
+                                    (HALF_CONV, _WGMMA_RESIDUAL, False)]])
 def test_the_tensor_presets_emulated_match_the_reference(op, make):
     largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest

@@ -28,7 +28,9 @@ VARIANTS = {"wmma": lambda op: gpu_wmma(op),
             "wgmma": lambda op: gpu_wgmma(op),
             "wgmma small split_k=3": lambda op: gpu_wgmma(op, **SMALL, split_k=3),
             "wgmma tall stages=3 relu": lambda op: gpu_wgmma(op, block_m=256, block_n=128, warps_m=4,
-                                                             stages=3).clip(low=0.0)}
+                                                             stages=3).clip(low=0.0),
+            "mma residual relu": lambda op: gpu_mma(op).add_residual().clip(low=0.0),
+            "wgmma small residual": lambda op: gpu_wgmma(op, **SMALL).add_residual()}
 
 
 @needs_gpu

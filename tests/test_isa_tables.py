@@ -30,6 +30,12 @@ HARNESS = """{prelude}
     {store_strided};
     {store_count};
     {store_zero};
+    {store_add};
+    {store_max};
+    {store_min};
+    const {vt} nan = {broadcast_nan};
+    {store_max_nan};
+    {store_min_nan};
 }}
 """
 
@@ -54,6 +60,12 @@ def harness(isa: Isa) -> str:
         store_strided=isa.store(p=out(6), v=isa.gather(p="x", idx="stride")),
         store_count=isa.store_mask(p=out(7), m=isa.mask_count(n="3"), v="a"),
         store_zero=isa.store(p=out(8), v=isa.zero()),
+        store_add=isa.store(p=out(9), v=isa.add(a="a", b="b")),
+        store_max=isa.store(p=out(10), v=isa.max(a="c", b="a")),
+        store_min=isa.store(p=out(11), v=isa.min(a="c", b="a")),
+        broadcast_nan=isa.broadcast(s='__builtin_nanf("")'),
+        store_max_nan=isa.store(p=out(12), v=isa.max(a="c", b="nan")),
+        store_min_nan=isa.store(p=out(13), v=isa.min(a="c", b="nan")),
     )
 
 
@@ -65,7 +77,7 @@ def check_lanes(isa: Isa, driver, seed: int) -> None:
     y = rng.standard_normal(n).astype(np.float32)
     idx = rng.permutation(4 * n)[:n].astype(np.int32)
     bits = int(rng.integers(0, 2 ** n))
-    out = np.full(9 * n + 1, np.nan, dtype=np.float32)
+    out = np.full(14 * n + 1, np.nan, dtype=np.float32)
     out[7 * n:8 * n] = -1.0
     scattered = np.zeros(4 * n, dtype=np.float32)
     driver.call(driver.bind(PARAMS, dict(x=x, y=y, idx=idx, bits=bits, out=out, scattered=scattered)))
@@ -85,6 +97,9 @@ def check_lanes(isa: Isa, driver, seed: int) -> None:
     assert np.array_equal(lane(6), x[np.arange(n) * 3])
     assert np.array_equal(lane(7), np.where(np.arange(n) < 3, a, -1.0))
     assert np.array_equal(lane(8), np.zeros(n))
+    assert np.array_equal(lane(9), a + b)
+    assert np.array_equal(lane(10), np.maximum(c, a)) and np.array_equal(lane(11), np.minimum(c, a))
+    assert np.isnan(lane(12)).all() and np.isnan(lane(13)).all()    # NaN where b is
 
 
 def test_every_instruction_has_a_meaning():

@@ -50,16 +50,24 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
 
 
 def test_residual_net_runs_on_kernels_and_numpy_and_matches():
-    """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference (Relu in place on the conv's
-    output), its output onnxruntime's and every intermediate value onnx.reference's; the plan's
-    buffers reused across runs: a second run on other inputs right, and the first run's output kept."""
+    """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference, each Relu, Clip and Add fused
+    into the Conv before it (``onnx.epilogues``), its output onnxruntime's and every intermediate value
+    onnx.reference's; the plan's buffers reused across runs: a second run on other inputs right, and
+    the first run's output kept."""
     proto = residual_net()
     rep = backend.prepare(proto, strict=True)
     assert rep.fallbacks() == []
     engines = {step.op_type: step.engine for step in rep.plan.steps}
-    assert engines == {"Conv": KERNEL, "Gemm": KERNEL, "Relu": NUMPY, "MaxPool": NUMPY, "Add": NUMPY,
-                       "Clip": NUMPY, "GlobalAveragePool": NUMPY, "Flatten": NUMPY}
-    assert {s.inputs[0] for s in rep.plan.steps if s.reuse} >= {"s", "b1", "a", "d"}   # not "p": Add reads it
+    assert engines == {"Conv": KERNEL, "Gemm": KERNEL, "MaxPool": NUMPY, "GlobalAveragePool": NUMPY,
+                       "Flatten": NUMPY}
+    fused = {name: node.absorbed for name, node in rep.lowered.items() if node.absorbed}
+    labels = {node.name: node.op_type for node in rep.prepared.graph.node}
+    assert {name: tuple(labels[n] for n in nodes) for name, nodes in fused.items()} == {
+        "stem": ("Relu",), "body1": ("Relu",), "body2": ("Add", "Relu"), "depthwise": ("Clip",),
+        "project": ("Add",)}
+    assert "fused epilogue: + residual, then Clip(low=0.0, high=None)" in str(rep.lowered["body2"])
+    steps = {step.node: step for step in rep.plan.steps}
+    assert steps["body2"].inputs[-1] == "p" and steps["body2"].outputs == ("ar",)
     x = _x(2, 3, 9, 11)
     first = rep.run([x])[0]
     np.testing.assert_allclose(first, expected(proto, [x])[0], rtol=1e-4, atol=1e-5)

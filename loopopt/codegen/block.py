@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Optional, Protocol
 
 from ..cnames import load_variable
+from ..epilogue import RESIDUAL, Epilogue
 from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
@@ -169,6 +170,10 @@ class RegisterBlock:
                           if self.bias and self.vector is not None else "broadcast")
         self._check_kinds()
         self.initialises_output = s.block_holds_final_outputs() and self._bias_loadable()
+        # the schedule's fused epilogue, applied to the accumulators when they are stored where they
+        # end as final outputs (None: no epilogue, or the emitter's pass after the nest applies it)
+        final = self.initialises_output and s.op.scales is None
+        self.epilogue: Optional[Epilogue] = s.fused_epilogue if final else None
         self.first_pass = self._first_pass()
         self.starts_output = self.initialises_output or self.first_pass is not None
         self.accumulators = self._accumulators()
@@ -497,6 +502,7 @@ class RegisterBlock:
             return
         _, mask, guards = self.setup[acc.name]
         offset = em.schedule.offset(out).substitute(acc.bindings).to_c()
+        epilogue, residual = self.epilogue, f"{RESIDUAL}[{offset}]"
         if self.chunk_loop:
             total = isa.hsum(v=acc.name) if self.vector else acc.name
             if self.initialises_output:
@@ -504,18 +510,26 @@ class RegisterBlock:
                 if self.bias:
                     bias_index = self._bias_value().substitute(acc.bindings).to_c()
                     bias = f"{self.em.op.bias_tensor}[{bias_index}] + "
-                store = f"{out}[{offset}] = {bias}{total};"
+                value = f"{bias}{total}"
+                store = f"{out}[{offset}] = {epilogue.c(value, residual) if epilogue else value};"
             else:
                 store = f"{out}[{offset}] += {total};"
         elif not self.vector:
-            store = f"{out}[{offset}] = {acc.name};"
-        elif em.kinds[out].kind == "strided":
-            store = isa.scatter_mask(p=f"&{out}[{offset}]", m=mask or isa.mask_count(n=str(self.lanes)),
-                                     idx=f"lo_stride_{out}", v=acc.name) + ";"
+            store = f"{out}[{offset}] = {epilogue.c(acc.name, residual) if epilogue else acc.name};"
         else:
+            kind = em.kinds[out].kind
+            value = acc.name
+            if epilogue:
+                # the residual is stored in the output's layout: loaded as the output is stored
+                loaded = load(isa, kind, residual, f"&{residual}", f"lo_stride_{out}", mask)
+                value = epilogue.vector(isa, acc.name, loaded)
             pointer = f"&{out}[{offset}]"
-            store = (isa.store_mask(p=pointer, m=mask, v=acc.name) if mask
-                     else isa.store(p=pointer, v=acc.name)) + ";"
+            if kind == "strided":
+                store = isa.scatter_mask(p=pointer, m=mask or isa.mask_count(n=str(self.lanes)),
+                                         idx=f"lo_stride_{out}", v=value) + ";"
+            else:
+                store = (isa.store_mask(p=pointer, m=mask, v=value) if mask
+                         else isa.store(p=pointer, v=value)) + ";"
         em.emit(indent, f"if ({acc.name}_ok) {store}" if guards.store else store)
 
     def _byte_runs(self) -> list[list[Accumulator]]:

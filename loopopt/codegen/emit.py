@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cnames import letter_variable
+from ..epilogue import HELPERS, RESIDUAL
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
 from . import cprint, quantized, taps, ternary
@@ -18,7 +19,7 @@ from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
 from .nest import lower
-from .params import KernelParam, check_lane_indices, index_ctype, signature
+from .params import KernelParam, check_lane_indices, index_ctype, signature, storage_elements
 from .vector import FROM_LANE_ZERO, AccessKind, classify, exact_offset
 
 KERNEL_NAME = "lo_kernel"
@@ -48,7 +49,7 @@ class Generated:
 
     source: str
     cdef: str
-    arguments: tuple[str, ...]                   # tensor names: inputs, bias (if any), output
+    arguments: tuple[str, ...]                   # tensor names: inputs, bias, residual (if any), output
     params: tuple[KernelParam, ...]              # every C parameter, tensors first
     isa: Isa
     access_kinds: dict[str, AccessKind]
@@ -59,8 +60,9 @@ class Generated:
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
-    """Tensor arguments of the kernel function, in order: inputs, bias (if any), output."""
-    return schedule.op.call_tensors + (schedule.op.output,)
+    """Tensor arguments of the kernel function, in order: inputs, bias (if any), the residual of
+    ``add_residual`` (``epilogue.RESIDUAL``, if any), output."""
+    return schedule.op.call_tensors + ((RESIDUAL,) if schedule.residual else ()) + (schedule.op.output,)
 
 
 def vector_access_kinds(schedule: Schedule, isa: Isa) -> dict[str, AccessKind]:
@@ -129,6 +131,9 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     may use ``vdpbf16ps``; the C of a schedule depends only on these arguments, not on this CPU)."""
     plan = (quantized.plan(schedule, isa.lanes, quantized.has_signed_dot(isa.name))
             if schedule.op.quant is not None else None)
+    if plan is not None:
+        schedule.refuse_epilogue("quantized SIMD", "their own epilogue (compensation, scales, "
+                                 "requantization) ends in integers, where a float one is not the reference's")
     arith = arithmetic(schedule, isa.name, plan, bf16_dot)
     isa = arith.acc
     args = kernel_arguments(schedule)
@@ -144,6 +149,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
         tables += ternary.helpers(arith.ints)
     if plan and plan.tap_dot:
         tables += taps.helpers(arith.ints)
+    if schedule.fused_epilogue is not None:
+        tables += HELPERS
     openmp = schedule.parallel_loop is not None
     source = "\n".join([_header(schedule, arith, kinds), arith.prelude, "#include <stddef.h>",
                         "#include <omp.h>" if openmp else "", tables, nest, "",
@@ -157,7 +164,7 @@ def _tensor_type(schedule: Schedule, arith: Arithmetic, tensor: str) -> str:
     """The C element type of a kernel tensor argument."""
     if arith.plan is not None:
         return quantized.tensor_type(schedule, arith.plan, tensor)
-    return arith.element_type if tensor in schedule.op.inputs else "float"
+    return arith.element_type if tensor in schedule.op.inputs else "float"     # the bias, residual, output
 
 
 def _bf16_read_ahead(arith: Arithmetic) -> dict[str, int]:
@@ -205,6 +212,10 @@ class _Emitter:
         self.int_type = index_ctype(schedule)      # of loop variables, dims and offsets
         self.lines: list[str] = []
         self.block = RegisterBlock(self) if schedule.register_block_at is not None else None
+        # a register block holding final sums applies the epilogue to its accumulators when storing
+        # them; every other nest leaves sums in the output, and a pass after it applies the epilogue
+        self.epilogue = schedule.fused_epilogue
+        self.epilogue_pass = self.epilogue is not None and (self.block is None or self.block.epilogue is None)
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
         # one per thread, each through one call of a separate nest function. Unlike a loop
         # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like
@@ -253,6 +264,8 @@ class _Emitter:
             self.emit(0, line)
         if self.op.scales is not None:
             self._emit_scaled_output()
+        if self.epilogue_pass:
+            self._emit_epilogue_pass()
         return "\n".join(self.lines)
 
     def _emit_nest(self) -> None:
@@ -328,6 +341,16 @@ class _Emitter:
             self.emit(0, line)
         depth = len(self.op.tensor(self.op.output).shape)
         self.emit(depth, f"{element} = {float(alpha)!r}f * {element}{term};")
+
+    def _emit_epilogue_pass(self) -> None:
+        """The epilogue over every output element after the nest (the residual is in the output's layout,
+        so the pass runs over their storage elements in step)."""
+        out = self.op.output
+        self.emit(0, f"/* {out}: {self.epilogue}, over its storage after the nest */")
+        if self.schedule.parallel_loop is not None:
+            self.emit(0, "#pragma omp parallel for schedule(static)")
+        self.emit(0, cprint.for_loop(self.int_type, "lo_i", storage_elements(self.schedule, out)))
+        self.emit(1, f"{out}[lo_i] = {self.epilogue.c(f'{out}[lo_i]', f'{RESIDUAL}[lo_i]')};")
 
     def emit_loop(self, depth: int, indent: int, inside_block: bool = False) -> None:
         """Loop ``depth`` and everything inside it (a register block takes over at its loop)."""

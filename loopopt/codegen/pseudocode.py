@@ -1,6 +1,7 @@
 """A schedule as readable loop-nest pseudo-code."""
 from __future__ import annotations
 
+from ..epilogue import RESIDUAL
 from ..schedule import Schedule
 from .arith import arithmetic
 from .emit import vector_access_kinds
@@ -45,6 +46,11 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
     a, b = op.inputs
     index = {t: ", ".join(e.to_c() for e in op.index(t)) for t in op.tensors}
     lines.append(f"{indent}{op.output}[{index[op.output]}] += {a}[{index[a]}] * {b}[{index[b]}]")
+    epilogue = schedule.fused_epilogue
+    if epilogue is not None:
+        element = f"{op.output}[{index[op.output]}]"
+        lines.append(f"# epilogue, once each sum is complete, before its store: {element} = "
+                     f"{epilogue.formula(element, f'{RESIDUAL}[{index[op.output]}]')}")
     if plan is not None:
         epilogue = ("none (float accumulation)" if not plan.integer else
                     "at the register block's store" if plan.fused_epilogue else

@@ -32,6 +32,7 @@ from ..kernel import Kernel
 from ..ops import Op
 from ..schedule import Schedule
 from .elementwise import ELEMENTWISE, VIEWS, fuse_lookups
+from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
@@ -88,6 +89,10 @@ class LoopoptRep(BackendRep):
         self.prepared, self.groups, self.skipped = fused.model, fused.groups, fused.skipped
         self._evaluator = ReferenceEvaluator(self.prepared, new_ops=_fused_classes(self))
         self._bound: dict[str, Any] = {}     # node -> its kernel with the node's constants packed
+        opset = next((o.version for o in self.prepared.opset_import if o.domain in STANDARD_DOMAINS), 1)
+        outputs = [value.name for value in self.prepared.graph.output]
+        # Conv node -> the elementwise nodes after it that its kernel's epilogue runs (``epilogues``)
+        self.chains = find(self.prepared.graph.node, known, outputs, opset)
         self._lower_static(known)
         self.plan = self._plan(known)
 
@@ -106,24 +111,44 @@ class LoopoptRep(BackendRep):
         for node in self.prepared.graph.node:
             if lowerable(node) and all(not n or n in known for n in node.input):
                 values = [known[n] if n else None for n in node.input]
-                lowered = self._lowering(node, values, order.get(node.input[0]))
-                if lowered is not None and all(v is None or v.data is not None for v in values[1:]):
+                constant = all(v is None or v.data is not None for v in values[1:])
+                chain = self.chains.get(node.name) if constant else None
+                lowered = self._lowering(node, values, order.get(node.input[0]), chain)
+                if lowered is not None and constant:
                     lowering, kernel = lowered
                     self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values])
-                    order.update(dict.fromkeys(node.output[:1], lowering.output_order(kernel)))
+                    written = chain.output if chain is not None else node.output[0]
+                    order[written] = lowering.output_order(kernel)
+                else:
+                    self.chains.pop(node.name, None)     # its nodes run as they are
+            elif any(node.name in chain.absorbed for chain in self.chains.values()):
+                continue                                  # the kernel before them writes their output
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS and node.input[0] in known:
                 rank = len(known[node.input[0]].shape)    # pools compute channels-last
                 order[node.output[0]] = (0, *range(2, rank), 1)
             elif node.op_type in ELEMENTWISE and node.op_type not in VIEWS and node.input[0] in order:
                 order[node.output[0]] = order[node.input[0]]    # numpy keeps its first input's order
+        self.chains = {conv: chain for conv, chain in self.chains.items() if conv in self._bound}
         self._orders = {name: axes for name, axes in order.items() if axes is not None}
 
     def _plan(self, known: dict[str, Value]) -> Plan:
         """The execution plan: one step per node of ``prepared`` (Constant nodes are constants)."""
         opset = {o.domain or "": o.version for o in self.prepared.opset_import}
         steps = []
-        for node, runtime in zip(self.prepared.graph.node, self._evaluator.rt_nodes_):
-            if all(name in self.constants for name in node.output):
+        fused = {chain.absorbed[-1]: conv for conv, chain in self.chains.items()}   # runs where chain ends
+        absorbed = {name for chain in self.chains.values() for name in chain.absorbed}
+        nodes = {node.name: (node, runtime) for node, runtime in zip(self.prepared.graph.node,
+                                                                     self._evaluator.rt_nodes_)}
+        for node, runtime in nodes.values():
+            if all(name in self.constants for name in node.output) or node.name in self.chains:
+                continue
+            if node.name in fused:
+                conv, chain = nodes[fused[node.name]][0], self.chains[fused[node.name]]
+                residual = (chain.residual,) if chain.residual else ()
+                steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
+                                  self._kernel_step(conv, runtime), KERNEL, owns_outputs=True))
+                continue
+            if node.name in absorbed:
                 continue
             values = [known.get(n) if n else None for n in node.input]
             step = dict(node=node.name, op_type=node.op_type, inputs=tuple(node.input),
@@ -160,6 +185,8 @@ class LoopoptRep(BackendRep):
         reference where the op model cannot express it."""
         if node.name in self._bound:
             bound = self._bound[node.name]
+            if node.name in self.chains and self.chains[node.name].residual:     # its last input
+                return lambda inputs, reuse: bound(inputs[0], inputs[-1])
             return lambda inputs, reuse: bound(inputs[0])
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -169,10 +196,11 @@ class LoopoptRep(BackendRep):
         return run
 
     def _lowering(self, node: onnx.NodeProto, values: Sequence[Value | None],
-                  arrives: tuple[int, ...] | None = None):
+                  arrives: tuple[int, ...] | None = None, chain: Chain | None = None):
         """The node's lowering and compiled kernel (recorded in ``lowered``); None when the op
         model cannot express it (non-strict: recorded with the reason). ``arrives``: the memory order
-        of the first input's axes where it is not the logical one."""
+        of the first input's axes where it is not the logical one; ``chain``: the nodes after it that
+        its kernel's epilogue runs."""
         label = node.name
         absorbed = self.groups[label].absorbed if label in self.groups else ()
         try:
@@ -183,10 +211,12 @@ class LoopoptRep(BackendRep):
                                           f"kernel: {error}") from error
             self.lowered[label] = LoweredNode(label, node.op_type, reason=error.reason, absorbed=absorbed)
             return None
-        compiled = self.kernels.get(lowering.op, lowering.input_layout(arrives))
+        compiled = self.kernels.get(lowering.op, lowering.input_layout(arrives), chain)
         skipped = f"not fused with its DequantizeLinear inputs: {self.skipped[label]}" \
             if label in self.skipped else ""
-        note = "; ".join(text for text in (lowering.note, skipped) if text)
+        epilogue = f"fused epilogue: {chain.epilogue}" if chain is not None else ""
+        note = "; ".join(text for text in (lowering.note, skipped, epilogue) if text)
+        absorbed += chain.absorbed if chain is not None else ()
         self.lowered[label] = LoweredNode(label, node.op_type, lowering.op, compiled.schedule,
                                           compiled.source, compiled.kernel.isa, note, absorbed=absorbed)
         return lowering, compiled.kernel

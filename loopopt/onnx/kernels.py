@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..dataflows import output_stationary
 from ..kernel import Kernel
@@ -25,6 +26,9 @@ from ..tune.choice import first_choice, first_reading
 from ..tune.log import signature
 from ..tune.ranked import UntimedSearchError
 from ..tune.result import describe
+
+if TYPE_CHECKING:
+    from .epilogues import Chain
 
 DEFAULT = "default"                                 # the start of a default schedule's source
 RANKED = f"{DEFAULT} first choice of the search"    # + its knobs
@@ -133,11 +137,14 @@ class KernelCache:
         print(f"tune op {len(self._tuned)} {op!r}: {said} ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)
 
-    def get(self, op: Op, arrives: str | None = None) -> Compiled:
+    def get(self, op: Op, arrives: str | None = None, chain: Chain | None = None) -> Compiled:
         """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the
-        logical one), compiled on the first request for its signature and schedule."""
+        logical one), with the epilogue of ``chain`` if given (``epilogues``), compiled on the first
+        request for its signature, schedule and epilogue."""
         schedule, source, isa = self.schedule(op, arrives)
-        key = (signature(op), source)
+        if chain is not None:
+            schedule = chain.apply(schedule)
+        key = (signature(op), source, str(chain.epilogue) if chain is not None else "")
         if key not in self._compiled:
             kernel = schedule.compile(isa)
             kernel.hold_weights = True     # the model's weights are constants: packed on the first run, kept

@@ -253,6 +253,7 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
                         for step in rep.fallbacks()]
     tuned: dict[str, Any] = {}
     nodes = [(node, rep.lowered[node.name]) for node in rep.prepared.graph.node if node.name in rep.lowered]
+    by_name = {node.name: node for node in rep.prepared.graph.node}
     for index, (node, lowered) in enumerate(nodes, 1):
         entry = NodeReport(lowered)
         report.nodes.append(entry)
@@ -279,11 +280,13 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
             entry.rows += compare(op, [schedule], [label], isa=isa, reuse=reuse, progress=False,
                                   threads=threads, budget=budget).rows
         members = rep.groups[node.name].members if node.name in rep.groups else (node,)
+        chain = rep.chains.get(node.name)      # the nodes its kernel's epilogue runs: onnxruntime's too
+        members += tuple(by_name[name] for name in chain.absorbed) if chain is not None else ()
         ort = onnxruntime_run(members, proto, values, rep.constants, threads)
         if ort is not None:
             entry.onnxruntime_ms, outputs = ort
             entry.integer = integer_check(node, [values[n] if n else None for n in node.input],
-                                          values[node.output[0]], outputs[0])
+                                          values[chain.output if chain else node.output[0]], outputs[0])
     return report
 
 

@@ -57,6 +57,7 @@ NO_UNROLL = "#pragma GCC unroll 1"
 _loop = partial(cprint.for_loop, "ptrdiff_t")
 NOT_PREPACKED = ("a binary kernel packs its weights to bits and their padding table on every call; "
                  "it has no prepacked form")
+NO_EPILOGUE = "its epilogue turns popcounts into integer sums and scales them per output (binary kernels)"
 
 
 def padded_extent(w: Window) -> int:

@@ -64,6 +64,7 @@ from .lut_format import COLUMNS, ENTRIES, FORMATS, LutFormat, LutShape, pack
 LUT = "lo_lut"            # the kernel parameter holding the tables (allocated by prepare)
 MAX_ACCUMULATORS = 16     # block positions of a register block (32 output channels each)
 TABLE = 2 * ENTRIES       # int16 slots of one byte's two groups
+NO_EPILOGUE = "its epilogue pass scales the int32 sums of the table lookups (ternary table-lookup kernels)"
 
 
 class Lookup(ABC):

@@ -40,6 +40,7 @@ class CudaKernel(Kernel):
         return self.build.report
 
     def _storage_shape(self, tensor: str) -> tuple[int, ...]:
+        tensor = self._tensor_of(tensor)
         return self.schedule.layout_of(tensor).storage_shape(self.op.tensor(tensor).shape)
 
     def prepare(self, *arrays: np.ndarray) -> Buffers:
@@ -49,10 +50,12 @@ class CudaKernel(Kernel):
         given = self._given(arrays)
         stored: dict[str, Any] = {}
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
-            self._check(tensor, array, self.op.tensor(tensor).shape)
+            self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
             is_bias = self.op.bias and tensor == self.op.bias_tensor
             element = bf16_bits(array, tensor) if self._dtype(tensor) == np.uint16 else array
-            packed = element if is_bias else self.schedule.layout_of(tensor).to_storage(element)
+            # the bias as given; a tensor in its storage layout (the residual in the output's)
+            packed = (element if is_bias
+                      else self.schedule.layout_of(self._tensor_of(tensor)).to_storage(element))
             stored[tensor] = cp.asarray(packed.astype(self._dtype(tensor), copy=False))
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
@@ -63,11 +66,12 @@ class CudaKernel(Kernel):
         return next(DEVICE_DTYPES[p.ctype] for p in self.generated.params if p.name == name)
 
     def _shape(self, name: str) -> tuple[int, ...]:
-        """The shape of parameter ``name``'s device array: a tensor's storage shape, the bias's logical
-        one, a per-channel array's channels."""
+        """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
+        the bias's logical one, a per-channel array's channels."""
         if self.op.bias and name == self.op.bias_tensor:
             return self.op.tensor(name).shape
-        return self._storage_shape(name) if name in self.op.tensors else (self.op.channels,)
+        tensor = self._tensor_of(name)          # the residual's: the output's
+        return self._storage_shape(name) if tensor in self.op.tensors else (self.op.channels,)
 
     def bind(self, values: dict[str, Any]) -> Buffers:
         """Buffers of device arrays by parameter name (``__cuda_array_interface__``), each checked to

@@ -85,7 +85,8 @@ def check_schedule(schedule: Schedule) -> None:
     gpu_only = [what for what, given in ((f"split_k({schedule.split_k_loop!r})", schedule.split_k_loop),
                                          (f"stage(..., stages={schedule.pipeline_stages})",
                                           schedule.pipeline_stages is not None),
-                                         (f"clip: {schedule.epilogue}", schedule.epilogue)) if given]
+                                         (f"clip: {schedule.epilogue}", schedule.epilogue),
+                                         ("add_residual()", schedule.residual)) if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
                             f"one buffer, bind loops over outputs only and store plain sums")

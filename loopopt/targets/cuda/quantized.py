@@ -25,7 +25,7 @@ from .instructions import MatrixInstruction
 
 def check(schedule: Schedule, entry: MatrixInstruction) -> QuantSpec:
     """The op's QuantSpec; ScheduleError unless ``entry`` is an int8 one and the weights are symmetric
-    (zero point 0) and the outputs unclipped."""
+    (zero point 0) and the outputs without a fused epilogue (clip, add_residual)."""
     op, spec = schedule.op, schedule.op.quant
     if not entry.integer:
         raise ScheduleError(f"{op!r} is quantized; tensorize it onto an int8 entry "
@@ -33,9 +33,10 @@ def check(schedule: Schedule, entry: MatrixInstruction) -> QuantSpec:
     if not spec.weight_symmetric:
         raise ScheduleError(f"{op!r} has asymmetric weights; the cuda target's int8 kernels take symmetric "
                             f"int8 weights (zero point 0): QuantSpec(weight_symmetric=True)")
-    if schedule.epilogue is not None:
-        raise ScheduleError(f"clip ({schedule.epilogue}) applies to float outputs; {op!r} is quantized "
-                            f"(a requantized output saturates to its range)")
+    if schedule.fused_epilogue is not None:
+        step = "clip" if schedule.epilogue is not None else "add_residual"
+        raise ScheduleError(f"{step} ({schedule.fused_epilogue}) applies to float outputs; {op!r} is "
+                            f"quantized (a requantized output saturates to its range)")
     return spec
 
 

@@ -13,10 +13,15 @@ The cost model (``Gpu``: the device's multiprocessors and clock where a GPU is p
 architecture's data-centre part, ``ARCH``): blocks are resident ``occupancy`` at a time per SM (shared
 memory, threads and registers per SM), so the grid runs in ``waves`` over the SMs; each wave takes the
 longest of its blocks' arithmetic (tensor-core or FFMA rate, less with fewer warps or independent
-accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads and their
-global loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``); the
-whole kernel takes at least its device-memory bytes (inputs once, the output once per split-K share)
-at the HBM rate; plus a launch and each block round's pipeline fill. Split-K shares a tile's reduction
+accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads, their
+global loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and,
+tensor-core kernels, the instructions their warps issue (``step_instructions``: the copies' code as the
+printer's kernels compile, the products); the whole kernel takes at least its device-memory bytes
+(inputs once, the output once per split-K share) at the HBM rate; plus a launch and each block
+round's pipeline fill. The calibrated figures (launch, clock, issue and tensor rates, L2, instruction
+counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs (``calibration``);
+the search prices its tensor-core candidates by this model (``own_seconds``: the tuning table's model
+column and its Spearman figure against the measured times). Split-K shares a tile's reduction
 among blocks: a batch-1 conv whose tiles fill a few SMs ranks split-K first; a large GEMM, whose
 tiles fill the SMs many times, ranks the large tiles first (fewer bytes per flop from L2).
 """
@@ -40,8 +45,9 @@ from ...dataflows import (
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import Schedule
-from ..search import Candidate, SearchRules
+from ..search import KERNEL, Candidate, SearchRules
 from . import device
+from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
 from .instructions import MMA_F16_F32, WGMMA_F16_F32, WMMA_F16_F32, MatrixInstruction, instruction
 from .target import SHARED_BYTES_PER_BLOCK
 from .tensor_printer import REGISTERS_PER_SM
@@ -52,14 +58,14 @@ MAX_BLOCKS_PER_SM = 32
 MAX_ACCUMULATORS = 128             # float32 accumulators per thread (more spill beside the fragments)
 OVERHEAD_REGISTERS = 40            # per thread: addresses, loop counters, fragments in flight
 STATIC_SHARED = 48 * 1024          # the SIMT presets' staged tiles are static shared memory
-LAUNCH_SECONDS = 4e-6              # one launch, as CUDA events around it see it
 FILL_CYCLES = 800                  # a block round's first global loads (the pipeline's fill)
 LOAD_LATENCY = 600                 # cycles of one step's global loads (a ring of s stages: s - 1 in flight)
 STEP_CYCLES = 40                   # one reduction step's barrier and address arithmetic
 L1_BYTES_PER_CLOCK = 128           # shared memory / L1 per SM per clock
-L2_BYTES_PER_CLOCK = 32            # L2 to each SM per clock, all SMs loading at once
+SCHEDULERS = 4                     # warp schedulers per SM, each issuing one instruction a cycle at most
 BUSY_WARPS = 8                     # warps per SM the tensor cores (and FFMA pipes) need to stay busy
 BUSY_ACCUMULATORS = 8              # independent FFMAs per SIMT thread that hide the FFMA latency
+COST_MODEL = "cost model"          # the family of tensor-core candidates this model prices (model_seconds)
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,6 @@ TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wm
 # each tensor preset's entry (gpu_wgmma's N follows its tiles: ``preset_instruction``)
 PRESET_INSTRUCTIONS = {"gpu_wgmma": WGMMA_F16_F32[256], "gpu_mma": MMA_F16_F32,
                        "gpu_wmma": WMMA_F16_F32}
-# The share of the architecture's tensor rate a warp-synchronous instruction reaches where an
-# asynchronous one exists: on Hopper mma.sync issues at about two thirds of wgmma's rate (an estimate;
-# the 4096^3 GEMM measured 240 TFLOP/s on mma.sync against cuBLAS's wgmma at 766 on the H200).
-SYNC_TENSOR_SHARE = {"sm_90": 0.65}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
 BLOCKS = (32, 64, 128, 256)
 WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
@@ -158,8 +160,8 @@ class TensorKnobs:
         knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preset"}
         return TENSOR_PRESETS[self.preset](op, **knobs)
 
-    def work(self, op: Op, gpu: Gpu) -> Work:
-        return tensor_work(op, self, gpu)
+    def work(self, op: Op, gpu: Gpu, costs: Costs = COSTS) -> Work:
+        return tensor_work(op, self, gpu, costs)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ class Work:
     latency: float                 # cycles a block takes at least: its steps' loads, ``stages - 1`` in flight
     rate: float                    # flops per SM per clock, the SM busy
     busy: float                    # 0..1: how busy a thread's independent work keeps it (SIMT: accumulators)
+    instructions: float            # per block: warp instructions issued (0: not counted, SIMT)
+    issue: float                   # warp instructions an SM scheduler issues per clock
 
 
 # --- the op as the presets see it -------------------------------------------------------------------
@@ -244,6 +248,13 @@ def _matrix(op: Op) -> tuple[int, int, int, int] | None:
     return _product(op, m_dims), _product(op, n_dims), op.extent(channel), _product(op, others)
 
 
+def _gathered(op: Op) -> bool:
+    """Whether the first input's tiles are an implicit-GEMM gather (a conv's im2col: several output
+    dims or a window), not a plain matrix's rows."""
+    reads = {v for e in op.index(op.inputs[0]) for v in e.variables()}
+    return len([d for d in _outputs(op) if d in reads]) > 1 or len(op.reduction_dims) > 1
+
+
 def _device_bytes(op: Op, split: int) -> float:
     """Device-memory bytes of a kernel: each input once, the output once per split-K share (float32)."""
     inputs = sum(math.prod(op.tensor(t).shape) * (2 if op.dtype == "float16" else 4) for t in op.inputs)
@@ -257,24 +268,31 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     matrix = _matrix(op)
     if matrix is None:
         return []
-    m, n, channels, others = matrix
     presets = [p for p in TENSOR_PRESETS if PRESET_INSTRUCTIONS[p].runs_on(arch)]
     found: dict[TensorKnobs, None] = {}
     for preset in presets:
         for bm, bn, (wm, wn), depth, stages, split in _grid(BLOCKS, BLOCKS, WARPS, DEPTHS, STAGES[preset],
                                                             SPLITS):
-            entry = (instruction(wgmma_instruction(n, bn, wn)) if preset == "gpu_wgmma"
-                     else PRESET_INSTRUCTIONS[preset])
-            block_m, warps_m = clamp_tile(m, bm, wm, entry.m)
-            block_n, warps_n = clamp_tile(n, bn, wn, entry.n)
-            depth = min(depth, _fragments(channels, entry.k) * entry.k)
-            steps = others * -(-channels // depth)
-            share = -(-steps // split)
-            knobs = TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share))
-            if _legal(knobs.threads, block_m * block_n // knobs.threads, tensor_shared(knobs),
+            knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split)
+            if _legal(knobs.threads, knobs.block_m * knobs.block_n // knobs.threads, tensor_shared(knobs),
                       SHARED_BYTES_PER_BLOCK[arch]):
                 found[knobs] = None
     return list(found)
+
+
+def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, warps_n: int, depth: int,
+                 stages: int, split_k: int) -> TensorKnobs:
+    """The knobs ``preset(op, ...)`` builds with these arguments, clamped as the preset clamps them
+    (tiles to the op, the depth to its channels, split-K to the shares its steps make)."""
+    m, n, channels, others = _matrix(op)
+    entry = (instruction(wgmma_instruction(n, block_n, warps_n)) if preset == "gpu_wgmma"
+             else PRESET_INSTRUCTIONS[preset])
+    block_m, warps_m = clamp_tile(m, block_m, warps_m, entry.m)
+    block_n, warps_n = clamp_tile(n, block_n, warps_n, entry.n)
+    depth = min(depth, _fragments(channels, entry.k) * entry.k)
+    steps = others * -(-channels // depth)
+    share = -(-steps // split_k)
+    return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share))
 
 
 def _grid(*choices: Sequence) -> list[tuple]:
@@ -352,7 +370,17 @@ def simt_shared(op: Op, knobs: SimtKnobs) -> int:
 
 # --- the cost model ---------------------------------------------------------------------------------
 
-def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu) -> Work:
+def step_instructions(op: Op, knobs: TensorKnobs, costs: Costs = COSTS) -> float:
+    """The instructions one warp issues per pipeline step of a tensor-core kernel as the tensor printer's
+    code compiles (``costs``: its fixed part, the copies of both tiles' 16-byte groups, the products)."""
+    groups = [rows * knobs.depth * 2 // GROUP_BYTES for rows in (knobs.block_m, knobs.block_n)]
+    entry = knobs.instruction
+    per_warp = (knobs.block_m // knobs.warps_m, knobs.block_n // knobs.warps_n)
+    return (costs.step_fixed + copy_instructions(*groups, knobs.threads, _gathered(op), costs)
+            + entry_instructions(entry, *per_warp, knobs.depth))
+
+
+def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> Work:
     """A tensor-core candidate's work: float16 tiles of both inputs over its reduction share."""
     m, n, channels, others = _matrix(op)
     steps = others * -(-channels // knobs.depth)
@@ -362,13 +390,18 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu) -> Work:
     accumulators = knobs.block_m * knobs.block_n // knobs.threads
     padded = 1.25 if knobs.preset == "gpu_wmma" else 1.0   # wmma's fragment loads: more shared traffic
     entry = knobs.instruction
-    rate = gpu.figures.tensor_flops_per_clock * (
-        1.0 if entry.asynchronous else SYNC_TENSOR_SHARE.get(gpu.arch, 1.0))
+    # a warp-synchronous entry where an asynchronous one exists (Hopper) runs at its measured share
+    behind = not entry.asynchronous and WGMMA_F16_F32[256].runs_on(gpu.arch)
+    rate = gpu.figures.tensor_flops_per_clock * (costs.tensor_share_sync if behind
+                                                 else costs.tensor_share_async)
+    warps = knobs.threads // WARP
     return Work(blocks, knobs.threads, accumulators + OVERHEAD_REGISTERS, tensor_shared(knobs),
                 2.0 * knobs.block_m * knobs.block_n * reduction, share,
                 padded * 2 * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
                 2.0 * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k),
-                share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0)
+                share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
+                warps * share * step_instructions(op, knobs, costs),
+                costs.issue_async if entry.asynchronous else costs.issue_sync)
 
 
 def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
@@ -386,7 +419,7 @@ def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
     return Work(blocks, knobs.threads, accumulators + knobs.regs_x + knobs.regs_y + OVERHEAD_REGISTERS // 2,
                 simt_shared(op, knobs), 2.0 * knobs.pixel_block * knobs.channel_block * reduction, steps, l1,
                 l2, _device_bytes(op, 1), 0.0, 2 * device.FP32_LANES_PER_SM[gpu.arch],
-                min(1.0, accumulators / BUSY_ACCUMULATORS))
+                min(1.0, accumulators / BUSY_ACCUMULATORS), 0.0, 1.0)
 
 
 def occupancy(work: Work, gpu: Gpu) -> int:
@@ -398,23 +431,27 @@ def occupancy(work: Work, gpu: Gpu) -> int:
     return max(1, min(by_shared, by_threads, by_registers, MAX_BLOCKS_PER_SM))
 
 
-def predict(work: Work, gpu: Gpu) -> dict[str, float]:
+def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     """The cost model's figures of a kernel: its ``predicted_seconds`` and what makes them;
-    ``block_cycles``, a block's arithmetic, reads and load latency as if none overlapped, breaks ties
-    (a kernel bound by device memory: the block that leaves the SM idlest)."""
+    ``block_cycles``, a block's arithmetic, reads, instruction issue and load latency as if none
+    overlapped, breaks ties (a kernel bound by device memory: the block that leaves the SM idlest).
+    A block's cycles are the longest of its terms: the tensor cores (or FFMA pipes), shared memory, L2
+    and the schedulers' issue; the SM runs at ``costs.clock_share`` of the part's clock."""
     resident = min(occupancy(work, gpu), -(-work.blocks // gpu.multiprocessors))
     waves = -(-work.blocks // (resident * gpu.multiprocessors))
     warps = resident * work.threads / WARP
     busy = min(1.0, warps / BUSY_WARPS) * work.busy
     cycles = (work.flops / (work.rate * busy), work.l1_bytes / L1_BYTES_PER_CLOCK,
-              work.l2_bytes / L2_BYTES_PER_CLOCK)
-    per_wave = max(resident * max(cycles), work.latency) / gpu.clock_hz
-    overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / gpu.clock_hz
+              work.l2_bytes / costs.l2_bytes_per_clock, work.instructions / (SCHEDULERS * work.issue))
+    clock = gpu.clock_hz * costs.clock_share
+    per_wave = max(resident * max(cycles), work.latency) / clock
+    overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
-    seconds = LAUNCH_SECONDS + max(waves * per_wave, hbm) + overhead
+    seconds = costs.launch_seconds + max(waves * per_wave, hbm) + overhead
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
-            "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes}
+            "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes,
+            "issue_cycles": cycles[3], "tensor_cycles": cycles[0], "l2_cycles": cycles[2]}
 
 
 def figures(candidate: Candidate) -> dict[str, float]:
@@ -426,6 +463,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
 class CudaSearch(SearchRules):
     """The GPU presets' tiles searched on the cuda target (no other algorithm: the implicit GEMM is
     the tensor-core presets' own)."""
+
+    families = (KERNEL, COST_MODEL)
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
         if op.quant is not None or op.dtype not in ("float32", "float16") or threads != 1:
@@ -439,8 +478,15 @@ class CudaSearch(SearchRules):
                                                           priced[i].figures["block_cycles"], i))
         return [priced[i] for i in order]
 
+    def family(self, candidate: Candidate) -> str:
+        return COST_MODEL if candidate.knobs.preset in TENSOR_PRESETS else KERNEL
+
+    def own_seconds(self, candidate: Candidate) -> float:
+        return figures(candidate)["predicted_seconds"]
+
     def unpriced(self, candidate: Candidate) -> bool:
-        return True                 # the kernel model counts CPU cores: the cost model's time stands in
+        # the kernel model counts CPU cores; the cost model is calibrated on tensor-core kernels only
+        return candidate.knobs.preset not in TENSOR_PRESETS
 
     def lanes(self, op: Op, isa: str) -> int:
         return WARP

@@ -51,6 +51,7 @@ from functools import cached_property
 from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
+from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
 from . import quantized
@@ -138,10 +139,9 @@ class TensorPrinter:
                                 f"output; {self.op!r} is requantized or dequantized "
                                 f"(output={self.op.quant.output!r}), which needs each output's whole sum: "
                                 f"drop split_k or quantize with output='int32'")
-        if self.s.split_k_loop and self.s.epilogue:
-            raise ScheduleError(f"the outputs are clipped ({self.s.epilogue}), which needs each output's "
-                                f"whole sum; split_k({self.s.split_k_loop!r}) adds partial sums: drop one of "
-                                f"them")
+        if self.s.split_k_loop and self.s.fused_epilogue:
+            raise ScheduleError(f"the epilogue ({self.s.fused_epilogue}) needs each output's whole sum; "
+                                f"split_k({self.s.split_k_loop!r}) adds partial sums: drop one of them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
@@ -358,6 +358,8 @@ class TensorPrinter:
         if not self.s.split_k_loop:
             terms = (value, bias) if self.op.scales is not None else (bias, value)
             total = " + ".join(t for t in terms if t)
+            if self.s.residual:         # the residual is stored in the output's layout
+                total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
             return f"{out} = {self.s.epilogue.c(total) if self.s.epilogue else total};"
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"

@@ -15,9 +15,11 @@ from ...driver import CffiDriver, Driver
 from ...kernel import Kernel, QuantizedKernel, wrap
 from ...schedule import Schedule
 from ..base import Target
+from ..binary import NO_EPILOGUE as NO_BINARY_EPILOGUE
 from ..binary import BinaryKernel, generate_binary
 from ..binary import pseudocode as pseudocode_of_binary
 from ..core_costs import CoreCosts
+from ..lut import NO_EPILOGUE as NO_LUT_EPILOGUE
 from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
@@ -52,6 +54,7 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
     for what NEON cannot run (before any machine check)."""
     schedule.refuse_gpu_steps(NeonTarget.name, float16=True)
     if is_binary(schedule):
+        schedule.refuse_epilogue("NEON's binary", NO_BINARY_EPILOGUE)
         generated = generate_binary(schedule, binary.VARIANT, binary.POPCOUNT)
         flags = generated.compile_flags + QUANT_FLAGS
         case = RunnerCase(generated.source, KERNEL_NAME, generated.params, flags)
@@ -63,6 +66,8 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
                           THREADS_NAME if generated.openmp else None, generated.read_ahead)
         return case, lambda driver: QuantizedKernel(schedule, generated, driver, generated.plan)
     table_lookup = is_table_lookup(schedule)
+    if table_lookup:
+        schedule.refuse_epilogue("NEON's table lookup", NO_LUT_EPILOGUE)
     generated = (generate_lut(schedule, LOOKUP) if table_lookup
                  else generate(schedule, NEON, bf16_dot=TARGET.bf16_dot(NAME)))
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())

@@ -39,7 +39,7 @@ from ...codegen.block import Accumulator, RegisterBlock
 from ...codegen.emit import placed_guards, vector_access_kinds, vector_loop_plan
 from ...codegen.instr import Isa, tables
 from ...codegen.nest import dim_depths
-from ...codegen.params import index_ctype
+from ...codegen.params import index_ctype, storage_elements
 from ...codegen.quantized import QuantPlan, compensation_entries, has_signed_dot
 from ...codegen.quantized import plan as quant_plan
 from ...codegen.vector import AccessKind
@@ -348,6 +348,13 @@ class _Counter:
         if self.op.scales is not None:
             sites.append(self._scaled_output())
         sites += self._quant_sites()
+        epilogue = s.fused_epilogue
+        if epilogue is not None and (block is None or block.epilogue is None):   # a pass after the nest
+            lanes = self.arith.acc.lanes
+            vectors = -(-storage_elements(s, self.op.output) // lanes)
+            work = Work(loads=1 + int(epilogue.residual), stores=1, vector_ops=epilogue.operations,
+                        loop_iterations=1)
+            sites.append(Site("epilogue", vectors, work, lanes))
         accumulators = len(block.accumulators) if block is not None else 0
         return KernelCounts(s, self.arith.acc.name, self.arith.name, self.lanes, tuple(sites),
                             self.instances(), accumulators, self._spilled(accumulators))
@@ -531,6 +538,12 @@ class _Counter:
     def _block_store(self, block: RegisterBlock, masked: bool) -> Work:
         if self.plan is not None and self.plan.fused_epilogue:
             return Work(stores=2, loads=3, vector_ops=EPILOGUE_OPS, output_accesses=1)
+        if block.epilogue is not None:          # its residual loaded, added and clipped before the store
+            fused = Work(loads=int(block.epilogue.residual), vector_ops=block.epilogue.operations)
+            return fused + self._block_store_of_sums(block, masked)
+        return self._block_store_of_sums(block, masked)
+
+    def _block_store_of_sums(self, block: RegisterBlock, masked: bool) -> Work:
         if block.chunk_loop:
             total = Work(hsums=1 if self.vector is not None else 0, stores=1, output_accesses=1)
             if block.initialises_output:

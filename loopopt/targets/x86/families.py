@@ -50,6 +50,7 @@ class Family:
     takes: Callable[[Schedule, str], bool]          # (schedule, isa as asked) -> this family builds it
     build: Callable[[Schedule, str], Kernel]        # generate, compile with its flags, wrap in its class
     pseudocode: Callable[[Schedule, str], str]      # its kernel's nest as Schedule.pseudocode prints it
+    no_epilogue: str = ""     # why it fuses no ``clip``/``add_residual`` ("": it fuses them)
 
 
 def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto") -> BinaryKernel:
@@ -133,11 +134,14 @@ def _is_binary(schedule: Schedule, isa: str) -> bool:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("binary", "targets/binary.py", _is_binary, _compile_binary, _binary_pseudocode),
+    Family("binary", "targets/binary.py", _is_binary, _compile_binary, _binary_pseudocode,
+           binary.NO_EPILOGUE),
     Family("amx tiles", "targets/x86/tiles.py", lambda schedule, isa: isa == TILE_ISA, _compile_tiles,
-           _tiles_pseudocode),
+           _tiles_pseudocode, "each tile store runs the tile family's own epilogue (bias, scales, "
+           "requantization) on a scratch of the tile"),
     Family("table lookup", "targets/lut.py",
-           lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut, _lut_pseudocode),
+           lambda schedule, isa: schedule.weight_format_mode in FORMATS, _compile_lut, _lut_pseudocode,
+           lut.NO_EPILOGUE),
     Family("simd", "codegen/emit.py", lambda schedule, isa: True, _compile_simd, _simd_pseudocode),
 )
 
@@ -148,5 +152,9 @@ def family_of(schedule: Schedule, isa: str = "auto") -> Family:
 
 
 def compile_schedule(schedule: Schedule, isa: str = "auto") -> Kernel:
-    """Generate C for ``schedule`` on ``isa`` with its family, build it through the cache, and wrap it."""
-    return family_of(schedule, isa).build(schedule, isa)
+    """Generate C for ``schedule`` on ``isa`` with its family, build it through the cache, and wrap it;
+    ScheduleError for a fused epilogue the family has not."""
+    family = family_of(schedule, isa)
+    if family.no_epilogue:
+        schedule.refuse_epilogue(f"x86's {family.name}", family.no_epilogue)
+    return family.build(schedule, isa)

@@ -95,8 +95,10 @@ def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
     assert {c.knobs.preset for c in RULES.candidates(CONV2_X_N1, "sm_75")} == {"gpu_wmma"}
     assert {c.knobs.preset for c in RULES.candidates(CONV2_X_N1, "sm_89")} == {"gpu_mma", "gpu_wmma"}
     assert RULES.candidates(lo.Conv2d(16, 16, 3, height=8, width=8, quant=lo.QuantSpec()), ARCH) == []
-    assert "gpu_wgmma 128x64 block, 2x1 warpgroups" in RULES.describe(chosen.knobs.as_dict())
-    assert "gpu_mma 128x64 block, 2x1 warps" in RULES.describe(chosen.knobs.as_dict() | {"preset": "gpu_mma"})
+    knobs = chosen.knobs.as_dict()
+    tiles = f"{knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x{knobs['warps_n']}"
+    assert f"gpu_wgmma {tiles} warpgroups" in RULES.describe(knobs | {"preset": "gpu_wgmma"})
+    assert f"gpu_mma {tiles} warps" in RULES.describe(knobs | {"preset": "gpu_mma"})
 
 
 @no_gpu

@@ -270,6 +270,9 @@ def mmla_schedules(op_strategy):
 FAMILIES = {
     # fp32 conv (odd sizes, tails, padding, stride, dilation, groups, batch)
     "float32 conv": conv_schedules(7),
+    # a residual add and a clip fused into the store (vaddq, vmaxq, vminq) or a pass after the nest
+    "float32 conv + epilogue": st.tuples(conv_schedules(6), st.sampled_from([(0.0, 6.0), (None, 0.5)])).map(
+        lambda drawn: drawn[0].add_residual().clip(*drawn[1])),
     # bfloat16 operands widened to fp32 lanes, within the bf16 summation bound, or in pairs of input
     # channels (OIHW16o2i) on bfmlalt + bfmlalb
     "bfloat16 conv": st.one_of(conv_schedules(6, "bfloat16"), even_conv_ops(6).flatmap(

@@ -1,0 +1,76 @@
+"""The cuda cost model's calibrated figures (``Costs``) and the instructions a tensor-core kernel's warp
+issues per pipeline step (``step_instructions``), as the tensor printer's code compiles.
+
+Every figure says where it comes from: *measured* (read off a recorded H200 run or its profile),
+*counted* (from the SASS of generated kernels) or *fitted* (chosen to match the recorded times of
+``tests/data/cuda/h200_tensor_times.json``, the calibration rows; ``benchmarks/fit_cuda_costs.py
+--fit`` refits them). docs/reference/cuda.md ("The cost model") lists them with the model's error on the rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .instructions import MatrixInstruction
+
+GROUP_BYTES = 16                   # one cp.async copy: 16 bytes of a staged tile
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The cost model's calibrated figures (the H200's; other architectures scale by their ``Arch``)."""
+
+    # fitted: what CUDA events around one launch see beyond the kernel's own work (the launch, the L2
+    # cold after the flush, the first loads): 9.5 us of the grid 6-13.5 us (the N=1 rows measure
+    # 11.8-16 us; the first model took 4). A fixed split-K cost (the output's cudaMemsetAsync inside the
+    # events, the atomic adds' tail) fitted to 0 over the 20 split rows, so there is none: the shares'
+    # atomic adds count as device-memory bytes (the output once per share).
+    launch_seconds: float = 9.5e-6
+    # measured: the SM clock the timed kernels ran at, as a share of the part's boost clock: Nsight
+    # Compute counted 711k SM cycles for the 4096^3 wgmma kernel (128 x 256, depth 64, 4 stages) that
+    # CUDA events timed at 0.4515 ms, 0.442 ms less the launch: 1.61 GHz of 1.98.
+    clock_share: float = 0.81
+    # measured (Nsight Compute): warp instructions issued per scheduler per cycle, 4 schedulers an SM:
+    # 0.44 on the wgmma GEMM (2 warps a scheduler), 0.51 on the mma.sync GEMM (4 warps a scheduler).
+    issue_async: float = 0.44
+    issue_sync: float = 0.51
+    # measured: the tensor cores' rate as a share of the part's dense fp16 peak: wgmma m64n256k16 from
+    # shared memory back to back reached 966 TFLOP/s on 132 SMs (the wgmma de-risk), 0.90 of 1071 at
+    # the boost clock; mma.sync 240 TFLOP/s with the tensor pipe active 38% of the time (Nsight, the
+    # mma GEMM): 632 busy, 0.65 of wgmma's 966, 0.59 of the peak (used where wgmma exists: Hopper).
+    tensor_share_async: float = 0.90
+    tensor_share_sync: float = 0.59
+    # measured: L2 to the SMs, bytes per SM per (sustained) clock: the wgmma GEMM moved 1.61 GB of
+    # tiles from L2 in 711k cycles at 67% of the L2's throughput (Nsight): 1.61e9 / (0.67 x 711e3 x 132).
+    l2_bytes_per_clock: float = 25.6
+    # counted: a warp's instructions per pipeline step as the current printer's kernels compile (SASS
+    # of the calibration rows' kernels at commit 9db1a75, the main loop's body; least squares over the
+    # 24 rows whose loop is one step, ``step_instructions`` in the rows' file): 108 besides its copies
+    # and products (barrier, ring indices, fences, the loop), 1.5 per 16-byte copy of a plain matrix's
+    # tile (the unrolled copies' addresses fold into one base), 36 per copy of a conv's tiles (im2col
+    # and window indices, the padding guard).
+    step_fixed: float = 108.0
+    copy_affine: float = 1.5
+    copy_gather: float = 36.0
+
+
+COSTS = Costs()
+
+
+def entry_instructions(entry: MatrixInstruction, rows: int, columns: int, depth: int) -> float:
+    """The matrix instructions and fragment loads a warp issues per step for its ``rows x columns``
+    outputs (a warpgroup's, for an entry of 128 lanes) over ``depth`` reduction elements: wgmma one
+    instruction per fragment and k-step (the tensor cores read shared memory); mma.sync and WMMA two
+    HMMA per 16 x 16 fragment and one ldmatrix (WMMA: its fragment loads) per fragment row or column."""
+    fragments_m, fragments_n, k_steps = -(-rows // entry.m), -(-columns // entry.n), -(-depth // entry.k)
+    if entry.asynchronous:
+        return fragments_m * fragments_n * k_steps
+    return k_steps * (2 * fragments_m * fragments_n + fragments_m + fragments_n)
+
+
+def copy_instructions(groups_a: int, groups_b: int, threads: int, gather: bool,
+                      costs: Costs = COSTS) -> float:
+    """A thread's copy instructions per step: its share of each tile's 16-byte groups over the block's
+    threads, at the affine rate or, for an implicit GEMM's tiles (a conv's: im2col rows, and weights
+    indexed through the fused window and channel steps), at the gather rate."""
+    each = costs.copy_gather if gather else costs.copy_affine
+    return each * (-(-groups_a // threads) + -(-groups_b // threads))

@@ -1,0 +1,167 @@
+"""Fused epilogues on the CPU (``Schedule.clip``, ``Schedule.add_residual``): random float schedules
+against the reference ``clip(op.reference(...) + residual)``, where the register block applies them and
+where a pass after the nest does, the refusals, and the kernel's per-call residual."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import ISAS, conv_ops, gemm_ops, matmul_ops, schedules, tiers
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnx_models import expected, model
+
+import loopopt as lo
+from loopopt.activation import Clip
+from loopopt.dataflows import output_stationary
+from loopopt.epilogue import RESIDUAL, Epilogue
+from loopopt.measure import checked
+from loopopt.onnx import backend
+from loopopt.schedule import ScheduleError
+from loopopt.schedule_file import schedule_from_toml, to_toml
+from loopopt.targets.x86.costs import count
+
+CLIPS = [None, (0.0, None), (0.0, 6.0), (None, 0.25), (-0.5, 0.5)]
+
+
+def _with_epilogue(schedule: lo.Schedule, residual: bool, clip) -> lo.Schedule:
+    if residual:
+        schedule = schedule.add_residual()
+    return schedule.clip(*clip) if clip else schedule
+
+
+def _matches(data, isa):
+    """A random op (conv with padding, stride, dilation, groups and batch; matmul; Gemm with scales; a
+    bfloat16 conv) and schedule (splits, reorders, layouts, parallel and vector loops, register blocks)
+    with a residual and/or a clip computes the reference's epilogue."""
+    op = data.draw(st.one_of(conv_ops(max_hw=7), matmul_ops(max_mn=13, max_k=11),
+                             gemm_ops(max_mn=13, max_k=11), conv_ops(max_hw=6, dtype="bfloat16")))
+    residual = data.draw(st.booleans())
+    clip = data.draw(st.sampled_from(CLIPS[0 if residual else 1:]))
+    schedule = _with_epilogue(data.draw(schedules(op, isa)), residual, clip)
+    kernel = schedule.compile(isa)
+    kernel.set_threads(2 if schedule.parallel_loop is not None else 1)
+    ok, error, _ = checked(kernel, seed=data.draw(st.integers(0, 3)))
+    assert ok, (schedule.pseudocode(isa), error)
+
+
+test_epilogue_matches_the_reference, test_epilogue_matches_the_reference_more = tiers(
+    _matches, 1, 6, data=st.data(), isas=ISAS)
+
+
+def test_a_block_holding_final_sums_applies_it_to_its_accumulators():
+    """output_stationary's register block holds whole sums: the residual load, add and clip are on its
+    accumulators before their store (no pass after the nest); odd channels leave a masked tail."""
+    op = lo.Conv2d(6, 21, 3, stride=2, padding=(1, 2), batch=2, height=9, width=7)
+    schedule = output_stationary(op).add_residual().clip(0.0, 6.0)
+    kernel = schedule.compile("avx512" if "avx512" in ISAS else ISAS[0])
+    assert "after the nest" not in kernel.source
+    if kernel.isa == "avx512":
+        assert "_mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_set1_ps(0.0f), _mm512_add_ps(" \
+            in kernel.source
+    assert checked(kernel)[0]
+    plain = lo.Schedule(op).clip(low=0.0).compile(kernel.isa)
+    assert "O: Clip(low=0.0, high=None), over its storage after the nest" in plain.source
+    # the x86 kernel model counts the pass as a site, the block's epilogue in its stores
+    assert "epilogue" in [site.name for site in count(lo.Schedule(op).clip(low=0.0), "avx2").sites]
+    stores = {name: next(site.work for site in count(s, "avx2").sites if site.name == "register block store")
+              for name, s in (("fused", schedule), ("plain", output_stationary(op)))}
+    fused, plain = stores["fused"], stores["plain"]      # per accumulator: a residual load, add, max, min
+    assert fused.vector_ops == plain.vector_ops + 3 * fused.stores
+    assert fused.loads == plain.loads + fused.stores
+
+
+def test_the_kernel_takes_the_residual_after_the_bias_and_with_each_call():
+    op = lo.Conv2d(3, 5, 3, padding=1, height=4, width=6)
+    kernel = output_stationary(op).add_residual().compile(ISAS[0])
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(op.tensor(t).shape).astype(np.float32) for t in op.call_tensors)
+    r = rng.standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    expected = op.reference(x, w, b) + r
+    np.testing.assert_allclose(kernel(x, w, b, r), expected, rtol=1e-5, atol=1e-5)
+    call = kernel.with_constants(w, b)
+    np.testing.assert_allclose(call(x, r), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"takes 2 array\(s\) per call \(I, the residual\), got 1"):
+        call(x)
+    with pytest.raises(ValueError, match=r"the residual has shape \(5, 4, 6\) and dtype float32; .* adds "
+                                         r"one of shape \(1, 5, 4, 6\)"):
+        call(x, r[0])
+    assert kernel.generated.arguments == ("I", "W", "B", RESIDUAL, "O")
+    assert kernel.call_bytes()["inputs"] == 4 * (x.size + w.size + b.size + r.size)
+    assert "O[n, k, oh, ow] = O[n, k, oh, ow] + lo_residual[n, k, oh, ow]" in \
+        output_stationary(op).add_residual().pseudocode(ISAS[0])
+
+
+INT8 = lo.Conv2d(8, 8, 3, padding=1, height=5, width=5, quant=lo.QuantSpec())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: lo.Schedule(INT8).clip(0.0).compile("scalar"),
+     r"quantized SIMD kernels fuse no epilogue \(Clip\(low=0.0, high=None\)\): their own epilogue"),
+    (lambda: lo.Schedule(lo.Matmul(64, 8, 64, quant=lo.QuantSpec("binary", True, True, "float32", "binary")))
+     .add_residual().compile(), r"x86's binary kernels fuse no epilogue \(\+ residual\): its epilogue turns"),
+    (lambda: lo.Schedule(lo.Matmul(16, 16, 32, dtype="bfloat16")).clip(0.0).compile("amx"),
+     r"x86's amx tiles kernels fuse no epilogue"),
+    (lambda: lo.Schedule(lo.Matmul(4, 4, 4)).clip(0.0).add_residual(),
+     r"the residual is added before the clip: add_residual\(\) first, then clip"),
+    (lambda: lo.Schedule(lo.Matmul(4, 4, 4)).add_residual().add_residual(), r"the residual is added already"),
+])
+def test_refusals_name_the_family_or_the_order(make, message):
+    with pytest.raises(ScheduleError, match=message):
+        make()
+
+
+def test_the_reference_epilogue_adds_then_clips():
+    values = np.array([-2.0, 0.5, 3.0], np.float32)
+    residual = np.array([1.0, 1.0, 4.0], np.float32)
+    epilogue = Epilogue(Clip(0.0, 6.0), residual=True)
+    np.testing.assert_array_equal(epilogue.apply(values, residual), [0.0, 1.5, 6.0])
+    with pytest.raises(ValueError, match="pass the residual array"):
+        epilogue.apply(values)
+    assert str(epilogue) == "+ residual, then Clip(low=0.0, high=6.0)"
+    schedule = lo.Schedule(lo.Matmul(4, 4, 4)).add_residual().clip(high=1.0)
+    assert schedule_from_toml(to_toml(schedule), schedule.op).fused_epilogue == schedule.fused_epilogue
+
+
+def _downsampling_block() -> onnx.ModelProto:
+    """A ResNet downsampling block whose shortcut Conv comes after the Add's other Conv (the Add goes to
+    the first), a Conv read twice (not fused), a broadcast Add (not fused), a Clip of opset 21's inputs
+    with one bound, and a Relu that is a graph output (fused: the kernel writes it)."""
+    conv = lambda x, w, y, **attrs: helper.make_node("Conv", [x, w, f"{w}_b"], [y], name=w, **attrs)
+    nodes = [
+        conv("x", "body1", "b1", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["b1"], ["b1r"]),
+        conv("b1r", "body2", "b2", pads=[1, 1, 1, 1]), conv("x", "down", "d", strides=[2, 2]),
+        helper.make_node("Add", ["d", "b2"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["ar"]),
+        conv("ar", "twice", "t"), helper.make_node("Relu", ["t"], ["tr"]),
+        helper.make_node("Mul", ["t", "tr"], ["m"]),
+        conv("m", "broadcast", "c"), helper.make_node("Add", ["c", "row"], ["cb"]),
+        conv("cb", "last", "l"), helper.make_node("Clip", ["l", "", "six"], ["y"], name="clip")]
+    shapes = {"body1": (6, 4, 3, 3), "body2": (6, 6, 3, 3), "down": (6, 4, 1, 1), "twice": (6, 6, 1, 1),
+              "broadcast": (6, 6, 3, 3), "last": (5, 6, 1, 1)}
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.float32(6), "six"),
+             numpy_helper.from_array(rng.standard_normal((1, 6, 1, 1)).astype(np.float32), "row")]
+    for name, shape in shapes.items():
+        inits += [numpy_helper.from_array((rng.standard_normal(shape) / 3).astype(np.float32), name),
+                  numpy_helper.from_array(rng.standard_normal(shape[0]).astype(np.float32), f"{name}_b")]
+    return model(nodes, [("x", TensorProto.FLOAT, [2, 4, 9, 7])], [("y", TensorProto.FLOAT, None),
+                                                                  ("ar", TensorProto.FLOAT, None)],
+                 inits, opset=21)
+
+
+@pytest.mark.slow      # the quick tier fuses test_onnx_backend's residual net
+def test_onnx_convs_fuse_their_residual_add_and_clip_where_nothing_else_reads_them():
+    proto = _downsampling_block()
+    rep = backend.prepare(proto, strict=True)
+    labels = {node.name: node.op_type for node in rep.prepared.graph.node}
+    fused = {name: tuple(labels[n] for n in node.absorbed) for name, node in rep.lowered.items()
+             if node.absorbed}
+    assert fused == {"body1": ("Relu",), "body2": ("Add", "Relu"), "last": ("Clip",)}
+    assert "fused epilogue: + residual" in str(rep.lowered["body2"])
+    steps = {step.node: step for step in rep.plan.steps}
+    assert steps["body2"].inputs[-1] == "d" and steps["body2"].outputs == ("ar",)
+    assert {step.op_type for step in rep.plan.steps} == {"Conv", "Relu", "Mul", "Add"}
+    x = np.random.default_rng(1).standard_normal((2, 4, 9, 7)).astype(np.float32)
+    for got, want in zip(rep.run([x]), expected(proto, [x]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
