@@ -284,9 +284,17 @@ class Schedule:
         """The logical index of ``tensor`` in terms of the loops."""
         return tuple(e.substitute(self.dim_values) for e in self.op.index(tensor))
 
+    @cached_property
+    def _offsets(self) -> dict[str, Expr]:
+        """``offset`` by tensor, built on first use."""
+        return {}
+
     def offset(self, tensor: str) -> Expr:
         """Storage offset (elements) of ``tensor``'s accessed element, in terms of the loops."""
-        return self.layout_of(tensor).offset(self.index(tensor), self.op.tensor(tensor).shape)
+        if tensor not in self._offsets:
+            shape = self.op.tensor(tensor).shape
+            self._offsets[tensor] = self.layout_of(tensor).offset(self.index(tensor), shape)
+        return self._offsets[tensor]
 
     # --- isl -----------------------------------------------------------------------
     @cached_property
@@ -299,11 +307,27 @@ class Schedule:
         text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
         return isl.Map(text).intersect_domain(self.op.domain)
 
+    @cached_property
+    def _box(self) -> isl.Set:
+        """The set ``{ [loops] : every loop in its box }``, parsed once (``iterations`` intersects it)."""
+        names = ", ".join(self.loop_names)
+        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops))} }}")
+
+    @cached_property
+    def _iteration_sets(self) -> dict[tuple[str, ...], isl.Set]:
+        """``iterations`` by its conditions (a schedule never changes, so neither do its answers)."""
+        return {}
+
     def iterations(self, *conditions: str) -> isl.Set:
         """The set ``{ [loops] : every loop in its box and every condition }`` over the loop
         variables (isl constraint texts; guards are not implied: pass them as conditions)."""
-        names = ", ".join(self.loop_names)
-        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops) + list(conditions))} }}")
+        if not conditions:
+            return self._box
+        if conditions not in self._iteration_sets:
+            names = ", ".join(self.loop_names)
+            where = isl.Set(f"{{ [{names}] : {' and '.join(conditions)} }}")
+            self._iteration_sets[conditions] = where.intersect(self._box)
+        return self._iteration_sets[conditions]
 
     def least(self, expr: Expr, *conditions: str) -> Optional[int]:
         """The least value of ``expr`` over the iterations of the loop box where every isl
