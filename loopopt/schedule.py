@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
@@ -195,6 +195,14 @@ class Schedule:
         if not self.layouts:
             object.__setattr__(self, "layouts", tuple(
                 (t, self.op.tensor(t).default_layout) for t in self.op.tensors))
+
+    def __hash__(self) -> int:
+        """The hash of the fields (as the dataclass's), computed once: codegen's caches key by schedule."""
+        return self._fields_hash
+
+    @cached_property
+    def _fields_hash(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in fields(self)))
 
     # --- naming ---------------------------------------------------------------
     @property
