@@ -337,15 +337,24 @@ class Schedule:
             self._iteration_sets[conditions] = where.intersect(self._box)
         return self._iteration_sets[conditions]
 
+    @cached_property
+    def _least_values(self) -> dict[tuple[str, ...], Optional[int]]:
+        """``least`` by the isl text of its expression and its conditions."""
+        return {}
+
     def least(self, expr: Expr, *conditions: str) -> Optional[int]:
         """The least value of ``expr`` over the iterations of the loop box where every isl
         ``conditions`` holds (guards are not implied), None where none does."""
-        where = self.iterations(*conditions)
+        key = (expr.to_isl(), *conditions)
+        if key not in self._least_values:
+            self._least_values[key] = self._least(key[0], self.iterations(*conditions))
+        return self._least_values[key]
+
+    def _least(self, expr: str, where: isl.Set) -> Optional[int]:
         if where.is_empty():
             return None
         names = ", ".join(self.loop_names)
-        value = isl.PwAff(f"{{ [{names}] -> [({expr.to_isl()})] }}").intersect_domain(where)
-        return value.min_val().to_python()
+        return isl.PwAff(f"{{ [{names}] -> [({expr})] }}").intersect_domain(where).min_val().to_python()
 
     def _scheduled(self, pairs: isl.Map) -> isl.Map:
         return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
