@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import string
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Optional
 
 import islpy as isl
@@ -382,11 +382,7 @@ class Contraction(Op):
 
     def _range(self, expr: Expr) -> tuple[int, int]:
         """The least and greatest value of ``expr`` over the box of the dims."""
-        names = ", ".join(self.dim_names)
-        box = " and ".join(f"0 <= {n} < {e}" for n, e in self.dims)
-        values = isl.Map(f"{{ {STATEMENT}[{names}] -> [{expr.to_isl()}] : {box} }}").range()
-        point = lambda s: s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
-        return point(values.lexmin()), point(values.lexmax())
+        return _box_range(self.dims, expr.to_isl())
 
     def _padded(self, padding) -> dict:
         """``padding`` as a dict of the padded inputs: per-axis ``(begin, end)`` pairs, or None (as far as
@@ -622,6 +618,17 @@ def _expanded(values: np.ndarray, letters: str, out: str) -> np.ndarray:
     order = [c for c in out if c in letters]
     moved = np.einsum(f"{letters}->{''.join(order)}", values)
     return moved.reshape([moved.shape[order.index(c)] if c in letters else 1 for c in out])
+@lru_cache(maxsize=4096)
+def _box_range(dims: tuple[tuple[str, int], ...], expr: str) -> tuple[int, int]:
+    """The least and greatest value of the isl expression ``expr`` over the box ``0 <= dim < extent`` of
+    ``dims`` (cached: ops of the same sizes share their index ranges, and parsing isl text is slow)."""
+    names = ", ".join(name for name, _ in dims)
+    box = " and ".join(f"0 <= {n} < {e}" for n, e in dims)
+    values = isl.Map(f"{{ {STATEMENT}[{names}] -> [{expr}] : {box} }}").range()
+    point = lambda s: s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+    return point(values.lexmin()), point(values.lexmax())
+
+
 def _count(domain: isl.Set) -> int:
     card = domain.card()
     text = card.to_str()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
@@ -196,6 +196,14 @@ class Schedule:
             object.__setattr__(self, "layouts", tuple(
                 (t, self.op.tensor(t).default_layout) for t in self.op.tensors))
 
+    def __hash__(self) -> int:
+        """The hash of the fields (as the dataclass's), computed once: codegen's caches key by schedule."""
+        return self._fields_hash
+
+    @cached_property
+    def _fields_hash(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in fields(self)))
+
     # --- naming ---------------------------------------------------------------
     @property
     def loop_names(self) -> tuple[str, ...]:
@@ -284,9 +292,17 @@ class Schedule:
         """The logical index of ``tensor`` in terms of the loops."""
         return tuple(e.substitute(self.dim_values) for e in self.op.index(tensor))
 
+    @cached_property
+    def _offsets(self) -> dict[str, Expr]:
+        """``offset`` by tensor, built on first use."""
+        return {}
+
     def offset(self, tensor: str) -> Expr:
         """Storage offset (elements) of ``tensor``'s accessed element, in terms of the loops."""
-        return self.layout_of(tensor).offset(self.index(tensor), self.op.tensor(tensor).shape)
+        if tensor not in self._offsets:
+            shape = self.op.tensor(tensor).shape
+            self._offsets[tensor] = self.layout_of(tensor).offset(self.index(tensor), shape)
+        return self._offsets[tensor]
 
     # --- isl -----------------------------------------------------------------------
     @cached_property
@@ -299,21 +315,46 @@ class Schedule:
         text = f"{{ {STATEMENT}[{dims}] -> [{loops}] : {' and '.join(constraints)} }}"
         return isl.Map(text).intersect_domain(self.op.domain)
 
+    @cached_property
+    def _box(self) -> isl.Set:
+        """The set ``{ [loops] : every loop in its box }``, parsed once (``iterations`` intersects it)."""
+        names = ", ".join(self.loop_names)
+        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops))} }}")
+
+    @cached_property
+    def _iteration_sets(self) -> dict[tuple[str, ...], isl.Set]:
+        """``iterations`` by its conditions (a schedule never changes, so neither do its answers)."""
+        return {}
+
     def iterations(self, *conditions: str) -> isl.Set:
         """The set ``{ [loops] : every loop in its box and every condition }`` over the loop
         variables (isl constraint texts; guards are not implied: pass them as conditions)."""
-        names = ", ".join(self.loop_names)
-        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops) + list(conditions))} }}")
+        if not conditions:
+            return self._box
+        if conditions not in self._iteration_sets:
+            names = ", ".join(self.loop_names)
+            where = isl.Set(f"{{ [{names}] : {' and '.join(conditions)} }}")
+            self._iteration_sets[conditions] = where.intersect(self._box)
+        return self._iteration_sets[conditions]
+
+    @cached_property
+    def _least_values(self) -> dict[tuple[str, ...], Optional[int]]:
+        """``least`` by the isl text of its expression and its conditions."""
+        return {}
 
     def least(self, expr: Expr, *conditions: str) -> Optional[int]:
         """The least value of ``expr`` over the iterations of the loop box where every isl
         ``conditions`` holds (guards are not implied), None where none does."""
-        where = self.iterations(*conditions)
+        key = (expr.to_isl(), *conditions)
+        if key not in self._least_values:
+            self._least_values[key] = self._least(key[0], self.iterations(*conditions))
+        return self._least_values[key]
+
+    def _least(self, expr: str, where: isl.Set) -> Optional[int]:
         if where.is_empty():
             return None
         names = ", ".join(self.loop_names)
-        value = isl.PwAff(f"{{ [{names}] -> [({expr.to_isl()})] }}").intersect_domain(where)
-        return value.min_val().to_python()
+        return isl.PwAff(f"{{ [{names}] -> [({expr})] }}").intersect_domain(where).min_val().to_python()
 
     def _scheduled(self, pairs: isl.Map) -> isl.Map:
         return pairs.apply_domain(self.isl_map).apply_range(self.isl_map)
