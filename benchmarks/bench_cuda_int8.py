@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 from bench_cuda_tensor import build_all
-from cuda_bench import events_median, graph_median, main, markdown, torch_graph_median
+from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
 from loopopt.dataflows import gpu_mma
@@ -182,10 +182,7 @@ def bench(cases: list[str]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """Each case's fastest verified variant (by its one-launch time) against its peer."""
-    best: dict[str, dict] = {}
-    for r in rows:
-        if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
-            best[r["case"]] = r
+    best = fastest_verified(rows)
     header = ["case", "instruction", "arguments", "ms (one launch, L2 flushed)", "TOP/s", "ms in a graph",
               "TOP/s in a graph", "peer", "peer ms", "peer ms in a graph", "peer / loopopt", "in a graph"]
     return markdown(header, [[r["case"], r["instruction"],

@@ -24,7 +24,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from cuda_bench import events_median, graph_median, main, markdown, torch_graph_median
+from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
 from loopopt.dataflows import TENSOR_PRESETS
@@ -195,10 +195,7 @@ def bench(cases: list[str]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """Each case's fastest verified variant against its peer."""
-    best: dict[str, dict] = {}
-    for r in rows:
-        if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
-            best[r["case"]] = r
+    best = fastest_verified(rows)
     header = ["case (fp16 in, fp32 sums)", "kernel", "arguments", "median ms", "TFLOP/s", "% TC peak",
               "rel. error", "regs", "peer", "peer ms", "peer TFLOP/s", "peer / loopopt time",
               "graph ms", "peer graph ms", "peer / loopopt in a graph"]

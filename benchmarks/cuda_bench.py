@@ -97,6 +97,15 @@ def _cases(text: str, cases: Sequence[str]) -> list[str]:
     return chosen
 
 
+def fastest_verified(rows: Sequence[dict]) -> dict[str, dict]:
+    """Each case's verified row of the least one-launch median."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["verified"] and (r["case"] not in best or r["median_ms"] < best[r["case"]]["median_ms"]):
+            best[r["case"]] = r
+    return best
+
+
 def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A Markdown table of ``rows`` under ``header``."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
