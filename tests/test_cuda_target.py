@@ -1,7 +1,7 @@
 """The cuda target without a GPU: its registry entry and refusals, the printed CUDA (golden and
 structural), the host emulation of the bound nest against the reference over random ops and GPU
 schedules, compile-only builds with nvcc (0 spills; skipped with the reason without nvcc), and
-measure's timing hook."""
+measure's timing hook, and the host side of a device call (prepare and bind) on fake device arrays."""
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +10,14 @@ from helpers import conv_ops, gemm_ops, layout_tags, matmul_ops, needs, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import GPU_PRESETS, gpu_naive, gpu_staged, gpu_tiled
+from loopopt.dataflows import GPU_PRESETS, gpu_mma, gpu_naive, gpu_staged, gpu_tiled, gpu_wgmma
+from loopopt.epilogue import RESIDUAL
 from loopopt.layers import get_layer
 from loopopt.measure import tolerance
 from loopopt.targets import TargetUnavailableError, target, target_of_isa
 from loopopt.targets.cuda import device, toolchain
+from loopopt.targets.cuda import kernel as cuda_kernel
+from loopopt.targets.cuda import target as cuda_target
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.printer import CUDA, HOST, print_kernel
 from loopopt.targets.x86.target import X86Target
@@ -257,3 +260,64 @@ def test_a_host_target_refuses_cuda_graph_timing():
     with pytest.raises(ValueError, match=r"graph=True times kernels replayed in a CUDA graph; the x86 "
                                          r"target.s kernels run on the host"):
         target("x86").graph_timer(lambda: None)
+
+
+# --- the host side of a device call, without a GPU ----------------------------------------------------
+
+class _DeviceArray:
+    """A host array posing as a device array (``__cuda_array_interface__`` of its memory)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = np.ascontiguousarray(array)
+        self.__cuda_array_interface__ = self.array.__array_interface__
+
+
+class _FakeCupy:
+    """The few CuPy calls ``CudaKernel.prepare`` makes, on host memory."""
+
+    @staticmethod
+    def asarray(array: np.ndarray) -> _DeviceArray:
+        return _DeviceArray(array)
+
+    @staticmethod
+    def full(shape, value, dtype) -> _DeviceArray:
+        return _DeviceArray(np.full(shape, value, dtype))
+
+
+class _NoLaunch:
+    """A driver that binds the arguments and launches nothing (no library is built)."""
+
+    def __init__(self, build, printed):
+        pass
+
+    def bind(self, params, values):
+        return tuple(values[p.name] for p in params)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gpu_mma(lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")),
+    lambda: gpu_mma(lo.Conv2d(8, 16, 3, padding=1, height=9, width=7, dtype="bfloat16")),
+    lambda: gpu_wgmma(lo.Matmul(37, 45, 13, dtype="float16")).add_residual()],
+    ids=["fp16 gemm (bias C)", "bf16 conv (bias)", "wgmma residual"])
+def test_prepare_gives_each_parameter_its_device_shape_and_type(make, monkeypatch):
+    """The arrays ``CudaKernel.prepare`` hands the launcher pass its shape and type checks: the bias in
+    its logical shape, tensors and the residual in their storage layouts (both once broke only on the
+    GPU: the host emulation does not go through this path)."""
+    monkeypatch.setattr(cuda_target.toolchain, "build", lambda source, arch: None)
+    monkeypatch.setattr(cuda_kernel, "CudaDriver", _NoLaunch)
+    monkeypatch.setattr(device, "cupy", lambda: _FakeCupy)
+    schedule = make()
+    kernel = schedule.compile(target="cuda", isa="sm_90")
+    op = schedule.op
+    arrays = [np.random.default_rng(0).standard_normal(op.tensor(t).shape).astype(np.float32)
+              for t in op.call_tensors]
+    if schedule.residual:
+        arrays.append(np.arange(np.prod(op.tensor(op.output).shape), dtype=np.float32)
+                      .reshape(op.tensor(op.output).shape))
+    buffers = kernel.prepare(*arrays)
+    stored = buffers.arrays
+    if schedule.residual:
+        expected = schedule.layout_of(op.output).to_storage(arrays[-1])
+        assert np.array_equal(stored[RESIDUAL].array, expected)
+    if op.bias:
+        assert stored[op.bias_tensor].array.shape == op.tensor(op.bias_tensor).shape
