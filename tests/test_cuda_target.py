@@ -1,7 +1,7 @@
 """The cuda target without a GPU: its registry entry and refusals, the printed CUDA (golden and
 structural), the host emulation of the bound nest against the reference over random ops and GPU
 schedules, compile-only builds with nvcc (0 spills; skipped with the reason without nvcc), and
-measure's timing hook, and the host side of a device call (prepare and bind) on fake device arrays."""
+measure's timing hook; the host side of a device call (prepare and bind) on fake device arrays."""
 from pathlib import Path
 
 import numpy as np
