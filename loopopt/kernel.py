@@ -296,7 +296,7 @@ class Kernel:
         (rounded to nearest even here, before packing, so a tile layout packs the same bits; halves
         where the C parameter holds them: a kernel that widens them itself, else their float32 values:
         the cuda target's host emulation)."""
-        if tensor not in self.op.inputs:     # the residual: float32 as given
+        if tensor == RESIDUAL:     # float32 as given
             return array
         halves = any(p.name == tensor and p.ctype == "uint16_t" for p in self.generated.params)
         if self.op.dtype == FLOAT16:

@@ -216,10 +216,12 @@ def lookup(table: np.ndarray) -> Run:
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q = inputs[0]
-        if memory_order(q) is None:
+        flat = memory_order(q)
+        if flat is None:
             q, reuse = np.ascontiguousarray(q), True
+            flat = q.reshape(-1)
         out = q if reuse else np.empty_like(q, dtype=table.dtype)       # the same memory order
-        byte_map(bits, memory_order(q).view(np.uint8), memory_order(out).view(np.uint8))
+        byte_map(bits, flat.view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
     return run
