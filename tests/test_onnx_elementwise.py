@@ -1,6 +1,7 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
 inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
-leave to the reference; quantize chains as one lookup (the compiled byte maps over every tail)."""
+leave to the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized
+residual Add) as one pair lookup (the compiled maps over every tail)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ from onnx_models import model
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
-from loopopt.targets.bytemap import portable_byte_map
+from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.registry import host_target
 
 OPSET = 21
@@ -164,6 +165,53 @@ def _check_lookup_chain(data):
 test_lookup_chain_quick, test_lookup_chain_slow = tiers(_check_lookup_chain, 15, 120, st.data())
 
 
+def _check_pair_lookup_chain(data):
+    """DequantizeLinear of two 8-bit tensors (random scales, zero points, dtypes, each stored in a random
+    axis order) -> Add, Sub or Mul -> optionally Relu or Clip -> QuantizeLinear: one pair lookup step,
+    the same bits as onnx.reference, not in place and in place; with the combined value also a graph
+    output, the steps stay as they are."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(3)]
+    zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
+    scales = [np.float32(rng.uniform(0.005, 0.5)) for _ in range(3)]
+    combine = data.draw(st.sampled_from(["Add", "Sub", "Mul"]))
+    after = data.draw(st.sampled_from([(), ("Relu",), ("Clip",)]))
+    shape = [*data.draw(st.lists(st.integers(1, 5), min_size=0, max_size=3)), data.draw(st.integers(1, 70))]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [*((f"s{k}", scales[k]) for k in range(3)), *((f"z{k}", zeros[k]) for k in range(3)),
+              ("low", np.float32(-0.25)), ("high", np.float32(6))]]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s0", "z0"], ["da"]),
+             helper.make_node("DequantizeLinear", ["b", "s1", "z1"], ["db"]),
+             helper.make_node(combine, ["da", "db"], ["sum"])]
+    last = "sum"
+    for op_type in after:
+        bounds = ("low", "high") if op_type == "Clip" else ()
+        nodes.append(helper.make_node(op_type, ["sum", *bounds], ["c"]))
+        last = "c"
+    nodes.append(helper.make_node("QuantizeLinear", [last, "s2", "z2"], ["y"]))
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    also = data.draw(st.booleans())       # the combined value also an output: nothing fused
+    proto = model(nodes, [("a", elem[dtypes[0]], shape), ("b", elem[dtypes[1]], shape)],
+                  [("y", elem[dtypes[2]], shape)] + ([("sum", TensorProto.FLOAT, shape)] if also else []),
+                  inits, opset=OPSET)
+    rep = backend.prepare(proto, strict=True)
+    chain = " -> ".join(["DequantizeLinear", "DequantizeLinear", combine, *after, "QuantizeLinear"])
+    assert [s.op_type for s in rep.plan.steps] == ([n.op_type for n in nodes] if also else [chain])
+    a, b = (_stored(data, rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t))
+            for t in dtypes[:2])
+    want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})
+    kept = a.copy(order="K")
+    for got, expected in zip(rep.run([a, b]), want):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
+    if not also:
+        np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
+
+
+test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lookup_chain, 6, 60, st.data())
+
+
 @pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
                          ids=lambda m: m.name)
 def test_byte_map_matches_numpy_over_tails(byte_map):
@@ -179,3 +227,24 @@ def test_byte_map_matches_numpy_over_tails(byte_map):
         np.testing.assert_array_equal(src, dst)
     with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
         byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))
+
+
+@pytest.mark.parametrize("pair_map", list(dict.fromkeys([portable_pair_map(), host_target().pair_map()])),
+                         ids=lambda m: m.name)
+def test_pair_map_matches_numpy_over_tails(pair_map):
+    """Every length 0-200 and in place into either operand, against numpy's indexing; a wrong table or
+    sizes are refused with what was given."""
+    rng = np.random.default_rng(12)
+    table = rng.integers(0, 256, 65536).astype(np.uint8)
+    for n in range(201):
+        a, b = rng.integers(0, 256, (2, n)).astype(np.uint8)
+        want = table[a.astype(np.intp) * 256 + b]
+        dst = np.empty_like(a)
+        pair_map(table, a, b, dst)
+        np.testing.assert_array_equal(dst, want)
+        pair_map(table, a, b, b)
+        np.testing.assert_array_equal(b, want)
+    with pytest.raises(ValueError, match=r"table must be 65536 contiguous bytes, got dtype uint8 shape"):
+        pair_map(table[:256], a, a, a)
+    with pytest.raises(ValueError, match="a and b and dst differ in size: 3 and 4 and 3 elements"):
+        pair_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8), np.zeros(3, np.uint8))

@@ -170,8 +170,7 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        dtypes = {name: value.dtype for name, value in known.items()}
-        return Plan(fuse_lookups(steps, self.constants, dtypes, outputs), self.constants, outputs)
+        return Plan(fuse_lookups(steps, self.constants, known, outputs), self.constants, outputs)
 
     def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
         """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""

@@ -9,13 +9,15 @@ buffer may be overwritten, as nothing else reads it). A builder raises ``NotSupp
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
-values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``).
+values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``);
+one of two 8-bit tensors of one shape (a quantized residual block's DequantizeLinear of both, Add,
+Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -197,7 +199,8 @@ ELEMENTWISE: dict[str, Builder] = {
 VIEWS = ("Flatten", "Reshape", "Identity")
 
 
-LOOKUP_BETWEEN = ("Relu", "Clip")     # what a lookup chain may hold between its Dequantize and Quantize
+LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold between Dequantize and Quantize
+LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
 def memory_order(array: np.ndarray) -> np.ndarray | None:
@@ -208,6 +211,16 @@ def memory_order(array: np.ndarray) -> np.ndarray | None:
     return stored.reshape(-1) if stored.flags.c_contiguous else None
 
 
+def _flat(q: np.ndarray, reuse: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``q`` (copied where its elements do not fill one contiguous run), its elements in memory order,
+    and whether its buffer may be overwritten."""
+    flat = memory_order(q)
+    if flat is None:
+        q = np.ascontiguousarray(q)
+        return q, q.reshape(-1), True
+    return q, flat, reuse
+
+
 def lookup(table: np.ndarray) -> Run:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
     input's memory order, by the host target's compiled byte lookup (``Target.byte_map``); in place
@@ -215,11 +228,7 @@ def lookup(table: np.ndarray) -> Run:
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
-        q = inputs[0]
-        flat = memory_order(q)
-        if flat is None:
-            q, reuse = np.ascontiguousarray(q), True
-            flat = q.reshape(-1)
+        q, flat, reuse = _flat(inputs[0], reuse)
         out = q if reuse else np.empty_like(q, dtype=table.dtype)       # the same memory order
         byte_map(bits, flat.view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
@@ -227,40 +236,94 @@ def lookup(table: np.ndarray) -> Run:
     return run
 
 
-def lookup_table(chain: Sequence[tuple[Run, list[np.ndarray | None]]], dtype: np.dtype) -> np.ndarray:
-    """What ``chain`` (each step's run and its inputs after the first) gives for each of the 256 values
-    of an 8-bit ``dtype``, indexed by bit pattern: the steps' own arithmetic, so the same bits."""
-    values = np.arange(256, dtype=np.uint8).view(dtype)
-    for run, rest in chain:
-        values = run([values, *rest], False)[0]
-    return values
+def pair_lookup(table: np.ndarray) -> Run:
+    """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
+    bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
+    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``);
+    into the first's buffer where it may be overwritten."""
+    pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]
+        if b.strides != a.strides:            # b copied into a's memory order
+            b, stored = np.empty_like(a, dtype=b.dtype), b
+            b[...] = stored
+        out = a if reuse else np.empty_like(a, dtype=table.dtype)
+        pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
+        return [out.view(table.dtype)]
+
+    return run
 
 
-def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], dtypes: dict[str, np.dtype],
-                 outputs: Sequence[str]) -> list[Step]:
-    """``steps`` with each DequantizeLinear -> (Relu | Clip)* -> QuantizeLinear chain of numpy steps
-    on an 8-bit input (``dtypes``: what is known of the values' dtypes) whose other inputs are
-    ``constants`` and whose inner values nothing else reads replaced by one ``lookup`` step."""
-    readers = Counter(name for step in steps for name in step.inputs if name)
+def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
+                 constants: Mapping[str, np.ndarray]) -> np.ndarray:
+    """What ``steps`` (in order, their inputs ``sources`` or earlier steps' outputs or ``constants``) give
+    for every combination of the 8-bit ``sources``' values (of ``dtypes``), indexed by their bit patterns
+    (the first's times 256 plus the second's): the steps' own arithmetic, so the same bits."""
+    patterns = np.arange(256, dtype=np.uint8)
+    grids = [patterns] if len(sources) == 1 else [np.repeat(patterns, 256), np.tile(patterns, 256)]
+    values = {name: grid.view(dtype) for name, grid, dtype in zip(sources, grids, dtypes)}
+    for step in steps:
+        computed = step.run([values[n] if n in values else constants[n] if n else None for n in step.inputs],
+                            False)
+        values.update(zip(step.outputs, computed))
+    return values[steps[-1].outputs[0]]
+
+
+def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray],
+           known: Mapping[str, Value], private: Callable[[str], bool]) -> tuple[list[Step], list[str]] | None:
+    """The numpy steps a lookup runs in place of ``last`` (a QuantizeLinear) and those before it, in
+    order, and the 8-bit values they start from (one or two); None where they do not make one: a
+    DequantizeLinear of each source, then Relu/Clip and Add/Sub/Mul of two values that nothing else
+    reads, every other input a scalar constant."""
     producer = {name: step for step in steps for name in step.outputs}
+    members, pending = {last.node: last}, [last]
+    while pending:
+        step = pending.pop()
+        combining = step.op_type in LOOKUP_COMBINING
+        for index, name in enumerate(step.inputs):
+            if index > 0 and not combining:
+                if name and (name not in constants or constants[name].size != 1):
+                    return None
+            elif step.op_type == "DequantizeLinear":
+                if name not in known or known[name].dtype not in INTEGER_RANGES:
+                    return None
+            else:
+                before = producer.get(name)
+                fits = (before is not None and private(name) and before.engine == NUMPY
+                        and before.op_type in (*LOOKUP_BETWEEN, *LOOKUP_COMBINING, "DequantizeLinear"))
+                if not fits:
+                    return None
+                members[before.node] = before
+                pending.append(before)
+    chain = [step for step in steps if step.node in members]
+    sources = list(dict.fromkeys(step.inputs[0] for step in chain if step.op_type == "DequantizeLinear"))
+    shapes = {known[name].shape if name in known else None for name in (*sources, last.outputs[0])}
+    if len(sources) > 2 or (len(sources) == 2 and (len(shapes) != 1 or None in shapes)):
+        return None
+    return chain, sources
+
+
+def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
+                 outputs: Sequence[str]) -> list[Step]:
+    """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
+    DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
+    values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
+    activation (DequantizeLinear -> Relu -> QuantizeLinear) or residual Add (DequantizeLinear of
+    both operands -> Add -> Relu -> QuantizeLinear)."""
+    readers = Counter(name for step in steps for name in step.inputs if name)
     private = lambda name: readers[name] == 1 and name not in outputs
-    fused: dict[str, Step] = {}       # the last step of a chain -> its lookup step
+    fused: dict[str, Step | None] = {}       # the last step of a chain -> its lookup step; the others -> None
     for step in steps:
         if step.op_type != "QuantizeLinear" or step.engine != NUMPY:
             continue
-        chain = [step]
-        while (chain[0].inputs[0] in producer and private(chain[0].inputs[0])
-               and producer[chain[0].inputs[0]].op_type in LOOKUP_BETWEEN + ("DequantizeLinear",)
-               and producer[chain[0].inputs[0]].engine == NUMPY and chain[0].op_type != "DequantizeLinear"):
-            chain.insert(0, producer[chain[0].inputs[0]])
-        source = chain[0].inputs[0]
-        if (chain[0].op_type != "DequantizeLinear" or dtypes.get(source) not in INTEGER_RANGES
-                or any(n and n not in constants for s in chain for n in s.inputs[1:])):
+        found = _chain(step, steps, constants, known, private)
+        if found is None:
             continue
-        table = lookup_table([(s.run, [constants[n] if n else None for n in s.inputs[1:]]) for s in chain],
-                             dtypes[source])
-        fused[step.node] = Step(step.node, " -> ".join(s.op_type for s in chain), (source,), step.outputs,
-                                lookup(table), NUMPY, owns_outputs=True)
-        for inner in chain[:-1]:
-            fused[inner.node] = None
+        chain, sources = found
+        table = lookup_table(chain, sources, [known[name].dtype for name in sources], constants)
+        run = lookup(table) if len(sources) == 1 else pair_lookup(table)
+        name = " -> ".join(s.op_type for s in chain)
+        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
+        fused.update((inner.node, None) for inner in chain[:-1])
     return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
-from .bytemap import ByteMap, portable_byte_map
+from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -133,6 +133,11 @@ class Target(ABC):
         """The 8-bit table lookup over a byte array on this host (``targets/bytemap.py``): the
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
+
+    def pair_map(self) -> PairMap:
+        """The lookup of two bytes in a 65,536-byte table over byte arrays on this host
+        (``targets/bytemap.py``): the portable C loop, unless the target has a faster version."""
+        return portable_pair_map()
 
     def unmodelled(self, schedule: Schedule) -> str | None:
         """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
