@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops import load_op
 from onnx_models import model
+from test_onnx_pooling import naive_pool
 
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
@@ -210,6 +211,56 @@ def _check_pair_lookup_chain(data):
 
 
 test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lookup_chain, 6, 60, st.data())
+
+
+def _check_pool_in_lookup_chain(data):
+    """DequantizeLinear -> optionally Relu -> MaxPool or GlobalMaxPool -> QuantizeLinear (random 8-bit
+    dtypes, scales, zero points, windows, strides, asymmetric pads, dilation, ceil_mode, a negative
+    output scale, the input stored in a random axis order): the pool on the 8-bit values then one
+    lookup where every window reads an input element and the table is non-decreasing, else the steps as
+    they are; the same bits as onnx.reference either way."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2)]
+    zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
+    sign = data.draw(st.sampled_from([1, 1, 1, -1]))
+    scales = [np.float32(rng.uniform(0.005, 0.5)), np.float32(sign * rng.uniform(0.005, 0.5))]
+    pool = data.draw(st.sampled_from(["MaxPool", "GlobalMaxPool"]))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(2)]
+    dilation = data.draw(st.sampled_from([1, 1, 2]))
+    attributes = {} if pool == "GlobalMaxPool" else dict(
+        kernel_shape=kernel, strides=[data.draw(st.integers(1, 2)) for _ in range(2)],
+        pads=[data.draw(st.integers(0, k - 1)) for k in kernel * 2], dilations=[dilation] * 2,
+        ceil_mode=data.draw(st.sampled_from([0, 0, 1])))
+    shape = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 5)),
+             *(data.draw(st.integers((k - 1) * dilation + 1, 9)) for k in kernel)]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("s0", scales[0]), ("z0", zeros[0]), ("s1", scales[1]), ("z1", zeros[1])]]
+    relu = data.draw(st.booleans())
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s0", "z0"], ["d"]),
+             *([helper.make_node("Relu", ["d"], ["r"])] if relu else []),
+             helper.make_node(pool, ["r" if relu else "d"], ["p"], **attributes),
+             helper.make_node("QuantizeLinear", ["p", "s1", "z1"], ["y"])]
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    proto = model(nodes, [("q", elem[dtypes[0]], shape)], [("y", elem[dtypes[1]], None)], inits, opset=OPSET)
+    rep = backend.prepare(proto, strict=True)
+    selects = pool == "GlobalMaxPool" or (dilation == 1 and not attributes["ceil_mode"])
+    fused = selects and sign > 0
+    assert [s.op_type for s in rep.plan.steps] == (
+        [" -> ".join(n.op_type for n in nodes)] if fused else [n.op_type for n in nodes])
+    q = _stored(data, rng.integers(np.iinfo(dtypes[0]).min, np.iinfo(dtypes[0]).max + 1, shape)
+                .astype(dtypes[0]))
+    run = {n.op_type: load_op("", n.op_type, OPSET)(n, RUN_PARAMS).run for n in nodes if n.op_type != pool}
+    floats = run["DequantizeLinear"](q, scales[0], zeros[0])[0]
+    floats = run["Relu"](floats)[0] if relu else floats
+    # the pool by its definition (onnx.reference's MaxPool gets some asymmetric pads wrong)
+    want = run["QuantizeLinear"](naive_pool(pool, floats, attributes), scales[1], zeros[1])[0]
+    got = rep.run([q])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_pool_in_lookup_chain, 8, 80,
+                                                                        st.data())
 
 
 @pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],

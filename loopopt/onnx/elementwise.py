@@ -11,7 +11,8 @@ Quantization follows onnx.reference's arithmetic step by step, so the outputs ar
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
 values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``);
 one of two 8-bit tensors of one shape (a quantized residual block's DequantizeLinear of both, Add,
-Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``.
+Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``. A MaxPool inside a
+chain of one tensor runs on its 8-bit values, before the lookup (``selected_lookup``).
 """
 from __future__ import annotations
 
@@ -264,18 +265,36 @@ def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence
     grids = [patterns] if len(sources) == 1 else [np.repeat(patterns, 256), np.tile(patterns, 256)]
     values = {name: grid.view(dtype) for name, grid, dtype in zip(sources, grids, dtypes)}
     for step in steps:
+        if step.selects:        # a pool taken before the lookup: the identity here
+            values[step.outputs[0]] = values[step.inputs[0]]
+            continue
         computed = step.run([values[n] if n in values else constants[n] if n else None for n in step.inputs],
                             False)
         values.update(zip(step.outputs, computed))
     return values[steps[-1].outputs[0]]
 
 
+def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether ``table`` (a ``lookup`` table of an 8-bit ``dtype``) maps a larger value never to a
+    smaller one: a lookup that commutes with taking maxima."""
+    values = np.arange(256, dtype=np.uint8).view(dtype)
+    ordered = table[np.argsort(values, kind="stable")]
+    return bool(np.all(ordered[1:] >= ordered[:-1]))
+
+
+def selected_lookup(select: Step, table: np.ndarray) -> Run:
+    """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
+    output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
+    looked = lookup(table)
+    return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], True)
+
+
 def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray],
            known: Mapping[str, Value], private: Callable[[str], bool]) -> tuple[list[Step], list[str]] | None:
     """The numpy steps a lookup runs in place of ``last`` (a QuantizeLinear) and those before it, in
     order, and the 8-bit values they start from (one or two); None where they do not make one: a
-    DequantizeLinear of each source, then Relu/Clip and Add/Sub/Mul of two values that nothing else
-    reads, every other input a scalar constant."""
+    DequantizeLinear of each source, then Relu/Clip, a MaxPool (``Step.selects``; one source only) and
+    Add/Sub/Mul of two values, none of them read by anything else, every other input a scalar constant."""
     producer = {name: step for step in steps for name in step.outputs}
     members, pending = {last.node: last}, [last]
     while pending:
@@ -291,7 +310,8 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
             else:
                 before = producer.get(name)
                 fits = (before is not None and private(name) and before.engine == NUMPY
-                        and before.op_type in (*LOOKUP_BETWEEN, *LOOKUP_COMBINING, "DequantizeLinear"))
+                        and (before.selects or before.op_type in (*LOOKUP_BETWEEN, *LOOKUP_COMBINING,
+                                                                  "DequantizeLinear")))
                 if not fits:
                     return None
                 members[before.node] = before
@@ -299,7 +319,8 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
     chain = [step for step in steps if step.node in members]
     sources = list(dict.fromkeys(step.inputs[0] for step in chain if step.op_type == "DequantizeLinear"))
     shapes = {known[name].shape if name in known else None for name in (*sources, last.outputs[0])}
-    if len(sources) > 2 or (len(sources) == 2 and (len(shapes) != 1 or None in shapes)):
+    if len(sources) > 2 or (len(sources) == 2 and (len(shapes) != 1 or None in shapes
+                                                   or any(step.selects for step in chain))):
         return None
     return chain, sources
 
@@ -310,7 +331,9 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
     DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
     values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
     activation (DequantizeLinear -> Relu -> QuantizeLinear) or residual Add (DequantizeLinear of
-    both operands -> Add -> Relu -> QuantizeLinear)."""
+    both operands -> Add -> Relu -> QuantizeLinear). A chain of one value may hold a MaxPool
+    (``Step.selects``) where its table is non-decreasing: the pool then runs on the 8-bit values and
+    the lookup on its output (``selected_lookup``), as max(f(x)) == f(max(x)) for such an f."""
     readers = Counter(name for step in steps for name in step.inputs if name)
     private = lambda name: readers[name] == 1 and name not in outputs
     fused: dict[str, Step | None] = {}       # the last step of a chain -> its lookup step; the others -> None
@@ -321,8 +344,14 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         if found is None:
             continue
         chain, sources = found
-        table = lookup_table(chain, sources, [known[name].dtype for name in sources], constants)
+        dtypes = [known[name].dtype for name in sources]
+        table = lookup_table(chain, sources, dtypes, constants)
         run = lookup(table) if len(sources) == 1 else pair_lookup(table)
+        selects = [s for s in chain if s.selects]
+        if selects:
+            if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
+                continue
+            run = selected_lookup(selects[0], table)
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
         fused.update((inner.node, None) for inner in chain[:-1])
