@@ -18,6 +18,7 @@ from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
+from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
 
 OPSET = 21
@@ -299,3 +300,38 @@ def test_pair_map_matches_numpy_over_tails(pair_map):
         pair_map(table[:256], a, a, a)
     with pytest.raises(ValueError, match="a and b and dst differ in size: 3 and 4 and 3 elements"):
         pair_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8), np.zeros(3, np.uint8))
+
+
+@pytest.mark.parametrize("flags", list(dict.fromkeys([(), host_target().vector_flags()])), ids=str)
+def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
+    """The compiled QuantizeLinear on exact ties (scale 0.5: rint's ties to even), near ties, zeros of
+    both signs, a subnormal and values past the 8-bit range, over lengths that leave every vector
+    tail, and DequantizeLinear of every code: the same bits as onnx.reference, built without and with
+    the host's vector flags; past int32 (the reference's cast overflows there) saturated, a NaN 0;
+    wrong arrays refused."""
+    rng = np.random.default_rng(13)
+    k = np.arange(-300, 300, dtype=np.float64)
+    for dtype in (np.uint8, np.int8):
+        loops, zero = linear_quant(np.dtype(dtype), flags), dtype(3)
+        node = {op: helper.make_node(op, ["x", "s", "z"], ["y"])
+                for op in ("QuantizeLinear", "DequantizeLinear")}
+        quantize, dequantize = (load_op("", op, OPSET)(node[op], RUN_PARAMS).run for op in node)
+        for scale in (np.float32(0.5), np.float32(0.37)):
+            x = np.concatenate([(k + 0.5) * scale, k * scale, rng.standard_normal(77) * 400,
+                                [3e8, -3e8, 0.0, -0.0, 1e-45]]).astype(np.float32)
+            for n in (x.size, x.size - 1, 17, 1, 0):
+                q = np.empty(n, dtype)
+                loops.quantize(x[:n], q, float(scale), float(zero))
+                np.testing.assert_array_equal(q, quantize(x[:n], scale, zero)[0])
+            codes = np.arange(256, dtype=np.uint8).view(dtype)
+            out = np.empty(256, np.float32)
+            loops.dequantize(codes, out, float(zero), float(scale))
+            np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
+        q = np.ones(5, dtype)     # past int32 (where onnx.reference's cast overflows): saturated; NaN: 0
+        loops.quantize(np.array([np.inf, -np.inf, 3e38, -3e38, np.nan], np.float32), q, 0.5, 3.0)
+        info = np.iinfo(dtype)
+        np.testing.assert_array_equal(q, [info.max, info.min, info.max, info.min, 0])
+        with pytest.raises(ValueError, match="x must be a contiguous 1-D float32 array, got dtype float64"):
+            loops.quantize(np.zeros(2), q, 1.0, 0.0)
+        with pytest.raises(ValueError, match="x and q differ in size: 2 and 1 elements"):
+            loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 
+from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
@@ -124,6 +125,24 @@ def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -
     return lambda inputs, reuse: [inputs[0]]
 
 
+def memory_order(array: np.ndarray) -> np.ndarray | None:
+    """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
+    not fill one contiguous run (a strided slice)."""
+    order = np.argsort(array.strides, kind="stable")[::-1]      # the axes outer to inner in memory
+    stored = array.transpose(order)
+    return stored.reshape(-1) if stored.flags.c_contiguous else None
+
+
+def _flat(q: np.ndarray, reuse: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``q`` (copied where its elements do not fill one contiguous run), its elements in memory order,
+    and whether its buffer may be overwritten."""
+    flat = memory_order(q)
+    if flat is None:
+        q = np.ascontiguousarray(q)
+        return q, q.reshape(-1), True
+    return q, flat, reuse
+
+
 def _per_tensor(node: onnx.NodeProto, values: Sequence[Value | None]) -> None:
     """NotSupported unless the node's scale and zero point are known and one per tensor."""
     attrs = attributes(node, {"axis": 1, "block_size": 0, "saturate": 1})
@@ -142,11 +161,25 @@ def _scalar(array: np.ndarray) -> np.ndarray:
 
 
 def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
-    """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic."""
+    """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
+    (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
     _per_tensor(node, values)
     x = values[0]
     if x is None or x.dtype not in (*INTEGER_RANGES, np.dtype(np.int32)):
         raise NotSupported(f"DequantizeLinear of dtype {x.dtype if x else 'unknown'} (uint8, int8, int32)")
+
+    if x.dtype in INTEGER_RANGES and values[1].dtype == np.float32:
+        loops = linear_quant(x.dtype, host_target().vector_flags())
+
+        def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+            q, scale, zero = (*inputs, None)[:3]
+            q, flat, _ = _flat(q, False)
+            out = np.empty_like(q, dtype=np.float32)           # the same memory order
+            loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
+                             float(_scalar(scale)))
+            return [out]
+
+        return compiled
 
     def formula(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
         shifted = q.astype(np.float32)
@@ -160,9 +193,9 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
 
 
 def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
-    """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 in place:
-    onnx.reference's result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows;
-    here it saturates)."""
+    """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
+    loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
+    result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
     _per_tensor(node, values)
     zero = values[2] if len(values) > 2 else None
     if values[0] is None or values[0].dtype.kind != "f" or (zero and zero.dtype not in INTEGER_RANGES):
@@ -170,6 +203,18 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
                            f"{zero.dtype if zero else 'uint8'} (float to uint8 or int8)")
     dtype = np.dtype(np.uint8) if zero is None else zero.dtype
     low, high = INTEGER_RANGES[dtype]
+    if values[0].dtype == np.float32 and values[1].dtype == np.float32:
+        loops = linear_quant(dtype, host_target().vector_flags())
+
+        def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+            x, scale, zero = (*inputs, None)[:3]
+            x, flat, _ = _flat(x, False)
+            out = np.empty_like(x, dtype=dtype)               # the same memory order
+            loops.quantize(flat, memory_order(out), float(_scalar(scale)),
+                           0.0 if zero is None else float(_scalar(zero)))
+            return [out]
+
+        return compiled
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x, scale, zero = (*inputs, None)[:3]
@@ -202,24 +247,6 @@ VIEWS = ("Flatten", "Reshape", "Identity")
 
 LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold between Dequantize and Quantize
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
-
-
-def memory_order(array: np.ndarray) -> np.ndarray | None:
-    """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
-    not fill one contiguous run (a strided slice)."""
-    order = np.argsort(array.strides, kind="stable")[::-1]      # the axes outer to inner in memory
-    stored = array.transpose(order)
-    return stored.reshape(-1) if stored.flags.c_contiguous else None
-
-
-def _flat(q: np.ndarray, reuse: bool) -> tuple[np.ndarray, np.ndarray, bool]:
-    """``q`` (copied where its elements do not fill one contiguous run), its elements in memory order,
-    and whether its buffer may be overwritten."""
-    flat = memory_order(q)
-    if flat is None:
-        q = np.ascontiguousarray(q)
-        return q, q.reshape(-1), True
-    return q, flat, reuse
 
 
 def lookup(table: np.ndarray) -> Run:

@@ -134,6 +134,11 @@ class Target(ABC):
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
 
+    def vector_flags(self) -> tuple[str, ...]:
+        """Compiler flags that let the portable C loops of ``targets/`` (``linear_quant``) use this host's
+        vector instructions: none by default."""
+        return ()
+
     def pair_map(self) -> PairMap:
         """The lookup of two bytes in a 65,536-byte table over byte arrays on this host
         (``targets/bytemap.py``): the portable C loop, unless the target has a faster version."""
