@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 
+from ..buffers import aligned_empty_like
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
@@ -174,7 +175,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
         def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             q, scale, zero = (*inputs, None)[:3]
             q, flat, _ = _flat(q, False)
-            out = np.empty_like(q, dtype=np.float32)           # the same memory order
+            out = aligned_empty_like(q, np.float32)           # the same memory order
             loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
                              float(_scalar(scale)))
             return [out]
@@ -209,7 +210,7 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
         def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             x, scale, zero = (*inputs, None)[:3]
             x, flat, _ = _flat(x, False)
-            out = np.empty_like(x, dtype=dtype)               # the same memory order
+            out = aligned_empty_like(x, dtype)               # the same memory order
             loops.quantize(flat, memory_order(out), float(_scalar(scale)),
                            0.0 if zero is None else float(_scalar(zero)))
             return [out]
@@ -257,7 +258,7 @@ def lookup(table: np.ndarray) -> Run:
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
-        out = q if reuse else np.empty_like(q, dtype=table.dtype)       # the same memory order
+        out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
         byte_map(bits, flat.view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
@@ -276,7 +277,7 @@ def pair_lookup(table: np.ndarray) -> Run:
         if b.strides != a.strides:            # b copied into a's memory order
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
-        out = a if reuse else np.empty_like(a, dtype=table.dtype)
+        out = a if reuse else aligned_empty_like(a, table.dtype)
         pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
@@ -313,7 +314,7 @@ def selected_lookup(select: Step, table: np.ndarray) -> Run:
     """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
     output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
     looked = lookup(table)
-    return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], True)
+    return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
 
 
 def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray],
