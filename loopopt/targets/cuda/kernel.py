@@ -89,7 +89,7 @@ class CudaKernel(Kernel):
         return self._logical(device.cupy().asnumpy(buffers.arrays[self.op.output]))
 
     def __call__(self, *arrays):
-        if arrays and all(hasattr(a, "__cuda_array_interface__") for a in arrays if a is not None):
+        if _on_device(tuple(a for a in arrays if a is not None)):
             given = self._given(arrays)
             values = dict(zip(self.generated.arguments[:-1], given, strict=True))
             out = device.cupy().empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
@@ -121,14 +121,24 @@ def _device_pointer(name: str, array: Any, shape: tuple[int, ...], dtype: np.dty
 class QuantizedCudaKernel(CudaKernel):
     """A quantized op's CUDA kernel: ``kernel(xq, wq, b, x_zero_point=..., ...)`` on numpy arrays, as a
     CPU ``QuantizedKernel`` is called; the per-channel values (``quantized.call_values``) are computed
-    on the host and copied with the arrays, outside the timed ``run``."""
+    on the host and copied with the arrays, outside the timed ``run``. On device arrays ``xq`` and
+    ``wq`` (``__cuda_array_interface__``: CuPy, PyTorch; in their storage layouts) nothing is copied:
+    the weights' sums are taken on the device (``quantized.device_call_values``) and the output is a
+    CuPy array in its storage layout."""
 
-    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+    def prepare(self, *arrays: Any, **params: Any) -> Buffers:
         cp = device.cupy()
+        if _on_device(arrays[:2]):
+            return self.bind(quantized.device_call_values(self, arrays, params, cp))
         values = quantized.call_values(self, arrays, params)
         return self.bind({n: cp.asarray(v) if isinstance(v, np.ndarray) else v for n, v in values.items()})
 
-    def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
+    def __call__(self, *arrays: Any, **params: Any) -> Any:
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
-        return self.output(buffers)
+        return buffers.arrays[self.op.output] if _on_device(arrays[:2]) else self.output(buffers)
+
+
+def _on_device(arrays: tuple) -> bool:
+    """Whether ``arrays`` are all device arrays (``__cuda_array_interface__``)."""
+    return bool(arrays) and all(hasattr(a, "__cuda_array_interface__") for a in arrays)
