@@ -74,16 +74,15 @@ def test_the_space_has_every_combination():
 
 
 # each example builds a host kernel (seconds): the quick tier has the two examples below
-_, test_int8_convs_emulated = tiers(_check_int8, 1, 6, conv_ops(max_hw=9, max_channels=40), SPECS, TILES)
-_, test_int8_matmuls_emulated = tiers(_check_int8, 1, 5, matmul_ops(max_mn=40, max_k=70, batched=False),
+_, test_int8_convs_emulated = tiers(_check_int8, 1, 4, conv_ops(max_hw=9, max_channels=40), SPECS, TILES)
+_, test_int8_matmuls_emulated = tiers(_check_int8, 1, 4, matmul_ops(max_mn=40, max_k=70, batched=False),
                                       SPECS, TILES)
 
 ENTRIES = {("uint8", "int8"): "u8s8", ("int8", "int8"): "s8", ("int8", "uint8"): "s8u8",
            ("uint8", "uint8"): "u8u8"}
 
 
-@pytest.mark.parametrize("types", quick_first([("int8", "uint8"), ("uint8", "uint8"), ("uint8", "int8")]),
-                         ids="-".join)
+@pytest.mark.parametrize("types", quick_first([("int8", "uint8"), ("uint8", "uint8")]), ids="-".join)
 def test_asymmetric_zero_points_on_a_padded_conv_are_exact(types):
     """The padding taps and the reduction's tails hold the activations' zero point in the tiles and the
     weights' zero point is taken off through the activation sums: with zx and zw far from 0 a zero
@@ -159,9 +158,9 @@ class _NoLaunch:
         return tuple(values[p.name] for p in params)
 
 
-DEVICE_CASES = {"s8 x asymmetric u8 conv with bias, requantized": (
-                    lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), height=13, width=11, batch=2, bias=True),
-                    lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False, output="int8")),
+# the first: the quick tier's padded conv (its host kernel built once for both tests)
+DEVICE_CASES = {"s8 x asymmetric u8 conv with bias, int32": (INT8_CONV, lo.QuantSpec(
+                    activation="int8", weight="uint8", weight_symmetric=False, output="int32")),
                 "ternary matmul, float": (lo.Matmul(37, 45, 70),
                                           lo.QuantSpec(weight="ternary", per_channel=False))}
 
@@ -213,7 +212,7 @@ def test_a_call_on_device_arrays_refuses_what_does_not_fit(monkeypatch):
 @pytest.mark.slow
 def test_the_values_of_a_device_call_run_exactly_in_the_emulation(monkeypatch):
     """The values a call on device arrays binds, run by the host emulation, give quant.py's output."""
-    op = _quantized(*DEVICE_CASES["s8 x asymmetric u8 conv with bias, requantized"])
+    op = _quantized(*DEVICE_CASES["s8 x asymmetric u8 conv with bias, int32"])
     schedule, arrays, on_device, params = _device_call(op, monkeypatch)
     kernel = emulate(schedule)
     values = quantized.device_call_values(kernel, tuple(on_device), params, _FakeCupy)

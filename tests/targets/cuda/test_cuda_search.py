@@ -162,7 +162,7 @@ SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS)
                   weight=st.sampled_from(lo.quant.WEIGHTS), per_channel=st.booleans(),
                   weight_symmetric=st.booleans(), output=st.sampled_from(lo.quant.OUTPUTS))
 _, test_ranked_quantized_and_bfloat16_ops_emulated = tiers(
-    _check_ranked_emulated, 1, 3, st.one_of(
+    _check_ranked_emulated, 1, 2, st.one_of(
         st.builds(lambda op, spec: type(op)(**op.arguments, quant=spec), conv_ops(max_hw=7, max_channels=12)
                   | matmul_ops(max_mn=40, max_k=50, batched=False), SPECS),
         matmul_ops(max_mn=40, max_k=50, batched=False, dtype="bfloat16")), st.integers(0, 10**6))
