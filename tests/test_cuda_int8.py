@@ -145,7 +145,22 @@ class _FakeCupy:
     def empty(shape, dtype):
         return np.full(shape, 77, dtype).view(_DeviceArray)      # poisoned
 
+    @staticmethod
+    def from_dlpack(array):
+        return array.array.view(_DeviceArray)
+
     any, isin, asnumpy = np.any, np.isin, np.asarray
+
+
+class _DLPackArray:
+    """A host array posing as a DLPack array on a CUDA device (as JAX's), without
+    ``__cuda_array_interface__``."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return (device.DLPACK_CUDA, 0)
 
 
 class _NoLaunch:
@@ -192,6 +207,17 @@ def test_a_call_on_device_arrays_binds_what_a_host_call_copies(case, monkeypatch
         if name != schedule.op.output:
             assert np.array_equal(np.asarray(value), np.asarray(dev[name])), name
     assert sorted(host) == sorted(dev)
+
+
+def test_a_dlpack_array_is_taken_without_a_copy(monkeypatch):
+    schedule, arrays, on_device, params = _device_call(_quantized(*DEVICE_CASES["ternary matmul, float"]),
+                                                       monkeypatch)
+    kernel = schedule.compile(target="cuda", isa="sm_90")
+    dev = kernel.prepare(*(_DLPackArray(a) for a in on_device), **params).arrays
+    host = kernel.prepare(*on_device, **params).arrays
+    for given, name in zip(on_device, schedule.op.inputs):
+        assert dev[name].__cuda_array_interface__["data"] == given.__cuda_array_interface__["data"]
+    assert np.array_equal(dev["lo_comp"], host["lo_comp"])
 
 
 def test_a_call_on_device_arrays_refuses_what_does_not_fit(monkeypatch):

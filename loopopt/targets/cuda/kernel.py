@@ -26,9 +26,10 @@ DEVICE_DTYPES = {"float": np.dtype(np.float32), "__half": np.dtype(np.float16),
 
 class CudaKernel(Kernel):
     """A schedule's CUDA kernel. ``kernel(x, w, b)`` on numpy arrays returns numpy; on device arrays
-    (``__cuda_array_interface__``, each in the schedule's storage layout, which for the default
-    layouts is the logical one) it returns a CuPy array (``torch.as_tensor(out, device="cuda")``
-    makes a tensor of it without a copy). ``report``: nvcc's resource report (registers, spills)."""
+    (``__cuda_array_interface__`` or DLPack, ``device.on_device``; each in the schedule's storage
+    layout, which for the default layouts is the logical one) it returns a CuPy array
+    (``torch.as_tensor(out, device="cuda")`` makes a tensor of it without a copy). ``report``: nvcc's
+    resource report (registers, spills)."""
 
     def __init__(self, schedule: Schedule, generated: Generated, printed: CudaSource, build: Build,
                  arch: str):
@@ -90,9 +91,10 @@ class CudaKernel(Kernel):
 
     def __call__(self, *arrays):
         if _on_device(tuple(a for a in arrays if a is not None)):
-            given = self._given(arrays)
+            cp = device.cupy()
+            given = [device.device_array(a, cp) for a in self._given(arrays)]
             values = dict(zip(self.generated.arguments[:-1], given, strict=True))
-            out = device.cupy().empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
+            out = cp.empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
             buffers = self.bind(values | {self.op.output: out})
             self.run(buffers)
             return out
@@ -122,7 +124,8 @@ class QuantizedCudaKernel(CudaKernel):
     """A quantized op's CUDA kernel: ``kernel(xq, wq, b, x_zero_point=..., ...)`` on numpy arrays, as a
     CPU ``QuantizedKernel`` is called; the per-channel values (``quantized.call_values``) are computed
     on the host and copied with the arrays, outside the timed ``run``. On device arrays ``xq`` and
-    ``wq`` (``__cuda_array_interface__``: CuPy, PyTorch; in their storage layouts) nothing is copied:
+    ``wq`` (``__cuda_array_interface__`` or DLPack: CuPy, PyTorch, JAX; in their storage layouts) nothing
+    is copied:
     the weights' sums are taken on the device (``quantized.device_call_values``) and the output is a
     CuPy array in its storage layout."""
 
@@ -140,5 +143,5 @@ class QuantizedCudaKernel(CudaKernel):
 
 
 def _on_device(arrays: tuple) -> bool:
-    """Whether ``arrays`` are all device arrays (``__cuda_array_interface__``)."""
-    return bool(arrays) and all(hasattr(a, "__cuda_array_interface__") for a in arrays)
+    """Whether ``arrays`` are all device arrays (``device.on_device``)."""
+    return bool(arrays) and all(device.on_device(a) for a in arrays)

@@ -40,6 +40,7 @@ from ...quant import (
     symmetric_zero_point,
 )
 from ...schedule import Schedule, ScheduleError
+from . import device
 from .instructions import MatrixInstruction
 
 
@@ -173,22 +174,22 @@ def call_values(kernel: Kernel, arrays: tuple, params: dict[str, Any]) -> dict[s
 
 def device_call_values(kernel: Kernel, arrays: tuple, params: dict[str, Any],
                        xp: ModuleType) -> dict[str, Any]:
-    """The values of one call on device arrays (``xp``: CuPy), with no copy of the tensors: ``xq`` and
-    ``wq`` in their storage layouts as given, ``T[k]`` summed on the device, the output allocated there;
-    the bias (small) may be a host or a device array. Ternary and binary values are checked on the
-    device (ValueError naming the first bad one)."""
+    """The values of one call on device arrays (``device.on_device``; ``xp``: CuPy), with no copy of the
+    tensors: ``xq`` and ``wq`` in their storage layouts as given, ``T[k]`` summed on the device, the
+    output allocated there; the bias (small) may be a host or a device array. Ternary and binary
+    values are checked on the device (ValueError naming the first bad one)."""
     op, schedule, spec = kernel.op, kernel.schedule, kernel.op.quant
     given = kernel._given(arrays)
     stored = {}
     for tensor, array in zip(op.inputs, given):
-        stored[tensor] = xp.asarray(array)
+        stored[tensor] = device.device_array(array, xp)
         wanted = schedule.layout_of(tensor).storage_shape(op.tensor(tensor).shape)
         if tuple(stored[tensor].shape) != wanted:
             raise ValueError(f"{tensor} has shape {tuple(stored[tensor].shape)}; {op!r} takes device arrays "
                              f"in their storage layout, {wanted}")
     bias = given[2] if len(given) > 2 else None
-    if bias is not None and hasattr(bias, "__cuda_array_interface__"):
-        bias = xp.asnumpy(xp.asarray(bias))
+    if bias is not None and device.on_device(bias):
+        bias = xp.asnumpy(device.device_array(bias, xp))
     checked = [None, None] + ([bias] if bias is not None else [])
     qp = check_call(spec, op.channels, repr(op), checked, params)
     for tensor, dtype in zip(op.inputs, (spec.activation_dtype, spec.weight_dtype)):
