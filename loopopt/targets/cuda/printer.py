@@ -86,6 +86,8 @@ def check_schedule(schedule: Schedule) -> None:
                                          (f"stage(..., stages={schedule.pipeline_stages})",
                                           schedule.pipeline_stages is not None),
                                          (f"clip: {schedule.epilogue}", schedule.epilogue),
+                                         (f"stage({', '.join(schedule.tma_staged)}, ..., engine='tma')",
+                                          schedule.tma_staged),
                                          ("add_residual()", schedule.residual)) if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
