@@ -88,7 +88,8 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                 *(("gpu_wgmma", tiles | TMA) for tiles in ({}, {"depth": 32, "stages": 8},
                                                              {"depth": 48, "stages": 6}, GROUPS_TALL,
                                                              GROUPS_TALL | {"depth": 32, "stages": 6},
-                                                             THREE_GROUPS))]
+                                                             THREE_GROUPS,
+                                                             THREE_GROUPS | {"depth": 64, "stages": 4}))]
     if case == "bert":
         return [("gpu_mma", {"split_k": 16}),
                 *(("gpu_wgmma", tiles | {"split_k": parts} | engine)

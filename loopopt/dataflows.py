@@ -528,14 +528,14 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
 
 
 def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
-            depth: int | None = None, stages: int = 4, split_k: int = 1) -> Schedule:
+            depth: int | None = None, stages: int = 4, split_k: int = 1, engine: str = "threads") -> Schedule:
     """``gpu_wmma`` on ``mma.sync`` (the entry of the op's types, ``tensor_entry``: ``m16n8k16`` for
     float16 and bfloat16, ``m16n8k32`` for int8 and uint8 x int8; ``ldmatrix`` from XOR-swizzled tiles
     without padding) with a four-buffer ring of staged tiles; ``depth`` by default two of the entry's
     ``k`` (32 halves or 64 bytes a row)."""
     instruction = tensor_entry(op)
     depth = depth or 2 * matrix_instruction(instruction, "gpu_mma").k
-    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k)
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k, engine)
 
 
 def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
