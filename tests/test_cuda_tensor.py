@@ -70,6 +70,15 @@ def test_the_x86_target_refuses_float16_and_tensorized_schedules():
 
 # --- the tensorize step ---------------------------------------------------------------------------
 
+def _b_by_tma(op, b_layout: str = "NK") -> lo.Schedule:
+    """A Matmul on wgmma m64n64k16 whose A the threads copy and whose B TMA copies."""
+    return (lo.Schedule(op).split("i", 64).split("j", 64).split("k", 16)
+            .reorder("i_o", "j_o", "k_o", "i_i", "j_i", "k_i")
+            .tensorize("i_i", "j_i", "k_i", "wgmma_m64n64k16_f16_f32").bind("i_o", "block.x")
+            .bind("j_o", "block.y").layout("B", b_layout).stage("A", "k_o", 4)
+            .stage("B", "k_o", 4, engine="tma"))
+
+
 def _tiles(op=HALF_MATMUL) -> lo.Schedule:
     return lo.Schedule(op).split("i", 16).split("j", 16).split("k", 16).reorder(
         "i_o", "j_o", "k_o", "i_i", "j_i", "k_i")
@@ -138,8 +147,9 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"stage\(A, ..., engine='tma'\) needs a tensorized schedule"),
     (lambda: gpu_wgmma(HALF_CONV, engine="tma"),
      r"stage\('I', engine='tma'\): TMA copies boxes of a 2-D tensor stored row by row with the reduction "
-     r"channel 'c' contiguous; I is stored NHWC at \[n, \(\(2\*oh \+ 2\*kh\) - 1\), .*\(an im2col gather "
-     r"keeps engine='threads'\)"),
+     r"channel 'c' contiguous; I is stored NHWC at \[n, \(\(2\*oh \+ 2\*kh\) - 1\), .*\(a layout with 'c' "
+     r"last would do; an im2col gather keeps engine='threads'\)"),
+    (lambda: _b_by_tma(HALF_MATMUL, "KN"), r"B is stored KN at \[k, j\] \(a layout with 'k' last would do"),
     (lambda: gpu_wgmma(lo.Matmul(37, 45, 13, dtype="float16"), engine="tma"),
      r"stage\('A', engine='tma'\): TMA needs each row of A on 16 bytes; its rows are 13 elements \(26 "
      r"bytes\): pad them to a multiple of 8"),
@@ -296,6 +306,7 @@ _WGMMA_TALL = ("wgmma tall relu", lambda op: gpu_wgmma(op, block_m=128, block_n=
                                                        depth=48, stages=3).clip(low=0.0))
 _WGMMA_TMA = ("wgmma tma three groups residual", lambda op: gpu_wgmma(op, block_m=192, warps_m=3, depth=32,
                                                                       stages=5, engine="tma").add_residual())
+_WGMMA_B_BY_TMA = ("wgmma B by tma, A by threads", lambda op: _b_by_tma(op))
 _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
 
 
@@ -308,7 +319,8 @@ _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
                                     (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False),
                                     (HALF_CONV, _WMMA_RESIDUAL, True), (_GEMM, _MMA_RESIDUAL, False),
-                                    (HALF_CONV, _WGMMA_RESIDUAL, False), (HALF_MATMUL, _WGMMA_TMA, False)]])
+                                    (HALF_CONV, _WGMMA_RESIDUAL, False), (HALF_MATMUL, _WGMMA_TMA, False),
+                                    (HALF_MATMUL, _WGMMA_B_BY_TMA, False)]])
 def test_the_tensor_presets_emulated_match_the_reference(op, make):
     largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest

@@ -93,8 +93,9 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
     if not plain:
         raise ScheduleError(f"{where}: TMA copies boxes of a 2-D tensor stored row by row with the reduction "
                             f"channel {op.reduction_channel_dim!r} contiguous; {tensor} is stored "
-                            f"{layout.tag} at [{', '.join(e.to_c() for e in index)}] (an im2col gather "
-                            f"keeps engine='threads')")
+                            f"{layout.tag} at [{', '.join(e.to_c() for e in index)}] (a layout with "
+                            f"{op.reduction_channel_dim!r} last would do; an im2col gather keeps "
+                            f"engine='threads')")
     row_count, cols = layout.storage_shape(info.shape)
     row_bytes = cols * ins.element_bytes
     if row_bytes % 16:
