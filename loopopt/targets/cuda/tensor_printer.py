@@ -21,7 +21,9 @@ instruction's ``LO_TILE`` says (padded rows for WMMA, 32-byte-swizzled rows for 
 element with zero where a guard excludes it. Consecutive ``k`` of 16 bytes (8 halves, 16 int8) that lie
 contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp.async``
 (``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
-warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled).
+warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled). An input staged with
+``engine="tma"`` is copied instead by the tensor memory accelerator, one box a tile, one thread issuing
+a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
