@@ -19,7 +19,8 @@ integer ones against quant.py's exact reference). Three times each, median, per 
 Weight bandwidth is the weights' bytes over the time, against the device-to-device copy rate measured
 in the same run (bytes read + written). ``python benchmarks/bench_cuda_decode.py [--only ...]
 [--json PATH]``; ``--check``: small odd-shaped kernels of every kind verified once (the run to put
-under ``compute-sanitizer``).
+under ``compute-sanitizer``). The whole run takes about four minutes on an H200 (the kernels of a case
+are built in parallel first).
 """
 from __future__ import annotations
 
