@@ -564,3 +564,34 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})
+
+
+# --- decode: GEMVs and small-M GEMMs streaming their weights ------------------------------------------
+
+VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kernels
+
+
+def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
+             weight_format: str | None = None) -> Schedule:
+    """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
+    (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
+    warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
+    the weights of one 16-byte load (float16 8, int8 16, i2_s 64), so that each output's weights stream
+    in 16-byte vectors over the warp's lanes. Ternary weights are stored as ``weight_format`` (default
+    ``"i2_s"``, 2 bits each; ``"int8"``: a byte each). ``warps`` and ``columns`` default to the fastest
+    of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
+    int8 weights, 8 x 4 for i2_s."""
+    schedule = Schedule(op)
+    ternary = op.quant is not None and op.quant.ternary
+    if ternary:
+        schedule = schedule.weight_format(weight_format or "i2_s")
+    elif weight_format is not None:
+        raise ScheduleError(f"weight_format={weight_format!r} stores ternary weights; {op!r} has none")
+    packed = schedule.weight_format_mode == "i2_s"
+    weights = 4 * VECTOR_BYTES if packed else VECTOR_BYTES // (1 if op.quant is not None else 2)
+    warps, columns = (max(1, int(given or default)) for given, default in
+                      ((warps, 8 if packed else 4), (columns, 4 if packed else 1)))
+    a, b = op.inputs
+    schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
+                .split("j", warps * columns).split("j_i", columns))
+    return schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")

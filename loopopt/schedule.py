@@ -534,7 +534,7 @@ class Schedule:
     def bind(self, loop: str, axis: str) -> "Schedule":
         """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
         ``thread.x|y|z``: one thread of the block each, ``warp.x|y``: one warp of 32 threads each, for
-        ``tensorize``), on a GPU target. Refused for a loop that
+        ``tensorize`` or, without it, the cuda GEMV kernels), on a GPU target. Refused for a loop that
         carries the reduction (its iterations update the same outputs: threads would race), for an
         axis already taken, and where an axis's extent or the threads of a block exceed CUDA's
         limits (``AXIS_LIMITS``, ``MAX_THREADS_PER_BLOCK``)."""
