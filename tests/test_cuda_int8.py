@@ -14,7 +14,7 @@ from helpers import conv_ops, matmul_ops, needs, quick_first, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import gpu_mma, gpu_wmma, tensor_entry
+from loopopt.dataflows import gpu_gemv, gpu_mma, gpu_wmma, tensor_entry
 from loopopt.measure import checked
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.schedule import ScheduleError
@@ -218,6 +218,15 @@ def test_a_dlpack_array_is_taken_without_a_copy(monkeypatch):
     for given, name in zip(on_device, schedule.op.inputs):
         assert dev[name].__cuda_array_interface__["data"] == given.__cuda_array_interface__["data"]
     assert np.array_equal(dev["lo_comp"], host["lo_comp"])
+
+
+def test_a_gemv_kernel_of_packed_weights_refuses_device_arrays(monkeypatch):
+    op = lo.Matmul(1, 64, 128, quant=lo.QuantSpec(weight="ternary", output="int32"))
+    _, arrays, on_device, params = _device_call(op, monkeypatch)
+    kernel = gpu_gemv(op).compile(target="cuda", isa="sm_90")
+    with pytest.raises(TypeError, match=r"takes its weights i2_s-packed, which loopopt packs on the host: "
+                                        r"pass numpy arrays, or build it with weight_format\('int8'\)"):
+        kernel(*on_device, **params)
 
 
 def test_a_call_on_device_arrays_refuses_what_does_not_fit(monkeypatch):

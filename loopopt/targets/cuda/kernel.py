@@ -15,6 +15,7 @@ from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
 from . import device, quantized
 from .driver import CudaDriver
+from .gemv import PackedWeights, packs_weights
 from .printer import CudaSource
 from .toolchain import Build
 
@@ -125,21 +126,36 @@ class QuantizedCudaKernel(CudaKernel):
     CPU ``QuantizedKernel`` is called; the per-channel values (``quantized.call_values``) are computed
     on the host and copied with the arrays, outside the timed ``run``. On device arrays ``xq`` and
     ``wq`` (``__cuda_array_interface__`` or DLPack: CuPy, PyTorch, JAX; in their storage layouts) nothing
-    is copied:
-    the weights' sums are taken on the device (``quantized.device_call_values``) and the output is a
-    CuPy array in its storage layout."""
+    is copied: the weights' sums are taken on the device (``quantized.device_call_values``) and the
+    output is a CuPy array in its storage layout."""
 
     def prepare(self, *arrays: Any, **params: Any) -> Buffers:
         cp = device.cupy()
         if _on_device(arrays[:2]):
             return self.bind(quantized.device_call_values(self, arrays, params, cp))
-        values = quantized.call_values(self, arrays, params)
+        values = self.call_values(arrays, params)
         return self.bind({n: cp.asarray(v) if isinstance(v, np.ndarray) else v for n, v in values.items()})
+
+    def call_values(self, arrays: tuple, params: dict[str, Any]) -> dict[str, Any]:
+        """The host values of one call by parameter name (``quantized.call_values``)."""
+        return quantized.call_values(self, arrays, params)
 
     def __call__(self, *arrays: Any, **params: Any) -> Any:
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
         return buffers.arrays[self.op.output] if _on_device(arrays[:2]) else self.output(buffers)
+
+
+class GemvQuantizedCudaKernel(PackedWeights, QuantizedCudaKernel):
+    """A quantized op's kernel of the GEMV family (``gemv.py``): its weights i2_s-packed where the
+    schedule says so (packed on the host: such a kernel takes numpy arrays only)."""
+
+    def prepare(self, *arrays: Any, **params: Any) -> Buffers:
+        if _on_device(arrays[:2]) and packs_weights(self.schedule):
+            raise TypeError(f"{self.op!r}'s kernel takes its weights i2_s-packed, which loopopt packs on "
+                            f"the host: pass numpy arrays, or build it with weight_format('int8') for device "
+                            f"arrays")
+        return super().prepare(*arrays, **params)
 
 
 def _on_device(arrays: tuple) -> bool:

@@ -97,7 +97,7 @@ def parameters(op: Op) -> tuple[KernelParam, ...]:
 
 
 def store(op: Op, out: str, sums: str, channel: str, bias: str, share: str | None,
-          activation_sums: str | None) -> str:
+          activation_sums: str | None = None) -> str:
     """The statement storing the int32 ``sums`` (``P``) of one output element ``out`` of channel
     ``channel`` (``bias``: a dequantized output's bias element; ``activation_sums``: its ``S``, where
     the op needs them); under split-K, ``share`` is the share's number and the sums are added
