@@ -21,7 +21,9 @@ instruction's ``LO_TILE`` says (padded rows for WMMA, 32-byte-swizzled rows for 
 element with zero where a guard excludes it. Consecutive ``k`` of 16 bytes (8 halves, 16 int8) that lie
 contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp.async``
 (``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
-warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled).
+warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled). An input staged with
+``engine="tma"`` is copied instead by the tensor memory accelerator, one box a tile, one thread issuing
+a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
@@ -33,15 +35,17 @@ fragments, stored through shared memory to the output with the bias, a Gemm's sc
 epilogue and the output guards; under ``split_k`` each block adds its share with ``atomicAdd``
 (``LO_ADD``) into the output the launcher zeroed.
 
-A quantized op (``QuantSpec``: uint8 or int8 activations, symmetric int8 weights) runs on an int8
-entry, whose fragments sum the stored integers exactly in int32: ``P = sum x * w``. Where a guard
-excludes an activation (padding, a tail) its tile holds the activations' zero point ``zx``, so that
-``x - zx`` is 0 there, and a weights tile is filled (with 0) at the reduction's tails only, where no
-weight exists; every product the op excludes is then ``zx * w``, and the exact accumulator
-``acc = sum (x - zx) * w`` is ``P - zx * T[k]`` with ``T[k]`` the sum of channel ``k``'s weights, one
-int32 per channel (``lo_comp``, computed with the call's parameters: ``quantized.call_values``). The
-epilogue is the CPU kernels' (``quant.requantize_output``): int32, dequantized or requantized output;
-under ``split_k`` the int32 shares are added exactly with integer atomics.
+A quantized op (any ``QuantSpec``: uint8, int8, ternary or binary values, any zero points) runs on the
+int8 entry of its stored bytes' types, whose fragments sum the stored integers exactly in int32:
+``P = sum x * w``. Where a guard excludes an activation (padding, a tail) its tile holds the
+activations' zero point ``zx``, so that ``x - zx`` is 0 there, and a weights tile is filled (with 0) at
+the reduction's tails only, where no weight exists; the exact accumulator
+``acc = sum (x - zx) * (w - zw[k])`` is then ``P - zw[k] * S + lo_comp[k]`` (``quantized``), where the
+activation sums ``S`` (only for weights whose zero point may be nonzero) are one more product per
+activation fragment and step, against a fragment of ones (the entry's ``ones_a``/``ones_b``), stored
+through the scratch beside the sums. The epilogue is the CPU kernels' (``quant.requantize_output``):
+int32, dequantized or requantized output; under ``split_k`` the int32 shares are added exactly with
+integer atomics.
 """
 from __future__ import annotations
 
@@ -54,7 +58,7 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
-from . import quantized
+from . import quantized, tma
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -74,6 +78,7 @@ class TensorPrinter:
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
+        self.sums = self.quant is not None and quantized.needs_activation_sums(self.quant)
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
@@ -148,6 +153,14 @@ class TensorPrinter:
                                 f"tiles of {self.tile_elements[self.a]} + {self.tile_elements[self.b]} "
                                 f"elements of {self.ins.element_bytes} bytes); "
                                 f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
+        # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
+        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t])
+                    for t in self.s.tma_staged}
+
+    @property
+    def threads_staged(self) -> list[str]:
+        """The inputs the block's threads copy (``cp.async``)."""
+        return [t for t in self.op.inputs if t not in self.s.tma_staged]
 
     @cached_property
     def reads(self) -> dict[str, frozenset[str]]:
@@ -173,9 +186,21 @@ class TensorPrinter:
         return sum(self.tiles[t] * self.tile_elements[t] for t in self.op.inputs)
 
     @property
+    def barrier_offset(self) -> int:
+        """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
+        after the tiles and the epilogue's scratch."""
+        return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
+                      self.warp_count * self.scratch_elements * 4) // 8) * 8
+
+    @property
     def smem_bytes(self) -> int:
-        return max(self.pipeline * self.ins.element_bytes * self.step_elements,
-                   self.warp_count * self.ins.fragment_elements * 4)
+        return self.barrier_offset + (8 * self.pipeline if self.s.tma_staged else 0)
+
+    @property
+    def scratch_elements(self) -> int:
+        """Accumulator elements each warp stores through shared memory in the epilogue: a fragment, and
+        its activation sums beside it where the op needs them."""
+        return self.ins.fragment_elements * (2 if self.sums else 1)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
@@ -195,9 +220,10 @@ class TensorPrinter:
             fits = [t for t in self.op.inputs if names <= known[t]
                     and (self.quant is None or t == self.op.inputs[0] or index < domain)]
             if self.quant is not None and index < domain and names & reduction \
-                    and self.op.inputs[1] not in fits:
-                raise ScheduleError(f"the guard {guard.to_c()} skips reduction steps the weights' copy "
-                                    f"cannot see; a quantized kernel fills the weights' tails with 0")
+                    and not set(self.op.inputs) <= set(fits):
+                raise ScheduleError(f"the guard {guard.to_c()} skips reduction steps an input's copy "
+                                    f"cannot see; a quantized kernel fills the weights' tails with 0 and the "
+                                    f"activations' with their zero point")
             for t in fits:
                 placed[t].append(guard.to_c())
             if index < domain and not names & reduction:
@@ -239,9 +265,37 @@ class TensorPrinter:
         self.emit(depth, "{")
         self.emit(depth + 1, f"const {self.int_type} lo_step = {step};")
         self._define(depth + 1, self.flat, "lo_step")
-        for tensor in self.op.inputs:
+        for tensor in self.threads_staged:
             self._copy_tensor(depth + 1, tensor)
+        if self.tma:
+            self._issue_boxes(depth + 1)
         self.emit(depth, "}")
+
+    def _issue_boxes(self, depth: int) -> None:
+        """The TMA-staged inputs' tiles of step ``lo_step``: one thread expects their bytes on the step's
+        barrier and issues one box a tile."""
+        device = self.syntax.device
+        if device:
+            self.emit(depth, "if (lo_thread == 0) {")
+            depth += 1
+        barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
+        total = sum(self.tiles[t] * self.tma[t].box_bytes for t in self.tma)
+        self.emit(depth, f"lo_expect({barrier}, {total});")
+        for tensor, box in self.tma.items():
+            self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
+            self.emit(depth, cprint.for_loop("int", "lo_t", self.tiles[tensor]) + " {")
+            self._define(depth + 1, self.tile_loops(tensor), "lo_t")
+            dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
+                   f"{self.tile_elements[tensor]}")
+            coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
+            if device:
+                self.emit(depth + 1, f"lo_tma_2d({dst}, &{box.map_name}, {coordinates}, {barrier});")
+            else:
+                self.emit(depth + 1, f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {coordinates}, "
+                                     f"{box.box_rows}, {box.box_cols}, {barrier});")
+            self.emit(depth, "}")
+        if device:
+            self.emit(depth - 1, "}")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         rows, group = self.rows[tensor], self.group
@@ -313,6 +367,11 @@ class TensorPrinter:
     def _acc(self, index: str) -> str:
         return f"lo_acc[{index}]" if self.syntax.device else f"lo_acc[lo_w * {self.accumulators} + {index}]"
 
+    def _sums(self, index: str) -> str:
+        """The activation sums' fragment ``index`` of the warp (one per activation fragment)."""
+        count = self.count[self.op.inputs[0]]
+        return f"lo_sums[{index}]" if self.syntax.device else f"lo_sums[lo_w * {count} + {index}]"
+
     def _products(self, depth: int) -> None:
         steps = math.prod(loop.extent for loop in self.inner)
         na, nb = self.count[self.a], self.count[self.b]
@@ -338,6 +397,13 @@ class TensorPrinter:
                                                   b="lo_b[lo_fb]"))
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
+        if self.sums:       # the activation tiles' row sums: their fragments times a fragment of ones
+            activation = self.op.inputs[0]
+            operands = ({"a": "lo_a[lo_f]", "b": "lo_ones[0]"} if activation == self.a
+                        else {"a": "lo_ones[0]", "b": "lo_b[lo_f]"})
+            self.emit(inner, f"{self.syntax.unroll} {self.count[activation]}")
+            self.emit(inner, cprint.for_loop("int", "lo_f", self.count[activation]) + " { "
+                             + self.code.mma.format(acc=self._sums("lo_f"), **operands) + " }")
         self.emit(depth, "}")
 
     # --- the output -------------------------------------------------------------------------
@@ -350,7 +416,8 @@ class TensorPrinter:
                 if self.op.bias else "")
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
-            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop)
+            sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
+            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums)
         if self.op.scales is not None:
             alpha, beta = self.op.scales
             bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
@@ -372,10 +439,11 @@ class TensorPrinter:
                 self.emit(depth, self.code.drain)
             self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
             accumulator, lanes = self.code.accumulator, self.ins.lanes
-            self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * {n};")
+            self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * "
+                             f"{self.scratch_elements};")
             lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
-            self.emit(depth, f"{self.code.accumulator} lo_scratch[{n}];")
+            self.emit(depth, f"{self.code.accumulator} lo_scratch[{self.scratch_elements}];")
             lane, lanes, sync = "0", 1, ""
         if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
             self.emit(depth, f"{self.syntax.unroll} {na}")
@@ -388,6 +456,10 @@ class TensorPrinter:
         self._define(inner, self.fragments[self.b], "lo_fb")
         self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
                                                 ld=self.ins.n))
+        if self.sums:
+            fragment = "lo_fa" if self.op.inputs[0] == self.a else "lo_fb"
+            self.emit(inner, self.code.store.format(acc=self._sums(fragment), ptr=f"(lo_scratch + {n})",
+                                                    ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
@@ -421,9 +493,11 @@ class TensorPrinter:
                                  const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
-        params = ", ".join(p.declaration() if not p.pointer else
-                           f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
-                           for p in self.params)
+        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.tma.values()
+                if self.syntax.device]
+        params = ", ".join([p.declaration() if not p.pointer else
+                            f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
+                            for p in self.params] + maps)
         threads = math.prod(self.block)
         # a block whose threads could want more than the SM's registers (255 each): ptxas keeps to
         # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
@@ -475,26 +549,45 @@ class TensorPrinter:
                 self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
             depth = len(self.blocks) + 1
         self.emit(depth, f"{half} *lo_smem_h = {'(' + half + ' *) lo_smem' if device else 'lo_smem_host'};")
+        if self.tma and device:     # a barrier a buffer, its phase flipping each round of the ring
+            self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
+                             f"(lo_smem + {self.barrier_offset});")
+            self.emit(depth, f"if (lo_thread == 0) lo_barriers_init(lo_bar, {self.pipeline});")
+            self.emit(depth, "__syncthreads();")
+        elif self.tma:
+            self.emit(depth, f"long lo_tx[{self.pipeline}] = {{0}};   /* bytes a barrier awaits */")
+            for box in self.tma.values():
+                self.emit(depth, box.host_map())
         count = self.accumulators * (1 if device else self.warp_count)
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
         self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
+        if self.sums:
+            self._declare_sums(depth)
         warps = self._warp_variables(depth) if device else 0
         code = self.code
         # copies run ahead of the products: into the buffer the step before read, or, where the
         # products run behind the threads (async), the one two steps before (whose group retired)
         ahead = self.pipeline - (2 if self.ins.asynchronous else 1)
+        commit = device and bool(self.threads_staged)
         for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
             self._copy(depth, str(first))
-            if device:
+            if commit:
                 self.emit(depth, "__pipeline_commit();")
-        for _ in range(ahead - min(ahead, steps)) if device else ():
+        for _ in range(ahead - min(ahead, steps)) if commit else ():
             self.emit(depth, "__pipeline_commit();")
         self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
         body = depth + 1
+        if self.tma:     # step lo_r's boxes are in: the phase (lo_r / buffers) of its buffer's barrier
+            wait = (f"lo_wait(lo_bar + lo_r % {self.pipeline}, (unsigned) (lo_r / {self.pipeline}) & 1u);"
+                    if device
+                    else f"lo_wait(lo_tx + lo_r % {self.pipeline}, {self._buffer(self.a, 'lo_r')}, "
+                         f"{self.step_elements});")
+            self.emit(body, wait)
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
-            self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
-            if code.publish:
+            if commit:
+                self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
+            if code.publish and self.threads_staged:    # the threads' copies, visible to the tensor cores
                 self.emit(body, code.publish)
             self.emit(body, "__syncthreads();")
         if not self.ins.asynchronous:
@@ -522,21 +615,35 @@ class TensorPrinter:
         self.emit(0, "}")
         return self.lines
 
+    def _declare_sums(self, depth: int) -> None:
+        """The activation sums' fragments, zeroed, and the fragment of ones they are multiplied by (the
+        weights' operand)."""
+        activation = self.op.inputs[0]
+        count = self.count[activation] * (1 if self.syntax.device else self.warp_count)
+        self.emit(depth, self.code.declare_acc.format(name="lo_sums", count=count))
+        self.emit(depth, cprint.for_loop("int", "lo_i", count) + " "
+                         + self.code.fill.format(acc="lo_sums[lo_i]"))
+        declare, ones = ((self.code.declare_b, self.code.ones_b) if activation == self.a
+                         else (self.code.declare_a, self.code.ones_a))
+        self.emit(depth, declare.format(name="lo_ones", count=1))
+        self.emit(depth, ones.format(a="lo_ones[0]", b="lo_ones[0]"))
+
     def _copy_ahead(self, depth: int, ahead: int, steps: int) -> None:
         """The copies of step ``lo_r + ahead`` and, on the device, their commit."""
         before = "step lo_r - 2 read (its group retired)" if self.ins.asynchronous else "step lo_r - 1 read"
         self.emit(depth, f"if (lo_r + {ahead} < {steps})   /* into the buffer {before} */")
         self._copy(depth + 1, f"lo_r + {ahead}")
-        if self.syntax.device:
+        if self.syntax.device and self.threads_staged:
             self.emit(depth, "__pipeline_commit();")
 
     def _macros(self) -> list[str]:
         if self.syntax.device:
-            return [self.ins.header, self.ins.tile,
+            return [self.ins.header, *([tma.DEVICE] if self.tma else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []), self.ins.tile,
+        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
+                *([tma.HOST] if self.tma else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
@@ -572,11 +679,13 @@ class TensorPrinter:
             zero = (f"    {{ cudaError_t lo_e = cudaMemsetAsync({self.op.output}, 0, "
                     f"{4 * self.output_elements}, (cudaStream_t) lo_stream); if (lo_e != cudaSuccess) "
                     f"return (int) lo_e; }}   /* split_k: the shares are added to zero */")
-            parts += [f'extern "C" {head}', "{",
+            maps = [tma.ENCODER, *(box.encode() for box in self.tma.values())] if self.tma else []
+            casts = ", ".join([casts, *(box.map_name for box in self.tma.values())])
+            parts += [*([tma.LAUNCHER] if self.tma else []), f'extern "C" {head}', "{",
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
-                      *([zero] if self.s.split_k_loop else []),
+                      *([zero] if self.s.split_k_loop else []), *maps,
                       f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",
