@@ -129,8 +129,10 @@ def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -
 def memory_order(array: np.ndarray) -> np.ndarray | None:
     """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
     not fill one contiguous run (a strided slice)."""
-    order = np.argsort(array.strides, kind="stable")[::-1]      # the axes outer to inner in memory
-    stored = array.transpose(order)
+    if array.flags.c_contiguous:
+        return array.reshape(-1)
+    strides = array.strides          # the axes outer to inner in memory (a few: sorted in Python)
+    stored = array.transpose(sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis)))
     return stored.reshape(-1) if stored.flags.c_contiguous else None
 
 
@@ -259,7 +261,7 @@ def lookup(table: np.ndarray) -> Run:
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
         out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
-        byte_map(bits, flat.view(np.uint8), memory_order(out).view(np.uint8))
+        byte_map(bits, flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
     return run
