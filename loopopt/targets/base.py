@@ -64,6 +64,16 @@ class Target(ABC):
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
 
+    def general_isas(self) -> tuple[str, ...]:
+        """The variants of ``available_isas`` that compute every op, best first (``lo.available_isas``;
+        x86: without the AMX tiles, which compute int8 and bfloat16 only)."""
+        return self.available_isas()
+
+    def prepare_timing(self) -> None:
+        """Measure, once in this process, what timing this target's kernels reads (a host's peaks), before
+        ``lo.tune`` hands its trials to worker processes; the default: nothing."""
+        return None
+
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
         (``Schedule.pseudocode``). The default is the target-neutral nest, without an instruction

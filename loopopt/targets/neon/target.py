@@ -26,7 +26,7 @@ from ..lut_format import FORMATS
 from . import binary, mmla, toolchain
 from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
 from .lut import LOOKUP
-from .profile import CORE_COSTS, PROFILE
+from .profile import CORE_COSTS, core_peak, measured_peaks
 from .runner import EmulatedDriver, RunnerCase
 from .search import NeonSearch
 
@@ -145,7 +145,11 @@ class NeonTarget(Target):
         return not toolchain.native() or set(BF16_DOT_FEATURES) <= toolchain.cpu_features()
 
     def peak(self, isa: str, dtype: str) -> float:
-        return PROFILE.peak(dtype)
+        return core_peak(dtype)
+
+    def prepare_timing(self) -> None:
+        if toolchain.native():
+            measured_peaks()
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         return CORE_COSTS

@@ -45,10 +45,11 @@ from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
-from loopopt.targets.neon import mmla, toolchain
-from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
+from loopopt.targets.neon import mmla, profile, toolchain
+from loopopt.targets.neon.isa import INT_FEATURES, NEON, NEON_BF16, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
+from loopopt.targets.peak import CHAINS, peak_source
 from loopopt.tune import RankedResult
 from loopopt.tune.guide import Guide
 from loopopt.tune.search import BROAD, Walk
@@ -183,6 +184,37 @@ class Bf16DenormalProbe:
         assert np.array_equal(out[k * n:(k + 1) * n].view(np.uint32), dot.view(np.uint32)), (out, dot)
 
 
+PEAK_PARAMS = (KernelParam("n", "int64_t", const=True), KernelParam("out", "float"))
+PEAK_FEATURES = {"fmla": frozenset(INT_FEATURES), "usdot": frozenset(INT_FEATURES),
+                 "sdot": frozenset({"asimddp"})}     # the features whose peak loops use each instruction
+
+
+def peak_harness(name: str) -> tuple[str, object]:
+    """The C of the peak loop ``name`` of ``targets/neon/profile.py`` (measured on an ARM machine) with
+    ``probe`` calling it for ``n[0]`` iterations, and its table."""
+    dtype = "float32" if name == "fmla" else "int8"
+    table, update, values, _ = profile.peak_kernels(PEAK_FEATURES[name])[dtype]
+    return (f"#define lo_peak lo_peak_{name}\n{peak_source(table, update, values)}\nvoid probe(const int64_t *n, float *out) "
+            f"{{ out[0] = lo_peak((long)n[0]); }}\n"), table
+
+
+class PeakLoopProbe:
+    """``check_lanes`` of a peak loop run briefly: the sum of its chains is the work it is counted for
+    (fmla: each lane's chain tends to 1; a dot: 10 per int32 lane and update, 4 multiply-adds)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def check_lanes(self, isa, driver, seed: int) -> None:
+        n = 1000 + seed
+        out = np.zeros(1, np.float32)
+        driver.call(driver.bind(PEAK_PARAMS, dict(n=np.array([n], np.int64), out=out)))
+        if self.name == "fmla":
+            assert out[0] == pytest.approx(CHAINS * isa.lanes * (1 - 0.999 ** n), rel=1e-3), out
+        else:
+            assert out[0] == CHAINS * isa.lanes * 10 * n, out
+
+
 @cache
 def probes() -> dict[str, tuple]:
     """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
@@ -193,6 +225,8 @@ def probes() -> dict[str, tuple]:
                           bf16_tables.PARAMS),
                  "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
                  "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
+    harnesses |= {f"peak {name}": (PeakLoopProbe(name), *peak_harness(name), PEAK_PARAMS)
+                  for name in PEAK_FEATURES}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
@@ -201,7 +235,8 @@ def probes() -> dict[str, tuple]:
     return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals",
+                                   "peak fmla", "peak usdot", "peak sdot"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
