@@ -91,9 +91,11 @@ def test_a_native_machine_builds_kernels_in_process_by_its_features(arm, monkeyp
     assert neon.resolve_isa("auto") == "neon" and not neon.bf16_dot("neon")
     with pytest.raises(ValueError, match="needs CPU features i8mm that this CPU lacks for integer kernels"):
         neon.resolve_isa("auto", integer=True)
+    with pytest.raises(ValueError, match="isa 'neon_bfdot' needs CPU features bf16 that this CPU lacks"):
+        neon.resolve_isa("neon_bfdot")
     toolchain.cpu_features.cache_clear()
     (arm / "auxv").write_bytes(auxv(1 << 1 | 1 << 20, 1 << 13 | 1 << 14))    # a Neoverse V1
-    assert neon.available_isas(integer=True) == ("neon",) and neon.bf16_dot("neon")
+    assert neon.available_isas(integer=True) == ("neon", "neon_bfdot") and neon.bf16_dot("neon")
 
 
 def test_a_native_machine_measures_its_peaks(arm, monkeypatch):

@@ -3,6 +3,7 @@ under ``qemu-aarch64 -cpu max`` here (natively on an AArch64 machine). Skipped, 
 the cross compiler or the emulator is missing (README: how to install them)."""
 import json
 import warnings
+from fractions import Fraction
 from functools import cache
 
 import numpy as np
@@ -46,7 +47,7 @@ from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
 from loopopt.targets.neon import mmla, profile, toolchain
-from loopopt.targets.neon.isa import INT_FEATURES, NEON, NEON_BF16, NEON_F16, NEON_INT
+from loopopt.targets.neon.isa import BFMMLA, INT_FEATURES, NEON, NEON_BF16, NEON_BFDOT, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
 from loopopt.targets.neon.target import function_drivers
 from loopopt.targets.peak import CHAINS, peak_source
@@ -184,6 +185,90 @@ class Bf16DenormalProbe:
         assert np.array_equal(out[k * n:(k + 1) * n].view(np.uint32), dot.view(np.uint32)), (out, dot)
 
 
+ROUND_TO_ODD_VECTORS = 64
+ROUND_TO_ODD_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "int32_t", const=True),
+                       KernelParam("c", "float", const=True), scalar("bits", "unsigned"),
+                       KernelParam("out", "float"))
+
+
+def round_to_odd_harness() -> str:
+    """The C of a probe of ``bfdot``, its masked form (the ``neon_bfdot`` table's ``dot``, ``dot_mask``) and
+    ``bfmmla`` over ``ROUND_TO_ODD_VECTORS`` vectors of bf16 pairs ``a``, ``b`` and sums ``c``."""
+    t, f = NEON_BFDOT, NEON
+    a, b, c = "lo_a", "lo_b", "lo_c"
+    results = [t.dot(a=a, b=b, c=c), BFMMLA(a=a, b=b, c=c), t.dot_mask(a=a, b=b, c=c, m="m")]
+    n = 4 * ROUND_TO_ODD_VECTORS
+    stores = "".join(f"        {f.store(p=f'out + {k * n} + 4 * v', v=r)};\n" for k, r in enumerate(results))
+    return (f"{t.prelude}\n{signature('probe', ROUND_TO_ODD_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    for (int v = 0; v < {ROUND_TO_ODD_VECTORS}; ++v) {{\n"
+            f"        const int32x4_t {a} = {NEON_INT.load(p='a + 4 * v')}, "
+            f"{b} = {NEON_INT.load(p='b + 4 * v')};\n"
+            f"        const float32x4_t {c} = {f.load(p='c + 4 * v')};\n{stores}    }}\n}}\n")
+
+
+FLT_MIN = Fraction(2) ** -126
+
+
+def round_to_odd(x: Fraction) -> Fraction:
+    """``x`` rounded to float32 as bfdot rounds (``isa.BF16_ROUND_TO_ODD``): 0 below the smallest normal
+    (tininess before rounding), else truncated to 24 bits with the last set where inexact (finite ``x``)."""
+    if abs(x) < FLT_MIN:
+        return Fraction(0)
+    size = abs(x)
+    exponent = size.numerator.bit_length() - size.denominator.bit_length()
+    exponent -= Fraction(2) ** exponent > size
+    unit = Fraction(2) ** (exponent - 23)
+    digits = size // unit
+    digits |= digits * unit != size
+    return (1 if x > 0 else -1) * digits * unit
+
+
+def bfdot_meaning(c: Fraction, a: tuple[Fraction, Fraction], b: tuple[Fraction, Fraction]) -> Fraction:
+    """One lane of bfdot: c + (a_lo b_lo + a_hi b_hi), denormal operands flushed, each step rounded to odd."""
+    flush = lambda v: v if abs(v) >= FLT_MIN else Fraction(0)
+    products = [round_to_odd(flush(x) * flush(y)) for x, y in zip(a, b, strict=True)]
+    return round_to_odd(flush(c) + round_to_odd(products[0] + products[1]))
+
+
+class RoundToOddProbe:
+    """``check_lanes`` of bfdot, its masked form and bfmmla against ``bfdot_meaning`` lane by lane, on normal
+    bf16 values, denormal operands and sums, and products below the smallest normal; the probe reaches lanes
+    where rounding to odd or the flush differ from the reference's round to nearest."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n = 4 * ROUND_TO_ODD_VECTORS
+        scales = np.float32(2.0) ** rng.integers(-8, 9, 4 * n)
+        h = to_bf16(rng.standard_normal(4 * n).astype(np.float32) * scales)
+        for at in (0, 2 * n):         # lanes 0-7: products below the smallest normal
+            h[at:at + 16] = to_bf16(rng.uniform(1, 2, 16).astype(np.float32) * np.float32(2.0 ** -70))
+        h[16:20] = [0x0005, 0x8003, 0x0040, 0x007f]              # denormal operands
+        c = rng.standard_normal(n).astype(np.float32)
+        c[:8] = np.float32(2.0 ** -126) * np.array([1, -1, 3, 0.5, 0.25, -0.5, 1.5, 2], np.float32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(3 * n, np.float32)
+        a_words, b_words = h[:2 * n].view(np.int32), h[2 * n:].view(np.int32)
+        driver.call(driver.bind(ROUND_TO_ODD_PARAMS, dict(a=a_words, b=b_words, c=c, bits=bits, out=out)))
+        value = [Fraction(float(v)) for v in bf16_to_float32(h)]
+        a, b = value[:2 * n], value[2 * n:]
+        pair = lambda x, lane: (x[2 * lane], x[2 * lane + 1])
+        dot = [bfdot_meaning(Fraction(float(c[j])), pair(a, j), pair(b, j)) for j in range(n)]
+        block = [bfdot_meaning(bfdot_meaning(Fraction(float(c[j])), pair(a, j - j % 4 + j % 4 // 2 * 2),
+                                             pair(b, j - j % 4 + j % 2 * 2)),
+                               pair(a, j - j % 4 + j % 4 // 2 * 2 + 1), pair(b, j - j % 4 + j % 2 * 2 + 1))
+                 for j in range(n)]
+        mask = np.tile((bits >> np.arange(4)) & 1 == 1, ROUND_TO_ODD_VECTORS)
+        expected = np.concatenate([np.array(dot, np.float64), np.array(block, np.float64),
+                                   np.where(mask, np.array(dot, np.float64), c)]).astype(np.float32)
+        assert np.array_equal(out, expected), np.flatnonzero(out != expected)[:8]
+        nearest = (c.astype(np.float64) + (np.array(a[0::2], np.float64) * np.array(b[0::2], np.float64)
+                                           + np.array(a[1::2], np.float64) * np.array(b[1::2], np.float64)))
+        assert np.any(out[:n] != nearest.astype(np.float32))       # the probe tells the two roundings apart
+        assert np.any((out[:n] == 0) & (nearest != 0))                  # and reaches the flush
+
+
 PEAK_PARAMS = (KernelParam("n", "int64_t", const=True), KernelParam("out", "float"))
 PEAK_FEATURES = {"fmla": frozenset(INT_FEATURES), "usdot": frozenset(INT_FEATURES),
                  "sdot": frozenset({"asimddp"})}     # the features whose peak loops use each instruction
@@ -194,8 +279,8 @@ def peak_harness(name: str) -> tuple[str, object]:
     ``probe`` calling it for ``n[0]`` iterations, and its table."""
     dtype = "float32" if name == "fmla" else "int8"
     table, update, values, _ = profile.peak_kernels(PEAK_FEATURES[name])[dtype]
-    return (f"#define lo_peak lo_peak_{name}\n{peak_source(table, update, values)}\nvoid probe(const int64_t *n, float *out) "
-            f"{{ out[0] = lo_peak((long)n[0]); }}\n"), table
+    return (f"#define lo_peak lo_peak_{name}\n{peak_source(table, update, values)}\n"
+            f"void probe(const int64_t *n, float *out) {{ out[0] = lo_peak((long)n[0]); }}\n"), table
 
 
 class PeakLoopProbe:
@@ -224,7 +309,8 @@ def probes() -> dict[str, tuple]:
                  "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
                           bf16_tables.PARAMS),
                  "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
-                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS),
+                 "bfdot, bfmmla": (RoundToOddProbe, round_to_odd_harness(), NEON_BFDOT, ROUND_TO_ODD_PARAMS)}
     harnesses |= {f"peak {name}": (PeakLoopProbe(name), *peak_harness(name), PEAK_PARAMS)
                   for name in PEAK_FEATURES}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
@@ -236,7 +322,7 @@ def probes() -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals",
-                                   "peak fmla", "peak usdot", "peak sdot"])
+                                   "bfdot, bfmmla", "peak fmla", "peak usdot", "peak sdot"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -379,6 +465,37 @@ def test_random_schedules_of_every_family_quick(batch):
 def test_random_schedules_of_every_family(batch):
     """Two more runners of a random schedule of each family."""
     check_batch(batch)
+
+
+def check_bfdot(schedules: list[lo.Schedule]) -> None:
+    """The schedules' kernels on the opt-in ``neon_bfdot`` (one runner): each bf16 pair dot a ``bfdot``,
+    each kernel within the bf16 bound at bfdot's unit roundoff, 2^-23 (its sums round to odd), by
+    ``verify`` and against the reference."""
+    for schedule, kernel in zip(schedules, target("neon").compile_many(schedules, "neon_bfdot"), strict=True):
+        assert kernel.isa == "neon_bfdot" and kernel.sum_roundoff == 2.0 ** -23
+        assert "vbfdotq_f32" in kernel.source and "vbfmlal" not in kernel.source
+        assert "bfdot" in kernel.schedule.pseudocode("neon_bfdot")
+        check(schedule, "neon_bfdot", kernel=kernel)
+        assert verify(kernel)[0]
+
+
+def bfdot_batches(size: int):
+    """``size`` random bf16 pair-dot convs (OIHW16o2i; one group: with or without a register block), and
+    a grouped, strided one with asymmetric padding and a register block."""
+    grouped = conv_dot_schedule(lo.Conv2d(4, 6, 3, stride=(2, 1), padding=((1, 0), (0, 2)), groups=2, batch=2,
+                                          height=6, width=5, dtype="bfloat16"), True)
+    return st.lists(st.tuples(even_conv_ops(6), st.booleans()), min_size=size, max_size=size).map(
+        lambda drawn: [conv_dot_schedule(op, block and op.groups == 1) for op, block in drawn] + [grouped])
+
+
+@pytest.mark.parametrize("size, runners", [(1, 1), pytest.param(3, 2, marks=pytest.mark.slow)])
+def test_bfdot_kernels_verify_within_their_stated_bound(size, runners):
+    """``runners`` runners of ``size`` random bf16 pair-dot convs and a grouped one on bfdot."""
+    @settings(max_examples=runners, **HYPOTHESIS)
+    @given(bfdot_batches(size))
+    def run(batch):
+        check_bfdot(batch)
+    run()
 
 
 def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
