@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..ops import Op
     from ..schedule import Schedule
     from .core_costs import CoreCosts
+    from .kernel_counts import KernelCounts
     from .search import SearchRules
 
 
@@ -144,9 +145,10 @@ class Target(ABC):
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
 
-    def unmodelled(self, schedule: Schedule) -> str | None:
-        """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
-        ``schedule``'s kernel on this target (a kernel family of the target's own), or None: it does."""
+    def own_counts(self, schedule: Schedule, isa: str) -> KernelCounts | None:
+        """The kernel model's counts (``model.py``) of ``schedule``'s kernel on variant ``isa`` where it is
+        a kernel family of the target's own, which the counter of the table-driven SIMD nest does not
+        walk; None (the default): that counter counts it."""
         return None
 
     def timing_refusal(self) -> str | None:

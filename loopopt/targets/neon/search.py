@@ -1,6 +1,7 @@
 """NEON's search rules (``SearchRules``): register blocks of the output-stationary preset (an output
-block of positions x vectors of output channels in the 32 vector registers over the whole reduction),
-ranked first by a heuristic of the modelled core, then by the search's kernel model. On an AArch64
+block of positions x vectors of output channels in the 32 vector registers over the whole reduction) and
+of smmla/usmmla (quantized GEMMs and one-group convs), ranked first by a heuristic of the modelled core,
+then by the search's kernel model (which counts both kernels). On an AArch64
 machine ``lo.tune`` times them; under emulation it ranks them by the kernel model and verifies the
 best-ranked under the emulator, timing nothing (``tune/ranked.py``)."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, replace
 from ...dataflows import output_stationary
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
-from ..search import KERNEL, Candidate, SearchRules
+from ..search import Candidate, SearchRules
 from . import mmla
 from .isa import LANES, REGISTERS
 from .profile import CORE_COSTS, PROFILE
@@ -20,7 +21,7 @@ from .profile import CORE_COSTS, PROFILE
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors of 4 lanes
 MAX_PIXEL_BLOCK = 12           # output positions per register block at most
 FMA_LATENCY = 4                # cycles of a dependent fmla (Neoverse V1, modelled)
-MMLA = "mmla"                  # the family of smmla/usmmla candidates (priced by ``mmla_seconds``)
+MMLA = "mmla"                  # the knobs' kind of smmla/usmmla candidates (first priced by ``mmla_seconds``)
 MMLA_ROWS = 8                  # rows per mmla register block at most
 MMLA_COLUMN_PAIRS = 4          # column pairs per mmla register block at most
 EPILOGUE_INSTRUCTIONS = 8      # instructions of the epilogue pass per output (modelled)
@@ -96,7 +97,8 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
         limit = min(MAX_PIXEL_BLOCK, (REGISTERS - vectors - 1) // vectors, op.extent(pixel_dim(op)))
         blocks += [Knobs(pixel_block, channel_block) for pixel_block in range(1, limit + 1)]
     if mmla_applies(op):
-        pairs = range(1, -(-op.channels // 2) + 1)
+        per_group, grouped = op.channels // mmla.groups(op), mmla.groups(op) > 1
+        pairs = [c for c in range(1, -(-op.channels // 2) + 1) if not grouped or per_group % (2 * c) == 0]
         blocks += [MmlaKnobs(rows, 2 * columns) for columns in pairs[:MMLA_COLUMN_PAIRS]
                    for rows in range(2, min(MMLA_ROWS, op.extent(pixel_dim(op)) + 1) + 1, 2)
                    if rows // 2 * (columns + 1) + 1 <= REGISTERS]
@@ -104,10 +106,11 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
 
 
 def mmla_applies(op: Op) -> bool:
-    """A quantized GEMM or convolution of one group: smmla/usmmla apply (``mmla.py``)."""
+    """A quantized GEMM or convolution (grouped: an even number of output channels per group):
+    smmla/usmmla apply (``mmla.py``)."""
     taps = {w.tap_dim for w in op.windows}
-    return (op.quant is not None and getattr(op, "groups", 1) == 1
-            and op.reduction_dims == {op.reduction_channel_dim, *taps})
+    return (op.quant is not None and op.reduction_dims == {op.reduction_channel_dim, *taps}
+            and (mmla.groups(op) == 1 or op.channels // mmla.groups(op) % 2 == 0))
 
 
 def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
@@ -123,7 +126,8 @@ def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
 
 
 def mmla_seconds(candidate: Candidate) -> float:
-    """The time of an mmla candidate on the modelled core: per register block and step of 8 channels,
+    """A first guess of an mmla candidate's time on the modelled core (the kernel model, which counts
+    the kernel, ``targets/neon/counts.py``, reorders them): per register block and step of 8 channels,
     its smmla/usmmla (taken at the dot's rate: ``fma_per_cycle``, not measured) or its loads (two 8-byte
     rows per row pair, a 16-byte weight block per column pair), whichever takes longer; the stores of
     the int32 sums and the epilogue pass (about 8 instructions an output) through the front end."""
@@ -160,25 +164,16 @@ def heuristic_seconds(candidate: Candidate) -> float:
 
 
 class NeonSearch(SearchRules):
-    """Register blocks of the output-stationary preset, searched on NEON."""
-
-    families = (KERNEL, MMLA)
+    """Register blocks of the output-stationary preset and smmla/usmmla blocks, searched on NEON."""
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
         return candidates(op, threads)
 
-    def family(self, candidate: Candidate) -> str:
-        return MMLA if isinstance(candidate.knobs, MmlaKnobs) else KERNEL
-
-    def own_seconds(self, candidate: Candidate) -> float:
-        return mmla_seconds(candidate)
-
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        """The candidates by ``heuristic_seconds`` (ties: smaller blocks first); the search's kernel model
-        reorders them (``tune``)."""
-        priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", self.own_seconds(c) if
-                                                    self.family(c) == MMLA else heuristic_seconds(c)),))
-                  for c in candidates]
+        """The candidates by ``heuristic_seconds`` (mmla blocks: ``mmla_seconds``; ties: smaller blocks
+        first); the search's kernel model reorders them (``tune``)."""
+        first = lambda c: mmla_seconds(c) if isinstance(c.knobs, MmlaKnobs) else heuristic_seconds(c)
+        priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", first(c)),)) for c in candidates]
         return sorted(priced, key=lambda c: (c.figures["predicted_seconds"], c.knobs.pixel_block,
                                              c.knobs.channel_block))
 

@@ -20,11 +20,13 @@ from ..binary import NO_EPILOGUE as NO_BINARY_EPILOGUE
 from ..binary import BinaryKernel, generate_binary
 from ..binary import pseudocode as pseudocode_of_binary
 from ..core_costs import CoreCosts
+from ..kernel_counts import KernelCounts
 from ..lut import NO_EPILOGUE as NO_LUT_EPILOGUE
 from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
 from . import binary, mmla, toolchain
+from .counts import own_counts
 from .isa import BF16_DOT_FEATURES, BFDOT_NAME, BFDOT_ROUNDOFF, NAME, NEON, NEON_INT
 from .lut import LOOKUP
 from .profile import CORE_COSTS, core_peak, measured_peaks
@@ -171,14 +173,8 @@ class NeonTarget(Target):
     def core_costs(self, isa: str) -> CoreCosts | None:
         return CORE_COSTS
 
-    def unmodelled(self, schedule: Schedule) -> str | None:
-        if mmla.is_mmla(schedule):
-            return ("the kernel model does not count neon's smmla/usmmla kernels (targets/neon/mmla.py); "
-                    "lo.tune prices them with the neon search's own model (mmla_seconds)")
-        if is_table_lookup(schedule):
-            return (f"the kernel model does not count table-lookup kernels "
-                    f"({schedule.weight_format_mode}: targets/lut.py)")
-        return None
+    def own_counts(self, schedule: Schedule, isa: str) -> KernelCounts | None:
+        return own_counts(schedule)
 
     def timing_refusal(self) -> str | None:
         if toolchain.native():

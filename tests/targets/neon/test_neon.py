@@ -379,7 +379,8 @@ def binary_schedules(draw, op_strategy):
 def mmla_schedules(op_strategy):
     """Schedules of a quantized GEMM or conv drawn from ``op_strategy`` on smmla/usmmla (``mmla.preset``:
     weights in 2 column x 8 channel blocks, activation rows with their channels innermost), a register
-    block of 1 to 7 rows x 2 to 8 columns, one of the two outermost loops parallel or none."""
+    block of 1 to 7 rows x 2 to 8 columns (grouped: the largest even block in a group up to that), one of
+    the two outermost loops parallel or none."""
     @st.composite
     def draw_schedule(draw):
         s = mmla.preset(draw(op_strategy), draw(st.integers(1, 7)), 2 * draw(st.integers(1, 4)))
@@ -399,10 +400,12 @@ FAMILIES = {
     "bfloat16 conv": st.one_of(conv_schedules(6, "bfloat16"), even_conv_ops(6).flatmap(
         lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block)))),
     # int8 GEMMs on smmla (int8 activations) / usmmla (uint8): 2x2 output blocks, every QuantSpec, bit-exact
-    # and convs of one group (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros)
+    # and convs (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros; groups of an
+    # even number of output channels: a block in one group)
     "int8 mmla matmul or conv": mmla_schedules(st.one_of(matmul_ops(max_mn=9, max_k=40), st.sampled_from(
         [1, 2, 3]).flatmap(lambda spatial: conv_ops(max_hw=5, spatial=spatial, max_channels=12)).filter(
-        lambda op: op.groups == 1)).flatmap(lambda op: SPECS.map(op.with_quant))),
+        lambda op: op.groups == 1 or op.channels // op.groups % 2 == 0)).flatmap(
+        lambda op: SPECS.map(op.with_quant))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
@@ -595,8 +598,10 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
      r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
-    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, groups=2, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
-     r"takes a GEMM or a convolution of one group"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 12, 3, groups=2, height=5, width=5, quant=INT8)).layout("I", "NHWC")
+     .layout("W", "HWOI2o8i").tile(ow=2, k=4),
+     r"tile\(k=4\): a register block of a grouped convolution reads one group's activations, so its columns "
+     r"must divide the 6 output channels"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k"), r"tile\(i=R, j=C\)"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=2, j=3),
      r"tile\(j=3\): a weight block holds 2 columns"),
@@ -608,6 +613,24 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
         build().compile(target="neon")
+
+
+@pytest.mark.slow
+@settings(max_examples=1, **HYPOTHESIS)
+@given(spec=SPECS, rows=st.integers(1, 7))
+def test_grouped_convs_on_mmla_are_exact(spec, rows):
+    """smmla/usmmla on grouped convs (a register block in one group): strided, dilated, asymmetrically
+    padded, batch 2, 2 threads, a group's channels not a multiple of 8 and depthwise-like groups of 2
+    input channels; bit-exact."""
+    ops = [lo.Conv2d(6, 8, 3, groups=2, padding=1, stride=(2, 1), height=6, width=7, batch=2, quant=spec),
+           lo.Conv2d(12, 12, 3, groups=3, padding=((1, 0), (0, 2)), dilation=(1, 2), height=7, width=7,
+                     quant=spec),
+           lo.Conv2d(16, 16, 3, groups=8, padding=1, height=5, width=5, quant=spec)]
+    batch = [mmla.preset(op, rows, 4) for op in ops]
+    batch[2] = batch[2].parallel(batch[2].loop_names[1])
+    for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
+        check_quantized(schedule, ISA, threads=2 if schedule.parallel_loop else 1, kernel=kernel)
+        assert "mmlaq_s32" in kernel.source
 
 
 def test_the_mmla_instruction_follows_the_activations():
@@ -629,13 +652,29 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
-    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
+    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(binary_kernel)
-    with pytest.raises(ValueError, match=r"does not count neon's smmla/usmmla kernels"):
-        lo.kernel_model(mmla.preset(lo.Matmul(4, 6, 16, quant=INT8)), ISA)
-    lookup = lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1")
-    with pytest.raises(ValueError, match=r"does not count table-lookup kernels \(tl1"):
-        lo.kernel_model(lookup, ISA)
+
+
+BINARY = lo.QuantSpec("binary", True, True, "int32", "binary")
+
+
+@pytest.mark.parametrize("build, quant, products", [
+    (lambda op: mmla.preset(op, 4, 8), INT8, 32),                         # smmla/usmmla: 2x2 outputs x 8
+    (lambda op: lo.Schedule(op).weight_format("tl1"), TERNARY, 2 * 8),    # an int16 add of 8 entries of 2
+    (lambda op: lo.Schedule(op).weight_format("tl2"), TERNARY, 3 * 8),    # ... of 3 weights each
+    (lambda op: lo.Schedule(op), BINARY, 64 * 2),                          # a popcount update of 2 words
+])
+def test_the_kernel_model_counts_neons_own_families(build, quant, products):
+    """smmla/usmmla, TL1/TL2 lookups and binary kernels are counted (``targets/neon/counts.py``): on a GEMM
+    their blocks divide, each multiply-add instruction adds ``products`` of the op's products and none is
+    wasted; a ragged GEMM wastes lanes and costs more per product; both times are predicted."""
+    even, ragged = (build(lo.Matmul(m, n, k, quant=quant)) for m, n, k in ((8, 64, 192), (9, 65, 193)))
+    model, worse = (lo.kernel_model(s, ISA, traffic=False) for s in (even, ragged))
+    assert model.counts.total("fma") * products == even.op.macs
+    assert model.counts.useful_lanes == model.counts.issued_lanes
+    assert worse.counts.useful_lanes < worse.counts.issued_lanes
+    assert worse.predicted_seconds / ragged.op.macs > model.predicted_seconds / even.op.macs > 0
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
@@ -711,7 +750,7 @@ def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_timed_search_walks_both_families():
     """What ``lo.tune`` does natively (here without timing: made-up times): the guide prices the SIMD
-    blocks by the kernel model and the mmla blocks by the rules' own model, and the walk reaches both."""
+    blocks and the mmla blocks by the kernel model, and the walk reaches both."""
     rules = target("neon").search_rules()
     op = lo.Matmul(16, 24, 64, quant=INT8)
     walk = Walk(Guide(rules.rank(rules.candidates(op, ISA)), rules), BROAD, 0)
@@ -719,8 +758,8 @@ def test_the_timed_search_walks_both_families():
     for step in range(6):
         index, candidate = walk.next()
         walk.observe(index, 1e-6 * (1 + step))
-        families.add(rules.family(candidate))
-    assert families == {"kernel", "mmla"}
+        families.add(candidate.knobs.as_dict().get("kernel", "simd"))
+    assert families == {"simd", "mmla"}
 
 
 def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
@@ -733,10 +772,10 @@ def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
     assert {c.knobs.channel_block for c in space} == {4, 8, 12, 16}
     assert not rules.candidates(lo.Conv2d(8, 20, 3, height=3, width=3, batch=1), ISA, threads=64)
     gemm = rules.candidates(lo.Matmul(9, 13, 21, quant=INT8), ISA)
-    mmla_blocks = [c.knobs for c in gemm if rules.family(c) == "mmla"]
-    assert mmla_blocks and all(k.channel_block % 2 == 0 for k in mmla_blocks)
-    assert all(mmla.is_mmla(c.schedule) for c in gemm if rules.family(c) == "mmla")
-    assert all(rules.own_seconds(c) > 0 for c in gemm if rules.family(c) == "mmla")
+    mmla_blocks = [c for c in gemm if c.knobs.as_dict().get("kernel") == "mmla"]
+    assert mmla_blocks and all(c.knobs.channel_block % 2 == 0 for c in mmla_blocks)
+    assert all(mmla.is_mmla(c.schedule) for c in mmla_blocks)
+    assert all(lo.kernel_model(c.schedule, ISA, traffic=False).predicted_seconds > 0 for c in mmla_blocks)
     binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
     with pytest.raises(ValueError, match="no candidates for binary ops"):
         rules.candidates(binary, ISA)
