@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from ...dataflows import output_stationary
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
+from ..binary import BinaryKnobs, register_blocks
 from ..search import Candidate, SearchRules
-from . import mmla
+from . import binary, mmla
 from .isa import LANES, REGISTERS
 from .profile import CORE_COSTS, PROFILE
 
@@ -25,6 +26,8 @@ MMLA = "mmla"                  # the knobs' kind of smmla/usmmla candidates (fir
 MMLA_ROWS = 8                  # rows per mmla register block at most
 MMLA_COLUMN_PAIRS = 4          # column pairs per mmla register block at most
 EPILOGUE_INSTRUCTIONS = 8      # instructions of the epilogue pass per output (modelled)
+POPCOUNT_INSTRUCTIONS = 6      # a binary update: eor, cnt, 3 pairwise widening adds, the add
+WORD_BITS = 64
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,14 @@ def pixel_dim(op: Op) -> str:
 def candidates(op: Op, threads: int = 1) -> list[Candidate]:
     """Every register block of ``op`` whose accumulators, a weight vector each and a broadcast fit the
     32 registers, channel blocks of 1 to 4 vectors; with ``threads`` > 1 those with an outer loop to split.
-    ValueError for a binary op (its XNOR-popcount kernel is not searched on NEON yet)."""
+    A binary op: the XNOR + popcount kernel's register blocks (``binary.register_blocks``), on one thread
+    (ValueError for more)."""
     if op.quant is not None and op.quant.binary:
-        raise ValueError(f"the neon search has no candidates for binary ops yet ({op!r}): compile "
-                         f"lo.Schedule(op) with target='neon' (its default register block)")
+        if threads > 1:
+            raise ValueError(f"neon's binary kernels (XNOR + popcount) run on one thread: tune {op!r} with "
+                             f"threads=1")
+        return [Candidate(op, "neon", knobs) for knobs in register_blocks(
+            op, binary.VARIANT.lanes, REGISTERS, MAX_PIXEL_BLOCK, CHANNEL_VECTORS)]
     channels = sorted({min(m * LANES, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
     blocks = []
     for channel_block in channels:
@@ -147,6 +154,20 @@ def mmla_seconds(candidate: Candidate) -> float:
     return cycles / (PROFILE.clock_ghz * 1e9)
 
 
+def binary_seconds(candidate: Candidate) -> float:
+    """A first guess of a binary candidate's time on the modelled core: its popcount updates (2 uint64
+    lanes of 64 products, ``POPCOUNT_INSTRUCTIONS`` each) on the vector pipes, or its loads (a weight
+    vector per vector, a broadcast per position, each step) on the load pipes, whichever takes longer,
+    over the share of the channels the edge blocks use."""
+    op, knobs = candidate.op, candidate.knobs
+    r, v = knobs.pixel_block, knobs.channel_block // binary.VARIANT.lanes
+    per_update = max(POPCOUNT_INSTRUCTIONS / CORE_COSTS.vector_per_cycle,
+                     (r + v) / (r * v) / CORE_COSTS.loads_per_cycle)
+    in_group = op.channels // op.groups
+    used = in_group / (-(-in_group // knobs.channel_block) * knobs.channel_block)
+    return op.macs / (binary.VARIANT.lanes * WORD_BITS) * per_update / used / (PROFILE.clock_ghz * 1e9)
+
+
 def heuristic_seconds(candidate: Candidate) -> float:
     """A first guess of ``candidate``'s time on the modelled core: the op's multiply-adds at the peak,
     slowed where the block has fewer independent accumulators than the multiply-add pipes times their
@@ -172,7 +193,8 @@ class NeonSearch(SearchRules):
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The candidates by ``heuristic_seconds`` (mmla blocks: ``mmla_seconds``; ties: smaller blocks
         first); the search's kernel model reorders them (``tune``)."""
-        first = lambda c: mmla_seconds(c) if isinstance(c.knobs, MmlaKnobs) else heuristic_seconds(c)
+        guesses = {MmlaKnobs: mmla_seconds, BinaryKnobs: binary_seconds}
+        first = lambda c: guesses.get(type(c.knobs), heuristic_seconds)(c)
         priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", first(c)),)) for c in candidates]
         return sorted(priced, key=lambda c: (c.figures["predicted_seconds"], c.knobs.pixel_block,
                                              c.knobs.channel_block))
@@ -185,5 +207,6 @@ class NeonSearch(SearchRules):
 
     def describe(self, knobs: dict) -> str:
         split = f", {knobs['parallel']} split over threads" if knobs.get("parallel") else ""
-        kind = "smmla/usmmla" if knobs.get("kernel") == MMLA else "output stationary"
+        kinds = {MMLA: "smmla/usmmla", "binary": "XNOR + popcount"}
+        kind = kinds.get(knobs.get("kernel"), "output stationary")
         return f"{knobs['pixel_block']}x{knobs['channel_block']} register block ({kind}){split}"

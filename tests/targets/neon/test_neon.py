@@ -726,9 +726,13 @@ def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResul
 
 @pytest.mark.slow
 def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
+    """An fp32 conv, and a binary one (its XNOR + popcount blocks, counted by the kernel model)."""
     if toolchain.native():
         pytest.skip("native AArch64: lo.tune times neon kernels")
     check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 1, 1, tmp_path)
+    binary = lo.Conv2d(70, 10, 3, padding=1, groups=2, height=5, width=4, quant=BINARY)
+    binary = check_untimed_search(binary, 2, 1, tmp_path)
+    assert "XNOR + popcount" in binary.candidates[0].description
 
 
 @pytest.mark.slow
@@ -762,7 +766,7 @@ def test_the_timed_search_walks_both_families():
     assert families == {"simd", "mmla"}
 
 
-def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
+def test_the_neon_search_space_fits_the_registers_and_binary_blocks_run_on_one_thread():
     rules = target("neon").search_rules()
     op = lo.Conv2d(8, 20, 3, height=9, width=9)
     space = rules.candidates(op, ISA)
@@ -776,6 +780,11 @@ def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
     assert mmla_blocks and all(c.knobs.channel_block % 2 == 0 for c in mmla_blocks)
     assert all(mmla.is_mmla(c.schedule) for c in mmla_blocks)
     assert all(lo.kernel_model(c.schedule, ISA, traffic=False).predicted_seconds > 0 for c in mmla_blocks)
-    binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
-    with pytest.raises(ValueError, match="no candidates for binary ops"):
-        rules.candidates(binary, ISA)
+    binary = lo.Conv2d(64, 20, 3, height=6, width=5, quant=BINARY)
+    blocks = rules.candidates(binary, ISA)
+    vectors = [(c.knobs.pixel_block, c.knobs.channel_block // 2) for c in blocks]
+    assert blocks and all(r * v + v + 2 <= 32 for r, v in vectors)
+    assert {v for _, v in vectors} == {1, 2, 3, 4} and {r for r, _ in vectors} == {1, 2, 3}     # ow: 3
+    assert "XNOR + popcount" in rules.describe(blocks[0].knobs.as_dict())
+    with pytest.raises(ValueError, match="binary kernels .* run on one thread: tune .* with threads=1"):
+        rules.candidates(binary, ISA, threads=2)
