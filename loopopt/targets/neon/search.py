@@ -6,14 +6,17 @@ machine ``lo.tune`` times them; under emulation it ranks them by the kernel mode
 best-ranked under the emulator, timing nothing (``tune/ranked.py``)."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ...dataflows import output_stationary
+from ...dataflows import output_stationary, table_lookup
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
 from ..binary import BinaryKnobs, register_blocks
+from ..lut import MAX_ACCUMULATORS, lut_nest
+from ..lut_format import COLUMNS, FORMATS
 from ..search import Candidate, SearchRules
 from . import binary, mmla
 from .isa import LANES, REGISTERS
@@ -27,6 +30,9 @@ MMLA_ROWS = 8                  # rows per mmla register block at most
 MMLA_COLUMN_PAIRS = 4          # column pairs per mmla register block at most
 EPILOGUE_INSTRUCTIONS = 8      # instructions of the epilogue pass per output (modelled)
 POPCOUNT_INSTRUCTIONS = 6      # a binary update: eor, cnt, 3 pairwise widening adds, the add
+LOOKUP = "lookup"              # the knobs' kind of table-lookup candidates (tl1, tl2)
+LOOKUP_INSTRUCTIONS = 3        # per int16 add of 8 entries: its share of the tbl and zip, the add
+INT16_LANES = 8
 WORD_BITS = 64
 
 
@@ -65,6 +71,42 @@ class MmlaKnobs:
     def schedule(self, op: Op, isa: str) -> Schedule:
         schedule = mmla.preset(op, self.pixel_block, self.channel_block)
         return schedule.parallel(self.parallel) if self.parallel else schedule
+
+
+@dataclass(frozen=True)
+class LookupKnobs:
+    """A ternary op's table-lookup candidate (``targets/lut.py``, ``dataflows.table_lookup``): its weight
+    format and a register block of ``pixel_block`` output positions x ``channel_block`` output channels
+    (column blocks of 32, or all of them), on one thread."""
+
+    weight_format: str
+    pixel_block: int
+    channel_block: int
+
+    def as_dict(self) -> dict:
+        return {"kernel": LOOKUP, "weight_format": self.weight_format, "pixel_block": self.pixel_block,
+                "channel_block": self.channel_block}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return table_lookup(op, self.weight_format, self.pixel_block, self.channel_block)
+
+
+def lookup_blocks(op: Op) -> list[LookupKnobs]:
+    """The table-lookup blocks of a ternary op: in both formats, 1, 2 or 4 column blocks of 32 channels
+    below the channel count or all of them, times 1 to ``MAX_PIXEL_BLOCK`` positions, as many
+    accumulators (32 channels each) as the kernel holds; those whose schedule the kernel takes."""
+    channel_blocks = [m * COLUMNS for m in (1, 2, 4) if m * COLUMNS < op.channels] + [op.channels]
+    found = []
+    for fmt, channels in itertools.product(FORMATS, channel_blocks):
+        most = min(MAX_PIXEL_BLOCK, MAX_ACCUMULATORS // -(-channels // COLUMNS), op.extent(pixel_dim(op)))
+        for pixels in range(1, most + 1):
+            knobs = LookupKnobs(fmt, pixels, channels)
+            try:
+                lut_nest(knobs.schedule(op, "neon"))
+            except ScheduleError:
+                continue
+            found.append(knobs)
+    return found
 
 
 def parallel_loop(schedule: Schedule, threads: int) -> str | None:
@@ -109,6 +151,8 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
         blocks += [MmlaKnobs(rows, 2 * columns) for columns in pairs[:MMLA_COLUMN_PAIRS]
                    for rows in range(2, min(MMLA_ROWS, op.extent(pixel_dim(op)) + 1) + 1, 2)
                    if rows // 2 * (columns + 1) + 1 <= REGISTERS]
+    if op.quant is not None and op.quant.ternary and threads == 1:
+        blocks += lookup_blocks(op)
     return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads)) is not None]
 
 
@@ -168,6 +212,18 @@ def binary_seconds(candidate: Candidate) -> float:
     return op.macs / (binary.VARIANT.lanes * WORD_BITS) * per_update / used / (PROFILE.clock_ghz * 1e9)
 
 
+def lookup_seconds(candidate: Candidate) -> float:
+    """A first guess of a table-lookup candidate's time on the modelled core: its int16 adds of 8 table
+    entries (each a group's products; ``LOOKUP_INSTRUCTIONS`` with the lookups and zips, TL2 two more)
+    on the vector pipes, over the share of the column blocks' channels the op uses."""
+    op, knobs = candidate.op, candidate.knobs
+    fmt = FORMATS[knobs.weight_format]
+    instructions = LOOKUP_INSTRUCTIONS + (2 if fmt.signed else 0)
+    used = op.channels / (-(-op.channels // COLUMNS) * COLUMNS)
+    adds = op.macs / (fmt.group * INT16_LANES)
+    return adds * instructions / CORE_COSTS.vector_per_cycle / used / (PROFILE.clock_ghz * 1e9)
+
+
 def heuristic_seconds(candidate: Candidate) -> float:
     """A first guess of ``candidate``'s time on the modelled core: the op's multiply-adds at the peak,
     slowed where the block has fewer independent accumulators than the multiply-add pipes times their
@@ -193,7 +249,7 @@ class NeonSearch(SearchRules):
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The candidates by ``heuristic_seconds`` (mmla blocks: ``mmla_seconds``; ties: smaller blocks
         first); the search's kernel model reorders them (``tune``)."""
-        guesses = {MmlaKnobs: mmla_seconds, BinaryKnobs: binary_seconds}
+        guesses = {MmlaKnobs: mmla_seconds, BinaryKnobs: binary_seconds, LookupKnobs: lookup_seconds}
         first = lambda c: guesses.get(type(c.knobs), heuristic_seconds)(c)
         priced = [Candidate(c.op, c.isa, c.knobs, (("predicted_seconds", first(c)),)) for c in candidates]
         return sorted(priced, key=lambda c: (c.figures["predicted_seconds"], c.knobs.pixel_block,
@@ -207,6 +263,7 @@ class NeonSearch(SearchRules):
 
     def describe(self, knobs: dict) -> str:
         split = f", {knobs['parallel']} split over threads" if knobs.get("parallel") else ""
-        kinds = {MMLA: "smmla/usmmla", "binary": "XNOR + popcount"}
+        kinds = {MMLA: "smmla/usmmla", "binary": "XNOR + popcount", LOOKUP: f"{knobs.get('weight_format')} "
+                                                                             f"table lookup"}
         kind = kinds.get(knobs.get("kernel"), "output stationary")
         return f"{knobs['pixel_block']}x{knobs['channel_block']} register block ({kind}){split}"

@@ -766,7 +766,7 @@ def test_the_timed_search_walks_both_families():
     assert families == {"simd", "mmla"}
 
 
-def test_the_neon_search_space_fits_the_registers_and_binary_blocks_run_on_one_thread():
+def test_the_neon_search_space_fits_the_registers_with_binary_and_lookup_blocks_on_one_thread():
     rules = target("neon").search_rules()
     op = lo.Conv2d(8, 20, 3, height=9, width=9)
     space = rules.candidates(op, ISA)
@@ -788,3 +788,12 @@ def test_the_neon_search_space_fits_the_registers_and_binary_blocks_run_on_one_t
     assert "XNOR + popcount" in rules.describe(blocks[0].knobs.as_dict())
     with pytest.raises(ValueError, match="binary kernels .* run on one thread: tune .* with threads=1"):
         rules.candidates(binary, ISA, threads=2)
+    ternary = lo.Conv2d(16, 72, 3, padding=1, height=3, width=3, quant=TERNARY)
+    lookups = [c for c in rules.candidates(ternary, ISA) if c.knobs.as_dict().get("kernel") == "lookup"]
+    assert {(c.knobs.weight_format, c.knobs.channel_block) for c in lookups} == {
+        (fmt, channels) for fmt in ("tl1", "tl2") for channels in (32, 64, 72)}
+    assert all(c.schedule.weight_format_mode == c.knobs.weight_format for c in lookups)
+    assert all(lo.kernel_model(c.schedule, ISA, traffic=False).predicted_seconds > 0 for c in lookups[::5])
+    assert "tl2 table lookup" in rules.describe(lookups[-1].knobs.as_dict())
+    threaded = rules.candidates(ternary, ISA, threads=2)
+    assert threaded and not any(c.knobs.as_dict().get("kernel") == "lookup" for c in threaded)
