@@ -2,6 +2,9 @@
 under ``qemu-aarch64 -cpu max`` here (natively on an AArch64 machine). Skipped, with the reason, where
 the cross compiler or the emulator is missing (README: how to install them)."""
 import json
+import re
+import shlex
+import subprocess
 import warnings
 from fractions import Fraction
 from functools import cache
@@ -43,13 +46,14 @@ from loopopt.codegen.instr import (
     SIGNED_DOT_MEANINGS,
 )
 from loopopt.codegen.params import KernelParam, scalar, signature
+from loopopt.dataflows import output_stationary
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
 from loopopt.targets.neon import mmla, profile, toolchain
 from loopopt.targets.neon.isa import BFMMLA, INT_FEATURES, NEON, NEON_BF16, NEON_BFDOT, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
-from loopopt.targets.neon.target import function_drivers
+from loopopt.targets.neon.target import function_drivers, kernel_case
 from loopopt.targets.peak import CHAINS, peak_source
 from loopopt.tune import RankedResult
 from loopopt.tune.guide import Guide
@@ -631,6 +635,22 @@ def test_grouped_convs_on_mmla_are_exact(spec, rows):
     for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
         check_quantized(schedule, ISA, threads=2 if schedule.parallel_loop else 1, kernel=kernel)
         assert "mmlaq_s32" in kernel.source
+
+
+@pytest.mark.slow
+def test_register_blocks_multiply_by_lane():
+    """fmla by lane: the table multiplies a weight vector by a broadcast activation (``vfmaq_f32`` of
+    ``vdupq_n_f32``), and GCC issues it as ``fmla v.4s, v.4s, v.s[i]`` (each activation a lane of a
+    register, no dup): in the output-stationary conv2_x kernel the fmla by lane outnumber the
+    vector-by-vector ones more than 4 to 1."""
+    case, _ = kernel_case(output_stationary(lo.get_layer("resnet50.conv2_x")))
+    compiler = ["cc"] if toolchain.native() else shlex.split(toolchain.emulation().compiler)
+    flags = [flag for flag in (*toolchain.CROSS_FLAGS, *case.flags) if flag != "-static"]
+    done = subprocess.run([*compiler, *flags, "-S", "-o", "-", "-x", "c", "-"], input=case.source,
+                          capture_output=True, text=True, check=True)
+    by_lane = re.findall(r"\bfmla\s+v\d+\.4s,\s*v\d+\.4s,\s*v\d+\.s\[\d\]", done.stdout)
+    by_vector = re.findall(r"\bfmla\s+v\d+\.4s,\s*v\d+\.4s,\s*v\d+\.4s", done.stdout)
+    assert len(by_lane) >= 24 and len(by_lane) > 4 * len(by_vector), (len(by_lane), len(by_vector))
 
 
 def test_the_mmla_instruction_follows_the_activations():
