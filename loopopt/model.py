@@ -162,7 +162,11 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     associative LRU."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
-    counts = target_of_isa(isa).own_counts(schedule, isa)   # (loads the target that registers isa's tables)
+    chosen = target_of_isa(isa)         # (loads the target that registers isa's tables)
+    unmodelled = chosen.unmodelled(schedule)
+    if unmodelled:
+        raise ValueError(unmodelled)
+    counts = chosen.own_counts(schedule, isa)
     if counts is None and schedule.op.quant is not None and schedule.op.quant.binary:
         raise ValueError(f"the kernel model does not price binary (XNOR + popcount) kernels on {isa!r}; it "
                          f"prices float, bfloat16 and int8 SIMD nests (and what a target counts itself)")

@@ -145,6 +145,12 @@ class Target(ABC):
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
 
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        """Why the kernel model (``model.py``) does not price ``schedule``'s kernel on this target (a
+        family of its own that it neither counts itself nor lets the SIMD counter count: CUDA's GEMV), or
+        None: it does."""
+        return None
+
     def own_counts(self, schedule: Schedule, isa: str) -> KernelCounts | None:
         """The kernel model's counts (``model.py``) of ``schedule``'s kernel on variant ``isa`` where it is
         a kernel family of the target's own, which the counter of the table-driven SIMD nest does not
