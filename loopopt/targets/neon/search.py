@@ -19,7 +19,7 @@ from ..lut import MAX_ACCUMULATORS, lut_nest
 from ..lut_format import COLUMNS, FORMATS
 from ..search import Candidate, SearchRules
 from . import binary, mmla
-from .isa import LANES, REGISTERS
+from .isa import LANES, NAME, REGISTERS
 from .profile import CORE_COSTS, PROFILE
 
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors of 4 lanes
@@ -102,7 +102,7 @@ def lookup_blocks(op: Op) -> list[LookupKnobs]:
         for pixels in range(1, most + 1):
             knobs = LookupKnobs(fmt, pixels, channels)
             try:
-                lut_nest(knobs.schedule(op, "neon"))
+                lut_nest(knobs.schedule(op, NAME))
             except ScheduleError:
                 continue
             found.append(knobs)
@@ -128,16 +128,17 @@ def pixel_dim(op: Op) -> str:
     return [d for d in op.dim_names if d not in op.reduction_dims and d != op.channel_dim][-1]
 
 
-def candidates(op: Op, threads: int = 1) -> list[Candidate]:
-    """Every register block of ``op`` whose accumulators, a weight vector each and a broadcast fit the
-    32 registers, channel blocks of 1 to 4 vectors; with ``threads`` > 1 those with an outer loop to split.
+def candidates(op: Op, threads: int = 1, isa: str = NAME) -> list[Candidate]:
+    """Every register block of ``op`` on variant ``isa`` whose accumulators, a weight vector each and a
+    broadcast fit the 32 registers, channel blocks of 1 to 4 vectors; with ``threads`` > 1 those with an
+    outer loop to split.
     A binary op: the XNOR + popcount kernel's register blocks (``binary.register_blocks``), on one thread
     (ValueError for more)."""
     if op.quant is not None and op.quant.binary:
         if threads > 1:
             raise ValueError(f"neon's binary kernels (XNOR + popcount) run on one thread: tune {op!r} with "
                              f"threads=1")
-        return [Candidate(op, "neon", knobs) for knobs in register_blocks(
+        return [Candidate(op, isa, knobs) for knobs in register_blocks(
             op, binary.VARIANT.lanes, REGISTERS, MAX_PIXEL_BLOCK, CHANNEL_VECTORS)]
     channels = sorted({min(m * LANES, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
     blocks = []
@@ -153,7 +154,7 @@ def candidates(op: Op, threads: int = 1) -> list[Candidate]:
                    if rows // 2 * (columns + 1) + 1 <= REGISTERS]
     if op.quant is not None and op.quant.ternary and threads == 1:
         blocks += lookup_blocks(op)
-    return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads)) is not None]
+    return [candidate for knobs in blocks if (candidate := _on_threads(op, knobs, threads, isa)) is not None]
 
 
 def mmla_applies(op: Op) -> bool:
@@ -164,16 +165,16 @@ def mmla_applies(op: Op) -> bool:
             and (mmla.groups(op) == 1 or op.channels // mmla.groups(op) % 2 == 0))
 
 
-def _on_threads(op: Op, knobs, threads: int) -> Candidate | None:
-    """The candidate of ``knobs``, with the outermost output loop of enough iterations on ``threads``
-    threads (None where it has none)."""
+def _on_threads(op: Op, knobs, threads: int, isa: str) -> Candidate | None:
+    """The candidate of ``knobs`` on ``isa``, with the outermost output loop of enough iterations on
+    ``threads`` threads (None where it has none)."""
     if threads == 1:
-        return Candidate(op, "neon", knobs)
+        return Candidate(op, isa, knobs)
     try:
-        loop = parallel_loop(knobs.schedule(op, "neon"), threads)
+        loop = parallel_loop(knobs.schedule(op, isa), threads)
     except ScheduleError:
         return None
-    return None if loop is None else Candidate(op, "neon", replace(knobs, parallel=loop))
+    return None if loop is None else Candidate(op, isa, replace(knobs, parallel=loop))
 
 
 def mmla_seconds(candidate: Candidate) -> float:
@@ -244,7 +245,7 @@ class NeonSearch(SearchRules):
     """Register blocks of the output-stationary preset and smmla/usmmla blocks, searched on NEON."""
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
-        return candidates(op, threads)
+        return candidates(op, threads, isa)
 
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The candidates by ``heuristic_seconds`` (mmla blocks: ``mmla_seconds``; ties: smaller blocks
