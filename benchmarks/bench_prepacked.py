@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
-from bench_reuse import command_line, write_section  # noqa: E402
+from bench_reuse import command_line, publish  # noqa: E402
 from peers import LayerData, torch_fp32, torch_int8, torch_matmul  # noqa: E402
 
 import loopopt as lo  # noqa: E402
@@ -164,9 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         "| layer | schedule | loopopt scope | loopopt ms | loopopt kernel only ms | PyTorch ms | "
         "best PyTorch / loopopt | min ms (loopopt / PyTorch) | verified |\n"
         "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(lines)])
-    print(text)
-    if args.write:
-        write_section(text, SECTION)
+    publish(text, SECTION, args.write)
 
 
 if __name__ == "__main__":

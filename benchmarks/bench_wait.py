@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_layers import machine_text  # noqa: E402
 from bench_onnx import export  # noqa: E402
-from bench_reuse import command_line, write_section  # noqa: E402
+from bench_reuse import command_line, publish  # noqa: E402
 from runtimes import SETTLE, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         "`OMP_WAIT_POLICY=active` gives it back.",
         "| model | precision | loopopt | median ms | min ms | libgomp / row (median) | same output |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(lines)])
-    print(text)
-    if args.write:
-        write_section(text, SECTION)
+    publish(text, SECTION, args.write)
 
 
 if __name__ == "__main__":
