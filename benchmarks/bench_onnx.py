@@ -4,7 +4,8 @@
 format, DequantizeLinear -> Conv/MatMul -> QuantizeLinear groups), 1 and 2 threads. Per model: the
 summed time of its compute nodes on loopopt (the backend's default schedule, and tuned with
 --tune-trials) and on onnxruntime (each node or fused QDQ group alone), from loopopt.onnx.report; the
-whole model end to end (``rep.run`` against ``session.run``, alternating rounds); the
+whole model end to end (``rep.run`` against ``session.run``, each runtime in its own worker process
+with the same thread count, rounds interleaved by this one: ``runtimes.py``); the
 whole model's output through loopopt.onnx.backend (strict) against onnxruntime's; and for the int8
 models each quantized node's output against onnxruntime's on the same inputs, in steps of the output,
 with which of the two is exact (loopopt.onnx.exact) where they differ.
@@ -267,9 +268,9 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
         + (f"each distinct compute op tuned with {prepare_trials} trials into the log first, trials "
            "already logged taken from it" if prepare_trials else "the log's best schedules, no new trials")
         + "), against the same onnxruntime rounds.")
-    columns = ["model", "precision", "threads", "loopopt prepare s", "loopopt rep.run ms",
-               "onnxruntime session.run ms",
-               "ORT/loopopt", "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
+    columns = ["model", "precision", "threads (both)", "loopopt prepare s",
+               "loopopt rep.run ms (own process)", "onnxruntime session.run ms (own process)", "ORT/loopopt",
+               "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
     if tuned_log is not None:
         columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
     columns += ["nodes on onnx.reference", "output"]
@@ -374,7 +375,8 @@ def main(argv: list[str] | None = None) -> None:
          "for it and compares the outputs in steps of the output (LSB); where they differ it counts which "
          "one equals the exact integer reference (`loopopt.onnx.exact`: exact int32 accumulation, the "
          "real product with the stored scales rounded half to even, saturated)."),
-        "| model | precision | threads | whole model: loopopt rep.run ms | onnxruntime session.run ms | "
+        "| model | precision | threads (both) | whole model: loopopt rep.run ms (own process) | "
+        "onnxruntime session.run ms (own process) | "
         "ORT/loopopt | nodes | MFLOP | nodes' loopopt ran ms | nodes' loopopt tuned ms | "
         "nodes' onnxruntime ms | nodes' ORT/loopopt | output | int8 nodes vs onnxruntime |\n"
         + "|---" * 14 + "|\n"
