@@ -14,7 +14,8 @@ replays, per launch: no launch overhead, L2 warm); the peers both ways.
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
-every guard kind under each preset and split-K, verified once (the run to put under
+every guard kind under each preset and split-K (and ``gpu_wgmma`` with ``engine="tma"`` on two
+Matmul/Gemm ops), verified once (the run to put under
 ``compute-sanitizer``).
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, 
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
           lo.Matmul(300, 260, 200, dtype="float16"),
           lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
+TMA_CHECKS = [lo.Matmul(300, 260, 200, dtype="float16"),
+              lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16")]
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
@@ -48,6 +51,8 @@ LONG = {"block_n": 256, "warps_n": 8}                     # 128 x 256 tiles, 16 
 THIRDS = {"block_m": 192, "warps_m": 3, "warps_n": 4}     # 192 x 128 tiles: conv3_x N=32 in one wave
 GROUPS_TALL = {"block_m": 256, "block_n": 128, "warps_m": 4}   # wgmma: 4 warpgroups of 64 x 128
 GROUP_SMALL = {"block_m": 64, "block_n": 128, "warps_m": 1}    # wgmma: one warpgroup of 64 x 128
+THREE_GROUPS = {"block_m": 192, "warps_m": 3, "depth": 32, "stages": 7}   # wgmma: 3 warpgroups of 64 x 256
+TMA = {"engine": "tma"}           # wgmma's tiles copied by the tensor memory accelerator
 
 
 def half_op(case: str) -> lo.Op:
@@ -79,12 +84,18 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                                                       {"depth": 32, "stages": 8}, GROUPS_TALL,
                                                       GROUPS_TALL | {"depth": 32, "stages": 6},
                                                       {"block_n": 128},
-                                                      {"block_n": 128, "depth": 32}))]
+                                                      {"block_n": 128, "depth": 32})),
+                *(("gpu_wgmma", tiles | TMA) for tiles in ({}, {"depth": 32, "stages": 8},
+                                                             {"depth": 48, "stages": 6}, GROUPS_TALL,
+                                                             GROUPS_TALL | {"depth": 32, "stages": 6},
+                                                             THREE_GROUPS,
+                                                             THREE_GROUPS | {"depth": 64, "stages": 4}))]
     if case == "bert":
         return [("gpu_mma", {"split_k": 16}),
-                *(("gpu_wgmma", tiles | {"split_k": parts}) for tiles in ({}, {"block_n": 128}, GROUP_SMALL)
+                *(("gpu_wgmma", tiles | {"split_k": parts} | engine)
+                  for tiles in ({}, {"block_n": 128}, GROUP_SMALL)
                   for parts in sorted({1, filling_split(op, tiles, "gpu_wgmma"),
-                                       2 * filling_split(op, tiles, "gpu_wgmma")}))]
+                                       2 * filling_split(op, tiles, "gpu_wgmma")}) for engine in ({}, TMA))]
     if case.endswith(".n32"):
         return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2})),
@@ -214,6 +225,9 @@ def check() -> bool:
     small = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 48}
     runs = [(f"{op!r} {preset} {arguments}", make(op, **arguments)) for op in CHECKS
             for preset, make in TENSOR_PRESETS.items() for arguments in ({}, small, {"split_k": 3})]
+    runs += [(f"{op!r} gpu_wgmma {arguments}", TENSOR_PRESETS["gpu_wgmma"](op, **arguments))
+             for op in TMA_CHECKS
+             for arguments in (TMA, small | TMA, {"split_k": 3} | TMA, THREE_GROUPS | TMA)]
     build_all([schedule for _, schedule in runs])
     ok = True
     for what, schedule in runs:

@@ -31,11 +31,12 @@ def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
     return statistics.median(timed() for _ in range(repeats))
 
 
-def torch_graph_median(call: Callable[[], object], repeats: int = 20) -> float:
-    """``graph_median`` of a PyTorch call (a peer): captured with ``torch.cuda.graph``, timed with
-    PyTorch's events."""
+def torch_graph_median(call: Callable[[], object], repeats: int = 20,
+                       launches: int = device.GRAPH_LAUNCHES) -> float:
+    """``graph_median`` of a PyTorch call (a peer): ``launches`` calls captured with
+    ``torch.cuda.graph``, timed with PyTorch's events."""
     import torch
-    launches, stream = device.GRAPH_LAUNCHES, torch.cuda.Stream()
+    stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(3):          # cuDNN and cuBLAS choose and allocate outside the capture

@@ -477,7 +477,7 @@ def _matrix_dims(op: Op, preset: str) -> tuple[list[str], list[str]]:
 
 def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
              depth: int = 32, instruction: str | None = None, stages: int | None = None,
-             split_k: int = 1) -> Schedule:
+             split_k: int = 1, engine: str = "threads") -> Schedule:
     """A float16, bfloat16 or quantized op on tensor cores (``tensorize`` onto ``instruction``, by
     default the WMMA entry of its types, ``tensor_entry``) as an implicit GEMM: M the output dims the
     first input moves with (a conv's ``n, oh, ow``, fused; a Matmul's ``i``), N the other output dims
@@ -490,7 +490,8 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     im2col, zero at padding; a ring of ``stages`` buffers) and the fragments multiply them.
     ``split_k`` > 1: the steps (``kh, kw`` and the channel steps, fused) are shared out among that many
     blocks along ``block.z`` (``Schedule.split_k``), for shapes whose output tiles launch too few
-    blocks."""
+    blocks. ``engine``: who copies the tiles (``Schedule.stage``): the threads, or ``"tma"``, the tensor
+    memory accelerator (a wgmma ``instruction``'s 2-D operands)."""
     if split_k < 1:
         raise ScheduleError(f"gpu_wmma: split_k={split_k!r}; choose 1 (no split) or more blocks per tile")
     instruction = instruction or tensor_entry(op, wmma=True)
@@ -522,18 +523,19 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
         share = -(-schedule.loop(steps).extent // split_k)
         schedule = schedule.split(steps, share).split_k(f"{steps}_o")
         c_step = f"{steps}_i"
-    return schedule.stage(op.inputs[0], c_step, stages).stage(op.inputs[1], c_step, stages)
+    return (schedule.stage(op.inputs[0], c_step, stages, engine)
+            .stage(op.inputs[1], c_step, stages, engine))
 
 
 def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, warps_n: int = 4,
-            depth: int | None = None, stages: int = 4, split_k: int = 1) -> Schedule:
+            depth: int | None = None, stages: int = 4, split_k: int = 1, engine: str = "threads") -> Schedule:
     """``gpu_wmma`` on ``mma.sync`` (the entry of the op's types, ``tensor_entry``: ``m16n8k16`` for
     float16 and bfloat16, ``m16n8k32`` for int8 and uint8 x int8; ``ldmatrix`` from XOR-swizzled tiles
     without padding) with a four-buffer ring of staged tiles; ``depth`` by default two of the entry's
     ``k`` (32 halves or 64 bytes a row)."""
     instruction = tensor_entry(op)
     depth = depth or 2 * matrix_instruction(instruction, "gpu_mma").k
-    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k)
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k, engine)
 
 
 def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
@@ -546,17 +548,50 @@ def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
 
 
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
-              depth: int = 64, stages: int = 4, split_k: int = 1) -> Schedule:
+              depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads") -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
     64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
     need; both inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through
     matrix descriptors, the copies of the next ``stages - 2`` steps in flight while a step's products
-    run (``stages`` >= 3)."""
+    run (``stages`` >= 3). ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread
+    issuing a step's boxes, completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands;
+    refused for an im2col gather)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
     entry = wgmma_instruction(columns, block_n, warps_n)
-    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k)
+    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})
+
+
+# --- decode: GEMVs and small-M GEMMs streaming their weights ------------------------------------------
+
+VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kernels
+
+
+def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
+             weight_format: str | None = None) -> Schedule:
+    """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
+    (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
+    warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
+    the weights of one 16-byte load (float16 8, int8 16, i2_s 64), so that each output's weights stream
+    in 16-byte vectors over the warp's lanes. Ternary weights are stored as ``weight_format`` (default
+    ``"i2_s"``, 2 bits each; ``"int8"``: a byte each). ``warps`` and ``columns`` default to the fastest
+    of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
+    int8 weights, 8 x 4 for i2_s."""
+    schedule = Schedule(op)
+    ternary = op.quant is not None and op.quant.ternary
+    if ternary:
+        schedule = schedule.weight_format(weight_format or "i2_s")
+    elif weight_format is not None:
+        raise ScheduleError(f"weight_format={weight_format!r} stores ternary weights; {op!r} has none")
+    packed = schedule.weight_format_mode == "i2_s"
+    weights = 4 * VECTOR_BYTES if packed else VECTOR_BYTES // (1 if op.quant is not None else 2)
+    warps, columns = (max(1, int(given or default)) for given, default in
+                      ((warps, 8 if packed else 4), (columns, 4 if packed else 1)))
+    a, b = op.inputs
+    schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
+                .split("j", warps * columns).split("j_i", columns))
+    return schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")

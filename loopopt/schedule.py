@@ -117,6 +117,9 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
 MAX_PIPELINE_STAGES = 8        # buffers of a tensorized kernel's ring of staged tiles (``stage(stages=)``)
 PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run two steps ahead
+# Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
+# gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor)
+STAGE_ENGINES = ("threads", "tma")
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ class Schedule:
     stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
     tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
+    tma_staged: tuple[str, ...] = ()                # inputs staged by the tensor memory accelerator
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
@@ -530,7 +534,7 @@ class Schedule:
     def bind(self, loop: str, axis: str) -> "Schedule":
         """Run ``loop``'s iterations across a GPU axis (``block.x|y|z``: one block each,
         ``thread.x|y|z``: one thread of the block each, ``warp.x|y``: one warp of 32 threads each, for
-        ``tensorize``), on a GPU target. Refused for a loop that
+        ``tensorize`` or, without it, the cuda GEMV kernels), on a GPU target. Refused for a loop that
         carries the reduction (its iterations update the same outputs: threads would race), for an
         axis already taken, and where an axis's extent or the threads of a block exceed CUDA's
         limits (``AXIS_LIMITS``, ``MAX_THREADS_PER_BLOCK``)."""
@@ -547,18 +551,28 @@ class Schedule:
         self._refuse_race(step, loop, "GPU threads")
         return self._annotate(step, loop, axis=axis)
 
-    def stage(self, tensor: str, at: str, stages: Optional[int] = None) -> "Schedule":
+    def stage(self, tensor: str, at: str, stages: Optional[int] = None,
+              engine: str = "threads") -> "Schedule":
         """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
         ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
         by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
         ``at`` then come from there. ``stages`` (tensorized schedules, 2 to ``MAX_PIPELINE_STAGES``;
         3 when not given): the copies of one iteration of ``at`` go into a ring of that many buffers,
-        ``stages - 1`` iterations ahead of the products. Refused for a tensor that is not an input or
-        is staged already, stages at different loops or of different depths, a bound loop inside
-        ``at``, an index not affine in the loops inside (a fused loop there), and boxes over
+        ``stages - 1`` iterations ahead of the products. ``engine`` (``STAGE_ENGINES``): ``"threads"``
+        (``cp.async``) or ``"tma"``, the tensor memory accelerator (a ``wgmma`` kernel's operand that is
+        a 2-D tensor; the cuda target refuses it elsewhere with the reason). Refused for a tensor that
+        is not an input or is staged already, stages at different loops or of different depths, a bound
+        loop inside ``at``, an index not affine in the loops inside (a fused loop there), and boxes over
         ``MAX_SHARED_BYTES`` together."""
-        step = Step("stage", (tensor, at) + ((stages,) if stages is not None else ()))
+        if engine == "threads":
+            step = Step("stage", (tensor, at) + ((stages,) if stages is not None else ()))
+        else:
+            step = Step("stage", (), (("tensor", tensor), ("at", at))
+                        + ((("stages", stages),) if stages is not None else ()) + (("engine", engine),))
         self.loop(at, str(step))
+        if engine not in STAGE_ENGINES:
+            raise ScheduleError(f"{step}: engine={engine!r}; choose one of "
+                                f"{', '.join(map(repr, STAGE_ENGINES))}")
         if stages is not None and not 2 <= stages <= MAX_PIPELINE_STAGES:
             raise ScheduleError(f"{step}: stages={stages!r}; a ring has 2 to {MAX_PIPELINE_STAGES} buffers")
         if stages is not None and self.pipeline_stages not in (None, stages):
@@ -570,7 +584,8 @@ class Schedule:
         if any(staged == tensor for staged, _ in self.stages):
             raise ScheduleError(f"{step}: {tensor} is staged already")
         return self._with(step, stages=self.stages + ((tensor, at),),
-                          pipeline_stages=self.pipeline_stages if stages is None else stages)
+                          pipeline_stages=self.pipeline_stages if stages is None else stages,
+                          tma_staged=self.tma_staged + ((tensor,) if engine == "tma" else ()))
 
     def clip(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
         """Clip each output to ``[low, high]`` (after the bias, a Gemm's scales and the residual) in the

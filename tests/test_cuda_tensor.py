@@ -1,9 +1,10 @@
 """Tensor-core kernels of the cuda target without a GPU: float16 ops, the ``tensorize``, ``stage(stages=)``
 and ``split_k`` steps and their refusals, the ``gpu_wmma`` and ``gpu_mma`` presets' host emulation (the
 fragment operations' scalar meaning, through the swizzled tile layout; split-K shares added) against
-the reference over random ops, and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and
-16-byte ``LDGSTS`` in the SASS, ``REDG`` for split-K; skipped with the reason without nvcc or
-cuobjdump)."""
+the reference over random ops (``gpu_wgmma`` with ``engine="tma"`` too: the boxes, their swizzle and
+the barriers' byte counts), and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and 16-byte
+``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` without ``LDGSTS`` for TMA;
+skipped with the reason without nvcc or cuobjdump)."""
 import subprocess
 from dataclasses import replace
 
@@ -17,7 +18,7 @@ from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wgmma, gpu_wmma, wgmma_ins
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
-from loopopt.targets.cuda import toolchain
+from loopopt.targets.cuda import tma, toolchain
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
 from loopopt.targets.cuda.printer import print_kernel
@@ -69,6 +70,15 @@ def test_the_x86_target_refuses_float16_and_tensorized_schedules():
 
 # --- the tensorize step ---------------------------------------------------------------------------
 
+def _b_by_tma(op, b_layout: str = "NK") -> lo.Schedule:
+    """A Matmul on wgmma m64n64k16 whose A the threads copy and whose B TMA copies."""
+    return (lo.Schedule(op).split("i", 64).split("j", 64).split("k", 16)
+            .reorder("i_o", "j_o", "k_o", "i_i", "j_i", "k_i")
+            .tensorize("i_i", "j_i", "k_i", "wgmma_m64n64k16_f16_f32").bind("i_o", "block.x")
+            .bind("j_o", "block.y").layout("B", b_layout).stage("A", "k_o", 4)
+            .stage("B", "k_o", 4, engine="tma"))
+
+
 def _tiles(op=HALF_MATMUL) -> lo.Schedule:
     return lo.Schedule(op).split("i", 16).split("j", 16).split("k", 16).reorder(
         "i_o", "j_o", "k_o", "i_i", "j_i", "k_i")
@@ -113,7 +123,7 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", WMMA),
      r"a tensorized kernel reads both inputs from shared memory: stage A and B"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).bind("i_o", "block.x").bind("j_o", "warp.x"),
-     r"loop 'j_o' is bound to a warp axis, which only a tensorized schedule"),
+     r"multiplies float32; the cuda GEMV kernels \(a loop bound to a warp axis without tensorize\)"),
     (lambda: gpu_wmma(lo.Matmul(256, 256, 64, dtype="float16"), block_m=256, block_n=256, warps_m=1,
                       warps_n=1, depth=64),
      r"a tensorized block needs \d+ bytes of shared memory \(3 buffers .* at most 232448"),
@@ -133,6 +143,25 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"split_k\('k_o'\) needs a tensorized schedule"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "thread.x").stage("A", "k", stages=2),
      r"stage\(..., stages=2\) needs a tensorized schedule"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "thread.x").stage("A", "k", engine="tma"),
+     r"stage\(A, ..., engine='tma'\) needs a tensorized schedule"),
+    (lambda: gpu_wgmma(HALF_CONV, engine="tma"),
+     r"stage\('I', engine='tma'\): TMA copies boxes of a 2-D tensor stored row by row with the reduction "
+     r"channel 'c' contiguous; I is stored NHWC at \[n, \(\(2\*oh \+ 2\*kh\) - 1\), .*\(a layout with 'c' "
+     r"last would do; an im2col gather keeps engine='threads'\)"),
+    (lambda: _b_by_tma(HALF_MATMUL, "KN"), r"B is stored KN at \[k, j\] \(a layout with 'k' last would do"),
+    (lambda: gpu_wgmma(lo.Matmul(37, 45, 13, dtype="float16"), engine="tma"),
+     r"stage\('A', engine='tma'\): TMA needs each row of A on 16 bytes; its rows are 13 elements \(26 "
+     r"bytes\): pad them to a multiple of 8"),
+    (lambda: gpu_wmma(HALF_MATMUL, engine="tma"),
+     r"stage\('A', engine='tma'\) fills the tiles that wgmma's descriptors read; wmma_m16n16k16_f16_f32 "
+     r"loads its tiles through the threads"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40, dtype="float16")).split("i", 64).split("j", 64)
+     .split("k", 24).split("k_i", 16).reorder("i_o", "j_o", "k_o", "k_i_o", "i_i", "j_i", "k_i_i")
+     .bind("i_o", "block.x").bind("j_o", "block.y")
+     .tensorize("i_i", "j_i", "k_i_i", "wgmma_m64n64k16_f16_f32")
+     .stage("A", "k_o", 3, "tma").stage("B", "k_o", 3),
+     r"the guard .*k_i_o.* skips columns inside a tile, which TMA copies whole"),
 ])
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
@@ -144,6 +173,8 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.split_k("k_o").split_k("k_o"), r"loop 'k_o' is already bound to block.z"),
     (lambda s: s.bind("i_o", "block.z").split_k("k_o"), r"block.z is already bound to loop 'i_o'"),
     (lambda s: s.stage("A", "k_o", stages=9), r"stages=9; a ring has 2 to 8 buffers"),
+    (lambda s: s.stage("A", "k_o", engine="dma"),
+     r"stage\(tensor='A', at='k_o', engine='dma'\): engine='dma'; choose one of 'threads', 'tma'"),
     (lambda s: s.stage("A", "k_o", stages=2).stage("B", "k_o", stages=3),
      r"the tensors staged already have stages=2; stage every input with the same depth"),
     (lambda s: gpu_mma(HALF_MATMUL, split_k=0), r"gpu_wmma: split_k=0; choose 1"),
@@ -198,6 +229,9 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
     schedule = gpu_mma(HALF_MATMUL, **SMALL_TILES, split_k=2)
     again = schedule_from_toml(to_toml(schedule), HALF_MATMUL)
     assert again.tensorized == schedule.tensorized and again.stages == schedule.stages
+    boxes = gpu_wgmma(HALF_MATMUL, stages=5, engine="tma")
+    assert "stage(tensor='A', at='k_o', stages=5, engine='tma')" in [str(step) for step in boxes.steps]
+    assert schedule_from_toml(to_toml(boxes), HALF_MATMUL).tma_staged == ("A", "B")
     assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
     clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
     assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
@@ -270,6 +304,9 @@ _WGMMA_RESIDUAL = ("wgmma small residual", lambda op: gpu_wgmma(op, **SMALL_TILE
 _WGMMA_SPLIT = ("wgmma small split_k=2", lambda op: gpu_wgmma(op, **SMALL_TILES, split_k=2))
 _WGMMA_TALL = ("wgmma tall relu", lambda op: gpu_wgmma(op, block_m=128, block_n=128, warps_m=1, warps_n=2,
                                                        depth=48, stages=3).clip(low=0.0))
+_WGMMA_TMA = ("wgmma tma three groups residual", lambda op: gpu_wgmma(op, block_m=192, warps_m=3, depth=32,
+                                                                      stages=5, engine="tma").add_residual())
+_WGMMA_B_BY_TMA = ("wgmma B by tma, A by threads", lambda op: _b_by_tma(op))
 _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
 
 
@@ -282,7 +319,8 @@ _GEMM = lo.Gemm(30, 20, 7, alpha=0.5, beta=2.0, dtype="float16")
                                     (HALF_CONV, _MMA_SPLIT, False), (HALF_CONV, _WMMA_RELU, False),
                                     (HALF_MATMUL, _WMMA_RELU, False), (_GEMM, _WMMA_RELU, False),
                                     (HALF_CONV, _WMMA_RESIDUAL, True), (_GEMM, _MMA_RESIDUAL, False),
-                                    (HALF_CONV, _WGMMA_RESIDUAL, False)]])
+                                    (HALF_CONV, _WGMMA_RESIDUAL, False), (HALF_MATMUL, _WGMMA_TMA, False),
+                                    (HALF_MATMUL, _WGMMA_B_BY_TMA, False)]])
 def test_the_tensor_presets_emulated_match_the_reference(op, make):
     largest, excess = _emulated_error(make(op))
     assert excess <= 0, largest
@@ -308,6 +346,41 @@ test_random_convs_emulated, test_random_convs_emulated_full = tiers(
 test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
     _check_emulated, 2, 6, st.one_of(matmul_ops(max_mn=40, max_k=50, batched=False, dtype="float16"),
                                       gemm_ops(max_mn=40, max_k=50, dtype="float16")), TILES)
+
+
+TMA_TILES = st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 3},
+                             {"block_m": 192, "warps_m": 3, "depth": 32, "stages": 4},
+                             {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16}])
+
+
+def _check_tma_emulated(op, tiles):
+    """A Matmul or Gemm whose reduction rows take 16 bytes or a multiple is copied by TMA boxes; the
+    others are refused with the row's size."""
+    if op.extent(op.reduction_channel_dim) % 8:
+        with pytest.raises(ScheduleError, match=r"TMA needs each row of [AB] on 16 bytes"):
+            print_kernel(gpu_wgmma(op, **tiles, engine="tma"))
+        return
+    largest, excess = _emulated_error(gpu_wgmma(op, **tiles, engine="tma"), seed=3)
+    assert excess <= 0, largest
+
+
+_ROWS_OF_16_BYTES = st.one_of(matmul_ops(max_mn=70, max_k=64, batched=False, dtype="float16"),
+                              gemm_ops(max_mn=40, max_k=64, dtype="float16")).filter(
+    lambda op: op.extent(op.reduction_channel_dim) % 8 == 0 or op.extent(op.reduction_channel_dim) == 13)
+test_random_matmuls_emulated_with_tma, test_random_matmuls_emulated_with_tma_full = tiers(
+    _check_tma_emulated, 1, 3, _ROWS_OF_16_BYTES, TMA_TILES)
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma, "SWIZZLE_BYTES", 64), id="64-byte swizzle"),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma.TmaOperand, "box_bytes", 1000),
+                 id="bytes expected", marks=pytest.mark.slow)])
+def test_the_tma_emulation_fails_a_box_the_descriptors_do_not_read(monkeypatch, mutate):
+    """Boxes swizzled otherwise than wgmma's descriptors read them, or a barrier expecting other bytes
+    than its boxes bring (the GPU would hang: here the step's buffer turns NaN), miss the reference."""
+    mutate(monkeypatch)
+    largest, excess = _emulated_error(gpu_wgmma(HALF_MATMUL, engine="tma"))
+    assert not excess <= 0.1, largest
 
 
 def _wrong_stride(entry):
@@ -355,8 +428,10 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
     (lambda: gpu_mma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HMMA.16816.F32", "LDSM.16.M88.4"]),
     (lambda: gpu_wmma(lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, batch=1, dtype="float16"),
                       split_k=4), ["HMMA.16816.F32", "REDG.E.ADD.F32"]),
-    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HGMMA.64x256x16.F32"])],
-    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma"])
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HGMMA.64x256x16.F32"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), engine="tma"),
+     ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"])],
+    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
@@ -368,7 +443,7 @@ def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(s
                     "the SASS is unchecked")
     sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
                           text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
-    assert "LDGSTS.E.BYPASS.128" in sass
+    assert ("LDGSTS" in sass) != ("UTMALDG.2D" in expected)       # the threads' copies, or TMA's
     assert all(instruction in sass for instruction in expected), expected
     assert "LDL" not in sass and "STL" not in sass
 
@@ -388,4 +463,6 @@ def test_the_pseudocode_of_a_tensorized_schedule_names_its_staged_tiles():
     schedule = gpu_mma(HALF_CONV, **SMALL_TILES)
     text = schedule.pseudocode("sm_90")       # the preset stages 4 buffers
     assert "stage I's tile in shared memory (gathered as a matrix operand, 4-buffer ring)" in text
+    assert ("stage B's tile in shared memory (copied as 2-D boxes by TMA, 4-buffer ring)"
+            in gpu_wgmma(HALF_MATMUL, engine="tma").pseudocode("sm_90"))
     assert str(schedule) == text      # a GPU schedule prints as the cuda target's, not the host's

@@ -82,9 +82,12 @@ def dim_depths(schedule: Schedule) -> dict[str, int]:
 
 def _stage_note(schedule: Schedule, tensor: str, at: str) -> str:
     """What ``stage(tensor, at)`` copies: a box of the tensor, or (tensorized schedules) the operand's
-    tile of the matrix product, gathered element by element through a ring of buffers."""
+    tile of the matrix product, gathered element by element (or copied as boxes by TMA) through a
+    ring of buffers."""
     if schedule.tensorized:
-        return (f"stage {tensor}'s tile in shared memory (gathered as a matrix operand, "
+        tma = tensor in schedule.tma_staged
+        how = "copied as 2-D boxes by TMA" if tma else "gathered as a matrix operand"
+        return (f"stage {tensor}'s tile in shared memory ({how}, "
                 f"{schedule.pipeline_stages or PIPELINE_STAGES}-buffer ring)")
     return f"stage {tensor} in shared memory ({' x '.join(map(str, schedule.staged_box(tensor, at).sizes))})"
 

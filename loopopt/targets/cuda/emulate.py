@@ -14,7 +14,8 @@ from ...codegen.instr import SCALAR
 from ...codegen.quantized import QUANT_FLAGS
 from ...kernel import Buffers, Kernel, cffi_driver
 from ...schedule import Schedule
-from . import quantized
+from . import gemv, quantized
+from .gemv import PackedWeights
 from .printer import HOST, print_kernel
 
 HOST_ISA = SCALAR       # scalar C: no vector instructions, as each GPU thread runs it
@@ -25,12 +26,20 @@ class EmulatedQuantizedKernel(Kernel):
     (``kernel(xq, wq, b, x_zero_point=..., ...)``)."""
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
-        return self.bind(quantized.call_values(self, arrays, params))
+        return self.bind(self.call_values(arrays, params))
+
+    def call_values(self, arrays: tuple, params: dict[str, Any]) -> dict[str, Any]:
+        """The values of one call by parameter name (``quantized.call_values``)."""
+        return quantized.call_values(self, arrays, params)
 
     def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
         return self.output(buffers)
+
+
+class EmulatedGemvKernel(PackedWeights, EmulatedQuantizedKernel):
+    """The host emulation of a quantized GEMV kernel (``gemv.py``): i2_s weights packed as on the GPU."""
 
 
 def emulate(schedule: Schedule) -> Kernel:
@@ -39,5 +48,6 @@ def emulate(schedule: Schedule) -> Kernel:
     generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, HOST_ISA, {},
                           False)
     if schedule.op.quant is not None:   # requantization as quant.py rounds: no contracted multiply-add
-        return EmulatedQuantizedKernel(schedule, generated, cffi_driver(generated, QUANT_FLAGS))
+        kind = EmulatedGemvKernel if gemv.takes(schedule) else EmulatedQuantizedKernel
+        return kind(schedule, generated, cffi_driver(generated, QUANT_FLAGS))
     return Kernel(schedule, generated, cffi_driver(generated, HOST_ISA.compile_flags))

@@ -15,6 +15,7 @@ from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
 from . import device, quantized
 from .driver import CudaDriver
+from .gemv import PackedWeights
 from .printer import CudaSource
 from .toolchain import Build
 
@@ -125,10 +126,19 @@ class QuantizedCudaKernel(CudaKernel):
 
     def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
         cp = device.cupy()
-        values = quantized.call_values(self, arrays, params)
+        values = self.call_values(arrays, params)
         return self.bind({n: cp.asarray(v) if isinstance(v, np.ndarray) else v for n, v in values.items()})
+
+    def call_values(self, arrays: tuple, params: dict[str, Any]) -> dict[str, Any]:
+        """The host values of one call by parameter name (``quantized.call_values``)."""
+        return quantized.call_values(self, arrays, params)
 
     def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
         return self.output(buffers)
+
+
+class GemvQuantizedCudaKernel(PackedWeights, QuantizedCudaKernel):
+    """A quantized op's kernel of the GEMV family (``gemv.py``): its weights i2_s-packed where the
+    schedule says so."""

@@ -74,7 +74,8 @@ class CudaSource:
 
 def check_schedule(schedule: Schedule) -> None:
     """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16, bfloat16 and
-    quantized ops: tensorized), no CPU annotations, warp axes only with ``tensorize``."""
+    quantized ops: tensorized), no CPU annotations (a warp axis without ``tensorize`` is the GEMV
+    family's, ``gemv.py``)."""
     op = schedule.op
     if op.quant is not None or op.dtype != "float32":
         if not schedule.tensorized:
@@ -86,14 +87,12 @@ def check_schedule(schedule: Schedule) -> None:
                                          (f"stage(..., stages={schedule.pipeline_stages})",
                                           schedule.pipeline_stages is not None),
                                          (f"clip: {schedule.epilogue}", schedule.epilogue),
+                                         (f"stage({', '.join(schedule.tma_staged)}, ..., engine='tma')",
+                                          schedule.tma_staged),
                                          ("add_residual()", schedule.residual)) if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
                             f"one buffer, bind loops over outputs only and store plain sums")
-    warps = [loop.name for loop in schedule.bound_loops if loop.axis.startswith("warp.")]
-    if warps and not schedule.tensorized:
-        raise ScheduleError(f"loop {warps[0]!r} is bound to a warp axis, which only a tensorized schedule "
-                            f"(tensorize) has; bind it to a thread axis")
     for loop in schedule.loops:
         if loop.vectorized or loop.parallel:
             kind = "vectorized" if loop.vectorized else "parallel"
@@ -110,6 +109,9 @@ def launch_shape(schedule: Schedule) -> tuple[tuple[int, int, int], tuple[int, i
 
 def print_kernel(schedule: Schedule, syntax: Syntax = CUDA) -> CudaSource:
     """The kernel of ``schedule`` in ``syntax`` (ScheduleError where the target cannot run it)."""
+    from . import gemv  # the GEMV family builds on this module's names
+    if gemv.takes(schedule):
+        return gemv.print_gemv(schedule, syntax)
     check_schedule(schedule)
     if schedule.tensorized:
         from .tensor_printer import TensorPrinter  # it builds on this module's names

@@ -51,7 +51,7 @@ def parameters(op: Op) -> tuple[KernelParam, ...]:
     """Every parameter of the kernel, in order: ``tensors(op)`` then the per-channel arrays and the
     zero points."""
     spec = op.quant
-    types = {op.inputs[0]: C_TYPES[spec.activation], op.inputs[1]: C_TYPES[spec.weight],
+    types = {op.inputs[0]: C_TYPES[spec.activation], op.inputs[1]: C_TYPES[spec.weight_dtype.name],
              op.output: C_TYPES[spec.output], op.bias_tensor: "float"}
     params = [KernelParam(t, types[t], const=t != op.output) for t in tensors(op)]
     params.append(KernelParam("lo_comp", "int32_t", const=True))

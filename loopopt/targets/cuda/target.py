@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 from ...codegen import Generated
 from ...codegen.instr import SCALAR
+from ...codegen.pseudocode import header
 from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
 from ..search import SearchRules
-from . import device, toolchain
+from . import device, gemv, toolchain
 from .instructions import MatrixInstruction, instruction
-from .kernel import CudaKernel, QuantizedCudaKernel
+from .kernel import CudaKernel, GemvQuantizedCudaKernel, QuantizedCudaKernel
 from .printer import print_kernel
 
 ARCHS = ("sm_90", "sm_89", "sm_86", "sm_80", "sm_75")     # built with -gencode=arch=compute_N,code=sm_N
@@ -74,10 +75,23 @@ class CudaTarget(Target):
         build = toolchain.build(printed.source, build_arch(schedule, arch))
         generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR,
                               {}, False)
-        kind = QuantizedCudaKernel if schedule.op.quant is not None else CudaKernel
+        kind = CudaKernel if schedule.op.quant is None else (
+            GemvQuantizedCudaKernel if gemv.takes(schedule) else QuantizedCudaKernel)
         kernel = kind(schedule, generated, printed, build, arch)
         kernel.target = self
         return kernel
+
+    def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
+        """The GEMV family's own nest (``gemv.pseudocode``), else the schedule's nest."""
+        if gemv.takes(schedule):
+            return "\n".join(header(schedule) + gemv.pseudocode(schedule))
+        return super().pseudocode(schedule, isa)
+
+    def unmodelled(self, schedule: Schedule) -> str | None:
+        if gemv.takes(schedule):
+            return ("the kernel model does not count the cuda GEMV kernels (targets/cuda/gemv.py: lanes "
+                    "over 16-byte weight vectors, a shuffle butterfly)")
+        return None
 
     def peak(self, isa: str, dtype: str) -> float:
         """The device's peak (G flops/s, int8: G ops/s): FP32 FFMA for float32, dense tensor cores for

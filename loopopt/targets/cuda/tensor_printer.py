@@ -21,7 +21,9 @@ instruction's ``LO_TILE`` says (padded rows for WMMA, 32-byte-swizzled rows for 
 element with zero where a guard excludes it. Consecutive ``k`` of 16 bytes (8 halves, 16 int8) that lie
 contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp.async``
 (``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
-warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled).
+warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled). An input staged with
+``engine="tma"`` is copied instead by the tensor memory accelerator, one box a tile, one thread issuing
+a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
@@ -54,7 +56,7 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
-from . import quantized
+from . import quantized, tma
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -148,6 +150,14 @@ class TensorPrinter:
                                 f"tiles of {self.tile_elements[self.a]} + {self.tile_elements[self.b]} "
                                 f"elements of {self.ins.element_bytes} bytes); "
                                 f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
+        # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
+        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t])
+                    for t in self.s.tma_staged}
+
+    @property
+    def threads_staged(self) -> list[str]:
+        """The inputs the block's threads copy (``cp.async``)."""
+        return [t for t in self.op.inputs if t not in self.s.tma_staged]
 
     @cached_property
     def reads(self) -> dict[str, frozenset[str]]:
@@ -173,9 +183,15 @@ class TensorPrinter:
         return sum(self.tiles[t] * self.tile_elements[t] for t in self.op.inputs)
 
     @property
+    def barrier_offset(self) -> int:
+        """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
+        after the tiles and the epilogue's scratch."""
+        return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
+                      self.warp_count * self.ins.fragment_elements * 4) // 8) * 8
+
+    @property
     def smem_bytes(self) -> int:
-        return max(self.pipeline * self.ins.element_bytes * self.step_elements,
-                   self.warp_count * self.ins.fragment_elements * 4)
+        return self.barrier_offset + (8 * self.pipeline if self.s.tma_staged else 0)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
@@ -239,9 +255,37 @@ class TensorPrinter:
         self.emit(depth, "{")
         self.emit(depth + 1, f"const {self.int_type} lo_step = {step};")
         self._define(depth + 1, self.flat, "lo_step")
-        for tensor in self.op.inputs:
+        for tensor in self.threads_staged:
             self._copy_tensor(depth + 1, tensor)
+        if self.tma:
+            self._issue_boxes(depth + 1)
         self.emit(depth, "}")
+
+    def _issue_boxes(self, depth: int) -> None:
+        """The TMA-staged inputs' tiles of step ``lo_step``: one thread expects their bytes on the step's
+        barrier and issues one box a tile."""
+        device = self.syntax.device
+        if device:
+            self.emit(depth, "if (lo_thread == 0) {")
+            depth += 1
+        barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
+        total = sum(self.tiles[t] * self.tma[t].box_bytes for t in self.tma)
+        self.emit(depth, f"lo_expect({barrier}, {total});")
+        for tensor, box in self.tma.items():
+            self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
+            self.emit(depth, cprint.for_loop("int", "lo_t", self.tiles[tensor]) + " {")
+            self._define(depth + 1, self.tile_loops(tensor), "lo_t")
+            dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
+                   f"{self.tile_elements[tensor]}")
+            coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
+            if device:
+                self.emit(depth + 1, f"lo_tma_2d({dst}, &{box.map_name}, {coordinates}, {barrier});")
+            else:
+                self.emit(depth + 1, f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {coordinates}, "
+                                     f"{box.box_rows}, {box.box_cols}, {barrier});")
+            self.emit(depth, "}")
+        if device:
+            self.emit(depth - 1, "}")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         rows, group = self.rows[tensor], self.group
@@ -421,9 +465,11 @@ class TensorPrinter:
                                  const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
-        params = ", ".join(p.declaration() if not p.pointer else
-                           f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
-                           for p in self.params)
+        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.tma.values()
+                if self.syntax.device]
+        params = ", ".join([p.declaration() if not p.pointer else
+                            f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
+                            for p in self.params] + maps)
         threads = math.prod(self.block)
         # a block whose threads could want more than the SM's registers (255 each): ptxas keeps to
         # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
@@ -475,6 +521,15 @@ class TensorPrinter:
                 self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
             depth = len(self.blocks) + 1
         self.emit(depth, f"{half} *lo_smem_h = {'(' + half + ' *) lo_smem' if device else 'lo_smem_host'};")
+        if self.tma and device:     # a barrier a buffer, its phase flipping each round of the ring
+            self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
+                             f"(lo_smem + {self.barrier_offset});")
+            self.emit(depth, f"if (lo_thread == 0) lo_barriers_init(lo_bar, {self.pipeline});")
+            self.emit(depth, "__syncthreads();")
+        elif self.tma:
+            self.emit(depth, f"long lo_tx[{self.pipeline}] = {{0}};   /* bytes a barrier awaits */")
+            for box in self.tma.values():
+                self.emit(depth, box.host_map())
         count = self.accumulators * (1 if device else self.warp_count)
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
@@ -484,17 +539,25 @@ class TensorPrinter:
         # copies run ahead of the products: into the buffer the step before read, or, where the
         # products run behind the threads (async), the one two steps before (whose group retired)
         ahead = self.pipeline - (2 if self.ins.asynchronous else 1)
+        commit = device and bool(self.threads_staged)
         for first in range(min(ahead, steps)):      # copy group g holds pipeline step g
             self._copy(depth, str(first))
-            if device:
+            if commit:
                 self.emit(depth, "__pipeline_commit();")
-        for _ in range(ahead - min(ahead, steps)) if device else ():
+        for _ in range(ahead - min(ahead, steps)) if commit else ():
             self.emit(depth, "__pipeline_commit();")
         self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
         body = depth + 1
+        if self.tma:     # step lo_r's boxes are in: the phase (lo_r / buffers) of its buffer's barrier
+            wait = (f"lo_wait(lo_bar + lo_r % {self.pipeline}, (unsigned) (lo_r / {self.pipeline}) & 1u);"
+                    if device
+                    else f"lo_wait(lo_tx + lo_r % {self.pipeline}, {self._buffer(self.a, 'lo_r')}, "
+                         f"{self.step_elements});")
+            self.emit(body, wait)
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
-            self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
-            if code.publish:
+            if commit:
+                self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
+            if code.publish and self.threads_staged:    # the threads' copies, visible to the tensor cores
                 self.emit(body, code.publish)
             self.emit(body, "__syncthreads();")
         if not self.ins.asynchronous:
@@ -527,16 +590,17 @@ class TensorPrinter:
         before = "step lo_r - 2 read (its group retired)" if self.ins.asynchronous else "step lo_r - 1 read"
         self.emit(depth, f"if (lo_r + {ahead} < {steps})   /* into the buffer {before} */")
         self._copy(depth + 1, f"lo_r + {ahead}")
-        if self.syntax.device:
+        if self.syntax.device and self.threads_staged:
             self.emit(depth, "__pipeline_commit();")
 
     def _macros(self) -> list[str]:
         if self.syntax.device:
-            return [self.ins.header, self.ins.tile,
+            return [self.ins.header, *([tma.DEVICE] if self.tma else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []), self.ins.tile,
+        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
+                *([tma.HOST] if self.tma else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
@@ -572,11 +636,13 @@ class TensorPrinter:
             zero = (f"    {{ cudaError_t lo_e = cudaMemsetAsync({self.op.output}, 0, "
                     f"{4 * self.output_elements}, (cudaStream_t) lo_stream); if (lo_e != cudaSuccess) "
                     f"return (int) lo_e; }}   /* split_k: the shares are added to zero */")
-            parts += [f'extern "C" {head}', "{",
+            maps = [tma.ENCODER, *(box.encode() for box in self.tma.values())] if self.tma else []
+            casts = ", ".join([casts, *(box.map_name for box in self.tma.values())])
+            parts += [*([tma.LAUNCHER] if self.tma else []), f'extern "C" {head}', "{",
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
-                      *([zero] if self.s.split_k_loop else []),
+                      *([zero] if self.s.split_k_loop else []), *maps,
                       f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",

@@ -50,12 +50,17 @@ class Build:
 
 def _wheel_nvcc() -> Path | None:
     """nvcc of the pip wheels (``nvidia/cu*/bin/nvcc`` in any ``nvidia`` package folder)."""
+    found = [folder / "nvcc" for folder in _wheel_bins() if (folder / "nvcc").is_file()]
+    return found[-1] if found else None
+
+
+def _wheel_bins() -> list[Path]:
+    """The ``nvidia/cu*/bin`` folders of the pip wheels (nvcc's, cuobjdump's, nvdisasm's)."""
     try:
         import nvidia
     except ImportError:
-        return None
-    found = sorted(p for root in nvidia.__path__ for p in Path(root).glob("cu*/bin/nvcc"))
-    return found[-1] if found else None
+        return []
+    return sorted(p for root in nvidia.__path__ for p in Path(root).glob("cu*/bin"))
 
 
 @cache
@@ -77,8 +82,7 @@ def nvcc() -> Path:
 
 def tool(name: str) -> Path | None:
     """A CUDA tool (``cuobjdump``, ``nvdisasm``) beside nvcc, in the pip wheels or on PATH; None if none."""
-    wheel = _wheel_nvcc()
-    folders = [nvcc().parent] + ([wheel.parent] if wheel else [])
+    folders = [nvcc().parent] + _wheel_bins()
     found = next((folder / name for folder in folders if (folder / name).is_file()), None)
     return found or (Path(shutil.which(name)) if shutil.which(name) else None)
 

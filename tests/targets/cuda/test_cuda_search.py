@@ -24,6 +24,7 @@ from loopopt.targets.cuda.search import (
     MAX_THREADS,
     STATIC_SHARED,
     CudaSearch,
+    boxed,
     simt_shared,
     tensor_shared,
 )
@@ -152,3 +153,14 @@ def test_a_gpu_search_verifies_and_logs_its_trials(op, tmp_path):
         trials = logged.trials(op, result.isa, 1, machine=target("cuda").fingerprint())
     assert len(trials) == 8 and device.name() in trials[0].fingerprint
     assert best_trial(op, log, isa=result.isa).timing.min == result.timing.min
+
+
+def test_a_matmuls_wgmma_candidates_copy_by_tma_first_and_a_convs_by_threads():
+    """TMA copies a Matmul's 2-D operands (first among the model's equals: measured faster), not a
+    conv's im2col nor rows of 13 halves."""
+    ranked = _ranked(BIG_GEMM)
+    assert {c.knobs.engine for c in ranked if c.knobs.preset == "gpu_wgmma"} == {"tma", "threads"}
+    assert ranked[0].knobs.engine == "tma" and RULES.describe(ranked[0].knobs.as_dict()).endswith(", TMA")
+    assert ranked[0].schedule.tma_staged == ("A", "B")
+    assert {c.knobs.engine for c in _ranked(CONV2_X_N1)} == {"threads"}
+    assert not boxed(lo.Matmul(30, 20, 13, dtype="float16"))

@@ -1,0 +1,166 @@
+"""Low-bit decode on the GPU: the cuda target's GEMV kernels (``dataflows.gpu_gemv``,
+``targets/cuda/gemv.py``) at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008, 11008 -> 4096, and an
+8-row GEMM) with float16, int8 and ternary i2_s weights (int8 activations, float32 output,
+per-channel scales), next to loopopt's tensor-core path on the same float16 GEMV (``gpu_mma`` with
+split-K: what the GEMM kernels do on one row) and cuBLAS's float16 GEMV through PyTorch
+(``torch.nn.functional.linear``, weights N x K) in the same run.
+
+Each loopopt kernel is verified by ``lo.measure`` (the float16 ones against float64 products, the
+integer ones against quant.py's exact reference). Three times each, median, per call:
+
+* ``cold``: CUDA events around one launch with the L2 overwritten first (``device.elapsed``): the
+  weights come from HBM, the launch's own latency included;
+* ``graph``: 20 launches on the same buffers replayed in a CUDA graph (``lo.measure(graph=True)``):
+  back to back, the weights in the L2 when they fit (60 MB);
+* ``stream``: launches over ``copies`` sets of buffers in rotation, together four times the L2,
+  replayed in one CUDA graph: back to back with the weights from HBM (each set is evicted before its
+  turn comes again): the weight streaming rate without the launch gaps.
+
+Weight bandwidth is the weights' bytes over the time, against the device-to-device copy rate measured
+in the same run (bytes read + written). ``python benchmarks/bench_cuda_decode.py [--only ...]
+[--json PATH]``; ``--check``: small odd-shaped kernels of every kind verified once (the run to put
+under ``compute-sanitizer``). The whole run takes about four minutes on an H200 (the kernels of a case
+are built in parallel first).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from cuda_bench import events_median, main, markdown
+
+import loopopt as lo
+from loopopt.dataflows import gpu_gemv, gpu_mma
+from loopopt.measure import verify
+from loopopt.quant_reference import random_call
+from loopopt.targets.cuda import device
+
+SHAPES = {"4096x4096": (1, 4096, 4096), "4096to11008": (1, 11008, 4096), "11008to4096": (1, 4096, 11008),
+          "m8.4096x4096": (8, 4096, 4096)}
+INT8 = lo.QuantSpec(activation="int8", output="float32")
+TERNARY = lo.QuantSpec(activation="int8", output="float32", weight="ternary")
+VARIANTS = ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 2}, {"warps": 8, "columns": 4})
+L2_COPIES = 4             # the rotating buffer sets hold this many times the L2
+CASES = list(SHAPES)
+CHECKS = [lo.Matmul(1, 37, 100, dtype="float16"), lo.Matmul(3, 45, 203, dtype="float16"),
+          lo.Matmul(1, 37, 200, quant=TERNARY), lo.Matmul(5, 29, 77, quant=lo.QuantSpec(weight="ternary")),
+          lo.Matmul(2, 33, 130, quant=lo.QuantSpec(activation="uint8", output="uint8")),
+          lo.Matmul(1, 19, 70, quant=INT8)]
+
+
+def copy_rate() -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB (read + written), events median."""
+    import torch
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    return 2 * a.numel() / events_median(lambda: b.copy_(a), repeats=20, warmup=3)
+
+
+def rotated_median(make_run: Callable[[int], Callable[[], object]], copies: int, repeats: int = 10) -> float:
+    """Seconds per launch of ``copies`` launches, each ``make_run(r)`` on its own buffers, captured in
+    one CUDA graph and replayed (``device.graph_timer``), median of ``repeats`` replays."""
+    runs = [make_run(r) for r in range(copies)]
+    turn = iter(range(10**9))
+    timed = device.graph_timer(lambda: runs[next(turn) % copies](), launches=copies)
+    return statistics.median(timed() for _ in range(repeats))
+
+
+def copies_for(weight_bytes: int) -> int:
+    """Buffer sets whose weights together fill ``L2_COPIES`` times the L2."""
+    l2 = device.cupy().cuda.runtime.deviceGetAttribute(device.cupy().cuda.runtime.cudaDevAttrL2CacheSize, 0)
+    return max(2, -(-L2_COPIES * l2 // weight_bytes))
+
+
+def compiled(schedules: list[lo.Schedule]) -> list:
+    """The kernels of ``schedules``, built in parallel (nvcc on every core)."""
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        return list(pool.map(lambda s: s.compile(target="cuda"), schedules))
+
+
+def loopopt_row(case: str, label: str, kernel, rate: float) -> dict:
+    """One loopopt kernel: verified and timed three ways (the module docstring)."""
+    cold = lo.measure(kernel, budget=0.2)
+    graph = lo.measure(kernel, budget=0.2, verify_output=False, graph=True)
+    weights = kernel.tensor_bytes(kernel.op.inputs[1])
+    args, params = random_call(kernel.op) if kernel.op.quant is not None else (
+        [kernel.op.random_inputs(seed=1)[t] for t in kernel.op.call_tensors], {})
+    first = kernel.prepare(*args, **params)
+    cp = device.cupy()
+    sets = [first] + [kernel.bind({n: v.copy() if isinstance(v, cp.ndarray) else v
+                                   for n, v in first.arrays.items()}) for _ in range(copies_for(weights) - 1)]
+    stream = rotated_median(lambda r: (lambda: kernel.run(sets[r])), len(sets))
+    return row(case, label, weights, cold.median, graph.median, stream, rate, cold.verified,
+               cold.relative_error, kernel.build.registers)
+
+
+def row(case, label, weights, cold, graph, stream, rate, verified, error, registers="-") -> dict:
+    return {"case": case, "kernel": label, "weight_bytes": weights, "cold_us": cold * 1e6,
+            "graph_us": graph * 1e6, "stream_us": stream * 1e6,
+            "stream_percent_of_copy": weights / stream / rate * 100,
+            "cold_percent_of_copy": weights / cold / rate * 100, "verified": verified,
+            "relative_error": error, "registers": registers}
+
+
+def cublas_row(case: str, m: int, n: int, k: int, rate: float) -> dict:
+    """cuBLAS's float16 GEMV / GEMM through ``torch.nn.functional.linear`` (weights N x K)."""
+    import torch
+    from cuda_bench import torch_graph_median
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    weights = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies_for(2 * n * k))]
+    cold = events_median(lambda: torch.nn.functional.linear(x, weights[0]))
+    graph = torch_graph_median(lambda: torch.nn.functional.linear(x, weights[0]))
+    turn = iter(range(10**9))
+    stream = torch_graph_median(lambda: torch.nn.functional.linear(x, weights[next(turn) % len(weights)]),
+                                launches=len(weights))
+    return row(case, "cuBLAS float16 (torch linear)", 2 * n * k, cold, graph, stream, rate, True, 0.0)
+
+
+def bench(names: list[str]) -> list[dict]:
+    rate = copy_rate()
+    print(f"device-to-device copy: {rate / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for case in names:
+        m, n, k = SHAPES[case]
+        half = lo.Matmul(m, n, k, dtype="float16")
+        rows.append(cublas_row(case, m, n, k, rate))
+        print(rows[-1], flush=True)
+        candidates = [(f"float16 GEMV {v}", gpu_gemv(half, **v)) for v in VARIANTS]
+        candidates.append(("float16 tensor cores (gpu_mma, 64 x 64 blocks, split-K 8)",
+                           gpu_mma(half, block_m=64, block_n=64, warps_m=1, warps_n=2, split_k=8)))
+        candidates += [(f"int8 GEMV {v}", gpu_gemv(lo.Matmul(m, n, k, quant=INT8), **v)) for v in VARIANTS]
+        candidates += [(f"ternary i2_s GEMV {v}", gpu_gemv(lo.Matmul(m, n, k, quant=TERNARY), **v))
+                       for v in VARIANTS]
+        for (label, _), kernel in zip(candidates, compiled([s for _, s in candidates]), strict=True):
+            rows.append(loopopt_row(case, label, kernel, rate))
+            print(rows[-1], flush=True)
+    rows.append({"case": "copy", "kernel": "device-to-device copy", "rate_tb_s": rate / 1e12,
+                 "verified": True})
+    return rows
+
+
+def check() -> bool:
+    """Every CHECKS op under two GEMV shapes, verified once."""
+    knobs = ({"warps": 2, "columns": 3}, {"warps": 4, "columns": 1})
+    cases = [(op, v) for op in CHECKS for v in knobs]
+    ok = True
+    for (op, v), kernel in zip(cases, compiled([gpu_gemv(op, **v) for op, v in cases]), strict=True):
+        good, error = verify(kernel, seed=5)
+        ok &= good
+        print(f"{op!r} {v}: {'verified' if good else 'WRONG'} (max error {error:.2e})", flush=True)
+    return ok
+
+
+def table(rows: list[dict]) -> str:
+    header = ["case", "kernel", "weight MB", "cold us", "graph us", "stream us", "stream % of copy",
+              "cold % of copy", "verified", "regs"]
+    return markdown(header, [[r["case"], r["kernel"], f"{r['weight_bytes'] / 1e6:.2f}",
+                              *(f"{r[f'{scope}_us']:.2f}" for scope in ("cold", "graph", "stream")),
+                              f"{r['stream_percent_of_copy']:.0f}", f"{r['cold_percent_of_copy']:.0f}",
+                              "yes" if r["verified"] else "NO", r["registers"]]
+                             for r in rows if "weight_bytes" in r])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(__doc__, CASES, bench, table, check))

@@ -1,0 +1,501 @@
+"""The cuda target's GEMV family: decode-shaped matrix products (``Matmul`` of at most ``MAX_ROWS``
+rows: a GEMV or a small-M GEMM) that stream their weights once, in 16-byte loads, dequantized in
+registers: float16 weights (float32 sums), int8 weights and ternary weights (stored one byte each, or
+2 bits each in the CPU's ``i2_s`` format, ``codegen/ternary.py``), with the CPU kernels' exact
+integer arithmetic and epilogue (``quantized.py``, ``quant.py``).
+
+A schedule is taken (``takes``) when it binds a loop over outputs to a ``warp.*`` axis without
+``tensorize``: one warp per ``columns`` consecutive outputs ``j``. ``dataflows.gpu_gemv`` builds it:
+
+* ``j`` split into a loop bound to ``block.x`` (``warps`` warps a block), one bound to ``warp.x`` and
+  the ``columns`` a warp holds (optional);
+* the rows ``i`` (all of them in each warp's registers) and the reduction ``k``, unsplit and unbound:
+  the kernel spreads ``k`` over the warp's 32 lanes itself, in vectors of 16 bytes of weights (as
+  the table-lookup kernels vectorize their 32 channels themselves), and sums the lanes' partial
+  sums with a butterfly of ``__shfl_xor_sync`` (the same order on every lane);
+* the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v`` the weights in 16 bytes (float16
+  8, int8 16, i2_s 64): each output's weights and each row's activations start on a 16-byte
+  boundary and the reduction's tail is zero-padded in both, so no load needs a guard;
+* ternary weights: ``weight_format("i2_s")`` (16 bytes: 64 weights, a byte holding the elements
+  ``i, i + 16, i + 32, i + 48`` of its block as codes ``w + 1``) or ``"int8"``.
+
+Each lane of a warp sums the products of the 16-byte vectors ``lane, lane + 32, ...`` of its
+``columns`` outputs' weights with the matching activations of every row: float16 in float32 FMAs,
+int8 with ``dp4a`` (signed weights by int8 or uint8 activations), i2_s as the codes' ``dp4a`` with
+the activations less the activations' sum (``sum x (w + 1) - sum x``), exact in int32. The
+quantized epilogue is ``quantized.store``'s (``lo_comp``: minus the activations' zero point times
+the channel's weight sum, plus an integer bias; scales; requantization). The host emulation
+(``printer.HOST``) runs the same lane function for each lane of each warp and the butterfly over
+arrays, so CI checks the kernel's indexing, unpacking, tails and epilogue bit for bit.
+
+Refused with the reason: more than ``MAX_ROWS`` rows, a batched ``Matmul``, a ``Gemm`` or another op,
+float32 or bfloat16 operands, uint8 or asymmetric weights, other layouts, splits of ``i`` or
+``k``, and steps beyond layout, split, reorder, bind and weight_format.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...codegen.params import KernelParam, storage_elements
+from ...codegen.ternary import pack_i2s, packed_bytes
+from ...expr import linear_terms
+from ...quant import TERNARY
+from ...schedule import Schedule, ScheduleError
+from . import quantized
+from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
+
+MAX_ROWS = 8              # rows (M) a warp keeps in registers
+WARP = 32
+VECTOR_BYTES = 16         # one weight load
+STEPS = ("layout", "split", "reorder", "bind", "weight_format")
+UNROLL = 4                # vectors of the lane loop unrolled: their loads in flight together
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a 16-byte vector of weights is multiplied: ``weights`` per vector, the activations' 16-byte
+    vectors per weight vector (``x_vectors``), the sums' C type, and the device and host C of
+    ``lo_dot(w, x, acc)`` (and of the helpers it needs)."""
+
+    name: str
+    weights: int
+    x_vectors: int
+    sum_type: str
+    dot: str
+
+
+_F16_DOT = """\
+LO_DEVICE float lo_dot(const lo_v16 w, const lo_v16 *x, float acc)
+{
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x[0].x, x[0].y, x[0].z, x[0].w};
+    LO_UNROLL
+    for (int q = 0; q < 4; ++q) {
+        const float2 a = lo_halves(ws[q]), b = lo_halves(xs[q]);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+    }
+    return acc;
+}
+"""
+_I8_DOT = """\
+LO_DEVICE int lo_dot(const lo_v16 w, const lo_v16 *x, int acc)
+{
+    acc = LO_DOT4((int) w.x, x[0].x, acc);
+    acc = LO_DOT4((int) w.y, x[0].y, acc);
+    acc = LO_DOT4((int) w.z, x[0].z, acc);
+    return LO_DOT4((int) w.w, x[0].w, acc);
+}
+"""
+# i2_s: byte b of the 16 holds the codes of elements b, b + 16, b + 32, b + 48 at bits 0, 2, 4, 6, so
+# field f of word q is the codes of elements 16 f + 4 q .. + 3, which activation vector f holds in word q
+_I2S_DOT = """\
+LO_DEVICE int lo_dot(const lo_v16 w, const lo_v16 *x, int acc)
+{
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    LO_UNROLL
+    for (int f = 0; f < 4; ++f) {
+        const uint32_t xs[4] = {x[f].x, x[f].y, x[f].z, x[f].w};
+        LO_UNROLL
+        for (int q = 0; q < 4; ++q)
+            acc = LO_DOT4((int) ((ws[q] >> (2 * f)) & 0x03030303u), xs[q], acc);
+    }
+    return acc;
+}
+
+/* the sum of the 64 activations of x[0..3] added to s (the codes are w + 1) */
+LO_DEVICE int lo_xsum(const lo_v16 *x, int s)
+{
+    LO_UNROLL
+    for (int f = 0; f < 4; ++f) {
+        s = LO_DOT4(0x01010101, x[f].x, s);
+        s = LO_DOT4(0x01010101, x[f].y, s);
+        s = LO_DOT4(0x01010101, x[f].z, s);
+        s = LO_DOT4(0x01010101, x[f].w, s);
+    }
+    return s;
+}
+"""
+KINDS = {"float16": Kind("float16", 8, 1, "float", _F16_DOT),
+         "int8": Kind("int8", 16, 1, "int", _I8_DOT),
+         "i2_s": Kind("i2_s", 64, 4, "int", _I2S_DOT)}
+
+# what each syntax defines for the lane code: a 16-byte vector and its load, the dp4a of signed weight
+# bytes by int8 (ss) or uint8 (su) activation bytes, two halves as floats
+_DEVICE_PRELUDE = """\
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#define LO_DEVICE static __device__ __forceinline__
+#define LO_UNROLL _Pragma("unroll")
+typedef uint4 lo_v16;
+LO_DEVICE lo_v16 lo_load(const void *p) { return __ldg((const uint4 *) p); }
+LO_DEVICE int lo_dot4_ss(int a, uint32_t b, int c) { return __dp4a(a, (int) b, c); }
+LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c)
+{
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+LO_DEVICE float2 lo_halves(uint32_t u) { return __half22float2(*(const __half2 *) &u); }
+"""
+_HOST_PRELUDE = """\
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#define LO_DEVICE static inline
+#define LO_UNROLL _Pragma("GCC unroll 4")
+typedef struct { uint32_t x, y, z, w; } lo_v16;
+typedef struct { float x, y; } float2;
+LO_DEVICE lo_v16 lo_load(const void *p) { lo_v16 v; memcpy(&v, p, sizeof v); return v; }
+LO_DEVICE int lo_dot4(int a, uint32_t b, int c, int b_signed)
+{
+    uint32_t sum = (uint32_t) c;          /* int32 wraps, as dp4a's */
+    for (int e = 0; e < 4; ++e) {
+        const int wa = (int8_t) (a >> (8 * e)), xb = (int) ((b >> (8 * e)) & 255u);
+        sum += (uint32_t) (wa * (b_signed ? (int) (int8_t) xb : xb));
+    }
+    return (int) sum;
+}
+LO_DEVICE int lo_dot4_ss(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 1); }
+LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 0); }
+LO_DEVICE float lo_half(uint32_t h)    /* IEEE half bits as float, exactly */
+{
+    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 31u, mantissa = h & 1023u;
+    float value = exponent == 0 ? ldexpf((float) mantissa, -24)
+                : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                : ldexpf((float) (mantissa | 1024u), (int) exponent - 25);
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    bits |= sign;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+LO_DEVICE float2 lo_halves(uint32_t u) { float2 f = {lo_half(u & 0xffffu), lo_half(u >> 16)}; return f; }
+"""
+
+
+def takes(schedule: Schedule) -> bool:
+    """Whether the GEMV family builds ``schedule``: a loop bound to a warp axis, no ``tensorize``."""
+    return not schedule.tensorized and any(loop.axis.startswith("warp.") for loop in schedule.bound_loops)
+
+
+def kind_of(schedule: Schedule) -> Kind:
+    """The weights' kind; ScheduleError for an op or operands the family has no kernel for."""
+    op = schedule.op
+    if type(op).__name__ != "Matmul" or op.bias or op.scales is not None:
+        raise ScheduleError(f"{op!r}: the cuda GEMV kernels (a loop bound to a warp axis without tensorize) "
+                            f"take a Matmul; use gpu_mma for other ops")
+    spec = op.quant
+    if spec is None and op.dtype != "float16":
+        raise ScheduleError(f"{op!r} multiplies {op.dtype}; the cuda GEMV kernels (a loop bound to a "
+                            f"warp axis without tensorize) take float16, int8 or ternary weights (the "
+                            f"float32 SIMT kernels bind thread axes)")
+    if spec is not None and (spec.weight not in ("int8", TERNARY) or not spec.weight_symmetric):
+        weights = spec.weight if spec.weight_symmetric else f"asymmetric {spec.weight}"
+        raise ScheduleError(f"{op!r} has {weights} weights; the cuda GEMV kernels take symmetric int8 or "
+                            f"ternary weights")
+    if op.batch:
+        raise ScheduleError(f"{op!r} is batched ({op.batch}); the cuda GEMV kernels take one matrix "
+                            f"product (a loop per batch is not in them)")
+    if op.m > MAX_ROWS:
+        raise ScheduleError(f"{op!r} has {op.m} rows; the cuda GEMV kernels keep at most {MAX_ROWS} rows in "
+                            f"registers (gpu_mma for larger M)")
+    if spec is None:
+        return KINDS["float16"]
+    return KINDS["i2_s" if schedule.weight_format_mode == "i2_s" else "int8"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A GEMV kernel's shape: the weights' kind, ``warps`` a block, ``columns`` a warp, ``vectors`` of 16
+    bytes of weights per output (the padded reduction), ``blocks`` in the grid."""
+
+    kind: Kind
+    warps: int
+    columns: int
+    vectors: int
+    blocks: int
+
+
+def check(schedule: Schedule) -> Shape:
+    """The kernel's shape; ScheduleError naming what the family cannot run."""
+    kind = kind_of(schedule)
+    op = schedule.op
+    schedule.refuse_epilogue("the cuda GEMV", "they store plain sums")
+    other = [step for step in schedule.steps if step.primitive not in STEPS]
+    if other:
+        raise ScheduleError(f"{other[0]}: the cuda GEMV kernels take {', '.join(STEPS)} steps only")
+    if schedule.weight_format_mode not in (None, "int8", "i2_s"):
+        raise ScheduleError(f"weight_format({schedule.weight_format_mode!r}): the cuda GEMV kernels take "
+                            f"ternary weights as 'int8' or 'i2_s'")
+    a, b = op.inputs
+    for tensor, wanted in ((b, f"NK{kind.weights}k"), (a, f"MK{kind.weights}k")):
+        tag = schedule.layout_of(tensor).tag
+        if tag != wanted:
+            raise ScheduleError(f"{tensor} is in layout {tag!r}; the cuda GEMV kernels of {kind.name} "
+                                f"weights take {wanted!r} (16-byte vectors along k, each row padded)")
+    if schedule.layout_of(op.output).tag != "MN":
+        raise ScheduleError(f"{op.output} is in layout {schedule.layout_of(op.output).tag!r}; the cuda GEMV "
+                            f"kernels store 'MN'")
+    for dim in ("i", "k"):
+        loops = [loop for loop in schedule.loops if dim in schedule.dims_of(loop.name)]
+        if len(loops) != 1 or schedule.dims_of(loops[0].name) != {dim} or loops[0].axis:
+            raise ScheduleError(f"the cuda GEMV kernels take dim {dim!r} as one loop, unsplit and unbound "
+                                f"(loops over it: {', '.join(loop.name for loop in loops)})")
+    outputs = [loop for loop in schedule.loops if "j" in schedule.dims_of(loop.name)]
+    terms, _ = linear_terms(schedule.dim_values["j"], frozenset(loop.name for loop in outputs))
+    axes = {loop.axis: loop for loop in outputs}
+    columns = [loop for loop in outputs if not loop.axis]
+    shape = (set(axes) == {"block.x", "warp.x", ""} if columns else set(axes) == {"block.x", "warp.x"})
+    if not shape or len(columns) > 1 or any(schedule.dims_of(loop.name) != {"j"} for loop in outputs):
+        found = ", ".join(f"{loop.name} ({loop.axis or 'unbound'})" for loop in outputs)
+        raise ScheduleError(f"the cuda GEMV kernels take j split into a loop bound to block.x, one bound to "
+                            f"warp.x and at most one of columns (loops over j: {found})")
+    cols = columns[0].extent if columns else 1
+    warps = axes["warp.x"].extent
+    wanted = {axes["block.x"].name: warps * cols, axes["warp.x"].name: cols} | (
+        {columns[0].name: 1} if columns else {})
+    if terms != wanted:
+        raise ScheduleError(f"the cuda GEMV kernels take j = block x {warps * cols} + warp x {cols} + column "
+                            f"(split j by warps x columns, then the inner part by columns)")
+    vectors = schedule.layout_of(b).storage_shape(op.tensor(b).shape)[1]
+    groups = -(-op.n // cols)              # warps with outputs
+    return Shape(kind, warps, cols, vectors, -(-groups // warps))
+
+
+def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelParam, ...]:
+    """The kernel's parameters: a quantized op's (``quantized.parameters``; i2_s weights as bytes),
+    else the two float16 inputs (the host emulation's as their bits) and the float32 output."""
+    op = schedule.op
+    if op.quant is None:
+        half = "__half" if syntax.device else "uint16_t"
+        return (*(KernelParam(t, half, const=True) for t in op.inputs), KernelParam(op.output, "float"))
+    params = quantized.parameters(op)
+    if kind.name == "i2_s":
+        params = tuple(replace(p, ctype="uint8_t") if p.name == op.inputs[1] else p for p in params)
+    return params
+
+
+_LANE = """\
+LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane,
+                            {sum_type} lo_acc[{rows}][{cols}]{xs_param})
+{{
+    const uint8_t *lo_w[{cols}];
+    for (int c = 0; c < {cols}; ++c) {{    /* past the last column: read the last one's weights */
+        const int j = lo_warp * {cols} + c;
+        lo_w[c] = (const uint8_t *) {b} + (ptrdiff_t) (j < {n} ? j : {n} - 1) * {row_bytes};
+    }}
+    {unroll} {unroll_count}
+    for (int v = lo_lane; v < {vectors}; v += {warp}) {{
+        lo_v16 lo_x[{rows}][{x_vectors}];
+        for (int i = 0; i < {rows}; ++i) for (int q = 0; q < {x_vectors}; ++q)
+            lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}
+                                 + ((ptrdiff_t) v * {x_vectors} + q) * 16);
+        for (int c = 0; c < {cols}; ++c) {{
+            const lo_v16 lo_wv = lo_load(lo_w[c] + (ptrdiff_t) v * 16);
+            for (int i = 0; i < {rows}; ++i) lo_acc[i][c] = lo_dot(lo_wv, lo_x[i], lo_acc[i][c]);
+        }}{xs_sum}
+    }}
+}}
+
+LO_DEVICE void lo_store({declarations}, int i, int j, {sum_type} lo_sum)
+{{
+    {store}
+}}
+"""
+_XS_SUM = """
+        for (int i = 0; i < {rows}; ++i) lo_xs[i] = lo_xsum(lo_x[i], lo_xs[i]);"""
+_DEVICE_NEST = """\
+__global__ void __launch_bounds__({threads}) {nest}({declarations})
+{{
+    const int lo_lane = (int) threadIdx.x % {warp};
+    const int lo_warp = (int) blockIdx.x * {warps} + (int) threadIdx.x / {warp};
+    {sum_type} lo_acc[{rows}][{cols}];
+    for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) lo_acc[i][c] = 0;{xs_zero}
+    lo_lane_sums({names}, lo_warp, lo_lane, lo_acc{xs_arg});
+#pragma unroll
+    for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{    /* the butterfly: every lane gets the sums */
+        for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c)
+            lo_acc[i][c] += __shfl_xor_sync(0xffffffffu, lo_acc[i][c], lo_o);{xs_shuffle}
+    }}
+    for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{    /* lane e % 32 stores element e */
+        const int j = lo_warp * {cols} + c;
+        if (lo_lane == (i * {cols} + c) % {warp} && j < {n}) lo_store({names}, i, j, {final});
+    }}
+}}
+
+extern "C" {launcher}
+{{
+    {nest}<<<{blocks}, {threads}, 0, (cudaStream_t) lo_stream>>>({casts});
+    return (int) cudaGetLastError();
+}}
+
+extern "C" const char *{error}(int code)
+{{
+    return cudaGetErrorString((cudaError_t) code);
+}}
+"""
+_HOST_NEST = """\
+static void {nest}({declarations})
+{{
+    for (int lo_warp = 0; lo_warp < {all_warps}; ++lo_warp) {{    /* each warp's lanes, then the butterfly */
+        {sum_type} lo_acc[{warp}][{rows}][{cols}], lo_old[{warp}][{rows}][{cols}];
+        int lo_xs[{warp}][{rows}], lo_xold[{warp}][{rows}];
+        memset(lo_acc, 0, sizeof lo_acc);
+        memset(lo_xs, 0, sizeof lo_xs);
+        for (int lo_lane = 0; lo_lane < {warp}; ++lo_lane)
+            lo_lane_sums({names}, lo_warp, lo_lane, lo_acc[lo_lane]{xs_lane});
+        for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{
+            memcpy(lo_old, lo_acc, sizeof lo_acc);
+            memcpy(lo_xold, lo_xs, sizeof lo_xs);
+            for (int l = 0; l < {warp}; ++l) for (int i = 0; i < {rows}; ++i) {{
+                for (int c = 0; c < {cols}; ++c) lo_acc[l][i][c] = lo_old[l][i][c] + lo_old[l ^ lo_o][i][c];
+                lo_xs[l][i] = lo_xold[l][i] + lo_xold[l ^ lo_o][i];
+            }}
+        }}
+        for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{
+            const int j = lo_warp * {cols} + c;
+            if (j < {n}) lo_store({names}, i, j, {host_final});
+        }}
+    }}
+}}
+
+void {kernel}({host_declarations})
+{{
+    {nest}({names});
+}}
+"""
+
+
+class _Kernel:
+    """The C of one GEMV schedule in one syntax."""
+
+    def __init__(self, schedule: Schedule, syntax: Syntax):
+        self.s, self.syntax, self.op = schedule, syntax, schedule.op
+        shape = check(schedule)
+        self.kind, self.warps, self.columns = shape.kind, shape.warps, shape.columns
+        self.vectors, self.blocks = shape.vectors, shape.blocks
+        self.params = parameters(schedule, self.kind, syntax)
+
+    def _fields(self) -> dict[str, object]:
+        op, kind = self.op, self.kind
+        restrict = self.syntax.restrict
+        declarations = ", ".join(p.declaration() if not p.pointer else
+                                 f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
+                                 for p in self.params)
+        out = op.output
+        offset = self.s.layout_of(out).offset(op.index(out), op.tensor(out).shape).to_c()
+        store = (f"{out}[{offset}] = lo_sum;" if op.quant is None
+                 else quantized.store(op, f"{out}[{offset}]", "lo_sum", "j", "", None))
+        ternary = kind.name == "i2_s"
+        final = "(int) ((unsigned) lo_acc[i][c] - (unsigned) lo_xs[i])" if ternary else "lo_acc[i][c]"
+        rows = op.m
+        return dict(
+            declarations=declarations, names=", ".join(p.name for p in self.params), sum_type=kind.sum_type,
+            rows=rows, cols=self.columns, a=op.inputs[0], b=op.inputs[1], n=op.n, warp=WARP, warps=self.warps,
+            row_bytes=VECTOR_BYTES * self.vectors, vectors=self.vectors, x_vectors=kind.x_vectors,
+            x_bytes=self.vectors * kind.x_vectors * VECTOR_BYTES, unroll=self.syntax.unroll,
+            unroll_count=UNROLL,
+            store=store, nest=NEST_NAME, kernel=KERNEL_NAME, error=ERROR_NAME, threads=self.warps * WARP,
+            blocks=self.blocks, all_warps=self.blocks * self.warps,
+            xs_param=f", int lo_xs[{rows}]" if ternary else "",
+            xs_sum=_XS_SUM.format(rows=rows) if ternary else "",
+            xs_zero=(f"\n    int lo_xs[{rows}];\n    for (int i = 0; i < {rows}; ++i) lo_xs[i] = 0;"
+                     if ternary else ""),
+            xs_arg=", lo_xs" if ternary else "",
+            xs_shuffle=(f"\n        for (int i = 0; i < {rows}; ++i) "
+                        f"lo_xs[i] += __shfl_xor_sync(0xffffffffu, lo_xs[i], lo_o);") if ternary else "",
+            xs_lane=", lo_xs[lo_lane]" if ternary else "",
+            final=final, host_final=final.replace("lo_acc[i][c]", "lo_acc[0][i][c]").replace(
+                "lo_xs[i]", "lo_xs[0][i]"),
+            launcher=self._launcher(),
+            casts=", ".join(p.name if not p.pointer else
+                            f"({'const ' if p.const else ''}{p.ctype} *) {p.name}" for p in self.params),
+            host_declarations=", ".join(p.declaration(restrict=False) for p in self.params))
+
+    def _launcher(self) -> str:
+        decls = ", ".join(p.declaration() if not p.pointer else f"{'const ' if p.const else ''}void *{p.name}"
+                          for p in self.params)
+        return f"int {KERNEL_NAME}({decls}, void *lo_stream)"
+
+    def source(self) -> CudaSource:
+        s, op, kind, device = self.s, self.op, self.kind, self.syntax.device
+        header = [f"/* loopopt {self.syntax.name} GEMV kernel (targets/cuda/gemv.py) for {op!r}",
+                  *(f" * step {i + 1}: {step}" for i, step in enumerate(s.steps)),
+                  f" * {kind.name} weights, {self.vectors} vectors of 16 bytes per output over {WARP} lanes; "
+                  f"{self.warps} warps a block, {self.columns} column(s) a warp, {op.m} row(s); "
+                  f"grid {self.blocks}",
+                  " */"]
+        signed = op.quant is not None and op.quant.activation == "int8"
+        fields = self._fields()
+        parts = [*header, _DEVICE_PRELUDE if device else _HOST_PRELUDE,
+                 f"#define LO_DOT4 lo_dot4_{'ss' if signed else 'su'}", "", kind.dot,
+                 _LANE.format(**fields), (_DEVICE_NEST if device else _HOST_NEST).format(**fields)]
+        if device:
+            cdef = f"{self._launcher()};\nconst char *{ERROR_NAME}(int code);"
+        else:
+            cdef = f"void {KERNEL_NAME}({fields['host_declarations']});"
+        return CudaSource("\n".join(parts), cdef, (*op.inputs, op.output), self.params, (self.blocks, 1, 1),
+                          (self.warps * WARP, 1, 1), True)
+
+
+def print_gemv(schedule: Schedule, syntax: Syntax) -> CudaSource:
+    """The GEMV kernel of ``schedule`` in ``syntax`` (ScheduleError where the family cannot run it)."""
+    return _Kernel(schedule, syntax).source()
+
+
+def pseudocode(schedule: Schedule) -> list[str]:
+    """The nest the GEMV kernel of ``schedule`` runs, after ``codegen.pseudocode.header``'s lines."""
+    shape = check(schedule)
+    kind, warps, columns, vectors = shape.kind, shape.warps, shape.columns, shape.vectors
+    op = schedule.op
+    a, b = op.inputs
+    per = kind.weights
+    block, warp = (next(loop.name for loop in schedule.bound_loops if loop.axis == axis)
+                   for axis in ("block.x", "warp.x"))
+    sums = {"float16": "float32 FMAs of the halves", "int8": "dp4a of the bytes",
+            "i2_s": "dp4a of the 2-bit codes (w + 1), less the activations' dp4a sum"}[kind.name]
+    store = "" if op.quant is None else f" (quantized epilogue: {op.quant.output})"
+    return [f"# layouts: {', '.join(f'{t} {tag}' for t, tag in schedule.layouts)}",
+            f"# cuda GEMV kernel (targets/cuda/gemv.py): {kind.name} weights, {per} a 16-byte vector",
+            f"for {block} in 0..{shape.blocks}:    # block.x",
+            f"  for {warp} in 0..{warps}:    # warp.x: {columns} column(s) j = {warps * columns}*{block} "
+            f"+ {columns}*{warp} + c",
+            f"    for lane in 0..{WARP}:    # the warp's lanes",
+            f"      for v in lane..{vectors} step {WARP}:    # 16-byte weight vectors, unrolled by {UNROLL}",
+            f"        for i in 0..{op.m}:",
+            f"          for c in 0..{columns}:",
+            f"            acc[lane][i][c] += {a}[i, {per}v : {per}v + {per}] . "
+            f"{b}[{per}v : {per}v + {per}, j]    # {sums}",
+            f"    sum[i][c] = butterfly of acc over the {WARP} lanes    # __shfl_xor_sync 16, 8, 4, 2, 1",
+            f"    if j < {op.n}: {op.output}[i, j] = sum[i][c]{store}"]
+
+
+def packs_weights(schedule: Schedule) -> bool:
+    """Whether the kernel takes its weights i2_s-packed (``codegen/ternary.py``)."""
+    return takes(schedule) and schedule.weight_format_mode == "i2_s"
+
+
+class PackedWeights:
+    """What a quantized GEMV kernel (device or host emulation) binds: ``quantized.call_values`` with
+    i2_s weights packed to 2 bits each, and their byte count as the weights' elements."""
+
+    schedule: Schedule
+
+    def call_values(self, arrays: tuple, params: dict[str, Any]) -> dict[str, Any]:
+        values = quantized.call_values(self, arrays, params)
+        if packs_weights(self.schedule):
+            weights = self.schedule.op.inputs[1]
+            values[weights] = pack_i2s(values[weights])
+        return values
+
+    def _elements(self, name: str) -> int:
+        if packs_weights(self.schedule) and name == self.schedule.op.inputs[1]:
+            return packed_bytes(storage_elements(self.schedule, name))
+        return super()._elements(name)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        if packs_weights(self.schedule) and name == self.schedule.op.inputs[1]:
+            return (self._elements(name),)
+        return super()._shape(name)

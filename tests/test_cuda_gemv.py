@@ -1,0 +1,91 @@
+"""The cuda target's GEMV family (``targets/cuda/gemv.py``, ``dataflows.gpu_gemv``) without a GPU: float16,
+int8 and ternary (i2_s and one byte a weight) weights over odd sizes, reduction tails, several 16-byte
+vectors a lane, transposed operands, up to 8 rows and every QuantSpec the family takes, host-emulated
+(each warp's lanes, then the butterfly) against the op's reference, integers bit for bit; the
+refusals; an nvcc build for sm_90 without spills."""
+import pytest
+from helpers import needs, tiers
+from hypothesis import strategies as st
+
+import loopopt as lo
+from loopopt.dataflows import gpu_gemv
+from loopopt.measure import checked
+from loopopt.schedule import ScheduleError
+from loopopt.targets.cuda import toolchain
+from loopopt.targets.cuda.emulate import emulate
+from loopopt.targets.cuda.gemv import MAX_ROWS
+
+SPECS = st.one_of(st.none(), st.builds(lo.QuantSpec, activation=st.sampled_from(["int8", "uint8"]),
+                                       per_channel=st.booleans(), output=st.sampled_from(lo.quant.OUTPUTS),
+                                       weight=st.sampled_from(["int8", "ternary"])))
+
+
+@st.composite
+def gemv_cases(draw):
+    """A decode-shaped Matmul (float16 where ``spec`` is None), the weights' format and the knobs."""
+    spec = draw(SPECS)
+    op = lo.Matmul(draw(st.integers(1, MAX_ROWS)), draw(st.integers(1, 70)), draw(st.integers(1, 2300)),
+                   trans_a=draw(st.booleans()), trans_b=draw(st.booleans()),
+                   dtype="float16" if spec is None else "float32", quant=spec)
+    ternary_format = draw(st.sampled_from(["i2_s", "int8"])) if spec is not None and spec.ternary else None
+    return op, ternary_format, draw(st.integers(1, 4)), draw(st.integers(1, 4))
+
+
+def _check(case):
+    op, weight_format, warps, columns = case
+    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format)), seed=5)
+    assert ok, error        # integer and requantized outputs: bit for bit
+
+
+# each example builds a host kernel (about 0.5 s): one in the quick tier
+test_gemv_kernels_emulated, test_more_gemv_kernels_emulated = tiers(_check, 1, 5, gemv_cases())
+
+
+def test_a_ternary_i2s_gemv_of_two_rounds_of_lanes_is_exact():
+    """2200 inputs: 35 i2_s vectors of 64 a row, so lanes 0-2 take two and the last one's tail is padding;
+    uint8 activations with their zero point, requantized to uint8."""
+    op = lo.Matmul(2, 9, 2200, trans_a=True, quant=lo.QuantSpec(weight="ternary", output="uint8"))
+    schedule = gpu_gemv(op, warps=3, columns=2)
+    assert schedule.layout_of("B").tag == "NK64k" and schedule.weight_format_mode == "i2_s"
+    kernel = emulate(schedule)
+    assert kernel.tensor_bytes("B") == 9 * 35 * 16          # 2 bits a weight, each row padded to 64
+    ok, error, _ = checked(kernel, seed=9)
+    assert ok, error
+
+
+TERNARY = lo.QuantSpec(weight="ternary")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: gpu_gemv(lo.Matmul(9, 64, 64, dtype="float16")), r"has 9 rows; .* at most 8 rows"),
+    (lambda: lo.Schedule(lo.Matmul(1, 64, 64, batch=2, dtype="float16")).split("j", 4).bind("j_o", "block.x")
+     .bind("j_i", "warp.x"), r"is batched \(\(2,\)\)"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64)), r"multiplies float32; .* take float16, int8 or ternary"),
+    (lambda: gpu_gemv(lo.Gemm(1, 64, 64, dtype="float16")),
+     r"Gemm\(.*\): the cuda GEMV kernels .* take a Matmul"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=lo.QuantSpec(weight="uint8"))), r"has uint8 weights"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=lo.QuantSpec(weight_symmetric=False))),
+     r"has asymmetric int8 weights"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).layout("B", "NK16k"),
+     r"B is in layout 'NK16k'; the cuda GEMV kernels of i2_s weights take 'NK64k'"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).split("k", 16), r"dim 'k' as one loop"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).unroll("k", 4), r"unroll\(.*\): .* take layout"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).clip(0.0, 1.0), r"fuse no epilogue"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY), weight_format="tl1"),
+     r"weight_format\('tl1'\): the cuda GEMV kernels take ternary weights as 'int8' or 'i2_s'"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16"), weight_format="i2_s"),
+     r"stores ternary weights"),
+])
+def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
+    with pytest.raises(ScheduleError, match=message):
+        emulate(make())
+
+
+@pytest.mark.slow        # two nvcc builds
+@needs(toolchain.nvcc)
+def test_decode_gemvs_build_for_sm_90_without_spills():
+    for op, knobs in ((lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+                       {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 4096, dtype="float16"), {})):
+        kernel = gpu_gemv(op, **knobs).compile(target="cuda", isa="sm_90")
+        assert kernel.build.spill_bytes == 0 and 0 < kernel.build.registers <= 255, kernel.report
+        assert ("#define LO_DOT4 lo_dot4_ss" in kernel.printed.source) == (op.quant is not None)
