@@ -4,10 +4,14 @@ tiles), next to PyTorch in the same run: an int8 GEMM 4096^3 (int32 output) agai
 and Triton's int8 GEMM (the faster of them in the table),
 ResNet-50's conv2_x at N=32 quantized (uint8 activations, per-channel int8 weights, requantized uint8
 output: Composable Kernel's quantized conv) against cuDNN's float16 conv of the same shape (PyTorch
-has no int8 conv on the GPU), and a bfloat16 GEMM 4096^3 against cuBLAS.
+has no int8 conv on the GPU), the same conv with int8 activations and asymmetric uint8 weights
+(``.s8u8a``) and with uint8 weights symmetric about 128 (``.u8u8``), whose weights' zero points cost
+the kernel the activation sums (one more ``mma`` per activation fragment and step), and a bfloat16
+GEMM 4096^3 against cuBLAS.
 
 Every output is checked on the GPU: the int8 ones bit for bit (``torch._int_mm`` minus the zero-point
-term; the conv's int32 sums from a float64 conv, exact, then ``quant.requantize_output``), the bf16
+term; the conv's int32 sums from a float64 conv of ``x - zx`` and ``w - zw``, exact, then
+``quant.requantize_output``), the bf16
 one within 1e-4 relative to float64 of the same rounded inputs. Times: CUDA events around one launch
 with the L2 cache overwritten (median of 50) and inside a CUDA graph (``cuda_bench``); the peers both
 ways.
@@ -31,7 +35,11 @@ from loopopt.quant import requantize_output
 from loopopt.quant_reference import random_call
 from loopopt.targets.cuda import device
 
-CASES = ["gemm4096.s8", "conv2_x.n32.u8", "gemm4096.bf16"]
+CASES = ["gemm4096.s8", "conv2_x.n32.u8", "conv2_x.n32.s8u8a", "conv2_x.n32.u8u8", "gemm4096.bf16"]
+CONV_SPECS = {"conv2_x.n32.u8": lo.QuantSpec(activation="uint8", output="uint8"),
+              "conv2_x.n32.s8u8a": lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False,
+                                                output="uint8"),
+              "conv2_x.n32.u8u8": lo.QuantSpec(activation="uint8", weight="uint8", output="uint8")}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}
 LONG = {"block_n": 256, "warps_n": 8}
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}
@@ -48,7 +56,7 @@ def case_op(case: str) -> lo.Op:
     if case == "gemm4096.bf16":
         return lo.Matmul(4096, 4096, 4096, dtype="bfloat16")
     layer = get_layer("resnet50.conv2_x", batch=32)
-    return type(layer)(**layer.arguments, quant=lo.QuantSpec(activation="uint8", output="uint8"))
+    return type(layer)(**layer.arguments, quant=CONV_SPECS[case])
 
 
 def variants(case: str) -> list[dict]:
@@ -78,9 +86,13 @@ def expected(op: lo.Op, args: list[np.ndarray], params: dict):
         return sums.cpu().numpy()
     wins = op.windows
     stride, pad, dilation = (tuple(getattr(v, f) for v in wins) for f in ("stride", "pad", "dilation"))
-    sums = torch.nn.functional.conv2d(x.double() - zx, w.double(), None, stride, pad, dilation, op.groups)
+    zw = torch.as_tensor(np.broadcast_to(params["w_zero_point"], (op.channels,)).astype(np.float64),
+                         device="cuda").reshape(-1, 1, 1, 1)
+    sums = torch.nn.functional.conv2d(x.double() - zx, w.double() - zw, None, stride, pad, dilation,
+                                      op.groups)
     return requantize_output(sums.cpu().numpy().astype(np.int32), params["x_scale"], params["w_scale"],
-                             params["y_scale"], params["y_zero_point"], "uint8", args[2] if op.bias else None)
+                             params["y_scale"], params["y_zero_point"], op.quant.output,
+                             args[2] if op.bias else None)
 
 
 def triton_int8_matmul(a, b):

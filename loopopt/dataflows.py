@@ -406,7 +406,9 @@ MMA = "mma_m16n8k16_f16_f32"
 TENSOR_ENTRIES = {("float16", "float16"): (WMMA, MMA),
                   ("bfloat16", "bfloat16"): ("wmma_m16n16k16_bf16_f32", "mma_m16n8k16_bf16_f32"),
                   ("int8", "int8"): (None, "mma_m16n8k32_s8_s32"),
-                  ("uint8", "int8"): (None, "mma_m16n8k32_u8s8_s32")}
+                  ("int8", "uint8"): (None, "mma_m16n8k32_s8u8_s32"),
+                  ("uint8", "int8"): (None, "mma_m16n8k32_u8s8_s32"),
+                  ("uint8", "uint8"): (None, "mma_m16n8k32_u8u8_s32")}
 
 
 def tensor_entry(op: Op, wmma: bool = False) -> str:

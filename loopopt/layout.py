@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -130,6 +131,11 @@ class Layout:
 
     def from_storage(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Inverse of ``to_storage``: the logical array of ``shape``."""
+        return np.ascontiguousarray(self.logical_view(stored, shape))
+
+    def logical_view(self, stored: Any, shape: tuple[int, ...]) -> Any:
+        """The logical array of ``shape`` over ``stored`` (a numpy or CuPy array in this layout) by its
+        own methods (transpose, reshape, slicing): a view where the layout allows, on its device."""
         split_axes, storage_pos = [], {key: i for i, key in enumerate(self.order)}
         padded_shape = []
         for letter, n in zip(self.letters, shape):
@@ -139,7 +145,7 @@ class Layout:
                 split_axes.append(storage_pos[(letter, size)])
             padded_shape.append(-(-n // size) * size)
         logical = stored.transpose(split_axes).reshape(padded_shape)
-        return np.ascontiguousarray(logical[tuple(slice(0, n) for n in shape)])
+        return logical[tuple(slice(0, n) for n in shape)]
 
 
 def moved_last(letters: str, axis: int) -> str:

@@ -678,10 +678,12 @@ class Schedule:
 
     def operand_dtype(self, tensor: str) -> str:
         """The element type input ``tensor`` is multiplied in: the op's dtype, or a quantized op's
-        stored integers (``QuantSpec.activation`` for the first input, ``weight`` for the second)."""
+        stored integers (``QuantSpec.activation_dtype`` for the first input, ``weight_dtype`` for the
+        second: ternary and binary values are int8)."""
         if self.op.quant is None:
             return self.op.dtype
-        return self.op.quant.activation if tensor == self.op.inputs[0] else self.op.quant.weight
+        quant = self.op.quant
+        return (quant.activation_dtype if tensor == self.op.inputs[0] else quant.weight_dtype).name
 
     def tensor_roles(self) -> tuple[str, str]:
         """The inputs of a tensorized schedule as (a, b): ``a`` varies with ``i``, ``b`` with ``j``."""

@@ -1,19 +1,28 @@
 """The cuda target's int8 and bfloat16 tensor-core kernels on an NVIDIA GPU (``-m gpu``; skipped with the
 reason where there is none): quantized convs and matmuls on ``mma.sync.m16n8k32`` (int8 and uint8
-activations, every output kind, split-K on int32) bit for bit against quant.py's reference, bfloat16
-on ``m16n8k16`` and WMMA within the float32 tolerance, and ``measure(..., graph=True)``."""
+activations; int8, uint8 (asymmetric too), ternary and binary weights; every output kind, split-K on
+int32) bit for bit against quant.py's reference, a quantized call on CuPy and PyTorch device arrays,
+bfloat16 on ``m16n8k16`` and WMMA within the float32 tolerance, and ``measure(..., graph=True)``."""
+import numpy as np
 import pytest
 from test_cuda_gpu import needs_gpu
 
 import loopopt as lo
 from loopopt.dataflows import gpu_mma, gpu_wmma
 from loopopt.measure import GRAPH, checked
+from loopopt.quant_reference import random_call, reference_output
+from loopopt.targets.cuda import device
 
 pytestmark = pytest.mark.gpu
 
 SPECS = [lo.QuantSpec(activation="uint8", output="uint8"), lo.QuantSpec(activation="int8", output="int32"),
          lo.QuantSpec(activation="uint8", per_channel=False, output="float32"),
-         lo.QuantSpec(activation="int8", output="int8")]
+         lo.QuantSpec(activation="int8", output="int8"),
+         lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False, output="uint8"),
+         lo.QuantSpec(activation="uint8", weight="uint8", output="int32"),
+         lo.QuantSpec(activation="uint8", weight_symmetric=False, per_channel=False, output="float32"),
+         lo.QuantSpec(activation="uint8", weight="ternary", output="int8"),
+         lo.QuantSpec(activation="binary", weight="binary", output="int32")]
 SHAPES = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
           lo.Conv2d(3, 20, 5, padding=2, height=17, width=19, batch=3),
           lo.Conv2d(64, 64, 3, padding=1, height=14, width=14, batch=4), lo.Matmul(300, 260, 200),
@@ -31,8 +40,9 @@ def _cases():
         for j, spec in enumerate(SPECS):
             chosen = [unsplit[(i + j) % len(unsplit)]] + (["mma split_k=3"] if spec.output == "int32" else [])
             for variant in chosen:
+                weight = spec.weight + ("" if spec.weight_symmetric else "-asymmetric")
                 yield pytest.param(type(shape)(**shape.arguments, quant=spec), variant,
-                                   id=f"{shape!r}-{spec.activation}-{spec.output}-{variant}")
+                                   id=f"{shape!r}-{spec.activation}-{weight}-{spec.output}-{variant}")
 
 
 @needs_gpu
@@ -40,6 +50,29 @@ def _cases():
 def test_int8_kernels_match_the_reference_bit_for_bit_on_the_gpu(op, variant):
     ok, error, _ = checked(VARIANTS[variant](op).compile(target="cuda"), seed=11)
     assert ok, error
+
+
+@needs_gpu
+def test_a_quantized_call_on_device_arrays_copies_nothing_and_gives_the_numpy_result():
+    cp = device.cupy()
+    spec = lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False, output="int8")
+    op = lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), height=13, width=11, batch=2, bias=True, quant=spec)
+    schedule = gpu_mma(op, **SMALL)
+    kernel = schedule.compile(target="cuda")
+    arrays, params = random_call(op, seed=4)
+    stored = [cp.asarray(schedule.layout_of(t).to_storage(a)) for t, a in zip(op.inputs, arrays)]
+    expected = reference_output(op, arrays, params)
+    out = kernel(*stored, arrays[2], **params)
+    assert isinstance(out, cp.ndarray)
+    output_layout = schedule.layout_of(op.output)
+    np.testing.assert_array_equal(output_layout.from_storage(cp.asnumpy(out), expected.shape), expected)
+    np.testing.assert_array_equal(kernel(*arrays, **params), expected)
+    torch = pytest.importorskip("torch")
+    tensors = [torch.as_tensor(a, device="cuda") for a in (*stored, arrays[2])]
+    out = kernel(*tensors, **params)
+    np.testing.assert_array_equal(output_layout.from_storage(cp.asnumpy(out), expected.shape), expected)
+    with pytest.raises(TypeError, match="has dtype int16"):
+        kernel(tensors[0].short(), *tensors[1:], **params)
 
 
 @needs_gpu

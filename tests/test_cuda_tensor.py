@@ -93,8 +93,9 @@ def test_tensorize_records_the_three_loops_and_the_instruction():
 @pytest.mark.parametrize("make, message", [
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", "mma_m8n8k4"),
      r"unknown matrix instruction 'mma_m8n8k4'; known: wmma_m16n16k16_f16_f32, mma_m16n8k16_f16_f32, "
-     r"wmma_m16n16k16_bf16_f32, mma_m16n8k16_bf16_f32, mma_m16n8k32_s8_s32, mma_m16n8k32_u8s8_s32, "
-     r"wgmma_m64n64k16_f16_f32, wgmma_m64n128k16_f16_f32, wgmma_m64n256k16_f16_f32"),
+     r"wmma_m16n16k16_bf16_f32, mma_m16n8k16_bf16_f32, mma_m16n8k32_s8_s32, mma_m16n8k32_s8u8_s32, "
+     r"mma_m16n8k32_u8s8_s32, mma_m16n8k32_u8u8_s32, wgmma_m64n64k16_f16_f32, wgmma_m64n128k16_f16_f32, "
+     r"wgmma_m64n256k16_f16_f32"),
     (lambda: _tiles(lo.Matmul(37, 45, 40)).tensorize("i_i", "j_i", "k_i", WMMA),
      r"multiplies float16 \(the input moving with i_i\) by float16; Matmul\(.*\) gives float32 by float32"),
     (lambda: lo.Schedule(HALF_MATMUL).split("i", 8).split("j", 16).split("k", 16)

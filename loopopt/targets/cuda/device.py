@@ -39,6 +39,23 @@ def cupy() -> ModuleType:
     return cp
 
 
+DLPACK_CUDA = 2             # DLPack's device type of CUDA device memory (kDLCUDA)
+
+
+def on_device(array: object) -> bool:
+    """Whether ``array`` lies in GPU memory: ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or a
+    DLPack array on a CUDA device (JAX, ...)."""
+    if hasattr(array, "__cuda_array_interface__"):
+        return True
+    dlpack_device = getattr(array, "__dlpack_device__", None)
+    return dlpack_device is not None and dlpack_device()[0] == DLPACK_CUDA
+
+
+def device_array(array: object, xp: ModuleType) -> object:
+    """``array`` (``on_device``) as an array of ``xp`` (CuPy) over the same memory: no copy."""
+    return xp.asarray(array) if hasattr(array, "__cuda_array_interface__") else xp.from_dlpack(array)
+
+
 def present() -> bool:
     """Whether a GPU can run kernels here."""
     try:

@@ -12,10 +12,12 @@ tile, which the kernel's copies write through and the loads read through (padded
 eight rows one ``ldmatrix`` phase reads hit all 32 banks, without padding). The accumulator is
 stored row-major ``m x n`` (float32, or int32 for the int8 entries).
 
-The int8 entries (``mma.sync.m16n8k32`` s8 x s8 and u8 x s8 -> s32) take the stored integers as they
-are: 32 bytes a tile row like the 16-bit entries, so ``ldmatrix`` loads them with the same lane
-addresses and the fragments land where ``m16n8k32`` wants them (PTX ISA, "Matrix Fragments for
-mma.m16n8k32": each 32-bit register holds four consecutive ``k``, as ``m16n8k16`` holds two).
+The int8 entries (``mma.sync.m16n8k32`` on every pair of s8 and u8 operands -> s32) take the stored
+integers as they are: 32 bytes a tile row like the 16-bit entries, so ``ldmatrix`` loads them with the
+same lane addresses and the fragments land where ``m16n8k32`` wants them (PTX ISA, "Matrix Fragments
+for mma.m16n8k32": each 32-bit register holds four consecutive ``k``, as ``m16n8k16`` holds two). Their
+``ones`` template fills an A or B fragment with the integer 1, so that one more product sums the other
+operand's rows (a quantized kernel's activation sums, ``tensor_printer``).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ class FragmentCode:
     end: str = ""          # after them: the step's products form one group
     retire: str = ""       # after the next step's copies are issued: every group but the last done
     drain: str = ""        # before the epilogue: every group done
+    ones_a: str = ""       # {a} <- the integer 1 in every element (integer entries)
+    ones_b: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,9 @@ def _scalar(m: int, n: int, k: int, element: str = "float", value_a: str = "", v
         load_b=each.format(count=n * k) + f"{{b}}[lo_e] = {value_b}{{ptr}}[LO_TILE(lo_e % {n}, lo_e / {n})];",
         mma=(each.format(count=m * n) + f"for (int lo_q = 0; lo_q < {k}; ++lo_q) "
              f"{{acc}}[lo_e] += {{a}}[lo_e / {n} * {k} + lo_q] * {{b}}[lo_q * {n} + lo_e % {n}];"),
-        store=each.format(count=m * n) + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];")
+        store=each.format(count=m * n) + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];",
+        ones_a=each.format(count=m * k) + "{a}[lo_e] = 1;" if accumulator == "int" else "",
+        ones_b=each.format(count=n * k) + "{b}[lo_e] = 1;" if accumulator == "int" else "")
 
 
 _HEADER = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_pipeline.h>"
@@ -192,6 +198,9 @@ def _swizzled_32b(k: int) -> str:
     return _SWIZZLE.format(row=k, shift=half.bit_length() - 1, mask=half - 1)
 
 
+_ONES = "for (int lo_e = 0; lo_e < 4; ++lo_e) {{{f}}}[lo_e] = 0x01010101u;"   # four int8 1s a register
+
+
 def _mma(name: str, k: int, operands: tuple[str, str], ptx_types: str, element: str,
          scalar: FragmentCode) -> MatrixInstruction:
     """``mma.sync.m16n8k<k>`` twice (a 16 x 16 x ``k`` fragment) on ``ldmatrix`` loads of swizzled tiles."""
@@ -212,7 +221,8 @@ def _mma(name: str, k: int, operands: tuple[str, str], ptx_types: str, element: 
             load_b=(f"LO_LDSM_X4({{b}}, {{ptr}} + LO_TILE(LO_LANE % 8 + LO_LANE / 16 * 8, "
                     f"LO_LANE / 8 % 2 * {half}));"),
             mma="LO_MMA({acc}, {a}, {b}[0], {b}[1]); LO_MMA({acc} + 4, {a}, {b}[2], {b}[3]);",
-            store="LO_MMA_STORE({ptr}, {ld}, {acc});"),
+            store="LO_MMA_STORE({ptr}, {ld}, {acc});",
+            ones_a=_ONES.format(f="a") if integer else "", ones_b=_ONES.format(f="b") if integer else ""),
         scalar=scalar)
 
 
@@ -221,10 +231,18 @@ MMA_F16_F32 = _mma("mma_m16n8k16_f16_f32", 16, ("float16", "float16"), "f32.f16.
 MMA_BF16_F32 = _mma("mma_m16n8k16_bf16_f32", 16, ("bfloat16", "bfloat16"), "f32.bf16.bf16.f32",
                     "__nv_bfloat16", _scalar(16, 16, 16))
 # the int8 tiles hold the stored bytes (unsigned char); the host reads each as its operand's type
-MMA_S8_S32 = _mma("mma_m16n8k32_s8_s32", 32, ("int8", "int8"), "s32.s8.s8.s32", "unsigned char",
-                  _scalar(16, 16, 32, "unsigned char", "(signed char) ", "(signed char) ", "int"))
-MMA_U8S8_S32 = _mma("mma_m16n8k32_u8s8_s32", 32, ("uint8", "int8"), "s32.u8.s8.s32", "unsigned char",
-                    _scalar(16, 16, 32, "unsigned char", "", "(signed char) ", "int"))
+_BYTES = {"int8": ("s8", "(signed char) "), "uint8": ("u8", "")}
+
+
+def _mma_int8(a: str, b: str) -> MatrixInstruction:
+    """``mma.sync.m16n8k32`` on ``a`` x ``b`` bytes (int8 or uint8 each) into int32 sums."""
+    (ptx_a, cast_a), (ptx_b, cast_b) = _BYTES[a], _BYTES[b]
+    short = ptx_a if a == b == "int8" else ptx_a + ptx_b
+    return _mma(f"mma_m16n8k32_{short}_s32", 32, (a, b), f"s32.{ptx_a}.{ptx_b}.s32", "unsigned char",
+                _scalar(16, 16, 32, "unsigned char", cast_a, cast_b, "int"))
+
+
+MMA_INT8 = {(a, b): _mma_int8(a, b) for a in _BYTES for b in _BYTES}
 
 
 # wgmma.mma_async m64nNk16 (sm_90a) through inline PTX: a warpgroup's 128 threads issue it together;
@@ -320,8 +338,8 @@ def _wgmma(n: int) -> MatrixInstruction:
 
 
 WGMMA_F16_F32 = {n: _wgmma(n) for n in WGMMA_N}
-INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32, WMMA_BF16_F32, MMA_BF16_F32, MMA_S8_S32,
-                                    MMA_U8S8_S32, *WGMMA_F16_F32.values())}
+INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32, WMMA_BF16_F32, MMA_BF16_F32,
+                                    *MMA_INT8.values(), *WGMMA_F16_F32.values())}
 
 
 def instruction(name: str) -> MatrixInstruction:

@@ -15,7 +15,7 @@ from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
 from . import device, quantized
 from .driver import CudaDriver
-from .gemv import PackedWeights
+from .gemv import PackedWeights, packs_weights
 from .printer import CudaSource
 from .toolchain import Build
 
@@ -27,9 +27,10 @@ DEVICE_DTYPES = {"float": np.dtype(np.float32), "__half": np.dtype(np.float16),
 
 class CudaKernel(Kernel):
     """A schedule's CUDA kernel. ``kernel(x, w, b)`` on numpy arrays returns numpy; on device arrays
-    (``__cuda_array_interface__``, each in the schedule's storage layout, which for the default
-    layouts is the logical one) it returns a CuPy array (``torch.as_tensor(out, device="cuda")``
-    makes a tensor of it without a copy). ``report``: nvcc's resource report (registers, spills)."""
+    (``__cuda_array_interface__`` or DLPack, ``device.on_device``; each in the schedule's storage
+    layout, which for the default layouts is the logical one) it returns a CuPy array
+    (``torch.as_tensor(out, device="cuda")`` makes a tensor of it without a copy). ``report``: nvcc's
+    resource report (registers, spills)."""
 
     def __init__(self, schedule: Schedule, generated: Generated, printed: CudaSource, build: Build,
                  arch: str):
@@ -90,10 +91,11 @@ class CudaKernel(Kernel):
         return self._logical(device.cupy().asnumpy(buffers.arrays[self.op.output]))
 
     def __call__(self, *arrays):
-        if arrays and all(hasattr(a, "__cuda_array_interface__") for a in arrays if a is not None):
-            given = self._given(arrays)
+        if _on_device(tuple(a for a in arrays if a is not None)):
+            cp = device.cupy()
+            given = [device.device_array(a, cp) for a in self._given(arrays)]
             values = dict(zip(self.generated.arguments[:-1], given, strict=True))
-            out = device.cupy().empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
+            out = cp.empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
             buffers = self.bind(values | {self.op.output: out})
             self.run(buffers)
             return out
@@ -122,10 +124,15 @@ def _device_pointer(name: str, array: Any, shape: tuple[int, ...], dtype: np.dty
 class QuantizedCudaKernel(CudaKernel):
     """A quantized op's CUDA kernel: ``kernel(xq, wq, b, x_zero_point=..., ...)`` on numpy arrays, as a
     CPU ``QuantizedKernel`` is called; the per-channel values (``quantized.call_values``) are computed
-    on the host and copied with the arrays, outside the timed ``run``."""
+    on the host and copied with the arrays, outside the timed ``run``. On device arrays ``xq`` and
+    ``wq`` (``__cuda_array_interface__`` or DLPack: CuPy, PyTorch, JAX; in their storage layouts) nothing
+    is copied: the weights' sums are taken on the device (``quantized.device_call_values``) and the
+    output is a CuPy array in its storage layout."""
 
-    def prepare(self, *arrays: np.ndarray, **params: Any) -> Buffers:
+    def prepare(self, *arrays: Any, **params: Any) -> Buffers:
         cp = device.cupy()
+        if _on_device(arrays[:2]):
+            return self.bind(quantized.device_call_values(self, arrays, params, cp))
         values = self.call_values(arrays, params)
         return self.bind({n: cp.asarray(v) if isinstance(v, np.ndarray) else v for n, v in values.items()})
 
@@ -133,12 +140,24 @@ class QuantizedCudaKernel(CudaKernel):
         """The host values of one call by parameter name (``quantized.call_values``)."""
         return quantized.call_values(self, arrays, params)
 
-    def __call__(self, *arrays: np.ndarray, **params: Any) -> np.ndarray:
+    def __call__(self, *arrays: Any, **params: Any) -> Any:
         buffers = self.prepare(*arrays, **params)
         self.run(buffers)
-        return self.output(buffers)
+        return buffers.arrays[self.op.output] if _on_device(arrays[:2]) else self.output(buffers)
 
 
 class GemvQuantizedCudaKernel(PackedWeights, QuantizedCudaKernel):
     """A quantized op's kernel of the GEMV family (``gemv.py``): its weights i2_s-packed where the
-    schedule says so."""
+    schedule says so (packed on the host: such a kernel takes numpy arrays only)."""
+
+    def prepare(self, *arrays: Any, **params: Any) -> Buffers:
+        if _on_device(arrays[:2]) and packs_weights(self.schedule):
+            raise TypeError(f"{self.op!r}'s kernel takes its weights i2_s-packed, which loopopt packs on "
+                            f"the host: pass numpy arrays, or build it with weight_format('int8') for device "
+                            f"arrays")
+        return super().prepare(*arrays, **params)
+
+
+def _on_device(arrays: tuple) -> bool:
+    """Whether ``arrays`` are all device arrays (``device.on_device``)."""
+    return bool(arrays) and all(device.on_device(a) for a in arrays)

@@ -2,11 +2,12 @@
 construction, ranked by a cost model of waves, occupancy and bytes moved per level.
 
 Candidates: a float32 op's SIMT presets (``gpu_tiled``, ``gpu_staged``: threads and register blocks,
-the staged step's depth); a float16 op's tensor-core presets (``gpu_wgmma`` on ``sm_90``, ``gpu_mma``
-on ``sm_80`` and newer, ``gpu_wmma``: block and warp (warpgroup) tiles, depth, stages, split-K;
-``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D operands, with its tiles copied by the tensor memory
-accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among equals). Each
-knob is clamped to the op as the
+the staged step's depth); a float16, bfloat16 or quantized op's tensor-core presets that have an entry
+of its types (``preset_entry``: ``gpu_wgmma`` for float16 on ``sm_90``, ``gpu_mma`` on ``sm_80`` and
+newer, ``gpu_wmma`` for float16 and bfloat16: block and warp (warpgroup) tiles, depth, stages, split-K,
+which a quantized op takes on an int32 output only; ``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D
+operands, with its tiles copied by the tensor memory accelerator, ``engine="tma"``: no copy
+instructions in the threads' steps, first among equals). Each knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
 ``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
@@ -23,7 +24,11 @@ printer's kernels compile, the products); the whole kernel takes at least its de
 round's pipeline fill. The calibrated figures (launch, clock, issue and tensor rates, L2, instruction
 counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs (``calibration``);
 the search prices its tensor-core candidates by this model (``own_seconds``: the tuning table's model
-column and its Spearman figure against the measured times). Split-K shares a tile's reduction
+column and its Spearman figure against the measured times). The calibration rows are float16 kernels;
+a bfloat16 or int8 candidate is priced by the same figures with its element bytes, int8's doubled
+tensor rate (``device.INT8_PER_F16``) and, where the weights' zero point may be nonzero, the
+activation sums' products (unmeasured extrapolations: the ranking, not the absolute time, is what they
+are for). Split-K shares a tile's reduction
 among blocks: a batch-1 conv whose tiles fill a few SMs ranks split-K first; a large GEMM, whose
 tiles fill the SMs many times, ranks the large tiles first (fewer bytes per flop from L2).
 """
@@ -42,6 +47,7 @@ from ...dataflows import (
     gpu_tiled,
     gpu_wgmma,
     gpu_wmma,
+    tensor_entry,
     wgmma_instruction,
 )
 from ...expr import linear_terms
@@ -50,8 +56,9 @@ from ...schedule import Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
 from . import device
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import MMA_F16_F32, WGMMA_F16_F32, WMMA_F16_F32, MatrixInstruction, instruction
+from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
+from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
 from .tensor_printer import REGISTERS_PER_SM, TensorPrinter
 
@@ -89,13 +96,10 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_80": Arch(108, 1410, 164 * 1024, 2048, 2.0e12, 2048),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
-# each tensor preset's entry (gpu_wgmma's N follows its tiles: ``preset_instruction``)
-PRESET_INSTRUCTIONS = {"gpu_wgmma": WGMMA_F16_F32[256], "gpu_mma": MMA_F16_F32,
-                       "gpu_wmma": WMMA_F16_F32}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
 BLOCKS = (32, 64, 128, 256)
 WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
-DEPTHS = (32, 64)
+DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
 # deeper rings first: they win ties
 STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
 SPLITS = (1, 2, 4, 8, 16)
@@ -126,7 +130,8 @@ def gpu_of(arch: str) -> Gpu:
 @dataclass(frozen=True)
 class TensorKnobs:
     """A tensor-core candidate: ``preset`` (``gpu_wgmma``, ``gpu_mma``, ``gpu_wmma``) with its tiles, as
-    the preset clamps them to the op, and its copy engine."""
+    the preset clamps them to the op, the name of the entry it tensorizes onto (``preset_entry``;
+    gpu_wgmma's N follows its block) and its copy engine."""
 
     preset: str
     block_m: int
@@ -136,6 +141,7 @@ class TensorKnobs:
     depth: int
     stages: int
     split_k: int
+    entry: str
     engine: str = "threads"        # who copies the tiles (``Schedule.stage``): the threads or TMA
 
     @property
@@ -148,10 +154,7 @@ class TensorKnobs:
 
     @property
     def instruction(self) -> MatrixInstruction:
-        """The entry the preset tensorizes onto (gpu_wgmma's N from its clamped block)."""
-        if self.preset == "gpu_wgmma":
-            return instruction(wgmma_instruction(self.block_n, self.block_n, self.warps_n))
-        return PRESET_INSTRUCTIONS[self.preset]
+        return instruction(self.entry)
 
     @property
     def threads(self) -> int:
@@ -161,7 +164,7 @@ class TensorKnobs:
         return asdict(self)
 
     def schedule(self, op: Op, isa: str) -> Schedule:
-        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preset"}
+        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "entry")}
         return TENSOR_PRESETS[self.preset](op, **knobs)
 
     def work(self, op: Op, gpu: Gpu, costs: Costs = COSTS) -> Work:
@@ -259,30 +262,52 @@ def _gathered(op: Op) -> bool:
     return len([d for d in _outputs(op) if d in reads]) > 1 or len(op.reduction_dims) > 1
 
 
-def _device_bytes(op: Op, split: int) -> float:
-    """Device-memory bytes of a kernel: each input once, the output once per split-K share (float32)."""
-    inputs = sum(math.prod(op.tensor(t).shape) * (2 if op.dtype == "float16" else 4) for t in op.inputs)
-    return inputs + 4 * math.prod(op.tensor(op.output).shape) * split
+def _device_bytes(op: Op, split: int, element_bytes: int = 4) -> float:
+    """Device-memory bytes of a kernel: each input once (``element_bytes`` an element), the output once
+    per split-K share (float32 or int32; a requantized one a byte an element)."""
+    inputs = sum(math.prod(op.tensor(t).shape) * element_bytes for t in op.inputs)
+    output = 1 if op.quant is not None and op.quant.requantized else 4
+    return inputs + output * math.prod(op.tensor(op.output).shape) * split
 
 
 # --- candidates -------------------------------------------------------------------------------------
 
+@cache
+def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
+    """The entry ``preset`` tensorizes ``op`` onto (gpu_wgmma's widest), None where it has none of the
+    op's types."""
+    if preset == "gpu_wgmma":
+        widest = WGMMA_F16_F32[256]
+        types = tuple(Schedule(op).operand_dtype(t) for t in op.inputs)
+        return widest if types == widest.operands else None
+    try:
+        return instruction(tensor_entry(op, wmma=preset == "gpu_wmma"))
+    except ScheduleError:
+        return None
+
+
 def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
-    """The tensor-core candidates of a float16 ``op`` on ``arch``, clamped and distinct."""
+    """The tensor-core candidates of a float16, bfloat16 or quantized ``op`` on ``arch``, clamped and
+    distinct (split-K only where the output can take the shares' sums: not a requantized or
+    dequantized one)."""
     matrix = _matrix(op)
     if matrix is None:
         return []
-    presets = [p for p in TENSOR_PRESETS if PRESET_INSTRUCTIONS[p].runs_on(arch)]
+    entries = {p: preset_entry(op, p) for p in TENSOR_PRESETS}
+    splits = SPLITS if op.quant is None or op.quant.output == "int32" else (1,)
     found: dict[TensorKnobs, None] = {}
-    for preset in presets:
+    for preset, entry in entries.items():
+        if entry is None or not entry.runs_on(arch):
+            continue
+        depths = tuple(depth * 2 // entry.element_bytes for depth in DEPTHS)     # the same bytes a row
         # TMA first: it wins the model's ties (measured faster at equal tiles: the 4096^3 GEMM's
         # 128 x 256 depth-64 kernel 0.360 ms against 0.431 ms on the H200)
         engines = ("tma", "threads") if preset == "gpu_wgmma" and boxed(op) else ("threads",)
-        for bm, bn, (wm, wn), depth, stages, split, engine in _grid(BLOCKS, BLOCKS, WARPS, DEPTHS,
-                                                                    STAGES[preset], SPLITS, engines):
+        for bm, bn, (wm, wn), depth, stages, split, engine in _grid(BLOCKS, BLOCKS, WARPS, depths,
+                                                                    STAGES[preset], splits, engines):
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
-            if _legal(knobs.threads, knobs.block_m * knobs.block_n // knobs.threads, tensor_shared(knobs),
-                      SHARED_BYTES_PER_BLOCK[arch]):
+            if _legal(knobs.threads, knobs.block_m * knobs.block_n // knobs.threads,
+                      tensor_shared(knobs, _sums(op)), SHARED_BYTES_PER_BLOCK[arch]):
                 found[knobs] = None
     return list(found)
 
@@ -304,13 +329,16 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     (tiles to the op, the depth to its channels, split-K to the shares its steps make)."""
     m, n, channels, others = _matrix(op)
     entry = (instruction(wgmma_instruction(n, block_n, warps_n)) if preset == "gpu_wgmma"
-             else PRESET_INSTRUCTIONS[preset])
+             else preset_entry(op, preset))
     block_m, warps_m = clamp_tile(m, block_m, warps_m, entry.m)
     block_n, warps_n = clamp_tile(n, block_n, warps_n, entry.n)
     depth = min(depth, _fragments(channels, entry.k) * entry.k)
     steps = others * -(-channels // depth)
     share = -(-steps // split_k)
-    return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share), engine)
+    if preset == "gpu_wgmma":       # the N of the clamped block's warpgroups
+        entry = instruction(wgmma_instruction(block_n, block_n, warps_n))
+    return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share),
+                       entry.name, engine)
 
 
 def _grid(*choices: Sequence) -> list[tuple]:
@@ -320,17 +348,23 @@ def _grid(*choices: Sequence) -> list[tuple]:
     return combos
 
 
-def tensor_shared(knobs: TensorKnobs) -> int:
+def tensor_shared(knobs: TensorKnobs, sums: bool = False) -> int:
     """Bytes of shared memory a tensor-core block asks for, as the tensor printer allocates them:
     ``stages`` buffers of both inputs' tiles, each fragment in its instruction's layout (its tile
-    elements: WMMA pads its rows against bank conflicts), or the epilogue's float scratch of one
-    fragment per warp (warpgroup) where that is more; TMA's ring adds an 8-byte mbarrier a buffer."""
+    elements: WMMA pads its rows against bank conflicts), or the epilogue's scratch of one fragment per
+    warp (warpgroup), two with ``sums`` (a quantized op's activation sums), where that is more; TMA's
+    ring adds an 8-byte mbarrier a buffer."""
     entry = knobs.instruction
     elements = (-(-knobs.block_m // entry.m) * entry.a_tile_elements
                 + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
     tiles = max(knobs.stages * entry.element_bytes * elements,
-                knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4)
+                knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4 * (2 if sums else 1))
     return -(-tiles // 8) * 8 + 8 * knobs.stages if knobs.engine == "tma" else tiles
+
+
+def _sums(op: Op) -> bool:
+    """Whether ``op``'s kernel makes the activation sums (``quantized.needs_activation_sums``)."""
+    return op.quant is not None and needs_activation_sums(op.quant)
 
 
 def _legal(threads: int, accumulators: int, shared: int, limit: int) -> bool:
@@ -392,8 +426,9 @@ def simt_shared(op: Op, knobs: SimtKnobs) -> int:
 def step_instructions(op: Op, knobs: TensorKnobs, costs: Costs = COSTS) -> float:
     """The instructions one warp issues per pipeline step of a tensor-core kernel as the tensor printer's
     code compiles (``costs``: its fixed part, the copies of both tiles' 16-byte groups, the products)."""
-    groups = [rows * knobs.depth * 2 // GROUP_BYTES for rows in (knobs.block_m, knobs.block_n)]
     entry = knobs.instruction
+    groups = [rows * knobs.depth * entry.element_bytes // GROUP_BYTES
+              for rows in (knobs.block_m, knobs.block_n)]
     per_warp = (knobs.block_m // knobs.warps_m, knobs.block_n // knobs.warps_n)
     # TMA's boxes are one thread's (a few instructions a box, warp 0 alone): no per-thread copies
     copies = (copy_instructions(*groups, knobs.threads, _gathered(op), costs) if knobs.engine == "threads"
@@ -402,24 +437,28 @@ def step_instructions(op: Op, knobs: TensorKnobs, costs: Costs = COSTS) -> float
 
 
 def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> Work:
-    """A tensor-core candidate's work: float16 tiles of both inputs over its reduction share."""
+    """A tensor-core candidate's work: both inputs' tiles over its reduction share (a quantized op's
+    activation sums: one more 16-column product per activation fragment, in each warp of a row)."""
     m, n, channels, others = _matrix(op)
     steps = others * -(-channels // knobs.depth)
     share = -(-steps // knobs.split_k)
     reduction = share * knobs.depth                        # reduction elements per block
     blocks = -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k
-    accumulators = knobs.block_m * knobs.block_n // knobs.threads
     padded = 1.25 if knobs.preset == "gpu_wmma" else 1.0   # wmma's fragment loads: more shared traffic
     entry = knobs.instruction
     # a warp-synchronous entry where an asynchronous one exists (Hopper) runs at its measured share
     behind = not entry.asynchronous and WGMMA_F16_F32[256].runs_on(gpu.arch)
     rate = gpu.figures.tensor_flops_per_clock * (costs.tensor_share_sync if behind
                                                  else costs.tensor_share_async)
+    rate *= device.INT8_PER_F16 if entry.integer else 1
     warps = knobs.threads // WARP
-    return Work(blocks, knobs.threads, accumulators + OVERHEAD_REGISTERS, tensor_shared(knobs),
-                2.0 * knobs.block_m * knobs.block_n * reduction, share,
-                padded * 2 * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
-                2.0 * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k),
+    size = entry.element_bytes
+    sums = _sums(op)
+    columns = knobs.block_n + (entry.n * knobs.warps_n if sums else 0)     # the sums' products
+    return Work(blocks, knobs.threads, -(-knobs.block_m * columns // knobs.threads) + OVERHEAD_REGISTERS,
+                tensor_shared(knobs, sums), 2.0 * knobs.block_m * columns * reduction, share,
+                padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
+                size * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k, size),
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync)
@@ -488,9 +527,10 @@ class CudaSearch(SearchRules):
     families = (KERNEL, COST_MODEL)
 
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
-        if op.quant is not None or op.dtype not in ("float32", "float16") or threads != 1:
-            return []           # bfloat16 and int8 ops: their presets run, unsearched (gpu_mma)
-        space: Callable[[Op, str], list] = tensor_candidates if op.dtype == "float16" else simt_candidates
+        if threads != 1:
+            return []
+        simt = op.quant is None and op.dtype == "float32"
+        space: Callable[[Op, str], list] = simt_candidates if simt else tensor_candidates
         return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
 
     def rank(self, candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -517,8 +557,8 @@ class CudaSearch(SearchRules):
 
     def refusal(self, isa: str) -> str:
         return (f"the cuda search has only the GPU presets' candidates ({', '.join(TENSOR_PRESETS)}: the "
-                f"implicit GEMM on tensor cores; {', '.join(SIMT_PRESETS)}) of float32 and float16 ops; "
-                f"bfloat16 and quantized ops run their preset, gpu_mma(op), unsearched")
+                f"implicit GEMM on tensor cores, for float16, bfloat16 and quantized ops that are rows x "
+                f"columns; {', '.join(SIMT_PRESETS)} for float32 ops)")
 
     def describe(self, knobs: dict) -> str:
         if knobs["preset"] in TENSOR_PRESETS:

@@ -35,15 +35,17 @@ fragments, stored through shared memory to the output with the bias, a Gemm's sc
 epilogue and the output guards; under ``split_k`` each block adds its share with ``atomicAdd``
 (``LO_ADD``) into the output the launcher zeroed.
 
-A quantized op (``QuantSpec``: uint8 or int8 activations, symmetric int8 weights) runs on an int8
-entry, whose fragments sum the stored integers exactly in int32: ``P = sum x * w``. Where a guard
-excludes an activation (padding, a tail) its tile holds the activations' zero point ``zx``, so that
-``x - zx`` is 0 there, and a weights tile is filled (with 0) at the reduction's tails only, where no
-weight exists; every product the op excludes is then ``zx * w``, and the exact accumulator
-``acc = sum (x - zx) * w`` is ``P - zx * T[k]`` with ``T[k]`` the sum of channel ``k``'s weights, one
-int32 per channel (``lo_comp``, computed with the call's parameters: ``quantized.call_values``). The
-epilogue is the CPU kernels' (``quant.requantize_output``): int32, dequantized or requantized output;
-under ``split_k`` the int32 shares are added exactly with integer atomics.
+A quantized op (any ``QuantSpec``: uint8, int8, ternary or binary values, any zero points) runs on the
+int8 entry of its stored bytes' types, whose fragments sum the stored integers exactly in int32:
+``P = sum x * w``. Where a guard excludes an activation (padding, a tail) its tile holds the
+activations' zero point ``zx``, so that ``x - zx`` is 0 there, and a weights tile is filled (with 0) at
+the reduction's tails only, where no weight exists; the exact accumulator
+``acc = sum (x - zx) * (w - zw[k])`` is then ``P - zw[k] * S + lo_comp[k]`` (``quantized``), where the
+activation sums ``S`` (only for weights whose zero point may be nonzero) are one more product per
+activation fragment and step, against a fragment of ones (the entry's ``ones_a``/``ones_b``), stored
+through the scratch beside the sums. The epilogue is the CPU kernels' (``quant.requantize_output``):
+int32, dequantized or requantized output; under ``split_k`` the int32 shares are added exactly with
+integer atomics.
 """
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ class TensorPrinter:
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
+        self.sums = self.quant is not None and quantized.needs_activation_sums(self.quant)
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
@@ -187,11 +190,17 @@ class TensorPrinter:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
         after the tiles and the epilogue's scratch."""
         return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
-                      self.warp_count * self.ins.fragment_elements * 4) // 8) * 8
+                      self.warp_count * self.scratch_elements * 4) // 8) * 8
 
     @property
     def smem_bytes(self) -> int:
         return self.barrier_offset + (8 * self.pipeline if self.s.tma_staged else 0)
+
+    @property
+    def scratch_elements(self) -> int:
+        """Accumulator elements each warp stores through shared memory in the epilogue: a fragment, and
+        its activation sums beside it where the op needs them."""
+        return self.ins.fragment_elements * (2 if self.sums else 1)
 
     @cached_property
     def guards(self) -> dict[str, list[str]]:
@@ -211,9 +220,10 @@ class TensorPrinter:
             fits = [t for t in self.op.inputs if names <= known[t]
                     and (self.quant is None or t == self.op.inputs[0] or index < domain)]
             if self.quant is not None and index < domain and names & reduction \
-                    and self.op.inputs[1] not in fits:
-                raise ScheduleError(f"the guard {guard.to_c()} skips reduction steps the weights' copy "
-                                    f"cannot see; a quantized kernel fills the weights' tails with 0")
+                    and not set(self.op.inputs) <= set(fits):
+                raise ScheduleError(f"the guard {guard.to_c()} skips reduction steps an input's copy "
+                                    f"cannot see; a quantized kernel fills the weights' tails with 0 and the "
+                                    f"activations' with their zero point")
             for t in fits:
                 placed[t].append(guard.to_c())
             if index < domain and not names & reduction:
@@ -357,6 +367,11 @@ class TensorPrinter:
     def _acc(self, index: str) -> str:
         return f"lo_acc[{index}]" if self.syntax.device else f"lo_acc[lo_w * {self.accumulators} + {index}]"
 
+    def _sums(self, index: str) -> str:
+        """The activation sums' fragment ``index`` of the warp (one per activation fragment)."""
+        count = self.count[self.op.inputs[0]]
+        return f"lo_sums[{index}]" if self.syntax.device else f"lo_sums[lo_w * {count} + {index}]"
+
     def _products(self, depth: int) -> None:
         steps = math.prod(loop.extent for loop in self.inner)
         na, nb = self.count[self.a], self.count[self.b]
@@ -382,6 +397,13 @@ class TensorPrinter:
                                                   b="lo_b[lo_fb]"))
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
+        if self.sums:       # the activation tiles' row sums: their fragments times a fragment of ones
+            activation = self.op.inputs[0]
+            operands = ({"a": "lo_a[lo_f]", "b": "lo_ones[0]"} if activation == self.a
+                        else {"a": "lo_ones[0]", "b": "lo_b[lo_f]"})
+            self.emit(inner, f"{self.syntax.unroll} {self.count[activation]}")
+            self.emit(inner, cprint.for_loop("int", "lo_f", self.count[activation]) + " { "
+                             + self.code.mma.format(acc=self._sums("lo_f"), **operands) + " }")
         self.emit(depth, "}")
 
     # --- the output -------------------------------------------------------------------------
@@ -394,7 +416,8 @@ class TensorPrinter:
                 if self.op.bias else "")
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
-            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop)
+            sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
+            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums)
         if self.op.scales is not None:
             alpha, beta = self.op.scales
             bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
@@ -416,10 +439,11 @@ class TensorPrinter:
                 self.emit(depth, self.code.drain)
             self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
             accumulator, lanes = self.code.accumulator, self.ins.lanes
-            self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * {n};")
+            self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * "
+                             f"{self.scratch_elements};")
             lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
-            self.emit(depth, f"{self.code.accumulator} lo_scratch[{n}];")
+            self.emit(depth, f"{self.code.accumulator} lo_scratch[{self.scratch_elements}];")
             lane, lanes, sync = "0", 1, ""
         if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
             self.emit(depth, f"{self.syntax.unroll} {na}")
@@ -432,6 +456,10 @@ class TensorPrinter:
         self._define(inner, self.fragments[self.b], "lo_fb")
         self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
                                                 ld=self.ins.n))
+        if self.sums:
+            fragment = "lo_fa" if self.op.inputs[0] == self.a else "lo_fb"
+            self.emit(inner, self.code.store.format(acc=self._sums(fragment), ptr=f"(lo_scratch + {n})",
+                                                    ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
@@ -534,6 +562,8 @@ class TensorPrinter:
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
         fill = self.code.fill.format(acc="lo_acc[lo_i]")
         self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
+        if self.sums:
+            self._declare_sums(depth)
         warps = self._warp_variables(depth) if device else 0
         code = self.code
         # copies run ahead of the products: into the buffer the step before read, or, where the
@@ -584,6 +614,19 @@ class TensorPrinter:
             self._close(1, len(self.blocks))
         self.emit(0, "}")
         return self.lines
+
+    def _declare_sums(self, depth: int) -> None:
+        """The activation sums' fragments, zeroed, and the fragment of ones they are multiplied by (the
+        weights' operand)."""
+        activation = self.op.inputs[0]
+        count = self.count[activation] * (1 if self.syntax.device else self.warp_count)
+        self.emit(depth, self.code.declare_acc.format(name="lo_sums", count=count))
+        self.emit(depth, cprint.for_loop("int", "lo_i", count) + " "
+                         + self.code.fill.format(acc="lo_sums[lo_i]"))
+        declare, ones = ((self.code.declare_b, self.code.ones_b) if activation == self.a
+                         else (self.code.declare_a, self.code.ones_a))
+        self.emit(depth, declare.format(name="lo_ones", count=1))
+        self.emit(depth, ones.format(a="lo_ones[0]", b="lo_ones[0]"))
 
     def _copy_ahead(self, depth: int, ahead: int, steps: int) -> None:
         """The copies of step ``lo_r + ahead`` and, on the device, their commit."""

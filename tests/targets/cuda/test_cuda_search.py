@@ -1,7 +1,8 @@
 """The cuda target's search rules (targets/cuda/search.py) without a GPU: candidates legal by
 construction (threads, shared memory as the printer allocates it, accumulators), the cost model's
 ranking (a batch-1 conv ranks split-K first, a large GEMM large tiles first), ranked candidates of
-random ops in host emulation against the reference, and ``lo.tune(op, target="cuda")`` refusing in one
+random ops (float16, float32, bfloat16 and quantized: every QuantSpec on the int8 entries) in host
+emulation against the reference, and ``lo.tune(op, target="cuda")`` refusing in one
 line where there is no GPU, before anything is built. On a GPU (``-m gpu``): a search of 8 trials,
 its winner verified and its trials logged under the GPU's name."""
 from dataclasses import replace
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.cli import main
-from loopopt.measure import tolerance
+from loopopt.measure import checked, tolerance
 from loopopt.targets import TargetUnavailableError
 from loopopt.targets.cuda import device
 from loopopt.targets.cuda.emulate import emulate
@@ -40,6 +41,7 @@ BIG_GEMM = lo.Matmul(4096, 4096, 4096, dtype="float16")
 OPS = [CONV2_X_N1, lo.Matmul(37, 45, 40, dtype="float16"),
        lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
        lo.Conv2d(8, 12, 3, padding=1, groups=2, height=13, width=11), lo.Matmul(300, 260, 200)]
+ASYMMETRIC = lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False, output="uint8")
 no_gpu = pytest.mark.skipif(device.present(), reason="a GPU is here: the search runs")
 needs_gpu = needs(device.cupy)
 
@@ -95,11 +97,26 @@ def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
     assert chosen.knobs == _ranked(CONV2_X_N1)[0].knobs and chosen.schedule.split_k
     assert {c.knobs.preset for c in RULES.candidates(CONV2_X_N1, "sm_75")} == {"gpu_wmma"}
     assert {c.knobs.preset for c in RULES.candidates(CONV2_X_N1, "sm_89")} == {"gpu_mma", "gpu_wmma"}
-    assert RULES.candidates(lo.Conv2d(16, 16, 3, height=8, width=8, quant=lo.QuantSpec()), ARCH) == []
     knobs = chosen.knobs.as_dict()
     tiles = f"{knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x{knobs['warps_n']}"
     assert f"gpu_wgmma {tiles} warpgroups" in RULES.describe(knobs | {"preset": "gpu_wgmma"})
     assert f"gpu_mma {tiles} warps" in RULES.describe(knobs | {"preset": "gpu_mma"})
+
+
+def test_quantized_and_bfloat16_ops_have_the_candidates_of_their_entries():
+    quantized = lo.Conv2d(16, 16, 3, height=8, width=8, quant=lo.QuantSpec(weight="uint8", output="uint8"))
+    knobs = [c.knobs for c in RULES.candidates(quantized, ARCH)]
+    assert {(k.preset, k.entry, k.split_k) for k in knobs} == {("gpu_mma", "mma_m16n8k32_u8u8_s32", 1)}
+    assert {k.depth for k in knobs} == {32}       # 64 and 128 bytes a row, clamped to the 16 channels
+    assert RULES.candidates(quantized, "sm_75") == []
+    grouped = lo.Conv2d(16, 16, 3, groups=2, height=8, width=8, quant=lo.QuantSpec())
+    assert RULES.candidates(grouped, ARCH) == []
+    splits = {c.knobs.split_k for c in RULES.candidates(lo.Matmul(64, 64, 4096, quant=lo.QuantSpec(
+        activation="int8", output="int32")), ARCH)}
+    assert splits == {1, 2, 4, 8, 16}
+    bf16 = {(c.knobs.preset, c.knobs.entry) for c in RULES.candidates(lo.Matmul(64, 64, 64, dtype="bfloat16"),
+                                                                       ARCH)}
+    assert bf16 == {("gpu_mma", "mma_m16n8k16_bf16_f32"), ("gpu_wmma", "wmma_m16n16k16_bf16_f32")}
 
 
 @no_gpu
@@ -123,13 +140,16 @@ def _emulated_excess(candidate, seed: int = 5) -> float:
 
 
 def _check_ranked_emulated(op, pick):
-    """The best-ranked candidate and one drawn from the rest compute ``op``."""
+    """The best-ranked candidate and one drawn from the rest compute ``op`` (quantized: bit for bit)."""
     ranked = _ranked(op)
     if not ranked:                      # a grouped conv is not rows x columns: no tensor-core tile
-        assert op.dtype == "float16" and op.groups > 1
+        assert (op.dtype != "float32" or op.quant is not None) and op.groups > 1
         return
     for candidate in {ranked[0], ranked[pick % len(ranked)]}:
-        assert _emulated_excess(candidate) <= 0, candidate.knobs
+        if op.quant is not None:
+            assert checked(emulate(candidate.schedule), seed=5)[0], candidate.knobs
+        else:
+            assert _emulated_excess(candidate) <= 0, candidate.knobs
 
 
 test_ranked_convs_emulated, test_ranked_convs_emulated_full = tiers(
@@ -139,11 +159,22 @@ test_ranked_matmuls_emulated, test_ranked_matmuls_emulated_full = tiers(
     _check_ranked_emulated, 1, 4, st.one_of(matmul_ops(max_mn=40, max_k=50, batched=False, dtype="float16"),
                                             gemm_ops(max_mn=30, max_k=40)), st.integers(0, 10**6))
 
+SPECS = st.builds(lo.QuantSpec, activation=st.sampled_from(lo.quant.ACTIVATIONS),
+                  weight=st.sampled_from(lo.quant.WEIGHTS), per_channel=st.booleans(),
+                  weight_symmetric=st.booleans(), output=st.sampled_from(lo.quant.OUTPUTS))
+_, test_ranked_quantized_and_bfloat16_ops_emulated = tiers(
+    _check_ranked_emulated, 1, 2, st.one_of(
+        st.builds(lambda op, spec: type(op)(**op.arguments, quant=spec), conv_ops(max_hw=7, max_channels=12)
+                  | matmul_ops(max_mn=40, max_k=50, batched=False), SPECS),
+        matmul_ops(max_mn=40, max_k=50, batched=False, dtype="bfloat16")), st.integers(0, 10**6))
+
 
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("op", [lo.Conv2d(64, 96, 3, padding=1, height=28, width=28, batch=2,
-                                          dtype="float16"), lo.Matmul(300, 260, 200)], ids=repr)
+                                          dtype="float16"), lo.Matmul(300, 260, 200),
+                                lo.Conv2d(64, 96, 3, padding=1, height=28, width=28, quant=ASYMMETRIC)],
+                         ids=repr)
 def test_a_gpu_search_verifies_and_logs_its_trials(op, tmp_path):
     log = tmp_path / "gpu.db"
     result = lo.tune(op, target="cuda", trials=8, log=str(log), progress=False)
