@@ -28,7 +28,7 @@ from .schedule_file import (
     stored_schedule,
     to_toml,
 )
-from .targets.x86.isa import available_isas
+from .targets.registry import available_isas
 from .tune import TuneError, TuneResult, TuningLogError, best_schedule, best_trial, tune
 
 __all__ = [

@@ -324,7 +324,7 @@ def compare(op: Op, schedules: Sequence[Schedule | AnyPlan], names: Sequence[str
         try:
             model = kernel_model(schedule, kernel.isa, profiles.get(name), traffic=bool(analysis),
                                  machine=machine)
-        except ValueError:          # a kernel the model does not count (Target.unmodelled): no prediction
+        except ValueError:          # a kernel the model does not price (Target.unmodelled): no prediction
             continue
         row.predicted_ms = model.predicted_seconds * 1e3
     bar.update(steps, "done")

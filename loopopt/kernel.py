@@ -51,6 +51,8 @@ class Kernel:
 
     algorithm = "direct"     # one schedule's nest (a WinogradKernel says which Winograd it runs)
     target = None            # the Target that built it (set by the target's compile)
+    sum_roundoff: float | None = None   # a bfloat16 kernel's unit roundoff of its float32 sums where coarser
+                                        # than round to nearest (NEON's bfdot rounds to odd), for ``verify``
 
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver):
         self.schedule = schedule

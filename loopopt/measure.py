@@ -131,13 +131,14 @@ def _timed(function: Callable[[], object]) -> float:
     return _clock() - start
 
 
-def tolerance(op, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def tolerance(op, inputs: dict[str, np.ndarray], sum_roundoff: float | None = None) -> np.ndarray:
     """Elementwise error bound of a float32 kernel: 2 * n * eps * sum |terms| (+ tiny); of a
-    bfloat16 kernel: ``bf16_tolerance``; of a float16 one (tensor cores): the same bound with a
+    bfloat16 kernel: ``bf16_tolerance`` (``sum_roundoff``: of a kernel whose sums round coarser than
+    to nearest, ``Kernel.sum_roundoff``); of a float16 one (tensor cores): the same bound with a
     unit roundoff of 2^-22 for the sums, as the tensor cores' float32 accumulation truncates the
     aligned products rather than rounding them to nearest."""
     if op.dtype == "bfloat16":
-        return bf16_tolerance(op, inputs)
+        return bf16_tolerance(op, inputs, sum_roundoff or 2.0 ** -24)
     if op.dtype == "float16":
         return bf16_tolerance(op, inputs, sum_roundoff=2.0 ** -22)
     magnitude = op.magnitude(*(np.abs(inputs[t]) for t in op.call_tensors))
@@ -244,7 +245,7 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
             inputs = dict(zip(op.call_tensors, block, strict=True))
             expected = op.reference(*block)
             winograd = isinstance(kernel, WinogradKernel)
-            bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs)
+            bound = kernel.error_bound(inputs) if winograd else tolerance(op, inputs, kernel.sum_roundoff)
             if kernel.epilogue is not None:
                 residual = args[-1][rows] if kernel.epilogue.residual else None
                 expected = kernel.epilogue.apply(expected, residual)

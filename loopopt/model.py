@@ -36,14 +36,18 @@ from .analysis import Machine, ReuseProfile, reuse
 from .codegen.instr import tables
 from .schedule import Schedule
 from .targets.core_costs import CoreCosts
+from .targets.kernel_counts import KernelCounts, Site
 from .targets.registry import target_of_isa
-from .targets.x86.costs import KernelCounts, Site, count
+from .targets.x86.costs import count
 from .targets.x86.isa import available_isas
 
 UPDATE_INSTRUCTIONS = {"float": 1, "integer": 3, "dot": 1, "dequantize": 1,   # per vector update
-                       "bf16": 1, "bf16_dot": 1}
+                       "bf16": 1, "bf16_dot": 1,
+                       "lookup": 1, "popcount": 6}  # the families a target counts (Target.own_counts): an
+                                                    # int16 add of table entries; xor, popcount and the add
 UPDATE_LATENCY = {"float": 4, "integer": 11, "dot": 5, "dequantize": 4,       # vpmulld + vpaddd: 10 + 1
-                  "bf16": 4, "bf16_dot": 5}    # vdpbf16ps: taken as vpdpbusd's (not measured here)
+                  "bf16": 4, "bf16_dot": 5,    # vdpbf16ps: taken as vpdpbusd's (not measured here)
+                  "lookup": 2, "popcount": 2}  # the chain runs through the add alone
 
 # bytes per cycle each level delivers to the one above it (L2 -> L1, L3 -> L2, DRAM -> L3), one core
 BANDWIDTH = {"L2": 32.0, "L3": 10.0, "DRAM": 4.0}
@@ -158,13 +162,15 @@ def kernel_model(schedule: Schedule, isa: str = "auto", profile: ReuseProfile | 
     associative LRU."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"kernel_model needs a lo.Schedule, got {type(schedule).__name__}")
-    if schedule.op.quant is not None and schedule.op.quant.binary:
-        raise ValueError("the kernel model does not price binary (XNOR + popcount) kernels; it prices float, "
-                         "bfloat16 and int8 SIMD nests")
-    unmodelled = target_of_isa(isa).unmodelled(schedule)   # (loads the target that registers isa's tables)
+    chosen = target_of_isa(isa)         # (loads the target that registers isa's tables)
+    unmodelled = chosen.unmodelled(schedule)
     if unmodelled:
         raise ValueError(unmodelled)
-    counts = count(schedule, isa)
+    counts = chosen.own_counts(schedule, isa)
+    if counts is None and schedule.op.quant is not None and schedule.op.quant.binary:
+        raise ValueError(f"the kernel model does not price binary (XNOR + popcount) kernels on {isa!r}; it "
+                         f"prices float, bfloat16 and int8 SIMD nests (and what a target counts itself)")
+    counts = counts or count(schedule, isa)
     costs = core_costs(counts.isa)
     resources = dict.fromkeys(RESOURCES, 0.0)
     for site in counts.sites:

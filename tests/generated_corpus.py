@@ -13,12 +13,13 @@ from loopopt.analysis.analytical import region_nest
 from loopopt.analysis.items import item_space
 from loopopt.analysis.trace import nest_c
 from loopopt.codegen import generate
+from loopopt.codegen.instr import tables
 from loopopt.dataflows import output_stationary
 from loopopt.targets.binary import generate_binary
 from loopopt.targets.neon import mmla
 from loopopt.targets.neon.binary import POPCOUNT as BINARY_POPCOUNT
 from loopopt.targets.neon.binary import VARIANT as BINARY_VARIANT
-from loopopt.targets.neon.isa import NEON
+from loopopt.targets.neon.isa import BFDOT_NAME, NEON
 from loopopt.targets.x86.isa import ISAS
 
 SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
@@ -97,7 +98,8 @@ def _dot_form(quant: lo.QuantSpec) -> lo.Schedule:
 
 def neon_kernels() -> Iterator[tuple[str, str]]:
     """NEON's own kernel forms (every tier): the s8 x s8 and u8 x s8 dot, i2_s weights, binary (cnt), the
-    bf16 pair dot (bfmlalt + bfmlalb) and an int8 conv on usmmla."""
+    bf16 pair dot (bfmlalt + bfmlalb; the opt-in neon_bfdot's bfdot) and int8 convs on usmmla (one group;
+    grouped)."""
     ternary = lo.QuantSpec("int8", True, True, "int8", "ternary")
     binary = lo.QuantSpec("binary", True, True, "float32", "binary")
     yield "dot.s8/neon", _source(_dot_form(lo.QuantSpec("int8", True, False, "uint8")), NEON)
@@ -107,12 +109,16 @@ def neon_kernels() -> Iterator[tuple[str, str]]:
     conv = lo.Schedule(conv).tile(ow=3, k=4)
     generated = generate_binary(conv, BINARY_VARIANT, BINARY_POPCOUNT)
     yield "binary.conv/neon", generated.source + "\0" + generated.cdef
-    yield "bf16.pairs/neon", _source(conv_dot_schedule(lo.Conv2d(6, 8, 3, padding=1, height=5, width=5,
-                                                                 dtype="bfloat16"), True), NEON)
+    pairs = conv_dot_schedule(lo.Conv2d(6, 8, 3, padding=1, height=5, width=5, dtype="bfloat16"), True)
+    yield "bf16.pairs/neon", _source(pairs, NEON)
+    yield "bf16.pairs/neon_bfdot", _source(pairs, tables(BFDOT_NAME).floats)
     quant = lo.QuantSpec("uint8", True, False, "uint8")
     generated = mmla.generate_mmla(mmla.preset(lo.Conv2d(13, 6, 3, stride=2, padding=1, batch=2, height=7,
                                                          width=9, quant=quant), 3, 4))
     yield "mmla.conv/neon", generated.source + "\0" + generated.cdef
+    generated = mmla.generate_mmla(mmla.preset(lo.Conv2d(12, 12, 3, padding=((1, 0), (0, 2)), groups=3,
+                                                         height=6, width=7, quant=quant), 3, 4))
+    yield "mmla.grouped_conv/neon", generated.source + "\0" + generated.cdef
 
 
 def epilogue_kernels() -> Iterator[tuple[str, str]]:

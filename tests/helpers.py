@@ -312,7 +312,8 @@ def check(schedule: lo.Schedule, isa: str, threads: int = 1, kernel=None):
     expected = op.reference(*args)
     assert result.shape == expected.shape
     error = np.abs(result - expected)
-    assert np.all(error <= tolerance(op, inputs)), (schedule.pseudocode(isa), float(error.max()))
+    bound = tolerance(op, inputs, kernel.sum_roundoff)
+    assert np.all(error <= bound), (schedule.pseudocode(isa), float(error.max()))
     return kernel
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..ops import Op
     from ..schedule import Schedule
     from .core_costs import CoreCosts
+    from .kernel_counts import KernelCounts
     from .search import SearchRules
 
 
@@ -63,6 +64,16 @@ class Target(ABC):
     def peak(self, isa: str, dtype: str) -> float:
         """The peak (G ops/s, one core or one device) of variant ``isa`` for ``dtype`` that "% of peak"
         is measured against."""
+
+    def general_isas(self) -> tuple[str, ...]:
+        """The variants of ``available_isas`` that compute every op, best first (``lo.available_isas``;
+        x86: without the AMX tiles, which compute int8 and bfloat16 only)."""
+        return self.available_isas()
+
+    def prepare_timing(self) -> None:
+        """Measure, once in this process, what timing this target's kernels reads (a host's peaks), before
+        ``lo.tune`` hands its trials to worker processes; the default: nothing."""
+        return None
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         """``schedule``'s kernel on variant ``isa`` as readable loop-nest pseudo-code
@@ -135,8 +146,15 @@ class Target(ABC):
         return portable_byte_map()
 
     def unmodelled(self, schedule: Schedule) -> str | None:
-        """Why the kernel model (``model.py``, which counts the table-driven SIMD nest) does not price
-        ``schedule``'s kernel on this target (a kernel family of the target's own), or None: it does."""
+        """Why the kernel model (``model.py``) does not price ``schedule``'s kernel on this target (a
+        family of its own that it neither counts itself nor lets the SIMD counter count: CUDA's GEMV), or
+        None: it does."""
+        return None
+
+    def own_counts(self, schedule: Schedule, isa: str) -> KernelCounts | None:
+        """The kernel model's counts (``model.py``) of ``schedule``'s kernel on variant ``isa`` where it is
+        a kernel family of the target's own, which the counter of the table-driven SIMD nest does not
+        walk; None (the default): that counter counts it."""
         return None
 
     def timing_refusal(self) -> str | None:

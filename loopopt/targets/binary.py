@@ -191,6 +191,34 @@ def block_of(schedule: Schedule, variant: BinaryVariant) -> tuple[int, int]:
     return r, v
 
 
+@dataclass(frozen=True)
+class BinaryKnobs:
+    """The choices of a binary op's search candidate (``targets/search.py``): its register block of
+    ``pixel_block`` output positions x ``channel_block`` output channels (whole vectors of the ISA's
+    uint64 lanes); the kernel runs on one thread."""
+
+    pixel_block: int
+    channel_block: int
+
+    def as_dict(self) -> dict:
+        return {"kernel": "binary", "pixel_block": self.pixel_block, "channel_block": self.channel_block}
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        """Its register block as a ``tile`` step."""
+        positions, channels = block_dims(op)
+        return Schedule(op).tile(**{positions: self.pixel_block, channels: self.channel_block})
+
+
+def register_blocks(op: Op, lanes: int, registers: int, positions: int, vectors: int) -> list[BinaryKnobs]:
+    """The register blocks of a binary op searched on an ISA of ``lanes`` uint64 lanes and ``registers``
+    vector registers: 1 to ``vectors`` vectors of channels (at most a group's) x 1 to ``positions``
+    output positions whose accumulators, a weight vector each and two more fit the registers."""
+    in_group = -(-(op.channels // op.groups) // lanes)
+    extent = op.extent(block_dims(op)[0])
+    return [BinaryKnobs(r, v * lanes) for v in range(1, min(vectors, in_group) + 1)
+            for r in range(1, min(positions, max(extent, 1)) + 1) if r * v + v + 2 <= registers]
+
+
 # --- C ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

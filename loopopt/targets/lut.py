@@ -520,7 +520,7 @@ def _flush(positions: list[Position], lookup: Lookup, op: Op, kg: int) -> list[s
     return lines
 
 
-def _region_loops(nest: LutNest, vector: bool) -> tuple[list[tuple[str, int]], int, float]:
+def region_loops(nest: LutNest, vector: bool) -> tuple[list[tuple[str, int]], int, float]:
     """The accumulation region's loops (the block loops left out: unrolled into accumulators), the first
     of the shortest run of inner loops whose steps all fit in int16 sums (widened after each of its runs;
     when it is the innermost loop alone, that loop runs in chunks) and the steps per chunk."""
@@ -534,7 +534,7 @@ def _region(nest: LutNest, lookup: Lookup, positions: list[Position]) -> list[st
     """C of the accumulation region: zeroed accumulators, its reduction loops around the steps (int16
     sums widened every ``fmt.chunk`` steps at most), the flush."""
     fmt = nest.shape.fmt
-    loops, fits, chunk = _region_loops(nest, lookup.vector)
+    loops, fits, chunk = region_loops(nest, lookup.vector)
     widen = [line for p in positions for line in lookup.widen(p.acc)]
     body = _step(positions, lookup, fmt.signed)
     for i in reversed(range(len(loops))):
@@ -594,7 +594,7 @@ def pseudocode(schedule: Schedule, lookup: Lookup) -> list[str]:
     accumulators = math.prod(e for n, e in nest.loops if n in nest.block)
     line(f"# {accumulators} accumulator(s) of {COLUMNS} int16 sums in registers"
          + (f" (block {', '.join(block)}, unrolled)" if block else ""))
-    loops, fits, chunk = _region_loops(nest, lookup.vector)
+    loops, fits, chunk = region_loops(nest, lookup.vector)
     for i, (name, extent) in enumerate(loops):
         if i == len(loops) - 1 and fits == len(loops):
             line(f"for {name}_c in 0..{extent} step {chunk}:    # int16 sums widened after each chunk")

@@ -43,6 +43,13 @@ def host_target() -> Target:
     return target(HOST_MACHINES[machine])
 
 
+def available_isas(name: str | Target | None = None) -> tuple[str, ...]:
+    """The variants of target ``name`` (None: the one this machine runs natively) that this machine
+    builds and runs and that compute every op, best first (``Target.general_isas``; x86: its SIMD
+    tables and ``scalar``; neon: ``neon`` natively or under an emulator)."""
+    return (host_target() if name is None else target(name)).general_isas()
+
+
 def isa_names() -> tuple[str, ...]:
     """Every target's instruction-set variants (what ``isa=`` and ``--isa`` accept besides ``"auto"``)."""
     return tuple(isa for name in TARGETS for isa in target(name).isas())

@@ -1,6 +1,6 @@
 """``lo.tune`` where its target cannot time kernels here (``Target.timing_refusal``, e.g. NEON kernels under
 an emulator): the search's candidates ranked by the kernel model on the target's modelled core (a
-family the kernel model does not count, by the rules' own model: NEON's smmla/usmmla blocks), the
+family the kernel model does not count, by the rules' own model, ``SearchRules.own_seconds``), the
 best-ranked built together (``Target.compile_many``) and verified against the reference where they run
 (the emulator); the best verified one wins. Nothing is timed: the result says so and shows predicted
 times only, and no trial goes into the tuning log (its trials are timed ones)."""

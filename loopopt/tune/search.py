@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..machine import fingerprint, machine_profile
+from ..machine import fingerprint
 from ..ops import Op
 from ..progress import Progress
 from ..schedule import ScheduleError
@@ -355,7 +355,7 @@ def tune(op: Op, trials: int = 64, seconds: float | None = None, threads: int = 
                         f"register-blocked schedules has {threads} iterations to split over threads"
                         if threads > 1 else f"no candidate schedule for {op!r}")
     start = time.perf_counter()
-    machine_profile()                 # measured once here, not by each worker
+    chosen.prepare_timing()           # the peaks measured once here, not by each worker
     walk = Walk(Guide((rank or rules.rank)(space), rules, threads=threads), BROAD, seed)
     run = runner(executor, timeout, (os.cpu_count() or 1) if chosen.has_device else 1)
     tuning_log = None

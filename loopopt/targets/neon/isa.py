@@ -278,6 +278,25 @@ NEON_BF16 = _beside_floats(
 )
 NEON_BF16 = replace(NEON_BF16, mnemonics={"dot": "bfmlalt + bfmlalb"})
 
+# bfdot and bfmmla (FEAT_BF16 without FEAT_EBF16: the FPCR is ignored): each product and sum rounded to
+# odd (truncated, the last bit set where inexact; overflow to infinity), denormal operands, products and
+# sums flushed to zero (tininess before rounding). Not the reference's round to nearest: the unit
+# roundoff of the sums is 2^-23, twice the pair entry's, so only the opt-in variant BFDOT_NAME uses bfdot
+BF16_ROUND_TO_ODD = ("each product and sum of float32 rounded to odd; denormal operands, products and "
+                     "sums flushed to zero")
+BFDOT_ROUNDOFF = 2.0 ** -23              # the unit roundoff of a sum rounded to odd
+BFDOT = Instr("vbfdotq_f32({c}, vreinterpretq_bf16_s32({a}), vreinterpretq_bf16_s32({b}))",
+              f"lane j = c_j + (a_lo_j * b_lo_j + a_hi_j * b_hi_j) of the bf16 pairs of lane j "
+              f"({BF16_ROUND_TO_ODD})")
+BFMMLA = Instr("vbfmmlaq_f32({c}, vreinterpretq_bf16_s32({a}), vreinterpretq_bf16_s32({b}))",
+               f"lane 2r+q = bfdot(bfdot(c_(2r+q), pair 2r of a, pair 2q of b), pair 2r+1 of a, pair 2q+1 "
+               f"of b): c + the 2x2 block A @ B^T of the 2x4 bf16 rows of a and b, two bfdot steps "
+               f"({BF16_ROUND_TO_ODD})")
+BFDOT_NAME = "neon_bfdot"
+NEON_BFDOT = replace(NEON_BF16, name=BFDOT_NAME, prelude=NEON.prelude + BF16_PRELUDE + BF16_GATHER,
+                     mnemonics={"dot": "bfdot"}, ops=NEON_BF16.ops | {
+    "dot": BFDOT, "dot_mask": Instr(f"vbslq_f32({{m}}, {BFDOT.template}, {{c}})", BF16_MEANINGS["dot_mask"])})
+
 F16_GATHER = """/* half lanes widened to float32: the masked lanes' elements only */
 static inline float32x4_t lo_neon_f16_gather(const uint16_t *p, int32x4_t idx, uint32x4_t mask) {
     uint32_t m[4]; int32_t i[4]; uint16_t x[4];
@@ -303,3 +322,6 @@ NEON_F16 = _beside_floats(
 )
 
 TABLES = register_tables(IsaTables(NEON, NEON_INT, NEON_BF16, NEON_F16))
+# the opt-in variant whose bf16 pair dots are bfdot (the other kernels: neon's)
+BFDOT_TABLES = register_tables(IsaTables(replace(NEON, name=BFDOT_NAME), replace(NEON_INT, name=BFDOT_NAME),
+                                         NEON_BFDOT, replace(NEON_F16, name=BFDOT_NAME)))

@@ -2,7 +2,7 @@
 and ``usmmla`` (u8 x s8), each a 2x2 block of int32 outputs from two 8-byte rows of activations and two
 8-byte columns of weights, the instruction chosen from the QuantSpec's activations as the int8 dot is.
 
-The family applies to a quantized Matmul, or a convolution of one group, whose weights are stored in
+The family applies to a quantized Matmul, or a convolution, whose weights are stored in
 mmla's operand order: a layout whose two innermost blocks are 2 output channels and 8 input channels
 (a Matmul's ``KN`` weights: ``NK2n8k``, with batch dims ``BNK2n8k``; a conv's ``OIHW``: e.g.
 ``HWOI2o8i``), so one 16-byte load is the instruction's second operand; ``prepare`` stores them so,
@@ -17,7 +17,9 @@ register block (``ceil(R/2) x C/2`` accumulators, each 2 rows x 2 columns of out
 outside it in the schedule's order, ``parallel`` on one of them; the kernel steps the filter taps and
 the channels, 8 at a time, itself. The sums are exact int32 (wrapping as the reference does) into the
 workspace ``O``; the epilogue pass of ``codegen/quantized.py`` applies compensation, bias and scales,
-as for the table-lookup kernels. Steps that do not apply are refused with the reason."""
+as for the table-lookup kernels. A grouped convolution's register block lies in one group (its columns
+divide a group's output channels), so its rows read that group's channels (past them, the next group's,
+times zero weights). Steps that do not apply are refused with the reason."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -49,13 +51,16 @@ def preset(op: Op, rows: int = 4, columns: int = 8) -> Schedule:
     activation rows with their channels innermost, a register block of ``rows`` x ``columns`` outputs
     (clamped to the op; ``columns`` even)."""
     rows_dim, cols_dim, red = _dims(op)
-    letters = {t: op.tensor(t).letters for t in op.inputs}
-    letter = lambda t, dim: letters[t][op.index(t).index(Var(dim))]
     a, w = op.inputs
-    rest = lambda t, inner: "".join(x for x in letters[t] if x not in inner)
+    letter = lambda t, dim: op.tensor(t).letters[_axis(op, t, dim)]
+    rest = lambda t, inner: "".join(x for x in op.tensor(t).letters if x not in inner)
     last_a = letter(a, red)
     pair = (letter(w, cols_dim), letter(w, red))
     columns = min(columns, op.extent(cols_dim) + op.extent(cols_dim) % COLUMNS)
+    per_group = op.extent(cols_dim) // groups(op)
+    if groups(op) > 1:      # the largest even block within a group (none where a group's count is odd)
+        columns = max((c for c in range(COLUMNS, columns + 1, COLUMNS) if per_group % c == 0),
+                      default=columns)
     return (Schedule(op).layout(a, rest(a, last_a) + last_a)
             .layout(w, rest(w, pair) + "".join(pair) + f"{COLUMNS}{pair[0].lower()}{DEPTH}{pair[1].lower()}")
             .tile(**{rows_dim: min(rows, op.extent(rows_dim)), cols_dim: columns}))
@@ -104,9 +109,9 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
     """The form of an mmla schedule (``is_mmla``); ScheduleError naming what does not apply."""
     op = schedule.op
     rows_dim, cols_dim, red = _dims(schedule.op)
-    if getattr(op, "groups", 1) > 1 or op.reduction_dims != {red, *_taps(op)}:
+    if op.reduction_dims != {red, *_taps(op)}:
         raise ScheduleError(f"the int8 matrix multiply (smmla/usmmla, weights in 2x8 blocks) takes a GEMM or "
-                            f"a convolution of one group; {op!r} is not: store its weights in another layout")
+                            f"a convolution; {op!r} is not: store its weights in another layout")
     if schedule.weight_format_mode != "int8":
         raise ScheduleError(f"weight_format({schedule.weight_format_mode!r}): smmla/usmmla multiply int8 "
                             f"weights, one byte each")
@@ -114,8 +119,7 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
         raise ScheduleError("arithmetic('dequantize'): smmla/usmmla sum int32 products; use the integer "
                             "arithmetic")
     activations = schedule.layout_of(op.inputs[0])
-    a_letters = op.tensor(op.inputs[0]).letters
-    k_letter = a_letters[op.index(op.inputs[0]).index(Var(red))]
+    k_letter = op.tensor(op.inputs[0]).letters[_axis(op, op.inputs[0], red)]
     if any(block for _, block in activations.order) or activations.order[-1][0] != k_letter:
         raise ScheduleError(f"layout({op.inputs[0]!r}, {activations.tag!r}): smmla reads 8 channels of an "
                             f"activation row at once; store {op.inputs[0]} unblocked with {k_letter} "
@@ -144,6 +148,11 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
         raise ScheduleError(f"the int8 matrix multiply runs the loops {', '.join(sorted(allowed))} around "
                             f"its register block (in any order); these are {', '.join(names[:-depth])}")
     rows, columns = schedule.loop(block[0]).extent, schedule.loop(block[1]).extent
+    per_group = op.extent(cols_dim) // groups(op)
+    if groups(op) > 1 and per_group % columns:
+        raise ScheduleError(f"tile({cols_dim}={columns}): a register block of a grouped convolution reads "
+                            f"one group's activations, so its columns must divide the {per_group} output "
+                            f"channels of a group (and be even)")
     if columns % COLUMNS and columns != op.extent(cols_dim):
         raise ScheduleError(f"tile({cols_dim}={columns}): a weight block holds {COLUMNS} columns; tile the "
                             f"columns by an even number")
@@ -155,6 +164,16 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
                             f"{form.column_pairs} accumulators, {form.row_pairs} activation registers and a "
                             f"weight register are {used} of the {ACCUMULATOR_REGISTERS} vector registers")
     return form
+
+
+def _axis(op: Op, tensor: str, dim: str) -> int:
+    """The axis of ``tensor`` indexed by ``dim`` (a grouped conv's input channels: ``k // Kg * Cg + c``)."""
+    return next(i for i, e in enumerate(op.index(tensor)) if dim in e.variables())
+
+
+def groups(op: Op) -> int:
+    """The op's groups (1 for a GEMM)."""
+    return getattr(op, "groups", 1)
 
 
 def _taps(op: Op) -> tuple[str, ...]:
@@ -189,7 +208,7 @@ def generate_mmla(schedule: Schedule) -> Generated:
     byte, vector = ("u8", "uint8") if unsigned else ("s8", "int8")
     first_row = Var(f"{rows_dim}_o") * form.rows
     first_col = Var(f"{cols_dim}_o") * form.columns
-    row = lambda r: _offset(schedule, a, {rows_dim: Var(r), red: Const(0)})
+    row = lambda r: _offset(schedule, a, {rows_dim: Var(r), red: Const(0), cols_dim: first_col})
     weights = _offset(schedule, w, {cols_dim: Var("lo_col"), red: Var("lo_s") * DEPTH})
     output = _offset(schedule, op.output, {rows_dim: Var("lo_r"), cols_dim: Var("lo_c")})
     mma = ENTRIES[instruction(schedule)]

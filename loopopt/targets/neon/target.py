@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from ...cbuild import compile_c
 from ...codegen import generate
 from ...codegen.emit import KERNEL_NAME, THREADS_NAME
+from ...codegen.instr import tables
 from ...codegen.params import signature
 from ...codegen.pseudocode import header, render
 from ...codegen.quantized import QUANT_FLAGS
@@ -19,14 +20,16 @@ from ..binary import NO_EPILOGUE as NO_BINARY_EPILOGUE
 from ..binary import BinaryKernel, generate_binary
 from ..binary import pseudocode as pseudocode_of_binary
 from ..core_costs import CoreCosts
+from ..kernel_counts import KernelCounts
 from ..lut import NO_EPILOGUE as NO_LUT_EPILOGUE
 from ..lut import LutKernel, generate_lut
 from ..lut import pseudocode as pseudocode_of_lut
 from ..lut_format import FORMATS
 from . import binary, mmla, toolchain
-from .isa import BF16_DOT_FEATURES, NAME, NEON, NEON_INT
+from .counts import own_counts
+from .isa import BF16_DOT_FEATURES, BFDOT_NAME, BFDOT_ROUNDOFF, NAME, NEON, NEON_INT
 from .lut import LOOKUP
-from .profile import CORE_COSTS, PROFILE
+from .profile import CORE_COSTS, core_peak, measured_peaks
 from .runner import EmulatedDriver, RunnerCase
 from .search import NeonSearch
 
@@ -49,9 +52,9 @@ def native_driver(case: RunnerCase) -> Driver:
     return CffiDriver(module, case.function, case.threads)
 
 
-def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kernel]]:
-    """``schedule``'s NEON C as a runner case, and how its kernel wraps a driver of it; ScheduleError
-    for what NEON cannot run (before any machine check)."""
+def kernel_case(schedule: Schedule, isa: str = NAME) -> tuple[RunnerCase, Callable[[Driver], Kernel]]:
+    """``schedule``'s NEON C on variant ``isa`` as a runner case, and how its kernel wraps a driver of it;
+    ScheduleError for what NEON cannot run (before any machine check)."""
     schedule.refuse_gpu_steps(NeonTarget.name, float16=True)
     if is_binary(schedule):
         schedule.refuse_epilogue("NEON's binary", NO_BINARY_EPILOGUE)
@@ -69,7 +72,7 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
     if table_lookup:
         schedule.refuse_epilogue("NEON's table lookup", NO_LUT_EPILOGUE)
     generated = (generate_lut(schedule, LOOKUP) if table_lookup
-                 else generate(schedule, NEON, bf16_dot=TARGET.bf16_dot(NAME)))
+                 else generate(schedule, tables(isa).floats, bf16_dot=TARGET.bf16_dot(isa)))
     flags = generated.compile_flags + (QUANT_FLAGS if schedule.op.quant is not None else ())
     flags += ("-fopenmp",) if generated.openmp else ()
     threads = THREADS_NAME if generated.openmp else None
@@ -77,6 +80,13 @@ def kernel_case(schedule: Schedule) -> tuple[RunnerCase, Callable[[Driver], Kern
     if table_lookup:
         return case, lambda driver: LutKernel(schedule, generated, driver, generated.plan)
     return case, lambda driver: wrap(schedule, generated, driver)
+
+
+def needs(isa: str, integer: bool) -> frozenset[str]:
+    """The CPU features variant ``isa`` needs (integer: for quantized kernels): the opt-in ``neon_bfdot``
+    bfdot's FEAT_BF16 besides neon's."""
+    table = NEON_INT if integer else NEON
+    return frozenset(table.cpu_flags) | (frozenset(BF16_DOT_FEATURES) if isa == BFDOT_NAME else frozenset())
 
 
 def is_binary(schedule: Schedule) -> bool:
@@ -93,26 +103,31 @@ class NeonTarget(Target):
                    "cffi on an ARM machine, else cross-compiled and run under qemu-aarch64")
 
     def isas(self) -> tuple[str, ...]:
-        return (NAME,)
+        return (NAME, BFDOT_NAME)
 
     def available_isas(self, integer: bool = False) -> tuple[str, ...]:
         if toolchain.native():
-            table = NEON_INT if integer else NEON
-            return (NAME,) if set(table.cpu_flags) <= toolchain.cpu_features() else ()
-        return () if toolchain.missing() else (NAME,)
+            return tuple(isa for isa in self.isas() if not needs(isa, integer) - toolchain.cpu_features())
+        return () if toolchain.missing() else self.isas()
+
+    def variant(self, isa: str) -> str:
+        """The variant ``isa`` names (``"auto"``: neon), checked against ``isas`` only; ValueError naming
+        the allowed ones."""
+        if isa not in ("auto", *self.isas()):
+            raise ValueError(f"unknown isa {isa!r} for target 'neon': choose 'auto', "
+                             f"{', '.join(map(repr, self.isas()))}")
+        return NAME if isa == "auto" else isa
 
     def resolve_isa(self, isa: str, integer: bool = False) -> str:
-        if isa not in ("auto", NAME):
-            raise ValueError(f"unknown isa {isa!r} for target 'neon': choose 'auto' or {NAME!r}")
+        isa = self.variant(isa)
         if toolchain.native():
-            table = NEON_INT if integer else NEON
-            lacking = sorted(set(table.cpu_flags) - toolchain.cpu_features())
+            lacking = sorted(needs(isa, integer) - toolchain.cpu_features())
             if lacking:
-                raise ValueError(f"isa 'neon' needs CPU features {', '.join(lacking)} that this CPU lacks"
+                raise ValueError(f"isa {isa!r} needs CPU features {', '.join(lacking)} that this CPU lacks"
                                  f"{' for integer kernels' if integer else ''}")
         else:
             toolchain.emulation()
-        return NAME
+        return isa
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
         return self.compile_many([schedule], isa)[0]
@@ -120,12 +135,14 @@ class NeonTarget(Target):
     def compile_many(self, schedules: Sequence[Schedule], isa: str = "auto") -> list[Kernel]:
         """The kernels of ``schedules`` (as ``compile``), built together: under emulation one runner
         executable for them all."""
-        built = [kernel_case(schedule) for schedule in schedules]
-        self.resolve_isa(isa, integer=any(schedule.op.quant is not None for schedule in schedules))
+        built = [kernel_case(schedule, self.variant(isa)) for schedule in schedules]
+        isa = self.resolve_isa(isa, integer=any(schedule.op.quant is not None for schedule in schedules))
         drivers = function_drivers([case for case, _ in built])
         kernels = [kernel_of(driver) for (_, kernel_of), driver in zip(built, drivers, strict=True)]
         for kernel in kernels:
             kernel.target = self
+            if isa == BFDOT_NAME and kernel.op.dtype == "bfloat16":
+                kernel.sum_roundoff = BFDOT_ROUNDOFF      # bfdot's sums round to odd (isa.py)
         return kernels
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
@@ -135,29 +152,29 @@ class NeonTarget(Target):
             return "\n".join(header(schedule) + pseudocode_of_lut(schedule, LOOKUP))
         if mmla.is_mmla(schedule):
             return "\n".join(mmla.pseudocode(schedule))
-        return render(schedule, NEON, self.bf16_dot(NAME))
+        variant = self.variant(isa)
+        return render(schedule, tables(variant).floats, self.bf16_dot(variant))
 
     def search_rules(self) -> NeonSearch:
         return NeonSearch()
 
     def bf16_dot(self, isa: str) -> bool:
-        """bfmlalb/bfmlalt (FEAT_BF16): under emulation (``-cpu max`` has it), natively where the CPU does."""
+        """bfmlalb/bfmlalt (FEAT_BF16; the opt-in ``neon_bfdot``: bfdot): under emulation (``-cpu max``
+        has it), natively where the CPU does."""
         return not toolchain.native() or set(BF16_DOT_FEATURES) <= toolchain.cpu_features()
 
     def peak(self, isa: str, dtype: str) -> float:
-        return PROFILE.peak(dtype)
+        return core_peak(dtype)
+
+    def prepare_timing(self) -> None:
+        if toolchain.native():
+            measured_peaks()
 
     def core_costs(self, isa: str) -> CoreCosts | None:
         return CORE_COSTS
 
-    def unmodelled(self, schedule: Schedule) -> str | None:
-        if mmla.is_mmla(schedule):
-            return ("the kernel model does not count neon's smmla/usmmla kernels (targets/neon/mmla.py); "
-                    "lo.tune prices them with the neon search's own model (mmla_seconds)")
-        if is_table_lookup(schedule):
-            return (f"the kernel model does not count table-lookup kernels "
-                    f"({schedule.weight_format_mode}: targets/lut.py)")
-        return None
+    def own_counts(self, schedule: Schedule, isa: str) -> KernelCounts | None:
+        return own_counts(schedule)
 
     def timing_refusal(self) -> str | None:
         if toolchain.native():

@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import shutil
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +39,13 @@ RUNNER_PREFIX = "_loopopt_neon_"
 SIMD_HEADER = "#include <arm_neon.h>\n"
 OPENMP = "-fopenmp"
 INSTALL_HINT = "apt-get install -y gcc-aarch64-linux-gnu qemu-user"
+CPUINFO = "/proc/cpuinfo"
+AUXV = "/proc/self/auxv"
+AT_HWCAP, AT_HWCAP2 = 16, 26
+# the HWCAP bits (Linux, arch/arm64/include/uapi/asm/hwcap.h) of the features NEON kernels ask for, by
+# their /proc/cpuinfo names
+HWCAP_BITS = {"asimd": (AT_HWCAP, 1), "fphp": (AT_HWCAP, 9), "asimdhp": (AT_HWCAP, 10),
+              "asimddp": (AT_HWCAP, 20), "i8mm": (AT_HWCAP2, 13), "bf16": (AT_HWCAP2, 14)}
 
 
 def native() -> bool:
@@ -47,13 +55,34 @@ def native() -> bool:
 
 @cache
 def cpu_features() -> frozenset[str]:
-    """The "Features" of this AArch64 CPU in /proc/cpuinfo (empty where unreadable or not ARM)."""
+    """The features of this AArch64 CPU by their /proc/cpuinfo names: the HWCAP words Linux hands the
+    process (``/proc/self/auxv``), else the "Features" line of ``/proc/cpuinfo``; empty on another
+    machine or where neither can be read."""
+    if not native():
+        return frozenset()
     try:
-        with open("/proc/cpuinfo") as f:
-            features = (line.split(":", 1)[1].split() for line in f if line.startswith("Features"))
-            return frozenset(next(features, ()))
+        return hwcap_features(Path(AUXV).read_bytes())
+    except (OSError, ValueError):
+        pass
+    try:
+        return cpuinfo_features(Path(CPUINFO).read_text())
     except OSError:
         return frozenset()
+
+
+def cpuinfo_features(text: str) -> frozenset[str]:
+    """The names on the first "Features" line of an AArch64 ``/proc/cpuinfo`` (empty if none)."""
+    lines = (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("Features"))
+    return frozenset(next(lines, ()))
+
+
+def hwcap_features(auxv: bytes) -> frozenset[str]:
+    """The features of ``HWCAP_BITS`` that the AT_HWCAP and AT_HWCAP2 words of an auxiliary vector
+    (pairs of native-endian uint64: type, value) set; ValueError where it has no AT_HWCAP."""
+    words = dict(struct.iter_unpack("=QQ", auxv[:len(auxv) // 16 * 16]))
+    if AT_HWCAP not in words:
+        raise ValueError("the auxiliary vector has no AT_HWCAP")
+    return frozenset(name for name, (word, bit) in HWCAP_BITS.items() if words.get(word, 0) >> bit & 1)
 
 
 @dataclass(frozen=True)

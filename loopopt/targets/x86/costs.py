@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields, replace
-from functools import reduce
+from dataclasses import replace
 
 import islpy as isl
 
 from ...codegen import taps
-from ...codegen.arith import GROUPS, Arithmetic, arithmetic
+from ...codegen.arith import Arithmetic, arithmetic
 from ...codegen.block import Accumulator, RegisterBlock
 from ...codegen.emit import placed_guards, vector_access_kinds, vector_loop_plan
 from ...codegen.instr import Isa, tables
@@ -46,6 +45,7 @@ from ...codegen.vector import AccessKind
 from ...expr import Bound, Expr, Var, divisions
 from ...schedule import Loop, Schedule, ScheduleError
 from ..core_costs import CoreCosts
+from ..kernel_counts import KernelCounts, Site, Work
 from .isa import bf16_dot_available, table_variant
 
 # Of a table's vector registers (``Isa.registers``: AVX-512 zmm0-31, AVX2 ymm0-15, scalar code xmm0-15),
@@ -72,109 +72,6 @@ X86_CORE_COSTS = {
     "avx2": replace(GOLDEN_COVE, loads_per_cycle=3, masked=1, mask=3, scatter_lane=2, hsum=5),
     "scalar": GOLDEN_COVE,
 }
-
-
-@dataclass(frozen=True)
-class Work:
-    """Instructions and events of one execution of a site."""
-
-    fma: float = 0.0             # multiply-adds: vector FMA / dot instructions, or scalar ones
-    vector_ops: float = 0.0      # other vector ALU instructions (operand widening, selects, ...)
-    loads: float = 0.0           # load instructions (a vector, or one element)
-    broadcasts: float = 0.0      # one element to every lane
-    gathers: float = 0.0         # gather instructions (strided or irregular lanes)
-    stores: float = 0.0
-    scatters: float = 0.0        # scatter instructions
-    masked: float = 0.0          # of the vector instructions above, those under a lane mask
-    masks: float = 0.0           # lane masks formed from bits
-    hsums: float = 0.0           # horizontal sums of a vector
-    spills: float = 0.0          # loads and stores of accumulators that do not fit in registers
-    loop_iterations: float = 0.0  # scalar loop trips (compare, branch, increment)
-    definitions: float = 0.0     # scalar index computations (dims defined in a loop, load addresses)
-    divisions: float = 0.0       # of those, floor divisions and remainders (of fused loops' dims)
-    guard_checks: float = 0.0    # scalar bounds checked
-    lane_steps: float = 0.0      # scalar loop steps over lanes (mask bits, index arrays, lane-wise adds)
-    output_accesses: float = 0.0  # loads and stores of the output in memory (partial sums)
-
-    def __add__(self, other: Work) -> Work:
-        # field by field (dataclasses.astuple deep-copies: it was a quarter of the model's time)
-        return Work(*(getattr(self, name) + getattr(other, name) for name in WORK_FIELDS))
-
-    def __mul__(self, factor: float) -> Work:
-        return Work(*(getattr(self, name) * factor for name in WORK_FIELDS))
-
-
-WORK_FIELDS = tuple(f.name for f in fields(Work))
-SUBSETS = ("masked", "divisions", "output_accesses")     # fields that count instructions of other fields
-
-
-@dataclass(frozen=True)
-class Site:
-    """A piece of the kernel run ``executions`` times per kernel run, each doing ``work``."""
-
-    name: str
-    executions: int
-    work: Work
-    lanes: int                   # lanes of its vector instructions (1: scalar code)
-    chain: float = 0.0           # dependent accumulator updates each execution adds to the longest chain
-    run: float = 0.0             # updates of one output in a row before the chain moves to another
-    chain_memory: bool = False   # the chain stores a partial sum and loads it back
-
-
-@dataclass(frozen=True)
-class KernelCounts:
-    """Everything one run of a kernel executes, by site (see the module docstring)."""
-
-    schedule: Schedule           # what the kernel runs (a scalar nest: as the C compiler vectorized it)
-    isa: str
-    arithmetic: str              # float, integer, dot or dequantize (``arith.Arithmetic``)
-    lanes: int                   # lanes of the vector instructions (1 when nothing is vectorized)
-    sites: tuple[Site, ...]
-    instances: int               # statement instances (multiply-accumulates the op performs)
-    accumulators: int = 0        # register-block accumulators
-    spilled: int = 0             # of those, kept in memory
-    compiler_vectorized: str | None = None   # what the C compiler vectorized (a scalar nest)
-
-    def total(self, name: str) -> float:
-        """One ``Work`` field summed over the run."""
-        return sum(site.executions * getattr(site.work, name) for site in self.sites)
-
-    @property
-    def work(self) -> Work:
-        """Every field summed over the run."""
-        return reduce(Work.__add__, (site.work * site.executions for site in self.sites), Work())
-
-    @property
-    def issued_lanes(self) -> float:
-        """Lanes of the multiply-add instructions issued (a dot lane adds 4 products)."""
-        return sum(site.executions * site.work.fma * site.lanes for site in self.sites)
-
-    @property
-    def useful_lanes(self) -> float:
-        """Lanes that compute a product of the op (statement instances; dot: 4 per lane, bf16 dot: 2)."""
-        return self.instances / GROUPS.get(self.arithmetic, 1)
-
-    @property
-    def gather_lanes(self) -> float:
-        return sum(site.executions * site.work.gathers * site.lanes for site in self.sites)
-
-    @property
-    def scatter_lanes(self) -> float:
-        return sum(site.executions * site.work.scatters * site.lanes for site in self.sites)
-
-    @property
-    def memory_accesses(self) -> float:
-        """Loads and stores that reach memory (a gather or scatter counts each lane; register-block
-        accumulators count only where they are set, stored or spilled)."""
-        w = self.work
-        return w.loads + w.broadcasts + w.stores + w.spills + self.gather_lanes + self.scatter_lanes
-
-    @property
-    def instructions(self) -> float:
-        """Vector and scalar instructions, a scalar event (loop trip, guard, definition, lane step) as one
-        (``masked``, ``divisions`` and ``output_accesses`` count instructions counted elsewhere)."""
-        w = self.work
-        return sum(getattr(w, name) for name in WORK_FIELDS if name not in SUBSETS)
 
 
 def count(schedule: Schedule, isa: str = "auto", compiler_vectorizes: bool = True) -> KernelCounts:

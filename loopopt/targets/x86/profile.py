@@ -6,8 +6,6 @@ the read kernel of the bandwidth measurement (the best SIMD loads).
 """
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -16,6 +14,8 @@ from ...cbuild import compile_c
 from ...codegen.arith import BF16_PAIR
 from ...codegen.instr import Isa
 from ...codegen.quantized import DOT
+from ..peak import PEAK_ITERATIONS, best_of_rounds, peak_gops
+from ..peak import timed as timed  # the machine profile's bandwidth runs (machine.py)
 from .amx import AMX
 from .amx_runtime import amx_available, amx_peak_gops
 from .isa import (
@@ -36,26 +36,6 @@ KEY_FEATURES = (("avx2", ISAS["avx2"].cpu_flags), ("avx512", ISAS["avx512"].cpu_
                 ("vnni", INT_ISAS["avx512"].cpu_flags), ("bf16", BF16_DOT_FLAGS), ("amx", AMX.cpu_flags))
 PEAK_ISAS = ISA_PREFERENCE + (TILE_ISA,)   # the tiles: int8 and bfloat16 (TDPBUSD, TDPBF16PS tile loops)
 AMX_PEAKS = {"int8": "int8", "bfloat16": "bf16"}   # profile dtype -> amx_peak_gops dtype
-PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
-PEAK_ITERATIONS = 400_000
-
-_PEAK_SOURCE = """{prelude}
-/* {chains} independent multiply-add chains so both vector pipes stay busy. */
-float lo_peak(long iterations)
-{{
-    {vt} acc[{chains}];
-    const {vt} a = {bcast_a}, b = {bcast_b};
-    for (int i = 0; i < {chains}; ++i) acc[i] = {zero};
-    for (long it = 0; it < iterations; ++it) {{
-#pragma GCC unroll {chains}
-        for (int i = 0; i < {chains}; ++i) acc[i] = {update};
-    }}
-    {vt} total = {zero};
-    for (int i = 0; i < {chains}; ++i) total = {add};
-    return {hsum};
-}}
-"""
-
 # per element type: (tables, available ISAs, operands a and b, one chain update, ops per lane per update)
 _PEAK_KINDS: dict[str, tuple[dict[str, Isa], Callable[[], tuple[str, ...]], tuple[str, str, str],
                              Callable[[Isa], str], int]] = {
@@ -104,23 +84,6 @@ _READ_CDEF = ("float *lo_buffer(long n); void lo_free(float *p); "
               "float lo_read(const float *p, long n, long passes);")
 
 
-def timed(function: Callable[..., Any], *args: Any) -> float:
-    start = time.perf_counter()
-    function(*args)
-    return time.perf_counter() - start
-
-
-def _best_of_rounds(function: Callable[..., Any], *args: Any) -> float:
-    """The fastest of PEAK_ROUNDS x PEAK_RUNS calls, the rounds apart by a short pause so that a
-    burst of other work spoils at most some of them."""
-    best = math.inf
-    for round_number in range(PEAK_ROUNDS):
-        if round_number:
-            time.sleep(PEAK_PAUSE)
-        best = min(best, *(timed(function, *args) for _ in range(PEAK_RUNS)))
-    return best
-
-
 def measure_peak(isa: str, dtype: str = "float32") -> float:
     """Measure one core's peak (G ops/s) of a SIMD ``isa``: FMA throughput for float32 (2 flops
     per lane), u8 x s8 dot throughput for int8 (VNNI ``vpdpbusd``, AVX2 ``vpmaddwd`` sequence;
@@ -129,26 +92,18 @@ def measure_peak(isa: str, dtype: str = "float32") -> float:
     if dtype not in _PEAK_KINDS:
         raise ValueError(f"peak: dtype={dtype!r} is not supported; "
                          f"allowed: {', '.join(map(repr, _PEAK_KINDS))}")
-    tables, _, (value_a, value_b, one), update, ops = _PEAK_KINDS[dtype]
+    tables, _, values, update, ops = _PEAK_KINDS[dtype]
     table = tables[isa]
     if not table.vectorizes:
         raise ValueError(f"measure_peak: {isa!r} is not a SIMD ISA; use measure_scalar_peak()")
-    chains = 12
-    source = _PEAK_SOURCE.format(
-        prelude=table.prelude, chains=chains, vt=table.vector_type,
-        bcast_a=table.broadcast(s=value_a), bcast_b=table.broadcast(s=value_b), zero=table.zero(),
-        update=update(table), add=table.fma(a="acc[i]", b=table.broadcast(s=one), c="total"),
-        hsum=table.hsum(v="total"))
-    module = compile_c(source, "float lo_peak(long iterations);", table.compile_flags)
-    best = _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS)
-    return PEAK_ITERATIONS * chains * table.lanes * ops / best / 1e9
+    return peak_gops(table, update(table), values, ops)
 
 
 def measure_scalar_peak() -> float:
     """One core's scalar float multiply-add rate (GFLOP/s), the peak of a machine without SIMD."""
     module = compile_c("float lo_peak(long n){float a=0.f;for(long i=0;i<n;++i)a=a*0.999f+1e-3f;return a;}",
                        "float lo_peak(long n);")
-    return 2 * PEAK_ITERATIONS / _best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS) / 1e9
+    return 2 * PEAK_ITERATIONS / best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS) / 1e9
 
 
 def read_kernel() -> tuple[Any, int]:

@@ -69,7 +69,7 @@ from ...dataflows import activations_last, table_lookup
 from ...layout import moved_last
 from ...ops import Op, Window
 from ...schedule import Schedule, ScheduleError
-from ..binary import block_dims
+from ..binary import BinaryKnobs, register_blocks
 from ..lut import MAX_ACCUMULATORS, lut_nest, lut_shape
 from ..lut_format import COLUMNS, FORMATS
 from ..search import Candidate
@@ -143,21 +143,6 @@ class LutKnobs:
 
     def schedule(self, op: Op, isa: str) -> Schedule:
         return build_lut(op, self)
-
-
-@dataclass(frozen=True)
-class BinaryKnobs:
-    """The choices of a binary op's candidate: its register block of ``pixel_block`` output positions x
-    ``channel_block`` output channels (whole vectors of the ISA's uint64 lanes)."""
-
-    pixel_block: int
-    channel_block: int
-
-    def as_dict(self) -> dict:
-        return {"kernel": "binary", "pixel_block": self.pixel_block, "channel_block": self.channel_block}
-
-    def schedule(self, op: Op, isa: str) -> Schedule:
-        return build_binary(op, self)
 
 
 @dataclass(frozen=True)
@@ -369,12 +354,6 @@ def build_lut(op: Op, knobs: LutKnobs) -> Schedule:
     schedule = table_lookup(op, knobs.weight_format, knobs.pixel_block, knobs.channel_block,
                             Roles.of(op).pixel, (*knobs.outer, *knobs.reduction))
     return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
-
-
-def build_binary(op: Op, knobs: BinaryKnobs) -> Schedule:
-    """The schedule of a binary op's candidate: its register block as a ``tile`` step."""
-    positions, channels = block_dims(op)
-    return Schedule(op).tile(**{positions: knobs.pixel_block, channels: knobs.channel_block})
 
 
 def ternary(op: Op) -> bool:
@@ -614,13 +593,8 @@ def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
     XNOR + popcount kernel runs on one thread of a SIMD ISA or scalar)."""
     if threads > 1 or isa not in BINARY_LANES:
         return []
-    lanes_ = BINARY_LANES[isa]
-    vectors = -(-(op.channels // op.groups) // lanes_)
-    positions = op.extent(block_dims(op)[0])
-    return [Candidate(op, isa, BinaryKnobs(r, v * lanes_))
-            for v in range(1, min(CHANNEL_VECTORS, vectors) + 1)
-            for r in range(1, min(BINARY_MAX_POSITIONS, max(positions, 1)) + 1)
-            if r * v + v + 2 <= ISAS[isa].registers]
+    return [Candidate(op, isa, knobs) for knobs in register_blocks(op, BINARY_LANES[isa], ISAS[isa].registers,
+                                                                    BINARY_MAX_POSITIONS, CHANNEL_VECTORS)]
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:

@@ -34,6 +34,12 @@ class X86Target(Target):
         simd = available_int_isas() if integer else available_isas()
         return (*simd, TILE_ISA) if amx_available() else simd
 
+    def general_isas(self) -> tuple[str, ...]:
+        return available_isas()
+
+    def prepare_timing(self) -> None:
+        machine_profile()
+
     def resolve_isa(self, isa: str, integer: bool = False) -> str:
         if isa == TILE_ISA:
             check_amx_cpu()

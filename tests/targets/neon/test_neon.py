@@ -2,7 +2,11 @@
 under ``qemu-aarch64 -cpu max`` here (natively on an AArch64 machine). Skipped, with the reason, where
 the cross compiler or the emulator is missing (README: how to install them)."""
 import json
+import re
+import shlex
+import subprocess
 import warnings
+from fractions import Fraction
 from functools import cache
 
 import numpy as np
@@ -42,13 +46,15 @@ from loopopt.codegen.instr import (
     SIGNED_DOT_MEANINGS,
 )
 from loopopt.codegen.params import KernelParam, scalar, signature
+from loopopt.dataflows import output_stationary
 from loopopt.measure import verify
 from loopopt.targets import target
 from loopopt.targets.binary import block_dims
-from loopopt.targets.neon import mmla, toolchain
-from loopopt.targets.neon.isa import NEON, NEON_BF16, NEON_F16, NEON_INT
+from loopopt.targets.neon import mmla, profile, toolchain
+from loopopt.targets.neon.isa import BFMMLA, INT_FEATURES, NEON, NEON_BF16, NEON_BFDOT, NEON_F16, NEON_INT
 from loopopt.targets.neon.runner import RunnerCase
-from loopopt.targets.neon.target import function_drivers
+from loopopt.targets.neon.target import function_drivers, kernel_case
+from loopopt.targets.peak import CHAINS, peak_source
 from loopopt.tune import RankedResult
 from loopopt.tune.guide import Guide
 from loopopt.tune.search import BROAD, Walk
@@ -183,6 +189,121 @@ class Bf16DenormalProbe:
         assert np.array_equal(out[k * n:(k + 1) * n].view(np.uint32), dot.view(np.uint32)), (out, dot)
 
 
+ROUND_TO_ODD_VECTORS = 64
+ROUND_TO_ODD_PARAMS = (KernelParam("a", "int32_t", const=True), KernelParam("b", "int32_t", const=True),
+                       KernelParam("c", "float", const=True), scalar("bits", "unsigned"),
+                       KernelParam("out", "float"))
+
+
+def round_to_odd_harness() -> str:
+    """The C of a probe of ``bfdot``, its masked form (the ``neon_bfdot`` table's ``dot``, ``dot_mask``) and
+    ``bfmmla`` over ``ROUND_TO_ODD_VECTORS`` vectors of bf16 pairs ``a``, ``b`` and sums ``c``."""
+    t, f = NEON_BFDOT, NEON
+    a, b, c = "lo_a", "lo_b", "lo_c"
+    results = [t.dot(a=a, b=b, c=c), BFMMLA(a=a, b=b, c=c), t.dot_mask(a=a, b=b, c=c, m="m")]
+    n = 4 * ROUND_TO_ODD_VECTORS
+    stores = "".join(f"        {f.store(p=f'out + {k * n} + 4 * v', v=r)};\n" for k, r in enumerate(results))
+    return (f"{t.prelude}\n{signature('probe', ROUND_TO_ODD_PARAMS)}\n{{\n"
+            f"    const {t.mask_type} m = {t.mask_bits(s='bits')};\n"
+            f"    for (int v = 0; v < {ROUND_TO_ODD_VECTORS}; ++v) {{\n"
+            f"        const int32x4_t {a} = {NEON_INT.load(p='a + 4 * v')}, "
+            f"{b} = {NEON_INT.load(p='b + 4 * v')};\n"
+            f"        const float32x4_t {c} = {f.load(p='c + 4 * v')};\n{stores}    }}\n}}\n")
+
+
+FLT_MIN = Fraction(2) ** -126
+
+
+def round_to_odd(x: Fraction) -> Fraction:
+    """``x`` rounded to float32 as bfdot rounds (``isa.BF16_ROUND_TO_ODD``): 0 below the smallest normal
+    (tininess before rounding), else truncated to 24 bits with the last set where inexact (finite ``x``)."""
+    if abs(x) < FLT_MIN:
+        return Fraction(0)
+    size = abs(x)
+    exponent = size.numerator.bit_length() - size.denominator.bit_length()
+    exponent -= Fraction(2) ** exponent > size
+    unit = Fraction(2) ** (exponent - 23)
+    digits = size // unit
+    digits |= digits * unit != size
+    return (1 if x > 0 else -1) * digits * unit
+
+
+def bfdot_meaning(c: Fraction, a: tuple[Fraction, Fraction], b: tuple[Fraction, Fraction]) -> Fraction:
+    """One lane of bfdot: c + (a_lo b_lo + a_hi b_hi), denormal operands flushed, each step rounded to odd."""
+    flush = lambda v: v if abs(v) >= FLT_MIN else Fraction(0)
+    products = [round_to_odd(flush(x) * flush(y)) for x, y in zip(a, b, strict=True)]
+    return round_to_odd(flush(c) + round_to_odd(products[0] + products[1]))
+
+
+class RoundToOddProbe:
+    """``check_lanes`` of bfdot, its masked form and bfmmla against ``bfdot_meaning`` lane by lane, on normal
+    bf16 values, denormal operands and sums, and products below the smallest normal; the probe reaches lanes
+    where rounding to odd or the flush differ from the reference's round to nearest."""
+
+    @staticmethod
+    def check_lanes(isa, driver, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n = 4 * ROUND_TO_ODD_VECTORS
+        scales = np.float32(2.0) ** rng.integers(-8, 9, 4 * n)
+        h = to_bf16(rng.standard_normal(4 * n).astype(np.float32) * scales)
+        for at in (0, 2 * n):         # lanes 0-7: products below the smallest normal
+            h[at:at + 16] = to_bf16(rng.uniform(1, 2, 16).astype(np.float32) * np.float32(2.0 ** -70))
+        h[16:20] = [0x0005, 0x8003, 0x0040, 0x007f]              # denormal operands
+        c = rng.standard_normal(n).astype(np.float32)
+        c[:8] = np.float32(2.0 ** -126) * np.array([1, -1, 3, 0.5, 0.25, -0.5, 1.5, 2], np.float32)
+        bits = int(rng.integers(0, 16))
+        out = np.zeros(3 * n, np.float32)
+        a_words, b_words = h[:2 * n].view(np.int32), h[2 * n:].view(np.int32)
+        driver.call(driver.bind(ROUND_TO_ODD_PARAMS, dict(a=a_words, b=b_words, c=c, bits=bits, out=out)))
+        value = [Fraction(float(v)) for v in bf16_to_float32(h)]
+        a, b = value[:2 * n], value[2 * n:]
+        pair = lambda x, lane: (x[2 * lane], x[2 * lane + 1])
+        dot = [bfdot_meaning(Fraction(float(c[j])), pair(a, j), pair(b, j)) for j in range(n)]
+        block = [bfdot_meaning(bfdot_meaning(Fraction(float(c[j])), pair(a, j - j % 4 + j % 4 // 2 * 2),
+                                             pair(b, j - j % 4 + j % 2 * 2)),
+                               pair(a, j - j % 4 + j % 4 // 2 * 2 + 1), pair(b, j - j % 4 + j % 2 * 2 + 1))
+                 for j in range(n)]
+        mask = np.tile((bits >> np.arange(4)) & 1 == 1, ROUND_TO_ODD_VECTORS)
+        expected = np.concatenate([np.array(dot, np.float64), np.array(block, np.float64),
+                                   np.where(mask, np.array(dot, np.float64), c)]).astype(np.float32)
+        assert np.array_equal(out, expected), np.flatnonzero(out != expected)[:8]
+        nearest = (c.astype(np.float64) + (np.array(a[0::2], np.float64) * np.array(b[0::2], np.float64)
+                                           + np.array(a[1::2], np.float64) * np.array(b[1::2], np.float64)))
+        assert np.any(out[:n] != nearest.astype(np.float32))       # the probe tells the two roundings apart
+        assert np.any((out[:n] == 0) & (nearest != 0))                  # and reaches the flush
+
+
+PEAK_PARAMS = (KernelParam("n", "int64_t", const=True), KernelParam("out", "float"))
+PEAK_FEATURES = {"fmla": frozenset(INT_FEATURES), "usdot": frozenset(INT_FEATURES),
+                 "sdot": frozenset({"asimddp"})}     # the features whose peak loops use each instruction
+
+
+def peak_harness(name: str) -> tuple[str, object]:
+    """The C of the peak loop ``name`` of ``targets/neon/profile.py`` (measured on an ARM machine) with
+    ``probe`` calling it for ``n[0]`` iterations, and its table."""
+    dtype = "float32" if name == "fmla" else "int8"
+    table, update, values, _ = profile.peak_kernels(PEAK_FEATURES[name])[dtype]
+    return (f"#define lo_peak lo_peak_{name}\n{peak_source(table, update, values)}\n"
+            f"void probe(const int64_t *n, float *out) {{ out[0] = lo_peak((long)n[0]); }}\n"), table
+
+
+class PeakLoopProbe:
+    """``check_lanes`` of a peak loop run briefly: the sum of its chains is the work it is counted for
+    (fmla: each lane's chain tends to 1; a dot: 10 per int32 lane and update, 4 multiply-adds)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def check_lanes(self, isa, driver, seed: int) -> None:
+        n = 1000 + seed
+        out = np.zeros(1, np.float32)
+        driver.call(driver.bind(PEAK_PARAMS, dict(n=np.array([n], np.int64), out=out)))
+        if self.name == "fmla":
+            assert out[0] == pytest.approx(CHAINS * isa.lanes * (1 - 0.999 ** n), rel=1e-3), out
+        else:
+            assert out[0] == CHAINS * isa.lanes * 10 * n, out
+
+
 @cache
 def probes() -> dict[str, tuple]:
     """Each table's probe (the x86 table tests' harnesses, and the s8 x s8 dot's) as a case of one runner:
@@ -192,7 +313,10 @@ def probes() -> dict[str, tuple]:
                  "bf16": (bf16_tables, bf16_tables.harness(NEON_BF16, NEON, NEON_INT), NEON_BF16,
                           bf16_tables.PARAMS),
                  "signed dot": (SignedDotProbe, signed_dot_harness(), NEON_INT, SIGNED_DOT_PARAMS),
-                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS)}
+                 "float16": (F16Probe, f16_harness(), NEON_F16, F16_PARAMS),
+                 "bfdot, bfmmla": (RoundToOddProbe, round_to_odd_harness(), NEON_BFDOT, ROUND_TO_ODD_PARAMS)}
+    harnesses |= {f"peak {name}": (PeakLoopProbe(name), *peak_harness(name), PEAK_PARAMS)
+                  for name in PEAK_FEATURES}
     cases = [RunnerCase(source, "probe", params, table.compile_flags)
              for _, source, table, params in harnesses.values()]
     drivers = function_drivers(cases)
@@ -201,7 +325,8 @@ def probes() -> dict[str, tuple]:
     return built | {"bf16 denormals": (Bf16DenormalProbe, *built["bf16"][1:])}
 
 
-@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals"])
+@pytest.mark.parametrize("table", ["float", "int", "bf16", "signed dot", "float16", "bf16 denormals",
+                                   "bfdot, bfmmla", "peak fmla", "peak usdot", "peak sdot"])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_instructions_match_their_scalar_meaning(table, seed):
     """Every entry of the float, int, bf16 and float16 tables, and the s8 x s8 dot, lane by lane against its
@@ -258,7 +383,8 @@ def binary_schedules(draw, op_strategy):
 def mmla_schedules(op_strategy):
     """Schedules of a quantized GEMM or conv drawn from ``op_strategy`` on smmla/usmmla (``mmla.preset``:
     weights in 2 column x 8 channel blocks, activation rows with their channels innermost), a register
-    block of 1 to 7 rows x 2 to 8 columns, one of the two outermost loops parallel or none."""
+    block of 1 to 7 rows x 2 to 8 columns (grouped: the largest even block in a group up to that), one of
+    the two outermost loops parallel or none."""
     @st.composite
     def draw_schedule(draw):
         s = mmla.preset(draw(op_strategy), draw(st.integers(1, 7)), 2 * draw(st.integers(1, 4)))
@@ -278,10 +404,12 @@ FAMILIES = {
     "bfloat16 conv": st.one_of(conv_schedules(6, "bfloat16"), even_conv_ops(6).flatmap(
         lambda op: st.booleans().map(lambda block: conv_dot_schedule(op, block)))),
     # int8 GEMMs on smmla (int8 activations) / usmmla (uint8): 2x2 output blocks, every QuantSpec, bit-exact
-    # and convs of one group (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros)
+    # and convs (1-3 spatial dims, padding, stride, dilation, batch; padded taps read as zeros; groups of an
+    # even number of output channels: a block in one group)
     "int8 mmla matmul or conv": mmla_schedules(st.one_of(matmul_ops(max_mn=9, max_k=40), st.sampled_from(
         [1, 2, 3]).flatmap(lambda spatial: conv_ops(max_hw=5, spatial=spatial, max_channels=12)).filter(
-        lambda op: op.groups == 1)).flatmap(lambda op: SPECS.map(op.with_quant))),
+        lambda op: op.groups == 1 or op.channels // op.groups % 2 == 0)).flatmap(
+        lambda op: SPECS.map(op.with_quant))),
     # float16 widened to fp32 lanes (vcvt_f32_f16), summed in float32 as the reference does
     "float16 conv or matmul": st.one_of(
         conv_schedules(6, "float16"),
@@ -344,6 +472,37 @@ def test_random_schedules_of_every_family_quick(batch):
 def test_random_schedules_of_every_family(batch):
     """Two more runners of a random schedule of each family."""
     check_batch(batch)
+
+
+def check_bfdot(schedules: list[lo.Schedule]) -> None:
+    """The schedules' kernels on the opt-in ``neon_bfdot`` (one runner): each bf16 pair dot a ``bfdot``,
+    each kernel within the bf16 bound at bfdot's unit roundoff, 2^-23 (its sums round to odd), by
+    ``verify`` and against the reference."""
+    for schedule, kernel in zip(schedules, target("neon").compile_many(schedules, "neon_bfdot"), strict=True):
+        assert kernel.isa == "neon_bfdot" and kernel.sum_roundoff == 2.0 ** -23
+        assert "vbfdotq_f32" in kernel.source and "vbfmlal" not in kernel.source
+        assert "bfdot" in kernel.schedule.pseudocode("neon_bfdot")
+        check(schedule, "neon_bfdot", kernel=kernel)
+        assert verify(kernel)[0]
+
+
+def bfdot_batches(size: int):
+    """``size`` random bf16 pair-dot convs (OIHW16o2i; one group: with or without a register block), and
+    a grouped, strided one with asymmetric padding and a register block."""
+    grouped = conv_dot_schedule(lo.Conv2d(4, 6, 3, stride=(2, 1), padding=((1, 0), (0, 2)), groups=2, batch=2,
+                                          height=6, width=5, dtype="bfloat16"), True)
+    return st.lists(st.tuples(even_conv_ops(6), st.booleans()), min_size=size, max_size=size).map(
+        lambda drawn: [conv_dot_schedule(op, block and op.groups == 1) for op, block in drawn] + [grouped])
+
+
+@pytest.mark.parametrize("size, runners", [(0, 1), pytest.param(2, 1, marks=pytest.mark.slow)])
+def test_bfdot_kernels_verify_within_their_stated_bound(size, runners):
+    """``runners`` runners of ``size`` random bf16 pair-dot convs and a grouped one on bfdot."""
+    @settings(max_examples=runners, **HYPOTHESIS)
+    @given(bfdot_batches(size))
+    def run(batch):
+        check_bfdot(batch)
+    run()
 
 
 def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
@@ -443,8 +602,10 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
      r"split\('k', 8\): the kernel steps k in column blocks of 32"),
     (lambda: lo.Schedule(lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary")))
      .tile(i=2, j=3), r"j=3 output channels is not a multiple of the 2 uint64 lanes of neon"),
-    (lambda: lo.Schedule(lo.Conv2d(4, 8, 3, groups=2, height=5, width=5, quant=INT8)).layout("W", "OIHW2o8i"),
-     r"takes a GEMM or a convolution of one group"),
+    (lambda: lo.Schedule(lo.Conv2d(4, 12, 3, groups=2, height=5, width=5, quant=INT8)).layout("I", "NHWC")
+     .layout("W", "HWOI2o8i").tile(ow=2, k=4),
+     r"tile\(k=4\): a register block of a grouped convolution reads one group's activations, so its columns "
+     r"must divide the 6 output channels"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k"), r"tile\(i=R, j=C\)"),
     (lambda: lo.Schedule(lo.Matmul(4, 6, 16, quant=INT8)).layout("B", "NK2n8k").tile(i=2, j=3),
      r"tile\(j=3\): a weight block holds 2 columns"),
@@ -456,6 +617,40 @@ def test_table_lookups_at_the_int16_limits_are_exact(data, fmt, k):
 def test_what_neon_cannot_run_is_refused_with_the_reason(build, reason):
     with pytest.raises(lo.ScheduleError, match=reason):
         build().compile(target="neon")
+
+
+@pytest.mark.slow
+@settings(max_examples=1, **HYPOTHESIS)
+@given(spec=SPECS, rows=st.integers(1, 7))
+def test_grouped_convs_on_mmla_are_exact(spec, rows):
+    """smmla/usmmla on grouped convs (a register block in one group): strided, dilated, asymmetrically
+    padded, batch 2, 2 threads, a group's channels not a multiple of 8 and depthwise-like groups of 2
+    input channels; bit-exact."""
+    ops = [lo.Conv2d(6, 8, 3, groups=2, padding=1, stride=(2, 1), height=6, width=7, batch=2, quant=spec),
+           lo.Conv2d(12, 12, 3, groups=3, padding=((1, 0), (0, 2)), dilation=(1, 2), height=7, width=7,
+                     quant=spec),
+           lo.Conv2d(16, 16, 3, groups=8, padding=1, height=5, width=5, quant=spec)]
+    batch = [mmla.preset(op, rows, 4) for op in ops]
+    batch[2] = batch[2].parallel(batch[2].loop_names[1])
+    for schedule, kernel in zip(batch, target("neon").compile_many(batch), strict=True):
+        check_quantized(schedule, ISA, threads=2 if schedule.parallel_loop else 1, kernel=kernel)
+        assert "mmlaq_s32" in kernel.source
+
+
+@pytest.mark.slow
+def test_register_blocks_multiply_by_lane():
+    """fmla by lane: the table multiplies a weight vector by a broadcast activation (``vfmaq_f32`` of
+    ``vdupq_n_f32``), and GCC issues it as ``fmla v.4s, v.4s, v.s[i]`` (each activation a lane of a
+    register, no dup): in the output-stationary conv2_x kernel the fmla by lane outnumber the
+    vector-by-vector ones more than 4 to 1."""
+    case, _ = kernel_case(output_stationary(lo.get_layer("resnet50.conv2_x")))
+    compiler = ["cc"] if toolchain.native() else shlex.split(toolchain.emulation().compiler)
+    flags = [flag for flag in (*toolchain.CROSS_FLAGS, *case.flags) if flag != "-static"]
+    done = subprocess.run([*compiler, *flags, "-S", "-o", "-", "-x", "c", "-"], input=case.source,
+                          capture_output=True, text=True, check=True)
+    by_lane = re.findall(r"\bfmla\s+v\d+\.4s,\s*v\d+\.4s,\s*v\d+\.s\[\d\]", done.stdout)
+    by_vector = re.findall(r"\bfmla\s+v\d+\.4s,\s*v\d+\.4s,\s*v\d+\.4s", done.stdout)
+    assert len(by_lane) >= 24 and len(by_lane) > 4 * len(by_vector), (len(by_lane), len(by_vector))
 
 
 def test_the_mmla_instruction_follows_the_activations():
@@ -477,13 +672,29 @@ def test_measure_refuses_an_emulated_time_and_predicts_one():
     assert target("neon").timing_refusal() is not None
     with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(kernel)
-    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*no prediction: .* does not price binary"):
+    with pytest.raises(lo.TimingRefusedError, match=r"emulator.*kernel model predicts \d+\.\d+ ms"):
         lo.measure(binary_kernel)
-    with pytest.raises(ValueError, match=r"does not count neon's smmla/usmmla kernels"):
-        lo.kernel_model(mmla.preset(lo.Matmul(4, 6, 16, quant=INT8)), ISA)
-    lookup = lo.Schedule(lo.Conv2d(4, 40, 3, height=5, width=5, quant=TERNARY)).weight_format("tl1")
-    with pytest.raises(ValueError, match=r"does not count table-lookup kernels \(tl1"):
-        lo.kernel_model(lookup, ISA)
+
+
+BINARY = lo.QuantSpec("binary", True, True, "int32", "binary")
+
+
+@pytest.mark.parametrize("build, quant, products", [
+    (lambda op: mmla.preset(op, 4, 8), INT8, 32),                         # smmla/usmmla: 2x2 outputs x 8
+    (lambda op: lo.Schedule(op).weight_format("tl1"), TERNARY, 2 * 8),    # an int16 add of 8 entries of 2
+    (lambda op: lo.Schedule(op).weight_format("tl2"), TERNARY, 3 * 8),    # ... of 3 weights each
+    (lambda op: lo.Schedule(op), BINARY, 64 * 2),                          # a popcount update of 2 words
+])
+def test_the_kernel_model_counts_neons_own_families(build, quant, products):
+    """smmla/usmmla, TL1/TL2 lookups and binary kernels are counted (``targets/neon/counts.py``): on a GEMM
+    their blocks divide, each multiply-add instruction adds ``products`` of the op's products and none is
+    wasted; a ragged GEMM wastes lanes and costs more per product; both times are predicted."""
+    even, ragged = (build(lo.Matmul(m, n, k, quant=quant)) for m, n, k in ((8, 64, 192), (9, 65, 193)))
+    model, worse = (lo.kernel_model(s, ISA, traffic=False) for s in (even, ragged))
+    assert model.counts.total("fma") * products == even.op.macs
+    assert model.counts.useful_lanes == model.counts.issued_lanes
+    assert worse.counts.useful_lanes < worse.counts.issued_lanes
+    assert worse.predicted_seconds / ragged.op.macs > model.predicted_seconds / even.op.macs > 0
 
 
 def test_compare_verifies_every_schedule_and_shows_predicted_times(capsys):
@@ -535,9 +746,13 @@ def check_untimed_search(op, trials: int, threads: int, tmp_path) -> RankedResul
 
 @pytest.mark.slow
 def test_tune_under_emulation_ranks_by_the_model_and_verifies_the_best(tmp_path):
+    """An fp32 conv, and a binary one (its XNOR + popcount blocks, counted by the kernel model)."""
     if toolchain.native():
         pytest.skip("native AArch64: lo.tune times neon kernels")
     check_untimed_search(lo.Conv2d(5, 6, 3, padding=1, stride=(1, 2), height=4, width=5), 1, 1, tmp_path)
+    binary = lo.Conv2d(70, 10, 3, padding=1, groups=2, height=5, width=4, quant=BINARY)
+    binary = check_untimed_search(binary, 2, 1, tmp_path)
+    assert "XNOR + popcount" in binary.candidates[0].description
 
 
 @pytest.mark.slow
@@ -559,7 +774,7 @@ def test_tune_under_emulation_of_an_int8_matmul_on_threads(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_timed_search_walks_both_families():
     """What ``lo.tune`` does natively (here without timing: made-up times): the guide prices the SIMD
-    blocks by the kernel model and the mmla blocks by the rules' own model, and the walk reaches both."""
+    blocks and the mmla blocks by the kernel model, and the walk reaches both."""
     rules = target("neon").search_rules()
     op = lo.Matmul(16, 24, 64, quant=INT8)
     walk = Walk(Guide(rules.rank(rules.candidates(op, ISA)), rules), BROAD, 0)
@@ -567,11 +782,11 @@ def test_the_timed_search_walks_both_families():
     for step in range(6):
         index, candidate = walk.next()
         walk.observe(index, 1e-6 * (1 + step))
-        families.add(rules.family(candidate))
-    assert families == {"kernel", "mmla"}
+        families.add(candidate.knobs.as_dict().get("kernel", "simd"))
+    assert families == {"simd", "mmla"}
 
 
-def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
+def test_the_neon_search_space_fits_the_registers_with_binary_and_lookup_blocks_on_one_thread():
     rules = target("neon").search_rules()
     op = lo.Conv2d(8, 20, 3, height=9, width=9)
     space = rules.candidates(op, ISA)
@@ -581,10 +796,24 @@ def test_the_neon_search_space_fits_the_registers_and_refuses_binary_ops():
     assert {c.knobs.channel_block for c in space} == {4, 8, 12, 16}
     assert not rules.candidates(lo.Conv2d(8, 20, 3, height=3, width=3, batch=1), ISA, threads=64)
     gemm = rules.candidates(lo.Matmul(9, 13, 21, quant=INT8), ISA)
-    mmla_blocks = [c.knobs for c in gemm if rules.family(c) == "mmla"]
-    assert mmla_blocks and all(k.channel_block % 2 == 0 for k in mmla_blocks)
-    assert all(mmla.is_mmla(c.schedule) for c in gemm if rules.family(c) == "mmla")
-    assert all(rules.own_seconds(c) > 0 for c in gemm if rules.family(c) == "mmla")
-    binary = lo.Matmul(3, 8, 64, quant=lo.QuantSpec("binary", True, True, "int32", "binary"))
-    with pytest.raises(ValueError, match="no candidates for binary ops"):
-        rules.candidates(binary, ISA)
+    mmla_blocks = [c for c in gemm if c.knobs.as_dict().get("kernel") == "mmla"]
+    assert mmla_blocks and all(c.knobs.channel_block % 2 == 0 for c in mmla_blocks)
+    assert all(mmla.is_mmla(c.schedule) for c in mmla_blocks)
+    assert all(lo.kernel_model(c.schedule, ISA, traffic=False).predicted_seconds > 0 for c in mmla_blocks)
+    binary = lo.Conv2d(64, 20, 3, height=6, width=5, quant=BINARY)
+    blocks = rules.candidates(binary, ISA)
+    vectors = [(c.knobs.pixel_block, c.knobs.channel_block // 2) for c in blocks]
+    assert blocks and all(r * v + v + 2 <= 32 for r, v in vectors)
+    assert {v for _, v in vectors} == {1, 2, 3, 4} and {r for r, _ in vectors} == {1, 2, 3}     # ow: 3
+    assert "XNOR + popcount" in rules.describe(blocks[0].knobs.as_dict())
+    with pytest.raises(ValueError, match="binary kernels .* run on one thread: tune .* with threads=1"):
+        rules.candidates(binary, ISA, threads=2)
+    ternary = lo.Matmul(3, 72, 64, quant=TERNARY)
+    lookups = [c for c in rules.candidates(ternary, ISA) if c.knobs.as_dict().get("kernel") == "lookup"]
+    assert {(c.knobs.weight_format, c.knobs.channel_block) for c in lookups} == {
+        (fmt, channels) for fmt in ("tl1", "tl2") for channels in (32, 64, 72)}
+    assert all(c.schedule.weight_format_mode == c.knobs.weight_format for c in lookups)
+    assert all(lo.kernel_model(c.schedule, ISA, traffic=False).predicted_seconds > 0 for c in lookups[::5])
+    assert "tl2 table lookup" in rules.describe(lookups[-1].knobs.as_dict())
+    threaded = rules.candidates(ternary, ISA, threads=2)
+    assert threaded and not any(c.knobs.as_dict().get("kernel") == "lookup" for c in threaded)
