@@ -60,8 +60,9 @@ def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]],
     return rep.run, fallbacks
 
 
-def _serve(connection: Any, contender: Contender, inputs: dict[str, np.ndarray]) -> None:
-    """The worker process: prepare, say so, then answer each request with one timed run."""
+def _serve(connection: Any, contender: Contender) -> None:
+    """The worker process: take the inputs, prepare, say so, then answer each request with one timed run."""
+    inputs = connection.recv()
     try:
         start = time.perf_counter()
         run, fallbacks = _prepared(contender)
@@ -87,7 +88,7 @@ class Worker:
         saved = {name: os.environ.get(name) for name in contender.env}
         os.environ.update(contender.env)          # the child starts with the parent's environment
         try:
-            self._process = context.Process(target=_serve, args=(child, contender, inputs), daemon=True)
+            self._process = context.Process(target=_serve, args=(child, contender), daemon=True)
             self._process.start()
         finally:
             for name, value in saved.items():
@@ -96,7 +97,11 @@ class Worker:
                 else:
                     os.environ[name] = value
         child.close()
-        status, self.prepare_s, self.fallbacks = self._connection.recv()
+        try:   # through the connection, not as an argument of the process: spawn writes its arguments
+            self._connection.send(inputs)     # while it holds the pipe's other end, so a worker that ends
+        except BrokenPipeError:               # before reading large ones would leave start() waiting
+            pass                              # the worker ended: _answer says so
+        status, self.prepare_s, self.fallbacks = self._answer()
         if status == "failed":
             self.close()
             raise RuntimeError(f"{contender.name} failed to prepare {contender.path.name}: {self.prepare_s}")
@@ -104,7 +109,16 @@ class Worker:
     def run(self, outputs: bool = False) -> tuple[float, list[np.ndarray] | None]:
         """Seconds of one run in the worker (and its outputs if asked)."""
         self._connection.send("outputs" if outputs else "run")
-        return self._connection.recv()
+        return self._answer()
+
+    def _answer(self) -> Any:
+        """The worker's next message; RuntimeError naming it if its process ended instead."""
+        try:
+            return self._connection.recv()
+        except EOFError:
+            self._process.join(timeout=30)
+            raise RuntimeError(f"the {self.contender.name} worker on {self.contender.path.name} ended "
+                               f"(exit code {self._process.exitcode})") from None
 
     def close(self) -> None:
         if self._process.is_alive():
