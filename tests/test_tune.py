@@ -29,6 +29,7 @@ from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     TAIL,
+    channel_tail,
     conflict_lines,
     out_of_order,
     rank,
@@ -404,7 +405,7 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     assert "model_seconds" not in unpriced.figures(0)
 
 
-def test_ranking_sees_rolled_loops_partial_padded_blocks_and_scattered_outer_loops():
+def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops():
     conv = lo.Conv2d(64, 64, 3, padding=1, height=12, width=12)
 
     def knobs(pb, reduction, unroll, outer=("n", "oh", "ow_o", "k_o"), cache_block=0):
@@ -415,6 +416,9 @@ def test_ranking_sees_rolled_loops_partial_padded_blocks_and_scattered_outer_loo
     assert not rolled(knobs(4, ("kh", "kw", "c"), (("c_i", 4),), ("n", "oh", "c_o", "ow_o", "k_o"), 32))
     assert tail(knobs(4, ("kh", "kw", "c"), ())) == 1                    # 12 columns in blocks of 4
     assert tail(knobs(5, ("kh", "kw", "c"), ())) == pytest.approx((15 / 12) ** TAIL)
+    partial_channels = Knobs(4, 48, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"), "packed")
+    assert channel_tail(Candidate(conv, "avx512", partial_channels)) == pytest.approx((96 / 64) ** TAIL)
+    assert channel_tail(knobs(5, ("kh", "kw", "c"), ())) == 1            # 64 channels in blocks of 32
     gemm = lo.Matmul(12, 64, 64)                          # no window: partial rows cost their lanes only
     assert tail(Candidate(gemm, "avx512", Knobs(5, 32, ("k",), ("i_o", "j_o"), "packed"))) == 1
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
@@ -452,7 +456,9 @@ def test_spearman_of_known_orders():
 
 
 def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
-    ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
+    # 16 output channels: blocks of whole channels lead the ranking (24 would leave every block partial,
+    # its ``channel_tail`` a factor of the heuristic that none of the fit's features follows)
+    ranked = rank(candidates(OPS["conv-1x3-dilated"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
     # a wrong model, wrong enough that the prior (its blend with the heuristic) reverses the heuristic
     guide = Guide(ranked, X86, model=lambda c: Price(1e-12 / c.figures["predicted_seconds"] ** 3))
@@ -505,6 +511,8 @@ def test_first_choice_is_the_search_order_without_measuring():
     assert quantized.isa == "amx" or quantized.knobs.weights == "dot"       # AMX tiles or the VNNI dot loop
     assert first_choice(OPS["depthwise"]).knobs.unroll
     assert first_choice(lo.Matmul(1, 8, 4), threads=2) is None              # no loop to split over 2 threads
+    narrow = lo.Conv2d(32, 128, 3, padding=1, height=7, width=7)   # 7x48 blocks: 2 whole, 1 of 32 of 48
+    assert 128 % first_choice(narrow, "avx512").knobs.channel_block == 0    # no partial block of the channels
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):

@@ -180,6 +180,21 @@ def tail(candidate: Candidate) -> float:
     return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** TAIL
 
 
+def channel_tail(candidate: Candidate) -> float:
+    """The time of a register-blocked candidate over that of its channel blocks all whole, beyond the
+    lanes its last, partial channel block leaves unused: ``1 / used ** TAIL`` (``used``: ``_edges``
+    of the channels), as ``tail`` counts a padded window's partial pixel block, whose guarded copy of
+    the reduction a partial channel block runs on every op. ResNet-18's 256-channel 3x3 layer (14x14)
+    ran 1.62-1.73 ms with 7x48 blocks (16 of the last block's 48 channels used) and 1.40-1.46 ms with
+    7x32, 1.51 ms with 14x16; its 128-channel 7x7 shape 0.088-0.093 ms with 7x48 and 0.079 ms with
+    7x32, where the lanes alone put 7x48 first (one search each on this project's shared 2-core Xeon
+    with AMX, 1 thread). The kernel model's shortlist (``Traits.tail``) leaves it out: its fit learns
+    from the trials."""
+    if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
+        return 1.0
+    return 1 / _edges(candidate.op.channels, candidate.knobs.channel_block) ** TAIL
+
+
 def element_bytes(op: Op) -> int:
     """Bytes of one operand element: int8 for a quantized op, else its dtype's."""
     return 1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4
@@ -294,7 +309,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
     efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
-    efficiency /= tail(candidate)                             # a partial block of a padded window
+    efficiency /= tail(candidate) * channel_tail(candidate)  # partial blocks: their guarded copies
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
