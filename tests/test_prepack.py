@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import loopopt as lo
+from loopopt.measure import _runner
 from loopopt.quant_reference import random_call, reference_output
 
 CONV = lo.Conv2d(5, 16, 3, stride=2, padding=(1, 2), height=9, width=8, batch=2)
@@ -85,7 +86,9 @@ def test_measure_times_whole_calls_with_prepacked_weights():
     timing = lo.measure(kernel, repeats=3, prepacked=True)
     assert timing.verified and timing.prepacked and timing.end_to_end and len(timing.times) == 3
     assert timing.scope.startswith("prepacked weights") and "prepacked weights" in str(timing)
-    assert len(kernel._held) == 1
+    for timed in (kernel, lo.Schedule(CONV).add_residual().compile()):   # the residual comes per call
+        run = _runner(timed, 0, end_to_end=False, prepacked=True)
+        assert np.shares_memory(run(), run())    # the calls of with_constants: buffers kept, no new ones
     winograd = lo.dataflows.winograd(lo.Conv2d(4, 4, 3, padding=1, height=8, width=8)).compile()
     with pytest.raises(ValueError, match="has no prepacked form"):
         lo.measure(winograd, repeats=1, prepacked=True)
