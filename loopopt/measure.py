@@ -11,7 +11,7 @@ from functools import partial
 
 import numpy as np
 
-from .buffers import MemoryLimitError, check_memory
+from .buffers import MemoryLimitError, aligned_copy, check_memory
 from .kernel import Kernel
 from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
@@ -206,14 +206,16 @@ def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[n
 
 def _call(kernel: Measurable, seed: int) -> tuple[list[np.ndarray], dict]:
     """Random arrays and keyword parameters of one call (quantized: calibrated parameters; a kernel
-    adding a residual: a random one last)."""
+    adding a residual: a random one last), each array 64-byte aligned: an input already in its
+    storage layout is run as it is (``Layout.to_storage``), so schedules compare on equal memory."""
     if kernel.op.quant is not None:
-        return random_call(kernel.op, seed)
-    arrays = _call_arguments(kernel, kernel.op.random_inputs(seed))
-    if kernel.epilogue is not None and kernel.epilogue.residual:
-        shape = kernel.op.tensor(kernel.op.output).shape
-        arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
-    return arrays, {}
+        arrays, params = random_call(kernel.op, seed)
+    else:
+        arrays, params = _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
+        if kernel.epilogue is not None and kernel.epilogue.residual:
+            shape = kernel.op.tensor(kernel.op.output).shape
+            arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
+    return [aligned_copy(a) for a in arrays], params
 
 
 def verify(kernel: Measurable, seed: int = 0) -> tuple[bool, float]:
