@@ -462,8 +462,11 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
                       split_k=4), ["HMMA.16816.F32", "REDG.E.ADD.F32"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HGMMA.64x256x16.F32"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), engine="tma"),
-     ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"])],
-    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma"])
+     ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), block_m=192, warps_m=3, engine="tma",
+                       cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"])],
+    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma",
+         "gemm4096 wgmma tma multicast"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report

@@ -8,9 +8,11 @@ along ``block.x``, its ``A`` along ``block.y``). In a cluster of ``size`` blocks
 ``cp.async.bulk.tensor ... .multicast::cluster`` into the same place of every block's shared memory,
 completing on each block's barrier of the buffer, which expects the whole tiles' bytes: each tile is
 read from L2 once for the cluster instead of once a block. A block must not refill a buffer that a
-peer still reads: every thread arrives on the cluster barrier once its step's products retired and
-waits on it before the copies of the next step; one cluster barrier after the mbarriers' init (a
-peer's copy completes on them), and one at the end.
+peer still reads: each buffer has a second, *empty* barrier of ``size`` arrivals; once a block's
+products of a step retired, its issuing thread arrives on that buffer's empty barrier in every block
+of the cluster, and waits on its own before refilling the buffer. A cluster barrier after the
+barriers' init (a peer's copy and arrivals land on them) and one at the end (no block leaves while a
+peer may still arrive on its barriers).
 
 The host emulation runs the blocks one after another: a block's buffer receives each rank's slice in
 turn (the device's coordinates and offsets for each rank), and the barrier counts their bytes against
@@ -72,13 +74,31 @@ static __device__ __forceinline__ int lo_cluster_rank(void)
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     return (int) rank;
 }
-static __device__ __forceinline__ void lo_cluster_arrive(void)
+static __device__ __forceinline__ void lo_cluster_sync(void)
 {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"
+                 ::: "memory");
 }
-static __device__ __forceinline__ void lo_cluster_wait(void)
-{
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+static __device__ __forceinline__ void lo_empty_init(unsigned long long *bar, int count, int blocks)
+{   /* a buffer is free once every block of the cluster arrived */
+    for (int i = 0; i < count; ++i)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(LO_SHARED(bar + i)), "r"(blocks)
+                     : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+static __device__ __forceinline__ void lo_release(unsigned long long *bar, int blocks)
+{   /* one arrival on the barrier at bar's offset in every block of the cluster */
+    for (int rank = 0; rank < blocks; ++rank)
+        asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; "
+                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }"
+                     :: "r"(LO_SHARED(bar)), "r"(rank) : "memory");
+}
+static __device__ __forceinline__ void lo_wait_released(unsigned long long *bar, unsigned parity)
+{   /* every block of the cluster released the buffer (their reads before this block's refill) */
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(LO_SHARED(bar)), "r"(parity) : "memory");
 }
 static __device__ __forceinline__ void lo_tma_2d_multicast(void *dst, const lo_tensor_map *map, int x, int y,
                                                            unsigned long long *bar, unsigned short mask)

@@ -23,7 +23,9 @@ contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp
 (``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
 warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled). An input staged with
 ``engine="tma"`` is copied instead by the tensor memory accelerator, one box a tile, one thread issuing
-a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``).
+a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``);
+in clusters of blocks (``Schedule.cluster``) the input they share is multicast, a slice a block
+(``cluster.py``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
@@ -200,7 +202,8 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        return self.barrier_offset + (8 * self.pipeline if self.s.tma_staged else 0)
+        barriers = (2 if self.s.cluster_dims != (1, 1) else 1) if self.s.tma_staged else 0   # full, empty
+        return self.barrier_offset + 8 * self.pipeline * barriers
 
     @property
     def scratch_elements(self) -> int:
@@ -286,6 +289,10 @@ class TensorPrinter:
             depth += 1
         barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
         total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
+        if self.multicast and device:   # the buffer's last reader in every block of the cluster released it
+            empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
+            self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
+                             f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
         self.emit(depth, f"lo_expect({barrier}, {total});")
         for tensor, box in self.tma.items():
             self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
@@ -317,10 +324,10 @@ class TensorPrinter:
         self.emit(depth, cprint.for_loop("int", "lo_rank", box.slices) + f" lo_tma_2d(lo_smem_h, {dst}, "
                          f"&{box.map_name}, {x}, {y}, {box.box_rows}, {box.box_cols}, {barrier});")
 
-    def _cluster_barrier(self, depth: int, *parts: str) -> None:
-        """The cluster barrier's ``parts`` (``arrive``, ``wait``) on the device of a clustered kernel."""
+    def _cluster_sync(self, depth: int) -> None:
+        """The cluster barrier of a clustered kernel on the device (``cluster.py``)."""
         if self.multicast and self.syntax.device:
-            self.emit(depth, " ".join(f"lo_cluster_{part}();" for part in parts))
+            self.emit(depth, "lo_cluster_sync();")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         rows, group = self.rows[tensor], self.group
@@ -580,9 +587,11 @@ class TensorPrinter:
             self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
                              f"(lo_smem + {self.barrier_offset});")
             self.emit(depth, f"if (lo_thread == 0) lo_barriers_init(lo_bar, {self.pipeline});")
-            if self.multicast:     # a peer's copies complete on this block's barriers: initialized first
+            if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
+                self.emit(depth, f"if (lo_thread == 0) lo_empty_init(lo_bar + {self.pipeline}, "
+                                 f"{self.pipeline}, {self.multicast.size});")
                 self.emit(depth, "const int lo_rank = lo_cluster_rank();")
-                self._cluster_barrier(depth, "arrive", "wait")
+                self._cluster_sync(depth)
             else:
                 self.emit(depth, "__syncthreads();")
         elif self.tma:
@@ -607,7 +616,6 @@ class TensorPrinter:
                 self.emit(depth, "__pipeline_commit();")
         for _ in range(ahead - min(ahead, steps)) if commit else ():
             self.emit(depth, "__pipeline_commit();")
-        self._cluster_barrier(depth, "arrive")
         self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
         body = depth + 1
         if self.tma:     # step lo_r's boxes are in: the phase (lo_r / buffers) of its buffer's barrier
@@ -622,6 +630,10 @@ class TensorPrinter:
             if code.publish and self.threads_staged:    # the threads' copies, visible to the tensor cores
                 self.emit(body, code.publish)
             self.emit(body, "__syncthreads();")
+            if self.multicast and self.ins.asynchronous:    # step lo_r - 2 retired here: release its buffer
+                self.emit(body, f"if (lo_thread == 0 && lo_r >= 2 && lo_r + {ahead} < {steps}) "
+                                f"lo_release(lo_bar + {self.pipeline} + (lo_r - 2) % {self.pipeline}, "
+                                f"{self.multicast.size});")
         if not self.ins.asynchronous:
             self._copy_ahead(body, ahead, steps)
         self.emit(body, "{")
@@ -634,14 +646,12 @@ class TensorPrinter:
             self.emit(body + 1, code.end)
         self._close(body + 1, opened)
         self.emit(body, "}")
-        if self.ins.asynchronous:   # clustered: no peer reads the buffer refilled (each arrived once retired)
-            self._cluster_barrier(body, "wait")
+        if self.ins.asynchronous:
             self._copy_ahead(body, ahead, steps)
             if device:
                 self.emit(body, code.retire)
-            self._cluster_barrier(body, "arrive")
         self.emit(depth, "}")
-        self._cluster_barrier(depth, "wait")
+        self._cluster_sync(depth)
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
         self._close(depth, opened)
