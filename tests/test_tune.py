@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     TAIL,
+    best,
     channel_tail,
     conflict_lines,
     out_of_order,
@@ -419,6 +421,12 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops():
     partial_channels = Knobs(4, 48, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"), "packed")
     assert channel_tail(Candidate(conv, "avx512", partial_channels)) == pytest.approx((96 / 64) ** TAIL)
     assert channel_tail(knobs(5, ("kh", "kw", "c"), ())) == 1            # 64 channels in blocks of 32
+    packed = knobs(4, ("kh", "kw", "c"), (("c", 4),))
+    plain = Candidate(conv, "avx512", replace(packed.knobs, weights="plain"))
+    tied = rank([plain, packed])                                        # no conflict: the same prediction
+    assert tied[0].figures["predicted_seconds"] == tied[1].figures["predicted_seconds"]
+    assert [c.knobs.weights for c in tied] == ["packed", "plain"]
+    assert best([plain, packed]).knobs == packed.knobs
     gemm = lo.Matmul(12, 64, 64)                          # no window: partial rows cost their lanes only
     assert tail(Candidate(gemm, "avx512", Knobs(5, 32, ("k",), ("i_o", "j_o"), "packed"))) == 1
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
@@ -512,7 +520,8 @@ def test_first_choice_is_the_search_order_without_measuring():
     assert first_choice(OPS["depthwise"]).knobs.unroll
     assert first_choice(lo.Matmul(1, 8, 4), threads=2) is None              # no loop to split over 2 threads
     narrow = lo.Conv2d(32, 128, 3, padding=1, height=7, width=7)   # 7x48 blocks: 2 whole, 1 of 32 of 48
-    assert 128 % first_choice(narrow, "avx512").knobs.channel_block == 0    # no partial block of the channels
+    chosen = first_choice(narrow, "avx512").knobs
+    assert 128 % chosen.channel_block == 0 and chosen.weights == "packed"   # no partial block; packed rows
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):

@@ -256,6 +256,24 @@ def conflict_lines(cache: Cache, stride: int, rows: int, lines: int) -> int:
     return min(sets, min(rows, way // math.gcd(stride, way)) * lines) * max(cache.ways, 1)
 
 
+def plain_rows(op: Op, knobs: Knobs) -> bool:
+    """Whether a block reads plain weight rows a channel row apart: plain weights, a block that is part
+    of the channels."""
+    return knobs.weights == "plain" and knobs.channel_block < op.channels
+
+
+def _plain_last(candidate: Candidate) -> bool:
+    """The tie-break of ``rank`` and ``best``: where two candidates' predicted times tie, packed weights
+    go before plain rows a channel row apart (``plain_rows``; ``strided_seconds`` 0: the heuristic sees
+    no conflict). In ResNet-18's fp32 plan (weights from L3 on every run; per-step minima over 31
+    interleaved rounds on this project's shared Xeon with AMX) its 256-channel 3x3 layers ran
+    1.96-2.09 ms with plain 14x16 blocks (64-byte rows 1 KB apart) and 1.61-1.74 ms with packed ones,
+    its 64- and 128-channel layers 0-4% faster packed; the steps summed 31.6 -> 30.6 ms."""
+    if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
+        return False
+    return plain_rows(candidate.op, candidate.knobs)
+
+
 def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
     """The time plain weights of a block that is part of the channels take to come to L1 beyond what
     the prefetcher hides: a block reads ``depth`` weight rows a channel row apart, once per block;
@@ -263,7 +281,7 @@ def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
     comes from L3 (at its bandwidth); else when they do in L1 and the rows lie ``FAR`` apart, from L2
     at ``PAGED`` times a streamed line's time. 0 for packed weights and for a block of all the
     channels (contiguous rows)."""
-    if knobs.weights != "plain" or knobs.channel_block >= op.channels:
+    if not plain_rows(op, knobs):
         return 0.0
     row = op.channels * element_bytes(op)
     lines = _ceil(knobs.channel_block * element_bytes(op), LINE)
@@ -359,9 +377,10 @@ def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tup
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates with the heuristic's figures, fastest predicted first (ties keep their order)."""
+    """The candidates with the heuristic's figures, fastest predicted first (ties: ``_plain_last``, then
+    their order)."""
     scored = [replace(c, model=model) for c, model in _figured(candidates)]
-    return sorted(scored, key=lambda c: c.figures["predicted_seconds"])
+    return sorted(scored, key=lambda c: (c.figures["predicted_seconds"], _plain_last(c)))
 
 
 def best(candidates: Sequence[Candidate]) -> Candidate | None:
@@ -369,5 +388,6 @@ def best(candidates: Sequence[Candidate]) -> Candidate | None:
     scored = _figured(candidates)
     if not scored:
         return None
-    candidate, model = min(scored, key=lambda pair: dict(pair[1])["predicted_seconds"])
+    candidate, model = min(scored, key=lambda pair: (dict(pair[1])["predicted_seconds"],
+                                                     _plain_last(pair[0])))
     return replace(candidate, model=model)

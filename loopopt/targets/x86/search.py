@@ -44,7 +44,7 @@ class X86Search(SearchRules):
         if not isinstance(knobs, Knobs):             # AMX tiles, table lookups, binary kernels
             return Traits()
         return Traits(rank.tail(candidate), imbalance(candidate, threads),
-                      knobs.weights == "plain" and knobs.channel_block < candidate.op.channels,
+                      rank.plain_rows(candidate.op, knobs),
                       knobs.cache_block > 0, rank.rolled(candidate), shape(candidate))
 
     def lanes(self, op: Op, isa: str) -> int:
