@@ -24,6 +24,9 @@ if os.environ.get("CI"):
 
 
 def pytest_collection_modifyitems(items):
-    """The sanitizer tier first: one test of minutes in a subprocess, which started near the end of a
-    ``-n auto`` run left the other workers idle while it finished."""
-    items.sort(key=lambda item: item.get_closest_marker("sanitize") is None)
+    """The sanitizer tier first (one test of minutes in a subprocess), then the slow tier (its tests
+    take up to half a minute each), then the quick one: xdist hands tests out in this order, so the
+    last ones are short and no worker waits long for another to finish a long test at the end (the
+    tutorial, the searches and the Winograd tests sat near the end of the file order)."""
+    items.sort(key=lambda item: (item.get_closest_marker("sanitize") is None,
+                                 item.get_closest_marker("slow") is None))
