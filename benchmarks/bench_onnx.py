@@ -4,7 +4,8 @@
 format, DequantizeLinear -> Conv/MatMul -> QuantizeLinear groups), 1 and 2 threads. Per model: the
 summed time of its compute nodes on loopopt (the backend's default schedule, and tuned with
 --tune-trials) and on onnxruntime (each node or fused QDQ group alone), from loopopt.onnx.report; the
-whole model end to end (``rep.run`` against ``session.run``, alternating rounds); the
+whole model end to end (``rep.run`` against ``session.run``, each runtime in its own worker process
+with the same thread count, rounds interleaved by this one: ``runtimes.py``); the
 whole model's output through loopopt.onnx.backend (strict) against onnxruntime's; and for the int8
 models each quantized node's output against onnxruntime's on the same inputs, in steps of the output,
 with which of the two is exact (loopopt.onnx.exact) where they differ.
@@ -28,6 +29,7 @@ import datetime
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
 from bench_reuse import write_section  # noqa: E402
+from runtimes import SETTLE, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
-from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.report import RAN, TUNED, model_report, random_inputs  # noqa: E402
 
 SECTION = "## Whole models vs onnxruntime"
@@ -167,23 +169,23 @@ def export(name: str, resolution: int, folder: Path) -> dict[str, Path]:
     return files
 
 
-def output_check(rep, session, model) -> str:
-    """The whole model's output through ``rep`` (loopopt.onnx.backend, strict) vs ``session``'s."""
-    inputs = random_inputs(model, seed=2)
-    ours, theirs = rep.run(inputs)[0], session.run(None, inputs)[0]
-    diff = float(np.abs(ours - theirs).max())
-    return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs).max()):.2f})"
+def output_check(ours: list[np.ndarray], theirs: list[np.ndarray]) -> str:
+    """loopopt's first output (strict backend) against onnxruntime's, from the same inputs."""
+    diff = float(np.abs(ours[0] - theirs[0]).max())
+    return f"max abs(loopopt - onnxruntime) {diff:.2e} (outputs up to {float(np.abs(theirs[0]).max()):.2f})"
 
 
 class Whole(NamedTuple):
-    """Seconds of the whole model end to end: loopopt's ``rep.run`` and onnxruntime's ``session.run``
-    (medians and minimums over the rounds), loopopt's with the tuning log (None without one), the
-    nodes the rep runs on onnx.reference, and its output against onnxruntime's (``output_check``)."""
+    """Seconds of the whole model end to end, each runtime in its own process: loopopt's ``rep.run`` and
+    onnxruntime's ``session.run`` (medians and minimums over the rounds), loopopt's with the tuning log
+    (None without one), loopopt's prepare, the nodes the rep runs on onnx.reference, and its output
+    against onnxruntime's (``output_check``)."""
 
     ours: float
     theirs: float
     ours_min: float
     theirs_min: float
+    prepare: float
     fallbacks: list[str]
     check: str
     tuned: float | None = None
@@ -191,35 +193,27 @@ class Whole(NamedTuple):
 
 
 def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = None,
-                prepare_trials: int = 0) -> Whole:
+                prepare_trials: int = 0, wait_policy: str | None = None) -> Whole:
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
-    ``session.run`` on the same inputs and thread count, alternating over ``rounds`` rounds."""
+    ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
+    the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
+    (None: loopopt's, passive: ``loopopt.openmp``)."""
     import onnx
-    import onnxruntime
-    model = onnx.load(str(path))
-    inputs = random_inputs(model, seed=3)
-    rep = backend.prepare(model, strict=True, threads=threads)
-    fallbacks = [f"{step.node} ({step.op_type}: {step.reason})" for step in rep.fallbacks()]
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    check = output_check(rep, session, model)
-    calls = [lambda: rep.run(inputs), lambda: session.run(None, inputs)]
+    inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
+    env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
+    contenders = [Contender("loopopt", "loopopt", path, threads, env=env),
+                  Contender("onnxruntime", "onnxruntime", path, threads)]
     if tuned_log is not None:
-        tuned = backend.prepare(model, strict=True, threads=threads, log=tuned_log, tune=prepare_trials)
-        calls.append(lambda: tuned.run(inputs))
-    times: list[list[float]] = [[] for _ in calls]
-    for round_ in range(rounds + 1):         # the first round warms them up
-        for call, kept in zip(calls, times):
-            start = time.perf_counter()
-            call()
-            if round_:
-                kept.append(time.perf_counter() - start)
+        contenders.append(Contender("loopopt tuned", "loopopt", path, threads, tuned_log, prepare_trials,
+                                    env))
+    with ExitStack() as stack:
+        workers = [stack.enter_context(Worker(contender, inputs)) for contender in contenders]
+        times, outputs = interleave(workers, rounds)
     ours, theirs, *tuned_times = times
     tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
-    return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs), fallbacks, check,
-                 *tuned_ms)
+    return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs),
+                 workers[0].prepare_s, workers[0].fallbacks, output_check(outputs[0], outputs[1]), *tuned_ms)
 
 
 def integer_text(report) -> str:
@@ -243,8 +237,8 @@ def row(name: str, precision: str, threads: int, report, whole: Whole) -> str:
 
 
 def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
-    cells = [name, precision, str(threads), f"{whole.ours * 1e3:.1f}", f"{whole.theirs * 1e3:.1f}",
-             f"{whole.theirs / whole.ours:.2f}", f"{whole.ours_min * 1e3:.1f}",
+    cells = [name, precision, str(threads), f"{whole.prepare:.1f}", f"{whole.ours * 1e3:.1f}",
+             f"{whole.theirs * 1e3:.1f}", f"{whole.theirs / whole.ours:.2f}", f"{whole.ours_min * 1e3:.1f}",
              f"{whole.theirs_min * 1e3:.1f}", f"{whole.theirs_min / whole.ours_min:.2f}"]
     if whole.tuned is not None:
         cells += [f"{whole.tuned * 1e3:.1f}", f"{whole.theirs / whole.tuned:.2f}",
@@ -253,8 +247,20 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def process_text(rounds: int, wait_policy: str | None) -> str:
+    """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
+    policy = ("loopopt's OpenMP wait policy (passive: `loopopt.openmp`)" if wait_policy is None
+              else f"`OMP_WAIT_POLICY={wait_policy}` in loopopt's process")
+    return (f"Each runtime runs in its own worker process (`benchmarks/runtimes.py`: started once, the model "
+            f"prepared once in each, as a user runs one runtime), with the same thread count (the `threads` "
+            f"column: `prepare(threads=...)`, `intra_op_num_threads`) and {policy}; the parent interleaves "
+            f"{rounds} rounds (round i: loopopt's worker, then onnxruntime's, {SETTLE * 1e3:.0f} ms apart), "
+            "each worker timing its own `rep.run` / `session.run` on the same inputs, and compares the "
+            "outputs of the warm-up round.")
+
+
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
-               prepare_trials: int = 0) -> str:
+               prepare_trials: int = 0, wait_policy: str | None = None) -> str:
     """The description and table of a ``--whole-only`` run."""
     tuned = "" if tuned_log is None else (
         " The `tuned` columns time a third contender in the same rounds: the model prepared with a tuning "
@@ -262,8 +268,9 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
         + (f"each distinct compute op tuned with {prepare_trials} trials into the log first, trials "
            "already logged taken from it" if prepare_trials else "the log's best schedules, no new trials")
         + "), against the same onnxruntime rounds.")
-    columns = ["model", "precision", "threads", "loopopt rep.run ms", "onnxruntime session.run ms",
-               "ORT/loopopt", "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
+    columns = ["model", "precision", "threads (both)", "loopopt prepare s",
+               "loopopt rep.run ms (own process)", "onnxruntime session.run ms (own process)", "ORT/loopopt",
+               "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
     if tuned_log is not None:
         columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
     columns += ["nodes on onnx.reference", "output"]
@@ -273,9 +280,10 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
             "end: `rep.run` of `loopopt.onnx.backend.prepare(model, strict=True, threads=...)` (default "
             "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
             "pooling steps on the kernels' storage layouts, 8-bit lookups between int8 kernels) against "
-            "onnxruntime's `session.run` (its default "
-            f"graph optimizations), same inputs and thread count, alternating, {rounds} rounds: the median "
-            "and the minimum (the run least disturbed by other processes) of each. ORT/loopopt > 1: loopopt "
+            "onnxruntime's `session.run` (its default graph optimizations). "
+            f"{process_text(rounds, wait_policy)} The median and the minimum (the run least disturbed by "
+            "other processes) of each; `loopopt prepare s`: the seconds of loopopt's `prepare` in its worker "
+            "(the kernel cache as the run found it). ORT/loopopt > 1: loopopt "
             f"is faster.{tuned}\n\n"
             "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n" + "\n".join(lines))
 
@@ -303,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prepare-trials", type=int, default=0,
                         help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
                              "into the log first (default 0: the log as it is)")
+    parser.add_argument("--omp-wait-policy", choices=("active", "passive"),
+                        help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's, passive)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -316,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
                     whole = whole_model(files[precision], threads, args.rounds, args.tuned_log,
-                                        args.prepare_trials)
+                                        args.prepare_trials, args.omp_wait_policy)
                     if args.whole_only:
                         lines.append(whole_row(name, precision, threads, whole))
                         print(lines[-1], flush=True)
@@ -334,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
     if args.whole_only:
         text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds, args.tuned_log,
-                                               args.prepare_trials)
+                                               args.prepare_trials, args.omp_wait_policy)
         print(text)
         if args.write:
             write_section(text, WHOLE_SECTION)
@@ -352,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
          "group, Gemm) "
          "of each node's median (the `nodes'` columns; the `whole model` columns time the whole call, "
          "end to end: loopopt's `rep.run` on the prepared rep, weights packed once, against onnxruntime's "
-         "`session.run`, same inputs and threads, alternating, median of `--rounds`): loopopt through "
+         f"`session.run`, medians; {process_text(args.rounds, args.omp_wait_policy)}): loopopt through "
          "`lo.compare` (kernel runs on prepared buffers) with the "
          "backend's schedule (`ran`: the tuning log's best if it has one, else the default: the candidate "
          "`lo.tune` ranks first, chosen without compiling or measuring) and, with tuning, the `lo.tune` "
@@ -365,7 +375,8 @@ def main(argv: list[str] | None = None) -> None:
          "for it and compares the outputs in steps of the output (LSB); where they differ it counts which "
          "one equals the exact integer reference (`loopopt.onnx.exact`: exact int32 accumulation, the "
          "real product with the stored scales rounded half to even, saturated)."),
-        "| model | precision | threads | whole model: loopopt rep.run ms | onnxruntime session.run ms | "
+        "| model | precision | threads (both) | whole model: loopopt rep.run ms (own process) | "
+        "onnxruntime session.run ms (own process) | "
         "ORT/loopopt | nodes | MFLOP | nodes' loopopt ran ms | nodes' loopopt tuned ms | "
         "nodes' onnxruntime ms | nodes' ORT/loopopt | output | int8 nodes vs onnxruntime |\n"
         + "|---" * 14 + "|\n"

@@ -81,6 +81,13 @@ def write_section(text: str, section: str = SECTION) -> None:
     DOC.write_text(doc)
 
 
+def publish(text: str, section: str, write: bool) -> None:
+    """Print a benchmark's text, and with ``write`` record it as ``section`` of docs/benchmarks.md."""
+    print(text)
+    if write:
+        write_section(text, section)
+
+
 def check_engines_agree(rows: list[dict]) -> None:
     """Both engines' rows of a case and granularity must report the same figures."""
     for row in rows:

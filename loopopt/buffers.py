@@ -12,6 +12,7 @@ Without ``$LOOPOPT_MEMORY_LIMIT``, requests under ``UNCHECKED_BYTES`` are not ch
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from collections.abc import Mapping
@@ -52,6 +53,33 @@ def aligned_copy(array: np.ndarray, tail_bytes: int = 0, exact: bool = False) ->
     copy = _aligned(array.shape, array.dtype, tail_bytes, exact, np.empty)
     copy[...] = array
     return copy
+
+
+def aligned_empty_like(array: np.ndarray, dtype=None) -> np.ndarray:
+    """An uninitialized array of ``array``'s shape (and dtype, unless given) stored with its axes in
+    ``array``'s memory order (by stride), starting on a 64-byte boundary and followed by 64 zero bytes:
+    a kernel that reads a little past the end of its input reads it without a copy (``zeros_follow``)."""
+    order = np.argsort(array.strides, kind="stable")[::-1]       # the axes outer to inner in memory
+    stored = _aligned(tuple(array.shape[axis] for axis in order), dtype or array.dtype, ALIGNMENT, False,
+                      np.empty)
+    return stored.transpose(np.argsort(order))
+
+
+def zeros_follow(array: np.ndarray, count: int) -> bool:
+    """Whether the ``count`` bytes after the last byte of the C-contiguous ``array`` are zeros inside the
+    allocation it views (a kernel's buffer: ``aligned_zeros`` leaves zeros after its data), so that a
+    kernel reading that far past its end may read ``array`` itself."""
+    if count == 0:
+        return True
+    owner = array
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    if not owner.flags.c_contiguous:
+        return False
+    end, first = array.ctypes.data + array.nbytes, owner.ctypes.data
+    if end < first or end + count > first + owner.nbytes:
+        return False
+    return ctypes.string_at(end, count) == bytes(count)      # inside the allocation: readable
 
 
 def _size(value: int) -> str:

@@ -59,6 +59,8 @@ from typing import BinaryIO
 import cffi
 from cffi.recompiler import make_c_source
 
+from .openmp import OPENMP_FLAG, load_runtime
+
 BASE_FLAGS = ("-O3", "-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
 CACHE_ENV = "LOOPOPT_CACHE_DIR"
 ENTRY_PREFIX = "_loopopt_"          # every file of the cache: shared objects, records, failed sources
@@ -168,6 +170,8 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
     target = cache_dir() / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     if not _trusted(target):
         _build(name, source, cdef, all_flags, link_flags, target, cc)
+    if OPENMP_FLAG in link_flags:
+        load_runtime()              # loopopt's OpenMP threads wait passively unless the user says otherwise
     spec = importlib.util.spec_from_file_location(name, target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

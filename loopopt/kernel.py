@@ -29,6 +29,7 @@ from .codegen.quantized import QuantPlan, compensation_entries, compensation_tab
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
 from .epilogue import RESIDUAL
+from .openmp import OPENMP_FLAG
 from .ops import FLOAT16
 from .quant import QuantParams, check_call, output_multipliers
 from .schedule import Schedule
@@ -457,7 +458,7 @@ class QuantizedKernel(Kernel):
 def cffi_driver(generated: Generated, flags: tuple[str, ...]) -> CffiDriver:
     """``generated`` compiled with ``flags`` (and OpenMP's where it has a parallel loop) into a cffi
     module of the kernel cache, called in this process."""
-    openmp = ("-fopenmp",) if generated.openmp else ()
+    openmp = (OPENMP_FLAG,) if generated.openmp else ()
     module = compile_c(generated.source, generated.cdef, flags + openmp, openmp)
     return CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
 

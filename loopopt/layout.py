@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import ALIGNMENT, aligned_copy
+from .buffers import ALIGNMENT, aligned_copy, zeros_follow
 from .expr import Expr
 
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
@@ -90,14 +90,17 @@ class Layout:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
         ``buffers.aligned_zeros``), or in ``into``: a buffer an earlier call returned for an array of
-        this shape, whose tail is still zero (where no dim is padded; else a new buffer)."""
+        this shape, whose tail is still zero (where no dim is padded; else a new buffer). No copy
+        where the array's memory already is this layout, aligned, and ``tail_bytes`` zeros of its
+        allocation follow it (``buffers.zeros_follow``: a kernel's output buffer)."""
         padded_shape, split_shape, perm = self._split(array.shape)
         padded = array
         if padded_shape != array.shape:       # a blocked dim padded with zeros to its block
             padded = np.zeros(padded_shape, dtype=array.dtype)
             padded[tuple(slice(0, n) for n in array.shape)] = array
         stored = padded.reshape(split_shape).transpose(perm)
-        if stored.flags.c_contiguous and not tail_bytes and not exact and stored.ctypes.data % ALIGNMENT == 0:
+        if (stored.flags.c_contiguous and not exact and stored.ctypes.data % ALIGNMENT == 0
+                and zeros_follow(stored, tail_bytes)):
             return stored       # the array's memory already is this layout (a kernel only reads its inputs)
         if into is not None and padded is array and into.shape == stored.shape:
             np.copyto(into, stored)

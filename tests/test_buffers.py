@@ -1,8 +1,10 @@
-"""Kernel buffers start on a cache line and hold exactly the copied data."""
+"""Kernel buffers start on a cache line and hold exactly the copied data; an input whose memory already is
+the storage layout, with the bytes a kernel reads past its end zeros of its allocation, is not copied."""
 import numpy as np
 
 import loopopt as lo
-from loopopt.buffers import ALIGNMENT, aligned_copy, aligned_zeros
+from loopopt.buffers import ALIGNMENT, aligned_copy, aligned_empty_like, aligned_zeros, zeros_follow
+from loopopt.layout import Layout
 
 
 def test_aligned_zeros_and_copy():
@@ -21,3 +23,25 @@ def test_kernel_storage_is_aligned():
     x = op.random_inputs(0)
     buffers = kernel.prepare(x["I"], x["W"], x["B"])
     assert all(array.ctypes.data % ALIGNMENT == 0 for array in buffers.arrays.values())
+
+
+def test_zeros_after_an_input_spare_its_copy():
+    """``zeros_follow`` reads the bytes after an array inside its allocation: zeros after a kernel's
+    buffer or ``aligned_empty_like``'s array (in the given array's memory order), not a non-zero byte or
+    bytes past the allocation; ``to_storage`` with read-ahead then returns the array itself, else a
+    copy followed by zeros."""
+    raw = aligned_zeros((100,), np.uint8, tail_bytes=8)
+    assert zeros_follow(raw[:90], 10) and zeros_follow(raw, 8) and not zeros_follow(np.zeros(90, np.uint8), 1)
+    raw[95] = 1
+    assert not zeros_follow(raw[:90], 10) and zeros_follow(raw[:90], 5)
+    stored = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(1, 2, 3, 4).transpose(0, 3, 1, 2)    # NHWC memory
+    empty = aligned_empty_like(stored, np.int8)
+    assert empty.shape == stored.shape and empty.dtype == np.int8 and empty.strides == (24, 1, 12, 4)
+    assert empty.ctypes.data % ALIGNMENT == 0 and zeros_follow(empty.transpose(0, 2, 3, 1), 64)
+    empty[...] = stored
+    layout = Layout.parse("NHWC", "NCHW", "I")
+    assert np.shares_memory(layout.to_storage(empty, tail_bytes=3), empty)
+    for given in (stored, np.asarray(empty, order="C")):      # nothing known after it; another memory order
+        copy = layout.to_storage(given, tail_bytes=3)
+        assert not np.shares_memory(copy, given) and zeros_follow(copy, 3)
+        np.testing.assert_array_equal(copy, stored.transpose(0, 2, 3, 1))

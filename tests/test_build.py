@@ -4,6 +4,7 @@ import pytest
 
 import loopopt as lo
 from loopopt import cbuild
+from loopopt.openmp import USER_SETTINGS
 from loopopt.targets.x86.isa import resolve_isa
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
@@ -107,3 +108,32 @@ def test_measure_of_a_schedule_says_to_compile_it_first():
         lo.measure(lo.Schedule(OP))
     with pytest.raises(TypeError, match="measure takes a compiled Kernel, got a str$"):
         lo.measure("tiled")
+
+
+def _spin_count(environment: dict[str, str]) -> str:
+    """libgomp's spin count in a fresh process that loads an OpenMP module through ``compile_c`` with
+    ``environment`` added, and that process's OMP_WAIT_POLICY afterwards."""
+    import os
+    import subprocess
+    import sys
+    code = ("import ctypes, os\nfrom loopopt.cbuild import compile_c\n"
+            "compile_c('int lo_threads(void){int n=0;\\n#pragma omp parallel\\n{\\n#pragma omp atomic\\nn++;}"
+            "return n;}', 'int lo_threads(void);', ('-fopenmp',), ('-fopenmp',))\n"
+            "print(os.environ.get('OMP_WAIT_POLICY'))\nctypes.CDLL('libgomp.so.1').omp_display_env(1)\n")
+    inherited = {name: value for name, value in os.environ.items() if name not in USER_SETTINGS}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**inherited, **environment})
+    spin = next(line.split("=")[1].strip(" '") for line in done.stderr.splitlines() if "SPINCOUNT" in line)
+    return f"{spin} {done.stdout.strip()}"
+
+
+def test_openmp_threads_wait_passively_and_the_environment_is_put_back():
+    """loopopt's libgomp loads with OMP_WAIT_POLICY=passive (spin count 0, libgomp's default 300000) and
+    the process's environment stays as it was (other OpenMP runtimes, child processes)."""
+    assert _spin_count({}) == "0 None"
+
+
+@pytest.mark.slow
+def test_openmp_wait_set_by_the_user_is_kept():
+    assert _spin_count({"OMP_WAIT_POLICY": "active"}) == "30000000000 active"
+    assert _spin_count({"GOMP_SPINCOUNT": "1234"}) == "1234 None"

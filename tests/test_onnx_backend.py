@@ -357,16 +357,21 @@ def _check_integer_node(data):
 test_integer_node_quick, test_integer_node_slow = tiers(_check_integer_node, 2, 20, st.data())
 
 
+def _conv_relu() -> onnx.ModelProto:
+    """A 3x3 Conv (8 -> 16 channels, 6x6) named ``conv`` and a Relu."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 8, 6, 6])], [("y", TensorProto.FLOAT, None)],
+                 [onnx.numpy_helper.from_array(_x(16, 8, 3, 3), "w")])
+
+
 @pytest.mark.slow
 def test_prepare_tunes_each_op_into_the_log_and_resumes(tmp_path, capsys):
     """``prepare(tune=2, log=...)``: the conv tuned with 2 trials into the log (one line on stderr),
     run with the log's best; again: the trials taken from the log, none measured twice; a prepare
     without ``tune`` reads the log."""
     import sqlite3
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["y"])]
-    proto = model(nodes, [("x", TensorProto.FLOAT, [1, 8, 6, 6])], [("y", TensorProto.FLOAT, None)],
-                  [onnx.numpy_helper.from_array(_x(16, 8, 3, 3), "w")])
+    proto = _conv_relu()
     log = tmp_path / "tune.db"
     x = _x(1, 8, 6, 6)
     for tune in (2, 2, 0):
@@ -377,6 +382,38 @@ def test_prepare_tunes_each_op_into_the_log_and_resumes(tmp_path, capsys):
             assert db.execute("select count(*) from trials").fetchone() == (2,)
         lines = capsys.readouterr().err.splitlines()
         assert len([line for line in lines if line.startswith("tune op 1 Conv2d(8, 16")]) == (tune > 0)
+
+
+def test_prepare_with_every_op_in_the_log_searches_nothing(tmp_path, monkeypatch, capsys):
+    """``prepare(tune=1, log=...)`` where the log holds a trial of every op: no search space is built or
+    ranked (the x86 ranking of a ResNet-18 took 12 s, the kernel model on its shortlist 24 s), the
+    logged schedule runs, and the op's line says so."""
+    from loopopt.onnx.graph import known_values
+    from loopopt.onnx.lowering import lower
+    from loopopt.targets.registry import host_target
+    from loopopt.tune import TuningLog
+    from loopopt.tune.trial import here
+    proto, x = _conv_relu(), _x(1, 8, 6, 6)
+    known = known_values(proto)
+    op = lower(proto.graph.node[0], [known[name] for name in proto.graph.node[0].input]).op
+    logged = lo.dataflows.output_stationary(op)
+    timing = lo.Timing(median=1e-3, min=1e-3, iqr=0.0, repeats=3, gflops=1.0, percent_of_peak=1.0,
+                       peak_gflops=100.0, verified=True, max_error=0.0)
+    log = tmp_path / "tune.db"
+    with TuningLog(log) as tuning_log:
+        tuning_log.append(op, lo.to_toml(logged), {}, {}, lo.available_isas()[0], 1, 0.01,
+                          here("ok", "", timing))
+
+    def no_search(self):
+        raise AssertionError("prepare built a search space for an op the log has")
+
+    monkeypatch.setattr(type(host_target()), "search_rules", no_search)
+    rep = backend.prepare(proto, strict=True, tune=1, log=log)
+    assert rep.lowered["conv"].source == f"tuning log {log}"      # its schedule, the Relu fused
+    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith("tune op 1 Conv2d(8, 16") and "1 trials already in the log, nothing measured" \
+        in line
 
 
 def test_prepare_refuses_tune_without_a_log():

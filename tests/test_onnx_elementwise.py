@@ -1,6 +1,7 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
 inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
-leave to the reference; quantize chains as one lookup (the compiled byte maps over every tail)."""
+leave to the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized
+residual Add) as one pair lookup (the compiled maps over every tail)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,11 +12,13 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops import load_op
 from onnx_models import model
+from test_onnx_pooling import naive_pool
 
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
-from loopopt.targets.bytemap import portable_byte_map
+from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
+from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
 
 OPSET = 21
@@ -164,6 +167,103 @@ def _check_lookup_chain(data):
 test_lookup_chain_quick, test_lookup_chain_slow = tiers(_check_lookup_chain, 15, 120, st.data())
 
 
+def _check_pair_lookup_chain(data):
+    """DequantizeLinear of two 8-bit tensors (random scales, zero points, dtypes, each stored in a random
+    axis order) -> Add, Sub or Mul -> optionally Relu or Clip -> QuantizeLinear: one pair lookup step,
+    the same bits as onnx.reference, not in place and in place; with the combined value also a graph
+    output, the steps stay as they are."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(3)]
+    zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
+    scales = [np.float32(rng.uniform(0.005, 0.5)) for _ in range(3)]
+    combine = data.draw(st.sampled_from(["Add", "Sub", "Mul"]))
+    after = data.draw(st.sampled_from([(), ("Relu",), ("Clip",)]))
+    shape = [*data.draw(st.lists(st.integers(1, 5), min_size=0, max_size=3)), data.draw(st.integers(1, 70))]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [*((f"s{k}", scales[k]) for k in range(3)), *((f"z{k}", zeros[k]) for k in range(3)),
+              ("low", np.float32(-0.25)), ("high", np.float32(6))]]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s0", "z0"], ["da"]),
+             helper.make_node("DequantizeLinear", ["b", "s1", "z1"], ["db"]),
+             helper.make_node(combine, ["da", "db"], ["sum"])]
+    last = "sum"
+    for op_type in after:
+        bounds = ("low", "high") if op_type == "Clip" else ()
+        nodes.append(helper.make_node(op_type, ["sum", *bounds], ["c"]))
+        last = "c"
+    nodes.append(helper.make_node("QuantizeLinear", [last, "s2", "z2"], ["y"]))
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    also = data.draw(st.booleans())       # the combined value also an output: nothing fused
+    proto = model(nodes, [("a", elem[dtypes[0]], shape), ("b", elem[dtypes[1]], shape)],
+                  [("y", elem[dtypes[2]], shape)] + ([("sum", TensorProto.FLOAT, shape)] if also else []),
+                  inits, opset=OPSET)
+    rep = backend.prepare(proto, strict=True)
+    chain = " -> ".join(["DequantizeLinear", "DequantizeLinear", combine, *after, "QuantizeLinear"])
+    assert [s.op_type for s in rep.plan.steps] == ([n.op_type for n in nodes] if also else [chain])
+    a, b = (_stored(data, rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t))
+            for t in dtypes[:2])
+    want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})
+    kept = a.copy(order="K")
+    for got, expected in zip(rep.run([a, b]), want):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
+    if not also:
+        np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
+
+
+test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lookup_chain, 6, 60, st.data())
+
+
+def _check_pool_in_lookup_chain(data):
+    """DequantizeLinear -> optionally Relu -> MaxPool or GlobalMaxPool -> QuantizeLinear (random 8-bit
+    dtypes, scales, zero points, windows, strides, asymmetric pads, dilation, ceil_mode, a negative
+    output scale, the input stored in a random axis order): the pool on the 8-bit values then one
+    lookup where every window reads an input element and the table is non-decreasing, else the steps as
+    they are; the same bits as onnx.reference either way."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2)]
+    zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
+    sign = data.draw(st.sampled_from([1, 1, 1, -1]))
+    scales = [np.float32(rng.uniform(0.005, 0.5)), np.float32(sign * rng.uniform(0.005, 0.5))]
+    pool = data.draw(st.sampled_from(["MaxPool", "GlobalMaxPool"]))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(2)]
+    dilation = data.draw(st.sampled_from([1, 1, 2]))
+    attributes = {} if pool == "GlobalMaxPool" else dict(
+        kernel_shape=kernel, strides=[data.draw(st.integers(1, 2)) for _ in range(2)],
+        pads=[data.draw(st.integers(0, k - 1)) for k in kernel * 2], dilations=[dilation] * 2,
+        ceil_mode=data.draw(st.sampled_from([0, 0, 1])))
+    shape = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 5)),
+             *(data.draw(st.integers((k - 1) * dilation + 1, 9)) for k in kernel)]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("s0", scales[0]), ("z0", zeros[0]), ("s1", scales[1]), ("z1", zeros[1])]]
+    relu = data.draw(st.booleans())
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s0", "z0"], ["d"]),
+             *([helper.make_node("Relu", ["d"], ["r"])] if relu else []),
+             helper.make_node(pool, ["r" if relu else "d"], ["p"], **attributes),
+             helper.make_node("QuantizeLinear", ["p", "s1", "z1"], ["y"])]
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    proto = model(nodes, [("q", elem[dtypes[0]], shape)], [("y", elem[dtypes[1]], None)], inits, opset=OPSET)
+    rep = backend.prepare(proto, strict=True)
+    selects = pool == "GlobalMaxPool" or (dilation == 1 and not attributes["ceil_mode"])
+    fused = selects and sign > 0
+    assert [s.op_type for s in rep.plan.steps] == (
+        [" -> ".join(n.op_type for n in nodes)] if fused else [n.op_type for n in nodes])
+    q = _stored(data, rng.integers(np.iinfo(dtypes[0]).min, np.iinfo(dtypes[0]).max + 1, shape)
+                .astype(dtypes[0]))
+    run = {n.op_type: load_op("", n.op_type, OPSET)(n, RUN_PARAMS).run for n in nodes if n.op_type != pool}
+    floats = run["DequantizeLinear"](q, scales[0], zeros[0])[0]
+    floats = run["Relu"](floats)[0] if relu else floats
+    # the pool by its definition (onnx.reference's MaxPool gets some asymmetric pads wrong)
+    want = run["QuantizeLinear"](naive_pool(pool, floats, attributes), scales[1], zeros[1])[0]
+    got = rep.run([q])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_pool_in_lookup_chain, 8, 80,
+                                                                        st.data())
+
+
 @pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
                          ids=lambda m: m.name)
 def test_byte_map_matches_numpy_over_tails(byte_map):
@@ -179,3 +279,59 @@ def test_byte_map_matches_numpy_over_tails(byte_map):
         np.testing.assert_array_equal(src, dst)
     with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
         byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))
+
+
+@pytest.mark.parametrize("pair_map", list(dict.fromkeys([portable_pair_map(), host_target().pair_map()])),
+                         ids=lambda m: m.name)
+def test_pair_map_matches_numpy_over_tails(pair_map):
+    """Every length 0-200 and in place into either operand, against numpy's indexing; a wrong table or
+    sizes are refused with what was given."""
+    rng = np.random.default_rng(12)
+    table = rng.integers(0, 256, 65536).astype(np.uint8)
+    for n in range(201):
+        a, b = rng.integers(0, 256, (2, n)).astype(np.uint8)
+        want = table[a.astype(np.intp) * 256 + b]
+        dst = np.empty_like(a)
+        pair_map(table, a, b, dst)
+        np.testing.assert_array_equal(dst, want)
+        pair_map(table, a, b, b)
+        np.testing.assert_array_equal(b, want)
+    with pytest.raises(ValueError, match=r"table must be 65536 contiguous bytes, got dtype uint8 shape"):
+        pair_map(table[:256], a, a, a)
+    with pytest.raises(ValueError, match="a and b and dst differ in size: 3 and 4 and 3 elements"):
+        pair_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8), np.zeros(3, np.uint8))
+
+
+@pytest.mark.parametrize("flags", list(dict.fromkeys([(), host_target().vector_flags()])), ids=str)
+def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
+    """The compiled QuantizeLinear on exact ties (scale 0.5: rint's ties to even), near ties, zeros of
+    both signs, a subnormal and values past the 8-bit range, over lengths that leave every vector
+    tail, and DequantizeLinear of every code: the same bits as onnx.reference, built without and with
+    the host's vector flags; past int32 (the reference's cast overflows there) saturated, a NaN 0;
+    wrong arrays refused."""
+    rng = np.random.default_rng(13)
+    k = np.arange(-300, 300, dtype=np.float64)
+    for dtype in (np.uint8, np.int8):
+        loops, zero = linear_quant(np.dtype(dtype), flags), dtype(3)
+        node = {op: helper.make_node(op, ["x", "s", "z"], ["y"])
+                for op in ("QuantizeLinear", "DequantizeLinear")}
+        quantize, dequantize = (load_op("", op, OPSET)(node[op], RUN_PARAMS).run for op in node)
+        for scale in (np.float32(0.5), np.float32(0.37)):
+            x = np.concatenate([(k + 0.5) * scale, k * scale, rng.standard_normal(77) * 400,
+                                [3e8, -3e8, 0.0, -0.0, 1e-45]]).astype(np.float32)
+            for n in (x.size, x.size - 1, 17, 1, 0):
+                q = np.empty(n, dtype)
+                loops.quantize(x[:n], q, float(scale), float(zero))
+                np.testing.assert_array_equal(q, quantize(x[:n], scale, zero)[0])
+            codes = np.arange(256, dtype=np.uint8).view(dtype)
+            out = np.empty(256, np.float32)
+            loops.dequantize(codes, out, float(zero), float(scale))
+            np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
+        q = np.ones(5, dtype)     # past int32 (where onnx.reference's cast overflows): saturated; NaN: 0
+        loops.quantize(np.array([np.inf, -np.inf, 3e38, -3e38, np.nan], np.float32), q, 0.5, 3.0)
+        info = np.iinfo(dtype)
+        np.testing.assert_array_equal(q, [info.max, info.min, info.max, info.min, 0])
+        with pytest.raises(ValueError, match="x must be a contiguous 1-D float32 array, got dtype float64"):
+            loops.quantize(np.zeros(2), q, 1.0, 0.0)
+        with pytest.raises(ValueError, match="x and q differ in size: 2 and 1 elements"):
+            loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)

@@ -37,7 +37,7 @@ from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
 from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
-from .pooling import POOL_ATTRIBUTES, POOLS, unsupported
+from .pooling import POOL_ATTRIBUTES, POOLS, selects_elements, unsupported
 from .qdq import fuse
 
 DEVICES = ("CPU",)
@@ -158,7 +158,10 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
                                   owns_outputs=engine["engine"] == KERNEL, **engine))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
-                steps.append(Step(**step, run=_pool_step(node, runtime), engine=NUMPY, owns_outputs=True))
+                shape = known[node.input[0]].shape if node.input[0] in known else None
+                selects = selects_elements(node.op_type, shape, _pool_attributes(node), node.output)
+                steps.append(Step(**step, run=_pool_step(node, runtime), engine=NUMPY, owns_outputs=True,
+                                  selects=selects))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1))
@@ -170,8 +173,7 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        dtypes = {name: value.dtype for name, value in known.items()}
-        return Plan(fuse_lookups(steps, self.constants, dtypes, outputs), self.constants, outputs)
+        return Plan(fuse_lookups(steps, self.constants, known, outputs), self.constants, outputs)
 
     def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
         """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""
@@ -300,10 +302,15 @@ def _reference_step(runtime: OpRun) -> Any:
     return lambda inputs, reuse: runtime.run(*inputs)
 
 
+def _pool_attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """A pooling node's attributes over ``POOL_ATTRIBUTES``."""
+    given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
+
+
 def _pool_step(node: onnx.NodeProto, runtime: OpRun) -> Any:
     """A pooling node's run: ``pooling.POOLS``, else onnx.reference (``unsupported`` says when)."""
-    given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    values = POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
+    values = _pool_attributes(node)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
         if unsupported(node.op_type, inputs[0], values, node.output) is not None:

@@ -9,17 +9,22 @@ buffer may be overwritten, as nothing else reads it). A builder raises ``NotSupp
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
-values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``).
+values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``);
+one of two 8-bit tensors of one shape (a quantized residual block's DequantizeLinear of both, Add,
+Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``. A MaxPool inside a
+chain of one tensor runs on its 8-bit values, before the lookup (``selected_lookup``).
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 
+from ..buffers import aligned_empty_like
+from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
@@ -121,6 +126,26 @@ def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -
     return lambda inputs, reuse: [inputs[0]]
 
 
+def memory_order(array: np.ndarray) -> np.ndarray | None:
+    """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
+    not fill one contiguous run (a strided slice)."""
+    if array.flags.c_contiguous:
+        return array.reshape(-1)
+    strides = array.strides          # the axes outer to inner in memory (a few: sorted in Python)
+    stored = array.transpose(sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis)))
+    return stored.reshape(-1) if stored.flags.c_contiguous else None
+
+
+def _flat(q: np.ndarray, reuse: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``q`` (copied where its elements do not fill one contiguous run), its elements in memory order,
+    and whether its buffer may be overwritten."""
+    flat = memory_order(q)
+    if flat is None:
+        q = np.ascontiguousarray(q)
+        return q, q.reshape(-1), True
+    return q, flat, reuse
+
+
 def _per_tensor(node: onnx.NodeProto, values: Sequence[Value | None]) -> None:
     """NotSupported unless the node's scale and zero point are known and one per tensor."""
     attrs = attributes(node, {"axis": 1, "block_size": 0, "saturate": 1})
@@ -139,11 +164,25 @@ def _scalar(array: np.ndarray) -> np.ndarray:
 
 
 def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
-    """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic."""
+    """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
+    (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
     _per_tensor(node, values)
     x = values[0]
     if x is None or x.dtype not in (*INTEGER_RANGES, np.dtype(np.int32)):
         raise NotSupported(f"DequantizeLinear of dtype {x.dtype if x else 'unknown'} (uint8, int8, int32)")
+
+    if x.dtype in INTEGER_RANGES and values[1].dtype == np.float32:
+        loops = linear_quant(x.dtype, host_target().vector_flags())
+
+        def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+            q, scale, zero = (*inputs, None)[:3]
+            q, flat, _ = _flat(q, False)
+            out = aligned_empty_like(q, np.float32)           # the same memory order
+            loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
+                             float(_scalar(scale)))
+            return [out]
+
+        return compiled
 
     def formula(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
         shifted = q.astype(np.float32)
@@ -157,9 +196,9 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
 
 
 def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
-    """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 in place:
-    onnx.reference's result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows;
-    here it saturates)."""
+    """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
+    loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
+    result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
     _per_tensor(node, values)
     zero = values[2] if len(values) > 2 else None
     if values[0] is None or values[0].dtype.kind != "f" or (zero and zero.dtype not in INTEGER_RANGES):
@@ -167,6 +206,18 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
                            f"{zero.dtype if zero else 'uint8'} (float to uint8 or int8)")
     dtype = np.dtype(np.uint8) if zero is None else zero.dtype
     low, high = INTEGER_RANGES[dtype]
+    if values[0].dtype == np.float32 and values[1].dtype == np.float32:
+        loops = linear_quant(dtype, host_target().vector_flags())
+
+        def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+            x, scale, zero = (*inputs, None)[:3]
+            x, flat, _ = _flat(x, False)
+            out = aligned_empty_like(x, dtype)               # the same memory order
+            loops.quantize(flat, memory_order(out), float(_scalar(scale)),
+                           0.0 if zero is None else float(_scalar(zero)))
+            return [out]
+
+        return compiled
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x, scale, zero = (*inputs, None)[:3]
@@ -197,15 +248,8 @@ ELEMENTWISE: dict[str, Builder] = {
 VIEWS = ("Flatten", "Reshape", "Identity")
 
 
-LOOKUP_BETWEEN = ("Relu", "Clip")     # what a lookup chain may hold between its Dequantize and Quantize
-
-
-def memory_order(array: np.ndarray) -> np.ndarray | None:
-    """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
-    not fill one contiguous run (a strided slice)."""
-    order = np.argsort(array.strides, kind="stable")[::-1]      # the axes outer to inner in memory
-    stored = array.transpose(order)
-    return stored.reshape(-1) if stored.flags.c_contiguous else None
+LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold between Dequantize and Quantize
+LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
 def lookup(table: np.ndarray) -> Run:
@@ -215,52 +259,130 @@ def lookup(table: np.ndarray) -> Run:
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
-        q = inputs[0]
-        flat = memory_order(q)
-        if flat is None:
-            q, reuse = np.ascontiguousarray(q), True
-            flat = q.reshape(-1)
-        out = q if reuse else np.empty_like(q, dtype=table.dtype)       # the same memory order
-        byte_map(bits, flat.view(np.uint8), memory_order(out).view(np.uint8))
+        q, flat, reuse = _flat(inputs[0], reuse)
+        out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
+        byte_map(bits, flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
     return run
 
 
-def lookup_table(chain: Sequence[tuple[Run, list[np.ndarray | None]]], dtype: np.dtype) -> np.ndarray:
-    """What ``chain`` (each step's run and its inputs after the first) gives for each of the 256 values
-    of an 8-bit ``dtype``, indexed by bit pattern: the steps' own arithmetic, so the same bits."""
+def pair_lookup(table: np.ndarray) -> Run:
+    """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
+    bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
+    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``);
+    into the first's buffer where it may be overwritten."""
+    pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]
+        if b.strides != a.strides:            # b copied into a's memory order
+            b, stored = np.empty_like(a, dtype=b.dtype), b
+            b[...] = stored
+        out = a if reuse else aligned_empty_like(a, table.dtype)
+        pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
+        return [out.view(table.dtype)]
+
+    return run
+
+
+def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
+                 constants: Mapping[str, np.ndarray]) -> np.ndarray:
+    """What ``steps`` (in order, their inputs ``sources`` or earlier steps' outputs or ``constants``) give
+    for every combination of the 8-bit ``sources``' values (of ``dtypes``), indexed by their bit patterns
+    (the first's times 256 plus the second's): the steps' own arithmetic, so the same bits."""
+    patterns = np.arange(256, dtype=np.uint8)
+    grids = [patterns] if len(sources) == 1 else [np.repeat(patterns, 256), np.tile(patterns, 256)]
+    values = {name: grid.view(dtype) for name, grid, dtype in zip(sources, grids, dtypes)}
+    for step in steps:
+        if step.selects:        # a pool taken before the lookup: the identity here
+            values[step.outputs[0]] = values[step.inputs[0]]
+            continue
+        computed = step.run([values[n] if n in values else constants[n] if n else None for n in step.inputs],
+                            False)
+        values.update(zip(step.outputs, computed))
+    return values[steps[-1].outputs[0]]
+
+
+def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether ``table`` (a ``lookup`` table of an 8-bit ``dtype``) maps a larger value never to a
+    smaller one: a lookup that commutes with taking maxima."""
     values = np.arange(256, dtype=np.uint8).view(dtype)
-    for run, rest in chain:
-        values = run([values, *rest], False)[0]
-    return values
+    ordered = table[np.argsort(values, kind="stable")]
+    return bool(np.all(ordered[1:] >= ordered[:-1]))
 
 
-def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], dtypes: dict[str, np.dtype],
-                 outputs: Sequence[str]) -> list[Step]:
-    """``steps`` with each DequantizeLinear -> (Relu | Clip)* -> QuantizeLinear chain of numpy steps
-    on an 8-bit input (``dtypes``: what is known of the values' dtypes) whose other inputs are
-    ``constants`` and whose inner values nothing else reads replaced by one ``lookup`` step."""
-    readers = Counter(name for step in steps for name in step.inputs if name)
+def selected_lookup(select: Step, table: np.ndarray) -> Run:
+    """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
+    output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
+    looked = lookup(table)
+    return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
+
+
+def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray],
+           known: Mapping[str, Value], private: Callable[[str], bool]) -> tuple[list[Step], list[str]] | None:
+    """The numpy steps a lookup runs in place of ``last`` (a QuantizeLinear) and those before it, in
+    order, and the 8-bit values they start from (one or two); None where they do not make one: a
+    DequantizeLinear of each source, then Relu/Clip, a MaxPool (``Step.selects``; one source only) and
+    Add/Sub/Mul of two values, none of them read by anything else, every other input a scalar constant."""
     producer = {name: step for step in steps for name in step.outputs}
+    members, pending = {last.node: last}, [last]
+    while pending:
+        step = pending.pop()
+        combining = step.op_type in LOOKUP_COMBINING
+        for index, name in enumerate(step.inputs):
+            if index > 0 and not combining:
+                if name and (name not in constants or constants[name].size != 1):
+                    return None
+            elif step.op_type == "DequantizeLinear":
+                if name not in known or known[name].dtype not in INTEGER_RANGES:
+                    return None
+            else:
+                before = producer.get(name)
+                fits = (before is not None and private(name) and before.engine == NUMPY
+                        and (before.selects or before.op_type in (*LOOKUP_BETWEEN, *LOOKUP_COMBINING,
+                                                                  "DequantizeLinear")))
+                if not fits:
+                    return None
+                members[before.node] = before
+                pending.append(before)
+    chain = [step for step in steps if step.node in members]
+    sources = list(dict.fromkeys(step.inputs[0] for step in chain if step.op_type == "DequantizeLinear"))
+    shapes = {known[name].shape if name in known else None for name in (*sources, last.outputs[0])}
+    if len(sources) > 2 or (len(sources) == 2 and (len(shapes) != 1 or None in shapes
+                                                   or any(step.selects for step in chain))):
+        return None
+    return chain, sources
+
+
+def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
+                 outputs: Sequence[str]) -> list[Step]:
+    """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
+    DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
+    values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
+    activation (DequantizeLinear -> Relu -> QuantizeLinear) or residual Add (DequantizeLinear of
+    both operands -> Add -> Relu -> QuantizeLinear). A chain of one value may hold a MaxPool
+    (``Step.selects``) where its table is non-decreasing: the pool then runs on the 8-bit values and
+    the lookup on its output (``selected_lookup``), as max(f(x)) == f(max(x)) for such an f."""
+    readers = Counter(name for step in steps for name in step.inputs if name)
     private = lambda name: readers[name] == 1 and name not in outputs
-    fused: dict[str, Step] = {}       # the last step of a chain -> its lookup step
+    fused: dict[str, Step | None] = {}       # the last step of a chain -> its lookup step; the others -> None
     for step in steps:
         if step.op_type != "QuantizeLinear" or step.engine != NUMPY:
             continue
-        chain = [step]
-        while (chain[0].inputs[0] in producer and private(chain[0].inputs[0])
-               and producer[chain[0].inputs[0]].op_type in LOOKUP_BETWEEN + ("DequantizeLinear",)
-               and producer[chain[0].inputs[0]].engine == NUMPY and chain[0].op_type != "DequantizeLinear"):
-            chain.insert(0, producer[chain[0].inputs[0]])
-        source = chain[0].inputs[0]
-        if (chain[0].op_type != "DequantizeLinear" or dtypes.get(source) not in INTEGER_RANGES
-                or any(n and n not in constants for s in chain for n in s.inputs[1:])):
+        found = _chain(step, steps, constants, known, private)
+        if found is None:
             continue
-        table = lookup_table([(s.run, [constants[n] if n else None for n in s.inputs[1:]]) for s in chain],
-                             dtypes[source])
-        fused[step.node] = Step(step.node, " -> ".join(s.op_type for s in chain), (source,), step.outputs,
-                                lookup(table), NUMPY, owns_outputs=True)
-        for inner in chain[:-1]:
-            fused[inner.node] = None
+        chain, sources = found
+        dtypes = [known[name].dtype for name in sources]
+        table = lookup_table(chain, sources, dtypes, constants)
+        run = lookup(table) if len(sources) == 1 else pair_lookup(table)
+        selects = [s for s in chain if s.selects]
+        if selects:
+            if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
+                continue
+            run = selected_lookup(selects[0], table)
+        name = " -> ".join(s.op_type for s in chain)
+        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
+        fused.update((inner.node, None) for inner in chain[:-1])
     return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

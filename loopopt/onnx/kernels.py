@@ -23,7 +23,7 @@ from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..tune import RankedResult, TuneError, best_trial, tune
 from ..tune.choice import first_choice, first_reading
-from ..tune.log import signature
+from ..tune.log import logged_count, signature
 from ..tune.ranked import UntimedSearchError
 from ..tune.result import describe
 
@@ -122,20 +122,28 @@ class KernelCache:
 
     def _tune(self, op: Op) -> None:
         """``lo.tune`` of ``op`` (loop nests only: what a node's kernel runs) into the log, and its line on
-        stderr; a search that finds no schedule says why, and the op keeps its default."""
+        stderr; an op with ``tune_trials`` or more trials in the log already is not searched again (the
+        search would only replay them, after ranking its whole space); a search that finds no schedule
+        says why, and the op keeps its default."""
         self._tuned.add(signature(op))
         start = time.perf_counter()
+        logged = logged_count(op, self.log, self.threads, None if self.isa == "auto" else self.isa,
+                              SCHEDULE_ALGORITHMS)
+        said = (f"{logged} trials already in the log, nothing measured" if logged >= self.tune_trials
+                else self._search(op))
+        print(f"tune op {len(self._tuned)} {op!r}: {said} ({time.perf_counter() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    def _search(self, op: Op) -> str:
+        """Tune ``op`` into the log; what came of it, in words."""
         try:
             result = tune(op, trials=self.tune_trials, threads=self.threads, isa=self.isa,
                           log=os.fspath(self.log), progress=False, algorithms=SCHEDULE_ALGORITHMS)
-            if isinstance(result, RankedResult):      # a target that cannot time here: nothing logged
-                said = f"not timed here ({result.not_timed}), the default runs it"
-            else:
-                said = f"best {result.timing.min * 1e3:.3f} ms on {result.isa} of {len(result.trials)} trials"
         except (TuneError, UntimedSearchError) as error:
-            said = f"no schedule found, the default runs it: {error}"
-        print(f"tune op {len(self._tuned)} {op!r}: {said} ({time.perf_counter() - start:.0f} s)",
-              file=sys.stderr, flush=True)
+            return f"no schedule found, the default runs it: {error}"
+        if isinstance(result, RankedResult):      # a target that cannot time here: nothing logged
+            return f"not timed here ({result.not_timed}), the default runs it"
+        return f"best {result.timing.min * 1e3:.3f} ms on {result.isa} of {len(result.trials)} trials"
 
     def get(self, op: Op, arrives: str | None = None, chain: Chain | None = None) -> Compiled:
         """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the

@@ -36,6 +36,7 @@ class Step:
     owns_outputs: bool      # its outputs are buffers of its own (not views of its inputs or constants)
     reason: str = ""        # why onnx.reference runs it
     reuse: bool = False     # it may write into its first input's buffer (set by Plan)
+    selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
 
 
 class Plan:

@@ -147,3 +147,19 @@ def unsupported(op_type: str, x: np.ndarray, attributes: dict, outputs: Sequence
     if op_type == "AveragePool" and x.dtype.kind != "f":
         return f"AveragePool of dtype {x.dtype}"
     return None
+
+
+def selects_elements(op_type: str, shape: Sequence[int] | None, attributes: dict,
+                     outputs: Sequence[str]) -> bool:
+    """Whether each output of the pooling node is one of its input elements (a GlobalMaxPool, or a
+    MaxPool without Indices, dilation or ceil_mode whose pads are narrower than its window, so every
+    window reads an input element): a non-decreasing elementwise ``f`` then commutes with it,
+    ``f(pool(x)) == pool(f(x))``. ``shape``: the input's, None if unknown."""
+    if len([o for o in outputs if o]) != 1 or shape is None or len(shape) < 3:
+        return False
+    if op_type == "GlobalMaxPool":
+        return True
+    if op_type != "MaxPool" or attributes["ceil_mode"] or attributes["storage_order"]:
+        return False
+    kernel, _, dilations, pads = _geometry(tuple(shape[2:]), attributes)
+    return all(d == 1 for d in dilations) and all(max(p) < k for k, p in zip(kernel, pads))

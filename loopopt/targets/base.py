@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
-from .bytemap import ByteMap, portable_byte_map
+from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -144,6 +144,16 @@ class Target(ABC):
         """The 8-bit table lookup over a byte array on this host (``targets/bytemap.py``): the
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
+
+    def vector_flags(self) -> tuple[str, ...]:
+        """Compiler flags that let the portable C loops of ``targets/`` (``linear_quant``) use this host's
+        vector instructions: none by default."""
+        return ()
+
+    def pair_map(self) -> PairMap:
+        """The lookup of two bytes in a 65,536-byte table over byte arrays on this host
+        (``targets/bytemap.py``): the portable C loop, unless the target has a faster version."""
+        return portable_pair_map()
 
     def unmodelled(self, schedule: Schedule) -> str | None:
         """Why the kernel model (``model.py``) does not price ``schedule``'s kernel on this target (a

@@ -1,8 +1,11 @@
-"""An 8-bit table lookup over a byte array, ``dst[i] = table[src[i]]``, as a compiled C function
+"""Table lookups over byte arrays as compiled C functions: an 8-bit one, ``dst[i] = table[src[i]]``
 (``ByteMap``): the portable loop (``PORTABLE``) that ``Target.byte_map`` builds by default, or a
 target's vector version of the same function (x86: AVX-512 VBMI's byte permutes,
-``targets/x86/bytemap_c.py``). The ONNX backend runs an elementwise chain on an 8-bit tensor
-(DequantizeLinear -> Relu/Clip -> QuantizeLinear between int8 kernels) as one such lookup.
+``targets/x86/bytemap_c.py``); and one of two bytes, ``dst[i] = table[a[i] * 256 + b[i]]`` in a table
+of 65,536 bytes (``PairMap``, ``Target.pair_map``). The ONNX backend runs an elementwise chain on
+one 8-bit tensor (DequantizeLinear -> Relu/Clip -> QuantizeLinear between int8 kernels) as one byte
+lookup, and one on two (a residual block's DequantizeLinear, Add, Relu, QuantizeLinear) as one pair
+lookup.
 """
 from __future__ import annotations
 
@@ -20,6 +23,31 @@ PORTABLE = f"""{CDEF[:-1]}
         dst[i] = table[src[i]];
 }}
 """
+PAIR_FUNCTION = "lo_pairmap"
+PAIR_CDEF = (f"void {PAIR_FUNCTION}(const unsigned char *table, const unsigned char *a, "
+             "const unsigned char *b, unsigned char *dst, long n);")
+PAIR_PORTABLE = f"""{PAIR_CDEF[:-1]}
+{{
+    for (long i = 0; i < n; ++i)
+        dst[i] = table[(unsigned)a[i] << 8 | b[i]];
+}}
+"""
+
+
+def _check_bytes(table: np.ndarray, entries: int, **arrays: np.ndarray) -> None:
+    """ValueError unless ``table`` is ``entries`` contiguous bytes and ``arrays`` contiguous 1-D byte
+    arrays of one size."""
+    if table.dtype.itemsize != 1 or table.shape != (entries,) or not table.flags.c_contiguous:
+        raise ValueError(f"table must be {entries} contiguous bytes, got dtype {table.dtype} shape "
+                         f"{table.shape}")
+    for name, array in arrays.items():
+        if array.dtype.itemsize != 1 or array.ndim != 1 or not array.flags.c_contiguous:
+            raise ValueError(f"{name} must be a contiguous 1-D array of 1-byte elements, got dtype "
+                             f"{array.dtype} shape {array.shape}")
+    sizes = {name: array.size for name, array in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{' and '.join(sizes)} differ in size: "
+                         f"{' and '.join(str(n) for n in sizes.values())} elements")
 
 
 class ByteMap:
@@ -31,20 +59,32 @@ class ByteMap:
         self._ffi, self._function, self.name = module.ffi, getattr(module.lib, FUNCTION), name
 
     def __call__(self, table: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
-        if table.dtype.itemsize != 1 or table.shape != (256,) or not table.flags.c_contiguous:
-            raise ValueError(f"table must be 256 contiguous bytes, got dtype {table.dtype} shape "
-                             f"{table.shape}")
-        for name, array in (("src", src), ("dst", dst)):
-            if array.dtype.itemsize != 1 or array.ndim != 1 or not array.flags.c_contiguous:
-                raise ValueError(f"{name} must be a contiguous 1-D array of 1-byte elements, got dtype "
-                                 f"{array.dtype} shape {array.shape}")
-        if src.size != dst.size:
-            raise ValueError(f"src and dst differ in size: {src.size} and {dst.size} elements")
+        _check_bytes(table, 256, src=src, dst=dst)
         buffer = self._ffi.from_buffer
         self._function(buffer(table), buffer(src), buffer(dst, require_writable=True), src.size)
+
+
+class PairMap:
+    """``pair_map(table, a, b, dst)``: ``dst[i] = table[a[i] * 256 + b[i]]`` over 1-byte arrays (``dst``
+    may be ``a`` or ``b``: in place); ``name`` says which code runs it."""
+
+    def __init__(self, source: str, flags: tuple[str, ...], name: str):
+        module = compile_c(source, PAIR_CDEF, flags)
+        self._ffi, self._function, self.name = module.ffi, getattr(module.lib, PAIR_FUNCTION), name
+
+    def __call__(self, table: np.ndarray, a: np.ndarray, b: np.ndarray, dst: np.ndarray) -> None:
+        _check_bytes(table, 65536, a=a, b=b, dst=dst)
+        buffer = self._ffi.from_buffer
+        self._function(buffer(table), buffer(a), buffer(b), buffer(dst, require_writable=True), a.size)
 
 
 @cache
 def portable_byte_map() -> ByteMap:
     """The portable C loop, built once per process."""
     return ByteMap(PORTABLE, (), "portable C")
+
+
+@cache
+def portable_pair_map() -> PairMap:
+    """The portable C loop of the pair lookup, built once per process."""
+    return PairMap(PAIR_PORTABLE, (), "portable C")

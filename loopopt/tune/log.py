@@ -195,6 +195,17 @@ class TuningLog:
                             r["utc"]) for r in rows]
 
 
+def logged_count(op: Op, log: str | os.PathLike, threads: int = 1, isa: str | None = None,
+                 algorithms: str | tuple[str, ...] = "auto") -> int:
+    """How many trials of ``op`` (any status) of ``algorithms`` the tuning log ``log`` holds, measured on
+    this machine with ``threads`` threads (and ``isa``, if given); 0 if there is no such file."""
+    if not Path(log).is_file():
+        return 0
+    wanted = selected(algorithms)
+    with TuningLog(log, readonly=True) as tuning_log:
+        return sum(t.algorithm in wanted for t in tuning_log.trials(op, isa, threads))
+
+
 def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
                       isa: str | None = None) -> dict[str, LoggedTrial]:
     """The fastest verified trial of each algorithm (``tune.algorithms``) of ``op`` in the tuning log

@@ -14,6 +14,7 @@ from .costs import X86_CORE_COSTS
 from .families import compile_schedule, family_of
 from .isa import (
     ISA_PREFERENCE,
+    ISAS,
     TILE_ISA,
     available_int_isas,
     available_isas,
@@ -66,6 +67,9 @@ class X86Target(Target):
 
     def byte_map(self) -> ByteMap:
         return x86_byte_map()
+
+    def vector_flags(self) -> tuple[str, ...]:
+        return ISAS[available_isas()[0]].compile_flags
 
     def search_rules(self) -> X86Search:
         return SEARCH

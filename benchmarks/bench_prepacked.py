@@ -1,0 +1,171 @@
+"""The five single layers a new user tried (issue 29), loopopt against PyTorch in the scope frameworks
+are compared in: weights packed once, the activations packed per call from NCHW / row-major numpy.
+
+Layers: conv 80->192 3x3 28x28, GEMM 512x1024x1024, batched attention 12 x (128x64 @ 64x128),
+depthwise 240 channels 5x5 28x28, int8 conv 80->192 (uint8 activations, int8 per-channel weights,
+uint8 output). loopopt runs the ONNX backend's default schedule (``onnx.kernels.default_schedule``:
+the search's untimed first choice) and is timed two ways: ``prepacked`` (``kernel.with_constants(w, b,
+**params)`` once, as the ONNX backend binds a node, then ``call(x)``: the activations packed from NCHW
+each call, the output returned in the logical layout, a view of the kernel's storage where the layout
+allows; the attention's second operand is an activation, so there both are packed each call:
+``kernel(a, b)``) and ``kernel only`` (``kernel.run`` on prepared buffers). PyTorch
+(``benchmarks/peers.py``): NCHW and channels-last convolutions, the quantized x86 engine
+(channels-last), ``torch.matmul``. All of a layer's calls are interleaved one by one, one thread;
+every output is checked against the reference.
+
+    python benchmarks/bench_prepacked.py [--budget 0.5] [--write]
+
+``--write`` replaces the section "Five layers in the prepacked-weights scope vs PyTorch" of
+docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_layers import machine_text, versions_text  # noqa: E402
+from bench_reuse import command_line, publish  # noqa: E402
+from peers import LayerData, torch_fp32, torch_int8, torch_matmul  # noqa: E402
+
+import loopopt as lo  # noqa: E402
+from loopopt.machine import cpu_seconds, others_share  # noqa: E402
+from loopopt.onnx.kernels import default_schedule  # noqa: E402
+
+SECTION = "## Five layers in the prepacked-weights scope vs PyTorch"
+INT8 = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
+
+
+@dataclass
+class Layer:
+    """One layer: loopopt's op and call (arrays, quantization parameters, whether the second array is
+    a weight to prepack), its check, and PyTorch's calls (name -> zero-argument run, output to numpy)."""
+
+    name: str
+    op: lo.Conv2d | lo.Matmul
+    arrays: tuple[np.ndarray, ...]
+    params: dict
+    weights: bool
+    check: Callable[[np.ndarray], bool]
+    peers: dict[str, tuple[Callable[[], object], Callable[[object], np.ndarray]]]
+
+
+def _conv(name: str, op: lo.Conv2d, quantized: bool = False) -> Layer:
+    data = LayerData.make(op)
+    if quantized:
+        qop = lo.Conv2d(op.in_channels, op.out_channels, op.kernel_size, padding=op.padding, groups=op.groups,
+                        height=op.height, width=op.width, quant=INT8)
+        case = torch_int8(data, 1)
+        return Layer(name, qop, (data.xq, data.wq, data.bq), data.quant_params(), True,
+                     lambda y: data.check(y, "uint8")[0], {"PyTorch x86 NHWC": (case.run, case.output)})
+    peers = {}
+    for layout, channels_last in (("NCHW", False), ("NHWC", True)):
+        case = torch_fp32(data, 1, channels_last)
+        peers[f"PyTorch {layout}"] = (case.run, case.output)
+    return Layer(name, op, (data.x, data.w, data.b), {}, True, lambda y: data.check(y, "fp32")[0], peers)
+
+
+def _matmul(name: str, op: lo.Matmul, weights: bool) -> Layer:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((*op.batch, op.m, op.k)).astype(np.float32)
+    b = rng.standard_normal((*op.batch, op.k, op.n)).astype(np.float32)
+    want = a.astype(np.float64) @ b
+    case = torch_matmul(a, b, 1)
+    bound = 1e-4 * float(np.abs(want).max())
+    return Layer(name, op, (a, b), {}, weights, lambda y: float(np.abs(y - want).max()) <= bound,
+                 {"PyTorch matmul": (case.run, case.output)})
+
+
+def layers() -> list[Layer]:
+    conv = lo.Conv2d(80, 192, 3, padding=1, height=28, width=28)
+    return [_conv("conv 80->192 3x3 28x28", conv),
+            _matmul("GEMM 512x1024x1024", lo.Matmul(512, 1024, 1024), weights=True),
+            _matmul("attention 12 x 128x128x64", lo.Matmul(128, 128, 64, batch=(12,)), weights=False),
+            _conv("depthwise 240ch 5x5 28x28", lo.Conv2d(240, 240, 5, padding=2, groups=240, height=28,
+                                                         width=28)),
+            _conv("int8 conv 80->192 3x3 28x28", conv, quantized=True)]
+
+
+def _timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def interleaved(runs: dict[str, Callable[[], object]], budget: float) -> dict[str, tuple[float, float]]:
+    """Median and minimum seconds of each run, the runs called in turn, one call each per round, for
+    about ``budget`` seconds of the slowest (at least 5 rounds) after two warm-up rounds."""
+    for run in runs.values():
+        run()
+    first = max(_timed(run) for run in runs.values())
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(int(min(200, max(5, budget / first)))):
+        for name, run in runs.items():
+            times[name].append(_timed(run))
+    return {name: (float(np.median(t)), min(t)) for name, t in times.items()}
+
+
+def row(layer: Layer, budget: float) -> str:
+    schedule, source, isa = default_schedule(layer.op)
+    kernel = schedule.compile(isa)
+    if layer.weights:      # the weights (and bias, quantization parameters) checked and packed once
+        call = kernel.with_constants(*layer.arrays[1:], **layer.params)
+        whole = lambda: call(layer.arrays[0])                   # noqa: E731
+    else:
+        whole = lambda: kernel(*layer.arrays, **layer.params)   # noqa: E731
+    buffers = kernel.prepare(*layer.arrays, **layer.params)
+    verified = layer.check(whole()) and all(layer.check(out(run())) for run, out in layer.peers.values())
+    times = interleaved({"prepacked": whole, "kernel": lambda: kernel.run(buffers),
+                         **{name: run for name, (run, _) in layer.peers.items()}}, budget)
+    ours = times["prepacked"][0]
+    best = min(layer.peers, key=lambda name: times[name][0])
+    peers = ", ".join(f"{name} {times[name][0] * 1e3:.3f}" for name in layer.peers)
+    scope = "prepacked" if layer.weights else "both operands per call"
+    return (f"| {layer.name} | {kernel.isa}: {source.split(':', 1)[-1].strip()} | {scope} | "
+            f"{ours * 1e3:.3f} | {times['kernel'][0] * 1e3:.3f} | {peers} | "
+            f"{times[best][0] / ours:.2f} ({best}) | "
+            f"{times['prepacked'][1] * 1e3:.3f} / {min(times[n][1] for n in layer.peers) * 1e3:.3f} | "
+            f"{'yes' if verified else 'NO'} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=float, default=0.5, help="seconds of rounds per layer (default 0.5)")
+    parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    start = cpu_seconds()
+    lines = []
+    for layer in layers():
+        lines.append(row(layer, args.budget))
+        print(lines[-1], flush=True)
+    text = "\n\n".join([
+        f"Produced on {time.strftime('%Y-%m-%d (%H:%M %Z)')} by\n\n```\n{command_line(__file__, argv)}\n```",
+        f"{machine_text(lo.available_isas()[0], others_share(start))} Peers: {versions_text()}.",
+        "One thread, batch 1. loopopt: the ONNX backend's default schedule (the search's untimed first "
+        "choice; its ISA and knobs in the `schedule` column), timed as whole calls from NCHW / row-major "
+        "numpy with the weights packed once (`call = kernel.with_constants(w, b, **params)`, as the ONNX "
+        "backend binds a node, then `call(x)`: the activations packed each call into the buffers the "
+        "kernel keeps, the output in the logical layout, a view of the kernel's storage where the layout "
+        "allows; the attention's second operand is an activation: `kernel(a, b)`, both packed each call, "
+        "fresh buffers) and kernel only (`kernel.run` on prepared buffers). PyTorch as "
+        "`benchmarks/peers.py` sets it up (NCHW and channels-last `conv2d`, the x86 quantized engine, "
+        "`torch.matmul`). A layer's calls run interleaved one by one; medians (ms), and the minimums of "
+        "loopopt's whole call and of the fastest PyTorch call. `best PyTorch / loopopt` > 1: loopopt is "
+        "faster; `verified`: every output matched the reference (fp32 within 1e-4 of the largest value; "
+        "uint8 within 2 LSB).",
+        "| layer | schedule | loopopt scope | loopopt ms | loopopt kernel only ms | PyTorch ms | "
+        "best PyTorch / loopopt | min ms (loopopt / PyTorch) | verified |\n"
+        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(lines)])
+    publish(text, SECTION, args.write)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Each whole-model runtime in its own worker process, as a user runs one runtime and not two.
+
+A ``Worker`` starts once, prepares its model once (loopopt's ``backend.prepare`` or onnxruntime's
+``InferenceSession``, with the thread count given) and then times one ``run`` of its own per request,
+on the inputs the parent sent it when it started. ``interleave`` runs the workers' rounds in turn
+(round i: each worker once, in order), so all of them share the machine's noise, and returns every
+worker's times and the outputs of the first (warm-up) round, which the parent compares. In one
+process, libgomp's spinning threads and onnxruntime's pool fought over the cores (2-thread runs at
+0.03-0.25x); here a runtime's threads only meet the other's while they wait to sleep, which
+``SETTLE`` seconds between two calls let them do.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RUNTIMES = ("loopopt", "onnxruntime")
+SETTLE = 0.05        # seconds between two workers' calls: longer than libgomp's spin before it sleeps
+
+
+@dataclass(frozen=True)
+class Contender:
+    """What one worker runs: ``runtime`` (one of ``RUNTIMES``) on the model at ``path`` with ``threads``
+    threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them; ``env``: environment
+    variables set in its process only (e.g. ``OMP_WAIT_POLICY``)."""
+
+    name: str
+    runtime: str
+    path: Path
+    threads: int
+    log: str | None = None
+    tune: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not known; one of {', '.join(RUNTIMES)}")
+
+
+def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]], list[str]]:
+    """The contender's run (inputs -> outputs) and the nodes it leaves to onnx.reference."""
+    if contender.runtime == "onnxruntime":
+        import onnxruntime
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = contender.threads
+        session = onnxruntime.InferenceSession(str(contender.path), options,
+                                               providers=["CPUExecutionProvider"])
+        return (lambda inputs: session.run(None, inputs)), []
+    from loopopt.onnx import backend
+    rep = backend.prepare(str(contender.path), strict=True, threads=contender.threads, log=contender.log,
+                          tune=contender.tune)
+    fallbacks = [f"{step.node} ({step.op_type}: {step.reason})" for step in rep.fallbacks()]
+    return rep.run, fallbacks
+
+
+def _serve(connection: Any, contender: Contender) -> None:
+    """The worker process: take the inputs, prepare, say so, then answer each request with one timed run."""
+    inputs = connection.recv()
+    try:
+        start = time.perf_counter()
+        run, fallbacks = _prepared(contender)
+        connection.send(("ready", time.perf_counter() - start, fallbacks))
+    except Exception as error:  # noqa: BLE001  (the parent raises it with the contender named)
+        connection.send(("failed", f"{type(error).__name__}: {error}", []))
+        return
+    while (request := connection.recv()) is not None:
+        start = time.perf_counter()
+        outputs = run(inputs)
+        elapsed = time.perf_counter() - start
+        connection.send((elapsed, [np.asarray(o) for o in outputs] if request == "outputs" else None))
+
+
+class Worker:
+    """One contender in its own (spawned) process, prepared once: ``prepare_s``, ``fallbacks``, and
+    ``run(outputs=False) -> (seconds, outputs or None)``. Close it (or use ``with``) to end the process."""
+
+    def __init__(self, contender: Contender, inputs: dict[str, np.ndarray]):
+        self.contender = contender
+        context = multiprocessing.get_context("spawn")
+        self._connection, child = context.Pipe()
+        saved = {name: os.environ.get(name) for name in contender.env}
+        os.environ.update(contender.env)          # the child starts with the parent's environment
+        try:
+            self._process = context.Process(target=_serve, args=(child, contender), daemon=True)
+            self._process.start()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name)
+                else:
+                    os.environ[name] = value
+        child.close()
+        try:   # through the connection, not as an argument of the process: spawn writes its arguments
+            self._connection.send(inputs)     # while it holds the pipe's other end, so a worker that ends
+        except BrokenPipeError:               # before reading large ones would leave start() waiting
+            pass                              # the worker ended: _answer says so
+        status, self.prepare_s, self.fallbacks = self._answer()
+        if status == "failed":
+            self.close()
+            raise RuntimeError(f"{contender.name} failed to prepare {contender.path.name}: {self.prepare_s}")
+
+    def run(self, outputs: bool = False) -> tuple[float, list[np.ndarray] | None]:
+        """Seconds of one run in the worker (and its outputs if asked)."""
+        self._connection.send("outputs" if outputs else "run")
+        return self._answer()
+
+    def _answer(self) -> Any:
+        """The worker's next message; RuntimeError naming it if its process ended instead."""
+        try:
+            return self._connection.recv()
+        except EOFError:
+            self._process.join(timeout=30)
+            raise RuntimeError(f"the {self.contender.name} worker on {self.contender.path.name} ended "
+                               f"(exit code {self._process.exitcode})") from None
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._connection.send(None)
+            self._process.join(timeout=30)
+        self._connection.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def interleave(workers: Sequence[Worker], rounds: int) -> tuple[list[list[float]], list[list[np.ndarray]]]:
+    """Each worker's seconds over ``rounds`` rounds (round i runs every worker once, in order, ``SETTLE``
+    seconds apart), after one warm-up round whose outputs are returned, one list per worker."""
+    outputs = []
+    for worker in workers:
+        outputs.append(worker.run(outputs=True)[1])
+        time.sleep(SETTLE)
+    times: list[list[float]] = [[] for _ in workers]
+    for _ in range(rounds):
+        for worker, kept in zip(workers, times):
+            kept.append(worker.run()[0])
+            time.sleep(SETTLE)
+    return times, outputs

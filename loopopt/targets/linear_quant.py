@@ -1,0 +1,89 @@
+"""Per-tensor QuantizeLinear and DequantizeLinear over arrays as compiled C loops (``LinearQuant``), in
+onnx.reference's float32 arithmetic, so the same bits as its numpy steps:
+
+* dequantize: ``(float)q - zero_point``, exact for 8-bit values, then times ``scale``, rounded once;
+* quantize: ``x / scale`` rounded once (a division, not a product with the reciprocal), ``rintf`` (to
+  nearest, ties to even), plus the zero point (exact: an integer), clamped to the 8-bit range; a NaN
+  becomes 0 as numpy's cast makes it.
+
+No step is a product followed by a sum, so no contraction into a fused multiply-add can change a
+rounding (``-ffp-contract=off`` besides). The ONNX backend runs its per-tensor DequantizeLinear and
+QuantizeLinear nodes of 8-bit values and float32 scales on them (``onnx/elementwise.py``); a target
+gives the flags that let the compiler vectorize the loops (``Target.vector_flags``).
+"""
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from ..cbuild import compile_c
+
+C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char"}
+RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+FLAGS = ("-ffp-contract=off",)
+
+
+def _functions(dtype: np.dtype) -> tuple[str, str]:
+    """The C declarations and definitions of the two loops for the 8-bit ``dtype``."""
+    c_type, (low, high) = C_TYPES[dtype], RANGES[dtype]
+    cdef = (f"void lo_dequantize(const {c_type} *q, float *x, long n, float zero, float scale);\n"
+            f"void lo_quantize(const float *x, {c_type} *q, long n, float scale, float zero);")
+    source = f"""#include <math.h>
+void lo_dequantize(const {c_type} *restrict q, float *restrict x, long n, float zero, float scale)
+{{
+    for (long i = 0; i < n; ++i)
+        x[i] = ((float)q[i] - zero) * scale;
+}}
+
+void lo_quantize(const float *restrict x, {c_type} *restrict q, long n, float scale, float zero)
+{{
+    for (long i = 0; i < n; ++i) {{
+        float r = rintf(x[i] / scale) + zero;
+        r = r < {low}.0f ? {low}.0f : r;
+        r = r > {high}.0f ? {high}.0f : r;
+        q[i] = ({c_type})(int)r;
+    }}
+}}
+"""
+    return cdef, source
+
+
+class LinearQuant:
+    """``dequantize(q, x, zero, scale)`` and ``quantize(x, q, scale, zero)`` of one 8-bit dtype over
+    contiguous 1-D arrays (float32 ``x``); ``name`` says how it was built."""
+
+    def __init__(self, dtype: np.dtype, flags: tuple[str, ...]):
+        cdef, source = _functions(np.dtype(dtype))
+        module = compile_c(source, cdef, FLAGS + tuple(flags))
+        self.dtype, self._ffi, self._lib = np.dtype(dtype), module.ffi, module.lib
+        self._codes = f"{C_TYPES[self.dtype]}[]"
+        self.name = f"C loops ({' '.join(flags) or 'no vector flags'})"
+
+    def _check(self, floats: np.ndarray, codes: np.ndarray) -> None:
+        for name, array, dtype in (("x", floats, np.dtype(np.float32)), ("q", codes, self.dtype)):
+            if array.dtype != dtype or array.ndim != 1 or not array.flags.c_contiguous:
+                raise ValueError(f"{name} must be a contiguous 1-D {dtype} array, got dtype {array.dtype} "
+                                 f"shape {array.shape}")
+        if floats.size != codes.size:
+            raise ValueError(f"x and q differ in size: {floats.size} and {codes.size} elements")
+
+    def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float) -> None:
+        """``x[i] = (q[i] - zero) * scale`` in float32."""
+        self._check(x, q)
+        buffer = self._ffi.from_buffer
+        self._lib.lo_dequantize(buffer(self._codes, q), buffer("float[]", x, require_writable=True), q.size,
+                                zero, scale)
+
+    def quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float) -> None:
+        """``q[i] = saturate(rint(x[i] / scale) + zero)`` in float32."""
+        self._check(x, q)
+        buffer = self._ffi.from_buffer
+        self._lib.lo_quantize(buffer("float[]", x), buffer(self._codes, q, require_writable=True), x.size,
+                              scale, zero)
+
+
+@cache
+def linear_quant(dtype: np.dtype, flags: tuple[str, ...] = ()) -> LinearQuant:
+    """The loops of the 8-bit ``dtype`` built with ``flags``, once per process."""
+    return LinearQuant(np.dtype(dtype), flags)
