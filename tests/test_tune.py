@@ -451,7 +451,7 @@ def test_spearman_of_known_orders():
         spearman([1, 2, 3], [1, 2])
 
 
-def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
+def test_guide_reorders_the_untried_candidates_by_the_measured_trials(recorded_profile):
     ranked = rank(candidates(OPS["conv"], "avx512"))[:60]
     heuristic = [c.figures["predicted_seconds"] for c in ranked]
     # a wrong model, wrong enough that the prior (its blend with the heuristic) reverses the heuristic
