@@ -53,6 +53,12 @@ GROUPS_TALL = {"block_m": 256, "block_n": 128, "warps_m": 4}   # wgmma: 4 warpgr
 GROUP_SMALL = {"block_m": 64, "block_n": 128, "warps_m": 1}    # wgmma: one warpgroup of 64 x 128
 THREE_GROUPS = {"block_m": 192, "warps_m": 3, "depth": 32, "stages": 7}   # wgmma: 3 warpgroups of 64 x 256
 TMA = {"engine": "tma"}           # wgmma's tiles copied by the tensor memory accelerator
+# TMA multicast in clusters of blocks along the rows (B's tiles shared) or the columns (A's)
+MULTICAST = [THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (2, 1)},
+             THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (1, 2)},
+             THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (1, 4)},
+             THREE_GROUPS | {"cluster": (2, 1)}, {"cluster": (2, 1)}, {"cluster": (1, 2)},
+             GROUPS_TALL | {"cluster": (1, 2)}]
 
 
 def half_op(case: str) -> lo.Op:
@@ -89,7 +95,8 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                                                              {"depth": 48, "stages": 6}, GROUPS_TALL,
                                                              GROUPS_TALL | {"depth": 32, "stages": 6},
                                                              THREE_GROUPS,
-                                                             THREE_GROUPS | {"depth": 64, "stages": 4}))]
+                                                             THREE_GROUPS | {"depth": 64, "stages": 4},
+                                                             *MULTICAST))]
     if case == "bert":
         return [("gpu_mma", {"split_k": 16}),
                 *(("gpu_wgmma", tiles | {"split_k": parts} | engine)

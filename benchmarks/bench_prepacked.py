@@ -7,8 +7,9 @@ uint8 output). loopopt runs the ONNX backend's default schedule (``onnx.kernels.
 the search's untimed first choice) and is timed two ways: ``prepacked`` (``kernel.with_constants(w, b,
 **params)`` once, as the ONNX backend binds a node, then ``call(x)``: the activations packed from NCHW
 each call, the output returned in the logical layout, a view of the kernel's storage where the layout
-allows; the attention's second operand is an activation, so there both are packed each call:
-``kernel(a, b)``) and ``kernel only`` (``kernel.run`` on prepared buffers). PyTorch
+allows; the attention's second operand is an activation, so both come with each call:
+``kernel.with_constants(per_call=2)``, ``call(a, b)``, packed where their layout is not row-major)
+and ``kernel only`` (``kernel.run`` on prepared buffers). PyTorch
 (``benchmarks/peers.py``): NCHW and channels-last convolutions, the quantized x86 engine
 (channels-last), ``torch.matmul``. All of a layer's calls are interleaved one by one, one thread;
 every output is checked against the reference.
@@ -116,11 +117,10 @@ def interleaved(runs: dict[str, Callable[[], object]], budget: float) -> dict[st
 def row(layer: Layer, budget: float) -> str:
     schedule, source, isa = default_schedule(layer.op)
     kernel = schedule.compile(isa)
-    if layer.weights:      # the weights (and bias, quantization parameters) checked and packed once
-        call = kernel.with_constants(*layer.arrays[1:], **layer.params)
-        whole = lambda: call(layer.arrays[0])                   # noqa: E731
-    else:
-        whole = lambda: kernel(*layer.arrays, **layer.params)   # noqa: E731
+    # the weights (and bias, quantization parameters) checked and packed once; both operands per call
+    per_call = 1 if layer.weights else len(layer.arrays)
+    call = kernel.with_constants(*layer.arrays[per_call:], per_call=per_call, **layer.params)
+    whole = lambda: call(*layer.arrays[:per_call])              # noqa: E731
     buffers = kernel.prepare(*layer.arrays, **layer.params)
     verified = layer.check(whole()) and all(layer.check(out(run())) for run, out in layer.peers.values())
     times = interleaved({"prepacked": whole, "kernel": lambda: kernel.run(buffers),
@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
         "numpy with the weights packed once (`call = kernel.with_constants(w, b, **params)`, as the ONNX "
         "backend binds a node, then `call(x)`: the activations packed each call into the buffers the "
         "kernel keeps, the output in the logical layout, a view of the kernel's storage where the layout "
-        "allows; the attention's second operand is an activation: `kernel(a, b)`, both packed each call, "
-        "fresh buffers) and kernel only (`kernel.run` on prepared buffers). PyTorch as "
+        "allows; the attention's second operand is an activation: "
+        "`call = kernel.with_constants(per_call=2)`, `call(a, b)`, both given each call, packed where their "
+        "layout is not row-major) and kernel only (`kernel.run` on prepared buffers). PyTorch as "
         "`benchmarks/peers.py` sets it up (NCHW and channels-last `conv2d`, the x86 quantized engine, "
         "`torch.matmul`). A layer's calls run interleaved one by one; medians (ms), and the minimums of "
         "loopopt's whole call and of the fastest PyTorch call. `best PyTorch / loopopt` > 1: loopopt is "

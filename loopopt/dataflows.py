@@ -550,7 +550,8 @@ def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
 
 
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
-              depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads") -> Schedule:
+              depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
+              cluster: tuple[int, int] = (1, 1)) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
     64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
@@ -558,11 +559,14 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     matrix descriptors, the copies of the next ``stages - 2`` steps in flight while a step's products
     run (``stages`` >= 3). ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread
     issuing a step's boxes, completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands;
-    refused for an im2col gather)."""
+    refused for an im2col gather). ``cluster=(2, 1)``: blocks in clusters of two along the output rows
+    (``(1, 2)``: columns; ``Schedule.cluster``), the input they share copied once a cluster by TMA
+    multicast (``engine="tma"``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
     entry = wgmma_instruction(columns, block_n, warps_n)
-    return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
+    schedule = gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
+    return schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})

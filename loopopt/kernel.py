@@ -213,50 +213,62 @@ class Kernel:
                                    np.float32)
         return storage
 
-    def with_constants(self, *constants: np.ndarray, **params: Any) -> Callable[[np.ndarray], np.ndarray]:
-        """This kernel as a function of its first input only (a model's activations): ``constants``,
-        its other inputs (the weights, a bias), and the quantization ``params`` are checked, packed and
-        kept now, and so are the buffers a run writes and the call's bound arguments. Each call checks
-        and packs the activations (into the buffer of the first call, or no copy when their memory
-        already is the storage layout: a previous kernel's output view), runs, and returns the output
-        in the logical layout, as a view of the kernel's storage where the layout allows
-        (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A kernel
-        that adds a residual (``Schedule.add_residual``) takes it with each call: ``call(x, residual)``."""
-        name = self.op.inputs[0]
-        shape, dtype = self.op.tensor(name).shape, self._activation_dtype
+    def with_constants(self, *constants: np.ndarray, per_call: int = 1,
+                       **params: Any) -> Callable[..., np.ndarray]:
+        """This kernel as a function of its first ``per_call`` inputs only (a model's activations;
+        2: both operands of a batched attention matmul): ``constants``, its other inputs (the weights,
+        a bias), and the quantization ``params`` are checked, packed and kept now, and so are the
+        buffers a run writes and the call's bound arguments. Each call checks and packs its arrays
+        (into the buffers of the first call, or no copy when their memory already is the storage
+        layout: a previous kernel's output view, a row-major matrix of a plain layout), runs, and
+        returns the output in the logical layout, as a view of the kernel's storage where the layout
+        allows (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A
+        kernel that adds a residual (``Schedule.add_residual``) takes it last in each call:
+        ``call(x, residual)``."""
+        inputs = self.op.inputs
+        if isinstance(per_call, bool) or per_call not in range(1, len(inputs) + 1):
+            raise ValueError(f"per_call must be the number of leading inputs each call gives, 1 to "
+                             f"{len(inputs)} ({', '.join(inputs)}), got {per_call!r}")
+        if per_call > 1 and self.op.quant is not None:
+            raise ValueError(f"per_call={per_call} takes float operands; {self.op!r} is quantized "
+                             "(its weights are packed with their parameters): use per_call=1")
         out_shape = self.op.tensor(self.op.output).shape
-        residual = (np.zeros(out_shape, np.float32),) if self.schedule.residual else ()
-        values = self._values(np.zeros(shape, dtype), *constants, *residual, **params)
+        given = {name: (self.op.tensor(name).shape, np.dtype(np.float32)) for name in inputs[:per_call]}
+        given[inputs[0]] = (given[inputs[0]][0], self._activation_dtype)
+        if self.schedule.residual:
+            given[RESIDUAL] = (out_shape, np.dtype(np.float32))
+        placeholders = [np.zeros(shape, dtype) for shape, dtype in given.values()]
+        values = self._values(*placeholders[:per_call], *constants, *placeholders[per_call:], **params)
         arguments = list(self._bind(values))
         slots = {p.name: i for i, p in enumerate(self.generated.params)}
         # per array a call gives: the buffer its first packing returned, and that buffer bound
-        first = {n: (values[n], arguments[slots[n]]) for n in (name, *([RESIDUAL] if residual else ()))}
+        first = {n: (values[n], arguments[slots[n]]) for n in given}
         stored = values[self._output_name]
         layout = self.schedule.layout_of(self.op.output)
         view = layout.view(stored, out_shape)
 
         def place(tensor: str, array: np.ndarray) -> None:
             """``array`` packed for parameter ``tensor`` (into its first buffer where a copy is needed)
-            and bound."""
+            and bound; the packed array is held in ``values`` until the next call places another (a
+            bound pointer does not keep its array alive)."""
             kept, argument = first[tensor]
-            packed = self._packed(tensor, array, into=kept)
-            arguments[slots[tensor]] = argument if packed is kept else \
-                self.driver.bind((self.generated.params[slots[tensor]],), {tensor: packed})[0]
+            values[tensor] = self._packed(tensor, array, into=kept)
+            arguments[slots[tensor]] = argument if values[tensor] is kept else \
+                self.driver.bind((self.generated.params[slots[tensor]],), {tensor: values[tensor]})[0]
 
-        def call(x: np.ndarray, *others: np.ndarray) -> np.ndarray:
-            """The output on activations ``x`` (and the residual, when the kernel adds one)."""
-            if x.shape != shape or x.dtype != dtype:
-                raise ValueError(f"{name} has shape {x.shape} and dtype {x.dtype}; {self.op!r} expects "
-                                 f"{shape} and {dtype}")
-            if len(others) != len(residual):
-                raise ValueError(f"this kernel takes {1 + len(residual)} array(s) per call "
-                                 f"({name}{', the residual' if residual else ''}), got {1 + len(others)}")
-            place(name, x)
-            for array in others:
-                if array.shape != out_shape or array.dtype != np.float32:
-                    raise ValueError(f"the residual has shape {array.shape} and dtype {array.dtype}; "
-                                     f"{self.op!r} adds one of shape {out_shape} and dtype float32")
-                place(RESIDUAL, array)
+        def call(*arrays: np.ndarray) -> np.ndarray:
+            """The output on this call's arrays (the activations, and the residual when the kernel
+            adds one)."""
+            if len(arrays) != len(given):
+                raise ValueError(f"this kernel takes {len(given)} array(s) per call "
+                                 f"({', '.join(map(_called, given))}), got {len(arrays)}")
+            for (tensor, (shape, dtype)), array in zip(given.items(), arrays):
+                if array.shape != shape or array.dtype != dtype:
+                    wants = "adds one of shape" if tensor == RESIDUAL else "expects"
+                    raise ValueError(f"{_called(tensor)} has shape {array.shape} and dtype {array.dtype}; "
+                                     f"{self.op!r} {wants} {shape} and dtype {dtype}")
+            for tensor, array in zip(given, arrays):
+                place(tensor, array)
             self.run(Buffers(values, tuple(arguments)))
             return layout.from_storage(stored, out_shape) if view is None else view
 
@@ -335,6 +347,11 @@ class Kernel:
         buffers = self.prepare(*arrays)
         self.run(buffers)
         return self.output(buffers)
+
+
+def _called(tensor: str) -> str:
+    """How an error names a call's array: its tensor, or "the residual"."""
+    return "the residual" if tensor == RESIDUAL else tensor
 
 
 class QuantizedKernel(Kernel):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import ALIGNMENT, aligned_copy, zeros_follow
+from .buffers import aligned_copy, zeros_follow
 from .expr import Expr
 
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
@@ -91,16 +91,18 @@ class Layout:
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
         ``buffers.aligned_zeros``), or in ``into``: a buffer an earlier call returned for an array of
         this shape, whose tail is still zero (where no dim is padded; else a new buffer). No copy
-        where the array's memory already is this layout, aligned, and ``tail_bytes`` zeros of its
-        allocation follow it (``buffers.zeros_follow``: a kernel's output buffer)."""
+        where the array's memory already is this layout (aligned to its element, not necessarily to
+        64 bytes: a kernel reads its inputs with unaligned vector loads) and ``tail_bytes`` zeros of
+        its allocation follow it (``buffers.zeros_follow``: a kernel's output buffer; any array where
+        the kernel reads nothing past it, as a caller's row-major matrix in a plain layout)."""
         padded_shape, split_shape, perm = self._split(array.shape)
         padded = array
         if padded_shape != array.shape:       # a blocked dim padded with zeros to its block
             padded = np.zeros(padded_shape, dtype=array.dtype)
             padded[tuple(slice(0, n) for n in array.shape)] = array
         stored = padded.reshape(split_shape).transpose(perm)
-        if (stored.flags.c_contiguous and not exact and stored.ctypes.data % ALIGNMENT == 0
-                and zeros_follow(stored, tail_bytes)):
+        in_place = stored.flags.c_contiguous and stored.flags.aligned and not exact
+        if in_place and zeros_follow(stored, tail_bytes):
             return stored       # the array's memory already is this layout (a kernel only reads its inputs)
         if into is not None and padded is array and into.shape == stored.shape:
             np.copyto(into, stored)

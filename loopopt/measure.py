@@ -11,7 +11,7 @@ from functools import partial
 
 import numpy as np
 
-from .buffers import MemoryLimitError, check_memory
+from .buffers import MemoryLimitError, aligned_copy, check_memory
 from .kernel import Kernel
 from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
 from .progress import Progress
@@ -206,14 +206,16 @@ def _call_arguments(kernel: Measurable, inputs: dict[str, np.ndarray]) -> list[n
 
 def _call(kernel: Measurable, seed: int) -> tuple[list[np.ndarray], dict]:
     """Random arrays and keyword parameters of one call (quantized: calibrated parameters; a kernel
-    adding a residual: a random one last)."""
+    adding a residual: a random one last), each array 64-byte aligned: an input already in its
+    storage layout is run as it is (``Layout.to_storage``), so schedules compare on equal memory."""
     if kernel.op.quant is not None:
-        return random_call(kernel.op, seed)
-    arrays = _call_arguments(kernel, kernel.op.random_inputs(seed))
-    if kernel.epilogue is not None and kernel.epilogue.residual:
-        shape = kernel.op.tensor(kernel.op.output).shape
-        arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
-    return arrays, {}
+        arrays, params = random_call(kernel.op, seed)
+    else:
+        arrays, params = _call_arguments(kernel, kernel.op.random_inputs(seed)), {}
+        if kernel.epilogue is not None and kernel.epilogue.residual:
+            shape = kernel.op.tensor(kernel.op.output).shape
+            arrays.append(np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32))
+    return [aligned_copy(a) for a in arrays], params
 
 
 def verify(kernel: Measurable, seed: int = 0) -> tuple[bool, float]:
@@ -280,12 +282,13 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
 
     By default only ``kernel.run`` on buffers prepared once is timed (packing into and unpacking
     from the storage layouts excluded); ``end_to_end=True`` times the whole call; ``prepacked=True``
-    the whole call with the weights packed once before (``Kernel.prepack``: what a framework's call
-    costs, the scope to quote against one). ``graph=True`` (a GPU target's kernels): each timed sample
-    is the kernel run replayed ``device.GRAPH_LAUNCHES`` times inside a CUDA graph, per run: the time
-    inside a captured network, without the per-call launch overhead and L2 flush. ``progress``:
-    a progress bar on stderr for timing expected to last over LONG_MEASUREMENT seconds (default:
-    when stderr is a terminal)."""
+    the whole call with the weights packed once before and the buffers kept
+    (``Kernel.with_constants``: what a framework's call costs, the scope to quote against one).
+    ``graph=True`` (a GPU target's kernels): each timed sample is the kernel run replayed
+    ``device.GRAPH_LAUNCHES`` times inside a CUDA graph, per run: the time inside a captured
+    network, without the per-call launch overhead and L2 flush. ``progress``: a progress bar on
+    stderr for timing expected to last over LONG_MEASUREMENT seconds (default: when stderr is a
+    terminal)."""
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
         raise ValueError(f"repeats must be >= 1 (an integer), got {repeats!r}")
     if warmup < 0:
@@ -319,15 +322,19 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
 
 
 def _runner(kernel: Measurable, seed: int, end_to_end: bool, prepacked: bool) -> Callable[[], object]:
-    """What one timed run calls: the whole call (its weights prepacked now with ``prepacked``), or the
+    """What one timed run calls: the whole call; with ``prepacked`` the call of
+    ``Kernel.with_constants`` (weights, bias and parameters packed once now, the buffers a run writes
+    kept across calls, as the ONNX backend binds a node) on the activations (and residual); or the
     kernel run on buffers prepared now."""
     args, params = _call(kernel, seed)
     if prepacked:
-        if not hasattr(kernel, "prepack"):
+        if not hasattr(kernel, "with_constants"):
             raise ValueError(f"{kernel!r} has no prepacked form (a pipeline transforms its weights on "
                              f"every call): time it end_to_end=True")
-        kernel.prepack(args[1])
-    if end_to_end or prepacked:
+        inputs = len(kernel.op.call_tensors)
+        call = kernel.with_constants(*args[1:inputs], **params)
+        return partial(call, args[0], *args[inputs:])
+    if end_to_end:
         return partial(kernel, *args, **params)
     return partial(kernel.run, kernel.prepare(*args, **params))
 

@@ -120,6 +120,7 @@ PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run t
 # Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
 # gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor)
 STAGE_ENGINES = ("threads", "tma")
+MAX_CLUSTER_BLOCKS = 8         # blocks of a thread-block cluster that every sm_90 GPU launches (``cluster``)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class Schedule:
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
+    cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -614,6 +616,27 @@ class Schedule:
             raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}), and the "
                                 f"residual is added before the clip: add_residual() first, then clip")
         return self._with(step, residual=True)
+
+    def cluster(self, x: int, y: int) -> "Schedule":
+        """Launch the blocks in clusters of ``x`` blocks along ``block.x`` by ``y`` along ``block.y``
+        (``sm_90``): the blocks of a cluster share the tiles of the input that does not move along the
+        cluster's axis, each copying ``1/size`` of them with TMA multicast into every block's shared
+        memory. One axis of 2, 4 or 8 blocks; the cuda target refuses it where no TMA-staged input is
+        shared or the grid does not split into whole clusters."""
+        step = Step("cluster", (x, y))
+        sizes = (x, y)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in sizes) \
+                or sorted(sizes)[0] != 1 or max(sizes) not in (2, 4, MAX_CLUSTER_BLOCKS):
+            raise ScheduleError(f"{step}: cluster sizes {x!r} x {y!r}; one axis of 2, 4 or "
+                                f"{MAX_CLUSTER_BLOCKS} blocks and the other 1")
+        axis = "block.x" if x > 1 else "block.y"
+        if not any(loop.axis == axis for loop in self.bound_loops):
+            raise ScheduleError(f"{step}: no loop is bound to {axis}, the cluster's axis; "
+                                f"bind(loop, {axis!r}) first")
+        if self.cluster_dims != (1, 1):
+            raise ScheduleError(f"{step}: the blocks are clustered already ({self.cluster_dims[0]} x "
+                                f"{self.cluster_dims[1]}); cluster once")
+        return self._with(step, cluster_dims=(x, y))
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:

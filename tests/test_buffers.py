@@ -17,12 +17,42 @@ def test_aligned_zeros_and_copy():
         np.testing.assert_array_equal(copy, source)
 
 
-def test_kernel_storage_is_aligned():
+def _at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``array`` whose data starts ``offset`` bytes past a 64-byte boundary."""
+    raw = aligned_zeros((array.nbytes + ALIGNMENT,), np.uint8)
+    placed = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    placed[...] = array
+    return placed
+
+
+def test_kernel_storage_is_aligned_except_inputs_already_in_their_layout():
+    """Packed inputs, the bias and the output get 64-byte-aligned buffers; an input whose memory is its
+    storage layout (here the plain OIHW weights, at an odd offset) runs as it is: no copy."""
     op = lo.Conv2d(5, 7, 3, padding=1, height=6, width=9)
     kernel = lo.Schedule(op).layout("I", "NCHW16c").compile()
     x = op.random_inputs(0)
-    buffers = kernel.prepare(x["I"], x["W"], x["B"])
-    assert all(array.ctypes.data % ALIGNMENT == 0 for array in buffers.arrays.values())
+    w = _at_offset(x["W"], 20)
+    buffers = kernel.prepare(x["I"], w, x["B"])
+    assert buffers.arrays["W"].ctypes.data == w.ctypes.data
+    assert all(array.ctypes.data % ALIGNMENT == 0 for name, array in buffers.arrays.items() if name != "W")
+    kernel.run(buffers)
+    want = op.reference(x["I"], x["W"], x["B"])
+    np.testing.assert_allclose(kernel.output(buffers), want, rtol=1e-4, atol=1e-4)
+
+
+def test_row_major_operands_at_any_offset_run_without_a_copy():
+    """A batched matmul whose operands' storage layouts are row-major (odd sizes: vector tails) reads
+    the caller's arrays at every 4-byte offset from a cache line, as they are, and computes the product."""
+    op = lo.Matmul(13, 19, 7, batch=(3,))
+    kernel = lo.Schedule(op).compile()
+    x = op.random_inputs(1)
+    want = op.reference(x["A"], x["B"])
+    for offset in range(0, ALIGNMENT, 4):
+        a, b = _at_offset(x["A"], offset), _at_offset(x["B"], ALIGNMENT - 4 - offset)
+        buffers = kernel.prepare(a, b)
+        assert [buffers.arrays[t].ctypes.data for t in "AB"] == [a.ctypes.data, b.ctypes.data]
+        kernel.run(buffers)
+        np.testing.assert_allclose(kernel.output(buffers), want, rtol=1e-4, atol=1e-4)
 
 
 def test_zeros_after_an_input_spare_its_copy():

@@ -163,6 +163,12 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      .tensorize("i_i", "j_i", "k_i_i", "wgmma_m64n64k16_f16_f32")
      .stage("A", "k_o", 3, "tma").stage("B", "k_o", 3),
      r"the guard .*k_i_o.* skips columns inside a tile, which TMA copies whole"),
+    (lambda: gpu_wgmma(HALF_MATMUL, engine="tma", cluster=(2, 1)),
+     r"cluster\(2, 1\): block.x launches 1 blocks \('i_o'\), not a multiple of the cluster's 2"),
+    (lambda: gpu_wgmma(lo.Matmul(200, 45, 40, dtype="float16"), cluster=(2, 1)),
+     r"cluster\(2, 1\) multicasts B's tiles, which only TMA copies: stage\('B', ..., engine='tma'\)"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "block.x").cluster(2, 1),
+     r"cluster\(2, 1\) needs a tensorized schedule"),
 ])
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
@@ -179,6 +185,11 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.stage("A", "k_o", stages=2).stage("B", "k_o", stages=3),
      r"the tensors staged already have stages=2; stage every input with the same depth"),
     (lambda s: gpu_mma(HALF_MATMUL, split_k=0), r"gpu_wmma: split_k=0; choose 1"),
+    (lambda s: s.cluster(3, 1), r"cluster\(3, 1\): cluster sizes 3 x 1; one axis of 2, 4 or 8 blocks"),
+    (lambda s: s.cluster(2, 2), r"cluster sizes 2 x 2; one axis of 2, 4 or 8 blocks and the other 1"),
+    (lambda s: s.cluster(1, 2), r"no loop is bound to block.y, the cluster's axis"),
+    (lambda s: s.bind("i_o", "block.x").cluster(2, 1).cluster(2, 1),
+     r"the blocks are clustered already \(2 x 1\); cluster once"),
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
     (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
@@ -233,6 +244,7 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
     boxes = gpu_wgmma(HALF_MATMUL, stages=5, engine="tma")
     assert "stage(tensor='A', at='k_o', stages=5, engine='tma')" in [str(step) for step in boxes.steps]
     assert schedule_from_toml(to_toml(boxes), HALF_MATMUL).tma_staged == ("A", "B")
+    assert schedule_from_toml(to_toml(boxes.cluster(1, 2)), HALF_MATMUL).cluster_dims == (1, 2)
     assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
     clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
     assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
@@ -384,6 +396,25 @@ def test_the_tma_emulation_fails_a_box_the_descriptors_do_not_read(monkeypatch, 
     assert not excess <= 0.1, largest
 
 
+CLUSTERED = [({"block_m": 64, "warps_m": 1, "cluster": (2, 1)}, lo.Matmul(100, 300, 72, dtype="float16")),
+             ({"block_m": 64, "block_n": 32, "warps_m": 1, "depth": 32, "stages": 3, "cluster": (1, 4)},
+              lo.Gemm(70, 250, 40, alpha=0.5, beta=2.0, dtype="float16"))]
+
+
+@pytest.mark.parametrize("mutate, exact", [
+    pytest.param(lambda monkeypatch: None, True, id="as printed"),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma.TmaOperand, "tile_bytes",
+                                                         tma.TmaOperand.box_bytes), False,
+                 id="one slice's bytes expected", marks=pytest.mark.slow)])
+def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact):
+    """A clustered kernel (``cluster``: each rank's slice of the shared tiles, along block.x and
+    block.y) matches the reference; a barrier expecting one slice's bytes (the GPU would hang) misses
+    it."""
+    mutate(monkeypatch)
+    errors = [_emulated_error(gpu_wgmma(op, **tiles, engine="tma"), seed=2) for tiles, op in CLUSTERED]
+    assert all(excess <= 0 for _, excess in errors) is exact, errors
+
+
 def _wrong_stride(entry):
     return replace(entry, host_header=entry.host_header.replace("(256 >> 4) << 32", "(512 >> 4) << 32"))
 
@@ -431,8 +462,11 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
                       split_k=4), ["HMMA.16816.F32", "REDG.E.ADD.F32"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16")), ["HGMMA.64x256x16.F32"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), engine="tma"),
-     ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"])],
-    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma"])
+     ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), block_m=192, warps_m=3, engine="tma",
+                       cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"])],
+    ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma",
+         "gemm4096 wgmma tma multicast"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report

@@ -63,3 +63,26 @@ def test_tma_staged_kernels_match_the_reference_on_the_gpu(op, variant):
         pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
     ok, error = verify(TMA_VARIANTS[variant](op).compile(target="cuda"), seed=13)
     assert ok, error
+
+
+CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float16"),
+                                           {"block_m": 192, "warps_m": 3, "cluster": (2, 1)}),
+             "cluster 1x2": (lo.Matmul(300, 260, 200, dtype="float16"), {"cluster": (1, 2)}),
+             "cluster 4x1 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
+                                       {"block_m": 64, "warps_m": 1, "split_k": 2, "cluster": (4, 1)}),
+             "cluster 1x2 residual": (lo.Matmul(37, 100, 40, dtype="float16"),
+                                      {"block_n": 64, "stages": 3, "cluster": (1, 2)})}
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", CLUSTERED)
+def test_tma_multicast_kernels_match_the_reference_on_the_gpu(case):
+    """Clusters of 2 and 4 blocks along the rows and the columns, tails zero-filled past the tensor,
+    split-K, a residual: each block's slice multicast into its peers' buffers."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"TMA multicast runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    op, tiles = CLUSTERED[case]
+    schedule = gpu_wgmma(op, **tiles, engine="tma")
+    ok, error = verify((schedule.add_residual() if "residual" in case else schedule).compile(target="cuda"),
+                       seed=17)
+    assert ok, error

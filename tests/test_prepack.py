@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import loopopt as lo
+from loopopt.measure import _runner
 from loopopt.quant_reference import random_call, reference_output
 
 CONV = lo.Conv2d(5, 16, 3, stride=2, padding=(1, 2), height=9, width=8, batch=2)
@@ -85,7 +86,32 @@ def test_measure_times_whole_calls_with_prepacked_weights():
     timing = lo.measure(kernel, repeats=3, prepacked=True)
     assert timing.verified and timing.prepacked and timing.end_to_end and len(timing.times) == 3
     assert timing.scope.startswith("prepacked weights") and "prepacked weights" in str(timing)
-    assert len(kernel._held) == 1
+    for timed in (kernel, lo.Schedule(CONV).add_residual().compile()):   # the residual comes per call
+        run = _runner(timed, 0, end_to_end=False, prepacked=True)
+        assert np.shares_memory(run(), run())    # the calls of with_constants: buffers kept, no new ones
     winograd = lo.dataflows.winograd(lo.Conv2d(4, 4, 3, padding=1, height=8, width=8)).compile()
     with pytest.raises(ValueError, match="has no prepacked form"):
         lo.measure(winograd, repeats=1, prepacked=True)
+
+
+def test_with_constants_per_call_takes_both_matmul_operands_each_call():
+    """``per_call=2``: a batched matmul (odd sizes: vector tails; a packed B layout) takes both operands
+    with every call, keeps its buffers (the output a view of one kept array), and gives each call's
+    product; a bad count or a quantized op is refused with the reason."""
+    op = lo.Matmul(13, 19, 7, batch=(3,))
+    kernel = lo.Schedule(op).layout("B", "BNK16n").compile()
+    call = kernel.with_constants(per_call=2)
+    outputs = []
+    for seed in (1, 2):
+        x = op.random_inputs(seed)
+        outputs.append(call(x["A"], x["B"]))
+        np.testing.assert_allclose(outputs[-1], op.reference(x["A"], x["B"]), rtol=1e-4, atol=1e-4)
+    assert np.shares_memory(*outputs)
+    with pytest.raises(ValueError, match=r"takes 2 array\(s\) per call \(A, B\), got 1"):
+        call(x["A"])
+    for bad in (0, 3, True):
+        with pytest.raises(ValueError, match=r"per_call must be .* 1 to 2 \(A, B\), got"):
+            kernel.with_constants(per_call=bad)
+    qkernel = lo.Schedule(QCONV).compile()
+    with pytest.raises(ValueError, match="per_call=2 takes float operands"):
+        qkernel.with_constants(per_call=2)

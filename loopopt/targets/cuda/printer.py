@@ -89,7 +89,9 @@ def check_schedule(schedule: Schedule) -> None:
                                          (f"clip: {schedule.epilogue}", schedule.epilogue),
                                          (f"stage({', '.join(schedule.tma_staged)}, ..., engine='tma')",
                                           schedule.tma_staged),
-                                         ("add_residual()", schedule.residual)) if given]
+                                         ("add_residual()", schedule.residual),
+                                         (f"cluster{schedule.cluster_dims}", schedule.cluster_dims != (1, 1)))
+                if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
                             f"one buffer, bind loops over outputs only and store plain sums")

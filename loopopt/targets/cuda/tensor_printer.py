@@ -23,7 +23,9 @@ contiguously and 16-byte aligned in device memory are copied by one 16-byte ``cp
 (``__pipeline_memcpy_async``); the groups go to threads row by row across the step's whole depth, so a
 warp reads whole 128-byte lines, in a loop over a count known to nvcc (unrolled). An input staged with
 ``engine="tma"`` is copied instead by the tensor memory accelerator, one box a tile, one thread issuing
-a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``).
+a step's boxes on the buffer's mbarrier, which every thread waits on before the step (``tma.py``);
+in clusters of blocks (``Schedule.cluster``) the input they share is multicast, a slice a block
+(``cluster.py``).
 The copies run ``stages - 1`` steps ahead of the products (``stage(..., stages=n)``; ``PIPELINE_STAGES``
 = 3 buffers by default, in dynamic shared memory, which the launcher allows once with
 ``cudaFuncSetAttribute``); one barrier a step (wait, sync, copies into the buffer the last step
@@ -50,6 +52,7 @@ integer atomics.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cached_property
 
 from ...codegen import cprint
@@ -58,7 +61,7 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
-from . import quantized, tma
+from . import cluster, quantized, tma
 from .instructions import instruction
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -156,6 +159,11 @@ class TensorPrinter:
         # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
         self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t])
                     for t in self.s.tma_staged}
+        # the input a cluster's blocks share (``cluster``): a slice of each tile a block, multicast
+        self.multicast = cluster.shared_input(self.s, self.blocks, self.reads, self.tma)
+        if self.multicast:
+            shared, size = self.multicast.tensor, self.multicast.size
+            self.tma[shared] = replace(self.tma[shared], box_rows=self.rows[shared] // size, slices=size)
 
     @property
     def threads_staged(self) -> list[str]:
@@ -194,7 +202,8 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        return self.barrier_offset + (8 * self.pipeline if self.s.tma_staged else 0)
+        barriers = (2 if self.s.cluster_dims != (1, 1) else 1) if self.s.tma_staged else 0   # full, empty
+        return self.barrier_offset + 8 * self.pipeline * barriers
 
     @property
     def scratch_elements(self) -> int:
@@ -279,7 +288,11 @@ class TensorPrinter:
             self.emit(depth, "if (lo_thread == 0) {")
             depth += 1
         barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
-        total = sum(self.tiles[t] * self.tma[t].box_bytes for t in self.tma)
+        total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
+        if self.multicast and device:   # the buffer's last reader in every block of the cluster released it
+            empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
+            self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
+                             f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
         self.emit(depth, f"lo_expect({barrier}, {total});")
         for tensor, box in self.tma.items():
             self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
@@ -288,7 +301,9 @@ class TensorPrinter:
             dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}")
             coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
-            if device:
+            if box.slices > 1:
+                self._issue_slices(depth + 1, box, dst, barrier)
+            elif device:
                 self.emit(depth + 1, f"lo_tma_2d({dst}, &{box.map_name}, {coordinates}, {barrier});")
             else:
                 self.emit(depth + 1, f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {coordinates}, "
@@ -296,6 +311,23 @@ class TensorPrinter:
             self.emit(depth, "}")
         if device:
             self.emit(depth - 1, "}")
+
+    def _issue_slices(self, depth: int, box: tma.TmaOperand, dst: str, barrier: str) -> None:
+        """A multicast tile: on the device this block's slice (``lo_rank``) into every block of the
+        cluster; in the host emulation each rank's slice in turn (``cluster.py``)."""
+        dst = f"{dst} + lo_rank * {box.box_rows * box.box_cols}"
+        x, y = f"(int) ({box.x.to_c()})", f"(int) ({box.y.to_c()}) + lo_rank * {box.box_rows}"
+        if self.syntax.device:
+            self.emit(depth, f"lo_tma_2d_multicast({dst}, &{box.map_name}, {x}, {y}, {barrier}, "
+                             f"(unsigned short) {self.multicast.mask});")
+            return
+        self.emit(depth, cprint.for_loop("int", "lo_rank", box.slices) + f" lo_tma_2d(lo_smem_h, {dst}, "
+                         f"&{box.map_name}, {x}, {y}, {box.box_rows}, {box.box_cols}, {barrier});")
+
+    def _cluster_sync(self, depth: int) -> None:
+        """The cluster barrier of a clustered kernel on the device (``cluster.py``)."""
+        if self.multicast and self.syntax.device:
+            self.emit(depth, "lo_cluster_sync();")
 
     def _copy_tensor(self, depth: int, tensor: str) -> None:
         rows, group = self.rows[tensor], self.group
@@ -503,6 +535,8 @@ class TensorPrinter:
         # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
         bounds = (f" __launch_bounds__({threads})" if self.syntax.device and threads * 255 > REGISTERS_PER_SM
                   else "")
+        if self.multicast and self.syntax.device:
+            bounds += self.multicast.attribute()
         return f"{self.syntax.kernel}{bounds} {name}({params})"
 
     def _warp_variables(self, depth: int) -> int:
@@ -553,7 +587,13 @@ class TensorPrinter:
             self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
                              f"(lo_smem + {self.barrier_offset});")
             self.emit(depth, f"if (lo_thread == 0) lo_barriers_init(lo_bar, {self.pipeline});")
-            self.emit(depth, "__syncthreads();")
+            if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
+                self.emit(depth, f"if (lo_thread == 0) lo_empty_init(lo_bar + {self.pipeline}, "
+                                 f"{self.pipeline}, {self.multicast.size});")
+                self.emit(depth, "const int lo_rank = lo_cluster_rank();")
+                self._cluster_sync(depth)
+            else:
+                self.emit(depth, "__syncthreads();")
         elif self.tma:
             self.emit(depth, f"long lo_tx[{self.pipeline}] = {{0}};   /* bytes a barrier awaits */")
             for box in self.tma.values():
@@ -590,6 +630,10 @@ class TensorPrinter:
             if code.publish and self.threads_staged:    # the threads' copies, visible to the tensor cores
                 self.emit(body, code.publish)
             self.emit(body, "__syncthreads();")
+            if self.multicast and self.ins.asynchronous:    # step lo_r - 2 retired here: release its buffer
+                self.emit(body, f"if (lo_thread == 0 && lo_r >= 2 && lo_r + {ahead} < {steps}) "
+                                f"lo_release(lo_bar + {self.pipeline} + (lo_r - 2) % {self.pipeline}, "
+                                f"{self.multicast.size});")
         if not self.ins.asynchronous:
             self._copy_ahead(body, ahead, steps)
         self.emit(body, "{")
@@ -607,6 +651,7 @@ class TensorPrinter:
             if device:
                 self.emit(body, code.retire)
         self.emit(depth, "}")
+        self._cluster_sync(depth)
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
         self._close(depth, opened)
@@ -638,7 +683,8 @@ class TensorPrinter:
 
     def _macros(self) -> list[str]:
         if self.syntax.device:
-            return [self.ins.header, *([tma.DEVICE] if self.tma else []), self.ins.tile,
+            return [self.ins.header, *([tma.DEVICE] if self.tma else []),
+                    *([cluster.DEVICE] if self.multicast else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]

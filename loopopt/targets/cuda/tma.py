@@ -48,10 +48,16 @@ class TmaOperand:
     dtype: str
     y: Expr
     x: Expr
+    slices: int = 1     # boxes of box_rows a tile: the blocks of a cluster copy one each (``cluster.py``)
 
     @property
     def box_bytes(self) -> int:
         return self.box_rows * self.box_cols * self.element_bytes
+
+    @property
+    def tile_bytes(self) -> int:
+        """The bytes of a tile, which its buffer's barrier expects."""
+        return self.box_bytes * self.slices
 
     @property
     def map_name(self) -> str:
