@@ -361,12 +361,21 @@ def test_compare_int8_runs_the_stored_int8_schedule(capsys):
     assert status == 2 and "made for float32 ops, not int8 ones" in err and "without --int8" in err
 
 
+def _as_a_foreground_command() -> None:
+    """Run in the child before exec: SIGINT at its default, as a terminal's foreground command has it. A
+    suite started as a background job of a script (``pytest ... &``) ignores SIGINT, its commands inherit
+    that, and a python started with SIGINT ignored keeps ignoring it: a Ctrl-C test then saw the command
+    run to its end with status 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _started(argv: list[str], ready) -> tuple[subprocess.Popen, list[str]]:
     """``loopopt argv`` in a session of its own (so a signal to its group is what a Ctrl-C on its terminal
     sends), once ``ready(stderr lines so far)`` says it is under way (polled; generous deadline)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-m", "loopopt.cli", *argv], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               preexec_fn=_as_a_foreground_command)
     lines: list[str] = []
     deadline = time.monotonic() + 180
     while not ready(lines) and process.poll() is None and time.monotonic() < deadline:
@@ -413,7 +422,8 @@ def test_ctrl_c_during_compare_is_one_line_and_status_130():
     terminal, stderr = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "loopopt.cli", "compare", "--conv",
                                 "128,128,3,56,padding=1", "--schedules", "naive,tiled", "--no-reuse"],
-                               env=env, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+                               env=env, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
+                               preexec_fn=_as_a_foreground_command)
     os.close(stderr)
     shown = b""
     while b"naive: compile" not in shown and process.poll() is None:
@@ -425,8 +435,8 @@ def test_ctrl_c_during_compare_is_one_line_and_status_130():
             shown += chunk
     os.close(terminal)
     text = shown.decode().replace("\r\n", "\n")
-    assert status == 130 and "[" in text and "Traceback" not in text
-    assert text.endswith("\nloopopt: interrupted\n")
+    assert status == 130 and "[" in text and "Traceback" not in text, (status, text)
+    assert text.endswith("\nloopopt: interrupted\n"), text
 
 
 @pytest.mark.parametrize("command", ["show", "reuse"])

@@ -407,7 +407,7 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     assert "model_seconds" not in unpriced.figures(0)
 
 
-def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops():
+def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(recorded_profile):
     conv = lo.Conv2d(64, 64, 3, padding=1, height=12, width=12)
 
     def knobs(pb, reduction, unroll, outer=("n", "oh", "ow_o", "k_o"), cache_block=0):
@@ -463,7 +463,7 @@ def test_spearman_of_known_orders():
         spearman([1, 2, 3], [1, 2])
 
 
-def test_guide_reorders_the_untried_candidates_by_the_measured_trials():
+def test_guide_reorders_the_untried_candidates_by_the_measured_trials(recorded_profile):
     # 16 output channels: blocks of whole channels lead the ranking (24 would leave every block partial,
     # its ``channel_tail`` a factor of the heuristic that none of the fit's features follows)
     ranked = rank(candidates(OPS["conv-1x3-dilated"], "avx512"))[:60]
@@ -511,7 +511,7 @@ def test_streamed_bytes_count_the_weights_again_per_row_when_they_outgrow_the_ca
     assert streamed_bytes(LARGE, rows_outside, 16 << 20) == weights + source    # all weights fit
 
 
-def test_first_choice_is_the_search_order_without_measuring():
+def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     large = first_choice(LARGE)
     assert large.knobs.outer.index("k_o") < large.knobs.outer.index("oh")   # a channel block's weights stay
     assert first_choice(LARGE) is large                                     # ranked once per shape
