@@ -50,32 +50,44 @@ def _check_bytes(table: np.ndarray, entries: int, **arrays: np.ndarray) -> None:
                          f"{' and '.join(str(n) for n in sizes.values())} elements")
 
 
-class ByteMap:
-    """``byte_map(table, src, dst)``: ``dst[i] = table[src[i]]`` over 1-byte arrays (``dst`` may be
-    ``src``: in place); ``name`` says which code runs it."""
+class _Lookup:
+    """A compiled lookup (``function``, declared by ``cdef``) in a table of ``entries`` bytes; ``name``
+    says which code runs it."""
+
+    cdef: str
+    function: str
+    entries: int
 
     def __init__(self, source: str, flags: tuple[str, ...], name: str):
-        module = compile_c(source, CDEF, flags)
-        self._ffi, self._function, self.name = module.ffi, getattr(module.lib, FUNCTION), name
+        module = compile_c(source, self.cdef, flags)
+        self._ffi, self._function, self.name = module.ffi, getattr(module.lib, self.function), name
+
+    def _run(self, table: np.ndarray, dst: np.ndarray, **sources: np.ndarray) -> None:
+        """The function on ``table``, the ``sources`` in order and ``dst``, after checking them all."""
+        _check_bytes(table, self.entries, **sources, dst=dst)
+        buffer = self._ffi.from_buffer
+        self._function(buffer(table), *map(buffer, sources.values()), buffer(dst, require_writable=True),
+                       dst.size)
+
+
+class ByteMap(_Lookup):
+    """``byte_map(table, src, dst)``: ``dst[i] = table[src[i]]`` over 1-byte arrays (``dst`` may be
+    ``src``: in place)."""
+
+    cdef, function, entries = CDEF, FUNCTION, 256
 
     def __call__(self, table: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
-        _check_bytes(table, 256, src=src, dst=dst)
-        buffer = self._ffi.from_buffer
-        self._function(buffer(table), buffer(src), buffer(dst, require_writable=True), src.size)
+        self._run(table, dst, src=src)
 
 
-class PairMap:
+class PairMap(_Lookup):
     """``pair_map(table, a, b, dst)``: ``dst[i] = table[a[i] * 256 + b[i]]`` over 1-byte arrays (``dst``
-    may be ``a`` or ``b``: in place); ``name`` says which code runs it."""
+    may be ``a`` or ``b``: in place)."""
 
-    def __init__(self, source: str, flags: tuple[str, ...], name: str):
-        module = compile_c(source, PAIR_CDEF, flags)
-        self._ffi, self._function, self.name = module.ffi, getattr(module.lib, PAIR_FUNCTION), name
+    cdef, function, entries = PAIR_CDEF, PAIR_FUNCTION, 65536
 
     def __call__(self, table: np.ndarray, a: np.ndarray, b: np.ndarray, dst: np.ndarray) -> None:
-        _check_bytes(table, 65536, a=a, b=b, dst=dst)
-        buffer = self._ffi.from_buffer
-        self._function(buffer(table), buffer(a), buffer(b), buffer(dst, require_writable=True), a.size)
+        self._run(table, dst, a=a, b=b)
 
 
 @cache
