@@ -163,19 +163,28 @@ def hang(task):
     time.sleep(600)
 
 
-HANG_TIMEOUT = 20.0    # seconds: far more than a real trial of the test's matmul takes on a loaded machine
+HANG_TIMEOUT = 2.0     # seconds: the hanging call's executor; a call that never returns is past any timeout
 
 
 class FaultyExecutor(IsolatedExecutor):
-    """The second trial crashes its worker, the third hangs past the timeout."""
+    """The second trial crashes its worker, the third hangs past the timeout. The real trials run with the
+    default timeout (no load makes them time out); the hanging one in an executor of its own with
+    ``HANG_TIMEOUT``, so that the test does not wait out a timeout long enough for a real trial."""
 
     def __init__(self):
-        super().__init__(timeout=HANG_TIMEOUT)
+        super().__init__()
+        self.hangs = IsolatedExecutor(timeout=HANG_TIMEOUT)
         self.calls = 0
 
     def submit(self, fn, /, *args, **kwargs):
         self.calls += 1
-        return super().submit({2: crash, 3: hang}.get(self.calls, fn), *args, **kwargs)
+        if self.calls == 3:
+            return self.hangs.submit(hang, *args, **kwargs)
+        return super().submit(crash if self.calls == 2 else fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.hangs.shutdown(wait, cancel_futures=cancel_futures)
+        super().shutdown(wait, cancel_futures=cancel_futures)
 
 
 @pytest.mark.slow
