@@ -191,6 +191,7 @@ class Schedule:
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
     cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
+    specialized: bool = False                       # a producer warpgroup copies, the others multiply
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -637,6 +638,19 @@ class Schedule:
             raise ScheduleError(f"{step}: the blocks are clustered already ({self.cluster_dims[0]} x "
                                 f"{self.cluster_dims[1]}); cluster once")
         return self._with(step, cluster_dims=(x, y))
+
+    def specialize(self) -> "Schedule":
+        """Warp specialization (``sm_90a``): one more warpgroup, the *producer*, only issues the copies
+        of the staged tiles into the ring of buffers, refilling a buffer once its *empty* mbarrier says
+        every consumer released it; the ``warp.*`` warpgroups, the *consumers*, only wait on a buffer's
+        *full* mbarrier, multiply, and release the buffer once their products of it retired;
+        ``setmaxnreg`` moves registers from the producer to the consumers. The cuda target refuses it
+        unless a wgmma entry multiplies and TMA copies both inputs (``stage(engine="tma")``), and with
+        ``cluster``."""
+        step = Step("specialize", ())
+        if self.specialized:
+            raise ScheduleError(f"{step}: the warps are specialized already; specialize once")
+        return self._with(step, specialized=True)
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:

@@ -142,6 +142,13 @@ static __device__ __forceinline__ void lo_barriers_init(unsigned long long *bar,
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(LO_SHARED(bar + i)) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+static __device__ __forceinline__ void lo_empty_init(unsigned long long *bar, int count, int arrivals)
+{   /* a buffer is free once its readers arrived (a cluster's blocks, a specialized kernel's consumers) */
+    for (int i = 0; i < count; ++i)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(LO_SHARED(bar + i)), "r"(arrivals)
+                     : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 static __device__ __forceinline__ void lo_expect(unsigned long long *bar, unsigned bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(LO_SHARED(bar)), "r"(bytes)
