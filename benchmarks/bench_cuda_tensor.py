@@ -141,7 +141,11 @@ def torch_tensors(op: lo.Op, seed: int = 0) -> tuple[list, list]:
     dtype = getattr(torch, op.dtype)
     a, b = (torch.randn(*s, device="cuda", generator=generator).to(dtype) for s in shapes)
     if not op.windows:
-        return [a, b], [a.contiguous(), b.t().contiguous()]
+        stored = [a.contiguous(), b.t().contiguous()]
+        if op.dtype == "bfloat16":      # a bfloat16 kernel takes the bit patterns (uint16)
+            import cupy as cp
+            stored = [cp.asarray(t.view(torch.int16)).view(cp.uint16) for t in stored]
+        return [a, b], stored
     a, b = a.contiguous(memory_format=torch.channels_last), b.contiguous(memory_format=torch.channels_last)
     bias = torch.randn(op.channels, device="cuda", generator=generator)
     return [a, b, bias], [a.permute(0, 2, 3, 1).contiguous(), b.permute(0, 2, 3, 1).contiguous(), bias]
