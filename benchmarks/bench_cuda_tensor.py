@@ -35,8 +35,8 @@ from loopopt.targets.cuda import device, toolchain
 from loopopt.targets.cuda.printer import print_kernel
 from loopopt.targets.cuda.target import build_arch
 
-CASES = ["gemm4096", "gemm4096.bf16", "bert", *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x",
-                                                                                       "conv4_x"))]
+CASES = ["gemm4096", "gemm4096.bf16", "bert",
+         *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x", "conv4_x"))]
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
                     dtype="float16"),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
@@ -64,7 +64,10 @@ MULTICAST = [THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (2, 1)},
 SPECIALIZED = {"engine": "tma", "specialize": True}
 SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"depth": 48, "stages": 5},
                      {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4},
-                     {"block_m": 256, "block_n": 128, "depth": 32, "stages": 8}]
+                     {"block_m": 256, "block_n": 128, "depth": 32, "stages": 8},
+                     {"depth": 64, "stages": 4, "cluster": (2, 1)},
+                     {"depth": 64, "stages": 4, "cluster": (1, 2)},
+                     {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4, "cluster": (1, 2)}]
 
 
 def half_op(case: str) -> lo.Op:
@@ -249,7 +252,8 @@ def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
         ours.append(events_median(lambda: kernel.run(buffers), repeats=20, warmup=2))
         theirs.append(events_median(peer_call, repeats=20, warmup=2))
     mine, peer_s = float(np.median(ours)) * 1e3, float(np.median(theirs)) * 1e3
-    return {"interleaved": {"rounds": rounds, "ms": mine, "peer_ms": peer_s, "peer_over_loopopt": peer_s / mine}}
+    return {"interleaved": {"rounds": rounds, "ms": mine, "peer_ms": peer_s,
+                            "peer_over_loopopt": peer_s / mine}}
 
 
 def table(rows: list[dict]) -> str:

@@ -174,8 +174,6 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"stage\('A', ..., engine='tma'\)"),
     (lambda: gpu_mma(HALF_MATMUL).specialize(), r"specialize\(\): the consumer warpgroups issue wgmma and "
                                                 r"keep one group in flight; mma_m16n8k16_f16_f32 runs with"),
-    (lambda: gpu_wgmma(lo.Matmul(200, 45, 40, dtype="float16"), block_m=64, warps_m=1, engine="tma",
-                       cluster=(2, 1), specialize=True), r"specialize\(\) with cluster\(...\): a specialized"),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 64, dtype="float16"), block_m=192, warps_m=3, engine="tma",
                        specialize=True),
      r"3 consumer warpgroups and the producer start with 128 registers a thread, too few for 128 "
@@ -413,7 +411,8 @@ def test_the_tma_emulation_fails_a_box_the_descriptors_do_not_read(monkeypatch, 
 
 
 def _consumer_reads_early(monkeypatch):
-    monkeypatch.setattr(specialize, "full_parity", lambda step, stages: f"(unsigned) (({step}) / {stages} + 1) & 1u")
+    monkeypatch.setattr(specialize, "full_parity",
+                        lambda step, stages: f"(unsigned) (({step}) / {stages} + 1) & 1u")
 
 
 def _producer_refills_early(monkeypatch):
@@ -466,12 +465,14 @@ CLUSTERED = [({"block_m": 64, "warps_m": 1, "cluster": (2, 1)}, lo.Matmul(100, 3
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tma.TmaOperand, "tile_bytes",
                                                          tma.TmaOperand.box_bytes), False,
                  id="one slice's bytes expected", marks=pytest.mark.slow)])
-def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact):
+@pytest.mark.parametrize("specialized", [False, True], ids=["", "specialized"])
+def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact, specialized):
     """A clustered kernel (``cluster``: each rank's slice of the shared tiles, along block.x and
-    block.y) matches the reference; a barrier expecting one slice's bytes (the GPU would hang) misses
-    it."""
+    block.y; warp-specialized too) matches the reference; a barrier expecting one slice's bytes (the
+    GPU would hang) misses it."""
     mutate(monkeypatch)
-    errors = [_emulated_error(gpu_wgmma(op, **tiles, engine="tma"), seed=2) for tiles, op in CLUSTERED]
+    errors = [_emulated_error(gpu_wgmma(op, **tiles, engine="tma", specialize=specialized), seed=2)
+              for tiles, op in CLUSTERED]
     assert all(excess <= 0 for _, excess in errors) is exact, errors
 
 

@@ -79,7 +79,12 @@ CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float
              "cluster 4x1 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
                                        {"block_m": 64, "warps_m": 1, "split_k": 2, "cluster": (4, 1)}),
              "cluster 1x2 residual": (lo.Matmul(37, 100, 40, dtype="float16"),
-                                      {"block_n": 64, "stages": 3, "cluster": (1, 2)})}
+                                      {"block_n": 64, "stages": 3, "cluster": (1, 2)}),
+             "specialized cluster 2x1": (lo.Matmul(300, 520, 264, dtype="bfloat16"),
+                                         {"cluster": (2, 1), "specialize": True}),
+             "specialized cluster 1x2 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
+                                                   {"block_n": 32, "split_k": 2, "cluster": (1, 2),
+                                                    "specialize": True})}
 
 
 @needs_gpu

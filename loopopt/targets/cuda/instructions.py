@@ -300,7 +300,8 @@ def _wgmma_macro(n: int, short: str) -> str:
     outputs = ", ".join(f'"+f"((d)[{r}])' for r in range(regs))
     accumulators = ", ".join(f"%{r}" for r in range(regs))
     return (f'#define LO_WGMMA(d, da, db) asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; '
-            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{short}.{short} {{{accumulators}}}, %{regs}, %{regs + 1}, '
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{short}.{short} {{{accumulators}}}, %{regs}, '
+            f'%{regs + 1}, '
             f'p, 1, 1, 0, 0; }}" : {outputs} : "l"(da), "l"(db), "r"(1))')
 
 

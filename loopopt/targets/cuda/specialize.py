@@ -13,9 +13,12 @@ warpgroup). Step ``r`` lives in buffer ``r % stages``, in round ``r / stages`` o
   issues the step's products as one wgmma group, waits for every group but the last and so releases
   the buffer of step ``r - 1`` (one arrival on its empty barrier): one group always in flight.
 
-The consumers hold the accumulators; ``setmaxnreg`` gives them the producer's registers
-(``Registers``). After their last group the consumers meet on a named barrier of their own and run
-the epilogue through the shared memory the tiles leave.
+In a cluster (``cluster.py``) each producer multicasts its slice of the shared tiles into every block's
+buffer, so a buffer is free once the consumers of every block of the cluster released it: a consumer
+arrives on that buffer's empty barrier in each block (``consumers x blocks`` arrivals a round), and the
+waits acquire at the cluster's scope. The consumers hold the accumulators; ``setmaxnreg`` gives them
+the producer's registers (``Registers``). After their last group the consumers meet on a named
+barrier of their own and run the epilogue through the shared memory the tiles leave.
 
 The host emulation runs the same protocol (the same parities, printed by the functions below) on a
 model of the mbarriers: the producer and the consumers are two loops one scheduler interleaves, the
@@ -70,22 +73,20 @@ class Registers:
 
 
 def check(consumers: int, accumulators: int, asynchronous: bool, instruction: str,
-          copied_by_threads: list[str], clustered: bool) -> Registers:
+          copied_by_threads: list[str]) -> Registers:
     """The register split of a specialized kernel whose consumers hold ``accumulators`` registers a
     thread; ScheduleError naming what specialization cannot take: an instruction that is not
-    asynchronous, an input the threads copy, a cluster, too many threads, or accumulators that do not
-    fit the registers a thread starts with (ptxas allocates the whole kernel within them: 3 consumers
-    start with 128, under a 64 x 256 fragment's 128 and the addresses)."""
+    asynchronous, an input the threads copy, too many threads, or accumulators that do not fit the
+    registers a thread starts with (ptxas allocates the whole kernel within them: 3 consumers start with
+    128, under a 64 x 256 fragment's 128 and the addresses)."""
     if not asynchronous:
-        raise ScheduleError(f"specialize(): the consumer warpgroups issue wgmma and keep one group in flight; "
-                            f"{instruction} runs with its threads: tensorize onto a wgmma entry (gpu_wgmma)")
+        raise ScheduleError(f"specialize(): the consumer warpgroups issue wgmma and keep one group in "
+                            f"flight; {instruction} runs with its threads: tensorize onto a wgmma entry "
+                            f"(gpu_wgmma)")
     if copied_by_threads:
         raise ScheduleError(f"specialize(): the producer warpgroup copies by TMA only; "
-                            f"{copied_by_threads[0]} is copied by the threads: stage({copied_by_threads[0]!r}, "
-                            f"..., engine='tma')")
-    if clustered:
-        raise ScheduleError("specialize() with cluster(...): a specialized kernel does not multicast; drop "
-                            "one of them")
+                            f"{copied_by_threads[0]} is copied by the threads: "
+                            f"stage({copied_by_threads[0]!r}, ..., engine='tma')")
     registers = Registers(consumers)
     if registers.threads > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(f"specialize(): {consumers} consumer warpgroups and the producer are "
@@ -124,7 +125,7 @@ DEVICE = r"""
 static __device__ __forceinline__ int lo_ready(unsigned long long *bar, unsigned parity)
 {
     unsigned done;
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
                  "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(LO_SHARED(bar)), "r"(parity) : "memory");
     return (int) done;
 }
@@ -148,7 +149,10 @@ def consumers_sync(consumers: int) -> str:
 HOST = r"""
 /* an mbarrier: its completed rounds, the bytes its round awaits, the arrivals left and a round's */
 typedef struct { long rounds, tx, left, count; } lo_mbar;
-static void lo_mbar_init(lo_mbar *b, long count) { b->rounds = 0; b->tx = 0; b->left = count; b->count = count; }
+static void lo_mbar_init(lo_mbar *b, long count)
+{
+    b->rounds = 0; b->tx = 0; b->left = count; b->count = count;
+}
 static void lo_mbar_settle(lo_mbar *b)
 {
     if (b->left == 0 && b->tx == 0) { b->rounds += 1; b->left = b->count; }

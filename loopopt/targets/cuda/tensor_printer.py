@@ -167,7 +167,7 @@ class TensorPrinter:
         # warp specialization (``specialize``): the register split of its producer and consumers
         self.registers = (specialize.check(self.warp_count, self.accumulators * self.ins.fragment_elements
                                            // self.ins.lanes, self.ins.asynchronous, self.ins.name,
-                                           self.threads_staged, bool(self.multicast))
+                                           self.threads_staged)
                           if self.s.specialized else None)
 
     @property
@@ -296,7 +296,7 @@ class TensorPrinter:
             depth += 1
         barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
         total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
-        if self.multicast and device:   # the buffer's last reader in every block of the cluster released it
+        if self.multicast and device and not producer:   # every block's last reader released the buffer
             empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
             self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
                              f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
@@ -713,10 +713,13 @@ class TensorPrinter:
         refill = specialize.refill_ready("lo_p", stages, "lo_ready", empty)
         full = f"lo_ready({'lo_bar' if device else 'lo_full'} + lo_r % {stages}, " \
                f"{specialize.full_parity('lo_r', stages)})"
-        release = f"lo_arrive({empty} + ({specialize.released('lo_r')}) % {stages});"
+        released = f"{empty} + ({specialize.released('lo_r')}) % {stages}"
+        release = (f"lo_release({released}, {self.multicast.size});" if self.multicast and device
+                   else f"lo_arrive({released});")
+        readers = consumers * (self.multicast.size if self.multicast else 1)
         if not device:
-            self.emit(depth, cprint.for_loop("int", "lo_e", stages * self.step_elements) + " lo_smem_h[lo_e] = "
-                             "NAN;   /* a tile read before its copy landed */")
+            self.emit(depth, cprint.for_loop("int", "lo_e", stages * self.step_elements)
+                      + " lo_smem_h[lo_e] = NAN;   /* a tile read before its copy landed */")
             self.emit(depth, f"lo_mbar lo_full[{stages}], lo_empty[{stages}];")
             self.emit(depth, cprint.for_loop("int", "lo_s", stages) + " { lo_mbar_init(lo_full + lo_s, 1); "
                              f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
@@ -729,11 +732,15 @@ class TensorPrinter:
             self._close(depth, opened)
             self._close_blocks()
             return self.lines
-        self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) (lo_smem + {self.barrier_offset});"
-                         f"   /* full, then empty */")
+        self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
+                         f"(lo_smem + {self.barrier_offset});   /* full, then empty */")
         self.emit(depth, f"if (lo_thread == 0) {{ lo_barriers_init(lo_bar, {stages}); "
-                         f"lo_empty_init(lo_bar + {stages}, {stages}, {consumers}); }}")
-        self.emit(depth, "__syncthreads();")
+                         f"lo_empty_init(lo_bar + {stages}, {stages}, {readers}); }}")
+        if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
+            self.emit(depth, "const int lo_rank = lo_cluster_rank();")
+            self._cluster_sync(depth)
+        else:
+            self.emit(depth, "__syncthreads();")
         self.emit(depth, f"const int lo_w = lo_thread / {specialize.WARPGROUP};")
         self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: one thread copies */")
         inner = depth + 1
@@ -765,6 +772,7 @@ class TensorPrinter:
         self.emit(inner, "}")
         self._epilogue(inner)
         self.emit(depth, "}")
+        self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
         return self.lines
 
@@ -794,7 +802,7 @@ class TensorPrinter:
         self.emit(inner, "} else {   /* neither can go on: the GPU would hang */")
         count = self.accumulators * self.warp_count
         self.emit(inner + 1, cprint.for_loop("int", "lo_i", count) + " "
-                             + cprint.for_loop("int", "lo_e", self.ins.fragment_elements) + " lo_acc[lo_i][lo_e] = NAN;")
+                  + cprint.for_loop("int", "lo_e", self.ins.fragment_elements) + " lo_acc[lo_i][lo_e] = NAN;")
         self.emit(inner + 1, "break;")
         self.emit(inner, "}")
         self.emit(depth, "}")

@@ -100,8 +100,8 @@ def test_the_gemm_4096_ranks_the_measured_fastest_tile_first_and_no_split_k():
     ranked = _ranked(op)
     assert {c.knobs.split_k for c in ranked} == {1}
     first = ranked[0].knobs
-    assert (first.preset, first.block_m, first.block_n, first.warps_m, first.warps_n, first.depth, first.stages,
-            first.engine) == ("gpu_wgmma", 192, 256, 3, 1, 64, 4, "tma")
+    assert (first.preset, first.block_m, first.block_n, first.warps_m, first.warps_n, first.depth,
+            first.stages, first.engine) == ("gpu_wgmma", 192, 256, 3, 1, 64, 4, "tma")
 
 
 def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
