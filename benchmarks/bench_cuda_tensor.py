@@ -60,6 +60,7 @@ MULTICAST = [THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (2, 1)},
              THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (1, 4)},
              THREE_GROUPS | {"cluster": (2, 1)}, {"cluster": (2, 1)}, {"cluster": (1, 2)},
              GROUPS_TALL | {"cluster": (1, 2)}]
+WIDE_SWIZZLE = {"depth": 64, "stages": 4, "swizzle": 128}     # one 128-byte box row a tile a step
 # warp specialization: a producer warpgroup issuing the TMA copies, two consumer warpgroups multiplying
 SPECIALIZED = {"engine": "tma", "specialize": True}
 SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"depth": 48, "stages": 5},
@@ -67,7 +68,11 @@ SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"d
                      {"block_m": 256, "block_n": 128, "depth": 32, "stages": 8},
                      {"depth": 64, "stages": 4, "cluster": (2, 1)},
                      {"depth": 64, "stages": 4, "cluster": (1, 2)},
-                     {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4, "cluster": (1, 2)}]
+                     {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4, "cluster": (1, 2)},
+                     *(tiles | WIDE_SWIZZLE for tiles in (
+                         {}, {"cluster": (2, 1)}, {"cluster": (1, 2)}, {"block_m": 256, "block_n": 128},
+                         {"block_m": 256, "block_n": 128, "cluster": (1, 2)},
+                         {"block_m": 256, "block_n": 128, "cluster": (2, 1)}))]
 
 
 def half_op(case: str) -> lo.Op:
@@ -94,8 +99,10 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) pairs timed for ``case``."""
     deep = {"depth": 64, "stages": 3}
     specialized = [("gpu_wgmma", tiles | SPECIALIZED) for tiles in SPECIALIZED_TILES]
+    wide = [("gpu_wgmma", tiles | WIDE_SWIZZLE | TMA)
+            for tiles in (THREE_GROUPS, THREE_GROUPS | {"cluster": (2, 1)}, {}, {"cluster": (2, 1)})]
     if case == "gemm4096.bf16":
-        return [("gpu_wgmma", THREE_GROUPS | {"depth": 64, "stages": 4} | TMA), *specialized]
+        return [("gpu_wgmma", THREE_GROUPS | {"depth": 64, "stages": 4} | TMA), *wide, *specialized]
     if case == "gemm4096":
         return [("gpu_mma", {}), ("gpu_mma", LONG | deep),
                 *(("gpu_wgmma", tiles) for tiles in ({}, {"stages": 3}, {"depth": 32, "stages": 6},
@@ -108,7 +115,7 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                                                              GROUPS_TALL | {"depth": 32, "stages": 6},
                                                              THREE_GROUPS,
                                                              THREE_GROUPS | {"depth": 64, "stages": 4},
-                                                             *MULTICAST)), *specialized]
+                                                             *MULTICAST)), *wide, *specialized]
     if case == "bert":
         return [("gpu_mma", {"split_k": 16}),
                 *(("gpu_wgmma", tiles | {"split_k": parts} | engine)

@@ -21,7 +21,7 @@ operand's rows (a quantized kernel's activation sums, ``tensor_printer``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,18 @@ MMA_INT8 = {(a, b): _mma_int8(a, b) for a in _BYTES for b in _BYTES}
 # thread, warp w of the group holding rows 16 w + l / 4 and + 8 (l its lane), columns 8 c + 2 (l % 4)
 # and + 1 of each group c of eight columns ("Matrix Fragments for wgmma.mma_async .m64nNk16").
 WGMMA_N = (64, 128, 256)     # the widths the presets and the search use
-_DESCRIPTOR = ("#define LO_DESCRIPTOR(address) ((((unsigned long long) (address) & 0x3FFFF) >> 4) "
-               "| (1ull << 16) | ((unsigned long long) (256 >> 4) << 32) | (3ull << 62))")
+SWIZZLE_MODES = {32: 3, 64: 2, 128: 1}      # a descriptor's layout type of each swizzle width (bytes)
+
+
+def _descriptor(width: int = 32) -> str:
+    """``LO_DESCRIPTOR(address)`` of K-major tiles in the ``width``-byte swizzle: rows of ``width``
+    bytes, eight rows (``8 x width`` bytes) apart from the next eight."""
+    return (f"#define LO_DESCRIPTOR(address) ((((unsigned long long) (address) & 0x3FFFF) >> 4) "
+            f"| (1ull << 16) | ((unsigned long long) ({8 * width} >> 4) << 32) "
+            f"| ({SWIZZLE_MODES[width]}ull << 62))")
+
+
+_DESCRIPTOR = _descriptor()
 _WGMMA_MACROS = _DESCRIPTOR + r"""
 #define LO_LANE ((int) (threadIdx.x & 127))
 #define LO_DESC(p) LO_DESCRIPTOR(__cvta_generic_to_shared(p))
@@ -340,6 +350,17 @@ def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:
             load_b="{b} = LO_DESC({ptr});",
             mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
             store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];"))
+
+
+def with_swizzle(entry: MatrixInstruction, width: int) -> MatrixInstruction:
+    """A wgmma ``entry`` whose descriptors read tiles in the ``width``-byte swizzle (``Schedule.swizzle``:
+    rows of a whole pipeline step's ``width`` bytes, the k-slices 32 bytes apart in each row), its tiles
+    aligned to the swizzle's repeat of eight rows."""
+    if width == 32:
+        return entry
+    return replace(entry, header=entry.header.replace(_DESCRIPTOR, _descriptor(width)),
+                   host_header=entry.host_header.replace(_DESCRIPTOR, _descriptor(width)),
+                   row_elements=width // entry.element_bytes, tile_alignment=8 * width)
 
 
 WGMMA_F16_F32 = {n: _wgmma(n) for n in WGMMA_N}

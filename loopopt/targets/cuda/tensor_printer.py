@@ -60,14 +60,15 @@ from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
-from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
+from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
 from . import cluster, quantized, specialize, tma
-from .instructions import instruction
+from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
+NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
 
 
 class TensorPrinter:
@@ -77,7 +78,11 @@ class TensorPrinter:
         self.s, self.syntax, self.op = schedule, syntax, schedule.op
         i, j, k, name = schedule.tensorized
         self.i, self.j, self.k = i, j, k
-        self.ins = instruction(name)
+        entry, width = instruction(name), schedule.tile_swizzle
+        if width != NARROW_SWIZZLE and not entry.asynchronous:
+            raise ScheduleError(f"swizzle({width}) lays tiles out for wgmma's descriptors; {name} reads the "
+                                f"32-byte swizzle: tensorize onto a wgmma entry")
+        self.ins = with_swizzle(entry, width)
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
@@ -121,6 +126,17 @@ class TensorPrinter:
                                 f"stage "
                                 f"them at a reduction loop")
         self.inner = [loop for loop in s.loops[at + 1:-3] if self._reduction(loop)]
+        width = s.tile_swizzle
+        if width != NARROW_SWIZZLE:      # a step's whole depth a tile row, copied by TMA
+            depth = math.prod(loop.extent for loop in self.inner) * self.ins.k * self.ins.element_bytes
+            if depth > width:
+                raise ScheduleError(f"swizzle({width}): a tile row holds one step's depth; the steps are "
+                                    f"{depth} bytes deep: stage at a step of at most {width} bytes "
+                                    f"(gpu_wgmma(depth={width // self.ins.element_bytes}))")
+            copied = [t for t in self.op.inputs if t not in s.tma_staged]
+            if copied:
+                raise ScheduleError(f"swizzle({width}): the threads copy {copied[0]}'s tiles in the 32-byte "
+                                    f"swizzle; stage({copied[0]!r}, ..., engine='tma')")
         self.fragments = {self.a: [], self.b: []}
         for loop in s.loops[at + 1:-3]:
             if self._reduction(loop):
@@ -157,7 +173,8 @@ class TensorPrinter:
                                 f"elements of {self.ins.element_bytes} bytes); "
                                 f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
         # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
-        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t])
+        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t],
+                                   tuple(loop.name for loop in self.row_slices))
                     for t in self.s.tma_staged}
         # the input a cluster's blocks share (``cluster``): a slice of each tile a block, multicast
         self.multicast = cluster.shared_input(self.s, self.blocks, self.reads, self.tma)
@@ -179,6 +196,24 @@ class TensorPrinter:
     def reads(self) -> dict[str, frozenset[str]]:
         return {t: self.s.offset(t).variables() for t in self.op.inputs}
 
+    @property
+    def row_slices(self) -> list[Loop]:
+        """The reduction loops inside a step whose k-slices share a tile's rows (a wider swizzle,
+        ``Schedule.swizzle``): none in the 32-byte swizzle, where each slice is a tile."""
+        return self.inner if self.s.tile_swizzle != NARROW_SWIZZLE else []
+
+    def stored_loops(self, tensor: str) -> list[Loop]:
+        """The loops whose iterations give ``tensor`` a tile of its own in a buffer, outer first."""
+        return [loop for loop in self.tile_loops(tensor) if loop not in self.row_slices]
+
+    def _slice_offset(self, tensor: str) -> str:
+        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+        index = "0"
+        for loop in self.row_slices:
+            if loop.name in self.reads[tensor]:
+                index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
+        return "" if index == "0" else f" + ({index}) * {self.ins.k}"
+
     def tile_loops(self, tensor: str) -> list[Loop]:
         """The loops whose iterations give ``tensor`` a tile of its own in one step, outer first."""
         inside = self.warps + list(self.s.loops[self.at + 1:-3])
@@ -186,7 +221,7 @@ class TensorPrinter:
 
     @cached_property
     def tiles(self) -> dict[str, int]:
-        return {t: math.prod(loop.extent for loop in self.tile_loops(t)) for t in self.op.inputs}
+        return {t: math.prod(loop.extent for loop in self.stored_loops(t)) for t in self.op.inputs}
 
     @property
     def output_elements(self) -> int:
@@ -263,7 +298,7 @@ class TensorPrinter:
 
     def _tile_index(self, tensor: str) -> str:
         index = "0"
-        for loop in self.tile_loops(tensor):
+        for loop in self.stored_loops(tensor):
             index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
         return index
 
@@ -308,7 +343,7 @@ class TensorPrinter:
         for tensor, box in self.tma.items():
             self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
             self.emit(depth, cprint.for_loop("int", "lo_t", self.tiles[tensor]) + " {")
-            self._define(depth + 1, self.tile_loops(tensor), "lo_t")
+            self._define(depth + 1, self.stored_loops(tensor), "lo_t")
             dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}")
             coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
@@ -431,7 +466,7 @@ class TensorPrinter:
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
             ptr = (f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
-                   f"{self.tile_elements[tensor]})")
+                   f"{self.tile_elements[tensor]}{self._slice_offset(tensor)})")
             self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
