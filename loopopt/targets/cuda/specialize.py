@@ -88,6 +88,8 @@ def check(consumers: int, accumulators: int, asynchronous: bool, instruction: st
                             f"{copied_by_threads[0]} is copied by the threads: "
                             f"stage({copied_by_threads[0]!r}, ..., engine='tma')")
     registers = Registers(consumers)
+    if fits(consumers, accumulators):
+        return registers
     if registers.threads > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(f"specialize(): {consumers} consumer warpgroups and the producer are "
                             f"{registers.threads} threads; CUDA allows at most {MAX_THREADS_PER_BLOCK}: bind "
@@ -97,6 +99,14 @@ def check(consumers: int, accumulators: int, asynchronous: bool, instruction: st
                             f"{registers.entry} registers a thread, too few for {accumulators} accumulators "
                             f"and {ADDRESS_REGISTERS} more: bind fewer warpgroups or narrower tiles")
     return registers
+
+
+def fits(consumers: int, accumulators: int) -> bool:
+    """Whether ``consumers`` warpgroups of ``accumulators`` registers a thread and the producer make a
+    block (``check``'s limits: the threads, the registers a thread starts with)."""
+    registers = Registers(consumers)
+    return (registers.threads <= MAX_THREADS_PER_BLOCK
+            and accumulators + ADDRESS_REGISTERS <= registers.entry)
 
 
 # --- the protocol, printed alike for the device and the host emulation -------------------------------
