@@ -1,7 +1,7 @@
 """The cuda target's tensor-core kernels on an NVIDIA GPU (``gpu_wmma``: WMMA m16n16k16; ``gpu_mma``:
 ``mma.sync`` m16n8k16 with ``ldmatrix`` from swizzled tiles, a deeper ring, split-K; ``gpu_wgmma``:
 Hopper's ``wgmma.mma_async`` m64nNk16 from descriptors; float16 inputs, float32 sums), next to cuBLAS
-/ cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM and
+/ cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM (also in bfloat16) and
 BERT's 384x768x3072 (B stored N x K), and ResNet-50's 3x3 convs conv2_x, conv3_x, conv4_x at N=32
 and N=1 (NHWC activations and output, OHWI weights; PyTorch's tensors channels_last). A few tile
 shapes, depths and split-K counts each (``variants``), built in parallel before any timing.
@@ -10,7 +10,9 @@ Every loopopt output is checked against float64 PyTorch on the GPU of the same f
 inputs (‖out − ref‖ / ‖ref‖ under 1e-4, no element left unwritten: the output starts as NaN).
 Times: CUDA events around each launch on device arrays (no copies), the L2 cache overwritten before
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
-replays, per launch: no launch overhead, L2 warm); the peers both ways.
+replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's fastest kernel is
+then timed again in alternation with its peer (``interleaved``: 9 rounds of 20 cold runs each).
+``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle.
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
@@ -72,7 +74,8 @@ SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"d
                      *(tiles | WIDE_SWIZZLE for tiles in (
                          {}, {"cluster": (2, 1)}, {"cluster": (1, 2)}, {"block_m": 256, "block_n": 128},
                          {"block_m": 256, "block_n": 128, "cluster": (1, 2)},
-                         {"block_m": 256, "block_n": 128, "cluster": (2, 1)}))]
+                         {"block_m": 256, "block_n": 128, "cluster": (2, 1)},
+                         {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3}))]
 
 
 def half_op(case: str) -> lo.Op:
@@ -122,10 +125,12 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                   for tiles in ({}, {"block_n": 128}, GROUP_SMALL)
                   for parts in sorted({1, filling_split(op, tiles, "gpu_wgmma"),
                                        2 * filling_split(op, tiles, "gpu_wgmma")}) for engine in ({}, TMA)),
-                *(("gpu_wgmma", tiles | {"split_k": parts} | SPECIALIZED)
-                  for tiles in ({"depth": 64, "stages": 4}, {"block_n": 128, "depth": 64, "stages": 4})
+                *(("gpu_wgmma", tiles | {"split_k": parts} | extra)
+                  for tiles in ({"depth": 64, "stages": 4}, {"block_n": 128, "depth": 64, "stages": 4},
+                                {"block_m": 192, "block_n": 128, "warps_m": 1, "warps_n": 2, "depth": 64})
                   for parts in sorted({filling_split(op, tiles, "gpu_wgmma"),
-                                       2 * filling_split(op, tiles, "gpu_wgmma")}))]
+                                       2 * filling_split(op, tiles, "gpu_wgmma")})
+                  for extra in (SPECIALIZED, WIDE_SWIZZLE | TMA, WIDE_SWIZZLE | SPECIALIZED))]
     if case.endswith(".n32"):
         return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2})),

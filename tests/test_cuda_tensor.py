@@ -457,7 +457,7 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         tensor_printer, "with_swizzle", lambda entry, width: replace(
             instructions.with_swizzle(entry, width), host_header=entry.host_header)), False,
-        id="descriptors of the 32-byte swizzle")])
+        id="descriptors of the 32-byte swizzle", marks=pytest.mark.slow)])
 def test_the_wide_swizzle_boxes_are_read_as_the_descriptors_say(monkeypatch, mutate, exact):
     """Tiles of 128-byte rows (``swizzle(128)``: one box a tile a step, the k-slices 32 bytes apart)
     match the reference through the descriptors of the 128-byte swizzle, and miss it through the
