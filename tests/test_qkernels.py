@@ -3,6 +3,7 @@
 Raw int32 products are checked exactly, requantized outputs bit for bit, float32 outputs
 within float32 rounding; dequantize-on-the-fly within the float summation bound.
 """
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +28,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
+from loopopt.codegen.emit import generate
 from loopopt.quant_reference import random_call
 from loopopt.schedule_file import list_schedules
+from loopopt.targets.x86.families import ISAS as X86_ISAS
 
 GENERIC = Path(__file__).resolve().parents[1] / "schedules"     # the schedules of no particular CPU
 
@@ -151,14 +154,23 @@ def test_dot_on_every_signedness(signedness, data):
     isa = data.draw(st.sampled_from(SIMD_ISAS))
     spec = lo.QuantSpec(activation, data.draw(st.booleans()), data.draw(st.booleans()),
                         data.draw(st.sampled_from(lo.quant.OUTPUTS)), weight=weight)
-    op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=spec)
-    s = vnni_conv(lo.Schedule(op)).vectorize("k_i")
-    if data.draw(st.booleans()):
-        s = s.register_block("c_o")
-    kernel = check(s, isa, call=data.draw(integer_calls(op)))
+    blocked = data.draw(st.booleans())
+
+    def schedule(quant):
+        op = lo.Conv2d(12, 20, 3, stride=(1, 2), padding=1, groups=2, batch=2, height=6, width=9, quant=quant)
+        s = vnni_conv(lo.Schedule(op)).vectorize("k_i")
+        return s.register_block("c_o") if blocked else s
+
+    s = schedule(spec)
+    kernel = check(s, isa, call=data.draw(integer_calls(s.op)))
     assert kernel.plan.dot_loop == "c_i"
     assert kernel.plan.shift == (128 if activation == "int8" else 0)
     assert kernel.plan.weight_shift == (-128 if weight == "uint8" else 0)
+    # the weights' signedness is applied when they are packed: the C is the same but its first (comment)
+    # line (the sanitizer tier, tests/test_sanitize.py, runs this test on uint8 weights only)
+    other = replace(spec, weight="int8" if weight == "uint8" else "uint8")
+    twin = generate(schedule(other), X86_ISAS[isa]).source
+    assert twin.split("\n", 1)[1] == kernel.source.split("\n", 1)[1]
 
 
 def onnx_node(op_type: str, inputs: dict, **attributes) -> np.ndarray:
