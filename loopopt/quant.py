@@ -429,6 +429,11 @@ def check_call(spec: QuantSpec, k_channels: int, what: str, arrays: list,
     return qp
 
 
+def clip_multiplier(clip_scale: Any) -> np.float32:
+    """The float32 reciprocal of ``clip_scale`` (a float32) that ``Schedule.clip_quantized`` multiplies by."""
+    return np.float32(1.0 / np.float64(np.float32(clip_scale)))
+
+
 def output_multipliers(spec: QuantSpec, qp: QuantParams, k_channels: int) -> np.ndarray | None:
     """The float32 multiplier of each output channel in the epilogue: ``requant_multiplier`` for a
     requantized output, ``sx * sw[k]`` for a float32 one, None for int32."""

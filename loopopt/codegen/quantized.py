@@ -47,6 +47,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..activation import Clip
 from ..cnames import letter_variable
 from ..expr import Bound, Var
 from ..ops import Op, Window
@@ -64,6 +65,8 @@ SIMD_PRAGMA = "#pragma omp simd"
 # bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
 # builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
+CLIP_TABLE = "lo_cq"   # ``Schedule.clip_quantized``'s constants: rows ``CLIP_ROWS``, an entry per channel
+CLIP_ROWS = ("y_scale", "low", "high", "clip_multiplier", "clip_zero_point", "min", "max")
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t"}
 
 
@@ -84,6 +87,7 @@ class QuantPlan:
     packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
     tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
     tap_fill: bool = False        # the tap dot's padding bytes hold the activations' zero point
+    requantized_clip: Clip | None = None   # clipped on another scale after (``Schedule.clip_quantized``)
 
     @property
     def dot_instruction(self) -> str:
@@ -121,7 +125,7 @@ def plan(schedule: Schedule, lanes: int, signed_dot: bool = False) -> QuantPlan:
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
         bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap,
-        tap_fill=tap is not None and spec.weight_symmetric)
+        tap_fill=tap is not None and spec.weight_symmetric, requantized_clip=schedule.requantized_clip)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -408,9 +412,10 @@ def parameters(qp: QuantPlan) -> tuple[KernelParam, ...]:
         return (KernelParam("lo_zw", "int32_t", const=True), KernelParam("lo_wscale", "float", const=True),
                 scalar("lo_xscale", "float"), scalar("lo_zx", "int"))
     mult = (KernelParam("lo_mult", "float", const=True),) if qp.output_type != "int32_t" else ()
+    clipped = (KernelParam(CLIP_TABLE, "float", const=True),) if qp.requantized_clip is not None else ()
     return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True), *mult,
             KernelParam("lo_comp", "int32_t"), KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"),
-            scalar("lo_zy", "int"))
+            scalar("lo_zy", "int"), *clipped)
 
 
 def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
@@ -647,12 +652,32 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
         # clamped before it is rounded (the bounds are integers, so rounding commutes with the clamp),
         # then rounded to the nearest even int by one conversion (vcvtps2dq: irintf under QUANT_FLAGS'
         # -fno-math-errno); two selects, each a vmaxps / vminps (a nested select: compares and a blend)
-        return lines + [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
-                        "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;",
-                        f"{target} = ({qp.output_type})(__builtin_irintf(lo_p) + lo_zy);" if narrow
-                        else f"{target} = __builtin_irintf(lo_p) + lo_zy;"]
+        lines += [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
+                  "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;"]
+        value = "__builtin_irintf(lo_p) + lo_zy"
+        if qp.requantized_clip is not None:
+            lines += _clipped_requantization(op.channels, channel)
+            value = "(int)lo_q"
+        return lines + [f"{target} = ({qp.output_type})({value});" if narrow else f"{target} = {value};"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
+
+
+def _clipped_requantization(channels: int, channel: str) -> list[str]:
+    """``Schedule.clip_quantized``: the requantized value (``lo_p`` rounded, before its zero point)
+    dequantized, clipped and quantized again into ``lo_q``, each step one float32 rounding (a product,
+    the clip, a product with the reciprocal of the scale, ``rintf``, the zero point, a clamp; ``(float)q -
+    zy`` of the stored value is the rounded value exactly: ``quant_reference.clip_requantized``). Its
+    constants are rows of ``CLIP_TABLE`` (``CLIP_ROWS``), one entry per channel: loads that vary with
+    the channel are not hoisted out of the nest, where seven more vector registers would spill a
+    register block's accumulators."""
+    at = {row: f"{CLIP_TABLE}[{i * channels} + {channel}]" for i, row in enumerate(CLIP_ROWS)}
+    return [f"float lo_v = (float)__builtin_irintf(lo_p) * {at['y_scale']};   /* dequantized */",
+            f"lo_v = lo_v < {at['low']} ? {at['low']} : lo_v;",
+            f"lo_v = lo_v > {at['high']} ? {at['high']} : lo_v;",
+            f"float lo_q = __builtin_rintf(lo_v * {at['clip_multiplier']}) + {at['clip_zero_point']};",
+            f"lo_q = lo_q < {at['min']} ? {at['min']} : lo_q;",
+            f"lo_q = lo_q > {at['max']} ? {at['max']} : lo_q;   /* quantized again */"]
 
 
 def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
