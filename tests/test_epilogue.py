@@ -196,7 +196,7 @@ def _clips_quantized(data, isa):
 
 
 test_clip_quantized_is_exact, test_clip_quantized_is_exact_more = tiers(
-    _clips_quantized, 2, 8, data=st.data(), isas=INT_ISAS)
+    _clips_quantized, 2, 4, data=st.data(), isas=INT_ISAS)
 
 
 def test_clip_quantized_on_amx_tiles_and_its_refusals():
@@ -230,47 +230,3 @@ def test_clip_quantized_on_amx_tiles_and_its_refusals():
         lo.Schedule(op).clip_quantized(0.0).clip_quantized(0.0)
     schedule = lo.Schedule(op).clip_quantized(high=6.0)
     assert schedule_from_toml(to_toml(schedule), op).requantized_clip == Clip(None, 6.0)
-
-
-def _quantized_relu6(conv_output: bool, clip_scale: float) -> onnx.ModelProto:
-    """QLinearConv (depthwise 3x3, uint8 output) -> DequantizeLinear -> Clip(0, 6) -> QuantizeLinear of
-    another scale (MobileNetV2's quantized ReLU6); with ``conv_output`` the Conv's output is a graph
-    output too (then nothing is fused)."""
-    rng = np.random.default_rng(3)
-    u8 = np.uint8
-    inits = [numpy_helper.from_array(a, n) for n, a in (
-        ("xs", np.float32(0.02)), ("xz", u8(120)),
-        ("w", rng.integers(-127, 128, (6, 1, 3, 3), dtype=np.int8)),
-        ("ws", (rng.random(6) * 0.02 + 0.01).astype(np.float32)), ("wz", np.zeros(6, np.int8)),
-        ("cs", np.float32(0.05)), ("cz", u8(30)), ("b", rng.integers(-500, 500, 6, dtype=np.int32)),
-        ("zero", np.float32(0)), ("six", np.float32(6)), ("rs", np.float32(clip_scale)), ("rz", u8(0)))]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-             helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "cs", "cz", "b"], ["c"],
-                              pads=[1, 1, 1, 1], group=6, name="conv"),
-             helper.make_node("DequantizeLinear", ["c", "cs", "cz"], ["cf"], name="dq"),
-             helper.make_node("Clip", ["cf", "zero", "six"], ["r"], name="relu6"),
-             helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"], name="q")]
-    outputs = [("rq", TensorProto.UINT8, [2, 6, 7, 9])] + ([("c", TensorProto.UINT8, [2, 6, 7, 9])]
-                                                          if conv_output else [])
-    return model(nodes, [("x", TensorProto.FLOAT, [2, 6, 7, 9])], outputs, inits, opset=21)
-
-
-def test_a_quantized_relu6_runs_in_the_conv_kernels_store_with_the_nodes_bits():
-    """QLinearConv -> DequantizeLinear -> Clip -> QuantizeLinear is one kernel (``clip_quantized``) whose
-    outputs are the unfused nodes' bit for bit; a Conv output read elsewhere keeps its nodes, and a scale
-    whose reciprocal would round one of the 256 values otherwise than the division is not fused."""
-    x = np.random.default_rng(4).standard_normal((2, 6, 7, 9)).astype(np.float32) * 2
-    fused = backend.prepare(_quantized_relu6(False, 0.0235), strict=True)
-    plain = backend.prepare(_quantized_relu6(True, 0.0235), strict=True)
-    assert fused.lowered["conv"].absorbed == ("dq", "relu6", "q") and plain.lowered["conv"].absorbed == ()
-    assert fused.lowered["conv"].schedule.requantized_clip == Clip(0.0, 6.0)
-    assert [s.op_type for s in fused.plan.steps] == ["QuantizeLinear", "QLinearConv"]
-    got, want = fused.run([x])[0], plain.run([x])[0]
-    assert np.array_equal(got, want) and len(np.unique(want)) > 60 and want.max() == 255   # 6 clips
-    scales = np.float32(np.arange(1, 3000) * 1e-4)     # a scale the check at prepare refuses
-    values = (np.arange(256, dtype=np.float32) - 30) * np.float32(0.05)
-    clipped = np.clip(values, 0, 6)
-    differs = [s for s in scales
-               if not np.array_equal(np.rint(clipped / s), np.rint(clipped * np.float32(1 / s)))]
-    refused = backend.prepare(_quantized_relu6(False, float(differs[0])), strict=True)
-    assert refused.lowered["conv"].absorbed == ()

@@ -116,8 +116,7 @@ class LoopoptRep(BackendRep):
                 lowered = self._lowering(node, values, order.get(node.input[0]), chain)
                 if lowered is not None and constant:
                     lowering, kernel = lowered
-                    self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values],
-                                                           **(chain.params if chain is not None else {}))
+                    self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values])
                     written = chain.output if chain is not None else node.output[0]
                     order[written] = lowering.output_order(kernel)
                 else:

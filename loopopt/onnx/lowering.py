@@ -87,12 +87,12 @@ class Lowering:
         arrays, params = self.constants(inputs)
         return self.result(run_kernel(kernel, self.activation(inputs[0]), *arrays, **params))
 
-    def bind(self, kernel: Kernel, inputs: Inputs, **epilogue) -> Callable[..., list[np.ndarray]]:
+    def bind(self, kernel: Kernel, inputs: Inputs) -> Callable[..., list[np.ndarray]]:
         """The node's outputs as a function of its first input (and of the residual a kernel with
         ``add_residual`` adds), every other input the constant of ``inputs`` (checked and packed once:
-        ``Kernel.with_constants``); ``epilogue``: the call parameters of the kernel's fused epilogue."""
+        ``Kernel.with_constants``)."""
         arrays, params = self.constants(inputs)
-        call = kernel.with_constants(*(np.ascontiguousarray(a) for a in arrays), **params, **epilogue)
+        call = kernel.with_constants(*(np.ascontiguousarray(a) for a in arrays), **params)
         return lambda x, *residual: self.result(call(self.activation(x), *residual))
 
 
