@@ -230,3 +230,5 @@ def test_clip_quantized_on_amx_tiles_and_its_refusals():
         lo.Schedule(op).clip_quantized(0.0).clip_quantized(0.0)
     schedule = lo.Schedule(op).clip_quantized(high=6.0)
     assert schedule_from_toml(to_toml(schedule), op).requantized_clip == Clip(None, 6.0)
+    assert "then dequantized, Clip(low=None, high=6.0) and quantized again (clip_quantized)" in \
+        schedule.pseudocode("scalar")
