@@ -25,20 +25,13 @@ from .cbuild import compile_c, sanitizers
 from .codegen import Generated
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.params import storage_elements
-from .codegen.quantized import (
-    CLIP_ROWS,
-    CLIP_TABLE,
-    QuantPlan,
-    compensation_entries,
-    compensation_table,
-    stored_weights,
-)
+from .codegen.quantized import MAP, QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
 from .epilogue import RESIDUAL
 from .openmp import OPENMP_FLAG
 from .ops import FLOAT16
-from .quant import QuantParams, check_call, clip_multiplier, output_multipliers
+from .quant import QuantParams, check_call, clip_requantized, output_multipliers
 from .schedule import Schedule, ScheduleError
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
@@ -362,6 +355,7 @@ def _called(tensor: str) -> str:
 
 
 CLIP_PARAMS = ("clip_scale", "clip_zero_point")    # a call's quantization of ``Schedule.clip_quantized``
+MAP_ENTRIES = 256      # its table: one output per bit pattern of the requantized value
 
 
 class QuantizedKernel(Kernel):
@@ -377,7 +371,7 @@ class QuantizedKernel(Kernel):
     """
 
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, plan: QuantPlan):
-        if schedule.requantized_clip is not None and not any(p.name == CLIP_TABLE for p in generated.params):
+        if schedule.requantized_clip is not None and not any(p.name == MAP for p in generated.params):
             raise ScheduleError(f"clip_quantized: the kernel family of {schedule.op!r} requantizes its "
                                 "outputs without it; leave clip_quantized out and clip the outputs after the "
                                 "kernel")
@@ -395,8 +389,8 @@ class QuantizedKernel(Kernel):
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
             return compensation_entries(op, self.plan)
-        if name == CLIP_TABLE:
-            return len(CLIP_ROWS) * op.channels
+        if name == MAP:
+            return MAP_ENTRIES
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:
@@ -465,12 +459,11 @@ class QuantizedKernel(Kernel):
         if zero.size != 1 or zero.dtype.kind not in "iu" or not info.min <= int(zero.reshape(())) <= info.max:
             raise ValueError(f"clip_zero_point must be one integer in {info.min}..{info.max} (the "
                              f"{self.op.quant.output} output's range), got {clip_zero_point!r}")
-        clip = self.schedule.requantized_clip
-        rows = dict(y_scale=qp.y_scale, low=-np.inf if clip.low is None else clip.low,
-                    high=np.inf if clip.high is None else clip.high, clip_multiplier=clip_multiplier(scale),
-                    clip_zero_point=zero, min=info.min, max=info.max)
-        table = np.repeat(np.array([np.float32(rows[row]) for row in CLIP_ROWS]), self.op.channels)
-        return {CLIP_TABLE: self._copy(CLIP_TABLE, table)}
+        dtype = np.dtype(self.op.quant.output)
+        values = np.arange(MAP_ENTRIES, dtype=np.uint8).view(dtype)
+        table = clip_requantized(values, qp.y_scale, qp.y_zero_point, self.schedule.requantized_clip,
+                                 scale.reshape(()), zero.reshape(()))
+        return {MAP: self._copy(MAP, table.view(np.uint8))}     # the outputs by the requantized value
 
     @property
     def _activation_dtype(self) -> np.dtype:

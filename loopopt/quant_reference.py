@@ -10,11 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .activation import Clip
 from .ops import Op
 from .quant import (
     add_bias,
-    clip_multiplier,
     dequantize,
     dequantize_output,
     quantize,
@@ -104,17 +102,3 @@ def tolerance(op: Op, arrays: list[np.ndarray], params: dict[str, Any],
     outputs = max(1, int(np.prod(op.tensor(op.output).shape)))
     reduction = max(1, op.macs // outputs) if dequantize_in_loop else 1
     return (2 * reduction + 4) * eps * (magnitude + bias) + 1e-30
-
-
-def clip_requantized(y: np.ndarray, y_scale: Any, y_zero_point: Any, clip: Clip, clip_scale: Any,
-                     clip_zero_point: Any) -> np.ndarray:
-    """The outputs of a kernel with ``Schedule.clip_quantized(clip)`` from its requantized outputs ``y``:
-    ``saturate(rint(clip((y - y_zero_point) * y_scale) * clip_multiplier(clip_scale)) + clip_zero_point)``,
-    each step rounded to float32. ONNX's DequantizeLinear -> Clip -> QuantizeLinear divides by the scale
-    instead, the same wherever no quotient lies within a rounding of a half (the ONNX backend checks
-    every value of a node's ``y`` at prepare before it fuses them)."""
-    info = np.iinfo(y.dtype)
-    values = (y.astype(np.float32) - np.float32(y_zero_point)) * np.float32(y_scale)
-    clipped = clip.apply(values).astype(np.float32)
-    quantized = np.rint(clipped * clip_multiplier(clip_scale)) + np.float32(clip_zero_point)
-    return np.clip(quantized, info.min, info.max).astype(y.dtype)

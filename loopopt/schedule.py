@@ -624,7 +624,7 @@ class Schedule:
         with the call's ``clip_scale=`` and ``clip_zero_point=`` (``saturate(rint(v / clip_scale) +
         clip_zero_point)``), each step one float32 rounding as ONNX's DequantizeLinear -> Clip ->
         QuantizeLinear after a QLinearConv (a ReLU6 whose output has a scale of its own;
-        ``quant_reference.clip_requantized`` is the reference). Requantized outputs only; the families
+        ``quant.clip_requantized`` is the reference). Requantized outputs only; the families
         whose epilogue is not ``codegen.quantized``'s refuse it when the kernel is built."""
         clip = Clip(low, high)
         step = Step("clip_quantized", (), tuple(clip.bounds.items()))

@@ -17,7 +17,8 @@ from loopopt.dataflows import output_stationary
 from loopopt.epilogue import RESIDUAL, Epilogue
 from loopopt.measure import checked
 from loopopt.onnx import backend
-from loopopt.quant_reference import clip_requantized, random_call, reference_output
+from loopopt.quant import clip_requantized
+from loopopt.quant_reference import random_call, reference_output
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
 from loopopt.targets.x86.costs import count

@@ -65,8 +65,7 @@ SIMD_PRAGMA = "#pragma omp simd"
 # bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
 # builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
-CLIP_TABLE = "lo_cq"   # ``Schedule.clip_quantized``'s constants: rows ``CLIP_ROWS``, an entry per channel
-CLIP_ROWS = ("y_scale", "low", "high", "clip_multiplier", "clip_zero_point", "min", "max")
+MAP = "lo_map"     # ``Schedule.clip_quantized``'s outputs by requantized value: 256 bytes, by bit pattern
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t"}
 
 
@@ -412,7 +411,7 @@ def parameters(qp: QuantPlan) -> tuple[KernelParam, ...]:
         return (KernelParam("lo_zw", "int32_t", const=True), KernelParam("lo_wscale", "float", const=True),
                 scalar("lo_xscale", "float"), scalar("lo_zx", "int"))
     mult = (KernelParam("lo_mult", "float", const=True),) if qp.output_type != "int32_t" else ()
-    clipped = (KernelParam(CLIP_TABLE, "float", const=True),) if qp.requantized_clip is not None else ()
+    clipped = (KernelParam(MAP, "uint8_t", const=True),) if qp.requantized_clip is not None else ()
     return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True), *mult,
             KernelParam("lo_comp", "int32_t"), KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"),
             scalar("lo_zy", "int"), *clipped)
@@ -618,7 +617,8 @@ def folded_offsets(schedule: Schedule, qp: QuantPlan) -> list[str]:
 
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
                         target: str | None = None, narrow: bool = True,
-                        clamp: frozenset[str] = frozenset(), folded: bool = False) -> list[str]:
+                        clamp: frozenset[str] = frozenset(), folded: bool = False,
+                        mapped: bool = True) -> list[str]:
     """C statements turning the int32 products ``value`` of one output element into its
     output value, stored to ``target`` (default: the element of ``Y``). With ``narrow=False``
     a requantized value is stored as an int (already in the output type's range) for the caller
@@ -629,7 +629,8 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     a variable of ``clamp`` are clamped to the output's shape: a dead lane past the output's
     last element computes (and its caller does not store) the last one's value, so it reads the
     per-channel and per-position tables in bounds. With ``folded`` the compensation and the bias
-    are one entry of ``FOLDED`` (``folded_offsets``).
+    are one entry of ``FOLDED`` (``folded_offsets``). A ``clip_quantized`` value is looked up in
+    ``MAP`` here, or with ``mapped=False`` left for the caller to map (packed bytes: ``map_bytes``).
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
@@ -655,29 +656,11 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
         lines += [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
                   "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;"]
         value = "__builtin_irintf(lo_p) + lo_zy"
-        if qp.requantized_clip is not None:
-            lines += _clipped_requantization(op.channels, channel)
-            value = "(int)lo_q"
+        if qp.requantized_clip is not None and mapped:
+            value = f"({qp.output_type}){MAP}[(uint8_t)({value})]"
         return lines + [f"{target} = ({qp.output_type})({value});" if narrow else f"{target} = {value};"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
-
-
-def _clipped_requantization(channels: int, channel: str) -> list[str]:
-    """``Schedule.clip_quantized``: the requantized value (``lo_p`` rounded, before its zero point)
-    dequantized, clipped and quantized again into ``lo_q``, each step one float32 rounding (a product,
-    the clip, a product with the reciprocal of the scale, ``rintf``, the zero point, a clamp; ``(float)q -
-    zy`` of the stored value is the rounded value exactly: ``quant_reference.clip_requantized``). Its
-    constants are rows of ``CLIP_TABLE`` (``CLIP_ROWS``), one entry per channel: loads that vary with
-    the channel are not hoisted out of the nest, where seven more vector registers would spill a
-    register block's accumulators."""
-    at = {row: f"{CLIP_TABLE}[{i * channels} + {channel}]" for i, row in enumerate(CLIP_ROWS)}
-    return [f"float lo_v = (float)__builtin_irintf(lo_p) * {at['y_scale']};   /* dequantized */",
-            f"lo_v = lo_v < {at['low']} ? {at['low']} : lo_v;",
-            f"lo_v = lo_v > {at['high']} ? {at['high']} : lo_v;",
-            f"float lo_q = __builtin_rintf(lo_v * {at['clip_multiplier']}) + {at['clip_zero_point']};",
-            f"lo_q = lo_q < {at['min']} ? {at['min']} : lo_q;",
-            f"lo_q = lo_q > {at['max']} ? {at['max']} : lo_q;   /* quantized again */"]
 
 
 def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
