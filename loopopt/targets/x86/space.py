@@ -256,7 +256,7 @@ def lanes(op: Op, isa: str) -> int:
     return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
 
 
-def _axis(op: Op, tensor: str, dim: str) -> int:
+def axis_of(op: Op, tensor: str, dim: str) -> int:
     """The axis of ``tensor`` whose index involves ``dim``."""
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
@@ -268,12 +268,12 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     tags = activations_last(op)
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
-    reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
+    reduction = "".join(letters[axis_of(op, weights, d)] for d in knobs.reduction)
     outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
     tags[weights] = {"plain": outer + reduction + channel,
                      "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
                      "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
-                            f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
+                            f"{letters[axis_of(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
 
@@ -306,7 +306,7 @@ def build_taps(op: Op, knobs: Knobs) -> Schedule:
     window = tap_window(op)
     weights = op.inputs[1]
     letters = op.tensor(weights).letters
-    tap_letter = letters[_axis(op, weights, window.tap_dim)]
+    tap_letter = letters[axis_of(op, weights, window.tap_dim)]
     schedule = Schedule(op).layout(weights, f"{letters}{DOT}{tap_letter.lower()}")
     if window.taps > DOT:
         schedule = schedule.split(window.tap_dim, DOT)
