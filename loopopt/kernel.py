@@ -158,7 +158,8 @@ class Kernel:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``); ``into``: a buffer an earlier
         packing of this tensor returned, written where a copy is needed (``Layout.to_storage``)."""
         layout = self.schedule.layout_of(self._tensor_of(tensor))
-        return layout.to_storage(array, self._ahead(tensor), self.exact, into)
+        transpose = self.target.transpose() if self.target is not None else None
+        return layout.to_storage(array, self._ahead(tensor), self.exact, into, transpose)
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
