@@ -115,10 +115,12 @@ def interleaved(runs: dict[str, Callable[[], object]], budget: float) -> dict[st
 
 
 def row(layer: Layer, budget: float) -> str:
-    schedule, source, isa = default_schedule(layer.op)
-    kernel = schedule.compile(isa)
-    # the weights (and bias, quantization parameters) checked and packed once; both operands per call
+    # the weights (and bias, quantization parameters) checked and packed once; both operands per call,
+    # the second stored as it arrives (row-major) where a candidate ranked near the first does so
     per_call = 1 if layer.weights else len(layer.arrays)
+    arriving = {tensor: layer.op.tensor(tensor).letters for tensor in layer.op.inputs[1:per_call]}
+    schedule, source, isa = default_schedule(layer.op, operands=arriving)
+    kernel = schedule.compile(isa)
     call = kernel.with_constants(*layer.arrays[per_call:], per_call=per_call, **layer.params)
     whole = lambda: call(*layer.arrays[:per_call])              # noqa: E731
     buffers = kernel.prepare(*layer.arrays, **layer.params)

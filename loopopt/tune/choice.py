@@ -13,6 +13,8 @@ asks once per distinct shape of a model).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..ops import Op
 from ..schedule import ScheduleError
 from ..targets.registry import target_of_isa
@@ -42,14 +44,17 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
     return _chosen[key]
 
 
-def first_reading(op: Op, layout: str, isa: str = "auto", threads: int = 1) -> tuple[Candidate, int] | None:
-    """The best-ranked candidate (within the first ``READING_WINDOW``) that stores ``op``'s first input
-    in ``layout`` (a format tag) and runs on the first choice's ISA, and its rank; None if none does.
-    The ONNX backend takes it where the first choice would read its input in another layout than the
-    one it arrives in (a conversion per call)."""
+def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
+                  threads: int = 1) -> tuple[Candidate, int] | None:
+    """The best-ranked candidate (within the first ``READING_WINDOW``) that stores ``op``'s inputs in the
+    layouts they arrive in (``layout``: the first input's format tag, or a tag per input name) and runs on
+    the first choice's ISA, and its rank; None if none does. The ONNX backend takes it where the first
+    choice would read its input in another layout than the one it arrives in (a conversion per call);
+    a layer whose second operand comes with each call (attention's) where it would pack that one."""
     first = first_choice(op, isa, threads)
     if first is None:
         return None
+    wanted = {op.inputs[0]: layout} if isinstance(layout, str) else dict(layout)
     auto = isa == "auto"
     target = target_of_isa(isa)
     isa = target.resolve_isa(isa, integer=op.quant is not None)
@@ -58,7 +63,7 @@ def first_reading(op: Op, layout: str, isa: str = "auto", threads: int = 1) -> t
     ranked = _ranking(key, rules, rules.candidates(op, isa, threads, auto) if key not in _ranked else [])
     for rank, candidate in enumerate(ranked[:READING_WINDOW]):
         if (candidate.isa == first.isa and _builds(candidate)
-                and candidate.schedule.layout_of(op.inputs[0]).tag == layout):
+                and all(candidate.schedule.layout_of(t).tag == tag for t, tag in wanted.items())):
             return candidate, rank
     return None
 
