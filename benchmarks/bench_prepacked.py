@@ -121,11 +121,13 @@ def interleaved(runs: dict[str, Callable[[], object]], budget: float,
 
 
 def row(layer: Layer, budget: float, clock: Callable[[], float]) -> str:
-    # the weights (and bias, quantization parameters) checked and packed once; both operands per call,
-    # the second stored as it arrives (row-major) where a candidate ranked near the first does so
+    # the weights (and bias, quantization parameters) checked and packed once; both operands per call;
+    # the activations arrive in their logical layouts (NCHW, row-major): a candidate that stores them so
+    # where the ranking puts it within the packing it saves (tune.choice.first_reading)
     per_call = 1 if layer.weights else len(layer.arrays)
     arriving = {tensor: layer.op.tensor(tensor).letters for tensor in layer.op.inputs[1:per_call]}
-    schedule, source, isa = default_schedule(layer.op, operands=arriving)
+    schedule, source, isa = default_schedule(layer.op, arrives=layer.op.tensor(layer.op.inputs[0]).letters,
+                                             operands=arriving)
     kernel = schedule.compile(isa)
     call = kernel.with_constants(*layer.arrays[per_call:], per_call=per_call, **layer.params)
     whole = lambda: call(*layer.arrays[:per_call])              # noqa: E731

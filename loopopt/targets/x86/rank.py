@@ -234,9 +234,10 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return total
 
 
-def out_of_order(op: Op, knobs: Knobs) -> int:
+def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     """The pairs of outer loops (of more than one iteration, over output dims) that visit the
-    channels-last output out of its memory order (the positions in their order, the channels last):
+    channels-last output out of its memory order (the positions in their order, the channels last;
+    ``channels_first``: a plane candidate's output, in the op's logical order, NCHW):
     each such pair makes the blocks jump in memory instead of running along it, and the operands
     that stream from beyond L2 come at less than the prefetchers' bandwidth (``SCATTER`` more time
     per pair). Measured over the 32 trials of one search each on a shared machine, Spearman of this
@@ -244,7 +245,8 @@ def out_of_order(op: Op, knobs: Knobs) -> int:
     depthwise), +0.59 and +0.46 (1x1 convs); a depthwise 4x48 block ran 0.19-0.21 ms in order and
     0.31-0.35 ms with two or three pairs out of order."""
     roles = Roles.of(op, knobs.pixel)
-    memory = [d for d in op.dim_names if d not in op.reduction_dims and d != roles.channel] + [roles.channel]
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+    memory = outputs if channels_first else [d for d in outputs if d != roles.channel] + [roles.channel]
     extents = outer_extents(op, knobs)
     places = [memory.index(loop.removesuffix("_o")) for loop in knobs.outer
               if extents[loop] > 1 and loop.removesuffix("_o") in memory]
@@ -356,8 +358,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
     roles, _, bandwidth = _operands(op)
     vector = lanes(op, candidate.isa)
-    taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
-    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
+    taps, planes = knobs.weights == "taps", knobs.weights == "planes"
+    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps or planes     # lanes along the pixels
                     else (knobs.channel_block, knobs.pixel_block))
     vectors = _ceil(laned, vector)
     accumulators = other * vectors
@@ -365,7 +367,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency = min(1.0, accumulators / CHAINS)
     if registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT
-    efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
+    # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
+    # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
+    loads = accumulators + other if planes else other + vectors
+    efficiency *= accumulators / max(accumulators, loads)
     if rolled(candidate):
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
@@ -393,7 +398,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
     efficiency *= NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays else L2_FIT
-    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * out_of_order(op, knobs))
+    scattered = out_of_order(op, knobs, channels_first=planes)
+    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
