@@ -54,9 +54,9 @@ def test_planes_are_float_depthwise_convs_on_simd_only():
     assert out_of_order(depthwise, knobs) == 1                             # channels-last's: k_o before oh
 
 
-@pytest.mark.slow                                    # ranks and builds 113 candidates: 2.5 s
+@pytest.mark.slow                                    # ranks the space, builds 55 candidates: 1 s
 def test_the_default_reads_nchw_where_the_packing_it_saves_pays(recorded_profile):
-    op = lo.Conv2d(240, 240, 5, padding=2, groups=240, height=28, width=28)
+    op = lo.Conv2d(32, 32, 5, padding=2, groups=32, height=28, width=28)
     choice._chosen.clear(), choice._ranked.clear()          # ranked with the recorded profile
     first, _, _ = default_schedule(op)
     assert first.layout_of("I").tag == "NHWC"
