@@ -79,6 +79,7 @@ def test_bad_arrays_are_refused_with_the_value():
         transpose(np.zeros((2, 3), np.float32), np.zeros(4, np.float32), 1, 2, 3)
 
 
+@pytest.mark.slow                 # (the quick tier's kernel tests from NCHW into NHWC pack through them too)
 def test_a_prepacked_call_from_nchw_packs_through_the_transposes():
     op = lo.Conv2d(20, 20, 5, padding=(2, 1), stride=(1, 2), groups=20, height=9, width=11, batch=2)
     kernel = lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").compile()

@@ -70,6 +70,7 @@ def test_the_default_reads_nchw_where_the_packing_it_saves_pays(recorded_profile
     choice._chosen.clear(), choice._ranked.clear()          # not kept for tests on the measured profile
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isa", SIMD_ISAS[:1])
 def test_an_nchw_call_packs_nothing(isa):
     op = lo.Conv2d(16, 16, 3, padding=1, groups=16, height=7, width=20)
