@@ -237,6 +237,10 @@ def test_default_schedule_reads_a_per_call_operand_as_it_arrives(recorded_profil
     assert schedule.layout_of("B").tag == "BKN" and schedule.layout_of("A").tag == "BMK"
     assert source.startswith("default best-ranked candidate reading B BKN as they arrive (rank ")
     assert first_reading(op, {"B": "BKN"})[0].schedule is schedule
+    with pytest.raises(ValueError, match=r"'X' is not an input of Matmul.*: its inputs are A, B"):
+        default_schedule(op, operands={"X": "BKN"})
+    with pytest.raises(ValueError, match=r"layout 'BKQ' is not a valid format tag for B"):
+        default_schedule(op, operands={"B": "BKQ"})
     choice._chosen.clear(), choice._ranked.clear()          # not kept for tests on the measured profile
 
 

@@ -23,7 +23,7 @@ from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..tune import RankedResult, TuneError, best_trial, tune
-from ..tune.choice import first_choice, first_reading
+from ..tune.choice import arriving_layouts, first_choice, first_reading
 from ..tune.log import logged_count, signature
 from ..tune.ranked import UntimedSearchError
 from ..tune.result import describe
@@ -69,11 +69,12 @@ def default_schedule(op: Op, threads: int = 1, isa: str = "auto", arrives: str |
     layouts other inputs given with each call arrive in (an attention's second operand), by name; where
     the first choice stores them otherwise, the best-ranked candidate that stores them so
     (``first_reading``), if any."""
+    first = {op.inputs[0]: arrives} if arrives is not None else {}
+    wanted = arriving_layouts(op, first | dict(operands or {}))
     chosen = first_choice(op, isa, threads)
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
-    wanted = ({op.inputs[0]: arrives} if arrives is not None else {}) | dict(operands or {})
     reading = None
     if any(chosen.schedule.layout_of(tensor).tag != tag for tensor, tag in wanted.items()):
         reading = first_reading(op, wanted, isa, threads)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ..layout import Layout
 from ..machine import machine_profile
 from ..ops import Op
 from ..schedule import ScheduleError
@@ -61,7 +62,7 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     first = first_choice(op, isa, threads)
     if first is None:
         return None
-    wanted = {op.inputs[0]: layout} if isinstance(layout, str) else dict(layout)
+    wanted = arriving_layouts(op, layout)
     auto = isa == "auto"
     target = target_of_isa(isa)
     isa = target.resolve_isa(isa, integer=op.quant is not None)
@@ -77,6 +78,17 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
                 and all(candidate.schedule.layout_of(t).tag == tag for t, tag in wanted.items())):
             return candidate, rank
     return None
+
+
+def arriving_layouts(op: Op, layout: str | Mapping[str, str]) -> dict[str, str]:
+    """``first_reading``'s ``layout`` as a format tag per input name; a ValueError names a tensor that is
+    not an input of ``op`` or a malformed tag."""
+    wanted = {op.inputs[0]: layout} if isinstance(layout, str) else dict(layout)
+    for tensor, tag in wanted.items():
+        if tensor not in op.inputs:
+            raise ValueError(f"{tensor!r} is not an input of {op!r}: its inputs are {', '.join(op.inputs)}")
+        Layout.parse(tag, op.tensor(tensor).letters, tensor)
+    return wanted
 
 
 def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -> float:
