@@ -29,6 +29,7 @@ from .codegen.quantized import MAP, QuantPlan, compensation_entries, compensatio
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
 from .epilogue import RESIDUAL
+from .layout import Layout, Transposer
 from .openmp import OPENMP_FLAG
 from .ops import FLOAT16
 from .quant import QuantParams, check_call, clip_requantized, output_multipliers
@@ -157,8 +158,18 @@ class Kernel:
     def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``); ``into``: a buffer an earlier
         packing of this tensor returned, written where a copy is needed (``Layout.to_storage``)."""
-        layout = self.schedule.layout_of(self._tensor_of(tensor))
-        return layout.to_storage(array, self._ahead(tensor), self.exact, into)
+        if tensor not in self._packing:
+            transpose = self.target.transpose() if self.target is not None else None
+            self._packing[tensor] = (self.schedule.layout_of(self._tensor_of(tensor)), self._ahead(tensor),
+                                     transpose)
+        layout, ahead, transpose = self._packing[tensor]
+        return layout.to_storage(array, ahead, self.exact, into, transpose)
+
+    @cached_property
+    def _packing(self) -> dict[str, tuple[Layout, int, Transposer | None]]:
+        """Per array parameter packed so far, what its packing takes (asked on every call): its storage
+        layout, the bytes the kernel may read past it, and the target's compiled transposes."""
+        return {}
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
