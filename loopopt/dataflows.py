@@ -602,7 +602,7 @@ VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kerne
 
 
 def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
-             weight_format: str | None = None) -> Schedule:
+             weight_format: str | None = None, depth: int | None = None) -> Schedule:
     """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
     (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
     warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
@@ -610,7 +610,9 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     in 16-byte vectors over the warp's lanes. Ternary weights are stored as ``weight_format`` (default
     ``"i2_s"``, 2 bits each; ``"int8"``: a byte each). ``warps`` and ``columns`` default to the fastest
     of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
-    int8 weights, 8 x 4 for i2_s."""
+    int8 weights, 8 x 4 for i2_s. ``depth`` (``unroll("k", depth)``): the rounds of each lane's loop (a
+    16-byte vector of each of its columns a round) whose weights it loads before using the first
+    (default: 8 vectors in flight, ``8 // columns`` rounds)."""
     schedule = Schedule(op)
     ternary = op.quant is not None and op.quant.ternary
     if ternary:
@@ -624,4 +626,6 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     a, b = op.inputs
     schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
                 .split("j", warps * columns).split("j_i", columns))
-    return schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    # a lane has at most k rounds: a deeper unroll is the same kernel
+    return schedule if depth is None else schedule.unroll("k", min(depth, op.k))

@@ -5,12 +5,11 @@ the reference over random ops (``gpu_wgmma`` with ``engine="tma"`` too: the boxe
 the barriers' byte counts), and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and 16-byte
 ``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` (int8: ``IGMMA``) without
 ``LDGSTS`` for TMA; skipped with the reason without nvcc or cuobjdump)."""
-import subprocess
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
+from helpers import conv_ops, gemm_ops, matmul_ops, needs, sass, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -566,16 +565,10 @@ def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(s
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
     assert kernel.build.registers * np.prod(kernel.printed.block) <= 65536, kernel.report
-    cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip("no cuobjdump and nvdisasm here (pip install nvidia-cuda-cuobjdump "
-                    "nvidia-cuda-nvdisasm): "
-                    "the SASS is unchecked")
-    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
-                          text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
-    assert ("LDGSTS" in sass) != ("UTMALDG.2D" in expected)       # the threads' copies, or TMA's
-    assert all(instruction in sass for instruction in expected), expected
-    assert "LDL" not in sass and "STL" not in sass
+    code = sass(kernel)
+    assert ("LDGSTS" in code) != ("UTMALDG.2D" in expected)       # the threads' copies, or TMA's
+    assert all(instruction in code for instruction in expected), expected
+    assert "LDL" not in code and "STL" not in code
 
 
 @pytest.mark.parametrize("make", [gpu_wmma, gpu_mma])
