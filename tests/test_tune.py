@@ -35,6 +35,7 @@ from loopopt.targets.x86.rank import (
     conflict_lines,
     out_of_order,
     rank,
+    residual_seconds,
     rolled,
     streamed_bytes,
     strided_seconds,
@@ -522,6 +523,18 @@ def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     narrow = lo.Conv2d(32, 128, 3, padding=1, height=7, width=7)   # 7x48 blocks: 2 whole, 1 of 32 of 48
     chosen = first_choice(narrow, "avx512").knobs
     assert 128 % chosen.channel_block == 0 and chosen.weights == "packed"   # no partial block; packed rows
+
+
+def test_a_kernel_that_adds_a_residual_visits_a_large_output_in_its_memory_order(recorded_profile):
+    # ResNet-50's 64->256 1x1 conv at 56x56: 3.2 MB of output (and of residual), beyond half of L2
+    wide = lo.Conv2d(64, 256, 1, height=56, width=56)
+    alone, shortcut = first_choice(wide, "avx512"), first_choice(wide, "avx512", residual=True)
+    assert out_of_order(wide, alone.knobs) > 0 and "residual_seconds" not in alone.figures   # weights in L1
+    assert out_of_order(wide, shortcut.knobs) == 0 and shortcut.figures["residual_seconds"] > 0
+    assert (shortcut.knobs.pixel_block, shortcut.knobs.channel_block) == (alone.knobs.pixel_block,
+                                                                          alone.knobs.channel_block)
+    narrow = Knobs(7, 48, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "packed")
+    assert residual_seconds(lo.Conv2d(256, 1024, 1, height=14, width=14), narrow) == 0   # 0.8 MB: it fits
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):
