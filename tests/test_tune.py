@@ -525,6 +525,12 @@ def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     assert 128 % chosen.channel_block == 0 and chosen.weights == "packed"   # no partial block; packed rows
 
 
+def test_a_pointwise_conv_unrolls_its_input_channels(recorded_profile):
+    pointwise = lo.Conv2d(64, 64, 1, height=14, width=14)     # kh, kw of extent 1 go outside the channels
+    chosen = first_choice(pointwise, "avx512")
+    assert chosen.knobs.reduction == ("kh", "kw", "c") and not rolled(chosen)
+
+
 def test_a_kernel_that_adds_a_residual_visits_a_large_output_in_its_memory_order(recorded_profile):
     # ResNet-50's 64->256 1x1 conv at 56x56: 3.2 MB of output (and of residual), beyond half of L2
     wide = lo.Conv2d(64, 256, 1, height=56, width=56)
