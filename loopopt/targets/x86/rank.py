@@ -86,6 +86,7 @@ TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at 
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
                            # power again (see ``tail``)
+MASKED = 1.15              # a partial channel block's masked code, run by every block (see ``channel_tail``)
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
 RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with a float output add one)
@@ -187,17 +188,23 @@ def tail(candidate: Candidate) -> float:
 
 def channel_tail(candidate: Candidate) -> float:
     """The time of a register-blocked candidate over that of its channel blocks all whole, beyond the
-    lanes its last, partial channel block leaves unused: ``1 / used ** TAIL`` (``used``: ``_edges``
-    of the channels), as ``tail`` counts a padded window's partial pixel block, whose guarded copy of
-    the reduction a partial channel block runs on every op. ResNet-18's 256-channel 3x3 layer (14x14)
-    ran 1.62-1.73 ms with 7x48 blocks (16 of the last block's 48 channels used) and 1.40-1.46 ms with
-    7x32, 1.51 ms with 14x16; its 128-channel 7x7 shape 0.088-0.093 ms with 7x48 and 0.079 ms with
+    lanes its last, partial channel block leaves unused: ``MASKED / used ** TAIL`` (``used``: ``_edges``
+    of the channels; 1 where the blocks divide the channels), as ``tail`` counts a padded window's
+    partial pixel block. The kernel's one copy of the reduction is the guarded one, so every block
+    runs it: masked loads and masked, conditional multiply-adds (ResNet-18's 512-channel 3x3 layer:
+    42 ``maskz_loadu`` and 21 ``mask3_fmadd`` with 7x48 blocks, 14 plain ``fmadd`` with 7x32), which
+    ``MASKED`` prices where the last block's unused share is small. ResNet-18's 256-channel 3x3 layer
+    (14x14) ran 1.62-1.73 ms with 7x48 blocks (16 of the last block's 48 channels used) and 1.40-1.46 ms
+    with 7x32, 1.51 ms with 14x16; its 128-channel 7x7 shape 0.088-0.093 ms with 7x48 and 0.079 ms with
     7x32, where the lanes alone put 7x48 first (one search each on this project's shared 2-core Xeon
-    with AMX, 1 thread). The kernel model's shortlist (``Traits.tail``) leaves it out: its fit learns
-    from the trials."""
+    with AMX, 1 thread); the 512-channel one at 7x7 (32 of the last 48 used) 2.28 ms with 7x48 and 2.08
+    ms with 7x32 (minimum thread times of 24 interleaved calls, 4 weight copies in rotation, load 10),
+    where ``1 / used ** TAIL`` alone left 7x48 first. The kernel model's shortlist (``Traits.tail``)
+    leaves it out: its fit learns from the trials."""
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
-    return 1 / _edges(candidate.op.channels, candidate.knobs.channel_block) ** TAIL
+    used = _edges(candidate.op.channels, candidate.knobs.channel_block)
+    return 1.0 if used == 1 else MASKED / used ** TAIL
 
 
 def element_bytes(op: Op) -> int:
