@@ -525,6 +525,8 @@ def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     narrow = lo.Conv2d(32, 128, 3, padding=1, height=7, width=7)   # 7x48 blocks: 2 whole, 1 of 32 of 48
     chosen = first_choice(narrow, "avx512").knobs
     assert 128 % chosen.channel_block == 0 and chosen.weights == "packed"   # no partial block; packed rows
+    wide = lo.Conv2d(64, 512, 3, padding=1, height=7, width=7)   # 7x48: 10 whole blocks, 1 of 32 of 48
+    assert first_choice(wide, "avx512").knobs.channel_block == 32          # masked code on every block
 
 
 def test_a_pointwise_conv_unrolls_its_input_channels(recorded_profile):
