@@ -120,6 +120,7 @@ PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run t
 # Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
 # gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor)
 STAGE_ENGINES = ("threads", "tma")
+SWIZZLE_WIDTHS = (32, 64, 128)  # bytes of a staged tile's swizzled rows (``swizzle``)
 MAX_CLUSTER_BLOCKS = 8         # blocks of a thread-block cluster that every sm_90 GPU launches (``cluster``)
 
 
@@ -191,6 +192,8 @@ class Schedule:
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
     cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
+    specialized: bool = False                       # a producer warpgroup copies, the others multiply
+    tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -637,6 +640,32 @@ class Schedule:
             raise ScheduleError(f"{step}: the blocks are clustered already ({self.cluster_dims[0]} x "
                                 f"{self.cluster_dims[1]}); cluster once")
         return self._with(step, cluster_dims=(x, y))
+
+    def swizzle(self, width: int) -> "Schedule":
+        """Lay the staged tiles out in the ``width``-byte swizzle (32, 64 or 128; 32 by default): each row
+        of a tile holds a whole pipeline step's ``width`` bytes of the reduction (its wgmma k-slices 32
+        bytes apart), so TMA copies one box a tile a step, ``width`` bytes a row, instead of one a
+        k-slice of 32 bytes. The cuda target refuses it unless a wgmma entry multiplies, TMA copies both
+        inputs and a step's depth is at most ``width`` bytes (a shallower step's boxes read the row's
+        rest, which its products skip)."""
+        step = Step("swizzle", (width,))
+        if isinstance(width, bool) or width not in SWIZZLE_WIDTHS:
+            raise ScheduleError(f"{step}: width={width!r}; choose one of "
+                                f"{', '.join(map(str, SWIZZLE_WIDTHS))} bytes")
+        return self._with(step, tile_swizzle=width)
+
+    def specialize(self) -> "Schedule":
+        """Warp specialization (``sm_90a``): one more warpgroup, the *producer*, only issues the copies
+        of the staged tiles into the ring of buffers, refilling a buffer once its *empty* mbarrier says
+        every consumer released it; the ``warp.*`` warpgroups, the *consumers*, only wait on a buffer's
+        *full* mbarrier, multiply, and release the buffer once their products of it retired;
+        ``setmaxnreg`` moves registers from the producer to the consumers. The cuda target refuses it
+        unless a wgmma entry multiplies and TMA copies both inputs (``stage(engine="tma")``), and with
+        ``cluster``."""
+        step = Step("specialize", ())
+        if self.specialized:
+            raise ScheduleError(f"{step}: the warps are specialized already; specialize once")
+        return self._with(step, specialized=True)
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:
