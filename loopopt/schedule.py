@@ -191,6 +191,7 @@ class Schedule:
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
+    requantized_clip: Optional[Clip] = None         # requantized, clipped on a scale of its own
     cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
     specialized: bool = False                       # a producer warpgroup copies, the others multiply
     tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
@@ -619,6 +620,26 @@ class Schedule:
             raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}), and the "
                                 f"residual is added before the clip: add_residual() first, then clip")
         return self._with(step, residual=True)
+
+    def clip_quantized(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
+        """Requantized outputs, then a quantized activation in the kernel's store: each output ``y`` is
+        dequantized (``(y - y_zero_point) * y_scale``), clipped to ``[low, high]`` and quantized again
+        with the call's ``clip_scale=`` and ``clip_zero_point=`` (``saturate(rint(v / clip_scale) +
+        clip_zero_point)``), each step one float32 rounding as ONNX's DequantizeLinear -> Clip ->
+        QuantizeLinear after a QLinearConv (a ReLU6 whose output has a scale of its own;
+        ``quant.clip_requantized`` is the reference). Requantized outputs only; the families
+        whose epilogue is not ``codegen.quantized``'s refuse it when the kernel is built."""
+        clip = Clip(low, high)
+        step = Step("clip_quantized", (), tuple(clip.bounds.items()))
+        quant = self.op.quant
+        if quant is None or not quant.requantized:
+            outputs = "float32" if quant is None else quant.output
+            raise ScheduleError(f"{step}: it clips requantized 8-bit outputs; {self.op!r} has {outputs} "
+                                "outputs (float outputs: clip)")
+        if self.requantized_clip is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.requantized_clip}); "
+                                "clip once")
+        return self._with(step, requantized_clip=clip)
 
     def cluster(self, x: int, y: int) -> "Schedule":
         """Launch the blocks in clusters of ``x`` blocks along ``block.x`` by ``y`` along ``block.y``
