@@ -244,6 +244,14 @@ def test_default_schedule_reads_a_per_call_operand_as_it_arrives(recorded_profil
     choice._chosen.clear(), choice._ranked.clear()          # not kept for tests on the measured profile
 
 
+def test_default_schedule_of_a_kernel_that_adds_a_residual(recorded_profile):
+    """A Conv whose fused epilogue adds a residual gets the choice ranked as a kernel that reads one:
+    ResNet-50's 64->256 1x1 conv at 56x56 visits its 3.2 MB output (and residual) in memory order."""
+    wide = lo.Conv2d(64, 256, 1, bias=True, height=56, width=56)
+    assert "outer n,oh,k_o,ow_o" in default_schedule(wide, isa="avx512")[1]
+    assert "outer n,oh,ow_o,k_o" in default_schedule(wide, isa="avx512", residual=True)[1]
+
+
 def test_gemm_node_transposes_alpha_beta():
     a, b, c = _x(6, 3), _x(5, 6), _x(1, 5)
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=0.25, beta=-2.0)
