@@ -108,6 +108,8 @@ class PoolKernel:
         self._ffi, self._function = module.ffi, getattr(module.lib, function)
         self._array = f"{C_TYPES[op.dtype]}[]"
         self.out_shape = (op.batch, *op.output_sizes, op.channels)
+        rank = len(op.input_shape)
+        self._to_last, self._to_logical = (0, *range(2, rank), 1), (0, rank - 1, *range(1, rank - 1))
         self.name = f"generated C ({' '.join(flags) or 'no vector flags'})"
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -115,7 +117,7 @@ class PoolKernel:
         if x.shape != op.input_shape or x.dtype != self.dtype:
             raise ValueError(f"the input of the {op} must be {self.dtype} of shape {op.input_shape}, got "
                              f"{x.dtype} {x.shape}")
-        last = np.moveaxis(x, 1, -1)
+        last = x.transpose(self._to_last)      # (a view: np.moveaxis costs more than a small pool)
         if not last.flags.c_contiguous:
             last = np.ascontiguousarray(last)
         if out is None:
@@ -125,7 +127,7 @@ class PoolKernel:
                              f"(channels-last), got {out.dtype} {out.shape}")
         buffer = self._ffi.from_buffer
         self._function(buffer(self._array, last), buffer(self._array, out, require_writable=True))
-        return np.moveaxis(out, -1, 1)
+        return out.transpose(self._to_logical)
 
 
 @cache
