@@ -340,7 +340,8 @@ def _pool_attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[str, Any]:
     """A pooling node's run and engine: ``pool``'s kernel (where the input's shape is known, the kernel
-    of ``LoopoptRep._build_pools``), else numpy, ``reason`` saying why; else onnx.reference."""
+    of ``LoopoptRep._build_pools``), else numpy, ``reason`` saying why; else onnx.reference. An input
+    of unknown shape is marked for the kernel; its first run decides (``PoolRunner``)."""
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
         pooled = pool(inputs[0])
