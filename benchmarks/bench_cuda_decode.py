@@ -1,9 +1,9 @@
 """Low-bit decode on the GPU: the cuda target's GEMV kernels (``dataflows.gpu_gemv``,
 ``targets/cuda/gemv.py``) at LLM decode shapes (1 x 4096 x 4096, 4096 -> 11008, 11008 -> 4096, and an
 8-row GEMM) with float16, int8 and ternary i2_s weights (int8 activations, float32 output,
-per-channel scales), next to loopopt's tensor-core path on the same float16 GEMV (``gpu_mma`` with
-split-K: what the GEMM kernels do on one row) and cuBLAS's float16 GEMV through PyTorch
-(``torch.nn.functional.linear``, weights N x K) in the same run.
+per-channel scales), in the knobs of ``VARIANTS``, next to cuBLAS's float16 GEMV through PyTorch
+(``torch.nn.functional.linear``, weights N x K) and the floor of the same bytes (``decode_floor``: an
+empty kernel, and the fastest plain streaming read of exactly the weights' bytes), in the same run.
 
 Each loopopt kernel is verified by ``lo.measure`` (the float16 ones against float64 products, the
 integer ones against quant.py's exact reference). Three times each, median, per call:
@@ -17,10 +17,11 @@ integer ones against quant.py's exact reference). Three times each, median, per 
   turn comes again): the weight streaming rate without the launch gaps.
 
 Weight bandwidth is the weights' bytes over the time, against the device-to-device copy rate measured
-in the same run (bytes read + written). ``python benchmarks/bench_cuda_decode.py [--only ...]
-[--json PATH]``; ``--check``: small odd-shaped kernels of every kind verified once (the run to put
-under ``compute-sanitizer``). The whole run takes about four minutes on an H200 (the kernels of a case
-are built in parallel first).
+in the same run (bytes read + written), and, in the stream scope, the read floor's time over the
+kernel's (``stream % of read``). ``python benchmarks/bench_cuda_decode.py [--only ...] [--json
+PATH]``; ``--check``: small odd-shaped kernels of every kind verified once (the run to put under
+``compute-sanitizer``). The four cases take about five minutes on an H200 (one case about 70 s; the
+kernels of all cases are built in parallel first).
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ import statistics
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from cuda_bench import events_median, main, markdown
+import decode_floor
+from cuda_bench import events_median, graph_median, main, markdown
 
 import loopopt as lo
-from loopopt.dataflows import gpu_gemv, gpu_mma
+from loopopt.dataflows import gpu_gemv
 from loopopt.measure import verify
 from loopopt.quant_reference import random_call
 from loopopt.targets.cuda import device
@@ -41,7 +43,13 @@ SHAPES = {"4096x4096": (1, 4096, 4096), "4096to11008": (1, 11008, 4096), "11008t
           "m8.4096x4096": (8, 4096, 4096)}
 INT8 = lo.QuantSpec(activation="int8", output="float32")
 TERNARY = lo.QuantSpec(activation="int8", output="float32", weight="ternary")
-VARIANTS = ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 2}, {"warps": 8, "columns": 4})
+# gpu_gemv's knobs timed for each kind of weights (depth: a lane's rounds whose weights load together)
+VARIANTS = {"float16": ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 1, "depth": 4},
+                        {"warps": 4, "columns": 2}, {"warps": 8, "columns": 1}),
+            "int8": ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 1, "depth": 4},
+                     {"warps": 4, "columns": 2}),
+            "ternary i2_s": ({"warps": 8, "columns": 4}, {"warps": 4, "columns": 2},
+                             {"warps": 4, "columns": 1}, {"warps": 2, "columns": 1})}
 L2_COPIES = 4             # the rotating buffer sets hold this many times the L2
 CASES = list(SHAPES)
 CHECKS = [lo.Matmul(1, 37, 100, dtype="float16"), lo.Matmul(3, 45, 203, dtype="float16"),
@@ -117,23 +125,45 @@ def cublas_row(case: str, m: int, n: int, k: int, rate: float) -> dict:
     return row(case, "cuBLAS float16 (torch linear)", 2 * n * k, cold, graph, stream, rate, True, 0.0)
 
 
+def ops(m: int, n: int, k: int) -> dict[str, lo.Matmul]:
+    """The decode Matmul of each kind of weights."""
+    return {"float16": lo.Matmul(m, n, k, dtype="float16"), "int8": lo.Matmul(m, n, k, quant=INT8),
+            "ternary i2_s": lo.Matmul(m, n, k, quant=TERNARY)}
+
+
+def schedules(names: list[str]) -> list[tuple[str, str, lo.Schedule]]:
+    """(case, label, schedule) of every loopopt kernel the cases time."""
+    return [(case, f"{kind} GEMV {knobs}", gpu_gemv(op, **knobs)) for case in names
+            for kind, op in ops(*SHAPES[case]).items() for knobs in VARIANTS[kind]]
+
+
+def floor_row(case: str, floor: decode_floor.Floor, rate: float) -> dict:
+    return row(case, floor.label, floor.nbytes, floor.cold, floor.graph, floor.stream, rate, True, 0.0)
+
+
 def bench(names: list[str]) -> list[dict]:
     rate = copy_rate()
     print(f"device-to-device copy: {rate / 1e12:.2f} TB/s", flush=True)
-    rows = []
+    rows = [floor_row("launch", f, rate) for f in decode_floor.empty_floors(events_median, graph_median)]
+    print(rows, flush=True)
+    planned = schedules(names)
+    kernels = compiled([s for _, _, s in planned])
+    floors: dict[int, dict] = {}
     for case in names:
         m, n, k = SHAPES[case]
-        half = lo.Matmul(m, n, k, dtype="float16")
         rows.append(cublas_row(case, m, n, k, rate))
         print(rows[-1], flush=True)
-        candidates = [(f"float16 GEMV {v}", gpu_gemv(half, **v)) for v in VARIANTS]
-        candidates.append(("float16 tensor cores (gpu_mma, 64 x 64 blocks, split-K 8)",
-                           gpu_mma(half, block_m=64, block_n=64, warps_m=1, warps_n=2, split_k=8)))
-        candidates += [(f"int8 GEMV {v}", gpu_gemv(lo.Matmul(m, n, k, quant=INT8), **v)) for v in VARIANTS]
-        candidates += [(f"ternary i2_s GEMV {v}", gpu_gemv(lo.Matmul(m, n, k, quant=TERNARY), **v))
-                       for v in VARIANTS]
-        for (label, _), kernel in zip(candidates, compiled([s for _, s in candidates]), strict=True):
-            rows.append(loopopt_row(case, label, kernel, rate))
+        for (_, label, _), kernel in ((p, built) for p, built in zip(planned, kernels, strict=True)
+                                      if p[0] == case):
+            timed = loopopt_row(case, label, kernel, rate)
+            nbytes = timed["weight_bytes"]
+            if nbytes not in floors:
+                floors[nbytes] = floor_row(case, decode_floor.read_floor(
+                    nbytes, copies_for(nbytes), events_median, graph_median, rotated_median), rate)
+                rows.append(floors[nbytes])
+                print(rows[-1], flush=True)
+            timed["stream_percent_of_read"] = floors[nbytes]["stream_us"] / timed["stream_us"] * 100
+            rows.append(timed)
             print(rows[-1], flush=True)
     rows.append({"case": "copy", "kernel": "device-to-device copy", "rate_tb_s": rate / 1e12,
                  "verified": True})
@@ -154,10 +184,12 @@ def check() -> bool:
 
 def table(rows: list[dict]) -> str:
     header = ["case", "kernel", "weight MB", "cold us", "graph us", "stream us", "stream % of copy",
-              "cold % of copy", "verified", "regs"]
+              "stream % of read", "cold % of copy", "verified", "regs"]
     return markdown(header, [[r["case"], r["kernel"], f"{r['weight_bytes'] / 1e6:.2f}",
                               *(f"{r[f'{scope}_us']:.2f}" for scope in ("cold", "graph", "stream")),
-                              f"{r['stream_percent_of_copy']:.0f}", f"{r['cold_percent_of_copy']:.0f}",
+                              f"{r['stream_percent_of_copy']:.0f}",
+                              f"{r['stream_percent_of_read']:.0f}" if "stream_percent_of_read" in r else "-",
+                              f"{r['cold_percent_of_copy']:.0f}",
                               "yes" if r["verified"] else "NO", r["registers"]]
                              for r in rows if "weight_bytes" in r])
 

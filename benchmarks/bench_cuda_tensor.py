@@ -1,7 +1,7 @@
 """The cuda target's tensor-core kernels on an NVIDIA GPU (``gpu_wmma``: WMMA m16n16k16; ``gpu_mma``:
 ``mma.sync`` m16n8k16 with ``ldmatrix`` from swizzled tiles, a deeper ring, split-K; ``gpu_wgmma``:
 Hopper's ``wgmma.mma_async`` m64nNk16 from descriptors; float16 inputs, float32 sums), next to cuBLAS
-/ cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM and
+/ cuDNN in float16 through PyTorch in the same run: a 4096^3 GEMM (also in bfloat16) and
 BERT's 384x768x3072 (B stored N x K), and ResNet-50's 3x3 convs conv2_x, conv3_x, conv4_x at N=32
 and N=1 (NHWC activations and output, OHWI weights; PyTorch's tensors channels_last). A few tile
 shapes, depths and split-K counts each (``variants``), built in parallel before any timing.
@@ -10,7 +10,9 @@ Every loopopt output is checked against float64 PyTorch on the GPU of the same f
 inputs (‖out − ref‖ / ‖ref‖ under 1e-4, no element left unwritten: the output starts as NaN).
 Times: CUDA events around each launch on device arrays (no copies), the L2 cache overwritten before
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
-replays, per launch: no launch overhead, L2 warm); the peers both ways.
+replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's fastest kernel is
+then timed again in alternation with its peer (``interleaved``: 9 rounds of 20 cold runs each).
+``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle.
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
@@ -35,15 +37,16 @@ from loopopt.targets.cuda import device, toolchain
 from loopopt.targets.cuda.printer import print_kernel
 from loopopt.targets.cuda.target import build_arch
 
-CASES = ["gemm4096", "bert", *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x",
-                                                                                       "conv4_x"))]
+CASES = ["gemm4096", "gemm4096.bf16", "bert",
+         *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x", "conv4_x"))]
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
                     dtype="float16"),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
           lo.Matmul(300, 260, 200, dtype="float16"),
           lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
 TMA_CHECKS = [lo.Matmul(300, 260, 200, dtype="float16"),
-              lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16")]
+              lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16"),
+              lo.Matmul(300, 520, 264, dtype="bfloat16")]
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 2, "warps_n": 2}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}       # 256 x 128 tiles, 16 warps of 64 x 32
@@ -59,11 +62,25 @@ MULTICAST = [THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (2, 1)},
              THREE_GROUPS | {"depth": 64, "stages": 4, "cluster": (1, 4)},
              THREE_GROUPS | {"cluster": (2, 1)}, {"cluster": (2, 1)}, {"cluster": (1, 2)},
              GROUPS_TALL | {"cluster": (1, 2)}]
+WIDE_SWIZZLE = {"depth": 64, "stages": 4, "swizzle": 128}     # one 128-byte box row a tile a step
+# warp specialization: a producer warpgroup issuing the TMA copies, two consumer warpgroups multiplying
+SPECIALIZED = {"engine": "tma", "specialize": True}
+SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"depth": 48, "stages": 5},
+                     {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4},
+                     {"block_m": 256, "block_n": 128, "depth": 32, "stages": 8},
+                     {"depth": 64, "stages": 4, "cluster": (2, 1)},
+                     {"depth": 64, "stages": 4, "cluster": (1, 2)},
+                     {"block_m": 256, "block_n": 128, "depth": 64, "stages": 4, "cluster": (1, 2)},
+                     *(tiles | WIDE_SWIZZLE for tiles in (
+                         {}, {"cluster": (2, 1)}, {"cluster": (1, 2)}, {"block_m": 256, "block_n": 128},
+                         {"block_m": 256, "block_n": 128, "cluster": (1, 2)},
+                         {"block_m": 256, "block_n": 128, "cluster": (2, 1)},
+                         {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3}))]
 
 
 def half_op(case: str) -> lo.Op:
-    if case == "gemm4096":
-        return lo.Matmul(4096, 4096, 4096, dtype="float16")
+    if case.startswith("gemm4096"):
+        return lo.Matmul(4096, 4096, 4096, dtype="bfloat16" if case.endswith(".bf16") else "float16")
     if case == "bert":
         return lo.Matmul(384, 768, 3072, dtype="float16")
     layer, batch = case.split(".n")
@@ -84,6 +101,11 @@ def filling_split(op: lo.Op, tiles: dict, preset: str = "gpu_mma") -> int:
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) pairs timed for ``case``."""
     deep = {"depth": 64, "stages": 3}
+    specialized = [("gpu_wgmma", tiles | SPECIALIZED) for tiles in SPECIALIZED_TILES]
+    wide = [("gpu_wgmma", tiles | WIDE_SWIZZLE | TMA)
+            for tiles in (THREE_GROUPS, THREE_GROUPS | {"cluster": (2, 1)}, {}, {"cluster": (2, 1)})]
+    if case == "gemm4096.bf16":
+        return [("gpu_wgmma", THREE_GROUPS | {"depth": 64, "stages": 4} | TMA), *wide, *specialized]
     if case == "gemm4096":
         return [("gpu_mma", {}), ("gpu_mma", LONG | deep),
                 *(("gpu_wgmma", tiles) for tiles in ({}, {"stages": 3}, {"depth": 32, "stages": 6},
@@ -96,13 +118,19 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                                                              GROUPS_TALL | {"depth": 32, "stages": 6},
                                                              THREE_GROUPS,
                                                              THREE_GROUPS | {"depth": 64, "stages": 4},
-                                                             *MULTICAST))]
+                                                             *MULTICAST)), *wide, *specialized]
     if case == "bert":
         return [("gpu_mma", {"split_k": 16}),
                 *(("gpu_wgmma", tiles | {"split_k": parts} | engine)
                   for tiles in ({}, {"block_n": 128}, GROUP_SMALL)
                   for parts in sorted({1, filling_split(op, tiles, "gpu_wgmma"),
-                                       2 * filling_split(op, tiles, "gpu_wgmma")}) for engine in ({}, TMA))]
+                                       2 * filling_split(op, tiles, "gpu_wgmma")}) for engine in ({}, TMA)),
+                *(("gpu_wgmma", tiles | {"split_k": parts} | extra)
+                  for tiles in ({"depth": 64, "stages": 4}, {"block_n": 128, "depth": 64, "stages": 4},
+                                {"block_m": 192, "block_n": 128, "warps_m": 1, "warps_n": 2, "depth": 64})
+                  for parts in sorted({filling_split(op, tiles, "gpu_wgmma"),
+                                       2 * filling_split(op, tiles, "gpu_wgmma")})
+                  for extra in (SPECIALIZED, WIDE_SWIZZLE | TMA, WIDE_SWIZZLE | SPECIALIZED))]
     if case.endswith(".n32"):
         return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2})),
@@ -119,36 +147,42 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
 
 
 def torch_tensors(op: lo.Op, seed: int = 0) -> tuple[list, list]:
-    """The inputs as PyTorch float16 tensors on the GPU (logical layout, channels_last for a conv) and
-    the same values in each tensor's storage layout of ``gpu_wmma`` (NHWC, OHWI; B as N x K)."""
+    """The inputs as PyTorch tensors of the op's dtype (float16, bfloat16) on the GPU (logical layout,
+    channels_last for a conv) and the same values in each tensor's storage layout of ``gpu_wmma``
+    (NHWC, OHWI; B as N x K)."""
     import torch
     generator = torch.Generator(device="cuda").manual_seed(seed)
     shapes = [op.tensor(t).shape for t in op.inputs]
-    a, b = (torch.randn(*s, device="cuda", generator=generator).half() for s in shapes)
+    dtype = getattr(torch, op.dtype)
+    a, b = (torch.randn(*s, device="cuda", generator=generator).to(dtype) for s in shapes)
     if not op.windows:
-        return [a, b], [a.contiguous(), b.t().contiguous()]
+        stored = [a.contiguous(), b.t().contiguous()]
+        if op.dtype == "bfloat16":      # a bfloat16 kernel takes the bit patterns (uint16)
+            import cupy as cp
+            stored = [cp.asarray(t.view(torch.int16)).view(cp.uint16) for t in stored]
+        return [a, b], stored
     a, b = a.contiguous(memory_format=torch.channels_last), b.contiguous(memory_format=torch.channels_last)
     bias = torch.randn(op.channels, device="cuda", generator=generator)
     return [a, b, bias], [a.permute(0, 2, 3, 1).contiguous(), b.permute(0, 2, 3, 1).contiguous(), bias]
 
 
-def peer(op: lo.Op, logical: list) -> tuple[str, float, float]:
+def peer(op: lo.Op, logical: list) -> tuple[str, float, float, object]:
     """cuBLAS / cuDNN in float16 (float32 accumulation) on the same inputs: name, seconds of one call
-    (L2 flushed) and inside a CUDA graph."""
+    (L2 flushed) and inside a CUDA graph, and the call."""
     import torch
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cudnn.benchmark = True
     if not op.windows:
         a, b = logical
         call = lambda: torch.matmul(a, b)
-        return "cuBLAS (torch.matmul fp16)", events_median(call), torch_graph_median(call)
+        return f"cuBLAS (torch.matmul {op.dtype})", events_median(call), torch_graph_median(call), call
     x, w, bias = logical
     wins = op.windows
     stride, pad, dilation = (tuple(getattr(v, f) for v in wins) for f in ("stride", "pad", "dilation"))
     half_bias = bias.half()
     call = lambda: torch.nn.functional.conv2d(x, w, half_bias, stride, pad, dilation, op.groups)
     return (f"cuDNN {torch.backends.cudnn.version()} (torch conv2d fp16 NHWC)", events_median(call),
-            torch_graph_median(call))
+            torch_graph_median(call), call)
 
 
 def reference(op: lo.Op, logical: list):
@@ -199,16 +233,39 @@ def bench(cases: list[str]) -> list[dict]:
     rows = []
     for case, op in ops.items():
         logical, stored = torch_tensors(op)
-        peer_name, peer_seconds, peer_graph = peer(op, logical)
+        peer_name, peer_seconds, peer_graph, peer_call = peer(op, logical)
         expected = reference(op, logical)
+        runs = {}
         for preset, arguments, schedule in chosen[case]:
             row = {"case": case, "op": repr(op), "kernel": preset, "arguments": arguments, "peer": peer_name,
                    "peer_ms": peer_seconds * 1e3, "peer_tflops": op.flops / peer_seconds / 1e12,
                    "peer_graph_ms": peer_graph * 1e3}
-            row |= run_variant(schedule.compile(target="cuda"), stored, expected)
+            kernel = schedule.compile(target="cuda")
+            row |= run_variant(kernel, stored, expected)
+            runs[id(row)] = kernel
             rows.append(row)
             print(json.dumps(row), flush=True)
+        best = fastest_verified([r for r in rows if r["case"] == case]).get(case)
+        if best is not None:
+            best |= interleaved(runs[id(best)], stored, peer_call)
+            print(json.dumps({"case": case, "interleaved": best["interleaved"]}), flush=True)
     return rows
+
+
+def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
+    """The case's fastest kernel and its peer timed again in alternation (``rounds`` of 20 cold runs
+    each, L2 flushed): the medians of the rounds' medians and their ratio."""
+    op = kernel.op
+    shape = kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
+    import cupy as cp
+    buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: cp.empty(shape, np.float32)})
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(events_median(lambda: kernel.run(buffers), repeats=20, warmup=2))
+        theirs.append(events_median(peer_call, repeats=20, warmup=2))
+    mine, peer_s = float(np.median(ours)) * 1e3, float(np.median(theirs)) * 1e3
+    return {"interleaved": {"rounds": rounds, "ms": mine, "peer_ms": peer_s,
+                            "peer_over_loopopt": peer_s / mine}}
 
 
 def table(rows: list[dict]) -> str:
@@ -234,7 +291,9 @@ def check() -> bool:
             for preset, make in TENSOR_PRESETS.items() for arguments in ({}, small, {"split_k": 3})]
     runs += [(f"{op!r} gpu_wgmma {arguments}", TENSOR_PRESETS["gpu_wgmma"](op, **arguments))
              for op in TMA_CHECKS
-             for arguments in (TMA, small | TMA, {"split_k": 3} | TMA, THREE_GROUPS | TMA)]
+             for arguments in (TMA, small | TMA, {"split_k": 3} | TMA, THREE_GROUPS | TMA, SPECIALIZED,
+                               small | SPECIALIZED | {"stages": 3, "split_k": 3},
+                               SPECIALIZED_TILES[4] | SPECIALIZED)]
     build_all([schedule for _, schedule in runs])
     ok = True
     for what, schedule in runs:

@@ -33,7 +33,7 @@ def bench(case: str, trials: int, log: str) -> list[dict]:
     rules = target("cuda").search_rules()
     first = first_choice(op, device.arch())
     logical, stored = torch_tensors(op)
-    peer_name, peer_seconds = peer(op, logical)
+    peer_name, peer_seconds, *_ = peer(op, logical)
     expected = reference(op, logical)
     rows = []
     for kernel, schedule, what in ((

@@ -47,10 +47,15 @@ def aligned_zeros(shape: tuple[int, ...], dtype, tail_bytes: int = 0, exact: boo
     return _aligned(shape, dtype, tail_bytes, exact, np.zeros)
 
 
+def aligned_empty(shape: tuple[int, ...], dtype, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
+    """An uninitialized array placed as ``aligned_zeros`` places its zeros (the tail bytes zero)."""
+    return _aligned(shape, dtype, tail_bytes, exact, np.empty)
+
+
 def aligned_copy(array: np.ndarray, tail_bytes: int = 0, exact: bool = False) -> np.ndarray:
     """A C-contiguous copy of ``array`` placed as ``aligned_zeros`` places its zeros (the copy written
     once: no zero fill before it)."""
-    copy = _aligned(array.shape, array.dtype, tail_bytes, exact, np.empty)
+    copy = aligned_empty(array.shape, array.dtype, tail_bytes, exact)
     copy[...] = array
     return copy
 

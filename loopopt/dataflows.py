@@ -540,18 +540,21 @@ def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, wa
     return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k, engine)
 
 
-def wgmma_instruction(columns: int, block_n: int, warps_n: int) -> str:
-    """The ``wgmma_m64nNk16_f16_f32`` entry of a block of ``block_n`` columns over ``warps_n``
-    warpgroups on an op of ``columns`` (N): the narrowest N of 64, 128, 256 that covers a group's
-    columns (256 beyond: more fragments)."""
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}     # the wgmma entries' operand types
+
+
+def wgmma_instruction(columns: int, block_n: int, warps_n: int, dtype: str = "float16") -> str:
+    """The ``wgmma_m64nNk16_{f16|bf16}_f32`` entry (``dtype``'s) of a block of ``block_n`` columns over
+    ``warps_n`` warpgroups on an op of ``columns`` (N): the narrowest N of 64, 128, 256 that covers a
+    group's columns (256 beyond: more fragments)."""
     group = -(-min(block_n, columns) // max(1, warps_n))
     width = next((n for n in (64, 128) if group <= n), 256)
-    return f"wgmma_m64n{width}k16_f16_f32"
+    return f"wgmma_m64n{width}k16_{WGMMA_TYPES.get(dtype, 'f16')}_f32"
 
 
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
-              cluster: tuple[int, int] = (1, 1)) -> Schedule:
+              cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
     64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
@@ -561,12 +564,18 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     issuing a step's boxes, completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands;
     refused for an im2col gather). ``cluster=(2, 1)``: blocks in clusters of two along the output rows
     (``(1, 2)``: columns; ``Schedule.cluster``), the input they share copied once a cluster by TMA
-    multicast (``engine="tma"``)."""
+    multicast (``engine="tma"``). ``specialize=True``: warp specialization (``Schedule.specialize``), one
+    more warpgroup issuing the TMA copies while the ``warps_m x warps_n`` ones only multiply (with
+    ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of rows of a whole step's bytes (``Schedule.swizzle``;
+    a ``depth`` of 32 or 64 halves, ``engine="tma"``): one TMA box a tile a step. float16 or bfloat16
+    operands (the entry of the op's dtype)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
-    entry = wgmma_instruction(columns, block_n, warps_n)
+    entry = wgmma_instruction(columns, block_n, warps_n, op.dtype)
     schedule = gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
-    return schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
+    schedule = schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
+    schedule = schedule.specialize() if specialize else schedule
+    return schedule if swizzle == 32 else schedule.swizzle(swizzle)
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})
@@ -578,7 +587,7 @@ VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kerne
 
 
 def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
-             weight_format: str | None = None) -> Schedule:
+             weight_format: str | None = None, depth: int | None = None) -> Schedule:
     """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
     (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
     warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
@@ -586,7 +595,9 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     in 16-byte vectors over the warp's lanes. Ternary weights are stored as ``weight_format`` (default
     ``"i2_s"``, 2 bits each; ``"int8"``: a byte each). ``warps`` and ``columns`` default to the fastest
     of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
-    int8 weights, 8 x 4 for i2_s."""
+    int8 weights, 8 x 4 for i2_s. ``depth`` (``unroll("k", depth)``): the rounds of each lane's loop (a
+    16-byte vector of each of its columns a round) whose weights it loads before using the first
+    (default: 8 vectors in flight, ``8 // columns`` rounds)."""
     schedule = Schedule(op)
     ternary = op.quant is not None and op.quant.ternary
     if ternary:
@@ -600,4 +611,6 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     a, b = op.inputs
     schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
                 .split("j", warps * columns).split("j_i", columns))
-    return schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    # a lane has at most k rounds: a deeper unroll is the same kernel
+    return schedule if depth is None else schedule.unroll("k", min(depth, op.k))

@@ -25,14 +25,15 @@ from .cbuild import compile_c, sanitizers
 from .codegen import Generated
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.params import storage_elements
-from .codegen.quantized import QuantPlan, compensation_entries, compensation_table, stored_weights
+from .codegen.quantized import MAP, QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
 from .driver import CffiDriver, Driver
 from .epilogue import RESIDUAL
+from .layout import Layout, Transposer
 from .openmp import OPENMP_FLAG
 from .ops import FLOAT16
-from .quant import QuantParams, check_call, output_multipliers
-from .schedule import Schedule
+from .quant import QuantParams, check_call, clip_requantized, output_multipliers
+from .schedule import Schedule, ScheduleError
 
 CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2,
                "uint64_t": 8, "__half": 2, "__nv_bfloat16": 2}     # the last two: CUDA's 16-bit floats
@@ -157,8 +158,18 @@ class Kernel:
     def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``array`` in ``tensor``'s storage layout (see ``_zeros``); ``into``: a buffer an earlier
         packing of this tensor returned, written where a copy is needed (``Layout.to_storage``)."""
-        layout = self.schedule.layout_of(self._tensor_of(tensor))
-        return layout.to_storage(array, self._ahead(tensor), self.exact, into)
+        if tensor not in self._packing:
+            transpose = self.target.transpose() if self.target is not None else None
+            self._packing[tensor] = (self.schedule.layout_of(self._tensor_of(tensor)), self._ahead(tensor),
+                                     transpose)
+        layout, ahead, transpose = self._packing[tensor]
+        return layout.to_storage(array, ahead, self.exact, into, transpose)
+
+    @cached_property
+    def _packing(self) -> dict[str, tuple[Layout, int, Transposer | None]]:
+        """Per array parameter packed so far, what its packing takes (asked on every call): its storage
+        layout, the bytes the kernel may read past it, and the target's compiled transposes."""
+        return {}
 
     def _check(self, name: str, array, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(array, np.ndarray):
@@ -354,6 +365,10 @@ def _called(tensor: str) -> str:
     return "the residual" if tensor == RESIDUAL else tensor
 
 
+CLIP_PARAMS = ("clip_scale", "clip_zero_point")    # a call's quantization of ``Schedule.clip_quantized``
+MAP_ENTRIES = 256      # its table: one output per bit pattern of the requantized value
+
+
 class QuantizedKernel(Kernel):
     """A compiled schedule of a quantized op (integer or dequantize-on-the-fly arithmetic).
 
@@ -367,6 +382,10 @@ class QuantizedKernel(Kernel):
     """
 
     def __init__(self, schedule: Schedule, generated: Generated, driver: Driver, plan: QuantPlan):
+        if schedule.requantized_clip is not None and not any(p.name == MAP for p in generated.params):
+            raise ScheduleError(f"clip_quantized: the kernel family of {schedule.op!r} requantizes its "
+                                "outputs without it; leave clip_quantized out and clip the outputs after the "
+                                "kernel")
         super().__init__(schedule, generated, driver)
         self.plan = plan
         self._compensations: dict[tuple[int, bytes], np.ndarray] = {}   # see ``_compensation``
@@ -381,6 +400,8 @@ class QuantizedKernel(Kernel):
             return storage_elements(self.schedule, op.output)
         if name == "lo_comp":
             return compensation_entries(op, self.plan)
+        if name == MAP:
+            return MAP_ENTRIES
         if name == "lo_xsum":
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:
@@ -408,6 +429,7 @@ class QuantizedKernel(Kernel):
 
     def _values(self, *arrays: np.ndarray, **params: Any) -> dict[str, Any]:
         op, plan = self.op, self.plan
+        clipped = {name: params.pop(name, None) for name in CLIP_PARAMS}
         given = self._given(arrays)
         for tensor, array in zip(self.generated.arguments, given):
             if not isinstance(array, np.ndarray):
@@ -425,7 +447,34 @@ class QuantizedKernel(Kernel):
         out_shape = self.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
         values[op.output] = self._zeros(op.output, out_shape, np.int32 if plan.integer else np.float32)
         values.update(self._parameter_values(qp, given[1], out_shape))
+        values.update(self._clip_values(qp, **clipped))
         return values
+
+    def _clip_values(self, qp: QuantParams, clip_scale: Any, clip_zero_point: Any) -> dict[str, Any]:
+        """The C scalars of ``Schedule.clip_quantized`` from a call's ``clip_scale`` and ``clip_zero_point``
+        (none for a kernel without it); TypeError or ValueError naming a missing, extra or bad one."""
+        given = [n for n, v in zip(CLIP_PARAMS, (clip_scale, clip_zero_point)) if v is not None]
+        if self.schedule.requantized_clip is None:
+            if given:
+                raise TypeError(f"{', '.join(given)} quantize the outputs of a schedule with "
+                                "clip_quantized(); this kernel's schedule has none: call it without them")
+            return {}
+        if len(given) < len(CLIP_PARAMS):
+            raise ValueError(f"{self.op!r} clips its requantized outputs on another scale (clip_quantized): "
+                             f"pass clip_scale= (a positive float32) and clip_zero_point= (a "
+                             f"{self.op.quant.output} value)")
+        scale, zero = np.asarray(clip_scale), np.asarray(clip_zero_point)
+        if scale.size != 1 or not np.isfinite(scale).all() or not (scale > 0).all():
+            raise ValueError(f"clip_scale must be one positive finite float32, got {clip_scale!r}")
+        info = np.iinfo(self.op.quant.output)
+        if zero.size != 1 or zero.dtype.kind not in "iu" or not info.min <= int(zero.reshape(())) <= info.max:
+            raise ValueError(f"clip_zero_point must be one integer in {info.min}..{info.max} (the "
+                             f"{self.op.quant.output} output's range), got {clip_zero_point!r}")
+        dtype = np.dtype(self.op.quant.output)
+        values = np.arange(MAP_ENTRIES, dtype=np.uint8).view(dtype)
+        table = clip_requantized(values, qp.y_scale, qp.y_zero_point, self.schedule.requantized_clip,
+                                 scale.reshape(()), zero.reshape(()))
+        return {MAP: self._copy(MAP, table.view(np.uint8))}     # the outputs by the requantized value
 
     @property
     def _activation_dtype(self) -> np.dtype:

@@ -8,16 +8,19 @@ A blocked dimension is padded with zeros up to a multiple of its block.
 """
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from .buffers import aligned_copy, zeros_follow
+from .buffers import aligned_copy, aligned_empty, zeros_follow
 from .expr import Expr
 
+Transposer = Callable[[np.ndarray, np.ndarray, int, int, int], None]   # (src, dst, batch, rows, cols)
 _TOKEN = re.compile(r"(\d+)([a-z])|([A-Z])")
 
 
@@ -86,7 +89,7 @@ class Layout:
         return total
 
     def to_storage(self, array: np.ndarray, tail_bytes: int = 0, exact: bool = False,
-                   into: np.ndarray | None = None) -> np.ndarray:
+                   into: np.ndarray | None = None, transpose: Transposer | None = None) -> np.ndarray:
         """Copy a logical-layout array into this layout (blocked dims zero-padded), in a
         64-byte-aligned buffer followed by ``tail_bytes`` readable zero bytes (``exact``: see
         ``buffers.aligned_zeros``), or in ``into``: a buffer an earlier call returned for an array of
@@ -94,7 +97,9 @@ class Layout:
         where the array's memory already is this layout (aligned to its element, not necessarily to
         64 bytes: a kernel reads its inputs with unaligned vector loads) and ``tail_bytes`` zeros of
         its allocation follow it (``buffers.zeros_follow``: a kernel's output buffer; any array where
-        the kernel reads nothing past it, as a caller's row-major matrix in a plain layout)."""
+        the kernel reads nothing past it, as a caller's row-major matrix in a plain layout).
+        ``transpose``: a compiled batched transpose (``targets/transpose.py``) that copies a contiguous
+        array whose layout change is a ``rotation``; other copies are numpy's."""
         padded_shape, split_shape, perm = self._split(array.shape)
         padded = array
         if padded_shape != array.shape:       # a blocked dim padded with zeros to its block
@@ -104,10 +109,33 @@ class Layout:
         in_place = stored.flags.c_contiguous and stored.flags.aligned and not exact
         if in_place and zeros_follow(stored, tail_bytes):
             return stored       # the array's memory already is this layout (a kernel only reads its inputs)
-        if into is not None and padded is array and into.shape == stored.shape:
-            np.copyto(into, stored)
-            return into
-        return aligned_copy(stored, tail_bytes, exact)
+        reuse = into is not None and padded is array and into.shape == stored.shape
+        compiled = transpose is not None and padded.flags.c_contiguous
+        rotation = self.rotation(padded_shape) if compiled else None
+        if rotation is None:
+            if reuse:
+                np.copyto(into, stored)
+                return into
+            return aligned_copy(stored, tail_bytes, exact)
+        out = into if reuse else aligned_empty(stored.shape, stored.dtype, tail_bytes, exact)
+        transpose(padded, out, *rotation)
+        return out
+
+    @lru_cache(maxsize=4096)       # noqa: B019
+    def rotation(self, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """Where storing an array of logical ``shape`` (whole blocks) in this layout moves a run of its
+        (split) dims past all the ones after it, leaving the ones before in place: ``(batch, rows,
+        cols)``, the layout change as ``batch`` matrices of ``rows x cols`` transposed (NCHW -> NHWC:
+        ``(N, C, H*W)``; NCHW -> NCHW16c: ``(N*C/16, 16, H*W)``); else None (no change is one either)."""
+        _, split_shape, perm = self._split(shape)
+        kept = next((p for p, axis in enumerate(perm) if axis != p), None)
+        if kept is None:
+            return None
+        moved = perm[kept]                         # the first dim after the run that moves
+        if perm[kept:] != tuple(range(moved, len(perm))) + tuple(range(kept, moved)):
+            return None
+        return (math.prod(split_shape[:kept]), math.prod(split_shape[kept:moved]),
+                math.prod(split_shape[moved:]))
 
     @lru_cache(maxsize=4096)       # noqa: B019
     def _split(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:

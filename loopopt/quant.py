@@ -12,11 +12,14 @@ match them bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .reference import Pads, PerDim, conv_reference, matmul_reference
+
+if TYPE_CHECKING:
+    from .activation import Clip
 
 ACTIVATIONS = ("uint8", "int8")
 WEIGHTS = ("int8", "uint8")
@@ -427,6 +430,25 @@ def check_call(spec: QuantSpec, k_channels: int, what: str, arrays: list,
     if qp.y_scale is not None:
         requant_multiplier(qp.x_scale, qp.w_scale, qp.y_scale)   # raises if not a normal float32
     return qp
+
+
+def clip_multiplier(clip_scale: Any) -> np.float32:
+    """The float32 reciprocal of ``clip_scale`` (a float32) that ``Schedule.clip_quantized`` multiplies by."""
+    return np.float32(1.0 / np.float64(np.float32(clip_scale)))
+
+
+def clip_requantized(y: np.ndarray, y_scale: Any, y_zero_point: Any, clip: Clip, clip_scale: Any,
+                     clip_zero_point: Any) -> np.ndarray:
+    """The outputs of a kernel with ``Schedule.clip_quantized(clip)`` from its requantized outputs ``y``:
+    ``saturate(rint(clip((y - y_zero_point) * y_scale) * clip_multiplier(clip_scale)) + clip_zero_point)``,
+    each step rounded to float32. ONNX's DequantizeLinear -> Clip -> QuantizeLinear divides by the scale
+    instead, the same wherever no quotient lies within a rounding of a half (the ONNX backend checks
+    every value of a node's ``y`` at prepare before it fuses them)."""
+    info = np.iinfo(y.dtype)
+    values = (y.astype(np.float32) - np.float32(y_zero_point)) * np.float32(y_scale)
+    clipped = clip.apply(values).astype(np.float32)
+    quantized = np.rint(clipped * clip_multiplier(clip_scale)) + np.float32(clip_zero_point)
+    return np.clip(quantized, info.min, info.max).astype(y.dtype)
 
 
 def output_multipliers(spec: QuantSpec, qp: QuantParams, k_channels: int) -> np.ndarray | None:

@@ -120,6 +120,7 @@ PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run t
 # Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
 # gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor)
 STAGE_ENGINES = ("threads", "tma")
+SWIZZLE_WIDTHS = (32, 64, 128)  # bytes of a staged tile's swizzled rows (``swizzle``)
 MAX_CLUSTER_BLOCKS = 8         # blocks of a thread-block cluster that every sm_90 GPU launches (``cluster``)
 
 
@@ -190,7 +191,10 @@ class Schedule:
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
+    requantized_clip: Optional[Clip] = None         # requantized, clipped on a scale of its own
     cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
+    specialized: bool = False                       # a producer warpgroup copies, the others multiply
+    tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -617,6 +621,26 @@ class Schedule:
                                 f"residual is added before the clip: add_residual() first, then clip")
         return self._with(step, residual=True)
 
+    def clip_quantized(self, low: Optional[float] = None, high: Optional[float] = None) -> "Schedule":
+        """Requantized outputs, then a quantized activation in the kernel's store: each output ``y`` is
+        dequantized (``(y - y_zero_point) * y_scale``), clipped to ``[low, high]`` and quantized again
+        with the call's ``clip_scale=`` and ``clip_zero_point=`` (``saturate(rint(v / clip_scale) +
+        clip_zero_point)``), each step one float32 rounding as ONNX's DequantizeLinear -> Clip ->
+        QuantizeLinear after a QLinearConv (a ReLU6 whose output has a scale of its own;
+        ``quant.clip_requantized`` is the reference). Requantized outputs only; the families
+        whose epilogue is not ``codegen.quantized``'s refuse it when the kernel is built."""
+        clip = Clip(low, high)
+        step = Step("clip_quantized", (), tuple(clip.bounds.items()))
+        quant = self.op.quant
+        if quant is None or not quant.requantized:
+            outputs = "float32" if quant is None else quant.output
+            raise ScheduleError(f"{step}: it clips requantized 8-bit outputs; {self.op!r} has {outputs} "
+                                "outputs (float outputs: clip)")
+        if self.requantized_clip is not None:
+            raise ScheduleError(f"{step}: the outputs are clipped already ({self.requantized_clip}); "
+                                "clip once")
+        return self._with(step, requantized_clip=clip)
+
     def cluster(self, x: int, y: int) -> "Schedule":
         """Launch the blocks in clusters of ``x`` blocks along ``block.x`` by ``y`` along ``block.y``
         (``sm_90``): the blocks of a cluster share the tiles of the input that does not move along the
@@ -637,6 +661,32 @@ class Schedule:
             raise ScheduleError(f"{step}: the blocks are clustered already ({self.cluster_dims[0]} x "
                                 f"{self.cluster_dims[1]}); cluster once")
         return self._with(step, cluster_dims=(x, y))
+
+    def swizzle(self, width: int) -> "Schedule":
+        """Lay the staged tiles out in the ``width``-byte swizzle (32, 64 or 128; 32 by default): each row
+        of a tile holds a whole pipeline step's ``width`` bytes of the reduction (its wgmma k-slices 32
+        bytes apart), so TMA copies one box a tile a step, ``width`` bytes a row, instead of one a
+        k-slice of 32 bytes. The cuda target refuses it unless a wgmma entry multiplies, TMA copies both
+        inputs and a step's depth is at most ``width`` bytes (a shallower step's boxes read the row's
+        rest, which its products skip)."""
+        step = Step("swizzle", (width,))
+        if isinstance(width, bool) or width not in SWIZZLE_WIDTHS:
+            raise ScheduleError(f"{step}: width={width!r}; choose one of "
+                                f"{', '.join(map(str, SWIZZLE_WIDTHS))} bytes")
+        return self._with(step, tile_swizzle=width)
+
+    def specialize(self) -> "Schedule":
+        """Warp specialization (``sm_90a``): one more warpgroup, the *producer*, only issues the copies
+        of the staged tiles into the ring of buffers, refilling a buffer once its *empty* mbarrier says
+        every consumer released it; the ``warp.*`` warpgroups, the *consumers*, only wait on a buffer's
+        *full* mbarrier, multiply, and release the buffer once their products of it retired;
+        ``setmaxnreg`` moves registers from the producer to the consumers. The cuda target refuses it
+        unless a wgmma entry multiplies and TMA copies both inputs (``stage(engine="tma")``), and with
+        ``cluster``."""
+        step = Step("specialize", ())
+        if self.specialized:
+            raise ScheduleError(f"{step}: the warps are specialized already; specialize once")
+        return self._with(step, specialized=True)
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:

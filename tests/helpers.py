@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
 import zlib
 
 import numpy as np
@@ -22,6 +23,7 @@ from loopopt.layout import Layout
 from loopopt.measure import checked, tolerance
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.quant_reference import tolerance as quant_tolerance
+from loopopt.targets.cuda import toolchain
 from loopopt.targets.x86 import amx_runtime
 from loopopt.targets.x86.isa import available_int_isas
 
@@ -615,3 +617,14 @@ def needs(probe) -> pytest.MarkDecorator:
     except lo.targets.TargetUnavailableError as err:
         return pytest.mark.skipif(True, reason=str(err))
     return pytest.mark.skipif(False, reason="available")
+
+
+def sass(kernel) -> str:
+    """The SASS of a built cuda kernel (``cuobjdump --dump-sass``); the test is skipped where there are no
+    cuobjdump and nvdisasm."""
+    cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("no cuobjdump and nvdisasm here (pip install nvidia-cuda-cuobjdump "
+                    "nvidia-cuda-nvdisasm): the SASS is unchecked")
+    return subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
+                          text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout

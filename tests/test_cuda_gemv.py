@@ -3,8 +3,9 @@ int8 and ternary (i2_s and one byte a weight) weights over odd sizes, reduction 
 vectors a lane, transposed operands, up to 8 rows and every QuantSpec the family takes, host-emulated
 (each warp's lanes, then the butterfly) against the op's reference, integers bit for bit; the
 refusals; an nvcc build for sm_90 without spills."""
+
 import pytest
-from helpers import needs, tiers
+from helpers import needs, sass, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -22,18 +23,20 @@ SPECS = st.one_of(st.none(), st.builds(lo.QuantSpec, activation=st.sampled_from(
 
 @st.composite
 def gemv_cases(draw):
-    """A decode-shaped Matmul (float16 where ``spec`` is None), the weights' format and the knobs."""
+    """A decode-shaped Matmul (float16 where ``spec`` is None), the weights' format and the knobs (warps,
+    columns, the rounds loaded together)."""
     spec = draw(SPECS)
     op = lo.Matmul(draw(st.integers(1, MAX_ROWS)), draw(st.integers(1, 70)), draw(st.integers(1, 2300)),
                    trans_a=draw(st.booleans()), trans_b=draw(st.booleans()),
                    dtype="float16" if spec is None else "float32", quant=spec)
     ternary_format = draw(st.sampled_from(["i2_s", "int8"])) if spec is not None and spec.ternary else None
-    return op, ternary_format, draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    knobs = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.sampled_from([None, 1, 3]))
+    return op, ternary_format, *knobs
 
 
 def _check(case):
-    op, weight_format, warps, columns = case
-    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format)), seed=5)
+    op, weight_format, warps, columns, depth = case
+    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format, depth)), seed=5)
     assert ok, error        # integer and requantized outputs: bit for bit
 
 
@@ -53,6 +56,15 @@ def test_a_ternary_i2s_gemv_of_two_rounds_of_lanes_is_exact():
     assert ok, error
 
 
+def test_a_gemv_of_whole_batches_then_the_rest_with_the_tail_is_exact():
+    """k = 1000 in float16: 125 vectors, 4 rounds a lane (lanes 29-31 have 3); depth 2 runs one whole batch
+    of 2 rounds, then the 2 left with the tail's guard (the i2_s test above: no whole batch)."""
+    kernel = emulate(gpu_gemv(lo.Matmul(3, 21, 1000, dtype="float16"), warps=2, columns=3, depth=2))
+    assert "lo_t < 2; lo_t += 2)" in kernel.source and "lo_lane, 2, 2, 1, lo_acc);" in kernel.source
+    ok, error, _ = checked(kernel, seed=11)
+    assert ok, error
+
+
 TERNARY = lo.QuantSpec(weight="ternary")
 
 
@@ -69,7 +81,8 @@ TERNARY = lo.QuantSpec(weight="ternary")
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).layout("B", "NK16k"),
      r"B is in layout 'NK16k'; the cuda GEMV kernels of i2_s weights take 'NK64k'"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).split("k", 16), r"dim 'k' as one loop"),
-    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).unroll("k", 4), r"unroll\(.*\): .* take layout"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).unroll("i"), r"unroll\('i'\): .* only dim 'k'"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).vectorize("k"), r"vectorize\(.*\): .* layout"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).clip(0.0, 1.0), r"fuse no epilogue"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY), weight_format="tl1"),
      r"weight_format\('tl1'\): the cuda GEMV kernels take ternary weights as 'int8' or 'i2_s'"),
@@ -84,8 +97,14 @@ def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
 @pytest.mark.slow        # two nvcc builds
 @needs(toolchain.nvcc)
 def test_decode_gemvs_build_for_sm_90_without_spills():
+    """The float16 kernel at k = 11008 (43 rounds a lane: 5 batches of 8, then 3 with the tail) issues a
+    batch's 16 loads (8 weight vectors and 8 of activations) before its first FMA: ptxas keeps them
+    together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
     for op, knobs in ((lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
-                       {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 4096, dtype="float16"), {})):
+                       {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
         kernel = gpu_gemv(op, **knobs).compile(target="cuda", isa="sm_90")
         assert kernel.build.spill_bytes == 0 and 0 < kernel.build.registers <= 255, kernel.report
         assert ("#define LO_DOT4 lo_dot4_ss" in kernel.printed.source) == (op.quant is not None)
+    code = sass(kernel)
+    before_first_fma = code[:code.index(" FFMA ")]
+    assert before_first_fma.count("LDG.E.128") == 16, before_first_fma

@@ -6,11 +6,10 @@ through their scalar meaning and the swizzled byte tiles, bit for bit against qu
 the values of a call on device arrays (CuPy posed by numpy); ``m16n8k16`` and WMMA on bfloat16 within
 the float32 tolerance; the refusals; an nvcc build with ``IMMA`` in its SASS."""
 import itertools
-import subprocess
 
 import numpy as np
 import pytest
-from helpers import conv_ops, matmul_ops, needs, quick_first, tiers
+from helpers import conv_ops, matmul_ops, needs, quick_first, sass, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -289,11 +288,6 @@ def test_an_int8_split_k_kernel_builds_for_sm_90_with_imma_and_integer_atomics()
                    quant=lo.QuantSpec(weight_symmetric=False, output="int32"))
     kernel = gpu_mma(op, split_k=4).compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
-    cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip("no cuobjdump and nvdisasm here (pip install nvidia-cuda-cuobjdump "
-                    "nvidia-cuda-nvdisasm): the SASS is unchecked")
-    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
-                          text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
-    assert "IMMA.16832.U8.S8" in sass and "LDSM.16.M88.4" in sass and "LDGSTS.E.BYPASS.128" in sass
-    assert "RED.E.ADD.STRONG.GPU" in sass or "REDG.E.ADD.STRONG.GPU" in sass
+    code = sass(kernel)
+    assert "IMMA.16832.U8.S8" in code and "LDSM.16.M88.4" in code and "LDGSTS.E.BYPASS.128" in code
+    assert "RED.E.ADD.STRONG.GPU" in code or "REDG.E.ADD.STRONG.GPU" in code

@@ -5,12 +5,11 @@ the reference over random ops (``gpu_wgmma`` with ``engine="tma"`` too: the boxe
 the barriers' byte counts), and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and 16-byte
 ``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` without ``LDGSTS`` for TMA;
 skipped with the reason without nvcc or cuobjdump)."""
-import subprocess
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import conv_ops, gemm_ops, matmul_ops, needs, tiers
+from helpers import conv_ops, gemm_ops, matmul_ops, needs, sass, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
@@ -18,7 +17,7 @@ from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wgmma, gpu_wmma, wgmma_ins
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
-from loopopt.targets.cuda import tma, toolchain
+from loopopt.targets.cuda import instructions, specialize, tensor_printer, tma, toolchain
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
 from loopopt.targets.cuda.printer import print_kernel
@@ -169,6 +168,22 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"cluster\(2, 1\) multicasts B's tiles, which only TMA copies: stage\('B', ..., engine='tma'\)"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "block.x").cluster(2, 1),
      r"cluster\(2, 1\) needs a tensorized schedule"),
+    (lambda: gpu_wgmma(HALF_MATMUL, specialize=True),
+     r"specialize\(\): the producer warpgroup copies by TMA only; A is copied by the threads: "
+     r"stage\('A', ..., engine='tma'\)"),
+    (lambda: gpu_mma(HALF_MATMUL).swizzle(128), r"swizzle\(128\) lays tiles out for wgmma's descriptors; "
+                                                r"mma_m16n8k16_f16_f32 reads the 32-byte swizzle"),
+    (lambda: gpu_wgmma(HALF_MATMUL, depth=64, swizzle=128),
+     r"swizzle\(128\): the threads copy A's tiles in the 32-byte swizzle; stage\('A', ..., engine='tma'\)"),
+    (lambda: gpu_wgmma(lo.Matmul(40, 40, 256, dtype="float16"), depth=64, swizzle=64, engine="tma"),
+     r"swizzle\(64\): a tile row holds one step's depth; the steps are 128 bytes deep: stage at a step of at "
+     r"most 64 bytes \(gpu_wgmma\(depth=32\)\)"),
+    (lambda: gpu_mma(HALF_MATMUL).specialize(), r"specialize\(\): the consumer warpgroups issue wgmma and "
+                                                r"keep one group in flight; mma_m16n8k16_f16_f32 runs with"),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 64, dtype="float16"), block_m=192, warps_m=3, engine="tma",
+                       specialize=True),
+     r"3 consumer warpgroups and the producer start with 128 registers a thread, too few for 128 "
+     r"accumulators"),
 ])
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
@@ -190,6 +205,8 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.cluster(1, 2), r"no loop is bound to block.y, the cluster's axis"),
     (lambda s: s.bind("i_o", "block.x").cluster(2, 1).cluster(2, 1),
      r"the blocks are clustered already \(2 x 1\); cluster once"),
+    (lambda s: s.specialize().specialize(), r"specialize\(\): the warps are specialized already"),
+    (lambda s: s.swizzle(48), r"swizzle\(48\): width=48; choose one of 32, 64, 128 bytes"),
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
     (lambda s: print_kernel(gpu_mma(HALF_MATMUL, split_k=2).clip(0.0)),
@@ -245,6 +262,8 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
     assert "stage(tensor='A', at='k_o', stages=5, engine='tma')" in [str(step) for step in boxes.steps]
     assert schedule_from_toml(to_toml(boxes), HALF_MATMUL).tma_staged == ("A", "B")
     assert schedule_from_toml(to_toml(boxes.cluster(1, 2)), HALF_MATMUL).cluster_dims == (1, 2)
+    assert schedule_from_toml(to_toml(boxes.specialize()), HALF_MATMUL).specialized
+    assert schedule_from_toml(to_toml(boxes.swizzle(128)), HALF_MATMUL).tile_swizzle == 128
     assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
     clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
     assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
@@ -361,7 +380,12 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
                                       gemm_ops(max_mn=40, max_k=50, dtype="float16")), TILES)
 
 
-TMA_TILES = st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 3},
+SPECIALIZED = {"specialize": True}       # a producer warpgroup copies, the warp.* warpgroups multiply
+TMA_TILES = st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 3}, SPECIALIZED,
+                             SMALL_TILES | SPECIALIZED | {"split_k": 2, "stages": 3},
+                             {"block_m": 256, "block_n": 128, "depth": 16, "stages": 3} | SPECIALIZED,
+                             {"block_m": 192, "warps_m": 3, "depth": 64, "swizzle": 128},
+                             SMALL_TILES | SPECIALIZED | {"stages": 3, "swizzle": 64},
                              {"block_m": 192, "warps_m": 3, "depth": 32, "stages": 4},
                              {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16}])
 
@@ -396,6 +420,68 @@ def test_the_tma_emulation_fails_a_box_the_descriptors_do_not_read(monkeypatch, 
     assert not excess <= 0.1, largest
 
 
+def _consumer_reads_early(monkeypatch):
+    monkeypatch.setattr(specialize, "full_parity",
+                        lambda step, stages: f"(unsigned) (({step}) / {stages} + 1) & 1u")
+
+
+def _producer_refills_early(monkeypatch):
+    monkeypatch.setattr(specialize, "refill_ready", lambda step, stages, try_wait, empty:
+                        f"({step}) < {stages} || {try_wait}({empty} + ({step}) % {stages}, "
+                        f"(unsigned) (({step}) / {stages}) & 1u)")
+
+
+@pytest.mark.parametrize("mutate, exact", [
+    pytest.param(lambda monkeypatch: None, True, id="as printed"),
+    pytest.param(_consumer_reads_early, False, id="consumer before the full barrier"),
+    pytest.param(_producer_refills_early, False, id="producer before the empty barrier",
+                 marks=pytest.mark.slow),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(specialize, "released", lambda step: f"{step} - 2"),
+                 False, id="a consumer releasing another step", marks=pytest.mark.slow)])
+def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, mutate, exact):
+    """Warp specialization's protocol (``specialize.py``) as printed matches the reference over 7 steps of
+    a 3-buffer ring in two blocks (the producer eager in one, lazy in the other, swapping each round);
+    a consumer waiting on the wrong round of the full barrier reads an unfilled buffer, a producer
+    waiting on the wrong round of the empty barrier overwrites a step not yet read, and a release of
+    the wrong buffer hangs (NaN): each misses it."""
+    mutate(monkeypatch)
+    op = lo.Matmul(100, 300, 200, dtype="float16")
+    largest, excess = _emulated_error(gpu_wgmma(op, block_m=64, block_n=256, warps_m=1, depth=32, stages=3,
+                                                engine="tma", specialize=True), seed=4)
+    assert (excess <= 0) is exact, largest
+
+
+@pytest.mark.parametrize("mutate, exact", [
+    pytest.param(lambda monkeypatch: None, True, id="as printed"),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(
+        tensor_printer, "with_swizzle", lambda entry, width: replace(
+            instructions.with_swizzle(entry, width), host_header=entry.host_header)), False,
+        id="descriptors of the 32-byte swizzle", marks=pytest.mark.slow)])
+def test_the_wide_swizzle_boxes_are_read_as_the_descriptors_say(monkeypatch, mutate, exact):
+    """Tiles of 128-byte rows (``swizzle(128)``: one box a tile a step, the k-slices 32 bytes apart)
+    match the reference through the descriptors of the 128-byte swizzle, and miss it through the
+    32-byte swizzle's."""
+    mutate(monkeypatch)
+    op = lo.Matmul(100, 300, 200, dtype="float16")
+    schedule = gpu_wgmma(op, block_m=64, warps_m=1, depth=64, engine="tma", swizzle=128, specialize=True)
+    largest, excess = _emulated_error(schedule, seed=6)
+    assert (excess <= 0) is exact, largest
+
+
+def test_a_specialized_kernel_prints_its_roles_and_register_split():
+    """Two consumer warpgroups and the producer: 384 threads capped at 168 registers at entry, the
+    producer down to 40 and the consumers up to 232; the pseudocode names the producer."""
+    op = lo.Matmul(4096, 4096, 4096, dtype="bfloat16")
+    schedule = gpu_wgmma(op, engine="tma", specialize=True)
+    printed = print_kernel(schedule)
+    assert printed.block == (384, 1, 1)
+    for text in ("__launch_bounds__(384, 1)", "setmaxnreg.dec.sync.aligned.u32 40;",
+                 "setmaxnreg.inc.sync.aligned.u32 232;", "m64n256k16.f32.bf16.bf16", "bar.sync 3, 256;",
+                 "lo_empty_init(lo_bar + 4, 4, 2)", "specialize()"):
+        assert text in printed.source, text
+    assert "copied as 2-D boxes by TMA from a producer warpgroup" in schedule.pseudocode("sm_90")
+
+
 CLUSTERED = [({"block_m": 64, "warps_m": 1, "cluster": (2, 1)}, lo.Matmul(100, 300, 72, dtype="float16")),
              ({"block_m": 64, "block_n": 32, "warps_m": 1, "depth": 32, "stages": 3, "cluster": (1, 4)},
               lo.Gemm(70, 250, 40, alpha=0.5, beta=2.0, dtype="float16"))]
@@ -406,12 +492,14 @@ CLUSTERED = [({"block_m": 64, "warps_m": 1, "cluster": (2, 1)}, lo.Matmul(100, 3
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tma.TmaOperand, "tile_bytes",
                                                          tma.TmaOperand.box_bytes), False,
                  id="one slice's bytes expected", marks=pytest.mark.slow)])
-def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact):
+@pytest.mark.parametrize("specialized", [False, True], ids=["", "specialized"])
+def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact, specialized):
     """A clustered kernel (``cluster``: each rank's slice of the shared tiles, along block.x and
-    block.y) matches the reference; a barrier expecting one slice's bytes (the GPU would hang) misses
-    it."""
+    block.y; warp-specialized too) matches the reference; a barrier expecting one slice's bytes (the
+    GPU would hang) misses it."""
     mutate(monkeypatch)
-    errors = [_emulated_error(gpu_wgmma(op, **tiles, engine="tma"), seed=2) for tiles, op in CLUSTERED]
+    errors = [_emulated_error(gpu_wgmma(op, **tiles, engine="tma", specialize=specialized), seed=2)
+              for tiles, op in CLUSTERED]
     assert all(excess <= 0 for _, excess in errors) is exact, errors
 
 
@@ -464,23 +552,19 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), engine="tma"),
      ["HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), block_m=192, warps_m=3, engine="tma",
-                       cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"])],
+                       cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="bfloat16"), depth=64, engine="tma", swizzle=128,
+                       specialize=True), ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG"])],
     ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma",
-         "gemm4096 wgmma tma multicast"])
+         "gemm4096 wgmma tma multicast", "gemm4096 bf16 specialized 128-byte swizzle"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
     assert kernel.build.registers * np.prod(kernel.printed.block) <= 65536, kernel.report
-    cuobjdump, nvdisasm = toolchain.tool("cuobjdump"), toolchain.tool("nvdisasm")
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip("no cuobjdump and nvdisasm here (pip install nvidia-cuda-cuobjdump "
-                    "nvidia-cuda-nvdisasm): "
-                    "the SASS is unchecked")
-    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(kernel.build.library)], capture_output=True,
-                          text=True, check=True, env={"PATH": str(nvdisasm.parent)}).stdout
-    assert ("LDGSTS" in sass) != ("UTMALDG.2D" in expected)       # the threads' copies, or TMA's
-    assert all(instruction in sass for instruction in expected), expected
-    assert "LDL" not in sass and "STL" not in sass
+    code = sass(kernel)
+    assert ("LDGSTS" in code) != ("UTMALDG.2D" in expected)       # the threads' copies, or TMA's
+    assert all(instruction in code for instruction in expected), expected
+    assert "LDL" not in code and "STL" not in code
 
 
 @pytest.mark.parametrize("make", [gpu_wmma, gpu_mma])

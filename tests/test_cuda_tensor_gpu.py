@@ -2,7 +2,8 @@
 skipped with the reason where there is none): float16 inputs, float32 sums, against the reference of
 the half-rounded inputs, over tails, padding, stride, dilation, batch, bias and scales, with and
 without split-K; ``gpu_wgmma`` on Hopper only, its Matmul and Gemm operands also copied by the tensor
-memory accelerator (``engine="tma"``)."""
+memory accelerator (``engine="tma"``), and warp-specialized (``specialize=True``: a producer warpgroup
+copying, consumer warpgroups multiplying; float16 and bfloat16)."""
 import pytest
 from test_cuda_gpu import needs_gpu
 
@@ -45,14 +46,25 @@ def test_tensor_kernels_match_the_reference_on_the_gpu(op, variant):
 
 
 TMA_OPS = [lo.Matmul(37, 45, 40, dtype="float16"), lo.Matmul(300, 260, 200, dtype="float16"),
-           lo.Matmul(3, 5, 8, dtype="float16"), lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16")]
+           lo.Matmul(3, 5, 8, dtype="float16"), lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16"),
+           lo.Matmul(300, 520, 264, dtype="bfloat16")]
 TMA_VARIANTS = {"wgmma tma": lambda op: gpu_wgmma(op, engine="tma"),
                 "wgmma tma depth=32 stages=8": lambda op: gpu_wgmma(op, depth=32, stages=8, engine="tma"),
                 "wgmma tma small split_k=3": lambda op: gpu_wgmma(op, **SMALL, split_k=3, engine="tma"),
                 "wgmma tma tall stages=3 relu": lambda op: gpu_wgmma(op, block_m=256, block_n=128, warps_m=4,
                                                                      stages=3, engine="tma").clip(low=0.0),
                 "wgmma tma residual": lambda op: gpu_wgmma(op, block_m=192, warps_m=3, depth=32,
-                                                           engine="tma").add_residual()}
+                                                           engine="tma").add_residual(),
+                "specialized 128x256": lambda op: gpu_wgmma(op, engine="tma", specialize=True),
+                "specialized small split_k=3": lambda op: gpu_wgmma(op, **SMALL, split_k=3, stages=3,
+                                                                         engine="tma", specialize=True),
+                "128-byte swizzle three groups": lambda op: gpu_wgmma(op, block_m=192, warps_m=3, depth=64,
+                                                                      engine="tma", swizzle=128),
+                "specialized 64-byte swizzle relu": lambda op: gpu_wgmma(
+                    op, depth=32, engine="tma", swizzle=64, specialize=True).clip(low=0.0),
+                "specialized 256x128 depth=32 stages=8 residual": lambda op: gpu_wgmma(
+                    op, block_m=256, block_n=128, depth=32, stages=8, engine="tma", specialize=True
+                ).add_residual()}
 
 
 @needs_gpu
@@ -71,7 +83,15 @@ CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float
              "cluster 4x1 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
                                        {"block_m": 64, "warps_m": 1, "split_k": 2, "cluster": (4, 1)}),
              "cluster 1x2 residual": (lo.Matmul(37, 100, 40, dtype="float16"),
-                                      {"block_n": 64, "stages": 3, "cluster": (1, 2)})}
+                                      {"block_n": 64, "stages": 3, "cluster": (1, 2)}),
+             "specialized cluster 2x1": (lo.Matmul(400, 520, 264, dtype="bfloat16"),
+                                         {"cluster": (2, 1), "specialize": True}),
+             "specialized cluster 2x1 128-byte swizzle": (lo.Matmul(400, 520, 264, dtype="float16"),
+                                                          {"cluster": (2, 1), "specialize": True, "depth": 64,
+                                                           "swizzle": 128}),
+             "specialized cluster 1x2 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
+                                                   {"block_n": 32, "split_k": 2, "cluster": (1, 2),
+                                                    "specialize": True})}
 
 
 @needs_gpu

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import ISAS, conv_ops, gemm_ops, matmul_ops, schedules, tiers
+from helpers import INT_ISAS, ISAS, conv_ops, gemm_ops, matmul_ops, quantized_schedules, schedules, tiers
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx_models import expected, model
@@ -17,6 +17,8 @@ from loopopt.dataflows import output_stationary
 from loopopt.epilogue import RESIDUAL, Epilogue
 from loopopt.measure import checked
 from loopopt.onnx import backend
+from loopopt.quant import clip_requantized
+from loopopt.quant_reference import random_call, reference_output
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
 from loopopt.targets.x86.costs import count
@@ -165,3 +167,69 @@ def test_onnx_convs_fuse_their_residual_add_and_clip_where_nothing_else_reads_th
     x = np.random.default_rng(1).standard_normal((2, 4, 9, 7)).astype(np.float32)
     for got, want in zip(rep.run([x]), expected(proto, [x]), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# --- clip_quantized: a requantized output dequantized, clipped and quantized again in the store ---
+
+QUANT_CLIPS = [(0.0, 6.0), (0.0, None), (None, 0.5), (-1.0, 2.5)]
+
+
+def _clips_quantized(data, isa):
+    """A random requantized conv (padding, stride, dilation, groups, batch; uint8 or int8 activations and
+    outputs) and schedule (register blocks whose stores pack bytes, epilogue passes, parallel loops)
+    with ``clip_quantized``: bit for bit ``clip_requantized`` of quant.py's exact output."""
+    output, activation = (data.draw(st.sampled_from(["uint8", "int8"])) for _ in range(2))
+    spec = lo.QuantSpec(activation=activation, per_channel=data.draw(st.booleans()),
+                        weight_symmetric=data.draw(st.booleans()), output=output)
+    op = data.draw(conv_ops(max_hw=7)).with_quant(spec)
+    clip = data.draw(st.sampled_from(QUANT_CLIPS))
+    schedule = data.draw(quantized_schedules(op, isa)).clip_quantized(*clip)
+    info = np.iinfo(output)
+    scale = np.float32(data.draw(st.sampled_from([0.0037, 0.02, 0.3])))
+    zero = np.array(data.draw(st.integers(int(info.min), int(info.max)))).astype(output)
+    args, params = random_call(op, data.draw(st.integers(0, 3)))
+    kernel = schedule.compile(isa)
+    kernel.set_threads(2 if schedule.parallel_loop is not None else 1)
+    got = kernel(*args, **params, clip_scale=scale, clip_zero_point=zero)
+    want = clip_requantized(reference_output(op, args, params), params["y_scale"], params["y_zero_point"],
+                            Clip(*clip), scale, zero)
+    assert got.dtype == want.dtype and np.array_equal(got, want), (schedule.pseudocode(isa), isa)
+
+
+test_clip_quantized_is_exact, test_clip_quantized_is_exact_more = tiers(
+    _clips_quantized, 2, 4, data=st.data(), isas=INT_ISAS)
+
+
+def test_clip_quantized_on_amx_tiles_and_its_refusals():
+    """AMX tile kernels requantize and clip in their tile store (exact); a float op, a float output and a
+    second clip are refused at the step, a missing, extra or bad call parameter at the call."""
+    op = lo.Conv2d(32, 24, 1, height=5, width=7, quant=lo.QuantSpec(output="int8"))
+    args, params = random_call(op, 1)
+    zero, scale = np.array(0).astype(np.int8), np.float32(0.003)
+    requantized = reference_output(op, args, params)
+    y = (requantized, params["y_scale"], params["y_zero_point"])
+    want = clip_requantized(*y, Clip(-0.2, 0.3), scale, zero)
+    unclipped = clip_requantized(*y, Clip(-9.0, 9.0), scale, zero)
+    assert want.min() > unclipped.min() and want.max() < unclipped.max()    # both bounds clip some outputs
+    for isa in {"amx", "scalar"} & set(INT_ISAS):
+        kernel = lo.Schedule(op).clip_quantized(-0.2, 0.3).compile(isa)
+        assert np.array_equal(kernel(*args, **params, clip_scale=scale, clip_zero_point=zero), want), isa
+    with pytest.raises(ValueError, match=r"pass clip_scale= \(a positive float32\) and clip_zero_point="):
+        kernel(*args, **params)
+    with pytest.raises(ValueError, match=r"clip_zero_point must be one integer in -128\.\.127.*got 200"):
+        kernel(*args, **params, clip_scale=np.float32(0.03), clip_zero_point=200)
+    with pytest.raises(ValueError, match=r"clip_scale must be one positive finite float32, got -1.0"):
+        kernel(*args, **params, clip_scale=-1.0, clip_zero_point=zero)
+    with pytest.raises(TypeError, match=r"clip_scale quantize the outputs of a schedule with clip_quantized"):
+        lo.Schedule(op).compile("scalar")(*args, **params, clip_scale=np.float32(0.03))
+    with pytest.raises(ScheduleError, match=r"clip_quantized\(low=0.0, high=6.0\): it clips requantized "
+                                            r"8-bit outputs; .* has float32 outputs \(float outputs: clip\)"):
+        lo.Schedule(lo.Matmul(4, 4, 4)).clip_quantized(0.0, 6.0)
+    with pytest.raises(ScheduleError, match=r"has int32 outputs"):
+        lo.Schedule(op.with_quant(lo.QuantSpec(output="int32"))).clip_quantized(0.0)
+    with pytest.raises(ScheduleError, match=r"the outputs are clipped already"):
+        lo.Schedule(op).clip_quantized(0.0).clip_quantized(0.0)
+    schedule = lo.Schedule(op).clip_quantized(high=6.0)
+    assert schedule_from_toml(to_toml(schedule), op).requantized_clip == Clip(None, 6.0)
+    assert "then dequantized, Clip(low=None, high=6.0) and quantized again (clip_quantized)" in \
+        schedule.pseudocode("scalar")

@@ -25,6 +25,7 @@ from loopopt.onnx.exact import exact_output
 from loopopt.onnx.graph import static_input_shapes
 from loopopt.onnx.kernels import default_schedule
 from loopopt.onnx.plan import KERNEL, NUMPY
+from loopopt.tune import choice
 from loopopt.tune.choice import first_reading
 
 RNG = np.random.default_rng(3)
@@ -223,6 +224,24 @@ def test_default_schedule_reads_its_input_as_it_arrives():
     else:
         assert schedule.layout_of("I").tag == other and reading[0].schedule is schedule
         assert source.startswith(f"default best-ranked candidate reading {other} as its input arrives (rank ")
+
+
+def test_default_schedule_reads_a_per_call_operand_as_it_arrives(recorded_profile):
+    """An attention's second operand comes with each call, row-major: the default stores it so (a
+    candidate the heuristic ties with the packed first choice) rather than packing it on every call."""
+    op = lo.Matmul(128, 128, 64, batch=(12,))
+    choice._chosen.clear(), choice._ranked.clear()          # ranked with the recorded profile
+    first, _, _ = default_schedule(op)
+    assert first.layout_of("B").tag != "BKN"                                   # packed panels
+    schedule, source, _ = default_schedule(op, operands={"B": "BKN"})
+    assert schedule.layout_of("B").tag == "BKN" and schedule.layout_of("A").tag == "BMK"
+    assert source.startswith("default best-ranked candidate reading B BKN as they arrive (rank ")
+    assert first_reading(op, {"B": "BKN"})[0].schedule is schedule
+    with pytest.raises(ValueError, match=r"'X' is not an input of Matmul.*: its inputs are A, B"):
+        default_schedule(op, operands={"X": "BKN"})
+    with pytest.raises(ValueError, match=r"layout 'BKQ' is not a valid format tag for B"):
+        default_schedule(op, operands={"B": "BKQ"})
+    choice._chosen.clear(), choice._ranked.clear()          # not kept for tests on the measured profile
 
 
 def test_gemm_node_transposes_alpha_beta():

@@ -30,6 +30,7 @@ from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     TAIL,
+    activation_lines_per_set,
     best,
     channel_tail,
     conflict_lines,
@@ -39,6 +40,7 @@ from loopopt.targets.x86.rank import (
     streamed_bytes,
     strided_seconds,
     tail,
+    weights_stay_in_l1,
 )
 from loopopt.targets.x86.search import imbalance
 from loopopt.targets.x86.space import Knobs, candidates, is_table_lookup
@@ -446,6 +448,25 @@ def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
     assert strided_seconds(lo.Matmul(64, 64, 64), plain, 64) == 0          # rows 256 B apart, all in L1
     down = lo.Matmul(384, 768, 3072)                                          # 3 KB rows: past the prefetcher
     assert strided_seconds(down, Knobs(8, 32, ("k",), ("j_o", "i_o"), "plain"), 384) > 0    # they fit L2
+
+
+def test_activation_rows_a_way_apart_keep_a_weight_panel_out_of_l1():
+    xeon, zen4 = Cache("L1", 48 << 10, 12, 64, 1), Cache("L1", 32 << 10, 8, 64, 1)     # 4 KB ways
+    gemm = lo.Matmul(512, 1024, 1024)                  # A's rows 4 KB apart: 8 rows, 8 lines in each set
+    assert activation_lines_per_set(gemm, 8, 256, None, 64) == 8
+    assert activation_lines_per_set(gemm, 3, None, None, 64) == 3
+    panel = Knobs(8, 32, ("k",), ("k_o", "j_o", "i_o"), "packed", 256)
+    for l1 in (xeon, zen4):
+        assert not weights_stay_in_l1(gemm, panel, 256 * 32 * 4, l1)             # 8 ways + 8 rows
+    assert not weights_stay_in_l1(gemm, replace(panel, cache_block=128), 16 << 10, xeon)  # 4 + 8: none spare
+    assert weights_stay_in_l1(gemm, replace(panel, pixel_block=3), 256 * 32 * 4, xeon)        # 8 + 3, 1 spare
+    attention = lo.Matmul(128, 128, 64, batch=(12,))    # 256-byte rows, contiguous: one line a set
+    assert activation_lines_per_set(attention, 8, None, None, 64) == 1
+    assert weights_stay_in_l1(attention, Knobs(8, 32, ("k",), ("b", "i_o", "j_o"), "packed"), 8 << 10, zen4)
+    pointwise = lo.Conv2d(1024, 256, 1, height=14, width=14)   # channels-last: 4 KB a position
+    assert activation_lines_per_set(pointwise, 7, 128, None, 64) == 7
+    three = lo.Conv2d(1024, 256, 3, padding=1, height=14, width=14)           # overlapping rows: not counted
+    assert activation_lines_per_set(three, 7, 128, None, 64) == 0
 
 
 def test_spearman_of_known_orders():

@@ -40,7 +40,7 @@ from ..schedule import Loop, Schedule, ScheduleError
 from . import cprint, taps, ternary
 from .arith import Arithmetic, load
 from .instr import Isa
-from .quantized import SIMD_PRAGMA, epilogue_statements
+from .quantized import MAP, SIMD_PRAGMA, epilogue_statements
 from .vector import FROM_LANE_ZERO, AccessKind, classify_offset, exact_offset
 
 
@@ -568,14 +568,18 @@ class RegisterBlock:
         per vector) and stored at once."""
         em, isa = self.em, self.em.isa
         names = [f"lo_r{i}" for i in range(len(run))]
+        # clip_quantized's table: on the packed bytes where the table maps bytes, else in the lanes
+        mapped = em.arith.plan.requantized_clip is not None and "map_bytes" in isa.ops
         em.emit(indent, f"{{ /* {', '.join(a.name for a in run)}: requantized, packed to bytes together */")
         inner = indent + 1
         em.emit(inner, f"{em.arith.scalar_type} {', '.join(f'{name}[{self.lanes}]' for name in names)};")
         for acc, name in zip(run, names):
-            self._emit_epilogue(inner, acc, name)
+            self._emit_epilogue(inner, acc, name, mapped=not mapped)
         vectors = [isa.load(p=name) for name in names] + [isa.zero()] * (4 - len(run))
         pack = isa.pack_u8 if em.arith.plan.output_type == "uint8_t" else isa.pack_s8
         value = pack(**dict(zip("abcd", vectors)))
+        if mapped:
+            value = isa.map_bytes(v=value, p=MAP)
         first = run[0]
         pointer = f"&Y[{em.schedule.offset(em.op.output).substitute(first.bindings).to_c()}]"
         count = self.lanes * (len(run) - 1) + run[-1].valid_lanes
@@ -591,14 +595,16 @@ class RegisterBlock:
             return isa.store_narrow(p=pointer, v=value)
         return isa.store_narrow_mask(p=pointer, m=isa.mask_count(n=str(valid)), v=value)
 
-    def _emit_epilogue(self, indent: int, acc: Accumulator, target: str | None = None) -> None:
+    def _emit_epilogue(self, indent: int, acc: Accumulator, target: str | None = None,
+                       mapped: bool = True) -> None:
         """Quantized kernels: the block holds final sums, so the epilogue (compensation, bias,
         scale or requantization) runs on them and writes the output ``Y``. A vector accumulator
         goes through stack arrays: its lanes' results are computed in one vectorizable loop,
         then copied to ``Y`` (one copy where the lanes are contiguous and all live). A requantized
         output is computed in int lanes (so the loop has no byte type and is vectorized at the full
         int32 width) and narrowed to bytes when stored (the table's ``store_narrow``); with ``target``
-        (a run of ``_emit_packed``) the int lanes go to that array, declared and stored by the caller."""
+        (a run of ``_emit_packed``) the int lanes go to that array, declared and stored by the caller,
+        which maps them itself where not ``mapped`` (``epilogue_statements``)."""
         em, plan = self.em, self.em.arith.plan
         bits, _, guards = self.setup[acc.name]
         index = em.schedule.index(em.op.output)
@@ -629,7 +635,8 @@ class RegisterBlock:
         # lanes past a partial tile (not live) compute a clamped position's value, not stored
         clamp = frozenset({"lo_lane"}) if bits else frozenset()
         for line in epilogue_statements(em.schedule, plan, "lo_t[lo_j]", index,
-                                        target=f"{target or 'lo_r'}[lo_j]", narrow=not narrow, clamp=clamp):
+                                        target=f"{target or 'lo_r'}[lo_j]", narrow=not narrow, clamp=clamp,
+                                        mapped=mapped):
             em.emit(inner + 1, line)
         em.emit(inner, "}")
         if target:

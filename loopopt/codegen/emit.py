@@ -149,6 +149,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
         tables += ternary.helpers(arith.ints)
     if plan and plan.tap_dot:
         tables += taps.helpers(arith.ints)
+    if plan and plan.requantized_clip is not None and "map_bytes" in arith.ints.ops:
+        tables += arith.ints.helpers["map"]
     if schedule.fused_epilogue is not None:
         tables += HELPERS
     openmp = schedule.parallel_loop is not None

@@ -148,11 +148,17 @@ PACKED_MEANINGS = {
 }
 
 
+# an integer table's optional byte lookup (``Schedule.clip_quantized``'s table on packed output bytes)
+BYTE_MAP_MEANINGS = {
+    "map_bytes": "byte i of the result = ((uint8 *)p)[byte i of v] (p: a table of 256 bytes)",
+}
+
+
 def int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
-    """An integer table's operations: ``floats``' shared ones and these (each named in ``INT_MEANINGS``
-    or ``PACKED_MEANINGS``)."""
+    """An integer table's operations: ``floats``' shared ones and these (each named in ``INT_MEANINGS``,
+    ``PACKED_MEANINGS`` or ``BYTE_MAP_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
-    meanings = INT_MEANINGS | PACKED_MEANINGS
+    meanings = INT_MEANINGS | PACKED_MEANINGS | BYTE_MAP_MEANINGS
     return shared | {name: Instr(text, meanings[name]) for name, text in templates.items()}
 
 

@@ -87,6 +87,7 @@ def _stage_note(schedule: Schedule, tensor: str, at: str) -> str:
     if schedule.tensorized:
         tma = tensor in schedule.tma_staged
         how = "copied as 2-D boxes by TMA" if tma else "gathered as a matrix operand"
+        how += " from a producer warpgroup" if schedule.specialized else ""
         return (f"stage {tensor}'s tile in shared memory ({how}, "
                 f"{schedule.pipeline_stages or PIPELINE_STAGES}-buffer ring)")
     return f"stage {tensor} in shared memory ({' x '.join(map(str, schedule.staged_box(tensor, at).sizes))})"

@@ -55,8 +55,10 @@ def render(schedule: Schedule, target: Isa | None = None, bf16_dot: bool = False
         epilogue = ("none (float accumulation)" if not plan.integer else
                     "at the register block's store" if plan.fused_epilogue else
                     "a pass over the int32 accumulators")
+        clipped = (f", then dequantized, {plan.requantized_clip} and quantized again (clip_quantized)"
+                   if plan.requantized_clip is not None else "")
         lines.append(f"# quantized {op.quant}: arithmetic {plan.arithmetic}, "
-                     f"compensation {plan.compensation}, epilogue {epilogue}")
+                     f"compensation {plan.compensation}, epilogue {epilogue}{clipped}")
     if schedule.vector_loop is not None and target is not None:
         kinds = vector_access_kinds(schedule, target)
         text = ", ".join(f"{t} {k}" for t, k in kinds.items()) if kinds else "runs as a scalar loop"

@@ -47,6 +47,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..activation import Clip
 from ..cnames import letter_variable
 from ..expr import Bound, Var
 from ..ops import Op, Window
@@ -64,6 +65,7 @@ SIMD_PRAGMA = "#pragma omp simd"
 # bit for bit), wrapping int32 arithmetic (compensation terms, exact modulo 2^32), and no errno from math
 # builtins (the requantization's __builtin_irintf is then one conversion instruction, not a call)
 QUANT_FLAGS = ("-ffp-contract=off", "-fwrapv", "-fopenmp-simd", "-fno-math-errno")
+MAP = "lo_map"     # ``Schedule.clip_quantized``'s outputs by requantized value: 256 bytes, by bit pattern
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t"}
 
 
@@ -84,6 +86,7 @@ class QuantPlan:
     packed_weights: bool = False  # ternary weights stored as i2_s (codegen/ternary.py)
     tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
     tap_fill: bool = False        # the tap dot's padding bytes hold the activations' zero point
+    requantized_clip: Clip | None = None   # clipped on another scale after (``Schedule.clip_quantized``)
 
     @property
     def dot_instruction(self) -> str:
@@ -121,7 +124,7 @@ def plan(schedule: Schedule, lanes: int, signed_dot: bool = False) -> QuantPlan:
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
         bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap,
-        tap_fill=tap is not None and spec.weight_symmetric)
+        tap_fill=tap is not None and spec.weight_symmetric, requantized_clip=schedule.requantized_clip)
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -408,9 +411,10 @@ def parameters(qp: QuantPlan) -> tuple[KernelParam, ...]:
         return (KernelParam("lo_zw", "int32_t", const=True), KernelParam("lo_wscale", "float", const=True),
                 scalar("lo_xscale", "float"), scalar("lo_zx", "int"))
     mult = (KernelParam("lo_mult", "float", const=True),) if qp.output_type != "int32_t" else ()
+    clipped = (KernelParam(MAP, "uint8_t", const=True),) if qp.requantized_clip is not None else ()
     return (KernelParam("Y", qp.output_type), KernelParam("lo_zw", "int32_t", const=True), *mult,
             KernelParam("lo_comp", "int32_t"), KernelParam("lo_xsum", "int32_t"), scalar("lo_zx", "int"),
-            scalar("lo_zy", "int"))
+            scalar("lo_zy", "int"), *clipped)
 
 
 def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
@@ -613,7 +617,8 @@ def folded_offsets(schedule: Schedule, qp: QuantPlan) -> list[str]:
 
 def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=None,
                         target: str | None = None, narrow: bool = True,
-                        clamp: frozenset[str] = frozenset(), folded: bool = False) -> list[str]:
+                        clamp: frozenset[str] = frozenset(), folded: bool = False,
+                        mapped: bool = True) -> list[str]:
     """C statements turning the int32 products ``value`` of one output element into its
     output value, stored to ``target`` (default: the element of ``Y``). With ``narrow=False``
     a requantized value is stored as an int (already in the output type's range) for the caller
@@ -624,7 +629,8 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
     a variable of ``clamp`` are clamped to the output's shape: a dead lane past the output's
     last element computes (and its caller does not store) the last one's value, so it reads the
     per-channel and per-position tables in bounds. With ``folded`` the compensation and the bias
-    are one entry of ``FOLDED`` (``folded_offsets``).
+    are one entry of ``FOLDED`` (``folded_offsets``). A ``clip_quantized`` value is looked up in
+    ``MAP`` here, or with ``mapped=False`` left for the caller to map (packed bytes: ``map_bytes``).
     """
     op, spec = schedule.op, schedule.op.quant
     info = op.tensor(op.output)
@@ -647,10 +653,12 @@ def epilogue_statements(schedule: Schedule, qp: QuantPlan, value: str, index=Non
         # clamped before it is rounded (the bounds are integers, so rounding commutes with the clamp),
         # then rounded to the nearest even int by one conversion (vcvtps2dq: irintf under QUANT_FLAGS'
         # -fno-math-errno); two selects, each a vmaxps / vminps (a nested select: compares and a blend)
-        return lines + [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
-                        "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;",
-                        f"{target} = ({qp.output_type})(__builtin_irintf(lo_p) + lo_zy);" if narrow
-                        else f"{target} = __builtin_irintf(lo_p) + lo_zy;"]
+        lines += [f"float lo_p = (float)lo_a * lo_mult[{channel}];",
+                  "lo_p = lo_p < lo_low ? lo_low : lo_p;", "lo_p = lo_p > lo_high ? lo_high : lo_p;"]
+        value = "__builtin_irintf(lo_p) + lo_zy"
+        if qp.requantized_clip is not None and mapped:
+            value = f"({qp.output_type}){MAP}[(uint8_t)({value})]"
+        return lines + [f"{target} = ({qp.output_type})({value});" if narrow else f"{target} = {value};"]
     bias = f" + {op.bias_tensor}[{channel}]" if op.bias else ""
     return lines + [f"{target} = (float)lo_a * lo_mult[{channel}]{bias};"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from ..ops import Op
 from ..schedule import Schedule
 from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..tune import RankedResult, TuneError, best_trial, tune
-from ..tune.choice import first_choice, first_reading
+from ..tune.choice import arriving_layouts, first_choice, first_reading
 from ..tune.log import logged_count, signature
 from ..tune.ranked import UntimedSearchError
 from ..tune.result import describe
@@ -60,22 +61,28 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
     return None if best is None else (best.to_schedule(op, f"tuning log {os.fspath(log)}"), best.isa)
 
 
-def default_schedule(op: Op, threads: int = 1, isa: str = "auto",
-                     arrives: str | None = None) -> tuple[Schedule, str, str]:
+def default_schedule(op: Op, threads: int = 1, isa: str = "auto", arrives: str | None = None,
+                     operands: Mapping[str, str] | None = None) -> tuple[Schedule, str, str]:
     """The default schedule of ``op`` (the search's first choice, else ``stationary_schedule``), its
     source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: x86's tile
-    variant). ``arrives``: the layout (a format tag) the first input arrives in; where the first choice
-    stores it otherwise, the best-ranked candidate that stores it so (``first_reading``), if any."""
+    variant). ``arrives``: the layout (a format tag) the first input arrives in; ``operands``: the
+    layouts other inputs given with each call arrive in (an attention's second operand), by name; where
+    the first choice stores them otherwise, the best-ranked candidate that stores them so
+    (``first_reading``), if any."""
+    first = {op.inputs[0]: arrives} if arrives is not None else {}
+    wanted = arriving_layouts(op, first | dict(operands or {}))
     chosen = first_choice(op, isa, threads)
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
     reading = None
-    if arrives is not None and chosen.schedule.layout_of(op.inputs[0]).tag != arrives:
-        reading = first_reading(op, arrives, isa, threads)
+    if any(chosen.schedule.layout_of(tensor).tag != tag for tensor, tag in wanted.items()):
+        reading = first_reading(op, wanted, isa, threads)
     if reading is not None:
         candidate, rank = reading
-        return (candidate.schedule, f"{READING} {arrives} as its input arrives (rank {rank}): "
+        layouts = (f"{arrives} as its input arrives" if not operands else
+                   ", ".join(f"{tensor} {tag}" for tensor, tag in wanted.items()) + " as they arrive")
+        return (candidate.schedule, f"{READING} {layouts} (rank {rank}): "
                 f"{describe(candidate.knobs.as_dict(), candidate.isa)}", candidate.isa)
     return chosen.schedule, f"{RANKED}: {describe(chosen.knobs.as_dict(), chosen.isa)}", chosen.isa
 

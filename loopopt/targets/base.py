@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..codegen.pseudocode import render
 from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
 from .pool_c import PoolKernel, pool_kernels
+from .transpose import Transpose, portable_transpose
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -146,6 +147,12 @@ class Target(ABC):
         """The 8-bit table lookup over a byte array on this host (``targets/bytemap.py``): the
         portable C loop, unless the target has a vector version its CPU runs."""
         return portable_byte_map()
+
+    def transpose(self) -> Transpose:
+        """The batched 2-D transposes a kernel call packs its activations with on this host
+        (``targets/transpose.py``): the portable tile loops built with ``vector_flags``, unless the
+        target has vector code of its own."""
+        return portable_transpose(self.vector_flags())
 
     def vector_flags(self) -> tuple[str, ...]:
         """Compiler flags that let the portable C loops of ``targets/`` (``linear_quant``) use this host's

@@ -13,6 +13,11 @@ asks once per distinct shape of a model).
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
+from ..layout import Layout
+from ..machine import machine_profile
 from ..ops import Op
 from ..schedule import ScheduleError
 from ..targets.registry import target_of_isa
@@ -42,25 +47,63 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
     return _chosen[key]
 
 
-def first_reading(op: Op, layout: str, isa: str = "auto", threads: int = 1) -> tuple[Candidate, int] | None:
-    """The best-ranked candidate (within the first ``READING_WINDOW``) that stores ``op``'s first input
-    in ``layout`` (a format tag) and runs on the first choice's ISA, and its rank; None if none does.
-    The ONNX backend takes it where the first choice would read its input in another layout than the
-    one it arrives in (a conversion per call)."""
+def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
+                  threads: int = 1) -> tuple[Candidate, int] | None:
+    """The best-ranked candidate that stores ``op``'s inputs in the layouts they arrive in (``layout``:
+    the first input's format tag, or a tag per input name) and runs on the first choice's ISA, and its
+    rank; None if none does. It is looked for within the first ``READING_WINDOW``, and, where every
+    input arrives in its logical layout (a caller's numpy array, NCHW or row-major), further down while
+    the predicted time stays within the first choice's plus the packing the first choice would do on
+    each call (``packing_seconds``): a depthwise conv's plane candidates read NCHW (ranked 112th for the
+    240-channel 5x5 layer at 28x28, predicted 0.154 ms against 0.111 ms and 0.061 ms of packing). The
+    ONNX backend takes it where the first choice would read its input in another layout than the one
+    it arrives in (a conversion per call); a layer whose second operand comes with each call
+    (attention's) where it would pack that one."""
     first = first_choice(op, isa, threads)
     if first is None:
         return None
+    wanted = arriving_layouts(op, layout)
     auto = isa == "auto"
     target = target_of_isa(isa)
     isa = target.resolve_isa(isa, integer=op.quant is not None)
     rules = target.search_rules()
     key = (signature(op), isa, threads, auto)
     ranked = _ranking(key, rules, rules.candidates(op, isa, threads, auto) if key not in _ranked else [])
-    for rank, candidate in enumerate(ranked[:READING_WINDOW]):
+    logical = all(tag == op.tensor(tensor).letters for tensor, tag in wanted.items())
+    budget = first.figures["predicted_seconds"] + packing_seconds(op, first, wanted) if logical else 0.0
+    for rank, candidate in enumerate(ranked):
+        if rank >= READING_WINDOW and candidate.figures["predicted_seconds"] > budget:
+            break
         if (candidate.isa == first.isa and _builds(candidate)
-                and candidate.schedule.layout_of(op.inputs[0]).tag == layout):
+                and all(candidate.schedule.layout_of(t).tag == tag for t, tag in wanted.items())):
             return candidate, rank
     return None
+
+
+def arriving_layouts(op: Op, layout: str | Mapping[str, str]) -> dict[str, str]:
+    """``first_reading``'s ``layout`` as a format tag per input name; a ValueError names a tensor that is
+    not an input of ``op`` or a malformed tag."""
+    wanted = {op.inputs[0]: layout} if isinstance(layout, str) else dict(layout)
+    for tensor, tag in wanted.items():
+        if tensor not in op.inputs:
+            raise ValueError(f"{tensor!r} is not an input of {op!r}: its inputs are {', '.join(op.inputs)}")
+        Layout.parse(tag, op.tensor(tensor).letters, tensor)
+    return wanted
+
+
+def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -> float:
+    """The time ``candidate``'s kernel takes on each call to pack the inputs that arrive in the layouts
+    ``arriving`` (by name) where it stores them otherwise: each read and written once at the bandwidth
+    of the cache level that holds them (L3 where they fit half of it, else DRAM; the machine profile).
+    The 240-channel depthwise layer's NCHW -> NHWC packing: 0.061 ms predicted, 0.05-0.1 ms measured
+    (``targets/transpose.py``'s AVX-512 tiles, shared Xeon with AMX)."""
+    moved = [tensor for tensor, tag in arriving.items() if candidate.schedule.layout_of(tensor).tag != tag]
+    size = 1 if op.quant is not None else 4               # as a caller gives them: 8-bit codes, else float32
+    nbytes = size * sum(math.prod(op.tensor(t).shape) for t in moved)
+    profile = machine_profile()
+    l3 = next((c.size for c in profile.caches if c.name == "L3"), 0)
+    level = "L3" if 2 * nbytes <= l3 and "L3" in profile.bandwidth else "DRAM"
+    return 2 * nbytes / (profile.bandwidth[level].gbs * 1e9)
 
 
 def _ranking(key: tuple[str, str, int, bool], rules, space: list[Candidate]) -> list[Candidate]:

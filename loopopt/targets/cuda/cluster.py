@@ -79,13 +79,6 @@ static __device__ __forceinline__ void lo_cluster_sync(void)
     asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"
                  ::: "memory");
 }
-static __device__ __forceinline__ void lo_empty_init(unsigned long long *bar, int count, int blocks)
-{   /* a buffer is free once every block of the cluster arrived */
-    for (int i = 0; i < count; ++i)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(LO_SHARED(bar + i)), "r"(blocks)
-                     : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
 static __device__ __forceinline__ void lo_release(unsigned long long *bar, int blocks)
 {   /* one arrival on the barrier at bar's offset in every block of the cluster */
     for (int rank = 0; rank < blocks; ++rank)

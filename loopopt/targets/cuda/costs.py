@@ -42,6 +42,11 @@ class Costs:
     # measured: L2 to the SMs, bytes per SM per (sustained) clock: the wgmma GEMM moved 1.61 GB of
     # tiles from L2 in 711k cycles at 67% of the L2's throughput (Nsight): 1.61e9 / (0.67 x 711e3 x 132).
     l2_bytes_per_clock: float = 25.6
+    # measured (a lower bound): the same with tiles in the 128-byte swizzle (``Schedule.swizzle``: one
+    # box of 128-byte rows a tile a step instead of four of 32): the bf16 4096^3 GEMM at 128 x 256,
+    # warp-specialized, moved the same 1.61 GB in 0.197 ms (0.1875 less the launch, 301k cycles at
+    # 1.6 GHz): 40.6 bytes per SM-clock, the tensor cores near busy, so the L2 may give more.
+    l2_bytes_per_clock_wide: float = 40.6
     # counted: a warp's instructions per pipeline step as the current printer's kernels compile (SASS
     # of the calibration rows' kernels at commit 9db1a75, the main loop's body; least squares over the
     # 24 rows whose loop is one step, ``step_instructions`` in the rows' file): 108 besides its copies

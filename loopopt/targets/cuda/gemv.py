@@ -17,10 +17,19 @@ A schedule is taken (``takes``) when it binds a loop over outputs to a ``warp.*`
   8, int8 16, i2_s 64): each output's weights and each row's activations start on a 16-byte
   boundary and the reduction's tail is zero-padded in both, so no load needs a guard;
 * ternary weights: ``weight_format("i2_s")`` (16 bytes: 64 weights, a byte holding the elements
-  ``i, i + 16, i + 32, i + 48`` of its block as codes ``w + 1``) or ``"int8"``.
+  ``i, i + 16, i + 32, i + 48`` of its block as codes ``w + 1``) or ``"int8"``;
+* optionally ``unroll("k", depth)``: how many of a lane's rounds load their weights together
+  (default: 8 vectors in flight, ``8 // columns`` rounds).
 
-Each lane of a warp sums the products of the 16-byte vectors ``lane, lane + 32, ...`` of its
-``columns`` outputs' weights with the matching activations of every row: float16 in float32 FMAs,
+Each lane of a warp sums the products of the 16-byte vectors ``lane, lane + 32, ...`` (its *rounds*)
+of its ``columns`` outputs' weights with the matching activations of every row. The rounds run in
+batches of ``depth``: a batch's weight vectors are all loaded before the first is used, so a lane
+keeps ``depth x columns`` 16-byte loads in flight; the rounds every lane has run in whole batches
+without a guard, the rest (the reduction's tail among them) in one guarded batch. ptxas is told a
+block an SM is enough (``__launch_bounds__(threads, 1)``): otherwise it moves each load down to its
+use to save registers, leaving two rounds in flight whatever the source says. The epilogue's
+per-channel arrays are sent to the L2 (``prefetch.global.L2``) before the weights stream, so the
+store does not wait for device memory after the butterfly. The products: float16 in float32 FMAs,
 int8 with ``dp4a`` (signed weights by int8 or uint8 activations), i2_s as the codes' ``dp4a`` with
 the activations less the activations' sum (``sum x (w + 1) - sum x``), exact in int32. The
 quantized epilogue is ``quantized.store``'s (``lo_comp``: minus the activations' zero point times
@@ -30,7 +39,8 @@ arrays, so CI checks the kernel's indexing, unpacking, tails and epilogue bit fo
 
 Refused with the reason: more than ``MAX_ROWS`` rows, a batched ``Matmul``, a ``Gemm`` or another op,
 float32 or bfloat16 operands, uint8 or asymmetric weights, other layouts, splits of ``i`` or
-``k``, and steps beyond layout, split, reorder, bind and weight_format.
+``k``, an unroll of another loop than ``k``'s, and steps beyond layout, split, reorder, bind,
+weight_format and unroll.
 """
 from __future__ import annotations
 
@@ -48,8 +58,8 @@ from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 MAX_ROWS = 8              # rows (M) a warp keeps in registers
 WARP = 32
 VECTOR_BYTES = 16         # one weight load
-STEPS = ("layout", "split", "reorder", "bind", "weight_format")
-UNROLL = 4                # vectors of the lane loop unrolled: their loads in flight together
+STEPS = ("layout", "split", "reorder", "bind", "weight_format", "unroll")
+IN_FLIGHT = 8             # a lane's 16-byte weight vectors loaded before the first is used, by default
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,7 @@ LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c)
     return d;
 }
 LO_DEVICE float2 lo_halves(uint32_t u) { return __half22float2(*(const __half2 *) &u); }
+LO_DEVICE void lo_prefetch(const void *p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 """
 _HOST_PRELUDE = """\
 #include <stdint.h>
@@ -209,13 +220,20 @@ def kind_of(schedule: Schedule) -> Kind:
 @dataclass(frozen=True)
 class Shape:
     """A GEMV kernel's shape: the weights' kind, ``warps`` a block, ``columns`` a warp, ``vectors`` of 16
-    bytes of weights per output (the padded reduction), ``blocks`` in the grid."""
+    bytes of weights per output (the padded reduction), ``blocks`` in the grid, and ``depth``: the
+    rounds of a lane's loop (one vector of each column a round) whose weights are loaded together."""
 
     kind: Kind
     warps: int
     columns: int
     vectors: int
     blocks: int
+    depth: int
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of each lane's loop: the warp's lanes take the vectors 32 at a time."""
+        return -(-self.vectors // WARP)
 
 
 def check(schedule: Schedule) -> Shape:
@@ -238,6 +256,10 @@ def check(schedule: Schedule) -> Shape:
     if schedule.layout_of(op.output).tag != "MN":
         raise ScheduleError(f"{op.output} is in layout {schedule.layout_of(op.output).tag!r}; the cuda GEMV "
                             f"kernels store 'MN'")
+    unrolled = [loop for loop in schedule.loops if loop.unroll and schedule.dims_of(loop.name) != {"k"}]
+    if unrolled:
+        raise ScheduleError(f"unroll({unrolled[0].name!r}): the cuda GEMV kernels unroll only dim 'k' (the "
+                            f"rounds of each lane's loop over its weight vectors)")
     for dim in ("i", "k"):
         loops = [loop for loop in schedule.loops if dim in schedule.dims_of(loop.name)]
         if len(loops) != 1 or schedule.dims_of(loops[0].name) != {dim} or loops[0].axis:
@@ -261,7 +283,10 @@ def check(schedule: Schedule) -> Shape:
                             f"(split j by warps x columns, then the inner part by columns)")
     vectors = schedule.layout_of(b).storage_shape(op.tensor(b).shape)[1]
     groups = -(-op.n // cols)              # warps with outputs
-    return Shape(kind, warps, cols, vectors, -(-groups // warps))
+    k_loop = next(loop for loop in schedule.loops if schedule.dims_of(loop.name) == {"k"})
+    rounds = -(-vectors // WARP)
+    depth = min(rounds, k_loop.unroll or max(1, IN_FLIGHT // cols))
+    return Shape(kind, warps, cols, vectors, -(-groups // warps), depth)
 
 
 def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelParam, ...]:
@@ -278,6 +303,32 @@ def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelPa
 
 
 _LANE = """\
+/* a lane's rounds lo_t .. lo_t + count - 1 (count <= {depth}, a constant once inlined), one 16-byte vector of
+ * each column a round: their weights loaded before any is used; where lo_tail, the rounds past the
+ * {full} that every lane has check for the reduction's end */
+LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int lo_lane, int lo_t,
+                         int count, int lo_tail, {sum_type} lo_acc[{rows}][{cols}]{xs_param})
+{{
+    lo_v16 lo_wv[{depth}][{cols}];
+    {unroll} {depth}
+    for (int d = 0; d < {depth}; ++d) {{
+        const int v = lo_lane + {warp} * (lo_t + d);
+        if (d < count && (!lo_tail || lo_t + d < {full} || v < {vectors}))
+            for (int c = 0; c < {cols}; ++c) lo_wv[d][c] = lo_load(lo_w[c] + (ptrdiff_t) v * 16);
+    }}
+    {unroll} {depth}
+    for (int d = 0; d < {depth}; ++d) {{
+        const int v = lo_lane + {warp} * (lo_t + d);
+        if (d >= count || (lo_tail && lo_t + d >= {full} && v >= {vectors})) continue;
+        lo_v16 lo_x[{rows}][{x_vectors}];
+        for (int i = 0; i < {rows}; ++i) for (int q = 0; q < {x_vectors}; ++q)
+            lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}
+                                 + ((ptrdiff_t) v * {x_vectors} + q) * 16);
+        for (int c = 0; c < {cols}; ++c) for (int i = 0; i < {rows}; ++i)
+            lo_acc[i][c] = lo_dot(lo_wv[d][c], lo_x[i], lo_acc[i][c]);{xs_sum}
+    }}
+}}
+
 LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane,
                             {sum_type} lo_acc[{rows}][{cols}]{xs_param})
 {{
@@ -286,17 +337,7 @@ LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane,
         const int j = lo_warp * {cols} + c;
         lo_w[c] = (const uint8_t *) {b} + (ptrdiff_t) (j < {n} ? j : {n} - 1) * {row_bytes};
     }}
-    {unroll} {unroll_count}
-    for (int v = lo_lane; v < {vectors}; v += {warp}) {{
-        lo_v16 lo_x[{rows}][{x_vectors}];
-        for (int i = 0; i < {rows}; ++i) for (int q = 0; q < {x_vectors}; ++q)
-            lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}
-                                 + ((ptrdiff_t) v * {x_vectors} + q) * 16);
-        for (int c = 0; c < {cols}; ++c) {{
-            const lo_v16 lo_wv = lo_load(lo_w[c] + (ptrdiff_t) v * 16);
-            for (int i = 0; i < {rows}; ++i) lo_acc[i][c] = lo_dot(lo_wv, lo_x[i], lo_acc[i][c]);
-        }}{xs_sum}
-    }}
+{batches}{rest}
 }}
 
 LO_DEVICE void lo_store({declarations}, int i, int j, {sum_type} lo_sum)
@@ -307,12 +348,14 @@ LO_DEVICE void lo_store({declarations}, int i, int j, {sum_type} lo_sum)
 _XS_SUM = """
         for (int i = 0; i < {rows}; ++i) lo_xs[i] = lo_xsum(lo_x[i], lo_xs[i]);"""
 _DEVICE_NEST = """\
-__global__ void __launch_bounds__({threads}) {nest}({declarations})
+/* at least 1 block an SM: without it ptxas moves each weight load down to its use to save registers,
+ * and a warp has 2 rounds of loads in flight whatever the depth */
+__global__ void __launch_bounds__({threads}, 1) {nest}({declarations})
 {{
     const int lo_lane = (int) threadIdx.x % {warp};
     const int lo_warp = (int) blockIdx.x * {warps} + (int) threadIdx.x / {warp};
     {sum_type} lo_acc[{rows}][{cols}];
-    for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) lo_acc[i][c] = 0;{xs_zero}
+    for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) lo_acc[i][c] = 0;{xs_zero}{prefetch}
     lo_lane_sums({names}, lo_warp, lo_lane, lo_acc{xs_arg});
 #pragma unroll
     for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{    /* the butterfly: every lane gets the sums */
@@ -375,7 +418,8 @@ class _Kernel:
         self.s, self.syntax, self.op = schedule, syntax, schedule.op
         shape = check(schedule)
         self.kind, self.warps, self.columns = shape.kind, shape.warps, shape.columns
-        self.vectors, self.blocks = shape.vectors, shape.blocks
+        self.vectors, self.blocks, self.depth = shape.vectors, shape.blocks, shape.depth
+        self.rounds = shape.rounds
         self.params = parameters(schedule, self.kind, syntax)
 
     def _fields(self) -> dict[str, object]:
@@ -391,28 +435,51 @@ class _Kernel:
         ternary = kind.name == "i2_s"
         final = "(int) ((unsigned) lo_acc[i][c] - (unsigned) lo_xs[i])" if ternary else "lo_acc[i][c]"
         rows = op.m
+        full = self.vectors // WARP                     # rounds every lane has
+        batched = full // self.depth * self.depth      # of them, those in whole batches of depth rounds
+        names = ", ".join(p.name for p in self.params)
+        xs_arg = ", lo_xs" if ternary else ""
         return dict(
-            declarations=declarations, names=", ".join(p.name for p in self.params), sum_type=kind.sum_type,
+            declarations=declarations, names=names, sum_type=kind.sum_type,
             rows=rows, cols=self.columns, a=op.inputs[0], b=op.inputs[1], n=op.n, warp=WARP, warps=self.warps,
             row_bytes=VECTOR_BYTES * self.vectors, vectors=self.vectors, x_vectors=kind.x_vectors,
             x_bytes=self.vectors * kind.x_vectors * VECTOR_BYTES, unroll=self.syntax.unroll,
-            unroll_count=UNROLL,
+            depth=self.depth, full=full, batches=(    # the rounds every lane has, depth at a time
+                f"\n    {self.syntax.unroll} 1\n"
+                f"    for (int lo_t = 0; lo_t < {batched}; lo_t += {self.depth})\n"
+                f"        lo_rounds({names}, lo_w, lo_lane, lo_t, {self.depth}, 0, lo_acc{xs_arg});"
+                if batched else ""), rest=(    # the rounds left, the tail among them
+                f"\n    lo_rounds({names}, lo_w, lo_lane, {batched}, {self.rounds - batched}, 1, "
+                f"lo_acc{xs_arg});" if self.rounds > batched else ""),
             store=store, nest=NEST_NAME, kernel=KERNEL_NAME, error=ERROR_NAME, threads=self.warps * WARP,
             blocks=self.blocks, all_warps=self.blocks * self.warps,
             xs_param=f", int lo_xs[{rows}]" if ternary else "",
             xs_sum=_XS_SUM.format(rows=rows) if ternary else "",
             xs_zero=(f"\n    int lo_xs[{rows}];\n    for (int i = 0; i < {rows}; ++i) lo_xs[i] = 0;"
                      if ternary else ""),
-            xs_arg=", lo_xs" if ternary else "",
+            xs_arg=xs_arg,
             xs_shuffle=(f"\n        for (int i = 0; i < {rows}; ++i) "
                         f"lo_xs[i] += __shfl_xor_sync(0xffffffffu, lo_xs[i], lo_o);") if ternary else "",
             xs_lane=", lo_xs[lo_lane]" if ternary else "",
+            prefetch=self._prefetch(),
             final=final, host_final=final.replace("lo_acc[i][c]", "lo_acc[0][i][c]").replace(
                 "lo_xs[i]", "lo_xs[0][i]"),
             launcher=self._launcher(),
             casts=", ".join(p.name if not p.pointer else
                             f"({'const ' if p.const else ''}{p.ctype} *) {p.name}" for p in self.params),
             host_declarations=", ".join(p.declaration(restrict=False) for p in self.params))
+
+    def _prefetch(self) -> str:
+        """The device nest's first statement for the epilogue's per-channel arrays (``lo_comp``,
+        ``lo_mult``): each column's values sent to the L2 by one lane while the weights stream, so
+        that the store after the butterfly does not wait for device memory ("" if there are none)."""
+        channel = [p.name for p in self.params if p.pointer and p.const and p.name not in self.op.inputs]
+        if not channel:
+            return ""
+        fetches = " ".join(f"lo_prefetch({name} + j);" for name in channel)
+        return (f"\n    for (int c = 0; c < {self.columns}; ++c) {{    /* the epilogue's per-channel values "
+                f"on their way to the L2 */\n        const int j = lo_warp * {self.columns} + c;\n"
+                f"        if (lo_lane == c % {WARP} && j < {self.op.n}) {{ {fetches} }}\n    }}")
 
     def _launcher(self) -> str:
         decls = ", ".join(p.declaration() if not p.pointer else f"{'const ' if p.const else ''}void *{p.name}"
@@ -425,7 +492,7 @@ class _Kernel:
                   *(f" * step {i + 1}: {step}" for i, step in enumerate(s.steps)),
                   f" * {kind.name} weights, {self.vectors} vectors of 16 bytes per output over {WARP} lanes; "
                   f"{self.warps} warps a block, {self.columns} column(s) a warp, {op.m} row(s); "
-                  f"grid {self.blocks}",
+                  f"grid {self.blocks}; {self.depth} of a lane's {self.rounds} rounds loaded together",
                   " */"]
         signed = op.quant is not None and op.quant.activation == "int8"
         fields = self._fields()
@@ -463,7 +530,8 @@ def pseudocode(schedule: Schedule) -> list[str]:
             f"  for {warp} in 0..{warps}:    # warp.x: {columns} column(s) j = {warps * columns}*{block} "
             f"+ {columns}*{warp} + c",
             f"    for lane in 0..{WARP}:    # the warp's lanes",
-            f"      for v in lane..{vectors} step {WARP}:    # 16-byte weight vectors, unrolled by {UNROLL}",
+            f"      for v in lane..{vectors} step {WARP}:    # 16-byte weight vectors; {shape.depth} rounds' "
+            f"weights loaded first",
             f"        for i in 0..{op.m}:",
             f"          for c in 0..{columns}:",
             f"            acc[lane][i][c] += {a}[i, {per}v : {per}v + {per}] . "

@@ -21,7 +21,7 @@ operand's rows (a quantized kernel's activation sums, ``tensor_printer``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,12 @@ def _scalar(m: int, n: int, k: int, element: str = "float", value_a: str = "", v
 _HEADER = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_pipeline.h>"
 _PADDED_ROW = 16 + 8       # WMMA tiles: 8 halves of padding after each row against bank conflicts
 _HALF_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+_SHORT = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def _wmma(dtype: str, arch: str) -> MatrixInstruction:
     """WMMA ``m16n16k16`` on 16-bit ``dtype`` inputs, float32 sums."""
-    half = _HALF_TYPES[dtype]
-    short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    half, short = _HALF_TYPES[dtype], _SHORT[dtype]
     return MatrixInstruction(
         name=f"wmma_m16n16k16_{short}_f32", m=16, n=16, k=16, operands=(dtype, dtype), accumulator="float32",
         arch=arch, header="#include <mma.h>\n" + _HEADER, row_elements=_PADDED_ROW, element_bytes=2,
@@ -254,8 +254,18 @@ MMA_INT8 = {(a, b): _mma_int8(a, b) for a in _BYTES for b in _BYTES}
 # thread, warp w of the group holding rows 16 w + l / 4 and + 8 (l its lane), columns 8 c + 2 (l % 4)
 # and + 1 of each group c of eight columns ("Matrix Fragments for wgmma.mma_async .m64nNk16").
 WGMMA_N = (64, 128, 256)     # the widths the presets and the search use
-_DESCRIPTOR = ("#define LO_DESCRIPTOR(address) ((((unsigned long long) (address) & 0x3FFFF) >> 4) "
-               "| (1ull << 16) | ((unsigned long long) (256 >> 4) << 32) | (3ull << 62))")
+SWIZZLE_MODES = {32: 3, 64: 2, 128: 1}      # a descriptor's layout type of each swizzle width (bytes)
+
+
+def _descriptor(width: int = 32) -> str:
+    """``LO_DESCRIPTOR(address)`` of K-major tiles in the ``width``-byte swizzle: rows of ``width``
+    bytes, eight rows (``8 x width`` bytes) apart from the next eight."""
+    return (f"#define LO_DESCRIPTOR(address) ((((unsigned long long) (address) & 0x3FFFF) >> 4) "
+            f"| (1ull << 16) | ((unsigned long long) ({8 * width} >> 4) << 32) "
+            f"| ({SWIZZLE_MODES[width]}ull << 62))")
+
+
+_DESCRIPTOR = _descriptor()
 _WGMMA_MACROS = _DESCRIPTOR + r"""
 #define LO_LANE ((int) (threadIdx.x & 127))
 #define LO_DESC(p) LO_DESCRIPTOR(__cvta_generic_to_shared(p))
@@ -293,25 +303,30 @@ def _asm(statement: str) -> str:
     return f'asm volatile("{statement};" ::: "memory");'
 
 
-def _wgmma_macro(n: int) -> str:
-    """``LO_WGMMA(d, da, db)``: ``d`` (n / 2 floats) += A(da) x B(db), both K-major."""
+def _wgmma_macro(n: int, short: str) -> str:
+    """``LO_WGMMA(d, da, db)``: ``d`` (n / 2 floats) += A(da) x B(db), both K-major, of ``short``
+    (``f16``, ``bf16``) operands."""
     regs = n // 2
     outputs = ", ".join(f'"+f"((d)[{r}])' for r in range(regs))
     accumulators = ", ".join(f"%{r}" for r in range(regs))
     return (f'#define LO_WGMMA(d, da, db) asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; '
-            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{accumulators}}}, %{regs}, %{regs + 1}, '
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{short}.{short} {{{accumulators}}}, %{regs}, '
+            f'%{regs + 1}, '
             f'p, 1, 1, 0, 0; }}" : {outputs} : "l"(da), "l"(db), "r"(1))')
 
 
-def _wgmma(n: int) -> MatrixInstruction:
+def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:
+    """``wgmma.mma_async`` m64n``n``k16 on 16-bit ``dtype`` inputs, float32 sums."""
     each = f"for (int lo_e = 0; lo_e < {64 * n}; ++lo_e) "
+    short = _SHORT[dtype]
     return MatrixInstruction(
-        name=f"wgmma_m64n{n}k16_f16_f32", m=64, n=n, k=16, operands=("float16", "float16"),
-        accumulator="float32", arch="sm_90a", header=_HEADER + "\n" + _WGMMA_MACROS + "\n" + _wgmma_macro(n),
+        name=f"wgmma_m64n{n}k16_{short}_f32", m=64, n=n, k=16, operands=(dtype, dtype),
+        accumulator="float32", arch="sm_90a",
+        header=_HEADER + "\n" + _WGMMA_MACROS + "\n" + _wgmma_macro(n, short),
         row_elements=16, element_bytes=2, tile=_swizzled_32b(16), lanes=128, tile_alignment=256,
         group_sync="LO_GROUP_SYNC();", host_header=_WGMMA_HOST,
         cuda=FragmentCode(
-            element="__half", accumulator="float",
+            element=_HALF_TYPES[dtype], accumulator="float",
             declare_a="unsigned long long {name}[{count}];",
             declare_b="unsigned long long {name}[{count}];",
             declare_acc=f"float {{name}}[{{count}}][{n // 2}];",
@@ -337,9 +352,21 @@ def _wgmma(n: int) -> MatrixInstruction:
             store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];"))
 
 
+def with_swizzle(entry: MatrixInstruction, width: int) -> MatrixInstruction:
+    """A wgmma ``entry`` whose descriptors read tiles in the ``width``-byte swizzle (``Schedule.swizzle``:
+    rows of a whole pipeline step's ``width`` bytes, the k-slices 32 bytes apart in each row), its tiles
+    aligned to the swizzle's repeat of eight rows."""
+    if width == 32:
+        return entry
+    return replace(entry, header=entry.header.replace(_DESCRIPTOR, _descriptor(width)),
+                   host_header=entry.host_header.replace(_DESCRIPTOR, _descriptor(width)),
+                   row_elements=width // entry.element_bytes, tile_alignment=8 * width)
+
+
 WGMMA_F16_F32 = {n: _wgmma(n) for n in WGMMA_N}
+WGMMA_BF16_F32 = {n: _wgmma(n, "bfloat16") for n in WGMMA_N}
 INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32, WMMA_BF16_F32, MMA_BF16_F32,
-                                    *MMA_INT8.values(), *WGMMA_F16_F32.values())}
+                                    *MMA_INT8.values(), *WGMMA_F16_F32.values(), *WGMMA_BF16_F32.values())}
 
 
 def instruction(name: str) -> MatrixInstruction:

@@ -90,7 +90,9 @@ def check_schedule(schedule: Schedule) -> None:
                                          (f"stage({', '.join(schedule.tma_staged)}, ..., engine='tma')",
                                           schedule.tma_staged),
                                          ("add_residual()", schedule.residual),
-                                         (f"cluster{schedule.cluster_dims}", schedule.cluster_dims != (1, 1)))
+                                         (f"cluster{schedule.cluster_dims}", schedule.cluster_dims != (1, 1)),
+                                         ("specialize()", schedule.specialized),
+                                         (f"swizzle({schedule.tile_swizzle})", schedule.tile_swizzle != 32))
                 if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "

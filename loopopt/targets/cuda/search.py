@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 
 from ...dataflows import (
@@ -52,11 +52,11 @@ from ...dataflows import (
 )
 from ...expr import linear_terms
 from ...ops import Op
-from ...schedule import Schedule, ScheduleError
+from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import device
+from . import device, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
+from .instructions import WGMMA_BF16_F32, WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
@@ -97,8 +97,9 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-BLOCKS = (32, 64, 128, 256)
-WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2))
+WGMMA_KNOBS = ("swizzle", "specialize")
+BLOCKS = (32, 64, 128, 192, 256)
+WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
 # deeper rings first: they win ties
 STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
@@ -143,6 +144,8 @@ class TensorKnobs:
     split_k: int
     entry: str
     engine: str = "threads"        # who copies the tiles (``Schedule.stage``): the threads or TMA
+    swizzle: int = 32              # bytes of the tiles' swizzled rows (``Schedule.swizzle``; TMA only)
+    specialize: bool = False       # a producer warpgroup copies (``Schedule.specialize``; TMA only)
 
     @property
     def pixel_block(self) -> int:
@@ -158,13 +161,15 @@ class TensorKnobs:
 
     @property
     def threads(self) -> int:
-        return self.instruction.lanes * self.warps_m * self.warps_n
+        return self.instruction.lanes * (self.warps_m * self.warps_n + self.specialize)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def schedule(self, op: Op, isa: str) -> Schedule:
-        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "entry")}
+        # gpu_wgmma's own knobs only where they differ from the defaults (the other presets lack them)
+        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "entry")
+                 and (f.name not in WGMMA_KNOBS or getattr(self, f.name) != f.default)}
         return TENSOR_PRESETS[self.preset](op, **knobs)
 
     def work(self, op: Op, gpu: Gpu, costs: Costs = COSTS) -> Work:
@@ -277,9 +282,9 @@ def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
     """The entry ``preset`` tensorizes ``op`` onto (gpu_wgmma's widest), None where it has none of the
     op's types."""
     if preset == "gpu_wgmma":
-        widest = WGMMA_F16_F32[256]
         types = tuple(Schedule(op).operand_dtype(t) for t in op.inputs)
-        return widest if types == widest.operands else None
+        return next((widest for widest in (WGMMA_F16_F32[256], WGMMA_BF16_F32[256])
+                     if types == widest.operands), None)
     try:
         return instruction(tensor_entry(op, wmma=preset == "gpu_wmma"))
     except ScheduleError:
@@ -306,10 +311,36 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
         for bm, bn, (wm, wn), depth, stages, split, engine in _grid(BLOCKS, BLOCKS, WARPS, depths,
                                                                     STAGES[preset], splits, engines):
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
-            if _legal(knobs.threads, knobs.block_m * knobs.block_n // knobs.threads,
-                      tensor_shared(knobs, _sums(op)), SHARED_BYTES_PER_BLOCK[arch]):
-                found[knobs] = None
+            if knobs.split_k > 1 and _filled(op, knobs, arch):
+                continue
+            for variant in _tma_variants(knobs):
+                if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
+                          tensor_shared(variant, _sums(op)), SHARED_BYTES_PER_BLOCK[arch]):
+                    found[variant] = None
     return list(found)
+
+
+def _tma_variants(knobs: TensorKnobs) -> list[TensorKnobs]:
+    """A TMA candidate in the swizzle as wide as its step's row and warp-specialized where the
+    consumers' accumulators fit (``specialize.fits``), then wide unspecialized, then as given: first
+    the faster (ties go to the first; the H200's 4096^3 GEMM at 128 x 256, depth 64: 0.204, 0.209 and
+    0.357 ms)."""
+    row = knobs.depth * knobs.instruction.element_bytes
+    if knobs.engine != "tma" or row not in SWIZZLE_WIDTHS[1:]:
+        return [knobs]
+    consumers = knobs.warps_m * knobs.warps_n
+    wide = replace(knobs, swizzle=row)
+    first = ([replace(wide, specialize=True)] if specialize.fits(
+        consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP)) else [])
+    return [*first, wide, knobs]
+
+
+def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
+    """Whether ``knobs``' output tiles alone launch a block on every SM: split-K then only adds atomic
+    shares (the 4096^3 GEMM: the model ranked split-K 4 first, never measured faster on the H200 than
+    the same tile unsplit, 192 x 256 TMA 0.292 ms)."""
+    m, n, _, _ = _matrix(op)
+    return -(-m // knobs.block_m) * -(-n // knobs.block_n) >= ARCH[arch].multiprocessors
 
 
 @cache
@@ -328,7 +359,7 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     """The knobs ``preset(op, ...)`` builds with these arguments, clamped as the preset clamps them
     (tiles to the op, the depth to its channels, split-K to the shares its steps make)."""
     m, n, channels, others = _matrix(op)
-    entry = (instruction(wgmma_instruction(n, block_n, warps_n)) if preset == "gpu_wgmma"
+    entry = (instruction(wgmma_instruction(n, block_n, warps_n, op.dtype)) if preset == "gpu_wgmma"
              else preset_entry(op, preset))
     block_m, warps_m = clamp_tile(m, block_m, warps_m, entry.m)
     block_n, warps_n = clamp_tile(n, block_n, warps_n, entry.n)
@@ -336,7 +367,7 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     steps = others * -(-channels // depth)
     share = -(-steps // split_k)
     if preset == "gpu_wgmma":       # the N of the clamped block's warpgroups
-        entry = instruction(wgmma_instruction(block_n, block_n, warps_n))
+        entry = instruction(wgmma_instruction(block_n, block_n, warps_n, op.dtype))
     return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share),
                        entry.name, engine)
 
@@ -359,7 +390,8 @@ def tensor_shared(knobs: TensorKnobs, sums: bool = False) -> int:
                 + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
     tiles = max(knobs.stages * entry.element_bytes * elements,
                 knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4 * (2 if sums else 1))
-    return -(-tiles // 8) * 8 + 8 * knobs.stages if knobs.engine == "tma" else tiles
+    barriers = 2 if knobs.specialize else 1        # full (and empty) a buffer
+    return -(-tiles // 8) * 8 + 8 * barriers * knobs.stages if knobs.engine == "tma" else tiles
 
 
 def _sums(op: Op) -> bool:
@@ -451,14 +483,17 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
     rate = gpu.figures.tensor_flops_per_clock * (costs.tensor_share_sync if behind
                                                  else costs.tensor_share_async)
     rate *= device.INT8_PER_F16 if entry.integer else 1
-    warps = knobs.threads // WARP
+    warps = entry.lanes * knobs.warps_m * knobs.warps_n // WARP    # a specialized producer's: a few copies
     size = entry.element_bytes
     sums = _sums(op)
     columns = knobs.block_n + (entry.n * knobs.warps_n if sums else 0)     # the sums' products
+    # tiles in a wider swizzle come from L2 in fewer, larger boxes: its measured rate as bytes at the other's
+    l2_rate = costs.l2_bytes_per_clock_wide if knobs.swizzle > SWIZZLE_WIDTHS[0] else costs.l2_bytes_per_clock
     return Work(blocks, knobs.threads, -(-knobs.block_m * columns // knobs.threads) + OVERHEAD_REGISTERS,
                 tensor_shared(knobs, sums), 2.0 * knobs.block_m * columns * reduction, share,
                 padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
-                size * reduction * (knobs.block_m + knobs.block_n), _device_bytes(op, knobs.split_k, size),
+                size * reduction * (knobs.block_m + knobs.block_n) * costs.l2_bytes_per_clock / l2_rate,
+                _device_bytes(op, knobs.split_k, size),
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync)
@@ -566,7 +601,9 @@ class CudaSearch(SearchRules):
             return (f"{knobs['preset']} {knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x"
                     f"{knobs['warps_n']} {groups}, depth {knobs['depth']}, {knobs['stages']} stages"
                     + (f", split-K {knobs['split_k']}" if knobs["split_k"] > 1 else "")
-                    + (", TMA" if knobs.get("engine") == "tma" else ""))
+                    + (", TMA" if knobs.get("engine") == "tma" else "")
+                    + (f", {knobs['swizzle']}-byte swizzle" if knobs.get("swizzle", 32) > 32 else "")
+                    + (", warp-specialized" if knobs.get("specialize") else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
                 + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

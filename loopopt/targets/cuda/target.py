@@ -66,6 +66,9 @@ class CudaTarget(Target):
         return isa
 
     def compile(self, schedule: Schedule, isa: str = "auto") -> CudaKernel:
+        if schedule.requantized_clip is not None:
+            raise ScheduleError(f"clip_quantized: the cuda target's kernels of {schedule.op!r} requantize "
+                                "without it; leave clip_quantized out and clip the outputs after the kernel")
         printed = print_kernel(schedule)            # a schedule the target cannot run: ScheduleError
         arch = self.resolve_isa(isa)
         if printed.dynamic_shared_bytes > SHARED_BYTES_PER_BLOCK[arch]:

@@ -60,14 +60,15 @@ from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
-from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, Loop, Schedule, ScheduleError
-from . import cluster, quantized, tma
-from .instructions import instruction
+from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
+from . import cluster, quantized, specialize, tma
+from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
+NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
 
 
 class TensorPrinter:
@@ -77,7 +78,11 @@ class TensorPrinter:
         self.s, self.syntax, self.op = schedule, syntax, schedule.op
         i, j, k, name = schedule.tensorized
         self.i, self.j, self.k = i, j, k
-        self.ins = instruction(name)
+        entry, width = instruction(name), schedule.tile_swizzle
+        if width != NARROW_SWIZZLE and not entry.asynchronous:
+            raise ScheduleError(f"swizzle({width}) lays tiles out for wgmma's descriptors; {name} reads the "
+                                f"32-byte swizzle: tensorize onto a wgmma entry")
+        self.ins = with_swizzle(entry, width)
         self.code = self.ins.cuda if syntax.device else self.ins.scalar
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
@@ -121,6 +126,17 @@ class TensorPrinter:
                                 f"stage "
                                 f"them at a reduction loop")
         self.inner = [loop for loop in s.loops[at + 1:-3] if self._reduction(loop)]
+        width = s.tile_swizzle
+        if width != NARROW_SWIZZLE:      # a step's whole depth a tile row, copied by TMA
+            depth = math.prod(loop.extent for loop in self.inner) * self.ins.k * self.ins.element_bytes
+            if depth > width:
+                raise ScheduleError(f"swizzle({width}): a tile row holds one step's depth; the steps are "
+                                    f"{depth} bytes deep: stage at a step of at most {width} bytes "
+                                    f"(gpu_wgmma(depth={width // self.ins.element_bytes}))")
+            copied = [t for t in self.op.inputs if t not in s.tma_staged]
+            if copied:
+                raise ScheduleError(f"swizzle({width}): the threads copy {copied[0]}'s tiles in the 32-byte "
+                                    f"swizzle; stage({copied[0]!r}, ..., engine='tma')")
         self.fragments = {self.a: [], self.b: []}
         for loop in s.loops[at + 1:-3]:
             if self._reduction(loop):
@@ -157,13 +173,19 @@ class TensorPrinter:
                                 f"elements of {self.ins.element_bytes} bytes); "
                                 f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
         # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
-        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t])
+        self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t],
+                                   tuple(loop.name for loop in self.row_slices))
                     for t in self.s.tma_staged}
         # the input a cluster's blocks share (``cluster``): a slice of each tile a block, multicast
         self.multicast = cluster.shared_input(self.s, self.blocks, self.reads, self.tma)
         if self.multicast:
             shared, size = self.multicast.tensor, self.multicast.size
             self.tma[shared] = replace(self.tma[shared], box_rows=self.rows[shared] // size, slices=size)
+        # warp specialization (``specialize``): the register split of its producer and consumers
+        self.registers = (specialize.check(self.warp_count, self.accumulators * self.ins.fragment_elements
+                                           // self.ins.lanes, self.ins.asynchronous, self.ins.name,
+                                           self.threads_staged)
+                          if self.s.specialized else None)
 
     @property
     def threads_staged(self) -> list[str]:
@@ -174,6 +196,24 @@ class TensorPrinter:
     def reads(self) -> dict[str, frozenset[str]]:
         return {t: self.s.offset(t).variables() for t in self.op.inputs}
 
+    @property
+    def row_slices(self) -> list[Loop]:
+        """The reduction loops inside a step whose k-slices share a tile's rows (a wider swizzle,
+        ``Schedule.swizzle``): none in the 32-byte swizzle, where each slice is a tile."""
+        return self.inner if self.s.tile_swizzle != NARROW_SWIZZLE else []
+
+    def stored_loops(self, tensor: str) -> list[Loop]:
+        """The loops whose iterations give ``tensor`` a tile of its own in a buffer, outer first."""
+        return [loop for loop in self.tile_loops(tensor) if loop not in self.row_slices]
+
+    def _slice_offset(self, tensor: str) -> str:
+        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+        index = "0"
+        for loop in self.row_slices:
+            if loop.name in self.reads[tensor]:
+                index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
+        return "" if index == "0" else f" + ({index}) * {self.ins.k}"
+
     def tile_loops(self, tensor: str) -> list[Loop]:
         """The loops whose iterations give ``tensor`` a tile of its own in one step, outer first."""
         inside = self.warps + list(self.s.loops[self.at + 1:-3])
@@ -181,7 +221,7 @@ class TensorPrinter:
 
     @cached_property
     def tiles(self) -> dict[str, int]:
-        return {t: math.prod(loop.extent for loop in self.tile_loops(t)) for t in self.op.inputs}
+        return {t: math.prod(loop.extent for loop in self.stored_loops(t)) for t in self.op.inputs}
 
     @property
     def output_elements(self) -> int:
@@ -202,7 +242,8 @@ class TensorPrinter:
 
     @property
     def smem_bytes(self) -> int:
-        barriers = (2 if self.s.cluster_dims != (1, 1) else 1) if self.s.tma_staged else 0   # full, empty
+        empty = self.s.cluster_dims != (1, 1) or self.s.specialized
+        barriers = (2 if empty else 1) if self.s.tma_staged else 0   # full, empty
         return self.barrier_offset + 8 * self.pipeline * barriers
 
     @property
@@ -257,7 +298,7 @@ class TensorPrinter:
 
     def _tile_index(self, tensor: str) -> str:
         index = "0"
-        for loop in self.tile_loops(tensor):
+        for loop in self.stored_loops(tensor):
             index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
         return index
 
@@ -282,22 +323,27 @@ class TensorPrinter:
 
     def _issue_boxes(self, depth: int) -> None:
         """The TMA-staged inputs' tiles of step ``lo_step``: one thread expects their bytes on the step's
-        barrier and issues one box a tile."""
-        device = self.syntax.device
-        if device:
+        barrier and issues one box a tile (a specialized kernel's producer thread: ``specialize.py``;
+        in its host emulation the barrier is the model's, settled once the boxes are in)."""
+        device, producer = self.syntax.device, self.registers is not None
+        if device and not producer:
             self.emit(depth, "if (lo_thread == 0) {")
             depth += 1
         barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
         total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
-        if self.multicast and device:   # the buffer's last reader in every block of the cluster released it
+        if self.multicast and device and not producer:   # every block's last reader released the buffer
             empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
             self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
                              f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
-        self.emit(depth, f"lo_expect({barrier}, {total});")
+        if producer and not device:
+            self.emit(depth, f"lo_expect_arrive(lo_full + lo_step % {self.pipeline}, {total});")
+            barrier = f"&lo_full[lo_step % {self.pipeline}].tx"
+        else:
+            self.emit(depth, f"lo_expect({barrier}, {total});")
         for tensor, box in self.tma.items():
             self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
             self.emit(depth, cprint.for_loop("int", "lo_t", self.tiles[tensor]) + " {")
-            self._define(depth + 1, self.tile_loops(tensor), "lo_t")
+            self._define(depth + 1, self.stored_loops(tensor), "lo_t")
             dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}")
             coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
@@ -309,7 +355,9 @@ class TensorPrinter:
                 self.emit(depth + 1, f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {coordinates}, "
                                      f"{box.box_rows}, {box.box_cols}, {barrier});")
             self.emit(depth, "}")
-        if device:
+        if producer and not device:
+            self.emit(depth, f"lo_mbar_settle(lo_full + lo_step % {self.pipeline});")
+        if device and not producer:
             self.emit(depth - 1, "}")
 
     def _issue_slices(self, depth: int, box: tma.TmaOperand, dst: str, barrier: str) -> None:
@@ -418,7 +466,7 @@ class TensorPrinter:
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
             ptr = (f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
-                   f"{self.tile_elements[tensor]})")
+                   f"{self.tile_elements[tensor]}{self._slice_offset(tensor)})")
             self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
@@ -469,7 +517,9 @@ class TensorPrinter:
         if self.syntax.device:
             if self.code.drain:
                 self.emit(depth, self.code.drain)
-            self.emit(depth, "__syncthreads();   /* every warp is done with the tiles: reuse them */")
+            meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                    else "__syncthreads();")
+            self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
             accumulator, lanes = self.code.accumulator, self.ins.lanes
             self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * "
                              f"{self.scratch_elements};")
@@ -512,6 +562,8 @@ class TensorPrinter:
 
     @property
     def block(self) -> tuple[int, int, int]:
+        if self.registers is not None:      # the consumer warpgroups, then the producer, along x
+            return (self.registers.threads, 1, 1)
         extent = {loop.axis: loop.extent for loop in self.warps}
         return (self.ins.lanes * extent.get("warp.x", 1), extent.get("warp.y", 1), 1)
 
@@ -535,6 +587,8 @@ class TensorPrinter:
         # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
         bounds = (f" __launch_bounds__({threads})" if self.syntax.device and threads * 255 > REGISTERS_PER_SM
                   else "")
+        if self.registers is not None and self.syntax.device:   # setmaxnreg needs the cap at entry
+            bounds = f" __launch_bounds__({threads}, 1)"
         if self.multicast and self.syntax.device:
             bounds += self.multicast.attribute()
         return f"{self.syntax.kernel}{bounds} {name}({params})"
@@ -542,6 +596,9 @@ class TensorPrinter:
     def _warp_variables(self, depth: int) -> int:
         """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns
         how many were opened)."""
+        if self.syntax.device and self.registers is not None:    # lo_w is defined: y-major, as below
+            self._define(depth, sorted(self.warps, key=lambda loop: loop.axis != "warp.y"), "lo_w")
+            return 0
         if self.syntax.device:
             lanes = self.ins.lanes
             for loop in self.warps:
@@ -562,10 +619,16 @@ class TensorPrinter:
         for offset in reversed(range(count)):
             self.emit(depth + offset, "}")
 
-    def _nest(self) -> list[str]:
+    @property
+    def steps(self) -> int:
+        """The pipeline steps of a block."""
+        return math.prod(loop.extent for loop in self.flat)
+
+    def _open(self) -> int:
+        """The nest's signature, shared memory and block variables (host: loops); returns the depth
+        inside."""
         self.lines = [self._signature(NEST_NAME, self.syntax.restrict), "{"]
-        device, steps = self.syntax.device, math.prod(loop.extent for loop in self.flat)
-        half = self.code.element
+        device, half = self.syntax.device, self.code.element
         if device:
             self.emit(1, f"extern __shared__ __align__({self.ins.tile_alignment}) unsigned char lo_smem[];   "
                          f"/* {self.smem_bytes} bytes */")
@@ -583,6 +646,25 @@ class TensorPrinter:
                 self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
             depth = len(self.blocks) + 1
         self.emit(depth, f"{half} *lo_smem_h = {'(' + half + ' *) lo_smem' if device else 'lo_smem_host'};")
+        return depth
+
+    def _close_blocks(self) -> None:
+        """The host's block loops and the nest's end."""
+        if not self.syntax.device:
+            self._close(1, len(self.blocks))
+        self.emit(0, "}")
+
+    def _declare_accumulators(self, depth: int) -> None:
+        count = self.accumulators * (1 if self.syntax.device else self.warp_count)
+        self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
+        fill = self.code.fill.format(acc="lo_acc[lo_i]")
+        self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
+
+    def _nest(self) -> list[str]:
+        if self.registers is not None:
+            return self._specialized_nest()
+        depth = self._open()
+        device, steps = self.syntax.device, self.steps
         if self.tma and device:     # a barrier a buffer, its phase flipping each round of the ring
             self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
                              f"(lo_smem + {self.barrier_offset});")
@@ -598,10 +680,7 @@ class TensorPrinter:
             self.emit(depth, f"long lo_tx[{self.pipeline}] = {{0}};   /* bytes a barrier awaits */")
             for box in self.tma.values():
                 self.emit(depth, box.host_map())
-        count = self.accumulators * (1 if device else self.warp_count)
-        self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
-        fill = self.code.fill.format(acc="lo_acc[lo_i]")
-        self.emit(depth, cprint.for_loop("int", "lo_i", count) + f" {fill}")
+        self._declare_accumulators(depth)
         if self.sums:
             self._declare_sums(depth)
         warps = self._warp_variables(depth) if device else 0
@@ -655,10 +734,113 @@ class TensorPrinter:
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
         self._close(depth, opened)
-        if not device:
-            self._close(1, len(self.blocks))
-        self.emit(0, "}")
+        self._close_blocks()
         return self.lines
+
+    def _specialized_nest(self) -> list[str]:
+        """The nest of a specialized kernel (``specialize.py``): on the device the producer warpgroup's
+        branch and the consumers' (``setmaxnreg`` first in each); in the host emulation both as one
+        scheduler over the model of the mbarriers."""
+        depth = self._open()
+        device, stages, steps = self.syntax.device, self.pipeline, self.steps
+        consumers, registers = self.warp_count, self.registers
+        empty = f"lo_bar + {stages}" if device else "lo_empty"
+        refill = specialize.refill_ready("lo_p", stages, "lo_ready", empty)
+        full = f"lo_ready({'lo_bar' if device else 'lo_full'} + lo_r % {stages}, " \
+               f"{specialize.full_parity('lo_r', stages)})"
+        released = f"{empty} + ({specialize.released('lo_r')}) % {stages}"
+        release = (f"lo_release({released}, {self.multicast.size});" if self.multicast and device
+                   else f"lo_arrive({released});")
+        readers = consumers * (self.multicast.size if self.multicast else 1)
+        if not device:
+            self.emit(depth, cprint.for_loop("int", "lo_e", stages * self.step_elements)
+                      + " lo_smem_h[lo_e] = NAN;   /* a tile read before its copy landed */")
+            self.emit(depth, f"lo_mbar lo_full[{stages}], lo_empty[{stages}];")
+            self.emit(depth, cprint.for_loop("int", "lo_s", stages) + " { lo_mbar_init(lo_full + lo_s, 1); "
+                             f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
+            for box in self.tma.values():
+                self.emit(depth, box.host_map())
+            self._declare_accumulators(depth)
+            self._emulated_protocol(depth, refill, full, release)
+            opened = self._warp_variables(depth)
+            self._epilogue(depth + opened)
+            self._close(depth, opened)
+            self._close_blocks()
+            return self.lines
+        self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
+                         f"(lo_smem + {self.barrier_offset});   /* full, then empty */")
+        self.emit(depth, f"if (lo_thread == 0) {{ lo_barriers_init(lo_bar, {stages}); "
+                         f"lo_empty_init(lo_bar + {stages}, {stages}, {readers}); }}")
+        if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
+            self.emit(depth, "const int lo_rank = lo_cluster_rank();")
+            self._cluster_sync(depth)
+        else:
+            self.emit(depth, "__syncthreads();")
+        self.emit(depth, f"const int lo_w = lo_thread / {specialize.WARPGROUP};")
+        self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: one thread copies */")
+        inner = depth + 1
+        if registers.moves:
+            self.emit(inner, specialize.set_registers(registers.producer, grow=False))
+        self.emit(inner, f"if (lo_thread == {consumers * specialize.WARPGROUP}) {{")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_p", steps) + " {")
+        self.emit(inner + 2, f"while (!({refill})) {{}}   /* every consumer released the buffer */")
+        self._copy(inner + 2, "lo_p")
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        self.emit(depth, "} else {   /* a consumer warpgroup: multiplies */")
+        if registers.moves:
+            self.emit(inner, specialize.set_registers(registers.consumer, grow=True))
+        self._warp_variables(inner)
+        self._declare_accumulators(inner)
+        code = self.code
+        self.emit(inner, cprint.for_loop("int", "lo_r", steps) + " {")
+        self.emit(inner + 1, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
+        self.emit(inner + 1, "{")
+        self.emit(inner + 2, f"const {self.int_type} lo_step = lo_r;")
+        self.emit(inner + 2, code.begin)
+        self._products(inner + 2)
+        self.emit(inner + 2, code.end)
+        self.emit(inner + 1, "}")
+        self.emit(inner + 1, code.retire)
+        self.emit(inner + 1, f"if (lo_r >= 1 && lo_thread % {specialize.WARPGROUP} == 0) {release}"
+                             f"   /* step lo_r - 1 retired */")
+        self.emit(inner, "}")
+        self._epilogue(inner)
+        self.emit(depth, "}")
+        self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
+        self._close_blocks()
+        return self.lines
+
+    def _emulated_protocol(self, depth: int, refill: str, full: str, release: str) -> None:
+        """The host's scheduler of a specialized kernel's producer and consumers (``specialize.py``):
+        the producer fills a step where its wait allows, ahead of need on eager rounds (alternating by
+        block and round), else only when the consumers wait; neither able to go on hangs the GPU: the
+        block's sums turn NaN."""
+        stages, steps = self.pipeline, self.steps
+        blocks = " + ".join(loop.name for loop in self.blocks) or "0"
+        self.emit(depth, "int lo_p = 0, lo_r = 0;   /* the producer's next step, the consumers' */")
+        self.emit(depth, f"while (lo_r < {steps}) {{")
+        inner = depth + 1
+        self.emit(inner, f"const int lo_eager = (int) ((lo_r / {stages} + {blocks}) & 1);")
+        self.emit(inner, f"const int lo_fill = lo_p < {steps} && ({refill});")
+        self.emit(inner, f"const int lo_in = {full};")
+        self.emit(inner, "if (lo_fill && (lo_eager || !lo_in)) {")
+        self._copy(inner + 1, "lo_p")
+        self.emit(inner + 1, "++lo_p;")
+        self.emit(inner, "} else if (lo_in) {")
+        self.emit(inner + 1, f"const {self.int_type} lo_step = lo_r;")
+        opened = self._warp_variables(inner + 1)
+        self._products(inner + 1 + opened)
+        self.emit(inner + 1 + opened, f"if (lo_r >= 1) {release}")
+        self._close(inner + 1, opened)
+        self.emit(inner + 1, "++lo_r;")
+        self.emit(inner, "} else {   /* neither can go on: the GPU would hang */")
+        count = self.accumulators * self.warp_count
+        self.emit(inner + 1, cprint.for_loop("int", "lo_i", count) + " "
+                  + cprint.for_loop("int", "lo_e", self.ins.fragment_elements) + " lo_acc[lo_i][lo_e] = NAN;")
+        self.emit(inner + 1, "break;")
+        self.emit(inner, "}")
+        self.emit(depth, "}")
 
     def _declare_sums(self, depth: int) -> None:
         """The activation sums' fragments, zeroed, and the fragment of ones they are multiplied by (the
@@ -684,12 +866,14 @@ class TensorPrinter:
     def _macros(self) -> list[str]:
         if self.syntax.device:
             return [self.ins.header, *([tma.DEVICE] if self.tma else []),
-                    *([cluster.DEVICE] if self.multicast else []), self.ins.tile,
+                    *([cluster.DEVICE] if self.multicast else []),
+                    *([specialize.DEVICE] if self.registers else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
         return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
-                *([tma.HOST] if self.tma else []), self.ins.tile,
+                *([tma.HOST] if self.tma else []), *([specialize.HOST] if self.registers else []),
+                self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...expr import Const, Expr, Var, linear_terms
-from ...schedule import Schedule, ScheduleError
+from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from .instructions import MatrixInstruction
 
 SWIZZLE_BYTES = 32          # the tiles' swizzle (_swizzled_32b): CU_TENSOR_MAP_SWIZZLE_32B
@@ -49,6 +49,11 @@ class TmaOperand:
     y: Expr
     x: Expr
     slices: int = 1     # boxes of box_rows a tile: the blocks of a cluster copy one each (``cluster.py``)
+    swizzle: int = 0    # the tiles' swizzle in bytes (``Schedule.swizzle``); 0: SWIZZLE_BYTES
+
+    @property
+    def swizzle_bytes(self) -> int:
+        return self.swizzle or SWIZZLE_BYTES
 
     @property
     def box_bytes(self) -> int:
@@ -72,19 +77,21 @@ class TmaOperand:
                 f"const unsigned lo_box[2] = {{{self.box_cols}u, {self.box_rows}u}}, "
                 f"lo_unit[2] = {{1u, 1u}}; "
                 f"if (lo_encode(&{name}, {_MAP_TYPES[self.dtype]}, 2, (void *) {self.tensor}, lo_dims, "
-                f"lo_strides, lo_box, lo_unit, 0, {_SWIZZLE_ENUM[SWIZZLE_BYTES]}, {_L2_PROMOTION_128B}, 0) "
+                f"lo_strides, lo_box, lo_unit, 0, {_SWIZZLE_ENUM[self.swizzle_bytes]}, "
+                f"{_L2_PROMOTION_128B}, 0) "
                 f"!= 0) return (int) cudaErrorInvalidValue; }}")
 
     def host_map(self) -> str:
         """The host emulation's description of the tensor (what the map holds)."""
         return (f"const lo_tensor_map {self.map_name} = {{{self.tensor}, {self.rows}, {self.cols}, "
-                f"{SWIZZLE_BYTES}}};")
+                f"{self.swizzle_bytes}}};")
 
 
 def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: str, k_loop: str,
-            rows: int, guards: list[str]) -> TmaOperand:
+            rows: int, guards: list[str], slices: tuple[str, ...] = ()) -> TmaOperand:
     """``tensor`` staged by TMA in ``schedule`` (tiles of ``rows`` rows along ``row_loop`` and ``ins.k``
-    columns along ``k_loop``); ScheduleError naming what TMA cannot copy."""
+    columns along ``k_loop``; in a wider swizzle, ``Schedule.swizzle``, the columns of the k-slices
+    ``slices`` too, ``ins.k`` apart: a step's row); ScheduleError naming what TMA cannot copy."""
     op, where = schedule.op, f"stage({tensor!r}, engine='tma')"
     if not ins.asynchronous:
         raise ScheduleError(f"{where} fills the tiles that wgmma's descriptors read; {ins.name} loads its "
@@ -117,9 +124,17 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
                        and k_loop not in r_expr.variables() and row_loop not in c_expr.variables())
     except ValueError:
         consecutive = False
+    try:
+        consecutive = consecutive and all(
+            linear_terms(c_expr, frozenset([s]))[0].get(s) == ins.k and s not in r_expr.variables()
+            for s in slices)
+    except ValueError:
+        consecutive = False
     if not consecutive:
-        raise ScheduleError(f"{where}: a tile's rows ({row_loop}) and columns ({k_loop}) are not consecutive "
-                            f"rows and columns of {tensor} ({r_expr.to_c()}, {c_expr.to_c()})")
+        columns = ", ".join((k_loop, *slices))
+        raise ScheduleError(f"{where}: a tile's rows ({row_loop}) and columns ({columns}) "
+                            f"are not consecutive rows and columns of {tensor} ({r_expr.to_c()}, "
+                            f"{c_expr.to_c()})")
     inside = {k_loop} | {loop.name for loop in schedule.loops[schedule.position(schedule.stages[0][1]) + 1:]
                          if schedule.dims_of(loop.name) & op.reduction_dims}
     for guard in schedule.guards:
@@ -128,8 +143,12 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
             raise ScheduleError(f"{where}: the guard {guard.to_c()} skips columns inside a tile, which TMA "
                                 f"copies whole (it zero-fills only outside {tensor}): split the reduction "
                                 f"by multiples of {ins.k}")
-    return TmaOperand(tensor, row_count, cols, rows, ins.k, ins.element_bytes, ins.operands[0],
-                      r_expr.substitute({row_loop: Const(0)}), c_expr.substitute({k_loop: Const(0)}))
+    width = schedule.tile_swizzle
+    return TmaOperand(tensor, row_count, cols, rows, width // ins.element_bytes, ins.element_bytes,
+                      ins.operands[0],
+                      r_expr.substitute({row_loop: Const(0)}),
+                      c_expr.substitute({name: Const(0) for name in (k_loop, *slices)}),
+                      swizzle=0 if width == SWIZZLE_WIDTHS[0] else width)
 
 
 # --- device code -------------------------------------------------------------------------------
@@ -140,6 +159,13 @@ static __device__ __forceinline__ void lo_barriers_init(unsigned long long *bar,
 {
     for (int i = 0; i < count; ++i)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(LO_SHARED(bar + i)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+static __device__ __forceinline__ void lo_empty_init(unsigned long long *bar, int count, int arrivals)
+{   /* a buffer is free once its readers arrived (a cluster's blocks, a specialized kernel's consumers) */
+    for (int i = 0; i < count; ++i)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(LO_SHARED(bar + i)), "r"(arrivals)
+                     : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 static __device__ __forceinline__ void lo_expect(unsigned long long *bar, unsigned bytes)

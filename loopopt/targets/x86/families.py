@@ -32,9 +32,9 @@ from .isa import (
     ISAS,
     TILE_ISA,
     bf16_dot_available,
+    byte_permute_flags,
     cpu_flags,
     resolve_isa,
-    tap_dot_flags,
 )
 from .kernels import Bf16TileKernel, TileKernel
 from .lut_c import LookupC, check_lut_on
@@ -105,8 +105,8 @@ def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
-    if quantized and generated.plan.tap_dot is not None:
-        flags += tap_dot_flags(name)
+    if quantized and (generated.plan.tap_dot is not None or generated.plan.requantized_clip is not None):
+        flags += byte_permute_flags(name)
     return wrap(schedule, generated, cffi_driver(generated, flags))
 
 

@@ -153,6 +153,7 @@ AVX512_INT = Isa(
         pack_s8="_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, "
                 "11, 15), _mm512_packs_epi16(_mm512_packs_epi32({a}, {b}), _mm512_packs_epi32({c}, {d})))",
         store_bytes="_mm512_mask_storeu_epi8((void *)({p}), (__mmask64)(~0ULL >> (64 - ({n}))), {v})",
+        map_bytes="lo_map_bytes({v}, {p})",
         **PACKED["avx512"],
     ),
     helpers=HELPERS["avx512"],
@@ -383,9 +384,10 @@ def bf16_dot_available(isa: str) -> bool:
     return table is not None and "dot" in table.ops and set(BF16_DOT_FLAGS) <= cpu_flags()
 
 
-def tap_dot_flags(isa: str) -> tuple[str, ...]:
-    """The compile flags of a tap dot kernel (``codegen/taps.py``) on ``isa`` on this CPU: AVX512-VBMI's
-    where it has it (``lo_tap_spread`` is then one byte permute; its C is the same either way)."""
+def byte_permute_flags(isa: str) -> tuple[str, ...]:
+    """The compile flags of a kernel with byte permutes (a tap dot, ``codegen/taps.py``; a byte map,
+    ``map_bytes``) on ``isa`` on this CPU: AVX512-VBMI's where it has it (``lo_tap_spread`` is then one
+    byte permute, ``lo_map_bytes`` two; their C is the same either way)."""
     cpu, flag = VBMI_FLAGS.get(isa, (None, None))
     return (flag,) if cpu in cpu_flags() else ()
 

@@ -1,5 +1,6 @@
-"""x86's C of the tap dot and i2_s features (``codegen.instr.PACKED_MEANINGS``): the integer tables'
-entries (``PACKED``, by variant) and the file-scope helpers they call (``HELPERS``).
+"""x86's C of the tap dot and i2_s features (``codegen.instr.PACKED_MEANINGS``) and of AVX-512's byte map
+(``BYTE_MAP_MEANINGS``): the integer tables' entries (``PACKED``, by variant) and the file-scope helpers
+they call (``HELPERS``).
 
 Tap dots (``codegen/taps.py``): a window of 64 (AVX2: 32) activation bytes spread into dot groups with a
 dword permute and a byte shuffle (AVX-512: one ``vpermb`` where the compiler targets AVX512-VBMI), phase
@@ -119,9 +120,32 @@ PACKED = {
     ),
 }
 
+MAP_AVX512 = """\
+/* byte i of v through the 256-byte table t: vpermi2b over the table's low and high 128 bytes, picked by
+ * the byte's top bit (AVX512-VBMI); without VBMI one byte at a time. The empty asm keeps the table's
+ * four loads at each use: hoisted out of the nest they would hold four registers a register block's
+ * accumulators need (spilled in its reduction loop). */
+static inline __m512i lo_map_bytes(__m512i v, const uint8_t *t) {
+#ifdef __AVX512VBMI__
+    __asm__ volatile("" : "+r"(t));
+    const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)t), v,
+                                                 _mm512_loadu_si512((const void *)(t + 64)));
+    const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)(t + 128)), v,
+                                                  _mm512_loadu_si512((const void *)(t + 192)));
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high);
+#else
+    uint8_t b[64] __attribute__((aligned(64)));
+    _mm512_store_si512((void *)b, v);
+    for (int i = 0; i < 64; ++i)
+        b[i] = t[b[i]];
+    return _mm512_load_si512((const void *)b);
+#endif
+}
+"""
+
 HELPERS = {
     "avx512": {"taps": TAPS_AVX512, "i2_s": AVX512_C + UNPACK_C.format(v="__m512i", m="__mmask16", x="_mm512",
-                                                                      bits=512)},
+                                                                      bits=512), "map": MAP_AVX512},
     "avx2": {"taps": TAPS_AVX2, "i2_s": AVX2_C + UNPACK_C.format(v="__m256i", m="__m256i", x="_mm256",
                                                                 bits=256)},
 }

@@ -38,10 +38,13 @@ and edge blocks; every candidate of one search has the same rate, so it orders t
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ...dataflows import activations_last
+from ...layout import Layout
 from ...machine import Cache, machine_profile
 from ...ops import Op
 from ..binary import block_dims
@@ -54,6 +57,7 @@ from .space import (
     Knobs,
     Names,
     Roles,
+    axis_of,
     dot_elements,
     is_binary,
     is_table_lookup,
@@ -230,9 +234,10 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return total
 
 
-def out_of_order(op: Op, knobs: Knobs) -> int:
+def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     """The pairs of outer loops (of more than one iteration, over output dims) that visit the
-    channels-last output out of its memory order (the positions in their order, the channels last):
+    channels-last output out of its memory order (the positions in their order, the channels last;
+    ``channels_first``: a plane candidate's output, in the op's logical order, NCHW):
     each such pair makes the blocks jump in memory instead of running along it, and the operands
     that stream from beyond L2 come at less than the prefetchers' bandwidth (``SCATTER`` more time
     per pair). Measured over the 32 trials of one search each on a shared machine, Spearman of this
@@ -240,7 +245,8 @@ def out_of_order(op: Op, knobs: Knobs) -> int:
     depthwise), +0.59 and +0.46 (1x1 convs); a depthwise 4x48 block ran 0.19-0.21 ms in order and
     0.31-0.35 ms with two or three pairs out of order."""
     roles = Roles.of(op, knobs.pixel)
-    memory = [d for d in op.dim_names if d not in op.reduction_dims and d != roles.channel] + [roles.channel]
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims]
+    memory = outputs if channels_first else [d for d in outputs if d != roles.channel] + [roles.channel]
     extents = outer_extents(op, knobs)
     places = [memory.index(loop.removesuffix("_o")) for loop in knobs.outer
               if extents[loop] > 1 and loop.removesuffix("_o") in memory]
@@ -254,6 +260,45 @@ def conflict_lines(cache: Cache, stride: int, rows: int, lines: int) -> int:
     way = cache.size // max(cache.ways, 1)
     sets = way // cache.line_size
     return min(sets, min(rows, way // math.gcd(stride, way)) * lines) * max(cache.ways, 1)
+
+
+@lru_cache(maxsize=4096)
+def activation_lines_per_set(op: Op, pixel_block: int, cache_block: int | None, pixel: str | None,
+                             sets: int) -> int:
+    """The most lines of one set (of ``sets``) that a register block's activation rows take in a cache:
+    ``pixel_block`` rows (channels-last: a position's reduction channels, as far as the cache block
+    reaches) a position apart. 0 where the pixel's window has several taps (neighbouring rows overlap
+    into one span)."""
+    roles = Roles.of(op, pixel)
+    source = op.inputs[0]
+    window = next((w for w in op.windows if w.out_dim == roles.pixel), None)
+    if window is not None and window.taps > 1:
+        return 0
+    letters = op.tensor(source).letters
+    layout = Layout.parse(activations_last(op)[source], letters)
+    letter = letters[axis_of(op, source, roles.pixel)]
+    position = next(p for p, (name, _) in enumerate(layout.order) if name == letter)
+    size = element_bytes(op)
+    stride = layout.strides(op.tensor(source).shape)[position] * (window.stride if window else 1) * size
+    row = min(op.extent(roles.rc), cache_block or op.extent(roles.rc)) * size
+    taken = Counter(line % sets for r in range(pixel_block)
+                    for line in range(r * stride // LINE, (r * stride + row - 1) // LINE + 1))
+    return max(taken.values())
+
+
+def weights_stay_in_l1(op: Op, knobs: Knobs, weight_bytes: int, l1: Cache) -> bool:
+    """Whether a block's weights (``weight_bytes``, contiguous: as many bytes of every set's ways) stay
+    in ``l1`` while the innermost outer loop runs: they fit and leave, in every set, a way more than the
+    block's activation rows take there (``activation_lines_per_set``; the one more for the output block
+    and the lines passing through). GEMM 512x1024x1024's row-major A has rows 4 KB apart, which all land
+    in the same sets: with a 256-deep packed weight panel (32 KB, 8 of 12 ways) those sets need 16 lines
+    and the panel does not stay (8x32 blocks, minimum thread CPU time over 21 interleaved rounds on this
+    project's shared Xeon with AMX: the panel's loop outside the rows' 8.7 ms, inside them 7.3 ms, 512-deep
+    panels streamed from L2 7.6 ms; a 128-deep panel, 12 lines exactly, 9.7 ms)."""
+    way = l1.size // max(l1.ways, 1)
+    sets = way // l1.line_size
+    rows = activation_lines_per_set(op, knobs.pixel_block, knobs.cache_block, knobs.pixel, sets)
+    return weight_bytes <= l1.size and _ceil(weight_bytes, way) + rows < l1.ways
 
 
 def plain_rows(op: Op, knobs: Knobs) -> bool:
@@ -313,8 +358,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
     roles, _, bandwidth = _operands(op)
     vector = lanes(op, candidate.isa)
-    taps = knobs.weights == "taps"         # lanes along the pixels (codegen/taps.py), else the channels
-    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps
+    taps, planes = knobs.weights == "taps", knobs.weights == "planes"
+    laned, other = ((knobs.pixel_block, knobs.channel_block) if taps or planes     # lanes along the pixels
                     else (knobs.channel_block, knobs.pixel_block))
     vectors = _ceil(laned, vector)
     accumulators = other * vectors
@@ -322,7 +367,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency = min(1.0, accumulators / CHAINS)
     if registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
         efficiency *= TIGHT
-    efficiency *= accumulators / max(accumulators, other + vectors)                 # loads per multiply-add
+    # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
+    # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
+    loads = accumulators + other if planes else other + vectors
+    efficiency *= accumulators / max(accumulators, loads)
     if rolled(candidate):
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
@@ -347,8 +395,11 @@ def figures(candidate: Candidate) -> dict[str, float]:
     channels = op.channels if innermost == f"{roles.channel}_o" else knobs.channel_block
     weight_bytes = depth * channels * element_bytes(op)
     l1, l2, _ = _caches()
-    efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if weight_bytes <= l1 else L2_FIT)
-    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * out_of_order(op, knobs))
+    level = next((c for c in machine_profile().caches if c.name == "L1"), None)
+    stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
+    efficiency *= NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays else L2_FIT
+    scattered = out_of_order(op, knobs, channels_first=planes)
+    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,

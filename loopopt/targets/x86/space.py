@@ -60,6 +60,7 @@ patch into a buffer, ``targets.x86.tiles.patches``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -86,7 +87,7 @@ EVEN_BLOCK = 64                # an even share of the reduction channels is a ca
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
-WEIGHTS = ("plain", "packed", "dot", "taps")
+WEIGHTS = ("plain", "packed", "dot", "taps", "planes")
 LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
 LUT_COLUMN_BLOCKS = (1, 2, 3, 4, 8)   # column blocks of 32 channels in a table-lookup register block
 BINARY_MAX_POSITIONS = 8       # output positions per binary register block at most
@@ -256,7 +257,7 @@ def lanes(op: Op, isa: str) -> int:
     return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
 
 
-def _axis(op: Op, tensor: str, dim: str) -> int:
+def axis_of(op: Op, tensor: str, dim: str) -> int:
     """The axis of ``tensor`` whose index involves ``dim``."""
     return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
 
@@ -268,12 +269,12 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     tags = activations_last(op)
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
-    reduction = "".join(letters[_axis(op, weights, d)] for d in knobs.reduction)
+    reduction = "".join(letters[axis_of(op, weights, d)] for d in knobs.reduction)
     outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
     tags[weights] = {"plain": outer + reduction + channel,
                      "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
                      "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
-                            f"{letters[_axis(op, weights, roles.rc)].lower()}"}[knobs.weights]
+                            f"{letters[axis_of(op, weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
 
@@ -306,7 +307,7 @@ def build_taps(op: Op, knobs: Knobs) -> Schedule:
     window = tap_window(op)
     weights = op.inputs[1]
     letters = op.tensor(weights).letters
-    tap_letter = letters[_axis(op, weights, window.tap_dim)]
+    tap_letter = letters[axis_of(op, weights, window.tap_dim)]
     schedule = Schedule(op).layout(weights, f"{letters}{DOT}{tap_letter.lower()}")
     if window.taps > DOT:
         schedule = schedule.split(window.tap_dim, DOT)
@@ -318,9 +319,32 @@ def build_taps(op: Op, knobs: Knobs) -> Schedule:
     return schedule.register_block(loops[0])
 
 
+def has_planes(op: Op, isa: str) -> bool:
+    """Whether ``op`` on ``isa`` has plane candidates: a float op on a SIMD ISA whose every group has
+    one input channel (a depthwise conv), with a window of several taps along its pixel dim."""
+    window = tap_window(op)
+    return (op.quant is None and isa != "scalar" and op.extent(op.reduction_channel_dim) == 1
+            and window is not None and window.taps > 1)
+
+
+def build_planes(op: Op, knobs: Knobs) -> Schedule:
+    """The schedule of a plane candidate (``knobs.weights == "planes"``): the op's channels-first
+    layouts (NCHW, OIHW: a channel's plane of positions is contiguous, as a caller's numpy array has
+    it, so a call packs nothing), lanes along the pixels, a block of ``channel_block`` channels times
+    ``pixel_block`` positions in registers across the taps (without ``parallel``: ``build`` adds it)."""
+    roles = Roles.of(op)
+    schedule = Schedule(op).tile(**{roles.channel: knobs.channel_block, roles.pixel: knobs.pixel_block})
+    schedule = schedule.reorder(*knobs.outer, *knobs.reduction).vectorize(f"{roles.pixel}_i")
+    for loop, factor in knobs.unroll:
+        schedule = schedule.unroll(loop, factor)
+    return schedule.register_block(knobs.reduction[0])
+
+
 def build(op: Op, knobs: Knobs, vector: int) -> Schedule:
     """The schedule of ``knobs`` on ``op`` (``vector``: lanes of the ISA's vectors)."""
-    schedule = build_taps(op, knobs) if knobs.weights == "taps" else _blocked(op, knobs, vector)
+    builders = {"taps": build_taps, "planes": build_planes}
+    schedule = (builders[knobs.weights](op, knobs) if knobs.weights in builders
+                else _blocked(op, knobs, vector))
     if knobs.weight_format != "int8":
         schedule = schedule.weight_format(knobs.weight_format)
     return schedule.parallel(knobs.parallel) if knobs.parallel else schedule
@@ -544,6 +568,7 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
         return tile_candidates(op, threads)
     found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
     found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
+    found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
     return (found + (tile_candidates(op, threads) if tiles else [])
             + lut_candidates(op, isa, threads))
 
@@ -598,12 +623,32 @@ def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
 
 
 def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
-    """The tap dot candidates of ``op`` on ``isa`` (``has_taps``): 1 to ``CHANNEL_VECTORS`` vectors of
-    positions times 1 to 8 output channels (as many accumulators as the registers leave), the reduction
-    orders that end with the window's taps, every order of the outer loops, the short taps unrolled or not."""
+    """The tap dot candidates of ``op`` on ``isa`` (``has_taps``): ``_pixel_lanes`` blocks, the reduction
+    orders that end with the window's taps, the short taps unrolled or not."""
+    window = tap_window(op)
+    extents = dict(op.dims)
+    red_extents = {**extents, f"{window.tap_dim}_o": -(-window.taps // DOT)}
+    orders = [order for order in _reduction_orders(Roles.of(op), extents) if order[-1] == window.tap_dim]
+    return _pixel_lanes(op, isa, threads, "taps", orders,
+                        lambda order: _unrolls(tap_loops(op, order)[:-1], red_extents))
+
+
+def plane_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
+    """The plane candidates of ``op`` on ``isa`` (``has_planes``): ``_pixel_lanes`` blocks, every
+    reduction order, the short taps unrolled or not."""
+    extents = dict(op.dims)
+    return _pixel_lanes(op, isa, threads, "planes", _reduction_orders(Roles.of(op), extents),
+                        lambda order: _unrolls(list(order), extents))
+
+
+def _pixel_lanes(op: Op, isa: str, threads: int, weights: str, orders: list[tuple[str, ...]],
+                 unrolls: Callable[[tuple[str, ...]], list]) -> list[Candidate]:
+    """Candidates with the lanes along the pixels (``weights``: "taps" or "planes"): 1 to
+    ``CHANNEL_VECTORS`` vectors of positions (or all of them) times 1 to 8 output channels (as many
+    accumulators as the registers leave), each reduction order of ``orders`` with each of its
+    ``unrolls``, every order of the outer loops."""
     roles = Roles.of(op)
     vector, extents = lanes(op, isa), dict(op.dims)
-    window = tap_window(op)
     pixels = extents[roles.pixel]
     found = []
     for pb in sorted({min(m * vector, pixels) for m in range(1, CHANNEL_VECTORS + 1)}):
@@ -613,15 +658,11 @@ def tap_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-pixels // pb)
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)
-            red_extents = {**extents, f"{window.tap_dim}_o": -(-window.taps // DOT)}
-            for reduction in _reduction_orders(roles, extents):
-                if reduction[-1] != window.tap_dim:
-                    continue
-                unrolls = _unrolls(tap_loops(op, reduction)[:-1], red_extents)
-                for order, unroll in itertools.product(_outer_orders(outer), unrolls):
+            for reduction in orders:
+                for order, unroll in itertools.product(_outer_orders(outer), unrolls(reduction)):
                     parallel = _parallel_loop(order, outer, threads, None)
                     if threads == 1 or parallel:
-                        knobs = Knobs(pb, cb, reduction, order, "taps", 0, unroll, parallel,
+                        knobs = Knobs(pb, cb, reduction, order, weights, 0, unroll, parallel,
                                       "i2_s" if ternary(op) else "int8")
                         found.append(Candidate(op, isa, knobs))
     return found

@@ -8,6 +8,7 @@ from ...schedule import Schedule
 from ..base import Target
 from ..bytemap import ByteMap
 from ..core_costs import CoreCosts
+from ..transpose import Transpose
 from .amx_runtime import amx_available
 from .bytemap_c import x86_byte_map
 from .costs import X86_CORE_COSTS
@@ -22,6 +23,7 @@ from .isa import (
 )
 from .search import X86Search
 from .tiles import check_amx_cpu
+from .transpose_c import x86_transpose
 
 
 class X86Target(Target):
@@ -64,6 +66,9 @@ class X86Target(Target):
 
     def computes(self, isa: str, op: Op) -> bool:
         return isa != TILE_ISA or op.quant is not None or op.dtype == "bfloat16"
+
+    def transpose(self) -> Transpose:
+        return x86_transpose()
 
     def byte_map(self) -> ByteMap:
         return x86_byte_map()

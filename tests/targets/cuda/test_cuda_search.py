@@ -84,12 +84,24 @@ def test_a_batch_one_conv_ranks_split_k_first():
 
 
 def test_a_large_gemm_ranks_large_tiles_first():
+    """The 4096^3 GEMM: large tiles first, no split-K candidate (its output tiles fill the SMs alone; the
+    model once ranked split-K 4 first, never measured faster); first the family fastest on the H200:
+    128 x 256 tiles in the 128-byte swizzle, warp-specialized (0.198-0.204 ms fp16; unspecialized
+    0.207-0.209, in the 32-byte swizzle 0.357; 192 x 256 in three warpgroups 0.214 and 0.292), each
+    specialized candidate just before its unspecialized twin."""
     ranked = _ranked(BIG_GEMM)
     first = ranked[0].knobs
     assert first.block_m * first.block_n >= 128 * 256 and first.split_k == 1
     small = next(c for c in ranked if c.knobs.block_m * c.knobs.block_n <= 64 * 64)
     assert small.figures["l2_bytes"] > 2.5 * ranked[0].figures["l2_bytes"]      # 2/64 vs 1/128 + 1/256
     assert small.figures["predicted_seconds"] > 1.5 * ranked[0].figures["predicted_seconds"]
+    assert {c.knobs.split_k for c in ranked} == {1}
+    assert (first.preset, first.block_m * first.block_n, first.depth, first.engine, first.swizzle,
+            first.specialize) == ("gpu_wgmma", 128 * 256, 64, "tma", 128, True)
+    assert ranked[1].knobs == replace(first, specialize=False)
+    three = next(c for c in ranked if (c.knobs.block_m, c.knobs.warps_m, c.knobs.swizzle) == (192, 3, 128))
+    assert not three.knobs.specialize        # 128 accumulators a consumer do not fit 3 + 1 warpgroups
+    assert three.figures["predicted_seconds"] > ranked[0].figures["predicted_seconds"]
 
 
 def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
@@ -116,7 +128,8 @@ def test_quantized_and_bfloat16_ops_have_the_candidates_of_their_entries():
     assert splits == {1, 2, 4, 8, 16}
     bf16 = {(c.knobs.preset, c.knobs.entry) for c in RULES.candidates(lo.Matmul(64, 64, 64, dtype="bfloat16"),
                                                                        ARCH)}
-    assert bf16 == {("gpu_mma", "mma_m16n8k16_bf16_f32"), ("gpu_wmma", "wmma_m16n16k16_bf16_f32")}
+    assert bf16 == {("gpu_mma", "mma_m16n8k16_bf16_f32"), ("gpu_wmma", "wmma_m16n16k16_bf16_f32"),
+                    ("gpu_wgmma", "wgmma_m64n64k16_bf16_f32")}
 
 
 @no_gpu
@@ -191,7 +204,9 @@ def test_a_matmuls_wgmma_candidates_copy_by_tma_first_and_a_convs_by_threads():
     conv's im2col nor rows of 13 halves."""
     ranked = _ranked(BIG_GEMM)
     assert {c.knobs.engine for c in ranked if c.knobs.preset == "gpu_wgmma"} == {"tma", "threads"}
-    assert ranked[0].knobs.engine == "tma" and RULES.describe(ranked[0].knobs.as_dict()).endswith(", TMA")
+    assert ranked[0].knobs.engine == "tma" and RULES.describe(ranked[0].knobs.as_dict()).endswith(
+        ", TMA, 128-byte swizzle, warp-specialized")
     assert ranked[0].schedule.tma_staged == ("A", "B")
+    assert (ranked[0].schedule.tile_swizzle, ranked[0].schedule.specialized) == (128, True)
     assert {c.knobs.engine for c in _ranked(CONV2_X_N1)} == {"threads"}
     assert not boxed(lo.Matmul(30, 20, 13, dtype="float16"))

@@ -144,7 +144,7 @@ def test_spread_without_vbmi(conv, monkeypatch):
     if "avx512" not in SIMD_ISAS:
         pytest.skip("no AVX-512 VNNI here")
     monkeypatch.setattr(x86_isa, "VBMI_FLAGS", {})
-    assert x86_isa.tap_dot_flags("avx512") == ()
+    assert x86_isa.byte_permute_flags("avx512") == ()
     op = lo.Conv2d(**LAYERS[conv], quant=lo.QuantSpec("int8", True, True, "int8"))
     assert check_quantized(tap_schedule(op, 40, 2), "avx512").plan.tap_dot is not None
 
