@@ -20,15 +20,18 @@ from loopopt.targets.registry import host_target
 DTYPES = {"float32": np.float32, "uint8": np.uint8, "int8": np.int8}
 
 
-def _input(rng: np.random.Generator, op: lo.Pool, channels_last: bool) -> np.ndarray:
-    """A random input of ``op``, stored channels-last (a view of an NHWC array) or in its logical order."""
+def _input(rng: np.random.Generator, op: lo.Pool, stored: str) -> np.ndarray:
+    """A random input of ``op``, stored channels-last (a view of an NHWC array, as a conv hands it on), in
+    its logical order (NCHW), or neither (every other element of a wider array)."""
     dtype = DTYPES[op.dtype]
     if dtype == np.float32:
         x = rng.standard_normal(op.input_shape).astype(np.float32)
     else:
         info = np.iinfo(dtype)
         x = rng.integers(info.min, info.max, op.input_shape, endpoint=True).astype(dtype)
-    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1) if channels_last else x
+    if stored == "strided":
+        return np.repeat(x, 2, axis=-1)[..., ::2]
+    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1) if stored == "channels_last" else x
 
 
 def _onnx_attributes(op: lo.Pool) -> dict:
@@ -39,8 +42,8 @@ def _onnx_attributes(op: lo.Pool) -> dict:
 
 
 @st.composite
-def pool_cases(draw) -> tuple[lo.PoolSchedule, bool, int]:
-    """A random pool's schedule, whether its input is stored channels-last, and an input seed."""
+def pool_cases(draw) -> tuple[lo.PoolSchedule, str, int]:
+    """A random pool's schedule, how its input is stored (``_input``), and an input seed."""
     kind = draw(st.sampled_from(["max", "average"]))
     dtype = "float32" if kind == "average" else draw(st.sampled_from(list(DTYPES)))
     spatial = draw(st.integers(1, 3))
@@ -56,15 +59,16 @@ def pool_cases(draw) -> tuple[lo.PoolSchedule, bool, int]:
         assume(not re.search("larger than|entirely in the padding", str(error)))
         raise
     lanes = draw(st.sampled_from([0, 1, 4, 8, 16]))     # 0: the default block
-    return lo.PoolSchedule(op, lanes), draw(st.booleans()), draw(st.integers(0, 2**16))
+    stored = draw(st.sampled_from(["channels_last", "logical", "strided"]))
+    return lo.PoolSchedule(op, lanes), stored, draw(st.integers(0, 2**16))
 
 
 def _check_kernels(cases):
     """Each case's kernel (all built from one C file) against the op's reference and the definition."""
     kernels = host_target().pool_kernels([schedule for schedule, _, _ in cases])
-    for kernel, (schedule, channels_last, seed) in zip(kernels, cases):
+    for kernel, (schedule, stored, seed) in zip(kernels, cases):
         op = schedule.op
-        x = _input(np.random.default_rng(seed), op, channels_last)
+        x = _input(np.random.default_rng(seed), op, stored)
         ours, reference = kernel(x), op.reference(x)
         definition = naive_pool("MaxPool" if op.kind == "max" else "AveragePool", x, _onnx_attributes(op))
         assert ours.shape == reference.shape == definition.shape == op.output_shape

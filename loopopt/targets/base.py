@@ -161,8 +161,9 @@ class Target(ABC):
 
     def pool_kernels(self, schedules: Sequence[PoolSchedule]) -> list[PoolKernel]:
         """The kernels of pooling schedules (``pool.PoolSchedule``) on this host, built at once: the
-        generated C of ``targets/pool_c.py``, its channel blocks vectorized with ``vector_flags``."""
-        return pool_kernels(tuple(schedules), self.vector_flags())
+        generated C of ``targets/pool_c.py``, its channel blocks vectorized with ``vector_flags``, NCHW
+        inputs copied channels-last by ``transpose``."""
+        return pool_kernels(tuple(schedules), self.vector_flags(), self.transpose())
 
     def pair_map(self) -> PairMap:
         """The lookup of two bytes in a 65,536-byte table over byte arrays on this host

@@ -17,6 +17,7 @@ from ..cbuild import compile_c
 from ..codegen.cprint import block, for_loop, nest
 from ..ops import Window
 from ..pool import PoolSchedule
+from .transpose import Transpose
 
 FUNCTION = "lo_pool"
 C_TYPES = {"float32": "float", "uint8": "unsigned char", "int8": "signed char"}
@@ -99,11 +100,14 @@ def _declaration(schedule: PoolSchedule, function: str) -> str:
 class PoolKernel:
     """A compiled pool: ``kernel(x, out=None)`` on a logical ``(N, C, spatial...)`` array, returning the
     logical view of a channels-last output (``out``: that channels-last buffer to write, shape ``(N,
-    spatial..., C)``); an input stored otherwise than channels-last is copied into it first. ``source``:
-    its C; ``name``: how it was built."""
+    spatial..., C)``); an input stored otherwise than channels-last is copied into it first (a contiguous
+    NCHW one by ``transpose``: each image's C x spatial matrix transposed). ``source``: its C; ``name``:
+    how it was built."""
 
-    def __init__(self, schedule: PoolSchedule, source: str, module, function: str, flags: tuple[str, ...]):
+    def __init__(self, schedule: PoolSchedule, source: str, module, function: str, flags: tuple[str, ...],
+                 transpose: Transpose):
         op = schedule.op
+        self._transpose, self._matrix = transpose, (op.batch, op.channels, int(np.prod(op.sizes)))
         self.schedule, self.source, self.dtype = schedule, source, np.dtype(op.dtype)
         self._ffi, self._function = module.ffi, getattr(module.lib, function)
         self._array = f"{C_TYPES[op.dtype]}[]"
@@ -118,7 +122,11 @@ class PoolKernel:
             raise ValueError(f"the input of the {op} must be {self.dtype} of shape {op.input_shape}, got "
                              f"{x.dtype} {x.shape}")
         last = x.transpose(self._to_last)      # (a view: np.moveaxis costs more than a small pool)
-        if not last.flags.c_contiguous:
+        if x.flags.c_contiguous and not last.flags.c_contiguous:
+            staged = np.empty(last.shape, self.dtype)
+            self._transpose(x, staged, *self._matrix)
+            last = staged
+        elif not last.flags.c_contiguous:
             last = np.ascontiguousarray(last)
         if out is None:
             out = np.empty(self.out_shape, self.dtype)
@@ -131,11 +139,13 @@ class PoolKernel:
 
 
 @cache
-def pool_kernels(schedules: tuple[PoolSchedule, ...], flags: tuple[str, ...] = ()) -> list[PoolKernel]:
-    """The kernels of ``schedules``, built with ``flags`` from one C file (one compile), once per process."""
+def pool_kernels(schedules: tuple[PoolSchedule, ...], flags: tuple[str, ...],
+                 transpose: Transpose) -> list[PoolKernel]:
+    """The kernels of ``schedules``, built with ``flags`` from one C file (one compile), once per process;
+    ``transpose`` copies their NCHW inputs channels-last."""
     functions = [f"{FUNCTION}_{index}" for index in range(len(schedules))]
     sources = [source(schedule, function) for schedule, function in zip(schedules, functions)]
     cdef = "\n".join(_declaration(schedule, function) for schedule, function in zip(schedules, functions))
     module = compile_c("\n".join(["#include <math.h>", "", *sources]), cdef, flags)
-    return [PoolKernel(schedule, text, module, function, flags)
+    return [PoolKernel(schedule, text, module, function, flags, transpose)
             for schedule, text, function in zip(schedules, sources, functions)]
