@@ -53,7 +53,12 @@ def _quantized(op, spec: lo.QuantSpec):
     return type(op)(**op.arguments, quant=spec)
 
 
-def _check_int8(op, spec, tiles, preset=gpu_mma):
+def _check_int8(op, spec, tiles):
+    _check_preset(gpu_mma, op, spec, tiles)
+
+
+def _check_preset(preset, op, spec, tiles):
+    """``preset(op with spec, **tiles)`` in the host emulation bit for bit, or its refusal."""
     op = _quantized(op, spec)
     if op.groups > 1:
         with pytest.raises(ScheduleError, match="not a matrix product"):
@@ -85,7 +90,7 @@ def _check_wgmma(op, spec, tiles):
     """``gpu_wgmma`` on a quantized ``op`` bit for bit (a TMA-staged Matmul's k rounded up to 32)."""
     if tiles.get("engine") == "tma":
         op = lo.Matmul(**op.arguments | {"k": -(-op.arguments["k"] // 32) * 32})
-    _check_int8(op, spec, tiles, gpu_wgmma)
+    _check_preset(gpu_wgmma, op, spec, tiles)
 
 
 def test_the_space_has_every_combination():
