@@ -29,6 +29,7 @@ from loopopt.targets.search import Candidate
 from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
+    DOT_LIVE,
     MASKED,
     TAIL,
     activation_lines_per_set,
@@ -39,6 +40,7 @@ from loopopt.targets.x86.rank import (
     rank,
     residual_seconds,
     rolled,
+    spills_accumulators,
     streamed_bytes,
     strided_seconds,
     tail,
@@ -437,6 +439,30 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(reco
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "k_o", "ow_o", "oh"), "packed")) == 3
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "ow_o", "oh", "k_o"), "packed")) == 1
+
+
+def test_a_requantizing_dot_block_keeps_its_accumulators_in_registers(recorded_profile):
+    """MobileNetV2's 64->384 1x1 conv at 14x14 (u8 x s8, requantized to u8): the ranking took a 7x48
+    block, whose 21 accumulators GCC 12 partly stores to the stack on every step of its reduction loop;
+    the chosen block now keeps at most ``DOT_LIVE``, and with its weight vectors and a broadcast they
+    fit the 32 zmm registers."""
+    conv = lo.Conv2d(64, 384, 1, height=14, width=14, quant=QUANT, bias=True)
+    chosen = first_choice(conv, "avx512")
+    vectors = -(-chosen.knobs.channel_block // 16)
+    accumulators = chosen.knobs.pixel_block * vectors
+    assert chosen.knobs.weights == "dot" and accumulators <= DOT_LIVE and accumulators + vectors + 1 <= 32
+
+    def block(op, pixels, channels, unroll):
+        return Candidate(op, "avx512", Knobs(pixels, channels, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"),
+                                             "dot", 0, unroll))
+    assert spills_accumulators(block(conv, 7, 48, (("c_o", 4),)), 21)          # 16 dot steps, 4 unrolled
+    assert not spills_accumulators(block(conv, 5, 64, (("c_o", 4),)), 20)
+    whole = lo.Conv2d(24, 144, 1, height=56, width=56, quant=QUANT, bias=True)  # 6 dot steps, all unrolled
+    assert not spills_accumulators(block(whole, 7, 48, (("c_o", 6),)), 21)
+    assert spills_accumulators(block(whole, 7, 48, (("c_o", 3),)), 21)
+    fp32 = lo.Conv2d(64, 384, 1, height=14, width=14)
+    assert not spills_accumulators(Candidate(fp32, "avx512", Knobs(7, 48, ("kh", "kw", "c"),
+                                                                   ("n", "oh", "ow_o", "k_o"), "packed")), 21)
 
 
 def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():

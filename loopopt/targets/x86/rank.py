@@ -83,6 +83,8 @@ PAGED = 4.0                # a line of strided weight rows this far apart costs 
                            # ones on the BERT FFN up-projection, 12 KB rows: about 5 cycles a line; 2.5-4x on
                            # the down-projection, 3 KB rows, in one search on a shared machine)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
+DOT_LIVE = 20              # accumulators a requantizing dot block keeps across a stepping reduction loop
+                           # without spilling (see ``spills_accumulators``)
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
@@ -152,6 +154,24 @@ def binary_efficiency(candidate: Candidate) -> float:
     efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)  # loads per XOR
     efficiency *= _edges(op.channels // op.groups, knobs.channel_block)
     return efficiency * _edges(op.extent(block_dims(op)[0]), knobs.pixel_block)
+
+
+def spills_accumulators(candidate: Candidate, accumulators: int) -> bool:
+    """Whether a quantized dot block of ``accumulators`` spills them in its reduction loop: more than
+    ``DOT_LIVE`` across a reduction channel loop that steps (runs more dots than it unrolls). GCC 12
+    stores 12 of a 7x48 block's 21 accumulators to the stack on every step of that loop (12 stack
+    stores per 21 ``vpdpbusd``), although they, 3 weight vectors and a broadcast fit 32 registers:
+    the requantizing epilogue after the loop holds its per-channel vectors too. MobileNetV2's 1x1 convs
+    at 28x28 and 14x14 (32->192, 64->384, 96->576; one interleaved run each, this project's shared Xeon
+    with AMX, 1 thread): 7x48 47.6, 35.8 and 79.9 us, 5x64 (20, no stores) 42.8, 27.1 and 53.0 us. A
+    24-channel reduction unrolled whole (24->144 at 56x56) keeps its 7x48 block in registers."""
+    op, knobs = candidate.op, candidate.knobs
+    if op.quant is None or knobs.weights != "dot" or accumulators <= DOT_LIVE:
+        return False
+    rc = Roles.of(op, knobs.pixel).rc
+    loop = Names.of(rc, knobs.cache_block, True).reduction
+    steps = _ceil(min(op.extent(rc), knobs.cache_block or op.extent(rc)), dot_elements(op))
+    return steps > dict(knobs.unroll).get(loop, 1)
 
 
 def rolled(candidate: Candidate) -> bool:
@@ -396,7 +416,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    if registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
+    if (registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE      # the compiler spills
+            or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
