@@ -1,7 +1,10 @@
 """The cuda target's int8 and bfloat16 tensor-core kernels on an NVIDIA GPU (``gpu_mma``:
 ``mma.sync.m16n8k32`` s8 x s8 / u8 x s8 -> s32 and ``m16n8k16`` bf16 -> f32, ``ldmatrix`` from swizzled
-tiles), next to PyTorch in the same run: an int8 GEMM 4096^3 (int32 output) against ``torch._int_mm``
-and Triton's int8 GEMM (the faster of them in the table),
+tiles; ``gpu_wgmma``: Hopper's ``wgmma`` m64nNk32 s8 x s8 / u8 x s8 -> s32, TMA-staged in the 128-byte
+swizzle and warp-specialized for the GEMM, the threads' im2col for the conv), next to PyTorch in the
+same run: an int8 GEMM 4096^3 (int32 output) against ``torch._int_mm``
+and Triton's int8 GEMM (the faster of them in the table; cuBLAS's float16 GEMM of the same shape timed
+beside them for scale, in the row's ``peers``),
 ResNet-50's conv2_x at N=32 quantized (uint8 activations, per-channel int8 weights, requantized uint8
 output: Composable Kernel's quantized conv) against cuDNN's float16 conv of the same shape (PyTorch
 has no int8 conv on the GPU), the same conv with int8 activations and asymmetric uint8 weights
@@ -28,12 +31,12 @@ from bench_cuda_tensor import build_all
 from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
-from loopopt.dataflows import gpu_mma
+from loopopt.dataflows import TENSOR_PRESETS, gpu_mma, gpu_wgmma
 from loopopt.layers import get_layer
 from loopopt.measure import checked
 from loopopt.quant import requantize_output
 from loopopt.quant_reference import random_call
-from loopopt.targets.cuda import device
+from loopopt.targets.cuda import device, quantized
 
 CASES = ["gemm4096.s8", "conv2_x.n32.u8", "conv2_x.n32.s8u8a", "conv2_x.n32.u8u8", "gemm4096.bf16"]
 CONV_SPECS = {"conv2_x.n32.u8": lo.QuantSpec(activation="uint8", output="uint8"),
@@ -43,6 +46,10 @@ CONV_SPECS = {"conv2_x.n32.u8": lo.QuantSpec(activation="uint8", output="uint8")
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}
 LONG = {"block_n": 256, "warps_n": 8}
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}
+# wgmma: the fp16 4096^3 GEMM's fastest tiles (128 x 256, 1 x 2 warpgroups) at the same 128 bytes a row
+WGMMA = {"warps_m": 1, "warps_n": 2, "depth": 128, "stages": 4, "swizzle": 128, "engine": "tma",
+         "specialize": True}
+WGMMA_CONV = {"block_m": 128, "block_n": 64, "warps_m": 2, "warps_n": 1, "depth": 64}
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False), lo.Matmul(300, 260, 200)]
 CHECK_SPECS = [lo.QuantSpec(activation="uint8", output="uint8"),
@@ -59,11 +66,18 @@ def case_op(case: str) -> lo.Op:
     return type(layer)(**layer.arguments, quant=CONV_SPECS[case])
 
 
-def variants(case: str) -> list[dict]:
+def variants(case: str) -> list[tuple[str, dict]]:
+    """The (preset, arguments) timed for ``case``: wgmma where the op's types have it (not the convs
+    whose weights' zero point costs activation sums, nor bfloat16: ``bench_cuda_tensor``)."""
     if case.startswith("conv"):
-        return [{}, WIDE, TALL, {"depth": 64}]
+        wgmma = [("gpu_wgmma", WGMMA_CONV)] if case == "conv2_x.n32.u8" else []
+        return [("gpu_mma", arguments) for arguments in ({}, WIDE, TALL, {"depth": 64})] + wgmma
     deep = {"depth": 128 if case.endswith("s8") else 64, "stages": 3}
-    return [{}, deep, TALL, LONG, TALL | {"stages": 3}]
+    wgmma = [("gpu_wgmma", arguments) for arguments in (
+        WGMMA, WGMMA | {"specialize": False},
+        WGMMA | {"block_m": 256, "block_n": 128, "warps_m": 2, "warps_n": 1})]
+    return [("gpu_mma", arguments) for arguments in ({}, deep, TALL, LONG, TALL | {"stages": 3})] + (
+        wgmma if case.endswith("s8") else [])
 
 
 def inputs(op: lo.Op) -> tuple[list[np.ndarray], dict]:
@@ -98,7 +112,9 @@ def expected(op: lo.Op, args: list[np.ndarray], params: dict):
 def triton_int8_matmul(a, b):
     """Triton's int8 GEMM (its tutorial's blocked matmul, ``tl.dot`` on int8 into int32; 128 x 256 x 128
     tiles, 8 warps, 3 stages) of two int8 tensors whose sizes the tiles divide: a call of no arguments
-    filling the int32 output it returns with it."""
+    filling the int32 output it returns with it. ``b`` is read from an N x K copy (k contiguous, made
+    once, as loopopt's packed weights are): Hopper's int8 wgmma takes both operands k-major, and with
+    ``b`` row-major Triton's kernel ran at about 105 TOP/s on the H200 (1.31 ms at 4096^3)."""
     import torch
     import triton
     import triton.language as tl
@@ -112,23 +128,26 @@ def triton_int8_matmul(a, b):
         pm, pn = first + pid % (group * tiles_n) % rows, pid % (group * tiles_n) // rows
         rm, rn = pm * tile_m + tl.arange(0, tile_m), pn * tile_n + tl.arange(0, tile_n)
         rk = tl.arange(0, tile_k)
-        a_at, b_at = a_ptr + rm[:, None] * k + rk[None, :], b_ptr + rk[:, None] * n + rn[None, :]
+        a_at, b_at = a_ptr + rm[:, None] * k + rk[None, :], b_ptr + rn[None, :] * k + rk[:, None]
         acc = tl.zeros((tile_m, tile_n), dtype=tl.int32)
         for _ in range(0, k, tile_k):
             acc += tl.dot(tl.load(a_at), tl.load(b_at), out_dtype=tl.int32)
             a_at += tile_k
-            b_at += tile_k * n
+            b_at += tile_k
         tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc)
 
     (m, k), n = a.shape, b.shape[1]
+    b_nk = b.t().contiguous()
     out = torch.empty(m, n, dtype=torch.int32, device="cuda")
     grid = (triton.cdiv(m, 128) * triton.cdiv(n, 256),)
-    return lambda: kernel[grid](a, b, out, m, n, k, 128, 256, 128, 8, num_warps=8, num_stages=3), out
+    return lambda: kernel[grid](a, b_nk, out, m, n, k, 128, 256, 128, 8, num_warps=8, num_stages=3), out
 
 
-def peers(op: lo.Op, args: list[np.ndarray]) -> list[tuple[str, float, float]]:
+def peers(op: lo.Op, args: list[np.ndarray]) -> tuple[list[tuple[str, float, float]], list]:
     """The peers of ``op``'s case: name, seconds of one call (L2 flushed) and inside a CUDA graph (the
-    int8 GEMM's: ``torch._int_mm`` and Triton, each checked equal to the other)."""
+    int8 GEMM's: ``torch._int_mm`` with ``b`` row-major and column-major, and Triton, each checked equal
+    to the others), and the calls timed
+    for scale only (the int8 GEMM's: cuBLAS's float16 GEMM of the same shape)."""
     import torch
     torch.backends.cudnn.benchmark = True
     if op.quant is None:
@@ -138,10 +157,17 @@ def peers(op: lo.Op, args: list[np.ndarray]) -> list[tuple[str, float, float]]:
         a, b = (torch.as_tensor(v, device="cuda") for v in args[:2])
         triton_call, triton_out = triton_int8_matmul(a, b)
         triton_call()
-        if not torch.equal(triton_out, torch._int_mm(a, b)):
+        b_columns = b.t().contiguous().t()          # column-major, made once: cuBLASLt's int8 layout
+        if not torch.equal(triton_out, torch._int_mm(a, b)) or not torch.equal(triton_out,
+                                                                               torch._int_mm(a, b_columns)):
             raise AssertionError("Triton's int8 GEMM differs from torch._int_mm")
         calls = [("torch._int_mm (int8 -> int32)", lambda: torch._int_mm(a, b)),
+                 ("torch._int_mm, b column-major", lambda: torch._int_mm(a, b_columns)),
                  ("Triton int8 (tl.dot -> int32)", triton_call)]
+        a16, b16 = a.half(), b.half()
+        scale = [("cuBLAS (torch.matmul fp16, for scale)", lambda: torch.matmul(a16, b16))]
+        return ([(name, events_median(call), torch_graph_median(call)) for name, call in calls],
+                [(name, events_median(call), torch_graph_median(call)) for name, call in scale])
     else:
         x = torch.randn(*op.tensor(op.inputs[0]).shape, device="cuda").half().contiguous(
             memory_format=torch.channels_last)
@@ -149,7 +175,7 @@ def peers(op: lo.Op, args: list[np.ndarray]) -> list[tuple[str, float, float]]:
             memory_format=torch.channels_last)
         calls = [(f"cuDNN {torch.backends.cudnn.version()} fp16 conv (no int8 conv in PyTorch)",
                   lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))]
-    return [(name, events_median(call), torch_graph_median(call)) for name, call in calls]
+    return [(name, events_median(call), torch_graph_median(call)) for name, call in calls], []
 
 
 def run_variant(kernel, args: list[np.ndarray], params: dict, want) -> dict:
@@ -172,20 +198,20 @@ def run_variant(kernel, args: list[np.ndarray], params: dict, want) -> dict:
 
 def bench(cases: list[str]) -> list[dict]:
     ops = {case: case_op(case) for case in cases}
-    chosen = {case: [(arguments, gpu_mma(op, **arguments)) for arguments in variants(case)]
-              for case, op in ops.items()}
-    build_all([schedule for runs in chosen.values() for _, schedule in runs])
+    chosen = {case: [(preset, arguments, TENSOR_PRESETS[preset](op, **arguments))
+                     for preset, arguments in variants(case)] for case, op in ops.items()}
+    build_all([schedule for runs in chosen.values() for *_, schedule in runs])
     rows = []
     for case, op in ops.items():
         args, params = inputs(op)
         want = expected(op, args, params)
-        timed = peers(op, args)
+        timed, scale = peers(op, args)
         name, peer_seconds, peer_graph = min(timed, key=lambda p: p[1])      # the fastest peer
-        for arguments, schedule in chosen[case]:
-            row = {"case": case, "op": repr(op), "instruction": schedule.tensorized[3],
+        for preset, arguments, schedule in chosen[case]:
+            row = {"case": case, "op": repr(op), "kernel": preset, "instruction": schedule.tensorized[3],
                    "arguments": arguments,
                    "peer": name, "peer_ms": peer_seconds * 1e3, "peer_graph_ms": peer_graph * 1e3,
-                   "peers": {p: {"ms": s * 1e3, "graph_ms": g * 1e3} for p, s, g in timed}}
+                   "peers": {p: {"ms": s * 1e3, "graph_ms": g * 1e3} for p, s, g in timed + scale}}
             row |= run_variant(schedule.compile(target="cuda"), args, params, want)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -206,8 +232,8 @@ def table(rows: list[dict]) -> str:
 
 
 def check() -> bool:
-    """Every CHECKS shape under each CHECK_SPECS spec with default and small tiles (split-K 3 on int32),
-    verified once, bit for bit."""
+    """Every CHECKS shape under each CHECK_SPECS spec with default and small tiles (split-K 3 on int32)
+    and on wgmma (the specs without activation sums), verified once, bit for bit."""
     small = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 96}
     runs = []
     for shape in CHECKS:
@@ -215,6 +241,8 @@ def check() -> bool:
             op = type(shape)(**shape.arguments, quant=spec)
             tiles = [{}, small] + ([small | {"split_k": 3}] if spec.output == "int32" else [])
             runs += [(f"{op!r} {arguments}", gpu_mma(op, **arguments)) for arguments in tiles]
+            if not quantized.needs_activation_sums(spec):     # wgmma: the threads' copies
+                runs.append((f"{op!r} gpu_wgmma {WGMMA_CONV}", gpu_wgmma(op, **WGMMA_CONV)))
     build_all([schedule for _, schedule in runs])
     ok = True
     for what, schedule in runs:

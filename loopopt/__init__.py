@@ -17,6 +17,7 @@ from .machine import MachineProfile, machine_profile, peak_gflops
 from .measure import Timing, TimingRefusedError, measure, measure_all
 from .model import KernelModel, kernel_model
 from .ops import Contraction, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, auto_pad
+from .pool import Pool, PoolSchedule
 from .quant import QuantSpec, dequantize, quant_error, quantize, quantize_binary, quantize_ternary
 from .schedule import IllegalScheduleError, Schedule, ScheduleError
 from .schedule_file import (
@@ -49,6 +50,8 @@ __all__ = [
     "MachineProfile",
     "MemoryLimitError",
     "Matmul",
+    "Pool",
+    "PoolSchedule",
     "QuantSpec",
     "ReuseProfile",
     "Schedule",

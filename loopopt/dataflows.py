@@ -540,16 +540,30 @@ def gpu_mma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, wa
     return gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, instruction, stages, split_k, engine)
 
 
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}     # the wgmma entries' operand types
+# the wgmma entries' k and type suffix by the op's operand types (Schedule.operand_dtype of its inputs)
+WGMMA_TYPES = {("float16", "float16"): "k16_f16_f32", ("bfloat16", "bfloat16"): "k16_bf16_f32",
+               ("int8", "int8"): "k32_s8_s32", ("uint8", "int8"): "k32_u8s8_s32"}
 
 
-def wgmma_instruction(columns: int, block_n: int, warps_n: int, dtype: str = "float16") -> str:
-    """The ``wgmma_m64nNk16_{f16|bf16}_f32`` entry (``dtype``'s) of a block of ``block_n`` columns over
+def wgmma_types(op: Op) -> str:
+    """The k and type suffix of ``op``'s wgmma entries (``WGMMA_TYPES``); ScheduleError naming the
+    operand types that have none."""
+    schedule = Schedule(op)
+    types = tuple(schedule.operand_dtype(t) for t in op.inputs)
+    if types not in WGMMA_TYPES:
+        kinds = ", ".join(f"{a} x {b}" for a, b in WGMMA_TYPES)
+        raise ScheduleError(f"gpu_wgmma: {op!r} multiplies {types[0]} by {types[1]}; the wgmma entries take "
+                            f"{kinds} (gpu_mma takes the others)")
+    return WGMMA_TYPES[types]
+
+
+def wgmma_instruction(columns: int, block_n: int, warps_n: int, types: str = "k16_f16_f32") -> str:
+    """The ``wgmma_m64nN{types}`` entry (``wgmma_types``) of a block of ``block_n`` columns over
     ``warps_n`` warpgroups on an op of ``columns`` (N): the narrowest N of 64, 128, 256 that covers a
     group's columns (256 beyond: more fragments)."""
     group = -(-min(block_n, columns) // max(1, warps_n))
     width = next((n for n in (64, 128) if group <= n), 256)
-    return f"wgmma_m64n{width}k16_{WGMMA_TYPES.get(dtype, 'f16')}_f32"
+    return f"wgmma_m64n{width}{types}"
 
 
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
@@ -567,11 +581,12 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     multicast (``engine="tma"``). ``specialize=True``: warp specialization (``Schedule.specialize``), one
     more warpgroup issuing the TMA copies while the ``warps_m x warps_n`` ones only multiply (with
     ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of rows of a whole step's bytes (``Schedule.swizzle``;
-    a ``depth`` of 32 or 64 halves, ``engine="tma"``): one TMA box a tile a step. float16 or bfloat16
-    operands (the entry of the op's dtype)."""
+    a ``depth`` of 64 or 128 bytes, ``engine="tma"``): one TMA box a tile a step. float16 or bfloat16
+    operands, or a quantized op's int8 or uint8 activations and symmetric int8 (or ternary) weights
+    (``wgmma_types``: m64nNk32 into exact int32 sums, the quantized epilogue of ``gpu_mma``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
-    entry = wgmma_instruction(columns, block_n, warps_n, op.dtype)
+    entry = wgmma_instruction(columns, block_n, warps_n, wgmma_types(op))
     schedule = gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
     schedule = schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
     schedule = schedule.specialize() if specialize else schedule

@@ -13,7 +13,7 @@ from helpers import conv_ops, matmul_ops, needs, quick_first, sass, tiers
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt.dataflows import gpu_gemv, gpu_mma, gpu_wmma, tensor_entry
+from loopopt.dataflows import gpu_gemv, gpu_mma, gpu_wgmma, gpu_wmma, tensor_entry
 from loopopt.measure import checked
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.schedule import ScheduleError
@@ -21,7 +21,7 @@ from loopopt.targets.cuda import device, quantized, toolchain
 from loopopt.targets.cuda import kernel as cuda_kernel
 from loopopt.targets.cuda import target as cuda_target
 from loopopt.targets.cuda.emulate import emulate
-from loopopt.targets.cuda.instructions import INSTRUCTIONS
+from loopopt.targets.cuda.instructions import INSTRUCTIONS, with_swizzle
 
 
 def _every_spec() -> list[lo.QuantSpec]:
@@ -54,17 +54,43 @@ def _quantized(op, spec: lo.QuantSpec):
 
 
 def _check_int8(op, spec, tiles):
+    _check_preset(gpu_mma, op, spec, tiles)
+
+
+def _check_preset(preset, op, spec, tiles):
+    """``preset(op with spec, **tiles)`` in the host emulation bit for bit, or its refusal."""
     op = _quantized(op, spec)
     if op.groups > 1:
         with pytest.raises(ScheduleError, match="not a matrix product"):
-            gpu_mma(op, **tiles)
+            preset(op, **tiles)
         return
     if tiles.get("split_k", 1) > 1 and spec.output != "int32":
         with pytest.raises(ScheduleError, match=r"adds int32 shares exactly into an int32 output"):
-            emulate(gpu_mma(op, **tiles))
+            emulate(preset(op, **tiles))
         return
-    ok, error, _ = checked(emulate(gpu_mma(op, **tiles)), seed=3)
+    ok, error, _ = checked(emulate(preset(op, **tiles)), seed=3)
     assert ok, error       # int32 and requantized outputs: bit for bit
+
+
+# wgmma m64nNk32: the specs whose weights' zero point is 0 (no activation sums), int8 or uint8
+# activations; the threads' im2col copies, or TMA boxes (in 32-, 64- and 128-byte swizzles, warp-
+# specialized) of a Matmul whose rows take whole 32-byte k-slices
+WGMMA_SPECS = st.sampled_from([spec for spec in EVERY_SPEC if not quantized.needs_activation_sums(spec)])
+WGMMA_THREADS = [{"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1, "depth": 32, "stages": 3},
+                 {"block_m": 128, "block_n": 48, "warps_m": 2, "warps_n": 1, "depth": 96, "split_k": 2}]
+WGMMA_TMA = [{"block_m": 64, "block_n": 256, "warps_m": 1, "warps_n": 2, "depth": 128, "engine": "tma",
+              "swizzle": 128, "specialize": True},
+             {"block_m": 128, "block_n": 64, "warps_m": 2, "warps_n": 1, "stages": 3, "engine": "tma",
+              "swizzle": 64},
+             {"block_m": 64, "block_n": 128, "warps_m": 1, "warps_n": 1, "depth": 96, "engine": "tma",
+              "split_k": 2}]
+
+
+def _check_wgmma(op, spec, tiles):
+    """``gpu_wgmma`` on a quantized ``op`` bit for bit (a TMA-staged Matmul's k rounded up to 32)."""
+    if tiles.get("engine") == "tma":
+        op = lo.Matmul(**op.arguments | {"k": -(-op.arguments["k"] // 32) * 32})
+    _check_preset(gpu_wgmma, op, spec, tiles)
 
 
 def test_the_space_has_every_combination():
@@ -79,6 +105,23 @@ _, test_int8_matmuls_emulated = tiers(_check_int8, 1, 4, matmul_ops(max_mn=40, m
 
 ENTRIES = {("uint8", "int8"): "u8s8", ("int8", "int8"): "s8", ("int8", "uint8"): "s8u8",
            ("uint8", "uint8"): "u8u8"}
+
+
+# hypothesis's first example is the smallest (a 1 x 1 op): the quick tier's are chosen below instead
+_, test_int8_wgmma_convs_emulated = tiers(_check_wgmma, 1, 4, conv_ops(max_hw=9, max_channels=40),
+                                          WGMMA_SPECS, st.sampled_from(WGMMA_THREADS))
+_, test_int8_wgmma_matmuls_emulated = tiers(_check_wgmma, 1, 5, matmul_ops(max_mn=150, max_k=150,
+                                                                           batched=False),
+                                            WGMMA_SPECS, st.sampled_from(WGMMA_TMA + WGMMA_THREADS))
+
+
+@pytest.mark.parametrize("op, spec, tiles", [
+    (lo.Conv2d(8, 24, 3, stride=2, padding=(1, 2), dilation=2, height=9, width=7, batch=2), INT8_CONV.quant,
+     WGMMA_THREADS[0]),
+    (lo.Matmul(70, 200, 320, trans_a=True), lo.QuantSpec(activation="int8", output="int32"), WGMMA_TMA[0])],
+    ids=["conv u8s8 requantized threads", "matmul s8 int32 tma specialized 128-byte swizzle"])
+def test_int8_wgmma_kernels_emulated_bit_for_bit(op, spec, tiles):
+    _check_wgmma(op, spec, tiles)
 
 
 @pytest.mark.parametrize("types", quick_first([("int8", "uint8"), ("uint8", "uint8")]), ids="-".join)
@@ -264,6 +307,13 @@ def test_the_values_of_a_device_call_run_exactly_in_the_emulation(monkeypatch):
      r"mma_m16n8k32_s8_s32 multiplies int8 \(the input moving with .*\) by int8; "
      r"Conv2d\(.*\) gives uint8 by int8"),
     (lambda: gpu_mma(INT8_CONV).clip(0.0, 6.0), r"clip \(.*\) applies to float outputs"),
+    (lambda: gpu_wgmma(_quantized(INT8_CONV, lo.QuantSpec(weight_symmetric=False))),
+     r"wgmma_m64n64k32_u8s8_s32 reads both operands from shared memory, so it has no fragment of ones "
+     r"for the activation sums that QuantSpec\(.*weight_symmetric=False.*\) needs"),
+    (lambda: gpu_wgmma(_quantized(INT8_CONV, lo.QuantSpec(weight="uint8"))),
+     r"multiplies uint8 by uint8; the wgmma entries take float16 x float16, bfloat16 x bfloat16, "
+     r"int8 x int8, uint8 x int8 \(gpu_mma takes the others\)$"),
+    (lambda: gpu_wgmma(INT8_CONV, engine="tma"), r"TMA copies boxes of a 2-D tensor stored row by row"),
     (lambda: gpu_mma(INT8_CONV).add_residual(), r"add_residual \(\+ residual\) applies to float outputs"),
 ])
 def test_quantized_tensor_schedules_the_target_cannot_run_are_refused(make, message):
@@ -277,6 +327,13 @@ def test_the_int8_entries_take_32_bytes_a_tile_row_in_the_halves_layout():
         16, 16, 32, ("int8", "int8"), "int32", "sm_80")
     assert s8.row_bytes == half.row_bytes == 32 and "m16n8k32.row.col.s32.s8.s8.s32" in s8.header
     assert "s32.u8.s8.s32" in INSTRUCTIONS["mma_m16n8k32_u8s8_s32"].header
+    wide = INSTRUCTIONS["wgmma_m64n256k32_u8s8_s32"]     # wgmma: 32 bytes of k a row, as f16's 16 halves
+    assert (wide.m, wide.n, wide.k, wide.operands, wide.accumulator, wide.arch, wide.row_bytes) == (
+        64, 256, 32, ("uint8", "int8"), "int32", "sm_90a", 32)
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.s32.u8.s8 {" in wide.header
+    assert '"+r"((d)[127])' in wide.header and "p; }" in wide.header      # no scale or transpose immediates
+    half = INSTRUCTIONS["wgmma_m64n256k16_f16_f32"]
+    assert with_swizzle(wide, 128).row_elements == 128 == 2 * with_swizzle(half, 128).row_elements
     assert tensor_entry(lo.Matmul(16, 16, 16, quant=lo.QuantSpec(activation="int8"))) == s8.name
 
 

@@ -2,13 +2,15 @@
 reason where there is none): quantized convs and matmuls on ``mma.sync.m16n8k32`` (int8 and uint8
 activations; int8, uint8 (asymmetric too), ternary and binary weights; every output kind, split-K on
 int32) bit for bit against quant.py's reference, a quantized call on CuPy and PyTorch device arrays,
-bfloat16 on ``m16n8k16`` and WMMA within the float32 tolerance, and ``measure(..., graph=True)``."""
+bfloat16 on ``m16n8k16`` and WMMA within the float32 tolerance, and ``measure(..., graph=True)``; the
+same bit for bit on ``wgmma`` m64nNk32 (s8 and u8 activations, symmetric int8 and ternary weights; TMA,
+128-byte swizzle, warp specialization, split-K)."""
 import numpy as np
 import pytest
 from test_cuda_gpu import needs_gpu
 
 import loopopt as lo
-from loopopt.dataflows import gpu_mma, gpu_wmma
+from loopopt.dataflows import gpu_mma, gpu_wgmma, gpu_wmma
 from loopopt.measure import GRAPH, checked
 from loopopt.quant_reference import random_call, reference_output
 from loopopt.targets.cuda import device
@@ -49,6 +51,33 @@ def _cases():
 @pytest.mark.parametrize("op, variant", list(_cases()))
 def test_int8_kernels_match_the_reference_bit_for_bit_on_the_gpu(op, variant):
     ok, error, _ = checked(VARIANTS[variant](op).compile(target="cuda"), seed=11)
+    assert ok, error
+
+
+# wgmma m64nNk32 (sm_90a): the specs without activation sums, the threads' copies (convs too) and the
+# 4096^3 GEMM's TMA-staged, 128-byte-swizzled, warp-specialized kernel on Matmuls with tails
+WGMMA_VARIANTS = {
+    "wgmma": lambda op: gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, warps_n=1, depth=64, stages=3),
+    "wgmma tma specialized": lambda op: gpu_wgmma(op, warps_m=1, warps_n=2, depth=128, stages=4, swizzle=128,
+                                                  engine="tma", specialize=True),
+    "wgmma tma split_k=2": lambda op: gpu_wgmma(op, block_m=128, block_n=128, depth=64, engine="tma",
+                                                split_k=2)}
+SPEC = {(spec.activation, spec.weight, spec.output): spec for spec in SPECS}
+WGMMA_CASES = [(SHAPES[0], ("uint8", "int8", "uint8"), "wgmma"),
+               (SHAPES[2], ("int8", "int8", "int32"), "wgmma"),
+               (lo.Matmul(300, 260, 224), ("uint8", "int8", "uint8"), "wgmma tma specialized"),
+               (lo.Matmul(300, 260, 224), ("uint8", "ternary", "int8"), "wgmma tma specialized"),
+               (lo.Matmul(300, 260, 224), ("int8", "int8", "int32"), "wgmma tma split_k=2"),
+               (lo.Matmul(1000, 520, 4096), ("int8", "int8", "int32"), "wgmma tma specialized")]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, variant", [
+    pytest.param(type(shape)(**shape.arguments, quant=SPEC[types]), variant,
+                 id=f"{shape!r}-{'-'.join(types)}-{variant}")
+    for shape, types, variant in WGMMA_CASES])
+def test_int8_wgmma_kernels_match_the_reference_bit_for_bit_on_the_gpu(op, variant):
+    ok, error, _ = checked(WGMMA_VARIANTS[variant](op).compile(target="cuda"), seed=11)
     assert ok, error
 
 

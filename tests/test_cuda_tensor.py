@@ -3,8 +3,8 @@ and ``split_k`` steps and their refusals, the ``gpu_wmma`` and ``gpu_mma`` prese
 fragment operations' scalar meaning, through the swizzled tile layout; split-K shares added) against
 the reference over random ops (``gpu_wgmma`` with ``engine="tma"`` too: the boxes, their swizzle and
 the barriers' byte counts), and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and 16-byte
-``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` without ``LDGSTS`` for TMA;
-skipped with the reason without nvcc or cuobjdump)."""
+``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` (int8: ``IGMMA``) without
+``LDGSTS`` for TMA; skipped with the reason without nvcc or cuobjdump)."""
 from dataclasses import replace
 
 import numpy as np
@@ -554,9 +554,13 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), block_m=192, warps_m=3, engine="tma",
                        cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="bfloat16"), depth=64, engine="tma", swizzle=128,
-                       specialize=True), ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG"])],
+                       specialize=True), ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG"]),
+    (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="uint8", output="uint8")),
+                       warps_m=1, warps_n=2, depth=128, engine="tma", swizzle=128, specialize=True),
+     ["IGMMA.64x128x32.U8.S8", "UTMALDG.2D", "USETMAXREG"])],
     ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma", "gemm4096 wgmma tma",
-         "gemm4096 wgmma tma multicast", "gemm4096 bf16 specialized 128-byte swizzle"])
+         "gemm4096 wgmma tma multicast", "gemm4096 bf16 specialized 128-byte swizzle",
+         "gemm4096 u8s8 requantized specialized 128-byte swizzle"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report

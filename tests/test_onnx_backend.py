@@ -59,7 +59,7 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     rep = backend.prepare(proto, strict=True)
     assert rep.fallbacks() == []
     engines = {step.op_type: step.engine for step in rep.plan.steps}
-    assert engines == {"Conv": KERNEL, "Gemm": KERNEL, "MaxPool": NUMPY, "GlobalAveragePool": NUMPY,
+    assert engines == {"Conv": KERNEL, "Gemm": KERNEL, "MaxPool": KERNEL, "GlobalAveragePool": KERNEL,
                        "Flatten": NUMPY}
     fused = {name: node.absorbed for name, node in rep.lowered.items() if node.absorbed}
     labels = {node.name: node.op_type for node in rep.prepared.graph.node}
@@ -242,6 +242,14 @@ def test_default_schedule_reads_a_per_call_operand_as_it_arrives(recorded_profil
     with pytest.raises(ValueError, match=r"layout 'BKQ' is not a valid format tag for B"):
         default_schedule(op, operands={"B": "BKQ"})
     choice._chosen.clear(), choice._ranked.clear()          # not kept for tests on the measured profile
+
+
+def test_default_schedule_of_a_kernel_that_adds_a_residual(recorded_profile):
+    """A Conv whose fused epilogue adds a residual gets the choice ranked as a kernel that reads one:
+    ResNet-50's 64->256 1x1 conv at 56x56 visits its 3.2 MB output (and residual) in memory order."""
+    wide = lo.Conv2d(64, 256, 1, bias=True, height=56, width=56)
+    assert "outer n,oh,k_o,ow_o" in default_schedule(wide, isa="avx512")[1]
+    assert "outer n,oh,ow_o,k_o" in default_schedule(wide, isa="avx512", residual=True)[1]
 
 
 def test_gemm_node_transposes_alpha_beta():

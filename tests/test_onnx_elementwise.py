@@ -4,6 +4,8 @@ leave to the reference; quantize chains of one 8-bit tensor as one byte lookup a
 residual Add) as one pair lookup (the compiled maps over every tail)."""
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from helpers import tiers
@@ -17,6 +19,7 @@ from test_onnx_pooling import naive_pool
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
+from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
@@ -255,12 +258,13 @@ def _check_pool_in_lookup_chain(data):
     floats = run["Relu"](floats)[0] if relu else floats
     # the pool by its definition (onnx.reference's MaxPool gets some asymmetric pads wrong)
     want = run["QuantizeLinear"](naive_pool(pool, floats, attributes), scales[1], zeros[1])[0]
-    got = rep.run([q])[0]
+    with mock.patch.object(PoolSchedule, "compile", side_effect=AssertionError("a pool compiled at run")):
+        got = rep.run([q])[0]      # the pool's kernel (8-bit where fused into the lookup) built at prepare
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
 
-test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_pool_in_lookup_chain, 8, 80,
+test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_pool_in_lookup_chain, 2, 12,
                                                                         st.data())
 
 

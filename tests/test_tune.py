@@ -29,6 +29,8 @@ from loopopt.targets.search import Candidate
 from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
+    DOT_LIVE,
+    MASKED,
     TAIL,
     activation_lines_per_set,
     best,
@@ -36,7 +38,9 @@ from loopopt.targets.x86.rank import (
     conflict_lines,
     out_of_order,
     rank,
+    residual_seconds,
     rolled,
+    spills_accumulators,
     streamed_bytes,
     strided_seconds,
     tail,
@@ -430,7 +434,8 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(reco
     assert tail(knobs(4, ("kh", "kw", "c"), ())) == 1                    # 12 columns in blocks of 4
     assert tail(knobs(5, ("kh", "kw", "c"), ())) == pytest.approx((15 / 12) ** TAIL)
     partial_channels = Knobs(4, 48, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"), "packed")
-    assert channel_tail(Candidate(conv, "avx512", partial_channels)) == pytest.approx((96 / 64) ** TAIL)
+    partial = Candidate(conv, "avx512", partial_channels)
+    assert channel_tail(partial) == pytest.approx(MASKED * (96 / 64) ** TAIL)
     assert channel_tail(knobs(5, ("kh", "kw", "c"), ())) == 1            # 64 channels in blocks of 32
     packed = knobs(4, ("kh", "kw", "c"), (("c", 4),))
     plain = Candidate(conv, "avx512", replace(packed.knobs, weights="plain"))
@@ -443,6 +448,30 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(reco
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "k_o", "ow_o", "oh"), "packed")) == 3
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "ow_o", "oh", "k_o"), "packed")) == 1
+
+
+def test_a_requantizing_dot_block_keeps_its_accumulators_in_registers(recorded_profile):
+    """MobileNetV2's 64->384 1x1 conv at 14x14 (u8 x s8, requantized to u8): the ranking took a 7x48
+    block, whose 21 accumulators GCC 12 partly stores to the stack on every step of its reduction loop;
+    the chosen block now keeps at most ``DOT_LIVE``, and with its weight vectors and a broadcast they
+    fit the 32 zmm registers."""
+    conv = lo.Conv2d(64, 384, 1, height=14, width=14, quant=QUANT, bias=True)
+    chosen = first_choice(conv, "avx512")
+    vectors = -(-chosen.knobs.channel_block // 16)
+    accumulators = chosen.knobs.pixel_block * vectors
+    assert chosen.knobs.weights == "dot" and accumulators <= DOT_LIVE and accumulators + vectors + 1 <= 32
+
+    def block(op, pixels, channels, unroll):
+        return Candidate(op, "avx512", Knobs(pixels, channels, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"),
+                                             "dot", 0, unroll))
+    assert spills_accumulators(block(conv, 7, 48, (("c_o", 4),)), 21)          # 16 dot steps, 4 unrolled
+    assert not spills_accumulators(block(conv, 5, 64, (("c_o", 4),)), 20)
+    whole = lo.Conv2d(24, 144, 1, height=56, width=56, quant=QUANT, bias=True)  # 6 dot steps, all unrolled
+    assert not spills_accumulators(block(whole, 7, 48, (("c_o", 6),)), 21)
+    assert spills_accumulators(block(whole, 7, 48, (("c_o", 3),)), 21)
+    fp32 = lo.Conv2d(64, 384, 1, height=14, width=14)
+    assert not spills_accumulators(Candidate(fp32, "avx512", Knobs(7, 48, ("kh", "kw", "c"),
+                                                                   ("n", "oh", "ow_o", "k_o"), "packed")), 21)
 
 
 def test_strided_weights_cost_where_their_rows_conflict_in_the_caches():
@@ -552,6 +581,26 @@ def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     narrow = lo.Conv2d(32, 128, 3, padding=1, height=7, width=7)   # 7x48 blocks: 2 whole, 1 of 32 of 48
     chosen = first_choice(narrow, "avx512").knobs
     assert 128 % chosen.channel_block == 0 and chosen.weights == "packed"   # no partial block; packed rows
+    wide = lo.Conv2d(64, 512, 3, padding=1, height=7, width=7)   # 7x48: 10 whole blocks, 1 of 32 of 48
+    assert first_choice(wide, "avx512").knobs.channel_block == 32          # masked code on every block
+
+
+def test_a_pointwise_conv_unrolls_its_input_channels(recorded_profile):
+    pointwise = lo.Conv2d(64, 64, 1, height=14, width=14)     # kh, kw of extent 1 go outside the channels
+    chosen = first_choice(pointwise, "avx512")
+    assert chosen.knobs.reduction == ("kh", "kw", "c") and not rolled(chosen)
+
+
+def test_a_kernel_that_adds_a_residual_visits_a_large_output_in_its_memory_order(recorded_profile):
+    # ResNet-50's 64->256 1x1 conv at 56x56: 3.2 MB of output (and of residual), beyond half of L2
+    wide = lo.Conv2d(64, 256, 1, height=56, width=56)
+    alone, shortcut = first_choice(wide, "avx512"), first_choice(wide, "avx512", residual=True)
+    assert out_of_order(wide, alone.knobs) > 0 and "residual_seconds" not in alone.figures   # weights in L1
+    assert out_of_order(wide, shortcut.knobs) == 0 and shortcut.figures["residual_seconds"] > 0
+    assert (shortcut.knobs.pixel_block, shortcut.knobs.channel_block) == (alone.knobs.pixel_block,
+                                                                          alone.knobs.channel_block)
+    narrow = Knobs(7, 48, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "packed")
+    assert residual_seconds(lo.Conv2d(256, 1024, 1, height=14, width=14), narrow) == 0   # 0.8 MB: it fits
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):

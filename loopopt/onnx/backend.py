@@ -4,8 +4,9 @@ Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul and Gemm no
 DequantizeLinear -> Conv/MatMul/Gemm (-> QuantizeLinear) groups of QDQ models (``qdq.fuse``),
 run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given, ``tune=N`` tuning
 each op into it first, else the default register-blocked one) with their weights packed at prepare;
-pooling (``pooling.POOLS``)
-and elementwise nodes (``elementwise.ELEMENTWISE``) run in numpy on the kernels' storage layouts;
+pooling nodes run as loopopt pooling kernels (``pooling.PoolRunner``: channels-last, the layout the
+conv kernels hand on; numpy's ``pooling.POOLS`` where the op model refuses one), elementwise nodes
+(``elementwise.ELEMENTWISE``) in numpy on the kernels' storage layouts;
 every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
 that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
 the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
@@ -30,14 +31,16 @@ from onnx.reference.ops import load_op
 
 from ..kernel import Kernel
 from ..ops import Op
+from ..pool import PoolSchedule
 from ..schedule import Schedule
+from ..targets.registry import host_target
 from .elementwise import ELEMENTWISE, VIEWS, fuse_lookups
 from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
 from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
-from .pooling import POOL_ATTRIBUTES, POOLS, selects_elements, unsupported
+from .pooling import POOL_ATTRIBUTES, POOLS, PoolRunner, selects_elements
 from .qdq import fuse
 
 DEVICES = ("CPU",)
@@ -89,6 +92,7 @@ class LoopoptRep(BackendRep):
         self.prepared, self.groups, self.skipped = fused.model, fused.groups, fused.skipped
         self._evaluator = ReferenceEvaluator(self.prepared, new_ops=_fused_classes(self))
         self._bound: dict[str, Any] = {}     # node -> its kernel with the node's constants packed
+        self._pools: dict[str, tuple[PoolRunner, str]] = {}     # pooling node -> what runs it, its input
         opset = next((o.version for o in self.prepared.opset_import if o.domain in STANDARD_DOMAINS), 1)
         outputs = [value.name for value in self.prepared.graph.output]
         # Conv node -> the elementwise nodes after it that its kernel's epilogue runs (``epilogues``)
@@ -158,9 +162,12 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
                                   owns_outputs=engine["engine"] == KERNEL, **engine))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
-                shape = known[node.input[0]].shape if node.input[0] in known else None
-                selects = selects_elements(node.op_type, shape, _pool_attributes(node), node.output)
-                steps.append(Step(**step, run=_pool_step(node, runtime), engine=NUMPY, owns_outputs=True,
+                value = known.get(node.input[0])
+                selects = selects_elements(node.op_type, value and value.shape, _pool_attributes(node),
+                                           node.output)
+                pool = PoolRunner(node.op_type, _pool_attributes(node), node.output)
+                self._pools[node.name] = (pool, node.input[0])
+                steps.append(Step(**step, **_pool_step(pool, runtime, value), owns_outputs=True,
                                   selects=selects))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
@@ -173,7 +180,30 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        return Plan(fuse_lookups(steps, self.constants, known, outputs), self.constants, outputs)
+        plan = Plan(fuse_lookups(steps, self.constants, known, outputs), self.constants, outputs)
+        self._build_pools(plan, known)
+        return plan
+
+    def _build_pools(self, plan: Plan, known: dict[str, Value]) -> None:
+        """Build the pooling kernels the plan runs, all from one C file: each pooling step's on its
+        input, and each pool a lookup runs on 8-bit values (``fuse_lookups``: the input of the
+        DequantizeLinear the pool's input comes from, through elementwise nodes)."""
+        producers = {name: node for node in self.prepared.graph.node for name in node.output}
+        planned = {step.node for step in plan.steps}
+        wanted = []
+        for node, (pool, source) in self._pools.items():
+            if node not in planned:       # in a lookup: the values its input was dequantized from
+                while source in producers and producers[source].op_type != "DequantizeLinear":
+                    source = producers[source].input[0]
+                source = producers[source].input[0] if source in producers else ""
+            value = known.get(source)
+            schedule = None if value is None else pool.schedule(value.shape, value.dtype)
+            if isinstance(schedule, PoolSchedule):
+                wanted.append((pool, schedule))
+        if wanted:
+            kernels = host_target().pool_kernels([schedule for _, schedule in wanted])
+            for (pool, _), kernel in zip(wanted, kernels):
+                pool.adopt(kernel)
 
     def _kernel_engine(self, node: onnx.NodeProto) -> dict[str, str]:
         """A compute node's engine, and the reason when it runs on the reference (known at prepare)."""
@@ -308,16 +338,17 @@ def _pool_attributes(node: onnx.NodeProto) -> dict[str, Any]:
     return POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
 
 
-def _pool_step(node: onnx.NodeProto, runtime: OpRun) -> Any:
-    """A pooling node's run: ``pooling.POOLS``, else onnx.reference (``unsupported`` says when)."""
-    values = _pool_attributes(node)
+def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[str, Any]:
+    """A pooling node's run and engine: ``pool``'s kernel (where the input's shape is known, the kernel
+    of ``LoopoptRep._build_pools``), else numpy, ``reason`` saying why; else onnx.reference. An input
+    of unknown shape is marked for the kernel; its first run decides (``PoolRunner``)."""
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
-        if unsupported(node.op_type, inputs[0], values, node.output) is not None:
-            return runtime.run(*inputs)
-        return [POOLS[node.op_type](inputs[0], values)]
+        pooled = pool(inputs[0])
+        return runtime.run(*inputs) if pooled is None else [pooled]
 
-    return run
+    engine, reason = (KERNEL, "") if value is None else pool.engine(value)
+    return dict(run=run, engine=engine, reason=reason)
 
 
 class LoopoptBackend(Backend):

@@ -339,9 +339,9 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
                     return None
             else:
                 before = producer.get(name)
-                fits = (before is not None and private(name) and before.engine == NUMPY
-                        and (before.selects or before.op_type in (*LOOKUP_BETWEEN, *LOOKUP_COMBINING,
-                                                                  "DequantizeLinear")))
+                fits = (before is not None and private(name)
+                        and (before.selects or (before.engine == NUMPY and before.op_type in (
+                            *LOOKUP_BETWEEN, *LOOKUP_COMBINING, "DequantizeLinear"))))
                 if not fits:
                     return None
                 members[before.node] = before

@@ -4,10 +4,11 @@ the tune search's first choice (``tune.choice.first_choice``: the candidate the 
 without measuring), or ``dataflows.output_stationary`` for an op whose search space has no
 candidate (e.g. no outer loop to split over the threads); where the first choice would store the
 activations in another layout than the one they arrive in, the best-ranked candidate that reads them
-as they arrive (``tune.choice.first_reading``); the source says which. With ``tune_trials`` the cache
-tunes each distinct op first (``lo.tune``, its trials appended to the log, so a later prepare with
-the same log measures nothing again and one without ``tune`` reads the results), one line on stderr
-per op."""
+as they arrive (``tune.choice.first_reading``); the source says which. A kernel whose epilogue adds a
+residual (a fused shortcut Add) takes the choices ranked as kernels that read one (``residual=True``).
+With ``tune_trials`` the cache tunes each distinct op first (``lo.tune``, its trials appended to the
+log, so a later prepare with the same log measures nothing again and one without ``tune`` reads the
+results), one line on stderr per op."""
 from __future__ import annotations
 
 import os
@@ -62,22 +63,24 @@ def logged_best(op: Op, log: str | os.PathLike, threads: int = 1,
 
 
 def default_schedule(op: Op, threads: int = 1, isa: str = "auto", arrives: str | None = None,
-                     operands: Mapping[str, str] | None = None) -> tuple[Schedule, str, str]:
+                     operands: Mapping[str, str] | None = None,
+                     residual: bool = False) -> tuple[Schedule, str, str]:
     """The default schedule of ``op`` (the search's first choice, else ``stationary_schedule``), its
     source (which one, with the chosen knobs) and the ISA to compile it for (an AMX choice: x86's tile
     variant). ``arrives``: the layout (a format tag) the first input arrives in; ``operands``: the
     layouts other inputs given with each call arrive in (an attention's second operand), by name; where
     the first choice stores them otherwise, the best-ranked candidate that stores them so
-    (``first_reading``), if any."""
+    (``first_reading``), if any. ``residual``: chosen as a kernel that adds a residual (the caller adds
+    the step)."""
     first = {op.inputs[0]: arrives} if arrives is not None else {}
     wanted = arriving_layouts(op, first | dict(operands or {}))
-    chosen = first_choice(op, isa, threads)
+    chosen = first_choice(op, isa, threads, residual)
     if chosen is None:
         return (stationary_schedule(op, threads), f"{FALLBACK} (the search space has no candidate for "
                 f"{threads} thread(s))", isa)
     reading = None
     if any(chosen.schedule.layout_of(tensor).tag != tag for tensor, tag in wanted.items()):
-        reading = first_reading(op, wanted, isa, threads)
+        reading = first_reading(op, wanted, isa, threads, residual)
     if reading is not None:
         candidate, rank = reading
         layouts = (f"{arrives} as its input arrives" if not operands else
@@ -116,16 +119,17 @@ class KernelCache:
         """How many kernels have been compiled."""
         return len(self._compiled)
 
-    def schedule(self, op: Op, arrives: str | None = None) -> tuple[Schedule, str, str]:
+    def schedule(self, op: Op, arrives: str | None = None,
+                 residual: bool = False) -> tuple[Schedule, str, str]:
         """The schedule ``op`` runs with, its source and the ISA to compile it for (``arrives``: the
-        layout its first input arrives in, see ``default_schedule``)."""
+        layout its first input arrives in; ``residual``: its kernel adds one; see ``default_schedule``)."""
         if self.tune_trials and signature(op) not in self._tuned:
             self._tune(op)
         isa = None if self.isa == "auto" else self.isa
         best = logged_best(op, self.log, self.threads, isa) if self.log is not None else None
         if best is not None:
             return best[0], f"tuning log {os.fspath(self.log)}", best[1]
-        return default_schedule(op, self.threads, self.isa, arrives)
+        return default_schedule(op, self.threads, self.isa, arrives, residual=residual)
 
     def _tune(self, op: Op) -> None:
         """``lo.tune`` of ``op`` (loop nests only: what a node's kernel runs) into the log, and its line on
@@ -156,7 +160,7 @@ class KernelCache:
         """The compiled kernel of ``op`` whose first input arrives in the layout ``arrives`` (None: the
         logical one), with the epilogue of ``chain`` if given (``epilogues``), compiled on the first
         request for its signature, schedule and epilogue."""
-        schedule, source, isa = self.schedule(op, arrives)
+        schedule, source, isa = self.schedule(op, arrives, chain is not None and bool(chain.residual))
         if chain is not None:
             schedule = chain.apply(schedule)
         key = (signature(op), source, str(chain.epilogue) if chain is not None else "")

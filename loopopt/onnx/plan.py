@@ -34,7 +34,7 @@ class Step:
     run: Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]]
     engine: str
     owns_outputs: bool      # its outputs are buffers of its own (not views of its inputs or constants)
-    reason: str = ""        # why onnx.reference runs it
+    reason: str = ""        # why onnx.reference runs it (a pooling step on numpy: why its kernel does not)
     reuse: bool = False     # it may write into its first input's buffer (set by Plan)
     selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
 

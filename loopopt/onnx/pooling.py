@@ -1,12 +1,15 @@
-"""Pooling nodes (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool) as whole-array numpy
-reductions over the window's taps, instead of onnx.reference's per-window Python loops.
+"""Pooling nodes (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool): as loopopt kernels
+(``pool.Pool`` ops, ``PoolSchedule`` compiled per input shape: ``PoolRunner``), and, for what the op
+model refuses (an input dtype other than float32/uint8/int8, an average of 8-bit values, a window
+entirely in the padding, more than 3 spatial dims), as whole-array numpy reductions over the window's
+taps.
 
-Each tap of the window is one strided slice of the input (MaxPool: of the unpadded input, into the
-output positions it reaches; AveragePool: of the padded input), combined with ``np.maximum`` or
-summed (MaxPool one spatial dim at a time: a 3x3 window is 3 + 3 vectorized passes). ``POOLS``
-maps an op type to a function of the node's input and attributes; a node outside what they handle (MaxPool's
-``Indices`` output, ``storage_order``, AveragePool with ``ceil_mode``) runs on onnx.reference, and
-``unsupported`` says why.
+In numpy each tap of the window is one strided slice of the input (MaxPool: of the unpadded input,
+into the output positions it reaches; AveragePool: of the padded input), combined with ``np.maximum``
+or summed (MaxPool one spatial dim at a time: a 3x3 window is 3 + 3 vectorized passes). ``POOLS``
+maps an op type to a function of the node's input and attributes; a node outside what both handle
+(MaxPool's ``Indices`` output, ``storage_order``; in numpy also AveragePool with ``ceil_mode``) runs
+on onnx.reference, and ``unsupported`` says why.
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..ops import auto_pad
+from ..pool import Pool, PoolSchedule
+from ..targets.pool_c import PoolKernel
+from .plan import KERNEL, NUMPY, REFERENCE
 
 POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
                    "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
@@ -161,16 +167,25 @@ POOLS: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
 }
 
 
-def unsupported(op_type: str, x: np.ndarray, attributes: dict, outputs: Sequence[str]) -> str | None:
-    """Why ``POOLS[op_type]`` does not run this node (it runs on onnx.reference then), or None."""
-    if x.ndim < 3:
-        return f"input of rank {x.ndim} (pooling needs N, C and a spatial dim)"
-    if x.dtype.kind not in "fiu":
-        return f"input dtype {x.dtype}"
+def _node_refusal(rank: int, attributes: dict, outputs: Sequence[str]) -> str | None:
+    """Why neither the kernels nor numpy run a pooling node on an input of ``rank`` dims, or None."""
+    if rank < 3:
+        return f"input of rank {rank} (pooling needs N, C and a spatial dim)"
     if len([o for o in outputs if o]) > 1:
         return "the Indices output"
     if attributes.get("storage_order"):
         return "storage_order=1"
+    return None
+
+
+def unsupported(op_type: str, x: np.ndarray, attributes: dict, outputs: Sequence[str]) -> str | None:
+    """Why ``POOLS[op_type]`` does not run this node on ``x`` (an array, or what is known of one: its
+    ``shape`` and ``dtype``), or None; onnx.reference runs it then."""
+    refusal = _node_refusal(len(x.shape), attributes, outputs)
+    if refusal is not None:
+        return refusal
+    if x.dtype.kind not in "fiu":
+        return f"input dtype {x.dtype}"
     if op_type == "AveragePool" and attributes.get("ceil_mode"):
         return "AveragePool with ceil_mode=1"
     if op_type == "AveragePool" and x.dtype.kind != "f":
@@ -192,3 +207,63 @@ def selects_elements(op_type: str, shape: Sequence[int] | None, attributes: dict
         return False
     kernel, _, dilations, pads = _geometry(tuple(shape[2:]), attributes)
     return all(d == 1 for d in dilations) and all(max(p) < k for k, p in zip(kernel, pads))
+
+
+def pool_op(op_type: str, shape: Sequence[int], dtype: np.dtype, attributes: dict) -> Pool:
+    """The loopopt op of a pooling node on an input of ``shape`` and ``dtype``; ValueError saying why
+    where the op model refuses it."""
+    sizes = tuple(shape[2:])
+    kind = "max" if "Max" in op_type else "average"
+    if op_type.startswith("Global"):
+        return Pool(kind, shape[1], sizes, sizes, batch=shape[0], dtype=str(np.dtype(dtype)))
+    kernel, strides, dilations, pads = _geometry(sizes, attributes)
+    return Pool(kind, shape[1], sizes, kernel, strides, dilations, pads, bool(attributes["ceil_mode"]),
+                bool(attributes["count_include_pad"]), shape[0], str(np.dtype(dtype)))
+
+
+class PoolRunner:
+    """A pooling node's run on an input array: its loopopt kernel (one per input shape and dtype, given
+    at prepare by ``adopt`` or built on the first run of a shape, writing a channels-last buffer of its
+    own that the next run overwrites), else ``POOLS`` where the op model refuses the input (``refusal``
+    says why), else None: onnx.reference runs it (``unsupported``)."""
+
+    def __init__(self, op_type: str, attributes: dict, outputs: Sequence[str]):
+        self.op_type, self.attributes, self.outputs = op_type, attributes, tuple(outputs)
+        self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray]] = {}
+
+    def schedule(self, shape: Sequence[int], dtype: np.dtype) -> PoolSchedule | str:
+        """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it."""
+        refusal = _node_refusal(len(shape), self.attributes, self.outputs)
+        if refusal is not None:
+            return refusal
+        try:
+            return PoolSchedule(pool_op(self.op_type, shape, dtype, self.attributes))
+        except ValueError as error:
+            return f"the loopopt kernel refuses it: {error}"
+
+    def engine(self, x: np.ndarray) -> tuple[str, str]:
+        """What runs ``x`` (an array, or what is known of one: its ``shape`` and ``dtype``) and, where it
+        is not the kernel, why."""
+        found = self.schedule(x.shape, x.dtype)
+        if not isinstance(found, str):
+            return KERNEL, ""
+        refusal = unsupported(self.op_type, x, self.attributes, self.outputs)
+        return (NUMPY, found) if refusal is None else (REFERENCE, refusal)
+
+    def adopt(self, kernel: PoolKernel) -> None:
+        """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
+        op = kernel.schedule.op
+        self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray | None:
+        """The pool of ``x`` (the kernel's output buffer, as its logical view), or None: the reference
+        runs it."""
+        key = (x.shape, x.dtype)
+        if key not in self._kernels:
+            schedule = self.schedule(x.shape, x.dtype)
+            if isinstance(schedule, str):
+                return (POOLS[self.op_type](x, self.attributes)
+                        if unsupported(self.op_type, x, self.attributes, self.outputs) is None else None)
+            self.adopt(schedule.compile())
+        kernel, out = self._kernels[key]
+        return kernel(x, out)

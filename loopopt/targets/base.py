@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from ..codegen.pseudocode import render
 from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
+from .pool_c import PoolKernel, pool_kernels
 from .transpose import Transpose, portable_transpose
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..ops import Op
+    from ..pool import PoolSchedule
     from ..schedule import Schedule
     from .core_costs import CoreCosts
     from .kernel_counts import KernelCounts
@@ -156,6 +158,12 @@ class Target(ABC):
         """Compiler flags that let the portable C loops of ``targets/`` (``linear_quant``) use this host's
         vector instructions: none by default."""
         return ()
+
+    def pool_kernels(self, schedules: Sequence[PoolSchedule]) -> list[PoolKernel]:
+        """The kernels of pooling schedules (``pool.PoolSchedule``) on this host, built at once: the
+        generated C of ``targets/pool_c.py``, its channel blocks vectorized with ``vector_flags``, NCHW
+        inputs copied channels-last by ``transpose``."""
+        return pool_kernels(tuple(schedules), self.vector_flags(), self.transpose())
 
     def pair_map(self) -> PairMap:
         """The lookup of two bytes in a 65,536-byte table over byte arrays on this host

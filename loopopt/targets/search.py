@@ -41,12 +41,14 @@ class Knobs(Protocol):
 @dataclass(frozen=True)
 class Candidate:
     """One point of a search space: an op, its ISA and the knobs; ``model`` holds the ranking's figures
-    (empty until ranked)."""
+    (empty until ranked); ``residual``: ranked as a kernel that adds a residual of the output's shape
+    where it stores each block (``Schedule.add_residual``, a step its caller adds to the schedule)."""
 
     op: Op
     isa: str
     knobs: Knobs
     model: tuple[tuple[str, float], ...] = ()
+    residual: bool = False
 
     @property
     def figures(self) -> dict[str, float]:

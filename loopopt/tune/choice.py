@@ -8,38 +8,43 @@ one its unrolled taps, a layer whose weights outgrow L2 the channel block loop o
 model that reorders the search's shortlist is left out: on ResNet-18's layers it takes 0.1-0.5 s per candidate
 on this project's shared 2-core Xeon, about what compiling one costs, while ranking the whole space (up to
 about 47,000 candidates, figures computed once per distinct block and loop order) takes 0.05-1 s. No compile,
-no measurement; the choice is cached per op signature, ISA and thread count in the process (``loopopt.onnx``
-asks once per distinct shape of a model).
+no measurement; the choice is cached per op signature, ISA, thread count and residual in the process
+(``loopopt.onnx`` asks once per distinct shape of a model). ``residual=True`` ranks the candidates as kernels
+that add a residual of the output's shape (``Candidate.residual``; the caller adds ``Schedule.add_residual``):
+a model's fused shortcut Add, read where each block is stored.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ..layout import Layout
 from ..machine import machine_profile
 from ..ops import Op
 from ..schedule import ScheduleError
 from ..targets.registry import target_of_isa
-from ..targets.search import Candidate
+from ..targets.search import Candidate, SearchRules
 from .log import signature
 
-_chosen: dict[tuple[str, str, int, bool], Candidate | None] = {}
-_ranked: dict[tuple[str, str, int, bool], list[Candidate]] = {}
+Key = tuple[str, str, int, bool, bool]     # op signature, ISA, threads, auto, residual
+_chosen: dict[Key, Candidate | None] = {}
+_ranked: dict[Key, list[Candidate]] = {}
 READING_WINDOW = 40     # how far down the ranking ``first_reading`` looks
 
 
-def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | None:
+def first_choice(op: Op, isa: str = "auto", threads: int = 1, residual: bool = False) -> Candidate | None:
     """The candidate the ranking heuristic puts first for ``op`` on ``isa`` ("auto": the best this CPU
-    has, AMX tiles included where it has them) with ``threads`` threads, or None when the search
-    space has none whose schedule builds (e.g. no outer loop to split over ``threads``)."""
+    has, AMX tiles included where it has them) with ``threads`` threads (``residual``: as a kernel that
+    adds a residual), or None when the search space has none whose schedule builds (e.g. no outer loop
+    to split over ``threads``)."""
     auto = isa == "auto"                # the best ISA: the target's other kernels compete, as in lo.tune
     target = target_of_isa(isa)
     isa = target.resolve_isa(isa, integer=op.quant is not None)
-    key = (signature(op), isa, threads, auto)
+    key = (signature(op), isa, threads, auto, residual)
     if key not in _chosen:
         rules = target.search_rules()
-        space = rules.candidates(op, isa, threads, auto)
+        space = _space(rules, op, isa, threads, auto, residual)
         first = rules.best(space)
         if first is not None and not _builds(first):
             first = next((c for c in _ranking(key, rules, space) if _builds(c)), None)
@@ -48,7 +53,7 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1) -> Candidate | Non
 
 
 def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
-                  threads: int = 1) -> tuple[Candidate, int] | None:
+                  threads: int = 1, residual: bool = False) -> tuple[Candidate, int] | None:
     """The best-ranked candidate that stores ``op``'s inputs in the layouts they arrive in (``layout``:
     the first input's format tag, or a tag per input name) and runs on the first choice's ISA, and its
     rank; None if none does. It is looked for within the first ``READING_WINDOW``, and, where every
@@ -58,8 +63,8 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     240-channel 5x5 layer at 28x28, predicted 0.154 ms against 0.111 ms and 0.061 ms of packing). The
     ONNX backend takes it where the first choice would read its input in another layout than the one
     it arrives in (a conversion per call); a layer whose second operand comes with each call
-    (attention's) where it would pack that one."""
-    first = first_choice(op, isa, threads)
+    (attention's) where it would pack that one. ``residual``: ranked as kernels that add a residual."""
+    first = first_choice(op, isa, threads, residual)
     if first is None:
         return None
     wanted = arriving_layouts(op, layout)
@@ -67,8 +72,9 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     target = target_of_isa(isa)
     isa = target.resolve_isa(isa, integer=op.quant is not None)
     rules = target.search_rules()
-    key = (signature(op), isa, threads, auto)
-    ranked = _ranking(key, rules, rules.candidates(op, isa, threads, auto) if key not in _ranked else [])
+    key = (signature(op), isa, threads, auto, residual)
+    space = _space(rules, op, isa, threads, auto, residual) if key not in _ranked else []
+    ranked = _ranking(key, rules, space)
     logical = all(tag == op.tensor(tensor).letters for tensor, tag in wanted.items())
     budget = first.figures["predicted_seconds"] + packing_seconds(op, first, wanted) if logical else 0.0
     for rank, candidate in enumerate(ranked):
@@ -106,7 +112,13 @@ def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -
     return 2 * nbytes / (profile.bandwidth[level].gbs * 1e9)
 
 
-def _ranking(key: tuple[str, str, int, bool], rules, space: list[Candidate]) -> list[Candidate]:
+def _space(rules: SearchRules, op: Op, isa: str, threads: int, auto: bool, residual: bool) -> list[Candidate]:
+    """The search space of ``op``, its candidates ranked as kernels that add a residual if ``residual``."""
+    space = rules.candidates(op, isa, threads, auto)
+    return [replace(c, residual=True) for c in space] if residual else space
+
+
+def _ranking(key: Key, rules, space: list[Candidate]) -> list[Candidate]:
     """The ranked search space of ``key`` (ranked once per op signature, ISA and thread count)."""
     if key not in _ranked:
         _ranked[key] = rules.rank(space)

@@ -266,90 +266,136 @@ def _descriptor(width: int = 32) -> str:
 
 
 _DESCRIPTOR = _descriptor()
-_WGMMA_MACROS = _DESCRIPTOR + r"""
+
+
+def _wgmma_macros(accumulator: str = "float") -> str:
+    """The device macros of every wgmma entry (``accumulator``: the C type of its sums)."""
+    return _DESCRIPTOR + r"""
 #define LO_LANE ((int) (threadIdx.x & 127))
 #define LO_DESC(p) LO_DESCRIPTOR(__cvta_generic_to_shared(p))
 #define LO_GROUP_SYNC() asm volatile("bar.sync %0, 128;" \
     :: "r"(1 + (int) (threadIdx.x + blockDim.x * threadIdx.y) / 128) : "memory")
 #define LO_WGMMA_STORE(p, ld, d, n) _Pragma("unroll") for (int lo_c = 0; lo_c < (n) / 8; ++lo_c) \
     _Pragma("unroll") for (int lo_r = 0; lo_r < 2; ++lo_r) { \
-    float *lo_row = (p) + (LO_LANE / 32 * 16 + LO_LANE % 32 / 4 + 8 * lo_r) * (ld) \
+    """ + accumulator + r""" *lo_row = (p) + (LO_LANE / 32 * 16 + LO_LANE % 32 / 4 + 8 * lo_r) * (ld) \
         + 8 * lo_c + 2 * (LO_LANE % 4); \
     lo_row[0] = (d)[4 * lo_c + 2 * lo_r]; lo_row[1] = (d)[4 * lo_c + 2 * lo_r + 1]; }"""
+
+
 # The host's meaning of one wgmma from the descriptors alone: element (row, k) of an operand lies at
-# byte start + row / 8 * stride + row % 8 * width + 2 k, width the swizzle's row (32, 64 or 128 bytes
-# for layout types 3, 2, 1), whose 16-byte chunk bits are XORed with the address's bits from bit 7:
-# a tile that the copies laid out otherwise than the descriptor says reads wrong values here.
-_WGMMA_HOST = _DESCRIPTOR + r"""
-#define LO_DESC(p) LO_DESCRIPTOR(((p) - lo_smem_h) * 2)
-static float lo_operand(const float *smem, unsigned long long d, int row, int k)
-{
+# byte start + row / 8 * stride + row % 8 * width + bytes * k, width the swizzle's row (32, 64 or 128
+# bytes for layout types 3, 2, 1), whose 16-byte chunk bits are XORed with the address's bits from bit
+# 7: a tile that the copies laid out otherwise than the descriptor says reads wrong values here.
+def _wgmma_host(element: str = "float", accumulator: str = "float", k: int = 16, value_a: str = "",
+                value_b: str = "") -> str:
+    """The host emulation's ``lo_operand``/``lo_wgmma`` of tiles of ``element`` (one per stored
+    element: 2 bytes of a 16-bit entry's, 1 of an int8 entry's, read as ``value_a``/``value_b``)."""
+    t, acc, size = element, accumulator, 32 // k
+    scaled, offset, index = (f" * {size}", f"{size} * k", f"at / {size}") if size > 1 else ("", "k", "at")
+    return _DESCRIPTOR + f"""
+#define LO_DESC(p) LO_DESCRIPTOR(((p) - lo_smem_h){scaled})
+static {t} lo_operand(const {t} *smem, unsigned long long d, int row, int k)
+{{
     unsigned start = (unsigned) (d & 0x3FFF) << 4, stride = (unsigned) (d >> 32 & 0x3FFF) << 4;
     unsigned width = 16u << (4 - (unsigned) (d >> 62));
-    unsigned at = start + row / 8 * stride + row % 8 * width + 2 * k;
+    unsigned at = start + row / 8 * stride + row % 8 * width + {offset};
     at ^= (at >> 7 & (width / 16 - 1)) << 4;
-    return smem[at / 2];
-}
-static void lo_wgmma(float *acc, const float *smem, unsigned long long da, unsigned long long db, int n)
-{
+    return smem[{index}];
+}}
+static void lo_wgmma({acc} *acc, const {t} *smem, unsigned long long da, unsigned long long db, int n)
+{{
     for (int r = 0; r < 64; ++r)
         for (int c = 0; c < n; ++c)
-            for (int q = 0; q < 16; ++q)
-                acc[r * n + c] += lo_operand(smem, da, r, q) * lo_operand(smem, db, c, q);
-}"""
+            for (int q = 0; q < {k}; ++q)
+                acc[r * n + c] += {value_a}lo_operand(smem, da, r, q) * {value_b}lo_operand(smem, db, c, q);
+}}"""
 
 
 def _asm(statement: str) -> str:
     return f'asm volatile("{statement};" ::: "memory");'
 
 
-def _wgmma_macro(n: int, short: str) -> str:
-    """``LO_WGMMA(d, da, db)``: ``d`` (n / 2 floats) += A(da) x B(db), both K-major, of ``short``
-    (``f16``, ``bf16``) operands."""
+def _wgmma_macro(n: int, types: str, k: int = 16) -> str:
+    """``LO_WGMMA(d, da, db)``: ``d`` (n / 2 sums) += A(da) x B(db), both K-major, ``types`` the
+    instruction's ``dtype.atype.btype`` (``f32.f16.f16``, ``s32.s8.s8``, ...; float operands take the
+    scale and transpose immediates, integer ones none)."""
     regs = n // 2
-    outputs = ", ".join(f'"+f"((d)[{r}])' for r in range(regs))
+    integer = types.startswith("s32")
+    outputs = ", ".join(f'"+{"r" if integer else "f"}"((d)[{r}])' for r in range(regs))
     accumulators = ", ".join(f"%{r}" for r in range(regs))
+    immediates = "" if integer else ", 1, 1, 0, 0"
     return (f'#define LO_WGMMA(d, da, db) asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; '
-            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{short}.{short} {{{accumulators}}}, %{regs}, '
+            f'wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{accumulators}}}, %{regs}, '
             f'%{regs + 1}, '
-            f'p, 1, 1, 0, 0; }}" : {outputs} : "l"(da), "l"(db), "r"(1))')
+            f'p{immediates}; }}" : {outputs} : "l"(da), "l"(db), "r"(1))')
+
+
+_WGMMA_STEPS = dict(publish=_asm("fence.proxy.async.shared::cta"),
+                    begin=_asm("wgmma.fence.sync.aligned"), end=_asm("wgmma.commit_group.sync.aligned"),
+                    retire=_asm("wgmma.wait_group.sync.aligned 1"),
+                    drain=_asm("wgmma.wait_group.sync.aligned 0"))
+
+
+def _wgmma_entry(name: str, n: int, k: int, operands: tuple[str, str], types: str, element: str,
+                 host: FragmentCode, host_header: str) -> MatrixInstruction:
+    """``wgmma.mma_async`` m64n``n``k``k`` (``types``: its PTX types) on K-major tiles of 32-byte rows
+    (``element``: their C type on the device), float32 or int32 sums (``host``: its scalar spelling)."""
+    accumulator = host.accumulator
+    integer = accumulator == "int"
+    return MatrixInstruction(
+        name=name, m=64, n=n, k=k, operands=operands, accumulator="int32" if integer else "float32",
+        arch="sm_90a", header=_HEADER + "\n" + _wgmma_macros(accumulator) + "\n" + _wgmma_macro(n, types, k),
+        row_elements=k, element_bytes=32 // k, tile=_swizzled_32b(k), lanes=128, tile_alignment=256,
+        group_sync="LO_GROUP_SYNC();", host_header=host_header,
+        cuda=FragmentCode(
+            element=element, accumulator=accumulator,
+            declare_a="unsigned long long {name}[{count}];",
+            declare_b="unsigned long long {name}[{count}];",
+            declare_acc=f"{accumulator} {{name}}[{{count}}][{n // 2}];",
+            fill=f"for (int lo_e = 0; lo_e < {n // 2}; ++lo_e) {{acc}}[lo_e] = {'0' if integer else '0.0f'};",
+            load_a="{a} = LO_DESC({ptr});",
+            load_b="{b} = LO_DESC({ptr});",
+            mma="LO_WGMMA({acc}, {a}, {b});",
+            store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});", **_WGMMA_STEPS),
+        scalar=host)
+
+
+def _wgmma_scalar(n: int, element: str, accumulator: str) -> FragmentCode:
+    """The host spelling of a wgmma fragment: the products through the descriptors (``lo_wgmma``)."""
+    each = f"for (int lo_e = 0; lo_e < {64 * n}; ++lo_e) "
+    return FragmentCode(
+        element=element, accumulator=accumulator,
+        declare_a="unsigned long long {name}[{count}];",
+        declare_b="unsigned long long {name}[{count}];",
+        declare_acc=f"{accumulator} {{name}}[{{count}}][{64 * n}];",
+        fill=each + f"{{acc}}[lo_e] = {'0' if accumulator == 'int' else '0.0f'};",
+        load_a="{a} = LO_DESC({ptr});",
+        load_b="{b} = LO_DESC({ptr});",
+        mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
+        store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];")
 
 
 def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:
     """``wgmma.mma_async`` m64n``n``k16 on 16-bit ``dtype`` inputs, float32 sums."""
-    each = f"for (int lo_e = 0; lo_e < {64 * n}; ++lo_e) "
     short = _SHORT[dtype]
-    return MatrixInstruction(
-        name=f"wgmma_m64n{n}k16_{short}_f32", m=64, n=n, k=16, operands=(dtype, dtype),
-        accumulator="float32", arch="sm_90a",
-        header=_HEADER + "\n" + _WGMMA_MACROS + "\n" + _wgmma_macro(n, short),
-        row_elements=16, element_bytes=2, tile=_swizzled_32b(16), lanes=128, tile_alignment=256,
-        group_sync="LO_GROUP_SYNC();", host_header=_WGMMA_HOST,
-        cuda=FragmentCode(
-            element=_HALF_TYPES[dtype], accumulator="float",
-            declare_a="unsigned long long {name}[{count}];",
-            declare_b="unsigned long long {name}[{count}];",
-            declare_acc=f"float {{name}}[{{count}}][{n // 2}];",
-            fill=f"for (int lo_e = 0; lo_e < {n // 2}; ++lo_e) {{acc}}[lo_e] = 0.0f;",
-            load_a="{a} = LO_DESC({ptr});",
-            load_b="{b} = LO_DESC({ptr});",
-            mma="LO_WGMMA({acc}, {a}, {b});",
-            store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});",
-            publish=_asm("fence.proxy.async.shared::cta"),
-            begin=_asm("wgmma.fence.sync.aligned"),
-            end=_asm("wgmma.commit_group.sync.aligned"),
-            retire=_asm("wgmma.wait_group.sync.aligned 1"),
-            drain=_asm("wgmma.wait_group.sync.aligned 0")),
-        scalar=FragmentCode(
-            element="float", accumulator="float",
-            declare_a="unsigned long long {name}[{count}];",
-            declare_b="unsigned long long {name}[{count}];",
-            declare_acc=f"float {{name}}[{{count}}][{64 * n}];",
-            fill=each + "{acc}[lo_e] = 0.0f;",
-            load_a="{a} = LO_DESC({ptr});",
-            load_b="{b} = LO_DESC({ptr});",
-            mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
-            store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];"))
+    return _wgmma_entry(f"wgmma_m64n{n}k16_{short}_f32", n, 16, (dtype, dtype), f"f32.{short}.{short}",
+                        _HALF_TYPES[dtype], _wgmma_scalar(n, "float", "float"), _wgmma_host())
+
+
+# wgmma m64nNk32 on int8 bytes: 32 bytes of k a row as the 16-bit entries' 16 halves, so the same
+# descriptors, swizzles and TMA boxes; s32 sums in the f32 fragment layout. Only the products whose
+# activations' sums no instruction needs (weights of zero point 0: symmetric int8) take it: the
+# activations s8 or u8, the weights s8 (``quantized.check``).
+WGMMA_INT8_TYPES = (("int8", "int8"), ("uint8", "int8"))
+
+
+def _wgmma_int8(n: int, a: str, b: str) -> MatrixInstruction:
+    """``wgmma.mma_async`` m64n``n``k32 on ``a`` x ``b`` bytes into int32 sums (wrapping, no satfinite)."""
+    (ptx_a, cast_a), (ptx_b, cast_b) = _BYTES[a], _BYTES[b]
+    short = ptx_a if a == b == "int8" else ptx_a + ptx_b
+    return _wgmma_entry(f"wgmma_m64n{n}k32_{short}_s32", n, 32, (a, b), f"s32.{ptx_a}.{ptx_b}",
+                        "unsigned char", _wgmma_scalar(n, "unsigned char", "int"),
+                        _wgmma_host("unsigned char", "int", 32, f"(int) {cast_a}", f"(int) {cast_b}"))
 
 
 def with_swizzle(entry: MatrixInstruction, width: int) -> MatrixInstruction:
@@ -365,8 +411,10 @@ def with_swizzle(entry: MatrixInstruction, width: int) -> MatrixInstruction:
 
 WGMMA_F16_F32 = {n: _wgmma(n) for n in WGMMA_N}
 WGMMA_BF16_F32 = {n: _wgmma(n, "bfloat16") for n in WGMMA_N}
+WGMMA_INT8 = {types: {n: _wgmma_int8(n, *types) for n in WGMMA_N} for types in WGMMA_INT8_TYPES}
 INSTRUCTIONS = {i.name: i for i in (WMMA_F16_F32, MMA_F16_F32, WMMA_BF16_F32, MMA_BF16_F32,
-                                    *MMA_INT8.values(), *WGMMA_F16_F32.values(), *WGMMA_BF16_F32.values())}
+                                    *MMA_INT8.values(), *WGMMA_F16_F32.values(), *WGMMA_BF16_F32.values(),
+                                    *(e for entries in WGMMA_INT8.values() for e in entries.values()))}
 
 
 def instruction(name: str) -> MatrixInstruction:

@@ -51,6 +51,10 @@ def check(schedule: Schedule, entry: MatrixInstruction) -> QuantSpec:
     if not entry.integer:
         raise ScheduleError(f"{op!r} is quantized; tensorize it onto an int8 entry "
                             f"(mma_m16n8k32_s8_s32, mma_m16n8k32_u8s8_s32, ...), not {entry.name}")
+    if entry.asynchronous and needs_activation_sums(spec):
+        raise ScheduleError(f"{entry.name} reads both operands from shared memory, so it has no fragment of "
+                            f"ones for the activation sums that {spec} needs (weights of a nonzero zero "
+                            f"point); wgmma takes symmetric int8 weights: use gpu_mma for these")
     if schedule.fused_epilogue is not None:
         step = "clip" if schedule.epilogue is not None else "add_residual"
         raise ScheduleError(f"{step} ({schedule.fused_epilogue}) applies to float outputs; {op!r} is "

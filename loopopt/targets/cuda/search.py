@@ -49,6 +49,7 @@ from ...dataflows import (
     gpu_wmma,
     tensor_entry,
     wgmma_instruction,
+    wgmma_types,
 )
 from ...expr import linear_terms
 from ...ops import Op
@@ -56,7 +57,7 @@ from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
 from . import device, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import WGMMA_BF16_F32, WGMMA_F16_F32, MatrixInstruction, instruction
+from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
@@ -282,9 +283,12 @@ def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
     """The entry ``preset`` tensorizes ``op`` onto (gpu_wgmma's widest), None where it has none of the
     op's types."""
     if preset == "gpu_wgmma":
-        types = tuple(Schedule(op).operand_dtype(t) for t in op.inputs)
-        return next((widest for widest in (WGMMA_F16_F32[256], WGMMA_BF16_F32[256])
-                     if types == widest.operands), None)
+        if op.quant is not None and needs_activation_sums(op.quant):
+            return None
+        try:
+            return instruction(wgmma_instruction(256, 256, 1, wgmma_types(op)))
+        except ScheduleError:
+            return None
     try:
         return instruction(tensor_entry(op, wmma=preset == "gpu_wmma"))
     except ScheduleError:
@@ -359,7 +363,7 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     """The knobs ``preset(op, ...)`` builds with these arguments, clamped as the preset clamps them
     (tiles to the op, the depth to its channels, split-K to the shares its steps make)."""
     m, n, channels, others = _matrix(op)
-    entry = (instruction(wgmma_instruction(n, block_n, warps_n, op.dtype)) if preset == "gpu_wgmma"
+    entry = (instruction(wgmma_instruction(n, block_n, warps_n, wgmma_types(op))) if preset == "gpu_wgmma"
              else preset_entry(op, preset))
     block_m, warps_m = clamp_tile(m, block_m, warps_m, entry.m)
     block_n, warps_n = clamp_tile(n, block_n, warps_n, entry.n)
@@ -367,7 +371,7 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     steps = others * -(-channels // depth)
     share = -(-steps // split_k)
     if preset == "gpu_wgmma":       # the N of the clamped block's warpgroups
-        entry = instruction(wgmma_instruction(block_n, block_n, warps_n, op.dtype))
+        entry = instruction(wgmma_instruction(block_n, block_n, warps_n, wgmma_types(op)))
     return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share),
                        entry.name, engine)
 

@@ -754,7 +754,7 @@ class TensorPrinter:
         readers = consumers * (self.multicast.size if self.multicast else 1)
         if not device:
             self.emit(depth, cprint.for_loop("int", "lo_e", stages * self.step_elements)
-                      + " lo_smem_h[lo_e] = NAN;   /* a tile read before its copy landed */")
+                      + f" lo_smem_h[lo_e] = {self._poison};   /* a tile read before its copy landed */")
             self.emit(depth, f"lo_mbar lo_full[{stages}], lo_empty[{stages}];")
             self.emit(depth, cprint.for_loop("int", "lo_s", stages) + " { lo_mbar_init(lo_full + lo_s, 1); "
                              f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
@@ -837,10 +837,17 @@ class TensorPrinter:
         self.emit(inner, "} else {   /* neither can go on: the GPU would hang */")
         count = self.accumulators * self.warp_count
         self.emit(inner + 1, cprint.for_loop("int", "lo_i", count) + " "
-                  + cprint.for_loop("int", "lo_e", self.ins.fragment_elements) + " lo_acc[lo_i][lo_e] = NAN;")
+                  + cprint.for_loop("int", "lo_e", self.ins.fragment_elements)
+                  + f" lo_acc[lo_i][lo_e] = {self._poison};")
         self.emit(inner + 1, "break;")
         self.emit(inner, "}")
         self.emit(depth, "}")
+
+    @property
+    def _poison(self) -> str:
+        """What the host emulation writes where a value must not be read: NaN, or for integer tiles
+        and sums a byte pattern the reference cannot give."""
+        return "NAN" if not self.ins.integer else "0x5A"
 
     def _declare_sums(self, depth: int) -> None:
         """The activation sums' fragments, zeroed, and the fragment of ones they are multiplied by (the
@@ -872,7 +879,8 @@ class TensorPrinter:
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
         return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
-                *([tma.HOST] if self.tma else []), *([specialize.HOST] if self.registers else []),
+                *([tma.host(self.ins.element_bytes)] if self.tma else []),
+                *([specialize.HOST] if self.registers else []),
                 self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "

@@ -27,7 +27,8 @@ from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from .instructions import MatrixInstruction
 
 SWIZZLE_BYTES = 32          # the tiles' swizzle (_swizzled_32b): CU_TENSOR_MAP_SWIZZLE_32B
-_MAP_TYPES = {"float16": 6, "bfloat16": 9}      # CUtensorMapDataType: FLOAT16, BFLOAT16
+# CUtensorMapDataType: FLOAT16, BFLOAT16, UINT8 (the int8 entries copy the stored bytes as they are)
+_MAP_TYPES = {"float16": 6, "bfloat16": 9, "int8": 0, "uint8": 0}
 _SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}          # CUtensorMapSwizzle
 _L2_PROMOTION_128B = 2
 MAX_BOX = 256               # elements of a TMA box along one dim
@@ -83,7 +84,8 @@ class TmaOperand:
 
     def host_map(self) -> str:
         """The host emulation's description of the tensor (what the map holds)."""
-        return (f"const lo_tensor_map {self.map_name} = {{{self.tensor}, {self.rows}, {self.cols}, "
+        base = self.tensor if self.element_bytes == 2 else f"(const unsigned char *) {self.tensor}"
+        return (f"const lo_tensor_map {self.map_name} = {{{base}, {self.rows}, {self.cols}, "
                 f"{self.swizzle_bytes}}};")
 
 
@@ -209,28 +211,35 @@ ENCODER = ("    const lo_encode_tiled lo_encode = lo_encoder(); if (!lo_encode) 
            "cudaErrorSymbolNotFound;")
 
 # --- the host emulation's meaning of the same calls ----------------------------------------------
-HOST = r"""
-typedef struct { const float *base; long rows, cols; int swizzle; } lo_tensor_map;
-static void lo_expect(long *count, long bytes) { *count += bytes; }
-/* the box at (x, y) of a 2-D tensor of 2-byte elements into shared memory at dst, each element at the
+def host(element_bytes: int) -> str:
+    """The host emulation's TMA of tiles of ``element_bytes``-byte elements (2: float16 and bfloat16,
+    held as float; 1: int8 bytes)."""
+    element, zero, poison = ("float", "0.0f", "NAN") if element_bytes == 2 else ("unsigned char", "0", "0x5A")
+    return _HOST.format(t=element, size=element_bytes, zero=zero, poison=poison)
+
+
+_HOST = r"""
+typedef struct {{ const {t} *base; long rows, cols; int swizzle; }} lo_tensor_map;
+static void lo_expect(long *count, long bytes) {{ *count += bytes; }}
+/* the box at (x, y) of a 2-D tensor of {size}-byte elements into shared memory at dst, each element at the
    byte address the hardware swizzles (bits 4.. XOR bits 7..), zero outside the tensor */
-static void lo_tma_2d(float *smem, float *dst, const lo_tensor_map *map, long x, long y, int rows, int cols,
+static void lo_tma_2d({t} *smem, {t} *dst, const lo_tensor_map *map, long x, long y, int rows, int cols,
                       long *count)
-{
+{{
     for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) {
-            long at = (long) (dst - smem) * 2 + (long) (r * cols + c) * 2;
+        for (int c = 0; c < cols; ++c) {{
+            long at = (long) (dst - smem) * {size} + (long) (r * cols + c) * {size};
             at ^= (at >> 7 & (map->swizzle / 16 - 1)) << 4;
             long row = y + r, col = x + c;
             int inside = row >= 0 && row < map->rows && col >= 0 && col < map->cols;
-            smem[at / 2] = inside ? map->base[row * map->cols + col] : 0.0f;
-        }
-    *count -= (long) rows * cols * 2;
-}
-/* a step's barrier: its buffer is poisoned (NaN) unless the bytes copied are the bytes expected */
-static void lo_wait(long *count, float *buffer, long elements)
-{
+            smem[at / {size}] = inside ? map->base[row * map->cols + col] : {zero};
+        }}
+    *count -= (long) rows * cols * {size};
+}}
+/* a step's barrier: its buffer is poisoned ({poison}) unless the bytes copied are the bytes expected */
+static void lo_wait(long *count, {t} *buffer, long elements)
+{{
     if (*count != 0)
-        for (long e = 0; e < elements; ++e) buffer[e] = NAN;
+        for (long e = 0; e < elements; ++e) buffer[e] = {poison};
     *count = 0;
-}"""
+}}"""

@@ -18,11 +18,13 @@ that compute time it adds ``strided_seconds``, the time plain weight rows of a b
 the channels take from L2 or L3 where the rows, a channel row apart, need more lines than the cache
 sets they map to hold (VGG conv5_1's plain 32-channel blocks ran 2x the packed ones; ResNet-18's
 256->512 3x3 stride-2 layer ran 0.66 ms with packed 48-channel blocks and 1.37 ms with plain ones in
-one search on a shared machine), and ``stream_seconds``, the time the operands (input and weights)
+one search on a shared machine), ``stream_seconds``, the time the operands (input and weights)
 take to come from beyond L2 (``streamed_bytes``): once, and again on each iteration of an outer loop
 that does not index an operand when what the loops inside it touch of that operand does not fit half
 of L2 (the 512-channel 3x3 layers of ResNet-18, 9.4 MB of weights, ran 4.5-10 ms with the channel
-block loop inside the row loop and 2.8 ms with it outside, in one search on a shared machine).
+block loop inside the row loop and 2.8 ms with it outside, in one search on a shared machine), and for a
+candidate ranked as a kernel that adds a residual (``Candidate.residual``) ``residual_seconds``, the time
+that residual takes to come from beyond L2 where each block is stored.
 A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the int8 dot peak,
 scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads per lookup (a
 pixel's tables, a column block's indices) and the lanes its edge blocks use. An AMX candidate gets
@@ -81,6 +83,8 @@ PAGED = 4.0                # a line of strided weight rows this far apart costs 
                            # ones on the BERT FFN up-projection, 12 KB rows: about 5 cycles a line; 2.5-4x on
                            # the down-projection, 3 KB rows, in one search on a shared machine)
 TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
+DOT_LIVE = 20              # accumulators a requantizing dot block keeps across a stepping reduction loop
+                           # without spilling (see ``spills_accumulators``)
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
@@ -88,6 +92,10 @@ TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at 
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
                            # power again (see ``tail``)
+MASKED = 1.15              # a partial channel block's masked code, run by every block (see ``channel_tail``)
+RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
+                           # (see ``residual_seconds``)
+RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with a float output add one)
 
 
 @lru_cache(maxsize=1)
@@ -148,6 +156,24 @@ def binary_efficiency(candidate: Candidate) -> float:
     return efficiency * _edges(op.extent(block_dims(op)[0]), knobs.pixel_block)
 
 
+def spills_accumulators(candidate: Candidate, accumulators: int) -> bool:
+    """Whether a quantized dot block of ``accumulators`` spills them in its reduction loop: more than
+    ``DOT_LIVE`` across a reduction channel loop that steps (runs more dots than it unrolls). GCC 12
+    stores 12 of a 7x48 block's 21 accumulators to the stack on every step of that loop (12 stack
+    stores per 21 ``vpdpbusd``), although they, 3 weight vectors and a broadcast fit 32 registers:
+    the requantizing epilogue after the loop holds its per-channel vectors too. MobileNetV2's 1x1 convs
+    at 28x28 and 14x14 (32->192, 64->384, 96->576; one interleaved run each, this project's shared Xeon
+    with AMX, 1 thread): 7x48 47.6, 35.8 and 79.9 us, 5x64 (20, no stores) 42.8, 27.1 and 53.0 us. A
+    24-channel reduction unrolled whole (24->144 at 56x56) keeps its 7x48 block in registers."""
+    op, knobs = candidate.op, candidate.knobs
+    if op.quant is None or knobs.weights != "dot" or accumulators <= DOT_LIVE:
+        return False
+    rc = Roles.of(op, knobs.pixel).rc
+    loop = Names.of(rc, knobs.cache_block, True).reduction
+    steps = _ceil(min(op.extent(rc), knobs.cache_block or op.extent(rc)), dot_elements(op))
+    return steps > dict(knobs.unroll).get(loop, 1)
+
+
 def rolled(candidate: Candidate) -> bool:
     """Whether the innermost reduction loop of a register-blocked candidate steps (is not unrolled):
     unrolling a loop outside it (a tap) leaves a loop step per reduction step (ResNet-50 conv3_x, 4x64
@@ -186,17 +212,23 @@ def tail(candidate: Candidate) -> float:
 
 def channel_tail(candidate: Candidate) -> float:
     """The time of a register-blocked candidate over that of its channel blocks all whole, beyond the
-    lanes its last, partial channel block leaves unused: ``1 / used ** TAIL`` (``used``: ``_edges``
-    of the channels), as ``tail`` counts a padded window's partial pixel block, whose guarded copy of
-    the reduction a partial channel block runs on every op. ResNet-18's 256-channel 3x3 layer (14x14)
-    ran 1.62-1.73 ms with 7x48 blocks (16 of the last block's 48 channels used) and 1.40-1.46 ms with
-    7x32, 1.51 ms with 14x16; its 128-channel 7x7 shape 0.088-0.093 ms with 7x48 and 0.079 ms with
+    lanes its last, partial channel block leaves unused: ``MASKED / used ** TAIL`` (``used``: ``_edges``
+    of the channels; 1 where the blocks divide the channels), as ``tail`` counts a padded window's
+    partial pixel block. The kernel's one copy of the reduction is the guarded one, so every block
+    runs it: masked loads and masked, conditional multiply-adds (ResNet-18's 512-channel 3x3 layer:
+    42 ``maskz_loadu`` and 21 ``mask3_fmadd`` with 7x48 blocks, 14 plain ``fmadd`` with 7x32), which
+    ``MASKED`` prices where the last block's unused share is small. ResNet-18's 256-channel 3x3 layer
+    (14x14) ran 1.62-1.73 ms with 7x48 blocks (16 of the last block's 48 channels used) and 1.40-1.46 ms
+    with 7x32, 1.51 ms with 14x16; its 128-channel 7x7 shape 0.088-0.093 ms with 7x48 and 0.079 ms with
     7x32, where the lanes alone put 7x48 first (one search each on this project's shared 2-core Xeon
-    with AMX, 1 thread). The kernel model's shortlist (``Traits.tail``) leaves it out: its fit learns
-    from the trials."""
+    with AMX, 1 thread); the 512-channel one at 7x7 (32 of the last 48 used) 2.28 ms with 7x48 and 2.08
+    ms with 7x32 (minimum thread times of 24 interleaved calls, 4 weight copies in rotation, load 10),
+    where ``1 / used ** TAIL`` alone left 7x48 first. The kernel model's shortlist (``Traits.tail``)
+    leaves it out: its fit learns from the trials."""
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
-    return 1 / _edges(candidate.op.channels, candidate.knobs.channel_block) ** TAIL
+    used = _edges(candidate.op.channels, candidate.knobs.channel_block)
+    return 1.0 if used == 1 else MASKED / used ** TAIL
 
 
 def element_bytes(op: Op) -> int:
@@ -251,6 +283,24 @@ def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     places = [memory.index(loop.removesuffix("_o")) for loop in knobs.outer
               if extents[loop] > 1 and loop.removesuffix("_o") in memory]
     return sum(a > b for i, a in enumerate(places) for b in places[i + 1:])
+
+
+def residual_seconds(op: Op, knobs: Knobs) -> float:
+    """The time a residual of the output's shape, added where each block is stored (``Schedule.add_residual``:
+    a ResNet block's shortcut, written steps before), takes to come from beyond L2 when the output does not
+    fit half of L2: its bytes at the bandwidth beyond L2, and ``RESIDUAL_SCATTER`` times that again per pair
+    of outer loops that visit the output out of its memory order (``out_of_order``). In memory order the
+    prefetchers bring it ahead of the stores; out of it each block's loads wait at its store. ResNet-50's
+    64->256 1x1 conv at 56x56 (3.2 MB of output) with 8x32 blocks, minimum thread times on this project's
+    shared 2-core Xeon with AMX (load 9, 50 interleaved calls, 4 weight and residual copies in rotation):
+    channel blocks outside the row's pixel blocks (one pair out of order) 0.92 ms without the residual and
+    1.64 ms with it, in memory order 1.08 and 1.23 ms; 0.21 ms is 3.2 MB at the profile's L3 bandwidth.
+    The 128->512 conv at 28x28 (1.6 MB) ran 1.14 ms out of order and 0.97 ms in order with the residual; the
+    256->1024 one at 14x14 (0.8 MB, within half of L2) 1.03 and 1.00 ms. 0 where the output fits."""
+    size = math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES
+    if size <= _caches()[1] // 2:
+        return 0.0
+    return size / _operands(op)[2] * (1 + RESIDUAL_SCATTER * out_of_order(op, knobs))
 
 
 def conflict_lines(cache: Cache, stride: int, rows: int, lines: int) -> int:
@@ -344,8 +394,9 @@ def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
 
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) of its compute,
-    ``stream_seconds`` (its operands from beyond L2) and ``predicted_seconds`` (their sum; on one
-    core: the candidates of one search share their thread count)."""
+    ``stream_seconds`` (its operands from beyond L2), ``strided_seconds``, ``residual_seconds`` (only
+    for a candidate that adds a residual, ``Candidate.residual``) and ``predicted_seconds`` (their sum;
+    on one core: the candidates of one search share their thread count)."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == TILE_ISA:
         seconds = tile_time(candidate.schedule).predicted_seconds        # its loads count their levels
@@ -365,7 +416,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    if registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE:    # the compiler spills
+    if (registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE      # the compiler spills
+            or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
@@ -401,9 +453,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     scattered = out_of_order(op, knobs, channels_first=planes)
     stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
+    residual = {"residual_seconds": residual_seconds(op, knobs)} if candidate.residual else {}
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
-    return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided,
-            "predicted_seconds": compute + stream + strided}
+    return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided, **residual,
+            "predicted_seconds": compute + stream + strided + sum(residual.values())}
 
 
 def _reads(candidate: Candidate) -> tuple:
@@ -414,7 +467,7 @@ def _reads(candidate: Candidate) -> tuple:
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return candidate.op, candidate.isa, knobs
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel)
+            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel, candidate.residual)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:

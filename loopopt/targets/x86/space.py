@@ -506,15 +506,24 @@ def _blocks(extent: int, limit: int) -> list[int]:
 
 def _reduction_orders(roles: Roles, extents: dict[str, int]) -> list[tuple[str, ...]]:
     """Orders of the reduction dims keeping the taps in their order; orders that differ only in
-    where loops of extent 1 go count once."""
-    orders, seen = [], set()
+    where loops of extent 1 go count once, as the one of them with the fewest such loops innermost
+    (a 1x1 conv's ``kh, kw, c``: its innermost loop, the channels, is the one ``_unrolls`` unrolls;
+    ``c, kh, kw`` left it rolled: ResNet-50's 256->64 1x1 conv at 56x56, 8x32 blocks, ran 0.79-0.81 ms
+    so and 0.75-0.77 ms with ``c`` unrolled by 4, minimum thread times of 40 interleaved calls on this
+    project's shared 2-core Xeon with AMX)."""
+    orders: dict[tuple[str, ...], tuple[str, ...]] = {}
     for order in itertools.permutations(roles.reduction):
-        taps = [d for d in order if d in roles.taps]
+        if [d for d in order if d in roles.taps] != list(roles.taps):
+            continue
         key = tuple(d for d in order if extents[d] > 1)
-        if taps == list(roles.taps) and key not in seen:
-            seen.add(key)
-            orders.append(order)
-    return orders
+        if key not in orders or _trailing_ones(order, extents) < _trailing_ones(orders[key], extents):
+            orders[key] = order
+    return list(orders.values())
+
+
+def _trailing_ones(order: tuple[str, ...], extents: dict[str, int]) -> int:
+    """How many loops of extent 1 ``order`` ends with."""
+    return next((i for i, d in enumerate(reversed(order)) if extents[d] > 1), len(order))
 
 
 def _outer_orders(loops: dict[str, int]) -> list[tuple[str, ...]]:

@@ -126,6 +126,9 @@ def test_quantized_and_bfloat16_ops_have_the_candidates_of_their_entries():
     splits = {c.knobs.split_k for c in RULES.candidates(lo.Matmul(64, 64, 4096, quant=lo.QuantSpec(
         activation="int8", output="int32")), ARCH)}
     assert splits == {1, 2, 4, 8, 16}
+    u8 = lo.Matmul(64, 64, 64, quant=lo.QuantSpec(activation="uint8", output="uint8"))
+    u8s8 = {(c.knobs.preset, c.knobs.entry) for c in RULES.candidates(u8, ARCH)}   # int8 weights: wgmma
+    assert u8s8 == {("gpu_mma", "mma_m16n8k32_u8s8_s32"), ("gpu_wgmma", "wgmma_m64n64k32_u8s8_s32")}
     bf16 = {(c.knobs.preset, c.knobs.entry) for c in RULES.candidates(lo.Matmul(64, 64, 64, dtype="bfloat16"),
                                                                        ARCH)}
     assert bf16 == {("gpu_mma", "mma_m16n8k16_bf16_f32"), ("gpu_wmma", "wmma_m16n16k16_bf16_f32"),

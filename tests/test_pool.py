@@ -1,0 +1,129 @@
+"""Pooling as an op (``lo.Pool``): its domain and accesses, its refusals, and its generated kernels
+(``lo.PoolSchedule(...).compile()``) against the op's numpy reference and the ONNX definition one
+output element at a time (``naive_pool``), over random shapes: 1-3 spatial dims, odd sizes, channel
+blocks with tails, strides, dilations, asymmetric pads, ceil_mode, count_include_pad, batch > 1,
+inputs stored channels-last or not; max of float32, uint8 and int8 bit-exact."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from helpers import tiers
+from hypothesis import assume
+from hypothesis import strategies as st
+from test_onnx_pooling import naive_pool
+
+import loopopt as lo
+from loopopt.targets.registry import host_target
+
+DTYPES = {"float32": np.float32, "uint8": np.uint8, "int8": np.int8}
+
+
+def _input(rng: np.random.Generator, op: lo.Pool, stored: str) -> np.ndarray:
+    """A random input of ``op``, stored channels-last (a view of an NHWC array, as a conv hands it on), in
+    its logical order (NCHW), or neither (every other element of a wider array)."""
+    dtype = DTYPES[op.dtype]
+    if dtype == np.float32:
+        x = rng.standard_normal(op.input_shape).astype(np.float32)
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, op.input_shape, endpoint=True).astype(dtype)
+    if stored == "strided":
+        return np.repeat(x, 2, axis=-1)[..., ::2]
+    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1) if stored == "channels_last" else x
+
+
+def _onnx_attributes(op: lo.Pool) -> dict:
+    spatial = len(op.sizes)
+    return {"kernel_shape": list(op.kernel), "strides": list(op.strides), "dilations": list(op.dilations),
+            "pads": [b for b, _ in op.pads] + [e for _, e in op.pads], "ceil_mode": int(op.ceil_mode),
+            "count_include_pad": int(op.count_include_pad)} if spatial else {}
+
+
+@st.composite
+def pool_cases(draw) -> tuple[lo.PoolSchedule, str, int]:
+    """A random pool's schedule, how its input is stored (``_input``), and an input seed."""
+    kind = draw(st.sampled_from(["max", "average"]))
+    dtype = "float32" if kind == "average" else draw(st.sampled_from(list(DTYPES)))
+    spatial = draw(st.integers(1, 3))
+    sizes = [draw(st.integers(1, 9 if spatial < 3 else 5)) for _ in range(spatial)]
+    kernel = [draw(st.integers(1, min(4, n + 1))) for n in sizes]
+    pads = [(draw(st.integers(0, k - 1)), draw(st.integers(0, k - 1))) for k in kernel]
+    try:
+        op = lo.Pool(kind, draw(st.integers(1, 21)), tuple(sizes), tuple(kernel),
+                     tuple(draw(st.integers(1, 3)) for _ in sizes),
+                     tuple(draw(st.integers(1, 2)) for _ in sizes),
+                     tuple(pads), draw(st.booleans()), draw(st.booleans()), draw(st.integers(1, 2)), dtype)
+    except ValueError as error:       # a window beyond the input or entirely in the padding
+        assume(not re.search("larger than|entirely in the padding", str(error)))
+        raise
+    lanes = draw(st.sampled_from([0, 1, 4, 8, 16]))     # 0: the default block
+    stored = draw(st.sampled_from(["channels_last", "logical", "strided"]))
+    return lo.PoolSchedule(op, lanes), stored, draw(st.integers(0, 2**16))
+
+
+def _check_kernels(cases):
+    """Each case's kernel (all built from one C file) against the op's reference and the definition."""
+    kernels = host_target().pool_kernels([schedule for schedule, _, _ in cases])
+    for kernel, (schedule, stored, seed) in zip(kernels, cases):
+        op = schedule.op
+        x = _input(np.random.default_rng(seed), op, stored)
+        ours, reference = kernel(x), op.reference(x)
+        definition = naive_pool("MaxPool" if op.kind == "max" else "AveragePool", x, _onnx_attributes(op))
+        assert ours.shape == reference.shape == definition.shape == op.output_shape
+        assert ours.dtype == reference.dtype == np.dtype(op.dtype)
+        if op.kind == "max":
+            np.testing.assert_array_equal(ours, reference)
+            np.testing.assert_array_equal(ours, definition)
+        else:
+            np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(ours, definition, rtol=1e-5, atol=1e-6)
+
+
+test_pool_kernels_quick, test_pool_kernels_slow = tiers(_check_kernels, 1, 5,
+                                                        st.lists(pool_cases(), min_size=8, max_size=8))
+
+
+def test_the_domain_holds_the_taps_inside_the_input():
+    """The domain's instances are the (output element, tap) pairs whose input index is inside the input,
+    and the input access maps each into the input's box."""
+    op = lo.Pool("max", 3, (5, 6), (3, 2), (2, 2), 1, ((1, 0), (0, 1)), ceil_mode=True, batch=2)
+    assert op.output_sizes == (3, 3)
+    inside = [sum(0 <= o * w.stride - w.pad + t * w.dilation < w.size for t in range(w.taps))
+              for w in op.windows for o in range(w.out)]
+    assert op.instances == op.batch * op.channels * sum(inside[:3]) * sum(inside[3:])
+    image = op.domain.apply(op.access_maps["I"])
+    assert image.is_subset(lo.Pool("max", 3, (5, 6), (1, 1), batch=2).access_maps["I"].range())
+    assert op.reduction_dims == {"kh", "kw"} and [name for name, _ in op.dims][:4] == ["n", "c", "oh", "ow"]
+
+
+def test_the_kernel_runs_the_loops_of_its_schedule():
+    """The C's loops are the schedule's, in its order (the tap loops from each position's first tap inside
+    the input), with a last channel block for the remainder of the channels."""
+    schedule = lo.PoolSchedule(lo.Pool("average", 20, (7, 7), (3, 3), 2, 1, 1), lanes=8)
+    source = schedule.compile().source
+    loops = re.findall(r"for \((?:long|int) (\w+) = ", source)
+    assert loops == ["n", "oh", "ow", "c_o", "c_i", "kh", "kw", "c_i", "c_i",      # two blocks of 8
+                     "c_i", "kh", "kw", "c_i", "c_i"]                                  # the last 4
+    assert [name for name, _, _ in schedule.loops] == ["n", "oh", "ow", "c_o", "kh", "kw", "c_i"]
+    assert "for c_o in 0..3   # 2 block(s) of 8 and one of 4" in schedule.pseudocode()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(kind="min"), "kind='min': a pool is one of max, average"),
+    (dict(dtype="float64"), "dtype='float64': a pool's input is one of float32, uint8, int8"),
+    (dict(kind="average", dtype="uint8"), "an average pool of uint8 needs ONNX's rounding"),
+    (dict(sizes=(4, 4, 4, 4), kernel=(1, 1, 1, 1)), "pools of 1 to 3 spatial dims, got 4"),
+    (dict(kernel=(0, 2)), "kernel=(0, 2): needs 2 integer(s) >= 1"),
+    (dict(strides=(1,)), "strides=(1,): needs 2 integer(s) >= 1"),
+    (dict(pads=((1, -1), (0, 0))), "pads=((1, -1), (0, 0)): needs one (begin, end) pair of integers >= 0"),
+    (dict(kernel=(9, 2)), "the window along oh (9 taps, dilation 1) is larger than its padded input"),
+    (dict(pads=((2, 0), (0, 0))), "leave a window along oh entirely in the padding"),
+])
+def test_refusals_name_the_value(arguments, message):
+    given = dict(kind="max", channels=4, sizes=(5, 5), kernel=(2, 2)) | arguments
+    with pytest.raises(ValueError, match=re.escape(message)):
+        lo.Pool(**given)
+    with pytest.raises(ValueError, match=re.escape("lanes=-1: the channel block needs an integer >= 1")):
+        lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2)), lanes=-1)
