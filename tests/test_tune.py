@@ -207,7 +207,6 @@ def test_crashing_and_hanging_candidates_are_failed_trials(tmp_path):
     assert [r[0] for r in rows(log)] == ["ok", "crashed", "timeout", "ok"]
 
 
-@pytest.mark.slow
 def logged_so_far(log) -> list:
     """The rows of a log that a running search may not have created yet (none until its table exists)."""
     try:
