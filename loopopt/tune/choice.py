@@ -23,6 +23,7 @@ from ..layout import Layout
 from ..machine import machine_profile
 from ..ops import Op
 from ..schedule import ScheduleError
+from ..targets.base import Target
 from ..targets.registry import target_of_isa
 from ..targets.search import Candidate, SearchRules
 from .log import signature
@@ -38,10 +39,7 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1, residual: bool = F
     has, AMX tiles included where it has them) with ``threads`` threads (``residual``: as a kernel that
     adds a residual), or None when the search space has none whose schedule builds (e.g. no outer loop
     to split over ``threads``)."""
-    auto = isa == "auto"                # the best ISA: the target's other kernels compete, as in lo.tune
-    target = target_of_isa(isa)
-    isa = target.resolve_isa(isa, integer=op.quant is not None)
-    key = (signature(op), isa, threads, auto, residual)
+    target, isa, auto, key = _resolved(op, isa, threads, residual)
     if key not in _chosen:
         rules = target.search_rules()
         space = _space(rules, op, isa, threads, auto, residual)
@@ -68,11 +66,8 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     if first is None:
         return None
     wanted = arriving_layouts(op, layout)
-    auto = isa == "auto"
-    target = target_of_isa(isa)
-    isa = target.resolve_isa(isa, integer=op.quant is not None)
+    target, isa, auto, key = _resolved(op, isa, threads, residual)
     rules = target.search_rules()
-    key = (signature(op), isa, threads, auto, residual)
     space = _space(rules, op, isa, threads, auto, residual) if key not in _ranked else []
     ranked = _ranking(key, rules, space)
     logical = all(tag == op.tensor(tensor).letters for tensor, tag in wanted.items())
@@ -110,6 +105,14 @@ def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -
     l3 = next((c.size for c in profile.caches if c.name == "L3"), 0)
     level = "L3" if 2 * nbytes <= l3 and "L3" in profile.bandwidth else "DRAM"
     return 2 * nbytes / (profile.bandwidth[level].gbs * 1e9)
+
+
+def _resolved(op: Op, isa: str, threads: int, residual: bool) -> tuple[Target, str, bool, Key]:
+    """The target of ``isa``, the ISA it resolves to for ``op``, whether it was "auto" (the best ISA:
+    the target's other kernels compete, as in lo.tune) and the cache key of the choice."""
+    target = target_of_isa(isa)
+    resolved, auto = target.resolve_isa(isa, integer=op.quant is not None), isa == "auto"
+    return target, resolved, auto, (signature(op), resolved, threads, auto, residual)
 
 
 def _space(rules: SearchRules, op: Op, isa: str, threads: int, auto: bool, residual: bool) -> list[Candidate]:
