@@ -2,12 +2,13 @@
 the ``gpu_mma`` preset's default tiles and cuBLAS / cuDNN through PyTorch, all in one process.
 
 For each case (``bench_cuda_tensor.half_op``: ResNet-50's conv2_x at N=1, BERT's 384x768x3072 by
-default) the search measures ``--trials`` candidates (compiled on every core, timed one at a time,
-logged under the GPU's name in ``--log``); then its winner, the first choice and the preset's default
-are timed the way ``bench_cuda_tensor.py`` times its variants (CUDA events on device arrays, the L2
-overwritten before each run, median of 50) against the same float64 reference, and the peer likewise.
+default; or ``NOVEL``: a conv and a GEMM of shapes in no catalog) the search measures ``--trials``
+candidates (compiled on every core, timed one at a time, logged under the GPU's name in ``--log``);
+then its winner, the first choice and the preset's default are timed the way ``bench_cuda_tensor.py``
+times its variants (CUDA events on device arrays, the L2 overwritten before each run, median of 50)
+against the same float64 reference, and the peer likewise.
 
-``python benchmarks/bench_cuda_tune.py [--only conv2_x.n1,bert] [--trials 16] [--log PATH] [--json PATH]``
+``python benchmarks/bench_cuda_tune.py [--only novel_conv] [--trials 16] [--log PATH] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -24,11 +25,22 @@ from loopopt.targets.registry import target
 from loopopt.tune.choice import first_choice
 
 CASES = ("conv2_x.n1", "bert")
+# layers in no catalog (issue 27's "a layer in no catalog"): shapes no preset, table or test was tuned on
+NOVEL = {
+    "novel_conv": lo.Conv2d(in_channels=96, out_channels=160, kernel_size=3, padding=1, batch=8,
+                            height=40, width=40, dtype="float16"),
+    "novel_gemm": lo.Matmul(2000, 3000, 1000, dtype="float16"),
+}
+
+
+def case_op(case: str) -> lo.Op:
+    """The op of ``case``: one of ``NOVEL`` or a case of ``bench_cuda_tensor.half_op``."""
+    return NOVEL[case] if case in NOVEL else half_op(case)
 
 
 def bench(case: str, trials: int, log: str) -> list[dict]:
     """The rows of one case: the search's winner, its first choice and the preset's default."""
-    op = half_op(case)
+    op = case_op(case)
     result = lo.tune(op, target="cuda", trials=trials, log=log, progress=False)
     rules = target("cuda").search_rules()
     first = first_choice(op, device.arch())
@@ -52,7 +64,8 @@ def bench(case: str, trials: int, log: str) -> list[dict]:
 
 def main() -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("--only", default=",".join(CASES), help="comma-separated cases of half_op")
+    arguments.add_argument("--only", default=",".join(CASES),
+                           help="comma-separated cases: half_op's or " + ", ".join(NOVEL))
     arguments.add_argument("--trials", type=int, default=16)
     arguments.add_argument("--log", default="gpu-tune.db")
     arguments.add_argument("--json", help="write the environment and rows to this file")
