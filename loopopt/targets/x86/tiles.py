@@ -206,6 +206,12 @@ class TileShape(quantized.GroupShape):
         return self.pitch * self.groups
 
     @property
+    def unpadded(self) -> bool:
+        """The stored activations are the logical ones channels-last: no padded rows, columns or channels
+        (so a channels-last input is read where it is: ``activations_in_place``)."""
+        return self.padded == (self.rows.size, self.cols.size) and self.pitch == self.cg
+
+    @property
     def gemm(self) -> bool:
         """Trivial windows: pixels are consecutive in the input across rows and images."""
         return all(w.taps == 1 and w.stride == 1 and w.pad == 0 for w in (self.rows, self.cols))
@@ -506,6 +512,17 @@ def pack_activations(op: Op, x: np.ndarray, out: np.ndarray, shape: TileShape | 
     grouped = out.reshape(s.batch, *s.padded, s.groups, s.pitch)
     grouped[:, rows.pad:rows.pad + rows.size, cols.pad:cols.pad + cols.size, :, :s.cg] = image
     return out
+
+
+def activations_in_place(op: Op, x: np.ndarray, shape: TileShape) -> np.ndarray | None:
+    """The logical activations ``x`` of an op whose stored activations are ``unpadded`` as the stored
+    form, viewing its memory, where that memory is channels-last (a previous kernel's output); else None
+    (``pack_activations`` copies)."""
+    s = shape
+    image = np.asarray(x).reshape(s.batch, s.groups, s.cg, s.rows.size, s.cols.size).transpose(0, 3, 4, 1, 2)
+    if not (image.flags.c_contiguous and image.flags.aligned):
+        return None
+    return image.reshape(s.batch, s.rows.size, s.cols.size, s.channels)
 
 
 def activations_shape(op: Op, shape: TileShape | None = None) -> tuple[int, int, int, int]:
