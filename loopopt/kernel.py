@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .bf16 import BFLOAT16, bf16_bits, bf16_values, is_bf16_array
-from .buffers import aligned_copy, aligned_zeros, check_memory
+from .buffers import ALIGNMENT, aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated
 from .codegen.emit import KERNEL_NAME, THREADS_NAME
@@ -148,8 +148,11 @@ class Kernel:
         return self.generated.read_ahead.get(name, 0)
 
     def _zeros(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A zero buffer for parameter ``name``, followed by its read-ahead bytes."""
-        return aligned_zeros(shape, dtype, self._ahead(name), self.exact)
+        """A zero buffer for parameter ``name``, followed by its read-ahead bytes, and by at least
+        ``ALIGNMENT`` zero bytes (but in a sanitizer build): a kernel that reads a little past the end
+        of its input (an AMX tile row's last chunk) reads another kernel's output where it is."""
+        ahead = self._ahead(name)
+        return aligned_zeros(shape, dtype, ahead if self.exact else max(ahead, ALIGNMENT), self.exact)
 
     def _copy(self, name: str, array: np.ndarray) -> np.ndarray:
         """A copy of ``array`` for parameter ``name`` (see ``_zeros``)."""
