@@ -617,20 +617,21 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
               cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
-    iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
-    64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
-    need; both inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through
-    matrix descriptors, the copies of the next ``stages - 2`` steps in flight while a step's products
-    run (``stages`` >= 3). ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread
-    issuing a step's boxes, completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands; a
-    conv's activations and weights as N-D boxes, each tile a box of output pixels: ``pixel_boxes``). ``cluster=(2, 1)``: blocks in clusters of two along the output rows
-    (``(1, 2)``: columns; ``Schedule.cluster``), the input they share copied once a cluster by TMA
-    multicast (``engine="tma"``). ``specialize=True``: warp specialization (``Schedule.specialize``), one
-    more warpgroup issuing the TMA copies while the ``warps_m x warps_n`` ones only multiply (with
-    ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of rows of a whole step's bytes (``Schedule.swizzle``;
-    a ``depth`` of 64 or 128 bytes, ``engine="tma"``): one TMA box a tile a step. float16 or bfloat16
-    operands, or a quantized op's int8 or uint8 activations and symmetric int8 (or ternary) weights
-    (``wgmma_types``: m64nNk32 into exact int32 sums, the quantized epilogue of ``gpu_mma``)."""
+    iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as 64 x N
+    fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op need; both
+    inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through matrix descriptors,
+    the copies of the next ``stages - 2`` steps in flight while a step's products run (``stages`` >= 3).
+    ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread issuing a step's boxes,
+    completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands; a conv's activations and
+    weights as N-D boxes, each tile a box of output pixels: ``pixel_boxes``). ``cluster=(2, 1)``: blocks
+    in clusters of two along the output rows (``(1, 2)``: columns; ``Schedule.cluster``), the input they
+    share copied once a cluster by TMA multicast (``engine="tma"``). ``specialize=True``: warp
+    specialization (``Schedule.specialize``), one more warpgroup issuing the TMA copies while the
+    ``warps_m x warps_n`` ones only multiply (with ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of
+    rows of a whole step's bytes (``Schedule.swizzle``; a ``depth`` of 64 or 128 bytes, ``engine="tma"``):
+    one TMA box a tile a step. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
+    and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
+    quantized epilogue of ``gpu_mma``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
     entry = wgmma_instruction(columns, block_n, warps_n, wgmma_types(op))
