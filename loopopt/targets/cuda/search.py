@@ -17,21 +17,23 @@ The cost model (``Gpu``: the device's multiprocessors and clock where a GPU is p
 architecture's data-centre part, ``ARCH``): blocks are resident ``occupancy`` at a time per SM (shared
 memory, threads and registers per SM), so the grid runs in ``waves`` over the SMs; each wave takes the
 longest of its blocks' arithmetic (tensor-core or FFMA rate, less with fewer warps or independent
-accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads, their
-global loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and,
-tensor-core kernels, the instructions their warps issue (``step_instructions``: the copies' code as the
-printer's kernels compile, the products); the whole kernel takes at least its device-memory bytes
-(inputs once, the output once per split-K share) at the HBM rate; plus a launch and each block
-round's pipeline fill. The calibrated figures (launch, clock, issue and tensor rates, L2, instruction
-counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs (``calibration``);
-the search prices its tensor-core candidates by this model (``own_seconds``: the tuning table's model
-column and its Spearman figure against the measured times). The calibration rows are float16 kernels;
-a bfloat16 or int8 candidate is priced by the same figures with its element bytes, int8's doubled
-tensor rate (``device.INT8_PER_F16``) and, where the weights' zero point may be nonzero, the
-activation sums' products (unmeasured extrapolations: the ranking, not the absolute time, is what they
-are for). Split-K shares a tile's reduction
-among blocks: a batch-1 conv whose tiles fill a few SMs ranks split-K first; a large GEMM, whose
-tiles fill the SMs many times, ranks the large tiles first (fewer bytes per flop from L2).
+accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads, their global
+loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and, tensor-core
+kernels, the instructions their warps issue (``step_instructions``: the copies' code as the printer's
+kernels compile, the products); the whole kernel takes at least its device-memory bytes (inputs once,
+the output once per split-K share) at the HBM rate; plus a launch, each block round's pipeline fill and,
+split-K, the atomic adds of its shares and the output's zeroing after the products
+(``atomic_bytes_per_s``). A TMA-copied conv's blocks are its pixel boxes (``pixel_box``, overhanging
+where they do not tile the output). The calibrated figures (launch, clock, issue and tensor rates, L2,
+atomics, instruction counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs
+(``calibration``); the search prices its tensor-core candidates by this model (``own_seconds``: the
+tuning table's model column and its Spearman figure against the measured times). The calibration rows
+are float16 kernels; a bfloat16 or int8 candidate is priced by the same figures with its element bytes,
+int8's doubled tensor rate (``device.INT8_PER_F16``) and, where the weights' zero point may be nonzero,
+the activation sums' products (unmeasured extrapolations: the ranking, not the absolute time, is what
+they are for). Split-K shares a tile's reduction among blocks: a batch-1 conv whose tiles fill a few SMs
+ranks split-K first; a large GEMM, whose tiles fill the SMs many times, ranks the large tiles first
+(fewer bytes per flop from L2).
 """
 from __future__ import annotations
 
@@ -237,6 +239,7 @@ class Work:
     busy: float                    # 0..1: how busy a thread's independent work keeps it (SIMT: accumulators)
     instructions: float            # per block: warp instructions issued (0: not counted, SIMT)
     issue: float                   # warp instructions an SM scheduler issues per clock
+    atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
 
 
 # --- the op as the presets see it -------------------------------------------------------------------
@@ -516,7 +519,13 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 _device_bytes(op, knobs.split_k, size),
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
-                costs.issue_async if entry.asynchronous else costs.issue_sync)
+                costs.issue_async if entry.asynchronous else costs.issue_sync,
+                _split_bytes(op, knobs.split_k))
+
+
+def _split_bytes(op: Op, split: int) -> float:
+    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first."""
+    return 4.0 * math.prod(op.tensor(op.output).shape) * (split + 1) if split > 1 else 0.0
 
 
 def _row_blocks(op: Op, knobs: TensorKnobs) -> int:
@@ -573,7 +582,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     per_wave = max(resident * max(cycles), work.latency) / clock
     overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
-    seconds = costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+               + work.atomic_bytes / costs.atomic_bytes_per_s)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
             "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes,
