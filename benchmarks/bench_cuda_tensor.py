@@ -12,12 +12,14 @@ Times: CUDA events around each launch on device arrays (no copies), the L2 cache
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
 replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's fastest kernel is
 then timed again in alternation with its peer (``interleaved``: 9 rounds of 20 cold runs each).
-``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle.
+``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle,
+the convs' also TMA boxes of output pixels (``CONV_BOXES``, ``engine="tma"``) and the cost model's
+first three candidates (``model_first``: what ``lo.tune(op, target="cuda")`` times first).
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
-every guard kind under each preset and split-K (and ``gpu_wgmma`` with ``engine="tma"`` on two
-Matmul/Gemm ops), verified once (the run to put under
+every guard kind under each preset and split-K (and ``gpu_wgmma`` with ``engine="tma"`` on a strided,
+dilated, asymmetrically padded conv and three Matmul/Gemm ops), verified once (the run to put under
 ``compute-sanitizer``).
 """
 from __future__ import annotations
