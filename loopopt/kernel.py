@@ -261,14 +261,24 @@ class Kernel:
         layout = self.schedule.layout_of(self.op.output)
         view = layout.view(stored, out_shape)
 
+        in_place: dict[str, tuple[int, Any]] = {}   # per array a call gives: the last one read in place
+
         def place(tensor: str, array: np.ndarray) -> None:
             """``array`` packed for parameter ``tensor`` (into its first buffer where a copy is needed)
             and bound; the packed array is held in ``values`` until the next call places another (a
-            bound pointer does not keep its array alive)."""
+            bound pointer does not keep its array alive). An array read in place at the address of the
+            last one read in place (a previous kernel's output buffer, on every run of a model) keeps
+            that binding: a packed array of this shape at that address is the same argument."""
             kept, argument = first[tensor]
-            values[tensor] = self._packed(tensor, array, into=kept)
-            arguments[slots[tensor]] = argument if values[tensor] is kept else \
-                self.driver.bind((self.generated.params[slots[tensor]],), {tensor: values[tensor]})[0]
+            packed = self._packed(tensor, array, into=kept)
+            if packed is not kept:
+                address = packed.__array_interface__["data"][0]
+                if in_place.get(tensor, (None,))[0] != address:
+                    bound = self.driver.bind((self.generated.params[slots[tensor]],), {tensor: packed})[0]
+                    in_place[tensor] = (address, bound)
+                argument = in_place[tensor][1]
+            values[tensor] = packed
+            arguments[slots[tensor]] = argument
 
         def call(*arrays: np.ndarray) -> np.ndarray:
             """The output on this call's arrays (the activations, and the residual when the kernel
