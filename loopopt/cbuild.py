@@ -28,6 +28,12 @@ precompiled header the compiler finds unusable it reads as text; a missing one i
 The cache lives in ``$LOOPOPT_CACHE_DIR`` (default ``~/.cache/loopopt``); a directory that
 cannot be created or written raises CacheError naming it.
 
+Kernels are built at ``-O3``. ``$LOOPOPT_OPT_LEVEL`` (``1``, ``2`` or ``3``) builds them at another
+level: for builds whose results, not speed, matter (the test suite sets 1: about 40% less compile time).
+The level is part of the cache key, so an entry is only ever loaded at the level it was built at. The
+machine's probes (peaks, bandwidth) pass ``level=DEFAULT_OPT_LEVEL``: they measure the machine, whose
+profile must not depend on the setting.
+
 ``$LOOPOPT_SANITIZE`` (e.g. ``address,undefined``) builds every module with those sanitizers
 (``-fsanitize=...``, frame pointers, line information; without variable tracking, which takes
 GCC minutes on large unrolled kernels); the flags are part of the cache key, so sanitized modules
@@ -61,12 +67,15 @@ from cffi.recompiler import make_c_source
 
 from .openmp import OPENMP_FLAG, load_runtime
 
-BASE_FLAGS = ("-O3", "-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
+BASE_FLAGS = ("-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
 CACHE_ENV = "LOOPOPT_CACHE_DIR"
 ENTRY_PREFIX = "_loopopt_"          # every file of the cache: shared objects, records, failed sources
 RECORD_SUFFIX = ".sha256"
 BUILD_PREFIX = "build-"
 STALE_BUILD_SECONDS = 600
+OPT_LEVEL_ENV = "LOOPOPT_OPT_LEVEL"
+OPT_LEVELS = ("1", "2", "3")          # -O<level> of kernels; -O0 would make the suite's kernels crawl
+DEFAULT_OPT_LEVEL = "3"
 SANITIZE_ENV = "LOOPOPT_SANITIZE"
 SANITIZERS = ("address", "undefined")
 INTRINSICS = ("#include <immintrin.h>\n", "#include <arm_neon.h>\n")   # SIMD headers, precompiled if used
@@ -123,6 +132,16 @@ def compiler_identity(cc: str) -> str:
         raise BuildError(f"the C compiler {cc!r} did not answer --version: {err}") from None
 
 
+def opt_level() -> str:
+    """The C optimization level kernels are built at: ``$LOOPOPT_OPT_LEVEL`` (one of ``OPT_LEVELS``) or
+    ``DEFAULT_OPT_LEVEL``; ValueError naming any other value and the allowed ones."""
+    value = os.environ.get(OPT_LEVEL_ENV, DEFAULT_OPT_LEVEL)
+    if value not in OPT_LEVELS:
+        raise ValueError(f"{OPT_LEVEL_ENV}={value!r}: not an optimization level; allowed: "
+                         f"{', '.join(OPT_LEVELS)} (-O1 .. -O3; default {DEFAULT_OPT_LEVEL})")
+    return value
+
+
 def sanitizers() -> tuple[str, ...]:
     """The sanitizers ``$LOOPOPT_SANITIZE`` asks for (comma-separated, in ``SANITIZERS`` order; empty
     when unset); ValueError naming an unknown one and the allowed values."""
@@ -148,8 +167,9 @@ _loaded: dict[str, ModuleType] = {}
 
 
 def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
-              link_flags: tuple[str, ...] = ()) -> ModuleType:
-    """Build (or fetch from the cache) a cffi extension of ``source`` exposing ``cdef``.
+              link_flags: tuple[str, ...] = (), level: str | None = None) -> ModuleType:
+    """Build (or fetch from the cache) a cffi extension of ``source`` exposing ``cdef``, at
+    ``-O<level>`` (default: ``opt_level()``, the kernels' level).
 
     Returns the loaded module; use ``module.lib`` and ``module.ffi``.
     """
@@ -160,7 +180,7 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
         raise BuildError(f"{SANITIZE_ENV}={os.environ[SANITIZE_ENV]} builds kernels with AddressSanitizer, "
                          f"whose runtime must be loaded first: run python with LD_PRELOAD=$({cc.split()[0]} "
                          f"-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
-    all_flags = BASE_FLAGS + tuple(flags) + sanitize
+    all_flags = (f"-O{level or opt_level()}", *BASE_FLAGS, *flags, *sanitize)
     link_flags = tuple(link_flags) + sanitize_link
     key = hashlib.sha256("\0".join([source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
                                     " ".join(link_flags), sys.version]).encode()).hexdigest()[:24]

@@ -40,7 +40,15 @@ from typing import Any
 import numpy as np
 
 from .atomic import host_lock, write_text_atomically
-from .cbuild import CACHE_ENV, BuildError, cache_dir, compiler, compiler_identity
+from .cbuild import (
+    CACHE_ENV,
+    DEFAULT_OPT_LEVEL,
+    BuildError,
+    cache_dir,
+    compiler,
+    compiler_identity,
+    opt_level,
+)
 from .targets.x86.isa import visible_flags
 from .targets.x86.profile import KEY_FEATURES, measure_peaks, peak_isas, peak_of, read_kernel, timed
 
@@ -186,6 +194,13 @@ def compiler_version() -> str:
         return f"none ({err})"
 
 
+def kernel_compiler() -> str:
+    """What kernels are built with: ``compiler_version()``, and their ``-O`` level where
+    ``$LOOPOPT_OPT_LEVEL`` sets another than the default (results and tuning trials then say so)."""
+    level = opt_level()
+    return compiler_version() if level == DEFAULT_OPT_LEVEL else f"{compiler_version()} at -O{level}"
+
+
 def utc_now() -> str:
     """The current UTC time, ISO 8601 to the second."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -193,12 +208,13 @@ def utc_now() -> str:
 
 def provenance(isa: str | None = None, threads: int | None = None) -> dict[str, Any]:
     """Where and how a result was produced: loopopt version, machine fingerprint, CPU model, vendor
-    and key, ISA, C compiler, threads and UTC time (``isa``/``threads`` only when given)."""
+    and key, ISA, C compiler (``kernel_compiler``), threads and UTC time (``isa``/``threads`` only when
+    given)."""
     record: dict[str, Any] = {"loopopt": loopopt_version(), "fingerprint": fingerprint(),
                               "cpu": this_cpu().model, "vendor": this_cpu().vendor, "cpu_key": cpu_key()}
     if isa is not None:
         record["isa"] = isa
-    record["compiler"] = compiler_version()
+    record["compiler"] = kernel_compiler()
     if threads is not None:
         record["threads"] = threads
     record["utc"] = utc_now()

@@ -34,6 +34,7 @@ def test_best_schedule_on_its_layer(layer, isa):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized_build     # GCC 12 at -O1: 17 CPU-s in its combiner on conv4_x.int8's kernel, -O3: 1 s
 @pytest.mark.parametrize("path", STORED_FILES.values(), ids=STORED_FILES.keys())
 def test_every_cpus_stored_schedule_on_its_layer(path):
     """Every stored file, also those the lookup does not serve on this CPU (another CPU's directory,

@@ -205,6 +205,28 @@ def test_precompile_after_from_the_environment(cache, monkeypatch):
         cbuild.precompile_after()
 
 
+def test_opt_level_builds_and_keys_each_level_apart(cache, monkeypatch):
+    """$LOOPOPT_OPT_LEVEL (the suite's 1) builds at that -O level and is part of the cache key: a kernel
+    built at one level is never loaded at another; unset means -O3; any other value is refused."""
+    levels = []
+    compile_once = cbuild.run_compiler
+    monkeypatch.setattr(cbuild, "run_compiler", lambda command, *args: (
+        levels.append([flag for flag in command if flag.startswith("-O")][-1]), compile_once(command, *args)))
+    monkeypatch.setattr(cbuild, "_loaded", {})
+    for level in ("1", "3", None, "1"):
+        if level is None:
+            monkeypatch.delenv(cbuild.OPT_LEVEL_ENV)
+        else:
+            monkeypatch.setenv(cbuild.OPT_LEVEL_ENV, level)
+        assert compile_c(source(13), CDEF).lib.lo_value() == 13
+    assert levels == ["-O1", "-O3"] and cache_info().entries == 2
+    for bad in ("0", "fast", "-O2"):
+        monkeypatch.setenv(cbuild.OPT_LEVEL_ENV, bad)
+        with pytest.raises(ValueError, match=f"LOOPOPT_OPT_LEVEL='{bad}': not an optimization level; "
+                                             f"allowed: 1, 2, 3"):
+            compile_c(source(13), CDEF)
+
+
 def test_info_trim_and_clear(cache, capsys):
     """info lists kernels and precompiled headers apart; trim removes the headers, failed sources and
     abandoned build folders and keeps the kernels; clear removes all of loopopt's files."""

@@ -240,6 +240,13 @@ def test_provenance_fields():
     assert "isa" not in provenance() and "threads" not in provenance()
 
 
+def test_results_name_the_kernels_opt_level_when_it_is_not_the_default(monkeypatch):
+    monkeypatch.setenv("LOOPOPT_OPT_LEVEL", "1")
+    assert provenance()["compiler"] == machine.kernel_compiler() == f"{machine.compiler_version()} at -O1"
+    monkeypatch.delenv("LOOPOPT_OPT_LEVEL")
+    assert provenance()["compiler"] == machine.compiler_version()
+
+
 def test_cpu_key_names_vendor_family_model_and_isa_features():
     zen4 = CpuIdentity("AuthenticAMD", "AMD EPYC 9R14", "25", "17", "1",
                        frozenset({"sse2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",

@@ -491,6 +491,7 @@ def test_every_stored_layer_schedule_has_an_int8_one():
     assert fp32 <= {name.removesuffix(".int8") for name in INT8_SCHEDULES}
 
 
+@pytest.mark.optimized_build     # GCC 12 at -O1: 17 CPU-s in its combiner on conv4_x.int8's kernel, -O3: 1 s
 @pytest.mark.parametrize("name, isa", rotated(INT8_SCHEDULES, SIMD_ISAS, quick=QUICK_INT8))  # scalar: below
 def test_int8_schedule_on_its_layer(name, isa):
     """The stored int8 schedule on its layer: a register block with the epilogue fused (on the SIMD

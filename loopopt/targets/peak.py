@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..cbuild import compile_c
+from ..cbuild import DEFAULT_OPT_LEVEL, compile_c
 from ..codegen.instr import Isa
 
 PEAK_ROUNDS, PEAK_RUNS, PEAK_PAUSE = 5, 10, 0.02   # best of rounds x runs, rounds apart by a pause (s)
@@ -67,6 +67,7 @@ def best_of_rounds(function: Callable[..., Any], *args: Any) -> float:
 def peak_gops(table: Isa, update: str, values: tuple[str, str, str], ops: int) -> float:
     """G ops/s of ``peak_source(table, update, values)`` built and timed here, ``ops`` per lane and
     update."""
-    module = compile_c(peak_source(table, update, values), PEAK_CDEF, table.compile_flags)
+    module = compile_c(peak_source(table, update, values), PEAK_CDEF, table.compile_flags,
+                       level=DEFAULT_OPT_LEVEL)     # measures the machine at any $LOOPOPT_OPT_LEVEL
     best = best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS)
     return PEAK_ITERATIONS * CHAINS * table.lanes * ops / best / 1e9

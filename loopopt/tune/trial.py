@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 
 from ..atomic import host_lock
-from ..machine import compiler_version, fingerprint
+from ..machine import fingerprint, kernel_compiler
 from ..measure import Timing, measure
 from ..ops import Op
 from ..schedule_file import schedule_from_toml
@@ -55,7 +55,7 @@ class Outcome:
 
 def here(status: str, error: str, timing: Timing | None = None) -> Outcome:
     """An outcome recorded on this machine."""
-    return Outcome(status, timing, error, socket.gethostname(), fingerprint(), compiler_version())
+    return Outcome(status, timing, error, socket.gethostname(), fingerprint(), kernel_compiler())
 
 
 def measuring_alone() -> contextlib.AbstractContextManager[None]:

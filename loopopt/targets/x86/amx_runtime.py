@@ -20,7 +20,7 @@ import numpy as np
 
 from ...bf16 import to_bf16
 from ...buffers import ALIGNMENT, aligned_copy, aligned_zeros
-from ...cbuild import compile_c
+from ...cbuild import DEFAULT_OPT_LEVEL, compile_c
 from ...codegen import cprint
 from .amx import AMX, BLOCK, MAX_COLSB, TILE, TileBlock, chunk_starts, vnni_pack
 from .isa import cpu_flags
@@ -136,7 +136,7 @@ def amx_peak_gops(dtype: Literal["int8", "bf16"] = "int8") -> float:
         zeros=cprint.text(block.zeros(), 1), dots=cprint.text(block.dots(name), 2),
         stores=cprint.text(block.stores(lambda i, j: f"c + {(2 * i + j) * tile_bytes}", MAX_COLSB), 1),
         release=AMX.release())
-    module = compile_c(source, _PEAK_CDEF, AMX.compile_flags)
+    module = compile_c(source, _PEAK_CDEF, AMX.compile_flags, level=DEFAULT_OPT_LEVEL)
     rng = np.random.default_rng(0)
     a, b = _peak_operands(dtype, rng), _peak_operands(dtype, rng)
     c = np.zeros((4, TILE, MAX_COLSB), dtype=np.uint8)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...cbuild import compile_c
+from ...cbuild import DEFAULT_OPT_LEVEL, compile_c
 from ...codegen.arith import BF16_PAIR
 from ...codegen.instr import Isa
 from ...codegen.quantized import DOT
@@ -102,7 +102,7 @@ def measure_peak(isa: str, dtype: str = "float32") -> float:
 def measure_scalar_peak() -> float:
     """One core's scalar float multiply-add rate (GFLOP/s), the peak of a machine without SIMD."""
     module = compile_c("float lo_peak(long n){float a=0.f;for(long i=0;i<n;++i)a=a*0.999f+1e-3f;return a;}",
-                       "float lo_peak(long n);")
+                       "float lo_peak(long n);", level=DEFAULT_OPT_LEVEL)
     return 2 * PEAK_ITERATIONS / best_of_rounds(module.lib.lo_peak, PEAK_ITERATIONS) / 1e9
 
 
@@ -117,7 +117,7 @@ def read_kernel() -> tuple[Any, int]:
         zero=table.zero(),
         update=table.fma(a=table.load(p=f"p + j + i * {table.lanes}"), b="one", c="acc[i]"),
         add=table.fma(a="acc[i]", b="one", c="total"), hsum=table.hsum(v="total"))
-    return compile_c(source, _READ_CDEF, table.compile_flags), step
+    return compile_c(source, _READ_CDEF, table.compile_flags, level=DEFAULT_OPT_LEVEL), step
 
 
 def measure_peaks() -> dict[str, dict[str, float]]:
