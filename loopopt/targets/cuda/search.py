@@ -8,7 +8,8 @@ newer, ``gpu_wmma`` for float16 and bfloat16: block and warp (warpgroup) tiles, 
 which a quantized op takes on an int32 output only; ``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D
 operands and a float conv's (boxes of output pixels, ``pixel_boxes``), with its tiles copied by the
 tensor memory accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among
-equals). Each knob is clamped to the op as the
+equals); a depthwise conv's, the depthwise family's runs of 1 and 2 pixels by two blocks
+(``DepthwiseKnobs``, ``depthwise_work``). Each knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
 ``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
