@@ -92,6 +92,7 @@ def test_tune_ranks_depthwise_candidates_by_the_cost_model_and_the_first_is_exac
     assert [c.figures["predicted_seconds"] for c in ranked] == sorted(c.figures["predicted_seconds"]
                                                                        for c in ranked)
     assert "gpu_depthwise runs of 2 pixels" in rules.describe(ranked[0].knobs.as_dict())
+    assert (ranked[0].knobs.pixel_block, ranked[0].knobs.channel_block) == (14, 144)     # 18 x 7 threads
     first = rules.rank(rules.candidates(DEPTHWISE, "sm_90"))[0]
     ok, error, _ = checked(emulate(first.schedule), seed=2)
     assert ok, error

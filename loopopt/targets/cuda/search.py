@@ -261,6 +261,15 @@ class DepthwiseKnobs:
     run: int
     threads_c: int
     threads_w: int
+    vector: int                    # channels of a thread (16 bytes: the op's dtype sets it)
+
+    @property
+    def pixel_block(self) -> int:
+        return self.run * self.threads_w
+
+    @property
+    def channel_block(self) -> int:
+        return self.threads_c * self.vector
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -590,7 +599,8 @@ def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
 def depthwise_candidates(op: Op) -> list[DepthwiseKnobs]:
     """A depthwise conv's candidates: runs of ``DEPTHWISE_RUNS`` pixels by the default block and by
     ``DEPTHWISE_THREADS_W`` runs a block, clamped and distinct."""
-    found = {DepthwiseKnobs("gpu_depthwise", *depthwise_block(op, run, None, threads_w)): None
+    vector = depthwise_vector(op)
+    found = {DepthwiseKnobs("gpu_depthwise", *depthwise_block(op, run, None, threads_w), vector): None
              for run in DEPTHWISE_RUNS for threads_w in DEPTHWISE_THREADS_W}
     return list(found)
 
@@ -612,7 +622,7 @@ def depthwise_work(op: Op, knobs: DepthwiseKnobs, gpu: Gpu) -> Work:
     independent sums); the input and weights read from device memory once, the float32 output written
     once. A block takes at least a load's latency and its threads' FFMAs one after the other (a thread's
     products wait for its loads)."""
-    vector = depthwise_vector(op)
+    vector = knobs.vector
     (kh, kw), stride, dilation = op.kernel_size, op.stride[1], op.dilation[1]
     vectors, runs = -(-op.out_channels // vector), -(-op.out_width // knobs.run)
     blocks = -(-runs // knobs.threads_w) * -(-vectors // knobs.threads_c) * op.batch * op.out_height
