@@ -263,16 +263,10 @@ class DepthwiseKnobs:
     threads_w: int
     vector: int                    # channels of a thread (16 bytes: the op's dtype sets it)
 
-    @property
-    def pixel_block(self) -> int:
-        return self.run * self.threads_w
-
-    @property
-    def channel_block(self) -> int:
-        return self.threads_c * self.vector
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    # a block's output pixels along W and its channels (the Knobs protocol's block); the knobs as JSON
+    pixel_block = property(lambda self: self.run * self.threads_w)
+    channel_block = property(lambda self: self.threads_c * self.vector)
+    as_dict = asdict
 
     def schedule(self, op: Op, isa: str) -> Schedule:
         return gpu_depthwise(op, self.run, self.threads_c, self.threads_w)
