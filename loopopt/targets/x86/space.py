@@ -10,11 +10,12 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   along each other position dim whose window has more taps than that dim's (``pixel_dims``: a 7x1
   conv's ``oh``), where consecutive positions of the block share the broadcasts of neighbouring taps;
 * the reduction loops around it in one of their orders (the window taps keep their order);
-* channels-last activations and output (a float op with at most ``FEW_CHANNELS`` reduction channels
-  per group, an image's, has each candidate also with its first input channels-first, the op's logical
-  layout, ``Knobs.activations``: as a caller's NCHW image arrives, copied by no call; ranked as its
-  channels-last twin, which the search's first choice stays, so ``tune.choice.first_reading`` takes it
-  where the image arrives so); weights stored in the order the loops read them,
+* channels-last activations and output (a float op of one group with at most ``FEW_CHANNELS``
+  reduction channels, an image's, has each candidate also with its first input channels-first, the
+  op's logical layout, ``Knobs.activations``: as a caller's NCHW image arrives, copied by no call;
+  ranked as its channels-last twin, which the search's first choice stays, so
+  ``tune.choice.first_reading`` takes it where the image arrives so); weights stored in the order the
+  loops read them,
   plain (``HWIO``-like), packed by channel block (``OHWI32o``; for a GEMM the packed ``B``
   panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
   (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
@@ -91,7 +92,7 @@ EVEN_BLOCK = 64                # an even share of the reduction channels is a ca
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
-FEW_CHANNELS = 4               # reduction channels per group up to which a float op's register blocks also
+FEW_CHANNELS = 4               # reduction channels up to which a float op's register blocks also
                                # read their first input channels-first (an RGB image: MobileNetV2's stem,
                                # 3->32 3x3 stride 2 at 224x224, 8x32 blocks, per call with the weights
                                # prepacked: 226 us reading NCHW, 343 us copying it to NHWC first; its
@@ -642,10 +643,12 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
 
 def activation_choices(op: Op) -> tuple[str, ...]:
     """Where a register block of ``op`` may store its first input's channels (``ACTIVATIONS``): last, and
-    first too for a float op with at most ``FEW_CHANNELS`` reduction channels per group whose logical
-    layout is not channels-last (a quantized block's dot groups need their channels adjacent)."""
+    first too for a float op of one group with at most ``FEW_CHANNELS`` reduction channels whose logical
+    layout is not channels-last: its lanes (output channels) share each input element, a broadcast read
+    from either layout. Not with groups (each lane reads its own group's channel: a gather from
+    channels-first), nor quantized (a dot group needs its 4 channels adjacent)."""
     source = op.inputs[0]
-    few = op.quant is None and op.extent(op.reduction_channel_dim) <= FEW_CHANNELS
+    few = op.quant is None and op.groups == 1 and op.extent(op.reduction_channel_dim) <= FEW_CHANNELS
     moved = activations_last(op)[source] != op.tensor(source).letters
     return ACTIVATIONS if few and moved else ACTIVATIONS[:1]
 

@@ -1,7 +1,7 @@
 """Register blocks reading their first input channels-first (``Knobs.activations``,
-``space.activation_choices``): a float op with few reduction channels per group (an image) has each
+``space.activation_choices``): a float op of one group with few reduction channels (an image) has each
 register block also on its NCHW input. Each drawn candidate agrees with the reference over odd sizes,
-tails, stride, dilation, per-side padding, groups and batch; each is ranked as its channels-last twin,
+tails, stride, dilation, per-side padding and batch; each is ranked as its channels-last twin,
 right after it, so the first choice stays channels-last and ``first_reading`` finds the twin where the
 input arrives NCHW."""
 import numpy as np
@@ -17,14 +17,13 @@ SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
 
 
 def channels_first_blocks_match_the_reference(isa, data):
-    groups = data.draw(st.integers(1, 2))
-    per_group = data.draw(st.integers(1, FEW_CHANNELS))
+    channels = data.draw(st.integers(1, FEW_CHANNELS))
     kh, kw = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
     dilation = data.draw(st.sampled_from([1, 1, 2]))
     padding = tuple((data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))) for _ in range(2))
-    op = lo.Conv2d(groups * per_group, groups * data.draw(st.integers(1, 20)), (kh, kw),
+    op = lo.Conv2d(channels, data.draw(st.integers(1, 40)), (kh, kw),
                    stride=(data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))), padding=padding,
-                   dilation=(1, dilation), groups=groups, batch=data.draw(st.integers(1, 2)),
+                   dilation=(1, dilation), batch=data.draw(st.integers(1, 2)),
                    height=data.draw(st.integers(max(1, kh - sum(padding[0])), 9)),
                    width=data.draw(st.integers(max(1, dilation * (kw - 1) + 1 - sum(padding[1])), 30)),
                    bias=data.draw(st.booleans()))
@@ -47,6 +46,7 @@ def test_only_float_ops_with_few_channels_read_channels_first():
     assert activation_choices(stem) == ("last", "first")
     assert activation_choices(lo.Conv2d(FEW_CHANNELS + 1, 32, 3, height=8, width=8)) == ("last",)
     assert activation_choices(lo.Conv2d(3, 32, 3, height=8, width=8, quant=quant)) == ("last",)  # dot groups
+    assert activation_choices(lo.Conv2d(4, 4, 3, groups=4, height=8, width=8)) == ("last",)  # a gather a lane
     assert activation_choices(lo.Matmul(8, 16, 3)) == ("last",)        # its logical layout is channels-last
 
 
