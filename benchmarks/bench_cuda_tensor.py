@@ -12,12 +12,14 @@ Times: CUDA events around each launch on device arrays (no copies), the L2 cache
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
 replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's fastest kernel is
 then timed again in alternation with its peer (``interleaved``: 9 rounds of 20 cold runs each).
-``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle.
+``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle,
+the convs' also TMA boxes of output pixels (``CONV_BOXES``, ``engine="tma"``) and the cost model's
+first three candidates (``model_first``: what ``lo.tune(op, target="cuda")`` times first).
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
-every guard kind under each preset and split-K (and ``gpu_wgmma`` with ``engine="tma"`` on two
-Matmul/Gemm ops), verified once (the run to put under
+every guard kind under each preset and split-K (and ``gpu_wgmma`` with ``engine="tma"`` on a strided,
+dilated, asymmetrically padded conv and three Matmul/Gemm ops), verified once (the run to put under
 ``compute-sanitizer``).
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from loopopt.measure import verify
 from loopopt.targets.cuda import device, toolchain
 from loopopt.targets.cuda.printer import print_kernel
 from loopopt.targets.cuda.target import build_arch
+from loopopt.targets.registry import target
 
 CASES = ["gemm4096", "gemm4096.bf16", "bert",
          *(f"{layer}.n{batch}" for batch in (32, 1) for layer in ("conv2_x", "conv3_x", "conv4_x"))]
@@ -44,7 +47,9 @@ CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, 
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
           lo.Matmul(300, 260, 200, dtype="float16"),
           lo.Gemm(30, 20, 70, alpha=0.5, beta=2.0, dtype="float16")]
-TMA_CHECKS = [lo.Matmul(300, 260, 200, dtype="float16"),
+TMA_CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11,
+                        batch=2, dtype="float16"),
+              lo.Matmul(300, 260, 200, dtype="float16"),
               lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16"),
               lo.Matmul(300, 520, 264, dtype="bfloat16")]
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}     # 128 x 64 block tiles
@@ -78,6 +83,13 @@ SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"d
                          {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3}))]
 
 
+# a conv's pixels as TMA boxes (``pixel_boxes``), warp-specialized, one 128-byte box row a tile a step
+CONV_BOXES = [tiles | WIDE_SWIZZLE | SPECIALIZED
+              for tiles in ({}, {"warps_m": 1, "warps_n": 2}, {"block_m": 64, "warps_m": 1},
+                            {"block_m": 256, "block_n": 128}, {"warps_m": 1, "warps_n": 2, "stages": 6},
+                            {"block_m": 192, "block_n": 128, "warps_m": 3})] + [WIDE_SWIZZLE | TMA]
+
+
 def half_op(case: str) -> lo.Op:
     if case.startswith("gemm4096"):
         return lo.Matmul(4096, 4096, 4096, dtype="bfloat16" if case.endswith(".bf16") else "float16")
@@ -98,8 +110,21 @@ def filling_split(op: lo.Op, tiles: dict, preset: str = "gpu_mma") -> int:
     return max(1, min(steps, round(device.multiprocessors() / blocks)))
 
 
+def model_first(op: lo.Op, count: int = 3) -> list[tuple[str, dict]]:
+    """The (preset, arguments) of the cost model's first ``count`` candidates for ``op`` on sm_90 (what
+    ``lo.tune(op, target="cuda")`` times first), one a block shape."""
+    ranked = target("cuda").search_rules().rank(target("cuda").search_rules().candidates(op, "sm_90"))
+    shapes = {}
+    for candidate in ranked:
+        knobs = candidate.knobs
+        shapes.setdefault((knobs.block_m, knobs.block_n, knobs.split_k, knobs.engine), knobs)
+        if len(shapes) == count:
+            break
+    return [(knobs.preset, knobs.arguments()) for knobs in shapes.values()]
+
+
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
-    """The (preset, arguments) pairs timed for ``case``."""
+    """The (preset, arguments) pairs timed for ``case`` (the convs': and the cost model's first)."""
     deep = {"depth": 64, "stages": 3}
     specialized = [("gpu_wgmma", tiles | SPECIALIZED) for tiles in SPECIALIZED_TILES]
     wide = [("gpu_wgmma", tiles | WIDE_SWIZZLE | TMA)
@@ -135,7 +160,8 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
         return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2})),
                 *(("gpu_wgmma", tiles | extra) for tiles in ({}, GROUPS_TALL, GROUP_SMALL)
-                  for extra in ({}, {"stages": 3}, {"split_k": 2}))]
+                  for extra in ({}, {"stages": 3}, {"split_k": 2})),
+                *(("gpu_wgmma", tiles) for tiles in CONV_BOXES), *model_first(op)]
     chosen = [("gpu_wmma", WIDE)]
     for tiles in ({}, WIDE, SMALL):
         fill = filling_split(op, tiles)
@@ -143,7 +169,10 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     for tiles in ({}, GROUP_SMALL):
         fill = filling_split(op, tiles, "gpu_wgmma")
         chosen += [("gpu_wgmma", tiles | {"split_k": parts}) for parts in sorted({1, fill, 2 * fill})]
-    return chosen
+    for tiles in CONV_BOXES[:3]:
+        fill = filling_split(op, tiles, "gpu_wgmma")
+        chosen += [("gpu_wgmma", tiles | {"split_k": parts}) for parts in sorted({1, fill, 2 * fill})]
+    return chosen + model_first(op)
 
 
 def torch_tensors(op: lo.Op, seed: int = 0) -> tuple[list, list]:

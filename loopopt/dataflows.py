@@ -14,13 +14,15 @@ position (``ow``) is "the output column", ``channel_dim`` the output channels (`
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import cache
 
 from .expr import Var
 from .layout import moved_last
 from .ops import Op
-from .schedule import Schedule, ScheduleError, matrix_instruction
+from .schedule import Schedule, ScheduleError, block_limit, matrix_instruction
 from .winograd import AnyPlan, plan
 
 LANES = 16
@@ -463,6 +465,47 @@ def _split_tile(schedule: Schedule, loop: str, block: int, warps: int,
     return schedule, [f"{loop}_o", f"{loop}_i_o", f"{loop}_i_i_o", f"{loop}_i_i_i"]
 
 
+@cache
+def pixel_box(extents: tuple[int, ...], block: int, rows: int) -> tuple[int, ...]:
+    """A block's ``block`` rows as a box over loops of ``extents`` (a conv's ``n, oh, ow``), row-major:
+    the inner sizes powers of two, each ``rows`` consecutive rows (a wgmma tile) a box too; the box
+    whose blocks cover the fewest iterations past the loops' ends, then the widest inner sizes (the
+    ResNet convs' at 128 rows: 56 x 56 -> 2 x 8 x 8, 28 x 28 -> 8 x 4 x 4, 14 x 14 -> 32 x 2 x 2)."""
+    def tile_is_box(sizes: tuple[int, ...]) -> bool:
+        inner = 1
+        for size in reversed(sizes):
+            if inner * size >= rows:
+                return rows % inner == 0 and size % (rows // inner) == 0
+            inner *= size
+        return False
+
+    powers = [[2 ** e for e in range(9) if 2 ** e <= block_limit(extent)] for extent in extents[1:]]
+    found = []
+    for inner in itertools.product(*powers):
+        first, left = divmod(block, math.prod(inner))
+        sizes = (first, *inner)
+        if not left and 1 <= first <= block_limit(extents[0]) and tile_is_box(sizes):
+            covered = math.prod(-(-e // b) * b for e, b in zip(extents, sizes))
+            found.append((covered, tuple(-b for b in reversed(inner)), sizes))
+    return min(found)[2]
+
+
+def _pixel_tile(schedule: Schedule, dims: Sequence[str], block: int, warps: int,
+                size: int) -> tuple[Schedule, list[str]]:
+    """``dims`` (a conv's output pixels) tiled as ``_split_tile`` tiles one loop, a block's rows a
+    ``pixel_box`` of them (its pixels a TMA box of the input, ``stage(engine="tma")``); the same four
+    loops ``m_o`` (blocks), ``m_i_o`` (warps), ``m_i_i_o`` (fragments), ``m_i_i_i``."""
+    extents = tuple(schedule.loop(d).extent for d in dims)
+    block, warps = clamp_tile(math.prod(extents), block, warps, size)
+    for dim, factor in zip(dims, pixel_box(extents, block, size)):
+        schedule = schedule.split(dim, factor)
+    schedule = schedule.reorder(*(f"{d}_o" for d in dims), *(f"{d}_i" for d in dims))
+    schedule = _fused(_fused(schedule, tuple(f"{d}_o" for d in dims), "m_o"),
+                      tuple(f"{d}_i" for d in dims), "m_i")
+    schedule = schedule.split("m_i", block // warps).split("m_i_i", size)
+    return schedule, ["m_o", "m_i_o", "m_i_i_o", "m_i_i_i"]
+
+
 def _matrix_dims(op: Op, preset: str) -> tuple[list[str], list[str]]:
     """The output dims of ``op`` as an implicit GEMM's M (those the first input moves with) and N;
     ScheduleError where either is empty (not rows x columns)."""
@@ -493,7 +536,8 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     ``split_k`` > 1: the steps (``kh, kw`` and the channel steps, fused) are shared out among that many
     blocks along ``block.z`` (``Schedule.split_k``), for shapes whose output tiles launch too few
     blocks. ``engine``: who copies the tiles (``Schedule.stage``): the threads, or ``"tma"``, the tensor
-    memory accelerator (a wgmma ``instruction``'s 2-D operands)."""
+    memory accelerator (a wgmma ``instruction``'s operands: a Matmul's 2-D ones; a conv's, its block's
+    rows then a ``pixel_box`` of output pixels, ``_pixel_tile``)."""
     if split_k < 1:
         raise ScheduleError(f"gpu_wmma: split_k={split_k!r}; choose 1 (no split) or more blocks per tile")
     instruction = instruction or tensor_entry(op, wmma=True)
@@ -505,11 +549,14 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
     channel = op.reduction_channel_dim
     others = [d for d in op.dim_names if d in op.reduction_dims and d != channel]
     schedule = schedule.reorder(*m_dims, *n_dims, *others, channel)
+    pixels = engine == "tma" and len(m_dims) > 1      # TMA copies a block's pixels as one box
     for dims, name in ((m_dims, "m"), (n_dims, "n")):
-        if len(dims) > 1:
+        if len(dims) > 1 and not (pixels and name == "m"):
             schedule = _fused(schedule, tuple(dims), name)
     m, n = (dims[0] if len(dims) == 1 else name for dims, name in ((m_dims, "m"), (n_dims, "n")))
-    schedule, (m_block, m_warp, m_frag, i) = _split_tile(schedule, m, block_m, warps_m, entry.m)
+    schedule, (m_block, m_warp, m_frag, i) = (
+        _pixel_tile(schedule, m_dims, block_m, warps_m, entry.m) if pixels
+        else _split_tile(schedule, m, block_m, warps_m, entry.m))
     schedule, (n_block, n_warp, n_frag, j) = _split_tile(schedule, n, block_n, warps_n, entry.n)
     depth = min(depth, _fragments(schedule.loop(channel).extent, entry.k) * entry.k)
     schedule = schedule.split(channel, depth).split(f"{channel}_i", entry.k)
@@ -570,20 +617,21 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
               cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
-    iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as
-    64 x N fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op
-    need; both inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through
-    matrix descriptors, the copies of the next ``stages - 2`` steps in flight while a step's products
-    run (``stages`` >= 3). ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread
-    issuing a step's boxes, completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands;
-    refused for an im2col gather). ``cluster=(2, 1)``: blocks in clusters of two along the output rows
-    (``(1, 2)``: columns; ``Schedule.cluster``), the input they share copied once a cluster by TMA
-    multicast (``engine="tma"``). ``specialize=True``: warp specialization (``Schedule.specialize``), one
-    more warpgroup issuing the TMA copies while the ``warps_m x warps_n`` ones only multiply (with
-    ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of rows of a whole step's bytes (``Schedule.swizzle``;
-    a ``depth`` of 64 or 128 bytes, ``engine="tma"``): one TMA box a tile a step. float16 or bfloat16
-    operands, or a quantized op's int8 or uint8 activations and symmetric int8 (or ternary) weights
-    (``wgmma_types``: m64nNk32 into exact int32 sums, the quantized epilogue of ``gpu_mma``)."""
+    iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as 64 x N
+    fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op need; both
+    inputs' tiles read by the tensor cores from 32-byte-swizzled shared memory through matrix descriptors,
+    the copies of the next ``stages - 2`` steps in flight while a step's products run (``stages`` >= 3).
+    ``engine="tma"``: the tensor memory accelerator copies the tiles, one thread issuing a step's boxes,
+    completing on an mbarrier a buffer (a Matmul's or Gemm's 2-D operands; a conv's activations and
+    weights as N-D boxes, each tile a box of output pixels: ``pixel_boxes``). ``cluster=(2, 1)``: blocks
+    in clusters of two along the output rows (``(1, 2)``: columns; ``Schedule.cluster``), the input they
+    share copied once a cluster by TMA multicast (``engine="tma"``). ``specialize=True``: warp
+    specialization (``Schedule.specialize``), one more warpgroup issuing the TMA copies while the
+    ``warps_m x warps_n`` ones only multiply (with ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of
+    rows of a whole step's bytes (``Schedule.swizzle``; a ``depth`` of 64 or 128 bytes, ``engine="tma"``):
+    one TMA box a tile a step. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
+    and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
+    quantized epilogue of ``gpu_mma``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
     entry = wgmma_instruction(columns, block_n, warps_n, wgmma_types(op))

@@ -118,7 +118,8 @@ MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage`
 MAX_PIPELINE_STAGES = 8        # buffers of a tensorized kernel's ring of staged tiles (``stage(stages=)``)
 PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run two steps ahead
 # Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
-# gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor)
+# gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor, or of a
+# conv's N-D tensor whose tile is a box of output pixels)
 STAGE_ENGINES = ("threads", "tma")
 SWIZZLE_WIDTHS = (32, 64, 128)  # bytes of a staged tile's swizzled rows (``swizzle``)
 MAX_CLUSTER_BLOCKS = 8         # blocks of a thread-block cluster that every sm_90 GPU launches (``cluster``)
@@ -566,7 +567,8 @@ class Schedule:
         3 when not given): the copies of one iteration of ``at`` go into a ring of that many buffers,
         ``stages - 1`` iterations ahead of the products. ``engine`` (``STAGE_ENGINES``): ``"threads"``
         (``cp.async``) or ``"tma"``, the tensor memory accelerator (a ``wgmma`` kernel's operand that is
-        a 2-D tensor; the cuda target refuses it elsewhere with the reason). Refused for a tensor that
+        a 2-D tensor, or a conv's whose tiles are boxes of output pixels; the cuda target refuses it
+        elsewhere with the reason). Refused for a tensor that
         is not an input or is staged already, stages at different loops or of different depths, a bound
         loop inside ``at``, an index not affine in the loops inside (a fused loop there), and boxes over
         ``MAX_SHARED_BYTES`` together."""

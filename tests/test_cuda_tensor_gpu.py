@@ -106,3 +106,34 @@ def test_tma_multicast_kernels_match_the_reference_on_the_gpu(case):
     ok, error = verify((schedule.add_residual() if "residual" in case else schedule).compile(target="cuda"),
                        seed=17)
     assert ok, error
+
+
+CONV_BOX_OPS = [lo.Conv2d(24, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11,
+                          batch=2, dtype="float16"),
+                lo.Conv2d(16, 20, 5, padding=2, height=17, width=19, batch=3, dtype="float16"),
+                lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"),
+                lo.Conv2d(64, 64, 3, padding=1, height=14, width=14, batch=4, dtype="bfloat16"),
+                lo.Conv1d(16, 24, 3, stride=2, padding=((2, 1),), length=37, batch=3, dtype="float16"),
+                lo.Conv3d(8, 16, 3, stride=(1, 2, 1), padding=1, dilation=(2, 1, 1), depth=7, height=6,
+                          width=7, batch=2, dtype="float16")]
+CONV_BOX_VARIANTS = {"specialized 128-byte swizzle": {"warps_m": 1, "warps_n": 2, "depth": 64, "swizzle": 128,
+                                                      "specialize": True},
+                     "defaults": {},
+                     "specialized small split_k=3": {"block_m": 64, "warps_m": 1, "block_n": 64, "depth": 32,
+                                                     "split_k": 3, "stages": 3, "specialize": True},
+                     "tall stages=3 relu": {"block_m": 256, "block_n": 128, "warps_m": 4, "stages": 3}}
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", CONV_BOX_VARIANTS)
+@pytest.mark.parametrize("op", CONV_BOX_OPS, ids=repr)
+def test_conv_pixel_boxes_match_the_reference_on_the_gpu(op, variant):
+    """A conv's activations copied as TMA boxes of output pixels (``pixel_boxes``; 1-D to 3-D: boxes of
+    rank 3 to 5): stride 2 through the boxes' element strides, dilation, asymmetric padding and the boxes
+    overhanging the output's edges zero-filled, batch > 1, channel tails."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    schedule = gpu_wgmma(op, **CONV_BOX_VARIANTS[variant], engine="tma")
+    ok, error = verify((schedule.clip(low=0.0) if "relu" in variant else schedule).compile(target="cuda"),
+                       seed=19)
+    assert ok, error

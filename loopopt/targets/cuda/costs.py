@@ -20,11 +20,10 @@ class Costs:
     """The cost model's calibrated figures (the H200's; other architectures scale by their ``Arch``)."""
 
     # fitted: what CUDA events around one launch see beyond the kernel's own work (the launch, the L2
-    # cold after the flush, the first loads): 9.5 us of the grid 6-13.5 us (the N=1 rows measure
-    # 11.8-16 us; the first model took 4). A fixed split-K cost (the output's cudaMemsetAsync inside the
-    # events, the atomic adds' tail) fitted to 0 over the 20 split rows, so there is none: the shares'
-    # atomic adds count as device-memory bytes (the output once per share).
-    launch_seconds: float = 9.5e-6
+    # cold after the flush, the first loads): 7.5 us of the grid 4-14.5 us (9.5 us before split-K's
+    # atomic adds were priced, ``atomic_bytes_per_s``; the N=1 rows measure 11.8-16 us; the first model
+    # took 4). A fixed split-K cost fitted to 0 over the 20 split rows.
+    launch_seconds: float = 7.5e-6
     # measured: the SM clock the timed kernels ran at, as a share of the part's boost clock: Nsight
     # Compute counted 711k SM cycles for the 4096^3 wgmma kernel (128 x 256, depth 64, 4 stages) that
     # CUDA events timed at 0.4515 ms, 0.442 ms less the launch: 1.61 GHz of 1.98.
@@ -56,6 +55,13 @@ class Costs:
     step_fixed: float = 108.0
     copy_affine: float = 1.5
     copy_gather: float = 36.0
+    # measured: split-K's atomic adds into the output (and the memset zeroing it first), in bytes a second
+    # after the products, not overlapped with them: conv3_x at N=32 on 256 x 128 TMA tiles took 0.0256,
+    # 0.0390 and 0.0468 ms unsplit, in 2 and in 4 shares (0.0235-0.0245 ms of products each, 38.5 and
+    # 64.2 MB added and zeroed: 2.5-2.8 TB/s), conv4_x at N=32 on 128 x 256 in 8 shares 0.0432 ms
+    # (57.8 MB: 2.9 TB/s); the figure that fits the 54 TMA conv rows of this session best (mean |log|
+    # error 0.196 -> 0.189, the largest factor 1.99 -> 1.54).
+    atomic_bytes_per_s: float = 2.5e12
 
 
 COSTS = Costs()

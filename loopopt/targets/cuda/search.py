@@ -6,8 +6,9 @@ the staged step's depth); a float16, bfloat16 or quantized op's tensor-core pres
 of its types (``preset_entry``: ``gpu_wgmma`` for float16 on ``sm_90``, ``gpu_mma`` on ``sm_80`` and
 newer, ``gpu_wmma`` for float16 and bfloat16: block and warp (warpgroup) tiles, depth, stages, split-K,
 which a quantized op takes on an int32 output only; ``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D
-operands, with its tiles copied by the tensor memory accelerator, ``engine="tma"``: no copy
-instructions in the threads' steps, first among equals). Each knob is clamped to the op as the
+operands and a float conv's (boxes of output pixels, ``pixel_boxes``), with its tiles copied by the
+tensor memory accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among
+equals). Each knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
 ``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
@@ -16,21 +17,23 @@ The cost model (``Gpu``: the device's multiprocessors and clock where a GPU is p
 architecture's data-centre part, ``ARCH``): blocks are resident ``occupancy`` at a time per SM (shared
 memory, threads and registers per SM), so the grid runs in ``waves`` over the SMs; each wave takes the
 longest of its blocks' arithmetic (tensor-core or FFMA rate, less with fewer warps or independent
-accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads, their
-global loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and,
-tensor-core kernels, the instructions their warps issue (``step_instructions``: the copies' code as the
-printer's kernels compile, the products); the whole kernel takes at least its device-memory bytes
-(inputs once, the output once per split-K share) at the HBM rate; plus a launch and each block
-round's pipeline fill. The calibrated figures (launch, clock, issue and tensor rates, L2, instruction
-counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs (``calibration``);
-the search prices its tensor-core candidates by this model (``own_seconds``: the tuning table's model
-column and its Spearman figure against the measured times). The calibration rows are float16 kernels;
-a bfloat16 or int8 candidate is priced by the same figures with its element bytes, int8's doubled
-tensor rate (``device.INT8_PER_F16``) and, where the weights' zero point may be nonzero, the
-activation sums' products (unmeasured extrapolations: the ranking, not the absolute time, is what they
-are for). Split-K shares a tile's reduction
-among blocks: a batch-1 conv whose tiles fill a few SMs ranks split-K first; a large GEMM, whose
-tiles fill the SMs many times, ranks the large tiles first (fewer bytes per flop from L2).
+accumulators per thread than the SM needs to hide latency), their shared-memory/L1 reads, their global
+loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and, tensor-core
+kernels, the instructions their warps issue (``step_instructions``: the copies' code as the printer's
+kernels compile, the products); the whole kernel takes at least its device-memory bytes (inputs once,
+the output once per split-K share) at the HBM rate; plus a launch, each block round's pipeline fill and,
+split-K, the atomic adds of its shares and the output's zeroing after the products
+(``atomic_bytes_per_s``). A TMA-copied conv's blocks are its pixel boxes (``pixel_box``, overhanging
+where they do not tile the output). The calibrated figures (launch, clock, issue and tensor rates, L2,
+atomics, instruction counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs
+(``calibration``); the search prices its tensor-core candidates by this model (``own_seconds``: the
+tuning table's model column and its Spearman figure against the measured times). The calibration rows
+are float16 kernels; a bfloat16 or int8 candidate is priced by the same figures with its element bytes,
+int8's doubled tensor rate (``device.INT8_PER_F16``) and, where the weights' zero point may be nonzero,
+the activation sums' products (unmeasured extrapolations: the ranking, not the absolute time, is what
+they are for). Split-K shares a tile's reduction among blocks: a batch-1 conv whose tiles fill a few SMs
+ranks split-K first; a large GEMM, whose tiles fill the SMs many times, ranks the large tiles first
+(fewer bytes per flop from L2).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from ...dataflows import (
     gpu_tiled,
     gpu_wgmma,
     gpu_wmma,
+    pixel_box,
     tensor_entry,
     wgmma_instruction,
     wgmma_types,
@@ -100,7 +104,7 @@ TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wm
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
 WGMMA_KNOBS = ("swizzle", "specialize")
 BLOCKS = (32, 64, 128, 192, 256)
-WARPS = ((1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
+WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
 # deeper rings first: they win ties
 STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
@@ -167,11 +171,14 @@ class TensorKnobs:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def arguments(self) -> dict:
+        """The preset's keyword arguments: gpu_wgmma's own knobs only where they differ from the
+        defaults (the other presets lack them)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "entry")
+                and (f.name not in WGMMA_KNOBS or getattr(self, f.name) != f.default)}
+
     def schedule(self, op: Op, isa: str) -> Schedule:
-        # gpu_wgmma's own knobs only where they differ from the defaults (the other presets lack them)
-        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("preset", "entry")
-                 and (f.name not in WGMMA_KNOBS or getattr(self, f.name) != f.default)}
-        return TENSOR_PRESETS[self.preset](op, **knobs)
+        return TENSOR_PRESETS[self.preset](op, **self.arguments())
 
     def work(self, op: Op, gpu: Gpu, costs: Costs = COSTS) -> Work:
         return tensor_work(op, self, gpu, costs)
@@ -232,6 +239,7 @@ class Work:
     busy: float                    # 0..1: how busy a thread's independent work keeps it (SIMT: accumulators)
     instructions: float            # per block: warp instructions issued (0: not counted, SIMT)
     issue: float                   # warp instructions an SM scheduler issues per clock
+    atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
 
 
 # --- the op as the presets see it -------------------------------------------------------------------
@@ -248,12 +256,19 @@ def _fragments(extent: int, size: int) -> int:
     return -(-extent // size)
 
 
+@cache
+def _row_dims(op: Op) -> tuple[str, ...]:
+    """The output dims the first input moves with: an implicit GEMM's M (a conv's ``n, oh, ow``)."""
+    reads = {v for e in op.index(op.inputs[0]) for v in e.variables()}
+    return tuple(d for d in _outputs(op) if d in reads)
+
+
+@cache
 def _matrix(op: Op) -> tuple[int, int, int, int] | None:
     """A float16 op as ``gpu_wmma``'s implicit GEMM: M, N, the reduction channels and the other
     reduction dims' product; None where it is not rows x columns (grouped, batched)."""
-    reads = {v for e in op.index(op.inputs[0]) for v in e.variables()}
-    m_dims = [d for d in _outputs(op) if d in reads]
-    n_dims = [d for d in _outputs(op) if d not in reads]
+    m_dims = _row_dims(op)
+    n_dims = [d for d in _outputs(op) if d not in m_dims]
     if not m_dims or not n_dims:
         return None
     channel = op.reduction_channel_dim
@@ -350,7 +365,8 @@ def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
 @cache
 def boxed(op: Op) -> bool:
     """Whether the tensor memory accelerator copies both inputs' tiles of ``gpu_wgmma(op)``
-    (``tma.operand``: a Matmul's or Gemm's 2-D operands whose rows take a multiple of 16 bytes)."""
+    (``tma.operand``: a Matmul's or Gemm's 2-D operands, a float conv's N-D ones, whose rows take a
+    multiple of 16 bytes)."""
     try:
         TensorPrinter(gpu_wgmma(op, engine="tma"), CUDA)
     except ScheduleError:
@@ -363,7 +379,7 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     """The knobs ``preset(op, ...)`` builds with these arguments, clamped as the preset clamps them
     (tiles to the op, the depth to its channels, split-K to the shares its steps make)."""
     m, n, channels, others = _matrix(op)
-    entry = (instruction(wgmma_instruction(n, block_n, warps_n, wgmma_types(op))) if preset == "gpu_wgmma"
+    entry = (instruction(wgmma_instruction(n, block_n, warps_n, _wgmma_types(op))) if preset == "gpu_wgmma"
              else preset_entry(op, preset))
     block_m, warps_m = clamp_tile(m, block_m, warps_m, entry.m)
     block_n, warps_n = clamp_tile(n, block_n, warps_n, entry.n)
@@ -371,9 +387,12 @@ def tensor_knobs(op: Op, preset: str, block_m: int, block_n: int, warps_m: int, 
     steps = others * -(-channels // depth)
     share = -(-steps // split_k)
     if preset == "gpu_wgmma":       # the N of the clamped block's warpgroups
-        entry = instruction(wgmma_instruction(block_n, block_n, warps_n, wgmma_types(op)))
+        entry = instruction(wgmma_instruction(block_n, block_n, warps_n, _wgmma_types(op)))
     return TensorKnobs(preset, block_m, block_n, warps_m, warps_n, depth, stages, -(-steps // share),
                        entry.name, engine)
+
+
+_wgmma_types = cache(wgmma_types)      # an op's wgmma types, found once a search (a Schedule each)
 
 
 def _grid(*choices: Sequence) -> list[tuple]:
@@ -479,7 +498,7 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
     steps = others * -(-channels // knobs.depth)
     share = -(-steps // knobs.split_k)
     reduction = share * knobs.depth                        # reduction elements per block
-    blocks = -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k
+    blocks = _row_blocks(op, knobs) * -(-n // knobs.block_n) * knobs.split_k
     padded = 1.25 if knobs.preset == "gpu_wmma" else 1.0   # wmma's fragment loads: more shared traffic
     entry = knobs.instruction
     # a warp-synchronous entry where an asynchronous one exists (Hopper) runs at its measured share
@@ -500,7 +519,24 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 _device_bytes(op, knobs.split_k, size),
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
-                costs.issue_async if entry.asynchronous else costs.issue_sync)
+                costs.issue_async if entry.asynchronous else costs.issue_sync,
+                _split_bytes(op, knobs.split_k))
+
+
+def _split_bytes(op: Op, split: int) -> float:
+    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first."""
+    return 4.0 * math.prod(op.tensor(op.output).shape) * (split + 1) if split > 1 else 0.0
+
+
+def _row_blocks(op: Op, knobs: TensorKnobs) -> int:
+    """The blocks along M: a TMA-copied conv's pixel boxes (``pixel_box``) cover its output pixels,
+    overhanging where they do not tile them; else ``block_m`` rows a block."""
+    dims = _row_dims(op)
+    extents = tuple(op.extent(d) for d in dims)
+    if knobs.engine == "tma" and len(dims) > 1:
+        sizes = pixel_box(extents, knobs.block_m, knobs.instruction.m)
+        return math.prod(-(-e // s) for e, s in zip(extents, sizes))
+    return -(-math.prod(extents) // knobs.block_m)
 
 
 def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
@@ -546,7 +582,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     per_wave = max(resident * max(cycles), work.latency) / clock
     overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
-    seconds = costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+               + work.atomic_bytes / costs.atomic_bytes_per_s)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
             "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes,

@@ -61,7 +61,7 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, quantized, specialize, tma
+from . import cluster, pixel_boxes, quantized, specialize, tma
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -180,6 +180,10 @@ class TensorPrinter:
         self.multicast = cluster.shared_input(self.s, self.blocks, self.reads, self.tma)
         if self.multicast:
             shared, size = self.multicast.tensor, self.multicast.size
+            if self.tma[shared].rank != 2:
+                raise ScheduleError(f"cluster{self.s.cluster_dims} multicasts slices of 2-D boxes; {shared} "
+                                    f"is copied in {self.tma[shared].rank}-D boxes of a conv: drop the "
+                                    f"cluster")
             self.tma[shared] = replace(self.tma[shared], box_rows=self.rows[shared] // size, slices=size)
         # warp specialization (``specialize``): the register split of its producer and consumers
         self.registers = (specialize.check(self.warp_count, self.accumulators * self.ins.fragment_elements
@@ -346,14 +350,10 @@ class TensorPrinter:
             self._define(depth + 1, self.stored_loops(tensor), "lo_t")
             dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}")
-            coordinates = f"(int) ({box.x.to_c()}), (int) ({box.y.to_c()})"
             if box.slices > 1:
                 self._issue_slices(depth + 1, box, dst, barrier)
-            elif device:
-                self.emit(depth + 1, f"lo_tma_2d({dst}, &{box.map_name}, {coordinates}, {barrier});")
             else:
-                self.emit(depth + 1, f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {coordinates}, "
-                                     f"{box.box_rows}, {box.box_cols}, {barrier});")
+                self.emit(depth + 1, box.issue(dst, barrier, device))
             self.emit(depth, "}")
         if producer and not device:
             self.emit(depth, f"lo_mbar_settle(lo_full + lo_step % {self.pipeline});")
@@ -871,8 +871,10 @@ class TensorPrinter:
             self.emit(depth, "__pipeline_commit();")
 
     def _macros(self) -> list[str]:
+        pixels = any(box.rank > 2 for box in self.tma.values())     # a conv's boxes (``pixel_boxes``)
         if self.syntax.device:
             return [self.ins.header, *([tma.DEVICE] if self.tma else []),
+                    *([pixel_boxes.DEVICE] if pixels else []),
                     *([cluster.DEVICE] if self.multicast else []),
                     *([specialize.DEVICE] if self.registers else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
@@ -880,6 +882,7 @@ class TensorPrinter:
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
         return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
+                *([pixel_boxes.host()] if pixels else []),
                 *([specialize.HOST] if self.registers else []),
                 self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",

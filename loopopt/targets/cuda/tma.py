@@ -10,8 +10,8 @@ launcher through ``cuTensorMapEncodeTiled``, found with ``cudaGetDriverEntryPoin
 ``-lcuda``), box ``k x rows``, the same 32-byte swizzle, zero fill outside the tensor (its tails). One
 thread issues a pipeline step's boxes after ``mbarrier.arrive.expect_tx`` of their bytes on the
 step's barrier (one per buffer of the ring); every thread waits on that barrier's phase before the
-step's products. An im2col gather (padding, stride, windows) is no box: it keeps the threads'
-``cp.async``.
+step's products. A conv's im2col tiles are boxes of its N-D tensors where ``gpu_wmma`` tiles its
+output pixels as boxes (``pixel_boxes``); other gathers keep the threads' ``cp.async``.
 
 The host emulation runs the same steps: the box copy writes each element at the byte address the
 hardware's swizzle gives (bits 4-6 XORed with bits 7-9, as wide as the swizzle), and the barrier
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ...expr import Const, Expr, Var, linear_terms
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
+from . import pixel_boxes
 from .instructions import MatrixInstruction
 
 SWIZZLE_BYTES = 32          # the tiles' swizzle (_swizzled_32b): CU_TENSOR_MAP_SWIZZLE_32B
@@ -69,6 +70,18 @@ class TmaOperand:
     def map_name(self) -> str:
         return f"lo_map_{self.tensor}"
 
+    @property
+    def rank(self) -> int:
+        return 2
+
+    def issue(self, dst: str, barrier: str, device: bool) -> str:
+        """The statement copying the tile at ``dst`` on ``barrier`` (one box)."""
+        coordinates = f"(int) ({self.x.to_c()}), (int) ({self.y.to_c()})"
+        if device:
+            return f"lo_tma_2d({dst}, &{self.map_name}, {coordinates}, {barrier});"
+        return (f"lo_tma_2d(lo_smem_h, {dst}, &{self.map_name}, {coordinates}, {self.box_rows}, "
+                f"{self.box_cols}, {barrier});")
+
     def encode(self) -> str:
         """The launcher's statement building this operand's tensor map (returns an error code on
         failure: a base address not on 16 bytes, say)."""
@@ -90,10 +103,11 @@ class TmaOperand:
 
 
 def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: str, k_loop: str,
-            rows: int, guards: list[str], slices: tuple[str, ...] = ()) -> TmaOperand:
+            rows: int, guards: list[str], slices: tuple[str, ...] = ()) -> TmaOperand | pixel_boxes.PixelBox:
     """``tensor`` staged by TMA in ``schedule`` (tiles of ``rows`` rows along ``row_loop`` and ``ins.k``
     columns along ``k_loop``; in a wider swizzle, ``Schedule.swizzle``, the columns of the k-slices
-    ``slices`` too, ``ins.k`` apart: a step's row); ScheduleError naming what TMA cannot copy."""
+    ``slices`` too, ``ins.k`` apart: a step's row); a conv's N-D tensor as boxes of pixels
+    (``pixel_boxes``); ScheduleError naming what TMA cannot copy."""
     op, where = schedule.op, f"stage({tensor!r}, engine='tma')"
     if not ins.asynchronous:
         raise ScheduleError(f"{where} fills the tiles that wgmma's descriptors read; {ins.name} loads its "
@@ -105,6 +119,13 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
     index = [logical[letter] for letter, block in layout.order]
     plain = (len(index) == 2 and all(isinstance(e, Var) for e in index)
              and len(layout.order) == len(info.letters) and index[1] == Var(op.reduction_channel_dim))
+    width = schedule.tile_swizzle
+    if not plain and len(layout.order) > 2:      # a conv's tensor: its tiles as boxes of pixels
+        if op.quant is not None:
+            raise ScheduleError(f"{where}: TMA fills a conv's padding with zeros; {op!r}'s activations "
+                                f"need their zero point there: stage with engine='threads'")
+        return pixel_boxes.operand(schedule, tensor, ins, row_loop, k_loop, rows, slices,
+                                   width // ins.element_bytes, width)
     if not plain:
         raise ScheduleError(f"{where}: TMA copies boxes of a 2-D tensor stored row by row with the reduction "
                             f"channel {op.reduction_channel_dim!r} contiguous; {tensor} is stored "
@@ -145,7 +166,6 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
             raise ScheduleError(f"{where}: the guard {guard.to_c()} skips columns inside a tile, which TMA "
                                 f"copies whole (it zero-fills only outside {tensor}): split the reduction "
                                 f"by multiples of {ins.k}")
-    width = schedule.tile_swizzle
     return TmaOperand(tensor, row_count, cols, rows, width // ins.element_bytes, ins.element_bytes,
                       ins.operands[0],
                       r_expr.substitute({row_loop: Const(0)}),

@@ -76,11 +76,12 @@ def test_the_shared_memory_counted_is_the_printed_kernels():
 
 
 def test_a_batch_one_conv_ranks_split_k_first():
-    first = _ranked(CONV2_X_N1)[0]
+    """Among the threads' copies (TMA's: ``test_a_convs_candidates_copy_pixel_boxes_by_tma_first``)."""
+    first = next(c for c in _ranked(CONV2_X_N1) if c.knobs.engine == "threads")
     assert first.knobs.split_k > 1 and first.figures["waves"] == 1
     unsplit = next(c for c in _ranked(CONV2_X_N1) if c.knobs == replace(first.knobs, split_k=1))
-    assert unsplit.figures["blocks"] < 132 / 4 < 132 / 2 < first.figures["blocks"] <= 132
-    assert unsplit.figures["predicted_seconds"] > 1.3 * first.figures["predicted_seconds"]
+    assert unsplit.figures["blocks"] <= 132 / 4 < 132 / 2 < first.figures["blocks"] <= 132
+    assert unsplit.figures["predicted_seconds"] > 1.2 * first.figures["predicted_seconds"]
 
 
 def test_a_large_gemm_ranks_large_tiles_first():
@@ -202,14 +203,28 @@ def test_a_gpu_search_verifies_and_logs_its_trials(op, tmp_path):
     assert best_trial(op, log, isa=result.isa).timing.min == result.timing.min
 
 
-def test_a_matmuls_wgmma_candidates_copy_by_tma_first_and_a_convs_by_threads():
-    """TMA copies a Matmul's 2-D operands (first among the model's equals: measured faster), not a
-    conv's im2col nor rows of 13 halves."""
+def test_a_matmuls_wgmma_candidates_copy_by_tma_first():
+    """TMA copies a Matmul's 2-D operands (first among the model's equals: measured faster), not rows
+    of 13 halves."""
     ranked = _ranked(BIG_GEMM)
     assert {c.knobs.engine for c in ranked if c.knobs.preset == "gpu_wgmma"} == {"tma", "threads"}
     assert ranked[0].knobs.engine == "tma" and RULES.describe(ranked[0].knobs.as_dict()).endswith(
         ", TMA, 128-byte swizzle, warp-specialized")
     assert ranked[0].schedule.tma_staged == ("A", "B")
     assert (ranked[0].schedule.tile_swizzle, ranked[0].schedule.specialized) == (128, True)
-    assert {c.knobs.engine for c in _ranked(CONV2_X_N1)} == {"threads"}
     assert not boxed(lo.Matmul(30, 20, 13, dtype="float16"))
+
+
+def test_a_convs_candidates_copy_pixel_boxes_by_tma_first():
+    """A conv's wgmma candidates copy its tiles as TMA boxes of output pixels (``pixel_boxes``), first
+    in the model's ranking: conv2_x at N=1 on the H200, the fastest of them (64 x 64 blocks of 8 x 8
+    pixels, one consumer warpgroup, 128-byte swizzle, warp-specialized: 0.0087 ms one launch) beat every
+    variant the threads copy (0.0112 ms at best) and cuDNN (0.0117 ms); it is a candidate (one
+    warpgroup a block: ``WARPS``' 1 x 1), though the model, whose launch and L2 figures come from the
+    GEMMs, prices it 9% over the threads' first."""
+    ranked = _ranked(CONV2_X_N1)
+    assert ranked[0].knobs.engine == "tma" and ranked[0].schedule.tma_staged == ("I", "W")
+    assert RULES.describe(ranked[0].knobs.as_dict()).endswith(", TMA, 128-byte swizzle, warp-specialized")
+    assert any((c.knobs.block_m, c.knobs.block_n, c.knobs.warps_m, c.knobs.warps_n, c.knobs.depth,
+                c.knobs.stages, c.knobs.split_k, c.knobs.engine, c.knobs.swizzle, c.knobs.specialize)
+               == (64, 64, 1, 1, 64, 4, 1, "tma", 128, True) for c in ranked)
