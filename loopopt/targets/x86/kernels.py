@@ -9,9 +9,17 @@ from functools import cached_property
 
 import numpy as np
 
+from ...buffers import zeros_follow
 from ...kernel import Buffers, Kernel, QuantizedKernel
 from .amx_runtime import require_amx
-from .tiles import TileShape, activations_shape, pack_activations, pack_weights, tile_plan
+from .tiles import (
+    TileShape,
+    activations_in_place,
+    activations_shape,
+    pack_activations,
+    pack_weights,
+    tile_plan,
+)
 
 
 class TileBuffers:
@@ -24,6 +32,12 @@ class TileBuffers:
         """The op as the schedule's tile kernel sees it (gathered patches store unpadded channels)."""
         return tile_plan(self.schedule).shape
 
+    @cached_property
+    def _reads_in_place(self) -> bool:
+        """Whether a channels-last input is read where it is (no copy: ``TileShape.unpadded``; not in a
+        sanitizer build, whose buffers end exactly at their read-ahead)."""
+        return self.tile_shape.unpadded and not self.exact
+
     def _elements(self, name: str) -> int:
         op = self.op
         if name == op.inputs[0]:
@@ -35,6 +49,9 @@ class TileBuffers:
     def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         op, shape = self.op, self.tile_shape
         if tensor == op.inputs[0]:       # ``into``'s padding is still zero: packing writes the interior only
+            in_place = activations_in_place(op, array, shape) if self._reads_in_place else None
+            if in_place is not None and zeros_follow(in_place, self._ahead(tensor)):
+                return in_place          # already stored so (a previous kernel's channels-last output)
             stored = self._zeros(tensor, activations_shape(op, shape), array.dtype) if into is None else into
             return pack_activations(op, array, stored, shape)
         if tensor == op.inputs[1]:

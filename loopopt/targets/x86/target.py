@@ -6,11 +6,11 @@ from ...machine import machine_profile
 from ...ops import Op
 from ...schedule import Schedule
 from ..base import Target
-from ..bytemap import ByteMap
+from ..bytemap import ByteMap, PairMap
 from ..core_costs import CoreCosts
 from ..transpose import Transpose
 from .amx_runtime import amx_available
-from .bytemap_c import x86_byte_map
+from .bytemap_c import x86_byte_map, x86_pair_map
 from .costs import X86_CORE_COSTS
 from .families import compile_schedule, family_of
 from .isa import (
@@ -72,6 +72,9 @@ class X86Target(Target):
 
     def byte_map(self) -> ByteMap:
         return x86_byte_map()
+
+    def pair_map(self) -> PairMap:
+        return x86_pair_map()
 
     def vector_flags(self) -> tuple[str, ...]:
         return ISAS[available_isas()[0]].compile_flags

@@ -11,10 +11,13 @@ the group's input channels in 64-byte chunks (one ``_tile_dpbusd`` for uint8 act
   adds nothing to the raw products ``P``, which is what the compensation of
   ``codegen/quantized.py`` expects of taps that do not exist), each group's channels padded with
   zeros to whole 64-byte chunks (so tile rows of layers with 64-byte multiples of channels start
-  on cache lines, and no chunk reads another group's values). Then every tap of a run of pixels
-  of one output row is one tile load per chunk with row stride ``stride * C`` bytes: no im2col,
-  no bounds checks in the tile loop. An op whose windows are trivial (1x1, stride 1, no padding:
-  also a GEMM) is one long row of ``batch * OH * OW`` pixels, so tiles run across output rows. A
+  on cache lines, and no chunk reads another group's values; int8 of one group and more than 64
+  channels unpadded: ``TileShape.pitch``). Where nothing is padded, a channels-last input (a
+  previous kernel's output) is read where it is, without a copy (``activations_in_place``). Then
+  every tap of a run of pixels of one output row is one tile load per chunk with row stride
+  ``stride * C`` bytes: no im2col, no bounds checks in the tile loop. An op whose windows are
+  trivial (1x1, stride 1, no padding: also a GEMM) is one long row of ``batch * OH * OW`` pixels,
+  so tiles run across output rows. A
   stride-1 conv numbers its output pixels over the padded input's width (``TileShape.wide``, where
   that takes fewer tiles): every tap of consecutive numbers is then at stride ``C`` across output
   rows too, and the numbers past an output row's last pixel are computed and not stored.
@@ -140,8 +143,11 @@ class TileShape(quantized.GroupShape):
         """Channels stored per group: padded with zeros to whole 64-byte chunks (to a 32-bit group
         within one chunk), so tile rows start on cache lines where the channels fill chunks and no
         chunk reads past its group (a bf16 value there would meet a 0 of B, and inf x 0 is NaN).
-        Gathered patches store the channels unpadded (the patch's runs are then ``KW * C`` values)."""
-        if self.patch:
+        Gathered patches store the channels unpadded (the patch's runs are then ``KW * C`` values), and
+        so do int8 ops of one group and more than 64 channels: a pixel's last chunk reads the next
+        pixel's values (or the read-ahead), which meet zeros of B (int8 x 0 = 0), and a previous
+        kernel's channels-last output is read where it is (``unpadded``: MobileNetV2's 96 and 144)."""
+        if self.patch or (self.element == 1 and self.groups == 1 and self.cg > self.values):
             return self.cg
         return _round_up(self.cg, self.group if self.cg <= self.values else self.values)
 
@@ -204,6 +210,12 @@ class TileShape(quantized.GroupShape):
     def channels(self) -> int:
         """Stored input channels (all groups): the pixel pitch of the stored activations."""
         return self.pitch * self.groups
+
+    @property
+    def unpadded(self) -> bool:
+        """The stored activations are the logical ones channels-last: no padded rows, columns or channels
+        (so a channels-last input is read where it is: ``activations_in_place``)."""
+        return self.padded == (self.rows.size, self.cols.size) and self.pitch == self.cg
 
     @property
     def gemm(self) -> bool:
@@ -506,6 +518,17 @@ def pack_activations(op: Op, x: np.ndarray, out: np.ndarray, shape: TileShape | 
     grouped = out.reshape(s.batch, *s.padded, s.groups, s.pitch)
     grouped[:, rows.pad:rows.pad + rows.size, cols.pad:cols.pad + cols.size, :, :s.cg] = image
     return out
+
+
+def activations_in_place(op: Op, x: np.ndarray, shape: TileShape) -> np.ndarray | None:
+    """The logical activations ``x`` of an op whose stored activations are ``unpadded`` as the stored
+    form, viewing its memory, where that memory is channels-last (a previous kernel's output); else None
+    (``pack_activations`` copies)."""
+    s = shape
+    image = np.asarray(x).reshape(s.batch, s.groups, s.cg, s.rows.size, s.cols.size).transpose(0, 3, 4, 1, 2)
+    if not (image.flags.c_contiguous and image.flags.aligned):
+        return None
+    return image.reshape(s.batch, s.rows.size, s.cols.size, s.channels)
 
 
 def activations_shape(op: Op, shape: TileShape | None = None) -> tuple[int, int, int, int]:

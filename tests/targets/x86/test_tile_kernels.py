@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import loopopt as lo
 from loopopt.codegen import quantized
 from loopopt.layout import moved_last
+from loopopt.quant_reference import random_call
 from loopopt.targets.x86 import tiles
 from loopopt.targets.x86.amx import TILE
 from loopopt.targets.x86.space import _gathers_fewer_steps, fused_reduction
@@ -82,6 +83,41 @@ def random_tile_conv(data):
 
 test_random_tile_convs_quick, test_random_tile_convs = tiers(
     random_tile_conv, 1, 20, marks=[needs_amx], data=st.data())
+
+
+def random_tile_call_on_channels_last(data):
+    """A tile kernel called with its constants bound (``with_constants``, as the ONNX backend calls it)
+    on a view of channels-last memory (a previous kernel's output) reads that memory where it is when its
+    int8 activations are stored unpadded (1x1, stride 1, a channel pitch with no padding), else copies
+    (bf16 always: rounded per call); the output bit for bit the plain call's on a copy of the array,
+    also after new values were written at the same address and on another array."""
+    channels = data.draw(st.sampled_from([8, 24, 96, 144]) | st.integers(1, 140))
+    kernel_size, padding = data.draw(st.sampled_from([(1, 0), (1, 0), (3, 1), (1, 1)]))
+    bf16 = data.draw(st.booleans())
+    op = lo.Conv2d(channels, data.draw(st.integers(1, 40)), kernel_size, padding=padding,
+                   bias=data.draw(st.booleans()), batch=data.draw(st.integers(1, 2)),
+                   height=data.draw(st.integers(1, 6)), width=data.draw(st.integers(1, 20)),
+                   dtype="bfloat16" if bf16 else "float32")
+    if not bf16:
+        op = op.with_quant(data.draw(SPECS))
+    kernel = lo.Schedule(op).compile("amx")
+    arrays, params = ([op.random_inputs(2)[t] for t in op.call_tensors], {}) if bf16 else random_call(op, 2)
+    x, *constants = arrays
+    flipped = np.ascontiguousarray(np.flip(x, axis=3))
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    call = kernel.with_constants(*constants, **params)
+    expected = [kernel(np.ascontiguousarray(a), *constants, **params) for a in (x, flipped)]
+    np.testing.assert_array_equal(call(channels_last), expected[0])
+    channels_last[...] = flipped            # new values at the same address (a model's next run)
+    np.testing.assert_array_equal(call(channels_last), expected[1])
+    np.testing.assert_array_equal(call(np.ascontiguousarray(x)), expected[0])       # another array
+    read_in_place = np.shares_memory(kernel._packed(op.inputs[0], channels_last), channels_last)
+    unpadded = kernel_size == 1 and padding == 0 and channels == tiles.TileShape.of(op).pitch
+    assert read_in_place == (unpadded and not bf16)     # bf16 values are rounded into a copy per call
+
+
+test_random_tile_calls_on_channels_last_quick, test_random_tile_calls_on_channels_last = tiers(
+    random_tile_call_on_channels_last, 1, 6, marks=[needs_amx], data=st.data())
 
 
 def random_tile_conv1d(data):
