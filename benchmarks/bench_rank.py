@@ -82,7 +82,8 @@ def candidate(op: Op, isa: str, knobs: dict) -> Candidate | None:
     return Candidate(op, isa, Knobs(knobs["pixel_block"], knobs["channel_block"], tuple(knobs["reduction"]),
                                     tuple(knobs["outer"]), knobs["weights"], knobs["cache_block"],
                                     tuple(tuple(u) for u in knobs["unroll"]), knobs["parallel"],
-                                    knobs.get("weight_format", "int8"), knobs.get("pixel")))
+                                    knobs.get("weight_format", "int8"), knobs.get("pixel"),
+                                    knobs.get("activations", "last")))
 
 
 @dataclass

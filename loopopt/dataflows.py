@@ -677,3 +677,59 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
     # a lane has at most k rounds: a deeper unroll is the same kernel
     return schedule if depth is None else schedule.unroll("k", min(depth, op.k))
+
+
+# --- depthwise convolutions: memory-bound, a thread's channel vector and run of pixels ------------------
+
+DEPTHWISE_THREADS = 128    # threads a block by default (gpu_depthwise)
+
+
+def depthwise_block(op: Op, run: int | None = None, threads_c: int | None = None,
+                    threads_w: int | None = None) -> tuple[int, int, int]:
+    """``gpu_depthwise``'s ``run``, ``threads_c`` and ``threads_w`` for ``op``, defaulted and clamped to
+    it (a run no longer than a row, no more threads than channel vectors and runs)."""
+    if type(op).__name__ != "Conv2d" or not op.in_channels == op.out_channels == op.groups:
+        raise ScheduleError(f"{op!r}: gpu_depthwise takes a Conv2d of groups == in_channels == "
+                            f"out_channels")
+    vectors = -(-op.out_channels // depthwise_vector(op))
+    run = _fit_factor((2 if op.stride[1] == 1 else 1) if run is None else run, op.out_width, "run")
+    spread = -(-vectors // -(-vectors // 32))
+    threads_c = _fit_factor(spread if threads_c is None else threads_c, vectors, "threads_c")
+    runs, per_block = -(-op.out_width // run), max(1, DEPTHWISE_THREADS // threads_c)
+    return run, threads_c, _fit_factor(per_block if threads_w is None else threads_w, runs, "threads_w")
+
+
+def depthwise_vector(op: Op) -> int:
+    """Channels of one 16-byte load of ``op``'s input: 8 float16/bfloat16, 4 float32."""
+    return VECTOR_BYTES // (4 if op.dtype == "float32" else 2)
+
+
+def gpu_depthwise(op: Op, run: int | None = None, threads_c: int | None = None,
+                  threads_w: int | None = None) -> Schedule:
+    """A depthwise ``Conv2d`` (groups == channels) on the cuda target's depthwise kernels
+    (``targets/cuda/depthwise.py``): ``I``/``O`` in ``NHWC``, ``W`` in ``HWIO``; each thread a vector of
+    16 bytes of channels (``k_i``, vectorized: 8 float16/bfloat16, 4 float32) and a ``run`` of output
+    pixels along W (``ow_i``); ``threads_c`` x ``threads_w`` threads a block over channel vectors
+    (``thread.x``) and runs (``thread.y``), the grid over runs (``block.x``), channel vectors
+    (``block.y``) and the images' output rows (``n`` fused with ``oh``, ``block.z``). ``threads_c``
+    defaults to the channel vectors spread evenly over blocks of at most 32, ``threads_w`` to about
+    ``DEPTHWISE_THREADS`` threads a block (at most the runs of a row); ``run`` to 2 pixels (stride 1) or
+    1 (a stride along W), the fastest of 1, 2, 4 and 8 on an H200 at MobileNetV2's depthwise layers
+    (bench_cuda_depthwise.py)."""
+    run, threads_c, threads_w = depthwise_block(op, run, threads_c, threads_w)
+    schedule = Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO")
+    schedule = (schedule.split("k", depthwise_vector(op)).split("k_o", threads_c).split("ow", run)
+                .split("ow_o", threads_w)
+                .reorder("n", "oh", "k_o_o", "ow_o_o", "k_o_i", "ow_o_i", "ow_i", "c", "kh", "kw", "k_i")
+                .fuse("n", "oh").vectorize("k_i"))
+    for loop, axis in (("n_oh", "block.z"), ("k_o_o", "block.y"), ("ow_o_o", "block.x"),
+                       ("k_o_i", "thread.x"), ("ow_o_i", "thread.y")):
+        schedule = schedule.bind(loop, axis)
+    return schedule
+
+
+def _fit_factor(value: int, extent: int, name: str) -> int:
+    """``value`` (a positive int) clamped to ``extent``; ValueError naming ``name`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r}: must be a positive int")
+    return min(value, extent)

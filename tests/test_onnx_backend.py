@@ -40,7 +40,11 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
     rep = backend.prepare(proto, strict=True)
     assert sorted(rep.lowered) == ["conv1", "depthwise", "fc", "pointwise"]
     assert all(node.on_kernel and node.source.startswith("default first choice of the search: ")
-               for node in rep.lowered.values())
+               for name, node in rep.lowered.items() if name != "conv1")
+    # the image's 3 channels read as they arrive, NCHW (the first choice's channels-last twin)
+    assert rep.lowered["conv1"].source.startswith("default best-ranked candidate reading NCHW as its input "
+                                                  "arrives (rank 1): ")
+    assert rep.lowered["conv1"].schedule.layout_of("I").tag == "NCHW"
     assert "groups=8" in repr(rep.lowered["depthwise"].op)
     assert "unroll kh:3,kw:3" in rep.lowered["depthwise"].source           # its taps unrolled
     x = _x(2, 3, 9, 11)

@@ -60,6 +60,13 @@ def test_with_constants_gives_the_call_output_on_strided_activations():
         out = call(given)
         assert not out.flags.c_contiguous and out.base is not None          # NHWC storage, viewed as NCHW
         np.testing.assert_array_equal(out, kernel(np.ascontiguousarray(given), w, b))
+    # the same array object again, its contents changed: read as it is (a view of NHWC memory, bound as
+    # the last call bound it) and copied (NCHW, packed again): both give the new contents' output
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for given, memory in ((channels_last.transpose(0, 3, 1, 2), channels_last), (x2, x2)):
+        call(given)
+        memory *= -1.5
+        np.testing.assert_array_equal(call(given), kernel(np.ascontiguousarray(given), w, b))
     with pytest.raises(ValueError, match=r"I has shape \(2, 5, 9, 7\) and dtype float32; .* expects"):
         call(np.zeros((2, 5, 9, 7), np.float32))
     qkernel = lo.Schedule(QCONV).compensation("packed").compile()      # test_held_int8_...'s kernel

@@ -37,11 +37,13 @@ from loopopt.targets.x86.rank import (
     channel_tail,
     conflict_lines,
     out_of_order,
+    output_fits,
     rank,
     residual_seconds,
     rolled,
     spills_accumulators,
     streamed_bytes,
+    streams_in_any_order,
     strided_seconds,
     tail,
     weights_stay_in_l1,
@@ -600,6 +602,23 @@ def test_a_kernel_that_adds_a_residual_visits_a_large_output_in_its_memory_order
                                                                           alone.knobs.channel_block)
     narrow = Knobs(7, 48, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "packed")
     assert residual_seconds(lo.Conv2d(256, 1024, 1, height=14, width=14), narrow) == 0   # 0.8 MB: it fits
+
+
+def test_weights_of_few_positions_stream_once_where_the_output_fits(recorded_profile):
+    """MobileNetV2's 320->1280 1x1 conv at 7x7 (1.6 MB of weights, 0.25 MB of output): the output fits half
+    of L2, so visiting it out of order costs the streams nothing, and the channel block loop outside the
+    rows (each block's weights read once) ranks before it inside them (the weights read once a row)."""
+    heavy = lo.Conv2d(320, 1280, 1, height=7, width=7)
+    assert output_fits(heavy) and not output_fits(lo.Conv2d(64, 256, 1, height=56, width=56))
+    assert streams_in_any_order(heavy)
+    assert not streams_in_any_order(lo.Conv2d(576, 160, 1, height=7, width=7))          # weights fit L2 too
+    assert not streams_in_any_order(lo.Conv2d(128, 256, 3, stride=2, padding=1, height=28, width=28))  # taps
+    per_row = Knobs(7, 32, ("kh", "kw", "c"), ("n", "ow_o", "c_o", "oh", "k_o"), "packed", 256, (("c_i", 4),))
+    once = replace(per_row, outer=("n", "ow_o", "k_o", "c_o", "oh"))
+    assert out_of_order(heavy, once) == 1 and out_of_order(heavy, per_row) == 0
+    ranked = rank([Candidate(heavy, "avx512", per_row), Candidate(heavy, "avx512", once)])
+    assert ranked[0].knobs == once
+    assert ranked[0].figures["stream_seconds"] == ranked[1].figures["stream_seconds"]    # no scatter counted
 
 
 class ModelTimedExecutor(concurrent.futures.Executor):

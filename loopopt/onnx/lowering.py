@@ -66,12 +66,12 @@ class Lowering:
 
     def input_layout(self, order: tuple[int, ...] | None) -> str | None:
         """The format tag of the kernel's first input stored with its axes in ``order`` (the memory
-        order of the node's input, which reaches the kernel as it is), or None (the logical order, or
-        the node reshapes its input first)."""
+        order of the node's input, which reaches the kernel as it is; None: the logical order, as a
+        model's input arrives), or None (the node reshapes its input first)."""
         letters = self.op.tensor(self.op.inputs[0]).letters
-        if order is None or self.activation is not _same or len(order) != len(letters):
+        if self.activation is not _same or (order is not None and len(order) != len(letters)):
             return None
-        return "".join(letters[axis] for axis in order)
+        return letters if order is None else "".join(letters[axis] for axis in order)
 
     def output_order(self, kernel: Kernel) -> tuple[int, ...] | None:
         """The memory order of the node's output axes as the kernel returns it (a view of its storage

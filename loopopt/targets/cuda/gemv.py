@@ -150,6 +150,21 @@ LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c)
 LO_DEVICE float2 lo_halves(uint32_t u) { return __half22float2(*(const __half2 *) &u); }
 LO_DEVICE void lo_prefetch(const void *p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 """
+# IEEE half bits as a float on the host (no __half2float there), exactly
+HOST_HALF = """\
+LO_DEVICE float lo_half(uint32_t h)    /* IEEE half bits as float, exactly */
+{
+    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 31u, mantissa = h & 1023u;
+    float value = exponent == 0 ? ldexpf((float) mantissa, -24)
+                : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                : ldexpf((float) (mantissa | 1024u), (int) exponent - 25);
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    bits |= sign;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+"""
 _HOST_PRELUDE = """\
 #include <stdint.h>
 #include <string.h>
@@ -170,18 +185,7 @@ LO_DEVICE int lo_dot4(int a, uint32_t b, int c, int b_signed)
 }
 LO_DEVICE int lo_dot4_ss(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 1); }
 LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 0); }
-LO_DEVICE float lo_half(uint32_t h)    /* IEEE half bits as float, exactly */
-{
-    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 31u, mantissa = h & 1023u;
-    float value = exponent == 0 ? ldexpf((float) mantissa, -24)
-                : exponent == 31 ? (mantissa ? NAN : INFINITY)
-                : ldexpf((float) (mantissa | 1024u), (int) exponent - 25);
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    bits |= sign;
-    memcpy(&value, &bits, sizeof value);
-    return value;
-}
+""" + HOST_HALF + """\
 LO_DEVICE float2 lo_halves(uint32_t u) { float2 f = {lo_half(u & 0xffffu), lo_half(u >> 16)}; return f; }
 """
 

@@ -75,7 +75,7 @@ class CudaSource:
 def check_schedule(schedule: Schedule) -> None:
     """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16, bfloat16 and
     quantized ops: tensorized), no CPU annotations (a warp axis without ``tensorize`` is the GEMV
-    family's, ``gemv.py``)."""
+    family's, ``gemv.py``; a vectorized loop beside bound ones the depthwise family's, ``depthwise.py``)."""
     op = schedule.op
     if op.quant is not None or op.dtype != "float32":
         if not schedule.tensorized:
@@ -113,9 +113,11 @@ def launch_shape(schedule: Schedule) -> tuple[tuple[int, int, int], tuple[int, i
 
 def print_kernel(schedule: Schedule, syntax: Syntax = CUDA) -> CudaSource:
     """The kernel of ``schedule`` in ``syntax`` (ScheduleError where the target cannot run it)."""
-    from . import gemv  # the GEMV family builds on this module's names
+    from . import depthwise, gemv  # the families build on this module's names
     if gemv.takes(schedule):
         return gemv.print_gemv(schedule, syntax)
+    if depthwise.takes(schedule):
+        return depthwise.print_depthwise(schedule, syntax)
     check_schedule(schedule)
     if schedule.tensorized:
         from .tensor_printer import TensorPrinter  # it builds on this module's names

@@ -8,7 +8,8 @@ newer, ``gpu_wmma`` for float16 and bfloat16: block and warp (warpgroup) tiles, 
 which a quantized op takes on an int32 output only; ``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D
 operands and a float conv's (boxes of output pixels, ``pixel_boxes``), with its tiles copied by the
 tensor memory accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among
-equals). Each knob is clamped to the op as the
+equals); a depthwise conv's, the depthwise family's runs of 1 and 2 pixels by two blocks
+(``DepthwiseKnobs``, ``depthwise_work``). Each knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
 ``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
@@ -44,6 +45,9 @@ from functools import cache
 
 from ...dataflows import (
     clamp_tile,
+    depthwise_block,
+    depthwise_vector,
+    gpu_depthwise,
     gpu_mma,
     gpu_rows,
     gpu_staged,
@@ -59,7 +63,7 @@ from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import device, specialize
+from . import depthwise, device, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
 from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
@@ -109,6 +113,11 @@ DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per st
 # deeper rings first: they win ties
 STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
 SPLITS = (1, 2, 4, 8, 16)
+# depthwise runs of 4 and 8 pixels were 1.3-2.1x slower than runs of 2 on each of MobileNetV2's layers on
+# an H200 (bench_cuda_depthwise.py), so only runs of 1 and 2 are candidates; None: the default block
+DEPTHWISE_RUNS, DEPTHWISE_THREADS_W = (1, 2), (None, 16)
+DEPTHWISE_REGISTERS = ((1, 46), (2, 62), (4, 109), (8, 154))    # (run, ptxas's registers): 3x3 float16, sm_90
+PRICED = (*TENSOR_PRESETS, "gpu_depthwise")    # the presets this cost model prices (calibrated or not)
 THREADS_X, THREADS_Y, REGS, SIMT_DEPTHS = (8, 16, 32), (4, 8, 16), (1, 2, 4, 8), (8, 16, 32)
 
 
@@ -240,6 +249,30 @@ class Work:
     instructions: float            # per block: warp instructions issued (0: not counted, SIMT)
     issue: float                   # warp instructions an SM scheduler issues per clock
     atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
+
+
+@dataclass(frozen=True)
+class DepthwiseKnobs:
+    """A depthwise conv's candidate (``gpu_depthwise``, ``depthwise.py``): a thread's ``run`` of output
+    pixels, the block's threads over channel vectors (``threads_c``) and runs (``threads_w``), as the
+    preset clamps them."""
+
+    preset: str
+    run: int
+    threads_c: int
+    threads_w: int
+    vector: int                    # channels of a thread (16 bytes: the op's dtype sets it)
+
+    # a block's output pixels along W and its channels (the Knobs protocol's block); the knobs as JSON
+    pixel_block = property(lambda self: self.run * self.threads_w)
+    channel_block = property(lambda self: self.threads_c * self.vector)
+    as_dict = asdict
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return gpu_depthwise(op, self.run, self.threads_c, self.threads_w)
+
+    def work(self, op: Op, gpu: Gpu) -> Work:
+        return depthwise_work(op, self, gpu)
 
 
 # --- the op as the presets see it -------------------------------------------------------------------
@@ -557,6 +590,51 @@ def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
                 min(1.0, accumulators / BUSY_ACCUMULATORS), 0.0, 1.0)
 
 
+def depthwise_candidates(op: Op) -> list[DepthwiseKnobs]:
+    """A depthwise conv's candidates: runs of ``DEPTHWISE_RUNS`` pixels by the default block and by
+    ``DEPTHWISE_THREADS_W`` runs a block, clamped and distinct."""
+    vector = depthwise_vector(op)
+    found = {DepthwiseKnobs("gpu_depthwise", *depthwise_block(op, run, None, threads_w), vector): None
+             for run in DEPTHWISE_RUNS for threads_w in DEPTHWISE_THREADS_W}
+    return list(found)
+
+
+def depthwise_registers(run: int) -> int:
+    """Registers per thread of a depthwise kernel of ``run`` pixels: ptxas's figures of the 3x3 float16
+    kernels at runs 1, 2, 4 and 8 on sm_90 (``DEPTHWISE_REGISTERS``), linear between them."""
+    runs, registers = zip(*DEPTHWISE_REGISTERS, strict=True)
+    above = next((i for i, r in enumerate(runs) if r >= run), len(runs) - 1)
+    if above == 0 or runs[above] <= run:
+        return registers[above]
+    r0, r1, g0, g1 = runs[above - 1], runs[above], registers[above - 1], registers[above]
+    return round(g0 + (g1 - g0) * (run - r0) / (r1 - r0))
+
+
+def depthwise_work(op: Op, knobs: DepthwiseKnobs, gpu: Gpu) -> Work:
+    """A depthwise candidate's work: each thread's weights and every filter row's input pixels of its run
+    (one 16-byte load each, all in flight together, through L1 from L2), then its FFMAs (as busy as its
+    independent sums); the input and weights read from device memory once, the float32 output written
+    once. A block takes at least a load's latency and its threads' FFMAs one after the other (a thread's
+    products wait for its loads)."""
+    vector = knobs.vector
+    (kh, kw), stride, dilation = op.kernel_size, op.stride[1], op.dilation[1]
+    vectors, runs = -(-op.out_channels // vector), -(-op.out_width // knobs.run)
+    blocks = -(-runs // knobs.threads_w) * -(-vectors // knobs.threads_c) * op.batch * op.out_height
+    threads = knobs.threads_c * knobs.threads_w
+    span = (knobs.run - 1) * stride + (kw - 1) * dilation + 1
+    loads = threads * (kh * span + kh * kw) * 16
+    # from L2: the block's input box (the runs' overlapping columns hit L1) and its weights
+    box = kh * ((knobs.threads_w * knobs.run - 1) * stride + (kw - 1) * dilation + 1) + kh * kw
+    sums = knobs.run * vector
+    element = 4 if op.dtype == "float32" else 2
+    hbm = (math.prod(op.tensor(op.inputs[0]).shape) + math.prod(op.tensor(op.inputs[1]).shape)) * element + \
+        4 * math.prod(op.tensor(op.output).shape)
+    return Work(blocks, threads, depthwise_registers(knobs.run), 0, 2.0 * threads * sums * kh * kw, 1, loads,
+                box * knobs.threads_c * 16, hbm, LOAD_LATENCY + sums * kh * kw,
+                2 * device.FP32_LANES_PER_SM[gpu.arch],
+                min(1.0, sums / BUSY_ACCUMULATORS), 0.0, 1.0)
+
+
 def occupancy(work: Work, gpu: Gpu) -> int:
     """Blocks resident per SM at once: the least that shared memory, threads and registers allow."""
     figures = gpu.figures
@@ -605,6 +683,8 @@ class CudaSearch(SearchRules):
     def candidates(self, op: Op, isa: str, threads: int = 1, auto: bool = False) -> list[Candidate]:
         if threads != 1:
             return []
+        if depthwise.is_depthwise(op):
+            return [Candidate(op, isa, knobs) for knobs in depthwise_candidates(op)]
         simt = op.quant is None and op.dtype == "float32"
         space: Callable[[Op, str], list] = simt_candidates if simt else tensor_candidates
         return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
@@ -616,14 +696,14 @@ class CudaSearch(SearchRules):
         return [priced[i] for i in order]
 
     def family(self, candidate: Candidate) -> str:
-        return COST_MODEL if candidate.knobs.preset in TENSOR_PRESETS else KERNEL
+        return COST_MODEL if candidate.knobs.preset in PRICED else KERNEL
 
     def own_seconds(self, candidate: Candidate) -> float:
         return figures(candidate)["predicted_seconds"]
 
     def unpriced(self, candidate: Candidate) -> bool:
-        # the kernel model counts CPU cores; the cost model is calibrated on tensor-core kernels only
-        return candidate.knobs.preset not in TENSOR_PRESETS
+        # the kernel model counts CPU cores; the cost model prices the tensor-core and depthwise kernels
+        return candidate.knobs.preset not in PRICED
 
     def lanes(self, op: Op, isa: str) -> int:
         return WARP
@@ -637,6 +717,9 @@ class CudaSearch(SearchRules):
                 f"columns; {', '.join(SIMT_PRESETS)} for float32 ops)")
 
     def describe(self, knobs: dict) -> str:
+        if knobs["preset"] == "gpu_depthwise":
+            return (f"gpu_depthwise runs of {knobs['run']} pixels, {knobs['threads_c']}x{knobs['threads_w']} "
+                    f"threads")
         if knobs["preset"] in TENSOR_PRESETS:
             groups = "warpgroups" if knobs["preset"] == "gpu_wgmma" else "warps"
             return (f"{knobs['preset']} {knobs['block_m']}x{knobs['block_n']} block, {knobs['warps_m']}x"

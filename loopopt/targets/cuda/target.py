@@ -14,7 +14,7 @@ from ...codegen.pseudocode import header
 from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
 from ..search import SearchRules
-from . import device, gemv, toolchain
+from . import depthwise, device, gemv, toolchain
 from .instructions import MatrixInstruction, instruction
 from .kernel import CudaKernel, GemvQuantizedCudaKernel, QuantizedCudaKernel
 from .printer import print_kernel
@@ -85,15 +85,21 @@ class CudaTarget(Target):
         return kernel
 
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
-        """The GEMV family's own nest (``gemv.pseudocode``), else the schedule's nest."""
+        """The GEMV and depthwise families' own nests (``gemv.pseudocode``, ``depthwise.pseudocode``), else
+        the schedule's nest."""
         if gemv.takes(schedule):
             return "\n".join(header(schedule) + gemv.pseudocode(schedule))
+        if depthwise.takes(schedule):
+            return "\n".join(header(schedule) + depthwise.pseudocode(schedule))
         return super().pseudocode(schedule, isa)
 
     def unmodelled(self, schedule: Schedule) -> str | None:
         if gemv.takes(schedule):
             return ("the kernel model does not count the cuda GEMV kernels (targets/cuda/gemv.py: lanes "
                     "over 16-byte weight vectors, a shuffle butterfly)")
+        if depthwise.takes(schedule):
+            return ("the kernel model does not count the cuda depthwise kernels (targets/cuda/depthwise.py: "
+                    "a thread's channel vector and run of pixels; search.py prices them as bytes moved)")
         return None
 
     def peak(self, isa: str, dtype: str) -> float:

@@ -275,7 +275,8 @@ def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     per pair). Measured over the 32 trials of one search each on a shared machine, Spearman of this
     count with the time: +0.58 (MobileNet-v2 and v1 3x3 depthwise), +0.25 (EfficientNet 5x5
     depthwise), +0.59 and +0.46 (1x1 convs); a depthwise 4x48 block ran 0.19-0.21 ms in order and
-    0.31-0.35 ms with two or three pairs out of order."""
+    0.31-0.35 ms with two or three pairs out of order. ``figures`` counts none where the streams keep
+    their pace in any order (``streams_in_any_order``)."""
     roles = Roles.of(op, knobs.pixel)
     outputs = [d for d in op.dim_names if d not in op.reduction_dims]
     memory = outputs if channels_first else [d for d in outputs if d != roles.channel] + [roles.channel]
@@ -283,6 +284,31 @@ def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     places = [memory.index(loop.removesuffix("_o")) for loop in knobs.outer
               if extents[loop] > 1 and loop.removesuffix("_o") in memory]
     return sum(a > b for i, a in enumerate(places) for b in places[i + 1:])
+
+
+def output_fits(op: Op) -> bool:
+    """Whether the op's output, at ``RESIDUAL_BYTES`` an element, fits half of L2: its blocks then stay in
+    the cache in whatever order the outer loops store them (``residual_seconds`` counts no residual from
+    beyond L2; see ``streams_in_any_order``)."""
+    return math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES <= _caches()[1] // 2
+
+
+def streams_in_any_order(op: Op) -> bool:
+    """Whether a block order out of the output's (``out_of_order``) leaves the streams at the
+    prefetchers' pace: a pointwise op's output fits half of L2 (``output_fits``) while its weights,
+    beyond it, stream (a GEMM's, a 1x1 conv's). ``figures`` then counts no ``SCATTER``, and
+    weight-heavy layers with few positions take the channel block loop outside the rows, each block's
+    weights read once (minimum / median thread times of 40 interleaved calls, the weights out of L2
+    before each, this project's shared Xeon with AMX, load 6): ResNet-50's 1024->2048 1x1 stride-2
+    conv at 14x14 2.58 / 3.20 -> 2.23 / 2.66 ms, 512->2048 at 7x7 1.37 / 1.78 -> 1.22 / 1.51 ms,
+    MobileNetV2's 320->1280 at 7x7 0.449 / 0.531 -> 0.447 / 0.501 ms. Where the weights fit too
+    (MobileNetV2's 576->160 at 7x7 ran 0.106 ms with its rows outside the channel blocks and 0.122 ms
+    with them inside and a cache block, the choice the rule made there), and for a window of several
+    taps (ResNet-18's 128->256 3x3 stride-2 conv took a 14x16 block for 7x32, 0.77-1.18 ms by minimum
+    in three runs, 1-6% slower each time), the rule leaves the layers as they were."""
+    weights = math.prod(op.tensor(op.inputs[1]).shape) * element_bytes(op)
+    pointwise = all(window.taps == 1 for window in op.windows)
+    return pointwise and output_fits(op) and weights > _caches()[1] // 2
 
 
 def residual_seconds(op: Op, knobs: Knobs) -> float:
@@ -296,10 +322,11 @@ def residual_seconds(op: Op, knobs: Knobs) -> float:
     channel blocks outside the row's pixel blocks (one pair out of order) 0.92 ms without the residual and
     1.64 ms with it, in memory order 1.08 and 1.23 ms; 0.21 ms is 3.2 MB at the profile's L3 bandwidth.
     The 128->512 conv at 28x28 (1.6 MB) ran 1.14 ms out of order and 0.97 ms in order with the residual; the
-    256->1024 one at 14x14 (0.8 MB, within half of L2) 1.03 and 1.00 ms. 0 where the output fits."""
-    size = math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES
-    if size <= _caches()[1] // 2:
+    256->1024 one at 14x14 (0.8 MB, within half of L2) 1.03 and 1.00 ms. 0 where the output fits
+    (``output_fits``)."""
+    if output_fits(op):
         return 0.0
+    size = math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES
     return size / _operands(op)[2] * (1 + RESIDUAL_SCATTER * out_of_order(op, knobs))
 
 
@@ -450,7 +477,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
     efficiency *= NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays else L2_FIT
-    scattered = out_of_order(op, knobs, channels_first=planes)
+    scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
     stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
     residual = {"residual_seconds": residual_seconds(op, knobs)} if candidate.residual else {}

@@ -10,7 +10,12 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   along each other position dim whose window has more taps than that dim's (``pixel_dims``: a 7x1
   conv's ``oh``), where consecutive positions of the block share the broadcasts of neighbouring taps;
 * the reduction loops around it in one of their orders (the window taps keep their order);
-* channels-last activations and output; weights stored in the order the loops read them,
+* channels-last activations and output (a float op of one group with at most ``FEW_CHANNELS``
+  reduction channels, an image's, has each candidate also with its first input channels-first, the
+  op's logical layout, ``Knobs.activations``: as a caller's NCHW image arrives, copied by no call;
+  ranked as its channels-last twin, which the search's first choice stays, so
+  ``tune.choice.first_reading`` takes it where the image arrives so); weights stored in the order the
+  loops read them,
   plain (``HWIO``-like), packed by channel block (``OHWI32o``; for a GEMM the packed ``B``
   panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
   (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
@@ -87,6 +92,12 @@ EVEN_BLOCK = 64                # an even share of the reduction channels is a ca
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
 UNROLL = 4                     # factor of the partly unrolled innermost reduction loop
 MAX_TAP_CHANNELS = 8           # output channels per tap dot block at most (each its own weight broadcast)
+FEW_CHANNELS = 4               # reduction channels up to which a float op's register blocks also
+                               # read their first input channels-first (an RGB image: MobileNetV2's stem,
+                               # 3->32 3x3 stride 2 at 224x224, 8x32 blocks, per call with the weights
+                               # prepacked: 226 us reading NCHW, 343 us copying it to NHWC first; its
+                               # kernel alone alike, minimum of 40 interleaved calls, shared Xeon with AMX)
+ACTIVATIONS = ("last", "first")   # the first input channels-last, or channels-first (its logical layout)
 WEIGHTS = ("plain", "packed", "dot", "taps", "planes")
 LUT_FORMATS = ("tl1", "tl2")   # the table-lookup weight formats of ternary ops
 LUT_COLUMN_BLOCKS = (1, 2, 3, 4, 8)   # column blocks of 32 channels in a table-lookup register block
@@ -107,15 +118,18 @@ class Knobs:
     parallel: str | None = None
     weight_format: str = "int8"    # Schedule.weight_format: "i2_s" for ternary ops
     pixel: str | None = None       # the position dim of the block where it is not ``Roles.pixel``
+    activations: str = "last"      # one of ACTIVATIONS: where the first input's channels are stored
 
     def as_dict(self) -> dict:
-        """The knobs as JSON values (``weight_format`` and ``pixel`` only where not the default)."""
+        """The knobs as JSON values (``weight_format``, ``pixel`` and ``activations`` only where not the
+        default)."""
         fmt = {} if self.weight_format == "int8" else {"weight_format": self.weight_format}
         along = {} if self.pixel is None else {"pixel": self.pixel}
+        first = {} if self.activations == "last" else {"activations": self.activations}
         return {"pixel_block": self.pixel_block, "channel_block": self.channel_block,
                 "reduction": list(self.reduction), "outer": list(self.outer), "weights": self.weights,
                 "cache_block": self.cache_block, "unroll": [list(u) for u in self.unroll],
-                "parallel": self.parallel, **fmt, **along}
+                "parallel": self.parallel, **fmt, **along, **first}
 
     def schedule(self, op: Op, isa: str) -> Schedule:
         return build(op, self, lanes(op, isa))
@@ -263,10 +277,13 @@ def axis_of(op: Op, tensor: str, dim: str) -> int:
 
 
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
-    """Storage layout tags: channels-last activations and output, weights in loop order."""
+    """Storage layout tags: channels-last activations (or the first input channels-first:
+    ``Knobs.activations``) and output, weights in loop order."""
     roles = Roles.of(op)
     weights = op.inputs[1]
     tags = activations_last(op)
+    if knobs.activations == "first":
+        tags[op.inputs[0]] = op.tensor(op.inputs[0]).letters
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
     reduction = "".join(letters[axis_of(op, weights, d)] for d in knobs.reduction)
@@ -594,6 +611,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
         weight_kinds.append("dot")
     channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
     cache_blocks = [0] + cache_block_sizes(rc_extent)
+    activations = activation_choices(op)
     found = []
     for cb, weights, cache_block in itertools.product(channel_blocks, weight_kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
@@ -618,8 +636,21 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
                                       "i2_s" if ternary(op) else "int8", pixel)
-                        found.append(Candidate(op, isa, knobs))
+                        found += [Candidate(op, isa, replace(knobs, activations=where))
+                                  for where in activations]
     return found
+
+
+def activation_choices(op: Op) -> tuple[str, ...]:
+    """Where a register block of ``op`` may store its first input's channels (``ACTIVATIONS``): last, and
+    first too for a float op of one group with at most ``FEW_CHANNELS`` reduction channels whose logical
+    layout is not channels-last: its lanes (output channels) share each input element, a broadcast read
+    from either layout. Not with groups (each lane reads its own group's channel: a gather from
+    channels-first), nor quantized (a dot group needs its 4 channels adjacent)."""
+    source = op.inputs[0]
+    few = op.quant is None and op.groups == 1 and op.extent(op.reduction_channel_dim) <= FEW_CHANNELS
+    moved = activations_last(op)[source] != op.tensor(source).letters
+    return ACTIVATIONS if few and moved else ACTIVATIONS[:1]
 
 
 def binary_candidates(op: Op, isa: str, threads: int = 1) -> list[Candidate]:

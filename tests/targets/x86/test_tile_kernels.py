@@ -104,7 +104,11 @@ def random_tile_call_on_channels_last(data):
     arrays, params = ([op.random_inputs(2)[t] for t in op.call_tensors], {}) if bf16 else random_call(op, 2)
     x, *constants = arrays
     flipped = np.ascontiguousarray(np.flip(x, axis=3))
-    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    # a previous kernel's output: channels-last memory followed by zeros in its allocation
+    n, c, h, w = x.shape
+    storage = np.zeros(x.size + 64, x.dtype)
+    channels_last = storage[:x.size].reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    channels_last[...] = x
     call = kernel.with_constants(*constants, **params)
     expected = [kernel(np.ascontiguousarray(a), *constants, **params) for a in (x, flipped)]
     np.testing.assert_array_equal(call(channels_last), expected[0])
@@ -114,6 +118,10 @@ def random_tile_call_on_channels_last(data):
     read_in_place = np.shares_memory(kernel._packed(op.inputs[0], channels_last), channels_last)
     unpadded = kernel_size == 1 and padding == 0 and channels == tiles.TileShape.of(op).pitch
     assert read_in_place == (unpadded and not bf16)     # bf16 values are rounded into a copy per call
+    alone = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)    # no zeros after it
+    in_place_alone = np.shares_memory(kernel._packed(op.inputs[0], alone), alone)
+    assert in_place_alone == (unpadded and not bf16 and kernel._ahead(op.inputs[0]) == 0)
+    np.testing.assert_array_equal(call(alone), expected[0])
 
 
 test_random_tile_calls_on_channels_last_quick, test_random_tile_calls_on_channels_last = tiers(
