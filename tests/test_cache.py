@@ -206,7 +206,7 @@ def test_precompile_after_from_the_environment(cache, monkeypatch):
 
 
 def test_opt_level_builds_and_keys_each_level_apart(cache, monkeypatch):
-    """$LOOPOPT_OPT_LEVEL (the suite's 1) builds at that -O level and is part of the cache key: a kernel
+    """$LOOPOPT_OPT_LEVEL (the suite sets 2) builds at that -O level and is part of the cache key: a kernel
     built at one level is never loaded at another; unset means -O3; any other value is refused."""
     levels = []
     compile_once = cbuild.run_compiler
