@@ -198,7 +198,7 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
     the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
-    (None: loopopt's, passive: ``loopopt.openmp``)."""
+    (None: loopopt's, a short spin: ``loopopt.openmp``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
     env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
@@ -249,7 +249,7 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
 
 def process_text(rounds: int, wait_policy: str | None) -> str:
     """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
-    policy = ("loopopt's OpenMP wait policy (passive: `loopopt.openmp`)" if wait_policy is None
+    policy = ("loopopt's OpenMP wait policy (300 spins, then asleep: `loopopt.openmp`)" if wait_policy is None
               else f"`OMP_WAIT_POLICY={wait_policy}` in loopopt's process")
     return (f"Each runtime runs in its own worker process (`benchmarks/runtimes.py`: started once, the model "
             f"prepared once in each, as a user runs one runtime), with the same thread count (the `threads` "
@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
                              "into the log first (default 0: the log as it is)")
     parser.add_argument("--omp-wait-policy", choices=("active", "passive"),
-                        help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's, passive)")
+                        help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's: "
+                             "a short spin)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:

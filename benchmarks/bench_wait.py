@@ -1,7 +1,7 @@
 """loopopt alone on several threads: libgomp's default OpenMP wait policy (its threads spin at a barrier)
-against loopopt's own (``loopopt.openmp``: passive) and a short spin, and one thread for scale, each a
-worker process of its own (``runtimes.Worker``) running the same whole model (``bench_onnx.export``:
-random weights, batch 1), interleaved rounds.
+against loopopt's own (``loopopt.openmp``: a short spin), passive and a longer spin, and one thread for
+scale, each a worker process of its own (``runtimes.Worker``) running the same whole model
+(``bench_onnx.export``: random weights, batch 1), interleaved rounds.
 
     python benchmarks/bench_wait.py [--models resnet18] [--precisions fp32] [--threads 2]
                                     [--resolution 224] [--rounds 15] [--write]
@@ -34,8 +34,9 @@ from loopopt.onnx.report import random_inputs  # noqa: E402
 SECTION = "## OpenMP wait policy of multi-threaded plans"
 POLICIES = {   # the environment of a worker: how its OpenMP threads wait at a barrier
     "libgomp's default": {"GOMP_SPINCOUNT": "300000"},    # what libgomp does unset: spin 300,000 times
-    "loopopt's default (passive)": {},                   # loopopt.openmp: OMP_WAIT_POLICY=passive
-    "spin 10k": {"GOMP_SPINCOUNT": "10000"},
+    "loopopt's default (spin 300)": {},                  # loopopt.openmp: GOMP_SPINCOUNT=300
+    "passive": {"OMP_WAIT_POLICY": "passive"},           # asleep at once
+    "spin 3k": {"GOMP_SPINCOUNT": "3000"},
 }
 
 
@@ -88,8 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         f"inputs, batch 1, {args.resolution}x{args.resolution}, {args.rounds} interleaved rounds "
         f"({SETTLE * 1e3:.0f} ms apart). `libgomp's default`: its threads spin 300,000 times at a barrier "
         "before they sleep (`GOMP_SPINCOUNT=300000` in that worker: what libgomp does when nothing is set); "
-        "`loopopt's default (passive)`: nothing set, so loopopt loads libgomp with `OMP_WAIT_POLICY=passive` "
-        "(`loopopt.openmp`: the threads sleep at once); `spin 10k`: `GOMP_SPINCOUNT=10000`. `libgomp / row` "
+        "`loopopt's default (spin 300)`: nothing set, so loopopt loads libgomp with `GOMP_SPINCOUNT=300` "
+        "(`loopopt.openmp`: a few microseconds, then asleep); `passive`: `OMP_WAIT_POLICY=passive` "
+        "(asleep at once); `spin 3k`: `GOMP_SPINCOUNT=3000`. `libgomp / row` "
         "> 1: the row is faster than libgomp's default; `same output`: the row's output equals the first "
         "row's (rtol 1e-4). These figures depend on the other processes' share above: on cores of its own a "
         "spinning wait can answer a barrier sooner (not measured: this machine is shared); "

@@ -191,7 +191,7 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
     if not _trusted(target):
         _build(name, source, cdef, all_flags, link_flags, target, cc)
     if OPENMP_FLAG in link_flags:
-        load_runtime()              # loopopt's OpenMP threads wait passively unless the user says otherwise
+        load_runtime()              # loopopt's threads spin briefly, then sleep, unless the user says
     spec = importlib.util.spec_from_file_location(name, target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,20 +1,27 @@
-"""How loopopt's OpenMP threads wait: passively, unless the environment says otherwise.
+"""How loopopt's OpenMP threads wait: a short spin, then asleep, unless the environment says otherwise.
 
 libgomp reads its wait policy from the environment once, when it is loaded. By default its threads
-spin at a barrier (300,000 times) before they sleep; on a machine whose cores other
-work also wants, a spinning thread takes a core from the thread it waits for. Measured (loopopt alone,
+spin at a barrier (300,000 times) before they sleep; on a machine whose cores other work also wants, a
+spinning thread takes a core from the thread it waits for. Measured (loopopt alone,
 ``benchmarks/bench_wait.py``, a 2-core Xeon loaded by other processes, docs/benchmarks.md): ResNet-18
 fp32 on 2 threads 311.4 ms a run by default, 58.5 ms with ``OMP_WAIT_POLICY=passive`` (5.3x), 85.3 ms
-on 1 thread; int8 262.5 ms, 18.5 ms and 25.5 ms.
+on 1 thread. Asleep at once (passive), each parallel region wakes the other threads, which costs more
+than a short spin where kernels follow each other: MobileNetV2 fp32 on 2 threads of an idle 2-core Xeon
+(AMX, KVM; 11 interleaved rounds, medians) 10.44 ms passive, 8.29 ms spinning 300 times (a few
+microseconds) first, 7.66 ms at 1,000, 7.22 ms at 3,000; ResNet-18 fp32 19.29 -> 17.23 ms, MobileNetV2
+int8 11.41 -> 10.36 ms at 300. With a busy process on one of the two cores: 14.16 ms passive, 14.81 ms
+at 300, 16.37 ms at 1,000 (at 74% of the CPU taken by others, 3,000 was 1.7x passive): ``SPIN_COUNT``
+is the spin that gains where the cores are free and costs little where they are not.
 
 ``load_runtime()`` loads libgomp (once, before the first kernel built with OpenMP) with
-``OMP_WAIT_POLICY=passive`` unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, and then puts the
+``GOMP_SPINCOUNT=SPIN_COUNT`` unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, and then puts the
 environment back as it was, for child processes and other libraries' own settings. A process has one
 libgomp (PyTorch's bundled copy has the same soname, so whichever loads first serves both): loaded by
-loopopt first, PyTorch's OpenMP threads wait passively too; loaded by another library first (``import
-torch`` before the first kernel), it keeps the policy that load read, for loopopt's kernels too. Set
-``OMP_WAIT_POLICY=active`` (or a ``GOMP_SPINCOUNT``) before the first kernel to spin. Where the
-compiler's OpenMP runtime is not libgomp (``CC=clang``: libomp), nothing is set.
+loopopt first, PyTorch's OpenMP threads wait so too; loaded by another library first (``import torch``
+before the first kernel), it keeps the policy that load read, for loopopt's kernels too. Set
+``OMP_WAIT_POLICY=passive`` on a machine shared with other work (or ``active``, or a ``GOMP_SPINCOUNT``)
+before the first kernel to choose otherwise. Where the compiler's OpenMP runtime is not libgomp
+(``CC=clang``: libomp), nothing is set.
 """
 from __future__ import annotations
 
@@ -24,23 +31,24 @@ import os
 OPENMP_FLAG = "-fopenmp"        # what compiles and links a kernel with OpenMP
 RUNTIME = "libgomp.so.1"
 USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")   # either one: the user chose how threads wait
-DEFAULT_POLICY = "passive"
+SPIN_COUNT = "300"     # libgomp spins this many times at a barrier before its thread sleeps
 
 _loaded = False
 
 
 def load_runtime() -> None:
-    """Load libgomp for loopopt's kernels, waiting passively unless the environment says how to wait."""
+    """Load libgomp for loopopt's kernels, spinning ``SPIN_COUNT`` times at a barrier before a thread
+    sleeps, unless the environment says how to wait."""
     global _loaded
     if _loaded:
         return
     _loaded = True
     if any(name in os.environ for name in USER_SETTINGS):
         return                              # the kernel's own load reads the user's settings
-    os.environ["OMP_WAIT_POLICY"] = DEFAULT_POLICY
+    os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
     try:
         ctypes.CDLL(RUNTIME, mode=os.RTLD_GLOBAL)
     except OSError:
         pass                                # another OpenMP runtime (libomp): it reads its own settings
     finally:
-        del os.environ["OMP_WAIT_POLICY"]
+        del os.environ["GOMP_SPINCOUNT"]

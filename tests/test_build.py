@@ -4,7 +4,7 @@ import pytest
 
 import loopopt as lo
 from loopopt import cbuild
-from loopopt.openmp import USER_SETTINGS
+from loopopt.openmp import SPIN_COUNT, USER_SETTINGS
 from loopopt.targets.x86.isa import resolve_isa
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
@@ -112,14 +112,15 @@ def test_measure_of_a_schedule_says_to_compile_it_first():
 
 def _spin_count(environment: dict[str, str]) -> str:
     """libgomp's spin count in a fresh process that loads an OpenMP module through ``compile_c`` with
-    ``environment`` added, and that process's OMP_WAIT_POLICY afterwards."""
+    ``environment`` added, and that process's OMP_WAIT_POLICY and GOMP_SPINCOUNT afterwards."""
     import os
     import subprocess
     import sys
     code = ("import ctypes, os\nfrom loopopt.cbuild import compile_c\n"
             "compile_c('int lo_threads(void){int n=0;\\n#pragma omp parallel\\n{\\n#pragma omp atomic\\nn++;}"
             "return n;}', 'int lo_threads(void);', ('-fopenmp',), ('-fopenmp',))\n"
-            "print(os.environ.get('OMP_WAIT_POLICY'))\nctypes.CDLL('libgomp.so.1').omp_display_env(1)\n")
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))\n"
+            "ctypes.CDLL('libgomp.so.1').omp_display_env(1)\n")
     inherited = {name: value for name, value in os.environ.items() if name not in USER_SETTINGS}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**inherited, **environment})
@@ -127,13 +128,14 @@ def _spin_count(environment: dict[str, str]) -> str:
     return f"{spin} {done.stdout.strip()}"
 
 
-def test_openmp_threads_wait_passively_and_the_environment_is_put_back():
-    """loopopt's libgomp loads with OMP_WAIT_POLICY=passive (spin count 0, libgomp's default 300000) and
-    the process's environment stays as it was (other OpenMP runtimes, child processes)."""
-    assert _spin_count({}) == "0 None"
+def test_openmp_threads_spin_briefly_and_the_environment_is_put_back():
+    """loopopt's libgomp loads with GOMP_SPINCOUNT=300 (libgomp's default 300000) and the process's
+    environment stays as it was (other OpenMP runtimes, child processes)."""
+    assert _spin_count({}) == f"{SPIN_COUNT} None None"
 
 
 @pytest.mark.slow
 def test_openmp_wait_set_by_the_user_is_kept():
-    assert _spin_count({"OMP_WAIT_POLICY": "active"}) == "30000000000 active"
-    assert _spin_count({"GOMP_SPINCOUNT": "1234"}) == "1234 None"
+    assert _spin_count({"OMP_WAIT_POLICY": "active"}) == "30000000000 active None"
+    assert _spin_count({"OMP_WAIT_POLICY": "passive"}) == "0 passive None"
+    assert _spin_count({"GOMP_SPINCOUNT": "1234"}) == "1234 None 1234"
