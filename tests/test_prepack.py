@@ -67,6 +67,11 @@ def test_with_constants_gives_the_call_output_on_strided_activations():
         call(given)
         memory *= -1.5
         np.testing.assert_array_equal(call(given), kernel(np.ascontiguousarray(given), w, b))
+    reshaped = channels_last.transpose(0, 3, 1, 2)      # read as it is, then its shape set in place:
+    call(reshaped)                                      # the same object, refused
+    reshaped.shape = (*reshaped.shape[:2], -1)
+    with pytest.raises(ValueError, match=r"I has shape \(\d+, \d+, \d+\) and dtype float32; .* expects"):
+        call(reshaped)
     with pytest.raises(ValueError, match=r"I has shape \(2, 5, 9, 7\) and dtype float32; .* expects"):
         call(np.zeros((2, 5, 9, 7), np.float32))
     qkernel = lo.Schedule(QCONV).compensation("packed").compile()      # test_held_int8_...'s kernel
