@@ -61,7 +61,7 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, pixel_boxes, quantized, specialize, tma
+from . import cluster, padding_sums, pixel_boxes, quantized, specialize, tma
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -497,7 +497,11 @@ class TensorPrinter:
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
             sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
-            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums)
+            if not padding_sums.compensated(self.s):
+                return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums)
+            store = quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums,
+                                    padding_sums.OUTSIDE)
+            return f"{{ {padding_sums.declare(self.op, self.s.dim_values, channel)} {store} }}"
         if self.op.scales is not None:
             alpha, beta = self.op.scales
             bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
@@ -572,7 +576,7 @@ class TensorPrinter:
         """The nest's parameters: the tensors (the inputs of the element type the tiles hold, float32
         bias and output) and a quantized op's (``quantized.parameters``)."""
         if self.quant is not None:
-            return quantized.parameters(self.op)
+            return quantized.parameters(self.s)
         return tuple(KernelParam(t, self.code.element if t in self.op.inputs else "float",
                                  const=t != self.op.output) for t in kernel_arguments(self.s))
 
@@ -875,6 +879,7 @@ class TensorPrinter:
         if self.syntax.device:
             return [self.ins.header, *([tma.DEVICE] if self.tma else []),
                     *([pixel_boxes.DEVICE] if pixels else []),
+                    *([padding_sums.helpers(True)] if padding_sums.compensated(self.s) else []),
                     *([cluster.DEVICE] if self.multicast else []),
                     *([specialize.DEVICE] if self.registers else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
@@ -882,7 +887,8 @@ class TensorPrinter:
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
         return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
-                *([pixel_boxes.host()] if pixels else []),
+                *([pixel_boxes.host(self.ins.element_bytes)] if pixels else []),
+                *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
                 *([specialize.HOST] if self.registers else []),
                 self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
@@ -898,7 +904,10 @@ class TensorPrinter:
                 + [" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in s.layouts),
                    f" * loops: {loops}",
                    f" * grid {self.grid}, block {self.block}; {self.accumulators} accumulator "
-                   f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory", " */"])
+                   f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory"]
+                + ([" * padding: TMA fills it with 0; the epilogue adds lo_zx x the weights at each output "
+                    "pixel's taps outside the input (lo_taps, padding_sums.py)"]
+                   if padding_sums.compensated(s) else []) + [" */"])
 
     def source(self) -> CudaSource:
         nest = self._nest()
