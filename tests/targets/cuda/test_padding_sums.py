@@ -4,7 +4,8 @@ each pixel's taps outside the input (``targets/cuda/padding_sums.py``). The pref
 direct sum (Conv1d to Conv3d); the host emulation bit for bit against quant.py's reference over random
 convs (1-D to 3-D, stride, dilation, per-side padding, batch > 1, channel tails, boxes overhanging the
 output, every spec wgmma takes, split-K on int32); the emulation missing it without the compensation,
-with the padding's taps read one off, or with a conv's zero point left out; the printed source; the
+with the padding's taps read one off, a border pixel taken for an interior one, or with a conv's zero point
+left out; the printed source; the
 refusals. The GPU runs are ``test_cuda_int8_gpu.py``'s (``-m gpu``)."""
 import numpy as np
 import pytest
@@ -78,6 +79,12 @@ def _taps_one_off(monkeypatch):
         "lo_end_tap(lo_v0, 2,", "1 + lo_end_tap(lo_v0, 2,"))
 
 
+def _interior_too_wide(monkeypatch):
+    interior = padding_sums.interior
+    monkeypatch.setattr(padding_sums, "interior", lambda window: (lambda first, last: (first - 1, last))(
+        *interior(window)))
+
+
 def _no_zero_point(monkeypatch):
     store = quantized.store
     monkeypatch.setattr(quantized, "store", lambda *args: store(*args).replace("(unsigned) lo_zx *", "0u *"))
@@ -86,6 +93,7 @@ def _no_zero_point(monkeypatch):
 @pytest.mark.parametrize("mutate", [
     pytest.param(_no_compensation, id="no compensation"),
     pytest.param(_taps_one_off, id="taps inside one off", marks=pytest.mark.slow),
+    pytest.param(_interior_too_wide, id="a border pixel taken for interior", marks=pytest.mark.slow),
     pytest.param(_no_zero_point, id="without the zero point", marks=pytest.mark.slow)])
 def test_the_emulation_misses_without_an_exact_compensation(monkeypatch, mutate):
     mutate(monkeypatch)
@@ -100,7 +108,8 @@ def test_the_source_prints_byte_maps_and_the_padding_table():
     op = lo.Conv2d(64, 64, 3, padding=1, height=16, width=16, batch=2, quant=U8)
     printed = print_kernel(gpu_wgmma(op, warps_m=1, depth=64, swizzle=64, engine="tma", specialize=True))
     for text in ("if (lo_encode(&lo_map_I, 0, 4, (void *) I, lo_dims", "lo_box[4] = {64u, 16u, 4u, 1u}",
-                 "lo_first_tap(lo_v0, 1, 3)", f"const int {padding_sums.OUTSIDE} = ",
+                 "if (lo_o0 < 1 || lo_o0 > 14 || lo_o1 < 1 || lo_o1 > 14) {", "lo_first_tap(lo_v0, 1, 3)",
+                 f"{padding_sums.OUTSIDE} = lo_t[15] - (lo_t[lo_b0 * 4 + lo_b1] - lo_t[lo_b0 * 4 + lo_a1] - ",
                  "padding: TMA fills it with 0"):
         assert text in printed.source, text
     assert padding_sums.TABLE in [p.name for p in printed.params]
