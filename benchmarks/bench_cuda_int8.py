@@ -34,17 +34,10 @@ import json
 import math
 import sys
 
+import cuda_bench
 import numpy as np
 from bench_cuda_tensor import build_all, model_first
-from cuda_bench import (
-    events_median,
-    fastest_verified,
-    graph_median,
-    interleaved_medians,
-    main,
-    markdown,
-    torch_graph_median,
-)
+from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
 from loopopt.dataflows import TENSOR_PRESETS, gpu_mma, gpu_wgmma
@@ -300,9 +293,10 @@ def bench(cases: list[str]) -> list[dict]:
 
 def interleaved(kernel, args: list[np.ndarray], params: dict, timed: list, rounds: int = 9) -> dict:
     """The case's fastest kernel and each of its peers (``timed``) timed again in alternation: ms, the
-    medians of ``rounds`` rounds' medians (``interleaved_medians``)."""
+    medians of ``rounds`` rounds' medians (``cuda_bench.interleaved_medians``)."""
     buffers = kernel.prepare(*args, **params)
-    seconds = interleaved_medians([lambda: kernel.run(buffers), *(call for *_, call in timed)], rounds)
+    calls = [lambda: kernel.run(buffers), *(call for *_, call in timed)]
+    seconds = cuda_bench.interleaved_medians(calls, rounds)
     return {"interleaved": {"rounds": rounds, "ms": seconds[0] * 1e3,
                             "peers_ms": {name: s * 1e3 for (name, *_), s in zip(timed, seconds[1:])}}}
 
