@@ -17,7 +17,10 @@ weights and ``S`` the sum of the activations' tile over the output's row (the *a
 by the tensor cores too, against a fragment of ones; only where ``zw`` may be nonzero:
 ``needs_activation_sums``). The kernel takes ``lo_comp``, ``lo_zw`` (with the sums), ``lo_mult``
 (``quant.output_multipliers``), a dequantized output's float32 bias, ``lo_zx`` (the tiles' fill) and
-``lo_zy``; everything is int32 arithmetic that wraps, exact because the true sum fits int32.
+``lo_zy``; everything is int32 arithmetic that wraps, exact because the true sum fits int32. Where TMA
+copies a conv's activations (pixel boxes) its padding holds 0, not ``zx``: the kernel also takes the
+weights' prefix table over the taps and adds ``zx`` times the weights at a border pixel's taps outside
+(``padding_sums``).
 """
 from __future__ import annotations
 
