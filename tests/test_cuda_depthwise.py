@@ -72,14 +72,16 @@ def test_a_contraction_with_a_depthwise_conv_s_roles_runs_the_same_kernel_and_is
 @pytest.mark.parametrize("op, message", [
     (lo.Conv2d(8, 8, 3, height=6, width=6, dtype="float16"), "groups=1 for 8 input and 8 output channels"),
     (lo.Conv2d(8, 16, 3, groups=8, height=6, width=6, dtype="float16"), "groups=8 for 8 input and 16 output"),
-    (lo.Conv1d(8, 8, 3, groups=8, length=6, dtype="float16"), "has 1 sliding windows; .* take a convolution of 2"),
+    (lo.Conv1d(8, 8, 3, groups=8, length=6, dtype="float16"),
+     "has 1 sliding windows; .* take a convolution of 2"),
     (lo.Matmul(4, 8, 8, dtype="float16"), "has 0 sliding windows"),
     (lo.Contraction("O[n,y,x,k] += I[n,y+r,x+s,k+c] * W[r,s,c,k]", dict(n=1, y=4, x=4, k=8, c=1, r=3, s=3),
                     dtype="float16"), "has 0 sliding windows"),     # channels last: not a convolution's form
     (lo.Contraction("O[g,n,k,y,x] += I[g,n,k+c,y+r,x+s] * W[k,c,r,s]",
                     dict(g=2, n=1, k=8, y=4, x=4, c=1, r=3, s=3), dtype="float16"),
      r"position dims \('g', 'n'\); .* take one \(the batch\)"),
-    (lo.Conv2d(8, 8, 3, groups=8, height=6, width=6, quant=lo.QuantSpec()), "take float16, bfloat16, float32"),
+    (lo.Conv2d(8, 8, 3, groups=8, height=6, width=6, quant=lo.QuantSpec()),
+     "take float16, bfloat16, float32"),
 ], ids=lambda value: value if isinstance(value, str) else repr(value)[:40])
 def test_gpu_depthwise_refuses_what_is_no_depthwise_conv_naming_the_missing_role(op, message):
     with pytest.raises(ScheduleError, match=message):
