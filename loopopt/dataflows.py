@@ -651,7 +651,8 @@ VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kerne
 
 
 def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
-             weight_format: str | None = None, depth: int | None = None) -> Schedule:
+             weight_format: str | None = None, depth: int | None = None,
+             split: int | None = None) -> Schedule:
     """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
     (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
     warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
@@ -661,7 +662,10 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
     int8 weights, 8 x 4 for i2_s. ``depth`` (``unroll("k", depth)``): the rounds of each lane's loop (a
     16-byte vector of each of its columns a round) whose weights it loads before using the first
-    (default: 8 vectors in flight, ``8 // columns`` rounds)."""
+    (default: 8 vectors in flight, ``8 // columns`` rounds). ``split`` (``split("k", chunk)``, the rounds
+    then ``k_i``'s): k in that many shares of whole 16-byte vectors, each summed by its own warp of the
+    block (``warps x split`` warps), the shares added in order through shared memory (exact for int8
+    and ternary); refused where a share would hold no vector or the block more than 1024 threads."""
     schedule = Schedule(op)
     ternary = op.quant is not None and op.quant.ternary
     if ternary:
@@ -676,8 +680,15 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
                 .split("j", warps * columns).split("j_i", columns))
     schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    reduction = "k"
+    if split is not None and split != 1:
+        vectors = -(-op.k // weights)
+        if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= vectors:
+            raise ScheduleError(f"split={split!r}: the GEMV's k holds {vectors} vectors of {weights} "
+                                f"weights; split it into 1 to {vectors} warps' shares")
+        schedule, reduction = schedule.split("k", -(-vectors // split) * weights), "k_i"
     # a lane has at most k rounds: a deeper unroll is the same kernel
-    return schedule if depth is None else schedule.unroll("k", min(depth, op.k))
+    return schedule if depth is None else schedule.unroll(reduction, min(depth, op.k))
 
 
 # --- depthwise convolutions: memory-bound, a thread's channel vector and run of pixels ------------------
