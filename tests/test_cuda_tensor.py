@@ -17,7 +17,15 @@ from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wgmma, gpu_wmma, wgmma_ins
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
-from loopopt.targets.cuda import instructions, persistent, specialize, tensor_printer, tma, toolchain
+from loopopt.targets.cuda import (
+    instructions,
+    persistent,
+    specialize,
+    tensor_printer,
+    tma,
+    tma_store,
+    toolchain,
+)
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
 from loopopt.targets.cuda.printer import print_kernel
@@ -473,6 +481,9 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         persistent, "rounds", lambda block, blocks, tiles: f"({tiles}) / ({blocks})"), False,
         id="the tiles past the last whole round skipped", marks=pytest.mark.slow),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma_store, "staged", lambda buffer, row, column:
+                                                         f"({buffer}) * 2048 + ({row}) * 32 + ({column})"),
+                 False, id="staging without the swizzle", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tensor_printer.TensorPrinter, "_step_variables",
                                                          lambda self, depth, step: self.emit(
                                                              depth, f"const int lo_step = {step}; "
@@ -480,10 +491,11 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
         id="the ring counted per tile", marks=pytest.mark.slow)])
 def test_the_persistent_emulation_fails_a_wrong_tile_walk(monkeypatch, mutate, exact):
     """A persistent tile loop (``persistent.py``) as printed matches the reference: 3 blocks walk 20
-    tiles (7, 7 and 6) of 5 steps in a 3-buffer ring, the producer running into each next tile; two
-    blocks starting on one tile (one stored twice, one never), a walk stopping before the last round's
-    tiles, and consumers that restart the ring's count at each tile (reading buffers the producer filled
-    for other steps) each miss it."""
+    tiles (7, 7 and 6) of 5 steps in a 3-buffer ring, the producer running into each next tile, the
+    outputs stored by TMA; two blocks starting on one tile (one stored twice, one never), a walk stopping
+    before the last round's tiles, staging written without the swizzle TMA reads, and consumers that
+    restart the ring's count at each tile (reading buffers the producer filled for other steps) each
+    miss it."""
     mutate(monkeypatch)
     op = lo.Matmul(320, 200, 80, dtype="float16")
     schedule = gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, depth=16, stages=3, engine="tma",
@@ -492,19 +504,26 @@ def test_the_persistent_emulation_fails_a_wrong_tile_walk(monkeypatch, mutate, e
     assert (excess <= 0) is exact, largest
 
 
-def test_a_persistent_kernel_walks_the_tiles_and_stores_pairs_of_columns():
-    """One block a multiprocessor (at most one a tile) from the launcher; a block's walk of the tiles;
-    8-byte stores of two columns where the output's offset allows them (an even row length), not where
-    it does not (45 columns) nor under split-K."""
+def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in_pairs():
+    """One block a multiprocessor (at most one a tile) from the launcher; a block's walk of the tiles; a
+    Matmul's outputs staged in shared memory and stored by TMA (``tma_store.py``), the last stores
+    awaited before the block ends; a conv's NHWC output stored from registers, two columns an 8-byte
+    store where the offset allows (an even channel count), not where it does not (45 columns) nor under
+    split-K (atomic adds)."""
     source = print_kernel(gpu_wgmma(lo.Matmul(300, 260, 200, dtype="float16"), engine="tma", specialize=True,
                                     persistent=True)).source
     for text in ("const int lo_blocks = lo_sms < 6 ? lo_sms : 6;", "lo_nest<<<dim3(lo_blocks, 1, 1)",
                  "const int lo_rounds = ((6) - (blockIdx.x) + (gridDim.x) - 1) / (gridDim.x);",
-                 "const int lo_tile = (blockIdx.x) + (lo_n) * (gridDim.x);", "LO_STORE2(C[", "persistent()"):
+                 "const int lo_tile = (blockIdx.x) + (lo_n) * (gridDim.x);", "lo_tma_store_2d(&lo_map_C, ",
+                 "LO_STORES_READ_BUT(1);", "LO_STORES_DONE();", "lo_encode(&lo_map_C, 7, 2, C,",
+                 "persistent()"):
         assert text in source, text
-    assert "__syncthreads(); " not in source.split("lo_rounds")[1]     # the ring is the shared memory's
+    assert "LO_STORE2(C[" not in source and "__syncthreads(); " not in source.split("lo_rounds")[1]
+    conv = gpu_wgmma(lo.Conv2d(16, 64, 3, padding=1, height=12, width=12, batch=2, dtype="float16"),
+                     engine="tma", specialize=True, persistent=True)
+    assert "LO_STORE2(O[" in print_kernel(conv).source and "lo_map_O" not in print_kernel(conv).source
     odd = gpu_wgmma(lo.Matmul(64, 45, 64, dtype="float16"), engine="tma", specialize=True, persistent=True)
-    assert "LO_STORE2(C[" not in print_kernel(odd).source
+    assert "LO_STORE2(C[" not in print_kernel(odd).source and "lo_map_C" not in print_kernel(odd).source
     split = gpu_wgmma(lo.Matmul(64, 64, 64, dtype="float16"), engine="tma", specialize=True, persistent=True,
                       split_k=2, depth=16)
     assert "LO_STORE2(C[" not in print_kernel(split).source and "LO_ADD(C[" in print_kernel(split).source
@@ -612,7 +631,7 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
                        cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="bfloat16"), depth=64, engine="tma", swizzle=128,
                        specialize=True, persistent=True),
-     ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG", "STG.E.64"]),
+     ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG", "UTMASTG.2D"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="uint8", output="uint8")),
                        warps_m=1, warps_n=2, depth=128, engine="tma", swizzle=128, specialize=True),
      ["IGMMA.64x128x32.U8.S8", "UTMALDG.2D", "USETMAXREG"]),

@@ -65,9 +65,9 @@ TMA_VARIANTS = {"wgmma tma": lambda op: gpu_wgmma(op, engine="tma"),
                 "specialized 256x128 depth=32 stages=8 residual": lambda op: gpu_wgmma(
                     op, block_m=256, block_n=128, depth=32, stages=8, engine="tma", specialize=True
                 ).add_residual(),
-                "persistent 128-byte swizzle relu": lambda op: gpu_wgmma(
+                "persistent 128-byte swizzle residual relu": lambda op: gpu_wgmma(
                     op, warps_m=1, warps_n=2, depth=64, swizzle=128, engine="tma", specialize=True,
-                    persistent=True).clip(low=0.0),
+                    persistent=True).add_residual().clip(low=0.0),
                 "persistent small split_k=3": lambda op: gpu_wgmma(
                     op, **SMALL, split_k=3, stages=3, engine="tma", specialize=True, persistent=True)}
 

@@ -46,10 +46,10 @@ class FragmentCode:
     drain: str = ""        # before the epilogue: every group done
     ones_a: str = ""       # {a} <- the integer 1 in every element (integer entries)
     ones_b: str = ""
-    # The accumulator elements one thread holds, for a store straight from registers, in pairs of
-    # consecutive columns: a loop opening ``{`` that defines lo_e (the first's index in {acc}; lo_e + 1
-    # the second's), lo_row and lo_col (the first's place in the m x n fragment; the second's column
-    # lo_col + 1); empty where the fragments are stored through shared memory only.
+    # The accumulator elements one thread holds of the fragment's columns chunk {chunk} of {columns}, for
+    # a store from registers, in pairs of consecutive columns: a loop opening ``{`` that defines lo_e
+    # (the first's index in {acc}; lo_e + 1 the second's), lo_row and lo_col (the first's place in the
+    # m x n fragment; the second's column lo_col + 1); empty where fragments go through shared memory.
     elements: str = ""
 
 
@@ -362,9 +362,10 @@ def _wgmma_entry(name: str, n: int, k: int, operands: tuple[str, str], types: st
             load_b="{b} = LO_DESC({ptr});",
             mma="LO_WGMMA({acc}, {a}, {b});",
             store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});",
-            elements=f"for (int lo_e = 0; lo_e < {n // 2}; lo_e += 2) {{ const int lo_row = "
-                     f"LO_LANE / 32 * 16 + LO_LANE % 32 / 4 + 8 * (lo_e % 4 / 2); "
-                     f"const int lo_col = 8 * (lo_e / 4) + 2 * (LO_LANE % 4);", **_WGMMA_STEPS),
+            elements="for (int lo_e = {columns} / 2 * ({chunk}); lo_e < {columns} / 2 * ({chunk} + 1); "
+                     "lo_e += 2) {{ const int lo_row = LO_LANE / 32 * 16 + LO_LANE % 32 / 4 "
+                     "+ 8 * (lo_e % 4 / 2); "
+                     "const int lo_col = 8 * (lo_e / 4) + 2 * (LO_LANE % 4);", **_WGMMA_STEPS),
         scalar=host)
 
 
@@ -381,8 +382,9 @@ def _wgmma_scalar(n: int, element: str, accumulator: str) -> FragmentCode:
         load_b="{b} = LO_DESC({ptr});",
         mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
         store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];",
-        elements=f"for (int lo_e = 0; lo_e < {64 * n}; lo_e += 2) {{ const int lo_row = lo_e / {n}; "
-                 f"const int lo_col = lo_e % {n};")
+        elements=f"for (int lo_q = 0; lo_q < 64 * {{columns}}; lo_q += 2) {{{{ const int lo_row = lo_q / "
+                 f"{{columns}}; const int lo_col = ({{chunk}}) * {{columns}} + lo_q % {{columns}}; "
+                 f"const int lo_e = lo_row * {n} + lo_col;")
 
 
 def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:

@@ -4,8 +4,8 @@ b + 2g, ...`` (a tile: one iteration of the ``block.*`` loops, numbered with ``b
 order the hardware launches a grid's blocks in). The ring of buffers and its mbarriers outlive the
 tiles: the producer and the consumers count a block's pipeline steps over all its tiles, so the
 parities of ``specialize.py`` hold across them, and the producer copies the next tile's first steps
-while the consumers store the last one's outputs straight from their registers (the shared memory
-stays the ring's).
+while the consumers store the last one's outputs without touching the ring: through staging buffers
+of their own and TMA (``tma_store.py``), or straight from their registers.
 
 The functions below print the walk alike for the device and the host emulation, which runs the blocks
 as ``HOST_BLOCKS`` loops (fewer than the tiles, so that each walks several, some one more than others)
@@ -42,6 +42,11 @@ def rounds(block: str, blocks: str, tiles: int) -> str:
 def tile(block: str, blocks: str, round: str) -> str:
     """The tile block ``block`` of ``blocks`` works on in its round ``round`` (from 0)."""
     return f"({block}) + ({round}) * ({blocks})"
+
+
+# two consecutive float32 outputs in one 8-byte store (the consumers' stores from registers)
+DEVICE = "#define LO_STORE2(place, first, second) (*(float2 *) &(place) = make_float2((first), (second)))"
+HOST = "#define LO_STORE2(place, first, second) ((&(place))[0] = (first), (&(place))[1] = (second))"
 
 
 def launch_blocks(tiles: int) -> str:

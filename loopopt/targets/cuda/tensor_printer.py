@@ -59,9 +59,9 @@ from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
-from ...expr import Var, linear_terms
+from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, persistent, pixel_boxes, quantized, specialize, tma
+from . import cluster, persistent, pixel_boxes, quantized, specialize, tma, tma_store
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -69,6 +69,18 @@ COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
+
+
+def _even(expr: Expr) -> bool:
+    """Whether ``expr`` is even for any values of its variables (even constants, terms with an even
+    factor, and their sums; False where that is not evident)."""
+    if isinstance(expr, Const):
+        return expr.value % 2 == 0
+    if isinstance(expr, Mul):
+        return expr.factor % 2 == 0 or _even(expr.expr)
+    if isinstance(expr, Add):
+        return _even(expr.left) and _even(expr.right)
+    return False
 
 
 class TensorPrinter:
@@ -245,9 +257,37 @@ class TensorPrinter:
     @property
     def barrier_offset(self) -> int:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
-        after the tiles and the epilogue's scratch."""
+        after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
+        (``tma_store.py``)."""
+        if self.stored is not None:
+            return self.staging_offset + self.staging_bytes
         return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
                       self.warp_count * self.scratch_elements * 4) // 8) * 8
+
+    @property
+    def staging_offset(self) -> int:
+        """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
+        the 128-byte swizzle."""
+        ring = self.pipeline * self.ins.element_bytes * self.step_elements
+        return -(-ring // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+
+    @property
+    def maps(self) -> list:
+        """The tensor maps the kernel takes: the TMA-staged inputs', and the output's where TMA stores it."""
+        return [*self.tma.values(), *([self.stored] if self.stored is not None else [])]
+
+    @property
+    def staging_bytes(self) -> int:
+        return self.warp_count * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+
+    @cached_property
+    def stored(self) -> tma_store.StoredOutput | None:
+        """The output as TMA stores a persistent kernel's chunks (``tma_store.py``), or None: the
+        consumers store from registers (another output, or no room for the staging beside the ring)."""
+        if not self.s.persistent_tiles or not self.ins.asynchronous:
+            return None
+        fits = (self.staging_offset + self.staging_bytes + 16 * self.pipeline <= MAX_SHARED_BYTES)
+        return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
     def smem_bytes(self) -> int:
@@ -580,8 +620,8 @@ class TensorPrinter:
 
     def _direct_epilogue(self, depth: int) -> None:
         """The outputs stored straight from the accumulators' registers, each thread its own elements in
-        pairs of consecutive columns (``FragmentCode.elements``; a persistent kernel, whose shared memory
-        stays the ring's): one 8-byte store a pair where ``paired_stores`` and both are inside the output
+        pairs of consecutive columns (``FragmentCode.elements``; a persistent kernel's output that TMA
+        does not store): one 8-byte store a pair where ``paired_stores`` and both are inside the output
         (and the output 8-byte aligned), else an element at a time."""
         na, nb = self.count[self.a], self.count[self.b]
         self.emit(depth, f"{self.syntax.unroll} {na}")
@@ -593,7 +633,7 @@ class TensorPrinter:
         self._define(inner, self.fragments[self.b], "lo_fb")
         if self.syntax.device:
             self.emit(inner, self.syntax.unroll)
-        self.emit(inner, self.code.elements)
+        self.emit(inner, self.code.elements.format(chunk=0, columns=self.ins.n))
         body, it = inner + 1, self.int_type
         self.emit(body, f"const {it} {self.i} = lo_row;")
         acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
@@ -628,13 +668,63 @@ class TensorPrinter:
         counts along every other loop (a pair of an even column starts 8-byte aligned)."""
         if self.quant is not None or self.s.split_k_loop:
             return False
-        offset = self.s.offset(self.op.output)
         try:
-            steps, rest = linear_terms(offset, offset.variables())
-        except ValueError:      # a division or remainder: no fixed step
+            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+        except ValueError:      # the column under a division or remainder: no fixed step
             return False
-        return steps.get(self.j) == 1 and rest.evaluate({}) % 2 == 0 and all(
-            step % 2 == 0 for name, step in steps.items() if name != self.j)
+        return steps.get(self.j) == 1 and _even(rest)
+
+    def _tile_epilogue(self, depth: int) -> None:
+        """A persistent kernel's outputs of a tile: staged for TMA's stores where ``stored``, else from
+        the registers."""
+        if self.stored is not None:
+            self._stored_epilogue(depth)
+        else:
+            self._direct_epilogue(depth)
+
+    def _stored_epilogue(self, depth: int) -> None:
+        """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
+        chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
+        na, nb, device = self.count[self.a], self.count[self.b], self.syntax.device
+        chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
+        issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
+        self.emit(depth, f"{self.syntax.unroll} {na}")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        inner = depth + 3
+        self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
+        self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
+        buffers = tma_store.BUFFERS
+        self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
+                         f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
+        if device:     # the store that last read this buffer is done reading; every thread knows it
+            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT(1);")
+            self.emit(inner, "LO_GROUP_SYNC();")
+            self.emit(inner, self.syntax.unroll)
+        self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
+        acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
+        self.emit(inner + 1, f"{self.syntax.unroll} 2")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
+        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c")
+        value = self._output_value(f"{acc}[lo_e + lo_h]")
+        self.emit(inner + 2, f"lo_stage[{at}] = ({valid}) ? {value} : 0.0f;")
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")
+        if device:     # the writes, visible to the copy engine, before one thread stores the chunk
+            self.emit(inner, self.code.publish)
+            self.emit(inner, "LO_GROUP_SYNC();")
+            self.emit(inner, f"if ({issuer}) {store}")
+        else:
+            self.emit(inner, store)
+        self.emit(depth + 2, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
 
     def _walk(self, depth: int, block: str, blocks: str, round: str) -> None:
         """A persistent kernel's tile of block ``block`` of ``blocks`` in its round ``round``: ``lo_tile``
@@ -670,7 +760,7 @@ class TensorPrinter:
                                  const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
-        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.tma.values()
+        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.maps
                 if self.syntax.device]
         params = ", ".join([p.declaration() if not p.pointer else
                             f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
@@ -871,6 +961,9 @@ class TensorPrinter:
                              f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
             for box in self.tma.values():
                 self.emit(depth, box.host_map())
+            if self.stored is not None:
+                self.emit(depth, self.stored.host_map())
+                self.emit(depth, f"static float lo_stage[{self.staging_bytes // 4}];   /* staged chunks */")
             self._declare_accumulators(depth)
             self._emulated_protocol(depth, refill, full, release)
             if not walks:       # a persistent kernel's consumers store each tile in the protocol
@@ -908,6 +1001,8 @@ class TensorPrinter:
         self._warp_variables(inner)
         if not walks:
             self._declare_accumulators(inner)
+        if self.stored is not None:
+            self.emit(inner, f"float *lo_stage = (float *) (lo_smem + {self.staging_offset});")
         code = self.code
         step = self._open_walk(inner, "lo_r")
         self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
@@ -923,8 +1018,10 @@ class TensorPrinter:
         if walks:      # the tile's last group retired: its outputs, while the producer copies on
             self.emit(step - 1, "}")
             self.emit(step - 1, code.drain)
-            self._direct_epilogue(step - 1)
+            self._tile_epilogue(step - 1)
             self.emit(inner, "}")
+            if self.stored is not None:     # the last stores done before the block's shared memory goes
+                self.emit(inner, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
         else:
             self.emit(inner, "}")
             self._epilogue(inner)
@@ -993,18 +1090,16 @@ class TensorPrinter:
             count = self.accumulators * self.warp_count
             self.emit(body, f"if (lo_r % {steps} == 0) " + cprint.for_loop("int", "lo_i", count) + " "
                       + self.code.fill.format(acc="lo_acc[lo_i]"))
-        self.emit(body, "{")
-        self._step_variables(body + 1, f"lo_r % {steps}" if walks else "lo_r")
-        opened = self._warp_variables(body + 1)
-        self._products(body + 1 + opened)
-        self.emit(body + 1 + opened, f"if (lo_r >= 1) {release}")
-        self._close(body + 1, opened)
-        self.emit(body, "}")
+        self._step_variables(body, f"lo_r % {steps}" if walks else "lo_r")
+        opened = self._warp_variables(body)
+        self._products(body + opened)
+        self.emit(body + opened, f"if (lo_r >= 1) {release}")
+        self._close(body, opened)
         if walks:
             self.emit(body, f"if (lo_r % {steps} == {steps - 1}) {{   /* the tile's last step: store it */")
             self.emit(body + 1, "lo_visits[lo_tile] += 1;")
             opened = self._warp_variables(body + 1)
-            self._direct_epilogue(body + 1 + opened)
+            self._tile_epilogue(body + 1 + opened)
             self._close(body + 1, opened)
             self.emit(body, "}")
             self.emit(inner + 1, "}")
@@ -1051,19 +1146,19 @@ class TensorPrinter:
             return [self.ins.header, *([tma.DEVICE] if self.tma else []),
                     *([pixel_boxes.DEVICE] if pixels else []),
                     *([cluster.DEVICE] if self.multicast else []),
-                    *([specialize.DEVICE] if self.registers else []), self.ins.tile,
+                    *([specialize.DEVICE] if self.registers else []),
+                    *([tma_store.DEVICE] if self.stored is not None else []),
+                    *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
-                    "#define LO_STORE2(place, first, second) "
-                    "(*(float2 *) &(place) = make_float2((first), (second)))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
         return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
                 *([pixel_boxes.host()] if pixels else []),
                 *([specialize.HOST] if self.registers else []),
-                self.ins.tile,
+                *([tma_store.HOST] if self.stored is not None else []),
+                *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
-                "#define LO_STORE2(place, first, second) ((&(place))[0] = (first), (&(place))[1] = (second))",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
 
@@ -1100,8 +1195,8 @@ class TensorPrinter:
             zero = (f"    {{ cudaError_t lo_e = cudaMemsetAsync({self.op.output}, 0, "
                     f"{4 * self.output_elements}, (cudaStream_t) lo_stream); if (lo_e != cudaSuccess) "
                     f"return (int) lo_e; }}   /* split_k: the shares are added to zero */")
-            maps = [tma.ENCODER, *(box.encode() for box in self.tma.values())] if self.tma else []
-            casts = ", ".join([casts, *(box.map_name for box in self.tma.values())])
+            maps = [tma.ENCODER, *(box.encode() for box in self.maps)] if self.tma else []
+            casts = ", ".join([casts, *(box.map_name for box in self.maps)])
             walks = self.s.persistent_tiles     # one block a multiprocessor, at most one a tile
             grid = "(lo_blocks, 1, 1)" if walks else str(self.grid)
             parts += [*([tma.LAUNCHER] if self.tma else []), f'extern "C" {head}', "{",
