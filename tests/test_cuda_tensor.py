@@ -477,7 +477,7 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     pytest.param(lambda monkeypatch: None, True, id="as printed"),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         persistent, "tile", lambda block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})"), False,
-        id="two blocks start on one tile"),
+        id="two blocks start on one tile", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         persistent, "rounds", lambda block, blocks, tiles: f"({tiles}) / ({blocks})"), False,
         id="the tiles past the last whole round skipped", marks=pytest.mark.slow),
