@@ -10,12 +10,17 @@ each scope runs for about a second (one launch after another, L2 flushed between
 --section LaunchStats --csv python benchmarks/ncu_cuda_gemm.py launch`` profiles each kernel (two
 launches each, in the order the labels print).
 
+``python benchmarks/ncu_cuda_gemm.py rounds [bfloat16]``: 9 interleaved rounds, each timing every kernel
+(and cuBLAS) one launch at a time with the L2 flushed (median of 10) and in a CUDA graph (median of 3
+replays of 20), so that clocks drifting as the GPU warms hit all alike; the medians of the rounds.
+
 ``compute-sanitizer --tool memcheck python benchmarks/ncu_cuda_gemm.py check`` (and racecheck): small
 persistent kernels (``CHECKS``: blocks walking one to six tiles, split-K, a Gemm's scales) verified once.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -28,10 +33,11 @@ from loopopt.dataflows import gpu_wgmma
 from loopopt.measure import verify
 from loopopt.targets.cuda import device
 
-OP = lo.Matmul(4096, 4096, 4096, dtype="float16")
 SPECIALIZED = {"warps_m": 1, "warps_n": 2, "depth": 64, "stages": 4, "swizzle": 128, "engine": "tma",
                "specialize": True}
-KNOBS = {"specialized": SPECIALIZED, "persistent": SPECIALIZED | {"persistent": True}}
+KNOBS = {"specialized": SPECIALIZED, "persistent": SPECIALIZED | {"persistent": True},
+         "persistent 256x128": SPECIALIZED | {"block_m": 256, "block_n": 128, "warps_m": 2, "warps_n": 1,
+                                              "persistent": True}}
 CHECKS = [(lo.Matmul(300, 260, 200, dtype="float16"),
            {"warps_m": 1, "warps_n": 2, "depth": 64, "swizzle": 128}),
           (lo.Matmul(1100, 1000, 128, dtype="float16"),
@@ -51,19 +57,22 @@ def check() -> bool:
     return ok
 
 
-def calls() -> dict[str, Callable[[], object]]:
-    """Each kernel's call on the same random float16 inputs, verified against float64 PyTorch."""
+def calls(dtype: str = "float16") -> dict[str, Callable[[], object]]:
+    """Each kernel's call on the same random ``dtype`` inputs, verified against float64 PyTorch."""
     import cupy as cp
     import torch
     generator = torch.Generator(device="cuda").manual_seed(0)
-    a, b = (torch.randn(4096, 4096, device="cuda", generator=generator).half() for _ in range(2))
+    a, b = (torch.randn(4096, 4096, device="cuda", generator=generator).to(getattr(torch, dtype))
+            for _ in range(2))
     expected = torch.matmul(a.double(), b.double())
     runs = {"cuBLAS": lambda: torch.matmul(a, b)}
-    stored_b = b.t().contiguous()
+    stored = [a, b.t().contiguous()]
+    if dtype == "bfloat16":     # a bfloat16 kernel takes the bit patterns
+        stored = [cp.asarray(t.view(torch.int16)).view(cp.uint16) for t in stored]
     for name, knobs in KNOBS.items():
-        kernel = gpu_wgmma(OP, **knobs).compile(target="cuda")
+        kernel = gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype=dtype), **knobs).compile(target="cuda")
         out = cp.full((4096, 4096), float("nan"), dtype=cp.float32)
-        buffers = kernel.bind({"A": a, "B": stored_b, "C": out})
+        buffers = kernel.bind({"A": stored[0], "B": stored[1], "C": out})
         kernel.run(buffers)
         got = torch.as_tensor(out, device="cuda").double()
         error = float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
@@ -113,6 +122,26 @@ def scopes() -> list[dict]:
     return rows
 
 
+def rounds(dtype: str, count: int = 9) -> list[dict]:
+    runs = calls(dtype)
+    graphs = {name: device.graph_timer(call) for name, call in runs.items() if name != "cuBLAS"}
+    cold: dict[str, list[float]] = {name: [] for name in runs}
+    hot: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(count):
+        for name, call in runs.items():
+            cold[name].append(events_median(call, repeats=10, warmup=2))
+            hot[name].append(torch_graph_median(call, repeats=3) if name == "cuBLAS"
+                             else statistics.median(graphs[name]() for _ in range(3)))
+    peer_cold, peer_graph = statistics.median(cold["cuBLAS"]), statistics.median(hot["cuBLAS"])
+    rows = [{"dtype": dtype, "kernel": name, "cold_ms": statistics.median(cold[name]) * 1e3,
+             "graph_ms": statistics.median(hot[name]) * 1e3,
+             "cuBLAS_over_cold": peer_cold / statistics.median(cold[name]),
+             "cuBLAS_over_graph": peer_graph / statistics.median(hot[name])} for name in runs]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def launch() -> None:
     cp = device.cupy()
     for name, call in calls().items():
@@ -127,6 +156,8 @@ if __name__ == "__main__":
         launch()
     elif sys.argv[1] == "check":
         raise SystemExit(0 if check() else 1)
+    elif sys.argv[1] == "rounds":
+        rounds(sys.argv[2] if len(sys.argv) > 2 else "float16")
     else:
         result = scopes()
         if "--json" in sys.argv:
