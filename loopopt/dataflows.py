@@ -21,6 +21,7 @@ from functools import cache
 
 from .depthwise_roles import DepthwiseRoles
 from .expr import Var
+from .gemv_roles import GemvRoles
 from .layout import moved_last
 from .ops import Op
 from .schedule import Schedule, ScheduleError, block_limit, matrix_instruction
@@ -673,6 +674,8 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     then ``k_i``'s): k in that many shares of whole 16-byte vectors, each summed by its own warp of the
     block (``warps x split`` warps), the shares added in order through shared memory (exact for int8
     and ternary); refused where a share would hold no vector or the block more than 1024 threads."""
+    roles = GemvRoles.of(op)
+    j, k = roles.outputs, roles.reduction
     schedule = Schedule(op)
     ternary = op.quant is not None and op.quant.ternary
     if ternary:
@@ -683,19 +686,20 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     weights = 4 * VECTOR_BYTES if packed else VECTOR_BYTES // (1 if op.quant is not None else 2)
     warps, columns = (max(1, int(given or default)) for given, default in
                       ((warps, 8 if packed else 4), (columns, 4 if packed else 1)))
-    a, b = op.inputs
-    schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
-                .split("j", warps * columns).split("j_i", columns))
-    schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
-    reduction = "k"
+    layouts = roles.layouts(weights)
+    schedule = (schedule.layout(roles.weights, layouts[roles.weights])
+                .layout(roles.activations, layouts[roles.activations])
+                .split(j, warps * columns).split(f"{j}_i", columns))
+    schedule = schedule.bind(f"{j}_o", "block.x").bind(f"{j}_i_o", "warp.x")
+    reduction = k
     if split is not None and split != 1:
-        vectors = -(-op.k // weights)
+        vectors = -(-roles.k // weights)
         if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= vectors:
             raise ScheduleError(f"split={split!r}: the GEMV's k holds {vectors} vectors of {weights} "
                                 f"weights; split it into 1 to {vectors} warps' shares")
-        schedule, reduction = schedule.split("k", -(-vectors // split) * weights), "k_i"
+        schedule, reduction = schedule.split(k, -(-vectors // split) * weights), f"{k}_i"
     # a lane has at most k rounds: a deeper unroll is the same kernel
-    return schedule if depth is None else schedule.unroll(reduction, min(depth, op.k))
+    return schedule if depth is None else schedule.unroll(reduction, min(depth, roles.k))
 
 
 # --- depthwise convolutions: memory-bound, a thread's channel vector and run of pixels ------------------

@@ -93,13 +93,30 @@ def test_the_i2s_decode_masks_its_fields_in_place_without_shifts():
 TERNARY = lo.QuantSpec(weight="ternary")
 
 
+def test_a_contraction_with_a_matrix_product_s_roles_runs_the_gemv_kernel_and_is_exact():
+    """Its own dim names (r, c, d) and letters: the layouts and loops follow the roles."""
+    op = lo.Contraction("O[r,c] += X[r,d] * W[c,d]", dict(r=3, c=9, d=70), quant=TERNARY)
+    schedule = gpu_gemv(op, warps=2, columns=2)
+    assert schedule.layouts == (("X", "RD64d"), ("W", "CD64d"), ("O", "RC"))
+    assert [loop.axis for loop in schedule.loops if loop.name in ("c_o", "c_i_o")] == ["block.x", "warp.x"]
+    ok, error, _ = checked(emulate(schedule), seed=3)
+    assert ok, error
+
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: gpu_gemv(lo.Matmul(9, 64, 64, dtype="float16")), r"has 9 rows; .* at most 8 rows"),
     (lambda: lo.Schedule(lo.Matmul(1, 64, 64, batch=2, dtype="float16")).split("j", 4).bind("j_o", "block.x")
-     .bind("j_i", "warp.x"), r"is batched \(\(2,\)\)"),
+     .bind("j_i", "warp.x"), r"position dims \('b', 'i'\); .* take one \(the rows\)"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64)), r"multiplies float32; .* take float16, int8 or ternary"),
     (lambda: gpu_gemv(lo.Gemm(1, 64, 64, dtype="float16")),
-     r"Gemm\(.*\): the cuda GEMV kernels .* take a Matmul"),
+     r"Gemm\(.*\) adds a bias or scales its sums; the cuda GEMV kernels .* take a plain matrix product"),
+    (lambda: gpu_gemv(lo.Conv2d(8, 8, 1, height=2, width=2, dtype="float16")), r"has 2 sliding windows"),
+    (lambda: gpu_gemv(lo.Contraction("Y[r,c] += X[r,d,e] * W[c,d,e]", dict(r=1, c=8, d=4, e=4),
+                                     dtype="float16")),
+     r"reduces over \['d', 'e'\] .* take one reduction dim"),
+    (lambda: gpu_gemv(lo.Contraction("O[r,c] += X[r,c,d] * W[c,d]", dict(r=1, c=8, d=4), dtype="float16")),
+     r"reads X\[r,c,d\]; .* take the activations at \(r, d\) and the weights at \(c, d\)"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=lo.QuantSpec(weight="uint8"))), r"has uint8 weights"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=lo.QuantSpec(weight_symmetric=False))),
      r"has asymmetric int8 weights"),

@@ -1,8 +1,9 @@
-"""The cuda target's GEMV family: decode-shaped matrix products (``Matmul`` of at most ``MAX_ROWS``
-rows: a GEMV or a small-M GEMM) that stream their weights once, in 16-byte loads, dequantized in
-registers: float16 weights (float32 sums), int8 weights and ternary weights (stored one byte each, or
-2 bits each in the CPU's ``i2_s`` format, ``codegen/ternary.py``), with the CPU kernels' exact
-integer arithmetic and epilogue (``quantized.py``, ``quant.py``).
+"""The cuda target's GEMV family: decode-shaped matrix products (a ``Matmul``, or any op of a matrix
+product's roles, ``GemvRoles``, of at most ``MAX_ROWS`` rows: a GEMV or a small-M GEMM) that stream
+their weights once, in 16-byte loads, dequantized in registers: float16 weights (float32 sums), int8
+weights and ternary weights (stored one byte each, or 2 bits each in the CPU's ``i2_s`` format,
+``codegen/ternary.py``), with the CPU kernels' exact integer arithmetic and epilogue (``quantized.py``,
+``quant.py``).
 
 A schedule is taken (``takes``) when it binds a loop over outputs to a ``warp.*`` axis without
 ``tensorize``: one warp per ``columns`` consecutive outputs ``j``. ``dataflows.gpu_gemv`` builds it:
@@ -41,7 +42,11 @@ the channel's weight sum, plus an integer bias; scales; requantization). The hos
 (``printer.HOST``) runs the same lane function for each lane of each warp and the butterfly over
 arrays, so CI checks the kernel's indexing, unpacking, tails and epilogue bit for bit.
 
-Refused with the reason: more than ``MAX_ROWS`` rows, a batched ``Matmul``, a ``Gemm`` or another op,
+The op is read by its roles (``gemv_roles.GemvRoles``: one row dim, the outputs, one reduction), so a
+Contraction of that form runs the same kernel; the names above (i, j, k; ``NK{v}k``) are a Matmul's.
+
+Refused with the reason: more than ``MAX_ROWS`` rows, an op without a matrix product's roles (the one it
+misses: a batch dim, a bias or scales as a ``Gemm``'s, windows, several reductions),
 float32 or bfloat16 operands, uint8 or asymmetric weights, other layouts, splits of ``i``, splits of
 ``k`` other than one into shares of whole vectors, more than 1024 threads a block, an unroll of
 another loop than ``k``'s (a share's), and steps beyond layout, split, reorder, bind,
@@ -54,7 +59,8 @@ from typing import Any
 
 from ...codegen.params import KernelParam, storage_elements
 from ...codegen.ternary import pack_i2s, packed_bytes
-from ...expr import linear_terms
+from ...expr import Var, linear_terms
+from ...gemv_roles import GemvRoles
 from ...quant import TERNARY
 from ...schedule import MAX_THREADS_PER_BLOCK, Loop, Schedule, ScheduleError
 from . import quantized
@@ -216,11 +222,9 @@ def takes(schedule: Schedule) -> bool:
 
 
 def kind_of(schedule: Schedule) -> Kind:
-    """The weights' kind; ScheduleError for an op or operands the family has no kernel for."""
+    """The weights' kind; ScheduleError for an op (``GemvRoles``) or operands the family has no kernel for."""
     op = schedule.op
-    if type(op).__name__ != "Matmul" or op.bias or op.scales is not None:
-        raise ScheduleError(f"{op!r}: the cuda GEMV kernels (a loop bound to a warp axis without tensorize) "
-                            f"take a Matmul; use gpu_mma for other ops")
+    roles = GemvRoles.of(op)
     spec = op.quant
     if spec is None and op.dtype != "float16":
         raise ScheduleError(f"{op!r} multiplies {op.dtype}; the cuda GEMV kernels (a loop bound to a "
@@ -230,12 +234,9 @@ def kind_of(schedule: Schedule) -> Kind:
         weights = spec.weight if spec.weight_symmetric else f"asymmetric {spec.weight}"
         raise ScheduleError(f"{op!r} has {weights} weights; the cuda GEMV kernels take symmetric int8 or "
                             f"ternary weights")
-    if op.batch:
-        raise ScheduleError(f"{op!r} is batched ({op.batch}); the cuda GEMV kernels take one matrix "
-                            f"product (a loop per batch is not in them)")
-    if op.m > MAX_ROWS:
-        raise ScheduleError(f"{op!r} has {op.m} rows; the cuda GEMV kernels keep at most {MAX_ROWS} rows in "
-                            f"registers (gpu_mma for larger M)")
+    if roles.m > MAX_ROWS:
+        raise ScheduleError(f"{op!r} has {roles.m} rows; the cuda GEMV kernels keep at most {MAX_ROWS} rows "
+                            f"in registers (gpu_mma for larger M)")
     if spec is None:
         return KINDS["float16"]
     return KINDS["i2_s" if schedule.weight_format_mode == "i2_s" else "int8"]
@@ -276,7 +277,8 @@ class Shape:
 def check(schedule: Schedule) -> Shape:
     """The kernel's shape; ScheduleError naming what the family cannot run."""
     kind = kind_of(schedule)
-    op = schedule.op
+    op, roles = schedule.op, GemvRoles.of(schedule.op)
+    i, j, k = roles.rows, roles.outputs, roles.reduction
     schedule.refuse_epilogue("the cuda GEMV", "they store plain sums")
     other = [step for step in schedule.steps if step.primitive not in STEPS]
     if other:
@@ -284,42 +286,44 @@ def check(schedule: Schedule) -> Shape:
     if schedule.weight_format_mode not in (None, "int8", "i2_s"):
         raise ScheduleError(f"weight_format({schedule.weight_format_mode!r}): the cuda GEMV kernels take "
                             f"ternary weights as 'int8' or 'i2_s'")
-    a, b = op.inputs
-    for tensor, wanted in ((b, f"NK{kind.weights}k"), (a, f"MK{kind.weights}k")):
+    b = roles.weights
+    layouts = roles.layouts(kind.weights)
+    for tensor in (b, roles.activations):
         tag = schedule.layout_of(tensor).tag
-        if tag != wanted:
+        if tag != layouts[tensor]:
             raise ScheduleError(f"{tensor} is in layout {tag!r}; the cuda GEMV kernels of {kind.name} "
-                                f"weights take {wanted!r} (16-byte vectors along k, each row padded)")
-    if schedule.layout_of(op.output).tag != "MN":
+                                f"weights take {layouts[tensor]!r} (16-byte vectors along {k}, each row "
+                                f"padded)")
+    if schedule.layout_of(op.output).tag != layouts[op.output]:
         raise ScheduleError(f"{op.output} is in layout {schedule.layout_of(op.output).tag!r}; the cuda GEMV "
-                            f"kernels store 'MN'")
-    unrolled = [loop for loop in schedule.loops if loop.unroll and schedule.dims_of(loop.name) != {"k"}]
+                            f"kernels store {layouts[op.output]!r}")
+    unrolled = [loop for loop in schedule.loops if loop.unroll and schedule.dims_of(loop.name) != {k}]
     if unrolled:
-        raise ScheduleError(f"unroll({unrolled[0].name!r}): the cuda GEMV kernels unroll only dim 'k' (the "
+        raise ScheduleError(f"unroll({unrolled[0].name!r}): the cuda GEMV kernels unroll only dim {k!r} (the "
                             f"rounds of each lane's loop over its weight vectors)")
-    loops = [loop for loop in schedule.loops if "i" in schedule.dims_of(loop.name)]
-    if len(loops) != 1 or schedule.dims_of(loops[0].name) != {"i"} or loops[0].axis:
-        raise ScheduleError(f"the cuda GEMV kernels take dim 'i' as one loop, unsplit and unbound "
+    loops = [loop for loop in schedule.loops if i in schedule.dims_of(loop.name)]
+    if len(loops) != 1 or schedule.dims_of(loops[0].name) != {i} or loops[0].axis:
+        raise ScheduleError(f"the cuda GEMV kernels take dim {i!r} as one loop, unsplit and unbound "
                             f"(loops over it: {', '.join(loop.name for loop in loops)})")
-    outputs = [loop for loop in schedule.loops if "j" in schedule.dims_of(loop.name)]
-    terms, _ = linear_terms(schedule.dim_values["j"], frozenset(loop.name for loop in outputs))
+    outputs = [loop for loop in schedule.loops if j in schedule.dims_of(loop.name)]
+    terms, _ = linear_terms(schedule.dim_values[j], frozenset(loop.name for loop in outputs))
     axes = {loop.axis: loop for loop in outputs}
     columns = [loop for loop in outputs if not loop.axis]
     shape = (set(axes) == {"block.x", "warp.x", ""} if columns else set(axes) == {"block.x", "warp.x"})
-    if not shape or len(columns) > 1 or any(schedule.dims_of(loop.name) != {"j"} for loop in outputs):
+    if not shape or len(columns) > 1 or any(schedule.dims_of(loop.name) != {j} for loop in outputs):
         found = ", ".join(f"{loop.name} ({loop.axis or 'unbound'})" for loop in outputs)
-        raise ScheduleError(f"the cuda GEMV kernels take j split into a loop bound to block.x, one bound to "
-                            f"warp.x and at most one of columns (loops over j: {found})")
+        raise ScheduleError(f"the cuda GEMV kernels take {j} split into a loop bound to block.x, one bound "
+                            f"to warp.x and at most one of columns (loops over {j}: {found})")
     cols = columns[0].extent if columns else 1
     warps = axes["warp.x"].extent
     wanted = {axes["block.x"].name: warps * cols, axes["warp.x"].name: cols} | (
         {columns[0].name: 1} if columns else {})
     if terms != wanted:
-        raise ScheduleError(f"the cuda GEMV kernels take j = block x {warps * cols} + warp x {cols} + column "
-                            f"(split j by warps x columns, then the inner part by columns)")
+        raise ScheduleError(f"the cuda GEMV kernels take {j} = block x {warps * cols} + warp x {cols} + "
+                            f"column (split {j} by warps x columns, then the inner part by columns)")
     vectors = schedule.layout_of(b).storage_shape(op.tensor(b).shape)[1]
-    groups = -(-op.n // cols)              # warps with outputs
-    k_loop, split, share = _shares(schedule, kind, vectors)
+    groups = -(-roles.n // cols)           # warps with outputs
+    k_loop, split, share = _shares(schedule, kind, vectors, k)
     if warps * split * WARP > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(f"{warps} warps x {split} shares of k: {warps * split * WARP} threads a block; "
                             f"the cuda GEMV kernels run at most {MAX_THREADS_PER_BLOCK}")
@@ -327,26 +331,26 @@ def check(schedule: Schedule) -> Shape:
     return Shape(kind, warps, cols, vectors, -(-groups // warps), depth, split, share)
 
 
-def _shares(schedule: Schedule, kind: Kind, vectors: int) -> tuple[Loop, int, int]:
-    """The loop of a warp's share of k (the one ``unroll`` may name), the warps of a block that split k
-    and the 16-byte vectors of a share: k one loop (one share of every vector), or split once into
-    ``k_o`` (the shares) and ``k_i`` (a share: whole vectors); ScheduleError otherwise."""
-    loops = [loop for loop in schedule.loops if "k" in schedule.dims_of(loop.name)]
-    if len(loops) > 2 or any(schedule.dims_of(loop.name) != {"k"} or loop.axis for loop in loops):
-        raise ScheduleError(f"the cuda GEMV kernels take dim 'k' as one loop, or split once into warps' "
-                            f"shares (split('k', chunk)), unbound (loops over it: "
+def _shares(schedule: Schedule, kind: Kind, vectors: int, k: str) -> tuple[Loop, int, int]:
+    """The loop of a warp's share of the reduction ``k`` (the one ``unroll`` may name), the warps of a
+    block that split it and the 16-byte vectors of a share: k one loop (one share of every vector), or
+    split once into ``k_o`` (the shares) and ``k_i`` (a share: whole vectors); ScheduleError otherwise."""
+    loops = [loop for loop in schedule.loops if k in schedule.dims_of(loop.name)]
+    if len(loops) > 2 or any(schedule.dims_of(loop.name) != {k} or loop.axis for loop in loops):
+        raise ScheduleError(f"the cuda GEMV kernels take dim {k!r} as one loop, or split once into warps' "
+                            f"shares (split({k!r}, chunk)), unbound (loops over it: "
                             f"{', '.join(loop.name for loop in loops)})")
     if len(loops) == 1:
         return loops[0], 1, vectors
-    terms, rest = linear_terms(schedule.dim_values["k"], frozenset(loop.name for loop in loops))
+    terms, rest = linear_terms(schedule.dim_values[k], frozenset(loop.name for loop in loops))
     outer, inner = sorted(loops, key=lambda loop: -terms.get(loop.name, 0))
     chunk = terms.get(outer.name, 0)
     if terms.get(inner.name) != 1 or rest.variables() or chunk != inner.extent or chunk % kind.weights:
-        raise ScheduleError(f"split('k', {inner.extent}): the cuda GEMV kernels split k into warps' shares "
-                            f"of whole 16-byte vectors (a multiple of {kind.weights} {kind.name} weights), "
-                            f"{outer.name!r} outside {inner.name!r}")
+        raise ScheduleError(f"split({k!r}, {inner.extent}): the cuda GEMV kernels split {k} into warps' "
+                            f"shares of whole 16-byte vectors (a multiple of {kind.weights} {kind.name} "
+                            f"weights), {outer.name!r} outside {inner.name!r}")
     if outer.unroll:
-        raise ScheduleError(f"unroll({outer.name!r}): the cuda GEMV kernels run the shares of k on "
+        raise ScheduleError(f"unroll({outer.name!r}): the cuda GEMV kernels run the shares of {k} on "
                             f"{outer.extent} warps; unroll {inner.name!r}, the rounds of a share")
     return inner, outer.extent, chunk // kind.weights
 
@@ -494,6 +498,7 @@ class _Kernel:
     def __init__(self, schedule: Schedule, syntax: Syntax):
         self.s, self.syntax, self.op = schedule, syntax, schedule.op
         self.shape = shape = check(schedule)
+        self.roles = GemvRoles.of(schedule.op)
         self.kind, self.warps, self.columns = shape.kind, shape.warps, shape.columns
         self.vectors, self.blocks, self.depth = shape.vectors, shape.blocks, shape.depth
         self.rounds = shape.rounds
@@ -506,12 +511,13 @@ class _Kernel:
                                  f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
                                  for p in self.params)
         out = op.output
-        offset = self.s.layout_of(out).offset(op.index(out), op.tensor(out).shape).to_c()
+        index = tuple(Var("i" if e.name == self.roles.rows else "j") for e in op.index(out))   # the C's names
+        offset = self.s.layout_of(out).offset(index, op.tensor(out).shape).to_c()
         store = (f"{out}[{offset}] = lo_sum;" if op.quant is None
                  else quantized.store(op, f"{out}[{offset}]", "lo_sum", "j", "", None))
         ternary = kind.name == "i2_s"
         final = "(int) ((unsigned) lo_acc[i][c] - (unsigned) lo_xs[i])" if ternary else "lo_acc[i][c]"
-        rows, shape = op.m, self.shape
+        rows, shape = self.roles.m, self.shape
         full = shape.last // WARP                       # rounds every lane of every share has
         batched = full // self.depth * self.depth      # of them, those in whole batches of depth rounds
         names = ", ".join(p.name for p in self.params)
@@ -519,7 +525,8 @@ class _Kernel:
         split = shape.split > 1
         return dict(
             declarations=declarations, names=names, sum_type=kind.sum_type,
-            rows=rows, cols=self.columns, a=op.inputs[0], b=op.inputs[1], n=op.n, warp=WARP, warps=self.warps,
+            rows=rows, cols=self.columns, a=op.inputs[0], b=op.inputs[1], n=self.roles.n, warp=WARP,
+            warps=self.warps,
             row_bytes=VECTOR_BYTES * self.vectors, vectors=self.vectors, x_vectors=kind.x_vectors,
             x_bytes=self.vectors * kind.x_vectors * VECTOR_BYTES, unroll=self.syntax.unroll,
             depth=self.depth, full=full, batches=(    # the rounds every lane has, depth at a time
@@ -561,7 +568,7 @@ class _Kernel:
     def _gather(self) -> str:
         """The device nest's sums of a split k: the warps of the shares past the first write theirs to
         shared memory, and the first share's warp adds them in order (int32: exact) before it stores."""
-        shape, rows, cols, unroll = self.shape, self.op.m, self.columns, "#pragma unroll"
+        shape, rows, cols, unroll = self.shape, self.roles.m, self.columns, "#pragma unroll"
         parts, mine = f"[{shape.split - 1}][{self.warps}][{rows}]", f"(i * {cols} + c) % {WARP}"
         ternary = self.kind.name == "i2_s"
         return "".join([
@@ -595,7 +602,7 @@ class _Kernel:
         fetches = " ".join(f"lo_prefetch({name} + j);" for name in channel)
         return (f"\n    for (int c = 0; c < {self.columns}; ++c) {{    /* the epilogue's per-channel values "
                 f"on their way to the L2 */\n        const int j = lo_warp * {self.columns} + c;\n"
-                f"        if (lo_lane == c % {WARP} && j < {self.op.n}) {{ {fetches} }}\n    }}")
+                f"        if (lo_lane == c % {WARP} && j < {self.roles.n}) {{ {fetches} }}\n    }}")
 
     def _launcher(self) -> str:
         decls = ", ".join(p.declaration() if not p.pointer else f"{'const ' if p.const else ''}void *{p.name}"
@@ -607,7 +614,7 @@ class _Kernel:
         header = [f"/* loopopt {self.syntax.name} GEMV kernel (targets/cuda/gemv.py) for {op!r}",
                   *(f" * step {i + 1}: {step}" for i, step in enumerate(s.steps)),
                   f" * {kind.name} weights, {self.vectors} vectors of 16 bytes per output over {WARP} lanes; "
-                  f"{self.warps} warps a block, {self.columns} column(s) a warp, {op.m} row(s); "
+                  f"{self.warps} warps a block, {self.columns} column(s) a warp, {self.roles.m} row(s); "
                   f"grid {self.blocks}; {self.depth} of a lane's {self.rounds} rounds loaded together"
                   + (f"; k split over {self.shape.split} warps, {self.shape.share} vectors each"
                      if self.shape.split > 1 else ""), " */"]
@@ -634,7 +641,7 @@ def pseudocode(schedule: Schedule) -> list[str]:
     """The nest the GEMV kernel of ``schedule`` runs, after ``codegen.pseudocode.header``'s lines."""
     shape = check(schedule)
     kind, warps, columns, vectors = shape.kind, shape.warps, shape.columns, shape.vectors
-    op = schedule.op
+    op, roles = schedule.op, GemvRoles.of(schedule.op)
     a, b = op.inputs
     per = kind.weights
     block, warp = (next(loop.name for loop in schedule.bound_loops if loop.axis == axis)
@@ -652,12 +659,12 @@ def pseudocode(schedule: Schedule) -> list[str]:
             f"    for lane in 0..{WARP}:    # the warp's lanes",
             f"      for v in lane..{vectors if shape.split == 1 else 'the share'} step {WARP}:    # 16-byte "
             f"weight vectors; {shape.depth} rounds' weights loaded first",
-            f"        for i in 0..{op.m}:",
+            f"        for i in 0..{roles.m}:",
             f"          for c in 0..{columns}:",
             f"            acc[lane][i][c] += {a}[i, {per}v : {per}v + {per}] . "
             f"{b}[{per}v : {per}v + {per}, j]    # {sums}",
             f"    sum[i][c] = butterfly of acc over the {WARP} lanes    # __shfl_xor_sync 16, 8, 4, 2, 1",
-            f"    if j < {op.n}: {op.output}[i, j] = sum[i][c]{store}"]
+            f"    if j < {roles.n}: {op.output}[i, j] = sum[i][c]{store}"]
 
 
 def packs_weights(schedule: Schedule) -> bool:
