@@ -126,7 +126,10 @@ def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarra
         import onnxruntime
     except ImportError:
         return list(ReferenceEvaluator(proto).run(None, feeds))
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    oldest = onnx.ModelProto()      # the IR version its opsets need: an older onnxruntime reads it
+    oldest.CopyFrom(proto)
+    oldest.ir_version = helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    session = onnxruntime.InferenceSession(oldest.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 
