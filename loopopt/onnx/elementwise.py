@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 
 import numpy as np
 import onnx
@@ -47,14 +48,17 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
     return x if reuse else None
 
 
-def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+    """Relu on arrays of the array module ``xp`` (numpy; CuPy on a GPU: ``device_rep``), as the builders
+    below."""
     attributes(node, {})
     _float_inputs(node, values, 1)
-    return lambda inputs, reuse: [np.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
+    return lambda inputs, reuse: [xp.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
 
 
-def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
-    """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded."""
+def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+    """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded.
+    The bounds are host constants, taken as scalars of the input's dtype."""
     attrs = attributes(node, {"min": None, "max": None})
     _float_inputs(node, values, 1)
 
@@ -64,13 +68,14 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Ru
             low, high = (inputs[i] if i < len(inputs) else None for i in (1, 2))
         if low is None and high is None:
             return [x if reuse else x.copy()]
+        scalar = x.dtype.type
         if low is not None and high is not None:      # one pass
-            return [np.clip(x, np.asarray(low, x.dtype), np.asarray(high, x.dtype), out=_out(x, reuse))]
+            return [xp.clip(x, scalar(low), scalar(high), out=_out(x, reuse))]
         if low is not None:
-            x = np.maximum(x, np.asarray(low, x.dtype), out=_out(x, reuse))
+            x = xp.maximum(x, scalar(low), out=_out(x, reuse))
             reuse = True      # x is now a buffer of this node's own
         if high is not None:
-            x = np.minimum(x, np.asarray(high, x.dtype), out=_out(x, reuse))
+            x = xp.minimum(x, scalar(high), out=_out(x, reuse))
         return [x]
 
     return run
@@ -79,23 +84,26 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Ru
 def binary(function: np.ufunc) -> Builder:
     """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7)."""
 
-    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
         attributes(node, {})
         if opset < 7:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
         _float_inputs(node, values, 2)
+        on = getattr(xp, function.__name__)       # the function of ``xp``
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
             into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
-            return [function(a, b, out=a if into else None)]
+            return [on(a, b, out=a if into else None)]
 
         return run
 
     return build
 
 
-def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+    """Flatten as a view where the array's own ``reshape`` makes one (any array module ``xp``; so are
+    Reshape and Identity)."""
     axis = int(attributes(node, {"axis": 1})["axis"])
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -106,7 +114,7 @@ def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) ->
     return run
 
 
-def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
     """Reshape: a 0 in the shape copies the input's dim (unless ``allowzero``), a -1 is inferred."""
     allow_zero = bool(attributes(node, {"allowzero": 0})["allowzero"])
     if opset < 5:
@@ -121,9 +129,15 @@ def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) ->
     return run
 
 
-def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
     attributes(node, {})
     return lambda inputs, reuse: [inputs[0]]
+
+
+def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+    """Concat of arrays of ``xp`` along ``axis`` (a negative one from the end)."""
+    axis = int(attributes(node, {"axis": None})["axis"])
+    return lambda inputs, reuse: [xp.concatenate([a for a in inputs if a is not None], axis=axis)]
 
 
 def memory_order(array: np.ndarray) -> np.ndarray | None:

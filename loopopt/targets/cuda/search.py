@@ -721,6 +721,12 @@ class CudaSearch(SearchRules):
         # the kernel model counts CPU cores; the cost model prices the tensor-core and depthwise kernels
         return candidate.knobs.preset not in PRICED
 
+    def takes_epilogue(self, candidate: Candidate) -> bool:
+        """The tensor-core kernels without split-K (each output's whole sum in one block); the SIMT and
+        depthwise kernels store plain sums."""
+        knobs = candidate.knobs
+        return knobs.preset in TENSOR_PRESETS and knobs.split_k == 1
+
     def lanes(self, op: Op, isa: str) -> int:
         return WARP
 
