@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import MISSING_AMX
 
 import loopopt as lo
 from loopopt import machine
@@ -228,6 +229,23 @@ def test_profile_is_shared_across_processes():
                                 timeout=300, check=False)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == here
+
+
+@pytest.mark.slow             # measures (10-40 s of one worker)
+@pytest.mark.measured_profile
+def test_the_measured_profile_is_this_machine_s_and_stored():
+    """The one real measurement of the suite (the others return the recorded figures): this machine's
+    identity and caches, every level's bandwidth and the ISAs' peaks positive, stored where the next
+    process reads it; where the CPU has AMX, its int8 and bfloat16 tile peaks above the SIMD ones."""
+    profile = machine.machine_profile()
+    assert profile.fingerprint == fingerprint() and profile.caches == os_caches()
+    assert list(profile.bandwidth) == [*(c.name for c in profile.caches), "DRAM"]
+    assert all(b.gbs > 0 for b in profile.bandwidth.values())
+    assert all(rate > 0 for rates in profile.peaks.values() for rate in rates.values())
+    assert machine.load_profile(profile_path()) == profile
+    if MISSING_AMX is None:
+        assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
+        assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
 
 
 def test_provenance_fields():

@@ -447,14 +447,6 @@ def test_weights_in_b_tiles(op, patch):
         assert packed[index] == (logical[g * s.kg + n, c, kh, kw] if real else 0), index
 
 
-@needs_amx
-@pytest.mark.slow          # measures the machine profile (10 s) where it is not cached yet
-def test_amx_peaks_in_the_machine_profile():
-    profile = lo.machine_profile()
-    assert profile.peak("amx", "int8") > profile.peak("avx512", "int8")
-    assert profile.peak("auto", "bfloat16") < profile.peak("amx", "bfloat16")
-
-
 @pytest.mark.slow
 @needs_amx
 def test_compare_on_tiles():

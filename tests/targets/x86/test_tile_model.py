@@ -73,7 +73,7 @@ def test_amx_candidates_rank_first_where_they_win(threads):
     assert ranked[0].knobs.parallel is None if threads == 1 else ranked[0].knobs.parallel in tiles.SPLITS
 
 
-def test_no_amx_candidates_on_a_cpu_without_amx(monkeypatch):
+def test_no_amx_candidates_on_a_cpu_without_amx(monkeypatch, recorded_profile):
     zen4 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx2", "fma", "avx512_bf16"}
     monkeypatch.setattr(tiles, "cpu_flags", lambda: zen4)
     op = lo.Conv2d(32, 32, 3, padding=1, height=8, width=8, quant=QUANT)
