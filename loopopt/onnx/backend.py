@@ -150,7 +150,8 @@ class LoopoptRep(BackendRep):
                 conv, chain = nodes[fused[node.name]][0], self.chains[fused[node.name]]
                 residual = (chain.residual,) if chain.residual else ()
                 steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
-                                  self._kernel_step(conv, runtime), KERNEL, owns_outputs=True))
+                                  self._kernel_step(conv, runtime), KERNEL, owns_outputs=True,
+                                  last_call=self._bound[conv.name].last_call))
                 continue
             if node.name in absorbed:
                 continue
@@ -159,8 +160,10 @@ class LoopoptRep(BackendRep):
                         outputs=tuple(node.output))
             if lowerable(node):
                 engine = self._kernel_engine(node)
+                bound = self._bound.get(node.name)
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
-                                  owns_outputs=engine["engine"] == KERNEL, **engine))
+                                  owns_outputs=engine["engine"] == KERNEL, **engine,
+                                  last_call=bound.last_call if bound is not None else None))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
                 value = known.get(node.input[0])
                 selects = selects_elements(node.op_type, value and value.shape, _pool_attributes(node),
