@@ -239,7 +239,8 @@ class Kernel:
         allows (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A
         kernel that adds a residual (``Schedule.add_residual``) takes it last in each call:
         ``call(x, residual)``. ``call.last_call()``: the last call's C function and arguments where
-        that call was the C call alone (``plan.Plan`` repeats such calls without Python between them)."""
+        that call was the C call alone (``plan.Plan`` repeats such calls without Python between them);
+        ``call.storage``: the buffer every call writes its output into."""
         inputs = self.op.inputs
         if isinstance(per_call, bool) or per_call not in range(1, len(inputs) + 1):
             raise ValueError(f"per_call must be the number of leading inputs each call gives, 1 to "
@@ -323,6 +324,7 @@ class Kernel:
             return self.driver.function(), tuple(arguments)
 
         call.last_call = last_call    # type: ignore[attr-defined]
+        call.storage = stored         # type: ignore[attr-defined]
         return call
 
     @property

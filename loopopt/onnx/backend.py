@@ -151,7 +151,8 @@ class LoopoptRep(BackendRep):
                 residual = (chain.residual,) if chain.residual else ()
                 steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
                                   self._kernel_step(conv, runtime), KERNEL, owns_outputs=True,
-                                  last_call=self._bound[conv.name].last_call))
+                                  last_call=self._bound[conv.name].last_call,
+                                  storage=self._bound[conv.name].storage))
                 continue
             if node.name in absorbed:
                 continue
@@ -163,7 +164,8 @@ class LoopoptRep(BackendRep):
                 bound = self._bound.get(node.name)
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
                                   owns_outputs=engine["engine"] == KERNEL, **engine,
-                                  last_call=bound.last_call if bound is not None else None))
+                                  last_call=bound.last_call if bound is not None else None,
+                                  storage=bound.storage if bound is not None else None))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
                 value = known.get(node.input[0])
                 selects = selects_elements(node.op_type, value and value.shape, _pool_attributes(node),

@@ -11,12 +11,12 @@ A kernel step writes the same buffers on every run (``Kernel.with_constants``), 
 are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
 every value, and a plan runs one call at a time.
 
-Consecutive kernel steps that each read only buffers kernel steps write (or constants), in place,
-make the same C calls on every run: after two runs that show so (the same calls on the same
-arguments, the same output arrays), a run makes those calls one after another (``Repeat``), with no
-Python between them but the loop. The per-step path costs 3-4 us a step on a warm cache and 10-20 us
-on a cold one (the interpreter's and numpy's state evicted between two runs, as a server's requests
-or another process leave it).
+Consecutive kernel and 8-bit lookup steps (``Step.last_call``) that each read only buffers kernel
+steps write (or constants), in place, make the same C calls on every run: after two runs that show
+so (the same calls on the same arguments, the outputs in the same memory), a run makes those calls
+one after another (``Repeat``), with no Python between them but the loop. The per-step path costs
+3-4 us a step on a warm cache and 10-20 us on a cold one (the interpreter's and numpy's state evicted
+between two runs, as a server's requests or another process leave it).
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class Step:
     reason: str = ""        # why onnx.reference runs it (a pooling step on numpy: why its kernel does not)
     reuse: bool = False     # it may write into its first input's buffer (set by Plan)
     selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
-    last_call: LastCall | None = None   # a bound kernel step: its last C call (``Kernel.with_constants``)
+    last_call: LastCall | None = None   # a kernel or lookup step: its last C call (``Kernel.with_constants``)
+    storage: np.ndarray | None = None   # a bound kernel step: the buffer it writes on every run
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,10 @@ class Plan:
         return values
 
     def _learn(self, seen: Seen) -> None:
-        """Keep ``seen``; after two runs, the ``repeats``: the longest runs of kernel steps that made
-        the same C call on the same arguments and gave the same output arrays in both, each reading
-        only constants and outputs that kernel steps gave as the same arrays in both."""
+        """Keep ``seen``; after two runs, the ``repeats``: the longest runs of steps that made the same
+        C call on the same arguments and left their outputs in the same memory in both, each reading
+        only constants and steady values: outputs of such steps, and views of a kernel step's
+        ``storage`` left in the same memory in both runs (whatever that step read)."""
         self._seen.append(seen)
         if len(self._seen) < 2:
             return
@@ -136,7 +138,7 @@ class Plan:
                 runs[-1].append(index)
             elif repeats:
                 runs.append([index])
-            if index in same:
+            if index in same or _stored(step, first.get(index), second.get(index)):
                 steady.update(step.outputs)
         for run in runs:
             written = {name: value for i in run for name, value in zip(self.steps[i].outputs, second[i][1])}
@@ -151,9 +153,24 @@ class Plan:
 
 
 def _same(first: tuple, second: tuple) -> bool:
-    """Whether a kernel step's two seen runs made the same C call on the same argument objects and
-    gave the same output arrays."""
+    """Whether a step's two seen runs made the same C call on the same argument objects and left
+    their outputs in the same memory, as arrays of the same shape, strides and dtype."""
     (call, outputs), (again, outputs_again) = first, second
     return (call is not None and again is not None and call[0] is again[0]
             and len(call[1]) == len(again[1]) and all(a is b for a, b in zip(call[1], again[1]))
-            and len(outputs) == len(outputs_again) and all(a is b for a, b in zip(outputs, outputs_again)))
+            and len(outputs) == len(outputs_again) and all(map(_same_memory, outputs, outputs_again)))
+
+
+def _stored(step: Step, first: tuple | None, second: tuple | None) -> bool:
+    """Whether a kernel step's outputs in two seen runs are views of its ``storage`` in the same memory."""
+    if step.storage is None or first is None or second is None:
+        return False
+    outputs, again = first[1], second[1]
+    return (len(outputs) == len(again) and all(map(_same_memory, outputs, again))
+            and all(np.may_share_memory(output, step.storage) for output in again))
+
+
+def _same_memory(first: np.ndarray, second: np.ndarray) -> bool:
+    return (first.__array_interface__["data"][0] == second.__array_interface__["data"][0]
+            and first.shape == second.shape and first.strides == second.strides
+            and first.dtype == second.dtype)
