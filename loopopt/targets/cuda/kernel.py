@@ -13,7 +13,7 @@ from ...bf16 import bf16_bits
 from ...codegen import Generated
 from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
-from . import device, quantized
+from . import device, padding_sums, quantized
 from .driver import CudaDriver
 from .gemv import PackedWeights, packs_weights
 from .printer import CudaSource
@@ -69,9 +69,12 @@ class CudaKernel(Kernel):
 
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
-        the bias's logical one, a per-channel array's channels."""
+        the bias's logical one, the padding's prefix table's (``padding_sums``), a per-channel array's
+        channels."""
         if self.op.bias and name == self.op.bias_tensor:
             return self.op.tensor(name).shape
+        if name == padding_sums.TABLE:
+            return padding_sums.shape(self.op)
         tensor = self._tensor_of(name)          # the residual's: the output's
         return self._storage_shape(name) if tensor in self.op.tensors else (self.op.channels,)
 
