@@ -39,7 +39,7 @@ from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
-from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
+from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step, viewing
 from .pooling import POOL_ATTRIBUTES, POOLS, PoolRunner, selects_elements
 from .qdq import fuse
 
@@ -177,7 +177,10 @@ class LoopoptRep(BackendRep):
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1))
-                    steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=node.op_type not in VIEWS))
+                    views = node.op_type in VIEWS
+                    run, last_call = viewing(run) if views else (run, None)
+                    steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=not views,
+                                      last_call=last_call))
                 except NotSupported as error:
                     steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
                                       owns_outputs=False, reason=error.reason))
@@ -353,7 +356,7 @@ def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[st
         return runtime.run(*inputs) if pooled is None else [pooled]
 
     engine, reason = (KERNEL, "") if value is None else pool.engine(value)
-    return dict(run=run, engine=engine, reason=reason)
+    return dict(run=run, engine=engine, reason=reason, last_call=pool.last_call)
 
 
 class LoopoptBackend(Backend):

@@ -27,7 +27,7 @@ from ..buffers import aligned_empty_like
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
-from .plan import NUMPY, Step
+from .plan import NUMPY, BoundCalls, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
 Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int], Run]
@@ -252,31 +252,10 @@ LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold betw
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
-class LookupCalls:
-    """A lookup step's C calls: ``bind(*arrays) -> (function, arguments)``, bound again only when the
-    byte arrays' addresses and sizes change (a plan's step reads and writes the same buffers on every
-    run); ``last_call()``: the last call made (``Step.last_call``: the plan may repeat it)."""
-
-    def __init__(self, bind: Callable[..., tuple[Callable[..., None], tuple]]):
-        self._bind = bind
-        self._key: tuple = ()
-        self._call: tuple[Callable[..., None], tuple] | None = None
-
-    def __call__(self, *arrays: np.ndarray) -> None:
-        key = tuple((a.__array_interface__["data"][0], a.size) for a in arrays)
-        if key != self._key or self._call is None:
-            self._key, self._call = key, self._bind(*arrays)
-        function, arguments = self._call
-        function(*arguments)
-
-    def last_call(self) -> tuple[Callable[..., None], tuple] | None:
-        return self._call
-
-
 class Lookup:
     """``run(inputs, reuse)`` of a lookup step (``lookup``, ``pair_lookup``) and its ``calls``."""
 
-    def __init__(self, run: Run, calls: LookupCalls):
+    def __init__(self, run: Run, calls: BoundCalls):
         self.run, self.calls = run, calls
 
     def __call__(self, inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -288,7 +267,7 @@ def lookup(table: np.ndarray) -> Lookup:
     input's memory order, by the host target's compiled byte lookup (``Target.byte_map``); in place
     where the input's buffer may be overwritten."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
-    calls = LookupCalls(lambda src, dst: byte_map.bound(bits, dst, src=src))
+    calls = BoundCalls(lambda src, dst: byte_map.bound(bits, dst, src=src))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
@@ -305,7 +284,7 @@ def pair_lookup(table: np.ndarray) -> Lookup:
     where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``);
     into the first's buffer where it may be overwritten."""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
-    calls = LookupCalls(lambda a, b, dst: pair_map.bound(bits, dst, a=a, b=b))
+    calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, a=a, b=b))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]

@@ -11,8 +11,9 @@ A kernel step writes the same buffers on every run (``Kernel.with_constants``), 
 are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
 every value, and a plan runs one call at a time.
 
-Consecutive kernel and 8-bit lookup steps (``Step.last_call``) that each read only buffers kernel
-steps write (or constants), in place, make the same C calls on every run: after two runs that show
+Consecutive kernel, pooling and 8-bit lookup steps (``Step.last_call``; a view step's, Flatten's,
+is no call: ``viewing``) that each read only buffers kernel steps write (or constants), in place,
+make the same C calls on every run: after two runs that show
 so (the same calls on the same arguments, the outputs in the same memory), a run makes those calls
 one after another (``Repeat``), with no Python between them but the loop. The per-step path costs
 3-4 us a step on a warm cache and 10-20 us on a cold one (the interpreter's and numpy's state evicted
@@ -60,6 +61,46 @@ class Repeat:
     calls: tuple[tuple[Callable[..., None], tuple], ...]
     values: dict[str, np.ndarray]
     dead: tuple[str, ...]
+
+
+class BoundCalls:
+    """A step's C calls (a lookup's, a pool's): ``bind(*arrays) -> (function, arguments)``, bound again
+    only when the arrays' addresses and sizes change (a plan's step reads and writes the same buffers
+    on every run); ``last_call()``: the last call made (``Step.last_call``: the plan may repeat it)."""
+
+    def __init__(self, bind: Callable[..., tuple[Callable[..., None], tuple]]):
+        self._bind = bind
+        self._key: tuple = ()
+        self._call: tuple[Callable[..., None], tuple] | None = None
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        key = tuple((a.__array_interface__["data"][0], a.nbytes) for a in arrays)
+        if key != self._key or self._call is None:
+            self._key, self._call = key, self._bind(*arrays)
+        function, arguments = self._call
+        function(*arguments)
+
+    def last_call(self) -> tuple[Callable[..., None], tuple] | None:
+        return self._call
+
+
+def no_call() -> None:
+    """What a view step's repeat runs: nothing (its output is the same view of the same memory)."""
+
+
+def viewing(run: Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]]) -> tuple[
+        Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]], LastCall]:
+    """A view step's ``run`` (Flatten, Reshape, Identity) and its ``last_call``: ``no_call`` where the
+    last run's outputs were views of its first input (a reshape that had to copy: None)."""
+    made: list[tuple[Callable[..., None], tuple] | None] = [None]
+
+    def viewed(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
+        outputs = run(inputs, reuse)
+        shared = all(np.may_share_memory(output, inputs[0]) for output in outputs)
+        made[0] = (no_call, ()) if shared else None
+        return outputs
+
+    return viewed, lambda: made[0]
 
 
 class Plan:
