@@ -119,11 +119,11 @@ def quantized_model() -> onnx.ModelProto:
 
 
 def requantized_chain(channels: int = 32) -> onnx.ModelProto:
-    """QuantizeLinear (uint8), QLinearConv 3->``channels`` 3x3, DequantizeLinear -> Clip(0, 6) ->
+    """QuantizeLinear (uint8), QLinearConv 3->``channels`` 1x1, DequantizeLinear -> Clip(0, 6) ->
     QuantizeLinear (a ReLU6 on a scale of its own: one lookup), QLinearConv 1x1 ``channels``->``channels``,
     DequantizeLinear: a MobileNetV2 int8 block's pattern, on a 1x3x9x11 input."""
     u8, i8 = np.uint8, np.int8
-    weights = {"w1": RNG.integers(-127, 128, (channels, 3, 3, 3), dtype=i8),
+    weights = {"w1": RNG.integers(-127, 128, (channels, 3, 1, 1), dtype=i8),
                "w2": RNG.integers(-127, 128, (channels, channels, 1, 1), dtype=i8)}
     inits = [_init("xs", np.float32(0.02)), _init("xz", u8(128)), _init("cs", np.float32(0.05)),
              _init("cz", u8(10)), _init("b1", RNG.integers(-500, 500, channels, dtype=np.int32)),
@@ -134,7 +134,7 @@ def requantized_chain(channels: int = 32) -> onnx.ModelProto:
                   _init(f"{name}z", np.zeros(channels, i8))]
     nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
              helper.make_node("QLinearConv", ["xq", "xs", "xz", "w1", "w1s", "w1z", "cs", "cz", "b1"], ["cq"],
-                              pads=[1, 1, 1, 1], name="conv1"),
+                              name="conv1"),
              helper.make_node("DequantizeLinear", ["cq", "cs", "cz"], ["c"]),
              helper.make_node("Clip", ["c", "low", "high"], ["r"]),
              helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"], name="relu6"),
