@@ -19,6 +19,7 @@ from test_onnx_pooling import naive_pool
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
+from loopopt.onnx.plan import no_call, viewing
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.linear_quant import linear_quant
@@ -339,3 +340,14 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
             loops.quantize(np.zeros(2), q, 1.0, 0.0)
         with pytest.raises(ValueError, match="x and q differ in size: 2 and 1 elements"):
             loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)
+
+
+def test_a_view_step_repeats_only_a_view():
+    """``plan.viewing``: a Flatten that gave a view of its input repeats no call; one that had to copy
+    (a transposed input) has no call to repeat."""
+    run, last_call = viewing(lambda inputs, reuse: [inputs[0].reshape(inputs[0].shape[0], -1)])
+    x = np.zeros((2, 3, 4), np.float32)
+    run([x], False)
+    assert last_call() == (no_call, ())
+    run([x.transpose(0, 2, 1)], False)
+    assert last_call() is None

@@ -9,6 +9,7 @@ lookup.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -62,12 +63,19 @@ class _Lookup:
         module = compile_c(source, self.cdef, flags)
         self._ffi, self._function, self.name = module.ffi, getattr(module.lib, self.function), name
 
-    def _run(self, table: np.ndarray, dst: np.ndarray, **sources: np.ndarray) -> None:
-        """The function on ``table``, the ``sources`` in order and ``dst``, after checking them all."""
+    def bound(self, table: np.ndarray, dst: np.ndarray,
+              **sources: np.ndarray) -> tuple[Callable[..., None], tuple]:
+        """The C function and its arguments on ``table``, the ``sources`` in order and ``dst``, after
+        checking them all (the arguments hold the arrays: a caller may repeat the call)."""
         _check_bytes(table, self.entries, **sources, dst=dst)
         buffer = self._ffi.from_buffer
-        self._function(buffer(table), *map(buffer, sources.values()), buffer(dst, require_writable=True),
-                       dst.size)
+        return self._function, (buffer(table), *map(buffer, sources.values()),
+                                buffer(dst, require_writable=True), dst.size)
+
+    def _run(self, table: np.ndarray, dst: np.ndarray, **sources: np.ndarray) -> None:
+        """The function on ``table``, the ``sources`` in order and ``dst``, after checking them all."""
+        function, arguments = self.bound(table, dst, **sources)
+        function(*arguments)
 
 
 class ByteMap(_Lookup):
