@@ -1,7 +1,8 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
-inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
-leave to the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized
-residual Add) as one pair lookup (the compiled maps over every tail)."""
+inputs stored in any axis order (as a kernel's output view reaches them), in place or not, on 1-3
+threads (``split.Split``, its chunks made small: ``_small_chunks``); what they leave to the reference;
+quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized residual Add) as one
+pair lookup (the compiled maps over every tail); how ``Split`` cuts an array over threads."""
 from __future__ import annotations
 
 from unittest import mock
@@ -19,6 +20,7 @@ from test_onnx_pooling import naive_pool
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
+from loopopt.onnx.split import Split
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.linear_quant import linear_quant
@@ -69,21 +71,29 @@ def _case(data) -> tuple[str, list[np.ndarray | None], dict]:
     return op_type, [q, scale, zero], {}
 
 
+def _small_chunks(data):
+    """``split``'s chunks of at least 1 element, starting at multiples of 1, 5 or 64 (drawn): arrays of a
+    few elements split over the threads, each chunk leaving a tail of the compiled loops' vectors."""
+    return mock.patch.multiple("loopopt.onnx.split", MIN_CHUNK=1,
+                               ALIGN=data.draw(st.sampled_from([1, 5, 64])))
+
+
 def _check_elementwise_node(data):
     op_type, inputs, attributes = _case(data)
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     node = helper.make_node(op_type, names, ["y"], **attributes)
     want = load_op("", op_type, OPSET)(node, RUN_PARAMS).run(*inputs)[0]
     values = [None if a is None else Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
-    run = ELEMENTWISE[op_type](node, values, OPSET)
+    run = ELEMENTWISE[op_type](node, values, OPSET, Split(data.draw(st.integers(1, 3))))
     before = [None if a is None else np.array(a) for a in inputs]
-    got = run(inputs, False)[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
-    for given, kept in zip(inputs, before):
-        np.testing.assert_array_equal(given, kept)   # not in place: the inputs unchanged
-    in_place = run([None if a is None else np.asarray(a).copy(order="K") for a in inputs], True)[0]
-    np.testing.assert_array_equal(in_place, want)
+    with _small_chunks(data):
+        got = run(inputs, False)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
+        for given, kept in zip(inputs, before):
+            np.testing.assert_array_equal(given, kept)   # not in place: the inputs unchanged
+        in_place = run([None if a is None else np.asarray(a).copy(order="K") for a in inputs], True)[0]
+        np.testing.assert_array_equal(in_place, want)
 
 
 test_elementwise_node_quick, test_elementwise_node_slow = tiers(_check_elementwise_node, 25, 300, st.data())
@@ -153,18 +163,19 @@ def _check_lookup_chain(data):
              helper.make_node("QuantizeLinear", ["c", "s2", "z2"], ["y"])]
     elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
     proto = model(nodes, [("q", elem[source], shape)], [("y", elem[target], shape)], inits, opset=OPSET)
-    rep = backend.prepare(proto, strict=True)
+    rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 3)))
     [step] = rep.plan.steps
     assert step.op_type == f"DequantizeLinear -> {between} -> QuantizeLinear"
     info = np.iinfo(source)
     q = _stored(data, rng.integers(info.min, info.max + 1, shape).astype(source))
     want = ReferenceEvaluator(proto).run(None, {"q": q})[0]
     kept = q.copy(order="K")
-    got = rep.run([q])[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(q, kept)                   # a graph input: not overwritten
-    np.testing.assert_array_equal(step.run([kept], True)[0], want)      # in place
+    with _small_chunks(data):
+        got = rep.run([q])[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(q, kept)                   # a graph input: not overwritten
+        np.testing.assert_array_equal(step.run([kept], True)[0], want)      # in place
 
 
 test_lookup_chain_quick, test_lookup_chain_slow = tiers(_check_lookup_chain, 15, 120, st.data())
@@ -199,19 +210,20 @@ def _check_pair_lookup_chain(data):
     proto = model(nodes, [("a", elem[dtypes[0]], shape), ("b", elem[dtypes[1]], shape)],
                   [("y", elem[dtypes[2]], shape)] + ([("sum", TensorProto.FLOAT, shape)] if also else []),
                   inits, opset=OPSET)
-    rep = backend.prepare(proto, strict=True)
+    rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 3)))
     chain = " -> ".join(["DequantizeLinear", "DequantizeLinear", combine, *after, "QuantizeLinear"])
     assert [s.op_type for s in rep.plan.steps] == ([n.op_type for n in nodes] if also else [chain])
     a, b = (_stored(data, rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t))
             for t in dtypes[:2])
     want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})
     kept = a.copy(order="K")
-    for got, expected in zip(rep.run([a, b]), want):
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
-    if not also:
-        np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
+    with _small_chunks(data):
+        for got, expected in zip(rep.run([a, b]), want):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
+        if not also:
+            np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
 
 
 test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lookup_chain, 6, 60, st.data())
@@ -339,3 +351,53 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
             loops.quantize(np.zeros(2), q, 1.0, 0.0)
         with pytest.raises(ValueError, match="x and q differ in size: 2 and 1 elements"):
             loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)
+
+
+def test_split_cuts_even_aligned_chunks_one_per_thread():
+    """The elements each thread runs (load-independent): ``threads`` chunks of at least ``MIN_CHUNK``
+    elements, starting at multiples of ``ALIGN``, covering the array once, the largest at most ``ALIGN``
+    elements over an even share; an array too small for two chunks runs whole; a bad thread count is
+    refused naming it."""
+    from loopopt.onnx import split
+    for threads in (1, 2, 3, 4):
+        for size in (0, 1, split.MIN_CHUNK * 2 - 1, split.MIN_CHUNK * 2, 802816, 200704 + 13):
+            bounds = Split(threads).bounds(size)
+            assert bounds[0][0] == 0 and bounds[-1][1] == size
+            assert all(end == begin for (_, end), (begin, _) in zip(bounds, bounds[1:]))
+            assert all(begin % split.ALIGN == 0 for begin, _ in bounds)
+            assert len(bounds) == max(1, min(threads, size // split.MIN_CHUNK))
+            if len(bounds) > 1:
+                assert min(e - b for b, e in bounds) >= split.MIN_CHUNK
+                assert max(e - b for b, e in bounds) <= size / len(bounds) + split.ALIGN
+    assert Split(2).bounds(802816) == [(0, 401408), (401408, 802816)]     # ResNet-18's 64x112x112
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=f"threads must be an integer >= 1, got {bad!r}"):
+            Split(bad)
+
+
+def test_split_runs_each_chunk_once_on_its_own_thread():
+    """Every element written once, one chunk on the caller's thread and the others on the pool's, an
+    error in any chunk raised after all have finished; arrays of other lengths refused."""
+    import threading
+    seen, out = [], np.zeros(3 * 70000, np.int64)
+
+    def mark(chunk):
+        seen.append(threading.get_ident())
+        chunk += 1
+
+    Split(2)(mark, out)
+    assert np.all(out == 1) and len(seen) == 2 and set(seen) - {threading.get_ident()}
+    Split(3)(mark, out)                           # the pool's two threads take the other two chunks
+    assert np.all(out == 2) and len(seen) == 5 and threading.get_ident() in seen[2:]
+
+    def fail(chunk):
+        if np.any(chunk != 2):
+            raise RuntimeError("chunk failed")
+        chunk += 1
+
+    out[-1] = 0                                    # the pool's chunk fails, the caller's runs
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        Split(2)(fail, out)
+    assert out[0] == 3
+    with pytest.raises(ValueError, match=r"1-D arrays of one length, got shapes \(3,\), \(4,\)"):
+        Split(2)(np.add, np.zeros(3), np.zeros(4))

@@ -5,7 +5,9 @@ numpy's elementwise functions keep that memory order, so Relu, Clip, Add, Sub, M
 DequantizeLinear and QuantizeLinear neither transpose nor copy back to the logical layout;
 Flatten, Reshape and Identity are views where numpy can make one. ``ELEMENTWISE`` maps an op type
 to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``: the first input's
-buffer may be overwritten, as nothing else reads it). A builder raises ``NotSupported`` for what it
+buffer may be overwritten, as nothing else reads it) that runs its elements in chunks over the
+threads of its ``split`` (``split.Split``: the model's thread count; the elements in memory order,
+two inputs where they share it). A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
@@ -28,9 +30,11 @@ from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
+from .split import Split
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
-Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int], Run]
+Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int, Split], Run]
+ONE_THREAD = Split(1)
 
 INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
@@ -47,13 +51,23 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
     return x if reuse else None
 
 
-def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def unary(function: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, reuse: bool,
+          split: Split) -> np.ndarray:
+    """``function(chunk, out)`` over ``x`` in its memory order, chunks split over ``split``'s threads,
+    into ``x`` where its buffer may be overwritten, else into a new buffer of the same memory order."""
+    x, flat, reuse = _flat(x, reuse)
+    out = x if reuse else aligned_empty_like(x, x.dtype)
+    split(function, flat, flat if reuse else memory_order(out))
+    return out
+
+
+def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, split: Split = ONE_THREAD) -> Run:
     attributes(node, {})
     _float_inputs(node, values, 1)
-    return lambda inputs, reuse: [np.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
+    return lambda inputs, reuse: [unary(lambda x, out: np.maximum(x, 0, out=out), inputs[0], reuse, split)]
 
 
-def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, split: Split = ONE_THREAD) -> Run:
     """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded."""
     attrs = attributes(node, {"min": None, "max": None})
     _float_inputs(node, values, 1)
@@ -64,22 +78,27 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Ru
             low, high = (inputs[i] if i < len(inputs) else None for i in (1, 2))
         if low is None and high is None:
             return [x if reuse else x.copy()]
-        if low is not None and high is not None:      # one pass
-            return [np.clip(x, np.asarray(low, x.dtype), np.asarray(high, x.dtype), out=_out(x, reuse))]
-        if low is not None:
-            x = np.maximum(x, np.asarray(low, x.dtype), out=_out(x, reuse))
-            reuse = True      # x is now a buffer of this node's own
-        if high is not None:
-            x = np.minimum(x, np.asarray(high, x.dtype), out=_out(x, reuse))
-        return [x]
+        low, high = (None if b is None else np.asarray(b, x.dtype) for b in (low, high))
+
+        def bounded(chunk: np.ndarray, out: np.ndarray) -> None:     # one pass
+            if low is not None and high is not None:
+                np.clip(chunk, low, high, out=out)
+            elif low is not None:
+                np.maximum(chunk, low, out=out)
+            else:
+                np.minimum(chunk, high, out=out)
+
+        return [unary(bounded, x, reuse, split)]
 
     return run
 
 
 def binary(function: np.ufunc) -> Builder:
-    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7)."""
+    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7);
+    two of one shape stored in one memory order split over the threads."""
 
-    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+              split: Split = ONE_THREAD) -> Run:
         attributes(node, {})
         if opset < 7:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
@@ -87,15 +106,21 @@ def binary(function: np.ufunc) -> Builder:
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
-            into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
-            return [function(a, b, out=a if into else None)]
+            flat, other = memory_order(a), memory_order(b)
+            if a.shape != b.shape or a.strides != b.strides or flat is None or other is None:
+                into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)    # numpy broadcasts
+                return [function(a, b, out=a if into else None)]
+            out = a if reuse else aligned_empty_like(a, a.dtype)          # a's memory order
+            split(lambda x, y, z: function(x, y, out=z), flat, other, flat if reuse else memory_order(out))
+            return [out]
 
         return run
 
     return build
 
 
-def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+            split: Split = ONE_THREAD) -> Run:
     axis = int(attributes(node, {"axis": 1})["axis"])
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -106,7 +131,8 @@ def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) ->
     return run
 
 
-def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+            split: Split = ONE_THREAD) -> Run:
     """Reshape: a 0 in the shape copies the input's dim (unless ``allowzero``), a -1 is inferred."""
     allow_zero = bool(attributes(node, {"allowzero": 0})["allowzero"])
     if opset < 5:
@@ -121,7 +147,8 @@ def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) ->
     return run
 
 
-def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+             split: Split = ONE_THREAD) -> Run:
     attributes(node, {})
     return lambda inputs, reuse: [inputs[0]]
 
@@ -163,7 +190,8 @@ def _scalar(array: np.ndarray) -> np.ndarray:
     return array.reshape(())
 
 
-def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+                      split: Split = ONE_THREAD) -> Run:
     """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
     (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
     _per_tensor(node, values)
@@ -178,8 +206,8 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
             q, scale, zero = (*inputs, None)[:3]
             q, flat, _ = _flat(q, False)
             out = aligned_empty_like(q, np.float32)           # the same memory order
-            loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
-                             float(_scalar(scale)))
+            shift, times = 0.0 if zero is None else float(_scalar(zero)), float(_scalar(scale))
+            split(lambda codes, x: loops.dequantize(codes, x, shift, times), flat, memory_order(out))
             return [out]
 
         return compiled
@@ -195,7 +223,8 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
     return lambda inputs, reuse: [formula(*(*inputs, None)[:3])]
 
 
-def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+                    split: Split = ONE_THREAD) -> Run:
     """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
     loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
     result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
@@ -213,8 +242,8 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
             x, scale, zero = (*inputs, None)[:3]
             x, flat, _ = _flat(x, False)
             out = aligned_empty_like(x, dtype)               # the same memory order
-            loops.quantize(flat, memory_order(out), float(_scalar(scale)),
-                           0.0 if zero is None else float(_scalar(zero)))
+            divisor, shift = float(_scalar(scale)), 0.0 if zero is None else float(_scalar(zero))
+            split(lambda x, codes: loops.quantize(x, codes, divisor, shift), flat, memory_order(out))
             return [out]
 
         return compiled
@@ -252,26 +281,27 @@ LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold betw
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
-def lookup(table: np.ndarray) -> Run:
+def lookup(table: np.ndarray, split: Split = ONE_THREAD) -> Run:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
-    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``); in place
-    where the input's buffer may be overwritten."""
+    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``), split over
+    ``split``'s threads; in place where the input's buffer may be overwritten."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
         out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
-        byte_map(bits, flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
+        split(lambda src, dst: byte_map(bits, src, dst), flat.view(np.uint8),
+              (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
     return run
 
 
-def pair_lookup(table: np.ndarray) -> Run:
+def pair_lookup(table: np.ndarray, split: Split = ONE_THREAD) -> Run:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
-    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``);
-    into the first's buffer where it may be overwritten."""
+    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``), split
+    over ``split``'s threads; into the first's buffer where it may be overwritten."""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -280,7 +310,8 @@ def pair_lookup(table: np.ndarray) -> Run:
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
         out = a if reuse else aligned_empty_like(a, table.dtype)
-        pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
+        split(lambda x, y, z: pair_map(bits, x, y, z), flat.view(np.uint8), memory_order(b).view(np.uint8),
+              memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
     return run
@@ -312,10 +343,10 @@ def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.all(ordered[1:] >= ordered[:-1]))
 
 
-def selected_lookup(select: Step, table: np.ndarray) -> Run:
+def selected_lookup(select: Step, table: np.ndarray, split: Split = ONE_THREAD) -> Run:
     """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
     output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
-    looked = lookup(table)
+    looked = lookup(table, split)
     return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
 
 
@@ -356,7 +387,7 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
 
 
 def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
-                 outputs: Sequence[str]) -> list[Step]:
+                 outputs: Sequence[str], split: Split = ONE_THREAD) -> list[Step]:
     """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
     DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
     values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
@@ -376,12 +407,12 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         chain, sources = found
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
-        run = lookup(table) if len(sources) == 1 else pair_lookup(table)
+        run = lookup(table, split) if len(sources) == 1 else pair_lookup(table, split)
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
-            run = selected_lookup(selects[0], table)
+            run = selected_lookup(selects[0], table, split)
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
         fused.update((inner.node, None) for inner in chain[:-1])
