@@ -1,8 +1,8 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
 inputs stored in any axis order (as a kernel's output view reaches them), in place or not, on 1-3
-threads (``split.Split``, its chunks made small: ``_small_chunks``); what they leave to the reference;
-quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized residual Add) as one
-pair lookup (the compiled maps over every tail); how ``Split`` cuts an array over threads."""
+threads (the compiled loops split however small the array: ``_any_size_splits``); what they leave to
+the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized residual
+Add) as one pair lookup (the compiled maps over every tail, on 1-3 threads)."""
 from __future__ import annotations
 
 from unittest import mock
@@ -20,11 +20,11 @@ from test_onnx_pooling import naive_pool
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
-from loopopt.onnx.split import Split
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
+from loopopt.targets.threaded_c import MIN_CHUNK, threads_for
 
 OPSET = 21
 RUN_PARAMS = {"opsets": {"": OPSET}, "log": lambda *args: None, "verbose": 0, "new_ops": None,
@@ -71,11 +71,10 @@ def _case(data) -> tuple[str, list[np.ndarray | None], dict]:
     return op_type, [q, scale, zero], {}
 
 
-def _small_chunks(data):
-    """``split``'s chunks of at least 1 element, starting at multiples of 1, 5 or 64 (drawn): arrays of a
-    few elements split over the threads, each chunk leaving a tail of the compiled loops' vectors."""
-    return mock.patch.multiple("loopopt.onnx.split", MIN_CHUNK=1,
-                               ALIGN=data.draw(st.sampled_from([1, 5, 64])))
+def _any_size_splits():
+    """The compiled loops split over the threads given however few elements they run (one per thread at
+    least; chunks start at multiples of ``ALIGN``, so a thread past the end runs none)."""
+    return mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1)
 
 
 def _check_elementwise_node(data):
@@ -84,9 +83,9 @@ def _check_elementwise_node(data):
     node = helper.make_node(op_type, names, ["y"], **attributes)
     want = load_op("", op_type, OPSET)(node, RUN_PARAMS).run(*inputs)[0]
     values = [None if a is None else Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
-    run = ELEMENTWISE[op_type](node, values, OPSET, Split(data.draw(st.integers(1, 3))))
+    run = ELEMENTWISE[op_type](node, values, OPSET, data.draw(st.integers(1, 3)))
     before = [None if a is None else np.array(a) for a in inputs]
-    with _small_chunks(data):
+    with _any_size_splits():
         got = run(inputs, False)[0]
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
@@ -170,7 +169,7 @@ def _check_lookup_chain(data):
     q = _stored(data, rng.integers(info.min, info.max + 1, shape).astype(source))
     want = ReferenceEvaluator(proto).run(None, {"q": q})[0]
     kept = q.copy(order="K")
-    with _small_chunks(data):
+    with _any_size_splits():
         got = rep.run([q])[0]
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
@@ -217,7 +216,7 @@ def _check_pair_lookup_chain(data):
             for t in dtypes[:2])
     want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})
     kept = a.copy(order="K")
-    with _small_chunks(data):
+    with _any_size_splits():
         for got, expected in zip(rep.run([a, b]), want):
             assert got.dtype == expected.dtype and got.shape == expected.shape
             np.testing.assert_array_equal(got, expected)
@@ -283,15 +282,16 @@ test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_p
 @pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
                          ids=lambda m: m.name)
 def test_byte_map_matches_numpy_over_tails(byte_map):
-    """Every length 0-200 (the vector steps' tails) and in place, against numpy's indexing."""
+    """Every length 0-200 (the vector steps' tails; chunks of 64 on 2 and 3 threads) and in place, and
+    lengths of several ``MIN_CHUNK`` on 1-3 threads, against numpy's indexing."""
     rng = np.random.default_rng(11)
     table = rng.integers(0, 256, 256).astype(np.uint8)
-    for n in range(201):
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         src = rng.integers(0, 256, n).astype(np.uint8)
         dst = np.empty_like(src)
-        byte_map(table, src, dst)
+        byte_map(table, src, dst, threads)
         np.testing.assert_array_equal(dst, table[src])
-        byte_map(table, src, src)
+        byte_map(table, src, src, threads)
         np.testing.assert_array_equal(src, dst)
     with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
         byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))
@@ -300,17 +300,18 @@ def test_byte_map_matches_numpy_over_tails(byte_map):
 @pytest.mark.parametrize("pair_map", list(dict.fromkeys([portable_pair_map(), host_target().pair_map()])),
                          ids=lambda m: m.name)
 def test_pair_map_matches_numpy_over_tails(pair_map):
-    """Every length 0-200 and in place into either operand, against numpy's indexing; a wrong table or
-    sizes are refused with what was given."""
+    """Every length 0-200 (on 1-3 threads) and lengths of several ``MIN_CHUNK`` on 1-3 threads, in place
+    into either operand, against numpy's indexing; a wrong table or sizes are refused with what was
+    given."""
     rng = np.random.default_rng(12)
     table = rng.integers(0, 256, 65536).astype(np.uint8)
-    for n in range(201):
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         a, b = rng.integers(0, 256, (2, n)).astype(np.uint8)
         want = table[a.astype(np.intp) * 256 + b]
         dst = np.empty_like(a)
-        pair_map(table, a, b, dst)
+        pair_map(table, a, b, dst, threads)
         np.testing.assert_array_equal(dst, want)
-        pair_map(table, a, b, b)
+        pair_map(table, a, b, b, threads)
         np.testing.assert_array_equal(b, want)
     with pytest.raises(ValueError, match=r"table must be 65536 contiguous bytes, got dtype uint8 shape"):
         pair_map(table[:256], a, a, a)
@@ -322,9 +323,9 @@ def test_pair_map_matches_numpy_over_tails(pair_map):
 def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
     """The compiled QuantizeLinear on exact ties (scale 0.5: rint's ties to even), near ties, zeros of
     both signs, a subnormal and values past the 8-bit range, over lengths that leave every vector
-    tail, and DequantizeLinear of every code: the same bits as onnx.reference, built without and with
-    the host's vector flags; past int32 (the reference's cast overflows there) saturated, a NaN 0;
-    wrong arrays refused."""
+    tail, and DequantizeLinear of every code, on 1-3 threads (chunks of 64): the same bits as
+    onnx.reference, built without and with the host's vector flags; past int32 (the reference's cast
+    overflows there) saturated, a NaN 0; wrong arrays refused."""
     rng = np.random.default_rng(13)
     k = np.arange(-300, 300, dtype=np.float64)
     for dtype in (np.uint8, np.int8):
@@ -335,14 +336,15 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
         for scale in (np.float32(0.5), np.float32(0.37)):
             x = np.concatenate([(k + 0.5) * scale, k * scale, rng.standard_normal(77) * 400,
                                 [3e8, -3e8, 0.0, -0.0, 1e-45]]).astype(np.float32)
-            for n in (x.size, x.size - 1, 17, 1, 0):
+            for n, threads in ((x.size, 1), (x.size, 3), (x.size - 1, 2), (17, 2), (1, 3), (0, 2)):
                 q = np.empty(n, dtype)
-                loops.quantize(x[:n], q, float(scale), float(zero))
+                loops.quantize(x[:n], q, float(scale), float(zero), threads)
                 np.testing.assert_array_equal(q, quantize(x[:n], scale, zero)[0])
             codes = np.arange(256, dtype=np.uint8).view(dtype)
-            out = np.empty(256, np.float32)
-            loops.dequantize(codes, out, float(zero), float(scale))
-            np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
+            for threads in (1, 3):
+                out = np.empty(256, np.float32)
+                loops.dequantize(codes, out, float(zero), float(scale), threads)
+                np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
         q = np.ones(5, dtype)     # past int32 (where onnx.reference's cast overflows): saturated; NaN: 0
         loops.quantize(np.array([np.inf, -np.inf, 3e38, -3e38, np.nan], np.float32), q, 0.5, 3.0)
         info = np.iinfo(dtype)
@@ -353,51 +355,13 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
             loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)
 
 
-def test_split_cuts_even_aligned_chunks_one_per_thread():
-    """The elements each thread runs (load-independent): ``threads`` chunks of at least ``MIN_CHUNK``
-    elements, starting at multiples of ``ALIGN``, covering the array once, the largest at most ``ALIGN``
-    elements over an even share; an array too small for two chunks runs whole; a bad thread count is
-    refused naming it."""
-    from loopopt.onnx import split
-    for threads in (1, 2, 3, 4):
-        for size in (0, 1, split.MIN_CHUNK * 2 - 1, split.MIN_CHUNK * 2, 802816, 200704 + 13):
-            bounds = Split(threads).bounds(size)
-            assert bounds[0][0] == 0 and bounds[-1][1] == size
-            assert all(end == begin for (_, end), (begin, _) in zip(bounds, bounds[1:]))
-            assert all(begin % split.ALIGN == 0 for begin, _ in bounds)
-            assert len(bounds) == max(1, min(threads, size // split.MIN_CHUNK))
-            if len(bounds) > 1:
-                assert min(e - b for b, e in bounds) >= split.MIN_CHUNK
-                assert max(e - b for b, e in bounds) <= size / len(bounds) + split.ALIGN
-    assert Split(2).bounds(802816) == [(0, 401408), (401408, 802816)]     # ResNet-18's 64x112x112
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match=f"threads must be an integer >= 1, got {bad!r}"):
-            Split(bad)
-
-
-def test_split_runs_each_chunk_once_on_its_own_thread():
-    """Every element written once, one chunk on the caller's thread and the others on the pool's, an
-    error in any chunk raised after all have finished; arrays of other lengths refused."""
-    import threading
-    seen, out = [], np.zeros(3 * 70000, np.int64)
-
-    def mark(chunk):
-        seen.append(threading.get_ident())
-        chunk += 1
-
-    Split(2)(mark, out)
-    assert np.all(out == 1) and len(seen) == 2 and set(seen) - {threading.get_ident()}
-    Split(3)(mark, out)                           # the pool's two threads take the other two chunks
-    assert np.all(out == 2) and len(seen) == 5 and threading.get_ident() in seen[2:]
-
-    def fail(chunk):
-        if np.any(chunk != 2):
-            raise RuntimeError("chunk failed")
-        chunk += 1
-
-    out[-1] = 0                                    # the pool's chunk fails, the caller's runs
-    with pytest.raises(RuntimeError, match="chunk failed"):
-        Split(2)(fail, out)
-    assert out[0] == 3
-    with pytest.raises(ValueError, match=r"1-D arrays of one length, got shapes \(3,\), \(4,\)"):
-        Split(2)(np.add, np.zeros(3), np.zeros(4))
+def test_threads_a_compiled_loop_runs_on():
+    """How many threads an elementwise loop takes (load-independent: one per ``MIN_CHUNK`` elements, at
+    most those given, at least one): ResNet-18's 64x112x112 stem output on both of two threads, a
+    512x7x7 output on one."""
+    assert threads_for(64 * 112 * 112, 2) == 2 and threads_for(512 * 7 * 7, 2) == 1
+    for size in (0, 1, MIN_CHUNK - 1, MIN_CHUNK, 2 * MIN_CHUNK - 1, 2 * MIN_CHUNK, 10 * MIN_CHUNK):
+        for threads in (1, 2, 3, 4):
+            used = threads_for(size, threads)
+            assert 1 <= used <= threads and (used == 1 or size // used >= MIN_CHUNK)
+            assert used == threads or size < (used + 1) * MIN_CHUNK

@@ -6,8 +6,8 @@ run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given
 each op into it first, else the default register-blocked one) with their weights packed at prepare;
 pooling nodes run as loopopt pooling kernels (``pooling.PoolRunner``: channels-last, the layout the
 conv kernels hand on; numpy's ``pooling.POOLS`` where the op model refuses one), elementwise nodes
-(``elementwise.ELEMENTWISE``) in numpy and compiled loops on the kernels' storage layouts, split
-over the model's threads (``split.Split``);
+(``elementwise.ELEMENTWISE``) in numpy and compiled loops on the kernels' storage layouts (the compiled
+ones on the model's threads);
 every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
 that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
 the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
@@ -43,7 +43,6 @@ from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower,
 from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
 from .pooling import POOL_ATTRIBUTES, POOLS, PoolRunner, selects_elements
 from .qdq import fuse
-from .split import Split
 
 DEVICES = ("CPU",)
 SMALL_INPUT = 4096     # elements: inputs up to this size key a node's lowering by their data too
@@ -85,7 +84,6 @@ class LoopoptRep(BackendRep):
         self.model = model
         self.strict = strict
         self.kernels = KernelCache(log, threads, isa, tune)
-        self.split = Split(threads)         # the elementwise steps' threads
         self.lowered: dict[str, LoweredNode] = {}
         self._runs: dict[tuple, tuple[Lowering, Kernel] | None] = {}    # execute's lowerings, by run_key
         self._check_nodes()
@@ -174,7 +172,8 @@ class LoopoptRep(BackendRep):
                                   selects=selects))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
-                    run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1), self.split)
+                    run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
+                                                    self.kernels.threads)
                     steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=node.op_type not in VIEWS))
                 except NotSupported as error:
                     steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
@@ -183,7 +182,8 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        plan = Plan(fuse_lookups(steps, self.constants, known, outputs, self.split), self.constants, outputs)
+        plan = Plan(fuse_lookups(steps, self.constants, known, outputs, self.kernels.threads), self.constants,
+                    outputs)
         self._build_pools(plan, known)
         return plan
 

@@ -5,9 +5,9 @@ numpy's elementwise functions keep that memory order, so Relu, Clip, Add, Sub, M
 DequantizeLinear and QuantizeLinear neither transpose nor copy back to the logical layout;
 Flatten, Reshape and Identity are views where numpy can make one. ``ELEMENTWISE`` maps an op type
 to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``: the first input's
-buffer may be overwritten, as nothing else reads it) that runs its elements in chunks over the
-threads of its ``split`` (``split.Split``: the model's thread count; the elements in memory order,
-two inputs where they share it). A builder raises ``NotSupported`` for what it
+buffer may be overwritten, as nothing else reads it); the builder's ``threads``: the model's, which the
+compiled loops (DequantizeLinear, QuantizeLinear, the lookups) run on where their arrays are large
+enough (``threaded_c.threads_for``), numpy's on one. A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
@@ -28,13 +28,12 @@ import onnx
 from ..buffers import aligned_empty_like
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
+from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
-from .split import Split
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
-Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int, Split], Run]
-ONE_THREAD = Split(1)
+Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int, int], Run]    # node, values, opset, threads
 
 INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
@@ -51,23 +50,15 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
     return x if reuse else None
 
 
-def unary(function: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, reuse: bool,
-          split: Split) -> np.ndarray:
-    """``function(chunk, out)`` over ``x`` in its memory order, chunks split over ``split``'s threads,
-    into ``x`` where its buffer may be overwritten, else into a new buffer of the same memory order."""
-    x, flat, reuse = _flat(x, reuse)
-    out = x if reuse else aligned_empty_like(x, x.dtype)
-    split(function, flat, flat if reuse else memory_order(out))
-    return out
-
-
-def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, split: Split = ONE_THREAD) -> Run:
+def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+         threads: int = 1) -> Run:
     attributes(node, {})
     _float_inputs(node, values, 1)
-    return lambda inputs, reuse: [unary(lambda x, out: np.maximum(x, 0, out=out), inputs[0], reuse, split)]
+    return lambda inputs, reuse: [np.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
 
 
-def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, split: Split = ONE_THREAD) -> Run:
+def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+         threads: int = 1) -> Run:
     """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded."""
     attrs = attributes(node, {"min": None, "max": None})
     _float_inputs(node, values, 1)
@@ -78,27 +69,22 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, split
             low, high = (inputs[i] if i < len(inputs) else None for i in (1, 2))
         if low is None and high is None:
             return [x if reuse else x.copy()]
-        low, high = (None if b is None else np.asarray(b, x.dtype) for b in (low, high))
-
-        def bounded(chunk: np.ndarray, out: np.ndarray) -> None:     # one pass
-            if low is not None and high is not None:
-                np.clip(chunk, low, high, out=out)
-            elif low is not None:
-                np.maximum(chunk, low, out=out)
-            else:
-                np.minimum(chunk, high, out=out)
-
-        return [unary(bounded, x, reuse, split)]
+        if low is not None and high is not None:      # one pass
+            return [np.clip(x, np.asarray(low, x.dtype), np.asarray(high, x.dtype), out=_out(x, reuse))]
+        if low is not None:
+            x = np.maximum(x, np.asarray(low, x.dtype), out=_out(x, reuse))
+            reuse = True      # x is now a buffer of this node's own
+        if high is not None:
+            x = np.minimum(x, np.asarray(high, x.dtype), out=_out(x, reuse))
+        return [x]
 
     return run
 
 
 def binary(function: np.ufunc) -> Builder:
-    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7);
-    two of one shape stored in one memory order split over the threads."""
+    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7)."""
 
-    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-              split: Split = ONE_THREAD) -> Run:
+    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, threads: int = 1) -> Run:
         attributes(node, {})
         if opset < 7:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
@@ -106,13 +92,8 @@ def binary(function: np.ufunc) -> Builder:
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
-            flat, other = memory_order(a), memory_order(b)
-            if a.shape != b.shape or a.strides != b.strides or flat is None or other is None:
-                into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)    # numpy broadcasts
-                return [function(a, b, out=a if into else None)]
-            out = a if reuse else aligned_empty_like(a, a.dtype)          # a's memory order
-            split(lambda x, y, z: function(x, y, out=z), flat, other, flat if reuse else memory_order(out))
-            return [out]
+            into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
+            return [function(a, b, out=a if into else None)]
 
         return run
 
@@ -120,7 +101,7 @@ def binary(function: np.ufunc) -> Builder:
 
 
 def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-            split: Split = ONE_THREAD) -> Run:
+            threads: int = 1) -> Run:
     axis = int(attributes(node, {"axis": 1})["axis"])
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -132,7 +113,7 @@ def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
 
 
 def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-            split: Split = ONE_THREAD) -> Run:
+            threads: int = 1) -> Run:
     """Reshape: a 0 in the shape copies the input's dim (unless ``allowzero``), a -1 is inferred."""
     allow_zero = bool(attributes(node, {"allowzero": 0})["allowzero"])
     if opset < 5:
@@ -148,7 +129,7 @@ def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
 
 
 def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-             split: Split = ONE_THREAD) -> Run:
+             threads: int = 1) -> Run:
     attributes(node, {})
     return lambda inputs, reuse: [inputs[0]]
 
@@ -191,7 +172,7 @@ def _scalar(array: np.ndarray) -> np.ndarray:
 
 
 def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-                      split: Split = ONE_THREAD) -> Run:
+                      threads: int = 1) -> Run:
     """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
     (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
     _per_tensor(node, values)
@@ -206,8 +187,8 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
             q, scale, zero = (*inputs, None)[:3]
             q, flat, _ = _flat(q, False)
             out = aligned_empty_like(q, np.float32)           # the same memory order
-            shift, times = 0.0 if zero is None else float(_scalar(zero)), float(_scalar(scale))
-            split(lambda codes, x: loops.dequantize(codes, x, shift, times), flat, memory_order(out))
+            loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
+                             float(_scalar(scale)), threads_for(flat.size, threads))
             return [out]
 
         return compiled
@@ -224,7 +205,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
 
 
 def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-                    split: Split = ONE_THREAD) -> Run:
+                    threads: int = 1) -> Run:
     """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
     loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
     result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
@@ -242,8 +223,8 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
             x, scale, zero = (*inputs, None)[:3]
             x, flat, _ = _flat(x, False)
             out = aligned_empty_like(x, dtype)               # the same memory order
-            divisor, shift = float(_scalar(scale)), 0.0 if zero is None else float(_scalar(zero))
-            split(lambda x, codes: loops.quantize(x, codes, divisor, shift), flat, memory_order(out))
+            loops.quantize(flat, memory_order(out), float(_scalar(scale)),
+                           0.0 if zero is None else float(_scalar(zero)), threads_for(flat.size, threads))
             return [out]
 
         return compiled
@@ -281,27 +262,27 @@ LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold betw
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
-def lookup(table: np.ndarray, split: Split = ONE_THREAD) -> Run:
+def lookup(table: np.ndarray, threads: int = 1) -> Run:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
-    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``), split over
-    ``split``'s threads; in place where the input's buffer may be overwritten."""
+    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``) on up to
+    ``threads`` threads; in place where the input's buffer may be overwritten."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
         out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
-        split(lambda src, dst: byte_map(bits, src, dst), flat.view(np.uint8),
-              (flat if reuse else memory_order(out)).view(np.uint8))
+        byte_map(bits, flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8),
+                 threads_for(flat.size, threads))
         return [out.view(table.dtype)]
 
     return run
 
 
-def pair_lookup(table: np.ndarray, split: Split = ONE_THREAD) -> Run:
+def pair_lookup(table: np.ndarray, threads: int = 1) -> Run:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
-    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``), split
-    over ``split``'s threads; into the first's buffer where it may be overwritten."""
+    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
+    to ``threads`` threads; into the first's buffer where it may be overwritten."""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -310,8 +291,8 @@ def pair_lookup(table: np.ndarray, split: Split = ONE_THREAD) -> Run:
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
         out = a if reuse else aligned_empty_like(a, table.dtype)
-        split(lambda x, y, z: pair_map(bits, x, y, z), flat.view(np.uint8), memory_order(b).view(np.uint8),
-              memory_order(out).view(np.uint8))
+        pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8),
+                 threads_for(flat.size, threads))
         return [out.view(table.dtype)]
 
     return run
@@ -343,10 +324,10 @@ def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.all(ordered[1:] >= ordered[:-1]))
 
 
-def selected_lookup(select: Step, table: np.ndarray, split: Split = ONE_THREAD) -> Run:
+def selected_lookup(select: Step, table: np.ndarray, threads: int = 1) -> Run:
     """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
     output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
-    looked = lookup(table, split)
+    looked = lookup(table, threads)
     return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
 
 
@@ -387,7 +368,7 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
 
 
 def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
-                 outputs: Sequence[str], split: Split = ONE_THREAD) -> list[Step]:
+                 outputs: Sequence[str], threads: int = 1) -> list[Step]:
     """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
     DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
     values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
@@ -407,12 +388,12 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         chain, sources = found
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
-        run = lookup(table, split) if len(sources) == 1 else pair_lookup(table, split)
+        run = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
-            run = selected_lookup(selects[0], table, split)
+            run = selected_lookup(selects[0], table, threads)
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
         fused.update((inner.node, None) for inner in chain[:-1])
