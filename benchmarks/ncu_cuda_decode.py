@@ -1,9 +1,10 @@
 """One launch of each decode kernel worth profiling, for Nsight Compute: the streaming read of the
-ternary and float16 weights' bytes (``decode_floor``) and loopopt's GEMV kernels at 1 x 4096 x 4096 and
-1 x 4096 x 11008 (float16 and ternary i2_s), each after one launch outside the profile's filter.
+ternary and float16 weights' bytes (``decode_floor``) and loopopt's GEMV kernels at 1 x 4096 x 4096
+(float16, and ternary i2_s in each of ``KNOBS``), each after one launch outside the profile's filter.
 
     ncu --clock-control none -k regex:'lo_nest|lo_read' --section SpeedOfLight --section Occupancy \\
-        --section LaunchStats --section WarpStateStats --csv python benchmarks/ncu_cuda_decode.py
+        --section LaunchStats --section WarpStateStats --section SchedulerStats \\
+        --section MemoryWorkloadAnalysis --csv python benchmarks/ncu_cuda_decode.py
 
 prints the kernels' labels in launch order (ncu's rows follow it). ``--old``: gpu_gemv without the
 ``depth`` knob (an older loopopt on PYTHONPATH)."""
@@ -19,9 +20,10 @@ from loopopt.dataflows import gpu_gemv
 from loopopt.quant_reference import random_call
 from loopopt.targets.cuda import device
 
-SHAPES = ((1, 4096, 4096), (1, 4096, 11008))
-KNOBS = {"float16": ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 1, "depth": 4}),
-         "ternary": ({"warps": 8, "columns": 4}, {"warps": 4, "columns": 2})}
+SHAPES = ((1, 4096, 4096),)
+KNOBS = {"float16": ({"warps": 4, "columns": 1, "depth": 4},),
+         "ternary": ({"warps": 8, "columns": 4}, {"warps": 4, "columns": 2},
+                     {"warps": 4, "columns": 2, "split": 2}, {"warps": 4, "columns": 4, "split": 2})}
 
 
 def main(old: bool) -> None:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from functools import cache
 
+from .depthwise_roles import DepthwiseRoles
 from .expr import Var
 from .layout import moved_last
 from .ops import Op
@@ -650,7 +651,8 @@ VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kerne
 
 
 def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
-             weight_format: str | None = None, depth: int | None = None) -> Schedule:
+             weight_format: str | None = None, depth: int | None = None,
+             split: int | None = None) -> Schedule:
     """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
     (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
     warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
@@ -660,7 +662,10 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     of the shapes timed on an H200 at the LLM decode shapes (docs/benchmarks.md): 4 x 1 for float16 and
     int8 weights, 8 x 4 for i2_s. ``depth`` (``unroll("k", depth)``): the rounds of each lane's loop (a
     16-byte vector of each of its columns a round) whose weights it loads before using the first
-    (default: 8 vectors in flight, ``8 // columns`` rounds)."""
+    (default: 8 vectors in flight, ``8 // columns`` rounds). ``split`` (``split("k", chunk)``, the rounds
+    then ``k_i``'s): k in that many shares of whole 16-byte vectors, each summed by its own warp of the
+    block (``warps x split`` warps), the shares added in order through shared memory (exact for int8
+    and ternary); refused where a share would hold no vector or the block more than 1024 threads."""
     schedule = Schedule(op)
     ternary = op.quant is not None and op.quant.ternary
     if ternary:
@@ -675,8 +680,15 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     schedule = (schedule.layout(b, f"NK{weights}k").layout(a, f"MK{weights}k")
                 .split("j", warps * columns).split("j_i", columns))
     schedule = schedule.bind("j_o", "block.x").bind("j_i_o", "warp.x")
+    reduction = "k"
+    if split is not None and split != 1:
+        vectors = -(-op.k // weights)
+        if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= vectors:
+            raise ScheduleError(f"split={split!r}: the GEMV's k holds {vectors} vectors of {weights} "
+                                f"weights; split it into 1 to {vectors} warps' shares")
+        schedule, reduction = schedule.split("k", -(-vectors // split) * weights), "k_i"
     # a lane has at most k rounds: a deeper unroll is the same kernel
-    return schedule if depth is None else schedule.unroll("k", min(depth, op.k))
+    return schedule if depth is None else schedule.unroll(reduction, min(depth, op.k))
 
 
 # --- depthwise convolutions: memory-bound, a thread's channel vector and run of pixels ------------------
@@ -688,26 +700,20 @@ def depthwise_block(op: Op, run: int | None = None, threads_c: int | None = None
                     threads_w: int | None = None) -> tuple[int, int, int]:
     """``gpu_depthwise``'s ``run``, ``threads_c`` and ``threads_w`` for ``op``, defaulted and clamped to
     it (a run no longer than a row, no more threads than channel vectors and runs)."""
-    if type(op).__name__ != "Conv2d" or not op.in_channels == op.out_channels == op.groups:
-        raise ScheduleError(f"{op!r}: gpu_depthwise takes a Conv2d of groups == in_channels == "
-                            f"out_channels")
-    vectors = -(-op.out_channels // depthwise_vector(op))
-    run = _fit_factor((2 if op.stride[1] == 1 else 1) if run is None else run, op.out_width, "run")
+    roles = DepthwiseRoles.of(op)
+    columns, vectors = roles.columns, -(-roles.channels // roles.vector)
+    run = _fit_factor((2 if columns.stride == 1 else 1) if run is None else run, columns.out, "run")
     spread = -(-vectors // -(-vectors // 32))
     threads_c = _fit_factor(spread if threads_c is None else threads_c, vectors, "threads_c")
-    runs, per_block = -(-op.out_width // run), max(1, DEPTHWISE_THREADS // threads_c)
+    runs, per_block = -(-columns.out // run), max(1, DEPTHWISE_THREADS // threads_c)
     return run, threads_c, _fit_factor(per_block if threads_w is None else threads_w, runs, "threads_w")
-
-
-def depthwise_vector(op: Op) -> int:
-    """Channels of one 16-byte load of ``op``'s input: 8 float16/bfloat16, 4 float32."""
-    return VECTOR_BYTES // (4 if op.dtype == "float32" else 2)
 
 
 def gpu_depthwise(op: Op, run: int | None = None, threads_c: int | None = None,
                   threads_w: int | None = None) -> Schedule:
-    """A depthwise ``Conv2d`` (groups == channels) on the cuda target's depthwise kernels
-    (``targets/cuda/depthwise.py``): ``I``/``O`` in ``NHWC``, ``W`` in ``HWIO``; each thread a vector of
+    """A depthwise convolution (groups == channels, two windows: ``DepthwiseRoles``; a ``Conv2d`` or a
+    ``Contraction`` of that form) on the cuda target's depthwise kernels (``targets/cuda/depthwise.py``):
+    the input and output channels last (2-D: ``NHWC``), the weights ``HWIO``; each thread a vector of
     16 bytes of channels (``k_i``, vectorized: 8 float16/bfloat16, 4 float32) and a ``run`` of output
     pixels along W (``ow_i``); ``threads_c`` x ``threads_w`` threads a block over channel vectors
     (``thread.x``) and runs (``thread.y``), the grid over runs (``block.x``), channel vectors
@@ -715,15 +721,20 @@ def gpu_depthwise(op: Op, run: int | None = None, threads_c: int | None = None,
     defaults to the channel vectors spread evenly over blocks of at most 32, ``threads_w`` to about
     ``DEPTHWISE_THREADS`` threads a block (at most the runs of a row); ``run`` to 2 pixels (stride 1) or
     1 (a stride along W), the fastest of 1, 2, 4 and 8 on an H200 at MobileNetV2's depthwise layers
-    (bench_cuda_depthwise.py)."""
+    (bench_cuda_depthwise.py). The loop names above are a Conv2d's; another op's are its roles' dims."""
     run, threads_c, threads_w = depthwise_block(op, run, threads_c, threads_w)
-    schedule = Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "HWIO")
-    schedule = (schedule.split("k", depthwise_vector(op)).split("k_o", threads_c).split("ow", run)
-                .split("ow_o", threads_w)
-                .reorder("n", "oh", "k_o_o", "ow_o_o", "k_o_i", "ow_o_i", "ow_i", "c", "kh", "kw", "k_i")
-                .fuse("n", "oh").vectorize("k_i"))
-    for loop, axis in (("n_oh", "block.z"), ("k_o_o", "block.y"), ("ow_o_o", "block.x"),
-                       ("k_o_i", "thread.x"), ("ow_o_i", "thread.y")):
+    roles = DepthwiseRoles.of(op)
+    n, k, c, oh, ow = roles.batch, roles.channel, roles.reduction, roles.rows.out_dim, roles.columns.out_dim
+    schedule = Schedule(op)
+    for tensor, tag in roles.layouts.items():
+        schedule = schedule.layout(tensor, tag)
+    schedule = (schedule.split(k, roles.vector).split(f"{k}_o", threads_c).split(ow, run)
+                .split(f"{ow}_o", threads_w)
+                .reorder(n, oh, f"{k}_o_o", f"{ow}_o_o", f"{k}_o_i", f"{ow}_o_i", f"{ow}_i", c,
+                         roles.rows.tap_dim, roles.columns.tap_dim, f"{k}_i")
+                .fuse(n, oh).vectorize(f"{k}_i"))
+    for loop, axis in ((f"{n}_{oh}", "block.z"), (f"{k}_o_o", "block.y"), (f"{ow}_o_o", "block.x"),
+                       (f"{k}_o_i", "thread.x"), (f"{ow}_o_i", "thread.y")):
         schedule = schedule.bind(loop, axis)
     return schedule
 

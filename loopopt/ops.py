@@ -137,6 +137,14 @@ class Op:
         return self.extent(self.channel_dim)
 
     @property
+    def position_dims(self) -> tuple[str, ...]:
+        """The output dims that are neither the channel nor a window's output (a conv's ``n``, a matmul's
+        batch dims and ``i``): with the groups and the windows' outputs they index the activation sums."""
+        windowed = {w.out_dim for w in self.windows}
+        dims = [e.name for e in self.index(self.output) if isinstance(e, Var)]
+        return tuple(d for d in dims if d != self.channel_dim and d not in windowed)
+
+    @property
     def output_positions(self) -> int:
         """Output positions per output channel, times the groups: one activation sum each."""
         return int(np.prod(self.tensor(self.output).shape)) // self.channels * self.groups

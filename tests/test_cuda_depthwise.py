@@ -15,7 +15,7 @@ from loopopt.measure import checked
 from loopopt.schedule import Schedule, ScheduleError
 from loopopt.targets.cuda import toolchain
 from loopopt.targets.cuda.emulate import emulate
-from loopopt.targets.cuda.printer import HOST, print_kernel
+from loopopt.targets.cuda.printer import CUDA, HOST, print_kernel
 from loopopt.targets.cuda.search import CudaSearch, DepthwiseKnobs
 
 
@@ -51,11 +51,40 @@ test_depthwise_kernels_emulated, test_more_depthwise_kernels_emulated = tiers(_c
 DEPTHWISE = lo.Conv2d(12, 12, 3, padding=1, groups=12, batch=2, height=6, width=7, dtype="float16")
 
 
-@pytest.mark.parametrize("op", [lo.Conv2d(8, 8, 3, height=6, width=6, dtype="float16"),
-                                lo.Conv2d(8, 16, 3, groups=8, height=6, width=6, dtype="float16"),
-                                lo.Matmul(4, 8, 8, dtype="float16")], ids=repr)
-def test_gpu_depthwise_refuses_what_is_no_depthwise_conv(op):
-    with pytest.raises(ScheduleError, match="gpu_depthwise takes a Conv2d of groups == in_channels == "):
+# the depthwise conv above written as a Contraction: its own dim names (y, x, r, s), letters and the
+# channel index k + c; the same roles, so the same kernel
+CONTRACTION = lo.Contraction("O[n,k,y,x] += I[n,k+c,y+r-1,x+s-1] * W[k,c,r,s]",
+                             dict(n=2, k=12, y=6, x=7, c=1, r=3, s=3, I=(2, 12, 6, 7)), padding=["I"],
+                             bias="B[k]", dtype="float16")
+
+
+def test_a_contraction_with_a_depthwise_conv_s_roles_runs_the_same_kernel_and_is_exact():
+    schedule = gpu_depthwise(CONTRACTION)
+    assert [schedule.layout_of(t).tag for t in "IOW"] == ["NYXK", "NYXK", "RSCK"]
+    assert [loop.name for loop in schedule.loops if loop.axis] == ["n_y", "k_o_o", "x_o_o", "k_o_i", "x_o_i"]
+    body = lambda op: print_kernel(gpu_depthwise(op), CUDA).source.split(" */", 1)[1]
+    assert body(CONTRACTION) == body(DEPTHWISE)     # only the header comment names the op and its steps
+    assert "for n, y in 2 x 6:" in schedule.pseudocode()
+    ok, error, _ = checked(emulate(schedule), seed=4)
+    assert ok, error
+
+
+@pytest.mark.parametrize("op, message", [
+    (lo.Conv2d(8, 8, 3, height=6, width=6, dtype="float16"), "groups=1 for 8 input and 8 output channels"),
+    (lo.Conv2d(8, 16, 3, groups=8, height=6, width=6, dtype="float16"), "groups=8 for 8 input and 16 output"),
+    (lo.Conv1d(8, 8, 3, groups=8, length=6, dtype="float16"),
+     "has 1 sliding windows; .* take a convolution of 2"),
+    (lo.Matmul(4, 8, 8, dtype="float16"), "has 0 sliding windows"),
+    (lo.Contraction("O[n,y,x,k] += I[n,y+r,x+s,k+c] * W[r,s,c,k]", dict(n=1, y=4, x=4, k=8, c=1, r=3, s=3),
+                    dtype="float16"), "has 0 sliding windows"),     # channels last: not a convolution's form
+    (lo.Contraction("O[g,n,k,y,x] += I[g,n,k+c,y+r,x+s] * W[k,c,r,s]",
+                    dict(g=2, n=1, k=8, y=4, x=4, c=1, r=3, s=3), dtype="float16"),
+     r"position dims \('g', 'n'\); .* take one \(the batch\)"),
+    (lo.Conv2d(8, 8, 3, groups=8, height=6, width=6, quant=lo.QuantSpec()),
+     "take float16, bfloat16, float32"),
+], ids=lambda value: value if isinstance(value, str) else repr(value)[:40])
+def test_gpu_depthwise_refuses_what_is_no_depthwise_conv_naming_the_missing_role(op, message):
+    with pytest.raises(ScheduleError, match=message):
         gpu_depthwise(op)
 
 

@@ -24,19 +24,21 @@ SPECS = st.one_of(st.none(), st.builds(lo.QuantSpec, activation=st.sampled_from(
 @st.composite
 def gemv_cases(draw):
     """A decode-shaped Matmul (float16 where ``spec`` is None), the weights' format and the knobs (warps,
-    columns, the rounds loaded together)."""
+    columns, the rounds loaded together, the warps splitting k)."""
     spec = draw(SPECS)
     op = lo.Matmul(draw(st.integers(1, MAX_ROWS)), draw(st.integers(1, 70)), draw(st.integers(1, 2300)),
                    trans_a=draw(st.booleans()), trans_b=draw(st.booleans()),
                    dtype="float16" if spec is None else "float32", quant=spec)
     ternary_format = draw(st.sampled_from(["i2_s", "int8"])) if spec is not None and spec.ternary else None
-    knobs = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.sampled_from([None, 1, 3]))
+    weights = 8 if spec is None else 64 if ternary_format == "i2_s" else 16
+    split = min(draw(st.sampled_from([None, 2, 3])) or 1, -(-op.k // weights))
+    knobs = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.sampled_from([None, 1, 3])), split
     return op, ternary_format, *knobs
 
 
 def _check(case):
-    op, weight_format, warps, columns, depth = case
-    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format, depth)), seed=5)
+    op, weight_format, warps, columns, depth, split = case
+    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format, depth, split)), seed=5)
     assert ok, error        # integer and requantized outputs: bit for bit
 
 
@@ -60,9 +62,32 @@ def test_a_gemv_of_whole_batches_then_the_rest_with_the_tail_is_exact():
     """k = 1000 in float16: 125 vectors, 4 rounds a lane (lanes 29-31 have 3); depth 2 runs one whole batch
     of 2 rounds, then the 2 left with the tail's guard (the i2_s test above: no whole batch)."""
     kernel = emulate(gpu_gemv(lo.Matmul(3, 21, 1000, dtype="float16"), warps=2, columns=3, depth=2))
-    assert "lo_t < 2; lo_t += 2)" in kernel.source and "lo_lane, 2, 2, 1, lo_acc);" in kernel.source
+    assert "lo_end, 0, 2, 0, lo_acc);" in kernel.source and "lo_end, 2, 2, 1, lo_acc);" in kernel.source
     ok, error, _ = checked(kernel, seed=11)
     assert ok, error
+
+
+def test_a_gemv_with_k_split_over_warps_in_uneven_shares_is_exact():
+    """k = 2200 in i2_s: 35 vectors in 3 shares of 12, 12 and 11 (a warp each, 3 x 3 warps a block);
+    the last share's lanes 11-31 have no vector, and the shares are added in order."""
+    op = lo.Matmul(2, 9, 2200, trans_a=True, quant=lo.QuantSpec(weight="ternary", output="uint8"))
+    schedule = gpu_gemv(op, warps=3, columns=2, split=3)
+    assert schedule.steps[-1].primitive == "split"
+    assert [loop.extent for loop in schedule.loops][-2:] == [3, 768]
+    kernel = emulate(schedule)
+    assert "k split over 3 warps, 12 vectors each" in kernel.source
+    assert "lo_share == 2 ? 11 : 12" in kernel.source
+    ok, error, _ = checked(kernel, seed=9)
+    assert ok, error
+    assert "k over 3 warps of a block, 12 vectors each; added in order" in schedule.pseudocode()
+
+
+def test_the_i2s_decode_masks_its_fields_in_place_without_shifts():
+    """Each 2-bit field is masked where it lies (4^f times the code) and its dp4a sum divided back by an
+    arithmetic shift: no shift of the weights. A decode that forgot the division would be 4-64x off."""
+    source = emulate(gpu_gemv(lo.Matmul(1, 8, 256, quant=lo.QuantSpec(weight="ternary")))).source
+    assert "ws[q] & (0x03030303u << (2 * f))" in source and ">> (2 * f)" not in source
+    assert "field[0] + (field[1] >> 2) + (field[2] >> 4) + (field[3] >> 6)" in source
 
 
 TERNARY = lo.QuantSpec(weight="ternary")
@@ -80,7 +105,17 @@ TERNARY = lo.QuantSpec(weight="ternary")
      r"has asymmetric int8 weights"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).layout("B", "NK16k"),
      r"B is in layout 'NK16k'; the cuda GEMV kernels of i2_s weights take 'NK64k'"),
-    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).split("k", 16), r"dim 'k' as one loop"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY)).split("k", 16),
+     r"split\('k', 16\): the cuda GEMV kernels split k into warps' shares of whole 16-byte vectors "
+     r"\(a multiple of 64 i2_s weights\)"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 512, quant=TERNARY)).split("k", 256).split("k_i", 64),
+     r"dim 'k' as one loop, or split once into warps' shares"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 512, quant=TERNARY), split=2).unroll("k_o"),
+     r"unroll\('k_o'\): the cuda GEMV kernels run the shares of k on 2 warps; unroll 'k_i'"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, quant=TERNARY), split=2),
+     r"split=2: the GEMV's k holds 1 vectors of 64 weights; split it into 1 to 1"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 4096, dtype="float16"), warps=16, split=3),
+     r"16 warps x 3 shares of k: 1536 threads a block; the cuda GEMV kernels run at most 1024"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).unroll("i"), r"unroll\('i'\): .* only dim 'k'"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).vectorize("k"), r"vectorize\(.*\): .* layout"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).clip(0.0, 1.0), r"fuse no epilogue"),
@@ -94,16 +129,20 @@ def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
         emulate(make())
 
 
-@pytest.mark.slow        # two nvcc builds
+@pytest.mark.slow        # three nvcc builds
 @needs(toolchain.nvcc)
 def test_decode_gemvs_build_for_sm_90_without_spills():
-    """The float16 kernel at k = 11008 (43 rounds a lane: 5 batches of 8, then 3 with the tail) issues a
+    """No local memory (the ternary kernel with k split over 2 warps a block too). The float16 kernel at
+    k = 11008 (43 rounds a lane: 5 batches of 8, then 3 with the tail) issues a
     batch's 16 loads (8 weight vectors and 8 of activations) before its first FMA: ptxas keeps them
     together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
-    for op, knobs in ((lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+    for op, knobs in ((lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+                       {"warps": 4, "columns": 2, "split": 2}),
+                      (lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
                        {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
         kernel = gpu_gemv(op, **knobs).compile(target="cuda", isa="sm_90")
         assert kernel.build.spill_bytes == 0 and 0 < kernel.build.registers <= 255, kernel.report
+        assert " 0 bytes stack frame" in kernel.report, kernel.report     # the split's sums stay in registers
         assert ("#define LO_DOT4 lo_dot4_ss" in kernel.printed.source) == (op.quant is not None)
     code = sass(kernel)
     before_first_fma = code[:code.index(" FFMA ")]

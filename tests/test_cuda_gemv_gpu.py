@@ -1,7 +1,7 @@
 """The cuda target's GEMV family on an NVIDIA GPU (``-m gpu``; skipped with the reason where there is none):
 float16, int8 and ternary (i2_s and one byte a weight) GEMVs and small-M GEMMs over odd sizes and tails
-against the op's reference (integers bit for bit), on host arrays and on device arrays, and
-``measure(..., graph=True)``."""
+against the op's reference (integers bit for bit), with k split over a block's warps too, on host arrays
+and on device arrays, and ``measure(..., graph=True)``."""
 import numpy as np
 import pytest
 from test_cuda_gpu import needs_gpu
@@ -28,6 +28,25 @@ KNOBS = [{"warps": 4, "columns": 1}, {"warps": 2, "columns": 3}, {"warps": 8, "c
 @pytest.mark.parametrize("op", OPS, ids=repr)
 def test_gemv_kernels_match_the_reference_on_the_gpu(op, knobs):
     ok, error, _ = checked(gpu_gemv(op, **knobs).compile(target="cuda"), seed=13)
+    assert ok, error
+
+
+SPLITS = [(lo.Matmul(1, 37, 2200, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+           {"warps": 4, "columns": 2, "split": 3}),
+          (lo.Matmul(8, 300, 4100, quant=lo.QuantSpec(weight="ternary", output="int32")),
+           {"warps": 2, "columns": 3, "split": 2}),
+          (lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+           {"warps": 4, "columns": 4, "split": 2}),
+          (lo.Matmul(3, 45, 2203, trans_b=True, dtype="float16"), {"warps": 4, "columns": 1, "split": 2}),
+          (lo.Matmul(2, 33, 130, quant=lo.QuantSpec(activation="uint8", output="int8")),
+           {"warps": 3, "columns": 1, "split": 2})]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, knobs", SPLITS, ids=str)
+def test_gemv_kernels_with_k_split_over_warps_match_the_reference_on_the_gpu(op, knobs):
+    """The shares' sums handed over in shared memory and added in order: integers bit for bit."""
+    ok, error, _ = checked(gpu_gemv(op, **knobs).compile(target="cuda"), seed=17)
     assert ok, error
 
 

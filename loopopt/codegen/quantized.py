@@ -297,17 +297,9 @@ def weight_batch_dims(op: Op) -> tuple[str, ...]:
                  if isinstance(e, Var) and e.name != op.channel_dim and e.name not in op.reduction_dims)
 
 
-def position_dims(op: Op) -> tuple[str, ...]:
-    """The output dims that are neither the channel nor a window's output (a conv's ``n``, a matmul's
-    batch dims and ``i``): with the groups and the windows' outputs they index the activation sums."""
-    windowed = {w.out_dim for w in op.windows}
-    dims = [e.name for e in op.index(op.output) if isinstance(e, Var)]
-    return tuple(d for d in dims if d != op.channel_dim and d not in windowed)
-
-
 def batch_dim(op: Op) -> str:
     """The position dim of an op with one (conv ``n``, matmul ``i``), as the tile kernels read it."""
-    return position_dims(op)[-1]
+    return op.position_dims[-1]
 
 
 def filled_window_index(op: Op, qp: QuantPlan | None) -> int | None:
@@ -524,7 +516,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append("/* activation sums S over the valid taps of each output position "
                      "(asymmetric weights) */")
         lines += _omp(schedule)
-        positions = [(d, op.extent(d)) for d in position_dims(op)]
+        positions = [(d, op.extent(d)) for d in op.position_dims]
         if windows:
             # windowed ops take activations [batch, channel, one axis per window], per group of channels
             channel = Var("g") * op.extent(c) + Var(c)
@@ -547,7 +539,7 @@ def _positions(op: Op, qp: QuantPlan) -> tuple[str, str, str]:
     name = lambda dim: letter_variable(info.letters[dims.index(dim)])
     channel = letter_variable(info.letters[op.output_channel_axis])
     windows = op.windows
-    positions = [(name(d), op.extent(d)) for d in position_dims(op)]
+    positions = [(name(d), op.extent(d)) for d in op.position_dims]
     if windows:
         positions += [(f"{channel} / {op.channels // op.groups}", op.groups)]
         positions += [(name(win.out_dim), win.out) for win in windows]

@@ -138,7 +138,7 @@ def _where(schedule: Schedule) -> str:
 def _check_form(op: Op, where: str) -> None:
     """ScheduleError unless ``op`` is a convolution over its windows or a GEMM: one position dim
     besides the windows, no weight batch dims, weights indexed by plain dims."""
-    positions = quantized.position_dims(op)
+    positions = op.position_dims
     if len(positions) != 1 or quantized.weight_batch_dims(op):
         raise ScheduleError(f"{where}: the table-lookup kernel takes a convolution or a GEMM with one "
                             f"batch (row) dim; {op!r} has the position dims {', '.join(positions)}")
@@ -283,7 +283,7 @@ class LutNest:
 
 
 def _batch(op: Op) -> str:
-    return quantized.position_dims(op)[0]
+    return op.position_dims[0]
 
 
 def _units(op: Op, shape: LutShape) -> dict[str, tuple[int, int, str]]:

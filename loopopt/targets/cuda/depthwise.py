@@ -1,5 +1,7 @@
 """The cuda target's depthwise family: a 2-D convolution of one input channel per output channel
-(``groups == in_channels == out_channels``), memory-bound, read once and written once.
+(``groups == in_channels == out_channels``), memory-bound, read once and written once. The op is read
+by its roles (``DepthwiseRoles``: two windows, one batch dim, one channel a group), so a Contraction
+of that form runs the same kernel; the names below are a Conv2d's (another op's: its roles' dims).
 
 A schedule is taken (``takes``) when it binds loops to GPU axes and vectorizes one (a CPU annotation
 the SIMT printer refuses): the vectorized loop is a thread's vector of channels. ``dataflows.
@@ -27,23 +29,21 @@ a branch per row and pixel: MobileNetV2's 144-channel 56x56 layer at N=32 0.0858
 (runs of 1)). The host emulation (``printer.HOST``) runs
 the same thread function for every thread of the grid, so CI checks the indexing, masks and sums.
 
-Refused with the reason: another op, groups other than the channels, quantized ops, a fused epilogue,
-other layouts and splits than the ones above.
+Refused with the reason: an op without those roles (the one it misses), groups other than the
+channels, quantized ops, a fused epilogue, other layouts and splits than the ones above.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...codegen.params import KernelParam
+from ...depthwise_roles import DepthwiseRoles
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
 from .gemv import HOST_HALF
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
-VECTOR_BYTES = 16            # one load of a thread's channels
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-LAYOUTS = {"I": "NHWC", "O": "NHWC", "W": "HWIO"}
 STEPS = ("layout", "split", "reorder", "fuse", "bind", "vectorize")
 HOST_UNROLL = "#pragma GCC unroll 1 //"    # the emulation's loops rolled (the count a comment): a fast gcc
 
@@ -194,13 +194,14 @@ def takes(schedule: Schedule) -> bool:
 @dataclass(frozen=True)
 class Shape:
     """A depthwise kernel's shape: ``vector`` channels and ``run`` output pixels a thread, ``threads_c``
-    x ``threads_w`` threads a block (channels x pixels), and the grid."""
+    x ``threads_w`` threads a block (channels x pixels), the grid, and the op's roles."""
 
     vector: int
     run: int
     threads_c: int
     threads_w: int
     grid: tuple[int, int, int]
+    roles: DepthwiseRoles
 
     @property
     def threads(self) -> int:
@@ -208,22 +209,8 @@ class Shape:
 
 
 def is_depthwise(op: Op) -> bool:
-    """Whether ``op`` is a 2-D convolution of one input channel per output channel, not quantized."""
-    return (len(op.windows) == 2 and op.quant is None
-            and op.groups == op.tensor(op.inputs[0]).shape[1] == op.channels)
-
-
-def check_op(op: Op) -> None:
-    """ScheduleError unless ``op`` is a depthwise 2-D convolution of float16, bfloat16 or float32."""
-    if type(op).__name__ != "Conv2d":
-        raise ScheduleError(f"{op!r}: the cuda depthwise kernels take a Conv2d (gpu_depthwise)")
-    if not op.in_channels == op.out_channels == op.groups:
-        raise ScheduleError(f"{op!r} has groups={op.groups} for {op.in_channels} input and {op.out_channels} "
-                            f"output channels; the cuda depthwise kernels take groups == in_channels == "
-                            f"out_channels (one channel per group)")
-    if op.quant is not None or op.dtype not in ELEMENT_BYTES:
-        raise ScheduleError(f"{op!r} is {op.quant or op.dtype}; the cuda depthwise kernels take "
-                            f"{', '.join(ELEMENT_BYTES)} (float32 sums)")
+    """Whether ``op`` is a depthwise 2-D convolution of a float type (``DepthwiseRoles``)."""
+    return DepthwiseRoles.missing(op) is None
 
 
 def _terms(schedule: Schedule, dim: str) -> dict[str, tuple[str, int]]:
@@ -241,23 +228,25 @@ def _terms(schedule: Schedule, dim: str) -> dict[str, tuple[str, int]]:
 def check(schedule: Schedule) -> Shape:
     """The kernel's shape; ScheduleError naming what the family cannot run."""
     op = schedule.op
-    check_op(op)
+    roles = DepthwiseRoles.of(op)
     schedule.refuse_epilogue("the cuda depthwise", "they store the sums and the bias")
     other = [step for step in schedule.steps if step.primitive not in STEPS]
     if other:
         raise ScheduleError(f"{other[0]}: the cuda depthwise kernels take {', '.join(STEPS)} steps only")
-    for tensor, wanted in LAYOUTS.items():
+    for tensor, wanted in roles.layouts.items():
         tag = schedule.layout_of(tensor).tag
         if tag != wanted:
             raise ScheduleError(f"{tensor} is in layout {tag!r}; the cuda depthwise kernels take {wanted!r}")
-    vector = VECTOR_BYTES // ELEMENT_BYTES[op.dtype]
-    k, ow = _terms(schedule, "k"), _terms(schedule, "ow")
+    vector, n, oh = roles.vector, roles.batch, roles.rows.out_dim
+    k_name, ow_name = roles.channel, roles.columns.out_dim
+    k, ow = _terms(schedule, k_name), _terms(schedule, ow_name)
     if set(k) != {"", "thread.x", "block.y"} or k[""][1] != 1 or schedule.vector_loop.name != k[""][0]:
-        raise ScheduleError(f"the cuda depthwise kernels take k split into a vectorized loop of {vector} "
-                            f"channels, one bound to thread.x and one to block.y (loops over k by axis: {k})")
+        raise ScheduleError(f"the cuda depthwise kernels take {k_name} split into a vectorized loop of "
+                            f"{vector} channels, one bound to thread.x and one to block.y (loops over "
+                            f"{k_name} by axis: {k})")
     if set(ow) != {"", "thread.y", "block.x"} or ow[""][1] != 1:
-        raise ScheduleError(f"the cuda depthwise kernels take ow split into an unbound run, one loop bound "
-                            f"to thread.y and one to block.x (loops over ow by axis: {ow})")
+        raise ScheduleError(f"the cuda depthwise kernels take {ow_name} split into an unbound run, one loop "
+                            f"bound to thread.y and one to block.x (loops over {ow_name} by axis: {ow})")
     extent = {loop.name: loop.extent for loop in schedule.loops}
     run, threads_w, threads_c = extent[ow[""][0]], extent[ow["thread.y"][0]], extent[k["thread.x"][0]]
     if extent[k[""][0]] != vector:
@@ -265,24 +254,24 @@ def check(schedule: Schedule) -> Shape:
                             f"depthwise kernels of {op.dtype} load {vector} (16 bytes)")
     if (k["thread.x"][1], k["block.y"][1], ow["thread.y"][1], ow["block.x"][1]) != (
             vector, vector * threads_c, run, run * threads_w):
-        raise ScheduleError("the cuda depthwise kernels take k = (block.y x threads + thread.x) x vector + "
-                            "lane and ow = (block.x x threads + thread.y) x run + r (split the inner loops "
-                            "first)")
-    fused = [loop for loop in schedule.loops if schedule.dims_of(loop.name) == {"n", "oh"}]
+        raise ScheduleError(f"the cuda depthwise kernels take {k_name} = (block.y x threads + thread.x) x "
+                            f"vector + lane and {ow_name} = (block.x x threads + thread.y) x run + r (split "
+                            f"the inner loops first)")
+    fused = [loop for loop in schedule.loops if schedule.dims_of(loop.name) == {n, oh}]
     z = fused[0].name if fused else ""
     values = schedule.dim_values
     if not fused or fused[0].axis != "block.z" or any(    # n outer: n = z // out_height, oh = z % out_height
-            (values["n"].evaluate({z: i}), values["oh"].evaluate({z: i})) != divmod(i, op.out_height)
+            (values[n].evaluate({z: i}), values[oh].evaluate({z: i})) != divmod(i, roles.rows.out)
             for i in range(fused[0].extent)):
-        raise ScheduleError("the cuda depthwise kernels take n fused with oh (fuse('n', 'oh'), n outer) and "
-                            "bound to block.z")
-    for dim in ("c", "kh", "kw"):
+        raise ScheduleError(f"the cuda depthwise kernels take {n} fused with {oh} (fuse({n!r}, {oh!r}), {n} "
+                            f"outer) and bound to block.z")
+    for dim in (roles.reduction, roles.rows.tap_dim, roles.columns.tap_dim):
         loops = [loop for loop in schedule.loops if dim in schedule.dims_of(loop.name)]
         if len(loops) != 1 or loops[0].axis or schedule.dims_of(loops[0].name) != {dim}:
             raise ScheduleError(f"the cuda depthwise kernels take dim {dim!r} as one loop, unsplit and "
                                 f"unbound (loops over it: {', '.join(loop.name for loop in loops)})")
     grid = (extent[ow["block.x"][0]], extent[k["block.y"][0]], extent[z])
-    return Shape(vector, run, threads_c, threads_w, grid)
+    return Shape(vector, run, threads_c, threads_w, grid, roles)
 
 
 def parameters(schedule: Schedule, syntax: Syntax) -> tuple[KernelParam, ...]:
@@ -298,27 +287,27 @@ def print_depthwise(schedule: Schedule, syntax: Syntax) -> CudaSource:
     """The depthwise kernel of ``schedule`` in ``syntax`` (ScheduleError where the family cannot run it)."""
     shape = check(schedule)
     op, vector, run = schedule.op, shape.vector, shape.run
+    rows, columns = shape.roles.rows, shape.roles.columns
     params = parameters(schedule, syntax)
     restrict = syntax.restrict
     declarations = ", ".join(p.declaration() if not p.pointer else
                              f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}" for p in params)
     names = ", ".join(p.name for p in params)
-    (kh, kw), (stride_h, stride_w), (dilation_h, dilation_w) = op.kernel_size, op.stride, op.dilation
-    aligned = op.out_channels % vector == 0
+    aligned = op.channels % vector == 0
     fields = dict(
         vector=vector, run=run, unroll=syntax.unroll if syntax.device else HOST_UNROLL,
-        channels=op.out_channels, kh=kh, kw=kw,
-        stride_h=stride_h, stride_w=stride_w, dilation_h=dilation_h, dilation_w=dilation_w,
-        pad_h=op.pads[0][0], pad_w=op.pads[1][0], height=op.height, width=op.width,
-        out_height=op.out_height, out_width=op.out_width,
-        span=(run - 1) * stride_w + (kw - 1) * dilation_w + 1,
+        channels=op.channels, kh=rows.taps, kw=columns.taps,
+        stride_h=rows.stride, stride_w=columns.stride, dilation_h=rows.dilation, dilation_w=columns.dilation,
+        pad_h=rows.pad, pad_w=columns.pad, height=rows.size, width=columns.size,
+        out_height=rows.out, out_width=columns.out,
+        span=(run - 1) * columns.stride + (columns.taps - 1) * columns.dilation + 1,
         i=op.inputs[0], w=op.inputs[1], o=op.output,
         stores=vector // 4, threads=shape.threads, threads_c=shape.threads_c, threads_w=shape.threads_w,
         grid_x=shape.grid[0], grid_y=shape.grid[1], grid_z=shape.grid[2], nest=NEST_NAME, kernel=KERNEL_NAME,
         error=ERROR_NAME, names=names, declarations=declarations,
         elem="float" if op.dtype == "float32" else "uint16_t",
         to_float=(_DEVICE_FLOAT if syntax.device else _HOST_FLOAT)[op.dtype],
-        init=f"{op.bias_tensor}[k0 + v < {op.out_channels} ? k0 + v : 0]" if op.bias else "0.0f",
+        init=f"{op.bias_tensor}[k0 + v < {op.channels} ? k0 + v : 0]" if op.bias else "0.0f",
         masked="16-byte loads" if aligned else "per element, zero past the last channel")
     fields |= dict(load=(_ALIGNED_LOAD if aligned else _MASKED_LOAD).format(**fields),
                    store=(_ALIGNED_STORE if aligned else _MASKED_STORE).format(**fields))
@@ -342,15 +331,19 @@ def print_depthwise(schedule: Schedule, syntax: Syntax) -> CudaSource:
 def pseudocode(schedule: Schedule) -> list[str]:
     """The nest the depthwise kernel of ``schedule`` runs, after ``codegen.pseudocode.header``'s lines."""
     shape = check(schedule)
-    op = schedule.op
+    op, roles = schedule.op, shape.roles
+    n, oh, k, ow = roles.batch, roles.rows.out_dim, roles.channel, roles.columns.out_dim
+    kh, kw = roles.rows.tap_dim, roles.columns.tap_dim
+    vector = f"{k}0 : {k}0 + {shape.vector}"
     return [f"# layouts: {', '.join(f'{t} {tag}' for t, tag in schedule.layouts)}",
             f"# cuda depthwise kernel (targets/cuda/depthwise.py): grid {shape.grid}, block "
             f"{shape.threads_c} x {shape.threads_w}",
-            f"for n, oh in {op.batch} x {op.out_height}:    # block.z",
-            f"  for k0 in 0..{op.out_channels} step {shape.vector}:    # block.y, thread.x: channel vectors",
-            f"    for ow0 in 0..{op.out_width} step {shape.run}:    # block.x, thread.y: a run of pixels",
-            f"      w[kh][kw] = {op.inputs[1]}[kh, kw, 0, k0 : k0 + {shape.vector}]    # in registers",
-            "      for kh:",
-            f"        x[j] = {op.inputs[0]}[n, ih(kh), iw(ow0, j), k0 : k0 + {shape.vector}]    # once",
-            f"        for r in 0..{shape.run}, kw: acc[r] += x[r*stride + kw*dilation] * w[kh][kw]",
-            f"      {op.output}[n, oh, ow0 + r, k0 : k0 + {shape.vector}] = acc[r]"]
+            f"for {n}, {oh} in {roles.batches} x {roles.rows.out}:    # block.z",
+            f"  for {k}0 in 0..{roles.channels} step {shape.vector}:    # block.y, thread.x: channel vectors",
+            f"    for {ow}0 in 0..{roles.columns.out} step {shape.run}:    # block.x, thread.y: a run of "
+            "pixels",
+            f"      w[{kh}][{kw}] = {op.inputs[1]}[{kh}, {kw}, 0, {vector}]    # in registers",
+            f"      for {kh}:",
+            f"        x[j] = {op.inputs[0]}[{n}, ih({kh}), iw({ow}0, j), {vector}]    # once",
+            f"        for r in 0..{shape.run}, {kw}: acc[r] += x[r*stride + {kw}*dilation] * w[{kh}][{kw}]",
+            f"      {op.output}[{n}, {oh}, {ow}0 + r, {vector}] = acc[r]"]

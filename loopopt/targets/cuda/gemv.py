@@ -19,7 +19,10 @@ A schedule is taken (``takes``) when it binds a loop over outputs to a ``warp.*`
 * ternary weights: ``weight_format("i2_s")`` (16 bytes: 64 weights, a byte holding the elements
   ``i, i + 16, i + 32, i + 48`` of its block as codes ``w + 1``) or ``"int8"``;
 * optionally ``unroll("k", depth)``: how many of a lane's rounds load their weights together
-  (default: 8 vectors in flight, ``8 // columns`` rounds).
+  (default: 8 vectors in flight, ``8 // columns`` rounds);
+* optionally k split once (``split("k", chunk)``, ``chunk`` whole 16-byte vectors; ``unroll`` then
+  names ``k_i``): the ``k_o`` shares run on that many warps of the block, each over its share's
+  vectors, and the first share's warp adds the others' sums in order (shared memory) before it stores.
 
 Each lane of a warp sums the products of the 16-byte vectors ``lane, lane + 32, ...`` (its *rounds*)
 of its ``columns`` outputs' weights with the matching activations of every row. The rounds run in
@@ -31,15 +34,17 @@ use to save registers, leaving two rounds in flight whatever the source says. Th
 per-channel arrays are sent to the L2 (``prefetch.global.L2``) before the weights stream, so the
 store does not wait for device memory after the butterfly. The products: float16 in float32 FMAs,
 int8 with ``dp4a`` (signed weights by int8 or uint8 activations), i2_s as the codes' ``dp4a`` with
-the activations less the activations' sum (``sum x (w + 1) - sum x``), exact in int32. The
+the activations less the activations' sum (``sum x (w + 1) - sum x``), exact in int32, each 2-bit
+field masked in place and its ``dp4a`` sum (``4^f`` times the field's) shifted back exactly. The
 quantized epilogue is ``quantized.store``'s (``lo_comp``: minus the activations' zero point times
 the channel's weight sum, plus an integer bias; scales; requantization). The host emulation
 (``printer.HOST``) runs the same lane function for each lane of each warp and the butterfly over
 arrays, so CI checks the kernel's indexing, unpacking, tails and epilogue bit for bit.
 
 Refused with the reason: more than ``MAX_ROWS`` rows, a batched ``Matmul``, a ``Gemm`` or another op,
-float32 or bfloat16 operands, uint8 or asymmetric weights, other layouts, splits of ``i`` or
-``k``, an unroll of another loop than ``k``'s, and steps beyond layout, split, reorder, bind,
+float32 or bfloat16 operands, uint8 or asymmetric weights, other layouts, splits of ``i``, splits of
+``k`` other than one into shares of whole vectors, more than 1024 threads a block, an unroll of
+another loop than ``k``'s (a share's), and steps beyond layout, split, reorder, bind,
 weight_format and unroll.
 """
 from __future__ import annotations
@@ -51,7 +56,7 @@ from ...codegen.params import KernelParam, storage_elements
 from ...codegen.ternary import pack_i2s, packed_bytes
 from ...expr import linear_terms
 from ...quant import TERNARY
-from ...schedule import Schedule, ScheduleError
+from ...schedule import MAX_THREADS_PER_BLOCK, Loop, Schedule, ScheduleError
 from . import quantized
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -98,19 +103,25 @@ LO_DEVICE int lo_dot(const lo_v16 w, const lo_v16 *x, int acc)
 }
 """
 # i2_s: byte b of the 16 holds the codes of elements b, b + 16, b + 32, b + 48 at bits 0, 2, 4, 6, so
-# field f of word q is the codes of elements 16 f + 4 q .. + 3, which activation vector f holds in word q
+# field f of word q is the codes of elements 16 f + 4 q .. + 3, which activation vector f holds in word q.
+# The fields are masked in place, not shifted down (one LOP3 a word and field, no SHF): field f's bytes
+# are 4^f times the codes (0 .. 128, unsigned), so its dp4a sum is 4^f times the field's dot product,
+# an exact multiple that an arithmetic shift divides back exactly (a vector's field: |sum| <= 16 x 128 x 255);
+# four independent dp4a chains of 4 a vector instead of one of 16
 _I2S_DOT = """\
 LO_DEVICE int lo_dot(const lo_v16 w, const lo_v16 *x, int acc)
 {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    int field[4];
     LO_UNROLL
     for (int f = 0; f < 4; ++f) {
         const uint32_t xs[4] = {x[f].x, x[f].y, x[f].z, x[f].w};
+        field[f] = 0;
         LO_UNROLL
         for (int q = 0; q < 4; ++q)
-            acc = LO_DOT4((int) ((ws[q] >> (2 * f)) & 0x03030303u), xs[q], acc);
+            field[f] = LO_DOT4U((int) (ws[q] & (0x03030303u << (2 * f))), xs[q], field[f]);
     }
-    return acc;
+    return acc + field[0] + (field[1] >> 2) + (field[2] >> 4) + (field[3] >> 6);
 }
 
 /* the sum of the 64 activations of x[0..3] added to s (the codes are w + 1) */
@@ -147,6 +158,13 @@ LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c)
     asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
+LO_DEVICE int lo_dot4_us(int a, uint32_t b, int c)
+{
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+LO_DEVICE int lo_dot4_uu(int a, uint32_t b, int c) { return (int) __dp4a((uint32_t) a, b, (uint32_t) c); }
 LO_DEVICE float2 lo_halves(uint32_t u) { return __half22float2(*(const __half2 *) &u); }
 LO_DEVICE void lo_prefetch(const void *p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 """
@@ -174,17 +192,19 @@ _HOST_PRELUDE = """\
 typedef struct { uint32_t x, y, z, w; } lo_v16;
 typedef struct { float x, y; } float2;
 LO_DEVICE lo_v16 lo_load(const void *p) { lo_v16 v; memcpy(&v, p, sizeof v); return v; }
-LO_DEVICE int lo_dot4(int a, uint32_t b, int c, int b_signed)
+LO_DEVICE int lo_dot4(int a, uint32_t b, int c, int a_signed, int b_signed)
 {
     uint32_t sum = (uint32_t) c;          /* int32 wraps, as dp4a's */
     for (int e = 0; e < 4; ++e) {
-        const int wa = (int8_t) (a >> (8 * e)), xb = (int) ((b >> (8 * e)) & 255u);
-        sum += (uint32_t) (wa * (b_signed ? (int) (int8_t) xb : xb));
+        const int wa = (int) (((uint32_t) a >> (8 * e)) & 255u), xb = (int) ((b >> (8 * e)) & 255u);
+        sum += (uint32_t) ((a_signed ? (int) (int8_t) wa : wa) * (b_signed ? (int) (int8_t) xb : xb));
     }
     return (int) sum;
 }
-LO_DEVICE int lo_dot4_ss(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 1); }
-LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 0); }
+LO_DEVICE int lo_dot4_ss(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 1, 1); }
+LO_DEVICE int lo_dot4_su(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 1, 0); }
+LO_DEVICE int lo_dot4_us(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 0, 1); }
+LO_DEVICE int lo_dot4_uu(int a, uint32_t b, int c) { return lo_dot4(a, b, c, 0, 0); }
 """ + HOST_HALF + """\
 LO_DEVICE float2 lo_halves(uint32_t u) { float2 f = {lo_half(u & 0xffffu), lo_half(u >> 16)}; return f; }
 """
@@ -223,9 +243,11 @@ def kind_of(schedule: Schedule) -> Kind:
 
 @dataclass(frozen=True)
 class Shape:
-    """A GEMV kernel's shape: the weights' kind, ``warps`` a block, ``columns`` a warp, ``vectors`` of 16
-    bytes of weights per output (the padded reduction), ``blocks`` in the grid, and ``depth``: the
-    rounds of a lane's loop (one vector of each column a round) whose weights are loaded together."""
+    """A GEMV kernel's shape: the weights' kind, ``warps`` a block over outputs, ``columns`` a warp,
+    ``vectors`` of 16 bytes of weights per output (the padded reduction), ``blocks`` in the grid,
+    ``depth``: the rounds of a lane's loop (one vector of each column a round) whose weights are loaded
+    together, and the split of k: ``split`` warps of the block (``warps`` each) sum a ``share`` of
+    consecutive vectors each (the last one ``vectors - (split - 1) * share``)."""
 
     kind: Kind
     warps: int
@@ -233,11 +255,22 @@ class Shape:
     vectors: int
     blocks: int
     depth: int
+    split: int = 1
+    share: int = 0
 
     @property
     def rounds(self) -> int:
-        """Rounds of each lane's loop: the warp's lanes take the vectors 32 at a time."""
-        return -(-self.vectors // WARP)
+        """Rounds of each lane's loop: the warp's lanes take a share's vectors 32 at a time."""
+        return -(-self.share // WARP)
+
+    @property
+    def last(self) -> int:
+        """Vectors of the last share (all of them unsplit)."""
+        return self.vectors - (self.split - 1) * self.share
+
+    @property
+    def threads(self) -> int:
+        return self.warps * self.split * WARP
 
 
 def check(schedule: Schedule) -> Shape:
@@ -264,11 +297,10 @@ def check(schedule: Schedule) -> Shape:
     if unrolled:
         raise ScheduleError(f"unroll({unrolled[0].name!r}): the cuda GEMV kernels unroll only dim 'k' (the "
                             f"rounds of each lane's loop over its weight vectors)")
-    for dim in ("i", "k"):
-        loops = [loop for loop in schedule.loops if dim in schedule.dims_of(loop.name)]
-        if len(loops) != 1 or schedule.dims_of(loops[0].name) != {dim} or loops[0].axis:
-            raise ScheduleError(f"the cuda GEMV kernels take dim {dim!r} as one loop, unsplit and unbound "
-                                f"(loops over it: {', '.join(loop.name for loop in loops)})")
+    loops = [loop for loop in schedule.loops if "i" in schedule.dims_of(loop.name)]
+    if len(loops) != 1 or schedule.dims_of(loops[0].name) != {"i"} or loops[0].axis:
+        raise ScheduleError(f"the cuda GEMV kernels take dim 'i' as one loop, unsplit and unbound "
+                            f"(loops over it: {', '.join(loop.name for loop in loops)})")
     outputs = [loop for loop in schedule.loops if "j" in schedule.dims_of(loop.name)]
     terms, _ = linear_terms(schedule.dim_values["j"], frozenset(loop.name for loop in outputs))
     axes = {loop.axis: loop for loop in outputs}
@@ -287,10 +319,36 @@ def check(schedule: Schedule) -> Shape:
                             f"(split j by warps x columns, then the inner part by columns)")
     vectors = schedule.layout_of(b).storage_shape(op.tensor(b).shape)[1]
     groups = -(-op.n // cols)              # warps with outputs
-    k_loop = next(loop for loop in schedule.loops if schedule.dims_of(loop.name) == {"k"})
-    rounds = -(-vectors // WARP)
-    depth = min(rounds, k_loop.unroll or max(1, IN_FLIGHT // cols))
-    return Shape(kind, warps, cols, vectors, -(-groups // warps), depth)
+    k_loop, split, share = _shares(schedule, kind, vectors)
+    if warps * split * WARP > MAX_THREADS_PER_BLOCK:
+        raise ScheduleError(f"{warps} warps x {split} shares of k: {warps * split * WARP} threads a block; "
+                            f"the cuda GEMV kernels run at most {MAX_THREADS_PER_BLOCK}")
+    depth = min(-(-share // WARP), k_loop.unroll or max(1, IN_FLIGHT // cols))
+    return Shape(kind, warps, cols, vectors, -(-groups // warps), depth, split, share)
+
+
+def _shares(schedule: Schedule, kind: Kind, vectors: int) -> tuple[Loop, int, int]:
+    """The loop of a warp's share of k (the one ``unroll`` may name), the warps of a block that split k
+    and the 16-byte vectors of a share: k one loop (one share of every vector), or split once into
+    ``k_o`` (the shares) and ``k_i`` (a share: whole vectors); ScheduleError otherwise."""
+    loops = [loop for loop in schedule.loops if "k" in schedule.dims_of(loop.name)]
+    if len(loops) > 2 or any(schedule.dims_of(loop.name) != {"k"} or loop.axis for loop in loops):
+        raise ScheduleError(f"the cuda GEMV kernels take dim 'k' as one loop, or split once into warps' "
+                            f"shares (split('k', chunk)), unbound (loops over it: "
+                            f"{', '.join(loop.name for loop in loops)})")
+    if len(loops) == 1:
+        return loops[0], 1, vectors
+    terms, rest = linear_terms(schedule.dim_values["k"], frozenset(loop.name for loop in loops))
+    outer, inner = sorted(loops, key=lambda loop: -terms.get(loop.name, 0))
+    chunk = terms.get(outer.name, 0)
+    if terms.get(inner.name) != 1 or rest.variables() or chunk != inner.extent or chunk % kind.weights:
+        raise ScheduleError(f"split('k', {inner.extent}): the cuda GEMV kernels split k into warps' shares "
+                            f"of whole 16-byte vectors (a multiple of {kind.weights} {kind.name} weights), "
+                            f"{outer.name!r} outside {inner.name!r}")
+    if outer.unroll:
+        raise ScheduleError(f"unroll({outer.name!r}): the cuda GEMV kernels run the shares of k on "
+                            f"{outer.extent} warps; unroll {inner.name!r}, the rounds of a share")
+    return inner, outer.extent, chunk // kind.weights
 
 
 def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelParam, ...]:
@@ -307,39 +365,44 @@ def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelPa
 
 
 _LANE = """\
-/* a lane's rounds lo_t .. lo_t + count - 1 (count <= {depth}, a constant once inlined), one 16-byte vector of
- * each column a round: their weights loaded before any is used; where lo_tail, the rounds past the
- * {full} that every lane has check for the reduction's end */
-LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int lo_lane, int lo_t,
-                         int count, int lo_tail, {sum_type} lo_acc[{rows}][{cols}]{xs_param})
+/* a lane's rounds lo_t .. lo_t + count - 1 (count <= {depth}, a constant once inlined) of its share of k
+ * (vectors lo_base .. lo_base + lo_end - 1), one 16-byte vector of each column a round: their weights
+ * loaded before any is used; where lo_tail, the rounds past the {full} that every lane has check for
+ * the share's end */
+LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int lo_lane, int lo_base,
+                         int lo_end, int lo_t, int count, int lo_tail,
+                         {sum_type} lo_acc[{rows}][{cols}]{xs_param})
 {{
     lo_v16 lo_wv[{depth}][{cols}];
     {unroll} {depth}
     for (int d = 0; d < {depth}; ++d) {{
         const int v = lo_lane + {warp} * (lo_t + d);
-        if (d < count && (!lo_tail || lo_t + d < {full} || v < {vectors}))
+        if (d < count && (!lo_tail || lo_t + d < {full} || v < lo_end))
+            {unroll} {cols}
             for (int c = 0; c < {cols}; ++c) lo_wv[d][c] = lo_load(lo_w[c] + (ptrdiff_t) v * 16);
     }}
     {unroll} {depth}
     for (int d = 0; d < {depth}; ++d) {{
         const int v = lo_lane + {warp} * (lo_t + d);
-        if (d >= count || (lo_tail && lo_t + d >= {full} && v >= {vectors})) continue;
+        if (d >= count || (lo_tail && lo_t + d >= {full} && v >= lo_end)) continue;
         lo_v16 lo_x[{rows}][{x_vectors}];
         for (int i = 0; i < {rows}; ++i) for (int q = 0; q < {x_vectors}; ++q)
             lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}
-                                 + ((ptrdiff_t) v * {x_vectors} + q) * 16);
+                                 + ((ptrdiff_t) (lo_base + v) * {x_vectors} + q) * 16);
         for (int c = 0; c < {cols}; ++c) for (int i = 0; i < {rows}; ++i)
             lo_acc[i][c] = lo_dot(lo_wv[d][c], lo_x[i], lo_acc[i][c]);{xs_sum}
     }}
 }}
 
-LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane,
+/* a lane's sums over the share of k of vectors lo_base .. lo_base + lo_end - 1 */
+LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane, int lo_base, int lo_end,
                             {sum_type} lo_acc[{rows}][{cols}]{xs_param})
 {{
     const uint8_t *lo_w[{cols}];
     for (int c = 0; c < {cols}; ++c) {{    /* past the last column: read the last one's weights */
         const int j = lo_warp * {cols} + c;
-        lo_w[c] = (const uint8_t *) {b} + (ptrdiff_t) (j < {n} ? j : {n} - 1) * {row_bytes};
+        lo_w[c] = (const uint8_t *) {b} + (ptrdiff_t) (j < {n} ? j : {n} - 1) * {row_bytes}
+                  + (ptrdiff_t) lo_base * 16;
     }}
 {batches}{rest}
 }}
@@ -357,15 +420,15 @@ _DEVICE_NEST = """\
 __global__ void __launch_bounds__({threads}, 1) {nest}({declarations})
 {{
     const int lo_lane = (int) threadIdx.x % {warp};
-    const int lo_warp = (int) blockIdx.x * {warps} + (int) threadIdx.x / {warp};
+    const int lo_warp = (int) blockIdx.x * {warps} + (int) threadIdx.x / {warp}{of_warps};{share_index}
     {sum_type} lo_acc[{rows}][{cols}];
     for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) lo_acc[i][c] = 0;{xs_zero}{prefetch}
-    lo_lane_sums({names}, lo_warp, lo_lane, lo_acc{xs_arg});
+    lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc{xs_arg});
 #pragma unroll
     for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{    /* the butterfly: every lane gets the sums */
         for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c)
             lo_acc[i][c] += __shfl_xor_sync(0xffffffffu, lo_acc[i][c], lo_o);{xs_shuffle}
-    }}
+    }}{gather}
     for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{    /* lane e % 32 stores element e */
         const int j = lo_warp * {cols} + c;
         if (lo_lane == (i * {cols} + c) % {warp} && j < {n}) lo_store({names}, i, j, {final});
@@ -386,19 +449,29 @@ extern "C" const char *{error}(int code)
 _HOST_NEST = """\
 static void {nest}({declarations})
 {{
-    for (int lo_warp = 0; lo_warp < {all_warps}; ++lo_warp) {{    /* each warp's lanes, then the butterfly */
-        {sum_type} lo_acc[{warp}][{rows}][{cols}], lo_old[{warp}][{rows}][{cols}];
-        int lo_xs[{warp}][{rows}], lo_xold[{warp}][{rows}];
-        memset(lo_acc, 0, sizeof lo_acc);
-        memset(lo_xs, 0, sizeof lo_xs);
-        for (int lo_lane = 0; lo_lane < {warp}; ++lo_lane)
-            lo_lane_sums({names}, lo_warp, lo_lane, lo_acc[lo_lane]{xs_lane});
-        for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{
-            memcpy(lo_old, lo_acc, sizeof lo_acc);
-            memcpy(lo_xold, lo_xs, sizeof lo_xs);
-            for (int l = 0; l < {warp}; ++l) for (int i = 0; i < {rows}; ++i) {{
-                for (int c = 0; c < {cols}; ++c) lo_acc[l][i][c] = lo_old[l][i][c] + lo_old[l ^ lo_o][i][c];
-                lo_xs[l][i] = lo_xold[l][i] + lo_xold[l ^ lo_o][i];
+    for (int lo_warp = 0; lo_warp < {all_warps}; ++lo_warp) {{    /* each share's warp: lanes, butterfly */
+        {sum_type} lo_total[{rows}][{cols}];
+        int lo_xtotal[{rows}];
+        for (int lo_share = 0; lo_share < {split}; ++lo_share) {{
+            {sum_type} lo_acc[{warp}][{rows}][{cols}], lo_old[{warp}][{rows}][{cols}];
+            int lo_xs[{warp}][{rows}], lo_xold[{warp}][{rows}];
+            memset(lo_acc, 0, sizeof lo_acc);
+            memset(lo_xs, 0, sizeof lo_xs);
+            for (int lo_lane = 0; lo_lane < {warp}; ++lo_lane)
+                lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc[lo_lane]{xs_lane});
+            for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{
+                memcpy(lo_old, lo_acc, sizeof lo_acc);
+                memcpy(lo_xold, lo_xs, sizeof lo_xs);
+                for (int l = 0; l < {warp}; ++l) for (int i = 0; i < {rows}; ++i) {{
+                    for (int c = 0; c < {cols}; ++c)
+                        lo_acc[l][i][c] = lo_old[l][i][c] + lo_old[l ^ lo_o][i][c];
+                    lo_xs[l][i] = lo_xold[l][i] + lo_xold[l ^ lo_o][i];
+                }}
+            }}
+            for (int i = 0; i < {rows}; ++i) {{    /* the shares added in order, as the first's warp does */
+                for (int c = 0; c < {cols}; ++c)
+                    lo_total[i][c] = lo_share ? lo_total[i][c] + lo_acc[0][i][c] : lo_acc[0][i][c];
+                lo_xtotal[i] = lo_share ? lo_xtotal[i] + lo_xs[0][i] : lo_xs[0][i];
             }}
         }}
         for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{
@@ -420,7 +493,7 @@ class _Kernel:
 
     def __init__(self, schedule: Schedule, syntax: Syntax):
         self.s, self.syntax, self.op = schedule, syntax, schedule.op
-        shape = check(schedule)
+        self.shape = shape = check(schedule)
         self.kind, self.warps, self.columns = shape.kind, shape.warps, shape.columns
         self.vectors, self.blocks, self.depth = shape.vectors, shape.blocks, shape.depth
         self.rounds = shape.rounds
@@ -438,24 +511,36 @@ class _Kernel:
                  else quantized.store(op, f"{out}[{offset}]", "lo_sum", "j", "", None))
         ternary = kind.name == "i2_s"
         final = "(int) ((unsigned) lo_acc[i][c] - (unsigned) lo_xs[i])" if ternary else "lo_acc[i][c]"
-        rows = op.m
-        full = self.vectors // WARP                     # rounds every lane has
+        rows, shape = op.m, self.shape
+        full = shape.last // WARP                       # rounds every lane of every share has
         batched = full // self.depth * self.depth      # of them, those in whole batches of depth rounds
         names = ", ".join(p.name for p in self.params)
         xs_arg = ", lo_xs" if ternary else ""
+        split = shape.split > 1
         return dict(
             declarations=declarations, names=names, sum_type=kind.sum_type,
             rows=rows, cols=self.columns, a=op.inputs[0], b=op.inputs[1], n=op.n, warp=WARP, warps=self.warps,
             row_bytes=VECTOR_BYTES * self.vectors, vectors=self.vectors, x_vectors=kind.x_vectors,
             x_bytes=self.vectors * kind.x_vectors * VECTOR_BYTES, unroll=self.syntax.unroll,
             depth=self.depth, full=full, batches=(    # the rounds every lane has, depth at a time
+                "" if not batched else
+                f"\n    lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, 0, {self.depth}, 0, "
+                f"lo_acc{xs_arg});"
+                if batched == self.depth else
                 f"\n    {self.syntax.unroll} 1\n"
                 f"    for (int lo_t = 0; lo_t < {batched}; lo_t += {self.depth})\n"
-                f"        lo_rounds({names}, lo_w, lo_lane, lo_t, {self.depth}, 0, lo_acc{xs_arg});"
-                if batched else ""), rest=(    # the rounds left, the tail among them
-                f"\n    lo_rounds({names}, lo_w, lo_lane, {batched}, {self.rounds - batched}, 1, "
-                f"lo_acc{xs_arg});" if self.rounds > batched else ""),
-            store=store, nest=NEST_NAME, kernel=KERNEL_NAME, error=ERROR_NAME, threads=self.warps * WARP,
+                f"        lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, lo_t, {self.depth}, 0, "
+                f"lo_acc{xs_arg});"), rest=(    # the rounds left, the tail among them
+                f"\n    lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, {batched}, "
+                f"{self.rounds - batched}, 1, lo_acc{xs_arg});" if self.rounds > batched else ""),
+            split=shape.split, of_warps=f" % {self.warps}" if split else "",
+            share_index=(f"\n    const int lo_share = (int) threadIdx.x / {WARP * self.warps};"
+                         if split else ""),
+            base=f"lo_share * {shape.share}" if split else "0",
+            end=str(self.vectors) if not split else str(shape.share) if shape.last == shape.share else (
+                f"lo_share == {shape.split - 1} ? {shape.last} : {shape.share}"),
+            gather=self._gather() if split else "",
+            store=store, nest=NEST_NAME, kernel=KERNEL_NAME, error=ERROR_NAME, threads=shape.threads,
             blocks=self.blocks, all_warps=self.blocks * self.warps,
             xs_param=f", int lo_xs[{rows}]" if ternary else "",
             xs_sum=_XS_SUM.format(rows=rows) if ternary else "",
@@ -466,12 +551,39 @@ class _Kernel:
                         f"lo_xs[i] += __shfl_xor_sync(0xffffffffu, lo_xs[i], lo_o);") if ternary else "",
             xs_lane=", lo_xs[lo_lane]" if ternary else "",
             prefetch=self._prefetch(),
-            final=final, host_final=final.replace("lo_acc[i][c]", "lo_acc[0][i][c]").replace(
-                "lo_xs[i]", "lo_xs[0][i]"),
+            final=final, host_final=final.replace("lo_acc[i][c]", "lo_total[i][c]").replace(
+                "lo_xs[i]", "lo_xtotal[i]"),
             launcher=self._launcher(),
             casts=", ".join(p.name if not p.pointer else
                             f"({'const ' if p.const else ''}{p.ctype} *) {p.name}" for p in self.params),
             host_declarations=", ".join(p.declaration(restrict=False) for p in self.params))
+
+    def _gather(self) -> str:
+        """The device nest's sums of a split k: the warps of the shares past the first write theirs to
+        shared memory, and the first share's warp adds them in order (int32: exact) before it stores."""
+        shape, rows, cols, unroll = self.shape, self.op.m, self.columns, "#pragma unroll"
+        parts, mine = f"[{shape.split - 1}][{self.warps}][{rows}]", f"(i * {cols} + c) % {WARP}"
+        ternary = self.kind.name == "i2_s"
+        return "".join([
+            "\n    {    /* the shares of k: the warps past the first hand their sums over, the first adds */",
+            f"\n        __shared__ {self.kind.sum_type} lo_part{parts}[{cols}];",
+            f"\n        __shared__ int lo_xpart{parts};" if ternary else "",
+            f"\n        const int lo_group = (int) threadIdx.x / {WARP} % {self.warps};",
+            f"\n        {unroll}\n        for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c)",
+            f"\n            if (lo_share > 0 && lo_lane == {mine})",
+            "\n                lo_part[lo_share - 1][lo_group][i][c] = lo_acc[i][c];",
+            f"\n        {unroll}\n        for (int i = 0; i < {rows}; ++i) "
+            "if (lo_share > 0 && lo_lane == 0) lo_xpart[lo_share - 1][lo_group][i] = lo_xs[i];"
+            if ternary else "",
+            "\n        __syncthreads();",
+            "\n        if (lo_share > 0) return;",
+            f"\n        {unroll}\n        for (int s = 0; s < {shape.split - 1}; ++s)",
+            f" for (int i = 0; i < {rows}; ++i) {{",
+            f"\n            {unroll}\n            for (int c = 0; c < {cols}; ++c)",
+            f"\n                if (lo_lane == {mine}) lo_acc[i][c] += lo_part[s][lo_group][i][c];",
+            "\n            lo_xs[i] += lo_xpart[s][lo_group][i];" if ternary else "",
+            "\n        }",
+            "\n    }"])
 
     def _prefetch(self) -> str:
         """The device nest's first statement for the epilogue's per-channel arrays (``lo_comp``,
@@ -496,19 +608,21 @@ class _Kernel:
                   *(f" * step {i + 1}: {step}" for i, step in enumerate(s.steps)),
                   f" * {kind.name} weights, {self.vectors} vectors of 16 bytes per output over {WARP} lanes; "
                   f"{self.warps} warps a block, {self.columns} column(s) a warp, {op.m} row(s); "
-                  f"grid {self.blocks}; {self.depth} of a lane's {self.rounds} rounds loaded together",
-                  " */"]
+                  f"grid {self.blocks}; {self.depth} of a lane's {self.rounds} rounds loaded together"
+                  + (f"; k split over {self.shape.split} warps, {self.shape.share} vectors each"
+                     if self.shape.split > 1 else ""), " */"]
         signed = op.quant is not None and op.quant.activation == "int8"
         fields = self._fields()
         parts = [*header, _DEVICE_PRELUDE if device else _HOST_PRELUDE,
-                 f"#define LO_DOT4 lo_dot4_{'ss' if signed else 'su'}", "", kind.dot,
+                 f"#define LO_DOT4 lo_dot4_{'ss' if signed else 'su'}",
+                 f"#define LO_DOT4U lo_dot4_{'us' if signed else 'uu'}", "", kind.dot,
                  _LANE.format(**fields), (_DEVICE_NEST if device else _HOST_NEST).format(**fields)]
         if device:
             cdef = f"{self._launcher()};\nconst char *{ERROR_NAME}(int code);"
         else:
             cdef = f"void {KERNEL_NAME}({fields['host_declarations']});"
         return CudaSource("\n".join(parts), cdef, (*op.inputs, op.output), self.params, (self.blocks, 1, 1),
-                          (self.warps * WARP, 1, 1), True)
+                          (self.shape.threads, 1, 1), True)
 
 
 def print_gemv(schedule: Schedule, syntax: Syntax) -> CudaSource:
@@ -533,9 +647,11 @@ def pseudocode(schedule: Schedule) -> list[str]:
             f"for {block} in 0..{shape.blocks}:    # block.x",
             f"  for {warp} in 0..{warps}:    # warp.x: {columns} column(s) j = {warps * columns}*{block} "
             f"+ {columns}*{warp} + c",
+            *([f"   for share in 0..{shape.split}:    # k over {shape.split} warps of a block, {shape.share} "
+               f"vectors each; added in order (shared memory)"] if shape.split > 1 else []),
             f"    for lane in 0..{WARP}:    # the warp's lanes",
-            f"      for v in lane..{vectors} step {WARP}:    # 16-byte weight vectors; {shape.depth} rounds' "
-            f"weights loaded first",
+            f"      for v in lane..{vectors if shape.split == 1 else 'the share'} step {WARP}:    # 16-byte "
+            f"weight vectors; {shape.depth} rounds' weights loaded first",
             f"        for i in 0..{op.m}:",
             f"          for c in 0..{columns}:",
             f"            acc[lane][i][c] += {a}[i, {per}v : {per}v + {per}] . "

@@ -46,7 +46,6 @@ from functools import cache
 from ...dataflows import (
     clamp_tile,
     depthwise_block,
-    depthwise_vector,
     gpu_depthwise,
     gpu_mma,
     gpu_rows,
@@ -59,6 +58,7 @@ from ...dataflows import (
     wgmma_instruction,
     wgmma_types,
 )
+from ...depthwise_roles import DepthwiseRoles
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
@@ -593,7 +593,7 @@ def simt_work(op: Op, knobs: SimtKnobs, gpu: Gpu) -> Work:
 def depthwise_candidates(op: Op) -> list[DepthwiseKnobs]:
     """A depthwise conv's candidates: runs of ``DEPTHWISE_RUNS`` pixels by the default block and by
     ``DEPTHWISE_THREADS_W`` runs a block, clamped and distinct."""
-    vector = depthwise_vector(op)
+    vector = DepthwiseRoles.of(op).vector
     found = {DepthwiseKnobs("gpu_depthwise", *depthwise_block(op, run, None, threads_w), vector): None
              for run in DEPTHWISE_RUNS for threads_w in DEPTHWISE_THREADS_W}
     return list(found)
@@ -616,10 +616,11 @@ def depthwise_work(op: Op, knobs: DepthwiseKnobs, gpu: Gpu) -> Work:
     independent sums); the input and weights read from device memory once, the float32 output written
     once. A block takes at least a load's latency and its threads' FFMAs one after the other (a thread's
     products wait for its loads)."""
-    vector = knobs.vector
-    (kh, kw), stride, dilation = op.kernel_size, op.stride[1], op.dilation[1]
-    vectors, runs = -(-op.out_channels // vector), -(-op.out_width // knobs.run)
-    blocks = -(-runs // knobs.threads_w) * -(-vectors // knobs.threads_c) * op.batch * op.out_height
+    vector, roles = knobs.vector, DepthwiseRoles.of(op)
+    (kh, kw), columns = (roles.rows.taps, roles.columns.taps), roles.columns
+    stride, dilation = columns.stride, columns.dilation
+    vectors, runs = -(-roles.channels // vector), -(-roles.columns.out // knobs.run)
+    blocks = -(-runs // knobs.threads_w) * -(-vectors // knobs.threads_c) * roles.batches * roles.rows.out
     threads = knobs.threads_c * knobs.threads_w
     span = (knobs.run - 1) * stride + (kw - 1) * dilation + 1
     loads = threads * (kh * span + kh * kw) * 16
