@@ -12,9 +12,10 @@ Times: CUDA events around each launch on device arrays (no copies), the L2 cache
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
 replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's fastest kernel is
 then timed again in alternation with its peer (``interleaved``: 9 rounds of 20 cold runs each).
-``gpu_wgmma`` variants include warp specialization (``specialize=True``) and the 128-byte swizzle,
-the convs' also TMA boxes of output pixels (``CONV_BOXES``, ``engine="tma"``) and the cost model's
-first three candidates (``model_first``: what ``lo.tune(op, target="cuda")`` times first).
+``gpu_wgmma`` variants include warp specialization (``specialize=True``), the 128-byte swizzle and the
+persistent tile loop (``persistent=True``), the convs' also TMA boxes of output pixels (``CONV_BOXES``,
+``engine="tma"``) and the cost model's first three candidates (``model_first``: what
+``lo.tune(op, target="cuda")`` times first).
 
 ``python benchmarks/bench_cuda_tensor.py [--only gemm4096,conv2_x.n1] [--json PATH]`` prints the device,
 driver, nvcc, every variant and a Markdown table of each case's best. ``--check``: small kernels of
@@ -80,7 +81,10 @@ SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"d
                          {}, {"cluster": (2, 1)}, {"cluster": (1, 2)}, {"block_m": 256, "block_n": 128},
                          {"block_m": 256, "block_n": 128, "cluster": (1, 2)},
                          {"block_m": 256, "block_n": 128, "cluster": (2, 1)},
-                         {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3}))]
+                         {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3},
+                         # a persistent tile loop, its outputs stored by TMA through shared memory
+                         {"warps_m": 1, "warps_n": 2, "persistent": True}, {"persistent": True},
+                         {"block_m": 256, "block_n": 128, "persistent": True}))]
 
 
 # a conv's pixels as TMA boxes (``pixel_boxes``), warp-specialized, one 128-byte box row a tile a step

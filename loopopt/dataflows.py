@@ -616,7 +616,8 @@ def wgmma_instruction(columns: int, block_n: int, warps_n: int, types: str = "k1
 
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
-              cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32) -> Schedule:
+              cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32,
+              persistent: bool = False) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as 64 x N
     fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op need; both
@@ -630,7 +631,9 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     specialization (``Schedule.specialize``), one more warpgroup issuing the TMA copies while the
     ``warps_m x warps_n`` ones only multiply (with ``engine="tma"``). ``swizzle=64`` or ``128``: tiles of
     rows of a whole step's bytes (``Schedule.swizzle``; a ``depth`` of 64 or 128 bytes, ``engine="tma"``):
-    one TMA box a tile a step. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
+    one TMA box a tile a step. ``persistent=True``: one block a multiprocessor walking the output tiles
+    (``Schedule.persistent``; with ``specialize=True``), the producer copying the next tile's steps while
+    the consumers store. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
     and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
     quantized epilogue of ``gpu_mma``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
@@ -639,7 +642,10 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     schedule = gpu_wmma(op, block_m, block_n, warps_m, warps_n, depth, entry, stages, split_k, engine)
     schedule = schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
     schedule = schedule.specialize() if specialize else schedule
-    return schedule if swizzle == 32 else schedule.swizzle(swizzle)
+    schedule = schedule if swizzle == 32 else schedule.swizzle(swizzle)
+    if not isinstance(persistent, bool):
+        raise ScheduleError(f"gpu_wgmma(persistent={persistent!r}): True or False")
+    return schedule.persistent() if persistent else schedule
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})

@@ -196,6 +196,7 @@ class Schedule:
     cluster_dims: tuple[int, int] = (1, 1)          # blocks of a cluster along block.x, block.y (``cluster``)
     specialized: bool = False                       # a producer warpgroup copies, the others multiply
     tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
+    persistent_tiles: bool = False                  # one block an SM walks the output tiles (``persistent``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -689,6 +690,18 @@ class Schedule:
         if self.specialized:
             raise ScheduleError(f"{step}: the warps are specialized already; specialize once")
         return self._with(step, specialized=True)
+
+    def persistent(self) -> "Schedule":
+        """A persistent tile loop: the kernel launches one block a multiprocessor (at most one a tile),
+        each walking the output tiles (the iterations of the ``block.*`` loops, ``block.x`` fastest) from
+        its own index in strides of the grid; the producer warpgroup of a specialized kernel copies the
+        next tile's first steps while the consumers store the last one's outputs (staged for TMA's
+        stores, or from their registers). The cuda target refuses it unless the warps are specialized
+        (``specialize``), and with ``cluster``."""
+        step = Step("persistent", ())
+        if self.persistent_tiles:
+            raise ScheduleError(f"{step}: the tile loop is persistent already; persistent once")
+        return self._with(step, persistent_tiles=True)
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:

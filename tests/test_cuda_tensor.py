@@ -17,7 +17,15 @@ from loopopt.dataflows import MMA, WMMA, gpu_mma, gpu_wgmma, gpu_wmma, wgmma_ins
 from loopopt.measure import tolerance
 from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
-from loopopt.targets.cuda import instructions, specialize, tensor_printer, tma, toolchain
+from loopopt.targets.cuda import (
+    instructions,
+    persistent,
+    specialize,
+    tensor_printer,
+    tma,
+    tma_store,
+    toolchain,
+)
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
 from loopopt.targets.cuda.printer import print_kernel
@@ -183,6 +191,14 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
                        specialize=True),
      r"3 consumer warpgroups and the producer start with 128 registers a thread, too few for 128 "
      r"accumulators"),
+    (lambda: gpu_wgmma(HALF_MATMUL, engine="tma", persistent=True),
+     r"persistent\(\): the producer warpgroup runs into the next tile while the consumers store; "
+     r"specialize\(\) the warps first"),
+    (lambda: gpu_wgmma(lo.Matmul(400, 520, 264, dtype="float16"), engine="tma", cluster=(2, 1),
+                       specialize=True, persistent=True),
+     r"persistent\(\): a cluster\(2, 1\)'s blocks share each step's tiles"),
+    (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "block.x").persistent(),
+     r"persistent\(\) needs a tensorized schedule"),
 ])
 def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, message):
     with pytest.raises(ScheduleError, match=message):
@@ -205,6 +221,8 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.bind("i_o", "block.x").cluster(2, 1).cluster(2, 1),
      r"the blocks are clustered already \(2 x 1\); cluster once"),
     (lambda s: s.specialize().specialize(), r"specialize\(\): the warps are specialized already"),
+    (lambda s: s.persistent().persistent(), r"persistent\(\): the tile loop is persistent already"),
+    (lambda s: gpu_wgmma(HALF_MATMUL, persistent=1), r"gpu_wgmma\(persistent=1\): True or False"),
     (lambda s: s.swizzle(48), r"swizzle\(48\): width=48; choose one of 32, 64, 128 bytes"),
     (lambda s: s.clip(0.0).clip(1.0),
      r"the outputs are clipped already \(Clip\(low=0.0, high=None\)\); clip once"),
@@ -263,6 +281,7 @@ def test_a_tensorized_schedule_round_trips_through_a_schedule_file():
     assert schedule_from_toml(to_toml(boxes.cluster(1, 2)), HALF_MATMUL).cluster_dims == (1, 2)
     assert schedule_from_toml(to_toml(boxes.specialize()), HALF_MATMUL).specialized
     assert schedule_from_toml(to_toml(boxes.swizzle(128)), HALF_MATMUL).tile_swizzle == 128
+    assert schedule_from_toml(to_toml(boxes.specialize().persistent()), HALF_MATMUL).persistent_tiles
     assert (again.pipeline_stages, again.split_k_loop) == (4, "k_o_o")
     clipped = gpu_wmma(HALF_MATMUL).clip(-1.0, 6.0)
     assert schedule_from_toml(to_toml(clipped), HALF_MATMUL).epilogue == clipped.epilogue
@@ -380,13 +399,17 @@ test_random_matmuls_emulated, test_random_matmuls_emulated_full = tiers(
 
 
 SPECIALIZED = {"specialize": True}       # a producer warpgroup copies, the warp.* warpgroups multiply
+PERSISTENT = {"persistent": True}         # one block a multiprocessor walks the tiles
 TMA_TILES = st.sampled_from([{}, SMALL_TILES, SMALL_TILES | {"split_k": 3, "stages": 3}, SPECIALIZED,
                              SMALL_TILES | SPECIALIZED | {"split_k": 2, "stages": 3},
                              {"block_m": 256, "block_n": 128, "depth": 16, "stages": 3} | SPECIALIZED,
                              {"block_m": 192, "warps_m": 3, "depth": 64, "swizzle": 128},
                              SMALL_TILES | SPECIALIZED | {"stages": 3, "swizzle": 64},
                              {"block_m": 192, "warps_m": 3, "depth": 32, "stages": 4},
-                             {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16}])
+                             {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 16},
+                             SMALL_TILES | SPECIALIZED | PERSISTENT | {"stages": 3},
+                             {"block_m": 64, "block_n": 32, "warps_m": 1, "warps_n": 2, "depth": 64,
+                              "swizzle": 128} | SPECIALIZED | PERSISTENT])
 
 
 def _check_tma_emulated(op, tiles):
@@ -448,6 +471,62 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     largest, excess = _emulated_error(gpu_wgmma(op, block_m=64, block_n=256, warps_m=1, depth=32, stages=3,
                                                 engine="tma", specialize=True), seed=4)
     assert (excess <= 0) is exact, largest
+
+
+@pytest.mark.parametrize("mutate, exact", [
+    pytest.param(lambda monkeypatch: None, True, id="as printed"),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(
+        persistent, "tile", lambda block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})"), False,
+        id="two blocks start on one tile", marks=pytest.mark.slow),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(
+        persistent, "rounds", lambda block, blocks, tiles: f"({tiles}) / ({blocks})"), False,
+        id="the tiles past the last whole round skipped", marks=pytest.mark.slow),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma_store, "staged", lambda buffer, row, column:
+                                                         f"({buffer}) * 2048 + ({row}) * 32 + ({column})"),
+                 False, id="staging without the swizzle", marks=pytest.mark.slow),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tensor_printer.TensorPrinter, "_step_variables",
+                                                         lambda self, depth, step: self.emit(
+                                                             depth, f"const int lo_step = {step}; "
+                                                                    f"const int lo_ring = lo_step;")), False,
+        id="the ring counted per tile", marks=pytest.mark.slow)])
+def test_the_persistent_emulation_fails_a_wrong_tile_walk(monkeypatch, mutate, exact):
+    """A persistent tile loop (``persistent.py``) as printed matches the reference: 3 blocks walk 20
+    tiles (7, 7 and 6) of 5 steps in a 3-buffer ring, the producer running into each next tile, the
+    outputs stored by TMA; two blocks starting on one tile (one stored twice, one never), a walk stopping
+    before the last round's tiles, staging written without the swizzle TMA reads, and consumers that
+    restart the ring's count at each tile (reading buffers the producer filled for other steps) each
+    miss it."""
+    mutate(monkeypatch)
+    op = lo.Matmul(320, 200, 80, dtype="float16")
+    schedule = gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, depth=16, stages=3, engine="tma",
+                         specialize=True, persistent=True)
+    largest, excess = _emulated_error(schedule, seed=8)
+    assert (excess <= 0) is exact, largest
+
+
+def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in_pairs():
+    """One block a multiprocessor (at most one a tile) from the launcher; a block's walk of the tiles; a
+    Matmul's outputs staged in shared memory and stored by TMA (``tma_store.py``), the last stores
+    awaited before the block ends; a conv's NHWC output stored from registers, two columns an 8-byte
+    store where the offset allows (an even channel count), not where it does not (45 columns) nor under
+    split-K (atomic adds)."""
+    source = print_kernel(gpu_wgmma(lo.Matmul(300, 260, 200, dtype="float16"), engine="tma", specialize=True,
+                                    persistent=True)).source
+    for text in ("const int lo_blocks = lo_sms < 6 ? lo_sms : 6;", "lo_nest<<<dim3(lo_blocks, 1, 1)",
+                 "const int lo_rounds = ((6) - (blockIdx.x) + (gridDim.x) - 1) / (gridDim.x);",
+                 "const int lo_tile = (blockIdx.x) + (lo_n) * (gridDim.x);", "lo_tma_store_2d(&lo_map_C, ",
+                 "LO_STORES_READ_BUT(1);", "LO_STORES_DONE();", "lo_encode(&lo_map_C, 7, 2, C,",
+                 "persistent()"):
+        assert text in source, text
+    assert "LO_STORE2(C[" not in source and "__syncthreads(); " not in source.split("lo_rounds")[1]
+    conv = gpu_wgmma(lo.Conv2d(16, 64, 3, padding=1, height=12, width=12, batch=2, dtype="float16"),
+                     engine="tma", specialize=True, persistent=True)
+    assert "LO_STORE2(O[" in print_kernel(conv).source and "lo_map_O" not in print_kernel(conv).source
+    odd = gpu_wgmma(lo.Matmul(64, 45, 64, dtype="float16"), engine="tma", specialize=True, persistent=True)
+    assert "LO_STORE2(C[" not in print_kernel(odd).source and "lo_map_C" not in print_kernel(odd).source
+    split = gpu_wgmma(lo.Matmul(64, 64, 64, dtype="float16"), engine="tma", specialize=True, persistent=True,
+                      split_k=2, depth=16)
+    assert "LO_STORE2(C[" not in print_kernel(split).source and "LO_ADD(C[" in print_kernel(split).source
 
 
 @pytest.mark.parametrize("mutate, exact", [
@@ -551,7 +630,8 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="float16"), block_m=192, warps_m=3, engine="tma",
                        cluster=(2, 1)), ["UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_WAIT"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, dtype="bfloat16"), depth=64, engine="tma", swizzle=128,
-                       specialize=True), ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG"]),
+                       specialize=True, persistent=True),
+     ["HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "USETMAXREG", "UTMASTG.2D"]),
     (lambda: gpu_wgmma(lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="uint8", output="uint8")),
                        warps_m=1, warps_n=2, depth=128, engine="tma", swizzle=128, specialize=True),
      ["IGMMA.64x128x32.U8.S8", "UTMALDG.2D", "USETMAXREG"]),
@@ -559,7 +639,7 @@ def test_a_block_of_more_than_256_threads_bounds_its_registers_so_it_launches():
                        block_m=256, block_n=128, depth=64, engine="tma", swizzle=128, specialize=True),
      ["HGMMA.64x128x16.F32", "UTMALDG.4D", "SYNCS.ARRIVE.TRANS64", "USETMAXREG"])],
     ids=["gemm4096 mma", "conv2_x.n1 wmma split_k", "gemm4096 wgmma",
-         "gemm4096 wgmma tma multicast", "gemm4096 bf16 specialized 128-byte swizzle",
+         "gemm4096 wgmma tma multicast", "gemm4096 bf16 specialized persistent",
          "gemm4096 u8s8 requantized specialized 128-byte swizzle", "conv3_x.n32 pixel boxes specialized"])
 def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(schedule, expected):
     kernel = schedule().compile(target="cuda", isa="sm_90")

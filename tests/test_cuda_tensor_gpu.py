@@ -64,7 +64,12 @@ TMA_VARIANTS = {"wgmma tma": lambda op: gpu_wgmma(op, engine="tma"),
                     op, depth=32, engine="tma", swizzle=64, specialize=True).clip(low=0.0),
                 "specialized 256x128 depth=32 stages=8 residual": lambda op: gpu_wgmma(
                     op, block_m=256, block_n=128, depth=32, stages=8, engine="tma", specialize=True
-                ).add_residual()}
+                ).add_residual(),
+                "persistent 128-byte swizzle residual relu": lambda op: gpu_wgmma(
+                    op, warps_m=1, warps_n=2, depth=64, swizzle=128, engine="tma", specialize=True,
+                    persistent=True).add_residual().clip(low=0.0),
+                "persistent small split_k=3": lambda op: gpu_wgmma(
+                    op, **SMALL, split_k=3, stages=3, engine="tma", specialize=True, persistent=True)}
 
 
 @needs_gpu
@@ -121,7 +126,9 @@ CONV_BOX_VARIANTS = {"specialized 128-byte swizzle": {"warps_m": 1, "warps_n": 2
                      "defaults": {},
                      "specialized small split_k=3": {"block_m": 64, "warps_m": 1, "block_n": 64, "depth": 32,
                                                      "split_k": 3, "stages": 3, "specialize": True},
-                     "tall stages=3 relu": {"block_m": 256, "block_n": 128, "warps_m": 4, "stages": 3}}
+                     "tall stages=3 relu": {"block_m": 256, "block_n": 128, "warps_m": 4, "stages": 3},
+                     "persistent 128-byte swizzle": {"warps_m": 1, "warps_n": 2, "depth": 64, "swizzle": 128,
+                                                     "specialize": True, "persistent": True}}
 
 
 @needs_gpu
@@ -136,4 +143,21 @@ def test_conv_pixel_boxes_match_the_reference_on_the_gpu(op, variant):
     schedule = gpu_wgmma(op, **CONV_BOX_VARIANTS[variant], engine="tma")
     ok, error = verify((schedule.clip(low=0.0) if "relu" in variant else schedule).compile(target="cuda"),
                        seed=19)
+    assert ok, error
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, tiles", [
+    (lo.Matmul(2000, 1500, 264, dtype="float16"), {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 64,
+                                                   "swizzle": 128}),
+    (lo.Gemm(1030, 2050, 72, alpha=0.5, beta=2.0, dtype="bfloat16"),
+     {"block_m": 64, "warps_m": 1, "depth": 32, "stages": 3, "split_k": 2})],
+    ids=["768 tiles of 64x64", "bf16 Gemm 544 tiles split_k=2"])
+def test_persistent_blocks_walk_several_tiles_on_the_gpu(op, tiles):
+    """More tiles than multiprocessors: each block of the persistent loop walks 4-6 tiles, its ring's
+    parities going on across them, the producer copying a tile while the consumers store the last."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    schedule = gpu_wgmma(op, **tiles, engine="tma", specialize=True, persistent=True)
+    ok, error = verify(schedule.compile(target="cuda"), seed=23)
     assert ok, error

@@ -46,6 +46,11 @@ class FragmentCode:
     drain: str = ""        # before the epilogue: every group done
     ones_a: str = ""       # {a} <- the integer 1 in every element (integer entries)
     ones_b: str = ""
+    # The accumulator elements one thread holds of the fragment's columns chunk {chunk} of {columns}, for
+    # a store from registers, in pairs of consecutive columns: a loop opening ``{`` that defines lo_e
+    # (the first's index in {acc}; lo_e + 1 the second's), lo_row and lo_col (the first's place in the
+    # m x n fragment; the second's column lo_col + 1); empty where fragments go through shared memory.
+    elements: str = ""
 
 
 @dataclass(frozen=True)
@@ -356,7 +361,11 @@ def _wgmma_entry(name: str, n: int, k: int, operands: tuple[str, str], types: st
             load_a="{a} = LO_DESC({ptr});",
             load_b="{b} = LO_DESC({ptr});",
             mma="LO_WGMMA({acc}, {a}, {b});",
-            store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});", **_WGMMA_STEPS),
+            store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});",
+            elements="for (int lo_e = {columns} / 2 * ({chunk}); lo_e < {columns} / 2 * ({chunk} + 1); "
+                     "lo_e += 2) {{ const int lo_row = LO_LANE / 32 * 16 + LO_LANE % 32 / 4 "
+                     "+ 8 * (lo_e % 4 / 2); "
+                     "const int lo_col = 8 * (lo_e / 4) + 2 * (LO_LANE % 4);", **_WGMMA_STEPS),
         scalar=host)
 
 
@@ -372,7 +381,10 @@ def _wgmma_scalar(n: int, element: str, accumulator: str) -> FragmentCode:
         load_a="{a} = LO_DESC({ptr});",
         load_b="{b} = LO_DESC({ptr});",
         mma=f"lo_wgmma({{acc}}, lo_smem_h, {{a}}, {{b}}, {n});",
-        store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];")
+        store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];",
+        elements=f"for (int lo_q = 0; lo_q < 64 * {{columns}}; lo_q += 2) {{{{ const int lo_row = lo_q / "
+                 f"{{columns}}; const int lo_col = ({{chunk}}) * {{columns}} + lo_q % {{columns}}; "
+                 f"const int lo_e = lo_row * {n} + lo_col;")
 
 
 def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:

@@ -92,7 +92,8 @@ def check_schedule(schedule: Schedule) -> None:
                                          ("add_residual()", schedule.residual),
                                          (f"cluster{schedule.cluster_dims}", schedule.cluster_dims != (1, 1)),
                                          ("specialize()", schedule.specialized),
-                                         (f"swizzle({schedule.tile_swizzle})", schedule.tile_swizzle != 32))
+                                         (f"swizzle({schedule.tile_swizzle})", schedule.tile_swizzle != 32),
+                                         ("persistent()", schedule.persistent_tiles))
                 if given]
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "

@@ -106,7 +106,7 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-WGMMA_KNOBS = ("swizzle", "specialize")
+WGMMA_KNOBS = ("swizzle", "specialize", "persistent")
 BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
@@ -160,6 +160,7 @@ class TensorKnobs:
     engine: str = "threads"        # who copies the tiles (``Schedule.stage``): the threads or TMA
     swizzle: int = 32              # bytes of the tiles' swizzled rows (``Schedule.swizzle``; TMA only)
     specialize: bool = False       # a producer warpgroup copies (``Schedule.specialize``; TMA only)
+    persistent: bool = False       # one block a SM walks the tiles (``Schedule.persistent``; specialized)
 
     @property
     def pixel_block(self) -> int:
@@ -249,6 +250,7 @@ class Work:
     instructions: float            # per block: warp instructions issued (0: not counted, SIMT)
     issue: float                   # warp instructions an SM scheduler issues per clock
     atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
+    persistent: bool = False       # one block a SM walks the tiles: the pipeline fills once, not each wave
 
 
 @dataclass(frozen=True)
@@ -365,26 +367,37 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
             if knobs.split_k > 1 and _filled(op, knobs, arch):
                 continue
-            for variant in _tma_variants(knobs):
+            for variant in _tma_variants(knobs, _walks(op, knobs, arch)):
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
                           tensor_shared(variant, _sums(op)), SHARED_BYTES_PER_BLOCK[arch]):
                     found[variant] = None
     return list(found)
 
 
-def _tma_variants(knobs: TensorKnobs) -> list[TensorKnobs]:
+def _tma_variants(knobs: TensorKnobs, walks: bool) -> list[TensorKnobs]:
     """A TMA candidate in the swizzle as wide as its step's row and warp-specialized where the
-    consumers' accumulators fit (``specialize.fits``), then wide unspecialized, then as given: first
-    the faster (ties go to the first; the H200's 4096^3 GEMM at 128 x 256, depth 64: 0.204, 0.209 and
+    consumers' accumulators fit (``specialize.fits``), in a persistent tile loop too where ``walks``
+    (``_walks``), then wide unspecialized, then as given: first the faster (ties go to the first; the
+    H200's 4096^3 GEMM at 128 x 256, depth 64: persistent 0.194, specialized 0.199-0.204, 0.209 and
     0.357 ms)."""
     row = knobs.depth * knobs.instruction.element_bytes
     if knobs.engine != "tma" or row not in SWIZZLE_WIDTHS[1:]:
         return [knobs]
     consumers = knobs.warps_m * knobs.warps_n
     wide = replace(knobs, swizzle=row)
-    first = ([replace(wide, specialize=True)] if specialize.fits(
+    specialized = replace(wide, specialize=True)
+    first = ([*([replace(specialized, persistent=True)] if walks else []), specialized] if specialize.fits(
         consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP)) else [])
     return [*first, wide, knobs]
+
+
+def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
+    """Whether a persistent tile loop is a candidate: a float op (its outputs stored element by element
+    from registers) whose tiles outnumber the SMs (each block then walks several: fewer, the grid is
+    the same)."""
+    m, n, _, _ = _matrix(op)
+    return op.quant is None and -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > \
+        ARCH[arch].multiprocessors
 
 
 def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
@@ -553,7 +566,7 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k))
+                _split_bytes(op, knobs.split_k), knobs.persistent)
 
 
 def _split_bytes(op: Op, split: int) -> float:
@@ -659,7 +672,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
               work.l2_bytes / costs.l2_bytes_per_clock, work.instructions / (SCHEDULERS * work.issue))
     clock = gpu.clock_hz * costs.clock_share
     per_wave = max(resident * max(cycles), work.latency) / clock
-    overhead = waves * (FILL_CYCLES + work.steps * STEP_CYCLES) / clock
+    fills = 1 if work.persistent else waves     # a persistent block's producer fills the next tile early
+    overhead = (fills * FILL_CYCLES + waves * work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
     seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead
                + work.atomic_bytes / costs.atomic_bytes_per_s)
@@ -728,7 +742,8 @@ class CudaSearch(SearchRules):
                     + (f", split-K {knobs['split_k']}" if knobs["split_k"] > 1 else "")
                     + (", TMA" if knobs.get("engine") == "tma" else "")
                     + (f", {knobs['swizzle']}-byte swizzle" if knobs.get("swizzle", 32) > 32 else "")
-                    + (", warp-specialized" if knobs.get("specialize") else ""))
+                    + (", warp-specialized" if knobs.get("specialize") else "")
+                    + (", persistent" if knobs.get("persistent") else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
                 + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

@@ -59,9 +59,9 @@ from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
-from ...expr import Var, linear_terms
+from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, pixel_boxes, quantized, specialize, tma
+from . import cluster, persistent, pixel_boxes, quantized, specialize, tma, tma_store
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -69,6 +69,18 @@ COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
+
+
+def _even(expr: Expr) -> bool:
+    """Whether ``expr`` is even for any values of its variables (even constants, terms with an even
+    factor, and their sums; False where that is not evident)."""
+    if isinstance(expr, Const):
+        return expr.value % 2 == 0
+    if isinstance(expr, Mul):
+        return expr.factor % 2 == 0 or _even(expr.expr)
+    if isinstance(expr, Add):
+        return _even(expr.left) and _even(expr.right)
+    return False
 
 
 class TensorPrinter:
@@ -190,6 +202,11 @@ class TensorPrinter:
                                            // self.ins.lanes, self.ins.asynchronous, self.ins.name,
                                            self.threads_staged)
                           if self.s.specialized else None)
+        if self.s.persistent_tiles:
+            persistent.check(self.s, bool(self.ins.cuda.elements) and not self.sums)
+        # the variable whose count of pipeline steps picks a step's buffer and barrier: a persistent
+        # kernel's counts its block's steps over all its tiles, the others' the tile's (``lo_step``)
+        self.ring = "lo_ring" if self.s.persistent_tiles else "lo_step"
 
     @property
     def threads_staged(self) -> list[str]:
@@ -240,9 +257,37 @@ class TensorPrinter:
     @property
     def barrier_offset(self) -> int:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
-        after the tiles and the epilogue's scratch."""
+        after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
+        (``tma_store.py``)."""
+        if self.stored is not None:
+            return self.staging_offset + self.staging_bytes
         return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
                       self.warp_count * self.scratch_elements * 4) // 8) * 8
+
+    @property
+    def staging_offset(self) -> int:
+        """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
+        the 128-byte swizzle."""
+        ring = self.pipeline * self.ins.element_bytes * self.step_elements
+        return -(-ring // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+
+    @property
+    def maps(self) -> list:
+        """The tensor maps the kernel takes: the TMA-staged inputs', and the output's where TMA stores it."""
+        return [*self.tma.values(), *([self.stored] if self.stored is not None else [])]
+
+    @property
+    def staging_bytes(self) -> int:
+        return self.warp_count * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+
+    @cached_property
+    def stored(self) -> tma_store.StoredOutput | None:
+        """The output as TMA stores a persistent kernel's chunks (``tma_store.py``), or None: the
+        consumers store from registers (another output, or no room for the staging beside the ring)."""
+        if not self.s.persistent_tiles or not self.ins.asynchronous:
+            return None
+        fits = (self.staging_offset + self.staging_bytes + 16 * self.pipeline <= MAX_SHARED_BYTES)
+        return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
     def smem_bytes(self) -> int:
@@ -315,9 +360,13 @@ class TensorPrinter:
         return " && ".join(f"({g})" for g in guards) or "1"
 
     # --- the copies of one pipeline step ----------------------------------------------------
-    def _copy(self, depth: int, step: str) -> None:
+    def _copy(self, depth: int, step: str, ring: str = "") -> None:
+        """The copies of the tile's pipeline step ``step`` (into the buffer of the block's step ``ring``
+        in a persistent kernel)."""
         self.emit(depth, "{")
         self.emit(depth + 1, f"const {self.int_type} lo_step = {step};")
+        if ring:
+            self.emit(depth + 1, f"const int lo_ring = {ring};")
         self._define(depth + 1, self.flat, "lo_step")
         for tensor in self.threads_staged:
             self._copy_tensor(depth + 1, tensor)
@@ -333,22 +382,22 @@ class TensorPrinter:
         if device and not producer:
             self.emit(depth, "if (lo_thread == 0) {")
             depth += 1
-        barrier = f"{'lo_bar' if device else 'lo_tx'} + lo_step % {self.pipeline}"
+        barrier = f"{'lo_bar' if device else 'lo_tx'} + {self.ring} % {self.pipeline}"
         total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
         if self.multicast and device and not producer:   # every block's last reader released the buffer
             empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
             self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
                              f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
         if producer and not device:
-            self.emit(depth, f"lo_expect_arrive(lo_full + lo_step % {self.pipeline}, {total});")
-            barrier = f"&lo_full[lo_step % {self.pipeline}].tx"
+            self.emit(depth, f"lo_expect_arrive(lo_full + {self.ring} % {self.pipeline}, {total});")
+            barrier = f"&lo_full[{self.ring} % {self.pipeline}].tx"
         else:
             self.emit(depth, f"lo_expect({barrier}, {total});")
         for tensor, box in self.tma.items():
             self.emit(depth, f"{self.syntax.unroll} {self.tiles[tensor]}")
             self.emit(depth, cprint.for_loop("int", "lo_t", self.tiles[tensor]) + " {")
             self._define(depth + 1, self.stored_loops(tensor), "lo_t")
-            dst = (f"{self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
+            dst = (f"{self._buffer(tensor, self.ring)} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}")
             if box.slices > 1:
                 self._issue_slices(depth + 1, box, dst, barrier)
@@ -356,7 +405,7 @@ class TensorPrinter:
                 self.emit(depth + 1, box.issue(dst, barrier, device))
             self.emit(depth, "}")
         if producer and not device:
-            self.emit(depth, f"lo_mbar_settle(lo_full + lo_step % {self.pipeline});")
+            self.emit(depth, f"lo_mbar_settle(lo_full + {self.ring} % {self.pipeline});")
         if device and not producer:
             self.emit(depth - 1, "}")
 
@@ -405,7 +454,7 @@ class TensorPrinter:
             self._define(inner, along, f"(lo_g / {per_row} % {span // per_row})")
         self.emit(inner, f"const {self.int_type} lo_k0 = lo_g % {per_row} * {group};")
         tile = self._tile_index(tensor)
-        self.emit(inner, f"{self.code.element} *lo_dst = {self._buffer(tensor, 'lo_step')} + ({tile}) * "
+        self.emit(inner, f"{self.code.element} *lo_dst = {self._buffer(tensor, self.ring)} + ({tile}) * "
                          f"{self.tile_elements[tensor]} + LO_TILE({row}, lo_k0);")
         offset, valid = self.s.offset(tensor).to_c(), self._check(self.guards[tensor])
         k = self.k
@@ -465,7 +514,7 @@ class TensorPrinter:
             self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
-            ptr = (f"({self._buffer(tensor, 'lo_step')} + ({self._tile_index(tensor)}) * "
+            ptr = (f"({self._buffer(tensor, self.ring)} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}{self._slice_offset(tensor)})")
             self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
@@ -487,29 +536,44 @@ class TensorPrinter:
         self.emit(depth, "}")
 
     # --- the output -------------------------------------------------------------------------
-    def _store_statement(self) -> str:
-        """The output element's store: ``sums (x alpha) + bias (x beta)``; under ``split_k`` each
-        block's share is added (``LO_ADD``: ``atomicAdd`` on the GPU) and the first share brings the
-        bias."""
-        out, value = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]", "lo_scratch[lo_e]"
-        bias = (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(self.s.dim_values).to_c()}]"
-                if self.op.bias else "")
+    def _store_statement(self, value: str = "lo_scratch[lo_e]") -> str:
+        """The output element's store of its sums ``value``: ``sums (x alpha) + bias (x beta)``; under
+        ``split_k`` each block's share is added (``LO_ADD``: ``atomicAdd`` on the GPU) and the first share
+        brings the bias."""
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
             sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
-            return quantized.store(self.op, out, value, channel, bias, self.s.split_k_loop, sums)
-        if self.op.scales is not None:
-            alpha, beta = self.op.scales
-            bias = f"{float(beta)!r}f * {bias}" if bias and beta else ""
-            value = f"{float(alpha)!r}f * {value}"
+            return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
         if not self.s.split_k_loop:
-            terms = (value, bias) if self.op.scales is not None else (bias, value)
-            total = " + ".join(t for t in terms if t)
-            if self.s.residual:         # the residual is stored in the output's layout
-                total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
-            return f"{out} = {self.s.epilogue.c(total) if self.s.epilogue else total};"
+            return f"{out} = {self._output_value(value)};"
+        value, bias = self._scaled(value)
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"
+
+    @property
+    def _bias(self) -> str:
+        """The output element's bias, or "" where the op has none."""
+        return (f"{self.op.bias_tensor}[{self.op.bias_offset().substitute(self.s.dim_values).to_c()}]"
+                if self.op.bias else "")
+
+    def _scaled(self, value: str) -> tuple[str, str]:
+        """The sums ``value`` and the bias, each times a Gemm's scale (``alpha``, ``beta``)."""
+        if self.op.scales is None:
+            return value, self._bias
+        alpha, beta = self.op.scales
+        bias = f"{float(beta)!r}f * {self._bias}" if self._bias and beta else ""
+        return f"{float(alpha)!r}f * {value}", bias
+
+    def _output_value(self, value: str) -> str:
+        """The whole sum's output element, of its sums ``value``: scaled, plus the bias and the residual,
+        through the ``clip`` epilogue (a float op without ``split_k``)."""
+        value, bias = self._scaled(value)
+        terms = (value, bias) if self.op.scales is not None else (bias, value)
+        total = " + ".join(t for t in terms if t)
+        if self.s.residual:         # the residual is stored in the output's layout
+            total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
+        return self.s.epilogue.c(total) if self.s.epilogue else total
 
     def _epilogue(self, depth: int) -> None:
         na, nb = self.count[self.a], self.count[self.b]
@@ -554,6 +618,125 @@ class TensorPrinter:
         self.emit(depth + 1, "}")
         self.emit(depth, "}")
 
+    def _direct_epilogue(self, depth: int) -> None:
+        """The outputs stored straight from the accumulators' registers, each thread its own elements in
+        pairs of consecutive columns (``FragmentCode.elements``; a persistent kernel's output that TMA
+        does not store): one 8-byte store a pair where ``paired_stores`` and both are inside the output
+        (and the output 8-byte aligned), else an element at a time."""
+        na, nb = self.count[self.a], self.count[self.b]
+        self.emit(depth, f"{self.syntax.unroll} {na}")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        inner = depth + 2
+        self._define(inner, self.fragments[self.b], "lo_fb")
+        if self.syntax.device:
+            self.emit(inner, self.syntax.unroll)
+        self.emit(inner, self.code.elements.format(chunk=0, columns=self.ins.n))
+        body, it = inner + 1, self.int_type
+        self.emit(body, f"const {it} {self.i} = lo_row;")
+        acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
+        paired = self.paired_stores
+        if paired:      # both values first, each only inside the output (its bias and residual too)
+            self.emit(body, f"{self.code.accumulator} lo_v[2];")
+            self.emit(body, "int lo_in[2];")
+        self.emit(body, f"{self.syntax.unroll} 2")     # lo_v in registers
+        self.emit(body, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(body + 1, f"const {it} {self.j} = lo_col + lo_h;")
+        if not paired:
+            self.emit(body + 1, f"if ({valid}) {self._store_statement(f'{acc}[lo_e + lo_h]')}")
+            self.emit(body, "}")
+        else:
+            self.emit(body + 1, f"lo_in[lo_h] = {valid};")
+            value = self._output_value(f"{acc}[lo_e + lo_h]")
+            self.emit(body + 1, f"lo_v[lo_h] = lo_in[lo_h] ? {value} : 0;")
+            self.emit(body, "}")
+            self.emit(body, f"const {it} {self.j} = lo_col;")
+            self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & 7) == 0) "
+                            f"LO_STORE2({out}, lo_v[0], lo_v[1]);")
+            self.emit(body, f"else {{ if (lo_in[0]) {out} = lo_v[0]; if (lo_in[1]) (&{out})[1] = lo_v[1]; }}")
+        self.emit(inner, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    @property
+    def paired_stores(self) -> bool:
+        """Whether the direct epilogue stores two consecutive columns at once: a float op's whole sums
+        (no ``split_k``) into an output whose offset steps by 1 along the fragment's columns and by even
+        counts along every other loop (a pair of an even column starts 8-byte aligned)."""
+        if self.quant is not None or self.s.split_k_loop:
+            return False
+        try:
+            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+        except ValueError:      # the column under a division or remainder: no fixed step
+            return False
+        return steps.get(self.j) == 1 and _even(rest)
+
+    def _tile_epilogue(self, depth: int) -> None:
+        """A persistent kernel's outputs of a tile: staged for TMA's stores where ``stored``, else from
+        the registers."""
+        if self.stored is not None:
+            self._stored_epilogue(depth)
+        else:
+            self._direct_epilogue(depth)
+
+    def _stored_epilogue(self, depth: int) -> None:
+        """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
+        chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
+        na, nb, device = self.count[self.a], self.count[self.b], self.syntax.device
+        chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
+        issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
+        self.emit(depth, f"{self.syntax.unroll} {na}")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        inner = depth + 3
+        self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
+        self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
+        buffers = tma_store.BUFFERS
+        self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
+                         f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
+        if device:     # the store that last read this buffer is done reading; every thread knows it
+            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT(1);")
+            self.emit(inner, "LO_GROUP_SYNC();")
+            self.emit(inner, self.syntax.unroll)
+        self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
+        acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
+        self.emit(inner + 1, f"{self.syntax.unroll} 2")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
+        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c")
+        value = self._output_value(f"{acc}[lo_e + lo_h]")
+        self.emit(inner + 2, f"lo_stage[{at}] = ({valid}) ? {value} : 0.0f;")
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")
+        if device:     # the writes, visible to the copy engine, before one thread stores the chunk
+            self.emit(inner, self.code.publish)
+            self.emit(inner, "LO_GROUP_SYNC();")
+            self.emit(inner, f"if ({issuer}) {store}")
+        else:
+            self.emit(inner, store)
+        self.emit(depth + 2, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def _walk(self, depth: int, block: str, blocks: str, round: str) -> None:
+        """A persistent kernel's tile of block ``block`` of ``blocks`` in its round ``round``: ``lo_tile``
+        and the block loops' variables (``persistent.py``: ``block.x`` fastest)."""
+        self.emit(depth, f"const int lo_tile = {persistent.tile(block, blocks, round)};")
+        self._define(depth, sorted(self.blocks, key=lambda loop: "zyx".index(loop.axis[-1])), "lo_tile")
+
+    @property
+    def tile_count(self) -> int:
+        """The output tiles: the iterations of the ``block.*`` loops."""
+        return math.prod(loop.extent for loop in self.blocks)
+
     # --- the kernel ---------------------------------------------------------------------------
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -577,7 +760,7 @@ class TensorPrinter:
                                  const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
-        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.tma.values()
+        maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.maps
                 if self.syntax.device]
         params = ", ".join([p.declaration() if not p.pointer else
                             f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
@@ -633,7 +816,7 @@ class TensorPrinter:
             self.emit(1, f"extern __shared__ __align__({self.ins.tile_alignment}) unsigned char lo_smem[];   "
                          f"/* {self.smem_bytes} bytes */")
             self.emit(1, "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);")
-            for loop in self.blocks:
+            for loop in [] if self.s.persistent_tiles else self.blocks:   # a persistent kernel's: _walk
                 self.emit(1, f"const {self.int_type} {loop.name} = ({self.int_type}) "
                              f"blockIdx.{loop.axis[-1]};")
             depth = 1
@@ -642,16 +825,32 @@ class TensorPrinter:
             if self.s.split_k_loop:      # the shares are added: the output starts at zero
                 self.emit(1, cprint.for_loop("size_t", "lo_o", self.output_elements) + " "
                              f"{self.op.output}[lo_o] = 0;")
-            for depth, loop in enumerate(self.blocks, start=1):
+            if self.s.persistent_tiles:     # each tile's stores counted (``persistent.py``)
+                self.emit(1, f"static int lo_visits[{self.tile_count}];")
+                self.emit(1, cprint.for_loop("int", "lo_t", self.tile_count) + " lo_visits[lo_t] = 0;")
+            for depth, loop in enumerate(self.host_blocks, start=1):
                 self.emit(depth, cprint.for_loop(self.int_type, loop.name, loop.extent) + " {")
-            depth = len(self.blocks) + 1
+            depth = len(self.host_blocks) + 1
         self.emit(depth, f"{half} *lo_smem_h = {'(' + half + ' *) lo_smem' if device else 'lo_smem_host'};")
         return depth
 
+    @property
+    def host_blocks(self) -> list[Loop]:
+        """The loops the host emulation runs the blocks as: the ``block.*`` loops, or a persistent
+        kernel's ``persistent.HOST_BLOCKS`` blocks (``lo_block``)."""
+        if self.s.persistent_tiles:
+            return [Loop("lo_block", persistent.HOST_BLOCKS)]
+        return self.blocks
+
     def _close_blocks(self) -> None:
-        """The host's block loops and the nest's end."""
+        """The host's block loops (and a persistent kernel's count of each tile's stores: a tile stored
+        twice or never poisons the output) and the nest's end."""
         if not self.syntax.device:
-            self._close(1, len(self.blocks))
+            self._close(1, len(self.host_blocks))
+        if self.s.persistent_tiles and not self.syntax.device:
+            self.emit(1, cprint.for_loop("int", "lo_t", self.tile_count) + " if (lo_visits[lo_t] != 1) "
+                         + cprint.for_loop("size_t", "lo_o", self.output_elements)
+                         + f" {self.op.output}[lo_o] = {self._poison};")
         self.emit(0, "}")
 
     def _declare_accumulators(self, depth: int) -> None:
@@ -739,11 +938,13 @@ class TensorPrinter:
 
     def _specialized_nest(self) -> list[str]:
         """The nest of a specialized kernel (``specialize.py``): on the device the producer warpgroup's
-        branch and the consumers' (``setmaxnreg`` first in each); in the host emulation both as one
-        scheduler over the model of the mbarriers."""
+        branch and the consumers' (``setmaxnreg`` first in each), each walking the block's tiles in a
+        persistent kernel (``persistent.py``); in the host emulation both as one scheduler over the model
+        of the mbarriers."""
         depth = self._open()
-        device, stages, steps = self.syntax.device, self.pipeline, self.steps
+        device, stages = self.syntax.device, self.pipeline
         consumers, registers = self.warp_count, self.registers
+        walks = self.s.persistent_tiles
         empty = f"lo_bar + {stages}" if device else "lo_empty"
         refill = specialize.refill_ready("lo_p", stages, "lo_ready", empty)
         full = f"lo_ready({'lo_bar' if device else 'lo_full'} + lo_r % {stages}, " \
@@ -760,11 +961,15 @@ class TensorPrinter:
                              f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
             for box in self.tma.values():
                 self.emit(depth, box.host_map())
+            if self.stored is not None:
+                self.emit(depth, self.stored.host_map())
+                self.emit(depth, f"static float lo_stage[{self.staging_bytes // 4}];   /* staged chunks */")
             self._declare_accumulators(depth)
             self._emulated_protocol(depth, refill, full, release)
-            opened = self._warp_variables(depth)
-            self._epilogue(depth + opened)
-            self._close(depth, opened)
+            if not walks:       # a persistent kernel's consumers store each tile in the protocol
+                opened = self._warp_variables(depth)
+                self._epilogue(depth + opened)
+                self._close(depth, opened)
             self._close_blocks()
             return self.lines
         self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
@@ -777,62 +982,127 @@ class TensorPrinter:
         else:
             self.emit(depth, "__syncthreads();")
         self.emit(depth, f"const int lo_w = lo_thread / {specialize.WARPGROUP};")
+        if walks:
+            self.emit(depth, f"const int lo_rounds = "
+                             f"{persistent.rounds('blockIdx.x', 'gridDim.x', self.tile_count)};")
         self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: one thread copies */")
         inner = depth + 1
         if registers.moves:
             self.emit(inner, specialize.set_registers(registers.producer, grow=False))
         self.emit(inner, f"if (lo_thread == {consumers * specialize.WARPGROUP}) {{")
-        self.emit(inner + 1, cprint.for_loop("int", "lo_p", steps) + " {")
-        self.emit(inner + 2, f"while (!({refill})) {{}}   /* every consumer released the buffer */")
-        self._copy(inner + 2, "lo_p")
-        self.emit(inner + 1, "}")
+        step = self._open_walk(inner + 1, "lo_p")
+        self.emit(step, f"while (!({refill})) {{}}   /* every consumer released the buffer */")
+        self._copy(step, "lo_k" if walks else "lo_p", "lo_p" if walks else "")
+        self._close(inner + 1, step - inner - 1)
         self.emit(inner, "}")
         self.emit(depth, "} else {   /* a consumer warpgroup: multiplies */")
         if registers.moves:
             self.emit(inner, specialize.set_registers(registers.consumer, grow=True))
         self._warp_variables(inner)
-        self._declare_accumulators(inner)
+        if not walks:
+            self._declare_accumulators(inner)
+        if self.stored is not None:
+            self.emit(inner, f"float *lo_stage = (float *) (lo_smem + {self.staging_offset});")
         code = self.code
-        self.emit(inner, cprint.for_loop("int", "lo_r", steps) + " {")
-        self.emit(inner + 1, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
-        self.emit(inner + 1, "{")
-        self.emit(inner + 2, f"const {self.int_type} lo_step = lo_r;")
-        self.emit(inner + 2, code.begin)
-        self._products(inner + 2)
-        self.emit(inner + 2, code.end)
-        self.emit(inner + 1, "}")
-        self.emit(inner + 1, code.retire)
-        self.emit(inner + 1, f"if (lo_r >= 1 && lo_thread % {specialize.WARPGROUP} == 0) {release}"
-                             f"   /* step lo_r - 1 retired */")
-        self.emit(inner, "}")
-        self._epilogue(inner)
+        step = self._open_walk(inner, "lo_r")
+        self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
+        self.emit(step, "{")
+        self._step_variables(step + 1, "lo_k" if walks else "lo_r")
+        self.emit(step + 1, code.begin)
+        self._products(step + 1)
+        self.emit(step + 1, code.end)
+        self.emit(step, "}")
+        self.emit(step, code.retire)
+        self.emit(step, f"if (lo_r >= 1 && lo_thread % {specialize.WARPGROUP} == 0) {release}"
+                        f"   /* step lo_r - 1 retired */")
+        if walks:      # the tile's last group retired: its outputs, while the producer copies on
+            self.emit(step - 1, "}")
+            self.emit(step - 1, code.drain)
+            self._tile_epilogue(step - 1)
+            self.emit(inner, "}")
+            if self.stored is not None:     # the last stores done before the block's shared memory goes
+                self.emit(inner, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
+        else:
+            self.emit(inner, "}")
+            self._epilogue(inner)
         self.emit(depth, "}")
         self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
         return self.lines
 
+    def _open_walk(self, depth: int, counter: str) -> int:
+        """A specialized kernel's loop over its pipeline steps, counted by ``counter`` (``lo_p``: the
+        producer's, ``lo_r``: the consumers'); a persistent kernel's over its tiles (the consumers'
+        accumulators zeroed at each) and their steps (``lo_k``), ``counter`` going on over the tiles.
+        Returns the depth inside."""
+        if not self.s.persistent_tiles:
+            self.emit(depth, cprint.for_loop("int", counter, self.steps) + " {")
+            return depth + 1
+        self.emit(depth, cprint.for_loop("int", "lo_n", "lo_rounds") + " {")
+        self._walk(depth + 1, "blockIdx.x", "gridDim.x", "lo_n")
+        if counter == "lo_r":
+            self._declare_accumulators(depth + 1)
+        self.emit(depth + 1, cprint.for_loop("int", "lo_k", self.steps) + " {")
+        self.emit(depth + 2, f"const int {counter} = lo_n * {self.steps} + lo_k;")
+        return depth + 2
+
+    def _step_variables(self, depth: int, step: str) -> None:
+        """The consumers' ``lo_step`` (``step``: the tile's pipeline step they multiply) and, in a
+        persistent kernel, ``lo_ring`` (the block's step ``lo_r``: its buffer)."""
+        self.emit(depth, f"const {self.int_type} lo_step = {step};")
+        if self.s.persistent_tiles:
+            self.emit(depth, "const int lo_ring = lo_r;")
+
     def _emulated_protocol(self, depth: int, refill: str, full: str, release: str) -> None:
         """The host's scheduler of a specialized kernel's producer and consumers (``specialize.py``):
         the producer fills a step where its wait allows, ahead of need on eager rounds (alternating by
         block and round), else only when the consumers wait; neither able to go on hangs the GPU: the
-        block's sums turn NaN."""
-        stages, steps = self.pipeline, self.steps
-        blocks = " + ".join(loop.name for loop in self.blocks) or "0"
+        block's sums turn NaN. A persistent kernel's block (``lo_block``) walks its tiles' steps as one
+        count: each copy and product defines its tile, and the consumers store a tile after its last
+        step, counting the tile's stores."""
+        stages, steps, walks = self.pipeline, self.steps, self.s.persistent_tiles
+        blocks = " + ".join(loop.name for loop in self.host_blocks) or "0"
+        total = "lo_total" if walks else str(steps)
+        if walks:
+            walked = persistent.rounds("lo_block", str(persistent.HOST_BLOCKS), self.tile_count)
+            self.emit(depth, f"const int lo_total = {walked} * {steps};   /* the steps of its tiles */")
         self.emit(depth, "int lo_p = 0, lo_r = 0;   /* the producer's next step, the consumers' */")
-        self.emit(depth, f"while (lo_r < {steps}) {{")
+        self.emit(depth, f"while (lo_r < {total}) {{")
         inner = depth + 1
         self.emit(inner, f"const int lo_eager = (int) ((lo_r / {stages} + {blocks}) & 1);")
-        self.emit(inner, f"const int lo_fill = lo_p < {steps} && ({refill});")
+        self.emit(inner, f"const int lo_fill = lo_p < {total} && ({refill});")
         self.emit(inner, f"const int lo_in = {full};")
         self.emit(inner, "if (lo_fill && (lo_eager || !lo_in)) {")
-        self._copy(inner + 1, "lo_p")
+        if walks:
+            self.emit(inner + 1, "{")
+            self._walk(inner + 2, "lo_block", str(persistent.HOST_BLOCKS), f"lo_p / {steps}")
+            self._copy(inner + 2, f"lo_p % {steps}", "lo_p")
+            self.emit(inner + 1, "}")
+        else:
+            self._copy(inner + 1, "lo_p")
         self.emit(inner + 1, "++lo_p;")
         self.emit(inner, "} else if (lo_in) {")
-        self.emit(inner + 1, f"const {self.int_type} lo_step = lo_r;")
-        opened = self._warp_variables(inner + 1)
-        self._products(inner + 1 + opened)
-        self.emit(inner + 1 + opened, f"if (lo_r >= 1) {release}")
-        self._close(inner + 1, opened)
+        body = inner + 1
+        if walks:
+            self.emit(body, "{")
+            body += 1
+            self._walk(body, "lo_block", str(persistent.HOST_BLOCKS), f"lo_r / {steps}")
+            count = self.accumulators * self.warp_count
+            self.emit(body, f"if (lo_r % {steps} == 0) " + cprint.for_loop("int", "lo_i", count) + " "
+                      + self.code.fill.format(acc="lo_acc[lo_i]"))
+        self._step_variables(body, f"lo_r % {steps}" if walks else "lo_r")
+        opened = self._warp_variables(body)
+        self._products(body + opened)
+        self.emit(body + opened, f"if (lo_r >= 1) {release}")
+        self._close(body, opened)
+        if walks:
+            self.emit(body, f"if (lo_r % {steps} == {steps - 1}) {{   /* the tile's last step: store it */")
+            self.emit(body + 1, "lo_visits[lo_tile] += 1;")
+            opened = self._warp_variables(body + 1)
+            self._tile_epilogue(body + 1 + opened)
+            self._close(body + 1, opened)
+            self.emit(body, "}")
+            self.emit(inner + 1, "}")
         self.emit(inner + 1, "++lo_r;")
         self.emit(inner, "} else {   /* neither can go on: the GPU would hang */")
         count = self.accumulators * self.warp_count
@@ -876,7 +1146,9 @@ class TensorPrinter:
             return [self.ins.header, *([tma.DEVICE] if self.tma else []),
                     *([pixel_boxes.DEVICE] if pixels else []),
                     *([cluster.DEVICE] if self.multicast else []),
-                    *([specialize.DEVICE] if self.registers else []), self.ins.tile,
+                    *([specialize.DEVICE] if self.registers else []),
+                    *([tma_store.DEVICE] if self.stored is not None else []),
+                    *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
@@ -884,7 +1156,8 @@ class TensorPrinter:
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
                 *([pixel_boxes.host()] if pixels else []),
                 *([specialize.HOST] if self.registers else []),
-                self.ins.tile,
+                *([tma_store.HOST] if self.stored is not None else []),
+                *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
@@ -898,7 +1171,9 @@ class TensorPrinter:
                 + [" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in s.layouts),
                    f" * loops: {loops}",
                    f" * grid {self.grid}, block {self.block}; {self.accumulators} accumulator "
-                   f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory", " */"])
+                   f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory",
+                   *([f" * persistent: one block a multiprocessor (at most {self.tile_count}) walks the "
+                      f"{self.tile_count} tiles of the grid"] if self.s.persistent_tiles else []), " */"])
 
     def source(self) -> CudaSource:
         nest = self._nest()
@@ -920,14 +1195,17 @@ class TensorPrinter:
             zero = (f"    {{ cudaError_t lo_e = cudaMemsetAsync({self.op.output}, 0, "
                     f"{4 * self.output_elements}, (cudaStream_t) lo_stream); if (lo_e != cudaSuccess) "
                     f"return (int) lo_e; }}   /* split_k: the shares are added to zero */")
-            maps = [tma.ENCODER, *(box.encode() for box in self.tma.values())] if self.tma else []
-            casts = ", ".join([casts, *(box.map_name for box in self.tma.values())])
+            maps = [tma.ENCODER, *(box.encode() for box in self.maps)] if self.tma else []
+            casts = ", ".join([casts, *(box.map_name for box in self.maps)])
+            walks = self.s.persistent_tiles     # one block a multiprocessor, at most one a tile
+            grid = "(lo_blocks, 1, 1)" if walks else str(self.grid)
             parts += [*([tma.LAUNCHER] if self.tma else []), f'extern "C" {head}', "{",
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
                       *([zero] if self.s.split_k_loop else []), *maps,
-                      f"    {NEST_NAME}<<<dim3{self.grid}, dim3{self.block}, {self.smem_bytes}, "
+                      *([persistent.launch_blocks(self.tile_count)] if walks else []),
+                      f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",
                       f'extern "C" const char *{ERROR_NAME}(int code)',

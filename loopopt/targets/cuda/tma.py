@@ -142,13 +142,7 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
         raise ScheduleError(f"{where}: a tile of {rows} rows is over a TMA box's {MAX_BOX}")
     r_expr, c_expr = (schedule.dim_values[e.name] for e in index)
     try:
-        consecutive = (linear_terms(r_expr, frozenset([row_loop]))[0].get(row_loop) == 1
-                       and linear_terms(c_expr, frozenset([k_loop]))[0].get(k_loop) == 1
-                       and k_loop not in r_expr.variables() and row_loop not in c_expr.variables())
-    except ValueError:
-        consecutive = False
-    try:
-        consecutive = consecutive and all(
+        consecutive = along(r_expr, c_expr, row_loop, k_loop) and all(
             linear_terms(c_expr, frozenset([s]))[0].get(s) == ins.k and s not in r_expr.variables()
             for s in slices)
     except ValueError:
@@ -171,6 +165,18 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
                       r_expr.substitute({row_loop: Const(0)}),
                       c_expr.substitute({name: Const(0) for name in (k_loop, *slices)}),
                       swizzle=0 if width == SWIZZLE_WIDTHS[0] else width)
+
+
+def along(r_expr: Expr, c_expr: Expr, row_loop: str, column_loop: str) -> bool:
+    """Whether ``row_loop`` steps a 2-D tensor's row index ``r_expr`` by one and ``column_loop`` its
+    column index ``c_expr`` by one, each leaving the other index alone (consecutive rows and columns of
+    a tile are consecutive rows and columns of the tensor)."""
+    try:
+        return (linear_terms(r_expr, frozenset([row_loop]))[0].get(row_loop) == 1
+                and linear_terms(c_expr, frozenset([column_loop]))[0].get(column_loop) == 1
+                and column_loop not in r_expr.variables() and row_loop not in c_expr.variables())
+    except ValueError:
+        return False
 
 
 # --- device code -------------------------------------------------------------------------------

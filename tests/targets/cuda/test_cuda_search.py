@@ -87,9 +87,10 @@ def test_a_batch_one_conv_ranks_split_k_first():
 def test_a_large_gemm_ranks_large_tiles_first():
     """The 4096^3 GEMM: large tiles first, no split-K candidate (its output tiles fill the SMs alone; the
     model once ranked split-K 4 first, never measured faster); first the family fastest on the H200:
-    128 x 256 tiles in the 128-byte swizzle, warp-specialized (0.198-0.204 ms fp16; unspecialized
-    0.207-0.209, in the 32-byte swizzle 0.357; 192 x 256 in three warpgroups 0.214 and 0.292), each
-    specialized candidate just before its unspecialized twin."""
+    128 x 256 tiles in the 128-byte swizzle, warp-specialized in a persistent tile loop (0.194 ms fp16;
+    specialized 0.198-0.204; unspecialized 0.207-0.209, in the 32-byte swizzle 0.357; 192 x 256 in
+    three warpgroups 0.214 and 0.292), each persistent candidate before its specialized twin (the
+    pipeline fills once a block, not once a wave), that before its unspecialized one."""
     ranked = _ranked(BIG_GEMM)
     first = ranked[0].knobs
     assert first.block_m * first.block_n >= 128 * 256 and first.split_k == 1
@@ -98,8 +99,11 @@ def test_a_large_gemm_ranks_large_tiles_first():
     assert small.figures["predicted_seconds"] > 1.5 * ranked[0].figures["predicted_seconds"]
     assert {c.knobs.split_k for c in ranked} == {1}
     assert (first.preset, first.block_m * first.block_n, first.depth, first.engine, first.swizzle,
-            first.specialize) == ("gpu_wgmma", 128 * 256, 64, "tma", 128, True)
-    assert ranked[1].knobs == replace(first, specialize=False)
+            first.specialize, first.persistent) == ("gpu_wgmma", 128 * 256, 64, "tma", 128, True, True)
+    twins = [next(c for c in ranked if c.knobs == knobs) for knobs in (
+        replace(first, persistent=False), replace(first, persistent=False, specialize=False))]
+    assert ranked[0].figures["predicted_seconds"] < twins[0].figures["predicted_seconds"]
+    assert ranked.index(twins[0]) < ranked.index(twins[1])
     three = next(c for c in ranked if (c.knobs.block_m, c.knobs.warps_m, c.knobs.swizzle) == (192, 3, 128))
     assert not three.knobs.specialize        # 128 accumulators a consumer do not fit 3 + 1 warpgroups
     assert three.figures["predicted_seconds"] > ranked[0].figures["predicted_seconds"]
@@ -209,7 +213,7 @@ def test_a_matmuls_wgmma_candidates_copy_by_tma_first():
     ranked = _ranked(BIG_GEMM)
     assert {c.knobs.engine for c in ranked if c.knobs.preset == "gpu_wgmma"} == {"tma", "threads"}
     assert ranked[0].knobs.engine == "tma" and RULES.describe(ranked[0].knobs.as_dict()).endswith(
-        ", TMA, 128-byte swizzle, warp-specialized")
+        ", TMA, 128-byte swizzle, warp-specialized, persistent")
     assert ranked[0].schedule.tma_staged == ("A", "B")
     assert (ranked[0].schedule.tile_swizzle, ranked[0].schedule.specialized) == (128, True)
     assert not boxed(lo.Matmul(30, 20, 13, dtype="float16"))
@@ -228,3 +232,25 @@ def test_a_convs_candidates_copy_pixel_boxes_by_tma_first():
     assert any((c.knobs.block_m, c.knobs.block_n, c.knobs.warps_m, c.knobs.warps_n, c.knobs.depth,
                 c.knobs.stages, c.knobs.split_k, c.knobs.engine, c.knobs.swizzle, c.knobs.specialize)
                == (64, 64, 1, 1, 64, 4, 1, "tma", 128, True) for c in ranked)
+
+
+def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms():
+    """Persistent candidates are warp-specialized float kernels of more tiles (and split-K shares) than
+    SMs, priced one pipeline fill a block instead of one a wave; BERT's 384 x 768 at 128 x 256 (9 tiles)
+    and quantized ops get none."""
+    bert = lo.Matmul(384, 768, 3072, dtype="float16")
+    for op, candidates in ((BIG_GEMM, _ranked(BIG_GEMM)), (bert, RULES.candidates(bert, ARCH))):
+        for c in candidates:
+            k = c.knobs
+            tiles = -(-op.m // k.block_m) * -(-op.n // k.block_n) * k.split_k
+            assert not k.persistent or (k.specialize and tiles > 132), k
+    walking = {(c.knobs.block_m, c.knobs.block_n, c.knobs.split_k) for c in candidates if c.knobs.persistent}
+    assert (128, 256, 1) not in walking and (64, 64, 2) in walking      # 9 tiles; 144 shares
+    quantized = lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="uint8", output="uint8"))
+    assert not any(c.knobs.persistent for c in RULES.candidates(quantized, ARCH))
+    first = _ranked(BIG_GEMM)[0]
+    twin = next(c for c in _ranked(BIG_GEMM) if c.knobs == replace(first.knobs, persistent=False))
+    saved = twin.figures["predicted_seconds"] - first.figures["predicted_seconds"]
+    assert first.figures["waves"] == 4 and saved > 0
+    assert "persistent" in RULES.describe(first.knobs.as_dict())
+    assert first.knobs.schedule(BIG_GEMM, ARCH).persistent_tiles
