@@ -22,13 +22,18 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
   blocks are outside), which then holds the A tiles' rows (from L1).
 
 Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. On
-several threads the time is the busiest thread's (``threads``): its share of the blocks (``plan.units``
-split in contiguous ranges: ResNet-18's 7x7 layers split 7 lines of pixel blocks 4 and 3, 1.14x an
-even share), and the operand bytes it reads itself: a pixel split reads all the weights on every
-thread and its share of the activations, a channel split its share of the weights and all the
-activations (each core's L1 and L2 its own). ResNet-18's 512-channel 3x3 layer at 7x7 on 2 threads:
-pixels split 2.4 MB of weights read by each thread, channels split 1.2 MB. Before, the two splits
-tied and the first listed (pixels) ran.
+several threads the time is one thread's (``threads``): an even share of the blocks, and the operand
+bytes it reads itself: a pixel split reads all the weights on every thread and its share of the
+activations, a channel split its share of the weights and all the activations (each core's L1 and L2
+its own). ResNet-18's 512-channel 3x3 int8 layer at 7x7 on 2 threads: pixels split, 2.36 MB of weights
+read by each thread from L3, predicted 204.5 us, channels split 1.18 MB, 72.0 us; measured (2-core
+Xeon with AMX, others' processes on it, nice -15, minimum of 25 interleaved rounds) 85.2 and 64.9 us
+(one thread 129.4 us). Before, the two splits tied on one core's time and the pixel split, listed
+first, ran. The busiest thread's share (``ceil(units / threads)``: 7 lines of pixel blocks split 4 and
+3) was tried too: it moved ResNet-50's 1x1 int8 layers to channel splits on differences of 2-7% (13
+pixel units against 16 channel units), which ran 1.7-1.8x slower (1024->256 at 14x14: 44.1 -> 73.8
+us; 512->256 at 28x28: 81.9 -> 147.0 us, same run), so not kept: the channel split costs something
+this model does not see, which only the duplicated weights outweigh.
 
 On this project's Xeon, against the minimum times of the 16 one-thread AMX trials of VGG conv5_1
 and ResNet-50 conv2_x int8 that bench_tune.py and tune_layers.py logged on 2026-11-23 (other
@@ -58,7 +63,7 @@ LEVELS = ("L1", "L2", "L3", "DRAM")
 
 @dataclass(frozen=True)
 class TileTime:
-    """The tile model's figures of one AMX kernel (seconds, its busiest thread's)."""
+    """The tile model's figures of one AMX kernel (seconds, one of its threads')."""
 
     dots: float            # tile dot products at the AMX peak
     loads: float           # tile loads from the levels that hold their operands
@@ -107,19 +112,17 @@ def _clock() -> float:
 
 
 def tile_time(schedule: Schedule, threads: int = 1) -> TileTime:
-    """The tile model's time of ``schedule``'s AMX kernel on ``threads`` threads: its busiest thread's
-    (``TileError`` if it has no AMX kernel)."""
+    """The tile model's time of ``schedule``'s AMX kernel on ``threads`` threads: one thread's, an even
+    share of the blocks and the bytes it reads (``TileError`` if it has no AMX kernel)."""
     quant = schedule.op.quant
     return _time(tile_plan(schedule), quant is not None, 1 if quant is not None and quant.requantized else 4,
                  threads)
 
 
 def thread_share(plan: TilePlan, threads: int) -> float:
-    """The share of the blocks the busiest of ``threads`` threads runs (1 on one thread): a contiguous
-    range of ``ceil(units / threads)`` of the ``plan.units`` it splits."""
-    if plan.parallel is None or threads == 1:
-        return 1.0
-    return -(-plan.units // threads) / plan.units
+    """The share of the blocks one of ``threads`` threads runs: an even share where the plan splits its
+    blocks (``plan.units``) over threads, else all."""
+    return 1.0 if plan.parallel is None else 1 / threads
 
 
 def _time(plan: TilePlan, quantized: bool, output_bytes: int, threads: int) -> TileTime:
