@@ -22,6 +22,7 @@ from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
+from loopopt.targets.float_map import OPERATORS, float_map
 from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
 from loopopt.targets.threaded_c import MIN_CHUNK, threads_for
@@ -365,3 +366,33 @@ def test_threads_a_compiled_loop_runs_on():
             used = threads_for(size, threads)
             assert 1 <= used <= threads and (used == 1 or size // used >= MIN_CHUNK)
             assert used == threads or size < (used + 1) * MIN_CHUNK
+
+
+@pytest.mark.parametrize("flags", list(dict.fromkeys([(), host_target().vector_flags()])), ids=str)
+def test_float_loops_match_numpy_bit_for_bit(flags):
+    """The compiled Relu and Add/Sub/Mul/Div over every length 0-200 (chunks of 64 on 2 and 3 threads)
+    and one of several ``MIN_CHUNK`` on 1-3 threads, with NaNs, infinities and zeros of both signs
+    among the values, into a new array and in place: numpy's bits (Relu: a NaN kept, -0.0 made +0.0);
+    wrong arrays refused."""
+    loops, rng = float_map(flags), np.random.default_rng(14)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.5], np.float32)
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
+        a, b = (np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.standard_normal(n) * 9)
+                .astype(np.float32) for _ in range(2))
+        y = np.empty_like(a)
+        loops.relu(a, y, threads)
+        np.testing.assert_array_equal(y.view(np.uint32), np.maximum(a, 0).view(np.uint32))
+        for name in OPERATORS:
+            with np.errstate(all="ignore"):
+                want = getattr(np, name)(a, b)
+            loops.binary(name, a, b, y, threads)
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+            kept = a.copy()
+            loops.binary(name, kept, b, kept, threads)                       # in place
+            np.testing.assert_array_equal(kept.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(ValueError, match="contiguous 1-D float32 arrays, got dtype float64 shape \\(2,\\)"):
+        loops.relu(np.zeros(2), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="the arrays differ in size: 2, 3, 2 elements"):
+        loops.binary("add", *(np.zeros(k, np.float32) for k in (2, 3, 2)))
+    with pytest.raises(ValueError, match="FloatMap computes add, subtract, multiply, divide, not 'power'"):
+        loops.binary("power", *(np.zeros(2, np.float32) for _ in range(3)))

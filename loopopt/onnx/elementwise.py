@@ -6,8 +6,9 @@ DequantizeLinear and QuantizeLinear neither transpose nor copy back to the logic
 Flatten, Reshape and Identity are views where numpy can make one. ``ELEMENTWISE`` maps an op type
 to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``: the first input's
 buffer may be overwritten, as nothing else reads it); the builder's ``threads``: the model's, which the
-compiled loops (DequantizeLinear, QuantizeLinear, the lookups) run on where their arrays are large
-enough (``threaded_c.threads_for``), numpy's on one. A builder raises ``NotSupported`` for what it
+compiled loops (DequantizeLinear, QuantizeLinear, the lookups, float32 Relu and same-shape
+Add/Sub/Mul/Div) run on where their arrays are large enough (``threaded_c.threads_for``), numpy's on
+one. A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
@@ -26,6 +27,7 @@ import numpy as np
 import onnx
 
 from ..buffers import aligned_empty_like
+from ..targets.float_map import float_map
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
@@ -52,9 +54,22 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
 
 def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
          threads: int = 1) -> Run:
+    """Relu: float32 stored in one contiguous run by the compiled loop (``float_map``) on up to
+    ``threads`` threads, else numpy's ``maximum(x, 0)``."""
     attributes(node, {})
     _float_inputs(node, values, 1)
-    return lambda inputs, reuse: [np.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
+    loops = float_map(host_target().vector_flags())
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        x = inputs[0]
+        flat = memory_order(x) if x.dtype == np.float32 else None
+        if flat is None:
+            return [np.maximum(x, 0, out=_out(x, reuse))]
+        out = x if reuse else aligned_empty_like(x, x.dtype)             # the same memory order
+        loops.relu(flat, flat if reuse else memory_order(out), threads_for(flat.size, threads))
+        return [out]
+
+    return run
 
 
 def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
@@ -82,7 +97,9 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
 
 
 def binary(function: np.ufunc) -> Builder:
-    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7)."""
+    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7);
+    two float32 inputs of one shape stored in one contiguous run in one order by the compiled loop
+    (``float_map``) on up to ``threads`` threads."""
 
     def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, threads: int = 1) -> Run:
         attributes(node, {})
@@ -90,10 +107,19 @@ def binary(function: np.ufunc) -> Builder:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
         _float_inputs(node, values, 2)
 
+        loops = float_map(host_target().vector_flags())
+
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
-            into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
-            return [function(a, b, out=a if into else None)]
+            same = a.dtype == np.float32 and a.shape == b.shape and a.strides == b.strides
+            flat, other = (memory_order(a), memory_order(b)) if same else (None, None)
+            if flat is None or other is None:
+                into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
+                return [function(a, b, out=a if into else None)]
+            out = a if reuse else aligned_empty_like(a, a.dtype)             # a's memory order
+            loops.binary(function.__name__, flat, other, flat if reuse else memory_order(out),
+                         threads_for(flat.size, threads))
+            return [out]
 
         return run
 
