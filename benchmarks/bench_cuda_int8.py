@@ -5,9 +5,14 @@ swizzle and warp-specialized for the GEMM, the threads' im2col for the conv), ne
 same run: an int8 GEMM 4096^3 (int32 output) against ``torch._int_mm``
 and Triton's int8 GEMM (the faster of them in the table; cuBLAS's float16 GEMM of the same shape timed
 beside them for scale, in the row's ``peers``),
-ResNet-50's conv2_x at N=32 quantized (uint8 activations, per-channel int8 weights, requantized uint8
-output: Composable Kernel's quantized conv) against cuDNN's float16 conv of the same shape (PyTorch
-has no int8 conv on the GPU), the same conv with int8 activations and asymmetric uint8 weights
+ResNet-50's conv2_x, conv3_x and conv4_x at N=32 quantized (uint8 activations, per-channel int8
+weights, requantized uint8 output: Composable Kernel's quantized conv) against the faster of cuDNN's
+float16 conv of the same shape (PyTorch has no int8 conv on the GPU) and Triton's int8 GEMM of the conv's
+im2col'd GEMM (M x N x K random int8, int32 out, the fastest of a few tiles: ``triton_conv_gemm``),
+the ``.u8`` convs also on TMA pixel boxes (``BOX_TILES``: TMA fills the padding with 0, the epilogue
+adds the zero point's share back, ``padding_sums``) and the cost model's first three candidates
+(``model_first``), each case's fastest timed again in alternation with both peers (``interleaved``);
+conv2_x with int8 activations and asymmetric uint8 weights
 (``.s8u8a``) and with uint8 weights symmetric about 128 (``.u8u8``), whose weights' zero points cost
 the kernel the activation sums (one more ``mma`` per activation fragment and step), and a bfloat16
 GEMM 4096^3 against cuBLAS.
@@ -20,14 +25,18 @@ with the L2 cache overwritten (median of 50) and inside a CUDA graph (``cuda_ben
 ways.
 
 ``python benchmarks/bench_cuda_int8.py [--only gemm4096.s8] [--json PATH]``; ``--check``: small int8
-kernels of every guard kind, output kind and split-K verified once (the run for ``compute-sanitizer``).
+kernels of every guard kind, output kind and split-K verified once (the run for ``compute-sanitizer``);
+``--check-boxes``: those of them on TMA pixel boxes alone.
 """
 from __future__ import annotations
 
 import json
+import math
+import sys
 
+import cuda_bench
 import numpy as np
-from bench_cuda_tensor import build_all
+from bench_cuda_tensor import build_all, model_first
 from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
 
 import loopopt as lo
@@ -38,11 +47,12 @@ from loopopt.quant import requantize_output
 from loopopt.quant_reference import random_call
 from loopopt.targets.cuda import device, quantized
 
-CASES = ["gemm4096.s8", "conv2_x.n32.u8", "conv2_x.n32.s8u8a", "conv2_x.n32.u8u8", "gemm4096.bf16"]
-CONV_SPECS = {"conv2_x.n32.u8": lo.QuantSpec(activation="uint8", output="uint8"),
-              "conv2_x.n32.s8u8a": lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False,
-                                                output="uint8"),
-              "conv2_x.n32.u8u8": lo.QuantSpec(activation="uint8", weight="uint8", output="uint8")}
+CASES = ["gemm4096.s8", "conv2_x.n32.u8", "conv3_x.n32.u8", "conv4_x.n32.u8", "conv2_x.n32.s8u8a",
+         "conv2_x.n32.u8u8", "gemm4096.bf16"]
+CONV_SPECS = {"u8": lo.QuantSpec(activation="uint8", output="uint8"),
+              "s8u8a": lo.QuantSpec(activation="int8", weight="uint8", weight_symmetric=False,
+                                    output="uint8"),
+              "u8u8": lo.QuantSpec(activation="uint8", weight="uint8", output="uint8")}
 TALL = {"block_m": 256, "warps_m": 4, "warps_n": 4}
 LONG = {"block_n": 256, "warps_n": 8}
 WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}
@@ -50,8 +60,24 @@ WIDE = {"block_n": 64, "warps_m": 4, "warps_n": 2}
 WGMMA = {"warps_m": 1, "warps_n": 2, "depth": 128, "stages": 4, "swizzle": 128, "engine": "tma",
          "specialize": True}
 WGMMA_CONV = {"block_m": 128, "block_n": 64, "warps_m": 2, "warps_n": 1, "depth": 64}
+# a quantized conv's TMA pixel boxes: block tiles (clamped to the conv's channels), each with its rows a
+# whole step (depth and swizzle: the channels' bytes up to 128, ``box_variants``), specialized or not
+BOX_TILES = [{"block_m": 128, "block_n": 64, "warps_m": 2}, {"block_m": 128, "block_n": 64, "warps_m": 1,
+                                                              "specialize": True},
+             {"block_m": 256, "block_n": 64, "warps_m": 1}, {"block_m": 256, "block_n": 64, "warps_m": 2,
+                                                              "specialize": True},
+             {"block_m": 128, "block_n": 128, "warps_m": 1, "stages": 5, "specialize": True},
+             {"block_m": 128, "block_n": 128, "warps_m": 2, "specialize": True},
+             {"block_m": 256, "block_n": 128, "warps_m": 2, "specialize": True},
+             {"block_m": 192, "block_n": 128, "warps_m": 3, "specialize": True},
+             {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True},
+             {"block_m": 128, "block_n": 256, "warps_m": 1, "warps_n": 2, "specialize": True}]
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False), lo.Matmul(300, 260, 200)]
+BOX_CHECKS = [lo.Conv2d(32, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11,
+                        batch=2),
+              lo.Conv3d(16, 16, 3, stride=(1, 2, 1), padding=1, dilation=(2, 1, 1), depth=7, height=6,
+                        width=7, batch=2)]
 CHECK_SPECS = [lo.QuantSpec(activation="uint8", output="uint8"),
                lo.QuantSpec(activation="int8", output="int32"),
                lo.QuantSpec(activation="uint8", per_channel=False, output="float32")]
@@ -62,16 +88,26 @@ def case_op(case: str) -> lo.Op:
         return lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="int8", output="int32"))
     if case == "gemm4096.bf16":
         return lo.Matmul(4096, 4096, 4096, dtype="bfloat16")
-    layer = get_layer("resnet50.conv2_x", batch=32)
-    return type(layer)(**layer.arguments, quant=CONV_SPECS[case])
+    name, _, spec = case.split(".")
+    layer = get_layer(f"resnet50.{name}", batch=32)
+    return type(layer)(**layer.arguments, quant=CONV_SPECS[spec])
 
 
-def variants(case: str) -> list[tuple[str, dict]]:
+def box_variants(op: lo.Op) -> list[tuple[str, dict]]:
+    """``BOX_TILES`` on TMA pixel boxes, each step's depth the conv's channels up to 128 bytes, in the
+    swizzle of that row, and the cost model's first three candidates (``model_first``)."""
+    row = min(128, op.arguments["in_channels"])
+    return [("gpu_wgmma", tiles | {"depth": row, "stages": tiles.get("stages", 4), "swizzle": row,
+                                   "engine": "tma"}) for tiles in BOX_TILES] + model_first(op)
+
+
+def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) timed for ``case``: wgmma where the op's types have it (not the convs
-    whose weights' zero point costs activation sums, nor bfloat16: ``bench_cuda_tensor``)."""
+    whose weights' zero point costs activation sums, nor bfloat16: ``bench_cuda_tensor``), a ``.u8``
+    conv's on TMA pixel boxes too (``box_variants``)."""
     if case.startswith("conv"):
-        wgmma = [("gpu_wgmma", WGMMA_CONV)] if case == "conv2_x.n32.u8" else []
-        return [("gpu_mma", arguments) for arguments in ({}, WIDE, TALL, {"depth": 64})] + wgmma
+        boxes = [("gpu_wgmma", WGMMA_CONV), *box_variants(op)] if case.endswith(".u8") else []
+        return [("gpu_mma", arguments) for arguments in ({}, WIDE, TALL, {"depth": 64})] + boxes
     deep = {"depth": 128 if case.endswith("s8") else 64, "stages": 3}
     wgmma = [("gpu_wgmma", arguments) for arguments in (
         WGMMA, WGMMA | {"specialize": False},
@@ -109,9 +145,9 @@ def expected(op: lo.Op, args: list[np.ndarray], params: dict):
                              args[2] if op.bias else None)
 
 
-def triton_int8_matmul(a, b):
-    """Triton's int8 GEMM (its tutorial's blocked matmul, ``tl.dot`` on int8 into int32; 128 x 256 x 128
-    tiles, 8 warps, 3 stages) of two int8 tensors whose sizes the tiles divide: a call of no arguments
+def triton_int8_matmul(a, b, tiles: tuple[int, int, int, int, int] = (128, 256, 128, 8, 3)):
+    """Triton's int8 GEMM (its tutorial's blocked matmul, ``tl.dot`` on int8 into int32; ``tiles``: tile
+    m, n and k, warps, stages) of two int8 tensors whose sizes the tiles divide: a call of no arguments
     filling the int32 output it returns with it. ``b`` is read from an N x K copy (k contiguous, made
     once, as loopopt's packed weights are): Hopper's int8 wgmma takes both operands k-major, and with
     ``b`` row-major Triton's kernel ran at about 105 TOP/s on the H200 (1.31 ms at 4096^3)."""
@@ -137,10 +173,37 @@ def triton_int8_matmul(a, b):
         tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc)
 
     (m, k), n = a.shape, b.shape[1]
+    tile_m, tile_n, tile_k, warps, stages = tiles
     b_nk = b.t().contiguous()
     out = torch.empty(m, n, dtype=torch.int32, device="cuda")
-    grid = (triton.cdiv(m, 128) * triton.cdiv(n, 256),)
-    return lambda: kernel[grid](a, b_nk, out, m, n, k, 128, 256, 128, 8, num_warps=8, num_stages=3), out
+    grid = (triton.cdiv(m, tile_m) * triton.cdiv(n, tile_n),)
+    return lambda: kernel[grid](a, b_nk, out, m, n, k, tile_m, tile_n, tile_k, 8, num_warps=warps,
+                                num_stages=stages), out
+
+
+def triton_conv_gemm(op: lo.Op) -> tuple[str, object]:
+    """Triton's int8 GEMM on ``op``'s im2col'd GEMM (M = the output pixels, N = the channels, K = the
+    channels in x the taps; random int8, checked against ``torch._int_mm``), the fastest (one launch, L2
+    overwritten) of a few tiles the sizes allow: its name and call."""
+    import torch
+    m = op.arguments["batch"] * math.prod(window.out for window in op.windows)
+    n, k = op.channels, op.arguments["in_channels"] * math.prod(window.taps for window in op.windows)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=generator)
+    b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device="cuda", generator=generator)
+    depth = 128 if k % 128 == 0 else 64
+    tiles = [(tm, min(tn, n), depth, warps, stages) for tm, tn, warps, stages in (
+        (128, 256, 8, 3), (128, 128, 4, 4), (256, 128, 8, 3), (64, 256, 4, 4), (128, 64, 4, 4))]
+    timed = []
+    for tile in sorted({t for t in tiles if m % t[0] == 0 and n % t[1] == 0}):
+        call, out = triton_int8_matmul(a, b, tile)
+        call()
+        if not torch.equal(out, torch._int_mm(a, b)):
+            raise AssertionError(f"Triton's int8 GEMM with tiles {tile} differs from torch._int_mm")
+        timed.append((events_median(call), tile, call))
+    seconds, tile, call = min(timed, key=lambda t: t[0])
+    return f"Triton int8 GEMM {m}x{n}x{k} (im2col'd; tiles {tile[0]}x{tile[1]}x{tile[2]}, {tile[3]} warps, " \
+           f"{tile[4]} stages)", call
 
 
 def peers(op: lo.Op, args: list[np.ndarray]) -> tuple[list[tuple[str, float, float]], list]:
@@ -166,16 +229,19 @@ def peers(op: lo.Op, args: list[np.ndarray]) -> tuple[list[tuple[str, float, flo
                  ("Triton int8 (tl.dot -> int32)", triton_call)]
         a16, b16 = a.half(), b.half()
         scale = [("cuBLAS (torch.matmul fp16, for scale)", lambda: torch.matmul(a16, b16))]
-        return ([(name, events_median(call), torch_graph_median(call)) for name, call in calls],
-                [(name, events_median(call), torch_graph_median(call)) for name, call in scale])
+        return ([(name, events_median(call), torch_graph_median(call), call) for name, call in calls],
+                [(name, events_median(call), torch_graph_median(call), call) for name, call in scale])
     else:
         x = torch.randn(*op.tensor(op.inputs[0]).shape, device="cuda").half().contiguous(
             memory_format=torch.channels_last)
         w = torch.randn(*op.tensor(op.inputs[1]).shape, device="cuda").half().contiguous(
             memory_format=torch.channels_last)
+        stride, pad, dilation = (tuple(getattr(v, f) for v in op.windows)
+                                 for f in ("stride", "pad", "dilation"))
         calls = [(f"cuDNN {torch.backends.cudnn.version()} fp16 conv (no int8 conv in PyTorch)",
-                  lambda: torch.nn.functional.conv2d(x, w, None, 1, 1))]
-    return [(name, events_median(call), torch_graph_median(call)) for name, call in calls], []
+                  lambda: torch.nn.functional.conv2d(x, w, None, stride, pad, dilation, op.groups)),
+                 triton_conv_gemm(op)]
+    return [(name, events_median(call), torch_graph_median(call), call) for name, call in calls], []
 
 
 def run_variant(kernel, args: list[np.ndarray], params: dict, want) -> dict:
@@ -199,41 +265,70 @@ def run_variant(kernel, args: list[np.ndarray], params: dict, want) -> dict:
 def bench(cases: list[str]) -> list[dict]:
     ops = {case: case_op(case) for case in cases}
     chosen = {case: [(preset, arguments, TENSOR_PRESETS[preset](op, **arguments))
-                     for preset, arguments in variants(case)] for case, op in ops.items()}
+                     for preset, arguments in variants(case, op)] for case, op in ops.items()}
     build_all([schedule for runs in chosen.values() for *_, schedule in runs])
     rows = []
     for case, op in ops.items():
         args, params = inputs(op)
         want = expected(op, args, params)
         timed, scale = peers(op, args)
-        name, peer_seconds, peer_graph = min(timed, key=lambda p: p[1])      # the fastest peer
+        name, peer_seconds, peer_graph, _ = min(timed, key=lambda p: p[1])      # the fastest peer
+        runs = {}
         for preset, arguments, schedule in chosen[case]:
             row = {"case": case, "op": repr(op), "kernel": preset, "instruction": schedule.tensorized[3],
                    "arguments": arguments,
                    "peer": name, "peer_ms": peer_seconds * 1e3, "peer_graph_ms": peer_graph * 1e3,
-                   "peers": {p: {"ms": s * 1e3, "graph_ms": g * 1e3} for p, s, g in timed + scale}}
-            row |= run_variant(schedule.compile(target="cuda"), args, params, want)
+                   "peers": {p: {"ms": s * 1e3, "graph_ms": g * 1e3} for p, s, g, _ in timed + scale}}
+            kernel = schedule.compile(target="cuda")
+            row |= run_variant(kernel, args, params, want)
+            runs[id(row)] = kernel
             rows.append(row)
             print(json.dumps(row), flush=True)
+        best = fastest_verified([r for r in rows if r["case"] == case]).get(case)
+        if best is not None:
+            best |= interleaved(runs[id(best)], args, params, timed)
+            print(json.dumps({"case": case, "interleaved": best["interleaved"]}), flush=True)
     return rows
 
 
+def interleaved(kernel, args: list[np.ndarray], params: dict, timed: list, rounds: int = 9) -> dict:
+    """The case's fastest kernel and each of its peers (``timed``) timed again in alternation: ms, the
+    medians of ``rounds`` rounds' medians (``cuda_bench.interleaved_medians``)."""
+    buffers = kernel.prepare(*args, **params)
+    calls = [lambda: kernel.run(buffers), *(call for *_, call in timed)]
+    seconds = cuda_bench.interleaved_medians(calls, rounds)
+    return {"interleaved": {"rounds": rounds, "ms": seconds[0] * 1e3,
+                            "peers_ms": {name: s * 1e3 for (name, *_), s in zip(timed, seconds[1:])}}}
+
+
 def table(rows: list[dict]) -> str:
-    """Each case's fastest verified variant (by its one-launch time) against its peer."""
+    """Each case's fastest verified variant (by its one-launch time) against its fastest peer, and the
+    interleaved times against every peer."""
     best = fastest_verified(rows)
     header = ["case", "instruction", "arguments", "ms (one launch, L2 flushed)", "TOP/s", "ms in a graph",
-              "TOP/s in a graph", "peer", "peer ms", "peer ms in a graph", "peer / loopopt", "in a graph"]
+              "TOP/s in a graph", "peer", "peer ms", "peer ms in a graph", "peer / loopopt", "in a graph",
+              "interleaved ms: loopopt, peers"]
+
+    def alternated(row: dict) -> str:
+        rounds = row.get("interleaved")
+        if rounds is None:
+            return ""
+        peers = ", ".join(f"{name.split(' (')[0]} {ms:.4f}" for name, ms in rounds["peers_ms"].items())
+        return f"{rounds['ms']:.4f}; {peers}"
+
     return markdown(header, [[r["case"], r["instruction"],
                               ", ".join(f"{k}={v}" for k, v in r["arguments"].items()) or "defaults",
-                              f"{r['median_ms']:.3f}", f"{r['tops']:.0f}", f"{r['graph_ms']:.3f}",
-                              f"{r['graph_tops']:.0f}", r["peer"], f"{r['peer_ms']:.3f}",
-                              f"{r['peer_graph_ms']:.3f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
-                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x"] for r in best.values()])
+                              f"{r['median_ms']:.4f}", f"{r['tops']:.0f}", f"{r['graph_ms']:.4f}",
+                              f"{r['graph_tops']:.0f}", r["peer"], f"{r['peer_ms']:.4f}",
+                              f"{r['peer_graph_ms']:.4f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
+                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x", alternated(r)]
+                             for r in best.values()])
 
 
 def check() -> bool:
     """Every CHECKS shape under each CHECK_SPECS spec with default and small tiles (split-K 3 on int32)
-    and on wgmma (the specs without activation sums), verified once, bit for bit."""
+    and on wgmma (the specs without activation sums), and the ``BOX_CHECKS`` convs on TMA pixel boxes
+    (``box_runs``), verified once, bit for bit."""
     small = {"block_m": 32, "block_n": 48, "warps_m": 2, "warps_n": 3, "depth": 96}
     runs = []
     for shape in CHECKS:
@@ -243,6 +338,23 @@ def check() -> bool:
             runs += [(f"{op!r} {arguments}", gpu_mma(op, **arguments)) for arguments in tiles]
             if not quantized.needs_activation_sums(spec):     # wgmma: the threads' copies
                 runs.append((f"{op!r} gpu_wgmma {WGMMA_CONV}", gpu_wgmma(op, **WGMMA_CONV)))
+    return verified(runs + box_runs())
+
+
+def box_runs() -> list[tuple[str, lo.Schedule]]:
+    """The ``BOX_CHECKS`` convs on TMA pixel boxes, a requantized and an int32 spec each, unspecialized
+    and warp-specialized with split-K (the run for ``compute-sanitizer`` alone: ``--check-boxes``)."""
+    tiles = [{"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 64, "swizzle": 64},
+             {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "specialize": True,
+              "split_k": 3}]
+    return [(f"{op!r} gpu_wgmma TMA {arguments}", gpu_wgmma(op, **arguments, engine="tma"))
+            for shape in BOX_CHECKS for spec in CHECK_SPECS[:2]
+            for op in [type(shape)(**shape.arguments, quant=spec)]
+            for arguments in tiles if spec.output == "int32" or "split_k" not in arguments]
+
+
+def verified(runs: list[tuple[str, lo.Schedule]]) -> bool:
+    """Each schedule of ``runs`` built (in parallel) and verified once, bit for bit; prints each."""
     build_all([schedule for _, schedule in runs])
     ok = True
     for what, schedule in runs:
@@ -254,4 +366,6 @@ def check() -> bool:
 
 if __name__ == "__main__":
     device.cupy()
+    if sys.argv[1:] == ["--check-boxes"]:
+        raise SystemExit(0 if verified(box_runs()) else 1)
     raise SystemExit(main(__doc__, CASES, bench, table, check))

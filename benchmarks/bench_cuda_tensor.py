@@ -30,7 +30,15 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from cuda_bench import events_median, fastest_verified, graph_median, main, markdown, torch_graph_median
+from cuda_bench import (
+    events_median,
+    fastest_verified,
+    graph_median,
+    interleaved_medians,
+    main,
+    markdown,
+    torch_graph_median,
+)
 
 import loopopt as lo
 from loopopt.dataflows import TENSOR_PRESETS
@@ -292,11 +300,8 @@ def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
     shape = kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
     import cupy as cp
     buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: cp.empty(shape, np.float32)})
-    ours, theirs = [], []
-    for _ in range(rounds):
-        ours.append(events_median(lambda: kernel.run(buffers), repeats=20, warmup=2))
-        theirs.append(events_median(peer_call, repeats=20, warmup=2))
-    mine, peer_s = float(np.median(ours)) * 1e3, float(np.median(theirs)) * 1e3
+    mine, peer_s = (seconds * 1e3 for seconds in interleaved_medians([lambda: kernel.run(buffers), peer_call],
+                                                                      rounds))
     return {"interleaved": {"rounds": rounds, "ms": mine, "peer_ms": peer_s,
                             "peer_over_loopopt": peer_s / mine}}
 

@@ -23,6 +23,16 @@ def events_median(call: Callable[[], object], repeats: int = 50, warmup: int = 1
     return statistics.median(device.elapsed(call) for _ in range(repeats))
 
 
+def interleaved_medians(calls: Sequence[Callable[[], object]], rounds: int = 9) -> list[float]:
+    """Seconds of one launch of each of ``calls``, timed in alternation: ``rounds`` rounds, each call 20
+    cold runs a round (``events_median``), the median of each call's rounds' medians."""
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for call, timed in zip(calls, times):
+            timed.append(events_median(call, repeats=20, warmup=2))
+    return [statistics.median(timed) for timed in times]
+
+
 def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
     """Seconds of one ``call`` (a loopopt kernel run) replayed inside a CUDA graph: the median of
     ``repeats`` replays of ``device.GRAPH_LAUNCHES`` captured calls, per call (``device.graph_timer``:

@@ -635,7 +635,8 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     (``Schedule.persistent``; with ``specialize=True``), the producer copying the next tile's steps while
     the consumers store. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
     and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
-    quantized epilogue of ``gpu_mma``)."""
+    quantized epilogue of ``gpu_mma``; a quantized conv on TMA pixel boxes adds the activations' zero
+    point at the padding, which TMA fills with 0, back in the epilogue: ``padding_sums``)."""
     _, n_dims = _matrix_dims(op, "gpu_wgmma")
     columns = math.prod(op.extent(d) for d in n_dims)
     entry = wgmma_instruction(columns, block_n, warps_n, wgmma_types(op))

@@ -154,6 +154,13 @@ class Layout:
         perm = tuple(split_axes[(name, b)] for name, b in self.order if (name, b) in split_axes)
         return padded_shape, tuple(split_shape), perm
 
+    def storage_view(self, array: Any) -> Any | None:
+        """A logical-layout array (numpy or CuPy) viewed in this layout's storage order by its own
+        methods (``xp.ascontiguousarray`` of it is ``to_storage``'s copy, on its device), or None where
+        a blocked dim would need zero padding."""
+        padded_shape, split_shape, perm = self._split(tuple(array.shape))
+        return None if padded_shape != tuple(array.shape) else array.reshape(split_shape).transpose(perm)
+
     def view(self, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
         """The logical array of ``shape`` as a view of ``stored`` (no copy: its strides say the
         layout), or None when this layout blocks a dim (its blocks do not merge into one axis)."""

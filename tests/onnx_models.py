@@ -222,3 +222,38 @@ def quantized(proto: onnx.ModelProto, folder, quant_format: str = "QOperator") -
                                  activation_type=quantization.QuantType.QUInt8,
                                  weight_type=quantization.QuantType.QInt8)
     return onnx.load(target)
+
+
+def float16_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` with its float32 initializers, inputs and outputs in float16 (shapes inferred again)."""
+    half = onnx.ModelProto()
+    half.CopyFrom(proto)
+    for index, tensor in enumerate(half.graph.initializer):
+        array = numpy_helper.to_array(tensor)
+        if array.dtype == np.float32:
+            halves = numpy_helper.from_array(array.astype(np.float16), tensor.name)
+            half.graph.initializer[index].CopyFrom(halves)
+    for value in (*half.graph.input, *half.graph.output):
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    del half.graph.value_info[:]
+    result = shape_inference.infer_shapes(half)
+    onnx.checker.check_model(result)
+    return result
+
+
+def conv_pool_gemm(batch: int = 2, height: int = 5, width: int = 7) -> onnx.ModelProto:
+    """A ResNet stem in small: Conv 3->4 (3x3, pad 1) + bias + Relu, MaxPool 3x3/2 (pad 1), a residual Add of
+    the pool's output to itself through a Mul by 0.5, GlobalAveragePool, Flatten, Gemm 4 -> 3 (transB)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["p", "half"], ["h"]), helper.make_node("Add", ["p", "h"], ["a"]),
+        helper.make_node("GlobalAveragePool", ["a"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = [_init("w", _weights(4, 3, 3, 3)), _init("b", _weights(4)), _init("half", np.float32(0.5)),
+             _init("fc", _weights(3, 4)), _init("fb", _weights(3))]
+    return model(nodes, [("x", TensorProto.FLOAT, [batch, 3, height, width])],
+                 [("y", TensorProto.FLOAT, [batch, 3])], inits)

@@ -313,8 +313,6 @@ def test_the_values_of_a_device_call_run_exactly_in_the_emulation(monkeypatch):
     (lambda: gpu_wgmma(_quantized(INT8_CONV, lo.QuantSpec(weight="uint8"))),
      r"multiplies uint8 by uint8; the wgmma entries take float16 x float16, bfloat16 x bfloat16, "
      r"int8 x int8, uint8 x int8 \(gpu_mma takes the others\)$"),
-    (lambda: gpu_wgmma(INT8_CONV, engine="tma"), r"TMA fills a conv's padding with zeros; .* need their zero "
-                                                 r"point there: stage with engine='threads'"),
     (lambda: gpu_mma(INT8_CONV).add_residual(), r"add_residual \(\+ residual\) applies to float outputs"),
 ])
 def test_quantized_tensor_schedules_the_target_cannot_run_are_refused(make, message):

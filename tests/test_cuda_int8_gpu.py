@@ -119,3 +119,61 @@ def test_measure_in_a_cuda_graph_names_its_scope_and_verifies():
     timing = lo.measure(gpu_mma(op).compile(target="cuda"), repeats=5, graph=True)
     assert timing.verified and timing.scope == GRAPH and GRAPH in str(timing) and timing.unit == "GOP/s"
     assert 0 < timing.percent_of_peak < 100
+
+
+# quantized convs on TMA pixel boxes (``padding_sums``): TMA fills the padding with 0 and the epilogue
+# adds the activations' zero point times the weights at each border pixel's taps outside; 1-D to 3-D,
+# stride 2, dilation, asymmetric padding, batch > 1, channel tails, boxes overhanging the output
+BOX_OPS = [lo.Conv2d(32, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11, batch=2),
+           lo.Conv2d(16, 20, 5, padding=2, height=17, width=19, batch=3),
+           lo.Conv2d(64, 64, 3, padding=1, height=14, width=14, batch=4),
+           lo.Conv2d(48, 72, 1, height=7, width=9, bias=False),
+           lo.Conv1d(16, 24, 3, stride=2, padding=((2, 1),), length=37, batch=3),
+           lo.Conv3d(16, 16, 3, stride=(1, 2, 1), padding=1, dilation=(2, 1, 1), depth=7, height=6, width=7,
+                     batch=2)]
+BOX_SPECS = [SPECS[0], SPECS[1], SPECS[2], SPECS[3],
+             lo.QuantSpec(activation="uint8", weight="ternary", output="int32")]
+BOX_VARIANTS = {"specialized 64-byte swizzle": {"block_m": 128, "block_n": 64, "warps_m": 1, "depth": 64,
+                                                "swizzle": 64, "specialize": True},
+                "defaults": {},
+                "128-byte swizzle": {"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 128,
+                                     "swizzle": 128},
+                "specialized small split_k=3": {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32,
+                                                "split_k": 3, "stages": 3, "specialize": True}}
+
+
+def _box_cases():
+    """Each shape under each variant, the specs in turn (split-K on the int32 specs only)."""
+    int32 = [spec for spec in BOX_SPECS if spec.output == "int32"]
+    for i, shape in enumerate(BOX_OPS):
+        for j, variant in enumerate(BOX_VARIANTS):
+            specs = int32 if "split_k" in variant else BOX_SPECS
+            spec = specs[(i + j) % len(specs)]
+            yield pytest.param(type(shape)(**shape.arguments, quant=spec), variant,
+                               id=f"{shape!r}-{spec.activation}-{spec.weight}-{spec.output}-{variant}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, variant", list(_box_cases()))
+def test_quantized_conv_pixel_boxes_match_the_reference_bit_for_bit_on_the_gpu(op, variant):
+    if device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    schedule = gpu_wgmma(op, **BOX_VARIANTS[variant], engine="tma")
+    ok, error, _ = checked(schedule.compile(target="cuda"), seed=13)
+    assert ok, error
+
+
+@needs_gpu
+def test_a_quantized_pixel_box_conv_on_device_arrays_sums_its_padding_table_there():
+    """The padding's prefix table made from device weights (CuPy) gives the numpy call's output."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    cp = device.cupy()
+    op = type(BOX_OPS[0])(**BOX_OPS[0].arguments, quant=SPECS[0])
+    schedule = gpu_wgmma(op, **BOX_VARIANTS["specialized 64-byte swizzle"], engine="tma")
+    kernel = schedule.compile(target="cuda")
+    arrays, params = random_call(op, seed=6)
+    stored = [cp.asarray(schedule.layout_of(t).to_storage(a)) for t, a in zip(op.inputs, arrays)]
+    expected = reference_output(op, arrays, params)
+    out = cp.asnumpy(kernel(*stored, arrays[2], **params))
+    np.testing.assert_array_equal(schedule.layout_of(op.output).from_storage(out, expected.shape), expected)

@@ -332,9 +332,9 @@ def test_bad_models_are_refused(tmp_path):
     unknown.graph.node[1].op_type = "NoSuchOp"
     with pytest.raises(ValueError, match=r"not a valid ONNX model: .*NoSuchOp"):
         backend.prepare(unknown)
-    with pytest.raises(ValueError, match=r"device 'CUDA' is not supported"):
-        backend.prepare(small_cnn(), device="CUDA")
-    assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
+    with pytest.raises(ValueError, match=r"device 'TPU' is not supported; loopopt runs on CPU, CUDA"):
+        backend.prepare(small_cnn(), device="TPU")
+    assert backend.supports_device("CPU") and not backend.supports_device("TPU")
 
 
 def _integers(dtype, *shape: int) -> np.ndarray:

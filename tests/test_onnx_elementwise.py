@@ -84,7 +84,7 @@ def _check_elementwise_node(data):
     node = helper.make_node(op_type, names, ["y"], **attributes)
     want = load_op("", op_type, OPSET)(node, RUN_PARAMS).run(*inputs)[0]
     values = [None if a is None else Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
-    run = ELEMENTWISE[op_type](node, values, OPSET, data.draw(st.integers(1, 3)))
+    run = ELEMENTWISE[op_type](node, values, OPSET, threads=data.draw(st.integers(1, 3)))
     before = [None if a is None else np.array(a) for a in inputs]
     with _any_size_splits():
         got = run(inputs, False)[0]

@@ -13,13 +13,14 @@ that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and
 the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
 node onnx.reference runs, with the reason, and ``rep.profile(inputs)`` what each node costs.
 ``strict=True`` raises NotImplementedError naming the node and what is missing instead of running
-a compute node on the reference.
+a compute node on the reference. ``device="CUDA"`` prepares a ``device_rep.DeviceRep`` instead: the
+model's nodes on the GPU.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,47 +32,22 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops import load_op
 
 from ..kernel import Kernel
-from ..ops import Op
 from ..pool import PoolSchedule
-from ..schedule import Schedule
+from ..targets.base import TargetUnavailableError
 from ..targets.registry import host_target
+from .device import GPU, Device, cuda_device
+from .device_rep import DeviceRep
 from .elementwise import ELEMENTWISE, VIEWS, fuse_lookups
 from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
-from .kernels import KernelCache
+from .kernels import KernelCache, LoweredNode
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
 from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
-from .pooling import POOL_ATTRIBUTES, POOLS, PoolRunner, selects_elements
+from .pooling import POOLS, PoolRunner, pool_attributes, selects_elements
 from .qdq import fuse
 
-DEVICES = ("CPU",)
+DEVICES = ("CPU", GPU)
 SMALL_INPUT = 4096     # elements: inputs up to this size key a node's lowering by their data too
-
-
-@dataclass(frozen=True)
-class LoweredNode:
-    """How one compute node ran: its loopopt op and schedule, or the reason it ran on the reference."""
-
-    node: str
-    op_type: str
-    op: Op | None = None
-    schedule: Schedule | None = None
-    source: str = ""          # where the schedule came from
-    isa: str = ""             # what the kernel was compiled for
-    note: str = ""            # what the importer does around the kernel
-    reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
-    absorbed: tuple[str, ...] = ()   # a fused QDQ group: the original nodes it stands for
-
-    @property
-    def on_kernel(self) -> bool:
-        return self.op is not None
-
-    def __str__(self) -> str:
-        if not self.on_kernel:
-            return f"{self.node} ({self.op_type}): onnx.reference, not supported: {self.reason}"
-        extra = f"; {self.note}" if self.note else ""
-        absorbed = f"; absorbs {', '.join(self.absorbed)}" if self.absorbed else ""
-        return f"{self.node} ({self.op_type}): {self.op!r}, {self.source} schedule{extra}{absorbed}"
 
 
 class LoopoptRep(BackendRep):
@@ -164,16 +140,16 @@ class LoopoptRep(BackendRep):
                                   owns_outputs=engine["engine"] == KERNEL, **engine))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
                 value = known.get(node.input[0])
-                selects = selects_elements(node.op_type, value and value.shape, _pool_attributes(node),
+                selects = selects_elements(node.op_type, value and value.shape, pool_attributes(node),
                                            node.output)
-                pool = PoolRunner(node.op_type, _pool_attributes(node), node.output)
+                pool = PoolRunner(node.op_type, pool_attributes(node), node.output)
                 self._pools[node.name] = (pool, node.input[0])
                 steps.append(Step(**step, **_pool_step(pool, runtime, value), owns_outputs=True,
                                   selects=selects))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
-                                                    self.kernels.threads)
+                                                    threads=self.kernels.threads)
                     steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=node.op_type not in VIEWS))
                 except NotSupported as error:
                     steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
@@ -335,12 +311,6 @@ def _reference_step(runtime: OpRun) -> Any:
     return lambda inputs, reuse: runtime.run(*inputs)
 
 
-def _pool_attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """A pooling node's attributes over ``POOL_ATTRIBUTES``."""
-    given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    return POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
-
-
 def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[str, Any]:
     """A pooling node's run and engine: ``pool``'s kernel (where the input's shape is known, the kernel
     of ``LoopoptRep._build_pools``), else numpy, ``reason`` saying why; else onnx.reference. An input
@@ -355,28 +325,47 @@ def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[st
 
 
 class LoopoptBackend(Backend):
-    """The ONNX backend API over ``LoopoptRep``."""
+    """The ONNX backend API over ``LoopoptRep`` (the CPU) and ``DeviceRep`` (a GPU: ``device="CUDA"``)."""
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return str(device).upper() in DEVICES
+        """The CPU; the GPU where CuPy sees one."""
+        name = str(device).upper()
+        if name == GPU:
+            try:
+                cuda_device()
+            except TargetUnavailableError:
+                return False
+        return name in DEVICES
 
     @classmethod
-    def _device(cls, device: str) -> None:
-        if not cls.supports_device(device):
+    def _device(cls, device: str | Device) -> Device | None:
+        """The device ``device`` names (None: the CPU); a ValueError for an unknown name, the GPU's
+        TargetUnavailableError where it is missing."""
+        if isinstance(device, Device):
+            return device
+        if str(device).upper() not in DEVICES:
             raise ValueError(f"device {device!r} is not supported; loopopt runs on {', '.join(DEVICES)}")
+        return cuda_device() if str(device).upper() == GPU else None
 
     @classmethod
-    def prepare(cls, model, device: str = "CPU", strict: bool = False,
+    def prepare(cls, model, device: str | Device = "CPU", strict: bool = False,
                 log: str | os.PathLike | None = None, threads: int = 1, isa: str = "auto", tune: int = 0,
-                **kwargs: Any) -> LoopoptRep:
+                **kwargs: Any) -> LoopoptRep | DeviceRep:
         """A rep of ``model`` (ModelProto, path or bytes); compute nodes with static shapes are
         lowered and compiled now, the others at the first run; kernels for ``isa`` ("auto": the
         best this CPU has, and a logged schedule on the ISA it was measured on). ``tune``: first tune
         each distinct compute op with that many trials into the tuning log ``log`` (one line on
         stderr per op; trials already in the log are not measured again), whose best schedules then
-        run the nodes."""
-        cls._device(device)
+        run the nodes. ``device="CUDA"`` (or a ``device.Device``, e.g. ``emulated_device()``): the
+        model runs on the GPU (``DeviceRep``: the log's trials of that GPU, else the search's first
+        candidate by its cost model; ``threads``, ``isa`` and ``tune`` are the CPU's)."""
+        chosen = cls._device(device)
+        if chosen is not None:
+            if tune or threads != 1 or isa != "auto":
+                raise ValueError(f"tune, threads and isa choose the CPU's kernels; on {chosen} give log= "
+                                 f"(a tuning log of lo.tune(op, target=\"cuda\")) and strict= only")
+            return DeviceRep(load_model(model), chosen, strict=strict, log=log)
         return LoopoptRep(load_model(model), strict=strict, log=log, threads=threads, isa=isa, tune=tune)
 
     @classmethod

@@ -5,10 +5,10 @@ numpy's elementwise functions keep that memory order, so Relu, Clip, Add, Sub, M
 DequantizeLinear and QuantizeLinear neither transpose nor copy back to the logical layout;
 Flatten, Reshape and Identity are views where numpy can make one. ``ELEMENTWISE`` maps an op type
 to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``: the first input's
-buffer may be overwritten, as nothing else reads it); the builder's ``threads``: the model's, which the
-compiled loops (DequantizeLinear, QuantizeLinear, the lookups, float32 Relu and same-shape
-Add/Sub/Mul/Div) run on where their arrays are large enough (``threaded_c.threads_for``), numpy's on
-one. A builder raises ``NotSupported`` for what it
+buffer may be overwritten, as nothing else reads it); a builder's ``threads`` (by keyword): the
+model's, which the compiled loops (DequantizeLinear, QuantizeLinear, the lookups, float32 Relu and
+same-shape Add/Sub/Mul/Div on numpy arrays) run on where their arrays are large enough
+(``threaded_c.threads_for``), numpy's own functions on one. A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 
 import numpy as np
 import onnx
@@ -35,7 +36,7 @@ from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
-Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int, int], Run]    # node, values, opset, threads
+Builder = Callable[..., Run]     # (node, values, opset, xp=numpy, threads=1) -> the node's run
 
 INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
@@ -52,19 +53,20 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
     return x if reuse else None
 
 
-def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
          threads: int = 1) -> Run:
-    """Relu: float32 stored in one contiguous run by the compiled loop (``float_map``) on up to
-    ``threads`` threads, else numpy's ``maximum(x, 0)``."""
+    """Relu on arrays of the array module ``xp`` (numpy; CuPy on a GPU: ``device_rep``), as the builders
+    below; a numpy float32 array stored in one contiguous run by the compiled loop (``float_map``) on
+    up to ``threads`` threads."""
     attributes(node, {})
     _float_inputs(node, values, 1)
-    loops = float_map(host_target().vector_flags())
+    loops = float_map(host_target().vector_flags()) if xp is np else None
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x = inputs[0]
-        flat = memory_order(x) if x.dtype == np.float32 else None
+        flat = memory_order(x) if loops is not None and x.dtype == np.float32 else None
         if flat is None:
-            return [np.maximum(x, 0, out=_out(x, reuse))]
+            return [xp.maximum(x, 0, out=_out(x, reuse))]
         out = x if reuse else aligned_empty_like(x, x.dtype)             # the same memory order
         loops.relu(flat, flat if reuse else memory_order(out), threads_for(flat.size, threads))
         return [out]
@@ -72,9 +74,10 @@ def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
     return run
 
 
-def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
          threads: int = 1) -> Run:
-    """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded."""
+    """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded.
+    The bounds are host constants, taken as scalars of the input's dtype."""
     attrs = attributes(node, {"min": None, "max": None})
     _float_inputs(node, values, 1)
 
@@ -84,13 +87,14 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
             low, high = (inputs[i] if i < len(inputs) else None for i in (1, 2))
         if low is None and high is None:
             return [x if reuse else x.copy()]
+        scalar = x.dtype.type
         if low is not None and high is not None:      # one pass
-            return [np.clip(x, np.asarray(low, x.dtype), np.asarray(high, x.dtype), out=_out(x, reuse))]
+            return [xp.clip(x, scalar(low), scalar(high), out=_out(x, reuse))]
         if low is not None:
-            x = np.maximum(x, np.asarray(low, x.dtype), out=_out(x, reuse))
+            x = xp.maximum(x, scalar(low), out=_out(x, reuse))
             reuse = True      # x is now a buffer of this node's own
         if high is not None:
-            x = np.minimum(x, np.asarray(high, x.dtype), out=_out(x, reuse))
+            x = xp.minimum(x, scalar(high), out=_out(x, reuse))
         return [x]
 
     return run
@@ -98,24 +102,26 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
 
 def binary(function: np.ufunc) -> Builder:
     """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7);
-    two float32 inputs of one shape stored in one contiguous run in one order by the compiled loop
+    two numpy float32 arrays of one shape stored in one contiguous run in one order by the compiled loop
     (``float_map``) on up to ``threads`` threads."""
 
-    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, threads: int = 1) -> Run:
+    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+              threads: int = 1) -> Run:
         attributes(node, {})
         if opset < 7:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
         _float_inputs(node, values, 2)
-
-        loops = float_map(host_target().vector_flags())
+        on = getattr(xp, function.__name__)       # the function of ``xp``
+        loops = float_map(host_target().vector_flags()) if xp is np else None
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
-            same = a.dtype == np.float32 and a.shape == b.shape and a.strides == b.strides
+            same = (loops is not None and a.dtype == np.float32 and a.shape == b.shape
+                    and a.strides == b.strides)
             flat, other = (memory_order(a), memory_order(b)) if same else (None, None)
             if flat is None or other is None:
                 into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
-                return [function(a, b, out=a if into else None)]
+                return [on(a, b, out=a if into else None)]
             out = a if reuse else aligned_empty_like(a, a.dtype)             # a's memory order
             loops.binary(function.__name__, flat, other, flat if reuse else memory_order(out),
                          threads_for(flat.size, threads))
@@ -126,8 +132,10 @@ def binary(function: np.ufunc) -> Builder:
     return build
 
 
-def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
             threads: int = 1) -> Run:
+    """Flatten as a view where the array's own ``reshape`` makes one (any array module ``xp``; so are
+    Reshape and Identity)."""
     axis = int(attributes(node, {"axis": 1})["axis"])
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -138,7 +146,7 @@ def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
     return run
 
 
-def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
             threads: int = 1) -> Run:
     """Reshape: a 0 in the shape copies the input's dim (unless ``allowzero``), a -1 is inferred."""
     allow_zero = bool(attributes(node, {"allowzero": 0})["allowzero"])
@@ -154,10 +162,17 @@ def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
     return run
 
 
-def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
              threads: int = 1) -> Run:
     attributes(node, {})
     return lambda inputs, reuse: [inputs[0]]
+
+
+def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+           threads: int = 1) -> Run:
+    """Concat of arrays of ``xp`` along ``axis`` (a negative one from the end)."""
+    axis = int(attributes(node, {"axis": None})["axis"])
+    return lambda inputs, reuse: [xp.concatenate([a for a in inputs if a is not None], axis=axis)]
 
 
 def memory_order(array: np.ndarray) -> np.ndarray | None:

@@ -26,7 +26,7 @@ from ..activation import Clip
 from ..epilogue import Epilogue
 from ..schedule import Schedule
 from .graph import STANDARD_DOMAINS
-from .lowering import Value
+from .lowering import FLOAT32, Floats, Value
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,10 @@ class Chain:
 
 
 def find(nodes: Sequence[onnx.NodeProto], known: Mapping[str, Value], outputs: Sequence[str],
-         opset: int) -> dict[str, Chain]:
+         opset: int, floats: Floats = FLOAT32) -> dict[str, Chain]:
     """The fusable chains of ``nodes`` (named, in graph order), by Conv node name (``known``: the shapes,
-    dtypes and constants of the values; ``outputs``: the graph's outputs; ``opset``: the default domain's)."""
+    dtypes and constants of the values; ``outputs``: the graph's outputs; ``opset``: the default domain's;
+    ``floats``: the dtypes of the Convs whose kernels take an epilogue)."""
     readers = Counter(name for node in nodes for name in set(node.input) if name)
     reader = {name: node for node in nodes for name in node.input if name}
 
@@ -68,14 +69,14 @@ def find(nodes: Sequence[onnx.NodeProto], known: Mapping[str, Value], outputs: S
     chains = {}
     for node in nodes:
         conv = node.op_type == "Conv" and node.domain in STANDARD_DOMAINS
-        if not conv or not _float32(known, node.output[0]):
+        if not conv or not _float(known, node.output[0], floats):
             continue
         value, residual, clip, absorbed = node.output[0], "", None, []
         nxt = only_reader(value)
         if nxt is not None and nxt.op_type == "Add":
             others = [n for n in nxt.input if n != value]
-            same = len(others) == 1 and _float32(known, others[0])
-            if same and known[others[0]].shape == known[value].shape:
+            same = len(others) == 1 and _float(known, others[0], floats)
+            if same and _alike(known[others[0]], known[value]):
                 residual, value = others[0], nxt.output[0]
                 absorbed.append(nxt.name)
                 nxt = only_reader(value)
@@ -90,8 +91,12 @@ def find(nodes: Sequence[onnx.NodeProto], known: Mapping[str, Value], outputs: S
     return chains
 
 
-def _float32(known: Mapping[str, Value], name: str) -> bool:
-    return name in known and known[name].dtype == np.float32 and known[name].shape is not None
+def _alike(a: Value, b: Value) -> bool:
+    return (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+def _float(known: Mapping[str, Value], name: str, floats: Floats) -> bool:
+    return name in known and known[name].dtype.name in floats and known[name].shape is not None
 
 
 def _clip(node: onnx.NodeProto, known: Mapping[str, Value], opset: int) -> Optional[Clip]:

@@ -171,3 +171,29 @@ class KernelCache:
                 kernel.set_threads(self.threads)
             self._compiled[key] = Compiled(kernel, schedule, source)
         return self._compiled[key]
+
+
+@dataclass(frozen=True)
+class LoweredNode:
+    """How one compute node ran: its loopopt op and schedule, or the reason it ran on the reference."""
+
+    node: str
+    op_type: str
+    op: Op | None = None
+    schedule: Schedule | None = None
+    source: str = ""          # where the schedule came from
+    isa: str = ""             # what the kernel was compiled for
+    note: str = ""            # what the importer does around the kernel
+    reason: str = ""          # why the node ran on onnx.reference (non-strict mode only)
+    absorbed: tuple[str, ...] = ()   # a fused QDQ group: the original nodes it stands for
+
+    @property
+    def on_kernel(self) -> bool:
+        return self.op is not None
+
+    def __str__(self) -> str:
+        if not self.on_kernel:
+            return f"{self.node} ({self.op_type}): onnx.reference, not supported: {self.reason}"
+        extra = f"; {self.note}" if self.note else ""
+        absorbed = f"; absorbs {', '.join(self.absorbed)}" if self.absorbed else ""
+        return f"{self.node} ({self.op_type}): {self.op!r}, {self.source} schedule{extra}{absorbed}"

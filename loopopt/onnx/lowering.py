@@ -117,11 +117,19 @@ def _input(values: Sequence[Value | None], index: int) -> Value | None:
     return values[index] if index < len(values) else None
 
 
-def _float32(node: onnx.NodeProto, values: Sequence[Value | None]) -> None:
+Floats = tuple[str, ...]     # float dtype names
+FLOAT32: Floats = ("float32",)       # the float dtypes the host's kernels take
+
+
+def _float(node: onnx.NodeProto, values: Sequence[Value | None], floats: Floats) -> str:
+    """The one float dtype of the node's inputs, one of ``floats``; NotSupported naming an input of
+    another dtype."""
     for index, value in enumerate(values):
-        if value is not None and value.dtype != np.float32:
+        if value is not None and (value.dtype.name not in floats or value.dtype != values[0].dtype):
+            one = ", the inputs of one dtype" if len(floats) > 1 else ""
             raise NotSupported(f"{node.op_type} input {node.input[index]!r} of dtype {value.dtype} "
-                               "(float kernels are float32)")
+                               f"(float kernels are {' or '.join(floats)}{one})")
+    return values[0].dtype.name
 
 
 # ---------------------------------------------------------------- convolutions
@@ -142,10 +150,10 @@ class ConvGeometry:
     kwargs: dict
     spatial: int          # the node's spatial rank
 
-    def op(self, quant: QuantSpec | None = None) -> ConvNd:
+    def op(self, quant: QuantSpec | None = None, dtype: str = "float32") -> ConvNd:
         """The loopopt op; NotSupported with the op model's reason if it refuses the shape."""
         try:
-            return CONVS[self.spatial][0](**self.kwargs, quant=quant)
+            return CONVS[self.spatial][0](**self.kwargs, quant=quant, dtype=dtype)
         except ValueError as error:   # e.g. a kernel larger than the padded input
             raise NotSupported(str(error)) from error
 
@@ -181,12 +189,13 @@ def conv_geometry(node: onnx.NodeProto, x: Value, w: Value, bias: bool) -> ConvG
     return ConvGeometry(kwargs, spatial)
 
 
-def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Conv (inputs X, W, optional B) as a float32 Conv1d, Conv2d or Conv3d."""
+def lower_conv(node: onnx.NodeProto, values: Sequence[Value | None], floats: Floats = FLOAT32) -> Lowering:
+    """ONNX Conv (inputs X, W, optional B) as a Conv1d, Conv2d or Conv3d of its float dtype (one of
+    ``floats``)."""
     x, w, b = values[0], values[1], _input(values, 2)
-    _float32(node, values)
+    dtype = _float(node, values, floats)
     geometry = conv_geometry(node, x, w, b is not None)
-    return Lowering(geometry.op(), lambda inputs: ([a for a in inputs[1:3] if a is not None], {}))
+    return Lowering(geometry.op(dtype=dtype), lambda inputs: ([a for a in inputs[1:3] if a is not None], {}))
 
 
 @dataclass(frozen=True)
@@ -321,10 +330,11 @@ class MatmulShape:
         """Rows of the kernel's A: the batch folds into them when B has no batch dims."""
         return self.m * (1 if self.b_batched else int(np.prod(self.batch)))
 
-    def op(self, quant: QuantSpec | None = None) -> Matmul:
+    def op(self, quant: QuantSpec | None = None, dtype: str = "float32") -> Matmul:
         """The loopopt op (NotSupported with the op model's reason if it refuses the shape)."""
         try:
-            return Matmul(self.rows, self.n, self.k, batch=self.batch if self.b_batched else (), quant=quant)
+            return Matmul(self.rows, self.n, self.k, batch=self.batch if self.b_batched else (), quant=quant,
+                          dtype=dtype)
         except (ValueError, TypeError) as error:
             raise NotSupported(str(error)) from error
 
@@ -352,13 +362,14 @@ class MatmulShape:
         return f"batch {self.batch} folded into the rows" if self.batch and not self.b_batched else ""
 
 
-def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX MatMul (numpy semantics) as a float32 Matmul (see MatmulShape)."""
+def lower_matmul(node: onnx.NodeProto, values: Sequence[Value | None],
+                 floats: Floats = FLOAT32) -> Lowering:
+    """ONNX MatMul (numpy semantics) as a Matmul of its float dtype (of ``floats``; see MatmulShape)."""
     attributes(node, {})
-    _float32(node, values)
+    dtype = _float(node, values, floats)
     shape = MatmulShape.of(node, values[0].shape, values[1].shape)
-    return Lowering(shape.op(), lambda inputs: ([shape.right(inputs[1])], {}), shape.left, shape.result,
-                    shape.note)
+    return Lowering(shape.op(dtype=dtype), lambda inputs: ([shape.right(inputs[1])], {}), shape.left,
+                    shape.result, shape.note)
 
 
 def _quantized_matmul(node: onnx.NodeProto, values: Sequence[Value | None], weights: int,
@@ -387,11 +398,11 @@ GEMM_ATTRIBUTES = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0,
                    "broadcast": 0}   # opset < 7: C broadcasts only when set; numpy broadcasting covers both
 
 
-def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a float32 Gemm called ``kernel(A, B, C)`` (a scalar C
-    as shape (1,))."""
+def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None], floats: Floats = FLOAT32) -> Lowering:
+    """ONNX Gemm ``alpha * A' @ B' + beta * C`` as a Gemm of its float dtype (of ``floats``) called
+    ``kernel(A, B, C)`` (a scalar C as shape (1,))."""
     attrs = attributes(node, GEMM_ATTRIBUTES)
-    _float32(node, values)
+    dtype = _float(node, values, floats)
     a, b, c = values[0].shape, values[1].shape, _input(values, 2)
     if len(a) != 2 or len(b) != 2:
         raise NotSupported(f"Gemm of shapes {a} and {b} (2-D operands)")
@@ -402,7 +413,7 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering
     c_shape = None if c is None else (c.shape or (1,))
     try:
         op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(attrs["alpha"]),
-                  beta=float(attrs["beta"]), c_shape=c_shape)
+                  beta=float(attrs["beta"]), c_shape=c_shape, dtype=dtype)
     except (ValueError, TypeError) as error:
         raise NotSupported(f"Gemm with {error}") from error
     return Lowering(op, lambda inputs: ([inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else []),
@@ -499,6 +510,12 @@ def lowerable(node: onnx.NodeProto) -> bool:
     return node.op_type in TABLES.get(node.domain, {})
 
 
-def lower(node: onnx.NodeProto, values: Sequence[Value | None]) -> Lowering:
-    """The lowering of a compute node (``lowerable``); NotSupported if the op model cannot express it."""
+FLOAT_LOWERINGS = {"Conv": lower_conv, "MatMul": lower_matmul, "Gemm": lower_gemm}
+
+
+def lower(node: onnx.NodeProto, values: Sequence[Value | None], floats: Floats = FLOAT32) -> Lowering:
+    """The lowering of a compute node (``lowerable``); NotSupported if the op model cannot express it.
+    ``floats``: the float dtypes the kernels take (a float node of another: NotSupported naming it)."""
+    if TABLES[node.domain] is LOWERINGS and node.op_type in FLOAT_LOWERINGS:
+        return FLOAT_LOWERINGS[node.op_type](node, values, floats)
     return TABLES[node.domain][node.op_type](node, values)

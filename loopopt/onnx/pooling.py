@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from ..ops import auto_pad
 from ..pool import Pool, PoolSchedule
@@ -56,7 +59,7 @@ def _output_size(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: 
     return out
 
 
-def _taps(x: np.ndarray, attributes: dict, fill: float):
+def _taps(x: np.ndarray, attributes: dict, fill: float, xp: ModuleType = np):
     """The padded input's strided slice for each tap of the window, channels-last: ``x`` is
     ``(N, spatial..., C)`` (a channels-last view of the node's input; the taps then read whole
     rows of channels, and the output of a channels-last kernel is read without a transpose)."""
@@ -67,7 +70,7 @@ def _taps(x: np.ndarray, attributes: dict, fill: float):
     # pad past the end as far as the last window reaches (ceil_mode may reach beyond the given pad)
     ends = [max(p[1], (o - 1) * s + d * (k - 1) + 1 - n - p[0])
             for n, k, s, d, p, o in zip(x.shape[1:-1], kernel, strides, dilations, pads, sizes)]
-    padded = np.pad(x, [(0, 0)] + [(p[0], e) for p, e in zip(pads, ends)] + [(0, 0)], constant_values=fill)
+    padded = xp.pad(x, [(0, 0)] + [(p[0], e) for p, e in zip(pads, ends)] + [(0, 0)], constant_values=fill)
     for tap in np.ndindex(*kernel):
         window = [slice(t * d, t * d + (o - 1) * s + 1, s)
                   for t, d, s, o in zip(tap, dilations, strides, sizes)]
@@ -99,16 +102,21 @@ def _tap_ranges(x: np.ndarray, attributes: dict):
 
 
 def _channels_last(x: np.ndarray) -> np.ndarray:
-    return np.moveaxis(x, 1, -1)
+    return x.transpose(0, *range(2, x.ndim), 1)
 
 
-def max_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+def _channels_first(x: np.ndarray) -> np.ndarray:
+    return x.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
+
+
+def max_pool(x: np.ndarray, attributes: dict, xp: ModuleType = np) -> np.ndarray:
     """MaxPool, returned as a channels-last array viewed in the logical (N, C, spatial...) order. The
     maximum over a box is the maximum along each spatial dim in turn (``_max_along``, the outermost
     first: its taps read whole rows, and a stride shrinks what the next dim's passes read): 3 + 3
     passes for a 3x3 window instead of 9, the first of each a copy. ResNet-18's stem pool (64 channels,
     112x112, stride 2) ran 1.49-1.64 ms with 9 passes and 1.04-1.06 ms so, interleaved, on this
-    project's shared Xeon with AMX."""
+    project's shared Xeon with AMX. ``xp``: the array module of ``x`` (numpy; CuPy on a GPU), as for the
+    pools below."""
     last = _channels_last(x)
     kernel, strides, dilations, pads = _geometry(last.shape[1:-1], attributes)
     begins, ends = zip(*pads)
@@ -116,8 +124,8 @@ def max_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
         one = dict(attributes, auto_pad="NOTSET", kernel_shape=_only(kernel, axis, 1),
                    strides=_only(strides, axis, 1), dilations=_only(dilations, axis, 1),
                    pads=_only(begins, axis, 0) + _only(ends, axis, 0))
-        last = _max_along(last, one)
-    return np.moveaxis(last, -1, 1)
+        last = _max_along(last, one, xp)
+    return _channels_first(last)
 
 
 def _only(values: Sequence[int], axis: int, other: int) -> list[int]:
@@ -125,46 +133,54 @@ def _only(values: Sequence[int], axis: int, other: int) -> list[int]:
     return [value if dim == axis else other for dim, value in enumerate(values)]
 
 
-def _max_along(last: np.ndarray, attributes: dict) -> np.ndarray:
+def _max_along(last: np.ndarray, attributes: dict, xp: ModuleType) -> np.ndarray:
     """The channels-last MaxPool of ``last`` (``attributes`` explicit, any window): each tap's maximum
     taken into the output positions it reaches inside the input (no padded copy); a tap that reaches
     every output position starts the output as a copy, else it starts at the dtype's lowest value."""
     shape, taps = _tap_ranges(last, attributes)
     first = next((read for window, read in taps if last[read].shape == shape), None)
     if first is None:
-        out = np.full(shape, -np.inf if last.dtype.kind == "f" else np.iinfo(last.dtype).min, last.dtype)
+        out = xp.full(shape, -np.inf if last.dtype.kind == "f" else np.iinfo(last.dtype).min, last.dtype)
     else:
-        out = np.empty(shape, last.dtype)
-        np.copyto(out, last[first])
+        out = xp.empty(shape, last.dtype)
+        xp.copyto(out, last[first])
     for window, read in taps:
         if read is not first:
-            np.maximum(out[window], last[read], out=out[window])
+            xp.maximum(out[window], last[read], out=out[window])
     return out
 
 
-def average_pool(x: np.ndarray, attributes: dict) -> np.ndarray:
+def average_pool(x: np.ndarray, attributes: dict, xp: ModuleType = np) -> np.ndarray:
     """AveragePool, returned as ``max_pool`` returns its output."""
     total = count = None
-    ones = np.ones((1, *x.shape[2:], 1), x.dtype)
+    ones = xp.ones((1, *x.shape[2:], 1), x.dtype)
     counted = float(attributes["count_include_pad"])     # a pad counts 1 or 0 in the divisor
-    for (window, padded), (_, mask) in zip(_taps(_channels_last(x), attributes, 0.0),
-                                           _taps(ones, attributes, counted)):
+    for (window, padded), (_, mask) in zip(_taps(_channels_last(x), attributes, 0.0, xp),
+                                           _taps(ones, attributes, counted, xp)):
         total = padded[window].copy() if total is None else total + padded[window]
         count = mask[window].copy() if count is None else count + mask[window]
-    return np.moveaxis((total / count).astype(x.dtype), -1, 1)
+    return _channels_first((total / count).astype(x.dtype))
 
 
-def global_pool(reduce: Callable[..., np.ndarray]) -> Callable[[np.ndarray, dict], np.ndarray]:
-    """A global pool: ``reduce`` over every spatial dim, kept as size-1 dims."""
-    return lambda x, attributes: reduce(x, axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+def global_pool(reduce: str) -> Callable[..., np.ndarray]:
+    """A global pool: the array module's ``reduce`` (``max``, ``mean``) over every spatial dim, kept as
+    size-1 dims."""
+    return lambda x, attributes, xp=np: getattr(xp, reduce)(x, axis=tuple(range(2, x.ndim)),
+                                                            keepdims=True).astype(x.dtype)
 
 
-POOLS: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
+POOLS: dict[str, Callable[..., np.ndarray]] = {     # (x, attributes, xp=numpy) -> the pooled array
     "MaxPool": max_pool,
     "AveragePool": average_pool,
-    "GlobalMaxPool": global_pool(np.max),
-    "GlobalAveragePool": global_pool(np.mean),
+    "GlobalMaxPool": global_pool("max"),
+    "GlobalAveragePool": global_pool("mean"),
 }
+
+
+def pool_attributes(node: onnx.NodeProto) -> dict:
+    """A pooling node's attributes over ``POOL_ATTRIBUTES``."""
+    given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return POOL_ATTRIBUTES | {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
 
 
 def _node_refusal(rank: int, attributes: dict, outputs: Sequence[str]) -> str | None:

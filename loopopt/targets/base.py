@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..codegen.pseudocode import render
 from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
@@ -97,6 +100,17 @@ class Target(ABC):
         (nothing for a target that runs on the host): asked before anything is built."""
         if self.has_device:
             self.device()
+
+    def array_module(self) -> ModuleType:
+        """The array library of the memory its kernels read and write (numpy, the default: the
+        host's; a GPU target's: CuPy, TargetUnavailableError where it or the device is missing)."""
+        return np
+
+    def emulate(self, schedule: Schedule) -> Kernel:
+        """The host emulation of ``schedule``'s kernel on this target, called as on the host (numpy
+        arrays, the kernel's own parameter types), where the target has one; TargetUnavailableError
+        (the default) where it has none."""
+        raise TargetUnavailableError(f"the {self.name} target has no host emulation of its kernels")
 
     def fingerprint(self) -> str | None:
         """What the tuning log keys this target's trials by where that is not this host (its

@@ -110,6 +110,11 @@ class SearchRules(ABC):
         """Whether no model prices ``candidate`` (the heuristic's time stands in for the model's)."""
         return False
 
+    def takes_epilogue(self, candidate: Candidate) -> bool:
+        """Whether ``candidate``'s kernel can add a residual and clip its outputs in its store
+        (``Schedule.add_residual``, ``Schedule.clip``): every kernel by default."""
+        return True
+
     def traits(self, candidate: Candidate, threads: int) -> Traits:
         """What the guide's fit reads of ``candidate`` on ``threads`` threads besides its times."""
         return Traits()

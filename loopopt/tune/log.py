@@ -207,11 +207,12 @@ def logged_count(op: Op, log: str | os.PathLike, threads: int = 1, isa: str | No
 
 
 def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
-                      isa: str | None = None) -> dict[str, LoggedTrial]:
+                      isa: str | None = None, machine: str | None = None) -> dict[str, LoggedTrial]:
     """The fastest verified trial of each algorithm (``tune.algorithms``) of ``op`` in the tuning log
-    ``log`` measured on this machine with ``threads`` threads (and ``isa``, if given), by minimum time."""
+    ``log`` measured on this machine (``machine``: the one of that fingerprint) with ``threads`` threads
+    (and ``isa``, if given), by minimum time."""
     with TuningLog(log, readonly=True) as tuning_log:
-        ok = sorted((t for t in tuning_log.trials(op, isa, threads) if t.status == "ok"),
+        ok = sorted((t for t in tuning_log.trials(op, isa, threads, machine) if t.status == "ok"),
                     key=lambda t: t.timing.min)
     fastest: dict[str, LoggedTrial] = {}
     for t in ok:
@@ -220,14 +221,15 @@ def best_by_algorithm(op: Op, log: str | os.PathLike, threads: int = 1,
 
 
 def best_trial(op: Op, log: str | os.PathLike, threads: int = 1, isa: str | None = None,
-               algorithms: str | tuple[str, ...] = "auto") -> LoggedTrial | None:
+               algorithms: str | tuple[str, ...] = "auto", machine: str | None = None) -> LoggedTrial | None:
     """The fastest verified trial of ``op`` in the tuning log ``log`` measured on this machine with
     ``threads`` threads (and ``isa``, if given), by minimum time, of any of ``algorithms`` (``"auto"``:
     every one, a Winograd plan too; ``SCHEDULE_ALGORITHMS``: one loop nest); None if there is none. Its
     ``isa`` is the ISA it was measured on: ``trial.to_schedule(op).compile(trial.isa)`` rebuilds that
-    kernel (an AMX or AVX2 winner, a Winograd plan too)."""
+    kernel (an AMX or AVX2 winner, a Winograd plan too). ``machine``: the fingerprint of another machine
+    or device to take it from (a GPU's name, ``Target.fingerprint``)."""
     wanted = selected(algorithms)
-    fastest = [t for name, t in best_by_algorithm(op, log, threads, isa).items() if name in wanted]
+    fastest = [t for name, t in best_by_algorithm(op, log, threads, isa, machine).items() if name in wanted]
     return min(fastest, key=lambda t: t.timing.min, default=None)
 
 

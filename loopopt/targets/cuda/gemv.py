@@ -358,7 +358,7 @@ def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelPa
     if op.quant is None:
         half = "__half" if syntax.device else "uint16_t"
         return (*(KernelParam(t, half, const=True) for t in op.inputs), KernelParam(op.output, "float"))
-    params = quantized.parameters(op)
+    params = quantized.parameters(schedule)
     if kind.name == "i2_s":
         params = tuple(replace(p, ctype="uint8_t") if p.name == op.inputs[1] else p for p in params)
     return params

@@ -13,7 +13,7 @@ from ...bf16 import bf16_bits
 from ...codegen import Generated
 from ...kernel import Buffers, Kernel
 from ...schedule import Schedule
-from . import device, quantized
+from . import device, padding_sums, quantized
 from .driver import CudaDriver
 from .gemv import PackedWeights, packs_weights
 from .printer import CudaSource
@@ -54,24 +54,27 @@ class CudaKernel(Kernel):
         for tensor, array in zip(self.generated.arguments[:-1], given, strict=True):
             self._check(tensor, array, self.op.tensor(self._tensor_of(tensor)).shape)
             is_bias = self.op.bias and tensor == self.op.bias_tensor
-            element = bf16_bits(array, tensor) if self._dtype(tensor) == np.uint16 else array
+            element = bf16_bits(array, tensor) if self.parameter_dtype(tensor) == np.uint16 else array
             # the bias as given; a tensor in its storage layout (the residual in the output's)
             packed = (element if is_bias
                       else self.schedule.layout_of(self._tensor_of(tensor)).to_storage(element))
-            stored[tensor] = cp.asarray(packed.astype(self._dtype(tensor), copy=False))
+            stored[tensor] = cp.asarray(packed.astype(self.parameter_dtype(tensor), copy=False))
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
         return self.bind(stored)
 
-    def _dtype(self, name: str) -> np.dtype:
+    def parameter_dtype(self, name: str) -> np.dtype:
         """The element type of parameter ``name`` on the device (``DEVICE_DTYPES``)."""
         return next(DEVICE_DTYPES[p.ctype] for p in self.generated.params if p.name == name)
 
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
-        the bias's logical one, a per-channel array's channels."""
+        the bias's logical one, the padding's prefix table's (``padding_sums``), a per-channel array's
+        channels."""
         if self.op.bias and name == self.op.bias_tensor:
             return self.op.tensor(name).shape
+        if name == padding_sums.TABLE:
+            return padding_sums.shape(self.op)
         tensor = self._tensor_of(name)          # the residual's: the output's
         return self._storage_shape(name) if tensor in self.op.tensors else (self.op.channels,)
 
@@ -82,7 +85,7 @@ class CudaKernel(Kernel):
         arguments = {}
         for param in self.generated.params:
             arguments[param.name] = (_device_pointer(param.name, values[param.name], self._shape(param.name),
-                                                     self._dtype(param.name)) if param.pointer
+                                                     self.parameter_dtype(param.name)) if param.pointer
                                      else values[param.name])
         return Buffers(values, self._bind(arguments))
 
@@ -95,7 +98,7 @@ class CudaKernel(Kernel):
             cp = device.cupy()
             given = [device.device_array(a, cp) for a in self._given(arrays)]
             values = dict(zip(self.generated.arguments[:-1], given, strict=True))
-            out = cp.empty(self._storage_shape(self.op.output), dtype=self._dtype(self.op.output))
+            out = cp.empty(self._storage_shape(self.op.output), dtype=self.parameter_dtype(self.op.output))
             buffers = self.bind(values | {self.op.output: out})
             self.run(buffers)
             return out

@@ -30,7 +30,8 @@ from .instructions import MatrixInstruction
 
 MAX_BOX = 256               # elements of a TMA box along one dim
 MAX_ELEMENT_STRIDE = 8      # TMA's elementStrides
-_MAP_TYPES = {"float16": 6, "bfloat16": 9}      # CUtensorMapDataType (a quantized conv: engine="threads")
+# CUtensorMapDataType: FLOAT16, BFLOAT16, UINT8 (the int8 entries copy the stored bytes as they are)
+MAP_TYPES = {"float16": 6, "bfloat16": 9, "int8": 0, "uint8": 0}
 _SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_128B = 2
 
@@ -77,7 +78,7 @@ class PixelBox:
                 f"{{{self._list(self.extents, 'ull')}}}, lo_strides[{rank - 1}] = "
                 f"{{{self._list(strides, 'ull')}}}; const unsigned lo_box[{rank}] = "
                 f"{{{self._list(box, 'u')}}}, lo_unit[{rank}] = {{{self._list(self.steps, 'u')}}}; "
-                f"if (lo_encode(&{name}, {_MAP_TYPES[self.dtype]}, {rank}, (void *) {self.tensor}, lo_dims, "
+                f"if (lo_encode(&{name}, {MAP_TYPES[self.dtype]}, {rank}, (void *) {self.tensor}, lo_dims, "
                 f"lo_strides, lo_box, lo_unit, 0, {_SWIZZLE_ENUM[self.swizzle_bytes]}, "
                 f"{_L2_PROMOTION_128B}, 0) != 0) return (int) cudaErrorInvalidValue; }}")
 
@@ -85,7 +86,8 @@ class PixelBox:
         """The host emulation's description of the tensor (what the map holds)."""
         fields = ", ".join(f"{{{self._list(values, '')}}}"
                            for values in (self.extents, self.strides, self.counts, self.steps))
-        return (f"const lo_box_map {self.map_name} = {{{self.tensor}, {self.rank}, {fields}, "
+        base = self.tensor if self.element_bytes == 2 else f"(const unsigned char *) {self.tensor}"
+        return (f"const lo_box_map {self.map_name} = {{{base}, {self.rank}, {fields}, "
                 f"{self.swizzle_bytes}}};")
 
     def issue(self, dst: str, barrier: str, device: bool) -> str:
@@ -208,32 +210,34 @@ static __device__ __forceinline__ void lo_tma_{rank}d(void *dst, const lo_tensor
 }}""" for rank in (3, 4, 5))
 
 
-def host() -> str:
-    """The host emulation's N-D box copy (float16 and bfloat16 elements, held as float)."""
-    return _HOST
+def host(element_bytes: int) -> str:
+    """The host emulation's N-D box copy of ``element_bytes``-byte elements (2: float16 and bfloat16,
+    held as float; 1: int8 bytes)."""
+    return _HOST.format(t="float" if element_bytes == 2 else "unsigned char", size=element_bytes,
+                        zero="0.0f" if element_bytes == 2 else "0")
 
 
 _HOST = r"""
-typedef struct { const float *base; int rank; long extents[5], strides[5]; int counts[5], steps[5];
-                 int swizzle; } lo_box_map;
+typedef struct {{ const {t} *base; int rank; long extents[5], strides[5]; int counts[5], steps[5];
+                 int swizzle; }} lo_box_map;
 /* the box at start (innermost first) of an N-D tensor into shared memory at dst, row-major with the
    innermost dim fastest, each element at the byte address the hardware swizzles, zero outside */
-static void lo_tma_nd(float *smem, float *dst, const lo_box_map *map, const long *start, long *count)
-{
+static void lo_tma_nd({t} *smem, {t} *dst, const lo_box_map *map, const long *start, long *count)
+{{
     long total = 1;
     for (int d = 0; d < map->rank; ++d) total *= map->counts[d];
-    for (long e = 0; e < total; ++e) {
+    for (long e = 0; e < total; ++e) {{
         long rest = e, offset = 0;
         int inside = 1;
-        for (int d = 0; d < map->rank; ++d) {
+        for (int d = 0; d < map->rank; ++d) {{
             const long at = start[d] + rest % map->counts[d] * map->steps[d];
             rest /= map->counts[d];
             inside = inside && at >= 0 && at < map->extents[d];
             offset += at * map->strides[d];
-        }
-        long byte = (long) (dst - smem) * 2 + e * 2;
+        }}
+        long byte = (long) (dst - smem) * {size} + e * {size};
         byte ^= (byte >> 7 & (map->swizzle / 16 - 1)) << 4;
-        smem[byte / 2] = inside ? map->base[offset] : 0.0f;
-    }
-    *count -= total * 2;
-}"""
+        smem[byte / {size}] = inside ? map->base[offset] : {zero};
+    }}
+    *count -= total * {size};
+}}"""

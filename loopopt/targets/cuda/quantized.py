@@ -17,7 +17,10 @@ weights and ``S`` the sum of the activations' tile over the output's row (the *a
 by the tensor cores too, against a fragment of ones; only where ``zw`` may be nonzero:
 ``needs_activation_sums``). The kernel takes ``lo_comp``, ``lo_zw`` (with the sums), ``lo_mult``
 (``quant.output_multipliers``), a dequantized output's float32 bias, ``lo_zx`` (the tiles' fill) and
-``lo_zy``; everything is int32 arithmetic that wraps, exact because the true sum fits int32.
+``lo_zy``; everything is int32 arithmetic that wraps, exact because the true sum fits int32. Where TMA
+copies a conv's activations (pixel boxes) its padding holds 0, not ``zx``: the kernel also takes the
+weights' prefix table over the taps and adds ``zx`` times the weights at a border pixel's taps outside
+(``padding_sums``).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from ...quant import (
     symmetric_zero_point,
 )
 from ...schedule import Schedule, ScheduleError
-from . import device
+from . import device, padding_sums
 from .instructions import MatrixInstruction
 
 
@@ -82,9 +85,10 @@ def tensors(op: Op) -> tuple[str, ...]:
     return (*op.inputs, *bias, op.output)
 
 
-def parameters(op: Op) -> tuple[KernelParam, ...]:
-    """Every parameter of the kernel, in order: ``tensors(op)`` then the per-channel arrays and the
-    zero points."""
+def parameters(schedule: Schedule) -> tuple[KernelParam, ...]:
+    """Every parameter of ``schedule``'s kernel, in order: ``tensors(op)`` then the per-channel arrays
+    (and the padding's prefix table where TMA zero-fills it, ``padding_sums``) and the zero points."""
+    op = schedule.op
     spec = op.quant
     types = {op.inputs[0]: C_TYPES[spec.activation_dtype.name], op.inputs[1]: C_TYPES[spec.weight_dtype.name],
              op.output: C_TYPES[spec.output], op.bias_tensor: "float"}
@@ -94,6 +98,8 @@ def parameters(op: Op) -> tuple[KernelParam, ...]:
         params.append(KernelParam("lo_zw", "int32_t", const=True))
     if spec.scaled:
         params.append(KernelParam("lo_mult", "float", const=True))
+    if padding_sums.compensated(schedule):
+        params.append(padding_sums.parameter())
     params.append(scalar("lo_zx", "int"))
     if spec.requantized:
         params.append(scalar("lo_zy", "int"))
@@ -101,13 +107,17 @@ def parameters(op: Op) -> tuple[KernelParam, ...]:
 
 
 def store(op: Op, out: str, sums: str, channel: str, bias: str, share: str | None,
-          activation_sums: str | None = None) -> str:
+          activation_sums: str | None = None, outside: str | None = None) -> str:
     """The statement storing the int32 ``sums`` (``P``) of one output element ``out`` of channel
     ``channel`` (``bias``: a dequantized output's bias element; ``activation_sums``: its ``S``, where
-    the op needs them); under split-K, ``share`` is the share's number and the sums are added
-    (``LO_ADD``), the first share bringing ``lo_comp``."""
+    the op needs them; ``outside``: its weights at the taps TMA zero-filled, ``padding_sums``); under
+    split-K, ``share`` is the share's number and the sums are added (``LO_ADD``), the first share
+    bringing ``lo_comp`` (and the padding's)."""
     spec = op.quant
-    comp = f"lo_comp[{channel}]" if share is None else f"({share} == 0 ? lo_comp[{channel}] : 0)"
+    comp = f"lo_comp[{channel}]"
+    if outside is not None:         # the padding's zero point, which TMA's zero fill left out
+        comp = f"(int) ((unsigned) {comp} + (unsigned) lo_zx * (unsigned) {outside})"
+    comp = comp if share is None else f"({share} == 0 ? {comp} : 0)"
     total = f"(unsigned) {sums} + (unsigned) {comp}"                # int32 sums, wrapping as quant.py's
     if activation_sums is not None:
         total += f" - (unsigned) lo_zw[{channel}] * (unsigned) {activation_sums}"
@@ -125,20 +135,24 @@ def store(op: Op, out: str, sums: str, channel: str, bias: str, share: str | Non
             f"{out} = ({C_TYPES[spec.output]}) ((int) rintf(lo_p) + lo_zy); }}")
 
 
-def channel_totals(schedule: Schedule, stored_weights: Any) -> Any:
-    """``T[k]`` (int64): the sum of each output channel's weights, from the weights in their storage
-    layout, a numpy or a device (CuPy) array alike (a blocked layout's padding is zero)."""
+def channels_first(schedule: Schedule, stored_weights: Any) -> Any:
+    """The weights in their logical layout with the output channels first, from the weights in their
+    storage layout, a numpy or a device (CuPy) array alike (a blocked layout's padding is zero)."""
     op = schedule.op
     weights = op.inputs[1]
     logical = schedule.layout_of(weights).logical_view(stored_weights, op.tensor(weights).shape)
-    return logical.swapaxes(op.weight_channel_axis, 0).reshape(op.channels, -1).sum(axis=1, dtype=np.int64)
+    return logical.swapaxes(op.weight_channel_axis, 0)
 
 
-def channel_values(schedule: Schedule, qp: QuantParams, totals: Any, xp: ModuleType) -> dict[str, Any]:
+def channel_values(schedule: Schedule, qp: QuantParams, stored_weights: Any,
+                   xp: ModuleType) -> dict[str, Any]:
     """The per-channel arrays and zero points of a call by parameter name (``xp``'s arrays: numpy, or
-    CuPy where ``totals`` is on the device): ``lo_comp`` (module docstring), ``lo_zw``, ``lo_mult``, a
-    dequantized output's float32 bias, ``lo_zx`` and ``lo_zy``."""
+    CuPy where the weights are on the device): ``lo_comp`` (module docstring, with ``T[k]`` the sum of
+    each output channel's weights), ``lo_zw``, ``lo_mult``, a dequantized output's float32 bias, the
+    padding's prefix table where TMA zero-fills it (``padding_sums``), ``lo_zx`` and ``lo_zy``."""
     op, spec = schedule.op, schedule.op.quant
+    weights = channels_first(schedule, stored_weights)
+    totals = weights.reshape(op.channels, -1).sum(axis=1, dtype=np.int64)
     zx, zw = np.int64(qp.x_zero_point), qp.w_zero_point.astype(np.int64)
     known = reduction_span(schedule) * zx * zw
     if qp.bias is not None and not spec.dequantized:
@@ -152,6 +166,8 @@ def channel_values(schedule: Schedule, qp: QuantParams, totals: Any, xp: ModuleT
     mult = output_multipliers(spec, qp, op.channels)
     if mult is not None:
         values["lo_mult"] = xp.asarray(mult)
+    if padding_sums.compensated(schedule):
+        values[padding_sums.TABLE] = padding_sums.table(op, weights, xp)
     values["lo_zx"] = int(qp.x_zero_point)
     values["lo_zy"] = int(qp.y_zero_point or 0)
     return values
@@ -170,7 +186,7 @@ def call_values(kernel: Kernel, arrays: tuple, params: dict[str, Any]) -> dict[s
             raise ValueError(f"{tensor} has shape {array.shape}; {op!r} expects {op.tensor(tensor).shape}")
     qp = check_call(op.quant, op.channels, repr(op), list(given), params)
     values: dict[str, Any] = {t: schedule.layout_of(t).to_storage(a) for t, a in zip(op.inputs, given)}
-    values |= channel_values(schedule, qp, channel_totals(schedule, values[op.inputs[1]]), np)
+    values |= channel_values(schedule, qp, values[op.inputs[1]], np)
     shape = schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
     values[op.output] = np.zeros(shape, dtype=op.quant.output)
     return values
@@ -201,7 +217,7 @@ def device_call_values(kernel: Kernel, arrays: tuple, params: dict[str, Any],
             raise TypeError(f"{tensor} has dtype {stored[tensor].dtype}; {op!r} takes {dtype} ({spec})")
     if spec.ternary or spec.binary:
         _check_values_on_device(op, stored, xp)
-    values = dict(stored) | channel_values(schedule, qp, channel_totals(schedule, stored[op.inputs[1]]), xp)
+    values = dict(stored) | channel_values(schedule, qp, stored[op.inputs[1]], xp)
     shape = schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
     values[op.output] = xp.empty(shape, dtype=spec.output)
     return values

@@ -6,7 +6,8 @@ the staged step's depth); a float16, bfloat16 or quantized op's tensor-core pres
 of its types (``preset_entry``: ``gpu_wgmma`` for float16 on ``sm_90``, ``gpu_mma`` on ``sm_80`` and
 newer, ``gpu_wmma`` for float16 and bfloat16: block and warp (warpgroup) tiles, depth, stages, split-K,
 which a quantized op takes on an int32 output only; ``gpu_wgmma`` also, for a Matmul's or Gemm's 2-D
-operands and a float conv's (boxes of output pixels, ``pixel_boxes``), with its tiles copied by the
+operands and a conv's (boxes of output pixels, ``pixel_boxes``; a quantized conv's padding, which TMA
+fills with 0, added back in the epilogue: ``padding_sums``), with its tiles copied by the
 tensor memory accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among
 equals); a depthwise conv's, the depthwise family's runs of 1 and 2 pixels by two blocks
 (``DepthwiseKnobs``, ``depthwise_work``). Each knob is clamped to the op as the
@@ -411,7 +412,7 @@ def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
 @cache
 def boxed(op: Op) -> bool:
     """Whether the tensor memory accelerator copies both inputs' tiles of ``gpu_wgmma(op)``
-    (``tma.operand``: a Matmul's or Gemm's 2-D operands, a float conv's N-D ones, whose rows take a
+    (``tma.operand``: a Matmul's or Gemm's 2-D operands, a conv's N-D ones, whose rows take a
     multiple of 16 bytes)."""
     try:
         TensorPrinter(gpu_wgmma(op, engine="tma"), CUDA)
@@ -719,6 +720,12 @@ class CudaSearch(SearchRules):
     def unpriced(self, candidate: Candidate) -> bool:
         # the kernel model counts CPU cores; the cost model prices the tensor-core and depthwise kernels
         return candidate.knobs.preset not in PRICED
+
+    def takes_epilogue(self, candidate: Candidate) -> bool:
+        """The tensor-core kernels without split-K (each output's whole sum in one block); the SIMT and
+        depthwise kernels store plain sums."""
+        knobs = candidate.knobs
+        return knobs.preset in TENSOR_PRESETS and knobs.split_k == 1
 
     def lanes(self, op: Op, isa: str) -> int:
         return WARP

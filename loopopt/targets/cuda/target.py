@@ -6,15 +6,20 @@ need CuPy and a GPU (``device``). "% of peak" is against the device's FP32 FFMA 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 
 from ...codegen import Generated
 from ...codegen.instr import SCALAR
 from ...codegen.pseudocode import header
+from ...kernel import Kernel
 from ...schedule import Schedule, ScheduleError
 from ..base import Target, TargetUnavailableError
 from ..search import SearchRules
 from . import depthwise, device, gemv, toolchain
+from .emulate import emulate
 from .instructions import MatrixInstruction, instruction
 from .kernel import CudaKernel, GemvQuantizedCudaKernel, QuantizedCudaKernel
 from .printer import print_kernel
@@ -84,6 +89,11 @@ class CudaTarget(Target):
         kernel.target = self
         return kernel
 
+    def compile_many(self, schedules: Sequence[Schedule], isa: str = "auto") -> list[CudaKernel]:
+        """The kernels of ``schedules``, nvcc building them in parallel (one process a core)."""
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return list(pool.map(lambda schedule: self.compile(schedule, isa), schedules))
+
     def pseudocode(self, schedule: Schedule, isa: str = "auto") -> str:
         """The GEMV and depthwise families' own nests (``gemv.pseudocode``, ``depthwise.pseudocode``), else
         the schedule's nest."""
@@ -129,6 +139,14 @@ class CudaTarget(Target):
     def search_rules(self) -> SearchRules:
         from .search import CudaSearch  # the presets' module: imported when a search asks
         return CudaSearch()
+
+    def array_module(self) -> ModuleType:
+        """CuPy (``device.cupy``: TargetUnavailableError without it or a GPU)."""
+        return device.cupy()
+
+    def emulate(self, schedule: Schedule) -> Kernel:
+        """The kernel's nest as host C (``emulate.emulate``): numpy arrays, float16 values as float32."""
+        return emulate(schedule)
 
     def fingerprint(self) -> str:
         """The tuning log's key of this target's trials: the device (name and architecture)."""

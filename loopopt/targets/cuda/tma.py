@@ -28,8 +28,6 @@ from . import pixel_boxes
 from .instructions import MatrixInstruction
 
 SWIZZLE_BYTES = 32          # the tiles' swizzle (_swizzled_32b): CU_TENSOR_MAP_SWIZZLE_32B
-# CUtensorMapDataType: FLOAT16, BFLOAT16, UINT8 (the int8 entries copy the stored bytes as they are)
-_MAP_TYPES = {"float16": 6, "bfloat16": 9, "int8": 0, "uint8": 0}
 _SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}          # CUtensorMapSwizzle
 _L2_PROMOTION_128B = 2
 MAX_BOX = 256               # elements of a TMA box along one dim
@@ -90,7 +88,8 @@ class TmaOperand:
                 f"{self.rows}ull}}, lo_strides[1] = {{{self.cols * self.element_bytes}ull}}; "
                 f"const unsigned lo_box[2] = {{{self.box_cols}u, {self.box_rows}u}}, "
                 f"lo_unit[2] = {{1u, 1u}}; "
-                f"if (lo_encode(&{name}, {_MAP_TYPES[self.dtype]}, 2, (void *) {self.tensor}, lo_dims, "
+                f"if (lo_encode(&{name}, {pixel_boxes.MAP_TYPES[self.dtype]}, 2, (void *) {self.tensor}, "
+                f"lo_dims, "
                 f"lo_strides, lo_box, lo_unit, 0, {_SWIZZLE_ENUM[self.swizzle_bytes]}, "
                 f"{_L2_PROMOTION_128B}, 0) "
                 f"!= 0) return (int) cudaErrorInvalidValue; }}")
@@ -121,9 +120,6 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
              and len(layout.order) == len(info.letters) and index[1] == Var(op.reduction_channel_dim))
     width = schedule.tile_swizzle
     if not plain and len(layout.order) > 2:      # a conv's tensor: its tiles as boxes of pixels
-        if op.quant is not None:
-            raise ScheduleError(f"{where}: TMA fills a conv's padding with zeros; {op!r}'s activations "
-                                f"need their zero point there: stage with engine='threads'")
         return pixel_boxes.operand(schedule, tensor, ins, row_loop, k_loop, rows, slices,
                                    width // ins.element_bytes, width)
     if not plain:

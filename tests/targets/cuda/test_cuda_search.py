@@ -17,7 +17,7 @@ import loopopt as lo
 from loopopt.cli import main
 from loopopt.measure import checked, tolerance
 from loopopt.targets import TargetUnavailableError
-from loopopt.targets.cuda import device
+from loopopt.targets.cuda import device, padding_sums
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.printer import print_kernel
 from loopopt.targets.cuda.search import (
@@ -254,3 +254,28 @@ def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms
     assert first.figures["waves"] == 4 and saved > 0
     assert "persistent" in RULES.describe(first.knobs.as_dict())
     assert first.knobs.schedule(BIG_GEMM, ARCH).persistent_tiles
+
+
+# the fastest variants of ``bench_cuda_int8.py`` on the H200 (uint8 activations, requantized uint8
+# output, N=32; docs/benchmarks.md "int8 convs on TMA pixel boxes")
+U8_CONV_WINNERS = {"conv2_x": (256, 64, 1, 1, 64, 3, 1, "tma", 64, False),
+                   "conv4_x": (64, 128, 1, 1, 128, 4, 1, "tma", 128, True)}
+
+
+@pytest.mark.slow       # the candidates of two ResNet layers: 3 s
+@pytest.mark.parametrize("layer", U8_CONV_WINNERS)
+def test_a_quantized_convs_candidates_copy_pixel_boxes_by_tma(layer):
+    """A quantized conv's wgmma candidates copy its tiles as TMA pixel boxes, the padding's zero point
+    added back in the epilogue (``padding_sums``), first in the model's ranking; the tiles measured
+    fastest are candidates (conv2_x's is the model's first; conv4_x's, one consumer warpgroup of 64 x 128,
+    ranks 108th: the model does not price the quantized epilogue, which bounds these kernels)."""
+    shape = lo.layers.get_layer(f"resnet50.{layer}", batch=32)
+    op = type(shape)(**shape.arguments, quant=lo.QuantSpec(activation="uint8", output="uint8"))
+    ranked = RULES.rank(RULES.candidates(op, ARCH))
+    first = ranked[0].schedule
+    assert ranked[0].knobs.engine == "tma" and first.tma_staged == ("I", "W")
+    assert padding_sums.compensated(first)
+    shapes = [(k.block_m, k.block_n, k.warps_m, k.warps_n, k.depth, k.stages, k.split_k, k.engine, k.swizzle,
+               k.specialize) for k in (c.knobs for c in ranked)]
+    assert U8_CONV_WINNERS[layer] in shapes
+    assert (shapes.index(U8_CONV_WINNERS[layer]) == 0) == (layer == "conv2_x")

@@ -3,8 +3,9 @@
 against the reference over random convs (1-D to 3-D, stride through the boxes' element strides,
 dilation, per-side padding, boxes overhanging the output, batch > 1, channel tails), the emulation
 missing the reference with a start coordinate off by one or without the zero fill, the printed tensor
-maps, and the refusals (channels not on 16 bytes, a box over 256 elements, a quantized conv's zero
-point, a cluster, rows that are no box). The GPU runs are ``test_cuda_tensor_gpu.py``'s (``-m gpu``)."""
+maps, and the refusals (channels not on 16 bytes, a box over 256 elements, a cluster, rows that are no
+box); a quantized conv's: ``test_padding_sums.py``. The GPU runs are ``test_cuda_tensor_gpu.py``'s
+(``-m gpu``)."""
 from dataclasses import replace
 
 import pytest
@@ -73,7 +74,7 @@ def _start_off_by_one(monkeypatch):
 
 
 def _no_zero_fill(monkeypatch):
-    monkeypatch.setattr(pixel_boxes, "_HOST", pixel_boxes._HOST.replace("map->base[offset] : 0.0f",
+    monkeypatch.setattr(pixel_boxes, "_HOST", pixel_boxes._HOST.replace("map->base[offset] : {zero}",
                                                                         "map->base[offset] : 1"))
 
 
@@ -114,9 +115,6 @@ def _not_a_box(monkeypatch):
                           engine="tma"),
      r"a box of 8 elements 9 apart along its dim 'W'; TMA's elements are at most 8 apart: a conv of stride 9 "
      r"keeps engine='threads'"),
-    (lambda mp: gpu_wgmma(lo.Conv2d(16, 16, 3, padding=1, height=8, width=8, quant=lo.QuantSpec()),
-                          engine="tma"),
-     r"TMA fills a conv's padding with zeros; Conv2d\(.*\)'s activations need their zero point there"),
     (lambda mp: gpu_wgmma(lo.Conv2d(64, 64, 3, padding=1, height=16, width=16, batch=2, dtype="float16"),
                           engine="tma", cluster=(2, 1)),
      r"cluster\(2, 1\) multicasts slices of 2-D boxes; W is copied in 4-D boxes of a conv: drop the "
