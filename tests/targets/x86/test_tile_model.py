@@ -92,6 +92,7 @@ def test_amx_candidates_rank_first_where_they_win(threads):
     assert ranked[0].knobs.parallel is None if threads == 1 else ranked[0].knobs.parallel in tiles.SPLITS
 
 
+@pytest.mark.slow     # ranks the layer's whole space twice (3.8 s)
 @needs_amx
 def test_resnet18_int8_layer_at_7x7_splits_its_channels_over_two_threads():
     layer = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT)
