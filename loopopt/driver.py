@@ -8,7 +8,7 @@ elsewhere (e.g. under an emulator: ``targets/neon/runner.py``) brings a driver o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -31,6 +31,10 @@ class Driver(ABC):
     def set_threads(self, n: int) -> None:
         """Run the function's parallel loop on ``n`` OpenMP threads."""
 
+    def function(self) -> Callable[..., None]:
+        """``call`` as a function of the arguments themselves (a plan repeats a call with it)."""
+        return lambda *arguments: self.call(arguments)
+
 
 class CffiDriver(Driver):
     """A function of a cffi module in this process (its arrays passed as pointers, not copied)."""
@@ -46,6 +50,9 @@ class CffiDriver(Driver):
 
     def call(self, arguments: tuple) -> None:
         self._function(*arguments)
+
+    def function(self) -> Callable[..., None]:
+        return self._function
 
     def set_threads(self, n: int) -> None:
         if self._set_threads is None:

@@ -243,7 +243,9 @@ class Kernel:
         returns the output in the logical layout, as a view of the kernel's storage where the layout
         allows (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A
         kernel that adds a residual (``Schedule.add_residual``) takes it last in each call:
-        ``call(x, residual)``."""
+        ``call(x, residual)``. ``call.last_call()``: the last call's C function and arguments where
+        that call was the C call alone (``plan.Plan`` repeats such calls without Python between them);
+        ``call.storage``: the buffer every call writes its output into."""
         inputs = self.op.inputs
         if isinstance(per_call, bool) or per_call not in range(1, len(inputs) + 1):
             raise ValueError(f"per_call must be the number of leading inputs each call gives, 1 to "
@@ -319,6 +321,15 @@ class Kernel:
             self.run(Buffers(values, tuple(arguments)))
             return layout.from_storage(stored, out_shape) if view is None else view
 
+        def last_call() -> tuple[Callable[..., None], tuple] | None:
+            """The C function and the arguments of the last call, when that call read every array it
+            was given in place (no packing: what repeating it needs is the C call alone); else None."""
+            if len(read_as_is) < len(given):
+                return None
+            return self.driver.function(), tuple(arguments)
+
+        call.last_call = last_call    # type: ignore[attr-defined]
+        call.storage = stored         # type: ignore[attr-defined]
         return call
 
     @property

@@ -122,6 +122,7 @@ PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run t
 # conv's N-D tensor whose tile is a box of output pixels)
 STAGE_ENGINES = ("threads", "tma")
 SWIZZLE_WIDTHS = (32, 64, 128)  # bytes of a staged tile's swizzled rows (``swizzle``)
+MAX_PREFETCH_AHEAD = 1 << 20   # elements: a prefetch distance beyond this is no stream's (``prefetch``)
 MAX_CLUSTER_BLOCKS = 8         # blocks of a thread-block cluster that every sm_90 GPU launches (``cluster``)
 
 
@@ -197,6 +198,7 @@ class Schedule:
     specialized: bool = False                       # a producer warpgroup copies, the others multiply
     tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
     persistent_tiles: bool = False                  # one block an SM walks the output tiles (``persistent``)
+    prefetched: tuple[tuple[str, int], ...] = ()    # (input, elements ahead): ``prefetch``
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -608,6 +610,28 @@ class Schedule:
         if self.epilogue is not None:
             raise ScheduleError(f"{step}: the outputs are clipped already ({self.epilogue}); clip once")
         return self._with(step, epilogue=epilogue)
+
+    def prefetch(self, tensor: str, ahead: int) -> "Schedule":
+        """Prefetch input ``tensor`` ``ahead`` elements past where each iteration of the register block's
+        reduction reads it (one ``__builtin_prefetch`` into L1 per cache line that iteration's loads of it
+        span): a weight-heavy 1x1 conv's or GEMM's packed weights, read in memory order, arrive from
+        beyond L2 on the block's first pass faster than the hardware prefetchers bring them. The CPU SIMD
+        emitter prints it where the register block reads ``tensor`` at constant distances from one base
+        (a float operand loaded as vectors or broadcasts) and refuses it elsewhere; the results do not
+        change (a prefetch reads nothing into registers and never faults)."""
+        step = Step("prefetch", (tensor, ahead))
+        if tensor not in self.op.inputs:
+            raise ScheduleError(f"{step}: {tensor!r} is not an input of the op; prefetch one of "
+                                f"{', '.join(self.op.inputs)}")
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or not 0 < ahead <= MAX_PREFETCH_AHEAD:
+            raise ScheduleError(f"{step}: ahead must be a number of elements from 1 to {MAX_PREFETCH_AHEAD}, "
+                                f"got {ahead!r}")
+        if self.register_block_at is None:
+            raise ScheduleError(f"{step}: a prefetch runs in a register block's reduction; call "
+                                f"register_block first")
+        if any(name == tensor for name, _ in self.prefetched):
+            raise ScheduleError(f"{step}: {tensor} is prefetched already; prefetch it once")
+        return self._with(step, prefetched=self.prefetched + ((tensor, ahead),))
 
     def add_residual(self) -> "Schedule":
         """Add a second tensor of the output's shape to each output once its sum is complete, before

@@ -118,6 +118,33 @@ def quantized_model() -> onnx.ModelProto:
                  inits, opset=21)   # onnx.reference implements (De)QuantizeLinear from opset 19
 
 
+def requantized_chain(channels: int = 32) -> onnx.ModelProto:
+    """QuantizeLinear (uint8), QLinearConv 3->``channels`` 1x1, DequantizeLinear -> Clip(0, 6) ->
+    QuantizeLinear (a ReLU6 on a scale of its own: one lookup), QLinearConv 1x1 ``channels``->``channels``,
+    DequantizeLinear: a MobileNetV2 int8 block's pattern, on a 1x3x9x11 input."""
+    u8, i8 = np.uint8, np.int8
+    weights = {"w1": RNG.integers(-127, 128, (channels, 3, 1, 1), dtype=i8),
+               "w2": RNG.integers(-127, 128, (channels, channels, 1, 1), dtype=i8)}
+    inits = [_init("xs", np.float32(0.02)), _init("xz", u8(128)), _init("cs", np.float32(0.05)),
+             _init("cz", u8(10)), _init("b1", RNG.integers(-500, 500, channels, dtype=np.int32)),
+             _init("low", np.float32(0.0)), _init("high", np.float32(6.0)), _init("rs", np.float32(0.03)),
+             _init("rz", u8(0)), _init("ys", np.float32(0.04)), _init("yz", u8(100))]
+    for name, w in weights.items():
+        inits += [_init(name, w), _init(f"{name}s", (RNG.random(channels) * 0.01 + 0.005).astype(np.float32)),
+                  _init(f"{name}z", np.zeros(channels, i8))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("QLinearConv", ["xq", "xs", "xz", "w1", "w1s", "w1z", "cs", "cz", "b1"], ["cq"],
+                              name="conv1"),
+             helper.make_node("DequantizeLinear", ["cq", "cs", "cz"], ["c"]),
+             helper.make_node("Clip", ["c", "low", "high"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"], name="relu6"),
+             helper.make_node("QLinearConv", ["rq", "rs", "rz", "w2", "w2s", "w2z", "ys", "yz"], ["yq"],
+                              name="conv2"),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+                 [("y", TensorProto.FLOAT, [1, channels, 9, 11])], inits, opset=21)
+
+
 def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The model's outputs by onnxruntime when installed, else by onnx.reference."""
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
@@ -126,7 +153,10 @@ def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarra
         import onnxruntime
     except ImportError:
         return list(ReferenceEvaluator(proto).run(None, feeds))
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    oldest = onnx.ModelProto()      # the IR version its opsets need: an older onnxruntime reads it
+    oldest.CopyFrom(proto)
+    oldest.ir_version = helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    session = onnxruntime.InferenceSession(oldest.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 

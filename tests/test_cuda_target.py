@@ -53,6 +53,8 @@ def test_the_registry_has_the_cuda_target_and_its_architectures():
                                                              r"tensor cores only"),
     (lo.Schedule(SMALL).vectorize("kw"), r"loop 'kw' is vectorized, a CPU annotation .* bind loops"),
     (lo.Schedule(SMALL).parallel("n"), r"loop 'n' is parallel"),
+    (lo.Schedule(SMALL).register_block("c").prefetch("W", 64), r"prefetch\('W', 64\) is a CPU register "
+                                                                r"block's software prefetch"),
 ])
 def test_schedules_the_target_cannot_run_are_refused_before_building(schedule, message):
     with pytest.raises(lo.ScheduleError, match=message):

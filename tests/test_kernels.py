@@ -81,6 +81,27 @@ test_search_space_convs_quick, test_search_space_convs = tiers(
     search_space_conv, 1, 10, isas=ISAS, data=st.data())
 
 
+def prefetched_search_space_op(isa, data):
+    """A random packed-weights candidate of a random conv, matmul or Gemm with its weights prefetched
+    ``ahead`` elements (``Schedule.prefetch``): the same outputs, one prefetch per cache line of a
+    reduction step's weight loads on a SIMD ISA; the scalar emitter, with no operand base, refuses it."""
+    op = data.draw(st.one_of(conv_ops(max_channels=20), matmul_ops(batched=False), gemm_ops()))
+    found = [c for c in candidates(op, isa) if c.knobs.weights == "packed"]
+    assume(found)
+    schedule = data.draw(st.sampled_from(found)).schedule.prefetch(op.inputs[1],
+                                                                   data.draw(st.integers(1, 4096)))
+    if isa == "scalar":
+        with pytest.raises(lo.ScheduleError, match="does not read .* at constant distances from one base"):
+            schedule.compile(isa)
+        return
+    kernel = check(schedule, isa)
+    assert f"__builtin_prefetch(&lo_base_{op.inputs[1]}[" in kernel.source
+
+
+test_prefetched_search_space_ops_quick, test_prefetched_search_space_ops = tiers(
+    prefetched_search_space_op, 1, 8, isas=ISAS, data=st.data())
+
+
 def spatially_blocked_conv(isa, data):
     """A register block of a random conv over spatially blocked activations (``spatially_blocked_schedules``:
     loads, the operand base's own and a vector's first lane too, in the padding of another spatial block)."""

@@ -14,6 +14,7 @@ from onnx_models import (
     model,
     quantized,
     quantized_model,
+    requantized_chain,
     residual_net,
     small_cnn,
     transformer_block,
@@ -58,7 +59,8 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference, each Relu, Clip and Add fused
     into the Conv before it (``onnx.epilogues``), its output onnxruntime's and every intermediate value
     onnx.reference's; the plan's buffers reused across runs: a second run on other inputs right, and
-    the first run's output kept."""
+    the first run's output kept; after two runs every step after the stem (which reads the model's
+    input) repeats its C call, the pools' and the Flatten view's too, right on other inputs again."""
     proto = residual_net()
     rep = backend.prepare(proto, strict=True)
     assert rep.fallbacks() == []
@@ -80,7 +82,11 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     x2 = _x(2, 3, 9, 11)
     np.testing.assert_allclose(rep.run([x2])[0], expected(proto, [x2])[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(first, kept)          # the kernels' reused buffers: outputs copied out
+    order = [step.node for step in rep.plan.steps]
+    assert [order[r.start:r.stop] for r in rep.plan.repeats.values()] == [order[1:]]
+    assert order[0] == "stem" and "GlobalAveragePool" in order[-3] and "Flatten" in order[-2]
     np.testing.assert_array_equal(rep.run([x])[0], kept)
+    np.testing.assert_allclose(rep.run([x2])[0], expected(proto, [x2])[0], rtol=1e-4, atol=1e-5)
     reference = ReferenceEvaluator(proto).run(None, {"x": x}, intermediate=True)
     values = rep.values([x])
     for name in ("sr", "p", "b1r", "ar", "dr", "m", "f"):
@@ -145,6 +151,24 @@ def test_quantized_model_within_one_lsb():
     for g, a, k in zip(got, again, kept):
         np.testing.assert_array_equal(g, k)               # not aliased to a later run's buffers
         np.testing.assert_array_equal(a, k)
+
+
+def test_lookup_and_int8_kernel_steps_repeat_their_calls():
+    """After two runs, the ReLU6 lookup on conv1's output (its storage, whatever conv1 read) and conv2
+    reading it in place repeat their C calls; each later run on other inputs gives the per-step path's
+    bits (``rep.values``) and onnxruntime's within 1 LSB."""
+    proto = requantized_chain()
+    rep = backend.prepare(proto, strict=True)
+    inputs = [_x(1, 3, 9, 11) for _ in range(5)]
+    rep.run([inputs[0]])
+    rep.run([inputs[1]])
+    order = [step.node for step in rep.plan.steps]
+    assert [order[r.start:r.stop] for r in rep.plan.repeats.values()] == [["relu6", "conv2"]]
+    for x in inputs[2:]:
+        got = rep.run([x])[0]
+        np.testing.assert_array_equal(got, rep.values([x])["y"])
+        scale = 0.04
+        assert np.abs(got - expected(proto, [x])[0]).max() <= scale * 1.001
 
 
 def _conv_case(draw) -> tuple[onnx.ModelProto, list[np.ndarray]]:

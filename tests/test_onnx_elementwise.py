@@ -20,6 +20,7 @@ from test_onnx_pooling import naive_pool
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE
 from loopopt.onnx.lowering import NotSupported, Value
+from loopopt.onnx.plan import no_call, viewing
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.float_map import OPERATORS, float_map
@@ -396,3 +397,14 @@ def test_float_loops_match_numpy_bit_for_bit(flags):
         loops.binary("add", *(np.zeros(k, np.float32) for k in (2, 3, 2)))
     with pytest.raises(ValueError, match="FloatMap computes add, subtract, multiply, divide, not 'power'"):
         loops.binary("power", *(np.zeros(2, np.float32) for _ in range(3)))
+
+
+def test_a_view_step_repeats_only_a_view():
+    """``plan.viewing``: a Flatten that gave a view of its input repeats no call; one that had to copy
+    (a transposed input) has no call to repeat."""
+    run, last_call = viewing(lambda inputs, reuse: [inputs[0].reshape(inputs[0].shape[0], -1)])
+    x = np.zeros((2, 3, 4), np.float32)
+    run([x], False)
+    assert last_call() == (no_call, ())
+    run([x.transpose(0, 2, 1)], False)
+    assert last_call() is None

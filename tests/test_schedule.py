@@ -82,6 +82,13 @@ def test_vectorizing_a_reduction_needs_reassociation():
     (lambda s: s.layout("X", "NCHW"), r"no tensor 'X'"),
     (lambda s: s.layout("I", "NCHX"), r"not a valid format tag for I"),
     (lambda s: s.layout("W", "NCHW"), r"not a valid format tag for W with dims OIHW"),
+    (lambda s: s.register_block("c").prefetch("O", 64), r"'O' is not an input of the op; prefetch one of "
+                                                        r"I, W"),
+    (lambda s: s.register_block("c").prefetch("W", 0), r"ahead must be a number of elements from 1 to "
+                                                       r"1048576, got 0"),
+    (lambda s: s.register_block("c").prefetch("W", True), r"ahead must be .* got True"),
+    (lambda s: s.prefetch("W", 64), r"runs in a register block's reduction; call register_block first"),
+    (lambda s: s.register_block("c").prefetch("W", 64).prefetch("W", 32), r"W is prefetched already"),
 ])
 def test_bad_requests_name_the_problem(call, message):
     with pytest.raises(lo.ScheduleError, match=message):

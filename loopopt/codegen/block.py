@@ -24,6 +24,7 @@ that register plus a displacement, instead of computing (and, beyond its integer
 spilling to the stack) one address per load. The base is taken even where its own load is guarded
 off (a padding tap), so its offset is written exact in C (``vector.exact_offset``: the displacements
 are floor divisions', where a spatially blocked input's block of a column left of the row is -1).
+A prefetched operand (``Schedule.prefetch``) is fetched from its base, ahead, once per cache line.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ from .arith import Arithmetic, load
 from .instr import Isa
 from .quantized import MAP, SIMD_PRAGMA, epilogue_statements
 from .vector import FROM_LANE_ZERO, AccessKind, classify_offset, exact_offset
+
+CACHE_LINE = 64                                   # bytes a prefetch brings (``Schedule.prefetch``)
+ELEMENT_BYTES = {"float": 4, "uint16_t": 2}       # by ``Arithmetic.element_type``
 
 
 class NestEmitter(Protocol):
@@ -260,6 +264,20 @@ class RegisterBlock:
                 bases[tensor] = base
         return bases
 
+    def _prefetch_offsets(self, tensor: str, ahead: int) -> list[int]:
+        """The element offsets from ``tensor``'s base that ``Schedule.prefetch(tensor, ahead)`` fetches:
+        ``ahead`` past each cache line that one reduction iteration's loads of it span."""
+        base = self.bases.get(tensor)
+        if base is None:
+            raise ScheduleError(f"prefetch({tensor!r}, {ahead}): this register block does not read {tensor} "
+                                f"at constant distances from one base (a float operand loaded as vectors or "
+                                f"broadcasts, no chunk loop), where the prefetch is printed")
+        width = self.lanes if self.em.kinds[tensor].kind == "contiguous" else 1
+        element = ELEMENT_BYTES[self.em.arith.element_type]
+        first, end = min(base.displacement.values()), max(base.displacement.values()) + width
+        per_line = CACHE_LINE // element
+        return [ahead + first + line * per_line for line in range(-(-(end - first) // per_line))]
+
     def _phase_groups(self, tap) -> list[list[Accumulator]]:
         """The accumulators of a tap dot computed in phase groups (``taps.phases``: ``P`` consecutive
         vectors of outputs, the ``q``-th one holding outputs ``P*j + q`` of the group until the
@@ -433,6 +451,9 @@ class RegisterBlock:
                 chunk_bits = f"({left} < {self.lanes} ? (1u << {left}) - 1u : ~0u)"
         for tensor, base in self.bases.items():
             em.emit(indent, f"const {em.arith.element_type} *{base.name} = &{tensor}[{base.offset}];")
+        for tensor, ahead in em.schedule.prefetched:
+            for offset in self._prefetch_offsets(tensor, ahead):
+                em.emit(indent, f"__builtin_prefetch(&{self.bases[tensor].name}[{offset}]);")
         for acc in self.accumulators:
             self._emit_update(indent, acc, chunk_bits)
         if self.chunk_loop:

@@ -42,7 +42,7 @@ from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache, LoweredNode
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
-from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step
+from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step, viewing
 from .pooling import POOLS, PoolRunner, pool_attributes, selects_elements
 from .qdq import fuse
 
@@ -127,7 +127,9 @@ class LoopoptRep(BackendRep):
                 conv, chain = nodes[fused[node.name]][0], self.chains[fused[node.name]]
                 residual = (chain.residual,) if chain.residual else ()
                 steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
-                                  self._kernel_step(conv, runtime), KERNEL, owns_outputs=True))
+                                  self._kernel_step(conv, runtime), KERNEL, owns_outputs=True,
+                                  last_call=self._bound[conv.name].last_call,
+                                  storage=self._bound[conv.name].storage))
                 continue
             if node.name in absorbed:
                 continue
@@ -136,8 +138,11 @@ class LoopoptRep(BackendRep):
                         outputs=tuple(node.output))
             if lowerable(node):
                 engine = self._kernel_engine(node)
+                bound = self._bound.get(node.name)
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
-                                  owns_outputs=engine["engine"] == KERNEL, **engine))
+                                  owns_outputs=engine["engine"] == KERNEL, **engine,
+                                  last_call=bound.last_call if bound is not None else None,
+                                  storage=bound.storage if bound is not None else None))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
                 value = known.get(node.input[0])
                 selects = selects_elements(node.op_type, value and value.shape, pool_attributes(node),
@@ -150,7 +155,10 @@ class LoopoptRep(BackendRep):
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
                                                     threads=self.kernels.threads)
-                    steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=node.op_type not in VIEWS))
+                    views = node.op_type in VIEWS
+                    run, last_call = viewing(run) if views else (run, None)
+                    steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=not views,
+                                      last_call=last_call))
                 except NotSupported as error:
                     steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
                                       owns_outputs=False, reason=error.reason))
@@ -321,7 +329,7 @@ def _pool_step(pool: PoolRunner, runtime: OpRun, value: Value | None) -> dict[st
         return runtime.run(*inputs) if pooled is None else [pooled]
 
     engine, reason = (KERNEL, "") if value is None else pool.engine(value)
-    return dict(run=run, engine=engine, reason=reason)
+    return dict(run=run, engine=engine, reason=reason, last_call=pool.last_call)
 
 
 class LoopoptBackend(Backend):

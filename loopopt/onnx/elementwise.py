@@ -33,7 +33,7 @@ from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
-from .plan import NUMPY, Step
+from .plan import NUMPY, BoundCalls, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
 Builder = Callable[..., Run]     # (node, values, opset, xp=numpy, threads=1) -> the node's run
@@ -303,28 +303,39 @@ LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold betw
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
-def lookup(table: np.ndarray, threads: int = 1) -> Run:
+class Lookup:
+    """``run(inputs, reuse)`` of a lookup step (``lookup``, ``pair_lookup``) and its ``calls``."""
+
+    def __init__(self, run: Run, calls: BoundCalls):
+        self.run, self.calls = run, calls
+
+    def __call__(self, inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        return self.run(inputs, reuse)
+
+
+def lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
     input's memory order, by the host target's compiled byte lookup (``Target.byte_map``) on up to
     ``threads`` threads; in place where the input's buffer may be overwritten."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
+    calls = BoundCalls(lambda src, dst: byte_map.bound(bits, dst, threads_for(dst.size, threads), src=src))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
         out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
-        byte_map(bits, flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8),
-                 threads_for(flat.size, threads))
+        calls(flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
-    return run
+    return Lookup(run, calls)
 
 
-def pair_lookup(table: np.ndarray, threads: int = 1) -> Run:
+def pair_lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
     where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
     to ``threads`` threads; into the first's buffer where it may be overwritten."""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
+    calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, threads_for(dst.size, threads), a=a, b=b))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]
@@ -332,11 +343,10 @@ def pair_lookup(table: np.ndarray, threads: int = 1) -> Run:
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
         out = a if reuse else aligned_empty_like(a, table.dtype)
-        pair_map(bits, flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8),
-                 threads_for(flat.size, threads))
+        calls(flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
-    return run
+    return Lookup(run, calls)
 
 
 def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
@@ -429,13 +439,15 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         chain, sources = found
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
-        run = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
+        looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
+        run, last_call = looked, looked.calls.last_call
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
-            run = selected_lookup(selects[0], table, threads)
+            run, last_call = selected_lookup(selects[0], table, threads), None
         name = " -> ".join(s.op_type for s in chain)
-        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True)
+        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True,
+                                last_call=last_call)
         fused.update((inner.node, None) for inner in chain[:-1])
     return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

@@ -90,10 +90,16 @@ class Lowering:
     def bind(self, kernel: Kernel, inputs: Inputs) -> Callable[..., list[np.ndarray]]:
         """The node's outputs as a function of its first input (and of the residual a kernel with
         ``add_residual`` adds), every other input the constant of ``inputs`` (checked and packed once:
-        ``Kernel.with_constants``)."""
+        ``Kernel.with_constants``); ``last_call`` and ``storage`` as the kernel's call has them."""
         arrays, params = self.constants(inputs)
         call = kernel.with_constants(*(np.ascontiguousarray(a) for a in arrays), **params)
-        return lambda x, *residual: self.result(call(self.activation(x), *residual))
+
+        def bound(x: np.ndarray, *residual: np.ndarray) -> list[np.ndarray]:
+            return self.result(call(self.activation(x), *residual))
+
+        bound.last_call = call.last_call     # type: ignore[attr-defined]
+        bound.storage = call.storage         # type: ignore[attr-defined]
+        return bound
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:

@@ -10,6 +10,14 @@ of its producer's own that no other step reads (``Step.reuse``: Relu in place on
 A kernel step writes the same buffers on every run (``Kernel.with_constants``), so a run's values
 are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
 every value, and a plan runs one call at a time.
+
+Consecutive kernel, pooling and 8-bit lookup steps (``Step.last_call``; a view step's, Flatten's,
+is no call: ``viewing``) that each read only buffers kernel steps write (or constants), in place,
+make the same C calls on every run: after two runs that show
+so (the same calls on the same arguments, the outputs in the same memory), a run makes those calls
+one after another (``Repeat``), with no Python between them but the loop. The per-step path costs
+3-4 us a step on a warm cache and 10-20 us on a cold one (the interpreter's and numpy's state evicted
+between two runs, as a server's requests or another process leave it).
 """
 from __future__ import annotations
 
@@ -21,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 KERNEL, NUMPY, REFERENCE = "loopopt kernel", "numpy", "onnx.reference"    # what runs a step
+LastCall = Callable[[], "tuple[Callable[..., None], tuple] | None"]
+Seen = dict[int, "tuple[tuple[Callable[..., None], tuple] | None, tuple[np.ndarray, ...]]"]
 
 
 @dataclass
@@ -37,6 +47,60 @@ class Step:
     reason: str = ""        # why onnx.reference runs it (a pooling step on numpy: why its kernel does not)
     reuse: bool = False     # it may write into its first input's buffer (set by Plan)
     selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
+    last_call: LastCall | None = None   # a kernel or lookup step: its last C call (``Kernel.with_constants``)
+    storage: np.ndarray | None = None   # a bound kernel step: the buffer it writes on every run
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Steps ``start`` to ``stop - 1``: their C calls, made as the last runs made them, the values
+    they leave (the same arrays on every run) and the values no later step reads."""
+
+    start: int
+    stop: int
+    calls: tuple[tuple[Callable[..., None], tuple], ...]
+    values: dict[str, np.ndarray]
+    dead: tuple[str, ...]
+
+
+class BoundCalls:
+    """A step's C calls (a lookup's, a pool's): ``bind(*arrays) -> (function, arguments)``, bound again
+    only when the arrays' addresses and sizes change (a plan's step reads and writes the same buffers
+    on every run); ``last_call()``: the last call made (``Step.last_call``: the plan may repeat it)."""
+
+    def __init__(self, bind: Callable[..., tuple[Callable[..., None], tuple]]):
+        self._bind = bind
+        self._key: tuple = ()
+        self._call: tuple[Callable[..., None], tuple] | None = None
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        key = tuple((a.__array_interface__["data"][0], a.nbytes) for a in arrays)
+        if key != self._key or self._call is None:
+            self._key, self._call = key, self._bind(*arrays)
+        function, arguments = self._call
+        function(*arguments)
+
+    def last_call(self) -> tuple[Callable[..., None], tuple] | None:
+        return self._call
+
+
+def no_call() -> None:
+    """What a view step's repeat runs: nothing (its output is the same view of the same memory)."""
+
+
+def viewing(run: Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]]) -> tuple[
+        Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]], LastCall]:
+    """A view step's ``run`` (Flatten, Reshape, Identity) and its ``last_call``: ``no_call`` where the
+    last run's outputs were views of its first input (a reshape that had to copy: None)."""
+    made: list[tuple[Callable[..., None], tuple] | None] = [None]
+
+    def viewed(inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
+        outputs = run(inputs, reuse)
+        shared = all(np.may_share_memory(output, inputs[0]) for output in outputs)
+        made[0] = (no_call, ()) if shared else None
+        return outputs
+
+    return viewed, lambda: made[0]
 
 
 class Plan:
@@ -54,29 +118,100 @@ class Plan:
         # after step i, the values no later step reads (freed, so their memory is reused)
         self._dead = [tuple(n for n in set(step.inputs) if n and last.get(n) == i and n not in self.outputs
                             and n not in constants) for i, step in enumerate(steps)]
+        self.repeats: dict[int, Repeat] = {}     # by first step, once two runs showed them (``_learn``)
+        self._seen: list[Seen] = []              # the kernel steps' calls and outputs in the runs so far
 
     def run(self, given: dict[str, np.ndarray], keep: bool = False,
             times: dict[str, float] | None = None) -> dict[str, np.ndarray]:
         """The values of a run on ``given`` (the graph's inputs): the outputs, as views the next run
         overwrites, or with ``keep`` a copy of every value (and no step then overwrites an input).
-        ``times``: each step's seconds, by node."""
+        ``times``: each step's seconds, by node (each step then runs on its own, as ``keep`` does)."""
         values = {"": None, **self.constants, **given}
-        for step, dead in zip(self.steps, self._dead):
+        alone = keep or times is not None
+        repeats = {} if alone else self.repeats
+        seen: Seen | None = None if alone or len(self._seen) == 2 else {}
+        index = 0
+        while index < len(self.steps):
+            repeat = repeats.get(index)
+            if repeat is not None:
+                for function, arguments in repeat.calls:
+                    function(*arguments)
+                values.update(repeat.values)
+                for name in repeat.dead:
+                    del values[name]
+                index = repeat.stop
+                continue
+            step = self.steps[index]
             start = time.perf_counter() if times is not None else 0.0
             outputs = step.run([values[name] for name in step.inputs], step.reuse and not keep)
             values.update(zip(step.outputs, outputs))
             if times is not None:
                 times[step.node] = time.perf_counter() - start
+            if seen is not None and step.last_call is not None:
+                seen[index] = (step.last_call(), tuple(outputs))
             if not keep:
-                for name in dead:
+                for name in self._dead[index]:
                     del values[name]
+            index += 1
         del values[""]
+        if seen is not None:
+            self._learn(seen)
         if keep:
             return {name: value if name in self.constants else np.array(value)
                     for name, value in values.items()}
         return values
 
+    def _learn(self, seen: Seen) -> None:
+        """Keep ``seen``; after two runs, the ``repeats``: the longest runs of steps that made the same
+        C call on the same arguments and left their outputs in the same memory in both, each reading
+        only constants and steady values: outputs of such steps, and views of a kernel step's
+        ``storage`` left in the same memory in both runs (whatever that step read)."""
+        self._seen.append(seen)
+        if len(self._seen) < 2:
+            return
+        first, second = self._seen
+        same = {i for i in second if i in first and _same(first[i], second[i])}
+        steady = set(self.constants)     # values in the same memory on every run
+        runs: list[list[int]] = []
+        for index, step in enumerate(self.steps):
+            repeats = index in same and all(not name or name in steady for name in step.inputs)
+            if repeats and runs and runs[-1][-1] == index - 1:
+                runs[-1].append(index)
+            elif repeats:
+                runs.append([index])
+            if index in same or _stored(step, first.get(index), second.get(index)):
+                steady.update(step.outputs)
+        for run in runs:
+            written = {name: value for i in run for name, value in zip(self.steps[i].outputs, second[i][1])}
+            dead = tuple(name for i in run for name in self._dead[i])
+            self.repeats[run[0]] = Repeat(run[0], run[-1] + 1, tuple(second[i][0] for i in run),
+                                          written, dead)
+
     def outputs_of(self, given: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The model's outputs on ``given``, each a C-contiguous array of its own in its logical layout."""
         values = self.run(given)
         return [np.array(values[name], order="C") for name in self.outputs]
+
+
+def _same(first: tuple, second: tuple) -> bool:
+    """Whether a step's two seen runs made the same C call on the same argument objects and left
+    their outputs in the same memory, as arrays of the same shape, strides and dtype."""
+    (call, outputs), (again, outputs_again) = first, second
+    return (call is not None and again is not None and call[0] is again[0]
+            and len(call[1]) == len(again[1]) and all(a is b for a, b in zip(call[1], again[1]))
+            and len(outputs) == len(outputs_again) and all(map(_same_memory, outputs, outputs_again)))
+
+
+def _stored(step: Step, first: tuple | None, second: tuple | None) -> bool:
+    """Whether a kernel step's outputs in two seen runs are views of its ``storage`` in the same memory."""
+    if step.storage is None or first is None or second is None:
+        return False
+    outputs, again = first[1], second[1]
+    return (len(outputs) == len(again) and all(map(_same_memory, outputs, again))
+            and all(np.may_share_memory(output, step.storage) for output in again))
+
+
+def _same_memory(first: np.ndarray, second: np.ndarray) -> bool:
+    return (first.__array_interface__["data"][0] == second.__array_interface__["data"][0]
+            and first.shape == second.shape and first.strides == second.strides
+            and first.dtype == second.dtype)

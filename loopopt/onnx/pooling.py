@@ -24,7 +24,7 @@ from onnx import helper
 from ..ops import auto_pad
 from ..pool import Pool, PoolSchedule
 from ..targets.pool_c import PoolKernel
-from .plan import KERNEL, NUMPY, REFERENCE
+from .plan import KERNEL, NUMPY, REFERENCE, BoundCalls
 
 POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
                    "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
@@ -245,7 +245,8 @@ class PoolRunner:
 
     def __init__(self, op_type: str, attributes: dict, outputs: Sequence[str]):
         self.op_type, self.attributes, self.outputs = op_type, attributes, tuple(outputs)
-        self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray]] = {}
+        self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray, BoundCalls]] = {}
+        self._last: BoundCalls | None = None      # the calls of the kernel the last run ran on
 
     def schedule(self, shape: Sequence[int], dtype: np.dtype) -> PoolSchedule | str:
         """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it."""
@@ -269,17 +270,25 @@ class PoolRunner:
     def adopt(self, kernel: PoolKernel) -> None:
         """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
         op = kernel.schedule.op
-        self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype))
+        self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype),
+                                                       BoundCalls(kernel.bound))
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """The pool of ``x`` (the kernel's output buffer, as its logical view), or None: the reference
         runs it."""
         key = (x.shape, x.dtype)
+        self._last = None
         if key not in self._kernels:
             schedule = self.schedule(x.shape, x.dtype)
             if isinstance(schedule, str):
                 return (POOLS[self.op_type](x, self.attributes)
                         if unsupported(self.op_type, x, self.attributes, self.outputs) is None else None)
             self.adopt(schedule.compile())
-        kernel, out = self._kernels[key]
-        return kernel(x, out)
+        kernel, out, calls = self._kernels[key]
+        calls(kernel.channels_last(x), out)
+        self._last = calls
+        return kernel.logical(out)
+
+    def last_call(self) -> tuple[Callable[..., None], tuple] | None:
+        """The last run's C call, where a kernel ran it (``Step.last_call``)."""
+        return None if self._last is None else self._last.last_call()

@@ -10,6 +10,7 @@ thread).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -72,13 +73,20 @@ class _Lookup:
                            (*flags, OPENMP_FLAG), (OPENMP_FLAG,))
         self._ffi, self._function, self.name = module.ffi, getattr(module.lib, self.function), name
 
+    def bound(self, table: np.ndarray, dst: np.ndarray, threads: int = 1,
+              **sources: np.ndarray) -> tuple[Callable[..., None], tuple]:
+        """The C function and its arguments on ``table``, the ``sources`` in order and ``dst`` on ``threads``
+        threads, after checking them all (the arguments hold the arrays: a caller may repeat the call)."""
+        _check_bytes(table, self.entries, **sources, dst=dst)
+        buffer = self._ffi.from_buffer
+        return self._function, (buffer(table), *map(buffer, sources.values()),
+                                buffer(dst, require_writable=True), dst.size, threads)
+
     def _run(self, table: np.ndarray, dst: np.ndarray, threads: int, **sources: np.ndarray) -> None:
         """The function on ``table``, the ``sources`` in order and ``dst`` on ``threads`` threads, after
         checking them all."""
-        _check_bytes(table, self.entries, **sources, dst=dst)
-        buffer = self._ffi.from_buffer
-        self._function(buffer(table), *map(buffer, sources.values()), buffer(dst, require_writable=True),
-                       dst.size, threads)
+        function, arguments = self.bound(table, dst, threads, **sources)
+        function(*arguments)
 
 
 class ByteMap(_Lookup):

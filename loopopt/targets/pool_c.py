@@ -9,6 +9,7 @@ divides by the count of the taps inside the input (or the padded input: ``count_
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -117,6 +118,13 @@ class PoolKernel:
         self.name = f"generated C ({' '.join(flags) or 'no vector flags'})"
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.out_shape, self.dtype) if out is None else out
+        function, arguments = self.bound(self.channels_last(x), out)
+        function(*arguments)
+        return self.logical(out)
+
+    def channels_last(self, x: np.ndarray) -> np.ndarray:
+        """``x`` checked, as the channels-last array the kernel reads (copied where stored otherwise)."""
         op = self.schedule.op
         if x.shape != op.input_shape or x.dtype != self.dtype:
             raise ValueError(f"the input of the {op} must be {self.dtype} of shape {op.input_shape}, got "
@@ -125,16 +133,20 @@ class PoolKernel:
         if x.flags.c_contiguous and not last.flags.c_contiguous:
             staged = np.empty(last.shape, self.dtype)
             self._transpose(x, staged, *self._matrix)
-            last = staged
-        elif not last.flags.c_contiguous:
-            last = np.ascontiguousarray(last)
-        if out is None:
-            out = np.empty(self.out_shape, self.dtype)
-        elif out.shape != self.out_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            return staged
+        return last if last.flags.c_contiguous else np.ascontiguousarray(last)
+
+    def bound(self, last: np.ndarray, out: np.ndarray) -> tuple[Callable[..., None], tuple]:
+        """The C function and its arguments on the channels-last input ``last`` and output ``out``
+        (checked; the arguments hold both arrays: a caller may repeat the call)."""
+        if out.shape != self.out_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a contiguous {self.dtype} array of shape {self.out_shape} "
                              f"(channels-last), got {out.dtype} {out.shape}")
         buffer = self._ffi.from_buffer
-        self._function(buffer(self._array, last), buffer(self._array, out, require_writable=True))
+        return self._function, (buffer(self._array, last), buffer(self._array, out, require_writable=True))
+
+    def logical(self, out: np.ndarray) -> np.ndarray:
+        """The channels-last output ``out`` as the logical view ``(N, C, spatial...)``."""
         return out.transpose(self._to_logical)
 
 

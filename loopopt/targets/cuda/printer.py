@@ -75,7 +75,8 @@ class CudaSource:
 def check_schedule(schedule: Schedule) -> None:
     """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16, bfloat16 and
     quantized ops: tensorized), no CPU annotations (a warp axis without ``tensorize`` is the GEMV
-    family's, ``gemv.py``; a vectorized loop beside bound ones the depthwise family's, ``depthwise.py``)."""
+    family's, ``gemv.py``; a vectorized loop beside bound ones the depthwise family's, ``depthwise.py``;
+    no software prefetch)."""
     op = schedule.op
     if op.quant is not None or op.dtype != "float32":
         if not schedule.tensorized:
@@ -98,6 +99,10 @@ def check_schedule(schedule: Schedule) -> None:
     if gpu_only and not schedule.tensorized:
         raise ScheduleError(f"{gpu_only[0]} needs a tensorized schedule (tensorize); the SIMT kernels stage "
                             f"one buffer, bind loops over outputs only and store plain sums")
+    if schedule.prefetched:
+        tensor, ahead = schedule.prefetched[0]
+        raise ScheduleError(f"prefetch({tensor!r}, {ahead}) is a CPU register block's software prefetch; the "
+                            f"cuda target stages its operands instead (stage(tensor, at))")
     for loop in schedule.loops:
         if loop.vectorized or loop.parallel:
             kind = "vectorized" if loop.vectorized else "parallel"

@@ -103,4 +103,5 @@ def describe(k: dict) -> str:
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
             + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
             + (f", parallel {k['parallel']}" if k["parallel"] else "")
-            + (f", input channels-{k['activations']}" if "activations" in k else ""))
+            + (f", input channels-{k['activations']}" if "activations" in k else "")
+            + (f", prefetch weights {k['prefetch']} ahead" if k.get("prefetch") else ""))

@@ -84,3 +84,24 @@ def test_a_target_without_search_rules_says_so():
 
     with pytest.raises(ValueError, match=r"the bare target has no search rules: .* \(target='cuda'\)"):
         Bare().search_rules()
+
+
+def test_packed_weights_of_a_weight_heavy_float_pointwise_op_are_prefetched():
+    """``space.prefetched_weights``: a float 1x1 conv or GEMM whose weights exceed 512 KB and serve at
+    most 64 output positions each prefetches its packed weights 8 KB ahead (its plain-weights candidates,
+    a 3x3 window, small or quantized weights, more positions do not); the knob becomes the schedule's
+    ``prefetch`` step and the description says so."""
+    heavy = lo.Conv2d(320, 1280, 1, height=7, width=7)
+    found = space.candidates(heavy, "avx2")
+    packed = [c for c in found if c.knobs.weights == "packed"]
+    assert packed and all(c.knobs.prefetch == 2048 for c in packed)
+    assert all(c.knobs.prefetch == 0 for c in found if c.knobs.weights != "packed")
+    assert str(packed[0].schedule.steps[-1]) == "prefetch('W', 2048)"
+    assert RULES.describe(packed[0].knobs.as_dict()).endswith(", prefetch weights 2048 ahead")
+    assert "prefetch" not in found[0].knobs.as_dict()
+    assert space.prefetched_weights(lo.Matmul(1, 1000, 1280)) == 2048
+    small = lo.Conv2d(64, 384, 1, height=14, width=14)
+    assert not any(c.knobs.prefetch for c in space.candidates(small, "avx2"))
+    for light in (lo.Conv2d(128, 256, 3, height=7, width=7), lo.Conv2d(1024, 256, 1, height=14, width=14),
+                  lo.Conv2d(320, 1280, 1, height=7, width=7, quant=QUANT)):
+        assert space.prefetched_weights(light) == 0, light
