@@ -1,7 +1,8 @@
 """Elementwise and view nodes on loopopt.onnx.elementwise against onnx.reference over random shapes,
-inputs stored in any axis order (as a kernel's output view reaches them), in place or not; what they
-leave to the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized
-residual Add) as one pair lookup (the compiled maps over every tail)."""
+inputs stored in any axis order (as a kernel's output view reaches them), in place or not, on 1-3
+threads (the compiled loops split however small the array: ``_any_size_splits``); what they leave to
+the reference; quantize chains of one 8-bit tensor as one byte lookup and of two (a quantized residual
+Add) as one pair lookup (the compiled maps over every tail, on 1-3 threads)."""
 from __future__ import annotations
 
 from unittest import mock
@@ -22,8 +23,10 @@ from loopopt.onnx.lowering import NotSupported, Value
 from loopopt.onnx.plan import no_call, viewing
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
+from loopopt.targets.float_map import OPERATORS, float_map
 from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
+from loopopt.targets.threaded_c import MIN_CHUNK, threads_for
 
 OPSET = 21
 RUN_PARAMS = {"opsets": {"": OPSET}, "log": lambda *args: None, "verbose": 0, "new_ops": None,
@@ -70,21 +73,28 @@ def _case(data) -> tuple[str, list[np.ndarray | None], dict]:
     return op_type, [q, scale, zero], {}
 
 
+def _any_size_splits():
+    """The compiled loops split over the threads given however few elements they run (one per thread at
+    least; chunks start at multiples of ``ALIGN``, so a thread past the end runs none)."""
+    return mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1)
+
+
 def _check_elementwise_node(data):
     op_type, inputs, attributes = _case(data)
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     node = helper.make_node(op_type, names, ["y"], **attributes)
     want = load_op("", op_type, OPSET)(node, RUN_PARAMS).run(*inputs)[0]
     values = [None if a is None else Value(np.shape(a), np.asarray(a).dtype, np.asarray(a)) for a in inputs]
-    run = ELEMENTWISE[op_type](node, values, OPSET)
+    run = ELEMENTWISE[op_type](node, values, OPSET, threads=data.draw(st.integers(1, 3)))
     before = [None if a is None else np.array(a) for a in inputs]
-    got = run(inputs, False)[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
-    for given, kept in zip(inputs, before):
-        np.testing.assert_array_equal(given, kept)   # not in place: the inputs unchanged
-    in_place = run([None if a is None else np.asarray(a).copy(order="K") for a in inputs], True)[0]
-    np.testing.assert_array_equal(in_place, want)
+    with _any_size_splits():
+        got = run(inputs, False)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)          # the same arithmetic: the same bits
+        for given, kept in zip(inputs, before):
+            np.testing.assert_array_equal(given, kept)   # not in place: the inputs unchanged
+        in_place = run([None if a is None else np.asarray(a).copy(order="K") for a in inputs], True)[0]
+        np.testing.assert_array_equal(in_place, want)
 
 
 test_elementwise_node_quick, test_elementwise_node_slow = tiers(_check_elementwise_node, 25, 300, st.data())
@@ -154,18 +164,19 @@ def _check_lookup_chain(data):
              helper.make_node("QuantizeLinear", ["c", "s2", "z2"], ["y"])]
     elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
     proto = model(nodes, [("q", elem[source], shape)], [("y", elem[target], shape)], inits, opset=OPSET)
-    rep = backend.prepare(proto, strict=True)
+    rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 3)))
     [step] = rep.plan.steps
     assert step.op_type == f"DequantizeLinear -> {between} -> QuantizeLinear"
     info = np.iinfo(source)
     q = _stored(data, rng.integers(info.min, info.max + 1, shape).astype(source))
     want = ReferenceEvaluator(proto).run(None, {"q": q})[0]
     kept = q.copy(order="K")
-    got = rep.run([q])[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(q, kept)                   # a graph input: not overwritten
-    np.testing.assert_array_equal(step.run([kept], True)[0], want)      # in place
+    with _any_size_splits():
+        got = rep.run([q])[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(q, kept)                   # a graph input: not overwritten
+        np.testing.assert_array_equal(step.run([kept], True)[0], want)      # in place
 
 
 test_lookup_chain_quick, test_lookup_chain_slow = tiers(_check_lookup_chain, 15, 120, st.data())
@@ -200,19 +211,20 @@ def _check_pair_lookup_chain(data):
     proto = model(nodes, [("a", elem[dtypes[0]], shape), ("b", elem[dtypes[1]], shape)],
                   [("y", elem[dtypes[2]], shape)] + ([("sum", TensorProto.FLOAT, shape)] if also else []),
                   inits, opset=OPSET)
-    rep = backend.prepare(proto, strict=True)
+    rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 3)))
     chain = " -> ".join(["DequantizeLinear", "DequantizeLinear", combine, *after, "QuantizeLinear"])
     assert [s.op_type for s in rep.plan.steps] == ([n.op_type for n in nodes] if also else [chain])
     a, b = (_stored(data, rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t))
             for t in dtypes[:2])
     want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})
     kept = a.copy(order="K")
-    for got, expected in zip(rep.run([a, b]), want):
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
-    if not also:
-        np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
+    with _any_size_splits():
+        for got, expected in zip(rep.run([a, b]), want):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(a, kept)                   # a graph input: not overwritten
+        if not also:
+            np.testing.assert_array_equal(rep.plan.steps[0].run([kept, b], True)[0], want[0])   # in place
 
 
 test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lookup_chain, 6, 60, st.data())
@@ -272,15 +284,16 @@ test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_p
 @pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
                          ids=lambda m: m.name)
 def test_byte_map_matches_numpy_over_tails(byte_map):
-    """Every length 0-200 (the vector steps' tails) and in place, against numpy's indexing."""
+    """Every length 0-200 (the vector steps' tails; chunks of 64 on 2 and 3 threads) and in place, and
+    lengths of several ``MIN_CHUNK`` on 1-3 threads, against numpy's indexing."""
     rng = np.random.default_rng(11)
     table = rng.integers(0, 256, 256).astype(np.uint8)
-    for n in range(201):
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         src = rng.integers(0, 256, n).astype(np.uint8)
         dst = np.empty_like(src)
-        byte_map(table, src, dst)
+        byte_map(table, src, dst, threads)
         np.testing.assert_array_equal(dst, table[src])
-        byte_map(table, src, src)
+        byte_map(table, src, src, threads)
         np.testing.assert_array_equal(src, dst)
     with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
         byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))
@@ -289,17 +302,18 @@ def test_byte_map_matches_numpy_over_tails(byte_map):
 @pytest.mark.parametrize("pair_map", list(dict.fromkeys([portable_pair_map(), host_target().pair_map()])),
                          ids=lambda m: m.name)
 def test_pair_map_matches_numpy_over_tails(pair_map):
-    """Every length 0-200 and in place into either operand, against numpy's indexing; a wrong table or
-    sizes are refused with what was given."""
+    """Every length 0-200 (on 1-3 threads) and lengths of several ``MIN_CHUNK`` on 1-3 threads, in place
+    into either operand, against numpy's indexing; a wrong table or sizes are refused with what was
+    given."""
     rng = np.random.default_rng(12)
     table = rng.integers(0, 256, 65536).astype(np.uint8)
-    for n in range(201):
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         a, b = rng.integers(0, 256, (2, n)).astype(np.uint8)
         want = table[a.astype(np.intp) * 256 + b]
         dst = np.empty_like(a)
-        pair_map(table, a, b, dst)
+        pair_map(table, a, b, dst, threads)
         np.testing.assert_array_equal(dst, want)
-        pair_map(table, a, b, b)
+        pair_map(table, a, b, b, threads)
         np.testing.assert_array_equal(b, want)
     with pytest.raises(ValueError, match=r"table must be 65536 contiguous bytes, got dtype uint8 shape"):
         pair_map(table[:256], a, a, a)
@@ -311,9 +325,9 @@ def test_pair_map_matches_numpy_over_tails(pair_map):
 def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
     """The compiled QuantizeLinear on exact ties (scale 0.5: rint's ties to even), near ties, zeros of
     both signs, a subnormal and values past the 8-bit range, over lengths that leave every vector
-    tail, and DequantizeLinear of every code: the same bits as onnx.reference, built without and with
-    the host's vector flags; past int32 (the reference's cast overflows there) saturated, a NaN 0;
-    wrong arrays refused."""
+    tail, and DequantizeLinear of every code, on 1-3 threads (chunks of 64): the same bits as
+    onnx.reference, built without and with the host's vector flags; past int32 (the reference's cast
+    overflows there) saturated, a NaN 0; wrong arrays refused."""
     rng = np.random.default_rng(13)
     k = np.arange(-300, 300, dtype=np.float64)
     for dtype in (np.uint8, np.int8):
@@ -324,14 +338,15 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
         for scale in (np.float32(0.5), np.float32(0.37)):
             x = np.concatenate([(k + 0.5) * scale, k * scale, rng.standard_normal(77) * 400,
                                 [3e8, -3e8, 0.0, -0.0, 1e-45]]).astype(np.float32)
-            for n in (x.size, x.size - 1, 17, 1, 0):
+            for n, threads in ((x.size, 1), (x.size, 3), (x.size - 1, 2), (17, 2), (1, 3), (0, 2)):
                 q = np.empty(n, dtype)
-                loops.quantize(x[:n], q, float(scale), float(zero))
+                loops.quantize(x[:n], q, float(scale), float(zero), threads)
                 np.testing.assert_array_equal(q, quantize(x[:n], scale, zero)[0])
             codes = np.arange(256, dtype=np.uint8).view(dtype)
-            out = np.empty(256, np.float32)
-            loops.dequantize(codes, out, float(zero), float(scale))
-            np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
+            for threads in (1, 3):
+                out = np.empty(256, np.float32)
+                loops.dequantize(codes, out, float(zero), float(scale), threads)
+                np.testing.assert_array_equal(out, dequantize(codes, scale, zero)[0])
         q = np.ones(5, dtype)     # past int32 (where onnx.reference's cast overflows): saturated; NaN: 0
         loops.quantize(np.array([np.inf, -np.inf, 3e38, -3e38, np.nan], np.float32), q, 0.5, 3.0)
         info = np.iinfo(dtype)
@@ -340,6 +355,48 @@ def test_linear_quant_loops_match_onnx_reference_on_ties_and_extremes(flags):
             loops.quantize(np.zeros(2), q, 1.0, 0.0)
         with pytest.raises(ValueError, match="x and q differ in size: 2 and 1 elements"):
             loops.quantize(np.zeros(2, np.float32), q[:1], 1.0, 0.0)
+
+
+def test_threads_a_compiled_loop_runs_on():
+    """How many threads an elementwise loop takes (load-independent: one per ``MIN_CHUNK`` elements, at
+    most those given, at least one): ResNet-18's 64x112x112 stem output on both of two threads, a
+    512x7x7 output on one."""
+    assert threads_for(64 * 112 * 112, 2) == 2 and threads_for(512 * 7 * 7, 2) == 1
+    for size in (0, 1, MIN_CHUNK - 1, MIN_CHUNK, 2 * MIN_CHUNK - 1, 2 * MIN_CHUNK, 10 * MIN_CHUNK):
+        for threads in (1, 2, 3, 4):
+            used = threads_for(size, threads)
+            assert 1 <= used <= threads and (used == 1 or size // used >= MIN_CHUNK)
+            assert used == threads or size < (used + 1) * MIN_CHUNK
+
+
+@pytest.mark.parametrize("flags", list(dict.fromkeys([(), host_target().vector_flags()])), ids=str)
+def test_float_loops_match_numpy_bit_for_bit(flags):
+    """The compiled Relu and Add/Sub/Mul/Div over every length 0-200 (chunks of 64 on 2 and 3 threads)
+    and one of several ``MIN_CHUNK`` on 1-3 threads, with NaNs, infinities and zeros of both signs
+    among the values, into a new array and in place: numpy's bits (Relu: a NaN kept, -0.0 made +0.0);
+    wrong arrays refused."""
+    loops, rng = float_map(flags), np.random.default_rng(14)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.5], np.float32)
+    for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
+        a, b = (np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.standard_normal(n) * 9)
+                .astype(np.float32) for _ in range(2))
+        y = np.empty_like(a)
+        loops.relu(a, y, threads)
+        np.testing.assert_array_equal(y.view(np.uint32), np.maximum(a, 0).view(np.uint32))
+        for name in OPERATORS:
+            with np.errstate(all="ignore"):
+                want = getattr(np, name)(a, b)
+            loops.binary(name, a, b, y, threads)
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+            kept = a.copy()
+            loops.binary(name, kept, b, kept, threads)                       # in place
+            np.testing.assert_array_equal(kept.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(ValueError, match="contiguous 1-D float32 arrays, got dtype float64 shape \\(2,\\)"):
+        loops.relu(np.zeros(2), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="the arrays differ in size: 2, 3, 2 elements"):
+        loops.binary("add", *(np.zeros(k, np.float32) for k in (2, 3, 2)))
+    with pytest.raises(ValueError, match="FloatMap computes add, subtract, multiply, divide, not 'power'"):
+        loops.binary("power", *(np.zeros(2, np.float32) for _ in range(3)))
 
 
 def test_a_view_step_repeats_only_a_view():

@@ -36,6 +36,7 @@ from loopopt.targets.x86.rank import (
     best,
     channel_tail,
     conflict_lines,
+    imbalance,
     out_of_order,
     output_fits,
     rank,
@@ -48,7 +49,6 @@ from loopopt.targets.x86.rank import (
     tail,
     weights_stay_in_l1,
 )
-from loopopt.targets.x86.search import imbalance
 from loopopt.targets.x86.space import Knobs, candidates, is_table_lookup
 from loopopt.tune import IsolatedExecutor, Trial, TuneError, TuningLog, TuningLogError, WorkerDied
 from loopopt.tune.choice import first_choice
@@ -400,9 +400,15 @@ def test_guide_prices_the_thread_imbalance_and_features_of_each_candidate():
     found = [c for c in rank(candidates(op, "avx512", threads=2)) if c.knobs.parallel == "i_o"]
     uneven = next(c for c in found if c.knobs.pixel_block == 1)          # 7 rows: 4 and 3, 8/7 of even
     assert imbalance(uneven, 2) == pytest.approx(8 / 7) and imbalance(uneven, 1) == 1
+    # the heuristic's time on 2 threads: the busiest thread's 4 of 7 rows, half the operands' time
+    [alone] = rank([replace(uneven, threads=1, model=())])
+    memory = alone.figures["stream_seconds"] + alone.figures["strided_seconds"]
+    compute = alone.figures["predicted_seconds"] - memory
+    assert uneven.threads == 2
+    assert uneven.figures["predicted_seconds"] == pytest.approx((compute * 8 / 7 + memory) / 2)
     guide = Guide([uneven], X86, model=lambda c: Price(1e-3, load=0.5, latency=2.0, issue=0.0), threads=2)
     stream = uneven.figures["stream_seconds"]
-    assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7)
+    assert guide.modelled(0) == pytest.approx((1e-3 + stream) * 8 / 7 / 2)       # the busiest thread's 4 of 7
     features = dict(zip(FEATURES, guide.features(0), strict=True))
     prior = math.sqrt(guide.modelled(0) * uneven.figures["predicted_seconds"])    # BLEND 0.5: geometric mean
     assert guide.prior(0) == pytest.approx(prior) and features["model"] == pytest.approx(math.log(prior))

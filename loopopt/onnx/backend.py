@@ -6,7 +6,8 @@ run as loopopt kernels (the best schedule of a tuning log when ``log=`` is given
 each op into it first, else the default register-blocked one) with their weights packed at prepare;
 pooling nodes run as loopopt pooling kernels (``pooling.PoolRunner``: channels-last, the layout the
 conv kernels hand on; numpy's ``pooling.POOLS`` where the op model refuses one), elementwise nodes
-(``elementwise.ELEMENTWISE``) in numpy on the kernels' storage layouts;
+(``elementwise.ELEMENTWISE``) in numpy and compiled loops on the kernels' storage layouts (the compiled
+ones on the model's threads);
 every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
 that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
 the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
@@ -152,7 +153,8 @@ class LoopoptRep(BackendRep):
                                   selects=selects))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
-                    run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1))
+                    run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
+                                                    threads=self.kernels.threads)
                     views = node.op_type in VIEWS
                     run, last_call = viewing(run) if views else (run, None)
                     steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=not views,
@@ -164,7 +166,8 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        plan = Plan(fuse_lookups(steps, self.constants, known, outputs), self.constants, outputs)
+        plan = Plan(fuse_lookups(steps, self.constants, known, outputs, self.kernels.threads), self.constants,
+                    outputs)
         self._build_pools(plan, known)
         return plan
 

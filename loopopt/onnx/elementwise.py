@@ -5,7 +5,10 @@ numpy's elementwise functions keep that memory order, so Relu, Clip, Add, Sub, M
 DequantizeLinear and QuantizeLinear neither transpose nor copy back to the logical layout;
 Flatten, Reshape and Identity are views where numpy can make one. ``ELEMENTWISE`` maps an op type
 to a builder of the node's function ``run(inputs, reuse) -> outputs`` (``reuse``: the first input's
-buffer may be overwritten, as nothing else reads it). A builder raises ``NotSupported`` for what it
+buffer may be overwritten, as nothing else reads it); a builder's ``threads`` (by keyword): the
+model's, which the compiled loops (DequantizeLinear, QuantizeLinear, the lookups, float32 Relu and
+same-shape Add/Sub/Mul/Div on numpy arrays) run on where their arrays are large enough
+(``threaded_c.threads_for``), numpy's own functions on one. A builder raises ``NotSupported`` for what it
 leaves to onnx.reference (an integer Div, per-axis quantization, ...), with the reason.
 Quantization follows onnx.reference's arithmetic step by step, so the outputs are the same bits.
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
@@ -25,13 +28,15 @@ import numpy as np
 import onnx
 
 from ..buffers import aligned_empty_like
+from ..targets.float_map import float_map
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
+from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
 from .plan import NUMPY, BoundCalls, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
-Builder = Callable[[onnx.NodeProto, Sequence[Value | None], int], Run]
+Builder = Callable[..., Run]     # (node, values, opset, xp=numpy, threads=1) -> the node's run
 
 INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
@@ -48,15 +53,29 @@ def _out(x: np.ndarray, reuse: bool) -> np.ndarray | None:
     return x if reuse else None
 
 
-def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+         threads: int = 1) -> Run:
     """Relu on arrays of the array module ``xp`` (numpy; CuPy on a GPU: ``device_rep``), as the builders
-    below."""
+    below; a numpy float32 array stored in one contiguous run by the compiled loop (``float_map``) on
+    up to ``threads`` threads."""
     attributes(node, {})
     _float_inputs(node, values, 1)
-    return lambda inputs, reuse: [xp.maximum(inputs[0], 0, out=_out(inputs[0], reuse))]
+    loops = float_map(host_target().vector_flags()) if xp is np else None
+
+    def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
+        x = inputs[0]
+        flat = memory_order(x) if loops is not None and x.dtype == np.float32 else None
+        if flat is None:
+            return [xp.maximum(x, 0, out=_out(x, reuse))]
+        out = x if reuse else aligned_empty_like(x, x.dtype)             # the same memory order
+        loops.relu(flat, flat if reuse else memory_order(out), threads_for(flat.size, threads))
+        return [out]
+
+    return run
 
 
-def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+         threads: int = 1) -> Run:
     """Clip: bounds as inputs (opset 11+) or attributes ``min``/``max`` (before); a missing one unbounded.
     The bounds are host constants, taken as scalars of the input's dtype."""
     attrs = attributes(node, {"min": None, "max": None})
@@ -82,26 +101,39 @@ def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: M
 
 
 def binary(function: np.ufunc) -> Builder:
-    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7)."""
+    """Add, Sub, Mul or Div of two float inputs of one dtype, numpy broadcasting (ONNX's, from opset 7);
+    two numpy float32 arrays of one shape stored in one contiguous run in one order by the compiled loop
+    (``float_map``) on up to ``threads`` threads."""
 
-    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+    def build(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+              threads: int = 1) -> Run:
         attributes(node, {})
         if opset < 7:
             raise NotSupported(f"{node.op_type} of opset {opset} (its broadcast attribute; opset 7 on)")
         _float_inputs(node, values, 2)
         on = getattr(xp, function.__name__)       # the function of ``xp``
+        loops = float_map(host_target().vector_flags()) if xp is np else None
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
-            into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
-            return [on(a, b, out=a if into else None)]
+            same = (loops is not None and a.dtype == np.float32 and a.shape == b.shape
+                    and a.strides == b.strides)
+            flat, other = (memory_order(a), memory_order(b)) if same else (None, None)
+            if flat is None or other is None:
+                into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
+                return [on(a, b, out=a if into else None)]
+            out = a if reuse else aligned_empty_like(a, a.dtype)             # a's memory order
+            loops.binary(function.__name__, flat, other, flat if reuse else memory_order(out),
+                         threads_for(flat.size, threads))
+            return [out]
 
         return run
 
     return build
 
 
-def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+            threads: int = 1) -> Run:
     """Flatten as a view where the array's own ``reshape`` makes one (any array module ``xp``; so are
     Reshape and Identity)."""
     axis = int(attributes(node, {"axis": 1})["axis"])
@@ -114,7 +146,8 @@ def flatten(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp
     return run
 
 
-def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+            threads: int = 1) -> Run:
     """Reshape: a 0 in the shape copies the input's dim (unless ``allowzero``), a -1 is inferred."""
     allow_zero = bool(attributes(node, {"allowzero": 0})["allowzero"])
     if opset < 5:
@@ -129,12 +162,14 @@ def reshape(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp
     return run
 
 
-def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def identity(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+             threads: int = 1) -> Run:
     attributes(node, {})
     return lambda inputs, reuse: [inputs[0]]
 
 
-def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np) -> Run:
+def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
+           threads: int = 1) -> Run:
     """Concat of arrays of ``xp`` along ``axis`` (a negative one from the end)."""
     axis = int(attributes(node, {"axis": None})["axis"])
     return lambda inputs, reuse: [xp.concatenate([a for a in inputs if a is not None], axis=axis)]
@@ -177,7 +212,8 @@ def _scalar(array: np.ndarray) -> np.ndarray:
     return array.reshape(())
 
 
-def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+                      threads: int = 1) -> Run:
     """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
     (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
     _per_tensor(node, values)
@@ -193,7 +229,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
             q, flat, _ = _flat(q, False)
             out = aligned_empty_like(q, np.float32)           # the same memory order
             loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
-                             float(_scalar(scale)))
+                             float(_scalar(scale)), threads_for(flat.size, threads))
             return [out]
 
         return compiled
@@ -209,7 +245,8 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
     return lambda inputs, reuse: [formula(*(*inputs, None)[:3])]
 
 
-def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int) -> Run:
+def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
+                    threads: int = 1) -> Run:
     """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
     loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
     result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
@@ -228,7 +265,7 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
             x, flat, _ = _flat(x, False)
             out = aligned_empty_like(x, dtype)               # the same memory order
             loops.quantize(flat, memory_order(out), float(_scalar(scale)),
-                           0.0 if zero is None else float(_scalar(zero)))
+                           0.0 if zero is None else float(_scalar(zero)), threads_for(flat.size, threads))
             return [out]
 
         return compiled
@@ -276,12 +313,12 @@ class Lookup:
         return self.run(inputs, reuse)
 
 
-def lookup(table: np.ndarray) -> Lookup:
+def lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
-    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``); in place
-    where the input's buffer may be overwritten."""
+    input's memory order, by the host target's compiled byte lookup (``Target.byte_map``) on up to
+    ``threads`` threads; in place where the input's buffer may be overwritten."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
-    calls = BoundCalls(lambda src, dst: byte_map.bound(bits, dst, src=src))
+    calls = BoundCalls(lambda src, dst: byte_map.bound(bits, dst, threads_for(dst.size, threads), src=src))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
@@ -292,13 +329,13 @@ def lookup(table: np.ndarray) -> Lookup:
     return Lookup(run, calls)
 
 
-def pair_lookup(table: np.ndarray) -> Lookup:
+def pair_lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
-    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``);
-    into the first's buffer where it may be overwritten."""
+    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
+    to ``threads`` threads; into the first's buffer where it may be overwritten."""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
-    calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, a=a, b=b))
+    calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, threads_for(dst.size, threads), a=a, b=b))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]
@@ -338,10 +375,10 @@ def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.all(ordered[1:] >= ordered[:-1]))
 
 
-def selected_lookup(select: Step, table: np.ndarray) -> Run:
+def selected_lookup(select: Step, table: np.ndarray, threads: int = 1) -> Run:
     """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
     output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
-    looked = lookup(table)
+    looked = lookup(table, threads)
     return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
 
 
@@ -382,7 +419,7 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
 
 
 def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
-                 outputs: Sequence[str]) -> list[Step]:
+                 outputs: Sequence[str], threads: int = 1) -> list[Step]:
     """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
     DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
     values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
@@ -402,13 +439,13 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         chain, sources = found
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
-        looked = lookup(table) if len(sources) == 1 else pair_lookup(table)
+        looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
         run, last_call = looked, looked.calls.last_call
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
-            run, last_call = selected_lookup(selects[0], table), None
+            run, last_call = selected_lookup(selects[0], table, threads), None
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True,
                                 last_call=last_call)

@@ -9,7 +9,8 @@ onnx.reference's float32 arithmetic, so the same bits as its numpy steps:
 No step is a product followed by a sum, so no contraction into a fused multiply-add can change a
 rounding (``-ffp-contract=off`` besides). The ONNX backend runs its per-tensor DequantizeLinear and
 QuantizeLinear nodes of 8-bit values and float32 scales on them (``onnx/elementwise.py``); a target
-gives the flags that let the compiler vectorize the loops (``Target.vector_flags``).
+gives the flags that let the compiler vectorize the loops (``Target.vector_flags``). Both run on the
+threads the caller gives (``threaded_c``: contiguous chunks, one per OpenMP thread).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from functools import cache
 import numpy as np
 
 from ..cbuild import compile_c
+from ..openmp import OPENMP_FLAG
+from .threaded_c import HEADER, THREADS_PARAM, threaded
 
 C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char"}
 RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
@@ -27,16 +30,21 @@ FLAGS = ("-ffp-contract=off",)
 def _functions(dtype: np.dtype) -> tuple[str, str]:
     """The C declarations and definitions of the two loops for the 8-bit ``dtype``."""
     c_type, (low, high) = C_TYPES[dtype], RANGES[dtype]
-    cdef = (f"void lo_dequantize(const {c_type} *q, float *x, long n, float zero, float scale);\n"
-            f"void lo_quantize(const float *x, {c_type} *q, long n, float scale, float zero);")
+    dequantize = (f"void lo_dequantize(const {c_type} *q, float *x, float zero, float scale, long n, "
+                  f"{THREADS_PARAM})")
+    quantize = (f"void lo_quantize(const float *x, {c_type} *q, float scale, float zero, long n, "
+                f"{THREADS_PARAM})")
     source = f"""#include <math.h>
-void lo_dequantize(const {c_type} *restrict q, float *restrict x, long n, float zero, float scale)
+{HEADER}
+static void lo_dequantize_serial(const {c_type} *restrict q, float *restrict x, float zero, float scale,
+                                 long n)
 {{
     for (long i = 0; i < n; ++i)
         x[i] = ((float)q[i] - zero) * scale;
 }}
 
-void lo_quantize(const float *restrict x, {c_type} *restrict q, long n, float scale, float zero)
+static void lo_quantize_serial(const float *restrict x, {c_type} *restrict q, float scale, float zero,
+                               long n)
 {{
     for (long i = 0; i < n; ++i) {{
         float r = rintf(x[i] / scale) + zero;
@@ -45,17 +53,19 @@ void lo_quantize(const float *restrict x, {c_type} *restrict q, long n, float sc
         q[i] = ({c_type})(int)r;
     }}
 }}
-"""
-    return cdef, source
+
+{threaded(dequantize, "lo_dequantize_serial(q + lo_begin, x + lo_begin, zero, scale, lo_end - lo_begin)")}
+{threaded(quantize, "lo_quantize_serial(x + lo_begin, q + lo_begin, scale, zero, lo_end - lo_begin)")}"""
+    return f"{dequantize};\n{quantize};", source
 
 
 class LinearQuant:
-    """``dequantize(q, x, zero, scale)`` and ``quantize(x, q, scale, zero)`` of one 8-bit dtype over
-    contiguous 1-D arrays (float32 ``x``); ``name`` says how it was built."""
+    """``dequantize(q, x, zero, scale, threads=1)`` and ``quantize(x, q, scale, zero, threads=1)`` of one
+    8-bit dtype over contiguous 1-D arrays (float32 ``x``); ``name`` says how it was built."""
 
     def __init__(self, dtype: np.dtype, flags: tuple[str, ...]):
         cdef, source = _functions(np.dtype(dtype))
-        module = compile_c(source, cdef, FLAGS + tuple(flags))
+        module = compile_c(source, cdef, (*FLAGS, *flags, OPENMP_FLAG), (OPENMP_FLAG,))
         self.dtype, self._ffi, self._lib = np.dtype(dtype), module.ffi, module.lib
         self._codes = f"{C_TYPES[self.dtype]}[]"
         self.name = f"C loops ({' '.join(flags) or 'no vector flags'})"
@@ -68,19 +78,19 @@ class LinearQuant:
         if floats.size != codes.size:
             raise ValueError(f"x and q differ in size: {floats.size} and {codes.size} elements")
 
-    def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float) -> None:
-        """``x[i] = (q[i] - zero) * scale`` in float32."""
+    def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float, threads: int = 1) -> None:
+        """``x[i] = (q[i] - zero) * scale`` in float32, on ``threads`` threads."""
         self._check(x, q)
         buffer = self._ffi.from_buffer
-        self._lib.lo_dequantize(buffer(self._codes, q), buffer("float[]", x, require_writable=True), q.size,
-                                zero, scale)
+        self._lib.lo_dequantize(buffer(self._codes, q), buffer("float[]", x, require_writable=True), zero,
+                                scale, q.size, threads)
 
-    def quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float) -> None:
-        """``q[i] = saturate(rint(x[i] / scale) + zero)`` in float32."""
+    def quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float, threads: int = 1) -> None:
+        """``q[i] = saturate(rint(x[i] / scale) + zero)`` in float32, on ``threads`` threads."""
         self._check(x, q)
         buffer = self._ffi.from_buffer
-        self._lib.lo_quantize(buffer("float[]", x), buffer(self._codes, q, require_writable=True), x.size,
-                              scale, zero)
+        self._lib.lo_quantize(buffer("float[]", x), buffer(self._codes, q, require_writable=True), scale,
+                              zero, x.size, threads)
 
 
 @cache

@@ -42,13 +42,15 @@ class Knobs(Protocol):
 class Candidate:
     """One point of a search space: an op, its ISA and the knobs; ``model`` holds the ranking's figures
     (empty until ranked); ``residual``: ranked as a kernel that adds a residual of the output's shape
-    where it stores each block (``Schedule.add_residual``, a step its caller adds to the schedule)."""
+    where it stores each block (``Schedule.add_residual``, a step its caller adds to the schedule);
+    ``threads``: the thread count it is searched for (a target's ``candidates`` sets it)."""
 
     op: Op
     isa: str
     knobs: Knobs
     model: tuple[tuple[str, float], ...] = ()
     residual: bool = False
+    threads: int = 1           # the threads it runs on: its figures are its busiest thread's
 
     @property
     def figures(self) -> dict[str, float]:

@@ -14,8 +14,8 @@ the neighbours the walk considers, when it considers them; scored candidates com
 fitted time, the others after them in the heuristic's order. A scored candidate's time is the kernel
 model's plus the heuristic's ``stream_seconds`` (its operands from beyond L2) and ``strided_seconds``
 (plain weight rows a channel row apart, from L2): the memory terms the kernel model without traffic
-leaves out, cheap enough for every candidate; times the share of a thread's work the
-busiest thread has (``Traits.imbalance``: a parallel loop whose iterations do not split evenly), the
+leaves out, cheap enough for every candidate; times the share of the work the busiest thread has
+(``Traits.imbalance`` over the threads: a parallel loop whose iterations do not split evenly), the
 model's part times ``Traits.tail`` (a partial block of a padded window); before any trial a candidate
 is predicted by the geometric mean of that time and the heuristic's (``Guide.prior``). Each
 verified trial refits the prediction (``fit.Fit`` over ``FEATURES``: the prior's scale, and weights
@@ -149,12 +149,16 @@ class Guide:
     def modelled(self, index: int) -> float | None:
         """The kernel model's time of candidate ``index`` times its ``Traits.tail`` (x86: a partial block
         of a padded window, which the model prices too low) plus the heuristic's memory terms
-        (``memory_seconds``), times its thread ``Traits.imbalance``; None: not modelled."""
+        (``memory_seconds``), times its busiest thread's share of them (``Traits.imbalance`` over the
+        threads: the time of that thread, as the heuristic's); a family's own model's time (x86's tile
+        model: the busiest thread's already) as it is; None: not modelled."""
         model = self.score(index)
         if model is None:
             return None
-        traits = self.traits(index)
-        return (model.seconds * traits.tail + memory_seconds(self.candidates[index])) * traits.imbalance
+        candidate, traits = self.candidates[index], self.traits(index)
+        if self.rules.family(candidate) != KERNEL:
+            return model.seconds
+        return (model.seconds * traits.tail + memory_seconds(candidate)) * traits.imbalance / self.threads
 
     def prior(self, index: int) -> float:
         """The prediction of candidate ``index`` before any trial (the fit's prior): the geometric mean

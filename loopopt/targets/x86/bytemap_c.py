@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..bytemap import CDEF, PAIR_CDEF, ByteMap, PairMap, portable_byte_map, portable_pair_map
+from ..bytemap import PAIR_SERIAL, SERIAL, ByteMap, PairMap, portable_byte_map, portable_pair_map
 from .isa import AVX512, VBMI_FLAGS, available_isas, cpu_flags
 
 VBMI_FLAGS_OF = AVX512.compile_flags + (VBMI_FLAGS[AVX512.name][1],)
@@ -18,7 +18,7 @@ static inline __m512i lo_map64(__m512i x, __m512i t0, __m512i t1, __m512i t2, __
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high);
 }}
 
-{CDEF[:-1]}
+{SERIAL}
 {{
     __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
     __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
@@ -43,7 +43,7 @@ def x86_byte_map() -> ByteMap:
     return portable_byte_map()
 
 GATHER_SOURCE = f"""#include <immintrin.h>
-{PAIR_CDEF[:-1]}
+{PAIR_SERIAL}
 {{
     const __m512i three = _mm512_set1_epi32(3);
     long i = 0;

@@ -422,11 +422,14 @@ def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
 def figures(candidate: Candidate) -> dict[str, float]:
     """The heuristic's figures of one candidate: ``efficiency`` (0..1) of its compute,
     ``stream_seconds`` (its operands from beyond L2), ``strided_seconds``, ``residual_seconds`` (only
-    for a candidate that adds a residual, ``Candidate.residual``) and ``predicted_seconds`` (their sum;
-    on one core: the candidates of one search share their thread count)."""
+    for a candidate that adds a residual, ``Candidate.residual``) and ``predicted_seconds`` (their sum),
+    on ``Candidate.threads`` threads, the busiest thread's: an AMX candidate's from the tile model
+    (``tile_time``: its share of the blocks and the bytes it reads itself), a register block's its share
+    of the compute (``imbalance`` over the threads) and an even share of the operands' time (the
+    threads' caches and bandwidth side by side; what both read is not counted twice)."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == TILE_ISA:
-        seconds = tile_time(candidate.schedule).predicted_seconds        # its loads count their levels
+        seconds = tile_time(candidate.schedule, candidate.threads).predicted_seconds   # the busiest thread's
         peak = _peak(TILE_ISA, "int8" if op.quant is not None else op.dtype)
         return {"efficiency": op.flops / (peak * seconds), "stream_seconds": 0.0,
                 "predicted_seconds": seconds}
@@ -482,8 +485,20 @@ def figures(candidate: Candidate) -> dict[str, float]:
     strided = strided_seconds(op, knobs, depth)
     residual = {"residual_seconds": residual_seconds(op, knobs)} if candidate.residual else {}
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
+    busiest = imbalance(candidate, candidate.threads) / candidate.threads     # its share of the compute
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided, **residual,
-            "predicted_seconds": compute + stream + strided + sum(residual.values())}
+            "predicted_seconds": (compute * busiest + (stream + strided + sum(residual.values()))
+                                  / candidate.threads)}
+
+
+def imbalance(candidate: Candidate, threads: int) -> float:
+    """The busiest thread's share of a register block's work over an even share (1: the parallel loop's
+    iterations split evenly over ``threads``, or one thread)."""
+    knobs = candidate.knobs
+    if threads == 1 or not isinstance(knobs, Knobs) or not knobs.parallel:
+        return 1.0
+    extent = outer_extents(candidate.op, knobs)[knobs.parallel]
+    return -(-extent // threads) * threads / extent
 
 
 def _reads(candidate: Candidate) -> tuple:
@@ -492,9 +507,10 @@ def _reads(candidate: Candidate) -> tuple:
     their figures."""
     knobs = candidate.knobs
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
-        return candidate.op, candidate.isa, knobs
+        return candidate.op, candidate.isa, knobs, candidate.threads
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel, candidate.residual)
+            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel, candidate.residual,
+            candidate.threads)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:

@@ -34,7 +34,7 @@ class X86Search(SearchRules):
         return TILES if candidate.isa == TILE_ISA else KERNEL
 
     def own_seconds(self, candidate: Candidate) -> float:
-        return tile_time(candidate.schedule).predicted_seconds
+        return tile_time(candidate.schedule, candidate.threads).predicted_seconds
 
     def unpriced(self, candidate: Candidate) -> bool:
         return space.is_table_lookup(candidate) or space.is_binary(candidate)
@@ -43,7 +43,7 @@ class X86Search(SearchRules):
         knobs = candidate.knobs
         if not isinstance(knobs, Knobs):             # AMX tiles, table lookups, binary kernels
             return Traits()
-        return Traits(rank.tail(candidate), imbalance(candidate, threads),
+        return Traits(rank.tail(candidate), rank.imbalance(candidate, threads),
                       rank.plain_rows(candidate.op, knobs),
                       knobs.cache_block > 0, rank.rolled(candidate), shape(candidate))
 
@@ -58,16 +58,6 @@ class X86Search(SearchRules):
 
     def describe(self, knobs: dict) -> str:
         return describe(knobs)
-
-
-def imbalance(candidate: Candidate, threads: int) -> float:
-    """The busiest thread's share of the work over an even share (1: the parallel loop's iterations
-    split evenly over ``threads``, or one thread)."""
-    knobs = candidate.knobs
-    if threads == 1 or not isinstance(knobs, Knobs) or not knobs.parallel:
-        return 1.0
-    extent = rank.outer_extents(candidate.op, knobs)[knobs.parallel]
-    return -(-extent // threads) * threads / extent
 
 
 def shape(candidate: Candidate) -> tuple[float, ...]:

@@ -596,16 +596,17 @@ def cache_block_sizes(extent: int) -> list[int]:
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``TILE_ISA``: the
     AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
-    best ISA, ``isa="auto"``)."""
+    best ISA, ``isa="auto"``); each for ``threads`` threads (``Candidate.threads``)."""
     if op.quant is not None and op.quant.binary:
-        return binary_candidates(op, isa, threads)
-    if isa == TILE_ISA:
-        return tile_candidates(op, threads)
-    found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
-    found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
-    found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
-    return (found + (tile_candidates(op, threads) if tiles else [])
-            + lut_candidates(op, isa, threads))
+        found = binary_candidates(op, isa, threads)
+    elif isa == TILE_ISA:
+        found = tile_candidates(op, threads)
+    else:
+        found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
+        found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
+        found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
+        found += (tile_candidates(op, threads) if tiles else []) + lut_candidates(op, isa, threads)
+    return found if threads == 1 else [replace(c, threads=threads) for c in found]
 
 
 def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[Candidate]:

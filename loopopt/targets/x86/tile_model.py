@@ -21,9 +21,19 @@ machine's measured figures (``lo.machine_profile()``: the AMX peak, cache sizes 
   copied into the patch buffer (once per pixel block, again for each channel block when the channel
   blocks are outside), which then holds the A tiles' rows (from L1).
 
-Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. The
-time is that of one core, like the ranking heuristic's: a search's candidates share their thread
-count (so a parallel candidate's two splits tie; the walk tries the other one as a neighbour).
+Dots and loads overlap (the tile unit runs while the next tiles load); the epilogue does not. On
+several threads the time is one thread's (``threads``): an even share of the blocks, and the operand
+bytes it reads itself: a pixel split reads all the weights on every thread and its share of the
+activations, a channel split its share of the weights and all the activations (each core's L1 and L2
+its own). ResNet-18's 512-channel 3x3 int8 layer at 7x7 on 2 threads: pixels split, 2.36 MB of weights
+read by each thread from L3, predicted 204.5 us, channels split 1.18 MB, 72.0 us; measured (2-core
+Xeon with AMX, others' processes on it, nice -15, minimum of 25 interleaved rounds) 85.2 and 64.9 us
+(one thread 129.4 us). Before, the two splits tied on one core's time and the pixel split, listed
+first, ran. The busiest thread's share (``ceil(units / threads)``: 7 lines of pixel blocks split 4 and
+3) was tried too: it moved ResNet-50's 1x1 int8 layers to channel splits on differences of 2-7% (13
+pixel units against 16 channel units), which ran 1.7-1.8x slower (1024->256 at 14x14: 44.1 -> 73.8
+us; 512->256 at 28x28: 81.9 -> 147.0 us, same run), so not kept: the channel split costs something
+this model does not see, which only the duplicated weights outweigh.
 
 On this project's Xeon, against the minimum times of the 16 one-thread AMX trials of VGG conv5_1
 and ResNet-50 conv2_x int8 that bench_tune.py and tune_layers.py logged on 2026-11-23 (other
@@ -53,7 +63,7 @@ LEVELS = ("L1", "L2", "L3", "DRAM")
 
 @dataclass(frozen=True)
 class TileTime:
-    """The tile model's figures of one AMX kernel (seconds, one core)."""
+    """The tile model's figures of one AMX kernel (seconds, one of its threads')."""
 
     dots: float            # tile dot products at the AMX peak
     loads: float           # tile loads from the levels that hold their operands
@@ -101,37 +111,52 @@ def _clock() -> float:
     return machine_profile().peak("avx512", "int8") * 1e9 / VNNI_OPS_PER_CYCLE
 
 
-def tile_time(schedule: Schedule) -> TileTime:
-    """The tile model's time of ``schedule``'s AMX kernel (``TileError`` if it has none)."""
+def tile_time(schedule: Schedule, threads: int = 1) -> TileTime:
+    """The tile model's time of ``schedule``'s AMX kernel on ``threads`` threads: one thread's, an even
+    share of the blocks and the bytes it reads (``TileError`` if it has no AMX kernel)."""
     quant = schedule.op.quant
-    return _time(tile_plan(schedule), quant is not None, 1 if quant is not None and quant.requantized else 4)
+    return _time(tile_plan(schedule), quant is not None, 1 if quant is not None and quant.requantized else 4,
+                 threads)
 
 
-def _time(plan: TilePlan, quantized: bool, output_bytes: int) -> TileTime:
+def thread_share(plan: TilePlan, threads: int) -> float:
+    """The share of the blocks one of ``threads`` threads runs: an even share where the plan splits its
+    blocks (``plan.units``) over threads, else all."""
+    return 1.0 if plan.parallel is None else 1 / threads
+
+
+def _time(plan: TilePlan, quantized: bool, output_bytes: int, threads: int) -> TileTime:
     s = plan.shape
+    share = thread_share(plan, threads)
+    weight_share = share if plan.parallel == "channels" else 1.0       # the weights this thread reads
+    activation_share = share if plan.parallel == "pixels" else 1.0
     steps = s.row_taps * s.column_taps * len(s.starts)            # tap-chunks each block reduces over
-    blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks
+    blocks = s.groups * s.lines * plan.pixel_blocks * plan.channel_blocks * share
     dot_ops = 2 * TILE * TILE * s.values                          # a full dot's operations
     peak = machine_profile().peak(TILE_ISA, "int8" if quantized else "bfloat16") * 1e9
     dots = blocks * steps * plan.row_tiles * plan.col_tiles * dot_ops / peak
-    b_set = (plan.col_tiles if plan.channels_outer else s.channel_tiles) * steps * s.tile_bytes
+    b_set = (plan.col_tiles if plan.channels_outer else s.channel_tiles * weight_share) * steps * s.tile_bytes
     b = load_seconds(blocks * steps * plan.col_tiles * s.tile_bytes, b_set)
     stride = 1 if s.gemm else s.cols.stride
     width = (plan.block_pixels - 1) * stride + (s.cols.taps - 1) * s.cols.dilation + 1
     window = (1 if s.gemm else s.rows.taps) * width * s.channels * s.element
     rows, cols = s.padded
     stored = s.pixels if s.gemm else s.batch * rows * cols                 # activation pixels stored
-    activations = stored * s.channels * s.element
+    activations = stored * s.channels * s.element * activation_share
     a_set = window if window <= _levels()[0][1] else activations
     if s.patch:                      # the A tiles come from the block's gathered patches
         a_set = plan.block_pixels * s.patch_pitch * s.element
     a = load_seconds(blocks * steps * plan.row_tiles * min(TILE, s.pixels) * MAX_COLSB, a_set)
-    outputs = s.groups * s.lines * s.pixels * s.kg
-    weights = s.groups * s.channel_tiles * steps * s.tile_bytes
+    outputs = s.groups * s.lines * s.pixels * s.kg * share
+    weights = s.groups * s.channel_tiles * steps * s.tile_bytes * weight_share
     call = weights + activations + outputs * output_bytes
     gathered = 0.0
     if s.patch:
-        packs = s.groups * s.lines * plan.pixel_blocks * (plan.channel_blocks if plan.channels_outer else 1)
+        # a block's patch is gathered once per channel block (channels outer) or once (pixels outer): each
+        # thread of a channel split gathers every pixel block's when the pixels are outside
+        mine = 1.0 if plan.parallel == "channels" and not plan.channels_outer else share
+        per_block = plan.channel_blocks if plan.channels_outer else 1
+        packs = s.groups * s.lines * plan.pixel_blocks * per_block * mine
         gathered = packs * plan.block_pixels * s.runs[0] * GATHER_CYCLES / _clock()
     return TileTime(dots, a + b + cold_seconds(weights + activations, call),
                     outputs * EPILOGUE_CYCLES / _clock(), gathered)

@@ -1,7 +1,7 @@
 """The tile model of AMX candidates (loopopt/targets/x86/tile_model.py) and how the search orders them: the
-loads priced at the level that holds their operand, the rows a kernel really computes, AMX trials
-fitted apart from the SIMD ones, AMX candidates ranked first where they win, and none on a CPU without
-AMX (an AMD Zen 4)."""
+loads priced at the level that holds their operand, the rows a kernel really computes, the busiest
+thread's blocks and bytes on two threads, AMX trials fitted apart from the SIMD ones, AMX candidates
+ranked first where they win, and none on a CPU without AMX (an AMD Zen 4)."""
 import pytest
 from helpers import needs_amx
 
@@ -11,7 +11,8 @@ from loopopt.targets.search import Candidate
 from loopopt.targets.x86 import tile_model, tiles
 from loopopt.targets.x86.rank import rank
 from loopopt.targets.x86.space import TileKnobs, candidates
-from loopopt.targets.x86.tile_model import cold_seconds, load_seconds, tile_time
+from loopopt.targets.x86.tile_model import cold_seconds, load_seconds, thread_share, tile_time
+from loopopt.tune.choice import first_choice
 from loopopt.tune.guide import Guide, Price
 
 QUANT = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
@@ -29,8 +30,26 @@ def test_loads_come_from_the_level_that_holds_their_set(monkeypatch):
     assert cold_seconds(5e5, 2e6) == pytest.approx(5e5 / (10 * GB))          # its inputs come from DRAM
 
 
-def _tiles(op, pixels, channels, channels_outer=True):
-    return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer)).schedule
+def _tiles(op, pixels, channels, channels_outer=True, parallel=None):
+    return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer, parallel)).schedule
+
+
+def test_two_threads_time_one_thread_and_the_weights_it_reads():
+    """ResNet-18's int8 layers at 7x7 on 2 threads (load-independent: blocks and bytes per thread): an
+    even share of the blocks either way; a pixel split reads all 2.4 MB of the 512-channel 3x3 layer's
+    weights on each thread, a channel split half, so it is predicted faster (the two tied when the
+    model priced one core); on one thread the split changes nothing."""
+    down = lo.Conv2d(256, 512, 3, stride=2, padding=1, height=14, width=14, quant=QUANT)
+    for split in ("pixels", "channels"):
+        assert thread_share(tiles.tile_plan(_tiles(down, 16, 16, True, split)), 2) == 0.5
+    assert thread_share(tiles.tile_plan(_tiles(down, 16, 16, True)), 2) == 1
+    layer = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT)
+    pixels, channels = _tiles(layer, 32, 32, True, "pixels"), _tiles(layer, 32, 32, True, "channels")
+    assert tile_time(pixels, 1) == tile_time(channels, 1)
+    split_pixels, split_channels = tile_time(pixels, 2), tile_time(channels, 2)
+    assert split_pixels.dots == split_channels.dots == pytest.approx(tile_time(pixels, 1).dots / 2)
+    assert split_channels.loads < split_pixels.loads / 2       # half the weights, from L2 instead of L3
+    assert split_channels.predicted_seconds < split_pixels.predicted_seconds
 
 
 @pytest.mark.slow
@@ -69,8 +88,17 @@ def test_amx_candidates_rank_first_where_they_win(threads):
     op = lo.Conv2d(128, 128, 3, padding=1, height=14, width=14, quant=QUANT)
     ranked = rank(candidates(op, "avx512", threads, tiles=True))
     assert ranked[0].isa == "amx"
-    assert ranked[0].figures["predicted_seconds"] == tile_time(ranked[0].schedule).predicted_seconds
+    assert ranked[0].figures["predicted_seconds"] == tile_time(ranked[0].schedule, threads).predicted_seconds
     assert ranked[0].knobs.parallel is None if threads == 1 else ranked[0].knobs.parallel in tiles.SPLITS
+
+
+@pytest.mark.slow     # ranks the layer's whole space twice (3.8 s)
+@needs_amx
+def test_resnet18_int8_layer_at_7x7_splits_its_channels_over_two_threads():
+    layer = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT)
+    chosen = first_choice(layer, "auto", 2)
+    assert chosen.isa == "amx" and chosen.knobs.parallel == "channels" and chosen.threads == 2
+    assert first_choice(layer, "auto", 1).knobs.parallel is None
 
 
 def test_no_amx_candidates_on_a_cpu_without_amx(monkeypatch, recorded_profile):
