@@ -58,7 +58,7 @@ def _channels_last(schedule: Schedule) -> Schedule:
 def activations_last(op: Op) -> dict[str, str]:
     """Layout tags of the activations and the output with their channels innermost (2-D: ``NHWC``)."""
     source = op.inputs[0]
-    axis = next(a for a, e in enumerate(op.index(source)) if op.reduction_channel_dim in e.variables())
+    axis = op.axis(source, op.reduction_channel_dim)
     return {source: moved_last(op.tensor(source).letters, axis),
             op.output: moved_last(op.tensor(op.output).letters, op.output_channel_axis)}
 

@@ -88,5 +88,5 @@ class DepthwiseRoles:
 
     def _tag(self, tensor: str, dims: tuple[str, ...]) -> str:
         """The letters of ``tensor``'s axes that read ``dims``, in that order."""
-        index, letters = self.op.index(tensor), self.op.tensor(tensor).letters
-        return "".join(letters[next(a for a, e in enumerate(index) if dim in e.variables())] for dim in dims)
+        letters = self.op.tensor(tensor).letters
+        return "".join(letters[self.op.axis(tensor, dim)] for dim in dims)

@@ -97,5 +97,4 @@ class GemvRoles:
 
     def _letter(self, tensor: str, dim: str) -> str:
         """The letter of ``tensor``'s axis that reads ``dim``."""
-        index, letters = self.op.index(tensor), self.op.tensor(tensor).letters
-        return letters[next(a for a, e in enumerate(index) if dim in e.variables())]
+        return self.op.tensor(tensor).letters[self.op.axis(tensor, dim)]

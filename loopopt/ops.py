@@ -108,6 +108,11 @@ class Op:
         """The logical index of tensor ``name`` accessed by the statement."""
         raise NotImplementedError
 
+    def axis(self, tensor: str, dim: str) -> int:
+        """The first axis of ``tensor`` whose index involves ``dim`` (a grouped conv's input channels:
+        ``k // Kg * Cg + c``)."""
+        return next(a for a, e in enumerate(self.index(tensor)) if dim in e.variables())
+
     @property
     def tensors(self) -> tuple[str, ...]:
         return self.inputs + (self.output,)

@@ -52,7 +52,7 @@ def preset(op: Op, rows: int = 4, columns: int = 8) -> Schedule:
     (clamped to the op; ``columns`` even)."""
     rows_dim, cols_dim, red = _dims(op)
     a, w = op.inputs
-    letter = lambda t, dim: op.tensor(t).letters[_axis(op, t, dim)]
+    letter = lambda t, dim: op.tensor(t).letters[op.axis(t, dim)]
     rest = lambda t, inner: "".join(x for x in op.tensor(t).letters if x not in inner)
     last_a = letter(a, red)
     pair = (letter(w, cols_dim), letter(w, red))
@@ -119,7 +119,7 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
         raise ScheduleError("arithmetic('dequantize'): smmla/usmmla sum int32 products; use the integer "
                             "arithmetic")
     activations = schedule.layout_of(op.inputs[0])
-    k_letter = op.tensor(op.inputs[0]).letters[_axis(op, op.inputs[0], red)]
+    k_letter = op.tensor(op.inputs[0]).letters[op.axis(op.inputs[0], red)]
     if any(block for _, block in activations.order) or activations.order[-1][0] != k_letter:
         raise ScheduleError(f"layout({op.inputs[0]!r}, {activations.tag!r}): smmla reads 8 channels of an "
                             f"activation row at once; store {op.inputs[0]} unblocked with {k_letter} "
@@ -164,11 +164,6 @@ def mmla_form(schedule: Schedule) -> MmlaForm:
                             f"{form.column_pairs} accumulators, {form.row_pairs} activation registers and a "
                             f"weight register are {used} of the {ACCUMULATOR_REGISTERS} vector registers")
     return form
-
-
-def _axis(op: Op, tensor: str, dim: str) -> int:
-    """The axis of ``tensor`` indexed by ``dim`` (a grouped conv's input channels: ``k // Kg * Cg + c``)."""
-    return next(i for i, e in enumerate(op.index(tensor)) if dim in e.variables())
 
 
 def groups(op: Op) -> int:

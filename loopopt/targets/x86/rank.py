@@ -59,7 +59,6 @@ from .space import (
     Knobs,
     Names,
     Roles,
-    axis_of,
     dot_elements,
     is_binary,
     is_table_lookup,
@@ -353,7 +352,7 @@ def activation_lines_per_set(op: Op, pixel_block: int, cache_block: int | None, 
         return 0
     letters = op.tensor(source).letters
     layout = Layout.parse(activations_last(op)[source], letters)
-    letter = letters[axis_of(op, source, roles.pixel)]
+    letter = letters[op.axis(source, roles.pixel)]
     position = next(p for p, (name, _) in enumerate(layout.order) if name == letter)
     size = element_bytes(op)
     stride = layout.strides(op.tensor(source).shape)[position] * (window.stride if window else 1) * size

@@ -278,11 +278,6 @@ def lanes(op: Op, isa: str) -> int:
     return (ISAS if op.quant is None else INT_ISAS)[isa].lanes
 
 
-def axis_of(op: Op, tensor: str, dim: str) -> int:
-    """The axis of ``tensor`` whose index involves ``dim``."""
-    return next(a for a, e in enumerate(op.index(tensor)) if dim in e.variables())
-
-
 def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     """Storage layout tags: channels-last activations (or the first input channels-first:
     ``Knobs.activations``) and output, weights in loop order."""
@@ -293,12 +288,12 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
         tags[op.inputs[0]] = op.tensor(op.inputs[0]).letters
     letters = op.tensor(weights).letters
     channel = letters[op.weight_channel_axis]
-    reduction = "".join(letters[axis_of(op, weights, d)] for d in knobs.reduction)
+    reduction = "".join(letters[op.axis(weights, d)] for d in knobs.reduction)
     outer = "".join(letter for letter in letters if letter not in reduction + channel)   # batch dims
     tags[weights] = {"plain": outer + reduction + channel,
                      "packed": f"{outer}{channel}{reduction}{knobs.channel_block}{channel.lower()}",
                      "dot": f"{outer}{channel}{reduction}{vector}{channel.lower()}{dot_elements(op)}"
-                            f"{letters[axis_of(op, weights, roles.rc)].lower()}"}[knobs.weights]
+                            f"{letters[op.axis(weights, roles.rc)].lower()}"}[knobs.weights]
     return tags
 
 
@@ -331,7 +326,7 @@ def build_taps(op: Op, knobs: Knobs) -> Schedule:
     window = tap_window(op)
     weights = op.inputs[1]
     letters = op.tensor(weights).letters
-    tap_letter = letters[axis_of(op, weights, window.tap_dim)]
+    tap_letter = letters[op.axis(weights, window.tap_dim)]
     schedule = Schedule(op).layout(weights, f"{letters}{DOT}{tap_letter.lower()}")
     if window.taps > DOT:
         schedule = schedule.split(window.tap_dim, DOT)
