@@ -39,9 +39,11 @@ CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 
                "uint64_t": 8, "__half": 2, "__nv_bfloat16": 2}     # the last two: CUDA's 16-bit floats
 
 
-# the element type of a host array parameter of each C type (bfloat16 and float16 as their bit patterns)
-HOST_DTYPES = {"float": np.dtype(np.float32), "uint16_t": np.dtype(np.uint16), "int32_t": np.dtype(np.int32),
-               "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8)}
+# the element type an array parameter of each C type holds (a host kernel's 16-bit floats and CUDA's
+# bfloat16 as their bit patterns)
+CTYPE_DTYPES = {"float": np.dtype(np.float32), "uint16_t": np.dtype(np.uint16), "int32_t": np.dtype(np.int32),
+                "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8), "__half": np.dtype(np.float16),
+                "__nv_bfloat16": np.dtype(np.uint16)}
 
 
 @dataclass
@@ -381,8 +383,7 @@ class Kernel:
 
     def parameter_dtype(self, name: str) -> np.dtype:
         """The element type of array parameter ``name`` as ``bind`` takes it (its C type's)."""
-        ctype = next(p.ctype for p in self.generated.params if p.name == name)
-        return HOST_DTYPES[ctype]
+        return next(CTYPE_DTYPES[p.ctype] for p in self.generated.params if p.name == name)
 
     def run(self, buffers: Buffers) -> None:
         """Execute the kernel on prepared buffers (the timed part)."""

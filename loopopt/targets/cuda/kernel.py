@@ -19,11 +19,6 @@ from .gemv import PackedWeights, packs_weights
 from .printer import CudaSource
 from .toolchain import Build
 
-# the element type a device array of each C type holds (a bfloat16 as its bit pattern)
-DEVICE_DTYPES = {"float": np.dtype(np.float32), "__half": np.dtype(np.float16),
-                 "__nv_bfloat16": np.dtype(np.uint16), "int32_t": np.dtype(np.int32),
-                 "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8)}
-
 
 class CudaKernel(Kernel):
     """A schedule's CUDA kernel. ``kernel(x, w, b)`` on numpy arrays returns numpy; on device arrays
@@ -62,10 +57,6 @@ class CudaKernel(Kernel):
         out = self.op.output
         stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
         return self.bind(stored)
-
-    def parameter_dtype(self, name: str) -> np.dtype:
-        """The element type of parameter ``name`` on the device (``DEVICE_DTYPES``)."""
-        return next(DEVICE_DTYPES[p.ctype] for p in self.generated.params if p.name == name)
 
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
