@@ -55,6 +55,20 @@ def test_small_cnn_runs_every_conv_and_gemm_on_kernels():
     assert len(rep.kernels) == compiled == 4     # built once per shape, at prepare
 
 
+def test_a_bias_shared_through_an_identity_is_bound_at_prepare():
+    """PyTorch's exporter shares equal initializers through Identity nodes: the Identity's output is a
+    constant, bound with the Conv's weights (no step of its own) and the Relu after it fused."""
+    proto = small_cnn()
+    conv = next(node for node in proto.graph.node if node.name == "conv1")
+    proto.graph.node.insert(0, helper.make_node("Identity", [conv.input[2]], ["shared_bias"], name="share"))
+    conv.input[2] = "shared_bias"
+    rep = backend.prepare(proto, strict=True)
+    steps = [step.node for step in rep.plan.steps]
+    assert "share" not in steps and "Relu_2" not in steps
+    x = _x(2, 3, 9, 11)
+    np.testing.assert_allclose(rep.run([x])[0], expected(proto, [x])[0], rtol=1e-4, atol=1e-5)
+
+
 def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference, each Relu, Clip and Add fused
     into the Conv before it (``onnx.epilogues``), its output onnxruntime's and every intermediate value

@@ -58,7 +58,7 @@ class DeviceRep(BackendRep):
         self.prepared.CopyFrom(model)
         for index, node in enumerate(self.prepared.graph.node):
             node.name = node_label(node, index)
-        known = constant_identities(self.prepared, known_values(self.prepared))
+        known = known_values(self.prepared)
         constants = {name: value.data for name, value in known.items() if value.data is not None}
         self.opset = next((o.version for o in self.prepared.opset_import if o.domain in STANDARD_DOMAINS), 1)
         outputs = [value.name for value in self.prepared.graph.output]
@@ -209,16 +209,4 @@ def _on_host(runtime: OpRun, device: Device) -> Callable[[Sequence[Any], bool], 
         outputs = runtime.run(*(None if a is None else device.to_host(a) for a in inputs))
         return [device.to_device(np.asarray(out)) for out in outputs]
     return run
-
-
-def constant_identities(model: onnx.ModelProto, known: dict[str, Value]) -> dict[str, Value]:
-    """``known`` with the output of every Identity of a constant known as that constant (PyTorch's
-    exporter shares equal initializers, e.g. the zero biases of folded batch norms, through Identity
-    nodes; the device path binds a compute node's weights and bias once, so they must be known)."""
-    known = dict(known)
-    for node in model.graph.node:
-        source = known.get(node.input[0]) if node.op_type == "Identity" and node.input else None
-        if node.domain in STANDARD_DOMAINS and source is not None and source.data is not None:
-            known[node.output[0]] = source
-    return known
 

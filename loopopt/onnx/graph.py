@@ -100,13 +100,19 @@ def known_values(model: onnx.ModelProto) -> dict[str, Value]:
 
 
 def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The values of the model's initializers and Constant nodes (those with a ``value`` tensor)."""
+    """The values of the model's initializers, Constant nodes (those with a ``value`` tensor) and
+    Identity nodes of either (PyTorch's exporter shares equal initializers, e.g. the zero biases of
+    folded batch norms, through Identity nodes: a compute node binds them once at prepare)."""
     arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
+        if node.domain not in STANDARD_DOMAINS:
+            continue
+        if node.op_type == "Constant":
             for attribute in node.attribute:
                 if attribute.name == "value":
                     arrays[node.output[0]] = numpy_helper.to_array(attribute.t)
+        elif node.op_type == "Identity" and node.input and node.input[0] in arrays:
+            arrays[node.output[0]] = arrays[node.input[0]]
     return arrays
 
 
