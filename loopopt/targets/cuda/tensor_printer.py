@@ -71,10 +71,6 @@ COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
-# the epilogue's stores a thread keeps in flight where the padding's term (``padding_sums``) would stop
-# nvcc from unrolling its loop (it unrolls the loop 4 times without the term; ResNet's conv2_x at N=32
-# on the H200: 0.0287 ms without the term, 0.0379 with it, rolled)
-EPILOGUE_UNROLL = 4
 
 
 def _even(expr: Expr) -> bool:
@@ -545,16 +541,12 @@ class TensorPrinter:
     def _store_statement(self, value: str = "lo_scratch[lo_e]") -> str:
         """The output element's store of its sums ``value``: ``sums (x alpha) + bias (x beta)``; under
         ``split_k`` each block's share is added (``LO_ADD``: ``atomicAdd`` on the GPU) and the first share
-        brings the bias."""
+        brings the bias (a quantized op's: ``quantized.store``)."""
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
             sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
-            if not padding_sums.compensated(self.s):
-                return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
-            store = quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums,
-                                    padding_sums.OUTSIDE)
-            return f"{{ {padding_sums.declare(self.op, self.s.dim_values, channel)} {store} }}"
+            return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
         if not self.s.split_k_loop:
             return f"{out} = {self._output_value(value)};"
         value, bias = self._scaled(value)
@@ -585,7 +577,72 @@ class TensorPrinter:
             total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
         return self.s.epilogue.c(total) if self.s.epilogue else total
 
+    @property
+    def rows_from_registers(self) -> bool:
+        """Whether the outputs are requantized straight from the accumulators' registers row by row
+        (``_row_epilogue``): a quantized op on an entry that says its registers' rows
+        (``FragmentCode.rows``), without activation sums (those go through shared memory)."""
+        return self.quant is not None and bool(self.code.rows) and not self.sums
+
+    def _row_epilogue(self, depth: int) -> None:
+        """A quantized op's outputs from the accumulators' registers, each thread its own rows: an output
+        pixel's positions and border taps (``padding_sums.row``) once a row, then the row's pairs of
+        columns, each element requantized and stored (no shared memory, no barrier)."""
+        nb = self.count[self.b]
+        inner = self._open_fragments(depth)
+        if self.syntax.device:
+            self.emit(inner, self.syntax.unroll)
+        self.emit(inner, self.code.rows)
+        row, it = inner + 1, self.int_type
+        self.emit(row, f"const {it} {self.i} = lo_row;")
+        acc = self._acc(f"lo_fa * {nb} + lo_fb")
+        if padding_sums.compensated(self.s):    # a border pixel's term added first (the first share's)
+            self.emit(row, padding_sums.row(self.op, self.s.dim_values))
+            share = f" && {self.s.split_k_loop} == 0" if self.s.split_k_loop else ""
+            self.emit(row, f"if (lo_edge{share}) {{")
+            pair = self._open_pairs(row + 1)
+            self.emit(pair, f"{self.syntax.unroll} 2")
+            self.emit(pair, cprint.for_loop("int", "lo_h", 2) + " {")
+            self.emit(pair + 1, f"const {it} {self.j} = lo_col + lo_h;")
+            channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
+            element = f"{acc}[lo_e + lo_h]"
+            added = f"(unsigned) lo_zx * (unsigned) {padding_sums.outside(self.op, channel)}"
+            self.emit(pair + 1, f"if ({self._check(self.guards['out'])}) "
+                                f"{element} = (int) ((unsigned) {element} + {added});")
+            self.emit(pair, "}")
+            self.emit(row + 1, "}")
+            self.emit(row, "}")
+        self._pair(self._open_pairs(row), acc)
+        self.emit(inner, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def _open_fragments(self, depth: int) -> int:
+        """Opens the unrolled loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their
+        fragment loops' variables defined); returns the depth inside."""
+        na, nb = self.count[self.a], self.count[self.b]
+        self.emit(depth, f"{self.syntax.unroll} {na}")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        return depth + 2
+
+    def _open_pairs(self, depth: int) -> int:
+        """Opens the loop over a row's pairs of columns (``FragmentCode.pairs``: ``lo_col``, ``lo_e``);
+        returns the depth inside."""
+        if self.syntax.device:
+            self.emit(depth, self.syntax.unroll)
+        self.emit(depth, self.code.pairs)
+        return depth + 1
+
     def _epilogue(self, depth: int) -> None:
+        if self.rows_from_registers:
+            if self.syntax.device and self.code.drain:     # every product done
+                self.emit(depth, self.code.drain)
+            self._row_epilogue(depth)
+            return
         na, nb = self.count[self.a], self.count[self.b]
         n = self.ins.fragment_elements
         if self.syntax.device:
@@ -618,8 +675,6 @@ class TensorPrinter:
                                                     ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
-        if self.syntax.device and padding_sums.compensated(self.s):     # nvcc unrolls it no more itself
-            self.emit(inner, f"{self.syntax.unroll} {EPILOGUE_UNROLL}")
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
         self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
         self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
@@ -635,24 +690,26 @@ class TensorPrinter:
         pairs of consecutive columns (``FragmentCode.elements``; a persistent kernel's output that TMA
         does not store): one 8-byte store a pair where ``paired_stores`` and both are inside the output
         (and the output 8-byte aligned), else an element at a time."""
-        na, nb = self.count[self.a], self.count[self.b]
-        self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        inner = depth + 2
-        self._define(inner, self.fragments[self.b], "lo_fb")
+        nb = self.count[self.b]
+        inner = self._open_fragments(depth)
         if self.syntax.device:
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk=0, columns=self.ins.n))
-        body, it = inner + 1, self.int_type
-        self.emit(body, f"const {it} {self.i} = lo_row;")
-        acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
+        self._pair(inner + 1, self._acc(f"lo_fa * {nb} + lo_fb"))
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def _pair(self, body: int, acc: str) -> None:
+        """The outputs of the pair of columns ``lo_col`` and ``lo_col + 1`` of row ``i`` from the
+        fragment ``acc``'s elements ``lo_e`` and ``lo_e + 1``: one store of both where ``paired_stores``
+        and both are inside the output (and the output aligned to the pair), else an element at a time;
+        closes the pair's loop."""
+        it, valid = self.int_type, self._check(self.guards["out"])
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         paired = self.paired_stores
         if paired:      # both values first, each only inside the output (its bias and residual too)
-            self.emit(body, f"{self.code.accumulator} lo_v[2];")
+            self.emit(body, "float lo_v[2];")
             self.emit(body, "int lo_in[2];")
         self.emit(body, f"{self.syntax.unroll} 2")     # lo_v in registers
         self.emit(body, cprint.for_loop("int", "lo_h", 2) + " {")
@@ -669,9 +726,7 @@ class TensorPrinter:
             self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & 7) == 0) "
                             f"LO_STORE2({out}, lo_v[0], lo_v[1]);")
             self.emit(body, f"else {{ if (lo_in[0]) {out} = lo_v[0]; if (lo_in[1]) (&{out})[1] = lo_v[1]; }}")
-        self.emit(inner, "}")
-        self.emit(depth + 1, "}")
-        self.emit(depth, "}")
+        self.emit(body - 1, "}")
 
     @property
     def paired_stores(self) -> bool:
@@ -691,21 +746,18 @@ class TensorPrinter:
         the registers."""
         if self.stored is not None:
             self._stored_epilogue(depth)
+        elif self.rows_from_registers:
+            self._row_epilogue(depth)
         else:
             self._direct_epilogue(depth)
 
     def _stored_epilogue(self, depth: int) -> None:
         """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
         chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
-        na, nb, device = self.count[self.a], self.count[self.b], self.syntax.device
+        nb, device = self.count[self.b], self.syntax.device
         chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
         issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
-        self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        self._open_fragments(depth)
         inner = depth + 3
         self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
         self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
