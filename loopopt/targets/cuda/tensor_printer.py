@@ -57,9 +57,12 @@ import math
 from dataclasses import replace
 from functools import cached_property
 
+import numpy as np
+
 from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
+from ...codegen.quantized import C_TYPES
 from ...epilogue import RESIDUAL
 from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
@@ -584,37 +587,126 @@ class TensorPrinter:
         (``FragmentCode.rows``), without activation sums (those go through shared memory)."""
         return self.quant is not None and bool(self.code.rows) and not self.sums
 
+    @property
+    def staged_rows(self) -> bool:
+        """Whether ``_row_epilogue`` stages each fragment's outputs in shared memory and copies them out
+        16 bytes a thread (``_copy_out``): not under split-K (its shares are added element by element)
+        nor in a persistent kernel (whose producer fills the ring with the next tile's steps)."""
+        return self.rows_from_registers and not self.s.split_k_loop and not self.s.persistent_tiles
+
     def _row_epilogue(self, depth: int) -> None:
         """A quantized op's outputs from the accumulators' registers, each thread its own rows: an output
         pixel's positions and border taps (``padding_sums.row``) once a row, then the row's pairs of
-        columns, each element requantized and stored (no shared memory, no barrier)."""
-        nb = self.count[self.b]
+        columns, each element requantized into the warpgroup's staging tile (``staged_rows``: copied out
+        after each fragment) or stored."""
+        nb, it = self.count[self.b], self.int_type
+        staged = self.staged_rows
+        if staged:
+            self._open_staging(depth)
         inner = self._open_fragments(depth)
         if self.syntax.device:
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.rows)
-        row, it = inner + 1, self.int_type
+        row = inner + 1
         self.emit(row, f"const {it} {self.i} = lo_row;")
         acc = self._acc(f"lo_fa * {nb} + lo_fb")
+        element, valid = f"{acc}[lo_e + lo_h]", self._check(self.guards["out"])
+        channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
         if padding_sums.compensated(self.s):    # a border pixel's term added first (the first share's)
             self.emit(row, padding_sums.row(self.op, self.s.dim_values))
             share = f" && {self.s.split_k_loop} == 0" if self.s.split_k_loop else ""
             self.emit(row, f"if (lo_edge{share}) {{")
-            pair = self._open_pairs(row + 1)
-            self.emit(pair, f"{self.syntax.unroll} 2")
-            self.emit(pair, cprint.for_loop("int", "lo_h", 2) + " {")
-            self.emit(pair + 1, f"const {it} {self.j} = lo_col + lo_h;")
-            channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
-            element = f"{acc}[lo_e + lo_h]"
             added = f"(unsigned) lo_zx * (unsigned) {padding_sums.outside(self.op, channel)}"
-            self.emit(pair + 1, f"if ({self._check(self.guards['out'])}) "
-                                f"{element} = (int) ((unsigned) {element} + {added});")
-            self.emit(pair, "}")
-            self.emit(row + 1, "}")
+            self._each_in_pairs(row + 1, f"if ({valid}) {element} = (int) ((unsigned) {element} + {added});")
             self.emit(row, "}")
-        self._pair(self._open_pairs(row), acc)
+        if staged:
+            stage = f"lo_stage[lo_row * {self._stage_row} + lo_col + lo_h]"
+            self._each_in_pairs(row, f"if ({valid}) "
+                                     + quantized.store(self.op, stage, element, channel, self._bias, None))
+        else:
+            self._pair(self._open_pairs(row), acc)
         self.emit(inner, "}")
+        if staged:
+            self._copy_out(inner)
         self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    @property
+    def _stage_row(self) -> int:
+        """Elements of a staging tile's row: a fragment's columns, and 16 bytes more for bytes (the eight
+        rows a warp writes at once fall in different banks)."""
+        return self.ins.n + (COPY_BYTES if self._output_bytes == 1 else 0)
+
+    @property
+    def _output_bytes(self) -> int:
+        return np.dtype(self.quant.output).itemsize
+
+    def _open_staging(self, depth: int) -> None:
+        """``lo_stage``: the warpgroup's tile of one fragment's outputs, over the tiles' shared memory once
+        every warp is done with them (its scratch's place); in the host emulation an array."""
+        ctype, size = C_TYPES[self.quant.output], self.ins.m * self._stage_row
+        if not self.syntax.device:
+            self.emit(depth, f"{ctype} lo_stage[{size}];")
+            return
+        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+        self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
+        self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) lo_smem + lo_w * {size};")
+
+    def _copy_out(self, depth: int) -> None:
+        """The staged fragment to the output, row by row, each thread a chunk of 16 bytes at a time: one
+        16-byte store where the output's columns are consecutive and unguarded and both ends are aligned,
+        else element by element; between warpgroup barriers (the stage is written before, rewritten
+        after)."""
+        device, it = self.syntax.device, self.int_type
+        vector = COPY_BYTES // self._output_bytes
+        chunk = vector if self.ins.n % vector == 0 else 1
+        chunks = self.ins.n // chunk
+        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        if device:
+            self.emit(depth, self.ins.group_sync)
+        self.emit(depth, cprint.for_loop("int", "lo_q", self.ins.m * chunks, lane, step=lanes) + " {")
+        body = depth + 1
+        self.emit(body, f"const int lo_row = lo_q / {chunks}, lo_col = lo_q % {chunks} * {chunk};")
+        self.emit(body, f"const {it} {self.i} = lo_row;")
+        ctype = C_TYPES[self.quant.output]
+        self.emit(body, f"const {ctype} *lo_from = lo_stage + lo_row * {self._stage_row} + lo_col;")
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
+        if chunk > 1 and self._columns_consecutive:
+            self.emit(body, f"{{ const {it} {self.j} = lo_col; {ctype} *lo_to = &{out}; "
+                            f"if (({self._check(self.guards['out'])}) "
+                            f"&& (((size_t) lo_to | (size_t) lo_from) & {COPY_BYTES - 1}) == 0) "
+                            f"{{ LO_STORE16(lo_to, lo_from); continue; }} }}")
+        self.emit(body, cprint.for_loop("int", "lo_v", chunk) + f" {{ const {it} {self.j} = lo_col + lo_v; "
+                        f"if ({self._check(self.guards['out'])}) {out} = lo_from[lo_v]; }}")
+        self.emit(depth, "}")
+        if device:
+            self.emit(depth, self.ins.group_sync)
+
+    @property
+    def _columns_consecutive(self) -> bool:
+        """Whether a fragment row's outputs lie consecutively in the output (the offset steps by 1 along
+        its columns) and no guard of the output involves its columns, so that a chunk of them is one
+        store."""
+        reduction = {loop.name for loop in self.s.loops if self._reduction(loop)}
+        domain = len(self.s.partial_guards)
+        if any(index < domain and not guard.expr.variables() & reduction and self.j in guard.expr.variables()
+               for index, guard in enumerate(self.s.guards)):
+            return False
+        try:
+            steps, _ = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+        except ValueError:      # the column under a division or remainder: no fixed step
+            return False
+        return steps.get(self.j) == 1
+
+    def _each_in_pairs(self, depth: int, statement: str) -> None:
+        """``statement`` for each element of the row's pairs of columns (``j`` and ``lo_h`` defined)."""
+        pair = self._open_pairs(depth)
+        self.emit(pair, f"{self.syntax.unroll} 2")
+        self.emit(pair, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(pair + 1, f"const {self.int_type} {self.j} = lo_col + lo_h;")
+        self.emit(pair + 1, statement)
+        self.emit(pair, "}")
         self.emit(depth, "}")
 
     def _open_fragments(self, depth: int) -> int:
@@ -1216,8 +1308,10 @@ class TensorPrinter:
                     *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
-                    "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
+                    "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)",
+                    "#define LO_STORE16(to, from) (*(uint4 *) (to) = *(const uint4 *) (from))"]
+        return ["#include <math.h>", "#include <string.h>",
+                *([self.ins.host_header] if self.ins.host_header else []),
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
                 *([pixel_boxes.host(self.ins.element_bytes)] if pixels else []),
                 *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
@@ -1226,7 +1320,8 @@ class TensorPrinter:
                 *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
-                f"(dst)[lo_c] = (src)[lo_c]"]
+                f"(dst)[lo_c] = (src)[lo_c]",
+                "#define LO_STORE16(to, from) memcpy((to), (from), 16)"]
 
     def _header(self) -> list[str]:
         s = self.s
