@@ -8,6 +8,11 @@ outside), for Nsight Compute:
 InstructionStats --section WarpStateStats --csv python benchmarks/ncu_cuda_int8.py``
 
 The kernels run in the order the labels print (``conv2_x loopopt``, ``conv2_x cuDNN``, ...).
+
+``python benchmarks/ncu_cuda_int8.py floor``: each layer's ``WINNERS`` and ``SECOND`` tiles timed whole and
+with the epilogue printed empty (the products alone: their sums are stored nowhere), one launch with the
+L2 flushed and in a CUDA graph (``cuda_bench``), to place the time between the main loop and the
+epilogue.
 """
 from __future__ import annotations
 
@@ -25,6 +30,11 @@ WIDE_BOX = {"block_m": 256, "block_n": 64, "warps_m": 1, "depth": 64, "stages": 
 SPECIALIZED_BOX = {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True, "depth": 128,
                    "stages": 4, "swizzle": 128, "engine": "tma"}
 WINNERS = {"conv2_x.n32.u8": WIDE_BOX, "conv3_x.n32.u8": SPECIALIZED_BOX, "conv4_x.n32.u8": SPECIALIZED_BOX}
+# this session's fastest with the epilogue from the registers (bench_cuda_int8, first run)
+SECOND = {"conv2_x.n32.u8": {"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 64, "stages": 4,
+                             "swizzle": 64, "engine": "tma"},
+          "conv3_x.n32.u8": SPECIALIZED_BOX | {"persistent": True},
+          "conv4_x.n32.u8": SPECIALIZED_BOX | {"block_m": 128, "warps_m": 2}}
 
 
 def profiled(label: str, call) -> None:
@@ -65,6 +75,32 @@ def launch() -> bool:
     return ok
 
 
+def floor() -> None:
+    """Each tile's kernel whole and without its epilogue: ms of one launch (L2 flushed) and in a graph."""
+    from unittest import mock
+
+    from cuda_bench import events_median, graph_median
+
+    from loopopt.targets.cuda.tensor_printer import TensorPrinter
+    for case in WINNERS:
+        op = case_op(case)
+        args, params = inputs(op)
+        for tiles in (WINNERS[case], SECOND[case]):
+            with mock.patch.object(TensorPrinter, "_row_epilogue", lambda self, depth: None):
+                empty = gpu_wgmma(op, **tiles).compile(target="cuda")
+            whole = gpu_wgmma(op, **tiles).compile(target="cuda")
+            times = []
+            for kernel in (whole, empty):
+                buffers = kernel.prepare(*args, **params)
+                times.append((events_median(lambda k=kernel, b=buffers: k.run(b)) * 1e3,
+                              graph_median(lambda k=kernel, b=buffers: k.run(b)) * 1e3))
+            print(f"{case} {tiles}: whole {times[0][0]:.4f} / {times[0][1]:.4f} ms, without the epilogue "
+                  f"{times[1][0]:.4f} / {times[1][1]:.4f} ms (one launch / graph)", flush=True)
+
+
 if __name__ == "__main__":
     device.cupy()
+    if sys.argv[1:] == ["floor"]:
+        floor()
+        sys.exit(0)
     sys.exit(0 if launch() else 1)

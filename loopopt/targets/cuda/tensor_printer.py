@@ -73,6 +73,9 @@ from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
+SHARED_PER_SM = 228 * 1024      # shared memory of an sm_90 SM, of which each block takes 1 KB more
+RESERVED_SHARED_BYTES = 1024
+THREADS_PER_SM = 2048
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
 
 
@@ -928,9 +931,25 @@ class TensorPrinter:
                   else "")
         if self.registers is not None and self.syntax.device:   # setmaxnreg needs the cap at entry
             bounds = f" __launch_bounds__({threads}, 1)"
+        moves = self.registers is not None and self.registers.moves
+        if self.rows_from_registers and not moves and self.syntax.device and self.resident_blocks > 1:
+            bounds = f" __launch_bounds__({threads}, {self.resident_blocks})"
         if self.multicast and self.syntax.device:
             bounds += self.multicast.attribute()
         return f"{self.syntax.kernel}{bounds} {name}({params})"
+
+    @property
+    def resident_blocks(self) -> int:
+        """The blocks an SM holds by their shared memory and threads, and by registers where each thread
+        keeps its accumulators and ``specialize.ADDRESS_REGISTERS`` more (at least 1). A kernel whose
+        epilogue requantizes from the registers (``rows_from_registers``) caps its registers at that
+        many blocks: unbounded, ptxas kept every channel's constants of the unrolled epilogue live (252
+        registers a thread, one 64 x 128 specialized block an SM instead of two)."""
+        threads = math.prod(self.block)
+        accumulators = self.accumulators * self.ins.fragment_elements // self.ins.lanes
+        by_shared = SHARED_PER_SM // (self.smem_bytes + RESERVED_SHARED_BYTES)
+        by_registers = REGISTERS_PER_SM // (threads * (accumulators + specialize.ADDRESS_REGISTERS))
+        return max(1, min(by_shared, THREADS_PER_SM // threads, by_registers))
 
     def _warp_variables(self, depth: int) -> int:
         """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns

@@ -137,14 +137,17 @@ def test_the_emulation_misses_without_an_exact_compensation(monkeypatch, mutate,
 
 def test_the_source_prints_byte_maps_and_the_padding_table():
     """The activations' map of UINT8 elements (type 0) in 64-channel boxes, ``lo_taps`` among the
-    parameters, the epilogue's border pixels (``lo_edge``) and their term; a conv without padding, or
-    copied by the threads, needs none."""
+    parameters, the epilogue's border pixels (``lo_edge``) and their term, its outputs staged and stored
+    16 bytes a thread, and the registers capped at the two blocks an SM the shared memory allows; a conv
+    without padding, or copied by the threads, needs none."""
     op = lo.Conv2d(64, 64, 3, padding=1, height=16, width=16, batch=2, quant=U8)
     printed = print_kernel(gpu_wgmma(op, warps_m=1, depth=64, swizzle=64, engine="tma", specialize=True))
     for text in ("if (lo_encode(&lo_map_I, 0, 4, (void *) I, lo_dims", "lo_box[4] = {64u, 16u, 4u, 1u}",
                  "const int lo_edge = lo_o0 < 1 || lo_o0 > 14 || lo_o1 < 1 || lo_o1 > 14;",
                  "lo_first_tap(lo_v0, 1, 3)", "if (lo_edge) {", "(unsigned) lo_zx * (unsigned) (lo_taps[",
-                 " * 16 + 15] - (lo_taps[", "padding: TMA fills it with 0"):
+                 " * 16 + 15] - (lo_taps[", "padding: TMA fills it with 0",
+                 "lo_stage[lo_row * 80 + lo_col + lo_h] = ", "LO_STORE16(lo_to, lo_from);",
+                 "__launch_bounds__(256, 2)"):
         assert text in printed.source, text
     assert padding_sums.TABLE in [p.name for p in printed.params]
     unpadded = lo.Conv2d(64, 64, 3, height=16, width=16, batch=2, quant=U8)
