@@ -11,10 +11,9 @@ Along each window the taps inside are an interval ``[first, end)`` of its taps (
 inside are a box of taps, whose weights' sum a prefix table per channel gives in ``2^d`` reads
 (inclusion-exclusion over the box's corners): ``lo_taps[k][a][b] = sum_{kh < a, kw < b} sum_c
 w[k, c, kh, kw]``, one entry more than the taps each way (``table``, made per call beside the weights'
-sums ``T``, on the host or the device). A pixel whose taps are all inside (all but the border ones:
-the ``interior`` positions are constants of the op) computes and reads nothing: its ``O`` is 0. Working
-the taps out for every pixel made ResNet's conv2_x at N=32 1.5x slower on the H200 (0.0429 against
-0.0287 ms without the term: an epilogue bound by its instructions).
+sums ``T``, on the host or the device). The epilogue works a pixel out once for all its channels
+(``row``: ``lo_edge`` and the taps inside) and reads the table only for a border pixel (``outside``); a
+pixel whose taps are all inside (the ``interior`` positions are constants of the op) has ``O`` = 0.
 """
 from __future__ import annotations
 

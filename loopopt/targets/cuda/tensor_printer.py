@@ -49,7 +49,11 @@ through the scratch beside the sums. A conv whose activations TMA copies as pixe
 filled with 0 instead; the epilogue adds the zero point's share back for the border pixels
 (``padding_sums``). The epilogue is the CPU kernels' (``quant.requantize_output``):
 int32, dequantized or requantized output; under ``split_k`` the int32 shares are added exactly with
-integer atomics.
+integer atomics. On wgmma (no activation sums) it reads the accumulators where they lie, each thread
+its own rows (``FragmentCode.rows``/``pairs``): a row's pixel and its border taps are worked out once
+a row, the border term added into the accumulators of border rows only, then each fragment's outputs
+are requantized into a staging tile in shared memory and copied out 16 bytes a thread
+(``_row_epilogue``).
 """
 from __future__ import annotations
 
