@@ -936,7 +936,8 @@ class TensorPrinter:
         if self.registers is not None and self.syntax.device:   # setmaxnreg needs the cap at entry
             bounds = f" __launch_bounds__({threads}, 1)"
         moves = self.registers is not None and self.registers.moves
-        if self.rows_from_registers and not moves and self.syntax.device and self.resident_blocks > 1:
+        if (self.rows_from_registers and not moves and not self.s.persistent_tiles and self.syntax.device
+                and self.resident_blocks > 1):      # (a persistent kernel's block is its SM's only one)
             bounds = f" __launch_bounds__({threads}, {self.resident_blocks})"
         if self.multicast and self.syntax.device:
             bounds += self.multicast.attribute()
