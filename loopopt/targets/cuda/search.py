@@ -252,6 +252,8 @@ class Work:
     issue: float                   # warp instructions an SM scheduler issues per clock
     atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
     persistent: bool = False       # one block a SM walks the tiles: the pipeline fills once, not each wave
+    requantized: float = 0.0       # per block: outputs a requantizing epilogue makes after the products
+    thread_outputs: float = 0.0    # of those, one thread's
 
 
 @dataclass(frozen=True)
@@ -567,7 +569,15 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k), knobs.persistent)
+                _split_bytes(op, knobs.split_k), knobs.persistent, *_requantized(op, knobs))
+
+
+def _requantized(op: Op, knobs: TensorKnobs) -> tuple[float, float]:
+    """A requantized op's outputs per block and per consumer thread (the epilogue's work), else none."""
+    if op.quant is None or not op.quant.requantized:
+        return 0.0, 0.0
+    outputs = knobs.block_m * knobs.block_n
+    return float(outputs), outputs / (knobs.warps_m * knobs.warps_n * knobs.instruction.lanes)
 
 
 def _split_bytes(op: Op, split: int) -> float:
@@ -664,7 +674,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     ``block_cycles``, a block's arithmetic, reads, instruction issue and load latency as if none
     overlapped, breaks ties (a kernel bound by device memory: the block that leaves the SM idlest).
     A block's cycles are the longest of its terms: the tensor cores (or FFMA pipes), shared memory, L2
-    and the schedulers' issue; the SM runs at ``costs.clock_share`` of the part's clock."""
+    and the schedulers' issue; the SM runs at ``costs.clock_share`` of the part's clock. A requantizing
+    epilogue follows each wave's products (``costs.epilogue_cycles_per_output``)."""
     resident = min(occupancy(work, gpu), -(-work.blocks // gpu.multiprocessors))
     waves = -(-work.blocks // (resident * gpu.multiprocessors))
     warps = resident * work.threads / WARP
@@ -676,7 +687,9 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     fills = 1 if work.persistent else waves     # a persistent block's producer fills the next tile early
     overhead = (fills * FILL_CYCLES + waves * work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
-    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+    epilogue = waves * (resident * work.requantized * costs.epilogue_cycles_per_output
+                        + work.thread_outputs * costs.epilogue_thread_cycles) / clock
+    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead + epilogue
                + work.atomic_bytes / costs.atomic_bytes_per_s)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
