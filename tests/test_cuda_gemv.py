@@ -98,7 +98,9 @@ STAGED = (lo.Matmul(2, 9, 2200, trans_a=True, quant=lo.QuantSpec(weight="ternary
 
 
 @pytest.mark.parametrize("op, knobs", [
-    STAGED, (lo.Matmul(3, 21, 1000, dtype="float16"), {"warps": 2, "columns": 3, "depth": 2}),
+    STAGED,
+    pytest.param(lo.Matmul(3, 21, 1000, dtype="float16"), {"warps": 2, "columns": 3, "depth": 2},
+                 marks=pytest.mark.slow),
     pytest.param(lo.Matmul(5, 29, 77, quant=lo.QuantSpec(activation="uint8", output="int8")),
                  {"warps": 2, "columns": 1, "split": 2}, marks=pytest.mark.slow)],
     ids=["i2_s", "float16", "int8"])
@@ -207,33 +209,25 @@ def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
 @pytest.mark.slow        # three nvcc builds
 @needs(toolchain.nvcc)
 def test_decode_gemvs_build_for_sm_90_without_spills():
-    """No local memory (the ternary kernel with k split over 2 warps a block too). The float16 kernel at
-    k = 11008 (43 rounds a lane: 5 batches of 8, then 3 with the tail) issues a
-    batch's 16 loads (8 weight vectors and 8 of activations) before its first FMA: ptxas keeps them
-    together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
+    """No local memory (the ternary kernels with k split over 2 warps a block and with the activations
+    staged too). The staged kernel copies its activations by cp.async (``LDGSTS``) ahead of its first weight
+    load and, before the block's barrier, waits for its copies' group (``DEPBAR.LE SB0``) while its
+    weights stay in flight. The float16 kernel at k = 11008 (43 rounds a lane: 5 batches of 8, then 3
+    with the tail) issues a batch's 16 loads (8 weight vectors and 8 of activations) before its first
+    FMA: ptxas keeps them together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
     for op, knobs in ((lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary")),
                        {"warps": 4, "columns": 2, "split": 2}),
                       (lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
-                       {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
+                       {"warps": 8, "columns": 4, "stage": True}),
+                      (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
         kernel = gpu_gemv(op, **knobs).compile(target="cuda", isa="sm_90")
         assert kernel.build.spill_bytes == 0 and 0 < kernel.build.registers <= 255, kernel.report
         assert " 0 bytes stack frame" in kernel.report, kernel.report     # the split's sums stay in registers
         assert ("#define LO_DOT4 lo_dot4_ss" in kernel.printed.source) == (op.quant is not None)
-    code = sass(kernel)
+        code = sass(kernel)
+        if "stage" in knobs:
+            first_weight, barrier = code.index("LDG.E.128"), code.index("BAR.SYNC")
+            assert "LDGSTS.E" in code[:first_weight] and "LDGDEPBAR" in code[:first_weight]
+            assert "DEPBAR.LE SB0, 0x0" in code[first_weight:barrier], code[:barrier]
     before_first_fma = code[:code.index(" FFMA ")]
     assert before_first_fma.count("LDG.E.128") == 16, before_first_fma
-
-
-@pytest.mark.slow        # one nvcc build
-@needs(toolchain.nvcc)
-def test_a_staged_gemv_copies_its_activations_before_its_weight_loads_and_waits_for_the_copies_alone():
-    """The activations go by cp.async (``LDGSTS``) ahead of the first weight load; before the block's
-    barrier a thread waits for its copies' group (``DEPBAR.LE SB0``), not for its weights, which stay in
-    flight across the barrier; no spills."""
-    op = lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary"))
-    kernel = gpu_gemv(op, warps=4, columns=2, stage=True).compile(target="cuda", isa="sm_90")
-    assert kernel.build.spill_bytes == 0, kernel.report
-    code = sass(kernel)
-    first_weight, barrier = code.index("LDG.E.128"), code.index("BAR.SYNC")
-    assert "LDGSTS.E" in code[:first_weight] and "LDGDEPBAR" in code[:first_weight]
-    assert "DEPBAR.LE SB0, 0x0" in code[first_weight:barrier], code[:barrier]
