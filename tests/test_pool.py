@@ -6,6 +6,7 @@ inputs stored channels-last or not; max of float32, uint8 and int8 bit-exact."""
 from __future__ import annotations
 
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -64,12 +65,16 @@ def pool_cases(draw) -> tuple[lo.PoolSchedule, str, int]:
 
 
 def _check_kernels(cases):
-    """Each case's kernel (all built from one C file) against the op's reference and the definition."""
+    """Each case's kernel (all built from one C file) against the op's reference and the definition; its
+    rows split over 2 and 3 threads (however few: ``MIN_CHUNK`` 1) the same bits as on one."""
     kernels = host_target().pool_kernels([schedule for schedule, _, _ in cases])
     for kernel, (schedule, stored, seed) in zip(kernels, cases):
         op = schedule.op
         x = _input(np.random.default_rng(seed), op, stored)
         ours, reference = kernel(x), op.reference(x)
+        with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
+            for threads in (2, 3):
+                np.testing.assert_array_equal(kernel(x, threads=threads), ours)
         definition = naive_pool("MaxPool" if op.kind == "max" else "AveragePool", x, _onnx_attributes(op))
         assert ours.shape == reference.shape == definition.shape == op.output_shape
         assert ours.dtype == reference.dtype == np.dtype(op.dtype)
@@ -83,6 +88,16 @@ def _check_kernels(cases):
 
 test_pool_kernels_quick, test_pool_kernels_slow = tiers(_check_kernels, 1, 5,
                                                         st.lists(pool_cases(), min_size=8, max_size=8))
+
+
+def test_a_pool_takes_a_thread_per_min_chunk_of_input_and_row():
+    """How many threads a pool kernel's call takes (load-independent): ResNet's 3x3/2 MaxPool of 64x112x112
+    both of two, a 512x7x7 pool one (fewer than ``MIN_CHUNK`` elements), a global pool one (one row)."""
+    kernels = host_target().pool_kernels([lo.PoolSchedule(lo.Pool("max", 64, (112, 112), (3, 3), 2, 1, 1)),
+                                          lo.PoolSchedule(lo.Pool("max", 512, (7, 7), (3, 3), 1, 1, 1)),
+                                          lo.PoolSchedule(lo.Pool("average", 2048, (7, 7), (7, 7)))])
+    assert [kernel.threads_for(2) for kernel in kernels] == [2, 1, 1]
+    assert [kernel.threads_for(1) for kernel in kernels] == [1, 1, 1]
 
 
 def test_the_domain_holds_the_taps_inside_the_input():
@@ -99,12 +114,13 @@ def test_the_domain_holds_the_taps_inside_the_input():
 
 
 def test_the_kernel_runs_the_loops_of_its_schedule():
-    """The C's loops are the schedule's, in its order (the tap loops from each position's first tap inside
-    the input), with a last channel block for the remainder of the channels."""
+    """The C's loops are the schedule's, in its order (the images and the first output dim as one loop of
+    rows, which the threads split; the tap loops from each position's first tap inside the input), with a
+    last channel block for the remainder of the channels."""
     schedule = lo.PoolSchedule(lo.Pool("average", 20, (7, 7), (3, 3), 2, 1, 1), lanes=8)
     source = schedule.compile().source
     loops = re.findall(r"for \((?:long|int) (\w+) = ", source)
-    assert loops == ["n", "oh", "ow", "c_o", "c_i", "kh", "kw", "c_i", "c_i",      # two blocks of 8
+    assert loops == ["lo_row", "ow", "c_o", "c_i", "kh", "kw", "c_i", "c_i",    # rows (n, oh); 2 blocks of 8
                      "c_i", "kh", "kw", "c_i", "c_i"]                                  # the last 4
     assert [name for name, _, _ in schedule.loops] == ["n", "oh", "ow", "c_o", "kh", "kw", "c_i"]
     assert "for c_o in 0..3   # 2 block(s) of 8 and one of 4" in schedule.pseudocode()

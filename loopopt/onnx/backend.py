@@ -147,7 +147,7 @@ class LoopoptRep(BackendRep):
                 value = known.get(node.input[0])
                 selects = selects_elements(node.op_type, value and value.shape, pool_attributes(node),
                                            node.output)
-                pool = PoolRunner(node.op_type, pool_attributes(node), node.output)
+                pool = PoolRunner(node.op_type, pool_attributes(node), node.output, self.kernels.threads)
                 self._pools[node.name] = (pool, node.input[0])
                 steps.append(Step(**step, **_pool_step(pool, runtime, value), owns_outputs=True,
                                   selects=selects))

@@ -243,8 +243,9 @@ class PoolRunner:
     own that the next run overwrites), else ``POOLS`` where the op model refuses the input (``refusal``
     says why), else None: onnx.reference runs it (``unsupported``)."""
 
-    def __init__(self, op_type: str, attributes: dict, outputs: Sequence[str]):
+    def __init__(self, op_type: str, attributes: dict, outputs: Sequence[str], threads: int = 1):
         self.op_type, self.attributes, self.outputs = op_type, attributes, tuple(outputs)
+        self.threads = threads      # the model's: the kernel's rows split over up to this many
         self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray, BoundCalls]] = {}
         self._last: BoundCalls | None = None      # the calls of the kernel the last run ran on
 
@@ -271,7 +272,8 @@ class PoolRunner:
         """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
         op = kernel.schedule.op
         self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype),
-                                                       BoundCalls(kernel.bound))
+                                                       BoundCalls(lambda last, out: kernel.bound(last, out,
+                                                                                                 self.threads)))
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """The pool of ``x`` (the kernel's output buffer, as its logical view), or None: the reference

@@ -26,11 +26,11 @@ def threads_for(size: int, threads: int) -> int:
     return max(1, min(threads, size // MIN_CHUNK))
 
 
-def threaded(declaration: str, call: str) -> str:
+def threaded(declaration: str, call: str, align: int = ALIGN) -> str:
     """The C definition of the function ``declaration`` (its parameters end in ``long n, int threads``)
     that runs ``call`` (the serial loop on the chunk ``[lo_begin, lo_end)``: its pointers offset by
     ``lo_begin``, its length ``lo_end - lo_begin``) on ``threads`` OpenMP threads, or on the calling
-    thread alone where ``threads`` is 1."""
+    thread alone where ``threads`` is 1; chunks start at multiples of ``align`` iterations."""
     return f"""{declaration}
 {{
     if (threads <= 1) {{
@@ -41,8 +41,8 @@ def threaded(declaration: str, call: str) -> str:
     #pragma omp parallel num_threads(threads)
     {{
         const long lo_k = omp_get_num_threads(), lo_t = omp_get_thread_num();
-        long lo_begin = (n * lo_t / lo_k + {ALIGN - 1}) / {ALIGN} * {ALIGN};
-        long lo_end = (n * (lo_t + 1) / lo_k + {ALIGN - 1}) / {ALIGN} * {ALIGN};
+        long lo_begin = (n * lo_t / lo_k + {align - 1}) / {align} * {align};
+        long lo_end = (n * (lo_t + 1) / lo_k + {align - 1}) / {align} * {align};
         lo_begin = lo_begin < n ? lo_begin : n;
         lo_end = lo_t + 1 == lo_k || lo_end > n ? n : lo_end;
         if (lo_begin < lo_end)
