@@ -44,13 +44,16 @@ SHAPES = {"4096x4096": (1, 4096, 4096), "4096to11008": (1, 11008, 4096), "11008t
 INT8 = lo.QuantSpec(activation="int8", output="float32")
 TERNARY = lo.QuantSpec(activation="int8", output="float32", weight="ternary")
 # gpu_gemv's knobs timed for each kind of weights (depth: a lane's rounds whose weights load together;
-# split: the warps of a block that share k)
+# split: the warps of a block that share k; stage: the activations copied once a block to shared memory),
+# each the fastest of its kind at some shape in an earlier run (docs/benchmarks.md), staged and not
+STAGED = {"stage": True}
 VARIANTS = {"float16": ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 1, "depth": 4},
-                        {"warps": 4, "columns": 2}, {"warps": 8, "columns": 1}),
-            "int8": ({"warps": 4, "columns": 1}, {"warps": 4, "columns": 1, "depth": 4},
-                     {"warps": 4, "columns": 2}),
-            "ternary i2_s": ({"warps": 8, "columns": 4}, {"warps": 4, "columns": 2},
-                             {"warps": 4, "columns": 4, "split": 2}, {"warps": 4, "columns": 2, "split": 2})}
+                        {"warps": 4, "columns": 1, "depth": 4, **STAGED}),
+            "int8": ({"warps": 4, "columns": 1},),
+            "ternary i2_s": ({"warps": 8, "columns": 4}, {"warps": 8, "columns": 4, **STAGED},
+                             {"warps": 4, "columns": 2}, {"warps": 4, "columns": 2, **STAGED},
+                             {"warps": 8, "columns": 2, **STAGED}, {"warps": 4, "columns": 4, "split": 2},
+                             {"warps": 4, "columns": 4, "split": 2, **STAGED})}
 L2_COPIES = 4             # the rotating buffer sets hold this many times the L2
 CASES = list(SHAPES)
 CHECKS = [lo.Matmul(1, 37, 100, dtype="float16"), lo.Matmul(3, 45, 203, dtype="float16"),
@@ -172,8 +175,10 @@ def bench(names: list[str]) -> list[dict]:
 
 
 def check() -> bool:
-    """Every CHECKS op under three GEMV shapes (one with k split over 2 warps), verified once."""
-    knobs = ({"warps": 2, "columns": 3}, {"warps": 4, "columns": 1}, {"warps": 2, "columns": 2, "split": 2})
+    """Every CHECKS op under five GEMV shapes (k split over 2 warps, the activations staged in shared
+    memory), verified once."""
+    knobs = ({"warps": 2, "columns": 3}, {"warps": 4, "columns": 1}, {"warps": 2, "columns": 2, "split": 2},
+             {"warps": 2, "columns": 3, **STAGED}, {"warps": 1, "columns": 2, "split": 2, **STAGED})
     cases = [(op, v) for op in CHECKS for v in knobs]
     ok = True
     for (op, v), kernel in zip(cases, compiled([gpu_gemv(op, **v) for op, v in cases]), strict=True):

@@ -71,7 +71,9 @@ BOX_TILES = [{"block_m": 128, "block_n": 64, "warps_m": 2}, {"block_m": 128, "bl
              {"block_m": 256, "block_n": 128, "warps_m": 2, "specialize": True},
              {"block_m": 192, "block_n": 128, "warps_m": 3, "specialize": True},
              {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True},
-             {"block_m": 128, "block_n": 256, "warps_m": 1, "warps_n": 2, "specialize": True}]
+             {"block_m": 128, "block_n": 256, "warps_m": 1, "warps_n": 2, "specialize": True},
+             {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True, "persistent": True},
+             {"block_m": 128, "block_n": 128, "warps_m": 2, "specialize": True, "persistent": True}]
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False), lo.Matmul(300, 260, 200)]
 BOX_CHECKS = [lo.Conv2d(32, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11,

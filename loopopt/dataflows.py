@@ -660,7 +660,7 @@ VECTOR_BYTES = 16          # one load of weights in the cuda target's GEMV kerne
 
 def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
              weight_format: str | None = None, depth: int | None = None,
-             split: int | None = None) -> Schedule:
+             split: int | None = None, stage: bool = False) -> Schedule:
     """A decode-shaped ``Matmul`` (a GEMV or up to 8 rows) on the cuda target's GEMV kernels
     (``targets/cuda/gemv.py``): ``columns`` consecutive outputs ``j`` per warp (``warp.x``), ``warps``
     warps a block (``block.x``); the weights in ``NK{v}k`` and the activations in ``MK{v}k``, ``v``
@@ -673,7 +673,11 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
     (default: 8 vectors in flight, ``8 // columns`` rounds). ``split`` (``split("k", chunk)``, the rounds
     then ``k_i``'s): k in that many shares of whole 16-byte vectors, each summed by its own warp of the
     block (``warps x split`` warps), the shares added in order through shared memory (exact for int8
-    and ternary); refused where a share would hold no vector or the block more than 1024 threads."""
+    and ternary); refused where a share would hold no vector or the block more than 1024 threads.
+    ``stage`` (``stage(activations, columns' loop)``): each block copies the activations' rows into
+    shared memory once, under its first weight loads, and its warps read them there (i2_s: the
+    activations' sum taken once a block, not by every lane); refused where the rows take more than
+    ``MAX_SHARED_BYTES``."""
     roles = GemvRoles.of(op)
     j, k = roles.outputs, roles.reduction
     schedule = Schedule(op)
@@ -699,7 +703,8 @@ def gpu_gemv(op: Op, warps: int | None = None, columns: int | None = None,
                                 f"weights; split it into 1 to {vectors} warps' shares")
         schedule, reduction = schedule.split(k, -(-vectors // split) * weights), f"{k}_i"
     # a lane has at most k rounds: a deeper unroll is the same kernel
-    return schedule if depth is None else schedule.unroll(reduction, min(depth, roles.k))
+    schedule = schedule if depth is None else schedule.unroll(reduction, min(depth, roles.k))
+    return schedule.stage(roles.activations, f"{j}_i_i") if stage else schedule
 
 
 # --- depthwise convolutions: memory-bound, a thread's channel vector and run of pixels ------------------

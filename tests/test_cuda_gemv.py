@@ -12,7 +12,7 @@ import loopopt as lo
 from loopopt.dataflows import gpu_gemv
 from loopopt.measure import checked
 from loopopt.schedule import ScheduleError
-from loopopt.targets.cuda import toolchain
+from loopopt.targets.cuda import gemv, toolchain
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.gemv import MAX_ROWS
 
@@ -24,7 +24,7 @@ SPECS = st.one_of(st.none(), st.builds(lo.QuantSpec, activation=st.sampled_from(
 @st.composite
 def gemv_cases(draw):
     """A decode-shaped Matmul (float16 where ``spec`` is None), the weights' format and the knobs (warps,
-    columns, the rounds loaded together, the warps splitting k)."""
+    columns, the rounds loaded together, the warps splitting k, the activations staged in shared memory)."""
     spec = draw(SPECS)
     op = lo.Matmul(draw(st.integers(1, MAX_ROWS)), draw(st.integers(1, 70)), draw(st.integers(1, 2300)),
                    trans_a=draw(st.booleans()), trans_b=draw(st.booleans()),
@@ -33,12 +33,12 @@ def gemv_cases(draw):
     weights = 8 if spec is None else 64 if ternary_format == "i2_s" else 16
     split = min(draw(st.sampled_from([None, 2, 3])) or 1, -(-op.k // weights))
     knobs = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.sampled_from([None, 1, 3])), split
-    return op, ternary_format, *knobs
+    return op, ternary_format, *knobs, draw(st.booleans())
 
 
 def _check(case):
-    op, weight_format, warps, columns, depth, split = case
-    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format, depth, split)), seed=5)
+    op, weight_format, warps, columns, depth, split, stage = case
+    ok, error, _ = checked(emulate(gpu_gemv(op, warps, columns, weight_format, depth, split, stage)), seed=5)
     assert ok, error        # integer and requantized outputs: bit for bit
 
 
@@ -91,6 +91,55 @@ def test_the_i2s_decode_masks_its_fields_in_place_without_shifts():
 
 
 TERNARY = lo.QuantSpec(weight="ternary")
+# i2_s, k in 3 uneven shares (12, 12, 11 vectors): the 3 warps (96 threads) of a block copy the 140 vectors
+# of each of 2 rows, threads 0-43 two of them
+STAGED = (lo.Matmul(2, 9, 2200, trans_a=True, quant=lo.QuantSpec(weight="ternary", output="uint8")),
+          {"warps": 1, "columns": 3, "split": 3})
+
+
+@pytest.mark.parametrize("op, knobs", [
+    STAGED,
+    pytest.param(lo.Matmul(3, 21, 1000, dtype="float16"), {"warps": 2, "columns": 3, "depth": 2},
+                 marks=pytest.mark.slow),
+    pytest.param(lo.Matmul(5, 29, 77, quant=lo.QuantSpec(activation="uint8", output="int8")),
+                 {"warps": 2, "columns": 1, "split": 2}, marks=pytest.mark.slow)],
+    ids=["i2_s", "float16", "int8"])
+def test_gemvs_with_their_activations_staged_once_a_block_are_exact(op, knobs):
+    """The emulation copies each block's rows thread by thread into a buffer poisoned first (a vector no
+    thread copies reads as garbage), the lanes read them there, and i2_s's activation sums come from the
+    block's warps, added in order."""
+    schedule = gpu_gemv(op, stage=True, **knobs)
+    assert schedule.stages == ((op.inputs[0], "j_i_i"),)
+    kernel = emulate(schedule)
+    assert "activations staged once a block in shared memory" in kernel.source
+    ok, error, _ = checked(kernel, seed=9)
+    assert ok, error
+    assert f"stage {op.inputs[0]}[0..{op.m}, :] in shared memory" in schedule.pseudocode()
+
+
+def _staged_transposed(monkeypatch):      # copied row-major, read as [row][field][vector]
+    monkeypatch.setattr(gemv, "_STAGE", gemv._STAGE.replace(
+        "lo_sx[(i * {x_vectors} + e % {x_vectors}) * {vectors} + e / {x_vectors}],",
+        "lo_sx[i * {all} + e],"))
+
+
+def _a_vector_left_unstaged(monkeypatch):    # each thread copies its first vector of a row only
+    monkeypatch.setattr(gemv, "_STAGE", gemv._STAGE.replace("e += {threads})\n            LO_STAGE16",
+                                                            "e += {all})\n            LO_STAGE16"))
+
+
+def _one_warp_s_sums(monkeypatch):      # the activations' sum of the block's first warp only
+    monkeypatch.setattr(gemv, "_STAGE_IN_ORDER", gemv._STAGE_IN_ORDER.replace("w < {block_warps}", "w < 1"))
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(_a_vector_left_unstaged, id="a vector left unstaged"),
+    pytest.param(_staged_transposed, id="staged in another layout", marks=pytest.mark.slow),
+    pytest.param(_one_warp_s_sums, id="the sums of one warp", marks=pytest.mark.slow)])
+def test_the_emulation_of_a_staged_gemv_misses_when_the_staging_is_wrong(monkeypatch, mutate):
+    mutate(monkeypatch)
+    ok, error, _ = checked(emulate(gpu_gemv(STAGED[0], stage=True, **STAGED[1])), seed=9)
+    assert not ok, error
 
 
 def test_a_contraction_with_a_matrix_product_s_roles_runs_the_gemv_kernel_and_is_exact():
@@ -140,6 +189,17 @@ def test_a_contraction_with_a_matrix_product_s_roles_runs_the_gemv_kernel_and_is
      r"weight_format\('tl1'\): the cuda GEMV kernels take ternary weights as 'int8' or 'i2_s'"),
     (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16"), weight_format="i2_s"),
      r"stores ternary weights"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).stage("B", "j_i_i"),
+     r"stage\('B', \.\.\.\): the cuda GEMV kernels stage only the activations 'A' \(each weight is read "
+     r"once\)"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).stage("A", "k"),
+     r"stage\('A', 'k'\): .* stage whole rows of the activations once a block: stage at the loop of a "
+     r"warp's columns 'j_i_i'"),
+    (lambda: gpu_gemv(lo.Matmul(1, 64, 64, dtype="float16")).stage("A", "j_i_i", stages=2),
+     r"stage\('A', 'j_i_i', 2\): .* by its threads: no ring of stages and no TMA engine"),
+    (lambda: gpu_gemv(lo.Matmul(5, 64, 6000, dtype="float16"), stage=True),
+     r"stage\('A', 'j_i_i'\): 5 row\(s\) of 12000 bytes of activations take 60000 bytes of shared memory; "
+     r"the cuda GEMV kernels stage at most 49152 a block"),
 ])
 def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
     with pytest.raises(ScheduleError, match=message):
@@ -149,18 +209,25 @@ def test_gemv_schedules_the_family_cannot_run_are_refused(make, message):
 @pytest.mark.slow        # three nvcc builds
 @needs(toolchain.nvcc)
 def test_decode_gemvs_build_for_sm_90_without_spills():
-    """No local memory (the ternary kernel with k split over 2 warps a block too). The float16 kernel at
-    k = 11008 (43 rounds a lane: 5 batches of 8, then 3 with the tail) issues a
-    batch's 16 loads (8 weight vectors and 8 of activations) before its first FMA: ptxas keeps them
-    together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
+    """No local memory (the ternary kernels with k split over 2 warps a block and with the activations
+    staged too). The staged kernel copies its activations by cp.async (``LDGSTS``) ahead of its first weight
+    load and, before the block's barrier, waits for its copies' group (``DEPBAR.LE SB0``) while its
+    weights stay in flight. The float16 kernel at k = 11008 (43 rounds a lane: 5 batches of 8, then 3
+    with the tail) issues a batch's 16 loads (8 weight vectors and 8 of activations) before its first
+    FMA: ptxas keeps them together (``__launch_bounds__(threads, 1)``) and no round's guard splits them."""
     for op, knobs in ((lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary")),
                        {"warps": 4, "columns": 2, "split": 2}),
                       (lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
-                       {"warps": 8, "columns": 4}), (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
+                       {"warps": 8, "columns": 4, "stage": True}),
+                      (lo.Matmul(1, 4096, 11008, dtype="float16"), {})):
         kernel = gpu_gemv(op, **knobs).compile(target="cuda", isa="sm_90")
         assert kernel.build.spill_bytes == 0 and 0 < kernel.build.registers <= 255, kernel.report
         assert " 0 bytes stack frame" in kernel.report, kernel.report     # the split's sums stay in registers
         assert ("#define LO_DOT4 lo_dot4_ss" in kernel.printed.source) == (op.quant is not None)
-    code = sass(kernel)
+        code = sass(kernel)
+        if "stage" in knobs:
+            first_weight, barrier = code.index("LDG.E.128"), code.index("BAR.SYNC")
+            assert "LDGSTS.E" in code[:first_weight] and "LDGDEPBAR" in code[:first_weight]
+            assert "DEPBAR.LE SB0, 0x0" in code[first_weight:barrier], code[:barrier]
     before_first_fma = code[:code.index(" FFMA ")]
     assert before_first_fma.count("LDG.E.128") == 16, before_first_fma

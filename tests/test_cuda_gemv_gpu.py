@@ -1,7 +1,7 @@
 """The cuda target's GEMV family on an NVIDIA GPU (``-m gpu``; skipped with the reason where there is none):
 float16, int8 and ternary (i2_s and one byte a weight) GEMVs and small-M GEMMs over odd sizes and tails
-against the op's reference (integers bit for bit), with k split over a block's warps too, on host arrays
-and on device arrays, and ``measure(..., graph=True)``."""
+against the op's reference (integers bit for bit), with k split over a block's warps and the activations
+staged in shared memory too, on host arrays and on device arrays, and ``measure(..., graph=True)``."""
 import numpy as np
 import pytest
 from test_cuda_gpu import needs_gpu
@@ -72,3 +72,26 @@ def test_a_float16_gemv_runs_on_device_arrays_and_in_a_graph():
     assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max()
     timing = lo.measure(kernel, budget=0.1, graph=True)
     assert timing.graph and timing.verified
+
+
+STAGED = [(lo.Matmul(1, 4096, 4096, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+           {"warps": 4, "columns": 2}),
+          (lo.Matmul(1, 4096, 11008, quant=lo.QuantSpec(activation="int8", weight="ternary")),
+           {"warps": 4, "columns": 4, "split": 2}),
+          (lo.Matmul(2, 9, 2200, trans_a=True, quant=lo.QuantSpec(weight="ternary", output="uint8")),
+           {"warps": 1, "columns": 3, "split": 3}),
+          (lo.Matmul(8, 300, 4100, quant=lo.QuantSpec(weight="ternary", output="int32")),
+           {"warps": 2, "columns": 3}),
+          (lo.Matmul(3, 45, 2203, trans_b=True, dtype="float16"), {"warps": 4, "columns": 1, "split": 2}),
+          (lo.Matmul(1, 4096, 4096, dtype="float16"), {"warps": 4, "columns": 1, "depth": 4}),
+          (lo.Matmul(2, 33, 130, quant=lo.QuantSpec(activation="uint8", output="int8")),
+           {"warps": 3, "columns": 1})]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, knobs", STAGED, ids=str)
+def test_gemv_kernels_with_staged_activations_match_the_reference_on_the_gpu(op, knobs):
+    """The activations copied once a block (cp.async) under the weight loads, read from shared memory;
+    i2_s's activation sums by the block's warps: integers bit for bit."""
+    ok, error, _ = checked(gpu_gemv(op, stage=True, **knobs).compile(target="cuda"), seed=19)
+    assert ok, error

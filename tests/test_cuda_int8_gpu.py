@@ -139,7 +139,9 @@ BOX_VARIANTS = {"specialized 64-byte swizzle": {"block_m": 128, "block_n": 64, "
                 "128-byte swizzle": {"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 128,
                                      "swizzle": 128},
                 "specialized small split_k=3": {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32,
-                                                "split_k": 3, "stages": 3, "specialize": True}}
+                                                "split_k": 3, "stages": 3, "specialize": True},
+                "persistent": {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3,
+                               "specialize": True, "persistent": True}}
 
 
 def _box_cases():

@@ -168,16 +168,18 @@ def test_quantized_model_within_one_lsb():
 
 
 def test_lookup_and_int8_kernel_steps_repeat_their_calls():
-    """After two runs, the ReLU6 lookup on conv1's output (its storage, whatever conv1 read) and conv2
-    reading it in place repeat their C calls; each later run on other inputs gives the per-step path's
-    bits (``rep.values``) and onnxruntime's within 1 LSB."""
+    """After two runs, the ReLU6 lookup on conv1's output (its storage, whatever conv1 read), conv2
+    reading it in place and the DequantizeLinear of conv2's output (into a buffer it keeps) repeat
+    their C calls; each later run on other inputs gives the per-step path's bits (``rep.values``) and
+    onnxruntime's within 1 LSB."""
     proto = requantized_chain()
     rep = backend.prepare(proto, strict=True)
     inputs = [_x(1, 3, 9, 11) for _ in range(5)]
     rep.run([inputs[0]])
     rep.run([inputs[1]])
     order = [step.node for step in rep.plan.steps]
-    assert [order[r.start:r.stop] for r in rep.plan.repeats.values()] == [["relu6", "conv2"]]
+    repeated = [order[r.start:r.stop] for r in rep.plan.repeats.values()]
+    assert repeated == [["relu6", "conv2", "DequantizeLinear_6"]]
     for x in inputs[2:]:
         got = rep.run([x])[0]
         np.testing.assert_array_equal(got, rep.values([x])["y"])

@@ -42,7 +42,7 @@ from .epilogues import Chain, find
 from .graph import STANDARD_DOMAINS, feeds, known_values, load_model, node_label
 from .kernels import KernelCache, LoweredNode
 from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower, lowerable
-from .plan import KERNEL, NUMPY, REFERENCE, Plan, Step, viewing
+from .plan import KERNEL, NUMPY, REFERENCE, Calling, Plan, Step, viewing
 from .pooling import POOLS, PoolRunner, pool_attributes, selects_elements
 from .qdq import fuse
 
@@ -156,7 +156,8 @@ class LoopoptRep(BackendRep):
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
                                                     threads=self.kernels.threads)
                     views = node.op_type in VIEWS
-                    run, last_call = viewing(run) if views else (run, None)
+                    run, last_call = viewing(run) if views else (
+                        run, run.last_call if isinstance(run, Calling) else None)
                     steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=not views,
                                       last_call=last_call))
                 except NotSupported as error:

@@ -27,13 +27,13 @@ from types import ModuleType
 import numpy as np
 import onnx
 
-from ..buffers import KeptArray, aligned_empty_like
+from ..buffers import KeptArray
 from ..targets.float_map import float_map
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
-from .plan import NUMPY, BoundCalls, Step
+from .plan import NUMPY, BoundCalls, Calling, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
 Builder = Callable[..., Run]     # (node, values, opset, xp=numpy, threads=1) -> the node's run
@@ -61,17 +61,19 @@ def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: M
     attributes(node, {})
     _float_inputs(node, values, 1)
     loops = float_map(host_target().vector_flags()) if xp is np else None
+    calls = BoundCalls(lambda x, y: loops.bound_relu(x, y, threads_for(x.size, threads)))
+    kept = KeptArray()
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x = inputs[0]
         flat = memory_order(x) if loops is not None and x.dtype == np.float32 else None
         if flat is None:
             return [xp.maximum(x, 0, out=_out(x, reuse))]
-        out = x if reuse else aligned_empty_like(x, x.dtype)             # the same memory order
-        loops.relu(flat, flat if reuse else memory_order(out), threads_for(flat.size, threads))
+        out = x if reuse else kept.like(x, x.dtype)             # the same memory order
+        calls(flat, flat if reuse else memory_order(out))
         return [out]
 
-    return run
+    return Calling(run, calls)
 
 
 def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
@@ -113,6 +115,9 @@ def binary(function: np.ufunc) -> Builder:
         _float_inputs(node, values, 2)
         on = getattr(xp, function.__name__)       # the function of ``xp``
         loops = float_map(host_target().vector_flags()) if xp is np else None
+        calls = BoundCalls(lambda a, b, y: loops.bound_binary(function.__name__, a, b, y,
+                                                              threads_for(a.size, threads)))
+        kept = KeptArray()
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             a, b = inputs
@@ -122,12 +127,11 @@ def binary(function: np.ufunc) -> Builder:
             if flat is None or other is None:
                 into = reuse and a.shape == np.broadcast_shapes(a.shape, b.shape)
                 return [on(a, b, out=a if into else None)]
-            out = a if reuse else aligned_empty_like(a, a.dtype)             # a's memory order
-            loops.binary(function.__name__, flat, other, flat if reuse else memory_order(out),
-                         threads_for(flat.size, threads))
+            out = a if reuse else kept.like(a, a.dtype)             # a's memory order
+            calls(flat, other, flat if reuse else memory_order(out))
             return [out]
 
-        return run
+        return Calling(run, calls)
 
     return build
 
@@ -212,27 +216,39 @@ def _scalar(array: np.ndarray) -> np.ndarray:
     return array.reshape(())
 
 
+def _constant_scale_and_zero(values: Sequence[Value | None]) -> tuple[float, float] | None:
+    """A per-tensor node's scale and zero point as floats (no zero point: 0) where both are constants
+    of the model, else None (a compiled call binds them once)."""
+    scale, zero = values[1], (values[2] if len(values) > 2 else None)
+    if scale is None or scale.data is None or (zero is not None and zero.data is None):
+        return None
+    return float(_scalar(scale.data)), 0.0 if zero is None else float(_scalar(zero.data))
+
+
 def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
                       threads: int = 1) -> Run:
     """``(x - zero_point) * scale`` per tensor, in onnx.reference's arithmetic: compiled C loops
-    (``targets/linear_quant.py``) for 8-bit values and a float32 scale, else numpy."""
+    (``targets/linear_quant.py``) for 8-bit values and a constant float32 scale, into a buffer kept from
+    run to run; else numpy."""
     _per_tensor(node, values)
     x = values[0]
     if x is None or x.dtype not in (*INTEGER_RANGES, np.dtype(np.int32)):
         raise NotSupported(f"DequantizeLinear of dtype {x.dtype if x else 'unknown'} (uint8, int8, int32)")
 
-    if x.dtype in INTEGER_RANGES and values[1].dtype == np.float32:
-        loops = linear_quant(x.dtype, host_target().vector_flags())
+    constant = _constant_scale_and_zero(values)
+    if x.dtype in INTEGER_RANGES and values[1].dtype == np.float32 and constant is not None:
+        loops, (scale, zero) = linear_quant(x.dtype, host_target().vector_flags()), constant
+        calls = BoundCalls(lambda q, y: loops.bound_dequantize(q, y, zero, scale,
+                                                               threads_for(q.size, threads)))
+        kept = KeptArray()
 
         def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
-            q, scale, zero = (*inputs, None)[:3]
-            q, flat, _ = _flat(q, False)
-            out = aligned_empty_like(q, np.float32)           # the same memory order
-            loops.dequantize(flat, memory_order(out), 0.0 if zero is None else float(_scalar(zero)),
-                             float(_scalar(scale)), threads_for(flat.size, threads))
+            q, flat, _ = _flat(inputs[0], False)
+            out = kept.like(q, np.float32)           # the same memory order
+            calls(flat, memory_order(out))
             return [out]
 
-        return compiled
+        return Calling(compiled, calls)
 
     def formula(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
         shifted = q.astype(np.float32)
@@ -248,7 +264,8 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
 def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
                     threads: int = 1) -> Run:
     """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
-    loops, ``targets/linear_quant.py``, for float32 values and scale; else numpy, in place): onnx.reference's
+    loops, ``targets/linear_quant.py``, for float32 values and a constant float32 scale, into a buffer
+    kept from run to run; else numpy, in place): onnx.reference's
     result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
     _per_tensor(node, values)
     zero = values[2] if len(values) > 2 else None
@@ -257,18 +274,20 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
                            f"{zero.dtype if zero else 'uint8'} (float to uint8 or int8)")
     dtype = np.dtype(np.uint8) if zero is None else zero.dtype
     low, high = INTEGER_RANGES[dtype]
-    if values[0].dtype == np.float32 and values[1].dtype == np.float32:
-        loops = linear_quant(dtype, host_target().vector_flags())
+    constant = _constant_scale_and_zero(values)
+    if values[0].dtype == np.float32 and values[1].dtype == np.float32 and constant is not None:
+        loops, (scale, zero_point) = linear_quant(dtype, host_target().vector_flags()), constant
+        calls = BoundCalls(lambda x, q: loops.bound_quantize(x, q, scale, zero_point,
+                                                             threads_for(x.size, threads)))
+        kept = KeptArray()
 
         def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
-            x, scale, zero = (*inputs, None)[:3]
-            x, flat, _ = _flat(x, False)
-            out = aligned_empty_like(x, dtype)               # the same memory order
-            loops.quantize(flat, memory_order(out), float(_scalar(scale)),
-                           0.0 if zero is None else float(_scalar(zero)), threads_for(flat.size, threads))
+            x, flat, _ = _flat(inputs[0], False)
+            out = kept.like(x, dtype)               # the same memory order
+            calls(flat, memory_order(out))
             return [out]
 
-        return compiled
+        return Calling(compiled, calls)
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x, scale, zero = (*inputs, None)[:3]
@@ -303,17 +322,7 @@ LOOKUP_BETWEEN = ("Relu", "Clip")     # unary steps a lookup chain may hold betw
 LOOKUP_COMBINING = ("Add", "Sub", "Mul")   # binary steps of a pair lookup's two dequantized values
 
 
-class Lookup:
-    """``run(inputs, reuse)`` of a lookup step (``lookup``, ``pair_lookup``) and its ``calls``."""
-
-    def __init__(self, run: Run, calls: BoundCalls):
-        self.run, self.calls = run, calls
-
-    def __call__(self, inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
-        return self.run(inputs, reuse)
-
-
-def lookup(table: np.ndarray, threads: int = 1) -> Lookup:
+def lookup(table: np.ndarray, threads: int = 1) -> Calling:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
     input's memory order, by the host target's compiled byte lookup (``Target.byte_map``) on up to
     ``threads`` threads; in place where the input's buffer may be overwritten, else into a buffer kept
@@ -328,10 +337,10 @@ def lookup(table: np.ndarray, threads: int = 1) -> Lookup:
         calls(flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
-    return Lookup(run, calls)
+    return Calling(run, calls)
 
 
-def pair_lookup(table: np.ndarray, threads: int = 1) -> Lookup:
+def pair_lookup(table: np.ndarray, threads: int = 1) -> Calling:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
     where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
@@ -351,7 +360,7 @@ def pair_lookup(table: np.ndarray, threads: int = 1) -> Lookup:
         calls(flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
-    return Lookup(run, calls)
+    return Calling(run, calls)
 
 
 def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
@@ -445,7 +454,7 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
         looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
-        run, last_call = looked, looked.calls.last_call
+        run, last_call = looked, looked.last_call
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):

@@ -72,6 +72,7 @@ class BoundCalls:
         self._bind = bind
         self._key: tuple = ()
         self._call: tuple[Callable[..., None], tuple] | None = None
+        self.made = 0            # calls made so far
 
     def __call__(self, *arrays: np.ndarray) -> None:
         key = tuple((a.__array_interface__["data"][0], a.nbytes) for a in arrays)
@@ -79,9 +80,30 @@ class BoundCalls:
             self._key, self._call = key, self._bind(*arrays)
         function, arguments = self._call
         function(*arguments)
+        self.made += 1
 
     def last_call(self) -> tuple[Callable[..., None], tuple] | None:
         return self._call
+
+
+class Calling:
+    """A step's ``run(inputs, reuse)`` whose C work is one call through ``calls`` (``BoundCalls``), or on
+    some inputs none (a case left to numpy); ``last_call()``: the call the last run made, None where
+    it made none (``Step.last_call``: the plan may repeat it)."""
+
+    def __init__(self, run: Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]],
+                 calls: BoundCalls):
+        self.run, self.calls = run, calls
+        self._made: tuple[Callable[..., None], tuple] | None = None
+
+    def __call__(self, inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
+        before = self.calls.made
+        outputs = self.run(inputs, reuse)
+        self._made = self.calls.last_call() if self.calls.made == before + 1 else None
+        return outputs
+
+    def last_call(self) -> tuple[Callable[..., None], tuple] | None:
+        return self._made
 
 
 def no_call() -> None:

@@ -8,6 +8,7 @@ QuantizeLinear); a target gives the flags that let the compiler vectorize them (
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -61,16 +62,28 @@ class FloatMap:
         *inputs, output = arrays
         return [*(buffer("float[]", a) for a in inputs), buffer("float[]", output, require_writable=True)]
 
+    def bound_relu(self, x: np.ndarray, y: np.ndarray, threads: int = 1) -> tuple[Callable[..., None], tuple]:
+        """The C function and arguments of ``relu`` (the arguments hold the arrays: a caller may repeat
+        the call)."""
+        return self._lib.lo_relu, (*self._buffers(x, y), x.size, threads)
+
+    def bound_binary(self, name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray,
+                     threads: int = 1) -> tuple[Callable[..., None], tuple]:
+        """The C function and arguments of ``binary``, as ``bound_relu``."""
+        if name not in OPERATORS:
+            raise ValueError(f"FloatMap computes {', '.join(OPERATORS)}, not {name!r}")
+        return getattr(self._lib, f"lo_{name}"), (*self._buffers(a, b, y), a.size, threads)
+
     def relu(self, x: np.ndarray, y: np.ndarray, threads: int = 1) -> None:
         """``y[i] = maximum(x[i], 0)`` as numpy computes it, on ``threads`` threads."""
-        self._lib.lo_relu(*self._buffers(x, y), x.size, threads)
+        function, arguments = self.bound_relu(x, y, threads)
+        function(*arguments)
 
     def binary(self, name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, threads: int = 1) -> None:
         """``y[i] = a[i] OP b[i]`` for the numpy ufunc ``name`` (one of ``OPERATORS``), on ``threads``
         threads."""
-        if name not in OPERATORS:
-            raise ValueError(f"FloatMap computes {', '.join(OPERATORS)}, not {name!r}")
-        getattr(self._lib, f"lo_{name}")(*self._buffers(a, b, y), a.size, threads)
+        function, arguments = self.bound_binary(name, a, b, y, threads)
+        function(*arguments)
 
 
 @cache

@@ -14,6 +14,7 @@ threads the caller gives (``threaded_c``: contiguous chunks, one per OpenMP thre
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -78,19 +79,32 @@ class LinearQuant:
         if floats.size != codes.size:
             raise ValueError(f"x and q differ in size: {floats.size} and {codes.size} elements")
 
-    def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float, threads: int = 1) -> None:
-        """``x[i] = (q[i] - zero) * scale`` in float32, on ``threads`` threads."""
+    def bound_dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float,
+                         threads: int = 1) -> tuple[Callable[..., None], tuple]:
+        """The C function and arguments of ``dequantize`` (the arguments hold the arrays: a caller may
+        repeat the call)."""
         self._check(x, q)
         buffer = self._ffi.from_buffer
-        self._lib.lo_dequantize(buffer(self._codes, q), buffer("float[]", x, require_writable=True), zero,
-                                scale, q.size, threads)
+        return self._lib.lo_dequantize, (buffer(self._codes, q), buffer("float[]", x, require_writable=True),
+                                         zero, scale, q.size, threads)
+
+    def bound_quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float,
+                       threads: int = 1) -> tuple[Callable[..., None], tuple]:
+        """The C function and arguments of ``quantize``, as ``bound_dequantize``."""
+        self._check(x, q)
+        buffer = self._ffi.from_buffer
+        return self._lib.lo_quantize, (buffer("float[]", x), buffer(self._codes, q, require_writable=True),
+                                       scale, zero, x.size, threads)
+
+    def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float, threads: int = 1) -> None:
+        """``x[i] = (q[i] - zero) * scale`` in float32, on ``threads`` threads."""
+        function, arguments = self.bound_dequantize(q, x, zero, scale, threads)
+        function(*arguments)
 
     def quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float, threads: int = 1) -> None:
         """``q[i] = saturate(rint(x[i] / scale) + zero)`` in float32, on ``threads`` threads."""
-        self._check(x, q)
-        buffer = self._ffi.from_buffer
-        self._lib.lo_quantize(buffer("float[]", x), buffer(self._codes, q, require_writable=True), scale,
-                              zero, x.size, threads)
+        function, arguments = self.bound_quantize(x, q, scale, zero, threads)
+        function(*arguments)
 
 
 @cache

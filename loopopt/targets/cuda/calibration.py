@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ...layers import get_layer
 from ...ops import Matmul, Op
+from ...quant import QuantSpec
 from .costs import COSTS, Costs
-from .search import TensorKnobs, gpu_of, predict, tensor_knobs
+from .search import WGMMA_KNOBS, TensorKnobs, gpu_of, predict, tensor_knobs
 
 # the tensor presets' defaults (dataflows.gpu_wmma / gpu_mma / gpu_wgmma), the rows' missing arguments
 DEFAULTS = {"gpu_wmma": dict(block_m=128, block_n=128, warps_m=2, warps_n=4, depth=32, stages=3, split_k=1),
@@ -32,15 +33,20 @@ FITTED = tuple(GRID)
 @cache
 def case_op(case: str) -> Op:
     """The float16 op of a benchmark case: ``gemm4096``, ``bert`` (384 x 768 x 3072) or ResNet-50's
-    ``conv2_x.n32``-style layer at a batch."""
+    ``conv2_x.n32``-style layer at a batch; ``conv2_x.n32.u8``: the layer quantized as
+    ``bench_cuda_int8``'s (uint8 activations, per-channel int8 weights, a requantized uint8 output)."""
     if case == "gemm4096":
         return Matmul(4096, 4096, 4096, dtype="float16")
     if case == "bert":
         return Matmul(384, 768, 3072, dtype="float16")
-    layer, _, batch = case.partition(".n")
-    if not batch.isdigit():
-        raise ValueError(f"unknown case {case!r}: gemm4096, bert or a ResNet-50 layer as conv2_x.n32")
+    layer, _, rest = case.partition(".n")
+    batch, _, kind = rest.partition(".")
+    if not batch.isdigit() or kind not in ("", "u8"):
+        raise ValueError(f"unknown case {case!r}: gemm4096, bert or a ResNet-50 layer as conv2_x.n32 "
+                         f"(quantized: conv2_x.n32.u8)")
     op = get_layer(f"resnet50.{layer}", batch=int(batch))
+    if kind == "u8":
+        return type(op)(**{**op.arguments, "quant": QuantSpec(activation="uint8", output="uint8")})
     return type(op)(**{**op.arguments, "dtype": "float16"})
 
 
@@ -70,7 +76,11 @@ class Row:
 
 @cache
 def _knobs(case: str, preset: str, arguments: tuple[tuple[str, int], ...]) -> TensorKnobs:
-    return tensor_knobs(case_op(case), preset, **(DEFAULTS[preset] | dict(arguments)))
+    """The knobs of a row's arguments: the tiles clamped as the preset clamps them, and wgmma's own
+    (``WGMMA_KNOBS``: swizzle, specialize, persistent) as given."""
+    given = DEFAULTS[preset] | dict(arguments)
+    own = {name: given.pop(name) for name in WGMMA_KNOBS if name in given}
+    return replace(tensor_knobs(case_op(case), preset, **given), **own)
 
 
 @dataclass(frozen=True)

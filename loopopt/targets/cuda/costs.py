@@ -62,6 +62,15 @@ class Costs:
     # (57.8 MB: 2.9 TB/s); the figure that fits the 54 TMA conv rows of this session best (mean |log|
     # error 0.196 -> 0.189, the largest factor 1.99 -> 1.54).
     atomic_bytes_per_s: float = 2.5e12
+    # fitted: a requantizing epilogue (``quantized.store``; on wgmma from the registers, staged) after a
+    # wave's products, not overlapped with them: cycles per output of an SM's wave (its schedulers and
+    # stores) and per output one thread holds (its chain of conversions). The same kernels printed
+    # without the epilogue (``benchmarks/ncu_cuda_int8.py floor``) ran 7.6-15.9 us faster at N=32, 0.46-1.33
+    # cycles an SM's output; these two ranked the 45 TMA int8 conv rows of
+    # ``tests/data/cuda/h200_int8_conv_times.json`` at Spearman 0.74 (0.33 without), rms log error
+    # 0.384 -> 0.179, and put conv4_x's measured fastest tile first (1.21x before).
+    epilogue_cycles_per_output: float = 0.4
+    epilogue_thread_cycles: float = 20.0
 
 
 COSTS = Costs()

@@ -62,14 +62,14 @@ from ...codegen.ternary import pack_i2s, packed_bytes
 from ...expr import Var, linear_terms
 from ...gemv_roles import GemvRoles
 from ...quant import TERNARY
-from ...schedule import MAX_THREADS_PER_BLOCK, Loop, Schedule, ScheduleError
+from ...schedule import MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, Loop, Schedule, ScheduleError
 from . import quantized
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 MAX_ROWS = 8              # rows (M) a warp keeps in registers
 WARP = 32
 VECTOR_BYTES = 16         # one weight load
-STEPS = ("layout", "split", "reorder", "bind", "weight_format", "unroll")
+STEPS = ("layout", "split", "reorder", "bind", "weight_format", "unroll", "stage")
 IN_FLIGHT = 8             # a lane's 16-byte weight vectors loaded before the first is used, by default
 
 
@@ -248,7 +248,8 @@ class Shape:
     ``vectors`` of 16 bytes of weights per output (the padded reduction), ``blocks`` in the grid,
     ``depth``: the rounds of a lane's loop (one vector of each column a round) whose weights are loaded
     together, and the split of k: ``split`` warps of the block (``warps`` each) sum a ``share`` of
-    consecutive vectors each (the last one ``vectors - (split - 1) * share``)."""
+    consecutive vectors each (the last one ``vectors - (split - 1) * share``); ``staged``: the
+    activations copied once a block into shared memory (``stage``)."""
 
     kind: Kind
     warps: int
@@ -258,6 +259,7 @@ class Shape:
     depth: int
     split: int = 1
     share: int = 0
+    staged: bool = False
 
     @property
     def rounds(self) -> int:
@@ -272,6 +274,10 @@ class Shape:
     @property
     def threads(self) -> int:
         return self.warps * self.split * WARP
+
+    def staged_bytes(self, rows: int) -> int:
+        """Shared memory of the staged activations of ``rows`` rows (0 unstaged)."""
+        return rows * self.vectors * self.kind.x_vectors * VECTOR_BYTES if self.staged else 0
 
 
 def check(schedule: Schedule) -> Shape:
@@ -328,7 +334,37 @@ def check(schedule: Schedule) -> Shape:
         raise ScheduleError(f"{warps} warps x {split} shares of k: {warps * split * WARP} threads a block; "
                             f"the cuda GEMV kernels run at most {MAX_THREADS_PER_BLOCK}")
     depth = min(-(-share // WARP), k_loop.unroll or max(1, IN_FLIGHT // cols))
-    return Shape(kind, warps, cols, vectors, -(-groups // warps), depth, split, share)
+    shape = Shape(kind, warps, cols, vectors, -(-groups // warps), depth, split, share,
+                  _staged(schedule, roles, columns))
+    stage = next((step for step in schedule.steps if step.primitive == "stage"), None)
+    if shape.staged_bytes(roles.m) > MAX_SHARED_BYTES:
+        raise ScheduleError(f"{stage}: {roles.m} row(s) of {shape.staged_bytes(1)} bytes of activations "
+                            f"take {shape.staged_bytes(roles.m)} bytes of shared memory; the cuda GEMV "
+                            f"kernels stage at most {MAX_SHARED_BYTES} a block")
+    return shape
+
+
+def _staged(schedule: Schedule, roles: GemvRoles, columns: list[Loop]) -> bool:
+    """Whether the activations are staged in shared memory (``stage(activations, columns' loop)``: the
+    rows a warp's columns read over all of k, the same for every warp, so copied once a block);
+    ScheduleError for any other stage."""
+    if not schedule.stages:
+        return False
+    (tensor, at), *_ = schedule.stages
+    step = next(step for step in schedule.steps if step.primitive == "stage")
+    if tensor != roles.activations or len(schedule.stages) > 1:
+        weights = roles.weights if tensor == roles.weights else schedule.stages[1][0]
+        raise ScheduleError(f"stage({weights!r}, ...): the cuda GEMV kernels stage only the activations "
+                            f"{roles.activations!r} (each weight is read once)")
+    if schedule.pipeline_stages is not None or schedule.tma_staged:
+        raise ScheduleError(f"{step}: the cuda GEMV kernels stage the activations once a block by its "
+                            f"threads: no ring of stages and no TMA engine")
+    if not columns or at != columns[0].name:
+        loop = f"the loop of a warp's columns {columns[0].name!r}" if columns else (
+            f"a loop of a warp's columns (split {roles.outputs} by columns)")
+        raise ScheduleError(f"{step}: the cuda GEMV kernels stage whole rows of the activations once a "
+                            f"block: stage at {loop}")
+    return True
 
 
 def _shares(schedule: Schedule, kind: Kind, vectors: int, k: str) -> tuple[Loop, int, int]:
@@ -369,13 +405,14 @@ def parameters(schedule: Schedule, kind: Kind, syntax: Syntax) -> tuple[KernelPa
 
 
 _LANE = """\
+{stage_code}\
 /* a lane's rounds lo_t .. lo_t + count - 1 (count <= {depth}, a constant once inlined) of its share of k
  * (vectors lo_base .. lo_base + lo_end - 1), one 16-byte vector of each column a round: their weights
  * loaded before any is used; where lo_tail, the rounds past the {full} that every lane has check for
  * the share's end */
 LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int lo_lane, int lo_base,
                          int lo_end, int lo_t, int count, int lo_tail,
-                         {sum_type} lo_acc[{rows}][{cols}]{xs_param})
+                         {sum_type} lo_acc[{rows}][{cols}]{xs_param}{sx_param})
 {{
     lo_v16 lo_wv[{depth}][{cols}];
     {unroll} {depth}
@@ -384,15 +421,14 @@ LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int 
         if (d < count && (!lo_tail || lo_t + d < {full} || v < lo_end))
             {unroll} {cols}
             for (int c = 0; c < {cols}; ++c) lo_wv[d][c] = lo_load(lo_w[c] + (ptrdiff_t) v * 16);
-    }}
+    }}{stage_hook}
     {unroll} {depth}
     for (int d = 0; d < {depth}; ++d) {{
         const int v = lo_lane + {warp} * (lo_t + d);
         if (d >= count || (lo_tail && lo_t + d >= {full} && v >= lo_end)) continue;
         lo_v16 lo_x[{rows}][{x_vectors}];
         for (int i = 0; i < {rows}; ++i) for (int q = 0; q < {x_vectors}; ++q)
-            lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}
-                                 + ((ptrdiff_t) (lo_base + v) * {x_vectors} + q) * 16);
+            {x_load}
         for (int c = 0; c < {cols}; ++c) for (int i = 0; i < {rows}; ++i)
             lo_acc[i][c] = lo_dot(lo_wv[d][c], lo_x[i], lo_acc[i][c]);{xs_sum}
     }}
@@ -400,7 +436,7 @@ LO_DEVICE void lo_rounds({declarations}, const uint8_t *const lo_w[{cols}], int 
 
 /* a lane's sums over the share of k of vectors lo_base .. lo_base + lo_end - 1 */
 LO_DEVICE void lo_lane_sums({declarations}, int lo_warp, int lo_lane, int lo_base, int lo_end,
-                            {sum_type} lo_acc[{rows}][{cols}]{xs_param})
+                            {sum_type} lo_acc[{rows}][{cols}]{xs_param}{sx_param})
 {{
     const uint8_t *lo_w[{cols}];
     for (int c = 0; c < {cols}; ++c) {{    /* past the last column: read the last one's weights */
@@ -418,6 +454,87 @@ LO_DEVICE void lo_store({declarations}, int i, int j, {sum_type} lo_sum)
 """
 _XS_SUM = """
         for (int i = 0; i < {rows}; ++i) lo_xs[i] = lo_xsum(lo_x[i], lo_xs[i]);"""
+# the activations staged in shared memory (``_Kernel._staging``)
+_STAGE = """\
+/* thread lo_t of the block's {threads} copies the activations' 16-byte vectors lo_t, lo_t + {threads}, ...
+ * of each row to shared memory, vector q of weight vector v at lo_sx[(i * {x_vectors} + q) * {vectors} + v]
+ * (a warp's lanes then read consecutive vectors); on the GPU asynchronously (cp.async), before any weight
+ * load */
+LO_DEVICE void lo_stage_copy({declarations}, int lo_t, lo_v16 *lo_sx)
+{{
+    for (int i = 0; i < {rows}; ++i)
+        for (int e = lo_t; e < {all}; e += {threads})
+            LO_STAGE16(&lo_sx[(i * {x_vectors} + e % {x_vectors}) * {vectors} + e / {x_vectors}],
+                       (const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes} + (ptrdiff_t) e * 16);{commit}
+}}
+
+{sums_code}"""
+_STAGE_BLOCK = """\
+/* the thread's copies landed{block_note}; then the block waits for all of them */
+LO_DEVICE void lo_stage_block(lo_v16 *lo_sx{xwarps})
+{{
+    __pipeline_wait_prior(0);{reduce}
+    __syncthreads();
+}}
+
+"""
+_STAGE_HOOK = """
+    if (lo_t == 0)    /* the first batch's weights are on their way: the staged activations, landed */
+        lo_stage_block(lo_sx{xwarps_arg});"""
+_STAGE_SHARED = """
+    __shared__ lo_v16 lo_sx[{sx}];{shared_xwarps}
+    lo_stage_copy({names}, (int) threadIdx.x, lo_sx);    /* the activations' copies first: first to land */"""
+_STAGE_HOST_SHARED = """
+    lo_v16 lo_sx[{sx}];{host_xwarps}"""
+_STAGE_HOST = """
+        if (lo_warp % {warps} == 0) {{    /* a block's first warp: its threads stage the activations first */
+            memset(lo_sx, 0xa5, sizeof lo_sx);    /* what no thread stages reads as garbage */
+            for (int t = 0; t < {threads}; ++t) lo_stage_copy({names}, t, lo_sx);{host_sums}
+        }}"""
+# i2_s: the sums of the staged bytes (the codes' correction), by warp, then added in warp order
+_STAGE_SUMS = {
+    "block_note": " and each warp's sums of their bytes go to lo_xwarps[warp][row]",
+    "sums_code": """\
+/* the sums by row of the bytes thread lo_t copied (lo_stage_copy), read back */
+LO_DEVICE void lo_stage_sums(int lo_t, const lo_v16 *lo_sx, int lo_sums[{rows}])
+{{
+    for (int i = 0; i < {rows}; ++i) {{
+        lo_sums[i] = 0;
+        for (int e = lo_t; e < {all}; e += {threads}) {{
+            const lo_v16 x = lo_sx[(i * {x_vectors} + e % {x_vectors}) * {vectors} + e / {x_vectors}];
+            lo_sums[i] = LO_DOT4(0x01010101, x.x, lo_sums[i]);
+            lo_sums[i] = LO_DOT4(0x01010101, x.y, lo_sums[i]);
+            lo_sums[i] = LO_DOT4(0x01010101, x.z, lo_sums[i]);
+            lo_sums[i] = LO_DOT4(0x01010101, x.w, lo_sums[i]);
+        }}
+    }}
+}}
+
+""",
+    "reduce": """
+    int lo_sums[{rows}];
+    lo_stage_sums((int) threadIdx.x, lo_sx, lo_sums);
+    {unroll} {rows}
+    for (int i = 0; i < {rows}; ++i) {{
+        for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2)
+            lo_sums[i] += __shfl_xor_sync(0xffffffffu, lo_sums[i], lo_o);
+        if (threadIdx.x % {warp} == 0) lo_xwarps[threadIdx.x / {warp} * {rows} + i] = lo_sums[i];
+    }}""",
+    "shared_xwarps": "\n    __shared__ int lo_xwarps[{block_warps} * {rows}];",
+    "host_xwarps": "\n    int lo_xwarps[{block_warps} * {rows}];",
+    "host_sums": """
+            memset(lo_xwarps, 0, sizeof lo_xwarps);
+            for (int t = 0; t < {threads}; ++t) {{
+                int s[{rows}];
+                lo_stage_sums(t, lo_sx, s);
+                for (int i = 0; i < {rows}; ++i) lo_xwarps[t / {warp} * {rows} + i] += s[i];
+            }}"""}
+# one 16-byte copy of the staging: cp.async on the GPU (cuda_pipeline.h), a plain copy on the host
+_STAGE_COPY = {True: "#include <cuda_pipeline.h>\n"
+                     "#define LO_STAGE16(dst, src) __pipeline_memcpy_async((dst), (src), 16)\n",
+               False: "#define LO_STAGE16(dst, src) memcpy((dst), (src), 16)\n"}
+_STAGE_IN_ORDER = ("for (int i = 0; i < {rows}; ++i) {{ {{x}} = 0; for (int w = 0; w < {block_warps}; ++w) "
+                   "{{x}} += lo_xwarps[w * {rows} + i]; }}")
 _DEVICE_NEST = """\
 /* at least 1 block an SM: without it ptxas moves each weight load down to its use to save registers,
  * and a warp has 2 rounds of loads in flight whatever the depth */
@@ -425,14 +542,14 @@ __global__ void __launch_bounds__({threads}, 1) {nest}({declarations})
 {{
     const int lo_lane = (int) threadIdx.x % {warp};
     const int lo_warp = (int) blockIdx.x * {warps} + (int) threadIdx.x / {warp}{of_warps};{share_index}
-    {sum_type} lo_acc[{rows}][{cols}];
+    {sum_type} lo_acc[{rows}][{cols}];{shared}
     for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) lo_acc[i][c] = 0;{xs_zero}{prefetch}
-    lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc{xs_arg});
+    lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc{xs_arg}{sx_arg});
 #pragma unroll
     for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{    /* the butterfly: every lane gets the sums */
         for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c)
             lo_acc[i][c] += __shfl_xor_sync(0xffffffffu, lo_acc[i][c], lo_o);{xs_shuffle}
-    }}{gather}
+    }}{gather}{xs_staged}
     for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{    /* lane e % 32 stores element e */
         const int j = lo_warp * {cols} + c;
         if (lo_lane == (i * {cols} + c) % {warp} && j < {n}) lo_store({names}, i, j, {final});
@@ -452,17 +569,17 @@ extern "C" const char *{error}(int code)
 """
 _HOST_NEST = """\
 static void {nest}({declarations})
-{{
+{{{host_shared}
     for (int lo_warp = 0; lo_warp < {all_warps}; ++lo_warp) {{    /* each share's warp: lanes, butterfly */
         {sum_type} lo_total[{rows}][{cols}];
-        int lo_xtotal[{rows}];
+        int lo_xtotal[{rows}];{host_stage}
         for (int lo_share = 0; lo_share < {split}; ++lo_share) {{
             {sum_type} lo_acc[{warp}][{rows}][{cols}], lo_old[{warp}][{rows}][{cols}];
             int lo_xs[{warp}][{rows}], lo_xold[{warp}][{rows}];
             memset(lo_acc, 0, sizeof lo_acc);
             memset(lo_xs, 0, sizeof lo_xs);
             for (int lo_lane = 0; lo_lane < {warp}; ++lo_lane)
-                lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc[lo_lane]{xs_lane});
+                lo_lane_sums({names}, lo_warp, lo_lane, {base}, {end}, lo_acc[lo_lane]{xs_lane}{sx_arg});
             for (int lo_o = {warp} / 2; lo_o >= 1; lo_o /= 2) {{
                 memcpy(lo_old, lo_acc, sizeof lo_acc);
                 memcpy(lo_xold, lo_xs, sizeof lo_xs);
@@ -477,7 +594,7 @@ static void {nest}({declarations})
                     lo_total[i][c] = lo_share ? lo_total[i][c] + lo_acc[0][i][c] : lo_acc[0][i][c];
                 lo_xtotal[i] = lo_share ? lo_xtotal[i] + lo_xs[0][i] : lo_xs[0][i];
             }}
-        }}
+        }}{host_xs_staged}
         for (int i = 0; i < {rows}; ++i) for (int c = 0; c < {cols}; ++c) {{
             const int j = lo_warp * {cols} + c;
             if (j < {n}) lo_store({names}, i, j, {host_final});
@@ -506,10 +623,7 @@ class _Kernel:
 
     def _fields(self) -> dict[str, object]:
         op, kind = self.op, self.kind
-        restrict = self.syntax.restrict
-        declarations = ", ".join(p.declaration() if not p.pointer else
-                                 f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}"
-                                 for p in self.params)
+        declarations = self._fields_declarations()
         out = op.output
         index = tuple(Var("i" if e.name == self.roles.rows else "j") for e in op.index(out))   # the C's names
         offset = self.s.layout_of(out).offset(index, op.tensor(out).shape).to_c()
@@ -521,7 +635,10 @@ class _Kernel:
         full = shape.last // WARP                       # rounds every lane of every share has
         batched = full // self.depth * self.depth      # of them, those in whole batches of depth rounds
         names = ", ".join(p.name for p in self.params)
-        xs_arg = ", lo_xs" if ternary else ""
+        staged = shape.staged
+        lane_xs = ternary and not staged          # each lane sums its activations (staged: the block once)
+        xs_arg = ", lo_xs" if lane_xs else ""
+        sx_arg = ", lo_sx" + (", lo_xwarps" if ternary else "") if staged else ""
         split = shape.split > 1
         return dict(
             declarations=declarations, names=names, sum_type=kind.sum_type,
@@ -532,31 +649,32 @@ class _Kernel:
             depth=self.depth, full=full, batches=(    # the rounds every lane has, depth at a time
                 "" if not batched else
                 f"\n    lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, 0, {self.depth}, 0, "
-                f"lo_acc{xs_arg});"
+                f"lo_acc{xs_arg}{sx_arg});"
                 if batched == self.depth else
                 f"\n    {self.syntax.unroll} 1\n"
                 f"    for (int lo_t = 0; lo_t < {batched}; lo_t += {self.depth})\n"
                 f"        lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, lo_t, {self.depth}, 0, "
-                f"lo_acc{xs_arg});"), rest=(    # the rounds left, the tail among them
+                f"lo_acc{xs_arg}{sx_arg});"), rest=(    # the rounds left, the tail among them
                 f"\n    lo_rounds({names}, lo_w, lo_lane, lo_base, lo_end, {batched}, "
-                f"{self.rounds - batched}, 1, lo_acc{xs_arg});" if self.rounds > batched else ""),
+                f"{self.rounds - batched}, 1, lo_acc{xs_arg}{sx_arg});" if self.rounds > batched else ""),
             split=shape.split, of_warps=f" % {self.warps}" if split else "",
             share_index=(f"\n    const int lo_share = (int) threadIdx.x / {WARP * self.warps};"
                          if split else ""),
             base=f"lo_share * {shape.share}" if split else "0",
             end=str(self.vectors) if not split else str(shape.share) if shape.last == shape.share else (
                 f"lo_share == {shape.split - 1} ? {shape.last} : {shape.share}"),
-            gather=self._gather() if split else "",
+            gather=self._gather() if split else "", sx_arg=sx_arg,
             store=store, nest=NEST_NAME, kernel=KERNEL_NAME, error=ERROR_NAME, threads=shape.threads,
             blocks=self.blocks, all_warps=self.blocks * self.warps,
-            xs_param=f", int lo_xs[{rows}]" if ternary else "",
-            xs_sum=_XS_SUM.format(rows=rows) if ternary else "",
+            xs_param=f", int lo_xs[{rows}]" if lane_xs else "",
+            xs_sum=_XS_SUM.format(rows=rows) if lane_xs else "",
             xs_zero=(f"\n    int lo_xs[{rows}];\n    for (int i = 0; i < {rows}; ++i) lo_xs[i] = 0;"
-                     if ternary else ""),
+                     if lane_xs else ""),
             xs_arg=xs_arg,
             xs_shuffle=(f"\n        for (int i = 0; i < {rows}; ++i) "
-                        f"lo_xs[i] += __shfl_xor_sync(0xffffffffu, lo_xs[i], lo_o);") if ternary else "",
-            xs_lane=", lo_xs[lo_lane]" if ternary else "",
+                        f"lo_xs[i] += __shfl_xor_sync(0xffffffffu, lo_xs[i], lo_o);") if lane_xs else "",
+            xs_lane=", lo_xs[lo_lane]" if lane_xs else "",
+            **self._staging(names),
             prefetch=self._prefetch(),
             final=final, host_final=final.replace("lo_acc[i][c]", "lo_total[i][c]").replace(
                 "lo_xs[i]", "lo_xtotal[i]"),
@@ -565,12 +683,56 @@ class _Kernel:
                             f"({'const ' if p.const else ''}{p.ctype} *) {p.name}" for p in self.params),
             host_declarations=", ".join(p.declaration(restrict=False) for p in self.params))
 
+    def _staging(self, names: str) -> dict[str, str]:
+        """The fields of the activations' staging (``stage``; ``_STAGE_*``): each block's threads copy
+        the rows' 16-byte vectors into shared memory once, vector ``q`` of weight vector ``v`` at
+        ``[i][q][v]`` (a warp's lanes then read consecutive vectors: no bank conflicts), right after a
+        lane's first batch of weight loads is issued (the copy waits under them), then the block's
+        barrier; i2_s: each warp's sums of the bytes it copied (the codes' correction, ``sum x``) go to
+        ``lo_xwarps``, added in warp order before the store (the lanes no longer sum their
+        activations). The host emulation stages a block's threads one after another into a buffer
+        poisoned first, so a vector no thread copies reads as garbage. Unstaged: the lanes' loads."""
+        shape, rows, kind, a = self.shape, self.roles.m, self.kind, self.op.inputs[0]
+        x_vectors, vectors = kind.x_vectors, self.vectors
+        x_bytes = vectors * x_vectors * VECTOR_BYTES
+        if not shape.staged:
+            return dict(sx_param="", stage_hook="", stage_code="", shared="", xs_staged="", host_shared="",
+                        host_stage="", host_xs_staged="", x_load=(
+                            f"lo_x[i][q] = lo_load((const uint8_t *) {a} + (ptrdiff_t) i * {x_bytes}\n"
+                            + " " * 33 + f"+ ((ptrdiff_t) (lo_base + v) * {x_vectors} + q) * 16);"))
+        ternary, device = kind.name == "i2_s", self.syntax.device
+        fields = dict(declarations=self._fields_declarations(), names=names, rows=rows, a=a, warp=WARP,
+                      x_vectors=x_vectors, vectors=vectors, x_bytes=x_bytes, all=vectors * x_vectors,
+                      threads=shape.threads, warps=self.warps, block_warps=self.warps * shape.split,
+                      commit="\n    __pipeline_commit();" if device else "",
+                      unroll=self.syntax.unroll, sx=rows * x_vectors * vectors,
+                      xwarps=", int *lo_xwarps" if ternary else "",
+                      xwarps_arg=", lo_xwarps" if ternary else "")
+        fields |= {name: text.format(**fields) if ternary else "" for name, text in _STAGE_SUMS.items()}
+        in_order = _STAGE_IN_ORDER.format(**fields)
+        return dict(
+            sx_param=", lo_v16 *lo_sx{xwarps}".format(**fields),
+            x_load=f"lo_x[i][q] = lo_sx[(i * {x_vectors} + q) * {vectors} + lo_base + v];",
+            stage_hook=_STAGE_HOOK.format(**fields) if device else "",
+            stage_code=(_STAGE_COPY[device] + _STAGE.format(**fields)
+                        + (_STAGE_BLOCK.format(**fields) if device else "")),
+            shared=_STAGE_SHARED.format(**fields), host_shared=_STAGE_HOST_SHARED.format(**fields),
+            host_stage=_STAGE_HOST.format(**fields),
+            xs_staged=(f"\n    int lo_xs[{rows}];    /* the activations' sums: the block's warps' in order */"
+                       f"\n    {in_order.replace('{x}', 'lo_xs[i]')}" if ternary else ""),
+            host_xs_staged=f"\n        {in_order.replace('{x}', 'lo_xtotal[i]')}" if ternary else "")
+
+    def _fields_declarations(self) -> str:
+        restrict = self.syntax.restrict
+        return ", ".join(p.declaration() if not p.pointer else
+                         f"{'const ' if p.const else ''}{p.ctype} *{restrict} {p.name}" for p in self.params)
+
     def _gather(self) -> str:
         """The device nest's sums of a split k: the warps of the shares past the first write theirs to
         shared memory, and the first share's warp adds them in order (int32: exact) before it stores."""
         shape, rows, cols, unroll = self.shape, self.roles.m, self.columns, "#pragma unroll"
         parts, mine = f"[{shape.split - 1}][{self.warps}][{rows}]", f"(i * {cols} + c) % {WARP}"
-        ternary = self.kind.name == "i2_s"
+        ternary = self.kind.name == "i2_s" and not shape.staged    # staged: the block's sums once
         return "".join([
             "\n    {    /* the shares of k: the warps past the first hand their sums over, the first adds */",
             f"\n        __shared__ {self.kind.sum_type} lo_part{parts}[{cols}];",
@@ -617,7 +779,9 @@ class _Kernel:
                   f"{self.warps} warps a block, {self.columns} column(s) a warp, {self.roles.m} row(s); "
                   f"grid {self.blocks}; {self.depth} of a lane's {self.rounds} rounds loaded together"
                   + (f"; k split over {self.shape.split} warps, {self.shape.share} vectors each"
-                     if self.shape.split > 1 else ""), " */"]
+                     if self.shape.split > 1 else "")
+                  + (f"; activations staged once a block in shared memory "
+                     f"({self.shape.staged_bytes(self.roles.m)} bytes)" if self.shape.staged else ""), " */"]
         signed = op.quant is not None and op.quant.activation == "int8"
         fields = self._fields()
         parts = [*header, _DEVICE_PRELUDE if device else _HOST_PRELUDE,
@@ -652,6 +816,8 @@ def pseudocode(schedule: Schedule) -> list[str]:
     return [f"# layouts: {', '.join(f'{t} {tag}' for t, tag in schedule.layouts)}",
             f"# cuda GEMV kernel (targets/cuda/gemv.py): {kind.name} weights, {per} a 16-byte vector",
             f"for {block} in 0..{shape.blocks}:    # block.x",
+            *([f"  stage {a}[0..{roles.m}, :] in shared memory    # once a block, by all its threads, "
+               f"under the first weight loads"] if shape.staged else []),
             f"  for {warp} in 0..{warps}:    # warp.x: {columns} column(s) j = {warps * columns}*{block} "
             f"+ {columns}*{warp} + c",
             *([f"   for share in 0..{shape.split}:    # k over {shape.split} warps of a block, {shape.share} "

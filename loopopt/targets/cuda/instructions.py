@@ -51,6 +51,11 @@ class FragmentCode:
     # (the first's index in {acc}; lo_e + 1 the second's), lo_row and lo_col (the first's place in the
     # m x n fragment; the second's column lo_col + 1); empty where fragments go through shared memory.
     elements: str = ""
+    # The same elements row by row (a quantized epilogue's work per output pixel, once a row): ``rows``
+    # opens a loop ``{`` over the thread's rows of a fragment defining lo_row; ``pairs``, inside it, one
+    # over the row's pairs of consecutive columns defining lo_col and lo_e (the first's index in {acc}).
+    rows: str = ""
+    pairs: str = ""
 
 
 @dataclass(frozen=True)
@@ -365,7 +370,12 @@ def _wgmma_entry(name: str, n: int, k: int, operands: tuple[str, str], types: st
             elements="for (int lo_e = {columns} / 2 * ({chunk}); lo_e < {columns} / 2 * ({chunk} + 1); "
                      "lo_e += 2) {{ const int lo_row = LO_LANE / 32 * 16 + LO_LANE % 32 / 4 "
                      "+ 8 * (lo_e % 4 / 2); "
-                     "const int lo_col = 8 * (lo_e / 4) + 2 * (LO_LANE % 4);", **_WGMMA_STEPS),
+                     "const int lo_col = 8 * (lo_e / 4) + 2 * (LO_LANE % 4);",
+            rows="for (int lo_half = 0; lo_half < 2; ++lo_half) { "
+                 "const int lo_row = LO_LANE / 32 * 16 + LO_LANE % 32 / 4 + 8 * lo_half;",
+            pairs=f"for (int lo_c = 0; lo_c < {n // 8}; ++lo_c) {{ const int lo_col = 8 * lo_c "
+                  f"+ 2 * (LO_LANE % 4); const int lo_e = 4 * lo_c + 2 * lo_half;",
+            **_WGMMA_STEPS),
         scalar=host)
 
 
@@ -384,7 +394,9 @@ def _wgmma_scalar(n: int, element: str, accumulator: str) -> FragmentCode:
         store=each + f"{{ptr}}[lo_e / {n} * {{ld}} + lo_e % {n}] = {{acc}}[lo_e];",
         elements=f"for (int lo_q = 0; lo_q < 64 * {{columns}}; lo_q += 2) {{{{ const int lo_row = lo_q / "
                  f"{{columns}}; const int lo_col = ({{chunk}}) * {{columns}} + lo_q % {{columns}}; "
-                 f"const int lo_e = lo_row * {n} + lo_col;")
+                 f"const int lo_e = lo_row * {n} + lo_col;",
+        rows="for (int lo_row = 0; lo_row < 64; ++lo_row) {",
+        pairs=f"for (int lo_col = 0; lo_col < {n}; lo_col += 2) {{ const int lo_e = lo_row * {n} + lo_col;")
 
 
 def _wgmma(n: int, dtype: str = "float16") -> MatrixInstruction:

@@ -11,10 +11,9 @@ Along each window the taps inside are an interval ``[first, end)`` of its taps (
 inside are a box of taps, whose weights' sum a prefix table per channel gives in ``2^d`` reads
 (inclusion-exclusion over the box's corners): ``lo_taps[k][a][b] = sum_{kh < a, kw < b} sum_c
 w[k, c, kh, kw]``, one entry more than the taps each way (``table``, made per call beside the weights'
-sums ``T``, on the host or the device). A pixel whose taps are all inside (all but the border ones:
-the ``interior`` positions are constants of the op) computes and reads nothing: its ``O`` is 0. Working
-the taps out for every pixel made ResNet's conv2_x at N=32 1.5x slower on the H200 (0.0429 against
-0.0287 ms without the term: an epilogue bound by its instructions).
+sums ``T``, on the host or the device). The epilogue works a pixel out once for all its channels
+(``row``: ``lo_edge`` and the taps inside) and reads the table only for a border pixel (``outside``); a
+pixel whose taps are all inside (the ``interior`` positions are constants of the op) has ``O`` = 0.
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ from ...ops import Op, Window
 from ...schedule import Schedule
 
 TABLE = "lo_taps"           # the kernel parameter of the prefix table
-OUTSIDE = "lo_outside"      # the C variable of an output element's O
 
 
 def compensated(schedule: Schedule) -> bool:
@@ -84,13 +82,12 @@ def interior(window: Window) -> tuple[int, int]:
             (window.size - 1 + window.pad - (window.taps - 1) * window.dilation) // window.stride)
 
 
-def declare(op: Op, dim_values: dict[str, Expr], channel: str) -> str:
-    """The C statements defining ``lo_outside`` (``O``) of the output element of channel ``channel`` at
-    the position ``dim_values`` gives each window's output dim (expressions of the kernel's loops): 0
-    unless the position is outside a window's ``interior`` (a border pixel, whose taps inside the
-    input and their weights' sum it then works out)."""
+def row(op: Op, dim_values: dict[str, Expr]) -> str:
+    """The C statements of an output pixel at the position ``dim_values`` gives each window's output dim
+    (expressions of the kernel's loops), once for all its channels: ``lo_edge``, whether the pixel is
+    outside a window's ``interior`` (a border pixel), and the taps inside the input along each window
+    (``lo_a``, ``lo_b``)."""
     windows = op.windows
-    ends = [window.taps + 1 for window in windows]
     positions = ", ".join(f"lo_o{n} = (int) ({Var(window.out_dim).substitute(dim_values).to_c()})"
                           for n, window in enumerate(windows))
     border = []
@@ -102,15 +99,23 @@ def declare(op: Op, dim_values: dict[str, Expr], channel: str) -> str:
             f"lo_a{n} = lo_first_tap(lo_v{n}, {window.dilation}, {window.taps}), "
             f"lo_b{n} = lo_end_tap(lo_v{n}, {window.dilation}, {window.taps}, {window.size});"
             for n, window in enumerate(windows)]
+    return (f"const int {positions}; const int lo_edge = {' || '.join(border) or '0'}; "
+            + " ".join(taps))
+
+
+def outside(op: Op, channel: str) -> str:
+    """The C expression of ``O`` of the output element of channel ``channel`` at a border pixel ``row``
+    declared: the weights of its taps outside, from the prefix table."""
+    ends = [window.taps + 1 for window in op.windows]
 
     def entry(corner: tuple[str, ...]) -> str:
-        return "lo_t[" + " + ".join(f"{c} * {math.prod(ends[n + 1:])}" if n + 1 < len(ends) else c
-                                    for n, c in enumerate(corner)) + "]"
+        return (f"{TABLE}[({channel}) * {math.prod(ends)} + "
+                + " + ".join(f"{c} * {math.prod(ends[n + 1:])}" if n + 1 < len(ends) else c
+                             for n, c in enumerate(corner)) + "]")
 
-    corners = itertools.product(*((f"lo_b{n}", f"lo_a{n}") for n in range(len(windows))))
+    corners = itertools.product(*((f"lo_b{n}", f"lo_a{n}") for n in range(len(ends))))
     inside = " ".join(f"{'-' if sum(c.startswith('lo_a') for c in corner) % 2 else '+'} {entry(corner)}"
                       for corner in corners)
-    return (f"const int {positions}; int {OUTSIDE} = 0; "
-            f"if ({' || '.join(border) or '0'}) {{ {' '.join(taps)} "
-            f"const int *lo_t = {TABLE} + ({channel}) * {math.prod(ends)}; "
-            f"{OUTSIDE} = lo_t[{math.prod(ends) - 1}] - ({inside.removeprefix('+ ')}); }}")
+    last = f"{TABLE}[({channel}) * {math.prod(ends)} + {math.prod(ends) - 1}]"
+    return f"({last} - ({inside.removeprefix('+ ')}))"
+

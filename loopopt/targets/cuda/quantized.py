@@ -107,16 +107,14 @@ def parameters(schedule: Schedule) -> tuple[KernelParam, ...]:
 
 
 def store(op: Op, out: str, sums: str, channel: str, bias: str, share: str | None,
-          activation_sums: str | None = None, outside: str | None = None) -> str:
-    """The statement storing the int32 ``sums`` (``P``) of one output element ``out`` of channel
-    ``channel`` (``bias``: a dequantized output's bias element; ``activation_sums``: its ``S``, where
-    the op needs them; ``outside``: its weights at the taps TMA zero-filled, ``padding_sums``); under
+          activation_sums: str | None = None) -> str:
+    """The statement storing the int32 ``sums`` (``P``; on TMA pixel boxes with the padding's term
+    added, ``padding_sums``) of one output element ``out`` of channel ``channel`` (``bias``: a
+    dequantized output's bias element; ``activation_sums``: its ``S``, where the op needs them); under
     split-K, ``share`` is the share's number and the sums are added (``LO_ADD``), the first share
-    bringing ``lo_comp`` (and the padding's)."""
+    bringing ``lo_comp``."""
     spec = op.quant
     comp = f"lo_comp[{channel}]"
-    if outside is not None:         # the padding's zero point, which TMA's zero fill left out
-        comp = f"(int) ((unsigned) {comp} + (unsigned) lo_zx * (unsigned) {outside})"
     comp = comp if share is None else f"({share} == 0 ? {comp} : 0)"
     total = f"(unsigned) {sums} + (unsigned) {comp}"                # int32 sums, wrapping as quant.py's
     if activation_sums is not None:

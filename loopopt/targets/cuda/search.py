@@ -10,7 +10,10 @@ operands and a conv's (boxes of output pixels, ``pixel_boxes``; a quantized conv
 fills with 0, added back in the epilogue: ``padding_sums``), with its tiles copied by the
 tensor memory accelerator, ``engine="tma"``: no copy instructions in the threads' steps, first among
 equals); a depthwise conv's, the depthwise family's runs of 1 and 2 pixels by two blocks
-(``DepthwiseKnobs``, ``depthwise_work``). Each knob is clamped to the op as the
+(``DepthwiseKnobs``, ``depthwise_work``); a decode-shaped op the GEMV family takes (``gemv.check``: a GEMV or
+up to 8 rows, float16, int8 or ternary weights), that family's warps, columns and k splits, each with
+its activations staged in shared memory and not (``GemvKnobs``, ``gemv_work``: the staging's cost per
+block fitted on the H200's times, ``GEMV_STAGED_CYCLES``). Each knob is clamped to the op as the
 preset clamps it (a 128-row block of a 64-channel conv is a 64-row one), so no two candidates build
 the same kernel; none asks for more than the architecture's shared memory per block, 1024 threads or
 ``MAX_ACCUMULATORS`` accumulator registers per thread (spills) or more registers than an SM has.
@@ -48,6 +51,7 @@ from ...dataflows import (
     clamp_tile,
     depthwise_block,
     gpu_depthwise,
+    gpu_gemv,
     gpu_mma,
     gpu_rows,
     gpu_staged,
@@ -61,10 +65,11 @@ from ...dataflows import (
 )
 from ...depthwise_roles import DepthwiseRoles
 from ...expr import linear_terms
+from ...gemv_roles import GemvRoles
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import depthwise, device, specialize
+from . import depthwise, device, gemv, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
 from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
@@ -118,7 +123,21 @@ SPLITS = (1, 2, 4, 8, 16)
 # an H200 (bench_cuda_depthwise.py), so only runs of 1 and 2 are candidates; None: the default block
 DEPTHWISE_RUNS, DEPTHWISE_THREADS_W = (1, 2), (None, 16)
 DEPTHWISE_REGISTERS = ((1, 46), (2, 62), (4, 109), (8, 154))    # (run, ptxas's registers): 3x3 float16, sm_90
-PRICED = (*TENSOR_PRESETS, "gpu_depthwise")    # the presets this cost model prices (calibrated or not)
+PRICED = (*TENSOR_PRESETS, "gpu_depthwise", "gpu_gemv")    # the presets this cost model prices
+# a decode GEMV's candidates: warps a block, outputs a warp, k split over a block's warps, staged or not
+GEMV_WARPS, GEMV_COLUMNS, GEMV_SPLITS = (4, 8), (1, 2, 4), (1, 2)
+# warp instructions a lane issues per 16-byte weight vector and row (the products; i2_s: 16 LOP3 + 16
+# dp4a, float16: 4 conversions of pairs + 8 FMAs, int8: 4 dp4a), and per activation vector and row
+# where the lane sums the activations itself (i2_s unstaged: 4 dp4a), counted in the printed kernels
+GEMV_PRODUCT_INSTRUCTIONS = {"i2_s": 32, "float16": 12, "int8": 4}
+GEMV_SUM_INSTRUCTIONS = 4
+GEMV_REGISTERS = 48                # ptxas's figure of a one-column kernel, sm_90; 12 more a column
+# what staging the activations (``gpu_gemv(stage=True)``) cost a block on an H200, one resident block after
+# another: fitted on the stream-scope times of bench_cuda_decode.py at the three decode shapes (staged
+# minus unstaged twin over the blocks an SM runs; 2026-11-29): i2_s 0.8-2.6 us a block (median 1.4), float16
+# 0.05-0.08 us; in cycles of the model's clock. Why i2_s pays so much more is not established (the copy
+# and the sums' barrier come before its weights arrive in the SASS; ncu: more long-scoreboard stalls).
+GEMV_STAGED_CYCLES = {"i2_s": 2200.0, "float16": 110.0, "int8": 110.0}
 THREADS_X, THREADS_Y, REGS, SIMT_DEPTHS = (8, 16, 32), (4, 8, 16), (1, 2, 4, 8), (8, 16, 32)
 
 
@@ -252,6 +271,9 @@ class Work:
     issue: float                   # warp instructions an SM scheduler issues per clock
     atomic_bytes: float = 0.0      # the whole kernel: split-K's atomic adds and the output's zeroing
     persistent: bool = False       # one block a SM walks the tiles: the pipeline fills once, not each wave
+    requantized: float = 0.0       # per block: outputs a requantizing epilogue makes after the products
+    thread_outputs: float = 0.0    # of those, one thread's
+    serial_cycles: float = 0.0     # per block: cycles its SM spends on it alone, one block after another
 
 
 @dataclass(frozen=True)
@@ -276,6 +298,32 @@ class DepthwiseKnobs:
 
     def work(self, op: Op, gpu: Gpu) -> Work:
         return depthwise_work(op, self, gpu)
+
+
+@dataclass(frozen=True)
+class GemvKnobs:
+    """A decode-shaped op's candidate (``gpu_gemv``, ``gemv.py``): ``warps`` a block, ``columns``
+    outputs a warp, k split over ``split`` warps of the block, the activations copied once a block to
+    shared memory (``stage``); ``rows``: the op's."""
+
+    preset: str
+    warps: int
+    columns: int
+    split: int
+    stage: bool
+    rows: int
+
+    # a block's rows and outputs (the Knobs protocol's block); its threads; the knobs as JSON
+    pixel_block = property(lambda self: self.rows)
+    channel_block = property(lambda self: self.warps * self.columns)
+    threads = property(lambda self: self.warps * self.split * WARP)
+    as_dict = asdict
+
+    def schedule(self, op: Op, isa: str) -> Schedule:
+        return gpu_gemv(op, self.warps, self.columns, split=self.split, stage=self.stage)
+
+    def work(self, op: Op, gpu: Gpu) -> Work:
+        return gemv_work(op, self, gpu)
 
 
 # --- the op as the presets see it -------------------------------------------------------------------
@@ -567,7 +615,15 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k), knobs.persistent)
+                _split_bytes(op, knobs.split_k), knobs.persistent, *_requantized(op, knobs))
+
+
+def _requantized(op: Op, knobs: TensorKnobs) -> tuple[float, float]:
+    """A requantized op's outputs per block and per consumer thread (the epilogue's work), else none."""
+    if op.quant is None or not op.quant.requantized:
+        return 0.0, 0.0
+    outputs = knobs.block_m * knobs.block_n
+    return float(outputs), outputs / (knobs.warps_m * knobs.warps_n * knobs.instruction.lanes)
 
 
 def _split_bytes(op: Op, split: int) -> float:
@@ -611,6 +667,56 @@ def depthwise_candidates(op: Op) -> list[DepthwiseKnobs]:
     found = {DepthwiseKnobs("gpu_depthwise", *depthwise_block(op, run, None, threads_w), vector): None
              for run in DEPTHWISE_RUNS for threads_w in DEPTHWISE_THREADS_W}
     return list(found)
+
+
+def gemv_candidates(op: Op) -> list[GemvKnobs]:
+    """A decode-shaped op's candidates where the GEMV family takes it (``gemv.check``; else none): the
+    warps, columns and k splits of ``GEMV_*``, each staged and not (staged where the activations fit
+    the block's shared memory), k split only where each share holds vectors."""
+    found = []
+    for warps, columns, split, stage in ((w, c, s, staged) for w in GEMV_WARPS for c in GEMV_COLUMNS
+                                         for s in GEMV_SPLITS for staged in (False, True)):
+        try:
+            gemv_shape(op, warps, columns, split, stage)
+        except ScheduleError:
+            continue
+        found.append(GemvKnobs("gpu_gemv", warps, columns, split, stage, op.extent(GemvRoles.of(op).rows)))
+    return found
+
+
+@cache
+def gemv_shape(op: Op, warps: int, columns: int, split: int, stage: bool) -> gemv.Shape:
+    """The GEMV kernel's shape of ``gpu_gemv(op, warps, columns, split=split, stage=stage)``
+    (ScheduleError where the family refuses it)."""
+    return gemv.check(gpu_gemv(op, warps, columns, split=split, stage=stage))
+
+
+def gemv_work(op: Op, knobs: GemvKnobs, gpu: Gpu) -> Work:
+    """A GEMV candidate's work: each lane's 16-byte weight vectors of its columns with the activations
+    of every row (``GEMV_PRODUCT_INSTRUCTIONS``; unstaged i2_s lanes also sum their activations), the
+    warp's butterfly; the weights from device memory once; the activations from L2 once a block and,
+    unstaged, through L1 by every warp (an i2_s lane's four 16-byte activation vectors lie 64 bytes
+    apart: four times the L1 wavefronts), staged from shared memory (one copy a block, under the
+    weights' loads, and a barrier, whose measured cost ``GEMV_STAGED_CYCLES`` the SM pays block after
+    block). A block takes at least a load's latency and its warps' instructions after it."""
+    shape = gemv_shape(op, knobs.warps, knobs.columns, knobs.split, knobs.stage)
+    roles, kind = GemvRoles.of(op), shape.kind
+    rows, x_vectors = roles.m, kind.x_vectors
+    warps = knobs.warps * knobs.split
+    per_vector = knobs.columns * (1 + rows * GEMV_PRODUCT_INSTRUCTIONS[kind.name]) + rows * x_vectors * (
+        1 + (GEMV_SUM_INSTRUCTIONS if kind.name == "i2_s" and not knobs.stage else 0))
+    butterfly = 5 * rows * (knobs.columns + (1 if kind.name == "i2_s" else 0))
+    instructions = warps * (shape.rounds * per_vector + butterfly)
+    x_bytes = rows * shape.vectors * x_vectors * 16          # a block's activations (each warp's share)
+    l1 = x_bytes * knobs.warps * (1 if knobs.stage else x_vectors)
+    weights = knobs.warps * knobs.columns * shape.vectors * 16
+    element = 1 if op.quant is not None else 2
+    hbm = (roles.n * shape.vectors * 16 + rows * roles.k * element + rows * roles.n * 4)
+    registers = GEMV_REGISTERS + 12 * (knobs.columns - 1) + (24 if knobs.stage else 0)
+    return Work(shape.blocks, knobs.threads, registers, shape.staged_bytes(rows), 0.0,
+                1 if knobs.stage else 0, l1, weights + x_bytes, hbm, LOAD_LATENCY + instructions / SCHEDULERS,
+                1.0, 1.0, instructions, 1.0,
+                serial_cycles=GEMV_STAGED_CYCLES[kind.name] if knobs.stage else 0.0)
 
 
 def depthwise_registers(run: int) -> int:
@@ -664,7 +770,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     ``block_cycles``, a block's arithmetic, reads, instruction issue and load latency as if none
     overlapped, breaks ties (a kernel bound by device memory: the block that leaves the SM idlest).
     A block's cycles are the longest of its terms: the tensor cores (or FFMA pipes), shared memory, L2
-    and the schedulers' issue; the SM runs at ``costs.clock_share`` of the part's clock."""
+    and the schedulers' issue; the SM runs at ``costs.clock_share`` of the part's clock. A requantizing
+    epilogue follows each wave's products (``costs.epilogue_cycles_per_output``)."""
     resident = min(occupancy(work, gpu), -(-work.blocks // gpu.multiprocessors))
     waves = -(-work.blocks // (resident * gpu.multiprocessors))
     warps = resident * work.threads / WARP
@@ -676,7 +783,10 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     fills = 1 if work.persistent else waves     # a persistent block's producer fills the next tile early
     overhead = (fills * FILL_CYCLES + waves * work.steps * STEP_CYCLES) / clock
     hbm = work.hbm_bytes / gpu.figures.hbm_bytes_per_s
-    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead
+    epilogue = waves * (resident * work.requantized * costs.epilogue_cycles_per_output
+                        + work.thread_outputs * costs.epilogue_thread_cycles) / clock
+    serial = waves * resident * work.serial_cycles / clock
+    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead + epilogue + serial
                + work.atomic_bytes / costs.atomic_bytes_per_s)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
@@ -701,6 +811,9 @@ class CudaSearch(SearchRules):
             return []
         if depthwise.is_depthwise(op):
             return [Candidate(op, isa, knobs) for knobs in depthwise_candidates(op)]
+        decode = gemv_candidates(op)
+        if decode:      # the GEMV family: 1.4-1.7x the tensor-core path at the decode shapes (H200)
+            return [Candidate(op, isa, knobs) for knobs in decode]
         simt = op.quant is None and op.dtype == "float32"
         space: Callable[[Op, str], list] = simt_candidates if simt else tensor_candidates
         return [Candidate(op, isa, knobs) for knobs in space(op, isa)]
@@ -739,6 +852,10 @@ class CudaSearch(SearchRules):
                 f"columns; {', '.join(SIMT_PRESETS)} for float32 ops)")
 
     def describe(self, knobs: dict) -> str:
+        if knobs["preset"] == "gpu_gemv":
+            return (f"gpu_gemv {knobs['warps']} warps of {knobs['columns']} column(s)"
+                    + (f", k split over {knobs['split']} warps" if knobs["split"] > 1 else "")
+                    + (", activations staged" if knobs["stage"] else ""))
         if knobs["preset"] == "gpu_depthwise":
             return (f"gpu_depthwise runs of {knobs['run']} pixels, {knobs['threads_c']}x{knobs['threads_w']} "
                     f"threads")

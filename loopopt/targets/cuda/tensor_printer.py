@@ -49,7 +49,11 @@ through the scratch beside the sums. A conv whose activations TMA copies as pixe
 filled with 0 instead; the epilogue adds the zero point's share back for the border pixels
 (``padding_sums``). The epilogue is the CPU kernels' (``quant.requantize_output``):
 int32, dequantized or requantized output; under ``split_k`` the int32 shares are added exactly with
-integer atomics.
+integer atomics. On wgmma (no activation sums) it reads the accumulators where they lie, each thread
+its own rows (``FragmentCode.rows``/``pairs``): a row's pixel and its border taps are worked out once
+a row, the border term added into the accumulators of border rows only, then each fragment's outputs
+are requantized into a staging tile in shared memory and copied out 16 bytes a thread
+(``_row_epilogue``).
 """
 from __future__ import annotations
 
@@ -57,9 +61,12 @@ import math
 from dataclasses import replace
 from functools import cached_property
 
+import numpy as np
+
 from ...codegen import cprint
 from ...codegen.emit import kernel_arguments
 from ...codegen.params import KernelParam, index_ctype
+from ...codegen.quantized import C_TYPES
 from ...epilogue import RESIDUAL
 from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
@@ -70,11 +77,10 @@ from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 COPY_BYTES = 16            # one cp.async
 MAX_SHARED_BYTES = 227 * 1024   # dynamic shared memory of a block on sm_90 (the target checks the arch's)
 REGISTERS_PER_SM = 65536   # 32-bit registers of an SM, which one block's threads share at most
+SHARED_PER_SM = 228 * 1024      # shared memory of an sm_90 SM, of which each block takes 1 KB more
+RESERVED_SHARED_BYTES = 1024
+THREADS_PER_SM = 2048
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
-# the epilogue's stores a thread keeps in flight where the padding's term (``padding_sums``) would stop
-# nvcc from unrolling its loop (it unrolls the loop 4 times without the term; ResNet's conv2_x at N=32
-# on the H200: 0.0287 ms without the term, 0.0379 with it, rolled)
-EPILOGUE_UNROLL = 4
 
 
 def _even(expr: Expr) -> bool:
@@ -545,16 +551,12 @@ class TensorPrinter:
     def _store_statement(self, value: str = "lo_scratch[lo_e]") -> str:
         """The output element's store of its sums ``value``: ``sums (x alpha) + bias (x beta)``; under
         ``split_k`` each block's share is added (``LO_ADD``: ``atomicAdd`` on the GPU) and the first share
-        brings the bias."""
+        brings the bias (a quantized op's: ``quantized.store``)."""
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         if self.quant is not None:
             channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
             sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
-            if not padding_sums.compensated(self.s):
-                return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
-            store = quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums,
-                                    padding_sums.OUTSIDE)
-            return f"{{ {padding_sums.declare(self.op, self.s.dim_values, channel)} {store} }}"
+            return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
         if not self.s.split_k_loop:
             return f"{out} = {self._output_value(value)};"
         value, bias = self._scaled(value)
@@ -585,7 +587,161 @@ class TensorPrinter:
             total = f"({total}) + {RESIDUAL}[{self.s.offset(self.op.output).to_c()}]"
         return self.s.epilogue.c(total) if self.s.epilogue else total
 
+    @property
+    def rows_from_registers(self) -> bool:
+        """Whether the outputs are requantized straight from the accumulators' registers row by row
+        (``_row_epilogue``): a quantized op on an entry that says its registers' rows
+        (``FragmentCode.rows``), without activation sums (those go through shared memory)."""
+        return self.quant is not None and bool(self.code.rows) and not self.sums
+
+    @property
+    def staged_rows(self) -> bool:
+        """Whether ``_row_epilogue`` stages each fragment's outputs in shared memory and copies them out
+        16 bytes a thread (``_copy_out``): not under split-K (its shares are added element by element)
+        nor in a persistent kernel (whose producer fills the ring with the next tile's steps)."""
+        return self.rows_from_registers and not self.s.split_k_loop and not self.s.persistent_tiles
+
+    def _row_epilogue(self, depth: int) -> None:
+        """A quantized op's outputs from the accumulators' registers, each thread its own rows: an output
+        pixel's positions and border taps (``padding_sums.row``) once a row, then the row's pairs of
+        columns, each element requantized into the warpgroup's staging tile (``staged_rows``: copied out
+        after each fragment) or stored."""
+        nb, it = self.count[self.b], self.int_type
+        staged = self.staged_rows
+        if staged:
+            self._open_staging(depth)
+        inner = self._open_fragments(depth)
+        if self.syntax.device:
+            self.emit(inner, self.syntax.unroll)
+        self.emit(inner, self.code.rows)
+        row = inner + 1
+        self.emit(row, f"const {it} {self.i} = lo_row;")
+        acc = self._acc(f"lo_fa * {nb} + lo_fb")
+        element, valid = f"{acc}[lo_e + lo_h]", self._check(self.guards["out"])
+        channel = Var(self.op.channel_dim).substitute(self.s.dim_values).to_c()
+        if padding_sums.compensated(self.s):    # a border pixel's term added first (the first share's)
+            self.emit(row, padding_sums.row(self.op, self.s.dim_values))
+            share = f" && {self.s.split_k_loop} == 0" if self.s.split_k_loop else ""
+            self.emit(row, f"if (lo_edge{share}) {{")
+            added = f"(unsigned) lo_zx * (unsigned) {padding_sums.outside(self.op, channel)}"
+            self._each_in_pairs(row + 1, f"if ({valid}) {element} = (int) ((unsigned) {element} + {added});")
+            self.emit(row, "}")
+        if staged:
+            stage = f"lo_stage[lo_row * {self._stage_row} + lo_col + lo_h]"
+            self._each_in_pairs(row, f"if ({valid}) "
+                                     + quantized.store(self.op, stage, element, channel, self._bias, None))
+        else:
+            self._pair(self._open_pairs(row), acc)
+        self.emit(inner, "}")
+        if staged:
+            self._copy_out(inner)
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    @property
+    def _stage_row(self) -> int:
+        """Elements of a staging tile's row: a fragment's columns, and 16 bytes more for bytes (the eight
+        rows a warp writes at once fall in different banks)."""
+        return self.ins.n + (COPY_BYTES if self._output_bytes == 1 else 0)
+
+    @property
+    def _output_bytes(self) -> int:
+        return np.dtype(self.quant.output).itemsize
+
+    def _open_staging(self, depth: int) -> None:
+        """``lo_stage``: the warpgroup's tile of one fragment's outputs, over the tiles' shared memory once
+        every warp is done with them (its scratch's place); in the host emulation an array."""
+        ctype, size = C_TYPES[self.quant.output], self.ins.m * self._stage_row
+        if not self.syntax.device:
+            self.emit(depth, f"{ctype} lo_stage[{size}];")
+            return
+        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+        self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
+        self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) lo_smem + lo_w * {size};")
+
+    def _copy_out(self, depth: int) -> None:
+        """The staged fragment to the output, row by row, each thread a chunk of 16 bytes at a time: one
+        16-byte store where the output's columns are consecutive and unguarded and both ends are aligned,
+        else element by element; between warpgroup barriers (the stage is written before, rewritten
+        after)."""
+        device, it = self.syntax.device, self.int_type
+        vector = COPY_BYTES // self._output_bytes
+        chunk = vector if self.ins.n % vector == 0 else 1
+        chunks = self.ins.n // chunk
+        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        if device:
+            self.emit(depth, self.ins.group_sync)
+        self.emit(depth, cprint.for_loop("int", "lo_q", self.ins.m * chunks, lane, step=lanes) + " {")
+        body = depth + 1
+        self.emit(body, f"const int lo_row = lo_q / {chunks}, lo_col = lo_q % {chunks} * {chunk};")
+        self.emit(body, f"const {it} {self.i} = lo_row;")
+        ctype = C_TYPES[self.quant.output]
+        self.emit(body, f"const {ctype} *lo_from = lo_stage + lo_row * {self._stage_row} + lo_col;")
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
+        if chunk > 1 and self._columns_consecutive:
+            self.emit(body, f"{{ const {it} {self.j} = lo_col; {ctype} *lo_to = &{out}; "
+                            f"if (({self._check(self.guards['out'])}) "
+                            f"&& (((size_t) lo_to | (size_t) lo_from) & {COPY_BYTES - 1}) == 0) "
+                            f"{{ LO_STORE16(lo_to, lo_from); continue; }} }}")
+        self.emit(body, cprint.for_loop("int", "lo_v", chunk) + f" {{ const {it} {self.j} = lo_col + lo_v; "
+                        f"if ({self._check(self.guards['out'])}) {out} = lo_from[lo_v]; }}")
+        self.emit(depth, "}")
+        if device:
+            self.emit(depth, self.ins.group_sync)
+
+    @property
+    def _columns_consecutive(self) -> bool:
+        """Whether a fragment row's outputs lie consecutively in the output (the offset steps by 1 along
+        its columns) and no guard of the output involves its columns, so that a chunk of them is one
+        store."""
+        reduction = {loop.name for loop in self.s.loops if self._reduction(loop)}
+        domain = len(self.s.partial_guards)
+        if any(index < domain and not guard.expr.variables() & reduction and self.j in guard.expr.variables()
+               for index, guard in enumerate(self.s.guards)):
+            return False
+        try:
+            steps, _ = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+        except ValueError:      # the column under a division or remainder: no fixed step
+            return False
+        return steps.get(self.j) == 1
+
+    def _each_in_pairs(self, depth: int, statement: str) -> None:
+        """``statement`` for each element of the row's pairs of columns (``j`` and ``lo_h`` defined)."""
+        pair = self._open_pairs(depth)
+        self.emit(pair, f"{self.syntax.unroll} 2")
+        self.emit(pair, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(pair + 1, f"const {self.int_type} {self.j} = lo_col + lo_h;")
+        self.emit(pair + 1, statement)
+        self.emit(pair, "}")
+        self.emit(depth, "}")
+
+    def _open_fragments(self, depth: int) -> int:
+        """Opens the unrolled loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their
+        fragment loops' variables defined); returns the depth inside."""
+        na, nb = self.count[self.a], self.count[self.b]
+        self.emit(depth, f"{self.syntax.unroll} {na}")
+        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(depth + 1, self.fragments[self.a], "lo_fa")
+        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        return depth + 2
+
+    def _open_pairs(self, depth: int) -> int:
+        """Opens the loop over a row's pairs of columns (``FragmentCode.pairs``: ``lo_col``, ``lo_e``);
+        returns the depth inside."""
+        if self.syntax.device:
+            self.emit(depth, self.syntax.unroll)
+        self.emit(depth, self.code.pairs)
+        return depth + 1
+
     def _epilogue(self, depth: int) -> None:
+        if self.rows_from_registers:
+            if self.syntax.device and self.code.drain:     # every product done
+                self.emit(depth, self.code.drain)
+            self._row_epilogue(depth)
+            return
         na, nb = self.count[self.a], self.count[self.b]
         n = self.ins.fragment_elements
         if self.syntax.device:
@@ -618,8 +774,6 @@ class TensorPrinter:
                                                     ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
-        if self.syntax.device and padding_sums.compensated(self.s):     # nvcc unrolls it no more itself
-            self.emit(inner, f"{self.syntax.unroll} {EPILOGUE_UNROLL}")
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
         self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
         self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
@@ -635,24 +789,26 @@ class TensorPrinter:
         pairs of consecutive columns (``FragmentCode.elements``; a persistent kernel's output that TMA
         does not store): one 8-byte store a pair where ``paired_stores`` and both are inside the output
         (and the output 8-byte aligned), else an element at a time."""
-        na, nb = self.count[self.a], self.count[self.b]
-        self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        inner = depth + 2
-        self._define(inner, self.fragments[self.b], "lo_fb")
+        nb = self.count[self.b]
+        inner = self._open_fragments(depth)
         if self.syntax.device:
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk=0, columns=self.ins.n))
-        body, it = inner + 1, self.int_type
-        self.emit(body, f"const {it} {self.i} = lo_row;")
-        acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
+        self._pair(inner + 1, self._acc(f"lo_fa * {nb} + lo_fb"))
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def _pair(self, body: int, acc: str) -> None:
+        """The outputs of the pair of columns ``lo_col`` and ``lo_col + 1`` of row ``i`` from the
+        fragment ``acc``'s elements ``lo_e`` and ``lo_e + 1``: one store of both where ``paired_stores``
+        and both are inside the output (and the output aligned to the pair), else an element at a time;
+        closes the pair's loop."""
+        it, valid = self.int_type, self._check(self.guards["out"])
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         paired = self.paired_stores
         if paired:      # both values first, each only inside the output (its bias and residual too)
-            self.emit(body, f"{self.code.accumulator} lo_v[2];")
+            self.emit(body, "float lo_v[2];")
             self.emit(body, "int lo_in[2];")
         self.emit(body, f"{self.syntax.unroll} 2")     # lo_v in registers
         self.emit(body, cprint.for_loop("int", "lo_h", 2) + " {")
@@ -669,9 +825,7 @@ class TensorPrinter:
             self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & 7) == 0) "
                             f"LO_STORE2({out}, lo_v[0], lo_v[1]);")
             self.emit(body, f"else {{ if (lo_in[0]) {out} = lo_v[0]; if (lo_in[1]) (&{out})[1] = lo_v[1]; }}")
-        self.emit(inner, "}")
-        self.emit(depth + 1, "}")
-        self.emit(depth, "}")
+        self.emit(body - 1, "}")
 
     @property
     def paired_stores(self) -> bool:
@@ -691,21 +845,18 @@ class TensorPrinter:
         the registers."""
         if self.stored is not None:
             self._stored_epilogue(depth)
+        elif self.rows_from_registers:
+            self._row_epilogue(depth)
         else:
             self._direct_epilogue(depth)
 
     def _stored_epilogue(self, depth: int) -> None:
         """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
         chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
-        na, nb, device = self.count[self.a], self.count[self.b], self.syntax.device
+        nb, device = self.count[self.b], self.syntax.device
         chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
         issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
-        self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        self._define(depth + 2, self.fragments[self.b], "lo_fb")
+        self._open_fragments(depth)
         inner = depth + 3
         self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
         self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
@@ -784,9 +935,26 @@ class TensorPrinter:
                   else "")
         if self.registers is not None and self.syntax.device:   # setmaxnreg needs the cap at entry
             bounds = f" __launch_bounds__({threads}, 1)"
+        moves = self.registers is not None and self.registers.moves
+        if (self.rows_from_registers and not moves and not self.s.persistent_tiles and self.syntax.device
+                and self.resident_blocks > 1):      # (a persistent kernel's block is its SM's only one)
+            bounds = f" __launch_bounds__({threads}, {self.resident_blocks})"
         if self.multicast and self.syntax.device:
             bounds += self.multicast.attribute()
         return f"{self.syntax.kernel}{bounds} {name}({params})"
+
+    @property
+    def resident_blocks(self) -> int:
+        """The blocks an SM holds by their shared memory and threads, and by registers where each thread
+        keeps its accumulators and ``specialize.ADDRESS_REGISTERS`` more (at least 1). A kernel whose
+        epilogue requantizes from the registers (``rows_from_registers``) caps its registers at that
+        many blocks: unbounded, ptxas kept every channel's constants of the unrolled epilogue live (252
+        registers a thread, one 64 x 128 specialized block an SM instead of two)."""
+        threads = math.prod(self.block)
+        accumulators = self.accumulators * self.ins.fragment_elements // self.ins.lanes
+        by_shared = SHARED_PER_SM // (self.smem_bytes + RESERVED_SHARED_BYTES)
+        by_registers = REGISTERS_PER_SM // (threads * (accumulators + specialize.ADDRESS_REGISTERS))
+        return max(1, min(by_shared, THREADS_PER_SM // threads, by_registers))
 
     def _warp_variables(self, depth: int) -> int:
         """The warp loops' variables and ``lo_w`` (the warp's number in its block); host: loops (returns
@@ -1164,8 +1332,10 @@ class TensorPrinter:
                     *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
-                    "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
-        return ["#include <math.h>", *([self.ins.host_header] if self.ins.host_header else []),
+                    "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)",
+                    "#define LO_STORE16(to, from) (*(uint4 *) (to) = *(const uint4 *) (from))"]
+        return ["#include <math.h>", "#include <string.h>",
+                *([self.ins.host_header] if self.ins.host_header else []),
                 *([tma.host(self.ins.element_bytes)] if self.tma else []),
                 *([pixel_boxes.host(self.ins.element_bytes)] if pixels else []),
                 *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
@@ -1174,7 +1344,8 @@ class TensorPrinter:
                 *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
-                f"(dst)[lo_c] = (src)[lo_c]"]
+                f"(dst)[lo_c] = (src)[lo_c]",
+                "#define LO_STORE16(to, from) memcpy((to), (from), 16)"]
 
     def _header(self) -> list[str]:
         s = self.s

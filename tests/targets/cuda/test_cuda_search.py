@@ -279,3 +279,28 @@ def test_a_quantized_convs_candidates_copy_pixel_boxes_by_tma(layer):
                k.specialize) for k in (c.knobs for c in ranked)]
     assert U8_CONV_WINNERS[layer] in shapes
     assert (shapes.index(U8_CONV_WINNERS[layer]) == 0) == (layer == "conv2_x")
+
+
+TERNARY = lo.QuantSpec(activation="int8", weight="ternary")
+DECODE = [lo.Matmul(1, 4096, 4096, quant=TERNARY),
+          pytest.param(lo.Matmul(1, 11008, 4096, quant=TERNARY), marks=pytest.mark.slow),
+          pytest.param(lo.Matmul(1, 4096, 11008, quant=TERNARY), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("op", DECODE, ids=["4096x4096", "4096to11008", "11008to4096"])
+def test_a_decode_gemv_has_the_gemv_family_s_candidates_priced_staged_behind_unstaged(op):
+    """The GEMV family's warps, columns and k splits, each staged and not, all priced by the cost model;
+    as timed on the H200 (bench_cuda_decode.py, every shape), each staged kernel after its unstaged twin,
+    and the one-column kernels (twice the activation loads a weight) after the first. (The first
+    candidates of small decode ops run in the emulation: ``test_ranked_*_emulated``.)"""
+    ranked = _ranked(op)
+    assert ranked and {c.knobs.preset for c in ranked} == {"gpu_gemv"}
+    assert not any(RULES.unpriced(c) for c in ranked) and {c.knobs.stage for c in ranked} == {False, True}
+    seconds = {c.knobs: c.figures["predicted_seconds"] for c in ranked}
+    for knobs in (k for k in seconds if k.stage):
+        assert seconds[knobs] > seconds[replace(knobs, stage=False)], knobs
+    first = ranked[0].knobs
+    assert not first.stage and first.columns > 1
+    described = RULES.describe(first.as_dict())
+    assert described.startswith(f"gpu_gemv {first.warps} warps of {first.columns} column"), described
+

@@ -6,6 +6,9 @@ convs (1-D to 3-D, stride, dilation, per-side padding, batch > 1, channel tails,
 output, every spec wgmma takes, split-K on int32); the emulation missing it without the compensation,
 with the padding's taps read one off or a border pixel taken for an interior one; the printed source; the
 refusals. The GPU runs are ``test_cuda_int8_gpu.py``'s (``-m gpu``)."""
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 from helpers import conv_ops, tiers
@@ -17,6 +20,7 @@ from loopopt.dataflows import gpu_wgmma
 from loopopt.measure import checked
 from loopopt.quant_reference import random_call
 from loopopt.schedule import ScheduleError
+from loopopt.targets.cuda import emulate as emulate_module
 from loopopt.targets.cuda import padding_sums
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.printer import print_kernel
@@ -24,7 +28,12 @@ from loopopt.targets.cuda.printer import print_kernel
 U8 = lo.QuantSpec(activation="uint8", output="uint8")
 STRIDED = lo.Conv2d(32, 40, 3, stride=2, padding=((1, 0), (2, 1)), dilation=2, height=13, width=11, batch=2,
                     quant=U8)
+STRIDED_INT32 = type(STRIDED)(**STRIDED.arguments | {"quant": lo.QuantSpec(activation="uint8",
+                                                                             output="int32")})
 SPECIALIZED = {"block_m": 64, "warps_m": 1, "depth": 64, "swizzle": 64, "specialize": True}
+PERSISTENT = {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "specialize": True,
+              "persistent": True}
+SPLIT = {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "split_k": 3}
 
 
 @pytest.mark.parametrize("op", [
@@ -57,10 +66,11 @@ _TILES = st.sampled_from([{}, SPECIALIZED, {"block_m": 128, "block_n": 32, "warp
 _, test_random_quantized_convs_on_pixel_boxes = tiers(_check_tma, 1, 5, _CONVS, WGMMA_SPECS, _TILES)
 
 
-def test_a_strided_dilated_padded_uint8_conv_is_exact_with_the_compensation():
+@pytest.mark.parametrize("tiles", [SPECIALIZED, PERSISTENT], ids=["specialized", "persistent"])
+def test_a_strided_dilated_padded_uint8_conv_is_exact_with_the_compensation(tiles):
     """The border pixels' taps outside (rows and columns, both sides, stride 2, dilation 2) with a
-    zero point far from 0: bit for bit."""
-    schedule = gpu_wgmma(STRIDED, **SPECIALIZED, engine="tma")
+    zero point far from 0: bit for bit, also where the consumers store each tile of a persistent walk."""
+    schedule = gpu_wgmma(STRIDED, **tiles, engine="tma")
     assert padding_sums.compensated(schedule)
     arrays, params = random_call(STRIDED, seed=3)
     assert params["x_zero_point"] > 50
@@ -68,13 +78,23 @@ def test_a_strided_dilated_padded_uint8_conv_is_exact_with_the_compensation():
     assert ok, error
 
 
+def _mutated(monkeypatch, pattern: str, replacement: str) -> None:
+    """The host emulation's printed source with ``pattern`` (a regular expression it must hold)
+    replaced."""
+    def printed(schedule, syntax):
+        source = print_kernel(schedule, syntax)
+        assert re.search(pattern, source.source), pattern
+        return dataclasses.replace(source, source=re.sub(pattern, replacement, source.source))
+    monkeypatch.setattr(emulate_module, "print_kernel", printed)
+
+
 def _no_compensation(monkeypatch):
-    monkeypatch.setattr(padding_sums, "declare", lambda *args: f"const int {padding_sums.OUTSIDE} = 0;")
+    monkeypatch.setattr(padding_sums, "outside", lambda *args: "0")
 
 
 def _taps_one_off(monkeypatch):
-    declare = padding_sums.declare
-    monkeypatch.setattr(padding_sums, "declare", lambda *args: declare(*args).replace(
+    row = padding_sums.row
+    monkeypatch.setattr(padding_sums, "row", lambda *args: row(*args).replace(
         "lo_end_tap(lo_v0, 2,", "1 + lo_end_tap(lo_v0, 2,"))
 
 
@@ -84,26 +104,50 @@ def _interior_too_wide(monkeypatch):
         *interior(window)))
 
 
-@pytest.mark.parametrize("mutate", [
-    pytest.param(_no_compensation, id="no compensation"),
-    pytest.param(_taps_one_off, id="taps inside one off", marks=pytest.mark.slow),
-    pytest.param(_interior_too_wide, id="a border pixel taken for interior", marks=pytest.mark.slow)])
-def test_the_emulation_misses_without_an_exact_compensation(monkeypatch, mutate):
+def _border_term_twice(monkeypatch):
+    outside = padding_sums.outside
+    monkeypatch.setattr(padding_sums, "outside", lambda *args: f"2 * {outside(*args)}")
+
+
+def _border_term_in_every_share(monkeypatch):
+    """Under split-K each share adds the border term, not the first alone."""
+    _mutated(monkeypatch, r"if \(lo_edge && \w+ == 0\)", "if (lo_edge)")
+
+
+def _rounded_down(monkeypatch):
+    """The requantized output rounded toward zero, not to the nearest (even)."""
+    _mutated(monkeypatch, r"rintf\(lo_p\)", "truncf(lo_p)")
+
+
+@pytest.mark.parametrize("mutate, tiles", [
+    pytest.param(_no_compensation, SPECIALIZED, id="no compensation"),
+    pytest.param(_border_term_twice, SPECIALIZED, id="the border term added twice"),
+    pytest.param(_taps_one_off, SPECIALIZED, id="taps inside one off", marks=pytest.mark.slow),
+    pytest.param(_interior_too_wide, SPECIALIZED, id="a border pixel taken for interior",
+                 marks=pytest.mark.slow),
+    pytest.param(_border_term_in_every_share, SPLIT, id="the border term in every share",
+                 marks=pytest.mark.slow),
+    pytest.param(_rounded_down, SPECIALIZED, id="rounded toward zero", marks=pytest.mark.slow)])
+def test_the_emulation_misses_without_an_exact_compensation(monkeypatch, mutate, tiles):
     mutate(monkeypatch)
-    ok, error, _ = checked(emulate(gpu_wgmma(STRIDED, **SPECIALIZED, engine="tma")), seed=3)
+    op = STRIDED if "split_k" not in tiles else STRIDED_INT32
+    ok, error, _ = checked(emulate(gpu_wgmma(op, **tiles, engine="tma")), seed=3)
     assert not ok, error
 
 
 def test_the_source_prints_byte_maps_and_the_padding_table():
     """The activations' map of UINT8 elements (type 0) in 64-channel boxes, ``lo_taps`` among the
-    parameters, the epilogue's ``lo_outside``; a conv without padding, or copied by the threads, needs
-    none."""
+    parameters, the epilogue's border pixels (``lo_edge``) and their term, its outputs staged and stored
+    16 bytes a thread, and the registers capped at the two blocks an SM the shared memory allows; a conv
+    without padding, or copied by the threads, needs none."""
     op = lo.Conv2d(64, 64, 3, padding=1, height=16, width=16, batch=2, quant=U8)
     printed = print_kernel(gpu_wgmma(op, warps_m=1, depth=64, swizzle=64, engine="tma", specialize=True))
     for text in ("if (lo_encode(&lo_map_I, 0, 4, (void *) I, lo_dims", "lo_box[4] = {64u, 16u, 4u, 1u}",
-                 "if (lo_o0 < 1 || lo_o0 > 14 || lo_o1 < 1 || lo_o1 > 14) {", "lo_first_tap(lo_v0, 1, 3)",
-                 f"{padding_sums.OUTSIDE} = lo_t[15] - (lo_t[lo_b0 * 4 + lo_b1] - lo_t[lo_b0 * 4 + lo_a1] - ",
-                 "padding: TMA fills it with 0"):
+                 "const int lo_edge = lo_o0 < 1 || lo_o0 > 14 || lo_o1 < 1 || lo_o1 > 14;",
+                 "lo_first_tap(lo_v0, 1, 3)", "if (lo_edge) {", "(unsigned) lo_zx * (unsigned) (lo_taps[",
+                 " * 16 + 15] - (lo_taps[", "padding: TMA fills it with 0",
+                 "lo_stage[lo_row * 80 + lo_col + lo_h] = ", "LO_STORE16(lo_to, lo_from);",
+                 "__launch_bounds__(256, 2)"):
         assert text in printed.source, text
     assert padding_sums.TABLE in [p.name for p in printed.params]
     unpadded = lo.Conv2d(64, 64, 3, height=16, width=16, batch=2, quant=U8)
