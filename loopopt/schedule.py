@@ -857,6 +857,10 @@ class Schedule:
             raise ScheduleError(f"{self.op!r} multiplies float16, which the {target} target has no kernels "
                                 f"for: compile it with target='cuda' (tensor cores: tensorize), or use "
                                 f"dtype='float32' or 'bfloat16'")
+        if self.op.out_dtype != "float32":
+            raise ScheduleError(f"{self.op!r} writes {self.op.out_dtype} outputs, which the {target} target "
+                                f"has no kernels for: compile it with target='cuda' (tensor cores: "
+                                f"tensorize), or use out_dtype='float32'")
         if self.tensorized:
             raise ScheduleError(f"loops {', '.join(self.tensorized[:3])} are tensorized onto "
                                 f"{self.tensorized[3]}, a GPU instruction; the {target} target has none: "

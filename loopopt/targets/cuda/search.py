@@ -64,7 +64,7 @@ from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import depthwise, device, specialize
+from . import depthwise, device, output_types, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
 from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
@@ -321,9 +321,10 @@ def _gathered(op: Op) -> bool:
 
 def _device_bytes(op: Op, split: int, element_bytes: int = 4) -> float:
     """Device-memory bytes of a kernel: each input once (``element_bytes`` an element), the output once
-    per split-K share (float32 or int32; a requantized one a byte an element)."""
+    per split-K share (float32 or int32, a 16-bit ``out_dtype`` 2 bytes; a requantized one a byte an
+    element)."""
     inputs = sum(math.prod(op.tensor(t).shape) * element_bytes for t in op.inputs)
-    output = 1 if op.quant is not None and op.quant.requantized else 4
+    output = 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
     return inputs + output * math.prod(op.tensor(op.output).shape) * split
 
 
@@ -348,13 +349,14 @@ def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
 
 def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     """The tensor-core candidates of a float16, bfloat16 or quantized ``op`` on ``arch``, clamped and
-    distinct (split-K only where the output can take the shares' sums: not a requantized or
-    dequantized one)."""
+    distinct (split-K only where the output can take the shares' sums: not a requantized, dequantized or
+    16-bit one)."""
     matrix = _matrix(op)
     if matrix is None:
         return []
     entries = {p: preset_entry(op, p) for p in TENSOR_PRESETS}
-    splits = SPLITS if op.quant is None or op.quant.output == "int32" else (1,)
+    adds = op.out_dtype == "float32" and (op.quant is None or op.quant.output == "int32")
+    splits = SPLITS if adds else (1,)
     found: dict[TensorKnobs, None] = {}
     for preset, entry in entries.items():
         if entry is None or not entry.runs_on(arch):

@@ -63,7 +63,17 @@ from ...codegen.params import KernelParam, index_ctype
 from ...epilogue import RESIDUAL
 from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, padding_sums, persistent, pixel_boxes, quantized, specialize, tma, tma_store
+from . import (
+    cluster,
+    output_types,
+    padding_sums,
+    persistent,
+    pixel_boxes,
+    quantized,
+    specialize,
+    tma,
+    tma_store,
+)
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -105,6 +115,7 @@ class TensorPrinter:
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
         self.sums = self.quant is not None and quantized.needs_activation_sums(self.quant)
+        self.out_type = output_types.of(schedule)
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
@@ -181,6 +192,10 @@ class TensorPrinter:
                                 f"output; {self.op!r} is requantized or dequantized "
                                 f"(output={self.op.quant.output!r}), which needs each output's whole sum: "
                                 f"drop split_k or quantize with output='int32'")
+        if self.s.split_k_loop and self.out_type.converts:
+            raise ScheduleError(f"split_k({self.s.split_k_loop!r}) adds float32 shares into the output; "
+                                f"{self.op!r} stores {self.op.out_dtype}, rounded once from each output's "
+                                f"whole sum: drop split_k or use out_dtype='float32'")
         if self.s.split_k_loop and self.s.fused_epilogue:
             raise ScheduleError(f"the epilogue ({self.s.fused_epilogue}) needs each output's whole sum; "
                                 f"split_k({self.s.split_k_loop!r}) adds partial sums: drop one of them")
@@ -556,7 +571,7 @@ class TensorPrinter:
                                     padding_sums.OUTSIDE)
             return f"{{ {padding_sums.declare(self.op, self.s.dim_values, channel)} {store} }}"
         if not self.s.split_k_loop:
-            return f"{out} = {self._output_value(value)};"
+            return f"{out} = {self.out_type.value(self._output_value(value))};"
         value, bias = self._scaled(value)
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"
@@ -666,9 +681,12 @@ class TensorPrinter:
             self.emit(body + 1, f"lo_v[lo_h] = lo_in[lo_h] ? {value} : 0;")
             self.emit(body, "}")
             self.emit(body, f"const {it} {self.j} = lo_col;")
-            self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & 7) == 0) "
+            aligned = 2 * self.out_type.size - 1
+            first, second = (self.out_type.value(f"lo_v[{h}]") for h in (0, 1))
+            self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & {aligned}) == 0) "
                             f"LO_STORE2({out}, lo_v[0], lo_v[1]);")
-            self.emit(body, f"else {{ if (lo_in[0]) {out} = lo_v[0]; if (lo_in[1]) (&{out})[1] = lo_v[1]; }}")
+            self.emit(body, f"else {{ if (lo_in[0]) {out} = {first}; "
+                            f"if (lo_in[1]) (&{out})[1] = {second}; }}")
         self.emit(inner, "}")
         self.emit(depth + 1, "}")
         self.emit(depth, "}")
@@ -698,7 +716,8 @@ class TensorPrinter:
         """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
         chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
         na, nb, device = self.count[self.a], self.count[self.b], self.syntax.device
-        chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
+        width = self.stored.columns
+        chunks = self.ins.n // width
         issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
         self.emit(depth, f"{self.syntax.unroll} {na}")
         self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
@@ -722,9 +741,9 @@ class TensorPrinter:
         self.emit(inner + 1, f"{self.syntax.unroll} 2")
         self.emit(inner + 1, cprint.for_loop("int", "lo_h", 2) + " {")
         self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
-        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c")
+        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c", self.out_type.size)
         value = self._output_value(f"{acc}[lo_e + lo_h]")
-        self.emit(inner + 2, f"lo_stage[{at}] = ({valid}) ? {value} : 0.0f;")
+        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(f'({valid}) ? {value} : 0.0f')};")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")
@@ -768,8 +787,11 @@ class TensorPrinter:
         bias and output) and a quantized op's (``quantized.parameters``)."""
         if self.quant is not None:
             return quantized.parameters(self.s)
-        return tuple(KernelParam(t, self.code.element if t in self.op.inputs else "float",
-                                 const=t != self.op.output) for t in kernel_arguments(self.s))
+        def ctype(tensor: str) -> str:
+            if tensor in self.op.inputs:
+                return self.code.element
+            return self.out_type.ctype(self.syntax.device) if tensor == self.op.output else "float"
+        return tuple(KernelParam(t, ctype(t), const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
         maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.maps
@@ -975,7 +997,8 @@ class TensorPrinter:
                 self.emit(depth, box.host_map())
             if self.stored is not None:
                 self.emit(depth, self.stored.host_map())
-                self.emit(depth, f"static float lo_stage[{self.staging_bytes // 4}];   /* staged chunks */")
+                staged = self.staging_bytes // self.out_type.size
+                self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
             self._declare_accumulators(depth)
             self._emulated_protocol(depth, refill, full, release)
             if not walks:       # a persistent kernel's consumers store each tile in the protocol
@@ -1014,7 +1037,8 @@ class TensorPrinter:
         if not walks:
             self._declare_accumulators(inner)
         if self.stored is not None:
-            self.emit(inner, f"float *lo_stage = (float *) (lo_smem + {self.staging_offset});")
+            element = self.out_type.device
+            self.emit(inner, f"{element} *lo_stage = ({element} *) (lo_smem + {self.staging_offset});")
         code = self.code
         step = self._open_walk(inner, "lo_r")
         self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
@@ -1161,7 +1185,8 @@ class TensorPrinter:
                     *([cluster.DEVICE] if self.multicast else []),
                     *([specialize.DEVICE] if self.registers else []),
                     *([tma_store.DEVICE] if self.stored is not None else []),
-                    *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
+                    *([self.out_type.store2(True)] if self.s.persistent_tiles else []),
+                    *([self.out_type.macros(True)] if self.out_type.converts else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
@@ -1170,8 +1195,9 @@ class TensorPrinter:
                 *([pixel_boxes.host(self.ins.element_bytes)] if pixels else []),
                 *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
                 *([specialize.HOST] if self.registers else []),
-                *([tma_store.HOST] if self.stored is not None else []),
-                *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
+                *([tma_store.host(self.out_type)] if self.stored is not None else []),
+                *([self.out_type.macros(False)] if self.out_type.converts else []),
+                *([self.out_type.store2(False)] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
