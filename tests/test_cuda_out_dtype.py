@@ -2,6 +2,8 @@
 output is the float32 sum rounded to nearest even once, bit for bit, in the host emulation of every
 epilogue that stores it (through the warps' scratch, from registers in pairs or one at a time, staged
 for TMA's stores); a truncating conversion misses; the op's and the targets' refusals."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers import matmul_ops, tiers
@@ -95,9 +97,10 @@ test_random_half_outputs_emulated, test_random_half_outputs_emulated_full = tier
                     r"target='cuda'"),
     (lambda: print_kernel(lo.Schedule(HALF_OUT).bind("i", "block.x").bind("j", "thread.x")), ScheduleError,
      r"stores float16 outputs, which only the tensor-core kernels write: tensorize it"),
-    (lambda: print_kernel(gpu_wgmma(HALF_OUT, split_k=2)), ScheduleError,
+    (lambda: print_kernel(replace(gpu_wgmma(HALF_OUT, split_k=2), split_reduce="atomic")), ScheduleError,
      r"split_k\('k_o_o'\) adds float32 shares into the output; Matmul\(.*out_dtype='float16'\) stores "
-     r"float16, rounded once from each output's whole sum: drop split_k or use out_dtype='float32'")])
+     r"float16, rounded once from each output's whole sum: split_k\(..., reduce='last'\) or "
+     r"out_dtype='float32'")])
 def test_16bit_outputs_are_refused_where_no_kernel_stores_them(make, error, message):
     with pytest.raises(error, match=message):
         make()

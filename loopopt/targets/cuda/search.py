@@ -349,14 +349,13 @@ def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
 
 def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     """The tensor-core candidates of a float16, bfloat16 or quantized ``op`` on ``arch``, clamped and
-    distinct (split-K only where the output can take the shares' sums: not a requantized, dequantized or
-    16-bit one)."""
+    distinct (split-K only where the output can take the shares' sums: not a requantized or dequantized
+    one; a 16-bit output's shares are added by the tile's last block, ``split_reduce.py``)."""
     matrix = _matrix(op)
     if matrix is None:
         return []
     entries = {p: preset_entry(op, p) for p in TENSOR_PRESETS}
-    adds = op.out_dtype == "float32" and (op.quant is None or op.quant.output == "int32")
-    splits = SPLITS if adds else (1,)
+    splits = SPLITS if op.quant is None or op.quant.output == "int32" else (1,)
     found: dict[TensorKnobs, None] = {}
     for preset, entry in entries.items():
         if entry is None or not entry.runs_on(arch):
@@ -573,8 +572,13 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
 
 
 def _split_bytes(op: Op, split: int) -> float:
-    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first."""
-    return 4.0 * math.prod(op.tensor(op.output).shape) * (split + 1) if split > 1 else 0.0
+    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first; or, for
+    a 16-bit output (``split_reduce.py``), writes to its workspace (a float32 share each) and reads back
+    (priced at the atomics' measured rate: not measured apart)."""
+    if split == 1:
+        return 0.0
+    outputs = math.prod(op.tensor(op.output).shape)
+    return 4.0 * outputs * (split + 1) if op.out_dtype == "float32" else 8.0 * outputs * split
 
 
 def _row_blocks(op: Op, knobs: TensorKnobs) -> int:

@@ -71,6 +71,7 @@ from . import (
     pixel_boxes,
     quantized,
     specialize,
+    split_reduce,
     tma,
     tma_store,
 )
@@ -192,13 +193,20 @@ class TensorPrinter:
                                 f"output; {self.op!r} is requantized or dequantized "
                                 f"(output={self.op.quant.output!r}), which needs each output's whole sum: "
                                 f"drop split_k or quantize with output='int32'")
-        if self.s.split_k_loop and self.out_type.converts:
+        self.last = bool(self.s.split_k_loop) and self.s.split_reduce == "last"
+        if self.last and (self.quant is not None or self.s.persistent_tiles):
+            raise ScheduleError(f"split_k({self.s.split_k_loop!r}, 'last') adds float32 shares in a tile's "
+                                f"last block of a grid of tiles; "
+                                + ("a quantized op's shares are int32: use reduce='atomic'" if self.quant
+                                   else "a persistent block walks several tiles: drop persistent"))
+        if self.s.split_k_loop and not self.last and self.out_type.converts:
             raise ScheduleError(f"split_k({self.s.split_k_loop!r}) adds float32 shares into the output; "
                                 f"{self.op!r} stores {self.op.out_dtype}, rounded once from each output's "
-                                f"whole sum: drop split_k or use out_dtype='float32'")
-        if self.s.split_k_loop and self.s.fused_epilogue:
+                                f"whole sum: split_k(..., reduce='last') or out_dtype='float32'")
+        if self.s.split_k_loop and not self.last and self.s.fused_epilogue:
             raise ScheduleError(f"the epilogue ({self.s.fused_epilogue}) needs each output's whole sum; "
-                                f"split_k({self.s.split_k_loop!r}) adds partial sums: drop one of them")
+                                f"split_k({self.s.split_k_loop!r}) adds partial sums: split_k(..., "
+                                f"reduce='last') or drop one of them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
@@ -636,13 +644,86 @@ class TensorPrinter:
         if self.syntax.device and padding_sums.compensated(self.s):     # nvcc unrolls it no more itself
             self.emit(inner, f"{self.syntax.unroll} {EPILOGUE_UNROLL}")
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
-        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-        self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
-        self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
+        if self.last:       # the whole fragment, the tails too: the last block reads its slots
+            share = split_reduce.slot(self.s.split_k_loop, self._tile_number, self.tile_count // self.splits,
+                                      self._tile_element, self.tile_elements_all)
+            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{share}] = lo_scratch[lo_e];")
+        else:
+            self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+            self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+            self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
         self.emit(inner, "}")
         if sync:
             self.emit(inner, sync)
         self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    @property
+    def splits(self) -> int:
+        """The blocks that share a tile's reduction (``split_k``), or 1."""
+        return next((loop.extent for loop in self.blocks if loop.name == self.s.split_k_loop), 1)
+
+    @property
+    def _tile_number(self) -> str:
+        """A block's output tile, numbered over the ``block.*`` loops but the split's."""
+        number = "0"
+        for loop in self.blocks:
+            if loop.name != self.s.split_k_loop:
+                number = loop.name if number == "0" else f"({number}) * {loop.extent} + {loop.name}"
+        return number
+
+    @property
+    def _tile_element(self) -> str:
+        """Element ``lo_e`` of fragment (``lo_fa``, ``lo_fb``) of warp ``lo_w``, numbered in its tile."""
+        na, nb = self.count[self.a], self.count[self.b]
+        return f"((lo_w * {na} + lo_fa) * {nb} + lo_fb) * {self.ins.fragment_elements} + lo_e"
+
+    @property
+    def tile_elements_all(self) -> int:
+        """The sums of a block's tile: every warp's fragments."""
+        return self.warp_count * self.accumulators * self.ins.fragment_elements
+
+    def _last_share(self, depth: int) -> None:
+        """Under ``split_k(..., reduce="last")``, after each warp wrote its fragments' shares: the block
+        counts itself in, and the tile's last block adds the shares in split order and stores the outputs
+        (``split_reduce.py``); on the host after the warps' loops, which it runs again."""
+        if not self.last:
+            return
+        device, tile, splits = self.syntax.device, self._tile_number, self.splits
+        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+        if device:
+            self.emit(depth, "__shared__ int lo_last_in;")
+        for line in split_reduce.arrive(device, tile, splits, meet):
+            self.emit(depth, line)
+        self.emit(depth, "if (lo_last) {   /* every share of the tile is in: add them in split order */")
+        body = depth + 1
+        if device:
+            self.emit(body, "__threadfence();")
+        opened = 0 if device else self._warp_variables(body)
+        inner = body + opened
+        na, nb, n = self.count[self.a], self.count[self.b], self.ins.fragment_elements
+        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(inner + 1, self.fragments[self.a], "lo_fa")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(inner + 2, self.fragments[self.b], "lo_fb")
+        self.emit(inner + 2, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
+        element = inner + 3
+        self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+        self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+        share = split_reduce.slot("lo_s", tile, self.tile_count // splits, self._tile_element,
+                                  self.tile_elements_all)
+        self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
+                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {share});")
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
+        self.emit(element, f"if ({self._check(self.guards['out'])}) "
+                           f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
+        self.emit(inner + 2, "}")
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        self._close(body, opened)
+        self.emit(body, split_reduce.reset(device, tile))
         self.emit(depth, "}")
 
     def _direct_epilogue(self, depth: int) -> None:
@@ -856,7 +937,7 @@ class TensorPrinter:
             depth = 1
         else:
             self.emit(1, f"static {half} lo_smem_host[{self.pipeline * self.step_elements}];")
-            if self.s.split_k_loop:      # the shares are added: the output starts at zero
+            if self.s.split_k_loop and not self.last:      # the shares are added: the output starts at zero
                 self.emit(1, cprint.for_loop("size_t", "lo_o", self.output_elements) + " "
                              f"{self.op.output}[lo_o] = 0;")
             if self.s.persistent_tiles:     # each tile's stores counted (``persistent.py``)
@@ -967,6 +1048,7 @@ class TensorPrinter:
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
         self._close(depth, opened)
+        self._last_share(depth)
         self._close_blocks()
         return self.lines
 
@@ -1005,6 +1087,7 @@ class TensorPrinter:
                 opened = self._warp_variables(depth)
                 self._epilogue(depth + opened)
                 self._close(depth, opened)
+                self._last_share(depth)
             self._close_blocks()
             return self.lines
         self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
@@ -1061,6 +1144,7 @@ class TensorPrinter:
         else:
             self.emit(inner, "}")
             self._epilogue(inner)
+            self._last_share(inner)
         self.emit(depth, "}")
         self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
@@ -1186,7 +1270,8 @@ class TensorPrinter:
                     *([specialize.DEVICE] if self.registers else []),
                     *([tma_store.DEVICE] if self.stored is not None else []),
                     *([self.out_type.store2(True)] if self.s.persistent_tiles else []),
-                    *([self.out_type.macros(True)] if self.out_type.converts else []), self.ins.tile,
+                    *([self.out_type.macros(True)] if self.out_type.converts else []),
+                    *([self._workspace(True)] if self.last else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)"]
@@ -1197,10 +1282,16 @@ class TensorPrinter:
                 *([specialize.HOST] if self.registers else []),
                 *([tma_store.host(self.out_type)] if self.stored is not None else []),
                 *([self.out_type.macros(False)] if self.out_type.converts else []),
+                *([self._workspace(False)] if self.last else []),
                 *([self.out_type.store2(False)] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]"]
+
+    def _workspace(self, device: bool) -> str:
+        """``split_reduce.declarations`` of this kernel's tiles and shares."""
+        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all,
+                                         self.tile_count // self.splits)
 
     def _header(self) -> list[str]:
         s = self.s
@@ -1246,7 +1337,7 @@ class TensorPrinter:
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
-                      *([zero] if self.s.split_k_loop else []), *maps,
+                      *([zero] if self.s.split_k_loop and not self.last else []), *maps,
                       *([persistent.launch_blocks(self.tile_count)] if walks else []),
                       f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
