@@ -70,6 +70,23 @@ def aligned_empty_like(array: np.ndarray, dtype=None) -> np.ndarray:
     return stored.transpose(np.argsort(order))
 
 
+class KeptArray:
+    """The output buffer of a step that writes one on every run: ``like(array, dtype)`` is
+    ``aligned_empty_like(array, dtype)`` on the first call and whenever ``array``'s shape, strides or
+    the dtype change, else the same memory as last time (so a plan may repeat the step's C call on
+    the same arguments: ``onnx.plan.Plan.repeats``)."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._array: np.ndarray | None = None
+
+    def like(self, array: np.ndarray, dtype) -> np.ndarray:
+        key = (array.shape, array.strides, array.dtype, np.dtype(dtype))
+        if key != self._key or self._array is None:
+            self._key, self._array = key, aligned_empty_like(array, dtype)
+        return self._array
+
+
 def zeros_follow(array: np.ndarray, count: int) -> bool:
     """Whether the ``count`` bytes after the last byte of the C-contiguous ``array`` are zeros inside the
     allocation it views (a kernel's buffer: ``aligned_zeros`` leaves zeros after its data), so that a

@@ -18,7 +18,7 @@ from onnx_models import model
 from test_onnx_pooling import naive_pool
 
 from loopopt.onnx import backend
-from loopopt.onnx.elementwise import ELEMENTWISE
+from loopopt.onnx.elementwise import ELEMENTWISE, pair_lookup
 from loopopt.onnx.lowering import NotSupported, Value
 from loopopt.onnx.plan import no_call, viewing
 from loopopt.pool import PoolSchedule
@@ -408,3 +408,25 @@ def test_a_view_step_repeats_only_a_view():
     assert last_call() == (no_call, ())
     run([x.transpose(0, 2, 1)], False)
     assert last_call() is None
+
+
+def test_a_lookup_that_may_not_overwrite_its_input_writes_one_kept_buffer():
+    """A pair lookup whose first input another step still reads (a MobileNetV2 residual's block input)
+    writes the same buffer on every run, so the plan may repeat its call; a second input stored in
+    another order is copied into new memory on each run, so its call (which skips the copy) is not the
+    same and is not repeated."""
+    table = np.arange(65536, dtype=np.uint16).astype(np.uint8)       # (a * 256 + b) mod 256 = b
+    looked = pair_lookup(table)
+    a, b = (np.arange(60, dtype=np.uint8).reshape(3, 4, 5) + k for k in (0, 7))
+    first = looked([a, b], False)[0]
+    call = looked.calls.last_call()
+    second = looked([a, b], False)[0]
+    assert np.shares_memory(first, second) and looked.calls.last_call() is call
+    assert not np.shares_memory(first, a)
+    np.testing.assert_array_equal(second, b)
+    b_stored_otherwise = np.ascontiguousarray(b.transpose(2, 0, 1)).transpose(1, 2, 0)
+    np.testing.assert_array_equal(looked([a, b_stored_otherwise], False)[0], b)
+    copied = looked.calls.last_call()
+    np.testing.assert_array_equal(looked([a, b_stored_otherwise], False)[0], b)
+    assert looked.calls.last_call() is not copied
+    assert np.shares_memory(looked([a, b], True)[0], a)                   # in place where it may

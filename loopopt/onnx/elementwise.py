@@ -27,7 +27,7 @@ from types import ModuleType
 import numpy as np
 import onnx
 
-from ..buffers import aligned_empty_like
+from ..buffers import KeptArray, aligned_empty_like
 from ..targets.float_map import float_map
 from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
@@ -316,13 +316,15 @@ class Lookup:
 def lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """An 8-bit tensor mapped through ``table`` (indexed by each element's bit pattern), in the
     input's memory order, by the host target's compiled byte lookup (``Target.byte_map``) on up to
-    ``threads`` threads; in place where the input's buffer may be overwritten."""
+    ``threads`` threads; in place where the input's buffer may be overwritten, else into a buffer kept
+    from run to run."""
     byte_map, bits = host_target().byte_map(), np.ascontiguousarray(table).view(np.uint8)
     calls = BoundCalls(lambda src, dst: byte_map.bound(bits, dst, threads_for(dst.size, threads), src=src))
+    kept = KeptArray()
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         q, flat, reuse = _flat(inputs[0], reuse)
-        out = q if reuse else aligned_empty_like(q, table.dtype)       # the same memory order
+        out = q if reuse else kept.like(q, table.dtype)       # the same memory order
         calls(flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
@@ -333,16 +335,19 @@ def pair_lookup(table: np.ndarray, threads: int = 1) -> Lookup:
     """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
     bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
     where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
-    to ``threads`` threads; into the first's buffer where it may be overwritten."""
+    to ``threads`` threads; into the first's buffer where it may be overwritten, else into a buffer kept
+    from run to run. (The copy of the second is new memory on each run: a plan does not repeat a call
+    whose copy it would skip.)"""
     pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
     calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, threads_for(dst.size, threads), a=a, b=b))
+    kept = KeptArray()
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         (a, flat, reuse), b = _flat(inputs[0], reuse), inputs[1]
         if b.strides != a.strides:            # b copied into a's memory order
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
-        out = a if reuse else aligned_empty_like(a, table.dtype)
+        out = a if reuse else kept.like(a, table.dtype)
         calls(flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(table.dtype)]
 
