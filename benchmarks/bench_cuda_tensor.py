@@ -172,7 +172,8 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
                                 {"block_m": 192, "block_n": 128, "warps_m": 1, "warps_n": 2, "depth": 64})
                   for parts in sorted({filling_split(op, tiles, "gpu_wgmma"),
                                        2 * filling_split(op, tiles, "gpu_wgmma")})
-                  for extra in (SPECIALIZED, WIDE_SWIZZLE | TMA, WIDE_SWIZZLE | SPECIALIZED))]
+                  for extra in (SPECIALIZED, WIDE_SWIZZLE | TMA, WIDE_SWIZZLE | SPECIALIZED)),
+                *model_first(op)]
     if case.endswith(".n32"):
         return [("gpu_wmma", WIDE), *(("gpu_mma", tiles | extra) for tiles in ({}, WIDE, THIRDS)
                                       for extra in ({}, deep, {"split_k": 2})),

@@ -2,6 +2,8 @@
 a GPU: the host emulation adds the shares in split order, exactly as printed, and misses where a share is
 added in another order, twice or never, or where a block takes itself for the last too early; its
 refusals; the search's 16-bit candidates split this way."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,7 @@ HALF = lo.Matmul(40, 72, 192, dtype="float16", out_dtype="float16")
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         split_reduce, "order",
         lambda split, splits: f"for (int {split} = {splits} - 1; {split} >= 0; --{split})"),
-        1.0, id="in reverse"),
+        1.0, id="in reverse", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         split_reduce, "order",
         lambda split, splits: f"for (int {split} = 0; {split} < {splits} - 1; ++{split})"),
@@ -61,7 +63,6 @@ def test_the_last_block_adds_the_shares_in_split_order(monkeypatch, mutate, expe
 @pytest.mark.parametrize("make", [
     pytest.param(lambda: gpu_mma(lo.Matmul(40, 72, 192, dtype="bfloat16", out_dtype="bfloat16"), **SPLIT),
                  id="mma bf16"),
-    pytest.param(lambda: gpu_wgmma(HALF, **SPLIT, engine="tma", specialize=True), id="specialized"),
     pytest.param(lambda: gpu_wmma(HALF, **SPLIT), id="wmma")])
 
 
@@ -69,6 +70,7 @@ def test_every_kernel_kind_adds_its_shares_in_split_order(make):
     assert np.all(split_outputs(make()) == 0.0)
 
 
+@pytest.mark.slow
 def test_a_last_block_reduction_takes_a_fused_epilogue_and_a_16bit_output():
     """A float32 output with ReLU after split-K (refused under atomic adds) within the reference's bound."""
     op = lo.Matmul(100, 72, 256, dtype="float16")
@@ -91,14 +93,19 @@ def test_last_block_reductions_are_refused_where_they_cannot_apply(make, message
         make()
 
 
-def test_the_search_splits_a_16bit_bert_gemm_and_prices_its_workspace():
-    """BERT's 384x768x3072 GEMM with a float16 output launches 18-72 tiles on 132 SMs: the cost model's
-    first choice splits the reduction (the shares reduced by the last block), and a split candidate's
-    workspace bytes count in its time."""
-    op = lo.Matmul(384, 768, 3072, dtype="float16", out_dtype="float16")
-    rules = CudaSearch()
-    ranked = rules.rank(rules.candidates(op, "sm_90"))
-    first = ranked[0]
-    assert first.knobs.split_k > 1 and first.schedule.split_reduce == "last"
-    unsplit = next(c for c in ranked if c.knobs.split_k == 1)
-    assert figures(first)["predicted_seconds"] < figures(unsplit)["predicted_seconds"]
+@pytest.mark.slow
+def test_the_search_prices_a_last_block_reduction_at_its_measured_rate():
+    """BERT's 384x768x3072 GEMM: a split candidate of a float16 output writes its float32 shares and reads
+    them back (``split_reduce_bytes_per_s``, measured: 16.4 us more than atomic adds at 128 x 128 in 7
+    shares), so the cost model puts an unsplit 64 x 64 kernel (the first choice; cuBLAS's tile) before a
+    split one (measured on the H200: unsplit 0.029 ms, split 0.030-0.038)."""
+    half, single = (lo.Matmul(384, 768, 3072, dtype="float16", out_dtype=out)
+                    for out in ("float16", "float32"))
+    candidates = CudaSearch().candidates(half, "sm_90")
+    shape = lambda c: (c.knobs.block_m, c.knobs.block_n, c.knobs.split_k, c.knobs.stages, c.knobs.specialize)
+    unsplit = next(c for c in candidates if shape(c) == (64, 64, 1, 5, True))
+    split = next(c for c in candidates if c.knobs.split_k == 8)
+    assert figures(unsplit)["predicted_seconds"] < figures(split)["predicted_seconds"]
+    extra = figures(split)["predicted_seconds"] - figures(replace(split, op=single))["predicted_seconds"]
+    outputs = 384 * 768
+    assert extra == pytest.approx(8 * outputs * 8 / 1.0e12 - 4 * outputs * 9 / 2.5e12, rel=0.05)

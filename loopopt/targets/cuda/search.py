@@ -568,17 +568,19 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k), knobs.persistent)
+                _split_bytes(op, knobs.split_k, costs), knobs.persistent)
 
 
-def _split_bytes(op: Op, split: int) -> float:
+def _split_bytes(op: Op, split: int, costs: Costs = COSTS) -> float:
     """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first; or, for
-    a 16-bit output (``split_reduce.py``), writes to its workspace (a float32 share each) and reads back
-    (priced at the atomics' measured rate: not measured apart)."""
+    a 16-bit output (``split_reduce.py``), the bytes at the atomics' rate that take as long as writing
+    its workspace (a float32 share each) and reading it back at their own measured rate."""
     if split == 1:
         return 0.0
     outputs = math.prod(op.tensor(op.output).shape)
-    return 4.0 * outputs * (split + 1) if op.out_dtype == "float32" else 8.0 * outputs * split
+    if op.out_dtype == "float32":
+        return 4.0 * outputs * (split + 1)
+    return 8.0 * outputs * split * costs.atomic_bytes_per_s / costs.split_reduce_bytes_per_s
 
 
 def _row_blocks(op: Op, knobs: TensorKnobs) -> int:

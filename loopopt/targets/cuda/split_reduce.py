@@ -12,6 +12,9 @@ same counters: a share added twice or never, or in another order, misses the ref
 from __future__ import annotations
 
 WORKSPACE, COUNTERS = "lo_work", "lo_count"
+# elements a thread of the last block adds at once (an unrolled loop: their shares' loads in flight together;
+# one at a time, BERT's 384x768x3072 GEMM at split 7 took 0.030 ms on the H200 against 0.014 with atomics)
+UNROLL = 8
 
 
 def declarations(device: bool, shares: int, tiles: int) -> str:
