@@ -708,8 +708,6 @@ class TensorPrinter:
         self._define(inner + 1, self.fragments[self.a], "lo_fa")
         self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
         self._define(inner + 2, self.fragments[self.b], "lo_fb")
-        if device:      # several elements' shares in flight at once: the loads wait on L2
-            self.emit(inner + 2, f"{self.syntax.unroll} {split_reduce.UNROLL}")
         self.emit(inner + 2, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
         element = inner + 3
         self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
