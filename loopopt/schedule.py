@@ -615,7 +615,7 @@ class Schedule:
     def prefetch(self, tensor: str, ahead: int) -> "Schedule":
         """Prefetch input ``tensor`` ``ahead`` elements past where each iteration of the register block's
         reduction reads it (one ``__builtin_prefetch`` into L1 per cache line that iteration's loads of it
-        span): a weight-heavy 1x1 conv's or GEMM's packed weights, read in memory order, arrive from
+        span): a weight-heavy conv's or GEMM's packed weights, read in memory order, arrive from
         beyond L2 on the block's first pass faster than the hardware prefetchers bring them. The CPU SIMD
         emitter prints it where the register block reads ``tensor`` at constant distances from one base
         (a float operand loaded as vectors or broadcasts) and refuses it elsewhere; the results do not
