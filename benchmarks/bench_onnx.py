@@ -193,12 +193,13 @@ class Whole(NamedTuple):
 
 
 def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = None,
-                prepare_trials: int = 0, wait_policy: str | None = None) -> Whole:
+                prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False) -> Whole:
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
     the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
-    (None: loopopt's, a short spin: ``loopopt.openmp``)."""
+    (None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed under SCHED_FIFO
+    once prepared (``Worker.realtime``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
     env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
@@ -209,6 +210,8 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
                                     env))
     with ExitStack() as stack:
         workers = [stack.enter_context(Worker(contender, inputs)) for contender in contenders]
+        for worker in workers if realtime else ():
+            worker.realtime()
         times, outputs = interleave(workers, rounds)
     ours, theirs, *tuned_times = times
     tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
@@ -247,7 +250,7 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def process_text(rounds: int, wait_policy: str | None) -> str:
+def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -> str:
     """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
     policy = ("loopopt's OpenMP wait policy (300 spins, then asleep: `loopopt.openmp`)" if wait_policy is None
               else f"`OMP_WAIT_POLICY={wait_policy}` in loopopt's process")
@@ -256,11 +259,14 @@ def process_text(rounds: int, wait_policy: str | None) -> str:
             f"column: `prepare(threads=...)`, `intra_op_num_threads`) and {policy}; the parent interleaves "
             f"{rounds} rounds (round i: loopopt's worker, then onnxruntime's, {SETTLE * 1e3:.0f} ms apart), "
             "each worker timing its own `rep.run` / `session.run` on the same inputs, and compares the "
-            "outputs of the warm-up round.")
+            "outputs of the warm-up round."
+            + (" Once prepared, each worker's threads run under SCHED_FIFO (`--realtime`: the machine's "
+               "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
+               if realtime else ""))
 
 
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
-               prepare_trials: int = 0, wait_policy: str | None = None) -> str:
+               prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False) -> str:
     """The description and table of a ``--whole-only`` run."""
     tuned = "" if tuned_log is None else (
         " The `tuned` columns time a third contender in the same rounds: the model prepared with a tuning "
@@ -281,7 +287,8 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
             "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
             "pooling steps on the kernels' storage layouts, 8-bit lookups between int8 kernels) against "
             "onnxruntime's `session.run` (its default graph optimizations). "
-            f"{process_text(rounds, wait_policy)} The median and the minimum (the run least disturbed by "
+            f"{process_text(rounds, wait_policy, realtime)} The median and the minimum (the run least "
+            "disturbed by "
             "other processes) of each; `loopopt prepare s`: the seconds of loopopt's `prepare` in its worker "
             "(the kernel cache as the run found it). ORT/loopopt > 1: loopopt "
             f"is faster.{tuned}\n\n"
@@ -314,6 +321,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--omp-wait-policy", choices=("active", "passive"),
                         help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's: "
                              "a short spin)")
+    parser.add_argument("--realtime", action="store_true",
+                        help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
+                             "other work cannot preempt the timed runs")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -327,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
                     whole = whole_model(files[precision], threads, args.rounds, args.tuned_log,
-                                        args.prepare_trials, args.omp_wait_policy)
+                                        args.prepare_trials, args.omp_wait_policy, args.realtime)
                     if args.whole_only:
                         lines.append(whole_row(name, precision, threads, whole))
                         print(lines[-1], flush=True)
@@ -345,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
     if args.whole_only:
         text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds, args.tuned_log,
-                                               args.prepare_trials, args.omp_wait_policy)
+                                               args.prepare_trials, args.omp_wait_policy, args.realtime)
         print(text)
         if args.write:
             write_section(text, WHOLE_SECTION)
@@ -363,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
          "group, Gemm) "
          "of each node's median (the `nodes'` columns; the `whole model` columns time the whole call, "
          "end to end: loopopt's `rep.run` on the prepared rep, weights packed once, against onnxruntime's "
-         f"`session.run`, medians; {process_text(args.rounds, args.omp_wait_policy)}): loopopt through "
+         f"`session.run`, medians; {process_text(args.rounds, args.omp_wait_policy, args.realtime)}): "
+         "loopopt through "
          "`lo.compare` (kernel runs on prepared buffers) with the "
          "backend's schedule (`ran`: the tuning log's best if it has one, else the default: the candidate "
          "`lo.tune` ranks first, chosen without compiling or measuring) and, with tuning, the `lo.tune` "

@@ -572,7 +572,9 @@ def gpu_wmma(op: Op, block_m: int = 128, block_n: int = 128, warps_m: int = 2, w
         if others:
             schedule = _fused(schedule, (*others, c_step), steps)
         share = -(-schedule.loop(steps).extent // split_k)
-        schedule = schedule.split(steps, share).split_k(f"{steps}_o")
+        # a 16-bit output takes no atomic adds: the tile's last block adds the shares (split_reduce.py)
+        reduce = "atomic" if op.out_dtype == "float32" else "last"
+        schedule = schedule.split(steps, share).split_k(f"{steps}_o", reduce)
         c_step = f"{steps}_i"
     return (schedule.stage(op.inputs[0], c_step, stages, engine)
             .stage(op.inputs[1], c_step, stages, engine))

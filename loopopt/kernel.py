@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .bf16 import BFLOAT16, bf16_bits, bf16_values, is_bf16_array
+from .bf16 import BFLOAT16, bf16_bits, bf16_to_float32, bf16_values, is_bf16_array
 from .buffers import ALIGNMENT, aligned_copy, aligned_zeros, check_memory
 from .cbuild import compile_c, sanitizers
 from .codegen import Generated
@@ -231,8 +231,21 @@ class Kernel:
             storage[tensor] = self._copy(tensor, array) if is_bias else self._packed(tensor, array)
         out = self.op.output
         storage[out] = self._zeros(out, self.schedule.layout_of(out).storage_shape(self.op.tensor(out).shape),
-                                   np.float32)
+                                   self._output_dtype)
         return storage
+
+    @property
+    def _output_dtype(self) -> np.dtype:
+        """The element type of a float op's output buffer: float32, or a 16-bit output's C type's."""
+        float32 = self.op.out_dtype == "float32"
+        return np.dtype(np.float32) if float32 else self.parameter_dtype(self.op.output)
+
+    def _output_values(self, stored: np.ndarray) -> np.ndarray:
+        """The output as a call returns it: as stored, but a 16-bit output's bit patterns (uint16) as
+        float16 (a view) or, for bfloat16, their float32 values (numpy has no bfloat16)."""
+        if stored.dtype != np.uint16 or self.op.out_dtype == "float32":
+            return stored
+        return stored.view(np.float16) if self.op.out_dtype == FLOAT16 else bf16_to_float32(stored)
 
     def with_constants(self, *constants: np.ndarray, per_call: int = 1,
                        **params: Any) -> Callable[..., np.ndarray]:
@@ -321,7 +334,7 @@ class Kernel:
             for tensor, array in zip(given, arrays):
                 place(tensor, array)
             self.run(Buffers(values, tuple(arguments)))
-            return layout.from_storage(stored, out_shape) if view is None else view
+            return self._output_values(layout.from_storage(stored, out_shape) if view is None else view)
 
         def last_call() -> tuple[Callable[..., None], tuple] | None:
             """The C function and the arguments of the last call, when that call read every array it
@@ -395,7 +408,7 @@ class Kernel:
         out = self.op.output
         layout, shape = self.schedule.layout_of(out), self.op.tensor(out).shape
         logical = layout.view(stored, shape) if view else None
-        return layout.from_storage(stored, shape) if logical is None else logical
+        return self._output_values(layout.from_storage(stored, shape) if logical is None else logical)
 
     def output(self, buffers: Buffers) -> np.ndarray:
         """The output of the last run, in the op's logical layout."""

@@ -14,6 +14,7 @@ import numpy as np
 from .buffers import MemoryLimitError, aligned_copy, check_memory
 from .kernel import Kernel
 from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
+from .ops import OUT_ROUNDOFF
 from .progress import Progress
 from .quant_reference import random_call, reference_output
 from .quant_reference import tolerance as quant_tolerance
@@ -252,6 +253,8 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
                 residual = args[-1][rows] if kernel.epilogue.residual else None
                 expected = kernel.epilogue.apply(expected, residual)
                 bound = bound + np.finfo(np.float32).eps * np.abs(expected)   # the residual's one rounding
+            # a 16-bit output: the float32 result rounded once more, to nearest (``OUT_ROUNDOFF``)
+            bound = bound + OUT_ROUNDOFF[op.out_dtype] * (np.abs(expected) + bound)
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 STATEMENT = "S"
 FLOAT16 = "float16"              # IEEE half inputs: the cuda target's tensor-core kernels (``tensorize``)
 DTYPES = ("float32", BFLOAT16, FLOAT16)   # element types of a float op's inputs (quantized: quant=QuantSpec)
+# the element type of a float op's output: float32, or its 16-bit inputs' type (the float32 sums rounded to
+# nearest even once, at the store: the cuda target's tensor-core kernels)
+OUT_DTYPES = {"float32": ("float32",), BFLOAT16: ("float32", BFLOAT16), FLOAT16: ("float32", FLOAT16)}
+OUT_ROUNDOFF = {"float32": 0.0, BFLOAT16: 2.0 ** -8, FLOAT16: 2.0 ** -11}   # the output's unit roundoff
 REFERENCE_BLOCK_BYTES = 256 * 2**20   # verification computes the reference in blocks of about this size
 
 
@@ -90,6 +94,7 @@ class Op:
     output: str
     quant: Optional["QuantSpec"]
     dtype: str
+    out_dtype: str = "float32"       # the output's element type (``OUT_DTYPES``)
     bias: bool
     BIAS: Optional[str]              # the bias tensor's name
     guards: tuple[Bound, ...]        # constraints beyond the box: padding taps are excluded
@@ -304,10 +309,11 @@ class Contraction(Op):
 
     def __init__(self, expr: str, sizes: dict, padding=(), bias: Optional[str] = None, dtype: str = "float32",
                  quant: Optional["QuantSpec"] = None, *, alpha: float = 1.0, beta: float = 1.0,
-                 letters: Optional[dict] = None):
+                 letters: Optional[dict] = None, out_dtype: str = "float32"):
         if not isinstance(expr, str):
             raise TypeError(f"Contraction takes the statement as a string, got {expr!r}")
         self.expr, self.dtype, self.quant = expr, _dtype(dtype, quant), quant
+        self.out_dtype = _out_dtype(out_dtype, self.dtype, quant)
         self.alpha, self.beta = _real(alpha, "alpha"), _real(beta, "beta")
         statement = parse(expr, bias)
         self.accesses = statement.accesses
@@ -322,7 +328,7 @@ class Contraction(Op):
                            for name, access in self.accesses.items()}
         self.arguments = dict(expr=expr, sizes=dict(sizes), padding=padding if isinstance(padding, dict) else
                               self.padding, bias=bias, dtype=self.dtype, alpha=self.alpha, beta=self.beta,
-                              letters=letters)
+                              letters=letters, **_out_argument(self))
         out_dims = [e.name for e in out.index]
         self.channel_dim = k = next((d for d in reversed(out_dims) if Var(d) in second.index), out_dims[-1])
         # the reduction over input channels: read plainly by the weights, and by the activations in axes
@@ -675,8 +681,24 @@ def _dtype(dtype, quant) -> str:
     return dtype
 
 
+def _out_dtype(out_dtype, dtype: str, quant) -> str:
+    """The checked element type of an op's output (``OUT_DTYPES``: float32, or the 16-bit inputs' type)."""
+    allowed = ("float32",) if quant is not None else OUT_DTYPES[dtype]
+    if out_dtype not in allowed:
+        raise ValueError(f"out_dtype {out_dtype!r} is not supported for dtype={dtype!r}"
+                         f"{' (quantized)' if quant is not None else ''}: allowed "
+                         f"{', '.join(map(repr, allowed))}")
+    return out_dtype
+
+
+def _out_argument(op: Op) -> dict:
+    """The constructor's ``out_dtype`` argument where it is not the default float32."""
+    return {"out_dtype": op.out_dtype} if op.out_dtype != "float32" else {}
+
+
 def _dtype_repr(op: Op) -> str:
-    return f", dtype={op.dtype!r}" if op.dtype != "float32" else ""
+    return ((f", dtype={op.dtype!r}" if op.dtype != "float32" else "")
+            + (f", out_dtype={op.out_dtype!r}" if op.out_dtype != "float32" else ""))
 
 
 def _flag(value, what: str) -> bool:
@@ -889,11 +911,11 @@ class Matmul(Contraction):
     """
 
     def __init__(self, m: int, n: int, k: int, batch=(), trans_a: bool = False, trans_b: bool = False,
-                 dtype: str = "float32", quant: Optional["QuantSpec"] = None):
+                 dtype: str = "float32", quant: Optional["QuantSpec"] = None, *, out_dtype: str = "float32"):
         self._shape(m, n, k, batch, trans_a, trans_b)
-        self._contract("C", dtype, quant)
+        self._contract("C", dtype, quant, out_dtype=out_dtype)
         self.arguments = dict(m=self.m, n=self.n, k=self.k, batch=self.batch, trans_a=self.trans_a,
-                              trans_b=self.trans_b, dtype=self.dtype)
+                              trans_b=self.trans_b, dtype=self.dtype, **_out_argument(self))
 
     def _shape(self, m, n, k, batch, trans_a, trans_b) -> None:
         """Check and set the shape arguments."""
@@ -906,7 +928,8 @@ class Matmul(Contraction):
         self.batch = tuple(_positive(v, "batch") for v in batch)
         self.trans_a, self.trans_b = _flag(trans_a, "trans_a"), _flag(trans_b, "trans_b")
 
-    def _contract(self, output: str, dtype: str, quant, c_shape=None, **scales) -> None:
+    def _contract(self, output: str, dtype: str, quant, c_shape=None, out_dtype: str = "float32",
+                  **scales) -> None:
         """The statement of the shape into ``output`` (Gemm: plus the bias ``C`` of ``c_shape``)."""
         names = ("b",) if len(self.batch) == 1 else tuple(f"b{i}" for i in range(len(self.batch)))
         self.batch_dims = tuple(zip(names, self.batch))
@@ -919,7 +942,7 @@ class Matmul(Contraction):
             f"{output}[{lead}i,j] += A[{lead}{'k,i' if self.trans_a else 'i,k'}] * "
             f"B[{lead}{'j,k' if self.trans_b else 'k,j'}]",
             dict(self.batch_dims, i=self.m, j=self.n, k=self.k, **({"C": c_shape} if c_shape else {})),
-            bias=bias, dtype=dtype, quant=quant, **scales,
+            bias=bias, dtype=dtype, quant=quant, out_dtype=out_dtype, **scales,
             letters={"C": "MN"[2 - len(c_shape or ()):], "A": letters + ("KM" if self.trans_a else "MK"),
                      "B": letters + ("NK" if self.trans_b else "KN"), output: letters + "MN"})
 
@@ -944,7 +967,7 @@ class Gemm(Matmul):
 
     def __init__(self, m: int, n: int, k: int, trans_a: bool = False, trans_b: bool = False,
                  alpha: float = 1.0, beta: float = 1.0, c_shape="mn", dtype: str = "float32",
-                 quant: Optional["QuantSpec"] = None):
+                 quant: Optional["QuantSpec"] = None, *, out_dtype: str = "float32"):
         if quant is not None:
             raise ValueError("a Gemm is not quantized (got quant=...): ONNX has no quantized Gemm, and "
                              "onnxruntime's QGemm adds an int32 C broadcast over rows to the accumulators "
@@ -961,9 +984,10 @@ class Gemm(Matmul):
                              f"allowed "
                              f"{', '.join(map(str, sorted(shapes, key=len)))} or None (no C)")
         self.c_shape = None if c_shape is None else tuple(int(v) for v in c_shape)
-        self._contract("Y", dtype, None, self.c_shape, alpha=alpha, beta=beta)
+        self._contract("Y", dtype, None, self.c_shape, out_dtype, alpha=alpha, beta=beta)
         self.arguments = dict(m=self.m, n=self.n, k=self.k, trans_a=self.trans_a, trans_b=self.trans_b,
-                              alpha=self.alpha, beta=self.beta, c_shape=self.c_shape, dtype=self.dtype)
+                              alpha=self.alpha, beta=self.beta, c_shape=self.c_shape, dtype=self.dtype,
+                              **_out_argument(self))
 
     def __repr__(self) -> str:
         extra = "".join(f", {name}={value}" for name, value, default in (

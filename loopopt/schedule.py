@@ -191,6 +191,7 @@ class Schedule:
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
     tma_staged: tuple[str, ...] = ()                # inputs staged by the tensor memory accelerator
     split_k_loop: Optional[str] = None              # the reduction loop across block.z (``split_k``)
+    split_reduce: str = "atomic"                    # how ``split_k``'s shares meet: atomicAdd, or "last"
     epilogue: Optional[Clip] = None                 # applied to each output before its store (``clip``)
     residual: bool = False                          # a second tensor added to the outputs (``add_residual``)
     requantized_clip: Optional[Clip] = None         # requantized, clipped on a scale of its own
@@ -614,7 +615,7 @@ class Schedule:
     def prefetch(self, tensor: str, ahead: int) -> "Schedule":
         """Prefetch input ``tensor`` ``ahead`` elements past where each iteration of the register block's
         reduction reads it (one ``__builtin_prefetch`` into L1 per cache line that iteration's loads of it
-        span): a weight-heavy 1x1 conv's or GEMM's packed weights, read in memory order, arrive from
+        span): a weight-heavy conv's or GEMM's packed weights, read in memory order, arrive from
         beyond L2 on the block's first pass faster than the hardware prefetchers bring them. The CPU SIMD
         emitter prints it where the register block reads ``tensor`` at constant distances from one base
         (a float operand loaded as vectors or broadcasts) and refuses it elsewhere; the results do not
@@ -741,15 +742,20 @@ class Schedule:
             raise ScheduleError(f"{family} kernels fuse no epilogue ({self.fused_epilogue}): {reason}; "
                                 f"leave out clip/add_residual and apply it after the kernel")
 
-    def split_k(self, loop: str) -> "Schedule":
-        """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each
-        block sums its share of the reduction and adds it to the outputs with ``atomicAdd`` (the
-        output is zeroed before the launch; the bias and a Gemm's ``beta * C`` come with the first
-        share). For the shapes whose output tiles alone launch too few blocks to fill the GPU (split
-        the reduction loop first: ``split(loop, factor)``, then ``split_k`` the outer part). Refused
-        for a loop over outputs (``bind`` it to a block axis), a loop bound already, and a taken
-        ``block.z``."""
-        step = Step("split_k", (loop,))
+    def split_k(self, loop: str, reduce: str = "atomic") -> "Schedule":
+        """Split-K: run the iterations of ``loop``, a loop over the reduction, across ``block.z``; each block
+        sums its share of the reduction and adds it to the outputs with ``atomicAdd`` (the output is zeroed
+        before the launch; the bias and a Gemm's ``beta * C`` come with the first share); with
+        ``reduce="last"`` it writes its share to a workspace and the tile's last block adds the shares in
+        split order and stores the outputs (a 16-bit output, a fused epilogue:
+        ``targets/cuda/split_reduce.py``). For the shapes whose output tiles alone launch too few blocks to
+        fill the GPU (split the reduction loop first: ``split(loop, factor)``, then ``split_k`` the outer
+        part). Refused for a loop over outputs (``bind`` it to a block axis), a loop bound already, and a
+        taken ``block.z``."""
+        step = Step("split_k", (loop,) if reduce == "atomic" else (loop, reduce))
+        if reduce not in ("atomic", "last"):
+            raise ScheduleError(f"{step}: reduce={reduce!r}; allowed 'atomic' (atomicAdd into the output) or "
+                                f"'last' (the tile's last block adds the shares)")
         bound = self.loop(loop, str(step))
         if not self._reduction_dims_over(loop) or self.dims_of(loop) - self.op.reduction_dims:
             dims = ", ".join(sorted(self.dims_of(loop)))
@@ -760,7 +766,7 @@ class Schedule:
         holder = next((other for other in self.bound_loops if other.axis == "block.z"), None)
         if holder is not None:
             raise ScheduleError(f"{step}: block.z is already bound to loop {holder.name!r}")
-        return replace(self, split_k_loop=loop)._annotate(step, loop, axis="block.z")
+        return replace(self, split_k_loop=loop, split_reduce=reduce)._annotate(step, loop, axis="block.z")
 
     def tensorize(self, i: str, j: str, k: str, instruction: str) -> "Schedule":
         """Run the three innermost loops ``i, j, k`` (in this order) as one warp-wide matrix
@@ -857,6 +863,10 @@ class Schedule:
             raise ScheduleError(f"{self.op!r} multiplies float16, which the {target} target has no kernels "
                                 f"for: compile it with target='cuda' (tensor cores: tensorize), or use "
                                 f"dtype='float32' or 'bfloat16'")
+        if self.op.out_dtype != "float32":
+            raise ScheduleError(f"{self.op!r} writes {self.op.out_dtype} outputs, which the {target} target "
+                                f"has no kernels for: compile it with target='cuda' (tensor cores: "
+                                f"tensorize), or use out_dtype='float32'")
         if self.tensorized:
             raise ScheduleError(f"loops {', '.join(self.tensorized[:3])} are tensorized onto "
                                 f"{self.tensorized[3]}, a GPU instruction; the {target} target has none: "

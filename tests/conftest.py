@@ -2,6 +2,7 @@ import compileall
 import dataclasses
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,10 @@ os.environ.setdefault("LOOPOPT_OPT_LEVEL", "2")
 # is set, as on the team's machines, every python the suite starts (each xdist worker, the command-line
 # tests' subprocesses, the sanitizer tier) would otherwise compile loopopt from source, 1.3 CPU-s each.
 compileall.compile_dir(Path(__file__).resolve().parent.parent / "loopopt", quiet=1)
+# The same for the test modules: pytest keeps each one's assertion-rewritten bytecode in tests/__pycache__
+# unless bytecode is not to be written, and then each xdist worker rewrites every test module it collects
+# (3.6 CPU-s a worker). The modules imported from here on write their bytecode.
+sys.dont_write_bytecode = False
 
 # CI draws the same examples on every run, so that whether a submission lands does not depend on
 # the draw and a CI failure reproduces (with CI=true); local runs explore new examples each time.

@@ -60,9 +60,16 @@ def test_layers(capsys):
     assert status == 0 and " 0.00535 " in out
 
 
-def test_compare_json_and_plot(capsys, tmp_path):
+# the quick tier's compare and report skip the reuse analysis and its six figures (3 CPU-s each); the slow
+# tier's run it (the quick tier draws every panel in test_plot's ten-row dashboard)
+NO_REUSE = ("--no-reuse",)
+
+
+@pytest.mark.parametrize("reuse", [pytest.param(NO_REUSE, id="no-reuse"),
+                                   pytest.param((), id="reuse", marks=pytest.mark.slow)])
+def test_compare_json_and_plot(capsys, tmp_path, reuse):
     plot = tmp_path / "c.png"
-    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary",
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", "naive,output_stationary", *reuse,
                          "--plot", str(plot), "--json", "--quiet")
     data = json.loads(out)
     check("compare", data, rate="GFLOP/s")
@@ -124,10 +131,11 @@ def test_machine(capsys):
     assert set(data["provenance"]) == PROVENANCE - {"isa", "threads"}
 
 
-@pytest.mark.parametrize("suffix", quick_first(["md", "html"]))
-def test_report(capsys, tmp_path, suffix):
+@pytest.mark.parametrize("suffix, reuse", [pytest.param("md", NO_REUSE, id="md-no-reuse"),
+                                           pytest.param("html", (), id="html-reuse", marks=pytest.mark.slow)])
+def test_report(capsys, tmp_path, suffix, reuse):
     path = tmp_path / f"r.{suffix}"
-    status, out, _ = run(capsys, "report", *SMALL, "--schedules", "naive", "--quiet", "-o", str(path),
+    status, out, _ = run(capsys, "report", *SMALL, "--schedules", "naive", *reuse, "--quiet", "-o", str(path),
                          "--json")
     check("report", json.loads(out), rate="GFLOP/s")
     text = path.read_text()

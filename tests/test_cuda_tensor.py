@@ -481,7 +481,7 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
         persistent, "rounds", lambda block, blocks, tiles: f"({tiles}) / ({blocks})"), False,
         id="the tiles past the last whole round skipped", marks=pytest.mark.slow),
-    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma_store, "staged", lambda buffer, row, column:
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(tma_store, "staged", lambda buffer, row, column, _:
                                                          f"({buffer}) * 2048 + ({row}) * 32 + ({column})"),
                  False, id="staging without the swizzle", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tensor_printer.TensorPrinter, "_step_variables",

@@ -202,8 +202,12 @@ def _same_plan(a, b) -> bool:
         {n: s.steps for n, s in a.schedules.items()} == {n: s.steps for n, s in b.schedules.items()}
 
 
+# the quick tier: the int8 plans, with and without their GEMM block (a float plan's TOML round trip is
+# test_winograd_plan_with_replaced_stages_round_trips's; the float plans' kernels, test_winograd's); the
+# float plans, which build slower (1.1 CPU-s each), are slow
 @pytest.mark.parametrize("op, m, block", [
-    (WINO_OP, 4, (7, 48)), (WINO_OP, 2, (None, None)),
+    pytest.param(WINO_OP, 4, (7, 48), marks=pytest.mark.slow),
+    pytest.param(WINO_OP, 2, (None, None), marks=pytest.mark.slow),
     (WINO_OP.with_quant(lo.QuantSpec(output="uint8")), 2, (None, None)),
     (WINO_OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False)), 2, (4, 32))])
 def test_winograd_plan_saves_and_loads_like_a_schedule(tmp_path, op, m, block):

@@ -31,6 +31,9 @@ from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     DOT_LIVE,
     MASKED,
+    RELOAD,
+    SCATTERED_RELOAD,
+    STORE,
     TAIL,
     activation_lines_per_set,
     best,
@@ -40,6 +43,7 @@ from loopopt.targets.x86.rank import (
     out_of_order,
     output_fits,
     rank,
+    reload_steps,
     residual_seconds,
     rolled,
     spills_accumulators,
@@ -608,6 +612,24 @@ def test_a_kernel_that_adds_a_residual_visits_a_large_output_in_its_memory_order
                                                                           alone.knobs.channel_block)
     narrow = Knobs(7, 48, ("c", "kh", "kw"), ("n", "oh", "k_o", "ow_o"), "packed")
     assert residual_seconds(lo.Conv2d(256, 1024, 1, height=14, width=14), narrow) == 0   # 0.8 MB: it fits
+
+
+def test_partial_sums_reloaded_out_of_order_from_beyond_l2_cost_more(recorded_profile):
+    """GEMM 512x1024x1024 (2 MB of output, beyond half of L2): a cache-blocked order that visits the output
+    out of its memory order (the rows' loop inside the panels') reloads each block's partial sums from
+    beyond L2 a row apart (``reload_steps``: ``SCATTERED_RELOAD`` times ``RELOAD``), so 256-deep panels
+    with the rows' loop outside rank before 512-deep ones with it inside, the default's order before."""
+    gemm = lo.Matmul(512, 1024, 1024)
+    inside = Knobs(8, 32, ("k",), ("k_o", "j_o", "i_o"), "packed", 512, (("k_i", 4),))
+    outside = replace(inside, outer=("k_o", "i_o", "j_o"), cache_block=256)
+    assert out_of_order(gemm, inside) == 1 and out_of_order(gemm, outside) == 0
+    assert reload_steps(gemm, inside) == SCATTERED_RELOAD * RELOAD and reload_steps(gemm, outside) == RELOAD
+    assert reload_steps(gemm, replace(inside, cache_block=None)) == STORE
+    fits = lo.Conv2d(1024, 512, 1, height=14, width=14)           # 0.4 MB of output: within half of L2
+    assert reload_steps(fits, Knobs(5, 64, ("kh", "kw", "c"), ("n", "c_o", "k_o", "oh", "ow_o"), "packed",
+                                    512)) == RELOAD
+    ranked = rank([Candidate(gemm, "avx512", inside), Candidate(gemm, "avx512", outside)])
+    assert ranked[0].knobs == outside
 
 
 def test_weights_of_few_positions_stream_once_where_the_output_fits(recorded_profile):

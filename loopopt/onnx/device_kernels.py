@@ -175,4 +175,6 @@ class DeviceKernel:
         values[self.output] = out
         self.kernel.run(self.kernel.bind(values))
         logical = self.layouts[self.output].logical_view(out, self.out_shape)
+        if logical.dtype == np.uint16:      # a float16 output's bit patterns (``out_dtype``): their values
+            logical = logical.view(np.float16)
         return self.lowering.result(logical if logical.dtype == self.dtype else logical.astype(self.dtype))

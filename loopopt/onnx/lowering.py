@@ -340,7 +340,7 @@ class MatmulShape:
         """The loopopt op (NotSupported with the op model's reason if it refuses the shape)."""
         try:
             return Matmul(self.rows, self.n, self.k, batch=self.batch if self.b_batched else (), quant=quant,
-                          dtype=dtype)
+                          dtype=dtype, out_dtype=dtype)   # ONNX's output type: a float16 kernel stores it
         except (ValueError, TypeError) as error:
             raise NotSupported(str(error)) from error
 
@@ -419,7 +419,7 @@ def lower_gemm(node: onnx.NodeProto, values: Sequence[Value | None], floats: Flo
     c_shape = None if c is None else (c.shape or (1,))
     try:
         op = Gemm(m, n, k, trans_a=trans_a, trans_b=trans_b, alpha=float(attrs["alpha"]),
-                  beta=float(attrs["beta"]), c_shape=c_shape, dtype=dtype)
+                  beta=float(attrs["beta"]), c_shape=c_shape, dtype=dtype, out_dtype=dtype)
     except (ValueError, TypeError) as error:
         raise NotSupported(f"Gemm with {error}") from error
     return Lowering(op, lambda inputs: ([inputs[1]] + ([np.reshape(inputs[2], c_shape)] if c_shape else []),

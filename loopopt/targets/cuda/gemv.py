@@ -63,7 +63,7 @@ from ...expr import Var, linear_terms
 from ...gemv_roles import GemvRoles
 from ...quant import TERNARY
 from ...schedule import MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, Loop, Schedule, ScheduleError
-from . import quantized
+from . import output_types, quantized
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
 MAX_ROWS = 8              # rows (M) a warp keeps in registers
@@ -286,6 +286,7 @@ def check(schedule: Schedule) -> Shape:
     op, roles = schedule.op, GemvRoles.of(schedule.op)
     i, j, k = roles.rows, roles.outputs, roles.reduction
     schedule.refuse_epilogue("the cuda GEMV", "they store plain sums")
+    output_types.check(schedule, tensor_cores=False)     # a 16-bit output goes to the tensor-core kernels
     other = [step for step in schedule.steps if step.primitive not in STEPS]
     if other:
         raise ScheduleError(f"{other[0]}: the cuda GEMV kernels take {', '.join(STEPS)} steps only")

@@ -55,7 +55,8 @@ class CudaKernel(Kernel):
                       else self.schedule.layout_of(self._tensor_of(tensor)).to_storage(element))
             stored[tensor] = cp.asarray(packed.astype(self.parameter_dtype(tensor), copy=False))
         out = self.op.output
-        stored[out] = cp.full(self._storage_shape(out), np.nan, dtype=np.float32)   # poisoned
+        dtype = self.parameter_dtype(out)   # poisoned: NaN (0xffff: a 16-bit float's NaN bits)
+        stored[out] = cp.full(self._storage_shape(out), np.nan if dtype.kind == "f" else 0xFFFF, dtype=dtype)
         return self.bind(stored)
 
     def _shape(self, name: str) -> tuple[int, ...]:

@@ -44,11 +44,6 @@ def tile(block: str, blocks: str, round: str) -> str:
     return f"({block}) + ({round}) * ({blocks})"
 
 
-# two consecutive float32 outputs in one 8-byte store (the consumers' stores from registers)
-DEVICE = "#define LO_STORE2(place, first, second) (*(float2 *) &(place) = make_float2((first), (second)))"
-HOST = "#define LO_STORE2(place, first, second) ((&(place))[0] = (first), (&(place))[1] = (second))"
-
-
 def launch_blocks(tiles: int) -> str:
     """The launcher's statement defining ``lo_blocks``: one block a multiprocessor of the current device
     (read once), at most ``tiles``."""

@@ -34,6 +34,7 @@ from ...codegen.nest import dim_depths
 from ...codegen.params import KernelParam, index_ctype, signature
 from ...expr import Bound, Var
 from ...schedule import Schedule, ScheduleError
+from . import output_types
 
 KERNEL_NAME = "lo_kernel"            # the launcher (CUDA) or the whole kernel (host), as on x86
 ERROR_NAME = "lo_error_string"       # CUDA: the message of a launcher's error code
@@ -120,9 +121,11 @@ def launch_shape(schedule: Schedule) -> tuple[tuple[int, int, int], tuple[int, i
 def print_kernel(schedule: Schedule, syntax: Syntax = CUDA) -> CudaSource:
     """The kernel of ``schedule`` in ``syntax`` (ScheduleError where the target cannot run it)."""
     from . import depthwise, gemv  # the families build on this module's names
-    if gemv.takes(schedule):
+    family = next((f for f in (gemv, depthwise) if f.takes(schedule)), None)
+    output_types.check(schedule, family is None and bool(schedule.tensorized))
+    if family is gemv:
         return gemv.print_gemv(schedule, syntax)
-    if depthwise.takes(schedule):
+    if family is depthwise:
         return depthwise.print_depthwise(schedule, syntax)
     check_schedule(schedule)
     if schedule.tensorized:

@@ -69,7 +69,7 @@ from ...gemv_roles import GemvRoles
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import depthwise, device, gemv, specialize
+from . import depthwise, device, gemv, output_types, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
 from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
@@ -369,9 +369,10 @@ def _gathered(op: Op) -> bool:
 
 def _device_bytes(op: Op, split: int, element_bytes: int = 4) -> float:
     """Device-memory bytes of a kernel: each input once (``element_bytes`` an element), the output once
-    per split-K share (float32 or int32; a requantized one a byte an element)."""
+    per split-K share (float32 or int32, a 16-bit ``out_dtype`` 2 bytes; a requantized one a byte an
+    element)."""
     inputs = sum(math.prod(op.tensor(t).shape) * element_bytes for t in op.inputs)
-    output = 1 if op.quant is not None and op.quant.requantized else 4
+    output = 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
     return inputs + output * math.prod(op.tensor(op.output).shape) * split
 
 
@@ -396,8 +397,8 @@ def preset_entry(op: Op, preset: str) -> MatrixInstruction | None:
 
 def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     """The tensor-core candidates of a float16, bfloat16 or quantized ``op`` on ``arch``, clamped and
-    distinct (split-K only where the output can take the shares' sums: not a requantized or
-    dequantized one)."""
+    distinct (split-K only where the output can take the shares' sums: not a requantized or dequantized
+    one; a 16-bit output's shares are added by the tile's last block, ``split_reduce.py``)."""
     matrix = _matrix(op)
     if matrix is None:
         return []
@@ -443,10 +444,12 @@ def _tma_variants(knobs: TensorKnobs, walks: bool) -> list[TensorKnobs]:
 def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
     """Whether a persistent tile loop is a candidate: a float op (its outputs stored element by element
     from registers) whose tiles outnumber the SMs (each block then walks several: fewer, the grid is
-    the same)."""
+    the same), not split for a 16-bit output (the tile's last block adds those shares: one tile a
+    block, ``split_reduce.py``)."""
     m, n, _, _ = _matrix(op)
-    return op.quant is None and -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > \
-        ARCH[arch].multiprocessors
+    last = knobs.split_k > 1 and op.out_dtype != "float32"
+    return op.quant is None and not last and \
+        -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > ARCH[arch].multiprocessors
 
 
 def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
@@ -615,7 +618,7 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k), knobs.persistent, *_requantized(op, knobs))
+                _split_bytes(op, knobs.split_k, costs), knobs.persistent, *_requantized(op, knobs))
 
 
 def _requantized(op: Op, knobs: TensorKnobs) -> tuple[float, float]:
@@ -626,9 +629,16 @@ def _requantized(op: Op, knobs: TensorKnobs) -> tuple[float, float]:
     return float(outputs), outputs / (knobs.warps_m * knobs.warps_n * knobs.instruction.lanes)
 
 
-def _split_bytes(op: Op, split: int) -> float:
-    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first."""
-    return 4.0 * math.prod(op.tensor(op.output).shape) * (split + 1) if split > 1 else 0.0
+def _split_bytes(op: Op, split: int, costs: Costs = COSTS) -> float:
+    """The bytes a split-K kernel adds atomically into its output (a share each) and zeroes first; or, for
+    a 16-bit output (``split_reduce.py``), the bytes at the atomics' rate that take as long as writing
+    its workspace (a float32 share each) and reading it back at their own measured rate."""
+    if split == 1:
+        return 0.0
+    outputs = math.prod(op.tensor(op.output).shape)
+    if op.out_dtype == "float32":
+        return 4.0 * outputs * (split + 1)
+    return 8.0 * outputs * split * costs.atomic_bytes_per_s / costs.split_reduce_bytes_per_s
 
 
 def _row_blocks(op: Op, knobs: TensorKnobs) -> int:

@@ -70,7 +70,18 @@ from ...codegen.quantized import C_TYPES
 from ...epilogue import RESIDUAL
 from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
-from . import cluster, padding_sums, persistent, pixel_boxes, quantized, specialize, tma, tma_store
+from . import (
+    cluster,
+    output_types,
+    padding_sums,
+    persistent,
+    pixel_boxes,
+    quantized,
+    specialize,
+    split_reduce,
+    tma,
+    tma_store,
+)
 from .instructions import instruction, with_swizzle
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -111,6 +122,7 @@ class TensorPrinter:
         self.group = COPY_BYTES // self.ins.element_bytes      # elements per 16-byte copy
         self.quant = quantized.check(schedule, self.ins) if schedule.op.quant is not None else None
         self.sums = self.quant is not None and quantized.needs_activation_sums(self.quant)
+        self.out_type = output_types.of(schedule)
         self.a, self.b = schedule.tensor_roles()
         self.row = {self.a: i, self.b: j}
         self.rows = {self.a: self.ins.m, self.b: self.ins.n}       # a tile's rows: the fragment's m or n
@@ -187,9 +199,20 @@ class TensorPrinter:
                                 f"output; {self.op!r} is requantized or dequantized "
                                 f"(output={self.op.quant.output!r}), which needs each output's whole sum: "
                                 f"drop split_k or quantize with output='int32'")
-        if self.s.split_k_loop and self.s.fused_epilogue:
+        self.last = bool(self.s.split_k_loop) and self.s.split_reduce == "last"
+        if self.last and (self.quant is not None or self.s.persistent_tiles):
+            raise ScheduleError(f"split_k({self.s.split_k_loop!r}, 'last') adds float32 shares in a tile's "
+                                f"last block of a grid of tiles; "
+                                + ("a quantized op's shares are int32: use reduce='atomic'" if self.quant
+                                   else "a persistent block walks several tiles: drop persistent"))
+        if self.s.split_k_loop and not self.last and self.out_type.converts:
+            raise ScheduleError(f"split_k({self.s.split_k_loop!r}) adds float32 shares into the output; "
+                                f"{self.op!r} stores {self.op.out_dtype}, rounded once from each output's "
+                                f"whole sum: split_k(..., reduce='last') or out_dtype='float32'")
+        if self.s.split_k_loop and not self.last and self.s.fused_epilogue:
             raise ScheduleError(f"the epilogue ({self.s.fused_epilogue}) needs each output's whole sum; "
-                                f"split_k({self.s.split_k_loop!r}) adds partial sums: drop one of them")
+                                f"split_k({self.s.split_k_loop!r}) adds partial sums: split_k(..., "
+                                f"reduce='last') or drop one of them")
         if self.smem_bytes > MAX_SHARED_BYTES:
             raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
                                 f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
@@ -558,7 +581,7 @@ class TensorPrinter:
             sums = f"lo_scratch[{self.ins.fragment_elements} + lo_e]" if self.sums else None
             return quantized.store(self.op, out, value, channel, self._bias, self.s.split_k_loop, sums)
         if not self.s.split_k_loop:
-            return f"{out} = {self._output_value(value)};"
+            return f"{out} = {self.out_type.value(self._output_value(value))};"
         value, bias = self._scaled(value)
         first = f" + ({self.s.split_k_loop} == 0 ? {bias} : 0.0f)" if bias else ""
         return f"LO_ADD({out}, {value}{first});"
@@ -775,13 +798,86 @@ class TensorPrinter:
         if sync:
             self.emit(inner, sync)
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
-        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-        self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
-        self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
+        if self.last:       # the whole fragment, the tails too: the last block reads its slots
+            share = split_reduce.slot(self.s.split_k_loop, self._tile_number, self.tile_count // self.splits,
+                                      self._tile_element, self.tile_elements_all)
+            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{share}] = lo_scratch[lo_e];")
+        else:
+            self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+            self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+            self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
         self.emit(inner, "}")
         if sync:
             self.emit(inner, sync)
         self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    @property
+    def splits(self) -> int:
+        """The blocks that share a tile's reduction (``split_k``), or 1."""
+        return next((loop.extent for loop in self.blocks if loop.name == self.s.split_k_loop), 1)
+
+    @property
+    def _tile_number(self) -> str:
+        """A block's output tile, numbered over the ``block.*`` loops but the split's."""
+        number = "0"
+        for loop in self.blocks:
+            if loop.name != self.s.split_k_loop:
+                number = loop.name if number == "0" else f"({number}) * {loop.extent} + {loop.name}"
+        return number
+
+    @property
+    def _tile_element(self) -> str:
+        """Element ``lo_e`` of fragment (``lo_fa``, ``lo_fb``) of warp ``lo_w``, numbered in its tile."""
+        na, nb = self.count[self.a], self.count[self.b]
+        return f"((lo_w * {na} + lo_fa) * {nb} + lo_fb) * {self.ins.fragment_elements} + lo_e"
+
+    @property
+    def tile_elements_all(self) -> int:
+        """The sums of a block's tile: every warp's fragments."""
+        return self.warp_count * self.accumulators * self.ins.fragment_elements
+
+    def _last_share(self, depth: int) -> None:
+        """Under ``split_k(..., reduce="last")``, after each warp wrote its fragments' shares: the block
+        counts itself in, and the tile's last block adds the shares in split order and stores the outputs
+        (``split_reduce.py``); on the host after the warps' loops, which it runs again."""
+        if not self.last:
+            return
+        device, tile, splits = self.syntax.device, self._tile_number, self.splits
+        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+        if device:
+            self.emit(depth, "__shared__ int lo_last_in;")
+        for line in split_reduce.arrive(device, tile, splits, meet):
+            self.emit(depth, line)
+        self.emit(depth, "if (lo_last) {   /* every share of the tile is in: add them in split order */")
+        body = depth + 1
+        if device:
+            self.emit(body, "__threadfence();")
+        opened = 0 if device else self._warp_variables(body)
+        inner = body + opened
+        na, nb, n = self.count[self.a], self.count[self.b], self.ins.fragment_elements
+        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
+        self._define(inner + 1, self.fragments[self.a], "lo_fa")
+        self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
+        self._define(inner + 2, self.fragments[self.b], "lo_fb")
+        self.emit(inner + 2, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
+        element = inner + 3
+        self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+        self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+        share = split_reduce.slot("lo_s", tile, self.tile_count // splits, self._tile_element,
+                                  self.tile_elements_all)
+        self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
+                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {share});")
+        out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
+        self.emit(element, f"if ({self._check(self.guards['out'])}) "
+                           f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
+        self.emit(inner + 2, "}")
+        self.emit(inner + 1, "}")
+        self.emit(inner, "}")
+        self._close(body, opened)
+        self.emit(body, split_reduce.reset(device, tile))
         self.emit(depth, "}")
 
     def _direct_epilogue(self, depth: int) -> None:
@@ -822,9 +918,12 @@ class TensorPrinter:
             self.emit(body + 1, f"lo_v[lo_h] = lo_in[lo_h] ? {value} : 0;")
             self.emit(body, "}")
             self.emit(body, f"const {it} {self.j} = lo_col;")
-            self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & 7) == 0) "
+            aligned = 2 * self.out_type.size - 1
+            first, second = (self.out_type.value(f"lo_v[{h}]") for h in (0, 1))
+            self.emit(body, f"if (lo_in[0] && lo_in[1] && ((size_t) {self.op.output} & {aligned}) == 0) "
                             f"LO_STORE2({out}, lo_v[0], lo_v[1]);")
-            self.emit(body, f"else {{ if (lo_in[0]) {out} = lo_v[0]; if (lo_in[1]) (&{out})[1] = lo_v[1]; }}")
+            self.emit(body, f"else {{ if (lo_in[0]) {out} = {first}; "
+                            f"if (lo_in[1]) (&{out})[1] = {second}; }}")
         self.emit(body - 1, "}")
 
     @property
@@ -854,7 +953,8 @@ class TensorPrinter:
         """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
         chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
         nb, device = self.count[self.b], self.syntax.device
-        chunks, width = self.ins.n // tma_store.CHUNK_COLUMNS, tma_store.CHUNK_COLUMNS
+        width = self.stored.columns
+        chunks = self.ins.n // width
         issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
         self._open_fragments(depth)
         inner = depth + 3
@@ -873,9 +973,9 @@ class TensorPrinter:
         self.emit(inner + 1, f"{self.syntax.unroll} 2")
         self.emit(inner + 1, cprint.for_loop("int", "lo_h", 2) + " {")
         self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
-        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c")
+        at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c", self.out_type.size)
         value = self._output_value(f"{acc}[lo_e + lo_h]")
-        self.emit(inner + 2, f"lo_stage[{at}] = ({valid}) ? {value} : 0.0f;")
+        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(f'({valid}) ? {value} : 0.0f')};")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")
@@ -919,8 +1019,11 @@ class TensorPrinter:
         bias and output) and a quantized op's (``quantized.parameters``)."""
         if self.quant is not None:
             return quantized.parameters(self.s)
-        return tuple(KernelParam(t, self.code.element if t in self.op.inputs else "float",
-                                 const=t != self.op.output) for t in kernel_arguments(self.s))
+        def ctype(tensor: str) -> str:
+            if tensor in self.op.inputs:
+                return self.code.element
+            return self.out_type.ctype(self.syntax.device) if tensor == self.op.output else "float"
+        return tuple(KernelParam(t, ctype(t), const=t != self.op.output) for t in kernel_arguments(self.s))
 
     def _signature(self, name: str, restrict: str) -> str:
         maps = [f"const __grid_constant__ lo_tensor_map {box.map_name}" for box in self.maps
@@ -1002,7 +1105,7 @@ class TensorPrinter:
             depth = 1
         else:
             self.emit(1, f"static {half} lo_smem_host[{self.pipeline * self.step_elements}];")
-            if self.s.split_k_loop:      # the shares are added: the output starts at zero
+            if self.s.split_k_loop and not self.last:      # the shares are added: the output starts at zero
                 self.emit(1, cprint.for_loop("size_t", "lo_o", self.output_elements) + " "
                              f"{self.op.output}[lo_o] = 0;")
             if self.s.persistent_tiles:     # each tile's stores counted (``persistent.py``)
@@ -1113,6 +1216,7 @@ class TensorPrinter:
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
         self._close(depth, opened)
+        self._last_share(depth)
         self._close_blocks()
         return self.lines
 
@@ -1143,13 +1247,15 @@ class TensorPrinter:
                 self.emit(depth, box.host_map())
             if self.stored is not None:
                 self.emit(depth, self.stored.host_map())
-                self.emit(depth, f"static float lo_stage[{self.staging_bytes // 4}];   /* staged chunks */")
+                staged = self.staging_bytes // self.out_type.size
+                self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
             self._declare_accumulators(depth)
             self._emulated_protocol(depth, refill, full, release)
             if not walks:       # a persistent kernel's consumers store each tile in the protocol
                 opened = self._warp_variables(depth)
                 self._epilogue(depth + opened)
                 self._close(depth, opened)
+                self._last_share(depth)
             self._close_blocks()
             return self.lines
         self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
@@ -1182,7 +1288,8 @@ class TensorPrinter:
         if not walks:
             self._declare_accumulators(inner)
         if self.stored is not None:
-            self.emit(inner, f"float *lo_stage = (float *) (lo_smem + {self.staging_offset});")
+            element = self.out_type.device
+            self.emit(inner, f"{element} *lo_stage = ({element} *) (lo_smem + {self.staging_offset});")
         code = self.code
         step = self._open_walk(inner, "lo_r")
         self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
@@ -1205,6 +1312,7 @@ class TensorPrinter:
         else:
             self.emit(inner, "}")
             self._epilogue(inner)
+            self._last_share(inner)
         self.emit(depth, "}")
         self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
@@ -1329,7 +1437,9 @@ class TensorPrinter:
                     *([cluster.DEVICE] if self.multicast else []),
                     *([specialize.DEVICE] if self.registers else []),
                     *([tma_store.DEVICE] if self.stored is not None else []),
-                    *([persistent.DEVICE] if self.s.persistent_tiles else []), self.ins.tile,
+                    *([self.out_type.store2(True)] if self.s.persistent_tiles else []),
+                    *([self.out_type.macros(True)] if self.out_type.converts else []),
+                    *([self._workspace(True)] if self.last else []), self.ins.tile,
                     "#define LO_ADD(place, value) atomicAdd(&(place), (value))",
                     f"#define LO_ZERO (({self.code.element}) 0.0f)",
                     "#define LO_COPY16(dst, src) __pipeline_memcpy_async((dst), (src), 16)",
@@ -1340,12 +1450,19 @@ class TensorPrinter:
                 *([pixel_boxes.host(self.ins.element_bytes)] if pixels else []),
                 *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
                 *([specialize.HOST] if self.registers else []),
-                *([tma_store.HOST] if self.stored is not None else []),
-                *([persistent.HOST] if self.s.persistent_tiles else []), self.ins.tile,
+                *([tma_store.host(self.out_type)] if self.stored is not None else []),
+                *([self.out_type.macros(False)] if self.out_type.converts else []),
+                *([self._workspace(False)] if self.last else []),
+                *([self.out_type.store2(False)] if self.s.persistent_tiles else []), self.ins.tile,
                 "#define LO_ADD(place, value) ((place) += (value))", "#define LO_ZERO 0.0f",
                 f"#define LO_COPY16(dst, src) for (int lo_c = 0; lo_c < {self.group}; ++lo_c) "
                 f"(dst)[lo_c] = (src)[lo_c]",
                 "#define LO_STORE16(to, from) memcpy((to), (from), 16)"]
+
+    def _workspace(self, device: bool) -> str:
+        """``split_reduce.declarations`` of this kernel's tiles and shares."""
+        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all,
+                                         self.tile_count // self.splits)
 
     def _header(self) -> list[str]:
         s = self.s
@@ -1391,7 +1508,7 @@ class TensorPrinter:
                       "    static int lo_ready = 0;   /* the block's shared memory allowed, once */",
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
-                      *([zero] if self.s.split_k_loop else []), *maps,
+                      *([zero] if self.s.split_k_loop and not self.last else []), *maps,
                       *([persistent.launch_blocks(self.tile_count)] if walks else []),
                       f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",

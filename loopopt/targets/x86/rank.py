@@ -72,6 +72,7 @@ from .tile_model import tile_time
 CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
+SCATTERED_RELOAD = 2       # ... times this where they come from beyond L2 out of order (``reload_steps``)
 L1_FIT, L2_FIT, NO_FIT = 1.0, 0.9, 0.7   # efficiency when the reused weights fit L1, else L2; partial sums
 LINE = 64                  # bytes of a cache line
 FAR = 2048                 # bytes: weight rows this far apart are beyond the L1 stride prefetcher's reach
@@ -228,6 +229,23 @@ def channel_tail(candidate: Candidate) -> float:
         return 1.0
     used = _edges(candidate.op.channels, candidate.knobs.channel_block)
     return 1.0 if used == 1 else MASKED / used ** TAIL
+
+
+def reload_steps(op: Op, knobs: Knobs) -> float:
+    """Reduction steps that storing a block costs: ``STORE``, or with a cache block ``RELOAD`` (its
+    partial sums reloaded and stored on every pass), ``SCATTERED_RELOAD`` times that where the output
+    does not fit half of L2 (``output_fits``) and the outer loops visit it out of its memory order
+    (``out_of_order``): each pass then reloads every block's rows from beyond L2, a row apart, where
+    no prefetcher runs ahead of them. GEMM 512x1024x1024, 8x32 blocks, whole calls from row-major
+    numpy with the weights prepacked, five runs of 40 interleaved rounds under ``chrt -f 10`` (this
+    project's shared Xeon with AMX, load 11; median / min ms): 512-deep panels, the rows' loop inside
+    the panels' 7.48-7.93 / 7.31-7.37; 256-deep, the rows' loop outside (in the output's order)
+    7.09-7.43 / 6.94-6.99; torch.matmul 7.39-7.66 / 7.21-7.29. ResNet-50's 1024->512 1x1 at 14x14
+    (output within half of L2) keeps its choice."""
+    if not knobs.cache_block:
+        return STORE
+    scattered = not output_fits(op) and out_of_order(op, knobs) > 0
+    return RELOAD * (SCATTERED_RELOAD if scattered else 1)
 
 
 def element_bytes(op: Op) -> int:
@@ -469,7 +487,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     elif op.quant is not None:
         efficiency *= WIDENED
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
-    efficiency *= depth / (depth + (RELOAD if knobs.cache_block else STORE))
+    efficiency *= depth / (depth + reload_steps(op, knobs))
     # the innermost outer loop decides which weights must stay in cache while it runs: one channel
     # block's (it runs over positions), all channels' (it runs over channel blocks), or none (a cache block)
     innermost = knobs.outer[-1] if knobs.outer else ""

@@ -20,7 +20,7 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   panels of GotoBLAS) or, for quantized ops, in dot groups of 4 reduction channels
   (``OIHW16o4i``: ``c`` split by 4, consumed by one VNNI ``vpdpbusd`` per vector); bfloat16 ops
   in pairs (``OIHW16o2i``, ``vdpbf16ps``) where this CPU runs it and the channels per group are
-  even (a half pair is widened instead); packed weights of a weight-heavy float pointwise op are
+  even (a half pair is widened instead); packed weights of a weight-heavy float op with few positions are
   prefetched ahead of their reads (``Knobs.prefetch``, ``prefetched_weights``);
 * for quantized convs, also tap dot candidates (``codegen/taps.py``: a depthwise conv's or a stem's
   few input channels fill a dot group poorly): the output block runs over ``pixel_block`` positions
@@ -650,8 +650,8 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
 
 def prefetched_weights(op: Op) -> int:
     """The weight elements ahead that a packed-weights register block of ``op`` prefetches
-    (``Schedule.prefetch``; 0: none): ``PREFETCH_AHEAD`` bytes for a float32 pointwise op (a 1x1 conv,
-    a GEMM) whose weights exceed ``PREFETCHED_WEIGHTS`` and serve at most ``PREFETCH_POSITIONS`` output
+    (``Schedule.prefetch``; 0: none): ``PREFETCH_AHEAD`` bytes for a float32 op (a conv of any window, a
+    GEMM) whose weights exceed ``PREFETCHED_WEIGHTS`` and serve at most ``PREFETCH_POSITIONS`` output
     positions each: a layer bound by streaming its weights. Such weights do not stay in L2 beside a
     model's activations from one run to the next, and each block's first pass over them waits on them
     from beyond L2; the hardware prefetchers do not run that far ahead. Alone (median / minimum thread
@@ -659,13 +659,15 @@ def prefetched_weights(op: Op) -> int:
     Xeon with AMX), MobileNetV2's 1x1 convs at 7x7: 320->1280 465 / 383 -> 385 / 345 us, 960->320
     314 / 287 -> 260 / 240 us, 960->160 171 / 162 -> 134 / 128 us, 160->960 171 / 155 -> 149 / 137
     us; ResNet-50's 2048->512 at 7x7 1308 / 1212 -> 1186 / 1129 us, 1024->2048 stride 2 to 7x7
-    2095 / 1954 -> 1834 / 1759 us; with the weights in L2 they ran as before or faster. Where more
-    positions share each weight its later passes read it from L2 and the prefetches only cost: ResNet-50's
-    1024->256 at 14x14 ran 3-4% slower with them (714 -> 737 us); 64->384 (98 KB) gained nothing."""
-    pointwise = all(window.taps == 1 for window in op.windows)
+    2095 / 1954 -> 1834 / 1759 us; with the weights in L2 they ran as before or faster. ResNet's 3x3
+    convs at 7x7 alike (15 interleaved calls, L2 overwritten before each, under ``chrt -f 10``, load 8):
+    512->512 2336 / 2134 -> 1922 / 1799 us, 256->512 stride 2 from 14x14 1203 / 1123 -> 1020 / 965 us.
+    Where more positions share each weight its later passes read it from L2 and the prefetches only
+    cost: ResNet-50's 1024->256 at 14x14 ran 3-4% slower with them (714 -> 737 us), ResNet-18's
+    256->256 3x3 at 14x14 1532 / 1488 -> 1632 / 1564 us; 64->384 (98 KB) gained nothing."""
     weights = math.prod(op.tensor(op.inputs[1]).shape) * 4
     positions = math.prod(op.tensor(op.output).shape) // op.channels
-    if (op.quant is not None or op.dtype != "float32" or not pointwise or weights <= PREFETCHED_WEIGHTS
+    if (op.quant is not None or op.dtype != "float32" or weights <= PREFETCHED_WEIGHTS
             or positions > PREFETCH_POSITIONS):
         return 0
     return PREFETCH_AHEAD // 4

@@ -24,6 +24,7 @@ from loopopt.targets.cuda.search import (
     MAX_ACCUMULATORS,
     MAX_THREADS,
     STATIC_SHARED,
+    TENSOR_PRESETS,
     CudaSearch,
     boxed,
     simt_shared,
@@ -285,6 +286,16 @@ TERNARY = lo.QuantSpec(activation="int8", weight="ternary")
 DECODE = [lo.Matmul(1, 4096, 4096, quant=TERNARY),
           pytest.param(lo.Matmul(1, 11008, 4096, quant=TERNARY), marks=pytest.mark.slow),
           pytest.param(lo.Matmul(1, 4096, 11008, quant=TERNARY), marks=pytest.mark.slow)]
+
+
+def test_a_decode_shaped_op_with_a_16_bit_output_gets_the_tensor_core_candidates():
+    """The GEMV family stores float32 only: a decode-shaped float16 op storing float16 (ONNX's MatMul)
+    is the tensor-core kernels', whose first choice prints; the same op storing float32 stays GEMV's."""
+    op = lo.Matmul(1, 4096, 4096, dtype="float16", out_dtype="float16")
+    ranked = _ranked(op)
+    assert ranked and {c.knobs.preset for c in ranked} <= set(TENSOR_PRESETS)
+    print_kernel(ranked[0].schedule)
+    assert {c.knobs.preset for c in _ranked(lo.Matmul(1, 4096, 4096, dtype="float16"))} == {"gpu_gemv"}
 
 
 @pytest.mark.parametrize("op", DECODE, ids=["4096x4096", "4096to11008", "11008to4096"])

@@ -86,10 +86,10 @@ def test_a_target_without_search_rules_says_so():
         Bare().search_rules()
 
 
-def test_packed_weights_of_a_weight_heavy_float_pointwise_op_are_prefetched():
-    """``space.prefetched_weights``: a float 1x1 conv or GEMM whose weights exceed 512 KB and serve at
-    most 64 output positions each prefetches its packed weights 8 KB ahead (its plain-weights candidates,
-    a 3x3 window, small or quantized weights, more positions do not); the knob becomes the schedule's
+def test_packed_weights_of_a_weight_heavy_float_op_at_few_positions_are_prefetched():
+    """``space.prefetched_weights``: a float conv (1x1 or 3x3) or GEMM whose weights exceed 512 KB and
+    serve at most 64 output positions each prefetches its packed weights 8 KB ahead (its plain-weights
+    candidates, small or quantized weights, more positions do not); the knob becomes the schedule's
     ``prefetch`` step and the description says so."""
     heavy = lo.Conv2d(320, 1280, 1, height=7, width=7)
     found = space.candidates(heavy, "avx2")
@@ -102,6 +102,9 @@ def test_packed_weights_of_a_weight_heavy_float_pointwise_op_are_prefetched():
     assert space.prefetched_weights(lo.Matmul(1, 1000, 1280)) == 2048
     small = lo.Conv2d(64, 384, 1, height=14, width=14)
     assert not any(c.knobs.prefetch for c in space.candidates(small, "avx2"))
-    for light in (lo.Conv2d(128, 256, 3, height=7, width=7), lo.Conv2d(1024, 256, 1, height=14, width=14),
+    assert space.prefetched_weights(lo.Conv2d(512, 512, 3, padding=1, height=7, width=7)) == 2048
+    assert space.prefetched_weights(lo.Conv2d(256, 512, 3, stride=2, padding=1, height=14, width=14)) == 2048
+    for light in (lo.Conv2d(256, 256, 3, padding=1, height=14, width=14),
+                  lo.Conv2d(64, 64, 3, height=9, width=9), lo.Conv2d(1024, 256, 1, height=14, width=14),
                   lo.Conv2d(320, 1280, 1, height=7, width=7, quant=QUANT)):
         assert space.prefetched_weights(light) == 0, light
