@@ -34,6 +34,7 @@ def _tiles(op, pixels, channels, channels_outer=True, parallel=None):
     return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer, parallel)).schedule
 
 
+@needs_amx      # the AMX peaks it times with are measured on AMX CPUs only
 def test_two_threads_time_one_thread_and_the_weights_it_reads():
     """ResNet-18's int8 layers at 7x7 on 2 threads (load-independent: blocks and bytes per thread): an
     even share of the blocks either way; a pixel split reads all 2.4 MB of the 512-channel 3x3 layer's
