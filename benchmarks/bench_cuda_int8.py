@@ -61,7 +61,8 @@ WGMMA = {"warps_m": 1, "warps_n": 2, "depth": 128, "stages": 4, "swizzle": 128, 
          "specialize": True}
 WGMMA_CONV = {"block_m": 128, "block_n": 64, "warps_m": 2, "warps_n": 1, "depth": 64}
 # a quantized conv's TMA pixel boxes: block tiles (clamped to the conv's channels), each with its rows a
-# whole step (depth and swizzle: the channels' bytes up to 128, ``box_variants``), specialized or not
+# whole step (depth and swizzle: the channels' bytes up to 128 where the tiles name none, ``box_variants``),
+# specialized or not, persistent or not (a requantizing persistent kernel: as many blocks an SM as fit)
 BOX_TILES = [{"block_m": 128, "block_n": 64, "warps_m": 2}, {"block_m": 128, "block_n": 64, "warps_m": 1,
                                                               "specialize": True},
              {"block_m": 256, "block_n": 64, "warps_m": 1}, {"block_m": 256, "block_n": 64, "warps_m": 2,
@@ -69,10 +70,15 @@ BOX_TILES = [{"block_m": 128, "block_n": 64, "warps_m": 2}, {"block_m": 128, "bl
              {"block_m": 128, "block_n": 128, "warps_m": 1, "stages": 5, "specialize": True},
              {"block_m": 128, "block_n": 128, "warps_m": 2, "specialize": True},
              {"block_m": 256, "block_n": 128, "warps_m": 2, "specialize": True},
-             {"block_m": 192, "block_n": 128, "warps_m": 3, "specialize": True},
              {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True},
+             {"block_m": 64, "block_n": 64, "warps_m": 1, "specialize": True},
+             {"block_m": 64, "block_n": 64, "warps_m": 1, "specialize": True, "persistent": True},
              {"block_m": 128, "block_n": 256, "warps_m": 1, "warps_n": 2, "specialize": True},
              {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True, "persistent": True},
+             {"block_m": 128, "block_n": 64, "warps_m": 1, "specialize": True, "persistent": True},
+             {"block_m": 64, "block_n": 128, "warps_m": 1, "specialize": True, "persistent": True,
+              "depth": 64, "swizzle": 64},
+             {"block_m": 128, "block_n": 64, "warps_m": 2, "specialize": True, "persistent": True},
              {"block_m": 128, "block_n": 128, "warps_m": 2, "specialize": True, "persistent": True}]
 CHECKS = [lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2),
           lo.Conv2d(64, 72, 1, height=7, width=9, bias=False), lo.Matmul(300, 260, 200)]
@@ -99,17 +105,21 @@ def box_variants(op: lo.Op) -> list[tuple[str, dict]]:
     """``BOX_TILES`` on TMA pixel boxes, each step's depth the conv's channels up to 128 bytes, in the
     swizzle of that row, and the cost model's first three candidates (``model_first``)."""
     row = min(128, op.arguments["in_channels"])
-    return [("gpu_wgmma", tiles | {"depth": row, "stages": tiles.get("stages", 4), "swizzle": row,
-                                   "engine": "tma"}) for tiles in BOX_TILES] + model_first(op)
+    boxes = {json.dumps(knobs, sort_keys=True): knobs for knobs in (
+        {"depth": row, "stages": 4, "swizzle": row} | tiles | {"engine": "tma"} for tiles in BOX_TILES)}
+    return [("gpu_wgmma", knobs) for knobs in boxes.values()] + model_first(op)
 
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) timed for ``case``: wgmma where the op's types have it (not the convs
-    whose weights' zero point costs activation sums, nor bfloat16: ``bench_cuda_tensor``), a ``.u8``
-    conv's on TMA pixel boxes too (``box_variants``)."""
+    whose weights' zero point costs activation sums, nor bfloat16: ``bench_cuda_tensor``); a ``.u8``
+    conv's on TMA pixel boxes alone (``box_variants``: the threads' copies, ``gpu_mma`` and
+    ``WGMMA_CONV``, were slower in every run since the eighth session: 0.0397 / 0.0334 / 0.0385 ms there
+    against the boxes' 0.0349 / 0.0284 / 0.0277, and are timed no more)."""
     if case.startswith("conv"):
-        boxes = [("gpu_wgmma", WGMMA_CONV), *box_variants(op)] if case.endswith(".u8") else []
-        return [("gpu_mma", arguments) for arguments in ({}, WIDE, TALL, {"depth": 64})] + boxes
+        if case.endswith(".u8"):
+            return box_variants(op)
+        return [("gpu_mma", arguments) for arguments in ({}, WIDE, TALL, {"depth": 64})]
     deep = {"depth": 128 if case.endswith("s8") else 64, "stages": 3}
     wgmma = [("gpu_wgmma", arguments) for arguments in (
         WGMMA, WGMMA | {"specialize": False},
@@ -345,10 +355,13 @@ def check() -> bool:
 
 def box_runs() -> list[tuple[str, lo.Schedule]]:
     """The ``BOX_CHECKS`` convs on TMA pixel boxes, a requantized and an int32 spec each, unspecialized
-    and warp-specialized with split-K (the run for ``compute-sanitizer`` alone: ``--check-boxes``)."""
+    and warp-specialized with split-K or in a persistent tile loop (the run for ``compute-sanitizer``
+    alone: ``--check-boxes``)."""
     tiles = [{"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 64, "swizzle": 64},
              {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "specialize": True,
-              "split_k": 3}]
+              "split_k": 3},
+             {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "specialize": True,
+              "persistent": True}]
     return [(f"{op!r} gpu_wgmma TMA {arguments}", gpu_wgmma(op, **arguments, engine="tma"))
             for shape in BOX_CHECKS for spec in CHECK_SPECS[:2]
             for op in [type(shape)(**shape.arguments, quant=spec)]

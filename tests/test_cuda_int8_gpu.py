@@ -141,7 +141,9 @@ BOX_VARIANTS = {"specialized 64-byte swizzle": {"block_m": 128, "block_n": 64, "
                 "specialized small split_k=3": {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32,
                                                 "split_k": 3, "stages": 3, "specialize": True},
                 "persistent": {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3,
-                               "specialize": True, "persistent": True}}
+                               "specialize": True, "persistent": True},
+                "persistent two warpgroups": {"block_m": 128, "block_n": 64, "warps_m": 2, "depth": 64,
+                                              "swizzle": 64, "specialize": True, "persistent": True}}
 
 
 def _box_cases():

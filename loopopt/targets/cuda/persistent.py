@@ -1,11 +1,13 @@
 """The persistent tile loop (``Schedule.persistent``) of a warp-specialized kernel: the launch holds one
-block a multiprocessor (at most one a tile); block ``b`` of ``g`` walks the output tiles ``b, b + g,
-b + 2g, ...`` (a tile: one iteration of the ``block.*`` loops, numbered with ``block.x`` fastest, the
-order the hardware launches a grid's blocks in). The ring of buffers and its mbarriers outlive the
-tiles: the producer and the consumers count a block's pipeline steps over all its tiles, so the
-parities of ``specialize.py`` hold across them, and the producer copies the next tile's first steps
-while the consumers store the last one's outputs without touching the ring: through staging buffers
-of their own and TMA (``tma_store.py``), or straight from their registers.
+block a multiprocessor, or as many as its register cap lets an SM hold (a requantizing kernel's: one
+block's epilogue runs beside another's products), at most one a tile; block ``b`` of ``g`` walks the
+output tiles ``b, b + g, b + 2g, ...`` (a tile: one iteration of the ``block.*`` loops, numbered with
+``block.x`` fastest, the order the hardware launches a grid's blocks in). The ring of buffers and its
+mbarriers outlive the tiles: the producer and the consumers count a block's pipeline steps over all its
+tiles, so the parities of ``specialize.py`` hold across them, and the producer copies the next tile's
+first steps while the consumers store the last one's outputs without touching the ring: through staging
+buffers of their own and TMA (``tma_store.py``), a requantized output through each warpgroup's own
+staging tile past the ring, or straight from their registers.
 
 The functions below print the walk alike for the device and the host emulation, which runs the blocks
 as ``HOST_BLOCKS`` loops (fewer than the tiles, so that each walks several, some one more than others)
@@ -44,12 +46,13 @@ def tile(block: str, blocks: str, round: str) -> str:
     return f"({block}) + ({round}) * ({blocks})"
 
 
-def launch_blocks(tiles: int) -> str:
-    """The launcher's statement defining ``lo_blocks``: one block a multiprocessor of the current device
-    (read once), at most ``tiles``."""
+def launch_blocks(tiles: int, per_sm: int = 1) -> str:
+    """The launcher's statement defining ``lo_blocks``: ``per_sm`` blocks a multiprocessor of the current
+    device (read once), at most ``tiles``."""
+    held = f"{per_sm} * lo_sms" if per_sm > 1 else "lo_sms"
     return ("    static int lo_sms = 0;   /* the device's multiprocessors, read once */\n"
             "    if (!lo_sms) { int lo_d = 0; cudaError_t lo_e = cudaGetDevice(&lo_d); "
             "if (lo_e == cudaSuccess) "
             "lo_e = cudaDeviceGetAttribute(&lo_sms, cudaDevAttrMultiProcessorCount, lo_d); "
             "if (lo_e != cudaSuccess) return (int) lo_e; }\n"
-            f"    const int lo_blocks = lo_sms < {tiles} ? lo_sms : {tiles};")
+            f"    const int lo_blocks = {held} < {tiles} ? {held} : {tiles};")

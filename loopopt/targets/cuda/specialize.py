@@ -42,11 +42,13 @@ ADDRESS_REGISTERS = 32      # a consumer's registers beside its accumulators (pt
 
 @dataclass(frozen=True)
 class Registers:
-    """``setmaxnreg``'s counts for a block of ``consumers`` consumer warpgroups and one producer: the
-    block starts with ``entry`` registers a thread (``__launch_bounds__(threads, 1)``); the producer
-    gives back down to ``producer`` and the consumers take what that frees, in steps of 8."""
+    """``setmaxnreg``'s counts for a block of ``consumers`` consumer warpgroups and one producer, ``blocks``
+    of them an SM: the block starts with ``entry`` registers a thread (``__launch_bounds__(threads,
+    blocks)``); the producer gives back down to ``producer`` and the consumers take what that frees, in
+    steps of 8."""
 
     consumers: int
+    blocks: int = 1
 
     @property
     def threads(self) -> int:
@@ -54,7 +56,7 @@ class Registers:
 
     @property
     def entry(self) -> int:
-        return min(255, REGISTERS_PER_SM // self.threads) // 8 * 8
+        return min(255, REGISTERS_PER_SM // (self.threads * self.blocks)) // 8 * 8
 
     @property
     def producer(self) -> int:
@@ -73,7 +75,7 @@ class Registers:
 
 
 def check(consumers: int, accumulators: int, asynchronous: bool, instruction: str,
-          copied_by_threads: list[str]) -> Registers:
+          copied_by_threads: list[str], blocks: int = 1) -> Registers:
     """The register split of a specialized kernel whose consumers hold ``accumulators`` registers a
     thread; ScheduleError naming what specialization cannot take: an instruction that is not
     asynchronous, an input the threads copy, too many threads, or accumulators that do not fit the
@@ -87,8 +89,8 @@ def check(consumers: int, accumulators: int, asynchronous: bool, instruction: st
         raise ScheduleError(f"specialize(): the producer warpgroup copies by TMA only; "
                             f"{copied_by_threads[0]} is copied by the threads: "
                             f"stage({copied_by_threads[0]!r}, ..., engine='tma')")
-    registers = Registers(consumers)
-    if fits(consumers, accumulators):
+    registers = Registers(consumers, blocks)
+    if fits(consumers, accumulators, blocks):
         return registers
     if registers.threads > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(f"specialize(): {consumers} consumer warpgroups and the producer are "
@@ -101,10 +103,10 @@ def check(consumers: int, accumulators: int, asynchronous: bool, instruction: st
     return registers
 
 
-def fits(consumers: int, accumulators: int) -> bool:
+def fits(consumers: int, accumulators: int, blocks: int = 1) -> bool:
     """Whether ``consumers`` warpgroups of ``accumulators`` registers a thread and the producer make a
-    block (``check``'s limits: the threads, the registers a thread starts with)."""
-    registers = Registers(consumers)
+    block, ``blocks`` an SM (``check``'s limits: the threads, the registers a thread starts with)."""
+    registers = Registers(consumers, blocks)
     return (registers.threads <= MAX_THREADS_PER_BLOCK
             and accumulators + ADDRESS_REGISTERS <= registers.entry)
 

@@ -233,15 +233,22 @@ class TensorPrinter:
                                     f"cluster")
             self.tma[shared] = replace(self.tma[shared], box_rows=self.rows[shared] // size, slices=size)
         # warp specialization (``specialize``): the register split of its producer and consumers
-        self.registers = (specialize.check(self.warp_count, self.accumulators * self.ins.fragment_elements
-                                           // self.ins.lanes, self.ins.asynchronous, self.ins.name,
-                                           self.threads_staged)
-                          if self.s.specialized else None)
+        self.registers = self._registers(1)
+        if self.registers is not None and self.blocks_per_sm > 1:    # each block its share of the SM's
+            self.registers = self._registers(self.blocks_per_sm)
         if self.s.persistent_tiles:
             persistent.check(self.s, bool(self.ins.cuda.elements) and not self.sums)
         # the variable whose count of pipeline steps picks a step's buffer and barrier: a persistent
         # kernel's counts its block's steps over all its tiles, the others' the tile's (``lo_step``)
         self.ring = "lo_ring" if self.s.persistent_tiles else "lo_step"
+
+    def _registers(self, blocks: int) -> specialize.Registers | None:
+        """A specialized kernel's register split, ``blocks`` blocks an SM (``specialize.check``)."""
+        if not self.s.specialized:
+            return None
+        return specialize.check(self.warp_count, self.accumulators * self.ins.fragment_elements
+                                // self.ins.lanes, self.ins.asynchronous, self.ins.name, self.threads_staged,
+                                blocks)
 
     @property
     def threads_staged(self) -> list[str]:
@@ -296,6 +303,8 @@ class TensorPrinter:
         (``tma_store.py``)."""
         if self.stored is not None:
             return self.staging_offset + self.staging_bytes
+        if self.s.persistent_tiles and self.staged_rows:
+            return -(-(self.staging_offset + self.row_staging_bytes) // 8) * 8
         return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
                       self.warp_count * self.scratch_elements * 4) // 8) * 8
 
@@ -314,6 +323,11 @@ class TensorPrinter:
     @property
     def staging_bytes(self) -> int:
         return self.warp_count * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+
+    @property
+    def row_staging_bytes(self) -> int:
+        """The warpgroups' staging tiles of one fragment's requantized outputs (``_open_staging``)."""
+        return self.warp_count * self.ins.m * self._stage_row * self._output_bytes
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
@@ -620,9 +634,10 @@ class TensorPrinter:
     @property
     def staged_rows(self) -> bool:
         """Whether ``_row_epilogue`` stages each fragment's outputs in shared memory and copies them out
-        16 bytes a thread (``_copy_out``): not under split-K (its shares are added element by element)
-        nor in a persistent kernel (whose producer fills the ring with the next tile's steps)."""
-        return self.rows_from_registers and not self.s.split_k_loop and not self.s.persistent_tiles
+        16 bytes a thread (``_copy_out``): not under split-K (its shares are added element by element).
+        A persistent kernel's stage lies past the ring, which its producer fills with the next tile's
+        steps meanwhile (``row_staging_bytes``)."""
+        return self.rows_from_registers and not self.s.split_k_loop
 
     def _row_epilogue(self, depth: int) -> None:
         """A quantized op's outputs from the accumulators' registers, each thread its own rows: an output
@@ -673,10 +688,15 @@ class TensorPrinter:
 
     def _open_staging(self, depth: int) -> None:
         """``lo_stage``: the warpgroup's tile of one fragment's outputs, over the tiles' shared memory once
-        every warp is done with them (its scratch's place); in the host emulation an array."""
+        every warp is done with them (its scratch's place), in a persistent kernel past the ring (each
+        warpgroup's own: ``_copy_out``'s barriers guard it); in the host emulation an array."""
         ctype, size = C_TYPES[self.quant.output], self.ins.m * self._stage_row
         if not self.syntax.device:
             self.emit(depth, f"{ctype} lo_stage[{size}];")
+            return
+        if self.s.persistent_tiles:
+            self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) (lo_smem + {self.staging_offset}) "
+                             f"+ lo_w * {size};")
             return
         meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
                 else "__syncthreads();")
@@ -1036,15 +1056,23 @@ class TensorPrinter:
         # REGISTERS_PER_SM / threads, or the launch fails (a 512-thread wgmma conv took 132 registers)
         bounds = (f" __launch_bounds__({threads})" if self.syntax.device and threads * 255 > REGISTERS_PER_SM
                   else "")
-        if self.registers is not None and self.syntax.device:   # setmaxnreg needs the cap at entry
-            bounds = f" __launch_bounds__({threads}, 1)"
-        moves = self.registers is not None and self.registers.moves
-        if (self.rows_from_registers and not moves and not self.s.persistent_tiles and self.syntax.device
-                and self.resident_blocks > 1):      # (a persistent kernel's block is its SM's only one)
-            bounds = f" __launch_bounds__({threads}, {self.resident_blocks})"
+        if self.syntax.device and (self.registers is not None or self.blocks_per_sm > 1):
+            bounds = f" __launch_bounds__({threads}, {self.blocks_per_sm})"    # setmaxnreg: the cap at entry
         if self.multicast and self.syntax.device:
             bounds += self.multicast.attribute()
         return f"{self.syntax.kernel}{bounds} {name}({params})"
+
+    @property
+    def _walkers(self) -> str:
+        return "one block" if self.blocks_per_sm == 1 else f"{self.blocks_per_sm} blocks"
+
+    @property
+    def blocks_per_sm(self) -> int:
+        """The blocks an SM holds at once that the kernel's register cap promises (``resident_blocks``):
+        those of a kernel that requantizes from the registers (a specialized one's ``setmaxnreg`` within
+        its block's share), else 1. A persistent kernel launches as many a multiprocessor: one's
+        epilogue runs beside another's products."""
+        return self.resident_blocks if self.rows_from_registers else 1
 
     @property
     def resident_blocks(self) -> int:
@@ -1474,8 +1502,9 @@ class TensorPrinter:
                    f" * loops: {loops}",
                    f" * grid {self.grid}, block {self.block}; {self.accumulators} accumulator "
                    f"fragment(s) per warp; {self.smem_bytes} bytes of shared memory",
-                   *([f" * persistent: one block a multiprocessor (at most {self.tile_count}) walks the "
-                      f"{self.tile_count} tiles of the grid"] if self.s.persistent_tiles else []),
+                   *([f" * persistent: {self._walkers} a multiprocessor (at most {self.tile_count}) "
+                      f"walk{'s' if self.blocks_per_sm == 1 else ''} the {self.tile_count} tiles of the grid"]
+                     if self.s.persistent_tiles else []),
                    *([" * padding: TMA fills it with 0; the epilogue adds lo_zx x the weights at each output "
                       "pixel's taps outside the input (lo_taps, padding_sums.py)"]
                      if padding_sums.compensated(s) else []), " */"])
@@ -1509,7 +1538,7 @@ class TensorPrinter:
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
                       *([zero] if self.s.split_k_loop and not self.last else []), *maps,
-                      *([persistent.launch_blocks(self.tile_count)] if walks else []),
+                      *([persistent.launch_blocks(self.tile_count, self.blocks_per_sm)] if walks else []),
                       f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",

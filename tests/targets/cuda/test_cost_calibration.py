@@ -41,18 +41,24 @@ def test_the_model_reproduces_the_recorded_times_and_their_order():
 
 
 def test_the_model_prices_the_requantizing_epilogue_of_the_recorded_int8_convs():
-    """With the epilogue's figures the model ranks the recorded int8 pixel-box convs (Spearman >= 0.7)
-    and puts conv4_x's measured fastest tile first; without them it ranked the rows at 0.33 and its
-    first conv4_x tile ran 1.21x the fastest."""
+    """With the epilogue's figures (and a persistent kernel's epilogues beside its SM's other blocks'
+    products) the model ranks the recorded int8 pixel-box convs (Spearman >= 0.6 over 56 rows, 0.17
+    without) and puts each layer's measured fastest tile first or one within 2% of it; without them
+    conv2_x's first ran 1.20x its fastest."""
     measured = [row.seconds for row in INT8_CONVS.rows]
     without = replace(COSTS, epilogue_cycles_per_output=0.0, epilogue_thread_cycles=0.0)
     ranks = [spearman([INT8_CONVS.predicted(row, costs) for row in INT8_CONVS.rows], measured)
              for costs in (COSTS, without)]
-    assert len(measured) >= 40 and ranks[0] >= 0.7 and ranks[1] < 0.5, ranks
-    conv4 = [row for row in INT8_CONVS.rows if row.case.startswith("conv4_x")]
-    for costs, first in ((COSTS, True), (without, False)):
-        pick = min(conv4, key=lambda row: INT8_CONVS.predicted(row, costs))
-        assert (pick == min(conv4, key=lambda row: row.seconds)) == first, pick.label()
+    assert len(measured) >= 50 and ranks[0] >= 0.6 and ranks[1] < 0.3, ranks
+    for layer in ("conv2_x", "conv3_x", "conv4_x"):
+        rows = [row for row in INT8_CONVS.rows if row.case.startswith(layer)]
+        fastest = min(row.seconds for row in rows)
+        for costs, within in ((COSTS, 1.02), (without, None)):
+            pick = min(rows, key=lambda row: INT8_CONVS.predicted(row, costs))
+            if within:
+                assert pick.seconds <= within * fastest, pick.label()
+            elif layer == "conv2_x":
+                assert pick.seconds > 1.15 * fastest, pick.label()
 
 
 def test_the_fitted_launch_is_the_fits_result():

@@ -21,7 +21,7 @@ from loopopt.measure import checked
 from loopopt.quant_reference import random_call
 from loopopt.schedule import ScheduleError
 from loopopt.targets.cuda import emulate as emulate_module
-from loopopt.targets.cuda import padding_sums
+from loopopt.targets.cuda import padding_sums, persistent
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.printer import print_kernel
 
@@ -117,6 +117,42 @@ def _border_term_in_every_share(monkeypatch):
 def _rounded_down(monkeypatch):
     """The requantized output rounded toward zero, not to the nearest (even)."""
     _mutated(monkeypatch, r"rintf\(lo_p\)", "truncf(lo_p)")
+
+
+# a persistent walk of several tiles a block: 3 blocks over 9 tiles (one warpgroup, 64 x 64) or 5 (two, 128 x
+# 64), border pixels in every round
+WALKED = lo.Conv2d(32, 40, 3, stride=(1, 2), padding=((1, 0), (2, 1)), dilation=(1, 2), height=12, width=19,
+                   batch=3, quant=U8)
+TWO_WARPGROUPS = PERSISTENT | {"block_m": 128, "warps_m": 2}
+
+
+def _first_round_border(monkeypatch):
+    """The border term added in each block's first tile alone (``persistent.HOST_BLOCKS`` blocks)."""
+    _mutated(monkeypatch, r"const int lo_edge = ([^;]*);",
+             rf"const int lo_edge = lo_tile < {persistent.HOST_BLOCKS} && (\1);")
+
+
+def _two_blocks_on_one_tile(monkeypatch):
+    monkeypatch.setattr(persistent, "tile",
+                        lambda block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})")
+
+
+@pytest.mark.parametrize("mutate, tiles, exact", [
+    pytest.param(lambda monkeypatch: None, PERSISTENT, True, id="as printed"),
+    pytest.param(lambda monkeypatch: None, TWO_WARPGROUPS, True, id="as printed, two warpgroups",
+                 marks=pytest.mark.slow),
+    pytest.param(_first_round_border, PERSISTENT, False, id="the border term in a block's first tile alone",
+                 marks=pytest.mark.slow),
+    pytest.param(_two_blocks_on_one_tile, TWO_WARPGROUPS, False, id="a tile stored twice, one never",
+                 marks=pytest.mark.slow)])
+def test_a_persistent_walk_requantizes_each_tile_with_its_own_border_term(monkeypatch, mutate, tiles, exact):
+    """The consumers of a persistent walk requantize each tile through their staging tile past the ring
+    while the producer copies the next: bit for bit as printed; the border term of a block's first tile
+    alone, or two blocks on one tile (one stored twice, one never: its outputs poisoned) miss."""
+    mutate(monkeypatch)
+    schedule = gpu_wgmma(WALKED, **tiles, engine="tma")
+    ok, error, _ = checked(emulate(schedule), seed=5)
+    assert ok is exact, error
 
 
 @pytest.mark.parametrize("mutate, tiles", [
