@@ -272,8 +272,9 @@ def _saved_by_walking(op, knobs, costs):
         - walking["predicted_seconds"], walking["occupancy"]
 
 
-@pytest.mark.parametrize("layer, tiles, blocks", [("conv2_x", (128, 64, 1, 1, 64), 2),
-                                                  ("conv3_x", (128, 128, 2, 1, 128), 1)])
+@pytest.mark.parametrize("layer, tiles, blocks", [
+    ("conv2_x", (128, 64, 1, 1, 64), 2),
+    pytest.param("conv3_x", (128, 128, 2, 1, 128), 1, marks=pytest.mark.slow)])    # 2.6 s
 def test_a_persistent_requantizing_kernel_hides_its_epilogues_beside_other_blocks_products(layer, tiles,
                                                                                           blocks):
     """A persistent requantizing conv of several blocks an SM is priced its last wave's epilogue alone
