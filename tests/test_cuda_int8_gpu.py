@@ -169,7 +169,7 @@ def test_quantized_conv_pixel_boxes_match_the_reference_bit_for_bit_on_the_gpu(o
 
 @needs_gpu
 def test_a_quantized_pixel_box_conv_on_device_arrays_sums_its_padding_table_there():
-    """The padding's prefix table made from device weights (CuPy) gives the numpy call's output."""
+    """The padding's table made from device weights (CuPy) gives the numpy call's output."""
     if device.arch() != "sm_90":
         pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
     cp = device.cupy()

@@ -65,14 +65,12 @@ class Costs:
     # fitted: a requantizing epilogue (``quantized.store``; on wgmma from the registers, staged) after a
     # wave's products, not overlapped with them (but in a persistent kernel of several blocks an SM, where
     # only the last wave's is: ``search.predict``): cycles per output of an SM's wave (its schedulers and
-    # stores) and per output one thread holds (its chain of conversions). The same kernels printed
-    # without the epilogue (``benchmarks/ncu_cuda_int8.py floor``) ran 7.6-15.9 us faster at N=32, 0.46-1.33
-    # cycles an SM's output. Over the 56 TMA int8 conv rows of ``tests/data/cuda/h200_int8_conv_times.json``
-    # (tenth session: persistent kernels, specialized ones of several blocks an SM) these two rank at
-    # Spearman 0.66 (0.17 without; the ninth session's 0.4 and 20: 0.62), rms log error 0.32, and put
-    # each layer's measured fastest tile first (conv2_x and conv3_x) or one within 1% of it (conv4_x);
-    # 0.4 and 20 picked conv3_x's at 1.28x the fastest.
-    epilogue_cycles_per_output: float = 0.6
+    # stores) and per output one thread holds (its chain of conversions). Over the 56 TMA int8 conv rows
+    # of ``tests/data/cuda/h200_int8_conv_times.json`` (tenth session: persistent kernels, specialized
+    # ones of several blocks an SM, the border term one read a channel) these two rank at Spearman 0.67
+    # (0.31 without), rms log error 0.36, and each layer's first pick runs within 6% of its fastest
+    # (conv4_x's 1.11x without them). The kernels printed without the epilogue ran 3-5 us faster.
+    epilogue_cycles_per_output: float = 0.2
     epilogue_thread_cycles: float = 40.0
     # measured: split-K shares added by each tile's last block (``split_reduce.py``), the workspace's bytes
     # written and read back a second: BERT's 384x768x3072 on 128 x 128 tiles in 7 shares (8.3 MB of

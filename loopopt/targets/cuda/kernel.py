@@ -61,7 +61,7 @@ class CudaKernel(Kernel):
 
     def _shape(self, name: str) -> tuple[int, ...]:
         """The shape of parameter ``name``'s device array: a tensor's (and the residual's) storage shape,
-        the bias's logical one, the padding's prefix table's (``padding_sums``), a per-channel array's
+        the bias's logical one, the padding's table's (``padding_sums``), a per-channel array's
         channels."""
         if self.op.bias and name == self.op.bias_tensor:
             return self.op.tensor(name).shape

@@ -18,9 +18,9 @@ by the tensor cores too, against a fragment of ones; only where ``zw`` may be no
 ``needs_activation_sums``). The kernel takes ``lo_comp``, ``lo_zw`` (with the sums), ``lo_mult``
 (``quant.output_multipliers``), a dequantized output's float32 bias, ``lo_zx`` (the tiles' fill) and
 ``lo_zy``; everything is int32 arithmetic that wraps, exact because the true sum fits int32. Where TMA
-copies a conv's activations (pixel boxes) its padding holds 0, not ``zx``: the kernel also takes the
-weights' prefix table over the taps and adds ``zx`` times the weights at a border pixel's taps outside
-(``padding_sums``).
+copies a conv's activations (pixel boxes) its padding holds 0, not ``zx``: the kernel also takes a
+table of the weights' sums outside each box of taps and adds ``zx`` times the weights at a border
+pixel's taps outside (``padding_sums``).
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def tensors(op: Op) -> tuple[str, ...]:
 
 def parameters(schedule: Schedule) -> tuple[KernelParam, ...]:
     """Every parameter of ``schedule``'s kernel, in order: ``tensors(op)`` then the per-channel arrays
-    (and the padding's prefix table where TMA zero-fills it, ``padding_sums``) and the zero points."""
+    (and the padding's table where TMA zero-fills it, ``padding_sums``) and the zero points."""
     op = schedule.op
     spec = op.quant
     types = {op.inputs[0]: C_TYPES[spec.activation_dtype.name], op.inputs[1]: C_TYPES[spec.weight_dtype.name],
@@ -147,7 +147,7 @@ def channel_values(schedule: Schedule, qp: QuantParams, stored_weights: Any,
     """The per-channel arrays and zero points of a call by parameter name (``xp``'s arrays: numpy, or
     CuPy where the weights are on the device): ``lo_comp`` (module docstring, with ``T[k]`` the sum of
     each output channel's weights), ``lo_zw``, ``lo_mult``, a dequantized output's float32 bias, the
-    padding's prefix table where TMA zero-fills it (``padding_sums``), ``lo_zx`` and ``lo_zy``."""
+    padding's table where TMA zero-fills it (``padding_sums``), ``lo_zx`` and ``lo_zy``."""
     op, spec = schedule.op, schedule.op.quant
     weights = channels_first(schedule, stored_weights)
     totals = weights.reshape(op.channels, -1).sum(axis=1, dtype=np.int64)

@@ -295,11 +295,11 @@ def test_a_persistent_requantizing_kernel_hides_its_epilogues_beside_other_block
 
 
 # the fastest variants of ``bench_cuda_int8.py`` on the H200 (uint8 activations, requantized uint8
-# output, N=32; this session's run, tests/data/cuda/h200_int8_conv_times.json) and whether the model's
-# first candidate is the same tile (its stages aside: ties)
-U8_CONV_WINNERS = {"conv2_x": ((128, 64, 1, 1, 64, 4, 1, "tma", 64, True, True), True),
-                   "conv3_x": ((64, 64, 1, 1, 128, 5, 1, "tma", 128, True, True), True),
-                   "conv4_x": ((64, 128, 1, 1, 128, 4, 1, "tma", 128, True, False), False)}
+# output, N=32; this session's run, tests/data/cuda/h200_int8_conv_times.json, where
+# test_cost_calibration checks the model's first picks against them)
+U8_CONV_WINNERS = {"conv2_x": (256, 64, 1, 1, 64, 3, 1, "tma", 64, False, False),
+                   "conv3_x": (64, 128, 1, 1, 128, 4, 1, "tma", 128, True, True),
+                   "conv4_x": (64, 128, 1, 1, 128, 4, 1, "tma", 128, True, True)}
 
 
 @pytest.mark.slow       # the candidates of three ResNet layers: 5 s
@@ -307,8 +307,8 @@ U8_CONV_WINNERS = {"conv2_x": ((128, 64, 1, 1, 64, 4, 1, "tma", 64, True, True),
 def test_a_quantized_convs_candidates_copy_pixel_boxes_by_tma(layer):
     """A quantized conv's wgmma candidates copy its tiles as TMA pixel boxes, the padding's zero point
     added back in the epilogue (``padding_sums``), first in the model's ranking; the tiles measured
-    fastest are candidates, conv2_x's and conv3_x's (persistent, one consumer warpgroup, two blocks an
-    SM) the model's first; conv4_x's first (128 x 128, two warpgroups) ran within 1% of its fastest."""
+    fastest are candidates (conv3_x's and conv4_x's persistent, one consumer warpgroup, two blocks an
+    SM)."""
     shape = lo.layers.get_layer(f"resnet50.{layer}", batch=32)
     op = type(shape)(**shape.arguments, quant=lo.QuantSpec(activation="uint8", output="uint8"))
     ranked = RULES.rank(RULES.candidates(op, ARCH))
@@ -317,9 +317,7 @@ def test_a_quantized_convs_candidates_copy_pixel_boxes_by_tma(layer):
     assert padding_sums.compensated(first)
     shapes = [(k.block_m, k.block_n, k.warps_m, k.warps_n, k.depth, k.stages, k.split_k, k.engine, k.swizzle,
                k.specialize, k.persistent) for k in (c.knobs for c in ranked)]
-    winner, first_pick = U8_CONV_WINNERS[layer]
-    assert winner in shapes
-    assert (shapes[0][:5] + shapes[0][6:] == winner[:5] + winner[6:]) == first_pick, shapes[0]
+    assert U8_CONV_WINNERS[layer] in shapes
 
 
 TERNARY = lo.QuantSpec(activation="int8", weight="ternary")

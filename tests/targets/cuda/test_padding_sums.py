@@ -1,12 +1,13 @@
 """A quantized conv on TMA pixel boxes (``gpu_wgmma(conv, engine="tma")``) without a GPU: TMA fills the
 padding with 0, not the activations' zero point, and the epilogue adds back ``zx`` times the weights at
-each pixel's taps outside the input (``targets/cuda/padding_sums.py``). The prefix table against a
-direct sum (Conv1d to Conv3d); the host emulation bit for bit against quant.py's reference over random
-convs (1-D to 3-D, stride, dilation, per-side padding, batch > 1, channel tails, boxes overhanging the
-output, every spec wgmma takes, split-K on int32); the emulation missing it without the compensation,
-with the padding's taps read one off or a border pixel taken for an interior one; the printed source; the
-refusals. The GPU runs are ``test_cuda_int8_gpu.py``'s (``-m gpu``)."""
+each pixel's taps outside the input (``targets/cuda/padding_sums.py``). The table of the sums outside
+each box of taps against a direct sum (Conv1d to Conv3d); the host emulation bit for bit against
+quant.py's reference over random convs (1-D to 3-D, stride, dilation, per-side padding, batch > 1,
+channel tails, boxes overhanging the output, every spec wgmma takes, split-K on int32); the emulation
+missing it without the compensation, with the padding's taps read one off or a border pixel taken for an
+interior one; the printed source; the refusals. The GPU runs are ``test_cuda_int8_gpu.py``'s (``-m gpu``)."""
 import dataclasses
+import itertools
 import re
 
 import numpy as np
@@ -40,14 +41,19 @@ SPLIT = {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 32, "stages": 3, "
     lo.Conv1d(16, 3, 4, padding=1, length=9, quant=U8), STRIDED,
     lo.Conv3d(16, 5, (2, 3, 2), padding=1, depth=4, height=5, width=4, quant=U8)],
     ids=lambda op: type(op).__name__)
-def test_the_prefix_table_sums_each_channels_weights_over_a_box_of_taps(op):
+def test_the_table_sums_each_channels_weights_outside_every_box_of_taps(op):
+    """Entry (box, k) of the table: channel k's weights at the taps outside the box, the box numbered
+    by its intervals ``[a, b)`` of each window's taps (``a`` slowest), the channels fastest."""
     weights = np.random.default_rng(1).integers(-128, 128, op.tensor("W").shape).astype(np.int8)
     table = padding_sums.table(op, weights, np)
-    assert table.shape == padding_sums.shape(op) == (op.channels, *(w.taps + 1 for w in op.windows))
+    assert table.shape == padding_sums.shape(op) == (*(padding_sums.pairs(w.taps) for w in op.windows),
+                                                     op.channels)
     taps = weights.astype(np.int64).sum(axis=1)          # K x the taps
-    for corner in np.ndindex(*table.shape[1:]):
-        box = taps[(slice(None), *(slice(0, c) for c in corner))]
-        assert np.array_equal(table[(slice(None), *corner)], box.reshape(op.channels, -1).sum(axis=1))
+    intervals = [[(a, b) for a in range(w.taps + 1) for b in range(a, w.taps + 1)] for w in op.windows]
+    for box in itertools.product(*(range(len(i)) for i in intervals)):
+        inside = taps[(slice(None), *(slice(*intervals[n][i]) for n, i in enumerate(box)))]
+        assert np.array_equal(table[box], taps.reshape(op.channels, -1).sum(axis=1)
+                              - inside.reshape(op.channels, -1).sum(axis=1)), box
 
 
 def _check_tma(op, spec, tiles):
@@ -180,8 +186,11 @@ def test_the_source_prints_byte_maps_and_the_padding_table():
     printed = print_kernel(gpu_wgmma(op, warps_m=1, depth=64, swizzle=64, engine="tma", specialize=True))
     for text in ("if (lo_encode(&lo_map_I, 0, 4, (void *) I, lo_dims", "lo_box[4] = {64u, 16u, 4u, 1u}",
                  "const int lo_edge = lo_o0 < 1 || lo_o0 > 14 || lo_o1 < 1 || lo_o1 > 14;",
-                 "lo_first_tap(lo_v0, 1, 3)", "if (lo_edge) {", "(unsigned) lo_zx * (unsigned) (lo_taps[",
-                 " * 16 + 15] - (lo_taps[", "padding: TMA fills it with 0",
+                 "lo_first_tap(lo_v0, 1, 3)", "if (lo_edge) {",
+                 "const int lo_box = (lo_a0 * (9 - lo_a0) / 2 + lo_b0 - lo_a0) * 10 "
+                 "+ lo_a1 * (9 - lo_a1) / 2 + lo_b1 - lo_a1;",
+                 "(unsigned) lo_zx * (unsigned) lo_taps[lo_box * 64 + (",
+                 "padding: TMA fills it with 0",
                  "lo_stage[lo_row * 80 + lo_col + lo_h] = ", "LO_STORE16(lo_to, lo_from);",
                  "__launch_bounds__(256, 2)"):
         assert text in printed.source, text
