@@ -23,11 +23,15 @@ from loopopt.measure import verify
 CASES = ["bert", "novel_gemm"]
 SPECIALIZED = {"engine": "tma", "specialize": True}
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}
-# BERT: one warpgroup of 64 x 64 a block, 72 blocks; a step of depth 64 (128-byte rows) or 32 (64-byte)
-RINGS = [{"depth": 64, "swizzle": 128, "stages": s} | extra for s in (4, 5, 8, 11, 14) for extra in (
-    SPECIALIZED, {"engine": "tma"}) if extra == SPECIALIZED or s in (5, 14)] + \
-    [{"depth": 32, "swizzle": 64, "stages": s} | SPECIALIZED for s in (8, 16, 27)]
-# the GEMM in no catalog: 2000 x 3000 in tiles of 192 x 128 (264: two a SM), 128 x 192, 256 x 128, 192 x 256
+# BERT: one warpgroup of 64 x 64 a block, 72 blocks; a step of depth 64 (128-byte rows) or 32 (64-byte);
+# in clusters of 2 or 4 blocks along the rows or the columns, the tiles they share multicast
+DEEP = {"depth": 64, "swizzle": 128}
+RINGS = [DEEP | {"stages": s} | SPECIALIZED for s in (4, 5, 6, 7, 8, 9, 10, 11, 14)] + \
+    [DEEP | {"stages": s, "engine": "tma"} for s in (5, 8, 14)] + \
+    [{"depth": 32, "swizzle": 64, "stages": s} | SPECIALIZED for s in (8, 16, 27)] + \
+    [DEEP | {"warps_n": 2, "stages": s} | SPECIALIZED for s in (5, 8)] + \
+    [DEEP | {"stages": s, "cluster": c} | extra for c in ((2, 1), (1, 2), (1, 4)) for s in (6, 8)
+     for extra in (SPECIALIZED, {"engine": "tma"})]     # 6 x 12 tiles: no cluster of 4 along the rows
 # (tiles, ring depths): 40 KB a step at 192 x 128 (5 fit), 48 KB at the others (4; wgmma's n=192 B tile is
 # laid out as 256 rows)
 TALL = [({"block_m": 192, "block_n": 128, "warps_m": 3, "warps_n": 1}, (4, 5)),
@@ -39,7 +43,13 @@ WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} 
          for tiles, rings in TALL for s in rings] + \
     [TALL[0][0] | {"depth": 64, "swizzle": 128, "stages": 5} | SPECIALIZED,
      {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
-      "engine": "tma"}]
+      "engine": "tma"}] + \
+    [tiles | {"depth": 64, "swizzle": 128, "stages": rings[-1], "cluster": c} | extra
+     for (tiles, rings), c in ((TALL[0], (1, 2)), (TALL[3], (2, 1)), (TALL[3], (1, 2)), (TALL[4], (2, 1)),
+                               (TALL[4], (1, 2)))
+     for extra in (SPECIALIZED, {"engine": "tma"})] + \
+    [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
+      "engine": "tma", "cluster": (1, 2)}]      # 11 x 12 tiles (x 24 at 128 columns): clusters along columns
 
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:

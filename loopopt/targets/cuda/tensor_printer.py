@@ -100,6 +100,21 @@ def ring_bytes(stages: int, step_bytes: int, scratch_bytes: int, barriers: int) 
     return -(-max(stages * step_bytes, scratch_bytes) // 8) * 8 + 8 * barriers * stages
 
 
+def _staging_offset(stages: int, step_bytes: int) -> int:
+    return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+
+
+def _staging_bytes(consumers: int) -> int:
+    return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+
+
+def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
+    """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
+    two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
+    ``consumers`` warpgroups store from registers)."""
+    return _staging_offset(stages, step_bytes) + _staging_bytes(consumers) + 16 * stages <= MAX_SHARED_BYTES
+
+
 def _even(expr: Expr) -> bool:
     """Whether ``expr`` is even for any values of its variables (even constants, terms with an even
     factor, and their sums; False where that is not evident)."""
@@ -312,8 +327,7 @@ class TensorPrinter:
     def staging_offset(self) -> int:
         """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
         the 128-byte swizzle."""
-        ring = self.pipeline * self.ins.element_bytes * self.step_elements
-        return -(-ring // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+        return _staging_offset(self.pipeline, self.ins.element_bytes * self.step_elements)
 
     @property
     def maps(self) -> list:
@@ -322,7 +336,7 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return self.warp_count * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+        return _staging_bytes(self.warp_count)
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
@@ -330,7 +344,7 @@ class TensorPrinter:
         consumers store from registers (another output, or no room for the staging beside the ring)."""
         if not self.s.persistent_tiles or not self.ins.asynchronous:
             return None
-        fits = (self.staging_offset + self.staging_bytes + 16 * self.pipeline <= MAX_SHARED_BYTES)
+        fits = staging_fits(self.pipeline, self.ins.element_bytes * self.step_elements, self.warp_count)
         return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property

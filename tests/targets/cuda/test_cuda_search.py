@@ -19,7 +19,7 @@ from loopopt.measure import checked, tolerance
 from loopopt.targets import TargetUnavailableError
 from loopopt.targets.cuda import device, padding_sums
 from loopopt.targets.cuda.emulate import emulate
-from loopopt.targets.cuda.printer import print_kernel
+from loopopt.targets.cuda.printer import CUDA, print_kernel
 from loopopt.targets.cuda.search import (
     MAX_ACCUMULATORS,
     MAX_THREADS,
@@ -31,6 +31,7 @@ from loopopt.targets.cuda.search import (
     tensor_shared,
 )
 from loopopt.targets.cuda.target import SHARED_BYTES_PER_BLOCK
+from loopopt.targets.cuda.tensor_printer import TensorPrinter
 from loopopt.targets.registry import target
 from loopopt.tune import TuningLog, best_trial
 from loopopt.tune.choice import first_choice
@@ -251,8 +252,8 @@ def test_a_convs_candidates_copy_pixel_boxes_by_tma_first():
 
 def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms():
     """Persistent candidates are warp-specialized float kernels of more tiles (and split-K shares) than
-    SMs, priced one pipeline fill a block instead of one a wave; BERT's 384 x 768 at 128 x 256 (9 tiles)
-    and quantized ops get none."""
+    SMs, priced one pipeline fill a block instead of one a wave, with room for their TMA stores' staging;
+    BERT's 384 x 768 at 128 x 256 (9 tiles) and quantized ops get none."""
     bert = lo.Matmul(384, 768, 3072, dtype="float16")
     for op, candidates in ((BIG_GEMM, _ranked(BIG_GEMM)), (bert, RULES.candidates(bert, ARCH))):
         for c in candidates:
@@ -261,6 +262,12 @@ def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms
             assert not k.persistent or (k.specialize and tiles > 132), k
     walking = {(c.knobs.block_m, c.knobs.block_n, c.knobs.split_k) for c in candidates if c.knobs.persistent}
     assert (128, 256, 1) not in walking and (64, 64, 2) in walking      # 9 tiles; 144 shares
+    walks = {(c.knobs.block_m, c.knobs.block_n, c.knobs.warps_m, c.knobs.depth, c.knobs.stages): c
+             for c in _ranked(BIG_GEMM) if c.knobs.persistent}
+    # 5 steps of 192 x 128 x 64 leave no room for the stores' staging (the consumers would store from
+    # registers); 4 do
+    assert (192, 128, 3, 64, 5) not in walks
+    assert TensorPrinter(walks[192, 128, 3, 64, 4].schedule, CUDA).stored
     quantized = lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="uint8", output="uint8"))
     assert not any(c.knobs.persistent for c in RULES.candidates(quantized, ARCH))
     first = _ranked(BIG_GEMM)[0]
