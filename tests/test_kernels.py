@@ -22,7 +22,7 @@ import loopopt as lo
 from loopopt.cbuild import compile_c
 from loopopt.codegen.vector import exact_offset
 from loopopt.measure import tolerance
-from loopopt.targets.x86.space import candidates
+from loopopt.targets.x86.space import candidates, in_panels
 
 
 def random_conv_schedule(isa, data):
@@ -100,6 +100,23 @@ def prefetched_search_space_op(isa, data):
 
 test_prefetched_search_space_ops_quick, test_prefetched_search_space_ops = tiers(
     prefetched_search_space_op, 1, 8, isas=ISAS, data=st.data())
+
+
+def panelled_search_space_op(isa, data):
+    """A random packed-weights register block (no cache block) of a random conv, matmul or Gemm in channel
+    panels of 2 or 3 channel blocks (``space.in_panels``: the panels' loop outermost, the panel's channel
+    blocks innermost; the last panel, channel block and pixel block partial where the sizes leave them so):
+    the same outputs as the reference."""
+    op = data.draw(st.one_of(conv_ops(max_channels=40), matmul_ops(), gemm_ops()))
+    found = [c for c in candidates(op, isa) if c.knobs.weights == "packed" and not c.knobs.cache_block]
+    assume(found)
+    knobs = data.draw(st.sampled_from(found)).knobs
+    panelled = in_panels(op, knobs, knobs.channel_block * data.draw(st.integers(2, 3)))
+    check(panelled.schedule(op, isa), isa)
+
+
+test_panelled_search_space_ops_quick, test_panelled_search_space_ops = tiers(
+    panelled_search_space_op, 1, 4, isas=ISAS, data=st.data())
 
 
 def spatially_blocked_conv(isa, data):

@@ -53,7 +53,7 @@ from loopopt.targets.x86.rank import (
     tail,
     weights_stay_in_l1,
 )
-from loopopt.targets.x86.space import Knobs, candidates, is_table_lookup
+from loopopt.targets.x86.space import Knobs, candidates, channel_panel, in_panels, is_table_lookup
 from loopopt.tune import IsolatedExecutor, Trial, TuneError, TuningLog, TuningLogError, WorkerDied
 from loopopt.tune.choice import first_choice
 from loopopt.tune.fit import MIN_TRIALS, Fit, spearman, spearman_undefined
@@ -630,6 +630,29 @@ def test_partial_sums_reloaded_out_of_order_from_beyond_l2_cost_more(recorded_pr
                                     512)) == RELOAD
     ranked = rank([Candidate(gemm, "avx512", inside), Candidate(gemm, "avx512", outside)])
     assert ranked[0].knobs == outside
+
+
+def test_a_large_gemm_runs_its_rows_past_l2_resident_channel_panels(recorded_profile):
+    """GEMM 512x1024x1024 (4 MB of packed weights, 2 MB of output, both beyond half of L2): the search has
+    its packed-weights blocks also in 128-channel panels (512 KB, a quarter of L2), the whole reduction at
+    once; a panel's re-reads of A stream in order (no pass counted), each output is stored once, so the
+    panels rank before the 256-deep cache blocks that reload the partial sums. Ops whose output or
+    weights fit, quantized, windowed or bfloat16 ops have no panels."""
+    gemm = lo.Matmul(512, 1024, 1024)
+    assert channel_panel(gemm, 32) == channel_panel(gemm, 64) == 128
+    cached = Knobs(8, 32, ("k",), ("k_o", "i_o", "j_o"), "packed", 256, (("k_i", 4),))
+    panelled = in_panels(gemm, replace(cached, cache_block=0, unroll=(("k", 4),)), 128)
+    assert panelled.outer == ("j_o_o", "i_o", "j_o_i")
+    assert streamed_bytes(gemm, panelled, 1 << 20) == streamed_bytes(gemm, cached, 1 << 20) == 6 << 20
+    ranked = rank([Candidate(gemm, "avx512", cached), Candidate(gemm, "avx512", panelled)])
+    assert ranked[0].knobs == panelled
+    panels = [c.knobs for c in candidates(gemm, "avx512") if c.knobs.channel_panel]
+    assert panels and all(k.weights == "packed" and not k.cache_block for k in panels)
+    assert not any(c.knobs.channel_panel for c in candidates(gemm, "avx512", threads=2))
+    for op in (lo.Conv2d(1024, 512, 1, height=14, width=14), lo.Matmul(512, 1024, 1024, quant=QUANT),
+               lo.Conv2d(512, 512, 3, padding=1, height=28, width=28),
+               lo.Matmul(512, 1024, 1024, dtype="bfloat16")):
+        assert channel_panel(op, 32) == 0, op
 
 
 def test_weights_of_few_positions_stream_once_where_the_output_fits(recorded_profile):

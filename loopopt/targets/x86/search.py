@@ -101,6 +101,7 @@ def describe(k: dict) -> str:
     return (f"{k['pixel_block']}x{k['channel_block']} block{along}, {fmt}weights {k['weights']}, reduction "
             f"{','.join(k['reduction'])}, outer {','.join(k['outer'])}"
             + (f", cache block {k['cache_block']}" if k["cache_block"] else "")
+            + (f", channel panel {k['channel_panel']}" if k.get("channel_panel") else "")
             + (f", unroll {','.join(f'{n}:{f}' for n, f in k['unroll'])}" if k["unroll"] else "")
             + (f", parallel {k['parallel']}" if k["parallel"] else "")
             + (f", input channels-{k['activations']}" if "activations" in k else "")
