@@ -112,6 +112,7 @@ def test_a_large_gemm_ranks_large_tiles_first():
     assert three.figures["predicted_seconds"] > ranked[0].figures["predicted_seconds"]
 
 
+@pytest.mark.slow      # BERT's 9,000 candidates ranked: 2 s
 def test_bert_ranks_a_deep_ring_first():
     """BERT's 384 x 768 x 3072: 64 x 64 TMA tiles (72 blocks, each SM with L2's share of 60 SMs idle)
     in a ring of 8 buffers, warp-specialized, first (13.3 us on the H200 against 16.1 at 5 stages and
