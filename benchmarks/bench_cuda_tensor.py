@@ -276,10 +276,12 @@ def build_all(schedules: list[lo.Schedule]) -> None:
         list(pool.map(lambda s: toolchain.build(print_kernel(s).source, build_arch(s, arch)), schedules))
 
 
-def bench(cases: list[str]) -> list[dict]:
-    ops = {case: half_op(case) for case in cases}
+def bench(cases: list[str], op_of=half_op, choose=variants) -> list[dict]:
+    """Each case's op (``op_of``) under each of its variants (``choose``), built in parallel, verified
+    and timed against its peer; the fastest again in alternation with the peer."""
+    ops = {case: op_of(case) for case in cases}
     chosen = {case: [(preset, arguments, TENSOR_PRESETS[preset](op, **arguments))
-                     for preset, arguments in variants(case, op)] for case, op in ops.items()}
+                     for preset, arguments in choose(case, op)] for case, op in ops.items()}
     build_all([schedule for runs in chosen.values() for *_, schedule in runs])
     rows = []
     for case, op in ops.items():

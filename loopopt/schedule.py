@@ -115,7 +115,6 @@ WARP_SIZE = 32
 GPU_AXES = tuple(AXIS_LIMITS)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024   # CUDA's static shared memory per block (``stage``)
-MAX_PIPELINE_STAGES = 8        # buffers of a tensorized kernel's ring of staged tiles (``stage(stages=)``)
 PIPELINE_STAGES = 3            # the ring's buffers by default: the copies run two steps ahead
 # Who copies a staged tile (``stage(engine=)``): the block's threads (``cp.async``, any index: an im2col
 # gather) or the tensor memory accelerator (``tma``: one thread issues a box of a 2-D tensor, or of a
@@ -567,9 +566,10 @@ class Schedule:
         """Copy the box of input ``tensor`` that a block reads inside loop ``at`` (over the loops inside
         ``at`` and the thread loops; ``staged_box``) into GPU shared memory at each iteration of ``at``,
         by all the block's threads, zero where the box leaves the tensor (padding); the reads inside
-        ``at`` then come from there. ``stages`` (tensorized schedules, 2 to ``MAX_PIPELINE_STAGES``;
-        3 when not given): the copies of one iteration of ``at`` go into a ring of that many buffers,
-        ``stages - 1`` iterations ahead of the products. ``engine`` (``STAGE_ENGINES``): ``"threads"``
+        ``at`` then come from there. ``stages`` (tensorized schedules, 2 or more, as many as the
+        target's shared memory holds; 3 when not given): the copies of one iteration of ``at`` go into a
+        ring of that many buffers, ``stages - 1`` iterations ahead of the products. ``engine``
+        (``STAGE_ENGINES``): ``"threads"``
         (``cp.async``) or ``"tma"``, the tensor memory accelerator (a ``wgmma`` kernel's operand that is
         a 2-D tensor, or a conv's whose tiles are boxes of output pixels; the cuda target refuses it
         elsewhere with the reason). Refused for a tensor that
@@ -585,8 +585,9 @@ class Schedule:
         if engine not in STAGE_ENGINES:
             raise ScheduleError(f"{step}: engine={engine!r}; choose one of "
                                 f"{', '.join(map(repr, STAGE_ENGINES))}")
-        if stages is not None and not 2 <= stages <= MAX_PIPELINE_STAGES:
-            raise ScheduleError(f"{step}: stages={stages!r}; a ring has 2 to {MAX_PIPELINE_STAGES} buffers")
+        if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or stages < 2):
+            raise ScheduleError(f"{step}: stages={stages!r}; a ring has 2 or more buffers (as many as the "
+                                f"target's shared memory holds)")
         if stages is not None and self.pipeline_stages not in (None, stages):
             raise ScheduleError(f"{step}: the tensors staged already have stages={self.pipeline_stages}; "
                                 f"stage every input with the same depth")

@@ -134,13 +134,14 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
      r"multiplies float32; the cuda GEMV kernels \(a loop bound to a warp axis without tensorize\)"),
     (lambda: gpu_wmma(lo.Matmul(256, 256, 64, dtype="float16"), block_m=256, block_n=256, warps_m=1,
                       warps_n=1, depth=64),
-     r"a tensorized block needs \d+ bytes of shared memory \(3 buffers .* at most 232448"),
+     r"stages=3: a tensorized block needs \d+ bytes of shared memory \(3 buffers .* 232448 at most: "
+     r"stages=2 is the deepest ring of these tiles"),
     (lambda: _tiles().tensorize("i_i", "j_i", "k_i", WMMA).stage("A", "k_o").stage("B", "k_o")
      .bind("i_o", "block.x").bind("j_o", "thread.x"),
      r"loop 'j_o' is bound to a thread axis; a tensorized kernel's threads are the lanes"),
     (lambda: gpu_mma(lo.Matmul(256, 256, 64, dtype="float16"), depth=64, stages=8),
-     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 \+ 256 elements of 2 bytes\); at most "
-     r"232448: tile smaller or fewer stages"),
+     r"needs 262144 bytes .*\(8 buffers of 32 \+ 32 tiles of 256 \+ 256 elements of 2 bytes\); 232448 at "
+     r"most: stages=7 is the deepest ring of these tiles"),
     (lambda: gpu_wgmma(HALF_MATMUL, stages=2),
      r"wgmma_m64n64k16_f16_f32 runs behind its threads: .* needs 3 or more buffers, not stages=2"),
     (lambda: gpu_wgmma(lo.Matmul(1024, 256, 64, dtype="float16"), block_m=1024, warps_m=16, depth=16,
@@ -209,7 +210,8 @@ def test_the_cuda_printer_refuses_tensorized_schedules_it_cannot_print(make, mes
     (lambda s: s.split_k("j_o"), r"split_k\('j_o'\): loop 'j_o' \(dims j\) must run over the reduction only"),
     (lambda s: s.split_k("k_o").split_k("k_o"), r"loop 'k_o' is already bound to block.z"),
     (lambda s: s.bind("i_o", "block.z").split_k("k_o"), r"block.z is already bound to loop 'i_o'"),
-    (lambda s: s.stage("A", "k_o", stages=9), r"stages=9; a ring has 2 to 8 buffers"),
+    (lambda s: s.stage("A", "k_o", stages=1), r"stages=1; a ring has 2 or more buffers \(as many as the "
+                                              r"target's shared memory holds\)"),
     (lambda s: s.stage("A", "k_o", engine="dma"),
      r"stage\(tensor='A', at='k_o', engine='dma'\): engine='dma'; choose one of 'threads', 'tma'"),
     (lambda s: s.stage("A", "k_o", stages=2).stage("B", "k_o", stages=3),
@@ -262,6 +264,29 @@ def test_compile_refuses_a_block_over_the_architectures_shared_memory():
     with pytest.raises(ScheduleError, match=r"the kernel's blocks need 73728 bytes of shared memory; sm_75 "
                                             r"allows 65536 per block"):
         gpu_wmma(lo.Matmul(256, 256, 64, dtype="float16")).compile(target="cuda", isa="sm_75")
+
+
+def test_a_ring_is_as_deep_as_the_shared_memory_holds():
+    """BERT's 64 x 64 tiles of depth 64 take 16 KB a step: 14 buffers and their two mbarriers each fit
+    the 227 KB a block may have, 15 are refused naming the deepest."""
+    bert = lo.Matmul(384, 768, 3072, dtype="float16", out_dtype="float16")
+    tiles = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1, "depth": 64, "engine": "tma",
+             "specialize": True}
+    printed = print_kernel(gpu_wgmma(bert, **tiles, stages=14))
+    assert printed.dynamic_shared_bytes == 14 * (16384 + 16) <= 227 * 1024
+    assert "lo_barriers_init(lo_bar, 14); lo_empty_init(lo_bar + 14, 14, 1);" in printed.source
+    with pytest.raises(ScheduleError, match=r"^stages=15: a tensorized block needs 246000 bytes of shared "
+                                            r"memory .* stages=14 is the deepest ring of these tiles$"):
+        print_kernel(gpu_wgmma(bert, **tiles, stages=15))
+
+
+def test_a_deep_ring_wraps_in_the_emulation():
+    """30 steps through a 12-buffer ring (two and a half rounds), warp-specialized: as printed it matches
+    the reference."""
+    op = lo.Matmul(70, 64, 480, dtype="float16")
+    largest, excess = _emulated_error(gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, warps_n=1, depth=16,
+                                                stages=12, engine="tma", specialize=True), seed=9)
+    assert excess <= 0, largest
 
 
 def test_warp_axes_count_32_threads_each():

@@ -48,6 +48,7 @@ def test_tensor_kernels_match_the_reference_on_the_gpu(op, variant):
 TMA_OPS = [lo.Matmul(37, 45, 40, dtype="float16"), lo.Matmul(300, 260, 200, dtype="float16"),
            lo.Matmul(3, 5, 8, dtype="float16"), lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="float16"),
            lo.Matmul(300, 520, 264, dtype="bfloat16")]
+SMALL_GROUP = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}    # one warpgroup: BERT's tiles
 TMA_VARIANTS = {"wgmma tma": lambda op: gpu_wgmma(op, engine="tma"),
                 "wgmma tma depth=32 stages=8": lambda op: gpu_wgmma(op, depth=32, stages=8, engine="tma"),
                 "wgmma tma small split_k=3": lambda op: gpu_wgmma(op, **SMALL, split_k=3, engine="tma"),
@@ -68,6 +69,10 @@ TMA_VARIANTS = {"wgmma tma": lambda op: gpu_wgmma(op, engine="tma"),
                 "persistent 128-byte swizzle residual relu": lambda op: gpu_wgmma(
                     op, warps_m=1, warps_n=2, depth=64, swizzle=128, engine="tma", specialize=True,
                     persistent=True).add_residual().clip(low=0.0),
+                "specialized 64x64 ring of 14": lambda op: gpu_wgmma(
+                    op, **SMALL_GROUP, depth=64, swizzle=128, stages=14, engine="tma", specialize=True),
+                "64x64 ring of 20 depth=32": lambda op: gpu_wgmma(op, **SMALL_GROUP, depth=32, swizzle=64,
+                                                                  stages=20, engine="tma"),
                 "persistent small split_k=3": lambda op: gpu_wgmma(
                     op, **SMALL, split_k=3, stages=3, engine="tma", specialize=True, persistent=True)}
 

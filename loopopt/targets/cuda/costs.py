@@ -46,6 +46,16 @@ class Costs:
     # warp-specialized, moved the same 1.61 GB in 0.197 ms (0.1875 less the launch, 301k cycles at
     # 1.6 GHz): 40.6 bytes per SM-clock, the tensor cores near busy, so the L2 may give more.
     l2_bytes_per_clock_wide: float = 40.6
+    # measured (a lower bound): what one SM takes from L2 when fewer SMs share it (the two rates above are
+    # per SM with all 132 loading): cuBLAS's BERT kernel (384x768x3072, 64 x 64 tiles: 72 blocks) moved
+    # 786 KB a block in 7.4 us in a CUDA graph (H200, 2026-11-29): 66 bytes per SM-clock at 1.6 GHz. A
+    # kernel of fewer blocks than SMs gets the chip's rate shared among its blocks, at most this.
+    l2_port_bytes_per_clock: float = 66.0
+    # fitted: cycles until a step's TMA boxes land, a ring of s buffers keeping s - 2 steps in flight (the
+    # consumers hold two): BERT on 64 x 64 TMA tiles, warp-specialized, ran 18.8-18.9, 16.1-16.3 and 13.3-13.4
+    # us at 4, 5 and 8 stages, 15.1 / 15.8 at 6 / 7 and 14.2-14.7 at 9-14 (H200, one launch, three runs,
+    # 2026-11-29): 1000 cycles puts 4 and 5 stages behind the L2 rate and 8 at it.
+    tma_latency_cycles: float = 1000.0
     # counted: a warp's instructions per pipeline step as the current printer's kernels compile (SASS
     # of the calibration rows' kernels at commit 9db1a75, the main loop's body; least squares over the
     # 24 rows whose loop is one step, ``step_instructions`` in the rows' file): 108 besides its copies

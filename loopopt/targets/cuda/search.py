@@ -75,7 +75,7 @@ from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
-from .tensor_printer import REGISTERS_PER_SM, TensorPrinter
+from .tensor_printer import REGISTERS_PER_SM, TensorPrinter, ring_bytes, staging_fits
 
 WARP = 32
 MAX_THREADS = 1024                 # threads per block (every architecture here)
@@ -117,7 +117,8 @@ BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
 # deeper rings first: they win ties
-STAGES = {"gpu_wgmma": (5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
+# gpu_wgmma's 8: BERT on 64 x 64 TMA tiles ran 13.3 us at 8 stages, 16.1 at 5, 14.2-14.4 at 11 and 14 (H200)
+STAGES = {"gpu_wgmma": (8, 5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
 SPLITS = (1, 2, 4, 8, 16)
 # depthwise runs of 4 and 8 pixels were 1.3-2.1x slower than runs of 2 on each of MobileNetV2's layers on
 # an H200 (bench_cuda_depthwise.py), so only runs of 1 and 2 are candidates; None: the default block
@@ -445,11 +446,28 @@ def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
     """Whether a persistent tile loop is a candidate: a float op (its outputs stored element by element
     from registers) whose tiles outnumber the SMs (each block then walks several: fewer, the grid is
     the same), not split for a 16-bit output (the tile's last block adds those shares: one tile a
-    block, ``split_reduce.py``)."""
+    block, ``split_reduce.py``), and where its outputs go out by TMA, with room for their staging beside
+    the ring (without it the consumers store from registers: the GEMM 2000x3000x1000 on 192 x 128
+    tiles, float16 out, ran 38.1-38.3 us at 5 stages against 31.2-31.4 at 4 with the staging, H200)."""
     m, n, _, _ = _matrix(op)
     last = knobs.split_k > 1 and op.out_dtype != "float32"
+    staged = (_stores_by_tma(op) and knobs.split_k == 1
+              and knobs.instruction.n % output_types.TYPES[op.out_dtype].chunk_columns == 0)
+    consumers = knobs.warps_m * knobs.warps_n
     return op.quant is None and not last and \
-        -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > ARCH[arch].multiprocessors
+        -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > ARCH[arch].multiprocessors and \
+        not (staged and not staging_fits(knobs.stages, _step_bytes(knobs), consumers))
+
+
+@cache
+def _stores_by_tma(op: Op) -> bool:
+    """Whether a persistent kernel of ``op`` (``gpu_wgmma``'s tiles) stores its outputs by TMA
+    (``tma_store.output``: a row-major 2-D output)."""
+    try:
+        return TensorPrinter(gpu_wgmma(op, engine="tma", specialize=True, persistent=True), CUDA).stored \
+            is not None
+    except ScheduleError:
+        return False
 
 
 def _filled(op: Op, knobs: TensorKnobs, arch: str) -> bool:
@@ -507,12 +525,19 @@ def tensor_shared(knobs: TensorKnobs, sums: bool = False) -> int:
     warp (warpgroup), two with ``sums`` (a quantized op's activation sums), where that is more; TMA's
     ring adds an 8-byte mbarrier a buffer."""
     entry = knobs.instruction
+    scratch = knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4 * (2 if sums else 1)
+    if knobs.engine != "tma":
+        return max(knobs.stages * _step_bytes(knobs), scratch)
+    return ring_bytes(knobs.stages, _step_bytes(knobs), scratch, 2 if knobs.specialize else 1)
+
+
+def _step_bytes(knobs: TensorKnobs) -> int:
+    """Bytes of one buffer of the ring: both inputs' tiles of a step, each fragment in its instruction's
+    layout."""
+    entry = knobs.instruction
     elements = (-(-knobs.block_m // entry.m) * entry.a_tile_elements
                 + -(-knobs.block_n // entry.n) * entry.b_tile_elements) * -(-knobs.depth // entry.k)
-    tiles = max(knobs.stages * entry.element_bytes * elements,
-                knobs.warps_m * knobs.warps_n * entry.fragment_elements * 4 * (2 if sums else 1))
-    barriers = 2 if knobs.specialize else 1        # full (and empty) a buffer
-    return -(-tiles // 8) * 8 + 8 * barriers * knobs.stages if knobs.engine == "tma" else tiles
+    return entry.element_bytes * elements
 
 
 def _sums(op: Op) -> bool:
@@ -608,17 +633,26 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
     size = entry.element_bytes
     sums = _sums(op)
     columns = knobs.block_n + (entry.n * knobs.warps_n if sums else 0)     # the sums' products
-    # tiles in a wider swizzle come from L2 in fewer, larger boxes: its measured rate as bytes at the other's
-    l2_rate = costs.l2_bytes_per_clock_wide if knobs.swizzle > SWIZZLE_WIDTHS[0] else costs.l2_bytes_per_clock
+    l2_rate = _l2_rate(knobs, blocks, gpu, costs)
+    latency = costs.tma_latency_cycles if knobs.engine == "tma" else LOAD_LATENCY
     return Work(blocks, knobs.threads, -(-knobs.block_m * columns // knobs.threads) + OVERHEAD_REGISTERS,
                 tensor_shared(knobs, sums), 2.0 * knobs.block_m * columns * reduction, share,
                 padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
                 size * reduction * (knobs.block_m + knobs.block_n) * costs.l2_bytes_per_clock / l2_rate,
                 _device_bytes(op, knobs.split_k, size),
-                share * LOAD_LATENCY / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
+                share * latency / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
                 _split_bytes(op, knobs.split_k, costs), knobs.persistent, *_requantized(op, knobs))
+
+
+def _l2_rate(knobs: TensorKnobs, blocks: int, gpu: Gpu, costs: Costs = COSTS) -> float:
+    """Bytes a clock one SM's tiles come from L2 at: the measured rate with every SM loading (tiles in a
+    wider swizzle come in fewer, larger boxes: their own rate), the chip's shared among fewer SMs where
+    the grid has fewer blocks, at most an SM's own (``l2_port_bytes_per_clock``)."""
+    full = costs.l2_bytes_per_clock_wide if knobs.swizzle > SWIZZLE_WIDTHS[0] else costs.l2_bytes_per_clock
+    return min(max(full, costs.l2_port_bytes_per_clock),
+               full * gpu.multiprocessors / min(blocks, gpu.multiprocessors))
 
 
 def _requantized(op: Op, knobs: TensorKnobs) -> tuple[float, float]:

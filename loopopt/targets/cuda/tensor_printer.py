@@ -94,6 +94,27 @@ THREADS_PER_SM = 2048
 NARROW_SWIZZLE = SWIZZLE_WIDTHS[0]     # tiles of one k-slice's 32-byte rows (``Schedule.swizzle``)
 
 
+def ring_bytes(stages: int, step_bytes: int, scratch_bytes: int, barriers: int) -> int:
+    """Shared memory of a block whose ring has ``stages`` buffers of ``step_bytes`` (the epilogue's
+    ``scratch_bytes`` reuse it) and ``barriers`` 8-byte mbarriers a buffer after it."""
+    return -(-max(stages * step_bytes, scratch_bytes) // 8) * 8 + 8 * barriers * stages
+
+
+def _staging_offset(stages: int, step_bytes: int) -> int:
+    return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+
+
+def _staging_bytes(consumers: int) -> int:
+    return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+
+
+def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
+    """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
+    two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
+    ``consumers`` warpgroups store from registers)."""
+    return _staging_offset(stages, step_bytes) + _staging_bytes(consumers) + 16 * stages <= MAX_SHARED_BYTES
+
+
 def _even(expr: Expr) -> bool:
     """Whether ``expr`` is even for any values of its variables (even constants, terms with an even
     factor, and their sums; False where that is not evident)."""
@@ -214,11 +235,14 @@ class TensorPrinter:
                                 f"split_k({self.s.split_k_loop!r}) adds partial sums: split_k(..., "
                                 f"reduce='last') or drop one of them")
         if self.smem_bytes > MAX_SHARED_BYTES:
-            raise ScheduleError(f"a tensorized block needs {self.smem_bytes} bytes of shared memory "
-                                f"({self.pipeline} buffers of {self.tiles[self.a]} + {self.tiles[self.b]} "
-                                f"tiles of {self.tile_elements[self.a]} + {self.tile_elements[self.b]} "
-                                f"elements of {self.ins.element_bytes} bytes); "
-                                f"at most {MAX_SHARED_BYTES}: tile smaller or fewer stages")
+            deepest = self.deepest
+            raise ScheduleError(f"stages={self.pipeline}: a tensorized block needs {self.smem_bytes} bytes "
+                                f"of shared memory ({self.pipeline} buffers of {self.tiles[self.a]} + "
+                                f"{self.tiles[self.b]} tiles of {self.tile_elements[self.a]} + "
+                                f"{self.tile_elements[self.b]} elements of {self.ins.element_bytes} bytes); "
+                                f"{MAX_SHARED_BYTES} at most: " + (f"stages={deepest} is the deepest ring of "
+                                                                   f"these tiles" if deepest >= 2
+                                                                   else "tile smaller"))
         # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
         self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t],
                                    tuple(loop.name for loop in self.row_slices))
@@ -303,8 +327,7 @@ class TensorPrinter:
     def staging_offset(self) -> int:
         """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
         the 128-byte swizzle."""
-        ring = self.pipeline * self.ins.element_bytes * self.step_elements
-        return -(-ring // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
+        return _staging_offset(self.pipeline, self.ins.element_bytes * self.step_elements)
 
     @property
     def maps(self) -> list:
@@ -313,7 +336,7 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return self.warp_count * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+        return _staging_bytes(self.warp_count)
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
@@ -321,14 +344,30 @@ class TensorPrinter:
         consumers store from registers (another output, or no room for the staging beside the ring)."""
         if not self.s.persistent_tiles or not self.ins.asynchronous:
             return None
-        fits = (self.staging_offset + self.staging_bytes + 16 * self.pipeline <= MAX_SHARED_BYTES)
+        fits = staging_fits(self.pipeline, self.ins.element_bytes * self.step_elements, self.warp_count)
         return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
-    def smem_bytes(self) -> int:
+    def barriers(self) -> int:
+        """The mbarriers a buffer of the ring has: full (TMA-staged inputs) and empty (a cluster's or
+        specialized warps')."""
         empty = self.s.cluster_dims != (1, 1) or self.s.specialized
-        barriers = (2 if empty else 1) if self.s.tma_staged else 0   # full, empty
-        return self.barrier_offset + 8 * self.pipeline * barriers
+        return (2 if empty else 1) if self.s.tma_staged else 0
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.barrier_offset + 8 * self.pipeline * self.barriers
+
+    @property
+    def deepest(self) -> int:
+        """The most buffers a ring of this kernel's tiles may have within ``MAX_SHARED_BYTES`` (0 where
+        not even one fits)."""
+        step = self.ins.element_bytes * self.step_elements
+        scratch = self.warp_count * self.scratch_elements * 4
+        stages = MAX_SHARED_BYTES // (step + 8 * self.barriers)
+        while stages > 0 and ring_bytes(stages, step, scratch, self.barriers) > MAX_SHARED_BYTES:
+            stages -= 1
+        return stages
 
     @property
     def scratch_elements(self) -> int:

@@ -1,0 +1,85 @@
+"""Deep rings and tall tiles on an NVIDIA GPU: BERT's 384x768x3072 (``bench_cuda_tensor.half_op``) on
+64 x 64 wgmma tiles at ring depths up to the shared memory's (cuBLAS's kernel there: 64 x 64, 13
+stages), and the GEMM in no catalog (``bench_cuda_tune.NOVEL``: 2000x3000x1000) on 192-, 128- and
+256-row persistent tiles (cuBLAS's: a persistent 192 x 128 kernel), both with a float16 output as cuBLAS
+writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py`` times its variants
+(one launch with the L2 overwritten, in a CUDA graph, the fastest in alternation with cuBLAS) after the
+cost model's first three candidates (``model_first``).
+
+``python benchmarks/bench_cuda_rings.py [--only bert,novel_gemm] [--json PATH]``; ``--check``: small
+deep-ring and tall-tile kernels verified once (the run to put under ``compute-sanitizer``).
+"""
+from __future__ import annotations
+
+from bench_cuda_tensor import bench as bench_variants
+from bench_cuda_tensor import build_all, model_first, table
+from bench_cuda_tune import case_op
+from cuda_bench import main
+
+import loopopt as lo
+from loopopt.dataflows import gpu_wgmma
+from loopopt.measure import verify
+
+CASES = ["bert", "novel_gemm"]
+SPECIALIZED = {"engine": "tma", "specialize": True}
+SMALL = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}
+# BERT: one warpgroup of 64 x 64 a block, 72 blocks; a step of depth 64 (128-byte rows) or 32 (64-byte);
+# in clusters of 2 or 4 blocks along the rows or the columns, the tiles they share multicast
+DEEP = {"depth": 64, "swizzle": 128}
+RINGS = [DEEP | {"stages": s} | SPECIALIZED for s in (4, 5, 6, 7, 8, 9, 10, 11, 14)] + \
+    [DEEP | {"stages": s, "engine": "tma"} for s in (5, 8, 14)] + \
+    [{"depth": 32, "swizzle": 64, "stages": s} | SPECIALIZED for s in (8, 16, 27)] + \
+    [DEEP | {"warps_n": 2, "stages": s} | SPECIALIZED for s in (5, 8)] + \
+    [DEEP | {"stages": s, "cluster": c} | extra for c in ((2, 1), (1, 2), (1, 4)) for s in (6, 8)
+     for extra in (SPECIALIZED, {"engine": "tma"})]     # 6 x 12 tiles: no cluster of 4 along the rows
+# (tiles, ring depths): 40 KB a step at 192 x 128 (5 fit), 48 KB at the others (4; wgmma's n=192 B tile is
+# laid out as 256 rows)
+TALL = [({"block_m": 192, "block_n": 128, "warps_m": 3, "warps_n": 1}, (4, 5)),
+        ({"block_m": 192, "block_n": 128, "warps_m": 1, "warps_n": 2}, (4, 5)),
+        ({"block_m": 128, "block_n": 192, "warps_m": 2, "warps_n": 1}, (4,)),
+        ({"block_m": 256, "block_n": 128, "warps_m": 2, "warps_n": 1}, (4,)),
+        ({"block_m": 128, "block_n": 256, "warps_m": 2, "warps_n": 1}, (4,))]
+WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} | SPECIALIZED
+         for tiles, rings in TALL for s in rings] + \
+    [TALL[0][0] | {"depth": 64, "swizzle": 128, "stages": 5} | SPECIALIZED,
+     {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
+      "engine": "tma"}] + \
+    [tiles | {"depth": 64, "swizzle": 128, "stages": rings[-1], "cluster": c} | extra
+     for (tiles, rings), c in ((TALL[0], (1, 2)), (TALL[3], (2, 1)), (TALL[3], (1, 2)), (TALL[4], (2, 1)),
+                               (TALL[4], (1, 2)))
+     for extra in (SPECIALIZED, {"engine": "tma"})] + \
+    [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
+      "engine": "tma", "cluster": (1, 2)}]      # 11 x 12 tiles (x 24 at 128 columns): clusters along columns
+
+
+def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
+    """The (preset, arguments) timed for ``case``: the cost model's first three, then the rings or tiles."""
+    chosen = RINGS if case == "bert" else WALKS
+    tiles = SMALL if case == "bert" else {}
+    return [*model_first(op), *(("gpu_wgmma", tiles | arguments) for arguments in chosen)]
+
+
+def bench(cases: list[str]) -> list[dict]:
+    return bench_variants(cases, op_of=case_op, choose=variants)
+
+
+def check() -> bool:
+    """A deep ring whose steps wrap it several times, and a persistent tall tile over tails, verified."""
+    runs = [gpu_wgmma(lo.Matmul(100, 72, 1000, dtype="float16", out_dtype="float16"), **SMALL, depth=32,
+                      swizzle=64, stages=20, **SPECIALIZED),
+            gpu_wgmma(lo.Matmul(100, 72, 1000, dtype="float16"), **SMALL, depth=64, swizzle=128, stages=13,
+                      engine="tma"),
+            gpu_wgmma(lo.Matmul(500, 300, 200, dtype="float16", out_dtype="float16"), **TALL[0][0], depth=64,
+                      swizzle=128, stages=5, persistent=True, **SPECIALIZED)]
+    build_all(runs)
+    ok = True
+    for schedule in runs:
+        good, error = verify(schedule.compile(target="cuda"), seed=7)
+        ok &= good
+        print(f"{schedule.op!r} {schedule.pipeline_stages} stages: {'verified' if good else 'WRONG'} "
+              f"(max error {error:.2e})", flush=True)
+    return ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(__doc__, CASES, bench, table, check))
