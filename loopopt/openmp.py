@@ -11,7 +11,10 @@ than a short spin where kernels follow each other: MobileNetV2 fp32 on 2 threads
 microseconds) first, 7.66 ms at 1,000, 7.22 ms at 3,000; ResNet-18 fp32 19.29 -> 17.23 ms, MobileNetV2
 int8 11.41 -> 10.36 ms at 300. With a busy process on one of the two cores: 14.16 ms passive, 14.81 ms
 at 300, 16.37 ms at 1,000 (at 74% of the CPU taken by others, 3,000 was 1.7x passive): ``SPIN_COUNT``
-is the spin that gains where the cores are free and costs little where they are not.
+is the spin that gains where the cores are free and costs little where they are not. Measured again
+(MobileNetV2 fp32, 2 threads, docs/benchmarks.md, session 10): 300 spins last 5-15 us, 30,000 about 0.6 ms;
+under SCHED_FIFO 30,000 ran 4.3-5.6 ms against 5.4-9.2 ms, but beside other work not preempted 30-174 ms
+against 16-22 ms, so the spin stays short.
 
 ``load_runtime()`` loads libgomp (once, before the first kernel built with OpenMP) with
 ``GOMP_SPINCOUNT=SPIN_COUNT`` unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, and then puts the

@@ -1,0 +1,138 @@
+"""One model's steps inside ``rep.run`` against onnxruntime's nodes: each C call of the plan's repeats
+timed on its own (``time.perf_counter`` around it, in the order and on the buffers a run uses; the steps
+outside a repeat through ``Plan.run(times=...)``), and onnxruntime's per-node kernel times from its
+profiler (``SessionOptions.enable_profiling``), a node matched by name or by the output of the fused
+node onnxruntime made of it (``<output>_nchwc``). Both in this process, one after the other, each run
+``--settle`` seconds after the last (as ``bench_onnx``'s interleaved rounds are); medians and minimums
+over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
+
+    python benchmarks/bench_steps.py MODEL.onnx [--threads 2] [--rounds 30] [--settle 0.05] [--realtime]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from loopopt.onnx import backend  # noqa: E402
+from loopopt.onnx.report import random_inputs  # noqa: E402
+
+REALTIME_PRIORITY = 10
+KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
+
+
+def realtime() -> None:
+    """Every thread of this process (and those it starts later) under SCHED_FIFO."""
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setscheduler(int(thread), os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+
+
+def loopopt_steps(rep, given: dict[str, np.ndarray], rounds: int, settle: float) -> tuple[dict, list[float]]:
+    """Each step's microseconds by node (median, minimum) and the whole run's seconds per round."""
+    plan = rep.plan
+    calls = [(plan.steps[index].node, call) for repeat in plan.repeats.values()
+             for index, call in zip(range(repeat.start, repeat.stop), repeat.calls)]
+    seen: dict[str, list[float]] = defaultdict(list)
+    whole = []
+    for _ in range(rounds):
+        time.sleep(settle)
+        start = time.perf_counter()
+        rep.run(given)
+        whole.append(time.perf_counter() - start)
+        time.sleep(settle)
+        alone: dict[str, float] = {}
+        plan.run(given, times=alone)          # the steps outside a repeat, each on its own
+        for node in {step.node for step in plan.steps} - {node for node, _ in calls}:
+            seen[node].append(alone[node])
+        time.sleep(settle)
+        for node, (function, arguments) in calls:
+            start = time.perf_counter()
+            function(*arguments)
+            seen[node].append(time.perf_counter() - start)
+    return {node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in seen.items()}, whole
+
+
+def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rounds: int,
+                      settle: float) -> tuple[dict, list[float]]:
+    """onnxruntime's per-node kernel microseconds by node name (median, minimum) and its runs' seconds."""
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        session.run(None, given)
+    whole = []
+    for _ in range(rounds):
+        time.sleep(settle)
+        start = time.perf_counter()
+        session.run(None, given)
+        whole.append(time.perf_counter() - start)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    seen: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith(KERNEL_EVENT):
+            seen[event["name"][:-len(KERNEL_EVENT)]].append(event["dur"])
+    return {node: (float(np.median(t[-rounds:])), float(min(t[-rounds:]))) for node, t in seen.items()}, whole
+
+
+def matched(step, theirs: dict) -> tuple[float, float] | None:
+    """onnxruntime's time of the node a step runs: by name, or its fused node's (named by the output)."""
+    return theirs.get(step.node) or theirs.get(f"{step.outputs[0]}_nchwc")
+
+
+def cell(times: tuple[float, float] | None) -> str:
+    return "-" if times is None else f"{times[0]:.0f} ({times[1]:.0f})"
+
+
+def table(rep, ours: dict, theirs: dict, threads: int) -> list[str]:
+    """One row per step: loopopt's and onnxruntime's median (minimum) microseconds and their ratio."""
+    rows = [f"| step | op | loopopt us {threads}T | onnxruntime us {threads}T | ORT/loopopt |",
+            "|---|---|---|---|---|"]
+    for step in rep.plan.steps:
+        mine, peer = ours.get(step.node), matched(step, theirs)
+        ratio = f"{peer[0] / mine[0]:.2f}" if mine and peer else "-"
+        rows.append(f"| {step.node} | {step.op_type} | {cell(mine)} | {cell(peer)} | {ratio} |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--settle", type=float, default=0.05, help="seconds before each timed run")
+    parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO once prepared (root)")
+    args = parser.parse_args()
+    import onnx
+    given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
+    rep = backend.prepare(args.model, strict=True, threads=args.threads)
+    for _ in range(3):                      # two runs show the repeats, the third runs them
+        rep.run(given)
+    if args.realtime:
+        realtime()
+    ours, whole = loopopt_steps(rep, given, args.rounds, args.settle)
+    theirs, peer = onnxruntime_nodes(args.model, given, args.threads, args.rounds, args.settle)
+    repeated = sum(r.stop - r.start for r in rep.plan.repeats.values())
+    print(f"{Path(args.model).name}, {args.threads} thread(s), {args.rounds} rounds, load "
+          f"{os.getloadavg()[0]:.1f}: {len(rep.plan.steps)} steps, {repeated} in {len(rep.plan.repeats)} "
+          f"repeat(s); rep.run median {np.median(whole) * 1e3:.2f} ms (min {min(whole) * 1e3:.2f}), steps "
+          f"summed {sum(t[0] for t in ours.values()) / 1e3:.2f} ms; session.run median "
+          f"{np.median(peer) * 1e3:.2f} ms (min {min(peer) * 1e3:.2f}), nodes summed "
+          f"{sum(t[0] for t in theirs.values()) / 1e3:.2f} ms")
+    print("\n".join(table(rep, ours, theirs, args.threads)))
+
+
+if __name__ == "__main__":
+    main()
