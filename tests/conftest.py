@@ -2,8 +2,10 @@ import compileall
 import dataclasses
 import json
 import os
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,33 @@ def pytest_collection_modifyitems(items):
     tutorial, the searches and the Winograd tests sat near the end of the file order)."""
     items.sort(key=lambda item: (item.get_closest_marker("sanitize") is None,
                                  item.get_closest_marker("slow") is None))
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """User and system CPU seconds of this process and of its waited-for children (the compilers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """With LOOPOPT_TEST_CPU_LOG=FILE, each test's CPU seconds (setup, call and teardown; the compilers
+    included, then theirs alone) and wall seconds are appended to FILE as ``cpu_s children_s wall_s
+    nodeid`` lines (every xdist worker appends its own; the sanitizer tier's python marks its nodeids
+    ``sanitized:``): the suite's time ranked by CPU, which a loaded machine inflates far less than
+    the wall's."""
+    log = os.environ.get("LOOPOPT_TEST_CPU_LOG")
+    (own, children), wall = _cpu_seconds(), time.perf_counter()
+    yield
+    if log:
+        from loopopt.cbuild import SANITIZE_ENV
+
+        (own_after, children_after), wall_after = _cpu_seconds(), time.perf_counter()
+        spent_children = children_after - children
+        with open(log, "a") as out:
+            tier = "sanitized:" if os.environ.get(SANITIZE_ENV) else ""
+            out.write(f"{own_after - own + spent_children:.3f} {spent_children:.3f} {wall_after - wall:.3f} "
+                      f"{tier}{item.nodeid}\n")
 
 
 @pytest.fixture(autouse=True)
