@@ -258,7 +258,12 @@ class Kernel:
         returns the output in the logical layout, as a view of the kernel's storage where the layout
         allows (``Layout.view``): the next call overwrites it, so a caller that keeps it copies it. A
         kernel that adds a residual (``Schedule.add_residual``) takes it last in each call:
-        ``call(x, residual)``. ``call.last_call()``: the last call's C function and arguments where
+        ``call(x, residual)``, and with ``call(x, residual, over_residual=True)`` writes its output over
+        the residual's memory (its packed copy where the residual was not read as it is) and returns a
+        view of that: a model's shortcut read by nothing else after it, so the output's stores hit lines
+        the residual's loads just brought in and no buffer of the kernel's own is touched; only where
+        the kernel stores each output once (``Generated.output_over_residual``), else ValueError.
+        ``call.last_call()``: the last call's C function and arguments where
         that call was the C call alone (``plan.Plan`` repeats such calls without Python between them);
         ``call.storage``: the buffer every call writes its output into."""
         inputs = self.op.inputs
@@ -325,15 +330,26 @@ class Kernel:
                 raise ValueError(f"{_called(tensor)} has shape {array.shape} and dtype {array.dtype}; "
                                  f"{self.op!r} {wants} {shape} and dtype {dtype}")
 
-        def call(*arrays: np.ndarray) -> np.ndarray:
+        output_slot = slots[self._output_name]
+        own_output = arguments[output_slot]
+
+        def call(*arrays: np.ndarray, over_residual: bool = False) -> np.ndarray:
             """The output on this call's arrays (the activations, and the residual when the kernel
-            adds one)."""
+            adds one), in the kernel's buffer or, ``over_residual``, in the residual's."""
             if len(arrays) != len(given):
                 raise ValueError(f"this kernel takes {len(given)} array(s) per call "
                                  f"({', '.join(map(_called, given))}), got {len(arrays)}")
+            if over_residual and not self.generated.output_over_residual:
+                raise ValueError(f"over_residual=True needs a kernel that adds a residual and stores each "
+                                 f"output once; {self.op!r} with this schedule "
+                                 + ("applies its epilogue in a pass over the output after the nest"
+                                    if self.schedule.residual else "adds no residual"))
             for tensor, array in zip(given, arrays):
                 place(tensor, array)
+            arguments[output_slot] = arguments[slots[RESIDUAL]] if over_residual else own_output
             self.run(Buffers(values, tuple(arguments)))
+            if over_residual:
+                return self._logical(values[RESIDUAL], view=True)
             return self._output_values(layout.from_storage(stored, out_shape) if view is None else view)
 
         def last_call() -> tuple[Callable[..., None], tuple] | None:

@@ -43,8 +43,28 @@ def _matches(data, isa):
     schedule = _with_epilogue(data.draw(schedules(op, isa)), residual, clip)
     kernel = schedule.compile(isa)
     kernel.set_threads(2 if schedule.parallel_loop is not None else 1)
-    ok, error, _ = checked(kernel, seed=data.draw(st.integers(0, 3)))
+    seed = data.draw(st.integers(0, 3))
+    ok, error, _ = checked(kernel, seed=seed)
     assert ok, (schedule.pseudocode(isa), error)
+    if kernel.generated.output_over_residual:
+        _writes_over_the_residual(kernel, seed)
+
+
+def _writes_over_the_residual(kernel: lo.Kernel, seed: int) -> None:
+    """A call writing the output over the residual gives, bit for bit, the output of the kernel's own
+    call, in the memory of the residual it read (its packed copy where it could not read it as given)."""
+    op = kernel.op
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(op.tensor(t).shape).astype(np.float32) for t in op.call_tensors]
+    residual = rng.standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    expected = kernel(*arrays, residual)
+    call = kernel.with_constants(*arrays[1:])
+    given = residual.copy()
+    written = call(arrays[0], given, over_residual=True)
+    np.testing.assert_array_equal(written, expected)
+    own = call(arrays[0], residual)       # the next call, not over it: the kernel's own buffer
+    np.testing.assert_array_equal(own, expected)
+    assert not np.shares_memory(own, written) and not np.shares_memory(own, residual)
 
 
 test_epilogue_matches_the_reference, test_epilogue_matches_the_reference_more = tiers(
@@ -92,6 +112,36 @@ def test_the_kernel_takes_the_residual_after_the_bias_and_with_each_call():
     assert kernel.call_bytes()["inputs"] == 4 * (x.size + w.size + b.size + r.size)
     assert "O[n, k, oh, ow] = O[n, k, oh, ow] + lo_residual[n, k, oh, ow]" in \
         output_stationary(op).add_residual().pseudocode(ISAS[0])
+
+
+def test_a_kernel_storing_each_output_once_may_write_it_over_the_residual():
+    """A register block holding final sums reads each residual element just before storing the output
+    at the same offset: a call may give both the residual's memory (``over_residual``), and the C
+    declares those two without ``restrict``; a kernel whose pass after the nest adds the residual to
+    the sums it stored may not (ValueError), nor one without a residual."""
+    op = lo.Conv2d(6, 21, 3, stride=2, padding=(1, 2), batch=2, height=9, width=7)
+    isa = "avx512" if "avx512" in ISAS else ISAS[0]
+    kernel = output_stationary(op).add_residual().clip(0.0, 6.0).compile(isa)
+    assert kernel.generated.output_over_residual
+    assert "const float *lo_residual, float *O)" in kernel.source
+    assert "const float *restrict I" in kernel.source
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(op.tensor(t).shape).astype(np.float32) for t in op.call_tensors)
+    residual = rng.standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    expected = kernel(x, w, b, residual)
+    layout = kernel.schedule.layout_of(op.output)
+    stored = layout.view(layout.to_storage(residual), residual.shape)   # as the conv before hands it on
+    call = kernel.with_constants(w, b)
+    written = call(x, stored, over_residual=True)
+    np.testing.assert_array_equal(written, expected)
+    assert np.shares_memory(written, stored)     # the residual read as it is, then written over
+    passed = lo.Schedule(op).add_residual().compile(isa)
+    assert not passed.generated.output_over_residual and "restrict lo_residual" in passed.source
+    with pytest.raises(ValueError, match=r"over_residual=True needs a kernel that adds a residual and "
+                                         r"stores each output once; .* applies its epilogue in a pass over"):
+        passed.with_constants(w, b)(x, residual, over_residual=True)
+    with pytest.raises(ValueError, match=r"over_residual=True needs .*; .* adds no residual"):
+        output_stationary(op).compile(isa).with_constants(w, b)(x, over_residual=True)
 
 
 INT8 = lo.Conv2d(8, 8, 3, padding=1, height=5, width=5, quant=lo.QuantSpec())

@@ -8,7 +8,7 @@ kinds proven by ``vector.classify``; lanes that fail a guard are masked off.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..cnames import letter_variable
 from ..epilogue import HELPERS, RESIDUAL
@@ -57,6 +57,7 @@ class Generated:
     plan: quantized.QuantPlan | None = None     # quantized ops: what the kernel computes
     read_ahead: dict[str, int] = field(default_factory=dict)   # bytes read past an array's end, by param
     compile_flags: tuple[str, ...] = ()          # of the instructions the kernel uses
+    output_over_residual: bool = False           # a call may give the output the residual's memory
 
 
 def kernel_arguments(schedule: Schedule) -> tuple[str, ...]:
@@ -142,6 +143,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
     params = tuple(KernelParam(t, _tensor_type(schedule, arith, t), const=t != out)
                    for t in args) + (quantized.parameters(plan) if plan else ())
     emitter = _Emitter(schedule, isa, kinds, arith, params)
+    if emitter.output_over_residual:
+        params = emitter.params = tuple(replace(p, aliased=p.name in (RESIDUAL, out)) for p in params)
     nest = emitter.nest_function()
     body = emitter.function_body()
     tables = quantized.static_tables(schedule, plan) if plan else ""
@@ -159,7 +162,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
                         f"{signature(KERNEL_NAME, params)}\n{{", body, "}", ""])
     source, cdef = with_threads(source, signature(KERNEL_NAME, params, restrict=False) + ";", openmp)
     ahead = quantized.read_ahead(schedule, plan, isa.lanes) if plan else _bf16_read_ahead(arith)
-    return Generated(source, cdef, args, params, isa, kinds, openmp, plan, ahead, arith.compile_flags)
+    return Generated(source, cdef, args, params, isa, kinds, openmp, plan, ahead, arith.compile_flags,
+                     emitter.output_over_residual)
 
 
 def _tensor_type(schedule: Schedule, arith: Arithmetic, tensor: str) -> str:
@@ -218,6 +222,9 @@ class _Emitter:
         # them; every other nest leaves sums in the output, and a pass after it applies the epilogue
         self.epilogue = schedule.fused_epilogue
         self.epilogue_pass = self.epilogue is not None and (self.block is None or self.block.epilogue is None)
+        # each output stored once, from its final sum plus the residual element at the same offset read
+        # just before: the output may be written over the residual (``Kernel.with_constants``)
+        self.output_over_residual = schedule.residual and not self.epilogue_pass
         # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
         # one per thread, each through one call of a separate nest function. Unlike a loop
         # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like

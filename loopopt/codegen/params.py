@@ -23,18 +23,21 @@ WIDE_INDEX = "ptrdiff_t"
 
 @dataclass(frozen=True)
 class KernelParam:
-    """One C parameter: a pointer to ``ctype`` elements (read-only if ``const``) or a scalar."""
+    """One C parameter: a pointer to ``ctype`` elements (read-only if ``const``) or a scalar; ``aliased``:
+    a pointer a call may give the memory of another ``aliased`` parameter (declared without ``restrict``)."""
 
     name: str
     ctype: str
     pointer: bool = True
     const: bool = False
+    aliased: bool = False
 
     def declaration(self, restrict: bool = True) -> str:
         """The C declaration, e.g. ``const float *restrict I`` or ``int lo_zx``."""
         if not self.pointer:
             return f"{self.ctype} {self.name}"
-        return f"{'const ' if self.const else ''}{self.ctype} *{'restrict ' if restrict else ''}{self.name}"
+        restricted = "restrict " if restrict and not self.aliased else ""
+        return f"{'const ' if self.const else ''}{self.ctype} *{restricted}{self.name}"
 
 
 def signature(function: str, params: tuple[KernelParam, ...], restrict: bool = True) -> str:

@@ -129,7 +129,7 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
                                   self._kernel_step(conv, runtime), KERNEL, owns_outputs=True,
                                   last_call=self._bound[conv.name].last_call,
-                                  storage=self._bound[conv.name].storage))
+                                  storage=self._bound[conv.name].storage, overwrites=-1 if residual else 0))
                 continue
             if node.name in absorbed:
                 continue
@@ -206,7 +206,8 @@ class LoopoptRep(BackendRep):
         if node.name in self._bound:
             bound = self._bound[node.name]
             if node.name in self.chains and self.chains[node.name].residual:     # its last input
-                return lambda inputs, reuse: bound(inputs[0], inputs[-1])
+                over = bound.over_residual     # the kernel may write its output over the residual
+                return lambda inputs, reuse: bound(inputs[0], inputs[-1], over_residual=reuse and over)
             return lambda inputs, reuse: bound(inputs[0])
 
         def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:

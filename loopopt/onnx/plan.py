@@ -5,8 +5,12 @@ arrays from step to step, with no per-node dispatch, validation or lowering.
 Values pass between steps as logical arrays that may be views of a kernel's storage (its output
 channels-last, say): the next kernel whose storage layout is the same reads that memory as it is,
 and elementwise steps keep its order, so layouts are converted only where a consumer needs another
-one, and at the model's outputs. A step may overwrite its first input when that value is a buffer
-of its producer's own that no other step reads (``Step.reuse``: Relu in place on a conv's output).
+one, and at the model's outputs. A step may overwrite one of its inputs (``Step.overwrites``: its
+first, or a conv's fused shortcut add its residual) when that value is a buffer of its producer's
+own that no later step reads and no other step's output may view (its other readers own their
+outputs): ``Step.reuse``, e.g. Relu in place on a conv's output, or a ResNet block's last conv
+writing over its shortcut once the block's first conv has read it (as onnxruntime's Sum-fused conv
+does: no buffer of its own to bring in from memory, no second stream).
 A kernel step writes the same buffers on every run (``Kernel.with_constants``), so a run's values
 are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
 every value, and a plan runs one call at a time.
@@ -45,7 +49,8 @@ class Step:
     engine: str
     owns_outputs: bool      # its outputs are buffers of its own (not views of its inputs or constants)
     reason: str = ""        # why onnx.reference runs it (a pooling step on numpy: why its kernel does not)
-    reuse: bool = False     # it may write into its first input's buffer (set by Plan)
+    reuse: bool = False     # it may write into the buffer of its input ``overwrites`` (set by Plan)
+    overwrites: int = 0     # the input it can write over: its index in ``inputs`` (-1: the last)
     selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
     last_call: LastCall | None = None   # a kernel or lookup step: its last C call (``Kernel.with_constants``)
     storage: np.ndarray | None = None   # a bound kernel step: the buffer it writes on every run
@@ -130,13 +135,15 @@ class Plan:
 
     def __init__(self, steps: list[Step], constants: dict[str, np.ndarray], outputs: Sequence[str]):
         self.steps, self.constants, self.outputs = steps, constants, tuple(outputs)
-        readers = Counter(name for step in steps for name in set(step.inputs) if name)
         owners = {name for step in steps if step.owns_outputs for name in step.outputs}
         last = {name: i for i, step in enumerate(steps) for name in step.inputs if name}
-        for step in steps:
-            first = step.inputs[0] if step.inputs else ""
-            step.reuse = (first in owners and readers[first] == 1 and first not in self.outputs
-                          and step.inputs.count(first) == 1)
+        # per value, the steps reading it whose outputs may be views of their inputs
+        viewers = Counter(name for step in steps if not step.owns_outputs for name in set(step.inputs)
+                          if name)
+        for index, step in enumerate(steps):
+            value = step.inputs[step.overwrites] if step.inputs else ""
+            step.reuse = (value in owners and last.get(value) == index and value not in self.outputs
+                          and step.inputs.count(value) == 1 and viewers[value] == (not step.owns_outputs))
         # after step i, the values no later step reads (freed, so their memory is reused)
         self._dead = [tuple(n for n in set(step.inputs) if n and last.get(n) == i and n not in self.outputs
                             and n not in constants) for i, step in enumerate(steps)]
