@@ -2,8 +2,10 @@ import compileall
 import dataclasses
 import json
 import os
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,16 +19,16 @@ os.environ.setdefault("LOOPOPT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "
 # spares the two builds that would parse them first (about 0.45 CPU-s each with an empty cache).
 # tests/test_cache.py checks the default policy.
 os.environ.setdefault("LOOPOPT_PRECOMPILE_AFTER", "0")
-# Kernels are built at -O2 (LOOPOPT_OPT_LEVEL, docs/reference/build.md): the tests check what kernels
-# compute, not how fast, and GCC 12 spends 23% less CPU after parsing at -O2 than -O3 (80 of the suite's
-# kernels: 20 vs 26 CPU-s). -O2 rather than -O1 (16 CPU-s): -O2 fuses a scalar a*b+c into an FMA as -O3
-# does (-fexpensive-optimizations; -O1 does not), so float kernels round as users' do, and GCC 12's
-# combiner does not take 17 CPU-s on some kernels at -O2 as it does at -O1 (the stored conv4_x.int8
-# kernel). No level enables -ffast-math or reassociation; quantized kernels build with -ffp-contract=off
-# at every level (bit-exact). Tests marked `optimized_build` build at the default level (fixture below):
-# checks of the optimized code or its speed (none on x86 at present: the machine's probes are built at
-# -O3 by loopopt itself) and the stored layer schedules. LOOPOPT_OPT_LEVEL=3 runs them all at -O3.
-os.environ.setdefault("LOOPOPT_OPT_LEVEL", "2")
+# Kernels are built at -O1 (LOOPOPT_OPT_LEVEL, docs/reference/build.md): the tests check what kernels
+# compute, not how fast, and GCC 12 compiles the quick tier's kernels in 15% less CPU at -O1 than at -O2
+# (89 kernels: 13.4 vs 15.7 CPU-s), -O2 in 23% less than -O3. Every level rounds alike: kernels build with
+# -std=c11, which turns GCC's contraction of a*b+c into an FMA off at every level (tests/test_cache.py
+# checks it), no level enables -ffast-math or reassociation, and quantized kernels build with
+# -ffp-contract=off besides (bit-exact). Tests marked `optimized_build` build at the default level
+# (fixture below): checks of the optimized code or its speed (none on x86 at present: the machine's
+# probes are built at -O3 by loopopt itself) and the stored layer schedules (GCC 12's combiner takes
+# 17 CPU-s on the stored conv4_x.int8 kernel at -O1, 1 s at -O3). LOOPOPT_OPT_LEVEL=3 runs them all at -O3.
+os.environ.setdefault("LOOPOPT_OPT_LEVEL", "1")
 # loopopt's bytecode, brought up to date here (a stat per module when it is): where PYTHONDONTWRITEBYTECODE
 # is set, as on the team's machines, every python the suite starts (each xdist worker, the command-line
 # tests' subprocesses, the sanitizer tier) would otherwise compile loopopt from source, 1.3 CPU-s each.
@@ -50,6 +52,33 @@ def pytest_collection_modifyitems(items):
     tutorial, the searches and the Winograd tests sat near the end of the file order)."""
     items.sort(key=lambda item: (item.get_closest_marker("sanitize") is None,
                                  item.get_closest_marker("slow") is None))
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """User and system CPU seconds of this process and of its waited-for children (the compilers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """With LOOPOPT_TEST_CPU_LOG=FILE, each test's CPU seconds (setup, call and teardown; the compilers
+    included, then theirs alone) and wall seconds are appended to FILE as ``cpu_s children_s wall_s
+    nodeid`` lines (every xdist worker appends its own; the sanitizer tier's python marks its nodeids
+    ``sanitized:``): the suite's time ranked by CPU, which a loaded machine inflates far less than
+    the wall's."""
+    log = os.environ.get("LOOPOPT_TEST_CPU_LOG")
+    (own, children), wall = _cpu_seconds(), time.perf_counter()
+    yield
+    if log:
+        from loopopt.cbuild import SANITIZE_ENV
+
+        (own_after, children_after), wall_after = _cpu_seconds(), time.perf_counter()
+        spent_children = children_after - children
+        with open(log, "a") as out:
+            tier = "sanitized:" if os.environ.get(SANITIZE_ENV) else ""
+            out.write(f"{own_after - own + spent_children:.3f} {spent_children:.3f} {wall_after - wall:.3f} "
+                      f"{tier}{item.nodeid}\n")
 
 
 @pytest.fixture(autouse=True)

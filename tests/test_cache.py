@@ -2,6 +2,7 @@
 import fcntl
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -206,7 +207,7 @@ def test_precompile_after_from_the_environment(cache, monkeypatch):
 
 
 def test_opt_level_builds_and_keys_each_level_apart(cache, monkeypatch):
-    """$LOOPOPT_OPT_LEVEL (the suite sets 2) builds at that -O level and is part of the cache key: a kernel
+    """$LOOPOPT_OPT_LEVEL (the suite sets 1) builds at that -O level and is part of the cache key: a kernel
     built at one level is never loaded at another; unset means -O3; any other value is refused."""
     levels = []
     compile_once = cbuild.run_compiler
@@ -226,6 +227,21 @@ def test_opt_level_builds_and_keys_each_level_apart(cache, monkeypatch):
                                              f"allowed: 1, 2, 3"):
             compile_c(source(13), CDEF)
 
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="-mfma is an x86 flag")
+def test_every_level_rounds_a_multiply_add_alike_unfused(cache, monkeypatch):
+    """Kernels build with -std=c11, under which GCC contracts no a*b + c into an FMA at any level: the
+    suite's -O1 kernels round as users' -O3 ones. (1 + 2^-12)^2 - (1 + 2^-11) is 2^-24 fused, 0 rounded
+    first; a build that contracts (the control: -O3 -ffp-contract=fast) gets the 2^-24."""
+    monkeypatch.setenv(cbuild.PRECOMPILE_ENV, "99")      # three one-off flag sets: no precompiled headers
+    code = "float lo_madd(float a, float b, float c) { return a * b + c; }"
+    cdef = "float lo_madd(float, float, float);"
+    a, c = 1 + 2.0 ** -12, -(1 + 2.0 ** -11)
+    for level in ("1", "3"):
+        assert compile_c(code, cdef, ("-mfma",), level=level).lib.lo_madd(a, a, c) == 0.0, level
+    fused = compile_c(code, cdef, ("-mfma", "-ffp-contract=fast"), level="3")
+    assert fused.lib.lo_madd(a, a, c) == 2.0 ** -24
 
 def test_info_trim_and_clear(cache, capsys):
     """info lists kernels and precompiled headers apart; trim removes the headers, failed sources and
