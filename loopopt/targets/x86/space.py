@@ -649,6 +649,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
         vectors = -(-cb // vector)
         spare = ISAS[isa].registers - vectors - 1          # registers left after the weights and a broadcast
         names = Names.of(roles.rc, cache_block, weights == "dot")
+        panel = channel_panel(op, cb) if weights == "packed" and not cache_block and threads == 1 else 0
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
             red_extents[names.reduction] = -(-red_extents[names.reduction] // dot_elements(op))
@@ -668,8 +669,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
                                       fmt, pixel, prefetch=ahead if weights == "packed" else 0)
                         found += [Candidate(op, isa, replace(knobs, activations=where))
                                   for where in activations]
-                panel = channel_panel(op, cb) if weights == "packed" and not cache_block else 0
-                if panel and threads == 1:
+                if panel:
                     plain = Knobs(pb, cb, reduction, (), weights, 0, (), None, fmt, pixel, prefetch=ahead)
                     found += [Candidate(op, isa, replace(in_panels(op, plain, panel), unroll=unroll))
                               for unroll in unrolls]
