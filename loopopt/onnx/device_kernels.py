@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..kernel import Kernel
-from ..ops import Op
+from ..ops import FLOAT16, Op
 from ..schedule import Schedule, ScheduleError
 from ..schedule_file import SCHEDULE_ALGORITHMS
 from ..targets.search import Candidate, SearchRules
@@ -175,6 +175,6 @@ class DeviceKernel:
         values[self.output] = out
         self.kernel.run(self.kernel.bind(values))
         logical = self.layouts[self.output].logical_view(out, self.out_shape)
-        if logical.dtype == np.uint16:      # a float16 output's bit patterns (``out_dtype``): their values
+        if self.kernel.op.out_dtype == FLOAT16:     # the output's bit patterns (uint16): their values
             logical = logical.view(np.float16)
         return self.lowering.result(logical if logical.dtype == self.dtype else logical.astype(self.dtype))

@@ -6,8 +6,9 @@ the host emulation stores the bit patterns (``uint16_t``) that C functions of th
 (``HOST``), so that a truncating conversion misses the reference without a GPU. TMA stores a 16-bit
 output's chunks as it does float32's: 64 rows of 128 swizzled bytes, 64 columns a chunk instead of 32.
 
-Only the tensor-core kernels store 16-bit outputs (``check``); a ``split_k`` kernel adds float32 shares
-into its output and refuses them (``tensor_printer``).
+Only the tensor-core kernels store 16-bit outputs (``check``); a ``split_k`` kernel whose shares are
+added into its output refuses them, one whose tile's last block reduces the shares
+(``split_k(..., reduce="last")``, ``split_reduce``) rounds once at that block's store.
 """
 from __future__ import annotations
 
