@@ -24,17 +24,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtimes import realtime_threads  # noqa: E402
+
 from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
 
-REALTIME_PRIORITY = 10
 KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
-
-
-def realtime() -> None:
-    """Every thread of this process (and those it starts later) under SCHED_FIFO."""
-    for thread in os.listdir("/proc/self/task"):
-        os.sched_setscheduler(int(thread), os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
 
 
 def loopopt_steps(rep, given: dict[str, np.ndarray], rounds: int, settle: float) -> tuple[dict, list[float]]:
@@ -121,7 +116,7 @@ def main() -> None:
     for _ in range(3):                      # two runs show the repeats, the third runs them
         rep.run(given)
     if args.realtime:
-        realtime()
+        realtime_threads()
     ours, whole = loopopt_steps(rep, given, args.rounds, args.settle)
     theirs, peer = onnxruntime_nodes(args.model, given, args.threads, args.rounds, args.settle)
     repeated = sum(r.stop - r.start for r in rep.plan.repeats.values())

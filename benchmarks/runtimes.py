@@ -45,6 +45,14 @@ class Contender:
             raise ValueError(f"runtime {self.runtime!r} is not known; one of {', '.join(RUNTIMES)}")
 
 
+def realtime_threads(pid: int | str = "self", priority: int = REALTIME_PRIORITY) -> None:
+    """Every thread of process ``pid`` (and those it starts later) under ``SCHED_FIFO`` at ``priority``
+    (root on Linux): the machine's other work no longer preempts its timed runs (it keeps the 5% of the
+    CPU that the kernel's real-time throttling leaves). PermissionError if not allowed."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setscheduler(int(thread), os.SCHED_FIFO, os.sched_param(priority))
+
+
 def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]], list[str]]:
     """The contender's run (inputs -> outputs) and the nodes it leaves to onnx.reference."""
     if contender.runtime == "onnxruntime":
@@ -109,10 +117,8 @@ class Worker:
 
     def realtime(self, priority: int = REALTIME_PRIORITY) -> None:
         """Every thread of the worker (and those it starts later) under ``SCHED_FIFO`` at ``priority``
-        (root on Linux): the machine's other work no longer preempts its timed runs (it keeps the 5% of
-        the CPU that the kernel's real-time throttling leaves). PermissionError if not allowed."""
-        for thread in os.listdir(f"/proc/{self._process.pid}/task"):
-            os.sched_setscheduler(int(thread), os.SCHED_FIFO, os.sched_param(priority))
+        (``realtime_threads``)."""
+        realtime_threads(self._process.pid, priority)
 
     def run(self, outputs: bool = False) -> tuple[float, list[np.ndarray] | None]:
         """Seconds of one run in the worker (and its outputs if asked)."""
