@@ -27,6 +27,7 @@ from peers import FP32_PEERS, INT8_PEERS, LayerData, PeerUnavailable
 
 import loopopt as lo
 from loopopt.machine import cpu_seconds, others_share
+from loopopt.onnx.peer import EXACT, options_text
 from loopopt.schedule_file import list_schedules, stored_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,13 +323,16 @@ def machine_text(isa: str, others: float | None) -> str:
             f"turn a 1 ms call into 16-32 ms).")
 
 
-def versions_text() -> str:
+def versions_text(ort_int8: str = EXACT) -> str:
+    """The peers' versions, onnxruntime's with the session options of int8 mode ``ort_int8``."""
     found = []
     for module in ("torch", "onnxruntime", "onnx"):
         try:
             found.append(f"{module} {__import__(module).__version__}")
         except Exception:  # noqa: BLE001  (a broken install is reported like a missing one)
             found.append(f"{module} not installed")
+        else:
+            found[-1] += f" ({options_text(ort_int8)})" if module == "onnxruntime" else ""
     return ", ".join(found)
 
 

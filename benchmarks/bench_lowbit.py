@@ -42,6 +42,7 @@ from ggml_ternary import GgmlGemv, library_dir
 import loopopt as lo
 from loopopt.cbuild import compile_c
 from loopopt.machine import DRAM_CACHES, StreamRead, cpu_seconds, machine_profile, others_share
+from loopopt.onnx.peer import session_options
 from loopopt.quant_reference import random_call
 from loopopt.targets.x86.binary import LANES
 from loopopt.targets.x86.families import compile_binary
@@ -189,8 +190,8 @@ def matmulnbits_runner(n: int, k: int) -> tuple[Callable[[], object], int] | str
                               [numpy_helper.from_array(bq, "B"), numpy_helper.from_array(scales, "scales")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options = session_options(1)
+    options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {"A": rng.standard_normal((1, k)).astype(np.float32)}
     return partial(session.run, None, feeds), bq.nbytes + scales.nbytes

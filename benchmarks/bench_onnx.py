@@ -8,12 +8,15 @@ whole model end to end (``rep.run`` against ``session.run``, each runtime in its
 with the same thread count, rounds interleaved by this one: ``runtimes.py``); the
 whole model's output through loopopt.onnx.backend (strict) against onnxruntime's; and for the int8
 models each quantized node's output against onnxruntime's on the same inputs, in steps of the output,
-with which of the two is exact (loopopt.onnx.exact) where they differ.
+with which of the two is exact (loopopt.onnx.exact) where they differ. onnxruntime runs with
+``--ort-int8``'s session options (``loopopt.onnx.peer``): ``exact`` (the default: its exact int8 kernels,
+like with like against loopopt's; on an x86 CPU without VNNI its default ones saturate) or ``default``
+(its own choice, faster there); the heading says which.
 
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
                                     [--models resnet18,mobilenetv2,resnet50] [--tune-trials N]
                                     [--tune-models a,b] [--log FILE] [--whole-only [--tuned-log FILE
-                                    [--prepare-trials N]]] [--write]
+                                    [--prepare-trials N]]] [--ort-int8 exact|default] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
 ``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
@@ -45,6 +48,7 @@ from runtimes import SETTLE, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
+from loopopt.onnx.peer import EXACT, INT8_MODES  # noqa: E402
 from loopopt.onnx.report import RAN, TUNED, model_report, random_inputs  # noqa: E402
 
 SECTION = "## Whole models vs onnxruntime"
@@ -193,18 +197,19 @@ class Whole(NamedTuple):
 
 
 def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = None,
-                prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False) -> Whole:
+                prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False,
+                ort_int8: str = EXACT) -> Whole:
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
     the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
     (None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed under SCHED_FIFO
-    once prepared (``Worker.realtime``)."""
+    once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode (``loopopt.onnx.peer``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
     env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
     contenders = [Contender("loopopt", "loopopt", path, threads, env=env),
-                  Contender("onnxruntime", "onnxruntime", path, threads)]
+                  Contender("onnxruntime", "onnxruntime", path, threads, ort_int8=ort_int8)]
     if tuned_log is not None:
         contenders.append(Contender("loopopt tuned", "loopopt", path, threads, tuned_log, prepare_trials,
                                     env))
@@ -324,6 +329,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--realtime", action="store_true",
                         help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
                              "other work cannot preempt the timed runs")
+    parser.add_argument("--ort-int8", choices=tuple(INT8_MODES), default=EXACT,
+                        help="onnxruntime's int8 kernels: exact (default: session.x64quantprecision=1, like "
+                             "with like) or default (its own; on x86 without VNNI they saturate)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
@@ -337,14 +345,16 @@ def main(argv: list[str] | None = None) -> None:
             for precision in args.precisions.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
                     whole = whole_model(files[precision], threads, args.rounds, args.tuned_log,
-                                        args.prepare_trials, args.omp_wait_policy, args.realtime)
+                                        args.prepare_trials, args.omp_wait_policy, args.realtime,
+                                        args.ort_int8)
                     if args.whole_only:
                         lines.append(whole_row(name, precision, threads, whole))
                         print(lines[-1], flush=True)
                         continue
                     trials = args.tune_trials if name in (args.tune_models or args.models).split(",") else 0
                     report = model_report(files[precision], threads=threads, tune_trials=trials,
-                                          log=args.log, reuse=False, budget=args.budget, isa=args.isa)
+                                          log=args.log, reuse=False, budget=args.budget, isa=args.isa,
+                                          ort_int8=args.ort_int8)
                     lines.append(row(name, precision, threads, report, whole))
                     print(lines[-1], flush=True)
                     print(report.table(), file=sys.stderr, flush=True)
@@ -352,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     heading = "\n\n".join([
         f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
         f"```\n{command}\n```",
-        f"{machine_text(isa, others_share(start))} Peers: {versions_text()}."])
+        f"{machine_text(isa, others_share(start))} Peers: {versions_text(args.ort_int8)}."])
     if args.whole_only:
         text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds, args.tuned_log,
                                                args.prepare_trials, args.omp_wait_policy, args.realtime)
@@ -361,9 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             write_section(text, WHOLE_SECTION)
         return
     text = "\n\n".join([
-        f"Produced on {datetime.date.today().isoformat()} ({time.strftime('%H:%M %Z')}) by\n\n"
-        f"```\n{command}\n```",
-        f"{machine_text(isa, others_share(start))} Peers: {versions_text()}.",
+        heading,
         (f"Networks written in this script with random weights, batch 1, {args.resolution}x{args.resolution} "
          f"input, exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
          "QOperator and in QDQ format (Conv and MatMul quantized: uint8 activations per tensor, int8 weights "

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import loopopt as lo  # noqa: E402
 from loopopt.onnx import backend  # noqa: E402
+from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.pooling import POOL_ATTRIBUTES, POOLS, pool_op  # noqa: E402
 
 STEM = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
@@ -56,9 +57,7 @@ def contenders(op_type: str, shape: tuple[int, ...], dtype: type, attributes: di
     out = np.empty(kernel.out_shape, kernel.dtype)
     model = _model(op_type, op, attributes)
     rep = backend.prepare(model, strict=True)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+    session = onnxruntime.InferenceSession(model.SerializeToString(), session_options(1),
                                            providers=["CPUExecutionProvider"])
     calls = {"loopopt kernel (channels-last in)": lambda: kernel(last, out),
              "loopopt rep.run (NCHW in)": lambda: rep.run([x])[0],

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from runtimes import realtime_threads  # noqa: E402
 
 from loopopt.onnx import backend  # noqa: E402
+from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
 
 KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
@@ -61,8 +62,7 @@ def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rou
                       settle: float) -> tuple[dict, list[float]]:
     """onnxruntime's per-node kernel microseconds by node name (median, minimum) and its runs' seconds."""
     import onnxruntime
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
+    options = session_options(threads)
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])

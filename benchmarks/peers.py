@@ -7,10 +7,12 @@ result into a numpy array in the logical NCHW layout, for verification.
 Both libraries are optional (``pip install -e '.[bench]'``); a builder raises
 ``PeerUnavailable`` with an install hint when its library cannot be imported.
 
-On several threads onnxruntime's intra-op threads do not spin after a call (``ORT_NO_SPIN``): the
-benchmarks interleave the implementations' calls, and a spinning onnxruntime thread took a core
-from the next call (the 2-thread AMX kernel of VGG conv5_1 int8: 4 ms of that thread's CPU time
-during each 0.6 ms call that followed an onnxruntime call, 0.03 ms without spinning; 2 cores).
+onnxruntime's sessions take ``loopopt.onnx.peer.session_options`` (its exact int8 kernels on every
+CPU, like loopopt's). On several threads onnxruntime's intra-op threads do not spin after a call
+(``ORT_NO_SPIN``): the benchmarks interleave the implementations' calls, and a spinning onnxruntime
+thread took a core from the next call (the 2-thread AMX kernel of VGG conv5_1 int8: 4 ms of that
+thread's CPU time during each 0.6 ms call that followed an onnxruntime call, 0.03 ms without
+spinning; 2 cores).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
+
+from loopopt.onnx.peer import session_options
 
 INSTALL_HINT = "pip install -e '.[bench]'"
 ORT_NO_SPIN = ("session.intra_op.allow_spinning", "0")    # onnxruntime's session option, several threads
@@ -181,8 +185,7 @@ def _ort_node_session(node, inputs: list[tuple[str, np.ndarray]], feed: np.ndarr
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = min(model.ir_version, 8)   # opset 17's IR, accepted by older runtimes too
     onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options = session_options(threads)
     options.inter_op_num_threads = 1
     if threads > 1:
         options.add_session_config_entry(*ORT_NO_SPIN)

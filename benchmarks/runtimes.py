@@ -1,8 +1,9 @@
 """Each whole-model runtime in its own worker process, as a user runs one runtime and not two.
 
 A ``Worker`` starts once, prepares its model once (loopopt's ``backend.prepare`` or onnxruntime's
-``InferenceSession``, with the thread count given) and then times one ``run`` of its own per request,
-on the inputs the parent sent it when it started. ``interleave`` runs the workers' rounds in turn
+``InferenceSession``, with the thread count given, and onnxruntime's int8 mode: ``loopopt.onnx.peer``)
+and then times one ``run`` of its own per request, on the inputs the parent sent it when it started.
+``interleave`` runs the workers' rounds in turn
 (round i: each worker once, in order), so all of them share the machine's noise, and returns every
 worker's times and the outputs of the first (warm-up) round, which the parent compares. In one
 process, libgomp's spinning threads and onnxruntime's pool fought over the cores (2-thread runs at
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from loopopt.onnx.peer import EXACT, config_entries, session_options
+
 RUNTIMES = ("loopopt", "onnxruntime")
 SETTLE = 0.05        # seconds between two workers' calls: longer than libgomp's spin before it sleeps
 REALTIME_PRIORITY = 10   # ``Worker.realtime``'s SCHED_FIFO priority
@@ -30,7 +33,8 @@ REALTIME_PRIORITY = 10   # ``Worker.realtime``'s SCHED_FIFO priority
 class Contender:
     """What one worker runs: ``runtime`` (one of ``RUNTIMES``) on the model at ``path`` with ``threads``
     threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them; ``env``: environment
-    variables set in its process only (e.g. ``OMP_WAIT_POLICY``)."""
+    variables set in its process only (e.g. ``OMP_WAIT_POLICY``); for onnxruntime, ``ort_int8``: its int8
+    mode (``loopopt.onnx.peer.INT8_MODES``)."""
 
     name: str
     runtime: str
@@ -39,10 +43,12 @@ class Contender:
     log: str | None = None
     tune: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    ort_int8: str = EXACT
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime {self.runtime!r} is not known; one of {', '.join(RUNTIMES)}")
+        config_entries(self.ort_int8)        # an unknown int8 mode is refused here, not in the worker
 
 
 def realtime_threads(pid: int | str = "self", priority: int = REALTIME_PRIORITY) -> None:
@@ -57,9 +63,8 @@ def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]],
     """The contender's run (inputs -> outputs) and the nodes it leaves to onnx.reference."""
     if contender.runtime == "onnxruntime":
         import onnxruntime
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = contender.threads
-        session = onnxruntime.InferenceSession(str(contender.path), options,
+        session = onnxruntime.InferenceSession(str(contender.path),
+                                               session_options(contender.threads, contender.ort_int8),
                                                providers=["CPUExecutionProvider"])
         return (lambda inputs: session.run(None, inputs)), []
     from loopopt.onnx import backend

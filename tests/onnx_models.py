@@ -1,11 +1,14 @@
 """Small ONNX models built with onnx.helper for the backend, CLI and conformance tests (no downloads),
-and the expected outputs of a model: onnxruntime's when it is installed, else onnx.reference's."""
+and the expected outputs of a model: onnxruntime's (``peer.session_options``: exact int8 products) when it
+is installed, else onnx.reference's."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
+
+from loopopt.onnx.peer import session_options
 
 OPSET = 17
 RNG = np.random.default_rng(7)
@@ -146,7 +149,7 @@ def requantized_chain(channels: int = 32) -> onnx.ModelProto:
 
 
 def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs by onnxruntime when installed, else by onnx.reference."""
+    """The model's outputs by onnxruntime (``peer.session_options``) if installed, else by onnx.reference."""
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     feeds = dict(zip(names, inputs))
     try:
@@ -156,7 +159,8 @@ def expected(proto: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarra
     oldest = onnx.ModelProto()      # the IR version its opsets need: an older onnxruntime reads it
     oldest.CopyFrom(proto)
     oldest.ir_version = helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
-    session = onnxruntime.InferenceSession(oldest.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(oldest.SerializeToString(), session_options(),
+                                           providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 

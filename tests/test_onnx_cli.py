@@ -30,6 +30,7 @@ def test_report_of_a_cnn(capsys, tmp_path):
         assert ran["median_s"] > 0 and ran["verified"] and node["flops"] > 0
         assert (node["onnxruntime_s"] is not None) == HAVE_ORT
         assert node["integer_check"] is None                                 # a float model
+    assert data["onnxruntime_options"] == ({"session.x64quantprecision": "1"} if HAVE_ORT else None)
     # each Relu runs in its Conv's store (onnx.epilogues), timed with it on onnxruntime
     assert [n["absorbed"] for n in data["nodes"]] == [["Relu_1"], ["Relu_3"], [], []]
     assert data["total_s"]["loopopt"] > 0 and plot.stat().st_size > 0
@@ -46,6 +47,9 @@ def test_report_table_with_reuse_of_a_quantized_model():
     if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
         assert "integer outputs vs onnxruntime" in table
         assert all(n.integer is not None and n.integer.max_lsb <= 1 for n in report.timed)
+        assert "onnxruntime ran with session.x64quantprecision=1: its exact int8 kernels" in table
+    else:
+        assert "onnxruntime ran with" not in table and report.onnxruntime_options is None
 
 
 @pytest.mark.slow

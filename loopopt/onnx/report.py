@@ -28,6 +28,7 @@ from .backend import LoopoptRep, LoweredNode
 from .exact import IntegerCheck, integer_check
 from .graph import dtype_of, load_model, runtime_inputs, static_input_shapes
 from .kernels import DEFAULT
+from .peer import EXACT, config_entries, options_text, session_options
 
 ORT_BUDGET = 0.3     # seconds of timed onnxruntime runs per node
 RAN, TUNED = "ran", "tuned"   # comparison rows: the schedule the backend ran, the one tuned here
@@ -96,6 +97,13 @@ class ModelReport:
     nodes: list[NodeReport] = field(default_factory=list)
     engines_ms: dict[str, float] = field(default_factory=dict)   # a run of the whole plan, by engine
     fallbacks: list[Fallback] = field(default_factory=list)     # the nodes onnx.reference runs
+    onnxruntime_int8: str = EXACT                               # the peer's int8 mode (``peer.INT8_MODES``)
+
+    @property
+    def onnxruntime_options(self) -> dict[str, str] | None:
+        """The session config entries onnxruntime ran with (None if it ran no node)."""
+        ran = any(n.onnxruntime_ms is not None for n in self.nodes)
+        return config_entries(self.onnxruntime_int8) if ran else None
 
     @property
     def timed(self) -> list[NodeReport]:
@@ -135,6 +143,8 @@ class ModelReport:
         lines.append(f"total over the compute nodes: loopopt {cell(loopopt, '{:.3f}')} ms, "
                      f"onnxruntime {cell(ort, '{:.3f}')} ms"
                      + (f" ({ort / loopopt:.2f}x)" if loopopt and ort else ""))
+        if self.onnxruntime_options is not None:
+            lines.append(f"onnxruntime ran with {options_text(self.onnxruntime_int8)}")
         lines += [f"not tuned: {n.lowered.node}: {n.tune_error}" for n in self.nodes if n.tune_error]
         checked = [n for n in self.nodes if n.integer is not None]
         if checked:
@@ -165,6 +175,7 @@ class ModelReport:
                 "nodes": [n.to_dict() for n in self.nodes],
                 "total_s": {runtime: _seconds(ms) for runtime, ms in totals.items()},
                 "integer_check": integer.to_dict() if integer else None,
+                "onnxruntime_options": self.onnxruntime_options,
                 "whole_model_s": {engine: _seconds(ms) for engine, ms in self.engines_ms.items()},
                 "onnx_reference": [{"node": f.node, "op_type": f.op_type, "reason": f.reason,
                                     "median_s": _seconds(f.ms)} for f in self.fallbacks]}
@@ -198,10 +209,11 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def onnxruntime_run(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto, values: dict[str, np.ndarray],
-                    constant: Container[str], threads: int) -> tuple[float, list[np.ndarray]] | None:
+                    constant: Container[str], threads: int,
+                    int8: str = EXACT) -> tuple[float, list[np.ndarray]] | None:
     """onnxruntime's median time (ms) of ``nodes`` alone (a model of just them, one node or a fused
-    group's; their ``constant`` inputs stay initializers) and its outputs, or None when onnxruntime is
-    not installed."""
+    group's; their ``constant`` inputs stay initializers; session options ``peer.session_options`` of
+    ``threads`` and int8 mode ``int8``) and its outputs, or None when onnxruntime is not installed."""
     try:
         import onnxruntime
     except ImportError:
@@ -216,9 +228,7 @@ def onnxruntime_run(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto, val
     graph = helper.make_graph(list(nodes), "node", [info(n) for n in feeds], [info(o) for o in outputs],
                               inits)
     single = helper.make_model(graph, opset_imports=list(model.opset_import))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(single.SerializeToString(), options,
+    session = onnxruntime.InferenceSession(single.SerializeToString(), session_options(threads, int8),
                                            providers=["CPUExecutionProvider"])
     results = session.run(None, feeds)
     start = time.perf_counter()
@@ -233,19 +243,21 @@ def onnxruntime_run(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto, val
 
 def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.PathLike | None = None,
                  reuse: bool = True, progress: bool = False, budget: float = MEASURE_BUDGET,
-                 isa: str = "auto") -> ModelReport:
+                 isa: str = "auto", ort_int8: str = EXACT) -> ModelReport:
     """The report of ``model`` (a path, bytes or ModelProto with static input shapes): each compute
     node compiled with the default schedule (or the tuning log's best, ``log``), measured with
     ``lo.compare`` on ``threads`` threads (``budget`` seconds of timed runs per schedule); with
     ``tune_trials`` > 0 each distinct op is also tuned (``lo.tune``, trials appended to ``log``) and
-    the tuned schedule compared too; kernels, tuning and comparisons on ``isa``."""
+    the tuned schedule compared too; kernels, tuning and comparisons on ``isa``; onnxruntime in int8
+    mode ``ort_int8`` (``peer.INT8_MODES``)."""
+    config_entries(ort_int8)          # an unknown mode is refused before anything is measured
     proto = load_model(model)
     name = Path(os.fspath(model)).name if isinstance(model, (str, os.PathLike)) else proto.graph.name
     inputs = random_inputs(proto)
     logged = log if log is not None and os.path.exists(log) else None   # --tune may create the log
     rep = LoopoptRep(proto, strict=False, log=logged, threads=threads, isa=isa)
     values = rep.values(inputs)       # fixes every shape, lowers every compute node
-    report = ModelReport(name, threads)
+    report = ModelReport(name, threads, onnxruntime_int8=ort_int8)
     times = rep.profile(inputs)
     for step in rep.plan.steps:
         report.engines_ms[step.engine] = report.engines_ms.get(step.engine, 0.0) + times[step.node] * 1e3
@@ -282,7 +294,7 @@ def model_report(model, threads: int = 1, tune_trials: int = 0, log: str | os.Pa
         members = rep.groups[node.name].members if node.name in rep.groups else (node,)
         chain = rep.chains.get(node.name)      # the nodes its kernel's epilogue runs: onnxruntime's too
         members += tuple(by_name[name] for name in chain.absorbed) if chain is not None else ()
-        ort = onnxruntime_run(members, proto, values, rep.constants, threads)
+        ort = onnxruntime_run(members, proto, values, rep.constants, threads, ort_int8)
         if ort is not None:
             entry.onnxruntime_ms, outputs = ort
             entry.integer = integer_check(node, [values[n] if n else None for n in node.input],
