@@ -47,7 +47,7 @@ def test_report_table_with_reuse_of_a_quantized_model():
     if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
         assert "integer outputs vs onnxruntime" in table
         assert all(n.integer is not None and n.integer.max_lsb <= 1 for n in report.timed)
-        assert "onnxruntime ran with session.x64quantprecision=1: its exact int8 kernels" in table
+        assert "onnxruntime ran with session.x64quantprecision=1: exact int8 products" in table
     else:
         assert "onnxruntime ran with" not in table and report.onnxruntime_options is None
 

@@ -5,9 +5,10 @@ uint8 by int8 with ``vpmaddubsw``, which adds each pair of neighbouring products
 int16 arithmetic: wrong wherever a pair passes 32767 (255 * 127 * 2 = 64770), where loopopt's int8
 kernels are exact. ``session.x64quantprecision = 1`` makes onnxruntime rewrite constant int8
 weights to uint8 (``w + 128``, zero point likewise) and take its exact uint8 x uint8 kernels; on
-other CPUs (VNNI, AMX, ARM) it changes nothing. It reaches constant int8 weights only: an int8
-operand fed at run time, or a ConvInteger's int8 activations against uint8 weights (its GEMM takes
-the weights as the unsigned operand), still saturate on such a CPU whatever the options.
+other CPUs (VNNI, AMX, ARM) it changes nothing. What it does not reach still saturates on such a
+CPU whatever the options: an int8 operand fed at run time; a ConvInteger's int8 activations against
+uint8 weights (its GEMM takes the weights as the unsigned operand); a QLinearMatMul of opset 21 or
+later (onnxruntime 1.32's rewrite lists QLinearMatMul's opset-10 version only).
 
 ``INT8_MODES``: ``"exact"`` (the option set: like with like against loopopt's exact kernels; the
 default everywhere) and ``"default"`` (onnxruntime's own choice: faster where it saturates).
@@ -54,4 +55,5 @@ def options_text(int8: str = EXACT) -> str:
         return ("its default session options: on an x86 CPU without VNNI its uint8 x int8 kernels add pairs "
                 "of products in saturating int16")
     return (", ".join(f"{key}={value}" for key, value in entries.items())
-            + ": its exact int8 kernels for constant int8 weights on every CPU")
+            + ": exact int8 products for constant int8 weights (on x86 without VNNI a QLinearMatMul of "
+              "opset 21 or later still saturates)")
