@@ -3,12 +3,11 @@
 A ``Worker`` starts once, prepares its model once (loopopt's ``backend.prepare`` or onnxruntime's
 ``InferenceSession``, with the thread count given, and onnxruntime's int8 mode: ``loopopt.onnx.peer``)
 and then times one ``run`` of its own per request, on the inputs the parent sent it when it started.
-``interleave`` runs the workers' rounds in turn
-(round i: each worker once, in order), so all of them share the machine's noise, and returns every
-worker's times and the outputs of the first (warm-up) round, which the parent compares. In one
-process, libgomp's spinning threads and onnxruntime's pool fought over the cores (2-thread runs at
-0.03-0.25x); here a runtime's threads only meet the other's while they wait to sleep, which
-``SETTLE`` seconds between two calls let them do.
+``interleave`` runs the workers' rounds in turn (round i: each worker once, in order), so all of them
+share the machine's noise, and returns every worker's times and the outputs of the first (warm-up)
+round, which the parent compares. In one process, libgomp's spinning threads and onnxruntime's pool
+fought over the cores (2-thread runs at 0.03-0.25x); here a runtime's threads only meet the other's
+while they wait to sleep, which ``SETTLE`` seconds between two calls let them do.
 """
 from __future__ import annotations
 

@@ -55,5 +55,5 @@ def options_text(int8: str = EXACT) -> str:
         return ("its default session options: on an x86 CPU without VNNI its uint8 x int8 kernels add pairs "
                 "of products in saturating int16")
     return (", ".join(f"{key}={value}" for key, value in entries.items())
-            + ": exact int8 products for constant int8 weights (on x86 without VNNI a QLinearMatMul of "
-              "opset 21 or later still saturates)")
+            + ": exact int8 products for constant int8 weights; on x86 without VNNI a QLinearMatMul of "
+              "opset 21 or later still saturates")
