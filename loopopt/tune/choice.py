@@ -108,10 +108,11 @@ def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -
 
 
 def _resolved(op: Op, isa: str, threads: int, residual: bool) -> tuple[Target, str, bool, Key]:
-    """The target of ``isa``, the ISA it resolves to for ``op``, whether it was "auto" (the best ISA:
-    the target's other kernels compete, as in lo.tune) and the cache key of the choice."""
+    """The target of ``isa``, the ISA it names for ``op`` (on any machine: a named one need not run
+    here), whether it was "auto" (the best ISA: the target's other kernels compete, as in lo.tune) and
+    the cache key of the choice."""
     target = target_of_isa(isa)
-    resolved, auto = target.resolve_isa(isa, integer=op.quant is not None), isa == "auto"
+    resolved, auto = target.variant(isa, integer=op.quant is not None), isa == "auto"
     return target, resolved, auto, (signature(op), resolved, threads, auto, residual)
 
 

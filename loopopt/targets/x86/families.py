@@ -34,6 +34,8 @@ from .isa import (
     bf16_dot_available,
     byte_permute_flags,
     cpu_flags,
+    named_isa,
+    require_cpu,
     resolve_isa,
 )
 from .kernels import Bf16TileKernel, TileKernel
@@ -91,17 +93,19 @@ def _compile_tiles(schedule: Schedule, isa: str) -> Kernel:
 
 
 def _compile_lut(schedule: Schedule, isa: str) -> Kernel:
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     check_lut_on(schedule, name)
-    generated = generate_lut(schedule, LookupC(name))
+    generated = generate_lut(schedule, LookupC(name))    # refusals first, the same on every CPU
+    require_cpu(name, integer=True)
     driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
     return LutKernel(schedule, generated, driver, generated.plan)
 
 
 def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
     quantized = schedule.op.quant is not None
-    name = resolve_isa(isa, integer=quantized)
-    generated = generate(schedule, ISAS[name], bf16_dot=bf16_dot_available(name))
+    name = named_isa(isa, integer=quantized)
+    generated = generate(schedule, ISAS[name], bf16_dot=bf16_dot_available(name))   # refusals first
+    require_cpu(name, integer=quantized)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
@@ -111,12 +115,12 @@ def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
 
 
 def _simd_pseudocode(schedule: Schedule, isa: str) -> str:
-    name = resolve_isa(isa, integer=schedule.op.quant is not None)
+    name = named_isa(isa, integer=schedule.op.quant is not None)
     return render(schedule, ISAS[name], bf16_dot_available(name))
 
 
 def _binary_pseudocode(schedule: Schedule, isa: str) -> str:   # packed bits in the kernel's own layouts
-    return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[resolve_isa(isa, integer=True)]))
+    return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[named_isa(isa, integer=True)]))
 
 
 def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
@@ -124,7 +128,7 @@ def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
 
 
 def _lut_pseudocode(schedule: Schedule, isa: str) -> str:
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     check_lut_on(schedule, name)
     return "\n".join(header(schedule) + lut.pseudocode(schedule, LookupC(name)))
 
