@@ -60,6 +60,11 @@ def test_a_named_isa_is_planned_on_any_cpu_and_refused_where_a_kernel_is_built(m
         lo.dataflows.winograd(quantized).compile("avx512")
     with pytest.raises(ValueError, match="multiple of the 16 int32 lanes of avx512"):   # refused first
         lo.dataflows.winograd(quantized, gemm_cols=24).compile("avx512")
+    binary = lo.Conv2d(64, 8, 3, height=5, width=6, quant=lo.QuantSpec(activation="binary", weight="binary"))
+    with pytest.raises(lo.ScheduleError, match="k=3 output channels is not a multiple of the 8 uint64 lanes"):
+        lo.Schedule(binary).tile(ow=2, k=3).compile("avx512")
+    with pytest.raises(ValueError, match="isa 'avx512' needs CPU features .* for integer kernels"):
+        lo.Schedule(binary).compile("avx512")
 
 
 def test_missing_compiler(monkeypatch, tmp_path):

@@ -36,7 +36,6 @@ from .isa import (
     cpu_flags,
     named_isa,
     require_cpu,
-    resolve_isa,
 )
 from .kernels import Bf16TileKernel, TileKernel
 from .lut_c import LookupC, check_lut_on
@@ -59,17 +58,18 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     """The XNOR + popcount kernel of a binary op (``targets/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     choices = POPCOUNTS[name]
     if popcount == "auto":
         popcount = "vpopcntq" if "vpopcntq" in choices and "avx512_vpopcntdq" in cpu_flags() else choices[-1]
     if popcount not in choices:
         raise ValueError(f"popcount={popcount!r} is not available on isa {name!r}; allowed: "
                          f"{', '.join(map(repr, choices))} (or 'auto')")
+    generated = generate_binary(schedule, VARIANTS[name], popcount)    # refusals first, as _compile_lut
+    require_cpu(name, integer=True)
     if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
         raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
                          "this CPU lacks it: use 'nibble'")
-    generated = generate_binary(schedule, VARIANTS[name], popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
     driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
     return BinaryKernel(schedule, generated, driver, VARIANTS[name], popcount)
