@@ -36,7 +36,8 @@ READING_WINDOW = 40     # how far down the ranking ``first_reading`` looks
 
 def first_choice(op: Op, isa: str = "auto", threads: int = 1, residual: bool = False) -> Candidate | None:
     """The candidate the ranking heuristic puts first for ``op`` on ``isa`` ("auto": the best this CPU
-    has, AMX tiles included where it has them) with ``threads`` threads (``residual``: as a kernel that
+    has, AMX tiles included where it has them; a named one on any CPU, ranked with the machine profile's
+    peak of it) with ``threads`` threads (``residual``: as a kernel that
     adds a residual), or None when the search space has none whose schedule builds (e.g. no outer loop
     to split over ``threads``)."""
     target, isa, auto, key = _resolved(op, isa, threads, residual)
