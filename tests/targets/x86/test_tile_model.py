@@ -37,8 +37,9 @@ def test_loads_come_from_the_level_that_holds_their_set(monkeypatch):
 def amx_cpu(monkeypatch, recorded_profile):
     """The recorded profile's Xeon with AMX (its CPU flags, whatever this CPU's), its choices made afresh
     and not kept for other tests."""
-    monkeypatch.setattr(isa, "cpu_flags", lambda: frozenset(tiles.AMX_INT.cpu_flags))
-    monkeypatch.setattr(tiles, "cpu_flags", lambda: frozenset(tiles.AMX_INT.cpu_flags))
+    xeon = frozenset(tiles.AMX_INT.cpu_flags + isa.ISAS["avx2"].cpu_flags)
+    monkeypatch.setattr(isa, "cpu_flags", lambda: xeon)
+    monkeypatch.setattr(tiles, "cpu_flags", lambda: xeon)
     choice._chosen.clear(), choice._ranked.clear()
     yield
     choice._chosen.clear(), choice._ranked.clear()
