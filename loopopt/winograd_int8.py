@@ -38,7 +38,7 @@ from .cbuild import compile_c
 from .codegen.quantized import QUANT_FLAGS
 from .ops import Op
 from .quant import check_call, output_multipliers
-from .targets.x86.isa import INT_ISAS, resolve_isa
+from .targets.x86.isa import INT_ISAS, named_isa, require_cpu
 from .targets.x86.winograd_int8 import (
     BLOCKS,
     CTYPES,
@@ -141,15 +141,16 @@ class Int8WinogradPlan:
     def pseudocode(self, isa: str = "auto") -> str:
         """The three stages' loop nests for ``isa`` as readable pseudo-code (``Schedule.pseudocode``'s
         counterpart: the stages are generated C, not schedules)."""
-        name = resolve_isa(isa, integer=True)
+        name = named_isa(isa, integer=True)
         shape = shape_of(self.op, name, self.gemm_rows, self.gemm_cols)
         return "\n".join([f"# {self.op!r}", f"# {self.algorithm}", *stage_pseudocode(shape, name)])
 
     def compile(self, isa: str = "auto") -> "Int8WinogradKernel":
         """Generate and build the three stages for ``isa`` (``auto``: the best integer ISA here)."""
-        name = resolve_isa(isa, integer=True)
-        shape = shape_of(self.op, name, self.gemm_rows, self.gemm_cols)
+        name = named_isa(isa, integer=True)
+        shape = shape_of(self.op, name, self.gemm_rows, self.gemm_cols)    # a bad block: on every CPU
         source = generate_winograd_int8(repr(self.op), shape, self.op.quant, self.op.bias, name)
+        require_cpu(name, integer=True)
         module = compile_c(source, cdef(self.op.quant), compile_flags(name) + QUANT_FLAGS)
         return Int8WinogradKernel(self, shape, name, source, module)
 

@@ -5,7 +5,10 @@ import pytest
 import loopopt as lo
 from loopopt import cbuild
 from loopopt.openmp import SPIN_COUNT, USER_SETTINGS
-from loopopt.targets.x86.isa import resolve_isa
+from loopopt.targets.x86 import isa as x86_isa
+from loopopt.targets.x86.isa import ISAS, named_isa, resolve_isa
+from loopopt.targets.x86.target import TARGET
+from loopopt.tune.choice import first_choice
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
 
@@ -34,6 +37,34 @@ def test_isa_errors():
         resolve_isa("neon")
     assert resolve_isa("auto") == lo.available_isas()[0]
     assert "scalar" in lo.available_isas()
+
+
+def test_a_named_isa_is_planned_on_any_cpu_and_refused_where_a_kernel_is_built(monkeypatch, recorded_profile):
+    """On a CPU with AVX2 only, AVX-512 schedules are chosen, counted and printed; compiling one is the
+    one-line refusal naming the missing features, after the refusals every CPU gives."""
+    monkeypatch.setattr(x86_isa, "cpu_flags", lambda: frozenset(ISAS["avx2"].cpu_flags))
+    assert (named_isa("avx512"), named_isa("auto"), TARGET.variant("amx")) == ("avx512", "avx2", "amx")
+    with pytest.raises(ValueError, match="unknown isa 'neon'"):
+        named_isa("neon")
+    op = lo.Conv2d(3, 32, 3, padding=1, height=6, width=7)
+    s = lo.Schedule(op).layout("O", "NHWC").layout("W", "HWIO").tile(k=16).vectorize("k_i")
+    assert "# vector loop k_i on avx512 (16 lanes)" in s.pseudocode("avx512")
+    assert lo.kernel_model(s, "avx512", traffic=False).predicted_seconds > 0
+    assert first_choice(op, "avx512").isa == "avx512"
+    with pytest.raises(ValueError, match=r"^isa 'avx512' needs CPU features avx512f that this CPU lacks; "
+                                         r"available: avx2, scalar$"):
+        s.compile("avx512")
+    quantized = lo.Conv2d(4, 32, 3, quant=lo.QuantSpec(), height=6, width=6)
+    with pytest.raises(ValueError, match="needs CPU features avx512_vnni, avx512bw, avx512f, avx512vl that "
+                                         "this CPU lacks for integer kernels"):
+        lo.dataflows.winograd(quantized).compile("avx512")
+    with pytest.raises(ValueError, match="multiple of the 16 int32 lanes of avx512"):   # refused first
+        lo.dataflows.winograd(quantized, gemm_cols=24).compile("avx512")
+    binary = lo.Conv2d(64, 8, 3, height=5, width=6, quant=lo.QuantSpec(activation="binary", weight="binary"))
+    with pytest.raises(lo.ScheduleError, match="k=3 output channels is not a multiple of the 8 uint64 lanes"):
+        lo.Schedule(binary).tile(ow=2, k=3).compile("avx512")
+    with pytest.raises(ValueError, match="isa 'avx512' needs CPU features .* for integer kernels"):
+        lo.Schedule(binary).compile("avx512")
 
 
 def test_missing_compiler(monkeypatch, tmp_path):

@@ -11,6 +11,8 @@ import loopopt as lo
 from loopopt import dataflows
 from loopopt.machine import OtherMachineWarning, cpu_key, fingerprint, loopopt_version, this_cpu
 from loopopt.schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
+from loopopt.targets.x86.isa import available_int_isas
+from loopopt.targets.x86.winograd_int8 import LANES
 
 OP = lo.Conv2d(6, 10, 3, padding=1, height=9, width=11)
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,8 +158,11 @@ def stored(directory: Path, name: str, step: str, provenance: str = "") -> Path:
 @pytest.mark.filterwarnings("default::loopopt.machine.OtherMachineWarning")
 def test_this_cpus_schedule_comes_first_then_the_generic_then_the_closest_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOPOPT_SCHEDULES", str(tmp_path))
-    vendor, family, model = cpu_key().split("-")[:3]
-    near, far = f"{vendor}-{family}-{model}-avx2", f"aaa-1-2-{cpu_key().split('-', 3)[-1]}"
+    vendor, family, model, *features = cpu_key().split("-")
+    # near: this model with other features (one fewer, or avx2 where it has none); far: another
+    # vendor's CPU with this one's features
+    near = "-".join([vendor, family, model, *(features[:-1] if features else ["avx2"])])
+    far = "-".join(["aaa", "1", "2", *features])
     stored(tmp_path / far, "probe.layer", "c", f'cpu = "Far CPU"\ncpu_key = "{far}"')
     stored(tmp_path / near, "probe.layer", "kh", f'cpu = "Near CPU"\ncpu_key = "{near}"')
     stored(tmp_path / far, "probe.far_only", "c", f'cpu = "Far CPU"\ncpu_key = "{far}"')
@@ -202,6 +207,10 @@ def _same_plan(a, b) -> bool:
         {n: s.steps for n, s in a.schedules.items()} == {n: s.steps for n, s in b.schedules.items()}
 
 
+# 2 tiles x 2 vectors of int32 (not a default block) of the integer ISA this CPU runs the plan on
+HOST_BLOCK = (2, 2 * LANES[available_int_isas()[0]])
+
+
 # the quick tier: the int8 plans, with and without their GEMM block (a float plan's TOML round trip is
 # test_winograd_plan_with_replaced_stages_round_trips's; the float plans' kernels, test_winograd's); the
 # float plans, which build slower (1.1 CPU-s each), are slow
@@ -209,7 +218,7 @@ def _same_plan(a, b) -> bool:
     pytest.param(WINO_OP, 4, (7, 48), marks=pytest.mark.slow),
     pytest.param(WINO_OP, 2, (None, None), marks=pytest.mark.slow),
     (WINO_OP.with_quant(lo.QuantSpec(output="uint8")), 2, (None, None)),
-    (WINO_OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False)), 2, (4, 32))])
+    (WINO_OP.with_quant(lo.QuantSpec(activation="int8", per_channel=False)), 2, HOST_BLOCK)])
 def test_winograd_plan_saves_and_loads_like_a_schedule(tmp_path, op, m, block):
     """A Winograd plan (float32 or int8, with or without its GEMM block) saves as algorithm = "winograd"
     with its tile and block, and loads back as the same plan, which compiles and is verified."""

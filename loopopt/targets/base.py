@@ -55,6 +55,12 @@ class Target(ABC):
         """``"auto"`` becomes the best available variant; an unknown or unavailable one is a ValueError
         that names it and what is allowed."""
 
+    def variant(self, isa: str, integer: bool = False) -> str:
+        """The variant ``isa`` names, on any machine: ``"auto"`` as ``resolve_isa`` makes it, a named one
+        as it is (choosing a schedule for it, its pseudo-code, the kernel model and generated code need
+        nothing of this machine; ``compile`` checks it runs here); an unknown one is a ValueError."""
+        return isa if isa in self.isas() else self.resolve_isa(isa, integer)
+
     @abstractmethod
     def compile(self, schedule: Schedule, isa: str = "auto") -> Kernel:
         """Generate, build (cached) and load ``schedule``'s kernel for variant ``isa``. A schedule this

@@ -36,7 +36,8 @@ READING_WINDOW = 40     # how far down the ranking ``first_reading`` looks
 
 def first_choice(op: Op, isa: str = "auto", threads: int = 1, residual: bool = False) -> Candidate | None:
     """The candidate the ranking heuristic puts first for ``op`` on ``isa`` ("auto": the best this CPU
-    has, AMX tiles included where it has them) with ``threads`` threads (``residual``: as a kernel that
+    has, AMX tiles included where it has them; a named one on any CPU, ranked with the machine profile's
+    peak of it) with ``threads`` threads (``residual``: as a kernel that
     adds a residual), or None when the search space has none whose schedule builds (e.g. no outer loop
     to split over ``threads``)."""
     target, isa, auto, key = _resolved(op, isa, threads, residual)
@@ -108,10 +109,11 @@ def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -
 
 
 def _resolved(op: Op, isa: str, threads: int, residual: bool) -> tuple[Target, str, bool, Key]:
-    """The target of ``isa``, the ISA it resolves to for ``op``, whether it was "auto" (the best ISA:
-    the target's other kernels compete, as in lo.tune) and the cache key of the choice."""
+    """The target of ``isa``, the ISA it names for ``op`` (on any machine: a named one need not run
+    here), whether it was "auto" (the best ISA: the target's other kernels compete, as in lo.tune) and
+    the cache key of the choice."""
     target = target_of_isa(isa)
-    resolved, auto = target.resolve_isa(isa, integer=op.quant is not None), isa == "auto"
+    resolved, auto = target.variant(isa, integer=op.quant is not None), isa == "auto"
     return target, resolved, auto, (signature(op), resolved, threads, auto, residual)
 
 

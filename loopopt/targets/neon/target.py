@@ -110,9 +110,9 @@ class NeonTarget(Target):
             return tuple(isa for isa in self.isas() if not needs(isa, integer) - toolchain.cpu_features())
         return () if toolchain.missing() else self.isas()
 
-    def variant(self, isa: str) -> str:
-        """The variant ``isa`` names (``"auto"``: neon), checked against ``isas`` only; ValueError naming
-        the allowed ones."""
+    def variant(self, isa: str, integer: bool = False) -> str:
+        """The variant ``isa`` names (``"auto"``: neon, for floats and integers alike), checked against
+        ``isas`` only; ValueError naming the allowed ones."""
         if isa not in ("auto", *self.isas()):
             raise ValueError(f"unknown isa {isa!r} for target 'neon': choose 'auto', "
                              f"{', '.join(map(repr, self.isas()))}")

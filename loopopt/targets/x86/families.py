@@ -34,7 +34,8 @@ from .isa import (
     bf16_dot_available,
     byte_permute_flags,
     cpu_flags,
-    resolve_isa,
+    named_isa,
+    require_cpu,
 )
 from .kernels import Bf16TileKernel, TileKernel
 from .lut_c import LookupC, check_lut_on
@@ -57,17 +58,18 @@ def compile_binary(schedule: Schedule, isa: str = "auto", popcount: str = "auto"
     """The XNOR + popcount kernel of a binary op (``targets/binary.py``) on ``isa``. ``popcount``:
     ``"vpopcntq"`` (AVX-512 VPOPCNTDQ), ``"nibble"`` (vpshufb table), ``"builtin"`` (scalar), or
     ``"auto"`` (vpopcntq where the CPU has it)."""
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     choices = POPCOUNTS[name]
     if popcount == "auto":
         popcount = "vpopcntq" if "vpopcntq" in choices and "avx512_vpopcntdq" in cpu_flags() else choices[-1]
     if popcount not in choices:
         raise ValueError(f"popcount={popcount!r} is not available on isa {name!r}; allowed: "
                          f"{', '.join(map(repr, choices))} (or 'auto')")
+    generated = generate_binary(schedule, VARIANTS[name], popcount)    # refusals first, as _compile_lut
+    require_cpu(name, integer=True)
     if popcount == "vpopcntq" and "avx512_vpopcntdq" not in cpu_flags():
         raise ValueError("popcount='vpopcntq' needs AVX-512 VPOPCNTDQ (avx512_vpopcntdq in /proc/cpuinfo); "
                          "this CPU lacks it: use 'nibble'")
-    generated = generate_binary(schedule, VARIANTS[name], popcount)
     module = compile_c(generated.source, generated.cdef, generated.compile_flags + QUANT_FLAGS)
     driver = CffiDriver(module, KERNEL_NAME, THREADS_NAME if generated.openmp else None)
     return BinaryKernel(schedule, generated, driver, VARIANTS[name], popcount)
@@ -91,17 +93,19 @@ def _compile_tiles(schedule: Schedule, isa: str) -> Kernel:
 
 
 def _compile_lut(schedule: Schedule, isa: str) -> Kernel:
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     check_lut_on(schedule, name)
-    generated = generate_lut(schedule, LookupC(name))
+    generated = generate_lut(schedule, LookupC(name))    # refusals first, the same on every CPU
+    require_cpu(name, integer=True)
     driver = cffi_driver(generated, generated.compile_flags + QUANT_FLAGS)
     return LutKernel(schedule, generated, driver, generated.plan)
 
 
 def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
     quantized = schedule.op.quant is not None
-    name = resolve_isa(isa, integer=quantized)
-    generated = generate(schedule, ISAS[name], bf16_dot=bf16_dot_available(name))
+    name = named_isa(isa, integer=quantized)
+    generated = generate(schedule, ISAS[name], bf16_dot=bf16_dot_available(name))   # refusals first
+    require_cpu(name, integer=quantized)
     # quantized kernels: the integer table's flags; float32 products without contraction (requantization
     # must match quant.py bit for bit) and wrapping int32 arithmetic (compensation terms)
     flags = INT_ISAS[name].compile_flags + QUANT_FLAGS if quantized else generated.compile_flags
@@ -111,12 +115,12 @@ def _compile_simd(schedule: Schedule, isa: str) -> Kernel:
 
 
 def _simd_pseudocode(schedule: Schedule, isa: str) -> str:
-    name = resolve_isa(isa, integer=schedule.op.quant is not None)
+    name = named_isa(isa, integer=schedule.op.quant is not None)
     return render(schedule, ISAS[name], bf16_dot_available(name))
 
 
 def _binary_pseudocode(schedule: Schedule, isa: str) -> str:   # packed bits in the kernel's own layouts
-    return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[resolve_isa(isa, integer=True)]))
+    return "\n".join(header(schedule) + binary.pseudocode(schedule, VARIANTS[named_isa(isa, integer=True)]))
 
 
 def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
@@ -124,7 +128,7 @@ def _tiles_pseudocode(schedule: Schedule, isa: str) -> str:
 
 
 def _lut_pseudocode(schedule: Schedule, isa: str) -> str:
-    name = resolve_isa(isa, integer=True)
+    name = named_isa(isa, integer=True)
     check_lut_on(schedule, name)
     return "\n".join(header(schedule) + lut.pseudocode(schedule, LookupC(name)))
 

@@ -2,7 +2,8 @@
 (``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot) and bfloat16 (``BF16_ISAS``: operand
 loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s operations, each variant's three
 registered with the emitter (``codegen.instr.register_tables``). ``available_isas`` / ``resolve_isa``
-choose among them by this CPU's flags (``cpu_flags``).
+choose among them by this CPU's flags (``cpu_flags``); ``named_isa`` names one on any CPU (planning and
+generating for it), ``require_cpu`` checks this CPU before a kernel is built.
 """
 from __future__ import annotations
 
@@ -331,9 +332,10 @@ for _name in ISAS:                  # the emitter finds a variant's tables by it
 
 
 def table_variant(isa: str, integer: bool = False) -> str:
-    """The variant whose tables describe kernels of ``isa``: another target's registered variant as it
-    is (its target checks where it runs), ``"auto"`` or an x86 one through ``resolve_isa``."""
-    return isa if isa in TABLES and isa not in ISAS else resolve_isa(isa, integer)
+    """The variant whose tables describe kernels of ``isa``, on any CPU: another target's registered
+    variant as it is, ``"auto"`` or an x86 one through ``named_isa`` (the kernel's target checks where
+    it runs)."""
+    return isa if isa in TABLES and isa not in ISAS else named_isa(isa, integer)
 
 
 # --- selection: which tables this CPU runs ----------------------------------------------------
@@ -392,17 +394,32 @@ def byte_permute_flags(isa: str) -> tuple[str, ...]:
     return (flag,) if cpu in cpu_flags() else ()
 
 
-def resolve_isa(isa: str, integer: bool = False) -> str:
-    """``auto`` becomes the best available ISA; an unknown or unsupported one is a ValueError.
-
-    ``integer``: for a quantized kernel (the integer tables, e.g. AVX-512 needs VNNI)."""
-    tables, available = (INT_ISAS, available_int_isas()) if integer else (ISAS, available_isas())
+def named_isa(isa: str, integer: bool = False) -> str:
+    """The x86 ISA ``isa`` names, on any CPU: ``auto`` the best this CPU runs (``integer``: for quantized
+    kernels), a named one as it is (planning, pseudo-code, the kernel model and generated C need no CPU
+    feature; building a kernel does: ``require_cpu``); an unknown one is a ValueError."""
     if isa == "auto":
-        return available[0]
-    if isa not in tables:
+        return (available_int_isas() if integer else available_isas())[0]
+    if isa not in ISAS:
         raise ValueError(f"unknown isa {isa!r}: choose one of 'auto', {', '.join(map(repr, ISA_PREFERENCE))}")
+    return isa
+
+
+def require_cpu(isa: str, integer: bool = False) -> None:
+    """ValueError naming the CPU features the x86 ISA ``isa`` needs that this CPU lacks, if any
+    (``integer``: for quantized kernels, e.g. AVX-512 needs VNNI)."""
+    tables, available = (INT_ISAS, available_int_isas()) if integer else (ISAS, available_isas())
     if isa not in available:
         missing = sorted(set(tables[isa].cpu_flags) - cpu_flags())
         raise ValueError(f"isa {isa!r} needs CPU features {', '.join(missing)} that this CPU lacks"
                          f"{' for integer kernels' if integer else ''}; available: {', '.join(available)}")
-    return isa
+
+
+def resolve_isa(isa: str, integer: bool = False) -> str:
+    """``named_isa`` that this CPU runs: ``auto`` becomes the best available ISA; an unknown or
+    unsupported one is a ValueError.
+
+    ``integer``: for a quantized kernel (the integer tables, e.g. AVX-512 needs VNNI)."""
+    name = named_isa(isa, integer)
+    require_cpu(name, integer)
+    return name

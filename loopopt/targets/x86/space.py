@@ -525,11 +525,9 @@ def _gathers_fewer_steps(op: Op) -> bool:
 
 
 def tile_candidates(op: Op, threads: int = 1) -> list[Candidate]:
-    """The AMX candidates of ``op`` for ``threads`` threads (none where this CPU has no AMX or for
-    an op the tile kernels refuse; for several threads, those that split at least ``threads``
-    blocks)."""
+    """The AMX candidates of ``op`` for ``threads`` threads, on any CPU (none for an op the tile kernels
+    refuse; for several threads, those that split at least ``threads`` blocks)."""
     try:
-        check_amx_cpu()
         if op.quant is None and op.dtype != "bfloat16":
             return []
         tile_plan(Schedule(op))
@@ -613,8 +611,8 @@ def cache_block_sizes(extent: int) -> list[int]:
 
 def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[Candidate]:
     """Every candidate of the search space of ``op`` on ``isa`` (a resolved ISA name; ``TILE_ISA``: the
-    AMX candidates only); ``tiles``: add the AMX candidates where the CPU has AMX (a search on the
-    best ISA, ``isa="auto"``); each for ``threads`` threads (``Candidate.threads``)."""
+    AMX candidates only, on any CPU); ``tiles``: add the AMX candidates where the CPU has AMX (a search
+    on the best ISA, ``isa="auto"``); each for ``threads`` threads (``Candidate.threads``)."""
     if op.quant is not None and op.quant.binary:
         found = binary_candidates(op, isa, threads)
     elif isa == TILE_ISA:
@@ -623,8 +621,18 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
         found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
         found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
         found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
-        found += (tile_candidates(op, threads) if tiles else []) + lut_candidates(op, isa, threads)
+        found += tile_candidates(op, threads) if tiles and _has_amx() else []
+        found += lut_candidates(op, isa, threads)
     return found if threads == 1 else [replace(c, threads=threads) for c in found]
+
+
+def _has_amx() -> bool:
+    """Whether this CPU has the AMX flags the tile kernels need (``check_amx_cpu``)."""
+    try:
+        check_amx_cpu()
+    except ValueError:
+        return False
+    return True
 
 
 def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[Candidate]:

@@ -5,7 +5,6 @@ the same on every CPU)."""
 import re
 
 import pytest
-from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.codegen import generate
@@ -95,15 +94,13 @@ TERNARY = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=Tr
 BINARY = lo.QuantSpec(activation="binary", weight="binary")
 
 
-@needs_amx                    # the search offers AMX candidates only on a CPU with AMX
 @pytest.mark.parametrize("threads", [1, 2])
-def test_amx_tiles(threads):
+def test_amx_tiles(threads):                # the tile candidates and their C, on any CPU
     op = lo.Conv2d(40, 24, 3, padding=1, height=6, width=20, quant=QUANT)
     for candidate in candidates(op, "amx", threads)[::5]:        # both block orders, both splits
         check(candidate.schedule, "amx", generate_tiles(candidate.schedule).source)
 
 
-@needs_amx
 def test_amx_tiles_of_gathered_patches():
     op = lo.Conv2d(3, 32, 7, stride=2, padding=3, height=16, width=16, dtype="bfloat16")
     patched = [c for c in candidates(op, "amx") if c.knobs.patches]

@@ -1,17 +1,20 @@
 """The tile model of AMX candidates (loopopt/targets/x86/tile_model.py) and how the search orders them: the
 loads priced at the level that holds their operand, the rows a kernel really computes, the busiest
 thread's blocks and bytes on two threads, AMX trials fitted apart from the SIMD ones, AMX candidates
-ranked first where they win, and none on a CPU without AMX (an AMD Zen 4)."""
+ranked first where they win, and none on a CPU without AMX (an AMD Zen 4). The model and the ranking run
+on any CPU (the recorded profile's AMX peaks; ``amx_cpu``: an AMX CPU's flags); only a search runs
+the kernels."""
 import pytest
 from helpers import needs_amx
 
 import loopopt as lo
 from loopopt.targets.registry import target
 from loopopt.targets.search import Candidate
-from loopopt.targets.x86 import tile_model, tiles
+from loopopt.targets.x86 import isa, tile_model, tiles
 from loopopt.targets.x86.rank import rank
 from loopopt.targets.x86.space import TileKnobs, candidates
 from loopopt.targets.x86.tile_model import cold_seconds, load_seconds, thread_share, tile_time
+from loopopt.tune import choice
 from loopopt.tune.choice import first_choice
 from loopopt.tune.guide import Guide, Price
 
@@ -30,12 +33,23 @@ def test_loads_come_from_the_level_that_holds_their_set(monkeypatch):
     assert cold_seconds(5e5, 2e6) == pytest.approx(5e5 / (10 * GB))          # its inputs come from DRAM
 
 
+@pytest.fixture
+def amx_cpu(monkeypatch, recorded_profile):
+    """The recorded profile's Xeon with AMX (its CPU flags, whatever this CPU's), its choices made afresh
+    and not kept for other tests."""
+    xeon = frozenset(tiles.AMX_INT.cpu_flags + isa.ISAS["avx2"].cpu_flags)
+    monkeypatch.setattr(isa, "cpu_flags", lambda: xeon)
+    monkeypatch.setattr(tiles, "cpu_flags", lambda: xeon)
+    choice._chosen.clear(), choice._ranked.clear()
+    yield
+    choice._chosen.clear(), choice._ranked.clear()
+
+
 def _tiles(op, pixels, channels, channels_outer=True, parallel=None):
     return Candidate(op, "amx", TileKnobs(pixels, channels, channels_outer, parallel)).schedule
 
 
-@needs_amx      # the AMX peaks it times with are measured on AMX CPUs only
-def test_two_threads_time_one_thread_and_the_weights_it_reads():
+def test_two_threads_time_one_thread_and_the_weights_it_reads(recorded_profile):     # its AMX peaks
     """ResNet-18's int8 layers at 7x7 on 2 threads (load-independent: blocks and bytes per thread): an
     even share of the blocks either way; a pixel split reads all 2.4 MB of the 512-channel 3x3 layer's
     weights on each thread, a channel split half, so it is predicted faster (the two tied when the
@@ -54,8 +68,7 @@ def test_two_threads_time_one_thread_and_the_weights_it_reads():
 
 
 @pytest.mark.slow
-@needs_amx
-def test_tile_model_counts_the_rows_and_loads_the_kernel_runs():
+def test_tile_model_counts_the_rows_and_loads_the_kernel_runs(recorded_profile):
     # 19 x 19 pixels numbered over the 21-wide padded rows (TileShape.wide): 397 numbers, 13 blocks
     # of 32 pixels (26 tiles of 16 rows) or 25 of 16
     assert tiles.TileShape.of(VGG).pixels == 18 * 21 + 19
@@ -83,9 +96,8 @@ def test_amx_trials_are_fitted_apart_from_the_simd_ones():
 
 
 @pytest.mark.slow     # the AMX candidates' order is also pinned by tests/targets/x86/test_search_rules.py
-@needs_amx
 @pytest.mark.parametrize("threads", [1, 2])
-def test_amx_candidates_rank_first_where_they_win(threads):
+def test_amx_candidates_rank_first_where_they_win(threads, amx_cpu):
     op = lo.Conv2d(128, 128, 3, padding=1, height=14, width=14, quant=QUANT)
     ranked = rank(candidates(op, "avx512", threads, tiles=True))
     assert ranked[0].isa == "amx"
@@ -94,8 +106,7 @@ def test_amx_candidates_rank_first_where_they_win(threads):
 
 
 @pytest.mark.slow     # ranks the layer's whole space twice (3.8 s)
-@needs_amx
-def test_resnet18_int8_layer_at_7x7_splits_its_channels_over_two_threads():
+def test_resnet18_int8_layer_at_7x7_splits_its_channels_over_two_threads(amx_cpu):
     layer = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT)
     chosen = first_choice(layer, "auto", 2)
     assert chosen.isa == "amx" and chosen.knobs.parallel == "channels" and chosen.threads == 2
