@@ -5,6 +5,7 @@ the reference over random ops (``gpu_wgmma`` with ``engine="tma"`` too: the boxe
 the barriers' byte counts), and compile-only nvcc builds (0 spills, ``HMMA``, ``LDSM`` and 16-byte
 ``LDGSTS`` in the SASS, ``REDG`` for split-K, ``UTMALDG`` and ``HGMMA`` (int8: ``IGMMA``) without
 ``LDGSTS`` for TMA; skipped with the reason without nvcc or cuobjdump)."""
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -674,6 +675,24 @@ def test_tensor_kernels_build_for_sm_90_with_tensor_instructions_and_no_spills(s
     assert ("LDGSTS" in code) != any(i.startswith("UTMALDG") for i in expected)   # the threads', or TMA's
     assert all(instruction in code for instruction in expected), expected
     assert "LDL" not in code and "STL" not in code
+
+
+@pytest.mark.slow        # an nvcc build
+@needs_nvcc
+def test_the_ring_protocol_fences_nothing_beyond_its_block():
+    """A specialized multicast kernel's mbarrier waits acquire and its releases to the cluster's blocks
+    release at the block's scope, as CUTLASS's ClusterBarrier does: at the cluster's scope ptxas put a
+    GPU-wide ``MEMBAR.ALL.GPU`` before every remote arrive and an L1 invalidation (``CCTL.IVALL``) after
+    every passed try_wait, each step (clustered kernels 3-5x slower than unclustered on the H200)."""
+    op = lo.Matmul(384, 768, 3072, dtype="float16", out_dtype="float16")
+    schedule = gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, warps_n=1, depth=64, swizzle=128, stages=8,
+                         engine="tma", specialize=True, cluster=(1, 2))
+    code = re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", sass(schedule.compile(target="cuda", isa="sm_90")))
+    arrives = [i for i, instruction in enumerate(code) if "SYNCS.ARRIVE.TRANS64.RED" in instruction]
+    waits = [i for i, instruction in enumerate(code) if "SYNCS.PHASECHK" in instruction]
+    assert arrives and waits, "no remote arrive or try_wait in the SASS"
+    assert not [code[j] for i in arrives for j in range(i - 4, i) if "MEMBAR" in code[j]]
+    assert not [code[i + 1] for i in waits if "CCTL" in code[i + 1]]
 
 
 @pytest.mark.parametrize("make", [gpu_wmma, gpu_mma])

@@ -10,7 +10,8 @@ completing on each block's barrier of the buffer, which expects the whole tiles'
 read from L2 once for the cluster instead of once a block. A block must not refill a buffer that a
 peer still reads: each buffer has a second, *empty* barrier of ``size`` arrivals; once a block's
 products of a step retired, its issuing thread arrives on that buffer's empty barrier in every block
-of the cluster, and waits on its own before refilling the buffer. A cluster barrier after the
+of the cluster, and waits on its own before refilling the buffer (both at the block's scope:
+``specialize.py``). A cluster barrier after the
 barriers' init (a peer's copy and arrivals land on them) and one at the end (no block leaves while a
 peer may still arrive on its barriers).
 
@@ -83,15 +84,8 @@ static __device__ __forceinline__ void lo_release(unsigned long long *bar, int b
 {   /* one arrival on the barrier at bar's offset in every block of the cluster */
     for (int rank = 0; rank < blocks; ++rank)
         asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; "
-                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }"
+                     "mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
                      :: "r"(LO_SHARED(bar)), "r"(rank) : "memory");
-}
-static __device__ __forceinline__ void lo_wait_released(unsigned long long *bar, unsigned parity)
-{   /* every block of the cluster released the buffer (their reads before this block's refill) */
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(LO_SHARED(bar)), "r"(parity) : "memory");
 }
 static __device__ __forceinline__ void lo_tma_2d_multicast(void *dst, const lo_tensor_map *map, int x, int y,
                                                            unsigned long long *bar, unsigned short mask)

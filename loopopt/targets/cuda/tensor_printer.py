@@ -474,7 +474,7 @@ class TensorPrinter:
         total = sum(self.tiles[t] * self.tma[t].tile_bytes for t in self.tma)
         if self.multicast and device and not producer:   # every block's last reader released the buffer
             empty = f"lo_bar + {self.pipeline} + lo_step % {self.pipeline}"
-            self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait_released({empty}, "
+            self.emit(depth, f"if (lo_step >= {self.pipeline}) lo_wait({empty}, "
                              f"(unsigned) (lo_step / {self.pipeline} + 1) & 1u);")
         if producer and not device:
             self.emit(depth, f"lo_expect_arrive(lo_full + {self.ring} % {self.pipeline}, {total});")

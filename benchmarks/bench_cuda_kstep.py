@@ -1,0 +1,142 @@
+"""The k-step of a warp-specialized wgmma kernel taken apart on an NVIDIA GPU: BERT's 384x768x3072 on
+64 x 64 tiles (one consumer warpgroup, depth 64, 8 stages, 128-byte swizzle; unclustered and in clusters
+of 1x2 and 1x4), its printed CUDA patched to leave one thing out, each timed in a CUDA graph at K and 2K
+so that the difference over the added steps is the time of one step (the launch, the pipeline's fill and
+the epilogue cancel); cuBLAS's the same way.
+
+The patches (each asserts the text it changes, so a printer change that moves it fails loudly): without
+copies (the full barriers expect 0 bytes, no TMA issued), without products (no wgmma: the consumers only
+wait, fence, commit and release), neither (the mbarrier protocol alone), and A's copies alone (B's boxes
+not issued, A's bytes expected); and one that keeps the sums: two producer threads (two warps) issuing
+alternate steps. The sums of the others are wrong: they are timed, never verified; the kernels as
+printed and with two producers are verified against float64 first.
+
+``python benchmarks/bench_cuda_kstep.py [--json PATH]`` prints one line a kernel and patch (ms at K and 2K,
+ns a step) and cuBLAS's.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from bench_cuda_tensor import reference, run_variant, torch_tensors
+from cuda_bench import environment, graph_median, torch_graph_median
+
+import loopopt as lo
+from loopopt.codegen import Generated
+from loopopt.codegen.instr import SCALAR
+from loopopt.dataflows import gpu_wgmma
+from loopopt.targets.cuda import device, toolchain
+from loopopt.targets.cuda.kernel import CudaKernel
+from loopopt.targets.cuda.printer import print_kernel
+from loopopt.targets.cuda.target import build_arch
+
+M, N, K = 384, 768, 3072
+TILES = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 8,
+         "engine": "tma", "specialize": True}
+CLUSTERS = {"unclustered": {}, "cluster 1x2": {"cluster": (1, 2)}, "cluster 1x4": {"cluster": (1, 4)}}
+EXPECT = re.compile(r"lo_expect\((lo_bar \+ [^,]+), \d+\);")
+
+
+def _substituted(pattern: str | re.Pattern, replacement: str, source: str) -> str:
+    """``source`` with ``pattern`` replaced; ValueError unless it matched."""
+    changed, count = re.subn(pattern, replacement, source)
+    if not count:
+        raise ValueError(f"the printed kernel has no {pattern!r}: the patch needs updating")
+    return changed
+
+
+def without_copies(source: str) -> str:
+    """No TMA box issued; the full barriers expect 0 bytes (their producer's arrival completes them)."""
+    return _substituted(r"\n\s*lo_tma_2d(_multicast)?\(.*\n", "\n", _substituted(EXPECT, r"lo_expect(\1, 0);",
+                                                                                  source))
+
+
+def without_products(source: str) -> str:
+    """No wgmma issued: the consumers wait, fence, commit an empty group and release."""
+    return _substituted(r"\n\s*LO_WGMMA\(lo_acc.*\n", "\n", source)
+
+
+def a_copies_alone(source: str) -> str:
+    """B's boxes not issued; the full barriers expect A's bytes alone (``M`` tile rows of the depth)."""
+    a_bytes = TILES["block_m"] * TILES["depth"] * 2
+    return _substituted(r"\n\s*lo_tma_2d(_multicast)?\([^\n]*&lo_map_B[^\n]*\n", "\n",
+                        _substituted(EXPECT, rf"lo_expect(\1, {a_bytes});", source))
+
+
+def two_producers(source: str) -> str:
+    """The copies issued by two threads of the producer warpgroup, in two warps, alternate steps each (the
+    protocol unchanged: each step's full barrier still gets one ``expect_tx``)."""
+    return _substituted(r"if \(lo_thread == (\d+)\) \{\n(\s*)for \(int lo_p = 0; lo_p < (\d+); \+\+lo_p\)",
+                        r"if (lo_thread % 32 == 0 && lo_thread < \1 + 64) {\n\2"
+                        r"for (int lo_p = (lo_thread - \1) / 32; lo_p < \3; lo_p += 2)", source)
+
+
+PATCHES: dict[str, Callable[[str], str]] = {
+    "as printed": lambda source: source, "without copies": without_copies,
+    "without products": without_products, "neither": lambda source: without_products(without_copies(source)),
+    "A's copies alone": a_copies_alone, "two producers": two_producers}
+
+
+def patched_kernel(schedule: lo.Schedule, patch: str, arch: str) -> CudaKernel:
+    """``schedule``'s kernel built from its printed CUDA with ``PATCHES[patch]`` applied."""
+    printed = print_kernel(schedule)
+    printed = dataclasses.replace(printed, source=PATCHES[patch](printed.source))
+    generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR, {}, False)
+    build = toolchain.build(printed.source, build_arch(schedule, arch))
+    return CudaKernel(schedule, generated, printed, build, arch)
+
+
+def graph_ms(kernel: CudaKernel, stored: list) -> float:
+    """ms of one run of ``kernel`` on ``stored`` replayed in a CUDA graph (``cuda_bench.graph_median``)."""
+    op = kernel.op
+    out = device.cupy().empty((op.m, op.n), kernel.parameter_dtype(op.output))
+    buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: out})
+    return graph_median(lambda: kernel.run(buffers)) * 1e3
+
+
+def bench() -> list[dict]:
+    """Each clustering and patch at K and 2K (and cuBLAS): ms in a graph and ns a step; the kernels as
+    printed verified first."""
+    import torch
+    arch = device.arch()
+    ops = {depth: lo.Matmul(M, N, depth, dtype="float16", out_dtype="float16") for depth in (K, 2 * K)}
+    jobs = [(cluster, patch, depth, gpu_wgmma(ops[depth], **TILES, **arguments))
+            for cluster, arguments in CLUSTERS.items() for patch in PATCHES for depth in ops]
+    with ThreadPoolExecutor() as pool:
+        kernels = list(pool.map(lambda job: patched_kernel(job[3], job[1], arch), jobs))
+    inputs = {depth: torch_tensors(op) for depth, op in ops.items()}
+    times: dict[tuple[str, str], dict[int, float]] = {}
+    for (cluster, patch, depth, _), kernel in zip(jobs, kernels):
+        logical, stored = inputs[depth]
+        if patch in ("as printed", "two producers") and depth == K:
+            row = run_variant(kernel, stored, reference(ops[depth], logical))
+            print(json.dumps({"kernel": cluster, "patch": patch, "verified": row["verified"],
+                              "one_launch_ms": row["median_ms"]}), flush=True)
+        times.setdefault((cluster, patch), {})[depth] = graph_ms(kernel, stored)
+    for depth, (logical, _) in inputs.items():
+        a, b = logical
+        times.setdefault(("cuBLAS", "torch.matmul"), {})[depth] = torch_graph_median(
+            lambda a=a, b=b: torch.matmul(a, b)) * 1e3
+    rows = []
+    for (kernel, patch), ms in times.items():
+        rows.append({"kernel": kernel, "patch": patch, "graph_ms": ms,
+                     "ns_per_step": (ms[2 * K] - ms[K]) / (K // TILES["depth"]) * 1e6})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments.add_argument("--json", help="write the environment and rows to this file")
+    path = arguments.parse_args().json
+    environment_line = environment()
+    print(json.dumps(environment_line), flush=True)
+    measured = bench()
+    if path:
+        with open(path, "w") as f:
+            json.dump({"environment": environment_line, "rows": measured}, f, indent=1)
