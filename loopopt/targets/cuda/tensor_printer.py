@@ -915,14 +915,10 @@ class TensorPrinter:
             self.emit(body, "__threadfence();")
         opened = 0 if device else self._warp_variables(body)
         inner = body + opened
-        na, nb, n = self.count[self.a], self.count[self.b], self.ins.fragment_elements
         lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
-        self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(inner + 1, self.fragments[self.a], "lo_fa")
-        self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        self._define(inner + 2, self.fragments[self.b], "lo_fb")
-        self.emit(inner + 2, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
-        element = inner + 3
+        fragment, n = self._open_fragments(inner), self.ins.fragment_elements
+        self.emit(fragment, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
+        element = fragment + 1
         self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
         self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
         share = split_reduce.slot("lo_s", tile, self.tile_count // splits, self._tile_element,
@@ -932,7 +928,7 @@ class TensorPrinter:
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         self.emit(element, f"if ({self._check(self.guards['out'])}) "
                            f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
-        self.emit(inner + 2, "}")
+        self.emit(fragment, "}")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         self._close(body, opened)
