@@ -858,9 +858,8 @@ class TensorPrinter:
             self.emit(inner, sync)
         self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
         if self.last:       # the whole fragment, the tails too: the last block reads its slots
-            share = split_reduce.slot(self.s.split_k_loop, self._tile_number, self.tile_count // self.splits,
-                                      self._tile_element, self.tile_elements_all)
-            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{share}] = lo_scratch[lo_e];")
+            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{self._share_slot(self.s.split_k_loop)}] = "
+                                 f"lo_scratch[lo_e];")
         else:
             self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
             self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
@@ -896,6 +895,16 @@ class TensorPrinter:
         """The sums of a block's tile: every warp's fragments."""
         return self.warp_count * self.accumulators * self.ins.fragment_elements
 
+    @property
+    def output_tiles(self) -> int:
+        """The output's tiles: ``tile_count`` but the split's blocks (each split a share of every tile)."""
+        return self.tile_count // self.splits
+
+    def _share_slot(self, split: str) -> str:
+        """The workspace slot of element ``_tile_element`` of split ``split``'s share of the block's tile."""
+        return split_reduce.slot(split, self._tile_number, self.output_tiles, self._tile_element,
+                                 self.tile_elements_all)
+
     def _last_share(self, depth: int) -> None:
         """Under ``split_k(..., reduce="last")``, after each warp wrote its fragments' shares: the block
         counts itself in, and the tile's last block adds the shares in split order and stores the outputs
@@ -921,10 +930,8 @@ class TensorPrinter:
         element = fragment + 1
         self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
         self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
-        share = split_reduce.slot("lo_s", tile, self.tile_count // splits, self._tile_element,
-                                  self.tile_elements_all)
         self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
-                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {share});")
+                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {self._share_slot('lo_s')});")
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         self.emit(element, f"if ({self._check(self.guards['out'])}) "
                            f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
@@ -1524,8 +1531,7 @@ class TensorPrinter:
 
     def _workspace(self, device: bool) -> str:
         """``split_reduce.declarations`` of this kernel's tiles and shares."""
-        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all,
-                                         self.tile_count // self.splits)
+        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all, self.output_tiles)
 
     def _header(self) -> list[str]:
         s = self.s
