@@ -108,11 +108,31 @@ def _staging_bytes(consumers: int) -> int:
     return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
 
 
+def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers: int) -> int:
+    """Shared memory of a persistent block that stages its outputs past its ring: ``stages`` buffers of
+    ``step_bytes``, then (aligned for the 128-byte swizzle) ``staging_bytes``, then ``barriers`` 8-byte
+    mbarriers a buffer."""
+    return -(-(_staging_offset(stages, step_bytes) + staging_bytes) // 8) * 8 + 8 * barriers * stages
+
+
 def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
     """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
     two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
     ``consumers`` warpgroups store from registers)."""
-    return _staging_offset(stages, step_bytes) + _staging_bytes(consumers) + 16 * stages <= MAX_SHARED_BYTES
+    return persistent_shared(stages, step_bytes, _staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
+
+
+def stage_row(columns: int, output_bytes: int) -> int:
+    """Elements of a row of a staging tile of requantized outputs (``TensorPrinter._open_staging``): a
+    fragment's ``columns``, and 16 bytes more for bytes (the eight rows a warp writes at once fall in
+    different banks)."""
+    return columns + (COPY_BYTES if output_bytes == 1 else 0)
+
+
+def row_staging_bytes(consumers: int, rows: int, columns: int, output_bytes: int) -> int:
+    """Shared memory of ``consumers`` warpgroups' staging tiles of one fragment's requantized outputs,
+    ``rows`` x ``columns`` of ``output_bytes`` each."""
+    return consumers * rows * stage_row(columns, output_bytes) * output_bytes
 
 
 def _even(expr: Expr) -> bool:
@@ -321,22 +341,25 @@ class TensorPrinter:
         return sum(self.tiles[t] * self.tile_elements[t] for t in self.op.inputs)
 
     @property
+    def step_bytes(self) -> int:
+        """Bytes of one buffer of the ring: both inputs' tiles of a step."""
+        return self.ins.element_bytes * self.step_elements
+
+    @property
     def barrier_offset(self) -> int:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
         after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
-        (``tma_store.py``)."""
-        if self.stored is not None:
-            return self.staging_offset + self.staging_bytes
-        if self.s.persistent_tiles and self.staged_rows:
-            return -(-(self.staging_offset + self.row_staging_bytes) // 8) * 8
-        return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
-                      self.warp_count * self.scratch_elements * 4) // 8) * 8
+        (``tma_store.py``) or of its requantized rows (``row_staging_bytes``)."""
+        if self.stored is not None or (self.s.persistent_tiles and self.staged_rows):
+            staged = self.staging_bytes if self.stored is not None else self.row_staging_bytes
+            return persistent_shared(self.pipeline, self.step_bytes, staged, 0)
+        return ring_bytes(self.pipeline, self.step_bytes, self.warp_count * self.scratch_elements * 4, 0)
 
     @property
     def staging_offset(self) -> int:
         """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
         the 128-byte swizzle."""
-        return _staging_offset(self.pipeline, self.ins.element_bytes * self.step_elements)
+        return _staging_offset(self.pipeline, self.step_bytes)
 
     @property
     def maps(self) -> list:
@@ -350,7 +373,7 @@ class TensorPrinter:
     @property
     def row_staging_bytes(self) -> int:
         """The warpgroups' staging tiles of one fragment's requantized outputs (``_open_staging``)."""
-        return self.warp_count * self.ins.m * self._stage_row * self._output_bytes
+        return row_staging_bytes(self.warp_count, self.ins.m, self.ins.n, self._output_bytes)
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
@@ -358,7 +381,7 @@ class TensorPrinter:
         consumers store from registers (another output, or no room for the staging beside the ring)."""
         if not self.s.persistent_tiles or not self.ins.asynchronous:
             return None
-        fits = staging_fits(self.pipeline, self.ins.element_bytes * self.step_elements, self.warp_count)
+        fits = staging_fits(self.pipeline, self.step_bytes, self.warp_count)
         return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
@@ -376,7 +399,7 @@ class TensorPrinter:
     def deepest(self) -> int:
         """The most buffers a ring of this kernel's tiles may have within ``MAX_SHARED_BYTES`` (0 where
         not even one fits)."""
-        step = self.ins.element_bytes * self.step_elements
+        step = self.step_bytes
         scratch = self.warp_count * self.scratch_elements * 4
         stages = MAX_SHARED_BYTES // (step + 8 * self.barriers)
         while stages > 0 and ring_bytes(stages, step, scratch, self.barriers) > MAX_SHARED_BYTES:
@@ -717,9 +740,7 @@ class TensorPrinter:
 
     @property
     def _stage_row(self) -> int:
-        """Elements of a staging tile's row: a fragment's columns, and 16 bytes more for bytes (the eight
-        rows a warp writes at once fall in different banks)."""
-        return self.ins.n + (COPY_BYTES if self._output_bytes == 1 else 0)
+        return stage_row(self.ins.n, self._output_bytes)
 
     @property
     def _output_bytes(self) -> int:
