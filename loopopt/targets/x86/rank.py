@@ -102,9 +102,10 @@ RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with 
 
 @lru_cache(maxsize=1)
 def _caches() -> tuple[int, int, int]:
-    """This machine's L1, L2 and L3 data cache sizes in bytes (typical sizes if not reported; no L3: 0)."""
-    sizes = {c.name: c.size for c in machine_profile().caches}
-    return sizes.get("L1", 32 << 10), sizes.get("L2", 1 << 20), sizes.get("L3", 0)
+    """This machine's L1, L2 and L3 data cache sizes in bytes (``MachineProfile.cache_size``)."""
+    profile = machine_profile()
+    l1, l2, l3 = (profile.cache_size(level) for level in ("L1", "L2", "L3"))
+    return l1, l2, l3
 
 
 @lru_cache(maxsize=16)
