@@ -47,8 +47,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 
-import numpy as np
-
 from ...dataflows import (
     clamp_tile,
     depthwise_block,
@@ -382,8 +380,12 @@ def _device_bytes(op: Op, split: int, element_bytes: int = 4) -> float:
     per split-K share (float32 or int32, a 16-bit ``out_dtype`` 2 bytes; a requantized one a byte an
     element)."""
     inputs = sum(math.prod(op.tensor(t).shape) * element_bytes for t in op.inputs)
-    output = 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
-    return inputs + output * math.prod(op.tensor(op.output).shape) * split
+    return inputs + _output_bytes(op) * math.prod(op.tensor(op.output).shape) * split
+
+
+def _output_bytes(op: Op) -> int:
+    """Bytes of an output element: a requantized op's byte, else its ``out_dtype``'s."""
+    return 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
 
 
 # --- candidates -------------------------------------------------------------------------------------
@@ -557,8 +559,8 @@ def _block_shared(op: Op, knobs: TensorKnobs) -> int:
     (``tensor_printer.persistent_shared``, ``row_staging_bytes``)."""
     if not knobs.persistent or op.quant is None or knobs.split_k > 1:
         return tensor_shared(knobs, _sums(op))
-    entry, size = knobs.instruction, np.dtype(op.quant.output).itemsize
-    rows = row_staging_bytes(knobs.warps_m * knobs.warps_n, entry.m, entry.n, size)
+    entry = knobs.instruction
+    rows = row_staging_bytes(knobs.warps_m * knobs.warps_n, entry.m, entry.n, _output_bytes(op))
     return persistent_shared(knobs.stages, _step_bytes(knobs), rows, 2 if knobs.specialize else 1)
 
 
