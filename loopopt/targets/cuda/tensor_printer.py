@@ -758,9 +758,7 @@ class TensorPrinter:
             self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) (lo_smem + {self.staging_offset}) "
                              f"+ lo_w * {size};")
             return
-        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                else "__syncthreads();")
-        self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
+        self._reuse_tiles(depth)
         self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) lo_smem + lo_w * {size};")
 
     def _copy_out(self, depth: int) -> None:
@@ -772,7 +770,7 @@ class TensorPrinter:
         vector = COPY_BYTES // self._output_bytes
         chunk = vector if self.ins.n % vector == 0 else 1
         chunks = self.ins.n // chunk
-        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        lane, lanes = self._lanes
         if device:
             self.emit(depth, self.ins.group_sync)
         self.emit(depth, cprint.for_loop("int", "lo_q", self.ins.m * chunks, lane, step=lanes) + " {")
@@ -803,11 +801,17 @@ class TensorPrinter:
         if any(index < domain and not guard.expr.variables() & reduction and self.j in guard.expr.variables()
                for index, guard in enumerate(self.s.guards)):
             return False
+        return self._offset_but_columns is not None
+
+    @property
+    def _offset_but_columns(self) -> Expr | None:
+        """The output's offset less its columns' term where that steps by 1 (a row's columns are
+        consecutive outputs), else None."""
         try:
-            steps, _ = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
         except ValueError:      # the column under a division or remainder: no fixed step
-            return False
-        return steps.get(self.j) == 1
+            return None
+        return rest if steps.get(self.j) == 1 else None
 
     def _each_in_pairs(self, depth: int, statement: str) -> None:
         """``statement`` for each element of the row's pairs of columns (``j`` and ``lo_h`` defined)."""
@@ -819,17 +823,48 @@ class TensorPrinter:
         self.emit(pair, "}")
         self.emit(depth, "}")
 
-    def _open_fragments(self, depth: int) -> int:
-        """Opens the unrolled loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their
-        fragment loops' variables defined); returns the depth inside."""
+    def _open_fragments(self, depth: int, unroll: bool = True) -> int:
+        """Opens the loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their fragment
+        loops' variables defined), unrolled where ``unroll``; returns the depth inside."""
         na, nb = self.count[self.a], self.count[self.b]
-        self.emit(depth, f"{self.syntax.unroll} {na}")
+        if unroll:
+            self.emit(depth, f"{self.syntax.unroll} {na}")
         self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
         self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        if unroll:
+            self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
         self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
         self._define(depth + 2, self.fragments[self.b], "lo_fb")
         return depth + 2
+
+    @property
+    def _meet(self) -> str:
+        """The barrier of every consumer warp of the block: the consumers' own in a specialized kernel."""
+        return (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+
+    def _reuse_tiles(self, depth: int) -> None:
+        """The consumers meet once every warp is done with the tiles, whose shared memory the epilogue
+        then reuses."""
+        self.emit(depth, f"{self._meet}   /* every warp is done with the tiles: reuse them */")
+
+    @property
+    def _lanes(self) -> tuple[str, int]:
+        """A thread's first element of a fragment and the step to its next: the lanes of one instruction
+        share the fragment on the GPU; the host emulation's one thread takes every element."""
+        return (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if self.syntax.device else ("0", 1)
+
+    def _open_elements(self, depth: int) -> int:
+        """Opens the loop over a fragment's elements ``lo_e`` a thread takes (``_lanes``); returns the
+        depth inside."""
+        lane, lanes = self._lanes
+        self.emit(depth, cprint.for_loop("int", "lo_e", self.ins.fragment_elements, lane, step=lanes) + " {")
+        return depth + 1
+
+    def _element_position(self, depth: int) -> None:
+        """Defines element ``lo_e``'s row and column in its fragment (``i``, ``j``)."""
+        self.emit(depth, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+        self.emit(depth, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
 
     def _open_pairs(self, depth: int) -> int:
         """Opens the loop over a row's pairs of columns (``FragmentCode.pairs``: ``lo_col``, ``lo_e``);
@@ -845,30 +880,19 @@ class TensorPrinter:
                 self.emit(depth, self.code.drain)
             self._row_epilogue(depth)
             return
-        na, nb = self.count[self.a], self.count[self.b]
-        n = self.ins.fragment_elements
-        if self.syntax.device:
+        nb, n, accumulator = self.count[self.b], self.ins.fragment_elements, self.code.accumulator
+        device = self.syntax.device
+        if device:
             if self.code.drain:
                 self.emit(depth, self.code.drain)
-            meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                    else "__syncthreads();")
-            self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
-            accumulator, lanes = self.code.accumulator, self.ins.lanes
+            self._reuse_tiles(depth)
             self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * "
                              f"{self.scratch_elements};")
-            lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
-            self.emit(depth, f"{self.code.accumulator} lo_scratch[{self.scratch_elements}];")
-            lane, lanes, sync = "0", 1, ""
-        if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
-            self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        if sync:
-            self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        inner = depth + 2
-        self._define(inner, self.fragments[self.b], "lo_fb")
+            self.emit(depth, f"{accumulator} lo_scratch[{self.scratch_elements}];")
+        sync = self.ins.group_sync if device else ""
+        # unrolled on the GPU: the accumulators stay in registers (a run-time index would spill them)
+        inner = self._open_fragments(depth, unroll=device)
         self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
                                                 ld=self.ins.n))
         if self.sums:
@@ -877,13 +901,12 @@ class TensorPrinter:
                                                     ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
-        self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
+        self._open_elements(inner)
         if self.last:       # the whole fragment, the tails too: the last block reads its slots
             self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{self._share_slot(self.s.split_k_loop)}] = "
                                  f"lo_scratch[lo_e];")
         else:
-            self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-            self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+            self._element_position(inner + 1)
             self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
         self.emit(inner, "}")
         if sync:
@@ -933,11 +956,9 @@ class TensorPrinter:
         if not self.last:
             return
         device, tile, splits = self.syntax.device, self._tile_number, self.splits
-        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                else "__syncthreads();")
         if device:
             self.emit(depth, "__shared__ int lo_last_in;")
-        for line in split_reduce.arrive(device, tile, splits, meet):
+        for line in split_reduce.arrive(device, tile, splits, self._meet):
             self.emit(depth, line)
         self.emit(depth, "if (lo_last) {   /* every share of the tile is in: add them in split order */")
         body = depth + 1
@@ -945,12 +966,9 @@ class TensorPrinter:
             self.emit(body, "__threadfence();")
         opened = 0 if device else self._warp_variables(body)
         inner = body + opened
-        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
-        fragment, n = self._open_fragments(inner), self.ins.fragment_elements
-        self.emit(fragment, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
-        element = fragment + 1
-        self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-        self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+        fragment = self._open_fragments(inner)
+        element = self._open_elements(fragment)
+        self._element_position(element)
         self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
                            f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {self._share_slot('lo_s')});")
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
@@ -1016,11 +1034,8 @@ class TensorPrinter:
         counts along every other loop (a pair of an even column starts 8-byte aligned)."""
         if self.quant is not None or self.s.split_k_loop:
             return False
-        try:
-            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
-        except ValueError:      # the column under a division or remainder: no fixed step
-            return False
-        return steps.get(self.j) == 1 and _even(rest)
+        rest = self._offset_but_columns
+        return rest is not None and _even(rest)
 
     def _tile_epilogue(self, depth: int) -> None:
         """A persistent kernel's outputs of a tile: staged for TMA's stores where ``stored``, else from
