@@ -63,6 +63,7 @@ VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
 OTHERS_LIMIT = 0.25        # other processes' share of the machine's CPU time above which a run is noisy
 BANDWIDTH_CALL = 0.02      # s: each timed read call repeats its buffer about this long
 BANDWIDTH_RUNS = 5         # timed calls per level: their best and their median are kept
+TYPICAL_CACHE_BYTES = {"L1": 32 << 10, "L2": 1 << 20, "L3": 0}   # a data cache the OS does not report
 DRAM_CACHES = 4            # the DRAM buffer is this many times the last cache: well beyond it, as a cache
                            # whose replacement resists streaming keeps part of a buffer a little larger
 DRAM_MIN = 64 << 20        # bytes: the DRAM buffer is at least this
@@ -335,6 +336,14 @@ class MachineProfile:
             raise ValueError(f"peak: dtype={dtype!r} is not supported; "
                              f"allowed: {', '.join(map(repr, DTYPES))}")
         return peak_of(self.peaks, isa, dtype, self.cpu)
+
+    def cache_size(self, level: str) -> int:
+        """Bytes of the data cache ``level`` ("L1", "L2" or "L3"): as the OS reports it, else a typical
+        size (``TYPICAL_CACHE_BYTES``: 32 KB, 1 MB; no L3: 0)."""
+        if level not in TYPICAL_CACHE_BYTES:
+            raise ValueError(f"cache_size: level={level!r}; allowed: "
+                             f"{', '.join(map(repr, TYPICAL_CACHE_BYTES))}")
+        return next((c.size for c in self.caches if c.name == level), TYPICAL_CACHE_BYTES[level])
 
     def memory_bandwidth(self) -> float:
         """DRAM read bandwidth in GB/s (one core): the best of the timed passes over a buffer of

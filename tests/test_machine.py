@@ -159,6 +159,17 @@ def test_peak_lookup():
     assert profile.memory_bandwidth() == 20.0
 
 
+def test_cache_sizes_are_the_reported_ones_else_typical():
+    """One source of the cache sizes the x86 search space and its ranking read: an unreported L1 or L2
+    is its typical size, an unreported L3 none."""
+    assert [make_profile().cache_size(level) for level in ("L1", "L2", "L3")] == [32 << 10, 1 << 20, 32 << 20]
+    only_l2 = make_profile(caches=(Cache("L2", 2 << 20, 16, 64, 1),))
+    assert [only_l2.cache_size(level) for level in ("L1", "L2", "L3")] == [32 << 10, 2 << 20, 0]
+    assert make_profile(caches=()).cache_size("L2") == 1 << 20
+    with pytest.raises(ValueError, match="level='L4'; allowed: 'L1', 'L2', 'L3'"):
+        only_l2.cache_size("L4")
+
+
 def test_others_share_from_proc_stat_samples(monkeypatch):
     monkeypatch.setattr(machine, "cpu_seconds", lambda: (11.0, 111.5, 1.5))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

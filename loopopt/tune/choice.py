@@ -103,7 +103,7 @@ def packing_seconds(op: Op, candidate: Candidate, arriving: Mapping[str, str]) -
     size = 1 if op.quant is not None else 4               # as a caller gives them: 8-bit codes, else float32
     nbytes = size * sum(math.prod(op.tensor(t).shape) for t in moved)
     profile = machine_profile()
-    l3 = next((c.size for c in profile.caches if c.name == "L3"), 0)
+    l3 = profile.cache_size("L3")
     level = "L3" if 2 * nbytes <= l3 and "L3" in profile.bandwidth else "DRAM"
     return 2 * nbytes / (profile.bandwidth[level].gbs * 1e9)
 

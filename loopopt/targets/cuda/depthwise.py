@@ -41,6 +41,7 @@ from ...depthwise_roles import DepthwiseRoles
 from ...expr import linear_terms
 from ...ops import Op
 from ...schedule import Schedule, ScheduleError
+from . import output_types
 from .gemv import HOST_HALF
 from .printer import ERROR_NAME, KERNEL_NAME, NEST_NAME, CudaSource, Syntax
 
@@ -230,6 +231,7 @@ def check(schedule: Schedule) -> Shape:
     op = schedule.op
     roles = DepthwiseRoles.of(op)
     schedule.refuse_epilogue("the cuda depthwise", "they store the sums and the bias")
+    output_types.check(schedule, tensor_cores=False)
     other = [step for step in schedule.steps if step.primitive not in STEPS]
     if other:
         raise ScheduleError(f"{other[0]}: the cuda depthwise kernels take {', '.join(STEPS)} steps only")

@@ -77,7 +77,8 @@ def check_schedule(schedule: Schedule) -> None:
     """ScheduleError unless the cuda target runs ``schedule``: a float32 op (float16, bfloat16 and
     quantized ops: tensorized), no CPU annotations (a warp axis without ``tensorize`` is the GEMV
     family's, ``gemv.py``; a vectorized loop beside bound ones the depthwise family's, ``depthwise.py``;
-    no software prefetch)."""
+    no software prefetch; 16-bit outputs tensorized)."""
+    output_types.check(schedule, bool(schedule.tensorized))
     op = schedule.op
     if op.quant is not None or op.dtype != "float32":
         if not schedule.tensorized:
@@ -122,7 +123,6 @@ def print_kernel(schedule: Schedule, syntax: Syntax = CUDA) -> CudaSource:
     """The kernel of ``schedule`` in ``syntax`` (ScheduleError where the target cannot run it)."""
     from . import depthwise, gemv  # the families build on this module's names
     family = next((f for f in (gemv, depthwise) if f.takes(schedule)), None)
-    output_types.check(schedule, family is None and bool(schedule.tensorized))
     if family is gemv:
         return gemv.print_gemv(schedule, syntax)
     if family is depthwise:

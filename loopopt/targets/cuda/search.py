@@ -75,7 +75,14 @@ from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
-from .tensor_printer import REGISTERS_PER_SM, TensorPrinter, ring_bytes, staging_fits
+from .tensor_printer import (
+    REGISTERS_PER_SM,
+    TensorPrinter,
+    persistent_shared,
+    ring_bytes,
+    row_staging_bytes,
+    staging_fits,
+)
 
 WARP = 32
 MAX_THREADS = 1024                 # threads per block (every architecture here)
@@ -373,8 +380,12 @@ def _device_bytes(op: Op, split: int, element_bytes: int = 4) -> float:
     per split-K share (float32 or int32, a 16-bit ``out_dtype`` 2 bytes; a requantized one a byte an
     element)."""
     inputs = sum(math.prod(op.tensor(t).shape) * element_bytes for t in op.inputs)
-    output = 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
-    return inputs + output * math.prod(op.tensor(op.output).shape) * split
+    return inputs + _output_bytes(op) * math.prod(op.tensor(op.output).shape) * split
+
+
+def _output_bytes(op: Op) -> int:
+    """Bytes of an output element: a requantized op's byte, else its ``out_dtype``'s."""
+    return 1 if op.quant is not None and op.quant.requantized else output_types.TYPES[op.out_dtype].size
 
 
 # --- candidates -------------------------------------------------------------------------------------
@@ -420,7 +431,7 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
                 continue
             for variant in _tma_variants(knobs, _walks(op, knobs, arch)):
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
-                          tensor_shared(variant, _sums(op)) + _row_staging(op, variant),
+                          _block_shared(op, variant),
                           SHARED_BYTES_PER_BLOCK[arch]):
                     found[variant] = None
     return list(found)
@@ -542,13 +553,15 @@ def _step_bytes(knobs: TensorKnobs) -> int:
     return entry.element_bytes * elements
 
 
-def _row_staging(op: Op, knobs: TensorKnobs) -> int:
-    """Bytes past the ring (aligned to 1 KB) a persistent kernel stages a quantized op's outputs in: each
-    consumer warpgroup a fragment's rows (``TensorPrinter.row_staging_bytes``; bytes 16 more a row)."""
+def _block_shared(op: Op, knobs: TensorKnobs) -> int:
+    """Bytes of shared memory a tensor-core block of ``op`` asks for: ``tensor_shared``'s, or a persistent
+    kernel's of a quantized op, which stages each consumer warpgroup's fragment of outputs past its ring
+    (``tensor_printer.persistent_shared``, ``row_staging_bytes``)."""
     if not knobs.persistent or op.quant is None or knobs.split_k > 1:
-        return 0
-    entry, size = knobs.instruction, 1 if op.quant.requantized else 4
-    return 1024 + knobs.warps_m * knobs.warps_n * entry.m * (entry.n * size + (16 if size == 1 else 0))
+        return tensor_shared(knobs, _sums(op))
+    entry = knobs.instruction
+    rows = row_staging_bytes(knobs.warps_m * knobs.warps_n, entry.m, entry.n, _output_bytes(op))
+    return persistent_shared(knobs.stages, _step_bytes(knobs), rows, 2 if knobs.specialize else 1)
 
 
 def _sums(op: Op) -> bool:
@@ -649,7 +662,7 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
     # ptxas gives every thread the consumers' registers (a specialized producer holds no accumulators)
     consumers = entry.lanes * knobs.warps_m * knobs.warps_n
     return Work(blocks, knobs.threads, -(-knobs.block_m * columns // consumers) + OVERHEAD_REGISTERS,
-                tensor_shared(knobs, sums) + _row_staging(op, knobs),
+                _block_shared(op, knobs),
                 2.0 * knobs.block_m * columns * reduction, share,
                 padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
                 size * reduction * (knobs.block_m + knobs.block_n) * costs.l2_bytes_per_clock / l2_rate,

@@ -108,11 +108,31 @@ def _staging_bytes(consumers: int) -> int:
     return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
 
 
+def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers: int) -> int:
+    """Shared memory of a persistent block that stages its outputs past its ring: ``stages`` buffers of
+    ``step_bytes``, then (aligned for the 128-byte swizzle) ``staging_bytes``, then ``barriers`` 8-byte
+    mbarriers a buffer."""
+    return -(-(_staging_offset(stages, step_bytes) + staging_bytes) // 8) * 8 + 8 * barriers * stages
+
+
 def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
     """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
     two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
     ``consumers`` warpgroups store from registers)."""
-    return _staging_offset(stages, step_bytes) + _staging_bytes(consumers) + 16 * stages <= MAX_SHARED_BYTES
+    return persistent_shared(stages, step_bytes, _staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
+
+
+def stage_row(columns: int, output_bytes: int) -> int:
+    """Elements of a row of a staging tile of requantized outputs (``TensorPrinter._open_staging``): a
+    fragment's ``columns``, and 16 bytes more for bytes (the eight rows a warp writes at once fall in
+    different banks)."""
+    return columns + (COPY_BYTES if output_bytes == 1 else 0)
+
+
+def row_staging_bytes(consumers: int, rows: int, columns: int, output_bytes: int) -> int:
+    """Shared memory of ``consumers`` warpgroups' staging tiles of one fragment's requantized outputs,
+    ``rows`` x ``columns`` of ``output_bytes`` each."""
+    return consumers * rows * stage_row(columns, output_bytes) * output_bytes
 
 
 def _even(expr: Expr) -> bool:
@@ -321,22 +341,25 @@ class TensorPrinter:
         return sum(self.tiles[t] * self.tile_elements[t] for t in self.op.inputs)
 
     @property
+    def step_bytes(self) -> int:
+        """Bytes of one buffer of the ring: both inputs' tiles of a step."""
+        return self.ins.element_bytes * self.step_elements
+
+    @property
     def barrier_offset(self) -> int:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
         after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
-        (``tma_store.py``)."""
-        if self.stored is not None:
-            return self.staging_offset + self.staging_bytes
-        if self.s.persistent_tiles and self.staged_rows:
-            return -(-(self.staging_offset + self.row_staging_bytes) // 8) * 8
-        return -(-max(self.pipeline * self.ins.element_bytes * self.step_elements,
-                      self.warp_count * self.scratch_elements * 4) // 8) * 8
+        (``tma_store.py``) or of its requantized rows (``row_staging_bytes``)."""
+        if self.stored is not None or (self.s.persistent_tiles and self.staged_rows):
+            staged = self.staging_bytes if self.stored is not None else self.row_staging_bytes
+            return persistent_shared(self.pipeline, self.step_bytes, staged, 0)
+        return ring_bytes(self.pipeline, self.step_bytes, self.warp_count * self.scratch_elements * 4, 0)
 
     @property
     def staging_offset(self) -> int:
         """Where a persistent kernel's staging buffers of the stores start: after the ring, aligned for
         the 128-byte swizzle."""
-        return _staging_offset(self.pipeline, self.ins.element_bytes * self.step_elements)
+        return _staging_offset(self.pipeline, self.step_bytes)
 
     @property
     def maps(self) -> list:
@@ -350,7 +373,7 @@ class TensorPrinter:
     @property
     def row_staging_bytes(self) -> int:
         """The warpgroups' staging tiles of one fragment's requantized outputs (``_open_staging``)."""
-        return self.warp_count * self.ins.m * self._stage_row * self._output_bytes
+        return row_staging_bytes(self.warp_count, self.ins.m, self.ins.n, self._output_bytes)
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
@@ -358,7 +381,7 @@ class TensorPrinter:
         consumers store from registers (another output, or no room for the staging beside the ring)."""
         if not self.s.persistent_tiles or not self.ins.asynchronous:
             return None
-        fits = staging_fits(self.pipeline, self.ins.element_bytes * self.step_elements, self.warp_count)
+        fits = staging_fits(self.pipeline, self.step_bytes, self.warp_count)
         return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
@@ -376,7 +399,7 @@ class TensorPrinter:
     def deepest(self) -> int:
         """The most buffers a ring of this kernel's tiles may have within ``MAX_SHARED_BYTES`` (0 where
         not even one fits)."""
-        step = self.ins.element_bytes * self.step_elements
+        step = self.step_bytes
         scratch = self.warp_count * self.scratch_elements * 4
         stages = MAX_SHARED_BYTES // (step + 8 * self.barriers)
         while stages > 0 and ring_bytes(stages, step, scratch, self.barriers) > MAX_SHARED_BYTES:
@@ -717,9 +740,7 @@ class TensorPrinter:
 
     @property
     def _stage_row(self) -> int:
-        """Elements of a staging tile's row: a fragment's columns, and 16 bytes more for bytes (the eight
-        rows a warp writes at once fall in different banks)."""
-        return self.ins.n + (COPY_BYTES if self._output_bytes == 1 else 0)
+        return stage_row(self.ins.n, self._output_bytes)
 
     @property
     def _output_bytes(self) -> int:
@@ -737,9 +758,7 @@ class TensorPrinter:
             self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) (lo_smem + {self.staging_offset}) "
                              f"+ lo_w * {size};")
             return
-        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                else "__syncthreads();")
-        self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
+        self._reuse_tiles(depth)
         self.emit(depth, f"{ctype} *lo_stage = ({ctype} *) lo_smem + lo_w * {size};")
 
     def _copy_out(self, depth: int) -> None:
@@ -751,7 +770,7 @@ class TensorPrinter:
         vector = COPY_BYTES // self._output_bytes
         chunk = vector if self.ins.n % vector == 0 else 1
         chunks = self.ins.n // chunk
-        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
+        lane, lanes = self._lanes
         if device:
             self.emit(depth, self.ins.group_sync)
         self.emit(depth, cprint.for_loop("int", "lo_q", self.ins.m * chunks, lane, step=lanes) + " {")
@@ -782,11 +801,17 @@ class TensorPrinter:
         if any(index < domain and not guard.expr.variables() & reduction and self.j in guard.expr.variables()
                for index, guard in enumerate(self.s.guards)):
             return False
+        return self._offset_but_columns is not None
+
+    @property
+    def _offset_but_columns(self) -> Expr | None:
+        """The output's offset less its columns' term where that steps by 1 (a row's columns are
+        consecutive outputs), else None."""
         try:
-            steps, _ = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
+            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
         except ValueError:      # the column under a division or remainder: no fixed step
-            return False
-        return steps.get(self.j) == 1
+            return None
+        return rest if steps.get(self.j) == 1 else None
 
     def _each_in_pairs(self, depth: int, statement: str) -> None:
         """``statement`` for each element of the row's pairs of columns (``j`` and ``lo_h`` defined)."""
@@ -798,17 +823,48 @@ class TensorPrinter:
         self.emit(pair, "}")
         self.emit(depth, "}")
 
-    def _open_fragments(self, depth: int) -> int:
-        """Opens the unrolled loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their
-        fragment loops' variables defined); returns the depth inside."""
+    def _open_fragments(self, depth: int, unroll: bool = True) -> int:
+        """Opens the loops over a warp's accumulator fragments (``lo_fa``, ``lo_fb``, their fragment
+        loops' variables defined), unrolled where ``unroll``; returns the depth inside."""
         na, nb = self.count[self.a], self.count[self.b]
-        self.emit(depth, f"{self.syntax.unroll} {na}")
+        if unroll:
+            self.emit(depth, f"{self.syntax.unroll} {na}")
         self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
         self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
+        if unroll:
+            self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
         self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
         self._define(depth + 2, self.fragments[self.b], "lo_fb")
         return depth + 2
+
+    @property
+    def _meet(self) -> str:
+        """The barrier of every consumer warp of the block: the consumers' own in a specialized kernel."""
+        return (specialize.consumers_sync(self.warp_count) if self.registers is not None
+                else "__syncthreads();")
+
+    def _reuse_tiles(self, depth: int) -> None:
+        """The consumers meet once every warp is done with the tiles, whose shared memory the epilogue
+        then reuses."""
+        self.emit(depth, f"{self._meet}   /* every warp is done with the tiles: reuse them */")
+
+    @property
+    def _lanes(self) -> tuple[str, int]:
+        """A thread's first element of a fragment and the step to its next: the lanes of one instruction
+        share the fragment on the GPU; the host emulation's one thread takes every element."""
+        return (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if self.syntax.device else ("0", 1)
+
+    def _open_elements(self, depth: int) -> int:
+        """Opens the loop over a fragment's elements ``lo_e`` a thread takes (``_lanes``); returns the
+        depth inside."""
+        lane, lanes = self._lanes
+        self.emit(depth, cprint.for_loop("int", "lo_e", self.ins.fragment_elements, lane, step=lanes) + " {")
+        return depth + 1
+
+    def _element_position(self, depth: int) -> None:
+        """Defines element ``lo_e``'s row and column in its fragment (``i``, ``j``)."""
+        self.emit(depth, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
+        self.emit(depth, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
 
     def _open_pairs(self, depth: int) -> int:
         """Opens the loop over a row's pairs of columns (``FragmentCode.pairs``: ``lo_col``, ``lo_e``);
@@ -824,30 +880,19 @@ class TensorPrinter:
                 self.emit(depth, self.code.drain)
             self._row_epilogue(depth)
             return
-        na, nb = self.count[self.a], self.count[self.b]
-        n = self.ins.fragment_elements
-        if self.syntax.device:
+        nb, n, accumulator = self.count[self.b], self.ins.fragment_elements, self.code.accumulator
+        device = self.syntax.device
+        if device:
             if self.code.drain:
                 self.emit(depth, self.code.drain)
-            meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                    else "__syncthreads();")
-            self.emit(depth, f"{meet}   /* every warp is done with the tiles: reuse them */")
-            accumulator, lanes = self.code.accumulator, self.ins.lanes
+            self._reuse_tiles(depth)
             self.emit(depth, f"{accumulator} *lo_scratch = ({accumulator} *) lo_smem + lo_w * "
                              f"{self.scratch_elements};")
-            lane, sync = f"lo_thread % {lanes}", self.ins.group_sync
         else:
-            self.emit(depth, f"{self.code.accumulator} lo_scratch[{self.scratch_elements}];")
-            lane, lanes, sync = "0", 1, ""
-        if sync:    # unrolled: the accumulators stay in registers (a run-time index would spill them)
-            self.emit(depth, f"{self.syntax.unroll} {na}")
-        self.emit(depth, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(depth + 1, self.fragments[self.a], "lo_fa")
-        if sync:
-            self.emit(depth + 1, f"{self.syntax.unroll} {nb}")
-        self.emit(depth + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        inner = depth + 2
-        self._define(inner, self.fragments[self.b], "lo_fb")
+            self.emit(depth, f"{accumulator} lo_scratch[{self.scratch_elements}];")
+        sync = self.ins.group_sync if device else ""
+        # unrolled on the GPU: the accumulators stay in registers (a run-time index would spill them)
+        inner = self._open_fragments(depth, unroll=device)
         self.emit(inner, self.code.store.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), ptr="lo_scratch",
                                                 ld=self.ins.n))
         if self.sums:
@@ -856,14 +901,12 @@ class TensorPrinter:
                                                     ld=self.ins.n))
         if sync:
             self.emit(inner, sync)
-        self.emit(inner, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
+        self._open_elements(inner)
         if self.last:       # the whole fragment, the tails too: the last block reads its slots
-            share = split_reduce.slot(self.s.split_k_loop, self._tile_number, self.tile_count // self.splits,
-                                      self._tile_element, self.tile_elements_all)
-            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{share}] = lo_scratch[lo_e];")
+            self.emit(inner + 1, f"{split_reduce.WORKSPACE}[{self._share_slot(self.s.split_k_loop)}] = "
+                                 f"lo_scratch[lo_e];")
         else:
-            self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-            self.emit(inner + 1, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
+            self._element_position(inner + 1)
             self.emit(inner + 1, f"if ({self._check(self.guards['out'])}) {self._store_statement()}")
         self.emit(inner, "}")
         if sync:
@@ -896,6 +939,16 @@ class TensorPrinter:
         """The sums of a block's tile: every warp's fragments."""
         return self.warp_count * self.accumulators * self.ins.fragment_elements
 
+    @property
+    def output_tiles(self) -> int:
+        """The output's tiles: ``tile_count`` but the split's blocks (each split a share of every tile)."""
+        return self.tile_count // self.splits
+
+    def _share_slot(self, split: str) -> str:
+        """The workspace slot of element ``_tile_element`` of split ``split``'s share of the block's tile."""
+        return split_reduce.slot(split, self._tile_number, self.output_tiles, self._tile_element,
+                                 self.tile_elements_all)
+
     def _last_share(self, depth: int) -> None:
         """Under ``split_k(..., reduce="last")``, after each warp wrote its fragments' shares: the block
         counts itself in, and the tile's last block adds the shares in split order and stores the outputs
@@ -903,11 +956,9 @@ class TensorPrinter:
         if not self.last:
             return
         device, tile, splits = self.syntax.device, self._tile_number, self.splits
-        meet = (specialize.consumers_sync(self.warp_count) if self.registers is not None
-                else "__syncthreads();")
         if device:
             self.emit(depth, "__shared__ int lo_last_in;")
-        for line in split_reduce.arrive(device, tile, splits, meet):
+        for line in split_reduce.arrive(device, tile, splits, self._meet):
             self.emit(depth, line)
         self.emit(depth, "if (lo_last) {   /* every share of the tile is in: add them in split order */")
         body = depth + 1
@@ -915,24 +966,15 @@ class TensorPrinter:
             self.emit(body, "__threadfence();")
         opened = 0 if device else self._warp_variables(body)
         inner = body + opened
-        na, nb, n = self.count[self.a], self.count[self.b], self.ins.fragment_elements
-        lane, lanes = (f"lo_thread % {self.ins.lanes}", self.ins.lanes) if device else ("0", 1)
-        self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
-        self._define(inner + 1, self.fragments[self.a], "lo_fa")
-        self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        self._define(inner + 2, self.fragments[self.b], "lo_fb")
-        self.emit(inner + 2, cprint.for_loop("int", "lo_e", n, lane, step=lanes) + " {")
-        element = inner + 3
-        self.emit(element, f"const {self.int_type} {self.i} = lo_e / {self.ins.n};")
-        self.emit(element, f"const {self.int_type} {self.j} = lo_e % {self.ins.n};")
-        share = split_reduce.slot("lo_s", tile, self.tile_count // splits, self._tile_element,
-                                  self.tile_elements_all)
+        fragment = self._open_fragments(inner)
+        element = self._open_elements(fragment)
+        self._element_position(element)
         self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
-                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {share});")
+                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {self._share_slot('lo_s')});")
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
         self.emit(element, f"if ({self._check(self.guards['out'])}) "
                            f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
-        self.emit(inner + 2, "}")
+        self.emit(fragment, "}")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         self._close(body, opened)
@@ -992,11 +1034,8 @@ class TensorPrinter:
         counts along every other loop (a pair of an even column starts 8-byte aligned)."""
         if self.quant is not None or self.s.split_k_loop:
             return False
-        try:
-            steps, rest = linear_terms(self.s.offset(self.op.output), frozenset([self.j]))
-        except ValueError:      # the column under a division or remainder: no fixed step
-            return False
-        return steps.get(self.j) == 1 and _even(rest)
+        rest = self._offset_but_columns
+        return rest is not None and _even(rest)
 
     def _tile_epilogue(self, depth: int) -> None:
         """A persistent kernel's outputs of a tile: staged for TMA's stores where ``stored``, else from
@@ -1528,8 +1567,7 @@ class TensorPrinter:
 
     def _workspace(self, device: bool) -> str:
         """``split_reduce.declarations`` of this kernel's tiles and shares."""
-        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all,
-                                         self.tile_count // self.splits)
+        return split_reduce.declarations(device, self.tile_count * self.tile_elements_all, self.output_tiles)
 
     def _header(self) -> list[str]:
         s = self.s

@@ -101,10 +101,11 @@ RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with 
 
 
 @lru_cache(maxsize=1)
-def _caches() -> tuple[int, int, int]:
-    """This machine's L1, L2 and L3 data cache sizes in bytes (typical sizes if not reported; no L3: 0)."""
-    sizes = {c.name: c.size for c in machine_profile().caches}
-    return sizes.get("L1", 32 << 10), sizes.get("L2", 1 << 20), sizes.get("L3", 0)
+def _caches() -> dict[str, int]:
+    """This machine's data cache sizes in bytes by level, "L1", "L2" and "L3"
+    (``MachineProfile.cache_size``)."""
+    profile = machine_profile()
+    return {level: profile.cache_size(level) for level in ("L1", "L2", "L3")}
 
 
 @lru_cache(maxsize=16)
@@ -121,7 +122,7 @@ def _operands(op: Op) -> tuple[Roles, tuple[tuple[frozenset[str], int], ...], fl
     inputs = tuple((frozenset(v for e in op.index(t) for v in e.variables()),
                     math.prod(op.tensor(t).shape) * element_bytes(op)) for t in op.inputs)
     bandwidth = machine_profile().bandwidth
-    level = "L3" if sum(b for _, b in inputs) <= _caches()[2] // 2 and "L3" in bandwidth else "DRAM"
+    level = "L3" if sum(b for _, b in inputs) <= _caches()["L3"] // 2 and "L3" in bandwidth else "DRAM"
     return Roles.of(op), inputs, bandwidth[level].gbs * 1e9
 
 
@@ -319,7 +320,7 @@ def output_fits(op: Op) -> bool:
     """Whether the op's output, at ``RESIDUAL_BYTES`` an element, fits half of L2: its blocks then stay in
     the cache in whatever order the outer loops store them (``residual_seconds`` counts no residual from
     beyond L2; see ``streams_in_any_order``)."""
-    return math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES <= _caches()[1] // 2
+    return math.prod(op.tensor(op.output).shape) * RESIDUAL_BYTES <= _caches()["L2"] // 2
 
 
 def streams_in_any_order(op: Op) -> bool:
@@ -337,7 +338,7 @@ def streams_in_any_order(op: Op) -> bool:
     in three runs, 1-6% slower each time), the rule leaves the layers as they were."""
     weights = math.prod(op.tensor(op.inputs[1]).shape) * element_bytes(op)
     pointwise = all(window.taps == 1 for window in op.windows)
-    return pointwise and output_fits(op) and weights > _caches()[1] // 2
+    return pointwise and output_fits(op) and weights > _caches()["L2"] // 2
 
 
 def residual_seconds(op: Op, knobs: Knobs) -> float:
@@ -507,7 +508,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     channels = (op.channels if innermost == f"{roles.channel}_o" else knobs.channel_panel
                 if innermost == panel_loops(roles.channel)[1] else knobs.channel_block)
     weight_bytes = depth * channels * element_bytes(op)
-    l1, l2, _ = _caches()
+    l1, l2 = _caches()["L1"], _caches()["L2"]
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
     efficiency *= NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays else L2_FIT

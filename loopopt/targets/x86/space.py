@@ -706,10 +706,10 @@ def channel_panel(op: Op, channel_block: int) -> int:
     cache blocks (the first choice before) 12.32 / 8.88, 11.71 / 9.06, 12.00 / 9.96, 12.12 / 8.65 ms;
     torch.matmul 10.97 / 8.83, 10.29 / 9.61, 11.20 / 9.81, 10.85 / 8.83 ms. 256-channel panels (1 MB)
     ran 4-6% slower than 128 in three runs, 64 alike."""
-    l2 = next((c.size for c in machine_profile().caches if c.name == "L2"), 0)
+    l2 = machine_profile().cache_size("L2")
     per_channel = math.prod(op.tensor(op.inputs[1]).shape) // op.channels * 4
     output = math.prod(op.tensor(op.output).shape) * 4
-    if (op.quant is not None or op.dtype != "float32" or op.groups != 1 or not l2
+    if (op.quant is not None or op.dtype != "float32" or op.groups != 1
             or any(window.taps > 1 for window in op.windows)
             or min(output, per_channel * op.channels) <= l2 // 2):
         return 0

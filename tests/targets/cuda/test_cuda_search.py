@@ -82,6 +82,17 @@ def test_the_shared_memory_counted_is_the_printed_kernels():
         assert np.prod(printed.block) == candidate.knobs.threads
 
 
+@pytest.mark.parametrize("output", ["uint8", "float32"])
+def test_a_persistent_quantized_kernel_counts_the_printed_kernels_shared_memory(output):
+    """Its consumers' staging of the outputs past the ring as the printer lays it out, no padding bound."""
+    op = lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output=output))
+    walking = [c for c in RULES.candidates(op, ARCH) if c.knobs.persistent]
+    assert walking
+    for candidate in walking:
+        printer = TensorPrinter(candidate.schedule, CUDA)
+        assert printer.staged_rows and candidate.knobs.work(op, gpu_of(ARCH)).shared == printer.smem_bytes
+
+
 def test_a_batch_one_conv_ranks_split_k_first():
     """Among the threads' copies (TMA's: ``test_a_convs_candidates_copy_pixel_boxes_by_tma_first``)."""
     first = next(c for c in _ranked(CONV2_X_N1) if c.knobs.engine == "threads")
