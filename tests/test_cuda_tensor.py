@@ -499,6 +499,29 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
     assert (excess <= 0) is exact, largest
 
 
+@pytest.mark.parametrize("producers", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("walks", [False, True], ids=["one tile a block", "persistent"])
+def test_producers_fill_their_own_steps_in_any_order(monkeypatch, producers, walks):
+    """``specialize.PRODUCERS`` threads issue the copies, each every ``PRODUCERS``-th step from its own:
+    on the device one thread a warp of the producer warpgroup, in the host emulation one cursor each,
+    the first tried changing at each fill (their steps land out of order); 7 steps of a 3-buffer ring
+    (a persistent kernel's 20 tiles of 5 steps over 3 blocks) match the reference."""
+    monkeypatch.setattr(specialize, "PRODUCERS", producers)
+    op = lo.Matmul(100, 300, 200, dtype="float16") if not walks else lo.Matmul(320, 200, 80, dtype="float16")
+    schedule = (gpu_wgmma(op, block_m=64, block_n=256, warps_m=1, depth=32, stages=3, engine="tma",
+                          specialize=True) if not walks else
+                gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, depth=16, stages=3, engine="tma",
+                          specialize=True, persistent=True))
+    source = print_kernel(schedule).source
+    first = specialize.WARPGROUP      # the producer warpgroup follows the one consumer warpgroup
+    assert f"if (lo_thread % 32 == 0 && lo_thread < {first + 32 * producers}) {{" in source
+    assert (f"if (lo_p % {producers} != lo_producer) continue;" in source if walks and producers > 1
+            else f"for (int lo_p = lo_producer; lo_p < 7; lo_p += {producers}) {{" in source if producers > 1
+            else "lo_producer)" not in source)
+    largest, excess = _emulated_error(schedule, seed=8 if walks else 4)
+    assert excess <= 0, largest
+
+
 @pytest.mark.parametrize("mutate, exact", [
     pytest.param(lambda monkeypatch: None, True, id="as printed"),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(

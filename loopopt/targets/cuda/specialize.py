@@ -1,12 +1,14 @@
 """Warp specialization (``Schedule.specialize``, ``sm_90a``) of a tensorized kernel: the protocol between
 the producer warpgroup, which only issues the TMA copies, and the consumer warpgroups, which only
-multiply.
+multiply. ``PRODUCERS`` threads of the producer warpgroup issue, one a warp, each every
+``PRODUCERS``-th step from its own (``lo_producer``): one thread's loop (the slot's wait, ``expect_tx``,
+the boxes) bounded a 64 x 64 step.
 
-The ring of ``stages`` buffers has two mbarriers a buffer: *full* (one arrival, the producer's
-``expect_tx`` of the step's bytes, completed by the copies' bytes) and *empty* (one arrival a consumer
-warpgroup). Step ``r`` lives in buffer ``r % stages``, in round ``r / stages`` of the ring:
+The ring of ``stages`` buffers has two mbarriers a buffer: *full* (one arrival, the ``expect_tx`` of the
+producer of the step, completed by the copies' bytes) and *empty* (one arrival a consumer warpgroup).
+Step ``r`` lives in buffer ``r % stages``, in round ``r / stages`` of the ring:
 
-* the producer, before filling step ``r >= stages``, waits until round ``r / stages - 1`` of the
+* the step's producer, before filling step ``r >= stages``, waits until round ``r / stages - 1`` of the
   buffer's empty barrier completed (parity ``(r / stages + 1) & 1``): every consumer released step
   ``r - stages``;
 * a consumer waits on round ``r / stages`` of the buffer's full barrier (parity ``(r / stages) & 1``),
@@ -39,6 +41,8 @@ from dataclasses import dataclass
 from ...schedule import MAX_THREADS_PER_BLOCK, ScheduleError
 
 WARPGROUP = 128             # threads of one warpgroup
+PRODUCERS = 2               # threads that issue the copies, one a warp of the producer warpgroup, each
+#                             every PRODUCERS-th step (H200, BERT's 64x64 step: one 167 ns, two 144, four 141)
 REGISTERS_PER_SM = 65536    # 32-bit registers of an SM (one block of such a kernel a SM)
 MAX_REGISTERS = 240         # the most ``setmaxnreg.inc`` asks for a consumer (CUTLASS's ceiling)
 ADDRESS_REGISTERS = 32      # a consumer's registers beside its accumulators (ptxas asked 154 for 128)

@@ -1356,7 +1356,7 @@ class TensorPrinter:
                 staged = self.staging_bytes // self.out_type.size
                 self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
             self._declare_accumulators(depth)
-            self._emulated_protocol(depth, refill, full, release)
+            self._emulated_protocol(depth, empty, full, release)
             if not walks:       # a persistent kernel's consumers store each tile in the protocol
                 opened = self._warp_variables(depth)
                 self._epilogue(depth + opened)
@@ -1377,11 +1377,14 @@ class TensorPrinter:
         if walks:
             self.emit(depth, f"const int lo_rounds = "
                              f"{persistent.rounds('blockIdx.x', 'gridDim.x', self.tile_count)};")
-        self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: one thread copies */")
+        self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: its producers copy */")
         inner = depth + 1
         if registers.moves:
             self.emit(inner, specialize.set_registers(registers.producer, grow=False))
-        self.emit(inner, f"if (lo_thread == {consumers * specialize.WARPGROUP}) {{")
+        first = consumers * specialize.WARPGROUP
+        self.emit(inner, f"if (lo_thread % 32 == 0 && lo_thread < {first + 32 * specialize.PRODUCERS}) {{"
+                         f"   /* the producers */")
+        self.emit(inner + 1, f"const int lo_producer = (lo_thread - {first}) / 32;")
         step = self._open_walk(inner + 1, "lo_p")
         self.emit(step, f"while (!({refill})) {{}}   /* every consumer released the buffer */")
         self._copy(step, "lo_k" if walks else "lo_p", "lo_p" if walks else "")
@@ -1425,12 +1428,15 @@ class TensorPrinter:
         return self.lines
 
     def _open_walk(self, depth: int, counter: str) -> int:
-        """A specialized kernel's loop over its pipeline steps, counted by ``counter`` (``lo_p``: the
-        producer's, ``lo_r``: the consumers'); a persistent kernel's over its tiles (the consumers'
-        accumulators zeroed at each) and their steps (``lo_k``), ``counter`` going on over the tiles.
-        Returns the depth inside."""
+        """A specialized kernel's loop over its pipeline steps, counted by ``counter`` (``lo_p``: a
+        producer's, every ``specialize.PRODUCERS``-th from its ``lo_producer``; ``lo_r``: the
+        consumers'); a persistent kernel's over its tiles (the consumers' accumulators zeroed at each)
+        and their steps (``lo_k``), ``counter`` going on over the tiles. Returns the depth inside."""
+        producers = specialize.PRODUCERS if counter == "lo_p" else 1
         if not self.s.persistent_tiles:
-            self.emit(depth, cprint.for_loop("int", counter, self.steps) + " {")
+            self.emit(depth, (cprint.for_loop("int", counter, self.steps) if producers == 1 else
+                              f"for (int {counter} = lo_producer; {counter} < {self.steps}; "
+                              f"{counter} += {producers})") + " {")
             return depth + 1
         self.emit(depth, cprint.for_loop("int", "lo_n", "lo_rounds") + " {")
         self._walk(depth + 1, "blockIdx.x", "gridDim.x", "lo_n")
@@ -1438,6 +1444,9 @@ class TensorPrinter:
             self._declare_accumulators(depth + 1)
         self.emit(depth + 1, cprint.for_loop("int", "lo_k", self.steps) + " {")
         self.emit(depth + 2, f"const int {counter} = lo_n * {self.steps} + lo_k;")
+        if producers > 1:
+            self.emit(depth + 2, f"if ({counter} % {producers} != lo_producer) continue;   "
+                                 f"/* another producer's step */")
         return depth + 2
 
     def _step_variables(self, depth: int, step: str) -> None:
@@ -1447,24 +1456,34 @@ class TensorPrinter:
         if self.s.persistent_tiles:
             self.emit(depth, "const int lo_ring = lo_r;")
 
-    def _emulated_protocol(self, depth: int, refill: str, full: str, release: str) -> None:
-        """The host's scheduler of a specialized kernel's producer and consumers (``specialize.py``):
-        the producer fills a step where its wait allows, ahead of need on eager rounds (alternating by
-        block and round), else only when the consumers wait; neither able to go on hangs the GPU: the
-        block's sums turn NaN. A persistent kernel's block (``lo_block``) walks its tiles' steps as one
-        count: each copy and product defines its tile, and the consumers store a tile after its last
-        step, counting the tile's stores."""
+    def _emulated_protocol(self, depth: int, empty: str, full: str, release: str) -> None:
+        """The host's scheduler of a specialized kernel's producers and consumers (``specialize.py``):
+        a producer fills its next step where its wait allows (the producers tried in turn, the first
+        one changing at each fill, so their steps land out of order), ahead of need on eager rounds
+        (alternating by block and round), else only when the consumers wait; neither able to go on
+        hangs the GPU: the block's sums turn NaN. A persistent kernel's block (``lo_block``) walks its
+        tiles' steps as one count: each copy and product defines its tile, and the consumers store a
+        tile after its last step, counting the tile's stores."""
         stages, steps, walks = self.pipeline, self.steps, self.s.persistent_tiles
+        producers = specialize.PRODUCERS
+        refill = specialize.refill_ready("lo_c", stages, "lo_ready", empty)
         blocks = " + ".join(loop.name for loop in self.host_blocks) or "0"
         total = "lo_total" if walks else str(steps)
         if walks:
             walked = persistent.rounds("lo_block", str(persistent.HOST_BLOCKS), self.tile_count)
             self.emit(depth, f"const int lo_total = {walked} * {steps};   /* the steps of its tiles */")
-        self.emit(depth, "int lo_p = 0, lo_r = 0;   /* the producer's next step, the consumers' */")
+        self.emit(depth, f"int lo_next[{producers}] = {{{', '.join(map(str, range(producers)))}}};   "
+                         f"/* each producer's next step */")
+        self.emit(depth, "int lo_turn = 0, lo_r = 0;   /* the producer tried first, the consumers' step */")
         self.emit(depth, f"while (lo_r < {total}) {{")
         inner = depth + 1
         self.emit(inner, f"const int lo_eager = (int) ((lo_r / {stages} + {blocks}) & 1);")
-        self.emit(inner, f"const int lo_fill = lo_p < {total} && ({refill});")
+        self.emit(inner, "int lo_p = -1, lo_q = 0;   /* the step a producer may fill, that producer */")
+        self.emit(inner, cprint.for_loop("int", "lo_j", producers) + " {")
+        self.emit(inner + 1, f"const int lo_i = (lo_turn + lo_j) % {producers}, lo_c = lo_next[lo_i];")
+        self.emit(inner + 1, f"if (lo_p < 0 && lo_c < {total} && ({refill})) {{ lo_p = lo_c; lo_q = lo_i; }}")
+        self.emit(inner, "}")
+        self.emit(inner, "const int lo_fill = lo_p >= 0;")
         self.emit(inner, f"const int lo_in = {full};")
         self.emit(inner, "if (lo_fill && (lo_eager || !lo_in)) {")
         if walks:
@@ -1474,7 +1493,8 @@ class TensorPrinter:
             self.emit(inner + 1, "}")
         else:
             self._copy(inner + 1, "lo_p")
-        self.emit(inner + 1, "++lo_p;")
+        self.emit(inner + 1, f"lo_next[lo_q] += {producers};")
+        self.emit(inner + 1, "++lo_turn;")
         self.emit(inner, "} else if (lo_in) {")
         body = inner + 1
         if walks:
