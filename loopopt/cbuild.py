@@ -15,14 +15,14 @@ no ``<Python.h>``, no cffi wrappers to compile) with the flags of this interpret
 debug information), and ``ffi.dlopen`` loads it with the functions the cdef declares. Measured on an AMD
 EPYC (Zen 3, GCC 12), 60 of the quick test tier's kernels drawn at random: 0.103 CPU-s a build (compiler
 and this process) against 0.146 as a cffi extension (API mode), and every function of all 416 compared
-the same machine code both ways; a call costs about 0.3 us more through libffi (0.47 against 0.19 us of
-CPU, six arguments). Ahead of the source, from the command line so that the compiler's
-messages name the source's own lines, comes its prelude: ``STANDARD_HEADERS`` (what the extension's C
-gave every kernel) and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels. Preludes are precompiled
-per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an entry)
-once they pay off: parsing them is most of a small kernel's compile time (about 0.37 s of 0.42 s with GCC
-and ``<immintrin.h>``), but a precompiled header takes about 1 s to build and up to 26 MB of disk, and
-every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
+the same machine code both ways; a call costs about 0.26 us more through libffi (0.40 against 0.14 us of
+CPU with a kernel's six arguments: ``benchmarks/bench_call.py``). Ahead of the source, from the command
+line so that the compiler's messages name the source's own lines, comes its prelude: ``STANDARD_HEADERS``
+(what the extension's C gave every kernel) and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels.
+Preludes are precompiled per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like
+an entry) once they pay off: parsing them is most of a small kernel's compile time (about 0.37 s of 0.42 s
+with GCC and ``<immintrin.h>``), but a precompiled header takes about 1 s to build and up to 26 MB of disk,
+and every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
 one only under the flags it was made with. So the first ``PRECOMPILE_AFTER`` builds of a compiler and
 flag set parse the headers (each appends a byte to ``_loopopt_pch_*.h.uses``) and the next one
 precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one.
