@@ -1,7 +1,7 @@
-"""Compile C source through cffi into an on-disk cache and load it.
+"""Compile C source into a shared object in an on-disk cache and load it with cffi's ABI mode.
 
-The cache key is a hash of the source, the cdef, the compiler's identity and the
-flags. An entry is the shared object ``_loopopt_<key><ext>`` and its record
+The cache key is a hash of the source, the cdef, the compiler's identity, the
+flags and the prelude's standard headers. An entry is the shared object ``_loopopt_<key>.so`` and its record
 ``<that>.sha256`` (SHA-256 and size of the shared object). A build runs in a private
 ``build-*`` folder (locked while it runs), then publishes the shared object and after it
 the record, each with an atomic rename, so two processes compiling the same kernel at
@@ -10,13 +10,19 @@ killed before its record, a truncated or corrupt file, which would crash the pro
 when loaded) it is rebuilt. Build folders left by killed builds (unlocked and older than
 ``STALE_BUILD_SECONDS``) are removed by the next build.
 
-cffi writes the extension's C; the compiler builds it in one step with the flags of this
-interpreter's own extensions (less debug information). The headers every kernel starts with
-(cffi's lines up to ``<Python.h>``, and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels) are
-precompiled per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like an entry)
-once they pay off: parsing them is most of a small kernel's compile time (about 0.7 s of 1.1 s with GCC
-and ``<immintrin.h>``), but a precompiled header takes about 1.7 s to build and 10-32 MB of disk, and
-every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
+The compiler builds the source as it is, in one step, into a plain shared object (no Python extension:
+no ``<Python.h>``, no cffi wrappers to compile) with the flags of this interpreter's own extensions (less
+debug information), and ``ffi.dlopen`` loads it with the functions the cdef declares. Measured on an AMD
+EPYC (Zen 3, GCC 12), 60 of the quick test tier's kernels drawn at random: 0.103 CPU-s a build (compiler
+and this process) against 0.146 as a cffi extension (API mode), and every function of all 416 compared
+the same machine code both ways; a call costs about 0.26 us more through libffi (0.40 against 0.14 us of
+CPU with a kernel's six arguments: ``benchmarks/bench_call.py``). Ahead of the source, from the command
+line so that the compiler's messages name the source's own lines, comes its prelude: ``STANDARD_HEADERS``
+(what the extension's C gave every kernel) and ``<immintrin.h>`` or ``<arm_neon.h>`` for SIMD kernels.
+Preludes are precompiled per compiler and flags into the cache (``_loopopt_pch_*.h.gch``, published like
+an entry) once they pay off: parsing them is most of a small kernel's compile time (about 0.37 s of 0.42 s
+with GCC and ``<immintrin.h>``), but a precompiled header takes about 1 s to build and up to 26 MB of disk,
+and every flag set (each ISA's, the quantized kernels', the analysis engines') needs its own, as GCC reads
 one only under the flags it was made with. So the first ``PRECOMPILE_AFTER`` builds of a compiler and
 flag set parse the headers (each appends a byte to ``_loopopt_pch_*.h.uses``) and the next one
 precompiles them: flag sets used once or twice (the machine profile's peak probes) never get one.
@@ -45,8 +51,6 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import hashlib
-import importlib.machinery
-import importlib.util
 import os
 import re
 import shlex
@@ -60,15 +64,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import BinaryIO
 
 import cffi
-from cffi.recompiler import make_c_source
 
 from .openmp import OPENMP_FLAG, load_runtime
 
-BASE_FLAGS = ("-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label")
+BASE_FLAGS = ("-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label",
+              "-Werror=implicit-function-declaration")
 CACHE_ENV = "LOOPOPT_CACHE_DIR"
 ENTRY_PREFIX = "_loopopt_"          # every file of the cache: shared objects, records, failed sources
 RECORD_SUFFIX = ".sha256"
@@ -80,9 +83,14 @@ DEFAULT_OPT_LEVEL = "3"
 SANITIZE_ENV = "LOOPOPT_SANITIZE"
 SANITIZERS = ("address", "undefined")
 INTRINSICS = ("#include <immintrin.h>\n", "#include <arm_neon.h>\n")   # SIMD headers, precompiled if used
-PYTHON_H = "#include <Python.h>\n"
-PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (Python.h, immintrin.h) of a compiler and flags
-PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's C
+# the declarations a cffi extension's C (<Python.h> in it) gave every kernel before its own lines, under the
+# feature macro pyconfig.h defines (GNU and POSIX names visible beside -std=c11's); a kernel still missing
+# one is an error (BASE_FLAGS), not a call assumed to return int
+STANDARD_HEADERS = "#define _GNU_SOURCE 1\n" + "".join(
+    f"#include <{name}.h>\n" for name in ("stddef", "stdint", "stdlib", "string", "math", "limits"))
+LIBRARY_SUFFIX = ".so"
+PCH_PREFIX = f"{ENTRY_PREFIX}pch_"   # precompiled preludes (standard, SIMD headers) of a compiler and flags
+PCH_NAME = "lo_prelude.h"             # the prelude's name in a build folder, next to the kernel's source
 PCH_USES = ".uses"                    # a prelude's builds without its precompiled form, one byte each
 PRECOMPILE_AFTER = 2                  # builds of a flag set that parse the headers before precompiling them
 PRECOMPILE_ENV = "LOOPOPT_PRECOMPILE_AFTER"   # overrides it (the test suite sets 0)
@@ -164,40 +172,48 @@ def sanitize_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (flag, "-fno-omit-frame-pointer", "-g", "-fno-var-tracking-assignments"), (flag,)
 
 
-_loaded: dict[str, ModuleType] = {}
+@dataclass(frozen=True)
+class Library:
+    """A compiled shared object loaded with cffi's ABI mode: ``lib`` holds the functions its ``cdef``
+    declares, ``ffi`` casts and wraps buffers for them."""
+
+    ffi: cffi.FFI
+    lib: object
+
+
+_loaded: dict[str, Library] = {}
 
 
 def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
-              link_flags: tuple[str, ...] = (), level: str | None = None) -> ModuleType:
-    """Build (or fetch from the cache) a cffi extension of ``source`` exposing ``cdef``, at
-    ``-O<level>`` (default: ``opt_level()``, the kernels' level).
+              link_flags: tuple[str, ...] = (), level: str | None = None) -> Library:
+    """Build (or fetch from the cache) a shared object of ``source``, loaded with the functions ``cdef``
+    declares, at ``-O<level>`` (default: ``opt_level()``, the kernels' level).
 
-    Returns the loaded module; use ``module.lib`` and ``module.ffi``.
+    Returns the loaded library; use ``library.lib`` and ``library.ffi``.
     """
     cc = compiler()
     sanitize, sanitize_link = sanitize_flags()
     if "address" in sanitizers() and not hasattr(ctypes.CDLL(None), "__asan_init"):
-        # loading an instrumented module would abort the process
+        # loading an instrumented library would abort the process
         raise BuildError(f"{SANITIZE_ENV}={os.environ[SANITIZE_ENV]} builds kernels with AddressSanitizer, "
                          f"whose runtime must be loaded first: run python with LD_PRELOAD=$({cc.split()[0]} "
                          f"-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
     all_flags = (f"-O{level or opt_level()}", *BASE_FLAGS, *flags, *sanitize)
     link_flags = tuple(link_flags) + sanitize_link
-    key = hashlib.sha256("\0".join([source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
-                                    " ".join(link_flags), sys.version]).encode()).hexdigest()[:24]
+    parts = [STANDARD_HEADERS, source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
+             " ".join(link_flags), sys.version]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
     if key in _loaded:
         return _loaded[key]
-    name = f"{ENTRY_PREFIX}{key}"
-    target = cache_dir() / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    target = cache_dir() / f"{ENTRY_PREFIX}{key}{LIBRARY_SUFFIX}"
     if not _trusted(target):
-        _build(name, source, cdef, all_flags, link_flags, target, cc)
+        _build(source, all_flags, link_flags, target, cc)
     if OPENMP_FLAG in link_flags:
         load_runtime()              # loopopt's threads spin briefly, then sleep, unless the user says
-    spec = importlib.util.spec_from_file_location(name, target)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _loaded[key] = module
-    return module
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    _loaded[key] = Library(ffi, ffi.dlopen(str(target)))
+    return _loaded[key]
 
 
 def _record_of(entry: Path) -> Path:
@@ -221,38 +237,33 @@ def _trusted(entry: Path) -> bool:
 
 
 @cache
-def extension_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Compile and link flags of a Python extension module on this interpreter: its own build's
-    (``sysconfig`` CFLAGS and CCSHARED; LDSHARED less the compiler; its include folders), without
-    debug information, which only costs compile time here."""
+def library_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Compile and link flags of a shared object: those this interpreter built its own extensions with
+    (``sysconfig`` CFLAGS and CCSHARED; LDSHARED less the compiler), without debug information, which
+    only costs compile time here."""
     config = sysconfig.get_config_vars()
     python_flags = shlex.split(f"{config.get('CFLAGS') or ''} {config.get('CCSHARED') or ''}")
     compile_flags = [flag for flag in python_flags if not flag.startswith("-g")]
-    paths = sysconfig.get_paths()
-    includes = dict.fromkeys(paths[key] for key in ("include", "platinclude"))
     link = shlex.split(config.get("LDSHARED") or "cc -shared")[1:]
-    return tuple(compile_flags) + tuple(f"-I{folder}" for folder in includes), tuple(link)
+    return tuple(compile_flags), tuple(link)
 
 
-def _build(name: str, source: str, cdef: str, flags: tuple[str, ...], link_flags: tuple[str, ...],
-           target: Path, cc: str) -> None:
-    """Compile in a locked private folder (cffi writes the extension's C, the compiler builds it in one
-    step), then publish the shared object and its record."""
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
-
+def _build(source: str, flags: tuple[str, ...], link_flags: tuple[str, ...], target: Path, cc: str) -> None:
+    """Compile ``source`` in a locked private folder, its prelude (``STANDARD_HEADERS`` and the SIMD
+    header it uses) included first, precompiled once that pays off; then publish the shared object and
+    its record."""
     def build(built: Path) -> None:
         folder = built.parent
-        generated = folder / f"{name}.c"
-        make_c_source(ffi, name, source, str(generated), verbose=False)
-        compile_flags, extension_link = extension_flags()
-        head, python, rest = generated.read_text().partition(PYTHON_H)
-        prelude = head + python + "".join(header for header in INTRINSICS if header in source)
+        name = target.name.removesuffix(LIBRARY_SUFFIX)
+        kernel = folder / f"{name}.c"
+        kernel.write_text(source)
+        compile_flags, link = library_flags()
+        prelude = STANDARD_HEADERS + "".join(header for header in INTRINSICS if header in source)
         compiler_call = (*shlex.split(cc), *compile_flags, *flags)
-        if python and link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
-            generated.write_text(f'#include "{PCH_NAME}"\n{rest}')
-        run_compiler([*compiler_call, str(generated), "-o", str(built), *extension_link, *link_flags],
-                     name, generated, target)
+        if not link_prelude(compiler_call, compiler_identity(cc), prelude, folder):
+            (folder / PCH_NAME).write_text(prelude)
+        run_compiler([*compiler_call, "-include", str(folder / PCH_NAME), str(kernel), "-o", str(built),
+                      *link, *link_flags], name, kernel, target)
 
     publish(target, build)
 
@@ -293,11 +304,11 @@ def publish(target: Path, build: Callable[[Path], None]) -> Path:
 
 def link_prelude(compiler_call: tuple[str, ...], identity: str, prelude: str, folder: Path,
                  name: str = PCH_NAME, uses: int = 1) -> bool:
-    """Put the cache's precompiled ``prelude`` (cffi's lines up to ``<Python.h>``, then the SIMD header
-    the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's compile) for
-    this ``compiler_call`` (compiler and flags) into the build ``folder`` (in the cache) as ``name``
-    (for ``uses`` translation units of the build), building it first if the cache has none and it pays
-    off (``_pays_off``). Hard links, so that a cache
+    """Put the cache's precompiled ``prelude`` (``STANDARD_HEADERS``, or a cross toolchain's headers, then
+    the SIMD header the kernel uses, of ``INTRINSICS``: parsing those headers is most of a small kernel's
+    compile) for this ``compiler_call`` (compiler and flags) into the build ``folder`` (in the cache) as
+    ``name`` (for ``uses`` translation units of the build), building it first if the cache has none and it
+    pays off (``_pays_off``). Hard links, so that a cache
     cleared meanwhile cannot take it from the build. False if it does not pay off yet or this compiler
     cannot precompile it (one it finds unusable, it reads as text). Processes needing a prelude that is
     missing take turns (an ``flock`` on its ``.uses`` counter): one precompiles it, the others wait and
@@ -404,9 +415,8 @@ def _entry_files(directory: Path) -> list[Path]:
 
 
 def _summary(directory: Path, files: list[Path], folders: list[Path]) -> CacheInfo:
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     headers = [f for f in files if f.name.startswith(PCH_PREFIX)]
-    return CacheInfo(directory, sum(f.name.endswith(suffix) for f in files),
+    return CacheInfo(directory, sum(f.name.endswith(LIBRARY_SUFFIX) for f in files),
                      sum(_size(p) for p in files + folders), len(folders),
                      sum(f.name.endswith(".failed.c") for f in files),
                      sum(f.name.endswith(".gch") for f in headers), sum(_size(p) for p in headers))

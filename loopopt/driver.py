@@ -2,16 +2,16 @@
 
 A ``Kernel`` prepares numpy buffers by parameter name; its driver turns them into the call's
 arguments (``bind``) and runs the function on them (``call``). ``CffiDriver`` calls a function of a
-cffi module loaded in this process (x86, and NEON on an AArch64 machine); a target whose kernels run
-elsewhere (e.g. under an emulator: ``targets/neon/runner.py``) brings a driver of its own.
+shared object loaded through cffi in this process (x86, and NEON on an AArch64 machine); a target whose
+kernels run elsewhere (e.g. under an emulator: ``targets/neon/runner.py``) brings a driver of its own.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from types import ModuleType
 from typing import Any
 
+from .cbuild import Library
 from .codegen.params import KernelParam
 
 
@@ -37,12 +37,12 @@ class Driver(ABC):
 
 
 class CffiDriver(Driver):
-    """A function of a cffi module in this process (its arrays passed as pointers, not copied)."""
+    """A function of a library loaded in this process (its arrays passed as pointers, not copied)."""
 
-    def __init__(self, module: ModuleType, function: str, threads: str | None = None):
-        self._ffi = module.ffi
-        self._function = getattr(module.lib, function)
-        self._set_threads = getattr(module.lib, threads) if threads else None
+    def __init__(self, library: Library, function: str, threads: str | None = None):
+        self._ffi = library.ffi
+        self._function = getattr(library.lib, function)
+        self._set_threads = getattr(library.lib, threads) if threads else None
 
     def bind(self, params: tuple[KernelParam, ...], values: Mapping[str, Any]) -> tuple:
         cast = lambda ctype, array: self._ffi.cast(f"{ctype} *", self._ffi.from_buffer(array))

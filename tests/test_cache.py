@@ -287,9 +287,23 @@ INTRINSIC_SOURCE = ("#include <immintrin.h>\n"
                     "int lo_value(void) {{ return _mm_cvtsi128_si32(_mm_set1_epi32({})); }}")
 
 
+def test_a_kernel_has_the_standard_headers_and_its_compile_errors_name_its_own_lines(cache):
+    """A kernel is compiled as given, its prelude (``STANDARD_HEADERS``, the declarations it always had)
+    included from the command line: the compiler's messages name the kernel's own lines and the kept
+    source is the kernel's; a function called undeclared is an error, not a call guessed to return int."""
+    uses_headers = "int lo_value(void) { ptrdiff_t n = INT8_MAX; return (int) fmaxf((float) n, 1.0f); }"
+    assert compile_c(uses_headers, CDEF).lib.lo_value() == 127
+    undeclared = "#include <stdint.h>\nint lo_value(void) { return (int) lo_missing(2.0f); }"
+    with pytest.raises(cbuild.BuildError, match=r"\.c:2:\d+: error: implicit declaration of function "
+                                                r".lo_missing.") as failed:
+        compile_c(undeclared, CDEF)
+    (kept,) = cache.glob("*.failed.c")
+    assert kept.read_text() == undeclared and str(kept) in str(failed.value)
+
+
 @pytest.mark.slow
 def test_preludes_are_precompiled_once_they_pay_off_and_a_damaged_one_is_only_slower(cache):
-    """Kernels of one compiler and flags share a precompiled prelude (cffi's lines to <Python.h>, and
+    """Kernels of one compiler and flags share a precompiled prelude (the standard headers, and
     <immintrin.h> where the kernel includes it), made by the third build of those (a flag set used once or
     twice gets none); a damaged one is read as text, a missing one rebuilt."""
     def preludes():

@@ -35,8 +35,8 @@ from .search import NeonSearch
 
 
 def function_drivers(cases: Sequence[RunnerCase]) -> list[Driver]:
-    """A driver of each case's function: in this process on an AArch64 machine (a cffi module each),
-    else a case of one runner of them all under the emulator (one build for all)."""
+    """A driver of each case's function: in this process on an AArch64 machine (a library of the kernel
+    cache each), else a case of one runner of them all under the emulator (one build for all)."""
     if toolchain.native():
         return [native_driver(case) for case in cases]
     tools = toolchain.emulation()

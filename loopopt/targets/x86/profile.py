@@ -107,7 +107,7 @@ def measure_scalar_peak() -> float:
 
 
 def read_kernel() -> tuple[Any, int]:
-    """The cffi module of the read kernel (8 independent vector sums, the best SIMD loads) and the
+    """The library of the read kernel (8 independent vector sums, the best SIMD loads) and the
     floats it reads per step."""
     table = ISAS[available_isas()[0]]
     chains = 8
