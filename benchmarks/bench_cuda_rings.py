@@ -1,26 +1,31 @@
 """Deep rings and tall tiles on an NVIDIA GPU: BERT's 384x768x3072 (``bench_cuda_tensor.half_op``) on
 64 x 64 wgmma tiles at ring depths up to the shared memory's (cuBLAS's kernel there: 64 x 64, 13
-stages), and the GEMM in no catalog (``bench_cuda_tune.NOVEL``: 2000x3000x1000) on 192-, 128- and
+stages); BERT again (``bert_tiles``) on 128 x 64 and 64 x 128 tiles of one or two consumer warpgroups, a
+barrier round trip feeding twice a 64 x 64 step's products, split-K 1-3 (the tile's last block adding
+the shares), its fastest five and the 64 x 64 ring of 8 then timed in alternation with cuBLAS together;
+and the GEMM in no catalog (``bench_cuda_tune.NOVEL``: 2000x3000x1000) on 192-, 128- and
 256-row persistent tiles (cuBLAS's: a persistent 192 x 128 kernel), both with a float16 output as cuBLAS
 writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py`` times its variants
 (one launch with the L2 overwritten, in a CUDA graph, the fastest in alternation with cuBLAS) after the
 cost model's first three candidates (``model_first``).
 
-``python benchmarks/bench_cuda_rings.py [--only bert,novel_gemm] [--json PATH]``; ``--check``: small
-deep-ring and tall-tile kernels verified once (the run to put under ``compute-sanitizer``).
+``python benchmarks/bench_cuda_rings.py [--only bert,bert_tiles,novel_gemm] [--json PATH]``; ``--check``:
+small deep-ring and tall-tile kernels verified once (the run to put under ``compute-sanitizer``).
 """
 from __future__ import annotations
 
+import json
+
 from bench_cuda_tensor import bench as bench_variants
-from bench_cuda_tensor import build_all, model_first, table
+from bench_cuda_tensor import build_all, half_op, model_first, table, torch_tensors
 from bench_cuda_tune import case_op
-from cuda_bench import main
+from cuda_bench import interleaved_medians, main
 
 import loopopt as lo
 from loopopt.dataflows import gpu_wgmma
 from loopopt.measure import verify
 
-CASES = ["bert", "novel_gemm"]
+CASES = ["bert", "bert_tiles", "novel_gemm"]
 SPECIALIZED = {"engine": "tma", "specialize": True}
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}
 # BERT: one warpgroup of 64 x 64 a block, 72 blocks; a step of depth 64 (128-byte rows) or 32 (64-byte);
@@ -32,6 +37,14 @@ RINGS = [DEEP | {"stages": s} | SPECIALIZED for s in (4, 5, 6, 7, 8, 9, 10, 11, 
     [DEEP | {"warps_n": 2, "stages": s} | SPECIALIZED for s in (5, 8)] + \
     [DEEP | {"stages": s, "cluster": c} | extra for c in ((2, 1), (1, 2), (1, 4)) for s in (6, 8)
      for extra in (SPECIALIZED, {"engine": "tma"})]     # 6 x 12 tiles: no cluster of 4 along the rows
+# BERT on twice a 64 x 64 step's products a barrier round trip (24 KB a stage): 128 x 64 on two consumer
+# warpgroups (384 threads, 36 tiles), 64 x 128 on one (n=128) or two (48 tiles); split-K to fill the SMs
+WIDE_TILES = [({"block_m": 128, "block_n": 64, "warps_m": 2, "warps_n": 1}, (1, 2, 3)),
+              ({"block_m": 64, "block_n": 128, "warps_m": 1, "warps_n": 1}, (1, 2)),
+              ({"block_m": 64, "block_n": 128, "warps_m": 1, "warps_n": 2}, (1, 2))]
+WIDE = [tiles | DEEP | {"stages": s, "split_k": k} | SPECIALIZED for tiles, splits in WIDE_TILES
+        for k in splits for s in (6, 8)]
+BASELINE = SMALL | DEEP | {"stages": 8} | SPECIALIZED      # main's BERT kernel
 # (tiles, ring depths): 40 KB a step at 192 x 128 (5 fit), 48 KB at the others (4; wgmma's n=192 B tile is
 # laid out as 256 rows)
 TALL = [({"block_m": 192, "block_n": 128, "warps_m": 3, "warps_n": 1}, (4, 5)),
@@ -54,13 +67,43 @@ WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} 
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) timed for ``case``: the cost model's first three, then the rings or tiles."""
+    if case == "bert_tiles":
+        return [("gpu_wgmma", arguments) for arguments in (BASELINE, *WIDE)]
     chosen = RINGS if case == "bert" else WALKS
     tiles = SMALL if case == "bert" else {}
     return [*model_first(op), *(("gpu_wgmma", tiles | arguments) for arguments in chosen)]
 
 
 def bench(cases: list[str]) -> list[dict]:
-    return bench_variants(cases, op_of=case_op, choose=variants)
+    rows = bench_variants(cases, choose=variants,
+                          op_of=lambda case: half_op("bert") if case == "bert_tiles" else case_op(case))
+    if "bert_tiles" in cases:
+        together([r for r in rows if r["case"] == "bert_tiles"])
+    return rows
+
+
+def together(rows: list[dict], count: int = 5, rounds: int = 9) -> None:
+    """The ``count`` fastest verified of ``rows`` (by one launch) and the baseline timed in alternation
+    with cuBLAS, all in each round (``rounds`` of 20 cold runs each): their medians and cuBLAS / each."""
+    import cupy as cp
+    import torch
+    op = half_op("bert")
+    ranked = sorted((r for r in rows if r["verified"]), key=lambda r: r["median_ms"])[:count]
+    chosen = [BASELINE, *(r["arguments"] for r in ranked if r["arguments"] != BASELINE)]
+    logical, stored = torch_tensors(op)
+    a, b = logical
+    calls = [lambda: torch.matmul(a, b)]
+    for arguments in chosen:
+        kernel = gpu_wgmma(op, **arguments).compile(target="cuda")
+        out = cp.empty(kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape),
+                       kernel.parameter_dtype(op.output))
+        buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: out})
+        calls.append(lambda kernel=kernel, buffers=buffers: kernel.run(buffers))
+    for repeat in range(2):
+        peer_ms, *mine = (seconds * 1e3 for seconds in interleaved_medians(calls, rounds))
+        for arguments, ms in zip(chosen, mine):
+            print(json.dumps({"together": repeat, "arguments": arguments, "ms": ms, "cublas_ms": peer_ms,
+                              "cublas_over_loopopt": peer_ms / ms}), flush=True)
 
 
 def check() -> bool:
