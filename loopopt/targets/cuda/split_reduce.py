@@ -6,14 +6,19 @@ is last), brings the bias, scales and epilogue, converts (``output_types``: a 16
 and sets the counter back to 0 for the next launch. No zeroing of the output, no atomic adds into it: the
 output can be float16 or bfloat16 and take a fused epilogue. The workspace and counters are static device
 arrays of the kernel's module (``__device__``), so concurrent launches of one kernel on several streams
-would share them (one at a time per kernel). Its cost is the workspace's traffic, the reads on the last
-blocks' SMs alone (``costs.split_reduce_bytes_per_s``; unrolling the adds 8 elements a thread at a time
-measured the same on the H200). The host emulation runs the blocks in order and keeps the
-same counters: a share added twice or never, or in another order, misses the reference without a GPU.
+would share them (one at a time per kernel). Its cost is the workspace's traffic, the reads on the
+last blocks' SMs alone (``costs.split_reduce_bytes_per_s``), and their latency: a thread of the last
+block reads every share of ``BATCH`` elements before it adds and stores the first. (One element at a
+time, BERT's 128 x 64 tiles in 2-3 shares spent 9-16 us in the reduction on the H200, one L2 round trip
+a thread in flight; an unrolled loop alone keeps that order in the SASS, each element's loads behind
+the previous output store, which may alias them.) The host emulation runs the blocks in order and keeps
+the same counters: a share added twice or never, or in another order, misses the reference without a
+GPU.
 """
 from __future__ import annotations
 
 WORKSPACE, COUNTERS = "lo_work", "lo_count"
+BATCH = 8       # the elements whose shares a thread of the last block reads before it adds and stores
 
 
 def declarations(device: bool, shares: int, tiles: int) -> str:

@@ -967,19 +967,36 @@ class TensorPrinter:
         opened = 0 if device else self._warp_variables(body)
         inner = body + opened
         fragment = self._open_fragments(inner)
-        element = self._open_elements(fragment)
-        self._element_position(element)
-        self.emit(element, f"float lo_sum = 0.0f; {split_reduce.order('lo_s', splits)} "
-                           f"lo_sum += LO_SHARE({split_reduce.WORKSPACE} + {self._share_slot('lo_s')});")
+        lane, lanes = self._lanes
+        batch = math.gcd(split_reduce.BATCH, self.ins.fragment_elements // lanes)
+        self.emit(fragment, cprint.for_loop("int", "lo_e0", self.ins.fragment_elements, lane,
+                                            step=lanes * batch) + " {")
+        element = fragment + 1
+        self.emit(element, f"float lo_adds[{batch}];   /* each share of {batch} elements read, then added */")
+        self._open_batch(element, batch, lanes)
+        share = f"LO_SHARE({split_reduce.WORKSPACE} + {self._share_slot('lo_s')})"
+        self.emit(element + 1, f"lo_adds[lo_u] = 0.0f; {split_reduce.order('lo_s', splits)} "
+                               f"lo_adds[lo_u] += {share};")
+        self.emit(element, "}")
+        self._open_batch(element, batch, lanes)
+        self._element_position(element + 1)
         out = f"{self.op.output}[{self.s.offset(self.op.output).to_c()}]"
-        self.emit(element, f"if ({self._check(self.guards['out'])}) "
-                           f"{out} = {self.out_type.value(self._output_value('lo_sum'))};")
+        self.emit(element + 1, f"if ({self._check(self.guards['out'])}) "
+                               f"{out} = {self.out_type.value(self._output_value('lo_adds[lo_u]'))};")
+        self.emit(element, "}")
         self.emit(fragment, "}")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         self._close(body, opened)
         self.emit(body, split_reduce.reset(device, tile))
         self.emit(depth, "}")
+
+    def _open_batch(self, depth: int, batch: int, lanes: int) -> None:
+        """Opens the unrolled loop over a thread's ``batch`` elements from ``lo_e0`` (``lo_u``, ``lo_e``
+        defined, ``lanes`` apart) of the last block's reduction."""
+        self.emit(depth, f"{self.syntax.unroll} {batch}")
+        self.emit(depth, cprint.for_loop("int", "lo_u", batch) + " {")
+        self.emit(depth + 1, f"const int lo_e = lo_e0 + lo_u * {lanes};")
 
     def _direct_epilogue(self, depth: int) -> None:
         """The outputs stored straight from the accumulators' registers, each thread its own elements in
