@@ -70,7 +70,7 @@ def device_schedule(op: Op, device: Device, log: str | os.PathLike | None, chain
             return fused or Choice(schedule, source, False, schedule, source)
     rules = device.target.search_rules()
     ranked = _ranking(op, device, rules)
-    first = next(((rank, c) for rank, c in enumerate(ranked) if _builds(c)), None)
+    first = next(((rank, c) for rank, c in enumerate(ranked) if c.builds), None)
     if first is None:
         raise ScheduleError(f"the {device.target.name} search has no candidate for {op!r}")
     plain = Choice(first[1].schedule, _ranked(RANKED, rules, *first), False, first[1].schedule,
@@ -80,7 +80,7 @@ def device_schedule(op: Op, device: Device, log: str | os.PathLike | None, chain
     slowest = EPILOGUE_SLOWDOWN * first[1].figures["predicted_seconds"]     # the best-ranked that takes it
     taking = ((rank, c) for rank, c in enumerate(ranked)
               if rules.takes_epilogue(c) and c.figures["predicted_seconds"] <= slowest)
-    rank, candidate = next(((rank, c) for rank, c in taking if _builds(c)), (None, None))
+    rank, candidate = next(((rank, c) for rank, c in taking if c.builds), (None, None))
     if candidate is None:
         return plain
     what = RANKED if rank == first[0] else f"{FUSING} (within {EPILOGUE_SLOWDOWN}x the first's time)"
@@ -118,13 +118,6 @@ def _ranking(op: Op, device: Device, rules: SearchRules) -> list[Candidate]:
 
 def _ranked(what: str, rules: SearchRules, rank: int, candidate: Candidate) -> str:
     return f"{what}, rank {rank} by the cost model: {rules.describe(candidate.knobs.as_dict())}"
-
-
-def _builds(candidate: Candidate) -> bool:
-    try:
-        return candidate.schedule is not None
-    except ScheduleError:
-        return False
 
 
 def _elements(xp: Any, array: Any, dtype: np.dtype) -> Any:

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Protocol
 
 from ..ops import Op
-from ..schedule import Schedule
+from ..schedule import Schedule, ScheduleError
 
 KERNEL = "kernel"          # the family of candidates the kernel model prices (and whose fit corrects it)
 # the shape of a register-blocked nest that neither model prices in full (``Traits.shape``): the logs of
@@ -60,6 +60,14 @@ class Candidate:
     def schedule(self) -> Schedule:
         """The candidate's schedule (a ScheduleError if the schedule refuses it)."""
         return self.knobs.schedule(self.op, self.isa)
+
+    @property
+    def builds(self) -> bool:
+        """Whether its schedule builds (no ScheduleError)."""
+        try:
+            return self.schedule is not None
+        except ScheduleError:
+            return False
 
 
 Ranker = Callable[[Sequence[Candidate]], list[Candidate]]   # candidates -> best first, with their figures

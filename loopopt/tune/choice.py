@@ -22,7 +22,6 @@ from dataclasses import replace
 from ..layout import Layout
 from ..machine import machine_profile
 from ..ops import Op
-from ..schedule import ScheduleError
 from ..targets.base import Target
 from ..targets.registry import target_of_isa
 from ..targets.search import Candidate, SearchRules
@@ -45,8 +44,8 @@ def first_choice(op: Op, isa: str = "auto", threads: int = 1, residual: bool = F
         rules = target.search_rules()
         space = _space(rules, op, isa, threads, auto, residual)
         first = rules.best(space)
-        if first is not None and not _builds(first):
-            first = next((c for c in _ranking(key, rules, space) if _builds(c)), None)
+        if first is not None and not first.builds:
+            first = next((c for c in _ranking(key, rules, space) if c.builds), None)
         _chosen[key] = first
     return _chosen[key]
 
@@ -76,7 +75,7 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     for rank, candidate in enumerate(ranked):
         if rank >= READING_WINDOW and candidate.figures["predicted_seconds"] > budget:
             break
-        if (candidate.isa == first.isa and _builds(candidate)
+        if (candidate.isa == first.isa and candidate.builds
                 and all(candidate.schedule.layout_of(t).tag == tag for t, tag in wanted.items())):
             return candidate, rank
     return None
@@ -128,10 +127,3 @@ def _ranking(key: Key, rules, space: list[Candidate]) -> list[Candidate]:
     if key not in _ranked:
         _ranked[key] = rules.rank(space)
     return _ranked[key]
-
-
-def _builds(candidate: Candidate) -> bool:
-    try:
-        return candidate.schedule is not None
-    except ScheduleError:
-        return False

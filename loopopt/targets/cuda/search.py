@@ -82,6 +82,7 @@ from .tensor_printer import (
     ring_bytes,
     row_staging_bytes,
     staging_fits,
+    store_staging_bytes,
 )
 
 WARP = 32
@@ -464,12 +465,20 @@ def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
     31.2-31.4 at 4 with the staging, H200)."""
     m, n, _, _ = _matrix(op)
     last = knobs.split_k > 1 and op.out_dtype != "float32"
-    staged = (_stores_by_tma(op) and knobs.split_k == 1
-              and knobs.instruction.n % output_types.TYPES[op.out_dtype].chunk_columns == 0)
-    consumers = knobs.warps_m * knobs.warps_n
     return not _sums(op) and not last and \
         -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > ARCH[arch].multiprocessors and \
-        not (staged and not staging_fits(knobs.stages, _step_bytes(knobs), consumers))
+        not (_tma_stored(op, knobs) and not _staging_fits(knobs))
+
+
+def _tma_stored(op: Op, knobs: TensorKnobs) -> bool:
+    """Whether a persistent kernel of ``knobs`` would store its outputs by TMA where their staging fits
+    (``_stores_by_tma``; unsplit, its fragments whole chunks of columns)."""
+    return (_stores_by_tma(op) and knobs.split_k == 1
+            and knobs.instruction.n % output_types.TYPES[op.out_dtype].chunk_columns == 0)
+
+
+def _staging_fits(knobs: TensorKnobs) -> bool:
+    return staging_fits(knobs.stages, _step_bytes(knobs), knobs.warps_m * knobs.warps_n)
 
 
 @cache
@@ -554,14 +563,20 @@ def _step_bytes(knobs: TensorKnobs) -> int:
 
 
 def _block_shared(op: Op, knobs: TensorKnobs) -> int:
-    """Bytes of shared memory a tensor-core block of ``op`` asks for: ``tensor_shared``'s, or a persistent
-    kernel's of a quantized op, which stages each consumer warpgroup's fragment of outputs past its ring
-    (``tensor_printer.persistent_shared``, ``row_staging_bytes``)."""
-    if not knobs.persistent or op.quant is None or knobs.split_k > 1:
+    """Bytes of shared memory a tensor-core block of ``op`` asks for, as the printer lays them out:
+    ``tensor_shared``'s, or a persistent kernel's that stages its outputs past its ring
+    (``tensor_printer.persistent_shared``): a quantized op's fragment of each consumer warpgroup
+    (``row_staging_bytes``), or the buffers of the TMA stores (``store_staging_bytes``)."""
+    consumers, entry = knobs.warps_m * knobs.warps_n, knobs.instruction
+    if not knobs.persistent or knobs.split_k > 1:
         return tensor_shared(knobs, _sums(op))
-    entry = knobs.instruction
-    rows = row_staging_bytes(knobs.warps_m * knobs.warps_n, entry.m, entry.n, _output_bytes(op))
-    return persistent_shared(knobs.stages, _step_bytes(knobs), rows, 2 if knobs.specialize else 1)
+    if op.quant is not None:
+        staging = row_staging_bytes(consumers, entry.m, entry.n, _output_bytes(op))
+    elif _tma_stored(op, knobs) and _staging_fits(knobs):
+        staging = store_staging_bytes(consumers)
+    else:
+        return tensor_shared(knobs, _sums(op))
+    return persistent_shared(knobs.stages, _step_bytes(knobs), staging, 2 if knobs.specialize else 1)
 
 
 def _sums(op: Op) -> bool:

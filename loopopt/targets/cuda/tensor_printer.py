@@ -104,7 +104,8 @@ def _staging_offset(stages: int, step_bytes: int) -> int:
     return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
 
 
-def _staging_bytes(consumers: int) -> int:
+def store_staging_bytes(consumers: int) -> int:
+    """Shared memory of ``consumers`` warpgroups' staging buffers of their TMA stores (``tma_store.py``)."""
     return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
 
 
@@ -119,7 +120,7 @@ def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
     """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
     two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
     ``consumers`` warpgroups store from registers)."""
-    return persistent_shared(stages, step_bytes, _staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
+    return persistent_shared(stages, step_bytes, store_staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
 
 
 def stage_row(columns: int, output_bytes: int) -> int:
@@ -368,7 +369,7 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return _staging_bytes(self.warp_count)
+        return store_staging_bytes(self.warp_count)
 
     @property
     def row_staging_bytes(self) -> int:

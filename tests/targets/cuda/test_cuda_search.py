@@ -82,15 +82,19 @@ def test_the_shared_memory_counted_is_the_printed_kernels():
         assert np.prod(printed.block) == candidate.knobs.threads
 
 
-@pytest.mark.parametrize("output", ["uint8", "float32"])
-def test_a_persistent_quantized_kernel_counts_the_printed_kernels_shared_memory(output):
-    """Its consumers' staging of the outputs past the ring as the printer lays it out, no padding bound."""
-    op = lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output=output))
+@pytest.mark.parametrize("op, staged", [
+    (lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output="uint8")), "rows"),
+    (lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output="float32")), "rows"),
+    (lo.Matmul(1000, 1000, 512, dtype="bfloat16", out_dtype="bfloat16"), "TMA stores")], ids=repr)
+def test_a_persistent_kernel_counts_the_printed_kernels_shared_memory(op, staged):
+    """Its consumers' staging of the outputs past the ring (a quantized op's rows, or the chunks TMA
+    stores) as the printer lays it out."""
     walking = [c for c in RULES.candidates(op, ARCH) if c.knobs.persistent]
     assert walking
     for candidate in walking:
         printer = TensorPrinter(candidate.schedule, CUDA)
-        assert printer.staged_rows and candidate.knobs.work(op, gpu_of(ARCH)).shared == printer.smem_bytes
+        assert (printer.staged_rows if staged == "rows" else printer.stored is not None)
+        assert candidate.knobs.work(op, gpu_of(ARCH)).shared == printer.smem_bytes
 
 
 def test_a_batch_one_conv_ranks_split_k_first():
