@@ -22,6 +22,7 @@ from loopopt.targets.cuda import kernel as cuda_kernel
 from loopopt.targets.cuda import target as cuda_target
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS, with_swizzle
+from loopopt.targets.cuda.printer import print_kernel
 
 
 def _every_spec() -> list[lo.QuantSpec]:
@@ -318,6 +319,19 @@ def test_the_values_of_a_device_call_run_exactly_in_the_emulation(monkeypatch):
 def test_quantized_tensor_schedules_the_target_cannot_run_are_refused(make, message):
     with pytest.raises(ScheduleError, match=message):
         emulate(make())
+
+
+def test_a_persistent_requantizing_ring_is_refused_naming_a_depth_that_fits_beside_its_staged_rows():
+    """64 x 128 tiles of depth 128 (24 KB a step) and a float32 fragment staged past the ring (32 KB): 9
+    buffers are refused naming 8, which fits (a ring alone would take 9)."""
+    op = lo.Matmul(4096, 4096, 4096, quant=lo.QuantSpec(activation="int8", output="float32"))
+    tiles = {"block_m": 64, "block_n": 128, "warps_m": 1, "warps_n": 1, "depth": 128, "engine": "tma",
+             "swizzle": 128, "specialize": True, "persistent": True}
+    with pytest.raises(ScheduleError, match=r"^stages=9: a tensorized block needs 254096 bytes of shared "
+                                            r"memory \(.*, 32768 bytes of staged rows past them\); 232448 at "
+                                            r"most: stages=8 is the deepest ring of these tiles$"):
+        print_kernel(gpu_wgmma(op, **tiles, stages=9))
+    assert print_kernel(gpu_wgmma(op, **tiles, stages=8)).dynamic_shared_bytes <= 232448
 
 
 def test_the_int8_entries_take_32_bytes_a_tile_row_in_the_halves_layout():

@@ -49,6 +49,14 @@ def _geometry(sizes: tuple[int, ...], attributes: dict) -> Geometry:
     return kernel, strides, dilations, pads
 
 
+def _windows(spatial: tuple[int, ...], attributes: dict) -> tuple[Geometry, list[int]]:
+    """A pooling node's geometry (``_geometry``) on an input of ``spatial`` sizes, and its output's."""
+    kernel, strides, dilations, pads = geometry = _geometry(spatial, attributes)
+    ceil = bool(attributes["ceil_mode"])
+    return geometry, [_output_size(n, k, s, d, p, ceil)
+                      for n, k, s, d, p in zip(spatial, kernel, strides, dilations, pads)]
+
+
 def _output_size(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: bool) -> int:
     """ONNX's output size along one dim; with ``ceil_mode`` a last window must start inside the input
     or its leading pad."""
@@ -63,10 +71,7 @@ def _taps(x: np.ndarray, attributes: dict, fill: float, xp: ModuleType = np):
     """The padded input's strided slice for each tap of the window, channels-last: ``x`` is
     ``(N, spatial..., C)`` (a channels-last view of the node's input; the taps then read whole
     rows of channels, and the output of a channels-last kernel is read without a transpose)."""
-    kernel, strides, dilations, pads = _geometry(x.shape[1:-1], attributes)
-    ceil = bool(attributes["ceil_mode"])
-    sizes = [_output_size(n, k, s, d, p, ceil)
-             for n, k, s, d, p in zip(x.shape[1:-1], kernel, strides, dilations, pads)]
+    (kernel, strides, dilations, pads), sizes = _windows(x.shape[1:-1], attributes)
     # pad past the end as far as the last window reaches (ceil_mode may reach beyond the given pad)
     ends = [max(p[1], (o - 1) * s + d * (k - 1) + 1 - n - p[0])
             for n, k, s, d, p, o in zip(x.shape[1:-1], kernel, strides, dilations, pads, sizes)]
@@ -81,10 +86,7 @@ def _tap_ranges(x: np.ndarray, attributes: dict):
     """The output's shape and, for each tap of the window, the output positions whose tap falls inside
     the unpadded input and the strided slice of the input it reads there, channels-last (``x`` as in
     ``_taps``); a tap inside the pads for every output is left out."""
-    kernel, strides, dilations, pads = _geometry(x.shape[1:-1], attributes)
-    ceil = bool(attributes["ceil_mode"])
-    sizes = [_output_size(n, k, s, d, p, ceil)
-             for n, k, s, d, p in zip(x.shape[1:-1], kernel, strides, dilations, pads)]
+    (kernel, strides, dilations, pads), sizes = _windows(x.shape[1:-1], attributes)
     shape = (x.shape[0], *sizes, x.shape[-1])
     taps = []
     for tap in np.ndindex(*kernel):

@@ -260,10 +260,12 @@ class TensorPrinter:
             raise ScheduleError(f"stages={self.pipeline}: a tensorized block needs {self.smem_bytes} bytes "
                                 f"of shared memory ({self.pipeline} buffers of {self.tiles[self.a]} + "
                                 f"{self.tiles[self.b]} tiles of {self.tile_elements[self.a]} + "
-                                f"{self.tile_elements[self.b]} elements of {self.ins.element_bytes} bytes); "
-                                f"{MAX_SHARED_BYTES} at most: " + (f"stages={deepest} is the deepest ring of "
-                                                                   f"these tiles" if deepest >= 2
-                                                                   else "tile smaller"))
+                                f"{self.tile_elements[self.b]} elements of {self.ins.element_bytes} bytes"
+                                + (f", {self.row_staging_bytes} bytes of staged rows past them"
+                                   if self.s.persistent_tiles and self.staged_rows else "")
+                                + f"); {MAX_SHARED_BYTES} at most: "
+                                + (f"stages={deepest} is the deepest ring of these tiles" if deepest >= 2
+                                   else "tile smaller"))
         # the inputs staged by the tensor memory accelerator (``stage(engine="tma")``), or its refusal
         self.tma = {t: tma.operand(self.s, t, self.ins, self.row[t], self.k, self.rows[t], self.guards[t],
                                    tuple(loop.name for loop in self.row_slices))
@@ -351,10 +353,17 @@ class TensorPrinter:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
         after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
         (``tma_store.py``) or of its requantized rows (``row_staging_bytes``)."""
-        if self.stored is not None or (self.s.persistent_tiles and self.staged_rows):
-            staged = self.staging_bytes if self.stored is not None else self.row_staging_bytes
-            return persistent_shared(self.pipeline, self.step_bytes, staged, 0)
-        return ring_bytes(self.pipeline, self.step_bytes, self.warp_count * self.scratch_elements * 4, 0)
+        if self.stored is not None:
+            return persistent_shared(self.pipeline, self.step_bytes, self.staging_bytes, 0)
+        return self._ring_and_rows(self.pipeline, 0)
+
+    def _ring_and_rows(self, stages: int, barriers: int) -> int:
+        """Shared memory of a ring of ``stages`` buffers with ``barriers`` mbarriers a buffer (and the
+        epilogue's scratch over it), or, in a persistent kernel that stages its requantized rows, those
+        past it (``row_staging_bytes``)."""
+        if self.s.persistent_tiles and self.staged_rows:
+            return persistent_shared(stages, self.step_bytes, self.row_staging_bytes, barriers)
+        return ring_bytes(stages, self.step_bytes, self.warp_count * self.scratch_elements * 4, barriers)
 
     @property
     def staging_offset(self) -> int:
@@ -398,12 +407,11 @@ class TensorPrinter:
 
     @property
     def deepest(self) -> int:
-        """The most buffers a ring of this kernel's tiles may have within ``MAX_SHARED_BYTES`` (0 where
-        not even one fits)."""
-        step = self.step_bytes
-        scratch = self.warp_count * self.scratch_elements * 4
-        stages = MAX_SHARED_BYTES // (step + 8 * self.barriers)
-        while stages > 0 and ring_bytes(stages, step, scratch, self.barriers) > MAX_SHARED_BYTES:
+        """The most buffers a ring of this kernel's tiles may have within ``MAX_SHARED_BYTES``, with a
+        persistent kernel's staged rows past it (0 where not even one fits; a kernel whose TMA stores'
+        staging does not fit stores from its registers instead)."""
+        stages = MAX_SHARED_BYTES // (self.step_bytes + 8 * self.barriers)
+        while stages > 0 and self._ring_and_rows(stages, self.barriers) > MAX_SHARED_BYTES:
             stages -= 1
         return stages
 
