@@ -95,7 +95,8 @@ BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstr
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
-                           # power again (see ``tail``)
+                           # power again (see ``tail``; per ISA: ``PIXEL_TAIL``), or along the channels
+PIXEL_TAIL = {"avx512": TAIL, "avx2": 0.0, "scalar": TAIL}   # ``tail``'s power per ISA (AVX2: none measured)
 MASKED = 1.15              # a partial channel block's masked code, run by every block (see ``channel_tail``)
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
@@ -222,7 +223,13 @@ def tail(candidate: Candidate) -> float:
     machine, ResNet-50 conv2_x 9x32 and 11x32 blocks (8/9 and 6/7 used) ran 1.36x and 1.35-1.5x the
     time of 8x32 blocks, 10x32 and 12x32 (14/15) 1.11x, where the kernel model says 1.04x, 1.06x and
     1.02x; conv3_x 5x64 and 6x64 (14/15) 1.12-1.15x of 4x64, the model 1.01x. A GEMM's partial row
-    blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48)."""
+    blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48). On AVX2
+    (``PIXEL_TAIL``: power 0, the unused positions alone) partial blocks cost their unused share and no
+    more: on a shared 2-core AMD EPYC Zen 3 (kernel only, medians of 9 interleaved rounds under
+    ``chrt -f 10``, 1 thread) ResNet-50's 3x3 convs ran 5x16 blocks at 1.05x (56x56, 64 channels) and
+    1.045x (28x28, 128) the time of 4x16, which divide the rows (15/14 of the positions computed: 1.07x),
+    and at 7x7 4x16 blocks (7/8 used) ran fastest: 512->512 2.78 ms, 7x8 2.88; 256->512 stride 2 on 2
+    threads 0.68 ms, 7x8 (no tail, first before) 0.88."""
     knobs, op = candidate.knobs, candidate.op
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
@@ -230,7 +237,7 @@ def tail(candidate: Candidate) -> float:
     window = next((w for w in op.windows if w.out_dim == pixel), None)
     if window is None or not (window.pad or window.pad_end):
         return 1.0
-    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** TAIL
+    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** PIXEL_TAIL[candidate.isa]
 
 
 def channel_tail(candidate: Candidate) -> float:
