@@ -37,6 +37,7 @@ from loopopt.targets.x86.rank import (
     TAIL,
     activation_lines_per_set,
     best,
+    chains,
     channel_tail,
     conflict_lines,
     imbalance,
@@ -51,6 +52,7 @@ from loopopt.targets.x86.rank import (
     streams_in_any_order,
     strided_seconds,
     tail,
+    tight_spare,
     weights_stay_in_l1,
 )
 from loopopt.targets.x86.space import Knobs, candidates, channel_panel, in_panels, is_table_lookup
@@ -459,6 +461,21 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(reco
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "oh", "ow_o", "k_o"), "packed")) == 0
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "k_o", "ow_o", "oh"), "packed")) == 3
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "ow_o", "oh", "k_o"), "packed")) == 1
+
+
+def test_avx2_blocks_fit_its_sixteen_registers(recorded_profile):
+    """AVX2's 16 vector registers hold half the accumulators and spares of AVX-512's 32 (``chains``,
+    ``tight_spare``), and on AVX2 a padded window's partial pixel block costs its unused positions only
+    (``PIXEL_TAIL``): ResNet-50's 1024->256 1x1 conv at 14x14 takes a block of several vectors with
+    registers to spare, not 14x8 (a broadcast per multiply-add, none spare: 3.4x the time on Zen 3)."""
+    assert (chains("avx512"), tight_spare("avx512"), chains("avx2"), tight_spare("avx2")) == (16, 4, 8, 2)
+    conv = lo.Conv2d(64, 64, 3, padding=1, height=12, width=12)
+    partial = Knobs(5, 16, ("kh", "kw", "c"), ("n", "oh", "ow_o", "k_o"), "packed")
+    assert tail(Candidate(conv, "avx2", partial)) == 1
+    assert tail(Candidate(conv, "avx512", partial)) == pytest.approx((15 / 12) ** TAIL)
+    chosen = best(candidates(lo.Conv2d(1024, 256, 1, height=14, width=14), "avx2")).knobs
+    vectors = chosen.channel_block // 8
+    assert vectors >= 2 and 16 - chosen.pixel_block * vectors - vectors - 1 >= tight_spare("avx2"), chosen
 
 
 def test_a_requantizing_dot_block_keeps_its_accumulators_in_registers(recorded_profile):

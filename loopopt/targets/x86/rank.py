@@ -26,7 +26,7 @@ block loop inside the row loop and 2.8 ms with it outside, in one search on a sh
 candidate ranked as a kernel that adds a residual (``Candidate.residual``) ``residual_seconds``, the time
 that residual takes to come from beyond L2 where each block is stored.
 A table-lookup candidate of a ternary op (``tl1``, ``tl2``) gets ``LUT_SHARE`` of the int8 dot peak,
-scaled by its register block's accumulators (``CHAINS`` hide the latency), its loads per lookup (a
+scaled by its register block's accumulators (``chains`` hide the latency), its loads per lookup (a
 pixel's tables, a column block's indices) and the lanes its edge blocks use. An AMX candidate gets
 the tile model's time (``tile_model``: its tile dots at the AMX peak, its tile loads from the cache
 levels that hold their operands, its epilogue).
@@ -71,7 +71,8 @@ from .space import (
 )
 from .tile_model import tile_time
 
-CHAINS = 16                # accumulators that hide the FMA latency (4 cycles x 2 ports) and the loads between
+CHAIN_SHARE = 2            # accumulators that hide the FMA latency (4 cycles x 2 ports) and loads between:
+                           # this share of the ISA's vector registers (``chains``)
 WIDENED = 0.25             # rate of a quantized kernel without a dot instruction, relative to the dot peak
 STORE, RELOAD = 4, 12       # reduction steps one block's final store (a partial sum's reload and store) costs
 SCATTERED_RELOAD = 2       # ... times this where they come from beyond L2 out of order (``reload_steps``)
@@ -84,7 +85,8 @@ PAGED = 4.0                # a line of strided weight rows this far apart costs 
                            # TLB lookup (bench_tune's log: plain 32-channel blocks ran 1.2-1.9x the packed
                            # ones on the BERT FFN up-projection, 12 KB rows: about 5 cycles a line; 2.5-4x on
                            # the down-projection, 3 KB rows, in one search on a shared machine)
-TIGHT, TIGHT_SPARE = 0.8, 4   # efficiency of a block that leaves fewer spare vector registers than this
+TIGHT, SPARE_SHARE = 0.8, 8   # efficiency of a block that leaves fewer spare vector registers than this share
+                              # of the ISA's (``tight_spare``)
 DOT_LIVE = 20              # accumulators a requantizing dot block keeps across a stepping reduction loop
                            # without spilling (see ``spills_accumulators``)
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
@@ -93,7 +95,8 @@ BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstr
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
-                           # power again (see ``tail``)
+                           # power again (see ``tail``; per ISA: ``PIXEL_TAIL``), or along the channels
+PIXEL_TAIL = {"avx512": TAIL, "avx2": 0.0, "scalar": TAIL}   # ``tail``'s power per ISA (AVX2: none measured)
 MASKED = 1.15              # a partial channel block's masked code, run by every block (see ``channel_tail``)
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
@@ -126,6 +129,24 @@ def _operands(op: Op) -> tuple[Roles, tuple[tuple[frozenset[str], int], ...], fl
     return Roles.of(op), inputs, bandwidth[level].gbs * 1e9
 
 
+def chains(isa: str) -> int:
+    """Accumulators a register block of ``isa`` needs to run at its peak: ``1 / CHAIN_SHARE`` of its vector
+    registers (AVX-512 16 of 32; AVX2 8 of 16, the FMA latency times its two ports, leaving room for the
+    weight vectors and a broadcast)."""
+    return registers(isa) // CHAIN_SHARE
+
+
+def tight_spare(isa: str) -> int:
+    """Spare vector registers below which a register block of ``isa`` spills: ``1 / SPARE_SHARE`` of its
+    registers (AVX-512 4, AVX2 2). AVX2's 16 registers hold half as many accumulators as AVX-512's 32,
+    so figures tuned on AVX-512 put 1-vector blocks first (14x8: 14 accumulators, a broadcast per
+    multiply-add, no register spare): ResNet-50's 3x3 64->64 conv at 56x56 ran 2.64 ms with 14x8 blocks,
+    2.29 ms with 4x16 and 2.49 ms with 2x32 (16 and 8 registers spare as each; medians of 9 interleaved
+    rounds, kernel only, under ``chrt -f 10`` on a shared 2-core AMD EPYC Zen 3, load 7); 6x16 (one
+    spare) 2.69 ms, 5x16 2.38 ms."""
+    return registers(isa) // SPARE_SHARE
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -140,7 +161,7 @@ def lut_efficiency(candidate: Candidate) -> float:
     op, knobs = candidate.op, candidate.knobs
     columns = lut_columns(op, knobs.channel_block)
     accumulators = knobs.pixel_block * columns
-    efficiency = LUT_SHARE * min(1.0, accumulators / CHAINS)
+    efficiency = LUT_SHARE * min(1.0, accumulators / chains(candidate.isa))
     efficiency *= accumulators / (accumulators + knobs.pixel_block + columns)       # loads per lookup
     efficiency *= _edges(op.channels, knobs.channel_block) * knobs.channel_block / (columns * COLUMNS)
     return efficiency * _edges(op.extent(Roles.of(op).pixel), knobs.pixel_block)
@@ -151,8 +172,8 @@ def binary_efficiency(candidate: Candidate) -> float:
     op, knobs, isa = candidate.op, candidate.knobs, candidate.isa
     vectors = _ceil(knobs.channel_block, BINARY_LANES[isa])
     accumulators = knobs.pixel_block * vectors
-    efficiency = BINARY_RATE[isa] * min(1.0, accumulators / CHAINS)
-    if registers(isa) - accumulators - vectors - 1 < TIGHT_SPARE:                 # the compiler spills
+    efficiency = BINARY_RATE[isa] * min(1.0, accumulators / chains(isa))
+    if registers(isa) - accumulators - vectors - 1 < tight_spare(isa):                 # the compiler spills
         efficiency *= TIGHT
     efficiency *= accumulators / max(accumulators, knobs.pixel_block + vectors)  # loads per XOR
     efficiency *= _edges(op.channels // op.groups, knobs.channel_block)
@@ -202,7 +223,13 @@ def tail(candidate: Candidate) -> float:
     machine, ResNet-50 conv2_x 9x32 and 11x32 blocks (8/9 and 6/7 used) ran 1.36x and 1.35-1.5x the
     time of 8x32 blocks, 10x32 and 12x32 (14/15) 1.11x, where the kernel model says 1.04x, 1.06x and
     1.02x; conv3_x 5x64 and 6x64 (14/15) 1.12-1.15x of 4x64, the model 1.01x. A GEMM's partial row
-    blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48)."""
+    blocks (no window) ran as fast as whole ones (BERT FFN 7x48, 9x48 against 6x48, 8x48). On AVX2
+    (``PIXEL_TAIL``: power 0, the unused positions alone) partial blocks cost their unused share and no
+    more: on a shared 2-core AMD EPYC Zen 3 (kernel only, medians of 9 interleaved rounds under
+    ``chrt -f 10``, 1 thread) ResNet-50's 3x3 convs ran 5x16 blocks at 1.05x (56x56, 64 channels) and
+    1.045x (28x28, 128) the time of 4x16, which divide the rows (15/14 of the positions computed: 1.07x),
+    and at 7x7 4x16 blocks (7/8 used) ran fastest: 512->512 2.78 ms, 7x8 2.88; 256->512 stride 2 on 2
+    threads 0.68 ms, 7x8 (no tail, first before) 0.88."""
     knobs, op = candidate.knobs, candidate.op
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
@@ -210,7 +237,7 @@ def tail(candidate: Candidate) -> float:
     window = next((w for w in op.windows if w.out_dim == pixel), None)
     if window is None or not (window.pad or window.pad_end):
         return 1.0
-    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** TAIL
+    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** PIXEL_TAIL[candidate.isa]
 
 
 def channel_tail(candidate: Candidate) -> float:
@@ -475,8 +502,9 @@ def figures(candidate: Candidate) -> dict[str, float]:
     vectors = _ceil(laned, vector)
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
-    efficiency = min(1.0, accumulators / CHAINS)
-    if (registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE      # the compiler spills
+    efficiency = min(1.0, accumulators / chains(candidate.isa))
+    spare = registers(candidate.isa) - accumulators - vectors - 1
+    if (spare < tight_spare(candidate.isa)                                       # the compiler spills
             or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
