@@ -12,7 +12,8 @@ multiply-add latency but a few vector registers left spare (ResNet-18's 128-chan
 1.89 ms with a 14x32 fp32 block, 31 of 32 registers, and 1.19 ms with 10x32), few loads per
 multiply-add, vector lanes and edge blocks used fully, no loop step per reduction step (an unrolled
 loop), dot groups filled (quantized ops without a dot instruction widen bytes to int32 lanes, a
-quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations), long
+quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations; an emulated
+dot widens each broadcast and weight vector, ``EMULATED_DOT_OPS``), long
 reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2. To
 that compute time it adds ``strided_seconds``, the time plain weight rows of a block that is part of
 the channels take from L2 or L3 where the rows, a channel row apart, need more lines than the cache
@@ -64,6 +65,7 @@ from .space import (
     is_table_lookup,
     lanes,
     lut_columns,
+    operand_registers,
     outer_dim,
     panel_loops,
     registers,
@@ -90,6 +92,11 @@ DOT_LIVE = 20              # accumulators a requantizing dot block keeps across 
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
+# vector instructions of an emulated dot (AVX2's lo_avx2_dpbusd) per update (2 vpmaddwd, 2 vpaddd), per
+# broadcast (its bytes widened to 16-bit halves: and, shift) and per weight vector (3 shifts), those two
+# shared by the block's updates: a block with more channel vectors widens fewer broadcasts per update
+# (measured: ``space.EMULATED_DOT_OPERANDS``)
+EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
@@ -475,7 +482,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / CHAINS)
-    if (registers(candidate.isa) - accumulators - vectors - 1 < TIGHT_SPARE      # the compiler spills
+    if (registers(candidate.isa) - accumulators - operand_registers(candidate.isa, knobs.weights, vectors)
+            < TIGHT_SPARE      # the compiler spills
             or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
@@ -490,6 +498,9 @@ def figures(candidate: Candidate) -> dict[str, float]:
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
+        if candidate.isa in EMULATED_DOT_OPS:
+            update, row, column = EMULATED_DOT_OPS[candidate.isa]
+            efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     elif taps:
         window = tap_window(op)
         # a window of activations per vector and group of output channels (depthwise: per channel)
