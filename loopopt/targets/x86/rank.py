@@ -93,9 +93,10 @@ LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 do
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
 # vector instructions of an emulated dot (AVX2's lo_avx2_dpbusd) per update (2 vpmaddwd, 2 vpaddd), per
-# broadcast (its bytes widened to 16-bit halves: and, shift) and per weight vector (3 shifts), those two
-# shared by the block's updates: a block with more channel vectors widens fewer broadcasts per update
-# (measured: ``space.EMULATED_DOT_OPERANDS``)
+# activation operand (its u8 bytes widened to 16-bit halves: and, shift) and per weight operand (s8: 3
+# shifts), each operand shared by the block's updates that use it: a dot block with more channel vectors
+# widens fewer broadcasts per update (measured: ``space.EMULATED_DOT_OPERANDS``); a tap dot broadcasts the
+# weights and widens a window of activations per vector
 EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
@@ -498,9 +499,6 @@ def figures(candidate: Candidate) -> dict[str, float]:
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
         efficiency *= rc / (_ceil(rc, dot_elements(op)) * dot_elements(op))
-        if candidate.isa in EMULATED_DOT_OPS:
-            update, row, column = EMULATED_DOT_OPS[candidate.isa]
-            efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     elif taps:
         window = tap_window(op)
         # a window of activations per vector and group of output channels (depthwise: per channel)
@@ -509,6 +507,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency *= accumulators / max(accumulators, TAP_SPREAD * windows)
     elif op.quant is not None:
         efficiency *= WIDENED
+    if (taps or knobs.weights == "dot") and candidate.isa in EMULATED_DOT_OPS:
+        update, activation, weight = EMULATED_DOT_OPS[candidate.isa]
+        row, column = (weight, activation) if taps else (activation, weight)    # a broadcast, a vector
+        efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
     efficiency *= depth / (depth + reload_steps(op, knobs))
     # the innermost outer loop decides which weights must stay in cache while it runs: one channel
