@@ -1,7 +1,8 @@
 """One model's steps inside ``rep.run`` against onnxruntime's nodes: each C call of the plan's repeats
 timed on its own (``time.perf_counter`` around it, in the order and on the buffers a run uses; the steps
 outside a repeat through ``Plan.run(times=...)``), and onnxruntime's per-node kernel times from its
-profiler (``SessionOptions.enable_profiling``), a node matched by name or by the output of the fused
+profiler (``SessionOptions.enable_profiling``), a node matched by name (less the ``_token_<n>`` that
+onnxruntime appends to a node it rewrites: its exact int8 path's QLinearConv) or by the output of the fused
 node onnxruntime made of it (``<output>_nchwc``). Both in this process, one after the other, each run
 ``--settle`` seconds after the last (as ``bench_onnx``'s interleaved rounds are); medians and minimums
 over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -31,6 +33,7 @@ from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
 
 KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
+REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewrote the node
 
 
 def loopopt_steps(rep, given: dict[str, np.ndarray], rounds: int, settle: float) -> tuple[dict, list[float]]:
@@ -78,7 +81,7 @@ def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rou
     seen: dict[str, list[float]] = defaultdict(list)
     for event in events:
         if event.get("cat") == "Node" and event["name"].endswith(KERNEL_EVENT):
-            seen[event["name"][:-len(KERNEL_EVENT)]].append(event["dur"])
+            seen[REWRITTEN.sub("", event["name"][:-len(KERNEL_EVENT)])].append(event["dur"])
     return {node: (float(np.median(t[-rounds:])), float(min(t[-rounds:]))) for node, t in seen.items()}, whole
 
 

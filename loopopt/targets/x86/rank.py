@@ -12,7 +12,8 @@ multiply-add latency but a few vector registers left spare (ResNet-18's 128-chan
 1.89 ms with a 14x32 fp32 block, 31 of 32 registers, and 1.19 ms with 10x32), few loads per
 multiply-add, vector lanes and edge blocks used fully, no loop step per reduction step (an unrolled
 loop), dot groups filled (quantized ops without a dot instruction widen bytes to int32 lanes, a
-quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations), long
+quarter of the dot rate; a tap dot fills its groups with taps, and shuffles its activations; an emulated
+dot widens each broadcast and weight vector, ``EMULATED_DOT_OPS``), long
 reductions per stored block, and the weights that the innermost outer loop reuses in L1 or L2. To
 that compute time it adds ``strided_seconds``, the time plain weight rows of a block that is part of
 the channels take from L2 or L3 where the rows, a channel row apart, need more lines than the cache
@@ -64,6 +65,7 @@ from .space import (
     is_table_lookup,
     lanes,
     lut_columns,
+    operand_registers,
     outer_dim,
     panel_loops,
     registers,
@@ -92,6 +94,12 @@ DOT_LIVE = 20              # accumulators a requantizing dot block keeps across 
 LUT_SHARE = 0.4            # a table-lookup block's rate relative to the int8 dot peak: tl1/tl2 conv2_x ran at
                            # about 0.4 of int8's time (docs/benchmarks.md, 1.16/1.03 ms vs 0.44 ms)
 BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstring
+# vector instructions of an emulated dot (AVX2's lo_avx2_dpbusd) per update (2 vpmaddwd, 2 vpaddd), per
+# activation operand (its u8 bytes widened to 16-bit halves: and, shift) and per weight operand (s8: 3
+# shifts), each operand shared by the block's updates that use it: a dot block with more channel vectors
+# widens fewer broadcasts per update (measured: ``space.EMULATED_DOT_OPERANDS``); a tap dot broadcasts the
+# weights and widens a window of activations per vector
+EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
@@ -503,7 +511,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     accumulators = other * vectors
     pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
     efficiency = min(1.0, accumulators / chains(candidate.isa))
-    spare = registers(candidate.isa) - accumulators - vectors - 1
+    spare = registers(candidate.isa) - accumulators - operand_registers(candidate.isa, knobs.weights, vectors)
     if (spare < tight_spare(candidate.isa)                                       # the compiler spills
             or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
@@ -527,6 +535,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency *= accumulators / max(accumulators, TAP_SPREAD * windows)
     elif op.quant is not None:
         efficiency *= WIDENED
+    if (taps or knobs.weights == "dot") and candidate.isa in EMULATED_DOT_OPS:
+        update, activation, weight = EMULATED_DOT_OPS[candidate.isa]
+        row, column = (weight, activation) if taps else (activation, weight)    # a broadcast, a vector
+        efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
     efficiency *= depth / (depth + reload_steps(op, knobs))
     # the innermost outer loop decides which weights must stay in cache while it runs: one channel

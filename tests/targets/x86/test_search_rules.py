@@ -13,6 +13,7 @@ from loopopt.targets.base import Target
 from loopopt.targets.registry import target
 from loopopt.targets.search import Candidate
 from loopopt.targets.x86 import space
+from loopopt.tune.choice import first_choice
 from loopopt.tune.guide import Guide
 from loopopt.tune.search import Walk
 
@@ -34,7 +35,7 @@ SPACES = {
     ("matmul", "avx512", 2, False): (116, "c8932100f2ec7eb4"),
     ("qconv", "avx512", 1, True): (1009, "d7507ccc527439bb"),      # AMX tiles compete
     ("qconv", "amx", 2, False): (24, "63ed401d133e48a0"),
-    ("qconv", "avx2", 1, False): (1648, "18b27d2a3670857c"),
+    ("qconv", "avx2", 1, False): (1660, "3a28ff2b451facab"),       # + the emulated dot's 7x16 blocks
     ("qdepthwise", "avx512", 2, False): (58, "cc55ddaad81fa4f0"),  # tap dots
     ("ternary", "avx512", 1, False): (1099, "1a0aa8b4ea197320"),   # i2_s blocks, tl1 and tl2 lookups
     ("binary", "avx512", 1, False): (24, "084be69eac113788"),
@@ -108,3 +109,18 @@ def test_packed_weights_of_a_weight_heavy_float_op_at_few_positions_are_prefetch
                   lo.Conv2d(64, 64, 3, height=9, width=9), lo.Conv2d(1024, 256, 1, height=14, width=14),
                   lo.Conv2d(320, 1280, 1, height=7, width=7, quant=QUANT)):
         assert space.prefetched_weights(light) == 0, light
+
+
+def test_an_emulated_dot_block_widens_each_broadcast_for_two_channel_vectors():
+    """AVX2 emulates vpdpbusd (bytes widened to 16-bit halves, then vpmaddwd): its dot blocks may keep all
+    but two registers as accumulators (``space.EMULATED_DOT_OPERANDS``: 7x16, not offered to plain or packed
+    weights, nor to AVX-512's vpdpbusd at this width), and the ranking counts the widening of each broadcast
+    and weight vector (``rank.EMULATED_DOT_OPS``), so a 3x3 int8 layer's first choice shares each
+    widened broadcast between two channel vectors (7x16 ran 1.14x the 14x8 block chosen before)."""
+    op = lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT)
+    blocks = {(c.knobs.weights, c.knobs.pixel_block, c.knobs.channel_block)
+              for c in space.candidates(op, "avx2")}
+    assert ("dot", 7, 16) in blocks and ("packed", 7, 16) not in blocks and ("dot", 8, 16) not in blocks
+    first = first_choice(op, "avx2")
+    assert (first.knobs.weights, first.knobs.pixel_block, first.knobs.channel_block) == ("dot", 7, 16)
+    assert space.operand_registers("avx512", "dot", 2) == space.operand_registers("avx2", "packed", 2) == 3
