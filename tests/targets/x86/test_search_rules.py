@@ -115,15 +115,16 @@ def test_an_emulated_dot_block_widens_each_broadcast_for_two_channel_vectors():
     """AVX2 emulates vpdpbusd (bytes widened to 16-bit halves, then vpmaddwd): its dot blocks may keep all
     but two registers as accumulators (``space.EMULATED_DOT_OPERANDS``: 7x16, not offered to plain or packed
     weights, nor to AVX-512's vpdpbusd at this width), and the ranking counts the widening of each operand
-    (``rank.EMULATED_DOT_OPS``), so a 3x3 int8 layer's first choice shares each widened broadcast between
-    channel vectors, and a depthwise int8 layer's is a packed block, not AVX2's tap dot (MobileNetV2's
-    32 channels at 112x112 on a Zen 3 core: taps 16x4 0.71 ms, the packed 4x16 block 0.26 ms)."""
+    (``rank.EMULATED_DOT_OPS``) and asks no register spare beyond those two, so a 3x3 int8 layer's first
+    choice is 7x16, each widened broadcast shared by two channel vectors (on a Zen 3 core 1.07x the 3x32
+    block the spare rule chose), and a depthwise int8 layer's is a packed block, not AVX2's tap dot
+    (MobileNetV2's 32 channels at 112x112 on a Zen 3 core: taps 16x4 0.71 ms, packed 4x16 0.26 ms)."""
     op = lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT)
     blocks = {(c.knobs.weights, c.knobs.pixel_block, c.knobs.channel_block)
               for c in space.candidates(op, "avx2")}
     assert ("dot", 7, 16) in blocks and ("packed", 7, 16) not in blocks and ("dot", 8, 16) not in blocks
     first = first_choice(op, "avx2").knobs
-    assert first.weights == "dot" and first.channel_block >= 16
+    assert (first.weights, first.pixel_block, first.channel_block) == ("dot", 7, 16)
     depthwise = lo.Conv2d(32, 32, 3, padding=1, groups=32, height=112, width=112, quant=QUANT)
     assert first_choice(depthwise, "avx2").knobs.weights == "packed"
     assert space.operand_registers("avx512", "dot", 2) == space.operand_registers("avx2", "packed", 2) == 3
