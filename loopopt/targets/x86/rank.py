@@ -57,11 +57,11 @@ from .binary import LANES as BINARY_LANES
 from .isa import TILE_ISA
 from .space import (
     DOT,
-    EMULATED_DOT_OPERANDS,
     Knobs,
     Names,
     Roles,
     dot_elements,
+    emulates_dot,
     is_binary,
     is_table_lookup,
     lanes,
@@ -514,8 +514,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency = min(1.0, accumulators / chains(candidate.isa))
     spare = registers(candidate.isa) - accumulators - operand_registers(candidate.isa, knobs.weights, vectors)
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
-    emulated = knobs.weights == "dot" and candidate.isa in EMULATED_DOT_OPERANDS
-    if (spare < (0 if emulated else tight_spare(candidate.isa))                  # the compiler spills
+    needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
+    if (spare < needed                                                           # the compiler spills
             or spills_accumulators(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;

@@ -642,10 +642,16 @@ def _has_amx() -> bool:
     return True
 
 
+def emulates_dot(isa: str, weights: str) -> bool:
+    """Whether a register block of ``weights`` on ``isa`` runs the table's emulated dot (AVX2's
+    ``lo_avx2_dpbusd``: ``EMULATED_DOT_OPERANDS``)."""
+    return weights == "dot" and isa in EMULATED_DOT_OPERANDS
+
+
 def operand_registers(isa: str, weights: str, vectors: int) -> int:
     """Vector registers a register block of ``vectors`` channel vectors leaves to its operands: the
     weights and a broadcast, or ``EMULATED_DOT_OPERANDS`` where ``isa`` emulates the dot."""
-    return EMULATED_DOT_OPERANDS[isa] if weights == "dot" and isa in EMULATED_DOT_OPERANDS else vectors + 1
+    return EMULATED_DOT_OPERANDS[isa] if emulates_dot(isa, weights) else vectors + 1
 
 
 def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[Candidate]:
