@@ -456,7 +456,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     loops = [{"name": loop.name, "extent": loop.extent, "vectorized": loop.vectorized,
               "parallel": loop.parallel, "unroll": loop.unroll} for loop in schedule.loops]
     data = {"op": repr(schedule.op), "steps": [str(s) for s in schedule.steps], "loops": loops,
-            "layouts": dict(schedule.layouts), "pseudocode": schedule.pseudocode()}
+            "layouts": dict(schedule.layouts),
+            "pseudocode": schedule.pseudocode(None if args.isa == "auto" else args.isa)}
     text = f"{schedule.op!r}\nsteps: {', '.join(data['steps']) or '(naive)'}\n\n{data['pseudocode']}"
     if not args.no_source:
         kernel = schedule.compile(args.isa)

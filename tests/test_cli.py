@@ -97,6 +97,14 @@ def test_batched_transposed_matmul(capsys):
     assert status == 0 and set(json.loads(out)["tensors"]) == {"A", "B", "C"}
     status, out, _ = run(capsys, "show", "--matmul", "8,16,8,batch=2,trans_b=1", "--no-source")
     assert status == 0 and "for b " in out and "B[" in out
+def test_show_names_the_isa_asked(capsys):
+    """The pseudo-code of ``show --isa X`` notes X's vector accesses, on any CPU (no kernel is built)."""
+    for isa, lanes in (("avx512", 16), ("avx2", 8)):
+        status, out, _ = run(capsys, "show", "--conv", "16,32,3,10,padding=1", "--schedule",
+                             "output_stationary", "--isa", isa, "--no-source")
+        assert status == 0 and f"on {isa} ({lanes} lanes)" in out
+
+
 def test_bf16_dtype(capsys):
     """--dtype bfloat16 makes the op bf16; the stored bf16 layer schedule shows its dot loop where it runs."""
     status, out, _ = run(capsys, "show", "--conv", "4,16,3,6,padding=1", "--dtype", "bfloat16", "--schedule",
