@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bench_cuda_tensor import reference, run_variant, torch_tensors
-from cuda_bench import environment, graph_median, torch_graph_median
+from cuda_bench import environment, graph_median, interleaved_medians, torch_graph_median
 
 import loopopt as lo
 from loopopt.codegen import Generated
@@ -42,7 +42,7 @@ CLUSTERS = {"unclustered": {}, "cluster 1x2": {"cluster": (1, 2)}, "cluster 1x4"
 EXPECT = re.compile(r"lo_expect\((lo_bar \+ [^,]+), \d+\);")
 
 
-def _substituted(pattern: str | re.Pattern, replacement: str, source: str) -> str:
+def _substituted(pattern: str | re.Pattern, replacement: str | Callable[[re.Match], str], source: str) -> str:
     """``source`` with ``pattern`` replaced; ValueError unless it matched."""
     changed, count = re.subn(pattern, replacement, source)
     if not count:
@@ -68,10 +68,90 @@ def a_copies_alone(source: str) -> str:
                         _substituted(EXPECT, rf"lo_expect(\1, {a_bytes});", source))
 
 
+CONSUMER_LOOP = re.compile(r"for \(int lo_r = 0; lo_r < (\d+); \+\+lo_r\) \{\n.*?\n {8}\}\n"
+                           r"(?= {8}asm volatile\(\"wgmma.wait_group.sync.aligned 0;)", re.DOTALL)
+
+
+def ring_unrolled(source: str, in_flight: int = 1) -> str:
+    """The consumers' loop unrolled over the ring (each buffer's barrier and tile addresses constants) and
+    the wgmma descriptors one base descriptor plus constant offsets (CUTLASS's descriptor iterator), no
+    address arithmetic or ``S2R`` a step; ``in_flight`` groups left in flight (release step r - in_flight)."""
+    stages, depth = TILES["stages"], TILES["depth"]
+    a_bytes = TILES["block_m"] * depth * 2
+    step_bytes = a_bytes + TILES["block_n"] * depth * 2
+
+    def loop(match: re.Match) -> str:
+        steps = int(match.group(1))
+        b = f"lo_d0 + ((lo_s * {step_bytes} + {a_bytes} + lo_q * 32) >> 4)"
+        return f"""const unsigned long long lo_d0 = LO_DESC(lo_smem_h);
+        #pragma unroll 1
+        for (int lo_o = 0; lo_o < {steps}; lo_o += {stages}) {{
+            const unsigned lo_parity = (unsigned) (lo_o / {stages}) & 1u;
+            #pragma unroll
+            for (int lo_s = 0; lo_s < {stages}; ++lo_s) {{
+                while (!lo_ready(lo_bar + lo_s, lo_parity)) {{}}
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                #pragma unroll
+                for (int lo_q = 0; lo_q < {depth // 16}; ++lo_q) {{
+                    LO_WGMMA(lo_acc[0], lo_d0 + ((lo_s * {step_bytes} + lo_q * 32) >> 4), {b});
+                }}
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned {in_flight};" ::: "memory");
+                if (lo_o + lo_s >= {in_flight} && lo_thread % 128 == 0)
+                    lo_arrive(lo_bar + {stages} + (lo_s + {stages - in_flight}) % {stages});
+            }}
+        }}
+"""
+    return _substituted(CONSUMER_LOOP, loop, source)
+
+
+def _replaced(source: str, *pairs: tuple[str, str]) -> str:
+    """``source`` with each (old, new) of ``pairs`` replaced; ValueError unless each old is there."""
+    for old, new in pairs:
+        if old not in source:
+            raise ValueError(f"the printed kernel has no {old!r}: the patch needs updating")
+        source = source.replace(old, new)
+    return source
+
+
+def two_consumers(source: str) -> str:
+    """``ring_unrolled`` with two consumer warpgroups (384 threads, as cuBLAS's kernel) on the same tile,
+    each multiplying every other step into accumulators of its own (two groups of each in flight on the
+    tensor cores), releasing its own previous step; the two sums added in the epilogue."""
+    stages = TILES["stages"]
+    both = 'asm volatile("bar.sync 5, 256;" ::: "memory");'     # the two consumer warpgroups alone
+    unrolled = ring_unrolled(source)
+    start = unrolled.index("        #pragma unroll 1\n        for (int lo_o = 0;")
+    end = unrolled.index('        asm volatile("wgmma.wait_group.sync.aligned 0;"')
+    loop = unrolled[start:end]
+    halves = [_replaced(loop, (f"for (int lo_s = 0; lo_s < {stages}; ++lo_s)",
+                               f"for (int lo_s = {first}; lo_s < {stages}; lo_s += 2)"),
+                        ("lo_o + lo_s >= 1", "lo_o + lo_s >= 2"),
+                        (f"(lo_s + {stages - 1}) % {stages}", f"(lo_s + {stages - 2}) % {stages}"))
+              for first in (0, 1)]
+    loops = "        if (lo_w == 0) {\n" + halves[0] + "        } else {\n" + halves[1] + "        }\n"
+    return _replaced(unrolled[:start] + loops + unrolled[end:],
+                     ("__launch_bounds__(256, 1)", "__launch_bounds__(384, 1)"),
+                     ("dim3(256, 1, 1)", "dim3(384, 1, 1)"), ("if (lo_w == 1) {", "if (lo_w == 2) {"),
+                     ("lo_thread < 192", "lo_thread < 320"),
+                     ("(lo_thread - 128) / 32", "(lo_thread - 256) / 32"),
+                     ("const int i_i_o = (int) (lo_w);", "const int i_i_o = 0;"),
+                     ("const int j_i_o = (int) (lo_w);", "const int j_i_o = 0;"),
+                     ('asm volatile("bar.sync 2, 128;" ::: "memory");', both),
+                     ("LO_GROUP_SYNC();\n                for (int lo_e",
+                      both + "\n                if (lo_w == 0) for (int lo_e"),
+                     ("LO_OUT(lo_scratch[lo_e])", "LO_OUT(lo_scratch[lo_e] + lo_scratch[4096 + lo_e])"))
+
+
 PATCHES: dict[str, Callable[[str], str]] = {
     "as printed": lambda source: source, "without copies": without_copies,
     "without products": without_products, "neither": lambda source: without_products(without_copies(source)),
-    "A's copies alone": a_copies_alone}
+    "A's copies alone": a_copies_alone, "ring unrolled": ring_unrolled,
+    "ring unrolled, 2 in flight": lambda source: ring_unrolled(source, 2),
+    "ring unrolled, neither": lambda source: without_products(without_copies(ring_unrolled(source))),
+    "ring unrolled, without copies": lambda source: without_copies(ring_unrolled(source)),
+    "two consumers": two_consumers,
+    "two consumers, without copies": lambda source: without_copies(two_consumers(source))}
 
 
 def patched_kernel(schedule: lo.Schedule, patch: str, arch: str) -> CudaKernel:
@@ -91,24 +171,34 @@ def graph_ms(kernel: CudaKernel, stored: list) -> float:
     return graph_median(lambda: kernel.run(buffers)) * 1e3
 
 
-def bench() -> list[dict]:
-    """Each clustering and patch at K and 2K (and cuBLAS): ms in a graph and ns a step; the kernels as
-    printed verified first."""
+# the patches whose sums are right: verified against float64 and timed one launch with cuBLAS, interleaved
+SUMS_RIGHT = ("as printed", "ring unrolled", "ring unrolled, 2 in flight", "two consumers")
+
+
+def bench(clusters: list[str], patches: list[str]) -> list[dict]:
+    """Each of ``clusters`` and ``patches`` at K and 2K (and cuBLAS): ms in a graph and ns a step; the
+    kernels whose sums are right verified at K first, then timed one launch in alternation with cuBLAS."""
     import torch
     arch = device.arch()
     ops = {depth: lo.Matmul(M, N, depth, dtype="float16", out_dtype="float16") for depth in (K, 2 * K)}
-    jobs = [(cluster, patch, depth, gpu_wgmma(ops[depth], **TILES, **arguments))
-            for cluster, arguments in CLUSTERS.items() for patch in PATCHES for depth in ops]
+    jobs = [(cluster, patch, depth, gpu_wgmma(ops[depth], **TILES, **CLUSTERS[cluster]))
+            for cluster in clusters for patch in patches for depth in ops]
     with ThreadPoolExecutor() as pool:
         kernels = list(pool.map(lambda job: patched_kernel(job[3], job[1], arch), jobs))
     inputs = {depth: torch_tensors(op) for depth, op in ops.items()}
     times: dict[tuple[str, str], dict[int, float]] = {}
+    calls = {("cuBLAS", "torch.matmul"): lambda a=inputs[K][0][0], b=inputs[K][0][1]: torch.matmul(a, b)}
     for (cluster, patch, depth, _), kernel in zip(jobs, kernels):
         logical, stored = inputs[depth]
-        if patch == "as printed" and depth == K:
+        if patch in SUMS_RIGHT and depth == K:
             row = run_variant(kernel, stored, reference(ops[depth], logical))
             print(json.dumps({"kernel": cluster, "patch": patch, "verified": row["verified"],
-                              "one_launch_ms": row["median_ms"]}), flush=True)
+                              "relative_error": row["relative_error"], "one_launch_ms": row["median_ms"]}),
+                  flush=True)
+            if row["verified"]:
+                out = device.cupy().empty((M, N), kernel.parameter_dtype(kernel.op.output))
+                buffers = kernel.bind(dict(zip(kernel.op.call_tensors, stored)) | {kernel.op.output: out})
+                calls[(cluster, patch)] = lambda kernel=kernel, buffers=buffers: kernel.run(buffers)
         times.setdefault((cluster, patch), {})[depth] = graph_ms(kernel, stored)
     for depth, (logical, _) in inputs.items():
         a, b = logical
@@ -119,16 +209,34 @@ def bench() -> list[dict]:
         rows.append({"kernel": kernel, "patch": patch, "graph_ms": ms,
                      "ns_per_step": (ms[2 * K] - ms[K]) / (K // TILES["depth"]) * 1e6})
         print(json.dumps(rows[-1]), flush=True)
+    for repeat in range(2):
+        peer, *mine = interleaved_medians(list(calls.values()))
+        for name, seconds in zip(list(calls)[1:], mine):
+            rows.append({"together": repeat, "kernel": name[0], "patch": name[1], "ms": seconds * 1e3,
+                         "cublas_ms": peer * 1e3, "cublas_over_loopopt": peer / seconds})
+            print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def _chosen(text: str, names) -> list[str]:
+    chosen = text.split(";")
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {unknown[0]!r}; choose from {'; '.join(names)}")
+    return chosen
 
 
 if __name__ == "__main__":
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--json", help="write the environment and rows to this file")
-    path = arguments.parse_args().json
+    arguments.add_argument("--clusters", type=lambda text: _chosen(text, CLUSTERS), default=list(CLUSTERS),
+                           help="semicolon-separated clusterings (default: all)")
+    arguments.add_argument("--patches", type=lambda text: _chosen(text, PATCHES), default=list(PATCHES),
+                           help="semicolon-separated patches (default: all)")
+    args = arguments.parse_args()
     environment_line = environment()
     print(json.dumps(environment_line), flush=True)
-    measured = bench()
-    if path:
-        with open(path, "w") as f:
+    measured = bench(args.clusters, args.patches)
+    if args.json:
+        with open(args.json, "w") as f:
             json.dump({"environment": environment_line, "rows": measured}, f, indent=1)
