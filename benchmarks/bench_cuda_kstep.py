@@ -74,13 +74,16 @@ PATCHES: dict[str, Callable[[str], str]] = {
     "A's copies alone": a_copies_alone}
 
 
+def kernel_from(schedule: lo.Schedule, source: str, arch: str) -> CudaKernel:
+    """``schedule``'s kernel built from the CUDA ``source`` (with the printed kernel's parameters)."""
+    printed = dataclasses.replace(print_kernel(schedule), source=source)
+    generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR, {}, False)
+    return CudaKernel(schedule, generated, printed, toolchain.build(source, build_arch(schedule, arch)), arch)
+
+
 def patched_kernel(schedule: lo.Schedule, patch: str, arch: str) -> CudaKernel:
     """``schedule``'s kernel built from its printed CUDA with ``PATCHES[patch]`` applied."""
-    printed = print_kernel(schedule)
-    printed = dataclasses.replace(printed, source=PATCHES[patch](printed.source))
-    generated = Generated(printed.source, printed.cdef, printed.arguments, printed.params, SCALAR, {}, False)
-    build = toolchain.build(printed.source, build_arch(schedule, arch))
-    return CudaKernel(schedule, generated, printed, build, arch)
+    return kernel_from(schedule, PATCHES[patch](print_kernel(schedule).source), arch)
 
 
 def graph_ms(kernel: CudaKernel, stored: list) -> float:
