@@ -316,12 +316,17 @@ class TensorPrinter:
         """The loops whose iterations give ``tensor`` a tile of its own in a buffer, outer first."""
         return [loop for loop in self.tile_loops(tensor) if loop not in self.row_slices]
 
-    def _slice_offset(self, tensor: str) -> str:
-        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+    def _slice_index(self, tensor: str) -> str:
+        """The k-slice of ``row_slices`` the products read in a tile (``0``: the tile has one)."""
         index = "0"
         for loop in self.row_slices:
             if loop.name in self.reads[tensor]:
                 index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
+        return index
+
+    def _slice_offset(self, tensor: str) -> str:
+        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+        index = self._slice_index(tensor)
         return "" if index == "0" else f" + ({index}) * {self.ins.k}"
 
     def tile_loops(self, tensor: str) -> list[Loop]:
@@ -485,9 +490,9 @@ class TensorPrinter:
         tile = self.tile_elements[tensor] * size // 16
         terms = [f"(unsigned long long) (({step}) % {self.pipeline}) * {self.step_elements * size // 16}",
                  f"{offset * size // 16}ull", f"(unsigned long long) ({self._tile_index(tensor)}) * {tile}"]
-        index = self._slice_offset(tensor).removeprefix(" + ").removesuffix(f" * {self.ins.k}")
-        if index:
-            terms.append(f"(unsigned long long) {index} * {self.ins.k * size // 16}")
+        index = self._slice_index(tensor)
+        if index != "0":
+            terms.append(f"(unsigned long long) ({index}) * {self.ins.k * size // 16}")
         return " + ".join(terms)
 
     def _check(self, guards: list[str]) -> str:
