@@ -87,6 +87,22 @@ def test_tma_staged_kernels_match_the_reference_on_the_gpu(op, variant):
     assert ok, error
 
 
+@needs_gpu
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("k", [64, 128, 192, 384, 1000])
+def test_the_consumers_last_round_of_the_ring_ends_anywhere_on_the_gpu(k, stages):
+    """A specialized kernel's consumers walk the steps by rounds of the ring unrolled over its buffers:
+    the tile's 1, 2, 3, 6 or 16 steps (the last with a partial depth) end a round at each of its
+    buffers."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    op = lo.Matmul(130, 72, k, dtype="float16", out_dtype="float16")
+    schedule = gpu_wgmma(op, **SMALL_GROUP, depth=64, swizzle=128, stages=stages, engine="tma",
+                         specialize=True)
+    ok, error = verify(schedule.compile(target="cuda"), seed=17)
+    assert ok, error
+
+
 CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float16"),
                                            {"block_m": 192, "warps_m": 3, "cluster": (2, 1)}),
              "cluster 1x2": (lo.Matmul(300, 260, 200, dtype="float16"), {"cluster": (1, 2)}),

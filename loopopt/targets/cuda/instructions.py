@@ -56,6 +56,12 @@ class FragmentCode:
     # over the row's pairs of consecutive columns defining lo_col and lo_e (the first's index in {acc}).
     rows: str = ""
     pairs: str = ""
+    # Operands from one base (``rebase`` declares it once, before a loop; ``load_rebased`` is load_a's and
+    # load_b's spelling from it, {name} and {units}: the tile's offset from the shared memory's start in
+    # 16-byte units): a wgmma descriptor as the base's plus the offset, constant where the buffer is (a
+    # specialized kernel's consumers unrolled over the ring)
+    rebase: str = ""
+    load_rebased: str = ""
 
 
 @dataclass(frozen=True)
@@ -365,6 +371,8 @@ def _wgmma_entry(name: str, n: int, k: int, operands: tuple[str, str], types: st
             fill=f"for (int lo_e = 0; lo_e < {n // 2}; ++lo_e) {{acc}}[lo_e] = {'0' if integer else '0.0f'};",
             load_a="{a} = LO_DESC({ptr});",
             load_b="{b} = LO_DESC({ptr});",
+            rebase="const unsigned long long lo_d0 = LO_DESC(lo_smem_h);",
+            load_rebased="{name} = lo_d0 + {units};",
             mma="LO_WGMMA({acc}, {a}, {b});",
             store=f"LO_WGMMA_STORE({{ptr}}, {{ld}}, {{acc}}, {n});",
             elements="for (int lo_e = {columns} / 2 * ({chunk}); lo_e < {columns} / 2 * ({chunk} + 1); "

@@ -125,8 +125,9 @@ BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
 # deeper rings first: they win ties
-# gpu_wgmma's 8: BERT on 64 x 64 TMA tiles ran 13.3 us at 8 stages, 16.1 at 5, 14.2-14.4 at 11 and 14 (H200)
-STAGES = {"gpu_wgmma": (8, 5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
+# gpu_wgmma's: BERT on 64 x 64 TMA tiles, specialized, one launch with the L2 flushed (H200, consumers
+# unrolled over the ring): 10.3 us at 14 stages, 10.5 at 11, 11.8 at 8, 15.4 at 5, 18.2 at 4 (cuBLAS 11.0)
+STAGES = {"gpu_wgmma": (14, 11, 8, 5, 4, 3), "gpu_mma": (4, 3, 2), "gpu_wmma": (3, 2)}
 SPLITS = (1, 2, 4, 8, 16)
 # depthwise runs of 4 and 8 pixels were 1.3-2.1x slower than runs of 2 on each of MobileNetV2's layers on
 # an H200 (bench_cuda_depthwise.py), so only runs of 1 and 2 are candidates; None: the default block

@@ -316,12 +316,17 @@ class TensorPrinter:
         """The loops whose iterations give ``tensor`` a tile of its own in a buffer, outer first."""
         return [loop for loop in self.tile_loops(tensor) if loop not in self.row_slices]
 
-    def _slice_offset(self, tensor: str) -> str:
-        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+    def _slice_index(self, tensor: str) -> str:
+        """The k-slice of ``row_slices`` the products read in a tile (``0``: the tile has one)."""
         index = "0"
         for loop in self.row_slices:
             if loop.name in self.reads[tensor]:
                 index = f"({index}) * {loop.extent} + {loop.name}" if index != "0" else loop.name
+        return index
+
+    def _slice_offset(self, tensor: str) -> str:
+        """The elements from a tile's start to the k-slice of ``row_slices`` the products read."""
+        index = self._slice_index(tensor)
         return "" if index == "0" else f" + ({index}) * {self.ins.k}"
 
     def tile_loops(self, tensor: str) -> list[Loop]:
@@ -476,6 +481,20 @@ class TensorPrinter:
         offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements[self.a]
         return f"(lo_smem_h + ({step}) % {self.pipeline} * {self.step_elements} + {offset})"
 
+    def _units(self, tensor: str, step: str) -> str:
+        """``tensor``'s tile that the products read in the buffer of step ``step`` as its offset from the
+        shared memory's start in 16-byte units, a 64-bit sum of terms (constant terms fold, the warp's
+        hoists out of the loop; ``_buffer``, ``_tile_index``, ``_slice_offset`` in elements)."""
+        size = self.ins.element_bytes
+        offset = 0 if tensor == self.a else self.tiles[self.a] * self.tile_elements[self.a]
+        tile = self.tile_elements[tensor] * size // 16
+        terms = [f"(unsigned long long) (({step}) % {self.pipeline}) * {self.step_elements * size // 16}",
+                 f"{offset * size // 16}ull", f"(unsigned long long) ({self._tile_index(tensor)}) * {tile}"]
+        index = self._slice_index(tensor)
+        if index != "0":
+            terms.append(f"(unsigned long long) ({index}) * {self.ins.k * size // 16}")
+        return " + ".join(terms)
+
     def _check(self, guards: list[str]) -> str:
         return " && ".join(f"({g})" for g in guards) or "1"
 
@@ -621,7 +640,10 @@ class TensorPrinter:
         count = self.count[self.op.inputs[0]]
         return f"lo_sums[{index}]" if self.syntax.device else f"lo_sums[lo_w * {count} + {index}]"
 
-    def _products(self, depth: int) -> None:
+    def _products(self, depth: int, ring: str = "", rebased: bool = False) -> None:
+        """A step's products from the buffer of step ``ring`` (default ``self.ring``); ``rebased``: the
+        operands through ``load_rebased`` (from the base ``rebase`` declared)."""
+        ring = ring or self.ring
         steps = math.prod(loop.extent for loop in self.inner)
         na, nb = self.count[self.a], self.count[self.b]
         self.emit(depth, f"{self.syntax.unroll} {steps}")
@@ -634,9 +656,10 @@ class TensorPrinter:
             self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
-            ptr = (f"({self._buffer(tensor, self.ring)} + ({self._tile_index(tensor)}) * "
+            ptr = (f"({self._buffer(tensor, ring)} + ({self._tile_index(tensor)}) * "
                    f"{self.tile_elements[tensor]}{self._slice_offset(tensor)})")
-            self.emit(inner + 1, load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
+            self.emit(inner + 1, self.code.load_rebased.format(name=f"{name}[lo_f]", units=self._units(
+                tensor, ring)) if rebased else load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
         self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
@@ -1201,6 +1224,8 @@ class TensorPrinter:
             lanes = self.ins.lanes
             for loop in self.warps:
                 source = f"threadIdx.x / {lanes}" if loop.axis == "warp.x" else "threadIdx.y"
+                if self.ins.asynchronous:       # the wgmma descriptors' tile offsets
+                    source = self._uniform(f"(int) ({source})")
                 self.emit(depth, f"const {self.int_type} {loop.name} = ({self.int_type}) {source};")
             self.emit(depth, f"const int lo_w = (int) (threadIdx.y * (blockDim.x / {lanes}) + threadIdx.x / "
                              f"{lanes});")
@@ -1212,6 +1237,14 @@ class TensorPrinter:
         self.emit(depth + len(self.warps), f"const int lo_w = (int) ({by_axis.get('warp.y', '0')} * "
                                            f"{warps_x} + {by_axis.get('warp.x', '0')});")
         return len(self.warps)
+
+    @staticmethod
+    def _uniform(value: str) -> str:
+        """``value``, the same in every lane of a warp, broadcast from lane 0 (as CUTLASS's
+        ``canonical_warp_group_idx``): ptxas keeps what derives from it (the warp's tile offsets in the
+        wgmma descriptors) in uniform registers, no ``R2UR`` a product (BERT's step on the H200: 128 -> 95
+        ns)."""
+        return f"__shfl_sync(0xffffffffu, {value}, 0)"
 
     def _close(self, depth: int, count: int) -> None:
         for offset in reversed(range(count)):
@@ -1309,6 +1342,9 @@ class TensorPrinter:
                 self.emit(depth, "__pipeline_commit();")
         for _ in range(ahead - min(ahead, steps)) if commit else ():
             self.emit(depth, "__pipeline_commit();")
+        rebased = device and bool(code.rebase)
+        if rebased:
+            self.emit(depth, code.rebase)
         self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
         body = depth + 1
         if self.tma:     # step lo_r's boxes are in: the phase (lo_r / buffers) of its buffer's barrier
@@ -1334,7 +1370,7 @@ class TensorPrinter:
         opened = 0 if device else self._warp_variables(body + 1)
         if device and code.begin:
             self.emit(body + 1, code.begin)
-        self._products(body + 1 + opened)
+        self._products(body + 1 + opened, rebased=rebased)
         if device and code.end:
             self.emit(body + 1, code.end)
         self._close(body + 1, opened)
@@ -1365,9 +1401,7 @@ class TensorPrinter:
         refill = specialize.refill_ready("lo_p", stages, "lo_ready", empty)
         full = f"lo_ready({'lo_bar' if device else 'lo_full'} + lo_r % {stages}, " \
                f"{specialize.full_parity('lo_r', stages)})"
-        released = f"{empty} + ({specialize.released('lo_r')}) % {stages}"
-        release = (f"lo_release({released}, {self.multicast.size});" if self.multicast and device
-                   else f"lo_arrive({released});")
+        release = self._release(empty, "lo_r")
         readers = consumers * (self.multicast.size if self.multicast else 1)
         if not device:
             self.emit(depth, cprint.for_loop("int", "lo_e", stages * self.step_elements)
@@ -1399,7 +1433,7 @@ class TensorPrinter:
             self._cluster_sync(depth)
         else:
             self.emit(depth, "__syncthreads();")
-        self.emit(depth, f"const int lo_w = lo_thread / {specialize.WARPGROUP};")
+        self.emit(depth, f"const int lo_w = {self._uniform(f'lo_thread / {specialize.WARPGROUP}')};")
         if walks:
             self.emit(depth, f"const int lo_rounds = "
                              f"{persistent.rounds('blockIdx.x', 'gridDim.x', self.tile_count)};")
@@ -1426,17 +1460,27 @@ class TensorPrinter:
             element = self.out_type.device
             self.emit(inner, f"{element} *lo_stage = ({element} *) (lo_smem + {self.staging_offset});")
         code = self.code
-        step = self._open_walk(inner, "lo_r")
+        ring = not walks and bool(code.rebase)
+        if code.rebase:
+            self.emit(inner, code.rebase)
+        if ring:       # each buffer and its barriers constant addresses (BERT's step, H200: 144 -> 95 ns)
+            step = self._open_ring(inner)
+            full = "lo_ready(lo_bar + lo_s, lo_parity)"
+            release = self._release(empty, f"lo_s + {stages}")
+        else:
+            step = self._open_walk(inner, "lo_r")
         self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
         self.emit(step, "{")
         self._step_variables(step + 1, "lo_k" if walks else "lo_r")
         self.emit(step + 1, code.begin)
-        self._products(step + 1)
+        self._products(step + 1, "lo_s" if ring else "", rebased=bool(code.rebase))
         self.emit(step + 1, code.end)
         self.emit(step, "}")
         self.emit(step, code.retire)
         self.emit(step, f"if (lo_r >= 1 && lo_thread % {specialize.WARPGROUP} == 0) {release}"
                         f"   /* step lo_r - 1 retired */")
+        if ring:
+            self.emit(step - 1, "}")
         if walks:      # the tile's last group retired: its outputs, while the producer copies on
             self.emit(step - 1, "}")
             self.emit(step - 1, code.drain)
@@ -1452,6 +1496,29 @@ class TensorPrinter:
         self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
         return self.lines
+
+    def _release(self, empty: str, step: str) -> str:
+        """A consumer's release of the buffer before ``step``'s (``specialize.released``), on every block's
+        empty barrier in a cluster (``empty``: the empty barriers)."""
+        released = f"{empty} + ({specialize.released(step)}) % {self.pipeline}"
+        return (f"lo_release({released}, {self.multicast.size});" if self.multicast and self.syntax.device
+                else f"lo_arrive({released});")
+
+    def _open_ring(self, depth: int) -> int:
+        """The consumers' loop over the steps of a tile, by rounds of the ring (``lo_o``, the round's
+        ``lo_parity``), each unrolled over its buffers (``lo_s``, a constant in each copy: no address
+        arithmetic a step), ``lo_r`` the step; a last round stops at the tile's steps. Returns the depth
+        inside."""
+        stages, steps = self.pipeline, self.steps
+        self.emit(depth, f"{self.syntax.unroll} 1")
+        self.emit(depth, f"for (int lo_o = 0; lo_o < {steps}; lo_o += {stages}) {{")
+        self.emit(depth + 1, f"const unsigned lo_parity = {specialize.full_parity('lo_o', stages)};")
+        self.emit(depth + 1, f"{self.syntax.unroll} {stages}")
+        self.emit(depth + 1, cprint.for_loop("int", "lo_s", stages) + " {")
+        self.emit(depth + 2, "const int lo_r = lo_o + lo_s;")
+        if steps % stages:
+            self.emit(depth + 2, f"if (lo_r >= {steps}) break;   /* the tile's last round */")
+        return depth + 2
 
     def _open_walk(self, depth: int, counter: str) -> int:
         """A specialized kernel's loop over its pipeline steps, counted by ``counter`` (``lo_p``: a

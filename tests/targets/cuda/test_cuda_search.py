@@ -134,15 +134,16 @@ def test_a_large_gemm_ranks_large_tiles_first():
 @pytest.mark.slow      # BERT's 9,000 candidates ranked: 2 s
 def test_bert_ranks_a_deep_ring_first():
     """BERT's 384 x 768 x 3072: 64 x 64 TMA tiles (72 blocks, each SM with L2's share of 60 SMs idle)
-    in a ring of 8 buffers, warp-specialized, first (13.3 us on the H200 against 16.1 at 5 stages and
-    18.8 at 4, cuBLAS's kernel the same tile in 13): its 5- and 4-stage twins wait on their TMA boxes."""
+    in a ring of 14 buffers, warp-specialized, first (one launch on the H200: 10.3 us against 10.5 at 11
+    stages, 11.8 at 8, 15.4 at 5 and 18.2 at 4; cuBLAS's kernel the same tile in 13 stages, 11.0 us): its
+    shallower twins wait on their TMA boxes."""
     ranked = _ranked(BERT)
     first = ranked[0].knobs
     assert (first.block_m, first.block_n, first.split_k, first.engine, first.specialize, first.stages) == (
-        64, 64, 1, "tma", True, 8)
+        64, 64, 1, "tma", True, 14)
     seconds = [next(c for c in ranked if c.knobs == replace(first, stages=s)).figures["predicted_seconds"]
-               for s in (8, 5, 4)]
-    assert seconds == sorted(seconds) and seconds[2] > 1.2 * seconds[0]
+               for s in (14, 11, 8, 5, 4)]
+    assert seconds == sorted(seconds) and seconds[4] > 1.2 * seconds[2]
 
 
 def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
