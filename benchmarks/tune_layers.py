@@ -5,17 +5,18 @@ Run ``python benchmarks/tune_layers.py [--int8] [--layers a,b] [--trials N] [--l
 every layer ``lo.tune`` searches its register-blocked candidates (output blocks of ``ow`` columns x ``k``
 channels in vector registers, reduction orders, channels-last layouts, weights plain / packed / in VNNI
 dot groups for int8, tap dots for int8 convs with few channels per group, outer loop orders, unrolling:
-see docs/reference/tune.md) on AVX-512, one thread,
-each candidate compiled, verified and timed in a worker process (the direct algorithm only: a stored
-layer schedule is a register-blocked AVX-512 schedule); with ``--log`` every trial goes to that SQLite
-tuning log and a rerun skips what it holds. int8 (``--int8``) is the benchmark's quantization:
-uint8 activations, int8 weights per output channel, uint8 output; the weight compensation is computed
-when the weights are packed.
+see docs/reference/tune.md) on this CPU's widest SIMD ISA (``--isa``: AVX-512, else AVX2; int8: AVX-512
+VNNI, else AVX2's emulated dot), one thread, each candidate compiled, verified and timed in a worker
+process (the direct algorithm only: a stored layer schedule is a register-blocked SIMD schedule, its
+blocks sized for that ISA's vectors and registers, the ISA recorded in its provenance); with ``--log``
+every trial goes to that SQLite tuning log and a rerun skips what it holds. int8 (``--int8``) is the
+benchmark's quantization: uint8 activations, int8 weights per output channel, uint8 output; the weight
+compensation is computed when the weights are packed.
 
-The winner (by minimum time, the figure least disturbed by other processes) is re-measured. fp32 winners
-get ``parallel("oh")`` for multi-threaded runs; int8 winners get the output rows moved outermost and split
-over threads only where that variant is no slower on one thread (within 2%, ``--parallel-cost``; an OpenMP
-loop nested inside ``k_o`` measured 2-20% slower).
+The winner (by minimum time, the figure least disturbed by other processes) is re-measured. Winners get
+the output rows moved outermost and split over threads only where that variant is no slower on one thread
+(within 2%, ``--parallel-cost``; an OpenMP loop nested inside ``k_o`` measured 2-20% slower for int8, and
+an fp32 depthwise winner with ``oh`` inside ``ow_o``, ``parallel("oh")`` where it was, 40% slower).
 
 With ``--write`` the winner goes to this CPU's directory, ``schedules/<cpu key>/<layer>.toml`` (int8:
 ``<layer>.int8.toml``; the key is ``loopopt.machine.cpu_key()``), so stored schedules stay at least as fast
@@ -42,7 +43,7 @@ from pathlib import Path
 import loopopt as lo
 from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import list_schedules, stored_schedule
-from loopopt.targets.x86.isa import available_int_isas
+from loopopt.targets.x86.isa import ISAS, available_int_isas
 from loopopt.targets.x86.tiles import tile_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,17 +52,18 @@ DATA_FILES = "[tool.setuptools.data-files]"
 LAYERS = ("resnet50.conv2_x", "resnet50.conv3_x", "resnet50.conv4_x", "resnet50.conv2_x.reduce",
           "resnet50.conv1", "mobilenetv1.block3.depthwise", "mobilenetv2.block2.depthwise",
           "mobilenetv2.block3.depthwise", "mobilenetv2.block2.project")
-LANES = 16                     # fp32 / int32 lanes of an AVX-512 vector
-DOT = 4                        # input channels per int32 lane of vpdpbusd
+DOT = 4                        # input channels per int32 lane of vpdpbusd (and AVX2's emulated dot)
 REMEASURE = 3                  # the winner's minimum is the best of this many measurements
 ROUNDS = 7                     # winner vs stored schedule: runs interleaved over this many rounds
-PARALLEL_COST = 1.02           # int8: the parallel variant is kept if its minimum is within 2%
+PARALLEL_COST = 1.02           # the parallel variant is kept if its minimum is within 2%
+ISA_NAMES = {"avx512": "AVX-512", "avx2": "AVX2"}
+DOT_NAMES = {"avx512": "vpdpbusd", "avx2": "emulated dot (lo_avx2_dpbusd)"}
 INT8_SPEC = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True, output="uint8")
 
 
 @dataclass(frozen=True)
 class Mode:
-    """What is searched: fp32 kernels or integer (VNNI) kernels."""
+    """What is searched: fp32 kernels or integer (dot) kernels."""
 
     name: str
 
@@ -73,11 +75,16 @@ class Mode:
     def suffix(self) -> str:
         return "" if self.name == "fp32" else f".{self.name}"
 
-    def rate(self, op: lo.Conv2d, seconds: float) -> str:
+    def isas(self) -> tuple[str, ...]:
+        """The SIMD ISAs this CPU runs the mode's kernels on, widest first."""
+        return available_int_isas() if self.name == "int8" else lo.available_isas()
+
+    def rate(self, op: lo.Conv2d, seconds: float, isa: str) -> str:
         rate = op.flops / seconds / 1e9
         if self.name == "fp32":
             return f"{rate:.1f} GFLOP/s"
-        return f"{rate:.0f} GOP/s = {100 * rate / lo.peak_gflops('avx512', 'int8'):.0f}% of the vpdpbusd peak"
+        percent = 100 * rate / lo.peak_gflops(isa, "int8")
+        return f"{rate:.0f} GOP/s = {percent:.0f}% of the {DOT_NAMES[isa]} peak"
 
 
 def parallel_rows(schedule: lo.Schedule) -> lo.Schedule:
@@ -88,15 +95,16 @@ def parallel_rows(schedule: lo.Schedule) -> lo.Schedule:
     return schedule.parallel("oh")
 
 
-def one_thread(schedule: lo.Schedule, isa: str = "avx512") -> lo.Kernel:
-    """``schedule``'s kernel on ``isa`` (AVX-512 unless an AMX tile schedule won), on one thread."""
+def one_thread(schedule: lo.Schedule, isa: str) -> lo.Kernel:
+    """``schedule``'s kernel on ``isa`` (the search's SIMD ISA, or amx for an AMX tile winner), on one
+    thread."""
     kernel = schedule.compile(isa)
     if schedule.parallel_loop is not None:
         kernel.set_threads(1)
     return kernel
 
 
-def minimum(schedule: lo.Schedule, budget: float, what: str, isa: str = "avx512") -> float:
+def minimum(schedule: lo.Schedule, budget: float, what: str, isa: str) -> float:
     """The minimum one-thread time of ``schedule``'s kernel on ``isa``, which must be verified."""
     timing = lo.measure(one_thread(schedule, isa), budget=budget)
     if not timing.verified:
@@ -104,9 +112,10 @@ def minimum(schedule: lo.Schedule, budget: float, what: str, isa: str = "avx512"
     return timing.min
 
 
-def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float, isa: str = "avx512") -> bool:
-    """Time ``winner`` and the schedule the lookup finds for ``name`` today together (one thread, runs
-    interleaved over ROUNDS rounds, ``budget`` seconds each), print both minima, and say whether the
+def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float, isa: str, simd: str) -> bool:
+    """Time ``winner`` (on ``isa``) and the schedule the lookup finds for ``name`` today (on the ISA its
+    provenance asks for where this CPU has it, else ``simd``, the search's SIMD ISA) together (one thread,
+    runs interleaved over ROUNDS rounds, ``budget`` seconds each), print both minima, and say whether the
     winner is at least as fast (True when nothing is stored under ``name``)."""
     if name not in list_schedules():
         print(f"  {name}: nothing stored under this name yet", flush=True)
@@ -114,7 +123,7 @@ def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float,
     stored = stored_schedule(name)
     stored_isa = lo.stored_isa(name)
     kernels = [one_thread(winner, isa),
-               one_thread(lo.load_schedule(name, op), "avx512" if stored_isa == "auto" else stored_isa)]
+               one_thread(lo.load_schedule(name, op), simd if stored_isa == "auto" else stored_isa)]
     new, old = lo.measure_all(kernels, budget=budget, rounds=ROUNDS, progress=False)
     for label, timing in (("new winner", new), (f"stored {stored.path}", old)):
         verdict = "" if timing.verified else "  NOT verified"
@@ -143,12 +152,12 @@ def ship(directory: Path) -> None:
 
 
 def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str,
-          root: Path, isa: str = "avx512") -> Path:
+          root: Path, isa: str) -> Path:
     """Save the winner as ``root/<cpu key>/<layer><suffix>.toml`` (and ship that directory)."""
     directory = root / cpu_key()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{layer}{mode.suffix}.toml"
-    description = describe(layer, mode, knobs, schedule, seconds, threads)
+    description = describe(layer, mode, knobs, schedule, seconds, threads, isa)
     lo.save_schedule(schedule, path, description=description, isa=isa, threads=1)
     if knobs.get("weights") == "dot":
         # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
@@ -160,36 +169,33 @@ def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: f
     return path
 
 
-def search(layer: str, mode: Mode, budget: float, trials: int, log: str | None,
-           isa: str = "avx512") -> tuple[float, dict, lo.Schedule]:
+def search(layer: str, mode: Mode, budget: float, trials: int, log: str | None, isa: str,
+           simd: str) -> tuple[float, dict, lo.Schedule]:
     """(best minimum time, its knobs, its schedule) found by ``lo.tune`` on ``isa`` among the direct
-    schedules (register blocks, and with ``auto`` on a CPU with AMX also AMX tile schedules: knob
-    ``isa = "amx"``), printing every trial."""
+    schedules (register blocks on ``simd``, and with ``auto`` on a CPU with AMX also AMX tile schedules:
+    knob ``isa = "amx"``), printing every trial."""
     result = lo.tune(mode.op(layer), trials=trials, isa=isa, log=log, budget=budget, progress=False,
                      algorithms="direct")
     print(result.table(), flush=True)
     best = next(t for t in result.trials if t.number == result.best_number)
-    seconds = min([result.timing.min] + [minimum(result.best, budget, layer, winner_isa(best.knobs))
+    seconds = min([result.timing.min] + [minimum(result.best, budget, layer, winner_isa(best.knobs, simd))
                                          for _ in range(REMEASURE - 1)])
     return seconds, best.knobs, result.best
 
 
-def winner_isa(knobs: dict) -> str:
-    """The ISA a winner's kernel runs on: ``amx`` for a tile schedule, else AVX-512."""
-    return "amx" if knobs.get("isa") == "amx" else "avx512"
+def winner_isa(knobs: dict, simd: str) -> str:
+    """The ISA a winner's kernel runs on: ``amx`` for a tile schedule, else ``simd``."""
+    return "amx" if knobs.get("isa") == "amx" else simd
 
 
-def with_threads(layer: str, mode: Mode, seconds: float, schedule: lo.Schedule, budget: float,
-                 cost: float = PARALLEL_COST, isa: str = "avx512") -> tuple[lo.Schedule, str]:
-    """The schedule to store and what it says about threads. fp32: ``parallel("oh")``; int8: the
-    output rows outermost and parallel if that is at most ``cost`` times slower on one thread, else
-    no parallel loop."""
-    if mode.name == "fp32":
-        return schedule.parallel("oh"), "output rows split over threads"
+def with_threads(layer: str, seconds: float, schedule: lo.Schedule, budget: float, isa: str,
+                 cost: float = PARALLEL_COST) -> tuple[lo.Schedule, str]:
+    """The schedule to store and what it says about threads: the output rows outermost and parallel if
+    that is at most ``cost`` times slower on one thread, else no parallel loop."""
     if isa == "amx":
         return schedule, "no parallel loop (a one-thread AMX tile schedule)"
     variant = parallel_rows(schedule)
-    parallel = min(minimum(variant, budget, layer) for _ in range(REMEASURE))
+    parallel = min(minimum(variant, budget, layer, isa) for _ in range(REMEASURE))
     print(f"  {layer:32s} output rows outermost and parallel: min {parallel * 1e3:8.3f} ms", flush=True)
     if parallel <= cost * seconds:
         slower = parallel > PARALLEL_COST * seconds
@@ -216,7 +222,8 @@ def describe_tiles(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, s
             f"{threads}. Compile with isa='amx' (the provenance's isa; lo.stored_isa).")
 
 
-def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str) -> str:
+def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str,
+             isa: str) -> str:
     if knobs.get("isa") == "amx":
         return describe_tiles(layer, mode, knobs, schedule, seconds, threads)
     op = mode.op(layer)
@@ -226,22 +233,26 @@ def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds
     weights = dict(schedule.layouts)[op.inputs[1]]
     outer = ", ".join(name for name in knobs["outer"] if schedule.loop(name).extent > 1)
     taps = knobs["weights"] == "taps"          # lanes along ow (codegen/taps.py), else along k
-    vectors = k * -(-ow // LANES) if taps else ow * -(-k // LANES)
+    lanes = ISAS[isa].lanes                    # fp32 and int32 lanes alike
+    vectors = k * -(-ow // lanes) if taps else ow * -(-k // lanes)
     block = (f"a {ow} (ow) x {k} (k) output block in {vectors} vector accumulators kept across "
              f"{', '.join(knobs['reduction'])}")
     packed = f"weights packed to {weights} once, outside the timed call"
     if mode.name == "fp32":
-        return (f"Found by benchmarks/tune_layers.py with lo.tune ({mode.rate(op, seconds)} on one core, "
-                f"AVX-512): channels-last, {block};{shared} {outer} outside; {packed}; {threads}.")
-    arithmetic = {"dot": "c split by 4 so each vpdpbusd consumes c_i (4 input channels per int32 lane, "
+        return (f"Found by benchmarks/tune_layers.py with lo.tune ({mode.rate(op, seconds, isa)} on one core "
+                f"of {this_cpu().model}, {ISA_NAMES[isa]}): channels-last, {block};{shared} {outer} outside; "
+                f"{packed}; {threads}.")
+    dot = DOT_NAMES[isa]
+    arithmetic = {"dot": f"c split by 4 so each {dot} consumes c_i (4 input channels per int32 lane, "
                          "zero-padded by the weight layout)",
-                  "taps": "a tap dot: each vpdpbusd consumes 4 kw taps per int32 lane (kw split by 4 where "
+                  "taps": f"a tap dot: each {dot} consumes 4 kw taps per int32 lane (kw split by 4 where "
                           "longer, zero-padded by the weight layout), the lanes along ow, the activations "
                           "spread from windows of input columns (codegen/taps.py)"}.get(
         knobs["weights"], "bytes widened to int32 lanes (no dot instruction)")
-    return (f"Found by benchmarks/tune_layers.py --int8 with lo.tune (AVX-512 VNNI, one core of "
+    name = "AVX-512 VNNI" if isa == "avx512" else ISA_NAMES[isa]
+    return (f"Found by benchmarks/tune_layers.py --int8 with lo.tune ({name}, one core of "
             f"{this_cpu().model}, one thread, uint8 x int8 per-channel -> uint8: {seconds * 1e3:.3f} ms, "
-            f"{mode.rate(op, seconds)}): {'NCHW' if taps else 'NHWC'} activations and output, {packed}; "
+            f"{mode.rate(op, seconds, isa)}): {'NCHW' if taps else 'NHWC'} activations and output, {packed}; "
             f"{arithmetic}; {block} "
             f"(int32) with the requantization fused into its store;{shared} {outer} outside; weight "
             f"compensation packed; {threads}.")
@@ -250,12 +261,12 @@ def describe(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated catalog layer names")
-    parser.add_argument("--int8", action="store_true", help="search quantized (VNNI) kernels instead of fp32")
+    parser.add_argument("--int8", action="store_true", help="search quantized (dot) kernels instead of fp32")
     parser.add_argument("--trials", type=int, default=64, help="measured candidates per layer (lo.tune)")
     parser.add_argument("--log", help="SQLite tuning log (lo.tune's log): trials are kept, reruns skip them")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per candidate")
     parser.add_argument("--parallel-cost", type=float, default=PARALLEL_COST,
-                        help="int8: keep the parallel variant if its one-thread minimum is at most this "
+                        help="keep the parallel variant if its one-thread minimum is at most this "
                              f"many times the serial one (default {PARALLEL_COST})")
     parser.add_argument("--write", action="store_true",
                         help="save each winner to schedules/<cpu key>/<layer>.toml (--int8: "
@@ -264,26 +275,28 @@ def main() -> None:
                         help="with --write: save the winners even where the stored schedule is faster")
     parser.add_argument("--dir", type=Path, default=ROOT / "schedules",
                         help="with --write: the schedule directory to write under (default schedules/)")
-    parser.add_argument("--isa", default="avx512", choices=("avx512", "auto"),
-                        help="the search's ISA: avx512 (default), or auto (on a CPU with AMX, int8 and "
+    parser.add_argument("--isa", choices=("avx512", "avx2", "auto"),
+                        help="the search's ISA: avx512 or avx2 (default: this CPU's widest), or auto (its "
+                             "widest and, on a CPU with AMX, int8 and "
                              "bf16 ops also search AMX tile schedules, stored with isa = \"amx\")")
     args = parser.parse_args()
     mode = Mode("int8" if args.int8 else "fp32")
-    isas = available_int_isas() if args.int8 else lo.available_isas()
-    if "avx512" not in isas:
-        target = "AVX-512 VNNI" if args.int8 else "AVX-512"
-        raise SystemExit(f"the {mode.name} search targets {target}, which this CPU lacks")
+    simd = mode.isas()[0] if args.isa in (None, "auto") else args.isa
+    if simd not in ISA_NAMES or simd not in mode.isas():
+        raise SystemExit(f"the {mode.name} search needs AVX-512 or AVX2 ({', '.join(ISA_NAMES)}); this CPU "
+                         f"runs {mode.name} kernels on {', '.join(mode.isas())}")
     for layer in [name for name in args.layers.split(",") if name]:
-        seconds, knobs, schedule = search(layer, mode, args.budget, args.trials, args.log, args.isa)
-        isa = winner_isa(knobs)
-        schedule, threads = with_threads(layer, mode, seconds, schedule, args.budget, args.parallel_cost, isa)
+        seconds, knobs, schedule = search(layer, mode, args.budget, args.trials, args.log, args.isa or simd,
+                                          simd)
+        isa = winner_isa(knobs, simd)
+        schedule, threads = with_threads(layer, seconds, schedule, args.budget, isa, args.parallel_cost)
         print(f"best {layer} {mode.name} ({isa}): ow={knobs['pixel_block']} k={knobs['channel_block']} "
               f"weights {knobs.get('weights', 'in B tiles')}, {seconds * 1e3:.3f} ms, "
-              f"{mode.rate(mode.op(layer), seconds)}; {threads}", flush=True)
+              f"{mode.rate(mode.op(layer), seconds, simd)}; {threads}", flush=True)
         if not args.write:
             continue
         name = f"{layer}{mode.suffix}"
-        if against_stored(name, mode.op(layer), schedule, args.budget, isa) or args.force:
+        if against_stored(name, mode.op(layer), schedule, args.budget, isa, simd) or args.force:
             print(f"wrote {write(layer, mode, knobs, schedule, seconds, threads, args.dir, isa)}", flush=True)
         else:
             print(f"  {name}: not written: the stored schedule is faster here (--force writes anyway)",
