@@ -23,10 +23,14 @@ With ``--write`` the winner goes to this CPU's directory, ``schedules/<cpu key>/
 as before: first the winner and the schedule the lookup returns for that name today (this CPU's, else the
 generic file, else another CPU's) are timed together, one thread, their runs interleaved, and compared by
 their minimum time; both are printed, and the winner is written only if it is at least as fast (or with
-``--force``). A new CPU directory is added to ``pyproject.toml``'s data-files, so it is installed. New
-files join the generated-C corpus (``tests/generated_corpus.py`` reads every file under ``schedules/``):
-record it again with ``python tests/test_generated_c.py --record``. ``--dir`` writes under another
-directory instead of ``schedules/`` (e.g. to try the script out).
+``--force``). Where the stored schedule is faster and is not this CPU's (another CPU's, or the generic
+file: e.g. an AVX-512 search's on an AVX2 CPU), it is written to this CPU's directory instead, its
+description saying where it comes from and both minima: this CPU's directory holds what this CPU
+measured best, and the lookup's note no longer calls it another CPU's. A new CPU directory is added to
+``pyproject.toml``'s data-files, so it is installed. New files join the generated-C corpus
+(``tests/generated_corpus.py`` reads every file under ``schedules/``): record it again with
+``python tests/test_generated_c.py --record``. ``--dir`` writes under another directory instead of
+``schedules/`` (e.g. to try the script out).
 
 ``--isa auto`` searches on the best ISA instead: on a CPU with AMX an int8 search then also has the
 AMX tile candidates of ``lo.tune`` (blocks of 16 or 32 pixels x channels, their order, gathered
@@ -36,7 +40,9 @@ patches); an AMX winner is stored with ``isa = "amx"`` in its provenance (``lo.s
 from __future__ import annotations
 
 import argparse
+import math
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,18 +118,17 @@ def minimum(schedule: lo.Schedule, budget: float, what: str, isa: str) -> float:
     return timing.min
 
 
-def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float, isa: str, simd: str) -> bool:
-    """Time ``winner`` (on ``isa``) and the schedule the lookup finds for ``name`` today (on the ISA its
-    provenance asks for where this CPU has it, else ``simd``, the search's SIMD ISA) together (one thread,
-    runs interleaved over ROUNDS rounds, ``budget`` seconds each), print both minima, and say whether the
-    winner is at least as fast (True when nothing is stored under ``name``)."""
+def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float, isa: str,
+                   simd: str) -> tuple[float, float] | None:
+    """Time ``winner`` (on ``isa``) and the schedule the lookup finds for ``name`` today (on
+    ``stored_on(name, simd)``) together (one thread, runs interleaved over ROUNDS rounds, ``budget``
+    seconds each), print both minima and return them (the stored one's infinite if it is not verified;
+    None when nothing is stored under ``name``)."""
     if name not in list_schedules():
         print(f"  {name}: nothing stored under this name yet", flush=True)
-        return True
+        return None
     stored = stored_schedule(name)
-    stored_isa = lo.stored_isa(name)
-    kernels = [one_thread(winner, isa),
-               one_thread(lo.load_schedule(name, op), simd if stored_isa == "auto" else stored_isa)]
+    kernels = [one_thread(winner, isa), one_thread(lo.load_schedule(name, op), stored_on(name, simd))]
     new, old = lo.measure_all(kernels, budget=budget, rounds=ROUNDS, progress=False)
     for label, timing in (("new winner", new), (f"stored {stored.path}", old)):
         verdict = "" if timing.verified else "  NOT verified"
@@ -132,7 +137,14 @@ def against_stored(name: str, op: lo.Conv2d, winner: lo.Schedule, budget: float,
     print(f"  {name}: the stored one was {stored.summary()}", flush=True)
     if not new.verified:
         raise AssertionError(f"the winner of {name} does not match the reference")
-    return not old.verified or new.min <= old.min
+    return new.min, old.min if old.verified else math.inf
+
+
+def stored_on(name: str, simd: str) -> str:
+    """The ISA the stored schedule ``name`` runs on here: its provenance's where this CPU has it (an AMX
+    tile schedule: amx), else ``simd``."""
+    isa = lo.stored_isa(name)
+    return simd if isa == "auto" else isa
 
 
 def ship(directory: Path) -> None:
@@ -151,15 +163,14 @@ def ship(directory: Path) -> None:
     print(f"added {relative} to the data-files of {PYPROJECT}", flush=True)
 
 
-def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: float, threads: str,
-          root: Path, isa: str) -> Path:
-    """Save the winner as ``root/<cpu key>/<layer><suffix>.toml`` (and ship that directory)."""
+def write(layer: str, mode: Mode, schedule: lo.Schedule, description: str, root: Path, isa: str) -> Path:
+    """Save ``schedule`` (chosen on ``isa``) as ``root/<cpu key>/<layer><suffix>.toml`` (and ship that
+    directory)."""
     directory = root / cpu_key()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{layer}{mode.suffix}.toml"
-    description = describe(layer, mode, knobs, schedule, seconds, threads, isa)
     lo.save_schedule(schedule, path, description=description, isa=isa, threads=1)
-    if knobs.get("weights") == "dot":
+    if dict(schedule.layouts).get(schedule.op.inputs[1], "").endswith(f"{DOT}i"):     # VNNI dot groups
         # a dot split clamped to fewer input channels (conv1's 3) is stored as 4: loading clamps it
         # again (the same kernel), and on other convs the file still selects the dot instruction
         text = path.read_text()
@@ -167,6 +178,23 @@ def write(layer: str, mode: Mode, knobs: dict, schedule: lo.Schedule, seconds: f
     if directory.parent == ROOT / "schedules":
         ship(directory)
     return path
+
+
+def keep(name: str, layer: str, mode: Mode, minima: tuple[float, float], root: Path, simd: str) -> Path:
+    """Write the schedule the lookup finds for ``name`` (searched on another CPU or ISA), which beat this
+    search's winner here (``minima``: the winner's and its minimum time), to this CPU's directory: what
+    this CPU measured best, saying where it comes from."""
+    stored = stored_schedule(name)
+    isa = stored_on(name, simd)
+    searched = f"{stored.cpu or 'an unrecorded CPU'}" + (f" for {stored.isa}" if stored.isa else "")
+    before = tomllib.loads(stored.path.read_text()).get("description", "")
+    flag = "" if mode.name == "fp32" else f" --{mode.name}"
+    source = f"{stored.path.parent.name}/{stored.path.name}"
+    description = (f"Kept by benchmarks/tune_layers.py{flag} from {source} (searched on {searched}): on one "
+                   f"core of {this_cpu().model}, {ISA_NAMES.get(isa, isa)}, one thread, runs interleaved, "
+                   f"its minimum {minima[1] * 1e3:.3f} ms beat this search's winner's "
+                   f"{minima[0] * 1e3:.3f} ms. Its description there: {before}")
+    return write(layer, mode, lo.load_schedule(name, mode.op(layer)), description, root, isa)
 
 
 def search(layer: str, mode: Mode, budget: float, trials: int, log: str | None, isa: str,
@@ -296,11 +324,16 @@ def main() -> None:
         if not args.write:
             continue
         name = f"{layer}{mode.suffix}"
-        if against_stored(name, mode.op(layer), schedule, args.budget, isa, simd) or args.force:
-            print(f"wrote {write(layer, mode, knobs, schedule, seconds, threads, args.dir, isa)}", flush=True)
-        else:
-            print(f"  {name}: not written: the stored schedule is faster here (--force writes anyway)",
+        minima = against_stored(name, mode.op(layer), schedule, args.budget, isa, simd)
+        if minima is None or minima[0] <= minima[1] or args.force:
+            description = describe(layer, mode, knobs, schedule, seconds, threads, isa)
+            print(f"wrote {write(layer, mode, schedule, description, args.dir, isa)}", flush=True)
+        elif stored_schedule(name).this_cpu:
+            print(f"  {name}: not written: this CPU's stored schedule is faster (--force writes anyway)",
                   flush=True)
+        else:
+            kept = keep(name, layer, mode, minima, args.dir, simd)
+            print(f"wrote {kept}: the stored schedule, faster here", flush=True)
 
 
 if __name__ == "__main__":
