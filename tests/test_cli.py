@@ -302,6 +302,14 @@ def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path, mon
     status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{wide}", "--no-reuse", "--quiet")
     assert status == 0 and (f"wide: stored schedule {wide}, searched on Wide CPU for avx512; NOT this CPU "
                             f"({this_cpu().model} [{cpu_key()}]), which lacks avx512") in out
+    # a stored name and a file of the same stem: each row labelled apart, each with its note
+    copy = tmp_path / "naive.toml"
+    copy.write_text(wide.read_text())
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{copy},naive", "--no-reuse",
+                         "--quiet", "--json")
+    data = json.loads(out)
+    assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", str(copy), "naive"]
+    assert list(data["origins"]) == [str(copy)]
 
 
 @pytest.mark.slow
