@@ -201,6 +201,8 @@ CPUS = {      # fake identities: the lookup's CPU key and the ISAs the targets s
     "zen4": CpuIdentity("AuthenticAMD", "AMD EPYC 9R14", "25", "17", "1", VNNI, 2),
     "sapphire_rapids": CpuIdentity("GenuineIntel", "Intel Xeon Platinum 8488C", "6", "143", "8",
                                    VNNI | {"amx_tile", "amx_int8", "amx_bf16"}, 2),
+    "xeon_167": CpuIdentity("GenuineIntel", "Intel(R) Xeon(R) Processor", "6", "167", "1",
+                            VNNI | {"amx_tile", "amx_int8", "amx_bf16"}, 2),
 }
 
 
@@ -276,6 +278,20 @@ def test_a_cpu_finds_a_schedule_of_an_isa_it_has_before_one_of_an_isa_it_lacks(t
                                  f"which lacks avx512: {schedule_file.LACKING_ISA}")
     with pytest.warns(OtherMachineWarning, match="which lacks avx512"):    # no silent 'stored best'
         load_schedule("probe.layer", OP)
+
+
+def test_the_shipped_files_serve_each_cpu_its_isa(monkeypatch):
+    """Of the stored layer files, an AVX2-only CPU (not only the Zen 3 that searched them) gets the AVX2
+    search's, a Zen 4 the generic AVX-512 ones, the Xeon whose directory exists its own."""
+    monkeypatch.delenv("LOOPOPT_SCHEDULES", raising=False)
+    avx2 = ROOT / "schedules" / "amd-25-1-avx2"
+    xeon = ROOT / "schedules" / "intel-6-167-avx2-avx512-vnni-bf16-amx"
+    assert len(list(avx2.glob("*.toml"))) == 18              # nine layers, fp32 and int8
+    for cpu, directory in [("zen3", avx2), ("zen2", avx2), ("haswell", avx2), ("zen4", ROOT / "schedules"),
+                           ("xeon_167", xeon)]:
+        fake_cpu(monkeypatch, cpu)
+        for name in (path.stem for path in (xeon if cpu == "xeon_167" else avx2).glob("*.toml")):
+            assert lo.stored_schedule(name).path == directory / f"{name}.toml", (cpu, name)
 
 
 def test_cpu_directories_hold_their_cpus_schedules_and_are_installed():
