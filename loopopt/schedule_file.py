@@ -104,6 +104,8 @@ OTHER_ARITHMETIC = {           # how to get an op of the arithmetic a file was m
               "--weight binary)",
 }
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
+LACKING_ISA = ("its register blocks were sized for that ISA's vectors and registers, so here it is not a "
+               "searched best (benchmarks/tune_layers.py --write searches this CPU)")   # of an ISA it lacks
 
 
 class ScheduleFileError(ValueError):
@@ -223,10 +225,6 @@ class StoredSchedule:
                    None: "this CPU or not: its provenance cannot tell"}[self.this_cpu]
         lacks = "" if self.isa_here else f", which lacks {self.isa}: {LACKING_ISA}"
         return f"searched on {there}; {verdict}{lacks}"
-
-
-LACKING_ISA = ("its register blocks were sized for that ISA's vectors and registers, so here it is not a "
-               "searched best (benchmarks/tune_layers.py --write searches this CPU)")
 
 
 def stored_schedule(name_or_path: str | os.PathLike) -> StoredSchedule:
