@@ -400,7 +400,10 @@ def _named_rows(args: argparse.Namespace, op) -> _Rows:
     if not names:
         raise UsageError("--schedules is empty")
     plans = [_winograd(name, op) for name in names]
-    labels = [Path(n).name.removesuffix(".toml") for n in names]
+    stems = [Path(name).name.removesuffix(".toml") for name in names]
+    # a file's stem labels its row, unless another name has that stem (a stored name and a file of it)
+    labels = [stem if {n for n, s in zip(names, stems) if s == stem} == {name} else name
+              for name, stem in zip(names, stems)]
     stored = [plan is None and name not in PRESETS and name not in GPU_PRESETS
               for name, plan in zip(names, plans)]
     origins = {label: _origin(name) for name, label, kept in zip(names, labels, stored) if kept}

@@ -153,10 +153,12 @@ def _plain_log(axis: Axis) -> None:
 def whisker_range(row: Row, flops: float, peak: float) -> tuple[float, float]:
     """(low, high) G ops/s of ``row``'s interquartile spread: median time ± IQR/2, the fast end
     clipped to the fastest run, the high end to the peak (or to the median's speed if that is
-    above it)."""
+    above it); never past the row's rate (a row timed once has no spread, and its rate, computed from
+    the median in seconds, may differ from ``flops / median_ms`` in the last bit)."""
     fast_ms = max(row.median_ms - row.iqr_ms / 2, row.min_ms)
     slow_ms = row.median_ms + row.iqr_ms / 2
-    return flops / slow_ms / 1e6, min(flops / fast_ms / 1e6, max(peak, row.gflops))
+    high = min(flops / fast_ms / 1e6, max(peak, row.gflops))
+    return min(flops / slow_ms / 1e6, row.gflops), max(high, row.gflops)
 
 
 def draw_runtime(ax: Axes, cmp: Comparison) -> None:

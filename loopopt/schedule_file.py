@@ -26,8 +26,13 @@ recorded on another CPU (``loopopt.machine.same_cpu``: another CPU key, else fin
 Schedules searched on one CPU live in a subdirectory named after its key
 (``schedules/<cpu key>/<name>.toml``, ``loopopt.machine.cpu_key``). A name is looked up in each
 schedule directory in turn; in a directory, this CPU's subdirectory comes first, then the
-directory itself (the generic files), then the other CPUs' subdirectories, closest key first.
-``stored_schedule(name)`` says which file that is and the CPU it was searched on.
+directory itself (the generic files), then the other CPUs' subdirectories, closest key first; among
+the files found outside this CPU's subdirectory, those searched on an ISA this CPU has come before
+those searched on one it lacks (``isa_fit``: register blocks sized for 512-bit vectors spill on
+256-bit ones), the ISA this CPU runs that arithmetic on best first: an AVX2-only CPU (Haswell to
+Skylake client, Zen 1 to 3) finds the files an AVX2 CPU's search wrote ahead of AVX-512 ones.
+``stored_schedule(name)`` says which file that is, the CPU and ISA it was searched on, and whether
+this CPU is that CPU and has that ISA; loading a file searched on an ISA this CPU lacks warns.
 
 A ``split``/``tile``/``unroll`` factor larger than its loop's extent is clamped to the extent, so
 a file written for one layer applies to any op with the same loop names.
@@ -75,6 +80,7 @@ from .machine import OtherMachineWarning, cpu_key, machine_mismatch, same_cpu, t
 from .machine import provenance as machine_provenance
 from .ops import Op
 from .schedule import Schedule, ScheduleError, Step
+from .targets.base import Target, TargetUnavailableError
 from .targets.registry import target_of_isa
 from .winograd import AnyPlan, WinogradError
 from .winograd import plan as winograd_plan
@@ -98,6 +104,8 @@ OTHER_ARITHMETIC = {           # how to get an op of the arithmetic a file was m
               "--weight binary)",
 }
 _warned: set[Path] = set()      # schedule files whose other-machine warning was given in this process
+LACKING_ISA = ("its register blocks were sized for that ISA's vectors and registers, so here it is not a "
+               "searched best (benchmarks/tune_layers.py --write searches this CPU)")   # of an ISA it lacks
 
 
 class ScheduleFileError(ValueError):
@@ -134,6 +142,38 @@ def list_schedules() -> list[str]:
                    for p in c.glob(f"*{SUFFIX}")})
 
 
+def isa_fit(recorded: Mapping[str, Any], made_for: str | None) -> int:
+    """How the ISA provenance ``recorded`` names fits this CPU for a file made for arithmetic
+    ``made_for``: 0 it is the ISA this CPU runs that arithmetic on best (``"auto"``), or none is
+    recorded; 1 another ISA this CPU has; 2 an ISA this CPU lacks (or an unknown one)."""
+    isa = recorded.get("isa")
+    if not isinstance(isa, str):
+        return 0
+    integer = made_for in ("int8", "binary")
+    target = _running_target(isa, integer)
+    if target is None:
+        return 2
+    return 0 if isa == target.resolve_isa("auto", integer) else 1
+
+
+def _running_target(isa: str, integer: bool) -> Target | None:
+    """The target of variant ``isa`` if this machine runs it (``integer``: its quantized kernels), else
+    None."""
+    try:
+        target = target_of_isa(isa)
+        target.resolve_isa(isa, integer)
+    except (ValueError, TargetUnavailableError):
+        return None
+    return target
+
+
+def _fit_of(path: Path, document: dict[str, Any] | None = None) -> int:
+    """``isa_fit`` of the schedule file ``path`` (parsed: ``document``, else read here)."""
+    document = read_schedule_file(path)[0] if document is None else document
+    made_for = document.get("made_for")
+    return isa_fit(_provenance(path, document), made_for if isinstance(made_for, str) else None)
+
+
 def find_schedule(name_or_path: str | os.PathLike) -> Path:
     """The file of a schedule name (looked up as the module docstring says) or path; unknown names
     suggest the closest."""
@@ -144,9 +184,11 @@ def find_schedule(name_or_path: str | os.PathLike) -> Path:
             raise ScheduleFileError(f"schedule file {text} does not exist")
         return path
     for directory in schedule_dirs():
-        for candidate in _candidates(directory):
-            if (candidate / f"{text}{SUFFIX}").is_file():
-                return candidate / f"{text}{SUFFIX}"
+        found = [c / f"{text}{SUFFIX}" for c in _candidates(directory) if (c / f"{text}{SUFFIX}").is_file()]
+        if found and found[0].parent == directory / cpu_key():
+            return found[0]
+        if found:
+            return min(found, key=_fit_of)           # the first of the best fit: the lookup order within it
     known = list_schedules()
     close = difflib.get_close_matches(text, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -155,12 +197,15 @@ def find_schedule(name_or_path: str | os.PathLike) -> Path:
 
 @dataclass(frozen=True)
 class StoredSchedule:
-    """A stored schedule file and the CPU it was searched on (from its ``[provenance]``)."""
+    """A stored schedule file and the CPU and ISA it was searched on (from its ``[provenance]``)."""
 
     path: Path
     cpu: str | None             # the CPU model its provenance records (None: no provenance)
     cpu_key: str | None         # the CPU key it records (None: not recorded, e.g. a file from before keys)
-    this_cpu: bool | None       # whether that is this CPU (None: the provenance cannot tell)
+    this_cpu: bool | None       # whether that is this CPU (None: the provenance cannot tell; False also
+                                # when this CPU lacks the ISA it was searched on)
+    isa: str | None = None      # the ISA it was searched on (None: not recorded)
+    isa_here: bool = True       # whether this CPU has that ISA (True when none is recorded)
 
     @property
     def name(self) -> str:
@@ -174,18 +219,29 @@ class StoredSchedule:
         there = self.cpu or "an unnamed CPU"
         if self.cpu_key:
             there += f" [{self.cpu_key}]"
+        if self.isa:
+            there += f" for {self.isa}"
         verdict = {True: "this CPU", False: f"NOT this CPU ({this_cpu().model} [{cpu_key()}])",
                    None: "this CPU or not: its provenance cannot tell"}[self.this_cpu]
-        return f"searched on {there}; {verdict}"
+        lacks = "" if self.isa_here else f", which lacks {self.isa}: {LACKING_ISA}"
+        return f"searched on {there}; {verdict}{lacks}"
 
 
 def stored_schedule(name_or_path: str | os.PathLike) -> StoredSchedule:
-    """The file ``load_schedule(name_or_path, op)`` reads and the CPU it was searched on."""
+    """The file ``load_schedule(name_or_path, op)`` reads and the CPU and ISA it was searched on."""
     path = find_schedule(name_or_path)
-    recorded = _provenance(path, read_schedule_file(path)[0])
+    return _stored(path, read_schedule_file(path)[0])
+
+
+def _stored(path: Path, document: dict[str, Any]) -> StoredSchedule:
+    """The ``StoredSchedule`` of the file ``path``, parsed: ``document``."""
+    recorded = _provenance(path, document)
     if not recorded:
         return StoredSchedule(path, None, None, None)
-    return StoredSchedule(path, recorded.get("cpu"), recorded.get("cpu_key"), same_cpu(recorded))
+    isa = recorded.get("isa") if isinstance(recorded.get("isa"), str) else None
+    here = _fit_of(path, document) < 2
+    return StoredSchedule(path, recorded.get("cpu"), recorded.get("cpu_key"),
+                          same_cpu(recorded) if here else False, isa, here)
 
 
 def stored_isa(name_or_path: str | os.PathLike, op: Op | None = None) -> str:
@@ -197,10 +253,8 @@ def stored_isa(name_or_path: str | os.PathLike, op: Op | None = None) -> str:
     isa = _provenance(path, read_schedule_file(path)[0]).get("isa")
     if not isinstance(isa, str):
         return "auto"
-    try:
-        target = target_of_isa(isa)
-        target.resolve_isa(isa)
-    except ValueError:
+    target = _running_target(isa, False)
+    if target is None:
         return "auto"
     return isa if op is None or target.computes(isa, op) else "auto"
 
@@ -230,7 +284,7 @@ def load_schedule(name_or_path: str | os.PathLike, op: Op, any_arithmetic: bool 
     document, lines = read_schedule_file(path)
     if not any_arithmetic:
         _check_arithmetic(document, op, str(path))
-    _warn_if_other_machine(path, _provenance(path, document))
+    _warn_if_other_machine(path, document)
     return _rebuild(document, lines, op, str(path))
 
 
@@ -346,11 +400,19 @@ def _replay(document: dict[str, Any], lines: list[int], op: Op, source: str) -> 
     return schedule
 
 
-def _warn_if_other_machine(path: Path, recorded: Mapping[str, Any]) -> None:
-    """Warn (once per file and process) when the schedule in ``path`` was recorded on another machine."""
+def _warn_if_other_machine(path: Path, document: dict[str, Any]) -> None:
+    """Warn (once per file and process) when the schedule in ``path`` (parsed: ``document``) was recorded
+    on another machine or searched on an ISA this CPU lacks."""
     key = path.resolve()
-    mismatch = machine_mismatch(recorded)
-    if mismatch and key not in _warned:
+    if key in _warned:
+        return
+    stored = _stored(path, document)
+    mismatch = machine_mismatch(_provenance(path, document))
+    if not stored.isa_here:
+        _warned.add(key)
+        warnings.warn(f"schedule {path.stem!r} ({path}) was {stored.summary()}", OtherMachineWarning,
+                      stacklevel=3)
+    elif mismatch:
         _warned.add(key)
         warnings.warn(f"schedule {path.stem!r} ({path}) was found {mismatch}: it may not be the fastest "
                       f"schedule here", OtherMachineWarning, stacklevel=3)

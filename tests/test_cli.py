@@ -19,8 +19,10 @@ from json_schemas import check
 import loopopt as lo
 from loopopt.cli import _op, main, parse_conv, parser
 from loopopt.layers import get_layer
+from loopopt.machine import cpu_key, this_cpu
 from loopopt.schedule_file import stored_schedule
 from loopopt.targets.neon import toolchain
+from loopopt.targets.x86 import isa as x86_isa
 from loopopt.targets.x86.isa import bf16_dot_available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -289,7 +291,7 @@ def test_closed_pipe_ends_quietly(argv):
     assert (done.returncode, done.stderr) == (141, "")
 
 
-def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path):
+def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path, monkeypatch):
     path = tmp_path / "far.toml"
     path.write_text('name = "far"\n\n[provenance]\ncpu = "Faraway CPU"\ncpu_key = "amd-25-17"\n\n'
                     '[[step]]\nunroll = "k"\n')
@@ -300,6 +302,22 @@ def test_compare_says_where_a_stored_schedule_was_searched(capsys, tmp_path):
     status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{path}", "--no-reuse", "--quiet",
                          "--json")
     assert status == 0 and list(json.loads(out)["origins"]) == ["far"]
+    # searched for an ISA this CPU lacks (here: AVX-512 on a CPU that shows AVX2 only), the note says so
+    monkeypatch.setattr(x86_isa, "cpu_flags", lambda: frozenset(x86_isa.ISAS["avx2"].cpu_flags))
+    wide = tmp_path / "wide.toml"
+    wide.write_text('name = "wide"\n\n[provenance]\ncpu = "Wide CPU"\nvendor = "AuthenticAMD"\n'
+                    'isa = "avx512"\n\n[[step]]\nunroll = "k"\n')
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{wide}", "--no-reuse", "--quiet")
+    assert status == 0 and (f"wide: stored schedule {wide}, searched on Wide CPU for avx512; NOT this CPU "
+                            f"({this_cpu().model} [{cpu_key()}]), which lacks avx512") in out
+    # a stored name and a file of the same stem: each row labelled apart, each with its note
+    copy = tmp_path / "naive.toml"
+    copy.write_text(wide.read_text())
+    status, out, _ = run(capsys, "compare", *SMALL, "--schedules", f"naive,{copy},naive", "--no-reuse",
+                         "--quiet", "--json")
+    data = json.loads(out)
+    assert status == 0 and [r["name"] for r in data["rows"]] == ["naive", str(copy), "naive"]
+    assert list(data["origins"]) == [str(copy)]
 
 
 @pytest.mark.slow

@@ -2,12 +2,14 @@
 word on stderr; the speed axis is logarithmic with whiskers inside the data and under the peak;
 the roofline has one roof per measured level and a point per schedule and level; the traffic
 plot shows the level whose traffic varies."""
+import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
 import warnings
 
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
@@ -120,6 +122,22 @@ def test_whisker_range():
     assert plot.whisker_range(row, 128, peak=g(1.8)) == pytest.approx((g(2.5), g(1.8)))
     above = _synthetic([{}], median_ms=2.0, min_ms=1.0, iqr_ms=2.0, gflops=g(1.2)).rows[0]   # above the peak
     assert plot.whisker_range(above, 128, peak=g(1.8))[1] == pytest.approx(g(1.2))
+
+
+def test_a_row_timed_once_draws_whiskers_around_its_rate():
+    """A row with one run (no IQR, its minimum its median: the naive loop on a loaded machine) has the
+    rate ``measure`` computes from the median in seconds, which ``flops / median_ms`` misses in the last
+    bit for 41 of these 101 medians: its whiskers still bracket it, and matplotlib draws them (a negative
+    whisker length was an error that ended ``loopopt compare --plot``)."""
+    base = _synthetic([{}])
+    flops = base.op.flops
+    rows = [dataclasses.replace(base.rows[0], name=f"s{i}", median_ms=seconds * 1e3, min_ms=seconds * 1e3,
+                                iqr_ms=0.0, gflops=flops / seconds / 1e9)       # as measure.py computes it
+            for i, seconds in enumerate(np.linspace(0.001, 0.3, 101))]
+    for row in rows:
+        low, high = plot.whisker_range(row, flops, peak=100.0)
+        assert low <= row.gflops <= high and high == pytest.approx(low)
+    plot.draw_runtime(_axes(), Comparison(base.op, rows, {}, 100.0, provenance={}))
 
 
 def test_hierarchical_roofline_has_a_roof_per_level_and_a_point_per_schedule_and_level(comparisons):

@@ -8,9 +8,11 @@ import pytest
 from generated_corpus import stored_files
 
 import loopopt as lo
-from loopopt import dataflows
-from loopopt.machine import OtherMachineWarning, cpu_key, fingerprint, loopopt_version, this_cpu
+from loopopt import dataflows, machine, schedule_file
+from loopopt.machine import CpuIdentity, OtherMachineWarning, cpu_key, fingerprint, loopopt_version, this_cpu
 from loopopt.schedule_file import ScheduleFileError, list_schedules, load_schedule, save_schedule, to_toml
+from loopopt.targets.x86 import isa as x86_isa
+from loopopt.targets.x86 import tiles
 from loopopt.targets.x86.isa import available_int_isas
 from loopopt.targets.x86.winograd_int8 import LANES
 
@@ -186,6 +188,110 @@ def test_this_cpus_schedule_comes_first_then_the_generic_then_the_closest_cpu(tm
     here = lo.stored_schedule("probe.layer")
     assert here.this_cpu is True and here.summary().endswith("; this CPU") and here.name == "probe.layer"
     assert lo.stored_schedule(stored(tmp_path / "elsewhere", "other", "kw")).path.parent.name == "elsewhere"
+
+
+AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+VNNI = AVX512 | {"avx512_vnni", "avx512_bf16"}
+CPUS = {      # fake identities: the lookup's CPU key and the ISAs the targets see
+    "zen3": CpuIdentity("AuthenticAMD", "AMD EPYC 7R13", "25", "1", "1", AVX2, 2),
+    "zen2": CpuIdentity("AuthenticAMD", "AMD EPYC 7R32", "23", "49", "0", AVX2, 2),
+    "haswell": CpuIdentity("GenuineIntel", "Intel Xeon E5-2676 v3", "6", "63", "2", AVX2, 2),
+    "skylake_sp": CpuIdentity("GenuineIntel", "Intel Xeon Platinum 8175M", "6", "85", "4", AVX512, 2),
+    "zen4": CpuIdentity("AuthenticAMD", "AMD EPYC 9R14", "25", "17", "1", VNNI, 2),
+    "sapphire_rapids": CpuIdentity("GenuineIntel", "Intel Xeon Platinum 8488C", "6", "143", "8",
+                                   VNNI | {"amx_tile", "amx_int8", "amx_bf16"}, 2),
+    "xeon_167": CpuIdentity("GenuineIntel", "Intel(R) Xeon(R) Processor", "6", "167", "1",
+                            VNNI | {"amx_tile", "amx_int8", "amx_bf16"}, 2),
+}
+
+
+def fake_cpu(monkeypatch, name: str) -> CpuIdentity:
+    """Act as CPU ``name`` of ``CPUS``: its identity (CPU key, model) and its flags (ISAs, AMX)."""
+    identity = CPUS[name]
+    for module in (machine, schedule_file):
+        monkeypatch.setattr(module, "this_cpu", lambda: identity)
+    for module in (x86_isa, tiles):
+        monkeypatch.setattr(module, "cpu_flags", lambda: identity.flags)
+    return identity
+
+
+@pytest.mark.parametrize("cpu, isa, made_for, fit", [
+    ("zen3", "avx2", "float32", 0), ("zen3", "avx512", "float32", 2), ("zen3", "amx", "int8", 2),
+    ("zen4", "avx512", "int8", 0), ("zen4", "avx2", "float32", 1), ("zen4", "amx", "int8", 2),
+    ("skylake_sp", "avx512", "float32", 0), ("skylake_sp", "avx512", "int8", 2),   # no VNNI
+    ("skylake_sp", "avx2", "int8", 0), ("sapphire_rapids", "amx", "int8", 1),
+    ("zen3", None, "float32", 0), ("zen3", "no_such_isa", None, 2)])
+def test_isa_fit_ranks_the_recorded_isa_on_this_cpu(monkeypatch, cpu, isa, made_for, fit):
+    fake_cpu(monkeypatch, cpu)
+    assert schedule_file.isa_fit({} if isa is None else {"isa": isa}, made_for) == fit
+
+
+def isa_file(directory: Path, name: str, step: str, isa: str, key: str | None,
+             made_for: str = "float32") -> Path:
+    """A stored schedule searched for ``isa`` on the CPU of ``key`` (None: a Zen 4 without a recorded
+    key, as the generic files record), made for ``made_for``."""
+    path = stored(directory, name, step, f'cpu = "CPU {key or "Zen 4"}"\nisa = "{isa}"'
+                  + (f'\ncpu_key = "{key}"' if key else ""))
+    path.write_text(f'made_for = "{made_for}"\n' + path.read_text())
+    return path
+
+
+@pytest.mark.filterwarnings("default::loopopt.machine.OtherMachineWarning")
+def test_a_cpu_finds_a_schedule_of_an_isa_it_has_before_one_of_an_isa_it_lacks(tmp_path, monkeypatch):
+    """An AVX2-only CPU finds another AVX2 CPU's file ahead of the generic and AVX-512 ones (whose
+    register blocks spill on it); an AVX-512 CPU keeps its own directory, then the generic AVX-512 file,
+    then another CPU's AVX-512 file ahead of a closer CPU's AVX2 one; where only files of an ISA this CPU
+    lacks are stored, the lookup's order holds and the file says so, loading it warns."""
+    monkeypatch.setenv("LOOPOPT_SCHEDULES", str(tmp_path))
+    zen3, intel = "amd-25-1-avx2", "intel-6-143-avx2-avx512-vnni-bf16-amx"
+    isa_file(tmp_path, "probe.layer", "c", "avx512", None)                    # generic: a Zen 4's search
+    isa_file(tmp_path / zen3, "probe.layer", "kh", "avx2", zen3)
+    isa_file(tmp_path / intel, "probe.layer", "kw", "avx512", intel)
+    isa_file(tmp_path / intel, "probe.layer.int8", "kw", "amx", intel, "int8")
+    isa_file(tmp_path / zen3, "probe.layer.int8", "kh", "avx2", zen3, "int8")
+
+    def found(cpu: str, name: str = "probe.layer") -> str:
+        fake_cpu(monkeypatch, cpu)
+        return lo.stored_schedule(name).path.parent.name
+
+    assert found("zen3") == zen3 and lo.stored_schedule("probe.layer").this_cpu is True
+    for avx2_only in ("zen2", "haswell"):            # not Intel's closer AVX-512 key, not the generic file
+        assert found(avx2_only) == found(avx2_only, "probe.layer.int8") == zen3
+        here = lo.stored_schedule("probe.layer")
+        assert (here.this_cpu, here.isa, here.isa_here) == (False, "avx2", True)
+        assert here.summary().startswith(f"searched on CPU {zen3} [{zen3}] for avx2; NOT this CPU")
+        assert "lacks" not in here.summary()
+    assert found("zen4") == tmp_path.name and lo.stored_schedule("probe.layer").isa_here   # the generic file
+    assert found("skylake_sp", "probe.layer.int8") == zen3          # AVX-512 without VNNI: AVX2's int8
+    assert found("sapphire_rapids") == found("sapphire_rapids", "probe.layer.int8") == intel    # its own
+    (tmp_path / "probe.layer.toml").unlink()
+    assert found("zen4") == intel                     # another CPU's AVX-512 file before Zen 3's AVX2 one
+    for directory in (zen3, intel):
+        (tmp_path / directory / "probe.layer.toml").unlink()
+    isa_file(tmp_path / intel, "probe.layer", "kw", "avx512", intel)
+    isa_file(tmp_path, "probe.layer", "c", "avx512", None)
+    assert found("zen3") == tmp_path.name             # only AVX-512 files: the generic first, as before
+    lacking = lo.stored_schedule("probe.layer")
+    assert (lacking.this_cpu, lacking.isa, lacking.isa_here) == (False, "avx512", False)
+    assert lacking.summary() == (f"searched on CPU Zen 4 for avx512; NOT this CPU (AMD EPYC 7R13 [{zen3}]), "
+                                 f"which lacks avx512: {schedule_file.LACKING_ISA}")
+    with pytest.warns(OtherMachineWarning, match="which lacks avx512"):    # no silent 'stored best'
+        load_schedule("probe.layer", OP)
+
+
+def test_the_shipped_files_serve_each_cpu_its_isa(monkeypatch):
+    """Of the stored layer files, an AVX2-only CPU (not only the Zen 3 that searched them) gets the AVX2
+    search's, a Zen 4 the generic AVX-512 ones, the Xeon whose directory exists its own."""
+    monkeypatch.delenv("LOOPOPT_SCHEDULES", raising=False)
+    avx2 = ROOT / "schedules" / "amd-25-1-avx2"
+    xeon = ROOT / "schedules" / "intel-6-167-avx2-avx512-vnni-bf16-amx"
+    assert len(list(avx2.glob("*.toml"))) == 18              # nine layers, fp32 and int8
+    for cpu, directory in [("zen3", avx2), ("zen2", avx2), ("haswell", avx2), ("zen4", ROOT / "schedules"),
+                           ("xeon_167", xeon)]:
+        fake_cpu(monkeypatch, cpu)
+        for name in (path.stem for path in (xeon if cpu == "xeon_167" else avx2).glob("*.toml")):
+            assert lo.stored_schedule(name).path == directory / f"{name}.toml", (cpu, name)
 
 
 def test_cpu_directories_hold_their_cpus_schedules_and_are_installed():
