@@ -57,6 +57,7 @@ from .binary import LANES as BINARY_LANES
 from .isa import TILE_ISA
 from .space import (
     DOT,
+    WEIGHTS,
     Knobs,
     Names,
     Roles,
@@ -67,7 +68,6 @@ from .space import (
     lanes,
     lut_columns,
     operand_registers,
-    outer_dim,
     panel_loops,
     registers,
     tap_window,
@@ -107,6 +107,13 @@ TAIL = 2.0                 # a partial block along a padded window's positions: 
                            # power again (see ``tail``; per ISA: ``PIXEL_TAIL``), or along the channels
 PIXEL_TAIL = {"avx512": TAIL, "avx2": 0.0, "scalar": TAIL}   # ``tail``'s power per ISA (AVX2: none measured)
 MASKED = 1.15              # a partial channel block's masked code, run by every block (see ``channel_tail``)
+FLOAT_LOADS = 0.8          # loads per multiply-add a ``float_block`` issues at its peak: a block of one
+                           # channel vector broadcasts once per multiply-add (ResNet-50's 3x3 64->64 conv at
+                           # 56x56 and 128->128 at 28x28, AMD EPYC Zen 3, 1 thread: 12x8 and 10x8 blocks 1.21x
+                           # and 1.18x the time of 4x16; 14x8 1.15x, eleventh session)
+FLOAT_BLOCK_ISAS = ("avx2",)   # ISAs whose float32 register blocks are priced by their partial pixel block's
+                               # chains (``pixel_edges``) and their weight reads from L2
+                               # (``l2_weight_share``): measured on AVX2 only
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
 RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with a float output add one)
@@ -242,11 +249,11 @@ def tail(candidate: Candidate) -> float:
     knobs, op = candidate.knobs, candidate.op
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
-    pixel = Roles.of(op, knobs.pixel).pixel
-    window = next((w for w in op.windows if w.out_dim == pixel), None)
+    roles = Roles.of(op, knobs.pixel)
+    window = next((w for w in op.windows if w.out_dim == roles.pixel), None)
     if window is None or not (window.pad or window.pad_end):
         return 1.0
-    return 1 / _edges(op.extent(pixel), knobs.pixel_block) ** PIXEL_TAIL[candidate.isa]
+    return 1 / _edges(roles.extent(op, roles.pixel), knobs.pixel_block) ** PIXEL_TAIL[candidate.isa]
 
 
 def channel_tail(candidate: Candidate) -> float:
@@ -296,7 +303,7 @@ def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
     """The extent of each loop outside the register block (``knobs.outer``), by name."""
     roles = Roles.of(op, knobs.pixel)
     extents = {d: op.extent(d) for d in roles.others}
-    extents[f"{roles.pixel}_o"] = _ceil(op.extent(roles.pixel), knobs.pixel_block)
+    extents[f"{roles.pixel}_o"] = _ceil(roles.extent(op, roles.pixel), knobs.pixel_block)
     extents[f"{roles.channel}_o"] = _ceil(op.channels, knobs.channel_block)
     if knobs.channel_panel:
         panels, blocks = panel_loops(roles.channel)
@@ -317,13 +324,15 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     multiply-adds per element (GEMM 512x1024x1024: 128-channel panels, the activations read 8 times,
     ran faster than 256-deep cache blocks, read once, in every run measured)."""
     extents = outer_extents(op, knobs)
-    panels = panel_loops(Roles.of(op, knobs.pixel).channel)[0] if knobs.channel_panel else None
+    roles = Roles.of(op, knobs.pixel)
+    panels = panel_loops(roles.channel)[0] if knobs.channel_panel else None
     total = 0
     for dims, size in _operands(op)[1]:
-        indexing = [extents[loop] if outer_dim(loop) in dims else 1 for loop in knobs.outer]
+        indexes = [not dims.isdisjoint(roles.dims_of(loop)) for loop in knobs.outer]
+        indexing = [extents[loop] if index else 1 for loop, index in zip(knobs.outer, indexes)]
         passes = 1
         for position, loop in enumerate(knobs.outer):
-            if outer_dim(loop) in dims or extents[loop] == 1 or loop == panels:
+            if indexes[position] or extents[loop] == 1 or loop == panels:
                 continue
             inside = size * math.prod(indexing[position + 1:]) / math.prod(indexing)
             if inside > capacity:
@@ -342,13 +351,14 @@ def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     count with the time: +0.58 (MobileNet-v2 and v1 3x3 depthwise), +0.25 (EfficientNet 5x5
     depthwise), +0.59 and +0.46 (1x1 convs); a depthwise 4x48 block ran 0.19-0.21 ms in order and
     0.31-0.35 ms with two or three pairs out of order. ``figures`` counts none where the streams keep
-    their pace in any order (``streams_in_any_order``)."""
+    their pace in any order (``streams_in_any_order``). The loop of fused positions (``fused_pixel``)
+    counts as the loops of the dims it fuses, in their order."""
     roles = Roles.of(op, knobs.pixel)
     outputs = [d for d in op.dim_names if d not in op.reduction_dims]
     memory = outputs if channels_first else [d for d in outputs if d != roles.channel] + [roles.channel]
     extents = outer_extents(op, knobs)
-    places = [memory.index(outer_dim(loop)) for loop in knobs.outer
-              if extents[loop] > 1 and outer_dim(loop) in memory]
+    places = [memory.index(dim) for loop in knobs.outer if extents[loop] > 1
+              for dim in roles.dims_of(loop) if dim in memory]
     return sum(a > b for i, a in enumerate(places) for b in places[i + 1:])
 
 
@@ -414,12 +424,12 @@ def activation_lines_per_set(op: Op, pixel_block: int, cache_block: int | None, 
     into one span)."""
     roles = Roles.of(op, pixel)
     source = op.inputs[0]
-    window = next((w for w in op.windows if w.out_dim == roles.pixel), None)
+    window = next((w for w in op.windows if w.out_dim == roles.step), None)
     if window is not None and window.taps > 1:
         return 0
     letters = op.tensor(source).letters
     layout = Layout.parse(activations_last(op)[source], letters)
-    letter = letters[op.axis(source, roles.pixel)]
+    letter = letters[op.axis(source, roles.step)]
     position = next(p for p, (name, _) in enumerate(layout.order) if name == letter)
     size = element_bytes(op)
     stride = layout.strides(op.tensor(source).shape)[position] * (window.stride if window else 1) * size
@@ -510,7 +520,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
                     else (knobs.channel_block, knobs.pixel_block))
     vectors = _ceil(laned, vector)
     accumulators = other * vectors
-    pixels = op.extent(Roles.of(op, knobs.pixel).pixel)
+    along = Roles.of(op, knobs.pixel)
+    pixels = along.extent(op, along.pixel)
     efficiency = min(1.0, accumulators / chains(candidate.isa))
     spare = registers(candidate.isa) - accumulators - operand_registers(candidate.isa, knobs.weights, vectors)
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
@@ -521,11 +532,11 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
     loads = accumulators + other if planes else other + vectors
-    efficiency *= accumulators / max(accumulators, loads)
+    efficiency *= min(1.0, (FLOAT_LOADS if float_block(candidate) else 1.0) * accumulators / loads)
     if rolled(candidate):
         efficiency *= accumulators / (accumulators + 1)       # a loop step per reduction step
     efficiency *= laned / (vectors * vector)                                         # masked lanes
-    efficiency *= _edges(op.channels, knobs.channel_block) * _edges(pixels, knobs.pixel_block)
+    efficiency *= _edges(op.channels, knobs.channel_block) * pixel_edges(candidate, pixels, vectors)
     efficiency /= tail(candidate) * channel_tail(candidate)  # partial blocks: their guarded copies
     rc = op.extent(roles.rc)
     if knobs.weights == "dot":
@@ -554,7 +565,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     l1, l2 = _caches()["L1"], _caches()["L2"]
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
-    efficiency *= NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays else L2_FIT
+    efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays
+                   else L2_FIT * l2_weight_share(candidate))
     scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
     stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
@@ -564,6 +576,49 @@ def figures(candidate: Candidate) -> dict[str, float]:
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided, **residual,
             "predicted_seconds": (compute * busiest + (stream + strided + sum(residual.values()))
                                   / candidate.threads)}
+
+
+def float_block(candidate: Candidate) -> bool:
+    """Whether a candidate is a float32 register block with the lanes along the channels (plain or packed
+    weights) on an ISA of ``FLOAT_BLOCK_ISAS``."""
+    op = candidate.op
+    return (candidate.isa in FLOAT_BLOCK_ISAS and op.quant is None and op.dtype == "float32"
+            and candidate.knobs.weights in WEIGHTS[:2])
+
+
+def pixel_edges(candidate: Candidate, pixels: int, vectors: int) -> float:
+    """The share of a register block's time along its ``pixels`` positions that does work: ``_edges``, the
+    last, partial block costing a whole one; for a ``float_block`` the partial block costs its own positions
+    but no fewer than keep ``chains`` accumulators (``vectors`` each) in flight: fewer wait on the FMA
+    latency. On a shared 2-core AMD EPYC Zen 3 (kernel only, medians of 9 interleaved rounds under
+    ``chrt -f 10``, 1 thread) ResNet-50's 3x3 convs ran 5x16 blocks at 1.05x (56x56: 59 of 56 positions
+    so) and 1.045x (28x28: 29 of 28) the time of 4x16 (eleventh session); its 256->1024 1x1 conv at 14x14
+    ran 5x16 blocks along the rows (14 of 14) 1.02-1.04x faster than 4x16 along the fused positions
+    (196 of 196) and 5x16 there (199 of 196); at 7x7 4x16 along the rows (8 of 7) 1.15-1.2x slower than
+    5x16 along the fused positions (49 of 49)."""
+    block = candidate.knobs.pixel_block
+    whole, rest = divmod(pixels, block)
+    if not float_block(candidate) or not rest:
+        return _edges(pixels, block)
+    return pixels / (whole * block + min(block, max(rest, _ceil(chains(candidate.isa), vectors))))
+
+
+def l2_weight_share(candidate: Candidate) -> float:
+    """The share of its ISA's peak that a float32 register block whose weights come from L2 keeps while L2
+    delivers them (a ``float_block``; else 1): each multiply-add reads a weight vector that the
+    block's ``pixel_block`` positions share, ``lanes * 4 / pixel_block`` bytes, against the machine profile's
+    L2 bandwidth. On a shared 2-core AMD EPYC Zen 3 (L2 85 GB/s, peak 104 GFLOP/s) a 2x32 block needs
+    104 GB/s, 4x16 52: ResNet-50's 3x3 256->256 conv at 14x14 (2.4 MB of weights) ran 2.55 ms with 2x32
+    blocks and 2.15 ms with 5x16 (1 thread; 2 threads 1.34 -> 1.12 ms), 128->128 at 28x28 2.42 -> 2.27 ms
+    with 4x16, 256->256 stride 2 from 28x28 2.89 -> 2.59 ms with 5x16 (kernel only, medians of 9 interleaved
+    rounds under ``chrt -f 10``). Not priced on AVX-512 (not measured) nor for a quantized block (its
+    emulated dot's own rate)."""
+    op, knobs, isa = candidate.op, candidate.knobs, candidate.isa
+    if not float_block(candidate):
+        return 1.0
+    vector = lanes(op, isa)
+    demand = _peak(isa, op.dtype) / (2 * vector) * vector * element_bytes(op) / knobs.pixel_block
+    return min(1.0, machine_profile().bandwidth["L2"].gbs * 1e9 / demand)
 
 
 def imbalance(candidate: Candidate, threads: int) -> float:

@@ -9,6 +9,8 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   vector lanes), kept in vector registers (``register_block``) across the reduction loops; also
   along each other position dim whose window has more taps than that dim's (``pixel_dims``: a 7x1
   conv's ``oh``), where consecutive positions of the block share the broadcasts of neighbouring taps;
+  and on AVX2 along a pointwise conv's spatial dims fused into one (``fused_pixel``: ``oh_ow``, its
+  positions contiguous channels-last, as one GEMM over them);
 * the reduction loops around it in one of their orders (the window taps keep their order);
 * channels-last activations and output (a float op of one group with at most ``FEW_CHANNELS``
   reduction channels, an image's, has each candidate also with its first input channels-first, the
@@ -94,6 +96,9 @@ from .tiles import BLOCKS, SPLITS, TileError, check_amx_cpu, pixel_dim, tile_pla
 DOT = 4                        # reduction channels per int32 lane of a dot instruction (vpdpbusd)
 MAX_PIXEL_BLOCK = 16           # output positions per register block at most
 CHANNEL_VECTORS = 4            # channel blocks of 1..4 vectors
+FUSED_ISAS = ("avx2",)         # ISAs whose blocks may also run along fused positions (``fused_pixel``):
+                               # AVX2's 16 registers hold no block of a 7-wide row whole (ResNet-50's 1x1
+                               # convs at 7x7, see ``fusable_positions``); AVX-512's hold 7x32 (not measured)
 # Registers a dot block leaves to its operands where the table emulates the dot (AVX2's lo_avx2_dpbusd:
 # bytes widened to 16-bit halves, two vpmaddwd): a broadcast and one weight vector; the compiler keeps the
 # rest of the weights' halves in L1. A 7x16 block (14 accumulators) ran fastest of ResNet-18's 3x3 int8
@@ -211,11 +216,13 @@ class Roles:
     reduction: tuple[str, ...]     # reduction dims in the op's order
     rc: str                        # the reduction dim over input channels
     taps: tuple[str, ...]          # window tap dims
+    fused: tuple[str, ...] = ()    # the position dims that ``pixel`` fuses (``fused_pixel``), outermost first
 
     @classmethod
     def of(cls, op: Op, pixel: str | None = None) -> Roles:
         """The roles of ``op``'s dims with the block along ``pixel`` (None: the innermost position dim
-        of extent > 1); found once per op and pixel (the ranking asks per candidate)."""
+        of extent > 1; ``fused_pixel(op)``: the spatial dims fused into one); found once per op and pixel
+        (the ranking asks per candidate)."""
         return _roles(cls, op, pixel)
 
     @classmethod
@@ -223,10 +230,28 @@ class Roles:
         outputs = [d for d in op.dim_names if d not in op.reduction_dims]
         positions = [d for d in outputs if d != op.channel_dim]
         wide = [d for d in positions if op.extent(d) > 1]
+        fused = fusable_positions(op) if pixel is not None and pixel == fused_pixel(op) else ()
         pixel = pixel or (wide or positions)[-1]
-        return cls(op.channel_dim, pixel, tuple(d for d in positions if d != pixel),
+        return cls(op.channel_dim, pixel, tuple(d for d in positions if d != pixel and d not in fused),
                    tuple(d for d in op.dim_names if d in op.reduction_dims), op.reduction_channel_dim,
-                   tuple(w.tap_dim for w in op.windows))
+                   tuple(w.tap_dim for w in op.windows), fused)
+
+    def extent(self, op: Op, dim: str) -> int:
+        """The extent of ``dim``, an op dim or the fused pixel (the product of the dims it fuses)."""
+        if self.fused and dim == self.pixel:
+            return math.prod(op.extent(d) for d in self.fused)
+        return op.extent(dim)
+
+    @property
+    def step(self) -> str:
+        """The op dim that consecutive positions of a block step along: the pixel, or the innermost dim
+        it fuses."""
+        return self.fused[-1] if self.fused else self.pixel
+
+    def dims_of(self, loop: str) -> tuple[str, ...]:
+        """The op dims an outer loop runs over (``outer_dim``; the fused pixel's loop: the dims it fuses)."""
+        dim = outer_dim(loop)
+        return self.fused if self.fused and dim == self.pixel else (dim,)
 
 
 @lru_cache(maxsize=4096)
@@ -234,13 +259,37 @@ def _roles(cls: type[Roles], op: Op, pixel: str | None) -> Roles:
     return cls._of(op, pixel)
 
 
-def pixel_dims(op: Op) -> list[str | None]:
-    """The position dims a register block may run along (``Knobs.pixel``): None (``Roles.pixel``), and
-    each other dim of extent > 1 whose window has more taps than ``Roles.pixel``'s (none: 1 tap)."""
+def pixel_dims(op: Op, isa: str) -> list[str | None]:
+    """The position dims a register block may run along (``Knobs.pixel``): None (``Roles.pixel``),
+    each other dim of extent > 1 whose window has more taps than ``Roles.pixel``'s (none: 1 tap), and on
+    an ISA of ``FUSED_ISAS`` the spatial dims fused into one (``fused_pixel``) where they fuse."""
     default = Roles.of(op).pixel
     taps = {w.out_dim: w.taps for w in op.windows}
-    return [None] + [d for d in Roles.of(op).others
-                     if op.extent(d) > 1 and taps.get(d, 1) > taps.get(default, 1)]
+    fused = fused_pixel(op) if isa in FUSED_ISAS else None
+    longer = [d for d in Roles.of(op).others if op.extent(d) > 1 and taps.get(d, 1) > taps.get(default, 1)]
+    return [None, *longer, *([fused] if fused else [])]
+
+
+@lru_cache(maxsize=1024)
+def fusable_positions(op: Op) -> tuple[str, ...]:
+    """The position dims of ``op`` that one loop can run over as one (``Schedule.fuse``), outermost first:
+    the two innermost position dims where they are a pointwise conv's spatial dims (a window of one tap,
+    stride 1 and no padding along each: a position's input is the output's own, so channels-last
+    positions stay contiguous across rows), both wider than 1; none otherwise."""
+    outputs = [d for d in op.dim_names if d not in op.reduction_dims and d != op.channel_dim]
+    windows = {w.out_dim: w for w in op.windows}
+    inner = tuple(outputs[-2:])
+    if len(inner) < 2 or any(op.extent(d) == 1 for d in inner):
+        return ()
+    plain = all(d in windows and windows[d].taps == 1 and windows[d].stride == 1 and not windows[d].padded
+                for d in inner)
+    return inner if plain else ()
+
+
+def fused_pixel(op: Op) -> str | None:
+    """The name of the loop that fuses ``fusable_positions`` (``Knobs.pixel``), None where none fuse."""
+    dims = fusable_positions(op)
+    return "_".join(dims) if dims else None
 
 
 @dataclass(frozen=True)
@@ -412,6 +461,8 @@ def _blocked(op: Op, knobs: Knobs, vector: int) -> Schedule:
     if names.dot:
         inner = names.reduction.removesuffix("_o")
         schedule = schedule.split(inner, min(dot_elements(op), schedule.loop(inner).extent))
+    if roles.fused:
+        schedule = schedule.fuse(*roles.fused, roles.pixel)
     schedule = schedule.tile(**{roles.pixel: knobs.pixel_block, roles.channel: knobs.channel_block})
     if knobs.channel_panel:
         schedule = schedule.split(f"{roles.channel}_o", knobs.channel_panel // knobs.channel_block)
@@ -625,7 +676,7 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
     elif isa == TILE_ISA:
         found = tile_candidates(op, threads)
     else:
-        found = [c for pixel in pixel_dims(op) for c in _register_blocks(op, isa, threads, pixel)]
+        found = [c for pixel in pixel_dims(op, isa) for c in _register_blocks(op, isa, threads, pixel)]
         found += tap_candidates(op, isa, threads) if has_taps(op, isa) else []
         found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
         found += tile_candidates(op, threads) if tiles and _has_amx() else []
@@ -659,7 +710,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     (``pixel_dims``) and the lanes along the channels."""
     roles = Roles.of(op, pixel)
     vector = lanes(op, isa)
-    extents = dict(op.dims)
+    extents = {**dict(op.dims), roles.pixel: roles.extent(op, roles.pixel)}
     rc_extent = extents[roles.rc]
     weight_kinds = ["plain", "packed"]
     if has_dot(op, isa):
