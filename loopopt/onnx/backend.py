@@ -175,7 +175,8 @@ class LoopoptRep(BackendRep):
     def _build_pools(self, plan: Plan, known: dict[str, Value]) -> None:
         """Build the pooling kernels the plan runs, all from one C file: each pooling step's on its
         input, and each pool a lookup runs on 8-bit values (``fuse_lookups``: the input of the
-        DequantizeLinear the pool's input comes from, through elementwise nodes)."""
+        DequantizeLinear the pool's input comes from, through elementwise nodes); each reading its input
+        channels-first where it arrives so (``_orders``: a conv's NCHW output, the model's inputs)."""
         producers = {name: node for node in self.prepared.graph.node for name in node.output}
         planned = {step.node for step in plan.steps}
         wanted = []
@@ -184,8 +185,9 @@ class LoopoptRep(BackendRep):
                 while source in producers and producers[source].op_type != "DequantizeLinear":
                     source = producers[source].input[0]
                 source = producers[source].input[0] if source in producers else ""
-            value = known.get(source)
-            schedule = None if value is None else pool.schedule(value.shape, value.dtype)
+            value, order = known.get(source), self._orders.get(source)
+            first = order is None or order == tuple(range(len(order)))
+            schedule = None if value is None else pool.schedule(value.shape, value.dtype, first)
             if isinstance(schedule, PoolSchedule):
                 wanted.append((pool, schedule))
         if wanted:

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from ..ops import auto_pad
-from ..pool import Pool, PoolSchedule
+from ..pool import STAGED_BYTES, Pool, PoolSchedule
 from ..targets.pool_c import PoolKernel
 from .plan import KERNEL, NUMPY, REFERENCE, BoundCalls
 
@@ -251,15 +251,19 @@ class PoolRunner:
         self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray, BoundCalls]] = {}
         self._last: BoundCalls | None = None      # the calls of the kernel the last run ran on
 
-    def schedule(self, shape: Sequence[int], dtype: np.dtype) -> PoolSchedule | str:
-        """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it."""
+    def schedule(self, shape: Sequence[int], dtype: np.dtype, first: bool = False) -> PoolSchedule | str:
+        """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it;
+        ``first``: the input arrives stored channels-first (its logical order), which a max whose rows fit
+        the kernel's staging (``pool.STAGED_BYTES``) reads as it is."""
         refusal = _node_refusal(len(shape), self.attributes, self.outputs)
         if refusal is not None:
             return refusal
         try:
-            return PoolSchedule(pool_op(self.op_type, shape, dtype, self.attributes))
+            op = pool_op(self.op_type, shape, dtype, self.attributes)
         except ValueError as error:
             return f"the loopopt kernel refuses it: {error}"
+        reads_first = first and op.kind == "max" and op.sizes[-1] * np.dtype(dtype).itemsize <= STAGED_BYTES
+        return PoolSchedule(op, input_layout=op.first_layout if reads_first else op.layout)
 
     def engine(self, x: np.ndarray) -> tuple[str, str]:
         """What runs ``x`` (an array, or what is known of one: its ``shape`` and ``dtype``) and, where it
@@ -273,9 +277,9 @@ class PoolRunner:
     def adopt(self, kernel: PoolKernel) -> None:
         """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
         op = kernel.schedule.op
-        self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype),
-                                                       BoundCalls(lambda last, out: kernel.bound(last, out,
-                                                                                                 self.threads)))
+        calls = BoundCalls(lambda x, out: kernel.bound(x, out, self.threads))
+        out = np.empty(kernel.out_shape, kernel.dtype)
+        self._kernels[op.input_shape, kernel.dtype] = (kernel, out, calls)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """The pool of ``x`` (the kernel's output buffer, as its logical view), or None: the reference
@@ -289,7 +293,7 @@ class PoolRunner:
                         if unsupported(self.op_type, x, self.attributes, self.outputs) is None else None)
             self.adopt(schedule.compile())
         kernel, out, calls = self._kernels[key]
-        calls(kernel.channels_last(x), out)
+        calls(kernel.stored(x), out)
         self._last = calls
         return kernel.logical(out)
 
