@@ -214,11 +214,15 @@ class PoolSchedule:
     channels held in vector registers across the taps (default: ``VECTOR_BYTES`` of them; a last block
     of the remainder). A channels-first input's block of rows (``lanes`` x the last input dim, at most
     ``STAGED_BYTES``; default lanes as many as fit, up to ``VECTOR_BYTES``) is reduced over the outer
-    dims' taps, then transposed, then reduced over the last dim's taps."""
+    dims' taps, then transposed, then reduced over the last dim's taps. ``table``: the dtype (float32,
+    uint8 or int8) of a table of 256 entries that each max of 8-bit values is mapped through as it is
+    stored (indexed by its bit pattern: the ONNX backend's lookup of a non-decreasing chain, which
+    commutes with the max), the output of that dtype; empty: none."""
 
     op: Pool
     lanes: int = 0
     input_layout: str = ""
+    table: str = ""
 
     def __post_init__(self) -> None:
         op, itemsize = self.op, np.dtype(self.op.dtype).itemsize
@@ -230,6 +234,9 @@ class PoolSchedule:
         if first and op.kind != "max":
             raise ValueError(f"input_layout={layout!r}: an average reads its input {op.layout} (only a max "
                              "pool reduces channels-first rows)")
+        if self.table and (self.table not in DTYPES or op.kind != "max" or op.dtype == "float32"):
+            raise ValueError(f"table={self.table!r}: a max of 8-bit values maps through a table of one of "
+                             f"{', '.join(DTYPES)}, not a {op.kind} of {op.dtype}")
         row = op.sizes[-1] * itemsize
         most = VECTOR_BYTES // itemsize
         if first:
@@ -242,6 +249,11 @@ class PoolSchedule:
                              f"{op.dtype}) must fit {STAGED_BYTES} bytes")
         object.__setattr__(self, "lanes", int(lanes))
         object.__setattr__(self, "input_layout", layout)
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the table's, else the input's."""
+        return self.table or self.op.dtype
 
     @property
     def channels_first(self) -> bool:
@@ -271,6 +283,7 @@ class PoolSchedule:
         """The nest as text, one loop a line."""
         body = "O[n, c, o...] = " + ("max over taps of I" if self.op.kind == "max" else
                                      "sum over taps of I / count")
+        body = f"O[n, c, o...] = table[max over taps of I]   # {self.table}" if self.table else body
         return "\n".join([f"{'  ' * depth}for {name} in 0..{extent}" + (f"   # {note}" if note else "")
                           for depth, (name, extent, note) in enumerate(self.loops)]
                          + [f"{'  ' * len(self.loops)}{body}   # {self.stored}"])

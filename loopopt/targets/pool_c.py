@@ -81,15 +81,23 @@ def _unrolled(schedule: PoolSchedule, windows: Sequence[Window], steps: Sequence
               store: str) -> list[str]:
     """Where every tap of ``windows`` is inside the input (``_interior``) and they are at most
     ``UNROLLED_TAPS``: the combine of ``in[offset + index]`` over the taps in order (an offset of ``steps``
-    elements a tap of each window) in one variable, then ``store`` of it (``{}``); the loop over ``index``
-    then vectorizes with the combine in registers."""
+    elements a tap of each window) in one variable ``m``, then ``store`` (a format of ``m``); the loop over
+    ``index`` then vectorizes with the combine in registers."""
     op = schedule.op
     accumulator = C_TYPES[op.dtype] if op.kind == "max" else "float"
     lines = [f"{accumulator} m = {LOWEST[op.dtype] if op.kind == 'max' else '0.0f'};"]
     for taps in itertools.product(*(range(w.taps) for w in windows)):
         value = f"in[{sum(t * w.dilation * step for t, w, step in zip(taps, windows, steps))} + {index}]"
         lines.append(f"m = {value} > m ? {value} : m;" if op.kind == "max" else f"m = m + {value};")
-    return lines + [store.format("m" if op.kind == "max" else "m / count")]
+    return lines + [store.format("m")]
+
+
+def _stored(schedule: PoolSchedule, value: str) -> str:
+    """What is stored of a reduced ``value``: a max (through the table: ``table[bits]``), or a sum over
+    its count."""
+    if schedule.op.kind != "max":
+        return f"{value} / count"
+    return f"table[(unsigned char){value}]" if schedule.table else value
 
 
 def _fits_unrolled(windows: Sequence[Window]) -> bool:
@@ -120,7 +128,7 @@ def _channel_block(schedule: PoolSchedule, lanes: int, windows: Sequence[Window]
 
     init = LOWEST[op.dtype] if op.kind == "max" else "0.0f"
     combine = "in[c_i] > acc[c_i] ? in[c_i] : acc[c_i]" if op.kind == "max" else "acc[c_i] + in[c_i]"
-    finish = "acc[c_i]" if op.kind == "max" else "acc[c_i] / count"
+    finish = _stored(schedule, "acc[c_i]")
     lane_loop = for_loop("int", "c_i", lanes)
     taps = [for_loop("long", w.tap_dim, f"{w.tap_dim}_hi", f"{w.tap_dim}_lo") for w in windows]
     reduce = [f"const {c_type} *in = {tap(True)};", *block(lane_loop, [f"acc[c_i] = {combine};"])]
@@ -130,8 +138,14 @@ def _channel_block(schedule: PoolSchedule, lanes: int, windows: Sequence[Window]
                *block(lane_loop, [f"out[c_o + c_i] = {finish};"])]
     if not _fits_unrolled(windows):
         return general
-    unrolled = [f"const {c_type} *in = {tap(False)};",
-                *block(lane_loop, _unrolled(schedule, windows, steps, "c_i", "out[c_o + c_i] = {};"))]
+    if schedule.table:      # the maxima vectorized into acc, then each looked up (a loop of its own)
+        unrolled = [f"const {c_type} *in = {tap(False)};", f"{c_type} acc[{lanes}];",
+                    *block(lane_loop, _unrolled(schedule, windows, steps, "c_i", "acc[c_i] = {};")),
+                    *block(lane_loop, [f"out[c_o + c_i] = {finish};"])]
+    else:
+        unrolled = [f"const {c_type} *in = {tap(False)};",
+                    *block(lane_loop, _unrolled(schedule, windows, steps, "c_i",
+                                                f"out[c_o + c_i] = {_stored(schedule, '{}')};"))]
     return [*block(f"if ({_interior(windows)})", unrolled), *block("else", general)]
 
 
@@ -172,7 +186,8 @@ def _staged_block(schedule: PoolSchedule, lanes: int) -> list[str]:
     return [*rows,
             f"lo_transpose_{size}((const {cast} *)stage, ({cast} *)staged, 1, {lanes}, {width});",
             *block(for_loop("long", last.out_dim, last.out),
-                   [*_bounds(last, False), f"{c_type} *out = y + ({out}) * {op.channels};",
+                   [*_bounds(last, False),
+                    f"{C_TYPES[schedule.out_dtype]} *out = y + ({out}) * {op.channels};",
                     *_channel_block(schedule, lanes, (last,), tap, (lanes,))])]
 
 
@@ -215,22 +230,25 @@ def source(schedule: PoolSchedule, function: str = FUNCTION) -> str:
         body = [f"{c_type} stage[{width}], staged[{width}];", *body]
     else:
         position = _offset([("n", op.batch)] + [(w.out_dim, w.out) for w in op.windows])
-        body = [f"{c_type} *out = y + ({position}) * {op.channels};"]
+        body = [f"{C_TYPES[schedule.out_dtype]} *out = y + ({position}) * {op.channels};"]
         if op.kind == "average":
             counted = [f"({w.tap_dim}_span)" if op.count_include_pad else f"({w.tap_dim}_hi - {w.tap_dim}_lo)"
                        for w in op.windows]
             body.append(f"const float count = (float)({' * '.join(counted)});")
         body = _rows(schedule, body + _blocks(schedule, _channel_block), op.windows)
     notes = "\n".join(f"/* {text} */" for text in (str(op), *schedule.pseudocode().splitlines()))
-    rows = (f"static void {function}_rows(const {c_type} *restrict x, {c_type} *restrict y, long lo_begin, "
-            "long lo_end)")
-    call = f"{function}_rows(x, y, lo_begin, lo_end)"
+    out_type = C_TYPES[schedule.out_dtype]
+    table = f"const {out_type} *restrict table, " if schedule.table else ""
+    rows = (f"static void {function}_rows(const {c_type} *restrict x, {out_type} *restrict y, {table}"
+            "long lo_begin, long lo_end)")
+    call = f"{function}_rows(x, y, {'table, ' if table else ''}lo_begin, lo_end)"
     return "\n".join([notes, *block(rows, body), threaded(_declaration(schedule, function)[:-1], call, 1)])
 
 
 def _declaration(schedule: PoolSchedule, function: str) -> str:
-    c_type = C_TYPES[schedule.op.dtype]
-    return f"void {function}(const {c_type} *x, {c_type} *y, long n, {THREADS_PARAM});"
+    c_type, out_type = C_TYPES[schedule.op.dtype], C_TYPES[schedule.out_dtype]
+    table = f"const {out_type} *table, " if schedule.table else ""
+    return f"void {function}(const {c_type} *x, {out_type} *y, {table}long n, {THREADS_PARAM});"
 
 
 class PoolKernel:
@@ -245,8 +263,9 @@ class PoolKernel:
         op = schedule.op
         self._transpose, self._matrix = transpose, (op.batch, op.channels, int(np.prod(op.sizes)))
         self.schedule, self.source, self.dtype = schedule, source, np.dtype(op.dtype)
+        self.out_dtype = np.dtype(schedule.out_dtype)
         self._ffi, self._function = module.ffi, getattr(module.lib, function)
-        self._array = f"{C_TYPES[op.dtype]}[]"
+        self._array, self._out_array = f"{C_TYPES[op.dtype]}[]", f"{C_TYPES[schedule.out_dtype]}[]"
         self.out_shape = (op.batch, *op.output_sizes, op.channels)
         # what the threads split: images x the first output dim (a channels-first input's: of the outer dims)
         split = op.windows[:-1] if schedule.channels_first else op.windows
@@ -255,9 +274,10 @@ class PoolKernel:
         self._to_last, self._to_logical = (0, *range(2, rank), 1), (0, rank - 1, *range(1, rank - 1))
         self.name = f"generated C ({' '.join(flags) or 'no vector flags'})"
 
-    def __call__(self, x: np.ndarray, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
-        out = np.empty(self.out_shape, self.dtype) if out is None else out
-        function, arguments = self.bound(self.stored(x), out, threads)
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None, threads: int = 1,
+                 table: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.out_shape, self.out_dtype) if out is None else out
+        function, arguments = self.bound(self.stored(x), out, threads, table)
         function(*arguments)
         return self.logical(out)
 
@@ -282,16 +302,25 @@ class PoolKernel:
         at most one per row (``rows``), at least one."""
         return min(threads_for(int(np.prod(self.schedule.op.input_shape)), threads), self.rows)
 
-    def bound(self, stored: np.ndarray, out: np.ndarray,
-              threads: int = 1) -> tuple[Callable[..., None], tuple]:
+    def bound(self, stored: np.ndarray, out: np.ndarray, threads: int = 1,
+              table: np.ndarray | None = None) -> tuple[Callable[..., None], tuple]:
         """The C function and its arguments on the input ``stored`` (as ``stored`` returns it) and the
-        channels-last output ``out``, on up to ``threads`` threads (``threads_for``) (checked; the
-        arguments hold both arrays: a caller may repeat the call)."""
-        if out.shape != self.out_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a contiguous {self.dtype} array of shape {self.out_shape} "
+        channels-last output ``out`` (and the schedule's ``table``: 256 contiguous entries of the output's
+        dtype), on up to ``threads`` threads (``threads_for``) (checked; the arguments hold the arrays: a
+        caller may repeat the call)."""
+        if out.shape != self.out_shape or out.dtype != self.out_dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a contiguous {self.out_dtype} array of shape {self.out_shape} "
                              f"(channels-last), got {out.dtype} {out.shape}")
+        mapped = table is not None and table.shape == (256,) and table.dtype == self.out_dtype
+        if bool(self.schedule.table) != (table is not None) or (table is not None and not (
+                mapped and table.flags.c_contiguous)):
+            wanted = f"256 contiguous {self.out_dtype}" if self.schedule.table else "no table"
+            raise ValueError(f"table: the kernel of {self.schedule.op} takes {wanted}, got "
+                             f"{'none' if table is None else f'{table.dtype} {table.shape}'}")
         buffer = self._ffi.from_buffer
-        return self._function, (buffer(self._array, stored), buffer(self._array, out, require_writable=True),
+        tables = (buffer(self._out_array, table),) if table is not None else ()
+        return self._function, (buffer(self._array, stored),
+                                buffer(self._out_array, out, require_writable=True), *tables,
                                 self.rows, self.threads_for(threads))
 
     def logical(self, out: np.ndarray) -> np.ndarray:
