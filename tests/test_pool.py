@@ -63,16 +63,26 @@ def pool_cases(draw) -> tuple[lo.PoolSchedule, str, int]:
     lanes = draw(st.sampled_from([0, 1, 4, 8, 16]))     # 0: the default block
     stored = draw(st.sampled_from(["channels_last", "logical", "strided"]))
     layout = draw(st.sampled_from([op.layout, op.first_layout] if kind == "max" else [op.layout]))
-    return lo.PoolSchedule(op, lanes, layout), stored, draw(st.integers(0, 2**16))
+    table = draw(st.sampled_from(["", *DTYPES])) if kind == "max" and dtype != "float32" else ""
+    return lo.PoolSchedule(op, lanes, layout, table), stored, draw(st.integers(0, 2**16))
 
 
 def _check_kernels(cases):
-    """Each case's kernel (all built from one C file) against the op's reference and the definition; its
-    rows split over 2 and 3 threads (however few: ``MIN_CHUNK`` 1) the same bits as on one."""
+    """Each case's kernel (all built from one C file) against the op's reference and the definition (a max
+    mapped through a random table: the table of those); its rows split over 2 and 3 threads (however
+    few: ``MIN_CHUNK`` 1) the same bits as on one."""
     kernels = host_target().pool_kernels([schedule for schedule, _, _ in cases])
     for kernel, (schedule, stored, seed) in zip(kernels, cases):
-        op = schedule.op
-        x = _input(np.random.default_rng(seed), op, stored)
+        op, rng = schedule.op, np.random.default_rng(seed)
+        x = _input(rng, op, stored)
+        if schedule.table:
+            table = rng.standard_normal(256).astype(np.float32) if schedule.table == "float32" else \
+                rng.integers(0, 256, 256).astype(np.uint8).view(schedule.table)
+            ours = kernel(x, table=table)
+            np.testing.assert_array_equal(ours, table[op.reference(x).view(np.uint8)])
+            with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
+                np.testing.assert_array_equal(kernel(x, threads=2, table=table), ours)
+            continue
         ours, reference = kernel(x), op.reference(x)
         with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
             for threads in (2, 3):
@@ -175,3 +185,14 @@ def test_refusals_name_the_value(arguments, message):
                                                    "float32) must fit 65536 bytes")):
         lo.PoolSchedule(lo.Pool("max", 64, (3, 300), (2, 2)), lanes=64, input_layout="NCHW")
     assert lo.PoolSchedule(lo.Pool("max", 64, (3, 300), (2, 2)), input_layout="NCHW").lanes == 54
+    with pytest.raises(ValueError, match=re.escape("table='uint8': a max of 8-bit values maps through a "
+                                                   "table of one of float32, uint8, int8, not a max of "
+                                                   "float32")):
+        lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2)), table="uint8")
+    kernel = lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2), dtype="int8"), table="float32").compile()
+    x = np.zeros((1, 4, 5, 5), np.int8)
+    with pytest.raises(ValueError, match=r"table: the kernel of .* takes 256 contiguous float32, got none"):
+        kernel(x)
+    with pytest.raises(ValueError, match=r"table: the kernel of .* takes 256 contiguous float32, got uint8 "
+                                         r"\(256,\)"):
+        kernel(x, table=np.zeros(256, np.uint8))
