@@ -1,9 +1,10 @@
 """The pooling nodes of ResNet-18/50 and MobileNetV2, one at a time: loopopt's pooling kernel
-(``lo.PoolSchedule(...).compile()``) on a channels-last input as the plan hands it on, the same node
-through the backend as a one-node model from NCHW (``rep.run``: the input copied channels-last, the
-output copied out), the numpy path the backend ran before (``loopopt.onnx.pooling.POOLS``, on the same
-channels-last input) and onnxruntime's one-node model (NCHW), one thread; rounds interleaved, the
-median of each round's mean.
+(``lo.PoolSchedule(...).compile()``) on a channels-last input as the plan hands it on, a max pool's
+kernel reading the NCHW input as it is (``input_layout``: as a QOperator ResNet's stem conv hands it
+on), the same node through the backend as a one-node model from NCHW (``rep.run``: a max read as it
+is, an average's input copied channels-last; the output copied out), the numpy path the backend ran
+before (``loopopt.onnx.pooling.POOLS``, on the same channels-last input) and onnxruntime's one-node
+model (NCHW), one thread; rounds interleaved, the median of each round's mean.
 
     python benchmarks/bench_pool.py [--rounds 15] [--calls 20]
 """
@@ -54,12 +55,14 @@ def contenders(op_type: str, shape: tuple[int, ...], dtype: type, attributes: di
     values = POOL_ATTRIBUTES | attributes
     op = pool_op(op_type, shape, dtype, values)
     kernel = lo.PoolSchedule(op).compile()
+    first = lo.PoolSchedule(op, input_layout=op.first_layout).compile() if op.kind == "max" else None
     out = np.empty(kernel.out_shape, kernel.dtype)
     model = _model(op_type, op, attributes)
     rep = backend.prepare(model, strict=True)
     session = onnxruntime.InferenceSession(model.SerializeToString(), session_options(1),
                                            providers=["CPUExecutionProvider"])
     calls = {"loopopt kernel (channels-last in)": lambda: kernel(last, out),
+             **({"loopopt kernel (NCHW in)": lambda: first(x, out)} if op.kind == "max" else {}),
              "loopopt rep.run (NCHW in)": lambda: rep.run([x])[0],
              "numpy path (before)": lambda: POOLS[op_type](last, values),
              "onnxruntime (NCHW in)": lambda: session.run(None, {"x": x})[0]}

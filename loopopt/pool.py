@@ -8,8 +8,10 @@ the window's taps, minus the taps that fall into the padding (``domain``, an isl
 win, so they are left out), AveragePool divides by the taps inside the input
 (``count_include_pad=False``) or inside the padded input (``True``); ``ceil_mode`` adds a last window
 that starts inside the input or its leading pad. ``reference`` computes it in numpy from the padded
-input. ``PoolSchedule`` is how a kernel runs it: channels-last storage, the output positions outer,
-the taps, and the channels innermost in blocks of ``lanes`` held in vector registers.
+input. ``PoolSchedule`` is how a kernel runs it: channels-last output, the output positions outer,
+the taps, and the channels innermost in blocks of ``lanes`` held in vector registers; its input stored
+channels-last, or (a max) channels-first as a conv may hand it on: each block's rows then reduced over
+the outer dims' taps first (contiguous rows), transposed, and reduced over the last dim's taps.
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ DTYPES = ("float32", "uint8", "int8")
 OUT_DIMS = {1: ("ow",), 2: ("oh", "ow"), 3: ("od", "oh", "ow")}
 TAP_DIMS = {1: ("kw",), 2: ("kh", "kw"), 3: ("kd", "kh", "kw")}
 LAYOUTS = {1: "NWC", 2: "NHWC", 3: "NDHWC"}     # the kernels' storage layout (channels-last)
+FIRST_LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}     # an input stored channels-first (the logical order)
 VECTOR_BYTES = 256          # the default channel block: four 64-byte vectors
+STAGED_BYTES = 1 << 16      # a channels-first block's rows staged on the stack, at most (twice: transposed)
 
 
 def _ints(value: int | tuple[int, ...] | list[int], spatial: int, name: str, least: int) -> tuple[int, ...]:
@@ -124,8 +128,14 @@ class Pool:
 
     @property
     def layout(self) -> str:
-        """The storage layout of the kernels' input and output (a format tag: channels-last)."""
+        """The storage layout of the kernels' output, and of their input by default (a format tag:
+        channels-last)."""
         return LAYOUTS[len(self.sizes)]
+
+    @property
+    def first_layout(self) -> str:
+        """The channels-first storage layout a max pool's kernel may read its input in (the logical order)."""
+        return FIRST_LAYOUTS[len(self.sizes)]
 
     @property
     def dims(self) -> tuple[tuple[str, int], ...]:
@@ -198,19 +208,57 @@ class Pool:
 
 @dataclass(frozen=True)
 class PoolSchedule:
-    """How a kernel runs ``op``: input and output stored channels-last (``op.layout``), the loops ``n``, the
+    """How a kernel runs ``op``: output stored channels-last (``op.layout``), input stored in
+    ``input_layout`` (``op.layout``, the default, or for a max ``op.first_layout``), the loops ``n``, the
     output positions, ``c_o`` (channel blocks), the taps inside the input, and ``c_i``: ``lanes``
     channels held in vector registers across the taps (default: ``VECTOR_BYTES`` of them; a last block
-    of the remainder)."""
+    of the remainder). A channels-first input's block of rows (``lanes`` x the last input dim, at most
+    ``STAGED_BYTES``; default lanes as many as fit, up to ``VECTOR_BYTES``) is reduced over the outer
+    dims' taps, then transposed, then reduced over the last dim's taps. ``table``: the dtype (float32,
+    uint8 or int8) of a table of 256 entries that each max of 8-bit values is mapped through as it is
+    stored (indexed by its bit pattern: the ONNX backend's lookup of a non-decreasing chain, which
+    commutes with the max), the output of that dtype; empty: none."""
 
     op: Pool
     lanes: int = 0
+    input_layout: str = ""
+    table: str = ""
 
     def __post_init__(self) -> None:
-        lanes = self.lanes or max(1, min(self.op.channels, VECTOR_BYTES // np.dtype(self.op.dtype).itemsize))
+        op, itemsize = self.op, np.dtype(self.op.dtype).itemsize
+        layout = self.input_layout or op.layout
+        if layout not in (op.layout, op.first_layout):
+            raise ValueError(f"input_layout={self.input_layout!r}: the input of a {len(op.sizes)}-D pool is "
+                             f"stored {op.layout} or {op.first_layout}")
+        first = layout == op.first_layout
+        if first and op.kind != "max":
+            raise ValueError(f"input_layout={layout!r}: an average reads its input {op.layout} (only a max "
+                             "pool reduces channels-first rows)")
+        if self.table and (self.table not in DTYPES or op.kind != "max" or op.dtype == "float32"):
+            raise ValueError(f"table={self.table!r}: a max of 8-bit values maps through a table of one of "
+                             f"{', '.join(DTYPES)}, not a {op.kind} of {op.dtype}")
+        row = op.sizes[-1] * itemsize
+        most = VECTOR_BYTES // itemsize
+        if first:
+            most = max(1, min(most, STAGED_BYTES // row))
+        lanes = self.lanes or max(1, min(op.channels, most))
         if not isinstance(lanes, (int, np.integer)) or lanes < 1:
             raise ValueError(f"lanes={self.lanes!r}: the channel block needs an integer >= 1")
+        if first and lanes * row > STAGED_BYTES:
+            raise ValueError(f"lanes={lanes}: a channels-first block of rows ({lanes} x {op.sizes[-1]} "
+                             f"{op.dtype}) must fit {STAGED_BYTES} bytes")
         object.__setattr__(self, "lanes", int(lanes))
+        object.__setattr__(self, "input_layout", layout)
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the table's, else the input's."""
+        return self.table or self.op.dtype
+
+    @property
+    def channels_first(self) -> bool:
+        """Whether the input is stored channels-first (``op.first_layout``)."""
+        return self.input_layout == self.op.first_layout
 
     @property
     def loops(self) -> tuple[tuple[str, int, str], ...]:
@@ -218,6 +266,14 @@ class PoolSchedule:
         op, lanes = self.op, self.lanes
         blocks, tail = divmod(op.channels, lanes)
         block_note = f"{blocks} block(s) of {lanes}" + (f" and one of {tail}" if tail else "")
+        *outer, last = op.windows
+        if self.channels_first:
+            return (("n", op.batch, ""), *((w.out_dim, w.out, "") for w in outer),
+                    ("c_o", blocks + bool(tail), block_note + "; its rows staged, transposed after the taps"),
+                    *((w.tap_dim, w.taps, "taps inside the input: whole input rows") for w in outer),
+                    (last.out_dim, last.out, "over the transposed rows"),
+                    (last.tap_dim, last.taps, "taps inside the input"),
+                    ("c_i", lanes, "vector: contiguous channels"))
         return (("n", op.batch, ""), *((w.out_dim, w.out, "") for w in op.windows),
                 ("c_o", blocks + bool(tail), block_note),
                 *((w.tap_dim, w.taps, "taps inside the input") for w in op.windows),
@@ -227,9 +283,15 @@ class PoolSchedule:
         """The nest as text, one loop a line."""
         body = "O[n, c, o...] = " + ("max over taps of I" if self.op.kind == "max" else
                                      "sum over taps of I / count")
+        body = f"O[n, c, o...] = table[max over taps of I]   # {self.table}" if self.table else body
         return "\n".join([f"{'  ' * depth}for {name} in 0..{extent}" + (f"   # {note}" if note else "")
                           for depth, (name, extent, note) in enumerate(self.loops)]
-                         + [f"{'  ' * len(self.loops)}{body}   # {self.op.layout}"])
+                         + [f"{'  ' * len(self.loops)}{body}   # {self.stored}"])
+
+    @property
+    def stored(self) -> str:
+        """The storage of the input and output: one layout, or ``input -> output``."""
+        return self.op.layout if not self.channels_first else f"{self.input_layout} -> {self.op.layout}"
 
     def compile(self, target: str | None = None):
         """The kernel of this schedule on ``target`` (default: the host's; ``Target.pool_kernels``)."""

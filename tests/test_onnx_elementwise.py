@@ -233,9 +233,11 @@ test_pair_lookup_chain_quick, test_pair_lookup_chain_slow = tiers(_check_pair_lo
 def _check_pool_in_lookup_chain(data):
     """DequantizeLinear -> optionally Relu -> MaxPool or GlobalMaxPool -> QuantizeLinear (random 8-bit
     dtypes, scales, zero points, windows, strides, asymmetric pads, dilation, ceil_mode, a negative
-    output scale, the input stored in a random axis order): the pool on the 8-bit values then one
-    lookup where every window reads an input element and the table is non-decreasing, else the steps as
-    they are; the same bits as onnx.reference either way."""
+    output scale, the input stored in a random axis order, the pool's output also a model output or
+    not): where every window reads an input element, the pool on the 8-bit values mapping each max
+    through the chain's table (one step where that table is non-decreasing and nothing else reads the
+    pool's output; else the chain up to the pool as one step into its float values, then
+    QuantizeLinear), else the steps as they are; the same bits as onnx.reference either way."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(2)]
     zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
@@ -258,23 +260,28 @@ def _check_pool_in_lookup_chain(data):
              helper.make_node(pool, ["r" if relu else "d"], ["p"], **attributes),
              helper.make_node("QuantizeLinear", ["p", "s1", "z1"], ["y"])]
     elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
-    proto = model(nodes, [("q", elem[dtypes[0]], shape)], [("y", elem[dtypes[1]], None)], inits, opset=OPSET)
+    shared = data.draw(st.booleans())
+    outputs = [("y", elem[dtypes[1]], None)] + ([("p", TensorProto.FLOAT, None)] if shared else [])
+    proto = model(nodes, [("q", elem[dtypes[0]], shape)], outputs, inits, opset=OPSET)
     rep = backend.prepare(proto, strict=True)
     selects = pool == "GlobalMaxPool" or (dilation == 1 and not attributes["ceil_mode"])
-    fused = selects and sign > 0
-    assert [s.op_type for s in rep.plan.steps] == (
-        [" -> ".join(n.op_type for n in nodes)] if fused else [n.op_type for n in nodes])
+    steps = [n.op_type for n in nodes]
+    if selects:
+        steps = ([" -> ".join(steps)] if sign > 0 and not shared else [" -> ".join(steps[:-1]), steps[-1]])
+    assert [s.op_type for s in rep.plan.steps] == steps
     q = _stored(data, rng.integers(np.iinfo(dtypes[0]).min, np.iinfo(dtypes[0]).max + 1, shape)
                 .astype(dtypes[0]))
     run = {n.op_type: load_op("", n.op_type, OPSET)(n, RUN_PARAMS).run for n in nodes if n.op_type != pool}
     floats = run["DequantizeLinear"](q, scales[0], zeros[0])[0]
     floats = run["Relu"](floats)[0] if relu else floats
     # the pool by its definition (onnx.reference's MaxPool gets some asymmetric pads wrong)
-    want = run["QuantizeLinear"](naive_pool(pool, floats, attributes), scales[1], zeros[1])[0]
+    pooled = naive_pool(pool, floats, attributes)
+    want = [run["QuantizeLinear"](pooled, scales[1], zeros[1])[0], *([pooled] if shared else [])]
     with mock.patch.object(PoolSchedule, "compile", side_effect=AssertionError("a pool compiled at run")):
-        got = rep.run([q])[0]      # the pool's kernel (8-bit where fused into the lookup) built at prepare
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+        got = rep.run([q])      # the pool's kernel (8-bit where fused into the lookup) built at prepare
+    for ours, theirs in zip(got, want, strict=True):
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        np.testing.assert_array_equal(ours, theirs)
 
 
 test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_pool_in_lookup_chain, 2, 12,

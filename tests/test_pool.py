@@ -2,7 +2,8 @@
 (``lo.PoolSchedule(...).compile()``) against the op's numpy reference and the ONNX definition one
 output element at a time (``naive_pool``), over random shapes: 1-3 spatial dims, odd sizes, channel
 blocks with tails, strides, dilations, asymmetric pads, ceil_mode, count_include_pad, batch > 1,
-inputs stored channels-last or not; max of float32, uint8 and int8 bit-exact."""
+inputs stored channels-last or not, kernels reading them channels-last or (a max) channels-first; max of
+float32, uint8 and int8 bit-exact."""
 from __future__ import annotations
 
 import re
@@ -61,16 +62,27 @@ def pool_cases(draw) -> tuple[lo.PoolSchedule, str, int]:
         raise
     lanes = draw(st.sampled_from([0, 1, 4, 8, 16]))     # 0: the default block
     stored = draw(st.sampled_from(["channels_last", "logical", "strided"]))
-    return lo.PoolSchedule(op, lanes), stored, draw(st.integers(0, 2**16))
+    layout = draw(st.sampled_from([op.layout, op.first_layout] if kind == "max" else [op.layout]))
+    table = draw(st.sampled_from(["", *DTYPES])) if kind == "max" and dtype != "float32" else ""
+    return lo.PoolSchedule(op, lanes, layout, table), stored, draw(st.integers(0, 2**16))
 
 
 def _check_kernels(cases):
-    """Each case's kernel (all built from one C file) against the op's reference and the definition; its
-    rows split over 2 and 3 threads (however few: ``MIN_CHUNK`` 1) the same bits as on one."""
+    """Each case's kernel (all built from one C file) against the op's reference and the definition (a max
+    mapped through a random table: the table of those); its rows split over 2 and 3 threads (however
+    few: ``MIN_CHUNK`` 1) the same bits as on one."""
     kernels = host_target().pool_kernels([schedule for schedule, _, _ in cases])
     for kernel, (schedule, stored, seed) in zip(kernels, cases):
-        op = schedule.op
-        x = _input(np.random.default_rng(seed), op, stored)
+        op, rng = schedule.op, np.random.default_rng(seed)
+        x = _input(rng, op, stored)
+        if schedule.table:
+            table = rng.standard_normal(256).astype(np.float32) if schedule.table == "float32" else \
+                rng.integers(0, 256, 256).astype(np.uint8).view(schedule.table)
+            ours = kernel(x, table=table)
+            np.testing.assert_array_equal(ours, table[op.reference(x).view(np.uint8)])
+            with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
+                np.testing.assert_array_equal(kernel(x, threads=2, table=table), ours)
+            continue
         ours, reference = kernel(x), op.reference(x)
         with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
             for threads in (2, 3):
@@ -100,6 +112,24 @@ def test_a_pool_takes_a_thread_per_min_chunk_of_input_and_row():
     assert [kernel.threads_for(1) for kernel in kernels] == [1, 1, 1]
 
 
+def test_a_channels_first_max_pool_reads_whole_rows_and_splits_the_outer_rows():
+    """ResNet's stem MaxPool read channels-first (as an NCHW conv hands it on): each block of 64 channels'
+    rows reduced over the window's rows where all 3 are inside the input (unrolled: ``in[0 + i]``,
+    ``in[112 + i]``, ``in[224 + i]``), transposed by the host's loops, then over the columns; its rows are
+    the images x output rows, as a channels-last kernel's; a 1-D pool's rows are its images. The same
+    bits as the channels-last kernel on the same values."""
+    op = lo.Pool("max", 64, (112, 112), (3, 3), 2, 1, 1, batch=2)
+    first, last = host_target().pool_kernels([lo.PoolSchedule(op, input_layout="NCHW"), lo.PoolSchedule(op)])
+    assert first.schedule.channels_first and not last.schedule.channels_first
+    assert "in[224 + i] > m ? in[224 + i] : m" in first.source
+    assert "lo_transpose_4((const unsigned int *)stage, (unsigned int *)staged, 1, 64, 112);" in first.source
+    assert "# NCHW -> NHWC" in first.source and first.rows == last.rows == 2 * 56
+    x = np.random.default_rng(5).standard_normal(op.input_shape).astype(np.float32)
+    np.testing.assert_array_equal(first(x, threads=2), last(x))
+    line = lo.Pool("max", 3, (9,), (2,), batch=2)
+    assert host_target().pool_kernels([lo.PoolSchedule(line, input_layout="NCW")])[0].rows == 2
+
+
 def test_the_domain_holds_the_taps_inside_the_input():
     """The domain's instances are the (output element, tap) pairs whose input index is inside the input,
     and the input access maps each into the input's box."""
@@ -115,13 +145,16 @@ def test_the_domain_holds_the_taps_inside_the_input():
 
 def test_the_kernel_runs_the_loops_of_its_schedule():
     """The C's loops are the schedule's, in its order (the images and the first output dim as one loop of
-    rows, which the threads split; the tap loops from each position's first tap inside the input), with a
-    last channel block for the remainder of the channels."""
+    rows, which the threads split; the tap loops from each position's first tap inside the input; where
+    all 9 taps are inside, one loop over the channels with the taps unrolled: ``if`` before ``else``),
+    with a last channel block for the remainder of the channels."""
     schedule = lo.PoolSchedule(lo.Pool("average", 20, (7, 7), (3, 3), 2, 1, 1), lanes=8)
     source = schedule.compile().source
     loops = re.findall(r"for \((?:long|int) (\w+) = ", source)
-    assert loops == ["lo_row", "ow", "c_o", "c_i", "kh", "kw", "c_i", "c_i",    # rows (n, oh); 2 blocks of 8
-                     "c_i", "kh", "kw", "c_i", "c_i"]                                  # the last 4
+    assert loops == ["lo_row", "ow", "c_o", "c_i", "c_i", "kh", "kw", "c_i", "c_i",   # rows; 2 blocks of 8
+                     "c_i", "c_i", "kh", "kw", "c_i", "c_i"]                               # the last 4
+    assert source.count("if (kh_lo == 0 && kh_hi == 3 && kw_lo == 0 && kw_hi == 3) {") == 2
+    assert "m = m + in[" + str(7 * 20 + 20) + " + c_i];" in source        # tap (1, 1): one row and column on
     assert [name for name, _, _ in schedule.loops] == ["n", "oh", "ow", "c_o", "kh", "kw", "c_i"]
     assert "for c_o in 0..3   # 2 block(s) of 8 and one of 4" in schedule.pseudocode()
 
@@ -143,3 +176,23 @@ def test_refusals_name_the_value(arguments, message):
         lo.Pool(**given)
     with pytest.raises(ValueError, match=re.escape("lanes=-1: the channel block needs an integer >= 1")):
         lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2)), lanes=-1)
+    with pytest.raises(ValueError, match=re.escape("input_layout='NWC': the input of a 2-D pool is stored "
+                                                   "NHWC or NCHW")):
+        lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2)), input_layout="NWC")
+    with pytest.raises(ValueError, match=re.escape("input_layout='NCHW': an average reads its input NHWC")):
+        lo.PoolSchedule(lo.Pool("average", 4, (5, 5), (2, 2)), input_layout="NCHW")
+    with pytest.raises(ValueError, match=re.escape("lanes=64: a channels-first block of rows (64 x 300 "
+                                                   "float32) must fit 65536 bytes")):
+        lo.PoolSchedule(lo.Pool("max", 64, (3, 300), (2, 2)), lanes=64, input_layout="NCHW")
+    assert lo.PoolSchedule(lo.Pool("max", 64, (3, 300), (2, 2)), input_layout="NCHW").lanes == 54
+    with pytest.raises(ValueError, match=re.escape("table='uint8': a max of 8-bit values maps through a "
+                                                   "table of one of float32, uint8, int8, not a max of "
+                                                   "float32")):
+        lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2)), table="uint8")
+    kernel = lo.PoolSchedule(lo.Pool("max", 4, (5, 5), (2, 2), dtype="int8"), table="float32").compile()
+    x = np.zeros((1, 4, 5, 5), np.int8)
+    with pytest.raises(ValueError, match=r"table: the kernel of .* takes 256 contiguous float32, got none"):
+        kernel(x)
+    with pytest.raises(ValueError, match=r"table: the kernel of .* takes 256 contiguous float32, got uint8 "
+                                         r"\(256,\)"):
+        kernel(x, table=np.zeros(256, np.uint8))

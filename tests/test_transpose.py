@@ -1,7 +1,7 @@
 """The compiled activation packing (``targets/transpose.py``): layout changes that are batched 2-D
 transposes (``Layout.rotation``) copied by C loops give numpy's bytes exactly, for every element size,
-whole and partial 16 x 16 tiles, padded blocks and batches; the x86 AVX-512 tiles and the portable
-loops alike; a kernel call packs through them."""
+whole and partial 16 x 16 tiles, padded blocks and batches; the x86 AVX-512 or AVX2 tiles (the host's)
+and the portable loops alike; a kernel call packs through them."""
 from __future__ import annotations
 
 import numpy as np

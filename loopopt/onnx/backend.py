@@ -150,7 +150,7 @@ class LoopoptRep(BackendRep):
                 pool = PoolRunner(node.op_type, pool_attributes(node), node.output, self.kernels.threads)
                 self._pools[node.name] = (pool, node.input[0])
                 steps.append(Step(**step, **_pool_step(pool, runtime, value), owns_outputs=True,
-                                  selects=selects))
+                                  selects=pool.map_through if selects else None))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
@@ -169,23 +169,25 @@ class LoopoptRep(BackendRep):
         outputs = [value.name for value in self.prepared.graph.output]
         plan = Plan(fuse_lookups(steps, self.constants, known, outputs, self.kernels.threads), self.constants,
                     outputs)
-        self._build_pools(plan, known)
+        self._build_pools(known)
         return plan
 
-    def _build_pools(self, plan: Plan, known: dict[str, Value]) -> None:
+    def _build_pools(self, known: dict[str, Value]) -> None:
         """Build the pooling kernels the plan runs, all from one C file: each pooling step's on its
-        input, and each pool a lookup runs on 8-bit values (``fuse_lookups``: the input of the
-        DequantizeLinear the pool's input comes from, through elementwise nodes)."""
+        input, and each pool that maps 8-bit values through a lookup chain's table (``fuse_lookups``) on
+        the input of the DequantizeLinear its input comes from, through elementwise nodes; each reading
+        its input channels-first where it arrives so (``_orders``: a conv's NCHW output, the model's
+        inputs)."""
         producers = {name: node for node in self.prepared.graph.node for name in node.output}
-        planned = {step.node for step in plan.steps}
         wanted = []
-        for node, (pool, source) in self._pools.items():
-            if node not in planned:       # in a lookup: the values its input was dequantized from
+        for pool, source in self._pools.values():
+            if pool.table is not None:       # in a lookup: the values its input was dequantized from
                 while source in producers and producers[source].op_type != "DequantizeLinear":
                     source = producers[source].input[0]
                 source = producers[source].input[0] if source in producers else ""
-            value = known.get(source)
-            schedule = None if value is None else pool.schedule(value.shape, value.dtype)
+            value, order = known.get(source), self._orders.get(source)
+            first = order is None or order == tuple(range(len(order)))
+            schedule = None if value is None else pool.schedule(value.shape, value.dtype, first)
             if isinstance(schedule, PoolSchedule):
                 wanted.append((pool, schedule))
         if wanted:

@@ -15,7 +15,8 @@ A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a 
 values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``);
 one of two 8-bit tensors of one shape (a quantized residual block's DequantizeLinear of both, Add,
 Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``. A MaxPool inside a
-chain of one tensor runs on its 8-bit values, before the lookup (``selected_lookup``).
+chain of one tensor, or at its end, runs on its 8-bit values and maps them through the table as it
+stores them (``PoolRunner.map_through``).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from ..targets.linear_quant import linear_quant
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
-from .plan import NUMPY, BoundCalls, Calling, Step
+from .plan import KERNEL, NUMPY, BoundCalls, Calling, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
 Builder = Callable[..., Run]     # (node, values, opset, xp=numpy, threads=1) -> the node's run
@@ -389,17 +390,11 @@ def non_decreasing(table: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.all(ordered[1:] >= ordered[:-1]))
 
 
-def selected_lookup(select: Step, table: np.ndarray, threads: int = 1) -> Run:
-    """``select`` (a MaxPool: ``Step.selects``) of an 8-bit tensor, then ``lookup`` of ``table`` on its
-    output: ``table`` non-decreasing, the same as the lookup before the pool, on fewer elements."""
-    looked = lookup(table, threads)
-    return lambda inputs, reuse: looked([select.run(inputs[:1], False)[0]], False)   # into an aligned buffer
-
-
 def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray],
            known: Mapping[str, Value], private: Callable[[str], bool]) -> tuple[list[Step], list[str]] | None:
-    """The numpy steps a lookup runs in place of ``last`` (a QuantizeLinear) and those before it, in
-    order, and the 8-bit values they start from (one or two); None where they do not make one: a
+    """The steps a lookup runs in place of ``last`` (a QuantizeLinear, or a MaxPool: ``Step.selects``) and
+    the numpy steps before it, in order, and the 8-bit values they start from (one or two); None where
+    they do not make one: a
     DequantizeLinear of each source, then Relu/Clip, a MaxPool (``Step.selects``; one source only) and
     Add/Sub/Mul of two values, none of them read by anything else, every other input a scalar constant."""
     producer = {name: step for step in steps for name in step.outputs}
@@ -440,28 +435,33 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
     activation (DequantizeLinear -> Relu -> QuantizeLinear) or residual Add (DequantizeLinear of
     both operands -> Add -> Relu -> QuantizeLinear). A chain of one value may hold a MaxPool
     (``Step.selects``) where its table is non-decreasing: the pool then runs on the 8-bit values and
-    the lookup on its output (``selected_lookup``), as max(f(x)) == f(max(x)) for such an f."""
+    maps each max through the table in its kernel's store, as max(f(x)) == f(max(x)) for such an f.
+    So does a MaxPool whose output others read too (a QOperator ResNet's stem pool, also its first
+    block's shortcut) with the chain before it: DequantizeLinear -> Relu -> MaxPool as one pool of the
+    8-bit values into the float values, through the table of the steps before it."""
     readers = Counter(name for step in steps for name in step.inputs if name)
     private = lambda name: readers[name] == 1 and name not in outputs
     fused: dict[str, Step | None] = {}       # the last step of a chain -> its lookup step; the others -> None
-    for step in steps:
-        if step.op_type != "QuantizeLinear" or step.engine != NUMPY:
-            continue
-        found = _chain(step, steps, constants, known, private)
+    ends = [s for s in steps if s.op_type == "QuantizeLinear" and s.engine == NUMPY] + [s for s in steps
+                                                                                        if s.selects]
+    for step in ends:
+        found = None if step.node in fused else _chain(step, steps, constants, known, private)
         if found is None:
             continue
         chain, sources = found
         dtypes = [known[name].dtype for name in sources]
         table = lookup_table(chain, sources, dtypes, constants)
-        looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
-        run, last_call = looked, looked.last_call
         selects = [s for s in chain if s.selects]
         if selects:
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
-            run, last_call = selected_lookup(selects[0], table, threads), None
+            selects[0].selects(table)
+            run, last_call, engine = selects[0].run, selects[0].last_call, KERNEL
+        else:
+            looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
+            run, last_call, engine = looked, looked.last_call, NUMPY
         name = " -> ".join(s.op_type for s in chain)
-        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, NUMPY, owns_outputs=True,
+        fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, engine, owns_outputs=True,
                                 last_call=last_call)
         fused.update((inner.node, None) for inner in chain[:-1])
     return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

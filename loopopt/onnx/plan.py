@@ -51,7 +51,9 @@ class Step:
     reason: str = ""        # why onnx.reference runs it (a pooling step on numpy: why its kernel does not)
     reuse: bool = False     # it may write into the buffer of its input ``overwrites`` (set by Plan)
     overwrites: int = 0     # the input it can write over: its index in ``inputs`` (-1: the last)
-    selects: bool = False   # each output element is one of its first input's (``pooling.selects_elements``)
+    # each output element is one of its first input's (``pooling.selects_elements``): this maps them
+    # through a table from then on (``PoolRunner.map_through``: a lookup chain's), else None
+    selects: Callable[[np.ndarray], None] | None = None
     last_call: LastCall | None = None   # a kernel or lookup step: its last C call (``Kernel.with_constants``)
     storage: np.ndarray | None = None   # a bound kernel step: the buffer it writes on every run
 

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from ..ops import auto_pad
-from ..pool import Pool, PoolSchedule
+from ..pool import STAGED_BYTES, Pool, PoolSchedule
 from ..targets.pool_c import PoolKernel
 from .plan import KERNEL, NUMPY, REFERENCE, BoundCalls
 
@@ -243,21 +243,36 @@ class PoolRunner:
     """A pooling node's run on an input array: its loopopt kernel (one per input shape and dtype, given
     at prepare by ``adopt`` or built on the first run of a shape, writing a channels-last buffer of its
     own that the next run overwrites), else ``POOLS`` where the op model refuses the input (``refusal``
-    says why), else None: onnx.reference runs it (``unsupported``)."""
+    says why), else None: onnx.reference runs it (``unsupported``). A pool that selects elements may map
+    each through a table (``map_through``: a lookup chain's, of 256 entries), in its kernel's store."""
 
     def __init__(self, op_type: str, attributes: dict, outputs: Sequence[str], threads: int = 1):
         self.op_type, self.attributes, self.outputs = op_type, attributes, tuple(outputs)
         self.threads = threads      # the model's: the kernel's rows split over up to this many
         self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray, BoundCalls]] = {}
         self._last: BoundCalls | None = None      # the calls of the kernel the last run ran on
+        self.table: np.ndarray | None = None      # what each max of 8-bit values is mapped through
 
-    def schedule(self, shape: Sequence[int], dtype: np.dtype) -> PoolSchedule | str:
-        """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it."""
+    def map_through(self, table: np.ndarray) -> None:
+        """Map each output (a max of 8-bit inputs) through ``table`` (256 entries, indexed by its bit
+        pattern) from now on: set before the kernels are built (``adopt``)."""
+        self.table = np.ascontiguousarray(table)
+
+    def schedule(self, shape: Sequence[int], dtype: np.dtype, first: bool = False) -> PoolSchedule | str:
+        """The kernel's schedule for an input of ``shape`` and ``dtype``, or why it does not run it;
+        ``first``: the input arrives stored channels-first (its logical order), which a max whose rows fit
+        the kernel's staging (``pool.STAGED_BYTES``) reads as it is."""
         refusal = _node_refusal(len(shape), self.attributes, self.outputs)
         if refusal is not None:
             return refusal
         try:
-            return PoolSchedule(pool_op(self.op_type, shape, dtype, self.attributes))
+            op = pool_op(self.op_type, shape, dtype, self.attributes)
+        except ValueError as error:
+            return f"the loopopt kernel refuses it: {error}"
+        reads_first = first and op.kind == "max" and op.sizes[-1] * np.dtype(dtype).itemsize <= STAGED_BYTES
+        table = "" if self.table is None else str(self.table.dtype)
+        try:
+            return PoolSchedule(op, input_layout=op.first_layout if reads_first else op.layout, table=table)
         except ValueError as error:
             return f"the loopopt kernel refuses it: {error}"
 
@@ -273,9 +288,9 @@ class PoolRunner:
     def adopt(self, kernel: PoolKernel) -> None:
         """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
         op = kernel.schedule.op
-        self._kernels[op.input_shape, kernel.dtype] = (kernel, np.empty(kernel.out_shape, kernel.dtype),
-                                                       BoundCalls(lambda last, out: kernel.bound(last, out,
-                                                                                                 self.threads)))
+        calls = BoundCalls(lambda x, out: kernel.bound(x, out, self.threads, self.table))
+        out = np.empty(kernel.out_shape, kernel.out_dtype)
+        self._kernels[op.input_shape, kernel.dtype] = (kernel, out, calls)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """The pool of ``x`` (the kernel's output buffer, as its logical view), or None: the reference
@@ -285,11 +300,13 @@ class PoolRunner:
         if key not in self._kernels:
             schedule = self.schedule(x.shape, x.dtype)
             if isinstance(schedule, str):
-                return (POOLS[self.op_type](x, self.attributes)
-                        if unsupported(self.op_type, x, self.attributes, self.outputs) is None else None)
+                if unsupported(self.op_type, x, self.attributes, self.outputs) is not None:
+                    return None
+                pooled = POOLS[self.op_type](x, self.attributes)
+                return pooled if self.table is None else self.table[pooled.view(np.uint8)]
             self.adopt(schedule.compile())
         kernel, out, calls = self._kernels[key]
-        calls(kernel.channels_last(x), out)
+        calls(kernel.stored(x), out)
         self._last = calls
         return kernel.logical(out)
 

@@ -2,12 +2,14 @@
 1-, 2- or 4-byte elements (``Transpose``). A kernel call packs its activations with them where the
 storage layout moves a run of dims past the ones after them (``Layout.rotation``: NCHW -> NHWC is one
 image's C x HW matrix transposed, NCHW -> NCHW16c each block of 16 channels' 16 x HW), instead of
-numpy's strided copy. The loops walk 16 x 16 tiles; a target may give a whole tile of 4-byte elements
-its own vector code (x86: AVX-512 shuffles, ``targets/x86/transpose_c.py``) and the flags that let the
-compiler vectorize the rest (``Target.vector_flags``).
+numpy's strided copy. The loops walk 16 x 16 tiles; a target may give a whole tile of an element size
+its own vector code (x86: AVX-512 or AVX2 shuffles of 4-byte elements, SSE2 unpacks of bytes,
+``targets/x86/transpose_c.py``) and the flags that let the compiler vectorize the rest
+(``Target.vector_flags``).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 
 import numpy as np
@@ -21,15 +23,16 @@ SCALAR_TILE = """for (long c = 0; c < {tile}; ++c)
                             dst[(c0 + c) * rows + r0 + r] = src[(r0 + r) * cols + c0 + c];"""
 
 
-def source(tile4: str = "", prelude: str = "") -> tuple[str, str]:
-    """The C declarations and definitions of the transposes, one per element size; ``tile4``: the C of
-    a whole 16 x 16 tile of 4-byte elements at ``src + r0 * cols + c0`` into ``dst + c0 * rows + r0``
-    (a function of ``prelude``), else the scalar loops."""
+def source(tiles: Mapping[int, str] | None = None, prelude: str = "", storage: str = "") -> tuple[str, str]:
+    """The C declarations and definitions of the transposes, one per element size; ``tiles``: by element
+    size, the C of a whole 16 x 16 tile at ``src + r0 * cols + c0`` into ``dst + c0 * rows + r0`` (a
+    function of ``prelude``), else the scalar loops; ``storage``: the functions' storage class
+    (``"static "`` where another kernel's C file holds them)."""
     cdefs, bodies = [], []
     for size, c_type in C_TYPES.items():
-        signature = (f"void lo_transpose_{size}(const {c_type} *src, {c_type} *dst, long batch, long rows, "
-                     "long cols)")
-        tile = tile4 if size == 4 and tile4 else SCALAR_TILE.format(tile=TILE)
+        signature = (f"{storage}void lo_transpose_{size}(const {c_type} *src, {c_type} *dst, long batch, "
+                     "long rows, long cols)")
+        tile = (tiles or {}).get(size) or SCALAR_TILE.format(tile=TILE)
         cdefs.append(f"{signature};")
         bodies.append(f"""{signature.replace('*src', '*restrict src').replace('*dst', '*restrict dst')}
 {{
@@ -54,11 +57,15 @@ def source(tile4: str = "", prelude: str = "") -> tuple[str, str]:
 class Transpose:
     """``transpose(src, dst, batch, rows, cols)``: ``dst`` (contiguous, ``batch x cols x rows``) gets
     ``src`` (contiguous, ``batch x rows x cols``) with each matrix transposed; ``name`` says which code
-    runs it."""
+    runs it; ``static_source``: the same loops as static C functions ``lo_transpose_<size>`` (for a
+    kernel's C file that transposes blocks of its own; built with the same ``flags``)."""
 
-    def __init__(self, cdef: str, code: str, flags: tuple[str, ...], name: str):
+    def __init__(self, flags: tuple[str, ...], name: str, tiles: Mapping[int, str] | None = None,
+                 prelude: str = ""):
+        cdef, code = source(tiles, prelude)
         module = compile_c(code, cdef, flags)
         self._ffi, self._lib, self.name = module.ffi, module.lib, name
+        self.static_source = source(tiles, prelude, "static ")[1]
 
     def __call__(self, src: np.ndarray, dst: np.ndarray, batch: int, rows: int, cols: int) -> None:
         size = src.dtype.itemsize
@@ -78,4 +85,4 @@ class Transpose:
 @cache
 def portable_transpose(flags: tuple[str, ...] = ()) -> Transpose:
     """The scalar tile loops built with ``flags`` (a target's ``vector_flags``), once per process."""
-    return Transpose(*source(), flags, f"portable C {' '.join(flags)}".strip())
+    return Transpose(flags, f"portable C {' '.join(flags)}".strip())

@@ -1,6 +1,11 @@
 """x86's 8-bit table lookup (``targets/bytemap.py``) on AVX-512 VBMI: 64 bytes a step, each looked up
 in the table's low and high 128 bytes (``vpermi2b`` over two registers each) and picked by its top bit
-(``vpmovb2m``); the tail under a byte mask. Its pair lookup on AVX-512F: 16 pairs a step, each the
+(``vpmovb2m``); the tail under a byte mask. On AVX2: 32 bytes a step, looked up in each 16-byte row of
+the table (``vpshufb`` by the low nibble) where the byte minus 16 times the row, plus 0x70 with unsigned
+saturation, keeps its top bit clear (the byte is in that row; ``vpshufb`` zeroes the others), the rows'
+results or-ed; the tail by the portable loop's statement. 200,704 bytes (a 64x56x56 activation) on an
+AMD EPYC Zen 3, one thread, medians of 100 interleaved calls (the two cores shared): portable loop 96 us,
+AVX2 56 us; 802,816 bytes 337 -> 213 us. Its pair lookup on AVX-512F: 16 pairs a step, each the
 aligned 32-bit word of the table that holds its byte (``vpgatherdd``, never past the table's end),
 shifted down to that byte and narrowed (``vpmovdb``); the tail by the portable loop's statement."""
 from __future__ import annotations
@@ -8,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from ..bytemap import PAIR_SERIAL, SERIAL, ByteMap, PairMap, portable_byte_map, portable_pair_map
-from .isa import AVX512, VBMI_FLAGS, available_isas, cpu_flags
+from .isa import AVX2, AVX512, VBMI_FLAGS, available_isas, cpu_flags
 
 VBMI_FLAGS_OF = AVX512.compile_flags + (VBMI_FLAGS[AVX512.name][1],)
 VBMI_SOURCE = f"""#include <immintrin.h>
@@ -34,12 +39,39 @@ static inline __m512i lo_map64(__m512i x, __m512i t0, __m512i t1, __m512i t2, __
 """
 
 
+AVX2_SOURCE = f"""#include <immintrin.h>
+{SERIAL}
+{{
+    __m256i rows[16];
+    for (int h = 0; h < 16; ++h)
+        rows[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16 * h)));
+    const __m256i bias = _mm256_set1_epi8(0x70), row = _mm256_set1_epi8(16);
+    long i = 0;
+    for (; i + 32 <= n; i += 32) {{
+        __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+        for (int h = 0; h < 16; h += 2) {{
+            even = _mm256_or_si256(even, _mm256_shuffle_epi8(rows[h], _mm256_adds_epu8(x, bias)));
+            x = _mm256_sub_epi8(x, row);
+            odd = _mm256_or_si256(odd, _mm256_shuffle_epi8(rows[h + 1], _mm256_adds_epu8(x, bias)));
+            x = _mm256_sub_epi8(x, row);
+        }}
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_or_si256(even, odd));
+    }}
+    for (; i < n; ++i)
+        dst[i] = table[src[i]];
+}}
+"""
+
+
 @cache
 def x86_byte_map() -> ByteMap:
-    """The VBMI lookup where this CPU runs AVX-512 with VBMI (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it),
-    else the portable loop."""
+    """The VBMI lookup where this CPU runs AVX-512 with VBMI (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it), the
+    AVX2 one where it runs AVX2, else the portable loop."""
     if AVX512.name in available_isas() and VBMI_FLAGS[AVX512.name][0] in cpu_flags():
         return ByteMap(VBMI_SOURCE, VBMI_FLAGS_OF, "avx512 vbmi")
+    if AVX2.name in available_isas():
+        return ByteMap(AVX2_SOURCE, AVX2.compile_flags, "avx2 pshufb")
     return portable_byte_map()
 
 GATHER_SOURCE = f"""#include <immintrin.h>
