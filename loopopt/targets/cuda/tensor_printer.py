@@ -104,10 +104,9 @@ def _staging_offset(stages: int, step_bytes: int) -> int:
     return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
 
 
-def store_staging_bytes(consumers: int, buffers: int = tma_store.BUFFERS) -> int:
-    """Shared memory of ``consumers`` warpgroups' ``buffers`` staging buffers each of their TMA stores
-    (``tma_store.py``)."""
-    return consumers * buffers * tma_store.CHUNK_BYTES
+def store_staging_bytes(consumers: int) -> int:
+    """Shared memory of ``consumers`` warpgroups' staging buffers of their TMA stores (``tma_store.py``)."""
+    return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
 
 
 def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers: int) -> int:
@@ -384,14 +383,7 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return store_staging_bytes(self.warp_count, self.staging_buffers)
-
-    @property
-    def staging_buffers(self) -> int:
-        """A consumer warpgroup's staging buffers of its TMA stores: a persistent kernel's two past its
-        ring, another kernel's one a chunk of a fragment over its tiles (64 x N floats a warpgroup hold
-        them): no chunk of a fragment then waits for a store to read a buffer."""
-        return tma_store.BUFFERS if self.s.persistent_tiles else self.ins.n // self.out_type.chunk_columns
+        return store_staging_bytes(self.warp_count)
 
     @property
     def row_staging_bytes(self) -> int:
@@ -1123,7 +1115,7 @@ class TensorPrinter:
             self._direct_epilogue(depth)
 
     def _stored_epilogue(self, depth: int) -> None:
-        """Each fragment a chunk of columns at a time through the warpgroup's staging buffers, each
+        """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
         chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
         nb, device = self.count[self.b], self.syntax.device
         width = self.stored.columns
@@ -1133,26 +1125,22 @@ class TensorPrinter:
         inner = depth + 3
         self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
         self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
-        buffers = self.staging_buffers
+        buffers = tma_store.BUFFERS
         self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
                          f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
         if device:     # the store that last read this buffer is done reading; every thread knows it
-            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT({buffers - 1});")
+            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT(1);")
             self.emit(inner, "LO_GROUP_SYNC();")
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
         acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
-        reads = bool(self._bias) or self.s.residual    # past the output, their reads are guarded
-        if reads:
-            self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
+        self.emit(inner + 1, f"const {self.int_type} {self.i} = lo_row;")
         self.emit(inner + 1, f"{self.syntax.unroll} 2")
         self.emit(inner + 1, cprint.for_loop("int", "lo_h", 2) + " {")
+        self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
         at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c", self.out_type.size)
         value = self._output_value(f"{acc}[lo_e + lo_h]")
-        if reads:
-            self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
-            value = f"({valid}) ? {value} : 0.0f"
-        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(value)};")
+        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(f'({valid}) ? {value} : 0.0f')};")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")

@@ -1,20 +1,17 @@
-"""A TMA kernel's outputs stored by the tensor memory accelerator: each consumer warpgroup writes its
-fragment, a chunk of 128 bytes of columns at a time (32 float32, 64 of a 16-bit output:
-``output_types``), into a staging buffer of its own in shared memory (64 rows of 128 bytes in the 128-byte
-swizzle, so the pairs of columns a warp writes hit every bank), and one thread of it stores the chunk as
-one box of a tensor map of the output (``cp.async.bulk.tensor.2d.global.shared``, clipped to the output:
-its tails need no guard, but where the element reads a bias or a residual). The store runs behind the
-warpgroup, which goes on to its next chunk (and, in a persistent kernel, to the next tile's products);
-before it overwrites a buffer, the issuing thread waits until at most the other buffers' stores still
-read the staging (``cp.async.bulk.wait_group.read``), and the warpgroup meets on its named barrier before
-and after the writes (with ``fence.proxy.async`` between the writes and the store). A persistent kernel
-(``Schedule.persistent``) has two buffers a warpgroup past its ring; another kernel one a chunk of a
-fragment over its tiles, once the products are done (``TensorPrinter.staging_buffers``).
+"""A persistent kernel's outputs stored by the tensor memory accelerator (``Schedule.persistent``): each
+consumer warpgroup writes its fragment, a chunk of 128 bytes of columns at a time (32 float32, 64 of a
+16-bit output: ``output_types``), into one of two staging buffers of its own in shared memory (64 rows of
+128 bytes in the 128-byte swizzle, so the pairs of columns a warp writes hit every bank), and one thread
+of it stores the chunk as one box of a tensor map of the output
+(``cp.async.bulk.tensor.2d.global.shared``, clipped to the output: its tails need no guard). The store
+runs behind the warpgroup, which goes on to its next chunk and to the next tile's products; before it
+overwrites a buffer, the issuing thread waits until at most one store still reads the staging
+(``cp.async.bulk.wait_group.read 1``), and the warpgroup meets on its named barrier before and after the
+writes (with ``fence.proxy.async`` between the writes and the store).
 
 It applies where the output is a 2-D row-major matrix whose fragment rows and columns are
 consecutive rows and columns of it (a Matmul's or Gemm's, without ``split_k``, whose rows are 16-byte
-multiples) and, in a persistent kernel, the staging fits beside the ring; elsewhere the consumers store
-from registers or through shared memory an element a thread.
+multiples) and the staging fits beside the ring; elsewhere the consumers store from registers.
 
 The host emulation writes the same swizzled bytes and copies each chunk's box out of them, clipped to
 the output: a staging address or box coordinate off by one misses the reference without a GPU.
