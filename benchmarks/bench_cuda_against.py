@@ -4,7 +4,7 @@ subprocess; the kernels' parameters must be the same), both verified against flo
 launch with the L2 overwritten in alternation with cuBLAS (``cuda_bench.interleaved_medians``, twice)
 and in a CUDA graph.
 
-``python benchmarks/bench_cuda_against.py --against PATH [--json PATH]``
+``python benchmarks/bench_cuda_against.py --against PATH [--only CASE,...] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ from loopopt.targets.cuda import device
 
 SPECIALIZED = {"depth": 64, "swizzle": 128, "engine": "tma", "specialize": True}
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}
+WIDE = {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
+        "engine": "tma"}        # the GEMM in no catalog's first choice
 CASES = {"bert 64x64 s14": ("bert", SMALL | SPECIALIZED | {"stages": 14}),
          "bert 64x64 s8": ("bert", SMALL | SPECIALIZED | {"stages": 8}),
-         "no catalog 192x256 s4": ("novel_gemm", {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1,
-                                                  "depth": 64, "swizzle": 128, "stages": 4, "engine": "tma"}),
+         "no catalog 192x256 s4": ("novel_gemm", WIDE),
+         "no catalog 192x256 s4 cluster 1x2": ("novel_gemm", WIDE | {"cluster": (1, 2)}),
          "no catalog 192x128 s5 specialized": ("novel_gemm", {"block_m": 192, "block_n": 128, "warps_m": 3,
                                                               "warps_n": 1, "stages": 5} | SPECIALIZED)}
 
@@ -44,10 +46,11 @@ def printed_there(root: str, op: lo.Op, arguments: dict) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-def bench(root: str) -> list[dict]:
+def bench(root: str, names: list[str]) -> list[dict]:
     import torch
     arch, rows = device.arch(), []
-    for name, (case, arguments) in CASES.items():
+    for name in names:
+        case, arguments = CASES[name]
         op = case_op(case)
         schedule = gpu_wgmma(op, **arguments)
         kernels = {"there": kernel_from(schedule, printed_there(root, op, arguments), arch),
@@ -76,11 +79,16 @@ def bench(root: str) -> list[dict]:
 if __name__ == "__main__":
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--against", required=True, help="the other loopopt checkout's root")
+    arguments.add_argument("--only", help="comma-separated cases: " + ", ".join(CASES))
     arguments.add_argument("--json", help="write the environment and rows to this file")
     args = arguments.parse_args()
+    names = args.only.split(",") if args.only else list(CASES)
+    unknown = [name for name in names if name not in CASES]
+    if unknown:
+        arguments.error(f"--only {unknown[0]!r}: the cases are " + ", ".join(CASES))
     environment_line = environment()
     print(json.dumps(environment_line), flush=True)
-    measured = bench(args.against)
+    measured = bench(args.against, names)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": environment_line, "rows": measured}, f, indent=1)

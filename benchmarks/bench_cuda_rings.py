@@ -62,7 +62,11 @@ WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} 
                                (TALL[4], (1, 2)))
      for extra in (SPECIALIZED, {"engine": "tma"})] + \
     [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
-      "engine": "tma", "cluster": (1, 2)}]      # 11 x 12 tiles (x 24 at 128 columns): clusters along columns
+      "engine": "tma", "cluster": (1, 2)}] + \
+    [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 32, "swizzle": 64, "stages": s,
+      "engine": "tma"} | extra for s in (6, 8) for extra in ({}, {"cluster": (1, 2)})]
+# 11 x 12 tiles (x 24 at 128 columns): clusters along columns; 192 x 256 at depth 32 keeps 4-6 steps'
+# copies in flight (112-168 KB) where depth 64 keeps 2 (112 KB)
 
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:

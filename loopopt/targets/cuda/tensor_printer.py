@@ -358,7 +358,7 @@ class TensorPrinter:
         """Where the ring's mbarriers (one per buffer; TMA-staged inputs only) start in shared memory:
         after the tiles and the epilogue's scratch, or a persistent kernel's staging of the stores
         (``tma_store.py``) or of its requantized rows (``row_staging_bytes``)."""
-        if self.stored is not None:
+        if self.s.persistent_tiles and self.stored is not None:
             return persistent_shared(self.pipeline, self.step_bytes, self.staging_bytes, 0)
         return self._ring_and_rows(self.pipeline, 0)
 
@@ -392,11 +392,13 @@ class TensorPrinter:
 
     @cached_property
     def stored(self) -> tma_store.StoredOutput | None:
-        """The output as TMA stores a persistent kernel's chunks (``tma_store.py``), or None: the
-        consumers store from registers (another output, or no room for the staging beside the ring)."""
-        if not self.s.persistent_tiles or not self.ins.asynchronous:
+        """The output as TMA stores the consumers' chunks (``tma_store.py``): a persistent kernel's staged
+        past its ring, another TMA kernel's over its tiles, where its epilogue's scratch would be (a 64 x N
+        float fragment a warpgroup, N >= 64, holds the staging); or None: the consumers store from
+        registers or through the scratch (another output, or no room beside a persistent kernel's ring)."""
+        if not self.s.tma_staged or not self.ins.asynchronous:
             return None
-        fits = staging_fits(self.pipeline, self.step_bytes, self.warp_count)
+        fits = not self.s.persistent_tiles or staging_fits(self.pipeline, self.step_bytes, self.warp_count)
         return tma_store.output(self.s, self.i, self.j, self.ins.n) if fits else None
 
     @property
@@ -912,6 +914,9 @@ class TensorPrinter:
                 self.emit(depth, self.code.drain)
             self._row_epilogue(depth)
             return
+        if self.stored is not None:
+            self._staged_epilogue(depth)
+            return
         nb, n, accumulator = self.count[self.b], self.ins.fragment_elements, self.code.accumulator
         device = self.syntax.device
         if device:
@@ -945,6 +950,19 @@ class TensorPrinter:
             self.emit(inner, sync)
         self.emit(depth + 1, "}")
         self.emit(depth, "}")
+
+    def _staged_epilogue(self, depth: int) -> None:
+        """A tile's outputs stored by TMA (``_stored_epilogue``), staged over the tiles once every warp is
+        done with them; the stores done before the block ends. (A 192 x 256 tile's scratch epilogue wrote
+        its floats 8 lanes a bank.)"""
+        if self.syntax.device:
+            self.emit(depth, self.code.drain)
+            self._reuse_tiles(depth)
+            element = self.out_type.device
+            self.emit(depth, f"{element} *lo_stage = ({element} *) lo_smem;")
+        self._stored_epilogue(depth)
+        if self.syntax.device:
+            self.emit(depth, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
 
     @property
     def splits(self) -> int:
@@ -1301,6 +1319,13 @@ class TensorPrinter:
                          + f" {self.op.output}[lo_o] = {self._poison};")
         self.emit(0, "}")
 
+    def _host_staging(self, depth: int) -> None:
+        """The host emulation's map of the output and staging buffers where TMA stores it."""
+        if self.stored is not None:
+            self.emit(depth, self.stored.host_map())
+            staged = self.staging_bytes // self.out_type.size
+            self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
+
     def _declare_accumulators(self, depth: int) -> None:
         count = self.accumulators * (1 if self.syntax.device else self.warp_count)
         self.emit(depth, self.code.declare_acc.format(name="lo_acc", count=count))
@@ -1327,6 +1352,7 @@ class TensorPrinter:
             self.emit(depth, f"long lo_tx[{self.pipeline}] = {{0}};   /* bytes a barrier awaits */")
             for box in self.tma.values():
                 self.emit(depth, box.host_map())
+            self._host_staging(depth)
         self._declare_accumulators(depth)
         if self.sums:
             self._declare_sums(depth)
@@ -1411,10 +1437,7 @@ class TensorPrinter:
                              f"lo_mbar_init(lo_empty + lo_s, {consumers}); }}")
             for box in self.tma.values():
                 self.emit(depth, box.host_map())
-            if self.stored is not None:
-                self.emit(depth, self.stored.host_map())
-                staged = self.staging_bytes // self.out_type.size
-                self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
+            self._host_staging(depth)
             self._declare_accumulators(depth)
             self._emulated_protocol(depth, empty, full, release)
             if not walks:       # a persistent kernel's consumers store each tile in the protocol
@@ -1456,7 +1479,7 @@ class TensorPrinter:
         self._warp_variables(inner)
         if not walks:
             self._declare_accumulators(inner)
-        if self.stored is not None:
+        if self.stored is not None and walks:
             element = self.out_type.device
             self.emit(inner, f"{element} *lo_stage = ({element} *) (lo_smem + {self.staging_offset});")
         code = self.code
