@@ -471,17 +471,20 @@ def tap_convs(draw):
                      quant=draw(SPECS))
 
 
-def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1, kernel=None):
+def check_quantized(schedule: lo.Schedule, isa: str, seed: int = 1, call=None, threads: int = 1, kernel=None,
+                    runs: int = 1):
     """The quantized kernel of ``schedule`` on ``isa`` (on ``threads`` threads; ``kernel``: that kernel,
     built already) agrees with quant.py's exact reference (raw products exactly, requantized and int32
     outputs bit for bit, float outputs within their bound), on ``call`` (``(arrays, params)``) or else
-    on ``random_call(op, seed)``."""
+    on ``random_call(op, seed)``, after ``runs`` runs on the same buffers (2: no sum is added to the
+    last run's)."""
     op = schedule.op
     kernel = schedule.compile(isa) if kernel is None else kernel
     kernel.set_threads(threads)
     args, params = call if call is not None else random_call(op, seed)
     buffers = kernel.prepare(*args, **params)
-    kernel.run(buffers)
+    for _ in range(runs):
+        kernel.run(buffers)
     result = kernel.output(buffers)
     expected = reference_output(op, args, params)
     assert result.dtype == expected.dtype and result.shape == expected.shape

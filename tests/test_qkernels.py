@@ -105,6 +105,33 @@ test_spatially_blocked_quantized_convs_quick, test_spatially_blocked_quantized_c
     spatially_blocked_quantized_conv, 1, 5, isas=ISAS, data=st.data())
 
 
+def cache_blocked_dot_conv(isa, data):
+    """A quantized conv's dot register block under a cache block of its input channels, as the x86
+    ranking puts first for wide layers: the block's first visit of its outputs starts its int32 sums
+    (no pass zeroes them), the epilogue a pass after the nest, split over the threads with the nest (its
+    output channels or rows) or on one thread; every QuantSpec, run twice on the same buffers, exact."""
+    c = data.draw(st.integers(5, 20))
+    op = lo.Conv2d(c, data.draw(st.integers(1, 40)), 3, stride=data.draw(st.integers(1, 2)),
+                   padding=data.draw(st.integers(0, 1)), batch=data.draw(st.integers(1, 2)),
+                   height=data.draw(st.integers(3, 7)), width=data.draw(st.integers(3, 9)),
+                   quant=data.draw(SPECS))
+    lanes = X86_ISAS[isa].lanes
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", f"OHWI{lanes}o4i")
+         .split("c", 4 * data.draw(st.integers(1, (c - 1) // 4))).split("c_i", 4)
+         .tile(ow=data.draw(st.integers(1, 4)), k=2 * lanes)
+         .reorder("n", "k_o", "oh", "c_o", "ow_o", "kh", "kw", "c_i_o", "c_i_i").vectorize("k_i")
+         .register_block("kh"))
+    parallel = data.draw(st.sampled_from([None, "k_o", "oh"]))
+    s = s.parallel(parallel) if parallel else s
+    call = data.draw(st.none() | integer_calls(op))
+    kernel = check(s, isa, threads=2 if parallel else 1, call=call, runs=2)
+    assert "lo_first = c_o == 0" in kernel.source and "/* O = 0 */" not in kernel.source
+
+
+test_cache_blocked_dot_convs_quick, test_cache_blocked_dot_convs = tiers(
+    cache_blocked_dot_conv, 2, 12, isas=SIMD_ISAS, data=st.data())
+
+
 def vnni_conv(s):
     """The VNNI form: NHWC activations, 4 input channels innermost in the weights, c split by 4."""
     return (s.layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o4i").split("c", 4).tile(ow=3, k=16)

@@ -224,13 +224,15 @@ class RegisterBlock:
     def _first_pass(self) -> str | None:
         """The C condition under which a block that does not hold final outputs visits its outputs
         first (``Schedule.block_first_pass``: its outer reduction loops all at 0), where its
-        accumulators start from the bias instead of loading the output, so no pass sets the output
-        first; None where the block cannot (it holds final outputs, sums lanes of a vector chunk, is
-        quantized or loads a bias it cannot load as one vector)."""
+        accumulators start from the bias (integer arithmetic: from zero) instead of loading the output,
+        so no pass sets the output first; None where the block cannot (it holds final outputs, sums
+        lanes of a vector chunk, is quantized with other than integer arithmetic or loads a bias it
+        cannot load as one vector)."""
         em = self.em
         loops = em.schedule.block_first_pass()
-        if (not loops or self.initialises_output or self.chunk_loop is not None or em.arith.plan is not None
-                or not self._bias_loadable()):
+        plan = em.arith.plan
+        if (not loops or self.initialises_output or self.chunk_loop is not None
+                or (plan is not None and not plan.integer) or not self._bias_loadable()):
             return None
         return " && ".join(f"{name} == 0" for name in loops)
 

@@ -429,8 +429,12 @@ def _storage_offset(schedule: Schedule, tensor: str, index) -> str:
 PARALLEL_FOR = "#pragma omp parallel for schedule(static)"   # the schedule's parallel loop
 
 
-def _omp(schedule: Schedule) -> list[str]:
-    return [PARALLEL_FOR] if schedule.parallel_loop is not None else []
+def _omp(schedule: Schedule, collapse: int = 1) -> list[str]:
+    """The pragma splitting the next loop (``collapse`` > 1: the next ``collapse`` loops, as one) over the
+    threads of a parallel schedule."""
+    if schedule.parallel_loop is None:
+        return []
+    return [PARALLEL_FOR + (f" collapse({collapse})" if collapse > 1 else "")]
 
 
 def _tables(op: Op, qp: QuantPlan) -> list[str]:
@@ -666,5 +670,7 @@ def epilogue(schedule: Schedule, qp: QuantPlan) -> list[str]:
     lines = ["/* epilogue: compensation, bias" + (", scale" if op.quant.scaled else "")
              + (", requantization" if op.quant.requantized else "")
              + ", in the output's storage order */"]
+    # the threads split the loops outside the vectorized one: a batch of one is not one thread's pass
+    outer = max(1, len(loops) - 1)
     loops = [*loops[:-1], f"{SIMD_PRAGMA}\n{loops[-1]}"]
-    return lines + cprint.block("", [*_omp(schedule), *cprint.loop_nest(loops, body)])
+    return lines + cprint.block("", [*_omp(schedule, outer), *cprint.loop_nest(loops, body)])

@@ -565,6 +565,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     l1, l2 = _caches()["L1"], _caches()["L2"]
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
+    # a cache block of the reduction that keeps an emulated dot's weights in L1 gains it nothing: the
+    # widening of each weight vector (``EMULATED_DOT_OPS``) hides its L2 latency, and the block's sums
+    # go to memory between the passes and through an epilogue pass after the nest
+    stays = stays and not (knobs.cache_block and emulates_dot(candidate.isa, knobs.weights))
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays
                    else L2_FIT * l2_weight_share(candidate))
     scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
