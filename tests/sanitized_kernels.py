@@ -91,7 +91,7 @@ def test_quantized_matmuls(isa, data, m, n, k):
 @given(data=st.data())
 def test_tap_dots(isa, data):
     """Tap dots (codegen/taps.py): window loads read at most a window past the activations, and the
-    windows near a row's ends only the row's bytes."""
+    windows near a row's ends nothing before them (AVX-512: only the row's bytes)."""
     s = tap_schedule(data.draw(tap_convs()), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)))
     assume(generates(s, isa))     # without a tap dot a register block may refuse a guarded broadcast
     check_quantized(s, isa)

@@ -22,8 +22,9 @@ moves each 128-bit lane's 16 bytes into place with one dword permute (the 4 lane
 ``q`` start at byte ``4*q*s``, a dword boundary) and picks the groups with one byte shuffle. Bytes
 at columns outside the input row ``[0, size)`` read as the activation's zero (a window whose used
 bytes lie in the row is one plain load, which may read up to a window past the activations'
-end, ``read_ahead``; the others read only the row's bytes: a byte-masked load on AVX-512, byte by
-byte on AVX2), so taps in the padding add nothing to the products: the window's padding guard is
+end, ``read_ahead``; the others: a byte-masked load of the row's bytes on AVX-512, on AVX2 the fill
+blended into a load from the window's column or, where it starts before the row, from the row's start,
+also within ``read_ahead``), so taps in the padding add nothing to the products: the window's padding guard is
 applied per byte (``TapDot.guard`` is not a lane mask), and the integer plan (compensation over
 the valid taps) is that of any other dot.
 

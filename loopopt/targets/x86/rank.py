@@ -214,6 +214,18 @@ def spills_accumulators(candidate: Candidate, accumulators: int) -> bool:
     return steps > dict(knobs.unroll).get(loop, 1)
 
 
+def spills_unrolled(candidate: Candidate) -> bool:
+    """Whether an emulated dot block (AVX2's ``lo_avx2_dpbusd``, 16 registers; a dot or tap dot) unrolls
+    several reduction loops (the taps of a window completely): GCC 12 then hoists the weight loads and
+    widenings of the unrolled steps and spills them and the accumulators. Int8 stems on the AMD EPYC Zen 3,
+    1 thread, kernel-only medians of one interleaved run each, that unroll against the same block with one
+    loop or none unrolled: ResNet's 7x7 (7x16 dot) 5.49 against 3.23 ms, its 16x4 tap dot (kh, kw) 3.75
+    against 3.21-3.31 ms; MobileNetV1/V2's 3x3 (7x16 dot) 0.444 / 0.448 against 0.369-0.380 ms; VGG-16's
+    conv1_1 3.50 against 2.58-3.05 ms."""
+    knobs = candidate.knobs
+    return knobs.weights in ("dot", "taps") and candidate.isa in EMULATED_DOT_OPS and len(knobs.unroll) > 1
+
+
 def rolled(candidate: Candidate) -> bool:
     """Whether the innermost reduction loop of a register-blocked candidate steps (is not unrolled):
     unrolling a loop outside it (a tap) leaves a loop step per reduction step (ResNet-50 conv3_x, 4x64
@@ -527,7 +539,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
     needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
     if (spare < needed                                                           # the compiler spills
-            or spills_accumulators(candidate, accumulators)):
+            or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
@@ -637,14 +649,14 @@ def imbalance(candidate: Candidate, threads: int) -> float:
 
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
-    unrolled (only whether the innermost reduction loop is); candidates that differ only there share
-    their figures."""
+    unrolled (only whether the innermost reduction loop is, and whether an emulated dot unrolls several);
+    candidates that differ only there share their figures."""
     knobs = candidate.knobs
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return candidate.op, candidate.isa, knobs, candidate.threads
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, rolled(candidate), knobs.outer, knobs.pixel, candidate.residual,
-            candidate.threads)
+            knobs.cache_block, rolled(candidate), spills_unrolled(candidate), knobs.outer, knobs.pixel,
+            candidate.residual, candidate.threads)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
