@@ -27,6 +27,7 @@ from loopopt.targets.float_map import OPERATORS, float_map
 from loopopt.targets.linear_quant import linear_quant
 from loopopt.targets.registry import host_target
 from loopopt.targets.threaded_c import MIN_CHUNK, threads_for
+from loopopt.targets.x86.bytemap_c import x86_byte_maps
 
 OPSET = 21
 RUN_PARAMS = {"opsets": {"": OPSET}, "log": lambda *args: None, "verbose": 0, "new_ops": None,
@@ -288,8 +289,12 @@ test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_p
                                                                         st.data())
 
 
-@pytest.mark.parametrize("byte_map", [portable_byte_map(), host_target().byte_map()],
-                         ids=lambda m: m.name)
+# every lookup this host runs (on x86: each ISA's, not only the one its target picks), and the portable loop
+BYTE_MAPS = (x86_byte_maps() if host_target().name == "x86"
+             else (host_target().byte_map(), portable_byte_map()))
+
+
+@pytest.mark.parametrize("byte_map", list(dict.fromkeys(BYTE_MAPS)), ids=lambda m: m.name)
 def test_byte_map_matches_numpy_over_tails(byte_map):
     """Every length 0-200 (the vector steps' tails; chunks of 64 on 2 and 3 threads) and in place, and
     lengths of several ``MIN_CHUNK`` on 1-3 threads, against numpy's indexing."""

@@ -65,14 +65,21 @@ AVX2_SOURCE = f"""#include <immintrin.h>
 
 
 @cache
-def x86_byte_map() -> ByteMap:
-    """The VBMI lookup where this CPU runs AVX-512 with VBMI (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it), the
-    AVX2 one where it runs AVX2, else the portable loop."""
+def x86_byte_maps() -> tuple[ByteMap, ...]:
+    """Every 8-bit lookup this CPU runs, best first: the VBMI one where it runs AVX-512 with VBMI
+    (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it), the AVX2 one where it runs AVX2, the portable loop."""
+    found = []
     if AVX512.name in available_isas() and VBMI_FLAGS[AVX512.name][0] in cpu_flags():
-        return ByteMap(VBMI_SOURCE, VBMI_FLAGS_OF, "avx512 vbmi")
+        found.append(ByteMap(VBMI_SOURCE, VBMI_FLAGS_OF, "avx512 vbmi"))
     if AVX2.name in available_isas():
-        return ByteMap(AVX2_SOURCE, AVX2.compile_flags, "avx2 pshufb")
-    return portable_byte_map()
+        found.append(ByteMap(AVX2_SOURCE, AVX2.compile_flags, "avx2 pshufb"))
+    return (*found, portable_byte_map())
+
+
+def x86_byte_map() -> ByteMap:
+    """The fastest 8-bit lookup this CPU runs (``x86_byte_maps``' first)."""
+    return x86_byte_maps()[0]
+
 
 GATHER_SOURCE = f"""#include <immintrin.h>
 {PAIR_SERIAL}
