@@ -281,9 +281,9 @@ class PoolSchedule:
 
     def pseudocode(self) -> str:
         """The nest as text, one loop a line."""
-        body = "O[n, c, o...] = " + ("max over taps of I" if self.op.kind == "max" else
-                                     "sum over taps of I / count")
-        body = f"O[n, c, o...] = table[max over taps of I]   # {self.table}" if self.table else body
+        body = ("O[n, c, o...] = " + (f"table[max over taps of I]   # {self.table}" if self.table else
+                                      "max over taps of I" if self.op.kind == "max" else
+                                      "sum over taps of I / count"))
         return "\n".join([f"{'  ' * depth}for {name} in 0..{extent}" + (f"   # {note}" if note else "")
                           for depth, (name, extent, note) in enumerate(self.loops)]
                          + [f"{'  ' * len(self.loops)}{body}   # {self.stored}"])

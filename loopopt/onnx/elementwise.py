@@ -394,9 +394,9 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
            known: Mapping[str, Value], private: Callable[[str], bool]) -> tuple[list[Step], list[str]] | None:
     """The steps a lookup runs in place of ``last`` (a QuantizeLinear, or a MaxPool: ``Step.selects``) and
     the numpy steps before it, in order, and the 8-bit values they start from (one or two); None where
-    they do not make one: a
-    DequantizeLinear of each source, then Relu/Clip, a MaxPool (``Step.selects``; one source only) and
-    Add/Sub/Mul of two values, none of them read by anything else, every other input a scalar constant."""
+    they do not make one: a DequantizeLinear of each source, then Relu/Clip, a MaxPool (``Step.selects``;
+    one source only) and Add/Sub/Mul of two values, none of them read by anything else, every other input
+    a scalar constant."""
     producer = {name: step for step in steps for name in step.outputs}
     members, pending = {last.node: last}, [last]
     while pending:
@@ -442,8 +442,8 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
     readers = Counter(name for step in steps for name in step.inputs if name)
     private = lambda name: readers[name] == 1 and name not in outputs
     fused: dict[str, Step | None] = {}       # the last step of a chain -> its lookup step; the others -> None
-    ends = [s for s in steps if s.op_type == "QuantizeLinear" and s.engine == NUMPY] + [s for s in steps
-                                                                                        if s.selects]
+    quantizes = [s for s in steps if s.op_type == "QuantizeLinear" and s.engine == NUMPY]
+    ends = quantizes + [s for s in steps if s.selects]       # chains ending in a QuantizeLinear claim first
     for step in ends:
         found = None if step.node in fused else _chain(step, steps, constants, known, private)
         if found is None:
