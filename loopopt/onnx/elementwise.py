@@ -14,9 +14,10 @@ Quantization follows onnx.reference's arithmetic step by step, so the outputs ar
 A DequantizeLinear -> Relu/Clip -> QuantizeLinear chain of an 8-bit tensor is a function of its 256
 values: the plan runs it as one lookup in the table those steps give (``lookup_table``, ``lookup``);
 one of two 8-bit tensors of one shape (a quantized residual block's DequantizeLinear of both, Add,
-Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``. A MaxPool inside a
-chain of one tensor, or at its end, runs on its 8-bit values and maps them through the table as it
-stores them (``PoolRunner.map_through``).
+Relu, QuantizeLinear) a function of their 65,536 pairs, one ``pair_lookup``, or the same steps'
+arithmetic compiled where the host target has it and it gives that table (``pair_computed``,
+``pair_arith.py``). A MaxPool inside a chain of one tensor, or at its end, runs on its 8-bit values and
+maps them through the table as it stores them (``PoolRunner.map_through``).
 """
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ import onnx
 
 from ..buffers import KeptArray
 from ..targets.float_map import float_map
-from ..targets.linear_quant import linear_quant
+from ..targets.pair_program import PairArith
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
 from .lowering import NotSupported, Value, attributes
+from .pair_arith import computed_pair
 from .plan import KERNEL, NUMPY, BoundCalls, Calling, Step
 
 Run = Callable[[Sequence[np.ndarray | None], bool], list[np.ndarray]]
@@ -238,7 +240,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
 
     constant = _constant_scale_and_zero(values)
     if x.dtype in INTEGER_RANGES and values[1].dtype == np.float32 and constant is not None:
-        loops, (scale, zero) = linear_quant(x.dtype, host_target().vector_flags()), constant
+        loops, (scale, zero) = host_target().linear_quant(x.dtype), constant
         calls = BoundCalls(lambda q, y: loops.bound_dequantize(q, y, zero, scale,
                                                                threads_for(q.size, threads)))
         kept = KeptArray()
@@ -277,7 +279,7 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
     low, high = INTEGER_RANGES[dtype]
     constant = _constant_scale_and_zero(values)
     if values[0].dtype == np.float32 and values[1].dtype == np.float32 and constant is not None:
-        loops, (scale, zero_point) = linear_quant(dtype, host_target().vector_flags()), constant
+        loops, (scale, zero_point) = host_target().linear_quant(dtype), constant
         calls = BoundCalls(lambda x, q: loops.bound_quantize(x, q, scale, zero_point,
                                                              threads_for(x.size, threads)))
         kept = KeptArray()
@@ -341,15 +343,13 @@ def lookup(table: np.ndarray, threads: int = 1) -> Calling:
     return Calling(run, calls)
 
 
-def pair_lookup(table: np.ndarray, threads: int = 1) -> Calling:
-    """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
-    bit pattern times 256 plus the second's), in the first's memory order (the second copied into it
-    where it is stored otherwise), by the host target's compiled pair lookup (``Target.pair_map``) on up
-    to ``threads`` threads; into the first's buffer where it may be overwritten, else into a buffer kept
-    from run to run. (The copy of the second is new memory on each run: a plan does not repeat a call
-    whose copy it would skip.)"""
-    pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
-    calls = BoundCalls(lambda a, b, dst: pair_map.bound(bits, dst, threads_for(dst.size, threads), a=a, b=b))
+def _pair_step(bind: Callable[..., tuple[Callable[..., None], tuple]], dtype: np.dtype) -> Calling:
+    """The step of a C function of two 8-bit tensors of one shape into one of ``dtype`` (``bind(a, b,
+    dst)`` over their bytes in the first's memory order gives the call: the second copied into that order
+    where it is stored otherwise); into the first's buffer where it may be overwritten, else into a
+    buffer kept from run to run. (The copy of the second is new memory on each run: a plan does not
+    repeat a call whose copy it would skip.)"""
+    calls = BoundCalls(bind)
     kept = KeptArray()
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
@@ -357,11 +357,29 @@ def pair_lookup(table: np.ndarray, threads: int = 1) -> Calling:
         if b.strides != a.strides:            # b copied into a's memory order
             b, stored = np.empty_like(a, dtype=b.dtype), b
             b[...] = stored
-        out = a if reuse else kept.like(a, table.dtype)
+        out = a if reuse else kept.like(a, dtype)
         calls(flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
-        return [out.view(table.dtype)]
+        return [out.view(dtype)]
 
     return Calling(run, calls)
+
+
+def pair_lookup(table: np.ndarray, threads: int = 1) -> Calling:
+    """Two 8-bit tensors of one shape mapped through ``table`` (65,536 entries, indexed by the first's
+    bit pattern times 256 plus the second's) by the host target's compiled pair lookup
+    (``Target.pair_map``) on up to ``threads`` threads (``_pair_step``)."""
+    pair_map, bits = host_target().pair_map(), np.ascontiguousarray(table).view(np.uint8)
+    return _pair_step(lambda a, b, dst: pair_map.bound(bits, dst, threads_for(dst.size, threads), a=a, b=b),
+                      table.dtype)
+
+
+def pair_computed(arith: PairArith, threads: int = 1) -> Calling:
+    """Two 8-bit tensors of one shape through ``arith`` (a pair lookup's steps as arithmetic:
+    ``pair_arith``) on up to ``threads`` threads (``_pair_step``)."""
+    program = arith.program
+    return _pair_step(lambda a, b, dst: arith.bound(a.view(program.sources[0]), b.view(program.sources[1]),
+                                                    dst.view(program.out), threads_for(dst.size, threads)),
+                      program.out)
 
 
 def lookup_table(steps: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
@@ -427,11 +445,19 @@ def _chain(last: Step, steps: Sequence[Step], constants: Mapping[str, np.ndarray
     return chain, sources
 
 
+def _pair(chain: Sequence[Step], sources: Sequence[str], dtypes: Sequence[np.dtype],
+          constants: Mapping[str, np.ndarray], table: np.ndarray, threads: int) -> Calling:
+    """A pair chain's step: its arithmetic where the host target computes it and it gives ``table``
+    (``pair_arith.computed_pair``), else the lookup in ``table``."""
+    arith = computed_pair(chain, sources, dtypes, constants, table)
+    return pair_lookup(table, threads) if arith is None else pair_computed(arith, threads)
+
+
 def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Mapping[str, Value],
                  outputs: Sequence[str], threads: int = 1) -> list[Step]:
     """``steps`` with each chain of numpy steps that ends in a QuantizeLinear and starts from
     DequantizeLinear steps of one or two 8-bit values (``_chain``; ``known``: what is known of the
-    values' shapes and dtypes) replaced by one ``lookup`` or ``pair_lookup`` step: a quantized
+    values' shapes and dtypes) replaced by one ``lookup`` or pair step (``_pair``): a quantized
     activation (DequantizeLinear -> Relu -> QuantizeLinear) or residual Add (DequantizeLinear of
     both operands -> Add -> Relu -> QuantizeLinear). A chain of one value may hold a MaxPool
     (``Step.selects``) where its table is non-decreasing: the pool then runs on the 8-bit values and
@@ -458,7 +484,8 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
             selects[0].selects(table)
             run, last_call, engine = selects[0].run, selects[0].last_call, KERNEL
         else:
-            looked = lookup(table, threads) if len(sources) == 1 else pair_lookup(table, threads)
+            looked = lookup(table, threads) if len(sources) == 1 else _pair(chain, sources, dtypes, constants,
+                                                                            table, threads)
             run, last_call, engine = looked, looked.last_call, NUMPY
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, engine, owns_outputs=True,

@@ -18,6 +18,8 @@ import numpy as np
 
 from ..codegen.pseudocode import render
 from .bytemap import ByteMap, PairMap, portable_byte_map, portable_pair_map
+from .linear_quant import LinearQuant, linear_quant
+from .pair_program import PairArith, PairProgram
 from .pool_c import PoolKernel, pool_kernels
 from .transpose import Transpose, portable_transpose
 
@@ -179,6 +181,12 @@ class Target(ABC):
         vector instructions: none by default."""
         return ()
 
+    def linear_quant(self, dtype: np.dtype) -> LinearQuant:
+        """The QuantizeLinear / DequantizeLinear loops of the 8-bit ``dtype`` on this host
+        (``targets/linear_quant.py``): the portable loops built with ``vector_flags``, unless the target
+        has vector code of its own."""
+        return linear_quant(np.dtype(dtype), self.vector_flags())
+
     def pool_kernels(self, schedules: Sequence[PoolSchedule]) -> list[PoolKernel]:
         """The kernels of pooling schedules (``pool.PoolSchedule``) on this host, built at once: the
         generated C of ``targets/pool_c.py``, its channel blocks vectorized with ``vector_flags``, NCHW
@@ -189,6 +197,11 @@ class Target(ABC):
         """The lookup of two bytes in a 65,536-byte table over byte arrays on this host
         (``targets/bytemap.py``): the portable C loop, unless the target has a faster version."""
         return portable_pair_map()
+
+    def pair_arith(self, program: PairProgram) -> PairArith | None:
+        """``program`` (``targets/pair_program.py``: a pair lookup's steps as arithmetic) compiled for this
+        host, or None where the target computes none (its pair lookups look up the table)."""
+        return None
 
     def unmodelled(self, schedule: Schedule) -> str | None:
         """Why the kernel model (``model.py``) does not price ``schedule``'s kernel on this target (a

@@ -28,8 +28,29 @@ RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 FLAGS = ("-ffp-contract=off",)
 
 
-def _functions(dtype: np.dtype) -> tuple[str, str]:
-    """The C declarations and definitions of the two loops for the 8-bit ``dtype``."""
+def quantize_serial(c_type: str) -> str:
+    """The declaration of the one-thread quantize loop (a target's vector version defines it too)."""
+    return (f"static void lo_quantize_serial(const float *restrict x, {c_type} *restrict q, float scale, "
+            "float zero,\n                               long n)")
+
+
+def portable_quantize_loop(c_type: str, low: int, high: int) -> str:
+    """The C of the portable one-thread quantize loop (vectorized by the compiler where it can)."""
+    return f"""{quantize_serial(c_type)}
+{{
+    for (long i = 0; i < n; ++i) {{
+        float r = rintf(x[i] / scale) + zero;
+        r = r < {low}.0f ? {low}.0f : r;
+        r = r > {high}.0f ? {high}.0f : r;
+        q[i] = ({c_type})(int)r;
+    }}
+}}
+"""
+
+
+def _functions(dtype: np.dtype, quantize_loop: str | None) -> tuple[str, str]:
+    """The C declarations and definitions of the two loops for the 8-bit ``dtype``, the quantize loop's
+    one-thread part ``quantize_loop`` (None: the portable one)."""
     c_type, (low, high) = C_TYPES[dtype], RANGES[dtype]
     dequantize = (f"void lo_dequantize(const {c_type} *q, float *x, float zero, float scale, long n, "
                   f"{THREADS_PARAM})")
@@ -44,17 +65,7 @@ static void lo_dequantize_serial(const {c_type} *restrict q, float *restrict x, 
         x[i] = ((float)q[i] - zero) * scale;
 }}
 
-static void lo_quantize_serial(const float *restrict x, {c_type} *restrict q, float scale, float zero,
-                               long n)
-{{
-    for (long i = 0; i < n; ++i) {{
-        float r = rintf(x[i] / scale) + zero;
-        r = r < {low}.0f ? {low}.0f : r;
-        r = r > {high}.0f ? {high}.0f : r;
-        q[i] = ({c_type})(int)r;
-    }}
-}}
-
+{quantize_loop or portable_quantize_loop(c_type, low, high)}
 {threaded(dequantize, "lo_dequantize_serial(q + lo_begin, x + lo_begin, zero, scale, lo_end - lo_begin)")}
 {threaded(quantize, "lo_quantize_serial(x + lo_begin, q + lo_begin, scale, zero, lo_end - lo_begin)")}"""
     return f"{dequantize};\n{quantize};", source
@@ -62,14 +73,17 @@ static void lo_quantize_serial(const float *restrict x, {c_type} *restrict q, fl
 
 class LinearQuant:
     """``dequantize(q, x, zero, scale, threads=1)`` and ``quantize(x, q, scale, zero, threads=1)`` of one
-    8-bit dtype over contiguous 1-D arrays (float32 ``x``); ``name`` says how it was built."""
+    8-bit dtype over contiguous 1-D arrays (float32 ``x``), the quantize loop's one-thread part
+    ``quantize_loop`` where a target gives one (its C defines ``quantize_serial``); ``name`` says how it
+    was built."""
 
-    def __init__(self, dtype: np.dtype, flags: tuple[str, ...]):
-        cdef, source = _functions(np.dtype(dtype))
+    def __init__(self, dtype: np.dtype, flags: tuple[str, ...], quantize_loop: str | None = None,
+                 name: str | None = None):
+        cdef, source = _functions(np.dtype(dtype), quantize_loop)
         module = compile_c(source, cdef, (*FLAGS, *flags, OPENMP_FLAG), (OPENMP_FLAG,))
         self.dtype, self._ffi, self._lib = np.dtype(dtype), module.ffi, module.lib
         self._codes = f"{C_TYPES[self.dtype]}[]"
-        self.name = f"C loops ({' '.join(flags) or 'no vector flags'})"
+        self.name = name or f"C loops ({' '.join(flags) or 'no vector flags'})"
 
     def _check(self, floats: np.ndarray, codes: np.ndarray) -> None:
         for name, array, dtype in (("x", floats, np.dtype(np.float32)), ("q", codes, self.dtype)):

@@ -1,6 +1,8 @@
 """``X86Target``: today's x86 generators, build and machine profile behind the Target interface."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...kernel import Kernel
 from ...machine import machine_profile
 from ...ops import Op
@@ -8,6 +10,8 @@ from ...schedule import Schedule
 from ..base import Target
 from ..bytemap import ByteMap, PairMap
 from ..core_costs import CoreCosts
+from ..linear_quant import LinearQuant
+from ..pair_program import PairArith, PairProgram
 from ..transpose import Transpose
 from .amx_runtime import amx_available
 from .bytemap_c import x86_byte_map, x86_pair_map
@@ -21,6 +25,8 @@ from .isa import (
     available_isas,
     resolve_isa,
 )
+from .pair_c import x86_pair_arith
+from .quant_c import x86_linear_quant
 from .search import X86Search
 from .tiles import check_amx_cpu
 from .transpose_c import x86_transpose
@@ -75,6 +81,12 @@ class X86Target(Target):
 
     def pair_map(self) -> PairMap:
         return x86_pair_map()
+
+    def linear_quant(self, dtype: np.dtype) -> LinearQuant:
+        return x86_linear_quant(dtype)
+
+    def pair_arith(self, program: PairProgram) -> PairArith | None:
+        return x86_pair_arith(program)
 
     def vector_flags(self) -> tuple[str, ...]:
         return ISAS[available_isas()[0]].compile_flags
