@@ -1,9 +1,11 @@
 """x86's computed pair lookups (``targets/pair_program.py``) in AVX2 intrinsics: 32 pairs a step, each
 eight codes widened to int32 and converted to float32 (exact), the program's operations one ``vaddps`` /
 ``vsubps`` / ``vmulps`` / ``vmaxps`` each (a Relu's maximum with the constant first, so a NaN stays, as
-numpy's), then the QuantizeLinear of ``quant_c.py``; the tail through zero-padded copies. Every
-operation is the IEEE one of the steps it stands for, so the same bits as their table; the ONNX backend
-checks that on all 65,536 pairs before it uses one (``onnx/pair_arith.py``). 200,704 pairs (ResNet-18's
+numpy's), then ``quant_c.py``'s shorter requantization (a division, a conversion rounding to nearest even,
+the zero point added in int32, the packs' saturation for the clamp); the tail through zero-padded copies.
+Every operation is the IEEE one of the steps it stands for, so the same bits as their table wherever the
+quotient is a number within int32; the ONNX backend checks that on all 65,536 pairs before it uses one
+(``onnx/pair_arith.py``). 200,704 pairs (ResNet-18's
 first residual add): the AVX2 pair lookup's scalar loop 127-140 us, the computed Add -> Relu ->
 QuantizeLinear 62 us (an AVX2 gather of the table 107 us; AMD EPYC Zen 3, one thread, minimum of 200
 calls).
@@ -18,7 +20,6 @@ from .quant_c import INLINE, quantize_helpers
 
 INTRINSICS = {"add": "_mm256_add_ps", "sub": "_mm256_sub_ps", "mul": "_mm256_mul_ps", "max": "_mm256_max_ps"}
 WIDEN = {np.dtype(np.uint8): "_mm256_cvtepu8_epi32", np.dtype(np.int8): "_mm256_cvtepi8_epi32"}
-RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
 
 def _operand(operand: tuple[str, int]) -> str:
@@ -33,9 +34,8 @@ def avx2_pair_source(program: PairProgram) -> str:
              for k, (name, dtype) in enumerate(zip("ab", program.sources))]
     for index, (kind, lhs, rhs) in enumerate(program.ops, start=2):
         lines.append(f"    __m256 v{index} = {INTRINSICS[kind]}({_operand(lhs)}, {_operand(rhs)});")
-    low, high = RANGES[np.dtype(program.out)]
-    quantized = ", ".join(f"lo_quantize8(lo_program8(a, b, {8 * j}, k), k[{program.scale}], "
-                          f"k[{program.zero}], low, high)" for j in range(4))
+    quantized = ", ".join(f"lo_requantize8(lo_program8(a, b, {8 * j}, k), k[{program.scale}], zero)"
+                          for j in range(4))
     body = "\n".join(lines)
     return f"""{quantize_helpers(program.out)}
 {INLINE} __m256 lo_program8(const unsigned char *a, const unsigned char *b, int at, const __m256 *k)
@@ -47,7 +47,7 @@ def avx2_pair_source(program: PairProgram) -> str:
 {INLINE} void lo_program32(const unsigned char *a, const unsigned char *b, unsigned char *dst,
                            const __m256 *k)
 {{
-    const __m256 low = _mm256_set1_ps({low}.0f), high = _mm256_set1_ps({high}.0f);
+    const __m256i zero = _mm256_cvttps_epi32(k[{program.zero}]);
     _mm256_storeu_si256((__m256i *)dst, lo_pack32({quantized}));
 }}
 

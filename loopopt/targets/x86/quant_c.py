@@ -6,8 +6,11 @@ through the same instructions. Each is one IEEE operation of the portable loop's
 GCC's vectorization of the portable loop widens and narrows through many shuffles: 150,528 values (a
 3x224x224 model input) 58 us, these 20 us (AMD EPYC Zen 3, one thread, minimum of 300 calls).
 
-``QUANTIZE_HELPERS`` is the C of a step (``lo_quantize8``: eight floats to int32, ``lo_pack32``: four
-such to 32 bytes in order) that the computed pair lookups (``pair_c.py``) end in too.
+``quantize_helpers`` is the C of that step (``lo_quantize8``: eight floats to int32; ``lo_pack32``: four such
+to 32 bytes in order, saturating) and of a shorter one (``lo_requantize8``: ``x / scale`` converted to int32
+by ``vcvtps2dq``, rounding to nearest even, plus an int32 zero point, the packs' saturation the clamp: the
+same result wherever ``x / scale`` is a number within int32; past it or NaN the conversion gives INT_MIN)
+that the computed pair lookups (``pair_c.py``) end in, checked on every pair.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ INLINE = "static inline __attribute__((always_inline))"
 
 
 def quantize_helpers(dtype: np.dtype) -> str:
-    """The C of ``lo_quantize8`` and ``lo_pack32`` for the 8-bit ``dtype``."""
+    """The C of ``lo_quantize8``, ``lo_requantize8`` and ``lo_pack32`` for the 8-bit ``dtype``."""
     pack = "_mm256_packus_epi16" if np.dtype(dtype) == np.uint8 else "_mm256_packs_epi16"
     return f"""#include <immintrin.h>
 #include <string.h>
@@ -33,6 +36,11 @@ def quantize_helpers(dtype: np.dtype) -> str:
     __m256 ordered = _mm256_cmp_ps(r, r, _CMP_ORD_Q);
     r = _mm256_min_ps(_mm256_max_ps(r, low), high);
     return _mm256_cvttps_epi32(_mm256_and_ps(r, ordered));
+}}
+
+{INLINE} __m256i lo_requantize8(__m256 x, __m256 scale, __m256i zero)
+{{
+    return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_div_ps(x, scale)), zero);
 }}
 
 {INLINE} __m256i lo_pack32(__m256i w0, __m256i w1, __m256i w2, __m256i w3)
