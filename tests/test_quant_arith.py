@@ -186,3 +186,28 @@ def test_the_backend_computes_a_pair_chain_only_where_it_gives_the_table():
         assert [s.op_type for s in rep.plan.steps] == [
             "DequantizeLinear -> DequantizeLinear -> Sub -> Relu -> QuantizeLinear"]
         np.testing.assert_array_equal(rep.run([a, b])[0], want)
+
+
+def test_chains_the_program_does_not_cover_stay_lookups():
+    """A Clip between the Add and the QuantizeLinear (its bounds may be attributes): no program, the table
+    lookup runs, onnx.reference's bits."""
+    from loopopt.onnx.pair_arith import pair_program
+    n = 300
+    proto = _chain_model([np.uint8, np.uint8, np.int8], "Add", False, [np.float32(0.1)] * 3,
+                         [np.uint8(7), np.uint8(200), np.int8(3)], n)
+    clipped = helper.make_node("Clip", ["c", "low", "high"], ["clipped"])
+    proto.graph.node.insert(3, clipped)
+    proto.graph.node[4].input[0] = "clipped"
+    proto.graph.initializer.extend([numpy_helper.from_array(np.float32(-1.0), "low"),
+                                    numpy_helper.from_array(np.float32(2.5), "high")])
+    programs = []
+    with mock.patch("loopopt.onnx.pair_arith.pair_program", lambda *a: programs.append(pair_program(*a))), \
+            mock.patch.object(elementwise, "pair_computed") as computed:
+        rep = backend.prepare(proto, strict=True)
+    assert programs == [None] and not computed.called
+    assert [s.op_type for s in rep.plan.steps] == [
+        "DequantizeLinear -> DequantizeLinear -> Add -> Clip -> QuantizeLinear"]
+    rng = np.random.default_rng(4)
+    a, b = (rng.integers(0, 256, n).astype(np.uint8) for _ in range(2))
+    want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(rep.run([a, b])[0], want)
