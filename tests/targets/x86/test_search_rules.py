@@ -155,3 +155,24 @@ def test_an_emulated_dot_block_unrolls_at_most_one_reduction_loop(recorded_profi
     assert unrolled and all(rank.spills_unrolled(c) for c in unrolled)
     assert not any(rank.spills_unrolled(c) for c in space.candidates(stem, "avx512")
                    if c.knobs.weights in ("dot", "taps") and len(c.knobs.unroll) > 1)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("quant", [None, QUANT], ids=["fp32", "int8"])
+@pytest.mark.parametrize("shape", [(2, 32, 2), (6, 24, 3), (4, 64, 4), (8, 48, 4)])
+def test_grouped_channel_blocks_generate(shape, quant, isa):
+    """Every channel block the space offers a grouped conv generates: where the groups hold whole
+    vectors, a tail block would need a lane-varying guard on the input's broadcast, which the generator
+    refuses (``Conv2d(2, 32, 1, groups=2)``: a block of 24 on AVX2 was offered); one candidate a block."""
+    from loopopt.codegen import generate
+    from loopopt.targets.x86.isa import ISAS
+
+    cin, cout, groups = shape
+    op = lo.Conv2d(cin, cout, 1, groups=groups, height=5, width=5, quant=quant)
+    firsts = {}
+    for candidate in space.candidates(op, isa):
+        if isinstance(candidate.knobs, space.Knobs):
+            firsts.setdefault(candidate.knobs.channel_block, candidate)
+    assert len(firsts) >= 2
+    for candidate in firsts.values():
+        generate(candidate.schedule, ISAS[isa])
