@@ -1340,7 +1340,6 @@ class TensorPrinter:
         if self.tma and device:     # a barrier a buffer, its phase flipping each round of the ring
             self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
                              f"(lo_smem + {self.barrier_offset});")
-            self._prefetch_maps(depth)
             self.emit(depth, f"if (lo_thread == 0) lo_barriers_init(lo_bar, {self.pipeline});")
             if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
                 self.emit(depth, f"if (lo_thread == 0) lo_empty_init(lo_bar + {self.pipeline}, "
@@ -1450,7 +1449,6 @@ class TensorPrinter:
             return self.lines
         self.emit(depth, f"unsigned long long *lo_bar = (unsigned long long *) "
                          f"(lo_smem + {self.barrier_offset});   /* full, then empty */")
-        self._prefetch_maps(depth)
         self.emit(depth, f"if (lo_thread == 0) {{ lo_barriers_init(lo_bar, {stages}); "
                          f"lo_empty_init(lo_bar + {stages}, {stages}, {readers}); }}")
         if self.multicast:     # a peer's copies and arrivals land on this block's barriers: first init
@@ -1523,13 +1521,6 @@ class TensorPrinter:
         self._cluster_sync(depth)      # no block leaves while a peer may still copy or arrive into it
         self._close_blocks()
         return self.lines
-
-    def _prefetch_maps(self, depth: int) -> None:
-        """Thread 0 sends the kernel's tensor maps to the TMA unit's descriptor cache before it initializes
-        the barriers (as CUTLASS's producer does first): a cold launch's first copies and stores need not
-        fetch them."""
-        fetches = " ".join(f"lo_prefetch_map(&{box.map_name});" for box in self.maps)
-        self.emit(depth, f"if (lo_thread == 0) {{ {fetches} }}")
 
     def _release(self, empty: str, step: str) -> str:
         """A consumer's release of the buffer before ``step``'s (``specialize.released``), on every block's

@@ -179,10 +179,6 @@ def along(r_expr: Expr, c_expr: Expr, row_loop: str, column_loop: str) -> bool:
 DEVICE = r"""
 typedef struct { alignas(128) unsigned long long opaque[16]; } lo_tensor_map;   /* CUtensorMap */
 #define LO_SHARED(p) ((unsigned) __cvta_generic_to_shared(p))
-static __device__ __forceinline__ void lo_prefetch_map(const lo_tensor_map *map)
-{   /* the descriptor into the TMA unit's cache ahead of the first copy that reads it */
-    asm volatile("prefetch.tensormap [%0];" :: "l"((unsigned long long) map) : "memory");
-}
 static __device__ __forceinline__ void lo_barriers_init(unsigned long long *bar, int count)
 {
     for (int i = 0; i < count; ++i)
