@@ -564,7 +564,7 @@ def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in
     for text in ("const int lo_blocks = lo_sms < 6 ? lo_sms : 6;", "lo_nest<<<dim3(lo_blocks, 1, 1)",
                  "const int lo_rounds = ((6) - (blockIdx.x) + (gridDim.x) - 1) / (gridDim.x);",
                  "const int lo_tile = (blockIdx.x) + (lo_n) * (gridDim.x);", "lo_tma_store_2d(&lo_map_C, ",
-                 "LO_STORES_READ_BUT(1);", "LO_STORES_READ_BUT(0);", "lo_encode(&lo_map_C, 7, 2, C,",
+                 "LO_STORES_READ_BUT(1);", "LO_STORES_DONE();", "lo_encode(&lo_map_C, 7, 2, C,",
                  "persistent()"):
         assert text in source, text
     assert "LO_STORE2(C[" not in source and "__syncthreads(); " not in source.split("lo_rounds")[1]
@@ -596,7 +596,7 @@ def test_a_tiles_outputs_go_out_by_tma_staged_over_the_tiles(monkeypatch, mutate
     schedule = gpu_wgmma(op, block_m=128, warps_m=2, block_n=128, depth=32, stages=3, engine="tma",
                          specialize=specialized)
     source = print_kernel(schedule).source
-    for text in (f"lo_tma_store_2d(&lo_map_{op.output}, ", "LO_STORES_READ_BUT(0);",
+    for text in (f"lo_tma_store_2d(&lo_map_{op.output}, ", "LO_STORES_DONE();",
                  "lo_stage = (float *) lo_smem;"):
         assert text in source, text
     assert "lo_scratch" not in source

@@ -953,7 +953,7 @@ class TensorPrinter:
 
     def _staged_epilogue(self, depth: int) -> None:
         """A tile's outputs stored by TMA (``_stored_epilogue``), staged over the tiles once every warp is
-        done with them; the staging read out before the block ends. (A 192 x 256 tile's scratch epilogue wrote
+        done with them; the stores done before the block ends. (A 192 x 256 tile's scratch epilogue wrote
         its floats 8 lanes a bank.)"""
         if self.syntax.device:
             self.emit(depth, self.code.drain)
@@ -962,7 +962,7 @@ class TensorPrinter:
             self.emit(depth, f"{element} *lo_stage = ({element} *) lo_smem;")
         self._stored_epilogue(depth)
         if self.syntax.device:
-            self.emit(depth, tma_store.last_stores_read(f"lo_thread % {specialize.WARPGROUP} == 0"))
+            self.emit(depth, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
 
     @property
     def splits(self) -> int:
@@ -1512,8 +1512,8 @@ class TensorPrinter:
             self.emit(tile, code.drain)
             self._tile_epilogue(tile)
             self.emit(inner, "}")
-            if self.stored is not None:
-                self.emit(inner, tma_store.last_stores_read(f"lo_thread % {specialize.WARPGROUP} == 0"))
+            if self.stored is not None:     # the last stores done before the block's shared memory goes
+                self.emit(inner, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
         else:
             self._epilogue(inner)
             self._last_share(inner)

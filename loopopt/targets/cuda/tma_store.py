@@ -111,14 +111,8 @@ static __device__ __forceinline__ void lo_tma_store_2d(const lo_tensor_map *map,
                  :: "l"((unsigned long long) map), "r"(x), "r"(y), "r"(LO_SHARED(src)) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
-#define LO_STORES_READ_BUT(n) asm volatile("cp.async.bulk.wait_group.read " #n ";" ::: "memory")"""
-
-
-def last_stores_read(issuer: str) -> str:
-    """The statement ending a block that stored by TMA: its ``issuer`` waits until every store has read
-    its staging, before the block's shared memory goes; not until the writes land (the kernel's end
-    orders them before later work, as CUTLASS's epilogue ends: ``wait_group.read 0``)."""
-    return f"if ({issuer}) LO_STORES_READ_BUT(0);   /* the staging read: the block may end */"
+#define LO_STORES_READ_BUT(n) asm volatile("cp.async.bulk.wait_group.read " #n ";" ::: "memory")
+#define LO_STORES_DONE() asm volatile("cp.async.bulk.wait_group 0;" ::: "memory")"""
 
 def host(kind: OutputType) -> str:
     """The host emulation's store of a staged chunk of ``kind`` elements."""
