@@ -101,6 +101,8 @@ BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstr
 # widens fewer broadcasts per update (measured: ``space.EMULATED_DOT_OPERANDS``); a tap dot broadcasts the
 # weights and widens a window of activations per vector
 EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
+STRIDED_LIVE = 12          # accumulators an emulated dot block keeps without losing time where it unrolls the
+                           # taps of a strided window (see ``spills_strided``)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
@@ -224,6 +226,30 @@ def spills_unrolled(candidate: Candidate) -> bool:
     conv1_1 3.50 against 2.58-3.05 ms."""
     knobs = candidate.knobs
     return knobs.weights in ("dot", "taps") and candidate.isa in EMULATED_DOT_OPS and len(knobs.unroll) > 1
+
+
+def spills_strided(candidate: Candidate, accumulators: int) -> bool:
+    """Whether an emulated dot block (AVX2's ``lo_avx2_dpbusd``) of more than ``STRIDED_LIVE`` accumulators
+    unrolls the taps of a window of stride > 1 along its pixel block (an int8 stem): such blocks ran slower
+    than 12-accumulator ones, where at stride 1 they did not. AMD EPYC Zen 3, 1 thread, kernel-only medians
+    of 9 interleaved rounds under ``chrt -f 10``, the first choice's loop order, kw unrolled: ResNet's 7x7
+    stride-2 stem 7x16 3.31 ms, 6x16 2.88, 3x32 3.17, 5x16 3.06; MobileNet's 3x3 stride-2 stem 7x16 0.378
+    ms, 6x16 0.358, 3x32 0.340; a 7x7 stride-1 window at 112x112 7x16 2.74 ms (min), 6x16 2.85. Why was
+    not found: not the broadcasts the unrolled taps share (each behind a volatile asm barrier: the same
+    times), not the inner loop's instructions (``llvm-mca -mcpu=znver3``: 2.74 and 2.66 cycles an update
+    at 7x16 and 6x16); the 1x1 and 3x3 convs, which unroll their input channels, keep 7x16 first (the
+    fastest block or within 5% of it)."""
+    return (emulates_dot(candidate.isa, candidate.knobs.weights) and accumulators > STRIDED_LIVE
+            and strided_taps(candidate))
+
+
+def strided_taps(candidate: Candidate) -> bool:
+    """Whether a register-blocked candidate unrolls the taps of a window of stride > 1 along its pixel
+    block."""
+    knobs = candidate.knobs
+    pixel = Roles.of(candidate.op, knobs.pixel).pixel
+    window = next((w for w in candidate.op.windows if w.out_dim == pixel), None)
+    return window is not None and window.stride > 1 and window.tap_dim in dict(knobs.unroll)
 
 
 def rolled(candidate: Candidate) -> bool:
@@ -539,7 +565,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
     needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
     if (spare < needed                                                           # the compiler spills
-            or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)):
+            or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)
+            or spills_strided(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
@@ -649,14 +676,14 @@ def imbalance(candidate: Candidate, threads: int) -> float:
 
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
-    unrolled (only whether the innermost reduction loop is, and whether an emulated dot unrolls several);
-    candidates that differ only there share their figures."""
+    unrolled (only whether the innermost reduction loop is, whether an emulated dot unrolls several, and
+    whether it unrolls a strided window's taps); candidates that differ only there share their figures."""
     knobs = candidate.knobs
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return candidate.op, candidate.isa, knobs, candidate.threads
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, rolled(candidate), spills_unrolled(candidate), knobs.outer, knobs.pixel,
-            candidate.residual, candidate.threads)
+            knobs.cache_block, rolled(candidate), spills_unrolled(candidate), strided_taps(candidate),
+            knobs.outer, knobs.pixel, candidate.residual, candidate.threads)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
