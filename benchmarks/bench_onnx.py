@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
 from bench_reuse import write_section  # noqa: E402
-from runtimes import SETTLE, Contender, Worker, interleave  # noqa: E402
+from runtimes import RETRIES, SETTLE, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
@@ -182,8 +182,9 @@ def output_check(ours: list[np.ndarray], theirs: list[np.ndarray]) -> str:
 class Whole(NamedTuple):
     """Seconds of the whole model end to end, each runtime in its own process: loopopt's ``rep.run`` and
     onnxruntime's ``session.run`` (medians and minimums over the rounds), loopopt's with the tuning log
-    (None without one), loopopt's prepare, the nodes the rep runs on onnx.reference, and its output
-    against onnxruntime's (``output_check``)."""
+    (None without one), loopopt's prepare, the nodes the rep runs on onnx.reference, its output
+    against onnxruntime's (``output_check``), and the round timings discarded and kept though other
+    processes' real-time threads ran in them (``runtimes.Rounds``)."""
 
     ours: float
     theirs: float
@@ -192,6 +193,8 @@ class Whole(NamedTuple):
     prepare: float
     fallbacks: list[str]
     check: str
+    disturbed: int | None
+    kept_disturbed: int | None
     tuned: float | None = None
     tuned_min: float | None = None
 
@@ -217,11 +220,12 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
         workers = [stack.enter_context(Worker(contender, inputs)) for contender in contenders]
         for worker in workers if realtime else ():
             worker.realtime()
-        times, outputs = interleave(workers, rounds)
-    ours, theirs, *tuned_times = times
+        timed = interleave(workers, rounds)
+    ours, theirs, *tuned_times = timed.times
     tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
     return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs),
-                 workers[0].prepare_s, workers[0].fallbacks, output_check(outputs[0], outputs[1]), *tuned_ms)
+                 workers[0].prepare_s, workers[0].fallbacks, output_check(*timed.outputs[:2]),
+                 timed.disturbed, timed.kept_disturbed, *tuned_ms)
 
 
 def integer_text(report) -> str:
@@ -251,7 +255,8 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     if whole.tuned is not None:
         cells += [f"{whole.tuned * 1e3:.1f}", f"{whole.theirs / whole.tuned:.2f}",
                   f"{whole.theirs_min / whole.tuned_min:.2f}"]
-    cells += [", ".join(whole.fallbacks) or "none", whole.check]
+    disturbed = "-" if whole.disturbed is None else f"{whole.disturbed} / {whole.kept_disturbed}"
+    cells += [disturbed, ", ".join(whole.fallbacks) or "none", whole.check]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -267,7 +272,11 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
             "outputs of the warm-up round."
             + (" Once prepared, each worker's threads run under SCHED_FIFO (`--realtime`: the machine's "
                "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
-               if realtime else ""))
+               if realtime else "")
+            + " A round during which another process's real-time threads ran (another benchmark under "
+              "SCHED_FIFO: it can hold a core that a two-thread run needs, whatever the priority of ours) is "
+              f"timed again, up to {RETRIES} times (`runtimes.interleave`); `rounds timed again / kept "
+              "disturbed` counts the discarded round timings and the rounds kept after the last retry.")
 
 
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
@@ -284,7 +293,7 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
                "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
     if tuned_log is not None:
         columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
-    columns += ["nodes on onnx.reference", "output"]
+    columns += ["rounds timed again / kept disturbed", "nodes on onnx.reference", "output"]
     return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
             f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
             "QOperator and in QDQ format (Conv and MatMul quantized). Each row times the whole model end to "

@@ -53,7 +53,7 @@ def rows(name: str, precision: str, path: Path, threads: int, rounds: int) -> li
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
     with ExitStack() as stack:
         workers = [stack.enter_context(Worker(c, inputs)) for c in contenders(path, threads)]
-        times, outputs = interleave(workers, rounds)
+        times, outputs, _, _ = interleave(workers, rounds)
     medians = [float(np.median(t)) for t in times]
     default = medians[1]
     lines = []
