@@ -16,7 +16,8 @@ like with like against loopopt's; on an x86 CPU without VNNI its default ones sa
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
                                     [--models resnet18,mobilenetv2,resnet50] [--tune-trials N]
                                     [--tune-models a,b] [--log FILE] [--whole-only [--tuned-log FILE
-                                    [--prepare-trials N]]] [--ort-int8 exact|default] [--write]
+                                    [--prepare-trials N]]] [--ort-int8 exact|default]
+                                    [--omp-wait-policy active|passive|N] [--realtime] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
 ``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
@@ -205,12 +206,13 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
-    the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
-    (None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed under SCHED_FIFO
-    once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode (``loopopt.onnx.peer``)."""
+    the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: how loopopt's OpenMP threads
+    wait (``wait_env``; None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed
+    under SCHED_FIFO once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode
+    (``loopopt.onnx.peer``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
-    env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
+    env = wait_env(wait_policy)
     contenders = [Contender("loopopt", "loopopt", path, threads, env=env),
                   Contender("onnxruntime", "onnxruntime", path, threads, ort_int8=ort_int8)]
     if tuned_log is not None:
@@ -260,10 +262,24 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def wait_env(wait_policy: str | None) -> dict[str, str]:
+    """The environment of loopopt's worker for ``--omp-wait-policy``: ``active`` or ``passive``
+    (``OMP_WAIT_POLICY``), a number of spins (``GOMP_SPINCOUNT``), or None (loopopt's own:
+    ``loopopt.openmp``)."""
+    if wait_policy is None:
+        return {}
+    if wait_policy in ("active", "passive"):
+        return {"OMP_WAIT_POLICY": wait_policy}
+    if wait_policy.isdigit():
+        return {"GOMP_SPINCOUNT": wait_policy}
+    raise ValueError(f"OpenMP wait policy {wait_policy!r} is not known; active, passive or a number of spins")
+
+
 def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -> str:
     """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
     policy = ("loopopt's OpenMP wait policy (300 spins, then asleep: `loopopt.openmp`)" if wait_policy is None
-              else f"`OMP_WAIT_POLICY={wait_policy}` in loopopt's process")
+              else " and ".join(f"`{name}={value}`" for name, value in wait_env(wait_policy).items())
+              + " in loopopt's process")
     return (f"Each runtime runs in its own worker process (`benchmarks/runtimes.py`: started once, the model "
             f"prepared once in each, as a user runs one runtime), with the same thread count (the `threads` "
             f"column: `prepare(threads=...)`, `intra_op_num_threads`) and {policy}; the parent interleaves "
@@ -332,9 +348,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prepare-trials", type=int, default=0,
                         help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
                              "into the log first (default 0: the log as it is)")
-    parser.add_argument("--omp-wait-policy", choices=("active", "passive"),
-                        help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's: "
-                             "a short spin)")
+    parser.add_argument("--omp-wait-policy",
+                        help="how loopopt's OpenMP threads wait: active or passive (OMP_WAIT_POLICY), or a "
+                             "number of spins (GOMP_SPINCOUNT) (default: loopopt's: 300 spins)")
     parser.add_argument("--realtime", action="store_true",
                         help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
                              "other work cannot preempt the timed runs")
@@ -343,6 +359,10 @@ def main(argv: list[str] | None = None) -> None:
                              "with like) or default (its own; on x86 without VNNI they saturate)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
+    try:
+        wait_env(args.omp_wait_policy)
+    except ValueError as error:
+        parser.error(str(error))
     if args.quick:
         args.resolution, args.threads, args.budget = 64, "1", 0.05
     command = "python benchmarks/bench_onnx.py " + " ".join(argv if argv is not None else sys.argv[1:])
