@@ -290,9 +290,8 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
                "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
                if realtime else "")
             + " A round during which another process's real-time threads ran (another benchmark under "
-              "SCHED_FIFO: it can hold a core that a two-thread run needs, whatever the priority of ours) is "
-              f"timed again, up to {RETRIES} times (`runtimes.interleave`); `rounds timed again / kept "
-              "disturbed` counts the discarded round timings and the rounds kept after the last retry.")
+              "SCHED_FIFO: at our priority or above, it holds a core that a two-thread run needs) is timed "
+              f"again, up to {RETRIES} times (`runtimes.interleave`).")
 
 
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
@@ -317,7 +316,9 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
             "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
             "pooling steps on the kernels' storage layouts, 8-bit lookups between int8 kernels) against "
             "onnxruntime's `session.run` (its default graph optimizations). "
-            f"{process_text(rounds, wait_policy, realtime)} The median and the minimum (the run least "
+            f"{process_text(rounds, wait_policy, realtime)} `rounds timed again / kept disturbed`: the "
+            "round timings so discarded, and the rounds kept though disturbed after the last retry. "
+            "The median and the minimum (the run least "
             "disturbed by "
             "other processes) of each; `loopopt prepare s`: the seconds of loopopt's `prepare` in its worker "
             "(the kernel cache as the run found it). ORT/loopopt > 1: loopopt "
