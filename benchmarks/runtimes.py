@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from peers import ORT_NO_SPIN
 
 from loopopt.onnx.peer import EXACT, config_entries, session_options
 
@@ -46,7 +47,8 @@ class Contender:
     """What one worker runs: ``runtime`` (one of ``RUNTIMES``) on the model at ``path`` with ``threads``
     threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them; ``env``: environment
     variables set in its process only (e.g. ``OMP_WAIT_POLICY``); for onnxruntime, ``ort_int8``: its int8
-    mode (``loopopt.onnx.peer.INT8_MODES``)."""
+    mode (``loopopt.onnx.peer.INT8_MODES``), and ``ort_spinning``: whether its intra-op threads spin
+    after a call (its default; False: ``peers.ORT_NO_SPIN``)."""
 
     name: str
     runtime: str
@@ -56,6 +58,7 @@ class Contender:
     tune: int = 0
     env: dict[str, str] = field(default_factory=dict)
     ort_int8: str = EXACT
+    ort_spinning: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -75,8 +78,10 @@ def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]],
     """The contender's run (inputs -> outputs) and the nodes it leaves to onnx.reference."""
     if contender.runtime == "onnxruntime":
         import onnxruntime
-        session = onnxruntime.InferenceSession(str(contender.path),
-                                               session_options(contender.threads, contender.ort_int8),
+        options = session_options(contender.threads, contender.ort_int8)
+        if not contender.ort_spinning:
+            options.add_session_config_entry(*ORT_NO_SPIN)
+        session = onnxruntime.InferenceSession(str(contender.path), options,
                                                providers=["CPUExecutionProvider"])
         return (lambda inputs: session.run(None, inputs)), []
     from loopopt.onnx import backend
