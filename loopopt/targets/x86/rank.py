@@ -354,9 +354,16 @@ def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
 
 
 def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
-    """Bytes of the op's inputs read from beyond a cache of ``capacity`` bytes: each input once, and
-    once more per iteration of an outer loop that does not index it (its reuse) when the part of
-    it that the loops inside touch (the indexing loops' share of it) does not fit. A channel panel's
+    """Bytes of the op's inputs read beyond a cache of ``capacity`` bytes: ``streamed_inputs`` summed."""
+    return sum(first + again for first, again in streamed_inputs(op, knobs, capacity))
+
+
+def streamed_inputs(op: Op, knobs: Knobs, capacity: int, threads: int = 1) -> list[tuple[int, int]]:
+    """Bytes of each of the op's inputs read from beyond a cache of ``capacity`` bytes, as (read first,
+    read again): each input once, and once more per iteration of an outer loop that does not index it (its
+    reuse) when the part of it that the loops inside touch (the indexing loops' share of it) does not fit.
+    The parallel loop's first ``threads`` iterations run at once, each thread reading the input first;
+    the other passes read it again. A channel panel's
     loop (``channel_panel``) adds no pass: each panel reads the activations again in their memory
     order, a block's rows front to back, which the prefetchers bring ahead of the block's many
     multiply-adds per element (GEMM 512x1024x1024: 128-channel panels, the activations read 8 times,
@@ -364,19 +371,44 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     extents = outer_extents(op, knobs)
     roles = Roles.of(op, knobs.pixel)
     panels = panel_loops(roles.channel)[0] if knobs.channel_panel else None
-    total = 0
+    streamed = []
     for dims, size in _operands(op)[1]:
         indexes = [not dims.isdisjoint(roles.dims_of(loop)) for loop in knobs.outer]
         indexing = [extents[loop] if index else 1 for loop, index in zip(knobs.outer, indexes)]
-        passes = 1
+        first = passes = 1
         for position, loop in enumerate(knobs.outer):
             if indexes[position] or extents[loop] == 1 or loop == panels:
                 continue
             inside = size * math.prod(indexing[position + 1:]) / math.prod(indexing)
             if inside > capacity:
                 passes *= extents[loop]
-        total += size * passes
-    return total
+                first *= min(extents[loop], threads) if loop == knobs.parallel else 1
+        streamed.append((size * first, size * (passes - first)))
+    return streamed
+
+
+def stream_seconds(candidate: Candidate, capacity: int, scatter: float = 1.0) -> float:
+    """The time the op's inputs take to come from beyond a cache of ``capacity`` bytes (``streamed_inputs``)
+    at the bandwidth of the level beyond L2 that holds them (``_operands``), times ``scatter`` (the extra
+    time of blocks stored out of the output's order, ``out_of_order``); a conv's weights in a
+    ``float_block`` read first at DRAM's, in their packed order whatever the output's: in a model they
+    were last read a run ago, behind the other
+    layers' weights (ResNet-50's 100 MB, ResNet-18's 47 MB: more than L3), while its activations were just
+    written (and weights read again come from that level). On the AMD EPYC Zen 3 a core read 16-20 GB/s
+    from DRAM, two cores 33-40 GB/s reading a buffer each and 27-29 reading one buffer together (1-9 MB
+    after 128 MB of other reads): two threads that split the positions each read all the weights from
+    DRAM. ResNet-50's 512->512 3x3 stride-2 conv at 14x14 (9.4 MB of weights), 2 threads, kernel-only with
+    the caches flushed before each call: its output channels split 0.896x the time of its positions split
+    (two runs); ResNet-18's 64->128 3x3 stride-2 conv at 56x56 0.89x."""
+    op = candidate.op
+    streamed = streamed_inputs(op, candidate.knobs, capacity, candidate.threads)
+    bandwidth = _operands(op)[2]
+    dram = machine_profile().bandwidth.get("DRAM")
+    total = sum(first + again for first, again in streamed)
+    if not (float_block(candidate) and op.windows) or dram is None:
+        return total / bandwidth * scatter
+    first_weights = streamed[1][0]
+    return (total - first_weights) / bandwidth * scatter + first_weights / (dram.gbs * 1e9)
 
 
 def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
@@ -551,7 +583,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency = lut_efficiency(candidate) if is_table_lookup(candidate) else binary_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
-    roles, _, bandwidth = _operands(op)
+    roles = _operands(op)[0]
     vector = lanes(op, candidate.isa)
     taps, planes = knobs.weights == "taps", knobs.weights == "planes"
     laned, other = ((knobs.pixel_block, knobs.channel_block) if taps or planes     # lanes along the pixels
@@ -611,7 +643,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays
                    else L2_FIT * l2_weight_share(candidate))
     scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
-    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
+    stream = stream_seconds(candidate, l2 // 2, 1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
     residual = {"residual_seconds": residual_seconds(op, knobs)} if candidate.residual else {}
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
