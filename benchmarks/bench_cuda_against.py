@@ -31,7 +31,14 @@ CASES = {"bert 64x64 s14": ("bert", SMALL | SPECIALIZED | {"stages": 14}),
          "no catalog 192x256 s4": ("novel_gemm", WIDE),
          "no catalog 192x256 s4 cluster 1x2": ("novel_gemm", WIDE | {"cluster": (1, 2)}),
          "no catalog 192x128 s5 specialized": ("novel_gemm", {"block_m": 192, "block_n": 128, "warps_m": 3,
-                                                              "warps_n": 1, "stages": 5} | SPECIALIZED)}
+                                                              "warps_n": 1, "stages": 5} | SPECIALIZED),
+         # persistent: 16 and 64 steps a tile, whole rounds of a 4-buffer ring
+         "no catalog 192x128 s4 persistent": ("novel_gemm", {"block_m": 192, "block_n": 128, "warps_m": 3,
+                                                             "warps_n": 1, "stages": 4, "persistent": True}
+                                              | SPECIALIZED),
+         "gemm4096 128x256 s4 persistent": ("gemm4096", {"block_m": 128, "block_n": 256, "warps_m": 1,
+                                                         "warps_n": 2, "stages": 4, "persistent": True}
+                                            | SPECIALIZED)}
 
 
 def printed_there(root: str, op: lo.Op, arguments: dict) -> str:

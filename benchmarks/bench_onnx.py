@@ -16,7 +16,8 @@ like with like against loopopt's; on an x86 CPU without VNNI its default ones sa
     python benchmarks/bench_onnx.py [--quick] [--resolution 224] [--threads 1,2] [--precisions fp32,int8,qdq]
                                     [--models resnet18,mobilenetv2,resnet50] [--tune-trials N]
                                     [--tune-models a,b] [--log FILE] [--whole-only [--tuned-log FILE
-                                    [--prepare-trials N]]] [--ort-int8 exact|default] [--write]
+                                    [--prepare-trials N]]] [--ort-int8 exact|default]
+                                    [--omp-wait-policy active|passive|N] [--realtime] [--write]
 
 ``--write`` replaces the section "Whole models vs onnxruntime" of docs/benchmarks.md; with
 ``--whole-only`` (the whole-model timing and output check only, no per-node reports) the section
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
 from bench_reuse import write_section  # noqa: E402
-from runtimes import SETTLE, Contender, Worker, interleave  # noqa: E402
+from runtimes import RETRIES, SETTLE, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
@@ -182,8 +183,9 @@ def output_check(ours: list[np.ndarray], theirs: list[np.ndarray]) -> str:
 class Whole(NamedTuple):
     """Seconds of the whole model end to end, each runtime in its own process: loopopt's ``rep.run`` and
     onnxruntime's ``session.run`` (medians and minimums over the rounds), loopopt's with the tuning log
-    (None without one), loopopt's prepare, the nodes the rep runs on onnx.reference, and its output
-    against onnxruntime's (``output_check``)."""
+    (None without one), loopopt's prepare, the nodes the rep runs on onnx.reference, its output
+    against onnxruntime's (``output_check``), and the round timings discarded and kept though other
+    processes' real-time threads ran in them (``runtimes.Rounds``)."""
 
     ours: float
     theirs: float
@@ -192,6 +194,8 @@ class Whole(NamedTuple):
     prepare: float
     fallbacks: list[str]
     check: str
+    disturbed: int | None
+    kept_disturbed: int | None
     tuned: float | None = None
     tuned_min: float | None = None
 
@@ -202,12 +206,13 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
-    the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: loopopt's ``OMP_WAIT_POLICY``
-    (None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed under SCHED_FIFO
-    once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode (``loopopt.onnx.peer``)."""
+    the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: how loopopt's OpenMP threads
+    wait (``wait_env``; None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed
+    under SCHED_FIFO once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode
+    (``loopopt.onnx.peer``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
-    env = {} if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
+    env = wait_env(wait_policy)
     contenders = [Contender("loopopt", "loopopt", path, threads, env=env),
                   Contender("onnxruntime", "onnxruntime", path, threads, ort_int8=ort_int8)]
     if tuned_log is not None:
@@ -217,11 +222,12 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
         workers = [stack.enter_context(Worker(contender, inputs)) for contender in contenders]
         for worker in workers if realtime else ():
             worker.realtime()
-        times, outputs = interleave(workers, rounds)
-    ours, theirs, *tuned_times = times
+        timed = interleave(workers, rounds)
+    ours, theirs, *tuned_times = timed.times
     tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
     return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs),
-                 workers[0].prepare_s, workers[0].fallbacks, output_check(outputs[0], outputs[1]), *tuned_ms)
+                 workers[0].prepare_s, workers[0].fallbacks, output_check(*timed.outputs[:2]),
+                 timed.disturbed, timed.kept_disturbed, *tuned_ms)
 
 
 def integer_text(report) -> str:
@@ -251,14 +257,29 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     if whole.tuned is not None:
         cells += [f"{whole.tuned * 1e3:.1f}", f"{whole.theirs / whole.tuned:.2f}",
                   f"{whole.theirs_min / whole.tuned_min:.2f}"]
-    cells += [", ".join(whole.fallbacks) or "none", whole.check]
+    disturbed = "-" if whole.disturbed is None else f"{whole.disturbed} / {whole.kept_disturbed}"
+    cells += [disturbed, ", ".join(whole.fallbacks) or "none", whole.check]
     return "| " + " | ".join(cells) + " |"
+
+
+def wait_env(wait_policy: str | None) -> dict[str, str]:
+    """The environment of loopopt's worker for ``--omp-wait-policy``: ``active`` or ``passive``
+    (``OMP_WAIT_POLICY``), a number of spins (``GOMP_SPINCOUNT``), or None (loopopt's own:
+    ``loopopt.openmp``)."""
+    if wait_policy is None:
+        return {}
+    if wait_policy in ("active", "passive"):
+        return {"OMP_WAIT_POLICY": wait_policy}
+    if wait_policy.isdigit():
+        return {"GOMP_SPINCOUNT": wait_policy}
+    raise ValueError(f"OpenMP wait policy {wait_policy!r} is not known; active, passive or a number of spins")
 
 
 def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -> str:
     """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
     policy = ("loopopt's OpenMP wait policy (300 spins, then asleep: `loopopt.openmp`)" if wait_policy is None
-              else f"`OMP_WAIT_POLICY={wait_policy}` in loopopt's process")
+              else " and ".join(f"`{name}={value}`" for name, value in wait_env(wait_policy).items())
+              + " in loopopt's process")
     return (f"Each runtime runs in its own worker process (`benchmarks/runtimes.py`: started once, the model "
             f"prepared once in each, as a user runs one runtime), with the same thread count (the `threads` "
             f"column: `prepare(threads=...)`, `intra_op_num_threads`) and {policy}; the parent interleaves "
@@ -267,7 +288,10 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
             "outputs of the warm-up round."
             + (" Once prepared, each worker's threads run under SCHED_FIFO (`--realtime`: the machine's "
                "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
-               if realtime else ""))
+               if realtime else "")
+            + " A round during which another process's real-time threads ran (another benchmark under "
+              "SCHED_FIFO: at our priority or above, it holds a core that a two-thread run needs) is timed "
+              f"again, up to {RETRIES} times (`runtimes.interleave`).")
 
 
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
@@ -284,7 +308,7 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
                "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
     if tuned_log is not None:
         columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
-    columns += ["nodes on onnx.reference", "output"]
+    columns += ["rounds timed again / kept disturbed", "nodes on onnx.reference", "output"]
     return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
             f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
             "QOperator and in QDQ format (Conv and MatMul quantized). Each row times the whole model end to "
@@ -292,7 +316,9 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
             "schedules, weights packed at prepare, the execution plan: kernels, numpy elementwise and "
             "pooling steps on the kernels' storage layouts, 8-bit lookups between int8 kernels) against "
             "onnxruntime's `session.run` (its default graph optimizations). "
-            f"{process_text(rounds, wait_policy, realtime)} The median and the minimum (the run least "
+            f"{process_text(rounds, wait_policy, realtime)} `rounds timed again / kept disturbed`: the "
+            "round timings so discarded, and the rounds kept though disturbed after the last retry. "
+            "The median and the minimum (the run least "
             "disturbed by "
             "other processes) of each; `loopopt prepare s`: the seconds of loopopt's `prepare` in its worker "
             "(the kernel cache as the run found it). ORT/loopopt > 1: loopopt "
@@ -323,9 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prepare-trials", type=int, default=0,
                         help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
                              "into the log first (default 0: the log as it is)")
-    parser.add_argument("--omp-wait-policy", choices=("active", "passive"),
-                        help="OMP_WAIT_POLICY of loopopt's worker processes (default: loopopt's: "
-                             "a short spin)")
+    parser.add_argument("--omp-wait-policy",
+                        help="how loopopt's OpenMP threads wait: active or passive (OMP_WAIT_POLICY), or a "
+                             "number of spins (GOMP_SPINCOUNT) (default: loopopt's: 300 spins)")
     parser.add_argument("--realtime", action="store_true",
                         help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
                              "other work cannot preempt the timed runs")
@@ -334,6 +360,10 @@ def main(argv: list[str] | None = None) -> None:
                              "with like) or default (its own; on x86 without VNNI they saturate)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
+    try:
+        wait_env(args.omp_wait_policy)
+    except ValueError as error:
+        parser.error(str(error))
     if args.quick:
         args.resolution, args.threads, args.budget = 64, "1", 0.05
     command = "python benchmarks/bench_onnx.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -11,8 +11,12 @@ allows; the attention's second operand is an activation, so both come with each 
 ``kernel.with_constants(per_call=2)``, ``call(a, b)``, packed where their layout is not row-major)
 and ``kernel only`` (``kernel.run`` on prepared buffers). PyTorch
 (``benchmarks/peers.py``): NCHW and channels-last convolutions, the quantized x86 engine
-(channels-last), ``torch.matmul``. All of a layer's calls are interleaved one by one, one thread;
-every output is checked against the reference.
+(channels-last), ``torch.matmul``; for the int8 conv also onnxruntime's ``QLinearConv`` with its exact
+int8 products (``loopopt.onnx.peer.session_options``): PyTorch's x86 engine multiplies with
+``vpmaddubsw`` on CPUs without VNNI, whose int16 pair sums saturate, so its outputs can miss the exact
+ones there. All of a layer's calls are interleaved one by one, one thread; every output is checked
+against the reference, and the ratio is taken against the fastest peer whose output verified (a
+faster one that did not is named beside it).
 
     python benchmarks/bench_prepacked.py [--budget 0.5] [--clock wall|cpu] [--write]
 
@@ -35,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
 from bench_reuse import command_line, publish  # noqa: E402
-from peers import LayerData, torch_fp32, torch_int8, torch_matmul  # noqa: E402
+from peers import LayerData, ort_int8, torch_fp32, torch_int8, torch_matmul  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
@@ -48,14 +52,15 @@ INT8 = lo.QuantSpec(activation="uint8", per_channel=True, weight_symmetric=True,
 @dataclass
 class Layer:
     """One layer: loopopt's op and call (arrays, quantization parameters, whether the second array is
-    a weight to prepack), its check, and PyTorch's calls (name -> zero-argument run, output to numpy)."""
+    a weight to prepack), its check (an output -> what is wrong with it, '' if nothing), and the peers'
+    calls (name -> zero-argument run, output to numpy)."""
 
     name: str
     op: lo.Conv2d | lo.Matmul
     arrays: tuple[np.ndarray, ...]
     params: dict
     weights: bool
-    check: Callable[[np.ndarray], bool]
+    check: Callable[[np.ndarray], str]
     peers: dict[str, tuple[Callable[[], object], Callable[[object], np.ndarray]]]
 
 
@@ -64,14 +69,16 @@ def _conv(name: str, op: lo.Conv2d, quantized: bool = False) -> Layer:
     if quantized:
         qop = lo.Conv2d(op.in_channels, op.out_channels, op.kernel_size, padding=op.padding, groups=op.groups,
                         height=op.height, width=op.width, quant=INT8)
-        case = torch_int8(data, 1)
+        peers = {"PyTorch x86 NHWC": torch_int8(data, 1),
+                 "onnxruntime QLinearConv (exact)": ort_int8(data, 1)}
         return Layer(name, qop, (data.xq, data.wq, data.bq), data.quant_params(), True,
-                     lambda y: data.check(y, "uint8")[0], {"PyTorch x86 NHWC": (case.run, case.output)})
+                     lambda y: data.check(y, "uint8")[1],
+                     {peer: (case.run, case.output) for peer, case in peers.items()})
     peers = {}
     for layout, channels_last in (("NCHW", False), ("NHWC", True)):
         case = torch_fp32(data, 1, channels_last)
         peers[f"PyTorch {layout}"] = (case.run, case.output)
-    return Layer(name, op, (data.x, data.w, data.b), {}, True, lambda y: data.check(y, "fp32")[0], peers)
+    return Layer(name, op, (data.x, data.w, data.b), {}, True, lambda y: data.check(y, "fp32")[1], peers)
 
 
 def _matmul(name: str, op: lo.Matmul, weights: bool) -> Layer:
@@ -81,8 +88,12 @@ def _matmul(name: str, op: lo.Matmul, weights: bool) -> Layer:
     want = a.astype(np.float64) @ b
     case = torch_matmul(a, b, 1)
     bound = 1e-4 * float(np.abs(want).max())
-    return Layer(name, op, (a, b), {}, weights, lambda y: float(np.abs(y - want).max()) <= bound,
-                 {"PyTorch matmul": (case.run, case.output)})
+
+    def check(y: np.ndarray) -> str:
+        error = float(np.abs(y - want).max())
+        return "" if error <= bound else f"max error {error:.3g} > {bound:.3g}"
+
+    return Layer(name, op, (a, b), {}, weights, check, {"PyTorch matmul": (case.run, case.output)})
 
 
 def layers() -> list[Layer]:
@@ -132,18 +143,23 @@ def row(layer: Layer, budget: float, clock: Callable[[], float]) -> str:
     call = kernel.with_constants(*layer.arrays[per_call:], per_call=per_call, **layer.params)
     whole = lambda: call(*layer.arrays[:per_call])              # noqa: E731
     buffers = kernel.prepare(*layer.arrays, **layer.params)
-    verified = layer.check(whole()) and all(layer.check(out(run())) for run, out in layer.peers.values())
+    wrong = {"loopopt": layer.check(whole()),
+             **{name: layer.check(out(run())) for name, (run, out) in layer.peers.items()}}
+    failed = "; ".join(f"{name}: {what}" for name, what in wrong.items() if what)
     times = interleaved({"prepacked": whole, "kernel": lambda: kernel.run(buffers),
                          **{name: run for name, (run, _) in layer.peers.items()}}, budget, clock)
     ours = times["prepacked"][0]
-    best = min(layer.peers, key=lambda name: times[name][0])
+    verified = [name for name in layer.peers if not wrong[name]] or list(layer.peers)
+    best = min(verified, key=lambda name: times[name][0])
+    fastest = min(layer.peers, key=lambda name: times[name][0])
+    unverified = f"; {times[fastest][0] / ours:.2f} ({fastest}, not verified)" if fastest != best else ""
     peers = ", ".join(f"{name} {times[name][0] * 1e3:.3f}" for name in layer.peers)
     scope = "prepacked" if layer.weights else "both operands per call"
     return (f"| {layer.name} | {kernel.isa}: {source.split(':', 1)[-1].strip()} | {scope} | "
             f"{ours * 1e3:.3f} | {times['kernel'][0] * 1e3:.3f} | {peers} | "
-            f"{times[best][0] / ours:.2f} ({best}) | "
-            f"{times['prepacked'][1] * 1e3:.3f} / {min(times[n][1] for n in layer.peers) * 1e3:.3f} | "
-            f"{'yes' if verified else 'NO'} |")
+            f"{times[best][0] / ours:.2f} ({best}){unverified} | "
+            f"{times['prepacked'][1] * 1e3:.3f} / {times[best][1] * 1e3:.3f} | "
+            f"{'NO: ' + failed if failed else 'yes'} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,13 +187,15 @@ def main(argv: list[str] | None = None) -> None:
         "`call = kernel.with_constants(per_call=2)`, `call(a, b)`, both given each call, packed where their "
         "layout is not row-major) and kernel only (`kernel.run` on prepared buffers). PyTorch as "
         "`benchmarks/peers.py` sets it up (NCHW and channels-last `conv2d`, the x86 quantized engine, "
-        "`torch.matmul`). A layer's calls run interleaved one by one, each timed by "
-        f"{CLOCK_TEXT[args.clock]}; medians (ms), and the minimums of "
-        "loopopt's whole call and of the fastest PyTorch call. `best PyTorch / loopopt` > 1: loopopt is "
-        "faster; `verified`: every output matched the reference (fp32 within 1e-4 of the largest value; "
-        "uint8 within 2 LSB).",
-        "| layer | schedule | loopopt scope | loopopt ms | loopopt kernel only ms | PyTorch ms | "
-        "best PyTorch / loopopt | min ms (loopopt / PyTorch) | verified |\n"
+        "`torch.matmul`); for the int8 conv also onnxruntime's `QLinearConv` with exact int8 products "
+        "(PyTorch's x86 engine saturates int16 pair sums where the CPU has no VNNI). A layer's calls run "
+        f"interleaved one by one, each timed by {CLOCK_TEXT[args.clock]}; medians (ms), and the minimums "
+        "of loopopt's whole call and of the peer the ratio is taken against. `best peer / loopopt` > 1: "
+        "loopopt is faster, against the fastest peer whose output verified (a faster one that did not is "
+        "named after it); `verified`: every output matched the reference (fp32 within 1e-4 of the largest "
+        "value; uint8 within 2 LSB), else which missed and by how much.",
+        "| layer | schedule | loopopt scope | loopopt ms | loopopt kernel only ms | peers ms | "
+        "best peer / loopopt | min ms (loopopt / peer) | verified |\n"
         "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(lines)])
     publish(text, SECTION, args.write)
 

@@ -8,24 +8,38 @@ share the machine's noise, and returns every worker's times and the outputs of t
 round, which the parent compares. In one process, libgomp's spinning threads and onnxruntime's pool
 fought over the cores (2-thread runs at 0.03-0.25x); here a runtime's threads only meet the other's
 while they wait to sleep, which ``SETTLE`` seconds between two calls let them do.
+
+Under ``Worker.realtime`` the machine's other processes cannot preempt a timed run, except another
+process's real-time threads of the same priority (another benchmark under ``chrt -f``): one that holds a
+core leaves a two-thread run one core, and its second thread starts only when the first blocks (an AMD
+EPYC Zen 3 VM, 2 cores: a worker woke 2.2-2.5 ms late, after its master's whole share; MobileNetV2 fp32
+on two threads 8-24 ms by median against 7-10 in the undisturbed rounds). ``interleave`` reads how long
+other processes' real-time threads ran during each round (``others_realtime_ns``) and times a round
+they ran in again, up to ``RETRIES`` times, so that both runtimes are timed as a user of the machine sees
+them; it says how many rounds were so disturbed.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from peers import ORT_NO_SPIN
 
 from loopopt.onnx.peer import EXACT, config_entries, session_options
 
 RUNTIMES = ("loopopt", "onnxruntime")
 SETTLE = 0.05        # seconds between two workers' calls: longer than libgomp's spin before it sleeps
 REALTIME_PRIORITY = 10   # ``Worker.realtime``'s SCHED_FIFO priority
+RETRIES = 3          # a round another process's real-time threads ran in is timed again at most so often
+REALTIME_POLICIES = (os.SCHED_FIFO, os.SCHED_RR)
+SCHEDSTAT = "/proc/self/schedstat"     # where Linux says how long a thread ran
+KERNEL_THREAD = 0x00200000    # PF_KTHREAD in a thread's flags (/proc/.../stat): the kernel's own threads
 
 
 @dataclass(frozen=True)
@@ -33,7 +47,8 @@ class Contender:
     """What one worker runs: ``runtime`` (one of ``RUNTIMES``) on the model at ``path`` with ``threads``
     threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them; ``env``: environment
     variables set in its process only (e.g. ``OMP_WAIT_POLICY``); for onnxruntime, ``ort_int8``: its int8
-    mode (``loopopt.onnx.peer.INT8_MODES``)."""
+    mode (``loopopt.onnx.peer.INT8_MODES``), and ``ort_spinning``: whether its intra-op threads spin
+    after a call (its default; False: ``peers.ORT_NO_SPIN``)."""
 
     name: str
     runtime: str
@@ -43,6 +58,7 @@ class Contender:
     tune: int = 0
     env: dict[str, str] = field(default_factory=dict)
     ort_int8: str = EXACT
+    ort_spinning: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -62,8 +78,10 @@ def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]],
     """The contender's run (inputs -> outputs) and the nodes it leaves to onnx.reference."""
     if contender.runtime == "onnxruntime":
         import onnxruntime
-        session = onnxruntime.InferenceSession(str(contender.path),
-                                               session_options(contender.threads, contender.ort_int8),
+        options = session_options(contender.threads, contender.ort_int8)
+        if not contender.ort_spinning:
+            options.add_session_config_entry(*ORT_NO_SPIN)
+        session = onnxruntime.InferenceSession(str(contender.path), options,
                                                providers=["CPUExecutionProvider"])
         return (lambda inputs: session.run(None, inputs)), []
     from loopopt.onnx import backend
@@ -119,10 +137,15 @@ class Worker:
             self.close()
             raise RuntimeError(f"{contender.name} failed to prepare {contender.path.name}: {self.prepare_s}")
 
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id."""
+        return self._process.pid
+
     def realtime(self, priority: int = REALTIME_PRIORITY) -> None:
         """Every thread of the worker (and those it starts later) under ``SCHED_FIFO`` at ``priority``
         (``realtime_threads``)."""
-        realtime_threads(self._process.pid, priority)
+        realtime_threads(self.pid, priority)
 
     def run(self, outputs: bool = False) -> tuple[float, list[np.ndarray] | None]:
         """Seconds of one run in the worker (and its outputs if asked)."""
@@ -151,16 +174,64 @@ class Worker:
         self.close()
 
 
-def interleave(workers: Sequence[Worker], rounds: int) -> tuple[list[list[float]], list[list[np.ndarray]]]:
+class Rounds(NamedTuple):
+    """What ``interleave`` timed: each worker's seconds, the outputs of its warm-up round, how many timings
+    of a round were discarded because another process's real-time threads ran in it (``disturbed``), and
+    how many of the rounds kept were still so after ``RETRIES`` retries (``kept_disturbed``); both None
+    where /proc cannot say."""
+
+    times: list[list[float]]
+    outputs: list[list[np.ndarray]]
+    disturbed: int | None
+    kept_disturbed: int | None
+
+
+def others_realtime_ns(exclude: Collection[int]) -> int | None:
+    """Nanoseconds that the real-time threads (SCHED_FIFO, SCHED_RR) of the machine's processes other than
+    ``exclude`` (pids) have run so far, the kernel's own threads left out; None where /proc has no
+    scheduler statistics (not Linux)."""
+    if not os.path.exists(SCHEDSTAT):
+        return None
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) in exclude:
+            continue
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                task = Path(f"/proc/{pid}/task/{tid}")
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()    # after the command name
+                if int(fields[38]) in REALTIME_POLICIES and not int(fields[6]) & KERNEL_THREAD:
+                    total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue                          # the process or thread ended meanwhile
+    return total
+
+
+def interleave(workers: Sequence[Worker], rounds: int) -> Rounds:
     """Each worker's seconds over ``rounds`` rounds (round i runs every worker once, in order, ``SETTLE``
-    seconds apart), after one warm-up round whose outputs are returned, one list per worker."""
+    seconds apart), after one warm-up round whose outputs are returned, one list per worker. A round that
+    other processes' real-time threads ran in (``others_realtime_ns``) is timed again, up to ``RETRIES``
+    times (the last one kept)."""
     outputs = []
     for worker in workers:
         outputs.append(worker.run(outputs=True)[1])
         time.sleep(SETTLE)
+    ours = {os.getpid(), *(worker.pid for worker in workers)}
     times: list[list[float]] = [[] for _ in workers]
+    disturbed = kept = 0
     for _ in range(rounds):
-        for worker, kept in zip(workers, times):
-            kept.append(worker.run()[0])
-            time.sleep(SETTLE)
-    return times, outputs
+        for attempt in range(RETRIES + 1):
+            before = others_realtime_ns(ours)
+            seconds = []
+            for worker in workers:
+                seconds.append(worker.run()[0])
+                time.sleep(SETTLE)
+            after = others_realtime_ns(ours)
+            if before is None or after is None or after == before:
+                break
+            disturbed += attempt < RETRIES
+            kept += attempt == RETRIES
+        for kept_times, second in zip(times, seconds):
+            kept_times.append(second)
+    known = os.path.exists(SCHEDSTAT)
+    return Rounds(times, outputs, disturbed if known else None, kept if known else None)

@@ -14,7 +14,14 @@ at 300, 16.37 ms at 1,000 (at 74% of the CPU taken by others, 3,000 was 1.7x pas
 is the spin that gains where the cores are free and costs little where they are not. Measured again
 (MobileNetV2 fp32, 2 threads, docs/benchmarks.md, session 10): 300 spins last 5-15 us, 30,000 about 0.6 ms;
 under SCHED_FIFO 30,000 ran 4.3-5.6 ms against 5.4-9.2 ms, but beside other work not preempted 30-174 ms
-against 16-22 ms, so the spin stays short.
+against 16-22 ms, so the spin stays short. On a 2-core AMD EPYC Zen 3 VM (KVM; an idle vCPU halts at
+once, so waking a sleeping thread took 50-110 us; a spin iteration ~29 ns: 300 spins ~9 us, 3,000 ~86 us)
+MobileNetV2 on 2 threads, each runtime in its own process (11 interleaved rounds, medians,
+docs/benchmarks.md, session 13): with the cores free (SCHED_FIFO) fp32 9.54 ms at 300 spins, 7.77 at
+3,000, 7.58 at 30,000 (onnxruntime, whose threads spin by default, 8.16; not spinning 10.57), int8 11.99
+/ 8.83 / 9.87 ms (onnxruntime 8.90); beside other work (load 9, not preempted) fp32 19.94 ms at 300,
+49.90 at 3,000, 14.53 passive (onnxruntime 31.23). Where the cores are the model's,
+``GOMP_SPINCOUNT=3000`` (a spin as long as a wake-up there) is the faster choice.
 
 ``load_runtime()`` loads libgomp (once, before the first kernel built with OpenMP) with
 ``GOMP_SPINCOUNT=SPIN_COUNT`` unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, and then puts the

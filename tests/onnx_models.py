@@ -235,6 +235,23 @@ def residual_net() -> onnx.ModelProto:
                  inits, opset=21)
 
 
+def pooled_stem() -> onnx.ModelProto:
+    """A ResNet stem whose pool only convs read, small: Conv 3->8 (3x3) + Relu, MaxPool 3x3/2, then a
+    downsample Conv 8->8 (1x1) and a body Conv 8->8 (3x3) + Relu both reading the pool, Added."""
+    conv = lambda x, w, y, **attrs: helper.make_node("Conv", [x, w, f"{w}_b"], [y], name=w, **attrs)
+    nodes = [
+        conv("x", "stem", "s", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["s"], ["sr"]),
+        helper.make_node("MaxPool", ["sr"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        conv("p", "down", "d"), conv("p", "body", "b", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["b"], ["br"]), helper.make_node("Add", ["d", "br"], ["y"]),
+    ]
+    shapes = {"stem": (8, 3, 3, 3), "down": (8, 8, 1, 1), "body": (8, 8, 3, 3)}
+    inits = [t for name, shape in shapes.items() for t in (_init(name, _weights(*shape)),
+                                                           _init(f"{name}_b", _weights(shape[0])))]
+    return model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 11])], [("y", TensorProto.FLOAT, None)],
+                 inits, opset=21)
+
+
 def quantized(proto: onnx.ModelProto, folder, quant_format: str = "QOperator") -> onnx.ModelProto:
     """``proto``'s Conv and MatMul nodes quantized by onnxruntime's ``quantize_static`` (uint8
     activations, int8 per-channel weights, calibrated on 4 random inputs) in ``quant_format``

@@ -29,7 +29,7 @@ from loopopt.targets.cuda import (
 )
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
-from loopopt.targets.cuda.printer import print_kernel
+from loopopt.targets.cuda.printer import CUDA, print_kernel
 
 HALF_MATMUL = lo.Matmul(37, 45, 40, dtype="float16")
 HALF_CONV = lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
@@ -746,24 +746,31 @@ def test_the_ring_protocol_fences_nothing_beyond_its_block():
 
 @pytest.mark.slow        # an nvcc build
 @needs_nvcc
-def test_the_consumers_wait_on_each_buffer_at_a_constant_address():
-    """A specialized kernel's consumers run their steps by rounds of the ring, unrolled over its buffers:
-    each buffer's full barrier waited on at its own constant address and every step's products issued
-    (``stages`` try_waits and ``stages x 4`` wgmmas for BERT's 64 x 64 tiles of depth 64), with no
-    ``S2R`` (the shared window's base, ``__cvta_generic_to_shared``) between a wait and its products: a
-    step once computed its buffer, barrier and descriptors from the step count (144 ns a step on the
-    H200, 102 unrolled; cuBLAS 98)."""
-    op = lo.Matmul(384, 768, 3072, dtype="float16", out_dtype="float16")
-    schedule = gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, warps_n=1, depth=64, swizzle=128, stages=8,
-                         engine="tma", specialize=True)
+@pytest.mark.parametrize("op, tiles, products", [
+    (lo.Matmul(384, 768, 3072, dtype="float16", out_dtype="float16"),
+     {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1, "stages": 8}, 4),
+    (lo.Matmul(4096, 4096, 4096, dtype="float16", out_dtype="float16"),
+     {"block_m": 128, "block_n": 256, "warps_m": 1, "warps_n": 2, "stages": 4, "persistent": True}, 8)],
+    ids=["BERT 64x64 ring of 8", "persistent 128x256: 64 steps, ring of 4"])
+def test_the_consumers_wait_on_each_buffer_at_a_constant_address(op, tiles, products):
+    """A specialized kernel's consumers run their steps by rounds of the ring, unrolled over its buffers
+    (a persistent kernel's where a tile's steps fill whole rounds): each buffer's full barrier waited on
+    at its own constant address and every step's ``products`` wgmmas issued, with no ``S2R`` (the
+    shared window's base, ``__cvta_generic_to_shared``) between a wait and its products: a step once
+    computed its buffer, barrier and descriptors from the step count (144 ns a step on the H200, 102
+    unrolled; cuBLAS 98)."""
+    schedule = gpu_wgmma(op, **tiles, depth=64, swizzle=128, engine="tma", specialize=True)
+    stages = tiles["stages"]
+    barriers = tensor_printer.TensorPrinter(schedule, CUDA).barrier_offset
+    own = "|".join(f"{barriers + 8 * buffer:#x}" for buffer in range(stages))
     code = re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", sass(schedule.compile(target="cuda", isa="sm_90")))
     full = [i for i, instruction in enumerate(code)
-            if re.search(r"TRYWAIT P\d, \[(R\d+\+URZ|UR\d+)\+0x200[0-3][0-9a-f]\]", instruction)]
-    addresses = {re.search(r"0x200[0-3][0-9a-f]", code[i]).group() for i in full}
-    assert len(addresses) == 8, [code[i] for i in full]
-    products = [i for i, instruction in enumerate(code) if instruction.startswith("HGMMA")]
-    assert len(products) == 8 * 4
-    after = {i: next((p for p in products if p > i), i) for i in full}   # the wait's first product
+            if re.search(rf"TRYWAIT P\d, \[(R\d+\+URZ|UR\d+)\+({own})\]", instruction)]
+    addresses = {re.search(own, code[i]).group() for i in full}
+    assert len(addresses) == stages, [code[i] for i in full]
+    products_issued = [i for i, instruction in enumerate(code) if instruction.startswith("HGMMA")]
+    assert len(products_issued) == stages * products
+    after = {i: next((p for p in products_issued if p > i), i) for i in full}   # the wait's first product
     assert not [code[j] for i in full for j in range(i, after[i]) if "S2R" in code[j]]
 
 

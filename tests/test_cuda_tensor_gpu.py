@@ -172,11 +172,16 @@ def test_conv_pixel_boxes_match_the_reference_on_the_gpu(op, variant):
     (lo.Matmul(2000, 1500, 264, dtype="float16"), {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 64,
                                                    "swizzle": 128}),
     (lo.Gemm(1030, 2050, 72, alpha=0.5, beta=2.0, dtype="bfloat16"),
-     {"block_m": 64, "warps_m": 1, "depth": 32, "stages": 3, "split_k": 2})],
-    ids=["768 tiles of 64x64", "bf16 Gemm 544 tiles split_k=2"])
+     {"block_m": 64, "warps_m": 1, "depth": 32, "stages": 3, "split_k": 2}),
+    *((lo.Matmul(1000, 1500, 512, dtype="float16", out_dtype="float16"),
+       {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 64, "swizzle": 128, "stages": stages})
+      for stages in (4, 8))],
+    ids=["768 tiles of 64x64", "bf16 Gemm 544 tiles split_k=2", "384 tiles of two rounds of 4 buffers",
+         "384 tiles of one round of 8 buffers"])
 def test_persistent_blocks_walk_several_tiles_on_the_gpu(op, tiles):
-    """More tiles than multiprocessors: each block of the persistent loop walks 4-6 tiles, its ring's
-    parities going on across them, the producer copying a tile while the consumers store the last."""
+    """More tiles than multiprocessors: each block of the persistent loop walks 2-6 tiles, its ring's
+    parities going on across them, the producer copying a tile while the consumers store the last; where
+    a tile's steps fill whole rounds of the ring the consumers' loop is unrolled over its buffers."""
     if device.arch() != "sm_90":
         pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
     schedule = gpu_wgmma(op, **tiles, engine="tma", specialize=True, persistent=True)

@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx_models import (
     expected,
     model,
+    pooled_stem,
     quantized,
     quantized_model,
     requantized_chain,
@@ -128,6 +129,28 @@ def test_quantized_residual_net_matches_onnxruntime(quant_format, tmp_path):
     theirs = expected(_with_outputs(proto, [n for n in names if n in values]), [x])
     assert len(ours) >= 5
     assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(ours, theirs))
+
+
+def test_int8_convs_read_the_pools_output_in_place(tmp_path):
+    """A quantized ResNet stem (QOperator): its 8-bit pool (DequantizeLinear -> Relu -> MaxPool ->
+    QuantizeLinear, one step) writes a buffer placed as a kernel's output (64-byte aligned, zeros after
+    it), so the int8 convs after it, whose kernels read a little past the end of their input
+    (``Generated.read_ahead``), read it in place and repeat their C calls after two runs, with the
+    pool's; later runs give the per-step path's bits. (The pool's buffer was a plain ``np.empty``:
+    ResNet-50's two convs after the pool packed a copy of it on every run.)"""
+    proto = quantized(pooled_stem(), tmp_path, "QOperator")
+    rep = backend.prepare(proto, strict=True)
+    inputs = [_x(2, 3, 9, 11) for _ in range(3)]
+    rep.run([inputs[0]])
+    rep.run([inputs[1]])
+    steps = rep.plan.steps
+    pool = next(i for i, step in enumerate(steps) if "MaxPool" in step.op_type)
+    assert steps[pool].op_type.endswith("MaxPool -> QuantizeLinear")
+    assert {steps[pool + 1].node, steps[pool + 2].node} == {"down_quant", "body_quant"}
+    assert all(rep.lowered[name].on_kernel for name in ("down_quant", "body_quant"))
+    assert any(r.start <= pool and pool + 3 <= r.stop for r in rep.plan.repeats.values())
+    got = rep.run([inputs[2]])[0]
+    np.testing.assert_array_equal(got, rep.values([inputs[2]])["y"])
 
 
 def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..buffers import ALIGNMENT, aligned_empty
 from ..ops import auto_pad
 from ..pool import STAGED_BYTES, Pool, PoolSchedule
 from ..targets.pool_c import PoolKernel
@@ -286,10 +287,12 @@ class PoolRunner:
         return (NUMPY, found) if refusal is None else (REFERENCE, refusal)
 
     def adopt(self, kernel: PoolKernel) -> None:
-        """Run inputs of ``kernel``'s op with it, into a buffer of its own."""
+        """Run inputs of ``kernel``'s op with it, into a buffer of its own, placed as a kernel's output
+        buffer is (``buffers.aligned_empty``: 64-byte aligned, 64 zero bytes after it), so that a kernel
+        that reads a little past the end of its input reads the pool's output in place (``zeros_follow``)."""
         op = kernel.schedule.op
         calls = BoundCalls(lambda x, out: kernel.bound(x, out, self.threads, self.table))
-        out = np.empty(kernel.out_shape, kernel.out_dtype)
+        out = aligned_empty(kernel.out_shape, kernel.out_dtype, ALIGNMENT)
         self._kernels[op.input_shape, kernel.dtype] = (kernel, out, calls)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:

@@ -13,10 +13,11 @@ Step ``r`` lives in buffer ``r % stages``, in round ``r / stages`` of the ring:
   ``r - stages``;
 * a consumer waits on round ``r / stages`` of the buffer's full barrier (parity ``(r / stages) & 1``),
   issues the step's products as one wgmma group, waits for every group but the last and so releases
-  the buffer of step ``r - 1`` (one arrival on its empty barrier): one group always in flight. Outside
-  a persistent walk the consumers take the steps by rounds of the ring, unrolled over its buffers, so
-  each buffer's barriers and tiles are constant addresses (``full_parity`` of the round's first step;
-  BERT's 64 x 64 step on the H200 144 -> 95 ns, cuBLAS's 97).
+  the buffer of step ``r - 1`` (one arrival on its empty barrier): one group always in flight. The
+  consumers take the steps by rounds of the ring, unrolled over its buffers, so each buffer's barriers
+  and tiles are constant addresses (``full_parity`` of the round's first step; BERT's 64 x 64 step on
+  the H200 144 -> 95 ns, cuBLAS's 97); in a persistent walk where a tile's steps fill whole rounds
+  (each tile starting at buffer 0), else step by step.
 
 In a cluster (``cluster.py``) each producer multicasts its slice of the shared tiles into every block's
 buffer, so a buffer is free once the consumers of every block of the cluster released it: a consumer

@@ -1483,18 +1483,23 @@ class TensorPrinter:
             element = self.out_type.device
             self.emit(inner, f"{element} *lo_stage = ({element} *) (lo_smem + {self.staging_offset});")
         code = self.code
-        ring = not walks and bool(code.rebase)
+        # each buffer and its barriers constant addresses (BERT's step, H200: 144 -> 95 ns); a persistent
+        # walk's tiles each start at buffer 0 where their steps fill whole rounds of the ring
+        ring = bool(code.rebase) and (not walks or self.steps % stages == 0)
         if code.rebase:
             self.emit(inner, code.rebase)
-        if ring:       # each buffer and its barriers constant addresses (BERT's step, H200: 144 -> 95 ns)
-            step = self._open_ring(inner)
+        if ring:
+            tile = self._open_tiles(inner, consumers=True) if walks else inner
+            step = self._open_ring(tile)
             full = "lo_ready(lo_bar + lo_s, lo_parity)"
             release = self._release(empty, f"lo_s + {stages}")
         else:
             step = self._open_walk(inner, "lo_r")
+            tile = step - 1
         self.emit(step, f"while (!{full}) {{}}   /* step lo_r's boxes are in */")
         self.emit(step, "{")
-        self._step_variables(step + 1, "lo_k" if walks else "lo_r")
+        if not ring:
+            self._step_variables(step + 1, "lo_k" if walks else "lo_r")
         self.emit(step + 1, code.begin)
         self._products(step + 1, "lo_s" if ring else "", rebased=bool(code.rebase))
         self.emit(step + 1, code.end)
@@ -1502,17 +1507,14 @@ class TensorPrinter:
         self.emit(step, code.retire)
         self.emit(step, f"if (lo_r >= 1 && lo_thread % {specialize.WARPGROUP} == 0) {release}"
                         f"   /* step lo_r - 1 retired */")
-        if ring:
-            self.emit(step - 1, "}")
+        self._close(tile, step - tile)
         if walks:      # the tile's last group retired: its outputs, while the producer copies on
-            self.emit(step - 1, "}")
-            self.emit(step - 1, code.drain)
-            self._tile_epilogue(step - 1)
+            self.emit(tile, code.drain)
+            self._tile_epilogue(tile)
             self.emit(inner, "}")
             if self.stored is not None:     # the last stores done before the block's shared memory goes
                 self.emit(inner, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
         else:
-            self.emit(inner, "}")
             self._epilogue(inner)
             self._last_share(inner)
         self.emit(depth, "}")
@@ -1530,15 +1532,17 @@ class TensorPrinter:
     def _open_ring(self, depth: int) -> int:
         """The consumers' loop over the steps of a tile, by rounds of the ring (``lo_o``, the round's
         ``lo_parity``), each unrolled over its buffers (``lo_s``, a constant in each copy: no address
-        arithmetic a step), ``lo_r`` the step; a last round stops at the tile's steps. Returns the depth
-        inside."""
+        arithmetic a step), ``lo_r`` the block's step (a persistent kernel's counts on over its tiles
+        ``lo_n``, each tile's steps whole rounds); a last round stops at the tile's steps. Returns the
+        depth inside."""
         stages, steps = self.pipeline, self.steps
+        first = f"lo_n * {steps} + " if self.s.persistent_tiles else ""
         self.emit(depth, f"{self.syntax.unroll} 1")
         self.emit(depth, f"for (int lo_o = 0; lo_o < {steps}; lo_o += {stages}) {{")
-        self.emit(depth + 1, f"const unsigned lo_parity = {specialize.full_parity('lo_o', stages)};")
+        self.emit(depth + 1, f"const unsigned lo_parity = {specialize.full_parity(first + 'lo_o', stages)};")
         self.emit(depth + 1, f"{self.syntax.unroll} {stages}")
         self.emit(depth + 1, cprint.for_loop("int", "lo_s", stages) + " {")
-        self.emit(depth + 2, "const int lo_r = lo_o + lo_s;")
+        self.emit(depth + 2, f"const int lo_r = {first}lo_o + lo_s;")
         if steps % stages:
             self.emit(depth + 2, f"if (lo_r >= {steps}) break;   /* the tile's last round */")
         return depth + 2
@@ -1546,24 +1550,30 @@ class TensorPrinter:
     def _open_walk(self, depth: int, counter: str) -> int:
         """A specialized kernel's loop over its pipeline steps, counted by ``counter`` (``lo_p``: a
         producer's, every ``specialize.PRODUCERS``-th from its ``lo_producer``; ``lo_r``: the
-        consumers'); a persistent kernel's over its tiles (the consumers' accumulators zeroed at each)
-        and their steps (``lo_k``), ``counter`` going on over the tiles. Returns the depth inside."""
+        consumers'); a persistent kernel's over its tiles (``_open_tiles``) and their steps (``lo_k``),
+        ``counter`` going on over the tiles. Returns the depth inside."""
         producers = specialize.PRODUCERS if counter == "lo_p" else 1
         if not self.s.persistent_tiles:
             self.emit(depth, (cprint.for_loop("int", counter, self.steps) if producers == 1 else
                               f"for (int {counter} = lo_producer; {counter} < {self.steps}; "
                               f"{counter} += {producers})") + " {")
             return depth + 1
+        tile = self._open_tiles(depth, consumers=counter == "lo_r")
+        self.emit(tile, cprint.for_loop("int", "lo_k", self.steps) + " {")
+        self.emit(tile + 1, f"const int {counter} = lo_n * {self.steps} + lo_k;")
+        if producers > 1:
+            self.emit(tile + 1, f"if ({counter} % {producers} != lo_producer) continue;   "
+                                f"/* another producer's step */")
+        return tile + 1
+
+    def _open_tiles(self, depth: int, consumers: bool) -> int:
+        """A persistent kernel's loop over the block's tiles (``lo_n``, ``persistent.py``), the
+        ``consumers``' accumulators zeroed at each. Returns the depth inside."""
         self.emit(depth, cprint.for_loop("int", "lo_n", "lo_rounds") + " {")
         self._walk(depth + 1, "blockIdx.x", "gridDim.x", "lo_n")
-        if counter == "lo_r":
+        if consumers:
             self._declare_accumulators(depth + 1)
-        self.emit(depth + 1, cprint.for_loop("int", "lo_k", self.steps) + " {")
-        self.emit(depth + 2, f"const int {counter} = lo_n * {self.steps} + lo_k;")
-        if producers > 1:
-            self.emit(depth + 2, f"if ({counter} % {producers} != lo_producer) continue;   "
-                                 f"/* another producer's step */")
-        return depth + 2
+        return depth + 1
 
     def _step_variables(self, depth: int, step: str) -> None:
         """The consumers' ``lo_step`` (``step``: the tile's pipeline step they multiply) and, in a

@@ -101,6 +101,8 @@ BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstr
 # widens fewer broadcasts per update (measured: ``space.EMULATED_DOT_OPERANDS``); a tap dot broadcasts the
 # weights and widens a window of activations per vector
 EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
+STRIDED_LIVE = 12          # accumulators an emulated dot block keeps without losing time where it unrolls the
+                           # taps of a strided window (see ``spills_strided``)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
@@ -226,6 +228,30 @@ def spills_unrolled(candidate: Candidate) -> bool:
     return knobs.weights in ("dot", "taps") and candidate.isa in EMULATED_DOT_OPS and len(knobs.unroll) > 1
 
 
+def spills_strided(candidate: Candidate, accumulators: int) -> bool:
+    """Whether an emulated dot block (AVX2's ``lo_avx2_dpbusd``) of more than ``STRIDED_LIVE`` accumulators
+    unrolls the taps of a window of stride > 1 along its pixel block (an int8 stem): such blocks ran slower
+    than 12-accumulator ones, where at stride 1 they did not. AMD EPYC Zen 3, 1 thread, kernel-only medians
+    of 9 interleaved rounds under ``chrt -f 10``, the first choice's loop order, kw unrolled: ResNet's 7x7
+    stride-2 stem 7x16 3.31 ms, 6x16 2.88, 3x32 3.17, 5x16 3.06; MobileNet's 3x3 stride-2 stem 7x16 0.378
+    ms, 6x16 0.358, 3x32 0.340; a 7x7 stride-1 window at 112x112 7x16 2.74 ms (min), 6x16 2.85. Why was
+    not found: not the broadcasts the unrolled taps share (each behind a volatile asm barrier: the same
+    times), not the inner loop's instructions (``llvm-mca -mcpu=znver3``: 2.74 and 2.66 cycles an update
+    at 7x16 and 6x16); the 1x1 and 3x3 convs, which unroll their input channels, keep 7x16 first (the
+    fastest block or within 5% of it)."""
+    return (emulates_dot(candidate.isa, candidate.knobs.weights) and accumulators > STRIDED_LIVE
+            and strided_taps(candidate))
+
+
+def strided_taps(candidate: Candidate) -> bool:
+    """Whether a register-blocked candidate unrolls the taps of a window of stride > 1 along its pixel
+    block."""
+    knobs = candidate.knobs
+    pixel = Roles.of(candidate.op, knobs.pixel).pixel
+    window = next((w for w in candidate.op.windows if w.out_dim == pixel), None)
+    return window is not None and window.stride > 1 and window.tap_dim in dict(knobs.unroll)
+
+
 def rolled(candidate: Candidate) -> bool:
     """Whether the innermost reduction loop of a register-blocked candidate steps (is not unrolled):
     unrolling a loop outside it (a tap) leaves a loop step per reduction step (ResNet-50 conv3_x, 4x64
@@ -328,9 +354,16 @@ def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
 
 
 def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
-    """Bytes of the op's inputs read from beyond a cache of ``capacity`` bytes: each input once, and
-    once more per iteration of an outer loop that does not index it (its reuse) when the part of
-    it that the loops inside touch (the indexing loops' share of it) does not fit. A channel panel's
+    """Bytes of the op's inputs read beyond a cache of ``capacity`` bytes: ``streamed_inputs`` summed."""
+    return sum(first + again for first, again in streamed_inputs(op, knobs, capacity))
+
+
+def streamed_inputs(op: Op, knobs: Knobs, capacity: int, threads: int = 1) -> list[tuple[int, int]]:
+    """Bytes of each of the op's inputs read from beyond a cache of ``capacity`` bytes, as (read first,
+    read again): each input once, and once more per iteration of an outer loop that does not index it (its
+    reuse) when the part of it that the loops inside touch (the indexing loops' share of it) does not fit.
+    The parallel loop's first ``threads`` iterations run at once, each thread reading the input first;
+    the other passes read it again. A channel panel's
     loop (``channel_panel``) adds no pass: each panel reads the activations again in their memory
     order, a block's rows front to back, which the prefetchers bring ahead of the block's many
     multiply-adds per element (GEMM 512x1024x1024: 128-channel panels, the activations read 8 times,
@@ -338,19 +371,44 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     extents = outer_extents(op, knobs)
     roles = Roles.of(op, knobs.pixel)
     panels = panel_loops(roles.channel)[0] if knobs.channel_panel else None
-    total = 0
+    streamed = []
     for dims, size in _operands(op)[1]:
         indexes = [not dims.isdisjoint(roles.dims_of(loop)) for loop in knobs.outer]
         indexing = [extents[loop] if index else 1 for loop, index in zip(knobs.outer, indexes)]
-        passes = 1
+        first = passes = 1
         for position, loop in enumerate(knobs.outer):
             if indexes[position] or extents[loop] == 1 or loop == panels:
                 continue
             inside = size * math.prod(indexing[position + 1:]) / math.prod(indexing)
             if inside > capacity:
                 passes *= extents[loop]
-        total += size * passes
-    return total
+                first *= min(extents[loop], threads) if loop == knobs.parallel else 1
+        streamed.append((size * first, size * (passes - first)))
+    return streamed
+
+
+def stream_seconds(candidate: Candidate, capacity: int, scatter: float = 1.0) -> float:
+    """The time the op's inputs take to come from beyond a cache of ``capacity`` bytes (``streamed_inputs``)
+    at the bandwidth of the level beyond L2 that holds them (``_operands``), times ``scatter`` (the extra
+    time of blocks stored out of the output's order, ``out_of_order``); a conv's weights in a
+    ``float_block`` read first at DRAM's, in their packed order whatever the output's: in a model they
+    were last read a run ago, behind the other
+    layers' weights (ResNet-50's 100 MB, ResNet-18's 47 MB: more than L3), while its activations were just
+    written (and weights read again come from that level). On the AMD EPYC Zen 3 a core read 16-20 GB/s
+    from DRAM, two cores 33-40 GB/s reading a buffer each and 27-29 reading one buffer together (1-9 MB
+    after 128 MB of other reads): two threads that split the positions each read all the weights from
+    DRAM. ResNet-50's 512->512 3x3 stride-2 conv at 14x14 (9.4 MB of weights), 2 threads, kernel-only with
+    the caches flushed before each call: its output channels split 0.86-0.96x the time of its positions
+    split by median in six runs, within 3% by minimum; in the model no difference measured."""
+    op = candidate.op
+    streamed = streamed_inputs(op, candidate.knobs, capacity, candidate.threads)
+    bandwidth = _operands(op)[2]
+    dram = machine_profile().bandwidth.get("DRAM")
+    total = sum(first + again for first, again in streamed)
+    if not (float_block(candidate) and op.windows) or dram is None:
+        return total / bandwidth * scatter
+    first_weights = streamed[1][0]
+    return (total - first_weights) / bandwidth * scatter + first_weights / (dram.gbs * 1e9)
 
 
 def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
@@ -525,7 +583,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency = lut_efficiency(candidate) if is_table_lookup(candidate) else binary_efficiency(candidate)
         return {"efficiency": efficiency, "stream_seconds": 0.0,
                 "predicted_seconds": op.flops / (_peak(candidate.isa, "int8") * efficiency)}
-    roles, _, bandwidth = _operands(op)
+    roles = _operands(op)[0]
     vector = lanes(op, candidate.isa)
     taps, planes = knobs.weights == "taps", knobs.weights == "planes"
     laned, other = ((knobs.pixel_block, knobs.channel_block) if taps or planes     # lanes along the pixels
@@ -539,7 +597,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
     needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
     if (spare < needed                                                           # the compiler spills
-            or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)):
+            or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)
+            or spills_strided(candidate, accumulators)):
         efficiency *= TIGHT
     # loads per multiply-add: a broadcast per block row and a vector per block column, shared by the block;
     # planes: each channel's own plane, a vector per accumulator and the channel's weight broadcast
@@ -584,7 +643,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays
                    else L2_FIT * l2_weight_share(candidate))
     scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
-    stream = streamed_bytes(op, knobs, l2 // 2) / bandwidth * (1 + SCATTER * scattered)
+    stream = stream_seconds(candidate, l2 // 2, 1 + SCATTER * scattered)
     strided = strided_seconds(op, knobs, depth)
     residual = {"residual_seconds": residual_seconds(op, knobs)} if candidate.residual else {}
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
@@ -649,14 +708,14 @@ def imbalance(candidate: Candidate, threads: int) -> float:
 
 def _reads(candidate: Candidate) -> tuple:
     """What ``figures`` reads of a candidate: all of it but the reduction order and which loops are
-    unrolled (only whether the innermost reduction loop is, and whether an emulated dot unrolls several);
-    candidates that differ only there share their figures."""
+    unrolled (only whether the innermost reduction loop is, whether an emulated dot unrolls several, and
+    whether it unrolls a strided window's taps); candidates that differ only there share their figures."""
     knobs = candidate.knobs
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return candidate.op, candidate.isa, knobs, candidate.threads
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
-            knobs.cache_block, rolled(candidate), spills_unrolled(candidate), knobs.outer, knobs.pixel,
-            candidate.residual, candidate.threads)
+            knobs.cache_block, rolled(candidate), spills_unrolled(candidate), strided_taps(candidate),
+            knobs.outer, knobs.pixel, candidate.residual, candidate.threads)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:

@@ -715,7 +715,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     weight_kinds = ["plain", "packed"]
     if has_dot(op, isa):
         weight_kinds.append("dot")
-    channel_blocks = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
+    channel_blocks = channel_block_sizes(op, vector)
     cache_blocks = [0] + cache_block_sizes(rc_extent)
     ahead = prefetched_weights(op)
     activations = activation_choices(op)
@@ -752,6 +752,17 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
                     found += [Candidate(op, isa, replace(in_panels(op, plain, panel), unroll=unroll))
                               for unroll in unrolls]
     return found
+
+
+def channel_block_sizes(op: Op, vector: int) -> list[int]:
+    """The channel blocks of ``op``'s register blocks: 1 to ``CHANNEL_VECTORS`` vectors of ``vector``
+    lanes (or all channels). A grouped conv whose groups hold whole vectors broadcasts each vector's
+    input channel, which a tail block could not guard lane by lane (``codegen.block`` refuses it): there,
+    only blocks that divide the channels (``Conv2d(2, 32, 1, groups=2)`` on AVX2: 8, 16 and 32, not 24)."""
+    sizes = sorted({min(m * vector, op.channels) for m in range(1, CHANNEL_VECTORS + 1)})
+    if op.groups > 1 and (op.channels // op.groups) % vector == 0:
+        return [cb for cb in sizes if op.channels % cb == 0]
+    return sizes
 
 
 def in_panels(op: Op, knobs: Knobs, panel: int) -> Knobs:

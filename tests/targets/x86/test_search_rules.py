@@ -155,3 +155,48 @@ def test_an_emulated_dot_block_unrolls_at_most_one_reduction_loop(recorded_profi
     assert unrolled and all(rank.spills_unrolled(c) for c in unrolled)
     assert not any(rank.spills_unrolled(c) for c in space.candidates(stem, "avx512")
                    if c.knobs.weights in ("dot", "taps") and len(c.knobs.unroll) > 1)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("quant", [None, QUANT], ids=["fp32", "int8"])
+@pytest.mark.parametrize("shape", [(2, 32, 2), (6, 24, 3), (4, 64, 4), (8, 48, 4)])
+def test_grouped_channel_blocks_generate(shape, quant, isa):
+    """Every channel block the space offers a grouped conv generates: where the groups hold whole
+    vectors, a tail block would need a lane-varying guard on the input's broadcast, which the generator
+    refuses (``Conv2d(2, 32, 1, groups=2)``: a block of 24 on AVX2 was offered); one candidate a block."""
+    from loopopt.codegen import generate
+    from loopopt.targets.x86.isa import ISAS
+
+    cin, cout, groups = shape
+    op = lo.Conv2d(cin, cout, 1, groups=groups, height=5, width=5, quant=quant)
+    firsts = {}
+    for candidate in space.candidates(op, isa):
+        if isinstance(candidate.knobs, space.Knobs):
+            firsts.setdefault(candidate.knobs.channel_block, candidate)
+    assert len(firsts) >= 2
+    for candidate in firsts.values():
+        generate(candidate.schedule, ISAS[isa])
+
+
+def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators(recorded_profile):
+    """On AVX2 a dot block that unrolls the taps of a stride-2 window (the int8 stems) ran slower with 14
+    accumulators than with 12 (ResNet's 7x7 stem on a Zen 3 core: 7x16 3.31 ms, 6x16 2.88; MobileNet's
+    3x3 stem 0.378 against 0.358 and 3x32's 0.340), so the stems' first choices keep 12, on 1 and 2
+    threads; a stride-1 window (7x16 fastest there) and the 3x3 and 1x1 convs, which unroll their input
+    channels, keep 7x16, and AVX-512's VNNI blocks are not priced by the rule."""
+    resnet = lo.Conv2d(3, 64, 7, stride=2, padding=3, height=224, width=224, quant=QUANT)
+    mobilenet = lo.Conv2d(3, 32, 3, stride=2, padding=1, height=224, width=224, quant=QUANT)
+    for stem in (resnet, mobilenet):
+        for threads in (1, 2):
+            first = first_choice(stem, "avx2", threads=threads).knobs
+            assert first.weights == "dot" and first.pixel_block * first.channel_block // 8 == 12
+            assert dict(first.unroll) == {"kw": stem.kernel_size[1]}
+    stride_one = lo.Conv2d(3, 64, 7, padding=3, height=112, width=112, quant=QUANT)
+    for op in (stride_one, lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT),
+               lo.Conv2d(64, 256, 1, height=56, width=56, quant=QUANT)):
+        first = first_choice(op, "avx2").knobs
+        assert (first.weights, first.pixel_block, first.channel_block) == ("dot", 7, 16)
+    wide = [c for c in space.candidates(resnet, "avx512") if c.knobs.weights == "dot"
+            and c.knobs.pixel_block * c.knobs.channel_block // 16 > rank.STRIDED_LIVE]
+    assert wide and not any(rank.spills_strided(c, c.knobs.pixel_block * c.knobs.channel_block // 16)
+                            for c in wide)

@@ -1,0 +1,86 @@
+"""benchmarks/runtimes.py's interleaved rounds: another process's real-time threads seen, and the rounds they
+ran in timed again."""
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import runtimes  # noqa: E402
+
+needs_proc = pytest.mark.skipif(not os.path.exists(runtimes.SCHEDSTAT), reason="no /proc schedstat")
+
+
+class FakeWorker:
+    """A worker whose runs take no time: ``run`` returns its count of runs so far as the seconds."""
+
+    def __init__(self, pid: int):
+        self.pid, self.runs = pid, 0
+
+    def run(self, outputs: bool = False):
+        self.runs += 1
+        return float(self.runs), ([self.runs] if outputs else None)
+
+
+def _busy_realtime(ready, go) -> None:
+    """A child: under SCHED_FIFO (lowest priority), say so, then run ~3 ms when told, then sleep."""
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    ready.set()
+    go.wait()
+    end = time.perf_counter() + 0.003
+    while time.perf_counter() < end:
+        pass
+    time.sleep(5)
+
+
+@needs_proc
+def test_others_realtime_ns_counts_another_process_real_time_thread():
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    ready, go = context.Event(), context.Event()
+    child = context.Process(target=_busy_realtime, args=(ready, go), daemon=True)
+    child.start()
+    try:
+        if not ready.wait(timeout=30) or not child.is_alive():
+            pytest.skip("this process may not make a SCHED_FIFO thread")
+        before = runtimes.others_realtime_ns({os.getpid()})
+        excluded = runtimes.others_realtime_ns({os.getpid(), child.pid})
+        go.set()
+        time.sleep(0.2)
+        assert runtimes.others_realtime_ns({os.getpid()}) - before >= 2_000_000    # its ~3 ms seen
+        assert runtimes.others_realtime_ns({os.getpid(), child.pid}) == excluded   # not when it is ours
+    finally:
+        child.kill()
+        child.join()
+
+
+def test_interleave_times_a_disturbed_round_again(monkeypatch):
+    monkeypatch.setattr(runtimes, "SETTLE", 0.0)
+    samples = iter([0, 5] + [5] * 100)         # the first round's first try disturbed, none after it
+    monkeypatch.setattr(runtimes, "others_realtime_ns", lambda exclude: next(samples))
+    workers = [FakeWorker(1), FakeWorker(2)]
+    rounds = runtimes.interleave(workers, 3)
+    assert rounds.outputs == [[1], [1]]
+    assert rounds.times == [[3.0, 4.0, 5.0]] * 2      # run 2 was the disturbed try: timed again as run 3
+    assert (rounds.disturbed, rounds.kept_disturbed) == (1, 0)
+
+
+def test_interleave_keeps_a_round_disturbed_on_every_try(monkeypatch):
+    monkeypatch.setattr(runtimes, "SETTLE", 0.0)
+    clock = iter(range(1000))                   # another real-time thread runs all the time
+    monkeypatch.setattr(runtimes, "others_realtime_ns", lambda exclude: next(clock))
+    workers = [FakeWorker(1)]
+    rounds = runtimes.interleave(workers, 2)
+    tries = runtimes.RETRIES + 1
+    assert len(rounds.times[0]) == 2 and workers[0].runs == 1 + 2 * tries
+    assert (rounds.disturbed, rounds.kept_disturbed) == (2 * runtimes.RETRIES, 2)
+
+
+def test_interleave_says_nothing_where_proc_cannot(monkeypatch, tmp_path):
+    monkeypatch.setattr(runtimes, "SETTLE", 0.0)
+    monkeypatch.setattr(runtimes, "SCHEDSTAT", str(tmp_path / "no-schedstat"))
+    assert runtimes.others_realtime_ns(set()) is None
+    rounds = runtimes.interleave([FakeWorker(1)], 2)
+    assert rounds.times == [[2.0, 3.0]] and (rounds.disturbed, rounds.kept_disturbed) == (None, None)
