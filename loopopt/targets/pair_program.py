@@ -2,8 +2,8 @@
 bits (``PairProgram``: a quantized residual Add's DequantizeLinear of both, Add, Relu, QuantizeLinear), as a
 compiled C function of a target (``PairArith``, ``Target.pair_arith``): the computed alternative to a
 pair lookup in the 65,536-byte table of the same steps (``bytemap.PairMap``), whose one byte a pair is a
-dependent load a CPU without a fast byte gather serializes on (AVX2: 140 us for 200,704 pairs, the
-computed chain 62 us; AMD EPYC Zen 3). A program's C depends on its operations only; its constants
+dependent load a CPU without a fast byte gather serializes on (AVX2: 133 us for 200,704 pairs, the
+computed chain 50 us; AMD EPYC Zen 3). A program's C depends on its operations only; its constants
 (scales, zero points) are an argument, so the programs of a model's residual adds share one build.
 """
 from __future__ import annotations

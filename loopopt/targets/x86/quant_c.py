@@ -4,7 +4,7 @@ even, as ``rintf``), plus the zero point, clamped to the 8-bit range, a NaN made
 cast makes it), narrowed by saturating packs; the tail through a zero-padded copy, so every element goes
 through the same instructions. Each is one IEEE operation of the portable loop's, so the same bits.
 GCC's vectorization of the portable loop widens and narrows through many shuffles: 150,528 values (a
-3x224x224 model input) 58 us, these 20 us (AMD EPYC Zen 3, one thread, minimum of 300 calls).
+3x224x224 model input) 58 us, these 20-25 us (AMD EPYC Zen 3, one thread, minimum of 300 calls).
 
 ``quantize_helpers`` is the C of that step (``lo_quantize8``: eight floats to int32; ``lo_pack32``: four such
 to 32 bytes in order, saturating) and of a shorter one (``lo_requantize8``: ``x / scale`` converted to int32
