@@ -785,6 +785,7 @@ def test_outputs_in_the_padding_keep_their_bias(make, split_k):
     assert excess <= 0, largest
 
 
+@pytest.mark.slow
 def test_the_pseudocode_of_a_tensorized_schedule_names_its_staged_tiles():
     schedule = gpu_mma(HALF_CONV, **SMALL_TILES)
     text = schedule.pseudocode("sm_90")       # the preset stages 4 buffers

@@ -229,6 +229,7 @@ def test_a_crash_while_storing_keeps_the_old_profile(fresh_cache, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == [path.name]    # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_profile_is_shared_across_processes():
     """Two fresh processes read the profile this one measured (or read) in the same cache."""
     here = lo.machine_profile().to_dict()
@@ -317,6 +318,7 @@ def test_machine_mismatch_names_both_cpus():
     assert "Other CPU" in machine_mismatch({"vendor": "NotThisVendor", "cpu": "Other CPU"})
 
 
+@pytest.mark.slow
 def test_stream_read_reads_its_whole_buffer_once():
     read = machine.StreamRead(5000)
     assert 5000 <= read.nbytes < 5000 + 4096 and read.nbytes % 64 == 0

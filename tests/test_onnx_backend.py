@@ -131,6 +131,7 @@ def test_quantized_residual_net_matches_onnxruntime(quant_format, tmp_path):
     assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(ours, theirs))
 
 
+@pytest.mark.slow
 def test_int8_convs_read_the_pools_output_in_place(tmp_path):
     """A quantized ResNet stem (QOperator): its 8-bit pool (DequantizeLinear -> Relu -> MaxPool ->
     QuantizeLinear, one step) writes a buffer placed as a kernel's output (64-byte aligned, zeros after

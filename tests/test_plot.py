@@ -265,6 +265,7 @@ def test_palette_stays_distinct_for_any_number_of_rows():
     assert all(len(set(plot.palette(n))) == n for n in (1, 5, 9, 20, 21, 64))
 
 
+@pytest.mark.slow
 def test_a_ten_row_dashboard_keeps_legends_off_the_data_and_its_text_apart():
     """Legends outside every panel, no overlapping labels; distinct colours; a caption under each title;
     the Winograd row marked direct-equivalent, the noisy timing said; miss ratios on a log axis."""
@@ -305,6 +306,7 @@ def test_tune_plot_is_coloured_by_algorithm_and_says_whether_the_search_converge
     assert "search: converged" in ax.get_title() and "direct-equivalent" in ax.get_title()
 
 
+@pytest.mark.slow
 def test_reuse_plot(tmp_path, capsys, monkeypatch):
     """loopopt reuse --plot: the schedule's histograms per tensor and its miss-ratio curve, laid out
     without overlaps (drawn once, here; ``_save`` writes every figure's PNG and is tested above)."""

@@ -62,6 +62,7 @@ def test_representative_blocks_are_few_and_exact(schedule, granularity):
                                             + analytical.BLOCK_OVERHEAD * analyzer.blocks)
 
 
+@pytest.mark.slow
 def test_work_does_not_grow_with_a_repeating_loop():
     """Four times the output channels: the same representative blocks are simulated."""
     work = []

@@ -463,6 +463,7 @@ def test_ranking_sees_rolled_loops_partial_blocks_and_scattered_outer_loops(reco
     assert out_of_order(conv, Knobs(4, 32, ("c",), ("n", "ow_o", "oh", "k_o"), "packed")) == 1
 
 
+@pytest.mark.slow
 def test_avx2_blocks_fit_its_sixteen_registers(recorded_profile):
     """AVX2's 16 vector registers hold half the accumulators and spares of AVX-512's 32 (``chains``,
     ``tight_spare``), and on AVX2 a padded window's partial pixel block costs its unused positions only

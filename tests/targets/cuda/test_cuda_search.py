@@ -97,6 +97,7 @@ def test_a_persistent_kernel_counts_the_printed_kernels_shared_memory(op, staged
         assert candidate.knobs.work(op, gpu_of(ARCH)).shared == printer.smem_bytes
 
 
+@pytest.mark.slow
 def test_a_batch_one_conv_ranks_split_k_first():
     """Among the threads' copies (TMA's: ``test_a_convs_candidates_copy_pixel_boxes_by_tma_first``)."""
     first = next(c for c in _ranked(CONV2_X_N1) if c.knobs.engine == "threads")
@@ -146,6 +147,7 @@ def test_bert_ranks_a_deep_ring_first():
     assert seconds == sorted(seconds) and seconds[4] > 1.2 * seconds[2]
 
 
+@pytest.mark.slow
 def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
     chosen = first_choice(CONV2_X_N1, ARCH)
     assert chosen.knobs == _ranked(CONV2_X_N1)[0].knobs and chosen.schedule.split_k
@@ -157,6 +159,7 @@ def test_the_first_choice_needs_no_gpu_and_sm_75_has_no_mma():
     assert f"gpu_mma {tiles} warps" in RULES.describe(knobs | {"preset": "gpu_mma"})
 
 
+@pytest.mark.slow
 def test_quantized_and_bfloat16_ops_have_the_candidates_of_their_entries():
     quantized = lo.Conv2d(16, 16, 3, height=8, width=8, quant=lo.QuantSpec(weight="uint8", output="uint8"))
     knobs = [c.knobs for c in RULES.candidates(quantized, ARCH)]
@@ -271,6 +274,7 @@ def test_a_convs_candidates_copy_pixel_boxes_by_tma_first():
                == (64, 64, 1, 1, 64, 4, 1, "tma", 128, True) for c in ranked)
 
 
+@pytest.mark.slow
 def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms():
     """Persistent candidates are warp-specialized kernels of more tiles (and split-K shares) than SMs,
     priced one pipeline fill a block instead of one a wave, with room for their TMA stores' staging;
@@ -365,6 +369,7 @@ DECODE = [lo.Matmul(1, 4096, 4096, quant=TERNARY),
           pytest.param(lo.Matmul(1, 4096, 11008, quant=TERNARY), marks=pytest.mark.slow)]
 
 
+@pytest.mark.slow
 def test_a_decode_shaped_op_with_a_16_bit_output_gets_the_tensor_core_candidates():
     """The GEMV family stores float32 only: a decode-shaped float16 op storing float16 (ONNX's MatMul)
     is the tensor-core kernels', whose first choice prints; the same op storing float32 stays GEMV's."""

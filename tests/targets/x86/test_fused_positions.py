@@ -63,6 +63,7 @@ def test_fused_positions_are_priced_as_the_loops_they_fuse(recorded_profile):
     assert Candidate(op, "avx2", fused).schedule.loop("oh_ow_o").extent == 49
 
 
+@pytest.mark.slow
 def test_resnet50s_2048_to_512_conv_at_7x7_runs_its_49_positions_as_one_dim(recorded_profile):
     """Along the 7-wide rows every AVX2 block of two or more channel vectors leaves a partial block per row;
     along the 49 fused positions 5x16 blocks leave one of 4 positions (``rank.pixel_edges``): 5x16 along the

@@ -130,6 +130,7 @@ def test_an_emulated_dot_block_widens_each_broadcast_for_two_channel_vectors():
     assert space.operand_registers("avx512", "dot", 2) == space.operand_registers("avx2", "packed", 2) == 3
 
 
+@pytest.mark.slow
 def test_an_emulated_dot_block_gains_nothing_from_a_cache_block(recorded_profile):
     """An emulated dot block's weights run from L2 as fast as from L1 (their widening hides the latency), so
     a cache block of the input channels that keeps them in L1 is priced without that gain: its partial sums
@@ -178,6 +179,7 @@ def test_grouped_channel_blocks_generate(shape, quant, isa):
         generate(candidate.schedule, ISAS[isa])
 
 
+@pytest.mark.slow
 def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators(recorded_profile):
     """On AVX2 a dot block that unrolls the taps of a stride-2 window (the int8 stems) ran slower with 14
     accumulators than with 12 (ResNet's 7x7 stem on a Zen 3 core: 7x16 3.31 ms, 6x16 2.88; MobileNet's

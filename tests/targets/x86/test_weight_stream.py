@@ -61,6 +61,7 @@ def test_weights_read_first_are_the_parallel_loops_passes_on_as_many_threads_and
     assert rank.streamed_inputs(STRIDE_2, rows, 256 << 10)[1] == (weights, 13 * weights)
 
 
+@pytest.mark.slow
 def test_resnet50s_stride_2_conv_splits_its_output_channels_over_two_threads(zen3_profile):
     """With the positions split (``ow_o``, the first choice before) both threads read all 9.4 MB of weights;
     with the channel blocks split each reads half, and the input (401 KB, beyond half of L2) again per block
