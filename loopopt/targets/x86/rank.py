@@ -247,8 +247,7 @@ def strided_taps(candidate: Candidate) -> bool:
     """Whether a register-blocked candidate unrolls the taps of a window of stride > 1 along its pixel
     block."""
     knobs = candidate.knobs
-    pixel = Roles.of(candidate.op, knobs.pixel).pixel
-    window = next((w for w in candidate.op.windows if w.out_dim == pixel), None)
+    window = tap_window(candidate.op, knobs.pixel)
     return window is not None and window.stride > 1 and window.tap_dim in dict(knobs.unroll)
 
 
@@ -287,10 +286,10 @@ def tail(candidate: Candidate) -> float:
     knobs, op = candidate.knobs, candidate.op
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return 1.0
-    roles = Roles.of(op, knobs.pixel)
-    window = next((w for w in op.windows if w.out_dim == roles.pixel), None)
+    window = tap_window(op, knobs.pixel)
     if window is None or not (window.pad or window.pad_end):
         return 1.0
+    roles = Roles.of(op, knobs.pixel)
     return 1 / _edges(roles.extent(op, roles.pixel), knobs.pixel_block) ** PIXEL_TAIL[candidate.isa]
 
 

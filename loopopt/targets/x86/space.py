@@ -374,9 +374,10 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     return tags
 
 
-def tap_window(op: Op) -> Window | None:
-    """The window along the op's pixel dim (``Roles.pixel``), whose taps a tap dot runs along."""
-    return next((w for w in op.windows if w.out_dim == Roles.of(op).pixel), None)
+def tap_window(op: Op, pixel: str | None = None) -> Window | None:
+    """The window along the op's pixel dim (``Roles.pixel`` of a block along ``pixel``: ``pixel_dims``),
+    whose taps a tap dot runs along; None where no window runs along it (fused positions)."""
+    return next((w for w in op.windows if w.out_dim == Roles.of(op, pixel).pixel), None)
 
 
 def has_taps(op: Op, isa: str) -> bool:
