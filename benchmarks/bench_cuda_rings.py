@@ -124,7 +124,7 @@ def check() -> bool:
                       engine="tma"),
             gpu_wgmma(lo.Matmul(500, 300, 200, dtype="float16", out_dtype="float16"), **TALL[0][0], depth=64,
                       swizzle=128, stages=5, persistent=True, **SPECIALIZED),
-            gpu_wgmma(lo.Matmul(500, 520, 200, dtype="float16", out_dtype="float16"), **TALL[1][0], depth=64,
+            gpu_wgmma(lo.Matmul(500, 512, 200, dtype="float16", out_dtype="float16"), **TALL[1][0], depth=64,
                       swizzle=128, stages=5, persistent=True, cluster=(1, 2), **SPECIALIZED)]
     build_all(runs)
     ok = True

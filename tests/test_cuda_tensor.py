@@ -600,6 +600,22 @@ def test_a_persistent_cluster_launches_a_row_of_whole_clusters():
         assert text in source, text
 
 
+@pytest.mark.parametrize("cluster", [(1, 1), (1, 2)], ids=["alone", "in pairs"])
+def test_a_persistent_kernel_stages_its_stores_in_one_buffer_a_warpgroup_where_two_do_not_fit(cluster):
+    """192 x 128 tiles on two consumer warpgroups: beside 4 buffers of the ring (160 KB) two staging
+    buffers a warpgroup fit, beside 5 (200 KB) one (cuBLAS's 5 stages of 192 x 128: 221 KB), each chunk's
+    writes waiting until no store still reads it; both match the reference in the emulation."""
+    op = lo.Matmul(400, 512, 320, dtype="float16")
+    for stages, buffers in ((4, 2), (5, 1)):
+        schedule = gpu_wgmma(op, block_m=192, block_n=128, warps_m=1, warps_n=2, depth=64, swizzle=128,
+                             stages=stages, engine="tma", specialize=True, persistent=True, cluster=cluster)
+        printer = tensor_printer.TensorPrinter(schedule, CUDA)
+        assert printer.staging_buffers == buffers and printer.smem_bytes <= tensor_printer.MAX_SHARED_BYTES
+        assert f"LO_STORES_READ_BUT({buffers - 1});" in print_kernel(schedule).source
+        largest, excess = _emulated_error(schedule, seed=8)
+        assert excess <= 0, largest
+
+
 def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in_pairs():
     """One block a multiprocessor (at most one a tile) from the launcher; a block's walk of the tiles; a
     Matmul's outputs staged in shared memory and stored by TMA (``tma_store.py``), the last stores

@@ -104,9 +104,10 @@ def _staging_offset(stages: int, step_bytes: int) -> int:
     return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
 
 
-def store_staging_bytes(consumers: int) -> int:
-    """Shared memory of ``consumers`` warpgroups' staging buffers of their TMA stores (``tma_store.py``)."""
-    return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+def store_staging_bytes(consumers: int, buffers: int = tma_store.BUFFERS) -> int:
+    """Shared memory of ``consumers`` warpgroups' ``buffers`` staging buffers each of their TMA stores
+    (``tma_store.py``)."""
+    return consumers * buffers * tma_store.CHUNK_BYTES
 
 
 def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers: int) -> int:
@@ -116,11 +117,18 @@ def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers
     return -(-(_staging_offset(stages, step_bytes) + staging_bytes) // 8) * 8 + 8 * barriers * stages
 
 
+def staging_buffers(stages: int, step_bytes: int, consumers: int) -> int:
+    """The staging buffers of its TMA stores (``tma_store.py``) each of a persistent kernel's ``consumers``
+    warpgroups gets beside a ring of ``stages`` buffers of ``step_bytes`` and its two mbarriers a buffer:
+    ``tma_store.BUFFERS`` where they fit, else one (each chunk's writes wait until the last store read
+    the buffer), else none (the consumers store from registers)."""
+    return next((buffers for buffers in (tma_store.BUFFERS, 1) if persistent_shared(
+        stages, step_bytes, store_staging_bytes(consumers, buffers), 2) <= MAX_SHARED_BYTES), 0)
+
+
 def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
-    """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
-    two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
-    ``consumers`` warpgroups store from registers)."""
-    return persistent_shared(stages, step_bytes, store_staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
+    """Whether a persistent kernel's staging of its TMA stores fits beside its ring (``staging_buffers``)."""
+    return staging_buffers(stages, step_bytes, consumers) > 0
 
 
 def stage_row(columns: int, output_bytes: int) -> int:
@@ -383,7 +391,15 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return store_staging_bytes(self.warp_count)
+        return store_staging_bytes(self.warp_count, self.staging_buffers)
+
+    @property
+    def staging_buffers(self) -> int:
+        """A consumer warpgroup's staging buffers of its TMA stores: a persistent kernel's as fit beside its
+        ring (``staging_buffers``)."""
+        if self.s.persistent_tiles:
+            return staging_buffers(self.pipeline, self.step_bytes, self.warp_count)
+        return tma_store.BUFFERS
 
     @property
     def row_staging_bytes(self) -> int:
@@ -1134,11 +1150,11 @@ class TensorPrinter:
         inner = depth + 3
         self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
         self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
-        buffers = tma_store.BUFFERS
+        buffers = self.staging_buffers
         self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
                          f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
         if device:     # the store that last read this buffer is done reading; every thread knows it
-            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT(1);")
+            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT({buffers - 1});")
             self.emit(inner, "LO_GROUP_SYNC();")
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
