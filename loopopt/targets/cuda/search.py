@@ -449,7 +449,7 @@ def _tma_variants(knobs: TensorKnobs, walks: bool,
     (``_walks``; also walked by the clusters of ``pairs``), then wide unspecialized, then as given: first
     the faster (ties go to the first; the H200's 4096^3 GEMM at 128 x 256, depth 64: persistent 0.194,
     specialized 0.199-0.204, 0.209 and 0.357 ms; 2000x3000x1000 on 192 x 128 tiles, persistent in pairs
-    along the columns 28.0 us, persistent 31.8)."""
+    along the columns 27.7-28.6 us, persistent 31.7-32.6)."""
     row = knobs.depth * knobs.instruction.element_bytes
     if knobs.engine != "tma" or row not in SWIZZLE_WIDTHS[1:]:
         return [knobs]
@@ -457,10 +457,9 @@ def _tma_variants(knobs: TensorKnobs, walks: bool,
     wide = replace(knobs, swizzle=row)
     specialized = replace(wide, specialize=True)
     walk = replace(specialized, persistent=True)
-    first = ([*([*(replace(walk, cluster=pair) for pair in pairs), walk] if walks else []), specialized]
-             if specialize.fits(
-        consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP)) else [])
-    return [*first, wide, knobs]
+    walked = [*(replace(walk, cluster=pair) for pair in pairs), walk] if walks else []
+    fits = specialize.fits(consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP))
+    return [*([*walked, specialized] if fits else []), wide, knobs]
 
 
 def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
