@@ -10,7 +10,8 @@ writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py``
 cost model's first three candidates (``model_first``).
 
 ``python benchmarks/bench_cuda_rings.py [--only bert,bert_tiles,novel_gemm] [--json PATH]``; ``--check``:
-small deep-ring and tall-tile kernels verified once (the run to put under ``compute-sanitizer``).
+small deep-ring, tall-tile and clustered persistent kernels verified once (the run to put under
+``compute-sanitizer``).
 """
 from __future__ import annotations
 
@@ -64,9 +65,13 @@ WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} 
     [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
       "engine": "tma", "cluster": (1, 2)}] + \
     [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 32, "swizzle": 64, "stages": s,
-      "engine": "tma"} | extra for s in (6, 8) for extra in ({}, {"cluster": (1, 2)})]
+      "engine": "tma"} | extra for s in (6, 8) for extra in ({}, {"cluster": (1, 2)})] + \
+    [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True, "cluster": c} | SPECIALIZED
+     for (tiles, rings), c in ((TALL[1], (1, 2)), (TALL[0], (1, 2)), (TALL[3], (1, 2)), (TALL[4], (2, 1)))
+     for s in rings]
 # 11 x 12 tiles (x 24 at 128 columns): clusters along columns; 192 x 256 at depth 32 keeps 4-6 steps'
-# copies in flight (112-168 KB) where depth 64 keeps 2 (112 KB)
+# copies in flight (112-168 KB) where depth 64 keeps 2 (112 KB); persistent walks by clusters last
+# (cuBLAS's: 192 x 128 in pairs along the columns, two consumer warpgroups of 192 x 64, 132 cluster tiles)
 
 
 def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
@@ -111,13 +116,16 @@ def together(rows: list[dict], count: int = 5, rounds: int = 9) -> None:
 
 
 def check() -> bool:
-    """A deep ring whose steps wrap it several times, and a persistent tall tile over tails, verified."""
+    """A deep ring whose steps wrap it several times, a persistent tall tile over tails, and one walked by
+    clusters, verified."""
     runs = [gpu_wgmma(lo.Matmul(100, 72, 1000, dtype="float16", out_dtype="float16"), **SMALL, depth=32,
                       swizzle=64, stages=20, **SPECIALIZED),
             gpu_wgmma(lo.Matmul(100, 72, 1000, dtype="float16"), **SMALL, depth=64, swizzle=128, stages=13,
                       engine="tma"),
             gpu_wgmma(lo.Matmul(500, 300, 200, dtype="float16", out_dtype="float16"), **TALL[0][0], depth=64,
-                      swizzle=128, stages=5, persistent=True, **SPECIALIZED)]
+                      swizzle=128, stages=5, persistent=True, **SPECIALIZED),
+            gpu_wgmma(lo.Matmul(500, 512, 200, dtype="float16", out_dtype="float16"), **TALL[1][0], depth=64,
+                      swizzle=128, stages=5, persistent=True, cluster=(1, 2), **SPECIALIZED)]
     build_all(runs)
     ok = True
     for schedule in runs:

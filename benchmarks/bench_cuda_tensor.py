@@ -94,7 +94,10 @@ SPECIALIZED_TILES = [{"depth": 64, "stages": 4}, {"depth": 32, "stages": 8}, {"d
                          {"warps_m": 1, "warps_n": 2}, {"warps_m": 1, "warps_n": 2, "stages": 3},
                          # a persistent tile loop, its outputs stored by TMA through shared memory
                          {"warps_m": 1, "warps_n": 2, "persistent": True}, {"persistent": True},
-                         {"block_m": 256, "block_n": 128, "persistent": True}))]
+                         {"block_m": 256, "block_n": 128, "persistent": True},
+                         # walked by clusters of two, the shared input multicast (cuBLAS's: 256 x 128, 1 x 2)
+                         {"warps_m": 1, "warps_n": 2, "persistent": True, "cluster": (2, 1)},
+                         {"block_m": 256, "block_n": 128, "persistent": True, "cluster": (1, 2)}))]
 
 
 # a conv's pixels as TMA boxes (``pixel_boxes``), warp-specialized, one 128-byte box row a tile a step

@@ -636,7 +636,8 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     rows of a whole step's bytes (``Schedule.swizzle``; a ``depth`` of 64 or 128 bytes, ``engine="tma"``):
     one TMA box a tile a step. ``persistent=True``: one block a multiprocessor walking the output tiles
     (``Schedule.persistent``; with ``specialize=True``), the producer copying the next tile's steps while
-    the consumers store. float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
+    the consumers store; with ``cluster``, each cluster walking the tiles its blocks take together.
+    float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
     and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
     quantized epilogue of ``gpu_mma``; a quantized conv on TMA pixel boxes adds the activations' zero
     point at the padding, which TMA fills with 0, back in the epilogue: ``padding_sums``)."""

@@ -722,8 +722,9 @@ class Schedule:
         each walking the output tiles (the iterations of the ``block.*`` loops, ``block.x`` fastest) from
         its own index in strides of the grid; the producer warpgroup of a specialized kernel copies the
         next tile's first steps while the consumers store the last one's outputs (staged for TMA's
-        stores, or from their registers). The cuda target refuses it unless the warps are specialized
-        (``specialize``), and with ``cluster``."""
+        stores, or from their registers); in clusters (``cluster``) each cluster walks the tiles the
+        cluster's blocks take together. The cuda target refuses it unless the warps are specialized
+        (``specialize``)."""
         step = Step("persistent", ())
         if self.persistent_tiles:
             raise ScheduleError(f"{step}: the tile loop is persistent already; persistent once")

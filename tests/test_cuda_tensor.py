@@ -196,9 +196,6 @@ def test_tensorize_refuses_what_the_instruction_cannot_run(make, message):
     (lambda: gpu_wgmma(HALF_MATMUL, engine="tma", persistent=True),
      r"persistent\(\): the producer warpgroup runs into the next tile while the consumers store; "
      r"specialize\(\) the warps first"),
-    (lambda: gpu_wgmma(lo.Matmul(400, 520, 264, dtype="float16"), engine="tma", cluster=(2, 1),
-                       specialize=True, persistent=True),
-     r"persistent\(\): a cluster\(2, 1\)'s blocks share each step's tiles"),
     (lambda: lo.Schedule(lo.Matmul(37, 45, 40)).bind("i", "block.x").persistent(),
      r"persistent\(\) needs a tensorized schedule"),
 ])
@@ -525,10 +522,11 @@ def test_producers_fill_their_own_steps_in_any_order(monkeypatch, producers, wal
 @pytest.mark.parametrize("mutate, exact", [
     pytest.param(lambda monkeypatch: None, True, id="as printed"),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
-        persistent, "tile", lambda block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})"), False,
-        id="two blocks start on one tile", marks=pytest.mark.slow),
+        persistent.Walk, "group",
+        lambda self, block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})"),
+        False, id="two blocks start on one tile", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(
-        persistent, "rounds", lambda block, blocks, tiles: f"({tiles}) / ({blocks})"), False,
+        persistent.Walk, "rounds", lambda self, block, blocks: f"({self.tiles}) / ({blocks})"), False,
         id="the tiles past the last whole round skipped", marks=pytest.mark.slow),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tma_store, "staged", lambda buffer, row, column, _:
                                                          f"({buffer}) * 2048 + ({row}) * 32 + ({column})"),
@@ -551,6 +549,71 @@ def test_the_persistent_emulation_fails_a_wrong_tile_walk(monkeypatch, mutate, e
                          specialize=True, persistent=True)
     largest, excess = _emulated_error(schedule, seed=8)
     assert (excess <= 0) is exact, largest
+
+
+# clusters of 2 along the columns (10 cluster tiles over 3 clusters: 4, 3, 3) and along the rows (16: 6, 5,
+# 5), of 4 along the columns (8: 3, 3, 2)
+WALKED_CLUSTERS = [(lo.Matmul(320, 200, 80, dtype="float16"), {"cluster": (1, 2)}),
+                   (lo.Matmul(512, 200, 80, dtype="float16"), {"cluster": (2, 1)}),
+                   (lo.Matmul(128, 1000, 48, dtype="float16"), {"cluster": (1, 4), "warps_n": 1})]
+
+
+def _peers_in_another_tile(monkeypatch):
+    monkeypatch.setattr(persistent.Walk, "tile",
+                        lambda self, group, rank: f"{self.size} * ({group}) + ({rank})")
+
+
+@pytest.mark.parametrize("mutate, exact", [
+    pytest.param(lambda monkeypatch: None, True, id="as printed"),
+    pytest.param(_peers_in_another_tile, False, id="a cluster's blocks on tiles of other rows or columns"),
+    pytest.param(lambda monkeypatch: monkeypatch.setattr(
+        persistent.Walk, "rounds",
+        lambda self, block, blocks: f"({self.groups}) / (({blocks}) / {self.size})"),
+        False, id="the cluster tiles past the last whole round skipped", marks=pytest.mark.slow)])
+def test_a_persistent_walk_by_clusters_multicasts_its_peers_slices(monkeypatch, mutate, exact):
+    """A persistent walk in clusters (``persistent.Walk``): 3 clusters walk the cluster tiles, each
+    block of a cluster the tile of its rank, its peers' slices of the multicast tiles copied (in the
+    emulation) from the peers' own tiles, so blocks of a cluster on tiles that share no rows (columns)
+    miss the reference, as does a walk that stops before the last round's cluster tiles."""
+    mutate(monkeypatch)
+    errors = [_emulated_error(gpu_wgmma(op, block_m=64, block_n=64, warps_m=1, depth=16, stages=3,
+                                        engine="tma", specialize=True, persistent=True, **tiles), seed=8)
+              for op, tiles in WALKED_CLUSTERS]
+    assert all(excess <= 0 for _, excess in errors) is exact, errors
+
+
+def test_a_persistent_cluster_launches_a_row_of_whole_clusters():
+    """A persistent kernel in clusters of 2 along the columns (cuBLAS's 1 x 2 of 192 x 128 tiles) launches
+    a row of clusters (``__cluster_dims__(2, 1, 1)``), at most a block a tile in whole clusters; each
+    cluster walks the cluster tiles, its block of rank r the tile r of each pair of columns."""
+    op = lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16")
+    source = print_kernel(gpu_wgmma(op, block_m=192, block_n=128, warps_m=1, warps_n=2, depth=64, swizzle=128,
+                                    stages=5, engine="tma", specialize=True, persistent=True,
+                                    cluster=(1, 2))).source
+    for text in ("__cluster_dims__(2, 1, 1) lo_nest(",
+                 "const int lo_blocks = (lo_sms < 264 ? lo_sms : 264) / 2 * 2;   /* whole clusters */",
+                 "const int lo_rounds = ((132) - ((blockIdx.x) / 2) + ((gridDim.x) / 2) - 1) / "
+                 "((gridDim.x) / 2);",
+                 "const int lo_group = ((blockIdx.x) / 2) + (lo_n) * ((gridDim.x) / 2);",
+                 "const int lo_tile = (lo_group) % 11 + 11 * (2 * ((lo_group) / 11) + (lo_rank));",
+                 "lo_tma_2d_multicast(", "lo_release("):
+        assert text in source, text
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (1, 2)], ids=["alone", "in pairs"])
+def test_a_persistent_kernel_stages_its_stores_in_one_buffer_a_warpgroup_where_two_do_not_fit(cluster):
+    """192 x 128 tiles on two consumer warpgroups: beside 4 buffers of the ring (160 KB) two staging
+    buffers a warpgroup fit, beside 5 (200 KB) one (cuBLAS's 5 stages of 192 x 128: 221 KB), each chunk's
+    writes waiting until no store still reads it; both match the reference in the emulation."""
+    op = lo.Matmul(400, 512, 320, dtype="float16")
+    for stages, buffers in ((4, 2), (5, 1)):
+        schedule = gpu_wgmma(op, block_m=192, block_n=128, warps_m=1, warps_n=2, depth=64, swizzle=128,
+                             stages=stages, engine="tma", specialize=True, persistent=True, cluster=cluster)
+        printer = tensor_printer.TensorPrinter(schedule, CUDA)
+        assert printer.staging_buffers == buffers and printer.smem_bytes <= tensor_printer.MAX_SHARED_BYTES
+        assert f"LO_STORES_READ_BUT({buffers - 1});" in print_kernel(schedule).source
+        largest, excess = _emulated_error(schedule, seed=8)
+        assert excess <= 0, largest
 
 
 def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in_pairs():

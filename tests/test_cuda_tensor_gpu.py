@@ -175,13 +175,25 @@ def test_conv_pixel_boxes_match_the_reference_on_the_gpu(op, variant):
      {"block_m": 64, "warps_m": 1, "depth": 32, "stages": 3, "split_k": 2}),
     *((lo.Matmul(1000, 1500, 512, dtype="float16", out_dtype="float16"),
        {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 64, "swizzle": 128, "stages": stages})
-      for stages in (4, 8))],
+      for stages in (4, 8)),
+    # in clusters: cuBLAS's form of the GEMM in no catalog (264 tiles of 192 x 128, two consumer warpgroups
+    # of 192 x 64, pairs along the columns: 132 cluster tiles), and pairs along the rows and fours along
+    # the columns of 64 x 64 tiles, rounds left over
+    *((lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16"),
+       {"block_m": 192, "block_n": 128, "warps_m": 1, "warps_n": 2, "depth": 64, "swizzle": 128,
+        "stages": stages, "cluster": (1, 2)}) for stages in (4, 5)),
+    (lo.Matmul(2048, 1500, 264, dtype="float16"), {"block_m": 64, "block_n": 64, "warps_m": 1, "depth": 64,
+                                                   "swizzle": 128, "cluster": (2, 1)}),
+    (lo.Gemm(1030, 2048, 72, alpha=0.5, beta=2.0, dtype="bfloat16"),
+     {"block_m": 64, "warps_m": 1, "depth": 32, "stages": 3, "cluster": (1, 4)})],
     ids=["768 tiles of 64x64", "bf16 Gemm 544 tiles split_k=2", "384 tiles of two rounds of 4 buffers",
-         "384 tiles of one round of 8 buffers"])
+         "384 tiles of one round of 8 buffers", "1x2 clusters of 192x128 4 stages",
+         "1x2 clusters of 192x128 5 stages", "2x1 clusters of 64x64", "bf16 Gemm 1x4 clusters"])
 def test_persistent_blocks_walk_several_tiles_on_the_gpu(op, tiles):
     """More tiles than multiprocessors: each block of the persistent loop walks 2-6 tiles, its ring's
     parities going on across them, the producer copying a tile while the consumers store the last; where
-    a tile's steps fill whole rounds of the ring the consumers' loop is unrolled over its buffers."""
+    a tile's steps fill whole rounds of the ring the consumers' loop is unrolled over its buffers. In
+    clusters the blocks of a cluster walk their cluster's tiles in step, the shared tiles multicast."""
     if device.arch() != "sm_90":
         pytest.skip(f"wgmma runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
     schedule = gpu_wgmma(op, **tiles, engine="tma", specialize=True, persistent=True)

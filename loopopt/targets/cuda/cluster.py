@@ -40,8 +40,11 @@ class Multicast:
         """The ``ctaMask`` of a multicast copy: every block of the cluster."""
         return (1 << self.size) - 1
 
-    def attribute(self) -> str:
-        return f" __cluster_dims__({self.dims[0]}, {self.dims[1]}, 1)"
+    def attribute(self, walks: bool = False) -> str:
+        """The kernel's cluster shape: ``dims``, or a persistent kernel's row of ``size`` blocks (its grid
+        is a row: ``persistent.py``)."""
+        x, y = (self.size, 1) if walks else self.dims
+        return f" __cluster_dims__({x}, {y}, 1)"
 
 
 def shared_input(schedule: Schedule, blocks: list[Loop], reads: dict[str, frozenset[str]],

@@ -9,12 +9,21 @@ first steps while the consumers store the last one's outputs without touching th
 buffers of their own and TMA (``tma_store.py``), a requantized output through each warpgroup's own
 staging tile past the ring, or straight from their registers.
 
+In clusters (``Schedule.cluster``, ``cluster.py``) the blocks of a cluster walk in step: the launch is
+a row of clusters of ``size`` blocks (``__cluster_dims__(size, 1, 1)``: a block's rank in its cluster is
+its index modulo ``size``), cluster ``c`` of ``g`` walks the *cluster tiles* ``c, c + g, ...`` (the tiles
+numbered with the cluster's axis divided by ``size``), and its block of rank ``r`` takes the tile at
+``size * t + r`` along that axis: the ``size`` tiles of a cluster tile share the multicast input's tiles,
+so each of its steps' boxes is a slice from each block, as in an unpersistent cluster.
+
 The functions below print the walk alike for the device and the host emulation, which runs the blocks
-as ``HOST_BLOCKS`` loops (fewer than the tiles, so that each walks several, some one more than others)
-and counts each tile's stores: a tile stored twice or never turns the whole output to its poison, so a
-walk that skips or repeats a tile misses the reference without a GPU.
+as ``HOST_BLOCKS`` loops (``HOST_BLOCKS`` clusters; fewer than the tiles, so that each walks several, some
+one more than others) and counts each tile's stores: a tile stored twice or never turns the whole output
+to its poison, so a walk that skips or repeats a tile misses the reference without a GPU.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ...schedule import ScheduleError
 
@@ -23,36 +32,59 @@ HOST_BLOCKS = 3      # the blocks the host emulation runs
 
 def check(schedule, consumers_store_directly: bool) -> None:
     """ScheduleError naming what a persistent tile loop cannot take: warps that are not specialized,
-    a cluster, or an instruction whose fragments the consumers cannot store element by element."""
+    or an instruction whose fragments the consumers cannot store element by element."""
     if not schedule.specialized:
         raise ScheduleError("persistent(): the producer warpgroup runs into the next tile while the "
                             "consumers store; specialize() the warps first (gpu_wgmma(..., specialize=True))")
-    if schedule.cluster_dims != (1, 1):
-        raise ScheduleError(f"persistent(): a cluster{schedule.cluster_dims}'s blocks share each step's "
-                            f"tiles, so they would have to walk the same tiles in step: drop the cluster")
     if not consumers_store_directly:
         raise ScheduleError("persistent(): the consumers store their fragments straight from registers; "
                             "the activation sums of a quantized op with weight zero points go through shared "
                             "memory: quantize the weights symmetrically or drop persistent")
 
 
-def rounds(block: str, blocks: str, tiles: int) -> str:
-    """The tiles block ``block`` of ``blocks`` walks."""
-    return f"(({tiles}) - ({block}) + ({blocks}) - 1) / ({blocks})"
+@dataclass(frozen=True)
+class Walk:
+    """The tiles of a grid of ``tiles`` walked by clusters of ``size`` blocks (1: unclustered) along an
+    axis whose tiles lie ``before`` apart in the tiles' numbering (the product of the faster axes')."""
 
+    tiles: int
+    size: int = 1
+    before: int = 1
 
-def tile(block: str, blocks: str, round: str) -> str:
-    """The tile block ``block`` of ``blocks`` works on in its round ``round`` (from 0)."""
-    return f"({block}) + ({round}) * ({blocks})"
+    @property
+    def groups(self) -> int:
+        """The cluster tiles: ``size`` tiles each."""
+        return self.tiles // self.size
 
+    def cluster(self, block: str) -> str:
+        return f"({block}) / {self.size}" if self.size > 1 else block
 
-def launch_blocks(tiles: int, per_sm: int = 1) -> str:
-    """The launcher's statement defining ``lo_blocks``: ``per_sm`` blocks a multiprocessor of the current
-    device (read once), at most ``tiles``."""
-    held = f"{per_sm} * lo_sms" if per_sm > 1 else "lo_sms"
-    return ("    static int lo_sms = 0;   /* the device's multiprocessors, read once */\n"
-            "    if (!lo_sms) { int lo_d = 0; cudaError_t lo_e = cudaGetDevice(&lo_d); "
-            "if (lo_e == cudaSuccess) "
-            "lo_e = cudaDeviceGetAttribute(&lo_sms, cudaDevAttrMultiProcessorCount, lo_d); "
-            "if (lo_e != cudaSuccess) return (int) lo_e; }\n"
-            f"    const int lo_blocks = {held} < {tiles} ? {held} : {tiles};")
+    def rounds(self, block: str, blocks: str) -> str:
+        """The tiles block ``block`` of ``blocks`` walks (its cluster's cluster tiles)."""
+        clusters = f"({blocks}) / {self.size}" if self.size > 1 else blocks
+        return f"(({self.groups}) - ({self.cluster(block)}) + ({clusters}) - 1) / ({clusters})"
+
+    def group(self, block: str, blocks: str, round: str) -> str:
+        """The cluster tile block ``block`` of ``blocks`` works on in its round ``round`` (from 0)."""
+        clusters = f"({blocks}) / {self.size}" if self.size > 1 else blocks
+        return f"({self.cluster(block)}) + ({round}) * ({clusters})"
+
+    def tile(self, group: str, rank: str) -> str:
+        """The tile of the block of rank ``rank`` in cluster tile ``group``."""
+        if self.size == 1:
+            return group
+        return (f"({group}) % {self.before} + {self.before} * ({self.size} * (({group}) / {self.before}) "
+                f"+ ({rank}))")
+
+    def launch_blocks(self, per_sm: int = 1) -> str:
+        """The launcher's statement defining ``lo_blocks``: ``per_sm`` blocks a multiprocessor of the
+        current device (read once), at most a block a tile, in whole clusters."""
+        held = f"{per_sm} * lo_sms" if per_sm > 1 else "lo_sms"
+        blocks = f"{held} < {self.tiles} ? {held} : {self.tiles}"
+        return ("    static int lo_sms = 0;   /* the device's multiprocessors, read once */\n"
+                "    if (!lo_sms) { int lo_d = 0; cudaError_t lo_e = cudaGetDevice(&lo_d); "
+                "if (lo_e == cudaSuccess) "
+                "lo_e = cudaDeviceGetAttribute(&lo_sms, cudaDevAttrMultiProcessorCount, lo_d); "
+                "if (lo_e != cudaSuccess) return (int) lo_e; }\n"
+                + (f"    const int lo_blocks = ({blocks}) / {self.size} * {self.size};   /* whole clusters */"
+                   if self.size > 1 else f"    const int lo_blocks = {blocks};"))

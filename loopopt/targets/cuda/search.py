@@ -81,6 +81,7 @@ from .tensor_printer import (
     persistent_shared,
     ring_bytes,
     row_staging_bytes,
+    staging_buffers,
     staging_fits,
     store_staging_bytes,
 )
@@ -120,7 +121,8 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-WGMMA_KNOBS = ("swizzle", "specialize", "persistent")
+WGMMA_KNOBS = ("swizzle", "specialize", "persistent", "cluster")
+PAIRS = ((1, 2), (2, 1))           # a persistent walk's clusters: pairs along the columns (A shared), rows
 BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
 DEPTHS = (32, 64)                  # elements of 16 bits a tile row holds per step (int8: twice as many)
@@ -191,6 +193,7 @@ class TensorKnobs:
     swizzle: int = 32              # bytes of the tiles' swizzled rows (``Schedule.swizzle``; TMA only)
     specialize: bool = False       # a producer warpgroup copies (``Schedule.specialize``; TMA only)
     persistent: bool = False       # one block a SM walks the tiles (``Schedule.persistent``; specialized)
+    cluster: tuple[int, int] = (1, 1)    # a cluster's blocks along the rows, columns (``Schedule.cluster``)
 
     @property
     def pixel_block(self) -> int:
@@ -431,7 +434,7 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
             if knobs.split_k > 1 and _filled(op, knobs, arch):
                 continue
-            for variant in _tma_variants(knobs, _walks(op, knobs, arch)):
+            for variant in _tma_variants(knobs, _walks(op, knobs, arch), _pairs(op, knobs)):
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
                           _block_shared(op, variant),
                           SHARED_BYTES_PER_BLOCK[arch]):
@@ -439,21 +442,24 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     return list(found)
 
 
-def _tma_variants(knobs: TensorKnobs, walks: bool) -> list[TensorKnobs]:
+def _tma_variants(knobs: TensorKnobs, walks: bool,
+                  pairs: Sequence[tuple[int, int]] = ()) -> list[TensorKnobs]:
     """A TMA candidate in the swizzle as wide as its step's row and warp-specialized where the
     consumers' accumulators fit (``specialize.fits``), in a persistent tile loop too where ``walks``
-    (``_walks``), then wide unspecialized, then as given: first the faster (ties go to the first; the
-    H200's 4096^3 GEMM at 128 x 256, depth 64: persistent 0.194, specialized 0.199-0.204, 0.209 and
-    0.357 ms)."""
+    (``_walks``; also walked by the clusters of ``pairs``), then wide unspecialized, then as given: first
+    the faster (ties go to the first; the H200's 4096^3 GEMM at 128 x 256, depth 64: persistent 0.194,
+    specialized 0.199-0.204, 0.209 and 0.357 ms; 2000x3000x1000 on 192 x 128 tiles, persistent in pairs
+    along the columns 27.7-28.6 us, persistent 31.7-32.6)."""
     row = knobs.depth * knobs.instruction.element_bytes
     if knobs.engine != "tma" or row not in SWIZZLE_WIDTHS[1:]:
         return [knobs]
     consumers = knobs.warps_m * knobs.warps_n
     wide = replace(knobs, swizzle=row)
     specialized = replace(wide, specialize=True)
-    first = ([*([replace(specialized, persistent=True)] if walks else []), specialized] if specialize.fits(
-        consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP)) else [])
-    return [*first, wide, knobs]
+    walk = replace(specialized, persistent=True)
+    walked = [*(replace(walk, cluster=pair) for pair in pairs), walk] if walks else []
+    fits = specialize.fits(consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP))
+    return [*([*walked, specialized] if fits else []), wide, knobs]
 
 
 def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
@@ -461,14 +467,25 @@ def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
     sums (its outputs stored or requantized from the registers) whose tiles outnumber the SMs (each
     block then walks several: fewer, the grid is the same), not split for a 16-bit output (the tile's
     last block adds those shares: one tile a block, ``split_reduce.py``), and where its outputs go out
-    by TMA, with room for their staging beside the ring (without it the consumers store from registers:
-    the GEMM 2000x3000x1000 on 192 x 128 tiles, float16 out, ran 38.1-38.3 us at 5 stages against
-    31.2-31.4 at 4 with the staging, H200)."""
+    by TMA, with room for their staging beside the ring (``staging_buffers``: one buffer a warpgroup where
+    two do not fit; without any the consumers store from registers: the GEMM 2000x3000x1000 on 192 x 128
+    tiles, float16 out, ran 38.1-38.3 us at 5 stages against 31.2-31.4 at 4 with two buffers, and 32.5 at 5
+    with one, H200)."""
     m, n, _, _ = _matrix(op)
     last = knobs.split_k > 1 and op.out_dtype != "float32"
     return not _sums(op) and not last and \
         -(-m // knobs.block_m) * -(-n // knobs.block_n) * knobs.split_k > ARCH[arch].multiprocessors and \
         not (_tma_stored(op, knobs) and not _staging_fits(knobs))
+
+
+def _pairs(op: Op, knobs: TensorKnobs) -> list[tuple[int, int]]:
+    """The clusters of two (``PAIRS``) a persistent walk of ``knobs`` may take: a float Matmul's or Gemm's
+    (2-D boxes multicast: ``cluster.py``) whose tiles along the pair's axis come in whole pairs."""
+    if op.quant is not None or _gathered(op):
+        return []
+    m, n, _, _ = _matrix(op)
+    tiles = (-(-m // knobs.block_m), -(-n // knobs.block_n))
+    return [pair for pair in PAIRS if tiles[pair.index(2)] % 2 == 0]
 
 
 def _tma_stored(op: Op, knobs: TensorKnobs) -> bool:
@@ -574,7 +591,7 @@ def _block_shared(op: Op, knobs: TensorKnobs) -> int:
     if op.quant is not None:
         staging = row_staging_bytes(consumers, entry.m, entry.n, _output_bytes(op))
     elif _tma_stored(op, knobs) and _staging_fits(knobs):
-        staging = store_staging_bytes(consumers)
+        staging = store_staging_bytes(consumers, staging_buffers(knobs.stages, _step_bytes(knobs), consumers))
     else:
         return tensor_shared(knobs, _sums(op))
     return persistent_shared(knobs.stages, _step_bytes(knobs), staging, 2 if knobs.specialize else 1)
@@ -655,7 +672,8 @@ def step_instructions(op: Op, knobs: TensorKnobs, costs: Costs = COSTS) -> float
 
 
 def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> Work:
-    """A tensor-core candidate's work: both inputs' tiles over its reduction share (a quantized op's
+    """A tensor-core candidate's work: both inputs' tiles over its reduction share (in a cluster the
+    shared input's slice of each tile a block: ``cluster.py``; a quantized op's
     activation sums: one more 16-column product per activation fragment, in each warp of a row)."""
     m, n, channels, others = _matrix(op)
     steps = others * -(-channels // knobs.depth)
@@ -681,7 +699,8 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 _block_shared(op, knobs),
                 2.0 * knobs.block_m * columns * reduction, share,
                 padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
-                size * reduction * (knobs.block_m + knobs.block_n) * costs.l2_bytes_per_clock / l2_rate,
+                size * reduction * (knobs.block_m / knobs.cluster[1] + knobs.block_n / knobs.cluster[0])
+                * costs.l2_bytes_per_clock / l2_rate,
                 _device_bytes(op, knobs.split_k, size),
                 share * latency / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
@@ -958,7 +977,9 @@ class CudaSearch(SearchRules):
                     + (", TMA" if knobs.get("engine") == "tma" else "")
                     + (f", {knobs['swizzle']}-byte swizzle" if knobs.get("swizzle", 32) > 32 else "")
                     + (", warp-specialized" if knobs.get("specialize") else "")
-                    + (", persistent" if knobs.get("persistent") else ""))
+                    + (", persistent" if knobs.get("persistent") else "")
+                    + (f", clusters of {knobs['cluster'][0]}x{knobs['cluster'][1]}"
+                       if tuple(knobs.get("cluster", (1, 1))) != (1, 1) else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
                 + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

@@ -104,9 +104,10 @@ def _staging_offset(stages: int, step_bytes: int) -> int:
     return -(-stages * step_bytes // tma_store.ALIGNMENT) * tma_store.ALIGNMENT
 
 
-def store_staging_bytes(consumers: int) -> int:
-    """Shared memory of ``consumers`` warpgroups' staging buffers of their TMA stores (``tma_store.py``)."""
-    return consumers * tma_store.BUFFERS * tma_store.CHUNK_BYTES
+def store_staging_bytes(consumers: int, buffers: int = tma_store.BUFFERS) -> int:
+    """Shared memory of ``consumers`` warpgroups' ``buffers`` staging buffers each of their TMA stores
+    (``tma_store.py``)."""
+    return consumers * buffers * tma_store.CHUNK_BYTES
 
 
 def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers: int) -> int:
@@ -116,11 +117,18 @@ def persistent_shared(stages: int, step_bytes: int, staging_bytes: int, barriers
     return -(-(_staging_offset(stages, step_bytes) + staging_bytes) // 8) * 8 + 8 * barriers * stages
 
 
+def staging_buffers(stages: int, step_bytes: int, consumers: int) -> int:
+    """The staging buffers of its TMA stores (``tma_store.py``) each of a persistent kernel's ``consumers``
+    warpgroups gets beside a ring of ``stages`` buffers of ``step_bytes`` and its two mbarriers a buffer:
+    ``tma_store.BUFFERS`` where they fit, else one (each chunk's writes wait until the last store read
+    the buffer), else none (the consumers store from registers)."""
+    return next((buffers for buffers in (tma_store.BUFFERS, 1) if persistent_shared(
+        stages, step_bytes, store_staging_bytes(consumers, buffers), 2) <= MAX_SHARED_BYTES), 0)
+
+
 def staging_fits(stages: int, step_bytes: int, consumers: int) -> bool:
-    """Whether a persistent kernel's staging buffers of its TMA stores (``tma_store.py``) and its ring's
-    two mbarriers a buffer fit beside a ring of ``stages`` buffers of ``step_bytes`` (else its
-    ``consumers`` warpgroups store from registers)."""
-    return persistent_shared(stages, step_bytes, store_staging_bytes(consumers), 2) <= MAX_SHARED_BYTES
+    """Whether a persistent kernel's staging of its TMA stores fits beside its ring (``staging_buffers``)."""
+    return staging_buffers(stages, step_bytes, consumers) > 0
 
 
 def stage_row(columns: int, output_bytes: int) -> int:
@@ -383,7 +391,15 @@ class TensorPrinter:
 
     @property
     def staging_bytes(self) -> int:
-        return store_staging_bytes(self.warp_count)
+        return store_staging_bytes(self.warp_count, self.staging_buffers)
+
+    @property
+    def staging_buffers(self) -> int:
+        """A consumer warpgroup's staging buffers of its TMA stores: a persistent kernel's as fit beside its
+        ring (``staging_buffers``)."""
+        if self.s.persistent_tiles:
+            return staging_buffers(self.pipeline, self.step_bytes, self.warp_count)
+        return tma_store.BUFFERS
 
     @property
     def row_staging_bytes(self) -> int:
@@ -559,8 +575,17 @@ class TensorPrinter:
             self.emit(depth, f"lo_tma_2d_multicast({dst}, &{box.map_name}, {x}, {y}, {barrier}, "
                              f"(unsigned short) {self.multicast.mask});")
             return
-        self.emit(depth, cprint.for_loop("int", "lo_rank", box.slices) + f" lo_tma_2d(lo_smem_h, {dst}, "
-                         f"&{box.map_name}, {x}, {y}, {box.box_rows}, {box.box_cols}, {barrier});")
+        copy = (f"lo_tma_2d(lo_smem_h, {dst}, &{box.map_name}, {x}, {y}, {box.box_rows}, {box.box_cols}, "
+                f"{barrier});")
+        if not self.s.persistent_tiles:
+            self.emit(depth, cprint.for_loop("int", "lo_rank", box.slices) + f" {copy}")
+            return
+        # a walk's peers copy their own tiles' slices: each rank's at that rank's tile of the cluster tile
+        self.emit(depth, cprint.for_loop("int", "lo_rank", box.slices) + " {")
+        self.emit(depth + 1, f"const int lo_tile = {self.walk.tile('lo_group', 'lo_rank')};")
+        self._define_blocks(depth + 1)
+        self.emit(depth + 1, copy)
+        self.emit(depth, "}")
 
     def _cluster_sync(self, depth: int) -> None:
         """The cluster barrier of a clustered kernel on the device (``cluster.py``)."""
@@ -1125,11 +1150,11 @@ class TensorPrinter:
         inner = depth + 3
         self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
         self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
-        buffers = tma_store.BUFFERS
+        buffers = self.staging_buffers
         self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
                          f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
         if device:     # the store that last read this buffer is done reading; every thread knows it
-            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT(1);")
+            self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT({buffers - 1});")
             self.emit(inner, "LO_GROUP_SYNC();")
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
@@ -1156,9 +1181,28 @@ class TensorPrinter:
 
     def _walk(self, depth: int, block: str, blocks: str, round: str) -> None:
         """A persistent kernel's tile of block ``block`` of ``blocks`` in its round ``round``: ``lo_tile``
-        and the block loops' variables (``persistent.py``: ``block.x`` fastest)."""
-        self.emit(depth, f"const int lo_tile = {persistent.tile(block, blocks, round)};")
+        (in clusters, of its cluster tile ``lo_group``) and the block loops' variables (``persistent.py``:
+        ``block.x`` fastest)."""
+        walk, group = self.walk, self.walk.group(block, blocks, round)
+        if walk.size > 1:
+            rank = "lo_rank" if self.syntax.device else f"({block}) % {walk.size}"
+            self.emit(depth, f"const int lo_group = {group};")
+            group = walk.tile("lo_group", rank)
+        self.emit(depth, f"const int lo_tile = {group};")
+        self._define_blocks(depth)
+
+    def _define_blocks(self, depth: int) -> None:
+        """The block loops' variables of tile ``lo_tile`` (``block.x`` fastest)."""
         self._define(depth, sorted(self.blocks, key=lambda loop: "zyx".index(loop.axis[-1])), "lo_tile")
+
+    @cached_property
+    def walk(self) -> persistent.Walk:
+        """A persistent kernel's walk over its tiles, by clusters where multicast (``persistent.py``)."""
+        if not self.multicast:
+            return persistent.Walk(self.tile_count)
+        axis = "block.x" if self.multicast.dims[0] > 1 else "block.y"
+        faster = [loop.extent for loop in self.blocks if "zyx".index(loop.axis[-1]) > "zyx".index(axis[-1])]
+        return persistent.Walk(self.tile_count, self.multicast.size, math.prod(faster))
 
     @property
     def tile_count(self) -> int:
@@ -1204,7 +1248,7 @@ class TensorPrinter:
         if self.syntax.device and (self.registers is not None or self.blocks_per_sm > 1):
             bounds = f" __launch_bounds__({threads}, {self.blocks_per_sm})"    # setmaxnreg: the cap at entry
         if self.multicast and self.syntax.device:
-            bounds += self.multicast.attribute()
+            bounds += self.multicast.attribute(self.s.persistent_tiles)
         return f"{self.syntax.kernel}{bounds} {name}({params})"
 
     @property
@@ -1303,10 +1347,15 @@ class TensorPrinter:
     @property
     def host_blocks(self) -> list[Loop]:
         """The loops the host emulation runs the blocks as: the ``block.*`` loops, or a persistent
-        kernel's ``persistent.HOST_BLOCKS`` blocks (``lo_block``)."""
+        kernel's ``host_walkers`` (``lo_block``)."""
         if self.s.persistent_tiles:
-            return [Loop("lo_block", persistent.HOST_BLOCKS)]
+            return [Loop("lo_block", self.host_walkers)]
         return self.blocks
+
+    @property
+    def host_walkers(self) -> int:
+        """The blocks the host emulation of a persistent kernel runs: ``persistent.HOST_BLOCKS`` clusters."""
+        return persistent.HOST_BLOCKS * self.walk.size
 
     def _close_blocks(self) -> None:
         """The host's block loops (and a persistent kernel's count of each tile's stores: a tile stored
@@ -1459,7 +1508,7 @@ class TensorPrinter:
         self.emit(depth, f"const int lo_w = {self._uniform(f'lo_thread / {specialize.WARPGROUP}')};")
         if walks:
             self.emit(depth, f"const int lo_rounds = "
-                             f"{persistent.rounds('blockIdx.x', 'gridDim.x', self.tile_count)};")
+                             f"{self.walk.rounds('blockIdx.x', 'gridDim.x')};")
         self.emit(depth, f"if (lo_w == {consumers}) {{   /* the producer warpgroup: its producers copy */")
         inner = depth + 1
         if registers.moves:
@@ -1596,7 +1645,7 @@ class TensorPrinter:
         blocks = " + ".join(loop.name for loop in self.host_blocks) or "0"
         total = "lo_total" if walks else str(steps)
         if walks:
-            walked = persistent.rounds("lo_block", str(persistent.HOST_BLOCKS), self.tile_count)
+            walked = self.walk.rounds("lo_block", str(self.host_walkers))
             self.emit(depth, f"const int lo_total = {walked} * {steps};   /* the steps of its tiles */")
         self.emit(depth, f"int lo_next[{producers}] = {{{', '.join(map(str, range(producers)))}}};   "
                          f"/* each producer's next step */")
@@ -1614,7 +1663,7 @@ class TensorPrinter:
         self.emit(inner, "if (lo_fill && (lo_eager || !lo_in)) {")
         if walks:
             self.emit(inner + 1, "{")
-            self._walk(inner + 2, "lo_block", str(persistent.HOST_BLOCKS), f"lo_p / {steps}")
+            self._walk(inner + 2, "lo_block", str(self.host_walkers), f"lo_p / {steps}")
             self._copy(inner + 2, f"lo_p % {steps}", "lo_p")
             self.emit(inner + 1, "}")
         else:
@@ -1626,7 +1675,7 @@ class TensorPrinter:
         if walks:
             self.emit(body, "{")
             body += 1
-            self._walk(body, "lo_block", str(persistent.HOST_BLOCKS), f"lo_r / {steps}")
+            self._walk(body, "lo_block", str(self.host_walkers), f"lo_r / {steps}")
             count = self.accumulators * self.warp_count
             self.emit(body, f"if (lo_r % {steps} == 0) " + cprint.for_loop("int", "lo_i", count) + " "
                       + self.code.fill.format(acc="lo_acc[lo_i]"))
@@ -1761,7 +1810,7 @@ class TensorPrinter:
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
                       *([zero] if self.s.split_k_loop and not self.last else []), *maps,
-                      *([persistent.launch_blocks(self.tile_count, self.blocks_per_sm)] if walks else []),
+                      *([self.walk.launch_blocks(self.blocks_per_sm)] if walks else []),
                       f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",

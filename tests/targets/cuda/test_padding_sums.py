@@ -139,8 +139,8 @@ def _first_round_border(monkeypatch):
 
 
 def _two_blocks_on_one_tile(monkeypatch):
-    monkeypatch.setattr(persistent, "tile",
-                        lambda block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})")
+    monkeypatch.setattr(persistent.Walk, "group",
+                        lambda self, block, blocks, round: f"({block}) / 2 + ({round}) * ({blocks})")
 
 
 @pytest.mark.parametrize("mutate, tiles, exact", [
