@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_layers import machine_text, versions_text  # noqa: E402
 from bench_reuse import write_section  # noqa: E402
-from runtimes import RETRIES, SETTLE, Contender, Worker, interleave  # noqa: E402
+from runtimes import RETRIES, SETTLE, WARM_RUNS, Contender, Worker, interleave  # noqa: E402
 
 import loopopt as lo  # noqa: E402
 from loopopt.machine import cpu_seconds, others_share  # noqa: E402
@@ -285,7 +285,8 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
             f"column: `prepare(threads=...)`, `intra_op_num_threads`) and {policy}; the parent interleaves "
             f"{rounds} rounds (round i: loopopt's worker, then onnxruntime's, {SETTLE * 1e3:.0f} ms apart), "
             "each worker timing its own `rep.run` / `session.run` on the same inputs, and compares the "
-            "outputs of the warm-up round."
+            f"outputs of the warm-up round (then {WARM_RUNS} untimed rounds: loopopt's plan repeats its "
+            "calls from its third run on)."
             + (" Once prepared, each worker's threads run under SCHED_FIFO (`--realtime`: the machine's "
                "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
                if realtime else "")

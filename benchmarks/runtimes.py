@@ -37,6 +37,9 @@ RUNTIMES = ("loopopt", "onnxruntime")
 SETTLE = 0.05        # seconds between two workers' calls: longer than libgomp's spin before it sleeps
 REALTIME_PRIORITY = 10   # ``Worker.realtime``'s SCHED_FIFO priority
 RETRIES = 3          # a round another process's real-time threads ran in is timed again at most so often
+WARM_RUNS = 2        # untimed runs of each worker after its warm-up round: loopopt's plan runs its steps one
+                     # by one in its first two runs (``plan.Plan``: two runs show the repeats), so its first
+                     # timed run would be its second, 1.1-1.3x a later one (ResNet-50 int8, AMD EPYC Zen 3)
 REALTIME_POLICIES = (os.SCHED_FIFO, os.SCHED_RR)
 SCHEDSTAT = "/proc/self/schedstat"     # where Linux says how long a thread ran
 KERNEL_THREAD = 0x00200000    # PF_KTHREAD in a thread's flags (/proc/.../stat): the kernel's own threads
@@ -209,13 +212,17 @@ def others_realtime_ns(exclude: Collection[int]) -> int | None:
 
 def interleave(workers: Sequence[Worker], rounds: int) -> Rounds:
     """Each worker's seconds over ``rounds`` rounds (round i runs every worker once, in order, ``SETTLE``
-    seconds apart), after one warm-up round whose outputs are returned, one list per worker. A round that
-    other processes' real-time threads ran in (``others_realtime_ns``) is timed again, up to ``RETRIES``
-    times (the last one kept)."""
+    seconds apart), after one warm-up round whose outputs are returned, one list per worker, and
+    ``WARM_RUNS`` untimed rounds. A round that other processes' real-time threads ran in
+    (``others_realtime_ns``) is timed again, up to ``RETRIES`` times (the last one kept)."""
     outputs = []
     for worker in workers:
         outputs.append(worker.run(outputs=True)[1])
         time.sleep(SETTLE)
+    for _ in range(WARM_RUNS):
+        for worker in workers:
+            worker.run()
+            time.sleep(SETTLE)
     ours = {os.getpid(), *(worker.pid for worker in workers)}
     times: list[list[float]] = [[] for _ in workers]
     disturbed = kept = 0

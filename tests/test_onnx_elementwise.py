@@ -21,6 +21,7 @@ from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ELEMENTWISE, pair_lookup
 from loopopt.onnx.lowering import NotSupported, Value
 from loopopt.onnx.plan import no_call, viewing
+from loopopt.onnx.residual_add import FUSED
 from loopopt.pool import PoolSchedule
 from loopopt.targets.bytemap import portable_byte_map, portable_pair_map
 from loopopt.targets.float_map import OPERATORS, float_map
@@ -187,7 +188,7 @@ def _check_pair_lookup_chain(data):
     """DequantizeLinear of two 8-bit tensors (random scales, zero points, dtypes, each stored in a random
     axis order) -> Add, Sub or Mul -> optionally Relu or Clip -> QuantizeLinear: one pair lookup step,
     the same bits as onnx.reference, not in place and in place; with the combined value also a graph
-    output, the steps stay as they are."""
+    output, the steps stay as they are (an Add: its first DequantizeLinear and it as one step)."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     dtypes = [data.draw(st.sampled_from([np.uint8, np.int8])) for _ in range(3)]
     zeros = [t(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1)) for t in dtypes]
@@ -214,7 +215,10 @@ def _check_pair_lookup_chain(data):
                   inits, opset=OPSET)
     rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 3)))
     chain = " -> ".join(["DequantizeLinear", "DequantizeLinear", combine, *after, "QuantizeLinear"])
-    assert [s.op_type for s in rep.plan.steps] == ([n.op_type for n in nodes] if also else [chain])
+    steps = [n.op_type for n in nodes]
+    if also and combine == "Add":        # the first DequantizeLinear and the Add one step (``residual_add``)
+        steps = ["DequantizeLinear", FUSED, *after, "QuantizeLinear"]
+    assert [s.op_type for s in rep.plan.steps] == (steps if also else [chain])
     a, b = (_stored(data, rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t))
             for t in dtypes[:2])
     want = ReferenceEvaluator(proto).run(None, {"a": a, "b": b})

@@ -70,7 +70,8 @@ def test_interleave_times_a_disturbed_round_again(monkeypatch):
     workers = [FakeWorker(1), FakeWorker(2)]
     rounds = runtimes.interleave(workers, 3)
     assert rounds.outputs == [[1], [1]]
-    assert rounds.times == [[3.0, 4.0, 5.0]] * 2      # run 2 was the disturbed try: timed again as run 3
+    first = 2 + runtimes.WARM_RUNS              # the run after the warm-up and the untimed ones
+    assert rounds.times == [[first + 1.0, first + 2.0, first + 3.0]] * 2   # run `first` was the disturbed try
     assert (rounds.disturbed, rounds.kept_disturbed) == (1, 0)
 
 
@@ -81,7 +82,7 @@ def test_interleave_keeps_a_round_disturbed_on_every_try(monkeypatch):
     workers = [FakeWorker(1)]
     rounds = runtimes.interleave(workers, 2)
     tries = runtimes.RETRIES + 1
-    assert len(rounds.times[0]) == 2 and workers[0].runs == 1 + 2 * tries
+    assert len(rounds.times[0]) == 2 and workers[0].runs == 1 + runtimes.WARM_RUNS + 2 * tries
     assert (rounds.disturbed, rounds.kept_disturbed) == (2 * runtimes.RETRIES, 2)
 
 
@@ -90,4 +91,19 @@ def test_interleave_says_nothing_where_proc_cannot(monkeypatch, tmp_path):
     monkeypatch.setattr(runtimes, "SCHEDSTAT", str(tmp_path / "no-schedstat"))
     assert runtimes.others_realtime_ns(set()) is None
     rounds = runtimes.interleave([FakeWorker(1)], 2)
-    assert rounds.times == [[2.0, 3.0]] and (rounds.disturbed, rounds.kept_disturbed) == (None, None)
+    first = 2 + runtimes.WARM_RUNS
+    assert rounds.times == [[float(first), float(first + 1)]]
+    assert (rounds.disturbed, rounds.kept_disturbed) == (None, None)
+
+
+def test_interleave_times_no_worker_before_its_warm_runs(monkeypatch):
+    """The first timed run of each worker follows its warm-up run and ``WARM_RUNS`` untimed ones: loopopt's
+    plan runs step by step in its first two runs, so its second run is not timed."""
+    monkeypatch.setattr(runtimes, "SETTLE", 0.0)
+    monkeypatch.setattr(runtimes, "others_realtime_ns", lambda exclude: 0)
+    workers = [FakeWorker(1), FakeWorker(2)]
+    rounds = runtimes.interleave(workers, 2)
+    first = 2 + runtimes.WARM_RUNS
+    assert runtimes.WARM_RUNS >= 2
+    assert rounds.outputs == [[1], [1]]
+    assert rounds.times == [[float(first), float(first + 1)]] * 2

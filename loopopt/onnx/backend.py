@@ -7,7 +7,8 @@ each op into it first, else the default register-blocked one) with their weights
 pooling nodes run as loopopt pooling kernels (``pooling.PoolRunner``: channels-last, the layout the
 conv kernels hand on; numpy's ``pooling.POOLS`` where the op model refuses one), elementwise nodes
 (``elementwise.ELEMENTWISE``) in numpy and compiled loops on the kernels' storage layouts (the compiled
-ones on the model's threads);
+ones on the model's threads; a QOperator residual's DequantizeLinear -> Add -> Relu in one:
+``residual_add``);
 every other node runs on onnx.reference. ``prepare`` builds the execution plan (``plan.Plan``)
 that ``run`` walks. ``rep.lowered`` says, per compute node, which loopopt op and schedule ran it,
 the nodes a fused group absorbed (or why the reference ran it); ``rep.fallbacks()`` lists every
@@ -45,6 +46,7 @@ from .lowering import FUSED, FUSED_DOMAIN, Lowering, NotSupported, Value, lower,
 from .plan import KERNEL, NUMPY, REFERENCE, Calling, Plan, Step, viewing
 from .pooling import POOLS, PoolRunner, pool_attributes, selects_elements
 from .qdq import fuse
+from .residual_add import fuse_residual_adds
 
 DEVICES = ("CPU", GPU)
 SMALL_INPUT = 4096     # elements: inputs up to this size key a node's lowering by their data too
@@ -167,8 +169,10 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE, owns_outputs=False,
                                   reason=f"no loopopt or numpy implementation of {node.op_type}"))
         outputs = [value.name for value in self.prepared.graph.output]
-        plan = Plan(fuse_lookups(steps, self.constants, known, outputs, self.kernels.threads), self.constants,
-                    outputs)
+        threads = self.kernels.threads
+        steps = fuse_lookups(steps, self.constants, known, outputs, threads)
+        steps = fuse_residual_adds(steps, self.constants, known, outputs, threads)
+        plan = Plan(steps, self.constants, outputs)
         self._build_pools(known)
         return plan
 

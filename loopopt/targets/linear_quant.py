@@ -4,9 +4,13 @@ onnx.reference's float32 arithmetic, so the same bits as its numpy steps:
 * dequantize: ``(float)q - zero_point``, exact for 8-bit values, then times ``scale``, rounded once;
 * quantize: ``x / scale`` rounded once (a division, not a product with the reciprocal), ``rintf`` (to
   nearest, ties to even), plus the zero point (exact: an integer), clamped to the 8-bit range; a NaN
-  becomes 0 as numpy's cast makes it.
+  becomes 0 as numpy's cast makes it;
+* dequantize and add: the dequantized value plus a float32 residual, rounded once more, then optionally
+  numpy's ``maximum(y, 0)`` (a NaN kept, -0.0 made +0.0): DequantizeLinear -> Add (-> Relu) of a QOperator
+  residual block in one pass (``onnx/residual_add.py``).
 
-No step is a product followed by a sum, so no contraction into a fused multiply-add can change a
+A product followed by a sum (dequantize and add) is kept two roundings by ``-ffp-contract=off``; no other
+step is one, so no contraction into a fused multiply-add can change a
 rounding (``-ffp-contract=off`` besides). The ONNX backend runs its per-tensor DequantizeLinear and
 QuantizeLinear nodes of 8-bit values and float32 scales on them (``onnx/elementwise.py``); a target
 gives the flags that let the compiler vectorize the loops (``Target.vector_flags``). Both run on the
@@ -56,6 +60,8 @@ def _functions(dtype: np.dtype, quantize_loop: str | None) -> tuple[str, str]:
                   f"{THREADS_PARAM})")
     quantize = (f"void lo_quantize(const float *x, {c_type} *q, float scale, float zero, long n, "
                 f"{THREADS_PARAM})")
+    add = (f"void lo_dequantize_add(const {c_type} *q, const float *r, float *y, float zero, float scale, "
+           f"int relu, long n, {THREADS_PARAM})")
     source = f"""#include <math.h>
 {HEADER}
 static void lo_dequantize_serial(const {c_type} *restrict q, float *restrict x, float zero, float scale,
@@ -65,17 +71,32 @@ static void lo_dequantize_serial(const {c_type} *restrict q, float *restrict x, 
         x[i] = ((float)q[i] - zero) * scale;
 }}
 
+static void lo_dequantize_add_serial(const {c_type} *restrict q, const float *r, float *y, float zero,
+                                     float scale, int relu, long n)
+{{
+    if (relu)
+        for (long i = 0; i < n; ++i) {{
+            const float v = ((float)q[i] - zero) * scale + r[i];
+            y[i] = v > 0.0f || v != v ? v : 0.0f;
+        }}
+    else
+        for (long i = 0; i < n; ++i)
+            y[i] = ((float)q[i] - zero) * scale + r[i];
+}}
+
 {quantize_loop or portable_quantize_loop(c_type, low, high)}
 {threaded(dequantize, "lo_dequantize_serial(q + lo_begin, x + lo_begin, zero, scale, lo_end - lo_begin)")}
-{threaded(quantize, "lo_quantize_serial(x + lo_begin, q + lo_begin, scale, zero, lo_end - lo_begin)")}"""
-    return f"{dequantize};\n{quantize};", source
+{threaded(quantize, "lo_quantize_serial(x + lo_begin, q + lo_begin, scale, zero, lo_end - lo_begin)")}
+{threaded(add, "lo_dequantize_add_serial(q + lo_begin, r + lo_begin, y + lo_begin, zero, scale, relu, "
+               "lo_end - lo_begin)")}"""
+    return f"{dequantize};\n{quantize};\n{add};", source
 
 
 class LinearQuant:
-    """``dequantize(q, x, zero, scale, threads=1)`` and ``quantize(x, q, scale, zero, threads=1)`` of one
-    8-bit dtype over contiguous 1-D arrays (float32 ``x``), the quantize loop's one-thread part
-    ``quantize_loop`` where a target gives one (its C defines ``quantize_serial``); ``name`` says how it
-    was built."""
+    """``dequantize(q, x, zero, scale, threads=1)``, ``quantize(x, q, scale, zero, threads=1)`` and
+    ``dequantize_add(q, r, y, zero, scale, relu=False, threads=1)`` of one 8-bit dtype over contiguous 1-D
+    arrays (float32 ``x``, ``r``, ``y``), the quantize loop's one-thread part ``quantize_loop`` where a
+    target gives one (its C defines ``quantize_serial``); ``name`` says how it was built."""
 
     def __init__(self, dtype: np.dtype, flags: tuple[str, ...], quantize_loop: str | None = None,
                  name: str | None = None):
@@ -109,6 +130,23 @@ class LinearQuant:
         buffer = self._ffi.from_buffer
         return self._lib.lo_quantize, (buffer("float[]", x), buffer(self._codes, q, require_writable=True),
                                        scale, zero, x.size, threads)
+
+    def bound_dequantize_add(self, q: np.ndarray, r: np.ndarray, y: np.ndarray, zero: float, scale: float,
+                             relu: bool, threads: int = 1) -> tuple[Callable[..., None], tuple]:
+        """The C function and arguments of ``dequantize_add``, as ``bound_dequantize``."""
+        self._check(r, q)
+        self._check(y, q)
+        buffer = self._ffi.from_buffer
+        return self._lib.lo_dequantize_add, (buffer(self._codes, q), buffer("float[]", r),
+                                             buffer("float[]", y, require_writable=True), zero, scale,
+                                             int(relu), q.size, threads)
+
+    def dequantize_add(self, q: np.ndarray, r: np.ndarray, y: np.ndarray, zero: float, scale: float,
+                       relu: bool = False, threads: int = 1) -> None:
+        """``y[i] = (q[i] - zero) * scale + r[i]`` in float32 (each operation rounded), then with ``relu``
+        ``maximum(y[i], 0)``, on ``threads`` threads; ``y`` may be ``r`` (in place)."""
+        function, arguments = self.bound_dequantize_add(q, r, y, zero, scale, relu, threads)
+        function(*arguments)
 
     def dequantize(self, q: np.ndarray, x: np.ndarray, zero: float, scale: float, threads: int = 1) -> None:
         """``x[i] = (q[i] - zero) * scale`` in float32, on ``threads`` threads."""
