@@ -184,7 +184,7 @@ class Schedule:
     register_block_at: Optional[str] = None
     compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
-    weight_format_mode: WeightFormat = "int8"      # quantized weights: a byte, 2 bits (ternary) or int16 pairs
+    weight_format_mode: WeightFormat = "int8"      # quantized weights: a byte, 2 bits (ternary), int16
     stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
     tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
@@ -1085,7 +1085,7 @@ class Schedule:
         docs/reference/quant.md."""
         step = Step("weight_format", (fmt,))
         self._check_quant_choice(step, fmt, WEIGHT_FORMATS)
-        if fmt == "s16":
+        if fmt in ("int8", "s16"):
             return self._with(step, weight_format_mode=fmt)
         if not self.op.quant.ternary:
             raise ScheduleError(f"{step}: the 2-bit formats store ternary weights (-1, 0, +1); this op's "

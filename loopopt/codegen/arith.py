@@ -141,7 +141,7 @@ class Arithmetic:
         the first lanes whose products are used (0: all)."""
         kind = access.kind
         if wide.wide(self.schedule, tensor):
-            return wide.operand(self.schedule, self.dot_loop, self.acc.lanes, kind, access.stride, ref)
+            return wide.operand(self.schedule, self.ints, self.dot_loop, kind, access.stride, ref, mask)
         if ternary.packed(self.schedule, tensor):
             value = self._packed(access, offset, index, mask)
             return self._dequantized(value, False, mask, bindings) if self.name == "dequantize" else value

@@ -513,7 +513,8 @@ class RegisterBlock:
         """Declare ``load`` (zero where a protecting guard fails) and return its name."""
         name = load_variable(tensor, len(self.loads))
         arith, vectorized = self.em.arith, bool(self.vector)
-        value = f"({' && '.join(protect)}) ? {load} : {arith.operand_zero(vectorized, tensor)}" if protect else load
+        zero = arith.operand_zero(vectorized, tensor)
+        value = f"({' && '.join(protect)}) ? {load} : {zero}" if protect else load
         self.em.emit(indent, f"const {arith.operand_type(vectorized, tensor)} {name} = {value};")
         return name
 

@@ -69,7 +69,9 @@ def helpers(ints: Isa) -> str:
 
 def reference(schedule: Schedule, tensor: str, offset: str) -> str:
     """C of the element of ``tensor`` at storage ``offset``: the s16 accessor, else ``ternary.reference``."""
-    return f"lo_s16({tensor}, {offset})" if wide(schedule, tensor) else ternary.reference(schedule, tensor, offset)
+    if wide(schedule, tensor):
+        return f"lo_s16({tensor}, {offset})"
+    return ternary.reference(schedule, tensor, offset)
 
 
 def check(schedule: Schedule, ints: Isa, dot_loop: str | None, tap: bool) -> None:
@@ -85,14 +87,17 @@ def check(schedule: Schedule, ints: Isa, dot_loop: str | None, tap: bool) -> Non
                             f"this schedule has {'a tap dot' if tap else 'none'}")
 
 
-def operand(schedule: Schedule, dot_loop: str, lanes: int, kind: str, stride: int, ref: str) -> str:
+def operand(schedule: Schedule, ints: Isa, dot_loop: str, kind: str, stride: int, ref: str,
+            mask: str | None) -> str:
     """The s16 weight operand of a dot along the vector loop: a pointer to the block whose first element
     is lane 0's group (``ref``, the element as an int16 array's), which must start whole, aligned dot
-    vectors of ``lanes`` groups."""
+    vectors of the table's lanes; under a ``mask``, the zero block where it has no lane set (a channel
+    block's vector past the last channels, beyond the weights)."""
+    lanes = ints.lanes
     if not (kind == "strided" and stride == ternary.GROUP
             and ternary.vectors_aligned(schedule, dot_loop, lanes)):
         raise ScheduleError(f"weight_format('s16'): the weights must be read as whole dot vectors of "
                             f"{lanes} lanes x {ternary.GROUP}, each starting on {lanes * ternary.GROUP} "
                             f"elements (a layout such as OIHW{lanes}o{ternary.GROUP}i, the vector loop over "
                             f"its {lanes}o); here they are {kind} along it")
-    return f"&{ref}"
+    return ints.s16_block_mask(p=f"&{ref}", m=mask) if mask else f"&{ref}"

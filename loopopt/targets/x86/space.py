@@ -106,8 +106,9 @@ FUSED_ISAS = ("avx2",)         # ISAs whose blocks may also run along fused posi
 # 512 channels at 56, 28, 14 and 7 pixels 1.96 / 1.92 / 1.79 / 1.86 ms, the 14x8 or 7x8 block these
 # layers had before 2.22 / 2.10 / 2.38 / 2.03 ms, 4x16 2.06 / 1.97 / 2.08 / 1.80 ms.
 EMULATED_DOT_OPERANDS = {"avx2": 2}
-# The same dot with the weights pre-widened when packed (``Schedule.weight_format("s16")``, ``codegen/wide.py``),
-# multiplied from memory: a broadcast's two 16-bit halves, a product and the halves' mask stay in registers.
+# The same dot with the weights pre-widened when packed (``Schedule.weight_format("s16")``,
+# ``codegen/wide.py``), multiplied from memory: a broadcast's two 16-bit halves, a product and the halves'
+# mask stay in registers.
 # Its blocks of 12 accumulators hold them (3x32 kernel-only 0.87-0.93x the int8 7x16 first choice on
 # ResNet's 1x1 and 3x3 layers, AMD EPYC Zen 3, 1 thread); 14 spill.
 WIDE_DOT_OPERANDS = {"avx2": 4}
@@ -716,10 +717,11 @@ def operand_registers(isa: str, weights: str, vectors: int, fmt: str = "int8") -
 
 def weight_formats(op: Op, isa: str, weights: str) -> list[str]:
     """The weight formats of ``op``'s register blocks of ``weights`` on ``isa``: i2_s for a ternary op,
-    else int8, and s16 too for an emulated dot's blocks of an ungrouped op (``WIDE_DOT_OPERANDS``)."""
+    else int8, and s16 too for an emulated dot's blocks of an ungrouped op of several output channels
+    (``WIDE_DOT_OPERANDS``; a vector loop of one channel reads no whole dot vector)."""
     if ternary(op):
         return ["i2_s"]
-    wide = emulates_dot(isa, weights) and isa in WIDE_DOT_OPERANDS and op.groups == 1
+    wide = emulates_dot(isa, weights) and isa in WIDE_DOT_OPERANDS and op.groups == 1 and op.channels > 1
     return ["int8", "s16"] if wide else ["int8"]
 
 
