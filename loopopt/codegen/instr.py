@@ -138,8 +138,8 @@ WIDE_MEANINGS = {
     "dot_s16": "lane j = c_j + sum over q < 4 of uint8 byte 4j+q of a * "
                "((int16 *)b)[16 (q % 2) + 2j + q / 2] (exact)",
     "dot_s16_mask": "dot_s16 where mask bit j, else c_j (reads the whole block)",
-    "s16_block_mask": "the block pointer p where the mask has a lane set, else lo_s16_zero (a block of zeros: "
-                      "a vector past the weights' last block reads none of them)",
+    "s16_block_mask": "the block pointer p where the mask has a lane set, else lo_s16_zero (a block of "
+                      "zeros: a vector past the weights' last block reads none of them)",
 }
 # the byte operations of two optional features, in the integer tables of the variants that have them:
 # tap dots (codegen/taps.py: a window of activation bytes spread into dot groups; phase groups zipped back

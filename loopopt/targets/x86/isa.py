@@ -1,9 +1,10 @@
 """x86's instruction tables: AVX-512, AVX2 and scalar, each as float32 (``ISAS``), integer
 (``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot and its dot of pre-widened weights) and
 bfloat16 (``BF16_ISAS``: operand loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s
-operations, each variant's three registered with the emitter (``codegen.instr.register_tables``). ``available_isas`` / ``resolve_isa``
-choose among them by this CPU's flags (``cpu_flags``); ``named_isa`` names one on any CPU (planning and
-generating for it), ``require_cpu`` checks this CPU before a kernel is built.
+operations, each variant's three registered with the emitter (``codegen.instr.register_tables``).
+``available_isas`` / ``resolve_isa`` choose among them by this CPU's flags (``cpu_flags``); ``named_isa``
+names one on any CPU (planning and generating for it), ``require_cpu`` checks this CPU before a kernel is
+built.
 """
 from __future__ import annotations
 
