@@ -39,6 +39,8 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   and its inner part innermost, so a panel's weights stay in L2 while every row passes them;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
+An ungrouped quantized op's emulated-dot blocks (AVX2) come in two weight formats: int8 and ``s16``
+(``Schedule.weight_format("s16")``, knob ``weight_format``: pre-widened weights, ``WIDE_DOT_OPERANDS``).
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
 candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
 knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``targets/lut.py``) in ``tl1``
