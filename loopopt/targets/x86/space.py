@@ -114,6 +114,10 @@ EMULATED_DOT_OPERANDS = {"avx2": 2}
 # Its blocks of 12 accumulators hold them (3x32 kernel-only 0.87-0.93x the int8 7x16 first choice on
 # ResNet's 1x1 and 3x3 layers, AMD EPYC Zen 3, 1 thread); 14 spill.
 WIDE_DOT_OPERANDS = {"avx2": 4}
+# ... and rows of at least this many positions: each of the 12 interleaved kernel-only runs of ResNet's 1x1
+# and 3x3 int8 layers (1 and 2 threads) ran 3x32 faster than 2x32 (2x32 0.89-1.10x the int8 7x16, 3x32
+# 0.86-0.97x), also at 28 and 14 columns, where the ranking priced 3x32's partial last block above it
+WIDE_DOT_ROWS = 3
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
 EVEN_BLOCK = 64                # an even share of the reduction channels is a cache block if a multiple
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
@@ -754,6 +758,8 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
         if weights == "dot":
             red_extents[names.reduction] = -(-red_extents[names.reduction] // dot_elements(op))
         for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, spare // vectors)):
+            if fmt == "s16" and pb < WIDE_DOT_ROWS:
+                continue
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)

@@ -35,7 +35,7 @@ SPACES = {
     ("matmul", "avx512", 2, False): (116, "c8932100f2ec7eb4"),
     ("qconv", "avx512", 1, True): (1009, "d7507ccc527439bb"),      # AMX tiles compete
     ("qconv", "amx", 2, False): (24, "63ed401d133e48a0"),
-    ("qconv", "avx2", 1, False): (2152, "5837ba945061fd49"),       # + the emulated dot's 7x16 and s16 blocks
+    ("qconv", "avx2", 1, False): (1984, "eb2ea73d6d89eca4"),       # + the emulated dot's 7x16 and s16 blocks
     ("qdepthwise", "avx512", 2, False): (58, "cc55ddaad81fa4f0"),  # tap dots
     ("ternary", "avx512", 1, False): (1099, "1a0aa8b4ea197320"),   # i2_s blocks, tl1 and tl2 lookups
     ("binary", "avx512", 1, False): (24, "084be69eac113788"),
