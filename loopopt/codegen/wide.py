@@ -79,8 +79,8 @@ def check(schedule: Schedule, ints: Isa, dot_loop: str | None, tap: bool) -> Non
     dot) on an integer table with ``dot_s16``."""
     fmt = "weight_format('s16')"
     if "dot_s16" not in ints.ops:
-        raise ScheduleError(f"{fmt}: isa {ints.name!r} has no int16-weight dot; it runs on AVX2's emulated "
-                            f"dot (isa 'avx2'): use weight_format('int8') here")
+        raise ScheduleError(f"{fmt}: isa {ints.name!r} has no int16-weight dot; it runs on an emulated dot "
+                            f"(AVX2's): use weight_format('int8') here")
     if dot_loop is None or tap:
         raise ScheduleError(f"{fmt}: the weights are read by a dot loop of 4 reduction elements (split the "
                             f"reduction channels by 4, innermost, weights in a layout such as OIHW8o4i); "
