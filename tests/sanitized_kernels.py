@@ -91,8 +91,9 @@ def test_quantized_matmuls(isa, data, m, n, k):
 @BOUNDED
 @given(data=st.data())
 def test_wide_weights(data):
-    """s16 weights (codegen/wide.py): every block read is whole and in bounds, a channel block's vectors
-    past the last channels read the zero block."""
+    """s16 weights (codegen/wide.py): the activations, outputs and tables read in bounds around them (the
+    weight blocks themselves are read by an asm statement's memory operand, which AddressSanitizer does
+    not see: test_wide_weights checks that a vector past the last channels points at the zero block)."""
     op = lo.Conv2d(data.draw(st.integers(1, 9)), data.draw(st.integers(1, 20)), 3, padding=1,
                    height=data.draw(st.integers(1, 6)), width=data.draw(st.integers(1, 7)),
                    quant=data.draw(SPECS))

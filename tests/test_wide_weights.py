@@ -86,6 +86,16 @@ def test_packing_round_trip_and_layout():
 
 
 @needs_avx2
+def test_a_vector_past_the_channels_points_at_the_zero_block():
+    """A channel block's vectors past the last channels (40 channels in blocks of 24: lanes 40-47) multiply
+    the zero block, not memory past the weights (a 4x24 block of 512 channels read past them and crashed;
+    AddressSanitizer does not see the asm's memory operand)."""
+    op = lo.Conv2d(5, 40, 3, padding=1, height=4, width=5, quant=QUANT)
+    for register_block in (True, False):
+        source = generate(dot_form(op, 24, 3, True, register_block), INT_ISAS["avx2"]).source
+        assert "? lo_s16_zero : &W[" in source
+
+
 def test_weights_take_twice_the_bytes():
     op = lo.Conv2d(16, 32, 3, padding=1, height=5, width=5, quant=QUANT)
     wide = dot_form(op, 16, 3, True, True).compile("avx2")
