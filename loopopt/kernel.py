@@ -27,6 +27,8 @@ from .codegen.emit import KERNEL_NAME, THREADS_NAME
 from .codegen.params import storage_elements
 from .codegen.quantized import MAP, QuantPlan, compensation_entries, compensation_table, stored_weights
 from .codegen.ternary import pack_i2s, packed_bytes
+from .codegen.wide import elements as wide_elements
+from .codegen.wide import pack_s16
 from .driver import CffiDriver, Driver
 from .epilogue import RESIDUAL
 from .layout import Layout, Transposer
@@ -42,7 +44,8 @@ CTYPE_BYTES = {"float": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1, "uint16_t": 
 # the element type an array parameter of each C type holds (a host kernel's 16-bit floats and CUDA's
 # bfloat16 as their bit patterns)
 CTYPE_DTYPES = {"float": np.dtype(np.float32), "uint16_t": np.dtype(np.uint16), "int32_t": np.dtype(np.int32),
-                "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8), "__half": np.dtype(np.float16),
+                "int8_t": np.dtype(np.int8), "uint8_t": np.dtype(np.uint8), "int16_t": np.dtype(np.int16),
+                "__half": np.dtype(np.float16),
                 "__nv_bfloat16": np.dtype(np.uint16)}
 
 
@@ -488,6 +491,8 @@ class QuantizedKernel(Kernel):
             return op.output_positions if self.plan.activation_sums else 1
         if name == op.inputs[1] and self.plan.packed_weights:
             return packed_bytes(super()._elements(name))
+        if name == op.inputs[1] and self.plan.wide_weights:
+            return wide_elements(super()._elements(name))
         return op.channels if name.startswith("lo_") else super()._elements(name)
 
     def check_params(self, arrays: tuple, params: dict[str, Any]) -> QuantParams:
@@ -496,10 +501,12 @@ class QuantizedKernel(Kernel):
         return check_call(self.op.quant, self.op.channels, repr(self.op), list(arrays), params)
 
     def _pack(self, tensor: str, array: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
-        """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each."""
-        if tensor != self.op.inputs[1] or not self.plan.packed_weights:
+        """``array`` in ``tensor``'s storage layout; i2_s weights then packed to 2 bits each, s16 ones
+        widened to int16 pairs."""
+        pack = pack_i2s if self.plan.packed_weights else pack_s16 if self.plan.wide_weights else None
+        if tensor != self.op.inputs[1] or pack is None:
             return super()._pack(tensor, array, into)
-        return self._copy(tensor, pack_i2s(self.schedule.layout_of(tensor).to_storage(array)))
+        return self._copy(tensor, pack(self.schedule.layout_of(tensor).to_storage(array)))
 
     def _element(self, tensor: str, array: np.ndarray) -> np.ndarray:
         """The logical array of input ``tensor`` as the kernel reads it (before packing)."""

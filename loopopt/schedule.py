@@ -37,7 +37,7 @@ class IllegalScheduleError(ScheduleError):
 
 Compensation = Literal["packed", "kernel"]        # Schedule.compensation choices (quantized ops)
 QuantArithmetic = Literal["integer", "dequantize"]  # Schedule.arithmetic choices (quantized ops)
-WeightFormat = Literal["int8", "i2_s", "tl1", "tl2"]   # Schedule.weight_format choices (ternary weights)
+WeightFormat = Literal["int8", "i2_s", "tl1", "tl2", "s16"]   # Schedule.weight_format choices
 WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
 COMPENSATIONS: tuple[Compensation, ...] = get_args(Compensation)
 ARITHMETICS: tuple[QuantArithmetic, ...] = get_args(QuantArithmetic)
@@ -184,7 +184,7 @@ class Schedule:
     register_block_at: Optional[str] = None
     compensation_mode: Compensation = "packed"     # quantized ops: where zero-point compensation is computed
     arithmetic_mode: QuantArithmetic = "integer"   # quantized ops: integer sums or dequantize-on-the-fly
-    weight_format_mode: WeightFormat = "int8"      # ternary weights: one byte or 2 bits per weight
+    weight_format_mode: WeightFormat = "int8"      # quantized weights: a byte, 2 bits (ternary), int16
     stages: tuple[tuple[str, str], ...] = ()       # (input, loop): staged in GPU shared memory (``stage``)
     tensorized: tuple[str, ...] = ()                # (i, j, k, instruction): ``tensorize``
     pipeline_stages: Optional[int] = None           # buffers of the staged tiles' ring (``stage(stages=)``)
@@ -1076,14 +1076,18 @@ class Schedule:
         return self._with(step, arithmetic_mode=kind)
 
     def weight_format(self, fmt: str) -> "Schedule":
-        """How ternary weights (``QuantSpec(weight="ternary")``) are stored: ``"int8"`` (default, one
-        byte per weight), ``"i2_s"`` (2 bits per weight, packed by ``prepare`` in the weights'
-        storage order and unpacked in registers by the kernel), ``"tl1"`` (4-bit indices of weight
-        pairs into tables of activation sums per pixel, a table-lookup kernel under the schedule's
-        splits, order and register block) or ``"tl2"`` (the same with triples: a 4-bit index and a sign
-        bit per 3 weights); see docs/reference/quant.md."""
+        """How quantized weights are stored: ``"int8"`` (default, one byte per weight), ``"s16"`` (each
+        weight widened to int16 by ``prepare``, a dot group's pairs interleaved for AVX2's emulated dot:
+        ``codegen/wide.py``), or, for ternary weights (``QuantSpec(weight="ternary")``), ``"i2_s"`` (2
+        bits per weight, packed by ``prepare`` in the weights' storage order and unpacked in registers
+        by the kernel), ``"tl1"`` (4-bit indices of weight pairs into tables of activation sums per
+        pixel, a table-lookup kernel under the schedule's splits, order and register block) or
+        ``"tl2"`` (the same with triples: a 4-bit index and a sign bit per 3 weights); see
+        docs/reference/quant.md."""
         step = Step("weight_format", (fmt,))
         self._check_quant_choice(step, fmt, WEIGHT_FORMATS)
+        if fmt in ("int8", "s16"):
+            return self._with(step, weight_format_mode=fmt)
         if not self.op.quant.ternary:
             raise ScheduleError(f"{step}: the 2-bit formats store ternary weights (-1, 0, +1); this op's "
                                 f"weights are {self.op.quant.weight!r} (use QuantSpec(weight='ternary'))")

@@ -298,6 +298,19 @@ def even_conv_ops(draw, max_hw: int = 9):
                      height=op.height, width=op.width, dtype="bfloat16")
 
 
+def conv_wide_schedule(op: lo.Conv2d, block: int, pixels: int, dot_inner: bool, register_block: bool
+                       ) -> lo.Schedule:
+    """A quantized conv's dot form with s16 weights (codegen/wide.py): c split by 4, weights OIHW8o4i,
+    lanes along k, ``block`` output channels by ``pixels`` columns, the dot loop innermost but for the
+    vector loop (``dot_inner``; a register block's always) or outside the block's columns, register-blocked
+    or not."""
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW8o4i").split("c", 4)
+         .tile(ow=pixels, k=block))
+    inner = ("c_i", "ow_i", "k_i") if dot_inner or register_block else ("ow_i", "c_i", "k_i")
+    s = s.reorder("n", "k_o", "oh", "ow_o", "c_o", "kh", "kw", *inner).vectorize("k_i")
+    return (s.register_block("c_o") if register_block else s).weight_format("s16")
+
+
 def conv_dot_schedule(op: lo.Conv2d, block: bool) -> lo.Schedule:
     """NHWC activations, weights in pairs of input channels (OIHW16o2i): c_i (2) is the bf16 dot loop
     (vdpbf16ps where the ISA and CPU have it)."""

@@ -11,6 +11,7 @@ from helpers import (
     check_quantized,
     conv_dot_schedule,
     conv_ops,
+    conv_wide_schedule,
     even_conv_ops,
     generates,
     register_block_sites,
@@ -84,6 +85,21 @@ def test_quantized_matmuls(isa, data, m, n, k):
     op = lo.Matmul(m, n, k, batch=tuple(data.draw(st.lists(st.integers(1, 3), max_size=2))),
                    trans_a=data.draw(st.booleans()), trans_b=data.draw(st.booleans()), quant=data.draw(SPECS))
     check_quantized(data.draw(blocked_schedules(op, isa)), isa)
+
+
+@pytest.mark.skipif("avx2" not in available_int_isas(), reason="this CPU has no AVX2")
+@BOUNDED
+@given(data=st.data())
+def test_wide_weights(data):
+    """s16 weights (codegen/wide.py): the activations, outputs and tables read in bounds around them (the
+    weight blocks themselves are read by an asm statement's memory operand, which AddressSanitizer does
+    not see: test_wide_weights checks that a vector past the last channels points at the zero block)."""
+    op = lo.Conv2d(data.draw(st.integers(1, 9)), data.draw(st.integers(1, 20)), 3, padding=1,
+                   height=data.draw(st.integers(1, 6)), width=data.draw(st.integers(1, 7)),
+                   quant=data.draw(SPECS))
+    block, pixels = data.draw(st.sampled_from([8, 24, 32])), data.draw(st.integers(1, 3))
+    check_quantized(conv_wide_schedule(op, block, pixels, data.draw(st.booleans()), data.draw(st.booleans())),
+                    "avx2")
 
 
 @pytest.mark.parametrize("isa", available_int_isas())

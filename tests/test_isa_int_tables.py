@@ -3,7 +3,14 @@ import numpy as np
 import pytest
 from helpers import in_process
 
-from loopopt.codegen.instr import BYTE_MAP_MEANINGS, INT_MEANINGS, PACKED_MEANINGS, SHARED_OPS, Isa
+from loopopt.codegen.instr import (
+    BYTE_MAP_MEANINGS,
+    INT_MEANINGS,
+    PACKED_MEANINGS,
+    SHARED_OPS,
+    WIDE_MEANINGS,
+    Isa,
+)
 from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.targets.x86.isa import INT_ISAS, ISAS, available_int_isas, byte_permute_flags
 
@@ -134,15 +141,20 @@ def spread(lanes: int) -> dict[str, list[int]]:
 
 
 def test_every_int_instruction_has_a_meaning():
+    """Every entry has a meaning; the optional byte map and AVX2's s16 dot (WIDE_MEANINGS: probed through
+    whole kernels, tests/test_wide_weights.py) aside, every vector table has them all."""
     every = set(INT_MEANINGS) | set(SHARED_OPS) | set(PACKED_MEANINGS)
+    optional = set(BYTE_MAP_MEANINGS) | set(WIDE_MEANINGS)
     for isa in INT_ISAS.values():
-        assert set(isa.ops) <= every | set(BYTE_MAP_MEANINGS)
+        assert set(isa.ops) <= every | optional
     for name in VECTOR_ISAS:
-        assert set(INT_ISAS[name].ops) - set(BYTE_MAP_MEANINGS) == every, name
+        assert set(INT_ISAS[name].ops) - optional == every, name
         assert set(PROBES) | {"store", "store_mask", "hsum", "scatter_mask", "to_float", "store_narrow",
                               "store_narrow_mask", "store_bytes"} == (set(INT_MEANINGS) | set(PACKED_MEANINGS)
                                                                       | set(BYTE_MAP_MEANINGS))
     assert "map_bytes" in INT_ISAS["avx512"].ops
+    assert set(WIDE_MEANINGS) <= set(INT_ISAS["avx2"].ops)
+    assert not set(WIDE_MEANINGS) & set(INT_ISAS["avx512"].ops)
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)

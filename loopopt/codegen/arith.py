@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from ..schedule import Schedule, ScheduleError
-from . import taps, ternary
+from . import taps, ternary, wide
 from .instr import Isa, tables
 from .quantized import DOT, QuantPlan, find_dot_loop
 from .vector import AccessKind, classify_offset
@@ -92,16 +92,25 @@ class Arithmetic:
     def zero(self, vectorized: bool = True) -> str:
         return self.acc.zero() if vectorized else ("0" if self.scalar_type == "int" else "0.0f")
 
-    def operand_type(self, vectorized: bool = True) -> str:
-        """The C type of a loaded operand (bf16: the stored bits as scalars, pairs in int lanes for a dot)."""
+    def _wide(self, tensor: str | None, vectorized: bool) -> bool:
+        """Whether a vector operand of ``tensor`` is a pointer to s16 weights (``wide``)."""
+        return vectorized and tensor is not None and wide.wide(self.schedule, tensor)
+
+    def operand_type(self, vectorized: bool = True, tensor: str | None = None) -> str:
+        """The C type of a loaded operand of ``tensor`` (bf16: the stored bits as scalars, pairs in int
+        lanes for a dot; s16 weights: a pointer to their block)."""
+        if self._wide(tensor, vectorized):
+            return "int16_t *"
         if self.name == "bf16_dot" and vectorized:
             return self.bf16.vector_type
         if self.is_bf16 and not vectorized:
             return self.element_type
         return self.vector_type(vectorized)
 
-    def operand_zero(self, vectorized: bool = True) -> str:
-        """A zero operand (of ``operand_type``)."""
+    def operand_zero(self, vectorized: bool = True, tensor: str | None = None) -> str:
+        """A zero operand of ``tensor`` (of ``operand_type``)."""
+        if self._wide(tensor, vectorized):
+            return wide.ZERO
         if self.name == "bf16_dot" and vectorized:
             return self.bf16.pair_zero()
         return "0" if self.is_bf16 and not vectorized else self.zero(vectorized)
@@ -131,6 +140,8 @@ class Arithmetic:
         a tap dot's activations: ``phased`` for one phase of a phase group (``taps.phases``), ``valid``
         the first lanes whose products are used (0: all)."""
         kind = access.kind
+        if wide.wide(self.schedule, tensor):
+            return wide.operand(self.schedule, self.ints, self.dot_loop, kind, access.stride, ref, mask)
         if ternary.packed(self.schedule, tensor):
             value = self._packed(access, offset, index, mask)
             return self._dequantized(value, False, mask, bindings) if self.name == "dequantize" else value

@@ -38,7 +38,7 @@ from ..epilogue import RESIDUAL, Epilogue
 from ..expr import Bound, Const, Expr, Var, divisions
 from ..ops import Op
 from ..schedule import Loop, Schedule, ScheduleError
-from . import cprint, taps, ternary
+from . import cprint, taps, ternary, wide
 from .arith import Arithmetic, load
 from .instr import Isa
 from .quantized import MAP, SIMD_PRAGMA, epilogue_statements
@@ -420,7 +420,7 @@ class RegisterBlock:
         value = em.schedule.offset(tensor).substitute(acc.bindings)
         offset = value.to_c()
         if not self.vector:
-            return ternary.reference(em.schedule, tensor, offset)
+            return wide.reference(em.schedule, tensor, offset)
         kind, base = em.kinds[tensor], self.bases.get(tensor)
         first = exact_offset(em.schedule, value) if kind.kind in FROM_LANE_ZERO else offset
         ref = f"{base.name}[{base.displacement[offset]}]" if base else f"{tensor}[{first}]"
@@ -513,8 +513,9 @@ class RegisterBlock:
         """Declare ``load`` (zero where a protecting guard fails) and return its name."""
         name = load_variable(tensor, len(self.loads))
         arith, vectorized = self.em.arith, bool(self.vector)
-        value = f"({' && '.join(protect)}) ? {load} : {arith.operand_zero(vectorized)}" if protect else load
-        self.em.emit(indent, f"const {arith.operand_type(vectorized)} {name} = {value};")
+        zero = arith.operand_zero(vectorized, tensor)
+        value = f"({' && '.join(protect)}) ? {load} : {zero}" if protect else load
+        self.em.emit(indent, f"const {arith.operand_type(vectorized, tensor)} {name} = {value};")
         return name
 
     def _emit_store(self, indent: int, acc: Accumulator) -> None:

@@ -14,7 +14,7 @@ from ..cnames import letter_variable
 from ..epilogue import HELPERS, RESIDUAL
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import cprint, quantized, taps, ternary
+from . import cprint, quantized, taps, ternary, wide
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
@@ -137,6 +137,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
                                  "requantization) ends in integers, where a float one is not the reference's")
     arith = arithmetic(schedule, isa.name, plan, bf16_dot)
     isa = arith.acc
+    if plan is not None and plan.wide_weights:
+        wide.check(schedule, arith.ints, plan.dot_loop, plan.tap_dot is not None)
     args = kernel_arguments(schedule)
     kinds = vector_access_kinds(schedule, isa)
     out = schedule.op.output
@@ -152,6 +154,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
         tables += ternary.helpers(arith.ints)
     if plan and plan.tap_dot:
         tables += taps.helpers(arith.ints)
+    if plan and plan.wide_weights:
+        tables += wide.helpers(arith.ints)
     if plan and plan.requantized_clip is not None and "map_bytes" in arith.ints.ops:
         tables += arith.ints.helpers["map"]
     if schedule.fused_epilogue is not None:
@@ -196,6 +200,8 @@ def _header(schedule: Schedule, arith: Arithmetic, kinds: dict[str, AccessKind])
                      f"windows of input columns along {window.out_dim} (codegen/taps.py)")
     if arith.plan is not None and arith.plan.packed_weights:
         lines.append(" * weights: ternary, i2_s (2 bits each), unpacked in registers (codegen/ternary.py)")
+    if arith.plan is not None and arith.plan.wide_weights:
+        lines.append(" * weights: s16, widened to int16 pairs when packed (codegen/wide.py)")
     lines += [f" * step {i + 1}: {step}" for i, step in enumerate(schedule.steps)] or [" * schedule: naive"]
     lines.append(" * layouts: " + ", ".join(f"{t} {tag}" for t, tag in schedule.layouts))
     lines.append(" * loops: " + ", ".join(f"{loop.name}[{loop.extent}]" for loop in schedule.loops))
@@ -252,7 +258,7 @@ class _Emitter:
         return self.schedule.layout_of(tensor).offset(self.op.index(tensor), self.op.tensor(tensor).shape)
 
     def ref(self, tensor: str) -> str:
-        return ternary.reference(self.schedule, tensor, self.offset(tensor))
+        return wide.reference(self.schedule, tensor, self.offset(tensor))
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(cprint.line(depth + 1, text))
@@ -431,8 +437,8 @@ class _Emitter:
             self.emit(body, line)
         mask = self._emit_mask(body, lanes_guards, plan)
         a, b = self.op.inputs
-        self.emit(body, f"const {self.arith.operand_type()} lo_a = {self._load(a, mask)};")
-        self.emit(body, f"const {self.arith.operand_type()} lo_b = {self._load(b, mask)};")
+        self.emit(body, f"const {self.arith.operand_type(True, a)} lo_a = {self._load(a, mask)};")
+        self.emit(body, f"const {self.arith.operand_type(True, b)} lo_b = {self._load(b, mask)};")
         self._emit_update(body, out, mask, reduce, out in plan.lane_wise)
         self.emit(inner, "}")
         if reduce:
@@ -471,7 +477,7 @@ class _Emitter:
         """A vector of ``tensor``: operands through the arithmetic, the output as accumulators."""
         isa, kind, offset = self.isa, self.kinds[tensor], self.offset(tensor)
         first = exact_offset(self.schedule, self._offset(tensor)) if kind.kind in FROM_LANE_ZERO else offset
-        ref = ternary.reference(self.schedule, tensor, first)
+        ref = ternary.reference(self.schedule, tensor, first)   # s16 weights: the operand points at it
         index = (f"lo_stride_{tensor}" if kind.kind == "strided"
                  else isa.index_load(p=f"lo_idx_{tensor}"))
         base = f"&{ref}" if kind.kind == "strided" else tensor

@@ -132,6 +132,15 @@ SIGNED_DOT_MEANINGS = {
     "dot_s8": "lane j = c_j + sum over q < 4 of int8 byte 4j+q of a * int8 byte 4j+q of b (exact)",
     "dot_s8_mask": "dot_s8 where mask bit j, else c_j",
 }
+# an integer table's optional dot of int16 weights (codegen/wide.py's s16 format): b points at the
+# weights' block of 32 int16, a lane's pairs (w0, w2) in the first 16 and (w1, w3) in the next
+WIDE_MEANINGS = {
+    "dot_s16": "lane j = c_j + sum over q < 4 of uint8 byte 4j+q of a * "
+               "((int16 *)b)[16 (q % 2) + 2j + q / 2] (exact)",
+    "dot_s16_mask": "dot_s16 where mask bit j, else c_j (reads the whole block)",
+    "s16_block_mask": "the block pointer p where the mask has a lane set, else lo_s16_zero (a block of "
+                      "zeros: a vector past the weights' last block reads none of them)",
+}
 # the byte operations of two optional features, in the integer tables of the variants that have them:
 # tap dots (codegen/taps.py: a window of activation bytes spread into dot groups; phase groups zipped back
 # in order) and i2_s ternary weights (codegen/ternary.py: codes w + 1 unpacked to signed bytes)
@@ -156,9 +165,9 @@ BYTE_MAP_MEANINGS = {
 
 def int_table(floats: Isa, **templates: str) -> dict[str, Instr]:
     """An integer table's operations: ``floats``' shared ones and these (each named in ``INT_MEANINGS``,
-    ``PACKED_MEANINGS`` or ``BYTE_MAP_MEANINGS``)."""
+    ``PACKED_MEANINGS``, ``BYTE_MAP_MEANINGS`` or ``WIDE_MEANINGS``)."""
     shared = {name: floats.ops[name] for name in SHARED_OPS}
-    meanings = INT_MEANINGS | PACKED_MEANINGS | BYTE_MAP_MEANINGS
+    meanings = INT_MEANINGS | PACKED_MEANINGS | BYTE_MAP_MEANINGS | WIDE_MEANINGS
     return shared | {name: Instr(text, meanings[name]) for name, text in templates.items()}
 
 

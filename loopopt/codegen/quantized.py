@@ -52,7 +52,7 @@ from ..cnames import letter_variable
 from ..expr import Bound, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
-from . import cprint, taps, ternary
+from . import cprint, taps, ternary, wide
 from .instr import SIGNED_DOT_MEANINGS, tables
 from .params import KernelParam, index_ctype, scalar
 from .vector import proves_step
@@ -87,11 +87,15 @@ class QuantPlan:
     tap_dot: taps.TapDot | None = None   # the dot loop runs along a window's taps (codegen/taps.py)
     tap_fill: bool = False        # the tap dot's padding bytes hold the activations' zero point
     requantized_clip: Clip | None = None   # clipped on another scale after (``Schedule.clip_quantized``)
+    wide_weights: bool = False    # weights stored as s16 (codegen/wide.py)
 
     @property
     def dot_instruction(self) -> str:
-        """The integer table's dot entry the reduction uses: ``dot_s8`` for unshifted int8 activations
-        (``SIGNED_DOT_MEANINGS``), else the u8 x s8 ``dot``."""
+        """The integer table's dot entry the reduction uses: ``dot_s16`` for s16 weights
+        (``WIDE_MEANINGS``), ``dot_s8`` for unshifted int8 activations (``SIGNED_DOT_MEANINGS``), else the
+        u8 x s8 ``dot``."""
+        if self.wide_weights:
+            return "dot_s16"
         return "dot_s8" if self.activation_type == "int8_t" and not self.shift else "dot"
 
     @property
@@ -124,7 +128,8 @@ def plan(schedule: Schedule, lanes: int, signed_dot: bool = False) -> QuantPlan:
                         and schedule.block_holds_final_outputs()),
         activation_type=C_TYPES[spec.activation], output_type=C_TYPES[spec.output],
         bias_type="float" if spec.dequantized else "int32_t", packed_weights=packed, tap_dot=tap,
-        tap_fill=tap is not None and spec.weight_symmetric, requantized_clip=schedule.requantized_clip)
+        tap_fill=tap is not None and spec.weight_symmetric, requantized_clip=schedule.requantized_clip,
+        wide_weights=schedule.weight_format_mode == "s16")
 
 
 def find_dot_loop(schedule: Schedule, lanes: int, group: int = DOT, padded_groups: bool = True) -> str | None:
@@ -415,7 +420,7 @@ def tensor_type(schedule: Schedule, qp: QuantPlan, tensor: str) -> str:
     if tensor == op.inputs[0]:
         return qp.activation_type
     if tensor == op.inputs[1]:
-        return "uint8_t" if qp.packed_weights else "int8_t"
+        return "uint8_t" if qp.packed_weights else "int16_t" if qp.wide_weights else "int8_t"
     if tensor == op.bias_tensor:
         return qp.bias_type
     return "int32_t" if qp.integer else "float"
@@ -507,7 +512,7 @@ def prologue(schedule: Schedule, qp: QuantPlan) -> list[str]:
         lines.append(f"/* weight compensation T{named} = sum (w - zw[k]) over valid taps */")
         lines += _omp(schedule)
         woff = _storage_offset(schedule, w, op.index(w))
-        weight = ternary.reference(schedule, w, woff)
+        weight = wide.reference(schedule, w, woff)
         valid = [f"lo_{x}valid[{f'lo_{x}class[{v}]' if i == at else v} * {win.taps} + {win.tap_dim}]"
                  for i, ((x, win, _), (v, _)) in enumerate(zip(per_window, classes))]
         body = _tap_sum(op, valid, f"{weight} - lo_zw[{k}]", it)

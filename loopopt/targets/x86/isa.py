@@ -1,9 +1,10 @@
 """x86's instruction tables: AVX-512, AVX2 and scalar, each as float32 (``ISAS``), integer
-(``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot) and bfloat16 (``BF16_ISAS``: operand
-loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s operations, each variant's three
-registered with the emitter (``codegen.instr.register_tables``). ``available_isas`` / ``resolve_isa``
-choose among them by this CPU's flags (``cpu_flags``); ``named_isa`` names one on any CPU (planning and
-generating for it), ``require_cpu`` checks this CPU before a kernel is built.
+(``INT_ISAS``: AVX-512 VNNI's ``vpdpbusd``, AVX2's widening dot and its dot of pre-widened weights) and
+bfloat16 (``BF16_ISAS``: operand loads, AVX512-BF16's ``vdpbf16ps``) tables of ``codegen.instr``'s
+operations, each variant's three registered with the emitter (``codegen.instr.register_tables``).
+``available_isas`` / ``resolve_isa`` choose among them by this CPU's flags (``cpu_flags``); ``named_isa``
+names one on any CPU (planning and generating for it), ``require_cpu`` checks this CPU before a kernel is
+built.
 """
 from __future__ import annotations
 
@@ -240,6 +241,9 @@ AVX2_INT = Isa(
         flip="_mm256_xor_si256({v}, _mm256_set1_epi32((int)0x80808080u))",
         dot="lo_avx2_dpbusd({c}, {a}, {b})",
         dot_mask="_mm256_blendv_epi8({c}, lo_avx2_dpbusd({c}, {a}, {b}), {m})",
+        dot_s16="lo_avx2_dot_s16({c}, {a}, {b})",
+        dot_s16_mask="_mm256_blendv_epi8({c}, lo_avx2_dot_s16({c}, {a}, {b}), {m})",
+        s16_block_mask="(_mm256_testz_si256({m}, {m}) ? lo_s16_zero : {p})",
         to_float="_mm256_cvtepi32_ps({v})",
         store_narrow="lo_avx2_store_narrow((void *)({p}), {v})",
         store_narrow_mask="lo_avx2_store_narrow_mask((void *)({p}), {m}, {v})",

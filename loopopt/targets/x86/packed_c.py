@@ -5,7 +5,9 @@ they call (``HELPERS``).
 Tap dots (``codegen/taps.py``): a window of 64 (AVX2: 32) activation bytes spread into dot groups with a
 dword permute and a byte shuffle (AVX-512: one ``vpermb`` where the compiler targets AVX512-VBMI), phase
 groups zipped back in order. i2_s weights (``codegen/ternary.py``): 16 bytes broadcast to the 128-bit
-lanes and shifted (a whole dot vector), or each lane's 32 bits gathered and shifted.
+lanes and shifted (a whole dot vector), or each lane's 32 bits gathered and shifted. s16 weights
+(``codegen/wide.py``, AVX2 only: ``codegen.instr.WIDE_MEANINGS``): the broadcast group's bytes split into
+the int16 pairs (a0, a2) and (a1, a3), each multiply-added with ``vpmaddwd`` from the weights' block.
 """
 from __future__ import annotations
 
@@ -155,9 +157,24 @@ static inline __m512i lo_map_bytes(__m512i v, const uint8_t *t) {
 }
 """
 
+WIDE_AVX2 = """\
+/* u8 x s16 -> s32 dot of 4 (codegen/wide.py): the bytes of a as (a0, a2) and (a1, a3) pairs, the block
+ * at p as each lane's (w0, w2) and then (w1, w3) pairs, each multiplied from memory (the asm keeps the
+ * compiler from holding a block's halves in registers across a row of accumulators) */
+static inline __m256i lo_avx2_madd_at(__m256i a, const int16_t *p) {
+    __m256i r;
+    __asm__("vpmaddwd %2, %1, %0" : "=x"(r) : "x"(a), "m"(*(const __m256i *)(const void *)p));
+    return r;
+}
+static inline __m256i lo_avx2_dot_s16(__m256i c, __m256i a, const int16_t *p) {
+    const __m256i even = _mm256_and_si256(a, _mm256_set1_epi16(0x00ff)), odd = _mm256_srli_epi16(a, 8);
+    return _mm256_add_epi32(_mm256_add_epi32(c, lo_avx2_madd_at(even, p)), lo_avx2_madd_at(odd, p + 16));
+}
+"""
+
 HELPERS = {
     "avx512": {"taps": TAPS_AVX512, "i2_s": AVX512_C + UNPACK_C.format(v="__m512i", m="__mmask16", x="_mm512",
                                                                       bits=512), "map": MAP_AVX512},
     "avx2": {"taps": TAPS_AVX2, "i2_s": AVX2_C + UNPACK_C.format(v="__m256i", m="__m256i", x="_mm256",
-                                                                bits=256)},
+                                                                bits=256), "s16": WIDE_AVX2},
 }

@@ -101,6 +101,11 @@ BINARY_RATE = {"avx512": 8 / 3, "avx2": 8 / 9, "scalar": 0.5}   # see the docstr
 # widens fewer broadcasts per update (measured: ``space.EMULATED_DOT_OPERANDS``); a tap dot broadcasts the
 # weights and widens a window of activations per vector
 EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
+# the same on weights pre-widened when packed (s16, ``codegen/wide.py``): nothing to widen per weight vector,
+# but its address, which GCC recomputes from the loop variables on every step (4 scalar instructions), priced
+# as one: of the 12-accumulator blocks 3x32 ran fastest (0.85-0.91x main's int8 7x16 first choices on
+# ResNet's 1x1 and 3x3 convs; 2x32 0.94-1.11x, 4x24 1.16-1.88x; AMD EPYC Zen 3, 1 thread, kernel-only)
+WIDE_DOT_OPS = {"avx2": (4, 2, 1)}
 STRIDED_LIVE = 12          # accumulators an emulated dot block keeps without losing time where it unrolls the
                            # taps of a strided window (see ``spills_strided``)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
@@ -592,7 +597,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     along = Roles.of(op, knobs.pixel)
     pixels = along.extent(op, along.pixel)
     efficiency = min(1.0, accumulators / chains(candidate.isa))
-    spare = registers(candidate.isa) - accumulators - operand_registers(candidate.isa, knobs.weights, vectors)
+    spare = (registers(candidate.isa) - accumulators
+             - operand_registers(candidate.isa, knobs.weights, vectors, knobs.weight_format))
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
     needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
     if (spare < needed                                                           # the compiler spills
@@ -620,7 +626,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     elif op.quant is not None:
         efficiency *= WIDENED
     if (taps or knobs.weights == "dot") and candidate.isa in EMULATED_DOT_OPS:
-        update, activation, weight = EMULATED_DOT_OPS[candidate.isa]
+        update, activation, weight = (WIDE_DOT_OPS if knobs.weight_format == "s16" else EMULATED_DOT_OPS)[
+            candidate.isa]
         row, column = (weight, activation) if taps else (activation, weight)    # a broadcast, a vector
         efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
@@ -639,6 +646,9 @@ def figures(candidate: Candidate) -> dict[str, float]:
     # widening of each weight vector (``EMULATED_DOT_OPS``) hides its L2 latency, and the block's sums
     # go to memory between the passes and through an epilogue pass after the nest
     stays = stays and not (knobs.cache_block and emulates_dot(candidate.isa, knobs.weights))
+    # s16 weights, multiplied from memory, run as fast from L2: a 3x3 64->64 conv at 56x56 ran its 3x32
+    # block (36 KB of s16 weights a channel block) in 1.72 ms, its 4x16 (18 KB) in 1.85 (AMD EPYC Zen 3)
+    stays = stays or knobs.weight_format == "s16"
     efficiency *= (NO_FIT if innermost == f"{roles.rc}_o" else L1_FIT if stays
                    else L2_FIT * l2_weight_share(candidate))
     scattered = 0 if streams_in_any_order(op) else out_of_order(op, knobs, channels_first=planes)
@@ -714,7 +724,7 @@ def _reads(candidate: Candidate) -> tuple:
         return candidate.op, candidate.isa, knobs, candidate.threads
     return (candidate.op, candidate.isa, knobs.pixel_block, knobs.channel_block, knobs.weights,
             knobs.cache_block, rolled(candidate), spills_unrolled(candidate), strided_taps(candidate),
-            knobs.outer, knobs.pixel, candidate.residual, candidate.threads)
+            knobs.outer, knobs.pixel, knobs.weight_format, candidate.residual, candidate.threads)
 
 
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:

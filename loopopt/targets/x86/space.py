@@ -39,6 +39,8 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   and its inner part innermost, so a panel's weights stay in L2 while every row passes them;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
 
+An ungrouped quantized op's emulated-dot blocks (AVX2) come in two weight formats: int8 and ``s16``
+(``Schedule.weight_format("s16")``, knob ``weight_format``: pre-widened weights, ``WIDE_DOT_OPERANDS``).
 A ternary op (``QuantSpec(weight="ternary")``) also searches the weight formats: its register-blocked
 candidates (tap dot ones included) store the weights in ``i2_s`` (``Schedule.weight_format("i2_s")``,
 knob ``weight_format``), and table-lookup candidates (``LutKnobs``, ``targets/lut.py``) in ``tl1``
@@ -106,6 +108,16 @@ FUSED_ISAS = ("avx2",)         # ISAs whose blocks may also run along fused posi
 # 512 channels at 56, 28, 14 and 7 pixels 1.96 / 1.92 / 1.79 / 1.86 ms, the 14x8 or 7x8 block these
 # layers had before 2.22 / 2.10 / 2.38 / 2.03 ms, 4x16 2.06 / 1.97 / 2.08 / 1.80 ms.
 EMULATED_DOT_OPERANDS = {"avx2": 2}
+# The same dot with the weights pre-widened when packed (``Schedule.weight_format("s16")``,
+# ``codegen/wide.py``), multiplied from memory: a broadcast's two 16-bit halves, a product and the halves'
+# mask stay in registers.
+# Its blocks of 12 accumulators hold them (3x32 kernel-only 0.87-0.93x the int8 7x16 first choice on
+# ResNet's 1x1 and 3x3 layers, AMD EPYC Zen 3, 1 thread); 14 spill.
+WIDE_DOT_OPERANDS = {"avx2": 4}
+# ... and rows of at least this many positions: each of the 12 interleaved kernel-only runs of ResNet's 1x1
+# and 3x3 int8 layers (1 and 2 threads) ran 3x32 faster than 2x32 (2x32 0.89-1.10x the int8 7x16, 3x32
+# 0.86-0.97x), also at 28 and 14 columns, where the ranking priced 3x32's partial last block above it
+WIDE_DOT_ROWS = 3
 CACHE_BLOCKS = (64, 128, 256, 512)   # reduction channels per cache block (only below the extent)
 EVEN_BLOCK = 64                # an even share of the reduction channels is a cache block if a multiple
 MAX_UNROLLED = 8               # inner reduction loops up to this extent may be unrolled completely
@@ -696,14 +708,27 @@ def _has_amx() -> bool:
 
 def emulates_dot(isa: str, weights: str) -> bool:
     """Whether a register block of ``weights`` on ``isa`` runs the table's emulated dot (AVX2's
-    ``lo_avx2_dpbusd``: ``EMULATED_DOT_OPERANDS``)."""
+    ``lo_avx2_dpbusd``: ``EMULATED_DOT_OPERANDS``; on s16 weights ``lo_avx2_dot_s16``)."""
     return weights == "dot" and isa in EMULATED_DOT_OPERANDS
 
 
-def operand_registers(isa: str, weights: str, vectors: int) -> int:
+def operand_registers(isa: str, weights: str, vectors: int, fmt: str = "int8") -> int:
     """Vector registers a register block of ``vectors`` channel vectors leaves to its operands: the
-    weights and a broadcast, or ``EMULATED_DOT_OPERANDS`` where ``isa`` emulates the dot."""
-    return EMULATED_DOT_OPERANDS[isa] if emulates_dot(isa, weights) else vectors + 1
+    weights and a broadcast, or ``EMULATED_DOT_OPERANDS`` where ``isa`` emulates the dot
+    (``WIDE_DOT_OPERANDS`` on weights in ``fmt`` s16)."""
+    if not emulates_dot(isa, weights):
+        return vectors + 1
+    return (WIDE_DOT_OPERANDS if fmt == "s16" else EMULATED_DOT_OPERANDS)[isa]
+
+
+def weight_formats(op: Op, isa: str, weights: str) -> list[str]:
+    """The weight formats of ``op``'s register blocks of ``weights`` on ``isa``: i2_s for a ternary op,
+    else int8, and s16 too for an emulated dot's blocks of an ungrouped op of several output channels
+    (``WIDE_DOT_OPERANDS``; a vector loop of one channel reads no whole dot vector)."""
+    if ternary(op):
+        return ["i2_s"]
+    wide = emulates_dot(isa, weights) and isa in WIDE_DOT_OPERANDS and op.groups == 1 and op.channels > 1
+    return ["int8", "s16"] if wide else ["int8"]
 
 
 def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[Candidate]:
@@ -720,19 +745,21 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     cache_blocks = [0] + cache_block_sizes(rc_extent)
     ahead = prefetched_weights(op)
     activations = activation_choices(op)
-    fmt = "i2_s" if ternary(op) else "int8"
+    kinds = [(weights, fmt) for weights in weight_kinds for fmt in weight_formats(op, isa, weights)]
     found = []
-    for cb, weights, cache_block in itertools.product(channel_blocks, weight_kinds, cache_blocks):
+    for cb, (weights, fmt), cache_block in itertools.product(channel_blocks, kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
             continue                       # one channel block: packed is the plain layout
         vectors = -(-cb // vector)
-        spare = ISAS[isa].registers - operand_registers(isa, weights, vectors)
+        spare = ISAS[isa].registers - operand_registers(isa, weights, vectors, fmt)
         names = Names.of(roles.rc, cache_block, weights == "dot")
         panel = channel_panel(op, cb) if weights == "packed" and not cache_block and threads == 1 else 0
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
         if weights == "dot":
             red_extents[names.reduction] = -(-red_extents[names.reduction] // dot_elements(op))
         for pb in _blocks(extents[roles.pixel], min(MAX_PIXEL_BLOCK, spare // vectors)):
+            if fmt == "s16" and pb < WIDE_DOT_ROWS:
+                continue
             outer = {d: extents[d] for d in roles.others}
             outer[f"{roles.pixel}_o"] = -(-extents[roles.pixel] // pb)
             outer[f"{roles.channel}_o"] = -(-op.channels // cb)

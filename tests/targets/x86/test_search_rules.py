@@ -35,7 +35,7 @@ SPACES = {
     ("matmul", "avx512", 2, False): (116, "c8932100f2ec7eb4"),
     ("qconv", "avx512", 1, True): (1009, "d7507ccc527439bb"),      # AMX tiles compete
     ("qconv", "amx", 2, False): (24, "63ed401d133e48a0"),
-    ("qconv", "avx2", 1, False): (1660, "3a28ff2b451facab"),       # + the emulated dot's 7x16 blocks
+    ("qconv", "avx2", 1, False): (1984, "eb2ea73d6d89eca4"),       # + the emulated dot's 7x16 and s16 blocks
     ("qdepthwise", "avx512", 2, False): (58, "cc55ddaad81fa4f0"),  # tap dots
     ("ternary", "avx512", 1, False): (1099, "1a0aa8b4ea197320"),   # i2_s blocks, tl1 and tl2 lookups
     ("binary", "avx512", 1, False): (24, "084be69eac113788"),
@@ -116,14 +116,15 @@ def test_an_emulated_dot_block_widens_each_broadcast_for_two_channel_vectors():
     but two registers as accumulators (``space.EMULATED_DOT_OPERANDS``: 7x16, not offered to plain or packed
     weights, nor to AVX-512's vpdpbusd at this width), and the ranking counts the widening of each operand
     (``rank.EMULATED_DOT_OPS``) and asks no register spare beyond those two, so a 3x3 int8 layer's first
-    choice is 7x16, each widened broadcast shared by two channel vectors (on a Zen 3 core 1.07x the 3x32
-    block the spare rule chose), and a depthwise int8 layer's is a packed block, not AVX2's tap dot
-    (MobileNetV2's 32 channels at 112x112 on a Zen 3 core: taps 16x4 0.71 ms, packed 4x16 0.26 ms)."""
+    int8 block is 7x16, each widened broadcast shared by two channel vectors (on a Zen 3 core 1.07x the 3x32
+    block the spare rule chose; its s16 blocks rank first: tests/test_wide_weights.py), and a depthwise
+    int8 layer's is a packed block, not AVX2's tap dot (MobileNetV2's 32 channels at 112x112 on a Zen 3
+    core: taps 16x4 0.71 ms, packed 4x16 0.26 ms)."""
     op = lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT)
     blocks = {(c.knobs.weights, c.knobs.pixel_block, c.knobs.channel_block)
               for c in space.candidates(op, "avx2")}
     assert ("dot", 7, 16) in blocks and ("packed", 7, 16) not in blocks and ("dot", 8, 16) not in blocks
-    first = first_choice(op, "avx2").knobs
+    first = rank.best([c for c in space.candidates(op, "avx2") if c.knobs.weight_format == "int8"]).knobs
     assert (first.weights, first.pixel_block, first.channel_block) == ("dot", 7, 16)
     depthwise = lo.Conv2d(32, 32, 3, padding=1, groups=32, height=112, width=112, quant=QUANT)
     assert first_choice(depthwise, "avx2").knobs.weights == "packed"
@@ -184,7 +185,8 @@ def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators(
     """On AVX2 a dot block that unrolls the taps of a stride-2 window (the int8 stems) ran slower with 14
     accumulators than with 12 (ResNet's 7x7 stem on a Zen 3 core: 7x16 3.31 ms, 6x16 2.88; MobileNet's
     3x3 stem 0.378 against 0.358 and 3x32's 0.340), so the stems' first choices keep 12, on 1 and 2
-    threads; a stride-1 window (7x16 fastest there) and the 3x3 and 1x1 convs, which unroll their input
+    threads (s16 3x32 blocks since the s16 format: 1.01x the int8 6x16 on ResNet's stem); among int8
+    blocks a stride-1 window (7x16 fastest there) and the 3x3 and 1x1 convs, which unroll their input
     channels, keep 7x16, and AVX-512's VNNI blocks are not priced by the rule."""
     resnet = lo.Conv2d(3, 64, 7, stride=2, padding=3, height=224, width=224, quant=QUANT)
     mobilenet = lo.Conv2d(3, 32, 3, stride=2, padding=1, height=224, width=224, quant=QUANT)
@@ -196,7 +198,7 @@ def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators(
     stride_one = lo.Conv2d(3, 64, 7, padding=3, height=112, width=112, quant=QUANT)
     for op in (stride_one, lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT),
                lo.Conv2d(64, 256, 1, height=56, width=56, quant=QUANT)):
-        first = first_choice(op, "avx2").knobs
+        first = rank.best([c for c in space.candidates(op, "avx2") if c.knobs.weight_format == "int8"]).knobs
         assert (first.weights, first.pixel_block, first.channel_block) == ("dot", 7, 16)
     wide = [c for c in space.candidates(resnet, "avx512") if c.knobs.weights == "dot"
             and c.knobs.pixel_block * c.knobs.channel_block // 16 > rank.STRIDED_LIVE]
