@@ -63,6 +63,7 @@ def test_schedules_the_target_cannot_run_are_refused_before_building(schedule, m
 
 @pytest.mark.skipif(device.present(), reason="a GPU is here: the kernel runs (tests/test_cuda_gpu.py)")
 @needs_nvcc
+@pytest.mark.slow
 def test_running_without_a_gpu_says_what_is_missing():
     kernel = _bound().compile(target="cuda")
     inputs = SMALL.random_inputs(0)
@@ -215,6 +216,7 @@ def test_nvcc_builds_the_presets_without_spills(layer, preset):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_a_build_is_cached_by_source_nvcc_and_architecture():
     source = print_kernel(_bound()).source
     first, again, other = toolchain.build(source, "sm_90"), toolchain.build(source, "sm_90"), \

@@ -601,6 +601,7 @@ def test_a_persistent_cluster_launches_a_row_of_whole_clusters():
 
 
 @pytest.mark.parametrize("cluster", [(1, 1), (1, 2)], ids=["alone", "in pairs"])
+@pytest.mark.slow
 def test_a_persistent_kernel_stages_its_stores_in_one_buffer_a_warpgroup_where_two_do_not_fit(cluster):
     """192 x 128 tiles on two consumer warpgroups: beside 4 buffers of the ring (160 KB) two staging
     buffers a warpgroup fit, beside 5 (200 KB) one (cuBLAS's 5 stages of 192 x 128: 221 KB), each chunk's

@@ -529,7 +529,7 @@ def test_compare_reports_quantized_ops_in_gops():
 INT8_SCHEDULES = sorted(name for name in list_schedules()
                         if name.endswith(".int8") and name.removesuffix(".int8") in lo.list_layers())
 BENCHMARK_SPEC = lo.QuantSpec("uint8", per_channel=True, weight_symmetric=True, output="uint8")
-QUICK_INT8 = ("resnet50.conv1.int8", "resnet50.conv2_x.int8", "mobilenetv2.block2.depthwise.int8")
+QUICK_INT8 = ("resnet50.conv2_x.int8",)
 
 
 def test_every_stored_layer_schedule_has_an_int8_one():

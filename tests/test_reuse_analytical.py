@@ -74,6 +74,7 @@ def test_work_does_not_grow_with_a_repeating_loop():
     assert work[0] == work[1]
 
 
+@pytest.mark.slow
 def test_auto_picks_the_engine():
     small = Schedule(Matmul(4, 4, 4))
     assert reuse(small).engine == "trace"

@@ -323,6 +323,7 @@ def test_blocks_run_along_the_dim_of_the_longest_window():
         assert {c.knobs.pixel for c in candidates(op, isa)} == {None}                      # ow only
 
 
+@pytest.mark.slow
 def test_cli_tune_json_and_save(tmp_path, capsys):
     saved, log = tmp_path / "best.toml", tmp_path / "tune.db"
     status = main(["tune", "--matmul", "8,16,8", "--trials", "2", "--budget", str(BUDGET), "--json", "--log",
@@ -599,6 +600,7 @@ def test_streamed_bytes_count_the_weights_again_per_row_when_they_outgrow_the_ca
     assert streamed_bytes(LARGE, rows_outside, 16 << 20) == weights + source    # all weights fit
 
 
+@pytest.mark.slow
 def test_first_choice_is_the_search_order_without_measuring(recorded_profile):
     large = first_choice(LARGE)
     assert large.knobs.outer.index("k_o") < large.knobs.outer.index("oh")   # a channel block's weights stay

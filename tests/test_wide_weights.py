@@ -42,6 +42,7 @@ test_random_wide_convs_quick, test_random_wide_convs = tiers(
     random_wide_conv, 2, 40, data=st.data(), threads=st.sampled_from([1, 2]), marks=(needs_avx2,))
 
 
+@pytest.mark.slow
 @needs_avx2
 @pytest.mark.parametrize("spec", [QUANT, lo.QuantSpec("int8", False, False, "int32", "uint8"),
                                   lo.QuantSpec("int8", True, False, "float32")], ids=str)
@@ -96,6 +97,7 @@ def test_a_vector_past_the_channels_points_at_the_zero_block():
         assert "? lo_s16_zero : &W[" in source
 
 
+@pytest.mark.slow
 def test_weights_take_twice_the_bytes():
     op = lo.Conv2d(16, 32, 3, padding=1, height=5, width=5, quant=QUANT)
     wide = dot_form(op, 16, 3, True, True).compile("avx2")
@@ -122,6 +124,7 @@ def test_refusals():
         generate(unaligned, INT_ISAS["avx2"])
 
 
+@pytest.mark.slow
 def test_space_offers_s16_to_ungrouped_emulated_dots_only():
     """Every s16 block the space offers generates (one a block shape); none on AVX-512, none for grouped
     or depthwise convs or a single output channel, none of more than 12 accumulators or fewer than 3 rows."""
@@ -142,6 +145,7 @@ def test_space_offers_s16_to_ungrouped_emulated_dots_only():
     assert space.operand_registers("avx2", "dot", 4, "s16") == 4 < ISAS["avx2"].registers
 
 
+@pytest.mark.slow
 def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
     """On AVX2 the emulated dot on s16 weights (no widening of the weights per step, each weight vector an
     address, a broadcast's halves shared by its row; rows of 3 positions at least) ranks first for ResNet's

@@ -89,6 +89,7 @@ def test_each_run_names_its_printers_copy_costs(run):
     assert {"copy_affine", "copy_gather", "step_fixed"} <= set(CALIBRATION.printers[run])
 
 
+@pytest.mark.slow
 def test_the_search_prices_tensor_candidates_by_the_cost_model():
     op = CALIBRATION.rows[0].op
     candidates = RULES.rank(RULES.candidates(op, "sm_90")[:3])

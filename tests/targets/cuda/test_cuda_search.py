@@ -59,6 +59,7 @@ def _ranked(op, arch=ARCH):
 
 
 @pytest.mark.parametrize("op", OPS, ids=repr)
+@pytest.mark.slow
 def test_every_candidate_fits_a_block(op):
     candidates = RULES.candidates(op, ARCH)
     assert candidates and len({c.knobs for c in candidates}) == len(candidates)
@@ -86,6 +87,7 @@ def test_the_shared_memory_counted_is_the_printed_kernels():
     (lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output="uint8")), "rows"),
     (lo.Matmul(1000, 1000, 512, quant=lo.QuantSpec(activation="int8", output="float32")), "rows"),
     (lo.Matmul(1000, 1000, 512, dtype="bfloat16", out_dtype="bfloat16"), "TMA stores")], ids=repr)
+@pytest.mark.slow
 def test_a_persistent_kernel_counts_the_printed_kernels_shared_memory(op, staged):
     """Its consumers' staging of the outputs past the ring (a quantized op's rows, or the chunks TMA
     stores) as the printer lays it out."""
@@ -107,6 +109,7 @@ def test_a_batch_one_conv_ranks_split_k_first():
     assert unsplit.figures["predicted_seconds"] > 1.2 * first.figures["predicted_seconds"]
 
 
+@pytest.mark.slow
 def test_a_large_gemm_ranks_large_tiles_first():
     """The 4096^3 GEMM: large tiles first, no split-K candidate (its output tiles fill the SMs alone; the
     model once ranked split-K 4 first, never measured faster); first the family fastest on the H200:
@@ -265,6 +268,7 @@ def test_a_matmuls_wgmma_candidates_copy_by_tma_first():
     assert not boxed(lo.Matmul(30, 20, 13, dtype="float16"))
 
 
+@pytest.mark.slow
 def test_a_convs_candidates_copy_pixel_boxes_by_tma_first():
     """A conv's wgmma candidates copy its tiles as TMA boxes of output pixels (``pixel_boxes``), first
     in the model's ranking: conv2_x at N=1 on the H200, the fastest of them (64 x 64 blocks of 8 x 8
@@ -315,6 +319,7 @@ def test_a_persistent_tile_loop_is_a_candidate_where_the_tiles_outnumber_the_sms
 NOVEL_GEMM = lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16")    # bench_cuda_tune.NOVEL
 
 
+@pytest.mark.slow
 def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
     """Persistent walks by clusters of two (``PAIRS``) of a float Matmul whose tiles come in whole pairs
     along the cluster's axis, priced with the shared input's tiles once a pair. The GEMM in no catalog

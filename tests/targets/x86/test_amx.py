@@ -107,6 +107,7 @@ def test_config_has_at_most_8_tiles():
         TileConfig(((1, 4),) * 9)
 
 
+@pytest.mark.slow
 def test_config_bytes_follow_palette_1_and_the_c_initializer_agrees():
     config = TileConfig(((16, 64), (0, 0), (3, 12), (1, 4)))
     raw = config.to_bytes()

@@ -5,6 +5,7 @@ tails, stride, dilation, per-side padding and batch; each is ranked as its chann
 right after it, so the first choice stays channels-last and ``first_reading`` finds the twin where the
 input arrives NCHW."""
 import numpy as np
+import pytest
 from helpers import ISAS, tiers
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ def test_only_float_ops_with_few_channels_read_channels_first():
     assert activation_choices(lo.Matmul(8, 16, 3)) == ("last",)        # its logical layout is channels-last
 
 
+@pytest.mark.slow
 def test_the_twin_ranks_right_after_its_channels_last_candidate(recorded_profile):
     op = lo.Conv2d(3, 32, 3, stride=2, padding=1, height=32, width=32)
     ranked = rank.rank(candidates(op, "avx512"))
