@@ -279,6 +279,7 @@ def test_version_and_examples(capsys):
 
 
 @pytest.mark.parametrize("argv", quick_first([["layers"], ["layers", "--json"]]))
+@pytest.mark.slow
 def test_closed_pipe_ends_quietly(argv):
     reader, writer = os.pipe()
     os.close(reader)                     # the reader is gone before the first line, as after `| head -0`

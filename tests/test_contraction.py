@@ -85,6 +85,7 @@ def test_examples_compile_and_verify_on_every_isa(op, preset):
 
 
 @pytest.mark.parametrize("op", EXAMPLES.values(), ids=EXAMPLES.keys())
+@pytest.mark.slow
 def test_examples_analyse(op):
     schedule = lo.dataflows.output_stationary(op)
     trace, analytical = reuse(schedule, engine="trace"), reuse(schedule, engine="analytical")

@@ -498,6 +498,7 @@ def test_the_specialized_emulation_fails_a_wrong_barrier_protocol(monkeypatch, m
 
 @pytest.mark.parametrize("producers", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("walks", [False, True], ids=["one tile a block", "persistent"])
+@pytest.mark.slow
 def test_producers_fill_their_own_steps_in_any_order(monkeypatch, producers, walks):
     """``specialize.PRODUCERS`` threads issue the copies, each every ``PRODUCERS``-th step from its own:
     on the device one thread a warp of the producer warpgroup, in the host emulation one cursor each,
@@ -570,6 +571,7 @@ def _peers_in_another_tile(monkeypatch):
         persistent.Walk, "rounds",
         lambda self, block, blocks: f"({self.groups}) / (({blocks}) / {self.size})"),
         False, id="the cluster tiles past the last whole round skipped", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_a_persistent_walk_by_clusters_multicasts_its_peers_slices(monkeypatch, mutate, exact):
     """A persistent walk in clusters (``persistent.Walk``): 3 clusters walk the cluster tiles, each
     block of a cluster the tile of its rank, its peers' slices of the multicast tiles copied (in the
@@ -651,6 +653,7 @@ def test_a_persistent_kernel_walks_the_tiles_and_stores_its_outputs_by_tma_or_in
 @pytest.mark.parametrize("op", [lo.Matmul(150, 200, 96, dtype="float16"),
                                 lo.Gemm(150, 200, 96, alpha=0.5, beta=2.0, c_shape=(200,), dtype="float16")],
                          ids=["matmul", "gemm with a bias"])
+@pytest.mark.slow
 def test_a_tiles_outputs_go_out_by_tma_staged_over_the_tiles(monkeypatch, mutate, exact, specialized, op):
     """A TMA kernel's outputs (unspecialized or specialized, not persistent) staged over its tiles once
     the products are done and stored by TMA, clipped at the tails of both axes (a Gemm's with its bias):
@@ -710,6 +713,7 @@ CLUSTERED = [({"block_m": 64, "warps_m": 1, "cluster": (2, 1)}, lo.Matmul(100, 3
                                                          tma.TmaOperand.box_bytes), False,
                  id="one slice's bytes expected", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("specialized", [False, True], ids=["", "specialized"])
+@pytest.mark.slow
 def test_a_cluster_multicasts_one_slice_a_block_in_the_emulation(monkeypatch, mutate, exact, specialized):
     """A clustered kernel (``cluster``: each rank's slice of the shared tiles, along block.x and
     block.y; warp-specialized too) matches the reference; a barrier expecting one slice's bytes (the

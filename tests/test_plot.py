@@ -140,6 +140,7 @@ def test_a_row_timed_once_draws_whiskers_around_its_rate():
     plot.draw_runtime(_axes(), Comparison(base.op, rows, {}, 100.0, provenance={}))
 
 
+@pytest.mark.slow
 def test_hierarchical_roofline_has_a_roof_per_level_and_a_point_per_schedule_and_level(comparisons):
     cmp = comparisons["conv"]
     for bandwidth in ({"L1": 200.0, "L2": 80.0, "DRAM": 10.0}, None):

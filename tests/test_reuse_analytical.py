@@ -51,6 +51,7 @@ QUICK_LAYERS = ("tiled, partial ow", "strided, NHWC", "quantized")
 
 
 @pytest.mark.parametrize("schedule, granularity", rotated(LAYERS, ["line", "element"], quick=QUICK_LAYERS))
+@pytest.mark.slow
 def test_representative_blocks_are_few_and_exact(schedule, granularity):
     """On layers with repetition the engine has less work than the trace and stays exact."""
     space = item_space(schedule, granularity)

@@ -42,6 +42,7 @@ def _op_class_checks(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_ops_describe_themselves():
     sources = [p for d in ("loopopt", "benchmarks") for p in (ROOT / d).rglob("*.py") if p.name != "ops.py"]
     checks = [hit for path in sources for hit in _op_class_checks(path)]

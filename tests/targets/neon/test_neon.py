@@ -515,6 +515,7 @@ def usdot_conv(s: lo.Schedule, weights: str = "OIHW4o4i") -> lo.Schedule:
 
 @settings(max_examples=1, **HYPOTHESIS)
 @given(spec=SPECS, ternary=TERNARY_SPECS, block=st.booleans(), parallel=st.booleans())
+@pytest.mark.slow
 def test_dot_schedules_are_exact(spec, ternary, block, parallel):
     """The dot loop on vusdotq_s32 (uint8 activations) or vdotq_s32 (int8 activations) over int8 weights and
     over i2_s ternary weights (a 16-weight vector one load in blocks of 4 or 16 output channels; per lane

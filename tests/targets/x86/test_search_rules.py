@@ -162,6 +162,7 @@ def test_an_emulated_dot_block_unrolls_at_most_one_reduction_loop(recorded_profi
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 @pytest.mark.parametrize("quant", [None, QUANT], ids=["fp32", "int8"])
 @pytest.mark.parametrize("shape", [(2, 32, 2), (6, 24, 3), (4, 64, 4), (8, 48, 4)])
+@pytest.mark.slow
 def test_grouped_channel_blocks_generate(shape, quant, isa):
     """Every channel block the space offers a grouped conv generates: where the groups hold whole
     vectors, a tail block would need a lane-varying guard on the input's broadcast, which the generator

@@ -104,6 +104,7 @@ LAYERS = {   # the shapes of the layers the tap dot is for, shrunk (rows) to kee
 
 
 @pytest.mark.parametrize("conv, isa", rotated(LAYERS, SIMD_ISAS))
+@pytest.mark.slow
 def test_layer_shapes(conv, isa):
     """56 columns per block: 3 whole vectors and a partial one on AVX-512, 7 on AVX2."""
     op = lo.Conv2d(**conv, quant=lo.QuantSpec("uint8", True, True, "uint8"))
