@@ -182,13 +182,18 @@ def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp:
     return lambda inputs, reuse: [xp.concatenate([a for a in inputs if a is not None], axis=axis)]
 
 
+def memory_axes(array: np.ndarray) -> list[int]:
+    """``array``'s axes from outer to inner in memory (by stride; a tie: the later axis inner)."""
+    strides = array.strides          # a few axes: sorted in Python
+    return sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis))
+
+
 def memory_order(array: np.ndarray) -> np.ndarray | None:
     """``array``'s elements as a 1-D view in the order they lie in memory, or None where they do
     not fill one contiguous run (a strided slice)."""
     if array.flags.c_contiguous:
         return array.reshape(-1)
-    strides = array.strides          # the axes outer to inner in memory (a few: sorted in Python)
-    stored = array.transpose(sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis)))
+    stored = array.transpose(memory_axes(array))
     return stored.reshape(-1) if stored.flags.c_contiguous else None
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..buffers import KeptArray
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
-from .elementwise import INTEGER_RANGES, memory_order
+from .elementwise import INTEGER_RANGES, memory_axes, memory_order
 from .lowering import Value
 from .plan import NUMPY, BoundCalls, Calling, Step
 
@@ -40,9 +40,8 @@ def _scale_and_zero(step: Step, constants: Mapping[str, np.ndarray]) -> tuple[fl
 
 
 def _same_order(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays of one shape lie in memory in one order of their axes, each in one run."""
-    order = lambda x: sorted(range(x.ndim), key=lambda axis: (-x.strides[axis], -axis))
-    return a.shape == b.shape and order(a) == order(b)
+    """Whether two arrays of one shape lie in memory in one order of their axes."""
+    return a.shape == b.shape and memory_axes(a) == memory_axes(b)
 
 
 def residual_add(dequantize: Step, add: Step, relu: Step | None, zero: float, scale: float,
