@@ -57,16 +57,17 @@ class Walk:
         return self.tiles // self.size
 
     def cluster(self, block: str) -> str:
+        """The cluster of block ``block`` (the clusters of ``block`` blocks: the same division)."""
         return f"({block}) / {self.size}" if self.size > 1 else block
 
     def rounds(self, block: str, blocks: str) -> str:
         """The tiles block ``block`` of ``blocks`` walks (its cluster's cluster tiles)."""
-        clusters = f"({blocks}) / {self.size}" if self.size > 1 else blocks
+        clusters = self.cluster(blocks)
         return f"(({self.groups}) - ({self.cluster(block)}) + ({clusters}) - 1) / ({clusters})"
 
     def group(self, block: str, blocks: str, round: str) -> str:
         """The cluster tile block ``block`` of ``blocks`` works on in its round ``round`` (from 0)."""
-        clusters = f"({blocks}) / {self.size}" if self.size > 1 else blocks
+        clusters = self.cluster(blocks)
         return f"({self.cluster(block)}) + ({round}) * ({clusters})"
 
     def tile(self, group: str, rank: str) -> str:
