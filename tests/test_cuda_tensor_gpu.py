@@ -103,6 +103,7 @@ def test_the_consumers_last_round_of_the_ring_ends_anywhere_on_the_gpu(k, stages
     assert ok, error
 
 
+NO_CATALOG = lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16")     # bench_cuda_tune.NOVEL
 CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float16"),
                                            {"block_m": 192, "warps_m": 3, "cluster": (2, 1)}),
              "cluster 1x2": (lo.Matmul(300, 260, 200, dtype="float16"), {"cluster": (1, 2)}),
@@ -117,7 +118,11 @@ CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float
                                                            "swizzle": 128}),
              "specialized cluster 1x2 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
                                                    {"block_n": 32, "split_k": 2, "cluster": (1, 2),
-                                                    "specialize": True})}
+                                                    "specialize": True}),
+             # the GEMM in no catalog's first choice: one wave of 192 x 256 in pairs along the columns
+             "no catalog's first choice 1x2": (NO_CATALOG, {"block_m": 192, "block_n": 256, "warps_m": 3,
+                                                            "depth": 64, "swizzle": 128, "stages": 4,
+                                                            "cluster": (1, 2)})}
 
 
 @needs_gpu

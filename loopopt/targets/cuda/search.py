@@ -96,6 +96,7 @@ FILL_CYCLES = 800                  # a block round's first global loads (the pip
 LOAD_LATENCY = 600                 # cycles of one step's global loads (a ring of s stages: s - 1 in flight)
 STEP_CYCLES = 40                   # one reduction step's barrier and address arithmetic
 L1_BYTES_PER_CLOCK = 128           # shared memory / L1 per SM per clock
+L2_LINE_BYTES = 128                # an L2 cache line: a TMA box row of 128 bytes at another offset reads two
 SCHEDULERS = 4                     # warp schedulers per SM, each issuing one instruction a cycle at most
 BUSY_WARPS = 8                     # warps per SM the tensor cores (and FFMA pipes) need to stay busy
 BUSY_ACCUMULATORS = 8              # independent FFMAs per SIMT thread that hide the FFMA latency
@@ -434,7 +435,9 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
             if knobs.split_k > 1 and _filled(op, knobs, arch):
                 continue
-            for variant in _tma_variants(knobs, _walks(op, knobs, arch), _pairs(op, knobs)):
+            pairs = _pairs(op, knobs)
+            for variant in _tma_variants(knobs, _walks(op, knobs, arch), pairs,
+                                         pairs if _rows_straddle_lines(op, knobs) else ()):
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
                           _block_shared(op, variant),
                           SHARED_BYTES_PER_BLOCK[arch]):
@@ -442,14 +445,14 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
     return list(found)
 
 
-def _tma_variants(knobs: TensorKnobs, walks: bool,
-                  pairs: Sequence[tuple[int, int]] = ()) -> list[TensorKnobs]:
+def _tma_variants(knobs: TensorKnobs, walks: bool, pairs: Sequence[tuple[int, int]] = (),
+                  clustered: Sequence[tuple[int, int]] = ()) -> list[TensorKnobs]:
     """A TMA candidate in the swizzle as wide as its step's row and warp-specialized where the
     consumers' accumulators fit (``specialize.fits``), in a persistent tile loop too where ``walks``
-    (``_walks``; also walked by the clusters of ``pairs``), then wide unspecialized, then as given: first
-    the faster (ties go to the first; the H200's 4096^3 GEMM at 128 x 256, depth 64: persistent 0.194,
-    specialized 0.199-0.204, 0.209 and 0.357 ms; 2000x3000x1000 on 192 x 128 tiles, persistent in pairs
-    along the columns 27.7-28.6 us, persistent 31.7-32.6)."""
+    (``_walks``; also walked by the clusters of ``pairs``), then wide unspecialized (also in the clusters
+    of ``clustered``), then as given: first the faster (ties go to the first; the H200's 4096^3 GEMM at
+    128 x 256, depth 64: persistent 0.194, specialized 0.199-0.204, 0.209 and 0.357 ms; 2000x3000x1000 on
+    192 x 128 tiles, persistent in pairs along the columns 27.7-28.6 us, persistent 31.7-32.6)."""
     row = knobs.depth * knobs.instruction.element_bytes
     if knobs.engine != "tma" or row not in SWIZZLE_WIDTHS[1:]:
         return [knobs]
@@ -459,7 +462,8 @@ def _tma_variants(knobs: TensorKnobs, walks: bool,
     walk = replace(specialized, persistent=True)
     walked = [*(replace(walk, cluster=pair) for pair in pairs), walk] if walks else []
     fits = specialize.fits(consumers, knobs.block_m * knobs.block_n // (consumers * specialize.WARPGROUP))
-    return [*([*walked, specialized] if fits else []), wide, knobs]
+    return [*([*walked, specialized] if fits else []), wide,
+            *(replace(wide, cluster=pair) for pair in clustered), knobs]
 
 
 def _walks(op: Op, knobs: TensorKnobs, arch: str) -> bool:
@@ -486,6 +490,18 @@ def _pairs(op: Op, knobs: TensorKnobs) -> list[tuple[int, int]]:
     m, n, _, _ = _matrix(op)
     tiles = (-(-m // knobs.block_m), -(-n // knobs.block_n))
     return [pair for pair in PAIRS if tiles[pair.index(2)] % 2 == 0]
+
+
+def _rows_straddle_lines(op: Op, knobs: TensorKnobs) -> bool:
+    """Whether the tiles' rows (a step's depth of one row of the reduction) start off L2 lines in
+    device memory: the reduction's rows not whole lines, so that most 128-byte box rows read two. Only
+    there does an unpersistent kernel's pair (``PAIRS``: the shared input's tiles read once a pair) pay
+    on the H200: 2000x3000 on 192 x 256 tiles in one wave, in pairs along the columns against alone, one
+    launch interleaved with cuBLAS: K = 1000 (2000-byte rows) 24.94-25.10 against 25.20-25.36 us in four
+    interleavings in two calls (0.977-0.981x against 0.970-0.978x in two earlier sessions), K = 1024
+    24.64-24.74 against 24.19-24.22 (24.86 against 24.42 in an earlier session)."""
+    _, _, channels, _ = _matrix(op)
+    return channels * knobs.instruction.element_bytes % L2_LINE_BYTES != 0
 
 
 def _tma_stored(op: Op, knobs: TensorKnobs) -> bool:
