@@ -586,14 +586,20 @@ def test_a_persistent_walk_by_clusters_multicasts_its_peers_slices(monkeypatch, 
 
 def test_a_persistent_cluster_launches_a_row_of_whole_clusters():
     """A persistent kernel in clusters of 2 along the columns (cuBLAS's 1 x 2 of 192 x 128 tiles) launches
-    a row of clusters (``__cluster_dims__(2, 1, 1)``), at most a block a tile in whole clusters; each
-    cluster walks the cluster tiles, its block of rank r the tile r of each pair of columns."""
+    a row of clusters (``__cluster_dims__(2, 1, 1)``): as many as the device holds at once
+    (``cudaOccupancyMaxActiveClusters`` of the kernel, its threads and shared memory, read once), at most
+    a block a tile in whole clusters; each cluster walks the cluster tiles, its block of rank r the tile r
+    of each pair of columns."""
     op = lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16")
     source = print_kernel(gpu_wgmma(op, block_m=192, block_n=128, warps_m=1, warps_n=2, depth=64, swizzle=128,
                                     stages=5, engine="tma", specialize=True, persistent=True,
                                     cluster=(1, 2))).source
     for text in ("__cluster_dims__(2, 1, 1) lo_nest(",
-                 "const int lo_blocks = (lo_sms < 264 ? lo_sms : 264) / 2 * 2;   /* whole clusters */",
+                 "lo_c.gridDim = dim3(2, 1, 1); lo_c.blockDim = dim3(384, 1, 1); "
+                 "lo_c.dynamicSmemBytes = 221264; "
+                 "cudaError_t lo_e = cudaOccupancyMaxActiveClusters(&lo_held, lo_nest, &lo_c);",
+                 "lo_held *= 2; }",
+                 "const int lo_blocks = (lo_held < 264 ? lo_held : 264) / 2 * 2;   /* whole clusters */",
                  "const int lo_rounds = ((132) - ((blockIdx.x) / 2) + ((gridDim.x) / 2) - 1) / "
                  "((gridDim.x) / 2);",
                  "const int lo_group = ((blockIdx.x) / 2) + (lo_n) * ((gridDim.x) / 2);",

@@ -77,15 +77,27 @@ class Walk:
         return (f"({group}) % {self.before} + {self.before} * ({self.size} * (({group}) / {self.before}) "
                 f"+ ({rank}))")
 
-    def launch_blocks(self, per_sm: int = 1) -> str:
+    def launch_blocks(self, per_sm: int = 1, kernel: str = "", block: tuple[int, int, int] = (1, 1, 1),
+                      shared: int = 0) -> str:
         """The launcher's statement defining ``lo_blocks``: ``per_sm`` blocks a multiprocessor of the
-        current device (read once), at most a block a tile, in whole clusters."""
-        held = f"{per_sm} * lo_sms" if per_sm > 1 else "lo_sms"
-        blocks = f"{held} < {self.tiles} ? {held} : {self.tiles}"
-        return ("    static int lo_sms = 0;   /* the device's multiprocessors, read once */\n"
-                "    if (!lo_sms) { int lo_d = 0; cudaError_t lo_e = cudaGetDevice(&lo_d); "
-                "if (lo_e == cudaSuccess) "
-                "lo_e = cudaDeviceGetAttribute(&lo_sms, cudaDevAttrMultiProcessorCount, lo_d); "
-                "if (lo_e != cudaSuccess) return (int) lo_e; }\n"
-                + (f"    const int lo_blocks = ({blocks}) / {self.size} * {self.size};   /* whole clusters */"
-                   if self.size > 1 else f"    const int lo_blocks = {blocks};"))
+        current device (read once), at most a block a tile; in clusters, as many whole clusters of
+        ``kernel`` (``block`` threads, ``shared`` bytes of dynamic shared memory) as the device holds at
+        once (``cudaOccupancyMaxActiveClusters``, read once: a cluster's blocks share a GPC, so an SM
+        may be left out), at most a block a tile."""
+        if self.size == 1:
+            held = f"{per_sm} * lo_sms" if per_sm > 1 else "lo_sms"
+            return ("    static int lo_sms = 0;   /* the device's multiprocessors, read once */\n"
+                    "    if (!lo_sms) { int lo_d = 0; cudaError_t lo_e = cudaGetDevice(&lo_d); "
+                    "if (lo_e == cudaSuccess) "
+                    "lo_e = cudaDeviceGetAttribute(&lo_sms, cudaDevAttrMultiProcessorCount, lo_d); "
+                    "if (lo_e != cudaSuccess) return (int) lo_e; }\n"
+                    f"    const int lo_blocks = {held} < {self.tiles} ? {held} : {self.tiles};")
+        return ("    static int lo_held = 0;   /* the blocks of the clusters held at once, read once */\n"
+                f"    if (!lo_held) {{ cudaLaunchConfig_t lo_c = {{}}; "
+                f"lo_c.gridDim = dim3({self.size}, 1, 1); lo_c.blockDim = dim3{block}; "
+                f"lo_c.dynamicSmemBytes = {shared}; "
+                f"cudaError_t lo_e = cudaOccupancyMaxActiveClusters(&lo_held, {kernel}, &lo_c); "
+                f"if (lo_e != cudaSuccess) return (int) lo_e; "
+                f"if (!lo_held) return (int) cudaErrorInvalidConfiguration; lo_held *= {self.size}; }}\n"
+                f"    const int lo_blocks = (lo_held < {self.tiles} ? lo_held : {self.tiles}) / {self.size}"
+                f" * {self.size};   /* whole clusters */")

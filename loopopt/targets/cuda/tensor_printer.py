@@ -1810,7 +1810,8 @@ class TensorPrinter:
                       f"    if (!lo_ready) {{ cudaError_t lo_e = {attribute}; if (lo_e != cudaSuccess) "
                       f"return (int) lo_e; lo_ready = 1; }}",
                       *([zero] if self.s.split_k_loop and not self.last else []), *maps,
-                      *([self.walk.launch_blocks(self.blocks_per_sm)] if walks else []),
+                      *([self.walk.launch_blocks(self.blocks_per_sm, NEST_NAME, self.block, self.smem_bytes)]
+                        if walks else []),
                       f"    {NEST_NAME}<<<dim3{grid}, dim3{self.block}, {self.smem_bytes}, "
                       f"(cudaStream_t) lo_stream>>>({casts});",
                       "    return (int) cudaGetLastError();", "}", "",
