@@ -497,9 +497,9 @@ def _rows_straddle_lines(op: Op, knobs: TensorKnobs) -> bool:
     device memory: the reduction's rows not whole lines, so that most 128-byte box rows read two. Only
     there does an unpersistent kernel's pair (``PAIRS``: the shared input's tiles read once a pair) pay
     on the H200: 2000x3000 on 192 x 256 tiles in one wave, in pairs along the columns against alone, one
-    launch interleaved with cuBLAS: K = 1000 (2000-byte rows) 24.94-25.10 against 25.20-25.36 us in four
-    interleavings in two calls (0.977-0.981x against 0.970-0.978x in two earlier sessions), K = 1024
-    24.64-24.74 against 24.19-24.22 (24.86 against 24.42 in an earlier session)."""
+    launch interleaved with cuBLAS: K = 1000 (2000-byte rows) 0.8-1.1% faster in six interleavings in
+    three calls (0.977-0.981x cuBLAS against 0.970-0.978x in two earlier sessions), K = 1024 1.5-2.1%
+    slower in four (24.86 against 24.42 us in an earlier session)."""
     _, _, channels, _ = _matrix(op)
     return channels * knobs.instruction.element_bytes % L2_LINE_BYTES != 0
 
