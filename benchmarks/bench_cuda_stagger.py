@@ -18,7 +18,6 @@ in alternation with cuBLAS, twice, and in a CUDA graph.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 
@@ -26,7 +25,7 @@ from bench_cuda_against import WIDE
 from bench_cuda_kstep import _substituted, graph_ms, kernel_from
 from bench_cuda_tensor import reference, run_variant, torch_tensors
 from bench_cuda_tune import case_op
-from cuda_bench import environment, interleaved_medians
+from cuda_bench import interleaved_medians, rows_main
 
 from loopopt.dataflows import gpu_wgmma
 from loopopt.targets.cuda import device
@@ -128,13 +127,4 @@ def bench() -> list[dict]:
 
 
 if __name__ == "__main__":
-    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("--json", help="write the environment and rows to this file")
-    args = arguments.parse_args()
-    environment_line = environment()
-    print(json.dumps(environment_line), flush=True)
-    measured = bench()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": environment_line, "rows": measured}, f, indent=1)
-    raise SystemExit(0 if all(r.get("verified", True) for r in measured) else 1)
+    raise SystemExit(rows_main(__doc__, bench))

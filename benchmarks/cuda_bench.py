@@ -100,6 +100,22 @@ def main(doc: str, cases: Sequence[str], bench: Callable[[list[str]], list[dict]
     return 0 if all(r["verified"] for r in rows) else 1
 
 
+def rows_main(doc: str, bench: Callable[[], list[dict]]) -> int:
+    """A benchmark's command line without cases: ``--json`` (where the environment and the rows go).
+    Prints the environment, then runs ``bench`` (which prints its rows as they come); the exit status is
+    0 if every row that says ``verified`` was, else 1."""
+    arguments = argparse.ArgumentParser(description=doc.splitlines()[0])
+    arguments.add_argument("--json", help="write the environment and rows to this file")
+    args = arguments.parse_args()
+    env = environment()
+    print(json.dumps(env), flush=True)
+    rows = bench()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "rows": rows}, f, indent=1)
+    return 0 if all(r.get("verified", True) for r in rows) else 1
+
+
 def _cases(text: str, cases: Sequence[str]) -> list[str]:
     chosen = text.split(",")
     unknown = [c for c in chosen if c not in cases]
