@@ -1,10 +1,10 @@
 """Do the GEMM in no catalog's 2000-byte rows (K = 1000 float16: most 128-byte TMA box rows read two L2
-lines) cost its kernels, and would weights packed with rows of whole lines win it back? Each kernel's
-printed CUDA patched so that its tensor maps step ``PITCH`` elements (2048 bytes) between the rows of B
-(the weights, packed N x K outside the timed call anyway) or of A and B, over inputs stored with rows
-padded to that pitch (the padding never read: the maps' dims stay K = 1000), verified against float64
-and timed one launch in alternation with cuBLAS (on the unpadded inputs), twice, and in a CUDA graph:
-the one wave of 192 x 256 alone and in 1x2 pairs, and the 192 x 128 walk alone and in 1x2 pairs.
+lines) cost its kernels, and do inputs stored with rows of whole lines win it back? Each kernel as
+printed, with B (the weights, packed N x K outside the timed call anyway) stored ``NK64k`` and with A
+stored ``MK64k`` too (``tma.padded_rows``: 1000 columns in 16 blocks of 64, rows of 2048 bytes, the
+padding zero), verified against float64 and timed one launch in alternation with cuBLAS (on the unpadded
+inputs), twice, and in a CUDA graph: the one wave of 192 x 256 alone and in 1x2 pairs, and the 192 x 128
+walk alone and in 1x2 pairs.
 
 ``python benchmarks/bench_cuda_pitch.py [--json PATH]``
 """
@@ -14,60 +14,49 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from bench_cuda_against import WIDE
-from bench_cuda_kstep import _substituted, kernel_from
 from bench_cuda_tensor import reference, torch_tensors
 from bench_cuda_tune import case_op
 from cuda_bench import graph_median, interleaved_medians, rows_main
 
 from loopopt.dataflows import gpu_wgmma
 from loopopt.targets.cuda import device
-from loopopt.targets.cuda.printer import print_kernel
 
-PITCH = 1024            # elements between padded rows: 2048 bytes, whole 128-byte lines
+BLOCK = 64              # columns of a block of the padded layouts: 128 bytes, a whole L2 line
 WALK = {"block_m": 192, "block_n": 128, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 5,
         "engine": "tma", "specialize": True, "persistent": True}
 KERNELS = {"one wave": WIDE, "one wave 1x2": WIDE | {"cluster": (1, 2)}, "walk": WALK,
            "walk 1x2": WALK | {"cluster": (1, 2)}}
-PADDED = {"rows as given": (), "B padded": ("B",), "A and B padded": ("A", "B")}
+PADDED = {"rows as given": {}, "B padded": {"B": f"NK{BLOCK}k"},
+          "A and B padded": {"A": f"MK{BLOCK}k", "B": f"NK{BLOCK}k"}}
 
 
-def padded_maps(source: str, tensors: tuple[str, ...], k: int) -> str:
-    """The printed CUDA with the tensor maps of ``tensors`` stepping ``PITCH`` elements a row."""
-    for tensor in tensors:
-        given = (rf"(lo_map_{tensor}; \{{ const unsigned long long lo_dims\[2\] = \{{{k}ull, \d+ull\}}, "
-                 rf"lo_strides\[1\] = \{{){2 * k}ull\}}")
-        source = _substituted(given, rf"\g<1>{2 * PITCH}ull}}", source)
-    return source
-
-
-class Rows:
-    """A device matrix of ``rows`` x ``k`` float16 stored ``PITCH`` elements a row, offered to a kernel's
-    ``bind`` as if contiguous (the kernel reads it through its tensor map alone)."""
-
-    def __init__(self, padded, k: int):
-        self.padded = padded
-        self.__cuda_array_interface__ = {"shape": (padded.shape[0], k), "typestr": "<f2",
-                                         "data": (padded.data.ptr, False), "strides": None, "version": 3}
+def padded(matrix, k: int):
+    """A device copy of ``matrix`` (rows x ``k``) in whole blocks of ``BLOCK`` columns, the padding zero:
+    its storage in ``PADDED``'s layouts."""
+    cp = device.cupy()
+    blocks = -(-k // BLOCK)
+    out = cp.zeros((matrix.shape[0], blocks * BLOCK), cp.float16)
+    out[:, :k] = cp.asarray(matrix)
+    return out.reshape(matrix.shape[0], blocks, BLOCK)
 
 
 def bench() -> list[dict]:
     import torch
     cp = device.cupy()
-    op, arch = case_op("novel_gemm"), device.arch()
+    op = case_op("novel_gemm")
     logical, stored = torch_tensors(op)
     expected = reference(op, logical)
     a, b = logical
-    inputs = {}
-    for name, matrix in zip(("A", "B"), stored):
-        padded = cp.zeros((matrix.shape[0], PITCH), cp.float16)
-        padded[:, :op.k] = cp.asarray(matrix)
-        inputs[name] = Rows(padded, op.k)
+    inputs = {name: padded(matrix, op.k) for name, matrix in zip(("A", "B"), stored)}
+
+    def schedule(job: tuple[str, str]):
+        made = gpu_wgmma(op, **KERNELS[job[0]])
+        for tensor, tag in PADDED[job[1]].items():
+            made = made.layout(tensor, tag)
+        return made
     jobs = [(kernel, rows) for kernel in KERNELS for rows in PADDED]
     with ThreadPoolExecutor() as pool:      # nvcc on all cores
-        built = list(pool.map(lambda job: kernel_from(
-            gpu_wgmma(op, **KERNELS[job[0]]),
-            padded_maps(print_kernel(gpu_wgmma(op, **KERNELS[job[0]])).source, PADDED[job[1]], op.k), arch),
-            jobs))
+        built = list(pool.map(lambda job: schedule(job).compile(target="cuda"), jobs))
     calls, rows = {"cuBLAS": lambda: torch.matmul(a, b)}, []
     for (kernel_name, padding), kernel in zip(jobs, built):
         out = cp.full((op.m, op.n), cp.nan, cp.float16)

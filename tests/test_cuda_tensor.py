@@ -453,6 +453,43 @@ test_random_matmuls_emulated_with_tma, test_random_matmuls_emulated_with_tma_ful
     _check_tma_emulated, 1, 3, _ROWS_OF_16_BYTES, TMA_TILES)
 
 
+def _check_padded_rows_emulated(op, tiles_block):
+    """B stored with its rows padded to whole blocks of the reduction (``NK64k``: rows on whole 128-byte
+    lines) is read by TMA as rows of the padded length, the padding's zeros as columns; A too where its
+    rows do not take a multiple of 16 bytes."""
+    tiles, block = tiles_block
+    schedule = gpu_wgmma(op, **tiles, engine="tma").layout("B", f"NK{block}k")
+    if op.extent(op.reduction_channel_dim) % 8:
+        schedule = schedule.layout("A", f"MK{block}k")
+    largest, excess = _emulated_error(schedule, seed=4)
+    assert excess <= 0, largest
+
+
+test_random_padded_rows_emulated_with_tma, test_random_padded_rows_emulated_with_tma_full = tiers(
+    _check_padded_rows_emulated, 2, 10,
+    st.one_of(matmul_ops(max_mn=70, max_k=90, batched=False, dtype="float16"),
+              gemm_ops(max_mn=40, max_k=90, dtype="float16")),
+    st.tuples(TMA_TILES, st.sampled_from([8, 16, 64])))
+
+
+def test_tma_reads_padded_rows_at_their_pitch(monkeypatch):
+    """The tensor map of a padded B steps the padded row (the GEMM in no catalog's 1000 columns in
+    blocks of 64: 2048 bytes); a map stepping 8 columns less misses the reference in the emulation."""
+    op = lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16")
+    source = print_kernel(gpu_wgmma(op, block_m=192, block_n=256, warps_m=3, depth=64, swizzle=128,
+                                    engine="tma").layout("B", "NK64k")).source
+    assert "lo_dims[2] = {1024ull, 3000ull}, lo_strides[1] = {2048ull}" in source
+    assert "lo_dims[2] = {1000ull, 2000ull}, lo_strides[1] = {2000ull}" in source
+    small = gpu_wgmma(lo.Matmul(70, 90, 100, dtype="float16"), block_m=64, block_n=64, warps_m=1, depth=64,
+                      swizzle=128, engine="tma").layout("B", "NK64k").layout("A", "MK64k")
+    assert _emulated_error(small)[1] <= 0
+    storage_rows = tma.storage_rows
+    monkeypatch.setattr(tma, "storage_rows", lambda layout, shape: (storage_rows(layout, shape)[0],
+                                                                    storage_rows(layout, shape)[1] - 8))
+    largest, excess = _emulated_error(small)
+    assert not excess <= 0.1, largest
+
+
 @pytest.mark.parametrize("mutate", [
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tma, "SWIZZLE_BYTES", 64), id="64-byte swizzle"),
     pytest.param(lambda monkeypatch: monkeypatch.setattr(tma.TmaOperand, "box_bytes", 1000),

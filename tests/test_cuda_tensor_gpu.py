@@ -125,6 +125,31 @@ CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float
                                                             "cluster": (1, 2)})}
 
 
+PADDED_ROWS = {"no catalog's first choice, B in NK64k": (NO_CATALOG, {
+                   "block_m": 192, "block_n": 256, "warps_m": 3, "depth": 64, "swizzle": 128, "stages": 4,
+                   "cluster": (1, 2)}, {"B": "NK64k"}),
+               "no catalog's 192x128 walk in 1x2, A and B in 64-column blocks": (NO_CATALOG, {
+                   "block_m": 192, "block_n": 128, "warps_m": 3, "depth": 64, "swizzle": 128, "stages": 5,
+                   "cluster": (1, 2), "specialize": True, "persistent": True}, {"A": "MK64k", "B": "NK64k"}),
+               "13 columns padded to 16": (lo.Matmul(70, 90, 13, dtype="float16"), {
+                   "block_m": 64, "block_n": 64, "warps_m": 1, "depth": 16}, {"A": "MK16k", "B": "NK16k"})}
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", PADDED_ROWS)
+def test_padded_rows_copied_by_tma_match_the_reference_on_the_gpu(case):
+    """Inputs stored with their rows padded to whole blocks of the reduction (``tma.padded_rows``), read
+    by TMA at the padded pitch, tails and padding zero."""
+    if device.arch() != "sm_90":
+        pytest.skip(f"TMA runs on sm_90 (Hopper) only; this GPU is {device.arch()}")
+    op, tiles, layouts = PADDED_ROWS[case]
+    schedule = gpu_wgmma(op, **tiles, engine="tma")
+    for tensor, tag in layouts.items():
+        schedule = schedule.layout(tensor, tag)
+    ok, error = verify(schedule.compile(target="cuda"), seed=19)
+    assert ok, error
+
+
 @needs_gpu
 @pytest.mark.parametrize("case", CLUSTERED)
 def test_tma_multicast_kernels_match_the_reference_on_the_gpu(case):

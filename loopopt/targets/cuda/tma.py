@@ -20,9 +20,11 @@ counts the bytes it expects against those copied: a step whose count is off pois
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...expr import Const, Expr, Var, linear_terms
+from ...layout import Layout
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from . import pixel_boxes
 from .instructions import MatrixInstruction
@@ -115,9 +117,11 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
     layout = schedule.layout_of(tensor)
     info = op.tensor(tensor)
     logical = dict(zip(info.letters, op.index(tensor)))
-    index = [logical[letter] for letter, block in layout.order]
+    padded = padded_rows(layout)
+    index = [logical[letter] for letter, block in layout.order[:2 if padded else None]]
     plain = (len(index) == 2 and all(isinstance(e, Var) for e in index)
-             and len(layout.order) == len(info.letters) and index[1] == Var(op.reduction_channel_dim))
+             and (len(layout.order) == len(info.letters) or padded)
+             and index[1] == Var(op.reduction_channel_dim))
     width = schedule.tile_swizzle
     if not plain and len(layout.order) > 2:      # a conv's tensor: its tiles as boxes of pixels
         return pixel_boxes.operand(schedule, tensor, ins, row_loop, k_loop, rows, slices,
@@ -128,7 +132,7 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
                             f"{layout.tag} at [{', '.join(e.to_c() for e in index)}] (a layout with "
                             f"{op.reduction_channel_dim!r} last would do; an im2col gather keeps "
                             f"engine='threads')")
-    row_count, cols = layout.storage_shape(info.shape)
+    row_count, cols = storage_rows(layout, info.shape)
     row_bytes = cols * ins.element_bytes
     if row_bytes % 16:
         raise ScheduleError(f"{where}: TMA needs each row of {tensor} on 16 bytes; its rows are {cols} "
@@ -161,6 +165,23 @@ def operand(schedule: Schedule, tensor: str, ins: MatrixInstruction, row_loop: s
                       r_expr.substitute({row_loop: Const(0)}),
                       c_expr.substitute({name: Const(0) for name in (k_loop, *slices)}),
                       swizzle=0 if width == SWIZZLE_WIDTHS[0] else width)
+
+
+def padded_rows(layout: Layout) -> bool:
+    """Whether ``layout`` stores a 2-D tensor row by row with its columns blocked innermost (``NK64k``:
+    each row's columns padded with zeros to whole blocks): TMA reads it as rows of the padded length, so
+    that a block of 64 float16 columns puts every row on whole 128-byte L2 lines."""
+    order = layout.order
+    return len(order) == 3 and order[0][1] == 0 and order[1][1] == 0 and order[2][1] > 0 \
+        and order[1][0] == order[2][0] != order[0][0]
+
+
+def storage_rows(layout: Layout, shape: tuple[int, ...]) -> tuple[int, int]:
+    """The rows of a 2-D tensor of logical ``shape`` stored in ``layout`` (row by row, or in
+    ``padded_rows``) and the elements a row takes: a padded row's blocks, zeros past the tensor's
+    columns that TMA reads as columns."""
+    rows, *row = layout.storage_shape(shape)
+    return rows, math.prod(row)
 
 
 def along(r_expr: Expr, c_expr: Expr, row_loop: str, column_loop: str) -> bool:
