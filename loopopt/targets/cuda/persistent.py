@@ -77,8 +77,7 @@ class Walk:
         return (f"({group}) % {self.before} + {self.before} * ({self.size} * (({group}) / {self.before}) "
                 f"+ ({rank}))")
 
-    def launch_blocks(self, per_sm: int = 1, kernel: str = "", block: tuple[int, int, int] = (1, 1, 1),
-                      shared: int = 0) -> str:
+    def launch_blocks(self, per_sm: int, kernel: str, block: tuple[int, int, int], shared: int) -> str:
         """The launcher's statement defining ``lo_blocks``: ``per_sm`` blocks a multiprocessor of the
         current device (read once), at most a block a tile; in clusters, as many whole clusters of
         ``kernel`` (``block`` threads, ``shared`` bytes of dynamic shared memory) as the device holds at

@@ -4,7 +4,8 @@
 A tensor-core tile is ``rows x k`` elements of one input (``rows`` the instruction's ``m`` or ``n``,
 ``k`` its depth) in the 32-byte swizzle that ``wgmma``'s descriptors read. Where the input is a 2-D
 tensor stored row by row with the reduction channel contiguous (a Matmul's or Gemm's operand in the
-layout ``gpu_wmma`` gives it) and the tile's rows and columns are consecutive rows and columns of it,
+layout ``gpu_wmma`` gives it, or with its rows padded to whole blocks of that channel: ``padded_rows``)
+and the tile's rows and columns are consecutive rows and columns of it,
 that tile is one TMA box: ``cp.async.bulk.tensor.2d`` with a tensor map of the tensor (built in the
 launcher through ``cuTensorMapEncodeTiled``, found with ``cudaGetDriverEntryPointByVersion``: no
 ``-lcuda``), box ``k x rows``, the same 32-byte swizzle, zero fill outside the tensor (its tails). One
