@@ -3,14 +3,16 @@
 stages); BERT again (``bert_tiles``) on 128 x 64 and 64 x 128 tiles of one or two consumer warpgroups, a
 barrier round trip feeding twice a 64 x 64 step's products, split-K 1-3 (the tile's last block adding
 the shares), its fastest five and the 64 x 64 ring of 8 then timed in alternation with cuBLAS together;
-and the GEMM in no catalog (``bench_cuda_tune.NOVEL``: 2000x3000x1000) on 192-, 128- and
-256-row persistent tiles (cuBLAS's: a persistent 192 x 128 kernel), both with a float16 output as cuBLAS
-writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py`` times its variants
-(one launch with the L2 overwritten, in a CUDA graph, the fastest in alternation with cuBLAS) after the
-cost model's first three candidates (``model_first``).
+and the GEMM in no catalog (``bench_cuda_tune.NOVEL``: 2000x3000x1000; ``novel_gemm.k1024``: K = 1024,
+rows of whole L2 lines) on 192-, 128- and 256-row persistent tiles (cuBLAS's: a persistent 192 x 128
+kernel), at K = 1000 with B, the weights, stored in whole-line rows as the search stores them (packed once
+outside the timed call: ``bench_cuda_tensor.prepacked``; cuBLAS on B as given), both with a float16
+output as cuBLAS writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py`` times
+its variants (one launch with the L2 overwritten, in a CUDA graph, the fastest in alternation with cuBLAS)
+after the cost model's first three candidates (``model_first``).
 
-``python benchmarks/bench_cuda_rings.py [--only bert,bert_tiles,novel_gemm] [--json PATH]``; ``--check``:
-small deep-ring, tall-tile and clustered persistent kernels verified once (the run to put under
+``python benchmarks/bench_cuda_rings.py [--only bert,bert_tiles,novel_gemm,novel_gemm.k1024] [--json PATH]``;
+``--check``: small deep-ring, tall-tile and clustered persistent kernels verified once (the run to put under
 ``compute-sanitizer``).
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 
 from bench_cuda_tensor import bench as bench_variants
-from bench_cuda_tensor import build_all, half_op, model_first, table, torch_tensors
+from bench_cuda_tensor import build_all, half_op, model_first, prepacked, table, torch_tensors
 from bench_cuda_tune import case_op
 from cuda_bench import interleaved_medians, main
 
@@ -26,7 +28,7 @@ import loopopt as lo
 from loopopt.dataflows import gpu_wgmma
 from loopopt.measure import verify
 
-CASES = ["bert", "bert_tiles", "novel_gemm"]
+CASES = ["bert", "bert_tiles", "novel_gemm", "novel_gemm.k1024"]
 SPECIALIZED = {"engine": "tma", "specialize": True}
 SMALL = {"block_m": 64, "block_n": 64, "warps_m": 1, "warps_n": 1}
 # BERT: one warpgroup of 64 x 64 a block, 72 blocks; a step of depth 64 (128-byte rows) or 32 (64-byte);
@@ -53,22 +55,25 @@ TALL = [({"block_m": 192, "block_n": 128, "warps_m": 3, "warps_n": 1}, (4, 5)),
         ({"block_m": 128, "block_n": 192, "warps_m": 2, "warps_n": 1}, (4,)),
         ({"block_m": 256, "block_n": 128, "warps_m": 2, "warps_n": 1}, (4,)),
         ({"block_m": 128, "block_n": 256, "warps_m": 2, "warps_n": 1}, (4,))]
+ONE_WAVE = {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128,
+            "stages": 4, "engine": "tma"}
 WALKS = [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True} | SPECIALIZED
          for tiles, rings in TALL for s in rings] + \
-    [TALL[0][0] | {"depth": 64, "swizzle": 128, "stages": 5} | SPECIALIZED,
-     {"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
-      "engine": "tma"}] + \
+    [TALL[0][0] | {"depth": 64, "swizzle": 128, "stages": 5} | SPECIALIZED, ONE_WAVE] + \
     [tiles | {"depth": 64, "swizzle": 128, "stages": rings[-1], "cluster": c} | extra
      for (tiles, rings), c in ((TALL[0], (1, 2)), (TALL[3], (2, 1)), (TALL[3], (1, 2)), (TALL[4], (2, 1)),
                                (TALL[4], (1, 2)))
      for extra in (SPECIALIZED, {"engine": "tma"})] + \
-    [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 64, "swizzle": 128, "stages": 4,
-      "engine": "tma", "cluster": (1, 2)}] + \
+    [ONE_WAVE | {"cluster": (1, 2)}] + \
     [{"block_m": 192, "block_n": 256, "warps_m": 3, "warps_n": 1, "depth": 32, "swizzle": 64, "stages": s,
       "engine": "tma"} | extra for s in (6, 8) for extra in ({}, {"cluster": (1, 2)})] + \
     [tiles | {"depth": 64, "swizzle": 128, "stages": s, "persistent": True, "cluster": c} | SPECIALIZED
      for (tiles, rings), c in ((TALL[1], (1, 2)), (TALL[0], (1, 2)), (TALL[3], (1, 2)), (TALL[4], (2, 1)))
      for s in rings]
+# the GEMM in no catalog's walks with B, the weights, in whole-line rows at K = 1000 (what the search offers
+# where K's rows straddle lines: ``padded``; at K = 1024 as given); the 192 x 256 one wave as given, alone
+# and in 1x2 pairs (the search's first choice before), to compare
+AS_GIVEN = [ONE_WAVE, ONE_WAVE | {"cluster": (1, 2)}]
 # 11 x 12 tiles (x 24 at 128 columns): clusters along columns; 192 x 256 at depth 32 keeps 4-6 steps'
 # copies in flight (112-168 KB) where depth 64 keeps 2 (112 KB); persistent walks by clusters last
 # (cuBLAS's: 192 x 128 in pairs along the columns, two consumer warpgroups of 192 x 64, 132 cluster tiles)
@@ -78,9 +83,12 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
     """The (preset, arguments) timed for ``case``: the cost model's first three, then the rings or tiles."""
     if case == "bert_tiles":
         return [("gpu_wgmma", arguments) for arguments in (BASELINE, *WIDE)]
-    chosen = RINGS if case == "bert" else WALKS
-    tiles = SMALL if case == "bert" else {}
-    return [*model_first(op), *(("gpu_wgmma", tiles | arguments) for arguments in chosen)]
+    if case == "bert":
+        return [*model_first(op), *(("gpu_wgmma", SMALL | arguments) for arguments in RINGS)]
+    if case == "novel_gemm.k1024":      # rows of whole lines: B as given
+        return [*model_first(op), *(("gpu_wgmma", arguments) for arguments in WALKS)]
+    return [*model_first(op), *(("gpu_wgmma", arguments | {"padded": True}) for arguments in WALKS),
+            *(("gpu_wgmma", arguments) for arguments in AS_GIVEN)]
 
 
 def bench(cases: list[str]) -> list[dict]:
@@ -106,7 +114,7 @@ def together(rows: list[dict], count: int = 5, rounds: int = 9) -> None:
         kernel = gpu_wgmma(op, **arguments).compile(target="cuda")
         out = cp.empty(kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape),
                        kernel.parameter_dtype(op.output))
-        buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: out})
+        buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
         calls.append(lambda kernel=kernel, buffers=buffers: kernel.run(buffers))
     for repeat in range(2):
         peer_ms, *mine = (seconds * 1e3 for seconds in interleaved_medians(calls, rounds))

@@ -30,6 +30,7 @@ NOVEL = {
     "novel_conv": lo.Conv2d(in_channels=96, out_channels=160, kernel_size=3, padding=1, batch=8,
                             height=40, width=40, dtype="float16"),
     "novel_gemm": lo.Matmul(2000, 3000, 1000, dtype="float16", out_dtype="float16"),   # as cuBLAS writes it
+    "novel_gemm.k1024": lo.Matmul(2000, 3000, 1024, dtype="float16", out_dtype="float16"),  # whole-line rows
 }
 
 

@@ -404,6 +404,7 @@ GPU_PRESETS = Presets({f.__name__: f for f in (gpu_naive, gpu_tiled, gpu_staged)
 
 # --- tensor-core presets: float16 ops on the cuda target's matrix instructions -------------------------
 
+L2_LINE_BYTES = 128        # an L2 cache line: a TMA box row of 128 bytes starting inside one reads two
 WMMA = "wmma_m16n16k16_f16_f32"
 MMA = "mma_m16n8k16_f16_f32"
 # the entries each op's element types run on (Schedule.operand_dtype of its inputs), WMMA then mma.sync
@@ -620,7 +621,7 @@ def wgmma_instruction(columns: int, block_n: int, warps_n: int, types: str = "k1
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
               cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32,
-              persistent: bool = False) -> Schedule:
+              persistent: bool = False, padded: bool = False) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as 64 x N
     fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op need; both
@@ -637,6 +638,9 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     one TMA box a tile a step. ``persistent=True``: one block a multiprocessor walking the output tiles
     (``Schedule.persistent``; with ``specialize=True``), the producer copying the next tile's steps while
     the consumers store; with ``cluster``, each cluster walking the tiles its blocks take together.
+    ``padded=True``: B (a Matmul's or Gemm's second operand, the weights, stored once) in rows of whole
+    128-byte L2 lines, its reduction in blocks of a line's elements padded with zeros (float16 ``NK64k``;
+    ``engine="tma"``, which reads them as rows of the padded length: ``tma.padded_rows``).
     float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
     and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
     quantized epilogue of ``gpu_mma``; a quantized conv on TMA pixel boxes adds the activations' zero
@@ -648,9 +652,24 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     schedule = schedule if tuple(cluster) == (1, 1) else schedule.cluster(*cluster)
     schedule = schedule.specialize() if specialize else schedule
     schedule = schedule if swizzle == 32 else schedule.swizzle(swizzle)
-    if not isinstance(persistent, bool):
-        raise ScheduleError(f"gpu_wgmma(persistent={persistent!r}): True or False")
+    for name, value in (("persistent", persistent), ("padded", padded)):
+        if not isinstance(value, bool):
+            raise ScheduleError(f"gpu_wgmma({name}={value!r}): True or False")
+    schedule = _whole_line_rows(schedule, op.inputs[1], entry, engine) if padded else schedule
     return schedule.persistent() if persistent else schedule
+
+
+def _whole_line_rows(schedule: Schedule, tensor: str, entry: str, engine: str) -> Schedule:
+    """``schedule`` with the 2-D ``tensor`` stored in rows of whole L2 lines (``gpu_wgmma``'s ``padded``):
+    its inner (reduction) dim in blocks of ``L2_LINE_BYTES`` of ``entry``'s elements."""
+    layout = schedule.layout_of(tensor)
+    if engine != "tma" or len(layout.order) != 2:
+        raise ScheduleError(f"gpu_wgmma(padded=True): {tensor} of {schedule.op!r} is stored {layout.tag} "
+                            f"and copied by engine={engine!r}; rows of whole lines take a 2-D operand (a "
+                            f"Matmul's or Gemm's) copied by engine='tma'")
+    (rows, _), (columns, _) = layout.order
+    block = L2_LINE_BYTES // matrix_instruction(entry, "gpu_wgmma(padded=True)").element_bytes
+    return schedule.layout(tensor, f"{rows}{columns}{block}{columns.lower()}")
 
 
 TENSOR_PRESETS = Presets({f.__name__: f for f in (gpu_wmma, gpu_mma, gpu_wgmma)})

@@ -30,6 +30,7 @@ from loopopt.targets.cuda import (
 from loopopt.targets.cuda.emulate import emulate
 from loopopt.targets.cuda.instructions import INSTRUCTIONS
 from loopopt.targets.cuda.printer import CUDA, print_kernel
+from loopopt.targets.registry import target
 
 HALF_MATMUL = lo.Matmul(37, 45, 40, dtype="float16")
 HALF_CONV = lo.Conv2d(24, 40, 3, stride=2, padding=(1, 2), dilation=2, height=13, width=11, batch=2,
@@ -488,6 +489,20 @@ def test_tma_reads_padded_rows_at_their_pitch(monkeypatch):
                                                                     storage_rows(layout, shape)[1] - 8))
     largest, excess = _emulated_error(small)
     assert not excess <= 0.1, largest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", [lo.Matmul(70, 90, 104, dtype="float16"),
+                                lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="bfloat16")], ids=repr)
+def test_the_searchs_weights_in_whole_line_rows_match_the_reference_in_the_emulation(op):
+    """The search's first TMA candidate where K's rows straddle L2 lines (208 and 144 bytes) stores B in
+    ``NK64k`` (``gpu_wgmma(padded=True)``) and matches the reference in the emulation."""
+    rules = target("cuda").search_rules()
+    first = next(c.knobs for c in rules.rank(rules.candidates(op, "sm_90")) if c.knobs.engine == "tma")
+    schedule = first.schedule(op, "sm_90")
+    assert first.padded and schedule.layout_of("B").tag == "NK64k"
+    largest, excess = _emulated_error(schedule, seed=5)
+    assert excess <= 0, largest
 
 
 @pytest.mark.parametrize("mutate", [

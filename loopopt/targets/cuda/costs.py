@@ -51,6 +51,14 @@ class Costs:
     # 786 KB a block in 7.4 us in a CUDA graph (H200, 2026-11-29): 66 bytes per SM-clock at 1.6 GHz. A
     # kernel of fewer blocks than SMs gets the chip's rate shared among its blocks, at most this.
     l2_port_bytes_per_clock: float = 66.0
+    # fitted: the L2 cost of the second line a TMA box row reads where it starts inside one (a float16
+    # GEMM's 2000-byte rows at K = 1000: 1.875 lines a 128-byte row), as a share of a line's bytes: the
+    # GEMM in no catalog's 192 x 256 one wave and 192 x 128 walk, alone and in 1x2 pairs, each with A and
+    # B as given, B and both stored in whole-line rows (12 one-launch times, H200, 2026-11-30,
+    # docs/benchmarks.md): rms log error 0.065 at 0.15 (0.063 at 0, 0.109 at 0.5, 0.213 at a whole line,
+    # which priced the one wave 34.8 us against 25.5 measured); at 0.15 the walk as given 31.6 against
+    # 32.05. Whole-line rows measured faster in every kernel (1-19%); the model's share ranks them first.
+    straddled_line_share: float = 0.15
     # fitted: cycles until a step's TMA boxes land, a ring of s buffers keeping s - 2 steps in flight (the
     # consumers hold two): BERT on 64 x 64 TMA tiles, warp-specialized, ran 18.8-18.9, 16.1-16.3 and 13.3-13.4
     # us at 4, 5 and 8 stages, 15.1 / 15.8 at 6 / 7 and 14.2-14.7 at 9-14 (H200, one launch, three runs,

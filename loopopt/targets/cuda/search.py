@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 
 from ...dataflows import (
+    L2_LINE_BYTES,
     clamp_tile,
     depthwise_block,
     gpu_depthwise,
@@ -96,7 +97,6 @@ FILL_CYCLES = 800                  # a block round's first global loads (the pip
 LOAD_LATENCY = 600                 # cycles of one step's global loads (a ring of s stages: s - 1 in flight)
 STEP_CYCLES = 40                   # one reduction step's barrier and address arithmetic
 L1_BYTES_PER_CLOCK = 128           # shared memory / L1 per SM per clock
-L2_LINE_BYTES = 128                # an L2 cache line: a TMA box row of 128 bytes at another offset reads two
 SCHEDULERS = 4                     # warp schedulers per SM, each issuing one instruction a cycle at most
 BUSY_WARPS = 8                     # warps per SM the tensor cores (and FFMA pipes) need to stay busy
 BUSY_ACCUMULATORS = 8              # independent FFMAs per SIMT thread that hide the FFMA latency
@@ -122,7 +122,7 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-WGMMA_KNOBS = ("swizzle", "specialize", "persistent", "cluster")
+WGMMA_KNOBS = ("swizzle", "specialize", "persistent", "cluster", "padded")
 PAIRS = ((1, 2), (2, 1))           # a persistent walk's clusters: pairs along the columns (A shared), rows
 BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
@@ -195,6 +195,7 @@ class TensorKnobs:
     specialize: bool = False       # a producer warpgroup copies (``Schedule.specialize``; TMA only)
     persistent: bool = False       # one block a SM walks the tiles (``Schedule.persistent``; specialized)
     cluster: tuple[int, int] = (1, 1)    # a cluster's blocks along the rows, columns (``Schedule.cluster``)
+    padded: bool = False           # B, the weights, in rows of whole L2 lines (``gpu_wgmma``'s; TMA only)
 
     @property
     def pixel_block(self) -> int:
@@ -435,9 +436,9 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
             knobs = tensor_knobs(op, preset, bm, bn, wm, wn, depth, stages, split, engine)
             if knobs.split_k > 1 and _filled(op, knobs, arch):
                 continue
-            pairs = _pairs(op, knobs)
-            for variant in _tma_variants(knobs, _walks(op, knobs, arch), pairs,
-                                         pairs if _rows_straddle_lines(op, knobs) else ()):
+            pairs, straddle = _pairs(op, knobs), _rows_straddle_lines(op, knobs)
+            for variant in _tma_variants(knobs, _walks(op, knobs, arch), pairs, pairs if straddle else ()):
+                variant = replace(variant, padded=straddle and _pads_weights(op, variant))
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
                           _block_shared(op, variant),
                           SHARED_BYTES_PER_BLOCK[arch]):
@@ -502,6 +503,37 @@ def _rows_straddle_lines(op: Op, knobs: TensorKnobs) -> bool:
     slower in four (24.86 against 24.42 us in an earlier session)."""
     _, _, channels, _ = _matrix(op)
     return channels * knobs.instruction.element_bytes % L2_LINE_BYTES != 0
+
+
+def _pads_weights(op: Op, knobs: TensorKnobs) -> bool:
+    """Whether ``knobs``' kernel stores B, the weights (packed once, outside the call), in rows of whole
+    lines where the reduction's straddle them (``gpu_wgmma``'s ``padded``): a float Matmul's or Gemm's TMA
+    kernel. Every kernel of the GEMM in no catalog timed so ran faster on the H200 (K = 1000, one launch
+    interleaved with cuBLAS, us): 192 x 256 in one wave 25.44-25.58 -> 24.70-24.83, in 1x2 pairs
+    25.12-25.22 -> 24.98-25.09, 192 x 128 walked 31.98-32.13 -> 25.98-26.11, walked in pairs
+    26.98-27.14 -> 25.86-26.00."""
+    return knobs.engine == "tma" and op.quant is None and not _gathered(op)
+
+
+def _line_reads(pitch: int, row: int) -> float:
+    """The L2 lines a TMA box row of ``row`` bytes reads, averaged over the rows of a tensor stored
+    ``pitch`` bytes a row and the steps along it (a line's bytes starting inside a line read two)."""
+    rows, steps = (L2_LINE_BYTES // math.gcd(bytes_, L2_LINE_BYTES) for bytes_ in (pitch, row))
+    starts = [(r * pitch + s * row) % L2_LINE_BYTES for r in range(rows) for s in range(steps)]
+    return sum(-(-(start + row) // L2_LINE_BYTES) for start in starts) / len(starts)
+
+
+def _straddled(op: Op, knobs: TensorKnobs, costs: Costs = COSTS) -> tuple[float, float]:
+    """The factors on A's and B's L2 bytes for box rows that straddle lines: a float Matmul's or Gemm's
+    TMA rows of K elements (B's on whole lines where ``padded``) read ``_line_reads`` lines against rows
+    on whole lines, each line more priced ``costs.straddled_line_share`` of a line's bytes; a conv's pixel
+    boxes and the threads' copies 1."""
+    if knobs.engine != "tma" or _gathered(op):
+        return 1.0, 1.0
+    row = knobs.depth * knobs.instruction.element_bytes
+    extra = _line_reads(_matrix(op)[2] * knobs.instruction.element_bytes, row) / _line_reads(0, row) - 1
+    a = 1 + costs.straddled_line_share * extra
+    return a, 1.0 if knobs.padded else a
 
 
 def _tma_stored(op: Op, knobs: TensorKnobs) -> bool:
@@ -708,6 +740,7 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
     sums = _sums(op)
     columns = knobs.block_n + (entry.n * knobs.warps_n if sums else 0)     # the sums' products
     l2_rate = _l2_rate(knobs, blocks, gpu, costs)
+    a_lines, b_lines = _straddled(op, knobs, costs)
     latency = costs.tma_latency_cycles if knobs.engine == "tma" else LOAD_LATENCY
     # ptxas gives every thread the consumers' registers (a specialized producer holds no accumulators)
     consumers = entry.lanes * knobs.warps_m * knobs.warps_n
@@ -715,7 +748,8 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 _block_shared(op, knobs),
                 2.0 * knobs.block_m * columns * reduction, share,
                 padded * size * reduction * (knobs.warps_n * knobs.block_m + knobs.warps_m * knobs.block_n),
-                size * reduction * (knobs.block_m / knobs.cluster[1] + knobs.block_n / knobs.cluster[0])
+                size * reduction * (knobs.block_m / knobs.cluster[1] * a_lines
+                                    + knobs.block_n / knobs.cluster[0] * b_lines)
                 * costs.l2_bytes_per_clock / l2_rate,
                 _device_bytes(op, knobs.split_k, size),
                 share * latency / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
@@ -995,7 +1029,8 @@ class CudaSearch(SearchRules):
                     + (", warp-specialized" if knobs.get("specialize") else "")
                     + (", persistent" if knobs.get("persistent") else "")
                     + (f", clusters of {knobs['cluster'][0]}x{knobs['cluster'][1]}"
-                       if tuple(knobs.get("cluster", (1, 1))) != (1, 1) else ""))
+                       if tuple(knobs.get("cluster", (1, 1))) != (1, 1) else "")
+                    + (", weights in whole-line rows" if knobs.get("padded") else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
                 + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

@@ -27,6 +27,7 @@ from loopopt.targets.cuda.search import (
     STATIC_SHARED,
     TENSOR_PRESETS,
     CudaSearch,
+    _line_reads,
     boxed,
     gpu_of,
     predict,
@@ -324,7 +325,8 @@ def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
     """Persistent walks by clusters of two (``PAIRS``) of a float Matmul whose tiles come in whole pairs
     along the cluster's axis, priced with the shared input's tiles once a pair, and, where the rows
     straddle L2 lines, the unpersistent wide TMA kernels in the same pairs. The GEMM in no catalog (H200,
-    one launch interleaved with cuBLAS, us): its first choice, 192 x 256 in one wave in pairs along the
+    one launch interleaved with cuBLAS, us; B, the weights, now in whole-line rows: the next test): its
+    first choice, 192 x 256 in one wave in pairs along the
     columns (24.94-25.74 against cuBLAS's 24.19-25.30 in three calls), ahead of the same kernel alone (its
     first choice before: 25.20-25.98, 0.8-1.1% slower in each interleaving), both ahead of 192 x 128
     walked in pairs along the columns (cuBLAS's form: 27.4-28.6), ahead of the same walk alone
@@ -333,11 +335,12 @@ def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
     quantized op get no clusters."""
     ranked = _ranked(NOVEL_GEMM)
     first = ranked[0]
-    assert (first.knobs.block_m, first.knobs.block_n, first.knobs.persistent, first.knobs.cluster) == \
-        (192, 256, False, (1, 2))
+    assert (first.knobs.block_m, first.knobs.block_n, first.knobs.persistent, first.knobs.cluster,
+            first.knobs.padded) == (192, 256, False, (1, 2), True)
     alone = next(c for c in ranked if c.knobs == replace(first.knobs, cluster=(1, 1)))
     assert first.figures["predicted_seconds"] == alone.figures["predicted_seconds"]   # the products bind
-    a_once = (192 / 2 + 256) / (192 + 256)      # A's tiles once a pair
+    a = 1 + COSTS.straddled_line_share * 0.875      # A's 2000-byte rows: 1.875 lines a box row
+    a_once = (192 / 2 * a + 256) / (192 * a + 256)      # A's tiles once a pair
     assert first.figures["l2_bytes"] == pytest.approx(alone.figures["l2_bytes"] * a_once)
     assert not any(c.knobs.cluster == (2, 1) for c in ranked if (c.knobs.block_m, c.knobs.block_n) ==
                    (192, 256))
@@ -348,9 +351,9 @@ def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
                 == (192, 128, 5, True))
     walk = next(c for c in ranked if c.knobs == replace(pair.knobs, cluster=(1, 1)))
     assert ranked.index(alone) < ranked.index(pair) < ranked.index(walk)
-    shared = (192 / 2 + 128) / (192 + 128)       # A's tiles once a pair
+    shared = (192 / 2 * a + 128) / (192 * a + 128)       # A's tiles once a pair
     assert pair.figures["l2_bytes"] == pytest.approx(walk.figures["l2_bytes"] * shared)
-    assert RULES.describe(pair.knobs.as_dict()).endswith("persistent, clusters of 1x2")
+    assert RULES.describe(pair.knobs.as_dict()).endswith("clusters of 1x2, weights in whole-line rows")
     assert pair.knobs.schedule(NOVEL_GEMM, ARCH).cluster_dims == (1, 2)
     aligned = _ranked(lo.Matmul(2000, 3000, 1024, dtype="float16", out_dtype="float16"))
     alone_first = aligned[0].knobs
@@ -360,6 +363,34 @@ def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
     quantized = lo.Matmul(2000, 3000, 1024, quant=lo.QuantSpec(activation="int8", output="int32"))
     for op in (CONV2_X_N1, quantized):
         assert not any(c.knobs.cluster != (1, 1) for c in RULES.candidates(op, ARCH)), op
+
+
+@pytest.mark.slow
+def test_weights_whose_rows_straddle_lines_are_stored_in_whole_line_rows_and_priced_so():
+    """Where K's rows straddle L2 lines (the GEMM in no catalog's 2000 bytes), every TMA candidate of a
+    float Matmul stores B, the weights, in rows of whole lines (``padded``: ``NK64k``), priced below the
+    same kernel on B as given (``_straddled``: each box row's second line at ``straddled_line_share``);
+    at K = 1024, on the threads' copies, for a conv and a quantized op B stays as given."""
+    assert [_line_reads(pitch, row) for pitch, row in ((2000, 128), (2048, 128), (0, 64), (2000, 64))] == \
+        [1.875, 1.0, 1.0, 1.375]
+    ranked = _ranked(NOVEL_GEMM)
+    tma = [c for c in ranked if c.knobs.engine == "tma"]
+    assert tma and all(c.knobs.padded for c in tma)
+    assert not any(c.knobs.padded for c in ranked if c.knobs.engine == "threads")
+    gpu = gpu_of(ARCH)
+    for candidate in (tma[0], next(c for c in tma if c.knobs.persistent)):
+        assert candidate.knobs.schedule(NOVEL_GEMM, ARCH).layout_of("B").tag == "NK64k"
+        assert "weights in whole-line rows" in RULES.describe(candidate.knobs.as_dict())
+        given = predict(replace(candidate.knobs, padded=False).work(NOVEL_GEMM, gpu), gpu)
+        assert candidate.figures["l2_bytes"] < given["l2_bytes"]
+        assert candidate.figures["predicted_seconds"] <= given["predicted_seconds"]
+    walk = next(c for c in tma if c.knobs.persistent and c.knobs.cluster == (1, 1))
+    whole = predict(walk.knobs.work(NOVEL_GEMM, gpu, replace(COSTS, straddled_line_share=0.0)), gpu)
+    assert walk.figures["l2_bytes"] > whole["l2_bytes"]
+    aligned = lo.Matmul(2000, 3000, 1024, dtype="float16", out_dtype="float16")
+    quantized = lo.Matmul(2000, 3000, 1000, quant=lo.QuantSpec(activation="int8", output="int32"))
+    for op in (aligned, CONV2_X_N1, quantized):
+        assert not any(c.knobs.padded for c in RULES.candidates(op, ARCH)), op
 
 
 def _saved_by_walking(op, knobs, costs):
