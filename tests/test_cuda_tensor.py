@@ -491,6 +491,18 @@ def test_tma_reads_padded_rows_at_their_pitch(monkeypatch):
     assert not excess <= 0.1, largest
 
 
+@pytest.mark.parametrize("op, arguments, named", [
+    (lo.Matmul(70, 90, 104, dtype="float16"), {"padded": True}, "engine='threads'"),
+    (lo.Conv2d(64, 72, 1, height=7, width=9, bias=False, dtype="float16"), {"padded": True, "engine": "tma"},
+     "stored OHWI"),
+    (lo.Matmul(70, 90, 104, dtype="float16"), {"padded": 1, "engine": "tma"}, "padded=1")], ids=str)
+def test_weights_in_whole_line_rows_refused_where_tma_does_not_copy_a_2d_operand(op, arguments, named):
+    """``gpu_wgmma(padded=True)`` takes a Matmul's or Gemm's B copied by TMA; elsewhere a one-line error
+    naming what it got."""
+    with pytest.raises(ScheduleError, match=re.escape(named)):
+        gpu_wgmma(op, **arguments)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", [lo.Matmul(70, 90, 104, dtype="float16"),
                                 lo.Gemm(30, 20, 72, alpha=0.5, beta=2.0, dtype="bfloat16")], ids=repr)
