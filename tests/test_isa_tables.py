@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from helpers import in_process
 
-from loopopt.codegen.instr import MEANINGS, Isa
+from loopopt.codegen.instr import MEANINGS, MEMORY_MEANINGS, Isa
 from loopopt.codegen.params import KernelParam, scalar, signature
 from loopopt.targets.x86.isa import ISAS, available_isas
 
@@ -104,9 +104,33 @@ def check_lanes(isa: Isa, driver, seed: int) -> None:
 
 def test_every_instruction_has_a_meaning():
     for isa in ISAS.values():
-        assert set(isa.ops) <= set(MEANINGS)
+        assert set(isa.ops) <= set(MEANINGS) | set(MEMORY_MEANINGS)
+        assert all(isa.ops[name].meaning == (MEANINGS | MEMORY_MEANINGS)[name] for name in isa.ops)
     for name in VECTOR_ISAS:
-        assert set(ISAS[name].ops) == set(MEANINGS), name
+        assert set(MEANINGS) <= set(ISAS[name].ops), name
+    assert "fma_memory" in ISAS["avx2"].ops and "fma_memory" in ISAS["avx2"].helpers
+
+
+MEMORY_PARAMS = (KernelParam("x", "float", const=True), KernelParam("y", "float", const=True),
+                 KernelParam("out", "float"))
+
+
+@pytest.mark.parametrize("isa_name", [name for name in VECTOR_ISAS if "fma_memory" in ISAS[name].ops])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fma_memory_is_one_rounding_of_a_times_p_plus_c(isa_name, seed):
+    isa = ISAS[isa_name]
+    body = (f"{{ const {isa.vector_type} a = {isa.load(p='x')}, c = {isa.load(p='x + ' + str(isa.lanes))};\n"
+            f"  {isa.store(p='out', v=isa.fma_memory(a='a', p='y', c='c'))};\n"
+            f"  {isa.store(p='out + ' + str(isa.lanes), v=isa.fma(a='a', b=isa.load(p='y'), c='c'))}; }}\n")
+    source = isa.prelude + isa.helpers["fma_memory"] + signature("probe", MEMORY_PARAMS) + "\n" + body
+    n, rng = isa.lanes, np.random.default_rng(seed)
+    x = rng.standard_normal(2 * n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    out = np.full(2 * n, np.nan, dtype=np.float32)
+    driver = in_process(source, "probe", MEMORY_PARAMS, isa.compile_flags)
+    driver.call(driver.bind(MEMORY_PARAMS, dict(x=x, y=y, out=out)))
+    assert np.array_equal(out[:n], out[n:])                  # bit for bit the table's fma of p's vector
+    np.testing.assert_allclose(out[:n], (x[:n].astype(np.float64) * y + x[n:]).astype(np.float32), rtol=1e-6)
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)

@@ -25,6 +25,13 @@ spilling to the stack) one address per load. The base is taken even where its ow
 off (a padding tap), so its offset is written exact in C (``vector.exact_offset``: the displacements
 are floor divisions', where a spatially blocked input's block of a column left of the row is -1).
 A prefetched operand (``Schedule.prefetch``) is fetched from its base, ahead, once per cache line.
+
+Operands from memory: where a float block's accumulators, its vectors of a contiguous operand (the
+weights) and a broadcast need more vector registers than the ISA has, and its table multiplies from
+memory (``fma_memory``: AVX2's ``vfmadd231ps`` with a memory operand), the vectors beyond the registers
+(the last displacements from the base) are not loaded: each update of them reads its vector itself,
+unmasked and unguarded ones only (``memory_vectors``). A 7x16 block on AVX2 (14 accumulators, one
+weight vector in a register, the other read by its 7 updates) so fills the 16 registers without a spill.
 """
 from __future__ import annotations
 
@@ -194,6 +201,8 @@ class RegisterBlock:
         self.setup: dict[str, tuple[list[str], str | None, _Guards]] = {}
         self.known: frozenset[str] = frozenset()   # guards the reduction being emitted runs under
         self.bases = self._bases()
+        self.from_memory = self.memory_vectors()
+        self.reads_memory = False           # an update multiplied a vector from memory (``fma_memory``)
         self.phase_groups = self._phase_groups(tap)
         self._packable: set[str] = set()
         # a phase group member's activations: the window at its phase's first output (taps.phases)
@@ -265,6 +274,21 @@ class RegisterBlock:
             if base is not None:
                 bases[tensor] = base
         return bases
+
+    def memory_vectors(self) -> dict[str, frozenset[int]]:
+        """The weights' displacements from their base of the vectors that the updates read from memory
+        (see the module's docstring), by tensor: the last ones, as many as the block's accumulators, the
+        weight vectors and a broadcast exceed the ISA's registers by, where one weight vector still fits
+        beside the accumulators and the broadcast (a block far beyond the registers, one sized for
+        another ISA's, is left to the compiler as before); empty on a table without ``fma_memory``, for
+        other than float arithmetic or weights not loaded as vectors from a base."""
+        em, weights = self.em, self.em.op.inputs[1]
+        base = self.bases.get(weights)
+        if "fma_memory" not in em.isa.ops or base is None or em.kinds[weights].kind != "contiguous":
+            return {}
+        vectors = sorted(set(base.displacement.values()))
+        over = len(self.accumulators) + len(vectors) + 1 - em.isa.registers
+        return {weights: frozenset(vectors[len(vectors) - over:])} if 0 < over < len(vectors) else {}
 
     def _prefetch_offsets(self, tensor: str, ahead: int) -> list[int]:
         """The element offsets from ``tensor``'s base that ``Schedule.prefetch(tensor, ahead)`` fetches:
@@ -475,14 +499,29 @@ class RegisterBlock:
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
         a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
         conditions = ([f"{acc.name}_ok"] if guards.store and not self.known else []) + guards.update
+        memory = self._memory_reference(em.op.inputs[1], acc, mask) if self.vector else None
         if not self.vector:
             update = f"{acc.name} += {em.arith.product(a, b, acc.bindings)};"
+        elif memory is not None:
+            self.reads_memory = True
+            update = f"{acc.name} = {isa.fma_memory(a=a, p=memory, c=acc.name)};"
         else:
             update = f"{acc.name} = {em.arith.update(a, b, acc.name, mask)};"
         em.emit(indent, f"if ({' && '.join(conditions)}) {update}" if conditions else update)
 
-    def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
-        """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load."""
+    def _memory_reference(self, tensor: str, acc: Accumulator, mask: str | None) -> str | None:
+        """The address of ``tensor``'s vector for ``acc`` where its update reads it from memory
+        (``from_memory``; an unmasked update of a vector no guard protects), else None."""
+        chosen = self.from_memory.get(tensor)
+        if not chosen or mask is not None or self._protecting(tensor, acc):
+            return None
+        base = self.bases[tensor]
+        distance = base.displacement[self.em.schedule.offset(tensor).substitute(acc.bindings).to_c()]
+        return f"&{base.name}[{distance}]" if distance in chosen else None
+
+    def _protecting(self, tensor: str, acc: Accumulator) -> list[str]:
+        """The guards (C) that must hold for ``acc``'s load of ``tensor`` to stay inside it, beyond those
+        the reduction being emitted runs under and the vector loop's lane mask."""
         em = self.em
         needed = needed_guards(em.schedule, tensor)
         protect = []
@@ -496,6 +535,15 @@ class RegisterBlock:
                     continue            # covered by the lane mask
                 if f"({bound.to_c()})" not in self.known:
                     protect.append(f"({bound.to_c()})")
+        return protect
+
+    def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
+        """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load
+        (none where the update reads it from memory: ``_memory_reference``)."""
+        em = self.em
+        if self.vector and tensor == em.op.inputs[1] and self._memory_reference(tensor, acc, mask):
+            return ""
+        protect = self._protecting(tensor, acc)
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
         lanes = mask if varying else None
         # one load per distinct element (and lanes, and guards); a gather's index array is

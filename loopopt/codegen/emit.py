@@ -158,6 +158,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
         tables += wide.helpers(arith.ints)
     if plan and plan.requantized_clip is not None and "map_bytes" in arith.ints.ops:
         tables += arith.ints.helpers["map"]
+    if emitter.block is not None and emitter.block.reads_memory:
+        tables += isa.helpers["fma_memory"]
     if schedule.fused_epilogue is not None:
         tables += HELPERS
     openmp = schedule.parallel_loop is not None

@@ -81,6 +81,11 @@ MEANINGS = {
     "stride_index": "index vector lane j = j * s",
     "index_load": "index vector lane j = ((int*)p)[j]",
 }
+# a float table's optional multiply-add whose second operand the instruction reads from memory itself
+# (a block that holds more accumulators than its registers leave to its weight vectors: codegen/block.py)
+MEMORY_MEANINGS = {
+    "fma_memory": "lane j = a_j * p[j] + c_j (one rounding), p[j] read by the multiply-add itself",
+}
 
 
 def table(**templates: str) -> dict[str, Instr]:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from ...codegen.instr import (
     BF16_MEANINGS,
     BF16_PRELUDE,
+    MEMORY_MEANINGS,
     SCALAR,
     TABLES,
     Instr,
@@ -100,7 +101,14 @@ static inline float lo_avx2_hsum(__m256 v) {
         mask_count="lo_avx2_mask_bits((1u << ({n})) - 1u)",
         stride_index="_mm256_mullo_epi32(_mm256_set1_epi32({s}), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))",
         index_load="_mm256_loadu_si256((const __m256i *)({p}))",
-    ),
+    ) | {"fma_memory": Instr("lo_avx2_fma_memory({a}, {p}, {c})", MEMORY_MEANINGS["fma_memory"])},
+    # one vfmadd231ps with its memory operand: written with the intrinsic, GCC keeps the vector in a
+    # register (and spills an accumulator of a 7x16 block, 14 accumulators and two weight vectors)
+    helpers={"fma_memory": """static inline __m256 lo_avx2_fma_memory(__m256 a, const float *p, __m256 c) {
+    __asm__("vfmadd231ps %[p], %[a], %[c]" : [c] "+x"(c) : [a] "x"(a), [p] "m"(*(const __m256 *)p));
+    return c;
+}
+"""},
 )
 
 

@@ -69,6 +69,7 @@ from .space import (
     lut_columns,
     operand_registers,
     panel_loops,
+    reads_memory,
     registers,
     tap_window,
 )
@@ -124,6 +125,10 @@ FLOAT_BLOCK_ISAS = ("avx2",)   # ISAs whose float32 register blocks are priced b
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
 RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with a float output add one)
+MEMORY_OPERAND = 0.9       # efficiency of a block that multiplies a weight vector from memory
+                           # (``space.memory_operand``): ResNet's 3x3 convs at 14x14 to 56x56, whose rows 4x16
+                           # and 5x16 blocks cover whole or nearly, ran 7x16 at 1.08-1.11x their time (AMD
+                           # EPYC Zen 3, 1 thread, kernel only, thread times of 21 interleaved calls)
 
 
 @lru_cache(maxsize=1)
@@ -601,7 +606,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
              - operand_registers(candidate.isa, knobs.weights, vectors, knobs.weight_format))
     # an emulated dot's operand registers are the ones it was measured to need: none more must stay spare
     needed = 0 if emulates_dot(candidate.isa, knobs.weights) else tight_spare(candidate.isa)
-    if (spare < needed                                                           # the compiler spills
+    memory = reads_memory(candidate)          # a weight vector read by each update: no register to spill
+    if memory:
+        efficiency *= MEMORY_OPERAND
+    if ((spare < needed and not memory)                                          # the compiler spills
             or spills_accumulators(candidate, accumulators) or spills_unrolled(candidate)
             or spills_strided(candidate, accumulators)):
         efficiency *= TIGHT

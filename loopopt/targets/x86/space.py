@@ -721,6 +721,33 @@ def operand_registers(isa: str, weights: str, vectors: int, fmt: str = "int8") -
     return (WIDE_DOT_OPERANDS if fmt == "s16" else EMULATED_DOT_OPERANDS)[isa]
 
 
+def memory_operand(op: Op, isa: str, weights: str, vectors: int, pixel: str | None) -> bool:
+    """Whether a register block of ``op`` on ``isa`` of ``vectors`` channel vectors may hold one accumulator
+    row more than its registers leave beside all its weight vectors, its last weight vector multiplied
+    from memory by each update (``codegen/block.py``'s operands from memory, the table's
+    ``fma_memory``): a float32 op of one group, plain or packed weights, two or more vectors, along a
+    padded window, whose rows a block that wide covers without the partial block's padding-guarded
+    copy (``tail``). ResNet's 3x3 convs at 7x7 on a Zen 3 core (AMD EPYC, 1 thread, kernel only, thread
+    times of 21 interleaved calls): 512->512 7x16 0.85x the 4x16 first choice's median, 256->512 stride 2
+    0.93x, 512->512 stride 2 from 14x14 0.89x; at 14x14 and wider 1.08-1.11x (15 loads a row of 14
+    multiply-adds against 4x16's 6 of 8: ``MEMORY_OPERAND``); 1x1 convs 1.2-1.5x (not offered)."""
+    window = tap_window(op, pixel)
+    return ("fma_memory" in ISAS[isa].ops and op.quant is None and op.dtype == "float32" and op.groups == 1
+            and weights in WEIGHTS[:2] and vectors >= 2 and window is not None
+            and bool(window.pad or window.pad_end))
+
+
+def reads_memory(candidate: Candidate) -> bool:
+    """Whether a register-blocked candidate multiplies a weight vector from memory (``memory_operand``):
+    its accumulators, weight vectors and a broadcast exceed its ISA's registers."""
+    knobs, isa = candidate.knobs, candidate.isa
+    if not isinstance(knobs, Knobs) or isa == TILE_ISA or knobs.weights not in WEIGHTS[:2]:
+        return False
+    vectors = -(-knobs.channel_block // lanes(candidate.op, isa))
+    return (memory_operand(candidate.op, isa, knobs.weights, vectors, knobs.pixel)
+            and (knobs.pixel_block + 1) * vectors + 1 > registers(isa))
+
+
 def weight_formats(op: Op, isa: str, weights: str) -> list[str]:
     """The weight formats of ``op``'s register blocks of ``weights`` on ``isa``: i2_s for a ternary op,
     else int8, and s16 too for an emulated dot's blocks of an ungrouped op of several output channels
@@ -752,6 +779,7 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
             continue                       # one channel block: packed is the plain layout
         vectors = -(-cb // vector)
         spare = ISAS[isa].registers - operand_registers(isa, weights, vectors, fmt)
+        spare += memory_operand(op, isa, weights, vectors, pixel)      # a weight vector from memory
         names = Names.of(roles.rc, cache_block, weights == "dot")
         panel = channel_panel(op, cb) if weights == "packed" and not cache_block and threads == 1 else 0
         red_extents = {**extents, names.reduction: min(cache_block or rc_extent, rc_extent)}
