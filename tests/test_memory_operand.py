@@ -71,6 +71,7 @@ test_random_memory_blocks_quick, test_random_memory_blocks = tiers(
     random_block, 3, 40, data=st.data(), threads=st.sampled_from([1, 2]), marks=(needs_avx2,))
 
 
+@pytest.mark.slow
 @needs_avx2
 def test_resnet_7x7_block_reads_its_second_weight_vector_from_memory():
     """ResNet's 3x3 512->512 conv at 7x7 in 7x16 blocks: 14 accumulators, the first weight vector loaded,
