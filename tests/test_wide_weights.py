@@ -2,6 +2,10 @@
 AVX2's emulated dot: exact against quant.py's reference (hypothesis: odd sizes, tails, stride, dilation,
 padding, groups, batch, 1 and 2 threads, both activation and weight signednesses, zero points), the
 packing, the refusals, the space's s16 blocks and their ranking."""
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from helpers import SPECS, conv_ops, generates, tiers
@@ -10,7 +14,9 @@ from helpers import conv_wide_schedule as dot_form
 from hypothesis import strategies as st
 
 import loopopt as lo
+from loopopt.cbuild import BASE_FLAGS, DEFAULT_OPT_LEVEL, compiler
 from loopopt.codegen import generate
+from loopopt.codegen.quantized import QUANT_FLAGS
 from loopopt.codegen.wide import elements, pack_s16, unpack_s16
 from loopopt.targets.x86 import space
 from loopopt.targets.x86.isa import INT_ISAS, ISAS, available_int_isas
@@ -161,3 +167,38 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
             first = first_choice(op, "avx2", threads=threads).knobs
             assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
                 ("dot", "s16", 3, 32), (op, threads)
+
+
+def dot_loops(disassembly: str) -> list[list[str]]:
+    """The instructions of each loop (a backward jump's span) of ``disassembly`` (objdump -d) that
+    holds a ``vpmaddwd``."""
+    lines = [line for line in disassembly.splitlines() if re.match(r"\s+[0-9a-f]+:\t", line)]
+    address = [int(line.split(":")[0], 16) for line in lines]
+    loops = []
+    for end, line in enumerate(lines):
+        jump = re.search(r"\tj\w+\s+([0-9a-f]+) <", line)
+        if jump and int(jump.group(1), 16) < address[end]:
+            body = lines[address.index(int(jump.group(1), 16)):end + 1]
+            if any("vpmaddwd" in op for op in body):
+                loops.append(body)
+    return loops
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump to read the compiled loop")
+def test_s16_dot_loop_keeps_its_accumulators_in_registers(tmp_path):
+    """At -O3 the dot loop of ResNet's 3x3 64->64 conv at 56x56 in its 3x32 s16 block (the first choice
+    on AVX2) moves no vector register to or from the stack: both products of a dot and their sums are one
+    asm reading the block's halves from one address register (with an asm a product, GCC kept an address
+    a half and spilled one of the 12 accumulators, a load and a store a step)."""
+    op = lo.Conv2d(64, 64, 3, padding=1, height=56, width=56, quant=QUANT)
+    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OHWI8o4i").split("c", 4)
+         .tile(ow=3, k=32).reorder("n", "oh", "ow_o", "k_o", "kh", "kw", "c_o", "c_i").vectorize("k_i")
+         .unroll("c_o", 4).register_block("kh").weight_format("s16"))
+    source, obj = tmp_path / "kernel.c", tmp_path / "kernel.o"
+    source.write_text(generate(s, INT_ISAS["avx2"]).source)
+    flags = (f"-O{DEFAULT_OPT_LEVEL}", *BASE_FLAGS, *INT_ISAS["avx2"].compile_flags, *QUANT_FLAGS)
+    subprocess.run([*compiler().split(), *flags, "-c", str(source), "-o", str(obj)], check=True)
+    loops = dot_loops(subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(obj)], check=True,
+                                     capture_output=True, text=True).stdout)
+    innermost = min((body for body in loops if sum("vpmaddwd" in op for op in body) == 24), key=len)
+    assert not [op for op in innermost if "%ymm" in op and "(%rsp)" in op], "\n".join(innermost)

@@ -159,16 +159,17 @@ static inline __m512i lo_map_bytes(__m512i v, const uint8_t *t) {
 
 WIDE_AVX2 = """\
 /* u8 x s16 -> s32 dot of 4 (codegen/wide.py): the bytes of a as (a0, a2) and (a1, a3) pairs, the block
- * at p as each lane's (w0, w2) and then (w1, w3) pairs, each multiplied from memory (the asm keeps the
- * compiler from holding a block's halves in registers across a row of accumulators) */
-static inline __m256i lo_avx2_madd_at(__m256i a, const int16_t *p) {
-    __m256i r;
-    __asm__("vpmaddwd %2, %1, %0" : "=x"(r) : "x"(a), "m"(*(const __m256i *)(const void *)p));
-    return r;
-}
+ * at p as each lane's (w0, w2) and then (w1, w3) pairs, each multiplied from memory. One asm does both
+ * products and sums: the two halves are read at 0 and 32 bytes from one address register (two asms of
+ * one product each made GCC keep an address per half, spilling an accumulator of a 3x3 conv's 3x32
+ * block and reloading address offsets every step), through one temporary, and the compiler cannot hold
+ * a block's halves in registers across a row of accumulators. */
 static inline __m256i lo_avx2_dot_s16(__m256i c, __m256i a, const int16_t *p) {
     const __m256i even = _mm256_and_si256(a, _mm256_set1_epi16(0x00ff)), odd = _mm256_srli_epi16(a, 8);
-    return _mm256_add_epi32(_mm256_add_epi32(c, lo_avx2_madd_at(even, p)), lo_avx2_madd_at(odd, p + 16));
+    __m256i t;
+    __asm__("vpmaddwd (%2), %3, %1\\n\\tvpaddd %1, %0, %0\\n\\tvpmaddwd 32(%2), %4, %1\\n\\tvpaddd %1, %0, %0"
+            : "+x"(c), "=&x"(t) : "r"(p), "x"(even), "x"(odd), "m"(*(const __m256i (*)[2])(const void *)p));
+    return c;
 }
 """
 
