@@ -119,7 +119,7 @@ def main() -> None:
     import onnx
     given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
     rep = backend.prepare(args.model, strict=True, threads=args.threads)
-    for _ in range(3):                      # two runs show the repeats, the third runs them
+    for _ in range(4):       # the first shares the buffers, two more show the repeats, the fourth runs them
         rep.run(given)
     if args.realtime:
         realtime_threads()
