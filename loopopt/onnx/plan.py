@@ -164,15 +164,16 @@ class Plan:
     def run(self, given: dict[str, np.ndarray], keep: bool = False,
             times: dict[str, float] | None = None) -> dict[str, np.ndarray]:
         """The values of a run on ``given`` (the graph's inputs): the outputs, as views the next run
-        overwrites, or with ``keep`` a copy of every value (and no step then overwrites an input).
-        ``times``: each step's seconds, by node (each step then runs on its own, as ``keep`` does)."""
+        overwrites, or with ``keep`` a copy of every value, taken as its step gives it (no step then
+        overwrites an input). ``times``: each step's seconds, by node (each step then runs on its own, as
+        ``keep`` does). The first run that is neither shares the steps' buffers after it (``_share``)."""
         values = {"": None, **self.constants, **given}
         copies = {name: np.array(value) for name, value in given.items()} if keep else {}
         alone = keep or times is not None
         repeats = {} if alone else self.repeats
         seen: Seen | None = None if alone or len(self._seen) == 2 else {}
-        touched: list[tuple[list[np.ndarray], list[np.ndarray]]] | None = (
-            [] if self.share and self.arena is None and not alone else None)
+        # the first ordinary run: each step's outputs, by name (the buffers are shared after it)
+        named: dict[str, np.ndarray] | None = {} if self.share and self.arena is None and not alone else None
         clears = {} if self.arena is None else self.arena.clears
         index = 0
         while index < len(self.steps):
@@ -196,9 +197,8 @@ class Plan:
                 times[step.node] = time.perf_counter() - start
             if keep:
                 copies.update((name, np.array(value)) for name, value in zip(step.outputs, outputs))
-            if touched is not None:
-                touched.append(([a for a in inputs if isinstance(a, np.ndarray)],
-                                [a for a in outputs if isinstance(a, np.ndarray)]))
+            if named is not None:
+                named.update((n, a) for n, a in zip(step.outputs, outputs) if isinstance(a, np.ndarray))
             if seen is not None and step.last_call is not None:
                 seen[index] = (step.last_call(), tuple(outputs))
             for name in self._dead[index]:
@@ -207,18 +207,30 @@ class Plan:
         del values[""]
         if seen is not None:
             self._learn(seen)
-        if touched is not None:
-            self._share(touched, [values[name] for name in self.outputs])
+        if named is not None:
+            self._share(named)
         if keep:
             return {**self.constants, **copies}
         return values
 
-    def _share(self, touched: list[tuple[list[np.ndarray], list[np.ndarray]]],
-               outputs: list[np.ndarray]) -> None:
-        """Move the steps' buffers into one arena by the liveness the first run showed (``touched``: each
-        step's input and output arrays); the repeats are learnt from the next two runs, in it."""
+    def _share(self, named: dict[str, np.ndarray]) -> None:
+        """Move the steps' buffers into one arena by the liveness of the first run's arrays (``named``: each
+        step's outputs): a step reads the memory of its inputs, and of an input that a step which may give
+        views of its inputs gave (``owns_outputs`` false: Flatten, onnx.reference), that step's inputs'
+        memory too, views in the first run or not; the repeats are learnt from the next two runs, in the
+        arena."""
+        producers = {name: step for step in self.steps for name in step.outputs}
+
+        def memory(name: str) -> list[np.ndarray]:
+            """The arrays whose memory value ``name`` may lie in."""
+            step, own = producers.get(name), [named[name]] if name in named else []
+            viewed = step is not None and not step.owns_outputs
+            return own + [a for n in step.inputs if n for a in memory(n)] if viewed else own
+
         self.arena = share([holder for step in self.steps for holder in step.holders],
-                           [reads for reads, _ in touched], [writes for _, writes in touched], outputs)
+                           [[a for n in step.inputs if n for a in memory(n)] for step in self.steps],
+                           [[named[n] for n in step.outputs if n in named] for step in self.steps],
+                           [a for name in self.outputs for a in memory(name)])
         for step in self.steps:      # a kernel step's storage: where its holder moved it
             held = step.holders[0].held() if step.storage is not None and step.holders else None
             if held is not None:
