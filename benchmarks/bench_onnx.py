@@ -198,18 +198,20 @@ class Whole(NamedTuple):
     kept_disturbed: int | None
     tuned: float | None = None
     tuned_min: float | None = None
+    apart: float | None = None
+    apart_min: float | None = None
 
 
 def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = None,
                 prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False,
-                ort_int8: str = EXACT) -> Whole:
+                ort_int8: str = EXACT, apart: bool = False) -> Whole:
     """The whole model, ``rep.run`` (prepared once, strict, default schedules; and with ``tuned_log``
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
     the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: how loopopt's OpenMP threads
     wait (``wait_env``; None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed
     under SCHED_FIFO once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode
-    (``loopopt.onnx.peer``)."""
+    (``loopopt.onnx.peer``); ``apart``: also loopopt with each step's buffer its own (``Plan.share``)."""
     import onnx
     inputs = random_inputs(onnx.load(str(path), load_external_data=False), seed=3)
     env = wait_env(wait_policy)
@@ -218,16 +220,20 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
     if tuned_log is not None:
         contenders.append(Contender("loopopt tuned", "loopopt", path, threads, tuned_log, prepare_trials,
                                     env))
+    if apart:
+        contenders.append(Contender("loopopt apart", "loopopt", path, threads, env=env, share=False))
     with ExitStack() as stack:
         workers = [stack.enter_context(Worker(contender, inputs)) for contender in contenders]
         for worker in workers if realtime else ():
             worker.realtime()
         timed = interleave(workers, rounds)
-    ours, theirs, *tuned_times = timed.times
-    tuned_ms = (float(np.median(tuned_times[0])), min(tuned_times[0])) if tuned_times else (None, None)
+    ours, theirs, *more = timed.times
+    more_ms = [(float(np.median(times)), min(times)) for times in more]
+    tuned_ms = more_ms.pop(0) if tuned_log is not None else (None, None)
+    apart_ms = more_ms.pop(0) if apart else (None, None)
     return Whole(float(np.median(ours)), float(np.median(theirs)), min(ours), min(theirs),
                  workers[0].prepare_s, workers[0].fallbacks, output_check(*timed.outputs[:2]),
-                 timed.disturbed, timed.kept_disturbed, *tuned_ms)
+                 timed.disturbed, timed.kept_disturbed, *tuned_ms, *apart_ms)
 
 
 def integer_text(report) -> str:
@@ -257,6 +263,9 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
     if whole.tuned is not None:
         cells += [f"{whole.tuned * 1e3:.1f}", f"{whole.theirs / whole.tuned:.2f}",
                   f"{whole.theirs_min / whole.tuned_min:.2f}"]
+    if whole.apart is not None:
+        cells += [f"{whole.apart * 1e3:.1f}", f"{whole.apart / whole.ours:.2f}",
+                  f"{whole.apart_min / whole.ours_min:.2f}"]
     disturbed = "-" if whole.disturbed is None else f"{whole.disturbed} / {whole.kept_disturbed}"
     cells += [disturbed, ", ".join(whole.fallbacks) or "none", whole.check]
     return "| " + " | ".join(cells) + " |"
@@ -286,7 +295,7 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
             f"{rounds} rounds (round i: loopopt's worker, then onnxruntime's, {SETTLE * 1e3:.0f} ms apart), "
             "each worker timing its own `rep.run` / `session.run` on the same inputs, and compares the "
             f"outputs of the warm-up round (then {WARM_RUNS} untimed rounds: loopopt's plan repeats its "
-            "calls from its third run on)."
+            "calls from its fourth run on: it shares its buffers after the first)."
             + (" Once prepared, each worker's threads run under SCHED_FIFO (`--realtime`: the machine's "
                "other processes cannot preempt the timed runs; they keep 5% of the CPU)."
                if realtime else "")
@@ -296,7 +305,8 @@ def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -
 
 
 def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | None = None,
-               prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False) -> str:
+               prepare_trials: int = 0, wait_policy: str | None = None, realtime: bool = False,
+               apart: bool = False) -> str:
     """The description and table of a ``--whole-only`` run."""
     tuned = "" if tuned_log is None else (
         " The `tuned` columns time a third contender in the same rounds: the model prepared with a tuning "
@@ -304,11 +314,16 @@ def whole_text(lines: list[str], resolution: int, rounds: int, tuned_log: str | 
         + (f"each distinct compute op tuned with {prepare_trials} trials into the log first, trials "
            "already logged taken from it" if prepare_trials else "the log's best schedules, no new trials")
         + "), against the same onnxruntime rounds.")
+    tuned += ("" if not apart else " The `apart` columns time another loopopt contender in the same rounds: "
+              "the same plan with each step's buffer its own (`rep.plan.share = False`: no buffers shared by "
+              "liveness); apart/shared > 1: sharing is faster.")
     columns = ["model", "precision", "threads (both)", "loopopt prepare s",
                "loopopt rep.run ms (own process)", "onnxruntime session.run ms (own process)", "ORT/loopopt",
                "loopopt min ms", "onnxruntime min ms", "ORT/loopopt (min)"]
     if tuned_log is not None:
         columns += ["tuned rep.run ms", "ORT/tuned", "ORT/tuned (min)"]
+    if apart:
+        columns += ["apart rep.run ms", "apart/shared", "apart/shared (min)"]
     columns += ["rounds timed again / kept disturbed", "nodes on onnx.reference", "output"]
     return (f"Networks written in this script with random weights, batch 1, {resolution}x{resolution} input, "
             f"exported with `torch.onnx.export` (opset {OPSET}); int8 and qdq: `quantize_static` in "
@@ -347,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the whole-model timing and output check (no per-node reports)")
     parser.add_argument("--tuned-log",
                         help="--whole-only: also time each model prepared with this tuning log")
+    parser.add_argument("--apart", action="store_true",
+                        help="--whole-only: also time loopopt with each step's buffer its own (no sharing)")
     parser.add_argument("--prepare-trials", type=int, default=0,
                         help="with --tuned-log: prepare(..., tune=N): tune each distinct op with N trials "
                              "into the log first (default 0: the log as it is)")
@@ -377,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
                 for threads in (int(t) for t in args.threads.split(",")):
                     whole = whole_model(files[precision], threads, args.rounds, args.tuned_log,
                                         args.prepare_trials, args.omp_wait_policy, args.realtime,
-                                        args.ort_int8)
+                                        args.ort_int8, args.apart)
                     if args.whole_only:
                         lines.append(whole_row(name, precision, threads, whole))
                         print(lines[-1], flush=True)
@@ -396,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{machine_text(isa, others_share(start))} Peers: {versions_text(args.ort_int8)}."])
     if args.whole_only:
         text = heading + "\n\n" + whole_text(lines, args.resolution, args.rounds, args.tuned_log,
-                                               args.prepare_trials, args.omp_wait_policy, args.realtime)
+                                               args.prepare_trials, args.omp_wait_policy, args.realtime,
+                                               args.apart)
         print(text)
         if args.write:
             write_section(text, WHOLE_SECTION)

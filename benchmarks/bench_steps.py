@@ -8,6 +8,10 @@ node onnxruntime made of it (``<output>_nchwc``). Both in this process, one afte
 over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
 
     python benchmarks/bench_steps.py MODEL.onnx [--threads 2] [--rounds 30] [--settle 0.05] [--realtime]
+                                     [--apart]
+
+``--apart``: a second rep of the model whose plan keeps each step's buffer its own (``Plan.share``), timed
+in turn with the first in each round (before/after buffers shared by liveness, in one process).
 """
 from __future__ import annotations
 
@@ -36,29 +40,35 @@ KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
 REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewrote the node
 
 
-def loopopt_steps(rep, given: dict[str, np.ndarray], rounds: int, settle: float) -> tuple[dict, list[float]]:
-    """Each step's microseconds by node (median, minimum) and the whole run's seconds per round."""
-    plan = rep.plan
-    calls = [(plan.steps[index].node, call) for repeat in plan.repeats.values()
-             for index, call in zip(range(repeat.start, repeat.stop), repeat.calls)]
-    seen: dict[str, list[float]] = defaultdict(list)
-    whole = []
+def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int,
+                  settle: float) -> list[tuple[dict, list[float]]]:
+    """Per rep, each step's microseconds by node (median, minimum) and the whole run's seconds per round,
+    the reps taking turns in each round."""
+    calls = [[(rep.plan.steps[index].node, call) for repeat in rep.plan.repeats.values()
+              for index, call in zip(repeat.owners, repeat.calls)] for rep in reps]
+    seen: list[dict[str, list[float]]] = [defaultdict(list) for _ in reps]
+    whole: list[list[float]] = [[] for _ in reps]
     for _ in range(rounds):
-        time.sleep(settle)
-        start = time.perf_counter()
-        rep.run(given)
-        whole.append(time.perf_counter() - start)
-        time.sleep(settle)
-        alone: dict[str, float] = {}
-        plan.run(given, times=alone)          # the steps outside a repeat, each on its own
-        for node in {step.node for step in plan.steps} - {node for node, _ in calls}:
-            seen[node].append(alone[node])
-        time.sleep(settle)
-        for node, (function, arguments) in calls:
+        for rep, its_calls, its_seen, its_whole in zip(reps, calls, seen, whole):
+            time.sleep(settle)
             start = time.perf_counter()
-            function(*arguments)
-            seen[node].append(time.perf_counter() - start)
-    return {node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in seen.items()}, whole
+            rep.run(given)
+            its_whole.append(time.perf_counter() - start)
+            time.sleep(settle)
+            alone: dict[str, float] = {}
+            rep.plan.run(given, times=alone)          # the steps outside a repeat, each on its own
+            for node in {step.node for step in rep.plan.steps} - {node for node, _ in its_calls}:
+                its_seen[node].append(alone[node])
+            time.sleep(settle)
+            made: dict[str, float] = defaultdict(float)   # a step's call and the arena's clears before it
+            for node, (function, arguments) in its_calls:
+                start = time.perf_counter()
+                function(*arguments)
+                made[node] += time.perf_counter() - start
+            for node, seconds in made.items():
+                its_seen[node].append(seconds)
+    return [({node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in its_seen.items()}, its_whole)
+            for its_seen, its_whole in zip(seen, whole)]
 
 
 def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rounds: int,
@@ -94,14 +104,20 @@ def cell(times: tuple[float, float] | None) -> str:
     return "-" if times is None else f"{times[0]:.0f} ({times[1]:.0f})"
 
 
-def table(rep, ours: dict, theirs: dict, threads: int) -> list[str]:
-    """One row per step: loopopt's and onnxruntime's median (minimum) microseconds and their ratio."""
-    rows = [f"| step | op | loopopt us {threads}T | onnxruntime us {threads}T | ORT/loopopt |",
-            "|---|---|---|---|---|"]
+def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None) -> list[str]:
+    """One row per step: loopopt's and onnxruntime's median (minimum) microseconds and their ratio; with
+    ``apart``, loopopt's without shared buffers and apart/shared."""
+    extra = (f" loopopt apart us {threads}T | apart/shared |", "---|---|") if apart is not None else ("", "")
+    rows = [f"| step | op | loopopt us {threads}T | onnxruntime us {threads}T | ORT/loopopt |{extra[0]}",
+            f"|---|---|---|---|---|{extra[1]}"]
     for step in rep.plan.steps:
         mine, peer = ours.get(step.node), matched(step, theirs)
         ratio = f"{peer[0] / mine[0]:.2f}" if mine and peer else "-"
-        rows.append(f"| {step.node} | {step.op_type} | {cell(mine)} | {cell(peer)} | {ratio} |")
+        cells = [step.node, step.op_type, cell(mine), cell(peer), ratio]
+        if apart is not None:
+            other = apart.get(step.node)
+            cells += [cell(other), f"{other[0] / mine[0]:.2f}" if other and mine else "-"]
+        rows.append("| " + " | ".join(cells) + " |")
     return rows
 
 
@@ -112,15 +128,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--settle", type=float, default=0.05, help="seconds before each timed run")
     parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO once prepared (root)")
+    parser.add_argument("--apart", action="store_true",
+                        help="also the plan with each step's buffer its own (no sharing), in turn each round")
     args = parser.parse_args()
     import onnx
     given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
-    rep = backend.prepare(args.model, strict=True, threads=args.threads)
-    for _ in range(3):                      # two runs show the repeats, the third runs them
-        rep.run(given)
+    reps = [backend.prepare(args.model, strict=True, threads=args.threads) for _ in range(1 + args.apart)]
+    reps[-1].plan.share = not args.apart
+    for rep in reps:
+        for _ in range(4):   # the first shares the buffers, two more show the repeats, the fourth runs them
+            rep.run(given)
     if args.realtime:
         realtime_threads()
-    ours, whole = loopopt_steps(rep, given, args.rounds, args.settle)
+    (ours, whole), *apart = loopopt_steps(reps, given, args.rounds, args.settle)
+    rep = reps[0]
     theirs, peer = onnxruntime_nodes(args.model, given, args.threads, args.rounds, args.settle)
     repeated = sum(r.stop - r.start for r in rep.plan.repeats.values())
     print(f"{Path(args.model).name}, {args.threads} thread(s), {args.rounds} rounds, load "
@@ -128,8 +149,11 @@ def main() -> None:
           f"repeat(s); rep.run median {np.median(whole) * 1e3:.2f} ms (min {min(whole) * 1e3:.2f}), steps "
           f"summed {sum(t[0] for t in ours.values()) / 1e3:.2f} ms; session.run median "
           f"{np.median(peer) * 1e3:.2f} ms (min {min(peer) * 1e3:.2f}), nodes summed "
-          f"{sum(t[0] for t in theirs.values()) / 1e3:.2f} ms")
-    print("\n".join(table(rep, ours, theirs, args.threads)))
+          f"{sum(t[0] for t in theirs.values()) / 1e3:.2f} ms"
+          + "".join(f"; apart (no shared buffers) rep.run median {np.median(w) * 1e3:.2f} ms (min "
+                    f"{min(w) * 1e3:.2f}), steps summed {sum(t[0] for t in a.values()) / 1e3:.2f} ms"
+                    for a, w in apart))
+    print("\n".join(table(rep, ours, theirs, args.threads, apart[0][0] if apart else None)))
 
 
 if __name__ == "__main__":

@@ -37,9 +37,10 @@ RUNTIMES = ("loopopt", "onnxruntime")
 SETTLE = 0.05        # seconds between two workers' calls: longer than libgomp's spin before it sleeps
 REALTIME_PRIORITY = 10   # ``Worker.realtime``'s SCHED_FIFO priority
 RETRIES = 3          # a round another process's real-time threads ran in is timed again at most so often
-WARM_RUNS = 2        # untimed runs of each worker after its warm-up round: loopopt's plan runs its steps one
-                     # by one in its first two runs (``plan.Plan``: two runs show the repeats), so its first
-                     # timed run would be its second, 1.1-1.3x a later one (ResNet-50 int8, AMD EPYC Zen 3)
+WARM_RUNS = 2        # untimed runs of each worker after its warm-up round: loopopt's plan shares its buffers
+                     # after its first run and runs its steps one by one in the next two (``plan.Plan``: two
+                     # runs in the shared memory show the repeats), so its first timed run would be its second
+                     # or third, 1.1-1.3x a later one (ResNet-50 int8, AMD EPYC Zen 3)
 REALTIME_POLICIES = (os.SCHED_FIFO, os.SCHED_RR)
 SCHEDSTAT = "/proc/self/schedstat"     # where Linux says how long a thread ran
 KERNEL_THREAD = 0x00200000    # PF_KTHREAD in a thread's flags (/proc/.../stat): the kernel's own threads
@@ -48,7 +49,8 @@ KERNEL_THREAD = 0x00200000    # PF_KTHREAD in a thread's flags (/proc/.../stat):
 @dataclass(frozen=True)
 class Contender:
     """What one worker runs: ``runtime`` (one of ``RUNTIMES``) on the model at ``path`` with ``threads``
-    threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them; ``env``: environment
+    threads; for loopopt, ``log`` and ``tune`` as ``backend.prepare`` takes them and ``share``: whether its
+    plan shares its steps' buffers by liveness (``Plan.share``; False: each its own); ``env``: environment
     variables set in its process only (e.g. ``OMP_WAIT_POLICY``); for onnxruntime, ``ort_int8``: its int8
     mode (``loopopt.onnx.peer.INT8_MODES``), and ``ort_spinning``: whether its intra-op threads spin
     after a call (its default; False: ``peers.ORT_NO_SPIN``)."""
@@ -62,6 +64,7 @@ class Contender:
     env: dict[str, str] = field(default_factory=dict)
     ort_int8: str = EXACT
     ort_spinning: bool = True
+    share: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -90,6 +93,7 @@ def _prepared(contender: Contender) -> tuple[Callable[[dict], list[np.ndarray]],
     from loopopt.onnx import backend
     rep = backend.prepare(str(contender.path), strict=True, threads=contender.threads, log=contender.log,
                           tune=contender.tune)
+    rep.plan.share = contender.share
     fallbacks = [f"{step.node} ({step.op_type}: {step.reason})" for step in rep.fallbacks()]
     return rep.run, fallbacks
 

@@ -70,11 +70,31 @@ def aligned_empty_like(array: np.ndarray, dtype=None) -> np.ndarray:
     return stored.transpose(np.argsort(order))
 
 
+def memory_axes(array: np.ndarray) -> list[int]:
+    """``array``'s axes from outer to inner in memory (by stride; a tie: the later axis inner)."""
+    strides = array.strides          # a few axes: sorted in Python
+    return sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis))
+
+
+def carve(memory: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+    """The ``nbytes`` bytes of the uint8 array ``memory`` from ``offset`` as an array of their own: a
+    kernel asking what follows it (``zeros_follow``) sees these bytes' end as its allocation's end."""
+    return np.frombuffer(memoryview(memory)[offset:offset + nbytes], np.uint8)
+
+
+def placed(raw: np.ndarray, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A C-contiguous array of ``shape`` and ``dtype`` at the start of the bytes ``raw`` (its buffer; the
+    bytes after it are its tail)."""
+    dtype = np.dtype(dtype)
+    return raw[:math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+
+
 class KeptArray:
     """The output buffer of a step that writes one on every run: ``like(array, dtype)`` is
     ``aligned_empty_like(array, dtype)`` on the first call and whenever ``array``'s shape, strides or
     the dtype change, else the same memory as last time (so a plan may repeat the step's C call on
-    the same arguments: ``onnx.plan.Plan.repeats``)."""
+    the same arguments: ``onnx.plan.Plan.repeats``). ``held`` and ``move``: the buffer, and its move
+    into memory a plan shares between steps (``onnx.arena``)."""
 
     def __init__(self) -> None:
         self._key: tuple = ()
@@ -85,6 +105,18 @@ class KeptArray:
         if key != self._key or self._array is None:
             self._key, self._array = key, aligned_empty_like(array, dtype)
         return self._array
+
+    def held(self) -> tuple[np.ndarray, int] | None:
+        """The buffer the last call gave, C-contiguous (its axes in memory order), and the zero bytes
+        after it that readers may read; None before the first call."""
+        if self._array is None:
+            return None
+        return self._array.transpose(memory_axes(self._array)), ALIGNMENT
+
+    def move(self, buffer: np.ndarray) -> None:
+        """Give ``buffer`` from now on (``held``'s shape and dtype, followed by as many zero bytes)."""
+        assert self._array is not None
+        self._array = buffer.transpose(np.argsort(memory_axes(self._array)))
 
 
 def zeros_follow(array: np.ndarray, count: int) -> bool:

@@ -268,7 +268,10 @@ class Kernel:
         the kernel stores each output once (``Generated.output_over_residual``), else ValueError.
         ``call.last_call()``: the last call's C function and arguments where
         that call was the C call alone (``plan.Plan`` repeats such calls without Python between them);
-        ``call.storage``: the buffer every call writes its output into."""
+        ``call.storage``: the buffer every call writes its output into; ``call.held()`` that buffer and
+        the zero bytes readers may read after it, where another step may share its memory (not an exact
+        buffer's, nor one with padding that no call writes), and ``call.move(buffer)`` the output's
+        buffer from then on (``onnx.arena``)."""
         inputs = self.op.inputs
         if isinstance(per_call, bool) or per_call not in range(1, len(inputs) + 1):
             raise ValueError(f"per_call must be the number of leading inputs each call gives, 1 to "
@@ -362,8 +365,21 @@ class Kernel:
                 return None
             return self.driver.function(), tuple(arguments)
 
+        tail = max(self._ahead(self._output_name), ALIGNMENT)      # as ``_zeros`` leaves it
+
+        def held() -> tuple[np.ndarray, int] | None:
+            return None if self.exact or stored.size != math.prod(out_shape) else (stored, tail)
+
+        def move(buffer: np.ndarray) -> None:
+            nonlocal stored, view, own_output
+            stored = values[self._output_name] = call.storage = buffer    # type: ignore[attr-defined]
+            view = layout.view(stored, out_shape)
+            parameter = self.generated.params[output_slot]
+            own_output = self.driver.bind((parameter,), {self._output_name: stored})[0]
+
         call.last_call = last_call    # type: ignore[attr-defined]
         call.storage = stored         # type: ignore[attr-defined]
+        call.held, call.move = held, move    # type: ignore[attr-defined]
         return call
 
     @property

@@ -74,8 +74,9 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     """Every node of a ResNet/MobileNetV2-shaped net off onnx.reference, each Relu, Clip and Add fused
     into the Conv before it (``onnx.epilogues``), its output onnxruntime's and every intermediate value
     onnx.reference's; the plan's buffers reused across runs: a second run on other inputs right, and
-    the first run's output kept; after two runs every step after the stem (which reads the model's
-    input) repeats its C call, the pools' and the Flatten view's too, right on other inputs again."""
+    the first run's output kept; after three runs (the second and third in the shared memory) every step
+    after the stem (which reads the model's input) repeats its C call, the pools' and the Flatten view's
+    too, right on other inputs again."""
     proto = residual_net()
     rep = backend.prepare(proto, strict=True)
     assert rep.fallbacks() == []
@@ -100,6 +101,7 @@ def test_residual_net_runs_on_kernels_and_numpy_and_matches():
     x2 = _x(2, 3, 9, 11)
     np.testing.assert_allclose(rep.run([x2])[0], expected(proto, [x2])[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(first, kept)          # the kernels' reused buffers: outputs copied out
+    np.testing.assert_allclose(rep.run([x2])[0], expected(proto, [x2])[0], rtol=1e-4, atol=1e-5)
     order = [step.node for step in rep.plan.steps]
     assert [order[r.start:r.stop] for r in rep.plan.repeats.values()] == [order[1:]]
     assert order[0] == "stem" and "GlobalAveragePool" in order[-3] and "Flatten" in order[-2]
@@ -136,22 +138,23 @@ def test_int8_convs_read_the_pools_output_in_place(tmp_path):
     """A quantized ResNet stem (QOperator): its 8-bit pool (DequantizeLinear -> Relu -> MaxPool ->
     QuantizeLinear, one step) writes a buffer placed as a kernel's output (64-byte aligned, zeros after
     it), so the int8 convs after it, whose kernels read a little past the end of their input
-    (``Generated.read_ahead``), read it in place and repeat their C calls after two runs, with the
-    pool's; later runs give the per-step path's bits. (The pool's buffer was a plain ``np.empty``:
-    ResNet-50's two convs after the pool packed a copy of it on every run.)"""
+    (``Generated.read_ahead``), read it in place (in the shared memory after the first run too: its
+    tail carved as an allocation's end) and repeat their C calls after three runs, with the pool's; later
+    runs give the per-step path's bits. (The pool's buffer was a plain ``np.empty``: ResNet-50's two
+    convs after the pool packed a copy of it on every run.)"""
     proto = quantized(pooled_stem(), tmp_path, "QOperator")
     rep = backend.prepare(proto, strict=True)
-    inputs = [_x(2, 3, 9, 11) for _ in range(3)]
-    rep.run([inputs[0]])
-    rep.run([inputs[1]])
+    inputs = [_x(2, 3, 9, 11) for _ in range(4)]
+    for x in inputs[:3]:
+        rep.run([x])
     steps = rep.plan.steps
     pool = next(i for i, step in enumerate(steps) if "MaxPool" in step.op_type)
     assert steps[pool].op_type.endswith("MaxPool -> QuantizeLinear")
     assert {steps[pool + 1].node, steps[pool + 2].node} == {"down_quant", "body_quant"}
     assert all(rep.lowered[name].on_kernel for name in ("down_quant", "body_quant"))
     assert any(r.start <= pool and pool + 3 <= r.stop for r in rep.plan.repeats.values())
-    got = rep.run([inputs[2]])[0]
-    np.testing.assert_array_equal(got, rep.values([inputs[2]])["y"])
+    got = rep.run([inputs[3]])[0]
+    np.testing.assert_array_equal(got, rep.values([inputs[3]])["y"])
 
 
 def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
@@ -195,19 +198,19 @@ def test_quantized_model_within_one_lsb():
 
 
 def test_lookup_and_int8_kernel_steps_repeat_their_calls():
-    """After two runs, the ReLU6 lookup on conv1's output (its storage, whatever conv1 read), conv2
-    reading it in place and the DequantizeLinear of conv2's output (into a buffer it keeps) repeat
-    their C calls; each later run on other inputs gives the per-step path's bits (``rep.values``) and
-    onnxruntime's within 1 LSB."""
+    """After three runs (the second and third in the shared memory), the ReLU6 lookup on conv1's output
+    (its storage, whatever conv1 read), conv2 reading it in place and the DequantizeLinear of conv2's
+    output (into a buffer it keeps) repeat their C calls; each later run on other inputs gives the
+    per-step path's bits (``rep.values``) and onnxruntime's within 1 LSB."""
     proto = requantized_chain()
     rep = backend.prepare(proto, strict=True)
-    inputs = [_x(1, 3, 9, 11) for _ in range(5)]
-    rep.run([inputs[0]])
-    rep.run([inputs[1]])
+    inputs = [_x(1, 3, 9, 11) for _ in range(6)]
+    for x in inputs[:3]:
+        rep.run([x])
     order = [step.node for step in rep.plan.steps]
     repeated = [order[r.start:r.stop] for r in rep.plan.repeats.values()]
     assert repeated == [["relu6", "conv2", "DequantizeLinear_6"]]
-    for x in inputs[2:]:
+    for x in inputs[3:]:
         got = rep.run([x])[0]
         np.testing.assert_array_equal(got, rep.values([x])["y"])
         scale = 0.04

@@ -131,7 +131,8 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(conv.name, conv.op_type, (*conv.input, *residual), (chain.output,),
                                   self._kernel_step(conv, runtime), KERNEL, owns_outputs=True,
                                   last_call=self._bound[conv.name].last_call,
-                                  storage=self._bound[conv.name].storage, overwrites=-1 if residual else 0))
+                                  storage=self._bound[conv.name].storage, overwrites=-1 if residual else 0,
+                                  holders=(self._bound[conv.name],)))
                 continue
             if node.name in absorbed:
                 continue
@@ -144,7 +145,8 @@ class LoopoptRep(BackendRep):
                 steps.append(Step(**step, run=self._kernel_step(node, runtime),
                                   owns_outputs=engine["engine"] == KERNEL, **engine,
                                   last_call=bound.last_call if bound is not None else None,
-                                  storage=bound.storage if bound is not None else None))
+                                  storage=bound.storage if bound is not None else None,
+                                  holders=(bound,) if bound is not None else ()))
             elif node.op_type in POOLS and node.domain in STANDARD_DOMAINS:
                 value = known.get(node.input[0])
                 selects = selects_elements(node.op_type, value and value.shape, pool_attributes(node),
@@ -152,16 +154,16 @@ class LoopoptRep(BackendRep):
                 pool = PoolRunner(node.op_type, pool_attributes(node), node.output, self.kernels.threads)
                 self._pools[node.name] = (pool, node.input[0])
                 steps.append(Step(**step, **_pool_step(pool, runtime, value), owns_outputs=True,
-                                  selects=pool.map_through if selects else None))
+                                  selects=pool.map_through if selects else None, holders=(pool,)))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
                                                     threads=self.kernels.threads)
                     views = node.op_type in VIEWS
-                    run, last_call = viewing(run) if views else (
-                        run, run.last_call if isinstance(run, Calling) else None)
+                    calling = isinstance(run, Calling)
+                    run, last_call = viewing(run) if views else (run, run.last_call if calling else None)
                     steps.append(Step(**step, run=run, engine=NUMPY, owns_outputs=not views,
-                                      last_call=last_call))
+                                      last_call=last_call, holders=run.holders if calling else ()))
                 except NotSupported as error:
                     steps.append(Step(**step, run=_reference_step(runtime), engine=REFERENCE,
                                       owns_outputs=False, reason=error.reason))

@@ -29,7 +29,7 @@ from types import ModuleType
 import numpy as np
 import onnx
 
-from ..buffers import KeptArray
+from ..buffers import KeptArray, memory_axes
 from ..targets.float_map import float_map
 from ..targets.pair_program import PairArith
 from ..targets.registry import host_target
@@ -76,7 +76,7 @@ def relu(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: M
         calls(flat, flat if reuse else memory_order(out))
         return [out]
 
-    return Calling(run, calls)
+    return Calling(run, calls, (kept,))
 
 
 def clip(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp: ModuleType = np,
@@ -134,7 +134,7 @@ def binary(function: np.ufunc) -> Builder:
             calls(flat, other, flat if reuse else memory_order(out))
             return [out]
 
-        return Calling(run, calls)
+        return Calling(run, calls, (kept,))
 
     return build
 
@@ -180,12 +180,6 @@ def concat(node: onnx.NodeProto, values: Sequence[Value | None], opset: int, xp:
     """Concat of arrays of ``xp`` along ``axis`` (a negative one from the end)."""
     axis = int(attributes(node, {"axis": None})["axis"])
     return lambda inputs, reuse: [xp.concatenate([a for a in inputs if a is not None], axis=axis)]
-
-
-def memory_axes(array: np.ndarray) -> list[int]:
-    """``array``'s axes from outer to inner in memory (by stride; a tie: the later axis inner)."""
-    strides = array.strides          # a few axes: sorted in Python
-    return sorted(range(array.ndim), key=lambda axis: (-strides[axis], -axis))
 
 
 def memory_order(array: np.ndarray) -> np.ndarray | None:
@@ -256,7 +250,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
             calls(flat, memory_order(out))
             return [out]
 
-        return Calling(compiled, calls)
+        return Calling(compiled, calls, (kept,))
 
     def formula(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
         shifted = q.astype(np.float32)
@@ -295,7 +289,7 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
             calls(flat, memory_order(out))
             return [out]
 
-        return Calling(compiled, calls)
+        return Calling(compiled, calls, (kept,))
 
     def run(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
         x, scale, zero = (*inputs, None)[:3]
@@ -345,7 +339,7 @@ def lookup(table: np.ndarray, threads: int = 1) -> Calling:
         calls(flat.view(np.uint8), (flat if reuse else memory_order(out)).view(np.uint8))
         return [out.view(table.dtype)]
 
-    return Calling(run, calls)
+    return Calling(run, calls, (kept,))
 
 
 def _pair_step(bind: Callable[..., tuple[Callable[..., None], tuple]], dtype: np.dtype) -> Calling:
@@ -366,7 +360,7 @@ def _pair_step(bind: Callable[..., tuple[Callable[..., None], tuple]], dtype: np
         calls(flat.view(np.uint8), memory_order(b).view(np.uint8), memory_order(out).view(np.uint8))
         return [out.view(dtype)]
 
-    return Calling(run, calls)
+    return Calling(run, calls, (kept,))
 
 
 def pair_lookup(table: np.ndarray, threads: int = 1) -> Calling:
@@ -487,13 +481,13 @@ def fuse_lookups(steps: list[Step], constants: dict[str, np.ndarray], known: Map
             if len(selects) > 1 or not non_decreasing(table, dtypes[0]):
                 continue
             selects[0].selects(table)
-            run, last_call, engine = selects[0].run, selects[0].last_call, KERNEL
+            run, last_call, engine, holders = selects[0].run, selects[0].last_call, KERNEL, selects[0].holders
         else:
             looked = lookup(table, threads) if len(sources) == 1 else _pair(chain, sources, dtypes, constants,
                                                                             table, threads)
-            run, last_call, engine = looked, looked.last_call, NUMPY
+            run, last_call, engine, holders = looked, looked.last_call, NUMPY, looked.holders
         name = " -> ".join(s.op_type for s in chain)
         fused[step.node] = Step(step.node, name, tuple(sources), step.outputs, run, engine, owns_outputs=True,
-                                last_call=last_call)
+                                last_call=last_call, holders=holders)
         fused.update((inner.node, None) for inner in chain[:-1])
     return [fused.get(step.node, step) for step in steps if fused.get(step.node, step) is not None]

@@ -90,16 +90,21 @@ class Lowering:
     def bind(self, kernel: Kernel, inputs: Inputs) -> Callable[..., list[np.ndarray]]:
         """The node's outputs as a function of its first input (and of the residual a kernel with
         ``add_residual`` adds), every other input the constant of ``inputs`` (checked and packed once:
-        ``Kernel.with_constants``); ``last_call`` and ``storage`` as the kernel's call has them;
-        ``over_residual``: whether a call may write the output over the residual it is given."""
+        ``Kernel.with_constants``); ``last_call``, ``storage``, ``held`` and ``move`` as the kernel's call
+        has them; ``over_residual``: whether a call may write the output over the residual it is given."""
         arrays, params = self.constants(inputs)
         call = kernel.with_constants(*(np.ascontiguousarray(a) for a in arrays), **params)
 
         def bound(x: np.ndarray, *residual: np.ndarray, over_residual: bool = False) -> list[np.ndarray]:
             return self.result(call(self.activation(x), *residual, over_residual=over_residual))
 
+        def move(buffer: np.ndarray) -> None:
+            call.move(buffer)
+            bound.storage = call.storage     # type: ignore[attr-defined]
+
         bound.last_call = call.last_call     # type: ignore[attr-defined]
         bound.storage = call.storage         # type: ignore[attr-defined]
+        bound.held, bound.move = call.held, move     # type: ignore[attr-defined]
         bound.over_residual = kernel.generated.output_over_residual   # type: ignore[attr-defined]
         return bound
 

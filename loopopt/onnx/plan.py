@@ -13,11 +13,13 @@ writing over its shortcut once the block's first conv has read it (as onnxruntim
 does: no buffer of its own to bring in from memory, no second stream).
 A kernel step writes the same buffers on every run (``Kernel.with_constants``), so a run's values
 are views the next run overwrites: ``outputs_of`` copies the model's outputs, ``run(keep=True)``
-every value, and a plan runs one call at a time.
+every value as its step gives it, and a plan runs one call at a time. After the first run the steps'
+buffers share memory by liveness (``arena``: a buffer no later step reads is where a later step writes),
+but those the model's outputs lie in; ``share = False`` before it keeps them apart.
 
 Consecutive kernel, pooling and 8-bit lookup steps (``Step.last_call``; a view step's, Flatten's,
 is no call: ``viewing``) that each read only buffers kernel steps write (or constants), in place,
-make the same C calls on every run: after two runs that show
+make the same C calls on every run: after two runs in the shared memory (the second and third) that show
 so (the same calls on the same arguments, the outputs in the same memory), a run makes those calls
 one after another (``Repeat``), with no Python between them but the loop. The per-step path costs
 3-4 us a step on a warm cache and 10-20 us on a cold one (the interpreter's and numpy's state evicted
@@ -31,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from .arena import Arena, Holder, share
 
 KERNEL, NUMPY, REFERENCE = "loopopt kernel", "numpy", "onnx.reference"    # what runs a step
 LastCall = Callable[[], "tuple[Callable[..., None], tuple] | None"]
@@ -56,18 +60,21 @@ class Step:
     selects: Callable[[np.ndarray], None] | None = None
     last_call: LastCall | None = None   # a kernel or lookup step: its last C call (``Kernel.with_constants``)
     storage: np.ndarray | None = None   # a bound kernel step: the buffer it writes on every run
+    holders: tuple[Holder, ...] = ()    # what holds the buffers it writes on every run (``arena``)
 
 
 @dataclass(frozen=True)
 class Repeat:
-    """Steps ``start`` to ``stop - 1``: their C calls, made as the last runs made them, the values
-    they leave (the same arrays on every run) and the values no later step reads."""
+    """Steps ``start`` to ``stop - 1``: their C calls, made as the last runs made them (and the arena's
+    ``clears`` before them), the step each call is made for, the values they leave (the same arrays on
+    every run) and the values no later step reads."""
 
     start: int
     stop: int
     calls: tuple[tuple[Callable[..., None], tuple], ...]
     values: dict[str, np.ndarray]
     dead: tuple[str, ...]
+    owners: tuple[int, ...]
 
 
 class BoundCalls:
@@ -96,11 +103,11 @@ class BoundCalls:
 class Calling:
     """A step's ``run(inputs, reuse)`` whose C work is one call through ``calls`` (``BoundCalls``), or on
     some inputs none (a case left to numpy); ``last_call()``: the call the last run made, None where
-    it made none (``Step.last_call``: the plan may repeat it)."""
+    it made none (``Step.last_call``: the plan may repeat it); ``holders``: of the buffers it writes."""
 
     def __init__(self, run: Callable[[Sequence[np.ndarray | None], bool], Sequence[np.ndarray]],
-                 calls: BoundCalls):
-        self.run, self.calls = run, calls
+                 calls: BoundCalls, holders: tuple[Holder, ...] = ()):
+        self.run, self.calls, self.holders = run, calls, holders
         self._made: tuple[Callable[..., None], tuple] | None = None
 
     def __call__(self, inputs: Sequence[np.ndarray | None], reuse: bool) -> Sequence[np.ndarray]:
@@ -151,16 +158,23 @@ class Plan:
                             and n not in constants) for i, step in enumerate(steps)]
         self.repeats: dict[int, Repeat] = {}     # by first step, once two runs showed them (``_learn``)
         self._seen: list[Seen] = []              # the kernel steps' calls and outputs in the runs so far
+        self.share = True                        # share the steps' buffers after the first run (``arena``)
+        self.arena: Arena | None = None          # the shared memory, once shared
 
     def run(self, given: dict[str, np.ndarray], keep: bool = False,
             times: dict[str, float] | None = None) -> dict[str, np.ndarray]:
         """The values of a run on ``given`` (the graph's inputs): the outputs, as views the next run
-        overwrites, or with ``keep`` a copy of every value (and no step then overwrites an input).
-        ``times``: each step's seconds, by node (each step then runs on its own, as ``keep`` does)."""
+        overwrites, or with ``keep`` a copy of every value, taken as its step gives it (no step then
+        overwrites an input). ``times``: each step's seconds, by node (each step then runs on its own, as
+        ``keep`` does). The first run that is neither shares the steps' buffers after it (``_share``)."""
         values = {"": None, **self.constants, **given}
+        copies = {name: np.array(value) for name, value in given.items()} if keep else {}
         alone = keep or times is not None
         repeats = {} if alone else self.repeats
         seen: Seen | None = None if alone or len(self._seen) == 2 else {}
+        # the first ordinary run: each step's outputs, by name (the buffers are shared after it)
+        named: dict[str, np.ndarray] | None = {} if self.share and self.arena is None and not alone else None
+        clears = {} if self.arena is None else self.arena.clears
         index = 0
         while index < len(self.steps):
             repeat = repeats.get(index)
@@ -174,23 +188,54 @@ class Plan:
                 continue
             step = self.steps[index]
             start = time.perf_counter() if times is not None else 0.0
-            outputs = step.run([values[name] for name in step.inputs], step.reuse and not keep)
+            for function, arguments in clears.get(index, ()):
+                function(*arguments)
+            inputs = [values[name] for name in step.inputs]
+            outputs = step.run(inputs, step.reuse and not keep)
             values.update(zip(step.outputs, outputs))
             if times is not None:
                 times[step.node] = time.perf_counter() - start
+            if keep:
+                copies.update((name, np.array(value)) for name, value in zip(step.outputs, outputs))
+            if named is not None:
+                named.update((n, a) for n, a in zip(step.outputs, outputs) if isinstance(a, np.ndarray))
             if seen is not None and step.last_call is not None:
                 seen[index] = (step.last_call(), tuple(outputs))
-            if not keep:
-                for name in self._dead[index]:
-                    del values[name]
+            for name in self._dead[index]:
+                del values[name]
             index += 1
         del values[""]
         if seen is not None:
             self._learn(seen)
+        if named is not None:
+            self._share(named)
         if keep:
-            return {name: value if name in self.constants else np.array(value)
-                    for name, value in values.items()}
+            return {**self.constants, **copies}
         return values
+
+    def _share(self, named: dict[str, np.ndarray]) -> None:
+        """Move the steps' buffers into one arena by the liveness of the first run's arrays (``named``: each
+        step's outputs): a step reads the memory of its inputs, and of an input that a step which may give
+        views of its inputs gave (``owns_outputs`` false: Flatten, onnx.reference), that step's inputs'
+        memory too, views in the first run or not; the repeats are learnt from the next two runs, in the
+        arena."""
+        producers = {name: step for step in self.steps for name in step.outputs}
+
+        def memory(name: str) -> list[np.ndarray]:
+            """The arrays whose memory value ``name`` may lie in."""
+            step, own = producers.get(name), [named[name]] if name in named else []
+            viewed = step is not None and not step.owns_outputs
+            return own + [a for n in step.inputs if n for a in memory(n)] if viewed else own
+
+        self.arena = share([holder for step in self.steps for holder in step.holders],
+                           [[a for n in step.inputs if n for a in memory(n)] for step in self.steps],
+                           [[named[n] for n in step.outputs if n in named] for step in self.steps],
+                           [a for name in self.outputs for a in memory(name)])
+        for step in self.steps:      # a kernel step's storage: where its holder moved it
+            held = step.holders[0].held() if step.storage is not None and step.holders else None
+            if held is not None:
+                step.storage = held[0]
+        self._seen.clear()
 
     def _learn(self, seen: Seen) -> None:
         """Keep ``seen``; after two runs, the ``repeats``: the longest runs of steps that made the same
@@ -215,8 +260,10 @@ class Plan:
         for run in runs:
             written = {name: value for i in run for name, value in zip(self.steps[i].outputs, second[i][1])}
             dead = tuple(name for i in run for name in self._dead[i])
-            self.repeats[run[0]] = Repeat(run[0], run[-1] + 1, tuple(second[i][0] for i in run),
-                                          written, dead)
+            clears = {} if self.arena is None else self.arena.clears
+            made = [(i, call) for i in run for call in (*clears.get(i, ()), second[i][0])]
+            self.repeats[run[0]] = Repeat(run[0], run[-1] + 1, tuple(call for _, call in made), written, dead,
+                                          tuple(i for i, _ in made))
 
     def outputs_of(self, given: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The model's outputs on ``given``, each a C-contiguous array of its own in its logical layout."""

@@ -252,6 +252,7 @@ class PoolRunner:
         self.threads = threads      # the model's: the kernel's rows split over up to this many
         self._kernels: dict[tuple, tuple[PoolKernel, np.ndarray, BoundCalls]] = {}
         self._last: BoundCalls | None = None      # the calls of the kernel the last run ran on
+        self._ran: tuple | None = None            # the key of that kernel (``held``)
         self.table: np.ndarray | None = None      # what each max of 8-bit values is mapped through
 
     def map_through(self, table: np.ndarray) -> None:
@@ -310,8 +311,19 @@ class PoolRunner:
             self.adopt(schedule.compile())
         kernel, out, calls = self._kernels[key]
         calls(kernel.stored(x), out)
-        self._last = calls
+        self._last, self._ran = calls, key
         return kernel.logical(out)
+
+    def held(self) -> tuple[np.ndarray, int] | None:
+        """The output buffer of the kernel the last run ran on and the zero bytes after it (``adopt``);
+        None where no kernel ran."""
+        return None if self._last is None else (self._kernels[self._ran][1], ALIGNMENT)
+
+    def move(self, buffer: np.ndarray) -> None:
+        """Write that kernel's output into ``buffer`` from now on (``held``'s shape and dtype, followed by
+        as many zero bytes: ``onnx.arena``)."""
+        kernel, _, calls = self._kernels[self._ran]
+        self._kernels[self._ran] = (kernel, buffer, calls)
 
     def last_call(self) -> tuple[Callable[..., None], tuple] | None:
         """The last run's C call, where a kernel ran it (``Step.last_call``)."""

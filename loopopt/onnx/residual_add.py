@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..buffers import KeptArray
+from ..buffers import KeptArray, memory_axes
 from ..targets.registry import host_target
 from ..targets.threaded_c import threads_for
-from .elementwise import INTEGER_RANGES, memory_axes, memory_order
+from .elementwise import INTEGER_RANGES, memory_order
 from .lowering import Value
 from .plan import NUMPY, BoundCalls, Calling, Step
 
@@ -69,7 +69,7 @@ def residual_add(dequantize: Step, add: Step, relu: Step | None, zero: float, sc
         calls(codes, floats, floats if reuse else memory_order(out))
         return [out]
 
-    return Calling(run, calls)
+    return Calling(run, calls, (kept,))
 
 
 def fuse_residual_adds(steps: list[Step], constants: Mapping[str, np.ndarray], known: Mapping[str, Value],
@@ -105,5 +105,6 @@ def fuse_residual_adds(steps: list[Step], constants: Mapping[str, np.ndarray], k
         replaced[dequantize.node] = replaced[add.node] = None
         replaced[last.node] = Step(last.node, FUSED + (" -> Relu" if relu else ""),
                                    (dequantize.inputs[0], residual), last.outputs, run, NUMPY,
-                                   owns_outputs=True, overwrites=1, last_call=run.last_call)
+                                   owns_outputs=True, overwrites=1, last_call=run.last_call,
+                                   holders=run.holders)
     return [replaced.get(step.node, step) for step in steps if replaced.get(step.node, step) is not None]
