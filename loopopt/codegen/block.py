@@ -497,9 +497,12 @@ class RegisterBlock:
         elif extra:
             mask = f"{acc.name}_now"
             em.emit(indent, f"const {isa.mask_type} {mask} = {isa.mask_bits(s=' & '.join(bits + extra))};")
-        a, b = (self._operand(indent, t, acc, mask, guards) for t in em.op.inputs)
+        activations, weights = em.op.inputs
+        memory = self._memory_reference(weights, acc, mask) if self.vector else None
+        a = self._operand(indent, activations, acc, mask, guards)
+        # a weight vector the update reads from memory is loaded by no statement of its own
+        b = "" if memory is not None else self._operand(indent, weights, acc, mask, guards)
         conditions = ([f"{acc.name}_ok"] if guards.store and not self.known else []) + guards.update
-        memory = self._memory_reference(em.op.inputs[1], acc, mask) if self.vector else None
         if not self.vector:
             update = f"{acc.name} += {em.arith.product(a, b, acc.bindings)};"
         elif memory is not None:
@@ -538,11 +541,8 @@ class RegisterBlock:
         return protect
 
     def _operand(self, indent: int, tensor: str, acc: Accumulator, mask: str | None, guards: _Guards) -> str:
-        """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load
-        (none where the update reads it from memory: ``_memory_reference``)."""
+        """The name of ``tensor``'s value for ``acc`` in this iteration, loaded once per distinct load."""
         em = self.em
-        if self.vector and tensor == em.op.inputs[1] and self._memory_reference(tensor, acc, mask):
-            return ""
         protect = self._protecting(tensor, acc)
         varying = self.vector is not None and em.kinds[tensor].kind != "broadcast"
         lanes = mask if varying else None

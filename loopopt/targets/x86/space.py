@@ -723,14 +723,14 @@ def operand_registers(isa: str, weights: str, vectors: int, fmt: str = "int8") -
 
 def memory_operand(op: Op, isa: str, weights: str, vectors: int, pixel: str | None) -> bool:
     """Whether a register block of ``op`` on ``isa`` of ``vectors`` channel vectors may hold one accumulator
-    row more than its registers leave beside all its weight vectors, its last weight vector multiplied
-    from memory by each update (``codegen/block.py``'s operands from memory, the table's
-    ``fma_memory``): a float32 op of one group, plain or packed weights, two or more vectors, along a
-    padded window, whose rows a block that wide covers without the partial block's padding-guarded
-    copy (``tail``). ResNet's 3x3 convs at 7x7 on a Zen 3 core (AMD EPYC, 1 thread, kernel only, thread
-    times of 21 interleaved calls): 512->512 7x16 0.85x the 4x16 first choice's median, 256->512 stride 2
-    0.93x, 512->512 stride 2 from 14x14 0.89x; at 14x14 and wider 1.08-1.11x (15 loads a row of 14
-    multiply-adds against 4x16's 6 of 8: ``MEMORY_OPERAND``); 1x1 convs 1.2-1.5x (not offered)."""
+    row more than its registers leave beside all its weight vectors, its last weight vector multiplied from
+    memory by each update (``codegen/block.py``'s operands from memory, the table's ``fma_memory``): a float32
+    op of one group, plain or packed weights, two or more vectors, along a padded window (where the wider
+    block covers a row without a partial block's padding-guarded copy, as 7 columns in one 7x16 block against
+    4x16's 4 + 3). ResNet's 3x3 convs at 7x7 on a Zen 3 core (AMD EPYC, 1 thread, kernel only, thread times of
+    21 interleaved calls): 512->512 7x16 0.85x the 4x16 first choice's median, 256->512 stride 2 0.93x,
+    512->512 stride 2 from 14x14 0.89x; at 14x14 and wider 1.08-1.11x (15 loads a row of 14 multiply-adds
+    against 4x16's 6 of 8: ``MEMORY_OPERAND``); 1x1 convs 1.2-1.5x (not offered)."""
     window = tap_window(op, pixel)
     return ("fma_memory" in ISAS[isa].ops and op.quant is None and op.dtype == "float32" and op.groups == 1
             and weights in WEIGHTS[:2] and vectors >= 2 and window is not None
