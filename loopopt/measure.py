@@ -148,6 +148,12 @@ def tolerance(op, inputs: dict[str, np.ndarray], sum_roundoff: float | None = No
     return 2 * terms * np.finfo(np.float32).eps * magnitude + 1e-6
 
 
+def output_rounded(op, expected: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``bound`` on a float32 result widened by its one rounding, to nearest, into a 16-bit output
+    (``OUT_ROUNDOFF``; a float32 output: ``bound`` as it is)."""
+    return bound + OUT_ROUNDOFF[op.out_dtype] * (np.abs(expected) + bound)
+
+
 def _gamma(terms: int, unit_roundoff: float) -> float:
     """``n u / (1 - n u)``: the relative error bound of a sum of ``n`` terms in any order."""
     return terms * unit_roundoff / (1 - terms * unit_roundoff)
@@ -253,8 +259,7 @@ def checked(kernel: Measurable, seed: int = 0) -> tuple[bool, float, float]:
                 residual = args[-1][rows] if kernel.epilogue.residual else None
                 expected = kernel.epilogue.apply(expected, residual)
                 bound = bound + np.finfo(np.float32).eps * np.abs(expected)   # the residual's one rounding
-            # a 16-bit output: the float32 result rounded once more, to nearest (``OUT_ROUNDOFF``)
-            bound = bound + OUT_ROUNDOFF[op.out_dtype] * (np.abs(expected) + bound)
+            bound = output_rounded(op, expected, bound)
         else:
             expected = reference_output(op, block, params)
             bound = (np.zeros(expected.shape) if not op.quant.dequantized else
