@@ -119,13 +119,16 @@ CLUSTERED = {"cluster 2x1, 3 warpgroups": (lo.Matmul(300, 260, 200, dtype="float
              "specialized cluster 1x2 split_k=2": (lo.Gemm(250, 70, 72, alpha=0.5, beta=2.0, dtype="float16"),
                                                    {"block_n": 32, "split_k": 2, "cluster": (1, 2),
                                                     "specialize": True}),
-             # the GEMM in no catalog's first choice: one wave of 192 x 256 in pairs along the columns
-             "no catalog's first choice 1x2": (NO_CATALOG, {"block_m": 192, "block_n": 256, "warps_m": 3,
+             # the GEMM in no catalog's one wave of 192 x 256 in pairs along the columns (B as given)
+             "no catalog's one wave 1x2": (NO_CATALOG, {"block_m": 192, "block_n": 256, "warps_m": 3,
                                                             "depth": 64, "swizzle": 128, "stages": 4,
                                                             "cluster": (1, 2)})}
 
 
 PADDED_ROWS = {"no catalog's first choice, B in NK64k": (NO_CATALOG, {
+                   "block_m": 192, "block_n": 256, "warps_m": 3, "depth": 64, "swizzle": 128, "stages": 4},
+                   {"B": "NK64k"}),
+               "no catalog's one wave in 1x2, B in NK64k": (NO_CATALOG, {
                    "block_m": 192, "block_n": 256, "warps_m": 3, "depth": 64, "swizzle": 128, "stages": 4,
                    "cluster": (1, 2)}, {"B": "NK64k"}),
                "no catalog's 192x128 walk in 1x2, A and B in 64-column blocks": (NO_CATALOG, {

@@ -26,9 +26,9 @@ accumulators per thread than the SM needs to hide latency), their shared-memory/
 loads from L2 (each block loads its inputs' tiles of its reduction share: ``l2_bytes``) and, tensor-core
 kernels, the instructions their warps issue (``step_instructions``: the copies' code as the printer's
 kernels compile, the products); the whole kernel takes at least its device-memory bytes (inputs once,
-the output once per split-K share) at the HBM rate; plus a launch, each block round's pipeline fill and,
-split-K, the atomic adds of its shares and the output's zeroing after the products
-(``atomic_bytes_per_s``). A TMA-copied conv's blocks are its pixel boxes (``pixel_box``, overhanging
+the output once per split-K share) at the HBM rate; plus a launch (more in clusters), each block
+round's pipeline fill and, split-K, the atomic adds of its shares and the output's zeroing after the
+products (``atomic_bytes_per_s``). A TMA-copied conv's blocks are its pixel boxes (``pixel_box``, overhanging
 where they do not tile the output). The calibrated figures (launch, clock, issue and tensor rates, L2,
 atomics, instruction counts) are ``costs.COSTS``, each measured, counted or fitted on recorded H200 runs
 (``calibration``); the search prices its tensor-core candidates by this model (``own_seconds``: the
@@ -289,6 +289,7 @@ class Work:
     requantized: float = 0.0       # per block: outputs a requantizing epilogue makes after the products
     thread_outputs: float = 0.0    # of those, one thread's
     serial_cycles: float = 0.0     # per block: cycles its SM spends on it alone, one block after another
+    clustered: bool = False        # launched in clusters (``costs.cluster_launch_seconds``)
 
 
 @dataclass(frozen=True)
@@ -500,7 +501,9 @@ def _rows_straddle_lines(op: Op, knobs: TensorKnobs) -> bool:
     on the H200: 2000x3000 on 192 x 256 tiles in one wave, in pairs along the columns against alone, one
     launch interleaved with cuBLAS: K = 1000 (2000-byte rows) 0.8-1.1% faster in six interleavings in
     three calls (0.977-0.981x cuBLAS against 0.970-0.978x in two earlier sessions), K = 1024 1.5-2.1%
-    slower in four (24.86 against 24.42 us in an earlier session)."""
+    slower in four (24.86 against 24.42 us in an earlier session). With B in whole-line rows (``padded``)
+    the pair was slower in four of five interleavings (0.3% faster to 1.1% slower): the model ties their
+    products and prices the pair's clustered launch (``cluster_launch_seconds``), so it ranks second."""
     _, _, channels, _ = _matrix(op)
     return channels * knobs.instruction.element_bytes % L2_LINE_BYTES != 0
 
@@ -755,7 +758,8 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 share * latency / max(1, knobs.stages - (2 if entry.asynchronous else 1)), rate, 1.0,
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
-                _split_bytes(op, knobs.split_k, costs), knobs.persistent, *_requantized(op, knobs))
+                _split_bytes(op, knobs.split_k, costs), knobs.persistent, *_requantized(op, knobs),
+                clustered=knobs.cluster != (1, 1))
 
 
 def _l2_rate(knobs: TensorKnobs, blocks: int, gpu: Gpu, costs: Costs = COSTS) -> float:
@@ -946,7 +950,8 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     epilogue = exposed * (resident * work.requantized * costs.epilogue_cycles_per_output
                           + work.thread_outputs * costs.epilogue_thread_cycles) / clock
     serial = waves * resident * work.serial_cycles / clock
-    seconds = (costs.launch_seconds + max(waves * per_wave, hbm) + overhead + epilogue + serial
+    launch = costs.launch_seconds + (costs.cluster_launch_seconds if work.clustered else 0.0)
+    seconds = (launch + max(waves * per_wave, hbm) + overhead + epilogue + serial
                + work.atomic_bytes / costs.atomic_bytes_per_s)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
