@@ -9,7 +9,9 @@ kernel), at K = 1000 with B, the weights, stored in whole-line rows as the searc
 outside the timed call: ``bench_cuda_tensor.prepacked``; cuBLAS on B as given), both with a float16
 output as cuBLAS writes it, next to cuBLAS in the same process, timed as ``bench_cuda_tensor.py`` times
 its variants (one launch with the L2 overwritten, in a CUDA graph, the fastest in alternation with cuBLAS)
-after the cost model's first three candidates (``model_first``).
+after the cost model's first three candidates (``model_first``); then (``together``) BERT's tiles' and the
+GEMM in no catalog's fastest five, with BERT's baseline and the GEMM's first choice alone and in 1x2 pairs,
+all in alternation with cuBLAS in the same rounds, three times.
 
 ``python benchmarks/bench_cuda_rings.py [--only bert,bert_tiles,novel_gemm,novel_gemm.k1024] [--json PATH]``;
 ``--check``: small deep-ring, tall-tile and clustered persistent kernels verified once (the run to put under
@@ -91,22 +93,37 @@ def variants(case: str, op: lo.Op) -> list[tuple[str, dict]]:
             *(("gpu_wgmma", arguments) for arguments in AS_GIVEN)]
 
 
+def op_of(case: str) -> lo.Op:
+    return half_op("bert") if case == "bert_tiles" else case_op(case)
+
+
 def bench(cases: list[str]) -> list[dict]:
-    rows = bench_variants(cases, choose=variants,
-                          op_of=lambda case: half_op("bert") if case == "bert_tiles" else case_op(case))
-    if "bert_tiles" in cases:
-        together([r for r in rows if r["case"] == "bert_tiles"])
+    rows = bench_variants(cases, choose=variants, op_of=op_of)
+    for case in ("bert_tiles", "novel_gemm"):
+        if case in cases:
+            together(case, [r for r in rows if r["case"] == case])
     return rows
 
 
-def together(rows: list[dict], count: int = 5, rounds: int = 9) -> None:
-    """The ``count`` fastest verified of ``rows`` (by one launch) and the baseline timed in alternation
-    with cuBLAS, all in each round (``rounds`` of 20 cold runs each): their medians and cuBLAS / each."""
+def pinned(case: str, op: lo.Op) -> list[dict]:
+    """The kernels ``together`` times whatever their one launch: BERT's baseline; the GEMM in no
+    catalog's first choice (``model_first``) and the same kernel in 1x2 pairs."""
+    if case == "bert_tiles":
+        return [BASELINE]
+    first = model_first(op, 1)[0][1]
+    return [first, first | {"cluster": (1, 2)}]
+
+
+def together(case: str, rows: list[dict], count: int = 5, rounds: int = 9, repeats: int = 3) -> None:
+    """``pinned``'s kernels and the ``count`` fastest verified of ``rows`` (by one launch) timed in
+    alternation with cuBLAS, all in each round (``rounds`` of 20 cold runs each), ``repeats`` times:
+    their medians and cuBLAS / each, a line each."""
     import cupy as cp
     import torch
-    op = half_op("bert")
+    op = op_of(case)
     ranked = sorted((r for r in rows if r["verified"]), key=lambda r: r["median_ms"])[:count]
-    chosen = [BASELINE, *(r["arguments"] for r in ranked if r["arguments"] != BASELINE)]
+    chosen = pinned(case, op)
+    chosen += [r["arguments"] for r in ranked if r["arguments"] not in chosen]
     logical, stored = torch_tensors(op)
     a, b = logical
     calls = [lambda: torch.matmul(a, b)]
@@ -116,11 +133,11 @@ def together(rows: list[dict], count: int = 5, rounds: int = 9) -> None:
                        kernel.parameter_dtype(op.output))
         buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
         calls.append(lambda kernel=kernel, buffers=buffers: kernel.run(buffers))
-    for repeat in range(2):
+    for repeat in range(repeats):
         peer_ms, *mine = (seconds * 1e3 for seconds in interleaved_medians(calls, rounds))
         for arguments, ms in zip(chosen, mine):
-            print(json.dumps({"together": repeat, "arguments": arguments, "ms": ms, "cublas_ms": peer_ms,
-                              "cublas_over_loopopt": peer_ms / ms}), flush=True)
+            print(json.dumps({"case": case, "together": repeat, "arguments": arguments, "ms": ms,
+                              "cublas_ms": peer_ms, "cublas_over_loopopt": peer_ms / ms}), flush=True)
 
 
 def check() -> bool:
