@@ -9,6 +9,14 @@ one launch in alternation with cuBLAS and the kernel as printed, in the same rou
 - ``prefetched``: the three tensor maps prefetched (``prefetch.tensormap``) before the barriers are set
   up, so the first boxes need not fetch their descriptors.
 
+And two of its end, the outputs' TMA stores (a warpgroup's 64 x 256 outputs in four 64 x 64 boxes through
+two 8 KB staging buffers, each reused once the store before last has read it, a warpgroup barrier before
+and after each box's writes):
+
+- ``own buffers``: each box staged in a buffer of its own (12 of 8 KB in the ring's 229 KB, free by
+  then): no wait for the bulk stores' reads, one warpgroup barrier a box.
+- ``one barrier``: the same, the four boxes written, then one barrier, then the four stores issued.
+
 ``python benchmarks/bench_cuda_cold.py [--json PATH]``
 """
 from __future__ import annotations
@@ -49,8 +57,31 @@ def prefetched(source: str) -> str:
     return _substituted(MAPS, rf"\n    if (lo_thread == 0) {{ {prefetch}}}\1", source)
 
 
+BUFFER = re.compile(r"const int lo_buffer = lo_w \* 2 \+ \(\(lo_fa \* 1 \+ lo_fb\) \* 4 \+ lo_c\) % 2;\n"
+                    r"\s*if \(lo_thread % 128 == 0\) LO_STORES_READ_BUT\(1\);\n\s*LO_GROUP_SYNC\(\);\n")
+STORE = re.compile(r"(\n\s*)asm volatile\(\"fence\.proxy\.async\.shared::cta;\" ::: \"memory\"\);\n\s*"
+                   r"LO_GROUP_SYNC\(\);\n\s*if \(lo_thread % 128 == 0\) (lo_tma_store_2d\(.*\);)\n(\s*)\}\n")
+
+
+def own_buffers(source: str) -> str:
+    """Each of a warpgroup's four output boxes staged in a buffer of its own, no wait for earlier stores'
+    reads, no barrier before its writes."""
+    return _substituted(BUFFER, "const int lo_buffer = lo_w * 4 + lo_c;\n", source)
+
+
+def one_barrier(source: str) -> str:
+    """``own_buffers``, the four boxes' stores issued after one barrier once all four are written."""
+    def moved(match: re.Match) -> str:
+        indent = match.group(3)
+        return (f"\n{indent}}}\n{indent}asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+                f"{indent}LO_GROUP_SYNC();\n{indent}if (lo_thread % 128 == 0) "
+                f"for (int lo_c = 0; lo_c < 4; ++lo_c) {{ const int lo_buffer = lo_w * 4 + lo_c; "
+                f"{match.group(2)} }}\n")
+    return _substituted(STORE, moved, own_buffers(source))
+
+
 VARIANTS = {"as printed": lambda s: s, "filled": filled, "prefetched": prefetched,
-            "filled + prefetched": lambda s: prefetched(filled(s))}
+            "own buffers": own_buffers, "one barrier": one_barrier}
 
 
 def bench() -> list[dict]:
