@@ -34,9 +34,10 @@ import json
 import re
 
 from bench_cuda_kstep import _substituted, kernel_from
-from bench_cuda_tensor import prepacked, reference, run_variant, torch_tensors
+from bench_cuda_launch import launch, together
+from bench_cuda_tensor import reference, run_variant, torch_tensors
 from bench_cuda_tune import case_op
-from cuda_bench import interleaved_medians, rows_main
+from cuda_bench import rows_main
 
 from loopopt.dataflows import gpu_wgmma
 from loopopt.targets.cuda import device
@@ -132,15 +133,8 @@ def bench() -> list[dict]:
                      "graph_us": row["graph_ms"] * 1e3, "registers": row["registers"]})
         print(json.dumps(rows[-1]), flush=True)
         if row["verified"]:
-            out = device.cupy().empty((op.m, op.n), kernel.parameter_dtype(op.output))
-            buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
-            calls[name] = lambda kernel=kernel, buffers=buffers: kernel.run(buffers)
-    for repeat in range(3):
-        medians = interleaved_medians(list(calls.values()))
-        rows.append({"op": repr(op), "together": repeat} | {
-            name: round(seconds * 1e6, 2) for name, seconds in zip(calls, medians)})
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+            calls[name] = launch(kernel, stored)
+    return rows + together(op, calls, 3)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench_cuda_against import WIDE
 from bench_cuda_kstep import _substituted, graph_ms, kernel_from
-from bench_cuda_tensor import reference, run_variant, torch_tensors
+from bench_cuda_tensor import prepacked, reference, run_variant, torch_tensors
 from bench_cuda_tune import case_op
 from cuda_bench import interleaved_medians, rows_main
 
@@ -210,12 +210,26 @@ def timed(op, variants: dict, trace: bool) -> list[dict]:
                      "graph_us": graph_ms(kernel, stored) * 1e3})
         print(json.dumps(rows[-1]), flush=True)
         if row["verified"]:
-            out = device.cupy().empty((op.m, op.n), kernel.parameter_dtype(op.output))
-            buffers = kernel.bind(dict(zip(op.call_tensors, stored)) | {op.output: out})
-            calls[name] = lambda kernel=kernel, buffers=buffers: kernel.run(buffers)
+            calls[name] = launch(kernel, stored)
     if trace:
         rows.append({"op": repr(op), "traced": traced(calls)})
-    for repeat in range(2):
+    return rows + together(op, calls, 2)
+
+
+def launch(kernel, stored: list):
+    """A call of ``kernel`` on ``stored`` (B packed into its layout: ``prepacked``) into an output of its
+    own."""
+    op = kernel.op
+    out = device.cupy().empty((op.m, op.n), kernel.parameter_dtype(op.output))
+    buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
+    return lambda: kernel.run(buffers)
+
+
+def together(op, calls: dict, repeats: int) -> list[dict]:
+    """``calls`` timed one launch in alternation (``interleaved_medians``), ``repeats`` times: a row of
+    their medians (us) each."""
+    rows = []
+    for repeat in range(repeats):
         medians = interleaved_medians(list(calls.values()))
         rows.append({"op": repr(op), "together": repeat} | {
             name: round(seconds * 1e6, 2) for name, seconds in zip(calls, medians)})
