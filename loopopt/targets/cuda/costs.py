@@ -63,7 +63,7 @@ class Costs:
     # blocks of 384 threads, 229 KB of shared memory and three tensor maps, 2.82-2.91 us one launch alone,
     # 3.04 in pairs (``__cluster_dims__(2, 1, 1)``; H200, 2026-11-30, bench_cuda_launch.py). Where a
     # pair's products bind as the kernel alone's, this is what tells them apart: the GEMM in no catalog's
-    # one wave with B in whole-line rows ran 0.7-1.1% slower in pairs in four of five interleavings.
+    # one wave with B in whole-line rows ran 0.7-1.3% slower in pairs in nine of ten interleavings.
     cluster_launch_seconds: float = 0.2e-6
     # fitted: cycles until a step's TMA boxes land, a ring of s buffers keeping s - 2 steps in flight (the
     # consumers hold two): BERT on 64 x 64 TMA tiles, warp-specialized, ran 18.8-18.9, 16.1-16.3 and 13.3-13.4

@@ -502,7 +502,7 @@ def _rows_straddle_lines(op: Op, knobs: TensorKnobs) -> bool:
     launch interleaved with cuBLAS: K = 1000 (2000-byte rows) 0.8-1.1% faster in six interleavings in
     three calls (0.977-0.981x cuBLAS against 0.970-0.978x in two earlier sessions), K = 1024 1.5-2.1%
     slower in four (24.86 against 24.42 us in an earlier session). With B in whole-line rows (``padded``)
-    the pair was slower in four of five interleavings (0.3% faster to 1.1% slower): the model ties their
+    the pair was slower in nine of ten interleavings (0.3% faster to 1.3% slower): the model ties their
     products and prices the pair's clustered launch (``cluster_launch_seconds``), so it ranks second."""
     _, _, channels, _ = _matrix(op)
     return channels * knobs.instruction.element_bytes % L2_LINE_BYTES != 0

@@ -328,7 +328,7 @@ def test_a_walk_in_pairs_of_blocks_is_a_candidate_of_a_float_matmul():
     in the same pairs. The GEMM in no catalog (H200, one launch interleaved with cuBLAS, us; B, the
     weights, in whole-line rows: the next test): its first choice, 192 x 256 in one wave alone (24.35-24.83
     against cuBLAS's 24.53-24.74 in three calls), ahead of the same kernel in pairs along the columns
-    (24.56-25.09: slower in three of those interleavings, 0.3% faster in a fourth; the products bind both,
+    (24.56-25.15: slower in nine of ten interleavings, 0.3% faster in one; the products bind both,
     the pair's launch tells them apart), both ahead of 192 x 128 walked in pairs along the columns
     (cuBLAS's form: 25.6-26.0), ahead of the same walk alone (26.3-26.4); 11 rows of tiles give no pairs
     along the rows. At K = 1024 (rows of whole lines) the pair was 1.5-2.1% slower (24.51-24.74 against
