@@ -41,6 +41,11 @@ The level is part of the cache key, so an entry is only ever loaded at the level
 machine's probes (peaks, bandwidth) pass ``level=DEFAULT_OPT_LEVEL``: they measure the machine, whose
 profile must not depend on the setting.
 
+A module linked with ``-fopenmp`` built by GCC is linked instead with loopopt's team of threads
+(``loopopt.team``: its entry points' object and its shared object are cache entries built once); the
+link flags are part of the cache key, so kernels on libgomp (``$LOOPOPT_OPENMP=libgomp``) are entries of
+their own.
+
 ``$LOOPOPT_SANITIZE`` (e.g. ``address,undefined``) builds every module with those sanitizers
 (``-fsanitize=...``, frame pointers, line information; without variable tracking, which takes
 GCC minutes on large unrolled kernels); the flags are part of the cache key, so sanitized modules

@@ -1,4 +1,9 @@
-"""How loopopt's OpenMP threads wait: a short spin, then asleep, unless the environment says otherwise.
+"""How libgomp's threads wait where loopopt's kernels run on it: a short spin, then asleep, unless the
+environment says otherwise.
+
+Kernels built with GCC run on loopopt's own team of threads (``loopopt.team``), which spins while a plan
+runs and sleeps after; they run on libgomp with ``$LOOPOPT_OPENMP=libgomp``, and this module's setting
+applies then (and to ``load_runtime``'s libgomp under another compiler, which does not use it).
 
 libgomp reads its wait policy from the environment once, when it is loaded. By default its threads
 spin at a barrier (300,000 times) before they sleep; on a machine whose cores other work also wants, a
