@@ -5,8 +5,9 @@
    time (a caller from another thread waits for the team: regions are serialized), and a call from
    inside a region, or for one thread, runs on the caller alone as a team of one. Between regions a
    worker waits: while a plan run holds the team (lo_team_hold) it spins with `pause`, yielding its
-   core every LO_YIELD_EVERY spins; otherwise it spins lo_spin times and then sleeps on a futex. The
-   caller waits for its workers the same way. After fork the child has no workers (pthread_atfork). */
+   core every LO_YIELD_EVERY spins, until a yield gives the core to another thread (other work wants
+   it: from then on in that hold, as outside one); otherwise it spins lo_spin times and then sleeps on a
+   futex. The caller waits for its workers the same way. After fork the child has no workers (pthread_atfork). */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <linux/futex.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -35,6 +37,7 @@ static struct {
     atomic_int sleepers;        /* workers asleep, or about to sleep, on region */
     atomic_int caller_asleep;   /* the caller asleep, or about to sleep, on pending */
     atomic_int holds;           /* plan runs in progress (lo_team_hold) */
+    atomic_uint hold_number;    /* holds begun (from none in progress) so far */
     lo_fn fn;
     void *data;
     int workers;                /* workers started */
@@ -49,6 +52,7 @@ static __thread int lo_thread_num = 0;
 static __thread int lo_team_size = 1;
 static __thread int lo_in_region = 0;
 static __thread int lo_threads_var = 0;       /* omp_set_num_threads of this thread (0: the default) */
+static __thread unsigned lo_gave_way_in = ~0u;   /* the hold in which a yield of this thread's gave its core */
 
 static long futex(atomic_uint *word, int op, unsigned value) {
     return syscall(SYS_futex, (unsigned *) word, op, value, NULL, NULL, 0);
@@ -62,17 +66,32 @@ static inline void lo_pause(void) {
 #endif
 }
 
+/* The spins before sleeping now: while held, without bound, unless this thread's core went to another
+   thread at a yield in this hold (then, for the rest of it, as outside one). */
 static long spin_limit(void) {
-    return atomic_load_explicit(&team.holds, memory_order_relaxed) ? lo_held_spin : lo_spin;
+    if (!atomic_load_explicit(&team.holds, memory_order_relaxed))
+        return lo_spin;
+    return lo_gave_way_in == atomic_load_explicit(&team.hold_number, memory_order_relaxed) ? lo_spin
+                                                                                          : lo_held_spin;
+}
+
+/* Context switches of the calling thread so far. */
+static long switches(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nvcsw + usage.ru_nivcsw;
 }
 
 enum { SPUN_OUT, CHANGED, RULE_CHANGED };
 
 /* Spin while *word is value, as long as the rule of the moment allows (without bound: yielding the core
    every LO_YIELD_EVERY spins): CHANGED once it differs, SPUN_OUT at the limit, RULE_CHANGED where a hold
-   began or ended meanwhile. */
+   began or ended meanwhile, or where a yield gave the core to another thread (it wants this core: this
+   thread spins no longer without bound in this hold). */
 static int spin_while(atomic_uint *word, unsigned value) {
-    long limit = spin_limit();
+    const long limit = spin_limit();
+    const int may_give_way = limit == LO_SPIN_FOREVER && lo_spin != LO_SPIN_FOREVER;
+    const long before = may_give_way ? switches() : 0;
     for (long i = 1; limit == LO_SPIN_FOREVER || i <= limit; i++) {
         if (atomic_load_explicit(word, memory_order_acquire) != value)
             return CHANGED;
@@ -80,6 +99,10 @@ static int spin_while(atomic_uint *word, unsigned value) {
         if (i % LO_YIELD_EVERY == 0) {
             if (limit == LO_SPIN_FOREVER)
                 sched_yield();
+            if (may_give_way && switches() != before) {
+                lo_gave_way_in = atomic_load_explicit(&team.hold_number, memory_order_relaxed);
+                return RULE_CHANGED;
+            }
             if (spin_limit() != limit)
                 return RULE_CHANGED;
         }
@@ -195,7 +218,10 @@ void lo_team_parallel(lo_fn fn, void *data, unsigned requested) {
 /* A plan run begins (1) or ends (-1): while one runs, waits spin without bound; its start wakes
    sleeping workers, so that they spin already when its first region comes. */
 void lo_team_hold(int change) {
-    if (atomic_fetch_add(&team.holds, change) == 0 && change > 0 && atomic_load(&team.sleepers))
+    if (atomic_fetch_add(&team.holds, change) != 0 || change < 0)
+        return;
+    atomic_fetch_add(&team.hold_number, 1);
+    if (atomic_load(&team.sleepers))
         futex(&team.region, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
