@@ -23,21 +23,21 @@ first region comes. Once a yield hands the core to another thread (the thread's 
 ``getrusage``), other work wants that core: for the rest of the run the thread waits as outside one.
 Outside a run it spins ``SPIN`` times (as libgomp with ``GOMP_SPINCOUNT=300``, loopopt's setting before
 the team: ``loopopt.openmp``) and then sleeps on a futex.
+``OMP_WAIT_POLICY`` (``active``: spin without bound always; ``passive``: sleep at once, even in a plan
+run) or ``GOMP_SPINCOUNT`` (a count, ``infinite`` / ``infinity``, or a count with a
+``k``/``M``/``G``/``T`` suffix: that spin everywhere) choose otherwise; ``OMP_PROC_BIND`` and the other
+OpenMP settings are ignored (a warning names those set).
 
 Measured (AMD EPYC Zen 3, KVM, 2 vCPUs, where waking a sleeping thread costs 25-110 us; whole models at
 224x224, each runtime in its own process, 7 interleaved rounds, medians, docs/benchmarks.md, sixteenth
-session): with the cores free (SCHED_FIFO), two threads, team against libgomp at 300 spins, libgomp at
-300,000 spins (the ceiling of spinning) and onnxruntime (spinning): MobileNetV2 fp32 6.3 / 7.7 / 6.3 /
-6.6 ms, int8 6.7 / 7.6 / 6.9 / 7.8; ResNet-18 fp32 25.8 / 26.5 / 25.8 / 24.1, int8 25.8 / 27.7 / 27.2 /
-25.1; ResNet-50 fp32 59.0 / 59.8 / 63.5 / 56.4, int8 47.4 / 45.4 / 43.4 / 48.4 (the ResNets' steps are
-long: spinning buys them 0-5%). Beside a busy process on one of the two cores (not SCHED_FIFO, others
-taking ~80% of the machine): MobileNetV2 fp32 21.3 ms on the team, 16.3 on libgomp at 300 spins, 33.6
-onnxruntime (spinning); ResNet-18 fp32 69.4 / 71.3 / 113.0; without giving way the team took 92.1 ms
-against libgomp's 22.0 there. ``OMP_WAIT_POLICY``
-(``active``: spin without bound always; ``passive``: sleep at once, even in a plan run) or
-``GOMP_SPINCOUNT`` (a count, ``infinite`` / ``infinity``, or a count with a ``k``/``M``/``G``/``T``
-suffix: that spin everywhere) choose otherwise; ``OMP_PROC_BIND`` and the other OpenMP settings are
-ignored (a warning names those set).
+session): with the cores free (SCHED_FIFO; no thread gives way there), two threads, the team against
+libgomp at 300 spins, libgomp at 300,000 spins (the ceiling of spinning) and onnxruntime (spinning):
+MobileNetV2 fp32 6.3 / 7.7 / 6.3 / 6.6 ms, int8 6.7 / 7.6 / 6.9 / 7.8; ResNet-18 fp32 25.8 / 26.5 / 25.8
+/ 24.1, int8 25.8 / 27.7 / 27.2 / 25.1; ResNet-50 fp32 59.0 / 59.8 / 63.5 / 56.4, int8 47.4 / 45.4 / 43.4
+/ 48.4 (the ResNets' steps are long: spinning buys them 0-5%). Beside a busy process on one of the two
+cores (not SCHED_FIFO, others taking ~80% of the machine): MobileNetV2 fp32 21.3 ms on the team, 16.3 on
+libgomp at 300 spins, 33.6 onnxruntime (spinning); ResNet-18 fp32 69.4 / 71.3 / 113.0; without giving
+way the team took 92.1 ms against libgomp's 22.0 there.
 
 ``$LOOPOPT_OPENMP=libgomp`` links kernels with libgomp instead (``loopopt.openmp``: its wait policy
 at 300 spins), the documented alternative for comparing the two; kernels of the two are cache entries of
