@@ -41,6 +41,11 @@ The level is part of the cache key, so an entry is only ever loaded at the level
 machine's probes (peaks, bandwidth) pass ``level=DEFAULT_OPT_LEVEL``: they measure the machine, whose
 profile must not depend on the setting.
 
+A module linked with ``-fopenmp`` built by GCC is linked instead with loopopt's team of threads
+(``loopopt.team``: its entry points' object and its shared object are cache entries built once); the
+link flags are part of the cache key, so kernels on libgomp (``$LOOPOPT_OPENMP=libgomp``) are entries of
+their own.
+
 ``$LOOPOPT_SANITIZE`` (e.g. ``address,undefined``) builds every module with those sanitizers
 (``-fsanitize=...``, frame pointers, line information; without variable tracking, which takes
 GCC minutes on large unrolled kernels); the flags are part of the cache key, so sanitized modules
@@ -68,6 +73,7 @@ from typing import BinaryIO
 
 import cffi
 
+from . import team
 from .openmp import OPENMP_FLAG, load_runtime
 
 BASE_FLAGS = ("-std=c11", "-fno-strict-aliasing", "-Wno-unused-variable", "-Wno-unused-label",
@@ -199,6 +205,8 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
                          f"whose runtime must be loaded first: run python with LD_PRELOAD=$({cc.split()[0]} "
                          f"-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
     all_flags = (f"-O{level or opt_level()}", *BASE_FLAGS, *flags, *sanitize)
+    if OPENMP_FLAG in link_flags and team.serves(compiler_identity(cc)):
+        link_flags = tuple(flag for flag in link_flags if flag != OPENMP_FLAG) + team_link(cc)
     link_flags = tuple(link_flags) + sanitize_link
     parts = [STANDARD_HEADERS, source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
              " ".join(link_flags), sys.version]
@@ -214,6 +222,26 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
     ffi.cdef(cdef)
     _loaded[key] = Library(ffi, ffi.dlopen(str(target)))
     return _loaded[key]
+
+
+def team_link(cc: str) -> tuple[str, ...]:
+    """The link flags of a kernel on loopopt's team (``loopopt.team``): its OpenMP entry points' object,
+    each built once into the cache, and the team's shared object loaded, before the kernel."""
+    runtime, entry = (_team_part(cc, source, suffix, flags) for source, suffix, flags in
+                      ((team.RUNTIME_SOURCE, LIBRARY_SUFFIX, team.RUNTIME_FLAGS),
+                       (team.ENTRY_SOURCE, ".o", team.ENTRY_FLAGS)))
+    team.load(runtime)
+    return (str(entry), *team.LINK_FLAGS)
+
+
+def _team_part(cc: str, source: Path, suffix: str, flags: tuple[str, ...]) -> Path:
+    """``source`` (a C file of the team) built with ``flags`` into the cache, its entry named by a hash of
+    the source, the compiler and the flags."""
+    text = source.read_text()
+    key = hashlib.sha256("\0".join([text, cc, compiler_identity(cc), *flags]).encode()).hexdigest()[:24]
+    target = cache_dir() / f"{ENTRY_PREFIX}{source.stem}_{key}{suffix}"
+    return publish(target, lambda built: run_compiler(
+        [*shlex.split(cc), *flags, str(source), "-o", str(built)], source.name, source, target))
 
 
 def _record_of(entry: Path) -> Path:

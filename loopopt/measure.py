@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 
+from . import team
 from .buffers import MemoryLimitError, aligned_copy, check_memory
 from .kernel import Kernel
 from .machine import OTHERS_LIMIT, cpu_seconds, others_share, peak_gflops
@@ -323,7 +324,8 @@ def measure_all(kernels: Sequence[Measurable], repeats: int | None = None, warmu
     expected = sum(count * first for count, first in zip(counts, firsts))
     show = (sys.stderr.isatty() if progress is None else progress) and expected > LONG_MEASUREMENT
     start = cpu_seconds()
-    times = _run_interleaved(runners, timers, interleaved_order(counts, rounds), show)
+    with team.hold():               # the kernels' threads spin between timed calls, as in a plan run
+        times = _run_interleaved(runners, timers, interleaved_order(counts, rounds), show)
     share = others_share(start)
     return [replace(_timing(kernel, kernel_times, share, end_to_end or prepacked, verify_output, seed),
                     prepacked=prepacked, graph=graph) for kernel, kernel_times in zip(kernels, times)]

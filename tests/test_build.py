@@ -8,6 +8,7 @@ from loopopt.openmp import SPIN_COUNT, USER_SETTINGS
 from loopopt.targets.x86 import isa as x86_isa
 from loopopt.targets.x86.isa import ISAS, named_isa, resolve_isa
 from loopopt.targets.x86.target import TARGET
+from loopopt.team import LIBGOMP, RUNTIME_ENV
 from loopopt.tune.choice import first_choice
 
 OP = lo.Conv2d(3, 5, 3, padding=1, height=6, width=7)
@@ -145,7 +146,8 @@ def test_measure_of_a_schedule_says_to_compile_it_first():
 
 def _spin_count(environment: dict[str, str]) -> str:
     """libgomp's spin count in a fresh process that loads an OpenMP module through ``compile_c`` with
-    ``environment`` added, and that process's OMP_WAIT_POLICY and GOMP_SPINCOUNT afterwards."""
+    ``environment`` added, its kernels on libgomp (``$LOOPOPT_OPENMP``), and that process's
+    OMP_WAIT_POLICY and GOMP_SPINCOUNT afterwards."""
     import os
     import subprocess
     import sys
@@ -156,13 +158,13 @@ def _spin_count(environment: dict[str, str]) -> str:
             "ctypes.CDLL('libgomp.so.1').omp_display_env(1)\n")
     inherited = {name: value for name, value in os.environ.items() if name not in USER_SETTINGS}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**inherited, **environment})
+                          env={**inherited, RUNTIME_ENV: LIBGOMP, **environment})
     spin = next(line.split("=")[1].strip(" '") for line in done.stderr.splitlines() if "SPINCOUNT" in line)
     return f"{spin} {done.stdout.strip()}"
 
 
 def test_openmp_threads_spin_briefly_and_the_environment_is_put_back():
-    """loopopt's libgomp loads with GOMP_SPINCOUNT=300 (libgomp's default 300000) and the process's
+    """Kernels on libgomp: it loads with GOMP_SPINCOUNT=300 (libgomp's default 300000) and the process's
     environment stays as it was (other OpenMP runtimes, child processes)."""
     assert _spin_count({}) == f"{SPIN_COUNT} None None"
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import team
 from .arena import Arena, Holder, share
 
 KERNEL, NUMPY, REFERENCE = "loopopt kernel", "numpy", "onnx.reference"    # what runs a step
@@ -166,7 +167,13 @@ class Plan:
         """The values of a run on ``given`` (the graph's inputs): the outputs, as views the next run
         overwrites, or with ``keep`` a copy of every value, taken as its step gives it (no step then
         overwrites an input). ``times``: each step's seconds, by node (each step then runs on its own, as
-        ``keep`` does). The first run that is neither shares the steps' buffers after it (``_share``)."""
+        ``keep`` does). The first run that is neither shares the steps' buffers after it (``_share``).
+        The kernels' threads spin between steps while it runs (``loopopt.team.hold``)."""
+        with team.hold():
+            return self._run(given, keep, times)
+
+    def _run(self, given: dict[str, np.ndarray], keep: bool,
+             times: dict[str, float] | None) -> dict[str, np.ndarray]:
         values = {"": None, **self.constants, **given}
         copies = {name: np.array(value) for name, value in given.items()} if keep else {}
         alone = keep or times is not None
