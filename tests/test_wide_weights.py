@@ -172,6 +172,20 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
                 ("dot", "s16", 3, 32), (op, threads)
 
 
+@pytest.mark.slow
+def test_emulated_dot_blocks_rank_cache_blocks_below(recorded_profile):
+    """An emulated dot's cache block costs its int32 sums' passes through memory and a requantizing pass
+    (``rank.EMULATED_PASSES``): ResNet-50's int8 1x1 stride-2 512->1024 conv from 28x28 ranks first a 3x32
+    s16 block without one (kernel-only on a Zen 3 core, its column blocks outside the channel blocks:
+    0.76-0.88x the 256-channel cache blocks that ranked first there before), and its 3x3 512->512 at 7x7
+    the int8 7x16 block, as before the s16 blocks (with the recorded profile, 4x16 s16 blocks in
+    128-channel cache blocks ranked first without the cost)."""
+    down = first_choice(lo.Conv2d(512, 1024, 1, stride=2, height=28, width=28, quant=QUANT), "avx2").knobs
+    assert (down.weight_format, down.pixel_block, down.cache_block) == ("s16", 3, 0)
+    last = first_choice(lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT), "avx2").knobs
+    assert (last.weight_format, last.pixel_block, last.channel_block, last.cache_block) == ("int8", 7, 16, 0)
+
+
 def dot_loops(disassembly: str) -> list[list[str]]:
     """The instructions of each loop (a backward jump's span) of ``disassembly`` (objdump -d) that
     holds a ``vpmaddwd``."""

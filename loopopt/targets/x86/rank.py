@@ -107,6 +107,12 @@ EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
 # as one: of the 12-accumulator blocks 3x32 ran fastest (0.85-0.91x main's int8 7x16 first choices on
 # ResNet's 1x1 and 3x3 convs; 2x32 0.94-1.11x, 4x24 1.16-1.88x; AMD EPYC Zen 3, 1 thread, kernel-only)
 WIDE_DOT_OPS = {"avx2": (4, 2, 1)}
+EMULATED_PASSES = 0.9      # efficiency of an emulated dot's block with a cache block: its int32 sums go to
+                           # memory between the passes and through a requantizing pass after the nest
+                           # (ResNet-50's int8 3x3/2 128->128 conv from 56x56 ran 3x32 s16 blocks with
+                           # 64-channel cache blocks 1.11x the time of the same blocks without, its 1x1/2
+                           # 512->1024 from 28x28 with 256-channel ones 1.08x; AMD EPYC Zen 3, 1 thread,
+                           # kernel only, minimums of interleaved calls)
 STRIDED_LIVE = 12          # accumulators an emulated dot block keeps without losing time where it unrolls the
                            # taps of a strided window (see ``spills_strided``)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
@@ -640,6 +646,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
         efficiency *= accumulators * update / (accumulators * update + other * row + vectors * column)
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
     efficiency *= depth / (depth + reload_steps(op, knobs))
+    if knobs.cache_block and emulates_dot(candidate.isa, knobs.weights):
+        efficiency *= EMULATED_PASSES
     # the innermost outer loop decides which weights must stay in cache while it runs: one channel
     # block's (it runs over positions), all channels' or a panel's (it runs over channel blocks), or none
     # (a cache block)
