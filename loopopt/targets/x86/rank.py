@@ -427,10 +427,11 @@ def stream_seconds(candidate: Candidate, capacity: int, scatter: float = 1.0) ->
 
 
 def reread_seconds(candidate: Candidate, capacity: int, scatter: float = 1.0) -> float:
-    """The part of ``stream_seconds`` that reads inputs again (``streamed_inputs``' second figures): from the
-    level beyond L2 that their first read left them in, at its bandwidth, times ``scatter``."""
+    """The part of ``stream_seconds`` that reads the activations (the first input) again (``streamed_inputs``'
+    second figure of it): from the level beyond L2 that their first read left them in, at its bandwidth,
+    times ``scatter``."""
     op = candidate.op
-    again = sum(read for _, read in streamed_inputs(op, candidate.knobs, capacity, candidate.threads))
+    again = streamed_inputs(op, candidate.knobs, capacity, candidate.threads)[0][1]
     return again / _operands(op)[2] * scatter
 
 
@@ -596,17 +597,17 @@ def figures(candidate: Candidate) -> dict[str, float]:
     (``tile_time``: its share of the blocks and the bytes it reads itself), a register block's its share
     of the compute (``imbalance`` over the threads) and an even share of the operands' time (the
     threads' caches and bandwidth side by side; what both read is not counted twice). On more than one
-    thread the inputs read again (``reread_seconds``: a pass per iteration of an outer loop that does not
-    index them, in their memory order, from L3 or DRAM) overlap the thread's compute: its time is the longer
-    of the two. The parallel loop must be outermost there, which leaves out the orders that read nothing again
-    on one thread (the reduction's cache blocks outside the channel blocks), and priced as added time such
-    re-reads had the ranking take blocks and orders that read less again but ran slower (two threads, AMD
-    EPYC Zen 3, kernel only, medians of two interleaved runs): ResNet-50's 3x3/2 128->128 conv from 56x56
-    took 5x16 blocks split by column block in 64-channel cache blocks, 1.60 / 1.67 ms, for 4x16 blocks
-    split by rows reading the 590 KB of weights again per row, 1.50 / 1.42 ms; its 1x1 1024->256 at 14x14
-    2x32 blocks, 1.22 / 1.21 ms, for 5x16 ones reading the activations again per channel block, 1.16 /
-    1.16 ms; ResNet-18's 3x3/2 64->128 0.81 -> 0.71 / 0.73 ms; ResNet-50 int8's 1x1/2 512->1024 1.51 / 1.50
-    -> 1.30 / 1.30 ms. One thread keeps the sum (not measured otherwise)."""
+    thread the activations read again (``reread_seconds``: a pass per channel block where they outgrow half
+    of L2, in their memory order, from L3) overlap the thread's compute: its time is the longer of the two.
+    The parallel loop must be outermost there, which leaves out the orders that read nothing again on one
+    thread (the reduction's cache blocks outside the channel blocks); priced as added time, those re-reads
+    had ResNet-50's 1x1 convs at 14x14 and 7x7 split by channel block take 2x32 blocks (half the passes of
+    5x16). In ResNet-50 fp32 on two threads of the AMD EPYC Zen 3 (each step timed in run order, main's
+    ranking and this one alternating, 11 rounds, medians): 1024->256 at 14x14 0.88-0.95x main's time in its
+    five places, 1024->512 0.91x, 2048->512 at 7x7 0.88-0.89x, 1024->2048 stride 2 0.87x. Weights read again
+    stay added: overlapped too, the 3x3 convs at 7x7 dropped their cache blocks and ran 1.25-1.34x slower
+    there, a 3x3 128->128 split by rows 1.33x (ResNet-18). One thread keeps the sum (not measured
+    otherwise)."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == TILE_ISA:
         seconds = tile_time(candidate.schedule, candidate.threads).predicted_seconds   # the busiest thread's
