@@ -606,8 +606,8 @@ def figures(candidate: Candidate) -> dict[str, float]:
     ranking and this one alternating, 11 rounds, medians): 1024->256 at 14x14 0.88-0.95x main's time in its
     five places, 1024->512 0.91x, 2048->512 at 7x7 0.88-0.89x, 1024->2048 stride 2 0.87x. Weights read again
     stay added: overlapped too, the 3x3 convs at 7x7 dropped their cache blocks and ran 1.25-1.34x slower
-    there, a 3x3 128->128 split by rows 1.33x (ResNet-18). One thread keeps the sum (not measured
-    otherwise)."""
+    there, a 3x3 128->128 split by rows 1.33x (ResNet-18). One thread, and a block other than a
+    ``float_block`` (an int8 one's emulated dot: not measured in a model), keep the sum."""
     op, knobs = candidate.op, candidate.knobs
     if candidate.isa == TILE_ISA:
         seconds = tile_time(candidate.schedule, candidate.threads).predicted_seconds   # the busiest thread's
@@ -694,7 +694,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
     compute = op.flops / (_peak(candidate.isa, op.dtype if op.quant is None else "int8") * efficiency)
     busiest = imbalance(candidate, candidate.threads) / candidate.threads     # its share of the compute
     memory = (stream + strided + sum(residual.values())) / candidate.threads
-    if candidate.threads == 1:
+    if candidate.threads == 1 or not float_block(candidate):
         return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided, **residual,
                 "predicted_seconds": compute * busiest + memory}
     again = reread_seconds(candidate, l2 // 2, 1 + SCATTER * scattered) / candidate.threads
