@@ -603,8 +603,9 @@ def figures(candidate: Candidate) -> dict[str, float]:
     thread (the reduction's cache blocks outside the channel blocks); priced as added time, those re-reads
     had ResNet-50's 1x1 convs at 14x14 and 7x7 split by channel block take 2x32 blocks (half the passes of
     5x16). In ResNet-50 fp32 on two threads of the AMD EPYC Zen 3 (each step timed in run order, main's
-    ranking and this one alternating, 11 rounds, medians): 1024->256 at 14x14 0.88-0.95x main's time in its
-    five places, 1024->512 0.91x, 2048->512 at 7x7 0.88-0.89x, 1024->2048 stride 2 0.87x. Weights read again
+    ranking and this one alternating, 11 rounds, medians): 1024->256 at 14x14 0.91-1.02x main's time in its
+    five places, 1024->512 0.97x, 2048->512 at 7x7 0.91-0.99x, 1024->2048 stride 2 0.89x; the 12 nodes
+    scheduled otherwise 0.96x in sum. Weights read again
     stay added: overlapped too, the 3x3 convs at 7x7 dropped their cache blocks and ran 1.25-1.34x slower
     there, a 3x3 128->128 split by rows 1.33x (ResNet-18). One thread, and a block other than a
     ``float_block`` (an int8 one's emulated dot: not measured in a model), keep the sum."""

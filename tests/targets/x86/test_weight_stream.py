@@ -111,5 +111,5 @@ def test_on_two_threads_the_activations_read_again_overlap_the_compute_and_on_on
 def test_resnet50s_1x1_conv_at_14x14_keeps_16_channel_blocks_on_two_threads(zen3_profile):
     """Priced as added time, the activations read again per channel block put 2x32 blocks first on two
     threads (half the passes of 16-channel ones); overlapping the compute, 5x16 (in ResNet-50 on the AMD EPYC
-    Zen 3, two threads, the step 0.88-0.95x main's time in each of its five places)."""
+    Zen 3, two threads, the step 0.91-1.02x main's time in its five places, 0.96x in sum)."""
     assert first_choice(POINTWISE, "avx2", 2).knobs.channel_block == 16
