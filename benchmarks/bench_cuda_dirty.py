@@ -1,0 +1,173 @@
+"""The GEMM in no catalog after a dirty and after a clean flush: why the benchmark's flush costs its first
+choice (192 x 256 in one wave, B in whole-line rows) more than cuBLAS.
+
+``cuda_bench`` overwrites the L2 with a fill before each timed run, which leaves every line of it dirty:
+each line a kernel then takes in is a write-back to DRAM first. A clean flush here is the same fill and
+then a read of another buffer twice the L2 (a sum), which leaves the L2 full of clean lines. Each call
+is timed one launch after each kind of flush in alternation (9 rounds of 20, three times), cuBLAS and:
+
+- ``as printed``: the first choice; its 12 MB of output stored in the last ~1.7 us, after the one wave's
+  products, into lines each of which evicts a dirty line then.
+- ``touched S-E``: the same, and at loop steps S .. E every thread of a warpgroup stores zeros (16 bytes a
+  thread a store, a warp a 512-byte run of a row) over its warpgroup's 64 x 256 outputs, so that the
+  output's lines are taken into L2 (and the dirty lines they evict written back) while the products run;
+  the epilogue's TMA stores then land in lines already there. A proxy fence orders the zeros before them.
+- ``output prefetched`` (``bench_cuda_cold``): the output's boxes prefetched into L2 (a DRAM read each),
+  one a step over 12 steps.
+
+``--ncu``: each call once after a dirty flush and once after a clean one (after a warm-up), for Nsight
+Compute in application replay with ``--cache-control none``:
+
+``ncu --replay-mode application --cache-control none --clock-control none --nvtx --nvtx-include
+'profiled/' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum python
+benchmarks/bench_cuda_dirty.py --ncu``
+
+``python benchmarks/bench_cuda_dirty.py [--ncu] [--json PATH]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from collections.abc import Callable
+
+from bench_cuda_cold import FIRST, output_prefetched
+from bench_cuda_kstep import _substituted, kernel_from
+from bench_cuda_launch import launch
+from bench_cuda_tensor import reference, run_variant, torch_tensors
+from bench_cuda_tune import case_op
+from cuda_bench import environment
+
+from loopopt.dataflows import gpu_wgmma
+from loopopt.targets.cuda import device
+from loopopt.targets.cuda.printer import print_kernel
+
+WAIT = "        asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");\n    }\n"
+DRAINED = "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+CHUNKS = 16         # 16-byte stores a thread covering its warpgroup's 64 x 256 fp16 outputs
+
+
+def touched(first: int, last: int, m: int = 2000, n: int = 3000) -> Callable[[str], str]:
+    """The patch storing zeros over each warpgroup's outputs at loop steps ``first`` .. ``last``."""
+    steps = last - first + 1
+    if CHUNKS % steps:
+        raise ValueError(f"steps {first}-{last}: {steps} steps must divide {CHUNKS} stores a thread")
+
+    def patch(source: str) -> str:
+        zeros = (f"        if (lo_r >= {first} && lo_r <= {last}) {{   /* the output's lines taken early */\n"
+                 f"            #pragma unroll\n"
+                 f"            for (int lo_z = 0; lo_z < {CHUNKS // steps}; ++lo_z) {{\n"
+                 f"                const int lo_q = ((lo_r - {first}) * {CHUNKS // steps} + lo_z) * 128"
+                 f" + lo_thread % 128;\n"
+                 f"                const int lo_zr = 192 * i_o + 64 * lo_w + lo_q / 32;\n"
+                 f"                const int lo_zc = 256 * j_o + 8 * (lo_q % 32);\n"
+                 f"                if (lo_zr < {m} && lo_zc < {n})\n"
+                 f"                    *(int4 *) (C + (long long) lo_zr * {n} + lo_zc)"
+                 f" = make_int4(0, 0, 0, 0);\n"
+                 f"            }}\n        }}\n")
+        source = _substituted(re.escape(WAIT), lambda match: zeros + match.group(0), source)
+        fence = '    asm volatile("fence.proxy.async.global;" ::: "memory");\n'
+        return _substituted(re.escape(DRAINED), lambda match: match.group(0) + fence, source)
+    return patch
+
+
+VARIANTS = {"as printed": lambda s: s, "touched 2-9": touched(2, 9), "touched 6-13": touched(6, 13),
+            "touched 0-3": touched(0, 3), "output prefetched": output_prefetched}
+
+
+class Flushes:
+    """The dirty flush (``cuda_bench``'s fill) and the clean one (the fill, then a read of another
+    buffer twice the L2), each followed by one timed call (CUDA events, seconds)."""
+
+    def __init__(self) -> None:
+        cp = device.cupy()
+        words = 2 * cp.cuda.Device().attributes["L2CacheSize"] // 4
+        self.filled = cp.empty(words, dtype="float32")
+        self.read = cp.ones(words, dtype="float32")
+
+    def flush(self, clean: bool) -> None:
+        self.filled.fill(0)
+        if clean:
+            self.read.sum()
+
+    def elapsed(self, call: Callable[[], object], clean: bool) -> float:
+        self.flush(clean)
+        return device.elapsed(call, flush_l2=False)
+
+
+def interleaved(flushes: Flushes, calls: dict, rounds: int = 9, runs: int = 20) -> dict:
+    """Each call one launch after each flush, in alternation: the median of ``rounds`` rounds' medians of
+    ``runs`` runs (us), keyed ``name, dirty`` / ``name, clean``."""
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            for clean in (False, True):
+                for _ in range(2):
+                    flushes.elapsed(call, clean)
+                timed = statistics.median(flushes.elapsed(call, clean) for _ in range(runs))
+                times.setdefault(f"{name}, {'clean' if clean else 'dirty'}", []).append(timed)
+    return {key: round(statistics.median(values) * 1e6, 2) for key, values in times.items()}
+
+
+def calls_verified() -> tuple[list[dict], dict]:
+    """The variants built, verified against float64 and timed alone (one launch, graph), and the calls
+    (cuBLAS first) of those verified."""
+    import torch
+    op = case_op("novel_gemm")
+    schedule = gpu_wgmma(op, **FIRST)
+    logical, stored = torch_tensors(op)
+    expected = reference(op, logical)
+    a, b = logical
+    rows, calls = [], {"cuBLAS": lambda: torch.matmul(a, b)}
+    for name, patch in VARIANTS.items():
+        kernel = kernel_from(schedule, patch(print_kernel(schedule).source), device.arch())
+        row = run_variant(kernel, stored, expected)
+        rows.append({"op": repr(op), "kernel": name, "verified": row["verified"],
+                     "relative_error": row["relative_error"], "one_launch_us": row["median_ms"] * 1e3,
+                     "graph_us": row["graph_ms"] * 1e3, "registers": row["registers"]})
+        print(json.dumps(rows[-1]), flush=True)
+        if row["verified"]:
+            calls[name] = launch(kernel, stored)
+    return rows, calls
+
+
+def profiled(calls: dict) -> None:
+    """Each call warmed, then launched once after a dirty flush and once after a clean one, those two
+    launches inside the NVTX range ``profiled``."""
+    import torch
+    flushes = Flushes()
+    for name, call in calls.items():
+        call()
+        for clean in (False, True):
+            flushes.flush(clean)
+            torch.cuda.nvtx.range_push("profiled")
+            call()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            print(f"profiled: {name}, {'clean' if clean else 'dirty'}", flush=True)
+
+
+def main() -> int:
+    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments.add_argument("--ncu", action="store_true", help="each call once a flush, for Nsight Compute")
+    arguments.add_argument("--json", help="write the environment and rows to this file")
+    args = arguments.parse_args()
+    rows, calls = calls_verified()
+    if args.ncu:
+        profiled(calls)
+        return 0 if all(r["verified"] for r in rows) else 1
+    env = environment()
+    print(json.dumps(env), flush=True)
+    flushes = Flushes()
+    for repeat in range(3):
+        rows.append({"together": repeat} | interleaved(flushes, calls))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "rows": rows}, f, indent=1)
+    return 0 if all(r.get("verified", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
