@@ -72,8 +72,36 @@ def touched(first: int, last: int, m: int = 2000, n: int = 3000) -> Callable[[st
     return patch
 
 
-VARIANTS = {"as printed": lambda s: s, "touched 2-9": touched(2, 9), "touched 6-13": touched(6, 13),
-            "touched 0-3": touched(0, 3), "output prefetched": output_prefetched}
+HINTED = r"""static __device__ __forceinline__ void lo_tma_2d_first(void *dst, const lo_tensor_map *map,
+                                                       int x, int y, unsigned long long *bar)
+{   /* the box's lines taken into L2 marked evict_first from column FROM on */
+    if (x < FROM) { lo_tma_2d(dst, map, x, y, bar); return; }
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%2, %3}], [%4], %5;"
+                 :: "r"(LO_SHARED(dst)), "l"((unsigned long long) map), "r"(x), "r"(y), "r"(LO_SHARED(bar)),
+                    "l"(policy) : "memory");
+}
+"""
+STORE_HELPER = "\nstatic __device__ __forceinline__ void lo_tma_store_2d("
+
+
+def evict_first(tensors: str, from_step: int = 0) -> Callable[[str], str]:
+    """The patch loading ``tensors``' boxes of k-steps ``from_step`` on with an L2 evict_first policy: once
+    the one wave has read them, their (clean) lines are the victims the output's lines take, not the
+    flush's dirty lines."""
+    def patch(source: str) -> str:
+        source = _substituted(re.escape(STORE_HELPER), lambda match: "\n" + HINTED.replace(
+            "FROM", str(64 * from_step)) + match.group(0), source)
+        return _substituted(rf"lo_tma_2d(\([^\n]*&lo_map_[{tensors}],)", r"lo_tma_2d_first\1", source)
+    return patch
+
+
+VARIANTS = {"as printed": lambda s: s, "touched 6-13": touched(6, 13), "output prefetched": output_prefetched,
+            "A, B evict_first": evict_first("AB"), "B evict_first": evict_first("B"),
+            "A evict_first": evict_first("A"), "A, B evict_first from step 8": evict_first("AB", 8),
+            "A, B evict_first from step 12": evict_first("AB", 12)}
 
 
 class Flushes:
