@@ -27,6 +27,7 @@ benchmarks/bench_cuda_dirty.py --ncu``
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import re
 import statistics
@@ -98,10 +99,55 @@ def evict_first(tensors: str, from_step: int = 0) -> Callable[[str], str]:
     return patch
 
 
-VARIANTS = {"as printed": lambda s: s, "touched 6-13": touched(6, 13), "output prefetched": output_prefetched,
-            "A, B evict_first": evict_first("AB"), "B evict_first": evict_first("B"),
-            "A evict_first": evict_first("A"), "A, B evict_first from step 8": evict_first("AB", 8),
+DONE = "if (lo_thread % 128 == 0) LO_STORES_DONE();"
+
+
+def stores_read(source: str) -> str:
+    """The block ends once its output stores have read their staging buffers (``wait_group.read 0``, as
+    CUTLASS's epilogues end), not once the writes completed in L2."""
+    read = 'if (lo_thread % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");'
+    return _substituted(re.escape(DONE), lambda match: read, source)
+
+
+VARIANTS = {"as printed": lambda s: s, "stores read": stores_read, "output prefetched": output_prefetched,
             "A, B evict_first from step 12": evict_first("AB", 12)}
+
+TIMES = r"""
+__device__ unsigned long long lo_times[132 * 8];
+extern "C" int lo_times_read(unsigned long long *host)
+{
+    return (int) cudaMemcpyFromSymbol(host, lo_times, sizeof(lo_times));
+}
+"""
+MARKS = {   # where thread 0 reads its SM's clock: entry, first step's boxes in, last step's in, products done
+    "const int lo_thread = (int) (threadIdx.x + blockDim.x * threadIdx.y);\n": "0",
+    "lo_wait(lo_bar + lo_r % 4, (unsigned) (lo_r / 4) & 1u);\n": "lo_r == 0 ? 1 : 2",
+    "__syncthreads();   /* every warp is done with the tiles: reuse them */\n": "3"}
+
+
+def timeline(patch: Callable[[str], str]) -> Callable[[str], str]:
+    """``patch``, and thread 0 of each block recording ``%globaltimer`` at entry and exit and its SM's
+    ``clock64`` at ``MARKS`` (the first and last step's boxes in) and once its warpgroup's stores are
+    done (``lo_times``: 8 words a block: clocks 0-4, entry and exit times 5-6)."""
+    def mark(slot: str) -> str:
+        when = " && (lo_r == 0 || lo_r == 15)" if "lo_r" in slot else ""
+        return (f"if (lo_thread == 0{when}) lo_times[8 * (blockIdx.x + gridDim.x * blockIdx.y) + ({slot})]"
+                " = clock64();\n")
+
+    def patched(source: str) -> str:
+        source = patch(source)
+        for anchor, slot in MARKS.items():
+            source = _substituted(re.escape(anchor), lambda match, s=slot: match.group(0) + mark(s), source)
+        now = 'asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(lo_now));'
+        end = (f"\n    if (lo_thread == 0) {{ unsigned long long lo_now; {mark('4').strip()} {now} "
+               "lo_times[8 * (blockIdx.x + gridDim.x * blockIdx.y) + 6] = lo_now; }\n}\n")
+        start = (f"    if (lo_thread == 0) {{ unsigned long long lo_now; {now} "
+                 "lo_times[8 * (blockIdx.x + gridDim.x * blockIdx.y) + 5] = lo_now; }\n")
+        source = _substituted(r"(\n    if \(lo_thread % 128 == 0\) [^\n]*;\n)}\n",
+                              lambda match: match.group(1).rstrip("\n") + end, source)
+        source = _substituted(re.escape(next(iter(MARKS))), lambda match: match.group(0) + start, source)
+        return _substituted(r"\n__global__ ", lambda match: TIMES + match.group(0), source)
+    return patched
 
 
 class Flushes:
@@ -136,6 +182,36 @@ def interleaved(flushes: Flushes, calls: dict, rounds: int = 9, runs: int = 20) 
                 timed = statistics.median(flushes.elapsed(call, clean) for _ in range(runs))
                 times.setdefault(f"{name}, {'clean' if clean else 'dirty'}", []).append(timed)
     return {key: round(statistics.median(values) * 1e6, 2) for key, values in times.items()}
+
+
+def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[dict]:
+    """``kernel`` (``timeline``-patched) run ``runs`` times after each flush: per run, the medians over
+    blocks of its marks' intervals (ns at the SM clock the run measured), the latest block's entry and
+    exit after the earliest entry; a row of their medians over runs for each flush."""
+    import numpy as np
+    library = ctypes.CDLL(str(kernel.build.library))
+    call, words = launch(kernel, stored), (ctypes.c_ulonglong * (132 * 8))()
+    rows = []
+    for clean in (False, True):
+        per_run = []
+        for _ in range(runs):
+            flushes.flush(clean)
+            call()
+            device.cupy().cuda.Device().synchronize()
+            if library.lo_times_read(words):
+                raise RuntimeError("cudaMemcpyFromSymbol of lo_times failed")
+            t = np.frombuffer(words, dtype=np.uint64).reshape(132, 8).astype(np.float64)
+            ghz = np.median((t[:, 4] - t[:, 0]) / (t[:, 6] - t[:, 5]))
+            marks = np.diff(t[:, :5], axis=1) / ghz
+            per_run.append([*np.median(marks, axis=0), *np.max(marks, axis=0), t[:, 5].max() - t[:, 5].min(),
+                            t[:, 6].max() - t[:, 5].min(), ghz])
+        names = ["first boxes", "steps 1-15", "last step, drained", "stores", "first boxes, latest",
+                 "steps 1-15, latest", "last step, latest", "stores, latest", "entries spread",
+                 "first entry to last exit", "SM GHz"]
+        medians = np.median(np.array(per_run), axis=0)
+        rows.append({"flush": "clean" if clean else "dirty"} | {
+            n: round(float(v), 3 if n == "SM GHz" else 0) for n, v in zip(names, medians)})
+    return rows
 
 
 def calls_verified() -> tuple[list[dict], dict]:
@@ -188,6 +264,14 @@ def main() -> int:
     env = environment()
     print(json.dumps(env), flush=True)
     flushes = Flushes()
+    op = case_op("novel_gemm")
+    schedule = gpu_wgmma(op, **FIRST)
+    stored = torch_tensors(op)[1]
+    for name in ("as printed", "stores read"):
+        kernel = kernel_from(schedule, timeline(VARIANTS[name])(print_kernel(schedule).source), device.arch())
+        for row in timelines(kernel, stored, flushes):
+            rows.append({"timeline": name} | row)
+            print(json.dumps(rows[-1]), flush=True)
     for repeat in range(3):
         rows.append({"together": repeat} | interleaved(flushes, calls))
         print(json.dumps(rows[-1]), flush=True)
