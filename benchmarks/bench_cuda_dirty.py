@@ -33,7 +33,7 @@ import re
 import statistics
 from collections.abc import Callable
 
-from bench_cuda_cold import FIRST, output_prefetched
+from bench_cuda_cold import FIRST, STORE, output_prefetched, own_buffers
 from bench_cuda_kstep import _substituted, kernel_from
 from bench_cuda_launch import launch
 from bench_cuda_tensor import reference, run_variant, torch_tensors
@@ -109,8 +109,29 @@ def stores_read(source: str) -> str:
     return _substituted(re.escape(DONE), lambda match: read, source)
 
 
-VARIANTS = {"as printed": lambda s: s, "stores read": stores_read, "output prefetched": output_prefetched,
-            "A, B evict_first from step 12": evict_first("AB", 12)}
+ROWS = """    LO_GROUP_SYNC();
+    #pragma unroll 4
+    for (int lo_q = 0; lo_q < 16; ++lo_q) {   /* a warp a row: 512 bytes, 16 a lane */
+        const int lo_row = LO_LANE / 32 * 16 + lo_q, lo_c = LO_LANE % 32 / 8, lo_k = LO_LANE % 8;
+        const uint4 lo_v = *(const uint4 *) (lo_stage + (lo_w * 4 + lo_c) * 4096 + lo_row * 64
+                                             + (lo_k ^ (lo_row % 8)) * 8);
+        const int lo_gr = 192 * i_o + 64 * lo_w + lo_row, lo_gc = 256 * j_o + 64 * lo_c + 8 * lo_k;
+        if (lo_gr < M && lo_gc < N) *(uint4 *) (C + (long long) lo_gr * N + lo_gc) = lo_v;
+    }
+"""
+
+
+def rows_stored(source: str, m: int = 2000, n: int = 3000) -> str:
+    """Each warpgroup's four output boxes staged whole (``own_buffers``), then stored by its threads a row
+    a warp in 16-byte vectors (``st.global``, no TMA): a row's 512 bytes in one run, so only its two ends
+    are partial 32-byte sectors, where the 64-column TMA boxes split a row into four runs."""
+    source = _substituted(STORE, lambda match: f"\n{match.group(3)}}}\n", own_buffers(source))
+    rows = ROWS.replace("< M", f"< {m}").replace("< N", f"< {n}").replace("* N", f"* {n}")
+    return _substituted(re.escape(f"    {DONE}\n"), lambda match: rows, source)
+
+
+VARIANTS = {"as printed": lambda s: s, "stores read": stores_read, "rows stored": rows_stored,
+            "output prefetched": output_prefetched, "A, B evict_first from step 12": evict_first("AB", 12)}
 
 TIMES = r"""
 __device__ unsigned long long lo_times[132 * 8];
@@ -143,8 +164,8 @@ def timeline(patch: Callable[[str], str]) -> Callable[[str], str]:
                "lo_times[8 * (blockIdx.x + gridDim.x * blockIdx.y) + 6] = lo_now; }\n}\n")
         start = (f"    if (lo_thread == 0) {{ unsigned long long lo_now; {now} "
                  "lo_times[8 * (blockIdx.x + gridDim.x * blockIdx.y) + 5] = lo_now; }\n")
-        source = _substituted(r"(\n    if \(lo_thread % 128 == 0\) [^\n]*;\n)}\n",
-                              lambda match: match.group(1).rstrip("\n") + end, source)
+        source = _substituted(r"\n}\n(\ntypedef int \(\*lo_encode_tiled\))",
+                              lambda match: end + match.group(1), source)
         source = _substituted(re.escape(next(iter(MARKS))), lambda match: match.group(0) + start, source)
         return _substituted(r"\n__global__ ", lambda match: TIMES + match.group(0), source)
     return patched
@@ -160,8 +181,11 @@ class Flushes:
         self.filled = cp.empty(words, dtype="float32")
         self.read = cp.ones(words, dtype="float32")
 
-    def flush(self, clean: bool) -> None:
-        self.filled.fill(0)
+    def flush(self, clean: bool | None) -> None:
+        """The dirty flush (``clean`` False), the clean one (True) or none (None: the L2 as the last run
+        left it, warm)."""
+        if clean is not None:
+            self.filled.fill(0)
         if clean:
             self.read.sum()
 
@@ -192,7 +216,7 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
     library = ctypes.CDLL(str(kernel.build.library))
     call, words = launch(kernel, stored), (ctypes.c_ulonglong * (132 * 8))()
     rows = []
-    for clean in (False, True):
+    for clean in (False, True, None):
         per_run = []
         for _ in range(runs):
             flushes.flush(clean)
@@ -209,7 +233,7 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
                  "steps 1-15, latest", "last step, latest", "stores, latest", "entries spread",
                  "first entry to last exit", "SM GHz"]
         medians = np.median(np.array(per_run), axis=0)
-        rows.append({"flush": "clean" if clean else "dirty"} | {
+        rows.append({"flush": {False: "dirty", True: "clean", None: "none (warm)"}[clean]} | {
             n: round(float(v), 3 if n == "SM GHz" else 0) for n, v in zip(names, medians)})
     return rows
 
@@ -267,7 +291,7 @@ def main() -> int:
     op = case_op("novel_gemm")
     schedule = gpu_wgmma(op, **FIRST)
     stored = torch_tensors(op)[1]
-    for name in ("as printed", "stores read"):
+    for name in ("as printed", "rows stored"):
         kernel = kernel_from(schedule, timeline(VARIANTS[name])(print_kernel(schedule).source), device.arch())
         for row in timelines(kernel, stored, flushes):
             rows.append({"timeline": name} | row)
