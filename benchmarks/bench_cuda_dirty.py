@@ -130,6 +130,11 @@ def rows_stored(source: str, m: int = 2000, n: int = 3000) -> str:
     return _substituted(re.escape(f"    {DONE}\n"), lambda match: rows, source)
 
 
+def unstored(source: str) -> str:
+    """The outputs staged in shared memory but never stored (for the timeline alone: wrong results)."""
+    return _substituted(r"\n\s*if \(lo_thread % 128 == 0\) lo_tma_store_2d\([^\n]*\n", "\n", source)
+
+
 VARIANTS = {"as printed": lambda s: s, "stores read": stores_read, "rows stored": rows_stored,
             "output prefetched": output_prefetched, "A, B evict_first from step 12": evict_first("AB", 12)}
 
@@ -238,6 +243,20 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
     return rows
 
 
+def write_rates(flushes: Flushes, runs: int = 50) -> dict:
+    """TB/s of a plain write of the output's bytes (CuPy's fill of a 2000 x 3000 float16 array, a memset
+    and an elementwise kernel writing ones) after each flush: the device's own rate of such writes."""
+    cp = device.cupy()
+    out = cp.empty((2000, 3000), dtype="float16")
+    rates = {}
+    for label, call in (("memset", lambda: out.fill(0)), ("ones", lambda: out.fill(1))):
+        for clean in (False, True, None):
+            seconds = statistics.median(flushes.elapsed(call, clean) for _ in range(runs))
+            rates[f"{label}, {({False: 'dirty', True: 'clean', None: 'warm'})[clean]}"] = round(
+                out.nbytes / seconds / 1e12, 2)
+    return rates
+
+
 def calls_verified() -> tuple[list[dict], dict]:
     """The variants built, verified against float64 and timed alone (one launch, graph), and the calls
     (cuBLAS first) of those verified."""
@@ -291,11 +310,13 @@ def main() -> int:
     op = case_op("novel_gemm")
     schedule = gpu_wgmma(op, **FIRST)
     stored = torch_tensors(op)[1]
-    for name in ("as printed", "rows stored"):
-        kernel = kernel_from(schedule, timeline(VARIANTS[name])(print_kernel(schedule).source), device.arch())
+    for name, patch in (("as printed", VARIANTS["as printed"]), ("unstored", unstored)):
+        kernel = kernel_from(schedule, timeline(patch)(print_kernel(schedule).source), device.arch())
         for row in timelines(kernel, stored, flushes):
             rows.append({"timeline": name} | row)
             print(json.dumps(rows[-1]), flush=True)
+    rows.append({"write TB/s": write_rates(flushes)})
+    print(json.dumps(rows[-1]), flush=True)
     for repeat in range(3):
         rows.append({"together": repeat} | interleaved(flushes, calls))
         print(json.dumps(rows[-1]), flush=True)
