@@ -33,7 +33,7 @@ import re
 import statistics
 from collections.abc import Callable
 
-from bench_cuda_cold import FIRST, STORE, output_prefetched, own_buffers
+from bench_cuda_cold import BUFFER, FIRST, STORE, output_prefetched, own_buffers
 from bench_cuda_kstep import _substituted, kernel_from
 from bench_cuda_launch import launch
 from bench_cuda_tensor import reference, run_variant, torch_tensors
@@ -141,10 +141,57 @@ def unchecked(source: str) -> str:
     return _substituted(r"LO_OUT\(\(.*\) \? (lo_acc\[[^\]]*\]\[lo_e \+ lo_h\]) : 0\.0f\)", r"LO_OUT(\1)",
                         source)
 
+HALF = ("#define LO_WGMMA_HALF(d, da, db) asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %66, 0; "
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        + ", ".join(f"%{i}" for i in range(64)) + "}, %64, %65, p, 1, 1, 0, 0; }\" : "
+        + ", ".join(f"\"+f\"((d)[{i}])" for i in range(64)) + " : \"l\"(da), \"l\"(db), \"r\"(1))\n")
+LOOP = "for (int lo_r = 0; lo_r < 16; ++lo_r) {"
+DRAINED_EPILOGUE = re.compile(r"    asm volatile\(\"wgmma\.wait_group\.sync\.aligned 0;\" ::: \"memory\"\);\n"
+                              r"    __syncthreads\(\);[^\n]*\n(    __half \*lo_stage = [^\n]*\n)(.*?)"
+                              r"    if \(lo_thread % 128 == 0\) LO_STORES_DONE\(\);\n", re.S)
 
-VARIANTS = {"as printed": lambda s: s, "unchecked": unchecked, "stores read": stores_read,
-            "rows stored": rows_stored,
-            "output prefetched": output_prefetched, "A, B evict_first from step 12": evict_first("AB", 12)}
+
+def _products(step: int, half: int) -> str:
+    """A warpgroup's four k16 products of ``step`` on its 128 columns of ``half`` (0 left, 1 right)."""
+    a = f"lo_d0 + {step % 4 * 3584}ull + (unsigned long long) i_i_o * 512 + lo_q * 2"
+    b = f"lo_d0 + {step % 4 * 3584 + 1536 + 1024 * half}ull + lo_q * 2"
+    return (f"    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+            f"    #pragma unroll\n    for (int lo_q = 0; lo_q < 4; ++lo_q)\n"
+            f"        LO_WGMMA_HALF(lo_acc[0] + {64 * half}, {a}, {b});\n"
+            f"    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n")
+
+
+def halves(source: str) -> str:
+    """The last two steps multiplied in halves of 128 columns (m64n128k16), the left half's first, so
+    that its outputs are staged and stored while the right half's products of step 15 run: steps 14
+    and 15 left, 14 right, the left half's epilogue (once the block is done with steps 12-13's buffers,
+    its staging), 15 right, the right half's epilogue. Each box staged in a buffer of its own."""
+    source = _substituted(re.escape("\n__global__ "), lambda match: "\n" + HALF + match.group(0)[1:], source)
+    source = _substituted(re.escape(LOOP), lambda match: LOOP.replace("< 16", "< 14"), source)
+
+    def tail(match: re.Match) -> str:
+        declared, boxes = match.group(1), match.group(2)
+        left = _substituted(BUFFER, lambda m: "const int lo_buffer = lo_w * 2 + lo_c;\n", boxes)
+        left = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 0; lo_c < 2;", left)
+        right = _substituted(BUFFER, lambda m: "const int lo_buffer = 6 + lo_w * 2 + lo_c - 2;\n", boxes)
+        right = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 2; lo_c < 4;", right)
+        wait = "    asm volatile(\"wgmma.wait_group.sync.aligned {}\" ::: \"memory\");\n"
+        return ("    /* steps 14 and 15 in halves of 128 columns */\n"
+                + "".join(f"    lo_wait(lo_bar + {s % 4}, {s // 4 % 2}u);\n" + _products(s, 0)
+                          for s in (14, 15))
+                + _products(14, 1) + wait.format("1;")
+                + "    __syncthreads();   /* every warpgroup is done with steps 12 and 13's buffers */\n"
+                + declared + left + _products(15, 1) + wait.format("0;") + right
+                + "    if (lo_thread % 128 == 0) LO_STORES_DONE();\n")
+    return _substituted(DRAINED_EPILOGUE, tail, source)
+
+VARIANTS = {"as printed": lambda s: s, "unchecked": unchecked, "halves": lambda s: halves(unchecked(s))}
+TRIED = {"touched 6-13": touched(6, 13), "touched 2-9": touched(2, 9), "touched 0-3": touched(0, 3),
+         "output prefetched": output_prefetched, "A, B evict_first": evict_first("AB"),
+         "B evict_first": evict_first("B"), "A evict_first": evict_first("A"),
+         "A, B evict_first from step 8": evict_first("AB", 8),
+         "A, B evict_first from step 12": evict_first("AB", 12), "stores read": stores_read,
+         "rows stored": rows_stored}     # earlier calls' variants (--tried)
 
 TIMES = r"""
 __device__ unsigned long long lo_times[132 * 8];
@@ -251,22 +298,8 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
     return rows
 
 
-def write_rates(flushes: Flushes, runs: int = 50) -> dict:
-    """TB/s of a plain write of the output's bytes (CuPy's fill of a 2000 x 3000 float16 array, a memset
-    and an elementwise kernel writing ones) after each flush: the device's own rate of such writes."""
-    cp = device.cupy()
-    out = cp.empty((2000, 3000), dtype="float16")
-    rates = {}
-    for label, call in (("memset", lambda: out.fill(0)), ("ones", lambda: out.fill(1))):
-        for clean in (False, True, None):
-            seconds = statistics.median(flushes.elapsed(call, clean) for _ in range(runs))
-            rates[f"{label}, {({False: 'dirty', True: 'clean', None: 'warm'})[clean]}"] = round(
-                out.nbytes / seconds / 1e12, 2)
-    return rates
-
-
-def calls_verified() -> tuple[list[dict], dict]:
-    """The variants built, verified against float64 and timed alone (one launch, graph), and the calls
+def calls_verified(variants: dict) -> tuple[list[dict], dict]:
+    """``variants`` built, verified against float64 and timed alone (one launch, graph), and the calls
     (cuBLAS first) of those verified."""
     import torch
     op = case_op("novel_gemm")
@@ -275,7 +308,7 @@ def calls_verified() -> tuple[list[dict], dict]:
     expected = reference(op, logical)
     a, b = logical
     rows, calls = [], {"cuBLAS": lambda: torch.matmul(a, b)}
-    for name, patch in VARIANTS.items():
+    for name, patch in variants.items():
         kernel = kernel_from(schedule, patch(print_kernel(schedule).source), device.arch())
         row = run_variant(kernel, stored, expected)
         rows.append({"op": repr(op), "kernel": name, "verified": row["verified"],
@@ -307,8 +340,10 @@ def main() -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--ncu", action="store_true", help="each call once a flush, for Nsight Compute")
     arguments.add_argument("--json", help="write the environment and rows to this file")
+    arguments.add_argument("--tried", action="store_true", help="the earlier variants (TRIED) too")
+    arguments.add_argument("--timelines", action="store_true", help="the clock64 timelines first")
     args = arguments.parse_args()
-    rows, calls = calls_verified()
+    rows, calls = calls_verified(VARIANTS | (TRIED if args.tried else {}))
     if args.ncu:
         profiled(calls)
         return 0 if all(r["verified"] for r in rows) else 1
@@ -318,14 +353,13 @@ def main() -> int:
     op = case_op("novel_gemm")
     schedule = gpu_wgmma(op, **FIRST)
     stored = torch_tensors(op)[1]
-    for name, patch in (("as printed", VARIANTS["as printed"]), ("unchecked", unchecked),
-                        ("unchecked, unstored", lambda source: unstored(unchecked(source)))):
+    marked = (("as printed", VARIANTS["as printed"]), ("unstored", unstored), ("unchecked", unchecked),
+              ("unchecked, unstored", lambda source: unstored(unchecked(source))))
+    for name, patch in marked if args.timelines else ():
         kernel = kernel_from(schedule, timeline(patch)(print_kernel(schedule).source), device.arch())
         for row in timelines(kernel, stored, flushes):
             rows.append({"timeline": name} | row)
             print(json.dumps(rows[-1]), flush=True)
-    rows.append({"write TB/s": write_rates(flushes)})
-    print(json.dumps(rows[-1]), flush=True)
     for repeat in range(3):
         rows.append({"together": repeat} | interleaved(flushes, calls))
         print(json.dumps(rows[-1]), flush=True)
