@@ -1,28 +1,32 @@
-"""The GEMM in no catalog after a dirty and after a clean flush: why the benchmark's flush costs its first
-choice (192 x 256 in one wave, B in whole-line rows) more than cuBLAS.
+"""The GEMM in no catalog's first choice (192 x 256 in one wave, B in whole-line rows) after a dirty and
+after a clean flush, where its time goes, and its last two steps in halves.
 
 ``cuda_bench`` overwrites the L2 with a fill before each timed run, which leaves every line of it dirty:
 each line a kernel then takes in is a write-back to DRAM first. A clean flush here is the same fill and
 then a read of another buffer twice the L2 (a sum), which leaves the L2 full of clean lines. Each call
-is timed one launch after each kind of flush in alternation (9 rounds of 20, three times), cuBLAS and:
+is timed one launch after each kind of flush in alternation (9 rounds of 20, three times): cuBLAS and
+``VARIANTS``, the printed CUDA patched, each verified against float64 first:
 
-- ``as printed``: the first choice; its 12 MB of output stored in the last ~1.7 us, after the one wave's
-  products, into lines each of which evicts a dirty line then.
-- ``touched S-E``: the same, and at loop steps S .. E every thread of a warpgroup stores zeros (16 bytes a
-  thread a store, a warp a 512-byte run of a row) over its warpgroup's 64 x 256 outputs, so that the
-  output's lines are taken into L2 (and the dirty lines they evict written back) while the products run;
-  the epilogue's TMA stores then land in lines already there. A proxy fence orders the zeros before them.
-- ``output prefetched`` (``bench_cuda_cold``): the output's boxes prefetched into L2 (a DRAM read each),
-  one a step over 12 steps.
+- ``as printed``: the first choice.
+- ``unchecked``: its outputs staged without the per-element bounds select (the TMA stores clip).
+- ``halves``: the same, and the last two k-steps multiplied in halves of 128 columns (m64n128k16), the
+  left half's first, so that the left half's outputs are staged and stored while the right half's
+  products run (the one wave's output drain, ~4.4 us with the tensor cores idle, half hidden).
+
+``--tried``: the earlier variants too (``TRIED``: the output's lines taken early by zero stores, its
+boxes prefetched, the inputs loaded evict_first, the blocks ending once the stores read their buffers,
+the outputs stored a row a warp by st.global). ``--timelines``: first, thread 0 of each block reads
+its SM's clock at entry, once the first and the last step's boxes are in, once the products are done
+and once its warpgroup's stores are (``timeline``), after each flush and after none (warm).
 
 ``--ncu``: each call once after a dirty flush and once after a clean one (after a warm-up), for Nsight
 Compute in application replay with ``--cache-control none``:
 
 ``ncu --replay-mode application --cache-control none --clock-control none --nvtx --nvtx-include
 'profiled/' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum python
-benchmarks/bench_cuda_dirty.py --ncu``
+benchmarks/bench_cuda_dirty.py --ncu`` (``--section PmSampling`` for the time series)
 
-``python benchmarks/bench_cuda_dirty.py [--ncu] [--json PATH]``
+``python benchmarks/bench_cuda_dirty.py [--tried] [--timelines] [--ncu] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -33,10 +37,10 @@ import re
 import statistics
 from collections.abc import Callable
 
-from bench_cuda_cold import BUFFER, FIRST, STORE, output_prefetched, own_buffers
+from bench_cuda_cold import BUFFER, FIRST, STORE, calls_verified, output_prefetched, own_buffers
 from bench_cuda_kstep import _substituted, kernel_from
 from bench_cuda_launch import launch
-from bench_cuda_tensor import reference, run_variant, torch_tensors
+from bench_cuda_tensor import torch_tensors
 from bench_cuda_tune import case_op
 from cuda_bench import environment
 
@@ -296,28 +300,6 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
         rows.append({"flush": {False: "dirty", True: "clean", None: "none (warm)"}[clean]} | {
             n: round(float(v), 3 if n == "SM GHz" else 0) for n, v in zip(names, medians)})
     return rows
-
-
-def calls_verified(variants: dict) -> tuple[list[dict], dict]:
-    """``variants`` built, verified against float64 and timed alone (one launch, graph), and the calls
-    (cuBLAS first) of those verified."""
-    import torch
-    op = case_op("novel_gemm")
-    schedule = gpu_wgmma(op, **FIRST)
-    logical, stored = torch_tensors(op)
-    expected = reference(op, logical)
-    a, b = logical
-    rows, calls = [], {"cuBLAS": lambda: torch.matmul(a, b)}
-    for name, patch in variants.items():
-        kernel = kernel_from(schedule, patch(print_kernel(schedule).source), device.arch())
-        row = run_variant(kernel, stored, expected)
-        rows.append({"op": repr(op), "kernel": name, "verified": row["verified"],
-                     "relative_error": row["relative_error"], "one_launch_us": row["median_ms"] * 1e3,
-                     "graph_us": row["graph_ms"] * 1e3, "registers": row["registers"]})
-        print(json.dumps(rows[-1]), flush=True)
-        if row["verified"]:
-            calls[name] = launch(kernel, stored)
-    return rows, calls
 
 
 def profiled(calls: dict) -> None:
