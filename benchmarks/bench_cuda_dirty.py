@@ -165,31 +165,56 @@ def _products(step: int, half: int) -> str:
             f"    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n")
 
 
-def halves(source: str) -> str:
-    """The last two steps multiplied in halves of 128 columns (m64n128k16), the left half's first, so
-    that its outputs are staged and stored while the right half's products of step 15 run: steps 14
-    and 15 left, 14 right, the left half's epilogue (once the block is done with steps 12-13's buffers,
-    its staging), 15 right, the right half's epilogue. Each box staged in a buffer of its own."""
-    source = _substituted(re.escape("\n__global__ "), lambda match: "\n" + HALF + match.group(0)[1:], source)
-    source = _substituted(re.escape(LOOP), lambda match: LOOP.replace("< 16", "< 14"), source)
+REFILL_BLOCK = re.compile(r"        if \(lo_r \+ 2 < 16\)   /\* into the buffer[^\n]*\n(.*?)"
+                          r"(?=        asm volatile\(\"wgmma\.wait_group\.sync\.aligned 1;)", re.S)
 
-    def tail(match: re.Match) -> str:
-        declared, boxes = match.group(1), match.group(2)
-        left = _substituted(BUFFER, lambda m: "const int lo_buffer = lo_w * 2 + lo_c;\n", boxes)
-        left = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 0; lo_c < 2;", left)
-        right = _substituted(BUFFER, lambda m: "const int lo_buffer = 6 + lo_w * 2 + lo_c - 2;\n", boxes)
-        right = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 2; lo_c < 4;", right)
-        wait = "    asm volatile(\"wgmma.wait_group.sync.aligned {}\" ::: \"memory\");\n"
-        return ("    /* steps 14 and 15 in halves of 128 columns */\n"
-                + "".join(f"    lo_wait(lo_bar + {s % 4}, {s // 4 % 2}u);\n" + _products(s, 0)
-                          for s in (14, 15))
-                + _products(14, 1) + wait.format("1;")
-                + "    __syncthreads();   /* every warpgroup is done with steps 12 and 13's buffers */\n"
-                + declared + left + _products(15, 1) + wait.format("0;") + right
-                + "    if (lo_thread % 128 == 0) LO_STORES_DONE();\n")
-    return _substituted(DRAINED_EPILOGUE, tail, source)
 
-VARIANTS = {"as printed": lambda s: s, "unchecked": unchecked, "halves": lambda s: halves(unchecked(s))}
+def halves(split: int = 2) -> Callable[[str], str]:
+    """The patch multiplying the last ``split`` steps (2 or 3) in halves of 128 columns (m64n128k16), the
+    left half's first, so that its outputs are staged and stored while the right half's products run:
+    the steps left, the first of them right, the left half's epilogue (once the block is done with step
+    12's buffer, its staging), the other steps right, the right half's epilogue. Each box staged in a
+    buffer of its own."""
+    if split not in (2, 3):
+        raise ValueError(f"split {split}: the left half's staging needs step 12's buffer free (2 or 3)")
+    first = 16 - split
+
+    def patch(source: str) -> str:
+        refill = REFILL_BLOCK.search(source)
+        if refill is None:
+            raise ValueError("the printed kernel has no refill block: the patch needs updating")
+        source = _substituted(re.escape("\n__global__ "), lambda match: "\n" + HALF + match.group(0)[1:],
+                              source)
+        source = _substituted(re.escape(LOOP), lambda match: LOOP.replace("< 16", f"< {first}"), source)
+
+        def tail(match: re.Match) -> str:
+            declared, boxes = match.group(1), match.group(2)
+            left = _substituted(BUFFER, lambda m: "const int lo_buffer = lo_w * 2 + lo_c;\n", boxes)
+            left = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 0; lo_c < 2;", left)
+            right = _substituted(BUFFER, lambda m: "const int lo_buffer = 6 + lo_w * 2 + lo_c - 2;\n", boxes)
+            right = _substituted(re.escape("lo_c = 0; lo_c < 4;"), lambda m: "lo_c = 2; lo_c < 4;", right)
+            wait = "    asm volatile(\"wgmma.wait_group.sync.aligned {}\" ::: \"memory\");\n"
+            copies = (f"    {{   /* step {first}'s boxes are in: the last copy, step {first + 2}'s */\n"
+                      f"        const int lo_r = {first};\n"
+                      f"        lo_wait(lo_bar + {first % 4}, {first // 4 % 2}u);\n        __syncthreads();\n"
+                      + refill.group(1) + "    }\n") if first + 2 < 16 else ""
+            return (f"    /* steps {first}-15 in halves of 128 columns */\n" + copies
+                    + "".join(("" if copies and s == first
+                               else f"    lo_wait(lo_bar + {s % 4}, {s // 4 % 2}u);\n") + _products(s, 0)
+                              for s in range(first, 16))
+                    + _products(first, 1) + wait.format("1;")
+                    + "    __syncthreads();   /* every warpgroup is done with step 12's buffer */\n"
+                    + declared + left + "".join(_products(s, 1) for s in range(first + 1, 16))
+                    + wait.format("0;")
+                    + "    __syncthreads();   /* every warpgroup is done with the ring */\n" + right
+                    + "    if (lo_thread % 128 == 0) LO_STORES_DONE();\n")
+        return _substituted(DRAINED_EPILOGUE, tail, source)
+    return patch
+
+
+VARIANTS = {"as printed": lambda s: s, "unchecked": unchecked,
+            "halves, last 2 steps": lambda s: halves(2)(unchecked(s)),
+            "halves, last 3 steps": lambda s: halves(3)(unchecked(s))}
 TRIED = {"touched 6-13": touched(6, 13), "touched 2-9": touched(2, 9), "touched 0-3": touched(0, 3),
          "output prefetched": output_prefetched, "A, B evict_first": evict_first("AB"),
          "B evict_first": evict_first("B"), "A evict_first": evict_first("A"),
