@@ -26,7 +26,9 @@ Compute in application replay with ``--cache-control none``:
 'profiled/' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum python
 benchmarks/bench_cuda_dirty.py --ncu`` (``--section PmSampling`` for the time series)
 
-``python benchmarks/bench_cuda_dirty.py [--tried] [--timelines] [--ncu] [--json PATH]``
+``--check NAME``: one launch of a variant, verified (for ``compute-sanitizer``).
+
+``python benchmarks/bench_cuda_dirty.py [--tried] [--timelines] [--ncu] [--check NAME] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from bench_cuda_cold import BUFFER, FIRST, STORE, calls_verified, output_prefetched, own_buffers
 from bench_cuda_kstep import _substituted, kernel_from
 from bench_cuda_launch import launch
-from bench_cuda_tensor import torch_tensors
+from bench_cuda_tensor import prepacked, reference, torch_tensors
 from bench_cuda_tune import case_op
 from cuda_bench import environment
 
@@ -327,6 +329,22 @@ def timelines(kernel, stored: list, flushes: Flushes, runs: int = 40) -> list[di
     return rows
 
 
+def checked(name: str) -> bool:
+    """One launch of ``VARIANTS[name]`` into a poisoned output, verified against float64 (the run to put
+    under ``compute-sanitizer``)."""
+    import torch
+    op = case_op("novel_gemm")
+    schedule = gpu_wgmma(op, **FIRST)
+    kernel = kernel_from(schedule, VARIANTS[name](print_kernel(schedule).source), device.arch())
+    logical, stored = torch_tensors(op)
+    out = device.cupy().full((op.m, op.n), float("nan"), kernel.parameter_dtype(op.output))
+    kernel.run(kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out}))
+    got, expected = torch.as_tensor(out, device="cuda").double(), reference(op, logical)
+    error = float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+    print(f"{name}: relative error {error:.2e}", flush=True)
+    return error < 1e-3      # NaN (an output never written) fails
+
+
 def profiled(calls: dict) -> None:
     """Each call warmed, then launched once after a dirty flush and once after a clean one, those two
     launches inside the NVTX range ``profiled``."""
@@ -349,7 +367,10 @@ def main() -> int:
     arguments.add_argument("--json", help="write the environment and rows to this file")
     arguments.add_argument("--tried", action="store_true", help="the earlier variants (TRIED) too")
     arguments.add_argument("--timelines", action="store_true", help="the clock64 timelines first")
+    arguments.add_argument("--check", choices=VARIANTS, help="one launch of this variant, verified")
     args = arguments.parse_args()
+    if args.check:
+        return 0 if checked(args.check) else 1
     rows, calls = calls_verified(VARIANTS | (TRIED if args.tried else {}))
     if args.ncu:
         profiled(calls)
