@@ -1,5 +1,7 @@
-"""The GEMM in no catalog's first choice (192 x 256 in one wave, B in whole-line rows) after a dirty and
-after a clean flush, where its time goes, and its last two steps in halves.
+"""The GEMM in no catalog's first choice after a dirty and a clean flush, and its last steps in halves.
+
+The first choice is 192 x 256 in one wave, B in whole-line rows: where its time goes after each flush,
+and what was tried to take it back.
 
 ``cuda_bench`` overwrites the L2 with a fill before each timed run, which leaves every line of it dirty:
 each line a kernel then takes in is a write-back to DRAM first. A clean flush here is the same fill and
