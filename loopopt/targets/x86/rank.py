@@ -758,11 +758,18 @@ def _reads(candidate: Candidate) -> tuple:
             knobs.outer, knobs.pixel, knobs.weight_format, candidate.residual, candidate.threads)
 
 
+_recent: list = [None, None, {}]     # the last ranking's profile, first op and figures by ``_reads``
+
+
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
-    """Each candidate with the heuristic's figures (computed once per distinct ``_reads``)."""
-    known: dict[tuple, tuple[tuple[str, float], ...]] = {}
+    """Each candidate with the heuristic's figures (computed once per distinct ``_reads``; those of the
+    last ranking of the same op on the same profile taken from it: ``first_reading`` ranks the space
+    that ``first_choice`` did)."""
+    profile, op = measured_profile(), candidates[0].op if candidates else None
+    known = _recent[2] if _recent[0] is profile and _recent[1] is op else {}
+    _recent[:] = [profile, op, known]
     keys = [_reads(candidate) for candidate in candidates]
-    looked_up = _ranking_profile.set(measured_profile())     # once, not per candidate
+    looked_up = _ranking_profile.set(profile)     # once, not per candidate
     try:
         for candidate, key in zip(candidates, keys):
             if key not in known:

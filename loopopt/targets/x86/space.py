@@ -314,9 +314,15 @@ class Names:
 
     @classmethod
     def of(cls, rc: str, cache_block: int, dot: bool) -> Names:
-        inner = f"{rc}_i" if cache_block else rc
-        return cls(f"{rc}_o" if cache_block else None, f"{inner}_o" if dot else inner,
-                   f"{inner}_i" if dot else None)
+        """The names, made once per reduction dim, cache block and dot (the ranking asks per candidate)."""
+        return _names(cls, rc, cache_block, dot)
+
+
+@lru_cache(maxsize=1024)
+def _names(cls: type[Names], rc: str, cache_block: int, dot: bool) -> Names:
+    inner = f"{rc}_i" if cache_block else rc
+    return cls(f"{rc}_o" if cache_block else None, f"{inner}_o" if dot else inner,
+               f"{inner}_i" if dot else None)
 
 
 def panel_loops(channel: str) -> tuple[str, str]:
