@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from loopopt.machine import profile_path
     trees = [str(Path(tree).resolve()) for tree in args.trees]
-    runs = [("warm", None)] + ([("cold", True)] if args.cold else [])
+    runs = [("warm" if args.models else "-", None)] + ([("cold", True)] if args.cold else [])
     times: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(args.rounds):
         for tree in trees:
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             medians.append(statistics.median(values))
             cells.append(f"{medians[-1]:.2f} [{min(values):.2f}-{max(values):.2f}]")
         ratio = [f"{medians[0] / medians[1]:.2f}x"] if len(trees) == 2 else []
-        print(f"| {Path(what).name} | {label} | " + " | ".join(cells + ratio) + " |")
+        print(f"| {Path(what).name if args.models else what} | {label} | " + " | ".join(cells + ratio) + " |")
 
 
 if __name__ == "__main__":
