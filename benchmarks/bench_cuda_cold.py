@@ -116,17 +116,18 @@ VARIANTS = {"as printed": lambda s: s, "filled": filled, "prefetched": prefetche
             "output prefetched at once": output_prefetched_at_once}
 
 
-def bench() -> list[dict]:
+def calls_verified(variants: dict) -> tuple[list[dict], dict]:
+    """``variants`` (patches of the first choice's printed CUDA) built, verified against float64 and timed
+    alone (one launch, graph): their rows, and the calls (cuBLAS first) of those verified."""
     import torch
     op = case_op("novel_gemm")
     schedule = gpu_wgmma(op, **FIRST)
-    arch = device.arch()
     logical, stored = torch_tensors(op)
     expected = reference(op, logical)
     a, b = logical
-    calls, rows = {"cuBLAS": lambda: torch.matmul(a, b)}, []
-    for name, patch in VARIANTS.items():
-        kernel = kernel_from(schedule, patch(print_kernel(schedule).source), arch)
+    rows, calls = [], {"cuBLAS": lambda: torch.matmul(a, b)}
+    for name, patch in variants.items():
+        kernel = kernel_from(schedule, patch(print_kernel(schedule).source), device.arch())
         row = run_variant(kernel, stored, expected)
         rows.append({"op": repr(op), "kernel": name, "verified": row["verified"],
                      "relative_error": row["relative_error"], "one_launch_us": row["median_ms"] * 1e3,
@@ -134,8 +135,12 @@ def bench() -> list[dict]:
         print(json.dumps(rows[-1]), flush=True)
         if row["verified"]:
             calls[name] = launch(kernel, stored)
-    return rows + together(op, calls, 3)
+    return rows, calls
 
+
+def bench() -> list[dict]:
+    rows, calls = calls_verified(VARIANTS)
+    return rows + together(case_op("novel_gemm"), calls, 3)
 
 if __name__ == "__main__":
     raise SystemExit(rows_main(__doc__, bench))

@@ -205,7 +205,8 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
                          f"whose runtime must be loaded first: run python with LD_PRELOAD=$({cc.split()[0]} "
                          f"-print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
     all_flags = (f"-O{level or opt_level()}", *BASE_FLAGS, *flags, *sanitize)
-    if OPENMP_FLAG in link_flags and team.serves(compiler_identity(cc)):
+    on_team = OPENMP_FLAG in link_flags and team.serves(compiler_identity(cc))
+    if on_team:
         link_flags = tuple(flag for flag in link_flags if flag != OPENMP_FLAG) + team_link(cc)
     link_flags = tuple(link_flags) + sanitize_link
     parts = [STANDARD_HEADERS, source, cdef, cc, compiler_identity(cc), " ".join(all_flags),
@@ -215,7 +216,7 @@ def compile_c(source: str, cdef: str, flags: tuple[str, ...] = (),
         return _loaded[key]
     target = cache_dir() / f"{ENTRY_PREFIX}{key}{LIBRARY_SUFFIX}"
     if not _trusted(target):
-        _build(source, all_flags, link_flags, target, cc)
+        _build(source, all_flags, link_flags, target, cc, on_team)
     if OPENMP_FLAG in link_flags:
         load_runtime()              # loopopt's threads spin briefly, then sleep, unless the user says
     ffi = cffi.FFI()
@@ -276,10 +277,12 @@ def library_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(compile_flags), tuple(link)
 
 
-def _build(source: str, flags: tuple[str, ...], link_flags: tuple[str, ...], target: Path, cc: str) -> None:
+def _build(source: str, flags: tuple[str, ...], link_flags: tuple[str, ...], target: Path, cc: str,
+           on_team: bool) -> None:
     """Compile ``source`` in a locked private folder, its prelude (``STANDARD_HEADERS`` and the SIMD
     header it uses) included first, precompiled once that pays off; then publish the shared object and
-    its record."""
+    its record. A kernel linked for the team (``on_team``) that still needs another OpenMP runtime is a
+    BuildError, not an entry."""
     def build(built: Path) -> None:
         folder = built.parent
         name = target.name.removesuffix(LIBRARY_SUFFIX)
@@ -292,6 +295,11 @@ def _build(source: str, flags: tuple[str, ...], link_flags: tuple[str, ...], tar
             (folder / PCH_NAME).write_text(prelude)
         run_compiler([*compiler_call, "-include", str(folder / PCH_NAME), str(kernel), "-o", str(built),
                       *link, *link_flags], name, kernel, target)
+        runtime = team.foreign_runtime(built) if on_team else None
+        if runtime is not None:
+            raise BuildError(f"{name} calls OpenMP functions beyond the ones loopopt's team serves "
+                             f"({', '.join(team.SERVED)}), so it needs {runtime}, whose threads would run "
+                             f"apart from the team's; build it with {team.RUNTIME_ENV}={team.LIBGOMP}")
 
     publish(target, build)
 

@@ -169,7 +169,12 @@ class Op:
         return tuple(name for name, _ in self.dims)
 
     def extent(self, dim: str) -> int:
-        return dict(self.dims)[dim]
+        return self._dim_extents[dim]
+
+    @cached_property
+    def _dim_extents(self) -> dict[str, int]:
+        """``dims`` as a dict, built once (the search's ranking asks for extents per candidate)."""
+        return dict(self.dims)
 
     def domain_constraints(self) -> list[str]:
         """isl constraints of the domain over the dim names."""
@@ -474,9 +479,17 @@ class Contraction(Op):
         return f"Contraction({self.expr!r}, {sizes}{extra}{_dtype_repr(self)}{quant})"
 
     def tensor(self, name: str) -> TensorInfo:
-        letters = self.letters_of[self._known(name)]
-        role = "output" if name == self.output else "bias" if name == self.BIAS else "input"
-        return TensorInfo(name, self.shapes[name], letters, role, letters)
+        info = self._tensors.get(name)
+        return info if info is not None else self._tensors[self._known(name)]
+
+    @cached_property
+    def _tensors(self) -> dict[str, TensorInfo]:
+        """Each tensor's ``TensorInfo`` by name, built once (the search's ranking asks per candidate)."""
+        infos = {}
+        for name, letters in self.letters_of.items():
+            role = "output" if name == self.output else "bias" if name == self.BIAS else "input"
+            infos[name] = TensorInfo(name, self.shapes[name], letters, role, letters)
+        return infos
 
     def index(self, name: str) -> tuple[Expr, ...]:
         return self.accesses[self._known(name)].index

@@ -7,7 +7,9 @@ imported those four alone). So a kernel is still compiled with ``-fopenmp``, its
 with ``team_omp.c``: those four defined with hidden visibility (a kernel's calls bind to them at link
 time, whatever OpenMP runtime ``import torch`` or another library put in the process's global scope),
 forwarding to the uniquely named functions of ``team.c``, one shared object of the cache loaded
-(``RTLD_GLOBAL``) before the first kernel, so that every kernel of the process runs on one team.
+(``RTLD_GLOBAL``) before the first kernel, so that every kernel of the process runs on one team. A
+kernel calling any other OpenMP function would need libgomp beside the team: its build is refused
+(``foreign_runtime``), naming ``$LOOPOPT_OPENMP=libgomp``, which builds it.
 
 ``team.c``: a region runs ``fn(data)`` on the calling thread and on workers started on demand (kept
 after); a region asked from inside a region, or on one thread, runs on the caller alone. Regions of two
@@ -53,6 +55,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import elf
+
 RUNTIME_ENV = "LOOPOPT_OPENMP"
 TEAM, LIBGOMP = "team", "libgomp"                   # the values of RUNTIME_ENV (the first the default)
 RUNTIME_SOURCE = Path(__file__).with_name("team.c")
@@ -63,6 +67,8 @@ LINK_FLAGS = ("-Wl,--as-needed",)   # the driver's libgomp (-fopenmp) stays out 
 SPIN = 300                          # spins before a thread sleeps outside a plan run
 FOREVER = -1                        # spin without bound
 SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}    # GOMP_SPINCOUNT's, as libgomp reads them
+SERVED = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "omp_set_num_threads")  # team_omp.c
+FOREIGN = ("libgomp", "libomp", "libiomp")   # OpenMP runtimes' library names
 IGNORED = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_STACKSIZE", "GOMP_STACKSIZE",
            "OMP_DYNAMIC", "OMP_THREAD_LIMIT", "OMP_MAX_ACTIVE_LEVELS", "OMP_NESTED")
 
@@ -78,6 +84,12 @@ def serves(compiler_identity: str) -> bool:
         raise ValueError(f"{RUNTIME_ENV}={value!r}: allowed: {TEAM} (loopopt's own threads, the "
                          f"default) or {LIBGOMP}")
     return value == TEAM and "clang" not in compiler_identity.lower()
+
+
+def foreign_runtime(shared_object: Path) -> str | None:
+    """The OpenMP runtime library a kernel linked for the team still needs, if any: its calls of OpenMP
+    functions other than ``SERVED`` bound there (``LINK_FLAGS`` keep it out of a kernel needing none)."""
+    return next((name for name in elf.needed(shared_object) if name.startswith(FOREIGN)), None)
 
 
 def wait_rule(environ: Mapping[str, str]) -> tuple[int, int]:

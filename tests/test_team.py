@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
-from loopopt import team
-from loopopt.cbuild import compile_c
+from loopopt import elf, team
+from loopopt.cbuild import BuildError, compile_c
 from loopopt.openmp import OPENMP_FLAG
 from loopopt.quant_reference import random_call
 from loopopt.tune.choice import first_choice
@@ -43,6 +43,36 @@ def _sizes(threads: int) -> list[int]:
 def test_regions_nested_and_of_one_thread_run_alone():
     assert _sizes(3) == [310, 310, 310, -1, -1, -1, -1, -1]
     assert _sizes(1) == [110, -1, -1, -1, -1, -1, -1, -1]
+
+
+BARRIER = """int lo_barrier(int *out) {
+    #pragma omp parallel num_threads(2)
+    {
+        out[omp_get_thread_num()] = omp_get_num_threads();
+        #pragma omp barrier
+    }
+    return 0;
+}"""
+
+
+def test_a_kernel_needing_more_than_the_team_serves_is_refused(monkeypatch, tmp_path):
+    """A kernel calling an OpenMP function the team does not define (``GOMP_barrier``) is a BuildError
+    naming the runtime it would need; linked with libgomp as that error says, it builds and runs."""
+    def build():
+        return compile_c("#include <omp.h>\n" + BARRIER, "int lo_barrier(int *out);", (OPENMP_FLAG,),
+                         (OPENMP_FLAG,))
+    refused = r"beyond .*GOMP_parallel.* needs libgomp\.so\.1.*LOOPOPT_OPENMP=libgomp"
+    with pytest.raises(BuildError, match=refused):
+        build()
+    monkeypatch.setenv(team.RUNTIME_ENV, team.LIBGOMP)
+    out = np.zeros(2, dtype=np.int32)
+    library = build()
+    library.lib.lo_barrier(library.ffi.cast("int *", out.ctypes.data))
+    assert out.tolist() == [2, 2]
+    text = tmp_path / "not.so"
+    text.write_text("not a shared object")
+    with pytest.raises(ValueError, match="not an ELF file"):
+        elf.needed(text)
 
 
 def test_kernels_bind_to_the_team_under_libgomp_in_the_global_scope():

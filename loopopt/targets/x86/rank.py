@@ -43,18 +43,21 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from functools import lru_cache
 
 from ...dataflows import activations_last
 from ...layout import Layout
-from ...machine import Cache, machine_profile
+from ...machine import Cache, MachineProfile
+from ...machine import machine_profile as measured_profile
 from ...ops import Op
 from ..binary import block_dims
 from ..lut_format import COLUMNS
 from ..search import Candidate
 from .binary import LANES as BINARY_LANES
 from .isa import TILE_ISA
+from .knob_memo import by_knobs
 from .space import (
     DOT,
     WEIGHTS,
@@ -135,6 +138,15 @@ MEMORY_OPERAND = 0.9       # efficiency of a block that multiplies a weight vect
                            # (``space.memory_operand``): ResNet's 3x3 convs at 14x14 to 56x56, whose rows 4x16
                            # and 5x16 blocks cover whole or nearly, ran 7x16 at 1.08-1.11x their time (AMD
                            # EPYC Zen 3, 1 thread, kernel only, thread times of 21 interleaved calls)
+
+
+_ranking_profile: ContextVar[MachineProfile | None] = ContextVar("ranking_profile", default=None)
+
+
+def machine_profile() -> MachineProfile:
+    """This machine's profile (``machine.machine_profile``): the one a ranking (``_figured``) looked up
+    for its candidates while it runs, else looked up now."""
+    return _ranking_profile.get() or measured_profile()
 
 
 @lru_cache(maxsize=1)
@@ -352,6 +364,7 @@ def element_bytes(op: Op) -> int:
     return 1 if op.quant is not None else 2 if op.dtype == "bfloat16" else 4
 
 
+@by_knobs("pixel", "pixel_block", "channel_block", "channel_panel", "cache_block")
 def outer_extents(op: Op, knobs: Knobs) -> dict[str, int]:
     """The extent of each loop outside the register block (``knobs.outer``), by name."""
     roles = Roles.of(op, knobs.pixel)
@@ -373,6 +386,7 @@ def streamed_bytes(op: Op, knobs: Knobs, capacity: int) -> int:
     return sum(first + again for first, again in streamed_inputs(op, knobs, capacity))
 
 
+@by_knobs("pixel", "pixel_block", "channel_block", "channel_panel", "cache_block", "outer", "parallel")
 def streamed_inputs(op: Op, knobs: Knobs, capacity: int, threads: int = 1) -> list[tuple[int, int]]:
     """Bytes of each of the op's inputs read from beyond a cache of ``capacity`` bytes, as (read first,
     read again): each input once, and once more per iteration of an outer loop that does not index it (its
@@ -435,6 +449,7 @@ def reread_seconds(candidate: Candidate, capacity: int, scatter: float = 1.0) ->
     return again / _operands(op)[2] * scatter
 
 
+@by_knobs("pixel", "pixel_block", "channel_block", "channel_panel", "cache_block", "outer")
 def out_of_order(op: Op, knobs: Knobs, channels_first: bool = False) -> int:
     """The pairs of outer loops (of more than one iteration, over output dims) that visit the
     channels-last output out of its memory order (the positions in their order, the channels last;
@@ -768,14 +783,25 @@ def _reads(candidate: Candidate) -> tuple:
             knobs.outer, knobs.pixel, knobs.weight_format, candidate.residual, candidate.threads)
 
 
+_recent: list = [None, None, {}]     # the last ranking's profile, first op and figures by ``_reads``
+
+
 def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tuple[str, float], ...]]]:
-    """Each candidate with the heuristic's figures (computed once per distinct ``_reads``)."""
-    known: dict[tuple, tuple[tuple[str, float], ...]] = {}
-    for candidate in candidates:
-        key = _reads(candidate)
-        if key not in known:
-            known[key] = tuple(figures(candidate).items())
-    return [(c, known[_reads(c)]) for c in candidates]
+    """Each candidate with the heuristic's figures (computed once per distinct ``_reads``; those of the
+    last ranking of the same op on the same profile taken from it: ``first_reading`` ranks the space
+    that ``first_choice`` did)."""
+    profile, op = measured_profile(), candidates[0].op if candidates else None
+    known = _recent[2] if _recent[0] is profile and _recent[1] is op else {}
+    _recent[:] = [profile, op, known]
+    keys = [_reads(candidate) for candidate in candidates]
+    looked_up = _ranking_profile.set(profile)     # once, not per candidate
+    try:
+        for candidate, key in zip(candidates, keys):
+            if key not in known:
+                known[key] = tuple(figures(candidate).items())
+    finally:
+        _ranking_profile.reset(looked_up)
+    return [(c, known[key]) for c, key in zip(candidates, keys)]
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:

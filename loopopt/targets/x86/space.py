@@ -314,9 +314,15 @@ class Names:
 
     @classmethod
     def of(cls, rc: str, cache_block: int, dot: bool) -> Names:
-        inner = f"{rc}_i" if cache_block else rc
-        return cls(f"{rc}_o" if cache_block else None, f"{inner}_o" if dot else inner,
-                   f"{inner}_i" if dot else None)
+        """The names, made once per reduction dim, cache block and dot (the ranking asks per candidate)."""
+        return _names(cls, rc, cache_block, dot)
+
+
+@lru_cache(maxsize=1024)
+def _names(cls: type[Names], rc: str, cache_block: int, dot: bool) -> Names:
+    inner = f"{rc}_i" if cache_block else rc
+    return cls(f"{rc}_o" if cache_block else None, f"{inner}_o" if dot else inner,
+               f"{inner}_i" if dot else None)
 
 
 def panel_loops(channel: str) -> tuple[str, str]:
@@ -386,9 +392,11 @@ def layouts(op: Op, knobs: Knobs, vector: int) -> dict[str, str]:
     return tags
 
 
+@lru_cache(maxsize=4096)
 def tap_window(op: Op, pixel: str | None = None) -> Window | None:
     """The window along the op's pixel dim (``Roles.pixel`` of a block along ``pixel``: ``pixel_dims``),
-    whose taps a tap dot runs along; None where no window runs along it (fused positions)."""
+    whose taps a tap dot runs along; None where no window runs along it (fused positions); found once
+    per op and pixel (the ranking asks per candidate)."""
     return next((w for w in op.windows if w.out_dim == Roles.of(op, pixel).pixel), None)
 
 
@@ -694,7 +702,7 @@ def candidates(op: Op, isa: str, threads: int = 1, tiles: bool = False) -> list[
         found += plane_candidates(op, isa, threads) if has_planes(op, isa) else []
         found += tile_candidates(op, threads) if tiles and _has_amx() else []
         found += lut_candidates(op, isa, threads)
-    return found if threads == 1 else [replace(c, threads=threads) for c in found]
+    return [c if c.threads == threads else replace(c, threads=threads) for c in found]
 
 
 def _has_amx() -> bool:
@@ -799,14 +807,14 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
                 for order, unroll in itertools.product(_outer_orders(outer), unrolls):
                     parallel = _parallel_loop(order, outer, threads, names.cache)
                     if threads == 1 or parallel:
-                        knobs = Knobs(pb, cb, reduction, order, weights, cache_block, unroll, parallel,
-                                      fmt, pixel, prefetch=ahead if weights == "packed" else 0)
-                        found += [Candidate(op, isa, replace(knobs, activations=where))
-                                  for where in activations]
+                        found += [Candidate(op, isa, Knobs(pb, cb, reduction, order, weights, cache_block,
+                                                           unroll, parallel, fmt, pixel, activations=where,
+                                                           prefetch=ahead if weights == "packed" else 0),
+                                            threads=threads) for where in activations]
                 if panel:
                     plain = Knobs(pb, cb, reduction, (), weights, 0, (), None, fmt, pixel, prefetch=ahead)
-                    found += [Candidate(op, isa, replace(in_panels(op, plain, panel), unroll=unroll))
-                              for unroll in unrolls]
+                    found += [Candidate(op, isa, replace(in_panels(op, plain, panel), unroll=unroll),
+                                        threads=threads) for unroll in unrolls]
     return found
 
 
@@ -944,7 +952,7 @@ def _pixel_lanes(op: Op, isa: str, threads: int, weights: str, orders: list[tupl
                     if threads == 1 or parallel:
                         knobs = Knobs(pb, cb, reduction, order, weights, 0, unroll, parallel,
                                       "i2_s" if ternary(op) else "int8")
-                        found.append(Candidate(op, isa, knobs))
+                        found.append(Candidate(op, isa, knobs, threads=threads))
     return found
 
 
