@@ -742,7 +742,8 @@ class Schedule:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ScheduleError(f"{step}: steps={steps!r}; a positive number of the last pipeline steps")
         if self.halves_steps:
-            raise ScheduleError(f"{step}: the last {self.halves_steps} steps are in halves already; halves once")
+            raise ScheduleError(f"{step}: the last {self.halves_steps} steps are in halves already; "
+                                f"halves once")
         return self._with(step, halves_steps=steps)
 
     @property

@@ -72,7 +72,8 @@ class Halves:
         descriptor of that half's rows): on the device its registers from ``half x n / 4`` on."""
         if device:
             return f"LO_WGMMA_HALF({acc} + {half * self.columns // 2}, {a}, {b});"
-        return f"lo_wgmma_cols({acc}, lo_smem_h, {a}, {b}, {self.entry.n}, {half * self.columns}, {self.columns});"
+        return (f"lo_wgmma_cols({acc}, lo_smem_h, {a}, {b}, {self.entry.n}, {half * self.columns}, "
+                f"{self.columns});")
 
     def b_rows(self, half: int) -> int:
         """Bytes from a B tile's start to half ``half``'s rows (rows of the swizzle's width, contiguous)."""
@@ -108,7 +109,7 @@ def check(schedule: Schedule, entry: MatrixInstruction, stored: tma_store.Stored
                             f"{total} pipeline steps")
     boxes = fragments * entry.n // stored.columns
     half_bytes = boxes // 2 * tma_store.CHUNK_BYTES
-    left = (total - steps - 1) % stages * step_bytes     # the step before the tail's buffer (or an unused one)
+    left = (total - steps - 1) % stages * step_bytes     # the buffer of the step before the tail (or unused)
     right = 0 if half_bytes <= left else left + half_bytes
     if half_bytes > step_bytes or left % tma_store.ALIGNMENT or right + half_bytes > stages * step_bytes:
         raise ScheduleError(f"{step}: a half's {boxes // 2} output boxes ({half_bytes} bytes) do not fit "

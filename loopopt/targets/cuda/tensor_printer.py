@@ -1249,9 +1249,12 @@ class TensorPrinter:
     def _wait_boxes(self, depth: int, step: str) -> None:
         """The wait until the boxes of step ``step`` (a name or a number) are in: the phase (``step`` /
         buffers) of its buffer's barrier (the host's model of it)."""
-        self.emit(depth, f"lo_wait(lo_bar + {step} % {self.pipeline}, (unsigned) ({step} / {self.pipeline}) & 1u);"
-                  if self.syntax.device else f"lo_wait(lo_tx + {step} % {self.pipeline}, "
-                  f"{self._buffer(self.a, step)}, {self.step_elements});")
+        buffers = self.pipeline
+        if self.syntax.device:
+            self.emit(depth, f"lo_wait(lo_bar + {step} % {buffers}, (unsigned) ({step} / {buffers}) & 1u);")
+        else:
+            self.emit(depth, f"lo_wait(lo_tx + {step} % {buffers}, {self._buffer(self.a, step)}, "
+                             f"{self.step_elements});")
 
     def _step_products(self, depth: int, step: str, rebased: bool, half: int | None = None) -> None:
         """Step ``step``'s products (``half``: that half's, ``halves.py``), on the device one group."""
@@ -1461,7 +1464,8 @@ class TensorPrinter:
         if self.stored is not None:
             self.emit(depth, self.stored.host_map())
             boxes = self.warp_count * self.accumulators * self.ins.n // self.stored.columns
-            staged = (boxes * tma_store.CHUNK_BYTES if self.tail else self.staging_bytes) // self.out_type.size
+            staged = (boxes * tma_store.CHUNK_BYTES if self.tail else self.staging_bytes) \
+                // self.out_type.size
             self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
 
     def _declare_accumulators(self, depth: int) -> None:
@@ -1509,7 +1513,8 @@ class TensorPrinter:
         rebased = device and bool(code.rebase)
         if rebased:
             self.emit(depth, code.rebase)
-        self.emit(depth, cprint.for_loop("int", "lo_r", steps - self.tail.steps if self.tail else steps) + " {")
+        main = steps - self.tail.steps if self.tail else steps      # the steps before the halves
+        self.emit(depth, cprint.for_loop("int", "lo_r", main) + " {")
         body = depth + 1
         if self.tma:     # step lo_r's boxes are in
             self._wait_boxes(body, "lo_r")
