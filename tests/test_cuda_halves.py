@@ -96,14 +96,15 @@ def test_halves_refuses_what_it_cannot_print(make, message):
         print_kernel(make())
 
 
-@pytest.mark.slow        # an nvcc build: ~20 s
+@pytest.mark.slow        # an nvcc build: ~20 s each
 @needs(toolchain.nvcc)
-def test_the_goal_layers_halves_build_for_sm_90_with_both_wgmma_widths_and_no_spills():
-    kernel = gpu_wgmma(GOAL, **FIRST, halves=3).compile(target="cuda", isa="sm_90")
+@pytest.mark.parametrize("steps", HALVES)
+def test_the_goal_layers_halves_build_for_sm_90_with_both_wgmma_widths_and_no_spills(steps):
+    kernel = gpu_wgmma(GOAL, **FIRST, halves=steps).compile(target="cuda", isa="sm_90")
     assert kernel.build.spill_bytes == 0, kernel.report
     assert "C7511" not in kernel.report, kernel.report      # ptxas serialized no wgmma
     code = sass(kernel)
-    assert len(re.findall(r"HGMMA\.64x128x16", code)) == 3 * 4 * 2, "three steps of four k16 in two halves"
+    assert len(re.findall(r"HGMMA\.64x128x16", code)) == steps * 4 * 2, "the steps' four k16 in two halves"
     assert "HGMMA.64x256x16" in code and "UTMASTG.2D" in code
     assert "LDL" not in code and "STL" not in code
 

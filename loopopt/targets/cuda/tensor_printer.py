@@ -1222,8 +1222,7 @@ class TensorPrinter:
         self._step_products(depth, str(tail.first), rebased, 1)
         if device:
             self.emit(depth, code.retire)
-            self.emit(depth, f"__syncthreads();   /* every left product retired: step {tail.first - 1}'s "
-                             f"buffer holds the left half's staging */")
+            self.emit(depth, "__syncthreads();   /* every left product retired: a free buffer stages them */")
         self._half_epilogue(depth, 0)
         for step in range(tail.first + 1, self.steps):
             self._step_products(depth, str(step), rebased, 1)
