@@ -12,6 +12,7 @@ from test_cuda_tensor import _emulated_error
 import loopopt as lo
 from loopopt.dataflows import gpu_mma, gpu_wgmma
 from loopopt.schedule import ScheduleError
+from loopopt.schedule_file import schedule_from_toml, to_toml
 from loopopt.targets.cuda import halves, toolchain
 from loopopt.targets.cuda.printer import print_kernel
 from loopopt.targets.cuda.search import HALVES, _halved, figures, tensor_knobs
@@ -126,3 +127,10 @@ def test_the_goal_layers_first_choice_is_its_one_wave_with_the_last_steps_in_hal
     rules = target("cuda").search_rules()
     first = rules.rank(rules.candidates(GOAL, "sm_90"))[0].knobs
     assert (first.block_m, first.block_n, first.halves, first.padded) == (192, 256, max(HALVES), True), first
+
+
+def test_halves_round_trip_through_a_schedule_file():
+    schedule = gpu_wgmma(GOAL, **FIRST, halves=3)
+    text = to_toml(schedule)
+    assert "halves = 3" in text
+    assert schedule_from_toml(text, GOAL) == schedule

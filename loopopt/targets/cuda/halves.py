@@ -105,11 +105,21 @@ def check(schedule: Schedule, entry: MatrixInstruction, stored: tma_store.Stored
         raise ScheduleError(f"{step}: {schedule.op.output} is not stored by TMA in whole chunks of a half's "
                             f"{entry.n // 2} columns; halves takes a kernel whose output TMA stores "
                             f"(a row-major Matmul or Gemm without split_k, stage(..., engine='tma'))")
+    return fit(steps, entry, stored.columns, stages, total, step_bytes, fragments)
+
+
+def fit(steps: int, entry: MatrixInstruction, columns: int, stages: int, total: int, step_bytes: int,
+        fragments: int) -> Halves:
+    """The tail of a kernel of ``entry`` (whose N halves to an entry) whose output TMA stores in chunks of
+    ``columns``, its last ``steps`` steps in halves (``check``'s other arguments); ScheduleError where the
+    steps or the half's staging do not fit its ring."""
+    step = f"halves({steps})"
+    name = entry.name.replace(f"m64n{entry.n}k", f"m64n{entry.n // 2}k")
     if steps > min(stages - 1, total):
         raise ScheduleError(f"{step}: steps={steps}; at most stages - 1 = {stages - 1} (the left half is "
                             f"staged in the buffer of the step before them) and at most the kernel's "
                             f"{total} pipeline steps")
-    boxes = fragments * entry.n // stored.columns
+    boxes = fragments * entry.n // columns
     half_bytes = boxes // 2 * tma_store.CHUNK_BYTES
     read = {step % stages for step in range(total - steps, total)}     # the tail steps' buffers
     left = min(set(range(stages)) - read) * step_bytes

@@ -70,9 +70,9 @@ from ...gemv_roles import GemvRoles
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import depthwise, device, gemv, output_types, specialize
+from . import depthwise, device, gemv, halves, output_types, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
+from .instructions import WGMMA_F16_F32, WGMMA_N, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
@@ -453,25 +453,28 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
 
 
 def _halved(op: Op, knobs: TensorKnobs, arch: str) -> list[TensorKnobs]:
-    """``knobs`` with its last ``HALVES`` steps in halves (``Schedule.halves``) where the printer takes
-    them and its blocks fit one wave (only there is the output drain after the last product exposed, what
-    the halves hide part of: ``predict``)."""
+    """``knobs`` with its last ``HALVES`` steps in halves (``Schedule.halves``) where they fit its ring
+    (``halves.fit``: as the printer checks them) and its blocks fit one wave (only there is the output
+    drain after the last product exposed, what the halves hide part of: ``predict``)."""
     if knobs.preset != "gpu_wgmma" or knobs.engine != "tma" or knobs.specialize or knobs.split_k > 1 \
             or knobs.cluster != (1, 1) or _row_blocks(op, knobs) * -(-_matrix(op)[1] // knobs.block_n) \
-            > ARCH[arch].multiprocessors:
+            > ARCH[arch].multiprocessors or not _stores_by_tma(op):
         return []
-    halved = [replace(knobs, halves=steps) for steps in HALVES]
-    return [knobs for knobs in halved if _halves_print(op, knobs)]
-
-
-@cache
-def _halves_print(op: Op, knobs: TensorKnobs) -> bool:
-    """Whether the tensor printer takes ``knobs``' halves (``halves.check``)."""
-    try:
-        TensorPrinter(knobs.schedule(op, ""), CUDA)
-    except ScheduleError:
-        return False
-    return True
+    entry = knobs.instruction
+    if not _tma_stored(op, knobs) or entry.n // 2 not in WGMMA_N:
+        return []
+    _, _, channels, others = _matrix(op)
+    total = others * -(-channels // knobs.depth)
+    fragments = knobs.block_m * knobs.block_n // (entry.m * entry.n)
+    columns = output_types.TYPES[op.out_dtype].chunk_columns
+    fitting = []
+    for steps in HALVES:
+        try:
+            halves.fit(steps, entry, columns, knobs.stages, total, _step_bytes(knobs), fragments)
+        except ScheduleError:
+            continue
+        fitting.append(replace(knobs, halves=steps))
+    return fitting
 
 
 def _tma_variants(knobs: TensorKnobs, walks: bool, pairs: Sequence[tuple[int, int]] = (),
