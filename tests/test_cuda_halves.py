@@ -52,6 +52,7 @@ test_random_halves_emulated, test_random_halves_emulated_full = tiers(
     _check_halves_emulated, 2, 8, _OPS, TAILS)
 
 
+@pytest.mark.slow        # ~1-3 s each (the emulation of a 296-column tile)
 @pytest.mark.parametrize("op", [lo.Matmul(150, 296, 400, dtype="float16", out_dtype="float16"),
                                 lo.Matmul(70, 300, 328, dtype="float16"),
                                 lo.Gemm(40, 264, 200, alpha=0.5, beta=2.0, dtype="float16")], ids=repr)
