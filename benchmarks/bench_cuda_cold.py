@@ -116,9 +116,10 @@ VARIANTS = {"as printed": lambda s: s, "filled": filled, "prefetched": prefetche
             "output prefetched at once": output_prefetched_at_once}
 
 
-def calls_verified(variants: dict) -> tuple[list[dict], dict]:
-    """``variants`` (patches of the first choice's printed CUDA) built, verified against float64 and timed
-    alone (one launch, graph): their rows, and the calls (cuBLAS first) of those verified."""
+def calls_verified(variants: dict, printed: dict | None = None) -> tuple[list[dict], dict]:
+    """``variants`` (patches of the first choice's printed CUDA) and ``printed`` (schedules of the same op,
+    their CUDA as printed) built, verified against float64 and timed alone (one launch, graph): their
+    rows, and the calls (cuBLAS first) of those verified."""
     import torch
     op = case_op("novel_gemm")
     schedule = gpu_wgmma(op, **FIRST)
@@ -126,8 +127,10 @@ def calls_verified(variants: dict) -> tuple[list[dict], dict]:
     expected = reference(op, logical)
     a, b = logical
     rows, calls = [], {"cuBLAS": lambda: torch.matmul(a, b)}
-    for name, patch in variants.items():
-        kernel = kernel_from(schedule, patch(print_kernel(schedule).source), device.arch())
+    sources = {name: (schedule, patch(print_kernel(schedule).source)) for name, patch in variants.items()}
+    sources |= {name: (built, print_kernel(built).source) for name, built in (printed or {}).items()}
+    for name, (built, source) in sources.items():
+        kernel = kernel_from(built, source, device.arch())
         row = run_variant(kernel, stored, expected)
         rows.append({"op": repr(op), "kernel": name, "verified": row["verified"],
                      "relative_error": row["relative_error"], "one_launch_us": row["median_ms"] * 1e3,

@@ -28,9 +28,13 @@ Compute in application replay with ``--cache-control none``:
 'profiled/' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum python
 benchmarks/bench_cuda_dirty.py --ncu`` (``--section PmSampling`` for the time series)
 
-``--check NAME``: one launch of a variant, verified (for ``compute-sanitizer``).
+``--printed``: only the first choice as printed, its last 3 steps in halves as patched, and ``PRINTED``:
+the same op with its last 2 or 3 steps in halves as loopopt prints them (``Schedule.halves``).
 
-``python benchmarks/bench_cuda_dirty.py [--tried] [--timelines] [--ncu] [--check NAME] [--json PATH]``
+``--check NAME``: one launch of a variant (or of ``PRINTED``), verified (for ``compute-sanitizer``).
+
+``python benchmarks/bench_cuda_dirty.py [--tried] [--timelines] [--printed] [--ncu] [--check NAME]
+[--json PATH]``
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from bench_cuda_tune import case_op
 from cuda_bench import environment
 
 from loopopt.dataflows import gpu_wgmma
+from loopopt.schedule import Schedule
 from loopopt.targets.cuda import device
 from loopopt.targets.cuda.printer import print_kernel
 
@@ -225,6 +230,12 @@ TRIED = {"touched 6-13": touched(6, 13), "touched 2-9": touched(2, 9), "touched 
          "A, B evict_first from step 8": evict_first("AB", 8),
          "A, B evict_first from step 12": evict_first("AB", 12), "stores read": stores_read,
          "rows stored": rows_stored}     # earlier calls' variants (--tried)
+PRINTED = {f"halves({steps}), printed": steps for steps in (2, 3)}     # gpu_wgmma(halves=steps)
+
+
+def printed(name: str) -> Schedule:
+    """The schedule of ``PRINTED[name]``: the first choice with its last steps in halves."""
+    return gpu_wgmma(case_op("novel_gemm"), **FIRST, halves=PRINTED[name])
 
 TIMES = r"""
 __device__ unsigned long long lo_times[132 * 8];
@@ -336,8 +347,9 @@ def checked(name: str) -> bool:
     under ``compute-sanitizer``)."""
     import torch
     op = case_op("novel_gemm")
-    schedule = gpu_wgmma(op, **FIRST)
-    kernel = kernel_from(schedule, VARIANTS[name](print_kernel(schedule).source), device.arch())
+    schedule = printed(name) if name in PRINTED else gpu_wgmma(op, **FIRST)
+    source = print_kernel(schedule).source
+    kernel = kernel_from(schedule, source if name in PRINTED else VARIANTS[name](source), device.arch())
     logical, stored = torch_tensors(op)
     out = device.cupy().full((op.m, op.n), float("nan"), kernel.parameter_dtype(op.output))
     kernel.run(kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out}))
@@ -369,11 +381,14 @@ def main() -> int:
     arguments.add_argument("--json", help="write the environment and rows to this file")
     arguments.add_argument("--tried", action="store_true", help="the earlier variants (TRIED) too")
     arguments.add_argument("--timelines", action="store_true", help="the clock64 timelines first")
-    arguments.add_argument("--check", choices=VARIANTS, help="one launch of this variant, verified")
+    arguments.add_argument("--printed", action="store_true", help="halves as printed against the patch")
+    arguments.add_argument("--check", choices=[*VARIANTS, *PRINTED], help="one launch of this one, verified")
     args = arguments.parse_args()
     if args.check:
         return 0 if checked(args.check) else 1
-    rows, calls = calls_verified(VARIANTS | (TRIED if args.tried else {}))
+    patched = {name: VARIANTS[name] for name in ("as printed", "halves, last 3 steps")} if args.printed \
+        else VARIANTS | (TRIED if args.tried else {})
+    rows, calls = calls_verified(patched, {name: printed(name) for name in PRINTED} if args.printed else {})
     if args.ncu:
         profiled(calls)
         return 0 if all(r["verified"] for r in rows) else 1

@@ -621,7 +621,7 @@ def wgmma_instruction(columns: int, block_n: int, warps_n: int, types: str = "k1
 def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, warps_n: int = 1,
               depth: int = 64, stages: int = 4, split_k: int = 1, engine: str = "threads",
               cluster: tuple[int, int] = (1, 1), specialize: bool = False, swizzle: int = 32,
-              persistent: bool = False, padded: bool = False) -> Schedule:
+              persistent: bool = False, padded: bool = False, halves: int = 0) -> Schedule:
     """``gpu_wmma`` on Hopper's ``wgmma.mma_async`` m64nNk16 (``sm_90a``): each ``warps_m x warps_n``
     iteration is a warpgroup of four warps holding ``block_m/warps_m x block_n/warps_n`` outputs as 64 x N
     fragments, N (``wgmma_instruction``) of 64, 128 or 256 as the group's columns of the op need; both
@@ -640,7 +640,9 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
     the consumers store; with ``cluster``, each cluster walking the tiles its blocks take together.
     ``padded=True``: B (a Matmul's or Gemm's second operand, the weights, stored once) in rows of whole
     128-byte L2 lines, its reduction in blocks of a line's elements padded with zeros (float16 ``NK64k``;
-    ``engine="tma"``, which reads them as rows of the padded length: ``tma.padded_rows``).
+    ``engine="tma"``, which reads them as rows of the padded length: ``tma.padded_rows``). ``halves=S``:
+    the last S steps multiplied in halves of the warpgroups' columns, the left half's outputs stored while
+    the right half's products run (``Schedule.halves``; one wave's output drain partly hidden).
     float16 or bfloat16 operands, or a quantized op's int8 or uint8 activations
     and symmetric int8 (or ternary) weights (``wgmma_types``: m64nNk32 into exact int32 sums, the
     quantized epilogue of ``gpu_mma``; a quantized conv on TMA pixel boxes adds the activations' zero
@@ -656,7 +658,8 @@ def gpu_wgmma(op: Op, block_m: int = 128, block_n: int = 256, warps_m: int = 2, 
         if not isinstance(value, bool):
             raise ScheduleError(f"gpu_wgmma({name}={value!r}): True or False")
     schedule = _whole_line_rows(schedule, op.inputs[1], entry, engine) if padded else schedule
-    return schedule.persistent() if persistent else schedule
+    schedule = schedule.persistent() if persistent else schedule
+    return schedule.halves(halves) if halves else schedule
 
 
 def _whole_line_rows(schedule: Schedule, tensor: str, entry: str, engine: str) -> Schedule:

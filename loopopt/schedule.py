@@ -199,6 +199,7 @@ class Schedule:
     tile_swizzle: int = 32                          # bytes of a staged tile's swizzled rows (``swizzle``)
     persistent_tiles: bool = False                  # one block an SM walks the output tiles (``persistent``)
     prefetched: tuple[tuple[str, int], ...] = ()    # (input, elements ahead): ``prefetch``
+    halves_steps: int = 0                           # the last steps multiplied in halves (``halves``)
 
     def __post_init__(self):
         if not isinstance(self.op, Op):
@@ -729,6 +730,21 @@ class Schedule:
         if self.persistent_tiles:
             raise ScheduleError(f"{step}: the tile loop is persistent already; persistent once")
         return self._with(step, persistent_tiles=True)
+
+    def halves(self, steps: int) -> "Schedule":
+        """Multiply the last ``steps`` pipeline steps in halves of the instruction's columns, the left
+        half's first, so that the left half's outputs are staged and stored while the right half's
+        remaining products run: a one-wave kernel's output drain, which otherwise follows its last
+        product with the tensor cores idle, partly hidden. The cuda target refuses it unless an
+        unspecialized, unclustered TMA kernel on a wgmma entry whose N halves to another entry stores its
+        output by TMA, and ``steps`` <= stages - 1 (``targets/cuda/halves.py``)."""
+        step = Step("halves", (steps,))
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ScheduleError(f"{step}: steps={steps!r}; a positive number of the last pipeline steps")
+        if self.halves_steps:
+            raise ScheduleError(f"{step}: the last {self.halves_steps} steps are in halves already; "
+                                f"halves once")
+        return self._with(step, halves_steps=steps)
 
     @property
     def fused_epilogue(self) -> Optional[Epilogue]:

@@ -88,7 +88,7 @@ from .winograd import plan as winograd_plan
 PRIMITIVES = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel", "layout",
               "register_block", "compensation", "arithmetic", "weight_format", "bind", "stage", "tensorize",
               "split_k", "clip", "add_residual", "clip_quantized", "cluster", "specialize", "swizzle",
-              "persistent", "prefetch")
+              "persistent", "prefetch", "halves")
 SUFFIX = ".toml"
 SCHEDULE_ALGORITHMS = ("direct", "implicit_gemm", "im2col")    # a loop nest: one Schedule
 WINOGRAD = "winograd"                                          # a pipeline: a Winograd plan

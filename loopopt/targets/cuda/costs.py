@@ -65,6 +65,11 @@ class Costs:
     # pair's products bind as the kernel alone's, this is what tells them apart: the GEMM in no catalog's
     # one wave with B in whole-line rows ran 0.7-1.3% slower in pairs in nine of ten interleavings.
     cluster_launch_seconds: float = 0.2e-6
+    # measured: the rate a one-wave kernel's outputs leave its SMs after its last product, the tensor cores
+    # idle: the GEMM in no catalog's 192 x 256 one wave staged and TMA-stored its 12.7 MB in ~4.4 us
+    # whatever the flush (a clock64 timeline over its 132 blocks, H200, 2026-11-30, docs/benchmarks.md).
+    # Only ``halves`` is credited with it (the share it hides); no kernel is charged it.
+    output_drain_bytes_per_s: float = 2.9e12
     # fitted: cycles until a step's TMA boxes land, a ring of s buffers keeping s - 2 steps in flight (the
     # consumers hold two): BERT on 64 x 64 TMA tiles, warp-specialized, ran 18.8-18.9, 16.1-16.3 and 13.3-13.4
     # us at 4, 5 and 8 stages, 15.1 / 15.8 at 6 / 7 and 14.2-14.7 at 9-14 (H200, one launch, three runs,

@@ -70,9 +70,9 @@ from ...gemv_roles import GemvRoles
 from ...ops import Op
 from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
-from . import depthwise, device, gemv, output_types, specialize
+from . import depthwise, device, gemv, halves, output_types, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
+from .instructions import WGMMA_F16_F32, WGMMA_N, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
@@ -122,7 +122,8 @@ ARCH = {"sm_90": Arch(132, 1980, 228 * 1024, 2048, 4.8e12, 4096),
         "sm_75": Arch(40, 1590, 64 * 1024, 1024, 0.32e12, 512)}
 TENSOR_PRESETS = {"gpu_wgmma": gpu_wgmma, "gpu_mma": gpu_mma, "gpu_wmma": gpu_wmma}
 SIMT_PRESETS = {"gpu_tiled": gpu_tiled, "gpu_staged": gpu_staged}
-WGMMA_KNOBS = ("swizzle", "specialize", "persistent", "cluster", "padded")
+WGMMA_KNOBS = ("swizzle", "specialize", "persistent", "cluster", "padded", "halves")
+HALVES = (2, 3)                    # the last steps a one-wave candidate multiplies in halves (``halves``)
 PAIRS = ((1, 2), (2, 1))           # a persistent walk's clusters: pairs along the columns (A shared), rows
 BLOCKS = (32, 64, 128, 192, 256)
 WARPS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (3, 1))
@@ -196,6 +197,7 @@ class TensorKnobs:
     persistent: bool = False       # one block a SM walks the tiles (``Schedule.persistent``; specialized)
     cluster: tuple[int, int] = (1, 1)    # a cluster's blocks along the rows, columns (``Schedule.cluster``)
     padded: bool = False           # B, the weights, in rows of whole L2 lines (``gpu_wgmma``'s; TMA only)
+    halves: int = 0                # the last steps multiplied in halves (``Schedule.halves``; one wave)
 
     @property
     def pixel_block(self) -> int:
@@ -290,6 +292,8 @@ class Work:
     thread_outputs: float = 0.0    # of those, one thread's
     serial_cycles: float = 0.0     # per block: cycles its SM spends on it alone, one block after another
     clustered: bool = False        # launched in clusters (``costs.cluster_launch_seconds``)
+    halves: int = 0                # the last steps in halves (``Schedule.halves``): part of the drain hidden
+    output_bytes: float = 0.0      # the whole kernel's output bytes (what its last wave drains)
 
 
 @dataclass(frozen=True)
@@ -443,8 +447,34 @@ def tensor_candidates(op: Op, arch: str) -> list[TensorKnobs]:
                 if _legal(variant.threads, knobs.block_m * knobs.block_n // knobs.threads,
                           _block_shared(op, variant),
                           SHARED_BYTES_PER_BLOCK[arch]):
+                    found.update(dict.fromkeys(_halved(op, variant, arch)))
                     found[variant] = None
     return list(found)
+
+
+def _halved(op: Op, knobs: TensorKnobs, arch: str) -> list[TensorKnobs]:
+    """``knobs`` with its last ``HALVES`` steps in halves (``Schedule.halves``) where they fit its ring
+    (``halves.fit``: as the printer checks them) and its blocks fit one wave (only there is the output
+    drain after the last product exposed, what the halves hide part of: ``predict``)."""
+    if knobs.preset != "gpu_wgmma" or knobs.engine != "tma" or knobs.specialize or knobs.split_k > 1 \
+            or knobs.cluster != (1, 1) or _row_blocks(op, knobs) * -(-_matrix(op)[1] // knobs.block_n) \
+            > ARCH[arch].multiprocessors or not _stores_by_tma(op):
+        return []
+    entry = knobs.instruction
+    if not _tma_stored(op, knobs) or entry.n // 2 not in WGMMA_N:
+        return []
+    _, _, channels, others = _matrix(op)
+    total = others * -(-channels // knobs.depth)
+    fragments = knobs.block_m * knobs.block_n // (entry.m * entry.n)
+    columns = output_types.TYPES[op.out_dtype].chunk_columns
+    fitting = []
+    for steps in HALVES:
+        try:
+            halves.fit(steps, entry, columns, knobs.stages, total, _step_bytes(knobs), fragments)
+        except ScheduleError:
+            continue
+        fitting.append(replace(knobs, halves=steps))
+    return fitting
 
 
 def _tma_variants(knobs: TensorKnobs, walks: bool, pairs: Sequence[tuple[int, int]] = (),
@@ -759,7 +789,8 @@ def tensor_work(op: Op, knobs: TensorKnobs, gpu: Gpu, costs: Costs = COSTS) -> W
                 warps * share * step_instructions(op, knobs, costs),
                 costs.issue_async if entry.asynchronous else costs.issue_sync,
                 _split_bytes(op, knobs.split_k, costs), knobs.persistent, *_requantized(op, knobs),
-                clustered=knobs.cluster != (1, 1))
+                clustered=knobs.cluster != (1, 1), halves=knobs.halves,
+                output_bytes=_output_bytes(op) * math.prod(op.tensor(op.output).shape))
 
 
 def _l2_rate(knobs: TensorKnobs, blocks: int, gpu: Gpu, costs: Costs = COSTS) -> float:
@@ -934,7 +965,10 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
     epilogue follows each wave's products (``costs.epilogue_cycles_per_output``); in a persistent kernel
     of several blocks an SM only the last wave's: before it, each block's epilogue runs beside the
     products of the SM's other blocks while its producer copies the next tile (conv2_x at N=32 on the
-    H200: 0.0307 -> 0.0257 ms, its main loop alone 0.0173-0.0178)."""
+    H200: 0.0307 -> 0.0257 ms, its main loop alone 0.0173-0.0178). A one-wave kernel with its last S steps
+    in halves (``Schedule.halves``) is credited the share of its output drain (``costs.
+    output_drain_bytes_per_s``) that its left half's stores hide: at most half of it, behind the right
+    half's remaining S - 1 half steps (no other kernel is charged the drain, so no other ranking moves)."""
     resident = min(occupancy(work, gpu), -(-work.blocks // gpu.multiprocessors))
     waves = -(-work.blocks // (resident * gpu.multiprocessors))
     warps = resident * work.threads / WARP
@@ -951,8 +985,10 @@ def predict(work: Work, gpu: Gpu, costs: Costs = COSTS) -> dict[str, float]:
                           + work.thread_outputs * costs.epilogue_thread_cycles) / clock
     serial = waves * resident * work.serial_cycles / clock
     launch = costs.launch_seconds + (costs.cluster_launch_seconds if work.clustered else 0.0)
+    drain = work.output_bytes / costs.output_drain_bytes_per_s
+    hidden = min(drain, (work.halves - 1) * per_wave / work.steps) / 2 if work.halves and waves == 1 else 0.0
     seconds = (launch + max(waves * per_wave, hbm) + overhead + epilogue + serial
-               + work.atomic_bytes / costs.atomic_bytes_per_s)
+               + work.atomic_bytes / costs.atomic_bytes_per_s - hidden)
     return {"predicted_seconds": seconds, "block_cycles": sum(cycles) + work.latency, "waves": float(waves),
             "blocks": float(work.blocks), "occupancy": float(resident),
             "l2_bytes": work.l2_bytes * work.blocks, "hbm_bytes": work.hbm_bytes,
@@ -1035,7 +1071,8 @@ class CudaSearch(SearchRules):
                     + (", persistent" if knobs.get("persistent") else "")
                     + (f", clusters of {knobs['cluster'][0]}x{knobs['cluster'][1]}"
                        if tuple(knobs.get("cluster", (1, 1))) != (1, 1) else "")
-                    + (", weights in whole-line rows" if knobs.get("padded") else ""))
+                    + (", weights in whole-line rows" if knobs.get("padded") else "")
+                    + (f", last {knobs['halves']} steps in halves" if knobs.get("halves") else ""))
         return (f"{knobs['preset']} {knobs['threads_y']}x{knobs['threads_x']} threads of "
                 f"{knobs['regs_y']}x{knobs['regs_x']} outputs"
                 + (f", depth {knobs['depth']}" if knobs["depth"] else ""))

@@ -72,6 +72,7 @@ from ...expr import Add, Const, Expr, Mul, Var, linear_terms
 from ...schedule import MAX_THREADS_PER_BLOCK, PIPELINE_STAGES, SWIZZLE_WIDTHS, Loop, Schedule, ScheduleError
 from . import (
     cluster,
+    halves,
     output_types,
     padding_sums,
     persistent,
@@ -181,6 +182,8 @@ class TensorPrinter:
         self.pipeline = schedule.pipeline_stages or PIPELINE_STAGES
         self.lines: list[str] = []
         self._classify()
+        self.tail = halves.check(schedule, self.ins, self.stored, self.pipeline, self.steps, self.step_bytes,
+                                 self.warp_count * self.accumulators)
 
     # --- the schedule's shape ---------------------------------------------------------------
     def _reduction(self, loop: Loop) -> bool:
@@ -667,9 +670,10 @@ class TensorPrinter:
         count = self.count[self.op.inputs[0]]
         return f"lo_sums[{index}]" if self.syntax.device else f"lo_sums[lo_w * {count} + {index}]"
 
-    def _products(self, depth: int, ring: str = "", rebased: bool = False) -> None:
+    def _products(self, depth: int, ring: str = "", rebased: bool = False, half: int | None = None) -> None:
         """A step's products from the buffer of step ``ring`` (default ``self.ring``); ``rebased``: the
-        operands through ``load_rebased`` (from the base ``rebase`` declared)."""
+        operands through ``load_rebased`` (from the base ``rebase`` declared); ``half``: only that half's
+        columns (``halves.py``: B's rows of the half, the entry of N / 2)."""
         ring = ring or self.ring
         steps = math.prod(loop.extent for loop in self.inner)
         na, nb = self.count[self.a], self.count[self.b]
@@ -683,17 +687,21 @@ class TensorPrinter:
             self.emit(inner, f"{self.syntax.unroll} {self.count[tensor]}")
             self.emit(inner, cprint.for_loop("int", "lo_f", self.count[tensor]) + " {")
             self._define(inner + 1, self.fragments[tensor], "lo_f")
+            rows = self.tail.b_rows(half) if half is not None and tensor == self.b else 0
             ptr = (f"({self._buffer(tensor, ring)} + ({self._tile_index(tensor)}) * "
-                   f"{self.tile_elements[tensor]}{self._slice_offset(tensor)})")
-            self.emit(inner + 1, self.code.load_rebased.format(name=f"{name}[lo_f]", units=self._units(
-                tensor, ring)) if rebased else load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
+                   f"{self.tile_elements[tensor]}{self._slice_offset(tensor)}"
+                   f"{f' + {rows // self.ins.element_bytes}' if rows else ''})")
+            units = self._units(tensor, ring) + (f" + {rows // 16}ull" if rows else "")
+            self.emit(inner + 1, self.code.load_rebased.format(name=f"{name}[lo_f]", units=units) if rebased
+                      else load.format(a=f"{name}[lo_f]", b=f"{name}[lo_f]", ptr=ptr))
             self.emit(inner, "}")
         self.emit(inner, f"{self.syntax.unroll} {na}")
         self.emit(inner, cprint.for_loop("int", "lo_fa", na) + " {")
         self.emit(inner + 1, f"{self.syntax.unroll} {nb}")
         self.emit(inner + 1, cprint.for_loop("int", "lo_fb", nb) + " {")
-        self.emit(inner + 2, self.code.mma.format(acc=self._acc(f"lo_fa * {nb} + lo_fb"), a="lo_a[lo_fa]",
-                                                  b="lo_b[lo_fb]"))
+        acc = self._acc(f"lo_fa * {nb} + lo_fb")
+        self.emit(inner + 2, self.code.mma.format(acc=acc, a="lo_a[lo_fa]", b="lo_b[lo_fb]") if half is None
+                  else self.tail.mma(self.syntax.device, acc, "lo_a[lo_fa]", "lo_b[lo_fb]", half))
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         if self.sums:       # the activation tiles' row sums: their fragments times a fragment of ones
@@ -1139,23 +1147,28 @@ class TensorPrinter:
         else:
             self._direct_epilogue(depth)
 
-    def _stored_epilogue(self, depth: int) -> None:
+    def _stored_epilogue(self, depth: int, half: int | None = None) -> None:
         """Each fragment a chunk of columns at a time through the warpgroup's two staging buffers, each
-        chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once)."""
+        chunk stored by TMA behind the warpgroup (``tma_store.py``; in the host emulation at once);
+        ``half``: that half's chunks only, each in a buffer of its own (``halves.py``)."""
         nb, device = self.count[self.b], self.syntax.device
         width = self.stored.columns
         chunks = self.ins.n // width
         issuer = f"lo_thread % {specialize.WARPGROUP} == 0"
         self._open_fragments(depth)
         inner = depth + 3
-        self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
-        self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
-        buffers = self.staging_buffers
-        self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
-                         f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
-        if device:     # the store that last read this buffer is done reading; every thread knows it
+        if half is None:
+            self.emit(depth + 2, f"{self.syntax.unroll} {chunks}")
+            self.emit(depth + 2, cprint.for_loop("int", "lo_c", chunks) + " {")
+            buffers = self.staging_buffers
+            self.emit(inner, f"const int lo_buffer = lo_w * {buffers} "
+                             f"+ ((lo_fa * {nb} + lo_fb) * {chunks} + lo_c) % {buffers};")
+        else:
+            self._open_half_chunks(depth + 2, half, chunks)
+        if device and half is None:     # the store that last read this buffer is done reading
             self.emit(inner, f"if ({issuer}) LO_STORES_READ_BUT({buffers - 1});")
             self.emit(inner, "LO_GROUP_SYNC();")
+        if device:
             self.emit(inner, self.syntax.unroll)
         self.emit(inner, self.code.elements.format(chunk="lo_c", columns=width))
         acc, valid = self._acc(f"lo_fa * {nb} + lo_fb"), self._check(self.guards["out"])
@@ -1165,7 +1178,9 @@ class TensorPrinter:
         self.emit(inner + 2, f"const {self.int_type} {self.j} = lo_col + lo_h;")
         at = tma_store.staged("lo_buffer", "lo_row", f"lo_col + lo_h - {width} * lo_c", self.out_type.size)
         value = self._output_value(f"{acc}[lo_e + lo_h]")
-        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(f'({valid}) ? {value} : 0.0f')};")
+        if half is None or self.op.bias or self.s.residual:
+            value = f"({valid}) ? {value} : 0.0f"
+        self.emit(inner + 2, f"lo_stage[{at}] = {self.out_type.value(value)};")
         self.emit(inner + 1, "}")
         self.emit(inner, "}")
         store = self.stored.store(f"lo_stage + lo_buffer * {tma_store.CHUNK_ROWS * width}", "lo_c")
@@ -1177,6 +1192,81 @@ class TensorPrinter:
             self.emit(inner, store)
         self.emit(depth + 2, "}")
         self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def _open_half_chunks(self, depth: int, half: int, chunks: int) -> None:
+        """The loop over half ``half``'s chunks of a fragment (``lo_c``), each chunk's staging buffer its
+        own (``lo_buffer``: the warpgroup's, from the half's staging; the host's staging holds both)."""
+        nb, count = self.count[self.b], chunks // 2
+        first = half * count
+        self.emit(depth, f"{self.syntax.unroll} {count}")
+        self.emit(depth, cprint.for_loop("int", "lo_c", first + count, first) + " {")
+        base = "" if self.syntax.device else f"{half * self.warp_count * self.accumulators * count} + "
+        self.emit(depth + 1, f"const int lo_buffer = {base}lo_w * {self.accumulators * count} "
+                             f"+ (lo_fa * {nb} + lo_fb) * {count} + lo_c - {first};")
+
+    def _halves_tail(self, depth: int, rebased: bool) -> None:
+        """The last ``tail.steps`` pipeline steps in halves (``halves.py``): their left products, the
+        first one's right products, the left half's outputs staged and stored once those retired, the
+        other right products, the right half's outputs; a copy still ahead issued at the first of them."""
+        tail, device, code = self.tail, self.syntax.device, self.code
+        ahead = self.pipeline - 2
+        self.emit(depth, f"/* steps {tail.first}-{self.steps - 1} in halves of {tail.columns} columns */")
+        for step in range(tail.first, self.steps):
+            self._wait_boxes(depth, str(step))
+            if step == tail.first and step + ahead < self.steps:
+                if device:
+                    self.emit(depth, "__syncthreads();   /* every warp is done with the buffer refilled */")
+                self._copy(depth, str(step + ahead))
+            self._step_products(depth, str(step), rebased, 0)
+        self._step_products(depth, str(tail.first), rebased, 1)
+        if device:
+            self.emit(depth, code.retire)
+            self.emit(depth, "__syncthreads();   /* every left product retired: a free buffer stages them */")
+        self._half_epilogue(depth, 0)
+        for step in range(tail.first + 1, self.steps):
+            self._step_products(depth, str(step), rebased, 1)
+        if device:
+            self.emit(depth, code.drain)
+            self.emit(depth, "__syncthreads();   /* every product retired: the right half's staging */")
+        self._half_epilogue(depth, 1)
+        if device:
+            self.emit(depth, f"if (lo_thread % {specialize.WARPGROUP} == 0) LO_STORES_DONE();")
+
+    def _half_epilogue(self, depth: int, half: int) -> None:
+        """Half ``half``'s outputs staged (on the device in the ring, at ``tail``'s offset) and stored."""
+        self.emit(depth, "{")
+        if self.syntax.device:
+            element = self.out_type.device
+            offset = (self.tail.left_offset, self.tail.right_offset)[half]
+            self.emit(depth + 1, f"{element} *lo_stage = ({element} *) (lo_smem + {offset});")
+        opened = 0 if self.syntax.device else self._warp_variables(depth + 1)
+        self._stored_epilogue(depth + 1 + opened, half)
+        self._close(depth + 1, opened)
+        self.emit(depth, "}")
+
+    def _wait_boxes(self, depth: int, step: str) -> None:
+        """The wait until the boxes of step ``step`` (a name or a number) are in: the phase (``step`` /
+        buffers) of its buffer's barrier (the host's model of it)."""
+        buffers = self.pipeline
+        if self.syntax.device:
+            self.emit(depth, f"lo_wait(lo_bar + {step} % {buffers}, (unsigned) ({step} / {buffers}) & 1u);")
+        else:
+            self.emit(depth, f"lo_wait(lo_tx + {step} % {buffers}, {self._buffer(self.a, step)}, "
+                             f"{self.step_elements});")
+
+    def _step_products(self, depth: int, step: str, rebased: bool, half: int | None = None) -> None:
+        """Step ``step``'s products (``half``: that half's, ``halves.py``), on the device one group."""
+        device, code = self.syntax.device, self.code
+        self.emit(depth, "{")
+        self.emit(depth + 1, f"const {self.int_type} lo_step = {step};")
+        opened = 0 if device else self._warp_variables(depth + 1)
+        if device and code.begin:
+            self.emit(depth + 1, code.begin)
+        self._products(depth + 1 + opened, rebased=rebased, half=half)
+        if device and code.end:
+            self.emit(depth + 1, code.end)
+        self._close(depth + 1, opened)
         self.emit(depth, "}")
 
     def _walk(self, depth: int, block: str, blocks: str, round: str) -> None:
@@ -1372,7 +1462,9 @@ class TensorPrinter:
         """The host emulation's map of the output and staging buffers where TMA stores it."""
         if self.stored is not None:
             self.emit(depth, self.stored.host_map())
-            staged = self.staging_bytes // self.out_type.size
+            boxes = self.warp_count * self.accumulators * self.ins.n // self.stored.columns
+            staged = (boxes * tma_store.CHUNK_BYTES if self.tail else self.staging_bytes) \
+                // self.out_type.size
             self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
 
     def _declare_accumulators(self, depth: int) -> None:
@@ -1420,14 +1512,11 @@ class TensorPrinter:
         rebased = device and bool(code.rebase)
         if rebased:
             self.emit(depth, code.rebase)
-        self.emit(depth, cprint.for_loop("int", "lo_r", steps) + " {")
+        main = steps - self.tail.steps if self.tail else steps      # the steps before the halves
+        self.emit(depth, cprint.for_loop("int", "lo_r", main) + " {")
         body = depth + 1
-        if self.tma:     # step lo_r's boxes are in: the phase (lo_r / buffers) of its buffer's barrier
-            wait = (f"lo_wait(lo_bar + lo_r % {self.pipeline}, (unsigned) (lo_r / {self.pipeline}) & 1u);"
-                    if device
-                    else f"lo_wait(lo_tx + lo_r % {self.pipeline}, {self._buffer(self.a, 'lo_r')}, "
-                         f"{self.step_elements});")
-            self.emit(body, wait)
+        if self.tma:     # step lo_r's boxes are in
+            self._wait_boxes(body, "lo_r")
         if device:   # one barrier a step: step lo_r's copies are in, every warp is done with step lo_r - 1
             if commit:
                 self.emit(body, f"__pipeline_wait_prior({ahead - 1});")
@@ -1440,21 +1529,16 @@ class TensorPrinter:
                                 f"{self.multicast.size});")
         if not self.ins.asynchronous:
             self._copy_ahead(body, ahead, steps)
-        self.emit(body, "{")
-        self.emit(body + 1, f"const {self.int_type} lo_step = lo_r;")
-        opened = 0 if device else self._warp_variables(body + 1)
-        if device and code.begin:
-            self.emit(body + 1, code.begin)
-        self._products(body + 1 + opened, rebased=rebased)
-        if device and code.end:
-            self.emit(body + 1, code.end)
-        self._close(body + 1, opened)
-        self.emit(body, "}")
+        self._step_products(body, "lo_r", rebased)
         if self.ins.asynchronous:
             self._copy_ahead(body, ahead, steps)
             if device:
                 self.emit(body, code.retire)
         self.emit(depth, "}")
+        if self.tail:
+            self._halves_tail(depth, rebased)
+            self._close_blocks()
+            return self.lines
         self._cluster_sync(depth)
         opened = warps if device else self._warp_variables(depth)
         self._epilogue(depth + opened)
@@ -1738,6 +1822,7 @@ class TensorPrinter:
                     *([cluster.DEVICE] if self.multicast else []),
                     *([specialize.DEVICE] if self.registers else []),
                     *([tma_store.DEVICE] if self.stored is not None else []),
+                    *([self.tail.macro()] if self.tail else []),
                     *([self.out_type.store2(True)] if self.s.persistent_tiles else []),
                     *([self.out_type.macros(True)] if self.out_type.converts else []),
                     *([self._workspace(True)] if self.last else []), self.ins.tile,
@@ -1752,6 +1837,7 @@ class TensorPrinter:
                 *([padding_sums.helpers(False)] if padding_sums.compensated(self.s) else []),
                 *([specialize.HOST] if self.registers else []),
                 *([tma_store.host(self.out_type)] if self.stored is not None else []),
+                *([self.tail.host(self.code.element)] if self.tail else []),
                 *([self.out_type.macros(False)] if self.out_type.converts else []),
                 *([self._workspace(False)] if self.last else []),
                 *([self.out_type.store2(False)] if self.s.persistent_tiles else []), self.ins.tile,
