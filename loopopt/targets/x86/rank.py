@@ -727,7 +727,7 @@ def l2_fit(candidate: Candidate) -> float:
     row in their memory order, the prefetchers ahead of them. ResNet-50's 1x1 1024->256 conv at 14x14 on
     the AMD EPYC Zen 3 (1 thread, ``chrt -f 10``): 32-channel panels of 5x16 blocks 1.038 ms by minimum
     kernel-only against 1.088 for the 128-deep cache blocks (the first choice before), the channel blocks
-    outermost without panels 1.045; in the model, in place, 0.93-0.96x the cache blocks' time."""
+    outermost without panels 1.045; in the model, in place, 0.91-0.97x the cache blocks' time by minimum."""
     return 1.0 if candidate.knobs.channel_panel and float_block(candidate) else L2_FIT
 
 

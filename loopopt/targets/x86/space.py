@@ -838,7 +838,7 @@ def channel_panel(op: Op, channel_block: int) -> int:
     row passes a panel while its weights stay in L2, the whole reduction at once, each output stored once;
     a cache block instead reloads the partial sums on every pass, beyond L2 where the output outgrows it;
     where it fits, panels still ran faster: ResNet-50's 1x1 1024->256 conv at 14x14, 0.2 MB of output, in
-    32-channel panels 0.90-0.93x the 128-deep cache blocks' time kernel-only and 0.93-0.96x by minimum in
+    32-channel panels 0.90-0.93x the 128-deep cache blocks' time kernel-only and 0.91-0.97x by minimum in
     the model, on the AMD EPYC Zen 3, whose float blocks' panels are priced by ``rank.l2_fit``). GEMM
     512x1024x1024 from row-major A, 8x32 blocks, kernel calls with the weights prepacked, median / minimum
     thread times of 16 interleaved rounds under ``chrt -f 10`` (this project's shared Xeon with AMX, load
