@@ -777,6 +777,8 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     for cb, (weights, fmt), cache_block in itertools.product(channel_blocks, kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
             continue                       # one channel block: packed is the plain layout
+        if fmt == "s16" and cache_block and rc_extent % cache_block:
+            continue                       # s16's dot loop in a partial cache block: codegen refuses it
         vectors = -(-cb // vector)
         spare = ISAS[isa].registers - operand_registers(isa, weights, vectors, fmt)
         spare += memory_operand(op, isa, weights, vectors, pixel)      # a weight vector from memory
