@@ -8,10 +8,13 @@ node onnxruntime made of it (``<output>_nchwc``). Both in this process, one afte
 over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
 
     python benchmarks/bench_steps.py MODEL.onnx [--threads 2] [--rounds 30] [--settle 0.05] [--realtime]
-                                     [--apart]
+                                     [--apart] [--again]
 
 ``--apart``: a second rep of the model whose plan keeps each step's buffer its own (``Plan.share``), timed
 in turn with the first in each round (before/after buffers shared by liveness, in one process).
+``--again``: each repeated step's kernel call made and timed a second time straight after the first (its
+code, buffers and the core's state its own), a column beside the step's time in place: in place over again
+is what the state the steps before it leave costs the step (the step after it then follows two calls).
 """
 from __future__ import annotations
 
@@ -41,15 +44,17 @@ REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewr
 
 
 def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int,
-                  settle: float) -> list[tuple[dict, list[float]]]:
-    """Per rep, each step's microseconds by node (median, minimum) and the whole run's seconds per round,
-    the reps taking turns in each round."""
+                  settle: float, again: bool = False) -> list[tuple[dict, list[float], dict]]:
+    """Per rep, each step's microseconds by node (median, minimum), the whole run's seconds per round and,
+    with ``again``, each repeated step's last call made again straight after it (median, minimum), the
+    reps taking turns in each round."""
     calls = [[(rep.plan.steps[index].node, call) for repeat in rep.plan.repeats.values()
               for index, call in zip(repeat.owners, repeat.calls)] for rep in reps]
     seen: list[dict[str, list[float]]] = [defaultdict(list) for _ in reps]
+    repeated: list[dict[str, list[float]]] = [defaultdict(list) for _ in reps]
     whole: list[list[float]] = [[] for _ in reps]
     for _ in range(rounds):
-        for rep, its_calls, its_seen, its_whole in zip(reps, calls, seen, whole):
+        for rep, its_calls, its_seen, its_whole, its_again in zip(reps, calls, seen, whole, repeated):
             time.sleep(settle)
             start = time.perf_counter()
             rep.run(given)
@@ -61,14 +66,23 @@ def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int,
                 its_seen[node].append(alone[node])
             time.sleep(settle)
             made: dict[str, float] = defaultdict(float)   # a step's call and the arena's clears before it
-            for node, (function, arguments) in its_calls:
+            for position, (node, (function, arguments)) in enumerate(its_calls):
                 start = time.perf_counter()
                 function(*arguments)
                 made[node] += time.perf_counter() - start
+                if again and (position + 1 == len(its_calls) or its_calls[position + 1][0] != node):
+                    start = time.perf_counter()
+                    function(*arguments)
+                    its_again[node].append(time.perf_counter() - start)
             for node, seconds in made.items():
                 its_seen[node].append(seconds)
-    return [({node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in its_seen.items()}, its_whole)
-            for its_seen, its_whole in zip(seen, whole)]
+    return [(summary(its_seen), its_whole, summary(its_again))
+            for its_seen, its_whole, its_again in zip(seen, whole, repeated)]
+
+
+def summary(seconds: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """Microseconds by node: (median, minimum)."""
+    return {node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in seconds.items()}
 
 
 def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rounds: int,
@@ -104,10 +118,14 @@ def cell(times: tuple[float, float] | None) -> str:
     return "-" if times is None else f"{times[0]:.0f} ({times[1]:.0f})"
 
 
-def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None) -> list[str]:
+def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None,
+          again: dict | None = None) -> list[str]:
     """One row per step: loopopt's and onnxruntime's median (minimum) microseconds and their ratio; with
-    ``apart``, loopopt's without shared buffers and apart/shared."""
+    ``apart``, loopopt's without shared buffers and apart/shared; with ``again``, the step's call made
+    again straight after and in place/again."""
     extra = (f" loopopt apart us {threads}T | apart/shared |", "---|---|") if apart is not None else ("", "")
+    if again is not None:
+        extra = (extra[0] + f" loopopt again us {threads}T | in place/again |", extra[1] + "---|---|")
     rows = [f"| step | op | loopopt us {threads}T | onnxruntime us {threads}T | ORT/loopopt |{extra[0]}",
             f"|---|---|---|---|---|{extra[1]}"]
     for step in rep.plan.steps:
@@ -117,6 +135,9 @@ def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None
         if apart is not None:
             other = apart.get(step.node)
             cells += [cell(other), f"{other[0] / mine[0]:.2f}" if other and mine else "-"]
+        if again is not None:
+            warm = again.get(step.node)
+            cells += [cell(warm), f"{mine[0] / warm[0]:.2f}" if warm and mine else "-"]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -130,6 +151,8 @@ def main() -> None:
     parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO once prepared (root)")
     parser.add_argument("--apart", action="store_true",
                         help="also the plan with each step's buffer its own (no sharing), in turn each round")
+    parser.add_argument("--again", action="store_true",
+                        help="also each repeated step's call made again straight after it (its state warm)")
     args = parser.parse_args()
     import onnx
     given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
@@ -140,7 +163,7 @@ def main() -> None:
             rep.run(given)
     if args.realtime:
         realtime_threads()
-    (ours, whole), *apart = loopopt_steps(reps, given, args.rounds, args.settle)
+    (ours, whole, again), *apart = loopopt_steps(reps, given, args.rounds, args.settle, args.again)
     rep = reps[0]
     theirs, peer = onnxruntime_nodes(args.model, given, args.threads, args.rounds, args.settle)
     repeated = sum(r.stop - r.start for r in rep.plan.repeats.values())
@@ -152,8 +175,9 @@ def main() -> None:
           f"{sum(t[0] for t in theirs.values()) / 1e3:.2f} ms"
           + "".join(f"; apart (no shared buffers) rep.run median {np.median(w) * 1e3:.2f} ms (min "
                     f"{min(w) * 1e3:.2f}), steps summed {sum(t[0] for t in a.values()) / 1e3:.2f} ms"
-                    for a, w in apart))
-    print("\n".join(table(rep, ours, theirs, args.threads, apart[0][0] if apart else None)))
+                    for a, w, _ in apart))
+    print("\n".join(table(rep, ours, theirs, args.threads, apart[0][0] if apart else None,
+                           again if args.again else None)))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from loopopt.targets.x86.isa import bf16_dot_available, resolve_isa
 from loopopt.targets.x86.lut_c import check_lut_on
 from loopopt.targets.x86.rank import (
     DOT_LIVE,
+    L2_FIT,
     MASKED,
     RELOAD,
     SCATTERED_RELOAD,
@@ -41,6 +42,7 @@ from loopopt.targets.x86.rank import (
     channel_tail,
     conflict_lines,
     imbalance,
+    l2_fit,
     out_of_order,
     output_fits,
     rank,
@@ -656,8 +658,9 @@ def test_a_large_gemm_runs_its_rows_past_l2_resident_channel_panels(recorded_pro
     """GEMM 512x1024x1024 (4 MB of packed weights, 2 MB of output, both beyond half of L2): the search has
     its packed-weights blocks also in 128-channel panels (512 KB, a quarter of L2), the whole reduction at
     once; a panel's re-reads of A stream in order (no pass counted), each output is stored once, so the
-    panels rank before the 256-deep cache blocks that reload the partial sums. Ops whose output or
-    weights fit, quantized, windowed or bfloat16 ops have no panels."""
+    panels rank before the 256-deep cache blocks that reload the partial sums. An op whose output fits
+    has them too where its weights do not (2048->512 1x1 at 14x14: 4 MB, 0.4 MB of output); ops whose
+    weights fit, quantized, windowed or bfloat16 ops have none."""
     gemm = lo.Matmul(512, 1024, 1024)
     assert channel_panel(gemm, 32) == channel_panel(gemm, 64) == 128
     cached = Knobs(8, 32, ("k",), ("k_o", "i_o", "j_o"), "packed", 256, (("k_i", 4),))
@@ -669,10 +672,26 @@ def test_a_large_gemm_runs_its_rows_past_l2_resident_channel_panels(recorded_pro
     panels = [c.knobs for c in candidates(gemm, "avx512") if c.knobs.channel_panel]
     assert panels and all(k.weights == "packed" and not k.cache_block for k in panels)
     assert not any(c.knobs.channel_panel for c in candidates(gemm, "avx512", threads=2))
-    for op in (lo.Conv2d(1024, 512, 1, height=14, width=14), lo.Matmul(512, 1024, 1024, quant=QUANT),
+    assert channel_panel(lo.Conv2d(2048, 512, 1, height=14, width=14), 32) == 64     # 512 KB
+    for op in (lo.Conv2d(1024, 256, 1, height=14, width=14), lo.Matmul(512, 1024, 1024, quant=QUANT),
                lo.Conv2d(512, 512, 3, padding=1, height=28, width=28),
                lo.Matmul(512, 1024, 1024, dtype="bfloat16")):
         assert channel_panel(op, 32) == 0, op
+
+
+def test_a_channel_panel_of_avx2_float_blocks_reads_its_weights_from_l2_at_its_bandwidth_share(
+        recorded_profile):
+    """ResNet-50-shaped 2048->512 1x1 at 14x14: on AVX2 a channel panel's float block is priced by
+    ``l2_weight_share`` alone (``l2_fit`` 1), the same block without panels reading its weights from L2 at
+    ``L2_FIT``, and AVX-512's panels (not measured) at ``L2_FIT`` too."""
+    op = lo.Conv2d(2048, 512, 1, height=14, width=14)
+    avx2 = [c for c in candidates(op, "avx2") if c.knobs.weights == "packed" and not c.knobs.cache_block]
+    panel = next(c for c in avx2 if c.knobs.channel_panel)
+    plain = next(c for c in avx2 if not c.knobs.channel_panel
+                 and (c.knobs.pixel_block, c.knobs.channel_block) == (panel.knobs.pixel_block,
+                                                                      panel.knobs.channel_block))
+    assert l2_fit(panel) == 1.0 and l2_fit(plain) == L2_FIT < 1.0
+    assert l2_fit(next(c for c in candidates(op, "avx512") if c.knobs.channel_panel)) == L2_FIT
 
 
 def test_weights_of_few_positions_stream_once_where_the_output_fits(recorded_profile):

@@ -154,6 +154,25 @@ def test_space_offers_s16_to_ungrouped_emulated_dots_only():
     assert space.operand_registers("avx2", "dot", 4, "s16") == 4 < ISAS["avx2"].registers
 
 
+def test_s16_blocks_in_cache_blocks_divide_the_reduction_and_generate():
+    """MobileNetV2-shaped 1x1s whose reduction is no multiple of some cache blocks (320: 64 divides it, 128
+    and 256 do not; 144: neither 64 nor 128): the space offers s16 blocks in dividing cache blocks only (a
+    partial cache block leaves a dot loop codegen refuses: a ``prepare`` that chose one failed), and each
+    offered (one per block shape and cache block) generates."""
+    def cached(op: lo.Conv2d) -> dict:
+        found: dict = {}
+        for c in space.candidates(op, "avx2"):
+            if isinstance(c.knobs, space.Knobs) and c.knobs.weight_format == "s16" and c.knobs.cache_block:
+                found.setdefault((c.knobs.pixel_block, c.knobs.channel_block, c.knobs.cache_block), c)
+        return found
+
+    offered = cached(lo.Conv2d(320, 32, 1, height=8, width=8, quant=QUANT))
+    assert offered and {block for _, _, block in offered} == {64}
+    for c in offered.values():
+        generate(c.schedule, INT_ISAS["avx2"])
+    assert not cached(lo.Conv2d(144, 24, 1, height=8, width=8, quant=QUANT))
+
+
 @pytest.mark.slow
 def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
     """On AVX2 the emulated dot on s16 weights (no widening of the weights per step, each weight vector an

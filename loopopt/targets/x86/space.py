@@ -33,8 +33,8 @@ says about itself (``channel_dim``, ``reduction_channel_dim``, ``windows``, ``re
   the outer loops: the block accumulates into the output across it; ``cache_block_sizes``);
 * every order of the loops outside the block; short inner reduction loops (taps) unrolled, or the
   innermost reduction loop unrolled by 4;
-* for a float pointwise op whose packed weights and output both exceed half of L2 (GEMM
-  512x1024x1024), on one thread, also packed-weights blocks without a cache block in channel panels
+* for a float pointwise op whose packed weights exceed half of L2 (GEMM 512x1024x1024, ResNet-50's
+  1024->256 1x1 at 14x14), on one thread, also packed-weights blocks without a cache block in channel panels
   (``Knobs.channel_panel``, ``channel_panel``): the channel block loop split, its outer part outermost
   and its inner part innermost, so a panel's weights stay in L2 while every row passes them;
 * with ``threads > 1``, ``parallel`` on the outermost loop (it must carry no reduction).
@@ -785,6 +785,8 @@ def _register_blocks(op: Op, isa: str, threads: int, pixel: str | None) -> list[
     for cb, (weights, fmt), cache_block in itertools.product(channel_blocks, kinds, cache_blocks):
         if weights == "packed" and cb == op.channels:
             continue                       # one channel block: packed is the plain layout
+        if fmt == "s16" and cache_block and rc_extent % cache_block:
+            continue                       # s16's dot loop in a partial cache block: codegen refuses it
         vectors = -(-cb // vector)
         spare = ISAS[isa].registers - operand_registers(isa, weights, vectors, fmt)
         spare += memory_operand(op, isa, weights, vectors, pixel)      # a weight vector from memory
@@ -842,9 +844,12 @@ def channel_panel(op: Op, channel_block: int) -> int:
     """Output channels per panel of a packed-weights register block of ``channel_block`` channels without
     a cache block (``Knobs.channel_panel``; 0: none): the most channel blocks, a power of two and at least
     two, whose weights fill at most ``1 / PANEL_SHARE`` of L2, below all the channels, for a float32
-    pointwise op of one group whose packed weights and output both exceed half of L2 (GotoBLAS's panel of
-    packed B: every row passes a panel while its weights stay in L2, the whole reduction at once, each
-    output stored once; a cache block instead reloads the partial sums, beyond L2, on every pass). GEMM
+    pointwise op of one group whose packed weights exceed half of L2 (GotoBLAS's panel of packed B: every
+    row passes a panel while its weights stay in L2, the whole reduction at once, each output stored once;
+    a cache block instead reloads the partial sums on every pass, beyond L2 where the output outgrows it;
+    where it fits, panels still ran faster: ResNet-50's 1x1 1024->256 conv at 14x14, 0.2 MB of output, in
+    32-channel panels 0.90-0.93x the 128-deep cache blocks' time kernel-only and 0.91-0.97x by minimum in
+    the model, on the AMD EPYC Zen 3, whose float blocks' panels are priced by ``rank.l2_fit``). GEMM
     512x1024x1024 from row-major A, 8x32 blocks, kernel calls with the weights prepacked, median / minimum
     thread times of 16 interleaved rounds under ``chrt -f 10`` (this project's shared Xeon with AMX, load
     7, four runs): 128-channel panels 11.36 / 8.30, 10.46 / 8.48, 11.47 / 9.81, 11.27 / 8.87 ms; 256-deep
@@ -853,10 +858,9 @@ def channel_panel(op: Op, channel_block: int) -> int:
     ran 4-6% slower than 128 in three runs, 64 alike."""
     l2 = machine_profile().cache_size("L2")
     per_channel = math.prod(op.tensor(op.inputs[1]).shape) // op.channels * 4
-    output = math.prod(op.tensor(op.output).shape) * 4
     if (op.quant is not None or op.dtype != "float32" or op.groups != 1
             or any(window.taps > 1 for window in op.windows)
-            or min(output, per_channel * op.channels) <= l2 // 2):
+            or per_channel * op.channels <= l2 // 2):
         return 0
     panel = channel_block
     while 2 * panel < op.channels and 2 * panel * per_channel <= l2 // PANEL_SHARE:
