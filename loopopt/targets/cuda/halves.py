@@ -82,6 +82,14 @@ class Halves:
         return half * self.columns * self.entry.row_bytes
 
 
+def half_entry(entry: MatrixInstruction) -> MatrixInstruction | None:
+    """The wgmma entry of ``entry``'s types and N / 2 columns (``m64n256`` -> ``m64n128``), None where
+    there is none."""
+    if not entry.asynchronous or entry.n % 2:
+        return None
+    return INSTRUCTIONS.get(entry.name.replace(f"m64n{entry.n}k", f"m64n{entry.n // 2}k"))
+
+
 def check(schedule: Schedule, entry: MatrixInstruction, stored: tma_store.StoredOutput | None, stages: int,
           total: int, step_bytes: int, fragments: int) -> Halves | None:
     """The tail of ``schedule``'s kernel (None without ``halves``): ``entry`` its instruction (in its
@@ -92,8 +100,7 @@ def check(schedule: Schedule, entry: MatrixInstruction, stored: tma_store.Stored
     if not steps:
         return None
     step = f"halves({steps})"
-    name = entry.name.replace(f"m64n{entry.n}k", f"m64n{entry.n // 2}k")
-    if not entry.asynchronous or entry.n % 2 or name not in INSTRUCTIONS:
+    if half_entry(entry) is None:
         raise ScheduleError(f"{step}: the products run on {entry.name}; halves takes a wgmma entry whose N "
                             f"halves to another entry (m64n256 -> m64n128, m64n128 -> m64n64)")
     if schedule.specialized or schedule.persistent_tiles or schedule.cluster_dims != (1, 1) \
@@ -110,11 +117,10 @@ def check(schedule: Schedule, entry: MatrixInstruction, stored: tma_store.Stored
 
 def fit(steps: int, entry: MatrixInstruction, columns: int, stages: int, total: int, step_bytes: int,
         fragments: int) -> Halves:
-    """The tail of a kernel of ``entry`` (whose N halves to an entry) whose output TMA stores in chunks of
-    ``columns``, its last ``steps`` steps in halves (``check``'s other arguments); ScheduleError where the
-    steps or the half's staging do not fit its ring."""
+    """The tail of a kernel of ``entry`` (whose N halves to an entry: ``half_entry``) whose output TMA
+    stores in chunks of ``columns``, its last ``steps`` steps in halves (``check``'s other arguments);
+    ScheduleError where the steps or the half's staging do not fit its ring."""
     step = f"halves({steps})"
-    name = entry.name.replace(f"m64n{entry.n}k", f"m64n{entry.n // 2}k")
     if steps > min(stages - 1, total):
         raise ScheduleError(f"{step}: steps={steps}; at most stages - 1 = {stages - 1} (the left half is "
                             f"staged in the buffer of the step before them) and at most the kernel's "
@@ -128,4 +134,4 @@ def fit(steps: int, entry: MatrixInstruction, columns: int, stages: int, total: 
         raise ScheduleError(f"{step}: a half's {boxes // 2} output boxes ({half_bytes} bytes) do not fit "
                             f"{tma_store.ALIGNMENT}-byte aligned in a {step_bytes}-byte buffer of the ring "
                             f"and beside it in its {stages}; halves takes larger steps or more stages")
-    return Halves(steps, total, entry, INSTRUCTIONS[name], left, right, half_bytes)
+    return Halves(steps, total, entry, half_entry(entry), left, right, half_bytes)

@@ -72,7 +72,7 @@ from ...schedule import SWIZZLE_WIDTHS, Schedule, ScheduleError
 from ..search import KERNEL, Candidate, SearchRules
 from . import depthwise, device, gemv, halves, output_types, specialize
 from .costs import COSTS, GROUP_BYTES, Costs, copy_instructions, entry_instructions
-from .instructions import WGMMA_F16_F32, WGMMA_N, MatrixInstruction, instruction
+from .instructions import WGMMA_F16_F32, MatrixInstruction, instruction
 from .printer import CUDA
 from .quantized import needs_activation_sums
 from .target import SHARED_BYTES_PER_BLOCK
@@ -458,10 +458,10 @@ def _halved(op: Op, knobs: TensorKnobs, arch: str) -> list[TensorKnobs]:
     drain after the last product exposed, what the halves hide part of: ``predict``)."""
     if knobs.preset != "gpu_wgmma" or knobs.engine != "tma" or knobs.specialize or knobs.split_k > 1 \
             or knobs.cluster != (1, 1) or _row_blocks(op, knobs) * -(-_matrix(op)[1] // knobs.block_n) \
-            > ARCH[arch].multiprocessors or not _stores_by_tma(op):
+            > ARCH[arch].multiprocessors:
         return []
     entry = knobs.instruction
-    if not _tma_stored(op, knobs) or entry.n // 2 not in WGMMA_N:
+    if not _tma_stored(op, knobs) or halves.half_entry(entry) is None:
         return []
     _, _, channels, others = _matrix(op)
     total = others * -(-channels // knobs.depth)

@@ -1462,9 +1462,7 @@ class TensorPrinter:
         """The host emulation's map of the output and staging buffers where TMA stores it."""
         if self.stored is not None:
             self.emit(depth, self.stored.host_map())
-            boxes = self.warp_count * self.accumulators * self.ins.n // self.stored.columns
-            staged = (boxes * tma_store.CHUNK_BYTES if self.tail else self.staging_bytes) \
-                // self.out_type.size
+            staged = (2 * self.tail.half_bytes if self.tail else self.staging_bytes) // self.out_type.size
             self.emit(depth, f"static {self.out_type.host} lo_stage[{staged}];   /* staged chunks */")
 
     def _declare_accumulators(self, depth: int) -> None:
