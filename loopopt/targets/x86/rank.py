@@ -118,6 +118,7 @@ EMULATED_PASSES = 0.9      # efficiency of an emulated dot's block with a cache 
                            # kernel only, minimums of interleaved calls)
 STRIDED_LIVE = 12          # accumulators an emulated dot block keeps without losing time where it unrolls the
                            # taps of a strided window (see ``spills_strided``)
+WIDE_STRIDED_LIVE = 8      # the same on s16 weights (``lo_avx2_dot_s16``: each broadcast's two halves live)
 TAP_SPREAD = 2             # shuffles per window of a tap dot's activations, at the rate of the dots
 SCATTER = 1 / 3            # streamed operands' extra time per pair of outer loops out of the output's order
 TAIL = 2.0                 # a partial block along a padded window's positions: its dim's used share to this
@@ -258,16 +259,22 @@ def spills_unrolled(candidate: Candidate) -> bool:
 
 def spills_strided(candidate: Candidate, accumulators: int) -> bool:
     """Whether an emulated dot block (AVX2's ``lo_avx2_dpbusd``) of more than ``STRIDED_LIVE`` accumulators
-    unrolls the taps of a window of stride > 1 along its pixel block (an int8 stem): such blocks ran slower
-    than 12-accumulator ones, where at stride 1 they did not. AMD EPYC Zen 3, 1 thread, kernel-only medians
-    of 9 interleaved rounds under ``chrt -f 10``, the first choice's loop order, kw unrolled: ResNet's 7x7
-    stride-2 stem 7x16 3.31 ms, 6x16 2.88, 3x32 3.17, 5x16 3.06; MobileNet's 3x3 stride-2 stem 7x16 0.378
-    ms, 6x16 0.358, 3x32 0.340; a 7x7 stride-1 window at 112x112 7x16 2.74 ms (min), 6x16 2.85. Why was
-    not found: not the broadcasts the unrolled taps share (each behind a volatile asm barrier: the same
-    times), not the inner loop's instructions (``llvm-mca -mcpu=znver3``: 2.74 and 2.66 cycles an update
-    at 7x16 and 6x16); the 1x1 and 3x3 convs, which unroll their input channels, keep 7x16 first (the
-    fastest block or within 5% of it)."""
-    return (emulates_dot(candidate.isa, candidate.knobs.weights) and accumulators > STRIDED_LIVE
+    (``WIDE_STRIDED_LIVE`` on s16 weights) unrolls the taps of a window of stride > 1 along its pixel block
+    (an int8 stem): such blocks ran slower than 12-accumulator ones, where at stride 1 they did not. AMD
+    EPYC Zen 3, 1 thread, kernel-only medians of 9 interleaved rounds under ``chrt -f 10``, the first
+    choice's loop order, kw unrolled: ResNet's 7x7 stride-2 stem 7x16 3.31 ms, 6x16 2.88, 3x32 3.17, 5x16
+    3.06; MobileNet's 3x3 stride-2 stem 7x16 0.378 ms, 6x16 0.358, 3x32 0.340; a 7x7 stride-1 window at
+    112x112 7x16 2.74 ms (min), 6x16 2.85. Why was not found: not the broadcasts the unrolled taps share
+    (each behind a volatile asm barrier: the same times), not the inner loop's instructions (``llvm-mca
+    -mcpu=znver3``: 2.74 and 2.66 cycles an update at 7x16 and 6x16); the 1x1 and 3x3 convs, which unroll
+    their input channels, keep 7x16 first (the fastest block or within 5% of it). On s16 weights each
+    broadcast keeps its two 16-bit halves live beside the accumulators and a product's temporary (16
+    registers at 12 accumulators: GCC 12 stores or reloads 126 stack slots per kh step of ResNet's stem
+    3x32 block): the stems' 8-accumulator 4x16 ran 0.83x 3x32's time on ResNet's (2.43 against 2.91 ms;
+    6x16 2.86, 5x16 3.05) and 0.90x on MobileNet's (0.304 against 0.337 ms; 6x16 0.355, 8x8 0.368), the
+    same measurement (eighteenth session)."""
+    live = WIDE_STRIDED_LIVE if candidate.knobs.weight_format == "s16" else STRIDED_LIVE
+    return (emulates_dot(candidate.isa, candidate.knobs.weights) and accumulators > live
             and strided_taps(candidate))
 
 
