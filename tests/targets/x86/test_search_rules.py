@@ -182,7 +182,7 @@ def test_grouped_channel_blocks_generate(shape, quant, isa):
 
 
 @pytest.mark.slow
-def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators_eight_on_s16(recorded_profile):
+def test_an_emulated_dot_block_unrolling_strided_taps_keeps_twelve_accumulators_s16_eight(recorded_profile):
     """On AVX2 a dot block that unrolls the taps of a stride-2 window (the int8 stems) ran slower with 14
     accumulators than with 12 (ResNet's 7x7 stem on a Zen 3 core: 7x16 3.31 ms, 6x16 2.88; MobileNet's
     3x3 stem 0.378 against 0.358 and 3x32's 0.340), and on s16 weights with 12 than with 8 (ResNet's stem
