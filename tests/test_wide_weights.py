@@ -178,7 +178,8 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
     """On AVX2 the emulated dot on s16 weights (no widening of the weights per step, each weight vector an
     address, a broadcast's halves shared by its row; rows of 3 positions at least) ranks first for ResNet's
     1x1 and 3x3 int8 convs down to 14x14: the 3x32 block, on 1 and 2 threads (kernel-only on a Zen 3 core:
-    0.86-0.93x the int8 7x16 blocks that ranked first before); at 7x7 the int8 7x16 block stays."""
+    0.86-0.93x the int8 7x16 blocks that ranked first before); at 7x7 the 4x16 block (0.87-0.93x the int8
+    7x16 blocks there, which an int8 block's ``rank.NARROW_DOT`` puts below it)."""
     for op in (lo.Conv2d(64, 256, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(256, 64, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(1024, 256, 1, height=14, width=14, quant=QUANT),
@@ -189,6 +190,13 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
             first = first_choice(op, "avx2", threads=threads).knobs
             assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
                 ("dot", "s16", 3, 32), (op, threads)
+    for op in (lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT),
+               lo.Conv2d(512, 512, 3, stride=2, padding=1, height=14, width=14, quant=QUANT),
+               lo.Conv2d(1024, 2048, 1, stride=2, height=14, width=14, quant=QUANT)):
+        for threads in (1, 2):
+            first = first_choice(op, "avx2", threads=threads).knobs
+            assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
+                ("dot", "s16", 4, 16), (op, threads)
 
 
 @pytest.mark.slow
@@ -197,12 +205,12 @@ def test_emulated_dot_blocks_rank_cache_blocks_below(recorded_profile):
     (``rank.EMULATED_PASSES``): ResNet-50's int8 1x1 stride-2 512->1024 conv from 28x28 ranks first a 3x32
     s16 block without one (kernel-only on a Zen 3 core, its column blocks outside the channel blocks:
     0.76-0.88x the 256-channel cache blocks that ranked first there before), and its 3x3 512->512 at 7x7
-    the int8 7x16 block, as before the s16 blocks (with the recorded profile, 4x16 s16 blocks in
-    128-channel cache blocks ranked first without the cost)."""
+    the s16 4x16 block without one (with the recorded profile, 4x16 s16 blocks in 128-channel cache
+    blocks ranked first without the cost)."""
     down = first_choice(lo.Conv2d(512, 1024, 1, stride=2, height=28, width=28, quant=QUANT), "avx2").knobs
     assert (down.weight_format, down.pixel_block, down.cache_block) == ("s16", 3, 0)
     last = first_choice(lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT), "avx2").knobs
-    assert (last.weight_format, last.pixel_block, last.channel_block, last.cache_block) == ("int8", 7, 16, 0)
+    assert (last.weight_format, last.pixel_block, last.channel_block, last.cache_block) == ("s16", 4, 16, 0)
 
 
 def dot_loops(disassembly: str) -> list[list[str]]:
