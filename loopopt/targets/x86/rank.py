@@ -111,13 +111,13 @@ EMULATED_DOT_OPS = {"avx2": (4, 2, 3)}
 # as one: of the 12-accumulator blocks 3x32 ran fastest (0.85-0.91x main's int8 7x16 first choices on
 # ResNet's 1x1 and 3x3 convs; 2x32 0.94-1.11x, 4x24 1.16-1.88x; AMD EPYC Zen 3, 1 thread, kernel-only)
 WIDE_DOT_OPS = {"avx2": (4, 2, 1)}
-NARROW_DOT = 0.9           # efficiency of an emulated dot's block (a dot or tap dot) on int8 weights, widened in
-                           # the loop, in an op that has s16 blocks: against those the int8 ones ran 7-15%
-                           # slower than priced (GCC keeps a 7x16 block's accumulators on the stack, 16 stores a
-                           # step): ResNet's 3x3 512->512 at 7x7, 3x3/2 256->512 to 7x7 and 1x1/2 1024->2048 to
-                           # 7x7 ran s16 4x16 in 0.87, 0.88 and 0.93x int8 7x16's time, priced 1.00x; the 3x3
-                           # 128->128 at 28x28 s16 3x32 in 0.85-0.91x, priced 0.95x (AMD EPYC Zen 3, 1 thread,
-                           # kernel-only). Every int8 block of such an op alike: their order is unchanged
+NARROW_DOT = 0.9           # efficiency of an emulated dot's block (a dot or tap dot) on int8 weights, widened
+                           # in the loop, in an op that has s16 blocks: against those the int8 ones ran 7-15%
+                           # slower than priced (GCC keeps a 7x16 block's accumulators on the stack, 16 stores
+                           # a step): ResNet's 3x3 512->512 at 7x7, 3x3/2 256->512 to 7x7 and 1x1/2 1024->2048
+                           # to 7x7 ran s16 4x16 in 0.87, 0.88 and 0.93x int8 7x16's time, priced 1.00x; the
+                           # 3x3 128->128 at 28x28 s16 3x32 in 0.85-0.91x, priced 0.95x (AMD EPYC Zen 3, 1
+                           # thread, kernel-only). Every int8 block of such an op alike: their order holds
 EMULATED_PASSES = 0.9      # efficiency of an emulated dot's block with a cache block: its int32 sums go to
                            # memory between the passes and through a requantizing pass after the nest
                            # (ResNet-50's int8 3x3/2 128->128 conv from 56x56 ran 3x32 s16 blocks with
