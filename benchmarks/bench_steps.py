@@ -8,13 +8,16 @@ node onnxruntime made of it (``<output>_nchwc``). Both in this process, one afte
 over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
 
     python benchmarks/bench_steps.py MODEL.onnx [--threads 2] [--rounds 30] [--settle 0.05] [--realtime]
-                                     [--apart] [--again]
+                                     [--apart] [--again] [--kinds]
 
 ``--apart``: a second rep of the model whose plan keeps each step's buffer its own (``Plan.share``), timed
 in turn with the first in each round (before/after buffers shared by liveness, in one process).
 ``--again``: each repeated step's kernel call made and timed a second time straight after the first (its
 code, buffers and the core's state its own), a column beside the step's time in place: in place over again
 is what the state the steps before it leave costs the step (the step after it then follows two calls).
+``--kinds``: a second table, the steps' time lost to onnxruntime's nodes (loopopt's - onnxruntime's, by
+median and by minimum) summed by kind of step (``kind``: stem, 1x1 and 3x3 convs, strided ones apart,
+pools, adds, quantizing steps), the steps no node matches against the nodes no step matches.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from runtimes import realtime_threads  # noqa: E402
 from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
+from loopopt.ops import Conv2d  # noqa: E402
 
 KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
 REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewrote the node
@@ -142,6 +146,43 @@ def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None
     return rows
 
 
+def kind(rep, step) -> str:
+    """What kind of step ``step`` of ``rep`` is: a conv by its window and stride (a stem: 3 input
+    channels), else by the node types it runs."""
+    op = getattr(rep.lowered.get(step.node), "op", None)
+    if isinstance(op, Conv2d):
+        stride = "/2" if max(op.stride) > 1 else ""
+        return "stem conv" if op.in_channels == 3 else f"{op.kernel_size[0]}x{op.kernel_size[1]}{stride} conv"
+    for part, name in (("add", "add"), ("pool", "pool"), ("gemm", "gemm"), ("matmul", "matmul"),
+                       ("quantize", "quantize, dequantize")):
+        if part in step.op_type.lower():
+            return name
+    return step.op_type
+
+
+def kinds_table(rep, ours: dict, theirs: dict, threads: int) -> list[str]:
+    """The time loopopt's steps lost to onnxruntime's nodes (us, by median and by minimum), summed by
+    ``kind``, most lost first; the steps no node matches against the nodes no step matches, last."""
+    lost: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    unmatched, matched_nodes = [0, 0.0, 0.0], [0.0, 0.0]
+    for step in rep.plan.steps:
+        mine, peer = ours.get(step.node), matched(step, theirs)
+        if mine is None:
+            continue
+        row = lost[kind(rep, step)] if peer else unmatched
+        peer = peer or (0.0, 0.0)
+        row[:] = [row[0] + 1, row[1] + mine[0] - peer[0], row[2] + mine[1] - peer[1]]
+        matched_nodes[:] = [matched_nodes[0] + peer[0], matched_nodes[1] + peer[1]]
+    others = [sum(t[i] for t in theirs.values()) - matched_nodes[i] for i in (0, 1)]
+    rows = [f"| kind of step | steps | lost us {threads}T (median) | lost us {threads}T (min) |",
+            "|---|---|---|---|"]
+    rows += [f"| {name} | {count} | {median:+.0f} | {least:+.0f} |"
+             for name, (count, median, least) in sorted(lost.items(), key=lambda item: -item[1][1])]
+    rows.append(f"| steps no node matches, less the nodes no step matches | {unmatched[0]} | "
+                f"{unmatched[1] - others[0]:+.0f} | {unmatched[2] - others[1]:+.0f} |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
@@ -153,6 +194,8 @@ def main() -> None:
                         help="also the plan with each step's buffer its own (no sharing), in turn each round")
     parser.add_argument("--again", action="store_true",
                         help="also each repeated step's call made again straight after it (its state warm)")
+    parser.add_argument("--kinds", action="store_true",
+                        help="also the time lost to onnxruntime's nodes summed by kind of step")
     args = parser.parse_args()
     import onnx
     given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
@@ -178,6 +221,8 @@ def main() -> None:
                     for a, w, _ in apart))
     print("\n".join(table(rep, ours, theirs, args.threads, apart[0][0] if apart else None,
                            again if args.again else None)))
+    if args.kinds:
+        print("\n" + "\n".join(kinds_table(rep, ours, theirs, args.threads)))
 
 
 if __name__ == "__main__":
