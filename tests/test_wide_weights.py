@@ -179,7 +179,8 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
     address, a broadcast's halves shared by its row; rows of 3 positions at least) ranks first for ResNet's
     1x1 and 3x3 int8 convs down to 14x14: the 3x32 block, on 1 and 2 threads (kernel-only on a Zen 3 core:
     0.86-0.93x the int8 7x16 blocks that ranked first before); at 7x7 the 4x16 block (0.87-0.93x the int8
-    7x16 blocks there, which an int8 block's ``rank.NARROW_DOT`` puts below it)."""
+    7x16 blocks there, which an int8 block's ``rank.NARROW_DOT`` puts below it; the 3x3 at 7x7 on one
+    thread: ``test_emulated_dot_blocks_rank_cache_blocks_below``)."""
     for op in (lo.Conv2d(64, 256, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(256, 64, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(1024, 256, 1, height=14, width=14, quant=QUANT),
@@ -190,13 +191,11 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
             first = first_choice(op, "avx2", threads=threads).knobs
             assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
                 ("dot", "s16", 3, 32), (op, threads)
-    for op in (lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT),
-               lo.Conv2d(512, 512, 3, stride=2, padding=1, height=14, width=14, quant=QUANT),
-               lo.Conv2d(1024, 2048, 1, stride=2, height=14, width=14, quant=QUANT)):
-        for threads in (1, 2):
-            first = first_choice(op, "avx2", threads=threads).knobs
-            assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
-                ("dot", "s16", 4, 16), (op, threads)
+    for op, threads in ((lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT), 2),
+                        (lo.Conv2d(1024, 2048, 1, stride=2, height=14, width=14, quant=QUANT), 1)):
+        first = first_choice(op, "avx2", threads=threads).knobs
+        assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
+            ("dot", "s16", 4, 16), (op, threads)
 
 
 @pytest.mark.slow
