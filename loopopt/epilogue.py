@@ -78,11 +78,6 @@ class Epilogue:
                              lambda v, b: isa.max(a=broadcast(s=f"{b!r}f"), b=v),
                              lambda v, b: isa.min(a=broadcast(s=f"{b!r}f"), b=v))
 
-    @property
-    def bounded(self) -> bool:
-        """Whether the epilogue clips (a bound to broadcast)."""
-        return self.clip is not None and (self.clip.low is not None or self.clip.high is not None)
-
 
 # C helpers of ``Epilogue.c``, at file scope of a kernel that has an epilogue
 HELPERS = """/* the clip of a fused epilogue: NaN stays NaN (np.clip) */

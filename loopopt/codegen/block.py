@@ -596,7 +596,7 @@ class RegisterBlock:
                 # the residual is stored in the output's layout: loaded as the output is stored
                 loaded = load(isa, kind, residual, f"&{residual}", f"lo_stride_{out}", mask)
                 # a block multiplying from memory has no register to hold a bound across its loops
-                here = self.reads_memory and epilogue.bounded and "broadcast_here" in isa.ops
+                here = self.reads_memory and epilogue.clip is not None and "broadcast_here" in isa.ops
                 self.broadcasts_here |= here
                 value = epilogue.vector(isa, acc.name, loaded, here)
             pointer = f"&{out}[{offset}]"
