@@ -304,13 +304,17 @@ def bench(cases: list[str]) -> list[dict]:
 
 
 def interleaved(kernel, args: list[np.ndarray], params: dict, timed: list, rounds: int = 9) -> dict:
-    """The case's fastest kernel and each of its peers (``timed``) timed again in alternation: ms, the
-    medians of ``rounds`` rounds' medians (``cuda_bench.interleaved_medians``)."""
+    """The case's fastest kernel and each of its peers (``timed``) timed again in alternation, one
+    launch (L2 flushed) and inside a CUDA graph: ms, the medians of ``rounds`` rounds' medians
+    (``cuda_bench.interleaved_medians``, ``cuda_bench.interleaved_graph_medians``)."""
     buffers = kernel.prepare(*args, **params)
     calls = [lambda: kernel.run(buffers), *(call for *_, call in timed)]
     seconds = cuda_bench.interleaved_medians(calls, rounds)
-    return {"interleaved": {"rounds": rounds, "ms": seconds[0] * 1e3,
-                            "peers_ms": {name: s * 1e3 for (name, *_), s in zip(timed, seconds[1:])}}}
+    graphs = cuda_bench.interleaved_graph_medians(
+        [device.graph_timer(calls[0]), *(cuda_bench.torch_graph_timer(call) for call in calls[1:])], rounds)
+    return {"interleaved": {"rounds": rounds, "ms": seconds[0] * 1e3, "graph_ms": graphs[0] * 1e3,
+                            "peers_ms": {name: s * 1e3 for (name, *_), s in zip(timed, seconds[1:])},
+                            "peers_graph_ms": {name: g * 1e3 for (name, *_), g in zip(timed, graphs[1:])}}}
 
 
 def table(rows: list[dict]) -> str:
@@ -319,21 +323,22 @@ def table(rows: list[dict]) -> str:
     best = fastest_verified(rows)
     header = ["case", "instruction", "arguments", "ms (one launch, L2 flushed)", "TOP/s", "ms in a graph",
               "TOP/s in a graph", "peer", "peer ms", "peer ms in a graph", "peer / loopopt", "in a graph",
-              "interleaved ms: loopopt, peers"]
+              "interleaved ms: loopopt, peers", "interleaved in a graph"]
 
-    def alternated(row: dict) -> str:
+    def alternated(row: dict, scope: str) -> str:
         rounds = row.get("interleaved")
         if rounds is None:
             return ""
-        peers = ", ".join(f"{name.split(' (')[0]} {ms:.4f}" for name, ms in rounds["peers_ms"].items())
-        return f"{rounds['ms']:.4f}; {peers}"
+        peers = ", ".join(f"{name.split(' (')[0]} {ms:.4f}" for name, ms in rounds[f"peers_{scope}"].items())
+        return f"{rounds[scope]:.4f}; {peers}"
 
     return markdown(header, [[r["case"], r["instruction"],
                               ", ".join(f"{k}={v}" for k, v in r["arguments"].items()) or "defaults",
                               f"{r['median_ms']:.4f}", f"{r['tops']:.0f}", f"{r['graph_ms']:.4f}",
                               f"{r['graph_tops']:.0f}", r["peer"], f"{r['peer_ms']:.4f}",
                               f"{r['peer_graph_ms']:.4f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
-                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x", alternated(r)]
+                              f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x", alternated(r, "ms"),
+                              alternated(r, "graph_ms")]
                              for r in best.values()])
 
 

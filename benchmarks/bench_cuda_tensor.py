@@ -12,7 +12,8 @@ Times: CUDA events around each launch on device arrays (no copies), the L2 cache
 each run, median of 50 after 10 warm-ups; and inside a CUDA graph (20 launches a replay, median of 20
 replays, per launch: no launch overhead, L2 warm); the peers both ways. Each case's three fastest
 kernels and the cost model's first choice are then timed again in alternation with its peer
-(``interleaved``: 9 rounds of 20 cold runs each).
+(``interleaved``: 9 rounds of 20 cold runs each, then 9 rounds of 20 replays each inside a CUDA graph: the
+second table, both sides in the same state of the card).
 ``gpu_wgmma`` variants include warp specialization (``specialize=True``), the 128-byte swizzle and the
 persistent tile loop (``persistent=True``), the convs' also TMA boxes of output pixels (``CONV_BOXES``,
 ``engine="tma"``) and the cost model's first three candidates (``model_first``: what
@@ -35,10 +36,12 @@ from cuda_bench import (
     events_median,
     fastest_verified,
     graph_median,
+    interleaved_graph_medians,
     interleaved_medians,
     main,
     markdown,
     torch_graph_median,
+    torch_graph_timer,
 )
 
 import loopopt as lo
@@ -343,8 +346,10 @@ def contenders(rows: list[dict], first: tuple[str, dict], count: int = 3) -> lis
 
 
 def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
-    """A kernel and its peer timed again in alternation (``rounds`` of 20 cold runs each, L2 flushed):
-    the medians of the rounds' medians and their ratio."""
+    """A kernel and its peer timed again in alternation: ``rounds`` of 20 cold runs each (L2 flushed),
+    then ``rounds`` of 20 replays each inside a CUDA graph; the medians of the rounds' medians and their
+    ratios (both sides in the same state of the card: one launch measured apart moved cuBLAS's 4096^3
+    time 0.18-0.22 ms with what ran before)."""
     op = kernel.op
     shape = kernel.schedule.layout_of(op.output).storage_shape(op.tensor(op.output).shape)
     import cupy as cp
@@ -352,25 +357,48 @@ def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
     buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
     mine, peer_s = (seconds * 1e3 for seconds in interleaved_medians([lambda: kernel.run(buffers), peer_call],
                                                                       rounds))
-    return {"interleaved": {"rounds": rounds, "ms": mine, "peer_ms": peer_s,
-                            "peer_over_loopopt": peer_s / mine}}
+    graph, peer_graph = (seconds * 1e3 for seconds in interleaved_graph_medians(
+        [device.graph_timer(lambda: kernel.run(buffers)), torch_graph_timer(peer_call)], rounds))
+    return {"interleaved": {"rounds": rounds, "ms": mine, "tflops": op.flops / mine / 1e9, "peer_ms": peer_s,
+                            "peer_over_loopopt": peer_s / mine,
+                            "graph_ms": graph, "peer_graph_ms": peer_graph,
+                            "graph_peer_over_loopopt": peer_graph / graph}}
 
 
 def table(rows: list[dict]) -> str:
-    """Each case's fastest verified variant against its peer."""
+    """Each case's fastest verified variant against its peer (times measured apart), then the kernels
+    timed again in alternation with it (``interleaved``)."""
     best = fastest_verified(rows)
     header = ["case (16-bit in, fp32 sums; GEMMs: 16-bit out like cuBLAS, bert.f32out and convs: fp32 out)",
               "kernel", "arguments", "median ms", "TFLOP/s", "% TC peak",
               "rel. error", "regs", "peer", "peer ms", "peer TFLOP/s", "peer / loopopt time",
               "graph ms", "peer graph ms", "peer / loopopt in a graph", "scope"]
-    return markdown(header, [[r["case"], r["kernel"], ", ".join(f"{k}={v}" for k, v in r["arguments"].items())
-                              or "defaults", f"{r['median_ms']:.3f}", f"{r['tflops']:.0f}",
-                              f"{r['percent_of_peak']:.1f}",
+    apart = markdown(header, [[r["case"], r["kernel"], arguments_text(r), f"{r['median_ms']:.3f}",
+                               f"{r['tflops']:.0f}", f"{r['percent_of_peak']:.1f}",
                               f"{r['relative_error']:.1e}", r["registers"], r["peer"], f"{r['peer_ms']:.3f}",
                               f"{r['peer_tflops']:.0f}", f"{r['peer_ms'] / r['median_ms']:.2f}x",
                               f"{r['graph_ms']:.3f}", f"{r['peer_graph_ms']:.3f}",
                               f"{r['peer_graph_ms'] / r['graph_ms']:.2f}x", r["scope"]]
                              for r in best.values()])
+    return apart + "\n\n" + alternation_table(rows)
+
+
+def arguments_text(row: dict) -> str:
+    """A row's preset arguments as ``name=value, ...`` (``defaults`` for none)."""
+    return ", ".join(f"{k}={v}" for k, v in row["arguments"].items()) or "defaults"
+
+
+def alternation_table(rows: list[dict]) -> str:
+    """The kernels timed in alternation with their peer (``contenders``: the cost model's first choice
+    marked), one launch with the L2 flushed and inside a CUDA graph, each ratio from one alternation."""
+    header = ["case", "kernel", "arguments", "first choice", "ms", "TFLOP/s", "peer ms", "peer / loopopt",
+              "graph ms", "peer graph ms", "peer / loopopt in a graph"]
+    return markdown(header, [[r["case"], r["kernel"], arguments_text(r),
+                              "yes" if r.get("first_choice") else "-", f"{t['ms']:.4f}", f"{t['tflops']:.0f}",
+                              f"{t['peer_ms']:.4f}",
+                              f"{t['peer_over_loopopt']:.3f}x", f"{t['graph_ms']:.4f}",
+                              f"{t['peer_graph_ms']:.4f}", f"{t['graph_peer_over_loopopt']:.3f}x"]
+                             for r in rows if (t := r.get("interleaved"))])
 
 
 def check() -> bool:

@@ -6,7 +6,8 @@ default; or ``NOVEL``: a conv and a GEMM of shapes in no catalog) the search mea
 candidates (compiled on every core, timed one at a time, logged under the GPU's name in ``--log``);
 then its winner, the first choice and the preset's default are timed the way ``bench_cuda_tensor.py``
 times its variants (CUDA events on device arrays, the L2 overwritten before each run, median of 50)
-against the same float64 reference, and the peer likewise.
+against the same float64 reference, and the peer likewise; the winner is then timed in alternation with
+the peer (``bench_cuda_tensor.interleaved``: one launch, and in a CUDA graph, the "in a graph" ratio).
 
 ``python benchmarks/bench_cuda_tune.py [--only novel_conv] [--trials 16] [--log PATH] [--json PATH]``
 """
@@ -61,7 +62,7 @@ def bench(case: str, trials: int, log: str) -> list[dict]:
         row["vs_peer"] = peer_seconds * 1e3 / row["median_ms"]
         if kernel == "tuned":       # and in alternation with the peer, and in a CUDA graph
             row |= interleaved(compiled, stored, peer_call)
-            row["vs_peer_graph"] = row["peer_graph_ms"] / row["graph_ms"]
+            row["vs_peer_graph"] = row["interleaved"]["graph_peer_over_loopopt"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

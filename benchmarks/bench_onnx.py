@@ -209,7 +209,7 @@ def whole_model(path: Path, threads: int, rounds: int, tuned_log: str | None = N
     prepared with that log, ``prepare_trials`` trials per op tuned into it first) and onnxruntime's
     ``session.run``, each in its own worker process (``runtimes.Worker``) with ``threads`` threads, on
     the same inputs, interleaved over ``rounds`` rounds; ``wait_policy``: how loopopt's OpenMP threads
-    wait (``wait_env``; None: loopopt's, a short spin: ``loopopt.openmp``); ``realtime``: each worker timed
+    wait (``wait_env``; None: loopopt's team's, ``loopopt.team``); ``realtime``: each worker timed
     under SCHED_FIFO once prepared (``Worker.realtime``); ``ort_int8``: onnxruntime's int8 mode
     (``loopopt.onnx.peer``); ``apart``: also loopopt with each step's buffer its own (``Plan.share``)."""
     import onnx
@@ -273,8 +273,8 @@ def whole_row(name: str, precision: str, threads: int, whole: Whole) -> str:
 
 def wait_env(wait_policy: str | None) -> dict[str, str]:
     """The environment of loopopt's worker for ``--omp-wait-policy``: ``active`` or ``passive``
-    (``OMP_WAIT_POLICY``), a number of spins (``GOMP_SPINCOUNT``), or None (loopopt's own:
-    ``loopopt.openmp``)."""
+    (``OMP_WAIT_POLICY``), a number of spins (``GOMP_SPINCOUNT``), or None (loopopt's own team's:
+    ``loopopt.team``)."""
     if wait_policy is None:
         return {}
     if wait_policy in ("active", "passive"):
@@ -286,7 +286,8 @@ def wait_env(wait_policy: str | None) -> dict[str, str]:
 
 def process_text(rounds: int, wait_policy: str | None, realtime: bool = False) -> str:
     """How the whole-model rounds ran: each runtime in its own process, interleaved, same threads."""
-    policy = ("loopopt's OpenMP wait policy (300 spins, then asleep: `loopopt.openmp`)" if wait_policy is None
+    policy = ("loopopt's own team of OpenMP threads (spinning while a plan runs, 300 spins then asleep "
+              "outside one: `loopopt.team`)" if wait_policy is None
               else " and ".join(f"`{name}={value}`" for name, value in wait_env(wait_policy).items())
               + " in loopopt's process")
     return (f"Each runtime runs in its own worker process (`benchmarks/runtimes.py`: started once, the model "
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> None:
                              "into the log first (default 0: the log as it is)")
     parser.add_argument("--omp-wait-policy",
                         help="how loopopt's OpenMP threads wait: active or passive (OMP_WAIT_POLICY), or a "
-                             "number of spins (GOMP_SPINCOUNT) (default: loopopt's: 300 spins)")
+                             "number of spins (GOMP_SPINCOUNT) (default: loopopt's team: spinning in a plan "
+                             "run, 300 spins outside one)")
     parser.add_argument("--realtime", action="store_true",
                         help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
                              "other work cannot preempt the timed runs")

@@ -3,9 +3,13 @@ timed on its own (``time.perf_counter`` around it, in the order and on the buffe
 outside a repeat through ``Plan.run(times=...)``), and onnxruntime's per-node kernel times from its
 profiler (``SessionOptions.enable_profiling``), a node matched by name (less the ``_token_<n>`` that
 onnxruntime appends to a node it rewrites: its exact int8 path's QLinearConv) or by the output of the fused
-node onnxruntime made of it (``<output>_nchwc``). Both in this process, one after the other, each run
-``--settle`` seconds after the last (as ``bench_onnx``'s interleaved rounds are); medians and minimums
-over ``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
+node onnxruntime made of it (``<output>_nchwc``: the step's output, or the first output of the step's node
+in the graph, where onnxruntime fused a Conv with the Add and Relu after it, which loopopt's step runs too).
+Both in this process, their rounds interleaved (each round loopopt's runs and calls, then one
+``session.run``), each run ``--settle`` seconds after the last (as ``bench_onnx``'s interleaved rounds
+are); loopopt's calls made inside ``loopopt.team.hold``, as a plan run makes them (its threads spin between
+steps, not asleep after 300 spins); medians and minimums over
+``--rounds``; ``--realtime``: every thread under SCHED_FIFO once prepared (root on Linux).
 
     python benchmarks/bench_steps.py MODEL.onnx [--threads 2] [--rounds 30] [--settle 0.05] [--realtime]
                                      [--apart] [--again] [--kinds]
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from runtimes import realtime_threads  # noqa: E402
 
+from loopopt import team  # noqa: E402
 from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
@@ -47,16 +53,20 @@ KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
 REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewrote the node
 
 
-def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int,
-                  settle: float, again: bool = False) -> list[tuple[dict, list[float], dict]]:
+Timed = tuple[dict, list[float], dict]   # a rep's steps (median, minimum) by node, its runs' seconds, again
+
+
+def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int, settle: float,
+                  peer: Callable[[], None], again: bool = False) -> tuple[list[Timed], list[float]]:
     """Per rep, each step's microseconds by node (median, minimum), the whole run's seconds per round and,
     with ``again``, each repeated step's last call made again straight after it (median, minimum), the
-    reps taking turns in each round."""
+    reps taking turns in each round; and the seconds of ``peer``, called once at the end of each round."""
     calls = [[(rep.plan.steps[index].node, call) for repeat in rep.plan.repeats.values()
               for index, call in zip(repeat.owners, repeat.calls)] for rep in reps]
     seen: list[dict[str, list[float]]] = [defaultdict(list) for _ in reps]
     repeated: list[dict[str, list[float]]] = [defaultdict(list) for _ in reps]
     whole: list[list[float]] = [[] for _ in reps]
+    theirs: list[float] = []
     for _ in range(rounds):
         for rep, its_calls, its_seen, its_whole, its_again in zip(reps, calls, seen, whole, repeated):
             time.sleep(settle)
@@ -70,18 +80,23 @@ def loopopt_steps(reps: list, given: dict[str, np.ndarray], rounds: int,
                 its_seen[node].append(alone[node])
             time.sleep(settle)
             made: dict[str, float] = defaultdict(float)   # a step's call and the arena's clears before it
-            for position, (node, (function, arguments)) in enumerate(its_calls):
-                start = time.perf_counter()
-                function(*arguments)
-                made[node] += time.perf_counter() - start
-                if again and (position + 1 == len(its_calls) or its_calls[position + 1][0] != node):
+            with team.hold():
+                for position, (node, (function, arguments)) in enumerate(its_calls):
                     start = time.perf_counter()
                     function(*arguments)
-                    its_again[node].append(time.perf_counter() - start)
+                    made[node] += time.perf_counter() - start
+                    if again and (position + 1 == len(its_calls) or its_calls[position + 1][0] != node):
+                        start = time.perf_counter()
+                        function(*arguments)
+                        its_again[node].append(time.perf_counter() - start)
             for node, seconds in made.items():
                 its_seen[node].append(seconds)
+        time.sleep(settle)
+        start = time.perf_counter()
+        peer()
+        theirs.append(time.perf_counter() - start)
     return [(summary(its_seen), its_whole, summary(its_again))
-            for its_seen, its_whole, its_again in zip(seen, whole, repeated)]
+            for its_seen, its_whole, its_again in zip(seen, whole, repeated)], theirs
 
 
 def summary(seconds: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
@@ -89,9 +104,8 @@ def summary(seconds: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
     return {node: (np.median(t) * 1e6, min(t) * 1e6) for node, t in seconds.items()}
 
 
-def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rounds: int,
-                      settle: float) -> tuple[dict, list[float]]:
-    """onnxruntime's per-node kernel microseconds by node name (median, minimum) and its runs' seconds."""
+def onnxruntime_session(path: str, given: dict[str, np.ndarray], threads: int):
+    """An onnxruntime session of the model on ``threads`` threads, profiling, run three times."""
     import onnxruntime
     options = session_options(threads)
     options.enable_profiling = True
@@ -99,31 +113,33 @@ def onnxruntime_nodes(path: str, given: dict[str, np.ndarray], threads: int, rou
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     for _ in range(3):
         session.run(None, given)
-    whole = []
-    for _ in range(rounds):
-        time.sleep(settle)
-        start = time.perf_counter()
-        session.run(None, given)
-        whole.append(time.perf_counter() - start)
+    return session
+
+
+def onnxruntime_nodes(session, rounds: int) -> dict:
+    """onnxruntime's per-node kernel microseconds by node name (median, minimum) over its last ``rounds``
+    runs, from the session's profile (which this ends)."""
     events = json.loads(Path(session.end_profiling()).read_text())
     seen: dict[str, list[float]] = defaultdict(list)
     for event in events:
         if event.get("cat") == "Node" and event["name"].endswith(KERNEL_EVENT):
             seen[REWRITTEN.sub("", event["name"][:-len(KERNEL_EVENT)])].append(event["dur"])
-    return {node: (float(np.median(t[-rounds:])), float(min(t[-rounds:]))) for node, t in seen.items()}, whole
+    return {node: (float(np.median(t[-rounds:])), float(min(t[-rounds:]))) for node, t in seen.items()}
 
 
-def matched(step, theirs: dict) -> tuple[float, float] | None:
-    """onnxruntime's time of the node a step runs: by name, or its fused node's (named by the output)."""
-    return theirs.get(step.node) or theirs.get(f"{step.outputs[0]}_nchwc")
+def matched(step, theirs: dict, first_outputs: dict[str, str]) -> tuple[float, float] | None:
+    """onnxruntime's time of the node a step runs: by name, or its fused node's (named by the step's output
+    or by the first output of the step's node, ``first_outputs`` by node name)."""
+    return (theirs.get(step.node) or theirs.get(f"{step.outputs[0]}_nchwc")
+            or theirs.get(f"{first_outputs.get(step.node)}_nchwc"))
 
 
 def cell(times: tuple[float, float] | None) -> str:
     return "-" if times is None else f"{times[0]:.0f} ({times[1]:.0f})"
 
 
-def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None,
-          again: dict | None = None) -> list[str]:
+def table(rep, ours: dict, theirs: dict, first_outputs: dict[str, str], threads: int,
+          apart: dict | None = None, again: dict | None = None) -> list[str]:
     """One row per step: loopopt's and onnxruntime's median (minimum) microseconds and their ratio; with
     ``apart``, loopopt's without shared buffers and apart/shared; with ``again``, the step's call made
     again straight after and in place/again."""
@@ -133,7 +149,7 @@ def table(rep, ours: dict, theirs: dict, threads: int, apart: dict | None = None
     rows = [f"| step | op | loopopt us {threads}T | onnxruntime us {threads}T | ORT/loopopt |{extra[0]}",
             f"|---|---|---|---|---|{extra[1]}"]
     for step in rep.plan.steps:
-        mine, peer = ours.get(step.node), matched(step, theirs)
+        mine, peer = ours.get(step.node), matched(step, theirs, first_outputs)
         ratio = f"{peer[0] / mine[0]:.2f}" if mine and peer else "-"
         cells = [step.node, step.op_type, cell(mine), cell(peer), ratio]
         if apart is not None:
@@ -160,13 +176,13 @@ def kind(rep, step) -> str:
     return step.op_type
 
 
-def kinds_table(rep, ours: dict, theirs: dict, threads: int) -> list[str]:
+def kinds_table(rep, ours: dict, theirs: dict, first_outputs: dict[str, str], threads: int) -> list[str]:
     """The time loopopt's steps lost to onnxruntime's nodes (us, by median and by minimum), summed by
     ``kind``, most lost first; the steps no node matches against the nodes no step matches, last."""
     lost: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     unmatched, matched_nodes = [0, 0.0, 0.0], [0.0, 0.0]
     for step in rep.plan.steps:
-        mine, peer = ours.get(step.node), matched(step, theirs)
+        mine, peer = ours.get(step.node), matched(step, theirs, first_outputs)
         if mine is None:
             continue
         row = lost[kind(rep, step)] if peer else unmatched
@@ -198,17 +214,21 @@ def main() -> None:
                         help="also the time lost to onnxruntime's nodes summed by kind of step")
     args = parser.parse_args()
     import onnx
-    given = random_inputs(onnx.load(args.model, load_external_data=False), seed=3)
+    graph = onnx.load(args.model, load_external_data=False)
+    given = random_inputs(graph, seed=3)
+    first_outputs = {node.name: node.output[0] for node in graph.graph.node}
     reps = [backend.prepare(args.model, strict=True, threads=args.threads) for _ in range(1 + args.apart)]
     reps[-1].plan.share = not args.apart
     for rep in reps:
         for _ in range(4):   # the first shares the buffers, two more show the repeats, the fourth runs them
             rep.run(given)
+    session = onnxruntime_session(args.model, given, args.threads)
     if args.realtime:
         realtime_threads()
-    (ours, whole, again), *apart = loopopt_steps(reps, given, args.rounds, args.settle, args.again)
+    ((ours, whole, again), *apart), peer = loopopt_steps(
+        reps, given, args.rounds, args.settle, lambda: session.run(None, given), args.again)
     rep = reps[0]
-    theirs, peer = onnxruntime_nodes(args.model, given, args.threads, args.rounds, args.settle)
+    theirs = onnxruntime_nodes(session, args.rounds)
     repeated = sum(r.stop - r.start for r in rep.plan.repeats.values())
     print(f"{Path(args.model).name}, {args.threads} thread(s), {args.rounds} rounds, load "
           f"{os.getloadavg()[0]:.1f}: {len(rep.plan.steps)} steps, {repeated} in {len(rep.plan.repeats)} "
@@ -219,10 +239,10 @@ def main() -> None:
           + "".join(f"; apart (no shared buffers) rep.run median {np.median(w) * 1e3:.2f} ms (min "
                     f"{min(w) * 1e3:.2f}), steps summed {sum(t[0] for t in a.values()) / 1e3:.2f} ms"
                     for a, w, _ in apart))
-    print("\n".join(table(rep, ours, theirs, args.threads, apart[0][0] if apart else None,
+    print("\n".join(table(rep, ours, theirs, first_outputs, args.threads, apart[0][0] if apart else None,
                            again if args.again else None)))
     if args.kinds:
-        print("\n" + "\n".join(kinds_table(rep, ours, theirs, args.threads)))
+        print("\n" + "\n".join(kinds_table(rep, ours, theirs, first_outputs, args.threads)))
 
 
 if __name__ == "__main__":

@@ -23,14 +23,29 @@ def events_median(call: Callable[[], object], repeats: int = 50, warmup: int = 1
     return statistics.median(device.elapsed(call) for _ in range(repeats))
 
 
+def alternated(rounds_of: Sequence[Callable[[], float]], rounds: int) -> list[float]:
+    """Each of ``rounds_of`` (a function giving one round's median seconds) run in alternation,
+    ``rounds`` rounds: the median of each one's rounds."""
+    times: list[list[float]] = [[] for _ in rounds_of]
+    for _ in range(rounds):
+        for one_round, timed in zip(rounds_of, times):
+            timed.append(one_round())
+    return [statistics.median(timed) for timed in times]
+
+
 def interleaved_medians(calls: Sequence[Callable[[], object]], rounds: int = 9) -> list[float]:
     """Seconds of one launch of each of ``calls``, timed in alternation: ``rounds`` rounds, each call 20
     cold runs a round (``events_median``), the median of each call's rounds' medians."""
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(rounds):
-        for call, timed in zip(calls, times):
-            timed.append(events_median(call, repeats=20, warmup=2))
-    return [statistics.median(timed) for timed in times]
+    return alternated([lambda call=call: events_median(call, repeats=20, warmup=2) for call in calls], rounds)
+
+
+def interleaved_graph_medians(timers: Sequence[Callable[[], float]], rounds: int = 9,
+                              repeats: int = 20) -> list[float]:
+    """Seconds of one launch inside a CUDA graph of each of ``timers`` (``device.graph_timer`` of a
+    loopopt kernel, ``torch_graph_timer`` of a peer), timed in alternation: ``rounds`` rounds of
+    ``repeats`` replays each, the median of each one's rounds' medians."""
+    return alternated([lambda timed=timed: statistics.median(timed() for _ in range(repeats))
+                       for timed in timers], rounds)
 
 
 def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
@@ -41,10 +56,11 @@ def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
     return statistics.median(timed() for _ in range(repeats))
 
 
-def torch_graph_median(call: Callable[[], object], repeats: int = 20,
-                       launches: int = device.GRAPH_LAUNCHES) -> float:
-    """``graph_median`` of a PyTorch call (a peer): ``launches`` calls captured with
-    ``torch.cuda.graph``, timed with PyTorch's events."""
+def torch_graph_timer(call: Callable[[], object],
+                      launches: int = device.GRAPH_LAUNCHES) -> Callable[[], float]:
+    """``device.graph_timer`` of a PyTorch call (a peer): ``launches`` calls captured once with
+    ``torch.cuda.graph``; the function returned replays them between PyTorch's events and gives the
+    seconds of one call."""
     import torch
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -56,15 +72,23 @@ def torch_graph_median(call: Callable[[], object], repeats: int = 20,
     with torch.cuda.graph(graph):
         for _ in range(launches):
             call()
-    times = []
-    for _ in range(repeats):
+
+    def timed() -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / launches)
-    return statistics.median(times)
+        return start.elapsed_time(end) / 1e3 / launches
+    return timed
+
+
+def torch_graph_median(call: Callable[[], object], repeats: int = 20,
+                       launches: int = device.GRAPH_LAUNCHES) -> float:
+    """``graph_median`` of a PyTorch call (a peer): the median of ``repeats`` replays of
+    ``torch_graph_timer``."""
+    timed = torch_graph_timer(call, launches)
+    return statistics.median(timed() for _ in range(repeats))
 
 
 def environment() -> dict:

@@ -69,12 +69,14 @@ class Epilogue:
         return self._written(value, lambda v: f"{v} + {residual}", lambda v, b: f"max({v}, {b!r})",
                              lambda v, b: f"min({v}, {b!r})")
 
-    def vector(self, isa: "Isa", value: str, residual: str) -> str:
+    def vector(self, isa: "Isa", value: str, residual: str, here: bool = False) -> str:
         """The vector expression of ``value`` through the epilogue on ``isa``'s float table
-        (``residual``: a vector of its residual elements)."""
+        (``residual``: a vector of its residual elements); ``here``: the clip's bounds broadcast where
+        they are used (the table's ``broadcast_here``), for a block that leaves no register to hold them."""
+        broadcast = isa.broadcast_here if here else isa.broadcast
         return self._written(value, lambda v: isa.add(a=v, b=residual),
-                             lambda v, b: isa.max(a=isa.broadcast(s=f"{b!r}f"), b=v),
-                             lambda v, b: isa.min(a=isa.broadcast(s=f"{b!r}f"), b=v))
+                             lambda v, b: isa.max(a=broadcast(s=f"{b!r}f"), b=v),
+                             lambda v, b: isa.min(a=broadcast(s=f"{b!r}f"), b=v))
 
 
 # C helpers of ``Epilogue.c``, at file scope of a kernel that has an epilogue

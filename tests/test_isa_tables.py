@@ -109,6 +109,7 @@ def test_every_instruction_has_a_meaning():
     for name in VECTOR_ISAS:
         assert set(MEANINGS) <= set(ISAS[name].ops), name
     assert "fma_memory" in ISAS["avx2"].ops and "fma_memory" in ISAS["avx2"].helpers
+    assert "broadcast_here" in ISAS["avx2"].ops and "broadcast_here" in ISAS["avx2"].helpers
 
 
 MEMORY_PARAMS = (KernelParam("x", "float", const=True), KernelParam("y", "float", const=True),
@@ -131,6 +132,28 @@ def test_fma_memory_is_one_rounding_of_a_times_p_plus_c(isa_name, seed):
     driver.call(driver.bind(MEMORY_PARAMS, dict(x=x, y=y, out=out)))
     assert np.array_equal(out[:n], out[n:])                  # bit for bit the table's fma of p's vector
     np.testing.assert_allclose(out[:n], (x[:n].astype(np.float64) * y + x[n:]).astype(np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("isa_name", [name for name in VECTOR_ISAS if "broadcast_here" in ISAS[name].ops])
+def test_broadcast_here_sets_every_lane(isa_name):
+    """``broadcast_here`` of a float literal (as a fused clip's bound is written) and of a scalar read at
+    run time: every lane, bit for bit the table's ``broadcast``; NaN, infinities and -0.0 too."""
+    isa = ISAS[isa_name]
+    n = isa.lanes
+    values = np.array([6.0, -0.0, np.inf, np.nan, -0.25, 1e-40], dtype=np.float32)
+    lines = [f"  {isa.store(p=f'out + {2 * n * i}', v=isa.broadcast_here(s=f'x[{i}]'))};\n"
+             f"  {isa.store(p=f'out + {2 * n * i + n}', v=isa.broadcast(s=f'x[{i}]'))};\n"
+             for i in range(len(values))]
+    lines.append(f"  {isa.store(p=f'out + {2 * n * len(values)}', v=isa.broadcast_here(s='6.0f'))};\n")
+    body = "{\n" + "".join(lines) + "}\n"
+    source = isa.prelude + isa.helpers["broadcast_here"] + signature("probe", MEMORY_PARAMS) + "\n" + body
+    out = np.zeros(2 * n * len(values) + n, dtype=np.float32)
+    driver = in_process(source, "probe", MEMORY_PARAMS, isa.compile_flags)
+    driver.call(driver.bind(MEMORY_PARAMS, dict(x=values, y=values, out=out)))
+    pairs = out[:-n].reshape(len(values), 2, n)
+    assert np.array_equal(pairs[:, 0].view(np.uint32), pairs[:, 1].view(np.uint32))
+    assert np.array_equal(pairs[:, 0].view(np.uint32), np.repeat(values.view(np.uint32)[:, None], n, axis=1))
+    assert np.array_equal(out[-n:], np.full(n, 6.0, dtype=np.float32))
 
 
 @pytest.mark.parametrize("isa_name", VECTOR_ISAS)

@@ -1,6 +1,7 @@
 """Float register blocks that multiply a weight vector from memory (codegen/block.py's operands from memory,
 AVX2's ``fma_memory``): their kernels against the op's reference (hypothesis: odd sizes, pixel and channel
-tails, stride, dilation, padding, groups, depthwise, batch, 1 and 2 threads), where the path is taken, and
+tails, stride, dilation, padding, groups, depthwise, batch, 1 and 2 threads, a fused residual and clip,
+whose bounds such a block broadcasts where it stores: ``broadcast_here``), where the paths are taken, and
 the space's and the ranking's 7x16 blocks (``space.memory_operand``, ``rank.MEMORY_OPERAND``)."""
 import dataclasses
 
@@ -16,6 +17,8 @@ from loopopt.tune.choice import first_choice
 
 needs_avx2 = pytest.mark.skipif("avx2" not in available_isas(), reason="this CPU has no AVX2")
 MEMORY = "lo_avx2_fma_memory("
+HERE = "lo_avx2_broadcast_here("
+CLIPS = [None, (0.0, None), (0.0, 6.0), (None, 0.25)]
 BLOCKS = ((7, 16), (3, 32), (6, 16), (4, 24))     # two overflow the 16 registers by one vector, two fit
 
 
@@ -47,15 +50,20 @@ def block_convs(draw):
 
 
 def random_block(data, threads):
-    """A random conv's block of 7x16, 3x32 or a size that fits the registers agrees with the reference; an
-    ungrouped conv whose block is whole along its rows and channels multiplies from memory exactly where its
-    accumulators, weight vectors and a broadcast exceed the registers."""
+    """A random conv's block of 7x16, 3x32 or a size that fits the registers, with or without a fused
+    residual and clip, agrees with the reference; an ungrouped conv whose block is whole along its rows and
+    channels multiplies from memory exactly where its accumulators, weight vectors and a broadcast exceed
+    the registers; a block's clip bounds are broadcast where stored exactly where it multiplies from
+    memory."""
     op = data.draw(block_convs())
     pixel_block, channel_block = data.draw(st.sampled_from(BLOCKS))
+    residual, clip = data.draw(st.booleans()), data.draw(st.sampled_from(CLIPS))
     try:
         schedule = block_schedule(op, pixel_block, channel_block, threads)
     except StopIteration:           # no plain or packed block (none for this op and thread count)
         return
+    schedule = schedule.add_residual() if residual else schedule
+    schedule = schedule.clip(*clip) if clip else schedule
     try:
         source = generate(schedule, ISAS["avx2"]).source
     except lo.ScheduleError as e:   # a grouped block whose channel tail splits a group's vector: refused
@@ -64,6 +72,8 @@ def random_block(data, threads):
     vectors = channel_block // 8
     if op.groups == 1 and op.out_width >= pixel_block and op.channels % channel_block == 0:
         assert (MEMORY in source) == (pixel_block * vectors + vectors + 1 > ISAS["avx2"].registers)
+    in_block = "over its storage after the nest" not in source     # else a pass after the nest clips
+    assert (HERE in source) == (MEMORY in source and clip is not None and in_block)
     check(schedule, "avx2", threads=threads)
 
 
@@ -75,13 +85,24 @@ test_random_memory_blocks_quick, test_random_memory_blocks = tiers(
 @needs_avx2
 def test_resnet_7x7_block_reads_its_second_weight_vector_from_memory():
     """ResNet's 3x3 512->512 conv at 7x7 in 7x16 blocks: 14 accumulators, the first weight vector loaded,
-    the second read by each of its 7 updates; exact against the reference on 1 and 2 threads."""
+    the second read by each of its 7 updates; exact against the reference on 1 and 2 threads. ResNet-18's
+    3x3/2 256->512 conv with its fused ReLU (and with a residual and ReLU6): each of the 14 stores
+    broadcasts its bounds where it clips, on 1 and 2 threads."""
     op = lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, bias=True)
     for threads in (1, 2):
         schedule = first_choice(op, "avx2", threads).schedule
         source = generate(schedule, ISAS["avx2"]).source
         assert source.count("lo_avx2_fma_memory(lo_I") == 7 and "lo_base_W[8], lo_acc1)" in source
         check(schedule, "avx2", threads=threads)
+    strided = lo.Conv2d(256, 512, 3, stride=2, padding=1, height=14, width=14, bias=True)
+    for threads in (1, 2):
+        plain = next(c for c in space.candidates(strided, "avx2", threads)     # the models' first choice
+                     if (c.knobs.pixel_block, c.knobs.channel_block, c.knobs.weights, c.knobs.cache_block,
+                         c.knobs.outer[-1]) == (7, 16, "packed", 0, "oh")).schedule
+        for schedule, bounds in ((plain.clip(0.0), 1), (plain.add_residual().clip(0.0, 6.0), 2)):
+            source = generate(schedule, ISAS["avx2"]).source
+            assert MEMORY in source and source.count(HERE) == 14 * bounds + 1     # and the helper's name
+            check(schedule, "avx2", threads=threads)
 
 
 def test_blocks_far_beyond_the_registers_and_other_isas_load_their_weights():

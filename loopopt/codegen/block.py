@@ -203,6 +203,7 @@ class RegisterBlock:
         self.bases = self._bases()
         self.from_memory = self.memory_vectors()
         self.reads_memory = False           # an update multiplied a vector from memory (``fma_memory``)
+        self.broadcasts_here = False        # a store broadcast its clip bounds there (``broadcast_here``)
         self.phase_groups = self._phase_groups(tap)
         self._packable: set[str] = set()
         # a phase group member's activations: the window at its phase's first output (taps.phases)
@@ -594,7 +595,10 @@ class RegisterBlock:
             if epilogue:
                 # the residual is stored in the output's layout: loaded as the output is stored
                 loaded = load(isa, kind, residual, f"&{residual}", f"lo_stride_{out}", mask)
-                value = epilogue.vector(isa, acc.name, loaded)
+                # a block multiplying from memory has no register to hold a bound across its loops
+                here = self.reads_memory and epilogue.clip is not None and "broadcast_here" in isa.ops
+                self.broadcasts_here |= here
+                value = epilogue.vector(isa, acc.name, loaded, here)
             pointer = f"&{out}[{offset}]"
             if kind == "strided":
                 store = isa.scatter_mask(p=pointer, m=mask or isa.mask_count(n=str(self.lanes)),

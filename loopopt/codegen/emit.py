@@ -160,6 +160,8 @@ def generate(schedule: Schedule, isa: Isa, bf16_dot: bool = True) -> Generated:
         tables += arith.ints.helpers["map"]
     if emitter.block is not None and emitter.block.reads_memory:
         tables += isa.helpers["fma_memory"]
+    if emitter.block is not None and emitter.block.broadcasts_here:
+        tables += isa.helpers["broadcast_here"]
     if schedule.fused_epilogue is not None:
         tables += HELPERS
     openmp = schedule.parallel_loop is not None

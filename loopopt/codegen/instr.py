@@ -85,6 +85,7 @@ MEANINGS = {
 # (a block that holds more accumulators than its registers leave to its weight vectors: codegen/block.py)
 MEMORY_MEANINGS = {
     "fma_memory": "lane j = a_j * p[j] + c_j (one rounding), p[j] read by the multiply-add itself",
+    "broadcast_here": "every lane = s, broadcast where it is written (no register holds it across loops)",
 }
 
 
