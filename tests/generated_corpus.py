@@ -3,7 +3,8 @@ codegen can prove it left every kernel byte-identical (tests/test_generated_c.py
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 from helpers import conv_dot_schedule
@@ -46,21 +47,22 @@ SMALL_CONVS = (
 VARIANTS = {".int8": dict(quant=lo.QuantSpec()), ".bf16": dict(dtype="bfloat16")}
 
 
-def _ops(name: str) -> Iterator[tuple[str, object]]:
+def _ops(name: str) -> Iterator[tuple[str, Callable[[], object]]]:
+    """The ops the stored schedule ``name`` is meant for, each a label and what makes it."""
     variant = next((suffix for suffix in VARIANTS if name.endswith(suffix)), "")
     layer = name.removesuffix(variant)
     if layer in lo.list_layers():
-        yield layer, lo.get_layer(layer, **VARIANTS.get(variant, {}))
+        yield layer, partial(lo.get_layer, layer, **VARIANTS.get(variant, {}))
         return
     for label, kwargs in SMALL_CONVS:
-        yield label, lo.Conv2d(**kwargs)
+        yield label, partial(lo.Conv2d, **kwargs)
         for i, spec in enumerate(QUANT_SPECS):
-            yield f"{label}.q{i}", lo.Conv2d(**kwargs, quant=spec)
-    yield "conv.bf16", lo.Conv2d(**SMALL_CONVS[0][1], dtype="bfloat16")
-    yield "conv2_x", lo.get_layer("resnet50.conv2_x")
-    yield "matmul", lo.Matmul(33, 47, 29)
-    yield "matmul.q1", lo.Matmul(33, 47, 29, quant=QUANT_SPECS[1])
-    yield "matmul.bf16", lo.Matmul(33, 47, 29, dtype="bfloat16")
+            yield f"{label}.q{i}", partial(lo.Conv2d, **kwargs, quant=spec)
+    yield "conv.bf16", partial(lo.Conv2d, **SMALL_CONVS[0][1], dtype="bfloat16")
+    yield "conv2_x", partial(lo.get_layer, "resnet50.conv2_x")
+    yield "matmul", partial(lo.Matmul, 33, 47, 29)
+    yield "matmul.q1", partial(lo.Matmul, 33, 47, 29, quant=QUANT_SPECS[1])
+    yield "matmul.bf16", partial(lo.Matmul, 33, 47, 29, dtype="bfloat16")
 
 
 def stored_files() -> list[tuple[str, Path]]:
@@ -70,21 +72,27 @@ def stored_files() -> list[tuple[str, Path]]:
                   for path in SCHEDULES.rglob("*.toml"))
 
 
-def corpus() -> Iterator[tuple[str, lo.Schedule]]:
+def corpus(pick: Callable[[int, str], bool] = lambda number, pair: True
+           ) -> Iterator[tuple[int, str, lo.Schedule]]:
     """Every stored schedule on the ops it is meant for (layer schedules: their layer; presets:
     small odd convs, float and quantized, a layer and a matmul), where it applies; quantized ones
-    also with the compensation computed in the kernel and, for float outputs, dequantized."""
-    for name, path in stored_files():
-        for label, op in _ops(path.stem):
-            try:
-                schedule = lo.load_schedule(path, op)
-            except (lo.ScheduleError, lo.ScheduleFileError, ValueError):
-                continue
-            yield f"{name}@{label}", schedule
-            if op.quant is not None:
-                yield f"{name}@{label}.kernel", schedule.compensation("kernel")
-                if op.quant.dequantized:
-                    yield f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
+    also with the compensation computed in the kernel and, for float outputs, dequantized: each entry
+    with its key and the number of its pair of a stored file and an op (``file@op``, numbered in order).
+    ``pick(number, pair)`` says which pairs to build (the others' ops and schedules are not made)."""
+    pairs = ((name, path, label, make) for name, path in stored_files() for label, make in _ops(path.stem))
+    for number, (name, path, label, make) in enumerate(pairs):
+        if not pick(number, f"{name}@{label}"):
+            continue
+        op = make()
+        try:
+            schedule = lo.load_schedule(path, op)
+        except (lo.ScheduleError, lo.ScheduleFileError, ValueError):
+            continue
+        yield number, f"{name}@{label}", schedule
+        if op.quant is not None:
+            yield number, f"{name}@{label}.kernel", schedule.compensation("kernel")
+            if op.quant.dequantized:
+                yield number, f"{name}@{label}.dequantize", schedule.arithmetic("dequantize")
 
 
 def _dot_form(quant: lo.QuantSpec) -> lo.Schedule:
@@ -134,9 +142,11 @@ def epilogue_kernels() -> Iterator[tuple[str, str]]:
 
 def hashes(every: int = 1) -> dict[str, str]:
     """sha256 of the generated source and cdef of every corpus entry on every ISA (or the error), and of
-    the reuse engines' trace nests (float ops); with ``every=n`` only each n-th corpus entry."""
+    the reuse engines' trace nests (float ops); with ``every=n`` only the entries of each n-th pair of a
+    stored file and an op (and the NEON entries), no other schedule built."""
     result = {key: _sha(source) for key, source in (*neon_kernels(), *epilogue_kernels())}
-    for number, (key, schedule) in enumerate(corpus()):
+    neon_pairs = {entry.removesuffix(".dequantize").removesuffix(".kernel") for entry in NEON_ENTRIES}
+    for number, key, schedule in corpus(lambda number, pair: number % every == 0 or pair in neon_pairs):
         if key in NEON_ENTRIES:
             result[f"{key}/neon"] = _sha(_source(schedule, NEON))
         if number % every:

@@ -474,7 +474,7 @@ def test_ctrl_c_during_compare_is_one_line_and_status_130():
     assert text.endswith("\nloopopt: interrupted\n"), text
 
 
-@pytest.mark.parametrize("command", ["show", "reuse"])
+@pytest.mark.parametrize("command", quick_first(["reuse", "show"]))   # one refusal, one compare quick
 def test_show_and_reuse_of_a_winograd_plan_say_where_it_runs(capsys, tmp_path, command):
     """A saved Winograd plan is not one loop nest: show and reuse refuse it in one line; compare runs it."""
     conv = ["--conv", "4,8,3,6,padding=1"]

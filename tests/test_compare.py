@@ -62,12 +62,12 @@ def test_an_isa_per_row_and_origins():
     assert cmp.to_dict()["origins"] == cmp.origins == {"vector": origin}
 
 
+@pytest.mark.slow      # the quick tier compares a Conv2d (above) and runs these ops' kernels elsewhere
 @pytest.mark.parametrize("op", [
     lo.Conv3d(3, 8, 3, padding=((1, 0), 1, (0, 2)), depth=3, height=4, width=5),
-    pytest.param(lo.Matmul(6, 16, 5, batch=2, trans_a=True, trans_b=True), marks=pytest.mark.slow),
-    pytest.param(lo.Conv1d(4, 8, 4, padding="same", stride=1, length=12), marks=pytest.mark.slow),
-    pytest.param(lo.Gemm(6, 16, 5, trans_a=True, alpha=2.0, beta=-1.0, c_shape=(6, 1)),
-                 marks=pytest.mark.slow),
+    lo.Matmul(6, 16, 5, batch=2, trans_a=True, trans_b=True),
+    lo.Conv1d(4, 8, 4, padding="same", stride=1, length=12),
+    lo.Gemm(6, 16, 5, trans_a=True, alpha=2.0, beta=-1.0, c_shape=(6, 1)),
 ], ids=repr)
 def test_new_ops_compare_verified_and_analysed(op):
     cmp = compare(op, [dataflows.naive(op), dataflows.output_stationary(op)], ["naive", "os"], progress=False,

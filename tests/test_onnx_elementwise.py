@@ -293,44 +293,52 @@ test_pool_in_lookup_chain_quick, test_pool_in_lookup_chain_slow = tiers(_check_p
                                                                         st.data())
 
 
-# every lookup this host runs (on x86: each ISA's, not only the one its target picks), and the portable loop
-BYTE_MAPS = (x86_byte_maps() if host_target().name == "x86"
-             else (host_target().byte_map(), portable_byte_map()))
+def test_byte_map_matches_numpy_over_tails():
+    """Every lookup this host runs (on x86: each ISA's, not only the one its target picks, and the portable
+    loop; built here, not at collection, where each worker compiled them all): every length 0-200 (the
+    vector steps' tails; chunks of 64 on 2 and 3 threads) and in place, and lengths of several
+    ``MIN_CHUNK`` on 1-3 threads, against numpy's indexing."""
+    byte_maps = (x86_byte_maps() if host_target().name == "x86"
+                 else (host_target().byte_map(), portable_byte_map()))
+    for byte_map in dict.fromkeys(byte_maps):
+        _check_byte_map(byte_map)
 
 
-@pytest.mark.parametrize("byte_map", list(dict.fromkeys(BYTE_MAPS)), ids=lambda m: m.name)
-def test_byte_map_matches_numpy_over_tails(byte_map):
-    """Every length 0-200 (the vector steps' tails; chunks of 64 on 2 and 3 threads) and in place, and
-    lengths of several ``MIN_CHUNK`` on 1-3 threads, against numpy's indexing."""
+def _check_byte_map(byte_map) -> None:
     rng = np.random.default_rng(11)
     table = rng.integers(0, 256, 256).astype(np.uint8)
     for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         src = rng.integers(0, 256, n).astype(np.uint8)
         dst = np.empty_like(src)
+        where = f"{byte_map.name}: {n} bytes on {threads} threads"
         byte_map(table, src, dst, threads)
-        np.testing.assert_array_equal(dst, table[src])
+        np.testing.assert_array_equal(dst, table[src], err_msg=where)
         byte_map(table, src, src, threads)
-        np.testing.assert_array_equal(src, dst)
+        np.testing.assert_array_equal(src, dst, err_msg=where)
     with pytest.raises(ValueError, match="src and dst differ in size: 3 and 4 elements"):
         byte_map(table, np.zeros(3, np.uint8), np.zeros(4, np.uint8))
 
 
-@pytest.mark.parametrize("pair_map", list(dict.fromkeys([portable_pair_map(), host_target().pair_map()])),
-                         ids=lambda m: m.name)
-def test_pair_map_matches_numpy_over_tails(pair_map):
-    """Every length 0-200 (on 1-3 threads) and lengths of several ``MIN_CHUNK`` on 1-3 threads, in place
-    into either operand, against numpy's indexing; a wrong table or sizes are refused with what was
-    given."""
+def test_pair_map_matches_numpy_over_tails():
+    """The portable pair lookup and the host's (built here, not at collection): every length 0-200 (on 1-3
+    threads) and lengths of several ``MIN_CHUNK`` on 1-3 threads, in place into either operand, against
+    numpy's indexing; a wrong table or sizes are refused with what was given."""
+    for pair_map in dict.fromkeys([portable_pair_map(), host_target().pair_map()]):
+        _check_pair_map(pair_map)
+
+
+def _check_pair_map(pair_map) -> None:
     rng = np.random.default_rng(12)
     table = rng.integers(0, 256, 65536).astype(np.uint8)
     for n, threads in [*((n, 1 + n % 3) for n in range(201)), *((3 * MIN_CHUNK + 77, t) for t in (1, 2, 3))]:
         a, b = rng.integers(0, 256, (2, n)).astype(np.uint8)
         want = table[a.astype(np.intp) * 256 + b]
         dst = np.empty_like(a)
+        where = f"{pair_map.name}: {n} bytes on {threads} threads"
         pair_map(table, a, b, dst, threads)
-        np.testing.assert_array_equal(dst, want)
+        np.testing.assert_array_equal(dst, want, err_msg=where)
         pair_map(table, a, b, b, threads)
-        np.testing.assert_array_equal(b, want)
+        np.testing.assert_array_equal(b, want, err_msg=where)
     with pytest.raises(ValueError, match=r"table must be 65536 contiguous bytes, got dtype uint8 shape"):
         pair_map(table[:256], a, a, a)
     with pytest.raises(ValueError, match="a and b and dst differ in size: 3 and 4 and 3 elements"):

@@ -529,7 +529,6 @@ def test_compare_reports_quantized_ops_in_gops():
 INT8_SCHEDULES = sorted(name for name in list_schedules()
                         if name.endswith(".int8") and name.removesuffix(".int8") in lo.list_layers())
 BENCHMARK_SPEC = lo.QuantSpec("uint8", per_channel=True, weight_symmetric=True, output="uint8")
-QUICK_INT8 = ("resnet50.conv2_x.int8",)
 
 
 def test_every_stored_layer_schedule_has_an_int8_one():
@@ -537,8 +536,12 @@ def test_every_stored_layer_schedule_has_an_int8_one():
     assert fp32 <= {name.removesuffix(".int8") for name in INT8_SCHEDULES}
 
 
+# slow: a whole layer at -O3 (the quick tier's one -O3 quantized build, its headers precompiled for it
+# alone); the quick tier runs the stored int8 schedules on small convs (test_compare_reports_quantized_ops_
+# in_gops, test_cli's compare --int8) and the fp32 ones on their layers (test_best_schedules)
+@pytest.mark.slow
 @pytest.mark.optimized_build     # GCC 12 at -O1: 17 CPU-s in its combiner on conv4_x.int8's kernel, -O3: 1 s
-@pytest.mark.parametrize("name, isa", rotated(INT8_SCHEDULES, SIMD_ISAS, quick=QUICK_INT8))  # scalar: below
+@pytest.mark.parametrize("name, isa", rotated(INT8_SCHEDULES, SIMD_ISAS))  # scalar: below
 def test_int8_schedule_on_its_layer(name, isa):
     """The stored int8 schedule on its layer: a register block with the epilogue fused (on the SIMD
     ISAs), or, stored with isa = "amx" (lo.stored_isa), an AMX tile schedule on the tiles."""

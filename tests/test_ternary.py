@@ -419,7 +419,7 @@ def test_lut_refusals(schedule, message):
         schedule().weight_format("tl1").compile("scalar")
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", quick_first(list(FORMATS)))   # tl2: the quick tier's other lookup tests
 def test_table_lookup_dataflow_blocks_pixels_and_column_blocks(fmt):
     # a strided, padded conv with 70 channels (a partial column block) and a GEMV, under
     # dataflows.table_lookup: exact, and the block is the one asked for

@@ -227,6 +227,7 @@ def dot_loops(disassembly: str) -> list[list[str]]:
     return loops
 
 
+@pytest.mark.slow      # a check of the -O3 machine code (a 56x56 layer's kernel and objdump), not of results
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump to read the compiled loop")
 def test_s16_dot_loop_keeps_its_accumulators_in_registers(tmp_path):
     """At -O3 the dot loop of ResNet's 3x3 64->64 conv at 56x56 in its 3x32 s16 block (the first choice

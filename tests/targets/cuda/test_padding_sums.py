@@ -163,7 +163,7 @@ def test_a_persistent_walk_requantizes_each_tile_with_its_own_border_term(monkey
 
 @pytest.mark.parametrize("mutate, tiles", [
     pytest.param(_no_compensation, SPECIALIZED, id="no compensation"),
-    pytest.param(_border_term_twice, SPECIALIZED, id="the border term added twice"),
+    pytest.param(_border_term_twice, SPECIALIZED, id="the border term added twice", marks=pytest.mark.slow),
     pytest.param(_taps_one_off, SPECIALIZED, id="taps inside one off", marks=pytest.mark.slow),
     pytest.param(_interior_too_wide, SPECIALIZED, id="a border pixel taken for interior",
                  marks=pytest.mark.slow),
