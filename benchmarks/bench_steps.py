@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -47,7 +48,6 @@ from loopopt import team  # noqa: E402
 from loopopt.onnx import backend  # noqa: E402
 from loopopt.onnx.peer import session_options  # noqa: E402
 from loopopt.onnx.report import random_inputs  # noqa: E402
-from loopopt.ops import Conv2d  # noqa: E402
 
 KERNEL_EVENT = "_kernel_time"     # onnxruntime's per-node event names end so
 REWRITTEN = re.compile(r"_token_\d+$")   # ... after this where onnxruntime rewrote the node
@@ -163,12 +163,15 @@ def table(rep, ours: dict, theirs: dict, first_outputs: dict[str, str], threads:
 
 
 def kind(rep, step) -> str:
-    """What kind of step ``step`` of ``rep`` is: a conv by its window and stride (a stem: 3 input
-    channels), else by the node types it runs."""
+    """What kind of step ``step`` of ``rep`` is: a windowed op (a conv) by its taps and stride (a stem:
+    3 input channels), else by the node types it runs."""
     op = getattr(rep.lowered.get(step.node), "op", None)
-    if isinstance(op, Conv2d):
-        stride = "/2" if max(op.stride) > 1 else ""
-        return "stem conv" if op.in_channels == 3 else f"{op.kernel_size[0]}x{op.kernel_size[1]}{stride} conv"
+    windows = op.windows if op is not None else ()
+    if windows:
+        taps = {window.tap_dim for window in windows}
+        channels = math.prod(op.extent(d) for d in op.reduction_dims if d not in taps)
+        stride = "/2" if max(window.stride for window in windows) > 1 else ""
+        return "stem conv" if channels == 3 else "x".join(str(w.taps) for w in windows) + f"{stride} conv"
     for part, name in (("add", "add"), ("pool", "pool"), ("gemm", "gemm"), ("matmul", "matmul"),
                        ("quantize", "quantize, dequantize")):
         if part in step.op_type.lower():
