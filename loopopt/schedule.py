@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 import islpy as isl
@@ -331,26 +331,14 @@ class Schedule:
         return isl.Map(text).intersect_domain(self.op.domain)
 
     @cached_property
-    def _box(self) -> isl.Set:
-        """The set ``{ [loops] : every loop in its box }``, parsed once (``iterations`` intersects it)."""
-        names = ", ".join(self.loop_names)
-        return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(self.loops))} }}")
-
-    @cached_property
-    def _iteration_sets(self) -> dict[tuple[str, ...], isl.Set]:
-        """``iterations`` by its conditions (a schedule never changes, so neither do its answers)."""
-        return {}
+    def _box_extents(self) -> tuple[tuple[str, int], ...]:
+        """Each loop's name and extent, outermost first: all that ``iterations`` depends on."""
+        return tuple((loop.name, loop.extent) for loop in self.loops)
 
     def iterations(self, *conditions: str) -> isl.Set:
         """The set ``{ [loops] : every loop in its box and every condition }`` over the loop
         variables (isl constraint texts; guards are not implied: pass them as conditions)."""
-        if not conditions:
-            return self._box
-        if conditions not in self._iteration_sets:
-            names = ", ".join(self.loop_names)
-            where = isl.Set(f"{{ [{names}] : {' and '.join(conditions)} }}")
-            self._iteration_sets[conditions] = where.intersect(self._box)
-        return self._iteration_sets[conditions]
+        return _iterations(self._box_extents, conditions)
 
     @cached_property
     def _least_values(self) -> dict[tuple[str, ...], Optional[int]]:
@@ -1134,13 +1122,11 @@ class Schedule:
         differ = " or ".join(f"{n} != {n}_2" for n in block)
         text = (f"{{ [{', '.join(names + [n + '_2' for n in block])}] : {' and '.join(box)} and "
                 f"({differ}) and {offset.to_isl()} = {offset.substitute(primed).to_isl()} }}")
-        witness = isl.Set(text)
-        if witness.is_empty():
+        point = _sample(text)
+        if point is None:
             return None
-        point = witness.sample_point()
-        values = [point.get_coordinate_val(isl.dim_type.set, names.index(n)).to_python() for n in block]
-        twins = [point.get_coordinate_val(isl.dim_type.set, len(names) + i).to_python()
-                 for i in range(len(block))]
+        values = [point[names.index(n)] for n in block]
+        twins = point[len(names):]
         return (", ".join(f"{n}={v}" for n, v in zip(block, values)) + " and " +
                 ", ".join(f"{n}={v}" for n, v in zip(block, twins)))
 
@@ -1185,6 +1171,35 @@ class Schedule:
 
     def __str__(self) -> str:
         return self.pseudocode()
+
+
+@lru_cache(maxsize=4096)
+def _loop_box(box: tuple[tuple[str, int], ...]) -> isl.Set:
+    """The set ``{ [loops] : every loop in its box }`` of loops of these (name, extent) pairs."""
+    names = ", ".join(name for name, _ in box)
+    return isl.Set(f"{{ [{names}] : {' and '.join(box_constraints(Loop(n, e) for n, e in box))} }}")
+
+
+@lru_cache(maxsize=4096)
+def _iterations(box: tuple[tuple[str, int], ...], conditions: tuple[str, ...]) -> isl.Set:
+    """``Schedule.iterations`` over loops of these (name, extent) pairs (cached: the schedules a step
+    derives share their loop box, and parsing isl text is slow)."""
+    if not conditions:
+        return _loop_box(box)
+    names = ", ".join(name for name, _ in box)
+    return isl.Set(f"{{ [{names}] : {' and '.join(conditions)} }}").intersect(_loop_box(box))
+
+
+@lru_cache(maxsize=4096)
+def _sample(text: str) -> Optional[tuple[int, ...]]:
+    """The coordinates of a point of the isl set ``text``, None if it is empty (cached by the text:
+    the steps after ``register_block`` ask the same question again)."""
+    found = isl.Set(text)
+    if found.is_empty():
+        return None
+    point = found.sample_point()
+    return tuple(point.get_coordinate_val(isl.dim_type.set, i).to_python()
+                 for i in range(found.dim(isl.dim_type.set)))
 
 
 def _point(point: isl.Point, names: tuple[str, ...]) -> str:
