@@ -306,12 +306,10 @@ def bench(cases: list[str]) -> list[dict]:
 def interleaved(kernel, args: list[np.ndarray], params: dict, timed: list, rounds: int = 9) -> dict:
     """The case's fastest kernel and each of its peers (``timed``) timed again in alternation, one
     launch (L2 flushed) and inside a CUDA graph: ms, the medians of ``rounds`` rounds' medians
-    (``cuda_bench.interleaved_medians``, ``cuda_bench.interleaved_graph_medians``)."""
+    (``cuda_bench.alternated_with_peers``)."""
     buffers = kernel.prepare(*args, **params)
-    calls = [lambda: kernel.run(buffers), *(call for *_, call in timed)]
-    seconds = cuda_bench.interleaved_medians(calls, rounds)
-    graphs = cuda_bench.interleaved_graph_medians(
-        [device.graph_timer(calls[0]), *(cuda_bench.torch_graph_timer(call) for call in calls[1:])], rounds)
+    seconds, graphs = cuda_bench.alternated_with_peers(lambda: kernel.run(buffers),
+                                                       [call for *_, call in timed], rounds)
     return {"interleaved": {"rounds": rounds, "ms": seconds[0] * 1e3, "graph_ms": graphs[0] * 1e3,
                             "peers_ms": {name: s * 1e3 for (name, *_), s in zip(timed, seconds[1:])},
                             "peers_graph_ms": {name: g * 1e3 for (name, *_), g in zip(timed, graphs[1:])}}}

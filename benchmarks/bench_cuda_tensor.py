@@ -33,15 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from cuda_bench import (
+    alternated_with_peers,
     events_median,
     fastest_verified,
     graph_median,
-    interleaved_graph_medians,
-    interleaved_medians,
     main,
     markdown,
     torch_graph_median,
-    torch_graph_timer,
 )
 
 import loopopt as lo
@@ -355,10 +353,8 @@ def interleaved(kernel, stored: list, peer_call, rounds: int = 9) -> dict:
     import cupy as cp
     out = cp.empty(shape, kernel.parameter_dtype(op.output))
     buffers = kernel.bind(dict(zip(op.call_tensors, prepacked(kernel, stored))) | {op.output: out})
-    mine, peer_s = (seconds * 1e3 for seconds in interleaved_medians([lambda: kernel.run(buffers), peer_call],
-                                                                      rounds))
-    graph, peer_graph = (seconds * 1e3 for seconds in interleaved_graph_medians(
-        [device.graph_timer(lambda: kernel.run(buffers)), torch_graph_timer(peer_call)], rounds))
+    launches, graphs = alternated_with_peers(lambda: kernel.run(buffers), [peer_call], rounds)
+    (mine, peer_s), (graph, peer_graph) = ([s * 1e3 for s in scope] for scope in (launches, graphs))
     return {"interleaved": {"rounds": rounds, "ms": mine, "tflops": op.flops / mine / 1e9, "peer_ms": peer_s,
                             "peer_over_loopopt": peer_s / mine,
                             "graph_ms": graph, "peer_graph_ms": peer_graph,

@@ -48,6 +48,16 @@ def interleaved_graph_medians(timers: Sequence[Callable[[], float]], rounds: int
                        for timed in timers], rounds)
 
 
+def alternated_with_peers(run: Callable[[], object], peer_calls: Sequence[Callable[[], object]],
+                          rounds: int = 9) -> tuple[list[float], list[float]]:
+    """Seconds of one launch of ``run`` (a loopopt kernel run) and of each of ``peer_calls`` (PyTorch or
+    Triton calls), timed in alternation with the L2 flushed (``interleaved_medians``), then inside a CUDA
+    graph (``interleaved_graph_medians``): the two lists, ``run``'s first in each."""
+    calls = [run, *peer_calls]
+    timers = [device.graph_timer(run), *(torch_graph_timer(call) for call in peer_calls)]
+    return interleaved_medians(calls, rounds), interleaved_graph_medians(timers, rounds)
+
+
 def graph_median(call: Callable[[], object], repeats: int = 20) -> float:
     """Seconds of one ``call`` (a loopopt kernel run) replayed inside a CUDA graph: the median of
     ``repeats`` replays of ``device.GRAPH_LAUNCHES`` captured calls, per call (``device.graph_timer``:

@@ -1197,11 +1197,14 @@ def _sample(text: str) -> Optional[tuple[int, ...]]:
     found = isl.Set(text)
     if found.is_empty():
         return None
-    point = found.sample_point()
-    return tuple(point.get_coordinate_val(isl.dim_type.set, i).to_python()
-                 for i in range(found.dim(isl.dim_type.set)))
+    return _coordinates(found.sample_point(), found.dim(isl.dim_type.set))
+
+
+def _coordinates(point: isl.Point, count: int) -> tuple[int, ...]:
+    """The first ``count`` set coordinates of ``point``."""
+    return tuple(point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(count))
 
 
 def _point(point: isl.Point, names: tuple[str, ...]) -> str:
-    values = [point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(names))]
+    values = _coordinates(point, len(names))
     return f"{STATEMENT}[{', '.join(f'{n}={v}' for n, v in zip(names, values))}]"
