@@ -585,15 +585,36 @@ def plain_rows(op: Op, knobs: Knobs) -> bool:
 
 
 def _plain_last(candidate: Candidate) -> bool:
-    """The tie-break of ``rank`` and ``best``: where two candidates' predicted times tie, packed weights
-    go before plain rows a channel row apart (``plain_rows``; ``strided_seconds`` 0: the heuristic sees
-    no conflict). In ResNet-18's fp32 plan (weights from L3 on every run; per-step minima over 31
+    """The first tie-break of ``rank`` and ``best``: where two candidates' predicted times tie, packed
+    weights go before plain rows a channel row apart (``plain_rows``; ``strided_seconds`` 0: the heuristic
+    sees no conflict). In ResNet-18's fp32 plan (weights from L3 on every run; per-step minima over 31
     interleaved rounds on this project's shared Xeon with AMX) its 256-channel 3x3 layers ran
     1.96-2.09 ms with plain 14x16 blocks (64-byte rows 1 KB apart) and 1.61-1.74 ms with packed ones,
     its 64- and 128-channel layers 0-4% faster packed; the steps summed 31.6 -> 30.6 ms."""
     if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
         return False
     return plain_rows(candidate.op, candidate.knobs)
+
+
+def _taps_rolled(candidate: Candidate) -> bool:
+    """The second tie-break of ``rank`` and ``best``: an emulated dot block on s16 weights that unrolls its
+    window's taps (reduction kh, c, kw with kw unrolled: the figures do not read the order, so it ties
+    with its twin unrolling the input channels) goes first: the unrolled taps share the broadcasts of the
+    columns they overlap. Int8 3x3 convs on the AMD EPYC Zen 3 (kernel-only, medians of 21-31 interleaved
+    rounds under ``chrt -f 10``, taps unrolled against channels unrolled, 1 and 2 threads): 512 at 7x7
+    0.80-0.85x, 256 at 14x14 0.90-0.92x, 128 at 28x28 0.96-0.98x, 64 at 56x56 0.95-0.98x, stride 2
+    512 from 14x14 0.93-0.96x, 256->512 from 14x14 0.90-0.93x (nineteenth session)."""
+    knobs = candidate.knobs
+    if candidate.isa == TILE_ISA or is_table_lookup(candidate) or is_binary(candidate):
+        return True
+    window = tap_window(candidate.op, knobs.pixel)
+    return not (knobs.weight_format == "s16" and emulates_dot(candidate.isa, knobs.weights)
+                and window is not None and window.tap_dim in dict(knobs.unroll))
+
+
+def _ties(candidate: Candidate) -> tuple[bool, bool]:
+    """How ``rank`` and ``best`` order candidates whose predicted times tie."""
+    return _plain_last(candidate), _taps_rolled(candidate)
 
 
 def strided_seconds(op: Op, knobs: Knobs, depth: int) -> float:
@@ -832,10 +853,10 @@ def _figured(candidates: Sequence[Candidate]) -> list[tuple[Candidate, tuple[tup
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates with the heuristic's figures, fastest predicted first (ties: ``_plain_last``, then
-    their order)."""
+    """The candidates with the heuristic's figures, fastest predicted first (ties: ``_plain_last``,
+    ``_taps_rolled``, then their order)."""
     scored = [replace(c, model=model) for c, model in _figured(candidates)]
-    return sorted(scored, key=lambda c: (c.figures["predicted_seconds"], _plain_last(c)))
+    return sorted(scored, key=lambda c: (c.figures["predicted_seconds"], *_ties(c)))
 
 
 def best(candidates: Sequence[Candidate]) -> Candidate | None:
@@ -843,6 +864,5 @@ def best(candidates: Sequence[Candidate]) -> Candidate | None:
     scored = _figured(candidates)
     if not scored:
         return None
-    candidate, model = min(scored, key=lambda pair: (dict(pair[1])["predicted_seconds"],
-                                                     _plain_last(pair[0])))
+    candidate, model = min(scored, key=lambda pair: (dict(pair[1])["predicted_seconds"], *_ties(pair[0])))
     return replace(candidate, model=model)
