@@ -180,7 +180,8 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
     1x1 and 3x3 int8 convs down to 14x14: the 3x32 block, on 1 and 2 threads (kernel-only on a Zen 3 core:
     0.86-0.93x the int8 7x16 blocks that ranked first before); at 7x7 the 4x16 block (0.87-0.93x the int8
     7x16 blocks there, which an int8 block's ``rank.NARROW_DOT`` puts below it; the 3x3 at 7x7 on one
-    thread: ``test_emulated_dot_blocks_rank_cache_blocks_below``)."""
+    thread: ``test_emulated_dot_blocks_rank_cache_blocks_below``). The 3x3 blocks unroll their window's
+    taps (``rank._taps_rolled``: kernel-only 0.80-0.98x the same block unrolling its input channels)."""
     for op in (lo.Conv2d(64, 256, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(256, 64, 1, height=56, width=56, quant=QUANT),
                lo.Conv2d(1024, 256, 1, height=14, width=14, quant=QUANT),
@@ -191,11 +192,42 @@ def test_resnet_convs_rank_s16_blocks_first(recorded_profile):
             first = first_choice(op, "avx2", threads=threads).knobs
             assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
                 ("dot", "s16", 3, 32), (op, threads)
+            assert op.kernel_size == (1, 1) or unrolls_taps(first), (op, threads)
     for op, threads in ((lo.Conv2d(512, 512, 3, padding=1, height=7, width=7, quant=QUANT), 2),
                         (lo.Conv2d(1024, 2048, 1, stride=2, height=14, width=14, quant=QUANT), 1)):
         first = first_choice(op, "avx2", threads=threads).knobs
         assert (first.weights, first.weight_format, first.pixel_block, first.channel_block) == \
             ("dot", "s16", 4, 16), (op, threads)
+        assert op.kernel_size == (1, 1) or unrolls_taps(first), (op, threads)
+
+
+def unrolls_taps(knobs) -> bool:
+    """Whether a 3x3 conv's dot block runs its reduction kh, c, kw with the kw taps unrolled."""
+    return tuple(knobs.reduction) == ("kh", "c", "kw") and dict(knobs.unroll) == {"kw": 3}
+
+
+@st.composite
+def windowed_convs(draw) -> lo.Conv2d:
+    """An ungrouped quantized conv with a 2x2 or 3x3 window (stride 1 or 2) on a small input."""
+    return lo.Conv2d(draw(st.integers(2, 11)), draw(st.integers(8, 40)), draw(st.integers(2, 3)),
+                     stride=draw(st.integers(1, 2)), padding=draw(st.integers(0, 1)),
+                     height=draw(st.integers(3, 9)), width=draw(st.integers(3, 9)),
+                     batch=draw(st.integers(1, 2)), quant=draw(SPECS))
+
+
+def taps_unrolled_conv(data, op, threads):
+    """One of the space's s16 blocks of ``op`` that unroll the column window's taps alone (the first choice
+    of ResNet's 3x3 convs on AVX2: reduction kh, c, kw, kw unrolled), exact on ``threads`` threads."""
+    taps = {w.tap_dim for w in op.windows if w.out_dim == "ow"}
+    offered = [c for c in space.candidates(op, "avx2", threads)
+               if c.knobs.weight_format == "s16" and set(dict(c.knobs.unroll)) == taps]
+    if offered:
+        check(data.draw(st.sampled_from(offered)).schedule, "avx2", threads=threads)
+
+
+test_taps_unrolled_convs_quick, test_taps_unrolled_convs = tiers(
+    taps_unrolled_conv, 2, 30, data=st.data(), op=windowed_convs(), threads=st.sampled_from([1, 2]),
+    marks=(needs_avx2,))
 
 
 @pytest.mark.slow
