@@ -308,7 +308,8 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
             used = threads_for(x.size, threads)
             if rows == 1 or cols == 1:
                 return loops.bound_quantize(x.reshape(-1), q.reshape(-1), scale, zero_point, used)
-            return loops.rotated(rows).bound(x.reshape(-1), q.reshape(-1), scale, zero_point, batch, cols, used)
+            return loops.rotated(rows).bound(x.reshape(-1), q.reshape(-1), scale, zero_point, batch, cols,
+                                             used)
 
         calls = BoundCalls(bind)
         kept = KeptArray()

@@ -106,8 +106,8 @@ def _rotated_functions(dtype: np.dtype, quantize_loop: str | None, rows: int) ->
     over the ``batch * cols`` columns (each a run of ``rows`` codes of the output)."""
     c_type, (low, high) = C_TYPES[dtype], RANGES[dtype]
     block = ROTATED_BLOCK
-    declaration = (f"void lo_quantize_rotated(const float *x, {c_type} *q, float scale, float zero, long cols, "
-                   f"long n, {THREADS_PARAM})")
+    declaration = (f"void lo_quantize_rotated(const float *x, {c_type} *q, float scale, float zero, "
+                   f"long cols, long n, {THREADS_PARAM})")
     source = f"""#include <math.h>
 {HEADER}
 {quantize_loop or portable_quantize_loop(c_type, low, high)}
@@ -164,8 +164,9 @@ class RotatedQuantize:
             raise ValueError(f"x has {x.size} elements; {batch} x {self.rows} x {cols} rotated needs "
                              f"{batch * self.rows * cols}")
         buffer = self._ffi.from_buffer
-        return self._lib.lo_quantize_rotated, (buffer("float[]", x), buffer(self._codes, q, require_writable=True),
-                                               scale, zero, cols, batch * cols, threads)
+        codes = buffer(self._codes, q, require_writable=True)
+        return self._lib.lo_quantize_rotated, (buffer("float[]", x), codes, scale, zero, cols, batch * cols,
+                                               threads)
 
     def quantize(self, x: np.ndarray, q: np.ndarray, scale: float, zero: float, batch: int, cols: int,
                  threads: int = 1) -> None:
@@ -176,7 +177,8 @@ class RotatedQuantize:
 
 
 def _check_codes(floats: np.ndarray, codes: np.ndarray, dtype: np.dtype) -> None:
-    """ValueError unless ``floats`` and ``codes`` are contiguous 1-D float32 and ``dtype`` arrays of one size."""
+    """ValueError unless ``floats`` and ``codes`` are contiguous 1-D float32 and ``dtype`` arrays of one
+    size."""
     for name, array, wanted in (("x", floats, np.dtype(np.float32)), ("q", codes, dtype)):
         if array.dtype != wanted or array.ndim != 1 or not array.flags.c_contiguous:
             raise ValueError(f"{name} must be a contiguous 1-D {wanted} array, got dtype {array.dtype} "
