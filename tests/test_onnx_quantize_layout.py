@@ -11,9 +11,10 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from helpers import tiers
+from helpers import HYPOTHESIS
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx_models import _init, model
 
@@ -35,7 +36,10 @@ def _reference(x: np.ndarray, scale: np.float32, zero) -> np.ndarray:
     return ReferenceEvaluator(proto).run(None, {"x": x})[0]
 
 
-def _check_rotated_loop(data) -> None:
+@pytest.mark.slow
+@settings(max_examples=40, **HYPOTHESIS)
+@given(st.data())
+def test_rotated_loop(data) -> None:
     """``batch x rows x cols`` values (ties of x / scale, their neighbours, random ones) quantized
     rotated by the host's or the portable loop: the reference's codes, transposed."""
     portable = data.draw(st.booleans())
@@ -57,7 +61,19 @@ def _check_rotated_loop(data) -> None:
     np.testing.assert_array_equal(q.reshape(batch, cols, rows), _reference(x, scale, zero).transpose(0, 2, 1))
 
 
-test_rotated_loop_quick, test_rotated_loop_slow = tiers(_check_rotated_loop, 3, 40, st.data())
+@pytest.mark.slow
+def test_rotated_stem_input_on_every_tail():
+    """A model input's case: 3 rows of 1-3 matrices whose columns end in every tail of a
+    32-column tile, ties included, on 1-3 threads split anywhere: the reference's codes, transposed."""
+    loops, scale, zero = host_target().linear_quant(np.dtype(np.uint8)), np.float32(0.5), np.uint8(3)
+    for batch, cols in ((1, 96), (2, 37), (3, 65), (1, 1)):
+        x = (np.arange(batch * 3 * cols, dtype=np.float32).reshape(batch, 3, cols) - 40) * np.float32(0.25)
+        q = np.empty(x.size, np.uint8)
+        for threads in (1, 2, 3):
+            with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
+                loops.rotated(3).quantize(x.reshape(-1), q, float(scale), float(zero), batch, cols, threads)
+            want = _reference(x, scale, zero).transpose(0, 2, 1)
+            np.testing.assert_array_equal(q.reshape(batch, cols, 3), want)
 
 
 def test_rotated_loop_refuses_bad_arrays_and_rows():
@@ -84,12 +100,13 @@ def test_rotation_of_an_input_to_its_readers_order():
 
 def _conv_model(draw, qdq: bool):
     """QuantizeLinear of a float NCHW input -> an int8 conv (QLinearConv, or DequantizeLinear -> Conv ->
-    QuantizeLinear) of random geometry -> DequantizeLinear; and an input."""
+    QuantizeLinear, its bias scale x_scale * w_scale: fused) of random geometry -> DequantizeLinear; and an
+    input."""
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     c, k = draw(st.integers(1, 4)), draw(st.sampled_from([8, 16, 24]))
     kernel, stride = draw(st.sampled_from([1, 3, 7])), draw(st.integers(1, 2))
     pads = [draw(st.integers(0, kernel // 2)) for _ in range(4)]
-    h, w = kernel + draw(st.integers(0, 9)), kernel + draw(st.integers(0, 9))
+    h, w = kernel + draw(st.integers(2, 9)), kernel + draw(st.integers(2, 9))    # 2 output rows and columns
     n = draw(st.integers(1, 2))
     u8, i8 = np.uint8, np.int8
     inits = [_init("xs", np.float32(0.02)), _init("xz", u8(rng.integers(0, 256))),
@@ -99,7 +116,7 @@ def _conv_model(draw, qdq: bool):
              _init("yz", u8(rng.integers(0, 256)))]
     attrs = dict(kernel_shape=[kernel, kernel], strides=[stride, stride], pads=pads)
     if qdq:
-        inits.append(_init("bs", (rng.random(k) * 0.01 * 0.02).astype(np.float32)))
+        inits.append(_init("bs", (np.float32(0.02) * numpy_helper.to_array(inits[3])).astype(np.float32)))
         conv = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
                 helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
                 helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
@@ -115,7 +132,10 @@ def _conv_model(draw, qdq: bool):
     return proto, (rng.standard_normal((n, c, h, w)) * 2).astype(np.float32)
 
 
-def _check_planned_quantize(data) -> None:
+@pytest.mark.slow
+@settings(max_examples=6, **HYPOTHESIS)
+@given(st.data())
+def test_planned_quantize(data) -> None:
     """The QOperator or QDQ model (``_conv_model``) with the quantize planned, on 1 or 2 threads, against
     the same model with none."""
     proto, x = _conv_model(data.draw, data.draw(st.booleans()))
@@ -123,6 +143,7 @@ def _check_planned_quantize(data) -> None:
         plain = backend.prepare(proto, strict=True)
     rep = backend.prepare(proto, strict=True, threads=data.draw(st.integers(1, 2)))
     lowered = rep.lowered["conv"]
+    assert lowered.op.quant is not None        # the QDQ group fused: the conv reads the quantized input
     stored = lowered.schedule.layout_of(lowered.op.inputs[0])
     nhwc = stored.tag == "NHWC"
     assert rep._quantized == ({"xq": (0, 2, 3, 1)} if nhwc else {})
@@ -145,5 +166,3 @@ def _check_planned_quantize(data) -> None:
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
-
-test_planned_quantize_quick, test_planned_quantize_slow = tiers(_check_planned_quantize, 1, 12, st.data())
