@@ -21,7 +21,7 @@ from onnx_models import _init, model
 from loopopt.layout import Layout
 from loopopt.onnx import backend
 from loopopt.onnx.elementwise import ROTATED_ROWS, rotated
-from loopopt.targets.linear_quant import linear_quant
+from loopopt.targets.linear_quant import ROTATED_BLOCK, linear_quant
 from loopopt.targets.registry import host_target
 
 OPSET = 21
@@ -46,7 +46,7 @@ def test_rotated_loop(data) -> None:
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     dtype = data.draw(st.sampled_from([np.uint8, np.int8]))
     rows = data.draw(st.sampled_from([2, 3, 5]))
-    batch, cols = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 75))
+    batch, cols = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 300))
     scale = np.float32(data.draw(st.sampled_from([0.5, 0.37, 3.0])))
     zero = dtype(rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1))
     size = batch * rows * cols
@@ -62,11 +62,11 @@ def test_rotated_loop(data) -> None:
 
 
 @pytest.mark.slow
-def test_rotated_stem_input_on_every_tail():
-    """A model input's case: 3 rows of 1-3 matrices whose columns end in every tail of a
-    32-column tile, ties included, on 1-3 threads split anywhere: the reference's codes, transposed."""
+def test_rotated_stem_input_on_tiles_and_tails():
+    """A model input's case: 3 rows of 1-3 matrices of whole tiles and tails (``ROTATED_BLOCK`` columns),
+    ties included, on 1-3 threads split anywhere: the reference's codes, transposed."""
     loops, scale, zero = host_target().linear_quant(np.dtype(np.uint8)), np.float32(0.5), np.uint8(3)
-    for batch, cols in ((1, 96), (2, 37), (3, 65), (1, 1)):
+    for batch, cols in ((1, 2 * ROTATED_BLOCK), (2, 37), (3, ROTATED_BLOCK + 65), (1, 1)):
         x = (np.arange(batch * 3 * cols, dtype=np.float32).reshape(batch, 3, cols) - 40) * np.float32(0.25)
         q = np.empty(x.size, np.uint8)
         for threads in (1, 2, 3):

@@ -265,7 +265,7 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
     return lambda inputs, reuse: [formula(*(*inputs, None)[:3])]
 
 
-ROTATED_ROWS = 64     # the most rows (channels) a quantize stores rotated: the C holds a tile of 32 columns
+ROTATED_ROWS = 64     # the most rows (channels) a quantize stores rotated: its C holds a tile of 128 columns
 
 
 @lru_cache(maxsize=64)
