@@ -60,11 +60,13 @@ def aligned_copy(array: np.ndarray, tail_bytes: int = 0, exact: bool = False) ->
     return copy
 
 
-def aligned_empty_like(array: np.ndarray, dtype=None) -> np.ndarray:
+def aligned_empty_like(array: np.ndarray, dtype=None, order: tuple[int, ...] | None = None) -> np.ndarray:
     """An uninitialized array of ``array``'s shape (and dtype, unless given) stored with its axes in
-    ``array``'s memory order (by stride), starting on a 64-byte boundary and followed by 64 zero bytes:
-    a kernel that reads a little past the end of its input reads it without a copy (``zeros_follow``)."""
-    order = np.argsort(array.strides, kind="stable")[::-1]       # the axes outer to inner in memory
+    ``array``'s memory order (by stride; ``order``: in that order, outer to inner), starting on a 64-byte
+    boundary and followed by 64 zero bytes: a kernel that reads a little past the end of its input reads
+    it without a copy (``zeros_follow``)."""
+    if order is None:
+        order = np.argsort(array.strides, kind="stable")[::-1]       # the axes outer to inner in memory
     stored = _aligned(tuple(array.shape[axis] for axis in order), dtype or array.dtype, ALIGNMENT, False,
                       np.empty)
     return stored.transpose(np.argsort(order))
@@ -90,20 +92,20 @@ def placed(raw: np.ndarray, shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 class KeptArray:
-    """The output buffer of a step that writes one on every run: ``like(array, dtype)`` is
-    ``aligned_empty_like(array, dtype)`` on the first call and whenever ``array``'s shape, strides or
-    the dtype change, else the same memory as last time (so a plan may repeat the step's C call on
-    the same arguments: ``onnx.plan.Plan.repeats``). ``held`` and ``move``: the buffer, and its move
-    into memory a plan shares between steps (``onnx.arena``)."""
+    """The output buffer of a step that writes one on every run: ``like(array, dtype, order=None)`` is
+    ``aligned_empty_like(array, dtype, order)`` on the first call and whenever ``array``'s shape,
+    strides, the dtype or the order change, else the same memory as last time (so a plan may repeat the
+    step's C call on the same arguments: ``onnx.plan.Plan.repeats``). ``held`` and ``move``: the buffer,
+    and its move into memory a plan shares between steps (``onnx.arena``)."""
 
     def __init__(self) -> None:
         self._key: tuple = ()
         self._array: np.ndarray | None = None
 
-    def like(self, array: np.ndarray, dtype) -> np.ndarray:
-        key = (array.shape, array.strides, array.dtype, np.dtype(dtype))
+    def like(self, array: np.ndarray, dtype, order: tuple[int, ...] | None = None) -> np.ndarray:
+        key = (array.shape, array.strides, array.dtype, np.dtype(dtype), order)
         if key != self._key or self._array is None:
-            self._key, self._array = key, aligned_empty_like(array, dtype)
+            self._key, self._array = key, aligned_empty_like(array, dtype, order)
         return self._array
 
     def held(self) -> tuple[np.ndarray, int] | None:

@@ -128,14 +128,7 @@ class Layout:
         cols)``, the layout change as ``batch`` matrices of ``rows x cols`` transposed (NCHW -> NHWC:
         ``(N, C, H*W)``; NCHW -> NCHW16c: ``(N*C/16, 16, H*W)``); else None (no change is one either)."""
         _, split_shape, perm = self._split(shape)
-        kept = next((p for p, axis in enumerate(perm) if axis != p), None)
-        if kept is None:
-            return None
-        moved = perm[kept]                         # the first dim after the run that moves
-        if perm[kept:] != tuple(range(moved, len(perm))) + tuple(range(kept, moved)):
-            return None
-        return (math.prod(split_shape[:kept]), math.prod(split_shape[kept:moved]),
-                math.prod(split_shape[moved:]))
+        return rotation(perm, split_shape)
 
     @lru_cache(maxsize=4096)       # noqa: B019
     def _split(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -186,6 +179,19 @@ class Layout:
             padded_shape.append(-(-n // size) * size)
         logical = stored.transpose(split_axes).reshape(padded_shape)
         return logical[tuple(slice(0, n) for n in shape)]
+
+
+def rotation(perm: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """Where storing an array of ``shape`` with its axes in the order ``perm`` moves a run of its axes past
+    all the ones after it, leaving the ones before in place: ``(batch, rows, cols)``, the change as
+    ``batch`` matrices of ``rows x cols`` transposed; else None (no change is one either)."""
+    kept = next((p for p, axis in enumerate(perm) if axis != p), None)
+    if kept is None:
+        return None
+    moved = perm[kept]                         # the first axis after the run that moves
+    if tuple(perm[kept:]) != tuple(range(moved, len(perm))) + tuple(range(kept, moved)):
+        return None
+    return math.prod(shape[:kept]), math.prod(shape[kept:moved]), math.prod(shape[moved:])
 
 
 def moved_last(letters: str, axis: int) -> str:

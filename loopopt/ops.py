@@ -405,8 +405,15 @@ class Contraction(Op):
         return int(value)
 
     def _range(self, expr: Expr) -> tuple[int, int]:
-        """The least and greatest value of ``expr`` over the box of the dims."""
-        return _box_range(self.dims, expr.to_isl())
+        """The least and greatest value of ``expr`` over the box of the dims: of an affine one from its
+        coefficients (each dim at 0 or its last value), of one with ``//`` or ``%`` by isl."""
+        form = linear_form(expr)
+        if form is None:
+            return _box_range(self.dims, expr.to_isl())
+        terms, constant = form
+        extents = dict(self.dims)
+        reaches = [c * (extents[dim] - 1) for dim, c in terms.items()]
+        return constant + sum(min(0, r) for r in reaches), constant + sum(max(0, r) for r in reaches)
 
     def _padded(self, padding) -> dict:
         """``padding`` as a dict of the padded inputs: per-axis ``(begin, end)`` pairs, or None (as far as
@@ -650,6 +657,8 @@ def _expanded(values: np.ndarray, letters: str, out: str) -> np.ndarray:
     order = [c for c in out if c in letters]
     moved = np.einsum(f"{letters}->{''.join(order)}", values)
     return moved.reshape([moved.shape[order.index(c)] if c in letters else 1 for c in out])
+
+
 @lru_cache(maxsize=4096)
 def _box_range(dims: tuple[tuple[str, int], ...], expr: str) -> tuple[int, int]:
     """The least and greatest value of the isl expression ``expr`` over the box ``0 <= dim < extent`` of

@@ -20,11 +20,13 @@ from helpers import (
     schedules,
     tiers,
 )
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopopt as lo
 from loopopt.analysis import reuse
 from loopopt.codegen import generate
+from loopopt.expr import Const, Var
 from loopopt.measure import verify
 from loopopt.targets.x86.isa import ISAS as CODEGEN_ISAS
 from loopopt.targets.x86.isa import available_int_isas
@@ -339,3 +341,17 @@ def test_quantized_contraction_on_amx_is_exact_or_refused():
     tensor = lo.Contraction(TENSOR, sizes=dict(i=5, j=7, k=3, l=4), quant=lo.QuantSpec())
     with pytest.raises(lo.schedule.ScheduleError, match="isa 'amx' computes convolutions and matrix"):
         lo.Schedule(tensor).compile("amx")
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.sampled_from("ijk"), st.integers(-3, 3)), max_size=5), st.integers(-4, 4),
+       st.integers(1, 4), st.integers(1, 5), st.integers(1, 3), st.sampled_from([None, 2, 3]))
+def test_index_ranges_are_the_least_and_greatest_values_over_the_box(terms, constant, ei, ej, ek, divisor):
+    """An index's range (affine: from its coefficients; with ``//`` or ``%``: by isl) is the least and
+    greatest value it takes over every point of the dims' box."""
+    op = lo.Contraction("C[i,j] += A[i,k] * B[k,j]", sizes=dict(i=ei, j=ej, k=ek))
+    expr = sum((Var(dim) * c for dim, c in terms), Const(constant))
+    expr = expr if divisor is None else expr // divisor
+    values = [expr.evaluate(dict(i=i, j=j, k=k))
+              for i, j, k in itertools.product(range(ei), range(ej), range(ek))]
+    assert op._range(expr) == (min(values), max(values))

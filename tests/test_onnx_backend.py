@@ -25,7 +25,7 @@ import loopopt as lo
 from loopopt.onnx import backend
 from loopopt.onnx.exact import exact_output
 from loopopt.onnx.graph import static_input_shapes
-from loopopt.onnx.kernels import default_schedule
+from loopopt.onnx.kernels import default_schedule, stationary_schedule
 from loopopt.onnx.plan import KERNEL, NUMPY
 from loopopt.tune import choice
 from loopopt.tune.choice import first_reading
@@ -525,3 +525,13 @@ def test_prepare_refuses_tune_without_a_log():
         backend.prepare(small_cnn(), tune=2)
     with pytest.raises(ValueError, match=r"tune must be .* \(an integer >= 0\), got -1"):
         backend.prepare(small_cnn(), tune=-1, log="unused.db")
+
+
+def test_stationary_schedule_keeps_the_vectorized_loop_serial():
+    """The fallback schedule on two threads: an op of one output block (a 1x1 image, 8 channels: its only
+    loop of extent > 1 the vectorized channels) stays on one thread (it raised ScheduleError, parallel and
+    vectorized); a larger one runs its outer positions in parallel."""
+    one = stationary_schedule(lo.Conv2d(1, 8, 1, height=1, width=1), threads=2)
+    assert one.parallel_loop is None and one.vector_loop is not None
+    rows = stationary_schedule(lo.Conv2d(1, 8, 1, height=4, width=4), threads=2)
+    assert rows.parallel_loop is not None and not rows.parallel_loop.vectorized

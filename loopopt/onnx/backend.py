@@ -20,6 +20,7 @@ model's nodes on the GPU.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -91,6 +92,7 @@ class LoopoptRep(BackendRep):
         in (``order``); one whose inputs after the first are constants gets its kernel bound to them
         (``Lowering.bind``)."""
         order: dict[str, tuple[int, ...]] = {}     # value -> its axes in memory order, where not logical
+        reads: dict[str, list[tuple[int, ...] | None]] = {}    # value -> the orders bound kernels read it in
         for node in self.prepared.graph.node:
             if lowerable(node) and all(not n or n in known for n in node.input):
                 values = [known[n] if n else None for n in node.input]
@@ -102,6 +104,7 @@ class LoopoptRep(BackendRep):
                     self._bound[node.name] = lowering.bind(kernel, [v.data if v else None for v in values])
                     written = chain.output if chain is not None else node.output[0]
                     order[written] = lowering.output_order(kernel)
+                    reads.setdefault(node.input[0], []).append(lowering.input_order(kernel))
                 else:
                     self.chains.pop(node.name, None)     # its nodes run as they are
             elif any(node.name in chain.absorbed for chain in self.chains.values()):
@@ -112,7 +115,28 @@ class LoopoptRep(BackendRep):
             elif node.op_type in ELEMENTWISE and node.op_type not in VIEWS and node.input[0] in order:
                 order[node.output[0]] = order[node.input[0]]    # numpy keeps its first input's order
         self.chains = {conv: chain for conv, chain in self.chains.items() if conv in self._bound}
-        self._orders = {name: axes for name, axes in order.items() if axes is not None}
+        self._quantized = self._quantized_orders(reads, order)
+        self._orders = {name: axes for name, axes in {**order, **self._quantized}.items() if axes is not None}
+
+    def _quantized_orders(self, reads: dict[str, list[tuple[int, ...] | None]],
+                          order: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """The outputs of QuantizeLinear nodes that every reader reads as the first input of a bound
+        kernel storing it in one permutation other than the order its quantize's input arrives in (a
+        model's NCHW input, the first conv's NHWC), with that order: the quantize writes it so
+        (``elementwise.quantize_linear``), and the kernel reads it without packing it."""
+        readers = Counter(name for node in self.prepared.graph.node for name in node.input if name)
+        outputs = {value.name for value in self.prepared.graph.output}
+        wanted = {}
+        for node in self.prepared.graph.node:
+            value = node.output[0]
+            orders = reads.get(value, [])
+            if (node.op_type != "QuantizeLinear" or node.domain not in STANDARD_DOMAINS or not orders
+                    or len(set(orders)) != 1 or orders[0] is None or readers[value] != len(orders)
+                    or value in outputs):
+                continue
+            if orders[0] != (order.get(node.input[0]) or tuple(range(len(orders[0])))):
+                wanted[value] = orders[0]
+        return wanted
 
     def _plan(self, known: dict[str, Value]) -> Plan:
         """The execution plan: one step per node of ``prepared`` (Constant nodes are constants)."""
@@ -157,8 +181,10 @@ class LoopoptRep(BackendRep):
                                   selects=pool.map_through if selects else None, holders=(pool,)))
             elif node.op_type in ELEMENTWISE and node.domain in STANDARD_DOMAINS:
                 try:
+                    planned = {"order": self._quantized[node.output[0]]} \
+                        if node.output[0] in self._quantized else {}
                     run = ELEMENTWISE[node.op_type](node, values, opset.get(node.domain, 1),
-                                                    threads=self.kernels.threads)
+                                                    threads=self.kernels.threads, **planned)
                     views = node.op_type in VIEWS
                     calling = isinstance(run, Calling)
                     run, last_call = viewing(run) if views else (run, run.last_call if calling else None)

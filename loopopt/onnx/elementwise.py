@@ -24,12 +24,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
 import onnx
 
 from ..buffers import KeptArray, memory_axes
+from ..layout import rotation
 from ..targets.float_map import float_map
 from ..targets.pair_program import PairArith
 from ..targets.registry import host_target
@@ -263,12 +265,32 @@ def dequantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opse
     return lambda inputs, reuse: [formula(*(*inputs, None)[:3])]
 
 
+ROTATED_ROWS = 64     # the most rows (channels) a quantize stores rotated: its C holds a tile of 128 columns
+
+
+@lru_cache(maxsize=64)
+def rotated(axes: tuple[int, ...], order: tuple[int, ...] | None,
+            shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """How an array of ``shape`` stored with its axes in the order ``axes`` is stored in ``order`` (outer
+    to inner) as ``(batch, rows, cols)`` matrices transposed (``layout.rotation``; NCHW to NHWC: ``(N, C,
+    H*W)``), where it is one of at most ``ROTATED_ROWS`` rows; else None (``order`` None, the same order,
+    or another change)."""
+    if order is None or sorted(order) != sorted(axes):
+        return None
+    turn = rotation(tuple(axes.index(axis) for axis in order), tuple(shape[axis] for axis in axes))
+    return turn if turn is not None and turn[1] <= ROTATED_ROWS else None
+
+
 def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset: int,
-                    threads: int = 1) -> Run:
+                    threads: int = 1, order: tuple[int, ...] | None = None) -> Run:
     """``saturate(rint(x / scale) + zero_point)`` per tensor, to uint8 or int8, in float32 (compiled C
     loops, ``targets/linear_quant.py``, for float32 values and a constant float32 scale, into a buffer
     kept from run to run; else numpy, in place): onnx.reference's
-    result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates)."""
+    result wherever ``x / scale`` fits in int32 (beyond, its int32 cast overflows; here it saturates).
+    ``order``: the output's axes, outer to inner in memory, that its readers store it in (the plan's: a
+    model's NCHW input quantized NHWC for the first conv); the compiled loops write it so where the
+    input's memory order turns into it by matrices of up to ``ROTATED_ROWS`` rows transposed
+    (``rotated``: ``LinearQuant.rotated``), else in the input's memory order (the readers pack it)."""
     _per_tensor(node, values)
     zero = values[2] if len(values) > 2 else None
     if values[0] is None or values[0].dtype.kind != "f" or (zero and zero.dtype not in INTEGER_RANGES):
@@ -279,14 +301,25 @@ def quantize_linear(node: onnx.NodeProto, values: Sequence[Value | None], opset:
     constant = _constant_scale_and_zero(values)
     if values[0].dtype == np.float32 and values[1].dtype == np.float32 and constant is not None:
         loops, (scale, zero_point) = host_target().linear_quant(dtype), constant
-        calls = BoundCalls(lambda x, q: loops.bound_quantize(x, q, scale, zero_point,
-                                                             threads_for(x.size, threads)))
+
+        def bind(x: np.ndarray, q: np.ndarray) -> tuple[Callable[..., None], tuple]:
+            """The call quantizing ``x`` (batch, rows, cols) into ``q`` (batch, cols, rows)."""
+            batch, rows, cols = x.shape
+            used = threads_for(x.size, threads)
+            if rows == 1 or cols == 1:
+                return loops.bound_quantize(x.reshape(-1), q.reshape(-1), scale, zero_point, used)
+            return loops.rotated(rows).bound(x.reshape(-1), q.reshape(-1), scale, zero_point, batch, cols,
+                                             used)
+
+        calls = BoundCalls(bind)
         kept = KeptArray()
 
         def compiled(inputs: Sequence[np.ndarray | None], reuse: bool) -> list[np.ndarray]:
             x, flat, _ = _flat(inputs[0], False)
-            out = kept.like(x, dtype)               # the same memory order
-            calls(flat, memory_order(out))
+            turn = rotated(tuple(memory_axes(x)), order, x.shape) if order is not None else None
+            out = kept.like(x, dtype, None if turn is None else order)   # else the same memory order
+            batch, rows, cols = turn or (1, 1, x.size)
+            calls(flat.reshape(batch, rows, cols), memory_order(out).reshape(batch, cols, rows))
             return [out]
 
         return Calling(compiled, calls, (kept,))

@@ -41,12 +41,15 @@ FALLBACK = f"{DEFAULT} output_stationary"            # + why the search had no c
 def stationary_schedule(op: Op, threads: int = 1) -> Schedule:
     """An output block (8 positions x 16 channels, clamped to the op) in vector registers across
     the whole reduction, channels-last (``dataflows.output_stationary``); with ``threads > 1`` the
-    outermost loop of extent >= ``threads`` that carries no reduction runs in parallel."""
+    outermost loop of extent > 1, where its extent is >= ``threads``, it carries no reduction and it is
+    not the vectorized one (an op of one output block: its channels), runs in parallel."""
     schedule = output_stationary(op)
     if threads > 1:
         for name in schedule.loop_names:
-            if schedule.loop(name).extent > 1:
-                if schedule.loop(name).extent >= threads and not schedule.dims_of(name) & op.reduction_dims:
+            loop = schedule.loop(name)
+            if loop.extent > 1:
+                if loop.extent >= threads and not schedule.dims_of(name) & op.reduction_dims \
+                        and not loop.vectorized:
                     schedule = schedule.parallel(name)
                 break
     return schedule

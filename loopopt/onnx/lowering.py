@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from ..kernel import Kernel
+from ..layout import Layout
 from ..ops import AUTO_PADS, Conv1d, Conv2d, Conv3d, ConvNd, Gemm, Matmul, Op, auto_pad
 from ..quant import PARAM_NAMES, QuantSpec, check_quant_params, symmetric_zero_point
 
@@ -76,11 +77,13 @@ class Lowering:
     def output_order(self, kernel: Kernel) -> tuple[int, ...] | None:
         """The memory order of the node's output axes as the kernel returns it (a view of its storage
         in a permutation layout), or None (the logical order, or a blocked layout copied back)."""
-        out = self.op.output
-        layout = kernel.schedule.layout_of(out)
-        if self.result is not _one or any(block for _, block in layout.order):
-            return None
-        return tuple(layout.letters.index(letter) for letter, _ in layout.order)
+        return _axes(kernel.schedule.layout_of(self.op.output)) if self.result is _one else None
+
+    def input_order(self, kernel: Kernel) -> tuple[int, ...] | None:
+        """The memory order of the node's first input axes that the kernel reads as it is (its storage
+        in a permutation layout; another order is packed on each call), or None (a blocked layout, or
+        the node reshapes its input first)."""
+        return _axes(kernel.schedule.layout_of(self.op.inputs[0])) if self.activation is _same else None
 
     def call(self, kernel: Kernel, inputs: Inputs) -> list[np.ndarray]:
         """The node's outputs for ``inputs``: one call of ``kernel``."""
@@ -107,6 +110,13 @@ class Lowering:
         bound.held, bound.move = call.held, move     # type: ignore[attr-defined]
         bound.over_residual = kernel.generated.output_over_residual   # type: ignore[attr-defined]
         return bound
+
+
+def _axes(layout: Layout) -> tuple[int, ...] | None:
+    """The logical axes of a permutation layout, outer to inner in memory; None for a blocked one."""
+    if any(block for _, block in layout.order):
+        return None
+    return tuple(layout.letters.index(letter) for letter, _ in layout.order)
 
 
 def run_kernel(kernel: Kernel, *arrays: np.ndarray, **params) -> np.ndarray:

@@ -80,7 +80,7 @@ class Repeat:
 
 class BoundCalls:
     """A step's C calls (a lookup's, a pool's): ``bind(*arrays) -> (function, arguments)``, bound again
-    only when the arrays' addresses and sizes change (a plan's step reads and writes the same buffers
+    only when the arrays' addresses, sizes and shapes change (a plan's step reads and writes the same buffers
     on every run); ``last_call()``: the last call made (``Step.last_call``: the plan may repeat it)."""
 
     def __init__(self, bind: Callable[..., tuple[Callable[..., None], tuple]]):
@@ -90,7 +90,7 @@ class BoundCalls:
         self.made = 0            # calls made so far
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        key = tuple((a.__array_interface__["data"][0], a.nbytes) for a in arrays)
+        key = tuple((a.__array_interface__["data"][0], a.nbytes, a.shape) for a in arrays)
         if key != self._key or self._call is None:
             self._key, self._call = key, self._bind(*arrays)
         function, arguments = self._call
