@@ -356,8 +356,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", help="tuning log (its best schedules run the nodes; tuning appends to it)")
     parser.add_argument("--budget", type=float, default=0.3,
                         help="seconds of timed runs per node and schedule")
-    parser.add_argument("--rounds", type=int, default=15,
-                        help="alternating rounds of the whole-model timing (default 15)")
+    parser.add_argument("--rounds", type=int, default=31,
+                        help="alternating rounds of the whole-model timing (default 31)")
     parser.add_argument("--quick", action="store_true", help="resolution 64, one thread, budget 0.05 s")
     parser.add_argument("--whole-only", action="store_true",
                         help="only the whole-model timing and output check (no per-node reports)")
