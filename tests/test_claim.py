@@ -1,5 +1,5 @@
 """Chunks claimed as they go (``loopopt.codegen.claim``): on the team's threads every iteration of the
-loop is run once, by chunks of the rule's size starting at multiples of ``align``; one thread runs one
+loop is run once, in the chunks of the rule (each starting at a multiple of ``align``); one thread runs one
 chunk of all."""
 from __future__ import annotations
 
@@ -44,18 +44,19 @@ def test_every_iteration_runs_once_in_the_rules_chunks(n, threads, align):
     begins, ends = np.full(n + 8, -1, np.int64), np.full(n + 8, -1, np.int64)
     calls = library.lib.lo_chunks(n, threads, library.ffi.from_buffer("long[]", begins),
                                   library.ffi.from_buffer("long[]", ends))
-    chunks = sorted(zip(begins[:calls].tolist(), ends[:calls].tolist(), strict=True))
-    covered = np.zeros(n, np.int64)
-    for begin, end in chunks:
-        covered[begin:end] += 1
-    assert (covered == 1).all()
-    assert all(begin % align == 0 and begin < end for begin, end in chunks)
-    if n == 0:
-        assert calls == 0
-        return
-    size = n if threads == 1 else _ceil(_ceil(n, min(n, threads * claim.CHUNKS_PER_THREAD)), align) * align
-    assert [end - begin for begin, end in chunks] == [min(size, n - begin) for begin, _ in chunks]
-    assert calls == _ceil(n, size)
+    ran = sorted(zip(begins[:calls].tolist(), ends[:calls].tolist(), strict=True))
+    assert ran == _chunks(n, threads, align)
+
+
+def _chunks(n: int, threads: int, align: int) -> list[tuple[int, int]]:
+    """The chunks of the rule, in order: each claim's size follows from where the last one ended."""
+    chunks, begin = [], 0
+    while begin < n:
+        size = max(_ceil(n - begin, claim.SHARE * threads), _ceil(n, claim.LEAST * threads))
+        end = n if threads == 1 else min(n, begin + _ceil(size, align) * align)
+        chunks.append((begin, end))
+        begin = end
+    return chunks
 
 
 def _ceil(a: int, b: int) -> int:

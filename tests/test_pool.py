@@ -145,15 +145,14 @@ def test_the_domain_holds_the_taps_inside_the_input():
 
 def test_the_kernel_runs_the_loops_of_its_schedule():
     """The C's loops are the schedule's, in its order (the images and the first output dim as one loop of
-    rows, whose chunks the threads claim in a loop of their own at the end; the tap loops from each position's
-    first tap inside the input; where all 9 taps are inside, one loop over the channels with the taps
-    unrolled: ``if`` before ``else``), with a last channel block for the remainder of the channels."""
+    rows, which the threads split; the tap loops from each position's first tap inside the input; where
+    all 9 taps are inside, one loop over the channels with the taps unrolled: ``if`` before ``else``),
+    with a last channel block for the remainder of the channels."""
     schedule = lo.PoolSchedule(lo.Pool("average", 20, (7, 7), (3, 3), 2, 1, 1), lanes=8)
     source = schedule.compile().source
     loops = re.findall(r"for \((?:long|int) (\w+) = ", source)
     assert loops == ["lo_row", "ow", "c_o", "c_i", "c_i", "kh", "kw", "c_i", "c_i",   # rows; 2 blocks of 8
-                     "c_i", "c_i", "kh", "kw", "c_i", "c_i",                               # the last 4
-                     "lo_begin"]                                                           # claimed rows
+                     "c_i", "c_i", "kh", "kw", "c_i", "c_i"]                               # the last 4
     assert source.count("if (kh_lo == 0 && kh_hi == 3 && kw_lo == 0 && kw_hi == 3) {") == 2
     assert "m = m + in[" + str(7 * 20 + 20) + " + c_i];" in source        # tap (1, 1): one row and column on
     assert [name for name, _, _ in schedule.loops] == ["n", "oh", "ow", "c_o", "kh", "kw", "c_i"]
