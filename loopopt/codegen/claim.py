@@ -7,16 +7,16 @@ a preemption) or late to start takes fewer chunks instead of holding the others 
 as a split into one contiguous range per thread (``schedule(static)``) did. The team serves the region as
 before (``GOMP_parallel`` and the thread number and count: no OpenMP dynamic schedule).
 
-The rule (guided, as OpenMP's ``schedule(guided)``): on ``T > 1`` threads each claim takes ``ceil(r / (SHARE
-* T))`` of the ``r`` iterations left, at least ``ceil(n / (LEAST * T))`` of the loop's ``n``, rounded up to a
-multiple of ``align``: the first chunks long (a contiguous run of iterations keeps the reuse inside it), the
-last ones short, so the threads end within a short chunk of each other, in a dozen claims or so a region
-(each an atomic on a cache line the threads share); on one thread, one chunk of all.
+The rule (OpenMP's ``schedule(guided)``, with a least chunk): on ``T > 1`` threads each claim takes
+``ceil(r / (SHARE * T))`` of the ``r`` iterations left, at least ``ceil(n / (LEAST * T))`` of the loop's
+``n``, rounded up to a multiple of ``align``: the first chunks long (a contiguous run of iterations keeps the
+reuse inside it), the last ones short, so the threads end within a short chunk of each other, in a few
+claims a region (each an atomic on a cache line the threads share); on one thread, one chunk of all.
 """
 from __future__ import annotations
 
-SHARE = 2               # a claim takes 1 / (SHARE * threads) of the iterations left,
-LEAST = 16              # and at least 1 / (LEAST * threads) of the loop
+SHARE = 1               # a claim takes 1 / (SHARE * threads) of the iterations left,
+LEAST = 8               # and at least 1 / (LEAST * threads) of the loop
 COUNTER = "lo_next"     # the first iteration no thread has claimed yet, shared by the region's threads
 
 
