@@ -14,7 +14,7 @@ from ..cnames import letter_variable
 from ..epilogue import HELPERS, RESIDUAL
 from ..expr import Bound, Expr, Var
 from ..schedule import Schedule
-from . import cprint, quantized, taps, ternary, wide
+from . import claim, cprint, quantized, taps, ternary, wide
 from .arith import Arithmetic, arithmetic, load
 from .block import RegisterBlock
 from .instr import Isa
@@ -235,8 +235,8 @@ class _Emitter:
         # each output stored once, from its final sum plus the residual element at the same offset read
         # just before: the output may be written over the residual (``Kernel.with_constants``)
         self.output_over_residual = schedule.residual and not self.epilogue_pass
-        # A parallel loop with only single-iteration loops outside it runs as contiguous ranges,
-        # one per thread, each through one call of a separate nest function. Unlike a loop
+        # A parallel loop with only single-iteration loops outside it runs as contiguous ranges that
+        # the threads claim, each through one call of a separate nest function. Unlike a loop
         # outlined by ``omp parallel for`` (or inlined into one), that function is optimized like
         # a serial kernel (restrict arguments, register allocation of its own).
         par = schedule.parallel_loop
@@ -296,15 +296,16 @@ class _Emitter:
         self.emit(0, "}")
 
     def _emit_ranged_call(self) -> None:
-        """Split the parallel loop into one contiguous range per thread (as ``schedule(static)``)."""
+        """Run the parallel loop as chunks that the threads claim as they go (``claim``), each through one
+        call of the nest function."""
         loop = self.schedule.parallel_loop
-        self.emit(0, f"/* the reduction nest: {loop.name} split into one range per thread */")
+        self.emit(0, f"/* the reduction nest: {loop.name} in chunks the threads claim as they go */")
+        self.emit(0, claim.counter(self.int_type))
         self.emit(0, "#pragma omp parallel")
         self.emit(0, "{")
-        for line in thread_range(self.int_type, loop.extent):
+        call = f"{NEST_NAME}({', '.join(p.name for p in self.params)}, lo_begin, lo_end)"
+        for line in claim.claimed(self.int_type, str(loop.extent), call):
             self.emit(1, line)
-        arguments = ", ".join(p.name for p in self.params)
-        self.emit(1, f"if (lo_begin < lo_end) {NEST_NAME}({arguments}, lo_begin, lo_end);")
         self.emit(0, "}")
 
     def nest_function(self) -> str:

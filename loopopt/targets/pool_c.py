@@ -16,13 +16,12 @@ position is reduced over the last dim's taps as above. ResNet's stem MaxPool (64
 on an AMD EPYC Zen 3 (AVX2), one thread, medians of 40 interleaved calls under chrt -f 10: float32 227
 -> 193 us (transposed channels-last first: 294-359 us; on an NHWC input 113 us), uint8 57 us
 (transposed first: 197 us; NHWC 39 us).
-The rows (an image's output positions of one index of the first spatial dim) are split over the threads
-a call gives (``threaded_c.threaded``: contiguous ranges; one thread calls the serial loop itself):
-``PoolKernel.threads_for`` takes one thread per ``threaded_c.MIN_CHUNK`` input elements, at most one per
-row. A float32 3x3/2 MaxPool of 64x112x112 (ResNet's), channels-last, Xeon (AMX) under chrt -f: 1 thread
-171-178 us, 2 threads 82-84 us (in a whole-model run the step had taken 0.32-0.35 ms on one thread and
-on two; onnxruntime's 0.28 -> 0.15-0.18 ms); its uint8 twin 30 -> 33 us on one thread (the rows' loop),
-19 us on two.
+The rows (an image's output positions of one index of the first spatial dim) are split over the threads a call
+gives (``threaded_c.threaded``: contiguous chunks claimed as they go; one thread calls the serial loop
+itself): ``PoolKernel.threads_for`` takes one thread per ``threaded_c.MIN_CHUNK`` input elements, at most one
+per row. A float32 3x3/2 MaxPool of 64x112x112 (ResNet's), channels-last, Xeon (AMX) under chrt -f: 1 thread
+171-178 us, 2 threads 82-84 us (in a whole-model run the step had taken 0.32-0.35 ms on one thread and on two;
+onnxruntime's 0.28 -> 0.15-0.18 ms); its uint8 twin 30 -> 33 us on one thread (the rows' loop), 19 us on two.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Elementwise C loops on several threads: ``threaded(...)`` wraps a serial loop over ``[0, n)`` in a
-function that runs it over ``threads`` contiguous chunks of the range, one per OpenMP thread (the
-threads loopopt's kernels run on), each starting at a multiple of ``ALIGN`` elements; the caller picks
-the thread count with ``threads_for``: one per ``MIN_CHUNK`` elements at most.
+function that runs it on ``threads`` OpenMP threads (the threads loopopt's kernels run on), which claim
+contiguous chunks of the range as they go (``codegen.claim``), each starting at a multiple of ``ALIGN``
+elements; the caller picks the thread count with ``threads_for``: one per ``MIN_CHUNK`` elements at most.
 
 The ONNX backend's DequantizeLinear and QuantizeLinear loops (``linear_quant``) and byte and pair lookups
 (``bytemap``) ran on one thread while the kernels between them ran on all: in ResNet-18 and ResNet-50 int8
@@ -14,6 +14,8 @@ thread taking half, numpy and cffi releasing the GIL) two threads were slower at
 802,816 codes), so the split is in C.
 """
 from __future__ import annotations
+
+from ..codegen import claim
 
 MIN_CHUNK = 1 << 16     # elements a thread takes at least (fewer: the calling thread runs them all)
 ALIGN = 64              # chunks start at multiples of this many elements (whole cache lines)
@@ -29,8 +31,10 @@ def threads_for(size: int, threads: int) -> int:
 def threaded(declaration: str, call: str, align: int = ALIGN) -> str:
     """The C definition of the function ``declaration`` (its parameters end in ``long n, int threads``)
     that runs ``call`` (the serial loop on the chunk ``[lo_begin, lo_end)``: its pointers offset by
-    ``lo_begin``, its length ``lo_end - lo_begin``) on ``threads`` OpenMP threads, or on the calling
-    thread alone where ``threads`` is 1; chunks start at multiples of ``align`` iterations."""
+    ``lo_begin``, its length ``lo_end - lo_begin``) on ``threads`` OpenMP threads, each claiming chunks
+    as it goes (``claim``), or on the calling thread alone where ``threads`` is 1; chunks start at
+    multiples of ``align`` iterations."""
+    chunks = "\n".join(f"        {line}" for line in claim.claimed("long", "n", call, align))
     return f"""{declaration}
 {{
     if (threads <= 1) {{
@@ -38,15 +42,10 @@ def threaded(declaration: str, call: str, align: int = ALIGN) -> str:
         {call};
         return;
     }}
+    {claim.counter("long")}
     #pragma omp parallel num_threads(threads)
     {{
-        const long lo_k = omp_get_num_threads(), lo_t = omp_get_thread_num();
-        long lo_begin = (n * lo_t / lo_k + {align - 1}) / {align} * {align};
-        long lo_end = (n * (lo_t + 1) / lo_k + {align - 1}) / {align} * {align};
-        lo_begin = lo_begin < n ? lo_begin : n;
-        lo_end = lo_t + 1 == lo_k || lo_end > n ? n : lo_end;
-        if (lo_begin < lo_end)
-            {call};
+{chunks}
     }}
 }}
 """
