@@ -376,8 +376,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="time each prepared worker under SCHED_FIFO (root on Linux): a shared machine's "
                              "other work cannot preempt the timed runs")
     parser.add_argument("--ort-int8", choices=tuple(INT8_MODES), default=EXACT,
-                        help="onnxruntime's int8 kernels: exact (default: session.x64quantprecision=1, like "
-                             "with like) or default (its own; on x86 without VNNI they saturate)")
+                        help="onnxruntime's int8 kernels: exact (default: like with like; "
+                             "session.x64quantprecision=1 on x86 without VNNI) or default (its own; on x86 "
+                             "without VNNI they saturate)")
     parser.add_argument("--write", action="store_true", help="record the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     try:

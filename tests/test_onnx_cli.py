@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 from onnx_models import model, quantized_model, small_cnn
 
 from loopopt.cli import main
+from loopopt.onnx.peer import config_entries, options_text
 from loopopt.onnx.report import model_report
 
 try:
@@ -30,7 +31,7 @@ def test_report_of_a_cnn(capsys, tmp_path):
         assert ran["median_s"] > 0 and ran["verified"] and node["flops"] > 0
         assert (node["onnxruntime_s"] is not None) == HAVE_ORT
         assert node["integer_check"] is None                                 # a float model
-    assert data["onnxruntime_options"] == ({"session.x64quantprecision": "1"} if HAVE_ORT else None)
+    assert data["onnxruntime_options"] == (config_entries() if HAVE_ORT else None)   # exact on this CPU
     # each Relu runs in its Conv's store (onnx.epilogues), timed with it on onnxruntime
     assert [n["absorbed"] for n in data["nodes"]] == [["Relu_1"], ["Relu_3"], [], []]
     assert data["total_s"]["loopopt"] > 0 and plot.stat().st_size > 0
@@ -47,7 +48,7 @@ def test_report_table_with_reuse_of_a_quantized_model():
     if HAVE_ORT:     # each quantized node against onnxruntime's output and the exact reference
         assert "integer outputs vs onnxruntime" in table
         assert all(n.integer is not None and n.integer.max_lsb <= 1 for n in report.timed)
-        assert "onnxruntime ran with session.x64quantprecision=1: exact int8 products" in table
+        assert f"onnxruntime ran with {options_text()}" in table
     else:
         assert "onnxruntime ran with" not in table and report.onnxruntime_options is None
 
