@@ -76,6 +76,26 @@ test_bf16_conv_dot_quick, test_bf16_conv_dot = tiers(
     conv_dot, 1, 12, marks=[needs_dot, pytest.mark.parametrize("block", [True, False])], data=st.data())
 
 
+def cache_blocked_conv_dot(data):
+    """A cache block of the input channels that does not divide them, both in whole pairs: the partial
+    block's guard holds for all of a pair or none of it, so the block runs on vdpbf16ps, within the bound."""
+    pairs = data.draw(st.integers(3, 8))
+    block = 2 * data.draw(st.integers(2, pairs - 1).filter(lambda m: pairs % m))
+    op = lo.Conv2d(2 * pairs, data.draw(st.integers(2, 40)), 3, stride=data.draw(st.integers(1, 2)),
+                   padding=data.draw(st.integers(0, 1)), batch=data.draw(st.integers(1, 2)),
+                   height=data.draw(st.integers(3, 7)), width=data.draw(st.integers(3, 9)), dtype=BF16)
+    schedule = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", "OIHW16o2i")
+                .split("k", 16).split("c", block).split("c_i", 2)
+                .reorder("n", "k_o", "oh", "c_o", "ow", "kh", "kw", "c_i_o", "c_i_i", "k_i")
+                .vectorize("k_i").register_block("kh"))
+    assert "dpbf16_ps" in schedule.compile("avx512").source
+    check(schedule, "avx512")
+
+
+test_bf16_cache_blocked_conv_dot_quick, test_bf16_cache_blocked_conv_dot = tiers(
+    cache_blocked_conv_dot, 1, 8, marks=[needs_dot], data=st.data())
+
+
 def matmul_dot(block, m, n, pairs):
     """The vdpbf16ps path of a random matmul (an even k): chosen, and within the bound."""
     schedule = matmul_dot_schedule(lo.Matmul(m, n, 2 * pairs, dtype=BF16), block)

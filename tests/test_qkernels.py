@@ -105,22 +105,28 @@ test_spatially_blocked_quantized_convs_quick, test_spatially_blocked_quantized_c
     spatially_blocked_quantized_conv, 1, 5, isas=ISAS, data=st.data())
 
 
+def cache_blocked_dot_schedule(isa, data, c, block):
+    """A random quantized 3x3 conv of ``c`` input channels (any QuantSpec), its dot register block
+    under a cache block of ``block`` input channels (the x86 search's form)."""
+    op = lo.Conv2d(c, data.draw(st.integers(1, 40)), 3, stride=data.draw(st.integers(1, 2)),
+                   padding=data.draw(st.integers(0, 1)), batch=data.draw(st.integers(1, 2)),
+                   height=data.draw(st.integers(3, 7)), width=data.draw(st.integers(3, 9)),
+                   quant=data.draw(SPECS))
+    lanes = X86_ISAS[isa].lanes
+    return (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", f"OHWI{lanes}o4i")
+            .split("c", block).split("c_i", 4).tile(ow=data.draw(st.integers(1, 4)), k=2 * lanes)
+            .reorder("n", "k_o", "oh", "c_o", "ow_o", "kh", "kw", "c_i_o", "c_i_i").vectorize("k_i")
+            .register_block("kh"))
+
+
 def cache_blocked_dot_conv(isa, data):
     """A quantized conv's dot register block under a cache block of its input channels, as the x86
     ranking puts first for wide layers: the block's first visit of its outputs starts its int32 sums
     (no pass zeroes them), the epilogue a pass after the nest, split over the threads with the nest (its
     output channels or rows) or on one thread; every QuantSpec, run twice on the same buffers, exact."""
     c = data.draw(st.integers(5, 20))
-    op = lo.Conv2d(c, data.draw(st.integers(1, 40)), 3, stride=data.draw(st.integers(1, 2)),
-                   padding=data.draw(st.integers(0, 1)), batch=data.draw(st.integers(1, 2)),
-                   height=data.draw(st.integers(3, 7)), width=data.draw(st.integers(3, 9)),
-                   quant=data.draw(SPECS))
-    lanes = X86_ISAS[isa].lanes
-    s = (lo.Schedule(op).layout("I", "NHWC").layout("O", "NHWC").layout("W", f"OHWI{lanes}o4i")
-         .split("c", 4 * data.draw(st.integers(1, (c - 1) // 4))).split("c_i", 4)
-         .tile(ow=data.draw(st.integers(1, 4)), k=2 * lanes)
-         .reorder("n", "k_o", "oh", "c_o", "ow_o", "kh", "kw", "c_i_o", "c_i_i").vectorize("k_i")
-         .register_block("kh"))
+    s = cache_blocked_dot_schedule(isa, data, c, 4 * data.draw(st.integers(1, (c - 1) // 4)))
+    op = s.op
     parallel = data.draw(st.sampled_from([None, "k_o", "oh"]))
     s = s.parallel(parallel) if parallel else s
     call = data.draw(st.none() | integer_calls(op))
@@ -130,6 +136,25 @@ def cache_blocked_dot_conv(isa, data):
 
 test_cache_blocked_dot_convs_quick, test_cache_blocked_dot_convs = tiers(
     cache_blocked_dot_conv, 2, 12, isas=SIMD_ISAS, data=st.data())
+
+
+def non_dividing_cache_block_conv(isa, data):
+    """A cache block of the input channels that does not divide them, both multiples of 4 (MobileNetV2's
+    960 channels in blocks of 512): the partial block's guard holds for all of a dot group or none of
+    it, so the block runs on the dot instruction, its last block cut short; every QuantSpec, exact.
+    Channels not a multiple of 4 cut a group: widened integer products (the guard on each channel)."""
+    groups = data.draw(st.integers(3, 6))
+    whole = data.draw(st.booleans())
+    block = 4 * data.draw(st.integers(2, groups - 1).filter(lambda m: groups % m))
+    c = 4 * groups if whole else 4 * groups - data.draw(st.integers(1, 3))
+    s = cache_blocked_dot_schedule(isa, data, c, block)
+    kernel = check(s, isa, call=data.draw(st.none() | integer_calls(s.op)))
+    assert kernel.plan.dot_loop == ("c_i_i" if whole else None)
+    assert ("dot instruction" in kernel.source) == whole
+
+
+test_non_dividing_cache_block_convs_quick, test_non_dividing_cache_block_convs = tiers(
+    non_dividing_cache_block_conv, 2, 12, isas=SIMD_ISAS, data=st.data())
 
 
 def vnni_conv(s):

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..activation import Clip
 from ..cnames import letter_variable
-from ..expr import Bound, Var
+from ..expr import Bound, Const, Var
 from ..ops import Op, Window
 from ..schedule import Compensation, QuantArithmetic, Schedule
 from . import cprint, taps, ternary, wide
@@ -193,13 +193,29 @@ def _covers_padded_channels(schedule: Schedule, name: str, group: int) -> bool:
 
 
 def _guards_allow_groups(schedule: Schedule, name: str, group: int, padded_groups: bool) -> bool:
-    """A group runs whole: no padding guard may depend on the loop; a partial block of it is
-    fine only where the weights are zero-padded beyond it (a blocked layout) and
-    ``padded_groups`` allows that."""
+    """A group runs whole: no padding guard may depend on the loop; a partial block's guard either
+    holds for all of a group or for none of it (``_group_uniform``: a cache block of the input
+    channels that does not divide them, both multiples of the group), or it cuts a group only where
+    the weights are zero-padded beyond it (a blocked layout) and ``padded_groups`` allows that."""
     if any(name in schedule.value(d).variables() for g in schedule.op.guards for d in g.expr.variables()):
         return False
-    partial = any(name in guard.expr.variables() for guard in schedule.partial_guards)
+    partial = [guard for guard in schedule.partial_guards
+               if name in guard.expr.variables() and not _group_uniform(schedule, guard, name)]
     return not partial or (padded_groups and _weights_padded(schedule, name, group))
+
+
+def _group_uniform(schedule: Schedule, guard: Bound, name: str) -> bool:
+    """True iff isl proves ``guard`` holds at an iteration exactly where it holds with loop ``name``
+    at 0 (the group's first element, where the dot loop's emission checks it)."""
+    first = Bound(guard.expr.substitute({name: Const(0)}), guard.lower, guard.upper)
+    return all(schedule.iterations(holds.to_isl(), _fails(fails)).is_empty()
+               for holds, fails in ((first, guard), (guard, first)))
+
+
+def _fails(bound: Bound) -> str:
+    """The isl constraint that ``bound`` does not hold."""
+    expr = bound.expr.to_isl()
+    return f"({expr} < {bound.lower} or {expr} >= {bound.upper})"
 
 
 def read_ahead(schedule: Schedule, qp: QuantPlan, lanes: int) -> dict[str, int]:
