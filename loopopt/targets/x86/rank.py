@@ -761,14 +761,15 @@ def figures(candidate: Candidate) -> dict[str, float]:
 def passes_cost(candidate: Candidate) -> bool:
     """Whether a cache block of the reduction costs a dot block more than it gains (``EMULATED_PASSES``, its
     weights priced from L2): an emulated dot, whose widening of each weight vector (``EMULATED_DOT_OPS``)
-    hides their L2 latency, and a native one on ISA vectors this machine runs as two halves
-    (``split_vectors``: each dot issues over two cycles). On an AMD EPYC Zen 4 (1 thread, kernel only,
+    hides their L2 latency, and a native int8 one on vectors this machine runs as two halves
+    (``split_vectors``; bfloat16's pair dot not measured). On an AMD EPYC Zen 4 (1 thread, kernel only,
     medians of interleaved calls, L2 warm / the caches overwritten with 64 MB before each call), ResNet's
     int8 3x3 256->256 conv at 14x14 ran the first choice with 64-channel cache blocks (7x32, weights in L1)
     in 503-532 / 646 us, the same block without them (weights from L2) in 467-479 / 561 us and 4x64 in
     472-496 / 532; 512->512 at 7x7 857 / 979 us against 490 / 596 for 4x64 without them."""
     weights, isa = candidate.knobs.weights, candidate.isa
-    return emulates_dot(isa, weights) or (weights == "dot" and split_vectors(isa))
+    return emulates_dot(isa, weights) or (weights == "dot" and candidate.op.quant is not None
+                                          and split_vectors(isa))
 
 
 def split_vectors(isa: str) -> bool:
