@@ -305,6 +305,17 @@ class RegisterBlock:
         per_line = CACHE_LINE // element
         return [ahead + first + line * per_line for line in range(-(-(end - first) // per_line))]
 
+    def _residual_prefetches(self) -> list[str]:
+        """The residual offsets a vector block's store adds, one per accumulator, prefetched as the block
+        starts: its reduction hides their latency, which the store would otherwise wait on after it.
+        ResNet-50's 64->256 1x1 conv at 56x56 (64 reduction steps a block; 3.2 MB of output, residual
+        beyond L2) ran its residual kernel 1.4-1.6x the time of the same block without the residual (AMD
+        EPYC Zen 4, 1 thread, kernel only); the 128->512 one at 28x28 (128 steps) 1.0x."""
+        if not (self.epilogue and self.epilogue.residual and self.vector and self.chunk_loop is None):
+            return []
+        out = self.em.op.output
+        return [self.em.schedule.offset(out).substitute(acc.bindings).to_c() for acc in self.accumulators]
+
     def _phase_groups(self, tap) -> list[list[Accumulator]]:
         """The accumulators of a tap dot computed in phase groups (``taps.phases``: ``P`` consecutive
         vectors of outputs, the ``q``-th one holding outputs ``P*j + q`` of the group until the
@@ -372,6 +383,8 @@ class RegisterBlock:
         guards = {acc.name: self._split_guards(acc) for acc in self.accumulators}
         for acc in self.accumulators:
             self._emit_setup(inner, acc, guards[acc.name])
+        for offset in self._residual_prefetches():
+            em.emit(inner, f"__builtin_prefetch(&{RESIDUAL}[{offset}]);")
         known = list(dict.fromkeys(g for acc in self.accumulators for g in guards[acc.name].store))
         if known:
             # a partial block's existence tests are loop invariants: a whole block runs the
