@@ -308,10 +308,13 @@ class RegisterBlock:
     def _residual_prefetches(self) -> list[str]:
         """The residual offsets a vector block's store adds, one per accumulator, prefetched as the block
         starts: its reduction hides their latency, which the store would otherwise wait on after it.
-        ResNet-50's 64->256 1x1 conv at 56x56 (64 reduction steps a block; 3.2 MB of output, residual
-        beyond L2) ran its residual kernel 1.4-1.6x the time of the same block without the residual (AMD
-        EPYC Zen 4, 1 thread, kernel only); the 128->512 one at 28x28 (128 steps) 1.0x."""
-        if not (self.epilogue and self.epilogue.residual and self.vector and self.chunk_loop is None):
+        ResNet-50's 64->256 1x1 conv at 56x56 (64 reduction steps a block, 3.2 MB of output) ran its
+        residual kernel in place 1.1-1.3x the time of the same block without the residual, 0.9-1.0x with
+        the prefetch (AMD EPYC Zen 4, 1 thread, kernel only). None where the block prefetches an operand
+        (``Schedule.prefetch``): with its weights prefetched, the 512->2048 conv at 7x7 ran 1.14x slower
+        with the residual's prefetch at 2 threads (0.92x without the weights' prefetch)."""
+        if not (self.epilogue and self.epilogue.residual and self.vector and self.chunk_loop is None
+                and not self.em.schedule.prefetched):
             return []
         out = self.em.op.output
         return [self.em.schedule.offset(out).substitute(acc.bindings).to_c() for acc in self.accumulators]
