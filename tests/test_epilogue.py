@@ -289,7 +289,8 @@ def test_clip_quantized_on_amx_tiles_and_its_refusals():
 
 def test_a_vector_block_prefetches_the_residual_it_adds_unless_it_prefetches_an_operand():
     """Each accumulator's residual is prefetched as the block starts (its reduction hides the latency the
-    store would wait on), the values as before; a block that prefetches its weights prefetches no residual."""
+    store would wait on), the values as before; a block that prefetches its weights prefetches no residual,
+    nor one whose threads split the channels."""
     op = lo.Conv2d(16, 64, 1, height=4, width=8)
     isa = "avx512" if "avx512" in ISAS else ISAS[0]
     chosen = first_choice(op, isa, residual=True)
@@ -303,3 +304,7 @@ def test_a_vector_block_prefetches_the_residual_it_adds_unless_it_prefetches_an_
                                rtol=1e-5, atol=1e-5)
     prefetching = chosen.schedule.prefetch("W", 256).add_residual().compile(isa)
     assert f"__builtin_prefetch(&{RESIDUAL}[" not in prefetching.source
+    split = chosen.schedule.parallel("k_o").add_residual().compile(isa)
+    assert f"__builtin_prefetch(&{RESIDUAL}[" not in split.source
+    rows = chosen.schedule.parallel("oh").add_residual().compile(isa)
+    assert f"__builtin_prefetch(&{RESIDUAL}[" in rows.source

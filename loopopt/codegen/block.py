@@ -312,12 +312,19 @@ class RegisterBlock:
         residual kernel in place 1.1-1.3x the time of the same block without the residual, 0.9-1.0x with
         the prefetch (AMD EPYC Zen 4, 1 thread, kernel only). None where the block prefetches an operand
         (``Schedule.prefetch``): with its weights prefetched, the 512->2048 conv at 7x7 ran 1.14x slower
-        with the residual's prefetch at 2 threads (0.92x without the weights' prefetch)."""
+        with the residual's prefetch at 2 threads (0.92x without the weights' prefetch). None where the
+        threads split the vector loop's dim (the channels): ResNet-50's 256->1024 conv at 14x14 (parallel
+        over its channel blocks) ran about 1.1x onnxruntime's node with it at 2 threads, 0.93-0.98x
+        without (bench_steps, 2 runs each; one thread 0.88-0.92x main's time with it)."""
+        schedule = self.em.schedule
         if not (self.epilogue and self.epilogue.residual and self.vector and self.chunk_loop is None
-                and not self.em.schedule.prefetched):
+                and not schedule.prefetched):
+            return []
+        split = schedule.parallel_loop
+        if split is not None and schedule.dims_of(split.name) & schedule.dims_of(self.vector):
             return []
         out = self.em.op.output
-        return [self.em.schedule.offset(out).substitute(acc.bindings).to_c() for acc in self.accumulators]
+        return [schedule.offset(out).substitute(acc.bindings).to_c() for acc in self.accumulators]
 
     def _phase_groups(self, tap) -> list[list[Accumulator]]:
         """The accumulators of a tap dot computed in phase groups (``taps.phases``: ``P`` consecutive
