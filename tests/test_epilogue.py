@@ -24,6 +24,7 @@ from loopopt.schedule import ScheduleError
 from loopopt.schedule_file import schedule_from_toml, to_toml
 from loopopt.targets.x86.costs import count
 from loopopt.targets.x86.isa import ISAS as X86_ISAS
+from loopopt.tune.choice import first_choice
 
 CLIPS = [None, (0.0, None), (0.0, 6.0), (None, 0.25), (-0.5, 0.5)]
 
@@ -284,3 +285,26 @@ def test_clip_quantized_on_amx_tiles_and_its_refusals():
     assert schedule_from_toml(to_toml(schedule), op).requantized_clip == Clip(None, 6.0)
     assert "then dequantized, Clip(low=None, high=6.0) and quantized again (clip_quantized)" in \
         schedule.pseudocode("scalar")
+
+
+def test_a_vector_block_prefetches_the_residual_it_adds_unless_it_prefetches_an_operand():
+    """Each accumulator's residual is prefetched as the block starts (its reduction hides the latency the
+    store would wait on), the values as before; a block that prefetches its weights prefetches no residual,
+    nor one whose threads split the channels."""
+    op = lo.Conv2d(16, 64, 1, height=4, width=8)
+    isa = "avx512" if "avx512" in ISAS else ISAS[0]
+    chosen = first_choice(op, isa, residual=True)
+    kernel = chosen.schedule.add_residual().clip(0.0).compile(isa)
+    accumulators = chosen.knobs.pixel_block * chosen.knobs.channel_block // X86_ISAS[isa].lanes
+    assert kernel.source.count(f"__builtin_prefetch(&{RESIDUAL}[") == accumulators
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(op.tensor(t).shape).astype(np.float32) for t in op.call_tensors)
+    residual = rng.standard_normal(op.tensor(op.output).shape).astype(np.float32)
+    np.testing.assert_allclose(kernel(x, w, b, residual), np.maximum(op.reference(x, w, b) + residual, 0),
+                               rtol=1e-5, atol=1e-5)
+    prefetching = chosen.schedule.prefetch("W", 256).add_residual().compile(isa)
+    assert f"__builtin_prefetch(&{RESIDUAL}[" not in prefetching.source
+    split = chosen.schedule.parallel("k_o").add_residual().compile(isa)
+    assert f"__builtin_prefetch(&{RESIDUAL}[" not in split.source
+    rows = chosen.schedule.parallel("oh").add_residual().compile(isa)
+    assert f"__builtin_prefetch(&{RESIDUAL}[" in rows.source

@@ -43,3 +43,19 @@ def test_split_vectors_rank_a_dot_block_without_a_cache_block_first(recorded_pro
     assert halves.knobs.weights == "dot" and not halves.knobs.cache_block
     assert (halves.knobs.pixel_block, halves.knobs.channel_block) == (whole.knobs.pixel_block,
                                                                       whole.knobs.channel_block)
+
+
+
+EXPANSION = lo.Conv2d(64, 256, 1, height=56, width=56)      # ResNet-50's 1x1 at 56x56: 3.2 MB of output
+
+
+def test_split_vectors_rank_a_wider_block_first_for_a_residual_beyond_l2(recorded_profile, monkeypatch,
+                                                                        fresh_choices):
+    plain, whole = first_choice(EXPANSION, "avx512"), first_choice(EXPANSION, "avx512", residual=True)
+    assert (whole.knobs.pixel_block, whole.knobs.channel_block) == (8, 32)    # the Xeon: the tie's first
+    with_float_peak(monkeypatch, recorded_profile, "avx512", recorded_profile.peaks["float32"]["avx2"])
+    assert first_choice(EXPANSION, "avx512").knobs == plain.knobs           # no residual: as before
+    halves = first_choice(EXPANSION, "avx512", residual=True)
+    assert (halves.knobs.pixel_block, halves.knobs.channel_block) == (4, 64)
+    tied = replace(halves, knobs=replace(halves.knobs, pixel_block=8, channel_block=32))
+    assert rank.figures(tied)["predicted_seconds"] == pytest.approx(halves.figures["predicted_seconds"])
