@@ -3,7 +3,7 @@
 output element at a time (``naive_pool``), over random shapes: 1-3 spatial dims, odd sizes, channel
 blocks with tails, strides, dilations, asymmetric pads, ceil_mode, count_include_pad, batch > 1,
 inputs stored channels-last or not, kernels reading them channels-last or (a max) channels-first; max of
-float32, uint8 and int8 bit-exact."""
+float32, uint8 and int8 bit-exact; 8-bit maxima mapped through a table by a byte map's loop."""
 from __future__ import annotations
 
 import re
@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from test_onnx_pooling import naive_pool
 
 import loopopt as lo
+from loopopt.targets.bytemap import portable_byte_map
+from loopopt.targets.pool_c import pool_kernels
 from loopopt.targets.registry import host_target
 
 DTYPES = {"float32": np.float32, "uint8": np.uint8, "int8": np.int8}
@@ -100,6 +102,41 @@ def _check_kernels(cases):
 
 test_pool_kernels_quick, test_pool_kernels_slow = tiers(_check_kernels, 1, 5,
                                                         st.lists(pool_cases(), min_size=8, max_size=8))
+
+
+def _check_byte_mapped(cases, sizes):
+    """Max pools of 8-bit values mapped through an 8-bit table, their interior maxima looked up by a byte
+    map's loop (``pool_kernels``' ``byte_map``): the portable loop's and the host's (``pool_byte_map``,
+    where it has one), both with a table's lookups of each byte beside them in the C file (unmapped
+    kernels), against the table of the op's reference; on 1 and 2 threads."""
+    target = host_target()
+    schedules = []
+    for (schedule, _, _), size in zip(cases, sizes):
+        op = schedule.op
+        channels_first = schedule.input_layout == op.first_layout
+        op = lo.Pool("max", op.channels * size, op.sizes, op.kernel, op.strides, op.dilations, op.pads,
+                     op.ceil_mode, False, op.batch, op.dtype if op.dtype != "float32" else "uint8")
+        schedules.append(lo.PoolSchedule(op, schedule.lanes, op.first_layout if channels_first else op.layout,
+                                         "int8" if size % 2 else "uint8"))
+    first = schedules[0]
+    schedules.append(lo.PoolSchedule(first.op, first.lanes, first.input_layout, "float32"))
+    for byte_map in {portable_byte_map(), target.pool_byte_map() or portable_byte_map()}:
+        kernels = pool_kernels(tuple(schedules), target.vector_flags(), target.transpose(),
+                               (byte_map.source, byte_map.flags))
+        for kernel, schedule, seed in zip(kernels, schedules, range(len(schedules))):
+            rng = np.random.default_rng(seed)
+            x = _input(rng, schedule.op, "channels_last")
+            table = rng.integers(0, 256, 256).astype(np.uint8).view(schedule.table) \
+                if schedule.table != "float32" else rng.standard_normal(256).astype(np.float32)
+            want = table[schedule.op.reference(x).view(np.uint8)]
+            np.testing.assert_array_equal(kernel(x, table=table), want)
+            with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
+                np.testing.assert_array_equal(kernel(x, threads=2, table=table), want)
+
+
+test_byte_mapped_pools_quick, test_byte_mapped_pools_slow = tiers(
+    _check_byte_mapped, 1, 4, st.lists(pool_cases(), min_size=3, max_size=3),
+    st.lists(st.integers(1, 13), min_size=3, max_size=3))
 
 
 def test_a_pool_takes_a_thread_per_min_chunk_of_input_and_row():

@@ -1,8 +1,9 @@
 """x86's AVX2 quantization arithmetic against onnx.reference, bit for bit: the QuantizeLinear loop
 (``targets/x86/quant_c.py``) on ties, their float32 neighbours, zeros, subnormals, infinities, NaN and
 random values, over lengths that leave every tail, on 1-3 threads; the computed pair lookups
-(``targets/x86/pair_c.py``) of random residual chains over all 65,536 pairs and random lengths, in place
-and not; and the ONNX backend's choice between a computed pair and the table (``onnx/pair_arith.py``)."""
+(``targets/x86/pair_c.py``, AVX2 and AVX-512) of random residual chains over all 65,536 pairs and random
+lengths, in place and not; and the ONNX backend's choice between a computed pair and the table
+(``onnx/pair_arith.py``)."""
 from __future__ import annotations
 
 from unittest import mock
@@ -19,11 +20,15 @@ from loopopt.onnx import backend, elementwise
 from loopopt.targets.pair_program import PairProgram
 from loopopt.targets.registry import host_target
 from loopopt.targets.threaded_c import MIN_CHUNK
-from loopopt.targets.x86.isa import AVX2, available_isas
+from loopopt.targets.x86.isa import AVX2, AVX512, available_isas, cpu_flags
 
 OPSET = 21
 ELEM = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
 needs_avx2 = pytest.mark.skipif(AVX2.name not in available_isas(), reason="this CPU does not run AVX2")
+needs_avx512bw = pytest.mark.skipif(AVX512.name not in available_isas() or "avx512bw" not in cpu_flags(),
+                                    reason="this CPU does not run AVX-512 F and BW")
+PAIR_ISAS = pytest.mark.parametrize("isa", [pytest.param(AVX2.name, marks=needs_avx2),
+                                            pytest.param(AVX512.name, marks=needs_avx512bw)])
 
 
 def _reference_quantize(x: np.ndarray, scale: np.float32, zero) -> np.ndarray:
@@ -112,19 +117,20 @@ def _program(dtypes, combine, relu, scales, zeros) -> PairProgram:
                        np.dtype(dtypes[2]), numbers)
 
 
-def _check_avx2_pair_program(data):
-    """A random chain's AVX2 program: onnx.reference's output on all 65,536 pairs, and on random arrays of a
-    random length (every tail) on 1-3 threads, into a new array and in place over either input."""
-    from loopopt.targets.x86.pair_c import avx2_pair_arith
+def _check_pair_program(isa, data):
+    """A random chain's program in ``isa``'s intrinsics: onnx.reference's output on all 65,536 pairs, and on
+    random arrays of a random length (every tail) on 1-3 threads, into a new array and in place over either
+    input."""
+    from loopopt.targets.x86 import pair_c
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     chain = _draw_chain(data, rng)
     proto, dtypes = _chain_model(*chain), chain[0]
-    arith = avx2_pair_arith(_program(*chain))
+    arith = getattr(pair_c, f"{isa}_pair_arith")(_program(*chain))
     patterns = np.arange(256, dtype=np.uint8)
     every = {"a": np.repeat(patterns, 256).view(dtypes[0]), "b": np.tile(patterns, 256).view(dtypes[1])}
     reference = ReferenceEvaluator(proto)
     np.testing.assert_array_equal(arith.table(), reference.run(None, every)[0])
-    n = data.draw(st.integers(0, 300))
+    n = data.draw(st.integers(0, 400))
     a, b = (rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, n).astype(t) for t in dtypes[:2])
     want = reference.run(None, {"a": a, "b": b})[0]
     threads = data.draw(st.integers(1, 3))
@@ -139,15 +145,16 @@ def _check_avx2_pair_program(data):
             np.testing.assert_array_equal(into, want)
 
 
-test_avx2_pair_program_quick, test_avx2_pair_program_slow = tiers(_check_avx2_pair_program, 8, 60, st.data(),
-                                                                  marks=(needs_avx2,))
+test_pair_program_quick, test_pair_program_slow = tiers(_check_pair_program, 8, 60, st.data(),
+                                                        marks=(PAIR_ISAS,))
 
 
-@needs_avx2
-def test_avx2_pair_program_refuses_wrong_arrays():
-    from loopopt.targets.x86.pair_c import avx2_pair_arith
-    arith = avx2_pair_arith(_program([np.uint8, np.int8, np.uint8], "Add", True, [np.float32(0.1)] * 3,
-                                     [np.uint8(3), np.int8(-2), np.uint8(0)]))
+@PAIR_ISAS
+def test_pair_program_refuses_wrong_arrays(isa):
+    from loopopt.targets.x86 import pair_c
+    program = _program([np.uint8, np.int8, np.uint8], "Add", True, [np.float32(0.1)] * 3,
+                       [np.uint8(3), np.int8(-2), np.uint8(0)])
+    arith = getattr(pair_c, f"{isa}_pair_arith")(program)
     with pytest.raises(ValueError, match="b must be a contiguous 1-D int8 array, got dtype uint8 shape"):
         arith(np.zeros(4, np.uint8), np.zeros(4, np.uint8), np.zeros(4, np.uint8))
     with pytest.raises(ValueError, match="a, b and dst differ in size: 4, 3 and 4 elements"):
@@ -156,9 +163,9 @@ def test_avx2_pair_program_refuses_wrong_arrays():
 
 def test_the_backend_computes_a_pair_chain_only_where_it_gives_the_table():
     """A residual chain (DequantizeLinear x2 -> Add -> Relu -> QuantizeLinear) runs as the host target's
-    computed pair where it has one (AVX2 the widest ISA here), else as the table lookup; a computed pair
-    whose table differs from the chain's (here: a program with the operands of Sub swapped, standing in
-    for a target's wrong code) is not used: the lookup runs, and the output is onnx.reference's."""
+    computed pair where it has one (AVX2 or AVX-512 the widest ISA here), else as the table lookup; a
+    computed pair whose table differs from the chain's (here: a program with the operands of Sub swapped,
+    standing in for a target's wrong code) is not used: the lookup runs, the output onnx.reference's."""
     rng = np.random.default_rng(3)
     scales = [np.float32(0.043), np.float32(0.021), np.float32(0.05)]
     chain = ([np.uint8, np.int8, np.uint8], "Sub", True, scales, [np.uint8(131), np.int8(-5), np.uint8(0)])

@@ -190,8 +190,16 @@ class Target(ABC):
     def pool_kernels(self, schedules: Sequence[PoolSchedule]) -> list[PoolKernel]:
         """The kernels of pooling schedules (``pool.PoolSchedule``) on this host, built at once: the
         generated C of ``targets/pool_c.py``, its channel blocks vectorized with ``vector_flags``, NCHW
-        inputs copied channels-last by ``transpose``."""
-        return pool_kernels(tuple(schedules), self.vector_flags(), self.transpose())
+        inputs copied channels-last by ``transpose``, 8-bit tables looked up by ``pool_byte_map``."""
+        lookup = self.pool_byte_map()
+        return pool_kernels(tuple(schedules), self.vector_flags(), self.transpose(),
+                            None if lookup is None else (lookup.source, lookup.flags))
+
+    def pool_byte_map(self) -> ByteMap | None:
+        """The byte map (``targets/bytemap.py``) whose one-thread loop a pool kernel calls to look its maxima
+        up in an 8-bit table (``PoolSchedule.table``), or None: the kernel loads each from the table (the
+        default)."""
+        return None
 
     def pair_map(self) -> PairMap:
         """The lookup of two bytes in a 65,536-byte table over byte arrays on this host

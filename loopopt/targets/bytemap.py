@@ -60,8 +60,8 @@ def _check_bytes(table: np.ndarray, entries: int, **arrays: np.ndarray) -> None:
 
 class _Lookup:
     """A compiled lookup (``function``, declared by ``cdef``) in a table of ``entries`` bytes, from a
-    source that defines its one-thread loop (``{function}_serial``, whose call on a chunk is ``chunk``);
-    ``name`` says which code runs it."""
+    source that defines its one-thread loop (``{function}_serial``, whose call on a chunk is ``chunk``),
+    built with ``flags``; ``name`` says which code runs it."""
 
     cdef: str
     function: str
@@ -69,6 +69,7 @@ class _Lookup:
     entries: int
 
     def __init__(self, source: str, flags: tuple[str, ...], name: str):
+        self.source, self.flags = source, flags
         module = compile_c(HEADER + source + threaded(self.cdef[:-1], self.chunk), self.cdef,
                            (*flags, OPENMP_FLAG), (OPENMP_FLAG,))
         self._ffi, self._function, self.name = module.ffi, getattr(module.lib, self.function), name

@@ -22,13 +22,18 @@ itself): ``PoolKernel.threads_for`` takes one thread per ``threaded_c.MIN_CHUNK`
 per row. A float32 3x3/2 MaxPool of 64x112x112 (ResNet's), channels-last, Xeon (AMX) under chrt -f: 1 thread
 171-178 us, 2 threads 82-84 us (in a whole-model run the step had taken 0.32-0.35 ms on one thread and on two;
 onnxruntime's 0.28 -> 0.15-0.18 ms); its uint8 twin 30 -> 33 us on one thread (the rows' loop), 19 us on two.
+A max of 8-bit values mapped through an 8-bit table (a QDQ ResNet's stem DequantizeLinear -> Relu -> MaxPool
+-> QuantizeLinear) looks up the maxima of its interior positions by a target's byte map where it gives one
+(``Target.pool_byte_map``: x86's VBMI permutes), else one load from the table each: uint8 64x112x112,
+3x3/2, AMD EPYC Zen 4, one thread, medians of 100 interleaved calls: NHWC 123 us with the loads, 23-27 us
+mapped (14-17 us without a table); channels-first 141 -> 35-36 us (31 us).
 """
 from __future__ import annotations
 
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
@@ -45,6 +50,9 @@ FUNCTION = "lo_pool"
 C_TYPES = {"float32": "float", "uint8": "unsigned char", "int8": "signed char"}
 LOWEST = {"float32": "-INFINITY", "uint8": "0", "int8": "-128"}
 UNROLLED_TAPS = 16     # a window of at most this many taps is unrolled where all are inside the input
+MAPPED = ("uint8", "int8")      # the tables a byte map looks up (``PoolSchedule.table``)
+MAP_CALL = ("lo_bytemap_serial((const unsigned char *)table, (const unsigned char *){src}, "
+            "(unsigned char *)({dst}), {n});")      # a byte map's one-thread loop (``bytemap.SERIAL``)
 
 
 def _bounds(window: Window, include_pad: bool) -> list[str]:
@@ -110,11 +118,13 @@ def _tap_index(window: Window, taps: bool) -> str:
 
 
 def _channel_block(schedule: PoolSchedule, lanes: int, windows: Sequence[Window] | None = None,
-                   tap: Callable[[bool], str] | None = None, steps: Sequence[int] = ()) -> list[str]:
+                   tap: Callable[[bool], str] | None = None, steps: Sequence[int] = (),
+                   mapped: bool = False) -> list[str]:
     """The reduction of the ``lanes`` channels from ``c_o`` over the taps inside the input of ``windows``
     (default: all the op's), stored; ``tap(True)``: the C pointer to a tap's first channel (default: in
     the channels-last input; ``tap(False)``: the first tap's) and ``steps``: how far a tap of each window
-    moves it. Where every tap is inside the input, the taps unrolled (``_unrolled``)."""
+    moves it. Where every tap is inside the input, the taps unrolled (``_unrolled``); ``mapped``: their
+    maxima then looked up in an 8-bit table by the byte map the C file defines (``MAP_CALL``)."""
     op = schedule.op
     c_type, channels = C_TYPES[op.dtype], op.channels
     if windows is None or tap is None:
@@ -138,9 +148,10 @@ def _channel_block(schedule: PoolSchedule, lanes: int, windows: Sequence[Window]
     if not _fits_unrolled(windows):
         return general
     if schedule.table:      # the maxima vectorized into acc, then each looked up (a loop of its own)
+        lookup = ([MAP_CALL.format(src="acc", dst="out + c_o", n=lanes)] if mapped
+                  else block(lane_loop, [f"out[c_o + c_i] = {finish};"]))
         unrolled = [f"const {c_type} *in = {tap(False)};", f"{c_type} acc[{lanes}];",
-                    *block(lane_loop, _unrolled(schedule, windows, steps, "c_i", "acc[c_i] = {};")),
-                    *block(lane_loop, [f"out[c_o + c_i] = {finish};"])]
+                    *block(lane_loop, _unrolled(schedule, windows, steps, "c_i", "acc[c_i] = {};")), *lookup]
     else:
         unrolled = [f"const {c_type} *in = {tap(False)};",
                     *block(lane_loop, _unrolled(schedule, windows, steps, "c_i",
@@ -148,12 +159,12 @@ def _channel_block(schedule: PoolSchedule, lanes: int, windows: Sequence[Window]
     return [*block(f"if ({_interior(windows)})", unrolled), *block("else", general)]
 
 
-def _staged_block(schedule: PoolSchedule, lanes: int) -> list[str]:
+def _staged_block(schedule: PoolSchedule, lanes: int, mapped: bool = False) -> list[str]:
     """A channels-first input's block of ``lanes`` channels from ``c_o``: each channel's row of the last
     input dim reduced over the outer dims' taps into ``stage`` (whole contiguous rows; unrolled where all
     are inside the input), the block transposed into ``staged`` (``lo_transpose_<size>``: a row of
     ``lanes`` channels per input position), and each output position of the last dim reduced over its
-    taps (``_channel_block``) and stored."""
+    taps (``_channel_block``, ``mapped`` as there) and stored."""
     op = schedule.op
     *outer, last = op.windows
     c_type, width = C_TYPES[op.dtype], last.size
@@ -187,7 +198,7 @@ def _staged_block(schedule: PoolSchedule, lanes: int) -> list[str]:
             *block(for_loop("long", last.out_dim, last.out),
                    [*_bounds(last, False),
                     f"{C_TYPES[schedule.out_dtype]} *out = y + ({out}) * {op.channels};",
-                    *_channel_block(schedule, lanes, (last,), tap, (lanes,))])]
+                    *_channel_block(schedule, lanes, (last,), tap, (lanes,), mapped)])]
 
 
 def _blocks(schedule: PoolSchedule, reduce: Callable[[PoolSchedule, int], list[str]]) -> list[str]:
@@ -217,15 +228,17 @@ def _rows(schedule: PoolSchedule, body: list[str], windows: Sequence[Window]) ->
     return block(for_loop("long", "lo_row", "lo_end", "lo_begin"), row + body)
 
 
-def source(schedule: PoolSchedule, function: str = FUNCTION) -> str:
+def source(schedule: PoolSchedule, function: str = FUNCTION, mapped: bool = False) -> str:
     """The C of ``schedule``'s kernel: ``void function(const T *x, T *y)`` over its input and output
     layouts (a channels-first input's block transposed by ``lo_transpose_<size>``, which the C file
-    defines: ``Transpose.static_source``)."""
+    defines: ``Transpose.static_source``); ``mapped``: an 8-bit table's lookups of the maxima of the
+    positions whose taps are all inside the input by the byte map the C file defines (``MAP_CALL``)."""
     op = schedule.op
+    reduce = partial(_staged_block if schedule.channels_first else _channel_block, mapped=mapped)
     c_type = C_TYPES[op.dtype]
     if schedule.channels_first:
         width = schedule.lanes * op.sizes[-1]
-        body = _rows(schedule, _blocks(schedule, _staged_block), op.windows[:-1])
+        body = _rows(schedule, _blocks(schedule, reduce), op.windows[:-1])
         body = [f"{c_type} stage[{width}], staged[{width}];", *body]
     else:
         position = _offset([("n", op.batch)] + [(w.out_dim, w.out) for w in op.windows])
@@ -234,7 +247,7 @@ def source(schedule: PoolSchedule, function: str = FUNCTION) -> str:
             counted = [f"({w.tap_dim}_span)" if op.count_include_pad else f"({w.tap_dim}_hi - {w.tap_dim}_lo)"
                        for w in op.windows]
             body.append(f"const float count = (float)({' * '.join(counted)});")
-        body = _rows(schedule, body + _blocks(schedule, _channel_block), op.windows)
+        body = _rows(schedule, body + _blocks(schedule, reduce), op.windows)
     notes = "\n".join(f"/* {text} */" for text in (str(op), *schedule.pseudocode().splitlines()))
     out_type = C_TYPES[schedule.out_dtype]
     table = f"const {out_type} *restrict table, " if schedule.table else ""
@@ -328,16 +341,22 @@ class PoolKernel:
 
 
 @cache
-def pool_kernels(schedules: tuple[PoolSchedule, ...], flags: tuple[str, ...],
-                 transpose: Transpose) -> list[PoolKernel]:
+def pool_kernels(schedules: tuple[PoolSchedule, ...], flags: tuple[str, ...], transpose: Transpose,
+                 byte_map: tuple[str, tuple[str, ...]] | None = None) -> list[PoolKernel]:
     """The kernels of ``schedules``, built with ``flags`` from one C file (one compile), once per process;
     ``transpose`` copies their NCHW inputs channels-last, and its loops (``static_source``) transpose the
-    blocks of the kernels that read a channels-first input."""
+    blocks of the kernels that read a channels-first input; ``byte_map`` (the C source of a lookup of bytes
+    in a table, ``bytemap.ByteMap``'s, and its flags, added to the build) looks up the maxima of the
+    kernels that map them through an 8-bit table (``PoolSchedule.table``), in place of a load of each from
+    the table."""
     functions = [f"{FUNCTION}_{index}" for index in range(len(schedules))]
-    sources = [source(schedule, function) for schedule, function in zip(schedules, functions)]
+    mapped = [byte_map is not None and schedule.table in MAPPED for schedule in schedules]
+    sources = [source(*made) for made in zip(schedules, functions, mapped)]
     cdef = "\n".join(_declaration(schedule, function) for schedule, function in zip(schedules, functions))
     staging = [transpose.static_source] if any(schedule.channels_first for schedule in schedules) else []
-    module = compile_c("\n".join(["#include <math.h>", HEADER, *staging, *sources]), cdef,
-                       (*flags, OPENMP_FLAG), (OPENMP_FLAG,))
+    lookup, lookup_flags = byte_map if byte_map is not None and any(mapped) else ("", ())
+    files = ["#include <math.h>", HEADER, *staging, *([lookup] if lookup else []), *sources]
+    built = tuple(dict.fromkeys((*flags, *lookup_flags)))
+    module = compile_c("\n".join(files), cdef, (*built, OPENMP_FLAG), (OPENMP_FLAG,))
     return [PoolKernel(schedule, text, module, function, flags, transpose)
             for schedule, text, function in zip(schedules, sources, functions)]

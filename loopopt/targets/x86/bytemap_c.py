@@ -65,12 +65,19 @@ AVX2_SOURCE = f"""#include <immintrin.h>
 
 
 @cache
-def x86_byte_maps() -> tuple[ByteMap, ...]:
-    """Every 8-bit lookup this CPU runs, best first: the VBMI one where it runs AVX-512 with VBMI
-    (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it), the AVX2 one where it runs AVX2, the portable loop."""
-    found = []
+def x86_vbmi_byte_map() -> ByteMap | None:
+    """The VBMI lookup where this CPU runs AVX-512 with VBMI (``$LOOPOPT_HIDE_CPU_FLAGS`` hides it), else
+    None."""
     if AVX512.name in available_isas() and VBMI_FLAGS[AVX512.name][0] in cpu_flags():
-        found.append(ByteMap(VBMI_SOURCE, VBMI_FLAGS_OF, "avx512 vbmi"))
+        return ByteMap(VBMI_SOURCE, VBMI_FLAGS_OF, "avx512 vbmi")
+    return None
+
+
+@cache
+def x86_byte_maps() -> tuple[ByteMap, ...]:
+    """Every 8-bit lookup this CPU runs, best first: the VBMI one (``x86_vbmi_byte_map``), the AVX2 one
+    where it runs AVX2, the portable loop."""
+    found = [] if x86_vbmi_byte_map() is None else [x86_vbmi_byte_map()]
     if AVX2.name in available_isas():
         found.append(ByteMap(AVX2_SOURCE, AVX2.compile_flags, "avx2 pshufb"))
     return (*found, portable_byte_map())
@@ -79,6 +86,13 @@ def x86_byte_maps() -> tuple[ByteMap, ...]:
 def x86_byte_map() -> ByteMap:
     """The fastest 8-bit lookup this CPU runs (``x86_byte_maps``' first)."""
     return x86_byte_maps()[0]
+
+
+def x86_pool_byte_map() -> ByteMap | None:
+    """``x86_vbmi_byte_map`` (``Target.pool_byte_map``: 64 bytes by two two-register byte permutes and a
+    blend, after its table's four loads from L1); without VBMI None: each byte loaded from the table
+    (AVX2's lookup sets sixteen rows up a call; not measured in a pool)."""
+    return x86_vbmi_byte_map()
 
 
 GATHER_SOURCE = f"""#include <immintrin.h>

@@ -56,7 +56,7 @@ from ..binary import block_dims
 from ..lut_format import COLUMNS
 from ..search import Candidate
 from .binary import LANES as BINARY_LANES
-from .isa import TILE_ISA
+from .isa import ISA_PREFERENCE, ISAS, TILE_ISA
 from .knob_memo import by_knobs
 from .space import (
     DOT,
@@ -143,6 +143,8 @@ FLOAT_BLOCK_ISAS = ("avx2",)   # ISAs whose float32 register blocks are priced b
 RESIDUAL_SCATTER = 2.4     # a fused residual's extra time per pair of outer loops out of the output's order
                            # (see ``residual_seconds``)
 RESIDUAL_BYTES = 4         # bytes of a residual element (float32: kernels with a float output add one)
+SPLIT = 1.5                # a wider ISA's float32 peak below this times its half-width ISA's: split vectors
+                           # (``split_vectors``)
 MEMORY_OPERAND = 0.9       # efficiency of a block that multiplies a weight vector from memory
                            # (``space.memory_operand``): ResNet's 3x3 convs at 14x14 to 56x56, whose rows 4x16
                            # and 5x16 blocks cover whole or nearly, ran 7x16 at 1.08-1.11x their time (AMD
@@ -720,7 +722,7 @@ def figures(candidate: Candidate) -> dict[str, float]:
             efficiency *= NARROW_DOT
     depth = math.prod(op.extent(d) for d in op.reduction_dims) // rc * min(rc, knobs.cache_block or rc)
     efficiency *= depth / (depth + reload_steps(op, knobs))
-    if knobs.cache_block and emulates_dot(candidate.isa, knobs.weights):
+    if knobs.cache_block and passes_cost(candidate):
         efficiency *= EMULATED_PASSES
     # the innermost outer loop decides which weights must stay in cache while it runs: one channel
     # block's (it runs over positions), all channels' or a panel's (it runs over channel blocks), or none
@@ -732,10 +734,10 @@ def figures(candidate: Candidate) -> dict[str, float]:
     l1, l2 = _caches()["L1"], _caches()["L2"]
     level = next((c for c in machine_profile().caches if c.name == "L1"), None)
     stays = weights_stay_in_l1(op, knobs, weight_bytes, level) if level else weight_bytes <= l1
-    # a cache block of the reduction that keeps an emulated dot's weights in L1 gains it nothing: the
-    # widening of each weight vector (``EMULATED_DOT_OPS``) hides its L2 latency, and the block's sums
-    # go to memory between the passes and through an epilogue pass after the nest
-    stays = stays and not (knobs.cache_block and emulates_dot(candidate.isa, knobs.weights))
+    # a cache block of the reduction that keeps a dot block's weights in L1 gains it nothing where its
+    # dots hide their L2 latency (``passes_cost``), and the block's sums go to memory between the passes
+    # and through an epilogue pass after the nest
+    stays = stays and not (knobs.cache_block and passes_cost(candidate))
     # s16 weights, multiplied from memory, run as fast from L2: a 3x3 64->64 conv at 56x56 ran its 3x32
     # block (36 KB of s16 weights a channel block) in 1.72 ms, its 4x16 (18 KB) in 1.85 (AMD EPYC Zen 3)
     stays = stays or knobs.weight_format == "s16"
@@ -754,6 +756,29 @@ def figures(candidate: Candidate) -> dict[str, float]:
     again = reread_seconds(candidate, l2 // 2, 1 + SCATTER * scattered) / candidate.threads
     return {"efficiency": efficiency, "stream_seconds": stream, "strided_seconds": strided, **residual,
             "predicted_seconds": max(compute * busiest, again) + memory - again}
+
+
+def passes_cost(candidate: Candidate) -> bool:
+    """Whether a cache block of the reduction costs a dot block more than it gains (``EMULATED_PASSES``, its
+    weights priced from L2): an emulated dot, whose widening of each weight vector (``EMULATED_DOT_OPS``)
+    hides their L2 latency, and a native int8 one on vectors this machine runs as two halves
+    (``split_vectors``; bfloat16's pair dot not measured). On an AMD EPYC Zen 4 (1 thread, kernel only,
+    medians of interleaved calls, L2 warm / the caches overwritten with 64 MB before each call), ResNet's
+    int8 3x3 256->256 conv at 14x14 ran the first choice with 64-channel cache blocks (7x32, weights in L1)
+    in 503-532 / 646 us, the same block without them (weights from L2) in 467-479 / 561 us and 4x64 in
+    472-496 / 532; 512->512 at 7x7 857 / 979 us against 490 / 596 for 4x64 without them."""
+    weights, isa = candidate.knobs.weights, candidate.isa
+    return emulates_dot(isa, weights) or (weights == "dot" and candidate.op.quant is not None
+                                          and split_vectors(isa))
+
+
+def split_vectors(isa: str) -> bool:
+    """Whether this machine runs ``isa``'s vectors as two halves: its measured float32 peak (the machine
+    profile's) is below ``SPLIT`` times that of the ISA of half its lanes (AMD EPYC Zen 4: AVX-512 117,
+    AVX2 118 GFLOP/s; the Xeon of tests/data/machine_profile.json 170 and 85)."""
+    narrower = next((name for name in ISA_PREFERENCE if ISAS[name].lanes * 2 == ISAS[isa].lanes), None)
+    peaks = machine_profile().peaks["float32"]
+    return narrower in peaks and isa in peaks and peaks[isa] < SPLIT * peaks[narrower]
 
 
 def float_block(candidate: Candidate) -> bool:

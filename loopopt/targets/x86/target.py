@@ -14,7 +14,7 @@ from ..linear_quant import LinearQuant
 from ..pair_program import PairArith, PairProgram
 from ..transpose import Transpose
 from .amx_runtime import amx_available
-from .bytemap_c import x86_byte_map, x86_pair_map
+from .bytemap_c import x86_byte_map, x86_pair_map, x86_pool_byte_map
 from .costs import X86_CORE_COSTS
 from .families import compile_schedule, family_of
 from .isa import (
@@ -81,6 +81,9 @@ class X86Target(Target):
 
     def pair_map(self) -> PairMap:
         return x86_pair_map()
+
+    def pool_byte_map(self) -> ByteMap | None:
+        return x86_pool_byte_map()
 
     def linear_quant(self, dtype: np.dtype) -> LinearQuant:
         return x86_linear_quant(dtype)
