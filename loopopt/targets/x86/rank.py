@@ -792,6 +792,8 @@ def split_vectors(isa: str) -> bool:
     """Whether this machine runs ``isa``'s vectors as two halves: its measured float32 peak (the machine
     profile's) is below ``SPLIT`` times that of the ISA of half its lanes (AMD EPYC Zen 4: AVX-512 117,
     AVX2 118 GFLOP/s; the Xeon of tests/data/machine_profile.json 170 and 85)."""
+    if isa not in ISAS:                 # AMX tiles: no vectors to split
+        return False
     narrower = next((name for name in ISA_PREFERENCE if ISAS[name].lanes * 2 == ISAS[isa].lanes), None)
     peaks = machine_profile().peaks["float32"]
     return narrower in peaks and isa in peaks and peaks[isa] < SPLIT * peaks[narrower]
