@@ -66,11 +66,8 @@ def compare(shape: Shape, ranked: int, budget: float) -> tuple[list[float], list
     c, k, kh, kw, h, w, stride, pad, groups = shape
     op = lo.Conv2d(c, k, kernel_size=(kh, kw), stride=stride, padding=pad, groups=groups, bias=True, batch=1,
                    height=h, width=w, quant=SPEC)
-    target, isa, auto, key = choice._resolved(op, "auto", 1, False)
-    rules = target.search_rules()
     first = choice.first_choice(op)
-    space = choice._space(rules, op, isa, 1, auto, False)
-    others = [cand for cand in choice._ranking(key, rules, space) if cand.builds][:ranked]
+    others = [cand for cand in choice.ranking(op) if cand.builds][:ranked]
     candidates = [first] + [cand for cand in others if cand is not first]
     kernels = [cand.schedule.compile(cand.isa) for cand in candidates]
     names = [f"{describe(cand.knobs.as_dict(), cand.isa)} [{arithmetic(kernel)}]"

@@ -19,6 +19,7 @@ entry where its default kernels saturate, none elsewhere; the default everywhere
 """
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,9 +36,10 @@ INT8_MODES: dict[str, dict[str, str]] = {
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})   # /proc/cpuinfo flags of x86's vpdpbusd
 
 
+@cache
 def cpu_flags() -> frozenset[str]:
     """This CPU's /proc/cpuinfo flags as onnxruntime sees them (``LOOPOPT_HIDE_CPU_FLAGS`` does not hide
-    them from it); empty where unreadable."""
+    them from it); empty where unreadable (read once per process)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -66,10 +66,7 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
     if first is None:
         return None
     wanted = arriving_layouts(op, layout)
-    target, isa, auto, key = _resolved(op, isa, threads, residual)
-    rules = target.search_rules()
-    space = _space(rules, op, isa, threads, auto, residual) if key not in _ranked else []
-    ranked = _ranking(key, rules, space)
+    ranked = ranking(op, isa, threads, residual)
     logical = all(tag == op.tensor(tensor).letters for tensor, tag in wanted.items())
     budget = first.figures["predicted_seconds"] + packing_seconds(op, first, wanted) if logical else 0.0
     for rank, candidate in enumerate(ranked):
@@ -79,6 +76,16 @@ def first_reading(op: Op, layout: str | Mapping[str, str], isa: str = "auto",
                 and all(candidate.schedule.layout_of(t).tag == tag for t, tag in wanted.items())):
             return candidate, rank
     return None
+
+
+def ranking(op: Op, isa: str = "auto", threads: int = 1, residual: bool = False) -> list[Candidate]:
+    """``op``'s search space on ``isa`` with ``threads`` threads in the ranking heuristic's order, best
+    first, those whose schedule does not build included (ranked once per op signature, ISA, thread count
+    and residual in the process; ``residual``: as kernels that add a residual)."""
+    target, isa, auto, key = _resolved(op, isa, threads, residual)
+    rules = target.search_rules()
+    space = _space(rules, op, isa, threads, auto, residual) if key not in _ranked else []
+    return _ranking(key, rules, space)
 
 
 def arriving_layouts(op: Op, layout: str | Mapping[str, str]) -> dict[str, str]:

@@ -77,7 +77,8 @@ def x86_vbmi_byte_map() -> ByteMap | None:
 def x86_byte_maps() -> tuple[ByteMap, ...]:
     """Every 8-bit lookup this CPU runs, best first: the VBMI one (``x86_vbmi_byte_map``), the AVX2 one
     where it runs AVX2, the portable loop."""
-    found = [] if x86_vbmi_byte_map() is None else [x86_vbmi_byte_map()]
+    vbmi = x86_vbmi_byte_map()
+    found = [] if vbmi is None else [vbmi]
     if AVX2.name in available_isas():
         found.append(ByteMap(AVX2_SOURCE, AVX2.compile_flags, "avx2 pshufb"))
     return (*found, portable_byte_map())
