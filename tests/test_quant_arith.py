@@ -43,8 +43,10 @@ def _reference_quantize(x: np.ndarray, scale: np.float32, zero) -> np.ndarray:
 def _check_avx2_quantize(data):
     """Values at and next to every tie k + 1/2 of x / scale and every integer k (k across the 8-bit range
     and past it) for a random scale (tiny to large, either sign), random values, both zeros and a
-    subnormal, in a random order; a random length and thread count: onnx.reference's bits."""
-    from loopopt.targets.x86.quant_c import avx2_linear_quant
+    subnormal, in a random order; a random length and thread count: onnx.reference's bits; built with
+    AVX2's flags or as this CPU's loops are (``x86_linear_quant``: the widest ISA's flags)."""
+    from loopopt.targets.x86.quant_c import avx2_linear_quant, x86_linear_quant
+    build = data.draw(st.sampled_from([avx2_linear_quant, x86_linear_quant]))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     dtype = data.draw(st.sampled_from([np.uint8, np.int8]))
     info = np.iinfo(dtype)
@@ -61,7 +63,7 @@ def _check_avx2_quantize(data):
     q = np.empty(x.size, dtype)
     threads = data.draw(st.integers(1, 3))
     with mock.patch("loopopt.targets.threaded_c.MIN_CHUNK", 1):
-        avx2_linear_quant(np.dtype(dtype)).quantize(x, q, float(scale), float(zero), threads)
+        build(np.dtype(dtype)).quantize(x, q, float(scale), float(zero), threads)
     np.testing.assert_array_equal(q, _reference_quantize(x, scale, zero))
 
 
